@@ -1,0 +1,125 @@
+//! The command line: the only place that knows clap and colour. Each
+//! subcommand has its own file with its arguments and a thin `run` that
+//! calls the library.
+
+mod demo;
+mod output;
+mod probe_dio;
+mod sandbox;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use btrfs_lab::error::{Error, exit};
+use output::{ColorChoice, Output};
+
+const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0    success (probe-dio: O_DIRECT writes are direct)
+  1    error: the operation failed or was refused; nothing was changed
+  2    bad command line
+  3    probe-dio: buffered-fallback
+  4    probe-dio: profile-forced
+  5    probe-dio: inconclusive
+  130  interrupted (SIGINT or SIGTERM); clean-up was done";
+
+/// Administer a btrfs SSD array safely and find out where its throughput goes.
+#[derive(Debug, Parser)]
+#[command(name = "btrfs-lab", version, after_long_help = EXIT_STATUS_HELP, max_term_width = 100)]
+struct Cli {
+    /// Print one JSON document on stdout instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// Colour human output: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    color: ColorChoice,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Throwaway filesystems on loop devices (with direct I/O) to test and rehearse on.
+    Sandbox(sandbox::SandboxArgs),
+    /// Find out whether O_DIRECT writes in a directory really bypass the page cache.
+    #[command(after_long_help = probe_dio::AFTER_HELP)]
+    ProbeDio(probe_dio::ProbeDioArgs),
+    /// Show the O_DIRECT trap on a sandbox btrfs: checksummed vs NOCOW, side by side.
+    Demo(demo::DemoArgs),
+}
+
+/// Parses the command line, runs the command, and turns the outcome into
+/// the documented exit status.
+pub fn run() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(usage_error(&e)),
+    };
+    let out = Output::new(cli.json, cli.color);
+    let result = match cli.command {
+        Command::Sandbox(args) => sandbox::run(args, &out),
+        Command::ProbeDio(args) => probe_dio::run(args, &out),
+        Command::Demo(args) => demo::run(args, &out),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            out.error(&e);
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// clap's errors, printed our way: one line and a hint. `--help` and
+/// `--version` are printed as clap renders them.
+fn usage_error(e: &clap::Error) -> u8 {
+    use clap::error::ErrorKind as K;
+    match e.kind() {
+        K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand {
+                exit::USAGE
+            } else {
+                exit::OK
+            }
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+            let mut first = lines
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ")
+                .to_owned();
+            // "the following required arguments were not provided:" + the list.
+            if first.ends_with(':')
+                && let Some(next) = lines.next()
+            {
+                first.push(' ');
+                first.push_str(next);
+            }
+            let usage = rendered
+                .lines()
+                .find_map(|l| l.strip_prefix("Usage: "))
+                .map(|u| format!("usage: {u} (see --help)"))
+                .unwrap_or_else(|| "see btrfs-lab --help".to_owned());
+            let out = Output::new(false, ColorChoice::Auto);
+            out.error(&Error::usage(first).with_hint(usage));
+            exit::USAGE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,215 @@
+//! Where output goes and how it looks: JSON or text, colour or not,
+//! errors as one line, confirmation prompts.
+
+use std::io::{self, BufRead, IsTerminal, Write};
+
+use clap::ValueEnum;
+use owo_colors::OwoColorize;
+use serde::Serialize;
+
+use btrfs_lab::error::{Error, ErrorKind, Result};
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum ColorChoice {
+    /// Colour when stdout is a terminal and NO_COLOR is not set.
+    #[default]
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+fn no_color_env() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+        || std::env::var_os("TERM").is_some_and(|t| t == "dumb")
+}
+
+impl ColorChoice {
+    fn enabled(self, terminal: bool) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => terminal && !no_color_env(),
+        }
+    }
+}
+
+/// Paints text when colour is on.
+#[derive(Debug, Clone, Copy)]
+pub struct Paint {
+    on: bool,
+}
+
+impl Paint {
+    /// Something good (a direct verdict).
+    pub fn good(self, s: &str) -> String {
+        if self.on {
+            s.green().bold().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+    /// Something bad.
+    pub fn bad(self, s: &str) -> String {
+        if self.on {
+            s.red().bold().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+    /// Something to look at.
+    pub fn warn(self, s: &str) -> String {
+        if self.on {
+            s.yellow().bold().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+    /// A heading.
+    pub fn bold(self, s: &str) -> String {
+        if self.on {
+            s.bold().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+    /// Secondary text.
+    pub fn dim(self, s: &str) -> String {
+        if self.on {
+            s.dimmed().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+}
+
+/// The output settings of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// `--json`.
+    pub json: bool,
+    /// Colour for stdout.
+    pub paint: Paint,
+    /// Colour for stderr.
+    pub paint_err: Paint,
+    /// stderr is a terminal (progress bars go there).
+    pub stderr_terminal: bool,
+}
+
+impl Output {
+    /// Settings from the global options.
+    pub fn new(json: bool, color: ColorChoice) -> Self {
+        Self {
+            json,
+            paint: Paint {
+                on: !json && color.enabled(io::stdout().is_terminal()),
+            },
+            paint_err: Paint {
+                on: color.enabled(io::stderr().is_terminal()),
+            },
+            stderr_terminal: io::stderr().is_terminal(),
+        }
+    }
+
+    /// True when progress should be drawn on stderr.
+    pub fn show_progress(&self) -> bool {
+        self.stderr_terminal && !self.json
+    }
+
+    /// Prints text to stdout. A closed pipe (`| head`) is not an error.
+    pub fn text(&self, text: &str) {
+        let mut out = io::stdout().lock();
+        let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    }
+
+    /// Prints one JSON document to stdout.
+    pub fn json_doc<T: Serialize>(&self, value: &T) {
+        let mut text = serde_json::to_string_pretty(value).expect("reports serialize");
+        text.push('\n');
+        self.text(&text);
+    }
+
+    /// Prints an error: one line, plus a hint line when there is one.
+    pub fn error(&self, e: &Error) {
+        let p = self.paint_err;
+        let mut text = format!("btrfs-lab: {} {}\n", p.bad("error:"), e.message());
+        if let Some(h) = e.hint() {
+            text.push_str(&format!("{} {h}\n", p.dim("hint:")));
+        }
+        let _ = io::stderr().lock().write_all(text.as_bytes());
+    }
+}
+
+/// Asks before a change, unless `--yes`. Without a terminal to ask on, it
+/// refuses: a script must say `--yes` explicitly.
+pub fn confirm(question: &str, yes: bool) -> Result<()> {
+    if yes {
+        return Ok(());
+    }
+    if !io::stdin().is_terminal() {
+        return Err(Error::new(
+            ErrorKind::Refused,
+            "confirmation needed, but stdin is not a terminal",
+        )
+        .with_hint("pass --yes to confirm, or --dry-run to only see the plan"));
+    }
+    eprint!("{question} [y/N] ");
+    let _ = io::stderr().flush();
+    let mut answer = String::new();
+    io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read the answer: {e}")))?;
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Refused,
+            "not confirmed; nothing was changed",
+        ))
+    }
+}
+
+/// Wraps `text` at `width` columns, each line prefixed by `indent`.
+pub fn wrap(text: &str, width: usize, indent: &str) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent.len() + line.len() + 1 + word.len() > width {
+            out.push_str(indent);
+            out.push_str(&line);
+            out.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        out.push_str(indent);
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_words() {
+        assert_eq!(wrap("aaa bbb ccc", 9, "  "), "  aaa bbb\n  ccc\n");
+        assert_eq!(wrap("", 10, "  "), "");
+    }
+
+    #[test]
+    fn colour_choice() {
+        assert!(ColorChoice::Always.enabled(false));
+        assert!(!ColorChoice::Never.enabled(true));
+        assert!(!ColorChoice::Auto.enabled(false));
+    }
+}

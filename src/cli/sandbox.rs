@@ -1,0 +1,454 @@
+//! `btrfs-lab sandbox up | down | list`.
+
+use std::fs;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use btrfs_lab::error::{Error, ErrorKind, Result, exit};
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::parse::size::{format_iec, parse_size};
+use btrfs_lab::sandbox::{
+    self, DownReport, FsKind, SandboxRecord, SandboxRequest, SandboxStatus, StateStore, plan_up,
+};
+use btrfs_lab::sys::{btrfs, signals};
+
+use super::output::{Output, confirm};
+
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    #[command(subcommand)]
+    command: SandboxCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum SandboxCommand {
+    /// Create sparse files, attach them as loop devices with direct I/O, mkfs, mount.
+    Up(UpArgs),
+    /// Unmount, detach and delete exactly what `up` made.
+    Down(DownArgs),
+    /// List the sandboxes and whether they are up.
+    List,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FsArg {
+    Btrfs,
+    Ext4,
+}
+
+#[derive(Debug, Args)]
+struct UpArgs {
+    /// Name of the sandbox [default: a random sbx-XXXXXX].
+    #[arg(long)]
+    name: Option<String>,
+    /// Number of loop devices.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    devices: u32,
+    /// Size of each device (sparse): 512M, 2G, ...
+    #[arg(long, default_value = "2G", value_parser = size_arg, value_name = "SIZE")]
+    size: u64,
+    /// Filesystem to create (ext4 is for comparisons: one device, no profiles).
+    #[arg(long, value_enum, default_value = "btrfs")]
+    fs: FsArg,
+    /// Data profile (mkfs.btrfs -d) [default: mkfs.btrfs's].
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE")]
+    data: Option<Profile>,
+    /// Metadata profile (mkfs.btrfs -m) [default: mkfs.btrfs's].
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE")]
+    metadata: Option<Profile>,
+    /// Extra argument for mkfs, passed as is (repeat for several).
+    #[arg(long = "mkfs-arg", value_name = "ARG", allow_hyphen_values = true)]
+    mkfs_args: Vec<String>,
+    /// Directory for the backing files and the mount point [default: /var/tmp/btrfs-lab/NAME].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Show what would be done, and do nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Accepted for uniformity: `up` only creates new things and never asks.
+    #[arg(long)]
+    yes: bool,
+}
+
+#[derive(Debug, Args)]
+struct DownArgs {
+    /// The sandbox: its mount point, its directory or its name.
+    #[arg(
+        required_unless_present = "all",
+        conflicts_with = "all",
+        value_name = "MOUNT|NAME"
+    )]
+    target: Option<String>,
+    /// Remove every sandbox.
+    #[arg(long)]
+    all: bool,
+    /// Show what would be removed, and do nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+fn size_arg(s: &str) -> std::result::Result<u64, String> {
+    parse_size(s).map_err(|e| e.message().to_owned())
+}
+
+fn profile_arg(s: &str) -> std::result::Result<Profile, String> {
+    s.parse::<Profile>()
+        .map_err(|e| format!("{} ({})", e.message(), e.hint().unwrap_or_default()))
+}
+
+pub fn run(args: SandboxArgs, out: &Output) -> Result<u8> {
+    let store = StateStore::from_env();
+    match args.command {
+        SandboxCommand::Up(a) => up(a, &store, out),
+        SandboxCommand::Down(a) => down(a, &store, out),
+        SandboxCommand::List => list(&store, out),
+    }
+}
+
+#[derive(Serialize)]
+struct UpReport<'a> {
+    name: &'a str,
+    fs: FsKind,
+    mount_point: &'a PathBuf,
+    dir: &'a PathBuf,
+    size_bytes: u64,
+    devices: Vec<DeviceOut>,
+    data_profiles: Vec<Profile>,
+    metadata_profiles: Vec<Profile>,
+    state_file: PathBuf,
+}
+
+#[derive(Serialize)]
+struct DeviceOut {
+    loop_device: Option<PathBuf>,
+    image: PathBuf,
+    direct_io: bool,
+}
+
+#[derive(Serialize)]
+struct DryRun<'a, T: Serialize> {
+    dry_run: bool,
+    plan: &'a T,
+    steps: Vec<String>,
+}
+
+fn up(a: UpArgs, store: &StateStore, out: &Output) -> Result<u8> {
+    let request = SandboxRequest {
+        name: a.name,
+        devices: a.devices,
+        size_bytes: a.size,
+        fs: match a.fs {
+            FsArg::Btrfs => FsKind::Btrfs,
+            FsArg::Ext4 => FsKind::Ext4,
+        },
+        data: a.data,
+        metadata: a.metadata,
+        mkfs_args: a.mkfs_args,
+        dir: a.dir,
+    };
+    let plan = plan_up(&request, &sandbox::sandbox_root(), &sandbox::random_name())?;
+    if a.dry_run {
+        let steps = plan.describe();
+        if out.json {
+            out.json_doc(&DryRun {
+                dry_run: true,
+                plan: &plan,
+                steps,
+            });
+        } else {
+            let mut text = format!(
+                "{} (nothing was done):\n",
+                out.paint.bold("sandbox up would")
+            );
+            for (i, s) in steps.iter().enumerate() {
+                text.push_str(&format!("  {}. {s}\n", i + 1));
+            }
+            out.text(&text);
+        }
+        return Ok(exit::OK);
+    }
+    signals::install()?;
+    let sandbox = sandbox::Sandbox::up(&plan, store)?;
+    let (data, metadata) = match plan.fs {
+        FsKind::Btrfs => {
+            let p = btrfs::block_group_profiles(sandbox.mount_point())?;
+            (p.data, p.metadata)
+        }
+        FsKind::Ext4 => (Vec::new(), Vec::new()),
+    };
+    let record = sandbox.keep();
+    let report = UpReport {
+        name: &record.name,
+        fs: record.fs,
+        mount_point: &record.mount_point,
+        dir: &record.dir,
+        size_bytes: record.size_bytes,
+        devices: record
+            .devices
+            .iter()
+            .map(|d| DeviceOut {
+                loop_device: d.loop_device.clone(),
+                image: d.image.clone(),
+                direct_io: true,
+            })
+            .collect(),
+        data_profiles: data,
+        metadata_profiles: metadata,
+        state_file: store.dir().join(format!("{}.json", record.name)),
+    };
+    if out.json {
+        out.json_doc(&report);
+    } else {
+        out.text(&render_up(&report, out));
+    }
+    Ok(exit::OK)
+}
+
+fn list_names(p: &[Profile]) -> String {
+    p.iter().map(|p| p.name()).collect::<Vec<_>>().join("+")
+}
+
+fn render_up(r: &UpReport<'_>, out: &Output) -> String {
+    let n = r.devices.len();
+    let mut profile = String::new();
+    if r.fs == FsKind::Btrfs {
+        profile = format!(
+            ", data {}, metadata {}",
+            list_names(&r.data_profiles),
+            list_names(&r.metadata_profiles)
+        );
+    }
+    let mut text = format!(
+        "sandbox {} is {}: {} on {n} × {} loop device{} with direct I/O{profile}\n",
+        out.paint.bold(r.name),
+        out.paint.good("up"),
+        r.fs.name(),
+        format_iec(r.size_bytes),
+        if n == 1 { "" } else { "s" },
+    );
+    text.push_str(&format!("  mount point  {}\n", r.mount_point.display()));
+    for (i, d) in r.devices.iter().enumerate() {
+        let label = if i == 0 { "devices" } else { "" };
+        let dev = d
+            .loop_device
+            .as_ref()
+            .map_or("-".into(), |p| p.display().to_string());
+        text.push_str(&format!(
+            "  {label:<11}  {dev:<12} {}\n",
+            out.paint.dim(&d.image.display().to_string())
+        ));
+    }
+    text.push_str(&format!(
+        "remove it with: btrfs-lab sandbox down --yes {}\n",
+        r.mount_point.display()
+    ));
+    text
+}
+
+/// Finds the records `down` is about: by name, mount point or directory.
+fn select(target: Option<&str>, all: bool, store: &StateStore) -> Result<Vec<SandboxRecord>> {
+    let records = store.load_all()?;
+    if all {
+        return Ok(records);
+    }
+    let target = target.unwrap_or_default();
+    let as_path = fs::canonicalize(target).ok();
+    let abs = std::path::absolute(target).ok();
+    let found: Vec<SandboxRecord> = records
+        .into_iter()
+        .filter(|r| {
+            r.name == target
+                || [as_path.as_ref(), abs.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .any(|p| {
+                        p == &r.mount_point
+                            || p == &r.dir
+                            || fs::canonicalize(&r.mount_point).is_ok_and(|m| &m == p)
+                    })
+        })
+        .collect();
+    if found.is_empty() {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!("no sandbox at or named '{target}'"),
+        )
+        .with_hint("btrfs-lab sandbox list shows the sandboxes"));
+    }
+    Ok(found)
+}
+
+fn down_steps(s: &SandboxStatus, r: &SandboxRecord) -> Vec<String> {
+    let mut steps = Vec::new();
+    if s.mounted {
+        steps.push(format!(
+            "unmount {} (everything stored in the sandbox is lost)",
+            r.mount_point.display()
+        ));
+    }
+    for d in &s.devices {
+        if let Some(l) = &d.loop_device {
+            steps.push(format!(
+                "detach {} (backing file {})",
+                l.display(),
+                d.image.display()
+            ));
+        }
+    }
+    for d in &r.devices {
+        if d.image.exists() {
+            steps.push(format!("delete {}", d.image.display()));
+        }
+    }
+    if r.mount_point_created {
+        steps.push(format!(
+            "remove directory {} if empty",
+            r.mount_point.display()
+        ));
+    }
+    if r.dir_created {
+        steps.push(format!("remove directory {} if empty", r.dir.display()));
+    }
+    steps
+}
+
+#[derive(Serialize)]
+struct DownPlan {
+    name: String,
+    steps: Vec<String>,
+}
+
+fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
+    let records = select(a.target.as_deref(), a.all, store)?;
+    let plans: Vec<DownPlan> = records
+        .iter()
+        .map(|r| DownPlan {
+            name: r.name.clone(),
+            steps: down_steps(&sandbox::status(r), r),
+        })
+        .collect();
+    let mut text = String::new();
+    for p in &plans {
+        text.push_str(&format!("sandbox {}:\n", out.paint.bold(&p.name)));
+        for s in &p.steps {
+            text.push_str(&format!("  - {s}\n"));
+        }
+    }
+    if a.dry_run {
+        if out.json {
+            out.json_doc(&serde_json::json!({ "dry_run": true, "sandboxes": plans }));
+        } else if plans.is_empty() {
+            out.text("no sandboxes; nothing to do\n");
+        } else {
+            out.text(&format!("{text}(dry run: nothing was done)\n"));
+        }
+        return Ok(exit::OK);
+    }
+    if !plans.is_empty() && !a.yes {
+        eprint!("{text}");
+        let what = if plans.len() == 1 {
+            format!("sandbox {}", plans[0].name)
+        } else {
+            format!("{} sandboxes", plans.len())
+        };
+        confirm(&format!("Remove {what}?"), false)?;
+    }
+    let mut reports: Vec<DownReport> = Vec::new();
+    let mut first_error = None;
+    for r in &records {
+        match sandbox::teardown(store, r) {
+            Ok(rep) => reports.push(rep),
+            // Go on with the others; the status says something failed.
+            Err(e) => {
+                out.error(&Error::new(
+                    e.kind(),
+                    format!("sandbox {}: {}", r.name, e.message()),
+                ));
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if out.json {
+        out.json_doc(&serde_json::json!({ "removed": reports }));
+    } else {
+        let mut text = String::new();
+        if records.is_empty() {
+            text.push_str("no sandboxes; nothing to do\n");
+        }
+        for rep in &reports {
+            text.push_str(&format!("sandbox {} removed", out.paint.bold(&rep.name)));
+            let mut parts = Vec::new();
+            if let Some(m) = &rep.unmounted {
+                parts.push(format!("unmounted {}", m.display()));
+            }
+            if !rep.detached.is_empty() {
+                let d: Vec<String> = rep
+                    .detached
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect();
+                parts.push(format!("detached {}", d.join(", ")));
+            }
+            if !rep.removed.is_empty() {
+                parts.push(format!(
+                    "deleted {} files and directories",
+                    rep.removed.len()
+                ));
+            }
+            if !parts.is_empty() {
+                text.push_str(&format!(": {}", parts.join("; ")));
+            }
+            text.push('\n');
+            for l in &rep.left {
+                text.push_str(&format!("  note: {l}\n"));
+            }
+        }
+        out.text(&text);
+    }
+    match first_error {
+        Some(e) if e.kind() == ErrorKind::Interrupted => Ok(exit::INTERRUPTED),
+        Some(_) => Ok(exit::ERROR),
+        None => Ok(exit::OK),
+    }
+}
+
+fn list(store: &StateStore, out: &Output) -> Result<u8> {
+    let statuses: Vec<SandboxStatus> = store.load_all()?.iter().map(sandbox::status).collect();
+    if out.json {
+        out.json_doc(&serde_json::json!({ "sandboxes": statuses }));
+        return Ok(exit::OK);
+    }
+    if statuses.is_empty() {
+        out.text("no sandboxes\n");
+        return Ok(exit::OK);
+    }
+    let mut text = format!(
+        "{}\n",
+        out.paint.bold(&format!(
+            "{:<20} {:<8} {:<6} {:<8} {:<10} {}",
+            "NAME", "STATE", "FS", "DEVICES", "SIZE", "MOUNT POINT"
+        ))
+    );
+    for s in &statuses {
+        let state = match s.state {
+            "up" => out.paint.good("up      "),
+            "partial" => out.paint.warn("partial "),
+            _ => out.paint.dim("down    "),
+        };
+        text.push_str(&format!(
+            "{:<20} {state} {:<6} {:<8} {:<10} {}\n",
+            s.name,
+            s.fs.name(),
+            s.devices.len(),
+            format_iec(s.size_bytes),
+            s.mount_point.display()
+        ));
+    }
+    out.text(&text);
+    Ok(exit::OK)
+}

@@ -1,0 +1,190 @@
+//! One error type for the whole library: a user-facing sentence, an optional
+//! hint, and a kind that decides the exit status.
+//!
+//! Messages are written where the context is known ("cannot create a file in
+//! /mnt/x: permission denied"), so the CLI only prints them.
+
+use std::fmt;
+use std::path::Path;
+
+use nix::errno::Errno;
+
+/// Documented exit statuses shared by every command (see docs/exit-codes.md).
+pub mod exit {
+    /// Success (for verdict commands: the good verdict).
+    pub const OK: u8 = 0;
+    /// The operation failed or was refused; nothing was changed.
+    pub const ERROR: u8 = 1;
+    /// Bad command line.
+    pub const USAGE: u8 = 2;
+    /// Interrupted by SIGINT or SIGTERM; clean-up was done.
+    pub const INTERRUPTED: u8 = 130;
+}
+
+/// What went wrong, coarsely: enough to pick an exit status and a hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Bad arguments or bad input text.
+    Usage,
+    /// A path or device does not exist.
+    NotFound,
+    /// Not allowed (not root, no write permission).
+    Permission,
+    /// The target is not what the command needs (not btrfs, not a directory).
+    WrongTarget,
+    /// The kernel or filesystem cannot do this (O_DIRECT on tmpfs, ...).
+    Unsupported,
+    /// Something else holds the resource.
+    Busy,
+    /// No space left.
+    NoSpace,
+    /// Read-only filesystem.
+    ReadOnly,
+    /// A program we ran (mkfs.btrfs, ...) failed, or is missing.
+    Tool,
+    /// Recorded state does not match reality.
+    State,
+    /// The user declined, or a confirmation could not be asked for.
+    Refused,
+    /// The user interrupted us.
+    Interrupted,
+    /// Any other I/O error.
+    Io,
+}
+
+/// The library's error: one line for the user, maybe a hint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    hint: Option<String>,
+}
+
+/// Library result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A new error of `kind` with a one-line `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// Adds (or replaces) the hint: what the user can do about it.
+    #[must_use]
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// Usage error.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Usage, message)
+    }
+
+    /// The operation was interrupted by a signal.
+    pub fn interrupted() -> Self {
+        Self::new(ErrorKind::Interrupted, "interrupted; clean-up done")
+    }
+
+    /// Turns an errno from an operation on `path` into a user sentence.
+    /// `doing` reads like "cannot create a file in".
+    pub fn from_errno(errno: Errno, doing: &str, path: &Path) -> Self {
+        let what = format!("{doing} {}", path.display());
+        let (kind, reason, hint) = match errno {
+            Errno::ENOENT => (ErrorKind::NotFound, "no such file or directory", None),
+            Errno::EACCES | Errno::EPERM => (
+                ErrorKind::Permission,
+                "permission denied",
+                Some("run as root, or choose a path you may write to"),
+            ),
+            Errno::EROFS => (
+                ErrorKind::ReadOnly,
+                "read-only filesystem",
+                Some("remount it read-write or choose another path"),
+            ),
+            Errno::ENOSPC | Errno::EDQUOT => (
+                ErrorKind::NoSpace,
+                "no space left on the filesystem",
+                Some("free some space or use a smaller --size"),
+            ),
+            Errno::EBUSY => (ErrorKind::Busy, "device or resource busy", None),
+            Errno::ENOTDIR => (ErrorKind::WrongTarget, "not a directory", None),
+            Errno::EISDIR => (ErrorKind::WrongTarget, "is a directory", None),
+            Errno::ELOOP => (
+                ErrorKind::WrongTarget,
+                "is a symbolic link, which btrfs-lab does not follow here",
+                None,
+            ),
+            Errno::EINTR => return Self::interrupted(),
+            other => (ErrorKind::Io, other.desc(), None),
+        };
+        let mut e = Self::new(kind, format!("{what}: {reason}"));
+        if let Some(h) = hint {
+            e = e.with_hint(h);
+        }
+        e
+    }
+
+    /// Same as [`Error::from_errno`] for a `std::io::Error`.
+    pub fn from_io(err: &std::io::Error, doing: &str, path: &Path) -> Self {
+        match err.raw_os_error() {
+            Some(code) => Self::from_errno(Errno::from_raw(code), doing, path),
+            None => Self::new(ErrorKind::Io, format!("{doing} {}: {err}", path.display())),
+        }
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The one-line message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The hint, if any.
+    pub fn hint(&self) -> Option<&str> {
+        self.hint.as_deref()
+    }
+
+    /// The documented exit status for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self.kind {
+            ErrorKind::Usage => exit::USAGE,
+            ErrorKind::Interrupted => exit::INTERRUPTED,
+            _ => exit::ERROR,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_mapping_gives_kind_and_hint() {
+        let e = Error::from_errno(Errno::EROFS, "cannot create a file in", Path::new("/x"));
+        assert_eq!(e.kind(), ErrorKind::ReadOnly);
+        assert_eq!(
+            e.message(),
+            "cannot create a file in /x: read-only filesystem"
+        );
+        assert!(e.hint().is_some());
+        assert_eq!(e.exit_code(), exit::ERROR);
+        assert_eq!(Error::interrupted().exit_code(), exit::INTERRUPTED);
+        assert_eq!(Error::usage("bad").exit_code(), exit::USAGE);
+    }
+}

@@ -1,0 +1,17 @@
+//! btrfs-lab: administer a btrfs SSD array safely and find out where its
+//! throughput goes.
+//!
+//! The library holds everything but argument parsing and colour: kernel
+//! interfaces in [`sys`] (the only place with `unsafe`), pure parsers in
+//! [`parse`], plain types in [`model`], and one module per job
+//! ([`sandbox`], [`probe`]) whose reports are serde models.
+#![deny(unsafe_code)]
+
+pub mod error;
+pub mod model;
+pub mod parse;
+pub mod probe;
+pub mod sandbox;
+pub mod sys;
+
+pub use error::{Error, ErrorKind, Result};

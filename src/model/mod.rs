@@ -1,0 +1,3 @@
+//! Plain domain types shared by planners, executors and reports.
+
+pub mod profile;

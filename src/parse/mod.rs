@@ -1,0 +1,5 @@
+//! Pure parsers: text in, typed values out, no I/O.
+
+pub mod counters;
+pub mod mountinfo;
+pub mod size;

@@ -1,0 +1,153 @@
+//! `/proc/self/mountinfo` (see proc(5)).
+
+use std::path::{Path, PathBuf};
+
+/// One mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// Mount ID.
+    pub id: u32,
+    /// `major:minor` of the filesystem (`st_dev` of its root).
+    pub major: u32,
+    /// See `major`.
+    pub minor: u32,
+    /// Root of the mount within the filesystem (a subvolume path on btrfs).
+    pub root: PathBuf,
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+    /// Per-mount options (`rw,noatime`).
+    pub mount_options: String,
+    /// Filesystem type (`btrfs`, `ext4`, `tmpfs`).
+    pub fs_type: String,
+    /// Source (`/dev/loop3`).
+    pub source: String,
+    /// Per-superblock options (`rw,compress=zstd:3,space_cache=v2`).
+    pub super_options: String,
+}
+
+impl MountEntry {
+    /// Every option of the mount and of its superblock, split at commas.
+    pub fn options(&self) -> impl Iterator<Item = &str> {
+        self.mount_options
+            .split(',')
+            .chain(self.super_options.split(','))
+            .filter(|o| !o.is_empty())
+    }
+
+    /// True if mounted read-only (per mount or per superblock).
+    pub fn is_read_only(&self) -> bool {
+        self.options().any(|o| o == "ro")
+    }
+}
+
+/// Parses the whole file. Lines that do not parse are skipped: the kernel
+/// writes this file, and one odd line must not hide the others.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<MountEntry> {
+    let (left, right) = line.split_once(" - ")?;
+    let mut l = left.split(' ');
+    let id = l.next()?.parse().ok()?;
+    let _parent = l.next()?;
+    let (major, minor) = l.next()?.split_once(':')?;
+    let root = unescape(l.next()?);
+    let mount_point = unescape(l.next()?);
+    let mount_options = l.next()?.to_owned();
+    let mut r = right.split(' ');
+    let fs_type = r.next()?.to_owned();
+    let source = unescape(r.next()?);
+    let super_options = r.next().unwrap_or("").to_owned();
+    Some(MountEntry {
+        id,
+        major: major.parse().ok()?,
+        minor: minor.parse().ok()?,
+        root: PathBuf::from(root),
+        mount_point: PathBuf::from(mount_point),
+        mount_options,
+        fs_type,
+        source,
+        super_options,
+    })
+}
+
+/// Undoes the kernel's octal escapes (`\040` for a space, `\134` for `\`).
+fn unescape(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The mount that contains `path` (already canonical): the last-mounted entry
+/// with the longest mount point that is a prefix of `path`.
+pub fn mount_containing<'a>(mounts: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
+    mounts
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| path.starts_with(&m.mount_point))
+        .max_by_key(|(i, m)| (m.mount_point.components().count(), *i))
+        .map(|(_, m)| m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw
+29 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+101 29 0:52 / /var/tmp/btrfs-lab/sbx/mnt rw,relatime shared:60 - btrfs /dev/loop3 rw,compress=zstd:3,space_cache=v2,subvolid=5,subvol=/
+102 101 0:55 /sub /var/tmp/my\\040dir rw shared:61 - btrfs /dev/loop3 ro,nodatasum,subvolid=256,subvol=/sub
+";
+
+    #[test]
+    fn parses_fields_and_escapes() {
+        let m = parse_mountinfo(SAMPLE);
+        assert_eq!(m.len(), 4);
+        assert_eq!(m[2].fs_type, "btrfs");
+        assert_eq!(m[2].source, "/dev/loop3");
+        assert_eq!((m[2].major, m[2].minor), (0, 52));
+        assert!(m[2].options().any(|o| o == "compress=zstd:3"));
+        assert_eq!(m[3].mount_point, PathBuf::from("/var/tmp/my dir"));
+        assert_eq!(m[3].root, PathBuf::from("/sub"));
+        assert!(m[3].is_read_only());
+        assert!(!m[2].is_read_only());
+    }
+
+    #[test]
+    fn finds_the_innermost_mount() {
+        let m = parse_mountinfo(SAMPLE);
+        let hit = mount_containing(&m, Path::new("/var/tmp/btrfs-lab/sbx/mnt/a/b")).unwrap();
+        assert_eq!(hit.id, 101);
+        assert_eq!(mount_containing(&m, Path::new("/home")).unwrap().id, 29);
+        // "/var/tmp/btrfs-lab/sbx/mntx" is not inside ".../mnt".
+        assert_eq!(
+            mount_containing(&m, Path::new("/var/tmp/btrfs-lab/sbx/mntx"))
+                .unwrap()
+                .id,
+            29
+        );
+    }
+
+    #[test]
+    fn skips_garbage_lines() {
+        assert!(parse_mountinfo("garbage\n1 2 3\n").is_empty());
+    }
+}

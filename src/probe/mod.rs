@@ -1,0 +1,435 @@
+//! `probe-dio`: are O_DIRECT writes in a directory really direct?
+//!
+//! Writes test files with O_DIRECT and measures how much page-cache data the
+//! writes dirtied. On btrfs a control file in a fresh NOCOW directory of the
+//! same filesystem is written the same way, interleaved, so a checksum-forced
+//! fallback, a profile-forced one and background noise can be told apart.
+//! The verdict comes from measurements, never from the kernel version.
+
+pub mod report;
+pub mod verdict;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::parse::size::format_iec;
+use crate::sys::counters::{self, CounterChoice, DirtyCounter};
+use crate::sys::direct_io::{AlignedBuffer, create_direct, write_all_at};
+use crate::sys::root::SysRoot;
+use crate::sys::{btrfs, fs as sysfs, kernel_release, signals};
+
+pub use report::{CounterInfo, FsContext, Parameters, ProbeReport};
+pub use verdict::{Analysis, Round, Verdict};
+
+/// Default bytes written per file per round: large enough that metadata and
+/// stray writers are small next to it.
+pub const DEFAULT_SIZE: u64 = 256 << 20;
+/// Default size of each O_DIRECT write.
+pub const DEFAULT_BLOCK_SIZE: u64 = 1 << 20;
+/// Default number of rounds.
+pub const DEFAULT_ROUNDS: u32 = 3;
+/// Page-size alignment covers every logical block size in use.
+const ALIGN: usize = 4096;
+/// Free space kept beyond the test file.
+const SPACE_MARGIN: u64 = 16 << 20;
+
+/// What to probe and how.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// Directory to test.
+    pub path: PathBuf,
+    /// Bytes per file per round.
+    pub size_bytes: u64,
+    /// Bytes per write call.
+    pub block_size: u64,
+    /// Rounds.
+    pub rounds: u32,
+    /// Counter choice.
+    pub counter: CounterChoice,
+    /// May mount debugfs in a private mount namespace of this process.
+    pub allow_private_debugfs: bool,
+    /// Where /sys and /proc are read.
+    pub sysroot: SysRoot,
+}
+
+impl ProbeOptions {
+    /// Defaults for `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            size_bytes: DEFAULT_SIZE,
+            block_size: DEFAULT_BLOCK_SIZE,
+            rounds: DEFAULT_ROUNDS,
+            counter: CounterChoice::Auto,
+            allow_private_debugfs: false,
+            sysroot: SysRoot::host(),
+        }
+    }
+
+    /// Checks the numbers.
+    pub fn validate(&self) -> Result<()> {
+        let bs = self.block_size;
+        if bs < ALIGN as u64 || !bs.is_multiple_of(ALIGN as u64) || bs > (64 << 20) {
+            return Err(Error::usage(format!(
+                "--block-size {} is invalid: use a multiple of 4KiB between 4KiB and 64MiB",
+                format_iec(bs)
+            )));
+        }
+        if self.size_bytes < bs || !self.size_bytes.is_multiple_of(bs) {
+            return Err(Error::usage(format!(
+                "--size {} must be a multiple of --block-size {}",
+                format_iec(self.size_bytes),
+                format_iec(bs)
+            )));
+        }
+        if self.size_bytes > (64 << 30) {
+            return Err(Error::usage("--size is limited to 64GiB"));
+        }
+        if !(1..=50).contains(&self.rounds) {
+            return Err(Error::usage("--rounds must be between 1 and 50"));
+        }
+        Ok(())
+    }
+}
+
+/// Files and directories the probe made, removed on drop (so on every exit
+/// path: errors, SIGINT/SIGTERM handled as errors, panics).
+#[derive(Default)]
+struct Scratch {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Scratch {
+    fn remove_file(&mut self, path: &Path) -> Result<()> {
+        fs::remove_file(path).map_err(|e| Error::from_io(&e, "cannot remove test file", path))?;
+        self.files.retain(|p| p != path);
+        Ok(())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for f in self.files.drain(..) {
+            let _ = fs::remove_file(&f);
+        }
+        for d in self.dirs.drain(..).rev() {
+            let _ = fs::remove_dir(&d);
+        }
+    }
+}
+
+fn nonce() -> String {
+    crate::sandbox::random_name()
+        .trim_start_matches("sbx-")
+        .to_owned()
+}
+
+/// Options of a mount that change how btrfs writes data.
+fn relevant_mount_options<'a>(options: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = options
+        .filter(|o| {
+            let key = o.split('=').next().unwrap_or("");
+            matches!(
+                key,
+                "nodatasum" | "nodatacow" | "compress" | "compress-force"
+            )
+        })
+        .map(str::to_owned)
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Looks at `opts.path` and its filesystem; refuses what cannot be probed.
+fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
+    let info = sysfs::inspect_dir(&opts.sysroot, &opts.path)?;
+    let fs_type = info.mount.fs_type.clone();
+    if sysfs::is_memory_backed(&fs_type) {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "O_DIRECT is not supported on {}: it is on {fs_type}, which keeps files in memory",
+                info.dir.display()
+            ),
+        )
+        .with_hint("probe a directory on a disk filesystem (btrfs, ext4, xfs)"));
+    }
+    if info.read_only {
+        return Err(Error::new(
+            ErrorKind::ReadOnly,
+            format!("{} is on a read-only filesystem", info.dir.display()),
+        )
+        .with_hint("the probe writes test files: remount read-write or choose another directory"));
+    }
+    let needed = opts.size_bytes + SPACE_MARGIN;
+    // Test hook: lets the suite reach the mid-write ENOSPC path.
+    let skip_space_check = std::env::var_os("BTRFS_LAB_PROBE_SKIP_SPACE_CHECK").is_some();
+    if info.available_bytes < needed && !skip_space_check {
+        return Err(Error::new(
+            ErrorKind::NoSpace,
+            format!(
+                "not enough free space in {}: the probe needs {}, {} is available",
+                info.dir.display(),
+                format_iec(needed),
+                format_iec(info.available_bytes)
+            ),
+        )
+        .with_hint("free some space or use a smaller --size"));
+    }
+    let is_btrfs = fs_type == "btrfs";
+    let (data_profiles, bdi) = if is_btrfs {
+        let fsid = btrfs::fsid(&info.dir)?;
+        (
+            btrfs::data_profiles(&info.dir)?,
+            counters::btrfs_bdi_name(&opts.sysroot, &fsid),
+        )
+    } else {
+        (
+            Vec::new(),
+            counters::block_bdi_name(&opts.sysroot, info.mount.major, info.mount.minor),
+        )
+    };
+    let flags = sysfs::inode_flags(&info.dir)?;
+    let nocow_meaningful = is_btrfs;
+    let ctx = FsContext {
+        fs_type,
+        mount_point: info.mount.mount_point.clone(),
+        source: info.mount.source.clone(),
+        data_profiles,
+        mount_options: relevant_mount_options(info.mount.options()),
+        target_nocow: flags
+            .filter(|_| nocow_meaningful)
+            .map(|f| f & crate::sys::ioctl::FS_NOCOW_FL != 0),
+        target_compressed: flags.map(|f| f & crate::sys::ioctl::FS_COMPR_FL != 0),
+        dir: info.dir,
+    };
+    Ok((ctx, bdi))
+}
+
+/// Runs the probe. `progress(done, total)` is called as bytes are written.
+pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<ProbeReport> {
+    opts.validate()?;
+    let (ctx, bdi) = inspect(opts)?;
+    let (mut counter, counter_note) = counters::open_counter(
+        &opts.sysroot,
+        opts.counter,
+        bdi.as_deref(),
+        opts.allow_private_debugfs,
+    )?;
+
+    let mut scratch = Scratch::default();
+    let tag = format!(".btrfs-lab-probe-{}-{}", std::process::id(), nonce());
+    let (control_dir, control_note) = if ctx.fs_type == "btrfs" {
+        let dir = ctx.dir.join(format!("{tag}.nocow"));
+        fs::create_dir(&dir)
+            .map_err(|e| Error::from_io(&e, "cannot create a directory in", &ctx.dir))?;
+        scratch.dirs.push(dir.clone());
+        match sysfs::set_nocow_dir(&dir, true) {
+            Ok(()) => (Some(dir), None),
+            Err(e) => (None, Some(format!("no NOCOW control: {}", e.message()))),
+        }
+    } else {
+        (
+            None,
+            Some(format!(
+                "no control file: NOCOW is a btrfs attribute, this is {}",
+                ctx.fs_type
+            )),
+        )
+    };
+
+    let mut buffer = AlignedBuffer::new(opts.block_size as usize, ALIGN);
+    buffer.fill_random(u64::from(std::process::id()) ^ 0x9E37_79B9_7F4A_7C15);
+    let files_per_round = if control_dir.is_some() { 2 } else { 1 };
+    let total = opts.size_bytes * u64::from(opts.rounds) * files_per_round;
+    let mut done = 0u64;
+    let mut on_bytes = |n: u64| {
+        done += n;
+        progress(done, total);
+    };
+
+    let mut rounds = Vec::new();
+    for r in 0..opts.rounds {
+        let test_path = ctx.dir.join(format!("{tag}-r{r}.test"));
+        let control_path = control_dir
+            .as_ref()
+            .map(|d| d.join(format!("r{r}.control")));
+        let mut write = |path: &Path, scratch: &mut Scratch| {
+            write_sample(path, &buffer, opts, &mut counter, scratch, &mut on_bytes)
+        };
+        // Alternate the order so neither file always runs first.
+        let (test, control) = match &control_path {
+            Some(cp) if r % 2 == 1 => {
+                let c = write(cp, &mut scratch)?;
+                (write(&test_path, &mut scratch)?, Some(c))
+            }
+            Some(cp) => {
+                let t = write(&test_path, &mut scratch)?;
+                (t, Some(write(cp, &mut scratch)?))
+            }
+            None => (write(&test_path, &mut scratch)?, None),
+        };
+        let busy = test.seconds + control.map_or(test.seconds, |c| c.seconds);
+        let idle = idle_sample(&mut counter, (busy / 2.0).clamp(0.2, 10.0))?;
+        rounds.push(Round {
+            test,
+            control,
+            idle,
+        });
+    }
+    drop(scratch);
+
+    let analysis = verdict::analyze(
+        &rounds,
+        &verdict::Context {
+            data_profiles: ctx.data_profiles.clone(),
+        },
+    );
+    Ok(ProbeReport::new(
+        opts,
+        ctx,
+        kernel_release(),
+        CounterInfo {
+            source: counter.kind(),
+            label: counter.label().to_owned(),
+            note: counter_note,
+        },
+        control_note,
+        analysis,
+        rounds,
+    ))
+}
+
+fn write_sample(
+    path: &Path,
+    buffer: &AlignedBuffer,
+    opts: &ProbeOptions,
+    counter: &mut DirtyCounter,
+    scratch: &mut Scratch,
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<verdict::WriteSample> {
+    signals::check()?;
+    let before = counter.read_bytes()?;
+    let start = Instant::now();
+    let file = create_direct(path)?;
+    scratch.files.push(path.to_path_buf());
+    let mut offset = 0u64;
+    while offset < opts.size_bytes {
+        signals::check()?;
+        let n = opts.block_size.min(opts.size_bytes - offset);
+        write_all_at(&file, &buffer.as_slice()[..n as usize], offset, path)
+            .map_err(|e| no_space_note(e, opts))?;
+        offset += n;
+        on_bytes(n);
+    }
+    file.sync_all()
+        .map_err(|e| no_space_note(Error::from_io(&e, "cannot fsync", path), opts))?;
+    let seconds = start.elapsed().as_secs_f64();
+    let after = counter.read_bytes()?;
+    drop(file);
+    scratch.remove_file(path)?;
+    Ok(verdict::WriteSample {
+        bytes_written: opts.size_bytes,
+        dirtied_bytes: after.saturating_sub(before),
+        seconds,
+    })
+}
+
+fn no_space_note(e: Error, opts: &ProbeOptions) -> Error {
+    if e.kind() == ErrorKind::NoSpace {
+        Error::new(
+            ErrorKind::NoSpace,
+            format!("{} (the partial test file was removed)", e.message()),
+        )
+        .with_hint(format!(
+            "free some space or use a smaller --size than {}",
+            format_iec(opts.size_bytes)
+        ))
+    } else {
+        e
+    }
+}
+
+fn idle_sample(counter: &mut DirtyCounter, seconds: f64) -> Result<verdict::IdleSample> {
+    let before = counter.read_bytes()?;
+    let start = Instant::now();
+    let length = Duration::from_secs_f64(seconds);
+    while start.elapsed() < length {
+        signals::check()?;
+        thread::sleep(Duration::from_millis(20).min(length.saturating_sub(start.elapsed())));
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let after = counter.read_bytes()?;
+    Ok(verdict::IdleSample {
+        dirtied_bytes: after.saturating_sub(before),
+        seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_validated() {
+        let ok = ProbeOptions::new("/x");
+        assert!(ok.validate().is_ok());
+        for bad in [
+            ProbeOptions {
+                block_size: 1000,
+                ..ok.clone()
+            },
+            ProbeOptions {
+                block_size: 128 << 20,
+                ..ok.clone()
+            },
+            ProbeOptions {
+                size_bytes: 4096,
+                ..ok.clone()
+            },
+            ProbeOptions {
+                size_bytes: (1 << 20) + 4096,
+                ..ok.clone()
+            },
+            ProbeOptions {
+                rounds: 0,
+                ..ok.clone()
+            },
+            ProbeOptions {
+                size_bytes: 1 << 40,
+                ..ok.clone()
+            },
+        ] {
+            assert_eq!(bad.validate().unwrap_err().exit_code(), 2);
+        }
+    }
+
+    #[test]
+    fn keeps_only_mount_options_that_matter() {
+        let opts = "rw,relatime,compress=zstd:3,ssd,space_cache=v2,nodatasum,subvol=/".split(',');
+        assert_eq!(
+            relevant_mount_options(opts),
+            vec!["compress=zstd:3", "nodatasum"]
+        );
+    }
+
+    #[test]
+    fn scratch_removes_leftovers_on_drop() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("d");
+        fs::create_dir(&d).unwrap();
+        let f = d.join("f");
+        fs::write(&f, "x").unwrap();
+        {
+            let mut s = Scratch::default();
+            s.dirs.push(d.clone());
+            s.files.push(f.clone());
+        }
+        assert!(!f.exists());
+        assert!(!d.exists());
+    }
+}

@@ -1,0 +1,208 @@
+//! The `probe-dio` report: the JSON contract (docs/json.md) and the words
+//! that explain each verdict.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::ProbeOptions;
+use super::verdict::{Analysis, FileSummary, NoiseSummary, Round, Verdict, profile_list};
+use crate::model::profile::Profile;
+use crate::sys::counters::CounterKind;
+
+/// The filesystem around the probed directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FsContext {
+    /// The probed directory, canonical.
+    pub dir: PathBuf,
+    /// Filesystem type (`btrfs`, `ext4`).
+    pub fs_type: String,
+    /// Its mount point.
+    pub mount_point: PathBuf,
+    /// Its source device.
+    pub source: String,
+    /// Data profiles (btrfs; empty elsewhere).
+    pub data_profiles: Vec<Profile>,
+    /// Mount options that change data writes: nodatasum, nodatacow,
+    /// compress, compress-force.
+    pub mount_options: Vec<String>,
+    /// Whether the directory carries NOCOW (btrfs; null elsewhere).
+    pub target_nocow: Option<bool>,
+    /// Whether the directory carries the compression attribute.
+    pub target_compressed: Option<bool>,
+}
+
+/// The counter the figures come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CounterInfo {
+    /// `bdi` (this filesystem's backing device) or `vmstat` (machine-wide).
+    pub source: CounterKind,
+    /// `bdi btrfs-1` or `/proc/vmstat nr_dirtied`.
+    pub label: String,
+    /// Why the per-device counter was not used, if it was not.
+    pub note: Option<String>,
+}
+
+/// The probe's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Parameters {
+    /// Bytes per file per round.
+    pub size_bytes: u64,
+    /// Bytes per write call.
+    pub block_size: u64,
+    /// Rounds.
+    pub rounds: u32,
+}
+
+/// Everything `probe-dio` found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeReport {
+    /// The directory as given.
+    pub path: PathBuf,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The exit status that goes with it.
+    pub exit_code: u8,
+    /// One sentence.
+    pub summary: String,
+    /// Why, in a few sentences.
+    pub explanation: String,
+    /// What to do, when something should be done.
+    pub fix: Option<String>,
+    /// Reasons behind an inconclusive verdict.
+    pub reasons: Vec<String>,
+    /// Kernel release.
+    pub kernel: String,
+    /// The filesystem.
+    pub filesystem: FsContext,
+    /// The counter used.
+    pub counter: CounterInfo,
+    /// Parameters.
+    pub parameters: Parameters,
+    /// The test file in the directory.
+    pub test: FileSummary,
+    /// The NOCOW control file (btrfs).
+    pub control: Option<FileSummary>,
+    /// Why there is no control, when there is none.
+    pub control_note: Option<String>,
+    /// Background dirtying seen while idle.
+    pub noise: NoiseSummary,
+    /// Every round's raw figures.
+    pub rounds: Vec<Round>,
+}
+
+impl ProbeReport {
+    pub(super) fn new(
+        opts: &ProbeOptions,
+        fs: FsContext,
+        kernel: String,
+        counter: CounterInfo,
+        control_note: Option<String>,
+        analysis: Analysis,
+        rounds: Vec<Round>,
+    ) -> Self {
+        let words = explain(analysis.verdict, &fs, &analysis);
+        Self {
+            path: opts.path.clone(),
+            verdict: analysis.verdict,
+            exit_code: analysis.verdict.exit_code(),
+            summary: words.summary,
+            explanation: words.explanation,
+            fix: words.fix,
+            reasons: analysis.reasons,
+            kernel,
+            filesystem: fs,
+            counter,
+            parameters: Parameters {
+                size_bytes: opts.size_bytes,
+                block_size: opts.block_size,
+                rounds: opts.rounds,
+            },
+            test: analysis.test,
+            control: analysis.control,
+            control_note,
+            noise: analysis.noise,
+            rounds,
+        }
+    }
+}
+
+struct Words {
+    summary: String,
+    explanation: String,
+    fix: Option<String>,
+}
+
+const NOCOW_FIX: &str = "For O_DIRECT writers (databases, VM images) create the files in a NOCOW directory: \
+make a new empty directory and run `chattr +C` on it before any file is created there (NOCOW files have no \
+data checksums and no compression). A benchmark with O_DIRECT on checksummed files measures the page cache, \
+not the drive.";
+
+fn explain(verdict: Verdict, fs: &FsContext, analysis: &Analysis) -> Words {
+    let btrfs = fs.fs_type == "btrfs";
+    let profiles = profile_list(&fs.data_profiles);
+    match verdict {
+        Verdict::Direct => {
+            let why = if !btrfs {
+                format!("{} honours O_DIRECT: the writes dirtied no page cache.", fs.fs_type)
+            } else if fs.target_nocow == Some(true) {
+                "The directory is NOCOW, so its files carry no data checksums and btrfs writes them directly.".to_owned()
+            } else if fs.mount_options.iter().any(|o| o == "nodatasum" || o == "nodatacow") {
+                "The filesystem is mounted without data checksums, so btrfs writes directly.".to_owned()
+            } else {
+                "btrfs wrote checksummed files directly: this kernel neither falls back to buffered writes \
+                 (Linux 6.15 and later do) nor dirties pages for them (bounce buffers)."
+                    .to_owned()
+            };
+            Words {
+                summary: "O_DIRECT writes here are direct: they bypass the page cache.".to_owned(),
+                explanation: why,
+                fix: None,
+            }
+        }
+        Verdict::BufferedFallback if btrfs => Words {
+            summary: "O_DIRECT writes here are silently turned into buffered writes.".to_owned(),
+            explanation: "Since Linux 6.15 (commit 968f19c5b1b7, also in 6.6 and 6.12 stable) btrfs writes \
+                 files that carry data checksums through the page cache even when they are opened with O_DIRECT, \
+                 so a buffer changed during the write cannot leave a wrong checksum. The NOCOW control in the \
+                 same filesystem was direct, so the checksums are the cause."
+                .to_owned(),
+            fix: Some(NOCOW_FIX.to_owned()),
+        },
+        Verdict::BufferedFallback => Words {
+            summary: "O_DIRECT writes here are silently turned into buffered writes.".to_owned(),
+            explanation: format!(
+                "{} dirtied about as much page cache as the probe wrote with O_DIRECT.",
+                fs.fs_type
+            ),
+            fix: Some(format!(
+                "Check how {} handles O_DIRECT (mount options, file attributes); benchmarks with O_DIRECT \
+                 here measure the page cache.",
+                fs.fs_type
+            )),
+        },
+        Verdict::ProfileForced => Words {
+            summary: format!(
+                "Every O_DIRECT write on this filesystem is buffered, NOCOW files included: the data profile is {profiles}."
+            ),
+            explanation: "With data profiles that keep several copies (DUP, RAID1, RAID1C3/4, RAID10, RAID5/6) \
+                 current kernels write O_DIRECT through the page cache, so the copies cannot differ when the \
+                 buffer changes during the write. The NOCOW control was buffered as well."
+                .to_owned(),
+            fix: Some(
+                "If O_DIRECT throughput matters more than redundancy of data, use a single or raid0 data profile \
+                 (raid0 loses all data when one device fails); otherwise benchmark this filesystem without O_DIRECT."
+                    .to_owned(),
+            ),
+        },
+        Verdict::Inconclusive => Words {
+            summary: "The probe could not tell whether O_DIRECT writes are direct here.".to_owned(),
+            explanation: analysis.reasons.join("; "),
+            fix: Some(
+                "Stop other writers on this machine and try again; run as root so the per-filesystem counter \
+                 (debugfs) is used; raise --rounds or --size."
+                    .to_owned(),
+            ),
+        },
+    }
+}

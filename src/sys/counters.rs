@@ -1,0 +1,271 @@
+//! Counters of dirtied page-cache data: per backing device (debugfs
+//! `bdi/<name>/stats`, BdiDirtied) or machine-wide (`/proc/vmstat`,
+//! nr_dirtied).
+
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
+use serde::Serialize;
+
+use super::root::SysRoot;
+use crate::error::{Error, ErrorKind, Result};
+use crate::parse::counters::{bdi_dirtied_bytes, vmstat_nr_dirtied};
+use crate::parse::mountinfo::parse_mountinfo;
+
+/// Which counter was used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterKind {
+    /// The filesystem's own backing device (debugfs BdiDirtied).
+    Bdi,
+    /// The machine-wide `nr_dirtied` from /proc/vmstat.
+    Vmstat,
+}
+
+/// The user's choice of counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterChoice {
+    /// The per-device counter when it can be read, else vmstat.
+    Auto,
+    /// Only the per-device counter; fail if unavailable.
+    Bdi,
+    /// Only the machine-wide counter.
+    Vmstat,
+}
+
+/// An open dirtied-bytes counter.
+#[derive(Debug)]
+pub struct DirtyCounter {
+    kind: CounterKind,
+    label: String,
+    file: File,
+    page_size: u64,
+    path: PathBuf,
+}
+
+impl DirtyCounter {
+    /// Which counter this is.
+    pub fn kind(&self) -> CounterKind {
+        self.kind
+    }
+
+    /// `bdi btrfs-1` or `/proc/vmstat nr_dirtied`.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Bytes dirtied so far (monotonic).
+    pub fn read_bytes(&mut self) -> Result<u64> {
+        let mut text = String::new();
+        self.file
+            .seek(SeekFrom::Start(0))
+            .and_then(|_| self.file.read_to_string(&mut text))
+            .map_err(|e| Error::from_io(&e, "cannot read", &self.path))?;
+        let value = match self.kind {
+            CounterKind::Bdi => bdi_dirtied_bytes(&text),
+            CounterKind::Vmstat => {
+                vmstat_nr_dirtied(&text).map(|p| p.saturating_mul(self.page_size))
+            }
+        };
+        value.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("{} has no dirtied counter", self.path.display()),
+            )
+        })
+    }
+}
+
+/// The machine-wide counter.
+pub fn open_vmstat(root: &SysRoot) -> Result<DirtyCounter> {
+    let path = root.proc("vmstat");
+    let file = File::open(&path).map_err(|e| Error::from_io(&e, "cannot open", &path))?;
+    let mut c = DirtyCounter {
+        kind: CounterKind::Vmstat,
+        label: "/proc/vmstat nr_dirtied".to_owned(),
+        file,
+        page_size: page_size(),
+        path,
+    };
+    c.read_bytes()?;
+    Ok(c)
+}
+
+/// The per-device counter of the backing device `bdi` under a debugfs mounted
+/// at `debugfs`.
+pub fn open_bdi(debugfs: &Path, bdi: &str) -> Result<DirtyCounter> {
+    let path = debugfs.join("bdi").join(bdi).join("stats");
+    let file = File::open(&path).map_err(|e| Error::from_io(&e, "cannot open", &path))?;
+    let mut c = DirtyCounter {
+        kind: CounterKind::Bdi,
+        label: format!("bdi {bdi}"),
+        file,
+        page_size: page_size(),
+        path,
+    };
+    c.read_bytes()?;
+    Ok(c)
+}
+
+/// The system page size.
+pub fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|v| u64::try_from(v).ok())
+        .unwrap_or(4096)
+}
+
+/// Where debugfs is mounted in this process's view, if anywhere.
+pub fn find_debugfs(root: &SysRoot) -> Option<PathBuf> {
+    let text = fs::read_to_string(root.proc("self/mountinfo")).ok()?;
+    parse_mountinfo(&text)
+        .into_iter()
+        .find(|m| m.fs_type == "debugfs")
+        .map(|m| m.mount_point)
+}
+
+/// Mounts debugfs at /sys/kernel/debug in a private mount namespace of this
+/// process, so nothing changes for the rest of the system and the mount
+/// vanishes when the process exits. Needs root; must be called before the
+/// process starts threads (the kernel refuses otherwise).
+pub fn mount_private_debugfs() -> Result<PathBuf> {
+    let target = PathBuf::from("/sys/kernel/debug");
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| {
+        Error::from_errno(e, "cannot create a private mount namespace for", &target)
+    })?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| Error::from_errno(e, "cannot make mounts private under", Path::new("/")))?;
+    mount(
+        Some("debugfs"),
+        &target,
+        Some("debugfs"),
+        MsFlags::empty(),
+        None::<&str>,
+    )
+    .map_err(|e| Error::from_errno(e, "cannot mount debugfs at", &target))?;
+    Ok(target)
+}
+
+/// Opens the best counter allowed by `choice` for the backing device `bdi`.
+/// Returns the counter and, when it is not the per-device one, why.
+pub fn open_counter(
+    root: &SysRoot,
+    choice: CounterChoice,
+    bdi: Option<&str>,
+    allow_private_debugfs: bool,
+) -> Result<(DirtyCounter, Option<String>)> {
+    if choice == CounterChoice::Vmstat {
+        return Ok((
+            open_vmstat(root)?,
+            Some("machine-wide counter chosen with --counter vmstat".into()),
+        ));
+    }
+    let attempt = || -> std::result::Result<DirtyCounter, String> {
+        let bdi = bdi.ok_or("the backing device of this filesystem is unknown")?;
+        let debugfs = match find_debugfs(root) {
+            Some(p) => p,
+            None if !nix::unistd::geteuid().is_root() => {
+                return Err("the per-device counter is in debugfs, which needs root".into());
+            }
+            None if allow_private_debugfs && root.is_host() => {
+                mount_private_debugfs().map_err(|e| e.message().to_owned())?
+            }
+            None => return Err("debugfs is not mounted".into()),
+        };
+        open_bdi(&debugfs, bdi).map_err(|e| e.message().to_owned())
+    };
+    match attempt() {
+        Ok(c) => Ok((c, None)),
+        Err(why) if choice == CounterChoice::Auto => Ok((
+            open_vmstat(root)?,
+            Some(format!(
+                "{why}; fell back to the machine-wide counter, which other writers disturb"
+            )),
+        )),
+        Err(why) => Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("per-device dirty counter unavailable: {why}"),
+        )
+        .with_hint("run as root with debugfs available, or use --counter vmstat")),
+    }
+}
+
+/// The name of the backing device (bdi) that a filesystem on the block
+/// device `major:minor` writes through: the whole disk's, for a partition.
+pub fn block_bdi_name(root: &SysRoot, major: u32, minor: u32) -> Option<String> {
+    let dev = root.sys(&format!("dev/block/{major}:{minor}"));
+    if let Ok(mut real) = fs::canonicalize(&dev) {
+        if real.join("partition").exists() {
+            real.pop();
+        }
+        if let Ok(link) = fs::read_link(real.join("bdi")) {
+            return link.file_name().map(|n| n.to_string_lossy().into_owned());
+        }
+    }
+    // Filesystems with their own bdi named after the device number (NFS, FUSE).
+    let class = root.sys(&format!("class/bdi/{major}:{minor}"));
+    class.exists().then(|| format!("{major}:{minor}"))
+}
+
+/// The bdi of a mounted btrfs, from `/sys/fs/btrfs/<fsid>/bdi`.
+pub fn btrfs_bdi_name(root: &SysRoot, fsid: &str) -> Option<String> {
+    let link = fs::read_link(root.sys(&format!("fs/btrfs/{fsid}/bdi"))).ok()?;
+    link.file_name().map(|n| n.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn bdi_names_from_a_fixture_sysfs() {
+        // Layout as on Linux 6.18: /sys/dev/block/M:m -> ../../devices/...,
+        // partitions have a `partition` file and no bdi link, disks link
+        // bdi -> ../../bdi/M:m; btrfs links /sys/fs/btrfs/<fsid>/bdi.
+        let t = tempfile::tempdir().unwrap();
+        let sys = t.path().join("sys");
+        let disk = sys.join("devices/pci0000:00/virtio1/block/vda");
+        fs::create_dir_all(disk.join("vda1")).unwrap();
+        fs::write(disk.join("vda1/partition"), "1\n").unwrap();
+        fs::create_dir_all(sys.join("devices/virtual/bdi/254:0")).unwrap();
+        symlink("../../../../virtual/bdi/254:0", disk.join("bdi")).unwrap();
+        fs::create_dir_all(sys.join("dev/block")).unwrap();
+        symlink(&disk, sys.join("dev/block/254:0")).unwrap();
+        symlink(disk.join("vda1"), sys.join("dev/block/254:1")).unwrap();
+        fs::create_dir_all(sys.join("fs/btrfs/abcd")).unwrap();
+        symlink(
+            "../../../devices/virtual/bdi/btrfs-3",
+            sys.join("fs/btrfs/abcd/bdi"),
+        )
+        .unwrap();
+        fs::create_dir_all(sys.join("class/bdi/0:53")).unwrap();
+
+        let root = SysRoot::new(t.path());
+        assert_eq!(block_bdi_name(&root, 254, 0).as_deref(), Some("254:0"));
+        assert_eq!(block_bdi_name(&root, 254, 1).as_deref(), Some("254:0"));
+        assert_eq!(block_bdi_name(&root, 0, 53).as_deref(), Some("0:53"));
+        assert_eq!(block_bdi_name(&root, 9, 9), None);
+        assert_eq!(btrfs_bdi_name(&root, "abcd").as_deref(), Some("btrfs-3"));
+    }
+
+    #[test]
+    fn vmstat_counter_reads_a_fixture() {
+        let t = tempfile::tempdir().unwrap();
+        fs::create_dir_all(t.path().join("proc")).unwrap();
+        fs::write(t.path().join("proc/vmstat"), "nr_dirtied 10\n").unwrap();
+        let mut c = open_vmstat(&SysRoot::new(t.path())).unwrap();
+        assert_eq!(c.read_bytes().unwrap(), 10 * page_size());
+        assert_eq!(c.kind(), CounterKind::Vmstat);
+    }
+}

@@ -1,0 +1,169 @@
+//! What filesystem a path is on, and inode flags (NOCOW, compression).
+
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::sys::statvfs::{FsFlags, statvfs};
+
+use super::ioctl;
+use super::root::SysRoot;
+use crate::error::{Error, ErrorKind, Result};
+use crate::parse::mountinfo::{MountEntry, mount_containing, parse_mountinfo};
+
+/// A directory and the filesystem it lives on.
+#[derive(Debug, Clone)]
+pub struct DirFs {
+    /// The directory, canonical.
+    pub dir: PathBuf,
+    /// The mount that contains it.
+    pub mount: MountEntry,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// Bytes an unprivileged writer may still use (statvfs f_bavail).
+    pub available_bytes: u64,
+}
+
+/// Filesystems that keep file data in memory: O_DIRECT means nothing there
+/// (tmpfs accepts the flag since Linux 6.6 and copies into page cache).
+pub fn is_memory_backed(fs_type: &str) -> bool {
+    matches!(
+        fs_type,
+        "tmpfs" | "ramfs" | "hugetlbfs" | "devtmpfs" | "proc" | "sysfs"
+    )
+}
+
+/// Resolves `path`, checks it is a directory, and finds its filesystem.
+pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
+    let meta = fs::metadata(path).map_err(|e| Error::from_io(&e, "cannot use", path))?;
+    if !meta.is_dir() {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is not a directory", path.display()),
+        )
+        .with_hint("give a directory on the filesystem to test"));
+    }
+    let dir = fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
+    let mountinfo_path = root.proc("self/mountinfo");
+    let text = fs::read_to_string(&mountinfo_path)
+        .map_err(|e| Error::from_io(&e, "cannot read", &mountinfo_path))?;
+    let mounts = parse_mountinfo(&text);
+    let mount = mount_containing(&mounts, &dir).cloned().ok_or_else(|| {
+        Error::new(
+            ErrorKind::State,
+            format!("no mount contains {}", dir.display()),
+        )
+    })?;
+    let vfs = statvfs(&dir).map_err(|e| Error::from_errno(e, "cannot statvfs", &dir))?;
+    Ok(DirFs {
+        read_only: vfs.flags().contains(FsFlags::ST_RDONLY) || mount.is_read_only(),
+        available_bytes: vfs.blocks_available().saturating_mul(vfs.fragment_size()),
+        dir,
+        mount,
+    })
+}
+
+fn open_dir(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::from_io(&e, "cannot open directory", path))
+}
+
+/// Inode flags of a file or directory; `None` if the filesystem has none.
+pub fn inode_flags(path: &Path) -> Result<Option<u32>> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Error::from_io(&e, "cannot open", path))?;
+    match ioctl::get_inode_flags(f.as_fd()) {
+        Ok(flags) => Ok(Some(flags)),
+        Err(Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EINVAL) => Ok(None),
+        Err(e) => Err(Error::from_errno(e, "cannot read inode flags of", path)),
+    }
+}
+
+/// True if `path` carries the NOCOW attribute (`lsattr` shows `C`).
+pub fn is_nocow(path: &Path) -> Result<bool> {
+    Ok(inode_flags(path)?.is_some_and(|f| f & ioctl::FS_NOCOW_FL != 0))
+}
+
+/// True if `path` carries the compression attribute (`lsattr` shows `c`).
+pub fn is_compressed_attr(path: &Path) -> Result<bool> {
+    Ok(inode_flags(path)?.is_some_and(|f| f & ioctl::FS_COMPR_FL != 0))
+}
+
+/// Sets NOCOW on a directory (files created in it afterwards inherit it) and
+/// reads it back. The compression attribute excludes NOCOW: with
+/// `clear_compression` it is dropped (for directories btrfs-lab just made),
+/// otherwise it is an error.
+pub fn set_nocow_dir(path: &Path, clear_compression: bool) -> Result<()> {
+    let dir = open_dir(path)?;
+    let mut flags = ioctl::get_inode_flags(dir.as_fd())
+        .map_err(|e| Error::from_errno(e, "cannot read inode flags of", path))?;
+    if clear_compression {
+        flags &= !ioctl::FS_COMPR_FL;
+    }
+    if flags & ioctl::FS_COMPR_FL != 0 {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!(
+                "{} has the compression attribute, which cannot be combined with NOCOW",
+                path.display()
+            ),
+        )
+        .with_hint(format!("remove it first: chattr -c {}", path.display())));
+    }
+    ioctl::set_inode_flags(dir.as_fd(), flags | ioctl::FS_NOCOW_FL).map_err(|e| match e {
+        Errno::ENOTTY | Errno::EOPNOTSUPP => Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the filesystem of {} has no NOCOW attribute",
+                path.display()
+            ),
+        ),
+        e => Error::from_errno(e, "cannot set NOCOW on", path),
+    })?;
+    let back = ioctl::get_inode_flags(dir.as_fd())
+        .map_err(|e| Error::from_errno(e, "cannot read inode flags of", path))?;
+    if back & ioctl::FS_NOCOW_FL == 0 {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the filesystem of {} ignored the NOCOW attribute",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_backed_filesystems() {
+        assert!(is_memory_backed("tmpfs"));
+        assert!(is_memory_backed("ramfs"));
+        assert!(!is_memory_backed("btrfs"));
+        assert!(!is_memory_backed("ext4"));
+    }
+
+    #[test]
+    fn inspect_dir_rejects_files_and_missing_paths() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("f");
+        fs::write(&f, "x").unwrap();
+        let e = inspect_dir(&SysRoot::host(), &f).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WrongTarget);
+        let e = inspect_dir(&SysRoot::host(), &t.path().join("missing")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        let ok = inspect_dir(&SysRoot::host(), t.path()).unwrap();
+        assert!(ok.dir.is_absolute());
+    }
+}

@@ -1,0 +1,162 @@
+//! The raw ioctls btrfs-lab issues itself (loop devices, inode flags).
+//!
+//! This is the only module of the crate allowed to use `unsafe`: each ioctl
+//! keeps its request number, struct layout and a safe wrapper together, in the
+//! style of python-btrfs. btrfs ioctls go through the `btrfs-uapi` crate.
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::errno::Errno;
+
+// ---------------------------------------------------------------- loop devices
+// <linux/loop.h>
+
+/// `LOOP_SET_FD`-era flag: the loop device bypasses the backing file's page cache.
+pub const LO_FLAGS_DIRECT_IO: u32 = 16;
+/// Flag: detach automatically on last close. btrfs-lab does not set it.
+pub const LO_FLAGS_AUTOCLEAR: u32 = 4;
+
+const LO_NAME_SIZE: usize = 64;
+const LO_KEY_SIZE: usize = 32;
+
+/// `struct loop_info64` from <linux/loop.h>.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LoopInfo64 {
+    pub lo_device: u64,
+    pub lo_inode: u64,
+    pub lo_rdevice: u64,
+    pub lo_offset: u64,
+    pub lo_sizelimit: u64,
+    pub lo_number: u32,
+    pub lo_encrypt_type: u32,
+    pub lo_encrypt_key_size: u32,
+    pub lo_flags: u32,
+    pub lo_file_name: [u8; LO_NAME_SIZE],
+    pub lo_crypt_name: [u8; LO_NAME_SIZE],
+    pub lo_encrypt_key: [u8; LO_KEY_SIZE],
+    pub lo_init: [u64; 2],
+}
+
+impl Default for LoopInfo64 {
+    fn default() -> Self {
+        Self {
+            lo_device: 0,
+            lo_inode: 0,
+            lo_rdevice: 0,
+            lo_offset: 0,
+            lo_sizelimit: 0,
+            lo_number: 0,
+            lo_encrypt_type: 0,
+            lo_encrypt_key_size: 0,
+            lo_flags: 0,
+            lo_file_name: [0; LO_NAME_SIZE],
+            lo_crypt_name: [0; LO_NAME_SIZE],
+            lo_encrypt_key: [0; LO_KEY_SIZE],
+            lo_init: [0; 2],
+        }
+    }
+}
+
+/// `struct loop_config` from <linux/loop.h> (LOOP_CONFIGURE, Linux 5.8).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct LoopConfig {
+    pub fd: u32,
+    pub block_size: u32,
+    pub info: LoopInfo64,
+    pub reserved: [u64; 8],
+}
+
+const LOOP_CLR_FD: u64 = 0x4C01;
+const LOOP_GET_STATUS64: u64 = 0x4C05;
+const LOOP_CONFIGURE: u64 = 0x4C0A;
+const LOOP_CTL_GET_FREE: u64 = 0x4C82;
+
+nix::ioctl_write_ptr_bad!(loop_configure_raw, LOOP_CONFIGURE, LoopConfig);
+nix::ioctl_read_bad!(loop_get_status64_raw, LOOP_GET_STATUS64, LoopInfo64);
+nix::ioctl_none_bad!(loop_clr_fd_raw, LOOP_CLR_FD);
+nix::ioctl_none_bad!(loop_ctl_get_free_raw, LOOP_CTL_GET_FREE);
+
+/// Asks `/dev/loop-control` for the index of a free loop device (creating
+/// one if needed).
+pub fn loop_ctl_get_free(control: BorrowedFd<'_>) -> Result<u32, Errno> {
+    // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns an index.
+    let n = unsafe { loop_ctl_get_free_raw(control.as_raw_fd()) }?;
+    u32::try_from(n).map_err(|_| Errno::EINVAL)
+}
+
+/// Binds `backing` to the loop device `dev` in one step (LOOP_CONFIGURE).
+pub fn loop_configure(
+    dev: BorrowedFd<'_>,
+    backing: BorrowedFd<'_>,
+    flags: u32,
+    file_name: &[u8],
+) -> Result<(), Errno> {
+    let mut config = LoopConfig {
+        fd: u32::try_from(backing.as_raw_fd()).map_err(|_| Errno::EBADF)?,
+        ..LoopConfig::default()
+    };
+    config.info.lo_flags = flags;
+    let n = file_name.len().min(LO_NAME_SIZE - 1);
+    config.info.lo_file_name[..n].copy_from_slice(&file_name[..n]);
+    // SAFETY: `config` is a fully initialised loop_config that lives for the call.
+    unsafe { loop_configure_raw(dev.as_raw_fd(), &config) }?;
+    Ok(())
+}
+
+/// Reads a loop device's status: backing file identity and flags.
+/// ENXIO means the device is not bound.
+pub fn loop_get_status64(dev: BorrowedFd<'_>) -> Result<LoopInfo64, Errno> {
+    let mut info = LoopInfo64::default();
+    // SAFETY: the kernel fills `info`, which is a valid loop_info64.
+    unsafe { loop_get_status64_raw(dev.as_raw_fd(), &mut info) }?;
+    Ok(info)
+}
+
+/// Unbinds the loop device's backing file.
+pub fn loop_clr_fd(dev: BorrowedFd<'_>) -> Result<(), Errno> {
+    // SAFETY: LOOP_CLR_FD takes no argument.
+    unsafe { loop_clr_fd_raw(dev.as_raw_fd()) }?;
+    Ok(())
+}
+
+// ------------------------------------------------------------------ inode flags
+// <linux/fs.h>: FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (what lsattr and chattr use)
+
+/// `FS_NOCOW_FL` ('C' in lsattr): no copy-on-write, no data checksums.
+pub const FS_NOCOW_FL: u32 = 0x0080_0000;
+/// `FS_COMPR_FL` ('c' in lsattr): compress data.
+pub const FS_COMPR_FL: u32 = 0x0000_0004;
+
+// The kernel declares these with `long` but reads and writes an int.
+nix::ioctl_read!(fs_ioc_getflags_raw, b'f', 1, libc::c_long);
+nix::ioctl_write_ptr!(fs_ioc_setflags_raw, b'f', 2, libc::c_long);
+
+/// Reads the inode flags of an open file or directory.
+pub fn get_inode_flags(fd: BorrowedFd<'_>) -> Result<u32, Errno> {
+    let mut flags: libc::c_int = 0;
+    // SAFETY: the kernel writes one int through the pointer.
+    unsafe { fs_ioc_getflags_raw(fd.as_raw_fd(), (&raw mut flags).cast()) }?;
+    Ok(flags.cast_unsigned())
+}
+
+/// Sets the inode flags of an open file or directory.
+pub fn set_inode_flags(fd: BorrowedFd<'_>, flags: u32) -> Result<(), Errno> {
+    let value: libc::c_int = flags.cast_signed();
+    // SAFETY: the kernel reads one int through the pointer.
+    unsafe { fs_ioc_setflags_raw(fd.as_raw_fd(), (&raw const value).cast()) }?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn struct_layouts_match_the_kernel() {
+        assert_eq!(std::mem::size_of::<LoopInfo64>(), 232);
+        assert_eq!(std::mem::size_of::<LoopConfig>(), 304);
+    }
+}

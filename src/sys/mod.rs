@@ -1,0 +1,26 @@
+//! Kernel interfaces: ioctls, sysfs, procfs, mounts, loop devices, O_DIRECT
+//! I/O and the external programs btrfs-lab drives. All `unsafe` of the crate
+//! lives in [`ioctl`].
+
+pub mod btrfs;
+pub mod counters;
+pub mod direct_io;
+pub mod fs;
+pub mod ioctl;
+pub mod loopdev;
+pub mod mounts;
+pub mod root;
+pub mod signals;
+pub mod tools;
+
+/// True when running as root (effective uid 0).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// The running kernel's release (`6.18.44-...`).
+pub fn kernel_release() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}

@@ -1,0 +1,271 @@
+//! Shared test harness: root gating, a per-test environment whose drop
+//! removes every sandbox, mount and loop device the test made (panics
+//! included), and helpers to run the built binary.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use btrfs_lab::sandbox::{self, Sandbox, SandboxRequest, StateStore, plan_up};
+use serde_json::Value;
+
+/// The binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_btrfs-lab"))
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// True if the test may touch loop devices and mounts. Locally without root
+/// (or without the tools) the test is skipped loudly; in CI it fails.
+pub fn require_root(test: &str) -> bool {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root".to_owned());
+    }
+    for tool in ["mkfs.btrfs", "btrfs", "mkfs.ext4", "lsattr"] {
+        if btrfs_lab::sys::tools::find(tool, "").is_err() {
+            missing.push(tool.to_owned());
+        }
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        missing.push("/dev/loop-control".to_owned());
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!(
+        "{test} needs {} (run the suite as root: scripts/test.sh)",
+        missing.join(", ")
+    );
+    if in_ci() {
+        panic!("CI=true and a prerequisite is missing: {msg}");
+    }
+    eprintln!("\n*** SKIPPED: {msg} ***\n");
+    false
+}
+
+/// One test's private world: a directory under /var/tmp (a disk
+/// filesystem, as loop devices with direct I/O need) holding the sandbox
+/// state and data. Dropping it removes every sandbox recorded there, any
+/// extra mount the test registered, then the directory.
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+    extra_mounts: Vec<PathBuf>,
+}
+
+impl TestEnv {
+    pub fn new() -> Self {
+        fs::create_dir_all("/var/tmp").unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("btrfs-lab-test-")
+            .tempdir_in("/var/tmp")
+            .expect("temp dir in /var/tmp");
+        Self {
+            dir,
+            extra_mounts: Vec::new(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn store(&self) -> StateStore {
+        StateStore::new(self.path().join("state"))
+    }
+
+    pub fn sandbox_root(&self) -> PathBuf {
+        self.path().join("sandboxes")
+    }
+
+    /// A sandbox made through the library; torn down when dropped.
+    pub fn sandbox(&self, request: SandboxRequest) -> Sandbox {
+        let plan = plan_up(&request, &self.sandbox_root(), &sandbox::random_name()).unwrap();
+        Sandbox::up(&plan, &self.store())
+            .unwrap_or_else(|e| panic!("sandbox up: {} ({:?})", e.message(), e.hint()))
+    }
+
+    /// The binary with this environment's state and sandbox directories.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.env("BTRFS_LAB_STATE_DIR", self.store().dir())
+            .env("BTRFS_LAB_SANDBOX_ROOT", self.sandbox_root())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Mounts a tmpfs the test owns; unmounted when the environment drops.
+    pub fn tmpfs(&mut self, name: &str) -> PathBuf {
+        let p = self.path().join(name);
+        fs::create_dir_all(&p).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &p,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=64m"),
+        )
+        .unwrap();
+        self.extra_mounts.push(p.clone());
+        p
+    }
+
+    /// Registers a mount the test made itself, to be unmounted on drop.
+    pub fn track_mount(&mut self, p: PathBuf) {
+        self.extra_mounts.push(p);
+    }
+
+    /// Loop devices and mounts that still refer to this environment.
+    pub fn leftovers(&self) -> Vec<String> {
+        leftovers_under(self.path())
+    }
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Loop devices backed by files under `dir`, and mounts under it.
+pub fn leftovers_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.display().to_string();
+    let mut found = Vec::new();
+    if let Ok(entries) = fs::read_dir("/sys/block") {
+        for e in entries.flatten() {
+            if let Ok(b) = fs::read_to_string(e.path().join("loop/backing_file"))
+                && b.starts_with(&prefix)
+            {
+                found.push(format!(
+                    "loop device {} -> {}",
+                    e.file_name().to_string_lossy(),
+                    b.trim()
+                ));
+            }
+        }
+    }
+    if let Ok(m) = fs::read_to_string("/proc/self/mountinfo") {
+        for entry in btrfs_lab::parse::mountinfo::parse_mountinfo(&m) {
+            if entry.mount_point.starts_with(dir) {
+                found.push(format!("mount {}", entry.mount_point.display()));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let store = self.store();
+        if let Ok(records) = store.load_all() {
+            for r in records {
+                if let Err(e) = sandbox::teardown(&store, &r) {
+                    eprintln!(
+                        "test env: could not remove sandbox {}: {}",
+                        r.name,
+                        e.message()
+                    );
+                }
+            }
+        }
+        for m in self.extra_mounts.iter().rev() {
+            let _ = nix::mount::umount2(m, nix::mount::MntFlags::empty());
+        }
+        // Anything else still mounted under this directory was mounted by the
+        // test (a transcript's `mount`): unmount it, deepest first.
+        if let Ok(m) = fs::read_to_string("/proc/self/mountinfo") {
+            let mut under: Vec<PathBuf> = btrfs_lab::parse::mountinfo::parse_mountinfo(&m)
+                .into_iter()
+                .map(|e| e.mount_point)
+                .filter(|p| p.starts_with(self.path()))
+                .collect();
+            under.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+            for p in under {
+                let _ = nix::mount::umount2(&p, nix::mount::MntFlags::empty());
+            }
+        }
+        // Loop devices bound to files under this directory were attached by
+        // the test: detach them (only while still bound to that very file).
+        for line in leftovers_under(self.path()) {
+            if let Some(rest) = line.strip_prefix("loop device ")
+                && let Some((name, backing)) = rest.split_once(" -> ")
+                && let Ok(f) = fs::File::open(backing)
+                && let Ok(id) = btrfs_lab::sys::loopdev::FileIdentity::of(&f)
+            {
+                let dev = PathBuf::from(format!("/dev/{name}"));
+                let _ = btrfs_lab::sys::loopdev::detach_if_ours(
+                    &btrfs_lab::sys::root::SysRoot::host(),
+                    &dev,
+                    id,
+                );
+            }
+        }
+        let left = self.leftovers();
+        if !left.is_empty() {
+            eprintln!(
+                "test env {}: still present after clean-up: {left:?}",
+                self.path().display()
+            );
+        }
+    }
+}
+
+/// Runs a command, returning (exit code, stdout, stderr).
+pub fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run btrfs-lab");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// Parses stdout as exactly one JSON document.
+pub fn json(stdout: &str) -> Value {
+    serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}"))
+}
+
+/// Asserts that `value` has each `key` with a value of the named JSON type
+/// ("string", "number", "bool", "array", "object", "null", or "a|b").
+pub fn assert_shape(value: &Value, fields: &[(&str, &str)]) {
+    for (path, want) in fields {
+        let v = path
+            .split('.')
+            .fold(value, |v, k| match k.parse::<usize>() {
+                Ok(i) => &v[i],
+                Err(_) => &v[k],
+            });
+        let got = match v {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        assert!(
+            want.split('|').any(|w| w == got),
+            "field {path}: expected {want}, found {got} ({v}) in\n{value:#}"
+        );
+    }
+}
+
+/// The names in a directory, sorted.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}

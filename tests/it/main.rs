@@ -1,0 +1,8 @@
+//! All integration tests in one binary (as ripgrep does): one build, one
+//! harness. Tests that need root skip loudly without it, and fail in CI.
+
+mod common;
+mod probe_dio;
+mod repo;
+mod sandbox;
+mod transcripts;

@@ -1,0 +1,444 @@
+//! `probe-dio` on real filesystems made by the tests.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::sandbox::{FsKind, SandboxRequest};
+use serde_json::Value;
+
+use crate::common::{TestEnv, assert_shape, json, listing, require_root, run};
+
+/// Small but well above metadata noise; 3 rounds as by default.
+const SIZE: &str = "32M";
+
+fn probe(env: &TestEnv, dir: &Path, extra: &[&str]) -> (i32, Value, String) {
+    let before = listing(dir);
+    let mut c = env.cmd();
+    c.arg("probe-dio")
+        .arg("--json")
+        .arg("--size")
+        .arg(SIZE)
+        .args(extra)
+        .arg(dir);
+    let (code, stdout, stderr) = run(&mut c);
+    assert_eq!(
+        listing(dir),
+        before,
+        "probe-dio left files behind in {}",
+        dir.display()
+    );
+    (code, json(&stdout), stderr)
+}
+
+fn text_probe(env: &TestEnv, dir: &Path) -> (i32, String) {
+    let mut c = env.cmd();
+    c.arg("probe-dio").arg("--size").arg(SIZE).arg(dir);
+    let (code, stdout, _) = run(&mut c);
+    (code, stdout)
+}
+
+fn assert_report_shape(r: &Value) {
+    assert_shape(
+        r,
+        &[
+            ("path", "string"),
+            ("verdict", "string"),
+            ("exit_code", "number"),
+            ("summary", "string"),
+            ("explanation", "string"),
+            ("fix", "string|null"),
+            ("reasons", "array"),
+            ("kernel", "string"),
+            ("filesystem.dir", "string"),
+            ("filesystem.fs_type", "string"),
+            ("filesystem.mount_point", "string"),
+            ("filesystem.source", "string"),
+            ("filesystem.data_profiles", "array"),
+            ("filesystem.mount_options", "array"),
+            ("filesystem.target_nocow", "bool|null"),
+            ("filesystem.target_compressed", "bool|null"),
+            ("counter.source", "string"),
+            ("counter.label", "string"),
+            ("counter.note", "string|null"),
+            ("parameters.size_bytes", "number"),
+            ("parameters.block_size", "number"),
+            ("parameters.rounds", "number"),
+            ("test.bytes_written", "number"),
+            ("test.dirtied_bytes_median", "number"),
+            ("test.raw_ratio_median", "number"),
+            ("test.ratio_median", "number"),
+            ("test.ratio_min", "number"),
+            ("test.ratio_max", "number"),
+            ("test.throughput_bytes_per_sec", "number"),
+            ("test.behaviour", "string"),
+            ("control", "object|null"),
+            ("control_note", "string|null"),
+            ("noise.dirtied_bytes_per_sec", "number"),
+            ("noise.ratio_median", "number"),
+            ("noise.ratio_spread", "number"),
+            ("rounds", "array"),
+            ("rounds.0.test.bytes_written", "number"),
+            ("rounds.0.test.dirtied_bytes", "number"),
+            ("rounds.0.test.seconds", "number"),
+            ("rounds.0.idle.dirtied_bytes", "number"),
+            ("rounds.0.idle.seconds", "number"),
+        ],
+    );
+    let verdicts = [
+        "direct",
+        "buffered-fallback",
+        "profile-forced",
+        "inconclusive",
+    ];
+    assert!(verdicts.contains(&r["verdict"].as_str().unwrap()));
+    assert!(["bdi", "vmstat"].contains(&r["counter"]["source"].as_str().unwrap()));
+    assert_eq!(
+        r["rounds"].as_array().unwrap().len() as u64,
+        r["parameters"]["rounds"].as_u64().unwrap()
+    );
+    assert_eq!(r["parameters"]["size_bytes"], 32 << 20);
+}
+
+#[test]
+fn checksummed_and_nocow_directories_on_single_btrfs() {
+    if !require_root("probe-dio on btrfs") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+
+    let (code, r, _) = probe(&env, &mnt, &[]);
+    assert_report_shape(&r);
+    assert_eq!(r["verdict"], "buffered-fallback", "{r:#}");
+    assert_eq!(code, 3);
+    assert_eq!(r["exit_code"], 3);
+    assert_eq!(r["filesystem"]["fs_type"], "btrfs");
+    assert_eq!(
+        r["filesystem"]["data_profiles"],
+        serde_json::json!(["single"])
+    );
+    assert_eq!(r["filesystem"]["target_nocow"], false);
+    assert_eq!(
+        r["counter"]["source"], "bdi",
+        "running as root, the per-filesystem counter is readable"
+    );
+    assert_eq!(r["control"]["behaviour"], "direct");
+    assert!(r["test"]["ratio_median"].as_f64().unwrap() > 0.9, "{r:#}");
+
+    let nocow = mnt.join("db");
+    fs::create_dir(&nocow).unwrap();
+    btrfs_lab::sys::fs::set_nocow_dir(&nocow, false).unwrap();
+    let (code, r, _) = probe(&env, &nocow, &[]);
+    assert_report_shape(&r);
+    assert_eq!(r["verdict"], "direct", "{r:#}");
+    assert_eq!(code, 0);
+    assert_eq!(r["filesystem"]["target_nocow"], true);
+    assert!(r["test"]["ratio_median"].as_f64().unwrap() < 0.1);
+
+    // The text report says the same, with an explanation and a fix.
+    let (code, text) = text_probe(&env, &mnt);
+    assert_eq!(code, 3);
+    assert!(text.contains("verdict: buffered-fallback"), "{text}");
+    assert!(text.contains("968f19c5b1b7"));
+    assert!(text.contains("chattr +C"));
+    drop(sbx);
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
+#[test]
+fn dup_data_forces_buffered_io_even_for_nocow() {
+    if !require_root("probe-dio on DUP") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        data: Some(Profile::Dup),
+        ..SandboxRequest::default()
+    });
+    let (code, r, _) = probe(&env, sbx.mount_point(), &[]);
+    assert_report_shape(&r);
+    assert_eq!(r["verdict"], "profile-forced", "{r:#}");
+    assert_eq!(code, 4);
+    assert_eq!(r["filesystem"]["data_profiles"], serde_json::json!(["dup"]));
+    assert_eq!(r["control"]["behaviour"], "buffered");
+}
+
+#[test]
+fn ext4_is_direct_without_a_control() {
+    if !require_root("probe-dio on ext4") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        fs: FsKind::Ext4,
+        size_bytes: 256 << 20,
+        ..SandboxRequest::default()
+    });
+    let (code, r, _) = probe(&env, sbx.mount_point(), &[]);
+    assert_report_shape(&r);
+    assert_eq!(r["verdict"], "direct", "{r:#}");
+    assert_eq!(code, 0);
+    assert_eq!(r["filesystem"]["fs_type"], "ext4");
+    assert_eq!(r["control"], Value::Null);
+    assert!(r["control_note"].as_str().unwrap().contains("ext4"));
+    assert_eq!(r["filesystem"]["target_nocow"], Value::Null);
+    let (code, text) = text_probe(&env, sbx.mount_point());
+    assert_eq!(code, 0);
+    assert!(text.contains("verdict: direct"));
+    assert!(text.contains("ext4 on /dev/loop"));
+}
+
+#[test]
+fn tmpfs_is_refused_with_one_clear_line() {
+    if !require_root("probe-dio on tmpfs") {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let t = env.tmpfs("tmp");
+    let (code, stdout, stderr) = run(env.cmd().arg("probe-dio").arg("--json").arg(&t));
+    assert_eq!(code, 1);
+    assert!(
+        stdout.is_empty(),
+        "nothing on stdout for an error: {stdout}"
+    );
+    let first = stderr.lines().next().unwrap();
+    assert!(
+        first.starts_with("btrfs-lab: error: O_DIRECT is not supported"),
+        "{stderr}"
+    );
+    assert!(first.contains("tmpfs"));
+    assert!(!stderr.contains("panicked"));
+    assert!(listing(&t).is_empty());
+}
+
+#[test]
+fn bad_paths_get_one_line_each() {
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("file");
+    fs::write(&file, "x").unwrap();
+    let cases: [(&Path, &str); 2] = [
+        (&t.path().join("missing"), "no such file or directory"),
+        (&file, "is not a directory"),
+    ];
+    for (path, want) in cases {
+        let (code, stdout, stderr) = run(Command::new(crate::common::bin())
+            .arg("probe-dio")
+            .arg(path));
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stdout.is_empty());
+        assert!(stderr.starts_with("btrfs-lab: error: "), "{stderr}");
+        assert!(stderr.lines().next().unwrap().contains(want), "{stderr}");
+        assert!(stderr.lines().count() <= 2, "{stderr}");
+    }
+    for args in [
+        vec!["--size", "12Q"],
+        vec!["--block-size", "1000"],
+        vec!["--rounds", "0"],
+        vec!["--size", "1M", "--block-size", "4M"],
+    ] {
+        let (code, stdout, stderr) = run(Command::new(crate::common::bin())
+            .arg("probe-dio")
+            .args(&args)
+            .arg(t.path()));
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert!(stderr.starts_with("btrfs-lab: error: "), "{stderr}");
+    }
+    assert_eq!(listing(t.path()), vec!["file"]);
+}
+
+#[test]
+fn read_only_filesystem_is_refused() {
+    if !require_root("probe-dio on a read-only btrfs") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point();
+    nix::mount::mount(
+        None::<&str>,
+        mnt,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT | nix::mount::MsFlags::MS_RDONLY,
+        None::<&str>,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run(env.cmd().arg("probe-dio").arg(mnt));
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("read-only filesystem"), "{stderr}");
+}
+
+#[test]
+fn no_permission_is_refused() {
+    if !require_root("probe-dio as an unprivileged user") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    // `nobody` must reach the binary and the mount point, and be refused
+    // only where it matters: creating files in the root-owned directory.
+    use std::os::unix::fs::PermissionsExt;
+    for d in [env.path(), sbx.record().dir.as_path()] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let exe = env.path().join("btrfs-lab");
+    fs::copy(crate::common::bin(), &exe).unwrap();
+    let (code, stdout, stderr) = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&exe)
+        .arg("probe-dio")
+        .arg("--size")
+        .arg(SIZE)
+        .arg(sbx.mount_point()));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("permission denied"), "{stderr}");
+    assert!(listing(sbx.mount_point()).is_empty());
+}
+
+#[test]
+fn no_space_removes_the_partial_file() {
+    if !require_root("probe-dio on a full filesystem") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        fs: FsKind::Ext4,
+        size_bytes: 64 << 20,
+        ..SandboxRequest::default()
+    });
+    // Refused up front when the free space is visibly too small...
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--size", "128M"])
+        .arg(sbx.mount_point()));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("not enough free space"), "{stderr}");
+    // ...and when the disk fills during the write (the up-front check is
+    // skipped through the test hook), the partial file is removed.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .env("BTRFS_LAB_PROBE_SKIP_SPACE_CHECK", "1")
+        .args(["probe-dio", "--size", "128M"])
+        .arg(sbx.mount_point()));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no space left"), "{stderr}");
+    assert!(stderr.contains("partial test file was removed"), "{stderr}");
+    assert_eq!(listing(sbx.mount_point()), vec!["lost+found"]);
+}
+
+#[test]
+fn interrupted_probe_cleans_up() {
+    if !require_root("probe-dio interrupted") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    for signal in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+    ] {
+        let child = env
+            .cmd()
+            .args(["probe-dio", "--size", "512M", "--rounds", "20"])
+            .arg(&mnt)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until the probe has created its files, then interrupt it.
+        let mut seen = false;
+        for _ in 0..500 {
+            if listing(&mnt)
+                .iter()
+                .any(|n| n.starts_with(".btrfs-lab-probe-"))
+            {
+                seen = true;
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert!(seen, "the probe never started writing");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{signal}: {stderr}");
+        assert!(stderr.contains("interrupted"), "{stderr}");
+        assert!(out.stdout.is_empty());
+        assert!(
+            listing(&mnt).is_empty(),
+            "{signal} left {:?}",
+            listing(&mnt)
+        );
+    }
+}
+
+/// A buffered writer on another filesystem dirties pages at a steady rate
+/// while the NOCOW file is probed: the per-filesystem counter ignores it,
+/// and the machine-wide counter's background subtraction must not mistake
+/// it for a fallback.
+#[test]
+fn stays_right_under_a_concurrent_buffered_writer() {
+    if !require_root("probe-dio with background noise") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let nocow = sbx.mount_point().join("nocow");
+    fs::create_dir(&nocow).unwrap();
+    btrfs_lab::sys::fs::set_nocow_dir(&nocow, false).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let noise_file = env.path().join("noise.bin");
+    let writer = {
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            use std::io::{Seek, Write};
+            let mut f = fs::File::create(&noise_file).unwrap();
+            let block = vec![0x5a_u8; 1 << 20];
+            let mut written = 0u64;
+            let mut steps = 0u32;
+            // Bounded in bytes and time; rewrites one 64 MiB region.
+            while !stop.load(Ordering::Relaxed) && steps < 200_000 {
+                f.write_all(&block).unwrap();
+                written += 1 << 20;
+                steps += 1;
+                if written >= 64 << 20 {
+                    f.seek(std::io::SeekFrom::Start(0)).unwrap();
+                    written = 0;
+                }
+                thread::sleep(Duration::from_millis(2));
+            }
+            let _ = fs::remove_file(&noise_file);
+        })
+    };
+    let results: Vec<(String, String)> = ["auto", "vmstat"]
+        .iter()
+        .map(|counter| {
+            let (_, r, _) = probe(&env, &nocow, &["--counter", counter]);
+            (
+                counter.to_string(),
+                r["verdict"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert_eq!(
+        results[0].1, "direct",
+        "per-filesystem counter under noise: {results:?}"
+    );
+    assert!(
+        results[1].1 == "direct" || results[1].1 == "inconclusive",
+        "the machine-wide counter must never call a NOCOW file buffered: {results:?}"
+    );
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what btrfs-lab needs to build, run and test, on Debian or Ubuntu,
+# as root: btrfs-progs, e2fsprogs, util-linux, fio, libclang (for the
+# bindgen build of btrfs-uapi), and a Rust toolchain if there is none.
+# Run it directly, or source it (scripts/demo.sh and scripts/test.sh do) so
+# that a freshly installed cargo is on PATH afterwards.
+
+btrfs_lab_install_deps() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "install-deps: run as root (for example: sudo $0)" >&2
+        return 1
+    fi
+    # mkfs.btrfs, losetup and friends live in sbin.
+    export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+
+    local packages=(btrfs-progs e2fsprogs util-linux fio libclang-dev gcc libc6-dev ca-certificates curl)
+    local missing=() p
+    for p in "${packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        echo "install-deps: installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q
+        apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
+
+    if ! command -v cargo >/dev/null 2>&1; then
+        if [ -x "$HOME/.cargo/bin/cargo" ]; then
+            export PATH="$HOME/.cargo/bin:$PATH"
+        else
+            echo "install-deps: no Rust toolchain; installing one with rustup"
+            curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+            export PATH="$HOME/.cargo/bin:$PATH"
+        fi
+    fi
+
+    # Loop devices: the driver may be a module.
+    [ -e /dev/loop-control ] || modprobe loop
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    set -euo pipefail
+    btrfs_lab_install_deps
+fi

@@ -46,6 +46,8 @@ pub enum ErrorKind {
     State,
     /// The user declined, or a confirmation could not be asked for.
     Refused,
+    /// Input text (a capture, a file) does not parse.
+    Parse,
     /// The user interrupted us.
     Interrupted,
     /// Any other I/O error.

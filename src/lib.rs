@@ -12,6 +12,7 @@ pub mod model;
 pub mod parse;
 pub mod probe;
 pub mod sandbox;
+pub mod space;
 pub mod sys;
 
 pub use error::{Error, ErrorKind, Result};

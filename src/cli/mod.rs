@@ -3,9 +3,13 @@
 //! calls the library.
 
 mod demo;
+mod df;
 mod output;
 mod probe_dio;
 mod sandbox;
+mod show;
+mod units;
+mod usage;
 
 use std::process::ExitCode;
 
@@ -49,6 +53,12 @@ enum Command {
     ProbeDio(probe_dio::ProbeDioArgs),
     /// Show the O_DIRECT trap on a sandbox btrfs: checksummed vs NOCOW, side by side.
     Demo(demo::DemoArgs),
+    /// Space per type and profile, from the kernel or parsed from `btrfs fi df` text.
+    Df(df::DfArgs),
+    /// Overall, per-profile and per-device allocation, like `btrfs filesystem usage`.
+    Usage(usage::UsageArgs),
+    /// Filesystems, their features and devices with error counters.
+    Show(show::ShowArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -63,6 +73,9 @@ pub fn run() -> ExitCode {
         Command::Sandbox(args) => sandbox::run(args, &out),
         Command::ProbeDio(args) => probe_dio::run(args, &out),
         Command::Demo(args) => demo::run(args, &out),
+        Command::Df(args) => df::run(args, &out),
+        Command::Usage(args) => usage::run(args, &out),
+        Command::Show(args) => show::run(args, &out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -142,6 +142,24 @@ impl Output {
     }
 }
 
+impl Output {
+    /// A warning on stderr, with what to do.
+    pub fn warning_with_hint(&self, message: &str, hint: &str) {
+        let p = self.paint_err;
+        let _ = write!(
+            io::stderr().lock(),
+            "btrfs-lab: {} {message}\n{} {hint}\n",
+            p.warn("warning:"),
+            p.dim("hint:")
+        );
+    }
+
+    /// A note on stderr (something not shown, and why).
+    pub fn note(&self, message: &str) {
+        let _ = writeln!(io::stderr().lock(), "btrfs-lab: note: {message}");
+    }
+}
+
 /// Asks before a change, unless `--yes`. Without a terminal to ask on, it
 /// refuses: a script must say `--yes` explicitly.
 pub fn confirm(question: &str, yes: bool) -> Result<()> {

@@ -1,3 +1,5 @@
 //! Plain domain types shared by planners, executors and reports.
 
 pub mod profile;
+pub mod space;
+pub mod units;

@@ -1,5 +1,6 @@
 //! Pure parsers: text in, typed values out, no I/O.
 
 pub mod counters;
+pub mod fi_df;
 pub mod mountinfo;
 pub mod size;

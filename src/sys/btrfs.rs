@@ -12,6 +12,7 @@ use nix::errno::Errno;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
+use crate::model::space::BgType;
 
 fn open_any(path: &Path) -> Result<File> {
     OpenOptions::new()
@@ -111,6 +112,122 @@ pub fn scan_device(dev: &Path) -> Result<()> {
 pub fn forget_device(dev: &Path) {
     if let Ok(c) = CString::new(dev.as_os_str().as_bytes()) {
         let _ = btrfs_uapi::device::device_forget(Some(&c));
+    }
+}
+
+/// One entry of the SPACE_INFO ioctl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpaceEntry {
+    /// Block-group type and profile flags.
+    pub flags: BlockGroupFlags,
+    /// Allocated bytes (logical).
+    pub total_bytes: u64,
+    /// Used bytes (logical).
+    pub used_bytes: u64,
+}
+
+/// The SPACE_INFO ioctl, in the kernel's order. Needs no privileges.
+pub fn space_entries(path: &Path) -> Result<Vec<SpaceEntry>> {
+    let f = open_any(path)?;
+    let spaces = btrfs_uapi::space::space_info(f.as_fd()).map_err(|e| not_btrfs(e, path))?;
+    Ok(spaces
+        .into_iter()
+        .map(|s| SpaceEntry {
+            flags: s.flags,
+            total_bytes: s.total_bytes,
+            used_bytes: s.used_bytes,
+        })
+        .collect())
+}
+
+/// The block-group type of SPACE_INFO flags.
+pub fn bg_type_of(flags: BlockGroupFlags) -> BgType {
+    if flags.contains(BlockGroupFlags::GLOBAL_RSV) {
+        return BgType::GlobalReserve;
+    }
+    let data = flags.contains(BlockGroupFlags::DATA);
+    let meta = flags.contains(BlockGroupFlags::METADATA);
+    match (data, meta, flags.contains(BlockGroupFlags::SYSTEM)) {
+        (true, true, false) => BgType::DataMetadata,
+        (true, false, false) => BgType::Data,
+        (false, true, false) => BgType::Metadata,
+        (false, false, true) => BgType::System,
+        _ => BgType::Unknown,
+    }
+}
+
+/// Filesystem facts from the FS_INFO ioctl. Needs no privileges.
+pub fn fs_info(path: &Path) -> Result<btrfs_uapi::filesystem::FilesystemInfo> {
+    let f = open_any(path)?;
+    btrfs_uapi::filesystem::filesystem_info(f.as_fd()).map_err(|e| not_btrfs(e, path))
+}
+
+/// Every device of the filesystem (DEV_INFO for each devid), in devid order.
+pub fn devices(path: &Path) -> Result<Vec<btrfs_uapi::device::DeviceInfo>> {
+    let f = open_any(path)?;
+    let info =
+        btrfs_uapi::filesystem::filesystem_info(f.as_fd()).map_err(|e| not_btrfs(e, path))?;
+    btrfs_uapi::device::device_info_all(f.as_fd(), &info)
+        .map_err(|e| Error::from_errno(e, "cannot read device info of", path))
+}
+
+/// The error counters of device `devid` (GET_DEV_STATS, read-only).
+pub fn device_stats(path: &Path, devid: u64) -> Result<btrfs_uapi::device::DeviceStats> {
+    let f = open_any(path)?;
+    btrfs_uapi::device::device_stats(f.as_fd(), devid, false)
+        .map_err(|e| Error::from_errno(e, "cannot read device stats of", path))
+}
+
+/// Logical bytes of chunks with one kind of flags that have a stripe on one
+/// device, as btrfs-progs accumulates them (`load_chunk_info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkInfo {
+    /// Chunk type and profile flags.
+    pub flags: BlockGroupFlags,
+    /// Device.
+    pub devid: u64,
+    /// Stripes of each such chunk.
+    pub num_stripes: u16,
+    /// Sum of the logical lengths of those chunks.
+    pub size: u64,
+}
+
+/// Reads the chunk tree (TREE_SEARCH: root only). `Ok(None)` when not
+/// permitted, so callers can show what they can without it.
+pub fn chunk_infos(path: &Path) -> Result<Option<Vec<ChunkInfo>>> {
+    use btrfs_uapi::raw::{BTRFS_CHUNK_ITEM_KEY, BTRFS_CHUNK_TREE_OBJECTID};
+    use btrfs_uapi::tree_search::{SearchFilter, tree_search};
+    let f = open_any(path)?;
+    let mut infos: Vec<ChunkInfo> = Vec::new();
+    let result = tree_search(
+        f.as_fd(),
+        SearchFilter::for_type(u64::from(BTRFS_CHUNK_TREE_OBJECTID), BTRFS_CHUNK_ITEM_KEY),
+        |_hdr, data| {
+            if let Some(chunk) = btrfs_disk::items::ChunkItem::parse(data) {
+                let flags = BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits());
+                for stripe in &chunk.stripes {
+                    match infos.iter_mut().find(|c| {
+                        c.flags == flags
+                            && c.devid == stripe.devid
+                            && c.num_stripes == chunk.num_stripes
+                    }) {
+                        Some(c) => c.size += chunk.length,
+                        None => infos.push(ChunkInfo {
+                            flags,
+                            devid: stripe.devid,
+                            num_stripes: chunk.num_stripes,
+                            size: chunk.length,
+                        }),
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+    match result {
+        Ok(()) => Ok(Some(infos)),
+        Err(Errno::EPERM | Errno::EACCES) => Ok(None),
+        Err(e) => Err(Error::from_errno(e, "cannot read the chunk tree of", path)),
     }
 }
 

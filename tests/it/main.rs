@@ -5,4 +5,5 @@ mod common;
 mod probe_dio;
 mod repo;
 mod sandbox;
+mod space;
 mod transcripts;

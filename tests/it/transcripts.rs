@@ -5,7 +5,8 @@
 //! `KEY=VALUE` words set the environment), `? N` gives the expected exit
 //! status (default 0), the following lines are the expected stdout and stderr
 //! together; `...` on its own line skips lines, `[..]` skips within a line,
-//! `[CWD]` is the transcript's working directory. trycmd itself is not used:
+//! `[CWD]` is the transcript's working directory, into which `NAME.in/` is
+//! copied first when it exists. trycmd itself is not used:
 //! its temporary directory would be deleted while a sandbox is still mounted
 //! in it after a failed step; here clean-up (sandbox down) comes first.
 
@@ -144,6 +145,11 @@ fn run_transcript(path: &Path) -> Result<(), String> {
     let env = TestEnv::new();
     let cwd = env.path().join("work");
     fs::create_dir(&cwd).unwrap();
+    // trycmd's convention: `NAME.in/` next to `NAME.md` holds input files.
+    let inputs = path.with_extension("in");
+    if inputs.is_dir() {
+        copy_tree(&inputs, &cwd);
+    }
     let mut redactions = snapbox::Redactions::new();
     redactions.insert("[CWD]", cwd.clone()).unwrap();
     let assert = snapbox::Assert::new().redact_with(redactions);
@@ -166,6 +172,19 @@ fn run_transcript(path: &Path) -> Result<(), String> {
     }
     // `env` drops here: any sandbox a failed step left is removed first.
     Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            fs::create_dir_all(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }
 
 fn transcripts() -> Vec<PathBuf> {
@@ -200,6 +219,8 @@ fn every_subcommand_has_a_transcript() {
         .skip_while(|l| !l.starts_with("Commands:"))
         .skip(1)
         .take_while(|l| l.starts_with("  "))
+        // Command lines are indented by two; wrapped help text by more.
+        .filter(|l| !l[2..].starts_with(' '))
         .filter_map(|l| l.split_whitespace().next())
         .filter(|n| *n != "help")
         .collect();

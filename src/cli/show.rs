@@ -1,0 +1,130 @@
+//! `btrfs-lab show [MOUNT]`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::Serialize;
+
+use btrfs_lab::error::{Result, exit};
+use btrfs_lab::model::units::{UnitMode, pretty_size};
+use btrfs_lab::space::show::{FsShow, show_one};
+use btrfs_lab::space::{self};
+use btrfs_lab::sys::root::SysRoot;
+
+use super::output::{Output, Paint};
+use super::units::UnitArgs;
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// A path inside a mounted btrfs [default: every mounted btrfs].
+    #[arg(value_name = "MOUNT")]
+    mount: Option<PathBuf>,
+    #[command(flatten)]
+    units: UnitArgs,
+    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
+    #[arg(long, value_name = "DIR")]
+    sysroot: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct ShowJson {
+    filesystems: Vec<FsShow>,
+}
+
+pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
+    let root = SysRoot::from_option(args.sysroot.as_deref());
+    let targets = match &args.mount {
+        Some(m) => vec![space::resolve(&root, m)?],
+        None => space::mounted_btrfs(&root)?,
+    };
+    let mut filesystems = Vec::new();
+    for t in &targets {
+        filesystems.push(show_one(&root, t)?);
+    }
+    if out.json {
+        out.json_doc(&ShowJson { filesystems });
+    } else if filesystems.is_empty() {
+        out.text("no mounted btrfs\n");
+    } else {
+        let texts: Vec<String> = filesystems
+            .iter()
+            .map(|f| render(f, args.units.mode(), out.paint))
+            .collect();
+        out.text(&texts.join("\n"));
+    }
+    Ok(exit::OK)
+}
+
+/// `btrfs filesystem show` lines, then what it does not show: mount point,
+/// generation, sizes, checksum, features and each device's error counters.
+pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
+    let label = f
+        .label
+        .as_ref()
+        .map_or("none".to_owned(), |l| format!("'{l}'"));
+    let mut t = format!("Label: {label}  uuid: {}\n", f.uuid);
+    t.push_str(&format!(
+        "\tTotal devices {} FS bytes used {}\n",
+        f.total_devices,
+        pretty_size(f.fs_bytes_used, mode)
+    ));
+    for d in &f.devices {
+        if d.missing {
+            t.push_str(&format!(
+                "\tdevid {:>4} size 0 used 0 path {} {}\n",
+                d.devid,
+                d.path,
+                paint.bad("MISSING")
+            ));
+            continue;
+        }
+        t.push_str(&format!(
+            "\tdevid {:>4} size {} used {} path {}\n",
+            d.devid,
+            pretty_size(d.size_bytes, mode),
+            pretty_size(d.used_bytes, mode),
+            d.path
+        ));
+    }
+    t.push_str(&format!("\tmounted at {}\n", f.mount_point.display()));
+    let checksum = match (&f.checksum, &f.checksum_driver) {
+        (Some(c), Some(d)) => format!("{c} ({d})"),
+        (Some(c), None) => c.clone(),
+        _ => "unknown".to_owned(),
+    };
+    t.push_str(&format!(
+        "\tgeneration {}, node size {}, sector size {}, checksum {checksum}\n",
+        f.generation,
+        pretty_size(u64::from(f.node_size), mode),
+        pretty_size(u64::from(f.sector_size), mode)
+    ));
+    t.push_str(&format!("\tfeatures: {}\n", f.features.join(", ")));
+    t.push_str("\terrors (write read flush corruption generation):\n");
+    for d in &f.devices {
+        let line = match &d.errors {
+            Some(e) => {
+                let counters = format!(
+                    "{} {} {} {} {}",
+                    e.write_io_errs,
+                    e.read_io_errs,
+                    e.flush_io_errs,
+                    e.corruption_errs,
+                    e.generation_errs
+                );
+                if d.has_errors {
+                    format!("{counters}  {}", paint.bad("<- errors: check the drive and its cabling; a scrub repairs from other copies"))
+                } else {
+                    counters
+                }
+            }
+            None => "unknown (cannot read the counters)".to_owned(),
+        };
+        let name = if d.missing {
+            "missing".to_owned()
+        } else {
+            d.path.clone()
+        };
+        t.push_str(&format!("\t  devid {:>4} {name}: {line}\n", d.devid));
+    }
+    t
+}

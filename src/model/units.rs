@@ -1,0 +1,173 @@
+//! Sizes printed the way btrfs-progs prints them (`pretty_size_mode` in
+//! common/units.c), so text output can be compared with `btrfs` line by
+//! line, and the precision of such text when it is read back.
+
+/// 1024 or 1000.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitBase {
+    /// KiB, MiB, ... (`--iec`, the default).
+    Binary,
+    /// kB, MB, ... (`--si`).
+    Decimal,
+}
+
+/// How sizes are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitMode {
+    /// Plain bytes (`-b`, `--raw`).
+    Raw,
+    /// The largest unit that keeps the number at least 1 (`--human-readable`).
+    Human(UnitBase),
+    /// A fixed unit: 1 = kilo, 2 = mega, 3 = giga, 4 = tera (`-k/-m/-g/-t`).
+    Fixed(UnitBase, u32),
+}
+
+impl Default for UnitMode {
+    fn default() -> Self {
+        UnitMode::Human(UnitBase::Binary)
+    }
+}
+
+const BINARY_SUFFIX: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+const DECIMAL_SUFFIX: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+
+impl UnitBase {
+    fn multiplier(self) -> u64 {
+        match self {
+            UnitBase::Binary => 1024,
+            UnitBase::Decimal => 1000,
+        }
+    }
+
+    fn suffixes(self) -> &'static [&'static str; 7] {
+        match self {
+            UnitBase::Binary => &BINARY_SUFFIX,
+            UnitBase::Decimal => &DECIMAL_SUFFIX,
+        }
+    }
+}
+
+/// Formats `size` exactly as btrfs-progs does, including its use of a
+/// single-precision float and `%.2f` (which rounds half to even, as Rust's
+/// formatting does).
+pub fn pretty_size(size: u64, mode: UnitMode) -> String {
+    let (base, fixed) = match mode {
+        UnitMode::Raw => return size.to_string(),
+        UnitMode::Human(b) => (b, None),
+        UnitMode::Fixed(b, n) => (b, Some(n.min(4))),
+    };
+    let mult = base.multiplier();
+    let (last_size, divisor, divs) = match fixed {
+        Some(n) => (size, mult.pow(n), n as usize),
+        None => {
+            let mut s = size;
+            let mut last = size;
+            let mut divs = 0;
+            while s >= mult {
+                last = s;
+                s /= mult;
+                divs += 1;
+            }
+            (last, if divs == 0 { 1 } else { mult }, divs)
+        }
+    };
+    let fraction = last_size as f32 / divisor as f32;
+    format!("{fraction:.2}{}", base.suffixes()[divs])
+}
+
+/// Like [`pretty_size`] for a value that may be negative (btrfs-progs'
+/// `UNITS_NEGATIVE`, used for unallocated space on a shrunk device).
+pub fn pretty_size_signed(size: i64, mode: UnitMode) -> String {
+    if size >= 0 {
+        return pretty_size(size as u64, mode);
+    }
+    match mode {
+        UnitMode::Raw => size.to_string(),
+        _ => format!("-{}", pretty_size(size.unsigned_abs(), mode)),
+    }
+}
+
+/// Bytes per unit for a btrfs-progs suffix (`KiB` → 1024, `kB` → 1000),
+/// `None` for an unknown suffix.
+pub fn unit_bytes(suffix: &str) -> Option<u64> {
+    for (i, s) in BINARY_SUFFIX.iter().enumerate() {
+        if *s == suffix {
+            return Some(1024u64.pow(i as u32));
+        }
+    }
+    for (i, s) in DECIMAL_SUFFIX.iter().enumerate() {
+        if *s == suffix {
+            return Some(1000u64.pow(i as u32));
+        }
+    }
+    None
+}
+
+/// The largest difference between the true size and `value × unit` for a
+/// number btrfs-progs printed with two decimals in `unit`: half of the last
+/// digit, what the human mode truncated before dividing (one unit/1000 or
+/// /1024), and the float's relative error (2^-23, to be safe).
+pub fn rounding_error(value: f64, unit: u64) -> u64 {
+    if unit == 1 {
+        return 0;
+    }
+    let u = unit as f64;
+    let bound = 0.005 * u + u / 1000.0 + value.abs() * u / 8_388_608.0;
+    bound.ceil() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_btrfs_progs_output() {
+        // Figures from `btrfs filesystem df` (btrfs-progs 6.2) on a sandbox.
+        let h = UnitMode::Human(UnitBase::Binary);
+        assert_eq!(pretty_size(322_043_904, h), "307.12MiB");
+        assert_eq!(pretty_size(16_384, h), "16.00KiB");
+        assert_eq!(pretty_size(0, h), "0.00B");
+        assert_eq!(pretty_size(5_767_168, h), "5.50MiB");
+        let si = UnitMode::Human(UnitBase::Decimal);
+        assert_eq!(pretty_size(322_043_904, si), "322.04MB");
+        assert_eq!(pretty_size(16_384, si), "16.38kB");
+        let k = UnitMode::Fixed(UnitBase::Binary, 1);
+        assert_eq!(pretty_size(322_043_904, k), "314496.00KiB");
+        assert_eq!(pretty_size(0, k), "0.00KiB");
+        assert_eq!(pretty_size(104_857_600, UnitMode::Raw), "104857600");
+        assert_eq!(pretty_size_signed(-16_384, h), "-16.00KiB");
+        assert_eq!(pretty_size_signed(-5, UnitMode::Raw), "-5");
+    }
+
+    #[test]
+    fn units_and_errors() {
+        assert_eq!(unit_bytes("GiB"), Some(1 << 30));
+        assert_eq!(unit_bytes("kB"), Some(1000));
+        assert_eq!(unit_bytes("B"), Some(1));
+        assert_eq!(unit_bytes("KB"), None);
+        assert_eq!(rounding_error(12.0, 1), 0);
+        // Every human rendering is within the bound of its true value.
+        for size in [
+            1_023u64,
+            1_024,
+            1_536,
+            322_043_904,
+            5_767_168,
+            u64::MAX / 3,
+            999_999_999_999,
+        ] {
+            for mode in [
+                UnitMode::Human(UnitBase::Binary),
+                UnitMode::Human(UnitBase::Decimal),
+            ] {
+                let text = pretty_size(size, mode);
+                let split = text.find(|c: char| c.is_ascii_alphabetic()).unwrap();
+                let value: f64 = text[..split].parse().unwrap();
+                let unit = unit_bytes(&text[split..]).unwrap();
+                let approx = value * unit as f64;
+                let err = rounding_error(value, unit) as f64;
+                assert!((approx - size as f64).abs() <= err, "{size} {text}");
+            }
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Space and state of a mounted btrfs: `df` (from the kernel or parsed
+//! from captured text), `usage` and `show`. Readers here gather what the
+//! kernel says; the computations are pure and live in `usage` and the
+//! models.
+
+pub mod usage;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::space::{MixedProfiles, SpaceRecord, mixed_profiles};
+use crate::parse::fi_df::{InputFormat, parse_fi_df};
+use crate::parse::mountinfo::MountEntry;
+use crate::sys::btrfs::{self, bg_type_of};
+use crate::sys::root::SysRoot;
+use crate::sys::{fs as sysfs, mounts};
+
+use usage::{DeviceFacts, UsageInput, UsageReport};
+
+/// Where a df report's records come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum DfSource {
+    /// Read from the kernel (SPACE_INFO ioctl) for a mounted filesystem.
+    Kernel {
+        /// The path given.
+        path: PathBuf,
+        /// Its mount point.
+        mount_point: PathBuf,
+    },
+    /// Parsed from captured `btrfs filesystem df` output.
+    Parsed {
+        /// File name, or `-` for stdin.
+        input: String,
+        /// Text or JSON.
+        format: InputFormat,
+    },
+}
+
+/// The `df` report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DfReport {
+    /// Where the records come from.
+    pub source: DfSource,
+    /// One per type and profile, in the kernel's (or the input's) order.
+    pub records: Vec<SpaceRecord>,
+    /// Types with more than one profile (an unfinished conversion).
+    pub mixed_profiles: Vec<MixedProfiles>,
+    /// btrfs-progs' multiple-profile warnings found in parsed input.
+    pub input_warnings: Vec<String>,
+}
+
+/// A mounted btrfs that a command was pointed at.
+#[derive(Debug, Clone)]
+pub struct BtrfsTarget {
+    /// The path given, canonical.
+    pub path: PathBuf,
+    /// The mount that contains it.
+    pub mount: MountEntry,
+    /// Filesystem UUID.
+    pub fsid: String,
+}
+
+/// Resolves `path` to a mounted btrfs, or says clearly why not.
+pub fn resolve(root: &SysRoot, path: &Path) -> Result<BtrfsTarget> {
+    let info = sysfs::inspect_dir(root, path).or_else(|e| {
+        // A file inside the filesystem is fine too.
+        if e.kind() == ErrorKind::WrongTarget {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            sysfs::inspect_dir(root, parent)
+        } else {
+            Err(e)
+        }
+    })?;
+    if info.mount.fs_type != "btrfs" {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is not on btrfs (it is on {}, mounted at {})", path.display(), info.mount.fs_type, info.mount.mount_point.display()),
+        )
+        .with_hint("give a path inside a mounted btrfs; to read captured `btrfs filesystem df` text use --parse"));
+    }
+    let fsid = btrfs::fsid(&info.dir)?;
+    Ok(BtrfsTarget {
+        path: info.dir,
+        mount: info.mount,
+        fsid,
+    })
+}
+
+fn zone_unusable(
+    root: &SysRoot,
+    fsid: &str,
+    flags: btrfs_uapi::space::BlockGroupFlags,
+) -> Option<u64> {
+    use crate::model::space::BgType;
+    if !root
+        .sys(&format!("fs/btrfs/{fsid}/features/zoned"))
+        .exists()
+    {
+        return None;
+    }
+    let kind = match bg_type_of(flags) {
+        BgType::Data | BgType::DataMetadata => "data",
+        BgType::Metadata => "metadata",
+        BgType::System => "system",
+        _ => return None,
+    };
+    fs::read_to_string(root.sys(&format!(
+        "fs/btrfs/{fsid}/allocation/{kind}/bytes_zone_unusable"
+    )))
+    .ok()?
+    .trim()
+    .parse()
+    .ok()
+}
+
+/// `df MOUNT`: the kernel's space info.
+pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
+    let target = resolve(root, path)?;
+    let entries = btrfs::space_entries(&target.path)?;
+    let mut records = usage::records_of(&entries);
+    for (r, e) in records.iter_mut().zip(&entries) {
+        r.zone_unusable_bytes = zone_unusable(root, &target.fsid, e.flags);
+        r.zone_unusable_error_bytes = r.zone_unusable_bytes.map(|_| 0);
+    }
+    Ok(DfReport {
+        source: DfSource::Kernel {
+            path: path.to_path_buf(),
+            mount_point: target.mount.mount_point.clone(),
+        },
+        mixed_profiles: mixed_profiles(&records),
+        records,
+        input_warnings: Vec::new(),
+    })
+}
+
+/// `df --parse`: captured `btrfs filesystem df` text or JSON.
+pub fn df_from_text(text: &str, input_name: &str) -> Result<DfReport> {
+    let parsed = parse_fi_df(text).map_err(|e| {
+        Error::new(ErrorKind::Parse, format!("{input_name}: {e}"))
+            .with_hint("give the output of `btrfs filesystem df [-b|--si|-k...] PATH` or `btrfs --format json filesystem df PATH`")
+    })?;
+    Ok(DfReport {
+        source: DfSource::Parsed {
+            input: input_name.to_owned(),
+            format: parsed.format,
+        },
+        mixed_profiles: mixed_profiles(&parsed.records),
+        records: parsed.records,
+        input_warnings: parsed.warnings,
+    })
+}
+
+/// Size of a block device from sysfs (`/sys/class/block/NAME/size`, in
+/// 512-byte sectors), readable without root.
+pub fn block_device_size(root: &SysRoot, dev: &Path) -> Option<u64> {
+    let real = fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
+    let name = real.file_name()?.to_str()?.to_owned();
+    let sectors: u64 = fs::read_to_string(root.sys(&format!("class/block/{name}/size")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    sectors.checked_mul(512)
+}
+
+/// `usage MOUNT`: gathers what the computation needs and runs it.
+pub fn usage(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, UsageReport)> {
+    let target = resolve(root, path)?;
+    let spaces = btrfs::space_entries(&target.path)?;
+    let devices = btrfs::devices(&target.path)?
+        .into_iter()
+        .map(|d| {
+            let missing = d.path.is_empty();
+            DeviceFacts {
+                devid: d.devid,
+                device_size: if missing {
+                    Some(0)
+                } else {
+                    block_device_size(root, Path::new(&d.path))
+                },
+                path: if missing {
+                    "missing".to_owned()
+                } else {
+                    d.path
+                },
+                size: d.total_bytes,
+                missing,
+            }
+        })
+        .collect();
+    let chunks = btrfs::chunk_infos(&target.path)?;
+    let vfs = nix::sys::statvfs::statvfs(&target.path)
+        .map_err(|e| Error::from_errno(e, "cannot statvfs", &target.path))?;
+    let input = UsageInput {
+        spaces,
+        devices,
+        chunks,
+        statfs_free: vfs.blocks_available().saturating_mul(vfs.block_size()),
+    };
+    Ok((target, usage::compute(&input)))
+}
+
+/// Every mounted btrfs, one entry per filesystem (the first mount of each).
+pub fn mounted_btrfs(root: &SysRoot) -> Result<Vec<BtrfsTarget>> {
+    let mut seen: Vec<BtrfsTarget> = Vec::new();
+    for m in mounts::mount_table(root)?
+        .into_iter()
+        .filter(|m| m.fs_type == "btrfs")
+    {
+        let Ok(fsid) = btrfs::fsid(&m.mount_point) else {
+            continue;
+        };
+        if seen.iter().any(|t| t.fsid == fsid) {
+            continue;
+        }
+        seen.push(BtrfsTarget {
+            path: m.mount_point.clone(),
+            mount: m,
+            fsid,
+        });
+    }
+    Ok(seen)
+}
+
+pub mod show;

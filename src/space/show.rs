@@ -1,0 +1,168 @@
+//! `show`: the filesystem and its devices, with their error counters.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::BtrfsTarget;
+use crate::error::Result;
+use crate::sys::btrfs;
+use crate::sys::root::SysRoot;
+
+/// A device's error counters (GET_DEV_STATS), as `btrfs device stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ErrorCounters {
+    /// Write errors.
+    pub write_io_errs: u64,
+    /// Read errors.
+    pub read_io_errs: u64,
+    /// Flush errors.
+    pub flush_io_errs: u64,
+    /// Checksum or bytenr mismatches.
+    pub corruption_errs: u64,
+    /// Blocks with an unexpected generation.
+    pub generation_errs: u64,
+}
+
+impl ErrorCounters {
+    /// Sum of all counters.
+    pub fn total(&self) -> u64 {
+        self.write_io_errs
+            + self.read_io_errs
+            + self.flush_io_errs
+            + self.corruption_errs
+            + self.generation_errs
+    }
+}
+
+/// One device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceShow {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Path (empty for a missing device).
+    pub path: String,
+    /// Missing from the filesystem.
+    pub missing: bool,
+    /// Size btrfs uses on it.
+    pub size_bytes: u64,
+    /// Bytes allocated to chunks on it.
+    pub used_bytes: u64,
+    /// Error counters; `null` if they could not be read.
+    pub errors: Option<ErrorCounters>,
+    /// Any counter is non-zero.
+    pub has_errors: bool,
+}
+
+/// One filesystem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FsShow {
+    /// Label, `null` if none.
+    pub label: Option<String>,
+    /// Filesystem UUID.
+    pub uuid: String,
+    /// A mount point of it.
+    pub mount_point: PathBuf,
+    /// Current generation (transaction id).
+    pub generation: u64,
+    /// B-tree node size.
+    pub node_size: u32,
+    /// Sector size.
+    pub sector_size: u32,
+    /// Checksum algorithm (`crc32c`, `xxhash64`, `sha256`, `blake2b`).
+    pub checksum: Option<String>,
+    /// The kernel driver that computes it (`crc32c-intel`).
+    pub checksum_driver: Option<String>,
+    /// Features enabled on this filesystem (sysfs `features/`).
+    pub features: Vec<String>,
+    /// Number of devices.
+    pub total_devices: u64,
+    /// Logical bytes used (sum of SPACE_INFO used, as `btrfs filesystem show`).
+    pub fs_bytes_used: u64,
+    /// Devices, by devid.
+    pub devices: Vec<DeviceShow>,
+}
+
+fn sysfs_text(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
+    fs::read_to_string(root.sys(&format!("fs/btrfs/{fsid}/{name}")))
+        .ok()
+        .map(|s| s.trim_end_matches('\n').to_owned())
+}
+
+/// Reads one filesystem.
+pub fn show_one(root: &SysRoot, target: &BtrfsTarget) -> Result<FsShow> {
+    let path: &Path = &target.path;
+    let info = btrfs::fs_info(path)?;
+    let spaces = btrfs::space_entries(path)?;
+    let mut devices = Vec::new();
+    for d in btrfs::devices(path)? {
+        let errors = btrfs::device_stats(path, d.devid)
+            .ok()
+            .map(|s| ErrorCounters {
+                write_io_errs: s.write_errs,
+                read_io_errs: s.read_errs,
+                flush_io_errs: s.flush_errs,
+                corruption_errs: s.corruption_errs,
+                generation_errs: s.generation_errs,
+            });
+        devices.push(DeviceShow {
+            devid: d.devid,
+            missing: d.path.is_empty(),
+            path: d.path,
+            size_bytes: d.total_bytes,
+            used_bytes: d.bytes_used,
+            has_errors: errors.is_some_and(|e| e.total() > 0),
+            errors,
+        });
+    }
+    let (checksum, checksum_driver) = match sysfs_text(root, &target.fsid, "checksum") {
+        Some(text) => match text.split_once(" (") {
+            Some((algo, driver)) => (
+                Some(algo.to_owned()),
+                Some(driver.trim_end_matches(')').to_owned()),
+            ),
+            None => (Some(text), None),
+        },
+        None => (None, None),
+    };
+    let mut features: Vec<String> =
+        fs::read_dir(root.sys(&format!("fs/btrfs/{}/features", target.fsid)))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+    features.sort();
+    Ok(FsShow {
+        label: sysfs_text(root, &target.fsid, "label").filter(|l| !l.is_empty()),
+        uuid: target.fsid.clone(),
+        mount_point: target.mount.mount_point.clone(),
+        generation: info.generation,
+        node_size: info.nodesize,
+        sector_size: info.sectorsize,
+        checksum,
+        checksum_driver,
+        features,
+        total_devices: info.num_devices,
+        fs_bytes_used: spaces.iter().map(|s| s.used_bytes).sum(),
+        devices,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_sum() {
+        let e = ErrorCounters {
+            write_io_errs: 1,
+            corruption_errs: 2,
+            ..ErrorCounters::default()
+        };
+        assert_eq!(e.total(), 3);
+        assert_eq!(ErrorCounters::default().total(), 0);
+    }
+}

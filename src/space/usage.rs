@@ -1,0 +1,642 @@
+//! `usage`: what `btrfs filesystem usage` shows, computed the way
+//! btrfs-progs computes it (cmds/filesystem-usage.c), from the kernel's
+//! SPACE_INFO, DEV_INFO and chunk tree. The computation is pure: it takes
+//! what was read and returns the report.
+
+use std::cmp::Ordering;
+
+use btrfs_uapi::space::BlockGroupFlags;
+use serde::Serialize;
+
+use crate::model::profile::Profile;
+use crate::model::space::{BgProfile, BgType, SpaceRecord, mixed_profiles};
+use crate::sys::btrfs::{ChunkInfo, SpaceEntry, bg_type_of, profile_of};
+
+/// One device as the computation needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceFacts {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Path (`missing` for a missing device).
+    pub path: String,
+    /// Size btrfs uses on it (DEV_INFO total_bytes).
+    pub size: u64,
+    /// Size of the block device itself; `None` if it could not be read.
+    pub device_size: Option<u64>,
+    /// The device is missing from the filesystem.
+    pub missing: bool,
+}
+
+/// What `usage` reads from the system.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageInput {
+    /// SPACE_INFO entries.
+    pub spaces: Vec<SpaceEntry>,
+    /// Devices, any order.
+    pub devices: Vec<DeviceFacts>,
+    /// The chunk tree summary; `None` without root.
+    pub chunks: Option<Vec<ChunkInfo>>,
+    /// statvfs f_bavail × f_bsize.
+    pub statfs_free: u64,
+}
+
+/// Space on one device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceShare {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Path.
+    pub path: String,
+    /// Bytes (may be negative for unallocated on a shrunk device).
+    pub bytes: i64,
+}
+
+/// The "Overall" block.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Overall {
+    /// Sum of the sizes btrfs uses on its devices.
+    pub device_size: u64,
+    /// Raw bytes allocated to chunks.
+    pub device_allocated: u64,
+    /// Raw bytes not allocated (negative if the devices shrank).
+    pub device_unallocated: i64,
+    /// Size of missing devices.
+    pub device_missing: u64,
+    /// Device bytes btrfs does not use (block device larger than btrfs' size).
+    pub device_slack: u64,
+    /// Raw bytes used.
+    pub used: u64,
+    /// Estimated free bytes for data.
+    pub free_estimated: u64,
+    /// The same at the highest replication factor.
+    pub free_estimated_min: u64,
+    /// What `df` (statfs) says is available.
+    pub free_statfs: u64,
+    /// Raw / logical for data.
+    pub data_ratio: f64,
+    /// Raw / logical for metadata.
+    pub metadata_ratio: f64,
+    /// Global reserve size.
+    pub global_reserve: u64,
+    /// Global reserve used.
+    pub global_reserve_used: u64,
+    /// More than one profile for some type.
+    pub multiple_profiles: bool,
+    /// The types with several profiles (`data`, `metadata`, ...).
+    pub multiple_profile_types: Vec<BgType>,
+}
+
+/// One block-group type and profile with its per-device split.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockGroupUsage {
+    /// Type.
+    #[serde(rename = "type")]
+    pub bg_type: BgType,
+    /// Profile.
+    pub profile: BgProfile,
+    /// Logical size.
+    pub size_bytes: u64,
+    /// Logical bytes used.
+    pub used_bytes: u64,
+    /// used / size in percent, as btrfs-progs rounds it.
+    pub used_percent: f64,
+    /// Raw bytes on each device; `null` without the chunk tree (root).
+    pub devices: Option<Vec<DeviceShare>>,
+}
+
+/// Everything `usage` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageReport {
+    /// Totals; `null` when they cannot be computed (RAID5/6 without root).
+    pub overall: Option<Overall>,
+    /// Per type and profile.
+    pub block_groups: Vec<BlockGroupUsage>,
+    /// Unallocated per device; `null` without the chunk tree.
+    pub unallocated: Option<Vec<DeviceShare>>,
+    /// Whether the chunk tree could be read (it needs root).
+    pub chunk_tree_readable: bool,
+    /// What could not be shown, and why.
+    pub notes: Vec<String>,
+}
+
+const MIN_UNALLOCATED_THRESH: u64 = 16 << 20;
+
+fn profile_bits(f: BlockGroupFlags) -> u64 {
+    (f & (BlockGroupFlags::RAID0
+        | BlockGroupFlags::RAID1
+        | BlockGroupFlags::DUP
+        | BlockGroupFlags::RAID10
+        | BlockGroupFlags::RAID5
+        | BlockGroupFlags::RAID6
+        | BlockGroupFlags::RAID1C3
+        | BlockGroupFlags::RAID1C4))
+        .bits()
+}
+
+fn type_bits(f: BlockGroupFlags) -> u64 {
+    (f & (BlockGroupFlags::DATA | BlockGroupFlags::SYSTEM | BlockGroupFlags::METADATA)).bits()
+}
+
+/// btrfs-progs' `cmp_chunk_block_group`: data, then metadata, system last;
+/// within a type by profile bits.
+fn cmp_block_group(a: BlockGroupFlags, b: BlockGroupFlags) -> Ordering {
+    if type_bits(a) == type_bits(b) {
+        profile_bits(a).cmp(&profile_bits(b))
+    } else if b.contains(BlockGroupFlags::SYSTEM) {
+        Ordering::Less
+    } else if a.contains(BlockGroupFlags::SYSTEM) {
+        Ordering::Greater
+    } else {
+        type_bits(a).cmp(&type_bits(b))
+    }
+}
+
+fn ncopies(p: Profile) -> u64 {
+    match p {
+        Profile::Single | Profile::Raid0 | Profile::Raid5 | Profile::Raid6 => 1,
+        Profile::Dup | Profile::Raid1 | Profile::Raid10 => 2,
+        Profile::Raid1c3 => 3,
+        Profile::Raid1c4 => 4,
+    }
+}
+
+fn nparity(p: Profile) -> u64 {
+    match p {
+        Profile::Raid5 => 1,
+        Profile::Raid6 => 2,
+        _ => 0,
+    }
+}
+
+fn is_raid56(p: Profile) -> bool {
+    matches!(p, Profile::Raid5 | Profile::Raid6)
+}
+
+/// Raw bytes a chunk summary occupies on its device (`calc_chunk_size`).
+pub fn chunk_size_on_device(c: &ChunkInfo) -> u64 {
+    let p = profile_of(c.flags);
+    if matches!(
+        p,
+        Profile::Raid1 | Profile::Raid1c3 | Profile::Raid1c4 | Profile::Dup
+    ) {
+        return c.size;
+    }
+    let sub_stripes = if p == Profile::Raid10 { 2 } else { 1 };
+    let div = (u64::from(c.num_stripes).saturating_sub(nparity(p)) / sub_stripes).max(1);
+    c.size / div
+}
+
+struct Raw {
+    data_chunks: u64,
+    data_used: u64,
+    metadata_chunks: u64,
+    metadata_used: u64,
+    system_chunks: u64,
+    system_used: u64,
+    max_data_ratio: f64,
+}
+
+/// RAID5/6 chunks: raw size from the chunk tree (`get_raid56_space_info`).
+fn raid56_raw(spaces: &[SpaceEntry], chunks: &[ChunkInfo], raw: &mut Raw) {
+    let ratio_for = |parity: Profile, kind: BlockGroupFlags| -> f64 {
+        let (mut used, mut total) = (0u64, 0u64);
+        for s in spaces.iter().filter(|s| profile_of(s.flags) == parity) {
+            let t = bg_type_of(s.flags);
+            let matches = match kind {
+                k if k == BlockGroupFlags::DATA => s.flags.contains(BlockGroupFlags::DATA),
+                k if k == BlockGroupFlags::METADATA => {
+                    !s.flags.contains(BlockGroupFlags::DATA)
+                        && s.flags.contains(BlockGroupFlags::METADATA)
+                }
+                _ => t == BgType::System,
+            };
+            if matches {
+                used += s.used_bytes;
+                total += s.total_bytes;
+            }
+        }
+        if total > 0 {
+            used as f64 / total as f64
+        } else {
+            -1.0
+        }
+    };
+    for c in chunks {
+        let p = profile_of(c.flags);
+        if !is_raid56(p) {
+            continue;
+        }
+        let data_stripes = u64::from(c.num_stripes).saturating_sub(nparity(p)).max(1);
+        let rt = f64::from(c.num_stripes) / data_stripes as f64;
+        if rt > raw.max_data_ratio {
+            raw.max_data_ratio = rt;
+        }
+        let size = c.size / data_stripes;
+        let add = |chunks: &mut u64, used: &mut u64, ratio: f64| {
+            *chunks += size;
+            *used = (*used as f64 + size as f64 * ratio.max(0.0)) as u64;
+        };
+        if c.flags.contains(BlockGroupFlags::DATA) {
+            add(
+                &mut raw.data_chunks,
+                &mut raw.data_used,
+                ratio_for(p, BlockGroupFlags::DATA),
+            );
+        } else if c.flags.contains(BlockGroupFlags::METADATA) {
+            add(
+                &mut raw.metadata_chunks,
+                &mut raw.metadata_used,
+                ratio_for(p, BlockGroupFlags::METADATA),
+            );
+        } else if c.flags.contains(BlockGroupFlags::SYSTEM) {
+            add(
+                &mut raw.system_chunks,
+                &mut raw.system_used,
+                ratio_for(p, BlockGroupFlags::SYSTEM),
+            );
+        }
+    }
+}
+
+fn overall(
+    input: &UsageInput,
+    devices: &[DeviceFacts],
+    notes: &mut Vec<String>,
+) -> Option<Overall> {
+    let total_size: u64 = devices.iter().map(|d| d.size).sum();
+    let slack: u64 = devices
+        .iter()
+        .map(|d| d.device_size.map_or(0, |bd| bd.saturating_sub(d.size)))
+        .sum();
+    let missing: u64 = devices.iter().filter(|d| d.missing).map(|d| d.size).sum();
+    let chunks = input.chunks.as_deref().unwrap_or(&[]);
+    let mut raw = Raw {
+        data_chunks: 0,
+        data_used: 0,
+        metadata_chunks: 0,
+        metadata_used: 0,
+        system_chunks: 0,
+        system_used: 0,
+        max_data_ratio: 1.0,
+    };
+    raid56_raw(&input.spaces, chunks, &mut raw);
+    let (mut l_data_chunks, mut l_metadata_chunks) = (0u64, 0u64);
+    let (mut reserve, mut reserve_used) = (0u64, 0u64);
+    let mut mixed = false;
+    let mut raid56 = false;
+    for s in &input.spaces {
+        let p = profile_of(s.flags);
+        let mut ratio = ncopies(p);
+        if is_raid56(p) {
+            ratio = 0;
+            raid56 = true;
+        }
+        if ratio as f64 > raw.max_data_ratio {
+            raw.max_data_ratio = ratio as f64;
+        }
+        if s.flags.contains(BlockGroupFlags::GLOBAL_RSV) {
+            reserve = s.total_bytes;
+            reserve_used = s.used_bytes;
+        }
+        if s.flags
+            .contains(BlockGroupFlags::DATA | BlockGroupFlags::METADATA)
+        {
+            mixed = true;
+        }
+        if s.flags.contains(BlockGroupFlags::DATA) {
+            raw.data_used += s.used_bytes * ratio;
+            raw.data_chunks += s.total_bytes * ratio;
+            l_data_chunks += s.total_bytes;
+        }
+        if s.flags.contains(BlockGroupFlags::METADATA) {
+            raw.metadata_used += s.used_bytes * ratio;
+            raw.metadata_chunks += s.total_bytes * ratio;
+            l_metadata_chunks += s.total_bytes;
+        }
+        if s.flags.contains(BlockGroupFlags::SYSTEM) {
+            raw.system_used += s.used_bytes * ratio;
+            raw.system_chunks += s.total_bytes * ratio;
+        }
+    }
+    if raid56 && input.chunks.is_none() {
+        notes
+            .push("RAID5/6 found: the overall figures need the chunk tree; run as root".to_owned());
+        return None;
+    }
+    let mut total_chunks = raw.data_chunks + raw.system_chunks;
+    let mut total_used = raw.data_used + raw.system_used;
+    if !mixed {
+        total_chunks += raw.metadata_chunks;
+        total_used += raw.metadata_used;
+    }
+    let unallocated = total_size as i64 - total_chunks as i64;
+    let data_ratio = raw.data_chunks as f64 / l_data_chunks as f64;
+    let metadata_ratio = if mixed {
+        data_ratio
+    } else {
+        raw.metadata_chunks as f64 / l_metadata_chunks as f64
+    };
+    let mut free_estimated =
+        (raw.data_chunks.saturating_sub(raw.data_used) as f64 / data_ratio) as u64;
+    if mixed {
+        free_estimated = free_estimated.saturating_sub(reserve - reserve_used.min(reserve));
+    }
+    let mut free_min = free_estimated;
+    if unallocated >= MIN_UNALLOCATED_THRESH as i64 {
+        free_estimated += (unallocated as f64 / data_ratio) as u64;
+        free_min += (unallocated as f64 / raw.max_data_ratio) as u64;
+    }
+    let types: Vec<BgType> = mixed_profiles(&records_of(&input.spaces))
+        .into_iter()
+        .map(|m| m.bg_type)
+        .collect();
+    Some(Overall {
+        device_size: total_size,
+        device_allocated: total_chunks,
+        device_unallocated: unallocated,
+        device_missing: missing,
+        device_slack: slack,
+        used: total_used,
+        free_estimated,
+        free_estimated_min: free_min,
+        free_statfs: input.statfs_free,
+        data_ratio: finite(data_ratio),
+        metadata_ratio: finite(metadata_ratio),
+        global_reserve: reserve,
+        global_reserve_used: reserve_used,
+        multiple_profiles: !types.is_empty(),
+        multiple_profile_types: types,
+    })
+}
+
+fn finite(v: f64) -> f64 {
+    if v.is_finite() { v } else { 0.0 }
+}
+
+/// SPACE_INFO entries as `fi df` records.
+pub fn records_of(spaces: &[SpaceEntry]) -> Vec<SpaceRecord> {
+    spaces
+        .iter()
+        .map(|s| {
+            SpaceRecord::exact(
+                bg_type_of(s.flags),
+                BgProfile::Known(profile_of(s.flags)),
+                s.total_bytes,
+                s.used_bytes,
+                None,
+            )
+        })
+        .collect()
+}
+
+/// Computes the whole report.
+pub fn compute(input: &UsageInput) -> UsageReport {
+    let mut notes = Vec::new();
+    let mut devices = input.devices.clone();
+    devices.sort_by_key(|d| d.devid);
+    let overall = overall(input, &devices, &mut notes);
+    if input.chunks.is_none() {
+        notes
+            .push("the per-device split needs the chunk tree, which only root may read".to_owned());
+    }
+    let mut spaces: Vec<SpaceEntry> = input.spaces.clone();
+    spaces.sort_by(|a, b| cmp_block_group(a.flags, b.flags));
+    let share = |devid: u64, path: &str, bytes: i64| DeviceShare {
+        devid,
+        path: path.to_owned(),
+        bytes,
+    };
+    let block_groups = spaces
+        .iter()
+        .filter(|s| !s.flags.contains(BlockGroupFlags::GLOBAL_RSV))
+        .map(|s| BlockGroupUsage {
+            bg_type: bg_type_of(s.flags),
+            profile: BgProfile::Known(profile_of(s.flags)),
+            size_bytes: s.total_bytes,
+            used_bytes: s.used_bytes,
+            used_percent: f64::from(100.0f32 * s.used_bytes as f32 / (s.total_bytes as f32 + 1.0)),
+            devices: input.chunks.as_ref().map(|chunks| {
+                devices
+                    .iter()
+                    .filter_map(|d| {
+                        let total: u64 = chunks
+                            .iter()
+                            .filter(|c| c.flags == s.flags && c.devid == d.devid)
+                            .map(chunk_size_on_device)
+                            .sum();
+                        (total > 0).then(|| share(d.devid, &d.path, total as i64))
+                    })
+                    .collect()
+            }),
+        })
+        .collect();
+    let unallocated = input
+        .chunks
+        .as_ref()
+        .filter(|c| !c.is_empty())
+        .map(|chunks| {
+            devices
+                .iter()
+                .map(|d| {
+                    let allocated: u64 = chunks
+                        .iter()
+                        .filter(|c| c.devid == d.devid)
+                        .map(chunk_size_on_device)
+                        .sum();
+                    share(d.devid, &d.path, d.size as i64 - allocated as i64)
+                })
+                .collect()
+        });
+    UsageReport {
+        overall,
+        block_groups,
+        unallocated,
+        chunk_tree_readable: input.chunks.is_some(),
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(flags: BlockGroupFlags, total: u64, used: u64) -> SpaceEntry {
+        SpaceEntry {
+            flags,
+            total_bytes: total,
+            used_bytes: used,
+        }
+    }
+
+    fn dev(devid: u64, size: u64) -> DeviceFacts {
+        DeviceFacts {
+            devid,
+            path: format!("/dev/loop{}", devid - 1),
+            size,
+            device_size: Some(size),
+            missing: false,
+        }
+    }
+
+    fn c(flags: BlockGroupFlags, devid: u64, num_stripes: u16, size: u64) -> ChunkInfo {
+        ChunkInfo {
+            flags,
+            devid,
+            num_stripes,
+            size,
+        }
+    }
+
+    /// The 3-device RAID0/RAID1 sandbox whose `btrfs filesystem usage -b`
+    /// (btrfs-progs 6.2) is quoted in the expected values.
+    fn sandbox() -> UsageInput {
+        use BlockGroupFlags as F;
+        UsageInput {
+            spaces: vec![
+                e(F::DATA | F::RAID0, 322_043_904, 104_857_600),
+                e(F::SYSTEM | F::RAID1, 8_388_608, 16_384),
+                e(F::METADATA | F::RAID1, 268_435_456, 245_760),
+                e(F::GLOBAL_RSV, 5_767_168, 0),
+            ],
+            devices: vec![dev(3, 1 << 30), dev(1, 1 << 30), dev(2, 1 << 30)],
+            chunks: Some(vec![
+                c(F::DATA | F::RAID0, 1, 3, 322_043_904),
+                c(F::DATA | F::RAID0, 2, 3, 322_043_904),
+                c(F::DATA | F::RAID0, 3, 3, 322_043_904),
+                c(F::METADATA | F::RAID1, 2, 2, 268_435_456),
+                c(F::METADATA | F::RAID1, 3, 2, 268_435_456),
+                c(F::SYSTEM | F::RAID1, 2, 2, 8_388_608),
+                c(F::SYSTEM | F::RAID1, 3, 2, 8_388_608),
+            ]),
+            statfs_free: 2_559_574_016,
+        }
+    }
+
+    #[test]
+    fn matches_btrfs_progs_on_raid0_raid1() {
+        let r = compute(&sandbox());
+        let o = r.overall.unwrap();
+        assert_eq!(o.device_size, 3_221_225_472);
+        assert_eq!(o.device_allocated, 875_692_032);
+        assert_eq!(o.device_unallocated, 2_345_533_440);
+        assert_eq!(o.used, 105_381_888);
+        assert_eq!(o.free_estimated, 2_562_719_744);
+        assert_eq!(o.free_estimated_min, 1_389_953_024);
+        assert_eq!(o.data_ratio, 1.0);
+        assert_eq!(o.metadata_ratio, 2.0);
+        assert_eq!(o.global_reserve, 5_767_168);
+        assert!(!o.multiple_profiles);
+        let names: Vec<String> = r
+            .block_groups
+            .iter()
+            .map(|b| format!("{},{}", b.bg_type.progs_name(), b.profile.progs_name()))
+            .collect();
+        assert_eq!(names, ["Data,RAID0", "Metadata,RAID1", "System,RAID1"]);
+        assert_eq!(format!("{:.2}", r.block_groups[0].used_percent), "32.56");
+        let data_devs: Vec<i64> = r.block_groups[0]
+            .devices
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|d| d.bytes)
+            .collect();
+        assert_eq!(data_devs, [107_347_968; 3]);
+        let meta_devs: Vec<u64> = r.block_groups[1]
+            .devices
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|d| d.devid)
+            .collect();
+        assert_eq!(meta_devs, [2, 3]);
+        let unalloc: Vec<i64> = r.unallocated.unwrap().iter().map(|d| d.bytes).collect();
+        assert_eq!(unalloc, [966_393_856, 689_569_792, 689_569_792]);
+    }
+
+    #[test]
+    fn without_root_shows_what_it_can() {
+        let mut input = sandbox();
+        input.chunks = None;
+        let r = compute(&input);
+        assert!(r.overall.is_some());
+        assert!(r.unallocated.is_none());
+        assert!(r.block_groups.iter().all(|b| b.devices.is_none()));
+        assert!(!r.chunk_tree_readable);
+        assert!(r.notes[0].contains("root"));
+    }
+
+    #[test]
+    fn raid5_without_root_has_no_overall() {
+        use BlockGroupFlags as F;
+        let input = UsageInput {
+            spaces: vec![
+                e(F::DATA | F::RAID5, 1 << 30, 1 << 29),
+                e(F::METADATA | F::RAID1, 1 << 28, 1 << 20),
+            ],
+            devices: vec![dev(1, 1 << 32), dev(2, 1 << 32), dev(3, 1 << 32)],
+            chunks: None,
+            statfs_free: 0,
+        };
+        let r = compute(&input);
+        assert!(r.overall.is_none());
+        assert!(r.notes.iter().any(|n| n.contains("RAID5/6")));
+    }
+
+    #[test]
+    fn raid5_with_chunks_counts_parity() {
+        use BlockGroupFlags as F;
+        let input = UsageInput {
+            spaces: vec![
+                e(F::DATA | F::RAID5, 2 << 30, 1 << 30),
+                e(F::METADATA | F::RAID1, 1 << 28, 1 << 20),
+            ],
+            devices: vec![dev(1, 1 << 32), dev(2, 1 << 32), dev(3, 1 << 32)],
+            chunks: Some(vec![
+                c(F::DATA | F::RAID5, 1, 3, 2 << 30),
+                c(F::DATA | F::RAID5, 2, 3, 2 << 30),
+                c(F::DATA | F::RAID5, 3, 3, 2 << 30),
+            ]),
+            statfs_free: 0,
+        };
+        let o = compute(&input).overall.unwrap();
+        // Three 1 GiB stripes hold 2 GiB of data: 1.5× raw.
+        assert_eq!(o.data_ratio, 1.5);
+        assert_eq!(
+            chunk_size_on_device(&input.chunks.as_ref().unwrap()[0]),
+            1 << 30
+        );
+    }
+
+    #[test]
+    fn mixed_profiles_are_reported() {
+        use BlockGroupFlags as F;
+        let mut input = sandbox();
+        input.spaces.push(e(F::DATA, 1 << 30, 1 << 29));
+        let o = compute(&input).overall.unwrap();
+        assert!(o.multiple_profiles);
+        assert_eq!(o.multiple_profile_types, vec![BgType::Data]);
+    }
+
+    #[test]
+    fn block_group_order_matches_btrfs_progs() {
+        use BlockGroupFlags as F;
+        let mut v = [
+            F::SYSTEM | F::DUP,
+            F::METADATA | F::DUP,
+            F::DATA | F::RAID0,
+            F::DATA,
+            F::METADATA | F::RAID1C3,
+        ];
+        v.sort_by(|a, b| cmp_block_group(*a, *b));
+        assert_eq!(
+            v,
+            [
+                F::DATA,
+                F::DATA | F::RAID0,
+                F::METADATA | F::DUP,
+                F::METADATA | F::RAID1C3,
+                F::SYSTEM | F::DUP
+            ]
+        );
+    }
+}

@@ -7,6 +7,7 @@
 //! ([`sandbox`], [`probe`]) whose reports are serde models.
 #![deny(unsafe_code)]
 
+pub mod admin;
 pub mod error;
 pub mod model;
 pub mod parse;

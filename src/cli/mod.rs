@@ -2,7 +2,9 @@
 //! subcommand has its own file with its arguments and a thin `run` that
 //! calls the library.
 
+mod convert;
 mod demo;
+mod device;
 mod df;
 mod output;
 mod probe_dio;
@@ -26,7 +28,7 @@ Exit status:
   3    probe-dio: buffered-fallback
   4    probe-dio: profile-forced
   5    probe-dio: inconclusive
-  130  interrupted (SIGINT or SIGTERM); clean-up was done";
+  130  interrupted (SIGINT or SIGTERM); clean-up was done (convert: the balance is paused)";
 
 /// Administer a btrfs SSD array safely and find out where its throughput goes.
 #[derive(Debug, Parser)]
@@ -59,6 +61,10 @@ enum Command {
     Usage(usage::UsageArgs),
     /// Filesystems, their features and devices with error counters.
     Show(show::ShowArgs),
+    /// Add devices safely (`device add`).
+    Device(device::DeviceArgs),
+    /// Convert data/metadata profiles with progress, pause and resume.
+    Convert(convert::ConvertArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -76,6 +82,8 @@ pub fn run() -> ExitCode {
         Command::Df(args) => df::run(args, &out),
         Command::Usage(args) => usage::run(args, &out),
         Command::Show(args) => show::run(args, &out),
+        Command::Device(args) => device::run(args, &out),
+        Command::Convert(args) => convert::run(args, &out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

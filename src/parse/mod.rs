@@ -4,3 +4,4 @@ pub mod counters;
 pub mod fi_df;
 pub mod mountinfo;
 pub mod size;
+pub mod wipefs;

@@ -290,7 +290,7 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
         if m.mount_point != mount_point {
             continue;
         }
-        if !our_names.contains(&m.source) {
+        if !mount_is_ours(m, &our_names) {
             return Err(Error::new(
                 ErrorKind::State,
                 format!(
@@ -394,6 +394,16 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
     Ok(report)
 }
 
+/// The mount's source is one of our loop devices; or, for a sandbox grown
+/// with `device add` (which may show a newer member as the source), one of
+/// our loop devices is a member of the mounted btrfs.
+fn mount_is_ours(m: &crate::parse::mountinfo::MountEntry, our_names: &[String]) -> bool {
+    our_names.contains(&m.source)
+        || (m.fs_type == "btrfs"
+            && btrfs::devices(&m.mount_point)
+                .is_ok_and(|devs| devs.iter().any(|d| our_names.contains(&d.path))))
+}
+
 /// Loop devices bound to our images: the recorded ones, plus any found by
 /// backing-file path (an `up` that crashed between attaching and recording).
 fn our_loop_devices(root: &SysRoot, record: &SandboxRecord) -> Vec<(PathBuf, FileIdentity)> {
@@ -455,7 +465,7 @@ pub fn status(record: &SandboxRecord) -> SandboxStatus {
     let mounted = mounts::mount_table(&root)
         .map(|t| {
             t.iter()
-                .any(|m| m.mount_point == mount_point && names.contains(&m.source))
+                .any(|m| m.mount_point == mount_point && mount_is_ours(m, &names))
         })
         .unwrap_or(false);
     let devices: Vec<DeviceStatus> = record

@@ -231,6 +231,88 @@ pub fn chunk_infos(path: &Path) -> Result<Option<Vec<ChunkInfo>>> {
     }
 }
 
+/// Profile bits as the balance convert filter takes them (`single` is the
+/// explicit BTRFS_AVAIL_ALLOC_BIT_SINGLE).
+pub fn convert_target_bits(p: Profile) -> u64 {
+    let f = match p {
+        Profile::Single => BlockGroupFlags::SINGLE,
+        Profile::Dup => BlockGroupFlags::DUP,
+        Profile::Raid0 => BlockGroupFlags::RAID0,
+        Profile::Raid1 => BlockGroupFlags::RAID1,
+        Profile::Raid1c3 => BlockGroupFlags::RAID1C3,
+        Profile::Raid1c4 => BlockGroupFlags::RAID1C4,
+        Profile::Raid10 => BlockGroupFlags::RAID10,
+        Profile::Raid5 => BlockGroupFlags::RAID5,
+        Profile::Raid6 => BlockGroupFlags::RAID6,
+    };
+    f.bits()
+}
+
+/// The profile of convert target bits.
+pub fn profile_of_target(bits: u64) -> Profile {
+    profile_of(BlockGroupFlags::from_bits_truncate(bits))
+}
+
+/// Starts a conversion balance (convert + soft filters; system follows
+/// metadata) and blocks until it ends: `Ok` when done, `Err(ECANCELED)` when
+/// paused or cancelled, `Err(ENOSPC)` when out of space.
+pub fn run_convert_balance(
+    path: &Path,
+    data: Option<Profile>,
+    metadata: Option<Profile>,
+    force: bool,
+) -> std::result::Result<(), Errno> {
+    use btrfs_uapi::balance::{BalanceArgs, BalanceFlags, balance};
+    let f = open_any(path).map_err(|_| Errno::EBADF)?;
+    let args = |p: Profile| BalanceArgs::new().convert(convert_target_bits(p)).soft();
+    let mut flags = BalanceFlags::empty();
+    if data.is_some() {
+        flags |= BalanceFlags::DATA;
+    }
+    if metadata.is_some() {
+        flags |= BalanceFlags::METADATA | BalanceFlags::SYSTEM;
+    }
+    if force {
+        flags |= BalanceFlags::FORCE;
+    }
+    balance(
+        f.as_fd(),
+        flags,
+        data.map(args),
+        metadata.map(args),
+        metadata.map(args),
+    )
+    .map(|_| ())
+}
+
+/// Resumes a paused balance and blocks until it ends (as above).
+pub fn resume_balance(path: &Path) -> std::result::Result<(), Errno> {
+    use btrfs_uapi::balance::{BalanceFlags, balance};
+    let f = open_any(path).map_err(|_| Errno::EBADF)?;
+    balance(f.as_fd(), BalanceFlags::RESUME, None, None, None).map(|_| ())
+}
+
+/// Pauses (blocks until paused) or cancels the running balance.
+pub fn balance_control(path: &Path, pause: bool) -> std::result::Result<(), Errno> {
+    use btrfs_uapi::balance::{BalanceCtl, balance_ctl};
+    let f = open_any(path).map_err(|_| Errno::EBADF)?;
+    balance_ctl(
+        f.as_fd(),
+        if pause {
+            BalanceCtl::Pause
+        } else {
+            BalanceCtl::Cancel
+        },
+    )
+}
+
+/// The running or paused balance, if any (root only).
+pub fn balance_status(path: &Path) -> Result<Option<crate::sys::ioctl::BalanceStatus>> {
+    let f = open_any(path)?;
+    crate::sys::ioctl::balance_status(f.as_fd())
+        .map_err(|e| Error::from_errno(e, "cannot read the balance status of", path))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

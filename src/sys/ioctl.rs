@@ -160,3 +160,55 @@ mod tests {
         assert_eq!(std::mem::size_of::<LoopConfig>(), 304);
     }
 }
+
+// ------------------------------------------------------------------ balance
+// BTRFS_IOC_BALANCE_PROGRESS returns the running (or paused) balance's whole
+// arguments, targets included; btrfs-uapi keeps only the counters.
+
+/// A balance as the kernel reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BalanceStatus {
+    /// BTRFS_BALANCE_STATE_* bits (running 1, pause requested 2, cancel requested 4).
+    pub state: u64,
+    /// BTRFS_BALANCE_* flags (data 1, system 2, metadata 4, force 8).
+    pub flags: u64,
+    /// Convert target of data (block-group profile bits), if converting.
+    pub data_target: Option<u64>,
+    /// Convert target of metadata.
+    pub meta_target: Option<u64>,
+    /// Convert target of system.
+    pub sys_target: Option<u64>,
+    /// Chunks expected to be relocated.
+    pub expected: u64,
+    /// Chunks considered.
+    pub considered: u64,
+    /// Chunks relocated.
+    pub completed: u64,
+}
+
+const BALANCE_ARGS_CONVERT: u64 = 1 << 8;
+
+/// The current balance, `None` when there is none (ENOTCONN).
+pub fn balance_status(fd: BorrowedFd<'_>) -> Result<Option<BalanceStatus>, Errno> {
+    use btrfs_uapi::raw::{btrfs_ioc_balance_progress, btrfs_ioctl_balance_args};
+    // SAFETY: all-zero is a valid btrfs_ioctl_balance_args (plain integers).
+    let mut args: btrfs_ioctl_balance_args = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel fills `args`, which lives for the call.
+    match unsafe { btrfs_ioc_balance_progress(fd.as_raw_fd(), &raw mut args) } {
+        Ok(_) => {}
+        Err(Errno::ENOTCONN) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    // The per-type args are packed: copy fields out by value.
+    let target = |flags: u64, target: u64| (flags & BALANCE_ARGS_CONVERT != 0).then_some(target);
+    Ok(Some(BalanceStatus {
+        state: args.state,
+        flags: args.flags,
+        data_target: target(args.data.flags, args.data.target),
+        meta_target: target(args.meta.flags, args.meta.target),
+        sys_target: target(args.sys.flags, args.sys.target),
+        expected: args.stat.expected,
+        considered: args.stat.considered,
+        completed: args.stat.completed,
+    }))
+}

@@ -2,6 +2,7 @@
 //! I/O and the external programs btrfs-lab drives. All `unsafe` of the crate
 //! lives in [`ioctl`].
 
+pub mod blockdev;
 pub mod btrfs;
 pub mod counters;
 pub mod direct_io;

@@ -119,6 +119,14 @@ impl TestEnv {
         self.extra_mounts.push(p);
     }
 
+    /// A spare loop device (sparse file, direct I/O) that is not part of any
+    /// filesystem; detached when the environment drops.
+    pub fn spare_device(&self, name: &str, size: u64) -> PathBuf {
+        let image = self.path().join(format!("{name}.img"));
+        fs::File::create_new(&image).unwrap().set_len(size).unwrap();
+        btrfs_lab::sys::loopdev::attach(&image, true).unwrap().path
+    }
+
     /// Loop devices and mounts that still refer to this environment.
     pub fn leftovers(&self) -> Vec<String> {
         leftovers_under(self.path())
@@ -198,6 +206,7 @@ impl Drop for TestEnv {
                 && let Ok(id) = btrfs_lab::sys::loopdev::FileIdentity::of(&f)
             {
                 let dev = PathBuf::from(format!("/dev/{name}"));
+                btrfs_lab::sys::btrfs::forget_device(&dev);
                 let _ = btrfs_lab::sys::loopdev::detach_if_ours(
                     &btrfs_lab::sys::root::SysRoot::host(),
                     &dev,

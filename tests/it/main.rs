@@ -1,6 +1,7 @@
 //! All integration tests in one binary (as ripgrep does): one build, one
 //! harness. Tests that need root skip loudly without it, and fail in CI.
 
+mod admin;
 mod common;
 mod probe_dio;
 mod repo;

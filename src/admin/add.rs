@@ -1,0 +1,494 @@
+//! `device add`: the plan (pure, from the filesystem's state and each
+//! device's facts) and carrying it out through btrfs-progs.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::checks::{Reason, device_reasons};
+use super::convert::{ConvertPlan, ConvertRequest, plan_convert};
+use super::state::{FsState, MemberDevice, read_state};
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::profile::Profile;
+use crate::model::space::BgType;
+use crate::parse::wipefs::Signature;
+use crate::sys::blockdev::BlockDeviceFacts;
+use crate::sys::root::SysRoot;
+use crate::sys::tools::{self, display_argv};
+
+/// A device to add.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NewDevice {
+    /// As given.
+    pub path: PathBuf,
+    /// Resolved.
+    pub resolved: PathBuf,
+    /// Size.
+    pub size: u64,
+    /// Signatures that will be wiped (only with --force).
+    pub wipes: Vec<Signature>,
+    /// Partitions whose table is overwritten (only with --force).
+    pub partitions: Vec<String>,
+}
+
+/// A device line of a layout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LayoutDevice {
+    /// Path.
+    pub path: String,
+    /// Size.
+    pub size: u64,
+    /// Added by this plan.
+    pub new: bool,
+}
+
+/// The filesystem before or after.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Layout {
+    /// Devices.
+    pub devices: Vec<LayoutDevice>,
+    /// Raw capacity.
+    pub raw_bytes: u64,
+}
+
+/// Options of `device add`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AddOptions {
+    /// Wipe signatures and overwrite partition tables.
+    pub force: bool,
+    /// Do not TRIM the new devices.
+    pub nodiscard: bool,
+}
+
+/// The plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AddPlan {
+    /// Mount point.
+    pub mount_point: PathBuf,
+    /// Devices to add.
+    pub devices: Vec<NewDevice>,
+    /// Before.
+    pub before: Layout,
+    /// After.
+    pub after: Layout,
+    /// Exactly the commands that will run, in order.
+    pub commands: Vec<Vec<String>>,
+    /// What the user should know (data stays put, next step, ...).
+    pub notes: Vec<String>,
+    /// Why it cannot go ahead (with --force taken into account).
+    pub refusals: Vec<Reason>,
+    /// The array's throughput ceiling before and after, when link
+    /// information is available (see `btrfs-lab links`); null otherwise.
+    pub throughput: Option<serde_json::Value>,
+    /// With `--then-convert`: the conversion planned on the filesystem as
+    /// it will be after the add.
+    pub then_convert: Option<ConvertPlan>,
+}
+
+/// Plans adding `facts` to `fs` (pure).
+pub fn plan_add(
+    fs: &FsState,
+    facts: &[BlockDeviceFacts],
+    opts: AddOptions,
+    is_root: bool,
+    convert: Option<ConvertRequest>,
+) -> AddPlan {
+    let mut refusals: Vec<Reason> = Vec::new();
+    if !is_root {
+        refusals.push(Reason::general(
+            "not-root",
+            "adding a device needs root".into(),
+            false,
+        ));
+    }
+    if facts.is_empty() {
+        refusals.push(Reason::general(
+            "no-device",
+            "give at least one device to add".into(),
+            false,
+        ));
+    }
+    match fs.exclusive_operation.as_deref() {
+        None | Some("none") | Some("balance paused") => {}
+        Some(op) => refusals.push(Reason::general(
+            "exclusive-operation",
+            format!("another operation is running on this filesystem ({op}); wait until it ends"),
+            false,
+        )),
+    }
+    let mut seen: Vec<&Path> = Vec::new();
+    for f in facts {
+        if seen.contains(&f.path.as_path()) {
+            refusals.push(Reason::general(
+                "duplicate",
+                format!("{} is given twice", f.given.display()),
+                false,
+            ));
+            continue;
+        }
+        seen.push(&f.path);
+        refusals.extend(
+            device_reasons(f, fs)
+                .into_iter()
+                .filter(|r| r.blocks(opts.force)),
+        );
+    }
+
+    let devices: Vec<NewDevice> = facts
+        .iter()
+        .map(|f| NewDevice {
+            path: f.given.clone(),
+            resolved: f.path.clone(),
+            size: f.size.unwrap_or(0),
+            wipes: if opts.force {
+                f.signatures.clone()
+            } else {
+                Vec::new()
+            },
+            partitions: if opts.force {
+                f.partitions.clone()
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+
+    let mut commands = Vec::new();
+    for d in devices
+        .iter()
+        .filter(|d| !d.wipes.is_empty() || !d.partitions.is_empty())
+    {
+        commands.push(vec![
+            "wipefs".to_owned(),
+            "--all".to_owned(),
+            d.resolved.display().to_string(),
+        ]);
+    }
+    let mut add = vec!["btrfs".to_owned(), "device".to_owned(), "add".to_owned()];
+    if opts.force {
+        add.push("--force".to_owned());
+    }
+    if opts.nodiscard {
+        add.push("--nodiscard".to_owned());
+    }
+    add.extend(devices.iter().map(|d| d.resolved.display().to_string()));
+    add.push(fs.mount_point.display().to_string());
+    commands.push(add);
+
+    let before_devices: Vec<LayoutDevice> = fs
+        .devices
+        .iter()
+        .map(|d| LayoutDevice {
+            path: d.path.clone(),
+            size: d.size,
+            new: false,
+        })
+        .collect();
+    let mut after_devices = before_devices.clone();
+    after_devices.extend(devices.iter().map(|d| LayoutDevice {
+        path: d.resolved.display().to_string(),
+        size: d.size,
+        new: true,
+    }));
+    let layout = |devices: Vec<LayoutDevice>| Layout {
+        raw_bytes: devices.iter().map(|d| d.size).sum(),
+        devices,
+    };
+
+    let mut notes = Vec::new();
+    if !opts.nodiscard {
+        notes.push(
+            "btrfs device add TRIMs the whole new device first (--nodiscard skips it)".to_owned(),
+        );
+    }
+    notes.push(
+        "existing data and metadata stay where they are: new writes use the new devices, and only a balance spreads what is there"
+            .to_owned(),
+    );
+    let smallest = fs.devices.iter().map(|d| d.size).min().unwrap_or(0);
+    for d in devices.iter().filter(|d| d.size > 0 && d.size < smallest) {
+        notes.push(format!(
+            "{} is smaller than the current members: striped and mirrored profiles use at most its size on each device",
+            d.path.display()
+        ));
+    }
+    let total_after = fs.devices.len() + devices.len();
+    let m = fs.mount_point.display();
+    if total_after >= 2 {
+        notes.push(format!(
+            "next, to stripe data over all devices (fast, no redundancy): btrfs-lab convert {m} --data raid0 --metadata raid1; to mirror it: btrfs-lab convert {m} --data raid1 --metadata raid1"
+        ));
+    }
+    if fs.profiles(BgType::Metadata).contains(&Profile::Dup) && total_after >= 2 {
+        notes.push("metadata is DUP (two copies on one device): after the add, RAID1 keeps the copies on different devices".to_owned());
+    }
+
+    let then_convert = convert.map(|req| {
+        let mut future = fs.clone();
+        let next_id = fs.devices.iter().map(|d| d.devid).max().unwrap_or(0);
+        for (i, d) in devices.iter().enumerate() {
+            future.devices.push(MemberDevice {
+                devid: next_id + 1 + i as u64,
+                path: d.resolved.display().to_string(),
+                size: d.size,
+                allocated: 0,
+            });
+        }
+        plan_convert(&future, &req)
+    });
+
+    AddPlan {
+        mount_point: fs.mount_point.clone(),
+        devices,
+        before: layout(before_devices),
+        after: layout(after_devices),
+        commands,
+        notes,
+        refusals,
+        throughput: None,
+        then_convert,
+    }
+}
+
+/// What the add did, verified from the kernel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AddResult {
+    /// Devices now, as the kernel lists them.
+    pub devices: Vec<MemberDevice>,
+    /// Raw capacity now.
+    pub raw_bytes: u64,
+}
+
+/// Runs the plan's commands, then checks that every new device is a member
+/// with the expected size.
+pub fn execute_add(root: &SysRoot, plan: &AddPlan) -> Result<AddResult> {
+    for argv in &plan.commands {
+        let package = if argv[0] == "wipefs" {
+            "util-linux"
+        } else {
+            "btrfs-progs"
+        };
+        let tool = tools::find(&argv[0], package)?;
+        tool.run(&argv[1..]).map_err(|e| {
+            Error::new(e.kind(), format!("{} (while running: {})", e.message(), display_argv(argv)))
+                .with_hint("the filesystem is unchanged unless the add itself reported success; see btrfs-lab show")
+        })?;
+    }
+    let state = read_state(root, &plan.mount_point)?;
+    for d in &plan.devices {
+        let found = state.devices.iter().find(|m| {
+            fs::canonicalize(&m.path)
+                .map_or_else(|_| Path::new(&m.path) == d.resolved, |p| p == d.resolved)
+        });
+        match found {
+            Some(m) if m.size == d.size => {}
+            Some(m) => {
+                return Err(Error::new(
+                    ErrorKind::State,
+                    format!(
+                        "{} was added with {} bytes, expected {}",
+                        d.path.display(),
+                        m.size,
+                        d.size
+                    ),
+                ));
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorKind::State,
+                    format!(
+                        "{} is not a device of the filesystem after the add",
+                        d.path.display()
+                    ),
+                ));
+            }
+        }
+    }
+    if state.devices.len() != plan.after.devices.len() {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "the filesystem has {} devices, expected {}",
+                state.devices.len(),
+                plan.after.devices.len()
+            ),
+        ));
+    }
+    Ok(AddResult {
+        raw_bytes: state.raw_size(),
+        devices: state.devices,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::kernel::KernelVersion;
+    use crate::sys::btrfs::SpaceEntry;
+    use btrfs_uapi::space::BlockGroupFlags as F;
+
+    const GIB: u64 = 1 << 30;
+
+    fn fs() -> FsState {
+        FsState {
+            path: "/mnt".into(),
+            mount_point: "/mnt".into(),
+            fsid: "x".into(),
+            devices: vec![MemberDevice {
+                devid: 1,
+                path: "/dev/test-none-0".into(),
+                size: 4 * GIB,
+                allocated: GIB,
+            }],
+            spaces: vec![
+                SpaceEntry {
+                    flags: F::DATA,
+                    total_bytes: GIB / 2,
+                    used_bytes: GIB / 4,
+                },
+                SpaceEntry {
+                    flags: F::METADATA | F::DUP,
+                    total_bytes: GIB / 4,
+                    used_bytes: 1 << 20,
+                },
+            ],
+            exclusive_operation: Some("none".into()),
+            balance: None,
+            kernel: KernelVersion::new(6, 18),
+            features: Vec::new(),
+        }
+    }
+
+    fn dev(path: &str, size: u64) -> BlockDeviceFacts {
+        BlockDeviceFacts {
+            given: path.into(),
+            path: path.into(),
+            exists: true,
+            is_block: true,
+            name: None,
+            devt: None,
+            size: Some(size),
+            read_only: false,
+            partitions: Vec::new(),
+            holders: Vec::new(),
+            mounted_at: Vec::new(),
+            swap: false,
+            busy: false,
+            signatures: Vec::new(),
+            signature_error: None,
+            btrfs_fsid: None,
+        }
+    }
+
+    #[test]
+    fn plan_for_two_new_devices() {
+        let p = plan_add(
+            &fs(),
+            &[dev("/dev/nvme1n1", 4 * GIB), dev("/dev/nvme2n1", 4 * GIB)],
+            AddOptions::default(),
+            true,
+            None,
+        );
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(
+            p.commands,
+            vec![vec![
+                "btrfs",
+                "device",
+                "add",
+                "/dev/nvme1n1",
+                "/dev/nvme2n1",
+                "/mnt"
+            ]]
+        );
+        assert_eq!(p.before.raw_bytes, 4 * GIB);
+        assert_eq!(p.after.raw_bytes, 12 * GIB);
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("btrfs-lab convert /mnt --data raid0 --metadata raid1"))
+        );
+        assert!(p.notes.iter().any(|n| n.contains("stay where they are")));
+    }
+
+    #[test]
+    fn force_names_what_is_destroyed() {
+        let mut d = dev("/dev/sdb", 4 * GIB);
+        d.signatures = vec![Signature {
+            kind: "ext4".into(),
+            offset: "0x438".into(),
+            uuid: None,
+            label: None,
+        }];
+        let p = plan_add(
+            &fs(),
+            std::slice::from_ref(&d),
+            AddOptions::default(),
+            true,
+            None,
+        );
+        assert_eq!(p.refusals[0].code, "signature");
+        let p = plan_add(
+            &fs(),
+            &[d],
+            AddOptions {
+                force: true,
+                nodiscard: true,
+            },
+            true,
+            None,
+        );
+        assert!(p.refusals.is_empty());
+        assert_eq!(p.devices[0].wipes[0].kind, "ext4");
+        assert_eq!(p.commands[0], vec!["wipefs", "--all", "/dev/sdb"]);
+        assert_eq!(
+            p.commands[1],
+            vec![
+                "btrfs",
+                "device",
+                "add",
+                "--force",
+                "--nodiscard",
+                "/dev/sdb",
+                "/mnt"
+            ]
+        );
+    }
+
+    #[test]
+    fn refusals_are_all_reported() {
+        let p = plan_add(
+            &fs(),
+            &[
+                dev("/dev/a", 4 * GIB),
+                dev("/dev/a", 4 * GIB),
+                dev("/dev/b", 1 << 20),
+            ],
+            AddOptions::default(),
+            false,
+            None,
+        );
+        let codes: Vec<&str> = p.refusals.iter().map(|r| r.code).collect();
+        assert_eq!(codes, ["not-root", "duplicate", "too-small"]);
+    }
+
+    #[test]
+    fn then_convert_is_planned_on_the_future_layout() {
+        let req = ConvertRequest {
+            data: Some(Profile::Raid0),
+            metadata: Some(Profile::Raid1),
+            force: false,
+        };
+        let p = plan_add(
+            &fs(),
+            &[dev("/dev/b", 4 * GIB), dev("/dev/c", 4 * GIB)],
+            AddOptions::default(),
+            true,
+            Some(req),
+        );
+        let c = p.then_convert.unwrap();
+        assert_eq!(c.devices, 3);
+        assert!(c.blocking(false).is_empty(), "{:?}", c.refusals);
+    }
+}

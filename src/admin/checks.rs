@@ -1,0 +1,344 @@
+//! "May I write on this device?" — one preflight for every command that
+//! takes a device (device add now; replace later), returning every reason
+//! as a value instead of stopping at the first.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::state::FsState;
+use crate::parse::size::format_iec;
+use crate::sys::blockdev::BlockDeviceFacts;
+
+/// The smallest device btrfs-lab adds.
+pub const MIN_DEVICE_SIZE: u64 = 256 << 20;
+
+/// Why something may not go ahead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reason {
+    /// The device concerned; `null` for the filesystem itself.
+    pub device: Option<PathBuf>,
+    /// A stable code (`mounted`, `signature`, ...).
+    pub code: &'static str,
+    /// One sentence.
+    pub message: String,
+    /// `--force` lifts it (and the plan then names what is destroyed).
+    pub force_overrides: bool,
+}
+
+impl Reason {
+    fn device(path: &Path, code: &'static str, message: String, force_overrides: bool) -> Self {
+        Self {
+            device: Some(path.to_path_buf()),
+            code,
+            message,
+            force_overrides,
+        }
+    }
+
+    /// A reason about the filesystem or the request, not a device.
+    pub fn general(code: &'static str, message: String, force_overrides: bool) -> Self {
+        Self {
+            device: None,
+            code,
+            message,
+            force_overrides,
+        }
+    }
+
+    /// Whether it still blocks with `--force` given or not.
+    pub fn blocks(&self, force: bool) -> bool {
+        !(force && self.force_overrides)
+    }
+}
+
+fn same_device(member: &str, candidate: &Path) -> bool {
+    !member.is_empty()
+        && std::fs::canonicalize(member)
+            .map_or_else(|_| Path::new(member) == candidate, |m| m == candidate)
+}
+
+/// Every reason why `f` must not become a new device of `fs`. Reasons that
+/// `--force` lifts (signatures, partitions, another unmounted btrfs) are
+/// included; the caller decides with [`Reason::blocks`].
+pub fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> {
+    let p = &f.given;
+    let mut r = Vec::new();
+    if !f.exists {
+        r.push(Reason::device(
+            p,
+            "not-found",
+            format!("{} does not exist", p.display()),
+            false,
+        ));
+        return r;
+    }
+    if !f.is_block {
+        r.push(Reason::device(
+            p,
+            "not-block-device",
+            format!("{} is not a block device (to use an image file, attach it first: losetup --find --show FILE)", p.display()),
+            false,
+        ));
+        return r;
+    }
+    if let Some(m) = fs.devices.iter().find(|m| same_device(&m.path, &f.path)) {
+        r.push(Reason::device(
+            p,
+            "member",
+            format!(
+                "{} is already device {} of this filesystem",
+                p.display(),
+                m.devid
+            ),
+            false,
+        ));
+        return r;
+    }
+    if f.btrfs_fsid.as_deref() == Some(fs.fsid.as_str()) {
+        r.push(Reason::device(
+            p,
+            "member",
+            format!(
+                "{} carries this filesystem's own superblock (a missing or removed member?)",
+                p.display()
+            ),
+            false,
+        ));
+    }
+    for m in &f.mounted_at {
+        r.push(Reason::device(
+            p,
+            "mounted",
+            format!("{} is mounted at {}", p.display(), m.display()),
+            false,
+        ));
+    }
+    if f.swap {
+        r.push(Reason::device(
+            p,
+            "swap",
+            format!("{} is in use as swap", p.display()),
+            false,
+        ));
+    }
+    if !f.holders.is_empty() {
+        r.push(Reason::device(
+            p,
+            "holders",
+            format!(
+                "{} is used by {} (device-mapper, LVM or md RAID)",
+                p.display(),
+                f.holders.join(", ")
+            ),
+            false,
+        ));
+    }
+    if f.busy && f.mounted_at.is_empty() && !f.swap && f.holders.is_empty() {
+        r.push(Reason::device(
+            p,
+            "busy",
+            format!(
+                "{} is busy: another program holds it open exclusively",
+                p.display()
+            ),
+            false,
+        ));
+    }
+    if f.read_only {
+        r.push(Reason::device(
+            p,
+            "read-only",
+            format!("{} is read-only", p.display()),
+            false,
+        ));
+    }
+    match f.size {
+        Some(s) if s < MIN_DEVICE_SIZE => r.push(Reason::device(
+            p,
+            "too-small",
+            format!(
+                "{} has {}; a device needs at least {}",
+                p.display(),
+                format_iec(s),
+                format_iec(MIN_DEVICE_SIZE)
+            ),
+            false,
+        )),
+        None => r.push(Reason::device(
+            p,
+            "size-unknown",
+            format!("the size of {} cannot be read", p.display()),
+            false,
+        )),
+        _ => {}
+    }
+    if !f.partitions.is_empty() {
+        r.push(Reason::device(
+            p,
+            "partitions",
+            format!(
+                "{} has partitions ({}); add a partition instead, or --force to overwrite the partition table",
+                p.display(),
+                f.partitions.join(", ")
+            ),
+            true,
+        ));
+    }
+    if let Some(other) = f.btrfs_fsid.as_deref().filter(|id| *id != fs.fsid) {
+        r.push(Reason::device(
+            p,
+            "other-btrfs",
+            format!(
+                "{} holds another btrfs filesystem ({other}); --force destroys it",
+                p.display()
+            ),
+            true,
+        ));
+    }
+    let sigs: Vec<String> = f
+        .signatures
+        .iter()
+        .filter(|s| s.kind != "btrfs" || f.btrfs_fsid.is_none())
+        .map(|s| format!("{} at {}", s.kind, s.offset))
+        .collect();
+    if !sigs.is_empty() {
+        r.push(Reason::device(
+            p,
+            "signature",
+            format!(
+                "{} carries signatures: {}; --force wipes them",
+                p.display(),
+                sigs.join(", ")
+            ),
+            true,
+        ));
+    }
+    if let Some(e) = &f.signature_error {
+        r.push(Reason::device(
+            p,
+            "signature-unknown",
+            format!(
+                "cannot check {} for signatures ({e}); --force proceeds without the check",
+                p.display()
+            ),
+            true,
+        ));
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::state::MemberDevice;
+    use crate::model::kernel::KernelVersion;
+    use crate::parse::wipefs::Signature;
+
+    pub(crate) fn fs() -> FsState {
+        FsState {
+            path: "/mnt".into(),
+            mount_point: "/mnt".into(),
+            fsid: "aaaa".into(),
+            devices: vec![MemberDevice {
+                devid: 1,
+                path: "/dev/test-member-none".into(),
+                size: 1 << 30,
+                allocated: 1 << 28,
+            }],
+            spaces: Vec::new(),
+            exclusive_operation: Some("none".into()),
+            balance: None,
+            kernel: KernelVersion::new(6, 18),
+            features: Vec::new(),
+        }
+    }
+
+    fn blank(path: &str) -> BlockDeviceFacts {
+        BlockDeviceFacts {
+            given: path.into(),
+            path: path.into(),
+            exists: true,
+            is_block: true,
+            name: Some("loop9".into()),
+            devt: Some((7, 9)),
+            size: Some(1 << 30),
+            read_only: false,
+            partitions: Vec::new(),
+            holders: Vec::new(),
+            mounted_at: Vec::new(),
+            swap: false,
+            busy: false,
+            signatures: Vec::new(),
+            signature_error: None,
+            btrfs_fsid: None,
+        }
+    }
+
+    #[test]
+    fn a_clean_device_passes() {
+        assert!(device_reasons(&blank("/dev/loop9"), &fs()).is_empty());
+    }
+
+    #[test]
+    fn every_reason_is_returned() {
+        let mut f = blank("/dev/loop9");
+        f.mounted_at = vec!["/media/usb".into()];
+        f.busy = true;
+        f.size = Some(100 << 20);
+        f.signatures = vec![Signature {
+            kind: "ext4".into(),
+            offset: "0x438".into(),
+            uuid: None,
+            label: None,
+        }];
+        let r = device_reasons(&f, &fs());
+        let codes: Vec<&str> = r.iter().map(|r| r.code).collect();
+        assert_eq!(codes, ["mounted", "too-small", "signature"]);
+        assert!(r[0].blocks(true), "force never lifts 'mounted'");
+        assert!(!r[2].blocks(true), "force lifts 'signature'");
+        assert!(r[2].blocks(false));
+        assert_eq!(
+            r[2].message,
+            "/dev/loop9 carries signatures: ext4 at 0x438; --force wipes them"
+        );
+    }
+
+    #[test]
+    fn not_a_block_device_or_missing() {
+        let mut f = blank("/etc/passwd");
+        f.is_block = false;
+        assert_eq!(device_reasons(&f, &fs())[0].code, "not-block-device");
+        f.exists = false;
+        assert_eq!(device_reasons(&f, &fs())[0].code, "not-found");
+    }
+
+    #[test]
+    fn members_and_other_filesystems() {
+        let mut f = blank("/dev/loop9");
+        f.btrfs_fsid = Some("aaaa".into());
+        assert_eq!(device_reasons(&f, &fs())[0].code, "member");
+        f.btrfs_fsid = Some("bbbb".into());
+        f.signatures = vec![Signature {
+            kind: "btrfs".into(),
+            offset: "0x10040".into(),
+            uuid: Some("bbbb".into()),
+            label: None,
+        }];
+        let r = device_reasons(&f, &fs());
+        assert_eq!(
+            r.iter().map(|r| r.code).collect::<Vec<_>>(),
+            ["other-btrfs"]
+        );
+        let mut holders = blank("/dev/sdb");
+        holders.holders = vec!["dm-0".into()];
+        holders.busy = true;
+        assert_eq!(
+            device_reasons(&holders, &fs())
+                .iter()
+                .map(|r| r.code)
+                .collect::<Vec<_>>(),
+            ["holders"]
+        );
+    }
+}

@@ -1,0 +1,9 @@
+//! Administration: growing the array (`device add`) and converting profiles
+//! (`convert`). Each follows plan → show → confirm → execute → verify; the
+//! plans are pure functions of what was read, the executors are thin.
+
+pub mod add;
+pub mod alloc;
+pub mod checks;
+pub mod convert;
+pub mod state;

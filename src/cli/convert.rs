@@ -1,0 +1,552 @@
+//! `btrfs-lab convert MOUNT --data P --metadata P` and
+//! `convert MOUNT --status | --pause | --resume | --cancel`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+use btrfs_lab::admin::convert::{
+    self, ConvertPlan, ConvertRequest, Event, Outcome, Progress, Start, Targets, plan_convert,
+    remaining_bytes,
+};
+use btrfs_lab::admin::state::read_state;
+use btrfs_lab::error::{Error, ErrorKind, Result, exit};
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::parse::size::{format_iec, format_rate};
+use btrfs_lab::space;
+use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::{btrfs, is_root, signals};
+
+use super::output::{Output, confirm};
+
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// A path inside a mounted btrfs.
+    #[arg(value_name = "MOUNT")]
+    mount: PathBuf,
+    /// Target data profile.
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", conflicts_with_all = ["status", "pause", "resume", "cancel"])]
+    data: Option<Profile>,
+    /// Target metadata profile (system chunks follow it).
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", conflicts_with_all = ["status", "pause", "resume", "cancel"])]
+    metadata: Option<Profile>,
+    /// Allow lowering metadata redundancy and RAID5/6 metadata.
+    #[arg(long)]
+    force: bool,
+    /// Show the running or paused conversion.
+    #[arg(long, conflicts_with_all = ["pause", "resume", "cancel"])]
+    status: bool,
+    /// Pause the running conversion after the current chunk.
+    #[arg(long, conflicts_with_all = ["resume", "cancel"])]
+    pause: bool,
+    /// Resume a paused conversion.
+    #[arg(long, conflicts_with = "cancel")]
+    resume: bool,
+    /// Cancel the conversion (what was converted stays converted).
+    #[arg(long)]
+    cancel: bool,
+    /// Show the plan and do nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+pub fn profile_arg(s: &str) -> std::result::Result<Profile, String> {
+    s.parse::<Profile>()
+        .map_err(|e| format!("{} ({})", e.message(), e.hint().unwrap_or_default()))
+}
+
+pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
+    let root = SysRoot::host();
+    if a.status {
+        return status(&root, &a.mount, out);
+    }
+    if !is_root() {
+        return Err(
+            Error::new(ErrorKind::Permission, "converting profiles needs root")
+                .with_hint("run it as root, e.g. with sudo"),
+        );
+    }
+    if a.pause {
+        return pause(&root, &a.mount, out);
+    }
+    if a.cancel {
+        return cancel(&root, &a.mount, a.dry_run, a.yes, out);
+    }
+    if a.resume {
+        return resume(&root, &a.mount, a.dry_run, a.yes, out);
+    }
+    let req = ConvertRequest {
+        data: a.data,
+        metadata: a.metadata,
+        force: a.force,
+    };
+    if req.data.is_none() && req.metadata.is_none() {
+        return Err(Error::usage(
+            "give --data PROFILE, --metadata PROFILE or both (or --status, --pause, --resume, --cancel)",
+        ));
+    }
+    let state = read_state(&root, &a.mount)?;
+    let plan = plan_convert(&state, &req);
+    if out.json || plan.blocking(req.force).is_empty() {
+        show_plan(&plan, out);
+    }
+    refuse_if_blocked(&plan, req.force)?;
+    if plan.nothing_to_do {
+        if !out.json {
+            out.text("nothing to convert: every type is already in its target profile\n");
+        }
+        return Ok(exit::OK);
+    }
+    if a.dry_run {
+        if !out.json {
+            out.text("(dry run: nothing was done)\n");
+        }
+        return Ok(exit::OK);
+    }
+    confirm(&confirm_question(&plan), a.yes)?;
+    signals::install()?;
+    execute(
+        &root,
+        &state.path,
+        Start::Convert(req),
+        Targets {
+            data: req.data,
+            metadata: req.metadata,
+        },
+        out,
+    )
+}
+
+fn confirm_question(plan: &ConvertPlan) -> String {
+    if plan.risks.is_empty() {
+        "Start the conversion?".to_owned()
+    } else {
+        "Start the conversion, accepting the risk above?".to_owned()
+    }
+}
+
+/// Refusals as one error line each (all of them), or Ok.
+pub fn refuse_if_blocked(plan: &ConvertPlan, force: bool) -> Result<()> {
+    let blocking = plan.blocking(force);
+    if blocking.is_empty() {
+        return Ok(());
+    }
+    let mut lines: Vec<String> = blocking.iter().map(|r| r.message.clone()).collect();
+    let first = lines.remove(0);
+    let mut e = Error::new(ErrorKind::Refused, format!("cannot convert: {first}"));
+    if !lines.is_empty() {
+        e = e.with_hint(format!("also: {}", lines.join("; also: ")));
+    }
+    Err(e)
+}
+
+/// The plan, as text (stdout) or a JSON line.
+pub fn show_plan(plan: &ConvertPlan, out: &Output) {
+    if out.json {
+        json_line(out, &json!({ "event": "plan", "plan": plan }));
+        return;
+    }
+    out.text(&render_plan(plan, out));
+}
+
+pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
+    let p = out.paint;
+    let mut t = format!(
+        "{} {} ({} device{}, {} raw)\n",
+        p.bold("Plan: convert"),
+        plan.mount_point.display(),
+        plan.devices,
+        if plan.devices == 1 { "" } else { "s" },
+        format_iec(plan.raw_bytes)
+    );
+    for c in &plan.changes {
+        let from: Vec<&str> = c.from.iter().map(|p| p.name()).collect();
+        t.push_str(&format!(
+            "  {:<9} {:<12} → {:<8} {} allocated to convert, {} used\n",
+            c.kind.json_name(),
+            if from.is_empty() {
+                "none".to_owned()
+            } else {
+                from.join("+")
+            },
+            c.to.name(),
+            format_iec(c.bytes_to_convert),
+            format_iec(c.used_bytes)
+        ));
+    }
+    t.push_str(&format!(
+        "  usable for data: {} now → {} after (estimate from the chunk allocator's rules)\n",
+        format_iec(plan.data_capacity_before),
+        format_iec(plan.data_capacity_after)
+    ));
+    t.push_str(&format!(
+        "  runs the BALANCE_V2 ioctl, as: {}\n",
+        btrfs_lab::sys::tools::display_argv(&plan.equivalent_command)
+    ));
+    t.push_str("  chunks already in the target profile are skipped (soft), so running it again finishes what is left\n");
+    for r in &plan.risks {
+        t.push_str(&format!("{} {r}\n", p.bad("RISK:")));
+    }
+    for w in &plan.warnings {
+        t.push_str(&format!("{} {w}\n", p.warn("WARNING:")));
+    }
+    t
+}
+
+pub fn json_line(out: &Output, value: &serde_json::Value) {
+    out.text(&format!("{value}\n"));
+}
+
+/// Where progress goes: a bar on a terminal, plain lines otherwise, JSON
+/// lines with --json.
+struct Sink<'a> {
+    out: &'a Output,
+    bar: Option<ProgressBar>,
+    last_line: Instant,
+}
+
+impl<'a> Sink<'a> {
+    fn new(out: &'a Output) -> Self {
+        let bar = out.show_progress().then(|| {
+            let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+            b.set_style(
+                ProgressStyle::with_template("converting {bar:30} {pos}/{len} chunks  {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            b
+        });
+        Self {
+            out,
+            bar,
+            last_line: Instant::now() - Duration::from_secs(60),
+        }
+    }
+
+    fn describe(p: &Progress) -> String {
+        let eta = p
+            .eta_seconds
+            .map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
+        format!(
+            "{} converted, {} left, {}, {eta}",
+            format_iec(p.bytes_done),
+            format_iec(p.bytes_remaining),
+            format_rate(p.rate_bytes_per_sec)
+        )
+    }
+
+    fn event(&mut self, e: Event) {
+        match e {
+            Event::Progress(p) => {
+                if self.out.json {
+                    json_line(self.out, &json!({ "event": "progress", "progress": p }));
+                } else if let Some(b) = &self.bar {
+                    b.set_length(p.chunks_expected);
+                    b.set_position(p.chunks_done);
+                    b.set_message(Self::describe(&p));
+                } else if self.last_line.elapsed() >= Duration::from_secs(5) {
+                    self.last_line = Instant::now();
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "progress: {}/{} chunks, {}",
+                        p.chunks_done,
+                        p.chunks_expected,
+                        Self::describe(&p)
+                    );
+                }
+            }
+            Event::Pausing => {
+                let msg = "interrupted: pausing the balance after the current chunk (press Ctrl-C again to exit now; it still pauses)";
+                if self.out.json {
+                    json_line(self.out, &json!({ "event": "pausing" }));
+                }
+                match &self.bar {
+                    Some(b) => b.println(msg),
+                    None => {
+                        let _ = writeln!(std::io::stderr(), "{msg}");
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn duration(secs: f64) -> String {
+    let s = secs.round() as u64;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
+
+/// Runs the balance with progress, then verifies and prints the result.
+pub fn execute(
+    root: &SysRoot,
+    path: &Path,
+    start: Start,
+    targets: Targets,
+    out: &Output,
+) -> Result<u8> {
+    let mut sink = Sink::new(out);
+    let outcome = convert::run_balance(path, start, targets, &mut |e| sink.event(e));
+    sink.finish();
+    let outcome = outcome?;
+    let m = path.display();
+    match outcome {
+        Outcome::Completed => {
+            let state = read_state(root, path)?;
+            convert::verify(&state, targets)?;
+            let df = space::df_from_kernel(root, path)?;
+            if out.json {
+                json_line(
+                    out,
+                    &json!({ "event": "result", "outcome": outcome, "records": df.records }),
+                );
+            } else {
+                out.text(&format!(
+                    "{} every type is in its target profile:\n",
+                    out.paint.good("done:")
+                ));
+                out.text(&super::df::render(&df, Default::default()));
+            }
+            Ok(exit::OK)
+        }
+        Outcome::Paused => {
+            let remaining = remaining_bytes(path, targets);
+            if out.json {
+                json_line(
+                    out,
+                    &json!({ "event": "result", "outcome": outcome, "bytes_remaining": remaining }),
+                );
+            }
+            out.warning_with_hint(
+                &format!("the conversion is paused with {} left to convert; data is intact", format_iec(remaining)),
+                &format!("resume it with: btrfs-lab convert {m} --resume (or --cancel; running the same convert again also finishes it)"),
+            );
+            Ok(exit::INTERRUPTED)
+        }
+        Outcome::Cancelled => {
+            if out.json {
+                json_line(out, &json!({ "event": "result", "outcome": outcome }));
+            }
+            Err(Error::new(
+                ErrorKind::State,
+                format!("the conversion on {m} was cancelled by someone else"),
+            )
+            .with_hint("run the same convert again to finish it: converted chunks are skipped"))
+        }
+    }
+}
+
+fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
+    let state = read_state(root, mount)?;
+    if !is_root() {
+        return Err(
+            Error::new(ErrorKind::Permission, "the balance status needs root")
+                .with_hint("run it as root"),
+        );
+    }
+    let data = state.profiles(btrfs_lab::model::space::BgType::Data);
+    let meta = state.profiles(btrfs_lab::model::space::BgType::Metadata);
+    let (kind, targets) = match &state.balance {
+        Some(b) => (
+            if b.running { "running" } else { "paused" },
+            Targets {
+                data: b.data_target,
+                metadata: b.metadata_target,
+            },
+        ),
+        None => (
+            "none",
+            Targets {
+                data: None,
+                metadata: None,
+            },
+        ),
+    };
+    let remaining = remaining_bytes(&state.path, targets);
+    let counters_reset = state
+        .balance
+        .is_some_and(|b| !b.running && b.expected == 0 && b.completed == 0);
+    let names = |v: &[Profile]| v.iter().map(|p| p.name()).collect::<Vec<_>>();
+    if out.json {
+        out.json_doc(&json!({
+            "mount_point": state.mount_point,
+            "balance": kind,
+            "data_target": targets.data,
+            "metadata_target": targets.metadata,
+            "chunks_expected": state.balance.map(|b| b.expected),
+            "chunks_done": state.balance.map(|b| b.completed),
+            "counters_reset": counters_reset,
+            "bytes_remaining": state.balance.map(|_| remaining),
+            "data_profiles": names(&data),
+            "metadata_profiles": names(&meta),
+        }));
+        return Ok(exit::OK);
+    }
+    let mut t = format!(
+        "{} {}: ",
+        out.paint.bold("conversion on"),
+        state.mount_point.display()
+    );
+    match state.balance {
+        None => {
+            t.push_str("none running\n");
+            t.push_str(&format!(
+                "  data {}, metadata {}\n",
+                names(&data).join("+"),
+                names(&meta).join("+")
+            ));
+            if data.len() > 1 || meta.len() > 1 {
+                t.push_str(&format!(
+                    "  {} a conversion did not finish; run the same convert again to complete it (converted chunks are skipped)\n",
+                    out.paint.warn("mixed profiles:")
+                ));
+            }
+        }
+        Some(b) => {
+            t.push_str(&format!("{kind}\n"));
+            let tg = |p: Option<Profile>| p.map_or("unchanged".to_owned(), |p| p.name().to_owned());
+            t.push_str(&format!(
+                "  targets: data {}, metadata {}\n",
+                tg(targets.data),
+                tg(targets.metadata)
+            ));
+            if counters_reset {
+                t.push_str(
+                    "  chunks: counters were reset (the filesystem was remounted while paused)\n",
+                );
+            } else {
+                t.push_str(&format!(
+                    "  chunks: {} of {} relocated\n",
+                    b.completed, b.expected
+                ));
+            }
+            t.push_str(&format!(
+                "  remaining: {} not yet in the target profiles\n",
+                format_iec(remaining)
+            ));
+            if !b.running {
+                t.push_str(&format!(
+                    "  resume with: btrfs-lab convert {} --resume\n",
+                    state.mount_point.display()
+                ));
+            }
+        }
+    }
+    out.text(&t);
+    Ok(exit::OK)
+}
+
+fn pause(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
+    let state = read_state(root, mount)?;
+    match btrfs::balance_control(&state.path, true) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::ENOTCONN) => {
+            return Err(Error::new(
+                ErrorKind::State,
+                format!("no balance is running on {}", state.mount_point.display()),
+            ));
+        }
+        Err(e) => {
+            return Err(Error::from_errno(
+                e,
+                "cannot pause the balance on",
+                &state.path,
+            ));
+        }
+    }
+    if out.json {
+        out.json_doc(&json!({ "paused": true }));
+    } else {
+        out.text(&format!(
+            "paused; resume with: btrfs-lab convert {} --resume\n",
+            state.mount_point.display()
+        ));
+    }
+    Ok(exit::OK)
+}
+
+fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) -> Result<u8> {
+    let state = read_state(root, mount)?;
+    if state.balance.is_none() {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "no balance is running or paused on {}",
+                state.mount_point.display()
+            ),
+        ));
+    }
+    let what = "cancel the balance: chunks already converted stay converted, the rest keeps its old profile (mixed profiles until a convert finishes)";
+    if dry_run {
+        out.text(&format!("would {what}\n(dry run: nothing was done)\n"));
+        return Ok(exit::OK);
+    }
+    eprintln!("This will {what}.");
+    confirm("Cancel the balance?", yes)?;
+    btrfs::balance_control(&state.path, false)
+        .map_err(|e| Error::from_errno(e, "cannot cancel the balance on", &state.path))?;
+    if out.json {
+        out.json_doc(&json!({ "cancelled": true }));
+    } else {
+        out.text("cancelled\n");
+    }
+    Ok(exit::OK)
+}
+
+fn resume(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) -> Result<u8> {
+    let state = read_state(root, mount)?;
+    let Some(b) = state.balance.filter(|b| !b.running) else {
+        return Err(Error::new(
+            ErrorKind::State,
+            match state.balance {
+                Some(_) => "the balance is already running (see --status)".to_owned(),
+                None => format!("no paused balance on {}", state.mount_point.display()),
+            },
+        ));
+    };
+    let targets = Targets {
+        data: b.data_target,
+        metadata: b.metadata_target,
+    };
+    let remaining = remaining_bytes(&state.path, targets);
+    let tg = |p: Option<Profile>| p.map_or("unchanged".to_owned(), |p| p.name().to_owned());
+    let text = format!(
+        "Resume the paused balance on {}: data → {}, metadata → {}, {} left to convert",
+        state.mount_point.display(),
+        tg(targets.data),
+        tg(targets.metadata),
+        format_iec(remaining)
+    );
+    if out.json {
+        json_line(
+            out,
+            &json!({ "event": "plan", "resume": { "data": targets.data, "metadata": targets.metadata, "bytes_remaining": remaining } }),
+        );
+    } else {
+        out.text(&format!("{text}\n"));
+    }
+    if dry_run {
+        if !out.json {
+            out.text("(dry run: nothing was done)\n");
+        }
+        return Ok(exit::OK);
+    }
+    confirm("Resume?", yes)?;
+    signals::install()?;
+    execute(root, &state.path, Start::Resume, targets, out)
+}

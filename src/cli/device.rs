@@ -1,0 +1,261 @@
+//! `btrfs-lab device add MOUNT DEVICE...`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use btrfs_lab::admin::add::{AddOptions, AddPlan, execute_add, plan_add};
+use btrfs_lab::admin::convert::{ConvertRequest, Start, Targets, plan_convert};
+use btrfs_lab::admin::state::read_state;
+use btrfs_lab::error::{Error, ErrorKind, Result, exit};
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::parse::size::format_iec;
+use btrfs_lab::sys::blockdev;
+use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::tools::display_argv;
+use btrfs_lab::sys::{is_root, signals};
+
+use super::convert::{execute, json_line, profile_arg, refuse_if_blocked, render_plan};
+use super::output::{Output, confirm};
+
+#[derive(Debug, Args)]
+pub struct DeviceArgs {
+    #[command(subcommand)]
+    command: DeviceCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum DeviceCommand {
+    /// Add devices to a mounted btrfs, after checking they are safe to overwrite.
+    Add(AddArgs),
+}
+
+#[derive(Debug, Args)]
+struct AddArgs {
+    /// A path inside the mounted btrfs.
+    #[arg(value_name = "MOUNT")]
+    mount: PathBuf,
+    /// Block devices to add.
+    #[arg(value_name = "DEVICE", required = true)]
+    devices: Vec<PathBuf>,
+    /// Overwrite devices that carry filesystem or partition-table signatures
+    /// (the plan names what is destroyed).
+    #[arg(long)]
+    force: bool,
+    /// Do not TRIM the new devices.
+    #[arg(long)]
+    nodiscard: bool,
+    /// Then convert profiles (needs --data and/or --metadata).
+    #[arg(long)]
+    then_convert: bool,
+    /// With --then-convert: target data profile.
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", requires = "then_convert")]
+    data: Option<Profile>,
+    /// With --then-convert: target metadata profile (system follows).
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", requires = "then_convert")]
+    metadata: Option<Profile>,
+    /// Show the plan and do nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+pub fn run(args: DeviceArgs, out: &Output) -> Result<u8> {
+    match args.command {
+        DeviceCommand::Add(a) => add(a, out),
+    }
+}
+
+fn render(plan: &AddPlan, out: &Output) -> String {
+    let p = out.paint;
+    let n = plan.devices.len();
+    let mut t = format!(
+        "{} {n} device{} to {}\n",
+        p.bold("Plan: add"),
+        if n == 1 { "" } else { "s" },
+        plan.mount_point.display()
+    );
+    let list = |l: &btrfs_lab::admin::add::Layout| {
+        l.devices
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} {}{}",
+                    d.path,
+                    format_iec(d.size),
+                    if d.new { " (new)" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    t.push_str(&format!(
+        "  now     {} raw: {}\n",
+        format_iec(plan.before.raw_bytes),
+        list(&plan.before)
+    ));
+    t.push_str(&format!(
+        "  after   {} raw: {}\n",
+        format_iec(plan.after.raw_bytes),
+        list(&plan.after)
+    ));
+    for d in &plan.devices {
+        for s in &d.wipes {
+            t.push_str(&format!(
+                "  {} {} signature on {} at {}{}\n",
+                p.bad("destroys"),
+                s.kind,
+                d.path.display(),
+                s.offset,
+                s.label
+                    .as_ref()
+                    .map_or(String::new(), |l| format!(" (label {l})"))
+            ));
+        }
+        if !d.partitions.is_empty() {
+            t.push_str(&format!(
+                "  {} the partition table of {} ({})\n",
+                p.bad("destroys"),
+                d.path.display(),
+                d.partitions.join(", ")
+            ));
+        }
+    }
+    t.push_str("  runs:\n");
+    for c in &plan.commands {
+        t.push_str(&format!("    {}\n", display_argv(c)));
+    }
+    t.push_str(&format!(
+        "  throughput ceiling: {}\n",
+        plan.throughput.as_ref().map_or(
+            "unknown (no PCIe link information for these devices)".to_owned(),
+            |v| v.to_string()
+        )
+    ));
+    for note in &plan.notes {
+        t.push_str(&format!("  - {note}\n"));
+    }
+    t
+}
+
+fn add(a: AddArgs, out: &Output) -> Result<u8> {
+    let root = SysRoot::host();
+    let state = read_state(&root, &a.mount)?;
+    let facts: Vec<_> = a
+        .devices
+        .iter()
+        .map(|d| blockdev::inspect(&root, d))
+        .collect();
+    let convert = a.then_convert.then_some(ConvertRequest {
+        data: a.data,
+        metadata: a.metadata,
+        force: a.force,
+    });
+    if a.then_convert && a.data.is_none() && a.metadata.is_none() {
+        return Err(Error::usage(
+            "--then-convert needs --data PROFILE, --metadata PROFILE or both",
+        ));
+    }
+    let opts = AddOptions {
+        force: a.force,
+        nodiscard: a.nodiscard,
+    };
+    let plan = plan_add(&state, &facts, opts, is_root(), convert);
+    let lines = out.json && a.then_convert;
+    if out.json {
+        if lines {
+            json_line(out, &json!({ "event": "plan", "plan": plan }));
+        } else if a.dry_run || !plan.refusals.is_empty() {
+            out.json_doc(&json!({ "plan": plan }));
+        }
+    } else if plan.refusals.is_empty() {
+        out.text(&render(&plan, out));
+        if let Some(c) = &plan.then_convert {
+            out.text("then:\n");
+            out.text(&render_plan(c, out));
+        }
+    }
+    if !plan.refusals.is_empty() {
+        let mut messages: Vec<String> = plan.refusals.iter().map(|r| r.message.clone()).collect();
+        let first = messages.remove(0);
+        let mut e = Error::new(ErrorKind::Refused, format!("cannot add: {first}"));
+        if !messages.is_empty() {
+            e = e.with_hint(format!("also: {}", messages.join("; also: ")));
+        } else if plan.refusals[0].force_overrides {
+            e = e.with_hint("--force overwrites it");
+        }
+        return Err(e);
+    }
+    if let Some(c) = &plan.then_convert {
+        refuse_if_blocked(c, a.force)?;
+    }
+    if a.dry_run {
+        if !out.json {
+            out.text("(dry run: nothing was done)\n");
+        }
+        return Ok(exit::OK);
+    }
+    let risky = plan
+        .then_convert
+        .as_ref()
+        .is_some_and(|c| !c.risks.is_empty());
+    confirm(
+        if risky {
+            "Add the devices and convert, accepting the risk above?"
+        } else if a.then_convert {
+            "Add the devices and convert?"
+        } else {
+            "Add the devices?"
+        },
+        a.yes,
+    )?;
+    signals::install()?;
+    let result = execute_add(&root, &plan)?;
+    if lines {
+        json_line(out, &json!({ "event": "added", "result": result }));
+    } else if out.json {
+        out.json_doc(&json!({ "plan": plan, "result": result }));
+    } else {
+        out.text(&format!(
+            "{} {} device{} now, {} raw\n",
+            out.paint.good("added:"),
+            result.devices.len(),
+            if result.devices.len() == 1 { "" } else { "s" },
+            format_iec(result.raw_bytes)
+        ));
+    }
+    let Some(req) = convert else {
+        return Ok(exit::OK);
+    };
+    signals::check()?;
+    // Re-plan on the real state: the add is done, the conversion is checked again.
+    let state = read_state(&root, &a.mount)?;
+    let plan = plan_convert(&state, &req);
+    refuse_if_blocked(&plan, req.force).map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!("the devices were added, but {}", e.message()),
+        )
+        .with_hint(
+            e.hint()
+                .unwrap_or("see btrfs-lab convert --help")
+                .to_owned(),
+        )
+    })?;
+    if plan.nothing_to_do {
+        return Ok(exit::OK);
+    }
+    execute(
+        &root,
+        &state.path,
+        Start::Convert(req),
+        Targets {
+            data: req.data,
+            metadata: req.metadata,
+        },
+        out,
+    )
+}

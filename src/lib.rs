@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod error;
+pub mod links;
 pub mod model;
 pub mod parse;
 pub mod probe;

@@ -4,6 +4,7 @@
 
 mod demo;
 mod df;
+mod links;
 mod output;
 mod probe_dio;
 mod sandbox;
@@ -59,6 +60,9 @@ enum Command {
     Usage(usage::UsageArgs),
     /// Filesystems, their features and devices with error counters.
     Show(show::ShowArgs),
+    /// PCIe links of the NVMe drives up to the root port, their ceilings, and an array's.
+    #[command(after_long_help = links::AFTER_HELP)]
+    Links(links::LinksArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -76,6 +80,7 @@ pub fn run() -> ExitCode {
         Command::Df(args) => df::run(args, &out),
         Command::Usage(args) => usage::run(args, &out),
         Command::Show(args) => show::run(args, &out),
+        Command::Links(args) => links::run(args, &out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

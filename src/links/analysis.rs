@@ -877,3 +877,409 @@ impl ArrayCeilingFigures {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(n: u8) -> Option<Generation> {
+        Generation::new(n)
+    }
+
+    /// A PCI function with link attributes (current gen/width, max gen/width).
+    fn f(address: &str, vendor: u32, now: (u8, u8), max: (u8, u8)) -> PciFunction {
+        PciFunction {
+            address: address.to_owned(),
+            vendor: Some(vendor),
+            device: Some(0x1234),
+            class: None,
+            link: Some(LinkAttrs {
+                speed: g(now.0),
+                width: Some(now.1),
+                max_speed: g(max.0),
+                max_width: Some(max.1),
+            }),
+        }
+    }
+
+    fn gbps(v: f64) -> f64 {
+        (v / 1e7).round() / 100.0
+    }
+
+    fn kinds(a: &DeviceAnalysis) -> Vec<FindingKind> {
+        a.findings.iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn roles_by_position() {
+        let p = |n: usize| vec![PciFunction::default(); n];
+        assert_eq!(roles(&p(1)), [HopRole::Endpoint]);
+        assert_eq!(roles(&p(2)), [HopRole::Endpoint, HopRole::RootPort]);
+        assert_eq!(
+            roles(&p(4)),
+            [
+                HopRole::Endpoint,
+                HopRole::SwitchDownstream,
+                HopRole::SwitchUpstream,
+                HopRole::RootPort
+            ]
+        );
+        assert_eq!(roles(&p(6))[3], HopRole::SwitchDownstream);
+        assert_eq!(roles(&p(6))[4], HopRole::SwitchUpstream);
+        // An odd chain is no PCIe switch layout: the middle is a bridge.
+        assert_eq!(roles(&p(3))[1], HopRole::Bridge);
+    }
+
+    #[test]
+    fn a_drive_with_its_whole_link_has_no_findings() {
+        let a = analyze_device(
+            "nvme0",
+            &[
+                f("0000:01:00.0", 0x144d, (4, 4), (4, 4)),
+                f("0000:00:01.2", AMD, (4, 4), (5, 4)),
+            ],
+        );
+        assert!(a.findings.is_empty(), "{:?}", a.findings);
+        let c = a.ceiling.unwrap();
+        assert_eq!(gbps(c.bandwidth.encoded()), 7.88);
+        assert_eq!((c.generation, c.width), (4, 4));
+        assert_eq!(c.limited_by, "0000:00:01.2");
+        assert_eq!(c.bandwidth.practical_low_bytes_per_sec, 6_695_384_615);
+        assert_eq!(gbps(a.potential.unwrap().encoded()), 7.88);
+        assert_eq!(a.links.as_ref().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_x4_drive_on_a_x2_root_port_is_capped_with_the_lane_hint() {
+        let a = analyze_device(
+            "nvme1",
+            &[
+                f("0000:02:00.0", 0x15b7, (4, 2), (4, 4)),
+                f("0000:00:01.3", AMD, (4, 2), (4, 2)),
+            ],
+        );
+        assert_eq!(kinds(&a), [FindingKind::CappedByPort]);
+        let finding = &a.findings[0];
+        assert_eq!(finding.severity, Severity::Warning);
+        assert!(finding.message.contains("root port 0000:00:01.3 is x2, the drive x4"), "{}", finding.message);
+        assert!(finding.message.contains("3.94 GB/s instead of 7.88 GB/s"));
+        assert!(finding.hint.as_ref().unwrap().contains("BIOS lane settings"));
+        assert_eq!(gbps(a.ceiling.unwrap().bandwidth.encoded()), 3.94);
+    }
+
+    #[test]
+    fn a_gen5_drive_in_a_gen4_slot_is_capped_by_speed() {
+        let a = analyze_device(
+            "nvme0",
+            &[
+                f("0000:01:00.0", 0xc0a9, (4, 4), (5, 4)),
+                f("0000:00:06.0", INTEL, (4, 4), (4, 4)),
+            ],
+        );
+        assert_eq!(kinds(&a), [FindingKind::CappedByPort]);
+        assert!(a.findings[0].message.contains("is Gen4, the drive Gen5"));
+        assert!(a.findings[0].hint.as_ref().unwrap().contains("generation"));
+        assert_eq!(gbps(a.potential.unwrap().encoded()), 15.75);
+        // 00:06.0 is a CPU root port, not the chipset.
+        assert!(!a.hops[1].chipset);
+    }
+
+    #[test]
+    fn a_link_below_what_both_ends_support_is_degraded() {
+        let a = analyze_device(
+            "nvme0",
+            &[
+                f("0000:01:00.0", 0x144d, (4, 1), (4, 4)),
+                f("0000:00:01.1", AMD, (4, 1), (4, 4)),
+            ],
+        );
+        assert_eq!(kinds(&a), [FindingKind::Degraded]);
+        assert!(a.findings[0].message.contains("trained at Gen4 x1"));
+        assert!(a.findings[0].message.contains("1.97 GB/s instead of 7.88 GB/s"));
+        assert!(a.findings[0].hint.as_ref().unwrap().contains("reseat"));
+        assert_eq!(gbps(a.ceiling.unwrap().bandwidth.encoded()), 1.97);
+
+        let slow = analyze_device(
+            "nvme0",
+            &[
+                f("0000:01:00.0", 0x144d, (3, 4), (4, 4)),
+                f("0000:00:01.1", AMD, (3, 4), (4, 4)),
+            ],
+        );
+        assert_eq!(kinds(&slow), [FindingKind::Degraded]);
+        assert!(slow.findings[0].hint.as_ref().unwrap().contains("under load"));
+        assert!(!slow.findings[0].hint.as_ref().unwrap().contains("reseat"));
+    }
+
+    #[test]
+    fn a_narrow_uplink_above_a_switch_limits_the_drive() {
+        // A Gen4 x4 drive behind a switch whose uplink trained x1 of x4.
+        let path = [
+            f("0000:03:00.0", 0x144d, (4, 4), (4, 4)),
+            f("0000:02:01.0", 0x10b5, (4, 4), (4, 4)),
+            f("0000:01:00.0", 0x10b5, (4, 1), (4, 4)),
+            f("0000:00:01.1", AMD, (4, 1), (4, 4)),
+        ];
+        let a = analyze_device("nvme0", &path);
+        assert_eq!(kinds(&a), [FindingKind::CappedUpstream]);
+        let c = a.ceiling.unwrap();
+        assert_eq!(gbps(c.bandwidth.encoded()), 1.97);
+        assert_eq!(c.limited_by, "0000:00:01.1");
+        assert!(c.limited_by_link.contains("switch upstream port 0000:01:00.0"));
+        // The degraded uplink is handed to the caller, keyed by its lower end.
+        assert_eq!(a.upstream_findings.len(), 1);
+        assert_eq!(a.upstream_findings[0].0, "0000:01:00.0");
+        assert_eq!(a.upstream_findings[0].1.kind, FindingKind::Degraded);
+        assert_eq!(a.links.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn chipsets_are_recognised() {
+        let amd = analyze_device(
+            "nvme2",
+            &[
+                f("0000:05:00.0", 0x144d, (4, 4), (4, 4)),
+                f("0000:04:08.0", AMD, (4, 4), (4, 4)),
+                f("0000:03:00.0", AMD, (4, 4), (4, 4)),
+                f("0000:00:02.1", AMD, (4, 4), (4, 4)),
+            ],
+        );
+        assert_eq!(
+            amd.hops.iter().map(|h| h.chipset).collect::<Vec<_>>(),
+            [false, true, true, false]
+        );
+        assert_eq!(kinds(&amd), [FindingKind::BehindChipset]);
+        assert!(amd.findings[0].message.contains("7.88 GB/s"));
+        assert_eq!(amd.findings[0].severity, Severity::Info);
+
+        // A PLX switch is a switch, not a chipset.
+        let plx = analyze_device(
+            "nvme0",
+            &[
+                f("0000:43:00.0", 0x144d, (3, 4), (3, 4)),
+                f("0000:42:08.0", 0x10b5, (3, 4), (3, 4)),
+                f("0000:41:00.0", 0x10b5, (3, 8), (3, 16)),
+                f("0000:40:03.1", AMD, (3, 8), (4, 8)),
+            ],
+        );
+        assert!(plx.findings.is_empty(), "{:?}", plx.findings);
+        assert!(plx.hops.iter().all(|h| !h.chipset));
+
+        let intel = analyze_device(
+            "nvme1",
+            &[
+                f("0000:02:00.0", 0x144d, (4, 4), (4, 4)),
+                f("0000:00:1b.4", INTEL, (4, 4), (4, 4)),
+            ],
+        );
+        assert!(intel.hops[1].chipset);
+        assert_eq!(kinds(&intel), [FindingKind::BehindChipset]);
+        let links = intel.links.unwrap();
+        assert_eq!(links.last().unwrap().id, "pch-dmi:0000");
+        assert_eq!(links.last().unwrap().bytes_per_sec, None);
+    }
+
+    #[test]
+    fn missing_link_information_gives_a_note_not_figures() {
+        let none = analyze_device("nvme0", &[]);
+        assert!(none.note.unwrap().contains("not on PCI"));
+        let conventional = analyze_device(
+            "nvme1",
+            &[PciFunction {
+                address: "0000:00:04.0".into(),
+                ..PciFunction::default()
+            }],
+        );
+        assert!(conventional.note.unwrap().contains("not a PCIe device"));
+        assert!(conventional.ceiling.is_none() && conventional.links.is_none());
+        let mut down = f("0000:01:00.0", 0x144d, (4, 4), (4, 4));
+        down.link = Some(LinkAttrs {
+            speed: None,
+            width: None,
+            max_speed: g(4),
+            max_width: Some(4),
+        });
+        let unknown = analyze_device("nvme0", &[down, f("0000:00:01.1", AMD, (4, 4), (4, 4))]);
+        // The root port's view of the link stands in for the drive's.
+        assert!(unknown.ceiling.is_some());
+        let mut both_down = f("0000:00:01.1", AMD, (4, 4), (4, 4));
+        both_down.link = unknown_attrs();
+        let mut drive = f("0000:01:00.0", 0x144d, (4, 4), (4, 4));
+        drive.link = unknown_attrs();
+        let a = analyze_device("nvme0", &[drive, both_down]);
+        assert!(a.ceiling.is_none());
+        assert!(a.note.unwrap().contains("unknown"));
+    }
+
+    fn unknown_attrs() -> Option<LinkAttrs> {
+        Some(LinkAttrs {
+            speed: None,
+            width: None,
+            max_speed: g(4),
+            max_width: Some(4),
+        })
+    }
+
+    fn cap(id: &str, gbps: f64) -> LinkCap {
+        LinkCap {
+            id: id.to_owned(),
+            label: format!("link {id}"),
+            bytes_per_sec: Some(gbps * 1e9),
+            narrower_port: None,
+        }
+    }
+
+    fn member(name: &str, links: &[LinkCap], potential: f64) -> MemberPath {
+        MemberPath {
+            name: name.to_owned(),
+            links: Some(links.to_vec()),
+            potential: Some(potential * 1e9),
+        }
+    }
+
+    fn reference() -> Vec<MemberPath> {
+        vec![
+            member("nvme0n1p2", &[cap("a", 7.877)], 7.877),
+            member("nvme1n1", &[cap("b", 3.938)], 7.877),
+            member("nvme2n1", &[cap("c", 7.877), cap("chipset", 7.877)], 7.877),
+        ]
+    }
+
+    #[test]
+    fn raid0_reads_at_the_slowest_members_pace() {
+        let c = array_ceiling(Profile::Raid0, &reference());
+        assert_eq!(gbps(c.one_reader.unwrap()), 11.81);
+        assert_eq!(c.one_reader, c.one_reader_low);
+        assert_eq!(c.held_back_by, ["nvme1n1"]);
+        assert_eq!(gbps(c.balanced.unwrap()), 19.69);
+        assert_eq!(gbps(c.potential.unwrap()), 23.63);
+        assert!(c.summary.contains("3 × 3.94 GB/s = 11.81 GB/s"), "{}", c.summary);
+        assert!(c.summary.contains("held back by nvme1n1"));
+        // The practical band: 10.04-10.63, as the reference machine's 10.6.
+        let b = c.to_report().one_reader.unwrap();
+        assert_eq!(gbps(b.practical_low_bytes_per_sec as f64), 10.04);
+        assert_eq!(gbps(b.practical_high_bytes_per_sec as f64), 10.63);
+    }
+
+    #[test]
+    fn members_behind_one_uplink_split_it() {
+        let up = cap("uplink", 7.877);
+        let members: Vec<MemberPath> = (0..4)
+            .map(|i| member(&format!("nvme{i}n1"), &[cap(&format!("d{i}"), 3.938), up.clone()], 3.938))
+            .collect();
+        let c = array_ceiling(Profile::Raid0, &members);
+        assert_eq!(gbps(c.one_reader.unwrap()), 7.88);
+        assert_eq!(c.held_back_by, ["link uplink, shared by 4 members"]);
+        assert_eq!(gbps(c.balanced.unwrap()), 7.88);
+        assert_eq!(gbps(c.potential.unwrap()), 15.75);
+
+        let f = shared_uplinks(&members);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].devices.len(), 4);
+        assert!(f[0].message.contains("15.75 GB/s together"), "{}", f[0].message);
+
+        // Two drives behind a uplink wide enough for both: worth knowing only.
+        let enough = shared_uplinks(&members[..2]);
+        assert_eq!(enough[0].severity, Severity::Info);
+        assert!(enough[0].message.contains("enough"));
+        // Nothing shared, nothing said.
+        assert!(shared_uplinks(&reference()).is_empty());
+    }
+
+    #[test]
+    fn two_partitions_of_one_drive_share_its_link() {
+        let link = [cap("d", 7.877)];
+        let c = array_ceiling(
+            Profile::Raid0,
+            &[member("nvme0n1p1", &link, 7.877), member("nvme0n1p2", &link, 7.877)],
+        );
+        assert_eq!(gbps(c.one_reader.unwrap()), 7.88);
+        assert_eq!(gbps(c.balanced.unwrap()), 7.88);
+    }
+
+    #[test]
+    fn mirrors_and_single_read_one_member_per_reader() {
+        for p in [Profile::Raid1, Profile::Raid1c3, Profile::Single] {
+            let c = array_ceiling(p, &reference());
+            assert_eq!(gbps(c.one_reader_low.unwrap()), 3.94, "{p}");
+            assert_eq!(gbps(c.one_reader.unwrap()), 7.88, "{p}");
+            assert_eq!(gbps(c.many_readers.unwrap()), 11.81, "{p}");
+            assert!(c.summary.contains("3.94-7.88 GB/s"), "{}", c.summary);
+        }
+        let dup = array_ceiling(Profile::Dup, &reference()[..1]);
+        assert_eq!(gbps(dup.one_reader.unwrap()), 7.88);
+        assert!(dup.summary.contains("one device"));
+    }
+
+    #[test]
+    fn raid10_raid5_raid6() {
+        let four: Vec<MemberPath> = (0..4)
+            .map(|i| member(&format!("m{i}"), &[cap(&format!("l{i}"), 3.938)], 3.938))
+            .collect();
+        let r10 = array_ceiling(Profile::Raid10, &four);
+        assert_eq!(gbps(r10.one_reader.unwrap()), 7.88);
+        assert_eq!(gbps(r10.many_readers.unwrap()), 15.75);
+        assert_eq!(gbps(array_ceiling(Profile::Raid5, &four).one_reader.unwrap()), 11.81);
+        assert_eq!(gbps(array_ceiling(Profile::Raid6, &four).one_reader.unwrap()), 7.88);
+        assert!(array_ceiling(Profile::Raid10, &four).held_back_by.is_empty());
+    }
+
+    #[test]
+    fn a_member_without_link_information_means_no_figures() {
+        let mut members = reference();
+        members.push(MemberPath {
+            name: "loop0".into(),
+            links: None,
+            potential: None,
+        });
+        let c = array_ceiling(Profile::Raid0, &members);
+        assert_eq!(c.one_reader, None);
+        assert_eq!(c.balanced, None);
+        assert_eq!(c.without_link_info, ["loop0"]);
+        assert!(c.summary.contains("loop0 has no PCIe link information"));
+        let none = array_ceiling(Profile::Raid0, &[]);
+        assert_eq!(none.one_reader, None);
+    }
+
+    #[test]
+    fn unknown_capacity_links_constrain_nothing() {
+        let dmi = LinkCap {
+            id: "pch-dmi:0000".into(),
+            label: "the chipset's DMI link to the CPU".into(),
+            bytes_per_sec: None,
+            narrower_port: None,
+        };
+        let members = [
+            member("a", &[cap("a", 7.877), dmi.clone()], 7.877),
+            member("b", &[cap("b", 7.877), dmi], 7.877),
+        ];
+        let c = array_ceiling(Profile::Raid0, &members);
+        assert_eq!(gbps(c.one_reader.unwrap()), 15.75);
+        assert_eq!(gbps(c.balanced.unwrap()), 15.75);
+        let f = shared_uplinks(&members);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(f[0].message.contains("DMI"));
+    }
+
+    #[test]
+    fn balanced_flow_respects_nested_uplinks() {
+        // a, b behind a switch (uplink 5) behind a chipset link (6) shared
+        // with c; d alone.
+        let members = [
+            member("a", &[cap("a", 4.0), cap("sw", 5.0), cap("chip", 6.0)], 4.0),
+            member("b", &[cap("b", 4.0), cap("sw", 5.0), cap("chip", 6.0)], 4.0),
+            member("c", &[cap("c", 4.0), cap("chip", 6.0)], 4.0),
+            member("d", &[cap("d", 4.0)], 4.0),
+        ];
+        let c = array_ceiling(Profile::Raid1, &members);
+        assert_eq!(gbps(c.balanced.unwrap()), 10.0);
+        // Equal shares: the chipset link carries three at 2 each.
+        assert_eq!(gbps(c.many_readers.unwrap()), 8.0);
+        let f = shared_uplinks(&members);
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert_eq!(f[0].devices, ["a", "b"]);
+        assert_eq!(f[1].devices, ["a", "b", "c"]);
+    }
+}

@@ -201,11 +201,13 @@ pub fn check_root(root: &SysRoot) -> Result<()> {
 }
 
 /// The NVMe controllers, in natural order (`nvme0`, `nvme1`, `nvme10`).
-/// No `/sys/class/nvme` (no NVMe driver loaded) means none.
+/// No `/sys/class/nvme` (no NVMe driver loaded) means none; an entry whose
+/// link leads nowhere (a controller going away) is skipped.
 pub fn list_controllers(root: &SysRoot) -> Vec<String> {
     sorted_entries(&root.sys("class/nvme"))
         .into_iter()
         .filter(|n| is_controller_name(n))
+        .filter(|n| resolve(root, &root.sys(&format!("class/nvme/{n}"))).is_some())
         .collect()
 }
 

@@ -191,18 +191,16 @@ fn array_text(a: &ArrayReport, paint: Paint) -> String {
         let ceiling = m
             .ceiling
             .as_ref()
-            .map_or("no PCIe link information".to_owned(), |c| format_gbps(c.encoded()));
+            .map_or("no PCIe link information".to_owned(), |c| {
+                format_gbps(c.encoded())
+            });
         let shown = m.block_device.as_deref().unwrap_or(&m.device);
         let on = if m.rests_on.is_empty() || m.rests_on == [shown] {
             String::new()
         } else {
             format!(" on {}", m.rests_on.join(", "))
         };
-        t.push_str(&format!(
-            "  {:<24} {}\n",
-            format!("{shown}{on}"),
-            ceiling
-        ));
+        t.push_str(&format!("  {:<24} {}\n", format!("{shown}{on}"), ceiling));
     }
     for c in &a.ceilings {
         match &c.one_reader {

@@ -228,12 +228,18 @@ pub struct DeviceAnalysis {
 }
 
 fn describe_hop(hops: &[Hop], i: usize) -> String {
-    format!("{} {}", hops[i].role.describe(hops[i].chipset), hops[i].address)
+    format!(
+        "{} {}",
+        hops[i].role.describe(hops[i].chipset),
+        hops[i].address
+    )
 }
 
 fn link_label(hops: &[Hop], l: &LinkView) -> String {
     match l.upper {
-        Some(u) if l.lower == 0 => format!("the link between the drive and {}", describe_hop(hops, u)),
+        Some(u) if l.lower == 0 => {
+            format!("the link between the drive and {}", describe_hop(hops, u))
+        }
         Some(u) => format!(
             "the link between {} and {}",
             describe_hop(hops, u),
@@ -291,7 +297,11 @@ fn degraded_finding(name: &str, hops: &[Hop], l: &LinkView) -> Option<Finding> {
     };
     let ends = match l.upper {
         Some(u) if l.lower == 0 => format!("the drive and {}", describe_hop(hops, u)),
-        Some(u) => format!("{} and {}", describe_hop(hops, l.lower), describe_hop(hops, u)),
+        Some(u) => format!(
+            "{} and {}",
+            describe_hop(hops, l.lower),
+            describe_hop(hops, u)
+        ),
         None => "the drive".to_owned(),
     };
     let what = if l.lower == 0 {
@@ -368,10 +378,7 @@ pub fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
                 "{} is {port}, the drive {drive}{figures}",
                 describe_hop(&hops, u)
             ),
-            hint: join_hints(
-                narrower.then_some(LANES_HINT),
-                slower.then_some(SPEED_HINT),
-            ),
+            hint: join_hints(narrower.then_some(LANES_HINT), slower.then_some(SPEED_HINT)),
         });
     }
     out.findings.extend(degraded_finding(name, &hops, own));
@@ -380,7 +387,8 @@ pub fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
     // caller; a narrower one limits this drive.
     for l in links.iter().skip(1) {
         if let Some(f) = degraded_finding(name, &hops, l) {
-            out.upstream_findings.push((path[l.lower].address.clone(), f));
+            out.upstream_findings
+                .push((path[l.lower].address.clone(), f));
         }
     }
 
@@ -441,7 +449,13 @@ pub fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
     {
         let uplink = links.iter().find(|l| l.lower == up);
         let figures = uplink
-            .and_then(|l| Some(format!(" ({}, {})", gen_width(l.generation, l.width), format_gbps(l.bytes_per_sec()?))))
+            .and_then(|l| {
+                Some(format!(
+                    " ({}, {})",
+                    gen_width(l.generation, l.width),
+                    format_gbps(l.bytes_per_sec()?)
+                ))
+            })
             .unwrap_or_default();
         let via = uplink
             .and_then(|l| l.upper)
@@ -961,9 +975,21 @@ mod tests {
         assert_eq!(kinds(&a), [FindingKind::CappedByPort]);
         let finding = &a.findings[0];
         assert_eq!(finding.severity, Severity::Warning);
-        assert!(finding.message.contains("root port 0000:00:01.3 is x2, the drive x4"), "{}", finding.message);
+        assert!(
+            finding
+                .message
+                .contains("root port 0000:00:01.3 is x2, the drive x4"),
+            "{}",
+            finding.message
+        );
         assert!(finding.message.contains("3.94 GB/s instead of 7.88 GB/s"));
-        assert!(finding.hint.as_ref().unwrap().contains("BIOS lane settings"));
+        assert!(
+            finding
+                .hint
+                .as_ref()
+                .unwrap()
+                .contains("BIOS lane settings")
+        );
         assert_eq!(gbps(a.ceiling.unwrap().bandwidth.encoded()), 3.94);
     }
 
@@ -995,7 +1021,11 @@ mod tests {
         );
         assert_eq!(kinds(&a), [FindingKind::Degraded]);
         assert!(a.findings[0].message.contains("trained at Gen4 x1"));
-        assert!(a.findings[0].message.contains("1.97 GB/s instead of 7.88 GB/s"));
+        assert!(
+            a.findings[0]
+                .message
+                .contains("1.97 GB/s instead of 7.88 GB/s")
+        );
         assert!(a.findings[0].hint.as_ref().unwrap().contains("reseat"));
         assert_eq!(gbps(a.ceiling.unwrap().bandwidth.encoded()), 1.97);
 
@@ -1007,7 +1037,13 @@ mod tests {
             ],
         );
         assert_eq!(kinds(&slow), [FindingKind::Degraded]);
-        assert!(slow.findings[0].hint.as_ref().unwrap().contains("under load"));
+        assert!(
+            slow.findings[0]
+                .hint
+                .as_ref()
+                .unwrap()
+                .contains("under load")
+        );
         assert!(!slow.findings[0].hint.as_ref().unwrap().contains("reseat"));
     }
 
@@ -1025,7 +1061,10 @@ mod tests {
         let c = a.ceiling.unwrap();
         assert_eq!(gbps(c.bandwidth.encoded()), 1.97);
         assert_eq!(c.limited_by, "0000:00:01.1");
-        assert!(c.limited_by_link.contains("switch upstream port 0000:01:00.0"));
+        assert!(
+            c.limited_by_link
+                .contains("switch upstream port 0000:01:00.0")
+        );
         // The degraded uplink is handed to the caller, keyed by its lower end.
         assert_eq!(a.upstream_findings.len(), 1);
         assert_eq!(a.upstream_findings[0].0, "0000:01:00.0");
@@ -1153,7 +1192,11 @@ mod tests {
         assert_eq!(c.held_back_by, ["nvme1n1"]);
         assert_eq!(gbps(c.balanced.unwrap()), 19.69);
         assert_eq!(gbps(c.potential.unwrap()), 23.63);
-        assert!(c.summary.contains("3 × 3.94 GB/s = 11.81 GB/s"), "{}", c.summary);
+        assert!(
+            c.summary.contains("3 × 3.94 GB/s = 11.81 GB/s"),
+            "{}",
+            c.summary
+        );
         assert!(c.summary.contains("held back by nvme1n1"));
         // The practical band: 10.04-10.63, as the reference machine's 10.6.
         let b = c.to_report().one_reader.unwrap();
@@ -1165,7 +1208,13 @@ mod tests {
     fn members_behind_one_uplink_split_it() {
         let up = cap("uplink", 7.877);
         let members: Vec<MemberPath> = (0..4)
-            .map(|i| member(&format!("nvme{i}n1"), &[cap(&format!("d{i}"), 3.938), up.clone()], 3.938))
+            .map(|i| {
+                member(
+                    &format!("nvme{i}n1"),
+                    &[cap(&format!("d{i}"), 3.938), up.clone()],
+                    3.938,
+                )
+            })
             .collect();
         let c = array_ceiling(Profile::Raid0, &members);
         assert_eq!(gbps(c.one_reader.unwrap()), 7.88);
@@ -1177,7 +1226,11 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
         assert_eq!(f[0].devices.len(), 4);
-        assert!(f[0].message.contains("15.75 GB/s together"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("15.75 GB/s together"),
+            "{}",
+            f[0].message
+        );
 
         // Two drives behind a uplink wide enough for both: worth knowing only.
         let enough = shared_uplinks(&members[..2]);
@@ -1192,7 +1245,10 @@ mod tests {
         let link = [cap("d", 7.877)];
         let c = array_ceiling(
             Profile::Raid0,
-            &[member("nvme0n1p1", &link, 7.877), member("nvme0n1p2", &link, 7.877)],
+            &[
+                member("nvme0n1p1", &link, 7.877),
+                member("nvme0n1p2", &link, 7.877),
+            ],
         );
         assert_eq!(gbps(c.one_reader.unwrap()), 7.88);
         assert_eq!(gbps(c.balanced.unwrap()), 7.88);
@@ -1220,9 +1276,19 @@ mod tests {
         let r10 = array_ceiling(Profile::Raid10, &four);
         assert_eq!(gbps(r10.one_reader.unwrap()), 7.88);
         assert_eq!(gbps(r10.many_readers.unwrap()), 15.75);
-        assert_eq!(gbps(array_ceiling(Profile::Raid5, &four).one_reader.unwrap()), 11.81);
-        assert_eq!(gbps(array_ceiling(Profile::Raid6, &four).one_reader.unwrap()), 7.88);
-        assert!(array_ceiling(Profile::Raid10, &four).held_back_by.is_empty());
+        assert_eq!(
+            gbps(array_ceiling(Profile::Raid5, &four).one_reader.unwrap()),
+            11.81
+        );
+        assert_eq!(
+            gbps(array_ceiling(Profile::Raid6, &four).one_reader.unwrap()),
+            7.88
+        );
+        assert!(
+            array_ceiling(Profile::Raid10, &four)
+                .held_back_by
+                .is_empty()
+        );
     }
 
     #[test]

@@ -144,9 +144,7 @@ fn is_mount(root: &SysRoot, target: &str) -> bool {
         return false;
     };
     let want = normalize(target);
-    parse_mountinfo(&text)
-        .iter()
-        .any(|m| m.mount_point == want)
+    parse_mountinfo(&text).iter().any(|m| m.mount_point == want)
 }
 
 /// `/mnt/x/` and `/mnt//x` as `/mnt/x`, without touching the filesystem.
@@ -195,8 +193,8 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
         });
     }
     let mountinfo = root.proc("self/mountinfo");
-    let text =
-        fs::read_to_string(&mountinfo).map_err(|e| Error::from_io(&e, "cannot read", &mountinfo))?;
+    let text = fs::read_to_string(&mountinfo)
+        .map_err(|e| Error::from_io(&e, "cannot read", &mountinfo))?;
     let want = normalize(mount);
     let entry = parse_mountinfo(&text)
         .into_iter()
@@ -206,7 +204,10 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
     if entry.fs_type != "btrfs" {
         return Err(Error::new(
             ErrorKind::WrongTarget,
-            format!("{mount} is not on a btrfs filesystem (it is {})", entry.fs_type),
+            format!(
+                "{mount} is not on a btrfs filesystem (it is {})",
+                entry.fs_type
+            ),
         ));
     }
     let source = match topology::device_ref(root, &entry.source)? {
@@ -240,7 +241,10 @@ pub fn read_thermal(root: &SysRoot, controller: &str) -> Result<SmartThermal> {
         fs::read(&p).map_err(|e| Error::from_io(&e, "cannot read the captured SMART log", &p))?
     };
     decode_smart_log(&page).map_err(|e| {
-        Error::new(e.kind(), format!("SMART log of {controller}: {}", e.message()))
+        Error::new(
+            e.kind(),
+            format!("SMART log of {controller}: {}", e.message()),
+        )
     })
 }
 
@@ -292,6 +296,18 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
         Scope::All
     } else {
         for t in &opts.targets {
+            if !root.is_host() && t.starts_with('/') && !t.starts_with("/dev/") {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "{t} is not a mount point of the captured tree ({})",
+                        root.proc("self/mountinfo").display()
+                    ),
+                )
+                .with_hint(
+                    "give the mount point as the captured mountinfo lists it, or a device",
+                ));
+            }
             match topology::device_ref(root, t)? {
                 DeviceRef::Controller(c) => add(Entry::Controller(c), None),
                 DeviceRef::Block(b) => {

@@ -178,7 +178,14 @@ mod tests {
                 "{text}"
             );
         }
-        for bad in ["Unknown", "Unknown speed", "", "  ", "12.0 GT/s", "nan GT/s"] {
+        for bad in [
+            "Unknown",
+            "Unknown speed",
+            "",
+            "  ",
+            "12.0 GT/s",
+            "nan GT/s",
+        ] {
             assert_eq!(parse_link_speed(bad), None, "{bad}");
         }
     }
@@ -208,7 +215,7 @@ mod tests {
         let x2 = link_bytes_per_sec(Generation::new(4).unwrap(), 2);
         for ratio in [3.55e9 / x2, 6.6e9 / x4] {
             assert!(
-                PRACTICAL_LOW - 0.02 <= ratio && ratio <= PRACTICAL_HIGH + 0.02,
+                (PRACTICAL_LOW - 0.02..=PRACTICAL_HIGH + 0.02).contains(&ratio),
                 "{ratio}"
             );
         }
@@ -219,7 +226,10 @@ mod tests {
         let a = parse_pci_address("0000:01:00.0").unwrap();
         assert_eq!((a.domain, a.bus, a.device, a.function), (0, 1, 0, 0));
         let vmd = parse_pci_address("10000:e1:1f.7").unwrap();
-        assert_eq!((vmd.domain, vmd.bus, vmd.device, vmd.function), (0x10000, 0xe1, 0x1f, 7));
+        assert_eq!(
+            (vmd.domain, vmd.bus, vmd.device, vmd.function),
+            (0x10000, 0xe1, 0x1f, 7)
+        );
         for bad in [
             "pci0000:00",
             "nvme",

@@ -86,7 +86,8 @@ pub fn get_log_page(fd: BorrowedFd<'_>, log_id: u8, buf: &mut [u8]) -> Result<()
     // SAFETY: `cmd` is a valid nvme_passthru_cmd; `addr`/`data_len` describe
     // `buf`, which is writable and outlives the call; the kernel writes at
     // most `data_len` bytes there.
-    let status = unsafe { nvme_admin_cmd_raw(fd.as_raw_fd(), &mut cmd) }.map_err(AdminError::Errno)?;
+    let status =
+        unsafe { nvme_admin_cmd_raw(fd.as_raw_fd(), &mut cmd) }.map_err(AdminError::Errno)?;
     match u32::try_from(status) {
         Ok(0) => Ok(()),
         Ok(s) => Err(AdminError::Status(s)),
@@ -129,9 +130,7 @@ pub fn read_smart_log(dev: &Path) -> Result<[u8; SMART_LOG_LEN]> {
             ),
         )
         .with_hint("run as root, or leave out --thermal"),
-        AdminError::Errno(errno) => {
-            Error::from_errno(errno, "cannot read the SMART log of", dev)
-        }
+        AdminError::Errno(errno) => Error::from_errno(errno, "cannot read the SMART log of", dev),
         AdminError::Status(s) => Error::new(
             ErrorKind::Io,
             format!(
@@ -155,7 +154,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(NvmePassthruCmd, cdw10), 40);
         assert_eq!(std::mem::offset_of!(NvmePassthruCmd, result), 68);
         // _IOWR('N', 0x41, 72 bytes) = 0xC0484E41, as nvme-cli uses.
-        let request = nix::request_code_readwrite!(b'N', 0x41, std::mem::size_of::<NvmePassthruCmd>());
+        let request =
+            nix::request_code_readwrite!(b'N', 0x41, std::mem::size_of::<NvmePassthruCmd>());
         assert_eq!(request as u64, 0xC048_4E41);
     }
 
@@ -176,7 +176,9 @@ mod tests {
             ErrorKind::WrongTarget
         );
         assert_eq!(
-            read_smart_log(&t.path().join("missing")).unwrap_err().kind(),
+            read_smart_log(&t.path().join("missing"))
+                .unwrap_err()
+                .kind(),
             ErrorKind::NotFound
         );
         std::os::unix::fs::symlink("/dev/null", t.path().join("link")).unwrap();

@@ -188,7 +188,9 @@ pub fn check_root(root: &SysRoot) -> Result<()> {
             ErrorKind::NotFound,
             format!("sysroot {} is not a directory", prefix.display()),
         )
-        .with_hint("give --sysroot (or BTRFS_LAB_SYSROOT) a directory laid out like / with sys/ in it"));
+        .with_hint(
+            "give --sysroot (or BTRFS_LAB_SYSROOT) a directory laid out like / with sys/ in it",
+        ));
     }
     if !root.sys("").is_dir() {
         return Err(Error::new(
@@ -253,7 +255,9 @@ pub fn pci_path(function_dir: &Path) -> Vec<PciFunction> {
 /// Reads a controller: its identity, transport and PCI path.
 pub fn read_controller(root: &SysRoot, name: &str) -> Result<NvmeController> {
     if !is_controller_name(name) {
-        return Err(Error::usage(format!("{name} is not an NVMe controller name")));
+        return Err(Error::usage(format!(
+            "{name} is not an NVMe controller name"
+        )));
     }
     let dir = root.sys(&format!("class/nvme/{name}"));
     if !dir.exists() {
@@ -389,7 +393,10 @@ fn collect_targets(
             name: disk,
         }]
     } else {
-        controllers.into_iter().map(BlockTarget::Controller).collect()
+        controllers
+            .into_iter()
+            .map(BlockTarget::Controller)
+            .collect()
     };
     for t in targets {
         if !out.contains(&t) {
@@ -413,7 +420,8 @@ pub fn device_ref(root: &SysRoot, arg: &str) -> Result<DeviceRef> {
     };
     if root.is_host() && arg.starts_with('/') {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
-        let meta = fs::metadata(arg).map_err(|e| Error::from_io(&e, "cannot use", Path::new(arg)))?;
+        let meta =
+            fs::metadata(arg).map_err(|e| Error::from_io(&e, "cannot use", Path::new(arg)))?;
         let ft = meta.file_type();
         if ft.is_block_device() {
             let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
@@ -431,7 +439,9 @@ pub fn device_ref(root: &SysRoot, arg: &str) -> Result<DeviceRef> {
             ErrorKind::WrongTarget,
             format!("{arg} is not a block device or an NVMe controller"),
         )
-        .with_hint("give a device such as /dev/nvme0n1, a controller such as nvme0, or a mounted btrfs"));
+        .with_hint(
+            "give a device such as /dev/nvme0n1, a controller such as nvme0, or a mounted btrfs",
+        ));
     }
     let rel = arg.strip_prefix("/dev/").unwrap_or(arg);
     if let Some(dm_name) = rel.strip_prefix("mapper/") {
@@ -464,7 +474,10 @@ fn find_dm(root: &SysRoot, dm_name: &str) -> Option<String> {
 pub fn btrfs_fsid_of_member(root: &SysRoot, name: &str) -> Option<String> {
     sorted_entries(&root.sys("fs/btrfs"))
         .into_iter()
-        .find(|fsid| root.sys(&format!("fs/btrfs/{fsid}/devices/{name}")).exists())
+        .find(|fsid| {
+            root.sys(&format!("fs/btrfs/{fsid}/devices/{name}"))
+                .exists()
+        })
 }
 
 /// The member block devices sysfs lists for a btrfs.
@@ -517,9 +530,18 @@ mod tests {
         fs::create_dir_all(root.sys("class/block")).unwrap();
         symlink("/dev", root.sys("class/block/evil")).unwrap();
         symlink("../../../../..", root.sys("class/block/up")).unwrap();
-        assert_eq!(block_targets(&root, "evil").unwrap_err().kind(), ErrorKind::NotFound);
-        assert_eq!(block_targets(&root, "up").unwrap_err().kind(), ErrorKind::NotFound);
-        assert_eq!(block_targets(&root, "..").unwrap_err().kind(), ErrorKind::Usage);
+        assert_eq!(
+            block_targets(&root, "evil").unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            block_targets(&root, "up").unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            block_targets(&root, "..").unwrap_err().kind(),
+            ErrorKind::Usage
+        );
     }
 
     #[test]
@@ -553,7 +575,11 @@ mod tests {
             dm.join("slaves/nvme0n1p2"),
         )
         .unwrap();
-        symlink("../../devices/virtual/block/dm-0", sys.join("class/block/dm-0")).unwrap();
+        symlink(
+            "../../devices/virtual/block/dm-0",
+            sys.join("class/block/dm-0"),
+        )
+        .unwrap();
         // A multipath head whose path goes through nvme0.
         let head = sys.join("devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1");
         fs::create_dir_all(head.join("multipath")).unwrap();
@@ -588,14 +614,23 @@ mod tests {
             device_ref(&root, "nvme0n1p2").unwrap(),
             DeviceRef::Block("nvme0n1p2".into())
         );
-        assert_eq!(device_ref(&root, "sdz").unwrap_err().kind(), ErrorKind::NotFound);
-        assert_eq!(device_ref(&root, "/dev/../etc").unwrap_err().kind(), ErrorKind::NotFound);
+        assert_eq!(
+            device_ref(&root, "sdz").unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            device_ref(&root, "/dev/../etc").unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
 
         let c = read_controller(&root, "nvme0").unwrap();
         assert_eq!(c.model.as_deref(), Some("Drive"));
         assert_eq!(c.transport, None);
         assert_eq!(
-            c.pci_path.iter().map(|f| f.address.as_str()).collect::<Vec<_>>(),
+            c.pci_path
+                .iter()
+                .map(|f| f.address.as_str())
+                .collect::<Vec<_>>(),
             ["0000:01:00.0", "0000:00:01.1"]
         );
         assert!(c.pci_path[0].link.is_none());
@@ -604,10 +639,19 @@ mod tests {
     #[test]
     fn disk_kinds_from_the_device_path() {
         let k = |p: &str, n: &str| disk_kind(Path::new(p), n);
-        assert_eq!(k("/s/sys/devices/virtual/block/loop3", "loop3"), DiskKind::Loop);
-        assert_eq!(k("/s/sys/devices/virtual/block/zram0", "zram0"), DiskKind::Virtual);
         assert_eq!(
-            k("/s/sys/devices/pci0000:00/0000:00:02.0/virtio1/block/vda", "vda"),
+            k("/s/sys/devices/virtual/block/loop3", "loop3"),
+            DiskKind::Loop
+        );
+        assert_eq!(
+            k("/s/sys/devices/virtual/block/zram0", "zram0"),
+            DiskKind::Virtual
+        );
+        assert_eq!(
+            k(
+                "/s/sys/devices/pci0000:00/0000:00:02.0/virtio1/block/vda",
+                "vda"
+            ),
             DiskKind::Virtio
         );
         assert_eq!(
@@ -625,9 +669,15 @@ mod tests {
             DiskKind::Usb
         );
         assert_eq!(
-            k("/s/sys/devices/pci0000:00/0000:00:1f.0/host2/target2:0:0/2:0:0:0/block/sdc", "sdc"),
+            k(
+                "/s/sys/devices/pci0000:00/0000:00:1f.0/host2/target2:0:0/2:0:0:0/block/sdc",
+                "sdc"
+            ),
             DiskKind::Scsi
         );
-        assert_eq!(k("/s/sys/devices/platform/x/block/foo", "foo"), DiskKind::Other);
+        assert_eq!(
+            k("/s/sys/devices/platform/x/block/foo", "foo"),
+            DiskKind::Other
+        );
     }
 }

@@ -80,7 +80,10 @@ fn reference_machine_one_drive_capped_at_x2_and_one_behind_the_chipset() {
     assert_eq!(nvme1["ceiling"]["limited_by"], "0000:00:01.3");
     assert_eq!(gbps(&nvme1["potential"]), 7.88);
     let msg = nvme1["findings"][0]["message"].as_str().unwrap();
-    assert!(msg.contains("root port 0000:00:01.3 is x2, the drive x4"), "{msg}");
+    assert!(
+        msg.contains("root port 0000:00:01.3 is x2, the drive x4"),
+        "{msg}"
+    );
     assert!(
         nvme1["findings"][0]["hint"]
             .as_str()
@@ -100,7 +103,12 @@ fn reference_machine_one_drive_capped_at_x2_and_one_behind_the_chipset() {
         .collect();
     assert_eq!(
         roles,
-        ["endpoint", "switch-downstream", "switch-upstream", "root-port"]
+        [
+            "endpoint",
+            "switch-downstream",
+            "switch-upstream",
+            "root-port"
+        ]
     );
     assert_eq!(nvme2["hops"][2]["chipset"], true);
     // One drive behind the chipset: nothing shared among the listed drives.
@@ -127,7 +135,9 @@ fn reference_array_raid0_is_held_back_by_the_x2_member() {
     assert_eq!(c["profile"], "raid0");
     assert_eq!(gbps(&c["one_reader"]), 11.82);
     // 3.55 × 3 ≈ 10.6 GB/s measured on the reference machine.
-    let high = c["one_reader"]["practical_high_bytes_per_sec"].as_f64().unwrap();
+    let high = c["one_reader"]["practical_high_bytes_per_sec"]
+        .as_f64()
+        .unwrap();
     assert!((10.5e9..10.7e9).contains(&high), "{high}");
     assert_eq!(c["held_back_by"], serde_json::json!(["nvme1n1"]));
     assert_eq!(gbps(&c["balanced"]), 19.69);
@@ -196,7 +206,10 @@ fn gen5_drive_in_a_gen4_slot_is_capped_by_speed() {
         assert_eq!(finding_kinds(device(&r, n)), ["behind-chipset"]);
     }
     assert_eq!(r["findings"][0]["kind"], "shared-uplink");
-    assert_eq!(r["findings"][0]["devices"], serde_json::json!(["nvme1", "nvme2"]));
+    assert_eq!(
+        r["findings"][0]["devices"],
+        serde_json::json!(["nvme1", "nvme2"])
+    );
     // LUKS members are followed to their drives.
     let a = &r["array"];
     assert_eq!(a["members"][0]["block_device"], "dm-0");
@@ -266,7 +279,12 @@ fn devices_without_link_information_are_listed_as_such() {
     assert_eq!(device(&r, "loop0")["kind"], "loop");
     for d in r["devices"].as_array().unwrap() {
         assert!(d["ceiling"].is_null());
-        assert!(d["note"].as_str().unwrap().starts_with("no PCIe link information"));
+        assert!(
+            d["note"]
+                .as_str()
+                .unwrap()
+                .starts_with("no PCIe link information")
+        );
     }
     let c = &r["array"]["ceilings"][0];
     assert!(c["one_reader"].is_null());
@@ -275,7 +293,10 @@ fn devices_without_link_information_are_listed_as_such() {
     let named = report("no-nvme", &["/dev/vda1", "loop1"]);
     assert_eq!(named["scope"], "devices");
     assert_eq!(device(&named, "vda")["kind"], "virtio");
-    assert_eq!(device(&named, "vda")["block_devices"], serde_json::json!(["vda1"]));
+    assert_eq!(
+        device(&named, "vda")["block_devices"],
+        serde_json::json!(["vda1"])
+    );
 
     let r = report("no-link-info", &["/mnt/remote"]);
     let fabrics = device(&r, "nvme0");
@@ -286,7 +307,12 @@ fn devices_without_link_information_are_listed_as_such() {
     let emulated = device(&r, "nvme1");
     assert_eq!(emulated["kind"], "nvme");
     assert!(emulated["ceiling"].is_null());
-    assert!(emulated["note"].as_str().unwrap().contains("not a PCIe device"));
+    assert!(
+        emulated["note"]
+            .as_str()
+            .unwrap()
+            .contains("not a PCIe device")
+    );
     assert_eq!(r["array"]["data_profiles"], serde_json::json!(["single"]));
 }
 
@@ -420,11 +446,36 @@ fn bad_input_gives_one_line_and_no_stdout() {
     let t = tempfile::tempdir().unwrap();
     let empty = t.path().to_str().unwrap();
     for (args, code, want) in [
-        (vec!["--sysroot", r, "nvme9"], 1, "nvme9 is neither a block device nor an NVMe controller"),
-        (vec!["--sysroot", r, "../../etc"], 1, "is neither a block device"),
-        (vec!["--sysroot", r, "/mnt/models", "nvme0"], 2, "give one mounted btrfs, or devices"),
-        (vec!["--sysroot", r, "/boot/efi"], 1, "/boot/efi is not on a btrfs filesystem (it is vfat)"),
-        (vec!["--sysroot", "/nonexistent/x"], 1, "sysroot /nonexistent/x is not a directory"),
+        (
+            vec!["--sysroot", r, "nvme9"],
+            1,
+            "nvme9 is neither a block device nor an NVMe controller",
+        ),
+        (
+            vec!["--sysroot", r, "../../etc"],
+            1,
+            "is neither a block device",
+        ),
+        (
+            vec!["--sysroot", r, "/mnt/models", "nvme0"],
+            2,
+            "give one mounted btrfs, or devices",
+        ),
+        (
+            vec!["--sysroot", r, "/boot/efi"],
+            1,
+            "/boot/efi is not on a btrfs filesystem (it is vfat)",
+        ),
+        (
+            vec!["--sysroot", r, "/mnt/model"],
+            1,
+            "/mnt/model is not a mount point of the captured tree",
+        ),
+        (
+            vec!["--sysroot", "/nonexistent/x"],
+            1,
+            "sysroot /nonexistent/x is not a directory",
+        ),
         (vec!["--sysroot", empty], 1, "has no sys/ directory"),
         (vec!["--bogus"], 2, "unexpected argument"),
     ] {
@@ -518,14 +569,26 @@ fn a_real_btrfs_on_loop_devices_lists_its_members_without_link_information() {
     assert_eq!(a["data_profiles"], serde_json::json!(["raid0"]));
     assert_eq!(a["members"].as_array().unwrap().len(), 2);
     for m in a["members"].as_array().unwrap() {
-        assert!(m["device"].as_str().unwrap().starts_with("/dev/loop"), "{m}");
-        assert!(m["block_device"].as_str().unwrap().starts_with("loop"), "{m}");
+        assert!(
+            m["device"].as_str().unwrap().starts_with("/dev/loop"),
+            "{m}"
+        );
+        assert!(
+            m["block_device"].as_str().unwrap().starts_with("loop"),
+            "{m}"
+        );
     }
     for d in r["devices"].as_array().unwrap() {
         assert_eq!(d["kind"], "loop");
     }
     assert!(a["ceilings"][0]["one_reader"].is_null());
-    assert_eq!(a["ceilings"][0]["without_link_info"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        a["ceilings"][0]["without_link_info"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     assert!(a["fsid"].is_string());
 
     // A subdirectory of the mount works as well; a member device by path too.

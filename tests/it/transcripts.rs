@@ -255,7 +255,10 @@ fn fixture_directories_are_copied_with_their_symlinks() {
         fs::read_link(to.join("sys/class/d")).unwrap(),
         PathBuf::from("../devices/d")
     );
-    assert_eq!(fs::read_to_string(to.join("sys/class/d/attr")).unwrap(), "1\n");
+    assert_eq!(
+        fs::read_to_string(to.join("sys/class/d/attr")).unwrap(),
+        "1\n"
+    );
 }
 
 #[test]

@@ -12,7 +12,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::model::{Bandwidth, Ceiling, Finding, FindingKind, Hop, HopRole, Severity};
+use super::model::{
+    ArrayCeiling, Bandwidth, Ceiling, Finding, FindingKind, Hop, HopRole, Severity,
+};
 use crate::model::profile::Profile;
 use crate::parse::pcie::{Generation, format_gbps, link_bytes_per_sec, parse_pci_address};
 use crate::sys::topology::{LinkAttrs, PciFunction};
@@ -654,7 +656,7 @@ fn profile_label(p: Profile) -> String {
 
 /// The array's ceiling for `profile` over `members`. Shared links are
 /// respected: members behind one uplink split it.
-pub fn array_ceiling(profile: Profile, members: &[MemberPath]) -> ArrayCeilingFigures {
+pub fn array_ceiling(profile: Profile, members: &[MemberPath]) -> ArrayCeiling {
     let n = members.len();
     let unknown: Vec<String> = members
         .iter()
@@ -663,7 +665,7 @@ pub fn array_ceiling(profile: Profile, members: &[MemberPath]) -> ArrayCeilingFi
         .collect();
     let label = profile_label(profile);
     if n == 0 {
-        return ArrayCeilingFigures::empty(profile, 0, Vec::new(), format!("{label}: no members"));
+        return no_figures(profile, 0, Vec::new(), format!("{label}: no members"));
     }
     if !unknown.is_empty() {
         let summary = format!(
@@ -671,7 +673,7 @@ pub fn array_ceiling(profile: Profile, members: &[MemberPath]) -> ArrayCeilingFi
             unknown.join(", "),
             if unknown.len() == 1 { "has" } else { "have" }
         );
-        return ArrayCeilingFigures::empty(profile, n, unknown, summary);
+        return no_figures(profile, n, unknown, summary);
     }
     let alone: Vec<f64> = members.iter().filter_map(MemberPath::alone).collect();
     let mut desc = alone.clone();
@@ -770,14 +772,15 @@ pub fn array_ceiling(profile: Profile, members: &[MemberPath]) -> ArrayCeilingFi
             g(p)
         ));
     }
-    ArrayCeilingFigures {
+    let b = |v: f64| Some(Bandwidth::from_encoded(v));
+    ArrayCeiling {
         profile,
         members: n,
-        one_reader: Some(high),
-        one_reader_low: Some(low),
-        many_readers: Some(many),
-        balanced,
-        potential,
+        one_reader: b(high),
+        one_reader_low: b(low),
+        many_readers: b(many),
+        balanced: balanced.and_then(b),
+        potential: potential.and_then(b),
         held_back_by,
         without_link_info: Vec::new(),
         summary,
@@ -833,62 +836,23 @@ fn balanced_flow(members: &[MemberPath]) -> Option<f64> {
     total.is_finite().then_some(total)
 }
 
-/// [`array_ceiling`]'s result, in encoded bytes per second.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ArrayCeilingFigures {
-    /// The profile.
-    pub profile: Profile,
-    /// Number of members.
-    pub members: usize,
-    /// One reader, at best.
-    pub one_reader: Option<f64>,
-    /// One reader, at worst.
-    pub one_reader_low: Option<f64>,
-    /// Many readers, the load spread as btrfs spreads it.
-    pub many_readers: Option<f64>,
-    /// The members together, the load balanced to their speeds.
-    pub balanced: Option<f64>,
-    /// One reader, every drive on its own best link.
-    pub potential: Option<f64>,
-    /// What holds it back.
-    pub held_back_by: Vec<String>,
-    /// Members without link information.
-    pub without_link_info: Vec<String>,
-    /// In words.
-    pub summary: String,
-}
-
-impl ArrayCeilingFigures {
-    fn empty(profile: Profile, members: usize, unknown: Vec<String>, summary: String) -> Self {
-        Self {
-            profile,
-            members,
-            one_reader: None,
-            one_reader_low: None,
-            many_readers: None,
-            balanced: None,
-            potential: None,
-            held_back_by: Vec::new(),
-            without_link_info: unknown,
-            summary,
-        }
-    }
-
-    /// As the report shows it.
-    pub fn to_report(&self) -> super::model::ArrayCeiling {
-        let b = |v: Option<f64>| v.map(Bandwidth::from_encoded);
-        super::model::ArrayCeiling {
-            profile: self.profile,
-            members: self.members,
-            one_reader: b(self.one_reader),
-            one_reader_low: b(self.one_reader_low),
-            many_readers: b(self.many_readers),
-            balanced: b(self.balanced),
-            potential: b(self.potential),
-            held_back_by: self.held_back_by.clone(),
-            without_link_info: self.without_link_info.clone(),
-            summary: self.summary.clone(),
-        }
+fn no_figures(
+    profile: Profile,
+    members: usize,
+    unknown: Vec<String>,
+    summary: String,
+) -> ArrayCeiling {
+    ArrayCeiling {
+        profile,
+        members,
+        one_reader: None,
+        one_reader_low: None,
+        many_readers: None,
+        balanced: None,
+        potential: None,
+        held_back_by: Vec::new(),
+        without_link_info: unknown,
+        summary,
     }
 }
 
@@ -1187,11 +1151,11 @@ mod tests {
     #[test]
     fn raid0_reads_at_the_slowest_members_pace() {
         let c = array_ceiling(Profile::Raid0, &reference());
-        assert_eq!(gbps(c.one_reader.unwrap()), 11.81);
+        assert_eq!(gbps(c.one_reader.unwrap().encoded()), 11.81);
         assert_eq!(c.one_reader, c.one_reader_low);
         assert_eq!(c.held_back_by, ["nvme1n1"]);
-        assert_eq!(gbps(c.balanced.unwrap()), 19.69);
-        assert_eq!(gbps(c.potential.unwrap()), 23.63);
+        assert_eq!(gbps(c.balanced.unwrap().encoded()), 19.69);
+        assert_eq!(gbps(c.potential.unwrap().encoded()), 23.63);
         assert!(
             c.summary.contains("3 × 3.94 GB/s = 11.81 GB/s"),
             "{}",
@@ -1199,7 +1163,7 @@ mod tests {
         );
         assert!(c.summary.contains("held back by nvme1n1"));
         // The practical band: 10.04-10.63, as the reference machine's 10.6.
-        let b = c.to_report().one_reader.unwrap();
+        let b = c.one_reader.unwrap();
         assert_eq!(gbps(b.practical_low_bytes_per_sec as f64), 10.04);
         assert_eq!(gbps(b.practical_high_bytes_per_sec as f64), 10.63);
     }
@@ -1217,10 +1181,10 @@ mod tests {
             })
             .collect();
         let c = array_ceiling(Profile::Raid0, &members);
-        assert_eq!(gbps(c.one_reader.unwrap()), 7.88);
+        assert_eq!(gbps(c.one_reader.unwrap().encoded()), 7.88);
         assert_eq!(c.held_back_by, ["link uplink, shared by 4 members"]);
-        assert_eq!(gbps(c.balanced.unwrap()), 7.88);
-        assert_eq!(gbps(c.potential.unwrap()), 15.75);
+        assert_eq!(gbps(c.balanced.unwrap().encoded()), 7.88);
+        assert_eq!(gbps(c.potential.unwrap().encoded()), 15.75);
 
         let f = shared_uplinks(&members);
         assert_eq!(f.len(), 1);
@@ -1250,21 +1214,21 @@ mod tests {
                 member("nvme0n1p2", &link, 7.877),
             ],
         );
-        assert_eq!(gbps(c.one_reader.unwrap()), 7.88);
-        assert_eq!(gbps(c.balanced.unwrap()), 7.88);
+        assert_eq!(gbps(c.one_reader.unwrap().encoded()), 7.88);
+        assert_eq!(gbps(c.balanced.unwrap().encoded()), 7.88);
     }
 
     #[test]
     fn mirrors_and_single_read_one_member_per_reader() {
         for p in [Profile::Raid1, Profile::Raid1c3, Profile::Single] {
             let c = array_ceiling(p, &reference());
-            assert_eq!(gbps(c.one_reader_low.unwrap()), 3.94, "{p}");
-            assert_eq!(gbps(c.one_reader.unwrap()), 7.88, "{p}");
-            assert_eq!(gbps(c.many_readers.unwrap()), 11.81, "{p}");
+            assert_eq!(gbps(c.one_reader_low.unwrap().encoded()), 3.94, "{p}");
+            assert_eq!(gbps(c.one_reader.unwrap().encoded()), 7.88, "{p}");
+            assert_eq!(gbps(c.many_readers.unwrap().encoded()), 11.81, "{p}");
             assert!(c.summary.contains("3.94-7.88 GB/s"), "{}", c.summary);
         }
         let dup = array_ceiling(Profile::Dup, &reference()[..1]);
-        assert_eq!(gbps(dup.one_reader.unwrap()), 7.88);
+        assert_eq!(gbps(dup.one_reader.unwrap().encoded()), 7.88);
         assert!(dup.summary.contains("one device"));
     }
 
@@ -1274,14 +1238,24 @@ mod tests {
             .map(|i| member(&format!("m{i}"), &[cap(&format!("l{i}"), 3.938)], 3.938))
             .collect();
         let r10 = array_ceiling(Profile::Raid10, &four);
-        assert_eq!(gbps(r10.one_reader.unwrap()), 7.88);
-        assert_eq!(gbps(r10.many_readers.unwrap()), 15.75);
+        assert_eq!(gbps(r10.one_reader.unwrap().encoded()), 7.88);
+        assert_eq!(gbps(r10.many_readers.unwrap().encoded()), 15.75);
         assert_eq!(
-            gbps(array_ceiling(Profile::Raid5, &four).one_reader.unwrap()),
+            gbps(
+                array_ceiling(Profile::Raid5, &four)
+                    .one_reader
+                    .unwrap()
+                    .encoded()
+            ),
             11.81
         );
         assert_eq!(
-            gbps(array_ceiling(Profile::Raid6, &four).one_reader.unwrap()),
+            gbps(
+                array_ceiling(Profile::Raid6, &four)
+                    .one_reader
+                    .unwrap()
+                    .encoded()
+            ),
             7.88
         );
         assert!(
@@ -1321,8 +1295,8 @@ mod tests {
             member("b", &[cap("b", 7.877), dmi], 7.877),
         ];
         let c = array_ceiling(Profile::Raid0, &members);
-        assert_eq!(gbps(c.one_reader.unwrap()), 15.75);
-        assert_eq!(gbps(c.balanced.unwrap()), 15.75);
+        assert_eq!(gbps(c.one_reader.unwrap().encoded()), 15.75);
+        assert_eq!(gbps(c.balanced.unwrap().encoded()), 15.75);
         let f = shared_uplinks(&members);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Info);
@@ -1340,9 +1314,9 @@ mod tests {
             member("d", &[cap("d", 4.0)], 4.0),
         ];
         let c = array_ceiling(Profile::Raid1, &members);
-        assert_eq!(gbps(c.balanced.unwrap()), 10.0);
+        assert_eq!(gbps(c.balanced.unwrap().encoded()), 10.0);
         // Equal shares: the chipset link carries three at 2 each.
-        assert_eq!(gbps(c.many_readers.unwrap()), 8.0);
+        assert_eq!(gbps(c.many_readers.unwrap().encoded()), 8.0);
         let f = shared_uplinks(&members);
         assert_eq!(f.len(), 2, "{f:?}");
         assert_eq!(f[0].devices, ["a", "b"]);

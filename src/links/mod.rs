@@ -19,7 +19,7 @@ use crate::model::profile::Profile;
 use crate::parse::mountinfo::parse_mountinfo;
 use crate::parse::nvme_smart::{SmartThermal, decode_smart_log};
 use crate::sys::root::SysRoot;
-use crate::sys::topology::{self, BlockTarget, DeviceRef, DiskKind, NvmeController};
+use crate::sys::topology::{self, BlockTarget, DeviceRef, NvmeController};
 use crate::sys::{btrfs, nvme};
 
 use analysis::{DeviceAnalysis, MemberPath, analyze_device, array_ceiling, shared_uplinks};
@@ -47,7 +47,7 @@ pub struct LinksOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
     Controller(String),
-    Disk { name: String, kind: DiskKind },
+    Disk { name: String, kind: DeviceKind },
 }
 
 impl Entry {
@@ -108,30 +108,24 @@ fn is_pcie(c: &NvmeController) -> bool {
     c.transport.as_deref().is_none_or(|t| t == "pcie")
 }
 
-fn disk_note(kind: DiskKind, name: &str) -> (DeviceKind, String) {
-    let (k, what) = match kind {
-        DiskKind::Virtio => (
-            DeviceKind::Virtio,
-            "a virtio disk (a virtual machine's; the host's storage sets the ceiling)".to_owned(),
-        ),
-        DiskKind::Loop => (
-            DeviceKind::Loop,
-            "a loop device (a file on another filesystem)".to_owned(),
-        ),
-        DiskKind::Sata => (
-            DeviceKind::Sata,
-            "a SATA disk (behind AHCI); a SATA III link carries at most 0.6 GB/s".to_owned(),
-        ),
-        DiskKind::Usb => (DeviceKind::Usb, "a USB disk".to_owned()),
-        DiskKind::Scsi => (DeviceKind::Scsi, "a SCSI or SAS disk".to_owned()),
-        DiskKind::Mmc => (DeviceKind::Mmc, "an SD card or eMMC".to_owned()),
-        DiskKind::Virtual => (
-            DeviceKind::Virtual,
-            format!("a virtual block device ({name})"),
-        ),
-        DiskKind::Other => (DeviceKind::Other, "not an NVMe drive".to_owned()),
+fn disk_note(kind: DeviceKind, name: &str) -> String {
+    let what = match kind {
+        DeviceKind::Virtio => {
+            "a virtio disk (a virtual machine's; the host's storage sets the ceiling)".to_owned()
+        }
+        DeviceKind::Loop => "a loop device (a file on another filesystem)".to_owned(),
+        DeviceKind::Sata => {
+            "a SATA disk (behind AHCI); a SATA III link carries at most 0.6 GB/s".to_owned()
+        }
+        DeviceKind::Usb => "a USB disk".to_owned(),
+        DeviceKind::Scsi => "a SCSI or SAS disk".to_owned(),
+        DeviceKind::Mmc => "an SD card or eMMC".to_owned(),
+        DeviceKind::Virtual => format!("a virtual block device ({name})"),
+        DeviceKind::Nvme | DeviceKind::NvmeFabrics | DeviceKind::Other => {
+            "not an NVMe drive".to_owned()
+        }
     };
-    (k, format!("no PCIe link information: {what}"))
+    format!("no PCIe link information: {what}")
 }
 
 /// Is `target` a mount (a directory on the running system; a mount point
@@ -371,26 +365,23 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
                 }
                 r
             }
-            Entry::Disk { name, kind } => {
-                let (kind, note) = disk_note(*kind, name);
-                DeviceReport {
-                    name: name.clone(),
-                    kind,
-                    block_devices: blocks.clone(),
-                    model: None,
-                    serial: None,
-                    firmware: None,
-                    transport: None,
-                    pci_address: None,
-                    hops: Vec::new(),
-                    ceiling: None,
-                    potential: None,
-                    findings: Vec::new(),
-                    note: Some(note),
-                    thermal: None,
-                    thermal_error: None,
-                }
-            }
+            Entry::Disk { name, kind } => DeviceReport {
+                name: name.clone(),
+                kind: *kind,
+                block_devices: blocks.clone(),
+                model: None,
+                serial: None,
+                firmware: None,
+                transport: None,
+                pci_address: None,
+                hops: Vec::new(),
+                ceiling: None,
+                potential: None,
+                findings: Vec::new(),
+                note: Some(disk_note(*kind, name)),
+                thermal: None,
+                thermal_error: None,
+            },
         };
         devices.push(report);
     }
@@ -449,7 +440,7 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
             let ceilings = info
                 .profiles
                 .iter()
-                .map(|p| array_ceiling(*p, &arithmetic).to_report())
+                .map(|p| array_ceiling(*p, &arithmetic))
                 .collect();
             Some(ArrayReport {
                 mount: m,
@@ -539,5 +530,5 @@ pub fn array_ceiling_for_block_devices(
         };
         members.push(cache.member_path(root, &name, &targets));
     }
-    Ok(array_ceiling(profile, &members).to_report())
+    Ok(array_ceiling(profile, &members))
 }

@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::model::profile::Profile;
 use crate::parse::nvme_smart::SmartThermal;
 use crate::parse::pcie::{PRACTICAL_HIGH, PRACTICAL_LOW};
+pub use crate::sys::topology::DeviceKind;
 
 /// A throughput ceiling: what the links carry after encoding, and the
 /// practical band after protocol overhead.
@@ -40,32 +41,6 @@ impl Bandwidth {
     pub fn encoded(&self) -> f64 {
         self.encoded_bytes_per_sec as f64
     }
-}
-
-/// What a listed device is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DeviceKind {
-    /// An NVMe controller on PCIe.
-    Nvme,
-    /// An NVMe controller reached over a fabric (TCP, RDMA, FC, loop).
-    NvmeFabrics,
-    /// A virtio disk.
-    Virtio,
-    /// A loop device.
-    Loop,
-    /// A SATA disk (libata, usually AHCI).
-    Sata,
-    /// A USB disk.
-    Usb,
-    /// A SCSI or SAS disk.
-    Scsi,
-    /// An SD card or eMMC.
-    Mmc,
-    /// Another virtual block device.
-    Virtual,
-    /// Anything else.
-    Other,
 }
 
 /// The role of a PCI function on the way up, inferred from its position:

@@ -26,6 +26,8 @@
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
+use serde::Serialize;
+
 use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
@@ -81,9 +83,15 @@ pub struct NvmeController {
     pub pci_path: Vec<PciFunction>,
 }
 
-/// What kind of disk a block device without an NVMe controller is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DiskKind {
+/// What kind of device a drive is: an NVMe controller, or a disk that has
+/// none (which then has no PCIe link of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceKind {
+    /// An NVMe controller on PCIe.
+    Nvme,
+    /// An NVMe controller reached over a fabric (TCP, RDMA, FC, loop).
+    NvmeFabrics,
     /// A virtio disk in a virtual machine.
     Virtio,
     /// A loop device.
@@ -112,7 +120,7 @@ pub enum BlockTarget {
         /// Its block device name (the whole disk, not a partition).
         name: String,
         /// What it is.
-        kind: DiskKind,
+        kind: DeviceKind,
     },
 }
 
@@ -313,7 +321,7 @@ fn disk_controllers(root: &SysRoot, disk_dir: &Path) -> Vec<String> {
     Vec::new()
 }
 
-fn disk_kind(disk_dir: &Path, name: &str) -> DiskKind {
+fn disk_kind(disk_dir: &Path, name: &str) -> DeviceKind {
     let parts: Vec<String> = disk_dir
         .components()
         .filter_map(|c| match c {
@@ -327,21 +335,21 @@ fn disk_kind(disk_dir: &Path, name: &str) -> DiskKind {
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     };
     if name.starts_with("loop") && has(&|p| p == "virtual") {
-        DiskKind::Loop
+        DeviceKind::Loop
     } else if has(&|p| p == "virtual") {
-        DiskKind::Virtual
+        DeviceKind::Virtual
     } else if has(&|p| numbered(p, "virtio")) {
-        DiskKind::Virtio
+        DeviceKind::Virtio
     } else if has(&|p| numbered(p, "ata")) {
-        DiskKind::Sata
+        DeviceKind::Sata
     } else if has(&|p| numbered(p, "usb")) {
-        DiskKind::Usb
+        DeviceKind::Usb
     } else if has(&|p| numbered(p, "mmc")) {
-        DiskKind::Mmc
+        DeviceKind::Mmc
     } else if has(&|p| numbered(p, "host")) {
-        DiskKind::Scsi
+        DeviceKind::Scsi
     } else {
-        DiskKind::Other
+        DeviceKind::Other
     }
 }
 
@@ -641,43 +649,43 @@ mod tests {
         let k = |p: &str, n: &str| disk_kind(Path::new(p), n);
         assert_eq!(
             k("/s/sys/devices/virtual/block/loop3", "loop3"),
-            DiskKind::Loop
+            DeviceKind::Loop
         );
         assert_eq!(
             k("/s/sys/devices/virtual/block/zram0", "zram0"),
-            DiskKind::Virtual
+            DeviceKind::Virtual
         );
         assert_eq!(
             k(
                 "/s/sys/devices/pci0000:00/0000:00:02.0/virtio1/block/vda",
                 "vda"
             ),
-            DiskKind::Virtio
+            DeviceKind::Virtio
         );
         assert_eq!(
             k(
                 "/s/sys/devices/pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0/block/sda",
                 "sda"
             ),
-            DiskKind::Sata
+            DeviceKind::Sata
         );
         assert_eq!(
             k(
                 "/s/sys/devices/pci0000:00/0000:00:14.0/usb2/2-1/2-1:1.0/host6/target6:0:0/6:0:0:0/block/sdb",
                 "sdb"
             ),
-            DiskKind::Usb
+            DeviceKind::Usb
         );
         assert_eq!(
             k(
                 "/s/sys/devices/pci0000:00/0000:00:1f.0/host2/target2:0:0/2:0:0:0/block/sdc",
                 "sdc"
             ),
-            DiskKind::Scsi
+            DeviceKind::Scsi
         );
         assert_eq!(
             k("/s/sys/devices/platform/x/block/foo", "foo"),
-            DiskKind::Other
+            DeviceKind::Other
         );
     }
 }

@@ -157,7 +157,13 @@ struct MountInfo {
 fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
     if root.is_host() {
         let path = Path::new(mount);
-        let devices = btrfs::member_devices(path)?;
+        let devices = btrfs::member_devices(path).map_err(|e| {
+            if e.kind() == ErrorKind::WrongTarget {
+                e.with_hint("links MOUNT needs a mounted btrfs; name a device (/dev/nvme0n1) to see its drive")
+            } else {
+                e
+            }
+        })?;
         let profiles = btrfs::data_profiles(path)?;
         let fsid = btrfs::fsid(path).ok();
         let members = devices

@@ -426,6 +426,11 @@ pub fn device_ref(root: &SysRoot, arg: &str) -> Result<DeviceRef> {
         )
         .with_hint("`btrfs-lab links` with no argument lists the NVMe controllers; lsblk lists block devices")
     };
+    if arg.is_empty() {
+        return Err(Error::usage("an empty device name").with_hint(
+            "give a device such as /dev/nvme0n1, a controller such as nvme0, or a mounted btrfs",
+        ));
+    }
     if root.is_host() && arg.starts_with('/') {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
         let meta =

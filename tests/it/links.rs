@@ -478,6 +478,10 @@ fn bad_input_gives_one_line_and_no_stdout() {
         ),
         (vec!["--sysroot", empty], 1, "has no sys/ directory"),
         (vec!["--bogus"], 2, "unexpected argument"),
+        (vec![""], 2, "an empty device name"),
+        (vec!["/etc/passwd"], 1, "is not a block device or an NVMe controller"),
+        (vec!["/dev/null"], 1, "is not a block device or an NVMe controller"),
+        (vec!["/nonexistent/dev"], 1, "no such file or directory"),
     ] {
         let (c, out, err) = links(&args);
         assert_eq!(c, code, "{args:?}: {err}");
@@ -552,7 +556,8 @@ fn a_real_btrfs_on_loop_devices_lists_its_members_without_link_information() {
     if !require_root("links on a btrfs of loop devices") {
         return;
     }
-    let env = TestEnv::new();
+    let mut env = TestEnv::new();
+    let tmpfs = env.tmpfs("not-btrfs");
     let sandbox = env.sandbox(SandboxRequest {
         devices: 2,
         size_bytes: 512 << 20,
@@ -602,9 +607,10 @@ fn a_real_btrfs_on_loop_devices_lists_its_members_without_link_information() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(json(&out)["devices"][0]["kind"], "loop");
 
-    // A directory on another filesystem is refused in one line.
-    let (code, out, err) = links(&[env.path().to_str().unwrap()]);
+    // A directory on another filesystem is refused in one line and a hint.
+    let (code, out, err) = links(&[tmpfs.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(out.is_empty());
     assert!(err.contains("is not on a btrfs filesystem"), "{err}");
+    assert_eq!(err.lines().count(), 2, "{err}");
 }

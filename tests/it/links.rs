@@ -479,8 +479,16 @@ fn bad_input_gives_one_line_and_no_stdout() {
         (vec!["--sysroot", empty], 1, "has no sys/ directory"),
         (vec!["--bogus"], 2, "unexpected argument"),
         (vec![""], 2, "an empty device name"),
-        (vec!["/etc/passwd"], 1, "is not a block device or an NVMe controller"),
-        (vec!["/dev/null"], 1, "is not a block device or an NVMe controller"),
+        (
+            vec!["/etc/passwd"],
+            1,
+            "is not a block device or an NVMe controller",
+        ),
+        (
+            vec!["/dev/null"],
+            1,
+            "is not a block device or an NVMe controller",
+        ),
         (vec!["/nonexistent/dev"], 1, "no such file or directory"),
     ] {
         let (c, out, err) = links(&args);

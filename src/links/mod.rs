@@ -157,7 +157,7 @@ struct MountInfo {
 fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
     if root.is_host() {
         let path = Path::new(mount);
-        let devices = btrfs::member_devices(path).map_err(|e| {
+        let devices = btrfs::devices(path).map_err(|e| {
             if e.kind() == ErrorKind::WrongTarget {
                 e.with_hint("links MOUNT needs a mounted btrfs; name a device (/dev/nvme0n1) to see its drive")
             } else {
@@ -169,7 +169,7 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
         let members = devices
             .into_iter()
             .map(|d| {
-                let shown = d.path.display().to_string();
+                let shown = d.path;
                 let block = if shown.is_empty() {
                     None
                 } else {

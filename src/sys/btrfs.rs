@@ -5,7 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use btrfs_uapi::space::BlockGroupFlags;
 use nix::errno::Errno;
@@ -95,33 +95,6 @@ pub fn block_group_profiles(path: &Path) -> Result<BlockGroupProfiles> {
 /// The profiles that hold data.
 pub fn data_profiles(path: &Path) -> Result<Vec<Profile>> {
     Ok(block_group_profiles(path)?.data)
-}
-
-/// A member device of a mounted btrfs (DEV_INFO).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberDevice {
-    /// The btrfs device id.
-    pub devid: u64,
-    /// The path the kernel knows it by (`/dev/nvme0n1p2`); empty for a
-    /// missing device.
-    pub path: PathBuf,
-}
-
-/// The member devices of the btrfs that contains `path`, through the
-/// FS_INFO and DEV_INFO ioctls.
-pub fn member_devices(path: &Path) -> Result<Vec<MemberDevice>> {
-    let f = open_any(path)?;
-    let info =
-        btrfs_uapi::filesystem::filesystem_info(f.as_fd()).map_err(|e| not_btrfs(e, path))?;
-    let devices = btrfs_uapi::device::device_info_all(f.as_fd(), &info)
-        .map_err(|e| Error::from_errno(e, "cannot list the devices of", path))?;
-    Ok(devices
-        .into_iter()
-        .map(|d| MemberDevice {
-            devid: d.devid,
-            path: PathBuf::from(d.path),
-        })
-        .collect())
 }
 
 /// Registers a device with the kernel's btrfs scanner so a multi-device

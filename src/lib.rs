@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod error;
+pub mod links;
 pub mod model;
 pub mod parse;
 pub mod probe;

@@ -132,11 +132,71 @@ fn render(plan: &AddPlan, out: &Output) -> String {
         "  throughput ceiling: {}\n",
         plan.throughput.as_ref().map_or(
             "unknown (no PCIe link information for these devices)".to_owned(),
-            |v| v.to_string()
+            ceiling_text
         )
     ));
     for note in &plan.notes {
         t.push_str(&format!("  - {note}\n"));
+    }
+    t
+}
+
+/// The array's read ceiling before and after, from the PCIe links of the
+/// members (`btrfs-lab links`); `None` when no member has link information.
+fn throughput(
+    root: &SysRoot,
+    state: &btrfs_lab::admin::state::FsState,
+    plan: &AddPlan,
+    data: Option<Profile>,
+) -> Option<serde_json::Value> {
+    use btrfs_lab::links::array_ceiling_for_block_devices;
+    use btrfs_lab::model::space::BgType;
+    let profile_now = state
+        .profiles(BgType::Data)
+        .first()
+        .copied()
+        .unwrap_or(Profile::Single);
+    let profile_after = data.unwrap_or(profile_now);
+    let before: Vec<PathBuf> = state
+        .devices
+        .iter()
+        .filter(|d| !d.path.is_empty())
+        .map(|d| PathBuf::from(&d.path))
+        .collect();
+    let mut after = before.clone();
+    after.extend(plan.devices.iter().map(|d| d.resolved.clone()));
+    let b = array_ceiling_for_block_devices(root, &before, profile_now).ok()?;
+    let a = array_ceiling_for_block_devices(root, &after, profile_after).ok()?;
+    if b.one_reader.is_none() && a.one_reader.is_none() {
+        return None;
+    }
+    Some(json!({ "before": b, "after": a }))
+}
+
+fn ceiling_text(v: &serde_json::Value) -> String {
+    let gbps = |c: &serde_json::Value| {
+        c["one_reader"]["practical_high_bytes_per_sec"]
+            .as_f64()
+            .map_or("unknown".to_owned(), |b| format!("{:.1} GB/s", b / 1e9))
+    };
+    let held = v["after"]["held_back_by"]
+        .as_array()
+        .map(|h| {
+            h.iter()
+                .filter_map(|x| x.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    let mut t = format!(
+        "{} ({}) → {} ({}), practical, one reader",
+        gbps(&v["before"]),
+        v["before"]["profile"].as_str().unwrap_or("?"),
+        gbps(&v["after"]),
+        v["after"]["profile"].as_str().unwrap_or("?")
+    );
+    if !held.is_empty() {
+        t.push_str(&format!("; held back by {held}"));
     }
     t
 }
@@ -163,7 +223,10 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         force: a.force,
         nodiscard: a.nodiscard,
     };
-    let plan = plan_add(&state, &facts, opts, is_root(), convert);
+    let mut plan = plan_add(&state, &facts, opts, is_root(), convert);
+    if plan.refusals.is_empty() {
+        plan.throughput = throughput(&root, &state, &plan, a.data);
+    }
     let lines = out.json && a.then_convert;
     if out.json {
         if lines {

@@ -6,6 +6,7 @@ mod convert;
 mod demo;
 mod device;
 mod df;
+mod links;
 mod output;
 mod probe_dio;
 mod sandbox;
@@ -65,6 +66,9 @@ enum Command {
     Device(device::DeviceArgs),
     /// Convert data/metadata profiles with progress, pause and resume.
     Convert(convert::ConvertArgs),
+    /// PCIe links of the NVMe drives up to the root port, their ceilings, and an array's.
+    #[command(after_long_help = links::AFTER_HELP)]
+    Links(links::LinksArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -84,6 +88,7 @@ pub fn run() -> ExitCode {
         Command::Show(args) => show::run(args, &out),
         Command::Device(args) => device::run(args, &out),
         Command::Convert(args) => convert::run(args, &out),
+        Command::Links(args) => links::run(args, &out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

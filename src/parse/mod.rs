@@ -3,5 +3,7 @@
 pub mod counters;
 pub mod fi_df;
 pub mod mountinfo;
+pub mod nvme_smart;
+pub mod pcie;
 pub mod size;
 pub mod wipefs;

@@ -1,6 +1,6 @@
 //! Kernel interfaces: ioctls, sysfs, procfs, mounts, loop devices, O_DIRECT
 //! I/O and the external programs btrfs-lab drives. All `unsafe` of the crate
-//! lives in [`ioctl`].
+//! lives in [`ioctl`] and [`nvme`].
 
 pub mod blockdev;
 pub mod btrfs;
@@ -10,9 +10,11 @@ pub mod fs;
 pub mod ioctl;
 pub mod loopdev;
 pub mod mounts;
+pub mod nvme;
 pub mod root;
 pub mod signals;
 pub mod tools;
+pub mod topology;
 
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {

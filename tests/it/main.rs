@@ -3,6 +3,7 @@
 
 mod admin;
 mod common;
+mod links;
 mod probe_dio;
 mod repo;
 mod sandbox;

@@ -5,8 +5,13 @@
 //! `KEY=VALUE` words set the environment), `? N` gives the expected exit
 //! status (default 0), the following lines are the expected stdout and stderr
 //! together; `...` on its own line skips lines, `[..]` skips within a line,
-//! `[CWD]` is the transcript's working directory, into which `NAME.in/` is
-//! copied first when it exists. trycmd itself is not used:
+//! `[CWD]` is the transcript's working directory. As in trycmd, a directory
+//! `subcommands/<name>.in/` next to `<name>.md` is copied into that working
+//! directory before the first step, so steps can name fixtures by relative
+//! paths (`--sysroot reference`); `<name>.in` may be a symlink to a fixture
+//! directory elsewhere in the repository. Symlinks inside it are copied as
+//! symlinks (a captured sysfs tree is made of relative links), never
+//! followed. trycmd itself is not used:
 //! its temporary directory would be deleted while a sandbox is still mounted
 //! in it after a failed step; here clean-up (sandbox down) comes first.
 
@@ -145,10 +150,9 @@ fn run_transcript(path: &Path) -> Result<(), String> {
     let env = TestEnv::new();
     let cwd = env.path().join("work");
     fs::create_dir(&cwd).unwrap();
-    // trycmd's convention: `NAME.in/` next to `NAME.md` holds input files.
-    let inputs = path.with_extension("in");
-    if inputs.is_dir() {
-        copy_tree(&inputs, &cwd);
+    let fixture = path.with_extension("in");
+    if fixture.exists() {
+        copy_tree(&fs::canonicalize(&fixture).unwrap(), &cwd);
     }
     let mut redactions = snapbox::Redactions::new();
     redactions.insert("[CWD]", cwd.clone()).unwrap();
@@ -174,15 +178,19 @@ fn run_transcript(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Copies the contents of `from` into `to`, symlinks as symlinks.
 fn copy_tree(from: &Path, to: &Path) {
     for entry in fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            fs::create_dir_all(&target).unwrap();
-            copy_tree(&entry.path(), &target);
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let meta = fs::symlink_metadata(&src).unwrap();
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if meta.is_dir() {
+            fs::create_dir(&dst).unwrap();
+            copy_tree(&src, &dst);
         } else {
-            fs::copy(entry.path(), &target).unwrap();
+            fs::copy(&src, &dst).unwrap();
         }
     }
 }
@@ -230,6 +238,27 @@ fn every_subcommand_has_a_transcript() {
         assert!(p.exists(), "missing transcript {}", p.display());
         assert!(!parse(&fs::read_to_string(&p).unwrap()).is_empty());
     }
+}
+
+#[test]
+fn fixture_directories_are_copied_with_their_symlinks() {
+    let t = tempfile::tempdir().unwrap();
+    let from = t.path().join("from");
+    fs::create_dir_all(from.join("sys/devices/d")).unwrap();
+    fs::write(from.join("sys/devices/d/attr"), "1\n").unwrap();
+    fs::create_dir_all(from.join("sys/class")).unwrap();
+    std::os::unix::fs::symlink("../devices/d", from.join("sys/class/d")).unwrap();
+    let to = t.path().join("to");
+    fs::create_dir(&to).unwrap();
+    copy_tree(&from, &to);
+    assert_eq!(
+        fs::read_link(to.join("sys/class/d")).unwrap(),
+        PathBuf::from("../devices/d")
+    );
+    assert_eq!(
+        fs::read_to_string(to.join("sys/class/d/attr")).unwrap(),
+        "1\n"
+    );
 }
 
 #[test]

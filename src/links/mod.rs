@@ -1,0 +1,540 @@
+//! `links`: the PCIe link of each NVMe drive, walked up to its root port,
+//! what it can carry, what holds it back, and the ceiling of an array.
+//!
+//! Everything is read from sysfs through a [`SysRoot`] (so captured trees
+//! read like the running system), except the members of a mounted btrfs
+//! on the running system (btrfs ioctls) and the SMART log (the NVMe admin
+//! ioctl; a captured tree carries it as `nvme-smart-log/<controller>`).
+//! The arithmetic is in [`analysis`], the report in [`model`].
+
+pub mod analysis;
+pub mod model;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::profile::Profile;
+use crate::parse::mountinfo::parse_mountinfo;
+use crate::parse::nvme_smart::{SmartThermal, decode_smart_log};
+use crate::sys::root::SysRoot;
+use crate::sys::topology::{self, BlockTarget, DeviceRef, NvmeController};
+use crate::sys::{btrfs, nvme};
+
+use analysis::{DeviceAnalysis, MemberPath, analyze_device, array_ceiling, shared_uplinks};
+pub use model::{
+    ArrayCeiling, ArrayMember, ArrayReport, Bandwidth, DeviceKind, DeviceReport, Finding,
+    LinksReport, Scope, Severity,
+};
+
+/// Directory of a captured tree that holds SMART log pages, one 512-byte
+/// file per controller (`nvme smart-log /dev/nvme0 -o binary`).
+pub const CAPTURED_SMART_DIR: &str = "nvme-smart-log";
+
+/// What `links` looks at.
+#[derive(Debug, Clone)]
+pub struct LinksOptions {
+    /// Where sysfs and procfs are read.
+    pub sysroot: SysRoot,
+    /// Nothing (every NVMe controller), one mounted btrfs, or devices.
+    pub targets: Vec<String>,
+    /// Read the SMART thermal counters too.
+    pub thermal: bool,
+}
+
+/// A device to report, and the block devices that led to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    Controller(String),
+    Disk { name: String, kind: DeviceKind },
+}
+
+impl Entry {
+    fn name(&self) -> &str {
+        match self {
+            Entry::Controller(n) | Entry::Disk { name: n, .. } => n,
+        }
+    }
+}
+
+impl From<BlockTarget> for Entry {
+    fn from(t: BlockTarget) -> Self {
+        match t {
+            BlockTarget::Controller(n) => Entry::Controller(n),
+            BlockTarget::Disk { name, kind } => Entry::Disk { name, kind },
+        }
+    }
+}
+
+/// Controllers read and analysed once.
+#[derive(Default)]
+struct Cache {
+    controllers: BTreeMap<String, (NvmeController, Option<DeviceAnalysis>)>,
+}
+
+impl Cache {
+    fn controller(
+        &mut self,
+        root: &SysRoot,
+        name: &str,
+    ) -> Result<&(NvmeController, Option<DeviceAnalysis>)> {
+        if !self.controllers.contains_key(name) {
+            let c = topology::read_controller(root, name)?;
+            let analysis = is_pcie(&c).then(|| analyze_device(name, &c.pci_path));
+            self.controllers.insert(name.to_owned(), (c, analysis));
+        }
+        Ok(&self.controllers[name])
+    }
+
+    /// The arithmetic's view of a block device (or controller).
+    fn member_path(&mut self, root: &SysRoot, name: &str, targets: &[Entry]) -> MemberPath {
+        let mut m = MemberPath {
+            name: name.to_owned(),
+            links: None,
+            potential: None,
+        };
+        if let [Entry::Controller(c)] = targets
+            && let Ok((_, Some(a))) = self.controller(root, c)
+        {
+            m.links = a.links.clone();
+            m.potential = a.potential.map(|p| p.encoded());
+        }
+        m
+    }
+}
+
+fn is_pcie(c: &NvmeController) -> bool {
+    c.transport.as_deref().is_none_or(|t| t == "pcie")
+}
+
+fn disk_note(kind: DeviceKind, name: &str) -> String {
+    let what = match kind {
+        DeviceKind::Virtio => {
+            "a virtio disk (a virtual machine's; the host's storage sets the ceiling)".to_owned()
+        }
+        DeviceKind::Loop => "a loop device (a file on another filesystem)".to_owned(),
+        DeviceKind::Sata => {
+            "a SATA disk (behind AHCI); a SATA III link carries at most 0.6 GB/s".to_owned()
+        }
+        DeviceKind::Usb => "a USB disk".to_owned(),
+        DeviceKind::Scsi => "a SCSI or SAS disk".to_owned(),
+        DeviceKind::Mmc => "an SD card or eMMC".to_owned(),
+        DeviceKind::Virtual => format!("a virtual block device ({name})"),
+        DeviceKind::Nvme | DeviceKind::NvmeFabrics | DeviceKind::Other => {
+            "not an NVMe drive".to_owned()
+        }
+    };
+    format!("no PCIe link information: {what}")
+}
+
+/// Is `target` a mount (a directory on the running system; a mount point
+/// of the captured mount table otherwise)?
+fn is_mount(root: &SysRoot, target: &str) -> bool {
+    if root.is_host() {
+        return Path::new(target).is_dir();
+    }
+    let Ok(text) = fs::read_to_string(root.proc("self/mountinfo")) else {
+        return false;
+    };
+    let want = normalize(target);
+    parse_mountinfo(&text).iter().any(|m| m.mount_point == want)
+}
+
+/// `/mnt/x/` and `/mnt//x` as `/mnt/x`, without touching the filesystem.
+fn normalize(p: &str) -> PathBuf {
+    Path::new(p).components().collect()
+}
+
+/// The members of a mounted btrfs: (device as btrfs names it, block
+/// device name), its fsid and data profiles.
+struct MountInfo {
+    fsid: Option<String>,
+    profiles: Vec<Profile>,
+    members: Vec<(String, Option<String>)>,
+}
+
+fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
+    if root.is_host() {
+        let path = Path::new(mount);
+        let devices = btrfs::devices(path).map_err(|e| {
+            if e.kind() == ErrorKind::WrongTarget {
+                e.with_hint("links MOUNT needs a mounted btrfs; name a device (/dev/nvme0n1) to see its drive")
+            } else {
+                e
+            }
+        })?;
+        let profiles = btrfs::data_profiles(path)?;
+        let fsid = btrfs::fsid(path).ok();
+        let members = devices
+            .into_iter()
+            .map(|d| {
+                let shown = d.path;
+                let block = if shown.is_empty() {
+                    None
+                } else {
+                    match topology::device_ref(root, &shown) {
+                        Ok(DeviceRef::Block(b)) => Some(b),
+                        _ => None,
+                    }
+                };
+                let shown = if shown.is_empty() {
+                    format!("devid {} (missing)", d.devid)
+                } else {
+                    shown
+                };
+                (shown, block)
+            })
+            .collect();
+        return Ok(MountInfo {
+            fsid,
+            profiles,
+            members,
+        });
+    }
+    let mountinfo = root.proc("self/mountinfo");
+    let text = fs::read_to_string(&mountinfo)
+        .map_err(|e| Error::from_io(&e, "cannot read", &mountinfo))?;
+    let want = normalize(mount);
+    let entry = parse_mountinfo(&text)
+        .into_iter()
+        .rev()
+        .find(|m| m.mount_point == want)
+        .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("{mount} is not mounted")))?;
+    if entry.fs_type != "btrfs" {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!(
+                "{mount} is not on a btrfs filesystem (it is {})",
+                entry.fs_type
+            ),
+        ));
+    }
+    let source = match topology::device_ref(root, &entry.source)? {
+        DeviceRef::Block(b) => b,
+        DeviceRef::Controller(c) => c,
+    };
+    let fsid = topology::btrfs_fsid_of_member(root, &source).ok_or_else(|| {
+        Error::new(
+            ErrorKind::State,
+            format!("no /sys/fs/btrfs/<fsid>/devices/{source} in the captured tree for {mount}"),
+        )
+    })?;
+    let members = topology::btrfs_members(root, &fsid)
+        .into_iter()
+        .map(|b| (format!("/dev/{b}"), Some(b)))
+        .collect();
+    Ok(MountInfo {
+        profiles: topology::btrfs_data_profiles(root, &fsid),
+        fsid: Some(fsid),
+        members,
+    })
+}
+
+/// The SMART thermal counters of a controller: through the admin ioctl on
+/// the running system, from `nvme-smart-log/<name>` in a captured tree.
+pub fn read_thermal(root: &SysRoot, controller: &str) -> Result<SmartThermal> {
+    let page = if root.is_host() {
+        nvme::read_smart_log(&Path::new("/dev").join(controller))?.to_vec()
+    } else {
+        let p = root.prefix().join(CAPTURED_SMART_DIR).join(controller);
+        fs::read(&p).map_err(|e| Error::from_io(&e, "cannot read the captured SMART log", &p))?
+    };
+    decode_smart_log(&page).map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!("SMART log of {controller}: {}", e.message()),
+        )
+    })
+}
+
+/// Looks at the links (see the module documentation).
+pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
+    let root = &opts.sysroot;
+    topology::check_root(root)?;
+    let mut cache = Cache::default();
+
+    // What to list, and which block devices led to each entry.
+    let mut entries: Vec<(Entry, Vec<String>)> = Vec::new();
+    let mut add = |e: Entry, block: Option<&str>| {
+        let i = match entries.iter().position(|(x, _)| *x == e) {
+            Some(i) => i,
+            None => {
+                entries.push((e, Vec::new()));
+                entries.len() - 1
+            }
+        };
+        if let Some(b) = block
+            && !entries[i].1.iter().any(|x| x == b)
+        {
+            entries[i].1.push(b.to_owned());
+        }
+    };
+    let mount = opts.targets.iter().find(|t| is_mount(root, t)).cloned();
+    let mut mount_info = None;
+    let scope = if let Some(m) = &mount {
+        if opts.targets.len() > 1 {
+            return Err(Error::usage(format!(
+                "{m} is a mount: give one mounted btrfs, or devices, not both"
+            ))
+            .with_hint("btrfs-lab links MOUNT lists a btrfs's members; btrfs-lab links DEVICE... the named devices"));
+        }
+        let info = read_mount(root, m)?;
+        for (_, block) in &info.members {
+            if let Some(b) = block {
+                for t in topology::block_targets(root, b)? {
+                    add(t.into(), Some(b));
+                }
+            }
+        }
+        mount_info = Some(info);
+        Scope::Mount
+    } else if opts.targets.is_empty() {
+        for c in topology::list_controllers(root) {
+            add(Entry::Controller(c), None);
+        }
+        Scope::All
+    } else {
+        for t in &opts.targets {
+            if !root.is_host() && t.starts_with('/') && !t.starts_with("/dev/") {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "{t} is not a mount point of the captured tree ({})",
+                        root.proc("self/mountinfo").display()
+                    ),
+                )
+                .with_hint(
+                    "give the mount point as the captured mountinfo lists it, or a device",
+                ));
+            }
+            match topology::device_ref(root, t)? {
+                DeviceRef::Controller(c) => add(Entry::Controller(c), None),
+                DeviceRef::Block(b) => {
+                    for target in topology::block_targets(root, &b)? {
+                        add(target.into(), Some(&b));
+                    }
+                }
+            }
+        }
+        Scope::Devices
+    };
+
+    let mut devices = Vec::new();
+    let mut upstream: Vec<(String, Finding)> = Vec::new();
+    let mut paths = Vec::new();
+    for (entry, blocks) in &entries {
+        let report = match entry {
+            Entry::Controller(name) => {
+                let (c, analysis) = cache.controller(root, name)?;
+                let mut r = DeviceReport {
+                    name: name.clone(),
+                    kind: if is_pcie(c) {
+                        DeviceKind::Nvme
+                    } else {
+                        DeviceKind::NvmeFabrics
+                    },
+                    block_devices: blocks.clone(),
+                    model: c.model.clone(),
+                    serial: c.serial.clone(),
+                    firmware: c.firmware.clone(),
+                    transport: c.transport.clone(),
+                    pci_address: c.pci_path.first().map(|f| f.address.clone()),
+                    hops: Vec::new(),
+                    ceiling: None,
+                    potential: None,
+                    findings: Vec::new(),
+                    note: None,
+                    thermal: None,
+                    thermal_error: None,
+                };
+                match analysis {
+                    Some(a) => {
+                        r.hops = a.hops.clone();
+                        r.ceiling = a.ceiling.clone();
+                        r.potential = a.potential;
+                        r.findings = a.findings.clone();
+                        r.note = a.note.clone();
+                        upstream.extend(a.upstream_findings.iter().cloned());
+                        paths.push(MemberPath {
+                            name: name.clone(),
+                            links: a.links.clone(),
+                            potential: a.potential.map(|p| p.encoded()),
+                        });
+                    }
+                    None => {
+                        r.note = Some(format!(
+                            "no PCIe link information: NVMe over fabrics ({}); the network or fabric sets the ceiling",
+                            c.transport.as_deref().unwrap_or("unknown transport")
+                        ));
+                    }
+                }
+                r
+            }
+            Entry::Disk { name, kind } => DeviceReport {
+                name: name.clone(),
+                kind: *kind,
+                block_devices: blocks.clone(),
+                model: None,
+                serial: None,
+                firmware: None,
+                transport: None,
+                pci_address: None,
+                hops: Vec::new(),
+                ceiling: None,
+                potential: None,
+                findings: Vec::new(),
+                note: Some(disk_note(*kind, name)),
+                thermal: None,
+                thermal_error: None,
+            },
+        };
+        devices.push(report);
+    }
+
+    if opts.thermal {
+        for d in devices
+            .iter_mut()
+            .filter(|d| matches!(d.kind, DeviceKind::Nvme | DeviceKind::NvmeFabrics))
+        {
+            match read_thermal(root, &d.name) {
+                Ok(t) => d.thermal = Some(t),
+                // Without the privilege no drive will answer: say so once.
+                Err(e) if e.kind() == ErrorKind::Permission => return Err(e),
+                Err(e) => d.thermal_error = Some(e.message().to_owned()),
+            }
+        }
+    }
+
+    // Findings about several devices: degraded links above a switch (once
+    // per link), shared uplinks.
+    let mut findings: Vec<Finding> = Vec::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (link, f) in upstream {
+        match seen.get(&link) {
+            Some(&i) => findings[i].devices.extend(f.devices),
+            None => {
+                seen.insert(link, findings.len());
+                findings.push(f);
+            }
+        }
+    }
+    findings.extend(shared_uplinks(&paths));
+
+    let array = match (mount, mount_info) {
+        (Some(m), Some(info)) => {
+            let mut members = Vec::new();
+            let mut arithmetic = Vec::new();
+            for (shown, block) in &info.members {
+                let targets: Vec<Entry> = match block {
+                    Some(b) => topology::block_targets(root, b)?
+                        .into_iter()
+                        .map(Entry::from)
+                        .collect(),
+                    None => Vec::new(),
+                };
+                let name = block.clone().unwrap_or_else(|| shown.clone());
+                let path = cache.member_path(root, &name, &targets);
+                members.push(ArrayMember {
+                    device: shown.clone(),
+                    block_device: block.clone(),
+                    rests_on: targets.iter().map(|t| t.name().to_owned()).collect(),
+                    ceiling: path.alone().map(Bandwidth::from_encoded),
+                });
+                arithmetic.push(path);
+            }
+            let ceilings = info
+                .profiles
+                .iter()
+                .map(|p| array_ceiling(*p, &arithmetic))
+                .collect();
+            Some(ArrayReport {
+                mount: m,
+                fsid: info.fsid,
+                data_profiles: info.profiles,
+                members,
+                ceilings,
+            })
+        }
+        _ => None,
+    };
+
+    let nvme = devices
+        .iter()
+        .filter(|d| matches!(d.kind, DeviceKind::Nvme | DeviceKind::NvmeFabrics))
+        .count();
+    let others = devices.len() - nvme;
+    let warnings = devices
+        .iter()
+        .flat_map(|d| d.findings.iter())
+        .chain(findings.iter())
+        .filter(|f| f.severity == Severity::Warning)
+        .count();
+    let summary = if devices.is_empty() {
+        "no NVMe controllers found".to_owned()
+    } else {
+        let mut parts = Vec::new();
+        if nvme > 0 || others == 0 {
+            parts.push(plural(nvme, "NVMe controller"));
+        }
+        if others > 0 {
+            parts.push(format!(
+                "{} without PCIe link information",
+                plural(others, "other device")
+            ));
+        }
+        parts.push(match warnings {
+            0 => "no warnings".to_owned(),
+            n => plural(n, "warning"),
+        });
+        parts.join(", ")
+    };
+    Ok(LinksReport {
+        sysroot: root.prefix().display().to_string(),
+        scope,
+        devices,
+        findings,
+        array,
+        summary,
+    })
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// The read ceiling of a btrfs array made of `devices` (block devices as
+/// paths or names: `/dev/nvme0n1p2`, `nvme1n1`) with data `profile`,
+/// from their PCIe links as sysfs under `root` shows them. For `device
+/// add`: call it with the current members and with the new device added
+/// to see the ceiling before and after.
+///
+/// Devices without PCIe link information (loop, virtio, SATA, NVMe over
+/// fabrics) make the figures `None` and are named in `without_link_info`.
+pub fn array_ceiling_for_block_devices(
+    root: &SysRoot,
+    devices: &[PathBuf],
+    profile: Profile,
+) -> Result<ArrayCeiling> {
+    let mut cache = Cache::default();
+    let mut members = Vec::new();
+    for d in devices {
+        let arg = d.to_string_lossy();
+        let (name, targets) = match topology::device_ref(root, &arg)? {
+            DeviceRef::Block(b) => {
+                let t: Vec<Entry> = topology::block_targets(root, &b)?
+                    .into_iter()
+                    .map(Entry::from)
+                    .collect();
+                (b, t)
+            }
+            DeviceRef::Controller(c) => (c.clone(), vec![Entry::Controller(c)]),
+        };
+        members.push(cache.member_path(root, &name, &targets));
+    }
+    Ok(array_ceiling(profile, &members))
+}

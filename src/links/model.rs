@@ -1,0 +1,294 @@
+//! The report of `links`: serde structs that `--json` prints and the text
+//! renderer reads (shape documented in docs/json.md).
+
+use serde::Serialize;
+
+use crate::model::profile::Profile;
+use crate::parse::nvme_smart::SmartThermal;
+use crate::parse::pcie::{PRACTICAL_HIGH, PRACTICAL_LOW};
+pub use crate::sys::topology::DeviceKind;
+
+/// A throughput ceiling: what the links carry after encoding, and the
+/// practical band after protocol overhead.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Bandwidth {
+    /// After line encoding, bytes per second.
+    pub encoded_bytes_per_sec: u64,
+    /// Practical estimate, low end (0.85 of encoded).
+    pub practical_low_bytes_per_sec: u64,
+    /// Practical estimate, high end (0.90 of encoded).
+    pub practical_high_bytes_per_sec: u64,
+}
+
+impl Bandwidth {
+    /// From an encoded rate in bytes per second.
+    pub fn from_encoded(bytes_per_sec: f64) -> Self {
+        let round = |v: f64| {
+            if v.is_finite() && v > 0.0 {
+                v.round() as u64
+            } else {
+                0
+            }
+        };
+        Self {
+            encoded_bytes_per_sec: round(bytes_per_sec),
+            practical_low_bytes_per_sec: round(bytes_per_sec * PRACTICAL_LOW),
+            practical_high_bytes_per_sec: round(bytes_per_sec * PRACTICAL_HIGH),
+        }
+    }
+
+    /// The encoded rate as a float.
+    pub fn encoded(&self) -> f64 {
+        self.encoded_bytes_per_sec as f64
+    }
+}
+
+/// The role of a PCI function on the way up, inferred from its position:
+/// drive, then pairs of switch ports, then the root port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HopRole {
+    /// The NVMe controller's own function.
+    Endpoint,
+    /// A switch port facing the drive.
+    SwitchDownstream,
+    /// A switch port facing the root port.
+    SwitchUpstream,
+    /// The root port, on the CPU or the chipset.
+    RootPort,
+    /// A bridge whose role the layout does not tell.
+    Bridge,
+}
+
+impl HopRole {
+    /// Words for text output.
+    pub fn describe(self, chipset: bool) -> &'static str {
+        match (self, chipset) {
+            (HopRole::Endpoint, _) => "drive",
+            (HopRole::SwitchDownstream, false) => "switch downstream port",
+            (HopRole::SwitchDownstream, true) => "chipset downstream port",
+            (HopRole::SwitchUpstream, false) => "switch upstream port",
+            (HopRole::SwitchUpstream, true) => "chipset upstream port",
+            (HopRole::RootPort, false) => "root port",
+            (HopRole::RootPort, true) => "chipset root port",
+            (HopRole::Bridge, _) => "bridge",
+        }
+    }
+}
+
+/// One PCI function between a drive and its root port.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hop {
+    /// `0000:00:01.2`.
+    pub address: String,
+    /// Its role.
+    pub role: HopRole,
+    /// Part of the chipset (an AMD chipset switch, an Intel PCH root port).
+    pub chipset: bool,
+    /// PCI vendor id (`0x1022`).
+    pub vendor_id: Option<String>,
+    /// PCI device id.
+    pub device_id: Option<String>,
+    /// Current link generation (1-7).
+    pub generation: Option<u8>,
+    /// Current speed, GT/s.
+    pub speed_gts: Option<f64>,
+    /// Current width, lanes.
+    pub width: Option<u8>,
+    /// Highest generation the function supports.
+    pub max_generation: Option<u8>,
+    /// Highest speed, GT/s.
+    pub max_speed_gts: Option<f64>,
+    /// Widest width, lanes.
+    pub max_width: Option<u8>,
+}
+
+/// The ceiling of one device, and the link that sets it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ceiling {
+    /// The bandwidth.
+    #[serde(flatten)]
+    pub bandwidth: Bandwidth,
+    /// Generation of the limiting link.
+    pub generation: u8,
+    /// Width of the limiting link.
+    pub width: u8,
+    /// Address of the port above the limiting link (the device's own
+    /// address when its own link has no port above it).
+    pub limited_by: String,
+    /// The limiting link, in words.
+    pub limited_by_link: String,
+}
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Costs throughput.
+    Warning,
+    /// Worth knowing.
+    Info,
+}
+
+/// What a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// A link trained below what both of its ends support.
+    Degraded,
+    /// The port above the drive is narrower or slower than the drive.
+    CappedByPort,
+    /// A link further up is narrower than the drive's own link.
+    CappedUpstream,
+    /// The drive hangs off the chipset, whose uplink it shares.
+    BehindChipset,
+    /// Several of the listed drives share one uplink.
+    SharedUplink,
+}
+
+/// Something the links show that the user should know.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// What kind.
+    pub kind: FindingKind,
+    /// How bad.
+    pub severity: Severity,
+    /// The devices it concerns (controller names).
+    pub devices: Vec<String>,
+    /// One or two sentences.
+    pub message: String,
+    /// What to do, if anything.
+    pub hint: Option<String>,
+}
+
+/// One listed device: an NVMe controller, or a disk without PCIe link.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceReport {
+    /// Controller name (`nvme0`), or the disk's name (`vda`).
+    pub name: String,
+    /// What it is.
+    pub kind: DeviceKind,
+    /// The block devices (given, or members of the mount) that rest on it.
+    pub block_devices: Vec<String>,
+    /// Model number (NVMe).
+    pub model: Option<String>,
+    /// Serial number (NVMe).
+    pub serial: Option<String>,
+    /// Firmware revision (NVMe).
+    pub firmware: Option<String>,
+    /// NVMe transport (`pcie`, `tcp`, ...).
+    pub transport: Option<String>,
+    /// The controller's PCI address.
+    pub pci_address: Option<String>,
+    /// From the drive's own function up to the root port.
+    pub hops: Vec<Hop>,
+    /// What its links carry; `null` without link information.
+    pub ceiling: Option<Ceiling>,
+    /// What the drive's own link could carry at its maximum speed and
+    /// width (the socket it was built for).
+    pub potential: Option<Bandwidth>,
+    /// Findings about this device alone.
+    pub findings: Vec<Finding>,
+    /// Why there is no link information, when there is none.
+    pub note: Option<String>,
+    /// SMART thermal counters (`--thermal`).
+    pub thermal: Option<SmartThermal>,
+    /// Why the SMART log could not be read (`--thermal`).
+    pub thermal_error: Option<String>,
+}
+
+/// The ceiling of an array for one data profile.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArrayCeiling {
+    /// The data profile.
+    pub profile: Profile,
+    /// Number of member devices.
+    pub members: usize,
+    /// One reader, one large sequential read: the most it can get.
+    pub one_reader: Option<Bandwidth>,
+    /// One reader at worst (on single and RAID1 it may land on the
+    /// slowest member).
+    pub one_reader_low: Option<Bandwidth>,
+    /// Many readers at once, the load spread evenly as btrfs spreads it.
+    pub many_readers: Option<Bandwidth>,
+    /// What the members could give together with the load balanced to
+    /// their speeds (each at its own ceiling, shared uplinks respected).
+    pub balanced: Option<Bandwidth>,
+    /// `one_reader` if every drive had the link it was built for.
+    pub potential: Option<Bandwidth>,
+    /// Members (and shared uplinks) that hold the array below its fastest
+    /// member's pace.
+    pub held_back_by: Vec<String>,
+    /// Members without PCIe link information (then no figures).
+    pub without_link_info: Vec<String>,
+    /// One or two sentences.
+    pub summary: String,
+}
+
+/// One member of the array.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArrayMember {
+    /// As btrfs knows it (`/dev/nvme0n1p2`).
+    pub device: String,
+    /// Its block device (`nvme0n1p2`), or `null` for a missing device.
+    pub block_device: Option<String>,
+    /// The listed devices it rests on (`nvme0`).
+    pub rests_on: Vec<String>,
+    /// Its ceiling alone.
+    pub ceiling: Option<Bandwidth>,
+}
+
+/// The array behind MOUNT.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArrayReport {
+    /// The mount as given.
+    pub mount: String,
+    /// The filesystem UUID.
+    pub fsid: Option<String>,
+    /// Data profiles in use (more than one during a conversion).
+    pub data_profiles: Vec<Profile>,
+    /// The members.
+    pub members: Vec<ArrayMember>,
+    /// One ceiling per data profile.
+    pub ceilings: Vec<ArrayCeiling>,
+}
+
+/// What was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Every NVMe controller.
+    All,
+    /// The members of a mounted btrfs.
+    Mount,
+    /// The named devices.
+    Devices,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LinksReport {
+    /// Where sysfs was read (`/` or the `--sysroot` directory).
+    pub sysroot: String,
+    /// What was asked for.
+    pub scope: Scope,
+    /// The devices, in order.
+    pub devices: Vec<DeviceReport>,
+    /// Findings about several devices together (shared uplinks, degraded
+    /// links above a switch).
+    pub findings: Vec<Finding>,
+    /// The array, for a mount.
+    pub array: Option<ArrayReport>,
+    /// One line.
+    pub summary: String,
+}
+
+impl LinksReport {
+    /// Every finding, the devices' and the shared ones.
+    pub fn all_findings(&self) -> impl Iterator<Item = &Finding> {
+        self.devices
+            .iter()
+            .flat_map(|d| d.findings.iter())
+            .chain(self.findings.iter())
+    }
+}

@@ -362,22 +362,10 @@ mod tests {
 
     fn dev(path: &str, size: u64) -> BlockDeviceFacts {
         BlockDeviceFacts {
-            given: path.into(),
-            path: path.into(),
             exists: true,
             is_block: true,
-            name: None,
-            devt: None,
             size: Some(size),
-            read_only: false,
-            partitions: Vec::new(),
-            holders: Vec::new(),
-            mounted_at: Vec::new(),
-            swap: false,
-            busy: false,
-            signatures: Vec::new(),
-            signature_error: None,
-            btrfs_fsid: None,
+            ..BlockDeviceFacts::unknown(Path::new(path), Path::new(path))
         }
     }
 

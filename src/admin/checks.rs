@@ -256,22 +256,10 @@ mod tests {
 
     fn blank(path: &str) -> BlockDeviceFacts {
         BlockDeviceFacts {
-            given: path.into(),
-            path: path.into(),
             exists: true,
             is_block: true,
-            name: Some("loop9".into()),
-            devt: Some((7, 9)),
             size: Some(1 << 30),
-            read_only: false,
-            partitions: Vec::new(),
-            holders: Vec::new(),
-            mounted_at: Vec::new(),
-            swap: false,
-            busy: false,
-            signatures: Vec::new(),
-            signature_error: None,
-            btrfs_fsid: None,
+            ..BlockDeviceFacts::unknown(Path::new(path), Path::new(path))
         }
     }
 

@@ -385,6 +385,15 @@ pub struct Targets {
     pub metadata: Option<Profile>,
 }
 
+impl From<ConvertRequest> for Targets {
+    fn from(r: ConvertRequest) -> Self {
+        Self {
+            data: r.data,
+            metadata: r.metadata,
+        }
+    }
+}
+
 /// Logical bytes used in block groups not yet in the target profiles: what
 /// the conversion still has to move.
 pub fn remaining_bytes(path: &Path, t: Targets) -> u64 {

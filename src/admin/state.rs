@@ -179,15 +179,7 @@ pub fn read_state(root: &SysRoot, path: &Path) -> Result<FsState> {
     } else {
         None
     };
-    let mut features: Vec<String> =
-        fs::read_dir(root.sys(&format!("fs/btrfs/{}/features", target.fsid)))
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-    features.sort();
+    let features = space::features(root, &target.fsid);
     Ok(FsState {
         exclusive_operation: read_sysfs(root, &target.fsid, "exclusive_operation"),
         mount_point: target.mount.mount_point.clone(),

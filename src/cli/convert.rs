@@ -112,16 +112,7 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
     }
     confirm(&confirm_question(&plan), a.yes)?;
     signals::install()?;
-    execute(
-        &root,
-        &state.path,
-        Start::Convert(req),
-        Targets {
-            data: req.data,
-            metadata: req.metadata,
-        },
-        out,
-    )
+    execute(&root, &state.path, Start::Convert(req), req.into(), out)
 }
 
 fn confirm_question(plan: &ConvertPlan) -> String {

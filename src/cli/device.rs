@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use btrfs_lab::admin::add::{AddOptions, AddPlan, execute_add, plan_add};
-use btrfs_lab::admin::convert::{ConvertRequest, Start, Targets, plan_convert};
+use btrfs_lab::admin::convert::{ConvertRequest, Start, plan_convert};
 use btrfs_lab::admin::state::read_state;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
@@ -311,14 +311,5 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
     if plan.nothing_to_do {
         return Ok(exit::OK);
     }
-    execute(
-        &root,
-        &state.path,
-        Start::Convert(req),
-        Targets {
-            data: req.data,
-            metadata: req.metadata,
-        },
-        out,
-    )
+    execute(&root, &state.path, Start::Convert(req), req.into(), out)
 }

@@ -126,15 +126,7 @@ pub fn show_one(root: &SysRoot, target: &BtrfsTarget) -> Result<FsShow> {
         },
         None => (None, None),
     };
-    let mut features: Vec<String> =
-        fs::read_dir(root.sys(&format!("fs/btrfs/{}/features", target.fsid)))
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-    features.sort();
+    let features = super::features(root, &target.fsid);
     Ok(FsShow {
         label: sysfs_text(root, &target.fsid, "label").filter(|l| !l.is_empty()),
         uuid: target.fsid.clone(),

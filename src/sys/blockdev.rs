@@ -50,6 +50,31 @@ pub struct BlockDeviceFacts {
     pub btrfs_fsid: Option<String>,
 }
 
+impl BlockDeviceFacts {
+    /// Facts about `given` (resolved to `path`) before anything was looked at:
+    /// it does not exist, has no size, nothing uses it.
+    pub fn unknown(given: &Path, path: &Path) -> Self {
+        Self {
+            given: given.to_path_buf(),
+            path: path.to_path_buf(),
+            exists: false,
+            is_block: false,
+            name: None,
+            devt: None,
+            size: None,
+            read_only: false,
+            partitions: Vec::new(),
+            holders: Vec::new(),
+            mounted_at: Vec::new(),
+            swap: false,
+            busy: false,
+            signatures: Vec::new(),
+            signature_error: None,
+            btrfs_fsid: None,
+        }
+    }
+}
+
 fn dev_name(root: &SysRoot, major: u32, minor: u32) -> Option<String> {
     let link = fs::read_link(root.sys(&format!("dev/block/{major}:{minor}"))).ok()?;
     link.file_name().map(|n| n.to_string_lossy().into_owned())
@@ -96,24 +121,7 @@ fn read_btrfs_fsid(path: &Path) -> Option<String> {
 /// recorded as such.
 pub fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
     let path = fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
-    let mut f = BlockDeviceFacts {
-        given: given.to_path_buf(),
-        path: path.clone(),
-        exists: false,
-        is_block: false,
-        name: None,
-        devt: None,
-        size: None,
-        read_only: false,
-        partitions: Vec::new(),
-        holders: Vec::new(),
-        mounted_at: Vec::new(),
-        swap: false,
-        busy: false,
-        signatures: Vec::new(),
-        signature_error: None,
-        btrfs_fsid: None,
-    };
+    let mut f = BlockDeviceFacts::unknown(given, &path);
     let Ok(meta) = fs::metadata(&path) else {
         return f;
     };

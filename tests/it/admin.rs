@@ -486,25 +486,15 @@ fn admin_commands_need_root() {
     }
     let env = TestEnv::new();
     let sbx = env.sandbox(SandboxRequest::default());
-    use std::os::unix::fs::PermissionsExt;
-    for d in [env.path(), sbx.record().dir.as_path()] {
-        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let exe = env.path().join("btrfs-lab");
-    fs::copy(crate::common::bin(), &exe).unwrap();
-    let as_nobody = |args: &[&str]| {
-        run(Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(&exe)
-            .args(args)
-            .arg(sbx.mount_point()))
-    };
-    let (code, _, stderr) = as_nobody(&["convert", "--yes", "--data", "dup"]);
+    let dir = sbx.record().dir.clone();
+    let (code, _, stderr) = run(env
+        .as_nobody(&[&dir])
+        .args(["convert", "--yes", "--data", "dup"])
+        .arg(sbx.mount_point()));
     assert_eq!(code, 1);
     assert!(stderr.contains("needs root"), "{stderr}");
-    let (code, _, stderr) = run(Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&exe)
+    let (code, _, stderr) = run(env
+        .as_nobody(&[&dir])
         .args(["device", "add", "--yes"])
         .arg(sbx.mount_point())
         .arg(&sbx.devices()[0]));

@@ -127,6 +127,26 @@ impl TestEnv {
         btrfs_lab::sys::loopdev::attach(&image, true).unwrap().path
     }
 
+    /// The binary run as user `nobody`: it is copied into this environment,
+    /// which (with `dirs`) is made traversable, so that `nobody` is refused
+    /// only where the command under test should refuse it.
+    pub fn as_nobody(&self, dirs: &[&Path]) -> Command {
+        use std::os::unix::fs::PermissionsExt;
+        for d in std::iter::once(self.path()).chain(dirs.iter().copied()) {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let exe = self.path().join("btrfs-lab");
+        if !exe.exists() {
+            fs::copy(bin(), &exe).unwrap();
+        }
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(exe)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        c
+    }
+
     /// Loop devices and mounts that still refer to this environment.
     pub fn leftovers(&self) -> Vec<String> {
         leftovers_under(self.path())

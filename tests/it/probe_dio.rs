@@ -285,15 +285,8 @@ fn no_permission_is_refused() {
     let sbx = env.sandbox(SandboxRequest::default());
     // `nobody` must reach the binary and the mount point, and be refused
     // only where it matters: creating files in the root-owned directory.
-    use std::os::unix::fs::PermissionsExt;
-    for d in [env.path(), sbx.record().dir.as_path()] {
-        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let exe = env.path().join("btrfs-lab");
-    fs::copy(crate::common::bin(), &exe).unwrap();
-    let (code, stdout, stderr) = run(Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&exe)
+    let (code, stdout, stderr) = run(env
+        .as_nobody(&[&sbx.record().dir])
         .arg("probe-dio")
         .arg("--size")
         .arg(SIZE)

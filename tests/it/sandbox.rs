@@ -322,13 +322,8 @@ fn refusals_are_one_line_and_change_nothing() {
     assert_eq!(code, 1);
     assert!(stderr.contains("already exists"), "{stderr}");
     // Not root: one line, nothing made.
-    let exe = env.path().join("btrfs-lab");
-    fs::copy(crate::common::bin(), &exe).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let (code, _, stderr) = run(std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&exe)
+    let (code, _, stderr) = run(env
+        .as_nobody(&[])
         .args(["sandbox", "up", "--dir"])
         .arg(env.path().join("nope")));
     assert_eq!(code, 1, "{stderr}");

@@ -738,19 +738,8 @@ fn usage_without_root_says_what_it_cannot_show() {
         size_bytes: 512 << 20,
         ..SandboxRequest::default()
     });
-    use std::os::unix::fs::PermissionsExt;
-    for d in [env.path(), sbx.record().dir.as_path()] {
-        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let exe = env.path().join("btrfs-lab");
-    fs::copy(crate::common::bin(), &exe).unwrap();
-    let as_nobody = |args: &[&str]| {
-        run(Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(&exe)
-            .args(args)
-            .arg(sbx.mount_point()))
-    };
+    let dir = sbx.record().dir.clone();
+    let as_nobody = |args: &[&str]| run(env.as_nobody(&[&dir]).args(args).arg(sbx.mount_point()));
     let (code, stdout, stderr) = as_nobody(&["usage", "--json"]);
     assert_eq!(code, 0, "{stderr}");
     let v = json(&stdout);

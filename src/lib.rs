@@ -9,6 +9,7 @@
 
 pub mod error;
 pub mod model;
+pub mod nocow;
 pub mod parse;
 pub mod probe;
 pub mod sandbox;

@@ -4,6 +4,7 @@
 
 mod demo;
 mod df;
+mod nocow;
 mod output;
 mod probe_dio;
 mod sandbox;
@@ -59,6 +60,9 @@ enum Command {
     Usage(usage::UsageArgs),
     /// Filesystems, their features and devices with error counters.
     Show(show::ShowArgs),
+    /// NOCOW directories for VM images and databases: set up, audit, migrate existing files.
+    #[command(after_long_help = nocow::AFTER_HELP)]
+    Nocow(nocow::NocowArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -76,6 +80,7 @@ pub fn run() -> ExitCode {
         Command::Df(args) => df::run(args, &out),
         Command::Usage(args) => usage::run(args, &out),
         Command::Show(args) => show::run(args, &out),
+        Command::Nocow(args) => nocow::run(args, &out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

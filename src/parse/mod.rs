@@ -3,4 +3,5 @@
 pub mod counters;
 pub mod fi_df;
 pub mod mountinfo;
+pub mod proc_maps;
 pub mod size;

@@ -129,7 +129,7 @@ fn nonce() -> String {
 }
 
 /// Options of a mount that change how btrfs writes data.
-fn relevant_mount_options<'a>(options: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn relevant_mount_options<'a>(options: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = options
         .filter(|o| {
             let key = o.split('=').next().unwrap_or("");

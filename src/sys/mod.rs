@@ -5,13 +5,16 @@
 pub mod btrfs;
 pub mod counters;
 pub mod direct_io;
+pub mod filecopy;
 pub mod fs;
 pub mod ioctl;
 pub mod loopdev;
 pub mod mounts;
+pub mod procs;
 pub mod root;
 pub mod signals;
 pub mod tools;
+pub mod xattrs;
 
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {

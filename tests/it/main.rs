@@ -2,6 +2,7 @@
 //! harness. Tests that need root skip loudly without it, and fail in CI.
 
 mod common;
+mod nocow;
 mod probe_dio;
 mod repo;
 mod sandbox;

@@ -105,7 +105,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
                     if out.json {
                         out.json_doc(a);
                     } else {
-                        out.text(&render_advice(a, out.paint));
+                        out.text(render_advice(a, out.paint).trim_start());
                     }
                     Ok(exit::OK)
                 }
@@ -335,6 +335,9 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 }
 
 fn summary_sentence(s: &Summary) -> String {
+    if s.files == 0 && s.directories == 0 && s.leftovers == 0 {
+        return "no files".to_owned();
+    }
     let mut parts = vec![format!(
         "{}: {} NOCOW ({})",
         plural(s.files, "file", "files"),

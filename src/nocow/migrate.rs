@@ -313,7 +313,6 @@ pub fn migrate_file(
     if before.st_nlink > 1 {
         return Err(changed(path));
     }
-    openers_of(opts, id, path)?;
     let size = u64::try_from(before.st_size).unwrap_or(0);
 
     // 1. An empty NOCOW file nobody else can see.
@@ -404,8 +403,9 @@ pub fn migrate_file(
     filecopy::sync(&tmp.file, &tmp_path)?;
     verify_metadata(&tmp.file, &before, flags, &src_xattrs, path)?;
 
-    // 5. The original must still be what was copied, and nobody may have
-    // opened it meanwhile.
+    // 5. The original must still be what was copied, and nobody may have it
+    // open (the plan checked before; this one walk of /proc per file covers
+    // the time since).
     let now = nix::sys::stat::fstat(src.as_fd())
         .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
     let same = now.st_size == before.st_size

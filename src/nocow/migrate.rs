@@ -257,12 +257,6 @@ impl Drop for TempCopy<'_> {
     }
 }
 
-fn nonce() -> String {
-    crate::sandbox::random_name()
-        .trim_start_matches("sbx-")
-        .to_owned()
-}
-
 fn timespec(sec: i64, nsec: i64) -> TimeSpec {
     TimeSpec::new(sec, nsec)
 }
@@ -276,16 +270,12 @@ fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
     if who.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = who
-        .iter()
-        .map(|o| format!("pid {} ({})", o.pid, o.command))
-        .collect();
     Err(Error::new(
         ErrorKind::Busy,
         format!(
             "{} is open by {}; it was left as it is",
             path.display(),
-            list.join(", ")
+            procs::describe(who)
         ),
     )
     .with_hint(
@@ -325,7 +315,7 @@ pub fn migrate_file(
             committed: false,
         },
         None => {
-            let n = format!("{TEMP_PREFIX}{}-{}", id.ino, nonce());
+            let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
             let file = create_exclusive(&dir, dir_path, &n)?;
             let mut t = TempCopy {
                 file,
@@ -426,7 +416,7 @@ pub fn migrate_file(
     // 6. A name (with the marker), then the atomic replacement.
     if tmp.name.is_none() {
         set_marker(&mut tmp, id, path)?;
-        let n = format!("{TEMP_PREFIX}{}-{}", id.ino, nonce());
+        let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
         link_into(&tmp.file, &dir, dir_path, &n)?;
         tmp.name = Some(n.into());
     }

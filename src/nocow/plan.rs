@@ -11,6 +11,7 @@ use crate::model::profile::Profile;
 use crate::parse::size::format_iec;
 use crate::probe::verdict::profile_list;
 use crate::sys::loopdev::FileIdentity;
+use crate::sys::procs;
 
 /// Free space kept beyond the largest copy: metadata of the copy, and the
 /// estimate btrfs gives for free space.
@@ -274,14 +275,17 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
     let mut migrate = Vec::new();
     let mut busy = Vec::new();
     for e in &obs.entries {
+        // Leftovers of an interrupted migration are cleaned by the next one.
         if e.state == EntryState::Leftover {
-            leftovers.push(Step::RemoveLeftover {
-                path: e.path.clone(),
-                id: e.id,
-            });
+            if req.migrate {
+                leftovers.push(Step::RemoveLeftover {
+                    path: e.path.clone(),
+                    id: e.id,
+                });
+            }
             continue;
         }
-        if e.marker {
+        if e.marker && req.migrate {
             markers.push(Step::ClearMarker {
                 path: e.path.clone(),
                 id: e.id,
@@ -339,14 +343,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
     if !busy.is_empty() {
         let list: Vec<String> = busy
             .iter()
-            .map(|e| {
-                let who: Vec<String> = e
-                    .open_by
-                    .iter()
-                    .map(|o| format!("pid {} ({})", o.pid, o.command))
-                    .collect();
-                format!("{} by {}", e.display, who.join(", "))
-            })
+            .map(|e| format!("{} by {}", e.display, procs::describe(&e.open_by)))
             .collect();
         return Err(Error::new(
             ErrorKind::Busy,
@@ -429,16 +426,11 @@ fn warnings(req: &Request, obs: &Observed, plan: &Plan) -> Vec<String> {
                 && e.kind == EntryKind::File
                 && e.state == EntryState::NeedsMigration
         }) {
-            let who: Vec<String> = e
-                .open_by
-                .iter()
-                .map(|o| format!("pid {} ({})", o.pid, o.command))
-                .collect();
             w.push(format!(
                 "--force: {} is open by {}; what it writes after the copy goes to the replaced file \
                  and is lost.",
                 e.display,
-                who.join(", ")
+                procs::describe(&e.open_by)
             ));
         }
     }

@@ -122,7 +122,8 @@ impl Drop for Scratch {
     }
 }
 
-fn nonce() -> String {
+/// Six random hex digits for file names.
+pub(crate) fn nonce() -> String {
     crate::sandbox::random_name()
         .trim_start_matches("sbx-")
         .to_owned()

@@ -39,6 +39,15 @@ impl OpenFiles {
     }
 }
 
+/// "pid 42 (qemu-system-x86_64 ...), pid 43 (...)" for messages.
+pub fn describe(openers: &[Opener]) -> String {
+    openers
+        .iter()
+        .map(|o| format!("pid {} ({})", o.pid, o.command))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 const COMMAND_MAX: usize = 80;
 
 /// The command line of `pid`, for messages.

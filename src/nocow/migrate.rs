@@ -343,14 +343,23 @@ pub fn migrate_file(
     })?;
     filecopy::sync(&tmp.file, &tmp_path)?;
 
-    // 3. The content, read back from the disk, against the original.
+    // 3. The content, read back from the disk, against the original: both
+    // read in full (holes as zeros, so a wrong SEEK_DATA answer would show),
+    // at the same time on two threads.
     drop_cached_pages(&tmp.file);
-    let mut hashed = |n| {
-        signals::check()?;
-        progress(n)
-    };
-    let want = hash_contents(&src, path, size, &mut hashed)?;
-    let got = hash_contents(&tmp.file, &tmp_path, size, &mut hashed)?;
+    let (want, got) = thread::scope(|scope| {
+        let original = scope.spawn(|| hash_contents(&src, path, size, &mut |_| signals::check()));
+        let copy = hash_contents(&tmp.file, &tmp_path, size, &mut |n| {
+            signals::check()?;
+            progress(n)
+        });
+        let original = original
+            .join()
+            .unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "the hashing thread failed")));
+        (original, copy)
+    });
+    let (want, got) = (want?, got?);
+    progress(size)?;
     if want != got {
         return Err(Error::new(
             ErrorKind::Io,

@@ -87,6 +87,7 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 target: Target::Existing,
                 entries: s.entries,
                 as_root: crate::sys::is_root(),
+                euid: nix::unistd::geteuid().as_raw(),
             })
         }
         Ok(_) => Err(Error::new(
@@ -115,6 +116,7 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 target: Target::Missing { missing },
                 entries: Vec::new(),
                 as_root: crate::sys::is_root(),
+                euid: nix::unistd::geteuid().as_raw(),
             })
         }
         Err(e) => Err(Error::from_io(&e, "cannot use", &req.dir)),
@@ -271,10 +273,18 @@ pub fn execute(
             display: e.display.clone(),
             size_bytes: e.size_bytes,
             state: e.state,
-            reason: e.reason.clone().unwrap_or_else(|| match e.state {
-                EntryState::Switchable => "empty: --migrate sets NOCOW on it in place".to_owned(),
-                _ => "holds data: --migrate copies it into a NOCOW file".to_owned(),
-            }),
+            reason: plan
+                .staying
+                .iter()
+                .find(|s| s.path == e.path)
+                .map(|s| s.reason.clone())
+                .or_else(|| e.reason.clone())
+                .unwrap_or_else(|| match e.state {
+                    EntryState::Switchable => {
+                        "empty: --migrate sets NOCOW on it in place".to_owned()
+                    }
+                    _ => "holds data: --migrate copies it into a NOCOW file".to_owned(),
+                }),
         })
         .collect();
     out.after = summarize(&after.entries);

@@ -54,6 +54,8 @@ pub struct Observed {
     pub entries: Vec<Entry>,
     /// Running as root.
     pub as_root: bool,
+    /// The effective user id (without root, only own files keep their owner).
+    pub euid: u32,
 }
 
 /// One step of the plan.
@@ -314,6 +316,14 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
                     id: e.id,
                 });
             }
+            (EntryKind::File, EntryState::NeedsMigration)
+                if req.migrate && !obs.as_root && e.uid != obs.euid =>
+            {
+                plan.staying.push(stay(format!(
+                    "owned by uid {}: only root can give the copy its owner",
+                    e.uid
+                )));
+            }
             (EntryKind::File, EntryState::NeedsMigration) if req.migrate => {
                 if !e.open_by.is_empty() && !req.force {
                     busy.push(e);
@@ -437,7 +447,8 @@ fn warnings(req: &Request, obs: &Observed, plan: &Plan) -> Vec<String> {
     if req.migrate && !obs.as_root && plan.steps.iter().any(|s| matches!(s, Step::Migrate { .. })) {
         w.push(
             "Not running as root: trusted.* attributes are invisible to this user and would not be \
-             copied, and files owned by someone else cannot keep their owner (they are refused)."
+             copied, files owned by someone else are left as they are, and files other users' \
+             processes have open cannot be seen."
                 .to_owned(),
         );
     }
@@ -518,6 +529,7 @@ mod tests {
             target: Target::Existing,
             entries,
             as_root: true,
+            euid: 0,
         }
     }
 
@@ -545,6 +557,7 @@ mod tests {
             },
             entries: Vec::new(),
             as_root: true,
+            euid: 0,
         };
         let p = plan(&req(false), &obs).unwrap();
         assert_eq!(actions(&p), ["mkdir", "mkdir", "nocow"]);
@@ -622,6 +635,21 @@ mod tests {
     }
 
     #[test]
+    fn without_root_other_users_files_stay() {
+        let mut mine = file("mine", 0, 10, 10);
+        mine.uid = 1000;
+        let theirs = file("theirs", 0, 20, 20);
+        let mut obs = existing(vec![mine, theirs]);
+        obs.as_root = false;
+        obs.euid = 1000;
+        let p = plan(&req(true), &obs).unwrap();
+        assert_eq!(actions(&p), ["nocow", "migrate"]);
+        assert_eq!(p.staying.len(), 1);
+        assert!(p.staying[0].reason.contains("uid 0"));
+        assert!(p.warnings.iter().any(|w| w.contains("Not running as root")));
+    }
+
+    #[test]
     fn compressed_subdirectory_blocks_migration_only() {
         let mut d = file("sub", FS_COMPR_FL, 0, 0);
         d.kind = EntryKind::Directory;
@@ -641,6 +669,7 @@ mod tests {
             target: Target::Existing,
             entries: Vec::new(),
             as_root: true,
+            euid: 0,
         };
         let p = plan(&req(true), &obs).unwrap();
         assert!(p.steps.is_empty());

@@ -889,3 +889,48 @@ fn bad_command_lines_and_paths() {
     );
     let _ = std::io::stdout().flush();
 }
+
+#[test]
+fn unprivileged_user_migrates_own_files_only() {
+    if !require_root("nocow as an unprivileged user") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    for d in [env.path(), sbx.record().dir.as_path(), sbx.mount_point()] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let exe = env.path().join("btrfs-lab");
+    fs::copy(crate::common::bin(), &exe).unwrap();
+    let dir = sbx.mount_point().join("home");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("mine.qcow2"), random_bytes(3 << 20, 7)).unwrap();
+    fs::write(dir.join("roots.conf"), "x").unwrap();
+    for p in [dir.as_path(), &dir.join("mine.qcow2")] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let before = snapshot(&dir);
+    let as_nobody = |args: &[&str]| {
+        run(Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&exe)
+            .arg("nocow")
+            .args(args)
+            .arg(&dir)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null()))
+    };
+    let (code, stdout, _) = as_nobody(&["--check"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("could not be inspected (not root)"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = as_nobody(&["--migrate", "--yes"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("Not running as root"), "{stderr}");
+    assert!(stdout.contains("owned by uid 0"), "{stdout}");
+    assert_ne!(flags_of(&dir.join("mine.qcow2")) & FS_NOCOW_FL, 0);
+    assert_eq!(flags_of(&dir.join("roots.conf")) & FS_NOCOW_FL, 0);
+    assert_eq!(snapshot(&dir), before);
+}

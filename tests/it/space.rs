@@ -131,18 +131,10 @@ fn df_usage_show_agree_with_btrfs_progs() {
     let sandboxes = states(&env);
     // Without MOUNT, `show` lists every mounted btrfs, ours among them.
     let all = lab_json(&env, &["show"], None);
-    let uuids: Vec<&str> = all["filesystems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["uuid"].as_str().unwrap())
-        .collect();
+    let uuids: Vec<&str> = all["filesystems"].as_array().unwrap().iter().map(|f| f["uuid"].as_str().unwrap()).collect();
     for (name, sbx) in &sandboxes {
         let uuid = btrfs_lab::sys::btrfs::fsid(sbx.mount_point()).unwrap();
-        assert!(
-            uuids.contains(&uuid.as_str()),
-            "{name}: {uuid} not in {uuids:?}"
-        );
+        assert!(uuids.contains(&uuid.as_str()), "{name}: {uuid} not in {uuids:?}");
     }
     for (name, sbx) in sandboxes {
         let m = sbx.mount_point();

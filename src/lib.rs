@@ -11,6 +11,7 @@ pub mod admin;
 pub mod error;
 pub mod links;
 pub mod model;
+pub mod nocow;
 pub mod parse;
 pub mod probe;
 pub mod sandbox;

@@ -7,6 +7,7 @@ mod demo;
 mod device;
 mod df;
 mod links;
+mod nocow;
 mod output;
 mod probe_dio;
 mod sandbox;
@@ -69,6 +70,9 @@ enum Command {
     /// PCIe links of the NVMe drives up to the root port, their ceilings, and an array's.
     #[command(after_long_help = links::AFTER_HELP)]
     Links(links::LinksArgs),
+    /// NOCOW directories for VM images and databases: set up, audit, migrate existing files.
+    #[command(after_long_help = nocow::AFTER_HELP)]
+    Nocow(nocow::NocowArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -89,6 +93,7 @@ pub fn run() -> ExitCode {
         Command::Device(args) => device::run(args, &out),
         Command::Convert(args) => convert::run(args, &out),
         Command::Links(args) => links::run(args, &out),
+        Command::Nocow(args) => nocow::run(args, &out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -5,5 +5,6 @@ pub mod fi_df;
 pub mod mountinfo;
 pub mod nvme_smart;
 pub mod pcie;
+pub mod proc_maps;
 pub mod size;
 pub mod wipefs;

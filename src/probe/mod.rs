@@ -122,14 +122,15 @@ impl Drop for Scratch {
     }
 }
 
-fn nonce() -> String {
+/// Six random hex digits for file names.
+pub(crate) fn nonce() -> String {
     crate::sandbox::random_name()
         .trim_start_matches("sbx-")
         .to_owned()
 }
 
 /// Options of a mount that change how btrfs writes data.
-fn relevant_mount_options<'a>(options: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn relevant_mount_options<'a>(options: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = options
         .filter(|o| {
             let key = o.split('=').next().unwrap_or("");

@@ -115,6 +115,32 @@ pub fn forget_device(dev: &Path) {
     }
 }
 
+/// Creates the subvolume `name` in the directory `parent` (SUBVOL_CREATE_V2).
+pub fn create_subvolume(parent: &Path, name: &std::ffi::OsStr) -> Result<()> {
+    let c = CString::new(name.as_bytes())
+        .map_err(|_| Error::usage(format!("bad subvolume name {}", name.to_string_lossy())))?;
+    let dir = super::fs::open_dir(parent)?;
+    btrfs_uapi::subvolume::subvolume_create(dir.as_fd(), &c, &[]).map_err(|e| match e {
+        Errno::ENOTTY | Errno::EINVAL | Errno::EOPNOTSUPP => not_btrfs(e, parent),
+        Errno::EEXIST => Error::new(
+            ErrorKind::WrongTarget,
+            format!(
+                "cannot create subvolume {}: it exists",
+                parent.join(name).display()
+            ),
+        ),
+        e => Error::from_errno(e, "cannot create a subvolume in", parent),
+    })
+}
+
+/// True if the directory at `path` is the root of a btrfs subvolume: its
+/// inode number is BTRFS_FIRST_FREE_OBJECTID (256), which only subvolume
+/// roots have.
+pub fn is_subvolume_root(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    meta.is_dir() && meta.ino() == 256
+}
+
 /// One entry of the SPACE_INFO ioctl.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpaceEntry {

@@ -65,7 +65,8 @@ pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
     })
 }
 
-fn open_dir(path: &Path) -> Result<File> {
+/// Opens a directory without following a symbolic link in its last component.
+pub fn open_dir(path: &Path) -> Result<File> {
     OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -80,11 +81,7 @@ pub fn inode_flags(path: &Path) -> Result<Option<u32>> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| Error::from_io(&e, "cannot open", path))?;
-    match ioctl::get_inode_flags(f.as_fd()) {
-        Ok(flags) => Ok(Some(flags)),
-        Err(Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EINVAL) => Ok(None),
-        Err(e) => Err(Error::from_errno(e, "cannot read inode flags of", path)),
-    }
+    inode_flags_of(&f, path)
 }
 
 /// True if `path` carries the NOCOW attribute (`lsattr` shows `C`).
@@ -97,28 +94,18 @@ pub fn is_compressed_attr(path: &Path) -> Result<bool> {
     Ok(inode_flags(path)?.is_some_and(|f| f & ioctl::FS_COMPR_FL != 0))
 }
 
-/// Sets NOCOW on a directory (files created in it afterwards inherit it) and
-/// reads it back. The compression attribute excludes NOCOW: with
-/// `clear_compression` it is dropped (for directories btrfs-lab just made),
-/// otherwise it is an error.
-pub fn set_nocow_dir(path: &Path, clear_compression: bool) -> Result<()> {
-    let dir = open_dir(path)?;
-    let mut flags = ioctl::get_inode_flags(dir.as_fd())
-        .map_err(|e| Error::from_errno(e, "cannot read inode flags of", path))?;
-    if clear_compression {
-        flags &= !ioctl::FS_COMPR_FL;
+/// Inode flags of an open file or directory; `None` if the filesystem has none.
+pub fn inode_flags_of(file: &File, path: &Path) -> Result<Option<u32>> {
+    match ioctl::get_inode_flags(file.as_fd()) {
+        Ok(flags) => Ok(Some(flags)),
+        Err(Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EINVAL) => Ok(None),
+        Err(e) => Err(Error::from_errno(e, "cannot read inode flags of", path)),
     }
-    if flags & ioctl::FS_COMPR_FL != 0 {
-        return Err(Error::new(
-            ErrorKind::WrongTarget,
-            format!(
-                "{} has the compression attribute, which cannot be combined with NOCOW",
-                path.display()
-            ),
-        )
-        .with_hint(format!("remove it first: chattr -c {}", path.display())));
-    }
-    ioctl::set_inode_flags(dir.as_fd(), flags | ioctl::FS_NOCOW_FL).map_err(|e| match e {
+}
+
+/// Replaces the inode flags of an open file or directory.
+pub fn set_inode_flags_of(file: &File, path: &Path, flags: u32) -> Result<()> {
+    ioctl::set_inode_flags(file.as_fd(), flags).map_err(|e| match e {
         Errno::ENOTTY | Errno::EOPNOTSUPP => Error::new(
             ErrorKind::Unsupported,
             format!(
@@ -126,9 +113,39 @@ pub fn set_nocow_dir(path: &Path, clear_compression: bool) -> Result<()> {
                 path.display()
             ),
         ),
-        e => Error::from_errno(e, "cannot set NOCOW on", path),
+        e => Error::from_errno(e, "cannot set inode flags on", path),
+    })
+}
+
+/// Sets NOCOW on a directory (files created in it afterwards inherit it) and
+/// reads it back. The compression attribute excludes NOCOW: with
+/// `clear_compression` it is dropped (for directories btrfs-lab just made),
+/// otherwise it is an error.
+pub fn set_nocow_dir(path: &Path, clear_compression: bool) -> Result<()> {
+    set_nocow(&open_dir(path)?, path, clear_compression)
+}
+
+/// Sets NOCOW on an open directory or empty file and reads it back. btrfs
+/// silently ignores the flag on a file that already holds data; the read-back
+/// turns that into an error.
+pub fn set_nocow(file: &File, path: &Path, clear_compression: bool) -> Result<()> {
+    let mut flags = ioctl::get_inode_flags(file.as_fd())
+        .map_err(|e| Error::from_errno(e, "cannot read inode flags of", path))?;
+    if clear_compression {
+        flags &= !ioctl::FS_COMPR_FL;
+    }
+    if flags & ioctl::FS_COMPR_FL != 0 {
+        return Err(compression_conflict(path));
+    }
+    set_inode_flags_of(file, path, flags | ioctl::FS_NOCOW_FL).map_err(|e| {
+        if e.kind() == ErrorKind::Unsupported {
+            e
+        } else {
+            Error::new(e.kind(), e.message().replace("inode flags", "NOCOW"))
+                .with_hint(e.hint().unwrap_or_default())
+        }
     })?;
-    let back = ioctl::get_inode_flags(dir.as_fd())
+    let back = ioctl::get_inode_flags(file.as_fd())
         .map_err(|e| Error::from_errno(e, "cannot read inode flags of", path))?;
     if back & ioctl::FS_NOCOW_FL == 0 {
         return Err(Error::new(
@@ -140,6 +157,19 @@ pub fn set_nocow_dir(path: &Path, clear_compression: bool) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The error for a path with the compression attribute, which btrfs does not
+/// combine with NOCOW.
+pub fn compression_conflict(path: &Path) -> Error {
+    Error::new(
+        ErrorKind::WrongTarget,
+        format!(
+            "{} has the compression attribute, which cannot be combined with NOCOW",
+            path.display()
+        ),
+    )
+    .with_hint(format!("remove it first: chattr -c {}", path.display()))
 }
 
 #[cfg(test)]

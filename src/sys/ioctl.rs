@@ -129,6 +129,18 @@ pub fn loop_clr_fd(dev: BorrowedFd<'_>) -> Result<(), Errno> {
 pub const FS_NOCOW_FL: u32 = 0x0080_0000;
 /// `FS_COMPR_FL` ('c' in lsattr): compress data.
 pub const FS_COMPR_FL: u32 = 0x0000_0004;
+/// `FS_SYNC_FL` ('S'): synchronous updates.
+pub const FS_SYNC_FL: u32 = 0x0000_0008;
+/// `FS_IMMUTABLE_FL` ('i'): the file cannot be changed, renamed or replaced.
+pub const FS_IMMUTABLE_FL: u32 = 0x0000_0010;
+/// `FS_APPEND_FL` ('a'): append only; cannot be replaced.
+pub const FS_APPEND_FL: u32 = 0x0000_0020;
+/// `FS_NODUMP_FL` ('d'): skipped by dump.
+pub const FS_NODUMP_FL: u32 = 0x0000_0040;
+/// `FS_NOATIME_FL` ('A'): no atime updates.
+pub const FS_NOATIME_FL: u32 = 0x0000_0080;
+/// `FS_NOCOMP_FL` ('m'): never compress.
+pub const FS_NOCOMP_FL: u32 = 0x0000_0400;
 
 // The kernel declares these with `long` but reads and writes an int.
 nix::ioctl_read!(fs_ioc_getflags_raw, b'f', 1, libc::c_long);

@@ -6,15 +6,18 @@ pub mod blockdev;
 pub mod btrfs;
 pub mod counters;
 pub mod direct_io;
+pub mod filecopy;
 pub mod fs;
 pub mod ioctl;
 pub mod loopdev;
 pub mod mounts;
 pub mod nvme;
+pub mod procs;
 pub mod root;
 pub mod signals;
 pub mod tools;
 pub mod topology;
+pub mod xattrs;
 
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {

@@ -4,6 +4,7 @@
 mod admin;
 mod common;
 mod links;
+mod nocow;
 mod probe_dio;
 mod repo;
 mod sandbox;

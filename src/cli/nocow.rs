@@ -1,0 +1,521 @@
+//! `btrfs-lab nocow DIR`, `nocow --check PATH...`, `nocow --for SERVICE`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use btrfs_lab::error::{Error, Result, exit};
+use btrfs_lab::nocow::advice::{Advice, Service, advice};
+use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
+use btrfs_lab::nocow::migrate::ExecOptions;
+use btrfs_lab::nocow::plan::{self, Request, Staying};
+use btrfs_lab::nocow::{self, CheckReport, NocowReport};
+use btrfs_lab::parse::size::format_iec;
+use btrfs_lab::probe::verdict::profile_list;
+use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::signals;
+
+use super::output::{Output, Paint, confirm, wrap};
+
+pub const AFTER_HELP: &str = "\
+NOCOW (chattr +C) is ignored on a file that already holds data and is
+inherited only by files created afterwards. `nocow DIR` creates DIR if needed,
+sets NOCOW on it through the FS_IOC_SETFLAGS ioctl and reads it back; files
+already in DIR that are not NOCOW are listed. --migrate copies each of them
+into a new NOCOW file in the same directory (holes kept; owner, mode,
+timestamps and extended attributes kept; content verified by BLAKE3 read back
+from the disk) and renames the copy over the original. Until that rename the
+original is untouched; an interrupted run is continued by running it again.
+
+Examples:
+  btrfs-lab nocow --subvolume /var/lib/libvirt/images
+  btrfs-lab nocow --check /var/lib/postgresql
+  btrfs-lab nocow --migrate --dry-run /var/lib/mysql
+  btrfs-lab nocow --for postgres";
+
+#[derive(Debug, Args)]
+pub struct NocowArgs {
+    /// The directory to make NOCOW; with --check, the files and directories to audit.
+    #[arg(value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// Only audit PATHs (recursively): which files are NOCOW, which need migration.
+    #[arg(long)]
+    check: bool,
+    /// Copy the files in DIR that are not NOCOW into NOCOW files and replace them.
+    #[arg(long, conflicts_with = "check")]
+    migrate: bool,
+    /// Create DIR as a btrfs subvolume of its own (kept out of the parent's snapshots).
+    #[arg(long, conflicts_with = "check")]
+    subvolume: bool,
+    /// Migrate files even when a running process has them open (its later writes are lost).
+    #[arg(long, requires = "migrate")]
+    force: bool,
+    /// Also print where SERVICE keeps its files and its settings that matter: vm, postgres, mysql.
+    #[arg(long = "for", value_name = "SERVICE", value_parser = service_arg)]
+    service: Option<Service>,
+    /// Show what would be done, and do nothing.
+    #[arg(long, conflicts_with = "check")]
+    dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long, conflicts_with = "check")]
+    yes: bool,
+}
+
+/// `--check --json`: the audit, and the advice when `--for` was given.
+#[derive(serde::Serialize)]
+struct CheckOut<'a> {
+    #[serde(flatten)]
+    check: &'a CheckReport,
+    advice: Option<Advice>,
+}
+
+fn service_arg(s: &str) -> std::result::Result<Service, String> {
+    s.parse::<Service>()
+        .map_err(|e| format!("{} ({})", e.message(), e.hint().unwrap_or_default()))
+}
+
+pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
+    let sysroot = SysRoot::from_option(None);
+    let advice = args.service.map(advice);
+    if args.check {
+        if args.paths.is_empty() {
+            return Err(Error::usage("--check needs at least one PATH")
+                .with_hint("usage: btrfs-lab nocow --check PATH..."));
+        }
+        let report = nocow::check(&sysroot, &args.paths)?;
+        if out.json {
+            out.json_doc(&CheckOut {
+                check: &report,
+                advice,
+            });
+        } else {
+            let mut text = render_check(&report, out.paint);
+            if let Some(a) = &advice {
+                text.push_str(&render_advice(a, out.paint));
+            }
+            out.text(&text);
+        }
+        return Ok(exit::OK);
+    }
+    let dir = match args.paths.as_slice() {
+        [] => {
+            return match &advice {
+                Some(a) => {
+                    if out.json {
+                        out.json_doc(a);
+                    } else {
+                        out.text(render_advice(a, out.paint).trim_start());
+                    }
+                    Ok(exit::OK)
+                }
+                None => Err(Error::usage("give the directory to make NOCOW").with_hint(
+                    "usage: btrfs-lab nocow DIR, nocow --check PATH... or nocow --for SERVICE",
+                )),
+            };
+        }
+        [one] => one.clone(),
+        _ => {
+            return Err(Error::usage(
+                "nocow prepares one directory at a time (several paths only with --check)",
+            ));
+        }
+    };
+    let req = Request {
+        dir,
+        migrate: args.migrate,
+        subvolume: args.subvolume,
+        force: args.force,
+    };
+    let observed = nocow::observe(&sysroot, &req)?;
+    let plan = plan::plan(&req, &observed)?;
+    let mut report = NocowReport {
+        path: req.dir.clone(),
+        dir: nocow::target_dir(&observed),
+        dry_run: args.dry_run,
+        filesystem: observed.root.clone(),
+        plan,
+        result: None,
+        advice,
+    };
+    let nothing = report.plan.nothing_to_do.is_some() || report.plan.steps.is_empty();
+    if nothing || args.dry_run {
+        if out.json {
+            out.json_doc(&report);
+        } else {
+            let mut text = render_plan(&report, out.paint);
+            if args.dry_run && !nothing {
+                text.push_str("(dry run: nothing was changed)\n");
+            }
+            if let Some(a) = &report.advice {
+                text.push_str(&render_advice(a, out.paint));
+            }
+            out.text(&text);
+        }
+        return Ok(exit::OK);
+    }
+    if !out.json || !args.yes {
+        eprint!("{}", render_plan(&report, out.paint_err));
+    }
+    confirm("Proceed?", args.yes)?;
+    signals::install()?;
+    let bar = if out.show_progress() {
+        let b = ProgressBar::with_draw_target(
+            Some(nocow::progress_total(&report.plan)),
+            ProgressDrawTarget::stderr(),
+        );
+        b.set_style(
+            ProgressStyle::with_template("nocow {bar:30} {bytes}/{total_bytes} {bytes_per_sec}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut opts = ExecOptions::new(req.force, sysroot.clone());
+    let result = nocow::execute(&sysroot, &report.path, &report.plan, &mut opts, &mut |n| {
+        bar.inc(n);
+        Ok(())
+    });
+    bar.finish_and_clear();
+    report.result = Some(result?);
+    if out.json {
+        out.json_doc(&report);
+    } else {
+        let mut text = render_result(&report, out.paint);
+        if let Some(a) = &report.advice {
+            text.push_str(&render_advice(a, out.paint));
+        }
+        out.text(&text);
+    }
+    Ok(exit::OK)
+}
+
+fn fs_line(r: &RootInfo) -> String {
+    let mut line = format!(
+        "{} on {}, mounted at {}",
+        r.fs_type,
+        r.source,
+        r.mount_point.display()
+    );
+    if r.is_btrfs() {
+        line.push_str(&format!(", data {}", profile_list(&r.data_profiles)));
+    }
+    if !r.mount_options.is_empty() {
+        line.push_str(&format!(", mount options {}", r.mount_options.join(",")));
+    }
+    line
+}
+
+fn bullets(items: &[String], paint: Paint) -> String {
+    let mut t = String::new();
+    for w in items {
+        let wrapped = wrap(w, 88, "    ");
+        t.push_str(&format!("  {} {}", paint.warn("-"), &wrapped[4..]));
+    }
+    t
+}
+
+fn staying_lines(staying: &[Staying], paint: Paint) -> String {
+    let width = staying.iter().map(|s| s.display.len()).max().unwrap_or(0);
+    let mut t = String::new();
+    for s in staying {
+        t.push_str(&format!(
+            "  {:<width$}  {:>10}  {}\n",
+            s.display,
+            format_iec(s.size_bytes),
+            paint.dim(&s.reason)
+        ));
+    }
+    t
+}
+
+/// The plan (also the dry-run and nothing-to-do output).
+fn render_plan(r: &NocowReport, paint: Paint) -> String {
+    let mut t = format!("{} {}\n", paint.bold("nocow"), r.dir.display());
+    t.push_str(&format!("  filesystem  {}\n", fs_line(&r.filesystem)));
+    let p = &r.plan;
+    if let Some(why) = &p.nothing_to_do {
+        t.push_str(&format!("\nnothing to do: {why}\n"));
+        return t;
+    }
+    if p.steps.is_empty() {
+        t.push_str(&format!(
+            "\n{} is NOCOW already (read through FS_IOC_GETFLAGS); files created in it inherit it.\n",
+            r.dir.display()
+        ));
+    } else {
+        t.push_str(&format!("\n{}\n", paint.bold("plan")));
+        for (i, s) in p.steps.iter().enumerate() {
+            t.push_str(&format!("  {}. {}\n", i + 1, s.describe()));
+        }
+        if p.space_needed_bytes > 0 {
+            t.push_str(&format!(
+                "  free space: {} needed at once (the largest copy and a margin), {} available\n",
+                format_iec(p.space_needed_bytes),
+                format_iec(p.space_available_bytes)
+            ));
+        }
+    }
+    if !p.staying.is_empty() {
+        t.push_str(&format!("\n{}\n", paint.bold("not NOCOW, and staying so")));
+        t.push_str(&staying_lines(&p.staying, paint));
+        if p.staying.iter().any(|s| s.reason.contains("--migrate")) {
+            t.push_str(&format!(
+                "  {} run again with --migrate to copy them into NOCOW files\n",
+                paint.dim("hint:")
+            ));
+        }
+    }
+    t.push_str(&format!("\n{}\n", paint.bold("warnings")));
+    t.push_str(&bullets(&p.warnings, paint));
+    t
+}
+
+fn render_result(r: &NocowReport, paint: Paint) -> String {
+    let Some(o) = &r.result else {
+        return String::new();
+    };
+    let mut t = format!("{} {}\n", paint.bold("nocow"), r.dir.display());
+    t.push_str(&format!("  filesystem  {}\n", fs_line(&r.filesystem)));
+    t.push_str(&format!("\n{}\n", paint.bold("done")));
+    for c in &o.created {
+        let what = if o.subvolume.as_ref() == Some(c) {
+            "subvolume"
+        } else {
+            "directory"
+        };
+        t.push_str(&format!("  created    {what} {}\n", c.display()));
+    }
+    for d in &o.nocow_set {
+        t.push_str(&format!("  NOCOW set  {}\n", d.display()));
+    }
+    for p in &o.removed_leftovers {
+        t.push_str(&format!(
+            "  removed    {} (left by an interrupted migration)\n",
+            p.display()
+        ));
+    }
+    for p in &o.cleared_markers {
+        t.push_str(&format!("  marker     removed from {}\n", p.display()));
+    }
+    for p in &o.switched {
+        t.push_str(&format!("  switched   {} (empty)\n", p.display()));
+    }
+    for m in &o.migrated {
+        let mut line = format!(
+            "  migrated   {}  {}, allocated {} before, {} after, content verified (BLAKE3)",
+            m.path.display(),
+            format_iec(m.size_bytes),
+            format_iec(m.allocated_before_bytes),
+            format_iec(m.allocated_after_bytes)
+        );
+        if m.compression_dropped {
+            line.push_str(", compression attribute dropped");
+        }
+        t.push_str(&line);
+        t.push('\n');
+    }
+    t.push_str(&format!(
+        "  {}   {} is NOCOW (read back through FS_IOC_GETFLAGS); files created in it from now on inherit it\n",
+        paint.good("verified"),
+        r.dir.display()
+    ));
+    t.push_str(&format!("  summary    {}\n", summary_sentence(&o.after)));
+    if !o.not_nocow.is_empty() {
+        t.push_str(&format!("\n{}\n", paint.bold("not NOCOW, and staying so")));
+        t.push_str(&staying_lines(&o.not_nocow, paint));
+    }
+    // The warnings were shown with the plan, before the confirmation.
+    t
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn summary_sentence(s: &Summary) -> String {
+    if s.files == 0 && s.directories == 0 && s.leftovers == 0 {
+        return "no files".to_owned();
+    }
+    let mut parts = vec![format!(
+        "{}: {} NOCOW ({})",
+        plural(s.files, "file", "files"),
+        s.nocow_files,
+        format_iec(s.nocow_bytes)
+    )];
+    if s.switchable_files > 0 {
+        parts.push(format!("{} switchable (empty)", s.switchable_files));
+    }
+    if s.needs_migration_files > 0 {
+        parts.push(format!(
+            "{} need{} migration ({})",
+            s.needs_migration_files,
+            if s.needs_migration_files == 1 {
+                "s"
+            } else {
+                ""
+            },
+            format_iec(s.needs_migration_bytes)
+        ));
+    }
+    if s.blocked_files > 0 {
+        parts.push(format!(
+            "{} blocked ({})",
+            s.blocked_files,
+            format_iec(s.blocked_bytes)
+        ));
+    }
+    let mut text = parts.join(", ");
+    if s.directories > 0 {
+        text.push_str(&format!(
+            "; {} of {} below NOCOW",
+            s.nocow_directories,
+            plural(s.directories, "directory", "directories")
+        ));
+    }
+    if s.leftovers > 0 {
+        text.push_str(&format!(
+            "; {} left by an interrupted migration",
+            plural(s.leftovers, "temporary file", "temporary files")
+        ));
+    }
+    text
+}
+
+fn render_check(r: &CheckReport, paint: Paint) -> String {
+    let mut t = String::new();
+    for root in &r.roots {
+        t.push_str(&format!(
+            "{} {}\n",
+            paint.bold("nocow --check"),
+            root.path.display()
+        ));
+        t.push_str(&format!("  filesystem  {}\n", fs_line(root)));
+        if let Some(note) = &root.note {
+            t.push_str(&format!("  {}\n", paint.dim(note)));
+            continue;
+        }
+        let yes_no = |b: Option<bool>| if b == Some(true) { "yes" } else { "no" };
+        let kind = if root.is_dir { "directory" } else { "file" };
+        let mut line = format!(
+            "  {kind:<10}  NOCOW {}, compression attribute {}",
+            yes_no(root.nocow),
+            yes_no(root.compression_attr)
+        );
+        if root.subvolume {
+            line.push_str(", subvolume root");
+        }
+        t.push_str(&line);
+        t.push('\n');
+    }
+    if !r.entries.is_empty() {
+        t.push_str(&format!(
+            "\n{}\n",
+            paint.bold(&format!(
+                "{:<5}  {:>10}  {:>10}  {:<15}  {}",
+                "NOCOW", "SIZE", "ALLOCATED", "STATE", "PATH"
+            ))
+        ));
+        for e in &r.entries {
+            let (size, alloc, path) = match e.kind {
+                EntryKind::Directory => ("-".to_owned(), "-".to_owned(), format!("{}/", e.display)),
+                EntryKind::File => (
+                    format_iec(e.size_bytes),
+                    format_iec(e.allocated_bytes),
+                    e.display.clone(),
+                ),
+            };
+            let mut notes = Vec::new();
+            if e.sparse && e.kind == EntryKind::File {
+                notes.push("sparse".to_owned());
+            }
+            for o in &e.open_by {
+                notes.push(format!("open by pid {} ({})", o.pid, o.command));
+            }
+            if let Some(why) = &e.reason {
+                notes.push(why.clone());
+            }
+            let state = e.state.label();
+            let state = match e.state {
+                btrfs_lab::nocow::audit::EntryState::Nocow => paint.good(&format!("{state:<15}")),
+                btrfs_lab::nocow::audit::EntryState::Switchable => format!("{state:<15}"),
+                _ => paint.warn(&format!("{state:<15}")),
+            };
+            let mut line = format!(
+                "{:<5}  {size:>10}  {alloc:>10}  {state}  {path}",
+                if e.nocow { "yes" } else { "no" }
+            );
+            if !notes.is_empty() {
+                line.push_str(&format!(
+                    "  {}",
+                    paint.dim(&format!("({})", notes.join("; ")))
+                ));
+            }
+            t.push_str(&line);
+            t.push('\n');
+        }
+    }
+    if r.roots.iter().any(RootInfo::is_btrfs) {
+        t.push_str(&format!(
+            "\n{} {}\n",
+            paint.bold("summary"),
+            summary_sentence(&r.summary)
+        ));
+        if r.summary.open_files > 0 {
+            t.push_str(&format!(
+                "        {} open by running processes\n",
+                plural(r.summary.open_files, "file is", "files are")
+            ));
+        }
+        if r.summary.needs_migration_files + r.summary.switchable_files > 0 {
+            t.push_str(&format!(
+                "{} btrfs-lab nocow --migrate DIR copies the files that need it into NOCOW files \
+                 (one copy at a time: {} free needed, plus a margin)\n",
+                paint.dim("hint:"),
+                format_iec(r.summary.largest_migration_bytes)
+            ));
+        }
+    }
+    for s in &r.skipped {
+        t.push_str(&format!("{} {s}\n", paint.dim("skipped:")));
+    }
+    for n in &r.notes {
+        if !r.roots.iter().any(|root| root.note.as_ref() == Some(n)) {
+            t.push_str(&format!("{} {n}\n", paint.dim("note:")));
+        }
+    }
+    t
+}
+
+fn render_advice(a: &Advice, paint: Paint) -> String {
+    let mut t = format!("\n{} {}\n", paint.bold("for"), a.name);
+    t.push_str(&wrap(&format!("location: {}", a.location), 88, "  "));
+    let items: Vec<String> = a.settings.iter().map(|s| (*s).to_owned()).collect();
+    t.push_str(&bullets(&items, paint));
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_reads_well() {
+        let s = Summary {
+            files: 3,
+            nocow_files: 1,
+            nocow_bytes: 1024,
+            needs_migration_files: 1,
+            needs_migration_bytes: 2048,
+            switchable_files: 1,
+            directories: 2,
+            nocow_directories: 1,
+            ..Summary::default()
+        };
+        assert_eq!(
+            summary_sentence(&s),
+            "3 files: 1 NOCOW (1.00KiB), 1 switchable (empty), 1 needs migration (2.00KiB); 1 of 2 directories below NOCOW"
+        );
+    }
+}

@@ -1,0 +1,536 @@
+//! Carrying out the steps of a plan, file by file, so that an interruption
+//! at any point loses nothing.
+//!
+//! A migration copies the file into a new NOCOW file in the same directory
+//! and renames that over the original. The copy is an unnamed O_TMPFILE
+//! while it is written (a crash leaves nothing behind); it gets a name with
+//! btrfs-lab's prefix, and the marker attribute that proves it is ours, only
+//! once it is complete, verified and flushed; the rename that replaces the
+//! original is atomic. Until that rename the original is untouched. A re-run
+//! removes a leftover (prefix and marker) and carries on.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, Permissions};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, openat, renameat};
+use nix::sys::stat::{FileStat, Mode, fstatat, futimens};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{UnlinkatFlags, unlinkat};
+use serde::Serialize;
+
+use super::{MARKER_XATTR, TEMP_PREFIX};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys::filecopy::{
+    self, copy_data, create_exclusive, create_unnamed, drop_cached_pages, hash_contents, link_into,
+};
+use crate::sys::fs as sysfs;
+use crate::sys::ioctl::{
+    FS_COMPR_FL, FS_NOATIME_FL, FS_NOCOMP_FL, FS_NOCOW_FL, FS_NODUMP_FL, FS_SYNC_FL,
+};
+use crate::sys::loopdev::FileIdentity;
+use crate::sys::root::SysRoot;
+use crate::sys::{procs, signals, xattrs};
+
+/// Test hook: `BTRFS_LAB_NOCOW_TEST_PAUSE=copy` pauses after the first chunk
+/// of the first migrated file is copied, `=linked` once its copy has a name
+/// and before the rename. It prints one line on stderr and waits for a
+/// signal, so the test suite can kill the process at that point.
+pub const PAUSE_ENV: &str = "BTRFS_LAB_NOCOW_TEST_PAUSE";
+
+/// Inode flags a migrated file keeps (besides NOCOW). Compression cannot be
+/// combined with NOCOW; immutable and append-only files are not migrated.
+const KEPT_FLAGS: u32 = FS_NOATIME_FL | FS_NODUMP_FL | FS_SYNC_FL | FS_NOCOMP_FL;
+
+/// Where the test hook pauses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PausePoint {
+    /// In the middle of copying data.
+    Copy,
+    /// After the copy got its temporary name, before the rename.
+    Linked,
+}
+
+/// How steps are carried out.
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// Migrate files that a process has open.
+    pub force: bool,
+    /// Where /proc is read.
+    pub sysroot: SysRoot,
+    /// The test hook.
+    pub pause: Option<PausePoint>,
+}
+
+impl ExecOptions {
+    /// Options with the test hook read from the environment.
+    pub fn new(force: bool, sysroot: SysRoot) -> Self {
+        let pause = match std::env::var(PAUSE_ENV).as_deref() {
+            Ok("copy") => Some(PausePoint::Copy),
+            Ok("linked") => Some(PausePoint::Linked),
+            _ => None,
+        };
+        Self {
+            force,
+            sysroot,
+            pause,
+        }
+    }
+
+    fn pause_at(&mut self, point: PausePoint, path: &Path) -> Result<()> {
+        if self.pause != Some(point) {
+            return Ok(());
+        }
+        self.pause = None;
+        let name = match point {
+            PausePoint::Copy => "copy",
+            PausePoint::Linked => "linked",
+        };
+        eprintln!(
+            "btrfs-lab: test hook: paused at {name} of {}",
+            path.display()
+        );
+        loop {
+            signals::check()?;
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// One migrated file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Migrated {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// Its size.
+    pub size_bytes: u64,
+    /// Bytes allocated before (the original).
+    pub allocated_before_bytes: u64,
+    /// Bytes allocated after (the NOCOW copy): holes stay holes.
+    pub allocated_after_bytes: u64,
+    /// Data bytes copied (holes are skipped).
+    pub copied_bytes: u64,
+    /// BLAKE3 of the content, the same for original and copy (both read back).
+    pub blake3: String,
+    /// Extended attributes carried over.
+    pub xattrs: usize,
+    /// The original had the compression attribute, which NOCOW excludes.
+    pub compression_dropped: bool,
+}
+
+/// The parent directory and the name of `path`.
+fn split(path: &Path) -> Result<(&Path, &OsStr)> {
+    match (path.parent(), path.file_name()) {
+        (Some(p), Some(n)) => Ok((p, n)),
+        _ => Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} has no parent directory", path.display()),
+        )),
+    }
+}
+
+/// The directory of `path`, opened and locked against another btrfs-lab
+/// working in it (the lock goes with the process, SIGKILL included).
+fn lock_dir(dir: &Path) -> Result<Flock<File>> {
+    let f = sysfs::open_dir(dir)?;
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| match e {
+        Errno::EWOULDBLOCK => Error::new(
+            ErrorKind::Busy,
+            format!("another btrfs-lab is migrating files in {}", dir.display()),
+        )
+        .with_hint("wait for it to finish, then run again"),
+        e => Error::from_errno(e, "cannot lock directory", dir),
+    })
+}
+
+fn stat_at(dir: &File, name: &OsStr, dir_path: &Path) -> Result<FileStat> {
+    fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map_err(|e| Error::from_errno(e, "cannot stat", &dir_path.join(name)))
+}
+
+fn identity(st: &FileStat) -> FileIdentity {
+    FileIdentity {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    }
+}
+
+fn changed(path: &Path) -> Error {
+    Error::new(
+        ErrorKind::State,
+        format!(
+            "{} changed since it was planned; it was left as it is",
+            path.display()
+        ),
+    )
+    .with_hint("run the command again to plan with what is there now")
+}
+
+/// Opens `name` in `dir` for reading without following a link, and checks it
+/// is still the planned file.
+fn open_planned(dir: &File, dir_path: &Path, name: &OsStr, id: FileIdentity) -> Result<File> {
+    let path = dir_path.join(name);
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    // O_NOATIME keeps the original's atime as it was; only the owner (or
+    // CAP_FOWNER) may ask for it.
+    let fd = match openat(dir.as_fd(), name, flags | OFlag::O_NOATIME, Mode::empty()) {
+        Err(Errno::EPERM) => openat(dir.as_fd(), name, flags, Mode::empty()),
+        other => other,
+    }
+    .map_err(|e| Error::from_errno(e, "cannot open", &path))?;
+    let file = File::from(fd);
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::from_io(&e, "cannot stat", &path))?;
+    if !meta.is_file() || meta.dev() != id.dev || meta.ino() != id.ino {
+        return Err(changed(&path));
+    }
+    Ok(file)
+}
+
+/// Removes a temporary file an interrupted migration left, after checking
+/// it is still that file and still carries the marker.
+pub fn remove_leftover(path: &Path, id: FileIdentity) -> Result<()> {
+    let (dir_path, name) = split(path)?;
+    if !name.to_string_lossy().starts_with(TEMP_PREFIX) {
+        return Err(changed(path));
+    }
+    let dir = lock_dir(dir_path)?;
+    let file = open_planned(&dir, dir_path, name, id)?;
+    if xattrs::get(&file, path, MARKER_XATTR)?.is_none() {
+        return Err(changed(path));
+    }
+    unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
+        .map_err(|e| Error::from_errno(e, "cannot remove", path))?;
+    filecopy::sync(&dir, dir_path)
+}
+
+/// Removes the marker attribute from a migrated file.
+pub fn clear_marker(path: &Path, id: FileIdentity) -> Result<()> {
+    let (dir_path, name) = split(path)?;
+    let dir = lock_dir(dir_path)?;
+    let file = open_planned(&dir, dir_path, name, id)?;
+    xattrs::remove(&file, path, MARKER_XATTR)?;
+    filecopy::sync(&file, path)
+}
+
+/// Sets NOCOW on a file that is still empty.
+pub fn switch_empty(path: &Path, id: FileIdentity) -> Result<()> {
+    let (dir_path, name) = split(path)?;
+    let dir = lock_dir(dir_path)?;
+    let file = open_planned(&dir, dir_path, name, id)?;
+    if file
+        .metadata()
+        .map_err(|e| Error::from_io(&e, "cannot stat", path))?
+        .len()
+        != 0
+    {
+        return Err(changed(path));
+    }
+    sysfs::set_nocow(&file, path, true)
+}
+
+/// The copy while it is made: removed on drop unless committed.
+struct TempCopy<'a> {
+    file: File,
+    dir: &'a File,
+    name: Option<OsString>,
+    committed: bool,
+}
+
+impl Drop for TempCopy<'_> {
+    fn drop(&mut self) {
+        if !self.committed
+            && let Some(name) = &self.name
+        {
+            let _ = unlinkat(
+                self.dir.as_fd(),
+                name.as_os_str(),
+                UnlinkatFlags::NoRemoveDir,
+            );
+        }
+    }
+}
+
+fn timespec(sec: i64, nsec: i64) -> TimeSpec {
+    TimeSpec::new(sec, nsec)
+}
+
+fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
+    if opts.force {
+        return Ok(());
+    }
+    let found = procs::open_files(&opts.sysroot, &[(id, path.to_path_buf())]);
+    let who = found.openers(id);
+    if who.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Busy,
+        format!(
+            "{} is open by {}; it was left as it is",
+            path.display(),
+            procs::describe(who)
+        ),
+    )
+    .with_hint(
+        "stop the process and run again (--force migrates anyway; its later writes are lost)",
+    ))
+}
+
+/// Migrates one file. `Ok(None)` when there is nothing to do any more (it
+/// became NOCOW meanwhile). `progress` gets the bytes copied and hashed.
+pub fn migrate_file(
+    path: &Path,
+    id: FileIdentity,
+    opts: &mut ExecOptions,
+    progress: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<Option<Migrated>> {
+    let (dir_path, name) = split(path)?;
+    let dir = lock_dir(dir_path)?;
+    let src = open_planned(&dir, dir_path, name, id)?;
+    let before = nix::sys::stat::fstat(src.as_fd())
+        .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
+    let src_flags = sysfs::inode_flags_of(&src, path)?.unwrap_or(0);
+    if src_flags & FS_NOCOW_FL != 0 {
+        return Ok(None);
+    }
+    if before.st_nlink > 1 {
+        return Err(changed(path));
+    }
+    let size = u64::try_from(before.st_size).unwrap_or(0);
+
+    // 1. An empty NOCOW file nobody else can see.
+    let unnamed = create_unnamed(&dir, dir_path)?;
+    let mut tmp = match unnamed {
+        Some(file) => TempCopy {
+            file,
+            dir: &dir,
+            name: None,
+            committed: false,
+        },
+        None => {
+            let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
+            let file = create_exclusive(&dir, dir_path, &n)?;
+            let mut t = TempCopy {
+                file,
+                dir: &dir,
+                name: Some(n.into()),
+                committed: false,
+            };
+            set_marker(&mut t, id, path)?;
+            t
+        }
+    };
+    let tmp_path = dir_path.join(format!("{TEMP_PREFIX}{}", id.ino));
+    sysfs::set_nocow(&tmp.file, &tmp_path, true)?;
+
+    // 2. The data, holes kept; then flushed.
+    let mut first_chunk = true;
+    let copied = copy_data(&src, path, &tmp.file, &tmp_path, size, &mut |n| {
+        signals::check()?;
+        progress(n)?;
+        if first_chunk {
+            first_chunk = false;
+            opts.pause_at(PausePoint::Copy, path)?;
+        }
+        Ok(())
+    })?;
+    filecopy::sync(&tmp.file, &tmp_path)?;
+
+    // 3. The content, read back from the disk, against the original: both
+    // read in full (holes as zeros, so a wrong SEEK_DATA answer would show),
+    // at the same time on two threads.
+    drop_cached_pages(&tmp.file);
+    let (want, got) = thread::scope(|scope| {
+        let original = scope.spawn(|| hash_contents(&src, path, size, &mut |_| signals::check()));
+        let copy = hash_contents(&tmp.file, &tmp_path, size, &mut |n| {
+            signals::check()?;
+            progress(n)
+        });
+        let original = original
+            .join()
+            .unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "the hashing thread failed")));
+        (original, copy)
+    });
+    let (want, got) = (want?, got?);
+    progress(size)?;
+    if want != got {
+        return Err(Error::new(
+            ErrorKind::Io,
+            format!(
+                "the copy of {} does not match the original (BLAKE3 {} vs {}); the original was left as it is",
+                path.display(),
+                want.to_hex(),
+                got.to_hex()
+            ),
+        )
+        .with_hint("check the filesystem (btrfs device stats, dmesg) before trying again"));
+    }
+
+    // 4. Owner, attributes, mode, flags, times: in this order, because chown
+    // clears file capabilities and setting an ACL changes the mode.
+    std::os::unix::fs::fchown(&tmp.file, Some(before.st_uid), Some(before.st_gid)).map_err(
+        |e| {
+            Error::from_io(&e, "cannot give the copy the owner of", path)
+                .with_hint("run as root to migrate files of other users")
+        },
+    )?;
+    let src_xattrs: xattrs::Xattrs = xattrs::read_all(&src, path)?
+        .into_iter()
+        .filter(|(n, _)| n != MARKER_XATTR && !n.to_string_lossy().starts_with("btrfs."))
+        .collect();
+    let compression_dropped =
+        src_flags & FS_COMPR_FL != 0 || xattrs::get(&src, path, "btrfs.compression")?.is_some();
+    copy_xattrs(&src_xattrs, &tmp.file, path)?;
+    tmp.file
+        .set_permissions(Permissions::from_mode(before.st_mode & 0o7777))
+        .map_err(|e| Error::from_io(&e, "cannot set the mode of the copy of", path))?;
+    let flags = (src_flags & KEPT_FLAGS) | FS_NOCOW_FL;
+    sysfs::set_inode_flags_of(&tmp.file, &tmp_path, flags)?;
+    futimens(
+        tmp.file.as_fd(),
+        &timespec(before.st_atime, before.st_atime_nsec),
+        &timespec(before.st_mtime, before.st_mtime_nsec),
+    )
+    .map_err(|e| Error::from_errno(e, "cannot set the times of the copy of", path))?;
+    filecopy::sync(&tmp.file, &tmp_path)?;
+    verify_metadata(&tmp.file, &before, flags, &src_xattrs, path)?;
+
+    // 5. The original must still be what was copied, and nobody may have it
+    // open (the plan checked before; this one walk of /proc per file covers
+    // the time since).
+    let now = nix::sys::stat::fstat(src.as_fd())
+        .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
+    let same = now.st_size == before.st_size
+        && (now.st_mtime, now.st_mtime_nsec) == (before.st_mtime, before.st_mtime_nsec)
+        && (now.st_ctime, now.st_ctime_nsec) == (before.st_ctime, before.st_ctime_nsec);
+    if !same || identity(&stat_at(&dir, name, dir_path)?) != id {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "{} changed while it was copied; it was left as it is",
+                path.display()
+            ),
+        )
+        .with_hint("stop whatever writes to it and run again"));
+    }
+    openers_of(opts, id, path)?;
+
+    // 6. A name (with the marker), then the atomic replacement.
+    if tmp.name.is_none() {
+        set_marker(&mut tmp, id, path)?;
+        let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
+        link_into(&tmp.file, &dir, dir_path, &n)?;
+        tmp.name = Some(n.into());
+    }
+    opts.pause_at(PausePoint::Linked, path)?;
+    signals::check()?;
+    let temp_name = tmp.name.clone().unwrap_or_default();
+    renameat(dir.as_fd(), temp_name.as_os_str(), dir.as_fd(), name)
+        .map_err(|e| Error::from_errno(e, "cannot rename the copy over", path))?;
+    tmp.committed = true;
+    xattrs::remove(&tmp.file, path, MARKER_XATTR)?;
+    filecopy::sync(&tmp.file, path)?;
+    filecopy::sync(&dir, dir_path)?;
+
+    // 7. The name now holds the NOCOW copy.
+    let final_stat = stat_at(&dir, name, dir_path)?;
+    let copy_meta = tmp
+        .file
+        .metadata()
+        .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
+    let final_flags = sysfs::inode_flags_of(&tmp.file, path)?.unwrap_or(0);
+    if final_stat.st_ino != copy_meta.ino() || final_flags & FS_NOCOW_FL == 0 {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!("{} is not the NOCOW copy after the rename", path.display()),
+        ));
+    }
+    Ok(Some(Migrated {
+        path: path.to_path_buf(),
+        size_bytes: size,
+        allocated_before_bytes: u64::try_from(before.st_blocks).unwrap_or(0) * 512,
+        allocated_after_bytes: copy_meta.blocks() * 512,
+        copied_bytes: copied,
+        blake3: got.to_hex().to_string(),
+        xattrs: src_xattrs.len(),
+        compression_dropped,
+    }))
+}
+
+fn set_marker(tmp: &mut TempCopy<'_>, id: FileIdentity, path: &Path) -> Result<()> {
+    let value = format!(
+        "btrfs-lab nocow: copy of inode {} by pid {}",
+        id.ino,
+        std::process::id()
+    );
+    xattrs::set(&tmp.file, path, OsStr::new(MARKER_XATTR), value.as_bytes())
+}
+
+/// Gives `dst` exactly the attributes `want` (plus the marker, if set):
+/// attributes it got at creation (an inherited default ACL, a security
+/// label) are removed where the kernel allows.
+fn copy_xattrs(want: &xattrs::Xattrs, dst: &File, path: &Path) -> Result<()> {
+    for (n, _) in xattrs::read_all(dst, path)? {
+        if n != MARKER_XATTR && !want.iter().any(|(w, _)| *w == n) {
+            let removed = xattrs::remove(dst, path, &n.to_string_lossy());
+            if removed.is_err() && !n.to_string_lossy().starts_with("security.") {
+                removed?;
+            }
+        }
+    }
+    for (n, v) in want {
+        xattrs::set(dst, path, n, v)?;
+    }
+    Ok(())
+}
+
+fn verify_metadata(
+    copy: &File,
+    before: &FileStat,
+    flags: u32,
+    want: &xattrs::Xattrs,
+    path: &Path,
+) -> Result<()> {
+    let m = copy
+        .metadata()
+        .map_err(|e| Error::from_io(&e, "cannot stat the copy of", path))?;
+    let mut wrong = Vec::new();
+    if m.mode() & 0o7777 != before.st_mode & 0o7777 {
+        wrong.push("mode");
+    }
+    if (m.uid(), m.gid()) != (before.st_uid, before.st_gid) {
+        wrong.push("owner");
+    }
+    if (m.mtime(), m.mtime_nsec()) != (before.st_mtime, before.st_mtime_nsec) {
+        wrong.push("modification time");
+    }
+    if (m.atime(), m.atime_nsec()) != (before.st_atime, before.st_atime_nsec) {
+        wrong.push("access time");
+    }
+    if sysfs::inode_flags_of(copy, path)?.unwrap_or(0) & flags != flags {
+        wrong.push("attributes");
+    }
+    let have = xattrs::read_all(copy, path)?;
+    if !want.iter().all(|w| have.contains(w)) {
+        wrong.push("extended attributes");
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "the copy of {} did not keep its {}; the original was left as it is",
+                path.display(),
+                wrong.join(", ")
+            ),
+        ))
+    }
+}

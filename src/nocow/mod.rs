@@ -1,0 +1,341 @@
+//! `nocow`: NOCOW directories for VM images and databases, an audit of which
+//! files really are NOCOW, and a migration of existing files that loses
+//! nothing when interrupted.
+//!
+//! The NOCOW flag (`chattr +C`) is ignored on a file that already holds
+//! data, is inherited only by files created afterwards, excludes the
+//! compression attribute, and gives up data checksums. [`scan`] reads what
+//! is there, [`audit`] and [`plan`] decide (pure), [`migrate`] carries the
+//! plan out and this module ties them together and verifies the result.
+
+pub mod advice;
+pub mod audit;
+pub mod migrate;
+pub mod plan;
+pub mod scan;
+
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys::root::SysRoot;
+use crate::sys::{btrfs, fs as sysfs, signals};
+use advice::Advice;
+use audit::{Entry, EntryKind, EntryState, RootInfo, Summary, summarize};
+use migrate::{ExecOptions, Migrated};
+use plan::{Observed, Plan, Request, Staying, Step, Target};
+
+/// Names of btrfs-lab's temporary copies start with this.
+pub const TEMP_PREFIX: &str = ".btrfs-lab-nocow-";
+/// The extended attribute that marks a temporary copy as btrfs-lab's own.
+pub const MARKER_XATTR: &str = "user.btrfs-lab.nocow-temp";
+
+/// The `nocow --check` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckReport {
+    /// Each path given, and its filesystem.
+    pub roots: Vec<RootInfo>,
+    /// Every file and directory found, in path order.
+    pub entries: Vec<Entry>,
+    /// Counts and bytes.
+    pub summary: Summary,
+    /// What was not looked at, and why.
+    pub skipped: Vec<String>,
+    /// Things to know (not btrfs, processes that could not be inspected).
+    pub notes: Vec<String>,
+}
+
+/// Audits `paths` recursively; changes nothing.
+pub fn check(sysroot: &SysRoot, paths: &[PathBuf]) -> Result<CheckReport> {
+    let mut report = CheckReport {
+        roots: Vec::new(),
+        entries: Vec::new(),
+        summary: Summary::default(),
+        skipped: Vec::new(),
+        notes: Vec::new(),
+    };
+    let mut unreadable = 0;
+    for p in paths {
+        let s = scan::scan(sysroot, p)?;
+        report.notes.extend(s.root.note.clone());
+        report.roots.push(s.root);
+        report.entries.extend(s.entries);
+        report.skipped.extend(s.skipped);
+        unreadable = unreadable.max(s.unreadable_processes);
+    }
+    if unreadable > 0 {
+        report.notes.push(format!(
+            "the open files of {unreadable} processes could not be inspected (not root)"
+        ));
+    }
+    report.summary = summarize(&report.entries);
+    Ok(report)
+}
+
+/// Looks at the directory of a `nocow DIR` request (or, when it is
+/// missing, at its nearest existing ancestor).
+pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
+    let abs = std::path::absolute(&req.dir)
+        .map_err(|e| Error::from_io(&e, "cannot resolve", &req.dir))?;
+    match fs::metadata(&abs) {
+        Ok(m) if m.is_dir() => {
+            let s = scan::scan(sysroot, &req.dir)?;
+            Ok(Observed {
+                root: s.root,
+                target: Target::Existing,
+                entries: s.entries,
+                as_root: crate::sys::is_root(),
+                euid: nix::unistd::geteuid().as_raw(),
+            })
+        }
+        Ok(_) => Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} exists and is not a directory", req.dir.display()),
+        )
+        .with_hint("give a directory (it is created if it does not exist)")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let (ancestor, rest) = existing_ancestor(&abs)?;
+            let mut root = scan::inspect_root(sysroot, &ancestor)?;
+            if !root.is_dir {
+                return Err(Error::new(
+                    ErrorKind::WrongTarget,
+                    format!("{} is not a directory", ancestor.display()),
+                ));
+            }
+            root.path = req.dir.clone();
+            let mut missing = Vec::new();
+            let mut p = root.dir.clone();
+            for c in rest {
+                p.push(c);
+                missing.push(p.clone());
+            }
+            Ok(Observed {
+                root,
+                target: Target::Missing { missing },
+                entries: Vec::new(),
+                as_root: crate::sys::is_root(),
+                euid: nix::unistd::geteuid().as_raw(),
+            })
+        }
+        Err(e) => Err(Error::from_io(&e, "cannot use", &req.dir)),
+    }
+}
+
+/// The nearest ancestor of `abs` that exists, and the names below it.
+fn existing_ancestor(abs: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
+    let mut rest = Vec::new();
+    let mut cur = abs.to_path_buf();
+    loop {
+        if fs::symlink_metadata(&cur).is_ok() {
+            rest.reverse();
+            return Ok((cur, rest));
+        }
+        match cur.components().next_back() {
+            Some(Component::Normal(n)) => rest.push(PathBuf::from(n)),
+            _ => {
+                return Err(Error::usage(format!(
+                    "{} cannot be created: use a path without '..'",
+                    abs.display()
+                )));
+            }
+        }
+        if !cur.pop() {
+            return Err(Error::new(
+                ErrorKind::NotFound,
+                format!("no part of {} exists", abs.display()),
+            ));
+        }
+    }
+}
+
+/// What `nocow DIR` did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Outcome {
+    /// Directories created (the subvolume included).
+    pub created: Vec<PathBuf>,
+    /// The subvolume created, if any.
+    pub subvolume: Option<PathBuf>,
+    /// Directories NOCOW was set on.
+    pub nocow_set: Vec<PathBuf>,
+    /// The directory carries NOCOW, read back through FS_IOC_GETFLAGS.
+    pub dir_nocow: bool,
+    /// Leftover temporary files removed.
+    pub removed_leftovers: Vec<PathBuf>,
+    /// Files whose stale marker attribute was removed.
+    pub cleared_markers: Vec<PathBuf>,
+    /// Empty files set NOCOW in place.
+    pub switched: Vec<PathBuf>,
+    /// Files copied into NOCOW files.
+    pub migrated: Vec<Migrated>,
+    /// The audit afterwards.
+    pub after: Summary,
+    /// Files that are not NOCOW afterwards, and why.
+    pub not_nocow: Vec<Staying>,
+}
+
+/// The `nocow DIR` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct NocowReport {
+    /// The directory as given.
+    pub path: PathBuf,
+    /// The directory, absolute.
+    pub dir: PathBuf,
+    /// Only the plan was shown.
+    pub dry_run: bool,
+    /// The filesystem (of the nearest existing ancestor when the directory
+    /// did not exist).
+    pub filesystem: RootInfo,
+    /// What was (or would be) done.
+    pub plan: Plan,
+    /// What was done; null for a dry run or when there was nothing to do.
+    pub result: Option<Outcome>,
+    /// `--for SERVICE`.
+    pub advice: Option<Advice>,
+}
+
+/// The directory a plan is about.
+pub fn target_dir(obs: &Observed) -> PathBuf {
+    match &obs.target {
+        Target::Missing { missing } => missing.last().cloned().unwrap_or_default(),
+        Target::Existing => obs.root.dir.clone(),
+    }
+}
+
+/// Bytes the progress callback will be told about for `plan`: the data
+/// copied plus the original and the copy read back.
+pub fn progress_total(plan: &Plan) -> u64 {
+    plan.steps
+        .iter()
+        .map(|s| match s {
+            Step::Migrate {
+                size_bytes,
+                allocated_bytes,
+                ..
+            } => allocated_bytes.min(size_bytes) + 2 * size_bytes,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Carries the plan out, then verifies: the flag of `dir` (as the user gave
+/// it) read back, and a new audit in which every migrated file is NOCOW.
+/// `progress(bytes)` is called as data is copied and hashed.
+pub fn execute(
+    sysroot: &SysRoot,
+    dir: &Path,
+    plan: &Plan,
+    opts: &mut ExecOptions,
+    progress: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<Outcome> {
+    let mut out = Outcome::default();
+    let total = plan.steps.len();
+    for (done, step) in plan.steps.iter().enumerate() {
+        run_step(step, opts, progress, &mut out).map_err(|e| {
+            if done == 0 || e.kind() == ErrorKind::Interrupted {
+                return e;
+            }
+            let msg = format!(
+                "{} ({done} of {total} steps were done before; running the command again continues)",
+                e.message()
+            );
+            let new = Error::new(e.kind(), msg);
+            match e.hint() {
+                Some(h) => new.with_hint(h),
+                None => new,
+            }
+        })?;
+    }
+    out.dir_nocow = sysfs::is_nocow(dir)?;
+    if !out.dir_nocow {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!("{} is not NOCOW after the change", dir.display()),
+        ));
+    }
+    let after = scan::scan(sysroot, dir)?;
+    for m in &out.migrated {
+        let nocow = after.entries.iter().any(|e| e.path == m.path && e.nocow);
+        if !nocow {
+            return Err(Error::new(
+                ErrorKind::State,
+                format!("{} is not NOCOW after its migration", m.path.display()),
+            ));
+        }
+    }
+    out.not_nocow = after
+        .entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::File && !e.nocow && e.state != EntryState::Leftover)
+        .map(|e| Staying {
+            path: e.path.clone(),
+            display: e.display.clone(),
+            size_bytes: e.size_bytes,
+            state: e.state,
+            reason: plan
+                .staying
+                .iter()
+                .find(|s| s.path == e.path)
+                .map(|s| s.reason.clone())
+                .or_else(|| e.reason.clone())
+                .unwrap_or_else(|| match e.state {
+                    EntryState::Switchable => {
+                        "empty: --migrate sets NOCOW on it in place".to_owned()
+                    }
+                    _ => "holds data: --migrate copies it into a NOCOW file".to_owned(),
+                }),
+        })
+        .collect();
+    out.after = summarize(&after.entries);
+    Ok(out)
+}
+
+fn run_step(
+    step: &Step,
+    opts: &mut ExecOptions,
+    progress: &mut dyn FnMut(u64) -> Result<()>,
+    out: &mut Outcome,
+) -> Result<()> {
+    signals::check()?;
+    match step {
+        Step::CreateDirectory { path } => {
+            fs::create_dir(path).map_err(|e| Error::from_io(&e, "cannot create", path))?;
+            out.created.push(path.clone());
+        }
+        Step::CreateSubvolume { path } => {
+            let (parent, name) = match (path.parent(), path.file_name()) {
+                (Some(p), Some(n)) => (p, n),
+                _ => return Err(Error::usage(format!("cannot create {}", path.display()))),
+            };
+            btrfs::create_subvolume(parent, name)?;
+            out.created.push(path.clone());
+            out.subvolume = Some(path.clone());
+        }
+        Step::SetNocow {
+            path,
+            clear_compression,
+        } => {
+            sysfs::set_nocow_dir(path, *clear_compression)?;
+            out.nocow_set.push(path.clone());
+        }
+        Step::RemoveLeftover { path, id } => {
+            migrate::remove_leftover(path, *id)?;
+            out.removed_leftovers.push(path.clone());
+        }
+        Step::ClearMarker { path, id } => {
+            migrate::clear_marker(path, *id)?;
+            out.cleared_markers.push(path.clone());
+        }
+        Step::SwitchEmpty { path, id } => {
+            migrate::switch_empty(path, *id)?;
+            out.switched.push(path.clone());
+        }
+        Step::Migrate { path, id, .. } => {
+            if let Some(m) = migrate::migrate_file(path, *id, opts, progress)? {
+                out.migrated.push(m);
+            }
+        }
+    }
+    Ok(())
+}

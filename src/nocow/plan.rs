@@ -1,0 +1,686 @@
+//! The planner: what `nocow DIR` will do, computed from what was read.
+//! Pure, so every refusal and warning is unit-tested without root.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::audit::{Entry, EntryKind, EntryState, RootInfo};
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::profile::Profile;
+use crate::parse::size::format_iec;
+use crate::probe::verdict::profile_list;
+use crate::sys::loopdev::FileIdentity;
+use crate::sys::procs;
+
+/// Free space kept beyond the largest copy: metadata of the copy, and the
+/// estimate btrfs gives for free space.
+pub const SPACE_MARGIN: u64 = 64 << 20;
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The directory, as given.
+    pub dir: PathBuf,
+    /// Copy existing files into NOCOW files.
+    pub migrate: bool,
+    /// Create the directory as a subvolume.
+    pub subvolume: bool,
+    /// Migrate files even when a process has them open.
+    pub force: bool,
+}
+
+/// The directory as found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// It does not exist; `missing` are the directories to create, outermost
+    /// first (the last one is the directory itself).
+    Missing {
+        /// Absolute paths to create.
+        missing: Vec<PathBuf>,
+    },
+    /// It exists (and is a directory).
+    Existing,
+}
+
+/// Everything the planner decides from.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The directory, or its nearest existing ancestor when it is missing.
+    pub root: RootInfo,
+    /// Missing or existing.
+    pub target: Target,
+    /// The files and directories below it (empty when missing).
+    pub entries: Vec<Entry>,
+    /// Running as root.
+    pub as_root: bool,
+    /// The effective user id (without root, only own files keep their owner).
+    pub euid: u32,
+}
+
+/// One step of the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Step {
+    /// mkdir.
+    CreateDirectory {
+        /// Absolute path.
+        path: PathBuf,
+    },
+    /// A new subvolume (the directory itself).
+    CreateSubvolume {
+        /// Absolute path.
+        path: PathBuf,
+    },
+    /// FS_IOC_SETFLAGS with NOCOW on a directory, read back.
+    SetNocow {
+        /// Absolute path.
+        path: PathBuf,
+        /// Drop a compression attribute it inherited (only on directories
+        /// btrfs-lab creates).
+        #[serde(skip)]
+        clear_compression: bool,
+    },
+    /// Removes a temporary file an interrupted migration left.
+    RemoveLeftover {
+        /// Absolute path.
+        path: PathBuf,
+        /// Its identity when planned.
+        #[serde(skip)]
+        id: FileIdentity,
+    },
+    /// Removes btrfs-lab's marker attribute from a migrated file (an
+    /// interruption right after its rename left it).
+    ClearMarker {
+        /// Absolute path.
+        path: PathBuf,
+        /// Its identity when planned.
+        #[serde(skip)]
+        id: FileIdentity,
+    },
+    /// Sets NOCOW on an empty file in place.
+    SwitchEmpty {
+        /// Absolute path.
+        path: PathBuf,
+        /// Its identity when planned.
+        #[serde(skip)]
+        id: FileIdentity,
+    },
+    /// Copies a file into a new NOCOW file and renames that over it.
+    Migrate {
+        /// Absolute path.
+        path: PathBuf,
+        /// Its size.
+        size_bytes: u64,
+        /// Its allocation (the copy allocates about as much).
+        allocated_bytes: u64,
+        /// Its identity when planned.
+        #[serde(skip)]
+        id: FileIdentity,
+    },
+}
+
+impl Step {
+    /// One line for the text plan.
+    pub fn describe(&self) -> String {
+        match self {
+            Step::CreateDirectory { path } => format!("create directory {}", path.display()),
+            Step::CreateSubvolume { path } => format!("create subvolume {}", path.display()),
+            Step::SetNocow { path, .. } => format!(
+                "set NOCOW on directory {} (FS_IOC_SETFLAGS) and read it back",
+                path.display()
+            ),
+            Step::RemoveLeftover { path, .. } => format!(
+                "remove {} (left by an interrupted migration)",
+                path.display()
+            ),
+            Step::ClearMarker { path, .. } => format!(
+                "remove btrfs-lab's marker attribute from {} (an interrupted migration)",
+                path.display()
+            ),
+            Step::SwitchEmpty { path, .. } => {
+                format!("set NOCOW on empty file {}", path.display())
+            }
+            Step::Migrate {
+                path, size_bytes, ..
+            } => format!(
+                "copy {} ({}) into a new NOCOW file, verify it, rename it over the original",
+                path.display(),
+                format_iec(*size_bytes)
+            ),
+        }
+    }
+}
+
+/// A file that is not NOCOW and will stay so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Staying {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// As shown.
+    #[serde(skip)]
+    pub display: String,
+    /// Its size.
+    pub size_bytes: u64,
+    /// Its audit state.
+    pub state: EntryState,
+    /// Why it stays.
+    pub reason: String,
+}
+
+/// The plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// Steps in order; empty when there is nothing to do.
+    pub steps: Vec<Step>,
+    /// Files that are not NOCOW and will stay so after the plan.
+    pub staying: Vec<Staying>,
+    /// Free space the migration needs at once (largest copy plus a margin);
+    /// 0 without migration.
+    pub space_needed_bytes: u64,
+    /// Free space available.
+    pub space_available_bytes: u64,
+    /// What the user must know before saying yes.
+    pub warnings: Vec<String>,
+    /// Why nothing is done (not btrfs); null otherwise.
+    pub nothing_to_do: Option<String>,
+}
+
+/// The warning every NOCOW set-up carries.
+pub const NO_CHECKSUMS: &str = "NOCOW files have no data checksums and are never compressed: \
+btrfs cannot detect corruption in them (scrub skips them) nor repair them from another copy.";
+
+/// Plans `nocow DIR` (with `--migrate`, `--subvolume`, `--force`).
+pub fn plan(req: &Request, obs: &Observed) -> Result<Plan> {
+    let root = &obs.root;
+    let mut plan = Plan {
+        steps: Vec::new(),
+        staying: Vec::new(),
+        space_needed_bytes: 0,
+        space_available_bytes: root.available_bytes,
+        warnings: Vec::new(),
+        nothing_to_do: None,
+    };
+    if !root.is_btrfs() {
+        plan.nothing_to_do = Some(format!(
+            "{} is on {}, not btrfs: {} does not copy on write, so NOCOW does not apply and nothing was changed",
+            req.dir.display(),
+            root.fs_type,
+            root.fs_type
+        ));
+        return Ok(plan);
+    }
+    if root.read_only {
+        return Err(Error::new(
+            ErrorKind::ReadOnly,
+            format!(
+                "{} is on a read-only filesystem (mounted at {}); nothing was changed",
+                req.dir.display(),
+                root.mount_point.display()
+            ),
+        )
+        .with_hint("remount it read-write (mount -o remount,rw) and run again"));
+    }
+
+    match &obs.target {
+        Target::Missing { missing } => {
+            let (last, parents) = missing
+                .split_last()
+                .ok_or_else(|| Error::new(ErrorKind::State, "nothing to create"))?;
+            for p in parents {
+                plan.steps.push(Step::CreateDirectory { path: p.clone() });
+            }
+            plan.steps.push(if req.subvolume {
+                Step::CreateSubvolume { path: last.clone() }
+            } else {
+                Step::CreateDirectory { path: last.clone() }
+            });
+            plan.steps.push(Step::SetNocow {
+                path: last.clone(),
+                clear_compression: true,
+            });
+        }
+        Target::Existing => {
+            if root.compression_attr == Some(true) {
+                return Err(crate::sys::fs::compression_conflict(&root.dir));
+            }
+            if req.subvolume && !root.subvolume {
+                return Err(Error::new(
+                    ErrorKind::WrongTarget,
+                    format!(
+                        "{} exists and is a plain directory, not a subvolume",
+                        root.dir.display()
+                    ),
+                )
+                .with_hint(
+                    "give --subvolume a path that does not exist yet, then move the files there \
+                     with --migrate (or drop --subvolume)",
+                ));
+            }
+            if root.nocow != Some(true) {
+                plan.steps.push(Step::SetNocow {
+                    path: root.dir.clone(),
+                    clear_compression: false,
+                });
+            }
+            plan_contents(req, obs, &mut plan)?;
+        }
+    }
+    plan.warnings = warnings(req, obs, &plan);
+    Ok(plan)
+}
+
+fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
+    let mut leftovers = Vec::new();
+    let mut markers = Vec::new();
+    let mut switch = Vec::new();
+    let mut migrate = Vec::new();
+    let mut busy = Vec::new();
+    for e in &obs.entries {
+        // Leftovers of an interrupted migration are cleaned by the next one.
+        if e.state == EntryState::Leftover {
+            if req.migrate {
+                leftovers.push(Step::RemoveLeftover {
+                    path: e.path.clone(),
+                    id: e.id,
+                });
+            }
+            continue;
+        }
+        if e.marker && req.migrate {
+            markers.push(Step::ClearMarker {
+                path: e.path.clone(),
+                id: e.id,
+            });
+        }
+        let stay = |reason: String| Staying {
+            path: e.path.clone(),
+            display: e.display.clone(),
+            size_bytes: e.size_bytes,
+            state: e.state,
+            reason,
+        };
+        match (e.kind, e.state) {
+            (EntryKind::Directory, EntryState::Compressed) if req.migrate => {
+                return Err(crate::sys::fs::compression_conflict(&e.path));
+            }
+            (EntryKind::Directory, EntryState::NotNocow) if req.migrate => {
+                plan.steps.push(Step::SetNocow {
+                    path: e.path.clone(),
+                    clear_compression: false,
+                });
+            }
+            (EntryKind::File, EntryState::Switchable) if req.migrate => {
+                switch.push(Step::SwitchEmpty {
+                    path: e.path.clone(),
+                    id: e.id,
+                });
+            }
+            (EntryKind::File, EntryState::NeedsMigration)
+                if req.migrate && !obs.as_root && e.uid != obs.euid =>
+            {
+                plan.staying.push(stay(format!(
+                    "owned by uid {}: only root can give the copy its owner",
+                    e.uid
+                )));
+            }
+            (EntryKind::File, EntryState::NeedsMigration) if req.migrate => {
+                if !e.open_by.is_empty() && !req.force {
+                    busy.push(e);
+                }
+                plan.space_needed_bytes = plan.space_needed_bytes.max(e.allocated_bytes);
+                migrate.push(Step::Migrate {
+                    path: e.path.clone(),
+                    size_bytes: e.size_bytes,
+                    allocated_bytes: e.allocated_bytes,
+                    id: e.id,
+                });
+            }
+            (EntryKind::File, EntryState::Switchable) => plan.staying.push(stay(
+                "empty: --migrate sets NOCOW on it in place".to_owned(),
+            )),
+            (EntryKind::File, EntryState::NeedsMigration) => plan.staying.push(stay(
+                "holds data, so the flag would be ignored: --migrate copies it into a NOCOW file"
+                    .to_owned(),
+            )),
+            (EntryKind::File, EntryState::Blocked) => {
+                plan.staying
+                    .push(stay(e.reason.clone().unwrap_or_else(|| "blocked".into())));
+            }
+            _ => {}
+        }
+    }
+    if !busy.is_empty() {
+        let list: Vec<String> = busy
+            .iter()
+            .map(|e| format!("{} by {}", e.display, procs::describe(&e.open_by)))
+            .collect();
+        return Err(Error::new(
+            ErrorKind::Busy,
+            format!(
+                "{} open by a running process, so a copy could miss its writes: {}; nothing was changed",
+                if busy.len() == 1 { "a file is" } else { "files are" },
+                list.join("; ")
+            ),
+        )
+        .with_hint(
+            "stop the process (shut the VM down, stop the database) and run again; --force migrates \
+             anyway, and writes the process makes after the copy are lost",
+        ));
+    }
+    if !migrate.is_empty() {
+        plan.space_needed_bytes += SPACE_MARGIN;
+        if plan.space_available_bytes < plan.space_needed_bytes {
+            return Err(Error::new(
+                ErrorKind::NoSpace,
+                format!(
+                    "not enough free space in {}: migrating needs room for one copy of the largest file, {} with a margin, and {} is free; nothing was changed",
+                    obs.root.dir.display(),
+                    format_iec(plan.space_needed_bytes),
+                    format_iec(plan.space_available_bytes)
+                ),
+            )
+            .with_hint("free some space and run again"));
+        }
+    }
+    plan.steps.extend(leftovers);
+    plan.steps.extend(markers);
+    plan.steps.extend(switch);
+    plan.steps.extend(migrate);
+    Ok(())
+}
+
+fn warnings(req: &Request, obs: &Observed, plan: &Plan) -> Vec<String> {
+    let mut w = vec![NO_CHECKSUMS.to_owned()];
+    let new_subvolume = plan
+        .steps
+        .iter()
+        .any(|s| matches!(s, Step::CreateSubvolume { .. }));
+    if new_subvolume || (req.subvolume && obs.root.subvolume) {
+        w.push(
+            "The directory is a subvolume of its own: snapshots of the parent subvolume stop at its \
+             boundary, so they neither include these files nor make the next write to each of their \
+             blocks copy-on-write again. Snapshots of this subvolume itself still do."
+                .to_owned(),
+        );
+    } else {
+        w.push(
+            "Snapshots still copy-on-write NOCOW files once: after a snapshot of the subvolume that \
+             holds them, the first write to each block is copied, which fragments them again. \
+             --subvolume on a new directory keeps them out of the parent's snapshots."
+                .to_owned(),
+        );
+    }
+    let dup: Vec<Profile> = obs.root.duplicating_profiles();
+    if !dup.is_empty() {
+        w.push(format!(
+            "The data profile is {}: on profiles that keep several copies (DUP, RAID1, RAID1C3/4, \
+             RAID10, RAID5/6) current kernels turn O_DIRECT writes buffered even for NOCOW files, \
+             so databases and VMs using O_DIRECT stay buffered here (btrfs-lab probe-dio {} \
+             measures it).",
+            profile_list(&dup),
+            req.dir.display()
+        ));
+    }
+    for o in &obs.root.mount_options {
+        if o == "nodatacow" || o == "nodatasum" {
+            w.push(format!(
+                "The filesystem is mounted with {o}: files created anywhere on it already have no \
+                 data checksums."
+            ));
+        }
+    }
+    if req.migrate && req.force {
+        for e in obs.entries.iter().filter(|e| {
+            !e.open_by.is_empty()
+                && e.kind == EntryKind::File
+                && e.state == EntryState::NeedsMigration
+        }) {
+            w.push(format!(
+                "--force: {} is open by {}; what it writes after the copy goes to the replaced file \
+                 and is lost.",
+                e.display,
+                procs::describe(&e.open_by)
+            ));
+        }
+    }
+    if req.migrate && !obs.as_root && plan.steps.iter().any(|s| matches!(s, Step::Migrate { .. })) {
+        w.push(
+            "Not running as root: trusted.* attributes are invisible to this user and would not be \
+             copied, files owned by someone else are left as they are, and files other users' \
+             processes have open cannot be seen."
+                .to_owned(),
+        );
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nocow::audit::Facts;
+    use crate::nocow::audit::classify;
+    use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL};
+    use crate::sys::procs::Opener;
+
+    fn root(fs: &str) -> RootInfo {
+        RootInfo {
+            path: PathBuf::from("d"),
+            dir: PathBuf::from("/m/d"),
+            is_dir: true,
+            fs_type: fs.to_owned(),
+            mount_point: PathBuf::from("/m"),
+            source: "/dev/x".into(),
+            read_only: false,
+            data_profiles: vec![Profile::Single],
+            mount_options: Vec::new(),
+            nocow: Some(false),
+            compression_attr: Some(false),
+            subvolume: false,
+            available_bytes: 10 << 30,
+            note: None,
+        }
+    }
+
+    fn file(name: &str, flags: u32, size: u64, alloc: u64) -> Entry {
+        let facts = Facts {
+            kind: EntryKind::File,
+            flags,
+            size_bytes: size,
+            links: 1,
+            temp_name: name.starts_with(crate::nocow::TEMP_PREFIX),
+            marker: name.starts_with(crate::nocow::TEMP_PREFIX),
+        };
+        let (state, reason) = classify(&facts);
+        Entry {
+            path: PathBuf::from("/m/d").join(name),
+            display: format!("d/{name}"),
+            kind: EntryKind::File,
+            state,
+            nocow: flags & FS_NOCOW_FL != 0,
+            compression_attr: false,
+            size_bytes: size,
+            allocated_bytes: alloc,
+            sparse: false,
+            links: 1,
+            uid: 0,
+            gid: 0,
+            mode: 0o644,
+            open_by: Vec::new(),
+            reason,
+            marker: facts.marker,
+            id: FileIdentity { dev: 1, ino: size },
+            flags,
+        }
+    }
+
+    fn req(migrate: bool) -> Request {
+        Request {
+            dir: PathBuf::from("d"),
+            migrate,
+            subvolume: false,
+            force: false,
+        }
+    }
+
+    fn existing(entries: Vec<Entry>) -> Observed {
+        Observed {
+            root: root("btrfs"),
+            target: Target::Existing,
+            entries,
+            as_root: true,
+            euid: 0,
+        }
+    }
+
+    fn actions(p: &Plan) -> Vec<&'static str> {
+        p.steps
+            .iter()
+            .map(|s| match s {
+                Step::CreateDirectory { .. } => "mkdir",
+                Step::CreateSubvolume { .. } => "subvol",
+                Step::SetNocow { .. } => "nocow",
+                Step::RemoveLeftover { .. } => "leftover",
+                Step::ClearMarker { .. } => "marker",
+                Step::SwitchEmpty { .. } => "switch",
+                Step::Migrate { .. } => "migrate",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn missing_directory_is_created_then_flagged() {
+        let obs = Observed {
+            root: root("btrfs"),
+            target: Target::Missing {
+                missing: vec![PathBuf::from("/m/a"), PathBuf::from("/m/a/b")],
+            },
+            entries: Vec::new(),
+            as_root: true,
+            euid: 0,
+        };
+        let p = plan(&req(false), &obs).unwrap();
+        assert_eq!(actions(&p), ["mkdir", "mkdir", "nocow"]);
+        assert!(p.warnings[0].contains("no data checksums"));
+        assert!(p.warnings[1].contains("Snapshots still copy-on-write"));
+        let mut r = req(false);
+        r.subvolume = true;
+        let p = plan(&r, &obs).unwrap();
+        assert_eq!(actions(&p), ["mkdir", "subvol", "nocow"]);
+        assert!(p.warnings[1].contains("subvolume of its own"));
+    }
+
+    #[test]
+    fn files_stay_without_migrate_and_move_with_it() {
+        let entries = vec![
+            file("a.img", 0, 100 << 20, 1 << 20),
+            file("b", 0, 0, 0),
+            file("c", FS_NOCOW_FL, 5, 5),
+            file(".btrfs-lab-nocow-1-x", FS_NOCOW_FL, 5, 5),
+        ];
+        let p = plan(&req(false), &existing(entries.clone())).unwrap();
+        assert_eq!(actions(&p), ["nocow"]);
+        assert_eq!(p.staying.len(), 2);
+        assert_eq!(p.space_needed_bytes, 0);
+        let p = plan(&req(true), &existing(entries)).unwrap();
+        assert_eq!(actions(&p), ["nocow", "leftover", "switch", "migrate"]);
+        assert!(p.staying.is_empty());
+        assert_eq!(p.space_needed_bytes, (1 << 20) + SPACE_MARGIN);
+    }
+
+    #[test]
+    fn refusals_change_nothing() {
+        let mut obs = existing(vec![file("a", 0, 10, 10)]);
+        obs.root.compression_attr = Some(true);
+        let e = plan(&req(false), &obs).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WrongTarget);
+        assert!(e.message().contains("compression attribute"));
+
+        let mut obs = existing(vec![file("a", 0, 10, 10)]);
+        obs.root.read_only = true;
+        assert_eq!(
+            plan(&req(false), &obs).unwrap_err().kind(),
+            ErrorKind::ReadOnly
+        );
+
+        let mut obs = existing(vec![file("a", 0, 10, 10)]);
+        obs.entries[0].open_by.push(Opener {
+            pid: 42,
+            command: "qemu".into(),
+            how: "fd",
+        });
+        let e = plan(&req(true), &obs).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Busy);
+        assert!(e.message().contains("pid 42 (qemu)"), "{}", e.message());
+        let mut forced = req(true);
+        forced.force = true;
+        let p = plan(&forced, &obs).unwrap();
+        assert!(p.warnings.iter().any(|w| w.contains("--force")));
+
+        let mut obs = existing(vec![file("a", 0, 10 << 30, 10 << 30)]);
+        obs.root.available_bytes = 10 << 30;
+        assert_eq!(
+            plan(&req(true), &obs).unwrap_err().kind(),
+            ErrorKind::NoSpace
+        );
+        // Without --migrate no space is needed.
+        assert!(plan(&req(false), &obs).is_ok());
+
+        let mut sub = req(false);
+        sub.subvolume = true;
+        assert_eq!(
+            plan(&sub, &existing(Vec::new())).unwrap_err().kind(),
+            ErrorKind::WrongTarget
+        );
+    }
+
+    #[test]
+    fn without_root_other_users_files_stay() {
+        let mut mine = file("mine", 0, 10, 10);
+        mine.uid = 1000;
+        let theirs = file("theirs", 0, 20, 20);
+        let mut obs = existing(vec![mine, theirs]);
+        obs.as_root = false;
+        obs.euid = 1000;
+        let p = plan(&req(true), &obs).unwrap();
+        assert_eq!(actions(&p), ["nocow", "migrate"]);
+        assert_eq!(p.staying.len(), 1);
+        assert!(p.staying[0].reason.contains("uid 0"));
+        assert!(p.warnings.iter().any(|w| w.contains("Not running as root")));
+    }
+
+    #[test]
+    fn compressed_subdirectory_blocks_migration_only() {
+        let mut d = file("sub", FS_COMPR_FL, 0, 0);
+        d.kind = EntryKind::Directory;
+        d.state = EntryState::Compressed;
+        let obs = existing(vec![d]);
+        assert!(plan(&req(false), &obs).is_ok());
+        assert_eq!(
+            plan(&req(true), &obs).unwrap_err().kind(),
+            ErrorKind::WrongTarget
+        );
+    }
+
+    #[test]
+    fn not_btrfs_is_nothing_to_do_and_profiles_warn() {
+        let obs = Observed {
+            root: root("ext4"),
+            target: Target::Existing,
+            entries: Vec::new(),
+            as_root: true,
+            euid: 0,
+        };
+        let p = plan(&req(true), &obs).unwrap();
+        assert!(p.steps.is_empty());
+        assert!(p.nothing_to_do.unwrap().contains("not btrfs"));
+
+        let mut obs = existing(Vec::new());
+        obs.root.data_profiles = vec![Profile::Raid1];
+        let p = plan(&req(false), &obs).unwrap();
+        assert!(p.warnings.iter().any(|w| w.contains("raid1")));
+        obs.root.data_profiles = vec![Profile::Raid0];
+        let p = plan(&req(false), &obs).unwrap();
+        assert!(!p.warnings.iter().any(|w| w.contains("O_DIRECT")));
+    }
+}

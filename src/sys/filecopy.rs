@@ -1,0 +1,271 @@
+//! The file operations a safe in-place migration is built from: unnamed
+//! temporary files (O_TMPFILE) that get a name only when complete, a copy
+//! that keeps holes (SEEK_DATA/SEEK_HOLE), content hashes read back from the
+//! disk, and durable names (fsync of file and directory).
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, PosixFadviseAdvice, openat, posix_fadvise};
+use nix::sys::stat::Mode;
+use nix::unistd::{Whence, linkat, lseek};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Bytes per read and write.
+pub const CHUNK: usize = 4 << 20;
+
+/// Creates an unnamed regular file in `dir` (O_TMPFILE, mode 0600): if the
+/// process dies, the kernel frees it; nothing is left to clean up. `None`
+/// when the filesystem cannot do it.
+pub fn create_unnamed(dir: &File, dir_path: &Path) -> Result<Option<File>> {
+    match openat(
+        dir.as_fd(),
+        ".",
+        OFlag::O_TMPFILE | OFlag::O_RDWR | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    ) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(Errno::EOPNOTSUPP | Errno::EISDIR | Errno::EINVAL) => Ok(None),
+        Err(e) => Err(Error::from_errno(e, "cannot create a file in", dir_path)),
+    }
+}
+
+/// Creates `name` in `dir`, failing if anything of that name exists (a
+/// symbolic link included), mode 0600.
+pub fn create_exclusive(dir: &File, dir_path: &Path, name: &str) -> Result<File> {
+    let fd = openat(
+        dir.as_fd(),
+        name,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_RDWR | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| Error::from_errno(e, "cannot create a file in", dir_path))?;
+    Ok(File::from(fd))
+}
+
+/// Gives the unnamed file `file` the name `name` in `dir` (never replacing
+/// anything).
+pub fn link_into(file: &File, dir: &File, dir_path: &Path, name: &str) -> Result<()> {
+    // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd works for anyone.
+    let direct = linkat(file.as_fd(), "", dir.as_fd(), name, AtFlags::AT_EMPTY_PATH);
+    let result = match direct {
+        Err(Errno::ENOENT | Errno::EPERM | Errno::EINVAL) => {
+            let via_proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+            linkat(
+                AT_FDCWD,
+                via_proc.as_str(),
+                dir.as_fd(),
+                name,
+                AtFlags::AT_SYMLINK_FOLLOW,
+            )
+        }
+        other => other,
+    };
+    result.map_err(|e| Error::from_errno(e, "cannot name a file in", dir_path))
+}
+
+/// fsync, with the path in the error.
+pub fn sync(file: &File, path: &Path) -> Result<()> {
+    file.sync_all()
+        .map_err(|e| Error::from_io(&e, "cannot flush to disk", path))
+}
+
+/// Drops the file's clean cached pages, so the next read comes from the disk.
+pub fn drop_cached_pages(file: &File) {
+    let _ = posix_fadvise(file.as_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED);
+}
+
+/// The data regions of `file` below `len`, as (start, end): what SEEK_DATA
+/// and SEEK_HOLE report. A filesystem without them gives one region.
+pub fn data_regions(file: &File, len: u64, path: &Path) -> Result<Vec<(u64, u64)>> {
+    let mut regions = Vec::new();
+    let mut pos: u64 = 0;
+    while pos < len {
+        let offset = i64::try_from(pos).map_err(|_| Error::new(ErrorKind::Io, "file too large"))?;
+        let start = match lseek(file.as_fd(), offset, Whence::SeekData) {
+            Ok(s) => s.cast_unsigned(),
+            Err(Errno::ENXIO) => break,
+            Err(Errno::EINVAL) if regions.is_empty() => return Ok(vec![(0, len)]),
+            Err(e) => return Err(Error::from_errno(e, "cannot look for data in", path)),
+        };
+        if start >= len {
+            break;
+        }
+        let start_off = start.cast_signed();
+        let end = match lseek(file.as_fd(), start_off, Whence::SeekHole) {
+            Ok(e) => e.cast_unsigned().min(len),
+            Err(Errno::ENXIO) => len,
+            Err(e) => return Err(Error::from_errno(e, "cannot look for holes in", path)),
+        };
+        if end <= start {
+            break;
+        }
+        regions.push((start, end));
+        pos = end;
+    }
+    Ok(regions)
+}
+
+/// Copies the data regions of `src` (of `len` bytes) to the same offsets of
+/// the empty `dst`, so holes stay holes, and sets `dst`'s length. Returns the
+/// bytes copied. `progress` is called after each chunk with its size; an
+/// error from it stops the copy. copy_file_range is not used on purpose: on
+/// btrfs it clones extents, which a NOCOW file would share with the original.
+pub fn copy_data(
+    src: &File,
+    src_path: &Path,
+    dst: &File,
+    dst_path: &Path,
+    len: u64,
+    progress: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<u64> {
+    let _ = posix_fadvise(src.as_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
+    let mut buf = vec![0u8; CHUNK];
+    let mut copied = 0u64;
+    for (start, end) in data_regions(src, len, src_path)? {
+        let mut pos = start;
+        while pos < end {
+            let want = usize::try_from(end - pos).unwrap_or(CHUNK).min(CHUNK);
+            let n = read_full_at(src, &mut buf[..want], pos, src_path)?;
+            if n < want {
+                return Err(Error::new(
+                    ErrorKind::State,
+                    format!("{} became shorter while it was copied", src_path.display()),
+                ));
+            }
+            dst.write_all_at(&buf[..n], pos)
+                .map_err(|e| Error::from_io(&e, "cannot write", dst_path))?;
+            pos += n as u64;
+            copied += n as u64;
+            progress(n as u64)?;
+        }
+    }
+    dst.set_len(len)
+        .map_err(|e| Error::from_io(&e, "cannot set the length of", dst_path))?;
+    Ok(copied)
+}
+
+fn read_full_at(file: &File, buf: &mut [u8], mut pos: u64, path: &Path) -> Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], pos) {
+            Ok(0) => break,
+            Ok(n) => {
+                done += n;
+                pos += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::from_io(&e, "cannot read", path)),
+        }
+    }
+    Ok(done)
+}
+
+/// BLAKE3 of the whole content of `file` (holes read as zeros), which must
+/// be exactly `len` bytes long.
+pub fn hash_contents(
+    file: &File,
+    path: &Path,
+    len: u64,
+    progress: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<blake3::Hash> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut pos = 0u64;
+    loop {
+        let n = read_full_at(file, &mut buf, pos, path)?;
+        hasher.update(&buf[..n]);
+        pos += n as u64;
+        progress(n as u64)?;
+        if n < buf.len() {
+            break;
+        }
+    }
+    if pos != len {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "{} holds {pos} bytes, expected {len}: it changed while it was copied",
+                path.display()
+            ),
+        ));
+    }
+    Ok(hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn scratch() -> tempfile::TempDir {
+        tempfile::tempdir_in("/var/tmp").unwrap()
+    }
+
+    #[test]
+    fn copy_keeps_holes_and_content() {
+        let t = scratch();
+        let src_path = t.path().join("src");
+        let src = File::create(&src_path).unwrap();
+        let len: u64 = 64 << 20;
+        src.set_len(len).unwrap();
+        src.write_all_at(&[7u8; 8192], 1 << 20).unwrap();
+        src.write_all_at(b"tail", len - 4).unwrap();
+        src.sync_all().unwrap();
+        let src = File::open(&src_path).unwrap();
+        let dir = File::open(t.path()).unwrap();
+        let dst = create_unnamed(&dir, t.path())
+            .unwrap()
+            .unwrap_or_else(|| create_exclusive(&dir, t.path(), "dst").unwrap());
+        let dst_path = t.path().join("dst");
+        let mut seen = 0;
+        let copied = copy_data(&src, &src_path, &dst, &dst_path, len, &mut |n| {
+            seen += n;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(copied, seen);
+        assert!(
+            copied < len / 4,
+            "copied {copied} of {len}: holes were filled"
+        );
+        sync(&dst, &dst_path).unwrap();
+        assert_eq!(dst.metadata().unwrap().len(), len);
+        assert!(dst.metadata().unwrap().blocks() * 512 < len / 4);
+        let h1 = hash_contents(&src, &src_path, len, &mut |_| Ok(())).unwrap();
+        drop_cached_pages(&dst);
+        let h2 = hash_contents(&dst, &dst_path, len, &mut |_| Ok(())).unwrap();
+        assert_eq!(h1, h2);
+        let e = hash_contents(&dst, &dst_path, len + 1, &mut |_| Ok(())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::State);
+        link_into(&dst, &dir, t.path(), "named").unwrap_or(());
+    }
+
+    #[test]
+    fn progress_errors_stop_the_copy() {
+        let t = scratch();
+        let src_path = t.path().join("src");
+        std::fs::write(&src_path, vec![1u8; CHUNK * 2]).unwrap();
+        let src = File::open(&src_path).unwrap();
+        let dir = File::open(t.path()).unwrap();
+        let dst = create_exclusive(&dir, t.path(), "dst").unwrap();
+        let e = copy_data(
+            &src,
+            &src_path,
+            &dst,
+            t.path(),
+            (CHUNK * 2) as u64,
+            &mut |_| Err(Error::interrupted()),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Interrupted);
+        assert_eq!(
+            create_exclusive(&dir, t.path(), "dst").unwrap_err().kind(),
+            ErrorKind::Io
+        );
+    }
+}

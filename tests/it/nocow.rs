@@ -1,0 +1,936 @@
+//! `nocow` on real filesystems made by the tests: set-up, audit, migration
+//! (with everything a file carries), interruption, refusals.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use btrfs_lab::nocow::{MARKER_XATTR, TEMP_PREFIX};
+use btrfs_lab::sandbox::{FsKind, SandboxRequest};
+use btrfs_lab::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL};
+use serde_json::Value;
+use xattr::FileExt as _;
+
+use crate::common::{TestEnv, assert_shape, json, require_root, run};
+
+/// Everything a migration must keep, per file (and per directory: its
+/// presence), keyed by the path below the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Kept {
+    kind: &'static str,
+    size: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    atime: (i64, i64),
+    mtime: (i64, i64),
+    content: String,
+    xattrs: Vec<(String, Vec<u8>)>,
+}
+
+fn flags_of(p: &Path) -> u32 {
+    btrfs_lab::sys::fs::inode_flags(p).unwrap().unwrap_or(0)
+}
+
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, Kept> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let m = fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            if m.is_dir() {
+                stack.push(p.clone());
+                out.insert(rel, kept(&p, &m, "dir".into()));
+                continue;
+            }
+            // Read with O_NOATIME so looking does not change the atime.
+            let f = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags_noatime()
+                .open(&p)
+                .unwrap();
+            let mut h = blake3::Hasher::new();
+            h.update_reader(&f).unwrap();
+            out.insert(rel, kept(&p, &m, h.finalize().to_hex().to_string()));
+        }
+    }
+    out
+}
+
+trait NoAtime {
+    fn custom_flags_noatime(&mut self) -> &mut Self;
+}
+
+impl NoAtime for fs::OpenOptions {
+    fn custom_flags_noatime(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_NOATIME)
+    }
+}
+
+fn kept(p: &Path, m: &fs::Metadata, content: String) -> Kept {
+    let f = File::open(p).unwrap();
+    let mut xattrs: Vec<(String, Vec<u8>)> = f
+        .list_xattr()
+        .unwrap()
+        .map(|n| {
+            let v = f.get_xattr(&n).unwrap().unwrap_or_default();
+            (n.to_string_lossy().into_owned(), v)
+        })
+        .collect();
+    xattrs.sort();
+    Kept {
+        kind: if m.is_dir() { "dir" } else { "file" },
+        size: if m.is_dir() { 0 } else { m.len() },
+        mode: m.mode(),
+        uid: m.uid(),
+        gid: m.gid(),
+        atime: if m.is_dir() {
+            (0, 0)
+        } else {
+            (m.atime(), m.atime_nsec())
+        },
+        mtime: if m.is_dir() {
+            (0, 0)
+        } else {
+            (m.mtime(), m.mtime_nsec())
+        },
+        content,
+        xattrs,
+    }
+}
+
+fn nocow(env: &TestEnv, args: &[&OsStr]) -> (i32, String, String) {
+    run(env.cmd().arg("nocow").args(args))
+}
+
+fn os<S: AsRef<OsStr> + ?Sized>(s: &S) -> &OsStr {
+    s.as_ref()
+}
+
+fn set_times(p: &Path, atime: (i64, i64), mtime: (i64, i64)) {
+    let f = File::open(p).unwrap();
+    nix::sys::stat::futimens(
+        &f,
+        &nix::sys::time::TimeSpec::new(atime.0, atime.1),
+        &nix::sys::time::TimeSpec::new(mtime.0, mtime.1),
+    )
+    .unwrap();
+}
+
+fn lsattr_flags(p: &Path, dir: bool) -> String {
+    let mut c = Command::new("lsattr");
+    if dir {
+        c.arg("-d");
+    }
+    let out = c.arg(p).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A minimal POSIX ACL (system.posix_acl_access, version 2) that gives
+/// user 1000 read and write.
+fn acl_with_user_1000() -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 6, 1000),
+        (0x04, 4, u32::MAX),
+        (0x10, 6, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ] {
+        v.extend(tag.to_le_bytes());
+        v.extend(perm.to_le_bytes());
+        v.extend(id.to_le_bytes());
+    }
+    v
+}
+
+/// A directory of files that a migration must handle: random data, a
+/// sparse image, an empty file, other owners and modes, odd timestamps,
+/// user/trusted/security attributes and an ACL, a subdirectory.
+fn populate(dir: &Path) {
+    fs::create_dir_all(dir.join("sub")).unwrap();
+    fs::write(dir.join("data.bin"), random_bytes(9 << 20, 1)).unwrap();
+    let sparse = File::create(dir.join("disk.img")).unwrap();
+    sparse.set_len(256 << 20).unwrap();
+    sparse
+        .write_all_at(&random_bytes(1 << 20, 2), 10 << 20)
+        .unwrap();
+    sparse
+        .write_all_at(&random_bytes(4096, 3), 200 << 20)
+        .unwrap();
+    drop(sparse);
+    File::create(dir.join("empty")).unwrap();
+    fs::write(dir.join("sub/small.conf"), "listen = 5432\n").unwrap();
+    fs::write(dir.join("setuid-tool"), random_bytes(5000, 4)).unwrap();
+
+    std::os::unix::fs::chown(dir.join("disk.img"), Some(1000), Some(1000)).unwrap();
+    std::os::unix::fs::chown(dir.join("sub/small.conf"), Some(65534), Some(100)).unwrap();
+    fs::set_permissions(dir.join("data.bin"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(dir.join("setuid-tool"), fs::Permissions::from_mode(0o4750)).unwrap();
+
+    let f = File::open(dir.join("data.bin")).unwrap();
+    f.set_xattr("user.origin", b"test suite").unwrap();
+    f.set_xattr("user.binary", &[0, 1, 2, 255]).unwrap();
+    f.set_xattr("trusted.btrfs-lab-test", b"root only").unwrap();
+    f.set_xattr("security.btrfs-lab-test", b"label").unwrap();
+    let f = File::open(dir.join("disk.img")).unwrap();
+    f.set_xattr("system.posix_acl_access", &acl_with_user_1000())
+        .unwrap();
+    f.set_xattr("user.vm", b"guest-1").unwrap();
+
+    set_times(
+        &dir.join("data.bin"),
+        (1_600_000_000, 123_456_789),
+        (1_500_000_000, 987_654_321),
+    );
+    set_times(
+        &dir.join("disk.img"),
+        (1_700_000_000, 1),
+        (1_650_000_000, 999_999_999),
+    );
+    set_times(
+        &dir.join("sub/small.conf"),
+        (1_000_000_000, 0),
+        (1_000_000_001, 5),
+    );
+}
+
+fn no_temp_files(dir: &Path) {
+    for (p, _) in snapshot(dir) {
+        assert!(
+            !p.to_string_lossy().contains(TEMP_PREFIX),
+            "temporary file left: {}",
+            p.display()
+        );
+    }
+}
+
+#[test]
+fn empty_directory_becomes_nocow_and_new_files_inherit_it() {
+    if !require_root("nocow on btrfs") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point();
+
+    // A missing directory (two levels) is created; the dry run changes nothing.
+    let vm = mnt.join("lib/vm");
+    let (code, stdout, _) = nocow(&env, &[os("--dry-run"), vm.as_os_str()]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("create directory"), "{stdout}");
+    assert!(stdout.contains("(dry run: nothing was changed)"));
+    assert!(!mnt.join("lib").exists());
+
+    // Without a terminal and without --yes it refuses, and changes nothing.
+    let (code, stdout, stderr) = nocow(&env, &[vm.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("confirmation needed"), "{stderr}");
+    assert!(!mnt.join("lib").exists());
+
+    let (code, stdout, stderr) = nocow(&env, &[os("--yes"), vm.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("verified"), "{stdout}");
+    assert!(
+        stderr.contains("no data checksums"),
+        "the plan and its warnings: {stderr}"
+    );
+    assert!(stderr.contains("Snapshots still copy-on-write"));
+    assert_ne!(flags_of(&vm) & FS_NOCOW_FL, 0, "ioctl");
+    assert!(lsattr_flags(&vm, true).contains('C'), "lsattr -d");
+    assert_eq!(flags_of(&mnt.join("lib")) & FS_NOCOW_FL, 0);
+
+    // Files created afterwards inherit it.
+    let img = vm.join("guest.img");
+    fs::write(&img, random_bytes(1 << 20, 9)).unwrap();
+    assert_ne!(flags_of(&img) & FS_NOCOW_FL, 0);
+    assert!(lsattr_flags(&img, false).contains('C'));
+
+    // An existing empty directory, as JSON.
+    let db = mnt.join("db");
+    fs::create_dir(&db).unwrap();
+    let (code, stdout, _) = nocow(&env, &[os("--json"), os("--yes"), db.as_os_str()]);
+    assert_eq!(code, 0);
+    let r = json(&stdout);
+    assert_nocow_shape(&r);
+    assert_eq!(r["result"]["dir_nocow"], true);
+    assert_eq!(r["plan"]["steps"][0]["action"], "set-nocow");
+    assert!(lsattr_flags(&db, true).contains('C'));
+
+    // Again: nothing to do, no question asked.
+    let (code, stdout, _) = nocow(&env, &[db.as_os_str()]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("NOCOW already"), "{stdout}");
+}
+
+fn assert_nocow_shape(r: &Value) {
+    assert_shape(
+        r,
+        &[
+            ("path", "string"),
+            ("dir", "string"),
+            ("dry_run", "bool"),
+            ("filesystem.path", "string"),
+            ("filesystem.dir", "string"),
+            ("filesystem.is_dir", "bool"),
+            ("filesystem.fs_type", "string"),
+            ("filesystem.mount_point", "string"),
+            ("filesystem.source", "string"),
+            ("filesystem.read_only", "bool"),
+            ("filesystem.data_profiles", "array"),
+            ("filesystem.mount_options", "array"),
+            ("filesystem.nocow", "bool|null"),
+            ("filesystem.compression_attr", "bool|null"),
+            ("filesystem.subvolume", "bool"),
+            ("filesystem.available_bytes", "number"),
+            ("filesystem.note", "string|null"),
+            ("plan.steps", "array"),
+            ("plan.staying", "array"),
+            ("plan.space_needed_bytes", "number"),
+            ("plan.space_available_bytes", "number"),
+            ("plan.warnings", "array"),
+            ("plan.nothing_to_do", "string|null"),
+            ("result", "object|null"),
+            ("advice", "object|null"),
+        ],
+    );
+    if r["result"].is_object() {
+        assert_shape(
+            r,
+            &[
+                ("result.created", "array"),
+                ("result.subvolume", "string|null"),
+                ("result.nocow_set", "array"),
+                ("result.dir_nocow", "bool"),
+                ("result.removed_leftovers", "array"),
+                ("result.cleared_markers", "array"),
+                ("result.switched", "array"),
+                ("result.migrated", "array"),
+                ("result.after.files", "number"),
+                ("result.after.nocow_files", "number"),
+                ("result.not_nocow", "array"),
+            ],
+        );
+    }
+}
+
+fn assert_check_shape(r: &Value) {
+    assert_shape(
+        r,
+        &[
+            ("roots", "array"),
+            ("roots.0.path", "string"),
+            ("roots.0.fs_type", "string"),
+            ("roots.0.nocow", "bool|null"),
+            ("entries", "array"),
+            ("summary.files", "number"),
+            ("summary.nocow_files", "number"),
+            ("summary.nocow_bytes", "number"),
+            ("summary.switchable_files", "number"),
+            ("summary.needs_migration_files", "number"),
+            ("summary.needs_migration_bytes", "number"),
+            ("summary.blocked_files", "number"),
+            ("summary.blocked_bytes", "number"),
+            ("summary.open_files", "number"),
+            ("summary.leftovers", "number"),
+            ("summary.directories", "number"),
+            ("summary.nocow_directories", "number"),
+            ("summary.largest_migration_bytes", "number"),
+            ("skipped", "array"),
+            ("notes", "array"),
+            ("advice", "object|null"),
+        ],
+    );
+    for e in r["entries"].as_array().unwrap() {
+        assert_shape(
+            e,
+            &[
+                ("path", "string"),
+                ("kind", "string"),
+                ("state", "string"),
+                ("nocow", "bool"),
+                ("compression_attr", "bool"),
+                ("size_bytes", "number"),
+                ("allocated_bytes", "number"),
+                ("sparse", "bool"),
+                ("links", "number"),
+                ("uid", "number"),
+                ("gid", "number"),
+                ("mode", "number"),
+                ("open_by", "array"),
+                ("reason", "string|null"),
+                ("marker", "bool"),
+            ],
+        );
+    }
+}
+
+fn entry<'a>(r: &'a Value, path: &Path) -> &'a Value {
+    r["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == path.to_str().unwrap())
+        .unwrap_or_else(|| panic!("{} not in {r:#}", path.display()))
+}
+
+#[test]
+fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
+    if !require_root("nocow --migrate on btrfs") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("images");
+    populate(&dir);
+    let before = snapshot(&dir);
+    let sparse_alloc = fs::metadata(dir.join("disk.img")).unwrap().blocks() * 512;
+
+    // The audit lists every file, changes nothing.
+    let (code, stdout, _) = nocow(&env, &[os("--check"), os("--json"), dir.as_os_str()]);
+    assert_eq!(code, 0);
+    let r = json(&stdout);
+    assert_check_shape(&r);
+    assert_eq!(r["summary"]["files"], 5);
+    assert_eq!(r["summary"]["needs_migration_files"], 4);
+    assert_eq!(r["summary"]["switchable_files"], 1);
+    assert_eq!(r["summary"]["directories"], 1);
+    assert_eq!(r["summary"]["nocow_directories"], 0);
+    let disk = entry(&r, &dir.join("disk.img"));
+    assert_eq!(disk["state"], "needs-migration");
+    assert_eq!(disk["sparse"], true);
+    assert_eq!(disk["size_bytes"], 256 << 20);
+    assert_eq!(entry(&r, &dir.join("empty"))["state"], "switchable");
+    assert_eq!(entry(&r, &dir.join("sub"))["state"], "not-nocow");
+    assert_eq!(snapshot(&dir), before);
+    let (code, text, _) = nocow(&env, &[os("--check"), dir.as_os_str()]);
+    assert_eq!(code, 0);
+    assert!(text.contains("needs migration"), "{text}");
+    assert!(text.contains("disk.img  (sparse)"), "{text}");
+
+    // Without --migrate the files are named and stay.
+    let (code, stdout, _) = nocow(&env, &[os("--yes"), dir.as_os_str()]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("not NOCOW, and staying so"), "{stdout}");
+    assert!(stdout.contains("data.bin"));
+    assert_ne!(flags_of(&dir) & FS_NOCOW_FL, 0);
+    assert_eq!(flags_of(&dir.join("data.bin")) & FS_NOCOW_FL, 0);
+
+    // The migration.
+    let (code, stdout, stderr) = nocow(
+        &env,
+        &[os("--migrate"), os("--yes"), os("--json"), dir.as_os_str()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    assert_nocow_shape(&r);
+    let result = &r["result"];
+    assert_eq!(result["migrated"].as_array().unwrap().len(), 4, "{r:#}");
+    assert_eq!(result["switched"].as_array().unwrap().len(), 1);
+    assert_eq!(result["after"]["nocow_files"], 5);
+    assert_eq!(result["not_nocow"], serde_json::json!([]));
+    for m in result["migrated"].as_array().unwrap() {
+        assert_shape(
+            m,
+            &[
+                ("path", "string"),
+                ("size_bytes", "number"),
+                ("allocated_before_bytes", "number"),
+                ("allocated_after_bytes", "number"),
+                ("copied_bytes", "number"),
+                ("blake3", "string"),
+                ("xattrs", "number"),
+                ("compression_dropped", "bool"),
+            ],
+        );
+    }
+
+    let after = snapshot(&dir);
+    assert_eq!(
+        after, before,
+        "content, mode, owner, times or xattrs changed"
+    );
+    for (rel, k) in &after {
+        let p = dir.join(rel);
+        assert_ne!(flags_of(&p) & FS_NOCOW_FL, 0, "{} not NOCOW", rel.display());
+        assert!(
+            lsattr_flags(&p, k.kind == "dir").contains('C'),
+            "lsattr {}",
+            rel.display()
+        );
+    }
+    let sparse_after = fs::metadata(dir.join("disk.img")).unwrap().blocks() * 512;
+    assert!(
+        sparse_after <= sparse_alloc + (64 << 10) && sparse_after + (64 << 10) >= sparse_alloc,
+        "allocation {sparse_alloc} before, {sparse_after} after"
+    );
+    no_temp_files(&dir);
+
+    // A second run has nothing left to migrate.
+    let (code, stdout, _) = nocow(&env, &[os("--migrate"), dir.as_os_str()]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("NOCOW already"), "{stdout}");
+
+    // And O_DIRECT writes in the directory are direct (single data profile).
+    let (code, stdout, _) = run(env
+        .cmd()
+        .args(["probe-dio", "--json", "--size", "32M"])
+        .arg(&dir));
+    let p = json(&stdout);
+    assert_eq!(p["verdict"], "direct", "{p:#}");
+    assert_eq!(code, 0);
+    assert_eq!(p["filesystem"]["target_nocow"], true);
+}
+
+/// Starts `nocow --migrate --yes DIR` with the test hook and waits until it
+/// pauses at `point`.
+fn start_paused(env: &TestEnv, dir: &Path, point: &str) -> std::process::Child {
+    let mut child = env
+        .cmd()
+        .env(btrfs_lab::nocow::migrate::PAUSE_ENV, point)
+        .args(["nocow", "--migrate", "--yes"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let want = format!("paused at {point}");
+    loop {
+        match lines.next() {
+            Some(Ok(l)) if l.contains(&want) => break,
+            Some(Ok(_)) => {}
+            _ => panic!("btrfs-lab ended before pausing at {point}"),
+        }
+    }
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    child
+}
+
+fn kill_9(child: &mut std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn killed_migration_loses_nothing_and_a_rerun_completes() {
+    if !require_root("nocow --migrate interrupted") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("db");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("big.ibd"), random_bytes(96 << 20, 11)).unwrap();
+    File::open(dir.join("big.ibd"))
+        .unwrap()
+        .set_xattr("user.kept", b"yes")
+        .unwrap();
+    let before = snapshot(&dir);
+
+    // SIGKILL in the middle of the copy: the copy was an unnamed file, so
+    // nothing is left and the original is as it was.
+    let mut child = start_paused(&env, &dir, "copy");
+    kill_9(&mut child);
+    assert_eq!(snapshot(&dir), before);
+    assert_eq!(flags_of(&dir.join("big.ibd")) & FS_NOCOW_FL, 0);
+    no_temp_files(&dir);
+
+    // SIGINT there: exit 130, the same.
+    let mut child = start_paused(&env, &dir, "copy");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert_eq!(snapshot(&dir), before);
+    no_temp_files(&dir);
+
+    // SIGKILL after the copy got its name, just before the rename: a
+    // leftover with the marker; the original still intact.
+    let mut child = start_paused(&env, &dir, "linked");
+    kill_9(&mut child);
+    let names = crate::common::listing(&dir);
+    let leftover: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with(TEMP_PREFIX))
+        .collect();
+    assert_eq!(leftover.len(), 1, "{names:?}");
+    let leftover_path = dir.join(leftover[0]);
+    assert!(
+        File::open(&leftover_path)
+            .unwrap()
+            .get_xattr(MARKER_XATTR)
+            .unwrap()
+            .is_some()
+    );
+    let mut still = snapshot(&dir);
+    still.retain(|p, _| !p.to_string_lossy().starts_with(TEMP_PREFIX));
+    assert_eq!(still, before);
+    let (_, stdout, _) = nocow(&env, &[os("--check"), os("--json"), dir.as_os_str()]);
+    let r = json(&stdout);
+    assert_eq!(r["summary"]["leftovers"], 1);
+    assert_eq!(entry(&r, &leftover_path)["state"], "leftover");
+
+    // A file with the prefix but without the marker is not ours: kept.
+    let foreign = dir.join(format!("{TEMP_PREFIX}not-ours"));
+    fs::write(&foreign, "user data").unwrap();
+
+    // The re-run removes the leftover and completes.
+    let (code, stdout, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), dir.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("left by an interrupted migration"),
+        "{stdout}"
+    );
+    assert!(!leftover_path.exists());
+    assert_eq!(fs::read(&foreign).unwrap(), b"user data");
+    fs::remove_file(&foreign).unwrap();
+    assert_eq!(snapshot(&dir), before);
+    assert_ne!(flags_of(&dir.join("big.ibd")) & FS_NOCOW_FL, 0);
+    no_temp_files(&dir);
+}
+
+#[test]
+fn open_files_are_refused_without_force() {
+    if !require_root("nocow --migrate with an open file") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("vm");
+    fs::create_dir(&dir).unwrap();
+    let img = dir.join("running.img");
+    fs::write(&img, random_bytes(2 << 20, 5)).unwrap();
+    let before = snapshot(&dir);
+    let mut holder = Command::new("sleep")
+        .arg("600")
+        .stdin(File::open(&img).unwrap())
+        .spawn()
+        .unwrap();
+
+    let (code, stdout, _) = nocow(&env, &[os("--check"), dir.as_os_str()]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains(&format!("open by pid {} (sleep 600)", holder.id())),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), dir.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains(&format!("pid {} (sleep 600)", holder.id())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--force"));
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    assert_eq!(snapshot(&dir), before);
+    assert_eq!(
+        flags_of(&dir) & FS_NOCOW_FL,
+        0,
+        "nothing changed, not even the directory"
+    );
+
+    let (code, _, stderr) = nocow(
+        &env,
+        &[os("--migrate"), os("--force"), os("--yes"), dir.as_os_str()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("--force: "), "{stderr}");
+    assert_ne!(flags_of(&img) & FS_NOCOW_FL, 0);
+    assert_eq!(snapshot(&dir), before);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+#[test]
+fn refusals_change_nothing() {
+    if !require_root("nocow refusals") {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    let dir = mnt.join("c");
+    populate(&dir);
+
+    // The compression attribute on the directory.
+    let d = fs::File::open(&dir).unwrap();
+    let f = btrfs_lab::sys::fs::inode_flags_of(&d, &dir)
+        .unwrap()
+        .unwrap();
+    btrfs_lab::sys::fs::set_inode_flags_of(&d, &dir, f | FS_COMPR_FL).unwrap();
+    let before = snapshot(&dir);
+    for extra in [&[][..], &[os("--migrate")][..]] {
+        let mut args = vec![os("--yes")];
+        args.extend_from_slice(extra);
+        args.push(dir.as_os_str());
+        let (code, stdout, stderr) = nocow(&env, &args);
+        assert_eq!(code, 1);
+        assert!(stdout.is_empty());
+        assert!(
+            stderr.contains("has the compression attribute, which cannot be combined with NOCOW"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("hint: remove it first: chattr -c"));
+        assert_eq!(snapshot(&dir), before);
+        assert_eq!(flags_of(&dir) & (FS_NOCOW_FL | FS_COMPR_FL), FS_COMPR_FL);
+    }
+    // A compressed subdirectory only matters for --migrate.
+    btrfs_lab::sys::fs::set_inode_flags_of(&d, &dir, f).unwrap();
+    let sub = dir.join("sub");
+    let s = fs::File::open(&sub).unwrap();
+    let sf = btrfs_lab::sys::fs::inode_flags_of(&s, &sub)
+        .unwrap()
+        .unwrap();
+    btrfs_lab::sys::fs::set_inode_flags_of(&s, &sub, sf | FS_COMPR_FL).unwrap();
+    let before = snapshot(&dir);
+    let (code, _, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), dir.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("sub has the compression attribute"),
+        "{stderr}"
+    );
+    assert_eq!(snapshot(&dir), before);
+    assert_eq!(flags_of(&dir) & FS_NOCOW_FL, 0);
+    btrfs_lab::sys::fs::set_inode_flags_of(&s, &sub, sf).unwrap();
+
+    // Not enough space for the largest copy: checked first.
+    let filler = mnt.join("filler");
+    let free = nix::sys::statvfs::statvfs(&mnt).unwrap();
+    let avail = free.blocks_available() * free.fragment_size();
+    let f = File::create(&filler).unwrap();
+    nix::fcntl::fallocate(
+        &f,
+        nix::fcntl::FallocateFlags::empty(),
+        0,
+        (avail - (40 << 20)) as i64,
+    )
+    .unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let before = snapshot(&dir);
+    let (code, _, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), dir.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("not enough free space"), "{stderr}");
+    assert_eq!(snapshot(&dir), before);
+    fs::remove_file(&filler).unwrap();
+
+    // A read-only filesystem.
+    nix::mount::mount(
+        None::<&str>,
+        &mnt,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT | nix::mount::MsFlags::MS_RDONLY,
+        None::<&str>,
+    )
+    .unwrap();
+    for target in [dir.clone(), mnt.join("new")] {
+        let (code, stdout, stderr) =
+            nocow(&env, &[os("--migrate"), os("--yes"), target.as_os_str()]);
+        assert_eq!(code, 1);
+        assert!(stdout.is_empty());
+        assert!(stderr.contains("is on a read-only filesystem"), "{stderr}");
+        assert!(stderr.contains("hint: remount it read-write"));
+    }
+    assert_eq!(snapshot(&dir), before);
+    assert!(!mnt.join("new").exists());
+    // --check still works on it.
+    let (code, _, _) = nocow(&env, &[os("--check"), dir.as_os_str()]);
+    assert_eq!(code, 0);
+    nix::mount::mount(
+        None::<&str>,
+        &mnt,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT,
+        None::<&str>,
+    )
+    .unwrap();
+
+    // Not btrfs: ext4 and tmpfs; nothing to do, nothing created.
+    let ext4 = env.sandbox(SandboxRequest {
+        fs: FsKind::Ext4,
+        size_bytes: 64 << 20,
+        ..SandboxRequest::default()
+    });
+    let tmp = env.tmpfs("ram");
+    for root in [ext4.mount_point().to_path_buf(), tmp] {
+        let target = root.join("vm");
+        let (code, stdout, stderr) =
+            nocow(&env, &[os("--yes"), os("--migrate"), target.as_os_str()]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.contains("nothing to do"), "{stdout}");
+        assert!(stdout.contains("not btrfs"), "{stdout}");
+        assert!(!target.exists());
+        let (code, stdout, _) = nocow(&env, &[os("--check"), os("--json"), root.as_os_str()]);
+        assert_eq!(code, 0);
+        let r = json(&stdout);
+        assert!(
+            r["roots"][0]["note"]
+                .as_str()
+                .unwrap()
+                .contains("not btrfs")
+        );
+        assert_eq!(r["entries"], serde_json::json!([]));
+    }
+}
+
+#[test]
+fn subvolume_is_created_with_nocow() {
+    if !require_root("nocow --subvolume") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let images = sbx.mount_point().join("images");
+    let (code, stdout, stderr) = nocow(
+        &env,
+        &[
+            os("--subvolume"),
+            os("--yes"),
+            os("--for"),
+            os("vm"),
+            images.as_os_str(),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("subvolume of its own"), "{stderr}");
+    assert!(stdout.contains("created    subvolume"), "{stdout}");
+    assert!(stdout.contains("cache=none"), "advice for vm: {stdout}");
+    assert_eq!(fs::metadata(&images).unwrap().ino(), 256);
+    assert!(lsattr_flags(&images, true).contains('C'));
+    let show = Command::new("btrfs")
+        .args(["subvolume", "show"])
+        .arg(&images)
+        .output()
+        .unwrap();
+    assert!(show.status.success());
+
+    // A plain directory cannot become a subvolume in place.
+    let plain = sbx.mount_point().join("plain");
+    fs::create_dir(&plain).unwrap();
+    let (code, _, stderr) = nocow(&env, &[os("--subvolume"), os("--yes"), plain.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("not a subvolume"), "{stderr}");
+    assert_eq!(flags_of(&plain) & FS_NOCOW_FL, 0);
+}
+
+#[test]
+fn bad_command_lines_and_paths() {
+    let env = TestEnv::new();
+    for (args, status, words) in [
+        (vec![], 2, "give the directory"),
+        (vec!["a", "b"], 2, "one directory at a time"),
+        (vec!["--check"], 2, "--check needs at least one PATH"),
+        (vec!["--force", "x"], 2, "--migrate"),
+        (vec!["--for", "oracle"], 2, "unknown service"),
+        (vec!["--check", "--migrate", "x"], 2, "cannot be used with"),
+        (
+            vec!["--check", "/nonexistent/x"],
+            1,
+            "no such file or directory",
+        ),
+        (vec!["/proc/version"], 1, "exists and is not a directory"),
+    ] {
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        let (code, stdout, stderr) = nocow(&env, &args);
+        assert_eq!(code, status, "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert!(
+            stderr.starts_with("btrfs-lab: error: "),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains(words), "{args:?}: {stderr}");
+        assert!(stderr.lines().count() <= 2, "{stderr}");
+    }
+    let (code, stdout, _) = nocow(&env, &[os("--for"), os("postgres"), os("--json")]);
+    assert_eq!(code, 0);
+    let a = json(&stdout);
+    assert_shape(
+        &a,
+        &[
+            ("service", "string"),
+            ("name", "string"),
+            ("location", "string"),
+            ("settings", "array"),
+        ],
+    );
+    let _ = std::io::stdout().flush();
+}
+
+#[test]
+fn unprivileged_user_migrates_own_files_only() {
+    if !require_root("nocow as an unprivileged user") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    for d in [env.path(), sbx.record().dir.as_path(), sbx.mount_point()] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let exe = env.path().join("btrfs-lab");
+    fs::copy(crate::common::bin(), &exe).unwrap();
+    let dir = sbx.mount_point().join("home");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("mine.qcow2"), random_bytes(3 << 20, 7)).unwrap();
+    fs::write(dir.join("roots.conf"), "x").unwrap();
+    for p in [dir.as_path(), &dir.join("mine.qcow2")] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let before = snapshot(&dir);
+    let as_nobody = |args: &[&str]| {
+        run(Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&exe)
+            .arg("nocow")
+            .args(args)
+            .arg(&dir)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null()))
+    };
+    let (code, stdout, _) = as_nobody(&["--check"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("could not be inspected (not root)"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = as_nobody(&["--migrate", "--yes"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("Not running as root"), "{stderr}");
+    assert!(stdout.contains("owned by uid 0"), "{stdout}");
+    assert_ne!(flags_of(&dir.join("mine.qcow2")) & FS_NOCOW_FL, 0);
+    assert_eq!(flags_of(&dir.join("roots.conf")) & FS_NOCOW_FL, 0);
+    assert_eq!(snapshot(&dir), before);
+}

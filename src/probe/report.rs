@@ -160,15 +160,32 @@ fn explain(verdict: Verdict, fs: &FsContext, analysis: &Analysis) -> Words {
                 fix: None,
             }
         }
-        Verdict::BufferedFallback if btrfs => Words {
-            summary: "O_DIRECT writes here are silently turned into buffered writes.".to_owned(),
-            explanation: "Since Linux 6.15 (commit 968f19c5b1b7, also in 6.6 and 6.12 stable) btrfs writes \
+        Verdict::BufferedFallback if btrfs => {
+            let mut explanation = "Since Linux 6.15 (commit 968f19c5b1b7, also in 6.6 and 6.12 stable) btrfs writes \
                  files that carry data checksums through the page cache even when they are opened with O_DIRECT, \
                  so a buffer changed during the write cannot leave a wrong checksum. The NOCOW control in the \
                  same filesystem was direct, so the checksums are the cause."
-                .to_owned(),
-            fix: Some(NOCOW_FIX.to_owned()),
-        },
+                .to_owned();
+            let compression: Vec<String> = fs
+                .mount_options
+                .iter()
+                .filter(|o| o.starts_with("compress"))
+                .map(|o| format!("the mount option {o}"))
+                .chain((fs.target_compressed == Some(true)).then(|| "the directory's compression attribute".to_owned()))
+                .collect();
+            if !compression.is_empty() {
+                explanation.push_str(&format!(
+                    " Compression ({}) is a second reason: btrfs builds compressed extents in the page cache, \
+                     so it buffers O_DIRECT writes to files it may compress; NOCOW files are never compressed.",
+                    compression.join(", ")
+                ));
+            }
+            Words {
+                summary: "O_DIRECT writes here are silently turned into buffered writes.".to_owned(),
+                explanation,
+                fix: Some(NOCOW_FIX.to_owned()),
+            }
+        }
         Verdict::BufferedFallback => Words {
             summary: "O_DIRECT writes here are silently turned into buffered writes.".to_owned(),
             explanation: format!(

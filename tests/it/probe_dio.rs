@@ -435,3 +435,38 @@ fn stays_right_under_a_concurrent_buffered_writer() {
         "the machine-wide counter must never call a NOCOW file buffered: {results:?}"
     );
 }
+
+/// Compression is a second reason for the fallback; the report names it.
+#[test]
+fn compression_is_named_as_a_second_reason() {
+    if !require_root("probe-dio with compress-force") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point();
+    nix::mount::mount(
+        None::<&str>,
+        mnt,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT,
+        Some("compress-force=zstd"),
+    )
+    .unwrap();
+    let (code, r, _) = probe(&env, mnt, &[]);
+    assert_eq!(code, 3, "{r:#}");
+    assert!(
+        r["filesystem"]["mount_options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o.as_str().unwrap().starts_with("compress-force"))
+    );
+    assert!(
+        r["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("Compression (the mount option compress-force"),
+        "{r:#}"
+    );
+}

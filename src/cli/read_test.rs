@@ -268,14 +268,18 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
         "  destination  {} ({kind}), {huge}, prefaulted\n",
         format_iec(dest.bytes)
     ));
+    let checked = if r.cache.verified_by.is_some() {
+        "mincore found it cold"
+    } else {
+        "NOT checked (see notes)"
+    };
     let cache = match r.cache.eviction.as_str() {
         "none" => "nothing to evict: the file lives in memory".to_owned(),
         "skipped" => "NOT evicted and NOT checked (test hook)".to_owned(),
         "drop-caches" => {
-            "fsync, fadvise DONTNEED and drop_caches before each run; mincore found it cold"
-                .to_owned()
+            format!("fsync, fadvise DONTNEED and drop_caches before each run; {checked}")
         }
-        _ => "fsync and fadvise DONTNEED before each run; mincore found it cold".to_owned(),
+        _ => format!("fsync and fadvise DONTNEED before each run; {checked}"),
     };
     t.push_str(&format!("  cache        {cache}\n"));
     t.push_str(&format!(

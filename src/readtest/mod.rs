@@ -192,6 +192,7 @@ struct Target {
     size: u64,
     dev: u64,
     ino: u64,
+    uid: u32,
 }
 
 fn open_error(e: &std::io::Error, path: &Path) -> Error {
@@ -254,6 +255,7 @@ fn open_target(path: &Path) -> Result<Target> {
         size: meta.len(),
         dev: meta.dev(),
         ino: meta.ino(),
+        uid: meta.uid(),
     })
 }
 
@@ -351,6 +353,38 @@ fn file_devices(root: &SysRoot, t: &Target, fs_type: &str) -> Result<Vec<BlockDe
     Ok(diskstats::by_number(&stats, maj, min).into_iter().collect())
 }
 
+/// True when mincore tells this process the truth about the file's cache.
+/// Since Linux 5.0 it reports every page of a file mapping as resident
+/// unless the caller owns the file or may write to it (a side-channel
+/// guard), so an unprivileged reader of someone else's file cannot verify.
+fn mincore_can_tell(t: &Target) -> bool {
+    let euid = nix::unistd::geteuid();
+    euid.is_root()
+        || euid.as_raw() == t.uid
+        || nix::unistd::faccessat(
+            nix::fcntl::AT_FDCWD,
+            &t.canonical,
+            nix::unistd::AccessFlags::W_OK,
+            nix::fcntl::AtFlags::AT_EACCESS,
+        )
+        .is_ok()
+}
+
+/// Why the cache could not be proven cold, when it could not.
+fn unverifiable_reason(t: &Target, memory_backed: bool) -> Option<String> {
+    if memory_backed {
+        return None;
+    }
+    if skip_eviction_hook() {
+        return Some(format!(
+            "{SKIP_EVICTION_ENV} is set (a test hook): the cache was neither evicted nor checked before the runs"
+        ));
+    }
+    (!mincore_can_tell(t)).then(|| {
+        "the cache was evicted before each run but could not be checked: mincore reports every page of a file as cached unless you own it or may write to it (Linux 5.0+); the device cross-check still guards the figures".to_owned()
+    })
+}
+
 fn skip_eviction_hook() -> bool {
     std::env::var(SKIP_EVICTION_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
 }
@@ -362,6 +396,7 @@ fn make_cold(
     path: &Path,
     memory_backed: bool,
     drop_caches: bool,
+    can_verify: bool,
 ) -> Result<(CacheState, Option<u64>)> {
     if memory_backed {
         return Ok((CacheState::Memory, Some(t.size)));
@@ -375,6 +410,9 @@ fn make_cold(
         pagecache::evict(&t.file, path)?;
         if drop_caches {
             pagecache::drop_all_caches()?;
+        }
+        if !can_verify {
+            return Ok((CacheState::Unverified, None));
         }
         resident = pagecache::resident_bytes(&t.file, t.size, path)?;
         if resident == 0 {
@@ -494,12 +532,15 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         .filter(|m| !(*m == Method::Dontcache && dontcache_unsupported.is_some()))
         .collect();
     let direct_file = direct.as_ref().ok();
+    let unverifiable = unverifiable_reason(&t, memory_backed);
+    let can_verify = unverifiable.is_none();
     let mut runs: BTreeMap<Method, Vec<Run>> = BTreeMap::new();
     let mut sequence = 0u32;
     for round in 0..opts.rounds {
         for method in method::round_order(&runnable, round as usize) {
             signals::check()?;
-            let (cache, resident) = make_cold(&t, path, memory_backed, opts.drop_caches)?;
+            let (cache, resident) =
+                make_cold(&t, path, memory_backed, opts.drop_caches, can_verify)?;
             let before = if devices.is_empty() {
                 None
             } else {
@@ -613,10 +654,8 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
             format_iec(MIN_IN_FLIGHT)
         ));
     }
-    if skip_eviction_hook() && !memory_backed {
-        notes.push(format!(
-            "{SKIP_EVICTION_ENV} is set (a test hook): the cache was neither evicted nor checked before the runs."
-        ));
+    if let Some(why) = &unverifiable {
+        notes.push(format!("{why}."));
     }
     if t.size == 0 {
         notes.push(
@@ -685,7 +724,8 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
                 "fadvise"
             }
             .to_owned(),
-            verified_by: (!memory_backed && !skip_eviction_hook()).then(|| "mincore".to_owned()),
+            verified_by: (!memory_backed && can_verify).then(|| "mincore".to_owned()),
+            note: unverifiable,
         },
         methods: summaries,
         winner,

@@ -97,6 +97,8 @@ pub struct CacheInfo {
     pub eviction: String,
     /// `mincore` when residency was checked before each run, else null.
     pub verified_by: Option<String>,
+    /// Why it was not checked, when it was not (and not memory-backed).
+    pub note: Option<String>,
 }
 
 /// Everything `read-test` found.

@@ -691,9 +691,7 @@ fn bad_input_gets_one_clear_line() {
     check(&[], None, 2, "required");
 
     // No read permission, as an unprivileged user.
-    for d in [env.path()] {
-        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
     let exe = env.path().join("btrfs-lab");
     fs::copy(crate::common::bin(), &exe).unwrap();

@@ -74,7 +74,7 @@ enum Command {
     /// NOCOW directories for VM images and databases: set up, audit, migrate existing files.
     #[command(after_long_help = nocow::AFTER_HELP)]
     Nocow(nocow::NocowArgs),
-    /// Which way of reading a big file is fastest here, cold cache, checked against the devices.
+    /// Which way of reading a big file is fastest here, cold cache, checked by the devices.
     #[command(after_long_help = read_test::AFTER_HELP)]
     ReadTest(read_test::ReadTestArgs),
 }

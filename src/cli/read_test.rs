@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use btrfs_lab::error::Result;
 use btrfs_lab::parse::size::{format_iec, parse_size};
@@ -114,18 +113,8 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     };
     opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
 
-    let bar = if out.show_progress() {
-        let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        b.set_style(
-            ProgressStyle::with_template(
-                "read-test {msg:22} {bar:30} {bytes}/{total_bytes} {bytes_per_sec}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar =
+        out.byte_progress("read-test {msg:22} {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
     let result = readtest::run(&opts, &mut |p| {
         bar.set_message(format!("round {}/{} {}", p.round, p.rounds, p.method));
         bar.set_length(p.total);

@@ -270,6 +270,17 @@ pub struct SlotGuard<'a> {
     chunk: u64,
 }
 
+impl SlotGuard<'_> {
+    /// Start of the slot (plain pointer arithmetic inside the mapping).
+    fn start(&self) -> *mut u8 {
+        self.ring
+            .buf
+            .ptr
+            .as_ptr()
+            .wrapping_add(self.slot * self.ring.slot_len)
+    }
+}
+
 impl Deref for SlotGuard<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -277,32 +288,14 @@ impl Deref for SlotGuard<'_> {
         // slots, slots * slot_len <= len). The turn protocol gives this
         // guard the slot exclusively: its turn word holds BUSY, which only
         // this guard's drop replaces.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.ring
-                    .buf
-                    .ptr
-                    .as_ptr()
-                    .add(self.slot * self.ring.slot_len),
-                self.ring.slot_len,
-            )
-        }
+        unsafe { std::slice::from_raw_parts(self.start(), self.ring.slot_len) }
     }
 }
 
 impl DerefMut for SlotGuard<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`; `&mut self` makes the slice unique.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.ring
-                    .buf
-                    .ptr
-                    .as_ptr()
-                    .add(self.slot * self.ring.slot_len),
-                self.ring.slot_len,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.start(), self.ring.slot_len) }
     }
 }
 
@@ -326,9 +319,17 @@ pub struct FileMap {
 impl FileMap {
     /// Maps the first `len` bytes (`len` > 0) of `file`, opened for reading.
     pub fn new(file: &File, len: usize) -> io::Result<Self> {
+        Self::map_at(file, len, 0)
+    }
+
+    /// Maps `len` bytes (> 0) of `file` from `offset`, a multiple of the
+    /// page size.
+    fn map_at(file: &File, len: usize, offset: u64) -> io::Result<Self> {
         if len == 0 {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: a new shared read-only mapping of a file we hold open; the
         // result is checked against MAP_FAILED.
         let raw = unsafe {
@@ -338,7 +339,7 @@ impl FileMap {
                 libc::PROT_READ,
                 libc::MAP_SHARED,
                 file.as_raw_fd(),
-                0,
+                offset,
             )
         };
         if raw == libc::MAP_FAILED {
@@ -419,31 +420,13 @@ pub fn resident_bytes(file: &File, size: u64) -> io::Result<u64> {
         let pages = len.div_ceil(page as usize);
         vec.clear();
         vec.resize(pages, 0u8);
-        // SAFETY: a new read-only shared mapping of our open file at a
-        // page-aligned offset (a multiple of 1 GiB); checked below.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                start as libc::off_t,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is our mapping of `len` bytes and `vec` has one byte
+        // A multiple of 1 GiB is page-aligned.
+        let map = FileMap::map_at(file, len, start)?;
+        // SAFETY: `map` is our mapping of `len` bytes and `vec` has one byte
         // per page of it, as mincore writes. mincore faults nothing in.
-        let r = unsafe { libc::mincore(raw, len, vec.as_mut_ptr()) };
-        let err = io::Error::last_os_error();
-        // SAFETY: unmaps exactly the mapping made above.
-        unsafe {
-            libc::munmap(raw, len);
-        }
+        let r = unsafe { libc::mincore(map.ptr.as_ptr().cast(), len, vec.as_mut_ptr()) };
         if r != 0 {
-            return Err(err);
+            return Err(io::Error::last_os_error());
         }
         resident_pages += vec.iter().filter(|&&b| b & 1 != 0).count() as u64;
         start += len as u64;

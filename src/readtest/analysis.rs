@@ -92,7 +92,7 @@ pub fn flag_run(run: &Run, ctx: &CheckContext) -> Option<String> {
     }
     if run.cache == CacheState::Warm {
         return Some(format!(
-            "{} of the file was still in the page cache when the run started, so its speed is partly the cache's",
+            "{} of the file was still in the page cache when the run started (pages another process maps cannot be evicted), so its speed is partly the cache's",
             format_iec(run.resident_before_bytes.unwrap_or(0))
         ));
     }

@@ -336,21 +336,37 @@ fn dontcache_support(t: &Target, path: &Path, fs_type: &str) -> Result<Option<St
 
 /// The block devices whose reads count for this file: every member of a
 /// btrfs, else the filesystem's own device. Empty when no device counts
-/// them (tmpfs, network and stacked filesystems).
-fn file_devices(root: &SysRoot, t: &Target, fs_type: &str) -> Result<Vec<BlockDevice>> {
+/// them (tmpfs, network and stacked filesystems). The second list names
+/// btrfs members that /proc/diskstats does not show.
+fn file_devices(
+    root: &SysRoot,
+    t: &Target,
+    fs_type: &str,
+) -> Result<(Vec<BlockDevice>, Vec<String>)> {
     let stats = diskstats::read_stats(root)?;
     if fs_type == "btrfs" {
-        return Ok(btrfs::devices(&t.canonical)?
-            .iter()
-            .filter(|d| !d.path.is_empty())
-            .filter_map(|d| diskstats::by_path(&stats, Path::new(&d.path)))
-            .collect());
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        for d in btrfs::devices(&t.canonical)? {
+            // A missing device has no path.
+            if d.path.is_empty() {
+                continue;
+            }
+            match diskstats::by_path(&stats, Path::new(&d.path)) {
+                Some(found_dev) => found.push(found_dev),
+                None => missing.push(d.path),
+            }
+        }
+        return Ok((found, missing));
     }
     let (maj, min) = (
         nix::sys::stat::major(t.dev) as u32,
         nix::sys::stat::minor(t.dev) as u32,
     );
-    Ok(diskstats::by_number(&stats, maj, min).into_iter().collect())
+    Ok((
+        diskstats::by_number(&stats, maj, min).into_iter().collect(),
+        Vec::new(),
+    ))
 }
 
 /// True when mincore tells this process the truth about the file's cache.
@@ -470,7 +486,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         })?;
     let fs_type = mount.fs_type.clone();
     let memory_backed = sysfs::is_memory_backed(&fs_type);
-    let devices = file_devices(&opts.sysroot, &t, &fs_type)?;
+    let (devices, missing_members) = file_devices(&opts.sysroot, &t, &fs_type)?;
     let data_profiles = if fs_type == "btrfs" {
         btrfs::data_profiles(&t.canonical)?
     } else {
@@ -587,7 +603,8 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
     }
 
     let ctx = CheckContext {
-        devices_known: !devices.is_empty(),
+        // Counting only some members would make honest runs look impossible.
+        devices_known: !devices.is_empty() && missing_members.is_empty(),
         layout_allowance: layout.map_or(0, |l| {
             l.hole_bytes + l.unwritten_bytes + l.inline_bytes + l.encoded_bytes + l.delalloc_bytes
         }),
@@ -641,7 +658,13 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
             ));
         }
     }
-    if devices.is_empty() && !memory_backed {
+    if !missing_members.is_empty() {
+        notes.push(format!(
+            "/proc/diskstats does not show the btrfs member{} {}: the device cross-check could not run.",
+            if missing_members.len() > 1 { "s" } else { "" },
+            missing_members.join(", ")
+        ));
+    } else if devices.is_empty() && !memory_backed {
         notes.push(format!(
             "no block device counts the reads of this {fs_type} filesystem (network or stacked?): the device cross-check could not run."
         ));

@@ -422,6 +422,41 @@ fn a_warm_cache_is_caught_by_the_device_counters() {
     }
 }
 
+/// Pages another process has mapped cannot be evicted: mincore sees them,
+/// the run is marked warm and its method gets no figure.
+#[test]
+fn pages_that_cannot_be_evicted_flag_the_run() {
+    if !require_root("read-test with a mapped file") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        fs: FsKind::Ext4,
+        size_bytes: 256 << 20,
+        ..SandboxRequest::default()
+    });
+    let size = 8 * MIB;
+    let file = sbx.mount_point().join("mapped.bin");
+    write_file(&file, &random_bytes(size as usize, 8));
+    let f = fs::File::open(&file).unwrap();
+    let map = btrfs_lab::sys::memio::FileMap::new(&f, size as usize).unwrap();
+    map.touch_pages(0, size as usize, 4096);
+    let (_, r, _) = read_test(&env, &file, &["--rounds", "1", "--methods", "buffered"]);
+    drop(map);
+    let m = method(&r, "buffered");
+    assert_eq!(m["status"], "flagged", "{m:#}");
+    assert_eq!(m["runs"][0]["cache"], "warm");
+    assert!(m["runs"][0]["resident_before_bytes"].as_u64().unwrap() > 0);
+    assert!(
+        m["reason"]
+            .as_str()
+            .unwrap()
+            .contains("still in the page cache"),
+        "{m:#}"
+    );
+    assert!(r["winner"].is_null());
+}
+
 #[test]
 fn empty_file_reports_nothing_to_measure() {
     if !require_root("read-test on an empty file") {

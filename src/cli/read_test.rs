@@ -130,10 +130,18 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     Ok(report.exit_code)
 }
 
+/// GiB/s with two decimals, three below 0.1 (small files, slow disks).
 fn gib_per_s(rate: Option<f64>) -> String {
     rate.map_or_else(
         || "-".to_owned(),
-        |r| format!("{:.2}", r / (1u64 << 30) as f64),
+        |r| {
+            let g = r / (1u64 << 30) as f64;
+            if g < 0.1 {
+                format!("{g:.3}")
+            } else {
+                format!("{g:.2}")
+            }
+        },
     )
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::readtest::digest::{VerifyMode, digest_of};
-use btrfs_lab::sandbox::{FsKind, SandboxRequest};
+use btrfs_lab::sandbox::{FsKind, Sandbox, SandboxRequest};
 use serde_json::Value;
 
 use crate::common::{TestEnv, assert_shape, json, require_root, run};
@@ -39,6 +39,15 @@ fn write_file(path: &Path, bytes: &[u8]) -> String {
     f.write_all(bytes).unwrap();
     f.sync_all().unwrap();
     digest_of(VerifyMode::Full, bytes).hex()
+}
+
+/// A 256 MiB ext4 sandbox.
+fn ext4_sandbox(env: &TestEnv) -> Sandbox {
+    env.sandbox(SandboxRequest {
+        fs: FsKind::Ext4,
+        size_bytes: 256 << 20,
+        ..SandboxRequest::default()
+    })
 }
 
 fn read_test(env: &TestEnv, file: &Path, extra: &[&str]) -> (i32, Value, String) {
@@ -288,11 +297,7 @@ fn ext4_every_method_reads_the_right_bytes_at_odd_sizes() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        fs: FsKind::Ext4,
-        size_bytes: 256 << 20,
-        ..SandboxRequest::default()
-    });
+    let sbx = ext4_sandbox(&env);
     let size = 24 * MIB + 511;
     let file = sbx.mount_point().join("model.bin");
     let digest = write_file(&file, &random_bytes(size as usize, 11));
@@ -346,11 +351,7 @@ fn a_warm_cache_is_caught_by_the_device_counters() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        fs: FsKind::Ext4,
-        size_bytes: 256 << 20,
-        ..SandboxRequest::default()
-    });
+    let sbx = ext4_sandbox(&env);
     let size = 32 * MIB;
     let file = sbx.mount_point().join("model.bin");
     write_file(&file, &random_bytes(size as usize, 3));
@@ -430,11 +431,7 @@ fn pages_that_cannot_be_evicted_flag_the_run() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        fs: FsKind::Ext4,
-        size_bytes: 256 << 20,
-        ..SandboxRequest::default()
-    });
+    let sbx = ext4_sandbox(&env);
     let size = 8 * MIB;
     let file = sbx.mount_point().join("mapped.bin");
     write_file(&file, &random_bytes(size as usize, 8));
@@ -726,18 +723,9 @@ fn bad_input_gets_one_clear_line() {
     check(&[], None, 2, "required");
 
     // No read permission, as an unprivileged user.
-    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
-    let exe = env.path().join("btrfs-lab");
-    fs::copy(crate::common::bin(), &exe).unwrap();
-    let as_nobody = |args: &[&str], path: &Path| {
-        run(Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(&exe)
-            .arg("read-test")
-            .args(args)
-            .arg(path))
-    };
+    let as_nobody =
+        |args: &[&str], path: &Path| run(env.as_nobody(&[]).arg("read-test").args(args).arg(path));
     let (code, stdout, stderr) = as_nobody(&[], &file);
     assert_eq!(code, 1, "{stderr}");
     assert!(stdout.is_empty());

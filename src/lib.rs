@@ -14,6 +14,7 @@ pub mod model;
 pub mod nocow;
 pub mod parse;
 pub mod probe;
+pub mod readtest;
 pub mod sandbox;
 pub mod space;
 pub mod sys;

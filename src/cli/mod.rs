@@ -10,6 +10,7 @@ mod links;
 mod nocow;
 mod output;
 mod probe_dio;
+mod read_test;
 mod sandbox;
 mod show;
 mod units;
@@ -27,7 +28,7 @@ Exit status:
   0    success (probe-dio: O_DIRECT writes are direct)
   1    error: the operation failed or was refused; nothing was changed
   2    bad command line
-  3    probe-dio: buffered-fallback
+  3    probe-dio: buffered-fallback; read-test: the methods read different bytes
   4    probe-dio: profile-forced
   5    probe-dio: inconclusive
   130  interrupted (SIGINT or SIGTERM); clean-up was done (convert: the balance is paused)";
@@ -73,6 +74,9 @@ enum Command {
     /// NOCOW directories for VM images and databases: set up, audit, migrate existing files.
     #[command(after_long_help = nocow::AFTER_HELP)]
     Nocow(nocow::NocowArgs),
+    /// Which way of reading a big file is fastest here, cold cache, checked by the devices.
+    #[command(after_long_help = read_test::AFTER_HELP)]
+    ReadTest(read_test::ReadTestArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -94,6 +98,7 @@ pub fn run() -> ExitCode {
         Command::Convert(args) => convert::run(args, &out),
         Command::Links(args) => links::run(args, &out),
         Command::Nocow(args) => nocow::run(args, &out),
+        Command::ReadTest(args) => read_test::run(args, &out),
     };
     match result {
         Ok(code) => ExitCode::from(code),

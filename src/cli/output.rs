@@ -4,6 +4,7 @@
 use std::io::{self, BufRead, IsTerminal, Write};
 
 use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use owo_colors::OwoColorize;
 use serde::Serialize;
 
@@ -116,6 +117,19 @@ impl Output {
     /// True when progress should be drawn on stderr.
     pub fn show_progress(&self) -> bool {
         self.stderr_terminal && !self.json
+    }
+
+    /// A progress bar in bytes on stderr drawn with `template`, or a hidden
+    /// one when progress is not shown (`--json`, no terminal).
+    pub fn byte_progress(&self, template: &str) -> ProgressBar {
+        if !self.show_progress() {
+            return ProgressBar::hidden();
+        }
+        let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        b.set_style(
+            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b
     }
 
     /// Prints text to stdout. A closed pipe (`| head`) is not an error.

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use btrfs_lab::error::Result;
 use btrfs_lab::parse::size::{format_iec, format_rate, parse_size};
@@ -79,18 +78,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
         allow_private_debugfs: true,
         sysroot: SysRoot::from_option(args.sysroot.as_deref()),
     };
-    let bar = if out.show_progress() {
-        let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        b.set_style(
-            ProgressStyle::with_template(
-                "probe-dio {bar:30} {bytes}/{total_bytes} {bytes_per_sec}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = out.byte_progress("probe-dio {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
     let result = probe::run(&opts, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);

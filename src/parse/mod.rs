@@ -1,7 +1,9 @@
 //! Pure parsers: text in, typed values out, no I/O.
 
 pub mod counters;
+pub mod diskstats;
 pub mod fi_df;
+pub mod memory;
 pub mod mountinfo;
 pub mod nvme_smart;
 pub mod pcie;

@@ -1,17 +1,21 @@
 //! Kernel interfaces: ioctls, sysfs, procfs, mounts, loop devices, O_DIRECT
 //! I/O and the external programs btrfs-lab drives. All `unsafe` of the crate
-//! lives in [`ioctl`] and [`nvme`].
+//! lives in [`ioctl`], [`nvme`], [`extents`] and [`memio`].
 
 pub mod blockdev;
 pub mod btrfs;
 pub mod counters;
 pub mod direct_io;
+pub mod diskstats;
+pub mod extents;
 pub mod filecopy;
 pub mod fs;
 pub mod ioctl;
 pub mod loopdev;
+pub mod memio;
 pub mod mounts;
 pub mod nvme;
+pub mod pagecache;
 pub mod procs;
 pub mod root;
 pub mod signals;

@@ -6,6 +6,7 @@ mod common;
 mod links;
 mod nocow;
 mod probe_dio;
+mod read_test;
 mod repo;
 mod sandbox;
 mod space;

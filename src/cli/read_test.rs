@@ -1,0 +1,311 @@
+//! `btrfs-lab read-test FILE`.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use btrfs_lab::error::Result;
+use btrfs_lab::parse::size::{format_iec, parse_size};
+use btrfs_lab::probe::verdict::profile_list;
+use btrfs_lab::readtest::analysis::{MethodSummary, Status};
+use btrfs_lab::readtest::digest::VerifyMode;
+use btrfs_lab::readtest::{self, Method, ReadTestOptions, ReadTestReport};
+use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::signals;
+
+use super::output::{Output, Paint, wrap};
+
+pub const AFTER_HELP: &str = "\
+Methods (all by default; each round runs them in a rotating order):
+  direct       O_DIRECT, --threads threads take --chunk chunks from a shared counter
+               and pread them straight into the destination
+  direct-copy  O_DIRECT into a bounce buffer per thread, then memcpy
+  buffered     read() through the page cache, one thread, 1 MiB calls
+  dontcache    preadv2(RWF_DONTCACHE), one thread, 1 MiB calls (Linux 6.14+)
+  mmap         one thread touching every page of a MADV_SEQUENTIAL mapping
+
+Before every run the file's pages are evicted (fsync, POSIX_FADV_DONTNEED) and
+mincore proves none stayed. The reads of the file's block devices (every member
+of a btrfs) are counted around each run: a method that claims more than the
+devices moved plus what the cache, holes and compression explain is flagged, and
+its figures are not reported. A checksum shows every method read the same bytes.
+
+Exit status: 0 measured, 3 the methods read different bytes, 1 error, 2 bad
+arguments, 130 interrupted.";
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum MethodArg {
+    Direct,
+    DirectCopy,
+    Buffered,
+    Dontcache,
+    Mmap,
+}
+
+impl From<MethodArg> for Method {
+    fn from(m: MethodArg) -> Self {
+        match m {
+            MethodArg::Direct => Method::Direct,
+            MethodArg::DirectCopy => Method::DirectCopy,
+            MethodArg::Buffered => Method::Buffered,
+            MethodArg::Dontcache => Method::Dontcache,
+            MethodArg::Mmap => Method::Mmap,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum VerifyArg {
+    /// One 4 KiB block per MiB: cheap enough to leave on.
+    Sampled,
+    /// Every byte (costs CPU, which the CPU figures then include).
+    Full,
+}
+
+#[derive(Debug, Args)]
+pub struct ReadTestArgs {
+    /// The file to read (a model file, a disk image); symbolic links are followed.
+    file: PathBuf,
+    /// Methods to compare, comma-separated [default: all].
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    methods: Vec<MethodArg>,
+    /// Rounds (the medians decide).
+    #[arg(long, default_value_t = readtest::DEFAULT_ROUNDS, value_name = "N")]
+    rounds: u32,
+    /// Reader threads of direct and direct-copy.
+    #[arg(long, default_value_t = readtest::DEFAULT_THREADS, value_name = "T")]
+    threads: u32,
+    /// Bytes per pread of a thread [default: 8M, more below 4 threads so that 32M are in flight].
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    chunk: Option<u64>,
+    /// Destination buffer; reused as a ring when the file is larger.
+    #[arg(long, default_value = "1G", value_parser = size_arg, value_name = "SIZE")]
+    buffer: u64,
+    /// Also drop the whole page cache before each run (root).
+    #[arg(long)]
+    drop_caches: bool,
+    /// How much of what was read is checksummed.
+    #[arg(long, value_enum, default_value = "sampled")]
+    verify: VerifyArg,
+    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
+    #[arg(long, value_name = "DIR")]
+    sysroot: Option<PathBuf>,
+}
+
+fn size_arg(s: &str) -> std::result::Result<u64, String> {
+    parse_size(s).map_err(|e| e.message().to_owned())
+}
+
+pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
+    signals::install()?;
+    let mut opts = ReadTestOptions::new(args.file);
+    if !args.methods.is_empty() {
+        opts.methods = args.methods.into_iter().map(Method::from).collect();
+    }
+    opts.rounds = args.rounds;
+    opts.threads = args.threads;
+    opts.chunk = args.chunk;
+    opts.buffer = args.buffer;
+    opts.drop_caches = args.drop_caches;
+    opts.verify = match args.verify {
+        VerifyArg::Sampled => VerifyMode::Sampled,
+        VerifyArg::Full => VerifyMode::Full,
+    };
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+
+    let bar =
+        out.byte_progress("read-test {msg:22} {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
+    let result = readtest::run(&opts, &mut |p| {
+        bar.set_message(format!("round {}/{} {}", p.round, p.rounds, p.method));
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+    });
+    bar.finish_and_clear();
+    let report = result?;
+    if out.json {
+        out.json_doc(&report);
+    } else {
+        out.text(&render(&report, out.paint));
+    }
+    Ok(report.exit_code)
+}
+
+/// GiB/s with two decimals, three below 0.1 (small files, slow disks).
+fn gib_per_s(rate: Option<f64>) -> String {
+    rate.map_or_else(
+        || "-".to_owned(),
+        |r| {
+            let g = r / (1u64 << 30) as f64;
+            if g < 0.1 {
+                format!("{g:.3}")
+            } else {
+                format!("{g:.2}")
+            }
+        },
+    )
+}
+
+fn status_painted(m: &MethodSummary, paint: Paint) -> String {
+    match m.status {
+        Status::Ok if m.o_direct == Some(false) => paint.warn("ok, no O_DIRECT"),
+        Status::Ok => paint.good("ok"),
+        Status::Flagged => paint.bad("flagged"),
+        Status::Unsupported => paint.dim("unsupported"),
+    }
+}
+
+/// The text report.
+pub fn render(r: &ReadTestReport, paint: Paint) -> String {
+    let f = &r.file;
+    let mut where_ = f.fs_type.clone();
+    if f.fs_type == "btrfs" {
+        where_.push_str(&format!(" {}", profile_list(&f.data_profiles)));
+    }
+    if !f.devices.is_empty() {
+        let names: Vec<&str> = f.devices.iter().map(|d| d.name.as_str()).collect();
+        where_.push_str(&format!(" on {}", names.join(", ")));
+    }
+    let mut t = format!(
+        "{} {}  {}, {where_}\n",
+        paint.bold("read-test"),
+        f.path.display(),
+        format_iec(f.size_bytes)
+    );
+    let summary = if r.checksum.agree {
+        r.summary.clone()
+    } else {
+        paint.bad(&r.summary)
+    };
+    t.push_str(&format!("{summary}\n\n"));
+
+    t.push_str(&format!(
+        "  {}\n",
+        paint.dim("method       GiB/s  slowest–fastest  CPU s/GiB  device read  status")
+    ));
+    for m in &r.methods {
+        let spread = match (m.rate_bytes_per_sec_min, m.rate_bytes_per_sec_max) {
+            (Some(a), Some(b)) => format!("{}–{}", gib_per_s(Some(a)), gib_per_s(Some(b))),
+            _ => "-".to_owned(),
+        };
+        let cpu = m
+            .cpu_seconds_per_gib_median
+            .map_or_else(|| "-".to_owned(), |c| format!("{c:.3}"));
+        let moved = m
+            .device_read_bytes_median
+            .map_or_else(|| "-".to_owned(), format_iec);
+        let line = format!(
+            "  {:<11} {:>6}  {:<15} {:>10}  {:>11}  {}",
+            m.method.name(),
+            gib_per_s(m.rate_bytes_per_sec_median),
+            spread,
+            cpu,
+            moved,
+            status_painted(m, paint)
+        );
+        t.push_str(line.trim_end());
+        t.push('\n');
+    }
+    t.push('\n');
+
+    let c = &r.checksum;
+    let checksum = if c.blocks == 0 {
+        "nothing to compare (empty file)".to_owned()
+    } else if c.agree {
+        let mut s = format!(
+            "every run read the same bytes ({}: {} blocks of {} per run)",
+            c.mode.name(),
+            c.blocks,
+            format_iec(c.block_bytes)
+        );
+        if c.direct_matches_buffered == Some(true) {
+            s.push_str("; direct = buffered");
+        }
+        s
+    } else {
+        paint.bad(&format!(
+            "MISMATCH: {} differ from {}",
+            c.mismatches.join(", "),
+            c.reference.map_or("the first run", Method::name)
+        ))
+    };
+    t.push_str(&format!("  checksum     {checksum}\n"));
+    let d = &r.direct_io;
+    let direct = if d.used {
+        format!(
+            "used, {}-byte alignment ({})",
+            d.offset_align_bytes,
+            if d.align_source == "statx" {
+                "statx"
+            } else {
+                "default: the filesystem does not say"
+            }
+        )
+    } else {
+        "not used (see notes)".to_owned()
+    };
+    t.push_str(&format!("  O_DIRECT     {direct}\n"));
+    let p = &r.parameters;
+    t.push_str(&format!(
+        "  threads      {} × {} chunks = {} in flight\n",
+        p.threads,
+        format_iec(p.chunk_bytes),
+        format_iec(p.in_flight_bytes)
+    ));
+    let dest = &r.destination;
+    let huge = dest.huge_page_bytes.map_or_else(
+        || "huge pages unknown".to_owned(),
+        |h| format!("{} in huge pages", format_iec(h)),
+    );
+    let kind = if dest.bytes < f.size_bytes {
+        format!("ring of {} slots", dest.slots)
+    } else {
+        "holds the whole file".to_owned()
+    };
+    t.push_str(&format!(
+        "  destination  {} ({kind}), {huge}, prefaulted\n",
+        format_iec(dest.bytes)
+    ));
+    let checked = if r.cache.verified_by.is_some() {
+        "mincore found it cold"
+    } else {
+        "NOT checked (see notes)"
+    };
+    let cache = match r.cache.eviction.as_str() {
+        "none" => "nothing to evict: the file lives in memory".to_owned(),
+        "skipped" => "NOT evicted and NOT checked (test hook)".to_owned(),
+        "drop-caches" => {
+            format!("fsync, fadvise DONTNEED and drop_caches before each run; {checked}")
+        }
+        _ => format!("fsync and fadvise DONTNEED before each run; {checked}"),
+    };
+    t.push_str(&format!("  cache        {cache}\n"));
+    t.push_str(&format!(
+        "  rounds       {}, methods in rotating order; kernel {}\n",
+        p.rounds, r.kernel
+    ));
+
+    let problems: Vec<String> = r
+        .methods
+        .iter()
+        .filter_map(|m| m.reason.as_ref().map(|why| format!("{}: {why}", m.method)))
+        .collect();
+    if !problems.is_empty() {
+        t.push_str(&format!("\n{}\n", paint.bold("not reported")));
+        for p in &problems {
+            t.push_str(&wrap_item(p));
+        }
+    }
+    if !r.notes.is_empty() {
+        t.push_str(&format!("\n{}\n", paint.bold("notes")));
+        for n in &r.notes {
+            t.push_str(&wrap_item(n));
+        }
+    }
+    t
+}
+
+/// A bullet wrapped at 88 columns, continuation lines indented.
+fn wrap_item(text: &str) -> String {
+    let body = wrap(text, 88, "    ");
+    format!("  -{}", body.strip_prefix("   ").unwrap_or(&body))
+}

@@ -1,0 +1,841 @@
+//! `read-test`: which way of reading a big file is fastest on this machine,
+//! for this file, with a cold cache, and can the figures be trusted?
+//!
+//! Each method reads the whole file into a destination buffer (a ring when
+//! the file is larger), round after round in a rotating order. Before every
+//! run the file is evicted from the page cache and mincore proves it; around
+//! every run the file's block devices' read counters are taken, so a figure
+//! the devices cannot explain is flagged instead of reported. A checksum of
+//! what each method read shows they all read the same bytes.
+
+pub mod analysis;
+pub mod digest;
+pub mod engine;
+pub mod method;
+pub mod report;
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::parse::memory::{anon_huge_bytes, mem_available_bytes};
+use crate::parse::mountinfo::{MountEntry, mount_containing};
+use crate::parse::size::format_iec;
+use crate::sys::direct_io::AlignedBuffer;
+use crate::sys::diskstats::{self, BlockDevice};
+use crate::sys::extents::{self, Layout};
+use crate::sys::memio::{self, MappedBuffer, RingBuffer};
+use crate::sys::root::SysRoot;
+use crate::sys::{btrfs, fs as sysfs, is_root, kernel_release, mounts, pagecache, signals};
+
+use analysis::{CacheState, CheckContext, MethodSummary, Run};
+use digest::{Digest, VerifyMode};
+use engine::Pass;
+pub use method::Method;
+pub use report::ReadTestReport;
+use report::{CacheInfo, Destination, DirectIo, FileInfo, Parameters};
+
+/// Default rounds.
+pub const DEFAULT_ROUNDS: u32 = 3;
+/// Default worker threads of direct and direct-copy.
+pub const DEFAULT_THREADS: u32 = 4;
+/// Default chunk: one pread of one thread.
+pub const DEFAULT_CHUNK: u64 = 8 << 20;
+/// Bytes direct keeps in flight at least, when the chunk is not given:
+/// less leaves a fast array idle between requests.
+pub const MIN_IN_FLIGHT: u64 = 32 << 20;
+/// Default destination size.
+pub const DEFAULT_BUFFER: u64 = 1 << 30;
+/// Alignment when the filesystem does not say (btrfs, tmpfs).
+pub const DEFAULT_ALIGN: u64 = 4096;
+/// Test hook: skip the eviction and its mincore check, as if both had
+/// silently failed, so the suite can show that the device cross-check
+/// alone catches a warm cache.
+pub const SKIP_EVICTION_ENV: &str = "BTRFS_LAB_READ_TEST_SKIP_EVICTION";
+
+const MIN_CHUNK: u64 = 64 << 10;
+const MAX_CHUNK: u64 = 256 << 20;
+const MAX_THREADS: u32 = 64;
+const MAX_ROUNDS: u32 = 50;
+const EVICT_ATTEMPTS: u32 = 3;
+
+/// What to read and how.
+#[derive(Debug, Clone)]
+pub struct ReadTestOptions {
+    /// The file.
+    pub path: PathBuf,
+    /// Methods, in the order of the first round (duplicates ignored).
+    pub methods: Vec<Method>,
+    /// Rounds.
+    pub rounds: u32,
+    /// Threads of direct and direct-copy.
+    pub threads: u32,
+    /// Chunk size; `None`: 8 MiB, raised so threads × chunk ≥ 32 MiB.
+    pub chunk: Option<u64>,
+    /// Destination size.
+    pub buffer: u64,
+    /// Also drop the whole page cache before each run (root).
+    pub drop_caches: bool,
+    /// Checksum mode.
+    pub verify: VerifyMode,
+    /// Where /proc and /sys are read.
+    pub sysroot: SysRoot,
+}
+
+impl ReadTestOptions {
+    /// Defaults for `path`: every method.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            methods: Method::ALL.to_vec(),
+            rounds: DEFAULT_ROUNDS,
+            threads: DEFAULT_THREADS,
+            chunk: None,
+            buffer: DEFAULT_BUFFER,
+            drop_caches: false,
+            verify: VerifyMode::Sampled,
+            sysroot: SysRoot::host(),
+        }
+    }
+
+    /// The chunk size in use.
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk.unwrap_or_else(|| {
+            let per_thread = MIN_IN_FLIGHT.div_ceil(u64::from(self.threads.max(1)));
+            DEFAULT_CHUNK.max(per_thread.div_ceil(1 << 20) << 20)
+        })
+    }
+
+    /// The methods, without duplicates, in the given order.
+    pub fn method_list(&self) -> Vec<Method> {
+        let mut seen = Vec::new();
+        for m in &self.methods {
+            if !seen.contains(m) {
+                seen.push(*m);
+            }
+        }
+        seen
+    }
+
+    /// Checks the numbers.
+    pub fn validate(&self) -> Result<()> {
+        if self.methods.is_empty() {
+            return Err(Error::usage("--methods is empty")
+                .with_hint("name one or more of: direct, direct-copy, buffered, dontcache, mmap"));
+        }
+        if !(1..=MAX_ROUNDS).contains(&self.rounds) {
+            return Err(Error::usage(format!(
+                "--rounds must be between 1 and {MAX_ROUNDS}"
+            )));
+        }
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(Error::usage(format!(
+                "--threads must be between 1 and {MAX_THREADS}"
+            )));
+        }
+        let chunk = self.chunk_bytes();
+        if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) || !chunk.is_multiple_of(DEFAULT_ALIGN) {
+            return Err(Error::usage(format!(
+                "--chunk {} is invalid: use a multiple of 4KiB between 64KiB and 256MiB",
+                format_iec(chunk)
+            )));
+        }
+        let needed = chunk * u64::from(self.threads);
+        if self.buffer < needed {
+            return Err(Error::usage(format!(
+                "--buffer {} is smaller than --threads × --chunk ({}): every thread needs a slot",
+                format_iec(self.buffer),
+                format_iec(needed)
+            ))
+            .with_hint(format!(
+                "use --buffer {} or more (twice that keeps threads from waiting on each other)",
+                format_iec(needed)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of the destination ring: the buffer, or the file rounded up to
+/// whole chunks when it is smaller; always whole chunks, at least one.
+pub fn ring_bytes(buffer: u64, size: u64, chunk: u64) -> u64 {
+    let want = buffer.min(size.div_ceil(chunk) * chunk);
+    (want / chunk).max(1) * chunk
+}
+
+/// Where a run is, for a progress display.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// The method running.
+    pub method: Method,
+    /// Round, from 1.
+    pub round: u32,
+    /// Rounds in all.
+    pub rounds: u32,
+    /// Bytes read so far in this run.
+    pub done: u64,
+    /// The file's size.
+    pub total: u64,
+}
+
+/// The file, open and checked.
+struct Target {
+    file: File,
+    canonical: PathBuf,
+    size: u64,
+    dev: u64,
+    ino: u64,
+    uid: u32,
+}
+
+fn open_error(e: &std::io::Error, path: &Path) -> Error {
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::EACCES | Errno::EPERM) => Error::new(
+            ErrorKind::Permission,
+            format!("cannot read {}: permission denied", path.display()),
+        )
+        .with_hint("read-test only reads the file: run it as a user who may read it"),
+        _ => Error::from_io(e, "cannot read", path),
+    }
+}
+
+fn not_a_file(path: &Path, meta: &fs::Metadata) -> Option<Error> {
+    let what = if meta.is_dir() {
+        "a directory"
+    } else if meta.is_file() {
+        return None;
+    } else {
+        "not a regular file"
+    };
+    let message = if meta.is_dir() {
+        format!("{} is {what}, not a file", path.display())
+    } else {
+        format!("{} is {what}", path.display())
+    };
+    Some(
+        Error::new(ErrorKind::WrongTarget, message)
+            .with_hint("give the path of the file to read (a model file, a disk image)"),
+    )
+}
+
+/// Opens the file for reading (symlinks are followed: model caches link
+/// their files). Non-regular files are refused before they are opened
+/// and again after, in case the path changed in between.
+fn open_target(path: &Path) -> Result<Target> {
+    let meta = fs::metadata(path).map_err(|e| open_error(&e, path))?;
+    if let Some(e) = not_a_file(path, &meta) {
+        return Err(e);
+    }
+    // O_NONBLOCK: a FIFO swapped in after the check must not hang the open.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| open_error(&e, path))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
+    if let Some(e) = not_a_file(path, &meta) {
+        return Err(e);
+    }
+    fcntl(&file, FcntlArg::F_SETFL(OFlag::empty()))
+        .map_err(|e| Error::from_errno(e, "cannot set the flags of", path))?;
+    let canonical =
+        fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
+    Ok(Target {
+        file,
+        canonical,
+        size: meta.len(),
+        dev: meta.dev(),
+        ino: meta.ino(),
+        uid: meta.uid(),
+    })
+}
+
+/// Opens the same file again with O_DIRECT, if that works here and means
+/// something. `Err(reason)` says why direct and direct-copy will read
+/// through the page cache instead.
+fn open_direct(
+    t: &Target,
+    path: &Path,
+    mount: &MountEntry,
+    align: u64,
+) -> Result<std::result::Result<File, String>> {
+    let fallback = "direct and direct-copy read through the page cache instead";
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            return Ok(Err(format!(
+                "O_DIRECT unsupported here: {} refused to open the file with O_DIRECT (EINVAL); {fallback}",
+                mount.fs_type
+            )));
+        }
+        Err(e) => return Err(open_error(&e, path)),
+    };
+    if sysfs::is_memory_backed(&mount.fs_type) {
+        return Ok(Err(format!(
+            "O_DIRECT is not meaningful on {}: the file lives in memory (Linux 6.6+ accepts O_DIRECT there and copies from memory); {fallback}",
+            mount.fs_type
+        )));
+    }
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
+    if (meta.dev(), meta.ino()) != (t.dev, t.ino) {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!("{} was replaced while read-test opened it", path.display()),
+        )
+        .with_hint("run read-test on a file nothing else is changing"));
+    }
+    fcntl(&file, FcntlArg::F_SETFL(OFlag::O_DIRECT))
+        .map_err(|e| Error::from_errno(e, "cannot set the flags of", path))?;
+    if t.size > 0 {
+        let mut probe = AlignedBuffer::new(align as usize, align as usize);
+        loop {
+            match file.read_at(probe.as_mut_slice(), 0) {
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    return Ok(Err(format!(
+                        "O_DIRECT unsupported here: the first O_DIRECT read failed (EINVAL) with {align}-byte alignment; {fallback}"
+                    )));
+                }
+                Err(e) => return Err(Error::from_io(&e, "cannot read", path)),
+            }
+        }
+    }
+    Ok(Ok(file))
+}
+
+/// Whether `preadv2(RWF_DONTCACHE)` works on this file.
+fn dontcache_support(t: &Target, path: &Path, fs_type: &str) -> Result<Option<String>> {
+    let mut probe = [0u8; 4096];
+    match memio::pread_dontcache(&t.file, &mut probe, 0) {
+        Ok(_) => Ok(None),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
+            Ok(Some(format!(
+                "RWF_DONTCACHE is not supported here: it needs Linux 6.14 or later and a filesystem that implements it, and {fs_type} on {} does not",
+                kernel_release()
+            )))
+        }
+        Err(e) => Err(Error::from_io(&e, "cannot read", path)),
+    }
+}
+
+/// The block devices whose reads count for this file: every member of a
+/// btrfs, else the filesystem's own device. Empty when no device counts
+/// them (tmpfs, network and stacked filesystems). The second list names
+/// btrfs members that /proc/diskstats does not show.
+fn file_devices(
+    root: &SysRoot,
+    t: &Target,
+    fs_type: &str,
+) -> Result<(Vec<BlockDevice>, Vec<String>)> {
+    let stats = diskstats::read_stats(root)?;
+    if fs_type == "btrfs" {
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        for d in btrfs::devices(&t.canonical)? {
+            // A missing device has no path.
+            if d.path.is_empty() {
+                continue;
+            }
+            match diskstats::by_path(&stats, Path::new(&d.path)) {
+                Some(found_dev) => found.push(found_dev),
+                None => missing.push(d.path),
+            }
+        }
+        return Ok((found, missing));
+    }
+    let (maj, min) = (
+        nix::sys::stat::major(t.dev) as u32,
+        nix::sys::stat::minor(t.dev) as u32,
+    );
+    Ok((
+        diskstats::by_number(&stats, maj, min).into_iter().collect(),
+        Vec::new(),
+    ))
+}
+
+/// True when mincore tells this process the truth about the file's cache.
+/// Since Linux 5.0 it reports every page of a file mapping as resident
+/// unless the caller owns the file or may write to it (a side-channel
+/// guard), so an unprivileged reader of someone else's file cannot verify.
+fn mincore_can_tell(t: &Target) -> bool {
+    let euid = nix::unistd::geteuid();
+    euid.is_root()
+        || euid.as_raw() == t.uid
+        || nix::unistd::faccessat(
+            nix::fcntl::AT_FDCWD,
+            &t.canonical,
+            nix::unistd::AccessFlags::W_OK,
+            nix::fcntl::AtFlags::AT_EACCESS,
+        )
+        .is_ok()
+}
+
+/// Why the cache could not be proven cold, when it could not.
+fn unverifiable_reason(t: &Target, memory_backed: bool) -> Option<String> {
+    if memory_backed {
+        return None;
+    }
+    if skip_eviction_hook() {
+        return Some(format!(
+            "{SKIP_EVICTION_ENV} is set (a test hook): the cache was neither evicted nor checked before the runs"
+        ));
+    }
+    (!mincore_can_tell(t)).then(|| {
+        "the cache was evicted before each run but could not be checked: mincore reports every page of a file as cached unless you own it or may write to it (Linux 5.0+); the device cross-check still guards the figures".to_owned()
+    })
+}
+
+fn skip_eviction_hook() -> bool {
+    std::env::var(SKIP_EVICTION_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Makes the file's cache cold and proves it: fsync + DONTNEED (and
+/// drop_caches with `--drop-caches`), then mincore; tried a few times.
+fn make_cold(
+    t: &Target,
+    path: &Path,
+    memory_backed: bool,
+    drop_caches: bool,
+    can_verify: bool,
+) -> Result<(CacheState, Option<u64>)> {
+    if memory_backed {
+        return Ok((CacheState::Memory, Some(t.size)));
+    }
+    if skip_eviction_hook() {
+        return Ok((CacheState::Unverified, None));
+    }
+    let mut resident = 0;
+    for attempt in 0..EVICT_ATTEMPTS {
+        signals::check()?;
+        pagecache::evict(&t.file, path)?;
+        if drop_caches {
+            pagecache::drop_all_caches()?;
+        }
+        if !can_verify {
+            return Ok((CacheState::Unverified, None));
+        }
+        resident = pagecache::resident_bytes(&t.file, t.size, path)?;
+        if resident == 0 {
+            return Ok((CacheState::Cold, Some(0)));
+        }
+        thread::sleep(Duration::from_millis(100 * u64::from(attempt + 1)));
+    }
+    Ok((CacheState::Warm, Some(resident)))
+}
+
+fn memory_check(root: &SysRoot, need: u64) -> Result<()> {
+    let Ok(text) = fs::read_to_string(root.proc("meminfo")) else {
+        return Ok(());
+    };
+    let Some(available) = mem_available_bytes(&text) else {
+        return Ok(());
+    };
+    if need > available / 2 {
+        return Err(Error::new(
+            ErrorKind::NoSpace,
+            format!(
+                "not enough memory: the destination needs {}, and only {} is available",
+                format_iec(need),
+                format_iec(available)
+            ),
+        )
+        .with_hint("use a smaller --buffer: it is reused as a ring, so it can be much smaller than the file"));
+    }
+    Ok(())
+}
+
+/// Runs the test. `progress` is called a few times a second during runs.
+pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ReadTestReport> {
+    opts.validate()?;
+    if opts.drop_caches && !is_root() {
+        return Err(Error::new(
+            ErrorKind::Permission,
+            "--drop-caches needs root: it writes /proc/sys/vm/drop_caches",
+        )
+        .with_hint(
+            "run as root, or leave out --drop-caches (the file's own pages are still evicted)",
+        ));
+    }
+    let methods = opts.method_list();
+    let path = opts.path.as_path();
+    let t = open_target(path)?;
+    let table = mounts::mount_table(&opts.sysroot)?;
+    let mount = mount_containing(&table, &t.canonical)
+        .cloned()
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::State,
+                format!("no mount contains {}", t.canonical.display()),
+            )
+        })?;
+    let fs_type = mount.fs_type.clone();
+    let memory_backed = sysfs::is_memory_backed(&fs_type);
+    let (devices, missing_members) = file_devices(&opts.sysroot, &t, &fs_type)?;
+    let data_profiles = if fs_type == "btrfs" {
+        btrfs::data_profiles(&t.canonical)?
+    } else {
+        Vec::new()
+    };
+    let layout: Option<Layout> = extents::layout(&t.file, t.size).ok();
+
+    let dio = memio::dio_alignment(&t.file);
+    let align = dio
+        .map_or(DEFAULT_ALIGN, |a| u64::from(a.offset.max(a.memory)))
+        .max(512);
+    let chunk = opts.chunk_bytes();
+    if !chunk.is_multiple_of(align) {
+        return Err(Error::usage(format!(
+            "--chunk {} is not a multiple of the O_DIRECT alignment of {} ({align} bytes)",
+            format_iec(chunk),
+            path.display()
+        )));
+    }
+    let direct = if methods.iter().any(|m| m.uses_o_direct()) {
+        open_direct(&t, path, &mount, align)?
+    } else {
+        Err("direct and direct-copy were not run".to_owned())
+    };
+    let dontcache_unsupported = if methods.contains(&Method::Dontcache) {
+        dontcache_support(&t, path, &fs_type)?
+    } else {
+        None
+    };
+
+    let threads = opts.threads as usize;
+    let ring_len = ring_bytes(opts.buffer, t.size, chunk);
+    let bounce_len = if methods.contains(&Method::DirectCopy) {
+        chunk * opts.threads as u64
+    } else {
+        0
+    };
+    memory_check(&opts.sysroot, ring_len + bounce_len)?;
+    let alloc_error = |e: std::io::Error| {
+        Error::new(
+            ErrorKind::NoSpace,
+            format!("cannot allocate the destination buffer: {e}"),
+        )
+        .with_hint("use a smaller --buffer")
+    };
+    let mut ring =
+        RingBuffer::new((ring_len / chunk) as usize, chunk as usize).map_err(alloc_error)?;
+    let mut bounce: Vec<MappedBuffer> = (0..if bounce_len > 0 { threads } else { 0 })
+        .map(|_| MappedBuffer::new(chunk as usize))
+        .collect::<std::io::Result<_>>()
+        .map_err(alloc_error)?;
+    let huge_page_bytes = fs::read_to_string("/proc/self/smaps")
+        .ok()
+        .and_then(|s| anon_huge_bytes(&s, ring.address()));
+
+    let runnable: Vec<Method> = methods
+        .iter()
+        .copied()
+        .filter(|m| !(*m == Method::Dontcache && dontcache_unsupported.is_some()))
+        .collect();
+    let direct_file = direct.as_ref().ok();
+    let unverifiable = unverifiable_reason(&t, memory_backed);
+    let can_verify = unverifiable.is_none();
+    let mut runs: BTreeMap<Method, Vec<Run>> = BTreeMap::new();
+    let mut sequence = 0u32;
+    for round in 0..opts.rounds {
+        for method in method::round_order(&runnable, round as usize) {
+            signals::check()?;
+            let (cache, resident) =
+                make_cold(&t, path, memory_backed, opts.drop_caches, can_verify)?;
+            let before = if devices.is_empty() {
+                None
+            } else {
+                Some(diskstats::bytes_read(&opts.sysroot, &devices)?)
+            };
+            let pass = Pass {
+                path,
+                size: t.size,
+                plain: &t.file,
+                direct: direct_file.filter(|_| method.uses_o_direct()),
+                threads: if method.is_threaded() { threads } else { 1 },
+                align: align as usize,
+                verify: opts.verify,
+            };
+            let r = engine::run_pass(method, &pass, &mut ring, &mut bounce, &mut |done| {
+                progress(&Progress {
+                    method,
+                    round: round + 1,
+                    rounds: opts.rounds,
+                    done,
+                    total: t.size,
+                });
+            })?;
+            let device_read_bytes = match before {
+                Some(b) => Some(diskstats::bytes_read(&opts.sysroot, &devices)?.saturating_sub(b)),
+                None => None,
+            };
+            sequence += 1;
+            runs.entry(method).or_default().push(Run {
+                round: round + 1,
+                sequence,
+                bytes_read: r.bytes,
+                seconds: r.seconds,
+                cpu_seconds: r.cpu_seconds,
+                device_read_bytes,
+                resident_before_bytes: resident,
+                cache,
+                digest: r.digest.hex(),
+                digest_blocks: r.digest.blocks(),
+                complete: r.digest.is_complete() && r.bytes == t.size,
+                flag: None,
+            });
+        }
+    }
+
+    let ctx = CheckContext {
+        // Counting only some members would make honest runs look impossible.
+        devices_known: !devices.is_empty() && missing_members.is_empty(),
+        layout_allowance: layout.map_or(0, |l| {
+            l.hole_bytes + l.unwritten_bytes + l.inline_bytes + l.encoded_bytes + l.delalloc_bytes
+        }),
+    };
+    let direct_note = direct.as_ref().err().cloned();
+    let summaries: Vec<MethodSummary> = methods
+        .iter()
+        .map(|&m| {
+            if m == Method::Dontcache
+                && let Some(why) = &dontcache_unsupported
+            {
+                return analysis::unsupported(m, why.clone());
+            }
+            let (o_direct, note) = if m.uses_o_direct() {
+                (Some(direct_file.is_some()), direct_note.clone())
+            } else {
+                (None, None)
+            };
+            analysis::summarize(m, runs.remove(&m).unwrap_or_default(), o_direct, note, &ctx)
+        })
+        .collect();
+    let blocks = Digest::new(opts.verify, t.size).expected_blocks();
+    let checksum = analysis::check_checksums(opts.verify, blocks, &summaries);
+    let winner = analysis::winner(&summaries);
+
+    let mut notes = Vec::new();
+    if memory_backed {
+        notes.push(format!(
+            "{} is on {fs_type}, which keeps files in memory: there is no device and no cold cache, so every figure is a memory copy, not a read from storage.",
+            t.canonical.display()
+        ));
+    }
+    if let Some(why) = &direct_note
+        && methods.iter().any(|m| m.uses_o_direct())
+    {
+        notes.push(format!("{why}."));
+    }
+    if let Some(l) = layout {
+        if l.encoded_bytes > 0 {
+            notes.push(format!(
+                "{} of the file ({:.0}%) is in compressed extents: btrfs serves O_DIRECT reads of them through the page cache, decompressing, so direct cannot bypass the cache there, and the devices move fewer bytes than are read.",
+                format_iec(l.encoded_bytes),
+                100.0 * l.encoded_bytes as f64 / t.size.max(1) as f64
+            ));
+        }
+        let zeros = l.hole_bytes + l.unwritten_bytes;
+        if zeros > 0 {
+            notes.push(format!(
+                "{} of the file is holes or unwritten extents: they read as zeros without device I/O, so they measure memory, not the devices.",
+                format_iec(zeros)
+            ));
+        }
+    }
+    if !missing_members.is_empty() {
+        notes.push(format!(
+            "/proc/diskstats does not show the btrfs member{} {}: the device cross-check could not run.",
+            if missing_members.len() > 1 { "s" } else { "" },
+            missing_members.join(", ")
+        ));
+    } else if devices.is_empty() && !memory_backed {
+        notes.push(format!(
+            "no block device counts the reads of this {fs_type} filesystem (network or stacked?): the device cross-check could not run."
+        ));
+    }
+    let in_flight = chunk * opts.threads as u64;
+    if in_flight < MIN_IN_FLIGHT && runnable.iter().any(|m| m.is_threaded()) {
+        notes.push(format!(
+            "direct keeps only {} in flight (--threads × --chunk): below {} a fast array may idle between requests.",
+            format_iec(in_flight),
+            format_iec(MIN_IN_FLIGHT)
+        ));
+    }
+    if let Some(why) = &unverifiable {
+        notes.push(format!("{why}."));
+    }
+    if t.size == 0 {
+        notes.push(
+            "the file is empty: every method read 0 bytes, so there are no rates.".to_owned(),
+        );
+    }
+
+    let exit_code = if checksum.agree {
+        0
+    } else {
+        report::EXIT_CHECKSUM_MISMATCH
+    };
+    let mut summary = report::summary_sentence(winner.as_ref(), &checksum, t.size);
+    if memory_backed && t.size > 0 {
+        summary.push_str(&format!(
+            " All from memory: {fs_type} keeps the file in RAM."
+        ));
+    }
+    Ok(ReadTestReport {
+        path: opts.path.clone(),
+        exit_code,
+        summary,
+        kernel: kernel_release(),
+        file: FileInfo {
+            path: t.canonical.clone(),
+            size_bytes: t.size,
+            fs_type,
+            mount_point: mount.mount_point.clone(),
+            source: mount.source.clone(),
+            memory_backed,
+            data_profiles,
+            devices,
+            layout,
+        },
+        parameters: Parameters {
+            methods,
+            rounds: opts.rounds,
+            threads: opts.threads,
+            chunk_bytes: chunk,
+            in_flight_bytes: in_flight,
+            buffer_bytes: opts.buffer,
+            verify: opts.verify,
+            drop_caches: opts.drop_caches,
+        },
+        direct_io: DirectIo {
+            used: direct_file.is_some(),
+            note: direct_note,
+            offset_align_bytes: dio.map_or(DEFAULT_ALIGN, |a| u64::from(a.offset)),
+            memory_align_bytes: dio.map_or(DEFAULT_ALIGN, |a| u64::from(a.memory)),
+            align_source: if dio.is_some() { "statx" } else { "default" }.to_owned(),
+        },
+        destination: Destination {
+            bytes: ring.len() as u64,
+            slots: ring.slots() as u64,
+            huge_page_bytes,
+            bounce_bytes: bounce_len,
+        },
+        cache: CacheInfo {
+            eviction: if memory_backed {
+                "none"
+            } else if skip_eviction_hook() {
+                "skipped"
+            } else if opts.drop_caches {
+                "drop-caches"
+            } else {
+                "fadvise"
+            }
+            .to_owned(),
+            verified_by: (!memory_backed && can_verify).then(|| "mincore".to_owned()),
+            note: unverifiable,
+        },
+        methods: summaries,
+        winner,
+        checksum,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_defaults_keep_32_mib_in_flight() {
+        let mut o = ReadTestOptions::new("/x");
+        assert_eq!(o.chunk_bytes(), 8 << 20);
+        o.threads = 2;
+        assert_eq!(o.chunk_bytes(), 16 << 20);
+        o.threads = 3;
+        assert_eq!(o.chunk_bytes(), 11 << 20);
+        o.threads = 16;
+        assert_eq!(o.chunk_bytes(), 8 << 20);
+        o.chunk = Some(1 << 20);
+        assert_eq!(o.chunk_bytes(), 1 << 20);
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let ok = ReadTestOptions::new("/x");
+        assert!(ok.validate().is_ok());
+        let bad = [
+            ReadTestOptions {
+                rounds: 0,
+                ..ok.clone()
+            },
+            ReadTestOptions {
+                threads: 0,
+                ..ok.clone()
+            },
+            ReadTestOptions {
+                threads: 65,
+                ..ok.clone()
+            },
+            ReadTestOptions {
+                chunk: Some(1_000_000),
+                ..ok.clone()
+            },
+            ReadTestOptions {
+                chunk: Some(4096),
+                ..ok.clone()
+            },
+            ReadTestOptions {
+                buffer: 16 << 20,
+                ..ok.clone()
+            },
+            ReadTestOptions {
+                methods: vec![],
+                ..ok.clone()
+            },
+        ];
+        for b in bad {
+            assert_eq!(b.validate().unwrap_err().exit_code(), 2, "{b:?}");
+        }
+        let e = ReadTestOptions {
+            buffer: 16 << 20,
+            ..ok.clone()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(
+            e.message().contains("every thread needs a slot"),
+            "{}",
+            e.message()
+        );
+        let dup = ReadTestOptions {
+            methods: vec![Method::Mmap, Method::Direct, Method::Mmap],
+            ..ok
+        };
+        assert_eq!(dup.method_list(), vec![Method::Mmap, Method::Direct]);
+    }
+
+    #[test]
+    fn ring_is_whole_chunks_and_no_larger_than_needed() {
+        const M: u64 = 1 << 20;
+        assert_eq!(ring_bytes(1024 * M, 80 << 30, 8 * M), 1024 * M);
+        assert_eq!(ring_bytes(1024 * M, 10 * M + 1, 8 * M), 16 * M);
+        assert_eq!(ring_bytes(1024 * M, 0, 8 * M), 8 * M);
+        assert_eq!(ring_bytes(100 * M, 1 << 30, 8 * M), 96 * M);
+    }
+}

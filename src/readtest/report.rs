@@ -1,0 +1,205 @@
+//! The `read-test` report: the JSON contract (docs/json.md) that the text
+//! renderer reads too.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::analysis::{ChecksumCheck, MethodSummary, Winner};
+use super::digest::VerifyMode;
+use super::method::Method;
+use crate::model::profile::Profile;
+use crate::parse::size::format_rate;
+use crate::sys::diskstats::BlockDevice;
+use crate::sys::extents::Layout;
+
+/// Exit status when the methods read different bytes.
+pub const EXIT_CHECKSUM_MISMATCH: u8 = 3;
+
+/// The file and where it lives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileInfo {
+    /// Canonical path.
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Filesystem type.
+    pub fs_type: String,
+    /// Its mount point.
+    pub mount_point: PathBuf,
+    /// The mount's source.
+    pub source: String,
+    /// The filesystem keeps files in memory (tmpfs, ramfs).
+    pub memory_backed: bool,
+    /// btrfs data profiles; empty elsewhere.
+    pub data_profiles: Vec<Profile>,
+    /// The block devices whose reads are counted (all btrfs members).
+    pub devices: Vec<BlockDevice>,
+    /// How the bytes are stored (FIEMAP); null where unavailable.
+    pub layout: Option<Layout>,
+}
+
+/// The settings of the test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Parameters {
+    /// Methods, in the order of the first round.
+    pub methods: Vec<Method>,
+    /// Rounds.
+    pub rounds: u32,
+    /// Threads of direct and direct-copy.
+    pub threads: u32,
+    /// Bytes per chunk (one pread of a thread).
+    pub chunk_bytes: u64,
+    /// threads × chunk: bytes direct keeps in flight.
+    pub in_flight_bytes: u64,
+    /// `--buffer` as given.
+    pub buffer_bytes: u64,
+    /// Checksum mode.
+    pub verify: VerifyMode,
+    /// `--drop-caches`.
+    pub drop_caches: bool,
+}
+
+/// O_DIRECT here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DirectIo {
+    /// direct and direct-copy read with O_DIRECT.
+    pub used: bool,
+    /// Why not, when not.
+    pub note: Option<String>,
+    /// Offset and length alignment of O_DIRECT reads.
+    pub offset_align_bytes: u64,
+    /// Memory alignment.
+    pub memory_align_bytes: u64,
+    /// `statx` (STATX_DIOALIGN) or `default` (the filesystem does not say).
+    pub align_source: String,
+}
+
+/// The destination buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Destination {
+    /// Bytes (a ring when smaller than the file).
+    pub bytes: u64,
+    /// Slots of one chunk each.
+    pub slots: u64,
+    /// Bytes of it backed by transparent huge pages; null if unknown.
+    pub huge_page_bytes: Option<u64>,
+    /// Bounce buffers of direct-copy, all threads together.
+    pub bounce_bytes: u64,
+}
+
+/// How the cache was made cold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CacheInfo {
+    /// `fadvise` (fsync + POSIX_FADV_DONTNEED), `drop-caches` (also
+    /// /proc/sys/vm/drop_caches), `none` (memory-backed file) or `skipped`
+    /// (test hook).
+    pub eviction: String,
+    /// `mincore` when residency was checked before each run, else null.
+    pub verified_by: Option<String>,
+    /// Why it was not checked, when it was not (and not memory-backed).
+    pub note: Option<String>,
+}
+
+/// Everything `read-test` found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReadTestReport {
+    /// The file as given.
+    pub path: PathBuf,
+    /// The process exit status that goes with the report.
+    pub exit_code: u8,
+    /// One sentence: who won and by how much.
+    pub summary: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// The file.
+    pub file: FileInfo,
+    /// Settings.
+    pub parameters: Parameters,
+    /// O_DIRECT.
+    pub direct_io: DirectIo,
+    /// The destination.
+    pub destination: Destination,
+    /// Cache eviction.
+    pub cache: CacheInfo,
+    /// One entry per method.
+    pub methods: Vec<MethodSummary>,
+    /// The fastest method with a result.
+    pub winner: Option<Winner>,
+    /// Did every method read the same bytes?
+    pub checksum: ChecksumCheck,
+    /// Things to know, most important first.
+    pub notes: Vec<String>,
+}
+
+/// The summary sentence.
+pub fn summary_sentence(winner: Option<&Winner>, checksum: &ChecksumCheck, size: u64) -> String {
+    if !checksum.agree {
+        return format!(
+            "The methods read different bytes ({}): a figure means nothing until that is explained.",
+            checksum.mismatches.join(", ")
+        );
+    }
+    if size == 0 {
+        return "The file is empty: there is nothing to measure.".to_owned();
+    }
+    let Some(w) = winner else {
+        return "No method has a result: every one was flagged or unsupported.".to_owned();
+    };
+    let mut s = format!("{} wins at {}", w.method, format_rate(w.rate_bytes_per_sec));
+    match (&w.runner_up, &w.vs_buffered) {
+        (Some(r), Some(b)) if r.method != b.method => s.push_str(&format!(
+            ": {:.2}× {} (the next best), {:.2}× buffered.",
+            r.ratio, r.method, b.ratio
+        )),
+        (Some(r), _) => s.push_str(&format!(": {:.2}× {} (the next best).", r.ratio, r.method)),
+        (None, _) => s.push_str(", the only method with a result."),
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::readtest::analysis::Comparison;
+
+    fn check(agree: bool) -> ChecksumCheck {
+        ChecksumCheck {
+            mode: VerifyMode::Sampled,
+            block_bytes: 4096,
+            blocks: 1,
+            reference: Some(Method::Buffered),
+            digest: None,
+            agree,
+            direct_matches_buffered: None,
+            mismatches: if agree {
+                vec![]
+            } else {
+                vec!["direct round 1".into()]
+            },
+        }
+    }
+
+    #[test]
+    fn sentences() {
+        let w = Winner {
+            method: Method::Direct,
+            rate_bytes_per_sec: (2u64 << 30) as f64,
+            runner_up: Some(Comparison {
+                method: Method::DirectCopy,
+                ratio: 1.25,
+            }),
+            vs_buffered: Some(Comparison {
+                method: Method::Buffered,
+                ratio: 3.5,
+            }),
+        };
+        assert_eq!(
+            summary_sentence(Some(&w), &check(true), 1),
+            "direct wins at 2.00GiB/s: 1.25× direct-copy (the next best), 3.50× buffered."
+        );
+        assert!(summary_sentence(Some(&w), &check(false), 1).contains("direct round 1"));
+        assert!(summary_sentence(None, &check(true), 0).contains("empty"));
+        assert!(summary_sentence(None, &check(true), 5).contains("No method"));
+    }
+}

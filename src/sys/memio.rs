@@ -1,0 +1,603 @@
+//! Memory and read interfaces that have no safe wrapper in nix (or whose
+//! nix wrapper is not enabled here): anonymous huge-page buffers, a ring of
+//! slots handed out to reader threads, read-only file mappings, `mincore`,
+//! `statx` DIO alignment, `preadv2(RWF_DONTCACHE)` and `getrusage`.
+//!
+//! Every `unsafe` block says why it is sound. What leaves this module is a
+//! safe API: slices only exist while the protocol below makes them exclusive.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Transparent huge pages on x86-64 and arm64 (4 KiB base pages).
+pub const HUGE_PAGE: usize = 2 << 20;
+
+fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    crate::sys::counters::page_size() as usize
+}
+
+// ------------------------------------------------------------ anonymous memory
+
+/// Anonymous memory aligned to 2 MiB with transparent huge pages requested,
+/// and faulted in before use, so a timed read never pays for page faults.
+pub struct MappedBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    mapped: usize,
+}
+
+// SAFETY: the buffer owns its mapping exclusively; moving it between threads
+// moves that ownership. Shared access (`&MappedBuffer`) only reads metadata
+// (pointer, lengths): the bytes are reached through `&mut self` or through
+// `RingBuffer`'s exclusive slots.
+unsafe impl Send for MappedBuffer {}
+// SAFETY: see `Send`; no `&self` method reads or writes the bytes.
+unsafe impl Sync for MappedBuffer {}
+
+impl MappedBuffer {
+    /// `len` usable bytes (the mapping is rounded up to 2 MiB), 2 MiB-aligned,
+    /// `MADV_HUGEPAGE` requested, every page written once (prefaulted).
+    pub fn new(len: usize) -> io::Result<Self> {
+        let mapped = round_up(len.max(1), HUGE_PAGE);
+        let over = mapped + HUGE_PAGE;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is
+        // touched. The result is checked against MAP_FAILED.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                over,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let start = raw as usize;
+        let aligned = round_up(start, HUGE_PAGE);
+        let head = aligned - start;
+        let tail = over - head - mapped;
+        // SAFETY: both ranges lie inside the mapping just made and are not
+        // used again: we keep exactly [aligned, aligned + mapped).
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + mapped) as *mut libc::c_void, tail);
+            }
+        }
+        let ptr = NonNull::new(aligned as *mut u8).ok_or_else(io::Error::last_os_error)?;
+        let buf = Self { ptr, len, mapped };
+        // SAFETY: advice on our own mapping; it changes no memory contents.
+        // EINVAL (THP compiled out or disabled) only means no huge pages.
+        unsafe {
+            libc::madvise(ptr.as_ptr().cast(), mapped, libc::MADV_HUGEPAGE);
+        }
+        buf.prefault()?;
+        Ok(buf)
+    }
+
+    fn prefault(&self) -> io::Result<()> {
+        // SAFETY: MADV_POPULATE_WRITE (Linux 5.14) faults in our own mapping
+        // writable without changing its contents (zeros).
+        let r = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().cast(),
+                self.mapped,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINVAL) {
+            return Err(err);
+        }
+        // Older kernel: write one byte per page ourselves.
+        let page = page_size();
+        for off in (0..self.mapped).step_by(page) {
+            // SAFETY: `off` is inside our writable mapping; nobody else
+            // holds a reference to it yet (we are in the constructor).
+            unsafe { self.ptr.as_ptr().add(off).write_volatile(0) };
+        }
+        Ok(())
+    }
+
+    /// Usable length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the usable length is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Start address (to find the mapping in /proc/self/smaps).
+    pub fn address(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// The bytes, exclusively.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: [ptr, ptr + len) is inside our live read-write mapping and
+        // `&mut self` makes this the only reference to it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for MappedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: we own exactly this mapping; no slice into it outlives
+        // `self` (they borrow it).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.mapped);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ the ring
+
+/// A destination buffer used as a ring of equal slots: chunk `i` of a file
+/// lands in slot `i % slots`. Reader threads take slots through
+/// [`RingBuffer::claim`], which hands chunk `i` its slot only after chunk
+/// `i - slots` released it, so every slice handed out is exclusive.
+pub struct RingBuffer {
+    buf: MappedBuffer,
+    slot_len: usize,
+    /// Per slot: the chunk whose turn it is, or `BUSY` while held.
+    turns: Vec<AtomicU64>,
+    aborted: AtomicBool,
+}
+
+const BUSY: u64 = u64::MAX;
+
+impl RingBuffer {
+    /// `slots` slots of `slot_len` bytes, prefaulted, huge pages requested.
+    pub fn new(slots: usize, slot_len: usize) -> io::Result<Self> {
+        let slots = slots.max(1);
+        let buf = MappedBuffer::new(slots * slot_len)?;
+        let mut ring = Self {
+            buf,
+            slot_len,
+            turns: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            aborted: AtomicBool::new(false),
+        };
+        ring.reset();
+        Ok(ring)
+    }
+
+    /// Makes the ring ready for a new pass over a file (chunk 0 onwards).
+    pub fn reset(&mut self) {
+        for (i, t) in self.turns.iter_mut().enumerate() {
+            *t.get_mut() = i as u64;
+        }
+        *self.aborted.get_mut() = false;
+    }
+
+    /// Bytes per slot.
+    pub fn slot_len(&self) -> usize {
+        self.slot_len
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.turns.len()
+    }
+
+    /// Total bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// True when the ring holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Start address of the buffer.
+    pub fn address(&self) -> usize {
+        self.buf.address()
+    }
+
+    /// Makes every waiting and future `claim` return `None` (a reader failed
+    /// or the user interrupted).
+    pub fn abort(&self) {
+        self.aborted.store(true, Ordering::SeqCst);
+    }
+
+    /// True after [`RingBuffer::abort`].
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst)
+    }
+
+    /// The slot of `chunk`, exclusively, once the chunk before it in that
+    /// slot is done. `None` after an abort, or if `chunk` was already
+    /// claimed (each chunk is claimed once per pass).
+    pub fn claim(&self, chunk: u64) -> Option<SlotGuard<'_>> {
+        let slot = (chunk % self.turns.len() as u64) as usize;
+        let turn = &self.turns[slot];
+        let mut spins = 0u32;
+        loop {
+            if self.is_aborted() {
+                return None;
+            }
+            let t = turn.load(Ordering::Acquire);
+            if t == chunk {
+                if turn
+                    .compare_exchange(chunk, BUSY, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Some(SlotGuard {
+                        ring: self,
+                        slot,
+                        chunk,
+                    });
+                }
+                continue;
+            }
+            if t != BUSY && t > chunk {
+                return None;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Exclusive access to one slot of a [`RingBuffer`]; released on drop.
+pub struct SlotGuard<'a> {
+    ring: &'a RingBuffer,
+    slot: usize,
+    chunk: u64,
+}
+
+impl SlotGuard<'_> {
+    /// Start of the slot (plain pointer arithmetic inside the mapping).
+    fn start(&self) -> *mut u8 {
+        self.ring
+            .buf
+            .ptr
+            .as_ptr()
+            .wrapping_add(self.slot * self.ring.slot_len)
+    }
+}
+
+impl Deref for SlotGuard<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the slot lies inside the ring's live mapping (slot <
+        // slots, slots * slot_len <= len). The turn protocol gives this
+        // guard the slot exclusively: its turn word holds BUSY, which only
+        // this guard's drop replaces.
+        unsafe { std::slice::from_raw_parts(self.start(), self.ring.slot_len) }
+    }
+}
+
+impl DerefMut for SlotGuard<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes the slice unique.
+        unsafe { std::slice::from_raw_parts_mut(self.start(), self.ring.slot_len) }
+    }
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        let next = self.chunk + self.ring.turns.len() as u64;
+        self.ring.turns[self.slot].store(next, Ordering::Release);
+    }
+}
+
+// ------------------------------------------------------------- file mappings
+
+/// A read-only shared mapping of a file. Its bytes are reached by copying
+/// or by touching pages, never as a Rust slice: another process may change
+/// the file underneath, which a `&[u8]` would not allow.
+pub struct FileMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl FileMap {
+    /// Maps the first `len` bytes (`len` > 0) of `file`, opened for reading.
+    pub fn new(file: &File, len: usize) -> io::Result<Self> {
+        Self::map_at(file, len, 0)
+    }
+
+    /// Maps `len` bytes (> 0) of `file` from `offset`, a multiple of the
+    /// page size.
+    fn map_at(file: &File, len: usize, offset: u64) -> io::Result<Self> {
+        if len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a new shared read-only mapping of a file we hold open; the
+        // result is checked against MAP_FAILED.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                offset,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(raw.cast()).ok_or_else(io::Error::last_os_error)?;
+        Ok(Self { ptr, len })
+    }
+
+    /// Tells the kernel the mapping will be read front to back (more
+    /// readahead, pages dropped behind).
+    pub fn advise_sequential(&self) {
+        // SAFETY: advice on our own mapping; contents are unchanged.
+        unsafe {
+            libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_SEQUENTIAL);
+        }
+    }
+
+    /// Length of the mapping.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the mapping is empty (never: `new` refuses 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads one byte of every `page` bytes in `[start, end)`, faulting the
+    /// pages in as a program using the mapping would. Returns their sum so
+    /// the reads cannot be optimised away.
+    pub fn touch_pages(&self, start: usize, end: usize, page: usize) -> u64 {
+        let end = end.min(self.len);
+        let mut sum = 0u64;
+        let mut off = start;
+        while off < end {
+            // SAFETY: off < len, inside our readable mapping. A volatile read
+            // makes no reference and tolerates concurrent changes.
+            sum = sum.wrapping_add(u64::from(unsafe {
+                self.ptr.as_ptr().add(off).read_volatile()
+            }));
+            off += page;
+        }
+        sum
+    }
+
+    /// Copies `dst.len()` bytes from `offset` out of the mapping.
+    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) {
+        let n = dst.len().min(self.len.saturating_sub(offset));
+        // SAFETY: [offset, offset + n) is inside the mapping; `dst` is a
+        // distinct buffer of ours; the copy makes no reference to the
+        // mapped bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), n);
+        }
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: we own exactly this mapping and no pointer into it escapes.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// Bytes of the first `size` bytes of `file` that are in the page cache
+/// (`mincore` over a temporary mapping, 1 GiB at a time).
+pub fn resident_bytes(file: &File, size: u64) -> io::Result<u64> {
+    const WINDOW: u64 = 1 << 30;
+    let page = page_size() as u64;
+    let mut resident_pages = 0u64;
+    let mut vec = Vec::new();
+    let mut start = 0u64;
+    while start < size {
+        let len = (size - start).min(WINDOW) as usize;
+        let pages = len.div_ceil(page as usize);
+        vec.clear();
+        vec.resize(pages, 0u8);
+        // A multiple of 1 GiB is page-aligned.
+        let map = FileMap::map_at(file, len, start)?;
+        // SAFETY: `map` is our mapping of `len` bytes and `vec` has one byte
+        // per page of it, as mincore writes. mincore faults nothing in.
+        let r = unsafe { libc::mincore(map.ptr.as_ptr().cast(), len, vec.as_mut_ptr()) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        resident_pages += vec.iter().filter(|&&b| b & 1 != 0).count() as u64;
+        start += len as u64;
+    }
+    Ok((resident_pages * page).min(size))
+}
+
+// ------------------------------------------------------------------- statx
+
+/// O_DIRECT alignment a file asks for (`statx` STATX_DIOALIGN, and
+/// STATX_DIO_READ_ALIGN where the kernel has it, 6.14+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DioAlign {
+    /// Alignment of the memory buffer.
+    pub memory: u32,
+    /// Alignment of file offsets and lengths for reads.
+    pub offset: u32,
+}
+
+/// The DIO alignment of `file`, or `None` if the filesystem does not say
+/// (btrfs, tmpfs) or says O_DIRECT is unsupported (both values 0).
+pub fn dio_alignment(file: &File) -> Option<DioAlign> {
+    // SAFETY: statx is a plain-old-data struct for which all zeros is valid.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the empty C string with AT_EMPTY_PATH makes statx describe the
+    // open fd; the kernel writes into `stx`, which we own.
+    let r = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN | libc::STATX_DIO_READ_ALIGN,
+            &mut stx,
+        )
+    };
+    if r != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return None;
+    }
+    let read = if stx.stx_mask & libc::STATX_DIO_READ_ALIGN != 0 {
+        stx.stx_dio_read_offset_align
+    } else {
+        0
+    };
+    let offset = if read != 0 {
+        read
+    } else {
+        stx.stx_dio_offset_align
+    };
+    (offset != 0).then_some(DioAlign {
+        memory: stx.stx_dio_mem_align.max(1),
+        offset,
+    })
+}
+
+// ----------------------------------------------------------------- preadv2
+
+/// `preadv2(RWF_DONTCACHE)` (Linux 6.14+): a buffered read whose pages are
+/// dropped once read. EOPNOTSUPP where the kernel or filesystem lacks it.
+pub fn pread_dontcache(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec describing `buf`, which we borrow mutably for the
+    // call; the kernel writes at most iov_len bytes into it.
+    let n = unsafe {
+        libc::preadv2(
+            file.as_raw_fd(),
+            &iov,
+            1,
+            offset as libc::off_t,
+            libc::RWF_DONTCACHE,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+// ---------------------------------------------------------------- getrusage
+
+/// CPU time (user + system) used so far by this process, all threads
+/// included (`getrusage(RUSAGE_SELF)`), in seconds.
+pub fn process_cpu_seconds() -> f64 {
+    // SAFETY: rusage is plain old data; all zeros is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel fills `usage`, which we own.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if r != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::sync::Arc;
+
+    #[test]
+    fn buffer_is_huge_page_aligned_and_zeroed() {
+        let mut b = MappedBuffer::new(3 << 20).unwrap();
+        assert_eq!(b.address() % HUGE_PAGE, 0);
+        assert_eq!(b.len(), 3 << 20);
+        assert!(b.as_mut_slice().iter().all(|&x| x == 0));
+        b.as_mut_slice()[(3 << 20) - 1] = 7;
+    }
+
+    #[test]
+    fn ring_hands_out_slots_in_turn() {
+        let mut ring = RingBuffer::new(2, 4096).unwrap();
+        {
+            let mut a = ring.claim(0).unwrap();
+            a[0] = 1;
+            let b = ring.claim(1).unwrap();
+            assert_eq!(b.len(), 4096);
+        }
+        // Chunk 2 reuses slot 0 and sees what chunk 0 wrote.
+        assert_eq!(ring.claim(2).unwrap()[0], 1);
+        // Chunk 0 is done: claiming it again is refused, not a second slice.
+        assert!(ring.claim(0).is_none());
+        ring.reset();
+        assert!(ring.claim(0).is_some());
+    }
+
+    #[test]
+    fn ring_waiters_follow_the_order_and_abort_releases_them() {
+        let ring = Arc::new(RingBuffer::new(1, 4096).unwrap());
+        let held = ring.claim(0).unwrap();
+        let r2 = Arc::clone(&ring);
+        let waiter = std::thread::spawn(move || r2.claim(1).map(|s| s[0]));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!waiter.is_finished(), "chunk 1 must wait for chunk 0");
+        drop(held);
+        assert_eq!(waiter.join().unwrap(), Some(0));
+        let r3 = Arc::clone(&ring);
+        let _hold = ring.claim(2);
+        let waiter = std::thread::spawn(move || r3.claim(3).is_none());
+        ring.abort();
+        assert!(waiter.join().unwrap());
+    }
+
+    #[test]
+    fn file_map_touch_copy_and_mincore() {
+        let mut f = tempfile::tempfile_in("/var/tmp").unwrap();
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        let m = FileMap::new(&f, data.len()).unwrap();
+        m.advise_sequential();
+        let mut out = vec![0u8; 100];
+        m.copy_out(19_950, &mut out);
+        assert_eq!(&out[..50], &data[19_950..]);
+        assert_eq!(out[50], 0, "copy stops at the end of the mapping");
+        assert_eq!(m.touch_pages(0, 3, 1), 3);
+        let resident = resident_bytes(&f, data.len() as u64).unwrap();
+        assert!(resident <= data.len() as u64);
+        assert_eq!(resident_bytes(&f, 0).unwrap(), 0);
+        assert!(FileMap::new(&f, 0).is_err());
+    }
+
+    #[test]
+    fn cpu_time_moves_forward() {
+        let a = process_cpu_seconds();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        assert!(process_cpu_seconds() >= a);
+    }
+}

@@ -1,0 +1,68 @@
+//! Getting a file out of the page cache, and proving it is out.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
+
+use super::memio;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Writes back the file's dirty pages (DONTNEED skips dirty ones), then
+/// asks the kernel to drop its cached pages.
+pub fn evict(file: &File, path: &Path) -> Result<()> {
+    match file.sync_data() {
+        Ok(()) => {}
+        // Nothing can be dirty on a read-only mount; some filesystems have
+        // no fsync at all.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS | libc::EINVAL)) => {}
+        Err(e) => return Err(Error::from_io(&e, "cannot write back", path)),
+    }
+    posix_fadvise(file, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED)
+        .map_err(|e| Error::from_errno(e, "cannot drop the cached pages of", path))
+}
+
+/// Bytes of the file's first `size` bytes in the page cache (mincore).
+pub fn resident_bytes(file: &File, size: u64, path: &Path) -> Result<u64> {
+    memio::resident_bytes(file, size)
+        .map_err(|e| Error::from_io(&e, "cannot check the cached pages of", path))
+}
+
+/// Writes back everything and drops the whole page cache, dentries and
+/// inodes (`/proc/sys/vm/drop_caches`). Root only.
+pub fn drop_all_caches() -> Result<()> {
+    nix::unistd::sync();
+    let p = Path::new("/proc/sys/vm/drop_caches");
+    OpenOptions::new()
+        .write(true)
+        .open(p)
+        .and_then(|mut f| f.write_all(b"3\n"))
+        .map_err(|e| match e.raw_os_error().map(Errno::from_raw) {
+            Some(Errno::EACCES | Errno::EPERM) => Error::new(
+                ErrorKind::Permission,
+                "--drop-caches needs root: cannot write /proc/sys/vm/drop_caches",
+            )
+            .with_hint(
+                "run as root, or leave out --drop-caches (the file's own pages are still evicted)",
+            ),
+            _ => Error::from_io(&e, "cannot write", p),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicts_a_written_file() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![1u8; 1 << 20]).unwrap();
+        let f = File::open(&p).unwrap();
+        evict(&f, &p).unwrap();
+        // Another process may read the file meanwhile; normally nothing stays.
+        assert!(resident_bytes(&f, 1 << 20, &p).unwrap() <= 1 << 20);
+    }
+}

@@ -1,0 +1,783 @@
+//! `read-test` on real filesystems made by the tests: a RAID0 btrfs over
+//! three loop devices, ext4, tmpfs and ramfs.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::readtest::digest::{VerifyMode, digest_of};
+use btrfs_lab::sandbox::{FsKind, Sandbox, SandboxRequest};
+use serde_json::Value;
+
+use crate::common::{TestEnv, assert_shape, json, require_root, run};
+
+const MIB: u64 = 1 << 20;
+
+/// Pseudo-random bytes (xorshift64*): incompressible, different per seed.
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Writes `bytes` to a new file, synced; returns the full checksum the
+/// methods must report.
+fn write_file(path: &Path, bytes: &[u8]) -> String {
+    let mut f = fs::File::create(path).unwrap();
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+    digest_of(VerifyMode::Full, bytes).hex()
+}
+
+/// A 256 MiB ext4 sandbox.
+fn ext4_sandbox(env: &TestEnv) -> Sandbox {
+    env.sandbox(SandboxRequest {
+        fs: FsKind::Ext4,
+        size_bytes: 256 << 20,
+        ..SandboxRequest::default()
+    })
+}
+
+fn read_test(env: &TestEnv, file: &Path, extra: &[&str]) -> (i32, Value, String) {
+    let mut c = env.cmd();
+    c.args(["read-test", "--json"]).args(extra).arg(file);
+    let (code, stdout, stderr) = run(&mut c);
+    assert!(
+        code == 0 || code == 3,
+        "read-test failed ({code}): {stderr}"
+    );
+    (code, json(&stdout), stderr)
+}
+
+fn method<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["method"] == name)
+        .unwrap_or_else(|| panic!("no method {name} in {r:#}"))
+}
+
+fn assert_report_shape(r: &Value) {
+    assert_shape(
+        r,
+        &[
+            ("path", "string"),
+            ("exit_code", "number"),
+            ("summary", "string"),
+            ("kernel", "string"),
+            ("file.path", "string"),
+            ("file.size_bytes", "number"),
+            ("file.fs_type", "string"),
+            ("file.mount_point", "string"),
+            ("file.source", "string"),
+            ("file.memory_backed", "bool"),
+            ("file.data_profiles", "array"),
+            ("file.devices", "array"),
+            ("file.layout", "object|null"),
+            ("parameters.methods", "array"),
+            ("parameters.rounds", "number"),
+            ("parameters.threads", "number"),
+            ("parameters.chunk_bytes", "number"),
+            ("parameters.in_flight_bytes", "number"),
+            ("parameters.buffer_bytes", "number"),
+            ("parameters.verify", "string"),
+            ("parameters.drop_caches", "bool"),
+            ("direct_io.used", "bool"),
+            ("direct_io.note", "string|null"),
+            ("direct_io.offset_align_bytes", "number"),
+            ("direct_io.memory_align_bytes", "number"),
+            ("direct_io.align_source", "string"),
+            ("destination.bytes", "number"),
+            ("destination.slots", "number"),
+            ("destination.huge_page_bytes", "number|null"),
+            ("destination.bounce_bytes", "number"),
+            ("cache.eviction", "string"),
+            ("cache.verified_by", "string|null"),
+            ("cache.note", "string|null"),
+            ("methods", "array"),
+            ("methods.0.method", "string"),
+            ("methods.0.status", "string"),
+            ("methods.0.reason", "string|null"),
+            ("methods.0.note", "string|null"),
+            ("methods.0.o_direct", "bool|null"),
+            ("methods.0.rate_bytes_per_sec_median", "number|null"),
+            ("methods.0.rate_bytes_per_sec_min", "number|null"),
+            ("methods.0.rate_bytes_per_sec_max", "number|null"),
+            ("methods.0.cpu_seconds_per_gib_median", "number|null"),
+            ("methods.0.device_read_bytes_median", "number|null"),
+            ("methods.0.runs", "array"),
+            ("winner", "object|null"),
+            ("checksum.mode", "string"),
+            ("checksum.block_bytes", "number"),
+            ("checksum.blocks", "number"),
+            ("checksum.reference", "string|null"),
+            ("checksum.digest", "string|null"),
+            ("checksum.agree", "bool"),
+            ("checksum.direct_matches_buffered", "bool|null"),
+            ("checksum.mismatches", "array"),
+            ("notes", "array"),
+        ],
+    );
+    for m in r["methods"].as_array().unwrap() {
+        assert!(["ok", "flagged", "unsupported"].contains(&m["status"].as_str().unwrap()));
+        for run in m["runs"].as_array().unwrap() {
+            assert_shape(
+                run,
+                &[
+                    ("round", "number"),
+                    ("sequence", "number"),
+                    ("bytes_read", "number"),
+                    ("seconds", "number"),
+                    ("cpu_seconds", "number"),
+                    ("device_read_bytes", "number|null"),
+                    ("resident_before_bytes", "number|null"),
+                    ("cache", "string"),
+                    ("digest", "string"),
+                    ("digest_blocks", "number"),
+                    ("complete", "bool"),
+                    ("flag", "string|null"),
+                ],
+            );
+        }
+    }
+    if !r["winner"].is_null() {
+        assert_shape(
+            r,
+            &[
+                ("winner.method", "string"),
+                ("winner.rate_bytes_per_sec", "number"),
+                ("winner.runner_up", "object|null"),
+                ("winner.vs_buffered", "object|null"),
+            ],
+        );
+    }
+}
+
+/// Every method that ran read the whole file, cold, with the right bytes,
+/// and the devices saw at least the file's size go by.
+fn assert_all_methods_read_right(r: &Value, size: u64, digest: &str, devices_counted: bool) {
+    assert_report_shape(r);
+    assert_eq!(r["exit_code"], 0, "{r:#}");
+    assert_eq!(r["file"]["size_bytes"], size);
+    assert_eq!(r["checksum"]["mode"], "full");
+    assert_eq!(r["checksum"]["blocks"], size.div_ceil(4096));
+    assert_eq!(r["checksum"]["agree"], true, "{r:#}");
+    assert_eq!(r["checksum"]["digest"], digest);
+    assert_eq!(r["cache"]["verified_by"], "mincore");
+    let rounds = r["parameters"]["rounds"].as_u64().unwrap();
+    for m in r["methods"].as_array().unwrap() {
+        let name = m["method"].as_str().unwrap();
+        if m["status"] == "unsupported" {
+            assert_eq!(
+                name, "dontcache",
+                "only dontcache may be unsupported: {m:#}"
+            );
+            assert!(m["reason"].as_str().unwrap().contains("RWF_DONTCACHE"));
+            continue;
+        }
+        assert_eq!(m["status"], "ok", "{name}: {m:#}");
+        let runs = m["runs"].as_array().unwrap();
+        assert_eq!(runs.len() as u64, rounds, "{name}");
+        for run in runs {
+            assert_eq!(run["bytes_read"], size, "{name}");
+            assert_eq!(run["digest"], digest, "{name} read other bytes");
+            assert_eq!(run["complete"], true, "{name}");
+            // mincore proved the cache cold before every run.
+            assert_eq!(run["cache"], "cold", "{name}");
+            assert_eq!(run["resident_before_bytes"], 0, "{name}");
+            if devices_counted {
+                assert!(
+                    run["device_read_bytes"].as_u64().unwrap() >= size,
+                    "{name}: a cold read moves at least the file through the devices: {run}"
+                );
+            }
+        }
+        assert!(m["rate_bytes_per_sec_median"].as_f64().unwrap() > 0.0);
+        assert!(m["cpu_seconds_per_gib_median"].as_f64().unwrap() >= 0.0);
+    }
+    assert!(r["winner"].is_object());
+}
+
+#[test]
+fn raid0_btrfs_every_method_reads_the_right_bytes_through_a_ring() {
+    if !require_root("read-test on a RAID0 btrfs") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid0),
+        ..SandboxRequest::default()
+    });
+    // Larger than --buffer, and not a multiple of 4 KiB.
+    let size = 40 * MIB + 1234;
+    let file = sbx.mount_point().join("model.bin");
+    let digest = write_file(&file, &random_bytes(size as usize, 7));
+    let (_, r, _) = read_test(
+        &env,
+        &file,
+        &["--verify", "full", "--rounds", "2", "--buffer", "32M"],
+    );
+    assert_all_methods_read_right(&r, size, &digest, true);
+    assert_eq!(r["file"]["fs_type"], "btrfs");
+    assert_eq!(r["file"]["data_profiles"], serde_json::json!(["raid0"]));
+    // The devices counted are the sandbox's three loop devices.
+    let mut counted: Vec<String> = r["file"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| format!("/dev/{}", d["name"].as_str().unwrap()))
+        .collect();
+    counted.sort();
+    let mut ours: Vec<String> = sbx
+        .devices()
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    ours.sort();
+    assert_eq!(counted, ours);
+    // 4 threads × 8 MiB: the 32 MiB ring has one slot per thread and wraps.
+    assert_eq!(r["destination"]["bytes"], 32 * MIB);
+    assert_eq!(r["destination"]["slots"], 4);
+    assert_eq!(r["parameters"]["in_flight_bytes"], 32 * MIB);
+    assert_eq!(r["direct_io"]["used"], true);
+    assert_eq!(method(&r, "direct")["o_direct"], true);
+    assert_eq!(r["checksum"]["direct_matches_buffered"], true);
+    assert_eq!(r["file"]["layout"]["encoded_bytes"], 0);
+    // Rounds interleave the methods in a rotating order.
+    let first_of_round = |round: u64| -> String {
+        r["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| {
+                m["runs"].as_array().unwrap().iter().map(move |run| {
+                    (
+                        run["round"].as_u64(),
+                        run["sequence"].as_u64(),
+                        m["method"].clone(),
+                    )
+                })
+            })
+            .filter(|(rd, _, _)| *rd == Some(round))
+            .min_by_key(|(_, s, _)| *s)
+            .map(|(_, _, m)| m.as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_ne!(first_of_round(1), first_of_round(2));
+
+    // The text report names the winner and the margin.
+    let (code, text, _) = run(env.cmd().args(["read-test", "--rounds", "1"]).arg(&file));
+    assert_eq!(code, 0);
+    assert!(text.contains(" wins at "), "{text}");
+    assert!(text.contains("× "), "{text}");
+    assert!(text.contains("btrfs raid0 on loop"), "{text}");
+    assert!(text.contains("direct = buffered"), "{text}");
+    drop(sbx);
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
+#[test]
+fn ext4_every_method_reads_the_right_bytes_at_odd_sizes() {
+    if !require_root("read-test on ext4") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = ext4_sandbox(&env);
+    let size = 24 * MIB + 511;
+    let file = sbx.mount_point().join("model.bin");
+    let digest = write_file(&file, &random_bytes(size as usize, 11));
+    // Another geometry: 3 threads × 1 MiB in an 8-slot ring.
+    let (_, r, _) = read_test(
+        &env,
+        &file,
+        &[
+            "--verify",
+            "full",
+            "--rounds",
+            "2",
+            "--threads",
+            "3",
+            "--chunk",
+            "1M",
+            "--buffer",
+            "8M",
+        ],
+    );
+    assert_all_methods_read_right(&r, size, &digest, true);
+    assert_eq!(r["file"]["fs_type"], "ext4");
+    assert_eq!(r["direct_io"]["align_source"], "statx");
+    assert_eq!(r["destination"]["slots"], 8);
+    assert!(
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("only 3.00MiB in flight")),
+        "{r:#}"
+    );
+
+    // Sizes around the alignment: the tail is read right by every method.
+    for (i, size) in [1u64, 100, 511, 4095, 4097, MIB + 1]
+        .into_iter()
+        .enumerate()
+    {
+        let f = sbx.mount_point().join(format!("odd-{i}"));
+        let digest = write_file(&f, &random_bytes(size as usize, 100 + i as u64));
+        let (_, r, _) = read_test(&env, &f, &["--verify", "full", "--rounds", "1"]);
+        // Tiny files: metadata reads are within the slack, so only the
+        // bytes and the cold cache are checked, not the device minimum.
+        assert_all_methods_read_right(&r, size, &digest, false);
+    }
+}
+
+#[test]
+fn a_warm_cache_is_caught_by_the_device_counters() {
+    if !require_root("read-test with a warm cache") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = ext4_sandbox(&env);
+    let size = 32 * MIB;
+    let file = sbx.mount_point().join("model.bin");
+    write_file(&file, &random_bytes(size as usize, 3));
+    let warm_up = || drop(fs::read(&file).unwrap());
+
+    // The test hook skips the eviction and its mincore check: the buffered
+    // and mmap figures come from the cache, and the devices say so.
+    warm_up();
+    let mut c = env.cmd();
+    c.env(btrfs_lab::readtest::SKIP_EVICTION_ENV, "1")
+        .args([
+            "read-test",
+            "--json",
+            "--rounds",
+            "1",
+            "--methods",
+            "buffered,mmap,direct",
+        ])
+        .arg(&file);
+    let (code, stdout, stderr) = run(&mut c);
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    assert_report_shape(&r);
+    assert_eq!(r["cache"]["eviction"], "skipped");
+    assert!(r["cache"]["verified_by"].is_null());
+    for name in ["buffered", "mmap"] {
+        let m = method(&r, name);
+        assert_eq!(m["status"], "flagged", "{name}: {m:#}");
+        assert!(
+            m["rate_bytes_per_sec_median"].is_null(),
+            "not reported as a result"
+        );
+        let why = m["reason"].as_str().unwrap();
+        assert!(why.contains("devices moved only"), "{why}");
+        assert_eq!(m["runs"][0]["cache"], "unverified");
+        assert!(m["runs"][0]["resident_before_bytes"].is_null());
+    }
+    // O_DIRECT does not read from the cache: its figure stands.
+    assert_eq!(method(&r, "direct")["status"], "ok", "{r:#}");
+    assert_eq!(r["winner"]["method"], "direct");
+    assert!(r["notes"].as_array().unwrap().iter().any(|n| {
+        n.as_str()
+            .unwrap()
+            .contains(btrfs_lab::readtest::SKIP_EVICTION_ENV)
+    }));
+    // The text report says why.
+    warm_up();
+    let (_, text, _) = run(env
+        .cmd()
+        .env(btrfs_lab::readtest::SKIP_EVICTION_ENV, "1")
+        .args(["read-test", "--rounds", "1", "--methods", "buffered"])
+        .arg(&file));
+    assert!(text.contains("flagged"), "{text}");
+    assert!(text.contains("devices moved only"), "{text}");
+    assert!(text.contains("NOT evicted"), "{text}");
+
+    // Without the hook the same warm file is evicted and proven cold.
+    warm_up();
+    let (_, r, _) = read_test(
+        &env,
+        &file,
+        &["--rounds", "1", "--methods", "buffered,mmap"],
+    );
+    for name in ["buffered", "mmap"] {
+        let m = method(&r, name);
+        assert_eq!(m["status"], "ok", "{m:#}");
+        assert_eq!(m["runs"][0]["cache"], "cold");
+        assert_eq!(m["runs"][0]["resident_before_bytes"], 0);
+    }
+}
+
+/// Pages another process has mapped cannot be evicted: mincore sees them,
+/// the run is marked warm and its method gets no figure.
+#[test]
+fn pages_that_cannot_be_evicted_flag_the_run() {
+    if !require_root("read-test with a mapped file") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = ext4_sandbox(&env);
+    let size = 8 * MIB;
+    let file = sbx.mount_point().join("mapped.bin");
+    write_file(&file, &random_bytes(size as usize, 8));
+    let f = fs::File::open(&file).unwrap();
+    let map = btrfs_lab::sys::memio::FileMap::new(&f, size as usize).unwrap();
+    map.touch_pages(0, size as usize, 4096);
+    let (_, r, _) = read_test(&env, &file, &["--rounds", "1", "--methods", "buffered"]);
+    drop(map);
+    let m = method(&r, "buffered");
+    assert_eq!(m["status"], "flagged", "{m:#}");
+    assert_eq!(m["runs"][0]["cache"], "warm");
+    assert!(m["runs"][0]["resident_before_bytes"].as_u64().unwrap() > 0);
+    assert!(
+        m["reason"]
+            .as_str()
+            .unwrap()
+            .contains("still in the page cache"),
+        "{m:#}"
+    );
+    assert!(r["winner"].is_null());
+}
+
+#[test]
+fn empty_file_reports_nothing_to_measure() {
+    if !require_root("read-test on an empty file") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let file = sbx.mount_point().join("empty");
+    fs::File::create(&file).unwrap();
+    let (code, r, _) = read_test(&env, &file, &["--rounds", "1"]);
+    assert_eq!(code, 0);
+    assert_report_shape(&r);
+    assert!(r["summary"].as_str().unwrap().contains("empty"), "{r:#}");
+    assert!(r["winner"].is_null());
+    assert_eq!(r["checksum"]["blocks"], 0);
+    assert_eq!(r["checksum"]["agree"], true);
+    for m in r["methods"].as_array().unwrap() {
+        assert!(m["rate_bytes_per_sec_median"].is_null());
+        for run in m["runs"].as_array().unwrap() {
+            assert_eq!(run["bytes_read"], 0);
+            assert_eq!(run["complete"], true);
+        }
+    }
+    let (code, text, _) = run(env.cmd().args(["read-test", "--rounds", "1"]).arg(&file));
+    assert_eq!(code, 0);
+    assert!(text.contains("The file is empty"), "{text}");
+}
+
+#[test]
+fn memory_filesystems_fall_back_and_say_so() {
+    if !require_root("read-test on tmpfs and ramfs") {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let size = 8 * MIB + 100;
+    let bytes = random_bytes(size as usize, 5);
+    let digest = digest_of(VerifyMode::Full, &bytes).hex();
+
+    // tmpfs accepts O_DIRECT (Linux 6.6+) but serves it from memory.
+    let tmp = env.tmpfs("tmp");
+    let file = tmp.join("model.bin");
+    write_file(&file, &bytes);
+    let (_, r, _) = read_test(&env, &file, &["--verify", "full", "--rounds", "1"]);
+    assert_report_shape(&r);
+    assert_eq!(r["file"]["fs_type"], "tmpfs");
+    assert_eq!(r["file"]["memory_backed"], true);
+    assert_eq!(r["file"]["devices"], serde_json::json!([]));
+    assert_eq!(r["direct_io"]["used"], false);
+    let note = r["direct_io"]["note"].as_str().unwrap();
+    assert!(note.contains("not meaningful on tmpfs"), "{note}");
+    assert_eq!(r["cache"]["eviction"], "none");
+    assert!(
+        r["summary"].as_str().unwrap().contains("from memory"),
+        "{r:#}"
+    );
+    for name in ["direct", "direct-copy"] {
+        let m = method(&r, name);
+        assert_eq!(m["status"], "ok");
+        assert_eq!(m["o_direct"], false);
+        assert!(
+            m["note"]
+                .as_str()
+                .unwrap()
+                .contains("through the page cache")
+        );
+        assert_eq!(m["runs"][0]["cache"], "memory");
+        assert_eq!(m["runs"][0]["digest"], digest.as_str());
+    }
+    assert_eq!(r["checksum"]["agree"], true);
+    let (_, text, _) = run(env.cmd().args(["read-test", "--rounds", "1"]).arg(&file));
+    assert!(text.contains("ok, no O_DIRECT"), "{text}");
+    assert!(text.contains("All from memory"), "{text}");
+
+    // ramfs refuses O_DIRECT at open (EINVAL): reported, then the fallback.
+    let ram = env.path().join("ram");
+    fs::create_dir(&ram).unwrap();
+    nix::mount::mount(
+        Some("ramfs"),
+        &ram,
+        Some("ramfs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .unwrap();
+    env.track_mount(ram.clone());
+    let file = ram.join("model.bin");
+    write_file(&file, &bytes);
+    let (code, r, _) = read_test(
+        &env,
+        &file,
+        &[
+            "--verify",
+            "full",
+            "--rounds",
+            "1",
+            "--methods",
+            "direct,buffered",
+        ],
+    );
+    assert_eq!(code, 0);
+    let note = r["direct_io"]["note"].as_str().unwrap();
+    assert!(note.starts_with("O_DIRECT unsupported here"), "{note}");
+    assert!(note.contains("EINVAL"), "{note}");
+    assert_eq!(method(&r, "direct")["runs"][0]["digest"], digest.as_str());
+    assert_eq!(r["checksum"]["direct_matches_buffered"], true);
+}
+
+#[test]
+fn compressed_extents_and_holes_are_detected_and_explained() {
+    if !require_root("read-test on compressed btrfs extents") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("compressed");
+    fs::create_dir(&dir).unwrap();
+    let (code, _, stderr) = run(Command::new("chattr").arg("+c").arg(&dir));
+    assert_eq!(code, 0, "{stderr}");
+    let file = dir.join("model.bin");
+    let text: Vec<u8> = b"tensor weights, very compressible. "
+        .iter()
+        .copied()
+        .cycle()
+        .take(16 << 20)
+        .collect();
+    let digest = write_file(&file, &text);
+    let (_, r, _) = read_test(
+        &env,
+        &file,
+        &[
+            "--verify",
+            "full",
+            "--rounds",
+            "1",
+            "--methods",
+            "direct,buffered",
+        ],
+    );
+    let encoded = r["file"]["layout"]["encoded_bytes"].as_u64().unwrap();
+    assert!(encoded > 8 << 20, "{r:#}");
+    assert!(
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("compressed extents")),
+        "{r:#}"
+    );
+    // Fewer device bytes than file bytes, explained by compression: no flag.
+    for name in ["direct", "buffered"] {
+        let m = method(&r, name);
+        assert_eq!(m["status"], "ok", "{m:#}");
+        assert!(m["runs"][0]["device_read_bytes"].as_u64().unwrap() < 16 << 20);
+        assert_eq!(m["runs"][0]["digest"], digest.as_str());
+    }
+
+    // A sparse file: the holes read as zeros without device I/O.
+    let sparse = sbx.mount_point().join("sparse.bin");
+    let mut bytes = vec![0u8; 16 << 20];
+    bytes[..MIB as usize].copy_from_slice(&random_bytes(MIB as usize, 9));
+    {
+        let mut f = fs::File::create(&sparse).unwrap();
+        f.write_all(&bytes[..MIB as usize]).unwrap();
+        f.set_len(16 << 20).unwrap();
+        f.sync_all().unwrap();
+    }
+    let (_, r, _) = read_test(&env, &sparse, &["--verify", "full", "--rounds", "1"]);
+    assert!(
+        r["file"]["layout"]["hole_bytes"].as_u64().unwrap() >= 14 << 20,
+        "{r:#}"
+    );
+    assert_eq!(
+        r["checksum"]["digest"],
+        digest_of(VerifyMode::Full, &bytes).hex()
+    );
+    for m in r["methods"].as_array().unwrap() {
+        assert_ne!(
+            m["status"], "flagged",
+            "holes explain the missing device bytes: {m:#}"
+        );
+    }
+}
+
+#[test]
+fn drop_caches_as_root() {
+    if !require_root("read-test --drop-caches") {
+        return;
+    }
+    let env = TestEnv::new();
+    let file = env.path().join("f.bin");
+    let digest = write_file(&file, &random_bytes(3 * MIB as usize, 1));
+    let (_, r, _) = read_test(
+        &env,
+        &file,
+        &[
+            "--drop-caches",
+            "--rounds",
+            "1",
+            "--methods",
+            "buffered",
+            "--verify",
+            "full",
+        ],
+    );
+    assert_eq!(r["cache"]["eviction"], "drop-caches");
+    assert_eq!(r["parameters"]["drop_caches"], true);
+    let m = method(&r, "buffered");
+    assert_eq!(m["runs"][0]["cache"], "cold");
+    assert_eq!(m["runs"][0]["digest"], digest.as_str());
+}
+
+fn one_line_error(stderr: &str) -> &str {
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        !lines.is_empty() && lines.len() <= 2,
+        "one error line and at most a hint: {stderr}"
+    );
+    assert!(lines[0].starts_with("btrfs-lab: error: "), "{stderr}");
+    if let Some(h) = lines.get(1) {
+        assert!(h.starts_with("hint: "), "{stderr}");
+    }
+    lines[0]
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    if !require_root("read-test bad input") {
+        return;
+    }
+    let env = TestEnv::new();
+    let check = |args: &[&str], path: Option<&Path>, status: i32, wanted: &str| {
+        let mut c = env.cmd();
+        c.arg("read-test").args(args);
+        if let Some(p) = path {
+            c.arg(p);
+        }
+        let (code, stdout, stderr) = run(&mut c);
+        assert_eq!(code, status, "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: nothing on stdout: {stdout}");
+        let line = one_line_error(&stderr);
+        assert!(line.contains(wanted), "{args:?}: {line}");
+    };
+    let missing = env.path().join("missing.bin");
+    check(&[], Some(&missing), 1, "no such file or directory");
+    check(&["--json"], Some(&missing), 1, "no such file or directory");
+    check(&[], Some(env.path()), 1, "is a directory, not a file");
+    let fifo = env.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    check(&[], Some(&fifo), 1, "is not a regular file");
+    let file = env.path().join("f.bin");
+    write_file(&file, &random_bytes(4096, 2));
+    check(
+        &["--methods", "direct,fast"],
+        Some(&file),
+        2,
+        "invalid value 'fast'",
+    );
+    check(&["--threads", "0"], Some(&file), 2, "--threads");
+    check(&["--chunk", "4097"], Some(&file), 2, "--chunk");
+    check(
+        &["--buffer", "1M"],
+        Some(&file),
+        2,
+        "every thread needs a slot",
+    );
+    check(&["--rounds", "0"], Some(&file), 2, "--rounds");
+    check(&[], None, 2, "required");
+
+    // No read permission, as an unprivileged user.
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+    let as_nobody =
+        |args: &[&str], path: &Path| run(env.as_nobody(&[]).arg("read-test").args(args).arg(path));
+    let (code, stdout, stderr) = as_nobody(&[], &file);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stdout.is_empty());
+    let line = one_line_error(&stderr);
+    assert!(line.contains("cannot read"), "{line}");
+    assert!(line.contains("permission denied"), "{line}");
+    // --drop-caches needs root, and says so before reading anything.
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, _, stderr) = as_nobody(&["--drop-caches"], &file);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(one_line_error(&stderr).contains("--drop-caches needs root"));
+    // Readable by nobody: it works without root, but mincore does not tell
+    // an unprivileged reader about someone else's file, and it says so.
+    let (code, stdout, stderr) =
+        as_nobody(&["--json", "--rounds", "1", "--methods", "buffered"], &file);
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    assert_eq!(r["methods"][0]["status"], "ok", "{r:#}");
+    assert_eq!(r["methods"][0]["runs"][0]["cache"], "unverified");
+    assert!(r["cache"]["verified_by"].is_null());
+    assert!(
+        r["cache"]["note"].as_str().unwrap().contains("mincore"),
+        "{r:#}"
+    );
+}
+
+#[test]
+fn interrupt_stops_cleanly() {
+    if !require_root("read-test interrupted") {
+        return;
+    }
+    let env = TestEnv::new();
+    let file: PathBuf = env.path().join("big.bin");
+    write_file(&file, &random_bytes(64 * MIB as usize, 4));
+    for signal in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+    ] {
+        let child = env
+            .cmd()
+            .args(["read-test", "--json", "--rounds", "50"])
+            .arg(&file)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        thread::sleep(Duration::from_millis(700));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{signal}: {stderr}");
+        assert!(stderr.contains("interrupted"), "{stderr}");
+        assert!(out.stdout.is_empty());
+    }
+}

@@ -22,6 +22,7 @@ use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::{btrfs, is_root, signals};
 
 use super::output::{Output, confirm};
+use super::units::profile_arg;
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
@@ -55,11 +56,6 @@ pub struct ConvertArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
-}
-
-pub fn profile_arg(s: &str) -> std::result::Result<Profile, String> {
-    s.parse::<Profile>()
-        .map_err(|e| format!("{} ({})", e.message(), e.hint().unwrap_or_default()))
 }
 
 pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {

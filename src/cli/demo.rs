@@ -9,12 +9,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
-use btrfs_lab::parse::size::{format_iec, format_rate, parse_size};
+use btrfs_lab::parse::size::{format_iec, format_rate};
 use btrfs_lab::probe;
 use btrfs_lab::sandbox::{self, SandboxRequest, StateStore};
 use btrfs_lab::sys::{btrfs, fs as sysfs, kernel_release, signals};
 
 use super::output::{Output, wrap};
+use super::units::size_arg;
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -24,10 +25,6 @@ pub struct DemoArgs {
     /// Probe rounds.
     #[arg(long, default_value_t = probe::DEFAULT_ROUNDS, value_name = "N")]
     rounds: u32,
-}
-
-fn size_arg(s: &str) -> std::result::Result<u64, String> {
-    parse_size(s).map_err(|e| e.message().to_owned())
 }
 
 #[derive(Serialize)]

@@ -16,8 +16,9 @@ use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::tools::display_argv;
 use btrfs_lab::sys::{is_root, signals};
 
-use super::convert::{execute, json_line, profile_arg, refuse_if_blocked, render_plan};
+use super::convert::{execute, json_line, refuse_if_blocked, render_plan};
 use super::output::{Output, confirm};
+use super::units::profile_arg;
 
 #[derive(Debug, Args)]
 pub struct DeviceArgs {

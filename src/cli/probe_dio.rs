@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
-use btrfs_lab::parse::size::{format_iec, format_rate, parse_size};
+use btrfs_lab::parse::size::{format_iec, format_rate};
 use btrfs_lab::probe::verdict::{FileSummary, Verdict, profile_list};
 use btrfs_lab::probe::{self, ProbeOptions, ProbeReport};
 use btrfs_lab::sys::counters::{CounterChoice, CounterKind};
@@ -13,6 +13,7 @@ use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 
 use super::output::{Output, Paint, wrap};
+use super::units::size_arg;
 
 pub const AFTER_HELP: &str = "\
 Writes test files in PATH with O_DIRECT and measures the page-cache data the
@@ -56,10 +57,6 @@ pub struct ProbeDioArgs {
     /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
     #[arg(long, value_name = "DIR")]
     sysroot: Option<PathBuf>,
-}
-
-fn size_arg(s: &str) -> std::result::Result<u64, String> {
-    parse_size(s).map_err(|e| e.message().to_owned())
 }
 
 pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {

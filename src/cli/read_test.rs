@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
-use btrfs_lab::parse::size::{format_iec, parse_size};
+use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::probe::verdict::profile_list;
 use btrfs_lab::readtest::analysis::{MethodSummary, Status};
 use btrfs_lab::readtest::digest::VerifyMode;
@@ -14,6 +14,7 @@ use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 
 use super::output::{Output, Paint, wrap};
+use super::units::size_arg;
 
 pub const AFTER_HELP: &str = "\
 Methods (all by default; each round runs them in a rotating order):
@@ -90,10 +91,6 @@ pub struct ReadTestArgs {
     /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
     #[arg(long, value_name = "DIR")]
     sysroot: Option<PathBuf>,
-}
-
-fn size_arg(s: &str) -> std::result::Result<u64, String> {
-    parse_size(s).map_err(|e| e.message().to_owned())
 }
 
 pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {

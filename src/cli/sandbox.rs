@@ -8,13 +8,14 @@ use serde::Serialize;
 
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::parse::size::{format_iec, parse_size};
+use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::sandbox::{
     self, DownReport, FsKind, SandboxRecord, SandboxRequest, SandboxStatus, StateStore, plan_up,
 };
 use btrfs_lab::sys::{btrfs, signals};
 
 use super::output::{Output, confirm};
+use super::units::{profile_arg, size_arg};
 
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
@@ -90,15 +91,6 @@ struct DownArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
-}
-
-fn size_arg(s: &str) -> std::result::Result<u64, String> {
-    parse_size(s).map_err(|e| e.message().to_owned())
-}
-
-fn profile_arg(s: &str) -> std::result::Result<Profile, String> {
-    s.parse::<Profile>()
-        .map_err(|e| format!("{} ({})", e.message(), e.hint().unwrap_or_default()))
 }
 
 pub fn run(args: SandboxArgs, out: &Output) -> Result<u8> {

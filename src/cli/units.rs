@@ -1,9 +1,12 @@
-//! The unit options btrfs-progs' space commands take, shared by `df`,
-//! `usage` and `show`. (`-h` stays help; human-readable is the default.)
+//! Shared argument types: the unit options btrfs-progs' space commands take
+//! (`df`, `usage`, `show`; `-h` stays help, human-readable is the default),
+//! and the value parsers for sizes and profiles.
 
 use clap::Args;
 
+use btrfs_lab::model::profile::Profile;
 use btrfs_lab::model::units::{UnitBase, UnitMode};
+use btrfs_lab::parse::size::parse_size;
 
 #[derive(Debug, Clone, Args)]
 pub struct UnitArgs {
@@ -55,4 +58,15 @@ impl UnitArgs {
             None => UnitMode::Human(base),
         }
     }
+}
+
+/// clap value parser for sizes (`256M`, `2G`, `4096`).
+pub fn size_arg(s: &str) -> std::result::Result<u64, String> {
+    parse_size(s).map_err(|e| e.message().to_owned())
+}
+
+/// clap value parser for profiles (`raid1c3`).
+pub fn profile_arg(s: &str) -> std::result::Result<Profile, String> {
+    s.parse::<Profile>()
+        .map_err(|e| format!("{} ({})", e.message(), e.hint().unwrap_or_default()))
 }

@@ -26,6 +26,16 @@ pub enum BgType {
 }
 
 impl BgType {
+    /// Every type.
+    pub const ALL: [BgType; 6] = [
+        BgType::Data,
+        BgType::System,
+        BgType::Metadata,
+        BgType::DataMetadata,
+        BgType::GlobalReserve,
+        BgType::Unknown,
+    ];
+
     /// The name btrfs-progs prints (`Data+Metadata`).
     pub fn progs_name(self) -> &'static str {
         match self {
@@ -52,30 +62,14 @@ impl BgType {
 
     /// Parses a JSON name (`global_reserve`).
     pub fn from_json_name(s: &str) -> Option<Self> {
-        [
-            BgType::Data,
-            BgType::System,
-            BgType::Metadata,
-            BgType::DataMetadata,
-            BgType::GlobalReserve,
-            BgType::Unknown,
-        ]
-        .into_iter()
-        .find(|t| t.json_name() == s)
+        Self::ALL.into_iter().find(|t| t.json_name() == s)
     }
 
     /// Parses a btrfs-progs type name (case-insensitive).
     pub fn from_progs_name(s: &str) -> Option<Self> {
-        [
-            BgType::Data,
-            BgType::System,
-            BgType::Metadata,
-            BgType::DataMetadata,
-            BgType::GlobalReserve,
-            BgType::Unknown,
-        ]
-        .into_iter()
-        .find(|t| t.progs_name().eq_ignore_ascii_case(s))
+        Self::ALL
+            .into_iter()
+            .find(|t| t.progs_name().eq_ignore_ascii_case(s))
     }
 }
 

@@ -209,15 +209,7 @@ pub fn usage(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, UsageReport)> 
 
 /// Features enabled on a mounted btrfs (`/sys/fs/btrfs/<fsid>/features/`), sorted.
 pub fn features(root: &SysRoot, fsid: &str) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(root.sys(&format!("fs/btrfs/{fsid}/features")))
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    crate::sys::blockdev::list_dir(&root.sys(&format!("fs/btrfs/{fsid}/features")))
 }
 
 /// Every mounted btrfs, one entry per filesystem (the first mount of each).

@@ -80,7 +80,8 @@ fn dev_name(root: &SysRoot, major: u32, minor: u32) -> Option<String> {
     link.file_name().map(|n| n.to_string_lossy().into_owned())
 }
 
-fn list_dir(p: &Path) -> Vec<String> {
+/// The names in a directory, sorted; empty if it cannot be read.
+pub fn list_dir(p: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(p)
         .map(|d| {
             d.flatten()

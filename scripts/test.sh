@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/install-deps.sh
 btrfs_lab_install_deps
-cargo test --locked --all-targets "$@"
+cargo test --locked --all-targets --features test-hooks "$@"

@@ -188,7 +188,7 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
 }
 
 pub fn json_line(out: &Output, value: &serde_json::Value) {
-    out.text(&format!("{value}\n"));
+    out.json_line(value);
 }
 
 /// Where progress goes: a bar on a terminal, plain lines otherwise, JSON
@@ -287,6 +287,7 @@ pub fn execute(
     targets: Targets,
     out: &Output,
 ) -> Result<u8> {
+    out.started();
     let mut sink = Sink::new(out);
     let outcome = convert::run_balance(path, start, targets, &mut |e| sink.event(e));
     sink.finish();

@@ -277,6 +277,7 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         a.yes,
     )?;
     signals::install()?;
+    out.started();
     let result = execute_add(&root, &plan)?;
     if lines {
         json_line(out, &json!({ "event": "added", "result": result }));

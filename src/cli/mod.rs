@@ -100,12 +100,17 @@ pub fn run() -> ExitCode {
         Command::Nocow(args) => nocow::run(args, &out),
         Command::ReadTest(args) => read_test::run(args, &out),
     };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
+    let write_error = out.finish(result.as_ref().err());
+    match (result, write_error) {
+        (Err(e), _) => {
             out.error(&e);
             ExitCode::from(e.exit_code())
         }
+        (Ok(_), Some(e)) => {
+            out.error(&e);
+            ExitCode::from(e.exit_code())
+        }
+        (Ok(code), None) => ExitCode::from(code),
     }
 }
 

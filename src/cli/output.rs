@@ -2,6 +2,7 @@
 //! errors as one line, confirmation prompts.
 
 use std::io::{self, BufRead, IsTerminal, Write};
+use std::sync::Mutex;
 
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -132,10 +133,18 @@ impl Output {
         b
     }
 
-    /// Prints text to stdout. A closed pipe (`| head`) is not an error.
+    /// Prints text to stdout. A closed pipe (`| head`) ends the output
+    /// quietly; any other write error (`/dev/full`, a full disk) is
+    /// remembered and turns the exit status into an error (`finish`).
     pub fn text(&self, text: &str) {
-        let mut out = io::stdout().lock();
-        let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+        let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
+        if self.json && !state.started {
+            // JSON is held until the command succeeds or its operation has
+            // started: a refused command prints nothing on stdout.
+            state.pending.push_str(text);
+            return;
+        }
+        state.write(text.as_bytes());
     }
 
     /// Prints one JSON document to stdout.
@@ -143,6 +152,58 @@ impl Output {
         let mut text = serde_json::to_string_pretty(value).expect("reports serialize");
         text.push('\n');
         self.text(&text);
+    }
+
+    /// Prints one JSON Lines record (a progress event) to stdout.
+    pub fn json_line<T: Serialize>(&self, value: &T) {
+        let mut text = serde_json::to_string(value).expect("reports serialize");
+        text.push('\n');
+        self.text(&text);
+    }
+
+    /// Marks the point where a long-running operation has begun to change
+    /// the system: JSON held so far is printed, later records go out at
+    /// once, and an error from here on ends the stream with an error record
+    /// instead of leaving stdout empty.
+    pub fn started(&self) {
+        let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
+        if state.started {
+            return;
+        }
+        state.started = true;
+        let pending = std::mem::take(&mut state.pending);
+        state.write(pending.as_bytes());
+    }
+
+    /// Ends the run: on success the held JSON is printed; on an error it is
+    /// dropped (stdout stays empty), or, when a JSON Lines stream had
+    /// started, an `{"event":"error"}` record ends it. Then stdout is
+    /// flushed. Returns the write error to report, if stdout could not be
+    /// written (a closed pipe is not one).
+    pub fn finish(&self, error: Option<&Error>) -> Option<Error> {
+        let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = std::mem::take(&mut state.pending);
+        match error {
+            None => state.write(pending.as_bytes()),
+            Some(e) if self.json && state.started => {
+                let record = serde_json::json!({
+                    "event": "error",
+                    "error": { "message": e.message(), "hint": e.hint(), "exit_code": e.exit_code() },
+                });
+                state.write(format!("{record}\n").as_bytes());
+            }
+            Some(_) => {}
+        }
+        if !state.closed
+            && state.failed.is_none()
+            && let Err(e) = io::stdout().lock().flush()
+        {
+            state.record(e);
+        }
+        state.failed.take().map(|e| {
+            Error::new(ErrorKind::Io, format!("cannot write the output: {e}"))
+                .with_hint("stdout is full or unwritable; write to another file or disk")
+        })
     }
 
     /// Prints an error: one line, plus a hint line when there is one.
@@ -171,6 +232,45 @@ impl Output {
     /// A note on stderr (something not shown, and why).
     pub fn note(&self, message: &str) {
         let _ = writeln!(io::stderr().lock(), "btrfs-lab: note: {message}");
+    }
+}
+
+/// What happened to stdout in this run.
+struct StdoutState {
+    /// JSON held back until success or the start of an operation.
+    pending: String,
+    /// An operation has started: write JSON at once.
+    started: bool,
+    /// The reader went away (EPIPE): stop writing, exit quietly.
+    closed: bool,
+    /// The first other write error.
+    failed: Option<io::Error>,
+}
+
+static STDOUT: Mutex<StdoutState> = Mutex::new(StdoutState {
+    pending: String::new(),
+    started: false,
+    closed: false,
+    failed: None,
+});
+
+impl StdoutState {
+    fn write(&mut self, bytes: &[u8]) {
+        if self.closed || self.failed.is_some() || bytes.is_empty() {
+            return;
+        }
+        let mut out = io::stdout().lock();
+        if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
+            self.record(e);
+        }
+    }
+
+    fn record(&mut self, e: io::Error) {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            self.closed = true;
+        } else if self.failed.is_none() {
+            self.failed = Some(e);
+        }
     }
 }
 

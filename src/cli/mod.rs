@@ -120,7 +120,16 @@ fn usage_error(e: &clap::Error) -> u8 {
     use clap::error::ErrorKind as K;
     match e.kind() {
         K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand => {
-            let _ = e.print();
+            if let Err(err) = e.print()
+                && err.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                let out = Output::new(false, ColorChoice::Auto);
+                out.error(&Error::new(
+                    btrfs_lab::error::ErrorKind::Io,
+                    format!("cannot write the output: {err}"),
+                ));
+                return exit::ERROR;
+            }
             if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand {
                 exit::USAGE
             } else {

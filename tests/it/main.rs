@@ -5,6 +5,7 @@ mod admin;
 mod common;
 mod links;
 mod nocow;
+mod output;
 mod probe_dio;
 mod read_test;
 mod repo;

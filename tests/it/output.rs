@@ -1,0 +1,231 @@
+//! stdout as a contract, for every subcommand: a write error (`/dev/full`,
+//! a full disk) is an error exit with one line, a closed pipe is a quiet
+//! exit, and a failed or refused `--json` run leaves stdout empty.
+
+use std::fs;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::sandbox::SandboxRequest;
+
+use crate::common::{TestEnv, bin, require_root, run};
+
+/// A `btrfs filesystem df` capture that parses.
+const FI_DF: &str = "\
+Data, single: total=8.00MiB, used=4.00MiB
+System, DUP: total=8.00MiB, used=16.00KiB
+Metadata, DUP: total=256.00MiB, used=112.00KiB
+GlobalReserve, single: total=3.25MiB, used=0.00B
+";
+
+fn links_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/links/reference")
+}
+
+/// Commands that print something and succeed without root.
+fn printing_commands(env: &TestEnv) -> Vec<Vec<String>> {
+    let capture = env.path().join("fi-df.txt");
+    fs::write(&capture, FI_DF).unwrap();
+    let capture = capture.display().to_string();
+    let sysroot = links_fixture().display().to_string();
+    vec![
+        vec!["df".into(), "--parse".into(), capture.clone()],
+        vec!["--json".into(), "df".into(), "--parse".into(), capture],
+        vec!["links".into(), "--sysroot".into(), sysroot.clone()],
+        vec!["--json".into(), "links".into(), "--sysroot".into(), sysroot],
+    ]
+}
+
+fn to_dev_full(cmd: &mut Command) -> (i32, String) {
+    let full = fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = cmd
+        .stdout(Stdio::from(full))
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_write_error(args: &[String], code: i32, stderr: &str) {
+    assert_eq!(code, 1, "{args:?} to /dev/full: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("btrfs-lab: error: cannot write the output")),
+        "{args:?}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+}
+
+/// A pipe whose reading end is already closed: every write gets EPIPE.
+fn closed_pipe() -> OwnedFd {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    write
+}
+
+#[test]
+fn stdout_write_errors_exit_1_and_a_closed_pipe_is_quiet() {
+    let env = TestEnv::new();
+    for args in printing_commands(&env) {
+        let (code, stderr) = to_dev_full(Command::new(bin()).args(&args));
+        assert_write_error(&args, code, &stderr);
+
+        let out = Command::new(bin())
+            .args(&args)
+            .stdout(Stdio::from(closed_pipe()))
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?} into a closed pipe");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("btrfs-lab: error"), "{args:?}: {stderr}");
+    }
+    // Help and version go to stdout too.
+    for flag in ["--help", "--version"] {
+        let (code, stderr) = to_dev_full(Command::new(bin()).arg(flag));
+        assert_eq!(code, 1, "{flag} to /dev/full: {stderr}");
+        assert!(stderr.contains("cannot write"), "{flag}: {stderr}");
+    }
+}
+
+/// Every subcommand's failed `--json` run: exit status 1 or 2, one error
+/// line on stderr, nothing on stdout.
+#[test]
+fn failed_json_runs_print_nothing_on_stdout() {
+    let env = TestEnv::new();
+    let garbage = env.path().join("garbage.txt");
+    fs::write(&garbage, "this is not btrfs filesystem df output\n").unwrap();
+    let garbage = garbage.display().to_string();
+    let missing = "/nonexistent/btrfs-lab".to_owned();
+    let cases: Vec<Vec<String>> = vec![
+        vec![
+            "sandbox".into(),
+            "down".into(),
+            "no-such-sandbox".into(),
+            "--yes".into(),
+        ],
+        vec!["probe-dio".into(), missing.clone()],
+        vec!["demo".into(), "--size".into(), "0".into()],
+        vec!["df".into(), missing.clone()],
+        vec!["df".into(), "--parse".into(), garbage],
+        vec!["usage".into(), missing.clone()],
+        vec!["show".into(), missing.clone()],
+        vec![
+            "device".into(),
+            "add".into(),
+            missing.clone(),
+            "/dev/null".into(),
+        ],
+        vec![
+            "convert".into(),
+            missing.clone(),
+            "--data".into(),
+            "raid1".into(),
+        ],
+        vec!["links".into(), missing.clone()],
+        vec!["nocow".into(), "/dev/null".into()],
+        vec!["nocow".into(), "--check".into(), missing.clone()],
+        vec!["read-test".into(), missing],
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    for args in cases {
+        seen.insert(args[0].clone());
+        let (code, stdout, stderr) = run(env.cmd().arg("--json").args(&args));
+        assert!(matches!(code, 1 | 2), "{args:?}: exit {code}: {stderr}");
+        assert_eq!(stdout, "", "{args:?} printed on stdout; stderr: {stderr}");
+        assert!(
+            stderr.starts_with("btrfs-lab: error: "),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // One case per subcommand of the CLI.
+    let (_, help, _) = run(Command::new(bin()).arg("--help"));
+    for name in subcommands_in_help(&help) {
+        assert!(seen.contains(&name), "no failed --json case for `{name}`");
+    }
+}
+
+/// The subcommand names listed under "Commands:" in `--help`.
+fn subcommands_in_help(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| *n != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// On a real btrfs: a refused conversion or device add prints no plan on
+/// stdout; `df --json` into a full disk is an error, not an empty file
+/// with exit 0.
+#[test]
+fn refusals_and_full_disks_on_a_real_btrfs() {
+    if !require_root("stdout contract on a sandbox btrfs") {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 1,
+        size_bytes: 512 << 20,
+        data: Some(Profile::Single),
+        metadata: Some(Profile::Dup),
+        ..SandboxRequest::default()
+    });
+    let mount = sbx.mount_point().display().to_string();
+    let spare = env.spare_device("spare", 512 << 20).display().to_string();
+
+    // Not confirmed (stdin is not a terminal, no --yes): refused, no plan.
+    for args in [
+        vec!["convert", mount.as_str(), "--data", "dup"],
+        vec!["device", "add", mount.as_str(), spare.as_str()],
+    ] {
+        let (code, stdout, stderr) = run(env.cmd().arg("--json").args(&args));
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}: a refused run printed on stdout");
+        assert!(stderr.contains("confirmation needed"), "{args:?}: {stderr}");
+    }
+
+    // df --json into /dev/full and into a file on a full filesystem.
+    let args: Vec<String> = vec!["--json".into(), "df".into(), mount.clone()];
+    let (code, stderr) = to_dev_full(env.cmd().args(&args));
+    assert_write_error(&args, code, &stderr);
+
+    let full = env.tmpfs("full");
+    nix::mount::mount(
+        None::<&str>,
+        &full,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT,
+        Some("size=64k"),
+    )
+    .unwrap();
+    let filler = full.join("filler");
+    let _ = fs::write(&filler, vec![0u8; 128 << 10]); // fills it (ENOSPC expected)
+    let out_path = full.join("out.json");
+    let out_file = fs::File::create(&out_path).unwrap();
+    let out = env
+        .cmd()
+        .args(&args)
+        .stdout(Stdio::from(out_file))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_write_error(&args, out.status.code().unwrap_or(-1), &stderr);
+    assert!(stderr.contains("No space left"), "{stderr}");
+}

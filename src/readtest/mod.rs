@@ -57,7 +57,9 @@ pub const DEFAULT_BUFFER: u64 = 1 << 30;
 pub const DEFAULT_ALIGN: u64 = 4096;
 /// Test hook: skip the eviction and its mincore check, as if both had
 /// silently failed, so the suite can show that the device cross-check
-/// alone catches a warm cache.
+/// alone catches a warm cache. Only in builds with the `test-hooks`
+/// feature.
+#[cfg(feature = "test-hooks")]
 pub const SKIP_EVICTION_ENV: &str = "BTRFS_LAB_READ_TEST_SKIP_EVICTION";
 
 const MIN_CHUNK: u64 = 64 << 10;
@@ -392,17 +394,24 @@ fn unverifiable_reason(t: &Target, memory_backed: bool) -> Option<String> {
         return None;
     }
     if skip_eviction_hook() {
-        return Some(format!(
-            "{SKIP_EVICTION_ENV} is set (a test hook): the cache was neither evicted nor checked before the runs"
-        ));
+        return Some(
+            "BTRFS_LAB_READ_TEST_SKIP_EVICTION is set (a test hook): the cache was neither evicted nor checked before the runs".to_owned(),
+        );
     }
     (!mincore_can_tell(t)).then(|| {
         "the cache was evicted before each run but could not be checked: mincore reports every page of a file as cached unless you own it or may write to it (Linux 5.0+); the device cross-check still guards the figures".to_owned()
     })
 }
 
+#[cfg(feature = "test-hooks")]
 fn skip_eviction_hook() -> bool {
     std::env::var(SKIP_EVICTION_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Without the `test-hooks` feature the environment cannot skip anything.
+#[cfg(not(feature = "test-hooks"))]
+fn skip_eviction_hook() -> bool {
+    false
 }
 
 /// Makes the file's cache cold and proves it: fsync + DONTNEED (and

@@ -449,7 +449,7 @@ fn make_cold(
 }
 
 fn memory_check(root: &SysRoot, need: u64) -> Result<()> {
-    let Ok(text) = fs::read_to_string(root.proc("meminfo")) else {
+    let Ok(text) = root.read_table(&root.proc("meminfo")) else {
         return Ok(());
     };
     let Some(available) = mem_available_bytes(&text) else {

@@ -111,7 +111,7 @@ fn zone_unusable(
         BgType::System => "system",
         _ => return None,
     };
-    fs::read_to_string(root.sys(&format!(
+    root.read_attr(&root.sys(&format!(
         "fs/btrfs/{fsid}/allocation/{kind}/bytes_zone_unusable"
     )))
     .ok()?
@@ -162,7 +162,8 @@ pub fn df_from_text(text: &str, input_name: &str) -> Result<DfReport> {
 pub fn block_device_size(root: &SysRoot, dev: &Path) -> Option<u64> {
     let real = fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
     let name = real.file_name()?.to_str()?.to_owned();
-    let sectors: u64 = fs::read_to_string(root.sys(&format!("class/block/{name}/size")))
+    let sectors: u64 = root
+        .read_attr(&root.sys(&format!("class/block/{name}/size")))
         .ok()?
         .trim()
         .parse()

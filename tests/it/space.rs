@@ -761,3 +761,140 @@ fn usage_without_root_says_what_it_cannot_show() {
     assert_eq!(code, 0, "{stderr}");
     let _ = FsKind::Btrfs;
 }
+
+/// `show` exits 64 (bit 6, as `btrfs device stats --check`) when a device
+/// counted errors: a data block is overwritten on the loop device's backing
+/// file, the read fails its checksum, the device's corruption counter
+/// moves.
+#[test]
+fn show_exits_64_when_a_device_counted_errors() {
+    use std::os::unix::fs::FileExt;
+    if !require_root("show with device errors") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    let (code, _, err) = run(env.cmd().arg("show").arg(&mnt));
+    assert_eq!(code, 0, "a clean filesystem: {err}");
+
+    // 64 KiB nobody else has written: every 4 KiB block different.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let data: Vec<u8> = (0..64 << 10)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let file = mnt.join("victim.bin");
+    let f = fs::File::create(&file).unwrap();
+    f.write_all_at(&data, 0).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    // Find the first block on the device's backing file and zero it.
+    let image = sbx.record().devices[0].image.clone();
+    let img = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&image)
+        .unwrap();
+    let len = img.metadata().unwrap().len();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = None;
+    let mut off = 0u64;
+    while off < len && at.is_none() {
+        let n = img.read_at(&mut buf, off).unwrap();
+        at = buf[..n]
+            .chunks(4096)
+            .position(|c| c == &data[..4096])
+            .map(|i| off + i as u64 * 4096);
+        off += n as u64;
+    }
+    let at = at.expect("the file's first block on the device");
+    img.write_all_at(&[0u8; 4096], at).unwrap();
+    img.sync_all().unwrap();
+    // Forget the cached copy, then read: the checksum fails.
+    let f = fs::File::open(&file).unwrap();
+    nix::fcntl::posix_fadvise(
+        &f,
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .unwrap();
+    let mut back = vec![0u8; data.len()];
+    assert!(
+        f.read_at(&mut back, 0).is_err(),
+        "the corrupted block was read"
+    );
+
+    let (code, out, err) = run(env.cmd().args(["show", "--json"]).arg(&mnt));
+    assert_eq!(code, 64, "{err}");
+    let d = &json(&out)["filesystems"][0]["devices"][0];
+    assert_eq!(d["has_errors"], true, "{d:#}");
+    assert!(
+        d["errors"]["corruption_errs"].as_u64().unwrap() >= 1,
+        "{d:#}"
+    );
+    let (code, out, _) = run(env.cmd().arg("show").arg(&mnt));
+    assert_eq!(code, 64);
+    assert!(out.contains("<- errors"), "{out}");
+}
+
+/// `df --parse` of input that cannot be true warns, naming the row; a
+/// capture of a conversion stopped half-way gives one warning and one hint
+/// for all its mixed types, not one hint per type.
+#[test]
+fn df_parse_warns_once_and_names_impossible_rows() {
+    let env = TestEnv::new();
+    let parse = |text: &str| {
+        let p = env.path().join("capture.txt");
+        fs::write(&p, text).unwrap();
+        let (code, out, err) = run(env.cmd().args(["df", "--parse"]).arg(&p));
+        assert_eq!(code, 0, "{err}");
+        let (_, json_out, _) = run(env.cmd().args(["df", "--parse", "--json"]).arg(&p));
+        (out, err, json(&json_out))
+    };
+    let (out, err, r) = parse(
+        "Data, single: total=1073741824, used=536870912\n\
+         System, DUP: total=8388608, used=16384\n\
+         Metadata, DUP: total=268435456, used=402653184\n",
+    );
+    assert!(
+        out.contains("Metadata, DUP: total=256.00MiB, used=384.00MiB"),
+        "{out}"
+    );
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "btrfs-lab: warning: Metadata, DUP: used=402653184 is larger than total=268435456: the input is inconsistent",
+            "hint: check that the capture was not edited or cut; the figures of this row mean nothing",
+        ]
+    );
+    assert_eq!(
+        r["inconsistencies"],
+        serde_json::json!(["Metadata, DUP: used=402653184 is larger than total=268435456"])
+    );
+    // Rounded values: used may print above total within the rounding.
+    let (_, err, r) = parse("Data, single: total=1.00GiB, used=1.00GiB\n");
+    assert!(!err.contains("inconsistent"), "{err}");
+    assert_eq!(r["inconsistencies"], serde_json::json!([]));
+
+    // A paused conversion to raid1: three types with two profiles each.
+    let (_, err, r) = parse(
+        "Data, single: total=1073741824, used=536870912\n\
+         Data, RAID1: total=268435456, used=0\n\
+         System, DUP: total=8388608, used=16384\n\
+         System, RAID1: total=8388608, used=0\n\
+         Metadata, DUP: total=268435456, used=1048576\n\
+         Metadata, RAID1: total=268435456, used=0\n",
+    );
+    assert_eq!(r["mixed_profiles"].as_array().unwrap().len(), 3);
+    assert_eq!(err.matches("hint: a conversion").count(), 1, "{err}");
+    assert_eq!(
+        err.lines().next().unwrap(),
+        "btrfs-lab: warning: more than one profile for one type: Data: single, raid1; System: dup, raid1; Metadata: dup, raid1"
+    );
+}

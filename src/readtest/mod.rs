@@ -414,6 +414,15 @@ fn skip_eviction_hook() -> bool {
     false
 }
 
+/// Who asked for the run: `SUDO_UID` when sudo set it, else the real uid;
+/// and whether it came from `SUDO_UID`.
+fn invoking_uid() -> (u32, bool) {
+    match std::env::var("SUDO_UID").ok().and_then(|v| v.parse().ok()) {
+        Some(uid) => (uid, true),
+        None => (rustix::process::getuid().as_raw(), false),
+    }
+}
+
 /// Makes the file's cache cold and proves it: fsync + DONTNEED (and
 /// drop_caches with `--drop-caches`), then mincore; tried a few times.
 fn make_cold(
@@ -640,6 +649,17 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
     let winner = analysis::winner(&summaries);
 
     let mut notes = Vec::new();
+    let invoker = invoking_uid();
+    let foreign = rustix::process::geteuid().is_root() && t.uid != invoker.0;
+    if foreign {
+        notes.push(format!(
+            "{} belongs to uid {}, not to the invoking user (uid {}{}): root read it, so its size and checksum are shown to a user who may not be allowed to read it.",
+            t.canonical.display(),
+            t.uid,
+            invoker.0,
+            if invoker.1 { ", from SUDO_UID" } else { "" }
+        ));
+    }
     if memory_backed {
         notes.push(format!(
             "{} is on {fs_type}, which keeps files in memory: there is no device and no cold cache, so every figure is a memory copy, not a read from storage.",
@@ -721,6 +741,8 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
             data_profiles,
             devices,
             layout,
+            owner_uid: t.uid,
+            read_as_root_for_another_user: foreign,
         },
         parameters: Parameters {
             methods,

@@ -87,6 +87,8 @@ fn assert_report_shape(r: &Value) {
             ("file.data_profiles", "array"),
             ("file.devices", "array"),
             ("file.layout", "object|null"),
+            ("file.owner_uid", "number"),
+            ("file.read_as_root_for_another_user", "bool"),
             ("parameters.methods", "array"),
             ("parameters.rounds", "number"),
             ("parameters.threads", "number"),
@@ -864,4 +866,66 @@ fn mmap_reports_a_file_that_shrinks_during_the_run() {
         );
         assert!(stdout.is_empty(), "{stdout}");
     }
+}
+
+/// Root reading a file the invoking user does not own (through a link, say)
+/// says so: a note and `read_as_root_for_another_user`.
+#[test]
+fn root_reading_another_users_file_says_so() {
+    if !require_root("read-test of another user's file") {
+        return;
+    }
+    let env = TestEnv::new();
+    let file = env.path().join("secret.bin");
+    write_file(&file, &random_bytes(MIB as usize, 12));
+    let link = env.path().join("link.bin");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let run_as = |sudo_uid: Option<&str>| {
+        let mut c = env.cmd();
+        c.args([
+            "read-test",
+            "--json",
+            "--rounds",
+            "1",
+            "--methods",
+            "buffered",
+        ])
+        .arg(&link)
+        .env_remove("SUDO_UID");
+        if let Some(u) = sudo_uid {
+            c.env("SUDO_UID", u);
+        }
+        let (code, stdout, stderr) = run(&mut c);
+        assert_eq!(code, 0, "{stderr}");
+        json(&stdout)
+    };
+    let note = |r: &Value| {
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|n| n.contains("not to the invoking user"))
+            .map(str::to_owned)
+    };
+    // root's own file, run by root: nothing to say.
+    let r = run_as(None);
+    assert_eq!(r["file"]["owner_uid"], 0);
+    assert_eq!(r["file"]["read_as_root_for_another_user"], false);
+    assert_eq!(note(&r), None);
+    // sudo from uid 65534: root's file is not theirs.
+    let r = run_as(Some("65534"));
+    assert_eq!(r["file"]["read_as_root_for_another_user"], true);
+    let n = note(&r).expect("a note");
+    assert!(n.contains("belongs to uid 0"), "{n}");
+    assert!(n.contains("(uid 65534, from SUDO_UID)"), "{n}");
+    // The same user's file is fine.
+    nix::unistd::chown(&file, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let r = run_as(Some("65534"));
+    assert_eq!(r["file"]["owner_uid"], 65534);
+    assert_eq!(r["file"]["read_as_root_for_another_user"], false);
+    // A file of uid 65534 read by root without sudo: flagged.
+    let r = run_as(None);
+    assert_eq!(r["file"]["read_as_root_for_another_user"], true);
+    assert!(note(&r).unwrap().contains("(uid 0)"), "{r:#}");
 }

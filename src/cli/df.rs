@@ -88,10 +88,21 @@ pub fn run(args: DfArgs, out: &Output) -> Result<u8> {
             out.note("the input was rounded (human-readable units); --json gives each value's error bound");
         }
     }
-    for m in &report.mixed_profiles {
+    // One warning (and one hint) for all the types a conversion left mixed.
+    if !report.mixed_profiles.is_empty() {
+        let mixed: Vec<String> = report.mixed_profiles.iter().map(describe_mixed).collect();
         out.warning_with_hint(
-            &format!("more than one profile for one type: {}", describe_mixed(m)),
+            &format!(
+                "more than one profile for one type: {}",
+                mixed.join("; ")
+            ),
             "a conversion (balance with a convert filter) did not finish; run it again with the `soft` filter to complete it",
+        );
+    }
+    for row in &report.inconsistencies {
+        out.warning_with_hint(
+            &format!("{row}: the input is inconsistent"),
+            "check that the capture was not edited or cut; the figures of this row mean nothing",
         );
     }
     Ok(exit::OK)

@@ -174,6 +174,16 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
         yes_no(fs.target_nocow),
         yes_no(fs.target_compressed)
     ));
+    t.push_str(&format!(
+        "              written through one descriptor: device {} inode {}\n",
+        fs.dir_device, fs.dir_inode
+    ));
+    for name in &r.removed_leftovers {
+        t.push_str(&format!(
+            "  leftover    {}\n",
+            paint.dim(&format!("removed {name} (a killed probe's)"))
+        ));
+    }
     t.push_str(&format!("  kernel      {}\n", r.kernel));
     let scope = match r.counter.source {
         CounterKind::Bdi => "this filesystem only",

@@ -14,7 +14,15 @@ use btrfs_lab::sys::root::SysRoot;
 use super::output::{Output, Paint};
 use super::units::UnitArgs;
 
+/// Exit status when a device has a non-zero error counter (bit 6, as
+/// `btrfs device stats --check`).
+pub const DEVICE_ERRORS: u8 = 64;
+
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 no device has errors; 64 a device's error counters are not all zero \
+(as `btrfs device stats --check`; the report names it); 1 error; 2 bad command line."
+)]
 pub struct ShowArgs {
     /// A path inside a mounted btrfs [default: every mounted btrfs].
     #[arg(value_name = "MOUNT")]
@@ -41,6 +49,7 @@ pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
     for t in &targets {
         filesystems.push(show_one(&root, t)?);
     }
+    let status = status(&filesystems);
     if out.json {
         out.json_doc(&ShowJson { filesystems });
     } else if filesystems.is_empty() {
@@ -52,7 +61,20 @@ pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
             .collect();
         out.text(&texts.join("\n"));
     }
-    Ok(exit::OK)
+    Ok(status)
+}
+
+/// [`DEVICE_ERRORS`] when any device of any filesystem counted an error.
+pub fn status(filesystems: &[FsShow]) -> u8 {
+    if filesystems
+        .iter()
+        .flat_map(|f| &f.devices)
+        .any(|d| d.has_errors)
+    {
+        DEVICE_ERRORS
+    } else {
+        exit::OK
+    }
 }
 
 /// `btrfs filesystem show` lines, then what it does not show: mount point,

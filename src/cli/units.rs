@@ -8,16 +8,20 @@ use btrfs_lab::model::profile::Profile;
 use btrfs_lab::model::units::{UnitBase, UnitMode};
 use btrfs_lab::parse::size::parse_size;
 
+/// One unit mode at most (`-b`, `--human-readable`, `-H`, `-k`, `-m`, `-g`,
+/// `-t` are one group of mutually exclusive options); `--iec`/`--si` pick
+/// the base of a mode that has one, so `-b` refuses both and `-H` (base
+/// 1000 already) refuses `--iec`.
 #[derive(Debug, Clone, Args)]
 pub struct UnitArgs {
     /// Plain bytes.
-    #[arg(short = 'b', long = "raw", conflicts_with_all = ["human_readable", "si_human", "kbytes", "mbytes", "gbytes", "tbytes"])]
+    #[arg(short = 'b', long = "raw", group = "unit_mode", conflicts_with_all = ["iec", "si"])]
     raw: bool,
     /// Human-readable with 1024-based units (the default).
-    #[arg(long = "human-readable")]
+    #[arg(long = "human-readable", group = "unit_mode")]
     human_readable: bool,
     /// Human-readable with 1000-based units.
-    #[arg(short = 'H')]
+    #[arg(short = 'H', group = "unit_mode", conflicts_with = "iec")]
     si_human: bool,
     /// Use 1024-based units (KiB, MiB, ...).
     #[arg(long, conflicts_with = "si")]
@@ -26,16 +30,16 @@ pub struct UnitArgs {
     #[arg(long)]
     si: bool,
     /// Show sizes in KiB (or kB with --si).
-    #[arg(short = 'k', long, conflicts_with_all = ["mbytes", "gbytes", "tbytes"])]
+    #[arg(short = 'k', long, group = "unit_mode")]
     kbytes: bool,
     /// Show sizes in MiB (or MB with --si).
-    #[arg(short = 'm', long, conflicts_with_all = ["gbytes", "tbytes"])]
+    #[arg(short = 'm', long, group = "unit_mode")]
     mbytes: bool,
     /// Show sizes in GiB (or GB with --si).
-    #[arg(short = 'g', long, conflicts_with = "tbytes")]
+    #[arg(short = 'g', long, group = "unit_mode")]
     gbytes: bool,
     /// Show sizes in TiB (or TB with --si).
-    #[arg(short = 't', long)]
+    #[arg(short = 't', long, group = "unit_mode")]
     tbytes: bool,
 }
 
@@ -69,4 +73,52 @@ pub fn size_arg(s: &str) -> std::result::Result<u64, String> {
 pub fn profile_arg(s: &str) -> std::result::Result<Profile, String> {
     s.parse::<Profile>()
         .map_err(|e| format!("{} ({})", e.message(), e.hint().unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        units: UnitArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<UnitMode, String> {
+        T::try_parse_from(std::iter::once("t").chain(args.iter().copied()))
+            .map(|t| t.units.mode())
+            .map_err(|e| e.to_string().lines().next().unwrap_or("").to_owned())
+    }
+
+    #[test]
+    fn unit_modes_are_one_exclusive_group() {
+        assert_eq!(parse(&[]), Ok(UnitMode::Human(UnitBase::Binary)));
+        assert_eq!(parse(&["-b"]), Ok(UnitMode::Raw));
+        assert_eq!(
+            parse(&["-k", "--si"]),
+            Ok(UnitMode::Fixed(UnitBase::Decimal, 1))
+        );
+        assert_eq!(
+            parse(&["-g", "--iec"]),
+            Ok(UnitMode::Fixed(UnitBase::Binary, 3))
+        );
+        assert_eq!(parse(&["--si"]), Ok(UnitMode::Human(UnitBase::Decimal)));
+        assert_eq!(parse(&["-H"]), Ok(UnitMode::Human(UnitBase::Decimal)));
+        for bad in [
+            &["-b", "--si"][..],
+            &["-b", "--iec"],
+            &["-k", "-g"],
+            &["-t", "-k"],
+            &["-b", "-k"],
+            &["-H", "-m"],
+            &["-H", "--iec"],
+            &["--human-readable", "-b"],
+            &["--iec", "--si"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("cannot be used with"), "{bad:?}: {e}");
+        }
+    }
 }

@@ -11,14 +11,13 @@ pub mod analysis;
 pub mod model;
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::parse::mountinfo::parse_mountinfo;
 use crate::parse::nvme_smart::{SmartThermal, decode_smart_log};
-use crate::sys::root::SysRoot;
+use crate::sys::root::{ATTR_CAP, SysRoot};
 use crate::sys::topology::{self, BlockTarget, DeviceRef, NvmeController};
 use crate::sys::{btrfs, nvme};
 
@@ -134,7 +133,7 @@ fn is_mount(root: &SysRoot, target: &str) -> bool {
     if root.is_host() {
         return Path::new(target).is_dir();
     }
-    let Ok(text) = fs::read_to_string(root.proc("self/mountinfo")) else {
+    let Ok(text) = root.read_table(&root.proc("self/mountinfo")) else {
         return false;
     };
     let want = normalize(target);
@@ -193,7 +192,8 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
         });
     }
     let mountinfo = root.proc("self/mountinfo");
-    let text = fs::read_to_string(&mountinfo)
+    let text = root
+        .read_table(&mountinfo)
         .map_err(|e| Error::from_io(&e, "cannot read", &mountinfo))?;
     let want = normalize(mount);
     let entry = parse_mountinfo(&text)
@@ -238,7 +238,8 @@ pub fn read_thermal(root: &SysRoot, controller: &str) -> Result<SmartThermal> {
         nvme::read_smart_log(&Path::new("/dev").join(controller))?.to_vec()
     } else {
         let p = root.prefix().join(CAPTURED_SMART_DIR).join(controller);
-        fs::read(&p).map_err(|e| Error::from_io(&e, "cannot read the captured SMART log", &p))?
+        root.read_bytes(&p, ATTR_CAP)
+            .map_err(|e| Error::from_io(&e, "cannot read the captured SMART log", &p))?
     };
     decode_smart_log(&page).map_err(|e| {
         Error::new(

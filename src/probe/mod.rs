@@ -7,9 +7,10 @@
 //! The verdict comes from measurements, never from the kernel version.
 
 pub mod report;
+pub mod scratch;
 pub mod verdict;
 
-use std::fs;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,9 +18,11 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::size::format_iec;
 use crate::sys::counters::{self, CounterChoice, DirtyCounter};
-use crate::sys::direct_io::{AlignedBuffer, create_direct, write_all_at};
+use crate::sys::direct_io::{AlignedBuffer, write_all_at};
 use crate::sys::root::SysRoot;
 use crate::sys::{btrfs, fs as sysfs, kernel_release, signals};
+
+use scratch::Scratch;
 
 pub use report::{CounterInfo, FsContext, Parameters, ProbeReport};
 pub use verdict::{Analysis, Round, Verdict};
@@ -95,33 +98,6 @@ impl ProbeOptions {
     }
 }
 
-/// Files and directories the probe made, removed on drop (so on every exit
-/// path: errors, SIGINT/SIGTERM handled as errors, panics).
-#[derive(Default)]
-struct Scratch {
-    files: Vec<PathBuf>,
-    dirs: Vec<PathBuf>,
-}
-
-impl Scratch {
-    fn remove_file(&mut self, path: &Path) -> Result<()> {
-        fs::remove_file(path).map_err(|e| Error::from_io(&e, "cannot remove test file", path))?;
-        self.files.retain(|p| p != path);
-        Ok(())
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        for f in self.files.drain(..) {
-            let _ = fs::remove_file(&f);
-        }
-        for d in self.dirs.drain(..).rev() {
-            let _ = fs::remove_dir(&d);
-        }
-    }
-}
-
 /// Six random hex digits for file names.
 pub(crate) fn nonce() -> String {
     crate::sandbox::random_name()
@@ -167,9 +143,7 @@ fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
         .with_hint("the probe writes test files: remount read-write or choose another directory"));
     }
     let needed = opts.size_bytes + SPACE_MARGIN;
-    // Test hook: lets the suite reach the mid-write ENOSPC path.
-    let skip_space_check = std::env::var_os("BTRFS_LAB_PROBE_SKIP_SPACE_CHECK").is_some();
-    if info.available_bytes < needed && !skip_space_check {
+    if info.available_bytes < needed && !skip_space_check_hook() {
         return Err(Error::new(
             ErrorKind::NoSpace,
             format!(
@@ -207,14 +181,113 @@ fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
             .map(|f| f & crate::sys::ioctl::FS_NOCOW_FL != 0),
         target_compressed: flags.map(|f| f & crate::sys::ioctl::FS_COMPR_FL != 0),
         dir: info.dir,
+        dir_device: String::new(),
+        dir_inode: 0,
     };
     Ok((ctx, bdi))
+}
+
+/// Test hook: `BTRFS_LAB_PROBE_SKIP_SPACE_CHECK=1` skips the up-front
+/// free-space check, so the suite reaches the mid-write ENOSPC path.
+#[cfg(feature = "test-hooks")]
+pub const SKIP_SPACE_CHECK_ENV: &str = "BTRFS_LAB_PROBE_SKIP_SPACE_CHECK";
+
+#[cfg(feature = "test-hooks")]
+fn skip_space_check_hook() -> bool {
+    std::env::var_os(SKIP_SPACE_CHECK_ENV).is_some()
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn skip_space_check_hook() -> bool {
+    false
+}
+
+/// Test hook: `BTRFS_LAB_PROBE_TEST_PAUSE=written` stops the probe after
+/// the first block of its first test file is written; it prints one line on
+/// stderr and waits for a signal, so the suite can SIGKILL it there.
+/// `=written:PATH` waits until PATH exists instead, then goes on.
+#[cfg(feature = "test-hooks")]
+pub const PAUSE_ENV: &str = "BTRFS_LAB_PROBE_TEST_PAUSE";
+
+#[cfg(feature = "test-hooks")]
+fn pause_hook(paused: &mut bool) -> Result<()> {
+    let Ok(v) = std::env::var(PAUSE_ENV) else {
+        return Ok(());
+    };
+    let go = match v.split_once(':') {
+        Some(("written", path)) => Some(PathBuf::from(path)),
+        None if v == "written" => None,
+        _ => return Ok(()),
+    };
+    if *paused {
+        return Ok(());
+    }
+    *paused = true;
+    eprintln!("btrfs-lab: test hook: probe paused after its first write");
+    loop {
+        signals::check()?;
+        if go.as_deref().is_some_and(Path::exists) {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn pause_hook(_paused: &mut bool) -> Result<()> {
+    Ok(())
+}
+
+/// Opens the directory to probe once (following the path as given): the
+/// test files are made relative to this descriptor, so a directory swapped
+/// for a link afterwards cannot redirect them.
+fn open_target(path: &Path) -> Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map(File::from)
+    .map_err(|e| {
+        let e = std::io::Error::from(e);
+        if e.raw_os_error() == Some(libc::ENOTDIR) {
+            Error::new(
+                ErrorKind::WrongTarget,
+                format!("{} is not a directory", path.display()),
+            )
+            .with_hint("give a directory on the filesystem to test")
+        } else {
+            Error::from_io(&e, "cannot use", path)
+        }
+    })
 }
 
 /// Runs the probe. `progress(done, total)` is called as bytes are written.
 pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<ProbeReport> {
     opts.validate()?;
-    let (ctx, bdi) = inspect(opts)?;
+    let target = open_target(&opts.path)?;
+    let (mut ctx, bdi) = inspect(opts)?;
+    // What was inspected (by path) must be what was opened.
+    let (device, inode) = scratch::identity(&target)?;
+    let inspected = File::open(&ctx.dir)
+        .map_err(|e| Error::from_io(&e, "cannot open", &ctx.dir))
+        .and_then(|f| scratch::identity(&f))?;
+    if inspected != (device.clone(), inode) {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "{} changed while probe-dio looked at it (it is not the directory that was opened)",
+                opts.path.display()
+            ),
+        )
+        .with_hint(
+            "make sure nothing renames or replaces the directory, then run the probe again",
+        ));
+    }
+    ctx.dir_device = device;
+    ctx.dir_inode = inode;
+    let removed_leftovers = scratch::remove_stale(&target);
     let (mut counter, counter_note) = counters::open_counter(
         &opts.sysroot,
         opts.counter,
@@ -222,15 +295,14 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         opts.allow_private_debugfs,
     )?;
 
-    let mut scratch = Scratch::default();
-    let tag = format!(".btrfs-lab-probe-{}-{}", std::process::id(), nonce());
+    let mut scratch = Scratch::new(target, ctx.dir.clone());
+    let tag = scratch::tag(std::process::id(), &nonce());
     let (control_dir, control_note) = if ctx.fs_type == "btrfs" {
-        let dir = ctx.dir.join(format!("{tag}.nocow"));
-        fs::create_dir(&dir)
-            .map_err(|e| Error::from_io(&e, "cannot create a directory in", &ctx.dir))?;
-        scratch.dirs.push(dir.clone());
-        match sysfs::set_nocow_dir(&dir, true) {
-            Ok(()) => (Some(dir), None),
+        let name = format!("{tag}.nocow");
+        let shown = ctx.dir.join(&name);
+        let dir = scratch.make_control_dir(&name)?;
+        match sysfs::set_nocow(dir, &shown, true) {
+            Ok(()) => (Some(shown), None),
             Err(e) => (None, Some(format!("no NOCOW control: {}", e.message()))),
         }
     } else {
@@ -254,25 +326,30 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
     };
 
     let mut rounds = Vec::new();
+    let mut paused = false;
     for r in 0..opts.rounds {
-        let test_path = ctx.dir.join(format!("{tag}-r{r}.test"));
-        let control_path = control_dir
-            .as_ref()
-            .map(|d| d.join(format!("r{r}.control")));
-        let mut write = |path: &Path, scratch: &mut Scratch| {
-            write_sample(path, &buffer, opts, &mut counter, scratch, &mut on_bytes)
+        let test_name = format!("{tag}-r{r}.test");
+        let control_name = control_dir.as_ref().map(|_| format!("r{r}.control"));
+        let mut write = |in_control: bool, name: &str, scratch: &mut Scratch| {
+            let sample = Sample {
+                in_control,
+                name,
+                buffer: &buffer,
+                opts,
+            };
+            write_sample(&sample, &mut counter, scratch, &mut on_bytes, &mut paused)
         };
         // Alternate the order so neither file always runs first.
-        let (test, control) = match &control_path {
-            Some(cp) if r % 2 == 1 => {
-                let c = write(cp, &mut scratch)?;
-                (write(&test_path, &mut scratch)?, Some(c))
+        let (test, control) = match &control_name {
+            Some(cn) if r % 2 == 1 => {
+                let c = write(true, cn, &mut scratch)?;
+                (write(false, &test_name, &mut scratch)?, Some(c))
             }
-            Some(cp) => {
-                let t = write(&test_path, &mut scratch)?;
-                (t, Some(write(cp, &mut scratch)?))
+            Some(cn) => {
+                let t = write(false, &test_name, &mut scratch)?;
+                (t, Some(write(true, cn, &mut scratch)?))
             }
-            None => (write(&test_path, &mut scratch)?, None),
+            None => (write(false, &test_name, &mut scratch)?, None),
         };
         let busy = test.seconds + control.map_or(test.seconds, |c| c.seconds);
         let idle = idle_sample(&mut counter, (busy / 2.0).clamp(0.2, 10.0))?;
@@ -290,7 +367,7 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
             data_profiles: ctx.data_profiles.clone(),
         },
     );
-    Ok(ProbeReport::new(
+    let mut report = ProbeReport::new(
         opts,
         ctx,
         kernel_release(),
@@ -302,22 +379,32 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         control_note,
         analysis,
         rounds,
-    ))
+    );
+    report.removed_leftovers = removed_leftovers;
+    Ok(report)
+}
+
+/// One file to write.
+struct Sample<'a> {
+    in_control: bool,
+    name: &'a str,
+    buffer: &'a AlignedBuffer,
+    opts: &'a ProbeOptions,
 }
 
 fn write_sample(
-    path: &Path,
-    buffer: &AlignedBuffer,
-    opts: &ProbeOptions,
+    s: &Sample<'_>,
     counter: &mut DirtyCounter,
     scratch: &mut Scratch,
     on_bytes: &mut dyn FnMut(u64),
+    paused: &mut bool,
 ) -> Result<verdict::WriteSample> {
+    let (buffer, opts) = (s.buffer, s.opts);
+    let path = &scratch.shown(s.in_control, s.name);
     signals::check()?;
     let before = counter.read_bytes()?;
     let start = Instant::now();
-    let file = create_direct(path)?;
-    scratch.files.push(path.to_path_buf());
+    let file = scratch.create(s.in_control, s.name)?;
     let mut offset = 0u64;
     while offset < opts.size_bytes {
         signals::check()?;
@@ -326,13 +413,14 @@ fn write_sample(
             .map_err(|e| no_space_note(e, opts))?;
         offset += n;
         on_bytes(n);
+        pause_hook(paused)?;
     }
     file.sync_all()
         .map_err(|e| no_space_note(Error::from_io(&e, "cannot fsync", path), opts))?;
     let seconds = start.elapsed().as_secs_f64();
     let after = counter.read_bytes()?;
     drop(file);
-    scratch.remove_file(path)?;
+    scratch.remove(s.in_control, s.name)?;
     Ok(verdict::WriteSample {
         bytes_written: opts.size_bytes,
         dirtied_bytes: after.saturating_sub(before),
@@ -416,21 +504,5 @@ mod tests {
             relevant_mount_options(opts),
             vec!["compress=zstd:3", "nodatasum"]
         );
-    }
-
-    #[test]
-    fn scratch_removes_leftovers_on_drop() {
-        let t = tempfile::tempdir().unwrap();
-        let d = t.path().join("d");
-        fs::create_dir(&d).unwrap();
-        let f = d.join("f");
-        fs::write(&f, "x").unwrap();
-        {
-            let mut s = Scratch::default();
-            s.dirs.push(d.clone());
-            s.files.push(f.clone());
-        }
-        assert!(!f.exists());
-        assert!(!d.exists());
     }
 }

@@ -30,6 +30,11 @@ pub struct FsContext {
     pub target_nocow: Option<bool>,
     /// Whether the directory carries the compression attribute.
     pub target_compressed: Option<bool>,
+    /// The directory that was written in, opened once: its device
+    /// (`major:minor`) ...
+    pub dir_device: String,
+    /// ... and inode.
+    pub dir_inode: u64,
 }
 
 /// The counter the figures come from.
@@ -89,6 +94,8 @@ pub struct ProbeReport {
     pub noise: NoiseSummary,
     /// Every round's raw figures.
     pub rounds: Vec<Round>,
+    /// Scratch entries of killed probes (dead pids) that were removed.
+    pub removed_leftovers: Vec<String>,
 }
 
 impl ProbeReport {
@@ -123,6 +130,7 @@ impl ProbeReport {
             control_note,
             noise: analysis.noise,
             rounds,
+            removed_leftovers: Vec::new(),
         }
     }
 }

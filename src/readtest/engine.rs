@@ -19,6 +19,31 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::memio::{self, FileMap, MappedBuffer, RingBuffer};
 use crate::sys::signals;
 
+/// Test hook: with `BTRFS_LAB_READ_TEST_PAUSE_MMAP=PATH` the first mmap pass
+/// stops after its first window, prints one line on stderr and waits until
+/// PATH exists, so the suite can truncate the file in the middle of a
+/// mapped read. Only in builds with the `test-hooks` feature.
+#[cfg(feature = "test-hooks")]
+pub const PAUSE_MMAP_ENV: &str = "BTRFS_LAB_READ_TEST_PAUSE_MMAP";
+
+#[cfg(feature = "test-hooks")]
+fn pause_mmap_hook(stopped: &dyn Fn() -> bool) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let Some(go) = std::env::var_os(PAUSE_MMAP_ENV).filter(|v| !v.is_empty()) else {
+        return;
+    };
+    ONCE.call_once(|| {
+        eprintln!("btrfs-lab: test hook: mmap pass paused after its first window");
+        let go = std::path::PathBuf::from(go);
+        while !go.exists() && !stopped() && !signals::interrupted() {
+            thread::sleep(Duration::from_millis(20));
+        }
+    });
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn pause_mmap_hook(_stopped: &dyn Fn() -> bool) {}
+
 /// Bytes per `read()` call of the buffered and dontcache methods.
 pub const READ_CALL: usize = 1 << 20;
 /// The mmap method touches the mapping this much at a time between
@@ -286,8 +311,15 @@ impl Workers<'_> {
         })
     }
 
-    /// mmap: map the file, ask for sequential readahead, touch one byte of
-    /// every page front to back (what a program using the mapping pays).
+    /// mmap: map the file, ask for sequential readahead, fault every page
+    /// in front to back (what a program using the mapping pays).
+    ///
+    /// The mapping is never read with a load instruction: a page the file
+    /// no longer reaches (another process truncated it) would be a SIGBUS
+    /// that kills the process. Each window is faulted in with
+    /// `MADV_POPULATE_READ` and read through the kernel (see
+    /// [`FileMap::touch_pages`]); both report such a page as `EFAULT`,
+    /// which is "the file shrank", as the other methods say it.
     fn mmap_worker(&self) -> Result<Digest> {
         self.guarded(|| {
             let pass = self.pass;
@@ -304,21 +336,58 @@ impl Workers<'_> {
             let mut block = [0u8; BLOCK as usize];
             let mut sink = 0u64;
             let mut start = 0u64;
+            let fault = |e: io::Error, at: u64| self.mapping_error(&e, at);
             while start < pass.size && !self.stopped() {
                 let end = (start + MMAP_WINDOW).min(pass.size);
-                sink = sink.wrapping_add(map.touch_pages(start as usize, end as usize, page));
+                map.populate(start as usize, end as usize)
+                    .map_err(|e| fault(e, start))?;
+                let touched = map
+                    .touch_pages(start as usize, end as usize, page)
+                    .map_err(|e| fault(e, start))?;
+                sink = sink.wrapping_add(touched);
                 for b in digest.blocks_in(start, end) {
                     let (s, e) = digest.block_range(b);
                     let n = (e - s) as usize;
-                    map.copy_out(s as usize, &mut block[..n]);
+                    map.copy_out(s as usize, &mut block[..n])
+                        .map_err(|err| fault(err, s))?;
                     digest.add_block(b, &block[..n]);
                 }
                 self.done.fetch_add(end - start, Ordering::Relaxed);
                 start = end;
+                pause_mmap_hook(&|| self.stopped());
             }
             std::hint::black_box(sink);
+            // A file cut inside its last page reads as zeros, no fault: the
+            // size says it.
+            self.check_size(start)?;
             Ok(digest)
         })
+    }
+
+    /// What a failed read of the mapping at `at` means: EFAULT is a page
+    /// beyond the end of the file.
+    fn mapping_error(&self, e: &io::Error, at: u64) -> Error {
+        if e.raw_os_error() == Some(libc::EFAULT) {
+            let now = self.pass.plain.metadata().map_or(at, |m| m.len());
+            shrank(self.pass.path, now)
+        } else {
+            read_error(e, self.pass.path, at)
+        }
+    }
+
+    /// Fails with "it shrank" when the file is now shorter than `read`
+    /// bytes.
+    fn check_size(&self, read: u64) -> Result<()> {
+        let now = self
+            .pass
+            .plain
+            .metadata()
+            .map_err(|e| Error::from_io(&e, "cannot stat", self.pass.path))?
+            .len();
+        if now < read {
+            return Err(shrank(self.pass.path, now));
+        }
+        Ok(())
     }
 }
 

@@ -57,7 +57,9 @@ pub const DEFAULT_BUFFER: u64 = 1 << 30;
 pub const DEFAULT_ALIGN: u64 = 4096;
 /// Test hook: skip the eviction and its mincore check, as if both had
 /// silently failed, so the suite can show that the device cross-check
-/// alone catches a warm cache.
+/// alone catches a warm cache. Only in builds with the `test-hooks`
+/// feature.
+#[cfg(feature = "test-hooks")]
 pub const SKIP_EVICTION_ENV: &str = "BTRFS_LAB_READ_TEST_SKIP_EVICTION";
 
 const MIN_CHUNK: u64 = 64 << 10;
@@ -392,17 +394,33 @@ fn unverifiable_reason(t: &Target, memory_backed: bool) -> Option<String> {
         return None;
     }
     if skip_eviction_hook() {
-        return Some(format!(
-            "{SKIP_EVICTION_ENV} is set (a test hook): the cache was neither evicted nor checked before the runs"
-        ));
+        return Some(
+            "BTRFS_LAB_READ_TEST_SKIP_EVICTION is set (a test hook): the cache was neither evicted nor checked before the runs".to_owned(),
+        );
     }
     (!mincore_can_tell(t)).then(|| {
         "the cache was evicted before each run but could not be checked: mincore reports every page of a file as cached unless you own it or may write to it (Linux 5.0+); the device cross-check still guards the figures".to_owned()
     })
 }
 
+#[cfg(feature = "test-hooks")]
 fn skip_eviction_hook() -> bool {
     std::env::var(SKIP_EVICTION_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Without the `test-hooks` feature the environment cannot skip anything.
+#[cfg(not(feature = "test-hooks"))]
+fn skip_eviction_hook() -> bool {
+    false
+}
+
+/// Who asked for the run: `SUDO_UID` when sudo set it, else the real uid;
+/// and whether it came from `SUDO_UID`.
+fn invoking_uid() -> (u32, bool) {
+    match std::env::var("SUDO_UID").ok().and_then(|v| v.parse().ok()) {
+        Some(uid) => (uid, true),
+        None => (rustix::process::getuid().as_raw(), false),
+    }
 }
 
 /// Makes the file's cache cold and proves it: fsync + DONTNEED (and
@@ -440,7 +458,7 @@ fn make_cold(
 }
 
 fn memory_check(root: &SysRoot, need: u64) -> Result<()> {
-    let Ok(text) = fs::read_to_string(root.proc("meminfo")) else {
+    let Ok(text) = root.read_table(&root.proc("meminfo")) else {
         return Ok(());
     };
     let Some(available) = mem_available_bytes(&text) else {
@@ -631,6 +649,17 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
     let winner = analysis::winner(&summaries);
 
     let mut notes = Vec::new();
+    let invoker = invoking_uid();
+    let foreign = rustix::process::geteuid().is_root() && t.uid != invoker.0;
+    if foreign {
+        notes.push(format!(
+            "{} belongs to uid {}, not to the invoking user (uid {}{}): root read it, so its size and checksum are shown to a user who may not be allowed to read it.",
+            t.canonical.display(),
+            t.uid,
+            invoker.0,
+            if invoker.1 { ", from SUDO_UID" } else { "" }
+        ));
+    }
     if memory_backed {
         notes.push(format!(
             "{} is on {fs_type}, which keeps files in memory: there is no device and no cold cache, so every figure is a memory copy, not a read from storage.",
@@ -712,6 +741,8 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
             data_profiles,
             devices,
             layout,
+            owner_uid: t.uid,
+            read_as_root_for_another_user: foreign,
         },
         parameters: Parameters {
             methods,

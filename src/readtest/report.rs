@@ -37,6 +37,12 @@ pub struct FileInfo {
     pub devices: Vec<BlockDevice>,
     /// How the bytes are stored (FIEMAP); null where unavailable.
     pub layout: Option<Layout>,
+    /// The file's owner.
+    pub owner_uid: u32,
+    /// Root read a file that the invoking user (`SUDO_UID` if set, else
+    /// the real uid) does not own: its size and checksum are shown to
+    /// someone who may not be allowed to read it (a note says so).
+    pub read_as_root_for_another_user: bool,
 }
 
 /// The settings of the test.

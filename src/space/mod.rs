@@ -51,6 +51,9 @@ pub struct DfReport {
     pub mixed_profiles: Vec<MixedProfiles>,
     /// btrfs-progs' multiple-profile warnings found in parsed input.
     pub input_warnings: Vec<String>,
+    /// Rows of parsed input that cannot be true (used larger than total,
+    /// beyond the rounding of the input), each named.
+    pub inconsistencies: Vec<String>,
 }
 
 /// A mounted btrfs that a command was pointed at.
@@ -111,7 +114,7 @@ fn zone_unusable(
         BgType::System => "system",
         _ => return None,
     };
-    fs::read_to_string(root.sys(&format!(
+    root.read_attr(&root.sys(&format!(
         "fs/btrfs/{fsid}/allocation/{kind}/bytes_zone_unusable"
     )))
     .ok()?
@@ -137,6 +140,7 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
         mixed_profiles: mixed_profiles(&records),
         records,
         input_warnings: Vec::new(),
+        inconsistencies: Vec::new(),
     })
 }
 
@@ -152,9 +156,31 @@ pub fn df_from_text(text: &str, input_name: &str) -> Result<DfReport> {
             format: parsed.format,
         },
         mixed_profiles: mixed_profiles(&parsed.records),
+        inconsistencies: inconsistencies(&parsed.records),
         records: parsed.records,
         input_warnings: parsed.warnings,
     })
+}
+
+/// Rows whose used space exceeds their total even allowing for the
+/// rounding of the input: `Metadata, DUP: used=... is larger than total=...`.
+pub fn inconsistencies(records: &[SpaceRecord]) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| {
+            r.used_bytes.saturating_sub(r.used_error_bytes)
+                > r.total_bytes.saturating_add(r.total_error_bytes)
+        })
+        .map(|r| {
+            format!(
+                "{}, {}: used={} is larger than total={}",
+                r.bg_type.progs_name(),
+                r.profile.progs_name(),
+                r.used_bytes,
+                r.total_bytes
+            )
+        })
+        .collect()
 }
 
 /// Size of a block device from sysfs (`/sys/class/block/NAME/size`, in
@@ -162,7 +188,8 @@ pub fn df_from_text(text: &str, input_name: &str) -> Result<DfReport> {
 pub fn block_device_size(root: &SysRoot, dev: &Path) -> Option<u64> {
     let real = fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
     let name = real.file_name()?.to_str()?.to_owned();
-    let sectors: u64 = fs::read_to_string(root.sys(&format!("class/block/{name}/size")))
+    let sectors: u64 = root
+        .read_attr(&root.sys(&format!("class/block/{name}/size")))
         .ok()?
         .trim()
         .parse()

@@ -1,6 +1,5 @@
 //! `show`: the filesystem and its devices, with their error counters.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -85,7 +84,7 @@ pub struct FsShow {
 }
 
 fn sysfs_text(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
-    fs::read_to_string(root.sys(&format!("fs/btrfs/{fsid}/{name}")))
+    root.read_attr(&root.sys(&format!("fs/btrfs/{fsid}/{name}")))
         .ok()
         .map(|s| s.trim_end_matches('\n').to_owned())
 }

@@ -10,7 +10,7 @@ use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
 use serde::Serialize;
 
-use super::root::SysRoot;
+use super::root::{SysRoot, TABLE_CAP};
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::counters::{bdi_dirtied_bytes, vmstat_nr_dirtied};
 use crate::parse::mountinfo::parse_mountinfo;
@@ -62,7 +62,11 @@ impl DirtyCounter {
         let mut text = String::new();
         self.file
             .seek(SeekFrom::Start(0))
-            .and_then(|_| self.file.read_to_string(&mut text))
+            .and_then(|_| {
+                (&self.file)
+                    .take(TABLE_CAP as u64)
+                    .read_to_string(&mut text)
+            })
             .map_err(|e| Error::from_io(&e, "cannot read", &self.path))?;
         let value = match self.kind {
             CounterKind::Bdi => bdi_dirtied_bytes(&text),
@@ -82,7 +86,9 @@ impl DirtyCounter {
 /// The machine-wide counter.
 pub fn open_vmstat(root: &SysRoot) -> Result<DirtyCounter> {
     let path = root.proc("vmstat");
-    let file = File::open(&path).map_err(|e| Error::from_io(&e, "cannot open", &path))?;
+    let file = root
+        .open_file(&path)
+        .map_err(|e| Error::from_io(&e, "cannot open", &path))?;
     let mut c = DirtyCounter {
         kind: CounterKind::Vmstat,
         label: "/proc/vmstat nr_dirtied".to_owned(),
@@ -121,7 +127,7 @@ pub fn page_size() -> u64 {
 
 /// Where debugfs is mounted in this process's view, if anywhere.
 pub fn find_debugfs(root: &SysRoot) -> Option<PathBuf> {
-    let text = fs::read_to_string(root.proc("self/mountinfo")).ok()?;
+    let text = root.read_table(&root.proc("self/mountinfo")).ok()?;
     parse_mountinfo(&text)
         .into_iter()
         .find(|m| m.fs_type == "debugfs")

@@ -52,6 +52,27 @@ impl AlignedBuffer {
     }
 }
 
+/// Creates the new file `name` in the open directory `dir` for O_DIRECT
+/// writing, as [`create_direct`] does, relative to the descriptor: a
+/// directory swapped for a link after it was opened cannot redirect it.
+/// `shown` names the file in messages.
+pub fn create_direct_at(dir: &File, name: &str, shown: &Path) -> Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::NOFOLLOW
+            | OFlags::DIRECT
+            | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map(File::from)
+    .map_err(|e| create_error(&std::io::Error::from(e), shown))
+}
+
 /// Creates a new file for O_DIRECT writing: O_EXCL (never reuse or clobber a
 /// file), O_NOFOLLOW (never write through a planted symlink), mode 0600.
 pub fn create_direct(path: &Path) -> Result<File> {
@@ -61,24 +82,26 @@ pub fn create_direct(path: &Path) -> Result<File> {
         .mode(0o600)
         .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::EINVAL) {
-                Error::new(
-                    ErrorKind::Unsupported,
-                    format!(
-                        "O_DIRECT is not supported by the filesystem of {}",
-                        parent_or_self(path)
-                    ),
-                )
-                .with_hint("probe a directory on a disk filesystem (btrfs, ext4, xfs)")
-            } else {
-                Error::from_io(
-                    &e,
-                    "cannot create a test file in",
-                    Path::new(&parent_or_self(path)),
-                )
-            }
-        })
+        .map_err(|e| create_error(&e, path))
+}
+
+fn create_error(e: &std::io::Error, path: &Path) -> Error {
+    if e.raw_os_error() == Some(libc::EINVAL) {
+        Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "O_DIRECT is not supported by the filesystem of {}",
+                parent_or_self(path)
+            ),
+        )
+        .with_hint("probe a directory on a disk filesystem (btrfs, ext4, xfs)")
+    } else {
+        Error::from_io(
+            e,
+            "cannot create a test file in",
+            Path::new(&parent_or_self(path)),
+        )
+    }
 }
 
 fn parent_or_self(path: &Path) -> String {

@@ -28,7 +28,9 @@ pub struct BlockDevice {
 /// The current `/proc/diskstats`.
 pub fn read_stats(root: &SysRoot) -> Result<Vec<DiskStat>> {
     let p = root.proc("diskstats");
-    let text = fs::read_to_string(&p).map_err(|e| Error::from_io(&e, "cannot read", &p))?;
+    let text = root
+        .read_table(&p)
+        .map_err(|e| Error::from_io(&e, "cannot read", &p))?;
     Ok(parse_diskstats(&text))
 }
 

@@ -47,7 +47,8 @@ pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
     }
     let dir = fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
     let mountinfo_path = root.proc("self/mountinfo");
-    let text = fs::read_to_string(&mountinfo_path)
+    let text = root
+        .read_table(&mountinfo_path)
         .map_err(|e| Error::from_io(&e, "cannot read", &mountinfo_path))?;
     let mounts = parse_mountinfo(&text);
     let mount = mount_containing(&mounts, &dir).cloned().ok_or_else(|| {

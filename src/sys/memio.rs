@@ -368,33 +368,117 @@ impl FileMap {
         self.len == 0
     }
 
+    /// Faults the pages of `[start, end)` in with `MADV_POPULATE_READ`
+    /// (Linux 5.14+), as a program touching them would. Returns `Ok(false)`
+    /// when the kernel does not know the advice (nothing was done), and
+    /// `EFAULT` when part of the range lies beyond the end of the file (it
+    /// shrank): the kernel reports what would be a SIGBUS as an error.
+    pub fn populate(&self, start: usize, end: usize) -> io::Result<bool> {
+        let page = page_size();
+        let end = end.min(self.len);
+        let start = start - start % page;
+        if start >= end {
+            return Ok(true);
+        }
+        // SAFETY: [start, end) lies inside our mapping (start is rounded down
+        // to a page, madvise needs an aligned address); POPULATE_READ only
+        // faults pages in, it changes no contents and no mapping.
+        let r = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(start).cast(),
+                end - start,
+                libc::MADV_POPULATE_READ,
+            )
+        };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINVAL) => Ok(false),
+            _ => Err(e),
+        }
+    }
+
     /// Reads one byte of every `page` bytes in `[start, end)`, faulting the
     /// pages in as a program using the mapping would. Returns their sum so
     /// the reads cannot be optimised away.
-    pub fn touch_pages(&self, start: usize, end: usize, page: usize) -> u64 {
+    ///
+    /// The bytes are read by the kernel (`process_vm_readv` on ourselves),
+    /// never by a load instruction: a page beyond the end of the file (it
+    /// shrank after it was mapped) is then `EFAULT`, not a SIGBUS that
+    /// kills the process.
+    pub fn touch_pages(&self, start: usize, end: usize, page: usize) -> io::Result<u64> {
+        const BATCH: usize = 512;
         let end = end.min(self.len);
+        let mut sink = [0u8; BATCH];
         let mut sum = 0u64;
         let mut off = start;
         while off < end {
-            // SAFETY: off < len, inside our readable mapping. A volatile read
-            // makes no reference and tolerates concurrent changes.
-            sum = sum.wrapping_add(u64::from(unsafe {
-                self.ptr.as_ptr().add(off).read_volatile()
-            }));
-            off += page;
+            let n = (end - off).div_ceil(page).min(BATCH);
+            let remote: Vec<libc::iovec> = (0..n)
+                .map(|i| libc::iovec {
+                    // A pointer into our mapping, only passed to the kernel.
+                    iov_base: self.ptr.as_ptr().wrapping_add(off + i * page).cast(),
+                    iov_len: 1,
+                })
+                .collect();
+            self.read_remote(&remote, &mut sink[..n])?;
+            sum = sink[..n]
+                .iter()
+                .fold(sum, |s, &b| s.wrapping_add(u64::from(b)));
+            off += n * page;
         }
-        sum
+        Ok(sum)
     }
 
-    /// Copies `dst.len()` bytes from `offset` out of the mapping.
-    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) {
+    /// Copies `dst.len()` bytes from `offset` out of the mapping (fewer at
+    /// its end), through the kernel like [`FileMap::touch_pages`]: `EFAULT`
+    /// when the file no longer reaches that far.
+    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) -> io::Result<()> {
         let n = dst.len().min(self.len.saturating_sub(offset));
-        // SAFETY: [offset, offset + n) is inside the mapping; `dst` is a
-        // distinct buffer of ours; the copy makes no reference to the
-        // mapped bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), n);
+        if n == 0 {
+            return Ok(());
         }
+        let remote = [libc::iovec {
+            iov_base: self.ptr.as_ptr().wrapping_add(offset).cast(),
+            iov_len: n,
+        }];
+        self.read_remote(&remote, &mut dst[..n])
+    }
+
+    /// Copies the bytes `remote` (ranges inside our mapping) name into
+    /// `dst`, whose length is their total, with `process_vm_readv` on our
+    /// own process. Anything short of all of them is `EFAULT`.
+    fn read_remote(&self, remote: &[libc::iovec], dst: &mut [u8]) -> io::Result<()> {
+        let want: usize = remote.iter().map(|v| v.iov_len).sum();
+        debug_assert_eq!(want, dst.len());
+        let mut local = libc::iovec {
+            iov_base: dst.as_mut_ptr().cast(),
+            iov_len: dst.len(),
+        };
+        // SAFETY: `local` is one writable buffer of ours of exactly the
+        // length given; `remote` only names addresses inside our own
+        // read-only mapping, which the kernel reads with its own fault
+        // handling (an unbacked page is an error, not a signal). No Rust
+        // reference to the mapped bytes is made.
+        let r = unsafe {
+            libc::process_vm_readv(
+                libc::getpid(),
+                &raw mut local,
+                1,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if r as usize != want {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        Ok(())
     }
 }
 
@@ -581,14 +665,38 @@ mod tests {
         let m = FileMap::new(&f, data.len()).unwrap();
         m.advise_sequential();
         let mut out = vec![0u8; 100];
-        m.copy_out(19_950, &mut out);
+        m.copy_out(19_950, &mut out).unwrap();
         assert_eq!(&out[..50], &data[19_950..]);
         assert_eq!(out[50], 0, "copy stops at the end of the mapping");
-        assert_eq!(m.touch_pages(0, 3, 1), 3);
+        assert_eq!(m.touch_pages(0, 3, 1).unwrap(), 3);
+        assert!(m.populate(0, data.len()).is_ok());
         let resident = resident_bytes(&f, data.len() as u64).unwrap();
         assert!(resident <= data.len() as u64);
         assert_eq!(resident_bytes(&f, 0).unwrap(), 0);
         assert!(FileMap::new(&f, 0).is_err());
+    }
+
+    #[test]
+    fn a_mapping_beyond_the_end_of_the_file_is_an_error_not_sigbus() {
+        let page = page_size();
+        let mut f = tempfile::tempfile_in("/var/tmp").unwrap();
+        f.write_all(&vec![7u8; 4 * page]).unwrap();
+        let m = FileMap::new(&f, 4 * page).unwrap();
+        assert_eq!(m.touch_pages(0, 4 * page, page).unwrap(), 4 * 7);
+        f.set_len(page as u64 + 10).unwrap();
+        // Page 1 still exists (zeros after byte 10); pages 2 and 3 do not.
+        let mut out = [1u8; 20];
+        m.copy_out(page, &mut out).unwrap();
+        assert_eq!(&out[..10], &[7u8; 10]);
+        assert_eq!(&out[10..], &[0u8; 10]);
+        let efault = |e: io::Error| e.raw_os_error() == Some(libc::EFAULT);
+        assert!(efault(m.touch_pages(0, 4 * page, page).unwrap_err()));
+        assert!(efault(m.copy_out(3 * page, &mut out).unwrap_err()));
+        match m.populate(2 * page, 4 * page) {
+            Ok(false) => {} // kernel before 5.14
+            Ok(true) => panic!("populating beyond the end succeeded"),
+            Err(e) => assert!(efault(e)),
+        }
     }
 
     #[test]

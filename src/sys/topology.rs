@@ -133,9 +133,10 @@ pub enum DeviceRef {
     Controller(String),
 }
 
-/// Reads a sysfs attribute, trimmed; `None` if missing or empty.
-fn attr(path: &Path) -> Option<String> {
-    let s = fs::read_to_string(path).ok()?;
+/// Reads a sysfs attribute, trimmed; `None` if missing, empty or refused
+/// (a link, not a regular file, larger than the cap: [`SysRoot::read_attr`]).
+fn attr(root: &SysRoot, path: &Path) -> Option<String> {
+    let s = root.read_attr(path).ok()?;
     let t = s.trim();
     (!t.is_empty()).then(|| t.to_owned())
 }
@@ -222,12 +223,12 @@ pub fn list_controllers(root: &SysRoot) -> Vec<String> {
 }
 
 /// Reads one PCI function's identity and link attributes.
-pub fn read_pci_function(dir: &Path) -> PciFunction {
-    let id = |f: &str| attr(&dir.join(f)).and_then(|s| parse_hex_id(&s));
-    let speed = attr(&dir.join("current_link_speed"));
-    let width = attr(&dir.join("current_link_width"));
-    let max_speed = attr(&dir.join("max_link_speed"));
-    let max_width = attr(&dir.join("max_link_width"));
+pub fn read_pci_function(root: &SysRoot, dir: &Path) -> PciFunction {
+    let id = |f: &str| attr(root, &dir.join(f)).and_then(|s| parse_hex_id(&s));
+    let speed = attr(root, &dir.join("current_link_speed"));
+    let width = attr(root, &dir.join("current_link_width"));
+    let max_speed = attr(root, &dir.join("max_link_speed"));
+    let max_width = attr(root, &dir.join("max_link_width"));
     let has_link = speed.is_some() || width.is_some() || max_speed.is_some() || max_width.is_some();
     PciFunction {
         address: file_name(dir).unwrap_or_default(),
@@ -246,7 +247,7 @@ pub fn read_pci_function(dir: &Path) -> PciFunction {
 /// The PCI functions from `function_dir` (a controller's PCI function) up
 /// to the last one below the host bridge (`pci0000:00`), which is the root
 /// port.
-pub fn pci_path(function_dir: &Path) -> Vec<PciFunction> {
+pub fn pci_path(root: &SysRoot, function_dir: &Path) -> Vec<PciFunction> {
     let mut out = Vec::new();
     let mut cur = Some(function_dir);
     while let Some(dir) = cur {
@@ -254,7 +255,7 @@ pub fn pci_path(function_dir: &Path) -> Vec<PciFunction> {
         if parse_pci_address(&name).is_none() {
             break;
         }
-        out.push(read_pci_function(dir));
+        out.push(read_pci_function(root, dir));
         cur = dir.parent();
     }
     out
@@ -274,16 +275,18 @@ pub fn read_controller(root: &SysRoot, name: &str) -> Result<NvmeController> {
             format!("no NVMe controller {name}"),
         ));
     }
-    let transport = attr(&dir.join("transport"));
+    let transport = attr(root, &dir.join("transport"));
     let pci_path = match resolve(root, &dir.join("device")) {
-        Some(function) if transport.as_deref().is_none_or(|t| t == "pcie") => pci_path(&function),
+        Some(function) if transport.as_deref().is_none_or(|t| t == "pcie") => {
+            pci_path(root, &function)
+        }
         _ => Vec::new(),
     };
     Ok(NvmeController {
         name: name.to_owned(),
-        model: attr(&dir.join("model")),
-        serial: attr(&dir.join("serial")),
-        firmware: attr(&dir.join("firmware_rev")),
+        model: attr(root, &dir.join("model")),
+        serial: attr(root, &dir.join("serial")),
+        firmware: attr(root, &dir.join("firmware_rev")),
         transport,
         pci_path,
     })
@@ -479,7 +482,9 @@ fn find_dm(root: &SysRoot, dm_name: &str) -> Option<String> {
     sorted_entries(&root.sys("class/block"))
         .into_iter()
         .filter(|n| n.starts_with("dm-"))
-        .find(|n| attr(&root.sys(&format!("class/block/{n}/dm/name"))).as_deref() == Some(dm_name))
+        .find(|n| {
+            attr(root, &root.sys(&format!("class/block/{n}/dm/name"))).as_deref() == Some(dm_name)
+        })
 }
 
 /// The fsid of the btrfs whose sysfs `devices/` lists the block device
@@ -506,7 +511,9 @@ pub fn btrfs_data_profiles(root: &SysRoot, fsid: &str) -> Vec<Profile> {
         .into_iter()
         .filter_map(|n| {
             let p: Profile = n.parse().ok()?;
-            let total: u64 = attr(&dir.join(&n).join("total_bytes"))?.parse().ok()?;
+            let total: u64 = attr(root, &dir.join(&n).join("total_bytes"))?
+                .parse()
+                .ok()?;
             (total > 0).then_some(p)
         })
         .collect();

@@ -430,13 +430,169 @@ fn json_shape() {
     assert_shape(&all, &[("array", "null")]);
 }
 
+/// `BTRFS_LAB_SYSROOT` selects a tree for an unprivileged user; as root it
+/// is ignored (a note says so) and only `--sysroot` selects one.
 #[test]
-fn the_environment_variable_selects_the_sysroot_too() {
+fn the_environment_variable_selects_the_sysroot_only_without_root() {
+    let degraded = |out: &str| json(out)["devices"][0]["findings"][0]["kind"].clone();
+    if !rustix::process::geteuid().is_root() {
+        let (code, out, err) = run(std::process::Command::new(bin())
+            .args(["links", "--json"])
+            .env("BTRFS_LAB_SYSROOT", fixture("degraded")));
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(degraded(&out), "degraded");
+        return;
+    }
     let (code, out, err) = run(std::process::Command::new(bin())
         .args(["links", "--json"])
         .env("BTRFS_LAB_SYSROOT", fixture("degraded")));
     assert_eq!(code, 0, "{err}");
-    assert_eq!(json(&out)["devices"][0]["findings"][0]["kind"], "degraded");
+    assert_eq!(json(&out)["sysroot"], "/", "the running system was read");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "btrfs-lab: note: BTRFS_LAB_SYSROOT is ignored when running as root; give --sysroot {} to read that tree",
+            fixture("degraded").display()
+        )
+    );
+    // --sysroot wins, without a note.
+    let (code, out, err) = run(std::process::Command::new(bin())
+        .args(["links", "--json", "--sysroot"])
+        .arg(fixture("degraded"))
+        .env("BTRFS_LAB_SYSROOT", fixture("reference")));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(degraded(&out), "degraded");
+    // An unprivileged user still selects the tree with the variable.
+    let env = TestEnv::new();
+    let (code, out, err) = run(env
+        .as_nobody(&[])
+        .args(["links", "--json"])
+        .env("BTRFS_LAB_SYSROOT", fixture("degraded")));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(degraded(&out), "degraded");
+}
+
+/// Runs `links ARGS` in a child limited to 1 GiB of address space, killed
+/// if it has not finished after 60 s (a hang, not a slow run: the reads
+/// here take milliseconds). Returns (status, stdout, stderr), or panics on
+/// a hang.
+fn links_bounded(args: &[&str]) -> (Option<i32>, String, String) {
+    use std::io::Read;
+    let mut child = std::process::Command::new("prlimit")
+        .arg("--as=1073741824")
+        .arg("--")
+        .arg(bin())
+        .arg("links")
+        .args(args)
+        .env_remove("BTRFS_LAB_SYSROOT")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut waited = 0;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if waited >= 600 {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("links {args:?} hung: killed after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        waited += 1;
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.code(), out, err)
+}
+
+/// A captured tree is input: an attribute that is a link to /dev/zero, a
+/// FIFO, a link to a root-only file outside the tree, or a huge file is
+/// skipped (never read without a limit, never a hang, never printed).
+#[test]
+fn hostile_attributes_are_skipped_with_bounded_reads() {
+    let t = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("shadow");
+    fs::write(&secret, "ROOT-ONLY-SECRET\n").unwrap();
+    fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let sys = t.path().join("sys");
+    let f = sys.join("devices/pci0000:00/0000:00:01.1/0000:01:00.0");
+    let ctrl = f.join("nvme/nvme0");
+    fs::create_dir_all(&ctrl).unwrap();
+    for (file, v) in [
+        ("current_link_speed", "16.0 GT/s PCIe\n"),
+        ("max_link_speed", "16.0 GT/s PCIe\n"),
+        ("max_link_width", "4\n"),
+        ("class", "0x010802\n"),
+    ] {
+        fs::write(f.join(file), v).unwrap();
+    }
+    // The width a FIFO (no writer: a blocking open or read hangs).
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        f.join("current_link_width"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/dev/zero", ctrl.join("model")).unwrap();
+    std::os::unix::fs::symlink(&secret, ctrl.join("serial")).unwrap();
+    fs::write(ctrl.join("firmware_rev"), vec![b'7'; 1 << 20]).unwrap();
+    fs::write(ctrl.join("transport"), "pcie\n").unwrap();
+    std::os::unix::fs::symlink("../../../0000:01:00.0", ctrl.join("device")).unwrap();
+    fs::create_dir_all(sys.join("class/nvme")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/pci0000:00/0000:00:01.1/0000:01:00.0/nvme/nvme0",
+        sys.join("class/nvme/nvme0"),
+    )
+    .unwrap();
+    // A controller whose directory link leads out of the tree, to a
+    // directory whose `model` is the secret.
+    fs::create_dir_all(outside.path().join("nvme1")).unwrap();
+    fs::copy(&secret, outside.path().join("nvme1/model")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("nvme1"), sys.join("class/nvme/nvme1")).unwrap();
+    // The captured SMART log a link to /dev/zero.
+    fs::create_dir_all(t.path().join("nvme-smart-log")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", t.path().join("nvme-smart-log/nvme0")).unwrap();
+
+    let root = t.path().to_str().unwrap();
+    let (code, out, err) = links_bounded(&["--sysroot", root, "--json", "--thermal"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("ROOT-ONLY-SECRET"), "{out}");
+    assert!(!err.contains("ROOT-ONLY-SECRET"), "{err}");
+    let r = json(&out);
+    let nvme0 = device(&r, "nvme0");
+    assert!(nvme0["model"].is_null(), "{nvme0:#}");
+    assert!(nvme0["serial"].is_null(), "{nvme0:#}");
+    assert!(nvme0["firmware"].is_null(), "{nvme0:#}");
+    // The other attributes are read: the width (a FIFO) is unknown.
+    assert!(nvme0["thermal_error"].is_string(), "{nvme0:#}");
+    let hop = &nvme0["hops"][0];
+    assert_eq!(hop["speed_gts"], 16.0, "{hop:#}");
+    assert_eq!(hop["max_width"], 4, "{hop:#}");
+    assert!(hop["width"].is_null(), "{hop:#}");
+    let (code, out, err) = links_bounded(&["--sysroot", root]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("ROOT-ONLY-SECRET"), "{out}");
 }
 
 #[test]

@@ -63,6 +63,9 @@ fn assert_report_shape(r: &Value) {
             ("filesystem.mount_options", "array"),
             ("filesystem.target_nocow", "bool|null"),
             ("filesystem.target_compressed", "bool|null"),
+            ("filesystem.dir_device", "string"),
+            ("filesystem.dir_inode", "number"),
+            ("removed_leftovers", "array"),
             ("counter.source", "string"),
             ("counter.label", "string"),
             ("counter.note", "string|null"),
@@ -297,6 +300,7 @@ fn no_permission_is_refused() {
     assert!(listing(sbx.mount_point()).is_empty());
 }
 
+#[cfg(feature = "test-hooks")]
 #[test]
 fn no_space_removes_the_partial_file() {
     if !require_root("probe-dio on a full filesystem") {
@@ -319,7 +323,7 @@ fn no_space_removes_the_partial_file() {
     // skipped through the test hook), the partial file is removed.
     let (code, _, stderr) = run(env
         .cmd()
-        .env("BTRFS_LAB_PROBE_SKIP_SPACE_CHECK", "1")
+        .env(btrfs_lab::probe::SKIP_SPACE_CHECK_ENV, "1")
         .args(["probe-dio", "--size", "128M"])
         .arg(sbx.mount_point()));
     assert_eq!(code, 1, "{stderr}");
@@ -469,4 +473,139 @@ fn compression_is_named_as_a_second_reason() {
             .contains("Compression (the mount option compress-force"),
         "{r:#}"
     );
+}
+
+/// A probe killed with SIGKILL cannot clean up: its NOCOW control directory
+/// and test file stay. The next probe in that directory removes them (their
+/// pid is dead, the names are ours, the owner is root), and only them.
+#[cfg(feature = "test-hooks")]
+#[test]
+fn a_killed_probes_leftovers_are_removed_by_the_next_run() {
+    use std::io::{BufRead, BufReader};
+    if !require_root("probe-dio killed with SIGKILL") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    // Not ours to touch: a user's file, and a directory named like a
+    // probe's whose pid (the test's own) is alive.
+    fs::write(mnt.join("user.db"), "keep").unwrap();
+    let alive = format!(".btrfs-lab-probe-{}-abcdef.nocow", std::process::id());
+    fs::create_dir(mnt.join(&alive)).unwrap();
+
+    let mut child = env
+        .cmd()
+        .env(btrfs_lab::probe::PAUSE_ENV, "written")
+        .args(["probe-dio", "--size", SIZE])
+        .arg(&mnt)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("test hook: probe paused"), "{line}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let tag = format!(".btrfs-lab-probe-{pid}-");
+    let left: Vec<String> = listing(&mnt)
+        .into_iter()
+        .filter(|n| n.starts_with(&tag))
+        .collect();
+    assert_eq!(left.len(), 2, "the killed probe left {left:?}");
+    assert!(left.iter().any(|n| n.ends_with(".nocow")), "{left:?}");
+    assert!(left.iter().any(|n| n.ends_with("-r0.test")), "{left:?}");
+
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--json", "--rounds", "1", "--size", SIZE])
+        .arg(&mnt));
+    assert!([0, 3, 5].contains(&code), "{code}: {stderr}");
+    let r = json(&stdout);
+    assert_report_shape(&r);
+    let mut removed: Vec<String> = r["removed_leftovers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    removed.sort();
+    assert_eq!(removed, left);
+    let mut now = listing(&mnt);
+    now.sort();
+    let mut want = vec![alive, "user.db".to_owned()];
+    want.sort();
+    assert_eq!(now, want);
+    assert_eq!(fs::read_to_string(mnt.join("user.db")).unwrap(), "keep");
+    // The directory's identity is the one written in.
+    let meta = fs::metadata(&mnt).unwrap();
+    assert_eq!(
+        r["filesystem"]["dir_inode"],
+        std::os::unix::fs::MetadataExt::ino(&meta)
+    );
+}
+
+/// The directory is opened once and every test file is made relative to
+/// it: swapping the directory for a link to another one in the middle of
+/// the run (what a user who owns its parent can do) does not redirect a
+/// single file there, and the report names the directory written in.
+#[cfg(feature = "test-hooks")]
+#[test]
+fn a_directory_swapped_for_a_link_does_not_redirect_the_test_files() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::os::unix::fs::MetadataExt;
+    if !require_root("probe-dio with a swapped directory") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    let dir = mnt.join("d");
+    let victim = mnt.join("victim");
+    fs::create_dir(&dir).unwrap();
+    fs::create_dir(&victim).unwrap();
+    let inode = fs::metadata(&dir).unwrap().ino();
+    let go = env.path().join("go");
+    let mut child = env
+        .cmd()
+        .env(
+            btrfs_lab::probe::PAUSE_ENV,
+            format!("written:{}", go.display()),
+        )
+        .args(["probe-dio", "--json", "--rounds", "2", "--size", SIZE])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("test hook: probe paused"), "{line}");
+    fs::rename(&dir, mnt.join("d.moved")).unwrap();
+    std::os::unix::fs::symlink(&victim, &dir).unwrap();
+    fs::write(&go, "").unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        [Some(0), Some(3), Some(5)].contains(&status.code()),
+        "{status}: {rest}"
+    );
+    let r = json(&stdout);
+    assert_eq!(r["filesystem"]["dir_inode"], inode);
+    assert_eq!(r["rounds"].as_array().unwrap().len(), 2);
+    assert!(listing(&victim).is_empty(), "{:?}", listing(&victim));
+    assert!(listing(&mnt.join("d.moved")).is_empty());
 }

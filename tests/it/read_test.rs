@@ -87,6 +87,8 @@ fn assert_report_shape(r: &Value) {
             ("file.data_profiles", "array"),
             ("file.devices", "array"),
             ("file.layout", "object|null"),
+            ("file.owner_uid", "number"),
+            ("file.read_as_root_for_another_user", "bool"),
             ("parameters.methods", "array"),
             ("parameters.rounds", "number"),
             ("parameters.threads", "number"),
@@ -345,6 +347,7 @@ fn ext4_every_method_reads_the_right_bytes_at_odd_sizes() {
     }
 }
 
+#[cfg(feature = "test-hooks")]
 #[test]
 fn a_warm_cache_is_caught_by_the_device_counters() {
     if !require_root("read-test with a warm cache") {
@@ -437,7 +440,7 @@ fn pages_that_cannot_be_evicted_flag_the_run() {
     write_file(&file, &random_bytes(size as usize, 8));
     let f = fs::File::open(&file).unwrap();
     let map = btrfs_lab::sys::memio::FileMap::new(&f, size as usize).unwrap();
-    map.touch_pages(0, size as usize, 4096);
+    map.touch_pages(0, size as usize, 4096).unwrap();
     let (_, r, _) = read_test(&env, &file, &["--rounds", "1", "--methods", "buffered"]);
     drop(map);
     let m = method(&r, "buffered");
@@ -780,4 +783,149 @@ fn interrupt_stops_cleanly() {
         assert!(stderr.contains("interrupted"), "{stderr}");
         assert!(out.stdout.is_empty());
     }
+}
+
+/// Runs `read-test --methods mmap` on `file` paused (test hook) after its
+/// first mapped window, cuts the file to `cut_to` bytes, lets it go on and
+/// returns (status, stdout, stderr after the pause, signal that ended it).
+#[cfg(feature = "test-hooks")]
+fn mmap_run_with_truncate(
+    env: &TestEnv,
+    file: &Path,
+    cut_to: u64,
+) -> (Option<i32>, String, String, Option<i32>) {
+    use std::io::{BufRead, BufReader, Read};
+    use std::os::unix::process::ExitStatusExt;
+    let go = env.path().join(format!("go-{cut_to}"));
+    let mut child = env
+        .cmd()
+        .env(btrfs_lab::readtest::engine::PAUSE_MMAP_ENV, &go)
+        .args(["read-test", "--json", "--rounds", "1", "--methods", "mmap"])
+        .arg(file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            let _ = child.kill();
+            panic!("read-test ended before the hook paused it: {seen}");
+        }
+        seen.push_str(&line);
+        if line.contains("test hook: mmap pass paused") {
+            break;
+        }
+    }
+    fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_len(cut_to)
+        .unwrap();
+    fs::write(&go, b"").unwrap();
+    // What it said after the pause.
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let status = child.wait().unwrap();
+    (status.code(), stdout, rest, status.signal())
+}
+
+/// A file cut short while the mmap method reads it: the process is not
+/// killed by SIGBUS, it says the file shrank, as the other methods do.
+#[cfg(feature = "test-hooks")]
+#[test]
+fn mmap_reports_a_file_that_shrinks_during_the_run() {
+    if !require_root("read-test mmap on a shrinking file") {
+        return;
+    }
+    let env = TestEnv::new();
+    let size = 16 * MIB;
+    // Cut at a page boundary a window ahead (the next fault is beyond the
+    // end: SIGBUS before), and inside the last page (no fault: zeros).
+    for cut_to in [3 * MIB + 5, size - 100] {
+        let file = env.path().join(format!("shrinks-{cut_to}.bin"));
+        write_file(&file, &random_bytes(size as usize, 9));
+        let (code, stdout, stderr, signal) = mmap_run_with_truncate(&env, &file, cut_to);
+        assert_eq!(signal, None, "killed by signal {signal:?}: {stderr}");
+        assert_eq!(code, Some(1), "cut to {cut_to}: {stderr}");
+        let line = one_line_error(&stderr);
+        assert!(line.contains("shrank while read-test read it"), "{stderr}");
+        assert!(
+            line.contains(&format!("ended at byte {cut_to}")),
+            "{stderr}"
+        );
+        assert!(stdout.is_empty(), "{stdout}");
+    }
+}
+
+/// Root reading a file the invoking user does not own (through a link, say)
+/// says so: a note and `read_as_root_for_another_user`.
+#[test]
+fn root_reading_another_users_file_says_so() {
+    if !require_root("read-test of another user's file") {
+        return;
+    }
+    let env = TestEnv::new();
+    let file = env.path().join("secret.bin");
+    write_file(&file, &random_bytes(MIB as usize, 12));
+    let link = env.path().join("link.bin");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let run_as = |sudo_uid: Option<&str>| {
+        let mut c = env.cmd();
+        c.args([
+            "read-test",
+            "--json",
+            "--rounds",
+            "1",
+            "--methods",
+            "buffered",
+        ])
+        .arg(&link)
+        .env_remove("SUDO_UID");
+        if let Some(u) = sudo_uid {
+            c.env("SUDO_UID", u);
+        }
+        let (code, stdout, stderr) = run(&mut c);
+        assert_eq!(code, 0, "{stderr}");
+        json(&stdout)
+    };
+    let note = |r: &Value| {
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|n| n.contains("not to the invoking user"))
+            .map(str::to_owned)
+    };
+    // root's own file, run by root: nothing to say.
+    let r = run_as(None);
+    assert_eq!(r["file"]["owner_uid"], 0);
+    assert_eq!(r["file"]["read_as_root_for_another_user"], false);
+    assert_eq!(note(&r), None);
+    // sudo from uid 65534: root's file is not theirs.
+    let r = run_as(Some("65534"));
+    assert_eq!(r["file"]["read_as_root_for_another_user"], true);
+    let n = note(&r).expect("a note");
+    assert!(n.contains("belongs to uid 0"), "{n}");
+    assert!(n.contains("(uid 65534, from SUDO_UID)"), "{n}");
+    // The same user's file is fine.
+    nix::unistd::chown(&file, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let r = run_as(Some("65534"));
+    assert_eq!(r["file"]["owner_uid"], 65534);
+    assert_eq!(r["file"]["read_as_root_for_another_user"], false);
+    // A file of uid 65534 read by root without sudo: flagged.
+    let r = run_as(None);
+    assert_eq!(r["file"]["read_as_root_for_another_user"], true);
+    assert!(note(&r).unwrap().contains("(uid 0)"), "{r:#}");
 }

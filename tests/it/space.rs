@@ -129,8 +129,11 @@ fn df_usage_show_agree_with_btrfs_progs() {
     }
     let env = TestEnv::new();
     let sandboxes = states(&env);
-    // Without MOUNT, `show` lists every mounted btrfs, ours among them.
-    let all = lab_json(&env, &["show"], None);
+    // Without MOUNT, `show` lists every mounted btrfs, ours among them
+    // (another test's may have device errors: status 64).
+    let (code, out, err) = run(env.cmd().args(["show", "--json"]));
+    assert!(code == 0 || code == 64, "{err}");
+    let all = json(&out);
     let uuids: Vec<&str> = all["filesystems"]
         .as_array()
         .unwrap()
@@ -573,6 +576,8 @@ fn show_highlights_device_errors() {
     });
     let m = sbx.mount_point();
     write_file(m, "f", 200);
+    let (code, _, err) = run(env.cmd().arg("show").arg(m));
+    assert_eq!(code, 0, "no errors yet: {err}");
     {
         use std::io::{Seek, SeekFrom};
         let mut img = fs::OpenOptions::new()
@@ -594,7 +599,10 @@ fn show_highlights_device_errors() {
         .arg(m)
         .output()
         .unwrap();
-    let show = lab_json(&env, &["show", m.to_str().unwrap()], None);
+    // Exit status 64 (bit 6, as `btrfs device stats --check`).
+    let (code, out, err) = run(env.cmd().args(["show", "--json"]).arg(m));
+    assert_eq!(code, 64, "{err}");
+    let show = json(&out);
     let fs0 = &show["filesystems"][0];
     compare_show(
         "corrupted",
@@ -606,7 +614,8 @@ fn show_highlights_device_errors() {
     assert_eq!(d0["has_errors"], true, "{show:#}");
     assert!(d0["errors"]["corruption_errs"].as_u64().unwrap() > 0);
     assert_eq!(fs0["devices"][1]["has_errors"], false);
-    let text = lab_text(&env, &["show"], m);
+    let (code, text, _) = run(env.cmd().arg("show").arg(m));
+    assert_eq!(code, 64);
     assert!(text.contains("<- errors"), "{text}");
     assert_eq!(text.matches("<- errors").count(), 1);
 }
@@ -760,4 +769,60 @@ fn usage_without_root_says_what_it_cannot_show() {
     let (code, _, stderr) = as_nobody(&["show", "--json"]);
     assert_eq!(code, 0, "{stderr}");
     let _ = FsKind::Btrfs;
+}
+
+/// `df --parse` of input that cannot be true warns, naming the row; a
+/// capture of a conversion stopped half-way gives one warning and one hint
+/// for all its mixed types, not one hint per type.
+#[test]
+fn df_parse_warns_once_and_names_impossible_rows() {
+    let env = TestEnv::new();
+    let parse = |text: &str| {
+        let p = env.path().join("capture.txt");
+        fs::write(&p, text).unwrap();
+        let (code, out, err) = run(env.cmd().args(["df", "--parse"]).arg(&p));
+        assert_eq!(code, 0, "{err}");
+        let (_, json_out, _) = run(env.cmd().args(["df", "--parse", "--json"]).arg(&p));
+        (out, err, json(&json_out))
+    };
+    let (out, err, r) = parse(
+        "Data, single: total=1073741824, used=536870912\n\
+         System, DUP: total=8388608, used=16384\n\
+         Metadata, DUP: total=268435456, used=402653184\n",
+    );
+    assert!(
+        out.contains("Metadata, DUP: total=256.00MiB, used=384.00MiB"),
+        "{out}"
+    );
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "btrfs-lab: warning: Metadata, DUP: used=402653184 is larger than total=268435456: the input is inconsistent",
+            "hint: check that the capture was not edited or cut; the figures of this row mean nothing",
+        ]
+    );
+    assert_eq!(
+        r["inconsistencies"],
+        serde_json::json!(["Metadata, DUP: used=402653184 is larger than total=268435456"])
+    );
+    // Rounded values: used may print above total within the rounding.
+    let (_, err, r) = parse("Data, single: total=1.00GiB, used=1.00GiB\n");
+    assert!(!err.contains("inconsistent"), "{err}");
+    assert_eq!(r["inconsistencies"], serde_json::json!([]));
+
+    // A paused conversion to raid1: three types with two profiles each.
+    let (_, err, r) = parse(
+        "Data, single: total=1073741824, used=536870912\n\
+         Data, RAID1: total=268435456, used=0\n\
+         System, DUP: total=8388608, used=16384\n\
+         System, RAID1: total=8388608, used=0\n\
+         Metadata, DUP: total=268435456, used=1048576\n\
+         Metadata, RAID1: total=268435456, used=0\n",
+    );
+    assert_eq!(r["mixed_profiles"].as_array().unwrap().len(), 3);
+    assert_eq!(err.matches("hint: a conversion").count(), 1, "{err}");
+    assert_eq!(
+        err.lines().next().unwrap(),
+        "btrfs-lab: warning: more than one profile for one type: Data: single, raid1; System: dup, raid1; Metadata: dup, raid1"
+    );
 }

@@ -1,0 +1,377 @@
+//! The probe's scratch entries: test files and the NOCOW control directory,
+//! all created relative to the probed directory's descriptor (opened once),
+//! removed on drop; and the removal of what a killed probe left behind.
+//!
+//! Names carry the pid of the probe that made them:
+//! `.btrfs-lab-probe-<pid>-<6 hex>-r<round>.test` and
+//! `.btrfs-lab-probe-<pid>-<6 hex>.nocow/r<round>.control`. A later probe
+//! removes an entry only when its name has that form, its pid is not a
+//! running process, it belongs to the user running the probe (root for
+//! root), and it is a regular file, or a directory holding nothing but such
+//! control files.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result};
+use crate::sys::direct_io::create_direct_at;
+
+/// Every scratch name starts so.
+pub const PREFIX: &str = ".btrfs-lab-probe-";
+
+/// What a scratch name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `...-r<round>.test`, a test file.
+    TestFile,
+    /// `....nocow`, the control directory.
+    ControlDir,
+}
+
+fn is_nonce(s: &str) -> bool {
+    s.len() == 6 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn is_number(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The pid and kind a scratch name carries; `None` for any other name.
+pub fn parse_name(name: &str) -> Option<(u32, Kind)> {
+    let rest = name.strip_prefix(PREFIX)?;
+    let (pid, rest) = rest.split_once('-')?;
+    if !is_number(pid) {
+        return None;
+    }
+    let pid: u32 = pid.parse().ok().filter(|&p| p > 0)?;
+    if let Some(nonce) = rest.strip_suffix(".nocow") {
+        return is_nonce(nonce).then_some((pid, Kind::ControlDir));
+    }
+    let (nonce, round) = rest.split_once("-r")?;
+    let round = round.strip_suffix(".test")?;
+    (is_nonce(nonce) && is_number(round)).then_some((pid, Kind::TestFile))
+}
+
+/// True for `r<round>.control`, a file of a control directory.
+pub fn is_control_file_name(name: &str) -> bool {
+    name.strip_prefix('r')
+        .and_then(|r| r.strip_suffix(".control"))
+        .is_some_and(is_number)
+}
+
+/// The scratch name prefix of this run: `.btrfs-lab-probe-<pid>-<nonce>`.
+pub fn tag(pid: u32, nonce: &str) -> String {
+    format!("{PREFIX}{pid}-{nonce}")
+}
+
+/// Scratch entries of one run, removed on drop (so on every exit path:
+/// errors, SIGINT/SIGTERM handled as errors, panics).
+pub struct Scratch {
+    dir: File,
+    shown: PathBuf,
+    control: Option<(String, File)>,
+    /// (in the control directory, name).
+    files: Vec<(bool, String)>,
+}
+
+impl Scratch {
+    /// Scratch entries in the open directory `dir`, shown as `shown`.
+    pub fn new(dir: File, shown: PathBuf) -> Self {
+        Self {
+            dir,
+            shown,
+            control: None,
+            files: Vec::new(),
+        }
+    }
+
+    /// The probed directory.
+    pub fn dir(&self) -> &File {
+        &self.dir
+    }
+
+    /// Where `name` is shown (in the control directory or not).
+    pub fn shown(&self, in_control: bool, name: &str) -> PathBuf {
+        match (&self.control, in_control) {
+            (Some((c, _)), true) => self.shown.join(c).join(name),
+            _ => self.shown.join(name),
+        }
+    }
+
+    /// Creates the control directory `name` (mode 0700) and opens it.
+    pub fn make_control_dir(&mut self, name: &str) -> Result<&File> {
+        rustix::fs::mkdirat(&self.dir, name, Mode::from_raw_mode(0o700)).map_err(|e| {
+            Error::from_io(
+                &std::io::Error::from(e),
+                "cannot create a directory in",
+                &self.shown,
+            )
+        })?;
+        let opened = rustix::fs::openat(
+            &self.dir,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        );
+        match opened {
+            Ok(fd) => {
+                self.control = Some((name.to_owned(), File::from(fd)));
+                Ok(&self.control.as_ref().expect("just set").1)
+            }
+            Err(e) => {
+                let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::REMOVEDIR);
+                Err(Error::from_io(
+                    &std::io::Error::from(e),
+                    "cannot open",
+                    &self.shown.join(name),
+                ))
+            }
+        }
+    }
+
+    fn parent(&self, in_control: bool) -> &File {
+        match (&self.control, in_control) {
+            (Some((_, c)), true) => c,
+            _ => &self.dir,
+        }
+    }
+
+    /// Creates the O_DIRECT test file `name` (O_EXCL, O_NOFOLLOW, 0600).
+    pub fn create(&mut self, in_control: bool, name: &str) -> Result<File> {
+        let shown = self.shown(in_control, name);
+        let f = create_direct_at(self.parent(in_control), name, &shown)?;
+        self.files.push((in_control, name.to_owned()));
+        Ok(f)
+    }
+
+    /// Removes a file made by [`Scratch::create`].
+    pub fn remove(&mut self, in_control: bool, name: &str) -> Result<()> {
+        rustix::fs::unlinkat(self.parent(in_control), name, AtFlags::empty()).map_err(|e| {
+            Error::from_io(
+                &std::io::Error::from(e),
+                "cannot remove test file",
+                &self.shown(in_control, name),
+            )
+        })?;
+        self.files.retain(|(c, n)| !(*c == in_control && n == name));
+        Ok(())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for (in_control, name) in std::mem::take(&mut self.files) {
+            let _ = rustix::fs::unlinkat(self.parent(in_control), name.as_str(), AtFlags::empty());
+        }
+        if let Some((name, dir)) = self.control.take() {
+            drop(dir);
+            let _ = rustix::fs::unlinkat(&self.dir, name.as_str(), AtFlags::REMOVEDIR);
+        }
+    }
+}
+
+/// True when a process `pid` exists (or may: EPERM means it does).
+fn pid_alive(pid: u32) -> bool {
+    let Some(p) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    !matches!(rustix::process::test_kill_process(p), Err(Errno::SRCH))
+}
+
+/// A regular file (not followed through a link) owned by `uid`.
+fn is_own_file(dir: &File, name: &OsStr, uid: u32) -> bool {
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+        FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_uid == uid
+    })
+}
+
+/// Removes a dead probe's control directory: only when it is a directory
+/// of ours holding nothing but control files of ours. True when removed.
+fn remove_control_dir(dir: &File, name: &OsStr, uid: u32) -> bool {
+    let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        return false;
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory || st.st_uid != uid {
+        return false;
+    }
+    let Ok(fd) = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let sub = File::from(fd);
+    let Ok(entries) = rustix::fs::Dir::read_from(&sub) else {
+        return false;
+    };
+    let mut files = Vec::new();
+    for e in entries {
+        let Ok(e) = e else { return false };
+        let n = OsStr::from_bytes(e.file_name().to_bytes()).to_owned();
+        if n == "." || n == ".." {
+            continue;
+        }
+        if !n.to_str().is_some_and(is_control_file_name) || !is_own_file(&sub, &n, uid) {
+            return false;
+        }
+        files.push(n);
+    }
+    for n in files {
+        if rustix::fs::unlinkat(&sub, &n, AtFlags::empty()).is_err() {
+            return false;
+        }
+    }
+    rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR).is_ok()
+}
+
+/// Removes what killed probes left in `dir` (see the module documentation).
+/// Returns the names removed, sorted.
+pub fn remove_stale(dir: &File) -> Vec<String> {
+    let uid = rustix::process::geteuid().as_raw();
+    let me = std::process::id();
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let Ok(name) = e.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Some((pid, kind)) = parse_name(&name) else {
+            continue;
+        };
+        if pid == me || pid_alive(pid) {
+            continue;
+        }
+        let os = OsStr::new(&name);
+        let done = match kind {
+            Kind::TestFile => {
+                is_own_file(dir, os, uid) && rustix::fs::unlinkat(dir, os, AtFlags::empty()).is_ok()
+            }
+            Kind::ControlDir => remove_control_dir(dir, os, uid),
+        };
+        if done {
+            removed.push(name);
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// The device (`major:minor`) and inode of an open directory.
+pub fn identity(dir: &File) -> Result<(String, u64)> {
+    let st = rustix::fs::fstat(dir)
+        .map_err(|e| Error::from_io(&std::io::Error::from(e), "cannot stat", Path::new(".")))?;
+    Ok((
+        format!(
+            "{}:{}",
+            rustix::fs::major(st.st_dev),
+            rustix::fs::minor(st.st_dev)
+        ),
+        st.st_ino,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_parsed_strictly() {
+        assert_eq!(
+            parse_name(".btrfs-lab-probe-1234-a0b1c2.nocow"),
+            Some((1234, Kind::ControlDir))
+        );
+        assert_eq!(
+            parse_name(".btrfs-lab-probe-7-abcdef-r12.test"),
+            Some((7, Kind::TestFile))
+        );
+        assert_eq!(
+            parse_name(&format!("{}-r0.test", tag(99, "00ff00"))),
+            Some((99, Kind::TestFile))
+        );
+        for bad in [
+            ".btrfs-lab-probe-0-abcdef.nocow",
+            ".btrfs-lab-probe--abcdef.nocow",
+            ".btrfs-lab-probe-12-abcde.nocow",
+            ".btrfs-lab-probe-12-abcdeg.nocow",
+            ".btrfs-lab-probe-12-abcdef.nocow2",
+            ".btrfs-lab-probe-12-abcdef-r.test",
+            ".btrfs-lab-probe-12-abcdef-r1.test.bak",
+            ".btrfs-lab-probe-x1-abcdef.nocow",
+            ".btrfs-lab-probe-99999999999-abcdef.nocow",
+            "btrfs-lab-probe-12-abcdef.nocow",
+            "data.bin",
+        ] {
+            assert_eq!(parse_name(bad), None, "{bad}");
+        }
+        assert!(is_control_file_name("r0.control"));
+        assert!(!is_control_file_name("r.control"));
+        assert!(!is_control_file_name("notes.txt"));
+    }
+
+    #[test]
+    fn only_dead_probes_leftovers_of_ours_are_removed() {
+        let t = tempfile::tempdir_in("/var/tmp").unwrap();
+        let p = t.path();
+        // A pid that is not running: above pid_max's default range.
+        let dead = (4_194_304..4_194_404).find(|&pid| !pid_alive(pid)).unwrap();
+        let me = std::process::id();
+        let dead_dir = format!("{PREFIX}{dead}-abcdef.nocow");
+        std::fs::create_dir(p.join(&dead_dir)).unwrap();
+        std::fs::write(p.join(&dead_dir).join("r0.control"), "x").unwrap();
+        let dead_file = format!("{PREFIX}{dead}-abcdef-r0.test");
+        std::fs::write(p.join(&dead_file), "x").unwrap();
+        // Kept: a live pid's, a directory with a foreign file, a link,
+        // other names.
+        let live = format!("{PREFIX}{me}-abcdef.nocow");
+        std::fs::create_dir(p.join(&live)).unwrap();
+        let foreign = format!("{PREFIX}{dead}-012345.nocow");
+        std::fs::create_dir(p.join(&foreign)).unwrap();
+        std::fs::write(p.join(&foreign).join("precious.db"), "x").unwrap();
+        let link = format!("{PREFIX}{dead}-111111-r0.test");
+        std::os::unix::fs::symlink("/etc/hostname", p.join(&link)).unwrap();
+        std::fs::write(p.join("data.bin"), "x").unwrap();
+
+        let dir = File::open(p).unwrap();
+        assert_eq!(remove_stale(&dir), {
+            let mut v = vec![dead_dir.clone(), dead_file.clone()];
+            v.sort();
+            v
+        });
+        assert!(!p.join(&dead_dir).exists());
+        assert!(!p.join(&dead_file).exists());
+        assert!(p.join(&live).is_dir());
+        assert!(p.join(&foreign).join("precious.db").is_file());
+        assert!(p.join(&link).symlink_metadata().is_ok());
+        assert!(p.join("data.bin").is_file());
+        assert!(std::path::Path::new("/etc/hostname").exists());
+    }
+
+    #[test]
+    fn scratch_removes_leftovers_on_drop() {
+        let t = tempfile::tempdir_in("/var/tmp").unwrap();
+        {
+            let mut s = Scratch::new(File::open(t.path()).unwrap(), t.path().to_path_buf());
+            s.make_control_dir("c.nocow").unwrap();
+            // O_DIRECT may be refused here (tmpfs): the entries are made
+            // with plain files then.
+            if s.create(true, "r0.control").is_err() || s.create(false, "t").is_err() {
+                std::fs::write(t.path().join("c.nocow/r0.control"), "x").unwrap();
+                s.files.push((true, "r0.control".to_owned()));
+            }
+            assert!(t.path().join("c.nocow/r0.control").exists());
+        }
+        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
+    }
+}

@@ -123,8 +123,9 @@ fn guard_tears_down_on_panic() {
     assert!(env.store().load_all().unwrap().is_empty());
 }
 
-/// `up` crashed after attaching a loop device but before recording it:
-/// `down` finds the device by its backing file and removes everything.
+/// `up` crashed after attaching a loop device but before recording it: the
+/// device was attached with autoclear, held open, so the kernel frees it
+/// when the process dies; `down` then removes the rest.
 #[test]
 fn down_cleans_up_after_a_crashed_up() {
     if !require_root("sandbox down after a crash") {
@@ -139,22 +140,28 @@ fn down_cleans_up_after_a_crashed_up() {
     let identity = FileIdentity::of(&f).unwrap();
     let mut record = SandboxRecord::new(&plan);
     record.dir_created = true;
+    record.dir_identity = Some(FileIdentity::of(&fs::File::open(&plan.dir).unwrap()).unwrap());
     record.devices.push(DeviceRecord {
         image: image.clone(),
         identity: Some(identity),
         loop_device: None,
+        diskseq: None,
     });
     env.store().create(&record).unwrap();
-    let dev = loopdev::attach(image, true).unwrap();
+    let attached = loopdev::attach_file(&f, image, true).unwrap();
     assert_eq!(env.leftovers().len(), 1);
+    // The crash: the process's descriptors close.
+    drop(attached);
+    drop(f);
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 
     let (_, stdout, _) = run(env.cmd().args(["sandbox", "list", "--json"]));
-    assert_eq!(json(&stdout)["sandboxes"][0]["state"], "partial");
+    assert_eq!(json(&stdout)["sandboxes"][0]["state"], "down");
     let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "crashed"]));
     assert_eq!(code, 0, "{stderr}");
-    assert!(
-        stdout.contains(&format!("detached {}", dev.path.display())),
-        "{stdout}"
+    assert_eq!(
+        stdout,
+        "sandbox crashed removed: deleted 2 files and directories\n"
     );
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
     assert!(!plan.dir.exists());
@@ -185,6 +192,7 @@ fn down_never_touches_what_it_did_not_make() {
         image: ours.clone(),
         identity: Some(FileIdentity::of(&f).unwrap()),
         loop_device: Some(their_dev.path.clone()),
+        diskseq: None,
     });
     // Something else mounted at our mount point.
     fs::create_dir_all(&plan.mount_point).unwrap();
@@ -211,7 +219,7 @@ fn down_never_touches_what_it_did_not_make() {
     let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "foreign"]));
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        stdout.contains("belongs to another file; left alone"),
+        stdout.contains("is no longer the attachment sandbox up made; left alone"),
         "{stdout}"
     );
     assert_eq!(

@@ -135,7 +135,6 @@ impl Sandbox {
                 btrfs::scan_device(d)?;
             }
         }
-        test_hook_pause("before-mount");
         mounts::mount_beneath(&devices[0], &dir, MOUNT_DIR, plan.fs.name())?;
         self.record.mounted = true;
         self.record.complete = true;
@@ -195,25 +194,6 @@ const MOUNT_DIR: &str = "mnt";
 fn image_name(i: usize) -> String {
     format!("dev{i}.img")
 }
-
-/// Test hook: `BTRFS_LAB_TEST_PAUSE=before-mount` makes `up` wait there
-/// until the file named by `BTRFS_LAB_TEST_PAUSE_FILE` disappears (bounded).
-#[cfg(feature = "test-hooks")]
-fn test_hook_pause(point: &str) {
-    if std::env::var("BTRFS_LAB_TEST_PAUSE").is_ok_and(|p| p == point)
-        && let Some(f) = std::env::var_os("BTRFS_LAB_TEST_PAUSE_FILE")
-    {
-        for _ in 0..6000 {
-            if !Path::new(&f).exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    }
-}
-
-#[cfg(not(feature = "test-hooks"))]
-fn test_hook_pause(_point: &str) {}
 
 /// Splits the sandbox directory into its parent and its (plain) name.
 fn split_dir(dir: &Path) -> Result<(PathBuf, String)> {

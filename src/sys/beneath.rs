@@ -433,7 +433,8 @@ fn walk(path: &Path, leaf: Leaf, create: Option<u32>) -> Result<(TrustedDir, boo
         };
         if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
             links += 1;
-            if st.st_uid != 0 || links > MAX_SYMLINKS {
+            let me = rustix::process::geteuid().as_raw();
+            if (st.st_uid != 0 && st.st_uid != me) || links > MAX_SYMLINKS {
                 return Err(Error::new(
                     ErrorKind::Permission,
                     format!(
@@ -460,10 +461,8 @@ fn walk(path: &Path, leaf: Leaf, create: Option<u32>) -> Result<(TrustedDir, boo
         check_dir(&st, &here, if is_last { leaf } else { Leaf::SharedSticky })?;
         stack.push((fd, here));
     }
+    // When the path is `/` itself, the root was checked as the leaf above.
     let (fd, path) = stack.pop().expect("root stays");
-    if stack.is_empty() {
-        // The path was `/` itself (checked above).
-    }
     Ok((TrustedDir { fd, path }, created))
 }
 

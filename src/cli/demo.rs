@@ -11,7 +11,7 @@ use serde_json::Value;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::parse::size::{format_iec, format_rate};
 use btrfs_lab::probe;
-use btrfs_lab::sandbox::{self, SandboxRequest, StateStore};
+use btrfs_lab::sandbox::{self, Locations, SandboxRequest};
 use btrfs_lab::sys::{btrfs, fs as sysfs, kernel_release, signals};
 
 use super::output::{Output, wrap};
@@ -45,7 +45,7 @@ struct SandboxInfo {
     removed: bool,
 }
 
-pub fn run(args: DemoArgs, out: &Output) -> Result<u8> {
+pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
     signals::install()?;
     let exe = std::env::current_exe().map_err(|e| {
         Error::new(
@@ -59,7 +59,7 @@ pub fn run(args: DemoArgs, out: &Output) -> Result<u8> {
             out.paint.bold("btrfs-lab demo:")
         ));
     }
-    let store = StateStore::from_env();
+    let store = places.store;
     let request = SandboxRequest {
         name: Some(format!(
             "demo-{}",
@@ -68,7 +68,7 @@ pub fn run(args: DemoArgs, out: &Output) -> Result<u8> {
         ..SandboxRequest::default()
     };
     // Torn down when this guard drops: on success, error, or interrupt.
-    let sbx = sandbox::up(&request, &store)?;
+    let sbx = sandbox::up(&request, &store, &places.sandbox_root)?;
     let profiles = btrfs::block_group_profiles(sbx.mount_point())?;
     let checksummed = sbx.mount_point().join("checksummed");
     let nocow = sbx.mount_point().join("nocow");

@@ -45,6 +45,14 @@ struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
     color: ColorChoice,
 
+    /// Sandbox records directory (sandbox, demo) [default: /var/lib/btrfs-lab/sandboxes].
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
+
+    /// Default parent of sandbox directories (sandbox, demo) [default: /var/tmp/btrfs-lab].
+    #[arg(long, global = true, value_name = "DIR")]
+    sandbox_root: Option<std::path::PathBuf>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -87,10 +95,11 @@ pub fn run() -> ExitCode {
         Err(e) => return ExitCode::from(usage_error(&e)),
     };
     let out = Output::new(cli.json, cli.color);
+    let places = (cli.state_dir, cli.sandbox_root);
     let result = match cli.command {
-        Command::Sandbox(args) => sandbox::run(args, &out),
+        Command::Sandbox(args) => sandbox::run(args, &out, sandbox::locations(places, &out)),
         Command::ProbeDio(args) => probe_dio::run(args, &out),
-        Command::Demo(args) => demo::run(args, &out),
+        Command::Demo(args) => demo::run(args, &out, sandbox::locations(places, &out)),
         Command::Df(args) => df::run(args, &out),
         Command::Usage(args) => usage::run(args, &out),
         Command::Show(args) => show::run(args, &out),

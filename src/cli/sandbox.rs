@@ -1,7 +1,7 @@
 //! `btrfs-lab sandbox up | down | list`.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
@@ -10,7 +10,8 @@ use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::sandbox::{
-    self, DownReport, FsKind, SandboxRecord, SandboxRequest, SandboxStatus, StateStore, plan_up,
+    self, DownReport, FsKind, Locations, SandboxRecord, SandboxRequest, SandboxStatus, StateStore,
+    plan_up,
 };
 use btrfs_lab::sys::{btrfs, signals};
 
@@ -93,12 +94,30 @@ struct DownArgs {
     yes: bool,
 }
 
-pub fn run(args: SandboxArgs, out: &Output) -> Result<u8> {
-    let store = StateStore::from_env();
+/// The state directory and sandbox root from the global options (and, when
+/// not root, the environment); notes about ignored variables go to stderr.
+pub fn locations(
+    (state_dir, sandbox_root): (Option<PathBuf>, Option<PathBuf>),
+    out: &Output,
+) -> Locations {
+    let l = sandbox::resolve_locations(
+        state_dir,
+        sandbox_root,
+        |v| std::env::var_os(v),
+        btrfs_lab::sys::is_root(),
+    );
+    for n in &l.notes {
+        out.note(n);
+    }
+    l
+}
+
+pub fn run(args: SandboxArgs, out: &Output, places: Locations) -> Result<u8> {
+    let store = &places.store;
     match args.command {
-        SandboxCommand::Up(a) => up(a, &store, out),
-        SandboxCommand::Down(a) => down(a, &store, out),
-        SandboxCommand::List => list(&store, out),
+        SandboxCommand::Up(a) => up(a, store, &places.sandbox_root, out),
+        SandboxCommand::Down(a) => down(a, store, out),
+        SandboxCommand::List => list(store, out),
     }
 }
 
@@ -129,7 +148,7 @@ struct DryRun<'a, T: Serialize> {
     steps: Vec<String>,
 }
 
-fn up(a: UpArgs, store: &StateStore, out: &Output) -> Result<u8> {
+fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
     let request = SandboxRequest {
         name: a.name,
         devices: a.devices,
@@ -143,7 +162,7 @@ fn up(a: UpArgs, store: &StateStore, out: &Output) -> Result<u8> {
         mkfs_args: a.mkfs_args,
         dir: a.dir,
     };
-    let plan = plan_up(&request, &sandbox::sandbox_root(), &sandbox::random_name())?;
+    let plan = plan_up(&request, root, &sandbox::random_name())?;
     if a.dry_run {
         let steps = plan.describe();
         if out.json {
@@ -243,8 +262,21 @@ fn render_up(r: &UpReport<'_>, out: &Output) -> String {
 }
 
 /// Finds the records `down` is about: by name, mount point or directory.
-fn select(target: Option<&str>, all: bool, store: &StateStore) -> Result<Vec<SandboxRecord>> {
-    let records = store.load_all()?;
+/// Valid records; each file that is not one is reported on stderr (and
+/// never acted on). Returns the records and how many were bad.
+fn load(store: &StateStore, out: &Output) -> Result<(Vec<SandboxRecord>, usize)> {
+    let loaded = store.load()?;
+    for e in &loaded.bad {
+        out.error(e);
+    }
+    Ok((loaded.records, loaded.bad.len()))
+}
+
+fn select(
+    records: Vec<SandboxRecord>,
+    target: Option<&str>,
+    all: bool,
+) -> Result<Vec<SandboxRecord>> {
     if all {
         return Ok(records);
     }
@@ -316,7 +348,8 @@ struct DownPlan {
 }
 
 fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
-    let records = select(a.target.as_deref(), a.all, store)?;
+    let (records, bad) = load(store, out)?;
+    let records = select(records, a.target.as_deref(), a.all)?;
     let plans: Vec<DownPlan> = records
         .iter()
         .map(|r| DownPlan {
@@ -405,19 +438,22 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
     match first_error {
         Some(e) if e.kind() == ErrorKind::Interrupted => Ok(exit::INTERRUPTED),
         Some(_) => Ok(exit::ERROR),
+        None if bad > 0 && a.all => Ok(exit::ERROR),
         None => Ok(exit::OK),
     }
 }
 
 fn list(store: &StateStore, out: &Output) -> Result<u8> {
-    let statuses: Vec<SandboxStatus> = store.load_all()?.iter().map(sandbox::status).collect();
+    let (records, bad) = load(store, out)?;
+    let statuses: Vec<SandboxStatus> = records.iter().map(sandbox::status).collect();
+    let code = if bad > 0 { exit::ERROR } else { exit::OK };
     if out.json {
-        out.json_doc(&serde_json::json!({ "sandboxes": statuses }));
-        return Ok(exit::OK);
+        out.json_doc(&serde_json::json!({ "sandboxes": statuses, "bad_records": bad }));
+        return Ok(code);
     }
     if statuses.is_empty() {
         out.text("no sandboxes\n");
-        return Ok(exit::OK);
+        return Ok(code);
     }
     let mut text = format!(
         "{}\n",
@@ -442,5 +478,5 @@ fn list(store: &StateStore, out: &Output) -> Result<u8> {
         ));
     }
     out.text(&text);
-    Ok(exit::OK)
+    Ok(code)
 }

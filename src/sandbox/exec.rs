@@ -1,7 +1,5 @@
 //! Carrying out `sandbox up` and `down`, and reading a sandbox's live state.
 
-use std::fs::{self, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -10,6 +8,7 @@ use super::plan::{FsKind, SandboxPlan};
 use super::state::{DeviceRecord, SandboxRecord, StateStore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
+use crate::sys::beneath::{Leaf, Removed, TrustedDir};
 use crate::sys::loopdev::{self, DetachOutcome, FileIdentity};
 use crate::sys::root::SysRoot;
 use crate::sys::{btrfs, fs as sysfs, is_root, mounts, signals, tools};
@@ -35,7 +34,16 @@ impl Sandbox {
             .with_hint("run it as root, e.g. with sudo"));
         }
         let mkfs = tools::find(plan.fs.mkfs(), plan.fs.package())?;
-        refuse_memory_backed(&plan.dir)?;
+        let (parent_path, dir_name) = split_dir(&plan.dir)?;
+        refuse_memory_backed(&parent_path)?;
+        // The parent: the sandbox root (root's alone, made 0755 if missing),
+        // or a --dir's parent (which may be a sticky shared directory, since
+        // the sandbox directory itself is then made by us, 0700).
+        let parent = if plan.dir_given {
+            TrustedDir::create(&parent_path, Leaf::SharedSticky, 0o755)?.0
+        } else {
+            TrustedDir::create(&parent_path, Leaf::Private, 0o755)?.0
+        };
         let mut sandbox = Sandbox {
             record: SandboxRecord::new(plan),
             store: store.clone(),
@@ -43,40 +51,62 @@ impl Sandbox {
         };
         store.create(&sandbox.record)?;
         sandbox.armed = true;
-        sandbox.build(plan, &mkfs)?;
+        sandbox.build(plan, &parent, &dir_name, &mkfs)?;
         Ok(sandbox)
     }
 
-    fn build(&mut self, plan: &SandboxPlan, mkfs: &tools::Tool) -> Result<()> {
-        self.record.dir_created = prepare_dir(&plan.dir)?;
+    fn build(
+        &mut self,
+        plan: &SandboxPlan,
+        parent: &TrustedDir,
+        dir_name: &str,
+        mkfs: &tools::Tool,
+    ) -> Result<()> {
+        let (dir, created) = prepare_dir(parent, dir_name)?;
+        self.record.dir_created = created;
+        self.record.dir_identity = Some(dir.identity()?);
         self.save()?;
-        if is_btrfs_dir(&plan.dir) {
+        if is_btrfs_dir(dir.path()) {
             // Backing files on btrfs must be NOCOW, or the loop driver's
             // O_DIRECT writes to them are turned buffered by the host btrfs.
-            let _ = sysfs::set_nocow_dir(&plan.dir, false);
+            if let Ok(f) = dir.open_dir_file() {
+                let _ = sysfs::set_nocow(&f, dir.path(), false);
+            }
         }
-        for image in &plan.images {
+        let mut files = Vec::new();
+        for (i, image) in plan.images.iter().enumerate() {
             signals::check()?;
             self.record.devices.push(DeviceRecord {
                 image: image.clone(),
                 identity: None,
                 loop_device: None,
+                diskseq: None,
             });
             self.save()?;
-            let identity = create_sparse(image, plan.size_bytes)?;
+            let f = dir.create_file(image_name(i), 0o600)?;
+            f.set_len(plan.size_bytes)
+                .map_err(|e| Error::from_io(&e, "cannot size backing file", image))?;
+            let identity =
+                FileIdentity::of(&f).map_err(|e| Error::from_io(&e, "cannot stat", image))?;
             self.record
                 .devices
                 .last_mut()
                 .expect("just pushed")
                 .identity = Some(identity);
             self.save()?;
+            files.push(f);
         }
         let root = SysRoot::host();
-        for i in 0..plan.images.len() {
+        for (i, file) in files.iter().enumerate() {
             signals::check()?;
-            let dev = loopdev::attach(&plan.images[i], true)?;
-            self.record.devices[i].loop_device = Some(dev.path.clone());
+            // Attached from the descriptor that created the image (never
+            // reopened by path), verified, and set to detach by itself
+            // until it is recorded.
+            let attached = loopdev::attach_file(file, &plan.images[i], true)?;
+            self.record.devices[i].loop_device = Some(attached.device.path.clone());
+            self.record.devices[i].diskseq = attached.binding.diskseq;
             self.save()?;
+            let dev = attached.keep()?;
             if !loopdev::direct_io_enabled(&root, &dev)? {
                 return Err(Error::new(
                     ErrorKind::Unsupported,
@@ -89,12 +119,11 @@ impl Sandbox {
                 .with_hint("put the sandbox on a disk filesystem that supports O_DIRECT (--dir)"));
             }
         }
+        drop(files);
         signals::check()?;
-        fs::DirBuilder::new()
-            .mode(0o755)
-            .create(&plan.mount_point)
-            .map_err(|e| Error::from_io(&e, "cannot create mount point", &plan.mount_point))?;
+        let mnt = dir.mkdir(MOUNT_DIR, 0o755)?;
         self.record.mount_point_created = true;
+        self.record.mount_point_identity = Some(mnt.identity()?);
         self.save()?;
         let devices: Vec<PathBuf> = self.record.loop_devices().map(Path::to_path_buf).collect();
         let mut args = plan.mkfs_arguments();
@@ -106,7 +135,7 @@ impl Sandbox {
                 btrfs::scan_device(d)?;
             }
         }
-        mounts::mount_device(&devices[0], &plan.mount_point, plan.fs.name(), None)?;
+        mounts::mount_beneath(&devices[0], &dir, MOUNT_DIR, plan.fs.name())?;
         self.record.mounted = true;
         self.record.complete = true;
         self.save()?;
@@ -159,6 +188,28 @@ impl Drop for Sandbox {
     }
 }
 
+/// The mount point's name inside the sandbox directory.
+const MOUNT_DIR: &str = "mnt";
+
+fn image_name(i: usize) -> String {
+    format!("dev{i}.img")
+}
+
+/// Splits the sandbox directory into its parent and its (plain) name.
+fn split_dir(dir: &Path) -> Result<(PathBuf, String)> {
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.is_empty());
+    match (dir.parent(), name) {
+        (Some(p), Some(n)) if n != ".." && n != "." => Ok((p.to_path_buf(), n.to_owned())),
+        _ => Err(
+            Error::usage(format!("{} cannot hold a sandbox", dir.display()))
+                .with_hint("give a new directory with --dir"),
+        ),
+    }
+}
+
 fn refuse_memory_backed(dir: &Path) -> Result<()> {
     let mut probe = dir.to_path_buf();
     while !probe.exists() {
@@ -187,70 +238,36 @@ fn is_btrfs_dir(dir: &Path) -> bool {
     sysfs::inspect_dir(&SysRoot::host(), dir).is_ok_and(|i| i.mount.fs_type == "btrfs")
 }
 
-/// Creates `dir` (mode 0700), or accepts an existing empty directory that
-/// only root can write. Returns true if it was created.
-fn prepare_dir(dir: &Path) -> Result<bool> {
-    match fs::symlink_metadata(dir) {
-        Ok(meta) => {
-            if !meta.is_dir() {
+/// Creates `name` in `parent` (mode 0700), or accepts an existing empty
+/// directory that only root can write. Returns it, and whether it was made.
+fn prepare_dir(parent: &TrustedDir, name: &str) -> Result<(TrustedDir, bool)> {
+    let path = parent.join(name);
+    match parent.stat(name)? {
+        None => Ok((parent.mkdir(name, 0o700)?, true)),
+        Some(st) => {
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
                 return Err(Error::new(
                     ErrorKind::WrongTarget,
-                    format!("{} exists and is not a directory", dir.display()),
+                    format!("{} exists and is not a directory", path.display()),
                 ));
             }
-            if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
-                return Err(Error::new(
-                    ErrorKind::Permission,
-                    format!(
-                        "{} must be owned by root and writable only by root",
-                        dir.display()
-                    ),
-                )
-                .with_hint("give a new directory with --dir; btrfs-lab creates it"));
-            }
-            let empty = fs::read_dir(dir)
-                .map_err(|e| Error::from_io(&e, "cannot read", dir))?
-                .next()
-                .is_none();
-            if !empty {
+            let dir = parent.open_dir(name).map_err(|e| {
+                if e.kind() == ErrorKind::Permission {
+                    e.with_hint("give a new directory with --dir; btrfs-lab creates it")
+                } else {
+                    e
+                }
+            })?;
+            if !dir.is_empty()? {
                 return Err(Error::new(
                     ErrorKind::WrongTarget,
-                    format!("{} is not empty", dir.display()),
+                    format!("{} is not empty", path.display()),
                 )
                 .with_hint("give a new or empty directory with --dir"));
             }
-            Ok(false)
+            Ok((dir, false))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if let Some(parent) = dir.parent() {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(parent)
-                    .map_err(|e| Error::from_io(&e, "cannot create", parent))?;
-            }
-            fs::DirBuilder::new()
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| Error::from_io(&e, "cannot create", dir))?;
-            Ok(true)
-        }
-        Err(e) => Err(Error::from_io(&e, "cannot use", dir)),
     }
-}
-
-fn create_sparse(image: &Path, size: u64) -> Result<FileIdentity> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(image)
-        .map_err(|e| Error::from_io(&e, "cannot create backing file", image))?;
-    f.set_len(size)
-        .map_err(|e| Error::from_io(&e, "cannot size backing file", image))?;
-    FileIdentity::of(&f).map_err(|e| Error::from_io(&e, "cannot stat", image))
 }
 
 /// What `down` did.
@@ -268,41 +285,67 @@ pub struct DownReport {
     pub left: Vec<String>,
 }
 
-/// Removes what `record` says `up` made, and nothing else: the mount only if
-/// its source is one of our loop devices, a loop device only while it is
-/// bound to our backing file (same device and inode), files only at the
-/// recorded paths. The record is deleted only once mount, loop devices and
-/// images are gone, so a failed `down` can be retried.
+/// Removes what `record` says `up` made, and nothing else. The record must
+/// be valid ([`SandboxRecord::validate`]) and the sandbox directory's whole
+/// path root's alone, or nothing is touched. Then: the mount only if the
+/// mount on `DIR/mnt` (found by descriptor and mount ID, unmounted with
+/// `UMOUNT_NOFOLLOW`) has one of our loop devices as source; a loop device
+/// only if it is the recorded one, still bound to our backing file (device,
+/// inode) by the recorded attachment (disk sequence number); files and
+/// directories only through the held directory and only if their identity
+/// is the recorded one (no recorded identity: left alone). A loop device
+/// someone else bound to our image keeps the image (and the record). The
+/// record is deleted only once everything is gone, so `down` can be retried.
 pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport> {
+    record.validate()?;
     let root = SysRoot::host();
     let mut report = DownReport {
         name: record.name.clone(),
         ..DownReport::default()
     };
-    let ours = our_loop_devices(&root, record);
-    let our_names: Vec<String> = ours.iter().map(|(d, _)| d.display().to_string()).collect();
-
-    // 1. Unmount, if what is mounted there is ours.
-    let table = mounts::mount_table(&root)?;
-    let mount_point =
-        fs::canonicalize(&record.mount_point).unwrap_or_else(|_| record.mount_point.clone());
-    for m in table.iter().rev() {
-        if m.mount_point != mount_point {
-            continue;
-        }
-        if !mount_is_ours(m, &our_names) {
+    let (parent_path, dir_name) = split_dir(&record.dir)?;
+    let dir = match TrustedDir::open(&record.dir, Leaf::Private) {
+        Ok(d) => Some(d),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => {
             return Err(Error::new(
-                ErrorKind::State,
-                format!(
-                    "{} holds {} ({}), which this sandbox did not mount; not touching it",
-                    mount_point.display(),
-                    m.source,
-                    m.fs_type
-                ),
+                e.kind(),
+                format!("{}; not touching sandbox {}", e.message(), record.name),
+            )
+            .with_hint(
+                e.hint()
+                    .unwrap_or("inspect the directory by hand")
+                    .to_owned(),
             ));
         }
-        mounts::unmount(&mount_point)?;
-        report.unmounted = Some(mount_point.clone());
+    };
+    if let (Some(d), Some(want)) = (&dir, record.dir_identity)
+        && d.identity()? != want
+    {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "{} is not the directory sandbox up made for {}; not touching it",
+                record.dir.display(),
+                record.name
+            ),
+        )
+        .with_hint("inspect it by hand; remove the record once it is cleaned up"));
+    }
+    let ours = our_loop_devices(record);
+    let our_names: Vec<String> = ours.iter().map(|o| o.path.display().to_string()).collect();
+
+    // 1. Unmount, if what is mounted on DIR/mnt is ours (repeat for mounts
+    //    stacked there by us; stop at the first that is not ours).
+    if let Some(d) = &dir {
+        for _ in 0..8 {
+            match mounts::unmount_beneath(&root, d, MOUNT_DIR, |m| mount_is_ours(m, &our_names))? {
+                mounts::Unmounted::NotMounted => break,
+                mounts::Unmounted::Unmounted(_) => {
+                    report.unmounted = Some(record.mount_point.clone())
+                }
+            }
+        }
     }
     // Our devices mounted somewhere else were mounted by someone else.
     let table = mounts::mount_table(&root)?;
@@ -321,77 +364,147 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
         )));
     }
 
-    // 2. Forget and detach the loop devices.
-    for recorded in record.loop_devices() {
-        let rebound = !ours.iter().any(|(p, _)| p == recorded)
-            && loopdev::backing_identity(recorded).ok().flatten().is_some();
-        if rebound {
+    // 2. Forget and detach exactly the loop devices `up` attached.
+    for d in &record.devices {
+        let Some(recorded) = &d.loop_device else {
+            continue;
+        };
+        if !ours.iter().any(|o| &o.path == recorded)
+            && loopdev::binding(recorded).ok().flatten().is_some()
+        {
             report.left.push(format!(
-                "{} now belongs to another file; left alone",
+                "{} is no longer the attachment sandbox up made; left alone",
                 recorded.display()
             ));
         }
     }
-    for (dev, identity) in &ours {
+    for o in &ours {
         if record.fs == FsKind::Btrfs {
-            btrfs::forget_device(dev);
+            btrfs::forget_device(&o.path);
         }
-        match loopdev::detach_if_ours(&root, dev, *identity)? {
-            DetachOutcome::Detached => report.detached.push(dev.clone()),
+        match loopdev::detach_exact(&root, &o.path, o.identity, o.diskseq)? {
+            DetachOutcome::Detached => report.detached.push(o.path.clone()),
             DetachOutcome::AlreadyFree => {}
             DetachOutcome::NotOurs => report.left.push(format!(
                 "{} now belongs to another file; left alone",
-                dev.display()
+                o.path.display()
             )),
         }
     }
-
-    // 3. Delete the backing files.
+    // Loop devices bound to our images that `up` did not attach (someone
+    // ran losetup by hand): left alone, and the image with them.
+    let mut foreign = Vec::new();
     for d in &record.devices {
-        match fs::symlink_metadata(&d.image) {
-            Ok(meta) if meta.is_file() => {
-                let same = d
-                    .identity
-                    .is_none_or(|id| id.dev == meta.dev() && id.ino == meta.ino());
-                if same {
-                    fs::remove_file(&d.image)
-                        .map_err(|e| Error::from_io(&e, "cannot delete", &d.image))?;
-                    report.removed.push(d.image.clone());
-                } else {
+        let Some(identity) = d.identity else { continue };
+        for dev in loopdev::find_by_backing_file(&root, &d.image) {
+            let bound = loopdev::binding(&dev).ok().flatten();
+            if bound.is_some_and(|b| b.identity == identity) {
+                foreign.push(dev);
+            }
+        }
+    }
+    if !foreign.is_empty() {
+        let names: Vec<String> = foreign.iter().map(|p| p.display().to_string()).collect();
+        return Err(Error::new(
+            ErrorKind::Busy,
+            format!(
+                "{} {} bound to the sandbox's image but was not attached by sandbox up; left alone, and the image with it",
+                names.join(", "),
+                if names.len() == 1 { "is" } else { "are" }
+            ),
+        )
+        .with_hint(format!(
+            "detach it if it is yours (losetup -d {}), then run: btrfs-lab sandbox down --yes {}",
+            names.join(" "),
+            record.name
+        )));
+    }
+
+    // 3. Delete the backing files, by identity, through the held directory.
+    if let Some(d) = &dir {
+        for (i, dev) in record.devices.iter().enumerate() {
+            let Some(identity) = dev.identity else {
+                if d.stat(image_name(i))?.is_some() {
                     report.left.push(format!(
-                        "{} was replaced by another file; left alone",
-                        d.image.display()
+                        "{} has no recorded identity; left alone",
+                        dev.image.display()
                     ));
                 }
+                continue;
+            };
+            match d.remove_file(image_name(i), identity)? {
+                Removed::Removed => report.removed.push(dev.image.clone()),
+                Removed::Absent => {}
+                Removed::NotOurs | Removed::NotEmpty => report.left.push(format!(
+                    "{} is not the file sandbox up created; left alone",
+                    dev.image.display()
+                )),
             }
-            Ok(_) => report.left.push(format!(
-                "{} is not a regular file; left alone",
-                d.image.display()
-            )),
-            Err(_) => {}
+        }
+        // 4. Directories, only if we created them, they are the ones we
+        //    created, and they are empty.
+        if record.mount_point_created {
+            remove_dir(
+                d,
+                MOUNT_DIR,
+                record.mount_point_identity,
+                &record.mount_point,
+                &mut report,
+            )?;
         }
     }
-
-    // 4. Directories, only if we created them and they are empty.
-    let mut dirs = Vec::new();
-    if record.mount_point_created {
-        dirs.push(record.mount_point.clone());
-    }
-    if record.dir_created {
-        dirs.push(record.dir.clone());
-    }
-    for dir in dirs {
-        match fs::remove_dir(&dir) {
-            Ok(()) => report.removed.push(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(_) => report.left.push(format!(
-                "{} holds files btrfs-lab did not create; left in place",
-                dir.display()
+    if record.dir_created && dir.is_some() {
+        drop(dir);
+        match TrustedDir::open(&parent_path, Leaf::SharedSticky) {
+            Ok(parent) => {
+                remove_dir(
+                    &parent,
+                    &dir_name,
+                    record.dir_identity,
+                    &record.dir,
+                    &mut report,
+                )?;
+            }
+            Err(e) => report.left.push(format!(
+                "{} left in place: {}",
+                record.dir.display(),
+                e.message()
             )),
         }
     }
     store.remove(&record.name)?;
     Ok(report)
+}
+
+fn remove_dir(
+    parent: &TrustedDir,
+    name: &str,
+    identity: Option<FileIdentity>,
+    path: &Path,
+    report: &mut DownReport,
+) -> Result<()> {
+    let Some(identity) = identity else {
+        if parent.stat(name)?.is_some() {
+            report.left.push(format!(
+                "{} has no recorded identity; left in place",
+                path.display()
+            ));
+        }
+        return Ok(());
+    };
+    match parent.remove_dir(name, identity)? {
+        Removed::Removed => report.removed.push(path.to_path_buf()),
+        Removed::Absent => {}
+        Removed::NotOurs => report.left.push(format!(
+            "{} is not the directory sandbox up created; left in place",
+            path.display()
+        )),
+        Removed::NotEmpty => report.left.push(format!(
+            "{} holds files btrfs-lab did not create; left in place",
+            path.display()
+        )),
+    }
+    Ok(())
 }
 
 /// The mount's source is one of our loop devices; or, for a sandbox grown
@@ -404,19 +517,31 @@ fn mount_is_ours(m: &crate::parse::mountinfo::MountEntry, our_names: &[String]) 
                 .is_ok_and(|devs| devs.iter().any(|d| our_names.contains(&d.path))))
 }
 
-/// Loop devices bound to our images: the recorded ones, plus any found by
-/// backing-file path (an `up` that crashed between attaching and recording).
-fn our_loop_devices(root: &SysRoot, record: &SandboxRecord) -> Vec<(PathBuf, FileIdentity)> {
-    let mut found = Vec::new();
+/// A recorded loop device that is still the attachment `up` made.
+#[derive(Debug, Clone)]
+struct OurLoop {
+    path: PathBuf,
+    identity: FileIdentity,
+    diskseq: Option<u64>,
+}
+
+/// The recorded loop devices still bound to our images by the recorded
+/// attachment. Nothing is found by path: an unrecorded device is not ours.
+fn our_loop_devices(record: &SandboxRecord) -> Vec<OurLoop> {
+    let mut found: Vec<OurLoop> = Vec::new();
     for d in &record.devices {
-        let Some(identity) = d.identity else { continue };
-        let mut candidates: Vec<PathBuf> = d.loop_device.iter().cloned().collect();
-        candidates.extend(loopdev::find_by_backing_file(root, &d.image));
-        for dev in candidates {
-            let bound_to_us = loopdev::backing_identity(&dev).ok().flatten() == Some(identity);
-            if bound_to_us && !found.iter().any(|(p, _)| p == &dev) {
-                found.push((dev, identity));
-            }
+        let (Some(identity), Some(dev)) = (d.identity, &d.loop_device) else {
+            continue;
+        };
+        let bound = loopdev::binding(dev).ok().flatten();
+        if bound.is_some_and(|b| loopdev::same_binding(b, identity, d.diskseq))
+            && !found.iter().any(|o| &o.path == dev)
+        {
+            found.push(OurLoop {
+                path: dev.clone(),
+                identity,
+                diskseq: d.diskseq,
+            });
         }
     }
     found
@@ -458,16 +583,17 @@ pub struct DeviceStatus {
 /// The live status of a recorded sandbox.
 pub fn status(record: &SandboxRecord) -> SandboxStatus {
     let root = SysRoot::host();
-    let ours = our_loop_devices(&root, record);
-    let names: Vec<String> = ours.iter().map(|(d, _)| d.display().to_string()).collect();
-    let mount_point =
-        fs::canonicalize(&record.mount_point).unwrap_or_else(|_| record.mount_point.clone());
-    let mounted = mounts::mount_table(&root)
-        .map(|t| {
-            t.iter()
-                .any(|m| m.mount_point == mount_point && mount_is_ours(m, &names))
+    let ours = our_loop_devices(record);
+    let names: Vec<String> = ours.iter().map(|o| o.path.display().to_string()).collect();
+    let mounted = TrustedDir::open(&record.dir, Leaf::Private)
+        .ok()
+        .and_then(|d| d.open_path(MOUNT_DIR).ok().map(|fd| (d, fd)))
+        .and_then(|(d, fd)| {
+            mounts::mount_rooted_at(&root, std::os::fd::AsFd::as_fd(&fd), &d.join(MOUNT_DIR))
+                .ok()
+                .flatten()
         })
-        .unwrap_or(false);
+        .is_some_and(|m| mount_is_ours(&m, &names));
     let devices: Vec<DeviceStatus> = record
         .devices
         .iter()
@@ -475,8 +601,8 @@ pub fn status(record: &SandboxRecord) -> SandboxStatus {
             image: d.image.clone(),
             loop_device: ours
                 .iter()
-                .find(|(_, id)| Some(*id) == d.identity)
-                .map(|(p, _)| p.clone()),
+                .find(|o| Some(o.identity) == d.identity && d.loop_device.as_ref() == Some(&o.path))
+                .map(|o| o.path.clone()),
         })
         .collect();
     let attached = devices.iter().filter(|d| d.loop_device.is_some()).count();

@@ -9,19 +9,71 @@ use std::path::PathBuf;
 
 pub use exec::{DownReport, Sandbox, SandboxStatus, status, teardown};
 pub use plan::{FsKind, SandboxPlan, SandboxRequest, plan_up};
-pub use state::{SandboxRecord, StateStore};
+pub use state::{STATE_DIR_ENV, SandboxRecord, StateStore};
 
-/// Environment variable overriding where sandboxes are created by default.
+/// Environment variable overriding where sandboxes are created by default
+/// (ignored as root: use `--sandbox-root`).
 pub const SANDBOX_ROOT_ENV: &str = "BTRFS_LAB_SANDBOX_ROOT";
 /// Default parent of sandbox directories: on disk (not tmpfs, which cannot
 /// back a loop device with direct I/O), and cleaned by the system eventually.
 pub const DEFAULT_SANDBOX_ROOT: &str = "/var/tmp/btrfs-lab";
 
-/// `$BTRFS_LAB_SANDBOX_ROOT`, else the default.
-pub fn sandbox_root() -> PathBuf {
-    match std::env::var_os(SANDBOX_ROOT_ENV) {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => PathBuf::from(DEFAULT_SANDBOX_ROOT),
+/// Where records are kept and sandboxes made, and notes for stderr about
+/// environment variables that were ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locations {
+    /// The record store.
+    pub store: StateStore,
+    /// The default parent of sandbox directories.
+    pub sandbox_root: PathBuf,
+    /// One line each: an environment override ignored, and what to use.
+    pub notes: Vec<String>,
+}
+
+/// Picks the state directory and sandbox root: the command-line flag; else,
+/// when not running as root, the environment variable; else the default.
+/// As root the environment variables are ignored (an environment another
+/// user prepared, e.g. through sudo's env_keep, must not choose what root
+/// deletes), with a note saying to use the flag.
+pub fn resolve_locations(
+    state_flag: Option<PathBuf>,
+    root_flag: Option<PathBuf>,
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+    as_root: bool,
+) -> Locations {
+    let mut notes = Vec::new();
+    let mut pick = |flag: Option<PathBuf>, var: &str, option: &str, default: &str| {
+        if let Some(f) = flag {
+            return f;
+        }
+        match env(var).filter(|v| !v.is_empty()) {
+            Some(v) if as_root => {
+                notes.push(format!(
+                    "ignoring {var}={} as root; use {option} DIR instead",
+                    PathBuf::from(v).display()
+                ));
+                PathBuf::from(default)
+            }
+            Some(v) => PathBuf::from(v),
+            None => PathBuf::from(default),
+        }
+    };
+    let state = pick(
+        state_flag,
+        STATE_DIR_ENV,
+        "--state-dir",
+        state::DEFAULT_STATE_DIR,
+    );
+    let root = pick(
+        root_flag,
+        SANDBOX_ROOT_ENV,
+        "--sandbox-root",
+        DEFAULT_SANDBOX_ROOT,
+    );
+    Locations {
+        store: StateStore::new(state),
+        sandbox_root: root,
+        notes,
     }
 }
 
@@ -38,8 +90,47 @@ pub fn random_name() -> String {
     format!("sbx-{:06x}", h.finish() & 0xff_ffff)
 }
 
-/// Creates a sandbox from a request with the default locations.
-pub fn up(request: &SandboxRequest, store: &StateStore) -> crate::error::Result<Sandbox> {
-    let plan = plan_up(request, &sandbox_root(), &random_name())?;
+/// Creates a sandbox from a request, under `sandbox_root` unless the
+/// request names a directory.
+pub fn up(
+    request: &SandboxRequest,
+    store: &StateStore,
+    sandbox_root: &std::path::Path,
+) -> crate::error::Result<Sandbox> {
+    let plan = plan_up(request, sandbox_root, &random_name())?;
     Sandbox::up(&plan, store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    #[test]
+    fn environment_is_ignored_as_root_and_flags_win() {
+        let env = |v: &str| Some(OsString::from(format!("/planted/{v}")));
+        let l = resolve_locations(None, None, env, true);
+        assert_eq!(
+            l.store.dir(),
+            std::path::Path::new(state::DEFAULT_STATE_DIR)
+        );
+        assert_eq!(l.sandbox_root, PathBuf::from(DEFAULT_SANDBOX_ROOT));
+        assert_eq!(
+            l.notes,
+            vec![
+                "ignoring BTRFS_LAB_STATE_DIR=/planted/BTRFS_LAB_STATE_DIR as root; use --state-dir DIR instead",
+                "ignoring BTRFS_LAB_SANDBOX_ROOT=/planted/BTRFS_LAB_SANDBOX_ROOT as root; use --sandbox-root DIR instead",
+            ]
+        );
+        let l = resolve_locations(Some("/s".into()), Some("/r".into()), env, true);
+        assert_eq!(l.store.dir(), std::path::Path::new("/s"));
+        assert_eq!(l.sandbox_root, PathBuf::from("/r"));
+        assert!(l.notes.is_empty());
+        let l = resolve_locations(None, None, env, false);
+        assert_eq!(
+            l.store.dir(),
+            std::path::Path::new("/planted/BTRFS_LAB_STATE_DIR")
+        );
+        assert!(l.notes.is_empty());
+    }
 }

@@ -114,6 +114,10 @@ pub struct SandboxPlan {
     pub metadata: Option<Profile>,
     /// mkfs arguments, devices excluded.
     pub mkfs_args: Vec<String>,
+    /// True when the directory was given (`--dir`): its parent may then be
+    /// a sticky shared directory; the default parent must be root's alone.
+    #[serde(skip)]
+    pub dir_given: bool,
 }
 
 /// Checks a sandbox name: short, lowercase letters, digits, `-` and `_`.
@@ -209,6 +213,7 @@ pub fn plan_up(req: &SandboxRequest, data_root: &Path, random_name: &str) -> Res
         data: req.data,
         metadata: req.metadata,
         mkfs_args: req.mkfs_args.clone(),
+        dir_given: req.dir.is_some(),
     })
 }
 

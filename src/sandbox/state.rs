@@ -1,9 +1,7 @@
 //! The record of what `sandbox up` made, written before and after every
 //! step so `sandbox down` can remove exactly that, even after a crash.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -11,9 +9,11 @@ use serde::{Deserialize, Serialize};
 use super::plan::FsKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
+use crate::sys::beneath::{Leaf, TrustedDir};
 use crate::sys::loopdev::FileIdentity;
 
-/// Environment variable overriding where records are kept.
+/// Environment variable overriding where records are kept (ignored as
+/// root: use `--state-dir`).
 pub const STATE_DIR_ENV: &str = "BTRFS_LAB_STATE_DIR";
 /// Default place for records (survives reboots, like the backing files).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/btrfs-lab/sandboxes";
@@ -28,6 +28,10 @@ pub struct DeviceRecord {
     pub identity: Option<FileIdentity>,
     /// The loop device once attached.
     pub loop_device: Option<PathBuf>,
+    /// The loop device's disk sequence number at attach time (Linux 5.15+):
+    /// only that very attachment is ever detached.
+    #[serde(default)]
+    pub diskseq: Option<u64>,
 }
 
 /// Everything a sandbox consists of.
@@ -43,10 +47,16 @@ pub struct SandboxRecord {
     pub dir: PathBuf,
     /// True if `up` created `dir` (then `down` removes it when empty).
     pub dir_created: bool,
+    /// Identity of `dir` (`down` removes only that directory).
+    #[serde(default)]
+    pub dir_identity: Option<FileIdentity>,
     /// Mount point.
     pub mount_point: PathBuf,
     /// True if `up` created the mount point directory.
     pub mount_point_created: bool,
+    /// Identity of the mount point directory `up` created.
+    #[serde(default)]
+    pub mount_point_identity: Option<FileIdentity>,
     /// True once mounted.
     pub mounted: bool,
     /// Size of each device.
@@ -74,8 +84,10 @@ impl SandboxRecord {
             fs: plan.fs,
             dir: plan.dir.clone(),
             dir_created: false,
+            dir_identity: None,
             mount_point: plan.mount_point.clone(),
             mount_point_created: false,
+            mount_point_identity: None,
             mounted: false,
             size_bytes: plan.size_bytes,
             data: plan.data,
@@ -89,16 +101,72 @@ impl SandboxRecord {
         }
     }
 
+    /// Checks that the record describes a sandbox the way `up` writes it:
+    /// a valid name, an absolute directory, the mount point `DIR/mnt` and
+    /// images `DIR/devN.img`. Anything else is never acted on.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: &str| {
+            Err(Error::new(
+                ErrorKind::State,
+                format!("record '{}' is not one sandbox up wrote: {what}", self.name),
+            )
+            .with_hint("inspect it by hand; btrfs-lab will not act on it"))
+        };
+        if super::plan::validate_name(&self.name).is_err() {
+            return bad("invalid name");
+        }
+        if self.version != VERSION {
+            return bad("unknown version");
+        }
+        let plain = self.dir.is_absolute()
+            && self.dir.parent().is_some()
+            && self.dir.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::RootDir | std::path::Component::Normal(_)
+                )
+            });
+        if !plain {
+            return bad("the directory is not a plain absolute path");
+        }
+        if self.mount_point != self.dir.join("mnt") {
+            return bad("the mount point is not DIR/mnt");
+        }
+        for (i, d) in self.devices.iter().enumerate() {
+            if d.image != self.dir.join(format!("dev{i}.img")) {
+                return bad("an image is not DIR/devN.img");
+            }
+            if let Some(l) = &d.loop_device
+                && (l.parent() != Some(Path::new("/dev"))
+                    || crate::sys::loopdev::loop_index(l).is_none())
+            {
+                return bad("a loop device is not /dev/loopN");
+            }
+        }
+        Ok(())
+    }
+
     /// The loop devices recorded as attached.
     pub fn loop_devices(&self) -> impl Iterator<Item = &Path> {
         self.devices.iter().filter_map(|d| d.loop_device.as_deref())
     }
 }
 
-/// The directory of records.
+/// The directory of records. As root it must be root's alone (owned by
+/// root, not writable by group or others, all the way up): a record
+/// steers what `down` removes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateStore {
     dir: PathBuf,
+}
+
+/// What [`StateStore::load`] found.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Records that passed every check, sorted by name.
+    pub records: Vec<SandboxRecord>,
+    /// Files that are not valid records, with why: reported, never acted on.
+    pub bad: Vec<Error>,
 }
 
 impl StateStore {
@@ -107,12 +175,9 @@ impl StateStore {
         Self { dir: dir.into() }
     }
 
-    /// `$BTRFS_LAB_STATE_DIR`, else the default.
-    pub fn from_env() -> Self {
-        match std::env::var_os(STATE_DIR_ENV) {
-            Some(d) if !d.is_empty() => Self::new(PathBuf::from(d)),
-            _ => Self::new(DEFAULT_STATE_DIR),
-        }
+    /// The default store.
+    pub fn default_store() -> Self {
+        Self::new(DEFAULT_STATE_DIR)
     }
 
     /// Where the records are.
@@ -120,30 +185,42 @@ impl StateStore {
         &self.dir
     }
 
-    fn path_of(&self, name: &str) -> PathBuf {
-        self.dir.join(format!("{name}.json"))
+    fn file_name(name: &str) -> String {
+        format!("{name}.json")
+    }
+
+    /// The directory, checked; created (0700) when `create`.
+    fn open(&self, create: bool) -> Result<Option<TrustedDir>> {
+        if create {
+            return TrustedDir::create(&self.dir, Leaf::Private, 0o700).map(|(d, _)| Some(d));
+        }
+        match TrustedDir::open(&self.dir, Leaf::Private) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Claims `record.name`: fails if a record of that name exists.
     pub fn create(&self, record: &SandboxRecord) -> Result<()> {
-        fs::create_dir_all(&self.dir)
-            .map_err(|e| Error::from_io(&e, "cannot create state directory", &self.dir))?;
-        let path = self.path_of(&record.name);
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    Error::new(ErrorKind::Busy, format!("a sandbox named '{}' already exists", record.name))
-                        .with_hint("choose another --name, or remove it with: btrfs-lab sandbox down --yes NAME")
-                } else {
-                    Error::from_io(&e, "cannot create", &path)
-                }
-            })?;
+        super::plan::validate_name(&record.name)?;
+        let dir = self.open(true)?.expect("created");
+        let name = Self::file_name(&record.name);
+        let mut f = dir.create_file(&name, 0o600).map_err(|e| {
+            if dir.stat(&name).ok().flatten().is_some() {
+                Error::new(
+                    ErrorKind::Busy,
+                    format!("a sandbox named '{}' already exists", record.name),
+                )
+                .with_hint(
+                    "choose another --name, or remove it with: btrfs-lab sandbox down --yes NAME",
+                )
+            } else {
+                e
+            }
+        })?;
         let text = serde_json::to_string_pretty(record).expect("record serializes");
+        let path = dir.join(&name);
         f.write_all(text.as_bytes())
             .and_then(|()| f.sync_all())
             .map_err(|e| Error::from_io(&e, "cannot write", &path))
@@ -151,64 +228,105 @@ impl StateStore {
 
     /// Replaces the record atomically (write, fsync, rename).
     pub fn save(&self, record: &SandboxRecord) -> Result<()> {
-        let path = self.path_of(&record.name);
-        let tmp = self.dir.join(format!(".{}.json.tmp", record.name));
-        let _ = fs::remove_file(&tmp);
+        super::plan::validate_name(&record.name)?;
+        let dir = self.open(true)?.expect("created");
+        let name = Self::file_name(&record.name);
+        let tmp = format!(".{}.json.tmp", record.name);
+        dir.remove_entry_file(&tmp)?;
         let text = serde_json::to_string_pretty(record).expect("record serializes");
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(|e| Error::from_io(&e, "cannot create", &tmp))?;
+        let mut f = dir.create_file(&tmp, 0o600)?;
         f.write_all(text.as_bytes())
             .and_then(|()| f.sync_all())
-            .map_err(|e| Error::from_io(&e, "cannot write", &tmp))?;
-        fs::rename(&tmp, &path).map_err(|e| Error::from_io(&e, "cannot replace", &path))
+            .map_err(|e| Error::from_io(&e, "cannot write", &dir.join(&tmp)))?;
+        dir.rename_replace(&tmp, &name)
     }
 
     /// Deletes the record.
     pub fn remove(&self, name: &str) -> Result<()> {
-        let path = self.path_of(name);
-        match fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::from_io(&e, "cannot remove", &path)),
+        super::plan::validate_name(name)?;
+        match self.open(false)? {
+            Some(dir) => dir.remove_entry_file(Self::file_name(name)),
+            None => Ok(()),
         }
     }
 
-    /// Every record, sorted by name. A record that cannot be read is an
-    /// error: silently skipping it could leak a sandbox.
-    pub fn load_all(&self) -> Result<Vec<SandboxRecord>> {
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::from_io(&e, "cannot read", &self.dir)),
+    /// Every valid record, sorted by name, and the files that are not.
+    /// A record must be a regular file owned by root (as root) and writable
+    /// only by its owner, named after the sandbox it describes, and pass
+    /// [`SandboxRecord::validate`]. An untrusted directory is an error.
+    pub fn load(&self) -> Result<Loaded> {
+        let mut loaded = Loaded::default();
+        let Some(dir) = self.open(false)? else {
+            return Ok(loaded);
         };
-        let mut records = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::from_io(&e, "cannot read", &self.dir))?;
-            let path = entry.path();
-            let is_record = path.extension().is_some_and(|x| x == "json")
-                && !entry.file_name().to_string_lossy().starts_with('.');
-            if !is_record {
+        for name in dir.names()? {
+            let text_name = name.to_string_lossy().into_owned();
+            let Some(stem) = text_name.strip_suffix(".json") else {
+                continue;
+            };
+            if text_name.starts_with('.') {
                 continue;
             }
-            let text =
-                fs::read_to_string(&path).map_err(|e| Error::from_io(&e, "cannot read", &path))?;
-            let record: SandboxRecord = serde_json::from_str(&text).map_err(|e| {
-                Error::new(
-                    ErrorKind::State,
-                    format!("{} is not a sandbox record: {e}", path.display()),
-                )
-                .with_hint("inspect it by hand; btrfs-lab will not guess what it describes")
-            })?;
-            records.push(record);
+            match read_record(&dir, &text_name, stem) {
+                Ok(r) => loaded.records.push(r),
+                Err(e) => loaded.bad.push(e),
+            }
         }
-        records.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(records)
+        loaded.records.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(loaded)
     }
+
+    /// The valid records (see [`StateStore::load`]); bad ones are skipped.
+    pub fn load_all(&self) -> Result<Vec<SandboxRecord>> {
+        self.load().map(|l| l.records)
+    }
+}
+
+fn read_record(dir: &TrustedDir, file: &str, stem: &str) -> Result<SandboxRecord> {
+    let path = dir.join(file);
+    let mut f = dir.open_file(file, false)?;
+    let st = rustix::fs::fstat(&f).map_err(|e| {
+        Error::from_errno(
+            nix::errno::Errno::from_raw(e.raw_os_error()),
+            "cannot stat",
+            &path,
+        )
+    })?;
+    let me = nix::unistd::geteuid().as_raw();
+    if st.st_uid != me || st.st_mode & 0o022 != 0 {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "{} is owned by uid {} with mode {:04o}, not written by btrfs-lab; not acting on it",
+                path.display(),
+                st.st_uid,
+                st.st_mode & 0o7777
+            ),
+        )
+        .with_hint("inspect it by hand and remove it if it is not yours"));
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text)
+        .map_err(|e| Error::from_io(&e, "cannot read", &path))?;
+    let record: SandboxRecord = serde_json::from_str(&text).map_err(|e| {
+        Error::new(
+            ErrorKind::State,
+            format!("{} is not a sandbox record: {e}", path.display()),
+        )
+        .with_hint("inspect it by hand; btrfs-lab will not guess what it describes")
+    })?;
+    if record.name != stem {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "{} describes sandbox '{}', not '{stem}'; not acting on it",
+                path.display(),
+                record.name
+            ),
+        ));
+    }
+    record.validate()?;
+    Ok(record)
 }
 
 #[cfg(test)]
@@ -229,6 +347,7 @@ mod tests {
             image: plan.images[0].clone(),
             identity: Some(FileIdentity { dev: 1, ino: 2 }),
             loop_device: Some("/dev/loop9".into()),
+            diskseq: Some(7),
         });
         store.save(&rec).unwrap();
         assert_eq!(store.load_all().unwrap(), vec![rec.clone()]);
@@ -241,10 +360,43 @@ mod tests {
     }
 
     #[test]
-    fn unreadable_record_is_an_error() {
+    fn bad_records_are_reported_and_skipped() {
         let t = tempfile::tempdir().unwrap();
-        fs::write(t.path().join("x.json"), "{garbage").unwrap();
-        let e = StateStore::new(t.path()).load_all().unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::State);
+        let store = StateStore::new(t.path().join("state"));
+        let plan = plan_up(&SandboxRequest::default(), Path::new("/var/tmp/x"), "good").unwrap();
+        store.create(&SandboxRecord::new(&plan)).unwrap();
+        std::fs::write(t.path().join("state/x.json"), "{garbage").unwrap();
+        let mut other = SandboxRecord::new(&plan);
+        other.name = "renamed".into();
+        std::fs::write(
+            t.path().join("state/y.json"),
+            serde_json::to_string(&other).unwrap(),
+        )
+        .unwrap();
+        let mut planted = SandboxRecord::new(&plan);
+        planted.name = "planted".into();
+        planted.devices.push(DeviceRecord {
+            image: "/etc/shadow".into(),
+            identity: None,
+            loop_device: None,
+            diskseq: None,
+        });
+        std::fs::write(
+            t.path().join("state/planted.json"),
+            serde_json::to_string(&planted).unwrap(),
+        )
+        .unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.records.len(), 1);
+        assert_eq!(loaded.records[0].name, "good");
+        let msgs: Vec<String> = loaded.bad.iter().map(|e| e.message().to_owned()).collect();
+        assert_eq!(msgs.len(), 3, "{msgs:?}");
+        for want in [
+            "record 'planted' is not one sandbox up wrote: an image is not DIR/devN.img",
+            "x.json is not a sandbox record",
+            "y.json describes sandbox 'renamed', not 'y'",
+        ] {
+            assert!(msgs.iter().any(|m| m.contains(want)), "{want}: {msgs:?}");
+        }
     }
 }

@@ -70,12 +70,17 @@ pub struct LoopConfig {
 }
 
 const LOOP_CLR_FD: u64 = 0x4C01;
+const LOOP_SET_STATUS64: u64 = 0x4C04;
 const LOOP_GET_STATUS64: u64 = 0x4C05;
 const LOOP_CONFIGURE: u64 = 0x4C0A;
 const LOOP_CTL_GET_FREE: u64 = 0x4C82;
 
 nix::ioctl_write_ptr_bad!(loop_configure_raw, LOOP_CONFIGURE, LoopConfig);
 nix::ioctl_read_bad!(loop_get_status64_raw, LOOP_GET_STATUS64, LoopInfo64);
+nix::ioctl_write_ptr_bad!(loop_set_status64_raw, LOOP_SET_STATUS64, LoopInfo64);
+// BLKGETDISKSEQ = _IOR(0x12, 128, __u64) (Linux 5.15): a number the kernel
+// bumps each time a loop device is (re)attached.
+nix::ioctl_read!(blk_get_diskseq_raw, 0x12, 128, u64);
 nix::ioctl_none_bad!(loop_clr_fd_raw, LOOP_CLR_FD);
 nix::ioctl_none_bad!(loop_ctl_get_free_raw, LOOP_CTL_GET_FREE);
 
@@ -113,6 +118,23 @@ pub fn loop_get_status64(dev: BorrowedFd<'_>) -> Result<LoopInfo64, Errno> {
     // SAFETY: the kernel fills `info`, which is a valid loop_info64.
     unsafe { loop_get_status64_raw(dev.as_raw_fd(), &mut info) }?;
     Ok(info)
+}
+
+/// Writes a loop device's status (only the settable flags, such as
+/// `LO_FLAGS_AUTOCLEAR`, change for a bound device).
+pub fn loop_set_status64(dev: BorrowedFd<'_>, info: &LoopInfo64) -> Result<(), Errno> {
+    // SAFETY: `info` is a valid loop_info64 that lives for the call.
+    unsafe { loop_set_status64_raw(dev.as_raw_fd(), info) }?;
+    Ok(())
+}
+
+/// The disk sequence number of a block device (Linux 5.15): it changes each
+/// time a loop device is attached, so it tells one binding from the next.
+pub fn blk_get_diskseq(dev: BorrowedFd<'_>) -> Result<u64, Errno> {
+    let mut seq: u64 = 0;
+    // SAFETY: the kernel writes one u64 through the pointer.
+    unsafe { blk_get_diskseq_raw(dev.as_raw_fd(), &raw mut seq) }?;
+    Ok(seq)
 }
 
 /// Unbinds the loop device's backing file.

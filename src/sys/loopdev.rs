@@ -58,8 +58,46 @@ pub enum DetachOutcome {
 
 const ATTACH_ATTEMPTS: u32 = 32;
 
+/// A loop device's current binding: the backing file's identity and the
+/// disk sequence number of this attachment (Linux 5.15+; a re-attach of
+/// the same device, even to the same file, gets a new one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    /// Backing file identity.
+    pub identity: FileIdentity,
+    /// `BLKGETDISKSEQ`, when the kernel has it.
+    pub diskseq: Option<u64>,
+}
+
+/// A loop device `attach_file` bound, still held open and still set to
+/// detach by itself on last close: if we die before [`Attached::keep`], the
+/// kernel frees it, so a crash between attach and record leaks nothing.
+#[derive(Debug)]
+pub struct Attached {
+    /// The device.
+    pub device: LoopDevice,
+    /// What it is bound to (verified to be the file we passed).
+    pub binding: Binding,
+    node: File,
+}
+
+impl Attached {
+    /// Clears autoclear: the device now stays until detached. Call once the
+    /// device is recorded.
+    pub fn keep(self) -> Result<LoopDevice> {
+        let mut info = ioctl::loop_get_status64(self.node.as_fd())
+            .map_err(|e| Error::from_errno(e, "cannot read loop status of", &self.device.path))?;
+        info.lo_flags &= !ioctl::LO_FLAGS_AUTOCLEAR;
+        ioctl::loop_set_status64(self.node.as_fd(), &info)
+            .map_err(|e| Error::from_errno(e, "cannot set loop flags of", &self.device.path))?;
+        Ok(self.device)
+    }
+}
+
 /// Binds `image` to a free loop device with direct I/O requested, retrying
-/// when another process races us for the same free device.
+/// when another process races us for the same free device. Opens `image` by
+/// path (O_NOFOLLOW): for a file an attacker cannot swap, use
+/// [`attach_file`] with the descriptor that created it.
 pub fn attach(image: &Path, direct_io: bool) -> Result<LoopDevice> {
     let backing = OpenOptions::new()
         .read(true)
@@ -67,20 +105,28 @@ pub fn attach(image: &Path, direct_io: bool) -> Result<LoopDevice> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(image)
         .map_err(|e| Error::from_io(&e, "cannot open backing file", image))?;
+    attach_file(&backing, image, direct_io)?.keep()
+}
+
+/// Binds the open file `backing` (shown as `name`) to a free loop device,
+/// then checks that the device's backing file is `backing` (same device and
+/// inode); if not, detaches it again and fails.
+pub fn attach_file(backing: &File, name: &Path, direct_io: bool) -> Result<Attached> {
+    let want = FileIdentity::of(backing).map_err(|e| Error::from_io(&e, "cannot stat", name))?;
     let control = OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(libc::O_CLOEXEC)
         .open("/dev/loop-control")
         .map_err(|e| {
             Error::from_io(&e, "cannot open", Path::new("/dev/loop-control"))
                 .with_hint("the loop driver is needed: modprobe loop (as root)")
         })?;
-    let flags = if direct_io {
-        ioctl::LO_FLAGS_DIRECT_IO
-    } else {
-        0
-    };
-    let name = image.as_os_str().as_encoded_bytes();
+    let mut flags = ioctl::LO_FLAGS_AUTOCLEAR;
+    if direct_io {
+        flags |= ioctl::LO_FLAGS_DIRECT_IO;
+    }
+    let file_name = name.as_os_str().as_encoded_bytes();
     let mut last = Errno::EBUSY;
     for _ in 0..ATTACH_ATTEMPTS {
         let index = ioctl::loop_ctl_get_free(control.as_fd()).map_err(|e| {
@@ -91,24 +137,86 @@ pub fn attach(image: &Path, direct_io: bool) -> Result<LoopDevice> {
             )
         })?;
         let path = PathBuf::from(format!("/dev/loop{index}"));
-        let dev = match open_loop_node(&path) {
+        let node = match open_loop_node(&path) {
             Ok(f) => f,
             Err(e) => {
                 last = e;
                 continue;
             }
         };
-        match ioctl::loop_configure(dev.as_fd(), backing.as_fd(), flags, name) {
-            Ok(()) => return Ok(LoopDevice { path, index }),
+        match ioctl::loop_configure(node.as_fd(), backing.as_fd(), flags, file_name) {
+            Ok(()) => {}
             // Somebody else bound it between GET_FREE and CONFIGURE.
-            Err(Errno::EBUSY) => last = Errno::EBUSY,
-            Err(e) => return Err(Error::from_errno(e, "cannot attach", image)),
+            Err(Errno::EBUSY) => {
+                last = Errno::EBUSY;
+                continue;
+            }
+            Err(e) => return Err(Error::from_errno(e, "cannot attach", name)),
         }
+        let binding = binding_of(&node, &path)?;
+        if binding.map(|b| b.identity) != Some(want) {
+            // Not what we bound: with autoclear set, closing frees it if it
+            // was ours; never clear a binding we did not make.
+            return Err(Error::new(
+                ErrorKind::State,
+                format!(
+                    "{} is not bound to {} after attaching it; refusing to use it",
+                    path.display(),
+                    name.display()
+                ),
+            ));
+        }
+        let binding = binding.expect("checked");
+        return Ok(Attached {
+            device: LoopDevice { path, index },
+            binding,
+            node,
+        });
     }
     Err(
-        Error::from_errno(last, "cannot attach a loop device for", image)
+        Error::from_errno(last, "cannot attach a loop device for", name)
             .with_hint("all loop devices are busy; detach unused ones with losetup -d"),
     )
+}
+
+/// The binding of an open loop device node; `None` when it is free.
+fn binding_of(node: &File, path: &Path) -> Result<Option<Binding>> {
+    match ioctl::loop_get_status64(node.as_fd()) {
+        Ok(info) => Ok(Some(Binding {
+            identity: FileIdentity {
+                dev: info.lo_device,
+                ino: info.lo_inode,
+            },
+            diskseq: ioctl::blk_get_diskseq(node.as_fd()).ok(),
+        })),
+        Err(Errno::ENXIO) => Ok(None),
+        Err(e) => Err(Error::from_errno(e, "cannot read loop status of", path)),
+    }
+}
+
+/// The current binding of the loop device at `dev`; `None` when free or absent.
+pub fn binding(dev: &Path) -> Result<Option<Binding>> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(dev)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::from_io(&e, "cannot open", dev)),
+    };
+    binding_of(&file, dev)
+}
+
+/// Whether `found` is the binding recorded as `identity` (+ `diskseq` when
+/// one was recorded and the kernel reports one).
+pub fn same_binding(found: Binding, identity: FileIdentity, diskseq: Option<u64>) -> bool {
+    found.identity == identity
+        && match (diskseq, found.diskseq) {
+            (Some(want), Some(have)) => want == have,
+            (Some(_), None) => false,
+            (None, _) => true,
+        }
 }
 
 fn open_loop_node(path: &Path) -> std::result::Result<File, Errno> {
@@ -155,16 +263,34 @@ pub fn backing_identity(dev: &Path) -> Result<Option<FileIdentity>> {
 /// Detaches `dev` if, and only if, it is bound to the file `ours`.
 /// Waits until the kernel has really released it.
 pub fn detach_if_ours(root: &SysRoot, dev: &Path, ours: FileIdentity) -> Result<DetachOutcome> {
-    match backing_identity(dev)? {
+    detach_exact(root, dev, ours, None)
+}
+
+/// Detaches `dev` if, and only if, it is bound to the file `ours` and (when
+/// `diskseq` is given) is still the very attachment that was recorded. The
+/// check and the detach use the same open descriptor of the device.
+pub fn detach_exact(
+    root: &SysRoot,
+    dev: &Path,
+    ours: FileIdentity,
+    diskseq: Option<u64>,
+) -> Result<DetachOutcome> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(dev)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(DetachOutcome::AlreadyFree);
+        }
+        Err(e) => return Err(Error::from_io(&e, "cannot open", dev)),
+    };
+    match binding_of(&file, dev)? {
         None => return Ok(DetachOutcome::AlreadyFree),
-        Some(id) if id != ours => return Ok(DetachOutcome::NotOurs),
+        Some(b) if !same_binding(b, ours, diskseq) => return Ok(DetachOutcome::NotOurs),
         Some(_) => {}
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(dev)
-        .map_err(|e| Error::from_io(&e, "cannot open", dev))?;
     match ioctl::loop_clr_fd(file.as_fd()) {
         Ok(()) | Err(Errno::ENXIO) => {}
         Err(e) => return Err(Error::from_errno(e, "cannot detach", dev)),

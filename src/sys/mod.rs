@@ -2,6 +2,7 @@
 //! I/O and the external programs btrfs-lab drives. All `unsafe` of the crate
 //! lives in [`ioctl`], [`nvme`], [`extents`] and [`memio`].
 
+pub mod beneath;
 pub mod blockdev;
 pub mod btrfs;
 pub mod counters;

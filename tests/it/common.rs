@@ -88,14 +88,27 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("sandbox up: {} ({:?})", e.message(), e.hint()))
     }
 
-    /// The binary with this environment's state and sandbox directories.
+    /// The binary with this environment's state and sandbox directories,
+    /// given as the global options (as root the environment variables are
+    /// ignored).
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(bin());
-        c.env("BTRFS_LAB_STATE_DIR", self.store().dir())
-            .env("BTRFS_LAB_SANDBOX_ROOT", self.sandbox_root())
+        c.args(self.location_args())
+            .env_remove("BTRFS_LAB_STATE_DIR")
+            .env_remove("BTRFS_LAB_SANDBOX_ROOT")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());
         c
+    }
+
+    /// `--state-dir DIR --sandbox-root DIR` for this environment.
+    pub fn location_args(&self) -> Vec<std::ffi::OsString> {
+        vec![
+            "--state-dir".into(),
+            self.store().dir().into(),
+            "--sandbox-root".into(),
+            self.sandbox_root().into(),
+        ]
     }
 
     /// Mounts a tmpfs the test owns; unmounted when the environment drops.

@@ -1,7 +1,10 @@
 //! `sandbox up | down | list` on real loop devices.
 
 use std::fs;
-use std::path::PathBuf;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
 use btrfs_lab::model::profile::Profile;
@@ -123,8 +126,9 @@ fn guard_tears_down_on_panic() {
     assert!(env.store().load_all().unwrap().is_empty());
 }
 
-/// `up` crashed after attaching a loop device but before recording it:
-/// `down` finds the device by its backing file and removes everything.
+/// `up` crashed after attaching a loop device but before recording it: the
+/// device was attached with autoclear, held open, so the kernel frees it
+/// when the process dies; `down` then removes the rest.
 #[test]
 fn down_cleans_up_after_a_crashed_up() {
     if !require_root("sandbox down after a crash") {
@@ -139,22 +143,28 @@ fn down_cleans_up_after_a_crashed_up() {
     let identity = FileIdentity::of(&f).unwrap();
     let mut record = SandboxRecord::new(&plan);
     record.dir_created = true;
+    record.dir_identity = Some(FileIdentity::of(&fs::File::open(&plan.dir).unwrap()).unwrap());
     record.devices.push(DeviceRecord {
         image: image.clone(),
         identity: Some(identity),
         loop_device: None,
+        diskseq: None,
     });
     env.store().create(&record).unwrap();
-    let dev = loopdev::attach(image, true).unwrap();
+    let attached = loopdev::attach_file(&f, image, true).unwrap();
     assert_eq!(env.leftovers().len(), 1);
+    // The crash: the process's descriptors close.
+    drop(attached);
+    drop(f);
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 
     let (_, stdout, _) = run(env.cmd().args(["sandbox", "list", "--json"]));
-    assert_eq!(json(&stdout)["sandboxes"][0]["state"], "partial");
+    assert_eq!(json(&stdout)["sandboxes"][0]["state"], "down");
     let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "crashed"]));
     assert_eq!(code, 0, "{stderr}");
-    assert!(
-        stdout.contains(&format!("detached {}", dev.path.display())),
-        "{stdout}"
+    assert_eq!(
+        stdout,
+        "sandbox crashed removed: deleted 2 files and directories\n"
     );
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
     assert!(!plan.dir.exists());
@@ -185,6 +195,7 @@ fn down_never_touches_what_it_did_not_make() {
         image: ours.clone(),
         identity: Some(FileIdentity::of(&f).unwrap()),
         loop_device: Some(their_dev.path.clone()),
+        diskseq: None,
     });
     // Something else mounted at our mount point.
     fs::create_dir_all(&plan.mount_point).unwrap();
@@ -211,7 +222,7 @@ fn down_never_touches_what_it_did_not_make() {
     let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "foreign"]));
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        stdout.contains("belongs to another file; left alone"),
+        stdout.contains("is no longer the attachment sandbox up made; left alone"),
         "{stdout}"
     );
     assert_eq!(
@@ -376,4 +387,551 @@ fn dry_run_changes_nothing() {
         1,
         "dry run removed nothing"
     );
+}
+
+// ------------------------------------------------------------------------
+// Issue 19 / 10.12: an unprivileged user racing root. Linux credentials are
+// per thread, so a thread of this test that drops to uid/gid 65534 is that
+// user, racing the command under test.
+
+const NOBODY: u32 = 65534;
+
+/// Runs `body` on a thread with uid and gid 65534 and no groups.
+fn as_nobody_thread<T: Send + 'static>(
+    body: impl FnOnce() -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    thread::spawn(move || {
+        let g = rustix::process::Gid::from_raw_unchecked(NOBODY);
+        let u = rustix::process::Uid::from_raw_unchecked(NOBODY);
+        rustix::thread::set_thread_groups(&[]).unwrap();
+        rustix::thread::set_thread_res_gid(g, g, g).unwrap();
+        rustix::thread::set_thread_res_uid(u, u, u).unwrap();
+        assert_eq!(rustix::process::geteuid().as_raw(), NOBODY);
+        body()
+    })
+}
+
+/// A user swapping `a` and `b` (renameat2 RENAME_EXCHANGE) in a tight loop,
+/// until stopped or after `max` attempts.
+struct Racer {
+    stop: Arc<AtomicBool>,
+    handle: Option<thread::JoinHandle<(u64, u64)>>,
+}
+
+impl Racer {
+    fn start(a: PathBuf, b: PathBuf, max: u64, prepare: impl FnOnce() + Send + 'static) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = as_nobody_thread(move || {
+            prepare();
+            let (mut attempts, mut swaps) = (0u64, 0u64);
+            while attempts < max && !flag.load(Ordering::Relaxed) {
+                attempts += 1;
+                let cwd = rustix::fs::CWD;
+                if rustix::fs::renameat_with(cwd, &a, cwd, &b, rustix::fs::RenameFlags::EXCHANGE)
+                    .is_ok()
+                {
+                    swaps += 1;
+                }
+            }
+            (attempts, swaps)
+        });
+        Self {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops it: (attempts, successful swaps).
+    fn stop(mut self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Racer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn mkdir_mode(p: &Path, mode: u32) {
+    fs::create_dir(p).unwrap();
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or_default()
+}
+
+fn mount_id_of(p: &Path) -> Option<u32> {
+    let m = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    btrfs_lab::parse::mountinfo::parse_mountinfo(&m)
+        .into_iter()
+        .find(|e| e.mount_point == p)
+        .map(|e| e.id)
+}
+
+/// Finding 1 (+6): a user created the sandbox root (or a `--dir` parent)
+/// first, in a world-writable sticky directory like /var/tmp, and swaps
+/// root's directories as fast as it can. `up` refuses, naming the directory
+/// and its owner; nothing is ever attached or mounted. The environment
+/// variable pointing there is ignored as root.
+#[test]
+fn up_refuses_a_sandbox_root_another_user_made_while_it_races() {
+    if !require_root("sandbox up with a user's sandbox root") {
+        return;
+    }
+    let env = TestEnv::new();
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let shared = env.path().join("shared");
+    mkdir_mode(&shared, 0o1777);
+    let theirs = shared.join("btrfs-lab");
+    let t = theirs.clone();
+    let racer = Racer::start(
+        theirs.join("race"),
+        theirs.join("evil"),
+        50_000_000,
+        move || {
+            fs::create_dir(&t).unwrap();
+            fs::set_permissions(&t, fs::Permissions::from_mode(0o777)).unwrap();
+            fs::create_dir(t.join("evil")).unwrap();
+            fs::File::create(t.join("evil/dev0.img"))
+                .unwrap()
+                .set_len(256 << 20)
+                .unwrap();
+        },
+    );
+    while !theirs.join("evil/dev0.img").exists() {
+        thread::yield_now();
+    }
+    const ROUNDS: usize = 200;
+    for i in 0..ROUNDS {
+        let name = if i % 2 == 0 { "race" } else { "other" };
+        let mut cmd = env.cmd();
+        cmd.args(["sandbox", "up", "--size", "256M", "--name", name]);
+        if i % 4 == 1 {
+            cmd.arg("--dir").arg(theirs.join(name));
+        } else {
+            cmd.arg("--sandbox-root").arg(&theirs);
+        }
+        let (code, stdout, stderr) = run(&mut cmd);
+        assert_eq!(code, 1, "round {i}: {stderr}");
+        assert!(stdout.is_empty());
+        assert_eq!(
+            first_line(&stderr),
+            format!(
+                "btrfs-lab: error: {} is not owned by root (owner uid 65534, mode 0777); as root, btrfs-lab only uses directories no other user can change",
+                theirs.display()
+            ),
+            "round {i}"
+        );
+        assert!(
+            env.leftovers().is_empty(),
+            "round {i}: {:?}",
+            env.leftovers()
+        );
+    }
+    let (attempts, swaps) = racer.stop();
+    eprintln!("racer: {attempts} exchange attempts, {swaps} swaps, {ROUNDS} refused ups");
+    assert!(attempts > ROUNDS as u64);
+    assert!(env.store().load_all().unwrap().is_empty());
+    // root made nothing in the user's directory.
+    assert_eq!(crate::common::listing(&theirs), vec!["evil"]);
+
+    // The environment variable pointing there is ignored as root.
+    let mut bare = std::process::Command::new(crate::common::bin());
+    bare.args(["sandbox", "up", "--dry-run", "--name", "viaenv"])
+        .env("BTRFS_LAB_SANDBOX_ROOT", &theirs)
+        .env("NO_COLOR", "1");
+    let (code, stdout, stderr) = run(&mut bare);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "btrfs-lab: note: ignoring BTRFS_LAB_SANDBOX_ROOT={} as root; use --sandbox-root DIR instead\n",
+            theirs.display()
+        )
+    );
+    assert!(
+        stdout.contains("create directory /var/tmp/btrfs-lab/viaenv (mode 0700)"),
+        "{stdout}"
+    );
+}
+
+/// Finding 1, the path that proceeds: the sandbox root is made by root in a
+/// sticky shared directory while a user tries to swap it, the sandbox
+/// directory and the images. Every loop device `up` attaches is backed by
+/// the root-owned image it created, and every mount is nosuid,nodev.
+#[test]
+fn up_in_a_shared_directory_attaches_only_its_own_images() {
+    if !require_root("sandbox up racing a user") {
+        return;
+    }
+    let env = TestEnv::new();
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let shared = env.path().join("shared");
+    mkdir_mode(&shared, 0o1777);
+    let root_dir = shared.join("btrfs-lab");
+    let evil = shared.join("evil");
+    let e2 = evil.clone();
+    let racer1 = Racer::start(root_dir.clone(), evil.clone(), 50_000_000, move || {
+        fs::create_dir(&e2).unwrap();
+        fs::create_dir(e2.join("race")).unwrap();
+        fs::File::create(e2.join("race/dev0.img"))
+            .unwrap()
+            .set_len(256 << 20)
+            .unwrap();
+    });
+    let racer2 = Racer::start(
+        root_dir.join("race/dev0.img"),
+        evil.join("race/dev0.img"),
+        50_000_000,
+        || {},
+    );
+    const ROUNDS: usize = 25;
+    for i in 0..ROUNDS {
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args([
+                "sandbox", "up", "--json", "--size", "256M", "--name", "race",
+            ])
+            .arg("--sandbox-root")
+            .arg(&root_dir));
+        assert_eq!(code, 0, "round {i}: {stderr}");
+        let up = json(&stdout);
+        let image = PathBuf::from(up["devices"][0]["image"].as_str().unwrap());
+        let dev = PathBuf::from(up["devices"][0]["loop_device"].as_str().unwrap());
+        let meta = fs::symlink_metadata(&image).unwrap();
+        assert_eq!(meta.uid(), 0, "round {i}: image owner");
+        let bound = loopdev::backing_identity(&dev).unwrap().unwrap();
+        assert_eq!(
+            bound,
+            FileIdentity {
+                dev: meta.dev(),
+                ino: meta.ino()
+            },
+            "round {i}: {} must be backed by root's image",
+            dev.display()
+        );
+        let mnt = PathBuf::from(up["mount_point"].as_str().unwrap());
+        let m = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let entry = btrfs_lab::parse::mountinfo::parse_mountinfo(&m)
+            .into_iter()
+            .find(|e| e.mount_point == mnt)
+            .expect("mounted");
+        let opts: Vec<&str> = entry.options().collect();
+        assert!(
+            opts.contains(&"nosuid") && opts.contains(&"nodev"),
+            "{opts:?}"
+        );
+        let (code, _, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "race"]));
+        assert_eq!(code, 0, "round {i}: {stderr}");
+        assert!(
+            env.leftovers().is_empty(),
+            "round {i}: {:?}",
+            env.leftovers()
+        );
+    }
+    let (a1, s1) = racer1.stop();
+    let (a2, s2) = racer2.stop();
+    eprintln!("racers: {a1} + {a2} exchange attempts, {s1} + {s2} swaps, {ROUNDS} ups");
+    assert_eq!((s1, s2), (0, 0), "the sticky bit and 0755 stop every swap");
+    let mode = fs::metadata(&root_dir).unwrap();
+    assert_eq!((mode.uid(), mode.permissions().mode() & 0o7777), (0, 0o755));
+}
+
+/// Finding 2: the sandbox's directory sits in a directory a user owns (as
+/// an older version allowed); the user swaps it with one whose `mnt` is a
+/// symlink to another btrfs's mount point. `down` refuses every time and
+/// unmounts nothing; once the directory is root's again it removes exactly
+/// its own sandbox.
+#[test]
+fn down_never_unmounts_through_a_swapped_directory() {
+    if !require_root("sandbox down racing a user") {
+        return;
+    }
+    let env = TestEnv::new();
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let victim = env.sandbox(SandboxRequest {
+        name: Some("victim".into()),
+        size_bytes: 256 << 20,
+        ..SandboxRequest::default()
+    });
+    let victim_mnt = victim.mount_point().to_path_buf();
+    let victim_id = mount_id_of(&victim_mnt).expect("victim mounted");
+    let userdir = env.path().join("userdir");
+    mkdir_mode(&userdir, 0o755);
+    let sbx = userdir.join("sbx");
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args([
+            "sandbox", "up", "--name", "target", "--size", "256M", "--dir",
+        ])
+        .arg(&sbx));
+    assert_eq!(code, 0, "{stderr}");
+    let target_mnt = sbx.join("mnt");
+    let target_id = mount_id_of(&target_mnt).expect("target mounted");
+    nix::unistd::chown(&userdir, Some(NOBODY.into()), Some(NOBODY.into())).unwrap();
+    let evil = userdir.join("evil");
+    let (e2, v2) = (evil.clone(), victim_mnt.clone());
+    let racer = Racer::start(sbx.clone(), evil.clone(), 50_000_000, move || {
+        fs::create_dir(&e2).unwrap();
+        std::os::unix::fs::symlink(&v2, e2.join("mnt")).unwrap();
+    });
+    const ROUNDS: usize = 200;
+    for i in 0..ROUNDS {
+        let (code, _, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "target"]));
+        assert_eq!(code, 1, "round {i}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{} is not owned by root (owner uid 65534, mode 0755)",
+                userdir.display()
+            )) && stderr.contains("not touching sandbox target"),
+            "round {i}: {stderr}"
+        );
+        assert_eq!(
+            mount_id_of(&victim_mnt),
+            Some(victim_id),
+            "round {i}: victim unmounted"
+        );
+    }
+    let (attempts, swaps) = racer.stop();
+    eprintln!("racer: {attempts} exchange attempts, {swaps} swaps, {ROUNDS} refused downs");
+    assert!(swaps > 0, "the race must really have run");
+    // Put root's directory back, and the parent back in root's hands.
+    if fs::symlink_metadata(&sbx).unwrap().uid() != 0 {
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            &sbx,
+            rustix::fs::CWD,
+            &evil,
+            rustix::fs::RenameFlags::EXCHANGE,
+        )
+        .unwrap();
+    }
+    nix::unistd::chown(&userdir, Some(0.into()), Some(0.into())).unwrap();
+    assert!(
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.starts_with(&format!("{target_id} "))),
+        "the target's own mount was never touched"
+    );
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "target"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("unmounted {}", target_mnt.display())),
+        "{stdout}"
+    );
+    assert_eq!(
+        mount_id_of(&victim_mnt),
+        Some(victim_id),
+        "victim still mounted"
+    );
+    assert!(!sbx.exists());
+    drop(victim);
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
+fn planted_record(dir: &Path, name: &str, image_dir: &Path) -> SandboxRecord {
+    let req = SandboxRequest {
+        name: Some(name.into()),
+        dir: Some(image_dir.to_path_buf()),
+        ..SandboxRequest::default()
+    };
+    let plan = plan_up(&req, dir, "x").unwrap();
+    let mut r = SandboxRecord::new(&plan);
+    r.dir_created = true;
+    r.mount_point_created = true;
+    r.devices.push(DeviceRecord {
+        image: plan.images[0].clone(),
+        identity: None,
+        loop_device: None,
+        diskseq: None,
+    });
+    r
+}
+
+/// Finding 3 (+6): records that would make root delete a file it did not
+/// create. A state directory other users can write (0777, or sticky 1777
+/// like /tmp) is refused as a whole; a record with no identity never
+/// deletes; a record another user owns, or a corrupt one, is reported and
+/// skipped while the others are handled; the environment variable naming
+/// the planted directory is ignored as root.
+#[test]
+fn planted_records_are_never_acted_on() {
+    if !require_root("planted sandbox records") {
+        return;
+    }
+    let env = TestEnv::new();
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    // Root's precious file, named like a sandbox image.
+    let victim_dir = env.path().join("victim");
+    mkdir_mode(&victim_dir, 0o700);
+    let precious = victim_dir.join("dev0.img");
+    fs::write(&precious, "root's data").unwrap();
+    fs::set_permissions(&precious, fs::Permissions::from_mode(0o600)).unwrap();
+    let record = planted_record(env.path(), "planted", &victim_dir);
+    let text = serde_json::to_string(&record).unwrap();
+
+    for mode in [0o777, 0o1777] {
+        let ww = env.path().join(format!("state-{mode:o}"));
+        mkdir_mode(&ww, mode);
+        let planted = ww.join("planted.json");
+        let t2 = text.clone();
+        let p2 = planted.clone();
+        as_nobody_thread(move || fs::write(&p2, t2).unwrap())
+            .join()
+            .unwrap();
+        for args in [&["list"][..], &["down", "--all", "--yes"][..]] {
+            let (code, stdout, stderr) = run(env
+                .cmd()
+                .arg("sandbox")
+                .args(args)
+                .arg("--state-dir")
+                .arg(&ww));
+            assert_eq!(code, 1, "{args:?}: {stderr}");
+            assert!(stdout.is_empty(), "{stdout}");
+            assert_eq!(
+                first_line(&stderr),
+                format!(
+                    "btrfs-lab: error: {} is writable by other users (owner uid 0, mode {mode:04o}); as root, btrfs-lab only uses directories no other user can change",
+                    ww.display()
+                )
+            );
+        }
+        // Named by the environment instead: ignored as root.
+        let mut bare = std::process::Command::new(crate::common::bin());
+        bare.args(["sandbox", "list", "--json"])
+            .env("BTRFS_LAB_STATE_DIR", &ww)
+            .env("NO_COLOR", "1");
+        let (_, stdout, stderr) = run(&mut bare);
+        assert!(
+            stderr.starts_with(&format!(
+                "btrfs-lab: note: ignoring BTRFS_LAB_STATE_DIR={} as root; use --state-dir DIR instead\n",
+                ww.display()
+            )),
+            "{stderr}"
+        );
+        assert!(!stdout.contains("planted"), "{stdout}");
+        assert_eq!(fs::read_to_string(&precious).unwrap(), "root's data");
+    }
+
+    // In root's own state directory: a record with no recorded identity
+    // (written by root, e.g. an up that crashed before creating the file,
+    // and then the path was reused) never deletes.
+    let store = env.store();
+    store.create(&record).unwrap();
+    // A record another user owns, and a corrupt one, next to a real sandbox.
+    let mut foreign = planted_record(env.path(), "foreign", &victim_dir);
+    foreign.devices[0].identity =
+        Some(FileIdentity::of(&fs::File::open(&precious).unwrap()).unwrap());
+    let foreign_path = store.dir().join("foreign.json");
+    fs::write(&foreign_path, serde_json::to_string(&foreign).unwrap()).unwrap();
+    nix::unistd::chown(&foreign_path, Some(NOBODY.into()), None).unwrap();
+    fs::write(store.dir().join("corrupt.json"), "{\"version\": 1, \"na").unwrap();
+    let real = env
+        .sandbox(SandboxRequest {
+            name: Some("real".into()),
+            size_bytes: 256 << 20,
+            ..SandboxRequest::default()
+        })
+        .keep();
+
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "list"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stdout.contains("real ") && stdout.contains("planted "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("foreign"), "{stdout}");
+    assert!(
+        stderr.contains("corrupt.json is not a sandbox record"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "{} is owned by uid 65534 with mode 0644, not written by btrfs-lab; not acting on it",
+            foreign_path.display()
+        )),
+        "{stderr}"
+    );
+
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--all", "--yes"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "note: {} has no recorded identity; left alone",
+            precious.display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("sandbox real removed: unmounted"),
+        "{stdout}"
+    );
+    assert_eq!(fs::read_to_string(&precious).unwrap(), "root's data");
+    assert!(!real.dir.exists());
+    assert!(foreign_path.exists() && store.dir().join("corrupt.json").exists());
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
+/// Issue 10.12: someone attached a loop device to the sandbox's image by
+/// hand. `down` detaches only the device `up` attached (by name, backing
+/// identity and disk sequence number), leaves theirs and the image, says so,
+/// and finishes once theirs is gone.
+#[test]
+fn down_detaches_only_the_loop_device_up_attached() {
+    if !require_root("sandbox down with a hand-attached loop device") {
+        return;
+    }
+    let env = TestEnv::new();
+    let (code, stdout, stderr) = run(env.cmd().args([
+        "sandbox", "up", "--json", "--name", "hand", "--size", "256M",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let up = json(&stdout);
+    let image = PathBuf::from(up["devices"][0]["image"].as_str().unwrap());
+    let ours = PathBuf::from(up["devices"][0]["loop_device"].as_str().unwrap());
+    let theirs = loopdev::attach(&image, false).unwrap();
+    let id = FileIdentity::of(&fs::File::open(&image).unwrap()).unwrap();
+
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "hand"]));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert_eq!(
+        first_line(&stderr),
+        format!(
+            "btrfs-lab: error: sandbox hand: {} is bound to the sandbox's image but was not attached by sandbox up; left alone, and the image with it",
+            theirs.path.display()
+        )
+    );
+    assert_eq!(
+        loopdev::backing_identity(&theirs.path).unwrap(),
+        Some(id),
+        "theirs stays"
+    );
+    assert_eq!(
+        loopdev::backing_identity(&ours).unwrap(),
+        None,
+        "ours is detached"
+    );
+    assert!(image.exists());
+    assert!(
+        env.store().load_all().unwrap().len() == 1,
+        "the record stays for a retry"
+    );
+
+    loopdev::detach_if_ours(&btrfs_lab::sys::root::SysRoot::host(), &theirs.path, id).unwrap();
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "hand"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        "sandbox hand removed: deleted 3 files and directories\n"
+    );
+    assert!(!image.exists());
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }

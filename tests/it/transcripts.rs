@@ -107,11 +107,16 @@ fn execute(step: &Step, cwd: &Path, env: &TestEnv) -> (i32, String) {
     };
     let out_path = env.path().join("step-output");
     let out = fs::File::create(&out_path).unwrap();
+    // As root the environment variables are ignored: pass the global options.
+    let locations = if step.argv[0] == "btrfs-lab" {
+        env.location_args()
+    } else {
+        Vec::new()
+    };
     let mut child = Command::new(program)
+        .args(locations)
         .args(&step.argv[1..])
         .current_dir(cwd)
-        .env("BTRFS_LAB_STATE_DIR", env.store().dir())
-        .env("BTRFS_LAB_SANDBOX_ROOT", env.sandbox_root())
         .env("NO_COLOR", "1")
         .envs(step.env.iter().cloned())
         .stdin(Stdio::null())

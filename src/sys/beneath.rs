@@ -1,0 +1,570 @@
+//! One way to touch the filesystem as root: every operation is relative to
+//! a held directory descriptor whose whole path was checked to be one that
+//! no other user can change, and every destructive step compares identities
+//! (device, inode) first.
+//!
+//! A path given by a user (or read from a record) is walked component by
+//! component from `/` with `O_NOFOLLOW`; each directory on the way must be
+//! owned by root and not writable by group or others, unless it is sticky
+//! (a shared temp directory like `/var/tmp`: there others cannot rename or
+//! delete root's entries). Symbolic links on the way are followed only if
+//! root owns them. The directory at the end must be root's alone. From then
+//! on, names inside it are single components opened with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` where the kernel has it,
+//! `openat(O_NOFOLLOW)` otherwise: nothing another user does can redirect
+//! them, because nobody else can write into a trusted directory.
+
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
+use rustix::io::Errno as RErrno;
+
+use super::loopdev::FileIdentity;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Most symbolic links followed while walking one path (like the kernel's 40).
+const MAX_SYMLINKS: u32 = 40;
+
+/// Whether the directory at the end of a path may be a shared sticky one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leaf {
+    /// Root's alone: owned by root, not writable by group or others.
+    Private,
+    /// Like a parent: root-owned and either private or sticky (`/var/tmp`);
+    /// only for a directory in which we create our own private entry.
+    SharedSticky,
+}
+
+/// A directory held open, whose path nobody but root can change.
+#[derive(Debug)]
+pub struct TrustedDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// What a removal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    /// It was the expected file (or directory) and is gone now.
+    Removed,
+    /// Nothing of that name was there.
+    Absent,
+    /// Something else is there (another inode, or another kind of file):
+    /// left alone.
+    NotOurs,
+    /// A directory that still holds entries: left alone.
+    NotEmpty,
+}
+
+fn errno(e: RErrno) -> nix::errno::Errno {
+    nix::errno::Errno::from_raw(e.raw_os_error())
+}
+
+fn err(e: RErrno, doing: &str, path: &Path) -> Error {
+    Error::from_errno(errno(e), doing, path)
+}
+
+/// The identity of a `stat` result.
+pub fn identity_of(st: &Stat) -> FileIdentity {
+    FileIdentity {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    }
+}
+
+/// Checks that `st` (of `path`) is a directory other users cannot change.
+pub fn check_dir(st: &Stat, path: &Path, leaf: Leaf) -> Result<()> {
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is not a directory", path.display()),
+        ));
+    }
+    let mode = st.st_mode & 0o7777;
+    let writable_by_others = mode & 0o022 != 0;
+    let sticky = mode & 0o1000 != 0;
+    let me = rustix::process::geteuid().as_raw();
+    let owner_ok = st.st_uid == 0 || st.st_uid == me;
+    let ok = owner_ok && (!writable_by_others || (sticky && leaf == Leaf::SharedSticky));
+    if ok {
+        return Ok(());
+    }
+    let why = if !owner_ok {
+        "is not owned by root"
+    } else {
+        "is writable by other users"
+    };
+    Err(Error::new(
+        ErrorKind::Permission,
+        format!(
+            "{} {why} (owner uid {}, mode {mode:04o}); as root, btrfs-lab only uses directories no other user can change",
+            path.display(),
+            st.st_uid
+        ),
+    )
+    .with_hint(
+        "use a directory owned by root and writable only by root (install -d -o root -m 0755 DIR), or choose another path",
+    ))
+}
+
+/// Checks that `name` is one plain path component.
+fn component(name: &OsStr) -> Result<&OsStr> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
+        return Err(Error::usage(format!(
+            "'{}' is not a plain file name",
+            name.to_string_lossy()
+        )));
+    }
+    Ok(name)
+}
+
+fn open_dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or `openat` with
+/// `O_NOFOLLOW` on kernels without openat2 (before 5.6). `name` is a single
+/// component, so both resolve the same way.
+fn open_beneath(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    flags: OFlags,
+    mode: Mode,
+) -> rustix::io::Result<OwnedFd> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rfs::openat2(
+        dir,
+        name,
+        flags,
+        mode,
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Err(RErrno::NOSYS) => rfs::openat(dir, name, flags, mode),
+        other => other,
+    }
+}
+
+impl TrustedDir {
+    /// Opens the existing directory `path`, checking every component.
+    pub fn open(path: &Path, leaf: Leaf) -> Result<TrustedDir> {
+        walk(path, leaf, None).map(|(d, _)| d)
+    }
+
+    /// Like [`TrustedDir::open`], creating missing directories (as root,
+    /// with exactly `mode`) on the way. Returns whether the last one was
+    /// created.
+    pub fn create(path: &Path, leaf: Leaf, mode: u32) -> Result<(TrustedDir, bool)> {
+        walk(path, leaf, Some(mode))
+    }
+
+    /// The path this directory was reached by.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The directory as a `File` (a duplicate descriptor), for ioctls.
+    pub fn open_dir_file(&self) -> Result<File> {
+        self.fd
+            .try_clone()
+            .map(File::from)
+            .map_err(|e| Error::from_io(&e, "cannot open", &self.path))
+    }
+
+    /// The directory's own identity.
+    pub fn identity(&self) -> Result<FileIdentity> {
+        rfs::fstat(&self.fd)
+            .map(|st| identity_of(&st))
+            .map_err(|e| err(e, "cannot stat", &self.path))
+    }
+
+    /// The path of an entry (for messages and records).
+    pub fn join(&self, name: impl AsRef<OsStr>) -> PathBuf {
+        self.path.join(name.as_ref())
+    }
+
+    /// `lstat` of an entry; `None` when there is none.
+    pub fn stat(&self, name: impl AsRef<OsStr>) -> Result<Option<Stat>> {
+        let name = component(name.as_ref())?;
+        match rfs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(st)),
+            Err(RErrno::NOENT) => Ok(None),
+            Err(e) => Err(err(e, "cannot stat", &self.join(name))),
+        }
+    }
+
+    /// Opens the subdirectory `name`, which must be root's alone too.
+    pub fn open_dir(&self, name: impl AsRef<OsStr>) -> Result<TrustedDir> {
+        let name = component(name.as_ref())?;
+        let path = self.join(name);
+        let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
+            .map_err(|e| err(e, "cannot open", &path))?;
+        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &path))?;
+        check_dir(&st, &path, Leaf::Private)?;
+        Ok(TrustedDir { fd, path })
+    }
+
+    /// Creates the subdirectory `name` with exactly `mode` (umask aside);
+    /// fails if anything of that name exists.
+    pub fn mkdir(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<TrustedDir> {
+        let name = component(name.as_ref())?;
+        let path = self.join(name);
+        rfs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode))
+            .map_err(|e| err(e, "cannot create", &path))?;
+        let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
+            .map_err(|e| err(e, "cannot open", &path))?;
+        rfs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| err(e, "cannot chmod", &path))?;
+        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &path))?;
+        check_dir(&st, &path, Leaf::Private)?;
+        Ok(TrustedDir { fd, path })
+    }
+
+    /// Creates a new regular file `name` (`O_CREAT | O_EXCL | O_NOFOLLOW`),
+    /// open for reading and writing, with exactly `mode`.
+    pub fn create_file(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<File> {
+        let name = component(name.as_ref())?;
+        let path = self.join(name);
+        let fd = open_beneath(
+            self.fd(),
+            name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(mode),
+        )
+        .map_err(|e| err(e, "cannot create", &path))?;
+        rfs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| err(e, "cannot chmod", &path))?;
+        Ok(File::from(fd))
+    }
+
+    /// Opens the existing regular file `name` without following links.
+    pub fn open_file(&self, name: impl AsRef<OsStr>, write: bool) -> Result<File> {
+        let name = component(name.as_ref())?;
+        let path = self.join(name);
+        let flags = if write { OFlags::RDWR } else { OFlags::RDONLY };
+        let fd = open_beneath(self.fd(), name, flags | OFlags::NONBLOCK, Mode::empty())
+            .map_err(|e| err(e, "cannot open", &path))?;
+        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &path))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Error::new(
+                ErrorKind::WrongTarget,
+                format!("{} is not a regular file", path.display()),
+            ));
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Opens `name` as `O_PATH` (no following), for identity and mount checks.
+    pub fn open_path(&self, name: impl AsRef<OsStr>) -> Result<OwnedFd> {
+        let name = component(name.as_ref())?;
+        open_beneath(self.fd(), name, OFlags::PATH, Mode::empty())
+            .map_err(|e| err(e, "cannot open", &self.join(name)))
+    }
+
+    /// Deletes the regular file `name` only if it is the file `expected`.
+    /// Nobody else can write to a trusted directory, so the entry cannot
+    /// change between the check and the unlink.
+    pub fn remove_file(&self, name: impl AsRef<OsStr>, expected: FileIdentity) -> Result<Removed> {
+        self.remove(name.as_ref(), expected, false)
+    }
+
+    /// Removes the empty directory `name` only if it is `expected`.
+    pub fn remove_dir(&self, name: impl AsRef<OsStr>, expected: FileIdentity) -> Result<Removed> {
+        self.remove(name.as_ref(), expected, true)
+    }
+
+    fn remove(&self, name: &OsStr, expected: FileIdentity, dir: bool) -> Result<Removed> {
+        let Some(st) = self.stat(name)? else {
+            return Ok(Removed::Absent);
+        };
+        let kind = FileType::from_raw_mode(st.st_mode);
+        let right_kind = if dir {
+            kind == FileType::Directory
+        } else {
+            kind == FileType::RegularFile
+        };
+        if !right_kind || identity_of(&st) != expected {
+            return Ok(Removed::NotOurs);
+        }
+        let path = self.join(name);
+        let flags = if dir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        match rfs::unlinkat(&self.fd, name, flags) {
+            Ok(()) => Ok(Removed::Removed),
+            Err(RErrno::NOENT) => Ok(Removed::Absent),
+            Err(RErrno::NOTEMPTY | RErrno::EXIST) if dir => Ok(Removed::NotEmpty),
+            Err(e) => Err(err(e, "cannot delete", &path)),
+        }
+    }
+
+    /// Renames `from` to `to` inside this directory, never replacing an
+    /// existing `to` (`RENAME_NOREPLACE`).
+    pub fn rename_noreplace(&self, from: impl AsRef<OsStr>, to: impl AsRef<OsStr>) -> Result<()> {
+        let from = component(from.as_ref())?;
+        let to = component(to.as_ref())?;
+        rfs::renameat_with(&self.fd, from, &self.fd, to, rfs::RenameFlags::NOREPLACE)
+            .map_err(|e| err(e, "cannot rename", &self.join(from)))
+    }
+
+    /// Renames `from` to `to` inside this directory, replacing `to`.
+    pub fn rename_replace(&self, from: impl AsRef<OsStr>, to: impl AsRef<OsStr>) -> Result<()> {
+        let from = component(from.as_ref())?;
+        let to = component(to.as_ref())?;
+        rfs::renameat(&self.fd, from, &self.fd, to)
+            .map_err(|e| err(e, "cannot rename", &self.join(from)))
+    }
+
+    /// Deletes the regular file `name` of this (trusted) directory if there
+    /// is one: for files this directory holds for us, such as records.
+    pub fn remove_entry_file(&self, name: impl AsRef<OsStr>) -> Result<()> {
+        let name = name.as_ref();
+        match self.stat(name)? {
+            Some(st) => match self.remove_file(name, identity_of(&st))? {
+                Removed::NotOurs => Err(Error::new(
+                    ErrorKind::WrongTarget,
+                    format!(
+                        "{} is not a regular file; left alone",
+                        self.join(name).display()
+                    ),
+                )),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
+    /// True if the directory has no entries.
+    pub fn is_empty(&self) -> Result<bool> {
+        let fd = rfs::openat(&self.fd, ".", open_dir_flags(), Mode::empty())
+            .map_err(|e| err(e, "cannot read", &self.path))?;
+        let mut dir = rfs::Dir::read_from(&fd).map_err(|e| err(e, "cannot read", &self.path))?;
+        for entry in dir.by_ref() {
+            let entry = entry.map_err(|e| err(e, "cannot read", &self.path))?;
+            let n = entry.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The names in this directory (`.` and `..` excluded), sorted.
+    pub fn names(&self) -> Result<Vec<OsString>> {
+        let fd = rfs::openat(&self.fd, ".", open_dir_flags(), Mode::empty())
+            .map_err(|e| err(e, "cannot read", &self.path))?;
+        let mut dir = rfs::Dir::read_from(&fd).map_err(|e| err(e, "cannot read", &self.path))?;
+        let mut names = Vec::new();
+        for entry in dir.by_ref() {
+            let entry = entry.map_err(|e| err(e, "cannot read", &self.path))?;
+            let n = entry.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(OsStr::from_bytes(n).to_os_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
+/// Walks `path` from `/`, checking each directory; creates missing ones with
+/// `create` (a mode) when given.
+fn walk(path: &Path, leaf: Leaf, create: Option<u32>) -> Result<(TrustedDir, bool)> {
+    let abs = std::path::absolute(path)
+        .map_err(|e| Error::usage(format!("invalid directory {}: {e}", path.display())))?;
+    let mut queue: VecDeque<OsString> = VecDeque::new();
+    push_components(&mut queue, &abs, true);
+    let root = rfs::open("/", open_dir_flags(), Mode::empty())
+        .map_err(|e| err(e, "cannot open", Path::new("/")))?;
+    let st = rfs::fstat(&root).map_err(|e| err(e, "cannot stat", Path::new("/")))?;
+    let root_leaf = if queue.is_empty() {
+        leaf
+    } else {
+        Leaf::SharedSticky
+    };
+    check_dir(&st, Path::new("/"), root_leaf)?;
+    // The stack of directories walked: `..` pops one.
+    let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(root, PathBuf::from("/"))];
+    let mut links = 0;
+    let mut created = false;
+    while let Some(name) = queue.pop_front() {
+        if name == "/" {
+            stack.truncate(1);
+            continue;
+        }
+        if name == ".." {
+            if stack.len() > 1 {
+                stack.pop();
+            }
+            continue;
+        }
+        let (cur, cur_path) = stack.last().expect("root stays");
+        let here = cur_path.join(&name);
+        let is_last = queue.is_empty();
+        let st = match rfs::statat(cur, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(RErrno::NOENT) if create.is_some() => {
+                let mode = create.unwrap_or(0o755);
+                match rfs::mkdirat(cur, name.as_os_str(), Mode::from_raw_mode(mode)) {
+                    Ok(()) => {
+                        let fd = open_beneath(cur.as_fd(), &name, open_dir_flags(), Mode::empty())
+                            .map_err(|e| err(e, "cannot open", &here))?;
+                        rfs::fchmod(&fd, Mode::from_raw_mode(mode))
+                            .map_err(|e| err(e, "cannot chmod", &here))?;
+                        created = is_last;
+                    }
+                    Err(RErrno::EXIST) => {}
+                    Err(e) => return Err(err(e, "cannot create", &here)),
+                }
+                queue.push_front(name);
+                continue;
+            }
+            Err(e) => return Err(err(e, "cannot use", &here)),
+        };
+        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+            links += 1;
+            let me = rustix::process::geteuid().as_raw();
+            if (st.st_uid != 0 && st.st_uid != me) || links > MAX_SYMLINKS {
+                return Err(Error::new(
+                    ErrorKind::Permission,
+                    format!(
+                        "{} is a symbolic link owned by uid {}; as root, btrfs-lab follows only root's links",
+                        here.display(),
+                        st.st_uid
+                    ),
+                )
+                .with_hint("give the real path of the directory"));
+            }
+            let target = rfs::readlinkat(cur, name.as_os_str(), Vec::new())
+                .map_err(|e| err(e, "cannot read link", &here))?;
+            let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
+            let mut front = VecDeque::new();
+            push_components(&mut front, &target, target.is_absolute());
+            while let Some(c) = front.pop_back() {
+                queue.push_front(c);
+            }
+            continue;
+        }
+        let fd = open_beneath(cur.as_fd(), &name, open_dir_flags(), Mode::empty())
+            .map_err(|e| err(e, "cannot open", &here))?;
+        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &here))?;
+        check_dir(&st, &here, if is_last { leaf } else { Leaf::SharedSticky })?;
+        stack.push((fd, here));
+    }
+    // When the path is `/` itself, the root was checked as the leaf above.
+    let (fd, path) = stack.pop().expect("root stays");
+    Ok((TrustedDir { fd, path }, created))
+}
+
+fn push_components(queue: &mut VecDeque<OsString>, path: &Path, absolute: bool) {
+    for c in path.components() {
+        match c {
+            Component::RootDir if absolute => queue.push_back(OsString::from("/")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => queue.push_back(OsString::from("..")),
+            Component::Normal(n) => queue.push_back(n.to_os_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn component_refuses_paths() {
+        for bad in ["", ".", "..", "a/b", "/x"] {
+            assert!(component(OsStr::new(bad)).is_err(), "{bad}");
+        }
+        assert!(component(OsStr::new("dev0.img")).is_ok());
+    }
+
+    #[test]
+    fn check_dir_rules() {
+        let t = tempfile::tempdir().unwrap();
+        let mut st = rfs::stat(t.path()).unwrap();
+        st.st_uid = 0;
+        st.st_mode = (st.st_mode & !0o7777) | 0o755;
+        assert!(check_dir(&st, t.path(), Leaf::Private).is_ok());
+        st.st_mode = (st.st_mode & !0o7777) | 0o1777;
+        assert!(check_dir(&st, t.path(), Leaf::SharedSticky).is_ok());
+        let e = check_dir(&st, t.path(), Leaf::Private).unwrap_err();
+        assert!(
+            e.message()
+                .contains("writable by other users (owner uid 0, mode 1777)"),
+            "{}",
+            e.message()
+        );
+        st.st_mode = (st.st_mode & !0o7777) | 0o777;
+        assert!(check_dir(&st, t.path(), Leaf::SharedSticky).is_err());
+        st.st_mode = (st.st_mode & !0o7777) | 0o700;
+        st.st_uid = 65534;
+        let e = check_dir(&st, t.path(), Leaf::SharedSticky).unwrap_err();
+        assert!(
+            e.message()
+                .contains("is not owned by root (owner uid 65534, mode 0700)"),
+            "{}",
+            e.message()
+        );
+    }
+
+    /// Needs root (ownership checks): skipped otherwise.
+    #[test]
+    fn walk_creates_and_removes_by_identity() {
+        if !crate::sys::is_root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (d, created) = TrustedDir::create(&t.path().join("a/b"), Leaf::Private, 0o700).unwrap();
+        assert!(created);
+        let mode = std::fs::metadata(t.path().join("a/b"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o700);
+        let f = d.create_file("x", 0o600).unwrap();
+        let id = FileIdentity::of(&f).unwrap();
+        assert!(d.create_file("x", 0o600).is_err(), "O_EXCL");
+        std::os::unix::fs::symlink("/etc/passwd", t.path().join("a/b/link")).unwrap();
+        assert!(d.open_file("link", false).is_err(), "no symlinks");
+        assert_eq!(d.remove_file("link", id).unwrap(), Removed::NotOurs);
+        assert_eq!(
+            d.remove_file(
+                "x",
+                FileIdentity {
+                    dev: id.dev,
+                    ino: id.ino + 1
+                }
+            )
+            .unwrap(),
+            Removed::NotOurs
+        );
+        assert_eq!(d.remove_file("x", id).unwrap(), Removed::Removed);
+        assert_eq!(d.remove_file("x", id).unwrap(), Removed::Absent);
+        // A root-owned link is followed; a link through `..` too.
+        std::os::unix::fs::symlink("a/b", t.path().join("l")).unwrap();
+        let via = TrustedDir::open(&t.path().join("l"), Leaf::Private).unwrap();
+        assert_eq!(via.identity().unwrap(), d.identity().unwrap());
+        // Group-writable: refused.
+        std::fs::set_permissions(t.path().join("a"), std::fs::Permissions::from_mode(0o775))
+            .unwrap();
+        let e = TrustedDir::open(&t.path().join("a/b"), Leaf::Private).unwrap_err();
+        assert!(
+            e.message().contains("writable by other users"),
+            "{}",
+            e.message()
+        );
+    }
+}

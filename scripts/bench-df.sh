@@ -21,10 +21,10 @@ progs=$(command -v btrfs) || { echo "bench-df: btrfs not found (apt-get install 
 cleanup() { :; }
 if [ -z "$mount" ]; then
     state=$(mktemp -d /var/tmp/bench-df.XXXXXX)
-    export BTRFS_LAB_STATE_DIR="$state/state" BTRFS_LAB_SANDBOX_ROOT="$state/sandboxes"
-    cleanup() { "$lab" sandbox down --yes --all >/dev/null || true; rm -rf "$state"; }
+    sbx=(--state-dir "$state/state" --sandbox-root "$state/sandboxes")
+    cleanup() { "$lab" "${sbx[@]}" sandbox down --yes --all >/dev/null || true; rm -rf "$state"; }
     trap cleanup EXIT
-    mount=$("$lab" sandbox up --json --devices 3 --size 1G --data raid0 --metadata raid1 |
+    mount=$("$lab" "${sbx[@]}" sandbox up --json --devices 3 --size 1G --data raid0 --metadata raid1 |
         sed -n 's/^  "mount_point": "\(.*\)",$/\1/p')
 fi
 

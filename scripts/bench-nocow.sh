@@ -22,10 +22,10 @@ lab=$PWD/target/release/btrfs-lab
 cargo build --release --locked -q
 
 state=$(mktemp -d /var/tmp/bench-nocow.XXXXXX)
-export BTRFS_LAB_STATE_DIR="$state/state" BTRFS_LAB_SANDBOX_ROOT="$state/sandboxes"
-cleanup() { "$lab" sandbox down --yes --all >/dev/null || true; rm -rf "$state"; }
+sbx=(--state-dir "$state/state" --sandbox-root "$state/sandboxes")
+cleanup() { "$lab" "${sbx[@]}" sandbox down --yes --all >/dev/null || true; rm -rf "$state"; }
 trap cleanup EXIT
-mnt=$("$lab" sandbox up --json --size $((size_mib * 4 + 1024))M |
+mnt=$("$lab" "${sbx[@]}" sandbox up --json --size $((size_mib * 4 + 1024))M |
     sed -n 's/^  "mount_point": "\(.*\)",$/\1/p')
 
 mkdir "$mnt/pool"

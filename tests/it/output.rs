@@ -174,10 +174,7 @@ fn subcommands_in_help(help: &str) -> Vec<String> {
 /// stdout; `df --json` into a full disk is an error, not an empty file
 /// with exit 0.
 #[test]
-#[cfg_attr(
-    root_tests_ignored,
-    ignore = "needs root: run the suite as root (scripts/test.sh)"
-)]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn refusals_and_full_disks_on_a_real_btrfs() {
     if !require_root("stdout contract on a sandbox btrfs") {
         return;

@@ -109,7 +109,7 @@ fn assert_report_shape(r: &Value) {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn checksummed_and_nocow_directories_on_single_btrfs() {
     if !require_root("probe-dio on btrfs") {
         return;
@@ -157,7 +157,7 @@ fn checksummed_and_nocow_directories_on_single_btrfs() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn dup_data_forces_buffered_io_even_for_nocow() {
     if !require_root("probe-dio on DUP") {
         return;
@@ -176,7 +176,7 @@ fn dup_data_forces_buffered_io_even_for_nocow() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn ext4_is_direct_without_a_control() {
     if !require_root("probe-dio on ext4") {
         return;
@@ -202,7 +202,7 @@ fn ext4_is_direct_without_a_control() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn tmpfs_is_refused_with_one_clear_line() {
     if !require_root("probe-dio on tmpfs") {
         return;
@@ -262,7 +262,7 @@ fn bad_paths_get_one_line_each() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn read_only_filesystem_is_refused() {
     if !require_root("probe-dio on a read-only btrfs") {
         return;
@@ -285,7 +285,7 @@ fn read_only_filesystem_is_refused() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn no_permission_is_refused() {
     if !require_root("probe-dio as an unprivileged user") {
         return;
@@ -308,7 +308,7 @@ fn no_permission_is_refused() {
 
 #[cfg(feature = "test-hooks")]
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn no_space_removes_the_partial_file() {
     if !require_root("probe-dio on a full filesystem") {
         return;
@@ -340,7 +340,7 @@ fn no_space_removes_the_partial_file() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn interrupted_probe_cleans_up() {
     if !require_root("probe-dio interrupted") {
         return;
@@ -392,7 +392,7 @@ fn interrupted_probe_cleans_up() {
 /// and the machine-wide counter's background subtraction must not mistake
 /// it for a fallback.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn stays_right_under_a_concurrent_buffered_writer() {
     if !require_root("probe-dio with background noise") {
         return;
@@ -451,7 +451,7 @@ fn stays_right_under_a_concurrent_buffered_writer() {
 
 /// Compression is a second reason for the fallback; the report names it.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn compression_is_named_as_a_second_reason() {
     if !require_root("probe-dio with compress-force") {
         return;
@@ -490,7 +490,7 @@ fn compression_is_named_as_a_second_reason() {
 /// pid is dead, the names are ours, the owner is root), and only them.
 #[cfg(feature = "test-hooks")]
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn a_killed_probes_leftovers_are_removed_by_the_next_run() {
     use std::io::{BufRead, BufReader};
     if !require_root("probe-dio killed with SIGKILL") {
@@ -566,7 +566,7 @@ fn a_killed_probes_leftovers_are_removed_by_the_next_run() {
 /// single file there, and the report names the directory written in.
 #[cfg(feature = "test-hooks")]
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn a_directory_swapped_for_a_link_does_not_redirect_the_test_files() {
     use std::io::{BufRead, BufReader, Read};
     use std::os::unix::fs::MetadataExt;

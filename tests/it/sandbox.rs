@@ -15,7 +15,7 @@ use btrfs_lab::sys::loopdev::{self, FileIdentity};
 use crate::common::{TestEnv, assert_shape, json, require_root, run};
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn up_list_down_through_the_cli() {
     if !require_root("sandbox up/list/down") {
         return;
@@ -109,7 +109,7 @@ fn up_list_down_through_the_cli() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn guard_tears_down_on_panic() {
     if !require_root("sandbox guard") {
         return;
@@ -132,7 +132,7 @@ fn guard_tears_down_on_panic() {
 /// device was attached with autoclear, held open, so the kernel frees it
 /// when the process dies; `down` then removes the rest.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn down_cleans_up_after_a_crashed_up() {
     if !require_root("sandbox down after a crash") {
         return;
@@ -176,7 +176,7 @@ fn down_cleans_up_after_a_crashed_up() {
 /// A record that names a loop device now bound to someone else's file, and a
 /// mount point where something else is mounted: `down` touches neither.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn down_never_touches_what_it_did_not_make() {
     if !require_root("sandbox down safety") {
         return;
@@ -241,7 +241,7 @@ fn down_never_touches_what_it_did_not_make() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn failed_mkfs_leaves_nothing_behind() {
     if !require_root("sandbox up failure") {
         return;
@@ -267,7 +267,7 @@ fn failed_mkfs_leaves_nothing_behind() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn refusals_are_one_line_and_change_nothing() {
     if !require_root("sandbox refusals") {
         return;
@@ -349,7 +349,7 @@ fn refusals_are_one_line_and_change_nothing() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn dry_run_changes_nothing() {
     if !require_root("sandbox dry run") {
         return;
@@ -488,7 +488,7 @@ fn mount_id_of(p: &Path) -> Option<u32> {
 /// and its owner; nothing is ever attached or mounted. The environment
 /// variable pointing there is ignored as root.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn up_refuses_a_sandbox_root_another_user_made_while_it_races() {
     if !require_root("sandbox up with a user's sandbox root") {
         return;
@@ -575,7 +575,7 @@ fn up_refuses_a_sandbox_root_another_user_made_while_it_races() {
 /// directory and the images. Every loop device `up` attaches is backed by
 /// the root-owned image it created, and every mount is nosuid,nodev.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn up_in_a_shared_directory_attaches_only_its_own_images() {
     if !require_root("sandbox up racing a user") {
         return;
@@ -659,7 +659,7 @@ fn up_in_a_shared_directory_attaches_only_its_own_images() {
 /// unmounts nothing; once the directory is root's again it removes exactly
 /// its own sandbox.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn down_never_unmounts_through_a_swapped_directory() {
     if !require_root("sandbox down racing a user") {
         return;
@@ -773,7 +773,7 @@ fn planted_record(dir: &Path, name: &str, image_dir: &Path) -> SandboxRecord {
 /// skipped while the others are handled; the environment variable naming
 /// the planted directory is ignored as root.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn planted_records_are_never_acted_on() {
     if !require_root("planted sandbox records") {
         return;
@@ -896,7 +896,7 @@ fn planted_records_are_never_acted_on() {
 /// identity and disk sequence number), leaves theirs and the image, says so,
 /// and finishes once theirs is gone.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn down_detaches_only_the_loop_device_up_attached() {
     if !require_root("sandbox down with a hand-attached loop device") {
         return;

@@ -231,7 +231,7 @@ macro_rules! transcript_tests {
     };
     (@one root $name:ident $file:literal) => {
         #[test]
-        #[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+        #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
         fn $name() {
             if !require_root(concat!("subcommands/", $file)) {
                 return;

@@ -154,6 +154,16 @@ impl Output {
         self.text(&text);
     }
 
+    /// Prints a report: its JSON document with `--json`, otherwise the text
+    /// `render` makes of it. The one place that decides between the two.
+    pub fn report<T: Serialize>(&self, report: &T, render: impl FnOnce(&T) -> String) {
+        if self.json {
+            self.json_doc(report);
+        } else {
+            self.text(&render(report));
+        }
+    }
+
     /// Prints one JSON Lines record (a progress event) to stdout.
     pub fn json_line<T: Serialize>(&self, value: &T) {
         let mut text = serde_json::to_string(value).expect("reports serialize");

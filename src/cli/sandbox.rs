@@ -1,17 +1,18 @@
 //! `btrfs-lab sandbox up | down | list`.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
-use serde::Serialize;
 
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::parse::size::format_iec;
+use btrfs_lab::sandbox::report::{
+    self, DownDryRun, DownPlan, DownResult, ListReport, UpDryRun, UpReport,
+};
 use btrfs_lab::sandbox::{
-    self, DownReport, FsKind, Locations, SandboxRecord, SandboxRequest, SandboxStatus, StateStore,
-    plan_up,
+    self, DownReport, FsKind, Locations, SandboxRecord, SandboxRequest, SandboxState,
+    SandboxStatus, StateStore, plan_up,
 };
 use btrfs_lab::sys::{btrfs, signals};
 
@@ -121,33 +122,6 @@ pub fn run(args: SandboxArgs, out: &Output, places: Locations) -> Result<u8> {
     }
 }
 
-#[derive(Serialize)]
-struct UpReport<'a> {
-    name: &'a str,
-    fs: FsKind,
-    mount_point: &'a PathBuf,
-    dir: &'a PathBuf,
-    size_bytes: u64,
-    devices: Vec<DeviceOut>,
-    data_profiles: Vec<Profile>,
-    metadata_profiles: Vec<Profile>,
-    state_file: PathBuf,
-}
-
-#[derive(Serialize)]
-struct DeviceOut {
-    loop_device: Option<PathBuf>,
-    image: PathBuf,
-    direct_io: bool,
-}
-
-#[derive(Serialize)]
-struct DryRun<'a, T: Serialize> {
-    dry_run: bool,
-    plan: &'a T,
-    steps: Vec<String>,
-}
-
 fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
     let request = SandboxRequest {
         name: a.name,
@@ -165,22 +139,21 @@ fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
     let plan = plan_up(&request, root, &sandbox::random_name())?;
     if a.dry_run {
         let steps = plan.describe();
-        if out.json {
-            out.json_doc(&DryRun {
-                dry_run: true,
-                plan: &plan,
-                steps,
-            });
-        } else {
+        let dry = UpDryRun {
+            dry_run: true,
+            plan,
+            steps,
+        };
+        out.report(&dry, |d| {
             let mut text = format!(
                 "{} (nothing was done):\n",
                 out.paint.bold("sandbox up would")
             );
-            for (i, s) in steps.iter().enumerate() {
+            for (i, s) in d.steps.iter().enumerate() {
                 text.push_str(&format!("  {}. {s}\n", i + 1));
             }
-            out.text(&text);
-        }
+            text
+        });
         return Ok(exit::OK);
     }
     signals::install()?;
@@ -193,30 +166,9 @@ fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
         FsKind::Ext4 => (Vec::new(), Vec::new()),
     };
     let record = sandbox.keep();
-    let report = UpReport {
-        name: &record.name,
-        fs: record.fs,
-        mount_point: &record.mount_point,
-        dir: &record.dir,
-        size_bytes: record.size_bytes,
-        devices: record
-            .devices
-            .iter()
-            .map(|d| DeviceOut {
-                loop_device: d.loop_device.clone(),
-                image: d.image.clone(),
-                direct_io: true,
-            })
-            .collect(),
-        data_profiles: data,
-        metadata_profiles: metadata,
-        state_file: store.dir().join(format!("{}.json", record.name)),
-    };
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render_up(&report, out));
-    }
+    let state_file = store.dir().join(format!("{}.json", record.name));
+    let report = UpReport::new(&record, state_file, data, metadata);
+    out.report(&report, |r| render_up(r, out));
     Ok(exit::OK)
 }
 
@@ -224,7 +176,7 @@ fn list_names(p: &[Profile]) -> String {
     p.iter().map(|p| p.name()).collect::<Vec<_>>().join("+")
 }
 
-fn render_up(r: &UpReport<'_>, out: &Output) -> String {
+fn render_up(r: &UpReport, out: &Output) -> String {
     let n = r.devices.len();
     let mut profile = String::new();
     if r.fs == FsKind::Btrfs {
@@ -236,7 +188,7 @@ fn render_up(r: &UpReport<'_>, out: &Output) -> String {
     }
     let mut text = format!(
         "sandbox {} is {}: {} on {n} × {} loop device{} with direct I/O{profile}\n",
-        out.paint.bold(r.name),
+        out.paint.bold(&r.name),
         out.paint.good("up"),
         r.fs.name(),
         format_iec(r.size_bytes),
@@ -272,90 +224,12 @@ fn load(store: &StateStore, out: &Output) -> Result<(Vec<SandboxRecord>, usize)>
     Ok((loaded.records, loaded.bad.len()))
 }
 
-fn select(
-    records: Vec<SandboxRecord>,
-    target: Option<&str>,
-    all: bool,
-) -> Result<Vec<SandboxRecord>> {
-    if all {
-        return Ok(records);
-    }
-    let target = target.unwrap_or_default();
-    let as_path = fs::canonicalize(target).ok();
-    let abs = std::path::absolute(target).ok();
-    let found: Vec<SandboxRecord> = records
-        .into_iter()
-        .filter(|r| {
-            r.name == target
-                || [as_path.as_ref(), abs.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .any(|p| {
-                        p == &r.mount_point
-                            || p == &r.dir
-                            || fs::canonicalize(&r.mount_point).is_ok_and(|m| &m == p)
-                    })
-        })
-        .collect();
-    if found.is_empty() {
-        return Err(Error::new(
-            ErrorKind::NotFound,
-            format!("no sandbox at or named '{target}'"),
-        )
-        .with_hint("btrfs-lab sandbox list shows the sandboxes"));
-    }
-    Ok(found)
-}
-
-fn down_steps(s: &SandboxStatus, r: &SandboxRecord) -> Vec<String> {
-    let mut steps = Vec::new();
-    if s.mounted {
-        steps.push(format!(
-            "unmount {} (everything stored in the sandbox is lost)",
-            r.mount_point.display()
-        ));
-    }
-    for d in &s.devices {
-        if let Some(l) = &d.loop_device {
-            steps.push(format!(
-                "detach {} (backing file {})",
-                l.display(),
-                d.image.display()
-            ));
-        }
-    }
-    for d in &r.devices {
-        if d.image.exists() {
-            steps.push(format!("delete {}", d.image.display()));
-        }
-    }
-    if r.mount_point_created {
-        steps.push(format!(
-            "remove directory {} if empty",
-            r.mount_point.display()
-        ));
-    }
-    if r.dir_created {
-        steps.push(format!("remove directory {} if empty", r.dir.display()));
-    }
-    steps
-}
-
-#[derive(Serialize)]
-struct DownPlan {
-    name: String,
-    steps: Vec<String>,
-}
-
 fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
     let (records, bad) = load(store, out)?;
-    let records = select(records, a.target.as_deref(), a.all)?;
+    let records = report::select(records, a.target.as_deref(), a.all)?;
     let plans: Vec<DownPlan> = records
         .iter()
-        .map(|r| DownPlan {
-            name: r.name.clone(),
-            steps: down_steps(&sandbox::status(r), r),
-        })
+        .map(|r| report::down_plan(&sandbox::status(r), r))
         .collect();
     let mut text = String::new();
     for p in &plans {
@@ -365,13 +239,17 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
         }
     }
     if a.dry_run {
-        if out.json {
-            out.json_doc(&serde_json::json!({ "dry_run": true, "sandboxes": plans }));
-        } else if plans.is_empty() {
-            out.text("no sandboxes; nothing to do\n");
-        } else {
-            out.text(&format!("{text}(dry run: nothing was done)\n"));
-        }
+        let dry = DownDryRun {
+            dry_run: true,
+            sandboxes: plans,
+        };
+        out.report(&dry, |d| {
+            if d.sandboxes.is_empty() {
+                "no sandboxes; nothing to do\n".to_owned()
+            } else {
+                format!("{text}(dry run: nothing was done)\n")
+            }
+        });
         return Ok(exit::OK);
     }
     if !plans.is_empty() && !a.yes {
@@ -398,14 +276,13 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
             }
         }
     }
-    if out.json {
-        out.json_doc(&serde_json::json!({ "removed": reports }));
-    } else {
+    let result = DownResult { removed: reports };
+    out.report(&result, |result| {
         let mut text = String::new();
         if records.is_empty() {
             text.push_str("no sandboxes; nothing to do\n");
         }
-        for rep in &reports {
+        for rep in &result.removed {
             text.push_str(&format!("sandbox {} removed", out.paint.bold(&rep.name)));
             let mut parts = Vec::new();
             if let Some(m) = &rep.unmounted {
@@ -433,8 +310,8 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
                 text.push_str(&format!("  note: {l}\n"));
             }
         }
-        out.text(&text);
-    }
+        text
+    });
     match first_error {
         Some(e) if e.kind() == ErrorKind::Interrupted => Ok(exit::INTERRUPTED),
         Some(_) => Ok(exit::ERROR),
@@ -448,7 +325,10 @@ fn list(store: &StateStore, out: &Output) -> Result<u8> {
     let statuses: Vec<SandboxStatus> = records.iter().map(sandbox::status).collect();
     let code = if bad > 0 { exit::ERROR } else { exit::OK };
     if out.json {
-        out.json_doc(&serde_json::json!({ "sandboxes": statuses, "bad_records": bad }));
+        out.json_doc(&ListReport {
+            sandboxes: statuses,
+            bad_records: bad,
+        });
         return Ok(code);
     }
     if statuses.is_empty() {
@@ -464,9 +344,9 @@ fn list(store: &StateStore, out: &Output) -> Result<u8> {
     );
     for s in &statuses {
         let state = match s.state {
-            "up" => out.paint.good("up      "),
-            "partial" => out.paint.warn("partial "),
-            _ => out.paint.dim("down    "),
+            SandboxState::Up => out.paint.good("up      "),
+            SandboxState::Partial => out.paint.warn("partial "),
+            SandboxState::Down => out.paint.dim("down    "),
         };
         text.push_str(&format!(
             "{:<20} {state} {:<6} {:<8} {:<10} {}\n",

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::profile::Profile;
 
@@ -79,6 +79,14 @@ impl Serialize for BgType {
     }
 }
 
+impl<'de> Deserialize<'de> for BgType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        BgType::from_json_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown block-group type {name:?}")))
+    }
+}
+
 /// A profile as shown by `fi df`: a known one, or `UNKNOWN` (flags this
 /// version does not know).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -123,8 +131,16 @@ impl Serialize for BgProfile {
     }
 }
 
+impl<'de> Deserialize<'de> for BgProfile {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        BgProfile::from_progs_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown profile {name:?}")))
+    }
+}
+
 /// One line of `btrfs filesystem df`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpaceRecord {
     /// Block-group type.
     #[serde(rename = "type")]
@@ -173,7 +189,7 @@ impl SpaceRecord {
 
 /// Types that carry more than one profile: a conversion (balance with a
 /// convert filter) that did not finish.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MixedProfiles {
     /// The type.
     #[serde(rename = "type")]

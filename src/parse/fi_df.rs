@@ -3,14 +3,14 @@
 //! `WARNING:` lines it adds for multiple profiles, and the JSON of
 //! `btrfs --format json filesystem df`. Never panics, whatever the input.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::space::{BgProfile, BgType, SpaceRecord};
 use crate::model::units::{rounding_error, unit_bytes};
 
 /// What the input was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InputFormat {
     /// Text lines (`Data, single: total=..., used=...`).
@@ -20,7 +20,7 @@ pub enum InputFormat {
 }
 
 /// A parsed capture.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParsedDf {
     /// Text or JSON.
     pub format: InputFormat,

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Share of the encoded bandwidth a drive gets after protocol overhead
 /// (TLP/DLLP headers, flow control): the reference machine measured 3.55
@@ -16,7 +16,7 @@ pub const PRACTICAL_LOW: f64 = 0.85;
 pub const PRACTICAL_HIGH: f64 = 0.90;
 
 /// A PCIe generation: the signalling rate of a link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Generation(u8);
 

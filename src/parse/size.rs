@@ -1,6 +1,7 @@
 //! Sizes on the command line ("256M", "2GiB", "1.5G") and in output.
 
 use crate::error::{Error, Result};
+use crate::model::units::{UnitBase, UnitMode, pretty_size};
 
 /// Parses a size the way coreutils does: a number (decimals allowed) and an
 /// optional suffix. K/M/G/T/P and KiB/MiB/... are powers of 1024; KB/MB/... are
@@ -56,16 +57,10 @@ pub fn parse_size(text: &str) -> Result<u64> {
 }
 
 /// Formats bytes with IEC units and two decimals, as btrfs-progs does
-/// (`256.00MiB`, `1.50GiB`, `0.00B`).
+/// (`256.00MiB`, `1.50GiB`, `0.00B`): the one formatter, btrfs-progs' own
+/// algorithm ([`pretty_size`]).
 pub fn format_iec(bytes: u64) -> String {
-    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut unit = 0;
-    let mut scaled = bytes as f64;
-    while scaled >= 1024.0 && unit + 1 < UNITS.len() {
-        scaled /= 1024.0;
-        unit += 1;
-    }
-    format!("{scaled:.2}{}", UNITS[unit])
+    pretty_size(bytes, UnitMode::Human(UnitBase::Binary))
 }
 
 /// Formats a rate in bytes per second with IEC units (`1.25GiB/s`).
@@ -117,6 +112,9 @@ mod tests {
         assert_eq!(format_iec(256 << 20), "256.00MiB");
         assert_eq!(format_iec(3 << 29), "1.50GiB");
         assert_eq!(format_rate(f64::NAN), "-");
+        // btrfs-progs divides in single precision after truncating to the
+        // unit below: 1662088 bytes are 1.58MiB there, not 1.59MiB.
+        assert_eq!(format_iec(1_662_088), "1.58MiB");
     }
 
     proptest! {

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::plan::{FsKind, SandboxPlan};
 use super::state::{DeviceRecord, SandboxRecord, StateStore};
@@ -271,7 +271,7 @@ fn prepare_dir(parent: &TrustedDir, name: &str) -> Result<(TrustedDir, bool)> {
 }
 
 /// What `down` did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DownReport {
     /// Sandbox name.
     pub name: String,
@@ -547,14 +547,26 @@ fn our_loop_devices(record: &SandboxRecord) -> Vec<OurLoop> {
     found
 }
 
+/// Whether a sandbox is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    /// Mounted, every device attached.
+    Up,
+    /// Some of it is attached or mounted.
+    Partial,
+    /// Nothing attached or mounted; only files remain.
+    Down,
+}
+
 /// How a recorded sandbox looks right now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxStatus {
     /// Name.
     pub name: String,
     /// `up` (mounted, all devices attached), `partial`, or `down` (nothing
     /// attached or mounted; only files remain, e.g. after a reboot).
-    pub state: &'static str,
+    pub state: SandboxState,
     /// Filesystem.
     pub fs: FsKind,
     /// Mount point.
@@ -572,7 +584,7 @@ pub struct SandboxStatus {
 }
 
 /// One device of a [`SandboxStatus`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceStatus {
     /// Backing file.
     pub image: PathBuf,
@@ -607,11 +619,11 @@ pub fn status(record: &SandboxRecord) -> SandboxStatus {
         .collect();
     let attached = devices.iter().filter(|d| d.loop_device.is_some()).count();
     let state = if mounted && record.complete && attached == devices.len() {
-        "up"
+        SandboxState::Up
     } else if mounted || attached > 0 {
-        "partial"
+        SandboxState::Partial
     } else {
-        "down"
+        SandboxState::Down
     };
     SandboxStatus {
         name: record.name.clone(),

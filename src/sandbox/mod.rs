@@ -3,11 +3,12 @@
 
 pub mod exec;
 pub mod plan;
+pub mod report;
 pub mod state;
 
 use std::path::PathBuf;
 
-pub use exec::{DownReport, Sandbox, SandboxStatus, status, teardown};
+pub use exec::{DownReport, Sandbox, SandboxState, SandboxStatus, status, teardown};
 pub use plan::{FsKind, SandboxPlan, SandboxRequest, plan_up};
 pub use state::{STATE_DIR_ENV, SandboxRecord, StateStore};
 

@@ -94,7 +94,7 @@ pub const MIN_EXT4_SIZE: u64 = 16 << 20;
 pub const MAX_SIZE: u64 = 64 << 40;
 
 /// The resolved plan for `sandbox up`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxPlan {
     /// Sandbox name.
     pub name: String,

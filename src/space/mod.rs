@@ -8,7 +8,7 @@ pub mod usage;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::space::{MixedProfiles, SpaceRecord, mixed_profiles};
@@ -21,7 +21,7 @@ use crate::sys::{fs as sysfs, mounts};
 use usage::{DeviceFacts, UsageInput, UsageReport};
 
 /// Where a df report's records come from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum DfSource {
     /// Read from the kernel (SPACE_INFO ioctl) for a mounted filesystem.
@@ -41,7 +41,7 @@ pub enum DfSource {
 }
 
 /// The `df` report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DfReport {
     /// Where the records come from.
     pub source: DfSource,

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::BtrfsTarget;
 use crate::error::Result;
@@ -10,7 +10,7 @@ use crate::sys::btrfs;
 use crate::sys::root::SysRoot;
 
 /// A device's error counters (GET_DEV_STATS), as `btrfs device stats`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorCounters {
     /// Write errors.
     pub write_io_errs: u64,
@@ -36,7 +36,7 @@ impl ErrorCounters {
 }
 
 /// One device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceShow {
     /// btrfs device id.
     pub devid: u64,
@@ -55,7 +55,7 @@ pub struct DeviceShow {
 }
 
 /// One filesystem.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsShow {
     /// Label, `null` if none.
     pub label: Option<String>,

@@ -6,7 +6,7 @@
 use std::cmp::Ordering;
 
 use btrfs_uapi::space::BlockGroupFlags;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::profile::Profile;
 use crate::model::space::{BgProfile, BgType, SpaceRecord, mixed_profiles};
@@ -41,7 +41,7 @@ pub struct UsageInput {
 }
 
 /// Space on one device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceShare {
     /// btrfs device id.
     pub devid: u64,
@@ -52,7 +52,7 @@ pub struct DeviceShare {
 }
 
 /// The "Overall" block.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Overall {
     /// Sum of the sizes btrfs uses on its devices.
     pub device_size: u64,
@@ -87,7 +87,7 @@ pub struct Overall {
 }
 
 /// One block-group type and profile with its per-device split.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BlockGroupUsage {
     /// Type.
     #[serde(rename = "type")]
@@ -105,7 +105,7 @@ pub struct BlockGroupUsage {
 }
 
 /// Everything `usage` shows.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageReport {
     /// Totals; `null` when they cannot be computed (RAID5/6 without root).
     pub overall: Option<Overall>,

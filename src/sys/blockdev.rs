@@ -7,14 +7,14 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::root::SysRoot;
 use super::{mounts, tools};
 use crate::parse::wipefs::{Signature, parse_wipefs_json};
 
 /// Everything the device preflight looks at.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockDeviceFacts {
     /// The path as given.
     pub given: PathBuf,

@@ -277,6 +277,17 @@ pub fn json(stdout: &str) -> Value {
         .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}"))
 }
 
+/// Reads stdout back as the library's report type: a renamed or missing
+/// field fails here instead of reading as null.
+pub fn typed<T: serde::de::DeserializeOwned>(stdout: &str) -> T {
+    serde_json::from_str(stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not a {} ({e}):\n{stdout}",
+            std::any::type_name::<T>()
+        )
+    })
+}
+
 /// Asserts that `value` has each `key` with a value of the named JSON type
 /// ("string", "number", "bool", "array", "object", "null", or "a|b").
 pub fn assert_shape(value: &Value, fields: &[(&str, &str)]) {

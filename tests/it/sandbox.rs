@@ -12,7 +12,7 @@ use btrfs_lab::sandbox::state::{DeviceRecord, SandboxRecord};
 use btrfs_lab::sandbox::{FsKind, SandboxRequest, plan_up};
 use btrfs_lab::sys::loopdev::{self, FileIdentity};
 
-use crate::common::{TestEnv, assert_shape, json, require_root, run};
+use crate::common::{TestEnv, assert_shape, json, require_root, run, typed};
 
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
@@ -57,6 +57,15 @@ fn up_list_down_through_the_cli() {
     );
     assert_eq!(up["data_profiles"], serde_json::json!(["raid0"]));
     assert_eq!(up["metadata_profiles"], serde_json::json!(["raid1c3"]));
+    // The same document read back as the library's type.
+    let up_typed: btrfs_lab::sandbox::report::UpReport = typed(&stdout);
+    assert_eq!(up_typed.name, "cli");
+    assert_eq!(up_typed.devices.len(), 3);
+    assert!(up_typed.devices.iter().all(|d| d.direct_io));
+    assert_eq!(
+        up_typed.data_profiles,
+        vec![btrfs_lab::model::profile::Profile::Raid0]
+    );
     let mnt = PathBuf::from(up["mount_point"].as_str().unwrap());
     let devices: Vec<String> = up["devices"]
         .as_array()
@@ -83,6 +92,12 @@ fn up_list_down_through_the_cli() {
     let (code, stdout, _) = run(env.cmd().args(["sandbox", "list", "--json"]));
     assert_eq!(code, 0);
     let list = json(&stdout);
+    let typed_list: btrfs_lab::sandbox::report::ListReport = typed(&stdout);
+    assert_eq!(typed_list.bad_records, 0);
+    assert_eq!(
+        typed_list.sandboxes[0].state,
+        btrfs_lab::sandbox::SandboxState::Up
+    );
     assert_eq!(list["sandboxes"][0]["name"], "cli");
     assert_eq!(list["sandboxes"][0]["state"], "up");
     assert_eq!(list["sandboxes"][0]["mounted"], true);
@@ -99,6 +114,8 @@ fn up_list_down_through_the_cli() {
         .arg(&mnt));
     assert_eq!(code, 0, "{stderr}");
     let down = json(&stdout);
+    let typed_down: btrfs_lab::sandbox::report::DownResult = typed(&stdout);
+    assert_eq!(typed_down.removed[0].detached.len(), 3);
     assert_eq!(down["removed"][0]["name"], "cli");
     assert_eq!(down["removed"][0]["detached"].as_array().unwrap().len(), 3);
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());

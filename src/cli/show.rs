@@ -3,20 +3,15 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::Serialize;
 
-use btrfs_lab::error::{Result, exit};
+use btrfs_lab::error::Result;
 use btrfs_lab::model::units::{UnitMode, pretty_size};
-use btrfs_lab::space::show::{FsShow, show_one};
+use btrfs_lab::space::show::{FsShow, ShowReport, show_one};
 use btrfs_lab::space::{self};
 use btrfs_lab::sys::root::SysRoot;
 
 use super::output::{Output, Paint};
 use super::units::UnitArgs;
-
-/// Exit status when a device has a non-zero error counter (bit 6, as
-/// `btrfs device stats --check`).
-pub const DEVICE_ERRORS: u8 = 64;
 
 #[derive(Debug, Args)]
 #[command(
@@ -34,11 +29,6 @@ pub struct ShowArgs {
     sysroot: Option<PathBuf>,
 }
 
-#[derive(Serialize)]
-struct ShowJson {
-    filesystems: Vec<FsShow>,
-}
-
 pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
     let root = SysRoot::from_option(args.sysroot.as_deref());
     let targets = match &args.mount {
@@ -49,32 +39,19 @@ pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
     for t in &targets {
         filesystems.push(show_one(&root, t)?);
     }
-    let status = status(&filesystems);
-    if out.json {
-        out.json_doc(&ShowJson { filesystems });
-    } else if filesystems.is_empty() {
-        out.text("no mounted btrfs\n");
-    } else {
-        let texts: Vec<String> = filesystems
+    let report = ShowReport { filesystems };
+    out.report(&report, |r| {
+        if r.filesystems.is_empty() {
+            return "no mounted btrfs\n".to_owned();
+        }
+        let texts: Vec<String> = r
+            .filesystems
             .iter()
             .map(|f| render(f, args.units.mode(), out.paint))
             .collect();
-        out.text(&texts.join("\n"));
-    }
-    Ok(status)
-}
-
-/// [`DEVICE_ERRORS`] when any device of any filesystem counted an error.
-pub fn status(filesystems: &[FsShow]) -> u8 {
-    if filesystems
-        .iter()
-        .flat_map(|f| &f.devices)
-        .any(|d| d.has_errors)
-    {
-        DEVICE_ERRORS
-    } else {
-        exit::OK
-    }
+        texts.join("\n")
+    });
+    Ok(report.exit_status())
 }
 
 /// `btrfs filesystem show` lines, then what it does not show: mount point,

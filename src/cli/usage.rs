@@ -3,11 +3,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::Serialize;
 
 use btrfs_lab::error::{Result, exit};
 use btrfs_lab::model::units::{UnitMode, pretty_size, pretty_size_signed};
-use btrfs_lab::space::usage::{DeviceShare, UsageReport};
+use btrfs_lab::space::usage::{DeviceShare, UsageDocument, UsageReport};
 use btrfs_lab::space::{self};
 use btrfs_lab::sys::root::SysRoot;
 
@@ -26,29 +25,17 @@ pub struct UsageArgs {
     sysroot: Option<PathBuf>,
 }
 
-#[derive(Serialize)]
-struct UsageJson<'a> {
-    path: &'a PathBuf,
-    mount_point: &'a PathBuf,
-    uuid: &'a str,
-    #[serde(flatten)]
-    report: &'a UsageReport,
-}
-
 pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
     let root = SysRoot::from_option(args.sysroot.as_deref());
     let (target, report) = space::usage(&root, &args.mount)?;
-    if out.json {
-        out.json_doc(&UsageJson {
-            path: &target.path,
-            mount_point: &target.mount.mount_point,
-            uuid: &target.fsid,
-            report: &report,
-        });
-    } else {
-        out.text(&render(&report, args.units.mode()));
-    }
-    for n in &report.notes {
+    let doc = UsageDocument {
+        path: target.path.clone(),
+        mount_point: target.mount.mount_point.clone(),
+        uuid: target.fsid.clone(),
+        report,
+    };
+    out.report(&doc, |d| render(&d.report, args.units.mode()));
+    for n in &doc.report.notes {
         out.note(n);
     }
     Ok(exit::OK)

@@ -10,6 +10,34 @@ use crate::sys::btrfs;
 use crate::sys::root::SysRoot;
 
 /// A device's error counters (GET_DEV_STATS), as `btrfs device stats`.
+/// Exit status of `show` when a device has a non-zero error counter (bit 6,
+/// as `btrfs device stats --check`).
+pub const DEVICE_ERRORS: u8 = 64;
+
+/// `show --json`: every filesystem asked about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShowReport {
+    /// One entry per filesystem.
+    pub filesystems: Vec<FsShow>,
+}
+
+impl ShowReport {
+    /// [`DEVICE_ERRORS`] when any device of any filesystem counted an
+    /// error, else 0.
+    pub fn exit_status(&self) -> u8 {
+        if self
+            .filesystems
+            .iter()
+            .flat_map(|f| &f.devices)
+            .any(|d| d.has_errors)
+        {
+            DEVICE_ERRORS
+        } else {
+            crate::error::exit::OK
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorCounters {
     /// Write errors.

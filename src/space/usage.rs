@@ -13,6 +13,20 @@ use crate::model::space::{BgProfile, BgType, SpaceRecord, mixed_profiles};
 use crate::sys::btrfs::{ChunkInfo, SpaceEntry, bg_type_of, profile_of};
 
 /// One device as the computation needs it.
+/// `usage --json`: the report with the filesystem it is about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageDocument {
+    /// The path as given.
+    pub path: std::path::PathBuf,
+    /// Its mount point.
+    pub mount_point: std::path::PathBuf,
+    /// The filesystem's UUID.
+    pub uuid: String,
+    /// The figures.
+    #[serde(flatten)]
+    pub report: UsageReport,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceFacts {
     /// btrfs device id.

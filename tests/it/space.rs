@@ -288,6 +288,13 @@ fn df_usage_show_agree_with_btrfs_progs() {
 }
 
 fn assert_df_shape(v: &Value) {
+    // Read back as the library's type, then checked key by key.
+    let _: btrfs_lab::space::DfReport = serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+        panic!(
+            "not a {}: {e}\n{v:#}",
+            stringify!(btrfs_lab::space::DfReport)
+        )
+    });
     assert_shape(
         v,
         &[
@@ -311,6 +318,14 @@ fn assert_df_shape(v: &Value) {
 }
 
 fn assert_usage_shape(v: &Value) {
+    // Read back as the library's type, then checked key by key.
+    let _: btrfs_lab::space::usage::UsageDocument = serde_json::from_value(v.clone())
+        .unwrap_or_else(|e| {
+            panic!(
+                "not a {}: {e}\n{v:#}",
+                stringify!(btrfs_lab::space::usage::UsageDocument)
+            )
+        });
     assert_shape(
         v,
         &[
@@ -346,6 +361,14 @@ fn assert_usage_shape(v: &Value) {
 }
 
 fn assert_show_shape(v: &Value) {
+    // Read back as the library's type, then checked key by key.
+    let _: btrfs_lab::space::show::ShowReport =
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+            panic!(
+                "not a {}: {e}\n{v:#}",
+                stringify!(btrfs_lab::space::show::ShowReport)
+            )
+        });
     assert_shape(
         v,
         &[

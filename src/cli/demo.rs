@@ -61,10 +61,7 @@ pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
     }
     let store = places.store;
     let request = SandboxRequest {
-        name: Some(format!(
-            "demo-{}",
-            sandbox::random_name().trim_start_matches("sbx-")
-        )),
+        name: Some(format!("demo-{}", btrfs_lab::sys::nonce::nonce())),
         ..SandboxRequest::default()
     };
     // Torn down when this guard drops: on success, error, or interrupt.

@@ -80,15 +80,7 @@ pub fn resolve_locations(
 
 /// A fresh name like `sbx-3f9a1c`.
 pub fn random_name() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    format!("sbx-{:06x}", h.finish() & 0xff_ffff)
+    format!("sbx-{}", crate::sys::nonce::nonce())
 }
 
 /// Creates a sandbox from a request, under `sandbox_root` unless the

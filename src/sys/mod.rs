@@ -15,6 +15,7 @@ pub mod ioctl;
 pub mod loopdev;
 pub mod memio;
 pub mod mounts;
+pub mod nonce;
 pub mod nvme;
 pub mod pagecache;
 pub mod procs;

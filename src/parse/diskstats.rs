@@ -16,6 +16,8 @@ pub struct DiskStat {
     pub name: String,
     /// Sectors read (field 6), in 512-byte units.
     pub sectors_read: u64,
+    /// Sectors written (field 10), in 512-byte units.
+    pub sectors_written: u64,
 }
 
 impl DiskStat {
@@ -23,24 +25,25 @@ impl DiskStat {
     pub fn bytes_read(&self) -> u64 {
         self.sectors_read.saturating_mul(SECTOR)
     }
+
+    /// Bytes written since boot.
+    pub fn bytes_written(&self) -> u64 {
+        self.sectors_written.saturating_mul(SECTOR)
+    }
 }
 
-/// Parses the whole file; lines that do not parse are skipped.
+/// Parses the whole file with procfs-core's line parser; lines that do not
+/// parse are skipped (one odd line must not hide the other devices).
 pub fn parse_diskstats(text: &str) -> Vec<DiskStat> {
     text.lines()
         .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            let major = f.next()?.parse().ok()?;
-            let minor = f.next()?.parse().ok()?;
-            let name = f.next()?.to_owned();
-            let _reads = f.next()?;
-            let _merged = f.next()?;
-            let sectors_read = f.next()?.parse().ok()?;
+            let d = procfs_core::DiskStat::from_line(line).ok()?;
             Some(DiskStat {
-                major,
-                minor,
-                name,
-                sectors_read,
+                major: u32::try_from(d.major).ok()?,
+                minor: u32::try_from(d.minor).ok()?,
+                name: d.name,
+                sectors_read: d.sectors_read,
+                sectors_written: d.sectors_written,
             })
         })
         .collect()
@@ -70,6 +73,8 @@ mod tests {
         );
         assert_eq!(d[0].sectors_read, 38614);
         assert_eq!(d[0].bytes_read(), 38614 * 512);
+        assert_eq!(d[0].sectors_written, 3130488);
+        assert_eq!(d[2].bytes_written(), 880000 * 512);
         assert_eq!(d[2].name, "vda");
         assert_eq!(d[3].bytes_read(), 0);
     }

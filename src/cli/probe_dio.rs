@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use btrfs_lab::error::Result;
 use btrfs_lab::parse::size::{format_iec, format_rate};
 use btrfs_lab::probe::verdict::{FileSummary, Verdict, profile_list};
-use btrfs_lab::probe::{self, ProbeOptions, ProbeReport};
+use btrfs_lab::probe::{self, EvidenceKind, ProbeOptions, ProbeReport};
 use btrfs_lab::sys::counters::{CounterChoice, CounterKind};
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
@@ -72,7 +72,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
             CounterArg::Vmstat => CounterChoice::Vmstat,
         },
         // This process has no threads yet: it may unshare its mount namespace.
-        allow_private_debugfs: true,
+        allow_private_mounts: true,
         sysroot: SysRoot::from_option(args.sysroot.as_deref()),
     };
     let bar = out.byte_progress("probe-dio {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
@@ -185,6 +185,36 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
         ));
     }
     t.push_str(&format!("  kernel      {}\n", r.kernel));
+    for name in &r.removed_trace_instances {
+        t.push_str(&format!(
+            "  leftover    {}\n",
+            paint.dim(&format!("removed trace instance {name} (a killed probe's)"))
+        ));
+    }
+    match r.evidence.source {
+        EvidenceKind::Tracepoint => {
+            t.push_str(&format!(
+                "  evidence    per-file: folios each test file dirtied ({}; exact, other writers do not count)\n",
+                r.evidence.label
+            ));
+            if let Some(c) = &r.evidence.cross_check {
+                let said = if c.agrees {
+                    format!("agrees ({})", c.verdict.name())
+                } else {
+                    format!(
+                        "says {}: other writers on the filesystem disturb it",
+                        c.verdict.name()
+                    )
+                };
+                t.push_str(&format!("  cross-check the counter below {said}\n"));
+            }
+        }
+        EvidenceKind::Bdi => t.push_str("  evidence    per-filesystem counter (below)\n"),
+        EvidenceKind::Vmstat => t.push_str("  evidence    machine-wide counter (below)\n"),
+    }
+    if let Some(note) = &r.evidence.note {
+        t.push_str(&format!("              {}\n", paint.dim(note)));
+    }
     let scope = match r.counter.source {
         CounterKind::Bdi => "this filesystem only",
         CounterKind::Vmstat => "machine-wide",

@@ -26,7 +26,9 @@ use crate::sys::{btrfs, fs as sysfs, kernel_release, signals};
 
 use scratch::Scratch;
 
-pub use report::{CounterInfo, CrossCheck, EvidenceInfo, EvidenceKind, FsContext, Parameters, ProbeReport};
+pub use report::{
+    CounterInfo, CrossCheck, EvidenceInfo, EvidenceKind, FsContext, Parameters, ProbeReport,
+};
 pub use verdict::{Analysis, Round, Verdict};
 
 /// Default bytes written per file per round: large enough that metadata and
@@ -228,7 +230,11 @@ pub(crate) fn open_trace(
     allow_private_mounts: bool,
 ) -> (Option<FolioTrace>, Option<String>, Vec<String>) {
     if no_trace_hook() {
-        return (None, Some("the tracepoint was turned off by a test hook".into()), Vec::new());
+        return (
+            None,
+            Some("the tracepoint was turned off by a test hook".into()),
+            Vec::new(),
+        );
     }
     let dir = match tracefs::locate(root, allow_private_mounts) {
         Ok(d) => d,

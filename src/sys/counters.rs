@@ -141,12 +141,18 @@ pub fn find_debugfs(root: &SysRoot) -> Option<PathBuf> {
 /// otherwise).
 pub fn enter_private_mount_namespace() -> Result<()> {
     static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-    let mut done = DONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut done = DONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if *done {
         return Ok(());
     }
     unshare(CloneFlags::CLONE_NEWNS).map_err(|e| {
-        Error::from_errno(e, "cannot create a private mount namespace for", Path::new("/"))
+        Error::from_errno(
+            e,
+            "cannot create a private mount namespace for",
+            Path::new("/"),
+        )
     })?;
     mount(
         None::<&str>,

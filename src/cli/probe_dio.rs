@@ -48,9 +48,9 @@ pub struct ProbeDioArgs {
     /// whether the ones it opened with O_DIRECT dirty the page cache (root).
     #[arg(long, value_name = "PID", conflicts_with_all = ["path", "size", "block_size", "rounds", "counter"])]
     pid: Option<u32>,
-    /// With --pid: how long to watch.
-    #[arg(long, value_name = "N", default_value_t = probe::pid::DEFAULT_SECONDS, requires = "pid")]
-    seconds: u32,
+    /// With --pid: how long to watch, in seconds [default: 10].
+    #[arg(long, value_name = "N", requires = "pid")]
+    seconds: Option<u32>,
     /// Bytes written per file per round.
     #[arg(long, default_value = "256M", value_parser = size_arg, value_name = "SIZE")]
     size: u64,
@@ -74,7 +74,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
     let Some(path) = args.path else {
         let opts = PidOptions {
             pid: args.pid.unwrap_or(0),
-            seconds: args.seconds,
+            seconds: args.seconds.unwrap_or(probe::pid::DEFAULT_SECONDS),
             // No threads yet: it may unshare its mount namespace.
             allow_private_mounts: true,
             sysroot,

@@ -513,7 +513,8 @@ mod tests {
 
     #[test]
     fn reasons_for_a_fallback() {
-        use FallbackReason::*;
+        use FallbackReason::{Checksums, Compression};
+        let profile = FallbackReason::Profile;
         let none: Vec<String> = vec![];
         assert_eq!(
             fallback_reasons(&[Profile::Single], false, false, &none),
@@ -522,11 +523,11 @@ mod tests {
         assert!(fallback_reasons(&[Profile::Single], true, false, &none).is_empty());
         assert_eq!(
             fallback_reasons(&[Profile::Dup], true, false, &none),
-            vec![Profile]
+            vec![profile]
         );
         assert_eq!(
             fallback_reasons(&[Profile::Raid1], false, false, &["compress=zstd".into()]),
-            vec![Profile, Checksums, Compression]
+            vec![profile, Checksums, Compression]
         );
         assert!(
             fallback_reasons(&[Profile::Single], false, true, &["nodatasum".into()]).is_empty()

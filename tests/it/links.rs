@@ -716,7 +716,10 @@ fn this_machine_without_nvme_says_so_in_one_line() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn a_real_btrfs_on_loop_devices_lists_its_members_without_link_information() {
     if !require_root("links on a btrfs of loop devices") {
         return;

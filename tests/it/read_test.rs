@@ -214,7 +214,10 @@ fn assert_all_methods_read_right(r: &Value, size: u64, digest: &str, devices_cou
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn raid0_btrfs_every_method_reads_the_right_bytes_through_a_ring() {
     if !require_root("read-test on a RAID0 btrfs") {
         return;
@@ -295,7 +298,10 @@ fn raid0_btrfs_every_method_reads_the_right_bytes_through_a_ring() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn ext4_every_method_reads_the_right_bytes_at_odd_sizes() {
     if !require_root("read-test on ext4") {
         return;
@@ -351,7 +357,10 @@ fn ext4_every_method_reads_the_right_bytes_at_odd_sizes() {
 
 #[cfg(feature = "test-hooks")]
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn a_warm_cache_is_caught_by_the_device_counters() {
     if !require_root("read-test with a warm cache") {
         return;
@@ -432,7 +441,10 @@ fn a_warm_cache_is_caught_by_the_device_counters() {
 /// Pages another process has mapped cannot be evicted: mincore sees them,
 /// the run is marked warm and its method gets no figure.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn pages_that_cannot_be_evicted_flag_the_run() {
     if !require_root("read-test with a mapped file") {
         return;
@@ -462,7 +474,10 @@ fn pages_that_cannot_be_evicted_flag_the_run() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn empty_file_reports_nothing_to_measure() {
     if !require_root("read-test on an empty file") {
         return;
@@ -491,7 +506,10 @@ fn empty_file_reports_nothing_to_measure() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn memory_filesystems_fall_back_and_say_so() {
     if !require_root("read-test on tmpfs and ramfs") {
         return;
@@ -571,7 +589,10 @@ fn memory_filesystems_fall_back_and_say_so() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn compressed_extents_and_holes_are_detected_and_explained() {
     if !require_root("read-test on compressed btrfs extents") {
         return;
@@ -648,7 +669,10 @@ fn compressed_extents_and_holes_are_detected_and_explained() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn drop_caches_as_root() {
     if !require_root("read-test --drop-caches") {
         return;
@@ -690,7 +714,10 @@ fn one_line_error(stderr: &str) -> &str {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn bad_input_gets_one_clear_line() {
     if !require_root("read-test bad input") {
         return;
@@ -765,7 +792,10 @@ fn bad_input_gets_one_clear_line() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn interrupt_stops_cleanly() {
     if !require_root("read-test interrupted") {
         return;
@@ -854,7 +884,10 @@ fn mmap_run_with_truncate(
 /// killed by SIGBUS, it says the file shrank, as the other methods do.
 #[cfg(feature = "test-hooks")]
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn mmap_reports_a_file_that_shrinks_during_the_run() {
     if !require_root("read-test mmap on a shrinking file") {
         return;
@@ -882,7 +915,10 @@ fn mmap_reports_a_file_that_shrinks_during_the_run() {
 /// Root reading a file the invoking user does not own (through a link, say)
 /// says so: a note and `read_as_root_for_another_user`.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn root_reading_another_users_file_says_so() {
     if !require_root("read-test of another user's file") {
         return;

@@ -123,7 +123,10 @@ fn lab_text(env: &TestEnv, args: &[&str], mount: &Path) -> String {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn df_usage_show_agree_with_btrfs_progs() {
     if !require_root("df/usage/show against btrfs-progs") {
         return;
@@ -563,7 +566,10 @@ fn compare_show(name: &str, lab: &Value, progs_show: &str, progs_stats: &str) {
 /// Corrupt one copy of a RAID1 filesystem; a scrub repairs it and counts the
 /// errors; `show` reports and highlights them as `btrfs device stats` does.
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn show_highlights_device_errors() {
     if !require_root("show with device errors") {
         return;
@@ -739,7 +745,10 @@ fn bad_input_gets_one_line_and_no_stdout() {
 }
 
 #[test]
-#[cfg_attr(root_tests_ignored, ignore = "needs root: run the suite as root (scripts/test.sh)")]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
 fn usage_without_root_says_what_it_cannot_show() {
     if !require_root("usage as an unprivileged user") {
         return;

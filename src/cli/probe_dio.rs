@@ -49,7 +49,7 @@ pub struct ProbeDioArgs {
     #[arg(long, value_name = "PID", conflicts_with_all = ["path", "size", "block_size", "rounds", "counter"])]
     pid: Option<u32>,
     /// With --pid: how long to watch, in seconds [default: 10].
-    #[arg(long, value_name = "N", requires = "pid")]
+    #[arg(long, value_name = "N")]
     seconds: Option<u32>,
     /// Bytes written per file per round.
     #[arg(long, default_value = "256M", value_parser = size_arg, value_name = "SIZE")]
@@ -70,6 +70,11 @@ pub struct ProbeDioArgs {
 
 pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
     signals::install()?;
+    if args.seconds.is_some() && args.pid.is_none() {
+        return Err(btrfs_lab::error::Error::usage(
+            "--seconds goes with --pid: a directory probe is sized with --size and --rounds",
+        ));
+    }
     let sysroot = SysRoot::from_option(args.sysroot.as_deref());
     let Some(path) = args.path else {
         let opts = PidOptions {

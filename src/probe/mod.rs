@@ -471,12 +471,14 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         opts,
         ctx,
         kernel_release(),
-        CounterInfo {
-            source: counter.kind(),
-            label: counter.label().to_owned(),
-            note: counter_note,
-        },
-        evidence,
+        (
+            CounterInfo {
+                source: counter.kind(),
+                label: counter.label().to_owned(),
+                note: counter_note,
+            },
+            evidence,
+        ),
         control_note,
         analysis,
         rounds,

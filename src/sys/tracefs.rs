@@ -110,13 +110,9 @@ pub fn remove_stale(tracefs: &Path, alive: impl Fn(u32) -> bool) -> Vec<String> 
     let mut removed = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        match instance_pid(&name) {
-            Some(pid) if !alive(pid) => {
-                if fs::remove_dir(e.path()).is_ok() {
-                    removed.push(name);
-                }
-            }
-            _ => {}
+        let stale = instance_pid(&name).is_some_and(|pid| !alive(pid));
+        if stale && fs::remove_dir(e.path()).is_ok() {
+            removed.push(name);
         }
     }
     removed.sort();

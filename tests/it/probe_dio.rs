@@ -661,6 +661,7 @@ fn a_directory_swapped_for_a_link_does_not_redirect_the_test_files() {
 /// Names of the trace instances of ours (`btrfs-lab-*`) and the global
 /// trace settings the probe must never change, read through a tracefs
 /// mounted in a private mount namespace of a child (`unshare -m`).
+#[cfg(feature = "test-hooks")]
 fn trace_state() -> (Vec<String>, String) {
     let script = "mount -t tracefs nodev /sys/kernel/tracing && cd /sys/kernel/tracing && \
                   ls instances; echo ---; cat tracing_on current_tracer buffer_size_kb set_event \

@@ -6,8 +6,9 @@ use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
 use btrfs_lab::parse::size::{format_iec, format_rate};
+use btrfs_lab::probe::pid::{FileVerdict, PidOptions, PidReport};
 use btrfs_lab::probe::verdict::{FileSummary, Verdict, profile_list};
-use btrfs_lab::probe::{self, ProbeOptions, ProbeReport};
+use btrfs_lab::probe::{self, EvidenceKind, ProbeOptions, ProbeReport};
 use btrfs_lab::sys::counters::{CounterChoice, CounterKind};
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
@@ -41,7 +42,15 @@ enum CounterArg {
 #[derive(Debug, Args)]
 pub struct ProbeDioArgs {
     /// Directory to test (the probe writes and removes its files there).
-    path: PathBuf,
+    #[arg(required_unless_present = "pid")]
+    path: Option<PathBuf>,
+    /// Watch a running process instead: its files open for writing, and
+    /// whether the ones it opened with O_DIRECT dirty the page cache (root).
+    #[arg(long, value_name = "PID", conflicts_with_all = ["path", "size", "block_size", "rounds", "counter"])]
+    pid: Option<u32>,
+    /// With --pid: how long to watch, in seconds [default: 10].
+    #[arg(long, value_name = "N")]
+    seconds: Option<u32>,
     /// Bytes written per file per round.
     #[arg(long, default_value = "256M", value_parser = size_arg, value_name = "SIZE")]
     size: u64,
@@ -61,8 +70,36 @@ pub struct ProbeDioArgs {
 
 pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
     signals::install()?;
+    if args.seconds.is_some() && args.pid.is_none() {
+        return Err(btrfs_lab::error::Error::usage(
+            "--seconds goes with --pid: a directory probe is sized with --size and --rounds",
+        ));
+    }
+    let sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    let Some(path) = args.path else {
+        let opts = PidOptions {
+            pid: args.pid.unwrap_or(0),
+            seconds: args.seconds.unwrap_or(probe::pid::DEFAULT_SECONDS),
+            // No threads yet: it may unshare its mount namespace.
+            allow_private_mounts: true,
+            sysroot,
+        };
+        let bar = out.byte_progress("probe-dio --pid {bar:30} {pos}/{len} s");
+        let result = probe::pid::run(&opts, &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        });
+        bar.finish_and_clear();
+        let report = result?;
+        if out.json {
+            out.json_doc(&report);
+        } else {
+            out.text(&render_pid(&report, out.paint));
+        }
+        return Ok(report.exit_code);
+    };
     let opts = ProbeOptions {
-        path: args.path,
+        path,
         size_bytes: args.size,
         block_size: args.block_size,
         rounds: args.rounds,
@@ -72,8 +109,8 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
             CounterArg::Vmstat => CounterChoice::Vmstat,
         },
         // This process has no threads yet: it may unshare its mount namespace.
-        allow_private_debugfs: true,
-        sysroot: SysRoot::from_option(args.sysroot.as_deref()),
+        allow_private_mounts: true,
+        sysroot,
     };
     let bar = out.byte_progress("probe-dio {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
     let result = probe::run(&opts, &mut |done, total| {
@@ -185,6 +222,36 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
         ));
     }
     t.push_str(&format!("  kernel      {}\n", r.kernel));
+    for name in &r.removed_trace_instances {
+        t.push_str(&format!(
+            "  leftover    {}\n",
+            paint.dim(&format!("removed trace instance {name} (a killed probe's)"))
+        ));
+    }
+    match r.evidence.source {
+        EvidenceKind::Tracepoint => {
+            t.push_str(&format!(
+                "  evidence    per-file: folios each test file dirtied ({}; exact, other writers do not count)\n",
+                r.evidence.label
+            ));
+            if let Some(c) = &r.evidence.cross_check {
+                let said = if c.agrees {
+                    format!("agrees ({})", c.verdict.name())
+                } else {
+                    format!(
+                        "says {}: other writers on the filesystem disturb it",
+                        c.verdict.name()
+                    )
+                };
+                t.push_str(&format!("  cross-check the counter below {said}\n"));
+            }
+        }
+        EvidenceKind::Bdi => t.push_str("  evidence    per-filesystem counter (below)\n"),
+        EvidenceKind::Vmstat => t.push_str("  evidence    machine-wide counter (below)\n"),
+    }
+    if let Some(note) = &r.evidence.note {
+        t.push_str(&format!("              {}\n", paint.dim(note)));
+    }
     let scope = match r.counter.source {
         CounterKind::Bdi => "this filesystem only",
         CounterKind::Vmstat => "machine-wide",
@@ -212,6 +279,112 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
     if let Some(fix) = &r.fix {
         t.push_str(&format!("{}\n", paint.bold("fix")));
         t.push_str(&wrap(fix, 88, "  "));
+    }
+    t
+}
+
+fn file_verdict_painted(v: FileVerdict, paint: Paint) -> String {
+    match v {
+        FileVerdict::Direct => paint.good(v.name()),
+        FileVerdict::BufferedFallback => paint.bad(v.name()),
+        FileVerdict::Unknown => paint.warn(v.name()),
+        _ => v.name().to_owned(),
+    }
+}
+
+/// The text report of `--pid`.
+pub fn render_pid(r: &PidReport, paint: Paint) -> String {
+    let mut t = format!(
+        "{} --pid {} ({})\n{}\n\n",
+        paint.bold("probe-dio"),
+        r.pid,
+        r.command,
+        r.summary
+    );
+    for f in &r.files {
+        let mut verdict = file_verdict_painted(f.verdict, paint);
+        if !f.reasons.is_empty() {
+            let names: Vec<&str> = f
+                .reasons
+                .iter()
+                .map(|x| match x {
+                    probe::pid::FallbackReason::Profile => "profile",
+                    probe::pid::FallbackReason::Checksums => "checksums",
+                    probe::pid::FallbackReason::Compression => "compression",
+                })
+                .collect();
+            verdict.push_str(&format!(" ({})", names.join(", ")));
+        }
+        t.push_str(&format!("  {}\n", f.path.display()));
+        let fds: Vec<String> = f.fds.iter().map(u32::to_string).collect();
+        t.push_str(&format!(
+            "    verdict {verdict}; fd {} {}; {} inode {} on {}",
+            fds.join(","),
+            if f.o_direct {
+                "O_DIRECT"
+            } else {
+                "without O_DIRECT"
+            },
+            f.fs_type,
+            f.inode,
+            f.device
+        ));
+        if f.fs_type == "btrfs" {
+            t.push_str(&format!(
+                ", data {}, NOCOW {}",
+                profile_list(&f.data_profiles),
+                if f.nocow == Some(true) { "yes" } else { "no" }
+            ));
+        }
+        t.push('\n');
+        let dirtied = match (f.dirtied_folios, f.dirtied_bytes) {
+            (Some(n), Some(b)) => format!("{n} folios ({})", format_iec(b)),
+            _ => "not watched".to_owned(),
+        };
+        let written = match f.bytes_written {
+            Some(b) => format!(
+                "{} (the process's write calls; the only file that changed)",
+                format_iec(b)
+            ),
+            None if f.activity.written() => {
+                "yes (size, mtime or position changed; bytes per file unknown)".to_owned()
+            }
+            None => "nothing seen".to_owned(),
+        };
+        t.push_str(&format!("    dirtied {dirtied}; written {written}\n"));
+        if let Some(n) = &f.note {
+            t.push_str(&format!("    {}\n", paint.dim(n)));
+        }
+    }
+    if r.read_only_files > 0 {
+        t.push_str(&format!(
+            "  {} file(s) open read-only, not watched\n",
+            r.read_only_files
+        ));
+    }
+    t.push('\n');
+    let per = |b: Option<u64>| b.map_or("unknown".to_owned(), format_iec);
+    t.push_str(&format!(
+        "  process     write calls {}, sent to storage {} in {:.1} s (per process, not per file)\n",
+        per(r.process_write_call_bytes),
+        per(r.process_storage_write_bytes),
+        r.seconds
+    ));
+    t.push_str(&format!("  evidence    {}\n", r.evidence));
+    if r.lost_events > 0 {
+        t.push_str(&format!(
+            "              {}\n",
+            paint.warn(&format!(
+                "the trace buffer lost {} events: counts are lower bounds",
+                r.lost_events
+            ))
+        ));
+    }
+    for name in &r.removed_trace_instances {
+        t.push_str(&format!(
+            "  leftover    {}\n",
+            paint.dim(&format!("removed trace instance {name} (a killed probe's)"))
+        ));
     }
     t
 }

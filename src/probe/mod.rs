@@ -6,6 +6,7 @@
 //! fallback, a profile-forced one and background noise can be told apart.
 //! The verdict comes from measurements, never from the kernel version.
 
+pub mod pid;
 pub mod report;
 pub mod scratch;
 pub mod verdict;
@@ -20,11 +21,14 @@ use crate::parse::size::format_iec;
 use crate::sys::counters::{self, CounterChoice, DirtyCounter};
 use crate::sys::direct_io::{AlignedBuffer, write_all_at};
 use crate::sys::root::SysRoot;
+use crate::sys::tracefs::{self, FolioTrace};
 use crate::sys::{btrfs, fs as sysfs, kernel_release, signals};
 
 use scratch::Scratch;
 
-pub use report::{CounterInfo, FsContext, Parameters, ProbeReport};
+pub use report::{
+    CounterInfo, CrossCheck, EvidenceInfo, EvidenceKind, FsContext, Parameters, ProbeReport,
+};
 pub use verdict::{Analysis, Round, Verdict};
 
 /// Default bytes written per file per round: large enough that metadata and
@@ -52,8 +56,9 @@ pub struct ProbeOptions {
     pub rounds: u32,
     /// Counter choice.
     pub counter: CounterChoice,
-    /// May mount debugfs in a private mount namespace of this process.
-    pub allow_private_debugfs: bool,
+    /// May mount debugfs and tracefs in a private mount namespace of this
+    /// process (only before it starts threads).
+    pub allow_private_mounts: bool,
     /// Where /sys and /proc are read.
     pub sysroot: SysRoot,
 }
@@ -67,7 +72,7 @@ impl ProbeOptions {
             block_size: DEFAULT_BLOCK_SIZE,
             rounds: DEFAULT_ROUNDS,
             counter: CounterChoice::Auto,
-            allow_private_debugfs: false,
+            allow_private_mounts: false,
             sysroot: SysRoot::host(),
         }
     }
@@ -202,6 +207,46 @@ fn skip_space_check_hook() -> bool {
     false
 }
 
+/// Test hook: `BTRFS_LAB_PROBE_NO_TRACE=1` acts as if the tracepoint were
+/// unavailable, so the suite sees the counters decide.
+#[cfg(feature = "test-hooks")]
+pub const NO_TRACE_ENV: &str = "BTRFS_LAB_PROBE_NO_TRACE";
+
+#[cfg(feature = "test-hooks")]
+fn no_trace_hook() -> bool {
+    std::env::var_os(NO_TRACE_ENV).is_some()
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn no_trace_hook() -> bool {
+    false
+}
+
+/// A private trace instance counting the folios the probe's own files
+/// dirty, if tracefs and the tracepoint are there; else why not. Instances
+/// of killed probes are removed first (their names are returned).
+pub(crate) fn open_trace(
+    root: &SysRoot,
+    allow_private_mounts: bool,
+) -> (Option<FolioTrace>, Option<String>, Vec<String>) {
+    if no_trace_hook() {
+        return (
+            None,
+            Some("the tracepoint was turned off by a test hook".into()),
+            Vec::new(),
+        );
+    }
+    let dir = match tracefs::locate(root, allow_private_mounts) {
+        Ok(d) => d,
+        Err(why) => return (None, Some(why), Vec::new()),
+    };
+    let removed = tracefs::remove_stale(&dir, scratch::pid_alive);
+    match FolioTrace::create(&dir, &nonce()) {
+        Ok(t) => (Some(t), None, removed),
+        Err(e) => (None, Some(e.message().to_owned()), removed),
+    }
+}
+
 /// Test hook: `BTRFS_LAB_PROBE_TEST_PAUSE=written` stops the probe after
 /// the first block of its first test file is written; it prints one line on
 /// stderr and waits for a signal, so the suite can SIGKILL it there.
@@ -292,8 +337,23 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         &opts.sysroot,
         opts.counter,
         bdi.as_deref(),
-        opts.allow_private_debugfs,
+        opts.allow_private_mounts,
     )?;
+    let (mut trace, mut trace_note, removed_trace_instances) = match &bdi {
+        Some(_) => open_trace(&opts.sysroot, opts.allow_private_mounts),
+        None => (
+            None,
+            Some("the backing device of this filesystem is unknown".into()),
+            Vec::new(),
+        ),
+    };
+    let trace_label = trace.as_ref().map(|t| {
+        format!(
+            "tracepoint {}, instance {}",
+            tracefs::EVENT.replace('/', ":"),
+            t.name()
+        )
+    });
 
     let mut scratch = Scratch::new(target, ctx.dir.clone());
     let tag = scratch::tag(std::process::id(), &nonce());
@@ -336,8 +396,13 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
                 name,
                 buffer: &buffer,
                 opts,
+                bdi: bdi.as_deref(),
             };
-            write_sample(&sample, &mut counter, scratch, &mut on_bytes, &mut paused)
+            let mut probes = Probes {
+                counter: &mut counter,
+                trace: trace.as_mut(),
+            };
+            write_sample(&sample, &mut probes, scratch, &mut on_bytes, &mut paused)
         };
         // Alternate the order so neither file always runs first.
         let (test, control) = match &control_name {
@@ -360,27 +425,66 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         });
     }
     drop(scratch);
+    let lost = trace.as_ref().map_or(0, FolioTrace::lost_events);
+    drop(trace);
 
-    let analysis = verdict::analyze(
-        &rounds,
-        &verdict::Context {
-            data_profiles: ctx.data_profiles.clone(),
-        },
-    );
+    let vctx = verdict::Context {
+        data_profiles: ctx.data_profiles.clone(),
+    };
+    let by_counter = verdict::analyze(&rounds, &vctx);
+    let by_file = if lost > 0 {
+        trace_note = Some(format!(
+            "the trace buffer lost {lost} events, so the per-file counts are incomplete"
+        ));
+        None
+    } else {
+        verdict::analyze_per_file(&rounds, &vctx, counters::page_size())
+    };
+    let (analysis, evidence) = match (by_file, trace_label) {
+        (Some(a), Some(label)) => {
+            let cross = CrossCheck {
+                source: counter.kind(),
+                verdict: by_counter.verdict,
+                agrees: by_counter.verdict == a.verdict,
+            };
+            (
+                a,
+                EvidenceInfo {
+                    source: EvidenceKind::Tracepoint,
+                    label,
+                    note: None,
+                    cross_check: Some(cross),
+                },
+            )
+        }
+        _ => (
+            by_counter,
+            EvidenceInfo {
+                source: counter.kind().into(),
+                label: counter.label().to_owned(),
+                note: trace_note.map(|n| format!("per-file tracepoint not used: {n}")),
+                cross_check: None,
+            },
+        ),
+    };
     let mut report = ProbeReport::new(
         opts,
         ctx,
         kernel_release(),
-        CounterInfo {
-            source: counter.kind(),
-            label: counter.label().to_owned(),
-            note: counter_note,
-        },
+        (
+            CounterInfo {
+                source: counter.kind(),
+                label: counter.label().to_owned(),
+                note: counter_note,
+            },
+            evidence,
+        ),
         control_note,
         analysis,
         rounds,
     );
     report.removed_leftovers = removed_leftovers;
+    report.removed_trace_instances = removed_trace_instances;
     Ok(report)
 }
 
@@ -390,11 +494,19 @@ struct Sample<'a> {
     name: &'a str,
     buffer: &'a AlignedBuffer,
     opts: &'a ProbeOptions,
+    /// The backing device, as the tracepoint names it.
+    bdi: Option<&'a str>,
+}
+
+/// What measures the dirtied pages.
+struct Probes<'a> {
+    counter: &'a mut DirtyCounter,
+    trace: Option<&'a mut FolioTrace>,
 }
 
 fn write_sample(
     s: &Sample<'_>,
-    counter: &mut DirtyCounter,
+    probes: &mut Probes<'_>,
     scratch: &mut Scratch,
     on_bytes: &mut dyn FnMut(u64),
     paused: &mut bool,
@@ -402,9 +514,23 @@ fn write_sample(
     let (buffer, opts) = (s.buffer, s.opts);
     let path = &scratch.shown(s.in_control, s.name);
     signals::check()?;
+    let file = scratch.create(s.in_control, s.name)?;
+    let ino = std::os::unix::fs::MetadataExt::ino(
+        &file
+            .metadata()
+            .map_err(|e| Error::from_io(&e, "cannot stat", path))?,
+    );
+    // The filter is set before the first byte is written.
+    let traced = match (probes.trace.as_deref_mut(), s.bdi) {
+        (Some(t), Some(bdi)) => {
+            t.watch(&[(bdi.to_owned(), vec![ino])])?;
+            Some((bdi, t.count(bdi, ino)))
+        }
+        _ => None,
+    };
+    let counter = &mut *probes.counter;
     let before = counter.read_bytes()?;
     let start = Instant::now();
-    let file = scratch.create(s.in_control, s.name)?;
     let mut offset = 0u64;
     while offset < opts.size_bytes {
         signals::check()?;
@@ -413,17 +539,28 @@ fn write_sample(
             .map_err(|e| no_space_note(e, opts))?;
         offset += n;
         on_bytes(n);
+        if let Some(t) = probes.trace.as_deref_mut() {
+            t.drain()?;
+        }
         pause_hook(paused)?;
     }
     file.sync_all()
         .map_err(|e| no_space_note(Error::from_io(&e, "cannot fsync", path), opts))?;
     let seconds = start.elapsed().as_secs_f64();
-    let after = counter.read_bytes()?;
+    let after = probes.counter.read_bytes()?;
+    let dirtied_folios = match (probes.trace.as_deref_mut(), traced) {
+        (Some(t), Some((bdi, was))) => {
+            t.drain()?;
+            Some(t.count(bdi, ino).saturating_sub(was))
+        }
+        _ => None,
+    };
     drop(file);
     scratch.remove(s.in_control, s.name)?;
     Ok(verdict::WriteSample {
         bytes_written: opts.size_bytes,
         dirtied_bytes: after.saturating_sub(before),
+        dirtied_folios,
         seconds,
     })
 }

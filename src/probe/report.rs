@@ -48,6 +48,54 @@ pub struct CounterInfo {
     pub note: Option<String>,
 }
 
+/// Which evidence decided the verdict, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvidenceKind {
+    /// Folios dirtied per file (tracepoint writeback:writeback_dirty_folio in
+    /// a private trace instance): exact under any load.
+    Tracepoint,
+    /// This filesystem's dirtied counter (debugfs BdiDirtied): other writers
+    /// of the same filesystem disturb it.
+    Bdi,
+    /// The machine-wide nr_dirtied: every writer disturbs it.
+    Vmstat,
+}
+
+impl From<CounterKind> for EvidenceKind {
+    fn from(k: CounterKind) -> Self {
+        match k {
+            CounterKind::Bdi => EvidenceKind::Bdi,
+            CounterKind::Vmstat => EvidenceKind::Vmstat,
+        }
+    }
+}
+
+/// What the counter said when the tracepoint decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CrossCheck {
+    /// `bdi` or `vmstat`.
+    pub source: CounterKind,
+    /// The verdict from the counter alone.
+    pub verdict: Verdict,
+    /// Whether it is the verdict given.
+    pub agrees: bool,
+}
+
+/// The evidence behind the verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EvidenceInfo {
+    /// `tracepoint`, `bdi` or `vmstat`.
+    pub source: EvidenceKind,
+    /// What was read (`tracepoint writeback:writeback_dirty_folio, instance
+    /// btrfs-lab-123-abcdef` or the counter's label).
+    pub label: String,
+    /// Why the per-file tracepoint did not decide, when it did not.
+    pub note: Option<String>,
+    /// The counter's own verdict, when the tracepoint decided.
+    pub cross_check: Option<CrossCheck>,
+}
+
 /// The probe's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Parameters {
@@ -80,7 +128,9 @@ pub struct ProbeReport {
     pub kernel: String,
     /// The filesystem.
     pub filesystem: FsContext,
-    /// The counter used.
+    /// The evidence that decided the verdict, and the cross-check.
+    pub evidence: EvidenceInfo,
+    /// The counter used (the decider when the tracepoint was not used).
     pub counter: CounterInfo,
     /// Parameters.
     pub parameters: Parameters,
@@ -96,6 +146,8 @@ pub struct ProbeReport {
     pub rounds: Vec<Round>,
     /// Scratch entries of killed probes (dead pids) that were removed.
     pub removed_leftovers: Vec<String>,
+    /// Trace instances of killed probes (dead pids) that were removed.
+    pub removed_trace_instances: Vec<String>,
 }
 
 impl ProbeReport {
@@ -103,7 +155,7 @@ impl ProbeReport {
         opts: &ProbeOptions,
         fs: FsContext,
         kernel: String,
-        counter: CounterInfo,
+        (counter, evidence): (CounterInfo, EvidenceInfo),
         control_note: Option<String>,
         analysis: Analysis,
         rounds: Vec<Round>,
@@ -119,6 +171,7 @@ impl ProbeReport {
             reasons: analysis.reasons,
             kernel,
             filesystem: fs,
+            evidence,
             counter,
             parameters: Parameters {
                 size_bytes: opts.size_bytes,
@@ -131,6 +184,7 @@ impl ProbeReport {
             noise: analysis.noise,
             rounds,
             removed_leftovers: Vec::new(),
+            removed_trace_instances: Vec::new(),
         }
     }
 }
@@ -224,8 +278,8 @@ fn explain(verdict: Verdict, fs: &FsContext, analysis: &Analysis) -> Words {
             summary: "The probe could not tell whether O_DIRECT writes are direct here.".to_owned(),
             explanation: analysis.reasons.join("; "),
             fix: Some(
-                "Stop other writers on this machine and try again; run as root so the per-filesystem counter \
-                 (debugfs) is used; raise --rounds or --size."
+                "Run as root so the per-file tracepoint (tracefs) or the per-filesystem counter (debugfs) \
+                 is used; stop other writers on this machine and try again; raise --rounds or --size."
                     .to_owned(),
             ),
         },

@@ -176,7 +176,7 @@ impl Drop for Scratch {
 }
 
 /// True when a process `pid` exists (or may: EPERM means it does).
-fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     let Some(p) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)

@@ -28,6 +28,9 @@ pub struct WriteSample {
     pub bytes_written: u64,
     /// Growth of the dirtied counter during the write (and fsync).
     pub dirtied_bytes: u64,
+    /// Folios of this very file dirtied during the write (and fsync), from
+    /// the writeback_dirty_folio tracepoint; null when it was not traced.
+    pub dirtied_folios: Option<u64>,
     /// Wall time of the write and fsync.
     pub seconds: f64,
 }
@@ -230,6 +233,35 @@ fn summarize(samples: &[(WriteSample, IdleSample)]) -> FileSummary {
     }
 }
 
+/// Analyses the rounds from the per-file tracepoint counts: each file's
+/// own dirtied folios (times the page size), with no background to
+/// subtract. `None` unless every sample was traced.
+pub fn analyze_per_file(rounds: &[Round], ctx: &Context, page_size: u64) -> Option<Analysis> {
+    let exact = |s: &WriteSample| -> Option<WriteSample> {
+        Some(WriteSample {
+            dirtied_bytes: s.dirtied_folios?.saturating_mul(page_size),
+            ..*s
+        })
+    };
+    let traced: Option<Vec<Round>> = rounds
+        .iter()
+        .map(|r| {
+            Some(Round {
+                test: exact(&r.test)?,
+                control: match &r.control {
+                    Some(c) => Some(exact(c)?),
+                    None => None,
+                },
+                idle: IdleSample {
+                    dirtied_bytes: 0,
+                    seconds: r.idle.seconds,
+                },
+            })
+        })
+        .collect();
+    traced.map(|t| analyze(&t, ctx))
+}
+
 /// Analyses the rounds. `rounds` must not be empty.
 pub fn analyze(rounds: &[Round], ctx: &Context) -> Analysis {
     let test_samples: Vec<(WriteSample, IdleSample)> =
@@ -360,6 +392,7 @@ mod tests {
         WriteSample {
             bytes_written: written_mib * MIB,
             dirtied_bytes: (dirtied_mib * MIB as f64) as u64,
+            dirtied_folios: None,
             seconds,
         }
     }
@@ -458,6 +491,32 @@ mod tests {
         let a = analyze(&r, &btrfs(Profile::Raid0));
         assert_eq!(a.verdict, Verdict::BufferedFallback);
         assert_eq!(a.test.ratio_min, 0.0);
+    }
+
+    #[test]
+    fn per_file_counts_ignore_the_filesystems_other_writers() {
+        // A writer on the same filesystem: the counter sees 900 MiB/s of
+        // noise in bursts, the tracepoint sees each file's own folios only.
+        let mut r = rounds(0.0, Some(0.0), &[900.0, 20.0, 600.0]);
+        assert_eq!(
+            analyze(&r, &btrfs(Profile::Single)).verdict,
+            Verdict::Inconclusive
+        );
+        assert_eq!(analyze_per_file(&r, &btrfs(Profile::Single), 4096), None);
+        for round in &mut r {
+            round.test.dirtied_folios = Some(256 * MIB / 4096);
+            round.control.as_mut().unwrap().dirtied_folios = Some(0);
+        }
+        let a = analyze_per_file(&r, &btrfs(Profile::Single), 4096).unwrap();
+        assert_eq!(a.verdict, Verdict::BufferedFallback, "{a:?}");
+        assert_eq!(a.test.ratio_median, 1.0);
+        assert_eq!(a.control.unwrap().dirtied_bytes_median, 0);
+        assert_eq!(a.noise.dirtied_bytes_per_sec, 0.0);
+        for round in &mut r {
+            round.test.dirtied_folios = Some(0);
+        }
+        let a = analyze_per_file(&r, &btrfs(Profile::Single), 4096).unwrap();
+        assert_eq!(a.verdict, Verdict::Direct);
     }
 
     #[test]

@@ -134,14 +134,25 @@ pub fn find_debugfs(root: &SysRoot) -> Option<PathBuf> {
         .map(|m| m.mount_point)
 }
 
-/// Mounts debugfs at /sys/kernel/debug in a private mount namespace of this
-/// process, so nothing changes for the rest of the system and the mount
-/// vanishes when the process exits. Needs root; must be called before the
-/// process starts threads (the kernel refuses otherwise).
-pub fn mount_private_debugfs() -> Result<PathBuf> {
-    let target = PathBuf::from("/sys/kernel/debug");
+/// Moves this process into a private mount namespace whose mounts do not
+/// propagate to the rest of the system (once; later calls do nothing), so
+/// what it mounts (debugfs, tracefs) vanishes when it exits. Needs root;
+/// must be called before the process starts threads (the kernel refuses
+/// otherwise).
+pub fn enter_private_mount_namespace() -> Result<()> {
+    static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = DONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *done {
+        return Ok(());
+    }
     unshare(CloneFlags::CLONE_NEWNS).map_err(|e| {
-        Error::from_errno(e, "cannot create a private mount namespace for", &target)
+        Error::from_errno(
+            e,
+            "cannot create a private mount namespace for",
+            Path::new("/"),
+        )
     })?;
     mount(
         None::<&str>,
@@ -151,6 +162,16 @@ pub fn mount_private_debugfs() -> Result<PathBuf> {
         None::<&str>,
     )
     .map_err(|e| Error::from_errno(e, "cannot make mounts private under", Path::new("/")))?;
+    *done = true;
+    Ok(())
+}
+
+/// Mounts debugfs at /sys/kernel/debug in a private mount namespace of this
+/// process ([`enter_private_mount_namespace`]), so nothing changes for the
+/// rest of the system and the mount vanishes when the process exits.
+pub fn mount_private_debugfs() -> Result<PathBuf> {
+    let target = PathBuf::from("/sys/kernel/debug");
+    enter_private_mount_namespace()?;
     mount(
         Some("debugfs"),
         &target,

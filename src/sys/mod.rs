@@ -9,6 +9,7 @@ pub mod counters;
 pub mod direct_io;
 pub mod diskstats;
 pub mod extents;
+pub mod fdinfo;
 pub mod filecopy;
 pub mod fs;
 pub mod ioctl;
@@ -23,6 +24,7 @@ pub mod root;
 pub mod signals;
 pub mod tools;
 pub mod topology;
+pub mod tracefs;
 pub mod xattrs;
 
 /// True when running as root (effective uid 0).

@@ -621,3 +621,387 @@ fn a_directory_swapped_for_a_link_does_not_redirect_the_test_files() {
     assert!(listing(&victim).is_empty(), "{:?}", listing(&victim));
     assert!(listing(&mnt.join("d.moved")).is_empty());
 }
+
+/// Names of the trace instances of ours (`btrfs-lab-*`) and the global
+/// trace settings the probe must never change, read through a tracefs
+/// mounted in a private mount namespace of a child (`unshare -m`).
+#[cfg(feature = "test-hooks")]
+fn trace_state() -> (Vec<String>, String) {
+    let script = "mount -t tracefs nodev /sys/kernel/tracing && cd /sys/kernel/tracing && \
+                  ls instances; echo ---; cat tracing_on current_tracer buffer_size_kb set_event \
+                  events/writeback/writeback_dirty_folio/enable events/writeback/writeback_dirty_folio/filter \
+                  events/writeback/writeback_dirty_folio/trigger";
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (instances, global) = text.split_once("---\n").unwrap();
+    (
+        instances
+            .lines()
+            .filter(|n| n.starts_with("btrfs-lab-"))
+            .map(str::to_owned)
+            .collect(),
+        global.to_owned(),
+    )
+}
+
+/// A buffered `dd` rewriting a file in another directory of the same btrfs
+/// (at least 2 GiB in all) while checksummed and NOCOW directories are
+/// probed 10 times each: the per-file tracepoint decides every time and is
+/// right every time; the per-filesystem counter, kept as a cross-check, is
+/// disturbed by the writer.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn exact_verdicts_under_a_buffered_writer_on_the_same_filesystem() {
+    if !require_root("probe-dio with a writer on the same filesystem") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    let (csum, nocow, other) = (mnt.join("csum"), mnt.join("nocow"), mnt.join("other"));
+    for d in [&csum, &nocow, &other] {
+        fs::create_dir(d).unwrap();
+    }
+    btrfs_lab::sys::fs::set_nocow_dir(&nocow, false).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let noise = other.join("noise.bin");
+    let writer = {
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            let mut written = 0u64;
+            // At least 2 GiB, and on until the probes are done (bounded).
+            for _ in 0..200 {
+                if stop.load(Ordering::Relaxed) && written >= 2 << 30 {
+                    break;
+                }
+                let st = Command::new("dd")
+                    .args([
+                        "if=/dev/zero",
+                        "bs=1M",
+                        "count=256",
+                        "conv=notrunc",
+                        "status=none",
+                    ])
+                    .arg(format!("of={}", noise.display()))
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+                written += 256 << 20;
+            }
+            written
+        })
+    };
+    let mut wrong = Vec::new();
+    let mut counter_disagreed = 0;
+    for (dir, want) in [(&csum, "buffered-fallback"), (&nocow, "direct")] {
+        for i in 0..10 {
+            let (_, r, _) = probe(&env, dir, &["--rounds", "1"]);
+            assert_eq!(r["evidence"]["source"], "tracepoint", "{r:#}");
+            if r["verdict"] != want {
+                wrong.push(format!("{} run {i}: {}", dir.display(), r["verdict"]));
+            }
+            if r["evidence"]["cross_check"]["agrees"] == false {
+                counter_disagreed += 1;
+            }
+            let folios = r["rounds"][0]["test"]["dirtied_folios"].as_u64().unwrap();
+            let expected = if want == "direct" {
+                0
+            } else {
+                (32 << 20) / 4096
+            };
+            assert_eq!(folios, expected, "{r:#}");
+            assert_eq!(r["rounds"][0]["control"]["dirtied_folios"], 0, "{r:#}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    eprintln!(
+        "same-filesystem noise: {written} bytes buffered; 20 probes, {} wrong; the bdi counter disagreed in {counter_disagreed}",
+        wrong.len()
+    );
+    assert!(written >= 2 << 30);
+    assert!(wrong.is_empty(), "{wrong:?}");
+    assert!(
+        counter_disagreed > 0,
+        "the writer never disturbed the per-filesystem counter: the test does not test noise"
+    );
+}
+
+/// The tracepoint turned off (test hook): the per-filesystem counter
+/// decides, and the report says why.
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn without_the_tracepoint_the_counter_decides() {
+    if !require_root("probe-dio without the tracepoint") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mut c = env.cmd();
+    c.env(btrfs_lab::probe::NO_TRACE_ENV, "1")
+        .args(["probe-dio", "--json", "--size", SIZE])
+        .arg(sbx.mount_point());
+    let (code, stdout, _) = run(&mut c);
+    let r = json(&stdout);
+    assert_eq!(code, 3, "{r:#}");
+    assert_eq!(r["evidence"]["source"], "bdi");
+    assert!(
+        r["evidence"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("test hook")
+    );
+    assert_eq!(r["evidence"]["cross_check"], Value::Null);
+    assert_eq!(r["rounds"][0]["test"]["dirtied_folios"], Value::Null);
+}
+
+/// A helper `dd` writing with O_DIRECT to `file`, in a loop, until killed.
+struct Writer(std::process::Child);
+
+impl Writer {
+    fn start(file: &Path, direct: bool) -> Self {
+        let mut c = Command::new("sh");
+        let flag = if direct { "oflag=direct" } else { "" };
+        c.arg("-c").arg(format!(
+            "exec dd if=/dev/zero of='{}' bs=1M count=100000 {flag} conv=notrunc status=none",
+            file.display()
+        ));
+        let w = Writer(c.spawn().unwrap());
+        // Wait until dd has the file open (its size grows).
+        for _ in 0..500 {
+            if fs::metadata(file).is_ok_and(|m| m.len() >= 4 << 20) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        w
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn pid_probe(env: &TestEnv, pid: u32) -> (i32, Value) {
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--json", "--seconds", "2", "--pid"])
+        .arg(pid.to_string()));
+    assert!(!stdout.is_empty(), "{code}: {stderr}");
+    (code, json(&stdout))
+}
+
+fn the_file<'a>(r: &'a Value, path: &Path) -> &'a Value {
+    r["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == path.to_str().unwrap())
+        .unwrap_or_else(|| panic!("{} not in {r:#}", path.display()))
+}
+
+/// `--pid` on dd writing with O_DIRECT: to a checksummed file (fallback,
+/// checksums), to a NOCOW file (direct), to a NOCOW file on DUP data
+/// (fallback, profile); dd without O_DIRECT is buffered by choice; a
+/// process with no file open for writing says so.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn pid_reports_each_file_of_a_running_writer() {
+    if !require_root("probe-dio --pid") {
+        return;
+    }
+    let env = TestEnv::new();
+    let single = env.sandbox(SandboxRequest::default());
+    let dup = env.sandbox(SandboxRequest {
+        data: Some(Profile::Dup),
+        ..SandboxRequest::default()
+    });
+    let nocow = single.mount_point().join("nocow");
+    let dup_nocow = dup.mount_point().join("nocow");
+    for d in [&nocow, &dup_nocow] {
+        fs::create_dir(d).unwrap();
+        btrfs_lab::sys::fs::set_nocow_dir(d, false).unwrap();
+    }
+    let cases = [
+        (
+            single.mount_point().join("csum.bin"),
+            true,
+            3,
+            "buffered-fallback",
+            vec!["checksums"],
+        ),
+        (nocow.join("db.bin"), true, 0, "direct", vec![]),
+        (
+            dup_nocow.join("vm.img"),
+            true,
+            3,
+            "buffered-fallback",
+            vec!["profile"],
+        ),
+        (
+            single.mount_point().join("log.bin"),
+            false,
+            0,
+            "buffered-by-choice",
+            vec![],
+        ),
+    ];
+    for (file, direct, want_code, want, reasons) in cases {
+        let w = Writer::start(&file, direct);
+        let (code, r) = pid_probe(&env, w.0.id());
+        drop(w);
+        let f = the_file(&r, &file);
+        eprintln!(
+            "--pid {}: {} folios {} written {}",
+            file.display(),
+            f["verdict"],
+            f["dirtied_folios"],
+            f["bytes_written"]
+        );
+        assert_eq!(f["verdict"], want, "{r:#}");
+        assert_eq!(code, want_code, "{r:#}");
+        assert_eq!(f["o_direct"], direct);
+        assert_eq!(f["reasons"], serde_json::json!(reasons), "{r:#}");
+        let folios = f["dirtied_folios"].as_u64().unwrap();
+        if want == "direct" {
+            assert_eq!(folios, 0);
+            assert_eq!(f["activity"]["mtime_changed"], true);
+        } else {
+            assert!(folios > 256, "{r:#}");
+        }
+        assert_eq!(r["lost_events"], 0);
+        assert_eq!(r["removed_trace_instances"], serde_json::json!([]));
+        let back: btrfs_lab::probe::pid::PidReport = serde_json::from_value(r.clone()).unwrap();
+        assert_eq!(back.files.len(), r["files"].as_array().unwrap().len());
+    }
+
+    let mut idle = Command::new("sleep").arg("30").spawn().unwrap();
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--seconds", "1", "--pid"])
+        .arg(idle.id().to_string()));
+    let _ = idle.kill();
+    let _ = idle.wait();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("has no regular file open for writing")
+            || stdout.contains("has no file open with O_DIRECT"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("O_DIRECT;"), "{stdout}");
+}
+
+#[test]
+fn pid_errors_are_one_line() {
+    let env = TestEnv::new();
+    let (code, stdout, stderr) = run(env.cmd().args(["probe-dio", "--pid", "4194304000"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.starts_with("btrfs-lab: error: no process with pid 4194304000\nhint: "),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(env.cmd().args(["probe-dio", "--pid", "1", "/tmp"]));
+    assert_eq!(code, 2, "{stderr}");
+    let (code, _, stderr) = run(env.cmd().args(["probe-dio", "--seconds", "3", "/tmp"]));
+    assert_eq!(code, 2, "{stderr}");
+}
+
+/// The private trace instance is gone after SIGINT and SIGTERM (the probe
+/// removes it) and after SIGKILL (the next run removes it: its pid is
+/// dead); the global tracing settings are the same as before.
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn the_trace_instance_is_removed_on_every_exit_path() {
+    use std::io::{BufRead, BufReader};
+    if !require_root("probe-dio trace instance clean-up") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    let (before, global) = trace_state();
+    let mut pids = Vec::new();
+    for signal in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGKILL,
+    ] {
+        let mut child = env
+            .cmd()
+            .env(btrfs_lab::probe::PAUSE_ENV, "written")
+            .args(["probe-dio", "--size", SIZE])
+            .arg(&mnt)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        pids.push(pid);
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(line.contains("test hook: probe paused"), "{line}");
+        let mine = format!("btrfs-lab-{pid}-");
+        let (during, _) = trace_state();
+        assert_eq!(
+            during.iter().filter(|n| n.starts_with(&mine)).count(),
+            1,
+            "the paused probe has its instance: {during:?}"
+        );
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
+        let status = child.wait().unwrap();
+        let (after, now_global) = trace_state();
+        assert_eq!(
+            now_global, global,
+            "{signal} changed the global trace settings"
+        );
+        let left: Vec<&String> = after.iter().filter(|n| n.starts_with(&mine)).collect();
+        if signal == nix::sys::signal::Signal::SIGKILL {
+            assert_eq!(status.code(), None);
+            assert_eq!(left.len(), 1, "SIGKILL cannot clean up: {after:?}");
+            let (code, stdout, stderr) = run(env
+                .cmd()
+                .args(["probe-dio", "--json", "--rounds", "1", "--size", SIZE])
+                .arg(&mnt));
+            assert_eq!(code, 3, "{stderr}");
+            let r = json(&stdout);
+            assert!(
+                r["removed_trace_instances"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|n| n == left[0].as_str()),
+                "{r:#}"
+            );
+            // The removed leftovers of the killed probe's files too.
+            assert!(!r["removed_leftovers"].as_array().unwrap().is_empty());
+        } else {
+            assert_eq!(status.code(), Some(130), "{signal}");
+            assert!(left.is_empty(), "{signal} left {left:?}");
+        }
+    }
+    // Other tests' probes may run meanwhile: only our children's count.
+    let (end, end_global) = trace_state();
+    let ours = |n: &&String| {
+        pids.iter()
+            .any(|p| n.starts_with(&format!("btrfs-lab-{p}-")))
+    };
+    assert_eq!(end.iter().filter(ours).count(), 0, "{end:?}");
+    assert_eq!(before.iter().filter(ours).count(), 0);
+    assert_eq!(end_global, global);
+    assert!(listing(&mnt).is_empty(), "{:?}", listing(&mnt));
+}

@@ -9,6 +9,7 @@ pub mod direct_io;
 pub mod diskstats;
 pub mod extents;
 pub mod filecopy;
+pub mod fio;
 pub mod fs;
 pub mod ioctl;
 pub mod loopdev;

@@ -32,6 +32,9 @@ pub struct CheckContext {
     pub devices_known: bool,
     /// The test file's layout before the read tests.
     pub layout: Option<FileLayout>,
+    /// The test file's layout after the write tests (compression of what
+    /// the writes stored).
+    pub layout_after_writes: Option<FileLayout>,
     /// The compression mount option.
     pub compression_option: Option<String>,
     /// The array's ceiling for one reader, bytes per second.
@@ -158,7 +161,11 @@ pub fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckContext) -> 
             ),
         ));
     }
-    if let Some(layout) = ctx.layout {
+    let layout_now = match d {
+        Direction::Read => ctx.layout,
+        Direction::Write => ctx.layout_after_writes.or(ctx.layout),
+    };
+    if let Some(layout) = layout_now {
         let never = layout.never_written_bytes();
         if d == Direction::Read && never > 0 {
             checks.push(flag(

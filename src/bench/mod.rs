@@ -319,12 +319,65 @@ pub struct SuiteConfig<'a> {
     pub interval_secs: u64,
     /// Where job files go.
     pub work_dir: &'a Path,
-    /// Write the file by fio (false: a test hook fallocated it).
-    pub fill: bool,
+    /// How the file is filled before the reads.
+    pub fill: FillMode,
     /// Evict the test file before each read run.
     pub evict: bool,
     /// Multiply fio's claims (test hook).
     pub scale_claimed: f64,
+}
+
+/// How the test file gets its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillMode {
+    /// btrfs-lab writes it: O_DIRECT, 1 MiB writes of BLAKE3 output
+    /// (fio's own buffers are a multiplicative hash chain whose low bits
+    /// repeat: 1-2% compressible, enough for compress-force to compress
+    /// some extents).
+    Own,
+    /// fio writes it (test hook: compressible data).
+    Fio,
+    /// Not filled (test hook: fallocated only).
+    Skip,
+}
+
+/// Writes `size` bytes of incompressible data (BLAKE3 XOF output under a
+/// random key) into the existing file at `path`, O_DIRECT where the
+/// filesystem allows, then syncs.
+pub fn fill_incompressible(path: &Path, size: u64) -> Result<()> {
+    use crate::sys::direct_io::{AlignedBuffer, write_all_at};
+    const CHUNK: usize = 1 << 20;
+    let open = |direct: bool| {
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(
+                libc::O_NOFOLLOW | libc::O_CLOEXEC | if direct { libc::O_DIRECT } else { 0 },
+            )
+            .open(path)
+    };
+    let f = open(true)
+        .or_else(|_| open(false))
+        .map_err(|e| Error::from_io(&e, "cannot open", path))?;
+    let mut key = [0u8; 32];
+    let seed = format!(
+        "{}-{}-{:?}",
+        std::process::id(),
+        nanos_seed(),
+        Instant::now()
+    );
+    key.copy_from_slice(blake3::hash(seed.as_bytes()).as_bytes());
+    let mut xof = blake3::Hasher::new_keyed(&key).finalize_xof();
+    let mut buf = AlignedBuffer::new(CHUNK, 4096);
+    let mut off = 0u64;
+    while off < size {
+        check_stop()?;
+        let n = CHUNK.min((size - off) as usize);
+        xof.fill(&mut buf.as_mut_slice()[..n]);
+        write_all_at(&f, &buf.as_slice()[..n], off, path)?;
+        off += n as u64;
+    }
+    f.sync_all()
+        .map_err(|e| Error::from_io(&e, "cannot sync", path))
 }
 
 /// What the loop measured.
@@ -386,7 +439,7 @@ pub fn run_suite(
         seq += 1;
         cfg.work_dir.join(format!("{seq:03}-{what}.fio"))
     };
-    if cfg.fill {
+    if cfg.fill != FillMode::Skip {
         progress(&Progress {
             what: "fill".into(),
             run: 0,
@@ -395,19 +448,23 @@ pub fn run_suite(
         });
         let before = sensors.device_bytes()?;
         let start = Instant::now();
-        let out = fio.run(
-            &job_path("fill"),
-            &jobs::fill_job(&cfg.settings),
-            &check_stop,
-        )?;
-        measured.fill_seconds = start.elapsed().as_secs_f64();
-        let job = job_of(&out, "fill")?;
-        if job.error != 0 {
-            return Err(Error::new(
-                ErrorKind::Tool,
-                format!("fio could not fill the test file (error {})", job.error),
-            ));
+        if cfg.fill == FillMode::Own {
+            fill_incompressible(cfg.settings.file, cfg.settings.size_bytes)?;
+        } else {
+            let out = fio.run(
+                &job_path("fill"),
+                &jobs::fill_job(&cfg.settings),
+                &check_stop,
+            )?;
+            let job = job_of(&out, "fill")?;
+            if job.error != 0 {
+                return Err(Error::new(
+                    ErrorKind::Tool,
+                    format!("fio could not fill the test file (error {})", job.error),
+                ));
+            }
         }
+        measured.fill_seconds = start.elapsed().as_secs_f64();
         let after = sensors.device_bytes()?;
         measured.fill_device_write_bytes = before.zip(after).map(|(b, a)| a.1.saturating_sub(b.1));
     }
@@ -650,7 +707,13 @@ pub fn run(
         runs: opts.runs,
         interval_secs: opts.interval_secs,
         work_dir: work.path(),
-        fill: !fallocate_only,
+        fill: if fallocate_only {
+            FillMode::Skip
+        } else if settings.compress_percentage > 0 {
+            FillMode::Fio
+        } else {
+            FillMode::Own
+        },
         evict: !buffered,
         scale_claimed: hook(HOOK_SCALE_CLAIMED)
             .and_then(|v| v.parse().ok())
@@ -679,6 +742,7 @@ pub fn run(
         size_bytes: size,
         devices_known: !devices.is_empty() && devices_missing.is_empty(),
         layout: measured.layout_after_fill,
+        layout_after_writes: layout_at_end,
         compression_option: compression.clone(),
         ceiling_one_reader: ceiling.as_ref().and_then(|c| c.one_reader_bytes_per_sec),
         ceiling_many_readers: ceiling.as_ref().and_then(|c| c.many_readers_bytes_per_sec),
@@ -935,7 +999,7 @@ mod tests {
             runs: 3,
             interval_secs: 0,
             work_dir: dir,
-            fill: true,
+            fill: FillMode::Fio,
             evict: true,
             scale_claimed: scale,
         }

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::fio::{FioJob, FioOutput};
-use crate::parse::size::{format_iec, format_rate};
+use crate::parse::size::format_iec;
 use crate::sys::fio::FioRunner;
 use crate::sys::root::SysRoot;
 use crate::sys::{btrfs, fs as sysfs, signals};
@@ -863,7 +863,7 @@ fn summary_sentence(results: &[TestResult], flagged: usize) -> String {
         .filter_map(|r| r.bytes_per_sec.map(|b| (r, b)))
         .max_by(|a, b| a.1.total_cmp(&b.1));
     let mut s = match best {
-        Some((r, b)) => format!("best read: {} at {}", r.name, format_rate(b)),
+        Some((r, b)) => format!("best read: {} at {:.1} MB/s", r.name, b / 1e6),
         None => "no read figure checked out".to_owned(),
     };
     if flagged > 0 {

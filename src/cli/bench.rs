@@ -244,7 +244,7 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         }
     ));
     s.push_str(&format!(
-        "  {} test file {} ({}), {} runs × {} s, fio {} {}, kernel {}\n\n",
+        "  {} test file {} ({}), {} runs × {} s, {} {}, kernel {}\n\n",
         r.parameters.profile,
         format_iec(r.parameters.size_bytes),
         if r.test_file.nocow {

@@ -467,3 +467,170 @@ fn bad_arguments_are_one_line() {
             .any(|n| n.starts_with(".btrfs-lab-bench"))
     );
 }
+
+/// Headless Chromium (Debian's `chromium`), or None (skipped locally,
+/// required in CI like the other prerequisites).
+fn chromium() -> Option<PathBuf> {
+    match btrfs_lab::sys::tools::find("chromium", "chromium") {
+        Ok(t) => Some(t.path),
+        Err(_) if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
+            panic!("CI=true and chromium is missing (scripts/install-deps.sh installs it)")
+        }
+        Err(_) => {
+            eprintln!("\n*** SKIPPED: chromium is not installed ***\n");
+            None
+        }
+    }
+}
+
+/// Runs headless Chromium on a local file with the network cut off
+/// (every host resolves to nothing) and returns what it printed.
+fn headless(chromium: &Path, home: &Path, args: &[&str], file: &Path) -> String {
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+        ])
+        .arg(format!("--user-data-dir={}", home.display()))
+        .args(args)
+        .arg(format!("file://{}", file.display()))
+        .env("HOME", home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Values of `attr="..."` in `text`, in order.
+fn attrs<'a>(text: &'a str, attr: &str) -> Vec<&'a str> {
+    let pat = format!(" {attr}=\"");
+    text.match_indices(&pat)
+        .map(|(i, _)| {
+            let rest = &text[i + pat.len()..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root: run the suite as root (scripts/test.sh)"
+)]
+fn html_report_renders_one_chart_per_test_with_the_values() {
+    if !require_root("bench --report") {
+        return;
+    }
+    let Some(chromium) = chromium() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    let html = env.path().join("report.html");
+    let (_, r) = bench(
+        &env,
+        &mnt,
+        &[
+            "--tests",
+            "SEQ1M-Q8T1,RND4K-Q32T1,RND4K-Q1T1",
+            "--report",
+            html.to_str().unwrap(),
+        ],
+        &[],
+    );
+    // The job file is saved next to the report.
+    assert_eq!(
+        fs::read_to_string(env.path().join("report.fio")).unwrap(),
+        r.job_file
+    );
+    let page = fs::read_to_string(&html).unwrap();
+    // Self-contained: no script, no external resource, a CSP that forbids loads.
+    for bad in [
+        "<script", "<link", " src=", " href=", "url(", "https://", "@import",
+    ] {
+        assert!(!page.contains(bad), "the page contains {bad}");
+    }
+    assert!(page.contains("default-src 'none'"));
+
+    let home = env.path().join("chromium-home");
+    fs::create_dir_all(&home).unwrap();
+    let dom = headless(&chromium, &home, &["--dump-dom"], &html);
+    // One chart per test, each with a bar per direction at the report's value.
+    assert_eq!(
+        attrs(&dom, "data-test"),
+        ["SEQ1M Q8T1", "RND4K Q32T1", "RND4K Q1T1"]
+    );
+    let mbps: Vec<f64> = attrs(&dom, "data-mbps")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let mut want: Vec<(String, f64)> = Vec::new();
+    for name in ["SEQ1M Q8T1", "RND4K Q32T1", "RND4K Q1T1"] {
+        for t in r.results.iter().filter(|t| t.name == name) {
+            want.push((
+                format!("{} {}", t.name, t.direction.as_str()),
+                t.claimed_bytes_per_sec / 1e6,
+            ));
+        }
+    }
+    assert_eq!(mbps.len(), want.len());
+    for (got, (what, w)) in mbps.iter().zip(&want) {
+        assert!(
+            (got - w).abs() < 0.001,
+            "{what}: chart {got} MB/s, report {w}"
+        );
+    }
+    assert!(
+        dom.contains(&r.summary.replace('&', "&amp;")),
+        "summary missing from the DOM"
+    );
+
+    // Each chart is valid XML: Chromium's XML parser reads it standalone
+    // as image/svg+xml and reports no parser error.
+    let mut rest = page.as_str();
+    let mut charts = 0;
+    while let Some(start) = rest.find("<svg") {
+        let end = rest[start..].find("</svg>").unwrap() + start + "</svg>".len();
+        let svg = env.path().join(format!("chart{charts}.svg"));
+        fs::write(
+            &svg,
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n{}",
+                &rest[start..end]
+            ),
+        )
+        .unwrap();
+        let parsed = headless(&chromium, &home, &["--dump-dom"], &svg);
+        assert!(
+            !parsed.contains("parsererror"),
+            "chart {charts} is not valid XML: {parsed}"
+        );
+        assert!(parsed.contains("<rect class=\"bar\""), "{parsed}");
+        charts += 1;
+        rest = &rest[end..];
+    }
+    assert_eq!(charts, 3);
+    // A screenshot for the record (BTRFS_LAB_SCREENSHOT=path keeps it).
+    if let Ok(shot) = std::env::var("BTRFS_LAB_SCREENSHOT") {
+        headless(
+            &chromium,
+            &home,
+            &[
+                &format!("--screenshot={shot}"),
+                "--window-size=1000,1500",
+                "--hide-scrollbars",
+            ],
+            &html,
+        );
+        assert!(fs::metadata(&shot).unwrap().len() > 1000);
+    }
+}

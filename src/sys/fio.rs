@@ -22,6 +22,16 @@ pub trait FioRunner {
     /// while fio runs: when it returns an error, fio is killed and that
     /// error returned.
     fn run(&mut self, path: &Path, text: &str, stop: &dyn Fn() -> Result<()>) -> Result<FioOutput>;
+    /// The same with fio's `--readonly` (a command-line option, not a job
+    /// option): fio refuses any write, whatever the job file says.
+    fn run_readonly(
+        &mut self,
+        path: &Path,
+        text: &str,
+        stop: &dyn Fn() -> Result<()>,
+    ) -> Result<FioOutput> {
+        self.run(path, text, stop)
+    }
 }
 
 /// The real fio, found on PATH.
@@ -73,6 +83,27 @@ impl FioRunner for RealFio {
     }
 
     fn run(&mut self, path: &Path, text: &str, stop: &dyn Fn() -> Result<()>) -> Result<FioOutput> {
+        self.spawn(path, text, false, stop)
+    }
+
+    fn run_readonly(
+        &mut self,
+        path: &Path,
+        text: &str,
+        stop: &dyn Fn() -> Result<()>,
+    ) -> Result<FioOutput> {
+        self.spawn(path, text, true, stop)
+    }
+}
+
+impl RealFio {
+    fn spawn(
+        &mut self,
+        path: &Path,
+        text: &str,
+        readonly: bool,
+        stop: &dyn Fn() -> Result<()>,
+    ) -> Result<FioOutput> {
         write_new_file(path, text)?;
         let out_path = with_ext(path, ".json");
         let err_path = with_ext(path, ".stderr");
@@ -82,11 +113,15 @@ impl FioRunner for RealFio {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&err_path)
             .map_err(|e| Error::from_io(&e, "cannot create", &err_path))?;
-        let args = vec![
+        let mut args = Vec::new();
+        if readonly {
+            args.push("--readonly".to_owned());
+        }
+        args.extend([
             "--output-format=json".to_owned(),
             format!("--output={}", out_path.display()),
             path.display().to_string(),
-        ];
+        ]);
         let mut child = Command::new(&self.tool.path)
             .args(&args)
             .stdin(Stdio::null())

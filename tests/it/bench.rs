@@ -83,7 +83,12 @@ fn raid0_figures_agree_with_the_member_devices() {
     let env = TestEnv::new();
     let sb = raid0(&env);
     let mnt = sb.mount_point().to_path_buf();
-    let (code, r) = bench(&env, &mnt, &["--tests", "SEQ1M-Q8T1,RND4K-Q32T2"], &[]);
+    let (code, r) = bench(
+        &env,
+        &mnt,
+        &["--members", "--tests", "SEQ1M-Q8T1,RND4K-Q32T2"],
+        &[],
+    );
     assert_eq!(code, 0, "{r:#?}");
     assert_eq!(r.target.fs_type, "btrfs");
     assert_eq!(r.target.data_profiles, vec![Profile::Raid0]);
@@ -146,6 +151,68 @@ fn raid0_figures_agree_with_the_member_devices() {
     assert!(r.job_file.contains("[RND4K-Q32T2-read]\nstonewall\n"));
     assert!(r.job_file.contains("offset_increment=33554432"));
     assert!(r.job_file.contains("allow_file_create=0"));
+
+    // --members: each member alone and together, the slowest named.
+    let m = r.members_scaling.as_ref().unwrap();
+    let paths: Vec<&str> = r.target.devices.iter().map(|d| d.path.as_str()).collect();
+    assert_eq!(
+        m.alone
+            .iter()
+            .map(|x| x.device.as_str())
+            .collect::<Vec<_>>(),
+        paths
+    );
+    assert_eq!(m.together.len(), 3);
+    assert!(paths.contains(&m.slowest.as_str()));
+    let slowest = m
+        .alone
+        .iter()
+        .map(|x| x.bytes_per_sec)
+        .fold(f64::INFINITY, f64::min);
+    assert!((m.slowest_times_n_bytes_per_sec - 3.0 * slowest).abs() < 1.0);
+    assert_eq!(
+        m.array_bytes_per_sec,
+        result(&r, "SEQ1M-Q8T1-read").bytes_per_sec
+    );
+
+    // --compare reads saved reports back: A against itself is ×1.00, and a
+    // B whose SEQ read doubled is ×2.00.
+    let a = env.path().join("a.json");
+    let b = env.path().join("b.json");
+    fs::write(&a, serde_json::to_string(&r).unwrap()).unwrap();
+    let mut faster = r.clone();
+    faster.results[0].bytes_per_sec = faster.results[0].bytes_per_sec.map(|x| x * 2.0);
+    fs::write(&b, serde_json::to_string(&faster).unwrap()).unwrap();
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["bench", "--json", "--compare"])
+        .arg(&a)
+        .arg(&b));
+    assert_eq!(code, 0, "{stderr}");
+    let c: btrfs_lab::bench::compare::Comparison = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(c.rows.len(), 4);
+    assert!((c.rows[0].ratio.unwrap() - 2.0).abs() < 1e-9, "{c:#?}");
+    assert!(
+        c.rows[1..]
+            .iter()
+            .all(|x| (x.ratio.unwrap() - 1.0).abs() < 1e-9)
+    );
+    let (code, stdout, _) = run(env.cmd().args(["bench", "--compare"]).arg(&a).arg(&b));
+    assert_eq!(code, 0);
+    assert!(stdout.contains("SEQ1M Q8T1 read"), "{stdout}");
+    assert!(stdout.contains("×2.00"), "{stdout}");
+    // Not a report.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["bench", "--compare"])
+        .arg(&a)
+        .arg(env.path().join("report.fio")));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("cannot read"), "{stderr}");
+    fs::write(&b, "{}").unwrap();
+    let (code, _, stderr) = run(env.cmd().args(["bench", "--compare"]).arg(&a).arg(&b));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("is not a bench --json report"), "{stderr}");
 }
 
 #[test]

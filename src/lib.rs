@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod admin;
+pub mod bench;
 pub mod error;
 pub mod links;
 pub mod model;

@@ -2,6 +2,7 @@
 //! subcommand has its own file with its arguments and a thin `run` that
 //! calls the library.
 
+mod bench;
 mod convert;
 mod demo;
 mod device;
@@ -85,6 +86,9 @@ enum Command {
     /// Which way of reading a big file is fastest here, cold cache, checked by the devices.
     #[command(after_long_help = read_test::AFTER_HELP)]
     ReadTest(read_test::ReadTestArgs),
+    /// A CrystalDiskMark-style suite on fio, every figure checked against the devices.
+    #[command(after_long_help = bench::AFTER_HELP)]
+    Bench(bench::BenchArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -108,6 +112,7 @@ pub fn run() -> ExitCode {
         Command::Links(args) => links::run(args, &out),
         Command::Nocow(args) => nocow::run(args, &out),
         Command::ReadTest(args) => read_test::run(args, &out),
+        Command::Bench(args) => bench::run(args, &out),
     };
     let write_error = out.finish(result.as_ref().err());
     match (result, write_error) {

@@ -3,6 +3,7 @@
 pub mod counters;
 pub mod diskstats;
 pub mod fi_df;
+pub mod fio;
 pub mod memory;
 pub mod mountinfo;
 pub mod nvme_smart;

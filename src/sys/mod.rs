@@ -11,6 +11,7 @@ pub mod diskstats;
 pub mod extents;
 pub mod fdinfo;
 pub mod filecopy;
+pub mod fio;
 pub mod fs;
 pub mod ioctl;
 pub mod loopdev;

@@ -2,6 +2,7 @@
 //! harness. Tests that need root skip loudly without it, and fail in CI.
 
 mod admin;
+mod bench;
 mod common;
 mod links;
 mod nocow;

@@ -248,6 +248,7 @@ macro_rules! transcript_tests {
 }
 
 transcript_tests! {
+    root bench => "bench.md",
     root convert => "convert.md",
     root demo => "demo.md",
     root device => "device.md",

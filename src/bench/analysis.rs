@@ -1,0 +1,540 @@
+//! The honesty checks and the statistics: pure functions over what fio
+//! claimed and what the kernel counted around each run.
+
+use super::profile::{Direction, Pattern, TestSpec};
+use super::report::{Check, CheckCode, FileLayout, RunResult, Severity, Status, TestResult};
+use crate::parse::size::{format_iec, format_rate};
+
+/// fio may claim this much more than the devices moved (counters are taken
+/// a little before and after fio's own clock) before a figure is flagged.
+pub const DEVICE_TOLERANCE: f64 = 0.05;
+/// And this many bytes on top (a few requests in flight at the edges).
+pub const DEVICE_SLACK_BYTES: u64 = 1 << 20;
+/// A thread at this fraction of a core or more is limited by the CPU.
+pub const CPU_BOUND_CORES: f64 = 0.85;
+/// A write run that dirtied at least this fraction of what it wrote went
+/// through the page cache.
+pub const DIRTIED_FRACTION: f64 = 0.10;
+/// A read run with at least this fraction of the file cached beforehand
+/// may have read from memory.
+pub const RESIDENT_FRACTION: f64 = 0.01;
+/// Compressed extents above this fraction of the file change the figures.
+pub const ENCODED_FRACTION: f64 = 0.01;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// What the checks know about the bench as a whole.
+#[derive(Debug, Clone, Default)]
+pub struct CheckContext {
+    /// Test file size.
+    pub size_bytes: u64,
+    /// Every member's counters are visible: the device check can run.
+    pub devices_known: bool,
+    /// The test file's layout before the read tests.
+    pub layout: Option<FileLayout>,
+    /// The test file's layout after the write tests (compression of what
+    /// the writes stored).
+    pub layout_after_writes: Option<FileLayout>,
+    /// The compression mount option.
+    pub compression_option: Option<String>,
+    /// The array's ceiling for one reader, bytes per second.
+    pub ceiling_one_reader: Option<f64>,
+    /// The array's ceiling for many readers, bytes per second.
+    pub ceiling_many_readers: Option<f64>,
+    /// `--cow`.
+    pub cow: bool,
+}
+
+/// What one run measured, before the checks.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// fio's error code.
+    pub fio_error: i64,
+    /// Bytes fio claims.
+    pub claimed_bytes: u64,
+    /// fio's runtime, seconds.
+    pub seconds: f64,
+    /// fio's bandwidth.
+    pub bytes_per_sec: f64,
+    /// fio's IOPS.
+    pub iops: f64,
+    /// Mean latency, µs.
+    pub lat_mean_us: f64,
+    /// Median completion latency, µs.
+    pub clat_p50_us: Option<f64>,
+    /// p99 completion latency, µs.
+    pub clat_p99_us: Option<f64>,
+    /// Cores per thread.
+    pub cores_per_thread: f64,
+    /// CPU seconds, all threads.
+    pub cpu_seconds: f64,
+    /// Bytes the members read.
+    pub device_read_bytes: Option<u64>,
+    /// Bytes the members wrote.
+    pub device_write_bytes: Option<u64>,
+    /// Test file bytes cached before a read run.
+    pub resident_before_bytes: Option<u64>,
+    /// Page cache dirtied during a write run.
+    pub dirtied_bytes: Option<u64>,
+}
+
+fn flag(code: CheckCode, message: String) -> Check {
+    Check {
+        code,
+        severity: Severity::Flag,
+        message,
+    }
+}
+
+fn note(code: CheckCode, message: String) -> Check {
+    Check {
+        code,
+        severity: Severity::Note,
+        message,
+    }
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    100.0 * part as f64 / whole.max(1) as f64
+}
+
+/// The checks of one run.
+pub fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckContext) -> Vec<Check> {
+    let mut checks = Vec::new();
+    if s.fio_error != 0 {
+        checks.push(flag(
+            CheckCode::FioError,
+            format!("fio reported error {} for this job", s.fio_error),
+        ));
+    }
+    let moved = match d {
+        Direction::Read => s.device_read_bytes,
+        Direction::Write => s.device_write_bytes,
+    };
+    if ctx.devices_known
+        && let Some(moved) = moved
+    {
+        let limit = moved as f64 * (1.0 + DEVICE_TOLERANCE) + DEVICE_SLACK_BYTES as f64;
+        if s.claimed_bytes as f64 > limit {
+            checks.push(flag(
+                CheckCode::DeviceMismatch,
+                format!(
+                    "fio claims {} {} but the member devices {} only {} ({:.0}%): the rest did not come from the drives",
+                    format_iec(s.claimed_bytes),
+                    if d == Direction::Read { "read" } else { "written" },
+                    if d == Direction::Read { "read" } else { "wrote" },
+                    format_iec(moved),
+                    pct(moved, s.claimed_bytes)
+                ),
+            ));
+        }
+    }
+    if d == Direction::Read
+        && let Some(resident) = s.resident_before_bytes
+        && resident as f64 > ctx.size_bytes as f64 * RESIDENT_FRACTION
+    {
+        checks.push(flag(
+            CheckCode::PageCacheRead,
+            format!(
+                "{} of the test file ({:.0}%) was in the page cache before the run (mincore) and could not be evicted: reads may have come from memory",
+                format_iec(resident),
+                pct(resident, ctx.size_bytes)
+            ),
+        ));
+    }
+    if d == Direction::Write
+        && let Some(dirtied) = s.dirtied_bytes
+        && dirtied as f64 >= s.claimed_bytes as f64 * DIRTIED_FRACTION
+        && dirtied > DEVICE_SLACK_BYTES
+    {
+        let why = if ctx.cow {
+            "the test file has data checksums (--cow), and since Linux 6.15 btrfs turns O_DIRECT writes to such files into buffered writes"
+        } else {
+            "O_DIRECT was not honoured"
+        };
+        checks.push(flag(
+            CheckCode::PageCacheWrite,
+            format!(
+                "the write went through the page cache: it dirtied {} of page cache for {} written; {why}. This measures buffered writes plus writeback, not direct I/O",
+                format_iec(dirtied),
+                format_iec(s.claimed_bytes)
+            ),
+        ));
+    }
+    let layout_now = match d {
+        Direction::Read => ctx.layout,
+        Direction::Write => ctx.layout_after_writes.or(ctx.layout),
+    };
+    if let Some(layout) = layout_now {
+        let never = layout.never_written_bytes();
+        if d == Direction::Read && never > 0 {
+            checks.push(flag(
+                CheckCode::NeverWritten,
+                format!(
+                    "{} of the test file ({:.0}%) was never written (unwritten extents or holes): it reads as zeros without touching the drives",
+                    format_iec(never),
+                    pct(never, ctx.size_bytes)
+                ),
+            ));
+        }
+        if layout.encoded_bytes as f64 > ctx.size_bytes as f64 * ENCODED_FRACTION {
+            checks.push(flag(
+                CheckCode::Compression,
+                format!(
+                    "{} of the test file ({:.0}%) is in compressed extents ({}): the drives move fewer bytes than fio counts, reads decompress through the page cache, and the figure measures the compressor, not the drives",
+                    format_iec(layout.encoded_bytes),
+                    pct(layout.encoded_bytes, ctx.size_bytes),
+                    ctx.compression_option.as_deref().unwrap_or("compression attribute")
+                ),
+            ));
+        } else if let Some(opt) = &ctx.compression_option {
+            let why = if ctx.cow {
+                "the test data is incompressible, so btrfs stored it uncompressed"
+            } else {
+                "the test file is NOCOW, which btrfs never compresses"
+            };
+            checks.push(note(
+                CheckCode::Compression,
+                format!(
+                    "mounted with {opt}, but the test file has no compressed extents: {why}; real, compressible files would behave differently"
+                ),
+            ));
+        }
+    }
+    if s.cores_per_thread >= CPU_BOUND_CORES {
+        checks.push(note(
+            CheckCode::CpuBound,
+            format!(
+                "limited by CPU, not by the drive: each fio thread used {:.0}% of a core",
+                100.0 * s.cores_per_thread
+            ),
+        ));
+    }
+    let ceiling = if t.threads > 1 {
+        ctx.ceiling_many_readers.or(ctx.ceiling_one_reader)
+    } else {
+        ctx.ceiling_one_reader
+    };
+    if let Some(c) = ceiling
+        && s.bytes_per_sec > c * (1.0 + DEVICE_TOLERANCE)
+    {
+        checks.push(flag(
+            CheckCode::AboveCeiling,
+            format!(
+                "{} is above the array's PCIe ceiling of {}: physically impossible",
+                format_rate(s.bytes_per_sec),
+                format_rate(c)
+            ),
+        ));
+    }
+    checks
+}
+
+/// The median (mean of the two middle values for an even count).
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// A run's report entry.
+pub fn run_result(run: u32, s: &Sample, checks: Vec<Check>) -> RunResult {
+    RunResult {
+        run,
+        claimed_bytes: s.claimed_bytes,
+        seconds: s.seconds,
+        bytes_per_sec: s.bytes_per_sec,
+        iops: s.iops,
+        lat_mean_us: s.lat_mean_us,
+        clat_p50_us: s.clat_p50_us,
+        clat_p99_us: s.clat_p99_us,
+        cores_per_thread: s.cores_per_thread,
+        cpu_seconds_per_gib: (s.claimed_bytes > 0)
+            .then(|| s.cpu_seconds / (s.claimed_bytes as f64 / GIB)),
+        device_read_bytes: s.device_read_bytes,
+        device_write_bytes: s.device_write_bytes,
+        resident_before_bytes: s.resident_before_bytes,
+        dirtied_bytes: s.dirtied_bytes,
+        checks,
+    }
+}
+
+/// One test's result from its runs: medians, spread, findings (each code
+/// once, with in how many runs it was seen). A flag in any run flags the
+/// figure: it is then not given as a result.
+pub fn summarize(
+    t: TestSpec,
+    d: Direction,
+    runs: Vec<RunResult>,
+    ctx: &CheckContext,
+) -> TestResult {
+    let rates: Vec<f64> = runs.iter().map(|r| r.bytes_per_sec).collect();
+    let mut checks: Vec<Check> = Vec::new();
+    for r in &runs {
+        for c in &r.checks {
+            if !checks
+                .iter()
+                .any(|x| x.code == c.code && x.severity == c.severity)
+            {
+                checks.push(c.clone());
+            }
+        }
+    }
+    let n = runs.len();
+    for c in &mut checks {
+        let seen = runs
+            .iter()
+            .filter(|r| r.checks.iter().any(|x| x.code == c.code))
+            .count();
+        if n > 1 && seen < n {
+            c.message = format!("{} (in {seen} of {n} runs)", c.message);
+        }
+    }
+    checks.sort_by_key(|c| (c.severity != Severity::Flag, c.code));
+    let flagged = checks.iter().any(|c| c.severity == Severity::Flag) || runs.is_empty();
+    let med = median(&rates).unwrap_or(0.0);
+    let iops = median(&runs.iter().map(|r| r.iops).collect::<Vec<_>>()).unwrap_or(0.0);
+    let lat = median(&runs.iter().map(|r| r.lat_mean_us).collect::<Vec<_>>()).unwrap_or(0.0);
+    let cpu: Vec<f64> = runs.iter().filter_map(|r| r.cpu_seconds_per_gib).collect();
+    let cores = median(&runs.iter().map(|r| r.cores_per_thread).collect::<Vec<_>>()).unwrap_or(0.0);
+    let ceiling_fraction = match (t.pattern, d, ctx.ceiling_one_reader) {
+        (Pattern::Seq, _, Some(c)) if c > 0.0 && !flagged => Some(med / c),
+        _ => None,
+    };
+    TestResult {
+        test: t,
+        direction: d,
+        name: t.to_string(),
+        status: if flagged { Status::Flagged } else { Status::Ok },
+        bytes_per_sec: (!flagged).then_some(med),
+        iops: (!flagged).then_some(iops),
+        lat_mean_us: (!flagged).then_some(lat),
+        bytes_per_sec_min: rates.iter().copied().fold(f64::INFINITY, f64::min).min(med),
+        bytes_per_sec_max: rates.iter().copied().fold(0.0, f64::max),
+        claimed_bytes_per_sec: med,
+        cpu_seconds_per_gib: median(&cpu),
+        cores_per_thread: cores,
+        ceiling_fraction,
+        checks,
+        runs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::profile::{DEFAULT_TESTS, NVME_TESTS};
+
+    const MIB: u64 = 1 << 20;
+
+    fn ctx() -> CheckContext {
+        CheckContext {
+            size_bytes: 1 << 30,
+            devices_known: true,
+            layout: Some(FileLayout::default()),
+            ..CheckContext::default()
+        }
+    }
+
+    fn honest_read() -> Sample {
+        Sample {
+            claimed_bytes: 1000 * MIB,
+            seconds: 1.0,
+            bytes_per_sec: 1000.0 * MIB as f64,
+            iops: 1000.0,
+            lat_mean_us: 8000.0,
+            cores_per_thread: 0.1,
+            cpu_seconds: 0.1,
+            device_read_bytes: Some(1000 * MIB + 3 * MIB),
+            device_write_bytes: Some(0),
+            resident_before_bytes: Some(0),
+            ..Sample::default()
+        }
+    }
+
+    fn codes(c: &[Check]) -> Vec<(CheckCode, Severity)> {
+        c.iter().map(|c| (c.code, c.severity)).collect()
+    }
+
+    #[test]
+    fn an_honest_run_has_no_findings() {
+        let t = DEFAULT_TESTS[0];
+        assert_eq!(
+            check_run(&t, Direction::Read, &honest_read(), &ctx()),
+            vec![]
+        );
+        // Within 5 %: fine.
+        let s = Sample {
+            claimed_bytes: 1040 * MIB,
+            ..honest_read()
+        };
+        assert!(check_run(&t, Direction::Read, &s, &ctx()).is_empty());
+    }
+
+    #[test]
+    fn claims_above_the_device_counters_are_flagged() {
+        let t = DEFAULT_TESTS[0];
+        // The fio mmap trap: 8 jobs, 54.8 GB claimed, 6.9 GB read.
+        let s = Sample {
+            claimed_bytes: 54_800 * MIB,
+            device_read_bytes: Some(6_900 * MIB),
+            ..honest_read()
+        };
+        let c = check_run(&t, Direction::Read, &s, &ctx());
+        assert_eq!(codes(&c), vec![(CheckCode::DeviceMismatch, Severity::Flag)]);
+        assert!(c[0].message.contains("(13%)"), "{}", c[0].message);
+        // Without every member's counters the check cannot run.
+        let blind = CheckContext {
+            devices_known: false,
+            ..ctx()
+        };
+        assert!(check_run(&t, Direction::Read, &s, &blind).is_empty());
+        // Writes are checked against the written sectors.
+        let w = Sample {
+            claimed_bytes: 500 * MIB,
+            device_write_bytes: Some(200 * MIB),
+            device_read_bytes: Some(10_000 * MIB),
+            ..honest_read()
+        };
+        let c = check_run(&t, Direction::Write, &w, &ctx());
+        assert_eq!(codes(&c), vec![(CheckCode::DeviceMismatch, Severity::Flag)]);
+    }
+
+    #[test]
+    fn cache_and_buffered_writes_are_flagged() {
+        let t = DEFAULT_TESTS[2];
+        let warm = Sample {
+            resident_before_bytes: Some(512 * MIB),
+            ..honest_read()
+        };
+        let c = check_run(&t, Direction::Read, &warm, &ctx());
+        assert_eq!(codes(&c), vec![(CheckCode::PageCacheRead, Severity::Flag)]);
+        assert!(c[0].message.contains("(50%)"));
+        let buffered = Sample {
+            claimed_bytes: 100 * MIB,
+            device_write_bytes: Some(101 * MIB),
+            dirtied_bytes: Some(100 * MIB),
+            ..honest_read()
+        };
+        let cow = CheckContext { cow: true, ..ctx() };
+        let c = check_run(&t, Direction::Write, &buffered, &cow);
+        assert_eq!(codes(&c), vec![(CheckCode::PageCacheWrite, Severity::Flag)]);
+        assert!(c[0].message.contains("--cow"));
+        // A few dirtied pages (metadata, noise) are not a buffered write.
+        let direct = Sample {
+            dirtied_bytes: Some(64 << 10),
+            ..buffered
+        };
+        assert!(check_run(&t, Direction::Write, &direct, &cow).is_empty());
+    }
+
+    #[test]
+    fn layout_compression_cpu_and_ceiling() {
+        let t = DEFAULT_TESTS[0];
+        let fallocated = CheckContext {
+            layout: Some(FileLayout {
+                unwritten_bytes: 256 * MIB,
+                ..FileLayout::default()
+            }),
+            ..ctx()
+        };
+        let c = check_run(&t, Direction::Read, &honest_read(), &fallocated);
+        assert_eq!(codes(&c), vec![(CheckCode::NeverWritten, Severity::Flag)]);
+        // Never-written regions do not matter to writes.
+        let w = Sample {
+            device_write_bytes: Some(1000 * MIB),
+            ..honest_read()
+        };
+        assert!(check_run(&t, Direction::Write, &w, &fallocated).is_empty());
+
+        let compressed = CheckContext {
+            layout: Some(FileLayout {
+                encoded_bytes: 900 * MIB,
+                ..FileLayout::default()
+            }),
+            compression_option: Some("compress-force=zstd".into()),
+            cow: true,
+            ..ctx()
+        };
+        let c = check_run(&t, Direction::Read, &honest_read(), &compressed);
+        assert_eq!(codes(&c), vec![(CheckCode::Compression, Severity::Flag)]);
+        assert!(c[0].message.contains("compress-force=zstd"));
+        let option_only = CheckContext {
+            compression_option: Some("compress=zstd:3".into()),
+            ..ctx()
+        };
+        let c = check_run(&t, Direction::Read, &honest_read(), &option_only);
+        assert_eq!(codes(&c), vec![(CheckCode::Compression, Severity::Note)]);
+        assert!(c[0].message.contains("NOCOW"));
+
+        let busy = Sample {
+            cores_per_thread: 0.97,
+            ..honest_read()
+        };
+        let c = check_run(&t, Direction::Read, &busy, &ctx());
+        assert_eq!(codes(&c), vec![(CheckCode::CpuBound, Severity::Note)]);
+        assert!(c[0].message.contains("limited by CPU, not by the drive"));
+
+        // 28 GB/s on an 18.8 GB/s array.
+        let ceiling = CheckContext {
+            ceiling_one_reader: Some(18.8e9),
+            ceiling_many_readers: Some(18.8e9),
+            ..ctx()
+        };
+        let fast = Sample {
+            bytes_per_sec: 28e9,
+            ..honest_read()
+        };
+        let c = check_run(&NVME_TESTS[2], Direction::Read, &fast, &ceiling);
+        assert_eq!(codes(&c), vec![(CheckCode::AboveCeiling, Severity::Flag)]);
+    }
+
+    #[test]
+    fn median_spread_and_flagging() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        let t = DEFAULT_TESTS[0];
+        let c = CheckContext {
+            ceiling_one_reader: Some(4000.0 * MIB as f64),
+            ..ctx()
+        };
+        let runs: Vec<RunResult> = [900.0, 1000.0, 1100.0]
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let s = Sample {
+                    bytes_per_sec: r * MIB as f64,
+                    ..honest_read()
+                };
+                run_result(i as u32 + 1, &s, check_run(&t, Direction::Read, &s, &c))
+            })
+            .collect();
+        let r = summarize(t, Direction::Read, runs.clone(), &c);
+        assert_eq!(r.status, Status::Ok);
+        assert_eq!(r.bytes_per_sec, Some(1000.0 * MIB as f64));
+        assert_eq!(r.bytes_per_sec_min, 900.0 * MIB as f64);
+        assert_eq!(r.bytes_per_sec_max, 1100.0 * MIB as f64);
+        assert_eq!(r.ceiling_fraction, Some(0.25));
+        assert_eq!(r.name, "SEQ1M Q8T1");
+        // One run flagged: no figure, and the finding says in how many runs.
+        let mut bad = runs;
+        bad[1]
+            .checks
+            .push(flag(CheckCode::DeviceMismatch, "x".into()));
+        let r = summarize(t, Direction::Read, bad, &c);
+        assert_eq!(r.status, Status::Flagged);
+        assert_eq!(r.bytes_per_sec, None);
+        assert_eq!(r.claimed_bytes_per_sec, 1000.0 * MIB as f64);
+        assert_eq!(r.checks[0].message, "x (in 1 of 3 runs)");
+        assert_eq!(r.ceiling_fraction, None);
+    }
+}

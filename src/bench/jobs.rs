@@ -1,0 +1,233 @@
+//! fio job files, written by pure code: the fill, each test, and the whole
+//! suite as one file a user can re-run by hand.
+//!
+//! What keeps fio honest here:
+//! - `allow_file_create=0` and `fallocate=none`: fio never makes or
+//!   preallocates the file itself; btrfs-lab creates it (NOCOW) and the fill
+//!   writes every byte before any read.
+//! - threads never share a range: a test with T threads gives each
+//!   `size = file/T` at `offset_increment = file/T` (the fio mmap trap of
+//!   the seed article: 8 jobs reading the same range from the page cache).
+//! - incompressible data without a per-write CPU cost: fio fills its
+//!   buffers with random bytes once (`refill_buffers=0`), so a fast array
+//!   is not held back by the random generator as with `refill_buffers`,
+//!   and does not scramble them (`scramble_buffers=0`): fio's default
+//!   scrambling writes a compressible header into every 512 bytes, which
+//!   made the data 4.6% compressible and every extent compressed under
+//!   `compress-force=zstd` on the development VM (filefrag: 256 of 256
+//!   extents encoded; 0 of 1 with `scramble_buffers=0`). Even unscrambled,
+//!   fio's random buffers are a multiplicative hash chain whose low bits
+//!   repeat (zlib saves ~1.4% per 128 KiB): the fill before the reads is
+//!   therefore written by btrfs-lab itself with BLAKE3 output
+//!   ([`super::fill_incompressible`]); the suite file's `[fill]` section
+//!   stands in for it when the jobs are re-run by hand.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::profile::{Direction, Pattern, TestSpec};
+
+/// The I/O engine.
+pub const IOENGINE: &str = "libaio";
+
+/// What a job file needs to know.
+#[derive(Debug, Clone)]
+pub struct JobSettings<'a> {
+    /// The test file.
+    pub file: &'a Path,
+    /// Its size (a multiple of 1 MiB).
+    pub size_bytes: u64,
+    /// Seconds per run.
+    pub duration_secs: u64,
+    /// O_DIRECT (always, unless a test hook turns it off).
+    pub direct: bool,
+    /// Data fio writes: percent compressible (0: incompressible; a test
+    /// hook may raise it).
+    pub compress_percentage: u32,
+}
+
+fn global(s: &JobSettings<'_>) -> String {
+    let mut g = String::new();
+    let _ = writeln!(g, "[global]");
+    let _ = writeln!(g, "filename={}", fio_escape(s.file));
+    let _ = writeln!(g, "ioengine={IOENGINE}");
+    let _ = writeln!(g, "direct={}", u8::from(s.direct));
+    let _ = writeln!(g, "allow_file_create=0");
+    let _ = writeln!(g, "fallocate=none");
+    let _ = writeln!(g, "group_reporting=1");
+    let _ = writeln!(g, "randrepeat=0");
+    let _ = writeln!(g, "norandommap=1");
+    let _ = writeln!(g, "refill_buffers=0");
+    let _ = writeln!(g, "scramble_buffers=0");
+    if s.compress_percentage > 0 {
+        let _ = writeln!(g, "buffer_compress_percentage={}", s.compress_percentage);
+    }
+    g
+}
+
+/// fio reads `filename=` up to the end of the line; a `:` separates file
+/// names and must be escaped.
+fn fio_escape(p: &Path) -> String {
+    p.display().to_string().replace(':', "\\:")
+}
+
+/// Bytes each thread of `t` covers: the file split evenly, whole blocks.
+pub fn range_per_thread(t: &TestSpec, size_bytes: u64) -> u64 {
+    (size_bytes / u64::from(t.threads.max(1))) / t.block_bytes * t.block_bytes
+}
+
+/// The section of one test in one direction.
+pub fn test_section(t: &TestSpec, d: Direction, s: &JobSettings<'_>) -> String {
+    let rw = match (t.pattern, d) {
+        (Pattern::Seq, Direction::Read) => "read",
+        (Pattern::Seq, Direction::Write) => "write",
+        (Pattern::Rnd, Direction::Read) => "randread",
+        (Pattern::Rnd, Direction::Write) => "randwrite",
+    };
+    let range = range_per_thread(t, s.size_bytes);
+    let mut j = String::new();
+    let _ = writeln!(j, "[{}]", t.section(d));
+    let _ = writeln!(j, "rw={rw}");
+    let _ = writeln!(j, "bs={}", t.block_bytes);
+    let _ = writeln!(j, "iodepth={}", t.queue_depth);
+    let _ = writeln!(j, "numjobs={}", t.threads);
+    let _ = writeln!(j, "size={range}");
+    if t.threads > 1 {
+        let _ = writeln!(j, "offset_increment={range}");
+    }
+    let _ = writeln!(j, "time_based=1");
+    let _ = writeln!(j, "runtime={}", s.duration_secs);
+    j
+}
+
+/// The fill: every byte of the file written once, sequentially, synced.
+pub fn fill_section(s: &JobSettings<'_>) -> String {
+    format!(
+        "[fill]\nrw=write\nbs=1048576\niodepth=8\nnumjobs=1\nsize={}\nend_fsync=1\n",
+        s.size_bytes
+    )
+}
+
+fn header(what: &str) -> String {
+    format!(
+        "; btrfs-lab bench: {what}\n; run it by hand with: fio --output-format=json THIS_FILE\n"
+    )
+}
+
+/// The job file of one run of one test.
+pub fn test_job(t: &TestSpec, d: Direction, s: &JobSettings<'_>) -> String {
+    format!(
+        "{}{}\n{}",
+        header(&format!("{t} {}", d.as_str())),
+        global(s),
+        test_section(t, d, s)
+    )
+}
+
+/// The job file of the fill.
+pub fn fill_job(s: &JobSettings<'_>) -> String {
+    format!("{}{}\n{}", header("fill"), global(s), fill_section(s))
+}
+
+/// The whole suite in one file: the fill, then each test once, reads
+/// before writes, one after the other (`stonewall`).
+pub fn suite_job(tests: &[TestSpec], s: &JobSettings<'_>) -> String {
+    let mut out = header(
+        "the whole suite (one run of each test); btrfs-lab fills the file itself with BLAKE3 data, [fill] stands in for that",
+    );
+    out.push_str(&global(s));
+    out.push('\n');
+    out.push_str(&fill_section(s));
+    for (t, d) in order(tests) {
+        out.push('\n');
+        out.push_str(&test_section(&t, d, s).replacen('\n', "\nstonewall\n", 1));
+    }
+    out
+}
+
+/// The order the tests run in: every read test first (btrfs CoW writes
+/// fragment the file and would change later reads), then the writes.
+pub fn order(tests: &[TestSpec]) -> Vec<(TestSpec, Direction)> {
+    [Direction::Read, Direction::Write]
+        .iter()
+        .flat_map(|&d| tests.iter().map(move |&t| (t, d)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::profile::{DEFAULT_TESTS, NVME_TESTS};
+
+    fn settings(p: &Path) -> JobSettings<'_> {
+        JobSettings {
+            file: p,
+            size_bytes: 1 << 30,
+            duration_secs: 5,
+            direct: true,
+            compress_percentage: 0,
+        }
+    }
+
+    fn value<'a>(section: &'a str, key: &str) -> Option<&'a str> {
+        section
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+    }
+
+    #[test]
+    fn threads_never_share_a_range() {
+        let p = Path::new("/mnt/x/bench.dat");
+        let s = settings(p);
+        for t in NVME_TESTS.iter().chain(DEFAULT_TESTS.iter()) {
+            for d in [Direction::Read, Direction::Write] {
+                let j = test_section(t, d, &s);
+                let size: u64 = value(&j, "size").unwrap().parse().unwrap();
+                let n: u64 = value(&j, "numjobs").unwrap().parse().unwrap();
+                assert!(size * n <= s.size_bytes, "{j}");
+                assert_eq!(size % t.block_bytes, 0);
+                if n > 1 {
+                    let inc: u64 = value(&j, "offset_increment").unwrap().parse().unwrap();
+                    assert!(inc >= size, "threads overlap: {j}");
+                } else {
+                    assert_eq!(value(&j, "offset_increment"), None);
+                }
+            }
+        }
+        // RND4K Q32T16 on 1 GiB: 64 MiB each.
+        assert_eq!(range_per_thread(&NVME_TESTS[2], 1 << 30), 64 << 20);
+    }
+
+    #[test]
+    fn jobs_never_create_the_file_and_keep_data_incompressible() {
+        let p = Path::new("/mnt/a:b/bench.dat");
+        let s = settings(p);
+        let j = test_job(&DEFAULT_TESTS[0], Direction::Write, &s);
+        assert_eq!(value(&j, "filename"), Some("/mnt/a\\:b/bench.dat"));
+        assert_eq!(value(&j, "allow_file_create"), Some("0"));
+        assert_eq!(value(&j, "fallocate"), Some("none"));
+        assert_eq!(value(&j, "refill_buffers"), Some("0"));
+        assert_eq!(value(&j, "scramble_buffers"), Some("0"));
+        assert_eq!(value(&j, "direct"), Some("1"));
+        assert_eq!(value(&j, "rw"), Some("write"));
+        assert_eq!(value(&j, "buffer_compress_percentage"), None);
+        let f = fill_job(&s);
+        assert_eq!(value(&f, "size"), Some("1073741824"));
+        assert_eq!(value(&f, "end_fsync"), Some("1"));
+    }
+
+    #[test]
+    fn suite_runs_reads_first_one_after_another() {
+        let p = Path::new("/x");
+        let suite = suite_job(&DEFAULT_TESTS, &settings(p));
+        let sections: Vec<&str> = suite
+            .lines()
+            .filter(|l| l.starts_with('[') && *l != "[global]")
+            .collect();
+        assert_eq!(sections[0], "[fill]");
+        assert_eq!(sections.len(), 9);
+        assert!(sections[1..5].iter().all(|s| s.ends_with("-read]")));
+        assert!(sections[5..].iter().all(|s| s.ends_with("-write]")));
+        assert_eq!(suite.matches("stonewall").count(), 8);
+    }
+}

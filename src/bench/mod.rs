@@ -1,0 +1,1137 @@
+//! `bench`: a CrystalDiskMark-style suite on fio whose every figure is
+//! checked against what the kernel saw.
+//!
+//! fio does the I/O (btrfs-lab writes its job files and reads its JSON);
+//! around each run btrfs-lab reads what fio cannot know: the member
+//! devices' sector counters, the test file's page-cache residency, the
+//! page cache dirtied by writes, the file's extents (compression, never
+//! written regions), the array's PCIe ceiling and the drives' thermal
+//! counters. A figure that fails a check is flagged with the reason and
+//! is not given as a result.
+
+pub mod analysis;
+pub mod compare;
+pub mod html;
+pub mod jobs;
+pub mod members;
+pub mod profile;
+pub mod report;
+pub mod sensors;
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::parse::fio::{FioJob, FioOutput};
+use crate::parse::size::format_iec;
+use crate::sys::fio::FioRunner;
+use crate::sys::root::SysRoot;
+use crate::sys::{btrfs, fs as sysfs, signals};
+
+use analysis::{CheckContext, Sample};
+use jobs::JobSettings;
+use profile::{Direction, TestSpec};
+pub use report::BenchReport;
+use report::{CheckCode, FileLayout, Severity, Status, TestResult};
+use sensors::Sensors;
+
+/// Default test file size.
+pub const DEFAULT_SIZE: u64 = 1 << 30;
+/// Default runs per test.
+pub const DEFAULT_RUNS: u32 = 5;
+/// Default seconds per run.
+pub const DEFAULT_DURATION: u64 = 5;
+/// Smallest test file.
+pub const MIN_SIZE: u64 = 16 << 20;
+/// The directory btrfs-lab makes under DIR starts with this.
+pub const WORK_DIR_PREFIX: &str = ".btrfs-lab-bench-";
+/// The test file's name in it.
+pub const TEST_FILE: &str = "bench.dat";
+
+/// Test hook: multiply the bytes (and rates) fio reports by this factor,
+/// as a lying benchmark would (the device cross-check must catch it).
+pub const HOOK_SCALE_CLAIMED: &str = "BTRFS_LAB_BENCH_SCALE_CLAIMED";
+/// Test hook: run fio without O_DIRECT and skip the eviction, as on a
+/// filesystem that ignores O_DIRECT (a warm page cache).
+pub const HOOK_BUFFERED: &str = "BTRFS_LAB_BENCH_BUFFERED";
+/// Test hook: percent of compressible data in what fio writes.
+pub const HOOK_COMPRESSIBLE: &str = "BTRFS_LAB_BENCH_COMPRESSIBLE";
+/// Test hook: fallocate the test file instead of writing it (reads of a
+/// never-written region).
+pub const HOOK_FALLOCATE_ONLY: &str = "BTRFS_LAB_BENCH_FALLOCATE_ONLY";
+
+/// A test hook's value; always `None` in builds without `test-hooks`.
+#[cfg(feature = "test-hooks")]
+fn hook(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty() && v != "0")
+}
+
+/// A test hook's value; always `None` in builds without `test-hooks`.
+#[cfg(not(feature = "test-hooks"))]
+fn hook(_name: &str) -> Option<String> {
+    None
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// DIR: the test directory is made under it.
+    pub dir: PathBuf,
+    /// `default`, `nvme` or `custom`.
+    pub profile: String,
+    /// The tests.
+    pub tests: Vec<TestSpec>,
+    /// Test file size.
+    pub size: u64,
+    /// Runs per test.
+    pub runs: u32,
+    /// Seconds per run.
+    pub duration_secs: u64,
+    /// Seconds between runs.
+    pub interval_secs: u64,
+    /// Keep data checksums on the test file (no NOCOW).
+    pub cow: bool,
+    /// Also read each member device alone and all at once.
+    pub members: bool,
+    /// May mount debugfs in a private mount namespace for the per-device
+    /// dirtied counter (root).
+    pub allow_private_debugfs: bool,
+    /// Where /proc and /sys are read.
+    pub sysroot: SysRoot,
+}
+
+impl BenchOptions {
+    /// Defaults for DIR.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            profile: "default".into(),
+            tests: profile::DEFAULT_TESTS.to_vec(),
+            size: DEFAULT_SIZE,
+            runs: DEFAULT_RUNS,
+            duration_secs: DEFAULT_DURATION,
+            interval_secs: 0,
+            cow: false,
+            members: false,
+            allow_private_debugfs: false,
+            sysroot: SysRoot::host(),
+        }
+    }
+
+    /// The file size in use: whole MiB.
+    pub fn size_bytes(&self) -> u64 {
+        self.size / (1 << 20) * (1 << 20)
+    }
+
+    /// Checks the numbers.
+    pub fn validate(&self) -> Result<()> {
+        if self.size_bytes() < MIN_SIZE {
+            return Err(Error::usage(format!(
+                "--size {} is too small: use {} or more",
+                format_iec(self.size),
+                format_iec(MIN_SIZE)
+            )));
+        }
+        if !(1..=100).contains(&self.runs) {
+            return Err(Error::usage("--runs must be between 1 and 100"));
+        }
+        if !(1..=3600).contains(&self.duration_secs) {
+            return Err(Error::usage(
+                "--duration must be between 1 and 3600 seconds",
+            ));
+        }
+        if self.interval_secs > 3600 {
+            return Err(Error::usage("--interval must be at most 3600 seconds"));
+        }
+        if self.tests.is_empty() {
+            return Err(Error::usage("no tests to run"));
+        }
+        for t in &self.tests {
+            if jobs::range_per_thread(t, self.size_bytes()) == 0 {
+                return Err(Error::usage(format!(
+                    "--size {} is too small for {t}: each of its {} threads needs at least one block of its own",
+                    format_iec(self.size),
+                    t.threads
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Free space DIR needs: the file, plus a margin (with --cow the
+    /// writes may allocate the file's size again before the old extents
+    /// are freed).
+    pub fn needed_space(&self) -> u64 {
+        let size = self.size_bytes();
+        let margin = (size / 10).max(64 << 20);
+        if self.cow {
+            2 * size + margin
+        } else {
+            size + margin
+        }
+    }
+}
+
+/// Where the bench is, for a progress display.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// `fill`, or the test (`SEQ1M Q8T1 read`).
+    pub what: String,
+    /// Run, from 1 (0 for the fill).
+    pub run: u32,
+    /// Runs of this test.
+    pub runs: u32,
+    /// Seconds left, estimated.
+    pub eta_secs: u64,
+}
+
+// ---------------------------------------------------------------------
+// Signals: SIGINT, SIGTERM and SIGHUP (a dropped SSH session) all stop
+// the bench at once; fio is killed and the test directory removed.
+
+static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+
+fn install_signals() -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    for sig in [SIGINT, SIGTERM, SIGHUP] {
+        signal_hook::flag::register(sig, Arc::clone(&STOP)).map_err(|e| {
+            Error::new(
+                ErrorKind::Io,
+                format!("cannot install signal handlers: {e}"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `Err(interrupted)` once a signal arrived.
+pub fn check_stop() -> Result<()> {
+    if STOP.load(Ordering::SeqCst) || signals::interrupted() {
+        Err(Error::interrupted())
+    } else {
+        Ok(())
+    }
+}
+
+/// Sleeps `secs`, waking for a signal.
+fn pause(secs: u64) -> Result<()> {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        check_stop()?;
+        thread::sleep(Duration::from_millis(50));
+    }
+    check_stop()
+}
+
+// ---------------------------------------------------------------------
+// The test directory.
+
+/// The directory btrfs-lab made under DIR, removed with everything in it
+/// when dropped (errors, panics and signals included).
+#[derive(Debug)]
+pub struct WorkDir {
+    path: PathBuf,
+}
+
+impl WorkDir {
+    /// Makes a fresh directory under `parent` (mode 0700; fails rather
+    /// than reuse anything that exists).
+    pub fn create(parent: &Path) -> Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut attempt = 0u32;
+        loop {
+            let name = format!(
+                "{WORK_DIR_PREFIX}{}-{:08x}",
+                std::process::id(),
+                nanos_seed().wrapping_add(attempt)
+            );
+            let path = parent.join(name);
+            match fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(Self { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 10 => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(Error::from_io(&e, "cannot create a directory in", parent)),
+            }
+        }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes it now; the error says what could not be removed.
+    pub fn remove(mut self) -> Result<()> {
+        let r = remove_tree(&self.path);
+        self.path = PathBuf::new();
+        r
+    }
+}
+
+fn nanos_seed() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+}
+
+/// Removes the files btrfs-lab put in `dir`, then `dir`. Only plain files
+/// are expected; anything else is left and reported.
+fn remove_tree(dir: &Path) -> Result<()> {
+    if dir.as_os_str().is_empty() {
+        return Ok(());
+    }
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+    fs::remove_dir(dir).map_err(|e| Error::from_io(&e, "cannot remove", dir))
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = remove_tree(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------------
+// The measuring loop, over a fio runner and the kernel's counters (both
+// traits, so the pure tests drive it with mocks).
+
+/// What the loop needs.
+#[derive(Debug, Clone)]
+pub struct SuiteConfig<'a> {
+    /// The tests.
+    pub tests: &'a [TestSpec],
+    /// Job settings.
+    pub settings: JobSettings<'a>,
+    /// Runs per test.
+    pub runs: u32,
+    /// Seconds between runs.
+    pub interval_secs: u64,
+    /// Where job files go.
+    pub work_dir: &'a Path,
+    /// How the file is filled before the reads.
+    pub fill: FillMode,
+    /// Evict the test file before each read run.
+    pub evict: bool,
+    /// Multiply fio's claims (test hook).
+    pub scale_claimed: f64,
+}
+
+/// How the test file gets its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillMode {
+    /// btrfs-lab writes it: O_DIRECT, 1 MiB writes of BLAKE3 output
+    /// (fio's own buffers are a multiplicative hash chain whose low bits
+    /// repeat: 1-2% compressible, enough for compress-force to compress
+    /// some extents).
+    Own,
+    /// fio writes it (test hook: compressible data).
+    Fio,
+    /// Not filled (test hook: fallocated only).
+    Skip,
+}
+
+/// Writes `size` bytes of incompressible data (BLAKE3 XOF output under a
+/// random key) into the existing file at `path`, O_DIRECT where the
+/// filesystem allows, then syncs.
+pub fn fill_incompressible(path: &Path, size: u64) -> Result<()> {
+    use crate::sys::direct_io::{AlignedBuffer, write_all_at};
+    const CHUNK: usize = 1 << 20;
+    let open = |direct: bool| {
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(
+                libc::O_NOFOLLOW | libc::O_CLOEXEC | if direct { libc::O_DIRECT } else { 0 },
+            )
+            .open(path)
+    };
+    let f = open(true)
+        .or_else(|_| open(false))
+        .map_err(|e| Error::from_io(&e, "cannot open", path))?;
+    let mut key = [0u8; 32];
+    let seed = format!(
+        "{}-{}-{:?}",
+        std::process::id(),
+        nanos_seed(),
+        Instant::now()
+    );
+    key.copy_from_slice(blake3::hash(seed.as_bytes()).as_bytes());
+    let mut xof = blake3::Hasher::new_keyed(&key).finalize_xof();
+    let mut buf = AlignedBuffer::new(CHUNK, 4096);
+    let mut off = 0u64;
+    while off < size {
+        check_stop()?;
+        let n = CHUNK.min((size - off) as usize);
+        xof.fill(&mut buf.as_mut_slice()[..n]);
+        write_all_at(&f, &buf.as_slice()[..n], off, path)?;
+        off += n as u64;
+    }
+    f.sync_all()
+        .map_err(|e| Error::from_io(&e, "cannot sync", path))
+}
+
+/// What the loop measured.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// Seconds the fill took.
+    pub fill_seconds: f64,
+    /// Bytes the members wrote during the fill.
+    pub fill_device_write_bytes: Option<u64>,
+    /// Layout after the fill.
+    pub layout_after_fill: Option<FileLayout>,
+    /// Per test and direction, each run.
+    pub samples: Vec<(TestSpec, Direction, Vec<Sample>)>,
+}
+
+fn job_of(out: &FioOutput, name: &str) -> Result<FioJob> {
+    out.jobs
+        .iter()
+        .find(|j| j.name == name)
+        .cloned()
+        .ok_or_else(|| Error::new(ErrorKind::Tool, format!("fio's output has no job {name}")))
+}
+
+fn sample_of(job: &FioJob, d: Direction, scale: f64) -> Sample {
+    let dir = match d {
+        Direction::Read => &job.read,
+        Direction::Write => &job.write,
+    };
+    let us = |ns: f64| ns / 1000.0;
+    Sample {
+        fio_error: job.error,
+        claimed_bytes: (dir.io_bytes as f64 * scale) as u64,
+        seconds: dir.runtime_ms as f64 / 1000.0,
+        bytes_per_sec: dir.bw_bytes * scale,
+        iops: dir.iops * scale,
+        lat_mean_us: us(dir.lat_mean_ns),
+        clat_p50_us: dir.clat_p50_ns.map(us),
+        clat_p99_us: dir.clat_p99_ns.map(us),
+        cores_per_thread: job.cores_per_thread(),
+        cpu_seconds: job.cpu_seconds(),
+        ..Sample::default()
+    }
+}
+
+/// Fills the file, then runs every test `runs` times (reads first), with
+/// the counters read around each run.
+pub fn run_suite(
+    cfg: &SuiteConfig<'_>,
+    fio: &mut dyn FioRunner,
+    sensors: &mut dyn Sensors,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Measured> {
+    let order = jobs::order(cfg.tests);
+    let per_run = cfg.settings.duration_secs + cfg.interval_secs;
+    let total_runs = order.len() as u64 * u64::from(cfg.runs);
+    let mut measured = Measured::default();
+    let mut seq = 0u32;
+    let mut job_path = |what: &str| {
+        seq += 1;
+        cfg.work_dir.join(format!("{seq:03}-{what}.fio"))
+    };
+    if cfg.fill != FillMode::Skip {
+        progress(&Progress {
+            what: "fill".into(),
+            run: 0,
+            runs: 0,
+            eta_secs: total_runs * per_run,
+        });
+        let before = sensors.device_bytes()?;
+        let start = Instant::now();
+        if cfg.fill == FillMode::Own {
+            fill_incompressible(cfg.settings.file, cfg.settings.size_bytes)?;
+        } else {
+            let out = fio.run(
+                &job_path("fill"),
+                &jobs::fill_job(&cfg.settings),
+                &check_stop,
+            )?;
+            let job = job_of(&out, "fill")?;
+            if job.error != 0 {
+                return Err(Error::new(
+                    ErrorKind::Tool,
+                    format!("fio could not fill the test file (error {})", job.error),
+                ));
+            }
+        }
+        measured.fill_seconds = start.elapsed().as_secs_f64();
+        let after = sensors.device_bytes()?;
+        measured.fill_device_write_bytes = before.zip(after).map(|(b, a)| a.1.saturating_sub(b.1));
+    }
+    measured.layout_after_fill = sensors.layout()?;
+    let mut done = 0u64;
+    for (t, d) in order {
+        let mut samples = Vec::new();
+        let section = t.section(d);
+        for run in 1..=cfg.runs {
+            check_stop()?;
+            if done > 0 && cfg.interval_secs > 0 {
+                pause(cfg.interval_secs)?;
+            }
+            progress(&Progress {
+                what: format!("{t} {}", d.as_str()),
+                run,
+                runs: cfg.runs,
+                eta_secs: (total_runs - done) * per_run,
+            });
+            let resident = if d == Direction::Read {
+                if cfg.evict {
+                    sensors.evict()?;
+                }
+                sensors.resident()?
+            } else {
+                None
+            };
+            let dirty_before = if d == Direction::Write {
+                sensors.dirtied()?
+            } else {
+                None
+            };
+            let before = sensors.device_bytes()?;
+            let out = fio.run(
+                &job_path(&section),
+                &jobs::test_job(&t, d, &cfg.settings),
+                &check_stop,
+            )?;
+            let after = sensors.device_bytes()?;
+            let dirty_after = if d == Direction::Write {
+                sensors.dirtied()?
+            } else {
+                None
+            };
+            let mut s = sample_of(&job_of(&out, &section)?, d, cfg.scale_claimed);
+            if let Some((b, a)) = before.zip(after) {
+                s.device_read_bytes = Some(a.0.saturating_sub(b.0));
+                s.device_write_bytes = Some(a.1.saturating_sub(b.1));
+            }
+            s.resident_before_bytes = resident;
+            s.dirtied_bytes = dirty_before
+                .zip(dirty_after)
+                .map(|(b, a)| a.saturating_sub(b));
+            samples.push(s);
+            done += 1;
+        }
+        measured.samples.push((t, d, samples));
+    }
+    Ok(measured)
+}
+
+/// Checks every run and summarizes each test.
+pub fn analyse(measured: &Measured, ctx: &CheckContext) -> Vec<TestResult> {
+    measured
+        .samples
+        .iter()
+        .map(|(t, d, samples)| {
+            let runs = samples
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    analysis::run_result(i as u32 + 1, s, analysis::check_run(t, *d, s, ctx))
+                })
+                .collect();
+            analysis::summarize(*t, *d, runs, ctx)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------
+// The whole command.
+
+fn refuse_memory_backed(fs_type: &str, dir: &Path) -> Result<()> {
+    if sysfs::is_memory_backed(fs_type) {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!(
+                "{} is on {fs_type}, which keeps files in memory: there is no device to benchmark",
+                dir.display()
+            ),
+        )
+        .with_hint("give a directory on the btrfs (or other disk filesystem) to measure"));
+    }
+    Ok(())
+}
+
+fn compression_option(options: &[String]) -> Option<String> {
+    options
+        .iter()
+        .find(|o| {
+            o.starts_with("compress=")
+                || o.starts_with("compress-force=")
+                || *o == "compress"
+                || *o == "compress-force"
+        })
+        .cloned()
+}
+
+fn hostname() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Creates the test file empty (O_EXCL, inheriting the directory's NOCOW),
+/// so fio never creates or lays it out itself.
+fn create_test_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::from_io(&e, "cannot create", path))
+}
+
+/// Prepares the directory's checksum mode: NOCOW unless `cow`; with
+/// `cow`, a NOCOW attribute inherited from DIR is cleared.
+fn set_dir_mode(dir: &Path, cow: bool, btrfs: bool) -> Result<()> {
+    if !btrfs {
+        return Ok(());
+    }
+    if !cow {
+        return sysfs::set_nocow_dir(dir, true);
+    }
+    let f = sysfs::open_dir(dir)?;
+    if let Some(flags) = sysfs::inode_flags_of(&f, dir)?
+        && flags & crate::sys::ioctl::FS_NOCOW_FL != 0
+    {
+        sysfs::set_inode_flags_of(&f, dir, flags & !crate::sys::ioctl::FS_NOCOW_FL)?;
+    }
+    Ok(())
+}
+
+/// Runs the bench (see the module documentation). `progress` is called at
+/// the start of the fill and of each run.
+pub fn run(
+    opts: &BenchOptions,
+    fio: &mut dyn FioRunner,
+    fio_path: &Path,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<BenchReport> {
+    opts.validate()?;
+    let info = sysfs::inspect_dir(&opts.sysroot, &opts.dir)?;
+    let fs_type = info.mount.fs_type.clone();
+    refuse_memory_backed(&fs_type, &info.dir)?;
+    if info.read_only {
+        return Err(Error::new(
+            ErrorKind::ReadOnly,
+            format!("{} is on a read-only filesystem: bench writes a test file", info.dir.display()),
+        )
+        .with_hint("remount it read-write, or use --members alone on a read-only array is not supported yet"));
+    }
+    let need = opts.needed_space();
+    if info.available_bytes < need {
+        return Err(Error::new(
+            ErrorKind::NoSpace,
+            format!(
+                "not enough free space in {}: the test needs {} ({} test file + margin), {} is free",
+                info.dir.display(),
+                format_iec(need),
+                format_iec(opts.size_bytes()),
+                format_iec(info.available_bytes)
+            ),
+        )
+        .with_hint("free some space or use a smaller --size"));
+    }
+    let is_btrfs = fs_type == "btrfs";
+    let mount_options: Vec<String> = info.mount.options().map(str::to_owned).collect();
+    let compression = compression_option(&mount_options);
+    let data_profiles = if is_btrfs {
+        btrfs::data_profiles(&info.dir).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let (devices, devices_missing) =
+        sensors::member_devices(&opts.sysroot, &info.dir, &info.mount)?;
+
+    let mut sens = sensors::RealSensors::open(
+        &opts.sysroot,
+        &info.dir,
+        &info.mount,
+        &devices,
+        opts.allow_private_debugfs,
+    )?;
+    install_signals()?;
+    let ceiling = sensors::ceiling(&opts.sysroot, &devices, data_profiles.first().copied());
+    let thermal_before = sensors::thermal_read(&opts.sysroot, &devices);
+
+    // From here on the system changes: the test directory exists.
+    let work = WorkDir::create(&info.dir)?;
+    set_dir_mode(work.path(), opts.cow, is_btrfs)?;
+    let file_path = work.path().join(TEST_FILE);
+    let file = create_test_file(&file_path)?;
+    let nocow = is_btrfs && sysfs::is_nocow(&file_path).unwrap_or(false);
+    let size = opts.size_bytes();
+    let fallocate_only = hook(HOOK_FALLOCATE_ONLY).is_some();
+    if !fallocate_only {
+        // Full size but sparse: fio then writes every byte in the fill
+        // instead of laying the file out first.
+        file.set_len(size)
+            .map_err(|e| Error::from_io(&e, "cannot size", &file_path))?;
+    } else {
+        rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, size).map_err(
+            |e| {
+                Error::from_errno(
+                    nix::errno::Errno::from_raw(e.raw_os_error()),
+                    "cannot fallocate",
+                    &file_path,
+                )
+            },
+        )?;
+    }
+    let buffered = hook(HOOK_BUFFERED).is_some();
+    let settings = JobSettings {
+        file: &file_path,
+        size_bytes: size,
+        duration_secs: opts.duration_secs,
+        direct: !buffered,
+        compress_percentage: hook(HOOK_COMPRESSIBLE)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+            .min(99),
+    };
+    let job_file = jobs::suite_job(&opts.tests, &settings);
+    sens.set_file(file, &file_path, size);
+    let cfg = SuiteConfig {
+        tests: &opts.tests,
+        settings: settings.clone(),
+        runs: opts.runs,
+        interval_secs: opts.interval_secs,
+        work_dir: work.path(),
+        fill: if fallocate_only {
+            FillMode::Skip
+        } else if settings.compress_percentage > 0 {
+            FillMode::Fio
+        } else {
+            FillMode::Own
+        },
+        evict: !buffered,
+        scale_claimed: hook(HOOK_SCALE_CLAIMED)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1.0),
+    };
+    let measured = run_suite(&cfg, fio, &mut sens, progress)?;
+    let layout_at_end = sens.layout()?;
+    let thermal_after = sensors::thermal_read(&opts.sysroot, &devices);
+    let members_scaling = if opts.members {
+        Some(members::scale(
+            fio,
+            work.path(),
+            &devices,
+            &opts.sysroot,
+            opts.duration_secs,
+            progress,
+        )?)
+    } else {
+        None
+    };
+    let counter_note = sens.counter_note.take();
+    drop(sens);
+    work.remove()?;
+
+    let ctx = CheckContext {
+        size_bytes: size,
+        devices_known: !devices.is_empty() && devices_missing.is_empty(),
+        layout: measured.layout_after_fill,
+        layout_after_writes: layout_at_end,
+        compression_option: compression.clone(),
+        ceiling_one_reader: ceiling.as_ref().and_then(|c| c.one_reader_bytes_per_sec),
+        ceiling_many_readers: ceiling.as_ref().and_then(|c| c.many_readers_bytes_per_sec),
+        cow: opts.cow,
+    };
+    let results = analyse(&measured, &ctx);
+    let thermal = sensors::thermal_delta(thermal_before, thermal_after);
+    let mut members_scaling = members_scaling;
+    if let Some(m) = members_scaling.as_mut() {
+        m.array_bytes_per_sec = results
+            .iter()
+            .filter(|r| r.direction == Direction::Read && r.test.pattern == profile::Pattern::Seq)
+            .filter_map(|r| r.bytes_per_sec)
+            .fold(None, |acc: Option<f64>, x| {
+                Some(acc.map_or(x, |a| a.max(x)))
+            });
+    }
+
+    let mut notes = Vec::new();
+    if is_btrfs && !opts.cow {
+        notes.push("the test file is NOCOW (no data checksums), so O_DIRECT is direct; --cow measures the checksummed path instead".to_owned());
+    }
+    if opts.cow {
+        notes.push("--cow: the test file has data checksums; since Linux 6.15 btrfs turns O_DIRECT writes to it into buffered writes, which the dirtied-page check shows".to_owned());
+    }
+    if !devices_missing.is_empty() {
+        notes.push(format!(
+            "/proc/diskstats does not show {}: the device cross-check could not run",
+            devices_missing.join(", ")
+        ));
+    } else if devices.is_empty() {
+        notes.push(
+            "no block device counts this filesystem's I/O: the device cross-check could not run"
+                .to_owned(),
+        );
+    }
+    if let Some(why) = counter_note {
+        notes.push(format!("dirtied pages: {why}"));
+    }
+    if let Some(c) = &ceiling
+        && c.one_reader_bytes_per_sec.is_none()
+        && !c.without_link_info.is_empty()
+    {
+        notes.push(format!(
+            "no PCIe link information for {}: no ceiling to check the figures against",
+            c.without_link_info.join(", ")
+        ));
+    }
+    for t in &thermal {
+        if t.tmt1_seconds + t.tmt2_seconds > 0 || t.transitions > 0 {
+            notes.push(format!(
+                "{} throttled during the bench: {} s light, {} s heavy ({} transitions); its figures are below what it gives cool",
+                t.controller, t.tmt1_seconds, t.tmt2_seconds, t.transitions
+            ));
+        }
+    }
+    let flagged = results
+        .iter()
+        .filter(|r| r.status == Status::Flagged)
+        .count();
+    let summary = summary_sentence(&results, flagged);
+    let exit_code = if flagged > 0 { report::EXIT_FLAGGED } else { 0 };
+    Ok(BenchReport {
+        report_version: report::REPORT_VERSION,
+        exit_code,
+        summary,
+        system: report::SystemInfo {
+            kernel: crate::sys::kernel_release(),
+            hostname: hostname(),
+            cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            fio_version: fio.version(),
+            fio_path: fio_path.to_path_buf(),
+        },
+        target: report::TargetInfo {
+            dir: info.dir.clone(),
+            mount_point: info.mount.mount_point.clone(),
+            fs_type,
+            source: info.mount.source.clone(),
+            mount_options,
+            data_profiles,
+            devices,
+            devices_missing,
+            compression_option: compression,
+        },
+        parameters: report::Parameters {
+            profile: opts.profile.clone(),
+            tests: opts.tests.clone(),
+            size_bytes: size,
+            runs: opts.runs,
+            duration_secs: opts.duration_secs,
+            interval_secs: opts.interval_secs,
+            cow: opts.cow,
+            ioengine: jobs::IOENGINE.to_owned(),
+        },
+        test_file: report::TestFileInfo {
+            path: file_path,
+            size_bytes: size,
+            nocow,
+            fill_seconds: measured.fill_seconds,
+            fill_device_write_bytes: measured.fill_device_write_bytes,
+            layout_after_fill: measured.layout_after_fill,
+            layout_at_end,
+            removed: true,
+        },
+        results,
+        ceiling,
+        thermal,
+        members_scaling,
+        notes,
+        job_file,
+    })
+}
+
+fn summary_sentence(results: &[TestResult], flagged: usize) -> String {
+    let best = results
+        .iter()
+        .filter(|r| r.direction == Direction::Read)
+        .filter_map(|r| r.bytes_per_sec.map(|b| (r, b)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let mut s = match best {
+        Some((r, b)) => format!("best read: {} at {:.1} MB/s", r.name, b / 1e6),
+        None => "no read figure checked out".to_owned(),
+    };
+    if flagged > 0 {
+        let codes: Vec<String> = {
+            let mut c: Vec<CheckCode> = results
+                .iter()
+                .flat_map(|r| r.checks.iter())
+                .filter(|c| c.severity == Severity::Flag)
+                .map(|c| c.code)
+                .collect();
+            c.sort();
+            c.dedup();
+            c.iter()
+                .map(|c| {
+                    serde_json::to_value(c)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
+        s.push_str(&format!(
+            "; {flagged} of {} figures flagged ({})",
+            results.len(),
+            codes.join(", ")
+        ));
+    } else {
+        s.push_str(&format!(
+            "; all {} figures checked against the devices",
+            results.len()
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::fio::{FioDirection, FioJob, FioOutput};
+    use crate::sys::fio::MockFio;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Counters that move as a scripted device would.
+    #[derive(Default)]
+    struct MockSensors {
+        read: u64,
+        written: u64,
+        events: Vec<String>,
+        /// Bytes the "device" moves per fio run.
+        per_run: u64,
+    }
+
+    impl Sensors for MockSensors {
+        fn device_bytes(&mut self) -> Result<Option<(u64, u64)>> {
+            self.events.push("counters".into());
+            // Each pair of reads brackets a run: advance on the second.
+            let n = self.events.iter().filter(|e| *e == "counters").count();
+            if n % 2 == 0 {
+                self.read += self.per_run;
+                self.written += self.per_run;
+            }
+            Ok(Some((self.read, self.written)))
+        }
+        fn evict(&mut self) -> Result<()> {
+            self.events.push("evict".into());
+            Ok(())
+        }
+        fn resident(&mut self) -> Result<Option<u64>> {
+            Ok(Some(0))
+        }
+        fn dirtied(&mut self) -> Result<Option<u64>> {
+            Ok(Some(0))
+        }
+        fn layout(&mut self) -> Result<Option<FileLayout>> {
+            Ok(Some(FileLayout::default()))
+        }
+    }
+
+    fn output(name: &str, d: Direction, bytes: u64) -> FioOutput {
+        let dir = FioDirection {
+            io_bytes: bytes,
+            bw_bytes: bytes as f64,
+            iops: bytes as f64 / 4096.0,
+            runtime_ms: 1000,
+            lat_mean_ns: 50_000.0,
+            ..FioDirection::default()
+        };
+        FioOutput {
+            version: "fio-mock".into(),
+            jobs: vec![FioJob {
+                name: name.into(),
+                error: 0,
+                read: if d == Direction::Read {
+                    dir
+                } else {
+                    FioDirection::default()
+                },
+                write: if d == Direction::Write {
+                    dir
+                } else {
+                    FioDirection::default()
+                },
+                usr_cpu: 5.0,
+                sys_cpu: 10.0,
+                job_runtime_ms: 1000,
+            }],
+        }
+    }
+
+    fn scripted(tests: &[TestSpec], runs: u32, bytes: u64) -> MockFio {
+        let mut fio = MockFio::default();
+        fio.outputs
+            .push_back(output("fill", Direction::Write, 64 * MIB));
+        for (t, d) in jobs::order(tests) {
+            for _ in 0..runs {
+                fio.outputs.push_back(output(&t.section(d), d, bytes));
+            }
+        }
+        fio
+    }
+
+    fn config<'a>(tests: &'a [TestSpec], dir: &'a Path, scale: f64) -> SuiteConfig<'a> {
+        SuiteConfig {
+            tests,
+            settings: JobSettings {
+                file: dir,
+                size_bytes: 64 * MIB,
+                duration_secs: 1,
+                direct: true,
+                compress_percentage: 0,
+            },
+            runs: 3,
+            interval_secs: 0,
+            work_dir: dir,
+            fill: FillMode::Fio,
+            evict: true,
+            scale_claimed: scale,
+        }
+    }
+
+    #[test]
+    fn the_suite_fills_first_reads_before_writes_and_evicts_before_reads() {
+        let tests = &profile::DEFAULT_TESTS[..2];
+        let dir = Path::new("/nonexistent");
+        let mut fio = scripted(tests, 3, 100 * MIB);
+        let mut sensors = MockSensors {
+            per_run: 100 * MIB,
+            ..MockSensors::default()
+        };
+        let mut seen = Vec::new();
+        let m = run_suite(&config(tests, dir, 1.0), &mut fio, &mut sensors, &mut |p| {
+            seen.push((p.what.clone(), p.run, p.eta_secs))
+        })
+        .unwrap();
+        assert!(fio.jobs[0].contains("[fill]"));
+        assert_eq!(fio.jobs.len(), 1 + 4 * 3);
+        let sections: Vec<&str> = fio.jobs[1..]
+            .iter()
+            .map(|j| {
+                j.lines()
+                    .find(|l| l.starts_with('[') && *l != "[global]")
+                    .unwrap()
+            })
+            .collect();
+        assert!(
+            sections[..6].iter().all(|s| s.ends_with("-read]")),
+            "{sections:?}"
+        );
+        assert!(sections[6..].iter().all(|s| s.ends_with("-write]")));
+        assert_eq!(sensors.events.iter().filter(|e| *e == "evict").count(), 6);
+        assert_eq!(seen[0], ("fill".to_owned(), 0, 12));
+        assert_eq!(seen[1], ("SEQ1M Q8T1 read".to_owned(), 1, 12));
+        assert_eq!(seen.last().unwrap().2, 1);
+        // Honest mock: every figure checks out.
+        let results = analyse(
+            &m,
+            &CheckContext {
+                size_bytes: 64 * MIB,
+                devices_known: true,
+                layout: m.layout_after_fill,
+                ..CheckContext::default()
+            },
+        );
+        assert_eq!(results.len(), 4);
+        assert!(
+            results.iter().all(|r| r.status == Status::Ok),
+            "{results:#?}"
+        );
+        assert_eq!(results[0].runs[0].device_read_bytes, Some(100 * MIB));
+        assert_eq!(m.fill_device_write_bytes, Some(100 * MIB));
+    }
+
+    #[test]
+    fn scaled_claims_are_caught_by_the_device_counters() {
+        let tests = &profile::DEFAULT_TESTS[..1];
+        let dir = Path::new("/nonexistent");
+        let mut fio = scripted(tests, 3, 100 * MIB);
+        let mut sensors = MockSensors {
+            per_run: 100 * MIB,
+            ..MockSensors::default()
+        };
+        let m = run_suite(
+            &config(tests, dir, 2.0),
+            &mut fio,
+            &mut sensors,
+            &mut |_| {},
+        )
+        .unwrap();
+        let results = analyse(
+            &m,
+            &CheckContext {
+                size_bytes: 64 * MIB,
+                devices_known: true,
+                ..CheckContext::default()
+            },
+        );
+        assert!(results.iter().all(|r| r.status == Status::Flagged));
+        assert_eq!(results[0].checks[0].code, CheckCode::DeviceMismatch);
+        assert_eq!(results[0].claimed_bytes_per_sec, 200.0 * MIB as f64);
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let ok = BenchOptions::new("/x");
+        assert!(ok.validate().is_ok());
+        assert_eq!(ok.needed_space(), (1 << 30) + (1 << 30) / 10);
+        for bad in [
+            BenchOptions {
+                size: 1 << 20,
+                ..ok.clone()
+            },
+            BenchOptions {
+                runs: 0,
+                ..ok.clone()
+            },
+            BenchOptions {
+                duration_secs: 0,
+                ..ok.clone()
+            },
+            BenchOptions {
+                tests: vec![],
+                ..ok.clone()
+            },
+            BenchOptions {
+                size: 16 << 20,
+                tests: vec![TestSpec::parse("SEQ1M-Q1T32").unwrap()],
+                ..ok.clone()
+            },
+        ] {
+            assert_eq!(bad.validate().unwrap_err().exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn work_dir_is_removed_on_drop() {
+        let t = tempfile::tempdir().unwrap();
+        let w = WorkDir::create(t.path()).unwrap();
+        let p = w.path().to_path_buf();
+        fs::write(p.join("x"), "y").unwrap();
+        assert!(
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(WORK_DIR_PREFIX)
+        );
+        drop(w);
+        assert!(!p.exists());
+        assert_eq!(fs::read_dir(t.path()).unwrap().count(), 0);
+    }
+}

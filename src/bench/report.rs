@@ -1,0 +1,368 @@
+//! The `bench` report: one typed tree (the JSON contract in docs/json.md),
+//! read back by `--compare` and rendered as text and HTML.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::profile::{Direction, TestSpec};
+use crate::model::profile::Profile;
+
+/// Exit status when at least one figure was flagged.
+pub const EXIT_FLAGGED: u8 = 3;
+
+/// Version of this report's layout; `--compare` refuses other versions.
+pub const REPORT_VERSION: u32 = 1;
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// Layout version ([`REPORT_VERSION`]).
+    pub report_version: u32,
+    /// 0: every figure checked out; 3: some figure is flagged.
+    pub exit_code: u8,
+    /// One sentence.
+    pub summary: String,
+    /// The machine.
+    pub system: SystemInfo,
+    /// Where the test ran.
+    pub target: TargetInfo,
+    /// What was asked for.
+    pub parameters: Parameters,
+    /// The test file.
+    pub test_file: TestFileInfo,
+    /// One entry per test and direction, in the order they ran.
+    pub results: Vec<TestResult>,
+    /// The array's read ceiling from the PCIe links, when known.
+    pub ceiling: Option<CeilingInfo>,
+    /// NVMe thermal counters before and after, per drive.
+    pub thermal: Vec<ThermalInfo>,
+    /// `--members`: each member alone and all together.
+    pub members_scaling: Option<MemberScaling>,
+    /// Remarks that concern the whole bench.
+    pub notes: Vec<String>,
+    /// The fio job file (fill and every test once), as saved.
+    pub job_file: String,
+}
+
+/// The machine and its software.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemInfo {
+    /// `uname -r`.
+    pub kernel: String,
+    /// Host name.
+    pub hostname: String,
+    /// Online CPUs.
+    pub cpus: u32,
+    /// `fio --version`.
+    pub fio_version: String,
+    /// The fio binary used.
+    pub fio_path: PathBuf,
+}
+
+/// One block device of the filesystem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberDevice {
+    /// As the filesystem knows it (`/dev/nvme0n1p2`).
+    pub path: String,
+    /// Kernel name in /proc/diskstats (`nvme0n1p2`).
+    pub name: String,
+    /// Major number.
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+}
+
+/// The filesystem under DIR.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetInfo {
+    /// DIR, canonical.
+    pub dir: PathBuf,
+    /// Its mount point.
+    pub mount_point: PathBuf,
+    /// Filesystem type.
+    pub fs_type: String,
+    /// The mount's source.
+    pub source: String,
+    /// Mount options (superblock and mount point).
+    pub mount_options: Vec<String>,
+    /// btrfs data profiles.
+    pub data_profiles: Vec<Profile>,
+    /// The devices whose counters are read (every btrfs member).
+    pub devices: Vec<MemberDevice>,
+    /// btrfs members that /proc/diskstats does not show (the cross-check
+    /// is then off).
+    pub devices_missing: Vec<String>,
+    /// The compression mount option (`compress=zstd:3`,
+    /// `compress-force=zstd`), if any.
+    pub compression_option: Option<String>,
+}
+
+/// What was asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Parameters {
+    /// `default`, `nvme` or `custom` (`--tests`).
+    pub profile: String,
+    /// The tests.
+    pub tests: Vec<TestSpec>,
+    /// Test file size.
+    pub size_bytes: u64,
+    /// Runs per test; the median is the result.
+    pub runs: u32,
+    /// Seconds per run.
+    pub duration_secs: u64,
+    /// Seconds between runs.
+    pub interval_secs: u64,
+    /// `--cow`: the test file has data checksums (O_DIRECT writes may be
+    /// buffered by the kernel).
+    pub cow: bool,
+    /// fio's I/O engine.
+    pub ioengine: String,
+}
+
+/// Bytes by how a file stores them (FIEMAP).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileLayout {
+    /// Extents.
+    pub extents: u64,
+    /// Bytes in compressed (encoded) extents.
+    pub encoded_bytes: u64,
+    /// Bytes in preallocated, never-written extents.
+    pub unwritten_bytes: u64,
+    /// Bytes in holes.
+    pub hole_bytes: u64,
+    /// Bytes not yet allocated (dirty).
+    pub delalloc_bytes: u64,
+}
+
+impl FileLayout {
+    /// Bytes that read as zeros without the device: never written.
+    pub fn never_written_bytes(&self) -> u64 {
+        self.unwritten_bytes + self.hole_bytes
+    }
+}
+
+/// The test file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestFileInfo {
+    /// Where it was (removed at the end).
+    pub path: PathBuf,
+    /// Bytes.
+    pub size_bytes: u64,
+    /// The file carried the NOCOW attribute (no checksums: O_DIRECT is direct).
+    pub nocow: bool,
+    /// Seconds the fill took.
+    pub fill_seconds: f64,
+    /// Bytes the members wrote during the fill.
+    pub fill_device_write_bytes: Option<u64>,
+    /// Layout after the fill, before the first read test.
+    pub layout_after_fill: Option<FileLayout>,
+    /// Layout after the last test.
+    pub layout_at_end: Option<FileLayout>,
+    /// The file was removed at the end.
+    pub removed: bool,
+}
+
+/// Whether a figure can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Checked and fine (there may be notes).
+    Ok,
+    /// A check failed: the figure is not a result.
+    Flagged,
+}
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The figure is not a measurement of the devices.
+    Flag,
+    /// Something to know about the figure.
+    Note,
+}
+
+/// Stable codes of the checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckCode {
+    /// fio claims more bytes than the members moved.
+    DeviceMismatch,
+    /// The test file was in the page cache before a read run.
+    PageCacheRead,
+    /// A write run dirtied page-cache pages: it was buffered.
+    PageCacheWrite,
+    /// The test file has compressed extents, or compression is on.
+    Compression,
+    /// fio's threads used about one CPU core each.
+    CpuBound,
+    /// Above the array's encoded PCIe ceiling.
+    AboveCeiling,
+    /// The test file has never-written (unwritten or hole) regions.
+    NeverWritten,
+    /// The drives throttled during the bench.
+    Thermal,
+    /// fio reported an error for the job.
+    FioError,
+}
+
+/// One finding about a figure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    /// Stable code.
+    pub code: CheckCode,
+    /// Flag or note.
+    pub severity: Severity,
+    /// What was seen and what it means.
+    pub message: String,
+}
+
+/// One fio run of one test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// From 1.
+    pub run: u32,
+    /// Bytes fio says it moved.
+    pub claimed_bytes: u64,
+    /// fio's runtime in seconds.
+    pub seconds: f64,
+    /// fio's bandwidth, bytes per second.
+    pub bytes_per_sec: f64,
+    /// fio's IOPS.
+    pub iops: f64,
+    /// Mean latency, microseconds.
+    pub lat_mean_us: f64,
+    /// Median completion latency, microseconds.
+    pub clat_p50_us: Option<f64>,
+    /// 99th percentile completion latency, microseconds.
+    pub clat_p99_us: Option<f64>,
+    /// CPU use per fio thread, in cores (usr + sys).
+    pub cores_per_thread: f64,
+    /// CPU seconds per GiB moved (all threads).
+    pub cpu_seconds_per_gib: Option<f64>,
+    /// Bytes the members read during the run.
+    pub device_read_bytes: Option<u64>,
+    /// Bytes the members wrote during the run.
+    pub device_write_bytes: Option<u64>,
+    /// Bytes of the test file in the page cache before a read run.
+    pub resident_before_bytes: Option<u64>,
+    /// Bytes of page cache dirtied during a write run.
+    pub dirtied_bytes: Option<u64>,
+    /// Checks that failed or noted something for this run.
+    pub checks: Vec<Check>,
+}
+
+/// One test in one direction, all runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestResult {
+    /// The test.
+    pub test: TestSpec,
+    /// Read or write.
+    pub direction: Direction,
+    /// `SEQ1M Q8T1`.
+    pub name: String,
+    /// ok or flagged.
+    pub status: Status,
+    /// Median bandwidth (the result), bytes per second; null when flagged.
+    pub bytes_per_sec: Option<f64>,
+    /// Median IOPS; null when flagged.
+    pub iops: Option<f64>,
+    /// Median mean latency, microseconds; null when flagged.
+    pub lat_mean_us: Option<f64>,
+    /// Slowest run, bytes per second.
+    pub bytes_per_sec_min: f64,
+    /// Fastest run, bytes per second.
+    pub bytes_per_sec_max: f64,
+    /// The same median, checked or not (to show what was claimed).
+    pub claimed_bytes_per_sec: f64,
+    /// Median CPU seconds per GiB.
+    pub cpu_seconds_per_gib: Option<f64>,
+    /// Median cores per thread.
+    pub cores_per_thread: f64,
+    /// The result as a fraction of the array's one-reader ceiling
+    /// (sequential reads, when known).
+    pub ceiling_fraction: Option<f64>,
+    /// Findings (each once, over all runs).
+    pub checks: Vec<Check>,
+    /// The runs.
+    pub runs: Vec<RunResult>,
+}
+
+/// The array's ceiling from `links`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CeilingInfo {
+    /// One reader, one large sequential read, encoded rate (bytes/s).
+    pub one_reader_bytes_per_sec: Option<f64>,
+    /// Many readers at once (bytes/s).
+    pub many_readers_bytes_per_sec: Option<f64>,
+    /// Members that hold the array back.
+    pub held_back_by: Vec<String>,
+    /// Members without PCIe information.
+    pub without_link_info: Vec<String>,
+    /// links' sentence.
+    pub summary: String,
+}
+
+/// One NVMe drive's thermal counters around the bench.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThermalInfo {
+    /// Controller (`nvme0`).
+    pub controller: String,
+    /// Temperature before, °C.
+    pub celsius_before: Option<i32>,
+    /// Temperature after, °C.
+    pub celsius_after: Option<i32>,
+    /// Seconds of light throttling during the bench.
+    pub tmt1_seconds: u32,
+    /// Seconds of heavy throttling during the bench.
+    pub tmt2_seconds: u32,
+    /// Transitions into throttling during the bench.
+    pub transitions: u32,
+    /// Why the counters could not be read.
+    pub error: Option<String>,
+}
+
+/// `--members`: sequential O_DIRECT reads of the member devices.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberScaling {
+    /// Each member alone.
+    pub alone: Vec<MemberRate>,
+    /// Each member while all are read at once.
+    pub together: Vec<MemberRate>,
+    /// Sum of the members alone.
+    pub sum_alone_bytes_per_sec: f64,
+    /// All at once, total.
+    pub together_bytes_per_sec: f64,
+    /// Slowest member alone × members.
+    pub slowest_times_n_bytes_per_sec: f64,
+    /// The member that holds the array back (slowest alone).
+    pub slowest: String,
+    /// The array's SEQ read result, if one ran.
+    pub array_bytes_per_sec: Option<f64>,
+    /// One sentence.
+    pub summary: String,
+}
+
+/// One member's read rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberRate {
+    /// Device path.
+    pub device: String,
+    /// Bytes per second (fio).
+    pub bytes_per_sec: f64,
+    /// Bytes the device's counters moved.
+    pub device_read_bytes: Option<u64>,
+}
+
+impl BenchReport {
+    /// All flags of all results.
+    pub fn flagged(&self) -> impl Iterator<Item = (&TestResult, &Check)> {
+        self.results.iter().flat_map(|r| {
+            r.checks
+                .iter()
+                .filter(|c| c.severity == Severity::Flag)
+                .map(move |c| (r, c))
+        })
+    }
+}

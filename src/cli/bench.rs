@@ -1,0 +1,412 @@
+//! `btrfs-lab bench DIR`: arguments, progress and rendering; the work is
+//! in `btrfs_lab::bench`.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use btrfs_lab::bench::compare::{self, Comparison};
+use btrfs_lab::bench::profile::{self, Direction};
+use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
+use btrfs_lab::bench::{self, BenchOptions, html, jobs};
+use btrfs_lab::error::{Error, Result};
+use btrfs_lab::parse::size::format_iec;
+use btrfs_lab::sys::fio::{RealFio, write_new_file};
+use btrfs_lab::sys::root::SysRoot;
+
+use super::output::{Output, Paint, wrap};
+use super::units::size_arg;
+
+pub const AFTER_HELP: &str = "\
+Profiles (each test is run for reads, then for writes; all reads first):
+  default  SEQ1M Q8T1, SEQ1M Q1T1, RND4K Q32T1, RND4K Q1T1
+  nvme     SEQ1M Q8T1, SEQ128K Q32T1, RND4K Q32T16, RND4K Q1T1
+
+fio does the I/O on a test file in a fresh directory under DIR, made NOCOW (so
+O_DIRECT is direct) unless --cow, and fully written with incompressible data
+before any read. Around every run btrfs-lab reads what fio cannot know: the
+member devices' counters (/proc/diskstats), the test file's page cache
+(mincore) and the page cache dirtied by writes, compressed or never-written
+extents (FIEMAP), the array's PCIe ceiling (links) and the NVMe thermal
+counters. A figure that fails a check is flagged with the reason instead of
+being reported. The directory is removed on every exit path.
+
+MB/s are decimal (10^6 bytes per second), as CrystalDiskMark shows them.
+
+Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
+2 bad arguments, 130 interrupted (the test directory is removed).";
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Directory on the filesystem to measure (the test directory is made in it).
+    #[arg(required_unless_present = "compare")]
+    dir: Option<PathBuf>,
+    /// Test set: default or nvme.
+    #[arg(long, default_value = "default", value_name = "NAME")]
+    profile: String,
+    /// Tests to run instead of a profile, comma-separated (SEQ1M-Q8T1,RND4K-Q32T16,...).
+    #[arg(long, value_name = "LIST")]
+    tests: Option<String>,
+    /// Test file size.
+    #[arg(long, default_value = "1G", value_parser = size_arg, value_name = "SIZE")]
+    size: u64,
+    /// Runs per test; the median is the result.
+    #[arg(long, default_value_t = bench::DEFAULT_RUNS, value_name = "N")]
+    runs: u32,
+    /// Seconds per run.
+    #[arg(long, default_value_t = bench::DEFAULT_DURATION, value_name = "SECS")]
+    duration: u64,
+    /// Seconds to wait between runs.
+    #[arg(long, default_value_t = 0, value_name = "SECS")]
+    interval: u64,
+    /// Keep data checksums on the test file: measures the checksummed path
+    /// (O_DIRECT writes are then buffered by btrfs, and flagged as such).
+    #[arg(long)]
+    cow: bool,
+    /// Also read each member device alone and all at once (read-only).
+    #[arg(long)]
+    members: bool,
+    /// Print the fio job file and stop (nothing is written).
+    #[arg(long)]
+    show_jobs: bool,
+    /// Write an HTML report (SVG charts, no scripts); the fio job file is saved next to it as FILE.fio.
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
+    /// Save the fio job file here.
+    #[arg(long, value_name = "FILE")]
+    save_jobs: Option<PathBuf>,
+    /// Compare two saved `bench --json` reports instead of running.
+    #[arg(long, num_args = 2, value_names = ["A.json", "B.json"], conflicts_with_all = ["dir", "members", "show_jobs", "report"])]
+    compare: Option<Vec<PathBuf>>,
+    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
+    #[arg(long, value_name = "DIR")]
+    sysroot: Option<PathBuf>,
+}
+
+fn options(args: &BenchArgs, dir: &Path) -> Result<BenchOptions> {
+    let mut opts = BenchOptions::new(dir);
+    match &args.tests {
+        Some(list) => {
+            opts.tests = profile::parse_tests(list)?;
+            opts.profile = "custom".into();
+        }
+        None => {
+            opts.tests = profile::profile_tests(&args.profile)?;
+            opts.profile = args.profile.clone();
+        }
+    }
+    opts.size = args.size;
+    opts.runs = args.runs;
+    opts.duration_secs = args.duration;
+    opts.interval_secs = args.interval;
+    opts.cow = args.cow;
+    opts.members = args.members;
+    // This process has no threads yet: it may unshare its mount namespace
+    // to read the per-device dirtied counter in debugfs.
+    opts.allow_private_debugfs = true;
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    opts.validate()?;
+    Ok(opts)
+}
+
+fn with_extension(p: &Path, ext: &str) -> PathBuf {
+    p.with_extension(ext)
+}
+
+pub fn run(args: BenchArgs, out: &Output) -> Result<u8> {
+    if let Some(pair) = &args.compare {
+        let a = compare::load(&pair[0])?;
+        let b = compare::load(&pair[1])?;
+        let c = compare::compare(
+            &a,
+            &b,
+            &pair[0].display().to_string(),
+            &pair[1].display().to_string(),
+        );
+        if out.json {
+            out.json_doc(&c);
+        } else {
+            out.text(&render_compare(&c));
+        }
+        return Ok(0);
+    }
+    let dir = args
+        .dir
+        .clone()
+        .expect("clap requires DIR without --compare");
+    let opts = options(&args, &dir)?;
+    if args.show_jobs {
+        let placeholder = dir
+            .join(format!("{}XXXX", bench::WORK_DIR_PREFIX))
+            .join(bench::TEST_FILE);
+        let settings = jobs::JobSettings {
+            file: &placeholder,
+            size_bytes: opts.size_bytes(),
+            duration_secs: opts.duration_secs,
+            direct: true,
+            compress_percentage: 0,
+        };
+        out.text(&jobs::suite_job(&opts.tests, &settings));
+        return Ok(0);
+    }
+    for p in args.report.iter().chain(args.save_jobs.iter()) {
+        if p.exists() {
+            return Err(Error::new(
+                btrfs_lab::error::ErrorKind::State,
+                format!("{} exists; bench does not overwrite files", p.display()),
+            )
+            .with_hint("choose a new file name"));
+        }
+    }
+    let mut fio = RealFio::find()?;
+    let fio_path = fio.path().to_path_buf();
+    let bar = out.byte_progress("bench {msg}");
+    let mut started = false;
+    let result = bench::run(&opts, &mut fio, &fio_path, &mut |p| {
+        if !started {
+            // The test directory exists from here on.
+            out.started();
+            started = true;
+        }
+        let eta = format!("ETA {}m{:02}s", p.eta_secs / 60, p.eta_secs % 60);
+        if p.runs == 0 {
+            bar.set_message(format!("{}  {eta}", p.what));
+        } else {
+            bar.set_message(format!("{}  run {} of {}  {eta}", p.what, p.run, p.runs));
+        }
+        bar.tick();
+    });
+    bar.finish_and_clear();
+    let report = result?;
+    if let Some(p) = &args.save_jobs {
+        write_new_file(p, &report.job_file)?;
+    }
+    if let Some(p) = &args.report {
+        write_new_file(p, &html::render(&report))?;
+        let jobs_path = with_extension(p, "fio");
+        if !jobs_path.exists() {
+            write_new_file(&jobs_path, &report.job_file)?;
+        }
+    }
+    if out.json {
+        out.json_doc(&report);
+    } else {
+        out.text(&render(&report, out.paint));
+    }
+    Ok(report.exit_code)
+}
+
+fn mbps(b: f64) -> String {
+    format!("{:.1}", b / 1e6)
+}
+
+fn cells(r: Option<&TestResult>) -> [String; 4] {
+    match r {
+        None => ["-".into(), "".into(), "".into(), "".into()],
+        Some(r) if r.status == Status::Flagged => [
+            "flagged".into(),
+            String::new(),
+            String::new(),
+            format!("claimed {}", mbps(r.claimed_bytes_per_sec)),
+        ],
+        Some(r) => [
+            r.bytes_per_sec.map_or("-".into(), mbps),
+            r.iops.map_or("-".into(), |i| format!("{i:.0}")),
+            r.lat_mean_us.map_or("-".into(), |l| format!("{l:.1}")),
+            format!(
+                "{}–{}",
+                mbps(r.bytes_per_sec_min),
+                mbps(r.bytes_per_sec_max)
+            ),
+        ],
+    }
+}
+
+/// The CrystalDiskMark-like table and the findings.
+pub fn render(r: &BenchReport, p: Paint) -> String {
+    let mut s = String::new();
+    let profiles: Vec<String> = r
+        .target
+        .data_profiles
+        .iter()
+        .map(|x| format!("{x:?}").to_lowercase())
+        .collect();
+    let devs: Vec<&str> = r.target.devices.iter().map(|d| d.name.as_str()).collect();
+    s.push_str(&format!(
+        "bench {}  {} {} on {}\n",
+        r.target.dir.display(),
+        r.target.fs_type,
+        profiles.join("+"),
+        if devs.is_empty() {
+            "?".to_owned()
+        } else {
+            devs.join(", ")
+        }
+    ));
+    s.push_str(&format!(
+        "  {} test file {} ({}), {} runs × {} s, {} {}, kernel {}\n\n",
+        r.parameters.profile,
+        format_iec(r.parameters.size_bytes),
+        if r.test_file.nocow {
+            "NOCOW"
+        } else {
+            "checksummed"
+        },
+        r.parameters.runs,
+        r.parameters.duration_secs,
+        r.system.fio_version,
+        r.parameters.ioengine,
+        r.system.kernel
+    ));
+    let header = format!(
+        "  {:<14}{:>10}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>10}  {}\n",
+        "test",
+        "read MB/s",
+        "IOPS",
+        "lat µs",
+        "slowest–fastest",
+        "write MB/s",
+        "IOPS",
+        "lat µs",
+        "slowest–fastest"
+    );
+    s.push_str(&p.bold(&header));
+    let mut names: Vec<&str> = Vec::new();
+    for x in &r.results {
+        if !names.contains(&x.name.as_str()) {
+            names.push(&x.name);
+        }
+    }
+    for n in names {
+        let find = |d| r.results.iter().find(|x| x.name == n && x.direction == d);
+        let rd = cells(find(Direction::Read));
+        let wr = cells(find(Direction::Write));
+        let paint = |c: &str| {
+            if c == "flagged" {
+                p.bad(c)
+            } else {
+                c.to_owned()
+            }
+        };
+        s.push_str(&format!(
+            "  {:<14}{:>10}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>10}  {}\n",
+            n,
+            paint(&rd[0]),
+            rd[1],
+            rd[2],
+            rd[3],
+            paint(&wr[0]),
+            wr[1],
+            wr[2],
+            wr[3]
+        ));
+    }
+    s.push_str("  (MB/s = 10^6 bytes/s; median of the runs; latency: mean)\n");
+    let mut findings = String::new();
+    for x in &r.results {
+        for c in &x.checks {
+            let tag = match c.severity {
+                Severity::Flag => p.bad("flagged"),
+                Severity::Note => p.dim("note"),
+            };
+            let code = serde_json::to_value(c.code)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            findings.push_str(&format!(
+                "  {} {} {tag} [{code}]\n",
+                x.name,
+                x.direction.as_str()
+            ));
+            findings.push_str(&wrap(&c.message, 96, "      "));
+        }
+    }
+    if !findings.is_empty() {
+        s.push_str("\nchecks\n");
+        s.push_str(&findings);
+    }
+    if let Some(c) = &r.ceiling
+        && let Some(one) = c.one_reader_bytes_per_sec
+    {
+        s.push_str(&format!(
+            "\nceiling  {} MB/s one reader (PCIe links, encoded)\n",
+            mbps(one)
+        ));
+        for x in r.results.iter().filter(|x| x.ceiling_fraction.is_some()) {
+            s.push_str(&format!(
+                "  {} {}: {:.0}% of it\n",
+                x.name,
+                x.direction.as_str(),
+                100.0 * x.ceiling_fraction.unwrap_or(0.0)
+            ));
+        }
+    }
+    for t in &r.thermal {
+        match &t.error {
+            Some(e) => s.push_str(&format!("thermal  {}: {e}\n", t.controller)),
+            None => s.push_str(&format!(
+                "thermal  {}: {}→{} °C, throttled {} s light, {} s heavy\n",
+                t.controller,
+                t.celsius_before.map_or("?".into(), |c| c.to_string()),
+                t.celsius_after.map_or("?".into(), |c| c.to_string()),
+                t.tmt1_seconds,
+                t.tmt2_seconds
+            )),
+        }
+    }
+    if let Some(m) = &r.members_scaling {
+        s.push_str("\nmembers (O_DIRECT sequential reads, read-only)\n");
+        for (a, t) in m.alone.iter().zip(m.together.iter()) {
+            s.push_str(&format!(
+                "  {:<16} alone {:>10} MB/s  together {:>10} MB/s\n",
+                a.device,
+                mbps(a.bytes_per_sec),
+                mbps(t.bytes_per_sec)
+            ));
+        }
+        s.push_str(&format!(
+            "  sum {} MB/s, all at once {} MB/s, slowest × {} = {} MB/s{}\n",
+            mbps(m.sum_alone_bytes_per_sec),
+            mbps(m.together_bytes_per_sec),
+            m.alone.len(),
+            mbps(m.slowest_times_n_bytes_per_sec),
+            m.array_bytes_per_sec
+                .map_or(String::new(), |a| format!(", array {} MB/s", mbps(a)))
+        ));
+        s.push_str(&wrap(&m.summary, 96, "  "));
+    }
+    if !r.notes.is_empty() {
+        s.push('\n');
+        for n in &r.notes {
+            s.push_str(&wrap(&format!("note: {n}"), 96, "  "));
+        }
+    }
+    s.push('\n');
+    s.push_str(&wrap(&r.summary, 96, ""));
+    s
+}
+
+fn render_compare(c: &Comparison) -> String {
+    let mut s = format!("bench compare  A = {}\n               B = {}\n", c.a, c.b);
+    for d in &c.differences {
+        s.push_str(&format!("  {d}\n"));
+    }
+    s.push_str(&format!(
+        "\n  {:<20}{:>12}{:>12}{:>9}\n",
+        "test", "A MB/s", "B MB/s", "B/A"
+    ));
+    for r in &c.rows {
+        let f = |v: Option<f64>| v.map_or("-".into(), mbps);
+        s.push_str(&format!(
+            "  {:<20}{:>12}{:>12}{:>9}{}\n",
+            format!("{} {}", r.name, r.direction.as_str()),
+            f(r.a_bytes_per_sec),
+            f(r.b_bytes_per_sec),
+            r.ratio.map_or("-".into(), |x| format!("×{x:.2}")),
+            r.note
+                .as_ref()
+                .map_or(String::new(), |n| format!("  ({n})"))
+        ));
+    }
+    s
+}

@@ -1,0 +1,253 @@
+//! Running fio: behind a trait (as hyperfine's executor), with the real
+//! runner (argv, no shell, JSON output, the job file written by us) and a
+//! mock that the pure tests of the bench analysis use.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::parse::fio::{FioOutput, parse_fio_json};
+use crate::sys::tools::{self, Tool};
+
+/// Something that runs a fio job file and returns fio's JSON results.
+pub trait FioRunner {
+    /// fio's version (`fio-3.33`).
+    fn version(&self) -> String;
+    /// Runs the job file `text`, saved at `path` first. `stop` is polled
+    /// while fio runs: when it returns an error, fio is killed and that
+    /// error returned.
+    fn run(&mut self, path: &Path, text: &str, stop: &dyn Fn() -> Result<()>) -> Result<FioOutput>;
+    /// The same with fio's `--readonly` (a command-line option, not a job
+    /// option): fio refuses any write, whatever the job file says.
+    fn run_readonly(
+        &mut self,
+        path: &Path,
+        text: &str,
+        stop: &dyn Fn() -> Result<()>,
+    ) -> Result<FioOutput> {
+        self.run(path, text, stop)
+    }
+}
+
+/// The real fio, found on PATH.
+#[derive(Debug, Clone)]
+pub struct RealFio {
+    tool: Tool,
+    version: String,
+}
+
+impl RealFio {
+    /// Finds fio and asks its version.
+    pub fn find() -> Result<Self> {
+        let tool = tools::find("fio", "fio")?;
+        let out = tool.run(&["--version".to_owned()])?;
+        Ok(Self {
+            version: out.stdout.trim().to_owned(),
+            tool,
+        })
+    }
+
+    /// Where fio is.
+    pub fn path(&self) -> &Path {
+        &self.tool.path
+    }
+}
+
+/// Writes `text` to a new file at `path` (O_EXCL, no symlink followed).
+pub fn write_new_file(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::from_io(&e, "cannot create", path))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| Error::from_io(&e, "cannot write", path))
+}
+
+fn with_ext(path: &Path, ext: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(ext);
+    PathBuf::from(p)
+}
+
+impl FioRunner for RealFio {
+    fn version(&self) -> String {
+        self.version.clone()
+    }
+
+    fn run(&mut self, path: &Path, text: &str, stop: &dyn Fn() -> Result<()>) -> Result<FioOutput> {
+        self.spawn(path, text, false, stop)
+    }
+
+    fn run_readonly(
+        &mut self,
+        path: &Path,
+        text: &str,
+        stop: &dyn Fn() -> Result<()>,
+    ) -> Result<FioOutput> {
+        self.spawn(path, text, true, stop)
+    }
+}
+
+impl RealFio {
+    fn spawn(
+        &mut self,
+        path: &Path,
+        text: &str,
+        readonly: bool,
+        stop: &dyn Fn() -> Result<()>,
+    ) -> Result<FioOutput> {
+        write_new_file(path, text)?;
+        let out_path = with_ext(path, ".json");
+        let err_path = with_ext(path, ".stderr");
+        let err_file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&err_path)
+            .map_err(|e| Error::from_io(&e, "cannot create", &err_path))?;
+        let mut args = Vec::new();
+        if readonly {
+            args.push("--readonly".to_owned());
+        }
+        args.extend([
+            "--output-format=json".to_owned(),
+            format!("--output={}", out_path.display()),
+            path.display().to_string(),
+        ]);
+        let mut child = Command::new(&self.tool.path)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err_file)
+            .spawn()
+            .map_err(|e| Error::from_io(&e, "cannot run", &self.tool.path))?;
+        let status = loop {
+            if let Err(e) = stop() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+            match child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) => thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(Error::from_io(&e, "cannot wait for", &self.tool.path)),
+            }
+        };
+        // fio stops early on SIGINT from the terminal and still prints
+        // its results: the caller's check decides what that means.
+        stop()?;
+        let mut stderr = String::new();
+        if let Ok(mut f) = File::open(&err_path) {
+            let _ = f.read_to_string(&mut stderr);
+        }
+        let json = fs::read_to_string(&out_path).unwrap_or_default();
+        if !status.success() {
+            let why = stderr
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .map_or_else(|| format!("exit status {status}"), str::to_owned);
+            return Err(
+                Error::new(ErrorKind::Tool, format!("fio failed: {why}")).with_hint(format!(
+                    "the command was: {}",
+                    tools::display_argv(&self.tool.argv(&args))
+                )),
+            );
+        }
+        parse_fio_json(&json)
+    }
+}
+
+/// A scripted fio: returns the outputs it was given, one per run, and
+/// remembers the job files it was asked to run.
+#[derive(Debug, Default)]
+pub struct MockFio {
+    /// Outputs still to return, in order.
+    pub outputs: std::collections::VecDeque<FioOutput>,
+    /// Job files received.
+    pub jobs: Vec<String>,
+}
+
+impl FioRunner for MockFio {
+    fn version(&self) -> String {
+        "fio-mock".to_owned()
+    }
+
+    fn run(
+        &mut self,
+        _path: &Path,
+        text: &str,
+        stop: &dyn Fn() -> Result<()>,
+    ) -> Result<FioOutput> {
+        stop()?;
+        self.jobs.push(text.to_owned());
+        self.outputs
+            .pop_front()
+            .ok_or_else(|| Error::new(ErrorKind::Tool, "mock fio: no output left"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_fio_runs_a_job_and_reports_failure_with_stderr() {
+        let Ok(mut fio) = RealFio::find() else {
+            eprintln!("fio not installed: skipped");
+            return;
+        };
+        assert!(fio.version().starts_with("fio-"), "{}", fio.version());
+        let t = tempfile::tempdir().unwrap();
+        let data = t.path().join("d");
+        fs::write(&data, vec![7u8; 1 << 20]).unwrap();
+        let job = t.path().join("j.fio");
+        let text = format!(
+            "[global]\nfilename={}\nallow_file_create=0\n[r]\nrw=read\nbs=4k\nsize=1m\n",
+            data.display()
+        );
+        let out = fio.run(&job, &text, &|| Ok(())).unwrap();
+        assert_eq!(out.jobs[0].read.io_bytes, 1 << 20);
+        // The job file stays where it was written.
+        assert_eq!(fs::read_to_string(&job).unwrap(), text);
+        // A job fio refuses: the error quotes fio.
+        let bad = t.path().join("bad.fio");
+        let e = fio.run(&bad, "[r]\nrw=nonsense\n", &|| Ok(())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Tool);
+        assert!(e.message().starts_with("fio failed: "), "{}", e.message());
+        // An existing job file is never overwritten.
+        assert!(fio.run(&job, &text, &|| Ok(())).is_err());
+    }
+
+    #[test]
+    fn a_stop_request_kills_fio() {
+        let Ok(mut fio) = RealFio::find() else {
+            return;
+        };
+        let t = tempfile::tempdir().unwrap();
+        let job = t.path().join("j.fio");
+        // A job that would run for an hour.
+        let text = "[s]\nioengine=null\nsize=1g\ntime_based=1\nruntime=3600\n";
+        let calls = std::cell::Cell::new(0);
+        let e = fio
+            .run(&job, text, &|| {
+                calls.set(calls.get() + 1);
+                if calls.get() > 3 {
+                    Err(Error::interrupted())
+                } else {
+                    Ok(())
+                }
+            })
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Interrupted);
+    }
+}

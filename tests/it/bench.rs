@@ -1,0 +1,682 @@
+//! `bench` on real loop-device btrfs sandboxes: an honest RAID0 run read
+//! back as the typed report, and each lie from issue 12 planted and caught.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use btrfs_lab::bench::report::{BenchReport, CheckCode, Severity, Status, TestResult};
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
+
+use crate::common::{TestEnv, listing, require_root, run};
+
+const MIB: u64 = 1 << 20;
+
+/// A RAID0 btrfs over three 256 MiB loop devices.
+fn raid0(env: &TestEnv) -> Sandbox {
+    env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: 256 << 20,
+        data: Some(Profile::Raid0),
+        ..SandboxRequest::default()
+    })
+}
+
+/// Small and short: a 64 MiB file, one or two runs of one second.
+const QUICK: [&str; 6] = ["--size", "64M", "--duration", "1", "--runs", "2"];
+
+fn bench_cmd(env: &TestEnv, dir: &Path, extra: &[&str], hooks: &[(&str, &str)]) -> Command {
+    let mut c = env.cmd();
+    c.args(["bench", "--json"]).args(QUICK).args(extra).arg(dir);
+    for (k, v) in hooks {
+        c.env(k, v);
+    }
+    c
+}
+
+/// Runs bench --json; returns the exit code and the report read back as its
+/// type.
+fn bench(env: &TestEnv, dir: &Path, extra: &[&str], hooks: &[(&str, &str)]) -> (i32, BenchReport) {
+    let (code, stdout, stderr) = run(&mut bench_cmd(env, dir, extra, hooks));
+    assert!(code == 0 || code == 3, "bench failed ({code}): {stderr}");
+    let report: BenchReport = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not a BenchReport ({e}):\n{stdout}\n{stderr}"));
+    assert_eq!(i32::from(report.exit_code), code);
+    // The test directory is gone whatever happened.
+    assert!(report.test_file.removed);
+    assert_eq!(
+        listing(dir),
+        Vec::<String>::new(),
+        "left behind in {}",
+        dir.display()
+    );
+    (code, report)
+}
+
+fn result<'a>(r: &'a BenchReport, section: &str) -> &'a TestResult {
+    r.results
+        .iter()
+        .find(|x| x.test.section(x.direction) == section)
+        .unwrap_or_else(|| panic!("no {section} in {r:#?}"))
+}
+
+fn flags(t: &TestResult) -> Vec<CheckCode> {
+    t.checks
+        .iter()
+        .filter(|c| c.severity == Severity::Flag)
+        .map(|c| c.code)
+        .collect()
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn raid0_figures_agree_with_the_member_devices() {
+    if !require_root("bench on a RAID0 btrfs") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    let (code, r) = bench(
+        &env,
+        &mnt,
+        &["--members", "--tests", "SEQ1M-Q8T1,RND4K-Q32T2"],
+        &[],
+    );
+    assert_eq!(code, 0, "{r:#?}");
+    assert_eq!(r.target.fs_type, "btrfs");
+    assert_eq!(r.target.data_profiles, vec![Profile::Raid0]);
+    assert_eq!(r.target.devices.len(), 3);
+    assert!(r.target.devices_missing.is_empty());
+    assert!(r.test_file.nocow);
+    assert_eq!(r.test_file.size_bytes, 64 * MIB);
+    // The fill wrote every byte, incompressibly: nothing never-written,
+    // nothing compressed, and the members wrote at least the file.
+    let layout = r.test_file.layout_after_fill.unwrap();
+    assert_eq!(layout.never_written_bytes(), 0, "{layout:?}");
+    assert_eq!(layout.encoded_bytes, 0);
+    assert!(r.test_file.fill_device_write_bytes.unwrap() >= 64 * MIB);
+    // Reads first, then writes; two runs each.
+    let order: Vec<String> = r
+        .results
+        .iter()
+        .map(|x| x.test.section(x.direction))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "SEQ1M-Q8T1-read",
+            "RND4K-Q32T2-read",
+            "SEQ1M-Q8T1-write",
+            "RND4K-Q32T2-write"
+        ]
+    );
+    for t in &r.results {
+        assert_eq!(t.status, Status::Ok, "{t:#?}");
+        assert_eq!(t.runs.len(), 2);
+        let med = t.bytes_per_sec.unwrap();
+        assert!(med > 0.0 && t.bytes_per_sec_min <= med && med <= t.bytes_per_sec_max);
+        for run in &t.runs {
+            assert!(run.claimed_bytes > 0);
+            let moved = if t.direction == btrfs_lab::bench::profile::Direction::Read {
+                run.device_read_bytes.unwrap()
+            } else {
+                run.device_write_bytes.unwrap()
+            };
+            // The devices moved what fio claims (within 5 %).
+            assert!(
+                run.claimed_bytes as f64 <= moved as f64 * 1.05 + MIB as f64,
+                "{} claimed {} moved {moved}",
+                t.name,
+                run.claimed_bytes
+            );
+            if t.direction == btrfs_lab::bench::profile::Direction::Read {
+                assert_eq!(run.resident_before_bytes, Some(0));
+            } else {
+                // NOCOW: direct writes dirty (next to) nothing.
+                assert!(
+                    run.dirtied_bytes.unwrap() < run.claimed_bytes / 20,
+                    "{run:#?}"
+                );
+            }
+        }
+    }
+    // The job file is there to re-run by hand, threads on separate ranges.
+    assert!(r.job_file.contains("[RND4K-Q32T2-read]\nstonewall\n"));
+    assert!(r.job_file.contains("offset_increment=33554432"));
+    assert!(r.job_file.contains("allow_file_create=0"));
+
+    // --members: each member alone and together, the slowest named.
+    let m = r.members_scaling.as_ref().unwrap();
+    let paths: Vec<&str> = r.target.devices.iter().map(|d| d.path.as_str()).collect();
+    assert_eq!(
+        m.alone
+            .iter()
+            .map(|x| x.device.as_str())
+            .collect::<Vec<_>>(),
+        paths
+    );
+    assert_eq!(m.together.len(), 3);
+    assert!(paths.contains(&m.slowest.as_str()));
+    let slowest = m
+        .alone
+        .iter()
+        .map(|x| x.bytes_per_sec)
+        .fold(f64::INFINITY, f64::min);
+    assert!((m.slowest_times_n_bytes_per_sec - 3.0 * slowest).abs() < 1.0);
+    assert_eq!(
+        m.array_bytes_per_sec,
+        result(&r, "SEQ1M-Q8T1-read").bytes_per_sec
+    );
+
+    // --compare reads saved reports back: A against itself is ×1.00, and a
+    // B whose SEQ read doubled is ×2.00.
+    let a = env.path().join("a.json");
+    let b = env.path().join("b.json");
+    fs::write(&a, serde_json::to_string(&r).unwrap()).unwrap();
+    let mut faster = r.clone();
+    faster.results[0].bytes_per_sec = faster.results[0].bytes_per_sec.map(|x| x * 2.0);
+    fs::write(&b, serde_json::to_string(&faster).unwrap()).unwrap();
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["bench", "--json", "--compare"])
+        .arg(&a)
+        .arg(&b));
+    assert_eq!(code, 0, "{stderr}");
+    let c: btrfs_lab::bench::compare::Comparison = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(c.rows.len(), 4);
+    assert!((c.rows[0].ratio.unwrap() - 2.0).abs() < 1e-9, "{c:#?}");
+    assert!(
+        c.rows[1..]
+            .iter()
+            .all(|x| (x.ratio.unwrap() - 1.0).abs() < 1e-9)
+    );
+    let (code, stdout, _) = run(env.cmd().args(["bench", "--compare"]).arg(&a).arg(&b));
+    assert_eq!(code, 0);
+    assert!(stdout.contains("SEQ1M Q8T1 read"), "{stdout}");
+    assert!(stdout.contains("×2.00"), "{stdout}");
+    // Not a report.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["bench", "--compare"])
+        .arg(&a)
+        .arg(env.path().join("report.fio")));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("cannot read"), "{stderr}");
+    fs::write(&b, "{}").unwrap();
+    let (code, _, stderr) = run(env.cmd().args(["bench", "--compare"]).arg(&a).arg(&b));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("is not a bench --json report"), "{stderr}");
+}
+
+#[test]
+#[cfg(feature = "test-hooks")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn planted_lies_are_flagged() {
+    if !require_root("bench lies on btrfs") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    let one = ["--tests", "SEQ1M-Q8T1"];
+
+    // fio's reported bytes scaled ×2: the device counters disagree.
+    let (code, r) = bench(&env, &mnt, &one, &[("BTRFS_LAB_BENCH_SCALE_CLAIMED", "2")]);
+    assert_eq!(code, 3);
+    for s in ["SEQ1M-Q8T1-read", "SEQ1M-Q8T1-write"] {
+        let t = result(&r, s);
+        assert_eq!(t.status, Status::Flagged);
+        assert_eq!(t.bytes_per_sec, None, "a flagged figure is not a result");
+        assert_eq!(flags(t), vec![CheckCode::DeviceMismatch], "{t:#?}");
+    }
+
+    // A warm page cache (O_DIRECT ignored, no eviction).
+    let (code, r) = bench(&env, &mnt, &one, &[("BTRFS_LAB_BENCH_BUFFERED", "1")]);
+    assert_eq!(code, 3);
+    let read = result(&r, "SEQ1M-Q8T1-read");
+    assert!(flags(read).contains(&CheckCode::PageCacheRead), "{read:#?}");
+    let warm = read
+        .runs
+        .iter()
+        .filter_map(|x| x.resident_before_bytes)
+        .max()
+        .unwrap();
+    // Run 1 read through the cache: before run 2 most of the file was in it.
+    assert!(warm >= 32 * MIB, "only {warm} bytes cached before a run");
+    let write = result(&r, "SEQ1M-Q8T1-write");
+    assert!(
+        flags(write).contains(&CheckCode::PageCacheWrite),
+        "{write:#?}"
+    );
+
+    // A fallocated, never-written file read through the job.
+    let (code, r) = bench(
+        &env,
+        &mnt,
+        &["--tests", "RND4K-Q32T1"],
+        &[("BTRFS_LAB_BENCH_FALLOCATE_ONLY", "1")],
+    );
+    assert_eq!(code, 3);
+    let read = result(&r, "RND4K-Q32T1-read");
+    assert!(flags(read).contains(&CheckCode::NeverWritten), "{read:#?}");
+    assert_eq!(
+        r.test_file.layout_after_fill.unwrap().unwritten_bytes,
+        64 * MIB
+    );
+    // The devices read nothing for those zeros.
+    assert!(flags(read).contains(&CheckCode::DeviceMismatch));
+    assert_eq!(result(&r, "RND4K-Q32T1-write").status, Status::Ok);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn cow_writes_are_flagged_as_buffered() {
+    if !require_root("bench --cow") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    let (code, r) = bench(&env, &mnt, &["--cow", "--tests", "SEQ1M-Q8T1"], &[]);
+    assert_eq!(code, 3);
+    assert!(!r.test_file.nocow);
+    assert!(r.parameters.cow);
+    assert_eq!(result(&r, "SEQ1M-Q8T1-read").status, Status::Ok);
+    let w = result(&r, "SEQ1M-Q8T1-write");
+    assert_eq!(flags(w), vec![CheckCode::PageCacheWrite], "{w:#?}");
+    // Linux 6.15+: as many pages dirtied as bytes written.
+    for run in &w.runs {
+        assert!(
+            run.dirtied_bytes.unwrap() >= run.claimed_bytes * 9 / 10,
+            "{run:#?}"
+        );
+    }
+    assert!(w.checks[0].message.contains("--cow"));
+}
+
+fn remount(mnt: &Path, data: Option<&str>, flags: nix::mount::MsFlags) {
+    nix::mount::mount(
+        None::<&str>,
+        mnt,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT | flags,
+        data,
+    )
+    .unwrap();
+}
+
+#[test]
+#[cfg(feature = "test-hooks")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn compression_is_named_and_compressible_data_is_flagged() {
+    if !require_root("bench with compress-force") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    remount(
+        &mnt,
+        Some("compress-force=zstd"),
+        nix::mount::MsFlags::empty(),
+    );
+    let one = ["--cow", "--tests", "SEQ1M-Q8T1"];
+
+    // The default data is incompressible: btrfs stores it plain even with
+    // compress-force; the option is named as a note.
+    let (_, r) = bench(&env, &mnt, &one, &[]);
+    assert!(
+        r.target
+            .compression_option
+            .as_deref()
+            .unwrap()
+            .starts_with("compress-force=zstd")
+    );
+    assert_eq!(r.test_file.layout_after_fill.unwrap().encoded_bytes, 0);
+    let read = result(&r, "SEQ1M-Q8T1-read");
+    assert_eq!(read.status, Status::Ok, "{read:#?}");
+    assert!(
+        read.checks
+            .iter()
+            .any(|c| c.code == CheckCode::Compression && c.severity == Severity::Note)
+    );
+
+    // Compressible data: compressed extents, and fio's figures are not the drives'.
+    let (code, r) = bench(&env, &mnt, &one, &[("BTRFS_LAB_BENCH_COMPRESSIBLE", "90")]);
+    assert_eq!(code, 3);
+    assert!(r.test_file.layout_after_fill.unwrap().encoded_bytes >= 60 * MIB);
+    let read = result(&r, "SEQ1M-Q8T1-read");
+    let f = flags(read);
+    assert!(f.contains(&CheckCode::Compression), "{read:#?}");
+    assert!(f.contains(&CheckCode::DeviceMismatch), "{read:#?}");
+    remount(&mnt, Some("compress=no"), nix::mount::MsFlags::empty());
+}
+
+/// The bench's test directory under `dir`, once fio runs a test job in it.
+fn wait_for_test_job(dir: &Path) -> PathBuf {
+    for _ in 0..3000 {
+        if let Some(work) = fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(".btrfs-lab-bench-")
+            })
+            && listing(&work).iter().any(|n| n.ends_with("-read.fio"))
+        {
+            return work;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    panic!("bench never started a test job in {}", dir.display());
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn interrupted_runs_leave_nothing_behind() {
+    if !require_root("bench interrupted") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    for sig in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGHUP,
+    ] {
+        let mut c = env.cmd();
+        c.args([
+            "bench",
+            "--size",
+            "64M",
+            "--duration",
+            "60",
+            "--tests",
+            "SEQ1M-Q8T1",
+        ])
+        .arg(&mnt)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let child = c.spawn().unwrap();
+        let work = wait_for_test_job(&mnt);
+        assert!(work.join("bench.dat").exists());
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{sig}: {stderr}");
+        assert!(stderr.contains("interrupted; clean-up done"), "{stderr}");
+        assert!(out.stdout.is_empty());
+        assert_eq!(
+            listing(&mnt),
+            Vec::<String>::new(),
+            "{sig} left files behind"
+        );
+        // No fio left running on the test file.
+        let left = Command::new("pgrep")
+            .args(["-f", &work.display().to_string()])
+            .output()
+            .unwrap();
+        assert!(left.stdout.is_empty(), "fio still running after {sig}");
+    }
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn refuses_tmpfs_read_only_full_and_missing_fio() {
+    if !require_root("bench refusals") {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let tmp = env.tmpfs("tmp");
+    let (code, stdout, stderr) = run(env.cmd().args(["bench", "--json"]).arg(&tmp));
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("keeps files in memory: there is no device to benchmark"),
+        "{stderr}"
+    );
+    assert!(listing(&tmp).is_empty());
+
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    // 1 GiB does not fit on 768 MiB.
+    let (code, _, stderr) = run(env.cmd().args(["bench", "--size", "1G"]).arg(&mnt));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("not enough free space"), "{stderr}");
+    assert!(stderr.contains("hint: free some space or use a smaller --size"));
+    // fio not on PATH.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .env("PATH", "/nonexistent")
+        .args(["bench"])
+        .arg(&mnt));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("btrfs-lab: error: fio not found"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint: install it: apt-get install fio"));
+    remount(&mnt, None, nix::mount::MsFlags::MS_RDONLY);
+    let (code, _, stderr) = run(env.cmd().args(["bench", "--size", "64M"]).arg(&mnt));
+    remount(&mnt, None, nix::mount::MsFlags::empty());
+    assert_eq!(code, 1);
+    assert!(stderr.contains("is on a read-only filesystem"), "{stderr}");
+    assert!(listing(&mnt).is_empty());
+}
+
+#[test]
+fn bad_arguments_are_one_line() {
+    let env = TestEnv::new();
+    for (args, want) in [
+        (
+            vec!["bench", "--tests", "SEQ9X-Q1T1", "/tmp"],
+            "unknown test",
+        ),
+        (
+            vec!["bench", "--size", "1M", "/tmp"],
+            "--size 1.00MiB is too small",
+        ),
+        (
+            vec!["bench", "--runs", "0", "/tmp"],
+            "--runs must be between 1 and 100",
+        ),
+        (
+            vec!["bench", "--profile", "fast", "/tmp"],
+            "unknown profile",
+        ),
+    ] {
+        let (code, stdout, stderr) = run(env.cmd().args(&args));
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert!(stderr.starts_with("btrfs-lab: error: "), "{stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+    // --show-jobs prints the plan and writes nothing.
+    let (code, stdout, _) = run(env
+        .cmd()
+        .args(["bench", "--show-jobs", "--profile", "nvme"])
+        .arg(env.path()));
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("[RND4K-Q32T16-read]\nstonewall\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("offset_increment=67108864"));
+    assert!(
+        !listing(env.path())
+            .iter()
+            .any(|n| n.starts_with(".btrfs-lab-bench"))
+    );
+}
+
+/// Headless Chromium (Debian's `chromium`), or None (skipped locally,
+/// required in CI like the other prerequisites).
+fn chromium() -> Option<PathBuf> {
+    match btrfs_lab::sys::tools::find("chromium", "chromium") {
+        Ok(t) => Some(t.path),
+        Err(_) if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
+            panic!("CI=true and chromium is missing (scripts/install-deps.sh installs it)")
+        }
+        Err(_) => {
+            eprintln!("\n*** SKIPPED: chromium is not installed ***\n");
+            None
+        }
+    }
+}
+
+/// Runs headless Chromium on a local file with the network cut off
+/// (every host resolves to nothing) and returns what it printed.
+fn headless(chromium: &Path, home: &Path, args: &[&str], file: &Path) -> String {
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+        ])
+        .arg(format!("--user-data-dir={}", home.display()))
+        .args(args)
+        .arg(format!("file://{}", file.display()))
+        .env("HOME", home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Values of `attr="..."` in `text`, in order.
+fn attrs<'a>(text: &'a str, attr: &str) -> Vec<&'a str> {
+    let pat = format!(" {attr}=\"");
+    text.match_indices(&pat)
+        .map(|(i, _)| {
+            let rest = &text[i + pat.len()..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn html_report_renders_one_chart_per_test_with_the_values() {
+    if !require_root("bench --report") {
+        return;
+    }
+    let Some(chromium) = chromium() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    let html = env.path().join("report.html");
+    let (_, r) = bench(
+        &env,
+        &mnt,
+        &[
+            "--tests",
+            "SEQ1M-Q8T1,RND4K-Q32T1,RND4K-Q1T1",
+            "--report",
+            html.to_str().unwrap(),
+        ],
+        &[],
+    );
+    // The job file is saved next to the report.
+    assert_eq!(
+        fs::read_to_string(env.path().join("report.fio")).unwrap(),
+        r.job_file
+    );
+    let page = fs::read_to_string(&html).unwrap();
+    // Self-contained: no script, no external resource, a CSP that forbids loads.
+    for bad in [
+        "<script", "<link", " src=", " href=", "url(", "https://", "@import",
+    ] {
+        assert!(!page.contains(bad), "the page contains {bad}");
+    }
+    assert!(page.contains("default-src 'none'"));
+
+    let home = env.path().join("chromium-home");
+    fs::create_dir_all(&home).unwrap();
+    let dom = headless(&chromium, &home, &["--dump-dom"], &html);
+    // One chart per test, each with a bar per direction at the report's value.
+    assert_eq!(
+        attrs(&dom, "data-test"),
+        ["SEQ1M Q8T1", "RND4K Q32T1", "RND4K Q1T1"]
+    );
+    let mbps: Vec<f64> = attrs(&dom, "data-mbps")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let mut want: Vec<(String, f64)> = Vec::new();
+    for name in ["SEQ1M Q8T1", "RND4K Q32T1", "RND4K Q1T1"] {
+        for t in r.results.iter().filter(|t| t.name == name) {
+            want.push((
+                format!("{} {}", t.name, t.direction.as_str()),
+                t.claimed_bytes_per_sec / 1e6,
+            ));
+        }
+    }
+    assert_eq!(mbps.len(), want.len());
+    for (got, (what, w)) in mbps.iter().zip(&want) {
+        assert!(
+            (got - w).abs() < 0.001,
+            "{what}: chart {got} MB/s, report {w}"
+        );
+    }
+    assert!(
+        dom.contains(&r.summary.replace('&', "&amp;")),
+        "summary missing from the DOM"
+    );
+
+    // Each chart is valid XML: Chromium's XML parser reads it standalone
+    // as image/svg+xml and reports no parser error.
+    let mut rest = page.as_str();
+    let mut charts = 0;
+    while let Some(start) = rest.find("<svg") {
+        let end = rest[start..].find("</svg>").unwrap() + start + "</svg>".len();
+        let svg = env.path().join(format!("chart{charts}.svg"));
+        fs::write(
+            &svg,
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n{}",
+                &rest[start..end]
+            ),
+        )
+        .unwrap();
+        let parsed = headless(&chromium, &home, &["--dump-dom"], &svg);
+        assert!(
+            !parsed.contains("parsererror"),
+            "chart {charts} is not valid XML: {parsed}"
+        );
+        assert!(parsed.contains("<rect class=\"bar\""), "{parsed}");
+        charts += 1;
+        rest = &rest[end..];
+    }
+    assert_eq!(charts, 3);
+    // A screenshot for the record (BTRFS_LAB_SCREENSHOT=path keeps it).
+    if let Ok(shot) = std::env::var("BTRFS_LAB_SCREENSHOT") {
+        headless(
+            &chromium,
+            &home,
+            &[
+                &format!("--screenshot={shot}"),
+                "--window-size=1000,1500",
+                "--hide-scrollbars",
+            ],
+            &html,
+        );
+        assert!(fs::metadata(&shot).unwrap().len() > 1000);
+    }
+}

@@ -164,6 +164,41 @@ impl Error {
     }
 }
 
+/// The last record of a JSON Lines stream that failed after its operation
+/// had started (docs/json.md): `{"event":"error","error":{...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ErrorEvent {
+    /// Always `error`.
+    pub event: String,
+    /// What went wrong.
+    pub error: ErrorDocument,
+}
+
+/// An error as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ErrorDocument {
+    /// The one-line message.
+    pub message: String,
+    /// What to do, when there is something to say.
+    pub hint: Option<String>,
+    /// The exit status that goes with it.
+    pub exit_code: u8,
+}
+
+impl ErrorEvent {
+    /// The record for `e`.
+    pub fn new(e: &Error) -> Self {
+        Self {
+            event: "error".to_owned(),
+            error: ErrorDocument {
+                message: e.message().to_owned(),
+                hint: e.hint().map(str::to_owned),
+                exit_code: e.exit_code(),
+            },
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)

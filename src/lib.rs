@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod demo;
 pub mod error;
 pub mod links;
 pub mod model;

@@ -4,9 +4,10 @@
 use std::fs;
 use std::process::{Command, Stdio};
 
+use btrfs_lab::demo::{DemoReport, DemoSandbox};
+use btrfs_lab::probe::report::ProbeReport;
+use btrfs_lab::probe::verdict::Verdict;
 use clap::Args;
-use serde::Serialize;
-use serde_json::Value;
 
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::parse::size::{format_iec, format_rate};
@@ -25,24 +26,6 @@ pub struct DemoArgs {
     /// Probe rounds.
     #[arg(long, default_value_t = probe::DEFAULT_ROUNDS, value_name = "N")]
     rounds: u32,
-}
-
-#[derive(Serialize)]
-struct DemoReport {
-    kernel: String,
-    sandbox: SandboxInfo,
-    checksummed: Value,
-    nocow: Value,
-}
-
-#[derive(Serialize)]
-struct SandboxInfo {
-    name: String,
-    devices: usize,
-    size_bytes: u64,
-    data_profiles: Vec<btrfs_lab::model::profile::Profile>,
-    metadata_profiles: Vec<btrfs_lab::model::profile::Profile>,
-    removed: bool,
 }
 
 pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
@@ -99,7 +82,7 @@ pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
         if code == Some(i32::from(exit::INTERRUPTED)) {
             return Err(Error::interrupted());
         }
-        let report: Value = serde_json::from_slice(&child.stdout).map_err(|_| {
+        let report: ProbeReport = serde_json::from_slice(&child.stdout).map_err(|_| {
             Error::new(
                 ErrorKind::Tool,
                 format!("probe-dio on the {label} directory failed (exit status {code:?})"),
@@ -113,7 +96,7 @@ pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
 
     let report = DemoReport {
         kernel: kernel_release(),
-        sandbox: SandboxInfo {
+        sandbox: DemoSandbox {
             name: request.name.unwrap_or_default(),
             devices: 1,
             size_bytes: request.size_bytes,
@@ -124,16 +107,8 @@ pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
         checksummed: checksummed_report,
         nocow: nocow_report,
     };
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, out));
-    }
+    out.report(&report, |r| render(r, out));
     Ok(exit::OK)
-}
-
-fn field<'a>(v: &'a Value, path: &[&str]) -> &'a Value {
-    path.iter().fold(v, |v, k| &v[*k])
 }
 
 fn render(r: &DemoReport, out: &Output) -> String {
@@ -150,11 +125,11 @@ fn render(r: &DemoReport, out: &Output) -> String {
         names(&r.sandbox.metadata_profiles),
     );
     let cols = [&r.checksummed, &r.nocow];
-    let verdict = |v: &Value| {
-        let name = v["verdict"].as_str().unwrap_or("?");
-        match name {
-            "direct" => p.good(name),
-            "inconclusive" => p.warn(name),
+    let verdict = |v: &ProbeReport| {
+        let name = v.verdict.name();
+        match v.verdict {
+            Verdict::Direct => p.good(name),
+            Verdict::Inconclusive => p.warn(name),
             _ => p.bad(name),
         }
     };
@@ -175,38 +150,23 @@ fn render(r: &DemoReport, out: &Output) -> String {
         pad(verdict(cols[0]), 26),
         verdict(cols[1])
     ));
-    let ratio = |v: &Value| {
-        format!(
-            "{:.2}",
-            field(v, &["test", "ratio_median"])
-                .as_f64()
-                .unwrap_or(f64::NAN)
-        )
-    };
+    let ratio = |v: &ProbeReport| format!("{:.2}", v.test.ratio_median);
     t.push_str(&format!(
         "  {:<21} {:<26} {}\n",
         "dirtied / written",
         ratio(cols[0]),
         ratio(cols[1])
     ));
-    let speed = |v: &Value| {
-        format_rate(
-            field(v, &["test", "throughput_bytes_per_sec"])
-                .as_f64()
-                .unwrap_or(f64::NAN),
-        )
-    };
+    let speed = |v: &ProbeReport| format_rate(v.test.throughput_bytes_per_sec);
     t.push_str(&format!(
         "  {:<21} {:<26} {}\n",
         "O_DIRECT write speed",
         speed(cols[0]),
         speed(cols[1])
     ));
-    let counter = r.checksummed["counter"]["label"].as_str().unwrap_or("?");
+    let counter = &r.checksummed.counter.label;
     t.push_str(&format!("  {:<21} {counter}\n\n", "counter"));
-    let both_as_expected =
-        r.checksummed["verdict"] == "buffered-fallback" && r.nocow["verdict"] == "direct";
-    let summary = if both_as_expected {
+    let summary = if r.shows_the_trap() {
         "The checksummed directory's O_DIRECT writes went through the page cache (the kernel's \
          fallback for files with data checksums), while the NOCOW directory's stayed direct. \
          Put databases and VM images that use O_DIRECT in a NOCOW directory, and run benchmarks there."
@@ -214,8 +174,7 @@ fn render(r: &DemoReport, out: &Output) -> String {
     } else {
         format!(
             "checksummed: {} NOCOW: {}",
-            r.checksummed["summary"].as_str().unwrap_or(""),
-            r.nocow["summary"].as_str().unwrap_or("")
+            r.checksummed.summary, r.nocow.summary
         )
     };
     t.push_str(&wrap(&summary, 88, ""));

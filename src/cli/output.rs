@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use owo_colors::OwoColorize;
 use serde::Serialize;
 
-use btrfs_lab::error::{Error, ErrorKind, Result};
+use btrfs_lab::error::{Error, ErrorEvent, ErrorKind, Result};
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -196,11 +196,9 @@ impl Output {
         match error {
             None => state.write(pending.as_bytes()),
             Some(e) if self.json && state.started => {
-                let record = serde_json::json!({
-                    "event": "error",
-                    "error": { "message": e.message(), "hint": e.hint(), "exit_code": e.exit_code() },
-                });
-                state.write(format!("{record}\n").as_bytes());
+                let record = ErrorEvent::new(e);
+                let line = serde_json::to_string(&record).expect("reports serialize");
+                state.write(format!("{line}\n").as_bytes());
             }
             Some(_) => {}
         }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::ProbeOptions;
 use super::verdict::{Analysis, FileSummary, NoiseSummary, Round, Verdict, profile_list};
@@ -11,7 +11,7 @@ use crate::model::profile::Profile;
 use crate::sys::counters::CounterKind;
 
 /// The filesystem around the probed directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsContext {
     /// The probed directory, canonical.
     pub dir: PathBuf,
@@ -38,7 +38,7 @@ pub struct FsContext {
 }
 
 /// The counter the figures come from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CounterInfo {
     /// `bdi` (this filesystem's backing device) or `vmstat` (machine-wide).
     pub source: CounterKind,
@@ -49,7 +49,7 @@ pub struct CounterInfo {
 }
 
 /// Which evidence decided the verdict, best first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EvidenceKind {
     /// Folios dirtied per file (tracepoint writeback:writeback_dirty_folio in
@@ -72,7 +72,7 @@ impl From<CounterKind> for EvidenceKind {
 }
 
 /// What the counter said when the tracepoint decided.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CrossCheck {
     /// `bdi` or `vmstat`.
     pub source: CounterKind,
@@ -83,7 +83,7 @@ pub struct CrossCheck {
 }
 
 /// The evidence behind the verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvidenceInfo {
     /// `tracepoint`, `bdi` or `vmstat`.
     pub source: EvidenceKind,
@@ -97,7 +97,7 @@ pub struct EvidenceInfo {
 }
 
 /// The probe's parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Parameters {
     /// Bytes per file per round.
     pub size_bytes: u64,
@@ -108,7 +108,7 @@ pub struct Parameters {
 }
 
 /// Everything `probe-dio` found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeReport {
     /// The directory as given.
     pub path: PathBuf,

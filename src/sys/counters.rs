@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::root::{SysRoot, TABLE_CAP};
 use crate::error::{Error, ErrorKind, Result};
@@ -16,7 +16,7 @@ use crate::parse::counters::{bdi_dirtied_bytes, vmstat_nr_dirtied};
 use crate::parse::mountinfo::parse_mountinfo;
 
 /// Which counter was used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CounterKind {
     /// The filesystem's own backing device (debugfs BdiDirtied).

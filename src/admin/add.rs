@@ -8,12 +8,13 @@ use serde::Serialize;
 
 use super::checks::{Reason, device_reasons};
 use super::convert::{ConvertPlan, ConvertRequest, plan_convert};
-use super::state::{FsState, MemberDevice, read_state};
+use super::state::{FsState, MemberDevice, read_state_at};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::parse::wipefs::Signature;
 use crate::sys::blockdev::BlockDeviceFacts;
+use crate::sys::btrfs::FsHandle;
 use crate::sys::root::SysRoot;
 use crate::sys::tools::{self, display_argv};
 
@@ -215,7 +216,13 @@ pub fn plan_add(
     }
     let total_after = fs.devices.len() + devices.len();
     let m = fs.mount_point.display();
-    if total_after >= 2 {
+    if let Some(req) = convert {
+        let t = super::convert::Targets::from(req);
+        notes.push(format!(
+            "then the conversion below ({}) spreads what is there over all devices",
+            t.describe()
+        ));
+    } else if total_after >= 2 {
         notes.push(format!(
             "next, to stripe data over all devices (fast, no redundancy): btrfs-lab convert {m} --data raid0 --metadata raid1; to mirror it: btrfs-lab convert {m} --data raid1 --metadata raid1"
         ));
@@ -262,8 +269,24 @@ pub struct AddResult {
 
 /// Runs the plan's commands, then checks that every new device is a member
 /// with the expected size.
-pub fn execute_add(root: &SysRoot, plan: &AddPlan) -> Result<AddResult> {
-    for argv in &plan.commands {
+///
+/// `btrfs device add` is given the filesystem as `/proc/PID/fd/N`, the
+/// directory this process holds open, never the mount path again: a path
+/// swapped after the plan was shown cannot redirect it.
+pub fn execute_add(
+    root: &SysRoot,
+    fs: &FsHandle,
+    mount_point: &Path,
+    plan: &AddPlan,
+) -> Result<AddResult> {
+    for shown in &plan.commands {
+        let mut argv = shown.clone();
+        if argv[0] == "btrfs"
+            && let Some(last) = argv.last_mut()
+        {
+            *last = fs.proc_path().display().to_string();
+        }
+        let argv = &argv;
         let package = if argv[0] == "wipefs" {
             "util-linux"
         } else {
@@ -271,11 +294,11 @@ pub fn execute_add(root: &SysRoot, plan: &AddPlan) -> Result<AddResult> {
         };
         let tool = tools::find(&argv[0], package)?;
         tool.run(&argv[1..]).map_err(|e| {
-            Error::new(e.kind(), format!("{} (while running: {})", e.message(), display_argv(argv)))
+            Error::new(e.kind(), format!("{} (while running: {})", e.message(), display_argv(shown)))
                 .with_hint("the filesystem is unchanged unless the add itself reported success; see btrfs-lab show")
         })?;
     }
-    let state = read_state(root, &plan.mount_point)?;
+    let state = read_state_at(root, fs, mount_point)?;
     for d in &plan.devices {
         let found = state.devices.iter().find(|m| {
             fs::canonicalize(&m.path)
@@ -357,6 +380,7 @@ mod tests {
             balance: None,
             kernel: KernelVersion::new(6, 18),
             features: Vec::new(),
+            device_errors: Vec::new(),
         }
     }
 
@@ -474,6 +498,19 @@ mod tests {
             AddOptions::default(),
             true,
             Some(req),
+        );
+        // The next step is the conversion asked for, not a suggestion of another.
+        assert!(
+            !p.notes.iter().any(|n| n.contains("--metadata raid1;")),
+            "{:?}",
+            p.notes
+        );
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("data → raid0, metadata → raid1")),
+            "{:?}",
+            p.notes
         );
         let c = p.then_convert.unwrap();
         assert_eq!(c.devices, 3);

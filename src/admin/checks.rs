@@ -251,6 +251,7 @@ mod tests {
             balance: None,
             kernel: KernelVersion::new(6, 18),
             features: Vec::new(),
+            device_errors: Vec::new(),
         }
     }
 

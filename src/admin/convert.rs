@@ -2,22 +2,26 @@
 //! pause on SIGINT/SIGTERM, and verification.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::alloc::{self, ChunkKind};
 use super::checks::Reason;
+use super::state::BalanceInfo;
 use super::state::FsState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::kernel::RAID1C34;
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::parse::size::format_iec;
-use crate::sys::{btrfs, signals};
+use crate::sys::btrfs::{self, FsHandle};
+use crate::sys::ioctl::{BalanceEnd, balance_state};
+use crate::sys::signals::{OperationSignals, Received};
 
 /// What the user asked for. System chunks follow metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +77,23 @@ pub struct ConvertPlan {
     /// The btrfs-progs command equivalent to what btrfs-lab runs (the
     /// BALANCE_V2 ioctl with these filters).
     pub equivalent_command: Vec<String>,
+    /// A balance with these targets exists already: what the run does with
+    /// it (`null`: it starts a new one).
+    pub existing: Option<Existing>,
+}
+
+/// What a conversion does with a balance that exists already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Existing {
+    /// A paused balance with the same targets: resume it.
+    Resume,
+    /// A running balance with the same targets (another process, or one
+    /// the kernel is cancelling after its process was killed): follow it,
+    /// then start what is left, if anything.
+    Follow,
+    /// A balance someone cancelled: wait until it ended, then start.
+    WaitForCancel,
 }
 
 impl ConvertPlan {
@@ -129,6 +150,38 @@ fn dominant(fs: &FsState, kind: BgType) -> Option<Profile> {
         .map(|s| crate::sys::btrfs::profile_of(s.flags))
 }
 
+/// Profiles that keep two copies or parity (the kernel's "redundancy":
+/// `ncopies >= 2 || tolerated_failures >= 1`).
+fn redundant(p: Profile) -> bool {
+    !matches!(p, Profile::Single | Profile::Raid0)
+}
+
+/// Warnings from the device error counters: a conversion reads every chunk
+/// it moves and stops at the first block it can neither read nor repair.
+fn error_warnings(fs: &FsState) -> Vec<String> {
+    let m = fs.mount_point.display();
+    let mut w = Vec::new();
+    for d in &fs.device_errors {
+        let name = if d.path.is_empty() {
+            format!("device {} (missing)", d.devid)
+        } else {
+            format!("device {} ({})", d.devid, d.path)
+        };
+        if d.unreadable() > 0 {
+            w.push(format!(
+                "{name} has recorded {} corruption and {} read errors: a conversion reads every chunk and fails with an I/O error at the first block it can neither read nor repair; run a scrub first (btrfs scrub start -B {m}), restore or delete the files it names, and make sure a backup exists",
+                d.corruption, d.read
+            ));
+        } else if d.write + d.flush + d.generation > 0 {
+            w.push(format!(
+                "{name} has recorded {} write, {} flush and {} generation errors: check the device and its cable (btrfs device stats {m}) before moving data onto it",
+                d.write, d.flush, d.generation
+            ));
+        }
+    }
+    w
+}
+
 /// Plans a conversion on `fs` (pure: everything comes from `fs`).
 pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
     let mut refusals = Vec::new();
@@ -144,24 +197,50 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
             false,
         ));
     }
-    match fs.exclusive_operation.as_deref() {
-        None | Some("none") => {}
-        Some("balance paused") => refusals.push(Reason::general(
+    let m_disp = fs.mount_point.display();
+    let wanted = Targets::from(*req);
+    let mut existing = None;
+    match fs.balance {
+        Some(b) if b.cancelling => {
+            existing = Some(Existing::WaitForCancel);
+            warnings.push("a balance is being cancelled on this filesystem: the conversion starts when it has ended".to_owned());
+        }
+        Some(b) if b.paused && b.targets() == wanted => existing = Some(Existing::Resume),
+        Some(b) if b.paused => refusals.push(Reason::general(
             "balance-paused",
-            "a paused balance exists: resume it with --resume or cancel it with --cancel first"
-                .into(),
+            format!(
+                "a paused balance with other targets ({}) exists: resume it with `btrfs-lab convert {m_disp} --resume`, or cancel it with `btrfs-lab convert {m_disp} --cancel` first",
+                b.targets().describe()
+            ),
             false,
         )),
-        Some("balance") => refusals.push(Reason::general(
+        Some(b) if b.targets() == wanted => existing = Some(Existing::Follow),
+        Some(b) => refusals.push(Reason::general(
             "balance-running",
-            "a balance is running: watch it with --status, or --pause / --cancel it".into(),
+            format!(
+                "a balance with other targets ({}) is running: watch it with `btrfs-lab convert {m_disp} --status`, or pause or cancel it with `btrfs-lab convert {m_disp} --pause` / `--cancel`",
+                b.targets().describe()
+            ),
             false,
         )),
-        Some(op) => refusals.push(Reason::general(
-            "exclusive-operation",
-            format!("another operation is running on this filesystem ({op}); wait until it ends"),
-            false,
-        )),
+        None => match fs.exclusive_operation.as_deref() {
+            None | Some("none") => {}
+            Some("balance paused") => refusals.push(Reason::general(
+                "balance-paused",
+                format!("a paused balance exists: resume it with `btrfs-lab convert {m_disp} --resume`, or cancel it with `btrfs-lab convert {m_disp} --cancel` first"),
+                false,
+            )),
+            Some("balance") => refusals.push(Reason::general(
+                "balance-running",
+                format!("a balance is running: watch it with `btrfs-lab convert {m_disp} --status`, or pause or cancel it with `--pause` / `--cancel`"),
+                false,
+            )),
+            Some(op) => refusals.push(Reason::general(
+                "exclusive-operation",
+                format!("another operation is running on this filesystem ({op}); wait until it ends"),
+                false,
+            )),
+        },
     }
     if fs.mixed_block_groups()
         && let (Some(d), Some(m)) = (req.data, req.metadata)
@@ -221,6 +300,14 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
     if let Some(m) = req.metadata {
         let current = fs.profiles(BgType::Metadata);
         let now = current.iter().map(|p| tolerance(*p)).min().unwrap_or(0);
+        // The kernel's rule (btrfs_balance): metadata or system that has a
+        // redundant profile now (two copies or parity) converted to one
+        // without needs the force flag. DUP → single is one.
+        let kernel_reduces = current
+            .iter()
+            .chain(&fs.profiles(BgType::System))
+            .any(|p| redundant(*p))
+            && !redundant(m);
         if tolerance(m) < now {
             refusals.push(Reason::general(
                 "lower-metadata-redundancy",
@@ -230,6 +317,25 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
                     tolerance(m)
                 ),
                 true,
+            ));
+        } else if kernel_reduces {
+            refusals.push(Reason::general(
+                "lower-metadata-redundancy",
+                format!(
+                    "metadata {} → {m} lowers redundancy (two copies of every metadata block → one); the kernel needs --force for this, so does btrfs-lab",
+                    names(&current)
+                ),
+                true,
+            ));
+        }
+        if kernel_reduces {
+            risks.push(format!(
+                "metadata {m} keeps one copy of every metadata block: one bad block can make files, or the whole filesystem, unreadable"
+            ));
+        } else if tolerance(m) < now {
+            risks.push(format!(
+                "metadata {m} survives {} failed device(s) instead of {now}: losing a device can make the whole filesystem unreadable",
+                tolerance(m)
             ));
         }
         if matches!(m, Profile::Raid5 | Profile::Raid6) {
@@ -310,6 +416,9 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
         }
     }
 
+    warnings.extend(error_warnings(fs));
+    let nothing_to_do = nothing_to_do && existing.is_none();
+
     let mut cmd = vec!["btrfs".to_owned(), "balance".to_owned(), "start".to_owned()];
     if let Some(d) = req.data {
         cmd.push(format!("-dconvert={d},soft"));
@@ -335,6 +444,7 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
         refusals,
         nothing_to_do,
         equivalent_command: cmd,
+        existing,
     }
 }
 
@@ -368,12 +478,16 @@ pub enum Outcome {
 }
 
 /// Events while a balance runs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// Counters and bytes.
     Progress(Progress),
-    /// A signal arrived; pausing after the current chunk.
-    Pausing,
+    /// A signal arrived; the kernel was asked to pause after the current chunk.
+    Pausing(Option<Received>),
+    /// Another signal while pausing: it changes nothing, the pause goes on.
+    StillPausing,
+    /// Something to know (resuming, following, waiting).
+    Notice(String),
 }
 
 /// Targets the remaining bytes are counted against.
@@ -383,6 +497,14 @@ pub struct Targets {
     pub data: Option<Profile>,
     /// Metadata (and system) target.
     pub metadata: Option<Profile>,
+}
+
+impl Targets {
+    /// `data → raid1, metadata unchanged`.
+    pub fn describe(&self) -> String {
+        let tg = |p: Option<Profile>| p.map_or("unchanged".to_owned(), |p| p.name().to_owned());
+        format!("data → {}, metadata → {}", tg(self.data), tg(self.metadata))
+    }
 }
 
 impl From<ConvertRequest> for Targets {
@@ -396,27 +518,29 @@ impl From<ConvertRequest> for Targets {
 
 /// Logical bytes used in block groups not yet in the target profiles: what
 /// the conversion still has to move.
-pub fn remaining_bytes(path: &Path, t: Targets) -> u64 {
-    let Ok(spaces) = btrfs::space_entries(path) else {
-        return 0;
-    };
-    let fs = FsState {
-        path: path.to_path_buf(),
-        mount_point: path.to_path_buf(),
-        fsid: String::new(),
-        devices: Vec::new(),
-        spaces,
-        exclusive_operation: None,
-        balance: None,
-        kernel: crate::model::kernel::KernelVersion::new(0, 0),
-        features: Vec::new(),
+pub fn remaining_bytes(h: &FsHandle, t: Targets) -> u64 {
+    h.space_entries()
+        .map_or(0, |spaces| remaining_in(&spaces, t))
+}
+
+/// [`remaining_bytes`] of SPACE_INFO entries (pure).
+pub fn remaining_in(spaces: &[crate::sys::btrfs::SpaceEntry], t: Targets) -> u64 {
+    let outside = |kind: BgType, target: Profile| -> u64 {
+        spaces
+            .iter()
+            .filter(|s| {
+                super::state::matches_kind(btrfs::bg_type_of(s.flags), kind)
+                    && btrfs::profile_of(s.flags) != target
+            })
+            .map(|s| s.used_bytes)
+            .sum()
     };
     let mut r = 0;
     if let Some(d) = t.data {
-        r += fs.used_outside(BgType::Data, d);
+        r += outside(BgType::Data, d);
     }
     if let Some(m) = t.metadata {
-        r += fs.used_outside(BgType::Metadata, m) + fs.used_outside(BgType::System, m);
+        r += outside(BgType::Metadata, m) + outside(BgType::System, m);
     }
     r
 }
@@ -424,96 +548,417 @@ pub fn remaining_bytes(path: &Path, t: Targets) -> u64 {
 /// How to start the balance.
 #[derive(Debug, Clone, Copy)]
 pub enum Start {
-    /// A new conversion.
-    Convert(ConvertRequest),
+    /// A new conversion (or, per [`ConvertPlan::existing`], resume, follow
+    /// or wait for the balance that exists, then finish what is left).
+    Convert(ConvertRequest, Option<Existing>),
     /// Resume the paused one.
     Resume,
 }
 
-/// Runs the balance in a thread and reports progress until it ends. On
-/// SIGINT/SIGTERM it pauses the balance (the kernel would cancel it if this
-/// process died of the signal); a second signal exits at once and the
-/// balance still pauses, because the pause was already requested.
-pub fn run_balance(
-    path: &Path,
-    start: Start,
-    targets: Targets,
-    on_event: &mut dyn FnMut(Event),
-) -> Result<Outcome> {
-    let (tx, rx) = mpsc::channel();
-    let worker_path = path.to_path_buf();
-    let worker = thread::spawn(move || {
-        let r = match start {
-            Start::Convert(req) => {
-                btrfs::run_convert_balance(&worker_path, req.data, req.metadata, req.force)
-            }
-            Start::Resume => btrfs::resume_balance(&worker_path),
-        };
-        let _ = tx.send(r);
-    });
-    let started = Instant::now();
-    let initial = remaining_bytes(path, targets);
-    let mut pause_requested = false;
-    let mut last_report = Instant::now();
-    let result = loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(r) => break r,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break Err(Errno::EIO),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        if signals::interrupted() && !pause_requested {
-            pause_requested = true;
-            on_event(Event::Pausing);
-            match btrfs::balance_control(path, true) {
-                Ok(()) | Err(Errno::ENOTCONN) => {}
-                Err(e) => return Err(Error::from_errno(e, "cannot pause the balance on", path)),
-            }
-        }
-        if last_report.elapsed() >= Duration::from_millis(500) {
-            last_report = Instant::now();
-            on_event(Event::Progress(progress(path, targets, initial, started)));
-        }
-    };
-    let _ = worker.join();
-    match result {
-        Ok(()) => {
-            on_event(Event::Progress(progress(path, targets, initial, started)));
-            Ok(Outcome::Completed)
-        }
-        Err(Errno::ECANCELED) => {
-            let paused = btrfs::balance_status(path).ok().flatten().is_some();
-            Ok(if pause_requested || paused { Outcome::Paused } else { Outcome::Cancelled })
-        }
-        Err(Errno::ENOSPC) => Err(Error::new(
-            ErrorKind::NoSpace,
-            format!("the conversion ran out of space on {}; what was converted stays converted", path.display()),
-        )
-        .with_hint("free space (delete files, or btrfs balance start -dusage=10) or add a device, then run the same convert again")),
-        Err(e) => Err(Error::from_errno(e, "the balance failed on", path)),
-    }
-}
-
-fn progress(path: &Path, t: Targets, initial: u64, started: Instant) -> Progress {
-    let (expected, done) = btrfs::balance_status(path)
-        .ok()
-        .flatten()
-        .map_or((0, 0), |s| (s.expected, s.completed));
-    let remaining = remaining_bytes(path, t);
-    let bytes_done = initial.saturating_sub(remaining);
-    let secs = started.elapsed().as_secs_f64();
+/// How far the progress counters can be trusted for an ETA: at least one
+/// chunk relocated and some bytes moved by this run.
+fn eta(
+    done_chunks_this_run: u64,
+    bytes_done: u64,
+    remaining: u64,
+    secs: f64,
+) -> (f64, Option<f64>) {
     let rate = if secs > 0.0 {
         bytes_done as f64 / secs
     } else {
         0.0
     };
-    Progress {
-        chunks_expected: expected,
-        chunks_done: done,
-        bytes_remaining: remaining,
-        bytes_done,
-        rate_bytes_per_sec: rate,
-        eta_seconds: (rate > 0.0).then(|| remaining as f64 / rate),
+    let trusted = done_chunks_this_run >= 1 && bytes_done > 0 && secs >= 1.0 && rate > 0.0;
+    (rate, trusted.then(|| remaining as f64 / rate))
+}
+
+/// Progress bookkeeping of one run.
+struct Meter {
+    targets: Targets,
+    initial: u64,
+    started: Instant,
+    first_done: Option<u64>,
+    expected: u64,
+    done: u64,
+}
+
+impl Meter {
+    fn new(h: &FsHandle, targets: Targets) -> Self {
+        Self {
+            targets,
+            initial: remaining_bytes(h, targets),
+            started: Instant::now(),
+            first_done: None,
+            expected: 0,
+            done: 0,
+        }
     }
+
+    /// Takes the kernel's counters when there are some (a finished or
+    /// vanished balance reports none: the last ones stay).
+    fn counters(&mut self, expected: u64, done: u64) {
+        if expected == 0 && done == 0 {
+            return;
+        }
+        self.first_done.get_or_insert(done);
+        self.expected = expected.max(done);
+        self.done = done;
+    }
+
+    fn sample(&mut self, h: &FsHandle) -> Progress {
+        if let Ok(Some(s)) = h.balance_status() {
+            self.counters(s.expected, s.completed);
+        }
+        self.progress(remaining_bytes(h, self.targets))
+    }
+
+    fn progress(&self, remaining: u64) -> Progress {
+        let bytes_done = self.initial.saturating_sub(remaining);
+        let this_run = self
+            .done
+            .saturating_sub(self.first_done.unwrap_or(self.done));
+        let (rate, eta_seconds) = eta(
+            this_run,
+            bytes_done,
+            remaining,
+            self.started.elapsed().as_secs_f64(),
+        );
+        Progress {
+            chunks_expected: self.expected.max(self.done),
+            chunks_done: self.done,
+            bytes_remaining: remaining,
+            bytes_done,
+            rate_bytes_per_sec: rate,
+            eta_seconds,
+        }
+    }
+}
+
+/// Asks the kernel to pause the balance on a thread of its own, at once
+/// when asked (BALANCE_CTL PAUSE blocks until the current chunk is done),
+/// retrying while no balance runs yet (the ioctl thread may not have
+/// entered the kernel).
+struct Pauser {
+    request: Option<mpsc::Sender<()>>,
+    ended: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<std::result::Result<(), Errno>>>,
+}
+
+impl Pauser {
+    fn new(h: &FsHandle) -> Result<Self> {
+        let h = h.try_clone()?;
+        let (tx, rx) = mpsc::channel::<()>();
+        let ended = Arc::new(AtomicBool::new(false));
+        let seen_end = Arc::clone(&ended);
+        let thread = thread::spawn(move || {
+            if rx.recv().is_err() {
+                return Ok(());
+            }
+            loop {
+                match h.balance_control(true) {
+                    Ok(()) => return Ok(()),
+                    Err(Errno::ENOTCONN) if !seen_end.load(Ordering::SeqCst) => {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(Errno::ENOTCONN) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+        });
+        Ok(Self {
+            request: Some(tx),
+            ended,
+            thread: Some(thread),
+        })
+    }
+
+    fn pause(&self) {
+        if let Some(tx) = &self.request {
+            let _ = tx.send(());
+        }
+    }
+
+    /// After the balance ended: stops retrying and joins the thread.
+    fn finish(mut self) -> std::result::Result<(), Errno> {
+        self.ended.store(true, Ordering::SeqCst);
+        self.request = None;
+        self.thread
+            .take()
+            .map_or(Ok(()), |t| t.join().unwrap_or(Ok(())))
+    }
+}
+
+/// How the waiting for a balance ended.
+enum Waited {
+    /// Our ioctl returned.
+    Own(std::result::Result<BalanceEnd, Errno>),
+    /// The followed balance is gone (finished or cancelled).
+    Gone,
+    /// The followed balance is paused.
+    Paused,
+}
+
+/// Runs a conversion: starts (or resumes, or follows) the balance on the
+/// open filesystem `h`, reports progress, and on SIGINT/SIGTERM/SIGHUP asks
+/// the kernel to pause it at once, then waits until the balance has
+/// stopped: the process never exits while the balance ioctl runs in it (the
+/// kernel would cancel the balance), whatever signals follow.
+pub fn run_balance(
+    h: &FsHandle,
+    start: Start,
+    targets: Targets,
+    signals: &OperationSignals,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Outcome> {
+    let mut phase = match start {
+        Start::Resume | Start::Convert(_, Some(Existing::Resume)) => Phase::Own { resume: true },
+        Start::Convert(_, Some(Existing::Follow)) => {
+            on_event(Event::Notice(format!(
+                "a balance with these targets is already running on {} (another btrfs-lab, or one the kernel is cancelling because its process was killed): following it",
+                h.path().display()
+            )));
+            Phase::Follow
+        }
+        Start::Convert(_, Some(Existing::WaitForCancel)) => {
+            on_event(Event::Notice(format!(
+                "a balance is being cancelled on {}: waiting for it to end",
+                h.path().display()
+            )));
+            Phase::Follow
+        }
+        Start::Convert(_, None) => Phase::Own { resume: false },
+    };
+    if matches!(start, Start::Convert(_, Some(Existing::Resume))) {
+        on_event(Event::Notice(format!(
+            "a paused balance with these targets exists on {}: resuming it",
+            h.path().display()
+        )));
+    }
+    let req = match start {
+        Start::Convert(r, _) => Some(r),
+        Start::Resume => None,
+    };
+    let mut pause_requested = false;
+    loop {
+        let mut meter = Meter::new(h, targets);
+        let pauser = Pauser::new(h)?;
+        let worker = match phase {
+            Phase::Own { resume } => {
+                let wh = h.try_clone()?;
+                let (tx, rx) = mpsc::channel();
+                let (conv, force) = match req {
+                    Some(r) if !resume => (btrfs::convert_targets(r.data, r.metadata), r.force),
+                    _ => (Default::default(), false),
+                };
+                let t = thread::spawn(move || {
+                    let _ = tx.send(wh.balance(conv, force, resume));
+                });
+                Some((t, rx))
+            }
+            Phase::Follow => None,
+        };
+        if pause_requested {
+            pauser.pause();
+        }
+        let mut signalled = 0usize;
+        let mut last_report = Instant::now();
+        let waited = loop {
+            if let Some((_, rx)) = &worker {
+                match rx.try_recv() {
+                    Ok(r) => break Waited::Own(r),
+                    Err(mpsc::TryRecvError::Disconnected) => break Waited::Own(Err(Errno::EIO)),
+                    Err(mpsc::TryRecvError::Empty) => {}
+                }
+            } else {
+                match h.balance_status() {
+                    Ok(None) => break Waited::Gone,
+                    Ok(Some(s)) if s.state & balance_state::RUNNING == 0 => break Waited::Paused,
+                    Ok(Some(s)) => meter.counters(s.expected, s.completed),
+                    Err(e) => {
+                        let _ = pauser.finish();
+                        return Err(e);
+                    }
+                }
+            }
+            let (n, which) = signals.wait(Duration::from_millis(100));
+            if n > 0 {
+                signalled += n;
+                if !pause_requested {
+                    pause_requested = true;
+                    pauser.pause();
+                    on_event(Event::Pausing(which));
+                    if signalled > 1 {
+                        on_event(Event::StillPausing);
+                    }
+                } else {
+                    on_event(Event::StillPausing);
+                }
+            }
+            if last_report.elapsed() >= Duration::from_millis(500) {
+                last_report = Instant::now();
+                on_event(Event::Progress(meter.sample(h)));
+            }
+        };
+        if let Some((t, _)) = worker {
+            let _ = t.join();
+        }
+        let pause_result = pauser.finish();
+        match waited {
+            Waited::Own(Ok(BalanceEnd::Finished { expected, completed })) => {
+                meter.counters(expected, completed);
+                on_event(Event::Progress(meter.progress(remaining_bytes(h, targets))));
+                return Ok(Outcome::Completed);
+            }
+            Waited::Own(Ok(BalanceEnd::BtrfsError(code))) => {
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!(
+                        "the kernel refused to start the balance on {}: another exclusive operation (device add or remove, replace, resize) is running (btrfs error {code})",
+                        h.path().display()
+                    ),
+                )
+                .with_hint("wait until it ends, then run the same convert again"));
+            }
+            Waited::Own(Err(Errno::ECANCELED)) => {
+                let paused = h
+                    .balance_status()
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s.state & balance_state::RUNNING == 0);
+                return Ok(if paused {
+                    Outcome::Paused
+                } else if pause_requested {
+                    // Asked to pause, but someone cancelled it meanwhile.
+                    Outcome::Cancelled
+                } else {
+                    Outcome::Cancelled
+                });
+            }
+            Waited::Own(Err(Errno::EINPROGRESS)) => {
+                // Someone else started a balance at the same instant.
+                match h.balance_status()? {
+                    Some(s) if BalanceInfo::from_status(&s).targets() == targets && !pause_requested => {
+                        on_event(Event::Notice(format!(
+                            "another process started a balance with these targets on {} at the same moment: following it",
+                            h.path().display()
+                        )));
+                        phase = Phase::Follow;
+                        continue;
+                    }
+                    Some(s) => {
+                        let b = BalanceInfo::from_status(&s);
+                        let m = h.path().display();
+                        return Err(Error::new(
+                            ErrorKind::Refused,
+                            format!(
+                                "cannot convert: a balance with other targets ({}) is {} on {m}",
+                                b.targets().describe(),
+                                if b.running { "running" } else { "paused" }
+                            ),
+                        )
+                        .with_hint(format!("watch it with `btrfs-lab convert {m} --status`, or `--pause` / `--resume` / `--cancel` it")));
+                    }
+                    None => {
+                        return Err(Error::new(
+                            ErrorKind::Busy,
+                            format!("another balance was running on {} when this one was to start; it has ended since", h.path().display()),
+                        )
+                        .with_hint("run the same convert again"));
+                    }
+                }
+            }
+            Waited::Own(Err(Errno::ENOSPC)) => return Err(Error::new(
+                ErrorKind::NoSpace,
+                format!("the conversion ran out of space on {}; what was converted stays converted", h.path().display()),
+            )
+            .with_hint("free space (delete files, or btrfs balance start -dusage=10) or add a device, then run the same convert again")),
+            Waited::Own(Err(Errno::EXDEV)) => {
+                return Err(Error::new(
+                    ErrorKind::State,
+                    format!("{} is no longer the filesystem {} that was planned on", h.path().display(), h.fsid()),
+                ));
+            }
+            Waited::Own(Err(e)) => return Err(kernel_failure(h, e)),
+            Waited::Paused => return Ok(Outcome::Paused),
+            Waited::Gone => {
+                let left = remaining_bytes(h, targets);
+                if left == 0 {
+                    on_event(Event::Progress(meter.progress(0)));
+                    return Ok(Outcome::Completed);
+                }
+                if pause_requested || pause_result.is_err() {
+                    return Err(Error::interrupted().with_hint(format!(
+                        "the balance that was followed ended before it was paused; nothing else was started; run the same convert again to finish the {} left",
+                        format_iec(left)
+                    )));
+                }
+                if req.is_none() {
+                    return Ok(Outcome::Cancelled);
+                }
+                on_event(Event::Notice(
+                    "the balance that was running has ended without finishing (it was cancelled): starting the conversion".to_owned(),
+                ));
+                phase = Phase::Own { resume: false };
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Own { resume: bool },
+    Follow,
+}
+
+/// A balance the kernel failed (EINVAL, EIO, ...): what the kernel logged,
+/// and for I/O errors which device's error counters rose.
+fn kernel_failure(h: &FsHandle, e: Errno) -> Error {
+    let devices: Vec<String> = h
+        .devices()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|d| {
+            Path::new(&d.path)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .collect();
+    let said = btrfs::kernel_log_about(&devices, 3);
+    let mut hint = match said.last() {
+        Some(last) => format!("the kernel said: \"{last}\"; see `dmesg | grep -i btrfs` for more"),
+        None => "see what the kernel said: `dmesg | grep -i btrfs`".to_owned(),
+    };
+    if e == Errno::EIO {
+        let bad: Vec<String> = h
+            .devices()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|d| {
+                let s = h.device_stats(d.devid).ok()?;
+                (s.read_errs + s.corruption_errs > 0).then(|| {
+                    format!(
+                        "device {} ({}): {} read, {} corruption errors",
+                        d.devid, d.path, s.read_errs, s.corruption_errs
+                    )
+                })
+            })
+            .collect();
+        if !bad.is_empty() {
+            hint = format!(
+                "{hint}; {}; run a scrub (btrfs scrub start -B {}) to find and repair or name the damaged files, restore or delete them, then run the same convert again",
+                bad.join(", "),
+                h.path().display()
+            );
+        } else {
+            hint = format!(
+                "{hint}; run a scrub (btrfs scrub start -B {}) before trying again",
+                h.path().display()
+            );
+        }
+    }
+    let mut err = Error::from_errno(e, "the balance failed on", h.path());
+    err = err.with_hint(hint);
+    err
 }
 
 /// After a completed conversion: each converted type has exactly its target.
@@ -594,6 +1039,7 @@ mod tests {
             balance: None,
             kernel: KernelVersion::new(6, 18),
             features: vec!["no_holes".into()],
+            device_errors: Vec::new(),
         }
     }
 
@@ -675,5 +1121,173 @@ mod tests {
         );
         assert!(p.refusals.iter().any(|r| r.code == "raid56-metadata"));
         assert!(p.risks.iter().any(|r| r.contains("write hole")));
+    }
+
+    fn balance(running: bool, data: Option<Profile>) -> crate::admin::state::BalanceInfo {
+        crate::admin::state::BalanceInfo {
+            running,
+            paused: !running,
+            cancelling: false,
+            data_target: data,
+            metadata_target: None,
+            expected: 5,
+            completed: 2,
+        }
+    }
+
+    #[test]
+    fn a_rerun_with_the_same_targets_resumes_or_follows() {
+        let codes = |p: &ConvertPlan| p.refusals.iter().map(|r| r.code).collect::<Vec<_>>();
+        let mut f = fs(3, 8 * GIB);
+        f.exclusive_operation = Some("balance paused".into());
+        f.balance = Some(balance(false, Some(Profile::Raid1)));
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert_eq!(codes(&p), Vec::<&str>::new());
+        assert_eq!(p.existing, Some(Existing::Resume));
+        assert!(!p.nothing_to_do);
+        // Other targets: refused, with the exact commands.
+        let p = plan_convert(&f, &req(Some(Profile::Raid0), None));
+        assert_eq!(codes(&p), ["balance-paused"]);
+        assert!(
+            p.refusals[0]
+                .message
+                .contains("`btrfs-lab convert /mnt --resume`"),
+            "{}",
+            p.refusals[0].message
+        );
+        assert!(
+            p.refusals[0]
+                .message
+                .contains("`btrfs-lab convert /mnt --cancel`")
+        );
+        assert!(
+            p.refusals[0]
+                .message
+                .contains("data → raid1, metadata → unchanged")
+        );
+        // Running with the same targets (e.g. being cancelled after SIGKILL): followed.
+        f.exclusive_operation = Some("balance".into());
+        f.balance = Some(balance(true, Some(Profile::Raid1)));
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert_eq!(p.existing, Some(Existing::Follow), "{:?}", p.refusals);
+        assert!(p.refusals.is_empty());
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), Some(Profile::Raid1)));
+        assert_eq!(codes(&p), ["balance-running"]);
+        // Cancel requested: wait for it.
+        f.balance = Some(crate::admin::state::BalanceInfo {
+            cancelling: true,
+            ..balance(true, Some(Profile::Raid0))
+        });
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert_eq!(p.existing, Some(Existing::WaitForCancel));
+        assert!(p.refusals.is_empty());
+    }
+
+    #[test]
+    fn dup_metadata_to_single_needs_force_as_in_the_kernel() {
+        let codes = |p: &ConvertPlan| p.refusals.iter().map(|r| r.code).collect::<Vec<_>>();
+        // fs() has metadata and system DUP on one device.
+        for to in [Profile::Single, Profile::Raid0] {
+            let p = plan_convert(&fs(2, 8 * GIB), &req(None, Some(to)));
+            assert_eq!(codes(&p), ["lower-metadata-redundancy"], "{to}");
+            assert!(p.refusals[0].force_overrides);
+            assert!(
+                p.risks
+                    .iter()
+                    .any(|r| r.contains("one copy of every metadata block"))
+            );
+            let forced = ConvertRequest {
+                force: true,
+                ..req(None, Some(to))
+            };
+            assert!(
+                plan_convert(&fs(2, 8 * GIB), &forced)
+                    .blocking(true)
+                    .is_empty()
+            );
+        }
+        // DUP → raid1 keeps two copies: no refusal, no risk.
+        let p = plan_convert(&fs(2, 8 * GIB), &req(None, Some(Profile::Raid1)));
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert!(p.risks.is_empty(), "{:?}", p.risks);
+    }
+
+    #[test]
+    fn device_error_counters_warn_before_a_conversion() {
+        use crate::admin::state::DeviceErrors;
+        let mut f = fs(3, 8 * GIB);
+        f.device_errors = vec![
+            DeviceErrors {
+                devid: 1,
+                path: "/dev/loop0".into(),
+                read: 0,
+                write: 0,
+                flush: 0,
+                corruption: 204_784,
+                generation: 0,
+            },
+            DeviceErrors {
+                devid: 2,
+                path: "/dev/loop1".into(),
+                read: 0,
+                write: 0,
+                flush: 0,
+                corruption: 0,
+                generation: 0,
+            },
+        ];
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        let w: Vec<&String> = p.warnings.iter().filter(|w| w.contains("device")).collect();
+        assert_eq!(w.len(), 1, "{:?}", p.warnings);
+        assert!(
+            w[0].starts_with(
+                "device 1 (/dev/loop0) has recorded 204784 corruption and 0 read errors"
+            ),
+            "{}",
+            w[0]
+        );
+        assert!(w[0].contains("btrfs scrub start -B /mnt"), "{}", w[0]);
+        f.device_errors[1].write = 3;
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.starts_with("device 2 (/dev/loop1) has recorded 3 write"))
+        );
+        f.device_errors.clear();
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn no_eta_until_a_chunk_is_done_and_counters_never_end_below_done() {
+        // Before the first chunk: a rate from a few bytes would promise hours.
+        assert_eq!(eta(0, 4096, 1 << 30, 2.0).1, None);
+        assert_eq!(eta(1, 0, 1 << 30, 2.0).1, None);
+        assert_eq!(eta(1, 1 << 20, 1 << 30, 0.5).1, None);
+        let (rate, e) = eta(1, 256 << 20, 512 << 20, 2.0);
+        assert_eq!(rate, (128 << 20) as f64);
+        assert_eq!(e, Some(4.0));
+        let mut m = Meter {
+            targets: Targets {
+                data: None,
+                metadata: None,
+            },
+            initial: 100,
+            started: Instant::now(),
+            first_done: None,
+            expected: 0,
+            done: 0,
+        };
+        m.counters(4, 1);
+        m.counters(4, 2);
+        // The kernel's final copy of the counters can say more done than expected.
+        m.counters(0, 0);
+        m.counters(0, 0);
+        let p = m.progress(0);
+        assert_eq!((p.chunks_done, p.chunks_expected), (2, 4));
+        m.counters(1, 3);
+        let p = m.progress(0);
+        assert_eq!((p.chunks_done, p.chunks_expected), (3, 3));
     }
 }

@@ -6,4 +6,5 @@ pub mod add;
 pub mod alloc;
 pub mod checks;
 pub mod convert;
+pub mod hooks;
 pub mod state;

@@ -13,13 +13,15 @@ use btrfs_lab::admin::convert::{
     self, ConvertPlan, ConvertRequest, Event, Outcome, Progress, Start, Targets, plan_convert,
     remaining_bytes,
 };
-use btrfs_lab::admin::state::read_state;
+use btrfs_lab::admin::hooks;
+use btrfs_lab::admin::state::{open_state, read_state_at};
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::parse::size::{format_iec, format_rate};
 use btrfs_lab::space;
+use btrfs_lab::sys::btrfs::FsHandle;
 use btrfs_lab::sys::root::SysRoot;
-use btrfs_lab::sys::{btrfs, is_root, signals};
+use btrfs_lab::sys::{is_root, signals};
 
 use super::output::{Output, confirm};
 use super::units::profile_arg;
@@ -59,6 +61,9 @@ pub struct ConvertArgs {
 }
 
 pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
+    // First thing: until the balance starts a signal exits at once (nothing
+    // was changed); from then on it pauses the balance.
+    signals::install_pausable()?;
     let root = SysRoot::host();
     if a.status {
         return status(&root, &a.mount, out);
@@ -88,7 +93,7 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
             "give --data PROFILE, --metadata PROFILE or both (or --status, --pause, --resume, --cancel)",
         ));
     }
-    let state = read_state(&root, &a.mount)?;
+    let (fs, state) = open_state(&root, &a.mount)?;
     let plan = plan_convert(&state, &req);
     if out.json || plan.blocking(req.force).is_empty() {
         show_plan(&plan, out);
@@ -107,8 +112,20 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
         return Ok(exit::OK);
     }
     confirm(&confirm_question(&plan), a.yes)?;
-    signals::install()?;
-    execute(&root, &state.path, Start::Convert(req), req.into(), out)
+    hooks::pause_point("convert-confirmed");
+    // The plan was shown for the filesystem held open; the path must still
+    // lead there, or the user would have confirmed something else.
+    fs.check_path_still_here(&a.mount)?;
+    let signals = signals::begin_operation()?;
+    execute(
+        &root,
+        &fs,
+        &state.mount_point,
+        Start::Convert(req, plan.existing),
+        req.into(),
+        &signals,
+        out,
+    )
 }
 
 fn confirm_question(plan: &ConvertPlan) -> String {
@@ -248,17 +265,37 @@ impl<'a> Sink<'a> {
                     );
                 }
             }
-            Event::Pausing => {
-                let msg = "interrupted: pausing the balance after the current chunk (press Ctrl-C again to exit now; it still pauses)";
+            Event::Pausing(which) => {
+                let why = match which {
+                    Some(signals::Received::Hangup) => "the terminal went away (SIGHUP)",
+                    Some(signals::Received::Terminate) => "terminated (SIGTERM)",
+                    _ => "interrupted",
+                };
+                let msg = format!(
+                    "{why}: pausing the balance after the current chunk (it is paused, never cancelled; this waits until the kernel has paused it)"
+                );
                 if self.out.json {
                     json_line(self.out, &json!({ "event": "pausing" }));
                 }
-                match &self.bar {
-                    Some(b) => b.println(msg),
-                    None => {
-                        let _ = writeln!(std::io::stderr(), "{msg}");
-                    }
+                self.say(&msg);
+            }
+            Event::StillPausing => {
+                self.say("pausing, please wait: the kernel finishes the current chunk first");
+            }
+            Event::Notice(msg) => {
+                if self.out.json {
+                    json_line(self.out, &json!({ "event": "notice", "message": msg }));
                 }
+                self.say(&msg);
+            }
+        }
+    }
+
+    fn say(&self, msg: &str) {
+        match &self.bar {
+            Some(b) => b.println(msg),
+            None => {
+                let _ = writeln!(std::io::stderr(), "{msg}");
             }
         }
     }
@@ -282,22 +319,25 @@ fn duration(secs: f64) -> String {
 /// Runs the balance with progress, then verifies and prints the result.
 pub fn execute(
     root: &SysRoot,
-    path: &Path,
+    fs: &FsHandle,
+    mount_point: &Path,
     start: Start,
     targets: Targets,
+    signals: &signals::OperationSignals,
     out: &Output,
 ) -> Result<u8> {
     out.started();
     let mut sink = Sink::new(out);
-    let outcome = convert::run_balance(path, start, targets, &mut |e| sink.event(e));
+    let outcome = convert::run_balance(fs, start, targets, signals, &mut |e| sink.event(e));
     sink.finish();
     let outcome = outcome?;
-    let m = path.display();
+    let m = mount_point.display();
     match outcome {
         Outcome::Completed => {
-            let state = read_state(root, path)?;
+            let state = read_state_at(root, fs, mount_point)?;
             convert::verify(&state, targets)?;
-            let df = space::df_from_kernel(root, path)?;
+            fs.check_path_still_here(fs.path())?;
+            let df = space::df_from_kernel(root, fs.path())?;
             if out.json {
                 json_line(
                     out,
@@ -313,7 +353,7 @@ pub fn execute(
             Ok(exit::OK)
         }
         Outcome::Paused => {
-            let remaining = remaining_bytes(path, targets);
+            let remaining = remaining_bytes(fs, targets);
             if out.json {
                 json_line(
                     out,
@@ -322,7 +362,7 @@ pub fn execute(
             }
             out.warning_with_hint(
                 &format!("the conversion is paused with {} left to convert; data is intact", format_iec(remaining)),
-                &format!("resume it with: btrfs-lab convert {m} --resume (or --cancel; running the same convert again also finishes it)"),
+                &format!("resume it with: btrfs-lab convert {m} --resume (running the same convert again also resumes it); or cancel it with: btrfs-lab convert {m} --cancel"),
             );
             Ok(exit::INTERRUPTED)
         }
@@ -340,7 +380,7 @@ pub fn execute(
 }
 
 fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
-    let state = read_state(root, mount)?;
+    let (fs, state) = open_state(root, mount)?;
     if !is_root() {
         return Err(
             Error::new(ErrorKind::Permission, "the balance status needs root")
@@ -365,7 +405,7 @@ fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
             },
         ),
     };
-    let remaining = remaining_bytes(&state.path, targets);
+    let remaining = remaining_bytes(&fs, targets);
     let counters_reset = state
         .balance
         .is_some_and(|b| !b.running && b.expected == 0 && b.completed == 0);
@@ -440,36 +480,47 @@ fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
 }
 
 fn pause(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
-    let state = read_state(root, mount)?;
-    match btrfs::balance_control(&state.path, true) {
-        Ok(()) => {}
-        Err(nix::errno::Errno::ENOTCONN) => {
-            return Err(Error::new(
-                ErrorKind::State,
-                format!("no balance is running on {}", state.mount_point.display()),
-            ));
-        }
-        Err(e) => {
-            return Err(Error::from_errno(
-                e,
-                "cannot pause the balance on",
-                &state.path,
-            ));
+    let (fs, state) = open_state(root, mount)?;
+    let m = state.mount_point.display();
+    let already = state.balance.is_some_and(|b| b.paused);
+    if !already {
+        match fs.balance_control(true) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::ENOTCONN) => {
+                // Paused meanwhile (by the convert itself, or someone else)?
+                let now = fs.balance_status()?;
+                if !now.is_some_and(|s| s.state & 1 == 0) {
+                    return Err(Error::new(
+                        ErrorKind::State,
+                        format!("no balance is running on {m}"),
+                    ));
+                }
+            }
+            Err(e) => {
+                return Err(Error::from_errno(
+                    e,
+                    "cannot pause the balance on",
+                    &state.path,
+                ));
+            }
         }
     }
     if out.json {
         out.json_doc(&json!({ "paused": true }));
+    } else if already {
+        out.text(&format!(
+            "already paused; resume with: btrfs-lab convert {m} --resume\n"
+        ));
     } else {
         out.text(&format!(
-            "paused; resume with: btrfs-lab convert {} --resume\n",
-            state.mount_point.display()
+            "paused; resume with: btrfs-lab convert {m} --resume\n"
         ));
     }
     Ok(exit::OK)
 }
 
 fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) -> Result<u8> {
-    let state = read_state(root, mount)?;
+    let (fs, state) = open_state(root, mount)?;
     if state.balance.is_none() {
         return Err(Error::new(
             ErrorKind::State,
@@ -486,7 +537,8 @@ fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
     }
     eprintln!("This will {what}.");
     confirm("Cancel the balance?", yes)?;
-    btrfs::balance_control(&state.path, false)
+    fs.check_path_still_here(mount)?;
+    fs.balance_control(false)
         .map_err(|e| Error::from_errno(e, "cannot cancel the balance on", &state.path))?;
     if out.json {
         out.json_doc(&json!({ "cancelled": true }));
@@ -497,7 +549,7 @@ fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
 }
 
 fn resume(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) -> Result<u8> {
-    let state = read_state(root, mount)?;
+    let (fs, state) = open_state(root, mount)?;
     let Some(b) = state.balance.filter(|b| !b.running) else {
         return Err(Error::new(
             ErrorKind::State,
@@ -511,7 +563,7 @@ fn resume(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
         data: b.data_target,
         metadata: b.metadata_target,
     };
-    let remaining = remaining_bytes(&state.path, targets);
+    let remaining = remaining_bytes(&fs, targets);
     let tg = |p: Option<Profile>| p.map_or("unchanged".to_owned(), |p| p.name().to_owned());
     let text = format!(
         "Resume the paused balance on {}: data → {}, metadata → {}, {} left to convert",
@@ -535,6 +587,15 @@ fn resume(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
         return Ok(exit::OK);
     }
     confirm("Resume?", yes)?;
-    signals::install()?;
-    execute(root, &state.path, Start::Resume, targets, out)
+    fs.check_path_still_here(mount)?;
+    let signals = signals::begin_operation()?;
+    execute(
+        root,
+        &fs,
+        &state.mount_point,
+        Start::Resume,
+        targets,
+        &signals,
+        out,
+    )
 }

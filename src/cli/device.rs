@@ -7,7 +7,8 @@ use serde_json::json;
 
 use btrfs_lab::admin::add::{AddOptions, AddPlan, execute_add, plan_add};
 use btrfs_lab::admin::convert::{ConvertRequest, Start, plan_convert};
-use btrfs_lab::admin::state::read_state;
+use btrfs_lab::admin::hooks;
+use btrfs_lab::admin::state::{open_state, read_state_at};
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::parse::size::format_iec;
@@ -203,8 +204,10 @@ fn ceiling_text(v: &serde_json::Value) -> String {
 }
 
 fn add(a: AddArgs, out: &Output) -> Result<u8> {
+    // First thing: until the add starts a signal exits at once.
+    signals::install_pausable()?;
     let root = SysRoot::host();
-    let state = read_state(&root, &a.mount)?;
+    let (fs, state) = open_state(&root, &a.mount)?;
     let facts: Vec<_> = a
         .devices
         .iter()
@@ -276,9 +279,11 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         },
         a.yes,
     )?;
-    signals::install()?;
+    hooks::pause_point("device-add-confirmed");
+    fs.check_path_still_here(&a.mount)?;
+    let signals = signals::begin_operation()?;
     out.started();
-    let result = execute_add(&root, &plan)?;
+    let result = execute_add(&root, &fs, &state.mount_point, &plan)?;
     if lines {
         json_line(out, &json!({ "event": "added", "result": result }));
     } else if out.json {
@@ -295,9 +300,14 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
     let Some(req) = convert else {
         return Ok(exit::OK);
     };
-    signals::check()?;
+    if signals.wait(std::time::Duration::ZERO).0 > 0 {
+        return Err(Error::interrupted().with_hint(format!(
+            "the devices were added; the conversion was not started: btrfs-lab convert {} ...",
+            state.mount_point.display()
+        )));
+    }
     // Re-plan on the real state: the add is done, the conversion is checked again.
-    let state = read_state(&root, &a.mount)?;
+    let state = read_state_at(&root, &fs, &state.mount_point)?;
     let plan = plan_convert(&state, &req);
     refuse_if_blocked(&plan, req.force).map_err(|e| {
         Error::new(
@@ -313,5 +323,13 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
     if plan.nothing_to_do {
         return Ok(exit::OK);
     }
-    execute(&root, &state.path, Start::Convert(req), req.into(), out)
+    execute(
+        &root,
+        &fs,
+        &state.mount_point,
+        Start::Convert(req, plan.existing),
+        req.into(),
+        &signals,
+        out,
+    )
 }

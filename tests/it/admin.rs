@@ -149,6 +149,16 @@ fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
             .contains("one of the 3 devices")
     );
     assert!(stdout.lines().any(|l| json(l)["event"] == "progress"));
+    let last_progress = stdout
+        .lines()
+        .map(json)
+        .filter(|l| l["event"] == "progress")
+        .last()
+        .unwrap();
+    let p = &last_progress["progress"];
+    assert!(p["chunks_done"].as_u64().unwrap() >= 1, "{p}");
+    assert_eq!(p["chunks_expected"], p["chunks_done"], "{p}");
+    assert_eq!(p["bytes_remaining"], 0, "{p}");
     let last = last_line(&stdout);
     assert_eq!(last["event"], "result");
     assert_eq!(last["outcome"], "completed");
@@ -400,17 +410,10 @@ fn refusals_change_nothing() {
         .arg(&m)
         .args(cases.iter().map(|c| &c.0)));
     assert_eq!(code, 1);
-    let refusals = json(&stdout)["plan"]["refusals"]
-        .as_array()
-        .unwrap()
-        .clone();
+    // A refused --json run prints nothing on stdout; every reason is on stderr.
+    assert_eq!(stdout, "", "a refused --json device add printed on stdout");
     for (_, want) in &cases {
-        assert!(
-            refusals
-                .iter()
-                .any(|r| r["message"].as_str().unwrap().contains(want)),
-            "{want}: {refusals:#?}"
-        );
+        assert!(stderr.contains(want), "{want}: {stderr}");
     }
     assert!(stderr.contains("also:"), "{stderr}");
     // --force lifts only what it may: the ext4 signature, named in the plan.
@@ -461,6 +464,32 @@ fn refusals_change_nothing() {
     let (code, _, stderr) = run(env.cmd().args(["convert", "--data", "raid1"]).arg(&m));
     assert_eq!(code, 1);
     assert!(stderr.contains("--yes"), "{stderr}");
+    // The same with --json: refused, and stdout stays empty (no plan).
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--json", "--data", "raid1"])
+        .arg(&m));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--yes"), "{stderr}");
+    assert_eq!(stdout, "", "a refused --json convert printed on stdout");
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--json", "--yes", "--metadata", "raid1c3"])
+        .arg(&m));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("needs at least 3 devices"), "{stderr}");
+    assert_eq!(stdout, "", "a refused --json convert printed on stdout");
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["device", "add", "--json"])
+        .arg(&m)
+        .arg(&spare));
+    assert_eq!(code, 1, "not confirmed");
+    assert!(stderr.contains("--yes"), "{stderr}");
+    assert_eq!(
+        stdout, "",
+        "an unconfirmed --json device add printed on stdout"
+    );
 
     assert_eq!(
         snapshot(&env, &m),
@@ -500,4 +529,375 @@ fn admin_commands_need_root() {
         .arg(&sbx.devices()[0]));
     assert_eq!(code, 1);
     assert!(stderr.contains("adding a device needs root"), "{stderr}");
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    // ESRCH: it has exited meanwhile (the pause took effect at once).
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig);
+}
+
+/// The balance state as `convert --status --json` reports it.
+fn balance_state(env: &TestEnv, m: &Path) -> Value {
+    let (code, stdout, stderr) = run(env.cmd().args(["convert", "--status", "--json"]).arg(m));
+    assert_eq!(code, 0, "{stderr}");
+    json(&stdout)
+}
+
+/// Waits until the kernel reports a running balance (no chunk needs to be done).
+fn wait_balance_started(m: &Path) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(s)) = btrfs_lab::sys::btrfs::balance_status(m)
+            && s.state & 1 != 0
+        {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+#[test]
+fn two_quick_ctrl_c_and_a_sighup_pause_never_cancel_and_a_rerun_resumes() {
+    if !require_root("convert interrupted twice") {
+        return;
+    }
+    use nix::sys::signal::Signal;
+    let env = TestEnv::new();
+    let (_sbx, m, before) = three_device_sandbox(&env);
+    let mut paused_runs = 0;
+    let mut resumed_runs = 0;
+    let mut target = "raid1";
+    let mut was_paused = false;
+    // Each round: a run of the convert (it resumes the balance the previous
+    // round paused), interrupted as soon as its balance runs: two or three
+    // Ctrl-C within a few milliseconds, or SIGHUP twice (a dropped SSH
+    // session). When a conversion completes, the next round converts back.
+    let rounds: [&[Signal]; 6] = [
+        &[Signal::SIGINT, Signal::SIGINT],
+        &[Signal::SIGINT, Signal::SIGINT, Signal::SIGINT],
+        &[Signal::SIGHUP, Signal::SIGHUP],
+        &[Signal::SIGINT, Signal::SIGINT],
+        &[Signal::SIGTERM, Signal::SIGINT],
+        &[Signal::SIGHUP],
+    ];
+    for (round, sigs) in rounds.iter().enumerate() {
+        let child = start_convert(&env, &m, target);
+        let started = wait_balance_started(&m);
+        for (i, s) in sigs.iter().enumerate() {
+            if round == 1 && i > 0 {
+                // Paced (not timed): separate deliveries, not merged by the kernel.
+                thread::sleep(Duration::from_millis(30));
+            }
+            signal(&child, *s);
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(started || out.status.code() == Some(0), "round {round}: {stderr}");
+        if was_paused {
+            assert!(
+                stderr.contains("a paused balance with these targets exists")
+                    && stderr.contains("resuming it"),
+                "round {round}: the re-run must resume: {stderr}"
+            );
+            resumed_runs += 1;
+        }
+        if out.status.code() == Some(0) {
+            eprintln!("round {round}: the conversion to {target} completed before the pause");
+            assert_eq!(profiles(&env, &m)["data"], vec![target.to_owned()]);
+            target = if target == "raid1" { "raid0" } else { "raid1" };
+            was_paused = false;
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(130), "round {round}: {stderr}");
+        assert!(stderr.contains("pausing the balance"), "{stderr}");
+        if stderr.contains("pausing, please wait") {
+            eprintln!("round {round}: a further signal arrived while pausing, and was only reported");
+        }
+        if sigs[0] == Signal::SIGHUP {
+            assert!(stderr.contains("SIGHUP"), "{stderr}");
+        }
+        assert!(
+            stderr.contains("running the same convert again also resumes it"),
+            "{stderr}"
+        );
+        let st = balance_state(&env, &m);
+        assert_eq!(
+            st["balance"], "paused",
+            "round {round}: cancelled, not paused: {st:#}"
+        );
+        assert_eq!(st["data_target"], target);
+        paused_runs += 1;
+        was_paused = true;
+        // --pause on a paused conversion: nothing to do, success.
+        let (code, stdout, stderr) = run(env.cmd().args(["convert", "--pause"]).arg(&m));
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.contains("already paused"), "{stdout}");
+    }
+    eprintln!(
+        "paused (never cancelled) in {paused_runs} of {} rounds, {resumed_runs} re-runs resumed",
+        rounds.len()
+    );
+    assert!(paused_runs >= 1, "no round was interrupted: the test tested nothing");
+    // A convert with other targets is refused with the exact commands.
+    if balance_state(&env, &m)["balance"] == "paused" {
+        let (code, _, stderr) = run(env
+            .cmd()
+            .args(["convert", "--yes", "--data", "raid1c3"])
+            .arg(&m));
+        assert_eq!(code, 1);
+        assert!(
+            stderr.contains(&format!("btrfs-lab convert {} --resume", m.display()))
+                && stderr.contains(&format!("btrfs-lab convert {} --cancel", m.display())),
+            "{stderr}"
+        );
+    }
+    // The same convert again finishes it.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--data", target])
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(profiles(&env, &m), expect(target, "raid1"));
+    assert_eq!(hashes(&m), before);
+}
+
+#[test]
+fn a_rerun_right_after_sigkill_follows_and_finishes_and_a_simultaneous_one_too() {
+    if !require_root("convert re-run after SIGKILL") {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_sbx, m, before) = three_device_sandbox(&env);
+    let mut child = start_convert(&env, &m, "raid1");
+    assert!(wait_running(&m), "the balance never started");
+    child.kill().unwrap();
+    let _ = child.wait();
+    // At once, while the kernel may still be cancelling the killed balance.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--data", "raid1"])
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("a balance is running"), "{stderr}");
+    assert_eq!(profiles(&env, &m), expect("raid1", "raid1"));
+    assert_eq!(hashes(&m), before);
+
+    // Two converts started at the same instant: both end well, neither
+    // with a raw errno.
+    let a = start_convert(&env, &m, "raid0");
+    let b = start_convert(&env, &m, "raid0");
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    for out in [&a, &b] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("Operation now in progress"), "{stderr}");
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+    }
+    assert_eq!(profiles(&env, &m), expect("raid0", "raid1"));
+    assert_eq!(hashes(&m), before);
+}
+
+#[test]
+fn dup_metadata_to_single_needs_force_and_then_works() {
+    if !require_root("convert metadata dup to single") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        size_bytes: GIB,
+        data: Some(Profile::Single),
+        metadata: Some(Profile::Dup),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--metadata", "single"])
+        .arg(&m));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("metadata dup → single lowers redundancy"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert!(!stderr.contains("Invalid argument"), "{stderr}");
+    assert_eq!(profiles(&env, &m), expect("single", "dup"));
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--force", "--metadata", "single"])
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("RISK: metadata single keeps one copy"),
+        "{stdout}"
+    );
+    assert_eq!(profiles(&env, &m), expect("single", "single"));
+}
+
+/// Makes a directory owned by `nobody` holding the symlink `link` → `to`,
+/// and returns the link.
+fn nobody_symlink(env: &TestEnv, to: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = env.path().join("nobody-dir");
+    fs::create_dir(&dir).unwrap();
+    nix::unistd::chown(&dir, Some(65534.into()), Some(65534.into())).unwrap();
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let link = dir.join("link");
+    as_nobody_ln(to, &link);
+    link
+}
+
+/// `ln -sfn to link` as user nobody: the swap an unprivileged user can do.
+fn as_nobody_ln(to: &Path, link: &Path) {
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "ln",
+            "-sfn",
+        ])
+        .arg(to)
+        .arg(link)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `args` with the run paused at `point` (test hook); while it waits
+/// there `meanwhile` runs; then the run goes on. Returns its output.
+#[cfg(feature = "test-hooks")]
+fn with_pause_at(
+    env: &TestEnv,
+    point: &str,
+    args: &[&std::ffi::OsStr],
+    meanwhile: impl FnOnce(),
+) -> (i32, String, String) {
+    let hook = env.path().join(format!("hook-{point}"));
+    fs::create_dir(&hook).unwrap();
+    let child = env
+        .cmd()
+        .env(
+            "BTRFS_LAB_TEST_PAUSE_AT",
+            format!("{point}:{}", hook.display()),
+        )
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reached = false;
+    for _ in 0..6000 {
+        if hook.join("reached").exists() {
+            reached = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    if reached {
+        meanwhile();
+    }
+    fs::write(hook.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        reached,
+        "the run never reached {point}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[cfg(feature = "test-hooks")]
+#[test]
+fn a_symlink_swapped_at_the_prompt_never_redirects_convert_or_device_add() {
+    if !require_root("convert/device add with a swapped symlink") {
+        return;
+    }
+    let env = TestEnv::new();
+    let two = |_: ()| {
+        env.sandbox(SandboxRequest {
+            devices: 2,
+            size_bytes: GIB,
+            data: Some(Profile::Raid1),
+            metadata: Some(Profile::Raid1),
+            ..SandboxRequest::default()
+        })
+    };
+    let a = two(());
+    let b = two(());
+    let (ma, mb) = (a.mount_point().to_path_buf(), b.mount_point().to_path_buf());
+    let link = nobody_symlink(&env, &ma);
+    let (pa, pb) = (profiles(&env, &ma), profiles(&env, &mb));
+
+    // convert: planned on A (through the link), the link now leads to B.
+    let (code, stdout, stderr) = with_pause_at(
+        &env,
+        "convert-confirmed",
+        &[
+            "convert".as_ref(),
+            "--yes".as_ref(),
+            "--force".as_ref(),
+            "--metadata".as_ref(),
+            "dup".as_ref(),
+            "--data".as_ref(),
+            "single".as_ref(),
+            link.as_os_str(),
+        ],
+        || as_nobody_ln(&mb, &link),
+    );
+    assert!(
+        stdout.contains(&format!("Plan: convert {}", ma.display())),
+        "{stdout}"
+    );
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("now leads to another filesystem"),
+        "{stderr}"
+    );
+    assert_eq!(profiles(&env, &mb), pb, "B was converted");
+    assert_eq!(
+        profiles(&env, &ma),
+        pa,
+        "A was changed although the run was refused"
+    );
+    assert!(!stdout.contains("done"), "{stdout}");
+
+    // device add: the same.
+    as_nobody_ln(&ma, &link);
+    let spare = env.spare_device("swap-spare", GIB);
+    let devices = |m: &Path| {
+        let (_, show, _) = run(env.cmd().args(["show", "--json"]).arg(m));
+        json(&show)["filesystems"][0]["devices"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let (code, _, stderr) = with_pause_at(
+        &env,
+        "device-add-confirmed",
+        &[
+            "device".as_ref(),
+            "add".as_ref(),
+            "--yes".as_ref(),
+            link.as_os_str(),
+            spare.as_os_str(),
+        ],
+        || as_nobody_ln(&mb, &link),
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("now leads to another filesystem"),
+        "{stderr}"
+    );
+    assert_eq!(devices(&mb), 2, "a device was added to B");
+    assert_eq!(devices(&ma), 2, "a device was added to A although refused");
 }

@@ -488,6 +488,8 @@ pub enum Event {
     StillPausing,
     /// Something to know (resuming, following, waiting).
     Notice(String),
+    /// The balance runs in the kernel (sent once per run).
+    Running,
 }
 
 /// Targets the remaining bytes are counted against.
@@ -762,7 +764,17 @@ pub fn run_balance(
         }
         let mut signalled = 0usize;
         let mut last_report = Instant::now();
+        let mut running_seen = false;
         let waited = loop {
+            if !running_seen
+                && h.balance_status()
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s.state & balance_state::RUNNING != 0)
+            {
+                running_seen = true;
+                on_event(Event::Running);
+            }
             if let Some((_, rx)) = &worker {
                 match rx.try_recv() {
                     Ok(r) => break Waited::Own(r),

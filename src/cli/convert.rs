@@ -58,6 +58,10 @@ pub struct ConvertArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
+    /// Run the conversion detached from the terminal (as `btrfs balance
+    /// start --bg`): returns once the balance runs; follow it with --status.
+    #[arg(long, conflicts_with_all = ["status", "pause", "cancel", "dry_run"])]
+    background: bool,
 }
 
 pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
@@ -81,7 +85,7 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
         return cancel(&root, &a.mount, a.dry_run, a.yes, out);
     }
     if a.resume {
-        return resume(&root, &a.mount, a.dry_run, a.yes, out);
+        return resume(&root, &a.mount, a.dry_run, a.yes, a.background, out);
     }
     let req = ConvertRequest {
         data: a.data,
@@ -116,6 +120,11 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
     // The plan was shown for the filesystem held open; the path must still
     // lead there, or the user would have confirmed something else.
     fs.check_path_still_here(&a.mount)?;
+    let detached = match background(a.background, &state.mount_point, out)? {
+        Some(Ok(code)) => return Ok(code),
+        Some(Err(notice)) => Some(notice),
+        None => None,
+    };
     let signals = signals::begin_operation()?;
     execute(
         &root,
@@ -124,8 +133,47 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
         Start::Convert(req, plan.existing),
         req.into(),
         &signals,
+        detached,
         out,
     )
+}
+
+/// `--background`: `None` without it; in the process the user started,
+/// `Some(Ok(exit status))` once the detached one said the balance runs (or
+/// ended early); in the detached process `Some(Err(notice))`.
+fn background(
+    wanted: bool,
+    mount_point: &Path,
+    out: &Output,
+) -> Result<Option<std::result::Result<u8, signals::DetachNotice>>> {
+    if !wanted {
+        return Ok(None);
+    }
+    match signals::detach()? {
+        signals::Detached::Child(n) => Ok(Some(Err(n))),
+        signals::Detached::Parent {
+            pid,
+            ended_early: Some(code),
+        } => {
+            let _ = pid;
+            Ok(Some(Ok(u8::try_from(code).unwrap_or(exit::ERROR))))
+        }
+        signals::Detached::Parent {
+            pid,
+            ended_early: None,
+        } => {
+            let m = mount_point.display();
+            out.started();
+            if out.json {
+                json_line(out, &json!({ "event": "background", "pid": pid }));
+            } else {
+                out.text(&format!(
+                    "the conversion runs in the background (process {pid}); follow it with: btrfs-lab convert {m} --status (pause: --pause, cancel: --cancel)\n"
+                ));
+            }
+            Ok(Some(Ok(exit::OK)))
+        }
+    }
 }
 
 fn confirm_question(plan: &ConvertPlan) -> String {
@@ -212,6 +260,7 @@ pub fn json_line(out: &Output, value: &serde_json::Value) {
 /// lines with --json.
 struct Sink<'a> {
     out: &'a Output,
+    detached: Option<signals::DetachNotice>,
     bar: Option<ProgressBar>,
     last_line: Instant,
 }
@@ -228,6 +277,7 @@ impl<'a> Sink<'a> {
         });
         Self {
             out,
+            detached: None,
             bar,
             last_line: Instant::now() - Duration::from_secs(60),
         }
@@ -279,6 +329,11 @@ impl<'a> Sink<'a> {
                 }
                 self.say(&msg);
             }
+            Event::Running => {
+                if let Some(mut n) = self.detached.take() {
+                    n.started();
+                }
+            }
             Event::StillPausing => {
                 self.say("pausing, please wait: the kernel finishes the current chunk first");
             }
@@ -324,10 +379,12 @@ pub fn execute(
     start: Start,
     targets: Targets,
     signals: &signals::OperationSignals,
+    detached: Option<signals::DetachNotice>,
     out: &Output,
 ) -> Result<u8> {
     out.started();
     let mut sink = Sink::new(out);
+    sink.detached = detached;
     let outcome = convert::run_balance(fs, start, targets, signals, &mut |e| sink.event(e));
     sink.finish();
     let outcome = outcome?;
@@ -548,7 +605,14 @@ fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
     Ok(exit::OK)
 }
 
-fn resume(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) -> Result<u8> {
+fn resume(
+    root: &SysRoot,
+    mount: &Path,
+    dry_run: bool,
+    yes: bool,
+    bg: bool,
+    out: &Output,
+) -> Result<u8> {
     let (fs, state) = open_state(root, mount)?;
     let Some(b) = state.balance.filter(|b| !b.running) else {
         return Err(Error::new(
@@ -588,6 +652,11 @@ fn resume(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
     }
     confirm("Resume?", yes)?;
     fs.check_path_still_here(mount)?;
+    let detached = match background(bg, &state.mount_point, out)? {
+        Some(Ok(code)) => return Ok(code),
+        Some(Err(notice)) => Some(notice),
+        None => None,
+    };
     let signals = signals::begin_operation()?;
     execute(
         root,
@@ -596,6 +665,7 @@ fn resume(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
         Start::Resume,
         targets,
         &signals,
+        detached,
         out,
     )
 }

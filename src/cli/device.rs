@@ -330,6 +330,7 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         Start::Convert(req, plan.existing),
         req.into(),
         &signals,
+        None,
         out,
     )
 }

@@ -11,6 +11,9 @@
 //! the process: each one is delivered to the operation through
 //! [`OperationSignals`], at once (a self-pipe), so it can ask the kernel to
 //! pause and wait for the answer.
+//!
+//! [`detach`]: `--background`, as `btrfs balance start --bg`.
+#![allow(unsafe_code)]
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -157,5 +160,113 @@ impl Drop for OperationSignals {
     fn drop(&mut self) {
         // The operation is over: a later signal exits at once again.
         EXIT_EARLY.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The two sides of [`detach`].
+#[derive(Debug)]
+pub enum Detached {
+    /// The process the user started: the operation goes on in `pid`.
+    Parent {
+        /// The detached process.
+        pid: i32,
+        /// `None`: the operation has begun (the detached process said so);
+        /// `Some(status)`: it ended before that, with this exit status
+        /// (its error was printed on this terminal).
+        ended_early: Option<i32>,
+    },
+    /// The detached process: in a session of its own (no terminal, so no
+    /// SIGHUP when it goes away), stdin and stdout on /dev/null; stderr
+    /// stays until [`DetachNotice::started`].
+    Child(DetachNotice),
+}
+
+/// Held by the detached process: tells the parent that the operation began.
+#[derive(Debug)]
+pub struct DetachNotice {
+    pipe: Option<std::os::fd::OwnedFd>,
+}
+
+impl DetachNotice {
+    /// The operation has begun: the parent may exit; stderr goes to
+    /// /dev/null from now on (the terminal may be gone).
+    pub fn started(&mut self) {
+        if let Some(p) = self.pipe.take() {
+            let _ = rustix::io::write(&p, b"1");
+            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                let _ = nix::unistd::dup2_stderr(&null);
+            }
+        }
+    }
+}
+
+/// Detaches the rest of the run from the terminal, as `btrfs balance start
+/// --bg` does: forks; the child starts a new session and carries on; the
+/// parent waits until the child says the operation began (or ended early)
+/// and returns. Only while the process is single-threaded.
+pub fn detach() -> Result<Detached> {
+    use std::os::fd::AsFd;
+    let tasks = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
+    if tasks != 1 {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!("cannot go to the background: the process has {tasks} threads"),
+        ));
+    }
+    let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot make a pipe: {e}")))?;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot open /dev/null: {e}")))?;
+    // SAFETY: the process has one thread (checked above), so the child
+    // inherits no lock held by another thread; it goes on running this
+    // program's code, as the only thread.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(Error::new(
+            ErrorKind::Io,
+            format!(
+                "cannot go to the background: fork: {}",
+                std::io::Error::last_os_error()
+            ),
+        )),
+        0 => {
+            drop(reader);
+            let _ = rustix::process::setsid();
+            let _ = nix::unistd::dup2_stdin(null.as_fd());
+            let _ = nix::unistd::dup2_stdout(null.as_fd());
+            Ok(Detached::Child(DetachNotice { pipe: Some(writer) }))
+        }
+        child => {
+            drop(writer);
+            let mut byte = [0u8; 1];
+            let started = loop {
+                match rustix::io::read(&reader, &mut byte) {
+                    Ok(n) => break n == 1,
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(_) => break false,
+                }
+            };
+            let ended_early = if started {
+                None
+            } else {
+                let status = rustix::process::Pid::from_raw(child).and_then(|p| {
+                    rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty())
+                        .ok()
+                        .flatten()
+                });
+                Some(
+                    status
+                        .and_then(|(_, s)| s.exit_status())
+                        .unwrap_or(i32::from(exit::ERROR)),
+                )
+            };
+            Ok(Detached::Parent {
+                pid: child,
+                ended_early,
+            })
+        }
     }
 }

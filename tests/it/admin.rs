@@ -593,7 +593,10 @@ fn two_quick_ctrl_c_and_a_sighup_pause_never_cancel_and_a_rerun_resumes() {
         }
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(started || out.status.code() == Some(0), "round {round}: {stderr}");
+        assert!(
+            started || out.status.code() == Some(0),
+            "round {round}: {stderr}"
+        );
         if was_paused {
             assert!(
                 stderr.contains("a paused balance with these targets exists")
@@ -612,7 +615,9 @@ fn two_quick_ctrl_c_and_a_sighup_pause_never_cancel_and_a_rerun_resumes() {
         assert_eq!(out.status.code(), Some(130), "round {round}: {stderr}");
         assert!(stderr.contains("pausing the balance"), "{stderr}");
         if stderr.contains("pausing, please wait") {
-            eprintln!("round {round}: a further signal arrived while pausing, and was only reported");
+            eprintln!(
+                "round {round}: a further signal arrived while pausing, and was only reported"
+            );
         }
         if sigs[0] == Signal::SIGHUP {
             assert!(stderr.contains("SIGHUP"), "{stderr}");
@@ -638,7 +643,10 @@ fn two_quick_ctrl_c_and_a_sighup_pause_never_cancel_and_a_rerun_resumes() {
         "paused (never cancelled) in {paused_runs} of {} rounds, {resumed_runs} re-runs resumed",
         rounds.len()
     );
-    assert!(paused_runs >= 1, "no round was interrupted: the test tested nothing");
+    assert!(
+        paused_runs >= 1,
+        "no round was interrupted: the test tested nothing"
+    );
     // A convert with other targets is refused with the exact commands.
     if balance_state(&env, &m)["balance"] == "paused" {
         let (code, _, stderr) = run(env
@@ -672,14 +680,23 @@ fn a_rerun_right_after_sigkill_follows_and_finishes_and_a_simultaneous_one_too()
     let mut child = start_convert(&env, &m, "raid1");
     assert!(wait_running(&m), "the balance never started");
     child.kill().unwrap();
-    let _ = child.wait();
-    // At once, while the kernel may still be cancelling the killed balance.
+    // At once, not even waiting for the killed process to be reaped: the
+    // kernel may still be cancelling its balance.
     let (code, _, stderr) = run(env
         .cmd()
         .args(["convert", "--yes", "--data", "raid1"])
         .arg(&m));
+    let _ = child.wait();
     assert_eq!(code, 0, "{stderr}");
     assert!(!stderr.contains("a balance is running"), "{stderr}");
+    eprintln!(
+        "re-run right after SIGKILL: {}",
+        if stderr.contains("following it") {
+            "followed the balance the kernel was cancelling, then finished"
+        } else {
+            "started at once"
+        }
+    );
     assert_eq!(profiles(&env, &m), expect("raid1", "raid1"));
     assert_eq!(hashes(&m), before);
 
@@ -692,8 +709,50 @@ fn a_rerun_right_after_sigkill_follows_and_finishes_and_a_simultaneous_one_too()
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("Operation now in progress"), "{stderr}");
         assert_eq!(out.status.code(), Some(0), "{stderr}");
+        if stderr.contains("following it") {
+            eprintln!("simultaneous convert: one followed the other");
+        }
     }
     assert_eq!(profiles(&env, &m), expect("raid0", "raid1"));
+    assert_eq!(hashes(&m), before);
+
+    // --background: returns once the balance runs, in a session of its own
+    // (a terminal that goes away sends it no SIGHUP); --status follows it.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--background", "--data", "raid1"])
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    let pid: i32 = stdout
+        .split("(process ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    if let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) {
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        assert_eq!(fields[3], pid.to_string(), "not a session leader: {stat}");
+        assert_eq!(
+            fields[4], "0",
+            "it still has a controlling terminal: {stat}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        // Reaped by init once it exits; a zombie of ours it is not.
+        let st = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if st.contains(") Z ") {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(btrfs_lab::sys::btrfs::balance_status(&m).unwrap().is_none());
+    assert_eq!(profiles(&env, &m), expect("raid1", "raid1"));
     assert_eq!(hashes(&m), before);
 }
 

@@ -7,4 +7,5 @@ pub mod alloc;
 pub mod checks;
 pub mod convert;
 pub mod hooks;
+pub mod report;
 pub mod state;

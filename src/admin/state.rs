@@ -18,7 +18,7 @@ use crate::sys::kernel_release;
 use crate::sys::root::SysRoot;
 
 /// A member device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct MemberDevice {
     /// btrfs device id.
     pub devid: u64,

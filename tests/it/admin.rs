@@ -9,9 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use btrfs_lab::admin::convert::{Outcome, Progress};
+use btrfs_lab::admin::report::{
+    AddReport, BalanceKind, ConvertRecord, PauseReport, PlanDoc, StatusReport,
+};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{FsKind, SandboxRequest};
-use serde_json::Value;
 
 use crate::common::{TestEnv, json, require_root, run};
 
@@ -94,9 +97,20 @@ fn expect(data: &str, metadata: &str) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-/// The last JSON line of a JSON Lines run.
-fn last_line(stdout: &str) -> Value {
-    json(stdout.lines().last().expect("at least one JSON line"))
+/// The JSON Lines of a `convert --json` run, read back as their type.
+fn records(stdout: &str) -> Vec<ConvertRecord> {
+    stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a convert record ({e}): {l}"))
+        })
+        .collect()
+}
+
+/// A `--json` document read back as its type.
+fn doc<T: serde::de::DeserializeOwned>(stdout: &str) -> T {
+    serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("stdout is not the expected document ({e}):\n{stdout}"))
 }
 
 #[test]
@@ -122,10 +136,12 @@ fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
         .arg(&b)
         .arg(&c));
     assert_eq!(code, 0, "{stderr}");
-    let added = json(&stdout);
-    assert_eq!(added["result"]["devices"].as_array().unwrap().len(), 3);
-    assert_eq!(added["result"]["raw_bytes"], 18 * GIB);
-    assert_eq!(added["plan"]["commands"][0][0], "btrfs");
+    let added: AddReport = doc(&stdout);
+    let result = added.result.expect("a result");
+    assert_eq!(result.devices.len(), 3);
+    assert_eq!(result.raw_bytes, 18 * GIB);
+    assert_eq!(added.plan.commands[0][0], "btrfs");
+    assert!(added.plan.then_convert.is_none());
 
     let (code, stdout, stderr) = run(env
         .cmd()
@@ -140,28 +156,52 @@ fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
         ])
         .arg(&m));
     assert_eq!(code, 0, "{stderr}");
-    let first = json(stdout.lines().next().unwrap());
-    assert_eq!(first["event"], "plan");
+    let recs = records(&stdout);
+    let ConvertRecord::Plan {
+        plan: Some(PlanDoc::Convert(plan)),
+        resume: None,
+    } = &recs[0]
+    else {
+        panic!("the first record is not the plan: {:?}", recs[0]);
+    };
     assert!(
-        first["plan"]["risks"][0]
-            .as_str()
-            .unwrap()
-            .contains("one of the 3 devices")
+        plan.risks[0].contains("one of the 3 devices"),
+        "{:?}",
+        plan.risks
     );
-    assert!(stdout.lines().any(|l| json(l)["event"] == "progress"));
-    let last_progress = stdout
-        .lines()
-        .map(json)
-        .filter(|l| l["event"] == "progress")
-        .last()
-        .unwrap();
-    let p = &last_progress["progress"];
-    assert!(p["chunks_done"].as_u64().unwrap() >= 1, "{p}");
-    assert_eq!(p["chunks_expected"], p["chunks_done"], "{p}");
-    assert_eq!(p["bytes_remaining"], 0, "{p}");
-    let last = last_line(&stdout);
-    assert_eq!(last["event"], "result");
-    assert_eq!(last["outcome"], "completed");
+    assert_eq!(plan.existing, None);
+    let progress: Vec<&Progress> = recs
+        .iter()
+        .filter_map(|r| match r {
+            ConvertRecord::Progress { progress } => Some(progress),
+            _ => None,
+        })
+        .collect();
+    let last_progress = progress.last().expect("progress records");
+    // The last record: every chunk done, as many as expected (not "2/0").
+    assert!(last_progress.chunks_done >= 1, "{last_progress:?}");
+    assert_eq!(
+        last_progress.chunks_expected, last_progress.chunks_done,
+        "{last_progress:?}"
+    );
+    assert_eq!(last_progress.bytes_remaining, 0, "{last_progress:?}");
+    // No ETA before a chunk was done.
+    for p in &progress {
+        if p.chunks_done == 0 {
+            assert_eq!(p.eta_seconds, None, "{p:?}");
+        }
+    }
+    let ConvertRecord::Result(last) = recs.last().unwrap() else {
+        panic!("the last record is not the result: {:?}", recs.last());
+    };
+    assert_eq!(last.outcome, Outcome::Completed);
+    let records = last.records.as_ref().expect("df records");
+    assert!(
+        records
+            .iter()
+            .any(|r| r.bg_type == "data" && r.profile == "raid0"),
+        "{records:?}"
+    );
     assert_eq!(profiles(&env, &m), expect("raid0", "raid1"));
     assert_eq!(hashes(&m), before);
     scrub_clean(&m);
@@ -268,11 +308,9 @@ fn ctrl_c_pauses_and_resume_completes() {
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("pausing the balance"), "{stderr}");
     assert!(stderr.contains("--resume"), "{stderr}");
-    let (code, stdout, _) = run(env.cmd().args(["convert", "--status", "--json"]).arg(&m));
-    assert_eq!(code, 0);
-    let status = json(&stdout);
-    assert_eq!(status["balance"], "paused", "{status:#}");
-    assert_eq!(status["data_target"], "raid1");
+    let status = balance_state(&env, &m);
+    assert_eq!(status.balance, BalanceKind::Paused, "{status:?}");
+    assert_eq!(status.data_target, Some(Profile::Raid1));
     assert_eq!(hashes(&m), before, "data intact while paused");
 
     let (code, _, stderr) = run(env.cmd().args(["convert", "--resume", "--yes"]).arg(&m));
@@ -451,6 +489,42 @@ fn refusals_change_nothing() {
         "{stdout}"
     );
     assert!(stdout.contains("(dry run: nothing was done)"));
+    // --then-convert: the next step named is the conversion asked for.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args([
+            "device",
+            "add",
+            "--dry-run",
+            "--json",
+            "--then-convert",
+            "--metadata",
+            "raid1c3",
+        ])
+        .arg(&m)
+        .arg(&spare));
+    assert_eq!(code, 0, "{stderr}");
+    let recs = records(&stdout);
+    let [
+        ConvertRecord::Plan {
+            plan: Some(PlanDoc::Add(plan)),
+            resume: None,
+        },
+    ] = recs.as_slice()
+    else {
+        panic!("{recs:?}");
+    };
+    assert!(
+        !plan.notes.iter().any(|n| n.contains("--metadata raid1;")),
+        "{:?}",
+        plan.notes
+    );
+    assert!(
+        plan.notes.iter().any(|n| n.contains("metadata → raid1c3")),
+        "{:?}",
+        plan.notes
+    );
+    assert_eq!(plan.then_convert.as_ref().unwrap().devices, 3);
     let (code, stdout, _) = run(env
         .cmd()
         .args(["convert", "--dry-run", "--data", "raid1"])
@@ -537,10 +611,10 @@ fn signal(child: &Child, sig: nix::sys::signal::Signal) {
 }
 
 /// The balance state as `convert --status --json` reports it.
-fn balance_state(env: &TestEnv, m: &Path) -> Value {
+fn balance_state(env: &TestEnv, m: &Path) -> StatusReport {
     let (code, stdout, stderr) = run(env.cmd().args(["convert", "--status", "--json"]).arg(m));
     assert_eq!(code, 0, "{stderr}");
-    json(&stdout)
+    doc(&stdout)
 }
 
 /// Waits until the kernel reports a running balance (no chunk needs to be done).
@@ -628,16 +702,20 @@ fn two_quick_ctrl_c_and_a_sighup_pause_never_cancel_and_a_rerun_resumes() {
         );
         let st = balance_state(&env, &m);
         assert_eq!(
-            st["balance"], "paused",
-            "round {round}: cancelled, not paused: {st:#}"
+            st.balance,
+            BalanceKind::Paused,
+            "round {round}: cancelled, not paused: {st:?}"
         );
-        assert_eq!(st["data_target"], target);
+        assert_eq!(st.data_target.map(|p| p.name()), Some(target));
         paused_runs += 1;
         was_paused = true;
         // --pause on a paused conversion: nothing to do, success.
         let (code, stdout, stderr) = run(env.cmd().args(["convert", "--pause"]).arg(&m));
         assert_eq!(code, 0, "{stderr}");
         assert!(stdout.contains("already paused"), "{stdout}");
+        let (code, stdout, stderr) = run(env.cmd().args(["convert", "--pause", "--json"]).arg(&m));
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(doc::<PauseReport>(&stdout), PauseReport { paused: true });
     }
     eprintln!(
         "paused (never cancelled) in {paused_runs} of {} rounds, {resumed_runs} re-runs resumed",
@@ -648,7 +726,7 @@ fn two_quick_ctrl_c_and_a_sighup_pause_never_cancel_and_a_rerun_resumes() {
         "no round was interrupted: the test tested nothing"
     );
     // A convert with other targets is refused with the exact commands.
-    if balance_state(&env, &m)["balance"] == "paused" {
+    if balance_state(&env, &m).balance == BalanceKind::Paused {
         let (code, _, stderr) = run(env
             .cmd()
             .args(["convert", "--yes", "--data", "raid1c3"])
@@ -795,6 +873,7 @@ fn dup_metadata_to_single_needs_force_and_then_works() {
 
 /// Makes a directory owned by `nobody` holding the symlink `link` → `to`,
 /// and returns the link.
+#[cfg(feature = "test-hooks")]
 fn nobody_symlink(env: &TestEnv, to: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let dir = env.path().join("nobody-dir");
@@ -807,6 +886,7 @@ fn nobody_symlink(env: &TestEnv, to: &Path) -> PathBuf {
 }
 
 /// `ln -sfn to link` as user nobody: the swap an unprivileged user can do.
+#[cfg(feature = "test-hooks")]
 fn as_nobody_ln(to: &Path, link: &Path) {
     let out = Command::new("setpriv")
         .args([

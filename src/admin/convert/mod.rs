@@ -1,18 +1,16 @@
-//! Profile conversion: the plan (pure), and carrying it out with progress,
-//! pause on SIGINT/SIGTERM, and verification.
+//! Profile conversion: the plan (pure), the progress and outcome types, and
+//! the verification; carrying it out is in [`run`].
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
-use std::thread;
-use std::time::{Duration, Instant};
+pub mod manage;
+pub mod run;
 
-use nix::errno::Errno;
+pub use run::{Finished, Start, execute, run_balance};
+
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 use super::alloc::{self, ChunkKind};
 use super::checks::Reason;
-use super::state::BalanceInfo;
 use super::state::FsState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::kernel::RAID1C34;
@@ -20,8 +18,7 @@ use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::parse::size::format_iec;
 use crate::sys::btrfs::{self, FsHandle};
-use crate::sys::ioctl::{BalanceEnd, balance_state};
-use crate::sys::signals::{OperationSignals, Received};
+use crate::sys::signals::Received;
 
 /// What the user asked for. System chunks follow metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,10 +33,10 @@ pub struct ConvertRequest {
 }
 
 /// One type's change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TypeChange {
     /// `data`, `metadata` or `system`.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", with = "bg_type_name")]
     pub kind: BgType,
     /// Profiles now.
     pub from: Vec<Profile>,
@@ -51,8 +48,25 @@ pub struct TypeChange {
     pub used_bytes: u64,
 }
 
+/// A block-group type as its JSON name (`data`, ...), both ways.
+mod bg_type_name {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::model::space::BgType;
+
+    pub fn serialize<S: Serializer>(t: &BgType, s: S) -> Result<S::Ok, S::Error> {
+        t.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BgType, D::Error> {
+        let name = String::deserialize(d)?;
+        BgType::from_json_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown block-group type {name}")))
+    }
+}
+
 /// The conversion plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConvertPlan {
     /// Mount point.
     pub mount_point: PathBuf,
@@ -97,6 +111,24 @@ pub enum Existing {
 }
 
 impl ConvertPlan {
+    /// `Err` with every blocking refusal (one line, the others in the
+    /// hint), or `Ok` when it may go ahead.
+    pub fn check(&self, force: bool) -> Result<()> {
+        let blocking = self.blocking(force);
+        let Some(first) = blocking.first() else {
+            return Ok(());
+        };
+        let mut e = Error::new(
+            ErrorKind::Refused,
+            format!("cannot convert: {}", first.message),
+        );
+        if blocking.len() > 1 {
+            let rest: Vec<&str> = blocking[1..].iter().map(|r| r.message.as_str()).collect();
+            e = e.with_hint(format!("also: {}", rest.join("; also: ")));
+        }
+        Err(e)
+    }
+
     /// Refusals that still block with or without `--force`.
     pub fn blocking(&self, force: bool) -> Vec<&Reason> {
         self.refusals.iter().filter(|r| r.blocks(force)).collect()
@@ -449,7 +481,7 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
 }
 
 /// What a running balance reported.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Progress {
     /// Chunks to relocate (0 when unknown, e.g. after a remount).
     pub chunks_expected: u64,
@@ -466,7 +498,7 @@ pub struct Progress {
 }
 
 /// What happened to the balance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// It finished.
@@ -545,432 +577,6 @@ pub fn remaining_in(spaces: &[crate::sys::btrfs::SpaceEntry], t: Targets) -> u64
         r += outside(BgType::Metadata, m) + outside(BgType::System, m);
     }
     r
-}
-
-/// How to start the balance.
-#[derive(Debug, Clone, Copy)]
-pub enum Start {
-    /// A new conversion (or, per [`ConvertPlan::existing`], resume, follow
-    /// or wait for the balance that exists, then finish what is left).
-    Convert(ConvertRequest, Option<Existing>),
-    /// Resume the paused one.
-    Resume,
-}
-
-/// How far the progress counters can be trusted for an ETA: at least one
-/// chunk relocated and some bytes moved by this run.
-fn eta(
-    done_chunks_this_run: u64,
-    bytes_done: u64,
-    remaining: u64,
-    secs: f64,
-) -> (f64, Option<f64>) {
-    let rate = if secs > 0.0 {
-        bytes_done as f64 / secs
-    } else {
-        0.0
-    };
-    let trusted = done_chunks_this_run >= 1 && bytes_done > 0 && secs >= 1.0 && rate > 0.0;
-    (rate, trusted.then(|| remaining as f64 / rate))
-}
-
-/// Progress bookkeeping of one run.
-struct Meter {
-    targets: Targets,
-    initial: u64,
-    started: Instant,
-    first_done: Option<u64>,
-    expected: u64,
-    done: u64,
-}
-
-impl Meter {
-    fn new(h: &FsHandle, targets: Targets) -> Self {
-        Self {
-            targets,
-            initial: remaining_bytes(h, targets),
-            started: Instant::now(),
-            first_done: None,
-            expected: 0,
-            done: 0,
-        }
-    }
-
-    /// Takes the kernel's counters when there are some (a finished or
-    /// vanished balance reports none: the last ones stay).
-    fn counters(&mut self, expected: u64, done: u64) {
-        if expected == 0 && done == 0 {
-            return;
-        }
-        self.first_done.get_or_insert(done);
-        self.expected = expected.max(done);
-        self.done = done;
-    }
-
-    fn sample(&mut self, h: &FsHandle) -> Progress {
-        if let Ok(Some(s)) = h.balance_status() {
-            self.counters(s.expected, s.completed);
-        }
-        self.progress(remaining_bytes(h, self.targets))
-    }
-
-    fn progress(&self, remaining: u64) -> Progress {
-        let bytes_done = self.initial.saturating_sub(remaining);
-        let this_run = self
-            .done
-            .saturating_sub(self.first_done.unwrap_or(self.done));
-        let (rate, eta_seconds) = eta(
-            this_run,
-            bytes_done,
-            remaining,
-            self.started.elapsed().as_secs_f64(),
-        );
-        Progress {
-            chunks_expected: self.expected.max(self.done),
-            chunks_done: self.done,
-            bytes_remaining: remaining,
-            bytes_done,
-            rate_bytes_per_sec: rate,
-            eta_seconds,
-        }
-    }
-}
-
-/// Asks the kernel to pause the balance on a thread of its own, at once
-/// when asked (BALANCE_CTL PAUSE blocks until the current chunk is done),
-/// retrying while no balance runs yet (the ioctl thread may not have
-/// entered the kernel).
-struct Pauser {
-    request: Option<mpsc::Sender<()>>,
-    ended: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<std::result::Result<(), Errno>>>,
-}
-
-impl Pauser {
-    fn new(h: &FsHandle) -> Result<Self> {
-        let h = h.try_clone()?;
-        let (tx, rx) = mpsc::channel::<()>();
-        let ended = Arc::new(AtomicBool::new(false));
-        let seen_end = Arc::clone(&ended);
-        let thread = thread::spawn(move || {
-            if rx.recv().is_err() {
-                return Ok(());
-            }
-            loop {
-                match h.balance_control(true) {
-                    Ok(()) => return Ok(()),
-                    Err(Errno::ENOTCONN) if !seen_end.load(Ordering::SeqCst) => {
-                        thread::sleep(Duration::from_millis(10));
-                    }
-                    Err(Errno::ENOTCONN) => return Ok(()),
-                    Err(e) => return Err(e),
-                }
-            }
-        });
-        Ok(Self {
-            request: Some(tx),
-            ended,
-            thread: Some(thread),
-        })
-    }
-
-    fn pause(&self) {
-        if let Some(tx) = &self.request {
-            let _ = tx.send(());
-        }
-    }
-
-    /// After the balance ended: stops retrying and joins the thread.
-    fn finish(mut self) -> std::result::Result<(), Errno> {
-        self.ended.store(true, Ordering::SeqCst);
-        self.request = None;
-        self.thread
-            .take()
-            .map_or(Ok(()), |t| t.join().unwrap_or(Ok(())))
-    }
-}
-
-/// How the waiting for a balance ended.
-enum Waited {
-    /// Our ioctl returned.
-    Own(std::result::Result<BalanceEnd, Errno>),
-    /// The followed balance is gone (finished or cancelled).
-    Gone,
-    /// The followed balance is paused.
-    Paused,
-}
-
-/// Runs a conversion: starts (or resumes, or follows) the balance on the
-/// open filesystem `h`, reports progress, and on SIGINT/SIGTERM/SIGHUP asks
-/// the kernel to pause it at once, then waits until the balance has
-/// stopped: the process never exits while the balance ioctl runs in it (the
-/// kernel would cancel the balance), whatever signals follow.
-pub fn run_balance(
-    h: &FsHandle,
-    start: Start,
-    targets: Targets,
-    signals: &OperationSignals,
-    on_event: &mut dyn FnMut(Event),
-) -> Result<Outcome> {
-    let mut phase = match start {
-        Start::Resume | Start::Convert(_, Some(Existing::Resume)) => Phase::Own { resume: true },
-        Start::Convert(_, Some(Existing::Follow)) => {
-            on_event(Event::Notice(format!(
-                "a balance with these targets is already running on {} (another btrfs-lab, or one the kernel is cancelling because its process was killed): following it",
-                h.path().display()
-            )));
-            Phase::Follow
-        }
-        Start::Convert(_, Some(Existing::WaitForCancel)) => {
-            on_event(Event::Notice(format!(
-                "a balance is being cancelled on {}: waiting for it to end",
-                h.path().display()
-            )));
-            Phase::Follow
-        }
-        Start::Convert(_, None) => Phase::Own { resume: false },
-    };
-    if matches!(start, Start::Convert(_, Some(Existing::Resume))) {
-        on_event(Event::Notice(format!(
-            "a paused balance with these targets exists on {}: resuming it",
-            h.path().display()
-        )));
-    }
-    let req = match start {
-        Start::Convert(r, _) => Some(r),
-        Start::Resume => None,
-    };
-    let mut pause_requested = false;
-    loop {
-        let mut meter = Meter::new(h, targets);
-        let pauser = Pauser::new(h)?;
-        let worker = match phase {
-            Phase::Own { resume } => {
-                let wh = h.try_clone()?;
-                let (tx, rx) = mpsc::channel();
-                let (conv, force) = match req {
-                    Some(r) if !resume => (btrfs::convert_targets(r.data, r.metadata), r.force),
-                    _ => (Default::default(), false),
-                };
-                let t = thread::spawn(move || {
-                    let _ = tx.send(wh.balance(conv, force, resume));
-                });
-                Some((t, rx))
-            }
-            Phase::Follow => None,
-        };
-        if pause_requested {
-            pauser.pause();
-        }
-        let mut signalled = 0usize;
-        let mut last_report = Instant::now();
-        let mut running_seen = false;
-        let waited = loop {
-            if !running_seen
-                && h.balance_status()
-                    .ok()
-                    .flatten()
-                    .is_some_and(|s| s.state & balance_state::RUNNING != 0)
-            {
-                running_seen = true;
-                on_event(Event::Running);
-            }
-            if let Some((_, rx)) = &worker {
-                match rx.try_recv() {
-                    Ok(r) => break Waited::Own(r),
-                    Err(mpsc::TryRecvError::Disconnected) => break Waited::Own(Err(Errno::EIO)),
-                    Err(mpsc::TryRecvError::Empty) => {}
-                }
-            } else {
-                match h.balance_status() {
-                    Ok(None) => break Waited::Gone,
-                    Ok(Some(s)) if s.state & balance_state::RUNNING == 0 => break Waited::Paused,
-                    Ok(Some(s)) => meter.counters(s.expected, s.completed),
-                    Err(e) => {
-                        let _ = pauser.finish();
-                        return Err(e);
-                    }
-                }
-            }
-            let (n, which) = signals.wait(Duration::from_millis(100));
-            if n > 0 {
-                signalled += n;
-                if !pause_requested {
-                    pause_requested = true;
-                    pauser.pause();
-                    on_event(Event::Pausing(which));
-                    if signalled > 1 {
-                        on_event(Event::StillPausing);
-                    }
-                } else {
-                    on_event(Event::StillPausing);
-                }
-            }
-            if last_report.elapsed() >= Duration::from_millis(500) {
-                last_report = Instant::now();
-                on_event(Event::Progress(meter.sample(h)));
-            }
-        };
-        if let Some((t, _)) = worker {
-            let _ = t.join();
-        }
-        let pause_result = pauser.finish();
-        match waited {
-            Waited::Own(Ok(BalanceEnd::Finished { expected, completed })) => {
-                meter.counters(expected, completed);
-                on_event(Event::Progress(meter.progress(remaining_bytes(h, targets))));
-                return Ok(Outcome::Completed);
-            }
-            Waited::Own(Ok(BalanceEnd::BtrfsError(code))) => {
-                return Err(Error::new(
-                    ErrorKind::Busy,
-                    format!(
-                        "the kernel refused to start the balance on {}: another exclusive operation (device add or remove, replace, resize) is running (btrfs error {code})",
-                        h.path().display()
-                    ),
-                )
-                .with_hint("wait until it ends, then run the same convert again"));
-            }
-            Waited::Own(Err(Errno::ECANCELED)) => {
-                let paused = h
-                    .balance_status()
-                    .ok()
-                    .flatten()
-                    .is_some_and(|s| s.state & balance_state::RUNNING == 0);
-                return Ok(if paused {
-                    Outcome::Paused
-                } else if pause_requested {
-                    // Asked to pause, but someone cancelled it meanwhile.
-                    Outcome::Cancelled
-                } else {
-                    Outcome::Cancelled
-                });
-            }
-            Waited::Own(Err(Errno::EINPROGRESS)) => {
-                // Someone else started a balance at the same instant.
-                match h.balance_status()? {
-                    Some(s) if BalanceInfo::from_status(&s).targets() == targets && !pause_requested => {
-                        on_event(Event::Notice(format!(
-                            "another process started a balance with these targets on {} at the same moment: following it",
-                            h.path().display()
-                        )));
-                        phase = Phase::Follow;
-                        continue;
-                    }
-                    Some(s) => {
-                        let b = BalanceInfo::from_status(&s);
-                        let m = h.path().display();
-                        return Err(Error::new(
-                            ErrorKind::Refused,
-                            format!(
-                                "cannot convert: a balance with other targets ({}) is {} on {m}",
-                                b.targets().describe(),
-                                if b.running { "running" } else { "paused" }
-                            ),
-                        )
-                        .with_hint(format!("watch it with `btrfs-lab convert {m} --status`, or `--pause` / `--resume` / `--cancel` it")));
-                    }
-                    None => {
-                        return Err(Error::new(
-                            ErrorKind::Busy,
-                            format!("another balance was running on {} when this one was to start; it has ended since", h.path().display()),
-                        )
-                        .with_hint("run the same convert again"));
-                    }
-                }
-            }
-            Waited::Own(Err(Errno::ENOSPC)) => return Err(Error::new(
-                ErrorKind::NoSpace,
-                format!("the conversion ran out of space on {}; what was converted stays converted", h.path().display()),
-            )
-            .with_hint("free space (delete files, or btrfs balance start -dusage=10) or add a device, then run the same convert again")),
-            Waited::Own(Err(Errno::EXDEV)) => {
-                return Err(Error::new(
-                    ErrorKind::State,
-                    format!("{} is no longer the filesystem {} that was planned on", h.path().display(), h.fsid()),
-                ));
-            }
-            Waited::Own(Err(e)) => return Err(kernel_failure(h, e)),
-            Waited::Paused => return Ok(Outcome::Paused),
-            Waited::Gone => {
-                let left = remaining_bytes(h, targets);
-                if left == 0 {
-                    on_event(Event::Progress(meter.progress(0)));
-                    return Ok(Outcome::Completed);
-                }
-                if pause_requested || pause_result.is_err() {
-                    return Err(Error::interrupted().with_hint(format!(
-                        "the balance that was followed ended before it was paused; nothing else was started; run the same convert again to finish the {} left",
-                        format_iec(left)
-                    )));
-                }
-                if req.is_none() {
-                    return Ok(Outcome::Cancelled);
-                }
-                on_event(Event::Notice(
-                    "the balance that was running has ended without finishing (it was cancelled): starting the conversion".to_owned(),
-                ));
-                phase = Phase::Own { resume: false };
-            }
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Phase {
-    Own { resume: bool },
-    Follow,
-}
-
-/// A balance the kernel failed (EINVAL, EIO, ...): what the kernel logged,
-/// and for I/O errors which device's error counters rose.
-fn kernel_failure(h: &FsHandle, e: Errno) -> Error {
-    let devices: Vec<String> = h
-        .devices()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|d| {
-            Path::new(&d.path)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-        })
-        .collect();
-    let said = btrfs::kernel_log_about(&devices, 3);
-    let mut hint = match said.last() {
-        Some(last) => format!("the kernel said: \"{last}\"; see `dmesg | grep -i btrfs` for more"),
-        None => "see what the kernel said: `dmesg | grep -i btrfs`".to_owned(),
-    };
-    if e == Errno::EIO {
-        let bad: Vec<String> = h
-            .devices()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|d| {
-                let s = h.device_stats(d.devid).ok()?;
-                (s.read_errs + s.corruption_errs > 0).then(|| {
-                    format!(
-                        "device {} ({}): {} read, {} corruption errors",
-                        d.devid, d.path, s.read_errs, s.corruption_errs
-                    )
-                })
-            })
-            .collect();
-        if !bad.is_empty() {
-            hint = format!(
-                "{hint}; {}; run a scrub (btrfs scrub start -B {}) to find and repair or name the damaged files, restore or delete them, then run the same convert again",
-                bad.join(", "),
-                h.path().display()
-            );
-        } else {
-            hint = format!(
-                "{hint}; run a scrub (btrfs scrub start -B {}) before trying again",
-                h.path().display()
-            );
-        }
-    }
-    let mut err = Error::from_errno(e, "the balance failed on", h.path());
-    err = err.with_hint(hint);
-    err
 }
 
 /// After a completed conversion: each converted type has exactly its target.
@@ -1090,7 +696,12 @@ mod tests {
 
     #[test]
     fn refusals() {
-        let codes = |p: &ConvertPlan| p.refusals.iter().map(|r| r.code).collect::<Vec<_>>();
+        let codes = |p: &ConvertPlan| {
+            p.refusals
+                .iter()
+                .map(|r| r.code.to_string())
+                .collect::<Vec<_>>()
+        };
         let two = fs(2, 8 * GIB);
         assert_eq!(
             codes(&plan_convert(&two, &req(None, Some(Profile::Raid1c3)))),
@@ -1100,7 +711,8 @@ mod tests {
         old.kernel = KernelVersion::new(5, 4);
         assert!(
             codes(&plan_convert(&old, &req(None, Some(Profile::Raid1c3))))
-                .contains(&"kernel-too-old")
+                .iter()
+                .any(|c| c == "kernel-too-old")
         );
         // raid1 → dup lowers metadata redundancy: --force lifts it.
         let mut r1 = fs(2, 8 * GIB);
@@ -1117,7 +729,9 @@ mod tests {
         // Too much data for RAID1C3 on three small devices.
         let small = fs(3, 2 * GIB);
         assert!(
-            codes(&plan_convert(&small, &req(Some(Profile::Raid1c3), None))).contains(&"no-space")
+            codes(&plan_convert(&small, &req(Some(Profile::Raid1c3), None)))
+                .iter()
+                .any(|c| c == "no-space")
         );
     }
 
@@ -1149,7 +763,12 @@ mod tests {
 
     #[test]
     fn a_rerun_with_the_same_targets_resumes_or_follows() {
-        let codes = |p: &ConvertPlan| p.refusals.iter().map(|r| r.code).collect::<Vec<_>>();
+        let codes = |p: &ConvertPlan| {
+            p.refusals
+                .iter()
+                .map(|r| r.code.to_string())
+                .collect::<Vec<_>>()
+        };
         let mut f = fs(3, 8 * GIB);
         f.exclusive_operation = Some("balance paused".into());
         f.balance = Some(balance(false, Some(Profile::Raid1)));
@@ -1197,7 +816,12 @@ mod tests {
 
     #[test]
     fn dup_metadata_to_single_needs_force_as_in_the_kernel() {
-        let codes = |p: &ConvertPlan| p.refusals.iter().map(|r| r.code).collect::<Vec<_>>();
+        let codes = |p: &ConvertPlan| {
+            p.refusals
+                .iter()
+                .map(|r| r.code.to_string())
+                .collect::<Vec<_>>()
+        };
         // fs() has metadata and system DUP on one device.
         for to in [Profile::Single, Profile::Raid0] {
             let p = plan_convert(&fs(2, 8 * GIB), &req(None, Some(to)));
@@ -1269,37 +893,5 @@ mod tests {
         f.device_errors.clear();
         let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
         assert!(p.warnings.is_empty(), "{:?}", p.warnings);
-    }
-
-    #[test]
-    fn no_eta_until_a_chunk_is_done_and_counters_never_end_below_done() {
-        // Before the first chunk: a rate from a few bytes would promise hours.
-        assert_eq!(eta(0, 4096, 1 << 30, 2.0).1, None);
-        assert_eq!(eta(1, 0, 1 << 30, 2.0).1, None);
-        assert_eq!(eta(1, 1 << 20, 1 << 30, 0.5).1, None);
-        let (rate, e) = eta(1, 256 << 20, 512 << 20, 2.0);
-        assert_eq!(rate, (128 << 20) as f64);
-        assert_eq!(e, Some(4.0));
-        let mut m = Meter {
-            targets: Targets {
-                data: None,
-                metadata: None,
-            },
-            initial: 100,
-            started: Instant::now(),
-            first_done: None,
-            expected: 0,
-            done: 0,
-        };
-        m.counters(4, 1);
-        m.counters(4, 2);
-        // The kernel's final copy of the counters can say more done than expected.
-        m.counters(0, 0);
-        m.counters(0, 0);
-        let p = m.progress(0);
-        assert_eq!((p.chunks_done, p.chunks_expected), (2, 4));
-        m.counters(1, 3);
-        let p = m.progress(0);
-        assert_eq!((p.chunks_done, p.chunks_expected), (3, 3));
     }
 }

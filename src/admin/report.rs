@@ -164,6 +164,9 @@ pub struct StatusReport {
     pub data_profiles: Vec<Profile>,
     /// Metadata profiles in use.
     pub metadata_profiles: Vec<Profile>,
+    /// Devices with recorded read or corruption errors (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_errors: Vec<crate::admin::state::DeviceErrors>,
 }
 
 /// `convert --pause --json`.

@@ -436,6 +436,17 @@ fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
                     out.paint.warn("mixed profiles:")
                 ));
             }
+            for d in &st.device_errors {
+                t.push_str(&format!(
+                    "  {} device {} ({}) has recorded {} read and {} corruption errors: a conversion stops at the first block it cannot read; scrub first (btrfs scrub start -B {}) and restore or delete the damaged files\n",
+                    out.paint.warn("errors:"),
+                    d.devid,
+                    d.path,
+                    d.read,
+                    d.corruption,
+                    st.mount_point.display()
+                ));
+            }
         }
         kind => {
             t.push_str(if kind == BalanceKind::Running {

@@ -1040,3 +1040,132 @@ fn a_symlink_swapped_at_the_prompt_never_redirects_convert_or_device_add() {
     assert_eq!(devices(&mb), 2, "a device was added to B");
     assert_eq!(devices(&ma), 2, "a device was added to A although refused");
 }
+
+#[test]
+fn corruption_is_warned_about_in_the_plan_and_named_after_the_io_error() {
+    if !require_root("convert on a corrupted filesystem") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        size_bytes: GIB,
+        data: Some(Profile::Single),
+        metadata: Some(Profile::Dup),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let dev = sbx.devices()[0].clone();
+    fill(&m, 1, 16);
+    let file = m.join("file0");
+    // Where the file's first extent lies on the device: FIEMAP gives the
+    // btrfs logical address, btrfs-map-logical the physical one.
+    let out = Command::new("filefrag")
+        .args(["-v", "-b4096"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let logical: u64 = text
+        .lines()
+        .find_map(|l| {
+            let cols: Vec<&str> = l.split(':').map(str::trim).collect();
+            (cols.len() >= 3 && cols[0] == "0")
+                .then(|| {
+                    cols[2]
+                        .split("..")
+                        .next()
+                        .unwrap()
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no extent in: {text}"))
+        * 4096;
+    let out = Command::new("btrfs-map-logical")
+        .arg("-l")
+        .arg(logical.to_string())
+        .arg(&dev)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let physical: u64 = text
+        .split("physical ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "btrfs-map-logical: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    // Overwrite 1 MiB of the file's data on the device, behind btrfs' back.
+    let out = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=4096",
+            "count=256",
+            "oflag=direct",
+            "conv=notrunc",
+        ])
+        .arg(format!("of={}", dev.display()))
+        .arg(format!("seek={}", physical / 4096))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Reading it (past the page cache) finds the checksum errors. The
+    // file's cached pages are dropped first (fadvise DONTNEED).
+    let drop = Command::new("dd")
+        .args(["iflag=nocache", "count=0"])
+        .arg(format!("if={}", file.display()))
+        .output()
+        .unwrap();
+    assert!(drop.status.success());
+    let out = Command::new("dd")
+        .args(["bs=1M", "iflag=direct", "of=/dev/null"])
+        .arg(format!("if={}", file.display()))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the corruption was not detected (logical {logical}, physical {physical}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--dry-run", "--data", "dup"])
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    let want = format!("WARNING: device 1 ({}) has recorded ", dev.display());
+    assert!(stdout.contains(&want), "{stdout}");
+    assert!(
+        stdout.contains("run a scrub first (btrfs scrub start -B"),
+        "{stdout}"
+    );
+
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--data", "dup"])
+        .arg(&m));
+    assert_eq!(code, 1, "{stderr}");
+    eprintln!("{stderr}");
+    assert!(stderr.contains("the balance failed"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("device 1 ({})", dev.display()))
+            && stderr.contains("corruption errors"),
+        "the failure must name the device: {stderr}"
+    );
+    assert!(stderr.contains("btrfs scrub start -B"), "{stderr}");
+    assert!(stderr.contains("dmesg"), "{stderr}");
+    // --status says to scrub first, not only to run it again.
+    let (_, stdout, _) = run(env.cmd().args(["convert", "--status"]).arg(&m));
+    assert!(stdout.contains("errors: device 1"), "{stdout}");
+    assert!(stdout.contains("scrub first"), "{stdout}");
+}

@@ -54,6 +54,12 @@ pub fn status(root: &SysRoot, path: &Path) -> Result<StatusReport> {
         bytes_remaining: state.balance.map(|_| remaining),
         data_profiles: state.profiles(BgType::Data),
         metadata_profiles: state.profiles(BgType::Metadata),
+        device_errors: state
+            .device_errors
+            .iter()
+            .filter(|d| d.unreadable() > 0)
+            .cloned()
+            .collect(),
     })
 }
 

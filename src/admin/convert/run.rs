@@ -408,8 +408,14 @@ fn kernel_failure(h: &FsHandle, e: Errno) -> Error {
                 .map(|n| n.to_string_lossy().into_owned())
         })
         .collect();
-    let said = btrfs::kernel_log_about(&devices, 3);
-    let mut hint = match said.last() {
+    let said = btrfs::kernel_log_about(&devices, 8);
+    // The cause rather than the summary line ("ended with status: -5").
+    let cause = said
+        .iter()
+        .rev()
+        .find(|l| !l.contains("ended with status"))
+        .or(said.last());
+    let mut hint = match cause {
         Some(last) => format!("the kernel said: \"{last}\"; see `dmesg | grep -i btrfs` for more"),
         None => "see what the kernel said: `dmesg | grep -i btrfs`".to_owned(),
     };

@@ -4,21 +4,23 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::checks::{Reason, device_reasons};
 use super::convert::{ConvertPlan, ConvertRequest, plan_convert};
-use super::state::{FsState, MemberDevice, read_state};
+use super::report::{Ceiling, Throughput};
+use super::state::{FsState, MemberDevice, read_state_at};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::parse::wipefs::Signature;
 use crate::sys::blockdev::BlockDeviceFacts;
+use crate::sys::btrfs::FsHandle;
 use crate::sys::root::SysRoot;
 use crate::sys::tools::{self, display_argv};
 
 /// A device to add.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewDevice {
     /// As given.
     pub path: PathBuf,
@@ -33,7 +35,7 @@ pub struct NewDevice {
 }
 
 /// A device line of a layout.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayoutDevice {
     /// Path.
     pub path: String,
@@ -44,7 +46,7 @@ pub struct LayoutDevice {
 }
 
 /// The filesystem before or after.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
     /// Devices.
     pub devices: Vec<LayoutDevice>,
@@ -62,7 +64,7 @@ pub struct AddOptions {
 }
 
 /// The plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddPlan {
     /// Mount point.
     pub mount_point: PathBuf,
@@ -80,7 +82,7 @@ pub struct AddPlan {
     pub refusals: Vec<Reason>,
     /// The array's throughput ceiling before and after, when link
     /// information is available (see `btrfs-lab links`); null otherwise.
-    pub throughput: Option<serde_json::Value>,
+    pub throughput: Option<Throughput>,
     /// With `--then-convert`: the conversion planned on the filesystem as
     /// it will be after the add.
     pub then_convert: Option<ConvertPlan>,
@@ -215,7 +217,13 @@ pub fn plan_add(
     }
     let total_after = fs.devices.len() + devices.len();
     let m = fs.mount_point.display();
-    if total_after >= 2 {
+    if let Some(req) = convert {
+        let t = super::convert::Targets::from(req);
+        notes.push(format!(
+            "then the conversion below ({}) spreads what is there over all devices",
+            t.describe()
+        ));
+    } else if total_after >= 2 {
         notes.push(format!(
             "next, to stripe data over all devices (fast, no redundancy): btrfs-lab convert {m} --data raid0 --metadata raid1; to mirror it: btrfs-lab convert {m} --data raid1 --metadata raid1"
         ));
@@ -251,8 +259,99 @@ pub fn plan_add(
     }
 }
 
+/// The array's read ceiling before and after, from the PCIe links of the
+/// members (`btrfs-lab links`); `None` when no member has link information.
+/// `data`: the data profile after (with `--then-convert`).
+pub fn throughput(
+    root: &SysRoot,
+    state: &FsState,
+    plan: &AddPlan,
+    data: Option<Profile>,
+) -> Option<Throughput> {
+    use crate::links::array_ceiling_for_block_devices;
+    let profile_now = state
+        .profiles(BgType::Data)
+        .first()
+        .copied()
+        .unwrap_or(Profile::Single);
+    let profile_after = data.unwrap_or(profile_now);
+    let before: Vec<PathBuf> = state
+        .devices
+        .iter()
+        .filter(|d| !d.path.is_empty())
+        .map(|d| PathBuf::from(&d.path))
+        .collect();
+    let mut after = before.clone();
+    after.extend(plan.devices.iter().map(|d| d.resolved.clone()));
+    let b = array_ceiling_for_block_devices(root, &before, profile_now).ok()?;
+    let a = array_ceiling_for_block_devices(root, &after, profile_after).ok()?;
+    if b.one_reader.is_none() && a.one_reader.is_none() {
+        return None;
+    }
+    Some(Throughput {
+        before: Ceiling::from(&b),
+        after: Ceiling::from(&a),
+    })
+}
+
+/// Opens the filesystem at `path` once, reads it and the devices, and plans
+/// the add (with the throughput estimate when the plan can go ahead).
+pub fn prepare(
+    root: &SysRoot,
+    path: &Path,
+    devices: &[PathBuf],
+    opts: AddOptions,
+    convert: Option<ConvertRequest>,
+) -> Result<(FsHandle, FsState, AddPlan)> {
+    let (fs, state) = super::state::open_state(root, path)?;
+    let facts: Vec<_> = devices
+        .iter()
+        .map(|d| crate::sys::blockdev::inspect(root, d))
+        .collect();
+    let mut plan = plan_add(&state, &facts, opts, crate::sys::is_root(), convert);
+    if plan.refusals.is_empty() {
+        plan.throughput = throughput(root, &state, &plan, convert.and_then(|c| c.data));
+    }
+    Ok((fs, state, plan))
+}
+
+/// After the add: the conversion planned again on the filesystem as it is
+/// now (read through the handle). `Ok(None)`: nothing left to convert.
+/// A refusal says that the devices were added.
+pub fn replan_convert(
+    root: &SysRoot,
+    fs: &FsHandle,
+    mount_point: &Path,
+    req: &ConvertRequest,
+) -> Result<Option<ConvertPlan>> {
+    let state = read_state_at(root, fs, mount_point)?;
+    let plan = plan_convert(&state, req);
+    if let Some(first) = plan.blocking(req.force).first() {
+        let rest: Vec<String> = plan
+            .blocking(req.force)
+            .iter()
+            .skip(1)
+            .map(|r| r.message.clone())
+            .collect();
+        let mut e = Error::new(
+            ErrorKind::Refused,
+            format!(
+                "the devices were added, but cannot convert: {}",
+                first.message
+            ),
+        );
+        e = e.with_hint(if rest.is_empty() {
+            "see btrfs-lab convert --help".to_owned()
+        } else {
+            format!("also: {}", rest.join("; also: "))
+        });
+        return Err(e);
+    }
+    Ok((!plan.nothing_to_do).then_some(plan))
+}
+
 /// What the add did, verified from the kernel.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddResult {
     /// Devices now, as the kernel lists them.
     pub devices: Vec<MemberDevice>,
@@ -262,8 +361,24 @@ pub struct AddResult {
 
 /// Runs the plan's commands, then checks that every new device is a member
 /// with the expected size.
-pub fn execute_add(root: &SysRoot, plan: &AddPlan) -> Result<AddResult> {
-    for argv in &plan.commands {
+///
+/// `btrfs device add` is given the filesystem as `/proc/PID/fd/N`, the
+/// directory this process holds open, never the mount path again: a path
+/// swapped after the plan was shown cannot redirect it.
+pub fn execute_add(
+    root: &SysRoot,
+    fs: &FsHandle,
+    mount_point: &Path,
+    plan: &AddPlan,
+) -> Result<AddResult> {
+    for shown in &plan.commands {
+        let mut argv = shown.clone();
+        if argv[0] == "btrfs"
+            && let Some(last) = argv.last_mut()
+        {
+            *last = fs.proc_path().display().to_string();
+        }
+        let argv = &argv;
         let package = if argv[0] == "wipefs" {
             "util-linux"
         } else {
@@ -271,11 +386,11 @@ pub fn execute_add(root: &SysRoot, plan: &AddPlan) -> Result<AddResult> {
         };
         let tool = tools::find(&argv[0], package)?;
         tool.run(&argv[1..]).map_err(|e| {
-            Error::new(e.kind(), format!("{} (while running: {})", e.message(), display_argv(argv)))
+            Error::new(e.kind(), format!("{} (while running: {})", e.message(), display_argv(shown)))
                 .with_hint("the filesystem is unchanged unless the add itself reported success; see btrfs-lab show")
         })?;
     }
-    let state = read_state(root, &plan.mount_point)?;
+    let state = read_state_at(root, fs, mount_point)?;
     for d in &plan.devices {
         let found = state.devices.iter().find(|m| {
             fs::canonicalize(&m.path)
@@ -357,6 +472,7 @@ mod tests {
             balance: None,
             kernel: KernelVersion::new(6, 18),
             features: Vec::new(),
+            device_errors: Vec::new(),
         }
     }
 
@@ -457,7 +573,7 @@ mod tests {
             false,
             None,
         );
-        let codes: Vec<&str> = p.refusals.iter().map(|r| r.code).collect();
+        let codes: Vec<&str> = p.refusals.iter().map(|r| &*r.code).collect();
         assert_eq!(codes, ["not-root", "duplicate", "too-small"]);
     }
 
@@ -474,6 +590,19 @@ mod tests {
             AddOptions::default(),
             true,
             Some(req),
+        );
+        // The next step is the conversion asked for, not a suggestion of another.
+        assert!(
+            !p.notes.iter().any(|n| n.contains("--metadata raid1;")),
+            "{:?}",
+            p.notes
+        );
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("data → raid0, metadata → raid1")),
+            "{:?}",
+            p.notes
         );
         let c = p.then_convert.unwrap();
         assert_eq!(c.devices, 3);

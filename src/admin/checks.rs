@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 use super::state::FsState;
 use crate::parse::size::format_iec;
@@ -14,12 +16,12 @@ use crate::sys::blockdev::BlockDeviceFacts;
 pub const MIN_DEVICE_SIZE: u64 = 256 << 20;
 
 /// Why something may not go ahead.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reason {
     /// The device concerned; `null` for the filesystem itself.
     pub device: Option<PathBuf>,
     /// A stable code (`mounted`, `signature`, ...).
-    pub code: &'static str,
+    pub code: Cow<'static, str>,
     /// One sentence.
     pub message: String,
     /// `--force` lifts it (and the plan then names what is destroyed).
@@ -30,7 +32,7 @@ impl Reason {
     fn device(path: &Path, code: &'static str, message: String, force_overrides: bool) -> Self {
         Self {
             device: Some(path.to_path_buf()),
-            code,
+            code: Cow::Borrowed(code),
             message,
             force_overrides,
         }
@@ -40,7 +42,7 @@ impl Reason {
     pub fn general(code: &'static str, message: String, force_overrides: bool) -> Self {
         Self {
             device: None,
-            code,
+            code: Cow::Borrowed(code),
             message,
             force_overrides,
         }
@@ -251,6 +253,7 @@ mod tests {
             balance: None,
             kernel: KernelVersion::new(6, 18),
             features: Vec::new(),
+            device_errors: Vec::new(),
         }
     }
 
@@ -281,7 +284,7 @@ mod tests {
             label: None,
         }];
         let r = device_reasons(&f, &fs());
-        let codes: Vec<&str> = r.iter().map(|r| r.code).collect();
+        let codes: Vec<&str> = r.iter().map(|r| &*r.code).collect();
         assert_eq!(codes, ["mounted", "too-small", "signature"]);
         assert!(r[0].blocks(true), "force never lifts 'mounted'");
         assert!(!r[2].blocks(true), "force lifts 'signature'");
@@ -315,7 +318,7 @@ mod tests {
         }];
         let r = device_reasons(&f, &fs());
         assert_eq!(
-            r.iter().map(|r| r.code).collect::<Vec<_>>(),
+            r.iter().map(|r| &*r.code).collect::<Vec<_>>(),
             ["other-btrfs"]
         );
         let mut holders = blank("/dev/sdb");
@@ -324,7 +327,7 @@ mod tests {
         assert_eq!(
             device_reasons(&holders, &fs())
                 .iter()
-                .map(|r| r.code)
+                .map(|r| &*r.code)
                 .collect::<Vec<_>>(),
             ["holders"]
         );

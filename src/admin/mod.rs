@@ -6,4 +6,6 @@ pub mod add;
 pub mod alloc;
 pub mod checks;
 pub mod convert;
+pub mod hooks;
+pub mod report;
 pub mod state;

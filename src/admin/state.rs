@@ -11,13 +11,14 @@ use crate::model::kernel::KernelVersion;
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::space::{self, BtrfsTarget};
-use crate::sys::btrfs::{self, SpaceEntry, bg_type_of, profile_of, profile_of_target};
-use crate::sys::ioctl::BalanceStatus;
+use crate::sys::btrfs::FsHandle;
+use crate::sys::btrfs::{SpaceEntry, bg_type_of, profile_of, profile_of_target};
+use crate::sys::ioctl::{BalanceStatus, balance_state};
 use crate::sys::kernel_release;
 use crate::sys::root::SysRoot;
 
 /// A member device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct MemberDevice {
     /// btrfs device id.
     pub devid: u64,
@@ -47,6 +48,8 @@ pub struct BalanceInfo {
     pub data_target: Option<Profile>,
     /// Metadata convert target.
     pub metadata_target: Option<Profile>,
+    /// Someone asked the kernel to cancel it: it ends after the current chunk.
+    pub cancelling: bool,
     /// Chunks expected (0 after a remount of a paused balance).
     pub expected: u64,
     /// Chunks relocated.
@@ -54,11 +57,20 @@ pub struct BalanceInfo {
 }
 
 impl BalanceInfo {
+    /// Its convert targets.
+    pub fn targets(&self) -> crate::admin::convert::Targets {
+        crate::admin::convert::Targets {
+            data: self.data_target,
+            metadata: self.metadata_target,
+        }
+    }
+
     /// From the kernel's report.
     pub fn from_status(s: &BalanceStatus) -> Self {
         Self {
-            running: s.state & 1 != 0,
-            paused: s.state & 1 == 0,
+            running: s.state & balance_state::RUNNING != 0,
+            paused: s.state & balance_state::RUNNING == 0,
+            cancelling: s.state & balance_state::CANCEL_REQ != 0,
             data_target: s.data_target.map(profile_of_target),
             metadata_target: s.meta_target.map(profile_of_target),
             expected: s.expected,
@@ -90,6 +102,35 @@ pub struct FsState {
     pub kernel: KernelVersion,
     /// Enabled features (sysfs).
     pub features: Vec<String>,
+    /// Error counters of each device (GET_DEV_STATS; empty without root).
+    pub device_errors: Vec<DeviceErrors>,
+}
+
+/// The error counters of one device (what `btrfs device stats` shows).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DeviceErrors {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Path (empty if missing).
+    pub path: String,
+    /// Read I/O errors.
+    pub read: u64,
+    /// Write I/O errors.
+    pub write: u64,
+    /// Flush I/O errors.
+    pub flush: u64,
+    /// Checksum or bytenr mismatches found on read.
+    pub corruption: u64,
+    /// Blocks not of the expected generation.
+    pub generation: u64,
+}
+
+impl DeviceErrors {
+    /// Errors that make reading every chunk (what a balance does) fail:
+    /// read and corruption errors.
+    pub fn unreadable(&self) -> u64 {
+        self.read + self.corruption
+    }
 }
 
 impl FsState {
@@ -161,34 +202,79 @@ fn read_sysfs(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
 
 /// Reads the state of the btrfs at `path`.
 pub fn read_state(root: &SysRoot, path: &Path) -> Result<FsState> {
+    Ok(open_state(root, path)?.1)
+}
+
+/// Resolves `path` once, opens the mounted filesystem there (a descriptor
+/// every later ioctl goes through) and reads its state through it.
+pub fn open_state(root: &SysRoot, path: &Path) -> Result<(FsHandle, FsState)> {
     let target: BtrfsTarget = space::resolve(root, path)?;
-    let devices = btrfs::devices(&target.path)?
-        .into_iter()
+    let handle = FsHandle::open(&target.path)?;
+    if handle.fsid() != target.fsid {
+        return Err(crate::error::Error::new(
+            crate::error::ErrorKind::State,
+            format!(
+                "{} changed while it was being read (filesystem {} then {})",
+                path.display(),
+                target.fsid,
+                handle.fsid()
+            ),
+        )
+        .with_hint("something is replacing the path (a symlink or a mount); check it"));
+    }
+    let state = read_state_at(root, &handle, &target.mount.mount_point)?;
+    Ok((handle, state))
+}
+
+/// Reads the state again through an open handle (never through a path).
+pub fn read_state_at(root: &SysRoot, h: &FsHandle, mount_point: &Path) -> Result<FsState> {
+    let fsid = h.fsid().to_owned();
+    let infos = h.devices()?;
+    let devices = infos
+        .iter()
         .map(|d| MemberDevice {
             devid: d.devid,
-            path: d.path,
+            path: d.path.clone(),
             size: d.total_bytes,
             allocated: d.bytes_used,
         })
         .collect();
-    let spaces = btrfs::space_entries(&target.path)?;
-    let balance = if crate::sys::is_root() {
-        btrfs::balance_status(&target.path)?
-            .as_ref()
-            .map(BalanceInfo::from_status)
+    let spaces = h.space_entries()?;
+    let root_user = crate::sys::is_root();
+    let balance = if root_user {
+        h.balance_status()?.as_ref().map(BalanceInfo::from_status)
     } else {
         None
     };
-    let features = space::features(root, &target.fsid);
+    let device_errors = if root_user {
+        infos
+            .iter()
+            .filter_map(|d| {
+                h.device_stats(d.devid).ok().map(|s| DeviceErrors {
+                    devid: d.devid,
+                    path: d.path.clone(),
+                    read: s.read_errs,
+                    write: s.write_errs,
+                    flush: s.flush_errs,
+                    corruption: s.corruption_errs,
+                    generation: s.generation_errs,
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let features = space::features(root, &fsid);
     Ok(FsState {
-        exclusive_operation: read_sysfs(root, &target.fsid, "exclusive_operation"),
-        mount_point: target.mount.mount_point.clone(),
-        path: target.path,
-        fsid: target.fsid,
+        exclusive_operation: read_sysfs(root, &fsid, "exclusive_operation"),
+        mount_point: mount_point.to_path_buf(),
+        path: h.path().to_path_buf(),
+        fsid,
         devices,
         spaces,
         balance,
         kernel: KernelVersion::parse(&kernel_release()).unwrap_or(KernelVersion::new(0, 0)),
         features,
+        device_errors,
     })
 }

@@ -5,21 +5,21 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::json;
-
 use btrfs_lab::admin::convert::{
-    self, ConvertPlan, ConvertRequest, Event, Outcome, Progress, Start, Targets, plan_convert,
-    remaining_bytes,
+    self, ConvertPlan, ConvertRequest, Event, Finished, Progress, Start, Targets, manage,
+    plan_convert,
 };
-use btrfs_lab::admin::state::read_state;
+use btrfs_lab::admin::hooks;
+use btrfs_lab::admin::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc};
+use btrfs_lab::admin::state::open_state;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::parse::size::{format_iec, format_rate};
-use btrfs_lab::space;
+use btrfs_lab::sys::btrfs::FsHandle;
 use btrfs_lab::sys::root::SysRoot;
-use btrfs_lab::sys::{btrfs, is_root, signals};
+use btrfs_lab::sys::{is_root, signals};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::output::{Output, confirm};
 use super::units::profile_arg;
@@ -56,9 +56,16 @@ pub struct ConvertArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
+    /// Run the conversion detached from the terminal (as `btrfs balance
+    /// start --bg`): returns once the balance runs; follow it with --status.
+    #[arg(long, conflicts_with_all = ["status", "pause", "cancel", "dry_run"])]
+    background: bool,
 }
 
 pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
+    // First thing: until the balance starts a signal exits at once (nothing
+    // was changed); from then on it pauses the balance.
+    signals::install_pausable()?;
     let root = SysRoot::host();
     if a.status {
         return status(&root, &a.mount, out);
@@ -76,7 +83,7 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
         return cancel(&root, &a.mount, a.dry_run, a.yes, out);
     }
     if a.resume {
-        return resume(&root, &a.mount, a.dry_run, a.yes, out);
+        return resume(&root, &a.mount, a.dry_run, a.yes, a.background, out);
     }
     let req = ConvertRequest {
         data: a.data,
@@ -88,7 +95,7 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
             "give --data PROFILE, --metadata PROFILE or both (or --status, --pause, --resume, --cancel)",
         ));
     }
-    let state = read_state(&root, &a.mount)?;
+    let (fs, state) = open_state(&root, &a.mount)?;
     let plan = plan_convert(&state, &req);
     if out.json || plan.blocking(req.force).is_empty() {
         show_plan(&plan, out);
@@ -107,8 +114,64 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
         return Ok(exit::OK);
     }
     confirm(&confirm_question(&plan), a.yes)?;
-    signals::install()?;
-    execute(&root, &state.path, Start::Convert(req), req.into(), out)
+    hooks::pause_point("convert-confirmed");
+    // The plan was shown for the filesystem held open; the path must still
+    // lead there, or the user would have confirmed something else.
+    fs.check_path_still_here(&a.mount)?;
+    let detached = match background(a.background, &state.mount_point, out)? {
+        Some(Ok(code)) => return Ok(code),
+        Some(Err(notice)) => Some(notice),
+        None => None,
+    };
+    let signals = signals::begin_operation()?;
+    execute(
+        &root,
+        &fs,
+        &state.mount_point,
+        Start::Convert(req, plan.existing),
+        req.into(),
+        &signals,
+        detached,
+        out,
+    )
+}
+
+/// `--background`: `None` without it; in the process the user started,
+/// `Some(Ok(exit status))` once the detached one said the balance runs (or
+/// ended early); in the detached process `Some(Err(notice))`.
+fn background(
+    wanted: bool,
+    mount_point: &Path,
+    out: &Output,
+) -> Result<Option<std::result::Result<u8, signals::DetachNotice>>> {
+    if !wanted {
+        return Ok(None);
+    }
+    match signals::detach()? {
+        signals::Detached::Child(n) => Ok(Some(Err(n))),
+        signals::Detached::Parent {
+            pid,
+            ended_early: Some(code),
+        } => {
+            let _ = pid;
+            Ok(Some(Ok(u8::try_from(code).unwrap_or(exit::ERROR))))
+        }
+        signals::Detached::Parent {
+            pid,
+            ended_early: None,
+        } => {
+            let m = mount_point.display();
+            out.started();
+            if out.json {
+                out.json_line(&ConvertRecord::Background { pid });
+            } else {
+                out.text(&format!(
+                    "the conversion runs in the background (process {pid}); follow it with: btrfs-lab convert {m} --status (pause: --pause, cancel: --cancel)\n"
+                ));
+            }
+            Ok(Some(Ok(exit::OK)))
+        }
+    }
 }
 
 fn confirm_question(plan: &ConvertPlan) -> String {
@@ -121,23 +184,16 @@ fn confirm_question(plan: &ConvertPlan) -> String {
 
 /// Refusals as one error line each (all of them), or Ok.
 pub fn refuse_if_blocked(plan: &ConvertPlan, force: bool) -> Result<()> {
-    let blocking = plan.blocking(force);
-    if blocking.is_empty() {
-        return Ok(());
-    }
-    let mut lines: Vec<String> = blocking.iter().map(|r| r.message.clone()).collect();
-    let first = lines.remove(0);
-    let mut e = Error::new(ErrorKind::Refused, format!("cannot convert: {first}"));
-    if !lines.is_empty() {
-        e = e.with_hint(format!("also: {}", lines.join("; also: ")));
-    }
-    Err(e)
+    plan.check(force)
 }
 
 /// The plan, as text (stdout) or a JSON line.
 pub fn show_plan(plan: &ConvertPlan, out: &Output) {
     if out.json {
-        json_line(out, &json!({ "event": "plan", "plan": plan }));
+        out.json_line(&ConvertRecord::Plan {
+            plan: Some(PlanDoc::Convert(Box::new(plan.clone()))),
+            resume: None,
+        });
         return;
     }
     out.text(&render_plan(plan, out));
@@ -187,14 +243,11 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
     t
 }
 
-pub fn json_line(out: &Output, value: &serde_json::Value) {
-    out.json_line(value);
-}
-
 /// Where progress goes: a bar on a terminal, plain lines otherwise, JSON
 /// lines with --json.
 struct Sink<'a> {
     out: &'a Output,
+    detached: Option<signals::DetachNotice>,
     bar: Option<ProgressBar>,
     last_line: Instant,
 }
@@ -211,6 +264,7 @@ impl<'a> Sink<'a> {
         });
         Self {
             out,
+            detached: None,
             bar,
             last_line: Instant::now() - Duration::from_secs(60),
         }
@@ -232,7 +286,7 @@ impl<'a> Sink<'a> {
         match e {
             Event::Progress(p) => {
                 if self.out.json {
-                    json_line(self.out, &json!({ "event": "progress", "progress": p }));
+                    self.out.json_line(&ConvertRecord::Progress { progress: p });
                 } else if let Some(b) = &self.bar {
                     b.set_length(p.chunks_expected);
                     b.set_position(p.chunks_done);
@@ -248,17 +302,44 @@ impl<'a> Sink<'a> {
                     );
                 }
             }
-            Event::Pausing => {
-                let msg = "interrupted: pausing the balance after the current chunk (press Ctrl-C again to exit now; it still pauses)";
+            Event::Pausing(which) => {
+                let why = match which {
+                    Some(signals::Received::Hangup) => "the terminal went away (SIGHUP)",
+                    Some(signals::Received::Terminate) => "terminated (SIGTERM)",
+                    _ => "interrupted",
+                };
+                let msg = format!(
+                    "{why}: pausing the balance after the current chunk (it is paused, never cancelled; this waits until the kernel has paused it)"
+                );
                 if self.out.json {
-                    json_line(self.out, &json!({ "event": "pausing" }));
+                    self.out.json_line(&ConvertRecord::Pausing);
                 }
-                match &self.bar {
-                    Some(b) => b.println(msg),
-                    None => {
-                        let _ = writeln!(std::io::stderr(), "{msg}");
-                    }
+                self.say(&msg);
+            }
+            Event::Running => {
+                if let Some(mut n) = self.detached.take() {
+                    n.started();
                 }
+            }
+            Event::StillPausing => {
+                self.say("pausing, please wait: the kernel finishes the current chunk first");
+            }
+            Event::Notice(msg) => {
+                if self.out.json {
+                    self.out.json_line(&ConvertRecord::Notice {
+                        message: msg.clone(),
+                    });
+                }
+                self.say(&msg);
+            }
+        }
+    }
+
+    fn say(&self, msg: &str) {
+        match &self.bar {
+            Some(b) => b.println(msg),
+            None => {
+                let _ = writeln!(std::io::stderr(), "{msg}");
             }
         }
     }
@@ -279,124 +360,75 @@ fn duration(secs: f64) -> String {
     }
 }
 
-/// Runs the balance with progress, then verifies and prints the result.
+/// Runs the conversion (admin::convert::execute) with a progress display,
+/// and prints the result.
+#[allow(clippy::too_many_arguments)]
 pub fn execute(
     root: &SysRoot,
-    path: &Path,
+    fs: &FsHandle,
+    mount_point: &Path,
     start: Start,
     targets: Targets,
+    signals: &signals::OperationSignals,
+    detached: Option<signals::DetachNotice>,
     out: &Output,
 ) -> Result<u8> {
     out.started();
     let mut sink = Sink::new(out);
-    let outcome = convert::run_balance(path, start, targets, &mut |e| sink.event(e));
+    sink.detached = detached;
+    let finished = convert::execute(root, fs, mount_point, start, targets, signals, &mut |e| {
+        sink.event(e)
+    });
     sink.finish();
-    let outcome = outcome?;
-    let m = path.display();
-    match outcome {
-        Outcome::Completed => {
-            let state = read_state(root, path)?;
-            convert::verify(&state, targets)?;
-            let df = space::df_from_kernel(root, path)?;
-            if out.json {
-                json_line(
-                    out,
-                    &json!({ "event": "result", "outcome": outcome, "records": df.records }),
-                );
-            } else {
+    let finished = finished?;
+    if out.json {
+        out.json_line(&ConvertRecord::Result(finished.record()));
+    }
+    let m = mount_point.display();
+    match &finished {
+        Finished::Completed(df) => {
+            if !out.json {
                 out.text(&format!(
                     "{} every type is in its target profile:\n",
                     out.paint.good("done:")
                 ));
-                out.text(&super::df::render(&df, Default::default()));
+                out.text(&super::df::render(df, Default::default()));
             }
             Ok(exit::OK)
         }
-        Outcome::Paused => {
-            let remaining = remaining_bytes(path, targets);
-            if out.json {
-                json_line(
-                    out,
-                    &json!({ "event": "result", "outcome": outcome, "bytes_remaining": remaining }),
-                );
-            }
+        Finished::Paused { bytes_remaining } => {
             out.warning_with_hint(
-                &format!("the conversion is paused with {} left to convert; data is intact", format_iec(remaining)),
-                &format!("resume it with: btrfs-lab convert {m} --resume (or --cancel; running the same convert again also finishes it)"),
+                &format!("the conversion is paused with {} left to convert; data is intact", format_iec(*bytes_remaining)),
+                &format!("resume it with: btrfs-lab convert {m} --resume (running the same convert again also resumes it); or cancel it with: btrfs-lab convert {m} --cancel"),
             );
             Ok(exit::INTERRUPTED)
         }
-        Outcome::Cancelled => {
-            if out.json {
-                json_line(out, &json!({ "event": "result", "outcome": outcome }));
-            }
-            Err(Error::new(
-                ErrorKind::State,
-                format!("the conversion on {m} was cancelled by someone else"),
-            )
-            .with_hint("run the same convert again to finish it: converted chunks are skipped"))
-        }
+        Finished::Cancelled => Err(finished
+            .error(mount_point)
+            .unwrap_or_else(Error::interrupted)),
     }
 }
 
 fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
-    let state = read_state(root, mount)?;
-    if !is_root() {
-        return Err(
-            Error::new(ErrorKind::Permission, "the balance status needs root")
-                .with_hint("run it as root"),
-        );
-    }
-    let data = state.profiles(btrfs_lab::model::space::BgType::Data);
-    let meta = state.profiles(btrfs_lab::model::space::BgType::Metadata);
-    let (kind, targets) = match &state.balance {
-        Some(b) => (
-            if b.running { "running" } else { "paused" },
-            Targets {
-                data: b.data_target,
-                metadata: b.metadata_target,
-            },
-        ),
-        None => (
-            "none",
-            Targets {
-                data: None,
-                metadata: None,
-            },
-        ),
-    };
-    let remaining = remaining_bytes(&state.path, targets);
-    let counters_reset = state
-        .balance
-        .is_some_and(|b| !b.running && b.expected == 0 && b.completed == 0);
-    let names = |v: &[Profile]| v.iter().map(|p| p.name()).collect::<Vec<_>>();
+    let st = manage::status(root, mount)?;
     if out.json {
-        out.json_doc(&json!({
-            "mount_point": state.mount_point,
-            "balance": kind,
-            "data_target": targets.data,
-            "metadata_target": targets.metadata,
-            "chunks_expected": state.balance.map(|b| b.expected),
-            "chunks_done": state.balance.map(|b| b.completed),
-            "counters_reset": counters_reset,
-            "bytes_remaining": state.balance.map(|_| remaining),
-            "data_profiles": names(&data),
-            "metadata_profiles": names(&meta),
-        }));
+        out.json_doc(&st);
         return Ok(exit::OK);
     }
+    let names = |v: &[Profile]| v.iter().map(|p| p.name()).collect::<Vec<_>>();
+    let (data, meta) = (&st.data_profiles, &st.metadata_profiles);
     let mut t = format!(
         "{} {}: ",
         out.paint.bold("conversion on"),
-        state.mount_point.display()
+        st.mount_point.display()
     );
-    match state.balance {
-        None => {
+    match st.balance {
+        BalanceKind::None => {
             t.push_str("none running\n");
             t.push_str(&format!(
                 "  data {}, metadata {}\n",
-                names(&data).join("+"),
-                names(&meta).join("+")
+                names(data).join("+"),
+                names(meta).join("+")
             ));
             if data.len() > 1 || meta.len() > 1 {
                 t.push_str(&format!(
@@ -404,33 +436,49 @@ fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
                     out.paint.warn("mixed profiles:")
                 ));
             }
+            for d in &st.device_errors {
+                t.push_str(&format!(
+                    "  {} device {} ({}) has recorded {} read and {} corruption errors: a conversion stops at the first block it cannot read; scrub first (btrfs scrub start -B {}) and restore or delete the damaged files\n",
+                    out.paint.warn("errors:"),
+                    d.devid,
+                    d.path,
+                    d.read,
+                    d.corruption,
+                    st.mount_point.display()
+                ));
+            }
         }
-        Some(b) => {
-            t.push_str(&format!("{kind}\n"));
+        kind => {
+            t.push_str(if kind == BalanceKind::Running {
+                "running\n"
+            } else {
+                "paused\n"
+            });
             let tg = |p: Option<Profile>| p.map_or("unchanged".to_owned(), |p| p.name().to_owned());
             t.push_str(&format!(
                 "  targets: data {}, metadata {}\n",
-                tg(targets.data),
-                tg(targets.metadata)
+                tg(st.data_target),
+                tg(st.metadata_target)
             ));
-            if counters_reset {
+            if st.counters_reset {
                 t.push_str(
                     "  chunks: counters were reset (the filesystem was remounted while paused)\n",
                 );
             } else {
                 t.push_str(&format!(
                     "  chunks: {} of {} relocated\n",
-                    b.completed, b.expected
+                    st.chunks_done.unwrap_or(0),
+                    st.chunks_expected.unwrap_or(0)
                 ));
             }
             t.push_str(&format!(
                 "  remaining: {} not yet in the target profiles\n",
-                format_iec(remaining)
+                format_iec(st.bytes_remaining.unwrap_or(0))
             ));
-            if !b.running {
+            if kind == BalanceKind::Paused {
                 t.push_str(&format!(
                     "  resume with: btrfs-lab convert {} --resume\n",
-                    state.mount_point.display()
+                    st.mount_point.display()
                 ));
             }
         }
@@ -440,45 +488,24 @@ fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
 }
 
 fn pause(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
-    let state = read_state(root, mount)?;
-    match btrfs::balance_control(&state.path, true) {
-        Ok(()) => {}
-        Err(nix::errno::Errno::ENOTCONN) => {
-            return Err(Error::new(
-                ErrorKind::State,
-                format!("no balance is running on {}", state.mount_point.display()),
-            ));
-        }
-        Err(e) => {
-            return Err(Error::from_errno(
-                e,
-                "cannot pause the balance on",
-                &state.path,
-            ));
-        }
-    }
+    let (done, state) = manage::pause(root, mount)?;
+    let m = state.mount_point.display();
     if out.json {
-        out.json_doc(&json!({ "paused": true }));
+        out.json_doc(&done.report());
+    } else if done == manage::Paused::Already {
+        out.text(&format!(
+            "already paused; resume with: btrfs-lab convert {m} --resume\n"
+        ));
     } else {
         out.text(&format!(
-            "paused; resume with: btrfs-lab convert {} --resume\n",
-            state.mount_point.display()
+            "paused; resume with: btrfs-lab convert {m} --resume\n"
         ));
     }
     Ok(exit::OK)
 }
 
 fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) -> Result<u8> {
-    let state = read_state(root, mount)?;
-    if state.balance.is_none() {
-        return Err(Error::new(
-            ErrorKind::State,
-            format!(
-                "no balance is running or paused on {}",
-                state.mount_point.display()
-            ),
-        ));
-    }
+    let (fs, _state) = manage::prepare_cancel(root, mount)?;
     let what = "cancel the balance: chunks already converted stay converted, the rest keeps its old profile (mixed profiles until a convert finishes)";
     if dry_run {
         out.text(&format!("would {what}\n(dry run: nothing was done)\n"));
@@ -486,47 +513,36 @@ fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
     }
     eprintln!("This will {what}.");
     confirm("Cancel the balance?", yes)?;
-    btrfs::balance_control(&state.path, false)
-        .map_err(|e| Error::from_errno(e, "cannot cancel the balance on", &state.path))?;
+    manage::cancel(&fs, mount)?;
     if out.json {
-        out.json_doc(&json!({ "cancelled": true }));
+        out.json_doc(&CancelReport { cancelled: true });
     } else {
         out.text("cancelled\n");
     }
     Ok(exit::OK)
 }
 
-fn resume(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) -> Result<u8> {
-    let state = read_state(root, mount)?;
-    let Some(b) = state.balance.filter(|b| !b.running) else {
-        return Err(Error::new(
-            ErrorKind::State,
-            match state.balance {
-                Some(_) => "the balance is already running (see --status)".to_owned(),
-                None => format!("no paused balance on {}", state.mount_point.display()),
-            },
-        ));
-    };
-    let targets = Targets {
-        data: b.data_target,
-        metadata: b.metadata_target,
-    };
-    let remaining = remaining_bytes(&state.path, targets);
-    let tg = |p: Option<Profile>| p.map_or("unchanged".to_owned(), |p| p.name().to_owned());
-    let text = format!(
-        "Resume the paused balance on {}: data → {}, metadata → {}, {} left to convert",
-        state.mount_point.display(),
-        tg(targets.data),
-        tg(targets.metadata),
-        format_iec(remaining)
-    );
+fn resume(
+    root: &SysRoot,
+    mount: &Path,
+    dry_run: bool,
+    yes: bool,
+    bg: bool,
+    out: &Output,
+) -> Result<u8> {
+    let (fs, state, targets, plan) = manage::prepare_resume(root, mount)?;
     if out.json {
-        json_line(
-            out,
-            &json!({ "event": "plan", "resume": { "data": targets.data, "metadata": targets.metadata, "bytes_remaining": remaining } }),
-        );
+        out.json_line(&ConvertRecord::Plan {
+            plan: None,
+            resume: Some(plan.clone()),
+        });
     } else {
-        out.text(&format!("{text}\n"));
+        out.text(&format!(
+            "Resume the paused balance on {}: {}, {} left to convert\n",
+            state.mount_point.display(),
+            targets.describe(),
+            format_iec(plan.bytes_remaining)
+        ));
     }
     if dry_run {
         if !out.json {
@@ -535,6 +551,21 @@ fn resume(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
         return Ok(exit::OK);
     }
     confirm("Resume?", yes)?;
-    signals::install()?;
-    execute(root, &state.path, Start::Resume, targets, out)
+    fs.check_path_still_here(mount)?;
+    let detached = match background(bg, &state.mount_point, out)? {
+        Some(Ok(code)) => return Ok(code),
+        Some(Err(notice)) => Some(notice),
+        None => None,
+    };
+    let signals = signals::begin_operation()?;
+    execute(
+        root,
+        &fs,
+        &state.mount_point,
+        Start::Resume,
+        targets,
+        &signals,
+        detached,
+        out,
+    )
 }

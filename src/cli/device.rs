@@ -2,21 +2,19 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
-use serde_json::json;
-
-use btrfs_lab::admin::add::{AddOptions, AddPlan, execute_add, plan_add};
-use btrfs_lab::admin::convert::{ConvertRequest, Start, plan_convert};
-use btrfs_lab::admin::state::read_state;
+use btrfs_lab::admin::add::{self, AddOptions, AddPlan};
+use btrfs_lab::admin::convert::{ConvertRequest, Start};
+use btrfs_lab::admin::hooks;
+use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::parse::size::format_iec;
-use btrfs_lab::sys::blockdev;
 use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::signals;
 use btrfs_lab::sys::tools::display_argv;
-use btrfs_lab::sys::{is_root, signals};
+use clap::{Args, Subcommand};
 
-use super::convert::{execute, json_line, refuse_if_blocked, render_plan};
+use super::convert::{execute, refuse_if_blocked, render_plan};
 use super::output::{Output, confirm};
 use super::units::profile_arg;
 
@@ -142,98 +140,59 @@ fn render(plan: &AddPlan, out: &Output) -> String {
     t
 }
 
-/// The array's read ceiling before and after, from the PCIe links of the
-/// members (`btrfs-lab links`); `None` when no member has link information.
-fn throughput(
-    root: &SysRoot,
-    state: &btrfs_lab::admin::state::FsState,
-    plan: &AddPlan,
-    data: Option<Profile>,
-) -> Option<serde_json::Value> {
-    use btrfs_lab::links::array_ceiling_for_block_devices;
-    use btrfs_lab::model::space::BgType;
-    let profile_now = state
-        .profiles(BgType::Data)
-        .first()
-        .copied()
-        .unwrap_or(Profile::Single);
-    let profile_after = data.unwrap_or(profile_now);
-    let before: Vec<PathBuf> = state
-        .devices
-        .iter()
-        .filter(|d| !d.path.is_empty())
-        .map(|d| PathBuf::from(&d.path))
-        .collect();
-    let mut after = before.clone();
-    after.extend(plan.devices.iter().map(|d| d.resolved.clone()));
-    let b = array_ceiling_for_block_devices(root, &before, profile_now).ok()?;
-    let a = array_ceiling_for_block_devices(root, &after, profile_after).ok()?;
-    if b.one_reader.is_none() && a.one_reader.is_none() {
-        return None;
-    }
-    Some(json!({ "before": b, "after": a }))
-}
-
-fn ceiling_text(v: &serde_json::Value) -> String {
-    let gbps = |c: &serde_json::Value| {
-        c["one_reader"]["practical_high_bytes_per_sec"]
-            .as_f64()
-            .map_or("unknown".to_owned(), |b| format!("{:.1} GB/s", b / 1e9))
-    };
-    let held = v["after"]["held_back_by"]
-        .as_array()
-        .map(|h| {
-            h.iter()
-                .filter_map(|x| x.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+fn ceiling_text(v: &Throughput) -> String {
+    let gbps = |c: &Ceiling| {
+        c.one_reader.map_or("unknown".to_owned(), |r| {
+            format!("{:.1} GB/s", r.practical_high_bytes_per_sec as f64 / 1e9)
         })
-        .unwrap_or_default();
+    };
     let mut t = format!(
         "{} ({}) → {} ({}), practical, one reader",
-        gbps(&v["before"]),
-        v["before"]["profile"].as_str().unwrap_or("?"),
-        gbps(&v["after"]),
-        v["after"]["profile"].as_str().unwrap_or("?")
+        gbps(&v.before),
+        v.before.profile.name(),
+        gbps(&v.after),
+        v.after.profile.name()
     );
-    if !held.is_empty() {
-        t.push_str(&format!("; held back by {held}"));
+    if !v.after.held_back_by.is_empty() {
+        t.push_str(&format!(
+            "; held back by {}",
+            v.after.held_back_by.join(", ")
+        ));
     }
     t
 }
 
 fn add(a: AddArgs, out: &Output) -> Result<u8> {
+    // First thing: until the add starts a signal exits at once.
+    signals::install_pausable()?;
     let root = SysRoot::host();
-    let state = read_state(&root, &a.mount)?;
-    let facts: Vec<_> = a
-        .devices
-        .iter()
-        .map(|d| blockdev::inspect(&root, d))
-        .collect();
-    let convert = a.then_convert.then_some(ConvertRequest {
-        data: a.data,
-        metadata: a.metadata,
-        force: a.force,
-    });
     if a.then_convert && a.data.is_none() && a.metadata.is_none() {
         return Err(Error::usage(
             "--then-convert needs --data PROFILE, --metadata PROFILE or both",
         ));
     }
+    let convert = a.then_convert.then_some(ConvertRequest {
+        data: a.data,
+        metadata: a.metadata,
+        force: a.force,
+    });
     let opts = AddOptions {
         force: a.force,
         nodiscard: a.nodiscard,
     };
-    let mut plan = plan_add(&state, &facts, opts, is_root(), convert);
-    if plan.refusals.is_empty() {
-        plan.throughput = throughput(&root, &state, &plan, a.data);
-    }
+    let (fs, state, plan) = add::prepare(&root, &a.mount, &a.devices, opts, convert)?;
     let lines = out.json && a.then_convert;
     if out.json {
         if lines {
-            json_line(out, &json!({ "event": "plan", "plan": plan }));
+            out.json_line(&ConvertRecord::Plan {
+                plan: Some(PlanDoc::Add(Box::new(plan.clone()))),
+                resume: None,
+            });
         } else if a.dry_run || !plan.refusals.is_empty() {
-            out.json_doc(&json!({ "plan": plan }));
+            out.json_doc(&AddReport {
+                plan: plan.clone(),
+                result: None,
+            });
         }
     } else if plan.refusals.is_empty() {
         out.text(&render(&plan, out));
@@ -276,13 +235,20 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         },
         a.yes,
     )?;
-    signals::install()?;
+    hooks::pause_point("device-add-confirmed");
+    fs.check_path_still_here(&a.mount)?;
+    let signals = signals::begin_operation()?;
     out.started();
-    let result = execute_add(&root, &plan)?;
+    let result = add::execute_add(&root, &fs, &state.mount_point, &plan)?;
     if lines {
-        json_line(out, &json!({ "event": "added", "result": result }));
+        out.json_line(&ConvertRecord::Added {
+            result: result.clone(),
+        });
     } else if out.json {
-        out.json_doc(&json!({ "plan": plan, "result": result }));
+        out.json_doc(&AddReport {
+            plan: plan.clone(),
+            result: Some(result.clone()),
+        });
     } else {
         out.text(&format!(
             "{} {} device{} now, {} raw\n",
@@ -295,23 +261,24 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
     let Some(req) = convert else {
         return Ok(exit::OK);
     };
-    signals::check()?;
-    // Re-plan on the real state: the add is done, the conversion is checked again.
-    let state = read_state(&root, &a.mount)?;
-    let plan = plan_convert(&state, &req);
-    refuse_if_blocked(&plan, req.force).map_err(|e| {
-        Error::new(
-            e.kind(),
-            format!("the devices were added, but {}", e.message()),
-        )
-        .with_hint(
-            e.hint()
-                .unwrap_or("see btrfs-lab convert --help")
-                .to_owned(),
-        )
-    })?;
-    if plan.nothing_to_do {
-        return Ok(exit::OK);
+    if signals.wait(std::time::Duration::ZERO).0 > 0 {
+        return Err(Error::interrupted().with_hint(format!(
+            "the devices were added; the conversion was not started: btrfs-lab convert {} ...",
+            state.mount_point.display()
+        )));
     }
-    execute(&root, &state.path, Start::Convert(req), req.into(), out)
+    // Re-planned on the real state: the add is done, the conversion is checked again.
+    let Some(plan) = add::replan_convert(&root, &fs, &state.mount_point, &req)? else {
+        return Ok(exit::OK);
+    };
+    execute(
+        &root,
+        &fs,
+        &state.mount_point,
+        Start::Convert(req, plan.existing),
+        req.into(),
+        &signals,
+        None,
+        out,
+    )
 }

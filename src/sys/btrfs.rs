@@ -288,48 +288,35 @@ pub fn run_convert_balance(
     metadata: Option<Profile>,
     force: bool,
 ) -> std::result::Result<(), Errno> {
-    use btrfs_uapi::balance::{BalanceArgs, BalanceFlags, balance};
     let f = open_any(path).map_err(|_| Errno::EBADF)?;
-    let args = |p: Profile| BalanceArgs::new().convert(convert_target_bits(p)).soft();
-    let mut flags = BalanceFlags::empty();
-    if data.is_some() {
-        flags |= BalanceFlags::DATA;
+    match crate::sys::ioctl::balance_v2(f.as_fd(), convert_targets(data, metadata), force, false)? {
+        crate::sys::ioctl::BalanceEnd::Finished { .. } => Ok(()),
+        crate::sys::ioctl::BalanceEnd::BtrfsError(_) => Err(Errno::EBUSY),
     }
-    if metadata.is_some() {
-        flags |= BalanceFlags::METADATA | BalanceFlags::SYSTEM;
+}
+
+/// The convert targets of a request (system follows metadata).
+pub fn convert_targets(
+    data: Option<Profile>,
+    metadata: Option<Profile>,
+) -> crate::sys::ioctl::ConvertTargets {
+    crate::sys::ioctl::ConvertTargets {
+        data: data.map(convert_target_bits),
+        metadata: metadata.map(convert_target_bits),
+        system: metadata.map(convert_target_bits),
     }
-    if force {
-        flags |= BalanceFlags::FORCE;
-    }
-    balance(
-        f.as_fd(),
-        flags,
-        data.map(args),
-        metadata.map(args),
-        metadata.map(args),
-    )
-    .map(|_| ())
 }
 
 /// Resumes a paused balance and blocks until it ends (as above).
 pub fn resume_balance(path: &Path) -> std::result::Result<(), Errno> {
-    use btrfs_uapi::balance::{BalanceFlags, balance};
     let f = open_any(path).map_err(|_| Errno::EBADF)?;
-    balance(f.as_fd(), BalanceFlags::RESUME, None, None, None).map(|_| ())
+    crate::sys::ioctl::balance_v2(f.as_fd(), Default::default(), false, true).map(|_| ())
 }
 
 /// Pauses (blocks until paused) or cancels the running balance.
 pub fn balance_control(path: &Path, pause: bool) -> std::result::Result<(), Errno> {
-    use btrfs_uapi::balance::{BalanceCtl, balance_ctl};
     let f = open_any(path).map_err(|_| Errno::EBADF)?;
-    balance_ctl(
-        f.as_fd(),
-        if pause {
-            BalanceCtl::Pause
-        } else {
-            BalanceCtl::Cancel
-        },
-    )
+    crate::sys::ioctl::balance_ctl(f.as_fd(), pause)
 }
 
 /// The running or paused balance, if any (root only).
@@ -337,6 +324,226 @@ pub fn balance_status(path: &Path) -> Result<Option<crate::sys::ioctl::BalanceSt
     let f = open_any(path)?;
     crate::sys::ioctl::balance_status(f.as_fd())
         .map_err(|e| Error::from_errno(e, "cannot read the balance status of", path))
+}
+
+/// A mounted btrfs held open: a descriptor (O_DIRECTORY) opened once, and
+/// the fsid it had then. Every ioctl goes through the descriptor, after
+/// checking that it still reports that fsid, so a path swapped after the
+/// plan (a symlink, a mount over it) can never redirect an operation to
+/// another filesystem.
+#[derive(Debug)]
+pub struct FsHandle {
+    dir: File,
+    path: std::path::PathBuf,
+    fsid: String,
+}
+
+impl FsHandle {
+    /// Opens the directory `path` (which the caller resolved; the last
+    /// component is not followed if it is a symlink) and records its fsid.
+    pub fn open(path: &Path) -> Result<Self> {
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| Error::from_io(&e, "cannot open", path))?;
+        let info =
+            btrfs_uapi::filesystem::filesystem_info(dir.as_fd()).map_err(|e| not_btrfs(e, path))?;
+        Ok(Self {
+            dir,
+            path: path.to_path_buf(),
+            fsid: info.uuid.as_hyphenated().to_string(),
+        })
+    }
+
+    /// The path it was opened at (for messages).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The filesystem UUID it was opened on.
+    pub fn fsid(&self) -> &str {
+        &self.fsid
+    }
+
+    /// `/proc/PID/fd/N`: a path that leads to exactly the directory held
+    /// open, for a program run on it (`btrfs device add ... PATH`).
+    pub fn proc_path(&self) -> std::path::PathBuf {
+        use std::os::fd::AsRawFd;
+        std::path::PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            self.dir.as_raw_fd()
+        ))
+    }
+
+    /// A second handle on the same open directory (for a worker thread).
+    pub fn try_clone(&self) -> Result<Self> {
+        Ok(Self {
+            dir: self.dir.try_clone().map_err(|e| {
+                Error::from_io(&e, "cannot duplicate the descriptor of", &self.path)
+            })?,
+            path: self.path.clone(),
+            fsid: self.fsid.clone(),
+        })
+    }
+
+    /// The descriptor, after checking that it is still on the same
+    /// filesystem (FS_INFO on it reports the recorded fsid).
+    fn fd(&self) -> std::result::Result<std::os::fd::BorrowedFd<'_>, Errno> {
+        let info = btrfs_uapi::filesystem::filesystem_info(self.dir.as_fd())?;
+        if info.uuid.as_hyphenated().to_string() != self.fsid {
+            return Err(Errno::EXDEV);
+        }
+        Ok(self.dir.as_fd())
+    }
+
+    fn err(&self, e: Errno, doing: &str) -> Error {
+        if e == Errno::EXDEV {
+            return Error::new(
+                ErrorKind::State,
+                format!(
+                    "{} is no longer the filesystem {} that was planned on; nothing was done",
+                    self.path.display(),
+                    self.fsid
+                ),
+            );
+        }
+        Error::from_errno(e, doing, &self.path)
+    }
+
+    /// Checks that `path` (as the user gave it) still leads to this
+    /// filesystem: `Err` naming both fsids when it now leads elsewhere.
+    pub fn check_path_still_here(&self, path: &Path) -> Result<()> {
+        let now = fsid(path).map_err(|e| {
+            Error::new(
+                ErrorKind::State,
+                format!(
+                    "{} cannot be read again since the plan was made ({}); nothing was done",
+                    path.display(),
+                    e.message()
+                ),
+            )
+        })?;
+        if now != self.fsid {
+            return Err(Error::new(
+                ErrorKind::State,
+                format!(
+                    "{} now leads to another filesystem ({now}) than the one planned on ({}); nothing was done",
+                    path.display(),
+                    self.fsid
+                ),
+            )
+            .with_hint("something changed the path (a symlink or a mount) while the plan was shown; check it, then run the command again"));
+        }
+        Ok(())
+    }
+
+    /// SPACE_INFO.
+    pub fn space_entries(&self) -> Result<Vec<SpaceEntry>> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot query btrfs at"))?;
+        let spaces = btrfs_uapi::space::space_info(fd).map_err(|e| not_btrfs(e, &self.path))?;
+        Ok(spaces
+            .into_iter()
+            .map(|s| SpaceEntry {
+                flags: s.flags,
+                total_bytes: s.total_bytes,
+                used_bytes: s.used_bytes,
+            })
+            .collect())
+    }
+
+    /// Every device (DEV_INFO for each devid), in devid order.
+    pub fn devices(&self) -> Result<Vec<btrfs_uapi::device::DeviceInfo>> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot query btrfs at"))?;
+        let info =
+            btrfs_uapi::filesystem::filesystem_info(fd).map_err(|e| not_btrfs(e, &self.path))?;
+        btrfs_uapi::device::device_info_all(fd, &info)
+            .map_err(|e| Error::from_errno(e, "cannot read device info of", &self.path))
+    }
+
+    /// The error counters of device `devid` (GET_DEV_STATS, read-only).
+    pub fn device_stats(&self, devid: u64) -> Result<btrfs_uapi::device::DeviceStats> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot read device stats of"))?;
+        btrfs_uapi::device::device_stats(fd, devid, false)
+            .map_err(|e| Error::from_errno(e, "cannot read device stats of", &self.path))
+    }
+
+    /// The running or paused balance, if any (root only).
+    pub fn balance_status(&self) -> Result<Option<crate::sys::ioctl::BalanceStatus>> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot read the balance status of"))?;
+        crate::sys::ioctl::balance_status(fd)
+            .map_err(|e| Error::from_errno(e, "cannot read the balance status of", &self.path))
+    }
+
+    /// Starts a convert balance, or resumes the paused one, and blocks until
+    /// it ends (see [`crate::sys::ioctl::balance_v2`]). `EXDEV`: the
+    /// descriptor is on another filesystem than recorded (never happens for
+    /// an open directory, checked anyway).
+    pub fn balance(
+        &self,
+        targets: crate::sys::ioctl::ConvertTargets,
+        force: bool,
+        resume: bool,
+    ) -> std::result::Result<crate::sys::ioctl::BalanceEnd, Errno> {
+        crate::sys::ioctl::balance_v2(self.fd()?, targets, force, resume)
+    }
+
+    /// Pauses (blocks until paused) or cancels the balance. ENOTCONN: none runs.
+    pub fn balance_control(&self, pause: bool) -> std::result::Result<(), Errno> {
+        crate::sys::ioctl::balance_ctl(self.fd()?, pause)
+    }
+}
+
+/// The last kernel log lines (from /dev/kmsg, root only) that mention btrfs
+/// and one of `devices` (kernel names such as `loop3`, `nvme0n1`): what the
+/// kernel said about a failed balance. At most `max` lines, oldest first.
+pub fn kernel_log_about(devices: &[String], max: usize) -> Vec<String> {
+    use std::io::Read;
+    let Ok(mut f) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open("/dev/kmsg")
+    else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    // Each read returns one record; EAGAIN at the end; EPIPE when a record
+    // was overwritten (skip it).
+    for _ in 0..100_000 {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let rec = String::from_utf8_lossy(&buf[..n]);
+                let Some((_, msg)) = rec.split_once(';') else {
+                    continue;
+                };
+                let msg = msg.lines().next().unwrap_or("").trim().to_owned();
+                if msg.contains("BTRFS")
+                    && devices.iter().any(|d| {
+                        !d.is_empty()
+                            && (msg.contains(&format!("(device {d})"))
+                                || msg.contains(&format!("(device {d} ")))
+                    })
+                {
+                    lines.push(msg);
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(_) => break,
+        }
+    }
+    let skip = lines.len().saturating_sub(max);
+    lines.split_off(skip)
 }
 
 #[cfg(test)]

@@ -246,3 +246,117 @@ pub fn balance_status(fd: BorrowedFd<'_>) -> Result<Option<BalanceStatus>, Errno
         completed: args.stat.completed,
     }))
 }
+
+/// BTRFS_BALANCE_* flags of `struct btrfs_ioctl_balance_args`.
+pub mod balance_flags {
+    /// Balance data chunks.
+    pub const DATA: u64 = 1 << 0;
+    /// Balance system chunks.
+    pub const SYSTEM: u64 = 1 << 1;
+    /// Balance metadata chunks.
+    pub const METADATA: u64 = 1 << 2;
+    /// Allow lowering metadata redundancy.
+    pub const FORCE: u64 = 1 << 3;
+    /// Resume the paused balance.
+    pub const RESUME: u64 = 1 << 4;
+}
+
+/// BTRFS_BALANCE_STATE_* bits of a balance's `state`.
+pub mod balance_state {
+    /// The balance runs.
+    pub const RUNNING: u64 = 1 << 0;
+    /// Someone asked it to pause.
+    pub const PAUSE_REQ: u64 = 1 << 1;
+    /// Someone asked it to cancel.
+    pub const CANCEL_REQ: u64 = 1 << 2;
+}
+
+const BALANCE_ARGS_SOFT: u64 = 1 << 9;
+
+/// How a BALANCE_V2 call ended, as the kernel returned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BalanceEnd {
+    /// Returned 0: the balance finished. The counters as the kernel copied
+    /// them back (expected, completed).
+    Finished {
+        /// Chunks expected.
+        expected: u64,
+        /// Chunks relocated.
+        completed: u64,
+    },
+    /// Returned a positive `btrfs_err_code` (e.g. 6,
+    /// BTRFS_ERROR_DEV_EXCL_RUN_IN_PROGRESS: another exclusive operation runs).
+    BtrfsError(i32),
+}
+
+/// One convert target: `Some(profile bits)` converts that type with the
+/// `soft` filter, `None` leaves it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConvertTargets {
+    /// Data target bits.
+    pub data: Option<u64>,
+    /// Metadata target bits.
+    pub metadata: Option<u64>,
+    /// System target bits.
+    pub system: Option<u64>,
+}
+
+/// Runs BTRFS_IOC_BALANCE_V2: a new convert balance (`resume` false) or a
+/// resume of the paused one. Blocks until the balance ends; `Err(ECANCELED)`
+/// when it was paused or cancelled. Unlike `btrfs_uapi::balance::balance`
+/// this keeps the kernel's positive return codes, which are failures.
+pub fn balance_v2(
+    fd: BorrowedFd<'_>,
+    targets: ConvertTargets,
+    force: bool,
+    resume: bool,
+) -> Result<BalanceEnd, Errno> {
+    use btrfs_uapi::raw::{btrfs_ioc_balance_v2, btrfs_ioctl_balance_args};
+    // SAFETY: all-zero is a valid btrfs_ioctl_balance_args (plain integers).
+    let mut args: btrfs_ioctl_balance_args = unsafe { std::mem::zeroed() };
+    if resume {
+        args.flags = balance_flags::RESUME;
+    } else {
+        let filter = BALANCE_ARGS_CONVERT | BALANCE_ARGS_SOFT;
+        if let Some(t) = targets.data {
+            args.flags |= balance_flags::DATA;
+            args.data.target = t;
+            args.data.flags = filter;
+        }
+        if let Some(t) = targets.metadata {
+            args.flags |= balance_flags::METADATA;
+            args.meta.target = t;
+            args.meta.flags = filter;
+        }
+        if let Some(t) = targets.system {
+            args.flags |= balance_flags::SYSTEM;
+            args.sys.target = t;
+            args.sys.flags = filter;
+        }
+        if force {
+            args.flags |= balance_flags::FORCE;
+        }
+    }
+    // SAFETY: `args` is a valid btrfs_ioctl_balance_args that lives for the
+    // call; the kernel reads it and writes the counters back.
+    let ret = unsafe { btrfs_ioc_balance_v2(fd.as_raw_fd(), &raw mut args) }?;
+    if ret > 0 {
+        return Ok(BalanceEnd::BtrfsError(ret));
+    }
+    let stat = args.stat;
+    Ok(BalanceEnd::Finished {
+        expected: stat.expected,
+        completed: stat.completed,
+    })
+}
+
+/// BTRFS_IOC_BALANCE_CTL: pause (blocks until the balance stopped after its
+/// current chunk) or cancel. ENOTCONN: no balance runs.
+pub fn balance_ctl(fd: BorrowedFd<'_>, pause: bool) -> Result<(), Errno> {
+    use btrfs_uapi::raw::btrfs_ioc_balance_ctl;
+    // BTRFS_BALANCE_CTL_PAUSE 1, BTRFS_BALANCE_CTL_CANCEL 2.
+    let cmd: u64 = if pause { 1 } else { 2 };
+    // SAFETY: BALANCE_CTL takes an integer argument.
+    unsafe { btrfs_ioc_balance_ctl(fd.as_raw_fd(), cmd) }?;
+    Ok(())
+}

@@ -9,9 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use btrfs_lab::admin::convert::{Outcome, Progress};
+use btrfs_lab::admin::report::{
+    AddReport, BalanceKind, ConvertRecord, PauseReport, PlanDoc, StatusReport,
+};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{FsKind, SandboxRequest};
-use serde_json::Value;
 
 use crate::common::{TestEnv, json, require_root, run};
 
@@ -94,12 +97,24 @@ fn expect(data: &str, metadata: &str) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-/// The last JSON line of a JSON Lines run.
-fn last_line(stdout: &str) -> Value {
-    json(stdout.lines().last().expect("at least one JSON line"))
+/// The JSON Lines of a `convert --json` run, read back as their type.
+fn records(stdout: &str) -> Vec<ConvertRecord> {
+    stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a convert record ({e}): {l}"))
+        })
+        .collect()
+}
+
+/// A `--json` document read back as its type.
+fn doc<T: serde::de::DeserializeOwned>(stdout: &str) -> T {
+    serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("stdout is not the expected document ({e}):\n{stdout}"))
 }
 
 #[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
     if !require_root("device add + convert") {
         return;
@@ -122,10 +137,12 @@ fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
         .arg(&b)
         .arg(&c));
     assert_eq!(code, 0, "{stderr}");
-    let added = json(&stdout);
-    assert_eq!(added["result"]["devices"].as_array().unwrap().len(), 3);
-    assert_eq!(added["result"]["raw_bytes"], 18 * GIB);
-    assert_eq!(added["plan"]["commands"][0][0], "btrfs");
+    let added: AddReport = doc(&stdout);
+    let result = added.result.expect("a result");
+    assert_eq!(result.devices.len(), 3);
+    assert_eq!(result.raw_bytes, 18 * GIB);
+    assert_eq!(added.plan.commands[0][0], "btrfs");
+    assert!(added.plan.then_convert.is_none());
 
     let (code, stdout, stderr) = run(env
         .cmd()
@@ -140,18 +157,52 @@ fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
         ])
         .arg(&m));
     assert_eq!(code, 0, "{stderr}");
-    let first = json(stdout.lines().next().unwrap());
-    assert_eq!(first["event"], "plan");
+    let recs = records(&stdout);
+    let ConvertRecord::Plan {
+        plan: Some(PlanDoc::Convert(plan)),
+        resume: None,
+    } = &recs[0]
+    else {
+        panic!("the first record is not the plan: {:?}", recs[0]);
+    };
     assert!(
-        first["plan"]["risks"][0]
-            .as_str()
-            .unwrap()
-            .contains("one of the 3 devices")
+        plan.risks[0].contains("one of the 3 devices"),
+        "{:?}",
+        plan.risks
     );
-    assert!(stdout.lines().any(|l| json(l)["event"] == "progress"));
-    let last = last_line(&stdout);
-    assert_eq!(last["event"], "result");
-    assert_eq!(last["outcome"], "completed");
+    assert_eq!(plan.existing, None);
+    let progress: Vec<&Progress> = recs
+        .iter()
+        .filter_map(|r| match r {
+            ConvertRecord::Progress { progress } => Some(progress),
+            _ => None,
+        })
+        .collect();
+    let last_progress = progress.last().expect("progress records");
+    // The last record: every chunk done, as many as expected (not "2/0").
+    assert!(last_progress.chunks_done >= 1, "{last_progress:?}");
+    assert_eq!(
+        last_progress.chunks_expected, last_progress.chunks_done,
+        "{last_progress:?}"
+    );
+    assert_eq!(last_progress.bytes_remaining, 0, "{last_progress:?}");
+    // No ETA before a chunk was done.
+    for p in &progress {
+        if p.chunks_done == 0 {
+            assert_eq!(p.eta_seconds, None, "{p:?}");
+        }
+    }
+    let ConvertRecord::Result(last) = recs.last().unwrap() else {
+        panic!("the last record is not the result: {:?}", recs.last());
+    };
+    assert_eq!(last.outcome, Outcome::Completed);
+    let records = last.records.as_ref().expect("df records");
+    assert!(
+        records
+            .iter()
+            .any(|r| r.bg_type == "data" && r.profile == "raid0"),
+        "{records:?}"
+    );
     assert_eq!(profiles(&env, &m), expect("raid0", "raid1"));
     assert_eq!(hashes(&m), before);
     scrub_clean(&m);
@@ -234,6 +285,7 @@ fn wait_running(m: &Path) -> bool {
 }
 
 #[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn ctrl_c_pauses_and_resume_completes() {
     if !require_root("convert interrupted") {
         return;
@@ -258,11 +310,9 @@ fn ctrl_c_pauses_and_resume_completes() {
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("pausing the balance"), "{stderr}");
     assert!(stderr.contains("--resume"), "{stderr}");
-    let (code, stdout, _) = run(env.cmd().args(["convert", "--status", "--json"]).arg(&m));
-    assert_eq!(code, 0);
-    let status = json(&stdout);
-    assert_eq!(status["balance"], "paused", "{status:#}");
-    assert_eq!(status["data_target"], "raid1");
+    let status = balance_state(&env, &m);
+    assert_eq!(status.balance, BalanceKind::Paused, "{status:?}");
+    assert_eq!(status.data_target, Some(Profile::Raid1));
     assert_eq!(hashes(&m), before, "data intact while paused");
 
     let (code, _, stderr) = run(env.cmd().args(["convert", "--resume", "--yes"]).arg(&m));
@@ -273,6 +323,7 @@ fn ctrl_c_pauses_and_resume_completes() {
 }
 
 #[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn sigkill_leaves_a_consistent_filesystem_and_a_rerun_finishes() {
     if !require_root("convert killed") {
         return;
@@ -332,6 +383,7 @@ fn snapshot(env: &TestEnv, m: &Path) -> (String, Vec<String>) {
 }
 
 #[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn refusals_change_nothing() {
     if !require_root("device add / convert refusals") {
         return;
@@ -400,17 +452,10 @@ fn refusals_change_nothing() {
         .arg(&m)
         .args(cases.iter().map(|c| &c.0)));
     assert_eq!(code, 1);
-    let refusals = json(&stdout)["plan"]["refusals"]
-        .as_array()
-        .unwrap()
-        .clone();
+    // A refused --json run prints nothing on stdout; every reason is on stderr.
+    assert_eq!(stdout, "", "a refused --json device add printed on stdout");
     for (_, want) in &cases {
-        assert!(
-            refusals
-                .iter()
-                .any(|r| r["message"].as_str().unwrap().contains(want)),
-            "{want}: {refusals:#?}"
-        );
+        assert!(stderr.contains(want), "{want}: {stderr}");
     }
     assert!(stderr.contains("also:"), "{stderr}");
     // --force lifts only what it may: the ext4 signature, named in the plan.
@@ -448,6 +493,42 @@ fn refusals_change_nothing() {
         "{stdout}"
     );
     assert!(stdout.contains("(dry run: nothing was done)"));
+    // --then-convert: the next step named is the conversion asked for.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args([
+            "device",
+            "add",
+            "--dry-run",
+            "--json",
+            "--then-convert",
+            "--metadata",
+            "raid1c3",
+        ])
+        .arg(&m)
+        .arg(&spare));
+    assert_eq!(code, 0, "{stderr}");
+    let recs = records(&stdout);
+    let [
+        ConvertRecord::Plan {
+            plan: Some(PlanDoc::Add(plan)),
+            resume: None,
+        },
+    ] = recs.as_slice()
+    else {
+        panic!("{recs:?}");
+    };
+    assert!(
+        !plan.notes.iter().any(|n| n.contains("--metadata raid1;")),
+        "{:?}",
+        plan.notes
+    );
+    assert!(
+        plan.notes.iter().any(|n| n.contains("metadata → raid1c3")),
+        "{:?}",
+        plan.notes
+    );
+    assert_eq!(plan.then_convert.as_ref().unwrap().devices, 3);
     let (code, stdout, _) = run(env
         .cmd()
         .args(["convert", "--dry-run", "--data", "raid1"])
@@ -461,6 +542,32 @@ fn refusals_change_nothing() {
     let (code, _, stderr) = run(env.cmd().args(["convert", "--data", "raid1"]).arg(&m));
     assert_eq!(code, 1);
     assert!(stderr.contains("--yes"), "{stderr}");
+    // The same with --json: refused, and stdout stays empty (no plan).
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--json", "--data", "raid1"])
+        .arg(&m));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--yes"), "{stderr}");
+    assert_eq!(stdout, "", "a refused --json convert printed on stdout");
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--json", "--yes", "--metadata", "raid1c3"])
+        .arg(&m));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("needs at least 3 devices"), "{stderr}");
+    assert_eq!(stdout, "", "a refused --json convert printed on stdout");
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["device", "add", "--json"])
+        .arg(&m)
+        .arg(&spare));
+    assert_eq!(code, 1, "not confirmed");
+    assert!(stderr.contains("--yes"), "{stderr}");
+    assert_eq!(
+        stdout, "",
+        "an unconfirmed --json device add printed on stdout"
+    );
 
     assert_eq!(
         snapshot(&env, &m),
@@ -480,6 +587,7 @@ fn refusals_change_nothing() {
 }
 
 #[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn admin_commands_need_root() {
     if !require_root("admin commands as an unprivileged user") {
         return;
@@ -500,4 +608,574 @@ fn admin_commands_need_root() {
         .arg(&sbx.devices()[0]));
     assert_eq!(code, 1);
     assert!(stderr.contains("adding a device needs root"), "{stderr}");
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    // ESRCH: it has exited meanwhile (the pause took effect at once).
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig);
+}
+
+/// The balance state as `convert --status --json` reports it.
+fn balance_state(env: &TestEnv, m: &Path) -> StatusReport {
+    let (code, stdout, stderr) = run(env.cmd().args(["convert", "--status", "--json"]).arg(m));
+    assert_eq!(code, 0, "{stderr}");
+    doc(&stdout)
+}
+
+/// Waits until the kernel reports a running balance (no chunk needs to be done).
+fn wait_balance_started(m: &Path) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(s)) = btrfs_lab::sys::btrfs::balance_status(m)
+            && s.state & 1 != 0
+        {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn two_quick_ctrl_c_and_a_sighup_pause_never_cancel_and_a_rerun_resumes() {
+    if !require_root("convert interrupted twice") {
+        return;
+    }
+    use nix::sys::signal::Signal;
+    let env = TestEnv::new();
+    let (_sbx, m, before) = three_device_sandbox(&env);
+    let mut paused_runs = 0;
+    let mut resumed_runs = 0;
+    let mut target = "raid1";
+    let mut was_paused = false;
+    // Each round: a run of the convert (it resumes the balance the previous
+    // round paused), interrupted as soon as its balance runs: two or three
+    // Ctrl-C within a few milliseconds, or SIGHUP twice (a dropped SSH
+    // session). When a conversion completes, the next round converts back.
+    let rounds: [&[Signal]; 6] = [
+        &[Signal::SIGINT, Signal::SIGINT],
+        &[Signal::SIGINT, Signal::SIGINT, Signal::SIGINT],
+        &[Signal::SIGHUP, Signal::SIGHUP],
+        &[Signal::SIGINT, Signal::SIGINT],
+        &[Signal::SIGTERM, Signal::SIGINT],
+        &[Signal::SIGHUP],
+    ];
+    for (round, sigs) in rounds.iter().enumerate() {
+        let child = start_convert(&env, &m, target);
+        let started = wait_balance_started(&m);
+        for (i, s) in sigs.iter().enumerate() {
+            if round == 1 && i > 0 {
+                // Paced (not timed): separate deliveries, not merged by the kernel.
+                thread::sleep(Duration::from_millis(30));
+            }
+            signal(&child, *s);
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            started || out.status.code() == Some(0),
+            "round {round}: {stderr}"
+        );
+        if was_paused {
+            assert!(
+                stderr.contains("a paused balance with these targets exists")
+                    && stderr.contains("resuming it"),
+                "round {round}: the re-run must resume: {stderr}"
+            );
+            resumed_runs += 1;
+        }
+        if out.status.code() == Some(0) {
+            eprintln!("round {round}: the conversion to {target} completed before the pause");
+            assert_eq!(profiles(&env, &m)["data"], vec![target.to_owned()]);
+            target = if target == "raid1" { "raid0" } else { "raid1" };
+            was_paused = false;
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(130), "round {round}: {stderr}");
+        assert!(stderr.contains("pausing the balance"), "{stderr}");
+        if stderr.contains("pausing, please wait") {
+            eprintln!(
+                "round {round}: a further signal arrived while pausing, and was only reported"
+            );
+        }
+        if sigs[0] == Signal::SIGHUP {
+            assert!(stderr.contains("SIGHUP"), "{stderr}");
+        }
+        assert!(
+            stderr.contains("running the same convert again also resumes it"),
+            "{stderr}"
+        );
+        let st = balance_state(&env, &m);
+        assert_eq!(
+            st.balance,
+            BalanceKind::Paused,
+            "round {round}: cancelled, not paused: {st:?}"
+        );
+        assert_eq!(st.data_target.map(|p| p.name()), Some(target));
+        paused_runs += 1;
+        was_paused = true;
+        // --pause on a paused conversion: nothing to do, success.
+        let (code, stdout, stderr) = run(env.cmd().args(["convert", "--pause"]).arg(&m));
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.contains("already paused"), "{stdout}");
+        let (code, stdout, stderr) = run(env.cmd().args(["convert", "--pause", "--json"]).arg(&m));
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(doc::<PauseReport>(&stdout), PauseReport { paused: true });
+    }
+    eprintln!(
+        "paused (never cancelled) in {paused_runs} of {} rounds, {resumed_runs} re-runs resumed",
+        rounds.len()
+    );
+    assert!(
+        paused_runs >= 1,
+        "no round was interrupted: the test tested nothing"
+    );
+    // A convert with other targets is refused with the exact commands.
+    if balance_state(&env, &m).balance == BalanceKind::Paused {
+        let (code, _, stderr) = run(env
+            .cmd()
+            .args(["convert", "--yes", "--data", "raid1c3"])
+            .arg(&m));
+        assert_eq!(code, 1);
+        assert!(
+            stderr.contains(&format!("btrfs-lab convert {} --resume", m.display()))
+                && stderr.contains(&format!("btrfs-lab convert {} --cancel", m.display())),
+            "{stderr}"
+        );
+    }
+    // The same convert again finishes it.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--data", target])
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(profiles(&env, &m), expect(target, "raid1"));
+    assert_eq!(hashes(&m), before);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_rerun_right_after_sigkill_follows_and_finishes_and_a_simultaneous_one_too() {
+    if !require_root("convert re-run after SIGKILL") {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_sbx, m, before) = three_device_sandbox(&env);
+    let mut child = start_convert(&env, &m, "raid1");
+    assert!(wait_running(&m), "the balance never started");
+    child.kill().unwrap();
+    // At once, not even waiting for the killed process to be reaped: the
+    // kernel may still be cancelling its balance.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--data", "raid1"])
+        .arg(&m));
+    let _ = child.wait();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("a balance is running"), "{stderr}");
+    eprintln!(
+        "re-run right after SIGKILL: {}",
+        if stderr.contains("following it") {
+            "followed the balance the kernel was cancelling, then finished"
+        } else {
+            "started at once"
+        }
+    );
+    assert_eq!(profiles(&env, &m), expect("raid1", "raid1"));
+    assert_eq!(hashes(&m), before);
+
+    // Two converts started at the same instant: both end well, neither
+    // with a raw errno.
+    let a = start_convert(&env, &m, "raid0");
+    let b = start_convert(&env, &m, "raid0");
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    for out in [&a, &b] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("Operation now in progress"), "{stderr}");
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        if stderr.contains("following it") {
+            eprintln!("simultaneous convert: one followed the other");
+        }
+    }
+    assert_eq!(profiles(&env, &m), expect("raid0", "raid1"));
+    assert_eq!(hashes(&m), before);
+
+    // --background: returns once the balance runs, in a session of its own
+    // (a terminal that goes away sends it no SIGHUP); --status follows it.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--background", "--data", "raid1"])
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    let pid: i32 = stdout
+        .split("(process ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    if let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) {
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        assert_eq!(fields[3], pid.to_string(), "not a session leader: {stat}");
+        assert_eq!(
+            fields[4], "0",
+            "it still has a controlling terminal: {stat}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        // Reaped by init once it exits; a zombie of ours it is not.
+        let st = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if st.contains(") Z ") {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(btrfs_lab::sys::btrfs::balance_status(&m).unwrap().is_none());
+    assert_eq!(profiles(&env, &m), expect("raid1", "raid1"));
+    assert_eq!(hashes(&m), before);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn dup_metadata_to_single_needs_force_and_then_works() {
+    if !require_root("convert metadata dup to single") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        size_bytes: GIB,
+        data: Some(Profile::Single),
+        metadata: Some(Profile::Dup),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--metadata", "single"])
+        .arg(&m));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("metadata dup → single lowers redundancy"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert!(!stderr.contains("Invalid argument"), "{stderr}");
+    assert_eq!(profiles(&env, &m), expect("single", "dup"));
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--force", "--metadata", "single"])
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("RISK: metadata single keeps one copy"),
+        "{stdout}"
+    );
+    assert_eq!(profiles(&env, &m), expect("single", "single"));
+}
+
+/// Makes a directory owned by `nobody` holding the symlink `link` → `to`,
+/// and returns the link.
+#[cfg(feature = "test-hooks")]
+fn nobody_symlink(env: &TestEnv, to: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = env.path().join("nobody-dir");
+    fs::create_dir(&dir).unwrap();
+    nix::unistd::chown(&dir, Some(65534.into()), Some(65534.into())).unwrap();
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let link = dir.join("link");
+    as_nobody_ln(to, &link);
+    link
+}
+
+/// `ln -sfn to link` as user nobody: the swap an unprivileged user can do.
+#[cfg(feature = "test-hooks")]
+fn as_nobody_ln(to: &Path, link: &Path) {
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "ln",
+            "-sfn",
+        ])
+        .arg(to)
+        .arg(link)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `args` with the run paused at `point` (test hook); while it waits
+/// there `meanwhile` runs; then the run goes on. Returns its output.
+#[cfg(feature = "test-hooks")]
+fn with_pause_at(
+    env: &TestEnv,
+    point: &str,
+    args: &[&std::ffi::OsStr],
+    meanwhile: impl FnOnce(),
+) -> (i32, String, String) {
+    let hook = env.path().join(format!("hook-{point}"));
+    fs::create_dir(&hook).unwrap();
+    let child = env
+        .cmd()
+        .env(
+            "BTRFS_LAB_TEST_PAUSE_AT",
+            format!("{point}:{}", hook.display()),
+        )
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reached = false;
+    for _ in 0..6000 {
+        if hook.join("reached").exists() {
+            reached = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    if reached {
+        meanwhile();
+    }
+    fs::write(hook.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        reached,
+        "the run never reached {point}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_symlink_swapped_at_the_prompt_never_redirects_convert_or_device_add() {
+    if !require_root("convert/device add with a swapped symlink") {
+        return;
+    }
+    let env = TestEnv::new();
+    let two = |_: ()| {
+        env.sandbox(SandboxRequest {
+            devices: 2,
+            size_bytes: GIB,
+            data: Some(Profile::Raid1),
+            metadata: Some(Profile::Raid1),
+            ..SandboxRequest::default()
+        })
+    };
+    let a = two(());
+    let b = two(());
+    let (ma, mb) = (a.mount_point().to_path_buf(), b.mount_point().to_path_buf());
+    let link = nobody_symlink(&env, &ma);
+    let (pa, pb) = (profiles(&env, &ma), profiles(&env, &mb));
+
+    // convert: planned on A (through the link), the link now leads to B.
+    let (code, stdout, stderr) = with_pause_at(
+        &env,
+        "convert-confirmed",
+        &[
+            "convert".as_ref(),
+            "--yes".as_ref(),
+            "--force".as_ref(),
+            "--metadata".as_ref(),
+            "dup".as_ref(),
+            "--data".as_ref(),
+            "single".as_ref(),
+            link.as_os_str(),
+        ],
+        || as_nobody_ln(&mb, &link),
+    );
+    assert!(
+        stdout.contains(&format!("Plan: convert {}", ma.display())),
+        "{stdout}"
+    );
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("now leads to another filesystem"),
+        "{stderr}"
+    );
+    assert_eq!(profiles(&env, &mb), pb, "B was converted");
+    assert_eq!(
+        profiles(&env, &ma),
+        pa,
+        "A was changed although the run was refused"
+    );
+    assert!(!stdout.contains("done"), "{stdout}");
+
+    // device add: the same.
+    as_nobody_ln(&ma, &link);
+    let spare = env.spare_device("swap-spare", GIB);
+    let devices = |m: &Path| {
+        let (_, show, _) = run(env.cmd().args(["show", "--json"]).arg(m));
+        json(&show)["filesystems"][0]["devices"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let (code, _, stderr) = with_pause_at(
+        &env,
+        "device-add-confirmed",
+        &[
+            "device".as_ref(),
+            "add".as_ref(),
+            "--yes".as_ref(),
+            link.as_os_str(),
+            spare.as_os_str(),
+        ],
+        || as_nobody_ln(&mb, &link),
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("now leads to another filesystem"),
+        "{stderr}"
+    );
+    assert_eq!(devices(&mb), 2, "a device was added to B");
+    assert_eq!(devices(&ma), 2, "a device was added to A although refused");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn corruption_is_warned_about_in_the_plan_and_named_after_the_io_error() {
+    if !require_root("convert on a corrupted filesystem") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        size_bytes: GIB,
+        data: Some(Profile::Single),
+        metadata: Some(Profile::Dup),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let dev = sbx.devices()[0].clone();
+    fill(&m, 1, 16);
+    let file = m.join("file0");
+    // Where the file's first extent lies on the device: FIEMAP gives the
+    // btrfs logical address, btrfs-map-logical the physical one.
+    let out = Command::new("filefrag")
+        .args(["-v", "-b4096"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let logical: u64 = text
+        .lines()
+        .find_map(|l| {
+            let cols: Vec<&str> = l.split(':').map(str::trim).collect();
+            (cols.len() >= 3 && cols[0] == "0")
+                .then(|| {
+                    cols[2]
+                        .split("..")
+                        .next()
+                        .unwrap()
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no extent in: {text}"))
+        * 4096;
+    let out = Command::new("btrfs-map-logical")
+        .arg("-l")
+        .arg(logical.to_string())
+        .arg(&dev)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let physical: u64 = text
+        .split("physical ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "btrfs-map-logical: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    // Overwrite 1 MiB of the file's data on the device, behind btrfs' back.
+    let out = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=4096",
+            "count=256",
+            "oflag=direct",
+            "conv=notrunc",
+        ])
+        .arg(format!("of={}", dev.display()))
+        .arg(format!("seek={}", physical / 4096))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Reading it (past the page cache) finds the checksum errors. The
+    // file's cached pages are dropped first (fadvise DONTNEED).
+    let drop = Command::new("dd")
+        .args(["iflag=nocache", "count=0"])
+        .arg(format!("if={}", file.display()))
+        .output()
+        .unwrap();
+    assert!(drop.status.success());
+    let out = Command::new("dd")
+        .args(["bs=1M", "iflag=direct", "of=/dev/null"])
+        .arg(format!("if={}", file.display()))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the corruption was not detected (logical {logical}, physical {physical}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["convert", "--dry-run", "--data", "dup"])
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    let want = format!("WARNING: device 1 ({}) has recorded ", dev.display());
+    assert!(stdout.contains(&want), "{stdout}");
+    assert!(
+        stdout.contains("run a scrub first (btrfs scrub start -B"),
+        "{stdout}"
+    );
+
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["convert", "--yes", "--data", "dup"])
+        .arg(&m));
+    assert_eq!(code, 1, "{stderr}");
+    eprintln!("{stderr}");
+    assert!(stderr.contains("the balance failed"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("device 1 ({})", dev.display()))
+            && stderr.contains("corruption errors"),
+        "the failure must name the device: {stderr}"
+    );
+    assert!(stderr.contains("btrfs scrub start -B"), "{stderr}");
+    assert!(stderr.contains("dmesg"), "{stderr}");
+    // --status says to scrub first, not only to run it again.
+    let (_, stdout, _) = run(env.cmd().args(["convert", "--status"]).arg(&m));
+    assert!(stdout.contains("errors: device 1"), "{stdout}");
+    assert!(stdout.contains("scrub first"), "{stdout}");
 }

@@ -1,13 +1,13 @@
-//! Profile conversion: the plan (pure), and carrying it out with progress,
-//! pause on SIGINT/SIGTERM, and verification.
+//! Profile conversion: the plan (pure), the progress and outcome types, and
+//! the verification; carrying it out is in [`run`].
 
-use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::thread;
-use std::time::{Duration, Instant};
+pub mod manage;
+pub mod run;
 
-use nix::errno::Errno;
-use serde::Serialize;
+pub use run::{Finished, Start, execute, run_balance};
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 use super::alloc::{self, ChunkKind};
 use super::checks::Reason;
@@ -17,7 +17,8 @@ use crate::model::kernel::RAID1C34;
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::parse::size::format_iec;
-use crate::sys::{btrfs, signals};
+use crate::sys::btrfs::{self, FsHandle};
+use crate::sys::signals::Received;
 
 /// What the user asked for. System chunks follow metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,10 +33,10 @@ pub struct ConvertRequest {
 }
 
 /// One type's change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TypeChange {
     /// `data`, `metadata` or `system`.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", with = "bg_type_name")]
     pub kind: BgType,
     /// Profiles now.
     pub from: Vec<Profile>,
@@ -47,8 +48,25 @@ pub struct TypeChange {
     pub used_bytes: u64,
 }
 
+/// A block-group type as its JSON name (`data`, ...), both ways.
+mod bg_type_name {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::model::space::BgType;
+
+    pub fn serialize<S: Serializer>(t: &BgType, s: S) -> Result<S::Ok, S::Error> {
+        t.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BgType, D::Error> {
+        let name = String::deserialize(d)?;
+        BgType::from_json_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown block-group type {name}")))
+    }
+}
+
 /// The conversion plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConvertPlan {
     /// Mount point.
     pub mount_point: PathBuf,
@@ -73,9 +91,44 @@ pub struct ConvertPlan {
     /// The btrfs-progs command equivalent to what btrfs-lab runs (the
     /// BALANCE_V2 ioctl with these filters).
     pub equivalent_command: Vec<String>,
+    /// A balance with these targets exists already: what the run does with
+    /// it (`null`: it starts a new one).
+    pub existing: Option<Existing>,
+}
+
+/// What a conversion does with a balance that exists already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Existing {
+    /// A paused balance with the same targets: resume it.
+    Resume,
+    /// A running balance with the same targets (another process, or one
+    /// the kernel is cancelling after its process was killed): follow it,
+    /// then start what is left, if anything.
+    Follow,
+    /// A balance someone cancelled: wait until it ended, then start.
+    WaitForCancel,
 }
 
 impl ConvertPlan {
+    /// `Err` with every blocking refusal (one line, the others in the
+    /// hint), or `Ok` when it may go ahead.
+    pub fn check(&self, force: bool) -> Result<()> {
+        let blocking = self.blocking(force);
+        let Some(first) = blocking.first() else {
+            return Ok(());
+        };
+        let mut e = Error::new(
+            ErrorKind::Refused,
+            format!("cannot convert: {}", first.message),
+        );
+        if blocking.len() > 1 {
+            let rest: Vec<&str> = blocking[1..].iter().map(|r| r.message.as_str()).collect();
+            e = e.with_hint(format!("also: {}", rest.join("; also: ")));
+        }
+        Err(e)
+    }
+
     /// Refusals that still block with or without `--force`.
     pub fn blocking(&self, force: bool) -> Vec<&Reason> {
         self.refusals.iter().filter(|r| r.blocks(force)).collect()
@@ -129,6 +182,38 @@ fn dominant(fs: &FsState, kind: BgType) -> Option<Profile> {
         .map(|s| crate::sys::btrfs::profile_of(s.flags))
 }
 
+/// Profiles that keep two copies or parity (the kernel's "redundancy":
+/// `ncopies >= 2 || tolerated_failures >= 1`).
+fn redundant(p: Profile) -> bool {
+    !matches!(p, Profile::Single | Profile::Raid0)
+}
+
+/// Warnings from the device error counters: a conversion reads every chunk
+/// it moves and stops at the first block it can neither read nor repair.
+fn error_warnings(fs: &FsState) -> Vec<String> {
+    let m = fs.mount_point.display();
+    let mut w = Vec::new();
+    for d in &fs.device_errors {
+        let name = if d.path.is_empty() {
+            format!("device {} (missing)", d.devid)
+        } else {
+            format!("device {} ({})", d.devid, d.path)
+        };
+        if d.unreadable() > 0 {
+            w.push(format!(
+                "{name} has recorded {} corruption and {} read errors: a conversion reads every chunk and fails with an I/O error at the first block it can neither read nor repair; run a scrub first (btrfs scrub start -B {m}), restore or delete the files it names, and make sure a backup exists",
+                d.corruption, d.read
+            ));
+        } else if d.write + d.flush + d.generation > 0 {
+            w.push(format!(
+                "{name} has recorded {} write, {} flush and {} generation errors: check the device and its cable (btrfs device stats {m}) before moving data onto it",
+                d.write, d.flush, d.generation
+            ));
+        }
+    }
+    w
+}
+
 /// Plans a conversion on `fs` (pure: everything comes from `fs`).
 pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
     let mut refusals = Vec::new();
@@ -144,24 +229,50 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
             false,
         ));
     }
-    match fs.exclusive_operation.as_deref() {
-        None | Some("none") => {}
-        Some("balance paused") => refusals.push(Reason::general(
+    let m_disp = fs.mount_point.display();
+    let wanted = Targets::from(*req);
+    let mut existing = None;
+    match fs.balance {
+        Some(b) if b.cancelling => {
+            existing = Some(Existing::WaitForCancel);
+            warnings.push("a balance is being cancelled on this filesystem: the conversion starts when it has ended".to_owned());
+        }
+        Some(b) if b.paused && b.targets() == wanted => existing = Some(Existing::Resume),
+        Some(b) if b.paused => refusals.push(Reason::general(
             "balance-paused",
-            "a paused balance exists: resume it with --resume or cancel it with --cancel first"
-                .into(),
+            format!(
+                "a paused balance with other targets ({}) exists: resume it with `btrfs-lab convert {m_disp} --resume`, or cancel it with `btrfs-lab convert {m_disp} --cancel` first",
+                b.targets().describe()
+            ),
             false,
         )),
-        Some("balance") => refusals.push(Reason::general(
+        Some(b) if b.targets() == wanted => existing = Some(Existing::Follow),
+        Some(b) => refusals.push(Reason::general(
             "balance-running",
-            "a balance is running: watch it with --status, or --pause / --cancel it".into(),
+            format!(
+                "a balance with other targets ({}) is running: watch it with `btrfs-lab convert {m_disp} --status`, or pause or cancel it with `btrfs-lab convert {m_disp} --pause` / `--cancel`",
+                b.targets().describe()
+            ),
             false,
         )),
-        Some(op) => refusals.push(Reason::general(
-            "exclusive-operation",
-            format!("another operation is running on this filesystem ({op}); wait until it ends"),
-            false,
-        )),
+        None => match fs.exclusive_operation.as_deref() {
+            None | Some("none") => {}
+            Some("balance paused") => refusals.push(Reason::general(
+                "balance-paused",
+                format!("a paused balance exists: resume it with `btrfs-lab convert {m_disp} --resume`, or cancel it with `btrfs-lab convert {m_disp} --cancel` first"),
+                false,
+            )),
+            Some("balance") => refusals.push(Reason::general(
+                "balance-running",
+                format!("a balance is running: watch it with `btrfs-lab convert {m_disp} --status`, or pause or cancel it with `--pause` / `--cancel`"),
+                false,
+            )),
+            Some(op) => refusals.push(Reason::general(
+                "exclusive-operation",
+                format!("another operation is running on this filesystem ({op}); wait until it ends"),
+                false,
+            )),
+        },
     }
     if fs.mixed_block_groups()
         && let (Some(d), Some(m)) = (req.data, req.metadata)
@@ -221,6 +332,14 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
     if let Some(m) = req.metadata {
         let current = fs.profiles(BgType::Metadata);
         let now = current.iter().map(|p| tolerance(*p)).min().unwrap_or(0);
+        // The kernel's rule (btrfs_balance): metadata or system that has a
+        // redundant profile now (two copies or parity) converted to one
+        // without needs the force flag. DUP → single is one.
+        let kernel_reduces = current
+            .iter()
+            .chain(&fs.profiles(BgType::System))
+            .any(|p| redundant(*p))
+            && !redundant(m);
         if tolerance(m) < now {
             refusals.push(Reason::general(
                 "lower-metadata-redundancy",
@@ -230,6 +349,25 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
                     tolerance(m)
                 ),
                 true,
+            ));
+        } else if kernel_reduces {
+            refusals.push(Reason::general(
+                "lower-metadata-redundancy",
+                format!(
+                    "metadata {} → {m} lowers redundancy (two copies of every metadata block → one); the kernel needs --force for this, so does btrfs-lab",
+                    names(&current)
+                ),
+                true,
+            ));
+        }
+        if kernel_reduces {
+            risks.push(format!(
+                "metadata {m} keeps one copy of every metadata block: one bad block can make files, or the whole filesystem, unreadable"
+            ));
+        } else if tolerance(m) < now {
+            risks.push(format!(
+                "metadata {m} survives {} failed device(s) instead of {now}: losing a device can make the whole filesystem unreadable",
+                tolerance(m)
             ));
         }
         if matches!(m, Profile::Raid5 | Profile::Raid6) {
@@ -310,6 +448,9 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
         }
     }
 
+    warnings.extend(error_warnings(fs));
+    let nothing_to_do = nothing_to_do && existing.is_none();
+
     let mut cmd = vec!["btrfs".to_owned(), "balance".to_owned(), "start".to_owned()];
     if let Some(d) = req.data {
         cmd.push(format!("-dconvert={d},soft"));
@@ -335,11 +476,12 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
         refusals,
         nothing_to_do,
         equivalent_command: cmd,
+        existing,
     }
 }
 
 /// What a running balance reported.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Progress {
     /// Chunks to relocate (0 when unknown, e.g. after a remount).
     pub chunks_expected: u64,
@@ -356,7 +498,7 @@ pub struct Progress {
 }
 
 /// What happened to the balance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// It finished.
@@ -368,12 +510,18 @@ pub enum Outcome {
 }
 
 /// Events while a balance runs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// Counters and bytes.
     Progress(Progress),
-    /// A signal arrived; pausing after the current chunk.
-    Pausing,
+    /// A signal arrived; the kernel was asked to pause after the current chunk.
+    Pausing(Option<Received>),
+    /// Another signal while pausing: it changes nothing, the pause goes on.
+    StillPausing,
+    /// Something to know (resuming, following, waiting).
+    Notice(String),
+    /// The balance runs in the kernel (sent once per run).
+    Running,
 }
 
 /// Targets the remaining bytes are counted against.
@@ -383,6 +531,14 @@ pub struct Targets {
     pub data: Option<Profile>,
     /// Metadata (and system) target.
     pub metadata: Option<Profile>,
+}
+
+impl Targets {
+    /// `data → raid1, metadata unchanged`.
+    pub fn describe(&self) -> String {
+        let tg = |p: Option<Profile>| p.map_or("unchanged".to_owned(), |p| p.name().to_owned());
+        format!("data → {}, metadata → {}", tg(self.data), tg(self.metadata))
+    }
 }
 
 impl From<ConvertRequest> for Targets {
@@ -396,124 +552,31 @@ impl From<ConvertRequest> for Targets {
 
 /// Logical bytes used in block groups not yet in the target profiles: what
 /// the conversion still has to move.
-pub fn remaining_bytes(path: &Path, t: Targets) -> u64 {
-    let Ok(spaces) = btrfs::space_entries(path) else {
-        return 0;
-    };
-    let fs = FsState {
-        path: path.to_path_buf(),
-        mount_point: path.to_path_buf(),
-        fsid: String::new(),
-        devices: Vec::new(),
-        spaces,
-        exclusive_operation: None,
-        balance: None,
-        kernel: crate::model::kernel::KernelVersion::new(0, 0),
-        features: Vec::new(),
+pub fn remaining_bytes(h: &FsHandle, t: Targets) -> u64 {
+    h.space_entries()
+        .map_or(0, |spaces| remaining_in(&spaces, t))
+}
+
+/// [`remaining_bytes`] of SPACE_INFO entries (pure).
+pub fn remaining_in(spaces: &[crate::sys::btrfs::SpaceEntry], t: Targets) -> u64 {
+    let outside = |kind: BgType, target: Profile| -> u64 {
+        spaces
+            .iter()
+            .filter(|s| {
+                super::state::matches_kind(btrfs::bg_type_of(s.flags), kind)
+                    && btrfs::profile_of(s.flags) != target
+            })
+            .map(|s| s.used_bytes)
+            .sum()
     };
     let mut r = 0;
     if let Some(d) = t.data {
-        r += fs.used_outside(BgType::Data, d);
+        r += outside(BgType::Data, d);
     }
     if let Some(m) = t.metadata {
-        r += fs.used_outside(BgType::Metadata, m) + fs.used_outside(BgType::System, m);
+        r += outside(BgType::Metadata, m) + outside(BgType::System, m);
     }
     r
-}
-
-/// How to start the balance.
-#[derive(Debug, Clone, Copy)]
-pub enum Start {
-    /// A new conversion.
-    Convert(ConvertRequest),
-    /// Resume the paused one.
-    Resume,
-}
-
-/// Runs the balance in a thread and reports progress until it ends. On
-/// SIGINT/SIGTERM it pauses the balance (the kernel would cancel it if this
-/// process died of the signal); a second signal exits at once and the
-/// balance still pauses, because the pause was already requested.
-pub fn run_balance(
-    path: &Path,
-    start: Start,
-    targets: Targets,
-    on_event: &mut dyn FnMut(Event),
-) -> Result<Outcome> {
-    let (tx, rx) = mpsc::channel();
-    let worker_path = path.to_path_buf();
-    let worker = thread::spawn(move || {
-        let r = match start {
-            Start::Convert(req) => {
-                btrfs::run_convert_balance(&worker_path, req.data, req.metadata, req.force)
-            }
-            Start::Resume => btrfs::resume_balance(&worker_path),
-        };
-        let _ = tx.send(r);
-    });
-    let started = Instant::now();
-    let initial = remaining_bytes(path, targets);
-    let mut pause_requested = false;
-    let mut last_report = Instant::now();
-    let result = loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(r) => break r,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break Err(Errno::EIO),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        if signals::interrupted() && !pause_requested {
-            pause_requested = true;
-            on_event(Event::Pausing);
-            match btrfs::balance_control(path, true) {
-                Ok(()) | Err(Errno::ENOTCONN) => {}
-                Err(e) => return Err(Error::from_errno(e, "cannot pause the balance on", path)),
-            }
-        }
-        if last_report.elapsed() >= Duration::from_millis(500) {
-            last_report = Instant::now();
-            on_event(Event::Progress(progress(path, targets, initial, started)));
-        }
-    };
-    let _ = worker.join();
-    match result {
-        Ok(()) => {
-            on_event(Event::Progress(progress(path, targets, initial, started)));
-            Ok(Outcome::Completed)
-        }
-        Err(Errno::ECANCELED) => {
-            let paused = btrfs::balance_status(path).ok().flatten().is_some();
-            Ok(if pause_requested || paused { Outcome::Paused } else { Outcome::Cancelled })
-        }
-        Err(Errno::ENOSPC) => Err(Error::new(
-            ErrorKind::NoSpace,
-            format!("the conversion ran out of space on {}; what was converted stays converted", path.display()),
-        )
-        .with_hint("free space (delete files, or btrfs balance start -dusage=10) or add a device, then run the same convert again")),
-        Err(e) => Err(Error::from_errno(e, "the balance failed on", path)),
-    }
-}
-
-fn progress(path: &Path, t: Targets, initial: u64, started: Instant) -> Progress {
-    let (expected, done) = btrfs::balance_status(path)
-        .ok()
-        .flatten()
-        .map_or((0, 0), |s| (s.expected, s.completed));
-    let remaining = remaining_bytes(path, t);
-    let bytes_done = initial.saturating_sub(remaining);
-    let secs = started.elapsed().as_secs_f64();
-    let rate = if secs > 0.0 {
-        bytes_done as f64 / secs
-    } else {
-        0.0
-    };
-    Progress {
-        chunks_expected: expected,
-        chunks_done: done,
-        bytes_remaining: remaining,
-        bytes_done,
-        rate_bytes_per_sec: rate,
-        eta_seconds: (rate > 0.0).then(|| remaining as f64 / rate),
-    }
 }
 
 /// After a completed conversion: each converted type has exactly its target.
@@ -594,6 +657,7 @@ mod tests {
             balance: None,
             kernel: KernelVersion::new(6, 18),
             features: vec!["no_holes".into()],
+            device_errors: Vec::new(),
         }
     }
 
@@ -632,7 +696,12 @@ mod tests {
 
     #[test]
     fn refusals() {
-        let codes = |p: &ConvertPlan| p.refusals.iter().map(|r| r.code).collect::<Vec<_>>();
+        let codes = |p: &ConvertPlan| {
+            p.refusals
+                .iter()
+                .map(|r| r.code.to_string())
+                .collect::<Vec<_>>()
+        };
         let two = fs(2, 8 * GIB);
         assert_eq!(
             codes(&plan_convert(&two, &req(None, Some(Profile::Raid1c3)))),
@@ -642,7 +711,8 @@ mod tests {
         old.kernel = KernelVersion::new(5, 4);
         assert!(
             codes(&plan_convert(&old, &req(None, Some(Profile::Raid1c3))))
-                .contains(&"kernel-too-old")
+                .iter()
+                .any(|c| c == "kernel-too-old")
         );
         // raid1 → dup lowers metadata redundancy: --force lifts it.
         let mut r1 = fs(2, 8 * GIB);
@@ -659,7 +729,9 @@ mod tests {
         // Too much data for RAID1C3 on three small devices.
         let small = fs(3, 2 * GIB);
         assert!(
-            codes(&plan_convert(&small, &req(Some(Profile::Raid1c3), None))).contains(&"no-space")
+            codes(&plan_convert(&small, &req(Some(Profile::Raid1c3), None)))
+                .iter()
+                .any(|c| c == "no-space")
         );
     }
 
@@ -675,5 +747,151 @@ mod tests {
         );
         assert!(p.refusals.iter().any(|r| r.code == "raid56-metadata"));
         assert!(p.risks.iter().any(|r| r.contains("write hole")));
+    }
+
+    fn balance(running: bool, data: Option<Profile>) -> crate::admin::state::BalanceInfo {
+        crate::admin::state::BalanceInfo {
+            running,
+            paused: !running,
+            cancelling: false,
+            data_target: data,
+            metadata_target: None,
+            expected: 5,
+            completed: 2,
+        }
+    }
+
+    #[test]
+    fn a_rerun_with_the_same_targets_resumes_or_follows() {
+        let codes = |p: &ConvertPlan| {
+            p.refusals
+                .iter()
+                .map(|r| r.code.to_string())
+                .collect::<Vec<_>>()
+        };
+        let mut f = fs(3, 8 * GIB);
+        f.exclusive_operation = Some("balance paused".into());
+        f.balance = Some(balance(false, Some(Profile::Raid1)));
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert_eq!(codes(&p), Vec::<&str>::new());
+        assert_eq!(p.existing, Some(Existing::Resume));
+        assert!(!p.nothing_to_do);
+        // Other targets: refused, with the exact commands.
+        let p = plan_convert(&f, &req(Some(Profile::Raid0), None));
+        assert_eq!(codes(&p), ["balance-paused"]);
+        assert!(
+            p.refusals[0]
+                .message
+                .contains("`btrfs-lab convert /mnt --resume`"),
+            "{}",
+            p.refusals[0].message
+        );
+        assert!(
+            p.refusals[0]
+                .message
+                .contains("`btrfs-lab convert /mnt --cancel`")
+        );
+        assert!(
+            p.refusals[0]
+                .message
+                .contains("data → raid1, metadata → unchanged")
+        );
+        // Running with the same targets (e.g. being cancelled after SIGKILL): followed.
+        f.exclusive_operation = Some("balance".into());
+        f.balance = Some(balance(true, Some(Profile::Raid1)));
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert_eq!(p.existing, Some(Existing::Follow), "{:?}", p.refusals);
+        assert!(p.refusals.is_empty());
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), Some(Profile::Raid1)));
+        assert_eq!(codes(&p), ["balance-running"]);
+        // Cancel requested: wait for it.
+        f.balance = Some(crate::admin::state::BalanceInfo {
+            cancelling: true,
+            ..balance(true, Some(Profile::Raid0))
+        });
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert_eq!(p.existing, Some(Existing::WaitForCancel));
+        assert!(p.refusals.is_empty());
+    }
+
+    #[test]
+    fn dup_metadata_to_single_needs_force_as_in_the_kernel() {
+        let codes = |p: &ConvertPlan| {
+            p.refusals
+                .iter()
+                .map(|r| r.code.to_string())
+                .collect::<Vec<_>>()
+        };
+        // fs() has metadata and system DUP on one device.
+        for to in [Profile::Single, Profile::Raid0] {
+            let p = plan_convert(&fs(2, 8 * GIB), &req(None, Some(to)));
+            assert_eq!(codes(&p), ["lower-metadata-redundancy"], "{to}");
+            assert!(p.refusals[0].force_overrides);
+            assert!(
+                p.risks
+                    .iter()
+                    .any(|r| r.contains("one copy of every metadata block"))
+            );
+            let forced = ConvertRequest {
+                force: true,
+                ..req(None, Some(to))
+            };
+            assert!(
+                plan_convert(&fs(2, 8 * GIB), &forced)
+                    .blocking(true)
+                    .is_empty()
+            );
+        }
+        // DUP → raid1 keeps two copies: no refusal, no risk.
+        let p = plan_convert(&fs(2, 8 * GIB), &req(None, Some(Profile::Raid1)));
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert!(p.risks.is_empty(), "{:?}", p.risks);
+    }
+
+    #[test]
+    fn device_error_counters_warn_before_a_conversion() {
+        use crate::admin::state::DeviceErrors;
+        let mut f = fs(3, 8 * GIB);
+        f.device_errors = vec![
+            DeviceErrors {
+                devid: 1,
+                path: "/dev/loop0".into(),
+                read: 0,
+                write: 0,
+                flush: 0,
+                corruption: 204_784,
+                generation: 0,
+            },
+            DeviceErrors {
+                devid: 2,
+                path: "/dev/loop1".into(),
+                read: 0,
+                write: 0,
+                flush: 0,
+                corruption: 0,
+                generation: 0,
+            },
+        ];
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        let w: Vec<&String> = p.warnings.iter().filter(|w| w.contains("device")).collect();
+        assert_eq!(w.len(), 1, "{:?}", p.warnings);
+        assert!(
+            w[0].starts_with(
+                "device 1 (/dev/loop0) has recorded 204784 corruption and 0 read errors"
+            ),
+            "{}",
+            w[0]
+        );
+        assert!(w[0].contains("btrfs scrub start -B /mnt"), "{}", w[0]);
+        f.device_errors[1].write = 3;
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.starts_with("device 2 (/dev/loop1) has recorded 3 write"))
+        );
+        f.device_errors.clear();
+        let p = plan_convert(&f, &req(Some(Profile::Raid1), None));
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
     }
 }

@@ -1,0 +1,569 @@
+//! Carrying out a conversion: the balance ioctl on a thread of its own,
+//! progress, and on SIGINT/SIGTERM/SIGHUP a pause asked of the kernel at
+//! once; the process never exits while the balance runs in it.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+
+use super::{ConvertRequest, Event, Existing, Outcome, Progress, Targets, remaining_bytes};
+use crate::admin::report::{DfRecord, ResultRecord};
+use crate::admin::state::{BalanceInfo, read_state_at};
+use crate::error::{Error, ErrorKind, Result};
+use crate::parse::size::format_iec;
+use crate::sys::btrfs::{self, FsHandle};
+use crate::sys::ioctl::{BalanceEnd, balance_state};
+use crate::sys::root::SysRoot;
+use crate::sys::signals::OperationSignals;
+
+/// How to start the balance.
+#[derive(Debug, Clone, Copy)]
+pub enum Start {
+    /// A new conversion (or, per [`ConvertPlan::existing`], resume, follow
+    /// or wait for the balance that exists, then finish what is left).
+    Convert(ConvertRequest, Option<Existing>),
+    /// Resume the paused one.
+    Resume,
+}
+
+/// How far the progress counters can be trusted for an ETA: at least one
+/// chunk relocated and some bytes moved by this run.
+fn eta(
+    done_chunks_this_run: u64,
+    bytes_done: u64,
+    remaining: u64,
+    secs: f64,
+) -> (f64, Option<f64>) {
+    let rate = if secs > 0.0 {
+        bytes_done as f64 / secs
+    } else {
+        0.0
+    };
+    let trusted = done_chunks_this_run >= 1 && bytes_done > 0 && secs >= 1.0 && rate > 0.0;
+    (rate, trusted.then(|| remaining as f64 / rate))
+}
+
+/// Progress bookkeeping of one run.
+struct Meter {
+    targets: Targets,
+    initial: u64,
+    started: Instant,
+    first_done: Option<u64>,
+    expected: u64,
+    done: u64,
+}
+
+impl Meter {
+    fn new(h: &FsHandle, targets: Targets) -> Self {
+        Self {
+            targets,
+            initial: remaining_bytes(h, targets),
+            started: Instant::now(),
+            first_done: None,
+            expected: 0,
+            done: 0,
+        }
+    }
+
+    /// Takes the kernel's counters when there are some (a finished or
+    /// vanished balance reports none: the last ones stay).
+    fn counters(&mut self, expected: u64, done: u64) {
+        if expected == 0 && done == 0 {
+            return;
+        }
+        self.first_done.get_or_insert(done);
+        self.expected = expected.max(done);
+        self.done = done;
+    }
+
+    fn sample(&mut self, h: &FsHandle) -> Progress {
+        if let Ok(Some(s)) = h.balance_status() {
+            self.counters(s.expected, s.completed);
+        }
+        self.progress(remaining_bytes(h, self.targets))
+    }
+
+    fn progress(&self, remaining: u64) -> Progress {
+        let bytes_done = self.initial.saturating_sub(remaining);
+        let this_run = self
+            .done
+            .saturating_sub(self.first_done.unwrap_or(self.done));
+        let (rate, eta_seconds) = eta(
+            this_run,
+            bytes_done,
+            remaining,
+            self.started.elapsed().as_secs_f64(),
+        );
+        Progress {
+            chunks_expected: self.expected.max(self.done),
+            chunks_done: self.done,
+            bytes_remaining: remaining,
+            bytes_done,
+            rate_bytes_per_sec: rate,
+            eta_seconds,
+        }
+    }
+}
+
+/// Asks the kernel to pause the balance on a thread of its own, at once
+/// when asked (BALANCE_CTL PAUSE blocks until the current chunk is done),
+/// retrying while no balance runs yet (the ioctl thread may not have
+/// entered the kernel).
+struct Pauser {
+    request: Option<mpsc::Sender<()>>,
+    ended: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<std::result::Result<(), Errno>>>,
+}
+
+impl Pauser {
+    fn new(h: &FsHandle) -> Result<Self> {
+        let h = h.try_clone()?;
+        let (tx, rx) = mpsc::channel::<()>();
+        let ended = Arc::new(AtomicBool::new(false));
+        let seen_end = Arc::clone(&ended);
+        let thread = thread::spawn(move || {
+            if rx.recv().is_err() {
+                return Ok(());
+            }
+            loop {
+                match h.balance_control(true) {
+                    Ok(()) => return Ok(()),
+                    Err(Errno::ENOTCONN) if !seen_end.load(Ordering::SeqCst) => {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(Errno::ENOTCONN) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+        });
+        Ok(Self {
+            request: Some(tx),
+            ended,
+            thread: Some(thread),
+        })
+    }
+
+    fn pause(&self) {
+        if let Some(tx) = &self.request {
+            let _ = tx.send(());
+        }
+    }
+
+    /// After the balance ended: stops retrying and joins the thread.
+    fn finish(mut self) -> std::result::Result<(), Errno> {
+        self.ended.store(true, Ordering::SeqCst);
+        self.request = None;
+        self.thread
+            .take()
+            .map_or(Ok(()), |t| t.join().unwrap_or(Ok(())))
+    }
+}
+
+/// How the waiting for a balance ended.
+enum Waited {
+    /// Our ioctl returned.
+    Own(std::result::Result<BalanceEnd, Errno>),
+    /// The followed balance is gone (finished or cancelled).
+    Gone,
+    /// The followed balance is paused.
+    Paused,
+}
+
+/// Runs a conversion: starts (or resumes, or follows) the balance on the
+/// open filesystem `h`, reports progress, and on SIGINT/SIGTERM/SIGHUP asks
+/// the kernel to pause it at once, then waits until the balance has
+/// stopped: the process never exits while the balance ioctl runs in it (the
+/// kernel would cancel the balance), whatever signals follow.
+pub fn run_balance(
+    h: &FsHandle,
+    start: Start,
+    targets: Targets,
+    signals: &OperationSignals,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Outcome> {
+    let mut phase = match start {
+        Start::Resume | Start::Convert(_, Some(Existing::Resume)) => Phase::Own { resume: true },
+        Start::Convert(_, Some(Existing::Follow)) => {
+            on_event(Event::Notice(format!(
+                "a balance with these targets is already running on {} (another btrfs-lab, or one the kernel is cancelling because its process was killed): following it",
+                h.path().display()
+            )));
+            Phase::Follow
+        }
+        Start::Convert(_, Some(Existing::WaitForCancel)) => {
+            on_event(Event::Notice(format!(
+                "a balance is being cancelled on {}: waiting for it to end",
+                h.path().display()
+            )));
+            Phase::Follow
+        }
+        Start::Convert(_, None) => Phase::Own { resume: false },
+    };
+    if matches!(start, Start::Convert(_, Some(Existing::Resume))) {
+        on_event(Event::Notice(format!(
+            "a paused balance with these targets exists on {}: resuming it",
+            h.path().display()
+        )));
+    }
+    let req = match start {
+        Start::Convert(r, _) => Some(r),
+        Start::Resume => None,
+    };
+    let mut pause_requested = false;
+    loop {
+        let mut meter = Meter::new(h, targets);
+        let pauser = Pauser::new(h)?;
+        let worker = match phase {
+            Phase::Own { resume } => {
+                let wh = h.try_clone()?;
+                let (tx, rx) = mpsc::channel();
+                let (conv, force) = match req {
+                    Some(r) if !resume => (btrfs::convert_targets(r.data, r.metadata), r.force),
+                    _ => (Default::default(), false),
+                };
+                let t = thread::spawn(move || {
+                    let _ = tx.send(wh.balance(conv, force, resume));
+                });
+                Some((t, rx))
+            }
+            Phase::Follow => None,
+        };
+        if pause_requested {
+            pauser.pause();
+        }
+        let mut signalled = 0usize;
+        let mut last_report = Instant::now();
+        let mut running_seen = false;
+        let waited = loop {
+            if !running_seen
+                && h.balance_status()
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s.state & balance_state::RUNNING != 0)
+            {
+                running_seen = true;
+                on_event(Event::Running);
+            }
+            if let Some((_, rx)) = &worker {
+                match rx.try_recv() {
+                    Ok(r) => break Waited::Own(r),
+                    Err(mpsc::TryRecvError::Disconnected) => break Waited::Own(Err(Errno::EIO)),
+                    Err(mpsc::TryRecvError::Empty) => {}
+                }
+            } else {
+                match h.balance_status() {
+                    Ok(None) => break Waited::Gone,
+                    Ok(Some(s)) if s.state & balance_state::RUNNING == 0 => break Waited::Paused,
+                    Ok(Some(s)) => meter.counters(s.expected, s.completed),
+                    Err(e) => {
+                        let _ = pauser.finish();
+                        return Err(e);
+                    }
+                }
+            }
+            let (n, which) = signals.wait(Duration::from_millis(100));
+            if n > 0 {
+                signalled += n;
+                if !pause_requested {
+                    pause_requested = true;
+                    pauser.pause();
+                    on_event(Event::Pausing(which));
+                    if signalled > 1 {
+                        on_event(Event::StillPausing);
+                    }
+                } else {
+                    on_event(Event::StillPausing);
+                }
+            }
+            if last_report.elapsed() >= Duration::from_millis(500) {
+                last_report = Instant::now();
+                on_event(Event::Progress(meter.sample(h)));
+            }
+        };
+        if let Some((t, _)) = worker {
+            let _ = t.join();
+        }
+        let pause_result = pauser.finish();
+        match waited {
+            Waited::Own(Ok(BalanceEnd::Finished { expected, completed })) => {
+                meter.counters(expected, completed);
+                on_event(Event::Progress(meter.progress(remaining_bytes(h, targets))));
+                return Ok(Outcome::Completed);
+            }
+            Waited::Own(Ok(BalanceEnd::BtrfsError(code))) => {
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!(
+                        "the kernel refused to start the balance on {}: another exclusive operation (device add or remove, replace, resize) is running (btrfs error {code})",
+                        h.path().display()
+                    ),
+                )
+                .with_hint("wait until it ends, then run the same convert again"));
+            }
+            Waited::Own(Err(Errno::ECANCELED)) => {
+                let paused = h
+                    .balance_status()
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s.state & balance_state::RUNNING == 0);
+                return Ok(if paused {
+                    Outcome::Paused
+                } else if pause_requested {
+                    // Asked to pause, but someone cancelled it meanwhile.
+                    Outcome::Cancelled
+                } else {
+                    Outcome::Cancelled
+                });
+            }
+            Waited::Own(Err(Errno::EINPROGRESS)) => {
+                // Someone else started a balance at the same instant.
+                match h.balance_status()? {
+                    Some(s) if BalanceInfo::from_status(&s).targets() == targets && !pause_requested => {
+                        on_event(Event::Notice(format!(
+                            "another process started a balance with these targets on {} at the same moment: following it",
+                            h.path().display()
+                        )));
+                        phase = Phase::Follow;
+                        continue;
+                    }
+                    Some(s) => {
+                        let b = BalanceInfo::from_status(&s);
+                        let m = h.path().display();
+                        return Err(Error::new(
+                            ErrorKind::Refused,
+                            format!(
+                                "cannot convert: a balance with other targets ({}) is {} on {m}",
+                                b.targets().describe(),
+                                if b.running { "running" } else { "paused" }
+                            ),
+                        )
+                        .with_hint(format!("watch it with `btrfs-lab convert {m} --status`, or `--pause` / `--resume` / `--cancel` it")));
+                    }
+                    None => {
+                        return Err(Error::new(
+                            ErrorKind::Busy,
+                            format!("another balance was running on {} when this one was to start; it has ended since", h.path().display()),
+                        )
+                        .with_hint("run the same convert again"));
+                    }
+                }
+            }
+            Waited::Own(Err(Errno::ENOSPC)) => return Err(Error::new(
+                ErrorKind::NoSpace,
+                format!("the conversion ran out of space on {}; what was converted stays converted", h.path().display()),
+            )
+            .with_hint("free space (delete files, or btrfs balance start -dusage=10) or add a device, then run the same convert again")),
+            Waited::Own(Err(Errno::EXDEV)) => {
+                return Err(Error::new(
+                    ErrorKind::State,
+                    format!("{} is no longer the filesystem {} that was planned on", h.path().display(), h.fsid()),
+                ));
+            }
+            Waited::Own(Err(e)) => return Err(kernel_failure(h, e)),
+            Waited::Paused => return Ok(Outcome::Paused),
+            Waited::Gone => {
+                let left = remaining_bytes(h, targets);
+                if left == 0 {
+                    on_event(Event::Progress(meter.progress(0)));
+                    return Ok(Outcome::Completed);
+                }
+                if pause_requested || pause_result.is_err() {
+                    return Err(Error::interrupted().with_hint(format!(
+                        "the balance that was followed ended before it was paused; nothing else was started; run the same convert again to finish the {} left",
+                        format_iec(left)
+                    )));
+                }
+                if req.is_none() {
+                    return Ok(Outcome::Cancelled);
+                }
+                on_event(Event::Notice(
+                    "the balance that was running has ended without finishing (it was cancelled): starting the conversion".to_owned(),
+                ));
+                phase = Phase::Own { resume: false };
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Own { resume: bool },
+    Follow,
+}
+
+/// A balance the kernel failed (EINVAL, EIO, ...): what the kernel logged,
+/// and for I/O errors which device's error counters rose.
+fn kernel_failure(h: &FsHandle, e: Errno) -> Error {
+    let devices: Vec<String> = h
+        .devices()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|d| {
+            Path::new(&d.path)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .collect();
+    let said = btrfs::kernel_log_about(&devices, 8);
+    // The cause rather than the summary line ("ended with status: -5").
+    let cause = said
+        .iter()
+        .rev()
+        .find(|l| !l.contains("ended with status"))
+        .or(said.last());
+    let mut hint = match cause {
+        Some(last) => format!("the kernel said: \"{last}\"; see `dmesg | grep -i btrfs` for more"),
+        None => "see what the kernel said: `dmesg | grep -i btrfs`".to_owned(),
+    };
+    if e == Errno::EIO {
+        let bad: Vec<String> = h
+            .devices()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|d| {
+                let s = h.device_stats(d.devid).ok()?;
+                (s.read_errs + s.corruption_errs > 0).then(|| {
+                    format!(
+                        "device {} ({}): {} read, {} corruption errors",
+                        d.devid, d.path, s.read_errs, s.corruption_errs
+                    )
+                })
+            })
+            .collect();
+        if !bad.is_empty() {
+            hint = format!(
+                "{hint}; {}; run a scrub (btrfs scrub start -B {}) to find and repair or name the damaged files, restore or delete them, then run the same convert again",
+                bad.join(", "),
+                h.path().display()
+            );
+        } else {
+            hint = format!(
+                "{hint}; run a scrub (btrfs scrub start -B {}) before trying again",
+                h.path().display()
+            );
+        }
+    }
+    let mut err = Error::from_errno(e, "the balance failed on", h.path());
+    err = err.with_hint(hint);
+    err
+}
+
+/// How a conversion run ended.
+#[derive(Debug)]
+pub enum Finished {
+    /// Every type is in its target profile (verified); the new `df`.
+    Completed(crate::space::DfReport),
+    /// Paused (by a signal, or by someone else).
+    Paused {
+        /// Bytes still outside the targets.
+        bytes_remaining: u64,
+    },
+    /// Someone cancelled it: [`Finished::error`] says what to do.
+    Cancelled,
+}
+
+impl Finished {
+    /// The last JSON record.
+    pub fn record(&self) -> ResultRecord {
+        match self {
+            Finished::Completed(df) => ResultRecord {
+                outcome: Outcome::Completed,
+                records: Some(df.records.iter().map(DfRecord::from).collect()),
+                bytes_remaining: None,
+            },
+            Finished::Paused { bytes_remaining } => ResultRecord {
+                outcome: Outcome::Paused,
+                records: None,
+                bytes_remaining: Some(*bytes_remaining),
+            },
+            Finished::Cancelled => ResultRecord {
+                outcome: Outcome::Cancelled,
+                records: None,
+                bytes_remaining: None,
+            },
+        }
+    }
+
+    /// The error to end with (cancelled), if any.
+    pub fn error(&self, mount_point: &Path) -> Option<Error> {
+        matches!(self, Finished::Cancelled).then(|| {
+            Error::new(
+                ErrorKind::State,
+                format!(
+                    "the conversion on {} was cancelled by someone else",
+                    mount_point.display()
+                ),
+            )
+            .with_hint("run the same convert again to finish it: converted chunks are skipped")
+        })
+    }
+}
+
+/// Runs the conversion on the open filesystem `fs` ([`run_balance`]), then
+/// verifies a completed one from the kernel and reads the new `df`.
+pub fn execute(
+    root: &SysRoot,
+    fs: &FsHandle,
+    mount_point: &Path,
+    start: Start,
+    targets: Targets,
+    signals: &OperationSignals,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Finished> {
+    match run_balance(fs, start, targets, signals, on_event)? {
+        Outcome::Completed => {
+            let state = read_state_at(root, fs, mount_point)?;
+            super::verify(&state, targets)?;
+            fs.check_path_still_here(fs.path())?;
+            Ok(Finished::Completed(crate::space::df_from_kernel(
+                root,
+                fs.path(),
+            )?))
+        }
+        Outcome::Paused => Ok(Finished::Paused {
+            bytes_remaining: remaining_bytes(fs, targets),
+        }),
+        Outcome::Cancelled => Ok(Finished::Cancelled),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_eta_until_a_chunk_is_done_and_counters_never_end_below_done() {
+        // Before the first chunk: a rate from a few bytes would promise hours.
+        assert_eq!(eta(0, 4096, 1 << 30, 2.0).1, None);
+        assert_eq!(eta(1, 0, 1 << 30, 2.0).1, None);
+        assert_eq!(eta(1, 1 << 20, 1 << 30, 0.5).1, None);
+        let (rate, e) = eta(1, 256 << 20, 512 << 20, 2.0);
+        assert_eq!(rate, (128 << 20) as f64);
+        assert_eq!(e, Some(4.0));
+        let mut m = Meter {
+            targets: Targets {
+                data: None,
+                metadata: None,
+            },
+            initial: 100,
+            started: Instant::now(),
+            first_done: None,
+            expected: 0,
+            done: 0,
+        };
+        m.counters(4, 1);
+        m.counters(4, 2);
+        // The kernel's final copy of the counters can say more done than expected.
+        m.counters(0, 0);
+        m.counters(0, 0);
+        let p = m.progress(0);
+        assert_eq!((p.chunks_done, p.chunks_expected), (2, 4));
+        m.counters(1, 3);
+        let p = m.progress(0);
+        assert_eq!((p.chunks_done, p.chunks_expected), (3, 3));
+    }
+}

@@ -1,6 +1,6 @@
 //! Kernel interfaces: ioctls, sysfs, procfs, mounts, loop devices, O_DIRECT
 //! I/O and the external programs btrfs-lab drives. All `unsafe` of the crate
-//! lives in [`ioctl`], [`nvme`], [`extents`] and [`memio`].
+//! lives in [`ioctl`], [`nvme`], [`extents`], [`memio`] and [`lease`].
 
 pub mod blockdev;
 pub mod btrfs;
@@ -11,6 +11,7 @@ pub mod extents;
 pub mod filecopy;
 pub mod fs;
 pub mod ioctl;
+pub mod lease;
 pub mod loopdev;
 pub mod memio;
 pub mod mounts;

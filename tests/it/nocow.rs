@@ -934,3 +934,113 @@ fn unprivileged_user_migrates_own_files_only() {
     assert_eq!(flags_of(&dir.join("roots.conf")) & FS_NOCOW_FL, 0);
     assert_eq!(snapshot(&dir), before);
 }
+
+/// One writer for one file: opens it O_APPEND, writes a numbered record,
+/// closes it, sleeps 10–30 ms; again, until told to stop (or 5000 records).
+/// Returns the records whose close() returned.
+fn come_and_go_writer(
+    path: PathBuf,
+    tag: usize,
+    seed: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<String>> {
+    std::thread::spawn(move || {
+        let mut written = Vec::new();
+        let mut x = seed | 1;
+        for n in 0..5000u32 {
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            let record = format!("record {tag} {n:06}\n");
+            let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            f.write_all(record.as_bytes()).unwrap();
+            drop(f); // close()
+            written.push(record);
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            std::thread::sleep(std::time::Duration::from_millis(10 + x % 21));
+        }
+        written
+    })
+}
+
+#[test]
+fn migration_never_loses_a_write_from_writers_that_come_and_go() {
+    if !require_root("nocow --migrate against a writer") {
+        return;
+    }
+    const FILES: usize = 3;
+    const MIGRATIONS: usize = 240;
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let base = sbx.mount_point().join("w");
+    fs::create_dir(&base).unwrap();
+    let (mut runs, mut migrated, mut refused, mut lost, mut records) = (0, 0, 0, 0, 0);
+    let mut files_with_loss = 0;
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    let mut lost_examples = Vec::new();
+    while migrated + refused < MIGRATIONS && runs < 200 {
+        let dir = base.join(format!("run{runs}"));
+        fs::create_dir(&dir).unwrap();
+        let paths: Vec<PathBuf> = (0..FILES)
+            .map(|i| dir.join(format!("table{i}.db")))
+            .collect();
+        for (i, p) in paths.iter().enumerate() {
+            fs::write(p, random_bytes(64 << 10, (runs * FILES + i) as u64)).unwrap();
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| come_and_go_writer(p.clone(), i, (runs * 7 + i) as u64, stop.clone()))
+            .collect();
+        let (code, _, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), dir.as_os_str()]);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let written: Vec<Vec<String>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        runs += 1;
+        if code != 0 {
+            assert_eq!(code, 1, "{stderr}");
+            assert!(stderr.contains("btrfs-lab: error: "), "{stderr}");
+            let line = stderr
+                .lines()
+                .find(|l| l.contains("btrfs-lab: error: "))
+                .unwrap();
+            let why = line.split_once(".db").map_or(line, |(_, w)| w);
+            *errors.entry(why.chars().take(60).collect()).or_default() += 1;
+        }
+        for (p, recs) in paths.iter().zip(&written) {
+            let content = String::from_utf8(fs::read(p).unwrap()[64 << 10..].to_vec()).unwrap();
+            let nocow = flags_of(p) & FS_NOCOW_FL != 0;
+            if nocow {
+                migrated += 1;
+            } else {
+                refused += 1;
+            }
+            if code == 0 {
+                assert!(nocow, "exit 0 but {} not NOCOW", p.display());
+            }
+            records += recs.len();
+            let lost_before = lost;
+            for r in recs {
+                if !content.contains(r.as_str()) {
+                    lost += 1;
+                    if lost_examples.len() < 5 {
+                        lost_examples.push(format!("{}: {}", p.display(), r.trim()));
+                    }
+                }
+            }
+            files_with_loss += usize::from(lost > lost_before);
+        }
+        no_temp_files(&dir);
+    }
+    eprintln!(
+        "come-and-go writers: {runs} runs, {} file migrations attempted, {migrated} migrated, \
+         {refused} refused, {records} records written, {lost} lost (in {files_with_loss} files) \
+         {lost_examples:?}; refusals: {errors:?}",
+        migrated + refused
+    );
+    assert!(migrated + refused >= MIGRATIONS);
+    assert!(migrated > 0, "no file was migrated at all");
+    assert_eq!(lost, 0, "records lost: {lost_examples:?}");
+}

@@ -76,7 +76,10 @@ fn service_arg(s: &str) -> std::result::Result<Service, String> {
 }
 
 pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
-    let sysroot = SysRoot::from_option(None);
+    // nocow acts on the running system: /proc and /sys are never read under
+    // a root prefix (BTRFS_LAB_SYSROOT), which could hide a process that has
+    // a file open or a mount inside the directory.
+    let sysroot = SysRoot::host();
     let advice = args.service.map(advice);
     if args.check {
         if args.paths.is_empty() {
@@ -172,7 +175,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     } else {
         ProgressBar::hidden()
     };
-    let mut opts = ExecOptions::new(req.force, sysroot.clone());
+    let mut opts = ExecOptions::new(req.force);
     let result = nocow::execute(&sysroot, &report.path, &report.plan, &mut opts, &mut |n| {
         bar.inc(n);
         Ok(())

@@ -35,13 +35,14 @@ use crate::sys::ioctl::{
 };
 use crate::sys::lease::{self, Lease, LeaseKind};
 use crate::sys::loopdev::FileIdentity;
-use crate::sys::root::SysRoot;
 use crate::sys::{procs, signals, xattrs};
 
-/// Test hook: `BTRFS_LAB_NOCOW_TEST_PAUSE=copy` pauses after the first chunk
+/// Test hook (only with the `test-hooks` cargo feature, which release
+/// builds do not enable): `BTRFS_LAB_NOCOW_TEST_PAUSE=copy` pauses after the first chunk
 /// of the first migrated file is copied, `=linked` once its copy has a name
 /// and before the rename. It prints one line on stderr and waits for a
 /// signal, so the test suite can kill the process at that point.
+#[cfg(feature = "test-hooks")]
 pub const PAUSE_ENV: &str = "BTRFS_LAB_NOCOW_TEST_PAUSE";
 
 /// Inode flags a migrated file keeps (besides NOCOW). Compression cannot be
@@ -62,25 +63,23 @@ pub enum PausePoint {
 pub struct ExecOptions {
     /// Migrate files that a process has open.
     pub force: bool,
-    /// Where /proc is read.
-    pub sysroot: SysRoot,
     /// The test hook.
     pub pause: Option<PausePoint>,
 }
 
 impl ExecOptions {
-    /// Options with the test hook read from the environment.
-    pub fn new(force: bool, sysroot: SysRoot) -> Self {
+    /// Options (with the `test-hooks` feature, the test hook read from the
+    /// environment).
+    pub fn new(force: bool) -> Self {
+        #[cfg(feature = "test-hooks")]
         let pause = match std::env::var(PAUSE_ENV).as_deref() {
             Ok("copy") => Some(PausePoint::Copy),
             Ok("linked") => Some(PausePoint::Linked),
             _ => None,
         };
-        Self {
-            force,
-            sysroot,
-            pause,
-        }
+        #[cfg(not(feature = "test-hooks"))]
+        let pause = None;
+        Self { force, pause }
     }
 
     fn pause_at(&mut self, point: PausePoint, path: &Path) -> Result<()> {
@@ -266,7 +265,7 @@ fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
     if opts.force {
         return Ok(());
     }
-    let found = procs::open_files(&opts.sysroot, &[(id, path.to_path_buf())]);
+    let found = procs::open_files(&[(id, path.to_path_buf())]);
     let who = found.openers(id);
     if who.is_empty() {
         return Ok(());

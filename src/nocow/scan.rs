@@ -116,7 +116,7 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
         .filter(|e| e.kind == EntryKind::File)
         .map(|e| (e.id, e.path.clone()))
         .collect();
-    let open = procs::open_files(sysroot, &targets);
+    let open = procs::open_files(&targets);
     scan.unreadable_processes = open.unreadable;
     for e in &mut scan.entries {
         e.open_by = open.openers(e.id).to_vec();

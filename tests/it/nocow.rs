@@ -4,12 +4,16 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
+#[cfg(feature = "test-hooks")]
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use btrfs_lab::nocow::{MARKER_XATTR, TEMP_PREFIX};
+#[cfg(feature = "test-hooks")]
+use btrfs_lab::nocow::MARKER_XATTR;
+use btrfs_lab::nocow::TEMP_PREFIX;
 use btrfs_lab::sandbox::{FsKind, SandboxRequest};
 use btrfs_lab::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL};
 use serde_json::Value;
@@ -507,6 +511,7 @@ fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
     assert_eq!(p["filesystem"]["target_nocow"], true);
 }
 
+#[cfg(feature = "test-hooks")]
 /// Starts `nocow --migrate --yes DIR` with the test hook and waits until it
 /// pauses at `point`.
 fn start_paused(env: &TestEnv, dir: &Path, point: &str) -> std::process::Child {
@@ -533,6 +538,7 @@ fn start_paused(env: &TestEnv, dir: &Path, point: &str) -> std::process::Child {
     child
 }
 
+#[cfg(feature = "test-hooks")]
 fn kill_9(child: &mut std::process::Child) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -542,6 +548,7 @@ fn kill_9(child: &mut std::process::Child) {
     child.wait().unwrap();
 }
 
+#[cfg(feature = "test-hooks")]
 #[test]
 fn killed_migration_loses_nothing_and_a_rerun_completes() {
     if !require_root("nocow --migrate interrupted") {
@@ -662,6 +669,24 @@ fn open_files_are_refused_without_force() {
         0,
         "nothing changed, not even the directory"
     );
+
+    // A fake /proc (an empty tree under BTRFS_LAB_SYSROOT) hides nothing:
+    // the open-file check reads the real one.
+    let fake = env.path().join("fake-root");
+    fs::create_dir_all(fake.join("proc")).unwrap();
+    fs::create_dir_all(fake.join("sys")).unwrap();
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .env("BTRFS_LAB_SYSROOT", &fake)
+        .args(["nocow", "--migrate", "--yes"])
+        .arg(&dir));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains(&format!("pid {} (sleep 600)", holder.id())),
+        "{stderr}"
+    );
+    assert_eq!(snapshot(&dir), before);
 
     let (code, _, stderr) = nocow(
         &env,

@@ -176,6 +176,10 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         ProgressBar::hidden()
     };
     let mut opts = ExecOptions::new(req.force);
+    opts.root = observed
+        .root_dir
+        .clone()
+        .map(|d| (observed.root.dir.clone(), d));
     let result = nocow::execute(&sysroot, &report.path, &report.plan, &mut opts, &mut |n| {
         bar.inc(n);
         Ok(())

@@ -65,6 +65,9 @@ pub struct ExecOptions {
     pub force: bool,
     /// The test hook.
     pub pause: Option<PausePoint>,
+    /// The existing directory the plan is about (its canonical path), held
+    /// open since it was walked; every step opens its directory from it.
+    pub root: Option<(PathBuf, std::sync::Arc<super::scan::DirHandle>)>,
 }
 
 impl ExecOptions {
@@ -79,7 +82,11 @@ impl ExecOptions {
         };
         #[cfg(not(feature = "test-hooks"))]
         let pause = None;
-        Self { force, pause }
+        Self {
+            force,
+            pause,
+            root: None,
+        }
     }
 
     fn pause_at(&mut self, point: PausePoint, path: &Path) -> Result<()> {
@@ -136,8 +143,7 @@ fn split(path: &Path) -> Result<(&Path, &OsStr)> {
 
 /// The directory of `path`, opened and locked against another btrfs-lab
 /// working in it (the lock goes with the process, SIGKILL included).
-fn lock_dir(dir: &Path) -> Result<Flock<File>> {
-    let f = sysfs::open_dir(dir)?;
+fn lock_dir(f: File, dir: &Path) -> Result<Flock<File>> {
     Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| match e {
         Errno::EWOULDBLOCK => Error::new(
             ErrorKind::Busy,
@@ -195,12 +201,12 @@ fn open_planned(dir: &File, dir_path: &Path, name: &OsStr, id: FileIdentity) -> 
 
 /// Removes a temporary file an interrupted migration left, after checking
 /// it is still that file and still carries the marker.
-pub fn remove_leftover(path: &Path, id: FileIdentity) -> Result<()> {
+pub fn remove_leftover(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
     if !name.to_string_lossy().starts_with(TEMP_PREFIX) {
         return Err(changed(path));
     }
-    let dir = lock_dir(dir_path)?;
+    let dir = lock_dir(dir, dir_path)?;
     let file = open_planned(&dir, dir_path, name, id)?;
     if xattrs::get(&file, path, MARKER_XATTR)?.is_none() {
         return Err(changed(path));
@@ -211,18 +217,18 @@ pub fn remove_leftover(path: &Path, id: FileIdentity) -> Result<()> {
 }
 
 /// Removes the marker attribute from a migrated file.
-pub fn clear_marker(path: &Path, id: FileIdentity) -> Result<()> {
+pub fn clear_marker(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
-    let dir = lock_dir(dir_path)?;
+    let dir = lock_dir(dir, dir_path)?;
     let file = open_planned(&dir, dir_path, name, id)?;
     xattrs::remove(&file, path, MARKER_XATTR)?;
     filecopy::sync(&file, path)
 }
 
 /// Sets NOCOW on a file that is still empty.
-pub fn switch_empty(path: &Path, id: FileIdentity) -> Result<()> {
+pub fn switch_empty(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
-    let dir = lock_dir(dir_path)?;
+    let dir = lock_dir(dir, dir_path)?;
     let file = open_planned(&dir, dir_path, name, id)?;
     if file
         .metadata()
@@ -293,13 +299,14 @@ fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
 /// it before makes the comparison fail. Either way the file is copied again
 /// (a few times), then refused, and nothing it wrote is lost.
 pub fn migrate_file(
+    dir: File,
     path: &Path,
     id: FileIdentity,
     opts: &mut ExecOptions,
     progress: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<Option<Migrated>> {
     let (dir_path, name) = split(path)?;
-    let dir = lock_dir(dir_path)?;
+    let dir = lock_dir(dir, dir_path)?;
     let src = open_planned(&dir, dir_path, name, id)?;
     let src_flags = sysfs::inode_flags_of(&src, path)?.unwrap_or(0);
     if src_flags & FS_NOCOW_FL != 0 {

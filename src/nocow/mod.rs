@@ -20,6 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
 use crate::sys::{btrfs, fs as sysfs, signals};
 use advice::Advice;
@@ -88,6 +89,8 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 entries: s.entries,
                 as_root: crate::sys::is_root(),
                 euid: nix::unistd::geteuid().as_raw(),
+                root_id: s.root_dir.as_ref().map(|d| d.id),
+                root_dir: s.root_dir,
             })
         }
         Ok(_) => Err(Error::new(
@@ -117,6 +120,8 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 entries: Vec::new(),
                 as_root: crate::sys::is_root(),
                 euid: nix::unistd::geteuid().as_raw(),
+                root_id: None,
+                root_dir: None,
             })
         }
         Err(e) => Err(Error::from_io(&e, "cannot use", &req.dir)),
@@ -291,6 +296,36 @@ pub fn execute(
     Ok(out)
 }
 
+/// The planned directory `dir`, opened from the directory the walk held
+/// (never through a link, never outside it) and checked to be the same
+/// (dev, inode) as when planned.
+fn planned_dir(opts: &ExecOptions, dir: &Path, id: FileIdentity) -> Result<fs::File> {
+    let Some((root_path, root)) = &opts.root else {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!("{} was not walked before it was planned", dir.display()),
+        ));
+    };
+    let rel = dir.strip_prefix(root_path).map_err(|_| {
+        Error::new(
+            ErrorKind::State,
+            format!("{} is outside {}", dir.display(), root_path.display()),
+        )
+    })?;
+    scan::open_beneath(root, rel, id, dir)
+}
+
+/// The directory of the planned file `path`, as [`planned_dir`].
+fn parent_dir(opts: &ExecOptions, path: &Path, id: FileIdentity) -> Result<fs::File> {
+    let dir = path.parent().ok_or_else(|| {
+        Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} has no parent directory", path.display()),
+        )
+    })?;
+    planned_dir(opts, dir, id)
+}
+
 fn run_step(
     step: &Step,
     opts: &mut ExecOptions,
@@ -315,24 +350,34 @@ fn run_step(
         Step::SetNocow {
             path,
             clear_compression,
+            id,
         } => {
-            sysfs::set_nocow_dir(path, *clear_compression)?;
+            match id {
+                Some(id) => {
+                    let dir = planned_dir(opts, path, *id)?;
+                    sysfs::set_nocow(&dir, path, *clear_compression)?;
+                }
+                None => sysfs::set_nocow_dir(path, *clear_compression)?,
+            }
             out.nocow_set.push(path.clone());
         }
-        Step::RemoveLeftover { path, id } => {
-            migrate::remove_leftover(path, *id)?;
+        Step::RemoveLeftover { path, id, dir_id } => {
+            migrate::remove_leftover(parent_dir(opts, path, *dir_id)?, path, *id)?;
             out.removed_leftovers.push(path.clone());
         }
-        Step::ClearMarker { path, id } => {
-            migrate::clear_marker(path, *id)?;
+        Step::ClearMarker { path, id, dir_id } => {
+            migrate::clear_marker(parent_dir(opts, path, *dir_id)?, path, *id)?;
             out.cleared_markers.push(path.clone());
         }
-        Step::SwitchEmpty { path, id } => {
-            migrate::switch_empty(path, *id)?;
+        Step::SwitchEmpty { path, id, dir_id } => {
+            migrate::switch_empty(parent_dir(opts, path, *dir_id)?, path, *id)?;
             out.switched.push(path.clone());
         }
-        Step::Migrate { path, id, .. } => {
-            if let Some(m) = migrate::migrate_file(path, *id, opts, progress)? {
+        Step::Migrate {
+            path, id, dir_id, ..
+        } => {
+            let dir = parent_dir(opts, path, *dir_id)?;
+            if let Some(m) = migrate::migrate_file(dir, path, *id, opts, progress)? {
                 out.migrated.push(m);
             }
         }

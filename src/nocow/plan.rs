@@ -56,6 +56,11 @@ pub struct Observed {
     pub as_root: bool,
     /// The effective user id (without root, only own files keep their owner).
     pub euid: u32,
+    /// The identity of the existing directory (walked by descriptor).
+    pub root_id: Option<FileIdentity>,
+    /// The existing directory, held open since it was walked: the plan is
+    /// carried out from it.
+    pub root_dir: Option<std::sync::Arc<super::scan::DirHandle>>,
 }
 
 /// One step of the plan.
@@ -80,6 +85,9 @@ pub enum Step {
         /// btrfs-lab creates).
         #[serde(skip)]
         clear_compression: bool,
+        /// Its identity when planned (none for a directory the plan creates).
+        #[serde(skip)]
+        id: Option<FileIdentity>,
     },
     /// Removes a temporary file an interrupted migration left.
     RemoveLeftover {
@@ -88,6 +96,9 @@ pub enum Step {
         /// Its identity when planned.
         #[serde(skip)]
         id: FileIdentity,
+        /// The identity of its directory when planned.
+        #[serde(skip)]
+        dir_id: FileIdentity,
     },
     /// Removes btrfs-lab's marker attribute from a migrated file (an
     /// interruption right after its rename left it).
@@ -97,6 +108,9 @@ pub enum Step {
         /// Its identity when planned.
         #[serde(skip)]
         id: FileIdentity,
+        /// The identity of its directory when planned.
+        #[serde(skip)]
+        dir_id: FileIdentity,
     },
     /// Sets NOCOW on an empty file in place.
     SwitchEmpty {
@@ -105,6 +119,9 @@ pub enum Step {
         /// Its identity when planned.
         #[serde(skip)]
         id: FileIdentity,
+        /// The identity of its directory when planned.
+        #[serde(skip)]
+        dir_id: FileIdentity,
     },
     /// Copies a file into a new NOCOW file and renames that over it.
     Migrate {
@@ -117,6 +134,9 @@ pub enum Step {
         /// Its identity when planned.
         #[serde(skip)]
         id: FileIdentity,
+        /// The identity of its directory when planned.
+        #[serde(skip)]
+        dir_id: FileIdentity,
     },
 }
 
@@ -238,6 +258,7 @@ pub fn plan(req: &Request, obs: &Observed) -> Result<Plan> {
             plan.steps.push(Step::SetNocow {
                 path: last.clone(),
                 clear_compression: true,
+                id: None,
             });
         }
         Target::Existing => {
@@ -261,6 +282,7 @@ pub fn plan(req: &Request, obs: &Observed) -> Result<Plan> {
                 plan.steps.push(Step::SetNocow {
                     path: root.dir.clone(),
                     clear_compression: false,
+                    id: obs.root_id,
                 });
             }
             plan_contents(req, obs, &mut plan)?;
@@ -283,6 +305,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
                 leftovers.push(Step::RemoveLeftover {
                     path: e.path.clone(),
                     id: e.id,
+                    dir_id: e.dir_id,
                 });
             }
             continue;
@@ -291,6 +314,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
             markers.push(Step::ClearMarker {
                 path: e.path.clone(),
                 id: e.id,
+                dir_id: e.dir_id,
             });
         }
         let stay = |reason: String| Staying {
@@ -308,12 +332,14 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
                 plan.steps.push(Step::SetNocow {
                     path: e.path.clone(),
                     clear_compression: false,
+                    id: Some(e.id),
                 });
             }
             (EntryKind::File, EntryState::Switchable) if req.migrate => {
                 switch.push(Step::SwitchEmpty {
                     path: e.path.clone(),
                     id: e.id,
+                    dir_id: e.dir_id,
                 });
             }
             (EntryKind::File, EntryState::NeedsMigration)
@@ -334,6 +360,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
                     size_bytes: e.size_bytes,
                     allocated_bytes: e.allocated_bytes,
                     id: e.id,
+                    dir_id: e.dir_id,
                 });
             }
             (EntryKind::File, EntryState::Switchable) => plan.staying.push(stay(
@@ -510,6 +537,7 @@ mod tests {
             reason,
             marker: facts.marker,
             id: FileIdentity { dev: 1, ino: size },
+            dir_id: FileIdentity { dev: 1, ino: 256 },
             flags,
         }
     }
@@ -530,6 +558,8 @@ mod tests {
             entries,
             as_root: true,
             euid: 0,
+            root_id: None,
+            root_dir: None,
         }
     }
 
@@ -558,6 +588,8 @@ mod tests {
             entries: Vec::new(),
             as_root: true,
             euid: 0,
+            root_id: None,
+            root_dir: None,
         };
         let p = plan(&req(false), &obs).unwrap();
         assert_eq!(actions(&p), ["mkdir", "mkdir", "nocow"]);
@@ -670,6 +702,8 @@ mod tests {
             entries: Vec::new(),
             as_root: true,
             euid: 0,
+            root_id: None,
+            root_dir: None,
         };
         let p = plan(&req(true), &obs).unwrap();
         assert!(p.steps.is_empty());

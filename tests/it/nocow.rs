@@ -1069,3 +1069,132 @@ fn migration_never_loses_a_write_from_writers_that_come_and_go() {
     assert!(migrated > 0, "no file was migrated at all");
     assert_eq!(lost, 0, "records lost: {lost_examples:?}");
 }
+
+/// What root must never touch outside the user's directory: (dev, inode)
+/// and inode flags of each entry, and each file's content.
+fn outside_state(root: &Path) -> Vec<(PathBuf, u64, u64, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = fs::symlink_metadata(&p).unwrap();
+        let content = if m.is_file() {
+            fs::read(&p).unwrap()
+        } else {
+            Vec::new()
+        };
+        if m.is_dir() {
+            for e in fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        }
+        out.push((p.clone(), m.dev(), m.ino(), flags_of(&p), content));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn symlink_swaps_never_steer_root_outside_the_users_directory() {
+    if !require_root("nocow --migrate against symlink swaps") {
+        return;
+    }
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const RUNS: usize = 200;
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point();
+    // A root-owned tree outside the user's directory, not NOCOW.
+    let secret = mnt.join("secret");
+    // Its layout mirrors the user's (`deeper/`), so that a path through a
+    // swapped-in link leads to real directories and files there: O_NOFOLLOW
+    // on the last component alone does not stop that.
+    fs::create_dir_all(secret.join("deeper/inner")).unwrap();
+    fs::write(secret.join("deeper/key"), random_bytes(8192, 41)).unwrap();
+    fs::write(secret.join("deeper/inner/db"), random_bytes(4096, 42)).unwrap();
+    fs::set_permissions(secret.join("deeper/key"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
+    let homes = mnt.join("homes");
+    fs::create_dir(&homes).unwrap();
+    let outside_before = outside_state(&secret);
+
+    let (mut ok, mut refused) = (0, 0);
+    let swaps = Arc::new(AtomicU64::new(0));
+    for run in 0..RUNS {
+        // The user's directory: a subdirectory with a file of theirs, and a
+        // link of theirs to the secret tree, all owned by uid 65534.
+        let home = homes.join(format!("u{run}"));
+        fs::create_dir_all(home.join("sub/deeper")).unwrap();
+        fs::write(
+            home.join("sub/deeper/data.bin"),
+            random_bytes(4096, run as u64),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&secret, home.join("link")).unwrap();
+        for p in [
+            &home,
+            &home.join("sub"),
+            &home.join("sub/deeper"),
+            &home.join("sub/deeper/data.bin"),
+        ] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+        std::os::unix::fs::lchown(home.join("link"), Some(65534), Some(65534)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let attacker = {
+            let dir = File::open(&home).unwrap();
+            let (stop, swaps) = (stop.clone(), swaps.clone());
+            std::thread::spawn(move || {
+                // This thread only: uid and gid 65534.
+                rustix::thread::set_thread_res_gid(
+                    rustix::process::Gid::from_raw(65534),
+                    rustix::process::Gid::from_raw(65534),
+                    rustix::process::Gid::from_raw(65534),
+                )
+                .unwrap();
+                rustix::thread::set_thread_res_uid(
+                    rustix::process::Uid::from_raw(65534),
+                    rustix::process::Uid::from_raw(65534),
+                    rustix::process::Uid::from_raw(65534),
+                )
+                .unwrap();
+                for _ in 0..2_000_000u32 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    rustix::fs::renameat_with(
+                        &dir,
+                        "sub",
+                        &dir,
+                        "link",
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        let (code, _, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), home.as_os_str()]);
+        stop.store(true, Ordering::SeqCst);
+        attacker.join().unwrap();
+        match code {
+            0 => ok += 1,
+            1 => {
+                assert!(stderr.contains("btrfs-lab: error: "), "{stderr}");
+                refused += 1;
+            }
+            _ => panic!("exit {code}: {stderr}"),
+        }
+        assert_eq!(
+            outside_state(&secret),
+            outside_before,
+            "run {run}: root changed the tree outside the user's directory\n{stderr}"
+        );
+    }
+    eprintln!(
+        "symlink swaps: {RUNS} runs, {ok} done, {refused} refused, {} swaps; the outside tree \
+         unchanged",
+        swaps.load(Ordering::Relaxed)
+    );
+    assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
+}

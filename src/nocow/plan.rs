@@ -11,7 +11,7 @@ use crate::model::profile::Profile;
 use crate::parse::size::format_iec;
 use crate::probe::verdict::profile_list;
 use crate::sys::loopdev::FileIdentity;
-use crate::sys::procs;
+use crate::sys::procs::{self, Opener};
 
 /// Free space kept beyond the largest copy: metadata of the copy, and the
 /// estimate btrfs gives for free space.
@@ -28,6 +28,8 @@ pub struct Request {
     pub subvolume: bool,
     /// Migrate files even when a process has them open.
     pub force: bool,
+    /// Only show the plan: a file a process has open is marked, not refused.
+    pub dry_run: bool,
 }
 
 /// The directory as found.
@@ -131,6 +133,9 @@ pub enum Step {
         size_bytes: u64,
         /// Its allocation (the copy allocates about as much).
         allocated_bytes: u64,
+        /// Processes that had it open when planned (a dry run shows them; a
+        /// real run refuses the file unless --force).
+        open_by: Vec<Opener>,
         /// Its identity when planned.
         #[serde(skip)]
         id: FileIdentity,
@@ -162,12 +167,24 @@ impl Step {
                 format!("set NOCOW on empty file {}", path.display())
             }
             Step::Migrate {
-                path, size_bytes, ..
-            } => format!(
-                "copy {} ({}) into a new NOCOW file, verify it, rename it over the original",
-                path.display(),
-                format_iec(*size_bytes)
-            ),
+                path,
+                size_bytes,
+                open_by,
+                ..
+            } => {
+                let mut line = format!(
+                    "copy {} ({}) into a new NOCOW file, verify it, rename it over the original",
+                    path.display(),
+                    format_iec(*size_bytes)
+                );
+                if !open_by.is_empty() {
+                    line.push_str(&format!(
+                        " [open by {}: will be refused at run time unless --force]",
+                        procs::describe(open_by)
+                    ));
+                }
+                line
+            }
         }
     }
 }
@@ -359,6 +376,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
                     path: e.path.clone(),
                     size_bytes: e.size_bytes,
                     allocated_bytes: e.allocated_bytes,
+                    open_by: e.open_by.clone(),
                     id: e.id,
                     dir_id: e.dir_id,
                 });
@@ -377,7 +395,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
             _ => {}
         }
     }
-    if !busy.is_empty() {
+    if !busy.is_empty() && !req.dry_run {
         let list: Vec<String> = busy
             .iter()
             .map(|e| format!("{} by {}", e.display, procs::describe(&e.open_by)))
@@ -488,7 +506,6 @@ mod tests {
     use crate::nocow::audit::Facts;
     use crate::nocow::audit::classify;
     use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL};
-    use crate::sys::procs::Opener;
 
     fn root(fs: &str) -> RootInfo {
         RootInfo {
@@ -548,6 +565,7 @@ mod tests {
             migrate,
             subvolume: false,
             force: false,
+            dry_run: false,
         }
     }
 
@@ -644,6 +662,17 @@ mod tests {
         let e = plan(&req(true), &obs).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Busy);
         assert!(e.message().contains("pid 42 (qemu)"), "{}", e.message());
+        let mut dry = req(true);
+        dry.dry_run = true;
+        let p = plan(&dry, &obs).unwrap();
+        assert_eq!(actions(&p), ["nocow", "migrate"]);
+        assert!(
+            p.steps[1]
+                .describe()
+                .contains("open by pid 42 (qemu): will be refused at run time"),
+            "{}",
+            p.steps[1].describe()
+        );
         let mut forced = req(true);
         forced.force = true;
         let p = plan(&forced, &obs).unwrap();

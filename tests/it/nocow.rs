@@ -417,7 +417,7 @@ fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
 
     // The audit lists every file, changes nothing.
     let (code, stdout, _) = nocow(&env, &[os("--check"), os("--json"), dir.as_os_str()]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 6, "--check: files that are not NOCOW");
     let r = json(&stdout);
     assert_check_shape(&r);
     assert_eq!(r["summary"]["files"], 5);
@@ -433,9 +433,16 @@ fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
     assert_eq!(entry(&r, &dir.join("sub"))["state"], "not-nocow");
     assert_eq!(snapshot(&dir), before);
     let (code, text, _) = nocow(&env, &[os("--check"), dir.as_os_str()]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 6, "--check: files that are not NOCOW");
     assert!(text.contains("needs migration"), "{text}");
     assert!(text.contains("disk.img  (sparse)"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "hint: btrfs-lab nocow --migrate {} copies",
+            dir.display()
+        )),
+        "{text}"
+    );
 
     // Without --migrate the files are named and stay.
     let (code, stdout, _) = nocow(&env, &[os("--yes"), dir.as_os_str()]);
@@ -494,6 +501,10 @@ fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
         "allocation {sparse_alloc} before, {sparse_after} after"
     );
     no_temp_files(&dir);
+
+    // The audit now finds nothing to do: exit 0.
+    let (code, text, _) = nocow(&env, &[os("--check"), dir.as_os_str()]);
+    assert_eq!(code, 0, "{text}");
 
     // A second run has nothing left to migrate.
     let (code, stdout, _) = nocow(&env, &[os("--migrate"), dir.as_os_str()]);
@@ -648,7 +659,7 @@ fn open_files_are_refused_without_force() {
         .unwrap();
 
     let (code, stdout, _) = nocow(&env, &[os("--check"), dir.as_os_str()]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 6, "--check: files that are not NOCOW");
     assert!(
         stdout.contains(&format!("open by pid {} (sleep 600)", holder.id())),
         "{stdout}"
@@ -669,6 +680,22 @@ fn open_files_are_refused_without_force() {
         0,
         "nothing changed, not even the directory"
     );
+
+    // A dry run shows the plan with the file marked, and changes nothing.
+    let (code, stdout, stderr) = nocow(&env, &[os("--migrate"), os("--dry-run"), dir.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "[open by pid {} (sleep 600): will be refused at run time unless --force]",
+            holder.id()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(dry run: nothing was changed)"),
+        "{stdout}"
+    );
+    assert_eq!(snapshot(&dir), before);
 
     // A fake /proc (an empty tree under BTRFS_LAB_SYSROOT) hides nothing:
     // the open-file check reads the real one.
@@ -794,7 +821,7 @@ fn refusals_change_nothing() {
     assert!(!mnt.join("new").exists());
     // --check still works on it.
     let (code, _, _) = nocow(&env, &[os("--check"), dir.as_os_str()]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 6, "--check: files that are not NOCOW");
     nix::mount::mount(
         None::<&str>,
         &mnt,
@@ -946,7 +973,7 @@ fn unprivileged_user_migrates_own_files_only() {
             .stdin(Stdio::null()))
     };
     let (code, stdout, _) = as_nobody(&["--check"]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 6, "--check: files that are not NOCOW");
     assert!(
         stdout.contains("could not be inspected (not root)"),
         "{stdout}"

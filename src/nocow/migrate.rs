@@ -68,6 +68,8 @@ pub struct ExecOptions {
     /// The existing directory the plan is about (its canonical path), held
     /// open since it was walked; every step opens its directory from it.
     pub root: Option<(PathBuf, std::sync::Arc<super::scan::DirHandle>)>,
+    /// Directories this run created, and their identities.
+    pub created: Vec<(PathBuf, FileIdentity)>,
 }
 
 impl ExecOptions {
@@ -86,6 +88,7 @@ impl ExecOptions {
             force,
             pause,
             root: None,
+            created: Vec::new(),
         }
     }
 

@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, fs as sysfs, signals};
+use crate::sys::{dirfd, fs as sysfs, signals};
 use advice::Advice;
 use audit::{Entry, EntryKind, EntryState, RootInfo, Summary, summarize};
 use migrate::{ExecOptions, Migrated};
@@ -101,6 +101,11 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let (ancestor, rest) = existing_ancestor(&abs)?;
             let mut root = scan::inspect_root(sysroot, &ancestor)?;
+            let held = if root.is_dir && root.is_btrfs() {
+                Some(std::sync::Arc::new(scan::open_root(&root.dir)?))
+            } else {
+                None
+            };
             if !root.is_dir {
                 return Err(Error::new(
                     ErrorKind::WrongTarget,
@@ -120,8 +125,8 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 entries: Vec::new(),
                 as_root: crate::sys::is_root(),
                 euid: nix::unistd::geteuid().as_raw(),
-                root_id: None,
-                root_dir: None,
+                root_id: held.as_ref().map(|d| d.id),
+                root_dir: held,
             })
         }
         Err(e) => Err(Error::from_io(&e, "cannot use", &req.dir)),
@@ -315,6 +320,43 @@ fn planned_dir(opts: &ExecOptions, dir: &Path, id: FileIdentity) -> Result<fs::F
     scan::open_beneath(root, rel, id, dir)
 }
 
+fn split_dir(path: &Path) -> Result<(&Path, &std::ffi::OsStr)> {
+    match (path.parent(), path.file_name()) {
+        (Some(p), Some(n)) => Ok((p, n)),
+        _ => Err(Error::usage(format!("cannot create {}", path.display()))),
+    }
+}
+
+/// Records the identity of a directory this run created.
+fn remember(opts: &mut ExecOptions, path: &Path, dir: &fs::File) -> Result<()> {
+    let id = FileIdentity::of(dir).map_err(|e| Error::from_io(&e, "cannot stat", path))?;
+    opts.created.push((path.to_path_buf(), id));
+    Ok(())
+}
+
+/// The existing directory the plan starts from, or one this run created,
+/// opened from the held directory and checked as [`planned_dir`] does.
+fn created_or_planned_dir(opts: &ExecOptions, dir: &Path) -> Result<fs::File> {
+    let id = match &opts.root {
+        Some((root_path, root)) if root_path == dir => root.id,
+        _ => opts
+            .created
+            .iter()
+            .find(|(p, _)| p == dir)
+            .map(|(_, id)| *id)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::State,
+                    format!(
+                        "{} was neither found nor created by this run",
+                        dir.display()
+                    ),
+                )
+            })?,
+    };
+    planned_dir(opts, dir, id)
+}
+
 /// The directory of the planned file `path`, as [`planned_dir`].
 fn parent_dir(opts: &ExecOptions, path: &Path, id: FileIdentity) -> Result<fs::File> {
     let dir = path.parent().ok_or_else(|| {
@@ -335,15 +377,17 @@ fn run_step(
     signals::check()?;
     match step {
         Step::CreateDirectory { path } => {
-            fs::create_dir(path).map_err(|e| Error::from_io(&e, "cannot create", path))?;
+            let (parent, name) = split_dir(path)?;
+            let parent = created_or_planned_dir(opts, parent)?;
+            let made = dirfd::mkdir_at(&parent, name, path)?;
+            remember(opts, path, &made)?;
             out.created.push(path.clone());
         }
         Step::CreateSubvolume { path } => {
-            let (parent, name) = match (path.parent(), path.file_name()) {
-                (Some(p), Some(n)) => (p, n),
-                _ => return Err(Error::usage(format!("cannot create {}", path.display()))),
-            };
-            btrfs::create_subvolume(parent, name)?;
+            let (parent, name) = split_dir(path)?;
+            let parent = created_or_planned_dir(opts, parent)?;
+            let made = dirfd::create_subvolume_at(&parent, name, path)?;
+            remember(opts, path, &made)?;
             out.created.push(path.clone());
             out.subvolume = Some(path.clone());
         }
@@ -357,7 +401,10 @@ fn run_step(
                     let dir = planned_dir(opts, path, *id)?;
                     sysfs::set_nocow(&dir, path, *clear_compression)?;
                 }
-                None => sysfs::set_nocow_dir(path, *clear_compression)?,
+                None => {
+                    let dir = created_or_planned_dir(opts, path)?;
+                    sysfs::set_nocow(&dir, path, *clear_compression)?;
+                }
             }
             out.nocow_set.push(path.clone());
         }

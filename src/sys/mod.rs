@@ -6,6 +6,7 @@ pub mod blockdev;
 pub mod btrfs;
 pub mod counters;
 pub mod direct_io;
+pub mod dirfd;
 pub mod diskstats;
 pub mod extents;
 pub mod filecopy;

@@ -376,7 +376,12 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
                     path: e.path.clone(),
                     size_bytes: e.size_bytes,
                     allocated_bytes: e.allocated_bytes,
-                    open_by: e.open_by.clone(),
+                    // With --force the warnings say it instead.
+                    open_by: if req.force {
+                        Vec::new()
+                    } else {
+                        e.open_by.clone()
+                    },
                     id: e.id,
                     dir_id: e.dir_id,
                 });
@@ -677,6 +682,7 @@ mod tests {
         forced.force = true;
         let p = plan(&forced, &obs).unwrap();
         assert!(p.warnings.iter().any(|w| w.contains("--force")));
+        assert!(!p.steps[1].describe().contains("refused at run time"));
 
         let mut obs = existing(vec![file("a", 0, 10 << 30, 10 << 30)]);
         obs.root.available_bytes = 10 << 30;

@@ -1,6 +1,6 @@
 //! `btrfs-lab nocow DIR`, `nocow --check PATH...`, `nocow --for SERVICE`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -32,7 +32,14 @@ Examples:
   btrfs-lab nocow --subvolume /var/lib/libvirt/images
   btrfs-lab nocow --check /var/lib/postgresql
   btrfs-lab nocow --migrate --dry-run /var/lib/mysql
-  btrfs-lab nocow --for postgres";
+  btrfs-lab nocow --for postgres
+
+Exit status: 0 done (or nothing to do; --check: every file is NOCOW, or the
+filesystem is not btrfs), 1 refused or failed, 2 bad command line,
+6 (--check) files that are not NOCOW were found, 130 interrupted.";
+
+/// `nocow --check` found files that are not NOCOW (docs/exit-codes.md).
+pub const NOT_NOCOW: u8 = 6;
 
 #[derive(Debug, Args)]
 pub struct NocowArgs {
@@ -76,7 +83,10 @@ fn service_arg(s: &str) -> std::result::Result<Service, String> {
 }
 
 pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
-    let sysroot = SysRoot::from_option(None);
+    // nocow acts on the running system: /proc and /sys are never read under
+    // a root prefix (BTRFS_LAB_SYSROOT), which could hide a process that has
+    // a file open or a mount inside the directory.
+    let sysroot = SysRoot::host();
     let advice = args.service.map(advice);
     if args.check {
         if args.paths.is_empty() {
@@ -96,7 +106,9 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
             }
             out.text(&text);
         }
-        return Ok(exit::OK);
+        let s = &report.summary;
+        let not_nocow = s.needs_migration_files + s.switchable_files + s.blocked_files;
+        return Ok(if not_nocow > 0 { NOT_NOCOW } else { exit::OK });
     }
     let dir = match args.paths.as_slice() {
         [] => {
@@ -126,6 +138,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         migrate: args.migrate,
         subvolume: args.subvolume,
         force: args.force,
+        dry_run: args.dry_run,
     };
     let observed = nocow::observe(&sysroot, &req)?;
     let plan = plan::plan(&req, &observed)?;
@@ -172,7 +185,11 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     } else {
         ProgressBar::hidden()
     };
-    let mut opts = ExecOptions::new(req.force, sysroot.clone());
+    let mut opts = ExecOptions::new(req.force);
+    opts.root = observed
+        .root_dir
+        .clone()
+        .map(|d| (observed.root.dir.clone(), d));
     let result = nocow::execute(&sysroot, &report.path, &report.plan, &mut opts, &mut |n| {
         bar.inc(n);
         Ok(())
@@ -469,10 +486,27 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
             ));
         }
         if r.summary.needs_migration_files + r.summary.switchable_files > 0 {
+            let dirs: Vec<String> = r
+                .roots
+                .iter()
+                .filter(|root| root.is_btrfs())
+                .map(|root| {
+                    let dir = if root.is_dir {
+                        root.path.clone()
+                    } else {
+                        root.path
+                            .parent()
+                            .filter(|p| !p.as_os_str().is_empty())
+                            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+                    };
+                    format!("btrfs-lab nocow --migrate {}", dir.display())
+                })
+                .collect();
             t.push_str(&format!(
-                "{} btrfs-lab nocow --migrate DIR copies the files that need it into NOCOW files \
+                "{} {} copies the files that need it into NOCOW files \
                  (one copy at a time: {} free needed, plus a margin)\n",
                 paint.dim("hint:"),
+                dirs.join(", "),
                 format_iec(r.summary.largest_migration_bytes)
             ));
         }

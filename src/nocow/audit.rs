@@ -161,6 +161,9 @@ pub struct Entry {
     /// Device and inode.
     #[serde(skip)]
     pub id: FileIdentity,
+    /// Device and inode of the directory it is in.
+    #[serde(skip)]
+    pub dir_id: FileIdentity,
     /// Inode flags.
     #[serde(skip)]
     pub flags: u32,
@@ -364,6 +367,7 @@ mod tests {
             reason: None,
             marker: false,
             id: FileIdentity { dev: 1, ino: 2 },
+            dir_id: FileIdentity { dev: 1, ino: 1 },
             flags: 0,
         };
         let s = summarize(&[

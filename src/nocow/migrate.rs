@@ -18,7 +18,7 @@ use std::thread;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, openat, renameat};
+use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, fstatat, futimens};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
@@ -33,14 +33,16 @@ use crate::sys::fs as sysfs;
 use crate::sys::ioctl::{
     FS_COMPR_FL, FS_NOATIME_FL, FS_NOCOMP_FL, FS_NOCOW_FL, FS_NODUMP_FL, FS_SYNC_FL,
 };
+use crate::sys::lease::{self, Lease, LeaseKind};
 use crate::sys::loopdev::FileIdentity;
-use crate::sys::root::SysRoot;
 use crate::sys::{procs, signals, xattrs};
 
-/// Test hook: `BTRFS_LAB_NOCOW_TEST_PAUSE=copy` pauses after the first chunk
+/// Test hook (only with the `test-hooks` cargo feature, which release
+/// builds do not enable): `BTRFS_LAB_NOCOW_TEST_PAUSE=copy` pauses after the first chunk
 /// of the first migrated file is copied, `=linked` once its copy has a name
 /// and before the rename. It prints one line on stderr and waits for a
 /// signal, so the test suite can kill the process at that point.
+#[cfg(feature = "test-hooks")]
 pub const PAUSE_ENV: &str = "BTRFS_LAB_NOCOW_TEST_PAUSE";
 
 /// Inode flags a migrated file keeps (besides NOCOW). Compression cannot be
@@ -61,24 +63,32 @@ pub enum PausePoint {
 pub struct ExecOptions {
     /// Migrate files that a process has open.
     pub force: bool,
-    /// Where /proc is read.
-    pub sysroot: SysRoot,
     /// The test hook.
     pub pause: Option<PausePoint>,
+    /// The existing directory the plan is about (its canonical path), held
+    /// open since it was walked; every step opens its directory from it.
+    pub root: Option<(PathBuf, std::sync::Arc<super::scan::DirHandle>)>,
+    /// Directories this run created, and their identities.
+    pub created: Vec<(PathBuf, FileIdentity)>,
 }
 
 impl ExecOptions {
-    /// Options with the test hook read from the environment.
-    pub fn new(force: bool, sysroot: SysRoot) -> Self {
+    /// Options (with the `test-hooks` feature, the test hook read from the
+    /// environment).
+    pub fn new(force: bool) -> Self {
+        #[cfg(feature = "test-hooks")]
         let pause = match std::env::var(PAUSE_ENV).as_deref() {
             Ok("copy") => Some(PausePoint::Copy),
             Ok("linked") => Some(PausePoint::Linked),
             _ => None,
         };
+        #[cfg(not(feature = "test-hooks"))]
+        let pause = None;
         Self {
             force,
-            sysroot,
             pause,
+            root: None,
+            created: Vec::new(),
         }
     }
 
@@ -136,8 +146,7 @@ fn split(path: &Path) -> Result<(&Path, &OsStr)> {
 
 /// The directory of `path`, opened and locked against another btrfs-lab
 /// working in it (the lock goes with the process, SIGKILL included).
-fn lock_dir(dir: &Path) -> Result<Flock<File>> {
-    let f = sysfs::open_dir(dir)?;
+fn lock_dir(f: File, dir: &Path) -> Result<Flock<File>> {
     Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| match e {
         Errno::EWOULDBLOCK => Error::new(
             ErrorKind::Busy,
@@ -195,12 +204,12 @@ fn open_planned(dir: &File, dir_path: &Path, name: &OsStr, id: FileIdentity) -> 
 
 /// Removes a temporary file an interrupted migration left, after checking
 /// it is still that file and still carries the marker.
-pub fn remove_leftover(path: &Path, id: FileIdentity) -> Result<()> {
+pub fn remove_leftover(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
     if !name.to_string_lossy().starts_with(TEMP_PREFIX) {
         return Err(changed(path));
     }
-    let dir = lock_dir(dir_path)?;
+    let dir = lock_dir(dir, dir_path)?;
     let file = open_planned(&dir, dir_path, name, id)?;
     if xattrs::get(&file, path, MARKER_XATTR)?.is_none() {
         return Err(changed(path));
@@ -211,18 +220,18 @@ pub fn remove_leftover(path: &Path, id: FileIdentity) -> Result<()> {
 }
 
 /// Removes the marker attribute from a migrated file.
-pub fn clear_marker(path: &Path, id: FileIdentity) -> Result<()> {
+pub fn clear_marker(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
-    let dir = lock_dir(dir_path)?;
+    let dir = lock_dir(dir, dir_path)?;
     let file = open_planned(&dir, dir_path, name, id)?;
     xattrs::remove(&file, path, MARKER_XATTR)?;
     filecopy::sync(&file, path)
 }
 
 /// Sets NOCOW on a file that is still empty.
-pub fn switch_empty(path: &Path, id: FileIdentity) -> Result<()> {
+pub fn switch_empty(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
-    let dir = lock_dir(dir_path)?;
+    let dir = lock_dir(dir, dir_path)?;
     let file = open_planned(&dir, dir_path, name, id)?;
     if file
         .metadata()
@@ -265,7 +274,7 @@ fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
     if opts.force {
         return Ok(());
     }
-    let found = procs::open_files(&opts.sysroot, &[(id, path.to_path_buf())]);
+    let found = procs::open_files(&[(id, path.to_path_buf())]);
     let who = found.openers(id);
     if who.is_empty() {
         return Ok(());
@@ -285,183 +294,438 @@ fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
 
 /// Migrates one file. `Ok(None)` when there is nothing to do any more (it
 /// became NOCOW meanwhile). `progress` gets the bytes copied and hashed.
+///
+/// The copy is made and verified first; only then is the original put under
+/// a read lease, compared with the copy once more (stat and content), and
+/// swapped with it. A writer who opens the original after that breaks the
+/// lease and the swap does not happen (or is undone); a writer who changed
+/// it before makes the comparison fail. Either way the file is copied again
+/// (a few times), then refused, and nothing it wrote is lost.
 pub fn migrate_file(
+    dir: File,
     path: &Path,
     id: FileIdentity,
     opts: &mut ExecOptions,
     progress: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<Option<Migrated>> {
     let (dir_path, name) = split(path)?;
-    let dir = lock_dir(dir_path)?;
+    let dir = lock_dir(dir, dir_path)?;
     let src = open_planned(&dir, dir_path, name, id)?;
-    let before = nix::sys::stat::fstat(src.as_fd())
-        .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
     let src_flags = sysfs::inode_flags_of(&src, path)?.unwrap_or(0);
     if src_flags & FS_NOCOW_FL != 0 {
         return Ok(None);
     }
-    if before.st_nlink > 1 {
+    let links = nix::sys::stat::fstat(src.as_fd())
+        .map_err(|e| Error::from_errno(e, "cannot stat", path))?
+        .st_nlink;
+    if links > 1 {
         return Err(changed(path));
     }
-    let size = u64::try_from(before.st_size).unwrap_or(0);
-
-    // 1. An empty NOCOW file nobody else can see.
-    let unnamed = create_unnamed(&dir, dir_path)?;
-    let mut tmp = match unnamed {
-        Some(file) => TempCopy {
-            file,
-            dir: &dir,
-            name: None,
-            committed: false,
-        },
-        None => {
-            let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
-            let file = create_exclusive(&dir, dir_path, &n)?;
-            let mut t = TempCopy {
-                file,
-                dir: &dir,
-                name: Some(n.into()),
-                committed: false,
-            };
-            set_marker(&mut t, id, path)?;
-            t
-        }
+    // Nobody may have it open (the plan looked before; this walk of /proc
+    // covers the time since). The lease below covers writers from then on.
+    openers_of(opts, id, path)?;
+    let file = Planned {
+        dir: &dir,
+        dir_path,
+        name,
+        path,
+        id,
+        src: &src,
+        src_flags,
     };
-    let tmp_path = dir_path.join(format!("{TEMP_PREFIX}{}", id.ino));
-    sysfs::set_nocow(&tmp.file, &tmp_path, true)?;
-
-    // 2. The data, holes kept; then flushed.
-    let mut first_chunk = true;
-    let copied = copy_data(&src, path, &tmp.file, &tmp_path, size, &mut |n| {
-        signals::check()?;
-        progress(n)?;
-        if first_chunk {
-            first_chunk = false;
-            opts.pause_at(PausePoint::Copy, path)?;
+    let mut attempt = 1;
+    loop {
+        match file.attempt(opts, progress) {
+            Ok(m) => return Ok(Some(m)),
+            Err(Attempt::Again(_)) if attempt < ATTEMPTS => {
+                attempt += 1;
+                signals::check()?;
+            }
+            Err(Attempt::Again(e) | Attempt::Fail(e)) => return Err(e),
         }
-        Ok(())
-    })?;
-    filecopy::sync(&tmp.file, &tmp_path)?;
+    }
+}
 
-    // 3. The content, read back from the disk, against the original: both
-    // read in full (holes as zeros, so a wrong SEEK_DATA answer would show),
-    // at the same time on two threads.
-    drop_cached_pages(&tmp.file);
-    let (want, got) = thread::scope(|scope| {
-        let original = scope.spawn(|| hash_contents(&src, path, size, &mut |_| signals::check()));
-        let copy = hash_contents(&tmp.file, &tmp_path, size, &mut |n| {
+/// Copies made of a file that is written to meanwhile, before it is refused.
+const ATTEMPTS: u32 = 3;
+
+/// Why an attempt failed: the file changed (try again), or anything else.
+enum Attempt {
+    Again(Error),
+    Fail(Error),
+}
+
+impl From<Error> for Attempt {
+    fn from(e: Error) -> Self {
+        Attempt::Fail(e)
+    }
+}
+
+/// The file being migrated, opened.
+struct Planned<'a> {
+    dir: &'a File,
+    dir_path: &'a Path,
+    name: &'a OsStr,
+    path: &'a Path,
+    id: FileIdentity,
+    src: &'a File,
+    src_flags: u32,
+}
+
+impl Planned<'_> {
+    fn attempt(
+        &self,
+        opts: &mut ExecOptions,
+        progress: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> std::result::Result<Migrated, Attempt> {
+        let Planned {
+            dir,
+            dir_path,
+            name,
+            path,
+            id,
+            src,
+            src_flags,
+        } = *self;
+        let before = nix::sys::stat::fstat(src.as_fd())
+            .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
+        let size = u64::try_from(before.st_size).unwrap_or(0);
+
+        // 1. An empty NOCOW file nobody else can see.
+        let unnamed = create_unnamed(dir, dir_path)?;
+        let mut tmp = match unnamed {
+            Some(file) => TempCopy {
+                file,
+                dir,
+                name: None,
+                committed: false,
+            },
+            None => {
+                let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
+                let file = create_exclusive(dir, dir_path, &n)?;
+                let mut t = TempCopy {
+                    file,
+                    dir,
+                    name: Some(n.into()),
+                    committed: false,
+                };
+                set_marker(&mut t, id, path)?;
+                t
+            }
+        };
+        let tmp_path = dir_path.join(format!("{TEMP_PREFIX}{}", id.ino));
+        sysfs::set_nocow(&tmp.file, &tmp_path, true)?;
+
+        // 2. The data, holes kept; then flushed.
+        let mut first_chunk = true;
+        let copied = copy_data(src, path, &tmp.file, &tmp_path, size, &mut |n| {
+            signals::check()?;
+            progress(n)?;
+            if first_chunk {
+                first_chunk = false;
+                opts.pause_at(PausePoint::Copy, path)?;
+            }
+            Ok(())
+        })
+        .map_err(|e| match e.kind() {
+            // Shorter than it was: written to meanwhile.
+            ErrorKind::State => Attempt::Again(e),
+            _ => Attempt::Fail(e),
+        })?;
+        filecopy::sync(&tmp.file, &tmp_path)?;
+
+        // 3. The copy, read back from the disk in full (holes as zeros, so
+        // a wrong SEEK_DATA answer would show).
+        drop_cached_pages(&tmp.file);
+        let got = hash_contents(&tmp.file, &tmp_path, size, &mut |n| {
             signals::check()?;
             progress(n)
-        });
-        let original = original
-            .join()
-            .unwrap_or_else(|_| Err(Error::new(ErrorKind::Io, "the hashing thread failed")));
-        (original, copy)
-    });
-    let (want, got) = (want?, got?);
-    progress(size)?;
-    if want != got {
-        return Err(Error::new(
-            ErrorKind::Io,
-            format!(
-                "the copy of {} does not match the original (BLAKE3 {} vs {}); the original was left as it is",
-                path.display(),
-                want.to_hex(),
-                got.to_hex()
-            ),
-        )
-        .with_hint("check the filesystem (btrfs device stats, dmesg) before trying again"));
-    }
+        })?;
 
-    // 4. Owner, attributes, mode, flags, times: in this order, because chown
-    // clears file capabilities and setting an ACL changes the mode.
-    std::os::unix::fs::fchown(&tmp.file, Some(before.st_uid), Some(before.st_gid)).map_err(
-        |e| {
-            Error::from_io(&e, "cannot give the copy the owner of", path)
-                .with_hint("run as root to migrate files of other users")
-        },
-    )?;
-    let src_xattrs: xattrs::Xattrs = xattrs::read_all(&src, path)?
-        .into_iter()
-        .filter(|(n, _)| n != MARKER_XATTR && !n.to_string_lossy().starts_with("btrfs."))
-        .collect();
-    let compression_dropped =
-        src_flags & FS_COMPR_FL != 0 || xattrs::get(&src, path, "btrfs.compression")?.is_some();
-    copy_xattrs(&src_xattrs, &tmp.file, path)?;
-    tmp.file
-        .set_permissions(Permissions::from_mode(before.st_mode & 0o7777))
-        .map_err(|e| Error::from_io(&e, "cannot set the mode of the copy of", path))?;
-    let flags = (src_flags & KEPT_FLAGS) | FS_NOCOW_FL;
-    sysfs::set_inode_flags_of(&tmp.file, &tmp_path, flags)?;
-    futimens(
-        tmp.file.as_fd(),
-        &timespec(before.st_atime, before.st_atime_nsec),
-        &timespec(before.st_mtime, before.st_mtime_nsec),
+        // 4. Owner, attributes, mode, flags, times: in this order, because
+        // chown clears file capabilities and setting an ACL changes the mode.
+        std::os::unix::fs::fchown(&tmp.file, Some(before.st_uid), Some(before.st_gid)).map_err(
+            |e| {
+                Error::from_io(&e, "cannot give the copy the owner of", path)
+                    .with_hint("run as root to migrate files of other users")
+            },
+        )?;
+        let src_xattrs: xattrs::Xattrs = xattrs::read_all(src, path)?
+            .into_iter()
+            .filter(|(n, _)| n != MARKER_XATTR && !n.to_string_lossy().starts_with("btrfs."))
+            .collect();
+        let compression_dropped =
+            src_flags & FS_COMPR_FL != 0 || xattrs::get(src, path, "btrfs.compression")?.is_some();
+        copy_xattrs(&src_xattrs, &tmp.file, path)?;
+        tmp.file
+            .set_permissions(Permissions::from_mode(before.st_mode & 0o7777))
+            .map_err(|e| Error::from_io(&e, "cannot set the mode of the copy of", path))?;
+        let flags = (src_flags & KEPT_FLAGS) | FS_NOCOW_FL;
+        sysfs::set_inode_flags_of(&tmp.file, &tmp_path, flags)?;
+        futimens(
+            tmp.file.as_fd(),
+            &timespec(before.st_atime, before.st_atime_nsec),
+            &timespec(before.st_mtime, before.st_mtime_nsec),
+        )
+        .map_err(|e| Error::from_errno(e, "cannot set the times of the copy of", path))?;
+        filecopy::sync(&tmp.file, &tmp_path)?;
+        verify_metadata(&tmp.file, &before, flags, &src_xattrs, path)?;
+
+        // 5. The original under a lease: from now on nobody can open it for
+        // writing without us knowing. It must still be what was copied: the
+        // same size, times and content (read in full, after the lease, so
+        // nothing written before it is missed).
+        let src_lease = lease_original(src, path, opts.force)?;
+        let now = nix::sys::stat::fstat(src.as_fd())
+            .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
+        let same = now.st_size == before.st_size
+            && (now.st_mtime, now.st_mtime_nsec) == (before.st_mtime, before.st_mtime_nsec)
+            && (now.st_ctime, now.st_ctime_nsec) == (before.st_ctime, before.st_ctime_nsec);
+        if !same {
+            return Err(Attempt::Again(changed_while_copied(path)));
+        }
+        let want = hash_contents(src, path, size, &mut |n| {
+            signals::check()?;
+            progress(n)
+        })
+        .map_err(|e| match e.kind() {
+            ErrorKind::State => Attempt::Again(changed_while_copied(path)),
+            _ => Attempt::Fail(e),
+        })?;
+        if want != got {
+            return Err(Attempt::Again(
+                Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "the copy of {} does not match the original (BLAKE3 {} vs {}); the original was left as it is",
+                        path.display(),
+                        want.to_hex(),
+                        got.to_hex()
+                    ),
+                )
+                .with_hint(
+                    "if nothing writes to it, check the filesystem (btrfs device stats, dmesg) \
+                     before trying again",
+                ),
+            ));
+        }
+        still_unwritten(src_lease.as_ref(), path).map_err(Attempt::Again)?;
+        if identity(&stat_at(dir, name, dir_path)?) != id {
+            return Err(Attempt::Fail(changed(path)));
+        }
+
+        // 6. A name (with the marker), then the swap.
+        if tmp.name.is_none() {
+            set_marker(&mut tmp, id, path)?;
+            let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
+            link_into(&tmp.file, dir, dir_path, &n)?;
+            tmp.name = Some(n.into());
+        }
+        opts.pause_at(PausePoint::Linked, path)?;
+        signals::check()?;
+        swap_in(&mut tmp, dir, dir_path, name, path, id, src_lease.as_ref())?;
+        drop(src_lease);
+        xattrs::remove(&tmp.file, path, MARKER_XATTR)?;
+        filecopy::sync(&tmp.file, path)?;
+        filecopy::sync(dir, dir_path)?;
+
+        // 7. The name now holds the NOCOW copy.
+        let final_stat = stat_at(dir, name, dir_path)?;
+        let copy_meta = tmp
+            .file
+            .metadata()
+            .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
+        let final_flags = sysfs::inode_flags_of(&tmp.file, path)?.unwrap_or(0);
+        if final_stat.st_ino != copy_meta.ino() || final_flags & FS_NOCOW_FL == 0 {
+            return Err(Attempt::Fail(Error::new(
+                ErrorKind::State,
+                format!("{} is not the NOCOW copy after the rename", path.display()),
+            )));
+        }
+        Ok(Migrated {
+            path: path.to_path_buf(),
+            size_bytes: size,
+            allocated_before_bytes: u64::try_from(before.st_blocks).unwrap_or(0) * 512,
+            allocated_after_bytes: copy_meta.blocks() * 512,
+            copied_bytes: copied,
+            blake3: got.to_hex().to_string(),
+            xattrs: src_xattrs.len(),
+            compression_dropped,
+        })
+    }
+}
+
+fn changed_while_copied(path: &Path) -> Error {
+    Error::new(
+        ErrorKind::State,
+        format!(
+            "{} changed while it was copied; it was left as it is",
+            path.display()
+        ),
     )
-    .map_err(|e| Error::from_errno(e, "cannot set the times of the copy of", path))?;
-    filecopy::sync(&tmp.file, &tmp_path)?;
-    verify_metadata(&tmp.file, &before, flags, &src_xattrs, path)?;
+    .with_hint("stop whatever writes to it and run again")
+}
 
-    // 5. The original must still be what was copied, and nobody may have it
-    // open (the plan checked before; this one walk of /proc per file covers
-    // the time since).
-    let now = nix::sys::stat::fstat(src.as_fd())
-        .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
-    let same = now.st_size == before.st_size
-        && (now.st_mtime, now.st_mtime_nsec) == (before.st_mtime, before.st_mtime_nsec)
-        && (now.st_ctime, now.st_ctime_nsec) == (before.st_ctime, before.st_ctime_nsec);
-    if !same || identity(&stat_at(&dir, name, dir_path)?) != id {
-        return Err(Error::new(
-            ErrorKind::State,
-            format!(
-                "{} changed while it was copied; it was left as it is",
-                path.display()
-            ),
-        )
-        .with_hint("stop whatever writes to it and run again"));
-    }
-    openers_of(opts, id, path)?;
+/// How long the original stays under its lease after the swap, before it
+/// is removed: an open() that looked the name up just before the swap has
+/// this long to reach the lease and break it.
+const SWAP_GRACE: Duration = Duration::from_millis(20);
 
-    // 6. A name (with the marker), then the atomic replacement.
-    if tmp.name.is_none() {
-        set_marker(&mut tmp, id, path)?;
-        let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
-        link_into(&tmp.file, &dir, dir_path, &n)?;
-        tmp.name = Some(n.into());
+/// Attempts at the lease while a writer has the original open for a moment.
+const LEASE_TRIES: u32 = 10;
+
+fn written_meanwhile(path: &Path) -> Error {
+    Error::new(
+        ErrorKind::Busy,
+        format!(
+            "{} was opened for writing while it was migrated; it was left as it is",
+            path.display()
+        ),
+    )
+    .with_hint("stop whatever writes to it and run again")
+}
+
+/// A read lease on the original, so that a writer who opens it later is
+/// noticed. A writer who has it open now is waited for a moment (one that
+/// opens, writes and closes), then refused; with `--force` the migration
+/// goes on without the lease.
+fn lease_original<'a>(src: &'a File, path: &Path, force: bool) -> Result<Option<Lease<'a>>> {
+    let mut tries = 0;
+    loop {
+        match lease::take(src, LeaseKind::Read) {
+            Ok(l) => return Ok(Some(l)),
+            Err(Errno::EAGAIN) if tries + 1 < LEASE_TRIES => {
+                tries += 1;
+                signals::check()?;
+                thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) if force => return Ok(None),
+            Err(Errno::EAGAIN) => {
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!(
+                        "{} is open for writing by a running process; it was left as it is",
+                        path.display()
+                    ),
+                )
+                .with_hint(
+                    "stop the process and run again (--force migrates anyway; its later writes are lost)",
+                ));
+            }
+            Err(e) => {
+                return Err(
+                    Error::from_errno(e, "cannot take a lease on", path).with_hint(
+                        "without a lease a writer could slip in unnoticed; check \
+                     /proc/sys/fs/leases-enable (--force migrates without it)",
+                    ),
+                );
+            }
+        }
     }
-    opts.pause_at(PausePoint::Linked, path)?;
-    signals::check()?;
+}
+
+/// `Err` once someone opened the original for writing.
+fn still_unwritten(lease: Option<&Lease<'_>>, path: &Path) -> Result<()> {
+    match lease {
+        Some(l) if !l.intact() => Err(written_meanwhile(path)),
+        _ => Ok(()),
+    }
+}
+
+/// Swaps the complete copy (named `tmp.name`) and the original (`name`)
+/// with one RENAME_EXCHANGE, so the original keeps a name until the end.
+/// Then, after [`SWAP_GRACE`], it is removed only if nobody opened it for
+/// writing meanwhile and the name swapped out is really the original;
+/// otherwise the swap is undone and the file is refused. A writer waiting
+/// on the broken lease goes on once we let go, into the original, under its
+/// own name again.
+fn swap_in(
+    tmp: &mut TempCopy<'_>,
+    dir: &File,
+    dir_path: &Path,
+    name: &OsStr,
+    path: &Path,
+    id: FileIdentity,
+    src_lease: Option<&Lease<'_>>,
+) -> std::result::Result<(), Attempt> {
     let temp_name = tmp.name.clone().unwrap_or_default();
-    renameat(dir.as_fd(), temp_name.as_os_str(), dir.as_fd(), name)
-        .map_err(|e| Error::from_errno(e, "cannot rename the copy over", path))?;
-    tmp.committed = true;
-    xattrs::remove(&tmp.file, path, MARKER_XATTR)?;
-    filecopy::sync(&tmp.file, path)?;
-    filecopy::sync(&dir, dir_path)?;
-
-    // 7. The name now holds the NOCOW copy.
-    let final_stat = stat_at(&dir, name, dir_path)?;
-    let copy_meta = tmp
-        .file
-        .metadata()
-        .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
-    let final_flags = sysfs::inode_flags_of(&tmp.file, path)?.unwrap_or(0);
-    if final_stat.st_ino != copy_meta.ino() || final_flags & FS_NOCOW_FL == 0 {
-        return Err(Error::new(
-            ErrorKind::State,
-            format!("{} is not the NOCOW copy after the rename", path.display()),
+    // Anyone who opens the copy once it has the name breaks this one.
+    let copy_lease = match lease::take(&tmp.file, LeaseKind::Write) {
+        Ok(l) => l,
+        Err(Errno::EAGAIN) => {
+            return Err(Attempt::Fail(written_meanwhile(&dir_path.join(&temp_name))));
+        }
+        Err(e) => {
+            return Err(Error::from_errno(e, "cannot take a lease on the copy of", path).into());
+        }
+    };
+    still_unwritten(src_lease, path).map_err(Attempt::Again)?;
+    let exchange = |what: &str| {
+        rustix::fs::renameat_with(
+            dir,
+            temp_name.as_os_str(),
+            dir,
+            name,
+            rustix::fs::RenameFlags::EXCHANGE,
+        )
+        .map_err(|e| Error::from_errno(Errno::from_raw(e.raw_os_error()), what, path))
+    };
+    exchange("cannot swap the copy with")?;
+    thread::sleep(SWAP_GRACE);
+    let original_out = stat_at(dir, &temp_name, dir_path).map(|st| identity(&st) == id);
+    let copy_in = stat_at(dir, name, dir_path)
+        .map(|st| st.st_ino == tmp.file.metadata().map(|m| m.ino()).unwrap_or(0));
+    let written = src_lease.is_some_and(|l| !l.intact());
+    if !written && matches!(original_out, Ok(true)) && matches!(copy_in, Ok(true)) {
+        unlinkat(
+            dir.as_fd(),
+            temp_name.as_os_str(),
+            UnlinkatFlags::NoRemoveDir,
+        )
+        .map_err(|e| Error::from_errno(e, "cannot remove the original of", path))?;
+        tmp.committed = true;
+        return Ok(());
+    }
+    // Undo: the original back under its name, the copy under the temporary
+    // one, removed as usual (TempCopy) unless someone opened it meanwhile.
+    if let Err(e) = exchange("cannot swap back the original of") {
+        tmp.committed = true;
+        return Err(Attempt::Fail(
+            Error::new(
+                e.kind(),
+                format!(
+                    "{}; the original is {} and the copy is {}",
+                    e.message(),
+                    dir_path.join(&temp_name).display(),
+                    path.display()
+                ),
+            )
+            .with_hint("rename the original back by hand (mv), then run again"),
         ));
     }
-    Ok(Some(Migrated {
-        path: path.to_path_buf(),
-        size_bytes: size,
-        allocated_before_bytes: u64::try_from(before.st_blocks).unwrap_or(0) * 512,
-        allocated_after_bytes: copy_meta.blocks() * 512,
-        copied_bytes: copied,
-        blake3: got.to_hex().to_string(),
-        xattrs: src_xattrs.len(),
-        compression_dropped,
-    }))
+    if !copy_lease.intact() {
+        // Someone opened the copy while it had the name and may write to it
+        // once we let go: it stays, without the marker, so that a re-run
+        // does not remove it.
+        tmp.committed = true;
+        xattrs::remove(&tmp.file, path, MARKER_XATTR)?;
+        return Err(Attempt::Fail(
+            Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "{} was opened by two processes while the copy was swapped in; the original \
+                 was put back and the copy kept as {}",
+                    path.display(),
+                    dir_path.join(&temp_name).display()
+                ),
+            )
+            .with_hint("stop whatever writes to it, compare the two files, then run again"),
+        ));
+    }
+    if written {
+        return Err(Attempt::Again(written_meanwhile(path)));
+    }
+    Err(Attempt::Fail(changed(path)))
 }
 
 fn set_marker(tmp: &mut TempCopy<'_>, id: FileIdentity, path: &Path) -> Result<()> {

@@ -20,8 +20,9 @@ use std::path::{Component, Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, fs as sysfs, signals};
+use crate::sys::{dirfd, fs as sysfs, signals};
 use advice::Advice;
 use audit::{Entry, EntryKind, EntryState, RootInfo, Summary, summarize};
 use migrate::{ExecOptions, Migrated};
@@ -88,6 +89,8 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 entries: s.entries,
                 as_root: crate::sys::is_root(),
                 euid: nix::unistd::geteuid().as_raw(),
+                root_id: s.root_dir.as_ref().map(|d| d.id),
+                root_dir: s.root_dir,
             })
         }
         Ok(_) => Err(Error::new(
@@ -98,6 +101,11 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let (ancestor, rest) = existing_ancestor(&abs)?;
             let mut root = scan::inspect_root(sysroot, &ancestor)?;
+            let held = if root.is_dir && root.is_btrfs() {
+                Some(std::sync::Arc::new(scan::open_root(&root.dir)?))
+            } else {
+                None
+            };
             if !root.is_dir {
                 return Err(Error::new(
                     ErrorKind::WrongTarget,
@@ -117,6 +125,8 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 entries: Vec::new(),
                 as_root: crate::sys::is_root(),
                 euid: nix::unistd::geteuid().as_raw(),
+                root_id: held.as_ref().map(|d| d.id),
+                root_dir: held,
             })
         }
         Err(e) => Err(Error::from_io(&e, "cannot use", &req.dir)),
@@ -291,6 +301,73 @@ pub fn execute(
     Ok(out)
 }
 
+/// The planned directory `dir`, opened from the directory the walk held
+/// (never through a link, never outside it) and checked to be the same
+/// (dev, inode) as when planned.
+fn planned_dir(opts: &ExecOptions, dir: &Path, id: FileIdentity) -> Result<fs::File> {
+    let Some((root_path, root)) = &opts.root else {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!("{} was not walked before it was planned", dir.display()),
+        ));
+    };
+    let rel = dir.strip_prefix(root_path).map_err(|_| {
+        Error::new(
+            ErrorKind::State,
+            format!("{} is outside {}", dir.display(), root_path.display()),
+        )
+    })?;
+    scan::open_beneath(root, rel, id, dir)
+}
+
+fn split_dir(path: &Path) -> Result<(&Path, &std::ffi::OsStr)> {
+    match (path.parent(), path.file_name()) {
+        (Some(p), Some(n)) => Ok((p, n)),
+        _ => Err(Error::usage(format!("cannot create {}", path.display()))),
+    }
+}
+
+/// Records the identity of a directory this run created.
+fn remember(opts: &mut ExecOptions, path: &Path, dir: &fs::File) -> Result<()> {
+    let id = FileIdentity::of(dir).map_err(|e| Error::from_io(&e, "cannot stat", path))?;
+    opts.created.push((path.to_path_buf(), id));
+    Ok(())
+}
+
+/// The existing directory the plan starts from, or one this run created,
+/// opened from the held directory and checked as [`planned_dir`] does.
+fn created_or_planned_dir(opts: &ExecOptions, dir: &Path) -> Result<fs::File> {
+    let id = match &opts.root {
+        Some((root_path, root)) if root_path == dir => root.id,
+        _ => opts
+            .created
+            .iter()
+            .find(|(p, _)| p == dir)
+            .map(|(_, id)| *id)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::State,
+                    format!(
+                        "{} was neither found nor created by this run",
+                        dir.display()
+                    ),
+                )
+            })?,
+    };
+    planned_dir(opts, dir, id)
+}
+
+/// The directory of the planned file `path`, as [`planned_dir`].
+fn parent_dir(opts: &ExecOptions, path: &Path, id: FileIdentity) -> Result<fs::File> {
+    let dir = path.parent().ok_or_else(|| {
+        Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} has no parent directory", path.display()),
+        )
+    })?;
+    planned_dir(opts, dir, id)
+}
+
 fn run_step(
     step: &Step,
     opts: &mut ExecOptions,
@@ -300,39 +377,54 @@ fn run_step(
     signals::check()?;
     match step {
         Step::CreateDirectory { path } => {
-            fs::create_dir(path).map_err(|e| Error::from_io(&e, "cannot create", path))?;
+            let (parent, name) = split_dir(path)?;
+            let parent = created_or_planned_dir(opts, parent)?;
+            let made = dirfd::mkdir_at(&parent, name, path)?;
+            remember(opts, path, &made)?;
             out.created.push(path.clone());
         }
         Step::CreateSubvolume { path } => {
-            let (parent, name) = match (path.parent(), path.file_name()) {
-                (Some(p), Some(n)) => (p, n),
-                _ => return Err(Error::usage(format!("cannot create {}", path.display()))),
-            };
-            btrfs::create_subvolume(parent, name)?;
+            let (parent, name) = split_dir(path)?;
+            let parent = created_or_planned_dir(opts, parent)?;
+            let made = dirfd::create_subvolume_at(&parent, name, path)?;
+            remember(opts, path, &made)?;
             out.created.push(path.clone());
             out.subvolume = Some(path.clone());
         }
         Step::SetNocow {
             path,
             clear_compression,
+            id,
         } => {
-            sysfs::set_nocow_dir(path, *clear_compression)?;
+            match id {
+                Some(id) => {
+                    let dir = planned_dir(opts, path, *id)?;
+                    sysfs::set_nocow(&dir, path, *clear_compression)?;
+                }
+                None => {
+                    let dir = created_or_planned_dir(opts, path)?;
+                    sysfs::set_nocow(&dir, path, *clear_compression)?;
+                }
+            }
             out.nocow_set.push(path.clone());
         }
-        Step::RemoveLeftover { path, id } => {
-            migrate::remove_leftover(path, *id)?;
+        Step::RemoveLeftover { path, id, dir_id } => {
+            migrate::remove_leftover(parent_dir(opts, path, *dir_id)?, path, *id)?;
             out.removed_leftovers.push(path.clone());
         }
-        Step::ClearMarker { path, id } => {
-            migrate::clear_marker(path, *id)?;
+        Step::ClearMarker { path, id, dir_id } => {
+            migrate::clear_marker(parent_dir(opts, path, *dir_id)?, path, *id)?;
             out.cleared_markers.push(path.clone());
         }
-        Step::SwitchEmpty { path, id } => {
-            migrate::switch_empty(path, *id)?;
+        Step::SwitchEmpty { path, id, dir_id } => {
+            migrate::switch_empty(parent_dir(opts, path, *dir_id)?, path, *id)?;
             out.switched.push(path.clone());
         }
-        Step::Migrate { path, id, .. } => {
-            if let Some(m) = migrate::migrate_file(path, *id, opts, progress)? {
+        Step::Migrate {
+            path, id, dir_id, ..
+        } => {
+            let dir = parent_dir(opts, path, *dir_id)?;
+            if let Some(m) = migrate::migrate_file(dir, path, *id, opts, progress)? {
                 out.migrated.push(m);
             }
         }

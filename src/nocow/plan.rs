@@ -11,7 +11,7 @@ use crate::model::profile::Profile;
 use crate::parse::size::format_iec;
 use crate::probe::verdict::profile_list;
 use crate::sys::loopdev::FileIdentity;
-use crate::sys::procs;
+use crate::sys::procs::{self, Opener};
 
 /// Free space kept beyond the largest copy: metadata of the copy, and the
 /// estimate btrfs gives for free space.
@@ -28,6 +28,8 @@ pub struct Request {
     pub subvolume: bool,
     /// Migrate files even when a process has them open.
     pub force: bool,
+    /// Only show the plan: a file a process has open is marked, not refused.
+    pub dry_run: bool,
 }
 
 /// The directory as found.
@@ -56,6 +58,11 @@ pub struct Observed {
     pub as_root: bool,
     /// The effective user id (without root, only own files keep their owner).
     pub euid: u32,
+    /// The identity of the existing directory (walked by descriptor).
+    pub root_id: Option<FileIdentity>,
+    /// The existing directory, held open since it was walked: the plan is
+    /// carried out from it.
+    pub root_dir: Option<std::sync::Arc<super::scan::DirHandle>>,
 }
 
 /// One step of the plan.
@@ -80,6 +87,9 @@ pub enum Step {
         /// btrfs-lab creates).
         #[serde(skip)]
         clear_compression: bool,
+        /// Its identity when planned (none for a directory the plan creates).
+        #[serde(skip)]
+        id: Option<FileIdentity>,
     },
     /// Removes a temporary file an interrupted migration left.
     RemoveLeftover {
@@ -88,6 +98,9 @@ pub enum Step {
         /// Its identity when planned.
         #[serde(skip)]
         id: FileIdentity,
+        /// The identity of its directory when planned.
+        #[serde(skip)]
+        dir_id: FileIdentity,
     },
     /// Removes btrfs-lab's marker attribute from a migrated file (an
     /// interruption right after its rename left it).
@@ -97,6 +110,9 @@ pub enum Step {
         /// Its identity when planned.
         #[serde(skip)]
         id: FileIdentity,
+        /// The identity of its directory when planned.
+        #[serde(skip)]
+        dir_id: FileIdentity,
     },
     /// Sets NOCOW on an empty file in place.
     SwitchEmpty {
@@ -105,6 +121,9 @@ pub enum Step {
         /// Its identity when planned.
         #[serde(skip)]
         id: FileIdentity,
+        /// The identity of its directory when planned.
+        #[serde(skip)]
+        dir_id: FileIdentity,
     },
     /// Copies a file into a new NOCOW file and renames that over it.
     Migrate {
@@ -114,9 +133,15 @@ pub enum Step {
         size_bytes: u64,
         /// Its allocation (the copy allocates about as much).
         allocated_bytes: u64,
+        /// Processes that had it open when planned (a dry run shows them; a
+        /// real run refuses the file unless --force).
+        open_by: Vec<Opener>,
         /// Its identity when planned.
         #[serde(skip)]
         id: FileIdentity,
+        /// The identity of its directory when planned.
+        #[serde(skip)]
+        dir_id: FileIdentity,
     },
 }
 
@@ -142,12 +167,24 @@ impl Step {
                 format!("set NOCOW on empty file {}", path.display())
             }
             Step::Migrate {
-                path, size_bytes, ..
-            } => format!(
-                "copy {} ({}) into a new NOCOW file, verify it, rename it over the original",
-                path.display(),
-                format_iec(*size_bytes)
-            ),
+                path,
+                size_bytes,
+                open_by,
+                ..
+            } => {
+                let mut line = format!(
+                    "copy {} ({}) into a new NOCOW file, verify it, rename it over the original",
+                    path.display(),
+                    format_iec(*size_bytes)
+                );
+                if !open_by.is_empty() {
+                    line.push_str(&format!(
+                        " [open by {}: will be refused at run time unless --force]",
+                        procs::describe(open_by)
+                    ));
+                }
+                line
+            }
         }
     }
 }
@@ -238,6 +275,7 @@ pub fn plan(req: &Request, obs: &Observed) -> Result<Plan> {
             plan.steps.push(Step::SetNocow {
                 path: last.clone(),
                 clear_compression: true,
+                id: None,
             });
         }
         Target::Existing => {
@@ -261,6 +299,7 @@ pub fn plan(req: &Request, obs: &Observed) -> Result<Plan> {
                 plan.steps.push(Step::SetNocow {
                     path: root.dir.clone(),
                     clear_compression: false,
+                    id: obs.root_id,
                 });
             }
             plan_contents(req, obs, &mut plan)?;
@@ -283,6 +322,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
                 leftovers.push(Step::RemoveLeftover {
                     path: e.path.clone(),
                     id: e.id,
+                    dir_id: e.dir_id,
                 });
             }
             continue;
@@ -291,6 +331,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
             markers.push(Step::ClearMarker {
                 path: e.path.clone(),
                 id: e.id,
+                dir_id: e.dir_id,
             });
         }
         let stay = |reason: String| Staying {
@@ -308,12 +349,14 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
                 plan.steps.push(Step::SetNocow {
                     path: e.path.clone(),
                     clear_compression: false,
+                    id: Some(e.id),
                 });
             }
             (EntryKind::File, EntryState::Switchable) if req.migrate => {
                 switch.push(Step::SwitchEmpty {
                     path: e.path.clone(),
                     id: e.id,
+                    dir_id: e.dir_id,
                 });
             }
             (EntryKind::File, EntryState::NeedsMigration)
@@ -333,7 +376,14 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
                     path: e.path.clone(),
                     size_bytes: e.size_bytes,
                     allocated_bytes: e.allocated_bytes,
+                    // With --force the warnings say it instead.
+                    open_by: if req.force {
+                        Vec::new()
+                    } else {
+                        e.open_by.clone()
+                    },
                     id: e.id,
+                    dir_id: e.dir_id,
                 });
             }
             (EntryKind::File, EntryState::Switchable) => plan.staying.push(stay(
@@ -350,7 +400,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
             _ => {}
         }
     }
-    if !busy.is_empty() {
+    if !busy.is_empty() && !req.dry_run {
         let list: Vec<String> = busy
             .iter()
             .map(|e| format!("{} by {}", e.display, procs::describe(&e.open_by)))
@@ -461,7 +511,6 @@ mod tests {
     use crate::nocow::audit::Facts;
     use crate::nocow::audit::classify;
     use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL};
-    use crate::sys::procs::Opener;
 
     fn root(fs: &str) -> RootInfo {
         RootInfo {
@@ -510,6 +559,7 @@ mod tests {
             reason,
             marker: facts.marker,
             id: FileIdentity { dev: 1, ino: size },
+            dir_id: FileIdentity { dev: 1, ino: 256 },
             flags,
         }
     }
@@ -520,6 +570,7 @@ mod tests {
             migrate,
             subvolume: false,
             force: false,
+            dry_run: false,
         }
     }
 
@@ -530,6 +581,8 @@ mod tests {
             entries,
             as_root: true,
             euid: 0,
+            root_id: None,
+            root_dir: None,
         }
     }
 
@@ -558,6 +611,8 @@ mod tests {
             entries: Vec::new(),
             as_root: true,
             euid: 0,
+            root_id: None,
+            root_dir: None,
         };
         let p = plan(&req(false), &obs).unwrap();
         assert_eq!(actions(&p), ["mkdir", "mkdir", "nocow"]);
@@ -612,10 +667,22 @@ mod tests {
         let e = plan(&req(true), &obs).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Busy);
         assert!(e.message().contains("pid 42 (qemu)"), "{}", e.message());
+        let mut dry = req(true);
+        dry.dry_run = true;
+        let p = plan(&dry, &obs).unwrap();
+        assert_eq!(actions(&p), ["nocow", "migrate"]);
+        assert!(
+            p.steps[1]
+                .describe()
+                .contains("open by pid 42 (qemu): will be refused at run time"),
+            "{}",
+            p.steps[1].describe()
+        );
         let mut forced = req(true);
         forced.force = true;
         let p = plan(&forced, &obs).unwrap();
         assert!(p.warnings.iter().any(|w| w.contains("--force")));
+        assert!(!p.steps[1].describe().contains("refused at run time"));
 
         let mut obs = existing(vec![file("a", 0, 10 << 30, 10 << 30)]);
         obs.root.available_bytes = 10 << 30;
@@ -670,6 +737,8 @@ mod tests {
             entries: Vec::new(),
             as_root: true,
             euid: 0,
+            root_id: None,
+            root_dir: None,
         };
         let p = plan(&req(true), &obs).unwrap();
         assert!(p.steps.is_empty());

@@ -4,9 +4,16 @@
 //! other mounts are not entered.
 
 use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::Mode as NixMode;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
 use super::audit::{Entry, EntryKind, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
@@ -29,6 +36,8 @@ pub struct Scan {
     pub skipped: Vec<String>,
     /// Processes whose open files could not be read (not root).
     pub unreadable_processes: usize,
+    /// The directory walked, held open (a directory root only).
+    pub root_dir: Option<std::sync::Arc<DirHandle>>,
 }
 
 /// Looks at an existing path and the filesystem it is on.
@@ -84,6 +93,13 @@ pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
 }
 
 /// Audits `path` (a directory, recursively, or one file).
+///
+/// A directory is walked by descriptor: it is opened once (its canonical
+/// path, with no symbolic link allowed anywhere in it), and every
+/// subdirectory is opened from its parent's descriptor without following a
+/// link, so swapping a directory for a link while the walk runs cannot lead
+/// it outside. Each entry records its (dev, inode) and its directory's, so
+/// that a plan made from it can check it acts on the same ones.
 pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
     let root = inspect_root(sysroot, path)?;
     let mut scan = Scan {
@@ -91,6 +107,7 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
         entries: Vec::new(),
         skipped: Vec::new(),
         unreadable_processes: 0,
+        root_dir: None,
     };
     if !scan.root.is_btrfs() {
         return Ok(scan);
@@ -102,13 +119,31 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
             .map(|m| m.mount_point)
             .collect();
         let dir = scan.root.dir.clone();
-        walk(&dir, &shown, &mount_points, &mut scan);
+        let handle = open_root(&dir)?;
+        walk(
+            &handle.file,
+            handle.id,
+            &dir,
+            &shown,
+            &mount_points,
+            &mut scan,
+        );
+        scan.root_dir = Some(std::sync::Arc::new(handle));
     } else {
         let dir = scan.root.dir.clone();
-        let meta =
-            fs::symlink_metadata(&dir).map_err(|e| Error::from_io(&e, "cannot use", &dir))?;
-        let entry = look_at(&dir, shown, &meta)?;
-        scan.entries.extend(entry);
+        let (parent, name) = match (dir.parent(), dir.file_name()) {
+            (Some(p), Some(n)) => (p, n),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::WrongTarget,
+                    format!("{} is not a file", dir.display()),
+                ));
+            }
+        };
+        let parent_dir = open_root(parent)?;
+        if let Some(entry) = look_at(&parent_dir.file, parent_dir.id, name, &dir, shown)? {
+            scan.entries.push(entry);
+        }
     }
     let targets: Vec<(FileIdentity, PathBuf)> = scan
         .entries
@@ -116,7 +151,7 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
         .filter(|e| e.kind == EntryKind::File)
         .map(|e| (e.id, e.path.clone()))
         .collect();
-    let open = procs::open_files(sysroot, &targets);
+    let open = procs::open_files(&targets);
     scan.unreadable_processes = open.unreadable;
     for e in &mut scan.entries {
         e.open_by = open.openers(e.id).to_vec();
@@ -124,11 +159,121 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
     Ok(scan)
 }
 
-fn walk(dir: &Path, shown: &str, mount_points: &HashSet<PathBuf>, scan: &mut Scan) {
-    let mut names: Vec<_> = match fs::read_dir(dir) {
-        Ok(rd) => rd.flatten().map(|e| e.file_name()).collect(),
+/// A directory held open, and its identity.
+#[derive(Debug)]
+pub struct DirHandle {
+    /// The open directory.
+    pub file: File,
+    /// Its (dev, inode).
+    pub id: FileIdentity,
+}
+
+fn identity_of(file: &File, path: &Path) -> Result<FileIdentity> {
+    FileIdentity::of(file).map_err(|e| Error::from_io(&e, "cannot stat", path))
+}
+
+/// Opens a canonical directory path, refusing a symbolic link anywhere in
+/// it (it was resolved a moment ago: a link now means someone swapped one
+/// in).
+pub fn open_root(dir: &Path) -> Result<DirHandle> {
+    let fd = rustix::fs::openat2(
+        rustix::fs::CWD,
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| {
+        Error::from_errno(
+            nix::errno::Errno::from_raw(e.raw_os_error()),
+            "cannot open directory",
+            dir,
+        )
+    })?;
+    let file = File::from(fd);
+    let id = identity_of(&file, dir)?;
+    Ok(DirHandle { file, id })
+}
+
+/// Opens `rel` below the held `root` without leaving it and without
+/// following any link (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), and
+/// checks it is still the directory `want` found by the walk.
+pub fn open_beneath(
+    root: &DirHandle,
+    rel: &Path,
+    want: FileIdentity,
+    shown: &Path,
+) -> Result<File> {
+    let file = if rel.as_os_str().is_empty() {
+        root.file
+            .try_clone()
+            .map_err(|e| Error::from_io(&e, "cannot open directory", shown))?
+    } else {
+        let fd = rustix::fs::openat2(
+            &root.file,
+            rel,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        );
+        match fd {
+            Ok(fd) => File::from(fd),
+            Err(e)
+                if e == rustix::io::Errno::LOOP
+                    || e == rustix::io::Errno::XDEV
+                    || e == rustix::io::Errno::NOTDIR
+                    || e == rustix::io::Errno::NOENT =>
+            {
+                return Err(dir_changed(shown));
+            }
+            Err(e) => {
+                return Err(Error::from_errno(
+                    nix::errno::Errno::from_raw(e.raw_os_error()),
+                    "cannot open directory",
+                    shown,
+                ));
+            }
+        }
+    };
+    if identity_of(&file, shown)? != want {
+        return Err(dir_changed(shown));
+    }
+    Ok(file)
+}
+
+fn dir_changed(shown: &Path) -> Error {
+    Error::new(
+        ErrorKind::State,
+        format!(
+            "{} is no longer the directory that was planned (moved, or replaced by a link); it was left as it is",
+            shown.display()
+        ),
+    )
+    .with_hint("run the command again to plan with what is there now")
+}
+
+fn walk(
+    dir: &File,
+    dir_id: FileIdentity,
+    dir_path: &Path,
+    shown: &str,
+    mount_points: &HashSet<PathBuf>,
+    scan: &mut Scan,
+) {
+    let listing = rustix::fs::Dir::read_from(dir).map(|d| {
+        d.filter_map(|e| e.ok())
+            .map(|e| OsString::from_vec(e.file_name().to_bytes().to_vec()))
+            .filter(|n| n != "." && n != "..")
+            .collect::<Vec<_>>()
+    });
+    let mut names = match listing {
+        Ok(n) => n,
         Err(e) => {
-            let err = Error::from_io(&e, "cannot list", dir);
+            let err = Error::from_errno(
+                nix::errno::Errno::from_raw(e.raw_os_error()),
+                "cannot list",
+                dir_path,
+            );
             scan.skipped.push(err.message().to_owned());
             return;
         }
@@ -136,28 +281,35 @@ fn walk(dir: &Path, shown: &str, mount_points: &HashSet<PathBuf>, scan: &mut Sca
     names.sort();
     let mut others = 0;
     for name in names {
-        let path = dir.join(&name);
+        let path = dir_path.join(&name);
         let display = format!("{shown}/{}", name.to_string_lossy());
-        let Ok(meta) = fs::symlink_metadata(&path) else {
+        let Ok(st) = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
             continue; // removed meanwhile
         };
-        if meta.is_dir() && mount_points.contains(&path) {
+        let kind = FileType::from_raw_mode(st.st_mode);
+        if kind == FileType::Directory && mount_points.contains(&path) {
             scan.skipped.push(format!(
                 "{}: another filesystem is mounted there",
                 path.display()
             ));
             continue;
         }
-        if !meta.is_dir() && !meta.is_file() {
+        if kind != FileType::Directory && kind != FileType::RegularFile {
             others += 1;
             continue;
         }
-        match look_at(&path, display.clone(), &meta) {
+        match look_at(dir, dir_id, &name, &path, display.clone()) {
             Ok(Some(entry)) => {
-                let is_dir = entry.kind == EntryKind::Directory;
-                scan.entries.push(entry);
-                if is_dir {
-                    walk(&path, &display, mount_points, scan);
+                if entry.kind == EntryKind::Directory {
+                    let id = entry.id;
+                    scan.entries.push(entry);
+                    match open_child_dir(dir, &name, &path, id) {
+                        Ok(Some(sub)) => walk(&sub, id, &path, &display, mount_points, scan),
+                        Ok(None) => {}
+                        Err(e) => scan.skipped.push(e.message().to_owned()),
+                    }
+                } else {
+                    scan.entries.push(entry);
                 }
             }
             Ok(None) => {}
@@ -167,27 +319,54 @@ fn walk(dir: &Path, shown: &str, mount_points: &HashSet<PathBuf>, scan: &mut Sca
     if others > 0 {
         scan.skipped.push(format!(
             "{}: {others} symbolic links, sockets, pipes or devices (not files; left alone)",
-            dir.display()
+            dir_path.display()
         ));
     }
 }
 
-/// Opens one file or directory (never following a link) and reads its facts.
-/// `None` when it changed into something else meanwhile.
-fn look_at(path: &Path, display: String, meta: &fs::Metadata) -> Result<Option<Entry>> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path);
-    let file: File = match file {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
-        Err(e) => return Err(Error::from_io(&e, "cannot open", path)),
+/// Opens the subdirectory `name` of `dir` (never through a link) if it is
+/// still the one looked at.
+fn open_child_dir(dir: &File, name: &OsStr, path: &Path, id: FileIdentity) -> Result<Option<File>> {
+    let fd = match openat(
+        dir.as_fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        NixMode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR) => {
+            return Ok(None);
+        }
+        Err(e) => return Err(Error::from_errno(e, "cannot open directory", path)),
     };
+    let file = File::from(fd);
+    Ok((identity_of(&file, path)? == id).then_some(file))
+}
+
+/// Opens one file or directory of `dir` (never following a link) and reads
+/// its facts. `None` when it is gone or not a file or directory.
+fn look_at(
+    dir: &File,
+    dir_id: FileIdentity,
+    name: &OsStr,
+    path: &Path,
+    display: String,
+) -> Result<Option<Entry>> {
+    let fd = match openat(
+        dir.as_fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        NixMode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ELOOP) => return Ok(None),
+        Err(e) => return Err(Error::from_errno(e, "cannot open", path)),
+    };
+    let file = File::from(fd);
     let m = file
         .metadata()
         .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
-    if m.ino() != meta.ino() || m.dev() != meta.dev() || !(m.is_dir() || m.is_file()) {
+    if !(m.is_dir() || m.is_file()) {
         return Ok(None);
     }
     let kind = if m.is_dir() {
@@ -234,6 +413,7 @@ fn look_at(path: &Path, display: String, meta: &fs::Metadata) -> Result<Option<E
             dev: m.dev(),
             ino: m.ino(),
         },
+        dir_id,
         flags,
     }))
 }

@@ -1,12 +1,13 @@
 //! Kernel interfaces: ioctls, sysfs, procfs, mounts, loop devices, O_DIRECT
 //! I/O and the external programs btrfs-lab drives. All `unsafe` of the crate
-//! lives in [`ioctl`], [`nvme`], [`extents`] and [`memio`].
+//! lives in [`ioctl`], [`nvme`], [`extents`], [`memio`] and [`lease`].
 
 pub mod beneath;
 pub mod blockdev;
 pub mod btrfs;
 pub mod counters;
 pub mod direct_io;
+pub mod dirfd;
 pub mod diskstats;
 pub mod extents;
 pub mod fdinfo;
@@ -14,6 +15,7 @@ pub mod filecopy;
 pub mod fio;
 pub mod fs;
 pub mod ioctl;
+pub mod lease;
 pub mod loopdev;
 pub mod memio;
 pub mod mounts;

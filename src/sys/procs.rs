@@ -69,12 +69,15 @@ pub fn command_of(root: &SysRoot, pid: u32) -> String {
     text
 }
 
-/// Finds the processes (other than this one) that have any of `targets` open.
-/// Descriptors are matched by device and inode (`stat` of `/proc/PID/fd/N`
+/// Finds the processes (other than this one) that have any of `targets` open,
+/// always in the running system's `/proc`: never under a root prefix
+/// (`BTRFS_LAB_SYSROOT`), which would let a fake tree hide a writer from a
+/// command that replaces files. Descriptors are matched by device and inode (`stat` of `/proc/PID/fd/N`
 /// follows to the file itself); mappings by inode and path, because
 /// `/proc/PID/maps` shows the superblock's device, which on btrfs differs
 /// from the subvolume's `st_dev`.
-pub fn open_files(root: &SysRoot, targets: &[(FileIdentity, PathBuf)]) -> OpenFiles {
+pub fn open_files(targets: &[(FileIdentity, PathBuf)]) -> OpenFiles {
+    let root = &SysRoot::host();
     let mut result = OpenFiles::default();
     if targets.is_empty() {
         return result;
@@ -161,10 +164,7 @@ mod tests {
             .spawn()
             .unwrap();
         let id = |p: &Path| FileIdentity::of(&fs::File::open(p).unwrap()).unwrap();
-        let found = open_files(
-            &SysRoot::host(),
-            &[(id(&f), f.clone()), (id(&other), other.clone())],
-        );
+        let found = open_files(&[(id(&f), f.clone()), (id(&other), other.clone())]);
         child.kill().unwrap();
         child.wait().unwrap();
         let openers = found.openers(id(&f));

@@ -887,7 +887,15 @@ fn pid_reports_each_file_of_a_running_writer() {
         assert_eq!(back.files.len(), r["files"].as_array().unwrap().len());
     }
 
-    let mut idle = Command::new("sleep").arg("30").spawn().unwrap();
+    // Its stdout and stderr would otherwise be whatever the test runner's are
+    // (a log file open for writing, when the suite's output is redirected).
+    let mut idle = Command::new("sleep")
+        .arg("30")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let (code, stdout, stderr) = run(env
         .cmd()
         .args(["probe-dio", "--seconds", "1", "--pid"])

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::analysis::{ChecksumCheck, MethodSummary, Winner};
 use super::digest::VerifyMode;
@@ -17,7 +17,7 @@ use crate::sys::extents::Layout;
 pub const EXIT_CHECKSUM_MISMATCH: u8 = 3;
 
 /// The file and where it lives.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileInfo {
     /// Canonical path.
     pub path: PathBuf,
@@ -46,7 +46,7 @@ pub struct FileInfo {
 }
 
 /// The settings of the test.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Parameters {
     /// Methods, in the order of the first round.
     pub methods: Vec<Method>,
@@ -67,7 +67,7 @@ pub struct Parameters {
 }
 
 /// O_DIRECT here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectIo {
     /// direct and direct-copy read with O_DIRECT.
     pub used: bool,
@@ -82,7 +82,7 @@ pub struct DirectIo {
 }
 
 /// The destination buffer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Destination {
     /// Bytes (a ring when smaller than the file).
     pub bytes: u64,
@@ -95,7 +95,7 @@ pub struct Destination {
 }
 
 /// How the cache was made cold.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheInfo {
     /// `fadvise` (fsync + POSIX_FADV_DONTNEED), `drop-caches` (also
     /// /proc/sys/vm/drop_caches), `none` (memory-backed file) or `skipped`
@@ -108,7 +108,7 @@ pub struct CacheInfo {
 }
 
 /// Everything `read-test` found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadTestReport {
     /// The file as given.
     pub path: PathBuf,

@@ -6,14 +6,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use nix::sys::stat::{major, minor, stat};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::root::SysRoot;
 use crate::error::{Error, Result};
 use crate::parse::diskstats::{DiskStat, parse_diskstats};
 
 /// A block device whose reads are counted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockDevice {
     /// Kernel name in /proc/diskstats (`loop3`, `nvme0n1p2`).
     pub name: String,

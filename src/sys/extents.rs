@@ -9,7 +9,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use nix::errno::Errno;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// `struct fiemap` (the header before the extent array).
 #[repr(C)]
@@ -61,7 +61,7 @@ nix::ioctl_readwrite_bad!(fiemap_raw, FS_IOC_FIEMAP, FiemapRequest);
 /// Where a file's bytes come from when it is read, by kind. Bytes that are
 /// not in a plain extent (holes, unwritten, inline, compressed) can be read
 /// without the device moving as many bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
     /// Number of extents.
     pub extents: u64,

@@ -26,7 +26,7 @@
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
@@ -85,7 +85,7 @@ pub struct NvmeController {
 
 /// What kind of device a drive is: an NVMe controller, or a disk that has
 /// none (which then has no PCIe link of its own).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
     /// An NVMe controller on PCIe.

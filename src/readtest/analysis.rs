@@ -382,15 +382,18 @@ pub struct Verdict {
 
 fn rate_word(m: &MethodSummary) -> String {
     let med = m.rate_bytes_per_sec_median.unwrap_or(0.0);
+    use crate::model::rate::{gb_per_s, gib_per_s, number};
     let range = match (m.rate_bytes_per_sec_min, m.rate_bytes_per_sec_max) {
-        (Some(a), Some(b)) if a < b => format!(
-            " ({}–{})",
-            crate::model::rate::number(crate::model::rate::gib_per_s(a)),
-            crate::model::rate::number(crate::model::rate::gib_per_s(b))
-        ),
+        (Some(a), Some(b)) if a < b => {
+            format!(", range {}–{}", number(gib_per_s(a)), number(gib_per_s(b)))
+        }
         _ => String::new(),
     };
-    format!("{}{range}", crate::model::rate::format_both(med))
+    format!(
+        "{} GiB/s ({} GB/s{range})",
+        number(gib_per_s(med)),
+        number(gb_per_s(med))
+    )
 }
 
 fn with_threads(m: &MethodSummary) -> String {
@@ -460,7 +463,9 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
             .or(m.rate_bytes_per_sec_median)
             .unwrap_or(0.0)
     };
-    if low(first) > high(second) {
+    // One round is a point, not a range: no win can be called from it.
+    let ranged = first.runs.len() >= 2 && second.runs.len() >= 2;
+    if ranged && low(first) > high(second) {
         pick(&mut v, first);
         v.kind = VerdictKind::Win;
         v.text = format!(
@@ -479,11 +484,9 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
     let tied: Vec<&MethodSummary> = ranked
         .iter()
         .copied()
-        .filter(|m| high(m) >= low(first))
+        .filter(|m| !ranged || high(m) >= low(first))
         .collect();
-    let by_cpu = tied
-        .iter()
-        .all(|m| m.cpu_seconds_per_gib_median.is_some());
+    let by_cpu = tied.iter().all(|m| m.cpu_seconds_per_gib_median.is_some());
     let chosen = if by_cpu {
         tied.iter()
             .copied()
@@ -523,8 +526,13 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
     } else {
         format!("{} has the fastest median", chosen.method)
     };
+    let what = if ranged {
+        "the ranges overlap"
+    } else {
+        "one round gives no range to compare (use --rounds 3 or more)"
+    };
     v.text = format!(
-        "{}: a tie, the ranges overlap ({}); {why}",
+        "{}: a tie, {what} ({}); {why}",
         cache.name(),
         list.join(" and ")
     );
@@ -539,7 +547,7 @@ pub fn knee(rows: &[(u32, f64)]) -> Option<u32> {
         .map(|(_, r)| *r)
         .filter(|r| r.is_finite())
         .fold(f64::NAN, f64::max);
-    if !(best > 0.0) {
+    if best.is_nan() || best <= 0.0 {
         return None;
     }
     rows.iter()
@@ -627,9 +635,9 @@ pub fn advice(verdicts: &[Verdict], hedge: Option<&Hedge>) -> String {
             match v.kind {
                 VerdictKind::Win => format!("{}: use {who}", v.cache.name()),
                 VerdictKind::Tie if v.tie_broken_by_cpu => {
-                    format!("{}: use {who} (a tie, it uses the least CPU)", v.cache.name())
+                    format!("{}: use {who}, tied on speed, least CPU", v.cache.name())
                 }
-                VerdictKind::Tie => format!("{}: use {who} (a tie)", v.cache.name()),
+                VerdictKind::Tie => format!("{}: use {who}, tied on speed", v.cache.name()),
                 _ => format!("{}: only {who} was measured", v.cache.name()),
             }
         })
@@ -923,8 +931,12 @@ mod tests {
         assert!(v.tie_broken_by_cpu);
         assert!(!v.text.contains("wins"), "{}", v.text);
         assert!(v.text.contains("a tie"), "{}", v.text);
-        assert!(v.text.contains("0.038 CPU s/GiB against 0.230"), "{}", v.text);
-        assert!(v.text.contains("0.93–1.42"), "{}", v.text);
+        assert!(
+            v.text.contains("0.038 CPU s/GiB against 0.230"),
+            "{}",
+            v.text
+        );
+        assert!(v.text.contains("range 0.93–1.42"), "{}", v.text);
         // Buffered's range does not reach direct-copy's slowest round.
         assert!(!v.tied_with.contains(&Method::Buffered));
     }
@@ -938,8 +950,20 @@ mod tests {
         let v = verdict(Situation::Cold, &methods);
         assert_eq!(v.kind, VerdictKind::Win);
         assert_eq!(v.method, Some(Method::Direct));
-        assert!(v.text.starts_with("cold: direct wins at 2.10 GiB/s"), "{}", v.text);
+        assert!(
+            v.text.starts_with("cold: direct wins at 2.10 GiB/s"),
+            "{}",
+            v.text
+        );
         assert!(v.text.contains("do not overlap"), "{}", v.text);
+        // One round each: points, not ranges, so no win.
+        let single = [
+            recorded(Method::Direct, &[2.2], 0.04),
+            recorded(Method::Buffered, &[1.0], 0.40),
+        ];
+        let v = verdict(Situation::Cold, &single);
+        assert_eq!((v.kind, v.method), (VerdictKind::Tie, Some(Method::Direct)));
+        assert!(v.text.contains("no range"), "{}", v.text);
         let only = verdict(Situation::Warm, &methods[..1]);
         assert_eq!(only.kind, VerdictKind::Only);
         assert!(!only.text.contains("win"), "{}", only.text);
@@ -961,13 +985,14 @@ mod tests {
         // The seed's model-loading table: cold 15.0 s direct vs 17.9 s
         // mmap; warm 14.4 s direct vs 10.1 s mmap (83.6 GB).
         let gb = 83.6e9 / (1u64 << 30) as f64;
+        let three = |x: f64| [x * 0.99, x, x * 1.01];
         let cold = [
-            recorded(Method::Direct, &[gb / 15.0], 0.04),
-            recorded(Method::Mmap, &[gb / 17.9], 0.3),
+            recorded(Method::Direct, &three(gb / 15.0), 0.04),
+            recorded(Method::Mmap, &three(gb / 17.9), 0.3),
         ];
         let warm = [
-            recorded(Method::Direct, &[gb / 14.4], 0.04),
-            recorded(Method::Mmap, &[gb / 10.1], 0.3),
+            recorded(Method::Direct, &three(gb / 14.4), 0.04),
+            recorded(Method::Mmap, &three(gb / 10.1), 0.3),
         ];
         let h = hedge(&[(Situation::Cold, &cold[..]), (Situation::Warm, &warm[..])]).unwrap();
         // direct loses 30% warm (10.1/14.4), mmap 16% cold (15.0/17.9).

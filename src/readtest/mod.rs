@@ -754,7 +754,11 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         }
         None => {
             let (m, why) = default_cache(t.size, memory_backed, can_verify, fits);
-            (m, Some(why))
+            if skip_eviction_hook() {
+                (m, Some("the cache checks are skipped (a test hook)".to_owned()))
+            } else {
+                (m, Some(why))
+            }
         }
     };
     let situations = cache_mode.situations();

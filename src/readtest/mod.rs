@@ -755,7 +755,10 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         None => {
             let (m, why) = default_cache(t.size, memory_backed, can_verify, fits);
             if skip_eviction_hook() {
-                (m, Some("the cache checks are skipped (a test hook)".to_owned()))
+                (
+                    m,
+                    Some("the cache checks are skipped (a test hook)".to_owned()),
+                )
             } else {
                 (m, Some(why))
             }

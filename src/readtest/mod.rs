@@ -1235,6 +1235,40 @@ mod tests {
     }
 
     #[test]
+    fn the_ceiling_comes_from_links_for_nvme_members_only() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/links/reference");
+        let root = SysRoot::new(&fixture);
+        let dev = |name: &str| BlockDevice {
+            name: name.into(),
+            major: 259,
+            minor: 0,
+            path: None,
+        };
+        let members = [dev("nvme0n1p2"), dev("nvme1n1"), dev("nvme2n1")];
+        let raid0 = [crate::model::profile::Profile::Raid0];
+        let c = read_ceiling(&root, &members, &raid0, "btrfs").unwrap();
+        // RAID0 at the x2 member's pace: 3 × 3.94 GB/s.
+        assert_eq!(c.profile, raid0[0]);
+        assert!(
+            (c.bytes_per_sec as f64 / 1e9 - 11.815).abs() < 0.01,
+            "{c:?}"
+        );
+        assert_eq!(
+            crate::model::rate::percent_of(c.bytes_per_sec as f64 / 2.0, c.bytes_per_sec as f64),
+            Some(50.0)
+        );
+        // One drive on ext4: its own link, Gen4 x4.
+        let one = read_ceiling(&root, &members[..1], &[], "ext4").unwrap();
+        assert!(
+            (one.bytes_per_sec as f64 / 1e9 - 7.877).abs() < 0.01,
+            "{one:?}"
+        );
+        // No devices (tmpfs), or none that links knows: no ceiling.
+        assert!(read_ceiling(&root, &[], &raid0, "btrfs").is_none());
+        assert!(read_ceiling(&root, &[dev("loop0")], &raid0, "btrfs").is_none());
+    }
+
+    #[test]
     fn ring_is_whole_chunks_and_no_larger_than_needed() {
         const M: u64 = 1 << 20;
         assert_eq!(ring_bytes(1024 * M, 80 << 30, 8 * M), 1024 * M);

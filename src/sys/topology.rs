@@ -712,7 +712,53 @@ mod tests {
         )
         .unwrap();
 
+        // loop5 over a file on an ext4 on nvme0n1p2 (259:2); loop6 over a
+        // deleted file.
+        symlink(
+            "../../devices/pci0000:00/0000:00:01.1/0000:01:00.0/nvme/nvme0/nvme0n1/nvme0n1p2",
+            {
+                fs::create_dir_all(sys.join("dev/block")).unwrap();
+                sys.join("dev/block/259:2")
+            },
+        )
+        .unwrap();
+        for (n, file) in [(5, "/srv/images/disk.img"), (6, "/srv/old.img (deleted)")] {
+            let lp = sys.join(format!("devices/virtual/block/loop{n}"));
+            write(&lp.join("loop/backing_file"), &format!("{file}\n"));
+            symlink(
+                format!("../../devices/virtual/block/loop{n}"),
+                sys.join(format!("class/block/loop{n}")),
+            )
+            .unwrap();
+        }
+        write(
+            &t.path().join("proc/self/mountinfo"),
+            "27 1 254:0 / / rw - ext4 /dev/vda rw\n88 27 259:2 / /srv rw - ext4 /dev/nvme0n1p2 rw\n",
+        );
+
         let nvme0 = vec![BlockTarget::Controller("nvme0".into())];
+        let (targets, layers) = block_targets_traced(&root, "loop5").unwrap();
+        assert_eq!(targets, nvme0, "the loop leads to the NVMe drive");
+        assert_eq!(
+            layers,
+            [LoopLayer {
+                device: "loop5".into(),
+                backing_file: "/srv/images/disk.img".into(),
+                fs_type: Some("ext4".into()),
+                mount_point: Some("/srv".into()),
+                devices: vec!["nvme0n1p2".into()],
+            }]
+        );
+        // A deleted backing file is not looked up: the loop stays.
+        let (targets, layers) = block_targets_traced(&root, "loop6").unwrap();
+        assert_eq!(
+            targets,
+            [BlockTarget::Disk {
+                name: "loop6".into(),
+                kind: DeviceKind::Loop
+            }]
+        );
+        assert!(layers[0].devices.is_empty() && layers[0].fs_type.is_none());
         assert_eq!(block_targets(&root, "nvme0n1p2").unwrap(), nvme0);
         assert_eq!(block_targets(&root, "dm-0").unwrap(), nvme0);
         assert_eq!(block_targets(&root, "nvme1n1").unwrap(), nvme0);

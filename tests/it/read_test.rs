@@ -772,6 +772,22 @@ fn bad_input_gets_one_clear_line() {
         2,
         "invalid value 'lukewarm'",
     );
+    // A warm cache cannot hold a file larger than memory (a sparse 4 TiB
+    // file: refused before anything is read).
+    let huge = env.path().join("huge.bin");
+    fs::File::create(&huge).unwrap().set_len(4 << 40).unwrap();
+    check(
+        &["--cache", "warm"],
+        Some(&huge),
+        1,
+        "does not fit in the available memory",
+    );
+    check(
+        &["--cache", "both", "--json"],
+        Some(&huge),
+        1,
+        "a warm cache cannot hold it",
+    );
     check(&["--chunk", "4097"], Some(&file), 2, "--chunk");
     check(
         &["--buffer", "1M"],

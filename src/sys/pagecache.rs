@@ -39,6 +39,10 @@ pub fn load(file: &File, size: u64, path: &Path) -> Result<()> {
     let mut buf = vec![0u8; 1 << 20];
     let mut off = 0u64;
     while off < size {
+        // An 80 GB model takes a while: Ctrl-C must not wait for the end.
+        if off.is_multiple_of(64 << 20) {
+            super::signals::check()?;
+        }
         let want = (size - off).min(buf.len() as u64) as usize;
         match file.read_at(&mut buf[..want], off) {
             Ok(0) => break,

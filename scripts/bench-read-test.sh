@@ -94,7 +94,7 @@ fio_matched() {
 # read-test's own eviction and mincore check run before its read.
 read_test() {
     cold
-    "$BIN" read-test --json --rounds 1 --methods "$1" \
+    "$BIN" read-test --json --cache cold --rounds 1 --methods "$1" \
         --threads "$THREADS" --chunk "$CHUNK" "$FILE" >"$TMP/rt.json"
     jq -r --argjson gib "$GIB" '.methods[0] |
         if .status == "ok" then

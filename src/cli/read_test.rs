@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
+use btrfs_lab::model::rate;
 use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::probe::verdict::profile_list;
 use btrfs_lab::readtest::analysis::{MethodSummary, Status};
 use btrfs_lab::readtest::digest::VerifyMode;
-use btrfs_lab::readtest::{self, Method, ReadTestOptions, ReadTestReport};
+use btrfs_lab::readtest::{self, CacheMode, Method, ReadTestOptions, ReadTestReport};
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 
@@ -56,6 +57,16 @@ impl From<MethodArg> for Method {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum CacheArg {
+    /// The file's pages evicted before every run (a first load).
+    Cold,
+    /// The whole file in the page cache before every run (a reload).
+    Warm,
+    /// Cold, then warm.
+    Both,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum VerifyArg {
     /// One 4 KiB block per MiB: cheap enough to leave on.
     Sampled,
@@ -73,9 +84,12 @@ pub struct ReadTestArgs {
     /// Rounds (the medians decide).
     #[arg(long, default_value_t = readtest::DEFAULT_ROUNDS, value_name = "N")]
     rounds: u32,
-    /// Reader threads of direct and direct-copy.
-    #[arg(long, default_value_t = readtest::DEFAULT_THREADS, value_name = "T")]
-    threads: u32,
+    /// Reader threads of direct and direct-copy; a list (1,2,4,8,16) sweeps them and names the knee.
+    #[arg(long, value_delimiter = ',', default_value = "4", value_name = "LIST")]
+    threads: Vec<u32>,
+    /// Cache situations to measure [default: both when the file fits in memory, cold otherwise].
+    #[arg(long, value_enum, value_name = "WHICH")]
+    cache: Option<CacheArg>,
     /// Bytes per pread of a thread [default: 8M, more below 4 threads so that 32M are in flight].
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     chunk: Option<u64>,
@@ -101,6 +115,11 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     }
     opts.rounds = args.rounds;
     opts.threads = args.threads;
+    opts.cache = args.cache.map(|c| match c {
+        CacheArg::Cold => CacheMode::Cold,
+        CacheArg::Warm => CacheMode::Warm,
+        CacheArg::Both => CacheMode::Both,
+    });
     opts.chunk = args.chunk;
     opts.buffer = args.buffer;
     opts.drop_caches = args.drop_caches;
@@ -113,7 +132,11 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     let bar =
         out.byte_progress("read-test {msg:22} {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
     let result = readtest::run(&opts, &mut |p| {
-        bar.set_message(format!("round {}/{} {}", p.round, p.rounds, p.method));
+        let who = match p.threads {
+            Some(t) => format!("{}×{t}", p.method),
+            None => p.method.to_string(),
+        };
+        bar.set_message(format!("{} {}/{} {who}", p.cache.name(), p.round, p.rounds));
         bar.set_length(p.total);
         bar.set_position(p.done);
     });
@@ -128,18 +151,13 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
 }
 
 /// GiB/s with two decimals, three below 0.1 (small files, slow disks).
-fn gib_per_s(rate: Option<f64>) -> String {
-    rate.map_or_else(
-        || "-".to_owned(),
-        |r| {
-            let g = r / (1u64 << 30) as f64;
-            if g < 0.1 {
-                format!("{g:.3}")
-            } else {
-                format!("{g:.2}")
-            }
-        },
-    )
+fn gib_per_s(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".to_owned(), |r| rate::number(rate::gib_per_s(r)))
+}
+
+/// Decimal GB/s, the same way.
+fn gb_per_s(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".to_owned(), |r| rate::number(rate::gb_per_s(r)))
 }
 
 fn status_painted(m: &MethodSummary, paint: Paint) -> String {
@@ -175,35 +193,43 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
     };
     t.push_str(&format!("{summary}\n\n"));
 
-    t.push_str(&format!(
-        "  {}\n",
-        paint.dim("method       GiB/s  slowest–fastest  CPU s/GiB  device read  status")
-    ));
-    for m in &r.methods {
-        let spread = match (m.rate_bytes_per_sec_min, m.rate_bytes_per_sec_max) {
-            (Some(a), Some(b)) => format!("{}–{}", gib_per_s(Some(a)), gib_per_s(Some(b))),
-            _ => "-".to_owned(),
-        };
-        let cpu = m
-            .cpu_seconds_per_gib_median
-            .map_or_else(|| "-".to_owned(), |c| format!("{c:.3}"));
-        let moved = m
-            .device_read_bytes_median
-            .map_or_else(|| "-".to_owned(), format_iec);
-        let line = format!(
-            "  {:<11} {:>6}  {:<15} {:>10}  {:>11}  {}",
-            m.method.name(),
-            gib_per_s(m.rate_bytes_per_sec_median),
-            spread,
-            cpu,
-            moved,
-            status_painted(m, paint)
-        );
-        t.push_str(line.trim_end());
+    let has_ceiling = r.ceiling.is_some();
+    let tables: Vec<(&str, &[MethodSummary])> = [
+        ("cold cache", r.methods.as_slice()),
+        (
+            "warm cache (whole file resident)",
+            r.warm_methods.as_slice(),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, l)| !l.is_empty())
+    .collect();
+    let several = tables.len() > 1;
+    for (title, list) in &tables {
+        if several || r.parameters.cache != CacheMode::Cold {
+            t.push_str(&format!("  {}\n", paint.bold(title)));
+        }
+        t.push_str(&method_table(list, has_ceiling, paint));
         t.push('\n');
     }
-    t.push('\n');
-
+    if !r.sweep.is_empty() {
+        t.push_str(&format!("  {}\n", paint.bold("thread sweep")));
+        t.push_str(&sweep_table(r, paint));
+        t.push('\n');
+    }
+    if let Some(c) = &r.ceiling {
+        t.push_str(&format!(
+            "  ceiling      {} for one reader ({}, from links): % is of it\n",
+            rate::format_both(c.bytes_per_sec as f64),
+            c.profile
+        ));
+    }
+    for v in &r.verdicts {
+        t.push_str(&wrap_labelled("verdict", &v.text));
+    }
+    if r.verdicts.len() > 1 {
+        t.push_str(&wrap_labelled("advice", &r.advice));
+    }
     let c = &r.checksum;
     let checksum = if c.blocks == 0 {
         "nothing to compare (empty file)".to_owned()
@@ -243,7 +269,19 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
     t.push_str(&format!("  O_DIRECT     {direct}\n"));
     let p = &r.parameters;
     t.push_str(&format!(
-        "  threads      {} × {} chunks = {} in flight\n",
+        "  threads      {}{} × {} chunks = {} in flight\n",
+        if p.thread_counts.len() > 1 {
+            format!(
+                "swept {}; at most ",
+                p.thread_counts
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        } else {
+            String::new()
+        },
         p.threads,
         format_iec(p.chunk_bytes),
         format_iec(p.in_flight_bytes)
@@ -263,7 +301,13 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
         format_iec(dest.bytes)
     ));
     let checked = if r.cache.verified_by.is_some() {
-        "mincore found it cold"
+        match (r.methods.is_empty(), r.warm_methods.is_empty()) {
+            (_, true) => "mincore found it cold",
+            (true, false) => "warm runs: the file read in first, mincore found every page resident",
+            (false, false) => {
+                "mincore found it cold (warm runs: read in first, mincore found every page resident)"
+            }
+        }
     } else {
         "NOT checked (see notes)"
     };
@@ -299,6 +343,105 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
         }
     }
     t
+}
+
+/// The columns of one method table.
+fn method_table(list: &[MethodSummary], has_ceiling: bool, paint: Paint) -> String {
+    let mut t = format!(
+        "  {}\n",
+        paint.dim(&format!(
+            "method           GiB/s   GB/s{}  slowest–fastest  CPU s/GiB  device read  status",
+            if has_ceiling { "  % ceil" } else { "" }
+        ))
+    );
+    for m in list {
+        t.push_str(&method_row(m, &method_name(m), has_ceiling, paint));
+    }
+    t
+}
+
+fn method_name(m: &MethodSummary) -> String {
+    match m.threads {
+        Some(n) => format!("{}×{n}", m.method.name()),
+        None => m.method.name().to_owned(),
+    }
+}
+
+fn method_row(m: &MethodSummary, name: &str, has_ceiling: bool, paint: Paint) -> String {
+    let spread = match (m.rate_bytes_per_sec_min, m.rate_bytes_per_sec_max) {
+        (Some(a), Some(b)) => format!("{}–{}", gib_per_s(Some(a)), gib_per_s(Some(b))),
+        _ => "-".to_owned(),
+    };
+    let cpu = m
+        .cpu_seconds_per_gib_median
+        .map_or_else(|| "-".to_owned(), |c| format!("{c:.3}"));
+    let moved = m
+        .device_read_bytes_median
+        .map_or_else(|| "-".to_owned(), format_iec);
+    let pct = if has_ceiling {
+        format!(
+            "  {:>6}",
+            m.percent_of_ceiling
+                .map_or_else(|| "-".to_owned(), |p| format!("{p:.0}%"))
+        )
+    } else {
+        String::new()
+    };
+    let line = format!(
+        "  {:<15} {:>6} {:>6}{pct}  {:<15} {:>10}  {:>11}  {}",
+        name,
+        gib_per_s(m.rate_bytes_per_sec_median),
+        gb_per_s(m.rate_bytes_per_sec_median),
+        spread,
+        cpu,
+        moved,
+        status_painted(m, paint)
+    );
+    format!("{}\n", line.trim_end())
+}
+
+/// The sweep: one row per method, situation and thread count; the knee
+/// marked.
+fn sweep_table(r: &ReadTestReport, paint: Paint) -> String {
+    let has_ceiling = r.ceiling.is_some();
+    let mut t = format!(
+        "  {}\n",
+        paint.dim(&format!(
+            "cache  method           GiB/s   GB/s{}  slowest–fastest  CPU s/GiB  device read  status",
+            if has_ceiling { "  % ceil" } else { "" }
+        ))
+    );
+    for m in &r.sweep {
+        let knee = r
+            .knees
+            .iter()
+            .any(|k| k.cache == m.cache && k.method == m.method && Some(k.threads) == m.threads);
+        let row = method_row(m, &method_name(m), has_ceiling, paint);
+        let row = format!("  {:<5}{}", m.cache.name(), row.trim_end_matches('\n'));
+        t.push_str(&row);
+        if knee {
+            t.push_str(&format!("  {}", paint.good("← knee")));
+        }
+        t.push('\n');
+    }
+    for k in &r.knees {
+        t.push_str(&format!(
+            "  knee: {} {} at {} thread{} ({} GiB/s; best {} GiB/s)\n",
+            k.cache.name(),
+            k.method,
+            k.threads,
+            if k.threads == 1 { "" } else { "s" },
+            gib_per_s(Some(k.rate_bytes_per_sec)),
+            gib_per_s(Some(k.best_rate_bytes_per_sec))
+        ));
+    }
+    t
+}
+
+/// `  verdict      text` wrapped, continuation lines under the text.
+fn wrap_labelled(label: &str, text: &str) -> String {
+    let body = wrap(text, 88, "               ");
+    format!("  {label:<12} {}", body.trim_start())
 }
 
 /// A bullet wrapped at 88 columns, continuation lines indented.

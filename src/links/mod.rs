@@ -18,7 +18,7 @@ use crate::model::profile::Profile;
 use crate::parse::mountinfo::parse_mountinfo;
 use crate::parse::nvme_smart::{SmartThermal, decode_smart_log};
 use crate::sys::root::{ATTR_CAP, SysRoot};
-use crate::sys::topology::{self, BlockTarget, DeviceRef, NvmeController};
+use crate::sys::topology::{self, BlockTarget, DeviceRef, LoopLayer, NvmeController};
 use crate::sys::{btrfs, nvme};
 
 use analysis::{DeviceAnalysis, MemberPath, analyze_device, array_ceiling, shared_uplinks};
@@ -256,12 +256,12 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
     let mut cache = Cache::default();
 
     // What to list, and which block devices led to each entry.
-    let mut entries: Vec<(Entry, Vec<String>)> = Vec::new();
-    let mut add = |e: Entry, block: Option<&str>| {
-        let i = match entries.iter().position(|(x, _)| *x == e) {
+    let mut entries: Vec<(Entry, Vec<String>, Vec<LoopLayer>)> = Vec::new();
+    let mut add = |e: Entry, block: Option<&str>, layers: &[LoopLayer]| {
+        let i = match entries.iter().position(|(x, _, _)| *x == e) {
             Some(i) => i,
             None => {
-                entries.push((e, Vec::new()));
+                entries.push((e, Vec::new(), Vec::new()));
                 entries.len() - 1
             }
         };
@@ -269,6 +269,11 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
             && !entries[i].1.iter().any(|x| x == b)
         {
             entries[i].1.push(b.to_owned());
+        }
+        for l in layers {
+            if !entries[i].2.contains(l) {
+                entries[i].2.push(l.clone());
+            }
         }
     };
     let mount = opts.targets.iter().find(|t| is_mount(root, t)).cloned();
@@ -283,8 +288,9 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
         let info = read_mount(root, m)?;
         for (_, block) in &info.members {
             if let Some(b) = block {
-                for t in topology::block_targets(root, b)? {
-                    add(t.into(), Some(b));
+                let (targets, layers) = topology::block_targets_traced(root, b)?;
+                for t in targets {
+                    add(t.into(), Some(b), &layers);
                 }
             }
         }
@@ -292,7 +298,7 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
         Scope::Mount
     } else if opts.targets.is_empty() {
         for c in topology::list_controllers(root) {
-            add(Entry::Controller(c), None);
+            add(Entry::Controller(c), None, &[]);
         }
         Scope::All
     } else {
@@ -310,10 +316,11 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
                 ));
             }
             match topology::device_ref(root, t)? {
-                DeviceRef::Controller(c) => add(Entry::Controller(c), None),
+                DeviceRef::Controller(c) => add(Entry::Controller(c), None, &[]),
                 DeviceRef::Block(b) => {
-                    for target in topology::block_targets(root, &b)? {
-                        add(target.into(), Some(&b));
+                    let (targets, layers) = topology::block_targets_traced(root, &b)?;
+                    for target in targets {
+                        add(target.into(), Some(&b), &layers);
                     }
                 }
             }
@@ -324,7 +331,7 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
     let mut devices = Vec::new();
     let mut upstream: Vec<(String, Finding)> = Vec::new();
     let mut paths = Vec::new();
-    for (entry, blocks) in &entries {
+    for (entry, blocks, layers) in &entries {
         let report = match entry {
             Entry::Controller(name) => {
                 let (c, analysis) = cache.controller(root, name)?;
@@ -348,6 +355,7 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
                     note: None,
                     thermal: None,
                     thermal_error: None,
+                    through_loops: layers.clone(),
                 };
                 match analysis {
                     Some(a) => {
@@ -388,6 +396,7 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
                 note: Some(disk_note(*kind, name)),
                 thermal: None,
                 thermal_error: None,
+                through_loops: layers.clone(),
             },
         };
         devices.push(report);

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::model::profile::Profile;
 use crate::parse::nvme_smart::SmartThermal;
 use crate::parse::pcie::{PRACTICAL_HIGH, PRACTICAL_LOW};
-pub use crate::sys::topology::DeviceKind;
+pub use crate::sys::topology::{DeviceKind, LoopLayer};
 
 /// A throughput ceiling: what the links carry after encoding, and the
 /// practical band after protocol overhead.
@@ -195,6 +195,9 @@ pub struct DeviceReport {
     pub thermal: Option<SmartThermal>,
     /// Why the SMART log could not be read (`--thermal`).
     pub thermal_error: Option<String>,
+    /// Loop devices between the block devices and this device: each one
+    /// followed to the filesystem holding its backing file.
+    pub through_loops: Vec<LoopLayer>,
 }
 
 /// The ceiling of an array for one data profile.

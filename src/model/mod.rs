@@ -2,5 +2,6 @@
 
 pub mod kernel;
 pub mod profile;
+pub mod rate;
 pub mod space;
 pub mod units;

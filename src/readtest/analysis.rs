@@ -2,7 +2,7 @@
 //! device cross-check that flags impossible figures, the winner, and whether
 //! every method read the same bytes. Pure: runs in, values out.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::method::Method;
 use crate::parse::size::format_iec;
@@ -10,7 +10,7 @@ use crate::parse::size::format_iec;
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// The state of the page cache for the file when a run started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheState {
     /// Evicted, and mincore found no page of the file resident.
@@ -21,10 +21,36 @@ pub enum CacheState {
     Memory,
     /// Eviction and its check were skipped (test hook).
     Unverified,
+    /// A warm run: mincore found every page of the file in the page cache.
+    Resident,
+    /// A warm run whose file was not wholly in the page cache even after
+    /// it was read in (memory pressure): flagged.
+    Partial,
+}
+
+/// The cache situation a set of runs measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Situation {
+    /// The file's pages evicted before every run (a first load after boot).
+    Cold,
+    /// The whole file in the page cache before every run (a restart of a
+    /// program whose file was loaded recently).
+    Warm,
+}
+
+impl Situation {
+    /// The name used in text and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Situation::Cold => "cold",
+            Situation::Warm => "warm",
+        }
+    }
 }
 
 /// One run of one method.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Run {
     /// Round, from 1.
     pub round: u32,
@@ -96,6 +122,12 @@ pub fn flag_run(run: &Run, ctx: &CheckContext) -> Option<String> {
             format_iec(run.resident_before_bytes.unwrap_or(0))
         ));
     }
+    if run.cache == CacheState::Partial {
+        return Some(format!(
+            "the warm run started with only {} of the file in the page cache (memory pressure?), so it measured neither a warm nor a cold cache",
+            format_iec(run.resident_before_bytes.unwrap_or(0))
+        ));
+    }
     let moved = run.device_read_bytes?;
     if !ctx.devices_known || run.cache == CacheState::Memory {
         return None;
@@ -128,7 +160,7 @@ pub fn flag_run(run: &Run, ctx: &CheckContext) -> Option<String> {
 }
 
 /// How a method came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Measured and checked: the figures are results.
@@ -140,7 +172,7 @@ pub enum Status {
 }
 
 /// One method over all rounds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MethodSummary {
     /// The method.
     pub method: Method,
@@ -164,6 +196,22 @@ pub struct MethodSummary {
     pub device_read_bytes_median: Option<u64>,
     /// Every run, raw.
     pub runs: Vec<Run>,
+    /// The cache situation these runs measured.
+    #[serde(default = "cold")]
+    pub cache: Situation,
+    /// Threads of these runs (direct, direct-copy; null for the
+    /// single-threaded methods). In the method list it is the knee of the
+    /// sweep (see `sweep`).
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// The median as a percentage of the ceiling `links` computes for the
+    /// file's devices (`ceiling`); null when unknown.
+    #[serde(default)]
+    pub percent_of_ceiling: Option<f64>,
+}
+
+fn cold() -> Situation {
+    Situation::Cold
 }
 
 /// The median of `values` (sorted in place); `None` when empty.
@@ -220,6 +268,9 @@ pub fn summarize(
         cpu_seconds_per_gib_median: median(&mut cpu).filter(|_| ok),
         device_read_bytes_median,
         runs,
+        cache: Situation::Cold,
+        threads: None,
+        percent_of_ceiling: None,
     }
 }
 
@@ -237,11 +288,14 @@ pub fn unsupported(method: Method, reason: String) -> MethodSummary {
         cpu_seconds_per_gib_median: None,
         device_read_bytes_median: None,
         runs: Vec::new(),
+        cache: Situation::Cold,
+        threads: None,
+        percent_of_ceiling: None,
     }
 }
 
 /// Another method, and how many times slower it was.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
     /// The other method.
     pub method: Method,
@@ -250,7 +304,7 @@ pub struct Comparison {
 }
 
 /// The fastest method with a result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Winner {
     /// The method.
     pub method: Method,
@@ -288,8 +342,326 @@ pub fn winner(methods: &[MethodSummary]) -> Option<Winner> {
     })
 }
 
+/// How the verdict of one cache situation came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerdictKind {
+    /// The fastest method's slowest round beat the next method's fastest
+    /// round: the ranges do not overlap.
+    Win,
+    /// The fastest method's range overlaps another's: a tie, broken by
+    /// CPU seconds per GiB.
+    Tie,
+    /// Only one method has a result: nothing to compare.
+    Only,
+    /// No method has a result.
+    None,
+}
+
+/// Which method to use in one cache situation, and how sure that is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The cache situation.
+    pub cache: Situation,
+    /// win, tie, only or none.
+    pub kind: VerdictKind,
+    /// The method to use: the winner, the tie's pick, the only one.
+    pub method: Option<Method>,
+    /// Its threads (direct, direct-copy).
+    pub threads: Option<u32>,
+    /// Its median bytes per second.
+    pub rate_bytes_per_sec: Option<f64>,
+    /// In a tie, the other methods whose range overlaps the fastest one's.
+    pub tied_with: Vec<Method>,
+    /// In a tie, the pick has the least CPU seconds per GiB of the tied
+    /// methods (else the fastest median).
+    pub tie_broken_by_cpu: bool,
+    /// One sentence.
+    pub text: String,
+}
+
+fn rate_word(m: &MethodSummary) -> String {
+    let med = m.rate_bytes_per_sec_median.unwrap_or(0.0);
+    use crate::model::rate::{gb_per_s, gib_per_s, number};
+    let range = match (m.rate_bytes_per_sec_min, m.rate_bytes_per_sec_max) {
+        (Some(a), Some(b)) if a < b => {
+            format!(", range {}–{}", number(gib_per_s(a)), number(gib_per_s(b)))
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{} GiB/s ({} GB/s{range})",
+        number(gib_per_s(med)),
+        number(gb_per_s(med))
+    )
+}
+
+fn with_threads(m: &MethodSummary) -> String {
+    match m.threads {
+        Some(t) => format!("{} ({t} thread{})", m.method, if t == 1 { "" } else { "s" }),
+        None => m.method.to_string(),
+    }
+}
+
+fn cpu_word(m: &MethodSummary) -> String {
+    m.cpu_seconds_per_gib_median
+        .map_or_else(|| "unknown".to_owned(), |c| format!("{c:.3}"))
+}
+
+/// The fair verdict among `methods` (all of one cache situation): a method
+/// wins only when its slowest round beats the runner-up's fastest; when the
+/// ranges overlap it is a tie, and of the tied methods the one that costs
+/// the least CPU per GiB is picked, and the text says so. One method with
+/// a result is not a winner.
+pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
+    let mut ranked: Vec<&MethodSummary> = methods
+        .iter()
+        .filter(|m| m.status == Status::Ok)
+        .filter(|m| m.rate_bytes_per_sec_median.is_some_and(|r| r > 0.0))
+        .collect();
+    ranked.sort_by(|a, b| {
+        b.rate_bytes_per_sec_median
+            .unwrap_or(0.0)
+            .total_cmp(&a.rate_bytes_per_sec_median.unwrap_or(0.0))
+    });
+    let mut v = Verdict {
+        cache,
+        kind: VerdictKind::None,
+        method: None,
+        threads: None,
+        rate_bytes_per_sec: None,
+        tied_with: Vec::new(),
+        tie_broken_by_cpu: false,
+        text: format!("{}: no method has a result", cache.name()),
+    };
+    let Some(first) = ranked.first().copied() else {
+        return v;
+    };
+    let pick = |v: &mut Verdict, m: &MethodSummary| {
+        v.method = Some(m.method);
+        v.threads = m.threads;
+        v.rate_bytes_per_sec = m.rate_bytes_per_sec_median;
+    };
+    let Some(second) = ranked.get(1).copied() else {
+        pick(&mut v, first);
+        v.kind = VerdictKind::Only;
+        v.text = format!(
+            "{}: only {} has a result, {}: nothing to compare it with",
+            cache.name(),
+            with_threads(first),
+            rate_word(first)
+        );
+        return v;
+    };
+    let low = |m: &MethodSummary| {
+        m.rate_bytes_per_sec_min
+            .or(m.rate_bytes_per_sec_median)
+            .unwrap_or(0.0)
+    };
+    let high = |m: &MethodSummary| {
+        m.rate_bytes_per_sec_max
+            .or(m.rate_bytes_per_sec_median)
+            .unwrap_or(0.0)
+    };
+    // One round is a point, not a range: no win can be called from it.
+    let ranged = first.runs.len() >= 2 && second.runs.len() >= 2;
+    if ranged && low(first) > high(second) {
+        pick(&mut v, first);
+        v.kind = VerdictKind::Win;
+        v.text = format!(
+            "{}: {} wins at {}, {:.2}× {} {}; their ranges do not overlap",
+            cache.name(),
+            with_threads(first),
+            rate_word(first),
+            first.rate_bytes_per_sec_median.unwrap_or(0.0)
+                / second.rate_bytes_per_sec_median.unwrap_or(1.0),
+            with_threads(second),
+            rate_word(second)
+        );
+        return v;
+    }
+    // Every method whose range reaches the fastest one's slowest round.
+    let tied: Vec<&MethodSummary> = ranked
+        .iter()
+        .copied()
+        .filter(|m| !ranged || high(m) >= low(first))
+        .collect();
+    let by_cpu = tied.iter().all(|m| m.cpu_seconds_per_gib_median.is_some());
+    let chosen = if by_cpu {
+        tied.iter()
+            .copied()
+            .min_by(|a, b| {
+                a.cpu_seconds_per_gib_median
+                    .unwrap_or(f64::MAX)
+                    .total_cmp(&b.cpu_seconds_per_gib_median.unwrap_or(f64::MAX))
+            })
+            .unwrap_or(first)
+    } else {
+        first
+    };
+    pick(&mut v, chosen);
+    v.kind = VerdictKind::Tie;
+    v.tie_broken_by_cpu = by_cpu;
+    v.tied_with = tied
+        .iter()
+        .filter(|m| m.method != chosen.method)
+        .map(|m| m.method)
+        .collect();
+    let list: Vec<String> = tied
+        .iter()
+        .map(|m| format!("{} {}", with_threads(m), rate_word(m)))
+        .collect();
+    let why = if by_cpu {
+        let others: Vec<String> = tied
+            .iter()
+            .filter(|m| m.method != chosen.method)
+            .map(|m| format!("{} for {}", cpu_word(m), m.method))
+            .collect();
+        format!(
+            "{} is picked because it needs the least CPU: {} CPU s/GiB against {}",
+            chosen.method,
+            cpu_word(chosen),
+            others.join(", ")
+        )
+    } else {
+        format!("{} has the fastest median", chosen.method)
+    };
+    let what = if ranged {
+        "the ranges overlap"
+    } else {
+        "one round gives no range to compare (use --rounds 3 or more)"
+    };
+    v.text = format!(
+        "{}: a tie, {what} ({}); {why}",
+        cache.name(),
+        list.join(" and ")
+    );
+    v
+}
+
+/// The knee of a thread sweep: the fewest threads whose median is within
+/// 5 % of the best median. `rows` are (threads, median bytes per second).
+pub fn knee(rows: &[(u32, f64)]) -> Option<u32> {
+    let best = rows
+        .iter()
+        .map(|(_, r)| *r)
+        .filter(|r| r.is_finite())
+        .fold(f64::NAN, f64::max);
+    if best.is_nan() || best <= 0.0 {
+        return None;
+    }
+    rows.iter()
+        .filter(|(_, r)| *r >= 0.95 * best)
+        .map(|(t, _)| *t)
+        .min()
+}
+
+/// What to use when the cache situation is not known in advance: the
+/// method whose worst shortfall from the best of each situation is the
+/// smallest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hedge {
+    /// The method.
+    pub method: Method,
+    /// Its threads.
+    pub threads: Option<u32>,
+    /// Its worst shortfall, percent below the best of a situation.
+    pub worst_loss_percent: f64,
+    /// The situation where it loses that much.
+    pub worst_in: Situation,
+}
+
+/// The hedge over the situations measured (`None` unless a method has a
+/// result in every situation and there are two situations).
+pub fn hedge(situations: &[(Situation, &[MethodSummary])]) -> Option<Hedge> {
+    if situations.len() < 2 {
+        return None;
+    }
+    let rate = |list: &[MethodSummary], m: Method| {
+        list.iter()
+            .find(|s| s.method == m && s.status == Status::Ok)
+            .and_then(|s| s.rate_bytes_per_sec_median)
+            .filter(|r| *r > 0.0)
+    };
+    let best = |list: &[MethodSummary]| {
+        list.iter()
+            .filter(|s| s.status == Status::Ok)
+            .filter_map(|s| s.rate_bytes_per_sec_median)
+            .fold(0.0, f64::max)
+    };
+    let (_, first) = situations[0];
+    let mut out: Option<Hedge> = None;
+    for s in first {
+        let mut worst = (0.0f64, situations[0].0);
+        let mut complete = true;
+        for (sit, list) in situations {
+            let (Some(r), b) = (rate(list, s.method), best(list)) else {
+                complete = false;
+                break;
+            };
+            let loss = 100.0 * (1.0 - r / b).max(0.0);
+            if loss > worst.0 || (loss == worst.0 && *sit == situations[0].0) {
+                worst = (loss, *sit);
+            }
+        }
+        if !complete {
+            continue;
+        }
+        if out.as_ref().is_none_or(|h| worst.0 < h.worst_loss_percent) {
+            out = Some(Hedge {
+                method: s.method,
+                threads: s.threads,
+                worst_loss_percent: worst.0,
+                worst_in: worst.1,
+            });
+        }
+    }
+    out
+}
+
+/// The advice sentence: `cold: use direct (4 threads); warm: use mmap; if
+/// you cannot know, direct loses least (at most 12% below the best, warm)`.
+pub fn advice(verdicts: &[Verdict], hedge: Option<&Hedge>) -> String {
+    let mut parts: Vec<String> = verdicts
+        .iter()
+        .map(|v| {
+            let Some(m) = v.method else {
+                return format!("{}: no method has a result", v.cache.name());
+            };
+            let who = match v.threads {
+                Some(t) => format!("{m} ({t} thread{})", if t == 1 { "" } else { "s" }),
+                None => m.to_string(),
+            };
+            match v.kind {
+                VerdictKind::Win => format!("{}: use {who}", v.cache.name()),
+                VerdictKind::Tie if v.tie_broken_by_cpu => {
+                    format!("{}: use {who}, tied on speed, least CPU", v.cache.name())
+                }
+                VerdictKind::Tie => format!("{}: use {who}, tied on speed", v.cache.name()),
+                _ => format!("{}: only {who} was measured", v.cache.name()),
+            }
+        })
+        .collect();
+    if let Some(h) = hedge {
+        let who = match h.threads {
+            Some(t) => format!("{} ({t} thread{})", h.method, if t == 1 { "" } else { "s" }),
+            None => h.method.to_string(),
+        };
+        parts.push(if h.worst_loss_percent < 0.5 {
+            format!("if you cannot know, {who} loses least (it is the best in both)")
+        } else {
+            format!(
+                "if you cannot know, {who} loses least (at most {:.0}% below the best, {})",
+                h.worst_loss_percent,
+                h.worst_in.name()
+            )
+        });
+    }
+    parts.join("; ")
+}
+
 /// Whether every run read the same bytes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChecksumCheck {
     /// `sampled` or `full`.
     pub mode: super::digest::VerifyMode,
@@ -523,5 +895,118 @@ mod tests {
         let c = check_checksums(VerifyMode::Full, 1, &[direct]);
         assert_eq!(c.reference, Some(Method::Direct));
         assert_eq!(c.direct_matches_buffered, None);
+    }
+
+    /// Runs of 1 GiB at the given GiB/s, each costing `cpu` CPU seconds.
+    fn recorded(method: Method, gib_s: &[f64], cpu: f64) -> MethodSummary {
+        let runs = gib_s
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let mut r = run(i as u32 + 1, 1024 * MIB, 1.0 / g, None, CacheState::Cold);
+                r.cpu_seconds = cpu;
+                r
+            })
+            .collect();
+        summarize(method, runs, None, None, &DEVICES)
+    }
+
+    #[test]
+    fn overlapping_ranges_are_a_tie_broken_by_cpu() {
+        // The runs the issue reports: direct-copy's median is higher, but
+        // its range 0.93–1.42 overlaps direct's 1.00–1.43, and direct
+        // costs 0.038 CPU s/GiB against 0.230.
+        let methods = [
+            recorded(Method::DirectCopy, &[0.93, 1.17, 1.42], 0.230),
+            recorded(Method::Direct, &[1.00, 1.10, 1.43], 0.038),
+            recorded(Method::Buffered, &[0.50, 0.52, 0.55], 0.400),
+        ];
+        // The old fastest-median "winner" is direct-copy...
+        assert_eq!(winner(&methods).unwrap().method, Method::DirectCopy);
+        // ...the fair verdict is a tie that direct takes on CPU.
+        let v = verdict(Situation::Cold, &methods);
+        assert_eq!(v.kind, VerdictKind::Tie, "{v:?}");
+        assert_eq!(v.method, Some(Method::Direct));
+        assert_eq!(v.tied_with, vec![Method::DirectCopy]);
+        assert!(v.tie_broken_by_cpu);
+        assert!(!v.text.contains("wins"), "{}", v.text);
+        assert!(v.text.contains("a tie"), "{}", v.text);
+        assert!(
+            v.text.contains("0.038 CPU s/GiB against 0.230"),
+            "{}",
+            v.text
+        );
+        assert!(v.text.contains("range 0.93–1.42"), "{}", v.text);
+        // Buffered's range does not reach direct-copy's slowest round.
+        assert!(!v.tied_with.contains(&Method::Buffered));
+    }
+
+    #[test]
+    fn separated_ranges_win_and_one_method_is_not_a_winner() {
+        let methods = [
+            recorded(Method::Direct, &[2.0, 2.1, 2.2], 0.04),
+            recorded(Method::Buffered, &[1.0, 1.1, 1.9], 0.40),
+        ];
+        let v = verdict(Situation::Cold, &methods);
+        assert_eq!(v.kind, VerdictKind::Win);
+        assert_eq!(v.method, Some(Method::Direct));
+        assert!(
+            v.text.starts_with("cold: direct wins at 2.10 GiB/s"),
+            "{}",
+            v.text
+        );
+        assert!(v.text.contains("do not overlap"), "{}", v.text);
+        // One round each: points, not ranges, so no win.
+        let single = [
+            recorded(Method::Direct, &[2.2], 0.04),
+            recorded(Method::Buffered, &[1.0], 0.40),
+        ];
+        let v = verdict(Situation::Cold, &single);
+        assert_eq!((v.kind, v.method), (VerdictKind::Tie, Some(Method::Direct)));
+        assert!(v.text.contains("no range"), "{}", v.text);
+        let only = verdict(Situation::Warm, &methods[..1]);
+        assert_eq!(only.kind, VerdictKind::Only);
+        assert!(!only.text.contains("win"), "{}", only.text);
+        assert_eq!(verdict(Situation::Cold, &[]).kind, VerdictKind::None);
+    }
+
+    #[test]
+    fn the_knee_is_the_fewest_threads_within_five_percent() {
+        // The issue's hand-run sweep: 1 → 1.19, 2 → 1.32, 8 → 1.47.
+        assert_eq!(knee(&[(1, 1.19), (2, 1.32), (8, 1.47)]), Some(8));
+        assert_eq!(knee(&[(1, 1.19), (2, 1.42), (4, 1.47), (8, 1.46)]), Some(2));
+        assert_eq!(knee(&[(4, 3.0)]), Some(4));
+        assert_eq!(knee(&[]), None);
+        assert_eq!(knee(&[(1, 0.0)]), None);
+    }
+
+    #[test]
+    fn the_hedge_is_the_smallest_worst_loss() {
+        // The seed's model-loading table: cold 15.0 s direct vs 17.9 s
+        // mmap; warm 14.4 s direct vs 10.1 s mmap (83.6 GB).
+        let gb = 83.6e9 / (1u64 << 30) as f64;
+        let three = |x: f64| [x * 0.99, x, x * 1.01];
+        let cold = [
+            recorded(Method::Direct, &three(gb / 15.0), 0.04),
+            recorded(Method::Mmap, &three(gb / 17.9), 0.3),
+        ];
+        let warm = [
+            recorded(Method::Direct, &three(gb / 14.4), 0.04),
+            recorded(Method::Mmap, &three(gb / 10.1), 0.3),
+        ];
+        let h = hedge(&[(Situation::Cold, &cold[..]), (Situation::Warm, &warm[..])]).unwrap();
+        // direct loses 30% warm (10.1/14.4), mmap 16% cold (15.0/17.9).
+        assert_eq!(h.method, Method::Mmap);
+        assert!((h.worst_loss_percent - 100.0 * (1.0 - 15.0 / 17.9)).abs() < 0.01);
+        assert_eq!(h.worst_in, Situation::Cold);
+        let v = [
+            verdict(Situation::Cold, &cold),
+            verdict(Situation::Warm, &warm),
+        ];
+        assert_eq!(
+            advice(&v, Some(&h)),
+            "cold: use direct; warm: use mmap; if you cannot know, mmap loses least (at most 16% below the best, cold)"
+        );
+        assert!(hedge(&[(Situation::Cold, &cold[..])]).is_none());
     }
 }

@@ -9,7 +9,7 @@
 //! blocks in any order and merge at the end. The count of blocks hashed
 //! also proves the whole file was covered.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Bytes per block.
 pub const BLOCK: u64 = 4096;
@@ -18,7 +18,7 @@ pub const SAMPLE_SPAN: u64 = 1 << 20;
 const BLOCKS_PER_SPAN: u64 = SAMPLE_SPAN / BLOCK;
 
 /// How much of the file is checksummed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VerifyMode {
     /// The first and last 4 KiB block and one per MiB (about 0.4 % of

@@ -2,10 +2,10 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One way of reading a file into memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
     /// O_DIRECT, several threads, straight into the destination.
@@ -62,12 +62,12 @@ impl fmt::Display for Method {
 /// one each round, so that no method always runs first, right after the
 /// destination was faulted in, or right after another method's cache was
 /// dropped.
-pub fn round_order(methods: &[Method], round: usize) -> Vec<Method> {
-    if methods.is_empty() {
+pub fn round_order<T: Copy>(units: &[T], round: usize) -> Vec<T> {
+    if units.is_empty() {
         return Vec::new();
     }
-    let k = round % methods.len();
-    methods[k..].iter().chain(&methods[..k]).copied().collect()
+    let k = round % units.len();
+    units[k..].iter().chain(&units[..k]).copied().collect()
 }
 
 #[cfg(test)]
@@ -88,6 +88,6 @@ mod tests {
             vec![Method::Buffered, Method::Mmap, Method::Direct]
         );
         assert_eq!(round_order(&m, 3), m.to_vec());
-        assert!(round_order(&[], 2).is_empty());
+        assert!(round_order::<Method>(&[], 2).is_empty());
     }
 }

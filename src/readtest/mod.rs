@@ -35,7 +35,7 @@ use crate::sys::memio::{self, MappedBuffer, RingBuffer};
 use crate::sys::root::SysRoot;
 use crate::sys::{btrfs, fs as sysfs, is_root, kernel_release, mounts, pagecache, signals};
 
-use analysis::{CacheState, CheckContext, MethodSummary, Run};
+use analysis::{CacheState, CheckContext, MethodSummary, Run, Situation};
 use digest::{Digest, VerifyMode};
 use engine::Pass;
 pub use method::Method;
@@ -67,6 +67,78 @@ const MAX_CHUNK: u64 = 256 << 20;
 const MAX_THREADS: u32 = 64;
 const MAX_ROUNDS: u32 = 50;
 const EVICT_ATTEMPTS: u32 = 3;
+const MAX_SWEEP: usize = 8;
+
+/// Which cache situations to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheMode {
+    /// Evicted before every run.
+    Cold,
+    /// The whole file in the page cache before every run.
+    Warm,
+    /// Both, cold first.
+    Both,
+}
+
+impl CacheMode {
+    /// The name on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheMode::Cold => "cold",
+            CacheMode::Warm => "warm",
+            CacheMode::Both => "both",
+        }
+    }
+
+    /// The situations it measures, in order.
+    pub fn situations(self) -> Vec<Situation> {
+        match self {
+            CacheMode::Cold => vec![Situation::Cold],
+            CacheMode::Warm => vec![Situation::Warm],
+            CacheMode::Both => vec![Situation::Cold, Situation::Warm],
+        }
+    }
+}
+
+/// The cache mode to use when none is given, and why. `fits`: the file
+/// and the destination fit in three quarters of the available memory.
+pub fn default_cache(
+    size: u64,
+    memory_backed: bool,
+    can_verify: bool,
+    fits: Option<bool>,
+) -> (CacheMode, String) {
+    if memory_backed {
+        return (
+            CacheMode::Cold,
+            "the file lives in memory: cold and warm are the same".to_owned(),
+        );
+    }
+    if size == 0 {
+        return (CacheMode::Cold, "the file is empty".to_owned());
+    }
+    if !can_verify {
+        return (
+            CacheMode::Cold,
+            "mincore cannot tell this user whether the file is resident, so a warm cache could not be verified".to_owned(),
+        );
+    }
+    match fits {
+        Some(true) => (
+            CacheMode::Both,
+            "the file fits in the available memory, so it may well be cached when it is loaded again".to_owned(),
+        ),
+        Some(false) => (
+            CacheMode::Cold,
+            "the file does not fit in the available memory, so it cannot stay cached".to_owned(),
+        ),
+        None => (
+            CacheMode::Cold,
+            "the available memory is unknown (no MemAvailable in /proc/meminfo)".to_owned(),
+        ),
+    }
+}
 
 /// What to read and how.
 #[derive(Debug, Clone)]
@@ -77,8 +149,12 @@ pub struct ReadTestOptions {
     pub methods: Vec<Method>,
     /// Rounds.
     pub rounds: u32,
-    /// Threads of direct and direct-copy.
-    pub threads: u32,
+    /// Threads of direct and direct-copy: one count, or several to sweep
+    /// (each count is run every round).
+    pub threads: Vec<u32>,
+    /// Cold, warm or both; `None`: both when the file fits in memory
+    /// (and mincore can tell), cold otherwise.
+    pub cache: Option<CacheMode>,
     /// Chunk size; `None`: 8 MiB, raised so threads × chunk ≥ 32 MiB.
     pub chunk: Option<u64>,
     /// Destination size.
@@ -98,7 +174,8 @@ impl ReadTestOptions {
             path: path.into(),
             methods: Method::ALL.to_vec(),
             rounds: DEFAULT_ROUNDS,
-            threads: DEFAULT_THREADS,
+            threads: vec![DEFAULT_THREADS],
+            cache: None,
             chunk: None,
             buffer: DEFAULT_BUFFER,
             drop_caches: false,
@@ -107,10 +184,28 @@ impl ReadTestOptions {
         }
     }
 
-    /// The chunk size in use.
+    /// The thread counts, without duplicates, smallest first.
+    pub fn thread_counts(&self) -> Vec<u32> {
+        let mut v = self.threads.clone();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The largest thread count.
+    pub fn max_threads(&self) -> u32 {
+        self.threads
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(DEFAULT_THREADS)
+    }
+
+    /// The chunk size in use (one for the whole sweep: the default is
+    /// sized for the largest thread count).
     pub fn chunk_bytes(&self) -> u64 {
         self.chunk.unwrap_or_else(|| {
-            let per_thread = MIN_IN_FLIGHT.div_ceil(u64::from(self.threads.max(1)));
+            let per_thread = MIN_IN_FLIGHT.div_ceil(u64::from(self.max_threads().max(1)));
             DEFAULT_CHUNK.max(per_thread.div_ceil(1 << 20) << 20)
         })
     }
@@ -137,9 +232,17 @@ impl ReadTestOptions {
                 "--rounds must be between 1 and {MAX_ROUNDS}"
             )));
         }
-        if !(1..=MAX_THREADS).contains(&self.threads) {
+        if self.threads.is_empty() || self.threads.iter().any(|t| !(1..=MAX_THREADS).contains(t)) {
+            return Err(
+                Error::usage(format!("--threads must be between 1 and {MAX_THREADS}")).with_hint(
+                    "give one count (--threads 4) or a list to sweep (--threads 1,2,4,8,16)",
+                ),
+            );
+        }
+        if self.thread_counts().len() > MAX_SWEEP {
             return Err(Error::usage(format!(
-                "--threads must be between 1 and {MAX_THREADS}"
+                "--threads lists {} counts: at most {MAX_SWEEP}",
+                self.thread_counts().len()
             )));
         }
         let chunk = self.chunk_bytes();
@@ -149,7 +252,7 @@ impl ReadTestOptions {
                 format_iec(chunk)
             )));
         }
-        let needed = chunk * u64::from(self.threads);
+        let needed = chunk * u64::from(self.max_threads());
         if self.buffer < needed {
             return Err(Error::usage(format!(
                 "--buffer {} is smaller than --threads × --chunk ({}): every thread needs a slot",
@@ -177,6 +280,10 @@ pub fn ring_bytes(buffer: u64, size: u64, chunk: u64) -> u64 {
 pub struct Progress {
     /// The method running.
     pub method: Method,
+    /// Its threads (direct, direct-copy).
+    pub threads: Option<u32>,
+    /// Cold or warm.
+    pub cache: Situation,
     /// Round, from 1.
     pub round: u32,
     /// Rounds in all.
@@ -457,6 +564,96 @@ fn make_cold(
     Ok((CacheState::Warm, Some(resident)))
 }
 
+/// Reads the whole file into the page cache and proves with mincore that
+/// every page is there; tried a few times. `Partial` when pages keep
+/// being evicted (memory pressure).
+fn make_warm(t: &Target, path: &Path, memory_backed: bool) -> Result<(CacheState, Option<u64>)> {
+    if memory_backed {
+        return Ok((CacheState::Memory, Some(t.size)));
+    }
+    let mut resident = 0;
+    for _ in 0..EVICT_ATTEMPTS {
+        signals::check()?;
+        resident = pagecache::resident_bytes(&t.file, t.size, path)?;
+        if resident >= t.size {
+            return Ok((CacheState::Resident, Some(resident)));
+        }
+        pagecache::load(&t.file, t.size, path)?;
+    }
+    resident = resident.max(pagecache::resident_bytes(&t.file, t.size, path)?);
+    if resident >= t.size {
+        Ok((CacheState::Resident, Some(resident)))
+    } else {
+        Ok((CacheState::Partial, Some(resident)))
+    }
+}
+
+/// MemAvailable, if /proc/meminfo says.
+fn available_memory(root: &SysRoot) -> Option<u64> {
+    let text = root.read_table(&root.proc("meminfo")).ok()?;
+    mem_available_bytes(&text)
+}
+
+/// Refuses `--cache warm|both` when a warm cache cannot be made or proven.
+fn warm_possible(
+    t: &Target,
+    path: &Path,
+    can_verify: bool,
+    fits: Option<bool>,
+    available: Option<u64>,
+) -> Result<()> {
+    if !can_verify {
+        return Err(Error::new(
+            ErrorKind::Permission,
+            format!(
+                "cannot verify a warm cache for {}: mincore reports every page as cached unless you own the file or may write to it",
+                path.display()
+            ),
+        )
+        .with_hint("run as the file's owner or root, or use --cache cold"));
+    }
+    if fits == Some(false) {
+        return Err(Error::new(
+            ErrorKind::NoSpace,
+            format!(
+                "{} ({}) does not fit in the available memory ({}) with the destination: a warm cache cannot hold it",
+                path.display(),
+                format_iec(t.size),
+                format_iec(available.unwrap_or(0))
+            ),
+        )
+        .with_hint("use --cache cold, or a smaller --buffer"));
+    }
+    Ok(())
+}
+
+/// The read ceiling `links` computes for the file's devices (one reader,
+/// the data profile), when it knows one (PCIe NVMe members).
+fn read_ceiling(
+    root: &SysRoot,
+    devices: &[BlockDevice],
+    profiles: &[crate::model::profile::Profile],
+    fs_type: &str,
+) -> Option<report::Ceiling> {
+    if devices.is_empty() {
+        return None;
+    }
+    let profile = if fs_type == "btrfs" {
+        *profiles.first()?
+    } else {
+        crate::model::profile::Profile::Single
+    };
+    let paths: Vec<PathBuf> = devices.iter().map(|d| PathBuf::from(&d.name)).collect();
+    let c = crate::links::array_ceiling_for_block_devices(root, &paths, profile).ok()?;
+    let b = c.one_reader?;
+    (b.encoded_bytes_per_sec > 0).then_some(report::Ceiling {
+        bytes_per_sec: b.encoded_bytes_per_sec,
+        practical_high_bytes_per_sec: b.practical_high_bytes_per_sec,
+        profile,
+        summary: c.summary,
+    })
+}
+
 fn memory_check(root: &SysRoot, need: u64) -> Result<()> {
     let Ok(text) = root.read_table(&root.proc("meminfo")) else {
         return Ok(());
@@ -535,14 +732,39 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         None
     };
 
-    let threads = opts.threads as usize;
+    let counts = opts.thread_counts();
+    let max_threads = opts.max_threads() as usize;
     let ring_len = ring_bytes(opts.buffer, t.size, chunk);
     let bounce_len = if methods.contains(&Method::DirectCopy) {
-        chunk * opts.threads as u64
+        chunk * u64::from(opts.max_threads())
     } else {
         0
     };
     memory_check(&opts.sysroot, ring_len + bounce_len)?;
+    let unverifiable = unverifiable_reason(&t, memory_backed);
+    let can_verify = unverifiable.is_none();
+    let available = available_memory(&opts.sysroot);
+    let fits = available.map(|a| t.size + ring_len + bounce_len <= a / 4 * 3);
+    let (cache_mode, cache_reason) = match opts.cache {
+        Some(m) => {
+            if m != CacheMode::Cold && !memory_backed {
+                warm_possible(&t, path, can_verify, fits, available)?;
+            }
+            (m, None)
+        }
+        None => {
+            let (m, why) = default_cache(t.size, memory_backed, can_verify, fits);
+            if skip_eviction_hook() {
+                (
+                    m,
+                    Some("the cache checks are skipped (a test hook)".to_owned()),
+                )
+            } else {
+                (m, Some(why))
+            }
+        }
+    };
+    let situations = cache_mode.situations();
     let alloc_error = |e: std::io::Error| {
         Error::new(
             ErrorKind::NoSpace,
@@ -552,7 +774,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
     };
     let mut ring =
         RingBuffer::new((ring_len / chunk) as usize, chunk as usize).map_err(alloc_error)?;
-    let mut bounce: Vec<MappedBuffer> = (0..if bounce_len > 0 { threads } else { 0 })
+    let mut bounce: Vec<MappedBuffer> = (0..if bounce_len > 0 { max_threads } else { 0 })
         .map(|_| MappedBuffer::new(chunk as usize))
         .collect::<std::io::Result<_>>()
         .map_err(alloc_error)?;
@@ -565,58 +787,80 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         .copied()
         .filter(|m| !(*m == Method::Dontcache && dontcache_unsupported.is_some()))
         .collect();
-    let direct_file = direct.as_ref().ok();
-    let unverifiable = unverifiable_reason(&t, memory_backed);
-    let can_verify = unverifiable.is_none();
-    let mut runs: BTreeMap<Method, Vec<Run>> = BTreeMap::new();
-    let mut sequence = 0u32;
-    for round in 0..opts.rounds {
-        for method in method::round_order(&runnable, round as usize) {
-            signals::check()?;
-            let (cache, resident) =
-                make_cold(&t, path, memory_backed, opts.drop_caches, can_verify)?;
-            let before = if devices.is_empty() {
-                None
+    // One unit per method and thread count; rounds rotate over the units.
+    let units: Vec<(Method, u32)> = runnable
+        .iter()
+        .flat_map(|&m| {
+            if m.is_threaded() {
+                counts.iter().map(|&c| (m, c)).collect::<Vec<_>>()
             } else {
-                Some(diskstats::bytes_read(&opts.sysroot, &devices)?)
-            };
-            let pass = Pass {
-                path,
-                size: t.size,
-                plain: &t.file,
-                direct: direct_file.filter(|_| method.uses_o_direct()),
-                threads: if method.is_threaded() { threads } else { 1 },
-                align: align as usize,
-                verify: opts.verify,
-            };
-            let r = engine::run_pass(method, &pass, &mut ring, &mut bounce, &mut |done| {
-                progress(&Progress {
-                    method,
-                    round: round + 1,
-                    rounds: opts.rounds,
-                    done,
-                    total: t.size,
-                });
-            })?;
-            let device_read_bytes = match before {
-                Some(b) => Some(diskstats::bytes_read(&opts.sysroot, &devices)?.saturating_sub(b)),
-                None => None,
-            };
-            sequence += 1;
-            runs.entry(method).or_default().push(Run {
-                round: round + 1,
-                sequence,
-                bytes_read: r.bytes,
-                seconds: r.seconds,
-                cpu_seconds: r.cpu_seconds,
-                device_read_bytes,
-                resident_before_bytes: resident,
-                cache,
-                digest: r.digest.hex(),
-                digest_blocks: r.digest.blocks(),
-                complete: r.digest.is_complete() && r.bytes == t.size,
-                flag: None,
-            });
+                vec![(m, 1)]
+            }
+        })
+        .collect();
+    let direct_file = direct.as_ref().ok();
+    type Key = (Situation, Method, u32);
+    let mut runs: BTreeMap<Key, Vec<Run>> = BTreeMap::new();
+    let mut sequence = 0u32;
+    for &situation in &situations {
+        for round in 0..opts.rounds {
+            for (method, threads) in method::round_order(&units, round as usize) {
+                signals::check()?;
+                let (cache, resident) = match situation {
+                    Situation::Cold => {
+                        make_cold(&t, path, memory_backed, opts.drop_caches, can_verify)?
+                    }
+                    Situation::Warm => make_warm(&t, path, memory_backed)?,
+                };
+                let before = if devices.is_empty() {
+                    None
+                } else {
+                    Some(diskstats::bytes_read(&opts.sysroot, &devices)?)
+                };
+                let pass = Pass {
+                    path,
+                    size: t.size,
+                    plain: &t.file,
+                    direct: direct_file.filter(|_| method.uses_o_direct()),
+                    threads: threads as usize,
+                    align: align as usize,
+                    verify: opts.verify,
+                };
+                let r = engine::run_pass(method, &pass, &mut ring, &mut bounce, &mut |done| {
+                    progress(&Progress {
+                        method,
+                        threads: method.is_threaded().then_some(threads),
+                        cache: situation,
+                        round: round + 1,
+                        rounds: opts.rounds,
+                        done,
+                        total: t.size,
+                    });
+                })?;
+                let device_read_bytes = match before {
+                    Some(b) => {
+                        Some(diskstats::bytes_read(&opts.sysroot, &devices)?.saturating_sub(b))
+                    }
+                    None => None,
+                };
+                sequence += 1;
+                runs.entry((situation, method, threads))
+                    .or_default()
+                    .push(Run {
+                        round: round + 1,
+                        sequence,
+                        bytes_read: r.bytes,
+                        seconds: r.seconds,
+                        cpu_seconds: r.cpu_seconds,
+                        device_read_bytes,
+                        resident_before_bytes: resident,
+                        cache,
+                        digest: r.digest.hex(),
+                        digest_blocks: r.digest.blocks(),
+                        complete: r.digest.is_complete() && r.bytes == t.size,
+                        flag: None,
+                    });
+            }
         }
     }
 
@@ -628,24 +872,115 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         }),
     };
     let direct_note = direct.as_ref().err().cloned();
-    let summaries: Vec<MethodSummary> = methods
-        .iter()
-        .map(|&m| {
+    let ceiling = read_ceiling(&opts.sysroot, &devices, &data_profiles, &fs_type);
+    let ceiling_rate = ceiling.as_ref().map(|c| c.bytes_per_sec as f64);
+    let mut per_situation: Vec<(Situation, Vec<MethodSummary>)> = Vec::new();
+    let mut sweep: Vec<MethodSummary> = Vec::new();
+    let mut knees: Vec<report::Knee> = Vec::new();
+    for &situation in &situations {
+        let mut list = Vec::new();
+        for &m in &methods {
             if m == Method::Dontcache
                 && let Some(why) = &dontcache_unsupported
             {
-                return analysis::unsupported(m, why.clone());
+                let mut u = analysis::unsupported(m, why.clone());
+                u.cache = situation;
+                list.push(u);
+                continue;
             }
             let (o_direct, note) = if m.uses_o_direct() {
                 (Some(direct_file.is_some()), direct_note.clone())
             } else {
                 (None, None)
             };
-            analysis::summarize(m, runs.remove(&m).unwrap_or_default(), o_direct, note, &ctx)
-        })
+            let mut one = |threads: u32| {
+                let mut s = analysis::summarize(
+                    m,
+                    runs.remove(&(situation, m, threads)).unwrap_or_default(),
+                    o_direct,
+                    note.clone(),
+                    &ctx,
+                );
+                s.cache = situation;
+                s.threads = m.is_threaded().then_some(threads);
+                s.percent_of_ceiling = s
+                    .rate_bytes_per_sec_median
+                    .zip(ceiling_rate)
+                    .and_then(|(r, c)| crate::model::rate::percent_of(r, c));
+                s
+            };
+            if !m.is_threaded() {
+                list.push(one(1));
+                continue;
+            }
+            let rows: Vec<MethodSummary> = counts.iter().map(|&c| one(c)).collect();
+            let medians: Vec<(u32, f64)> = rows
+                .iter()
+                .filter(|r| r.status == analysis::Status::Ok)
+                .filter_map(|r| {
+                    r.rate_bytes_per_sec_median
+                        .map(|x| (r.threads.unwrap_or(1), x))
+                })
+                .collect();
+            let knee = analysis::knee(&medians);
+            let chosen = knee.unwrap_or(counts[counts.len() - 1]);
+            if counts.len() > 1 {
+                if let Some(k) = knee {
+                    let best = medians.iter().map(|(_, r)| *r).fold(0.0, f64::max);
+                    let at = medians.iter().find(|(c, _)| *c == k).map_or(0.0, |x| x.1);
+                    knees.push(report::Knee {
+                        cache: situation,
+                        method: m,
+                        threads: k,
+                        rate_bytes_per_sec: at,
+                        best_rate_bytes_per_sec: best,
+                    });
+                }
+                sweep.extend(rows.iter().cloned());
+            }
+            if let Some(row) = rows.into_iter().find(|r| r.threads == Some(chosen)) {
+                list.push(row);
+            }
+        }
+        per_situation.push((situation, list));
+    }
+    let all_runs: Vec<MethodSummary> = per_situation
+        .iter()
+        .flat_map(|(_, l)| l.iter().cloned())
+        .chain(
+            sweep
+                .iter()
+                .filter(|row| {
+                    // Rows not already in a method list.
+                    !per_situation.iter().any(|(sit, l)| {
+                        *sit == row.cache
+                            && l.iter()
+                                .any(|m| m.method == row.method && m.threads == row.threads)
+                    })
+                })
+                .cloned(),
+        )
         .collect();
     let blocks = Digest::new(opts.verify, t.size).expected_blocks();
-    let checksum = analysis::check_checksums(opts.verify, blocks, &summaries);
+    let checksum = analysis::check_checksums(opts.verify, blocks, &all_runs);
+    let verdicts: Vec<analysis::Verdict> = per_situation
+        .iter()
+        .map(|(sit, l)| analysis::verdict(*sit, l))
+        .collect();
+    let pairs: Vec<(Situation, &[MethodSummary])> = per_situation
+        .iter()
+        .map(|(sit, l)| (*sit, l.as_slice()))
+        .collect();
+    let hedge = analysis::hedge(&pairs);
+    let advice = analysis::advice(&verdicts, hedge.as_ref());
+    let take = |want: Situation, per: &mut Vec<(Situation, Vec<MethodSummary>)>| {
+        per.iter()
+            .position(|(s, _)| *s == want)
+            .map(|i| per.remove(i).1)
+            .unwrap_or_default()
+    };
+    let summaries = take(Situation::Cold, &mut per_situation);
+    let warm_methods = take(Situation::Warm, &mut per_situation);
     let winner = analysis::winner(&summaries);
 
     let mut notes = Vec::new();
@@ -698,7 +1033,23 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
             "no block device counts the reads of this {fs_type} filesystem (network or stacked?): the device cross-check could not run."
         ));
     }
-    let in_flight = chunk * opts.threads as u64;
+    let in_flight = chunk * u64::from(opts.max_threads());
+    if counts.len() > 1 && runnable.iter().any(|m| m.is_threaded()) {
+        notes.push(format!(
+            "the thread sweep ({}) reads {} chunks at every count, so the rows differ only in threads; the method list shows each threaded method at its knee (the fewest threads within 5% of its best).",
+            counts.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
+            format_iec(chunk)
+        ));
+    }
+    if let Some(why) = &cache_reason
+        && cache_mode == CacheMode::Cold
+        && !memory_backed
+        && t.size > 0
+    {
+        notes.push(format!(
+            "only the cold cache was measured: {why} (--cache warm|both asks for it)."
+        ));
+    }
     if in_flight < MIN_IN_FLIGHT && runnable.iter().any(|m| m.is_threaded()) {
         notes.push(format!(
             "direct keeps only {} in flight (--threads × --chunk): below {} a fast array may idle between requests.",
@@ -720,7 +1071,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
     } else {
         report::EXIT_CHECKSUM_MISMATCH
     };
-    let mut summary = report::summary_sentence(winner.as_ref(), &checksum, t.size);
+    let mut summary = report::summary_sentence(&verdicts, &advice, &checksum, t.size);
     if memory_backed && t.size > 0 {
         summary.push_str(&format!(
             " All from memory: {fs_type} keeps the file in RAM."
@@ -747,12 +1098,15 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         parameters: Parameters {
             methods,
             rounds: opts.rounds,
-            threads: opts.threads,
+            threads: opts.max_threads(),
             chunk_bytes: chunk,
             in_flight_bytes: in_flight,
             buffer_bytes: opts.buffer,
             verify: opts.verify,
             drop_caches: opts.drop_caches,
+            thread_counts: counts.clone(),
+            cache: cache_mode,
+            cache_default_reason: cache_reason,
         },
         direct_io: DirectIo {
             used: direct_file.is_some(),
@@ -785,6 +1139,13 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         winner,
         checksum,
         notes,
+        warm_methods,
+        sweep,
+        knees,
+        verdicts,
+        hedge,
+        advice,
+        ceiling,
     })
 }
 
@@ -796,11 +1157,15 @@ mod tests {
     fn chunk_defaults_keep_32_mib_in_flight() {
         let mut o = ReadTestOptions::new("/x");
         assert_eq!(o.chunk_bytes(), 8 << 20);
-        o.threads = 2;
+        o.threads = vec![2];
         assert_eq!(o.chunk_bytes(), 16 << 20);
-        o.threads = 3;
+        o.threads = vec![3];
         assert_eq!(o.chunk_bytes(), 11 << 20);
-        o.threads = 16;
+        // A sweep reads one chunk size, sized for its largest count.
+        o.threads = vec![4, 1, 2];
+        assert_eq!(o.chunk_bytes(), 8 << 20);
+        assert_eq!(o.thread_counts(), vec![1, 2, 4]);
+        o.threads = vec![16];
         assert_eq!(o.chunk_bytes(), 8 << 20);
         o.chunk = Some(1 << 20);
         assert_eq!(o.chunk_bytes(), 1 << 20);
@@ -816,11 +1181,19 @@ mod tests {
                 ..ok.clone()
             },
             ReadTestOptions {
-                threads: 0,
+                threads: vec![0],
                 ..ok.clone()
             },
             ReadTestOptions {
-                threads: 65,
+                threads: vec![1, 65],
+                ..ok.clone()
+            },
+            ReadTestOptions {
+                threads: vec![],
+                ..ok.clone()
+            },
+            ReadTestOptions {
+                threads: (1..=9).collect(),
                 ..ok.clone()
             },
             ReadTestOptions {
@@ -859,6 +1232,40 @@ mod tests {
             ..ok
         };
         assert_eq!(dup.method_list(), vec![Method::Mmap, Method::Direct]);
+    }
+
+    #[test]
+    fn the_ceiling_comes_from_links_for_nvme_members_only() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/links/reference");
+        let root = SysRoot::new(&fixture);
+        let dev = |name: &str| BlockDevice {
+            name: name.into(),
+            major: 259,
+            minor: 0,
+            path: None,
+        };
+        let members = [dev("nvme0n1p2"), dev("nvme1n1"), dev("nvme2n1")];
+        let raid0 = [crate::model::profile::Profile::Raid0];
+        let c = read_ceiling(&root, &members, &raid0, "btrfs").unwrap();
+        // RAID0 at the x2 member's pace: 3 × 3.94 GB/s.
+        assert_eq!(c.profile, raid0[0]);
+        assert!(
+            (c.bytes_per_sec as f64 / 1e9 - 11.815).abs() < 0.01,
+            "{c:?}"
+        );
+        assert_eq!(
+            crate::model::rate::percent_of(c.bytes_per_sec as f64 / 2.0, c.bytes_per_sec as f64),
+            Some(50.0)
+        );
+        // One drive on ext4: its own link, Gen4 x4.
+        let one = read_ceiling(&root, &members[..1], &[], "ext4").unwrap();
+        assert!(
+            (one.bytes_per_sec as f64 / 1e9 - 7.877).abs() < 0.01,
+            "{one:?}"
+        );
+        // No devices (tmpfs), or none that links knows: no ceiling.
+        assert!(read_ceiling(&root, &[], &raid0, "btrfs").is_none());
+        assert!(read_ceiling(&root, &[dev("loop0")], &raid0, "btrfs").is_none());
     }
 
     #[test]

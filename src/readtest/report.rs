@@ -3,13 +3,13 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::analysis::{ChecksumCheck, MethodSummary, Winner};
+use super::CacheMode;
+use super::analysis::{ChecksumCheck, Hedge, MethodSummary, Situation, Verdict, Winner};
 use super::digest::VerifyMode;
 use super::method::Method;
 use crate::model::profile::Profile;
-use crate::parse::size::format_rate;
 use crate::sys::diskstats::BlockDevice;
 use crate::sys::extents::Layout;
 
@@ -17,7 +17,7 @@ use crate::sys::extents::Layout;
 pub const EXIT_CHECKSUM_MISMATCH: u8 = 3;
 
 /// The file and where it lives.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileInfo {
     /// Canonical path.
     pub path: PathBuf,
@@ -46,7 +46,7 @@ pub struct FileInfo {
 }
 
 /// The settings of the test.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Parameters {
     /// Methods, in the order of the first round.
     pub methods: Vec<Method>,
@@ -64,10 +64,53 @@ pub struct Parameters {
     pub verify: VerifyMode,
     /// `--drop-caches`.
     pub drop_caches: bool,
+    /// Every thread count of direct and direct-copy (`--threads LIST`),
+    /// smallest first; `threads` is the largest.
+    #[serde(default)]
+    pub thread_counts: Vec<u32>,
+    /// `cold`, `warm` or `both`: the cache situations measured.
+    #[serde(default = "cold_mode")]
+    pub cache: CacheMode,
+    /// Why, when `--cache` was not given.
+    #[serde(default)]
+    pub cache_default_reason: Option<String>,
+}
+
+fn cold_mode() -> CacheMode {
+    CacheMode::Cold
+}
+
+/// The knee of a thread sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Knee {
+    /// Cold or warm.
+    pub cache: Situation,
+    /// direct or direct-copy.
+    pub method: Method,
+    /// The fewest threads within 5 % of the best median.
+    pub threads: u32,
+    /// The median at those threads.
+    pub rate_bytes_per_sec: f64,
+    /// The best median of the sweep.
+    pub best_rate_bytes_per_sec: f64,
+}
+
+/// The read ceiling of the file's devices, as `links` computes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ceiling {
+    /// One reader, after line encoding, bytes per second: what the
+    /// percentages are of.
+    pub bytes_per_sec: u64,
+    /// The practical high end (0.9 of it).
+    pub practical_high_bytes_per_sec: u64,
+    /// The data profile it was computed for.
+    pub profile: Profile,
+    /// `links`' sentence about it.
+    pub summary: String,
 }
 
 /// O_DIRECT here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectIo {
     /// direct and direct-copy read with O_DIRECT.
     pub used: bool,
@@ -82,7 +125,7 @@ pub struct DirectIo {
 }
 
 /// The destination buffer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Destination {
     /// Bytes (a ring when smaller than the file).
     pub bytes: u64,
@@ -95,7 +138,7 @@ pub struct Destination {
 }
 
 /// How the cache was made cold.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheInfo {
     /// `fadvise` (fsync + POSIX_FADV_DONTNEED), `drop-caches` (also
     /// /proc/sys/vm/drop_caches), `none` (memory-backed file) or `skipped`
@@ -108,7 +151,7 @@ pub struct CacheInfo {
 }
 
 /// Everything `read-test` found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadTestReport {
     /// The file as given.
     pub path: PathBuf,
@@ -136,10 +179,40 @@ pub struct ReadTestReport {
     pub checksum: ChecksumCheck,
     /// Things to know, most important first.
     pub notes: Vec<String>,
+    /// One entry per method with the whole file in the page cache (empty
+    /// unless the warm cache was measured). `methods` is the cold cache.
+    #[serde(default)]
+    pub warm_methods: Vec<MethodSummary>,
+    /// Every thread count of the threaded methods, per cache situation
+    /// (empty unless `--threads` listed several counts). The method lists
+    /// hold the knee's row.
+    #[serde(default)]
+    pub sweep: Vec<MethodSummary>,
+    /// The knee of each sweep.
+    #[serde(default)]
+    pub knees: Vec<Knee>,
+    /// The fair verdict per cache situation.
+    #[serde(default)]
+    pub verdicts: Vec<Verdict>,
+    /// What to use when the cache situation cannot be known (both measured).
+    #[serde(default)]
+    pub hedge: Option<Hedge>,
+    /// One line per situation, and the hedge.
+    #[serde(default)]
+    pub advice: String,
+    /// The devices' ceiling from `links` (PCIe NVMe only), null otherwise.
+    #[serde(default)]
+    pub ceiling: Option<Ceiling>,
 }
 
-/// The summary sentence.
-pub fn summary_sentence(winner: Option<&Winner>, checksum: &ChecksumCheck, size: u64) -> String {
+/// The summary sentence: the verdict of the one situation measured, or
+/// the advice over both.
+pub fn summary_sentence(
+    verdicts: &[Verdict],
+    advice: &str,
+    checksum: &ChecksumCheck,
+    size: u64,
+) -> String {
     if !checksum.agree {
         return format!(
             "The methods read different bytes ({}): a figure means nothing until that is explained.",
@@ -149,25 +222,26 @@ pub fn summary_sentence(winner: Option<&Winner>, checksum: &ChecksumCheck, size:
     if size == 0 {
         return "The file is empty: there is nothing to measure.".to_owned();
     }
-    let Some(w) = winner else {
+    if verdicts.iter().all(|v| v.method.is_none()) {
         return "No method has a result: every one was flagged or unsupported.".to_owned();
-    };
-    let mut s = format!("{} wins at {}", w.method, format_rate(w.rate_bytes_per_sec));
-    match (&w.runner_up, &w.vs_buffered) {
-        (Some(r), Some(b)) if r.method != b.method => s.push_str(&format!(
-            ": {:.2}× {} (the next best), {:.2}× buffered.",
-            r.ratio, r.method, b.ratio
-        )),
-        (Some(r), _) => s.push_str(&format!(": {:.2}× {} (the next best).", r.ratio, r.method)),
-        (None, _) => s.push_str(", the only method with a result."),
     }
-    s
+    match verdicts {
+        [one] => format!("{}.", capitalise(&one.text)),
+        _ => format!("{}.", capitalise(advice)),
+    }
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::readtest::analysis::Comparison;
 
     fn check(agree: bool) -> ChecksumCheck {
         ChecksumCheck {
@@ -188,24 +262,14 @@ mod tests {
 
     #[test]
     fn sentences() {
-        let w = Winner {
-            method: Method::Direct,
-            rate_bytes_per_sec: (2u64 << 30) as f64,
-            runner_up: Some(Comparison {
-                method: Method::DirectCopy,
-                ratio: 1.25,
-            }),
-            vs_buffered: Some(Comparison {
-                method: Method::Buffered,
-                ratio: 3.5,
-            }),
-        };
-        assert_eq!(
-            summary_sentence(Some(&w), &check(true), 1),
-            "direct wins at 2.00GiB/s: 1.25× direct-copy (the next best), 3.50× buffered."
+        let v = crate::readtest::analysis::verdict(Situation::Cold, &[]);
+        assert!(
+            summary_sentence(std::slice::from_ref(&v), "", &check(false), 1)
+                .contains("direct round 1")
         );
-        assert!(summary_sentence(Some(&w), &check(false), 1).contains("direct round 1"));
-        assert!(summary_sentence(None, &check(true), 0).contains("empty"));
-        assert!(summary_sentence(None, &check(true), 5).contains("No method"));
+        assert!(summary_sentence(&[], "", &check(true), 0).contains("empty"));
+        assert!(
+            summary_sentence(std::slice::from_ref(&v), "", &check(true), 5).contains("No method")
+        );
     }
 }

@@ -30,6 +30,30 @@ pub fn resident_bytes(file: &File, size: u64, path: &Path) -> Result<u64> {
         .map_err(|e| Error::from_io(&e, "cannot check the cached pages of", path))
 }
 
+/// Reads the file's first `size` bytes through the page cache (1 MiB
+/// `pread`s into a scratch buffer), so that its pages become resident:
+/// how `read-test` makes a warm cache. Whether they stayed is for
+/// [`resident_bytes`] to say.
+pub fn load(file: &File, size: u64, path: &Path) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < size {
+        // An 80 GB model takes a while: Ctrl-C must not wait for the end.
+        if off.is_multiple_of(64 << 20) {
+            super::signals::check()?;
+        }
+        let want = (size - off).min(buf.len() as u64) as usize;
+        match file.read_at(&mut buf[..want], off) {
+            Ok(0) => break,
+            Ok(n) => off += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::from_io(&e, "cannot read", path)),
+        }
+    }
+    Ok(())
+}
+
 /// Writes back everything and drops the whole page cache, dentries and
 /// inodes (`/proc/sys/vm/drop_caches`). Root only.
 pub fn drop_all_caches() -> Result<()> {

@@ -26,11 +26,12 @@
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
+use crate::parse::mountinfo::{MountEntry, mount_containing, parse_mountinfo};
 use crate::parse::pcie::{
     Generation, parse_hex_id, parse_link_speed, parse_link_width, parse_pci_address,
 };
@@ -85,7 +86,7 @@ pub struct NvmeController {
 
 /// What kind of device a drive is: an NVMe controller, or a disk that has
 /// none (which then has no PCIe link of its own).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
     /// An NVMe controller on PCIe.
@@ -122,6 +123,23 @@ pub enum BlockTarget {
         /// What it is.
         kind: DeviceKind,
     },
+}
+
+/// A loop device followed to the filesystem that holds its backing file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopLayer {
+    /// The loop device (`loop3`).
+    pub device: String,
+    /// Its backing file (`loop/backing_file`), as the kernel shows it.
+    pub backing_file: String,
+    /// The filesystem type holding it (`ext4`), when the mount table says.
+    pub fs_type: Option<String>,
+    /// That filesystem's mount point.
+    pub mount_point: Option<String>,
+    /// The block devices of that filesystem that were followed (`vda`,
+    /// every member of a btrfs); empty when none could be found (the file
+    /// is in memory, deleted, or in another mount namespace).
+    pub devices: Vec<String>,
 }
 
 /// What a command-line name or path refers to.
@@ -360,9 +378,55 @@ fn disk_kind(disk_dir: &Path, name: &str) -> DeviceKind {
 /// disk, device-mapper and md devices to their slaves (LUKS on NVMe is
 /// common), an NVMe namespace to its controller(s).
 pub fn block_targets(root: &SysRoot, name: &str) -> Result<Vec<BlockTarget>> {
+    Ok(block_targets_traced(root, name)?.0)
+}
+
+/// [`block_targets`], and the loop devices followed on the way: a loop
+/// device is followed to the block devices of the filesystem that holds
+/// its backing file (`loop/backing_file`, then the mount table: the
+/// filesystem's own device, or every member of a btrfs), so a btrfs on
+/// loop devices names the disk behind them.
+pub fn block_targets_traced(
+    root: &SysRoot,
+    name: &str,
+) -> Result<(Vec<BlockTarget>, Vec<LoopLayer>)> {
     let mut out = Vec::new();
-    collect_targets(root, name, 0, &mut out)?;
-    Ok(out)
+    let mut layers = Vec::new();
+    collect_targets(root, name, 0, &mut out, &mut layers)?;
+    Ok((out, layers))
+}
+
+/// The block devices of the filesystem holding `file`, with its type and
+/// mount point, from the mount table under `root`.
+fn filesystem_devices(root: &SysRoot, file: &str) -> (Option<MountEntry>, Vec<String>) {
+    let Ok(text) = root.read_table(&root.proc("self/mountinfo")) else {
+        return (None, Vec::new());
+    };
+    let table = parse_mountinfo(&text);
+    let Some(m) = mount_containing(&table, Path::new(file)).cloned() else {
+        return (None, Vec::new());
+    };
+    let mut devices = Vec::new();
+    if m.major != 0 {
+        if let Some(dev) = resolve(
+            root,
+            &root.sys(&format!("dev/block/{}:{}", m.major, m.minor)),
+        )
+        .and_then(|d| file_name(&d))
+        {
+            devices.push(dev);
+        }
+    } else if m.fs_type == "btrfs"
+        && let Ok(DeviceRef::Block(b)) = device_ref(root, &m.source)
+    {
+        // btrfs reports an anonymous device number: its members are in
+        // /sys/fs/btrfs/<fsid>/devices.
+        match btrfs_fsid_of_member(root, &b) {
+            Some(fsid) => devices = btrfs_members(root, &fsid),
+            None => devices.push(b),
+        }
+    }
+    (Some(m), devices)
 }
 
 fn collect_targets(
@@ -370,6 +434,7 @@ fn collect_targets(
     name: &str,
     depth: u32,
     out: &mut Vec<BlockTarget>,
+    layers: &mut Vec<LoopLayer>,
 ) -> Result<()> {
     if !plain_name(name) {
         return Err(Error::usage(format!("'{name}' is not a block device name")));
@@ -393,9 +458,38 @@ fn collect_targets(
     let slaves = sorted_entries(&dir.join("slaves"));
     if !slaves.is_empty() {
         for s in slaves {
-            collect_targets(root, &s, depth + 1, out)?;
+            collect_targets(root, &s, depth + 1, out, layers)?;
         }
         return Ok(());
+    }
+    if let Some(backing) = attr(root, &dir.join("loop/backing_file")) {
+        let file = backing.trim_end_matches(" (deleted)");
+        let (mount, devices) = if depth < 8 && file.starts_with('/') && file.len() == backing.len()
+        {
+            filesystem_devices(root, file)
+        } else {
+            (None, Vec::new())
+        };
+        // Only devices that lead somewhere count (not the loop itself).
+        let devices: Vec<String> = devices
+            .into_iter()
+            .filter(|d| plain_name(d) && d != &disk)
+            .collect();
+        layers.push(LoopLayer {
+            device: disk.clone(),
+            backing_file: backing.clone(),
+            fs_type: mount.as_ref().map(|m| m.fs_type.clone()),
+            mount_point: mount.as_ref().map(|m| m.mount_point.display().to_string()),
+            devices: devices.clone(),
+        });
+        let mut followed = false;
+        for d in &devices {
+            // A device that cannot be followed leaves the loop as the target.
+            followed |= collect_targets(root, d, depth + 1, out, layers).is_ok();
+        }
+        if followed {
+            return Ok(());
+        }
     }
     let controllers = disk_controllers(root, &dir);
     let targets: Vec<BlockTarget> = if controllers.is_empty() {
@@ -618,7 +712,53 @@ mod tests {
         )
         .unwrap();
 
+        // loop5 over a file on an ext4 on nvme0n1p2 (259:2); loop6 over a
+        // deleted file.
+        symlink(
+            "../../devices/pci0000:00/0000:00:01.1/0000:01:00.0/nvme/nvme0/nvme0n1/nvme0n1p2",
+            {
+                fs::create_dir_all(sys.join("dev/block")).unwrap();
+                sys.join("dev/block/259:2")
+            },
+        )
+        .unwrap();
+        for (n, file) in [(5, "/srv/images/disk.img"), (6, "/srv/old.img (deleted)")] {
+            let lp = sys.join(format!("devices/virtual/block/loop{n}"));
+            write(&lp.join("loop/backing_file"), &format!("{file}\n"));
+            symlink(
+                format!("../../devices/virtual/block/loop{n}"),
+                sys.join(format!("class/block/loop{n}")),
+            )
+            .unwrap();
+        }
+        write(
+            &t.path().join("proc/self/mountinfo"),
+            "27 1 254:0 / / rw - ext4 /dev/vda rw\n88 27 259:2 / /srv rw - ext4 /dev/nvme0n1p2 rw\n",
+        );
+
         let nvme0 = vec![BlockTarget::Controller("nvme0".into())];
+        let (targets, layers) = block_targets_traced(&root, "loop5").unwrap();
+        assert_eq!(targets, nvme0, "the loop leads to the NVMe drive");
+        assert_eq!(
+            layers,
+            [LoopLayer {
+                device: "loop5".into(),
+                backing_file: "/srv/images/disk.img".into(),
+                fs_type: Some("ext4".into()),
+                mount_point: Some("/srv".into()),
+                devices: vec!["nvme0n1p2".into()],
+            }]
+        );
+        // A deleted backing file is not looked up: the loop stays.
+        let (targets, layers) = block_targets_traced(&root, "loop6").unwrap();
+        assert_eq!(
+            targets,
+            [BlockTarget::Disk {
+                name: "loop6".into(),
+                kind: DeviceKind::Loop
+            }]
+        );
+        assert!(layers[0].devices.is_empty() && layers[0].fs_type.is_none());
         assert_eq!(block_targets(&root, "nvme0n1p2").unwrap(), nvme0);
         assert_eq!(block_targets(&root, "dm-0").unwrap(), nvme0);
         assert_eq!(block_targets(&root, "nvme1n1").unwrap(), nvme0);

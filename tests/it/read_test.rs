@@ -50,9 +50,15 @@ fn ext4_sandbox(env: &TestEnv) -> Sandbox {
     })
 }
 
+/// `read-test --json`; the cold cache only unless `extra` names `--cache`
+/// (the warm runs have tests of their own).
 fn read_test(env: &TestEnv, file: &Path, extra: &[&str]) -> (i32, Value, String) {
     let mut c = env.cmd();
-    c.args(["read-test", "--json"]).args(extra).arg(file);
+    c.args(["read-test", "--json"]).args(extra);
+    if !extra.contains(&"--cache") {
+        c.args(["--cache", "cold"]);
+    }
+    c.arg(file);
     let (code, stdout, stderr) = run(&mut c);
     assert!(
         code == 0 || code == 3,
@@ -283,11 +289,19 @@ fn raid0_btrfs_every_method_reads_the_right_bytes_through_a_ring() {
     };
     assert_ne!(first_of_round(1), first_of_round(2));
 
-    // The text report names the winner and the margin.
+    // The text report gives a verdict per cache situation (the 40 MiB
+    // file fits in memory: cold and warm by default); one round is no
+    // range, so it is a tie, not a win.
     let (code, text, _) = run(env.cmd().args(["read-test", "--rounds", "1"]).arg(&file));
     assert_eq!(code, 0);
-    assert!(text.contains(" wins at "), "{text}");
-    assert!(text.contains("× "), "{text}");
+    assert!(
+        text.contains("verdict      cold: a tie, one round gives no range"),
+        "{text}"
+    );
+    assert!(text.contains("verdict      warm: a tie"), "{text}");
+    assert!(!text.contains(" wins at "), "{text}");
+    assert!(text.contains("if you cannot know, "), "{text}");
+    assert!(text.contains(" GB/s"), "{text}");
     assert!(text.contains("btrfs raid0 on loop"), "{text}");
     assert!(text.contains("direct = buffered"), "{text}");
     drop(sbx);
@@ -724,6 +738,29 @@ fn bad_input_gets_one_clear_line() {
         "invalid value 'fast'",
     );
     check(&["--threads", "0"], Some(&file), 2, "--threads");
+    check(&["--threads", "1,0,4"], Some(&file), 2, "--threads");
+    check(
+        &["--cache", "lukewarm"],
+        Some(&file),
+        2,
+        "invalid value 'lukewarm'",
+    );
+    // A warm cache cannot hold a file larger than memory (a sparse 4 TiB
+    // file: refused before anything is read).
+    let huge = env.path().join("huge.bin");
+    fs::File::create(&huge).unwrap().set_len(4 << 40).unwrap();
+    check(
+        &["--cache", "warm"],
+        Some(&huge),
+        1,
+        "does not fit in the available memory",
+    );
+    check(
+        &["--cache", "both", "--json"],
+        Some(&huge),
+        1,
+        "a warm cache cannot hold it",
+    );
     check(&["--chunk", "4097"], Some(&file), 2, "--chunk");
     check(
         &["--buffer", "1M"],
@@ -940,4 +977,209 @@ fn root_reading_another_users_file_says_so() {
     let r = run_as(None);
     assert_eq!(r["file"]["read_as_root_for_another_user"], true);
     assert!(note(&r).unwrap().contains("(uid 0)"), "{r:#}");
+}
+
+/// The loader question, warm and cold: with the file fitting in memory the
+/// default measures both; every warm run starts with mincore finding the
+/// whole file resident, and the page-cache readers are much faster warm.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn warm_runs_are_verified_resident_and_cached_readers_gain() {
+    if !require_root("read-test warm and cold") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = ext4_sandbox(&env);
+    let size = 64 * MIB;
+    let file = sbx.mount_point().join("model.bin");
+    let bytes = random_bytes(size as usize, 17);
+    write_file(&file, &bytes);
+    // Sampled (the default): a full checksum would make every method
+    // CPU-bound in a debug build and hide what the cache changes.
+    let digest = digest_of(VerifyMode::Sampled, &bytes).hex();
+    // No --cache: the default.
+    let mut c = env.cmd();
+    c.args([
+        "read-test",
+        "--json",
+        "--rounds",
+        "3",
+        "--methods",
+        "direct,buffered,mmap",
+    ])
+    .arg(&file);
+    let (code, stdout, stderr) = run(&mut c);
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    assert_report_shape(&r);
+    assert_eq!(r["parameters"]["cache"], "both", "{r:#}");
+    assert!(
+        r["parameters"]["cache_default_reason"]
+            .as_str()
+            .unwrap()
+            .contains("fits in the available memory")
+    );
+    assert_eq!(r["checksum"]["agree"], true, "{r:#}");
+    let warm = r["warm_methods"].as_array().unwrap();
+    assert_eq!(warm.len(), 3, "{r:#}");
+    let median = |list: &Value, name: &str| -> f64 {
+        let m = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["method"] == name)
+            .unwrap();
+        assert_eq!(m["status"], "ok", "{m:#}");
+        m["rate_bytes_per_sec_median"].as_f64().unwrap()
+    };
+    for m in warm {
+        let name = m["method"].as_str().unwrap();
+        assert_eq!(m["cache"], "warm");
+        assert_eq!(m["status"], "ok", "{name}: {m:#}");
+        let runs = m["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 3, "{name}");
+        for run in runs {
+            // Verified, not assumed: mincore found every page resident.
+            assert_eq!(run["cache"], "resident", "{name}: {run}");
+            assert_eq!(run["resident_before_bytes"], size, "{name}: {run}");
+            assert_eq!(run["digest"], digest.as_str(), "{name}");
+            if name != "direct" {
+                // The cache served it: the devices moved almost nothing.
+                assert!(
+                    run["device_read_bytes"].as_u64().unwrap() < size / 8,
+                    "{name}: {run}"
+                );
+            }
+        }
+    }
+    for m in r["methods"].as_array().unwrap() {
+        assert_eq!(m["cache"], "cold");
+        for run in m["runs"].as_array().unwrap() {
+            assert_eq!(run["cache"], "cold");
+            assert_eq!(run["resident_before_bytes"], 0);
+        }
+    }
+    // A ratio with a generous margin, no absolute time: memory copies
+    // against reads through a loop device.
+    for name in ["buffered", "mmap"] {
+        let ratio = median(&r["warm_methods"], name) / median(&r["methods"], name);
+        eprintln!("{name}: warm/cold = {ratio:.2}");
+        assert!(ratio > 1.5, "{name}: warm/cold = {ratio:.2}: {r:#}");
+    }
+    // A verdict per situation, and the hedge between them.
+    let verdicts = r["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 2);
+    assert_eq!(verdicts[0]["cache"], "cold");
+    assert_eq!(verdicts[1]["cache"], "warm");
+    let advice = r["advice"].as_str().unwrap();
+    assert!(advice.starts_with("cold: use "), "{advice}");
+    assert!(advice.contains("; warm: use "), "{advice}");
+    assert!(advice.contains("if you cannot know, "), "{advice}");
+    assert!(r["hedge"].is_object(), "{r:#}");
+    // The typed report reads back.
+    let back: btrfs_lab::readtest::ReadTestReport = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(back.warm_methods.len(), 3);
+}
+
+/// `--threads 1,2,4`: three rows per threaded method, the knee named, the
+/// method list at the knee.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_thread_sweep_reports_a_row_per_count_and_names_the_knee() {
+    if !require_root("read-test thread sweep") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = ext4_sandbox(&env);
+    let size = 16 * MIB + 4097;
+    let file = sbx.mount_point().join("model.bin");
+    let digest = write_file(&file, &random_bytes(size as usize, 23));
+    let (_, r, _) = read_test(
+        &env,
+        &file,
+        &[
+            "--threads",
+            "4,1,2",
+            "--rounds",
+            "2",
+            "--methods",
+            "direct,direct-copy,buffered",
+            "--verify",
+            "full",
+        ],
+    );
+    assert_report_shape(&r);
+    assert_eq!(r["checksum"]["agree"], true, "{r:#}");
+    assert_eq!(r["checksum"]["digest"], digest.as_str());
+    assert_eq!(
+        r["parameters"]["thread_counts"],
+        serde_json::json!([1, 2, 4])
+    );
+    assert_eq!(r["parameters"]["threads"], 4);
+    let sweep = r["sweep"].as_array().unwrap();
+    for name in ["direct", "direct-copy"] {
+        let rows: Vec<&Value> = sweep.iter().filter(|m| m["method"] == name).collect();
+        let counts: Vec<u64> = rows
+            .iter()
+            .map(|m| m["threads"].as_u64().unwrap())
+            .collect();
+        assert_eq!(counts, [1, 2, 4], "{name}: {r:#}");
+        for row in &rows {
+            assert_eq!(row["status"], "ok", "{row:#}");
+            assert_eq!(row["runs"].as_array().unwrap().len(), 2);
+            for run in row["runs"].as_array().unwrap() {
+                assert_eq!(run["bytes_read"], size);
+                assert_eq!(run["digest"], digest.as_str());
+            }
+        }
+        let knee = r["knees"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["method"] == name)
+            .unwrap_or_else(|| panic!("no knee for {name}: {r:#}"));
+        let k = knee["threads"].as_u64().unwrap();
+        // The knee is the fewest threads within 5% of the best median.
+        let best = rows
+            .iter()
+            .map(|m| m["rate_bytes_per_sec_median"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        let fewest = rows
+            .iter()
+            .find(|m| m["rate_bytes_per_sec_median"].as_f64().unwrap() >= 0.95 * best)
+            .unwrap()["threads"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(k, fewest, "{r:#}");
+        assert_eq!(
+            method(&r, name)["threads"],
+            k,
+            "the method list holds the knee"
+        );
+    }
+    assert!(sweep.iter().all(|m| m["method"] != "buffered"));
+    assert!(method(&r, "buffered")["threads"].is_null());
+    // The text table shows the sweep with the knee.
+    let (code, text, _) = run(env
+        .cmd()
+        .args([
+            "read-test",
+            "--cache",
+            "cold",
+            "--rounds",
+            "1",
+            "--methods",
+            "direct",
+        ])
+        .args(["--threads", "1,2,4"])
+        .arg(&file));
+    assert_eq!(code, 0);
+    assert!(text.contains("thread sweep"), "{text}");
+    for row in ["cold   direct×1", "cold   direct×2", "cold   direct×4"] {
+        assert!(text.contains(row), "{row}: {text}");
+    }
+    assert!(text.contains("← knee"), "{text}");
+    // One method measured: no winner wording.
+    assert!(text.contains("only direct"), "{text}");
+    assert!(!text.contains("wins"), "{text}");
 }

@@ -1,0 +1,121 @@
+//! Findings: something wrong (or worth knowing) about a filesystem or its
+//! hardware, with a stable code, a severity, the numbers behind it, why it
+//! matters and the exact command that fixes or investigates it. `doctor`
+//! ranks them; `df`/`usage` (and their `--parse`) show the same ones, so a
+//! finding is computed once, by pure code, and rendered everywhere.
+
+use serde::{Deserialize, Serialize};
+
+/// How bad a finding is. Ordered worst first, so sorting puts the worst on
+/// top; the exit status of `doctor` follows the worst (0 ok / 1 warning /
+/// 2 critical, as monitoring plugins do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Data at risk, or about to be (ENOSPC near, corruption without a good
+    /// copy, a missing device).
+    Critical,
+    /// Something to fix (costs throughput or redundancy, or will bite later).
+    Warning,
+    /// Worth knowing; nothing to do unless it was not intended.
+    Info,
+}
+
+impl Severity {
+    /// The name in text and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Stable identifier (`metadata-nearly-full`, `device-errors`, ...):
+    /// alerting rules and playbooks match on it; never renamed.
+    pub code: String,
+    /// How bad.
+    pub severity: Severity,
+    /// One line: what is wrong.
+    pub title: String,
+    /// The numbers behind it, as (name, value) in words a person reads.
+    pub evidence: Vec<Evidence>,
+    /// Why it matters, in a sentence or two.
+    pub why: String,
+    /// The exact command that fixes or investigates it, when there is one.
+    pub command: Option<String>,
+}
+
+/// One figure behind a finding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// What was measured or read (`metadata used`).
+    pub name: String,
+    /// Its value as text (`99.9% of 1.00GiB`).
+    pub value: String,
+}
+
+impl Finding {
+    /// A finding with no evidence and no command yet.
+    pub fn new(
+        code: &str,
+        severity: Severity,
+        title: impl Into<String>,
+        why: impl Into<String>,
+    ) -> Self {
+        Self {
+            code: code.to_owned(),
+            severity,
+            title: title.into(),
+            evidence: Vec::new(),
+            why: why.into(),
+            command: None,
+        }
+    }
+
+    /// Adds a figure.
+    pub fn with_evidence(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.evidence.push(Evidence {
+            name: name.to_owned(),
+            value: value.into(),
+        });
+        self
+    }
+
+    /// Sets the command to run.
+    pub fn with_command(mut self, command: impl Into<String>) -> Self {
+        self.command = Some(command.into());
+        self
+    }
+}
+
+/// Sorts worst first (stable, so equal findings keep their order).
+pub fn rank(findings: &mut [Finding]) {
+    findings.sort_by_key(|f| f.severity);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_first_and_stable() {
+        let mut v = vec![
+            Finding::new("a", Severity::Info, "a", ""),
+            Finding::new("b", Severity::Critical, "b", ""),
+            Finding::new("c", Severity::Warning, "c", ""),
+            Finding::new("d", Severity::Critical, "d", ""),
+        ];
+        rank(&mut v);
+        let codes: Vec<&str> = v.iter().map(|f| f.code.as_str()).collect();
+        assert_eq!(codes, ["b", "d", "c", "a"]);
+        let json = serde_json::to_string(&v[0]).unwrap();
+        assert!(json.contains("\"severity\":\"critical\""), "{json}");
+        let back: Finding = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, v[0]);
+    }
+}

@@ -6,13 +6,13 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use btrfs_lab::error::{Error, Result, exit};
+use btrfs_lab::model::profile::profile_list;
 use btrfs_lab::nocow::advice::{Advice, Service, advice};
 use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
 use btrfs_lab::nocow::migrate::ExecOptions;
 use btrfs_lab::nocow::plan::{self, Request, Staying};
 use btrfs_lab::nocow::{self, CheckReport, NocowReport};
 use btrfs_lab::parse::size::format_iec;
-use btrfs_lab::probe::verdict::profile_list;
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
+use btrfs_lab::model::profile::profile_list;
 use btrfs_lab::parse::size::{format_iec, format_rate};
 use btrfs_lab::probe::pid::{FileVerdict, PidOptions, PidReport};
-use btrfs_lab::probe::verdict::{FileSummary, Verdict, profile_list};
+use btrfs_lab::probe::verdict::{FileSummary, Verdict};
 use btrfs_lab::probe::{self, EvidenceKind, ProbeOptions, ProbeReport};
 use btrfs_lab::sys::counters::{CounterChoice, CounterKind};
 use btrfs_lab::sys::root::SysRoot;

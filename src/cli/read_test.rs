@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
+use btrfs_lab::model::profile::profile_list;
 use btrfs_lab::model::rate;
 use btrfs_lab::parse::size::format_iec;
-use btrfs_lab::probe::verdict::profile_list;
 use btrfs_lab::readtest::analysis::{MethodSummary, Status};
 use btrfs_lab::readtest::digest::VerifyMode;
 use btrfs_lab::readtest::{self, CacheMode, Method, ReadTestOptions, ReadTestReport};

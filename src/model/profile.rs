@@ -101,6 +101,19 @@ impl FromStr for Profile {
     }
 }
 
+/// `single, raid0` (or `unknown`), as reports print a filesystem's profiles.
+pub fn profile_list(profiles: &[Profile]) -> String {
+    if profiles.is_empty() {
+        "unknown".to_owned()
+    } else {
+        profiles
+            .iter()
+            .map(|p| p.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

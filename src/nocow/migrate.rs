@@ -401,7 +401,7 @@ impl Planned<'_> {
                 committed: false,
             },
             None => {
-                let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
+                let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::sys::nonce::nonce());
                 let file = create_exclusive(dir, dir_path, &n)?;
                 let mut t = TempCopy {
                     file,
@@ -517,7 +517,7 @@ impl Planned<'_> {
         // 6. A name (with the marker), then the swap.
         if tmp.name.is_none() {
             set_marker(&mut tmp, id, path)?;
-            let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::probe::nonce());
+            let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::sys::nonce::nonce());
             link_into(&tmp.file, dir, dir_path, &n)?;
             tmp.name = Some(n.into());
         }

@@ -8,8 +8,8 @@ use serde::Serialize;
 use super::audit::{Entry, EntryKind, EntryState, RootInfo};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
+use crate::model::profile::profile_list;
 use crate::parse::size::format_iec;
-use crate::probe::verdict::profile_list;
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::procs::{self, Opener};
 

@@ -82,7 +82,7 @@ pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
         source: info.mount.source.clone(),
         read_only: info.read_only,
         data_profiles,
-        mount_options: crate::probe::relevant_mount_options(info.mount.options()),
+        mount_options: crate::parse::mountinfo::relevant_mount_options(info.mount.options()),
         nocow: flags.map(|f| f & FS_NOCOW_FL != 0),
         compression_attr: flags.map(|f| f & FS_COMPR_FL != 0),
         subvolume: is_btrfs && btrfs::is_subvolume_root(&meta),

@@ -106,6 +106,22 @@ pub fn mount_containing<'a>(mounts: &'a [MountEntry], path: &Path) -> Option<&'a
         .map(|(_, m)| m)
 }
 
+/// Options of a mount that change how btrfs writes data.
+pub fn relevant_mount_options<'a>(options: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = options
+        .filter(|o| {
+            let key = o.split('=').next().unwrap_or("");
+            matches!(
+                key,
+                "nodatasum" | "nodatacow" | "compress" | "compress-force"
+            )
+        })
+        .map(str::to_owned)
+        .collect();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -103,29 +103,6 @@ impl ProbeOptions {
     }
 }
 
-/// Six random hex digits for file names.
-pub(crate) fn nonce() -> String {
-    crate::sandbox::random_name()
-        .trim_start_matches("sbx-")
-        .to_owned()
-}
-
-/// Options of a mount that change how btrfs writes data.
-pub(crate) fn relevant_mount_options<'a>(options: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let mut out: Vec<String> = options
-        .filter(|o| {
-            let key = o.split('=').next().unwrap_or("");
-            matches!(
-                key,
-                "nodatasum" | "nodatacow" | "compress" | "compress-force"
-            )
-        })
-        .map(str::to_owned)
-        .collect();
-    out.dedup();
-    out
-}
-
 /// Looks at `opts.path` and its filesystem; refuses what cannot be probed.
 fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
     let info = sysfs::inspect_dir(&opts.sysroot, &opts.path)?;
@@ -180,7 +157,7 @@ fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
         mount_point: info.mount.mount_point.clone(),
         source: info.mount.source.clone(),
         data_profiles,
-        mount_options: relevant_mount_options(info.mount.options()),
+        mount_options: crate::parse::mountinfo::relevant_mount_options(info.mount.options()),
         target_nocow: flags
             .filter(|_| nocow_meaningful)
             .map(|f| f & crate::sys::ioctl::FS_NOCOW_FL != 0),
@@ -241,7 +218,7 @@ pub(crate) fn open_trace(
         Err(why) => return (None, Some(why), Vec::new()),
     };
     let removed = tracefs::remove_stale(&dir, scratch::pid_alive);
-    match FolioTrace::create(&dir, &nonce()) {
+    match FolioTrace::create(&dir, &crate::sys::nonce::nonce()) {
         Ok(t) => (Some(t), None, removed),
         Err(e) => (None, Some(e.message().to_owned()), removed),
     }
@@ -356,7 +333,7 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
     });
 
     let mut scratch = Scratch::new(target, ctx.dir.clone());
-    let tag = scratch::tag(std::process::id(), &nonce());
+    let tag = scratch::tag(std::process::id(), &crate::sys::nonce::nonce());
     let (control_dir, control_note) = if ctx.fs_type == "btrfs" {
         let name = format!("{tag}.nocow");
         let shown = ctx.dir.join(&name);
@@ -638,7 +615,7 @@ mod tests {
     fn keeps_only_mount_options_that_matter() {
         let opts = "rw,relatime,compress=zstd:3,ssd,space_cache=v2,nodatasum,subvol=/".split(',');
         assert_eq!(
-            relevant_mount_options(opts),
+            crate::parse::mountinfo::relevant_mount_options(opts),
             vec!["compress=zstd:3", "nodatasum"]
         );
     }

@@ -246,7 +246,7 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &str) -> Watch
     let fs_type = mount.as_ref().map_or("?".to_owned(), |m| m.fs_type.clone());
     let mount_options = mount
         .as_ref()
-        .map(|m| super::relevant_mount_options(m.options()))
+        .map(|m| crate::parse::mountinfo::relevant_mount_options(m.options()))
         .unwrap_or_default();
     let (mut bdi, mut profiles, mut nocow, mut compressed) = (None, Vec::new(), None, false);
     if let Some(h) = &handle {

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::ProbeOptions;
-use super::verdict::{Analysis, FileSummary, NoiseSummary, Round, Verdict, profile_list};
+use super::verdict::{Analysis, FileSummary, NoiseSummary, Round, Verdict};
 use crate::model::profile::Profile;
+use crate::model::profile::profile_list;
 use crate::sys::counters::CounterKind;
 
 /// The filesystem around the probed directory.

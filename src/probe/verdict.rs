@@ -353,7 +353,7 @@ fn decide(
             } else {
                 reasons.push(format!(
                     "the NOCOW control was buffered too, and the data profile ({}) does not explain it",
-                    profile_list(&ctx.data_profiles)
+                    crate::model::profile::profile_list(&ctx.data_profiles)
                 ));
                 Verdict::Inconclusive
             }
@@ -366,19 +366,6 @@ fn decide(
             Verdict::Inconclusive
         }
         (Behaviour::Unclear, _) => Verdict::Inconclusive,
-    }
-}
-
-/// `single, raid0` (or `unknown`).
-pub fn profile_list(profiles: &[Profile]) -> String {
-    if profiles.is_empty() {
-        "unknown".to_owned()
-    } else {
-        profiles
-            .iter()
-            .map(|p| p.name())
-            .collect::<Vec<_>>()
-            .join(", ")
     }
 }
 

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod bench;
 pub mod demo;
 pub mod error;
+pub mod hw;
 pub mod links;
 pub mod model;
 pub mod nocow;

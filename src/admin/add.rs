@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checks::{Reason, device_reasons};
 use super::convert::{ConvertPlan, ConvertRequest, plan_convert};
-use super::report::{Ceiling, Throughput};
+use super::report::Throughput;
 use super::state::{FsState, MemberDevice, read_state_at};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
@@ -268,7 +268,7 @@ pub fn throughput(
     plan: &AddPlan,
     data: Option<Profile>,
 ) -> Option<Throughput> {
-    use crate::links::array_ceiling_for_block_devices;
+    use crate::hw::array_ceiling_for_block_devices;
     let profile_now = state
         .profiles(BgType::Data)
         .first()
@@ -289,8 +289,8 @@ pub fn throughput(
         return None;
     }
     Some(Throughput {
-        before: Ceiling::from(&b),
-        after: Ceiling::from(&a),
+        before: b,
+        after: a,
     })
 }
 

@@ -204,7 +204,7 @@ pub fn ceiling(
 ) -> Option<CeilingInfo> {
     let profile = profile?;
     let paths: Vec<PathBuf> = devices.iter().map(|d| PathBuf::from(&d.path)).collect();
-    let c = crate::links::array_ceiling_for_block_devices(root, &paths, profile).ok()?;
+    let c = crate::hw::array_ceiling_for_block_devices(root, &paths, profile).ok()?;
     Some(CeilingInfo {
         one_reader_bytes_per_sec: c.one_reader.map(|b| b.encoded()),
         many_readers_bytes_per_sec: c.many_readers.map(|b| b.encoded()),
@@ -238,7 +238,7 @@ pub fn thermal_read(
     ctrls
         .into_iter()
         .map(|c| {
-            let r = crate::links::read_thermal(root, &c).map_err(|e| e.message().to_owned());
+            let r = crate::hw::read_thermal(root, &c).map_err(|e| e.message().to_owned());
             (c, r)
         })
         .collect()

@@ -5,10 +5,10 @@
 //! read like the running system), except the members of a mounted btrfs
 //! on the running system (btrfs ioctls) and the SMART log (the NVMe admin
 //! ioctl; a captured tree carries it as `nvme-smart-log/<controller>`).
-//! The arithmetic is in [`analysis`], the report in [`model`].
+//! The arithmetic and the report types are shared ([`crate::hw`]): device
+//! add, bench and read-test use the same ceilings.
 
-pub mod analysis;
-pub mod model;
+pub use crate::hw::{analysis, model};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,20 +16,18 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::parse::mountinfo::parse_mountinfo;
-use crate::parse::nvme_smart::{SmartThermal, decode_smart_log};
-use crate::sys::root::{ATTR_CAP, SysRoot};
-use crate::sys::topology::{self, BlockTarget, DeviceRef, LoopLayer, NvmeController};
-use crate::sys::{btrfs, nvme};
+use crate::sys::btrfs;
+use crate::sys::root::SysRoot;
+use crate::sys::topology::{self, DeviceRef, LoopLayer};
 
-use analysis::{DeviceAnalysis, MemberPath, analyze_device, array_ceiling, shared_uplinks};
+pub use crate::hw::CAPTURED_SMART_DIR;
+use crate::hw::analysis::{MemberPath, array_ceiling, shared_uplinks};
+use crate::hw::{Cache, Entry, is_pcie};
+pub use crate::hw::{array_ceiling_for_block_devices, read_thermal};
 pub use model::{
     ArrayCeiling, ArrayMember, ArrayReport, Bandwidth, DeviceKind, DeviceReport, Finding,
     LinksReport, Scope, Severity,
 };
-
-/// Directory of a captured tree that holds SMART log pages, one 512-byte
-/// file per controller (`nvme smart-log /dev/nvme0 -o binary`).
-pub const CAPTURED_SMART_DIR: &str = "nvme-smart-log";
 
 /// What `links` looks at.
 #[derive(Debug, Clone)]
@@ -40,71 +38,6 @@ pub struct LinksOptions {
     pub targets: Vec<String>,
     /// Read the SMART thermal counters too.
     pub thermal: bool,
-}
-
-/// A device to report, and the block devices that led to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Entry {
-    Controller(String),
-    Disk { name: String, kind: DeviceKind },
-}
-
-impl Entry {
-    fn name(&self) -> &str {
-        match self {
-            Entry::Controller(n) | Entry::Disk { name: n, .. } => n,
-        }
-    }
-}
-
-impl From<BlockTarget> for Entry {
-    fn from(t: BlockTarget) -> Self {
-        match t {
-            BlockTarget::Controller(n) => Entry::Controller(n),
-            BlockTarget::Disk { name, kind } => Entry::Disk { name, kind },
-        }
-    }
-}
-
-/// Controllers read and analysed once.
-#[derive(Default)]
-struct Cache {
-    controllers: BTreeMap<String, (NvmeController, Option<DeviceAnalysis>)>,
-}
-
-impl Cache {
-    fn controller(
-        &mut self,
-        root: &SysRoot,
-        name: &str,
-    ) -> Result<&(NvmeController, Option<DeviceAnalysis>)> {
-        if !self.controllers.contains_key(name) {
-            let c = topology::read_controller(root, name)?;
-            let analysis = is_pcie(&c).then(|| analyze_device(name, &c.pci_path));
-            self.controllers.insert(name.to_owned(), (c, analysis));
-        }
-        Ok(&self.controllers[name])
-    }
-
-    /// The arithmetic's view of a block device (or controller).
-    fn member_path(&mut self, root: &SysRoot, name: &str, targets: &[Entry]) -> MemberPath {
-        let mut m = MemberPath {
-            name: name.to_owned(),
-            links: None,
-            potential: None,
-        };
-        if let [Entry::Controller(c)] = targets
-            && let Ok((_, Some(a))) = self.controller(root, c)
-        {
-            m.links = a.links.clone();
-            m.potential = a.potential.map(|p| p.encoded());
-        }
-        m
-    }
-}
-
-fn is_pcie(c: &NvmeController) -> bool {
-    c.transport.as_deref().is_none_or(|t| t == "pcie")
 }
 
 fn disk_note(kind: DeviceKind, name: &str) -> String {
@@ -228,24 +161,6 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
         profiles: topology::btrfs_data_profiles(root, &fsid),
         fsid: Some(fsid),
         members,
-    })
-}
-
-/// The SMART thermal counters of a controller: through the admin ioctl on
-/// the running system, from `nvme-smart-log/<name>` in a captured tree.
-pub fn read_thermal(root: &SysRoot, controller: &str) -> Result<SmartThermal> {
-    let page = if root.is_host() {
-        nvme::read_smart_log(&Path::new("/dev").join(controller))?.to_vec()
-    } else {
-        let p = root.prefix().join(CAPTURED_SMART_DIR).join(controller);
-        root.read_bytes(&p, ATTR_CAP)
-            .map_err(|e| Error::from_io(&e, "cannot read the captured SMART log", &p))?
-    };
-    decode_smart_log(&page).map_err(|e| {
-        Error::new(
-            e.kind(),
-            format!("SMART log of {controller}: {}", e.message()),
-        )
     })
 }
 
@@ -515,36 +430,4 @@ fn plural(n: usize, what: &str) -> String {
     } else {
         format!("{n} {what}s")
     }
-}
-
-/// The read ceiling of a btrfs array made of `devices` (block devices as
-/// paths or names: `/dev/nvme0n1p2`, `nvme1n1`) with data `profile`,
-/// from their PCIe links as sysfs under `root` shows them. For `device
-/// add`: call it with the current members and with the new device added
-/// to see the ceiling before and after.
-///
-/// Devices without PCIe link information (loop, virtio, SATA, NVMe over
-/// fabrics) make the figures `None` and are named in `without_link_info`.
-pub fn array_ceiling_for_block_devices(
-    root: &SysRoot,
-    devices: &[PathBuf],
-    profile: Profile,
-) -> Result<ArrayCeiling> {
-    let mut cache = Cache::default();
-    let mut members = Vec::new();
-    for d in devices {
-        let arg = d.to_string_lossy();
-        let (name, targets) = match topology::device_ref(root, &arg)? {
-            DeviceRef::Block(b) => {
-                let t: Vec<Entry> = topology::block_targets(root, &b)?
-                    .into_iter()
-                    .map(Entry::from)
-                    .collect();
-                (b, t)
-            }
-            DeviceRef::Controller(c) => (c.clone(), vec![Entry::Controller(c)]),
-        };
-        members.push(cache.member_path(root, &name, &targets));
-    }
-    Ok(array_ceiling(profile, &members))
 }

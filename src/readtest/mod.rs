@@ -644,7 +644,7 @@ fn read_ceiling(
         crate::model::profile::Profile::Single
     };
     let paths: Vec<PathBuf> = devices.iter().map(|d| PathBuf::from(&d.name)).collect();
-    let c = crate::links::array_ceiling_for_block_devices(root, &paths, profile).ok()?;
+    let c = crate::hw::array_ceiling_for_block_devices(root, &paths, profile).ok()?;
     let b = c.one_reader?;
     (b.encoded_bytes_per_sec > 0).then_some(report::Ceiling {
         bytes_per_sec: b.encoded_bytes_per_sec,

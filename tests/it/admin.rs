@@ -200,7 +200,7 @@ fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
     assert!(
         records
             .iter()
-            .any(|r| r.bg_type == "data" && r.profile == "raid0"),
+            .any(|r| r.bg_type.json_name() == "data" && r.profile.to_string() == "raid0"),
         "{records:?}"
     );
     assert_eq!(profiles(&env, &m), expect("raid0", "raid1"));

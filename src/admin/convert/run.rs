@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 use super::{ConvertRequest, Event, Existing, Outcome, Progress, Targets, remaining_bytes};
-use crate::admin::report::{DfRecord, ResultRecord};
+use crate::admin::report::ResultRecord;
 use crate::admin::state::{BalanceInfo, read_state_at};
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::size::format_iec;
@@ -472,7 +472,7 @@ impl Finished {
         match self {
             Finished::Completed(df) => ResultRecord {
                 outcome: Outcome::Completed,
-                records: Some(df.records.iter().map(DfRecord::from).collect()),
+                records: Some(df.records.clone()),
                 bytes_remaining: None,
             },
             Finished::Paused { bytes_remaining } => ResultRecord {

@@ -802,7 +802,11 @@ mod tests {
         };
         let r = run(1, 1024 * MIB, 1.0, Some(124 * MIB), CacheState::Cold);
         assert_eq!(flag_run(&r, &sparse), None);
-        assert!(flag_run(&r, &DEVICES).is_some());
+        let why = flag_run(&r, &DEVICES).expect("124MiB moved for 1GiB claimed is flagged");
+        assert!(
+            why.contains("1.00GiB") && why.contains("124.00MiB"),
+            "{why}"
+        );
         // A page cache that could not be emptied flags the run outright.
         let mut warm = run(1, 1024 * MIB, 1.0, Some(0), CacheState::Warm);
         warm.resident_before_bytes = Some(1024 * MIB);

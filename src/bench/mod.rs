@@ -602,7 +602,7 @@ fn set_dir_mode(dir: &Path, cow: bool, btrfs: bool) -> Result<()> {
     }
     let f = sysfs::open_dir(dir)?;
     if let Some(flags) = sysfs::inode_flags_of(&f, dir)?
-        && flags & crate::sys::ioctl::FS_NOCOW_FL != 0
+        && flags.intersects(crate::sys::ioctl::FS_NOCOW_FL)
     {
         sysfs::set_inode_flags_of(&f, dir, flags & !crate::sys::ioctl::FS_NOCOW_FL)?;
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::model::profile::Profile;
-use crate::sys::ioctl::{FS_APPEND_FL, FS_COMPR_FL, FS_IMMUTABLE_FL, FS_NOCOW_FL};
+use crate::sys::ioctl::{FS_APPEND_FL, FS_COMPR_FL, FS_IMMUTABLE_FL, FS_NOCOW_FL, IFlags};
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::procs::Opener;
 
@@ -61,7 +61,7 @@ pub struct Facts {
     /// File or directory.
     pub kind: EntryKind,
     /// Inode flags (FS_IOC_GETFLAGS).
-    pub flags: u32,
+    pub flags: IFlags,
     /// `st_size`.
     pub size_bytes: u64,
     /// `st_nlink`.
@@ -74,9 +74,9 @@ pub struct Facts {
 
 /// Decides what an entry needs, and why when it cannot get it.
 pub fn classify(f: &Facts) -> (EntryState, Option<String>) {
-    let nocow = f.flags & FS_NOCOW_FL != 0;
+    let nocow = f.flags.intersects(FS_NOCOW_FL);
     if f.kind == EntryKind::Directory {
-        return match (nocow, f.flags & FS_COMPR_FL != 0) {
+        return match (nocow, f.flags.intersects(FS_COMPR_FL)) {
             (true, _) => (EntryState::Nocow, None),
             (false, true) => (
                 EntryState::Compressed,
@@ -101,7 +101,7 @@ pub fn classify(f: &Facts) -> (EntryState, Option<String>) {
     if f.size_bytes == 0 {
         return (EntryState::Switchable, note);
     }
-    if f.flags & (FS_IMMUTABLE_FL | FS_APPEND_FL) != 0 {
+    if f.flags.intersects(FS_IMMUTABLE_FL | FS_APPEND_FL) {
         return (
             EntryState::Blocked,
             Some(
@@ -166,7 +166,7 @@ pub struct Entry {
     pub dir_id: FileIdentity,
     /// Inode flags.
     #[serde(skip)]
-    pub flags: u32,
+    pub flags: IFlags,
 }
 
 /// The filesystem an audited path is on.
@@ -291,7 +291,7 @@ pub fn summarize(entries: &[Entry]) -> Summary {
 mod tests {
     use super::*;
 
-    fn file(flags: u32, size: u64, links: u64) -> Facts {
+    fn file(flags: IFlags, size: u64, links: u64) -> Facts {
         Facts {
             kind: EntryKind::File,
             flags,
@@ -305,10 +305,16 @@ mod tests {
     #[test]
     fn files_are_classified() {
         assert_eq!(classify(&file(FS_NOCOW_FL, 10, 1)).0, EntryState::Nocow);
-        assert_eq!(classify(&file(0, 0, 1)).0, EntryState::Switchable);
+        assert_eq!(
+            classify(&file(IFlags::empty(), 0, 1)).0,
+            EntryState::Switchable
+        );
         assert_eq!(classify(&file(FS_COMPR_FL, 0, 1)).0, EntryState::Switchable);
-        assert_eq!(classify(&file(0, 1, 1)).0, EntryState::NeedsMigration);
-        let (s, why) = classify(&file(0, 1, 3));
+        assert_eq!(
+            classify(&file(IFlags::empty(), 1, 1)).0,
+            EntryState::NeedsMigration
+        );
+        let (s, why) = classify(&file(IFlags::empty(), 1, 3));
         assert_eq!(s, EntryState::Blocked);
         assert!(why.unwrap().contains("3 hard links"));
         assert_eq!(
@@ -343,7 +349,7 @@ mod tests {
             marker: false,
         };
         assert_eq!(classify(&d(FS_NOCOW_FL)).0, EntryState::Nocow);
-        assert_eq!(classify(&d(0)).0, EntryState::NotNocow);
+        assert_eq!(classify(&d(IFlags::empty())).0, EntryState::NotNocow);
         assert_eq!(classify(&d(FS_COMPR_FL)).0, EntryState::Compressed);
     }
 
@@ -368,7 +374,7 @@ mod tests {
             marker: false,
             id: FileIdentity { dev: 1, ino: 2 },
             dir_id: FileIdentity { dev: 1, ino: 1 },
-            flags: 0,
+            flags: IFlags::empty(),
         };
         let s = summarize(&[
             e(EntryState::Nocow, 10, 10, EntryKind::File),

@@ -31,7 +31,7 @@ use crate::sys::filecopy::{
 };
 use crate::sys::fs as sysfs;
 use crate::sys::ioctl::{
-    FS_COMPR_FL, FS_NOATIME_FL, FS_NOCOMP_FL, FS_NOCOW_FL, FS_NODUMP_FL, FS_SYNC_FL,
+    FS_COMPR_FL, FS_NOATIME_FL, FS_NOCOMP_FL, FS_NOCOW_FL, FS_NODUMP_FL, FS_SYNC_FL, IFlags,
 };
 use crate::sys::lease::{self, Lease, LeaseKind};
 use crate::sys::loopdev::FileIdentity;
@@ -47,7 +47,10 @@ pub const PAUSE_ENV: &str = "BTRFS_LAB_NOCOW_TEST_PAUSE";
 
 /// Inode flags a migrated file keeps (besides NOCOW). Compression cannot be
 /// combined with NOCOW; immutable and append-only files are not migrated.
-const KEPT_FLAGS: u32 = FS_NOATIME_FL | FS_NODUMP_FL | FS_SYNC_FL | FS_NOCOMP_FL;
+const KEPT_FLAGS: IFlags = FS_NOATIME_FL
+    .union(FS_NODUMP_FL)
+    .union(FS_SYNC_FL)
+    .union(FS_NOCOMP_FL);
 
 /// Where the test hook pauses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,8 +314,8 @@ pub fn migrate_file(
     let (dir_path, name) = split(path)?;
     let dir = lock_dir(dir, dir_path)?;
     let src = open_planned(&dir, dir_path, name, id)?;
-    let src_flags = sysfs::inode_flags_of(&src, path)?.unwrap_or(0);
-    if src_flags & FS_NOCOW_FL != 0 {
+    let src_flags = sysfs::inode_flags_of(&src, path)?.unwrap_or(IFlags::empty());
+    if src_flags.intersects(FS_NOCOW_FL) {
         return Ok(None);
     }
     let links = nix::sys::stat::fstat(src.as_fd())
@@ -369,7 +372,7 @@ struct Planned<'a> {
     path: &'a Path,
     id: FileIdentity,
     src: &'a File,
-    src_flags: u32,
+    src_flags: IFlags,
 }
 
 impl Planned<'_> {
@@ -454,8 +457,8 @@ impl Planned<'_> {
             .into_iter()
             .filter(|(n, _)| n != MARKER_XATTR && !n.to_string_lossy().starts_with("btrfs."))
             .collect();
-        let compression_dropped =
-            src_flags & FS_COMPR_FL != 0 || xattrs::get(src, path, "btrfs.compression")?.is_some();
+        let compression_dropped = src_flags.intersects(FS_COMPR_FL)
+            || xattrs::get(src, path, "btrfs.compression")?.is_some();
         copy_xattrs(&src_xattrs, &tmp.file, path)?;
         tmp.file
             .set_permissions(Permissions::from_mode(before.st_mode & 0o7777))
@@ -535,8 +538,8 @@ impl Planned<'_> {
             .file
             .metadata()
             .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
-        let final_flags = sysfs::inode_flags_of(&tmp.file, path)?.unwrap_or(0);
-        if final_stat.st_ino != copy_meta.ino() || final_flags & FS_NOCOW_FL == 0 {
+        let final_flags = sysfs::inode_flags_of(&tmp.file, path)?.unwrap_or(IFlags::empty());
+        if final_stat.st_ino != copy_meta.ino() || !final_flags.intersects(FS_NOCOW_FL) {
             return Err(Attempt::Fail(Error::new(
                 ErrorKind::State,
                 format!("{} is not the NOCOW copy after the rename", path.display()),
@@ -758,7 +761,7 @@ fn copy_xattrs(want: &xattrs::Xattrs, dst: &File, path: &Path) -> Result<()> {
 fn verify_metadata(
     copy: &File,
     before: &FileStat,
-    flags: u32,
+    flags: IFlags,
     want: &xattrs::Xattrs,
     path: &Path,
 ) -> Result<()> {
@@ -778,7 +781,10 @@ fn verify_metadata(
     if (m.atime(), m.atime_nsec()) != (before.st_atime, before.st_atime_nsec) {
         wrong.push("access time");
     }
-    if sysfs::inode_flags_of(copy, path)?.unwrap_or(0) & flags != flags {
+    if !sysfs::inode_flags_of(copy, path)?
+        .unwrap_or(IFlags::empty())
+        .contains(flags)
+    {
         wrong.push("attributes");
     }
     let have = xattrs::read_all(copy, path)?;

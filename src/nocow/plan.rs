@@ -510,7 +510,7 @@ mod tests {
     use super::*;
     use crate::nocow::audit::Facts;
     use crate::nocow::audit::classify;
-    use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL};
+    use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
 
     fn root(fs: &str) -> RootInfo {
         RootInfo {
@@ -531,7 +531,7 @@ mod tests {
         }
     }
 
-    fn file(name: &str, flags: u32, size: u64, alloc: u64) -> Entry {
+    fn file(name: &str, flags: IFlags, size: u64, alloc: u64) -> Entry {
         let facts = Facts {
             kind: EntryKind::File,
             flags,
@@ -546,7 +546,7 @@ mod tests {
             display: format!("d/{name}"),
             kind: EntryKind::File,
             state,
-            nocow: flags & FS_NOCOW_FL != 0,
+            nocow: flags.intersects(FS_NOCOW_FL),
             compression_attr: false,
             size_bytes: size,
             allocated_bytes: alloc,
@@ -628,8 +628,8 @@ mod tests {
     #[test]
     fn files_stay_without_migrate_and_move_with_it() {
         let entries = vec![
-            file("a.img", 0, 100 << 20, 1 << 20),
-            file("b", 0, 0, 0),
+            file("a.img", IFlags::empty(), 100 << 20, 1 << 20),
+            file("b", IFlags::empty(), 0, 0),
             file("c", FS_NOCOW_FL, 5, 5),
             file(".btrfs-lab-nocow-1-x", FS_NOCOW_FL, 5, 5),
         ];
@@ -645,20 +645,20 @@ mod tests {
 
     #[test]
     fn refusals_change_nothing() {
-        let mut obs = existing(vec![file("a", 0, 10, 10)]);
+        let mut obs = existing(vec![file("a", IFlags::empty(), 10, 10)]);
         obs.root.compression_attr = Some(true);
         let e = plan(&req(false), &obs).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::WrongTarget);
         assert!(e.message().contains("compression attribute"));
 
-        let mut obs = existing(vec![file("a", 0, 10, 10)]);
+        let mut obs = existing(vec![file("a", IFlags::empty(), 10, 10)]);
         obs.root.read_only = true;
         assert_eq!(
             plan(&req(false), &obs).unwrap_err().kind(),
             ErrorKind::ReadOnly
         );
 
-        let mut obs = existing(vec![file("a", 0, 10, 10)]);
+        let mut obs = existing(vec![file("a", IFlags::empty(), 10, 10)]);
         obs.entries[0].open_by.push(Opener {
             pid: 42,
             command: "qemu".into(),
@@ -684,7 +684,7 @@ mod tests {
         assert!(p.warnings.iter().any(|w| w.contains("--force")));
         assert!(!p.steps[1].describe().contains("refused at run time"));
 
-        let mut obs = existing(vec![file("a", 0, 10 << 30, 10 << 30)]);
+        let mut obs = existing(vec![file("a", IFlags::empty(), 10 << 30, 10 << 30)]);
         obs.root.available_bytes = 10 << 30;
         assert_eq!(
             plan(&req(true), &obs).unwrap_err().kind(),
@@ -703,9 +703,9 @@ mod tests {
 
     #[test]
     fn without_root_other_users_files_stay() {
-        let mut mine = file("mine", 0, 10, 10);
+        let mut mine = file("mine", IFlags::empty(), 10, 10);
         mine.uid = 1000;
-        let theirs = file("theirs", 0, 20, 20);
+        let theirs = file("theirs", IFlags::empty(), 20, 20);
         let mut obs = existing(vec![mine, theirs]);
         obs.as_root = false;
         obs.euid = 1000;

@@ -19,7 +19,7 @@ use super::audit::{Entry, EntryKind, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fs as sysfs;
-use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL};
+use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
 use crate::sys::{btrfs, mounts, procs, xattrs};
@@ -83,8 +83,8 @@ pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
         read_only: info.read_only,
         data_profiles,
         mount_options: crate::parse::mountinfo::relevant_mount_options(info.mount.options()),
-        nocow: flags.map(|f| f & FS_NOCOW_FL != 0),
-        compression_attr: flags.map(|f| f & FS_COMPR_FL != 0),
+        nocow: flags.map(|f| f.intersects(FS_NOCOW_FL)),
+        compression_attr: flags.map(|f| f.intersects(FS_COMPR_FL)),
         subvolume: is_btrfs && btrfs::is_subvolume_root(&meta),
         available_bytes: info.available_bytes,
         note,
@@ -374,7 +374,7 @@ fn look_at(
     } else {
         EntryKind::File
     };
-    let flags = sysfs::inode_flags_of(&file, path)?.unwrap_or(0);
+    let flags = sysfs::inode_flags_of(&file, path)?.unwrap_or(IFlags::empty());
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
     let marker = kind == EntryKind::File && xattrs::get(&file, path, MARKER_XATTR)?.is_some();
     let size = if kind == EntryKind::File { m.len() } else { 0 };
@@ -397,8 +397,8 @@ fn look_at(
         display,
         kind,
         state,
-        nocow: flags & FS_NOCOW_FL != 0,
-        compression_attr: flags & FS_COMPR_FL != 0,
+        nocow: flags.intersects(FS_NOCOW_FL),
+        compression_attr: flags.intersects(FS_COMPR_FL),
         size_bytes: size,
         allocated_bytes: allocated,
         sparse: kind == EntryKind::File && allocated < size.div_ceil(4096) * 4096,

@@ -160,8 +160,8 @@ fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
         mount_options: crate::parse::mountinfo::relevant_mount_options(info.mount.options()),
         target_nocow: flags
             .filter(|_| nocow_meaningful)
-            .map(|f| f & crate::sys::ioctl::FS_NOCOW_FL != 0),
-        target_compressed: flags.map(|f| f & crate::sys::ioctl::FS_COMPR_FL != 0),
+            .map(|f| f.intersects(crate::sys::ioctl::FS_NOCOW_FL)),
+        target_compressed: flags.map(|f| f.intersects(crate::sys::ioctl::FS_COMPR_FL)),
         dir: info.dir,
         dir_device: String::new(),
         dir_inode: 0,

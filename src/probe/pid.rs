@@ -261,9 +261,9 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &str) -> Watch
         }
         if let Ok(Some(flags)) = sysfs::inode_flags_of(h, &via) {
             if fs_type == "btrfs" {
-                nocow = Some(flags & ioctl::FS_NOCOW_FL != 0);
+                nocow = Some(flags.intersects(ioctl::FS_NOCOW_FL));
             }
-            compressed = flags & ioctl::FS_COMPR_FL != 0;
+            compressed = flags.intersects(ioctl::FS_COMPR_FL);
         }
     }
     if bdi.is_none() && note.is_none() {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::sys::statvfs::{FsFlags, statvfs};
 
-use super::ioctl;
+use super::ioctl::{self, IFlags};
 use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::{MountEntry, mount_containing, parse_mountinfo};
@@ -76,7 +76,7 @@ pub fn open_dir(path: &Path) -> Result<File> {
 }
 
 /// Inode flags of a file or directory; `None` if the filesystem has none.
-pub fn inode_flags(path: &Path) -> Result<Option<u32>> {
+pub fn inode_flags(path: &Path) -> Result<Option<IFlags>> {
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
@@ -87,16 +87,16 @@ pub fn inode_flags(path: &Path) -> Result<Option<u32>> {
 
 /// True if `path` carries the NOCOW attribute (`lsattr` shows `C`).
 pub fn is_nocow(path: &Path) -> Result<bool> {
-    Ok(inode_flags(path)?.is_some_and(|f| f & ioctl::FS_NOCOW_FL != 0))
+    Ok(inode_flags(path)?.is_some_and(|f| f.intersects(ioctl::FS_NOCOW_FL)))
 }
 
 /// True if `path` carries the compression attribute (`lsattr` shows `c`).
 pub fn is_compressed_attr(path: &Path) -> Result<bool> {
-    Ok(inode_flags(path)?.is_some_and(|f| f & ioctl::FS_COMPR_FL != 0))
+    Ok(inode_flags(path)?.is_some_and(|f| f.intersects(ioctl::FS_COMPR_FL)))
 }
 
 /// Inode flags of an open file or directory; `None` if the filesystem has none.
-pub fn inode_flags_of(file: &File, path: &Path) -> Result<Option<u32>> {
+pub fn inode_flags_of(file: &File, path: &Path) -> Result<Option<IFlags>> {
     match ioctl::get_inode_flags(file.as_fd()) {
         Ok(flags) => Ok(Some(flags)),
         Err(Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EINVAL) => Ok(None),
@@ -105,7 +105,7 @@ pub fn inode_flags_of(file: &File, path: &Path) -> Result<Option<u32>> {
 }
 
 /// Replaces the inode flags of an open file or directory.
-pub fn set_inode_flags_of(file: &File, path: &Path, flags: u32) -> Result<()> {
+pub fn set_inode_flags_of(file: &File, path: &Path, flags: IFlags) -> Result<()> {
     ioctl::set_inode_flags(file.as_fd(), flags).map_err(|e| match e {
         Errno::ENOTTY | Errno::EOPNOTSUPP => Error::new(
             ErrorKind::Unsupported,
@@ -135,7 +135,7 @@ pub fn set_nocow(file: &File, path: &Path, clear_compression: bool) -> Result<()
     if clear_compression {
         flags &= !ioctl::FS_COMPR_FL;
     }
-    if flags & ioctl::FS_COMPR_FL != 0 {
+    if flags.intersects(ioctl::FS_COMPR_FL) {
         return Err(compression_conflict(path));
     }
     set_inode_flags_of(file, path, flags | ioctl::FS_NOCOW_FL).map_err(|e| {
@@ -148,7 +148,7 @@ pub fn set_nocow(file: &File, path: &Path, clear_compression: bool) -> Result<()
     })?;
     let back = ioctl::get_inode_flags(file.as_fd())
         .map_err(|e| Error::from_errno(e, "cannot read inode flags of", path))?;
-    if back & ioctl::FS_NOCOW_FL == 0 {
+    if !back.intersects(ioctl::FS_NOCOW_FL) {
         return Err(Error::new(
             ErrorKind::Unsupported,
             format!(

@@ -147,41 +147,36 @@ pub fn loop_clr_fd(dev: BorrowedFd<'_>) -> Result<(), Errno> {
 // ------------------------------------------------------------------ inode flags
 // <linux/fs.h>: FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (what lsattr and chattr use)
 
-/// `FS_NOCOW_FL` ('C' in lsattr): no copy-on-write, no data checksums.
-pub const FS_NOCOW_FL: u32 = 0x0080_0000;
-/// `FS_COMPR_FL` ('c' in lsattr): compress data.
-pub const FS_COMPR_FL: u32 = 0x0000_0004;
-/// `FS_SYNC_FL` ('S'): synchronous updates.
-pub const FS_SYNC_FL: u32 = 0x0000_0008;
-/// `FS_IMMUTABLE_FL` ('i'): the file cannot be changed, renamed or replaced.
-pub const FS_IMMUTABLE_FL: u32 = 0x0000_0010;
-/// `FS_APPEND_FL` ('a'): append only; cannot be replaced.
-pub const FS_APPEND_FL: u32 = 0x0000_0020;
-/// `FS_NODUMP_FL` ('d'): skipped by dump.
-pub const FS_NODUMP_FL: u32 = 0x0000_0040;
-/// `FS_NOATIME_FL` ('A'): no atime updates.
-pub const FS_NOATIME_FL: u32 = 0x0000_0080;
-/// `FS_NOCOMP_FL` ('m'): never compress.
-pub const FS_NOCOMP_FL: u32 = 0x0000_0400;
+// Typed through rustix's `IFlags` (`FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS` are
+// its `ioctl_getflags`/`ioctl_setflags`); the names below are the kernel's,
+// with the letter lsattr shows.
+pub use rustix::fs::IFlags;
 
-// The kernel declares these with `long` but reads and writes an int.
-nix::ioctl_read!(fs_ioc_getflags_raw, b'f', 1, libc::c_long);
-nix::ioctl_write_ptr!(fs_ioc_setflags_raw, b'f', 2, libc::c_long);
+/// `FS_NOCOW_FL` ('C' in lsattr): no copy-on-write, no data checksums.
+pub const FS_NOCOW_FL: IFlags = IFlags::NOCOW;
+/// `FS_COMPR_FL` ('c' in lsattr): compress data.
+pub const FS_COMPR_FL: IFlags = IFlags::COMPRESSED;
+/// `FS_SYNC_FL` ('S'): synchronous updates.
+pub const FS_SYNC_FL: IFlags = IFlags::SYNC;
+/// `FS_IMMUTABLE_FL` ('i'): the file cannot be changed, renamed or replaced.
+pub const FS_IMMUTABLE_FL: IFlags = IFlags::IMMUTABLE;
+/// `FS_APPEND_FL` ('a'): append only; cannot be replaced.
+pub const FS_APPEND_FL: IFlags = IFlags::APPEND;
+/// `FS_NODUMP_FL` ('d'): skipped by dump.
+pub const FS_NODUMP_FL: IFlags = IFlags::NODUMP;
+/// `FS_NOATIME_FL` ('A'): no atime updates.
+pub const FS_NOATIME_FL: IFlags = IFlags::NOATIME;
+/// `FS_NOCOMP_FL` ('m'): never compress (rustix has no name for it).
+pub const FS_NOCOMP_FL: IFlags = IFlags::from_bits_retain(0x0000_0400);
 
 /// Reads the inode flags of an open file or directory.
-pub fn get_inode_flags(fd: BorrowedFd<'_>) -> Result<u32, Errno> {
-    let mut flags: libc::c_int = 0;
-    // SAFETY: the kernel writes one int through the pointer.
-    unsafe { fs_ioc_getflags_raw(fd.as_raw_fd(), (&raw mut flags).cast()) }?;
-    Ok(flags.cast_unsigned())
+pub fn get_inode_flags(fd: BorrowedFd<'_>) -> Result<IFlags, Errno> {
+    rustix::fs::ioctl_getflags(fd).map_err(|e| Errno::from_raw(e.raw_os_error()))
 }
 
 /// Sets the inode flags of an open file or directory.
-pub fn set_inode_flags(fd: BorrowedFd<'_>, flags: u32) -> Result<(), Errno> {
-    let value: libc::c_int = flags.cast_signed();
-    // SAFETY: the kernel reads one int through the pointer.
-    unsafe { fs_ioc_setflags_raw(fd.as_raw_fd(), (&raw const value).cast()) }?;
-    Ok(())
+pub fn set_inode_flags(fd: BorrowedFd<'_>, flags: IFlags) -> Result<(), Errno> {
+    rustix::fs::ioctl_setflags(fd, flags).map_err(|e| Errno::from_raw(e.raw_os_error()))
 }
 
 #[cfg(test)]

@@ -36,8 +36,10 @@ struct Kept {
     xattrs: Vec<(String, Vec<u8>)>,
 }
 
-fn flags_of(p: &Path) -> u32 {
-    btrfs_lab::sys::fs::inode_flags(p).unwrap().unwrap_or(0)
+fn flags_of(p: &Path) -> btrfs_lab::sys::ioctl::IFlags {
+    btrfs_lab::sys::fs::inode_flags(p)
+        .unwrap()
+        .unwrap_or(btrfs_lab::sys::ioctl::IFlags::empty())
 }
 
 fn snapshot(root: &Path) -> BTreeMap<PathBuf, Kept> {
@@ -266,14 +268,14 @@ fn empty_directory_becomes_nocow_and_new_files_inherit_it() {
         "the plan and its warnings: {stderr}"
     );
     assert!(stderr.contains("Snapshots still copy-on-write"));
-    assert_ne!(flags_of(&vm) & FS_NOCOW_FL, 0, "ioctl");
+    assert!(flags_of(&vm).contains(FS_NOCOW_FL), "ioctl");
     assert!(lsattr_flags(&vm, true).contains('C'), "lsattr -d");
-    assert_eq!(flags_of(&mnt.join("lib")) & FS_NOCOW_FL, 0);
+    assert!(!flags_of(&mnt.join("lib")).contains(FS_NOCOW_FL));
 
     // Files created afterwards inherit it.
     let img = vm.join("guest.img");
     fs::write(&img, random_bytes(1 << 20, 9)).unwrap();
-    assert_ne!(flags_of(&img) & FS_NOCOW_FL, 0);
+    assert!(flags_of(&img).contains(FS_NOCOW_FL));
     assert!(lsattr_flags(&img, false).contains('C'));
 
     // An existing empty directory, as JSON.
@@ -451,8 +453,8 @@ fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
     assert_eq!(code, 0);
     assert!(stdout.contains("not NOCOW, and staying so"), "{stdout}");
     assert!(stdout.contains("data.bin"));
-    assert_ne!(flags_of(&dir) & FS_NOCOW_FL, 0);
-    assert_eq!(flags_of(&dir.join("data.bin")) & FS_NOCOW_FL, 0);
+    assert!(flags_of(&dir).contains(FS_NOCOW_FL));
+    assert!(!flags_of(&dir.join("data.bin")).contains(FS_NOCOW_FL));
 
     // The migration.
     let (code, stdout, stderr) = nocow(
@@ -490,7 +492,11 @@ fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
     );
     for (rel, k) in &after {
         let p = dir.join(rel);
-        assert_ne!(flags_of(&p) & FS_NOCOW_FL, 0, "{} not NOCOW", rel.display());
+        assert!(
+            flags_of(&p).contains(FS_NOCOW_FL),
+            "{} not NOCOW",
+            rel.display()
+        );
         assert!(
             lsattr_flags(&p, k.kind == "dir").contains('C'),
             "lsattr {}",
@@ -584,7 +590,7 @@ fn killed_migration_loses_nothing_and_a_rerun_completes() {
     let mut child = start_paused(&env, &dir, "copy");
     kill_9(&mut child);
     assert_eq!(snapshot(&dir), before);
-    assert_eq!(flags_of(&dir.join("big.ibd")) & FS_NOCOW_FL, 0);
+    assert!(!flags_of(&dir.join("big.ibd")).contains(FS_NOCOW_FL));
     no_temp_files(&dir);
 
     // SIGINT there: exit 130, the same.
@@ -639,7 +645,7 @@ fn killed_migration_loses_nothing_and_a_rerun_completes() {
     assert_eq!(fs::read(&foreign).unwrap(), b"user data");
     fs::remove_file(&foreign).unwrap();
     assert_eq!(snapshot(&dir), before);
-    assert_ne!(flags_of(&dir.join("big.ibd")) & FS_NOCOW_FL, 0);
+    assert!(flags_of(&dir.join("big.ibd")).contains(FS_NOCOW_FL));
     no_temp_files(&dir);
 }
 
@@ -679,9 +685,8 @@ fn open_files_are_refused_without_force() {
     assert!(stderr.contains("--force"));
     assert_eq!(stderr.lines().count(), 2, "{stderr}");
     assert_eq!(snapshot(&dir), before);
-    assert_eq!(
-        flags_of(&dir) & FS_NOCOW_FL,
-        0,
+    assert!(
+        !flags_of(&dir).contains(FS_NOCOW_FL),
         "nothing changed, not even the directory"
     );
 
@@ -725,7 +730,7 @@ fn open_files_are_refused_without_force() {
     );
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("--force: "), "{stderr}");
-    assert_ne!(flags_of(&img) & FS_NOCOW_FL, 0);
+    assert!(flags_of(&img).contains(FS_NOCOW_FL));
     assert_eq!(snapshot(&dir), before);
     holder.kill().unwrap();
     holder.wait().unwrap();
@@ -781,7 +786,7 @@ fn refusals_change_nothing() {
         "{stderr}"
     );
     assert_eq!(snapshot(&dir), before);
-    assert_eq!(flags_of(&dir) & FS_NOCOW_FL, 0);
+    assert!(!flags_of(&dir).contains(FS_NOCOW_FL));
     btrfs_lab::sys::fs::set_inode_flags_of(&s, &sub, sf).unwrap();
 
     // Not enough space for the largest copy: checked first.
@@ -902,7 +907,7 @@ fn subvolume_is_created_with_nocow() {
     let (code, _, stderr) = nocow(&env, &[os("--subvolume"), os("--yes"), plain.as_os_str()]);
     assert_eq!(code, 1);
     assert!(stderr.contains("not a subvolume"), "{stderr}");
-    assert_eq!(flags_of(&plain) & FS_NOCOW_FL, 0);
+    assert!(!flags_of(&plain).contains(FS_NOCOW_FL));
 }
 
 #[test]
@@ -989,8 +994,8 @@ fn unprivileged_user_migrates_own_files_only() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("Not running as root"), "{stderr}");
     assert!(stdout.contains("owned by uid 0"), "{stdout}");
-    assert_ne!(flags_of(&dir.join("mine.qcow2")) & FS_NOCOW_FL, 0);
-    assert_eq!(flags_of(&dir.join("roots.conf")) & FS_NOCOW_FL, 0);
+    assert!(flags_of(&dir.join("mine.qcow2")).contains(FS_NOCOW_FL));
+    assert!(!flags_of(&dir.join("roots.conf")).contains(FS_NOCOW_FL));
     assert_eq!(snapshot(&dir), before);
 }
 
@@ -1071,7 +1076,7 @@ fn migration_never_loses_a_write_from_writers_that_come_and_go() {
         }
         for (p, recs) in paths.iter().zip(&written) {
             let content = String::from_utf8(fs::read(p).unwrap()[64 << 10..].to_vec()).unwrap();
-            let nocow = flags_of(p) & FS_NOCOW_FL != 0;
+            let nocow = flags_of(p).contains(FS_NOCOW_FL);
             if nocow {
                 migrated += 1;
             } else {
@@ -1122,7 +1127,7 @@ fn outside_state(root: &Path) -> Vec<(PathBuf, u64, u64, u32, Vec<u8>)> {
                 stack.push(e.unwrap().path());
             }
         }
-        out.push((p.clone(), m.dev(), m.ino(), flags_of(&p), content));
+        out.push((p.clone(), m.dev(), m.ino(), flags_of(&p).bits(), content));
     }
     out.sort();
     out

@@ -13,7 +13,7 @@ use crate::model::space::BgType;
 use crate::space::{self, BtrfsTarget};
 use crate::sys::btrfs::FsHandle;
 use crate::sys::btrfs::{SpaceEntry, bg_type_of, profile_of, profile_of_target};
-use crate::sys::ioctl::{BalanceStatus, balance_state};
+use crate::sys::ioctl::{BalanceState, BalanceStatus};
 use crate::sys::kernel_release;
 use crate::sys::root::SysRoot;
 
@@ -68,9 +68,9 @@ impl BalanceInfo {
     /// From the kernel's report.
     pub fn from_status(s: &BalanceStatus) -> Self {
         Self {
-            running: s.state & balance_state::RUNNING != 0,
-            paused: s.state & balance_state::RUNNING == 0,
-            cancelling: s.state & balance_state::CANCEL_REQ != 0,
+            running: s.state.contains(BalanceState::RUNNING),
+            paused: !s.state.contains(BalanceState::RUNNING),
+            cancelling: s.state.contains(BalanceState::CANCEL_REQ),
             data_target: s.data_target.map(profile_of_target),
             metadata_target: s.meta_target.map(profile_of_target),
             expected: s.expected,

@@ -5,6 +5,8 @@
 //! style of python-btrfs. btrfs ioctls go through the `btrfs-uapi` crate.
 #![allow(unsafe_code)]
 
+use btrfs_uapi::balance::BalanceFlags;
+pub use btrfs_uapi::balance::BalanceState;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use nix::errno::Errno;
@@ -197,8 +199,8 @@ mod tests {
 /// A balance as the kernel reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BalanceStatus {
-    /// BTRFS_BALANCE_STATE_* bits (running 1, pause requested 2, cancel requested 4).
-    pub state: u64,
+    /// Running, pause requested, cancel requested (btrfs-uapi's typed bits).
+    pub state: BalanceState,
     /// BTRFS_BALANCE_* flags (data 1, system 2, metadata 4, force 8).
     pub flags: u64,
     /// Convert target of data (block-group profile bits), if converting.
@@ -231,7 +233,7 @@ pub fn balance_status(fd: BorrowedFd<'_>) -> Result<Option<BalanceStatus>, Errno
     // The per-type args are packed: copy fields out by value.
     let target = |flags: u64, target: u64| (flags & BALANCE_ARGS_CONVERT != 0).then_some(target);
     Ok(Some(BalanceStatus {
-        state: args.state,
+        state: BalanceState::from_bits_retain(args.state),
         flags: args.flags,
         data_target: target(args.data.flags, args.data.target),
         meta_target: target(args.meta.flags, args.meta.target),
@@ -240,30 +242,6 @@ pub fn balance_status(fd: BorrowedFd<'_>) -> Result<Option<BalanceStatus>, Errno
         considered: args.stat.considered,
         completed: args.stat.completed,
     }))
-}
-
-/// BTRFS_BALANCE_* flags of `struct btrfs_ioctl_balance_args`.
-pub mod balance_flags {
-    /// Balance data chunks.
-    pub const DATA: u64 = 1 << 0;
-    /// Balance system chunks.
-    pub const SYSTEM: u64 = 1 << 1;
-    /// Balance metadata chunks.
-    pub const METADATA: u64 = 1 << 2;
-    /// Allow lowering metadata redundancy.
-    pub const FORCE: u64 = 1 << 3;
-    /// Resume the paused balance.
-    pub const RESUME: u64 = 1 << 4;
-}
-
-/// BTRFS_BALANCE_STATE_* bits of a balance's `state`.
-pub mod balance_state {
-    /// The balance runs.
-    pub const RUNNING: u64 = 1 << 0;
-    /// Someone asked it to pause.
-    pub const PAUSE_REQ: u64 = 1 << 1;
-    /// Someone asked it to cancel.
-    pub const CANCEL_REQ: u64 = 1 << 2;
 }
 
 const BALANCE_ARGS_SOFT: u64 = 1 << 9;
@@ -310,26 +288,26 @@ pub fn balance_v2(
     // SAFETY: all-zero is a valid btrfs_ioctl_balance_args (plain integers).
     let mut args: btrfs_ioctl_balance_args = unsafe { std::mem::zeroed() };
     if resume {
-        args.flags = balance_flags::RESUME;
+        args.flags = BalanceFlags::RESUME.bits();
     } else {
         let filter = BALANCE_ARGS_CONVERT | BALANCE_ARGS_SOFT;
         if let Some(t) = targets.data {
-            args.flags |= balance_flags::DATA;
+            args.flags |= BalanceFlags::DATA.bits();
             args.data.target = t;
             args.data.flags = filter;
         }
         if let Some(t) = targets.metadata {
-            args.flags |= balance_flags::METADATA;
+            args.flags |= BalanceFlags::METADATA.bits();
             args.meta.target = t;
             args.meta.flags = filter;
         }
         if let Some(t) = targets.system {
-            args.flags |= balance_flags::SYSTEM;
+            args.flags |= BalanceFlags::SYSTEM.bits();
             args.sys.target = t;
             args.sys.flags = filter;
         }
         if force {
-            args.flags |= balance_flags::FORCE;
+            args.flags |= BalanceFlags::FORCE.bits();
         }
     }
     // SAFETY: `args` is a valid btrfs_ioctl_balance_args that lives for the

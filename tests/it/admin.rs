@@ -274,7 +274,8 @@ fn wait_running(m: &Path) -> bool {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if let Ok(Some(s)) = btrfs_lab::sys::btrfs::balance_status(m)
-            && s.state & 1 != 0
+            && s.state
+                .contains(btrfs_lab::sys::ioctl::BalanceState::RUNNING)
             && s.completed >= 1
         {
             return true;
@@ -627,7 +628,8 @@ fn wait_balance_started(m: &Path) -> bool {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if let Ok(Some(s)) = btrfs_lab::sys::btrfs::balance_status(m)
-            && s.state & 1 != 0
+            && s.state
+                .contains(btrfs_lab::sys::ioctl::BalanceState::RUNNING)
         {
             return true;
         }

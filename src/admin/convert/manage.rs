@@ -11,7 +11,7 @@ use crate::admin::state::{FsState, open_state};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::space::BgType;
 use crate::sys::btrfs::FsHandle;
-use crate::sys::ioctl::balance_state;
+use crate::sys::ioctl::BalanceState;
 use crate::sys::root::SysRoot;
 
 /// `--status` (root only: the balance ioctls need it).
@@ -91,7 +91,7 @@ pub fn pause(root: &SysRoot, path: &Path) -> Result<(Paused, FsState)> {
         Err(Errno::ENOTCONN) => {
             // Paused meanwhile (by the convert itself, or someone else)?
             let now = fs.balance_status()?;
-            if now.is_some_and(|s| s.state & balance_state::RUNNING == 0) {
+            if now.is_some_and(|s| !s.state.contains(BalanceState::RUNNING)) {
                 Ok((Paused::Already, state))
             } else {
                 Err(Error::new(

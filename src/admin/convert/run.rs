@@ -16,7 +16,7 @@ use crate::admin::state::{BalanceInfo, read_state_at};
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::size::format_iec;
 use crate::sys::btrfs::{self, FsHandle};
-use crate::sys::ioctl::{BalanceEnd, balance_state};
+use crate::sys::ioctl::{BalanceEnd, BalanceState};
 use crate::sys::root::SysRoot;
 use crate::sys::signals::OperationSignals;
 
@@ -243,7 +243,7 @@ pub fn run_balance(
                 && h.balance_status()
                     .ok()
                     .flatten()
-                    .is_some_and(|s| s.state & balance_state::RUNNING != 0)
+                    .is_some_and(|s| s.state.contains(BalanceState::RUNNING))
             {
                 running_seen = true;
                 on_event(Event::Running);
@@ -257,7 +257,9 @@ pub fn run_balance(
             } else {
                 match h.balance_status() {
                     Ok(None) => break Waited::Gone,
-                    Ok(Some(s)) if s.state & balance_state::RUNNING == 0 => break Waited::Paused,
+                    Ok(Some(s)) if !s.state.contains(BalanceState::RUNNING) => {
+                        break Waited::Paused;
+                    }
                     Ok(Some(s)) => meter.counters(s.expected, s.completed),
                     Err(e) => {
                         let _ = pauser.finish();
@@ -309,7 +311,7 @@ pub fn run_balance(
                     .balance_status()
                     .ok()
                     .flatten()
-                    .is_some_and(|s| s.state & balance_state::RUNNING == 0);
+                    .is_some_and(|s| !s.state.contains(BalanceState::RUNNING));
                 return Ok(if paused {
                     Outcome::Paused
                 } else if pause_requested {

@@ -13,7 +13,7 @@ use crate::parse::size::format_iec;
 use crate::sys::blockdev::BlockDeviceFacts;
 
 /// The smallest device btrfs-lab adds.
-pub const MIN_DEVICE_SIZE: u64 = 256 << 20;
+pub(crate) const MIN_DEVICE_SIZE: u64 = 256 << 20;
 
 /// Why something may not go ahead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

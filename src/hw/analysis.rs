@@ -51,7 +51,7 @@ pub fn roles(path: &[PciFunction]) -> Vec<HopRole> {
 /// stand-alone PCIe switches; its chipsets appear as one), or an Intel
 /// root port at device 1Ah-1Dh of bus 0, where Intel places the PCH's
 /// root ports (the CPU's are at 01h, 06h and 07h).
-pub fn chipset_hops(path: &[PciFunction], roles: &[HopRole]) -> Vec<bool> {
+pub(crate) fn chipset_hops(path: &[PciFunction], roles: &[HopRole]) -> Vec<bool> {
     let mut chipset = vec![false; path.len()];
     for i in 0..path.len() {
         if roles[i] == HopRole::SwitchUpstream && path[i].vendor == Some(AMD) {
@@ -165,7 +165,7 @@ pub fn links(path: &[PciFunction]) -> Vec<LinkView> {
 }
 
 /// `Gen4 x4`, with `?` for what is unknown.
-pub fn gen_width(generation: Option<Generation>, width: Option<u8>) -> String {
+pub(crate) fn gen_width(generation: Option<Generation>, width: Option<u8>) -> String {
     let g = generation.map_or("Gen?".to_owned(), |g| g.to_string());
     let w = width.map_or("x?".to_owned(), |w| format!("x{w}"));
     format!("{g} {w}")

@@ -46,17 +46,6 @@ pub fn percent_of(rate: f64, ceiling: f64) -> Option<f64> {
     (rate.is_finite() && ceiling.is_finite() && ceiling > 0.0).then(|| 100.0 * rate / ceiling)
 }
 
-/// `format_both`, followed by `, 63% of 18.75 GB/s` when a ceiling is known.
-pub fn format_with_ceiling(bytes_per_sec: f64, ceiling: Option<f64>) -> String {
-    let mut s = format_both(bytes_per_sec);
-    if let Some(c) = ceiling
-        && let Some(p) = percent_of(bytes_per_sec, c)
-    {
-        s.push_str(&format!(", {p:.0}% of {} GB/s", number(gb_per_s(c))));
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,10 +58,5 @@ mod tests {
         assert_eq!(format_both(f64::NAN), "-");
         assert_eq!(percent_of(5e9, 20e9), Some(25.0));
         assert_eq!(percent_of(5e9, 0.0), None);
-        assert_eq!(
-            format_with_ceiling(11.8e9, Some(18.75e9)),
-            "10.99 GiB/s (11.80 GB/s), 63% of 18.75 GB/s"
-        );
-        assert_eq!(format_with_ceiling(1e9, None), "0.93 GiB/s (1.00 GB/s)");
     }
 }

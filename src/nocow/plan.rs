@@ -224,7 +224,7 @@ pub struct Plan {
 }
 
 /// The warning every NOCOW set-up carries.
-pub const NO_CHECKSUMS: &str = "NOCOW files have no data checksums and are never compressed: \
+pub(crate) const NO_CHECKSUMS: &str = "NOCOW files have no data checksums and are never compressed: \
 btrfs cannot detect corruption in them (scrub skips them) nor repair them from another copy.";
 
 /// Plans `nocow DIR` (with `--migrate`, `--subvolume`, `--force`).

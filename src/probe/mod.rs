@@ -35,7 +35,7 @@ pub use verdict::{Analysis, Round, Verdict};
 /// stray writers are small next to it.
 pub const DEFAULT_SIZE: u64 = 256 << 20;
 /// Default size of each O_DIRECT write.
-pub const DEFAULT_BLOCK_SIZE: u64 = 1 << 20;
+pub(crate) const DEFAULT_BLOCK_SIZE: u64 = 1 << 20;
 /// Default number of rounds.
 pub const DEFAULT_ROUNDS: u32 = 3;
 /// Page-size alignment covers every logical block size in use.

@@ -193,7 +193,7 @@ fn mtime(m: &std::fs::Metadata) -> (i64, i64) {
 }
 
 /// The reasons btrfs buffers O_DIRECT writes to this file.
-pub fn fallback_reasons(
+pub(crate) fn fallback_reasons(
     profiles: &[Profile],
     nocow: bool,
     compressed_attr: bool,
@@ -216,7 +216,11 @@ pub fn fallback_reasons(
 }
 
 /// The verdict for one file from what was seen.
-pub fn file_verdict(o_direct: bool, folios: Option<u64>, activity: &Activity) -> FileVerdict {
+pub(crate) fn file_verdict(
+    o_direct: bool,
+    folios: Option<u64>,
+    activity: &Activity,
+) -> FileVerdict {
     match (o_direct, folios) {
         (false, _) => FileVerdict::BufferedByChoice,
         (true, None) => FileVerdict::Unknown,

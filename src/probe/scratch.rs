@@ -22,11 +22,11 @@ use crate::error::{Error, Result};
 use crate::sys::direct_io::create_direct_at;
 
 /// Every scratch name starts so.
-pub const PREFIX: &str = ".btrfs-lab-probe-";
+pub(crate) const PREFIX: &str = ".btrfs-lab-probe-";
 
 /// What a scratch name is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `...-r<round>.test`, a test file.
     TestFile,
     /// `....nocow`, the control directory.
@@ -42,7 +42,7 @@ fn is_number(s: &str) -> bool {
 }
 
 /// The pid and kind a scratch name carries; `None` for any other name.
-pub fn parse_name(name: &str) -> Option<(u32, Kind)> {
+pub(crate) fn parse_name(name: &str) -> Option<(u32, Kind)> {
     let rest = name.strip_prefix(PREFIX)?;
     let (pid, rest) = rest.split_once('-')?;
     if !is_number(pid) {
@@ -58,7 +58,7 @@ pub fn parse_name(name: &str) -> Option<(u32, Kind)> {
 }
 
 /// True for `r<round>.control`, a file of a control directory.
-pub fn is_control_file_name(name: &str) -> bool {
+pub(crate) fn is_control_file_name(name: &str) -> bool {
     name.strip_prefix('r')
         .and_then(|r| r.strip_suffix(".control"))
         .is_some_and(is_number)

@@ -12,14 +12,14 @@ use serde::{Deserialize, Serialize};
 use crate::model::profile::Profile;
 
 /// Below this corrected dirtied/written ratio a write was direct.
-pub const DIRECT_MAX: f64 = 0.25;
+pub(crate) const DIRECT_MAX: f64 = 0.25;
 /// Above this ratio a write went through the page cache.
-pub const BUFFERED_MIN: f64 = 0.6;
+pub(crate) const BUFFERED_MIN: f64 = 0.6;
 /// If the background noise, expressed as a ratio of what the probe wrote,
 /// varies between rounds by more than this, the subtraction is unreliable.
-pub const NOISE_SPREAD_MAX: f64 = BUFFERED_MIN - DIRECT_MAX;
+pub(crate) const NOISE_SPREAD_MAX: f64 = BUFFERED_MIN - DIRECT_MAX;
 /// Above this median noise ratio other writers drown the measurement.
-pub const NOISE_RATIO_MAX: f64 = 2.0;
+pub(crate) const NOISE_RATIO_MAX: f64 = 2.0;
 
 /// One O_DIRECT write of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -159,7 +159,7 @@ pub struct Analysis {
 }
 
 /// Classifies a corrected ratio.
-pub fn behaviour_of(ratio: f64) -> Behaviour {
+pub(crate) fn behaviour_of(ratio: f64) -> Behaviour {
     if ratio < DIRECT_MAX {
         Behaviour::Direct
     } else if ratio > BUFFERED_MIN {
@@ -192,7 +192,7 @@ fn noise_rate(idle: &IdleSample) -> f64 {
 
 /// Dirtied/written of one sample after removing the background expected
 /// over its duration.
-pub fn corrected_ratio(sample: &WriteSample, idle: &IdleSample) -> f64 {
+pub(crate) fn corrected_ratio(sample: &WriteSample, idle: &IdleSample) -> f64 {
     if sample.bytes_written == 0 {
         return 0.0;
     }

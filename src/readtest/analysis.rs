@@ -109,7 +109,7 @@ pub fn slack(bytes: u64) -> u64 {
 }
 
 /// Why a run's figure is not a result, if it is not.
-pub fn flag_run(run: &Run, ctx: &CheckContext) -> Option<String> {
+pub(crate) fn flag_run(run: &Run, ctx: &CheckContext) -> Option<String> {
     if !run.complete {
         return Some(format!(
             "the read was incomplete: {} checksum blocks instead of the whole file",

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// Bytes per block.
 pub const BLOCK: u64 = 4096;
 /// Sampled mode: one block in every span of this many bytes.
-pub const SAMPLE_SPAN: u64 = 1 << 20;
+pub(crate) const SAMPLE_SPAN: u64 = 1 << 20;
 const BLOCKS_PER_SPAN: u64 = SAMPLE_SPAN / BLOCK;
 
 /// How much of the file is checksummed.

@@ -45,7 +45,7 @@ fn pause_mmap_hook(stopped: &dyn Fn() -> bool) {
 fn pause_mmap_hook(_stopped: &dyn Fn() -> bool) {}
 
 /// Bytes per `read()` call of the buffered and dontcache methods.
-pub const READ_CALL: usize = 1 << 20;
+pub(crate) const READ_CALL: usize = 1 << 20;
 /// The mmap method touches the mapping this much at a time between
 /// progress updates and abort checks.
 const MMAP_WINDOW: u64 = 2 << 20;
@@ -392,7 +392,7 @@ impl Workers<'_> {
 }
 
 /// Reads exactly `buf.len()` bytes at `off` through `file`.
-pub fn read_exact_at(file: &File, buf: &mut [u8], off: u64, path: &Path) -> Result<()> {
+pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], off: u64, path: &Path) -> Result<()> {
     let mut got = 0usize;
     while got < buf.len() {
         match file.read_at(&mut buf[got..], off + got as u64) {

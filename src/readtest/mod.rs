@@ -45,16 +45,16 @@ use report::{CacheInfo, Destination, DirectIo, FileInfo, Parameters};
 /// Default rounds.
 pub const DEFAULT_ROUNDS: u32 = 3;
 /// Default worker threads of direct and direct-copy.
-pub const DEFAULT_THREADS: u32 = 4;
+pub(crate) const DEFAULT_THREADS: u32 = 4;
 /// Default chunk: one pread of one thread.
-pub const DEFAULT_CHUNK: u64 = 8 << 20;
+pub(crate) const DEFAULT_CHUNK: u64 = 8 << 20;
 /// Bytes direct keeps in flight at least, when the chunk is not given:
 /// less leaves a fast array idle between requests.
-pub const MIN_IN_FLIGHT: u64 = 32 << 20;
+pub(crate) const MIN_IN_FLIGHT: u64 = 32 << 20;
 /// Default destination size.
-pub const DEFAULT_BUFFER: u64 = 1 << 30;
+pub(crate) const DEFAULT_BUFFER: u64 = 1 << 30;
 /// Alignment when the filesystem does not say (btrfs, tmpfs).
-pub const DEFAULT_ALIGN: u64 = 4096;
+pub(crate) const DEFAULT_ALIGN: u64 = 4096;
 /// Test hook: skip the eviction and its mincore check, as if both had
 /// silently failed, so the suite can show that the device cross-check
 /// alone catches a warm cache. Only in builds with the `test-hooks`
@@ -103,7 +103,7 @@ impl CacheMode {
 
 /// The cache mode to use when none is given, and why. `fits`: the file
 /// and the destination fit in three quarters of the available memory.
-pub fn default_cache(
+pub(crate) fn default_cache(
     size: u64,
     memory_backed: bool,
     can_verify: bool,
@@ -270,7 +270,7 @@ impl ReadTestOptions {
 
 /// Bytes of the destination ring: the buffer, or the file rounded up to
 /// whole chunks when it is smaller; always whole chunks, at least one.
-pub fn ring_bytes(buffer: u64, size: u64, chunk: u64) -> u64 {
+pub(crate) fn ring_bytes(buffer: u64, size: u64, chunk: u64) -> u64 {
     let want = buffer.min(size.div_ceil(chunk) * chunk);
     (want / chunk).max(1) * chunk
 }

@@ -14,10 +14,10 @@ pub use state::{STATE_DIR_ENV, SandboxRecord, StateStore};
 
 /// Environment variable overriding where sandboxes are created by default
 /// (ignored as root: use `--sandbox-root`).
-pub const SANDBOX_ROOT_ENV: &str = "BTRFS_LAB_SANDBOX_ROOT";
+pub(crate) const SANDBOX_ROOT_ENV: &str = "BTRFS_LAB_SANDBOX_ROOT";
 /// Default parent of sandbox directories: on disk (not tmpfs, which cannot
 /// back a loop device with direct I/O), and cleaned by the system eventually.
-pub const DEFAULT_SANDBOX_ROOT: &str = "/var/tmp/btrfs-lab";
+pub(crate) const DEFAULT_SANDBOX_ROOT: &str = "/var/tmp/btrfs-lab";
 
 /// Where records are kept and sandboxes made, and notes for stderr about
 /// environment variables that were ignored.

@@ -85,13 +85,13 @@ impl Default for SandboxRequest {
 /// Default size of each backing file.
 pub const DEFAULT_SIZE: u64 = 2 << 30;
 /// The most devices a sandbox may have.
-pub const MAX_DEVICES: u32 = 16;
+pub(crate) const MAX_DEVICES: u32 = 16;
 /// Smallest device mkfs.btrfs reliably accepts with DUP metadata.
-pub const MIN_BTRFS_SIZE: u64 = 256 << 20;
+pub(crate) const MIN_BTRFS_SIZE: u64 = 256 << 20;
 /// Smallest ext4 device we create.
-pub const MIN_EXT4_SIZE: u64 = 16 << 20;
+pub(crate) const MIN_EXT4_SIZE: u64 = 16 << 20;
 /// Largest device we create (sparse, but a typo should not make 8 EiB).
-pub const MAX_SIZE: u64 = 64 << 40;
+pub(crate) const MAX_SIZE: u64 = 64 << 40;
 
 /// The resolved plan for `sandbox up`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

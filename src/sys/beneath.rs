@@ -78,7 +78,7 @@ pub fn identity_of(st: &Stat) -> FileIdentity {
 }
 
 /// Checks that `st` (of `path`) is a directory other users cannot change.
-pub fn check_dir(st: &Stat, path: &Path, leaf: Leaf) -> Result<()> {
+pub(crate) fn check_dir(st: &Stat, path: &Path, leaf: Leaf) -> Result<()> {
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         return Err(Error::new(
             ErrorKind::WrongTarget,

@@ -115,24 +115,6 @@ pub fn forget_device(dev: &Path) {
     }
 }
 
-/// Creates the subvolume `name` in the directory `parent` (SUBVOL_CREATE_V2).
-pub fn create_subvolume(parent: &Path, name: &std::ffi::OsStr) -> Result<()> {
-    let c = CString::new(name.as_bytes())
-        .map_err(|_| Error::usage(format!("bad subvolume name {}", name.to_string_lossy())))?;
-    let dir = super::fs::open_dir(parent)?;
-    btrfs_uapi::subvolume::subvolume_create(dir.as_fd(), &c, &[]).map_err(|e| match e {
-        Errno::ENOTTY | Errno::EINVAL | Errno::EOPNOTSUPP => not_btrfs(e, parent),
-        Errno::EEXIST => Error::new(
-            ErrorKind::WrongTarget,
-            format!(
-                "cannot create subvolume {}: it exists",
-                parent.join(name).display()
-            ),
-        ),
-        e => Error::from_errno(e, "cannot create a subvolume in", parent),
-    })
-}
-
 /// True if the directory at `path` is the root of a btrfs subvolume: its
 /// inode number is BTRFS_FIRST_FREE_OBJECTID (256), which only subvolume
 /// roots have.
@@ -259,7 +241,7 @@ pub fn chunk_infos(path: &Path) -> Result<Option<Vec<ChunkInfo>>> {
 
 /// Profile bits as the balance convert filter takes them (`single` is the
 /// explicit BTRFS_AVAIL_ALLOC_BIT_SINGLE).
-pub fn convert_target_bits(p: Profile) -> u64 {
+pub(crate) fn convert_target_bits(p: Profile) -> u64 {
     let f = match p {
         Profile::Single => BlockGroupFlags::SINGLE,
         Profile::Dup => BlockGroupFlags::DUP,
@@ -279,22 +261,6 @@ pub fn profile_of_target(bits: u64) -> Profile {
     profile_of(BlockGroupFlags::from_bits_truncate(bits))
 }
 
-/// Starts a conversion balance (convert + soft filters; system follows
-/// metadata) and blocks until it ends: `Ok` when done, `Err(ECANCELED)` when
-/// paused or cancelled, `Err(ENOSPC)` when out of space.
-pub fn run_convert_balance(
-    path: &Path,
-    data: Option<Profile>,
-    metadata: Option<Profile>,
-    force: bool,
-) -> std::result::Result<(), Errno> {
-    let f = open_any(path).map_err(|_| Errno::EBADF)?;
-    match crate::sys::ioctl::balance_v2(f.as_fd(), convert_targets(data, metadata), force, false)? {
-        crate::sys::ioctl::BalanceEnd::Finished { .. } => Ok(()),
-        crate::sys::ioctl::BalanceEnd::BtrfsError(_) => Err(Errno::EBUSY),
-    }
-}
-
 /// The convert targets of a request (system follows metadata).
 pub fn convert_targets(
     data: Option<Profile>,
@@ -305,12 +271,6 @@ pub fn convert_targets(
         metadata: metadata.map(convert_target_bits),
         system: metadata.map(convert_target_bits),
     }
-}
-
-/// Resumes a paused balance and blocks until it ends (as above).
-pub fn resume_balance(path: &Path) -> std::result::Result<(), Errno> {
-    let f = open_any(path).map_err(|_| Errno::EBADF)?;
-    crate::sys::ioctl::balance_v2(f.as_fd(), Default::default(), false, true).map(|_| ())
 }
 
 /// Pauses (blocks until paused) or cancels the running balance.

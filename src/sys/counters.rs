@@ -84,7 +84,7 @@ impl DirtyCounter {
 }
 
 /// The machine-wide counter.
-pub fn open_vmstat(root: &SysRoot) -> Result<DirtyCounter> {
+pub(crate) fn open_vmstat(root: &SysRoot) -> Result<DirtyCounter> {
     let path = root.proc("vmstat");
     let file = root
         .open_file(&path)
@@ -102,7 +102,7 @@ pub fn open_vmstat(root: &SysRoot) -> Result<DirtyCounter> {
 
 /// The per-device counter of the backing device `bdi` under a debugfs mounted
 /// at `debugfs`.
-pub fn open_bdi(debugfs: &Path, bdi: &str) -> Result<DirtyCounter> {
+pub(crate) fn open_bdi(debugfs: &Path, bdi: &str) -> Result<DirtyCounter> {
     let path = debugfs.join("bdi").join(bdi).join("stats");
     let file = File::open(&path).map_err(|e| Error::from_io(&e, "cannot open", &path))?;
     let mut c = DirtyCounter {
@@ -126,7 +126,7 @@ pub fn page_size() -> u64 {
 }
 
 /// Where debugfs is mounted in this process's view, if anywhere.
-pub fn find_debugfs(root: &SysRoot) -> Option<PathBuf> {
+pub(crate) fn find_debugfs(root: &SysRoot) -> Option<PathBuf> {
     let text = root.read_table(&root.proc("self/mountinfo")).ok()?;
     parse_mountinfo(&text)
         .into_iter()
@@ -169,7 +169,7 @@ pub fn enter_private_mount_namespace() -> Result<()> {
 /// Mounts debugfs at /sys/kernel/debug in a private mount namespace of this
 /// process ([`enter_private_mount_namespace`]), so nothing changes for the
 /// rest of the system and the mount vanishes when the process exits.
-pub fn mount_private_debugfs() -> Result<PathBuf> {
+pub(crate) fn mount_private_debugfs() -> Result<PathBuf> {
     let target = PathBuf::from("/sys/kernel/debug");
     enter_private_mount_namespace()?;
     mount(

@@ -1,7 +1,7 @@
 //! O_DIRECT files and the aligned memory they need.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -71,18 +71,6 @@ pub fn create_direct_at(dir: &File, name: &str, shown: &Path) -> Result<File> {
     )
     .map(File::from)
     .map_err(|e| create_error(&std::io::Error::from(e), shown))
-}
-
-/// Creates a new file for O_DIRECT writing: O_EXCL (never reuse or clobber a
-/// file), O_NOFOLLOW (never write through a planted symlink), mode 0600.
-pub fn create_direct(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| create_error(&e, path))
 }
 
 fn create_error(e: &std::io::Error, path: &Path) -> Error {

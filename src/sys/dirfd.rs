@@ -41,7 +41,7 @@ pub fn create_subvolume_at(dir: &File, name: &OsStr, path: &Path) -> Result<File
 }
 
 /// Opens the directory `name` of `dir`, never through a link.
-pub fn open_dir_at(dir: &File, name: &OsStr, path: &Path) -> Result<File> {
+pub(crate) fn open_dir_at(dir: &File, name: &OsStr, path: &Path) -> Result<File> {
     openat(
         dir.as_fd(),
         name,

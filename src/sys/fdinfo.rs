@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// other architectures differ, libc knows).
 pub const O_DIRECT: u32 = libc::O_DIRECT as u32;
 /// The access-mode bits of `flags:`.
-pub const O_ACCMODE: u32 = libc::O_ACCMODE as u32;
+pub(crate) const O_ACCMODE: u32 = libc::O_ACCMODE as u32;
 
 /// The fields of one `/proc/PID/fdinfo/N` that matter here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +38,7 @@ impl FdInfo {
 }
 
 /// Parses the text of an fdinfo file.
-pub fn parse_fdinfo(text: &str) -> Option<FdInfo> {
+pub(crate) fn parse_fdinfo(text: &str) -> Option<FdInfo> {
     let mut pos = None;
     let mut flags = None;
     let mut mnt_id = None;

@@ -81,7 +81,7 @@ pub fn drop_cached_pages(file: &File) {
 
 /// The data regions of `file` below `len`, as (start, end): what SEEK_DATA
 /// and SEEK_HOLE report. A filesystem without them gives one region.
-pub fn data_regions(file: &File, len: u64, path: &Path) -> Result<Vec<(u64, u64)>> {
+pub(crate) fn data_regions(file: &File, len: u64, path: &Path) -> Result<Vec<(u64, u64)>> {
     let mut regions = Vec::new();
     let mut pos: u64 = 0;
     while pos < len {

@@ -90,11 +90,6 @@ pub fn is_nocow(path: &Path) -> Result<bool> {
     Ok(inode_flags(path)?.is_some_and(|f| f.intersects(ioctl::FS_NOCOW_FL)))
 }
 
-/// True if `path` carries the compression attribute (`lsattr` shows `c`).
-pub fn is_compressed_attr(path: &Path) -> Result<bool> {
-    Ok(inode_flags(path)?.is_some_and(|f| f.intersects(ioctl::FS_COMPR_FL)))
-}
-
 /// Inode flags of an open file or directory; `None` if the filesystem has none.
 pub fn inode_flags_of(file: &File, path: &Path) -> Result<Option<IFlags>> {
     match ioctl::get_inode_flags(file.as_fd()) {

@@ -64,7 +64,7 @@ impl Default for LoopInfo64 {
 /// `struct loop_config` from <linux/loop.h> (LOOP_CONFIGURE, Linux 5.8).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct LoopConfig {
+pub(crate) struct LoopConfig {
     pub fd: u32,
     pub block_size: u32,
     pub info: LoopInfo64,

@@ -15,7 +15,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Transparent huge pages on x86-64 and arm64 (4 KiB base pages).
-pub const HUGE_PAGE: usize = 2 << 20;
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to

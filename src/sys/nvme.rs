@@ -21,7 +21,7 @@ use crate::parse::nvme_smart::{SMART_LOG_ID, SMART_LOG_LEN};
 /// <linux/nvme_ioctl.h>.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NvmePassthruCmd {
+pub(crate) struct NvmePassthruCmd {
     pub opcode: u8,
     pub flags: u8,
     pub rsvd1: u16,
@@ -43,16 +43,16 @@ pub struct NvmePassthruCmd {
 }
 
 /// Admin opcode Get Log Page.
-pub const NVME_ADMIN_GET_LOG_PAGE: u8 = 0x02;
+pub(crate) const NVME_ADMIN_GET_LOG_PAGE: u8 = 0x02;
 /// The namespace id that asks for the controller-wide log.
-pub const NVME_NSID_ALL: u32 = 0xffff_ffff;
+pub(crate) const NVME_NSID_ALL: u32 = 0xffff_ffff;
 
 // NVME_IOCTL_ADMIN_CMD = _IOWR('N', 0x41, struct nvme_admin_cmd)
 nix::ioctl_readwrite!(nvme_admin_cmd_raw, b'N', 0x41, NvmePassthruCmd);
 
 /// Why an admin command failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdminError {
+pub(crate) enum AdminError {
     /// The ioctl itself failed.
     Errno(Errno),
     /// The controller completed the command with this NVMe status.
@@ -61,14 +61,18 @@ pub enum AdminError {
 
 /// Command dword 10 of Get Log Page: the log id in bits 7:0 and the
 /// number of dwords minus one (lower 16 bits) in bits 31:16.
-pub fn get_log_page_cdw10(log_id: u8, len: usize) -> u32 {
+pub(crate) fn get_log_page_cdw10(log_id: u8, len: usize) -> u32 {
     let dwords = u32::try_from(len / 4).unwrap_or(u32::MAX).max(1) - 1;
     ((dwords & 0xffff) << 16) | u32::from(log_id)
 }
 
 /// Get Log Page into `buf` (whose length is a multiple of 4 and at most
 /// 256 KiB), controller-wide.
-pub fn get_log_page(fd: BorrowedFd<'_>, log_id: u8, buf: &mut [u8]) -> Result<(), AdminError> {
+pub(crate) fn get_log_page(
+    fd: BorrowedFd<'_>,
+    log_id: u8,
+    buf: &mut [u8],
+) -> Result<(), AdminError> {
     if buf.is_empty() || !buf.len().is_multiple_of(4) || buf.len() > (256 << 10) {
         return Err(AdminError::Errno(Errno::EINVAL));
     }
@@ -97,7 +101,7 @@ pub fn get_log_page(fd: BorrowedFd<'_>, log_id: u8, buf: &mut [u8]) -> Result<()
 
 /// Opens a controller's character device read-only, refusing symlinks and
 /// anything that is not a character device.
-pub fn open_controller(dev: &Path) -> Result<File> {
+pub(crate) fn open_controller(dev: &Path) -> Result<File> {
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)

@@ -51,7 +51,7 @@ pub fn describe(openers: &[Opener]) -> String {
 const COMMAND_MAX: usize = 80;
 
 /// The command line of `pid`, for messages.
-pub fn command_of(root: &SysRoot, pid: u32) -> String {
+pub(crate) fn command_of(root: &SysRoot, pid: u32) -> String {
     let cmdline = fs::read(root.proc(&format!("{pid}/cmdline"))).unwrap_or_default();
     let mut words: Vec<String> = cmdline
         .split(|b| *b == 0)

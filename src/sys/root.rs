@@ -24,7 +24,7 @@ pub const ATTR_CAP: usize = 64 << 10;
 pub const TABLE_CAP: usize = 16 << 20;
 
 /// Environment variable that sets the default root prefix.
-pub const SYSROOT_ENV: &str = "BTRFS_LAB_SYSROOT";
+pub(crate) const SYSROOT_ENV: &str = "BTRFS_LAB_SYSROOT";
 
 /// Where `/sys` and `/proc` are read from.
 #[derive(Debug, Clone, PartialEq, Eq)]

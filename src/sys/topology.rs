@@ -189,7 +189,7 @@ fn sorted_entries(dir: &Path) -> Vec<String> {
 }
 
 /// Orders `nvme2` before `nvme10`.
-pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     fn split(s: &str) -> (&str, Option<u64>) {
         let digits = s.len() - s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
         let (head, tail) = s.split_at(s.len() - digits);
@@ -241,7 +241,7 @@ pub fn list_controllers(root: &SysRoot) -> Vec<String> {
 }
 
 /// Reads one PCI function's identity and link attributes.
-pub fn read_pci_function(root: &SysRoot, dir: &Path) -> PciFunction {
+pub(crate) fn read_pci_function(root: &SysRoot, dir: &Path) -> PciFunction {
     let id = |f: &str| attr(root, &dir.join(f)).and_then(|s| parse_hex_id(&s));
     let speed = attr(root, &dir.join("current_link_speed"));
     let width = attr(root, &dir.join("current_link_width"));

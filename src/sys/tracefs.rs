@@ -31,7 +31,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::parse_mountinfo;
 
 /// Every instance we make is named `btrfs-lab-<pid>-<6 hex>`.
-pub const INSTANCE_PREFIX: &str = "btrfs-lab-";
+pub(crate) const INSTANCE_PREFIX: &str = "btrfs-lab-";
 /// The event, relative to an instance's `events/`.
 pub const EVENT: &str = "writeback/writeback_dirty_folio";
 /// Per-CPU ring buffer of our instance, KiB (one event is ~60 bytes).
@@ -40,7 +40,7 @@ const BUFFER_KB: u32 = 4096;
 const FILTER_MAX: usize = 3500;
 
 /// Where tracefs is mounted in this process's view, if anywhere.
-pub fn find_tracefs(root: &SysRoot) -> Option<PathBuf> {
+pub(crate) fn find_tracefs(root: &SysRoot) -> Option<PathBuf> {
     let text = root.read_table(&root.proc("self/mountinfo")).ok()?;
     parse_mountinfo(&text)
         .into_iter()
@@ -50,7 +50,7 @@ pub fn find_tracefs(root: &SysRoot) -> Option<PathBuf> {
 
 /// Mounts tracefs at /sys/kernel/tracing in the private mount namespace of
 /// this process (see [`super::counters::enter_private_mount_namespace`]).
-pub fn mount_private_tracefs() -> Result<PathBuf> {
+pub(crate) fn mount_private_tracefs() -> Result<PathBuf> {
     let target = PathBuf::from("/sys/kernel/tracing");
     super::counters::enter_private_mount_namespace()?;
     mount(
@@ -89,7 +89,7 @@ pub fn locate(root: &SysRoot, allow_private_mount: bool) -> std::result::Result<
 }
 
 /// The pid an instance name of ours carries; `None` for any other name.
-pub fn instance_pid(name: &str) -> Option<u32> {
+pub(crate) fn instance_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix(INSTANCE_PREFIX)?;
     let (pid, nonce) = rest.split_once('-')?;
     let ok_pid = !pid.is_empty() && pid.len() <= 10 && pid.bytes().all(|b| b.is_ascii_digit());
@@ -124,7 +124,7 @@ pub type Watch = Vec<(String, Vec<u64>)>;
 
 /// The kernel filter for folios of the watched inodes on their backing
 /// devices: `(name == "btrfs-3" && (ino == 257 || ino == 300)) || ...`.
-pub fn filter_for(watch: &[(String, Vec<u64>)]) -> Result<String> {
+pub(crate) fn filter_for(watch: &[(String, Vec<u64>)]) -> Result<String> {
     let mut parts = Vec::new();
     for (bdi, inodes) in watch {
         if bdi.is_empty() || bdi.contains(['"', '\\', '\n']) || inodes.is_empty() {
@@ -162,7 +162,7 @@ pub fn parse_line(line: &str) -> Option<(&str, u64)> {
 }
 
 /// Sum of `overrun` and `dropped events` over `per_cpu/cpu*/stats` text.
-pub fn lost_in_stats(text: &str) -> u64 {
+pub(crate) fn lost_in_stats(text: &str) -> u64 {
     text.lines()
         .filter_map(|l| {
             let (k, v) = l.split_once(':')?;

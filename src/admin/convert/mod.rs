@@ -558,7 +558,7 @@ pub fn remaining_bytes(h: &FsHandle, t: Targets) -> u64 {
 }
 
 /// [`remaining_bytes`] of SPACE_INFO entries (pure).
-pub fn remaining_in(spaces: &[crate::sys::btrfs::SpaceEntry], t: Targets) -> u64 {
+pub(crate) fn remaining_in(spaces: &[crate::sys::btrfs::SpaceEntry], t: Targets) -> u64 {
     let outside = |kind: BgType, target: Profile| -> u64 {
         spaces
             .iter()

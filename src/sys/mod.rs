@@ -2,33 +2,33 @@
 //! I/O and the external programs btrfs-lab drives. All `unsafe` of the crate
 //! lives in [`ioctl`], [`nvme`], [`extents`], [`memio`] and [`lease`].
 
-pub mod beneath;
-pub mod blockdev;
+pub(crate) mod beneath;
+pub(crate) mod blockdev;
 pub mod btrfs;
 pub mod counters;
-pub mod direct_io;
-pub mod dirfd;
-pub mod diskstats;
-pub mod extents;
-pub mod fdinfo;
-pub mod filecopy;
+pub(crate) mod direct_io;
+pub(crate) mod dirfd;
+pub(crate) mod diskstats;
+pub(crate) mod extents;
+pub(crate) mod fdinfo;
+pub(crate) mod filecopy;
 pub mod fio;
 pub mod fs;
 pub mod ioctl;
-pub mod lease;
+pub(crate) mod lease;
 pub mod loopdev;
 pub mod memio;
 pub mod mounts;
 pub mod nonce;
-pub mod nvme;
-pub mod pagecache;
-pub mod procs;
+pub(crate) mod nvme;
+pub(crate) mod pagecache;
+pub(crate) mod procs;
 pub mod root;
 pub mod signals;
 pub mod tools;
-pub mod topology;
-pub mod tracefs;
-pub mod xattrs;
+pub(crate) mod topology;
+pub(crate) mod tracefs;
+pub(crate) mod xattrs;
 
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {

@@ -119,9 +119,6 @@ pub fn remove_stale(tracefs: &Path, alive: impl Fn(u32) -> bool) -> Vec<String> 
     removed
 }
 
-/// Files to watch: per backing device (the event's `name`), inode numbers.
-pub type Watch = Vec<(String, Vec<u64>)>;
-
 /// The kernel filter for folios of the watched inodes on their backing
 /// devices: `(name == "btrfs-3" && (ino == 257 || ino == 300)) || ...`.
 pub(crate) fn filter_for(watch: &[(String, Vec<u64>)]) -> Result<String> {
@@ -206,11 +203,6 @@ impl FolioTrace {
     /// The instance's name (under `instances/`).
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// The instance's directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     fn control(&self, file: &str, value: &str) -> Result<()> {

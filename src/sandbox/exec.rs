@@ -8,7 +8,7 @@ use super::plan::{FsKind, SandboxPlan};
 use super::state::{DeviceRecord, SandboxRecord, StateStore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
-use crate::sys::beneath::{Leaf, Removed, TrustedDir};
+use crate::sys::beneath::{Leaf, Removal, TrustedDir};
 use crate::sys::loopdev::{self, DetachOutcome, FileIdentity};
 use crate::sys::root::SysRoot;
 use crate::sys::{btrfs, fs as sysfs, is_root, mounts, signals, tools};
@@ -433,9 +433,9 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
                 continue;
             };
             match d.remove_file(image_name(i), identity)? {
-                Removed::Removed => report.removed.push(dev.image.clone()),
-                Removed::Absent => {}
-                Removed::NotOurs | Removed::NotEmpty => report.left.push(format!(
+                Removal::Removed => report.removed.push(dev.image.clone()),
+                Removal::Absent => {}
+                Removal::NotOurs | Removal::NotEmpty => report.left.push(format!(
                     "{} is not the file sandbox up created; left alone",
                     dev.image.display()
                 )),
@@ -493,13 +493,13 @@ fn remove_dir(
         return Ok(());
     };
     match parent.remove_dir(name, identity)? {
-        Removed::Removed => report.removed.push(path.to_path_buf()),
-        Removed::Absent => {}
-        Removed::NotOurs => report.left.push(format!(
+        Removal::Removed => report.removed.push(path.to_path_buf()),
+        Removal::Absent => {}
+        Removal::NotOurs => report.left.push(format!(
             "{} is not the directory sandbox up created; left in place",
             path.display()
         )),
-        Removed::NotEmpty => report.left.push(format!(
+        Removal::NotEmpty => report.left.push(format!(
             "{} holds files btrfs-lab did not create; left in place",
             path.display()
         )),

@@ -49,7 +49,7 @@ pub struct TrustedDir {
 
 /// What a removal found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Removed {
+pub enum Removal {
     /// It was the expected file (or directory) and is gone now.
     Removed,
     /// Nothing of that name was there.
@@ -272,18 +272,18 @@ impl TrustedDir {
     /// Deletes the regular file `name` only if it is the file `expected`.
     /// Nobody else can write to a trusted directory, so the entry cannot
     /// change between the check and the unlink.
-    pub fn remove_file(&self, name: impl AsRef<OsStr>, expected: FileIdentity) -> Result<Removed> {
+    pub fn remove_file(&self, name: impl AsRef<OsStr>, expected: FileIdentity) -> Result<Removal> {
         self.remove(name.as_ref(), expected, false)
     }
 
     /// Removes the empty directory `name` only if it is `expected`.
-    pub fn remove_dir(&self, name: impl AsRef<OsStr>, expected: FileIdentity) -> Result<Removed> {
+    pub fn remove_dir(&self, name: impl AsRef<OsStr>, expected: FileIdentity) -> Result<Removal> {
         self.remove(name.as_ref(), expected, true)
     }
 
-    fn remove(&self, name: &OsStr, expected: FileIdentity, dir: bool) -> Result<Removed> {
+    fn remove(&self, name: &OsStr, expected: FileIdentity, dir: bool) -> Result<Removal> {
         let Some(st) = self.stat(name)? else {
-            return Ok(Removed::Absent);
+            return Ok(Removal::Absent);
         };
         let kind = FileType::from_raw_mode(st.st_mode);
         let right_kind = if dir {
@@ -292,7 +292,7 @@ impl TrustedDir {
             kind == FileType::RegularFile
         };
         if !right_kind || identity_of(&st) != expected {
-            return Ok(Removed::NotOurs);
+            return Ok(Removal::NotOurs);
         }
         let path = self.join(name);
         let flags = if dir {
@@ -301,9 +301,9 @@ impl TrustedDir {
             AtFlags::empty()
         };
         match rfs::unlinkat(&self.fd, name, flags) {
-            Ok(()) => Ok(Removed::Removed),
-            Err(RErrno::NOENT) => Ok(Removed::Absent),
-            Err(RErrno::NOTEMPTY | RErrno::EXIST) if dir => Ok(Removed::NotEmpty),
+            Ok(()) => Ok(Removal::Removed),
+            Err(RErrno::NOENT) => Ok(Removal::Absent),
+            Err(RErrno::NOTEMPTY | RErrno::EXIST) if dir => Ok(Removal::NotEmpty),
             Err(e) => Err(err(e, "cannot delete", &path)),
         }
     }
@@ -331,7 +331,7 @@ impl TrustedDir {
         let name = name.as_ref();
         match self.stat(name)? {
             Some(st) => match self.remove_file(name, identity_of(&st))? {
-                Removed::NotOurs => Err(Error::new(
+                Removal::NotOurs => Err(Error::new(
                     ErrorKind::WrongTarget,
                     format!(
                         "{} is not a regular file; left alone",
@@ -539,7 +539,7 @@ mod tests {
         assert!(d.create_file("x", 0o600).is_err(), "O_EXCL");
         std::os::unix::fs::symlink("/etc/passwd", t.path().join("a/b/link")).unwrap();
         assert!(d.open_file("link", false).is_err(), "no symlinks");
-        assert_eq!(d.remove_file("link", id).unwrap(), Removed::NotOurs);
+        assert_eq!(d.remove_file("link", id).unwrap(), Removal::NotOurs);
         assert_eq!(
             d.remove_file(
                 "x",
@@ -549,10 +549,10 @@ mod tests {
                 }
             )
             .unwrap(),
-            Removed::NotOurs
+            Removal::NotOurs
         );
-        assert_eq!(d.remove_file("x", id).unwrap(), Removed::Removed);
-        assert_eq!(d.remove_file("x", id).unwrap(), Removed::Absent);
+        assert_eq!(d.remove_file("x", id).unwrap(), Removal::Removed);
+        assert_eq!(d.remove_file("x", id).unwrap(), Removal::Absent);
         // A root-owned link is followed; a link through `..` too.
         std::os::unix::fs::symlink("a/b", t.path().join("l")).unwrap();
         let via = TrustedDir::open(&t.path().join("l"), Leaf::Private).unwrap();

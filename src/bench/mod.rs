@@ -10,6 +10,7 @@
 //! is not given as a result.
 
 pub mod analysis;
+pub mod cliff;
 pub mod compare;
 pub mod html;
 pub mod jobs;

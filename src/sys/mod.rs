@@ -5,6 +5,7 @@
 pub mod beneath;
 pub mod blockdev;
 pub mod btrfs;
+pub mod cgroup;
 pub mod counters;
 pub mod direct_io;
 pub mod dirfd;

@@ -680,3 +680,233 @@ fn html_report_renders_one_chart_per_test_with_the_values() {
         assert!(fs::metadata(&shot).unwrap().len() > 1000);
     }
 }
+
+// ---------------------------------------------------------------------
+// bench --sustained: the cliff found on a throttled sandbox.
+
+mod sustained {
+    use std::fs;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::thread;
+    use std::time::Duration;
+
+    use btrfs_lab::bench::WORK_DIR_PREFIX;
+    use btrfs_lab::bench::cliff::Shape;
+    use btrfs_lab::bench::sustained::{HOOK_CGROUP, SustainedReport, TEST_FILE};
+    use btrfs_lab::model::profile::Profile;
+    use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
+    use btrfs_lab::sys::cgroup::{self, BlkioCgroup};
+
+    use crate::common::{TestEnv, listing, require_root, run};
+
+    const MB: u64 = 1_000_000;
+
+    /// RAID0 data over two 768 MiB loop devices.
+    fn raid0(env: &TestEnv) -> Sandbox {
+        env.sandbox(SandboxRequest {
+            devices: 2,
+            size_bytes: 768 << 20,
+            data: Some(Profile::Raid0),
+            ..SandboxRequest::default()
+        })
+    }
+
+    /// A child killed and reaped when dropped (before the cgroup it is in
+    /// is removed).
+    struct Reaped(Option<Child>);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    fn cgroup_for_test(tag: &str) -> Option<BlkioCgroup> {
+        if !cgroup::blkio_available() {
+            eprintln!("no cgroup v1 blkio throttling here: skipped");
+            return None;
+        }
+        Some(
+            BlkioCgroup::create(&format!("btrfs-lab-it-{}-{tag}", std::process::id()))
+                .expect("create the test's blkio cgroup"),
+        )
+    }
+
+    fn throttle(cg: &BlkioCgroup, devices: &[PathBuf], bps: u64) {
+        for d in devices {
+            let rdev = fs::metadata(d).unwrap().rdev();
+            let (maj, min) = (libc::major(rdev), libc::minor(rdev));
+            cg.set_write_bps(maj, min, bps).unwrap();
+        }
+    }
+
+    fn spawn(env: &TestEnv, dir: &Path, size: &str, cg: Option<&BlkioCgroup>) -> Reaped {
+        let mut c: Command = env.cmd();
+        c.args(["bench", "--json", "--sustained", size, "--yes"])
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(cg) = cg {
+            c.env(HOOK_CGROUP, cg.path());
+        }
+        Reaped(Some(c.spawn().unwrap()))
+    }
+
+    /// The test file's size, by name (0 until it exists).
+    fn written(dir: &Path) -> u64 {
+        fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(WORK_DIR_PREFIX))
+            .filter_map(|e| fs::metadata(e.path().join(TEST_FILE)).ok())
+            .map(|m| m.len())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Waits (polling, no deadline: the child ends the wait) until the
+    /// test file holds `bytes`, or the child has exited.
+    fn wait_for(child: &mut Reaped, dir: &Path, bytes: u64) -> Option<u64> {
+        loop {
+            let w = written(dir);
+            if w >= bytes {
+                return Some(w);
+            }
+            if child.0.as_mut().unwrap().try_wait().unwrap().is_some() {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn finish(mut child: Reaped) -> (i32, SustainedReport, String) {
+        let out = child.0.take().unwrap().wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let report: SustainedReport = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("not a SustainedReport ({e}):\n{stdout}\n{stderr}"));
+        (out.status.code().unwrap_or(-1), report, stderr)
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn a_throttle_part_way_is_found_as_the_cliff_within_5_percent() {
+        if !require_root("bench --sustained on a throttled RAID0 btrfs") {
+            return;
+        }
+        let Some(cg) = cgroup_for_test("cliff") else {
+            return;
+        };
+        let env = TestEnv::new();
+        let sb = raid0(&env);
+        let mnt = sb.mount_point().to_path_buf();
+        let devs = sb.devices();
+        // 2 × 20 MB/s, then 2 × 5 MB/s once 240 MB of the 400 MiB are written.
+        throttle(&cg, &devs, 20 * MB);
+        let mut child = spawn(&env, &mnt, "400M", Some(&cg));
+        let at = wait_for(&mut child, &mnt, 240 * MB).expect("bench ended before 240 MB");
+        throttle(&cg, &devs, 5 * MB);
+        let (code, r, stderr) = finish(child);
+        assert_eq!(code, 0, "{stderr}");
+        let a = &r.analysis;
+        assert_eq!(a.shape, Shape::Cliff, "{a:#?}\n{:?}", r.series);
+        let before = a.bytes_before.unwrap() as f64;
+        let err = (before - at as f64) / at as f64;
+        eprintln!(
+            "throttled at {at} bytes; cliff found at {before:.0} bytes ({:+.2}%), {:.1} → {:.1} MB/s, {} samples",
+            100.0 * err,
+            a.rate_before.unwrap() / 1e6,
+            a.rate_after.unwrap() / 1e6,
+            a.samples
+        );
+        assert!(err.abs() <= 0.05, "cliff at {before}, throttle at {at}");
+        assert!(a.ratio.unwrap() < 0.4, "{a:?}");
+        // Each member sees the cliff too.
+        assert_eq!(r.members.len(), 2);
+        for m in &r.members {
+            assert_eq!(m.analysis.shape, Shape::Cliff, "{}: {:?}", m.device, m.series);
+        }
+        assert_eq!(r.findings[0].code, "sustained-write-cliff");
+        assert!(r.summary.contains("per drive"), "{}", r.summary);
+        assert_eq!(r.bytes_written, 400 << 20);
+        assert!(r.test_file_removed && !r.stopped_early);
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+        drop(sb);
+        cg.remove().unwrap();
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn a_steady_rate_reports_no_cliff_and_sigint_still_reports() {
+        if !require_root("bench --sustained on a steadily throttled RAID0 btrfs") {
+            return;
+        }
+        let Some(cg) = cgroup_for_test("steady") else {
+            return;
+        };
+        let env = TestEnv::new();
+        let sb = raid0(&env);
+        let mnt = sb.mount_point().to_path_buf();
+        let devs = sb.devices();
+        // The same rate all along: no cliff.
+        throttle(&cg, &devs, 15 * MB);
+        let child = spawn(&env, &mnt, "300M", Some(&cg));
+        let (code, r, stderr) = finish(child);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(r.analysis.shape, Shape::Steady, "{:?}", r.series);
+        assert!(r.analysis.samples >= 8, "{}", r.analysis.samples);
+        assert!(r.analysis.bytes_before.is_none());
+        assert!(r.findings.is_empty());
+        assert!(r.summary.starts_with("no cliff within 0.31 GB"), "{}", r.summary);
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+
+        // SIGINT part-way: exit 130, the report of what was seen, nothing left.
+        let mut child = spawn(&env, &mnt, "300M", Some(&cg));
+        wait_for(&mut child, &mnt, 100 * MB).expect("bench ended before 100 MB");
+        let pid = nix::unistd::Pid::from_raw(child.0.as_ref().unwrap().id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        let (code, r, stderr) = finish(child);
+        assert_eq!(code, 130, "{stderr}");
+        assert!(r.stopped_early);
+        assert!(r.bytes_written >= 100 * MB && r.bytes_written < 300 << 20, "{}", r.bytes_written);
+        assert!(!r.series.is_empty());
+        assert!(r.summary.starts_with("stopped early"), "{}", r.summary);
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+        drop(sb);
+        cg.remove().unwrap();
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn too_little_space_is_refused_with_what_is_needed() {
+        if !require_root("bench --sustained refusals") {
+            return;
+        }
+        let env = TestEnv::new();
+        let sb = raid0(&env);
+        let mnt = sb.mount_point().to_path_buf();
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["bench", "--json", "--sustained", "4G", "--yes"])
+            .arg(&mnt));
+        assert_eq!(code, 1, "{stderr}");
+        assert_eq!(stdout, "");
+        assert!(stderr.contains("not enough free space"), "{stderr}");
+        assert!(stderr.contains("it needs 4.0"), "{stderr}");
+        // Without --yes and without a terminal: refused, nothing written.
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["bench", "--sustained", "300M"])
+            .arg(&mnt)
+            .stdin(Stdio::null()));
+        assert_eq!(code, 1, "{stderr}");
+        assert_eq!(stdout, "");
+        assert!(stderr.contains("confirmation needed"), "{stderr}");
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+    }
+}

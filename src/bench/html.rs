@@ -231,19 +231,6 @@ pub fn render(r: &BenchReport) -> String {
     h
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_markup() {
-        assert_eq!(
-            esc("<a href=\"x\">&'"),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
-        );
-    }
-}
-
 /// The SVG line chart of a sustained write's series (MB/s over seconds),
 /// with the cliff marked and the two levels drawn dashed.
 pub fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
@@ -251,12 +238,7 @@ pub fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
     let pw = w - left - 20.0;
     let ph = h - top - bottom;
     let tmax = r.series.last().map_or(1.0, |p| p.t_secs).max(1.0);
-    let vmax = r
-        .series
-        .iter()
-        .map(|p| p.bytes_per_sec)
-        .fold(1.0, f64::max)
-        * 1.1;
+    let vmax = r.series.iter().map(|p| p.bytes_per_sec).fold(1.0, f64::max) * 1.1;
     let x = |t: f64| left + t / tmax * pw;
     let y = |v: f64| top + ph - v / vmax * ph;
     let mut s = String::new();
@@ -286,10 +268,11 @@ pub fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
         left + pw / 2.0,
         h - 8.0
     );
-    let pts: Vec<String> = std::iter::once((0.0, r.series.first().map_or(0.0, |p| p.bytes_per_sec)))
-        .chain(r.series.iter().map(|p| (p.t_secs, p.bytes_per_sec)))
-        .map(|(t, v)| format!("{:.1},{:.1}", x(t), y(v)))
-        .collect();
+    let pts: Vec<String> =
+        std::iter::once((0.0, r.series.first().map_or(0.0, |p| p.bytes_per_sec)))
+            .chain(r.series.iter().map(|p| (p.t_secs, p.bytes_per_sec)))
+            .map(|(t, v)| format!("{:.1},{:.1}", x(t), y(v)))
+            .collect();
     let _ = write!(
         s,
         r##"<polyline fill="none" stroke="#2b6cb0" stroke-width="2" points="{}"/>"##,
@@ -348,6 +331,23 @@ pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
         }
         s.push_str("</table>\n");
     }
-    let _ = writeln!(s, "<h2>fio job</h2><pre>{}</pre></body></html>", esc(&r.job_file));
+    let _ = writeln!(
+        s,
+        "<h2>fio job</h2><pre>{}</pre></body></html>",
+        esc(&r.job_file)
+    );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
 }

@@ -79,7 +79,9 @@ impl SustainedOptions {
         if let Some(p) = self.fill_percent
             && !(1..=95).contains(&p)
         {
-            return Err(Error::usage("--fill must be between 1 and 95 (percent of the free space)"));
+            return Err(Error::usage(
+                "--fill must be between 1 and 95 (percent of the free space)",
+            ));
         }
         if let Some(t) = self.time_limit_secs
             && t < 5
@@ -102,10 +104,9 @@ pub fn plan_size(opts: &SustainedOptions, available: u64, dir: &Path) -> Result<
     let room = available.saturating_sub(margin(available));
     let size = match opts.size {
         Some(s) => mib(s),
-        None => mib(
-            (available / 100 * u64::from(opts.fill_percent.unwrap_or(DEFAULT_FILL_PERCENT)))
-                .min(room),
-        ),
+        None => mib((available / 100
+            * u64::from(opts.fill_percent.unwrap_or(DEFAULT_FILL_PERCENT)))
+        .min(room)),
     };
     if size < MIN_SIZE || size > room {
         let need = size.max(MIN_SIZE) + margin(available);
@@ -294,10 +295,7 @@ pub fn verdict(
             );
             if raid0 && cliffs.len() == members.len() {
                 let per = before / members.len() as f64;
-                f = f.with_evidence(
-                    "per drive",
-                    format!("{} × {}", members.len(), gb(per)),
-                );
+                f = f.with_evidence("per drive", format!("{} × {}", members.len(), gb(per)));
                 s.push_str(&format!(
                     "; on this RAID0 of {} drives that is {} × {} per drive: each drive's write cache filled",
                     members.len(),
@@ -341,10 +339,7 @@ pub fn verdict(
     (summary, findings)
 }
 
-fn member_series(
-    names: &[String],
-    samples: &[(f64, Vec<u64>)],
-) -> Vec<MemberSeries> {
+fn member_series(names: &[String], samples: &[(f64, Vec<u64>)]) -> Vec<MemberSeries> {
     names
         .iter()
         .enumerate()
@@ -505,7 +500,10 @@ pub fn run(
     let (mut summary, findings) = verdict(&analysis, &members, &data_profiles, bytes_written);
     let mut notes = Vec::new();
     if watched.stopped {
-        summary = format!("stopped early after {}: {summary}", format_iec(bytes_written));
+        summary = format!(
+            "stopped early after {}: {summary}",
+            format_iec(bytes_written)
+        );
     }
     if series.is_empty() {
         notes.push("fio left no bandwidth log: no series to analyse".to_owned());
@@ -575,7 +573,11 @@ mod tests {
         o.size = Some(99 * GIB);
         let e = plan_size(&o, 100 * GIB, dir).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::NoSpace);
-        assert!(e.message().contains("it needs 104.00GiB"), "{}", e.message());
+        assert!(
+            e.message().contains("it needs 104.00GiB"),
+            "{}",
+            e.message()
+        );
         // Too little free space for the default.
         let o = SustainedOptions::new(dir);
         let e = plan_size(&o, 200 << 20, dir).unwrap_err();
@@ -599,7 +601,12 @@ mod tests {
 
     #[test]
     fn the_job_logs_bandwidth_each_second_and_the_log_becomes_the_series() {
-        let j = job_file(Path::new("/m/a:b/f"), 1 << 30, Some(60), Path::new("/m/w/bw"));
+        let j = job_file(
+            Path::new("/m/a:b/f"),
+            1 << 30,
+            Some(60),
+            Path::new("/m/w/bw"),
+        );
         for l in [
             "filename=/m/a\\:b/f",
             "direct=1",
@@ -635,7 +642,12 @@ mod tests {
             series: mk(400e6, 200e6),
             analysis: cliff::analyse(&mk(400e6, 200e6)),
         };
-        let (s, f) = verdict(&a, &[m("nvme0n1"), m("nvme1n1")], &[Profile::Raid0], 12_000_000_000);
+        let (s, f) = verdict(
+            &a,
+            &[m("nvme0n1"), m("nvme1n1")],
+            &[Profile::Raid0],
+            12_000_000_000,
+        );
         assert!(s.contains("2 × 4.00 GB per drive"), "{s}");
         assert_eq!(f[0].code, "sustained-write-cliff");
         let (s, f) = verdict(&a, &[], &[Profile::Single], 12_000_000_000);

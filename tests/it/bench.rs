@@ -745,8 +745,19 @@ mod sustained {
     }
 
     fn spawn(env: &TestEnv, dir: &Path, size: &str, cg: Option<&BlkioCgroup>) -> Reaped {
+        spawn_with(env, dir, size, cg, &[])
+    }
+
+    fn spawn_with(
+        env: &TestEnv,
+        dir: &Path,
+        size: &str,
+        cg: Option<&BlkioCgroup>,
+        extra: &[&std::ffi::OsStr],
+    ) -> Reaped {
         let mut c: Command = env.cmd();
         c.args(["bench", "--json", "--sustained", size, "--yes"])
+            .args(extra)
             .arg(dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -767,6 +778,23 @@ mod sustained {
             .map(|m| m.len())
             .max()
             .unwrap_or(0)
+    }
+
+    /// Bytes the devices have written (completed I/O), from /proc/diskstats.
+    fn device_written(devices: &[PathBuf]) -> u64 {
+        let stats = btrfs_lab::parse::diskstats::parse_diskstats(
+            &fs::read_to_string("/proc/diskstats").unwrap(),
+        );
+        devices
+            .iter()
+            .map(|d| {
+                let rdev = fs::metadata(d).unwrap().rdev();
+                stats
+                    .iter()
+                    .find(|s| s.major == libc::major(rdev) && s.minor == libc::minor(rdev))
+                    .map_or(0, |s| s.bytes_written())
+            })
+            .sum()
     }
 
     /// Waits (polling, no deadline: the child ends the wait) until the
@@ -808,9 +836,23 @@ mod sustained {
         let devs = sb.devices();
         // 2 × 20 MB/s, then 2 × 5 MB/s once 240 MB of the 400 MiB are written.
         throttle(&cg, &devs, 20 * MB);
-        let mut child = spawn(&env, &mnt, "400M", Some(&cg));
-        let at = wait_for(&mut child, &mnt, 240 * MB).expect("bench ended before 240 MB");
+        let dev0 = device_written(&devs);
+        let html = env.path().join("sustained.html");
+        let mut child = spawn_with(
+            &env,
+            &mnt,
+            "400M",
+            Some(&cg),
+            &["--report".as_ref(), html.as_os_str()],
+        );
+        let size_at = wait_for(&mut child, &mnt, 240 * MB).expect("bench ended before 240 MB");
         throttle(&cg, &devs, 5 * MB);
+        // The reference: what the devices had completed when the throttle
+        // started. (The file's size runs ahead of that by the writes in
+        // flight: btrfs sets i_size when an extending O_DIRECT write is
+        // submitted, and fio keeps 8 × 1 MiB queued; those were then
+        // dispatched at the new rate.)
+        let at = device_written(&devs) - dev0;
         let (code, r, stderr) = finish(child);
         assert_eq!(code, 0, "{stderr}");
         let a = &r.analysis;
@@ -818,24 +860,39 @@ mod sustained {
         let before = a.bytes_before.unwrap() as f64;
         let err = (before - at as f64) / at as f64;
         eprintln!(
-            "throttled at {at} bytes; cliff found at {before:.0} bytes ({:+.2}%), {:.1} → {:.1} MB/s, {} samples",
+            "throttled at {at} bytes completed ({size_at} submitted); cliff found at {before:.0} bytes ({:+.2}%), {:.1} → {:.1} MB/s, {} samples",
             100.0 * err,
             a.rate_before.unwrap() / 1e6,
             a.rate_after.unwrap() / 1e6,
             a.samples
+        );
+        eprintln!(
+            "series accounts for {} of {} bytes written: {:?}",
+            a.total_bytes, r.bytes_written, r.series
         );
         assert!(err.abs() <= 0.05, "cliff at {before}, throttle at {at}");
         assert!(a.ratio.unwrap() < 0.4, "{a:?}");
         // Each member sees the cliff too.
         assert_eq!(r.members.len(), 2);
         for m in &r.members {
-            assert_eq!(m.analysis.shape, Shape::Cliff, "{}: {:?}", m.device, m.series);
+            assert_eq!(
+                m.analysis.shape,
+                Shape::Cliff,
+                "{}: {:?}",
+                m.device,
+                m.series
+            );
         }
         assert_eq!(r.findings[0].code, "sustained-write-cliff");
         assert!(r.summary.contains("per drive"), "{}", r.summary);
         assert_eq!(r.bytes_written, 400 << 20);
         assert!(r.test_file_removed && !r.stopped_early);
         assert_eq!(listing(&mnt), Vec::<String>::new());
+        // The chart: the series as a polyline, the cliff marked.
+        let page = fs::read_to_string(&html).unwrap();
+        assert!(page.contains("<polyline"), "{page}");
+        assert!(page.contains("cliff after 0.2"), "{page}");
+        assert!(!page.contains("<script"));
         drop(sb);
         cg.remove().unwrap();
     }
@@ -862,7 +919,11 @@ mod sustained {
         assert!(r.analysis.samples >= 8, "{}", r.analysis.samples);
         assert!(r.analysis.bytes_before.is_none());
         assert!(r.findings.is_empty());
-        assert!(r.summary.starts_with("no cliff within 0.31 GB"), "{}", r.summary);
+        assert!(
+            r.summary.starts_with("no cliff within 0.31 GB"),
+            "{}",
+            r.summary
+        );
         assert_eq!(listing(&mnt), Vec::<String>::new());
 
         // SIGINT part-way: exit 130, the report of what was seen, nothing left.
@@ -873,7 +934,11 @@ mod sustained {
         let (code, r, stderr) = finish(child);
         assert_eq!(code, 130, "{stderr}");
         assert!(r.stopped_early);
-        assert!(r.bytes_written >= 100 * MB && r.bytes_written < 300 << 20, "{}", r.bytes_written);
+        assert!(
+            r.bytes_written >= 100 * MB && r.bytes_written < 300 << 20,
+            "{}",
+            r.bytes_written
+        );
         assert!(!r.series.is_empty());
         assert!(r.summary.starts_with("stopped early"), "{}", r.summary);
         assert_eq!(listing(&mnt), Vec::<String>::new());

@@ -15,6 +15,7 @@ pub mod compare;
 pub mod html;
 pub mod jobs;
 pub mod members;
+pub mod metadata;
 pub mod profile;
 pub mod report;
 pub mod sensors;

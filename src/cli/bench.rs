@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use btrfs_lab::bench::compare::{self, Comparison};
+use btrfs_lab::bench::metadata::{MetadataOptions, MetadataReport};
 use btrfs_lab::bench::profile::{self, Direction};
 use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
@@ -90,6 +91,17 @@ pub struct BenchArgs {
     /// With --sustained: stop after this long (90, 90s, 10m, 1h).
     #[arg(long = "time", value_name = "LIMIT", value_parser = duration_arg, requires = "sustained")]
     time_limit: Option<u64>,
+    /// The small-file storm instead of the suite: create --files empty files
+    /// over directories by --threads threads and syncfs, stat them cold, delete
+    /// them and syncfs; files/s per phase and what the devices wrote.
+    #[arg(long, conflicts_with_all = ["compare", "members", "show_jobs", "sustained"])]
+    metadata: bool,
+    /// With --metadata: how many files.
+    #[arg(long, value_name = "N", default_value_t = bench::metadata::DEFAULT_FILES, requires = "metadata")]
+    files: u64,
+    /// With --metadata: how many threads create, stat and delete.
+    #[arg(long, value_name = "T", default_value_t = bench::metadata::DEFAULT_THREADS, requires = "metadata")]
+    threads: u32,
     /// Do not ask before a --sustained write.
     #[arg(long)]
     yes: bool,
@@ -246,6 +258,91 @@ pub fn render_sustained(r: &SustainedReport) -> String {
     s
 }
 
+fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
+    let mut opts = MetadataOptions::new(dir);
+    opts.files = args.files;
+    opts.threads = args.threads;
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    opts.validate()?;
+    let bar = out.byte_progress("bench --metadata {msg}");
+    let files = opts.files;
+    let result = bench::metadata::run(&opts, &mut || out.started(), &mut |p| {
+        bar.set_message(format!("{p} ({files} files)"));
+        bar.tick();
+    });
+    bar.finish_and_clear();
+    let report = result?;
+    out.report(&report, render_metadata);
+    Ok(report.exit_code)
+}
+
+/// The text of `bench --metadata`: one row per phase.
+pub fn render_metadata(r: &MetadataReport) -> String {
+    let mut s = format!(
+        "bench --metadata {}  {} (metadata {}) on {}\n  {} files in {} directories, {} threads\n\n",
+        r.target.dir.display(),
+        r.target.fs_type,
+        if r.metadata_profiles.is_empty() {
+            "-".to_owned()
+        } else {
+            r.metadata_profiles
+                .iter()
+                .map(|p| format!("{p:?}").to_lowercase())
+                .collect::<Vec<_>>()
+                .join("+")
+        },
+        r.target
+            .devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        r.files,
+        r.dirs,
+        r.threads
+    );
+    s.push_str(&format!(
+        "  {:<8}{:>12}{:>10}{:>10}{:>18}{:>14}\n",
+        "phase", "files/s", "seconds", "sync s", "files/s with sync", "devices wrote"
+    ));
+    for p in &r.phases {
+        s.push_str(&format!(
+            "  {:<8}{:>12.0}{:>10.2}{:>10}{:>18.0}{:>14}\n",
+            if p.name == "stat" && r.stat_cold {
+                "stat*"
+            } else {
+                p.name.as_str()
+            },
+            p.files_per_sec,
+            p.seconds,
+            p.sync_seconds.map_or("-".into(), |x| format!("{x:.2}")),
+            p.files_per_sec_with_sync,
+            format_iec(p.device_write_bytes)
+        ));
+    }
+    if r.stat_cold {
+        s.push_str("  (* cold: caches dropped first)\n");
+    }
+    if r.phases.first().is_some_and(|p| p.per_member.len() > 1) {
+        s.push_str("\n  written per member (create, delete)\n");
+        for (i, m) in r.phases[0].per_member.iter().enumerate() {
+            let del = r.phases.get(2).and_then(|p| p.per_member.get(i));
+            s.push_str(&format!(
+                "    {:<12}{:>12}{:>12}\n",
+                m.device,
+                format_iec(m.write_bytes),
+                del.map_or("-".into(), |d| format_iec(d.write_bytes))
+            ));
+        }
+    }
+    for n in &r.notes {
+        s.push_str(&wrap(&format!("note: {n}"), 96, "  "));
+    }
+    s.push('\n');
+    s.push_str(&wrap(&r.summary, 96, ""));
+    s
+}
+
 fn with_extension(p: &Path, ext: &str) -> PathBuf {
     p.with_extension(ext)
 }
@@ -271,6 +368,9 @@ pub fn run(args: BenchArgs, out: &Output) -> Result<u8> {
         .dir
         .clone()
         .expect("clap requires DIR without --compare");
+    if args.metadata {
+        return run_metadata(&args, &dir, out);
+    }
     if let Some(size) = args.sustained {
         return run_sustained(&args, &dir, size, out);
     }

@@ -975,3 +975,90 @@ mod sustained {
         assert_eq!(listing(&mnt), Vec::<String>::new());
     }
 }
+
+// ---------------------------------------------------------------------
+// bench --metadata: the small-file storm on RAID1 and RAID1C3 metadata.
+
+mod metadata {
+    use btrfs_lab::bench::metadata::MetadataReport;
+    use btrfs_lab::model::profile::Profile;
+    use btrfs_lab::sandbox::SandboxRequest;
+
+    use crate::common::{TestEnv, listing, require_root, run, typed};
+
+    const FILES: u64 = 6000;
+
+    fn storm(env: &TestEnv, metadata: Profile) -> MetadataReport {
+        let sb = env.sandbox(SandboxRequest {
+            devices: 3,
+            size_bytes: 512 << 20,
+            data: Some(Profile::Raid0),
+            metadata: Some(metadata),
+            ..SandboxRequest::default()
+        });
+        let mnt = sb.mount_point().to_path_buf();
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["bench", "--json", "--metadata", "--files"])
+            .arg(FILES.to_string())
+            .args(["--threads", "3"])
+            .arg(&mnt));
+        assert_eq!(code, 0, "{stderr}");
+        let r: MetadataReport = typed(&stdout);
+        assert_eq!(listing(&mnt), Vec::<String>::new(), "left behind");
+        r
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn raid1c3_metadata_writes_more_than_raid1_for_the_same_files() {
+        if !require_root("bench --metadata on RAID1 and RAID1C3 sandboxes") {
+            return;
+        }
+        let env = TestEnv::new();
+        let r1 = storm(&env, Profile::Raid1);
+        let r3 = storm(&env, Profile::Raid1c3);
+        for r in [&r1, &r3] {
+            assert_eq!(r.dirs, 6);
+            assert!(r.stat_cold, "root drops the caches");
+            assert_eq!(r.phases.len(), 3);
+            for p in &r.phases {
+                assert_eq!(p.files, FILES, "{p:?}");
+                assert!(p.files_per_sec > 0.0);
+            }
+            // The creates and their sync reach every member.
+            assert_eq!(r.phases[0].per_member.len(), 3);
+            assert!(
+                r.phases[0].per_member.iter().all(|m| m.write_bytes > 0),
+                "{r:#?}"
+            );
+            // A cold stat reads metadata from the devices.
+            assert!(
+                r.phases[1]
+                    .per_member
+                    .iter()
+                    .map(|m| m.read_bytes)
+                    .sum::<u64>()
+                    > 0,
+                "{r:#?}"
+            );
+            assert!(r.work_dir_removed);
+        }
+        assert_eq!(r1.metadata_profiles, vec![Profile::Raid1]);
+        assert_eq!(r3.metadata_profiles, vec![Profile::Raid1c3]);
+        let (w1, w3) = (
+            r1.phases[0].device_write_bytes,
+            r3.phases[0].device_write_bytes,
+        );
+        eprintln!(
+            "create+sync of {FILES} files: raid1 wrote {w1} B at {:.0} files/s (sync {:.3} s), raid1c3 wrote {w3} B at {:.0} files/s (sync {:.3} s): ×{:.2} bytes",
+            r1.phases[0].files_per_sec,
+            r1.phases[0].sync_seconds.unwrap(),
+            r3.phases[0].files_per_sec,
+            r3.phases[0].sync_seconds.unwrap(),
+            w3 as f64 / w1 as f64
+        );
+        // Three copies of every metadata block instead of two.
+        assert!(w3 as f64 > 1.2 * w1 as f64, "raid1 {w1}, raid1c3 {w3}");
+    }
+}

@@ -684,6 +684,7 @@ fn html_report_renders_one_chart_per_test_with_the_values() {
 // ---------------------------------------------------------------------
 // bench --sustained: the cliff found on a throttled sandbox.
 
+#[cfg(feature = "test-hooks")]
 mod sustained {
     use std::fs;
     use std::os::unix::fs::MetadataExt;
@@ -699,7 +700,7 @@ mod sustained {
     use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
     use btrfs_lab::sys::cgroup::{self, BlkioCgroup};
 
-    use crate::common::{TestEnv, listing, require_root, run};
+    use crate::common::{TestEnv, listing, require_root};
 
     const MB: u64 = 1_000_000;
 
@@ -945,6 +946,15 @@ mod sustained {
         drop(sb);
         cg.remove().unwrap();
     }
+}
+
+mod sustained_refusals {
+    use std::process::Stdio;
+
+    use btrfs_lab::model::profile::Profile;
+    use btrfs_lab::sandbox::SandboxRequest;
+
+    use crate::common::{TestEnv, listing, require_root, run};
 
     #[test]
     #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
@@ -953,7 +963,12 @@ mod sustained {
             return;
         }
         let env = TestEnv::new();
-        let sb = raid0(&env);
+        let sb = env.sandbox(SandboxRequest {
+            devices: 2,
+            size_bytes: 768 << 20,
+            data: Some(Profile::Raid0),
+            ..SandboxRequest::default()
+        });
         let mnt = sb.mount_point().to_path_buf();
         let (code, stdout, stderr) = run(env
             .cmd()

@@ -35,6 +35,13 @@ being reported. The directory is removed on every exit path.
 
 MB/s are decimal (10^6 bytes per second), as CrystalDiskMark shows them.
 
+--sustained [SIZE] writes one long sequential file instead (default: 80% of
+the free space; --fill PERCENT, --time LIMIT) and finds the cliff where the
+rate drops and stays down (an SSD's write cache filling); it asks first
+(--yes). Ctrl-C stops it early and still prints the report (status 130).
+--metadata creates --files empty files by --threads threads, syncs, stats
+them cold, deletes them and syncs: files/s per phase.
+
 Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
 2 bad arguments, 130 interrupted (the test directory is removed).";
 

@@ -1076,4 +1076,62 @@ mod metadata {
         // Three copies of every metadata block instead of two.
         assert!(w3 as f64 > 1.2 * w1 as f64, "raid1 {w1}, raid1c3 {w3}");
     }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn sigint_mid_storm_removes_the_tree() {
+        if !require_root("bench --metadata interrupted") {
+            return;
+        }
+        let env = TestEnv::new();
+        let sb = env.sandbox(SandboxRequest {
+            devices: 1,
+            size_bytes: 1 << 30,
+            ..SandboxRequest::default()
+        });
+        let mnt = sb.mount_point().to_path_buf();
+        let mut child = env
+            .cmd()
+            .args([
+                "bench",
+                "--metadata",
+                "--files",
+                "250000",
+                "--threads",
+                "2",
+            ])
+            .arg(&mnt)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait (no deadline: the child's exit ends the wait) for the files.
+        let tree_has_files = || {
+            std::fs::read_dir(&mnt)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.path().join("d000000").join("f000000099").exists())
+        };
+        while !tree_has_files() {
+            if child.try_wait().unwrap().is_some() {
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "bench ended before any file: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(listing(&mnt), Vec::<String>::new(), "left behind");
+    }
 }

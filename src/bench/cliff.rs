@@ -365,6 +365,18 @@ mod tests {
     }
 
     #[test]
+    fn one_burst_second_does_not_hide_or_move_a_cliff() {
+        // The last second (a flush, a cache freed) reads 5× the first rate:
+        // a least-squares split on the raw series would put the step just
+        // before it; the running median keeps it where the rate fell.
+        let mut v = step(20, 1000.0 * MB, 15, 500.0 * MB);
+        v.push(5000.0 * MB);
+        let a = analyse(&series(&v));
+        assert_eq!(a.shape, Shape::Cliff, "{a:?}");
+        assert_eq!(a.bytes_before, Some(20_000_000_000));
+    }
+
+    #[test]
     fn a_gradual_decline_is_not_a_step() {
         // 1000 → 550 MB/s over 60 s, as a drive heating up.
         let lin: Vec<f64> = (0..60).map(|i| (1000.0 - 7.5 * i as f64) * MB).collect();

@@ -1092,14 +1092,7 @@ mod metadata {
         let mnt = sb.mount_point().to_path_buf();
         let mut child = env
             .cmd()
-            .args([
-                "bench",
-                "--metadata",
-                "--files",
-                "250000",
-                "--threads",
-                "2",
-            ])
+            .args(["bench", "--metadata", "--files", "250000", "--threads", "2"])
             .arg(&mnt)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

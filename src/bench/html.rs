@@ -231,6 +231,114 @@ pub fn render(r: &BenchReport) -> String {
     h
 }
 
+/// The SVG line chart of a sustained write's series (MB/s over seconds),
+/// with the cliff marked and the two levels drawn dashed.
+pub fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
+    let (w, h, left, bottom, top) = (720.0, 300.0, 60.0, 30.0, 20.0);
+    let pw = w - left - 20.0;
+    let ph = h - top - bottom;
+    let tmax = r.series.last().map_or(1.0, |p| p.t_secs).max(1.0);
+    let vmax = r.series.iter().map(|p| p.bytes_per_sec).fold(1.0, f64::max) * 1.1;
+    let x = |t: f64| left + t / tmax * pw;
+    let y = |v: f64| top + ph - v / vmax * ph;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="write rate over time">"#
+    );
+    let _ = write!(
+        s,
+        r##"<line x1="{left}" y1="{b}" x2="{r}" y2="{b}" stroke="#888"/><line x1="{left}" y1="{top}" x2="{left}" y2="{b}" stroke="#888"/>"##,
+        b = top + ph,
+        r = left + pw
+    );
+    for i in 0..=4 {
+        let v = vmax * f64::from(i) / 4.0;
+        let _ = write!(
+            s,
+            r##"<text x="{tx}" y="{ty}" font-size="11" text-anchor="end" fill="#444">{:.0}</text>"##,
+            mbps(v),
+            tx = left - 4.0,
+            ty = y(v) + 4.0
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle" fill="#444">seconds (0–{tmax:.0}); MB/s</text>"##,
+        left + pw / 2.0,
+        h - 8.0
+    );
+    let pts: Vec<String> =
+        std::iter::once((0.0, r.series.first().map_or(0.0, |p| p.bytes_per_sec)))
+            .chain(r.series.iter().map(|p| (p.t_secs, p.bytes_per_sec)))
+            .map(|(t, v)| format!("{:.1},{:.1}", x(t), y(v)))
+            .collect();
+    let _ = write!(
+        s,
+        r##"<polyline fill="none" stroke="#2b6cb0" stroke-width="2" points="{}"/>"##,
+        pts.join(" ")
+    );
+    let a = &r.analysis;
+    if let (Some(at), Some(rb), Some(ra)) = (a.at_secs, a.rate_before, a.rate_after) {
+        let _ = write!(
+            s,
+            r##"<line x1="{x0}" y1="{yb}" x2="{xa}" y2="{yb}" stroke="#2f855a" stroke-dasharray="4 3"/><line x1="{xa}" y1="{ya}" x2="{x1}" y2="{ya}" stroke="#c53030" stroke-dasharray="4 3"/><line x1="{xa}" y1="{top}" x2="{xa}" y2="{b}" stroke="#c53030"/><text x="{tx}" y="{tt}" font-size="12" fill="#c53030">cliff after {:.2} GB</text>"##,
+            a.bytes_before.unwrap_or(0) as f64 / 1e9,
+            x0 = x(0.0),
+            x1 = x(tmax),
+            xa = x(at),
+            yb = y(rb),
+            ya = y(ra),
+            b = top + ph,
+            tx = x(at) + 4.0,
+            tt = top + 12.0
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// The HTML page of `bench --sustained --report`.
+pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
+    let mut s = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>btrfs-lab bench --sustained</title>\n<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}td,th{padding:2px 8px;text-align:left}</style></head><body>\n",
+    );
+    let _ = writeln!(
+        s,
+        "<h1>Sustained write: {}</h1>\n<p>{}</p>",
+        esc(&r.target.dir.display().to_string()),
+        esc(&r.summary)
+    );
+    s.push_str(&sustained_chart(r));
+    let _ = writeln!(
+        s,
+        "<table><tr><th>written</th><td>{}</td></tr><tr><th>seconds</th><td>{:.1}</td></tr><tr><th>median</th><td>{:.1} MB/s</td></tr><tr><th>stopped early</th><td>{}</td></tr></table>",
+        esc(&format_iec(r.bytes_written)),
+        r.seconds,
+        mbps(r.analysis.median_bytes_per_sec),
+        r.stopped_early
+    );
+    if !r.members.is_empty() {
+        s.push_str("<h2>Members (diskstats)</h2><table><tr><th>device</th><th>written</th><th>shape</th></tr>");
+        for m in &r.members {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td>{:?}</td></tr>",
+                esc(&m.device),
+                esc(&format_iec(m.write_bytes)),
+                m.analysis.shape
+            );
+        }
+        s.push_str("</table>\n");
+    }
+    let _ = writeln!(
+        s,
+        "<h2>fio job</h2><pre>{}</pre></body></html>",
+        esc(&r.job_file)
+    );
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,13 +10,16 @@
 //! is not given as a result.
 
 pub mod analysis;
+pub mod cliff;
 pub mod compare;
 pub mod html;
 pub mod jobs;
 pub mod members;
+pub mod metadata;
 pub mod profile;
 pub mod report;
 pub mod sensors;
+pub mod sustained;
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -67,7 +70,7 @@ pub const HOOK_FALLOCATE_ONLY: &str = "BTRFS_LAB_BENCH_FALLOCATE_ONLY";
 
 /// A test hook's value; always `None` in builds without `test-hooks`.
 #[cfg(feature = "test-hooks")]
-fn hook(name: &str) -> Option<String> {
+pub(crate) fn hook(name: &str) -> Option<String> {
     std::env::var(name)
         .ok()
         .filter(|v| !v.is_empty() && v != "0")
@@ -75,7 +78,7 @@ fn hook(name: &str) -> Option<String> {
 
 /// A test hook's value; always `None` in builds without `test-hooks`.
 #[cfg(not(feature = "test-hooks"))]
-fn hook(_name: &str) -> Option<String> {
+pub(crate) fn hook(_name: &str) -> Option<String> {
     None
 }
 
@@ -198,7 +201,7 @@ pub struct Progress {
 
 static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
 
-fn install_signals() -> Result<()> {
+pub(crate) fn install_signals() -> Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     for sig in [SIGINT, SIGTERM, SIGHUP] {
         signal_hook::flag::register(sig, Arc::clone(&STOP)).map_err(|e| {
@@ -547,7 +550,7 @@ pub fn analyse(measured: &Measured, ctx: &CheckContext) -> Vec<TestResult> {
 // ---------------------------------------------------------------------
 // The whole command.
 
-fn refuse_memory_backed(fs_type: &str, dir: &Path) -> Result<()> {
+pub(crate) fn refuse_memory_backed(fs_type: &str, dir: &Path) -> Result<()> {
     if sysfs::is_memory_backed(fs_type) {
         return Err(Error::new(
             ErrorKind::WrongTarget,
@@ -561,7 +564,7 @@ fn refuse_memory_backed(fs_type: &str, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn compression_option(options: &[String]) -> Option<String> {
+pub(crate) fn compression_option(options: &[String]) -> Option<String> {
     options
         .iter()
         .find(|o| {
@@ -573,7 +576,7 @@ fn compression_option(options: &[String]) -> Option<String> {
         .cloned()
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
@@ -581,7 +584,7 @@ fn hostname() -> String {
 
 /// Creates the test file empty (O_EXCL, inheriting the directory's NOCOW),
 /// so fio never creates or lays it out itself.
-fn create_test_file(path: &Path) -> Result<File> {
+pub(crate) fn create_test_file(path: &Path) -> Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -593,7 +596,7 @@ fn create_test_file(path: &Path) -> Result<File> {
 
 /// Prepares the directory's checksum mode: NOCOW unless `cow`; with
 /// `cow`, a NOCOW attribute inherited from DIR is cleared.
-fn set_dir_mode(dir: &Path, cow: bool, btrfs: bool) -> Result<()> {
+pub(crate) fn set_dir_mode(dir: &Path, cow: bool, btrfs: bool) -> Result<()> {
     if !btrfs {
         return Ok(());
     }

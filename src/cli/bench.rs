@@ -6,15 +6,17 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use btrfs_lab::bench::compare::{self, Comparison};
+use btrfs_lab::bench::metadata::{MetadataOptions, MetadataReport};
 use btrfs_lab::bench::profile::{self, Direction};
 use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
-use btrfs_lab::bench::{self, BenchOptions, html, jobs};
+use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
+use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::{Error, Result};
 use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::sys::fio::{RealFio, write_new_file};
 use btrfs_lab::sys::root::SysRoot;
 
-use super::output::{Output, Paint, wrap};
+use super::output::{Output, Paint, confirm, wrap};
 use super::units::size_arg;
 
 pub const AFTER_HELP: &str = "\
@@ -32,6 +34,13 @@ counters. A figure that fails a check is flagged with the reason instead of
 being reported. The directory is removed on every exit path.
 
 MB/s are decimal (10^6 bytes per second), as CrystalDiskMark shows them.
+
+--sustained [SIZE] writes one long sequential file instead (default: 80% of
+the free space; --fill PERCENT, --time LIMIT) and finds the cliff where the
+rate drops and stays down (an SSD's write cache filling); it asks first
+(--yes). Ctrl-C stops it early and still prints the report (status 130).
+--metadata creates --files empty files by --threads threads, syncs, stats
+them cold, deletes them and syncs: files/s per phase.
 
 Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
 2 bad arguments, 130 interrupted (the test directory is removed).";
@@ -78,6 +87,31 @@ pub struct BenchArgs {
     /// Compare two saved `bench --json` reports instead of running.
     #[arg(long, num_args = 2, value_names = ["A.json", "B.json"], conflicts_with_all = ["dir", "members", "show_jobs", "report"])]
     compare: Option<Vec<PathBuf>>,
+    /// One long sequential write instead of the suite: SIZE (default: 80% of
+    /// the free space, or --fill), the rate each second, and the cliff where it
+    /// drops and stays down (an SSD's write cache filling).
+    #[arg(long, value_name = "SIZE", num_args = 0..=1, value_parser = size_arg, conflicts_with_all = ["compare", "members", "show_jobs"])]
+    sustained: Option<Option<u64>>,
+    /// With --sustained: write this percent of the free space.
+    #[arg(long, value_name = "PERCENT", requires = "sustained")]
+    fill: Option<u32>,
+    /// With --sustained: stop after this long (90, 90s, 10m, 1h).
+    #[arg(long = "time", value_name = "LIMIT", value_parser = duration_arg, requires = "sustained")]
+    time_limit: Option<u64>,
+    /// The small-file storm instead of the suite: create --files empty files
+    /// over directories by --threads threads and syncfs, stat them cold, delete
+    /// them and syncfs; files/s per phase and what the devices wrote.
+    #[arg(long, conflicts_with_all = ["compare", "members", "show_jobs", "sustained"])]
+    metadata: bool,
+    /// With --metadata: how many files.
+    #[arg(long, value_name = "N", default_value_t = bench::metadata::DEFAULT_FILES, requires = "metadata")]
+    files: u64,
+    /// With --metadata: how many threads create, stat and delete.
+    #[arg(long, value_name = "T", default_value_t = bench::metadata::DEFAULT_THREADS, requires = "metadata")]
+    threads: u32,
+    /// Do not ask before a --sustained write.
+    #[arg(long)]
+    yes: bool,
     /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
     #[arg(long, value_name = "DIR")]
     sysroot: Option<PathBuf>,
@@ -109,6 +143,213 @@ fn options(args: &BenchArgs, dir: &Path) -> Result<BenchOptions> {
     Ok(opts)
 }
 
+fn duration_arg(v: &str) -> std::result::Result<u64, String> {
+    let v = v.trim();
+    let (num, mult) = match v.char_indices().last() {
+        Some((i, 's')) => (&v[..i], 1),
+        Some((i, 'm')) => (&v[..i], 60),
+        Some((i, 'h')) => (&v[..i], 3600),
+        _ => (v, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{v:?} is not a duration (90, 90s, 10m, 1h)"))
+}
+
+fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) -> Result<u8> {
+    let mut opts = SustainedOptions::new(dir);
+    opts.size = size;
+    opts.fill_percent = args.fill;
+    opts.time_limit_secs = args.time_limit;
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    opts.validate()?;
+    if let Some(p) = &args.report
+        && p.exists()
+    {
+        return Err(Error::new(
+            btrfs_lab::error::ErrorKind::State,
+            format!("{} exists; bench does not overwrite files", p.display()),
+        )
+        .with_hint("choose a new file name"));
+    }
+    // The plan (and its refusals) before the question.
+    let info = btrfs_lab::sys::fs::inspect_dir(&opts.sysroot, dir)?;
+    let planned = sustained::plan_size(&opts, info.available_bytes, &info.dir)?;
+    let warning = sustained::warning(planned, opts.time_limit_secs, &info.dir);
+    if args.yes {
+        out.note(&warning);
+    } else {
+        confirm(&format!("{warning}\nStart the write?"), false)?;
+    }
+    let mut fio = RealFio::find()?;
+    let fio_path = fio.path().to_path_buf();
+    let bar = out.byte_progress("bench --sustained {msg}");
+    let result = sustained::run(
+        &opts,
+        &mut fio,
+        &fio_path,
+        &mut || out.started(),
+        &mut |p| {
+            bar.set_message(format!(
+                "{} of {}  {:.1} MB/s  ETA {}m{:02}s",
+                format_iec(p.bytes_written),
+                format_iec(p.size_bytes),
+                p.bytes_per_sec / 1e6,
+                p.eta_secs / 60,
+                p.eta_secs % 60
+            ));
+            bar.tick();
+        },
+    );
+    bar.finish_and_clear();
+    let report = result?;
+    if let Some(p) = &args.report {
+        write_new_file(p, &html::render_sustained(&report))?;
+    }
+    out.report(&report, render_sustained);
+    Ok(report.exit_code)
+}
+
+/// The text of `bench --sustained`: the verdict, the sparkline, each member.
+pub fn render_sustained(r: &SustainedReport) -> String {
+    let mut s = format!(
+        "bench --sustained {}  {} on {}\n",
+        r.target.dir.display(),
+        r.target.fs_type,
+        r.target
+            .devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let rates: Vec<f64> = r.series.iter().map(|p| p.bytes_per_sec).collect();
+    let peak = rates.iter().copied().fold(0.0, f64::max);
+    s.push_str(&format!(
+        "  {} written in {:.1} s{}\n",
+        format_iec(r.bytes_written),
+        r.seconds,
+        if r.stopped_early {
+            " (stopped early)"
+        } else {
+            ""
+        }
+    ));
+    s.push_str(&format!(
+        "  MB/s  {}  peak {:.1}\n",
+        cliff::sparkline(&rates, 72),
+        peak / 1e6
+    ));
+    for m in &r.members {
+        let mr: Vec<f64> = m.series.iter().map(|p| p.bytes_per_sec).collect();
+        s.push_str(&format!(
+            "  {:<10}{}  {} written\n",
+            m.device,
+            cliff::sparkline(&mr, 72),
+            format_iec(m.write_bytes)
+        ));
+    }
+    for f in &r.findings {
+        s.push_str(&format!("\n  {}\n", f.title));
+        for e in &f.evidence {
+            s.push_str(&format!("    {}: {}\n", e.name, e.value));
+        }
+        s.push_str(&wrap(&f.why, 96, "    "));
+    }
+    for n in &r.notes {
+        s.push_str(&wrap(&format!("note: {n}"), 96, "  "));
+    }
+    s.push('\n');
+    s.push_str(&wrap(&r.summary, 96, ""));
+    s
+}
+
+fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
+    let mut opts = MetadataOptions::new(dir);
+    opts.files = args.files;
+    opts.threads = args.threads;
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    opts.validate()?;
+    let bar = out.byte_progress("bench --metadata {msg}");
+    let files = opts.files;
+    let result = bench::metadata::run(&opts, &mut || out.started(), &mut |p| {
+        bar.set_message(format!("{p} ({files} files)"));
+        bar.tick();
+    });
+    bar.finish_and_clear();
+    let report = result?;
+    out.report(&report, render_metadata);
+    Ok(report.exit_code)
+}
+
+/// The text of `bench --metadata`: one row per phase.
+pub fn render_metadata(r: &MetadataReport) -> String {
+    let mut s = format!(
+        "bench --metadata {}  {} (metadata {}) on {}\n  {} files in {} directories, {} threads\n\n",
+        r.target.dir.display(),
+        r.target.fs_type,
+        if r.metadata_profiles.is_empty() {
+            "-".to_owned()
+        } else {
+            r.metadata_profiles
+                .iter()
+                .map(|p| format!("{p:?}").to_lowercase())
+                .collect::<Vec<_>>()
+                .join("+")
+        },
+        r.target
+            .devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        r.files,
+        r.dirs,
+        r.threads
+    );
+    s.push_str(&format!(
+        "  {:<8}{:>12}{:>10}{:>10}{:>18}{:>14}\n",
+        "phase", "files/s", "seconds", "sync s", "files/s with sync", "devices wrote"
+    ));
+    for p in &r.phases {
+        s.push_str(&format!(
+            "  {:<8}{:>12.0}{:>10.2}{:>10}{:>18.0}{:>14}\n",
+            if p.name == "stat" && r.stat_cold {
+                "stat*"
+            } else {
+                p.name.as_str()
+            },
+            p.files_per_sec,
+            p.seconds,
+            p.sync_seconds.map_or("-".into(), |x| format!("{x:.2}")),
+            p.files_per_sec_with_sync,
+            format_iec(p.device_write_bytes)
+        ));
+    }
+    if r.stat_cold {
+        s.push_str("  (* cold: caches dropped first)\n");
+    }
+    if r.phases.first().is_some_and(|p| p.per_member.len() > 1) {
+        s.push_str("\n  written per member (create, delete)\n");
+        for (i, m) in r.phases[0].per_member.iter().enumerate() {
+            let del = r.phases.get(2).and_then(|p| p.per_member.get(i));
+            s.push_str(&format!(
+                "    {:<12}{:>12}{:>12}\n",
+                m.device,
+                format_iec(m.write_bytes),
+                del.map_or("-".into(), |d| format_iec(d.write_bytes))
+            ));
+        }
+    }
+    for n in &r.notes {
+        s.push_str(&wrap(&format!("note: {n}"), 96, "  "));
+    }
+    s.push('\n');
+    s.push_str(&wrap(&r.summary, 96, ""));
+    s
+}
+
 fn with_extension(p: &Path, ext: &str) -> PathBuf {
     p.with_extension(ext)
 }
@@ -134,6 +375,12 @@ pub fn run(args: BenchArgs, out: &Output) -> Result<u8> {
         .dir
         .clone()
         .expect("clap requires DIR without --compare");
+    if args.metadata {
+        return run_metadata(&args, &dir, out);
+    }
+    if let Some(size) = args.sustained {
+        return run_sustained(&args, &dir, size, out);
+    }
     let opts = options(&args, &dir)?;
     if args.show_jobs {
         let placeholder = dir

@@ -166,6 +166,37 @@ pub fn parse_fio_json(text: &str) -> Result<FioOutput> {
     })
 }
 
+/// One entry of fio's bandwidth log (`write_bw_log` with `log_avg_msec`):
+/// `msec, value, direction, bs, offset[, prio]`, the value in KiB/s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BwLogEntry {
+    /// Milliseconds since the job started (end of the averaging window).
+    pub msec: u64,
+    /// Bytes per second over the window.
+    pub bytes_per_sec: f64,
+    /// 0 read, 1 write, 2 trim.
+    pub direction: u8,
+}
+
+/// Parses a fio bandwidth log; lines that are not log entries are
+/// skipped (fio writes nothing else, but a stop may cut the last line).
+pub fn parse_bw_log(text: &str) -> Vec<BwLogEntry> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(',').map(str::trim);
+            let msec = f.next()?.parse().ok()?;
+            let kib: f64 = f.next()?.parse().ok()?;
+            let direction = f.next()?.parse().ok()?;
+            f.next()?;
+            Some(BwLogEntry {
+                msec,
+                bytes_per_sec: kib * 1024.0,
+                direction,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +257,18 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Parse);
         let e = parse_fio_json("{\n\"jobs\": 3\n}").unwrap_err();
         assert!(e.message().starts_with("cannot read fio's JSON output"));
+    }
+
+    #[test]
+    fn bandwidth_logs_are_read_in_bytes_per_second() {
+        // fio 3.33, write_bw_log with log_avg_msec=1000 (the last line cut
+        // by a stop).
+        let log = "1000, 143360, 1, 0, 0\n2000, 49152, 1, 0, 0\n4001, 13312, 1, 0, 0\n5000, 10";
+        let e = parse_bw_log(log);
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].msec, 1000);
+        assert_eq!(e[0].bytes_per_sec, 143360.0 * 1024.0);
+        assert_eq!(e[2].msec, 4001);
+        assert_eq!(e[2].direction, 1);
     }
 }

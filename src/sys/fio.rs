@@ -32,7 +32,51 @@ pub trait FioRunner {
     ) -> Result<FioOutput> {
         self.run(path, text, stop)
     }
+    /// Runs the job file `text` (saved at `path`), calling `tick` about
+    /// every 20 ms while fio runs. When `tick` returns `true` fio is asked
+    /// to stop (SIGINT: it ends its jobs and still writes its results and
+    /// logs) and the run is returned with `stopped` set.
+    fn run_watched(
+        &mut self,
+        path: &Path,
+        text: &str,
+        tick: &mut dyn FnMut() -> bool,
+    ) -> Result<WatchedRun> {
+        let stopped = std::cell::Cell::new(false);
+        let tick = std::cell::RefCell::new(tick);
+        let out = self.run(path, text, &|| {
+            if (tick.borrow_mut())() {
+                stopped.set(true);
+                Err(Error::interrupted())
+            } else {
+                Ok(())
+            }
+        });
+        match out {
+            Ok(o) => Ok(WatchedRun {
+                output: Some(o),
+                stopped: false,
+            }),
+            Err(_) if stopped.get() => Ok(WatchedRun {
+                output: None,
+                stopped: true,
+            }),
+            Err(e) => Err(e),
+        }
+    }
 }
+
+/// What [`FioRunner::run_watched`] saw.
+#[derive(Debug, Clone)]
+pub struct WatchedRun {
+    /// fio's results (absent when fio left none after a stop).
+    pub output: Option<FioOutput>,
+    /// The run was stopped before fio finished.
+    pub stopped: bool,
+}
+
+/// How long fio gets to end its jobs after SIGINT before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// The real fio, found on PATH.
 #[derive(Debug, Clone)]
@@ -93,6 +137,89 @@ impl FioRunner for RealFio {
         stop: &dyn Fn() -> Result<()>,
     ) -> Result<FioOutput> {
         self.spawn(path, text, true, stop)
+    }
+
+    fn run_watched(
+        &mut self,
+        path: &Path,
+        text: &str,
+        tick: &mut dyn FnMut() -> bool,
+    ) -> Result<WatchedRun> {
+        write_new_file(path, text)?;
+        let out_path = with_ext(path, ".json");
+        let err_path = with_ext(path, ".stderr");
+        let err_file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&err_path)
+            .map_err(|e| Error::from_io(&e, "cannot create", &err_path))?;
+        let args = vec![
+            "--output-format=json".to_owned(),
+            format!("--output={}", out_path.display()),
+            path.display().to_string(),
+        ];
+        let mut child = Command::new(&self.tool.path)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err_file)
+            .spawn()
+            .map_err(|e| Error::from_io(&e, "cannot run", &self.tool.path))?;
+        let mut stopped = false;
+        let mut stop_sent: Option<std::time::Instant> = None;
+        let status = loop {
+            if !stopped && tick() {
+                stopped = true;
+            }
+            if stopped {
+                match stop_sent {
+                    None => {
+                        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+                        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+                        stop_sent = Some(std::time::Instant::now());
+                    }
+                    Some(t) if t.elapsed() > STOP_GRACE => {
+                        let _ = child.kill();
+                    }
+                    Some(_) => {}
+                }
+            }
+            match child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) => thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(Error::from_io(&e, "cannot wait for", &self.tool.path)),
+            }
+        };
+        let json = fs::read_to_string(&out_path).unwrap_or_default();
+        if stopped {
+            return Ok(WatchedRun {
+                output: parse_fio_json(&json).ok(),
+                stopped,
+            });
+        }
+        let mut stderr = String::new();
+        if let Ok(mut f) = File::open(&err_path) {
+            let _ = f.read_to_string(&mut stderr);
+        }
+        if !status.success() {
+            let why = stderr
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .map_or_else(|| format!("exit status {status}"), str::to_owned);
+            return Err(
+                Error::new(ErrorKind::Tool, format!("fio failed: {why}")).with_hint(format!(
+                    "the command was: {}",
+                    tools::display_argv(&self.tool.argv(&args))
+                )),
+            );
+        }
+        Ok(WatchedRun {
+            output: Some(parse_fio_json(&json)?),
+            stopped,
+        })
     }
 }
 

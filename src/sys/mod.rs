@@ -5,6 +5,7 @@
 pub(crate) mod beneath;
 pub(crate) mod blockdev;
 pub mod btrfs;
+pub mod cgroup;
 pub mod counters;
 pub(crate) mod direct_io;
 pub(crate) mod dirfd;

@@ -681,3 +681,451 @@ fn html_report_renders_one_chart_per_test_with_the_values() {
         assert!(fs::metadata(&shot).unwrap().len() > 1000);
     }
 }
+
+// ---------------------------------------------------------------------
+// bench --sustained: the cliff found on a throttled sandbox.
+
+#[cfg(feature = "test-hooks")]
+mod sustained {
+    use std::fs;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::thread;
+    use std::time::Duration;
+
+    use btrfs_lab::bench::WORK_DIR_PREFIX;
+    use btrfs_lab::bench::cliff::Shape;
+    use btrfs_lab::bench::sustained::{HOOK_CGROUP, SustainedReport, TEST_FILE};
+    use btrfs_lab::model::profile::Profile;
+    use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
+    use btrfs_lab::sys::cgroup::{self, BlkioCgroup};
+
+    use crate::common::{TestEnv, listing, require_root};
+
+    const MB: u64 = 1_000_000;
+
+    /// RAID0 data over two 768 MiB loop devices.
+    fn raid0(env: &TestEnv) -> Sandbox {
+        env.sandbox(SandboxRequest {
+            devices: 2,
+            size_bytes: 768 << 20,
+            data: Some(Profile::Raid0),
+            ..SandboxRequest::default()
+        })
+    }
+
+    /// A child killed and reaped when dropped (before the cgroup it is in
+    /// is removed).
+    struct Reaped(Option<Child>);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    fn cgroup_for_test(tag: &str) -> Option<BlkioCgroup> {
+        if !cgroup::blkio_available() {
+            eprintln!("no cgroup v1 blkio throttling here: skipped");
+            return None;
+        }
+        Some(
+            BlkioCgroup::create(&format!("btrfs-lab-it-{}-{tag}", std::process::id()))
+                .expect("create the test's blkio cgroup"),
+        )
+    }
+
+    fn throttle(cg: &BlkioCgroup, devices: &[PathBuf], bps: u64) {
+        for d in devices {
+            let rdev = fs::metadata(d).unwrap().rdev();
+            let (maj, min) = (libc::major(rdev), libc::minor(rdev));
+            cg.set_write_bps(maj, min, bps).unwrap();
+        }
+    }
+
+    fn spawn(env: &TestEnv, dir: &Path, size: &str, cg: Option<&BlkioCgroup>) -> Reaped {
+        spawn_with(env, dir, size, cg, &[])
+    }
+
+    fn spawn_with(
+        env: &TestEnv,
+        dir: &Path,
+        size: &str,
+        cg: Option<&BlkioCgroup>,
+        extra: &[&std::ffi::OsStr],
+    ) -> Reaped {
+        let mut c: Command = env.cmd();
+        c.args(["bench", "--json", "--sustained", size, "--yes"])
+            .args(extra)
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(cg) = cg {
+            c.env(HOOK_CGROUP, cg.path());
+        }
+        Reaped(Some(c.spawn().unwrap()))
+    }
+
+    /// The test file's size, by name (0 until it exists).
+    fn written(dir: &Path) -> u64 {
+        fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(WORK_DIR_PREFIX))
+            .filter_map(|e| fs::metadata(e.path().join(TEST_FILE)).ok())
+            .map(|m| m.len())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Bytes the devices have written (completed I/O), from /proc/diskstats.
+    fn device_written(devices: &[PathBuf]) -> u64 {
+        let stats = btrfs_lab::parse::diskstats::parse_diskstats(
+            &fs::read_to_string("/proc/diskstats").unwrap(),
+        );
+        devices
+            .iter()
+            .map(|d| {
+                let rdev = fs::metadata(d).unwrap().rdev();
+                stats
+                    .iter()
+                    .find(|s| s.major == libc::major(rdev) && s.minor == libc::minor(rdev))
+                    .map_or(0, |s| s.bytes_written())
+            })
+            .sum()
+    }
+
+    /// Waits (polling, no deadline: the child ends the wait) until the
+    /// test file holds `bytes`, or the child has exited.
+    fn wait_for(child: &mut Reaped, dir: &Path, bytes: u64) -> Option<u64> {
+        loop {
+            let w = written(dir);
+            if w >= bytes {
+                return Some(w);
+            }
+            if child.0.as_mut().unwrap().try_wait().unwrap().is_some() {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn finish(mut child: Reaped) -> (i32, SustainedReport, String) {
+        let out = child.0.take().unwrap().wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let report: SustainedReport = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("not a SustainedReport ({e}):\n{stdout}\n{stderr}"));
+        (out.status.code().unwrap_or(-1), report, stderr)
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn a_throttle_part_way_is_found_as_the_cliff_within_5_percent() {
+        if !require_root("bench --sustained on a throttled RAID0 btrfs") {
+            return;
+        }
+        let Some(cg) = cgroup_for_test("cliff") else {
+            return;
+        };
+        let env = TestEnv::new();
+        let sb = raid0(&env);
+        let mnt = sb.mount_point().to_path_buf();
+        let devs = sb.devices();
+        // 2 × 20 MB/s, then 2 × 5 MB/s once 240 MB of the 400 MiB are written.
+        throttle(&cg, &devs, 20 * MB);
+        let dev0 = device_written(&devs);
+        let html = env.path().join("sustained.html");
+        let mut child = spawn_with(
+            &env,
+            &mnt,
+            "400M",
+            Some(&cg),
+            &["--report".as_ref(), html.as_os_str()],
+        );
+        let size_at = wait_for(&mut child, &mnt, 240 * MB).expect("bench ended before 240 MB");
+        throttle(&cg, &devs, 5 * MB);
+        // The reference: what the devices had completed when the throttle
+        // started. (The file's size runs ahead of that by the writes in
+        // flight: btrfs sets i_size when an extending O_DIRECT write is
+        // submitted, and fio keeps 8 × 1 MiB queued; those were then
+        // dispatched at the new rate.)
+        let at = device_written(&devs) - dev0;
+        let (code, r, stderr) = finish(child);
+        assert_eq!(code, 0, "{stderr}");
+        let a = &r.analysis;
+        assert_eq!(a.shape, Shape::Cliff, "{a:#?}\n{:?}", r.series);
+        let before = a.bytes_before.unwrap() as f64;
+        let err = (before - at as f64) / at as f64;
+        eprintln!(
+            "throttled at {at} bytes completed ({size_at} submitted); cliff found at {before:.0} bytes ({:+.2}%), {:.1} → {:.1} MB/s, {} samples",
+            100.0 * err,
+            a.rate_before.unwrap() / 1e6,
+            a.rate_after.unwrap() / 1e6,
+            a.samples
+        );
+        eprintln!(
+            "series accounts for {} of {} bytes written: {:?}",
+            a.total_bytes, r.bytes_written, r.series
+        );
+        assert!(err.abs() <= 0.05, "cliff at {before}, throttle at {at}");
+        assert!(a.ratio.unwrap() < 0.4, "{a:?}");
+        // Each member sees the cliff too.
+        assert_eq!(r.members.len(), 2);
+        for m in &r.members {
+            assert_eq!(
+                m.analysis.shape,
+                Shape::Cliff,
+                "{}: {:?}",
+                m.device,
+                m.series
+            );
+        }
+        assert_eq!(r.findings[0].code, "sustained-write-cliff");
+        assert!(r.summary.contains("per drive"), "{}", r.summary);
+        assert_eq!(r.bytes_written, 400 << 20);
+        assert!(r.test_file_removed && !r.stopped_early);
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+        // The chart: the series as a polyline, the cliff marked.
+        let page = fs::read_to_string(&html).unwrap();
+        assert!(page.contains("<polyline"), "{page}");
+        assert!(page.contains("cliff after 0.2"), "{page}");
+        assert!(!page.contains("<script"));
+        drop(sb);
+        cg.remove().unwrap();
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn a_steady_rate_reports_no_cliff_and_sigint_still_reports() {
+        if !require_root("bench --sustained on a steadily throttled RAID0 btrfs") {
+            return;
+        }
+        let Some(cg) = cgroup_for_test("steady") else {
+            return;
+        };
+        let env = TestEnv::new();
+        let sb = raid0(&env);
+        let mnt = sb.mount_point().to_path_buf();
+        let devs = sb.devices();
+        // The same rate all along: no cliff.
+        throttle(&cg, &devs, 15 * MB);
+        let child = spawn(&env, &mnt, "300M", Some(&cg));
+        let (code, r, stderr) = finish(child);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(r.analysis.shape, Shape::Steady, "{:?}", r.series);
+        assert!(r.analysis.samples >= 8, "{}", r.analysis.samples);
+        assert!(r.analysis.bytes_before.is_none());
+        assert!(r.findings.is_empty());
+        assert!(
+            r.summary.starts_with("no cliff within 0.31 GB"),
+            "{}",
+            r.summary
+        );
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+
+        // SIGINT part-way: exit 130, the report of what was seen, nothing left.
+        let mut child = spawn(&env, &mnt, "300M", Some(&cg));
+        wait_for(&mut child, &mnt, 100 * MB).expect("bench ended before 100 MB");
+        let pid = nix::unistd::Pid::from_raw(child.0.as_ref().unwrap().id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        let (code, r, stderr) = finish(child);
+        assert_eq!(code, 130, "{stderr}");
+        assert!(r.stopped_early);
+        assert!(
+            r.bytes_written >= 100 * MB && r.bytes_written < 300 << 20,
+            "{}",
+            r.bytes_written
+        );
+        assert!(!r.series.is_empty());
+        assert!(r.summary.starts_with("stopped early"), "{}", r.summary);
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+        drop(sb);
+        cg.remove().unwrap();
+    }
+}
+
+mod sustained_refusals {
+    use std::process::Stdio;
+
+    use btrfs_lab::model::profile::Profile;
+    use btrfs_lab::sandbox::SandboxRequest;
+
+    use crate::common::{TestEnv, listing, require_root, run};
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn too_little_space_is_refused_with_what_is_needed() {
+        if !require_root("bench --sustained refusals") {
+            return;
+        }
+        let env = TestEnv::new();
+        let sb = env.sandbox(SandboxRequest {
+            devices: 2,
+            size_bytes: 768 << 20,
+            data: Some(Profile::Raid0),
+            ..SandboxRequest::default()
+        });
+        let mnt = sb.mount_point().to_path_buf();
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["bench", "--json", "--sustained", "4G", "--yes"])
+            .arg(&mnt));
+        assert_eq!(code, 1, "{stderr}");
+        assert_eq!(stdout, "");
+        assert!(stderr.contains("not enough free space"), "{stderr}");
+        assert!(stderr.contains("it needs 4.0"), "{stderr}");
+        // Without --yes and without a terminal: refused, nothing written.
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["bench", "--sustained", "300M"])
+            .arg(&mnt)
+            .stdin(Stdio::null()));
+        assert_eq!(code, 1, "{stderr}");
+        assert_eq!(stdout, "");
+        assert!(stderr.contains("confirmation needed"), "{stderr}");
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+    }
+}
+
+// ---------------------------------------------------------------------
+// bench --metadata: the small-file storm on RAID1 and RAID1C3 metadata.
+
+mod metadata {
+    use btrfs_lab::bench::metadata::MetadataReport;
+    use btrfs_lab::model::profile::Profile;
+    use btrfs_lab::sandbox::SandboxRequest;
+
+    use crate::common::{TestEnv, listing, require_root, run, typed};
+
+    const FILES: u64 = 6000;
+
+    fn storm(env: &TestEnv, metadata: Profile) -> MetadataReport {
+        let sb = env.sandbox(SandboxRequest {
+            devices: 3,
+            size_bytes: 512 << 20,
+            data: Some(Profile::Raid0),
+            metadata: Some(metadata),
+            ..SandboxRequest::default()
+        });
+        let mnt = sb.mount_point().to_path_buf();
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["bench", "--json", "--metadata", "--files"])
+            .arg(FILES.to_string())
+            .args(["--threads", "3"])
+            .arg(&mnt));
+        assert_eq!(code, 0, "{stderr}");
+        let r: MetadataReport = typed(&stdout);
+        assert_eq!(listing(&mnt), Vec::<String>::new(), "left behind");
+        r
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn raid1c3_metadata_writes_more_than_raid1_for_the_same_files() {
+        if !require_root("bench --metadata on RAID1 and RAID1C3 sandboxes") {
+            return;
+        }
+        let env = TestEnv::new();
+        let r1 = storm(&env, Profile::Raid1);
+        let r3 = storm(&env, Profile::Raid1c3);
+        for r in [&r1, &r3] {
+            assert_eq!(r.dirs, 6);
+            assert!(r.stat_cold, "root drops the caches");
+            assert_eq!(r.phases.len(), 3);
+            for p in &r.phases {
+                assert_eq!(p.files, FILES, "{p:?}");
+                assert!(p.files_per_sec > 0.0);
+            }
+            // The creates and their sync reach every member.
+            assert_eq!(r.phases[0].per_member.len(), 3);
+            assert!(
+                r.phases[0].per_member.iter().all(|m| m.write_bytes > 0),
+                "{r:#?}"
+            );
+            // A cold stat reads metadata from the devices.
+            assert!(
+                r.phases[1]
+                    .per_member
+                    .iter()
+                    .map(|m| m.read_bytes)
+                    .sum::<u64>()
+                    > 0,
+                "{r:#?}"
+            );
+            assert!(r.work_dir_removed);
+        }
+        assert_eq!(r1.metadata_profiles, vec![Profile::Raid1]);
+        assert_eq!(r3.metadata_profiles, vec![Profile::Raid1c3]);
+        let (w1, w3) = (
+            r1.phases[0].device_write_bytes,
+            r3.phases[0].device_write_bytes,
+        );
+        eprintln!(
+            "create+sync of {FILES} files: raid1 wrote {w1} B at {:.0} files/s (sync {:.3} s), raid1c3 wrote {w3} B at {:.0} files/s (sync {:.3} s): ×{:.2} bytes",
+            r1.phases[0].files_per_sec,
+            r1.phases[0].sync_seconds.unwrap(),
+            r3.phases[0].files_per_sec,
+            r3.phases[0].sync_seconds.unwrap(),
+            w3 as f64 / w1 as f64
+        );
+        // Three copies of every metadata block instead of two.
+        assert!(w3 as f64 > 1.2 * w1 as f64, "raid1 {w1}, raid1c3 {w3}");
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn sigint_mid_storm_removes_the_tree() {
+        if !require_root("bench --metadata interrupted") {
+            return;
+        }
+        let env = TestEnv::new();
+        let sb = env.sandbox(SandboxRequest {
+            devices: 1,
+            size_bytes: 1 << 30,
+            ..SandboxRequest::default()
+        });
+        let mnt = sb.mount_point().to_path_buf();
+        let mut child = env
+            .cmd()
+            .args(["bench", "--metadata", "--files", "250000", "--threads", "2"])
+            .arg(&mnt)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait (no deadline: the child's exit ends the wait) for the files.
+        let tree_has_files = || {
+            std::fs::read_dir(&mnt)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.path().join("d000000").join("f000000099").exists())
+        };
+        while !tree_has_files() {
+            if child.try_wait().unwrap().is_some() {
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "bench ended before any file: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(listing(&mnt), Vec::<String>::new(), "left behind");
+    }
+}

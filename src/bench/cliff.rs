@@ -1,0 +1,417 @@
+//! The cliff of a sustained write, pure: where the per-second rate drops
+//! and stays down (an SLC cache filling), told apart from one slow second
+//! (noise) and from a gradual decline (a drive heating up).
+//!
+//! The method:
+//! 1. a running median of 5 samples takes out isolated slow (or fast)
+//!    seconds;
+//! 2. the split of the smoothed series into two constant levels with the
+//!    least squared error (prefix sums, O(n)) is the candidate step; a
+//!    straight line is fitted as well;
+//! 3. the levels are the *medians* of the raw samples on each side; a step
+//!    is a cliff when the rate after is at most [`CLIFF_RATIO`] of the rate
+//!    before, each side has at least [`MIN_SIDE`] samples, at least 80% of
+//!    the samples on each side are on their side of the midpoint ("stays
+//!    down"), and the two levels fit the series clearly better than the
+//!    line (else it is a decline);
+//! 4. the bytes before the cliff are the bytes of the samples before it,
+//!    plus the fast part of a sample that straddles it (interpolated from
+//!    its rate between the two levels).
+
+use serde::{Deserialize, Serialize};
+
+/// A cliff: the rate after is at most this fraction of the rate before.
+pub const CLIFF_RATIO: f64 = 0.8;
+/// Samples needed on each side of a cliff.
+pub const MIN_SIDE: usize = 3;
+/// Samples needed for any verdict.
+pub const MIN_SAMPLES: usize = 2 * MIN_SIDE;
+/// A decline: the fitted line ends at most this fraction of where it starts.
+pub const DECLINE_RATIO: f64 = 0.8;
+
+/// One second of the series.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// Seconds from the start, at the end of the interval.
+    pub t_secs: f64,
+    /// Bytes per second over the interval.
+    pub bytes_per_sec: f64,
+}
+
+/// What the series shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Shape {
+    /// The rate held (within the noise).
+    Steady,
+    /// The rate dropped at one point and stayed down.
+    Cliff,
+    /// The rate sank gradually (e.g. thermal throttling), no single step.
+    Decline,
+    /// Too few samples to tell.
+    TooShort,
+}
+
+/// The verdict on a series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CliffAnalysis {
+    /// What it shows.
+    pub shape: Shape,
+    /// Samples analysed.
+    pub samples: usize,
+    /// Bytes the series accounts for.
+    pub total_bytes: u64,
+    /// Median rate over the whole series.
+    pub median_bytes_per_sec: f64,
+    /// Cliff: seconds from the start when the rate dropped.
+    pub at_secs: Option<f64>,
+    /// Cliff: bytes written before it.
+    pub bytes_before: Option<u64>,
+    /// Cliff: median rate before it; decline: the fitted start.
+    pub rate_before: Option<f64>,
+    /// Cliff: median rate after it; decline: the fitted end.
+    pub rate_after: Option<f64>,
+    /// `rate_after / rate_before`.
+    pub ratio: Option<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Running median over `2 * half + 1` samples (shorter at the ends).
+pub fn running_median(v: &[f64], half: usize) -> Vec<f64> {
+    (0..v.len())
+        .map(|i| {
+            let lo = i.saturating_sub(half);
+            let hi = (i + half + 1).min(v.len());
+            median(&v[lo..hi])
+        })
+        .collect()
+}
+
+/// The split `k` (first sample of the second level) with the least
+/// squared error of two constant levels, with `min_side` samples each
+/// side; and that error.
+fn best_split(v: &[f64], min_side: usize) -> Option<(usize, f64)> {
+    let n = v.len();
+    if n < 2 * min_side {
+        return None;
+    }
+    let mut s = vec![0.0; n + 1];
+    let mut q = vec![0.0; n + 1];
+    for (i, x) in v.iter().enumerate() {
+        s[i + 1] = s[i] + x;
+        q[i + 1] = q[i] + x * x;
+    }
+    let sse = |a: usize, b: usize| {
+        let m = (b - a) as f64;
+        let sum = s[b] - s[a];
+        (q[b] - q[a]) - sum * sum / m
+    };
+    (min_side..=n - min_side)
+        .map(|k| (k, sse(0, k) + sse(k, n)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// Least-squares line through `v` (x = index): intercept, slope, error.
+fn line_fit(v: &[f64]) -> (f64, f64, f64) {
+    let n = v.len() as f64;
+    let mx = (n - 1.0) / 2.0;
+    let my = v.iter().sum::<f64>() / n;
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for (i, y) in v.iter().enumerate() {
+        let dx = i as f64 - mx;
+        sxy += dx * (y - my);
+        sxx += dx * dx;
+    }
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let icpt = my - slope * mx;
+    let sse = v
+        .iter()
+        .enumerate()
+        .map(|(i, y)| (y - icpt - slope * i as f64).powi(2))
+        .sum();
+    (icpt, slope, sse)
+}
+
+/// Seconds each sample covers.
+fn durations(series: &[Point]) -> Vec<f64> {
+    let mut prev = 0.0;
+    series
+        .iter()
+        .map(|p| {
+            let d = (p.t_secs - prev).max(0.0);
+            prev = p.t_secs;
+            if d > 0.0 { d } else { 1.0 }
+        })
+        .collect()
+}
+
+/// Finds the cliff (see the module documentation).
+pub fn analyse(series: &[Point]) -> CliffAnalysis {
+    let raw: Vec<f64> = series.iter().map(|p| p.bytes_per_sec.max(0.0)).collect();
+    let dt = durations(series);
+    let bytes: Vec<f64> = raw.iter().zip(&dt).map(|(r, d)| r * d).collect();
+    let mut a = CliffAnalysis {
+        shape: Shape::TooShort,
+        samples: raw.len(),
+        total_bytes: bytes.iter().sum::<f64>() as u64,
+        median_bytes_per_sec: median(&raw),
+        at_secs: None,
+        bytes_before: None,
+        rate_before: None,
+        rate_after: None,
+        ratio: None,
+    };
+    if raw.len() < MIN_SAMPLES {
+        return a;
+    }
+    a.shape = Shape::Steady;
+    let smooth = running_median(&raw, 2);
+    let (icpt, slope, line_sse) = line_fit(&smooth);
+    let Some((k, step_sse)) = best_split(&smooth, MIN_SIDE) else {
+        return a;
+    };
+    let before = median(&raw[..k]);
+    let after = median(&raw[k..]);
+    let mid = (before + after) / 2.0;
+    let share = |v: &[f64], high: bool| {
+        v.iter().filter(|x| (**x >= mid) == high).count() as f64 / v.len() as f64
+    };
+    let stays = share(&raw[..k], true) >= 0.8 && share(&raw[k..], false) >= 0.8;
+    let is_step =
+        before > 0.0 && after <= CLIFF_RATIO * before && stays && step_sse < 0.5 * line_sse;
+    if is_step {
+        // A sample that straddles the step: its fast part counts before.
+        let band = 0.15 * (before - after);
+        let mixed = |j: usize| raw[j] > after + band && raw[j] < before - band;
+        let (whole, part) = if mixed(k) {
+            (k, Some(k))
+        } else if mixed(k - 1) {
+            (k - 1, Some(k - 1))
+        } else {
+            (k, None)
+        };
+        let mut b: f64 = bytes[..whole].iter().sum();
+        let mut at = if whole == 0 {
+            0.0
+        } else {
+            series[whole - 1].t_secs
+        };
+        if let Some(j) = part {
+            let f = ((raw[j] - after) / (before - after)).clamp(0.0, 1.0);
+            b += f * before * dt[j];
+            at += f * dt[j];
+        }
+        a.shape = Shape::Cliff;
+        a.at_secs = Some(at);
+        a.bytes_before = Some(b as u64);
+        a.rate_before = Some(before);
+        a.rate_after = Some(after);
+        a.ratio = Some(after / before);
+        return a;
+    }
+    let start = icpt;
+    let end = icpt + slope * (smooth.len() - 1) as f64;
+    if start > 0.0 && slope < 0.0 && end <= DECLINE_RATIO * start {
+        a.shape = Shape::Decline;
+        a.rate_before = Some(start);
+        a.rate_after = Some(end.max(0.0));
+        a.ratio = Some(end.max(0.0) / start);
+    }
+    a
+}
+
+/// Eight-level sparkline of the rates.
+pub fn sparkline(rates: &[f64], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    if rates.is_empty() || width == 0 {
+        return String::new();
+    }
+    // Bucket into at most `width` columns (mean of each bucket).
+    let cols = rates.len().min(width);
+    let vals: Vec<f64> = (0..cols)
+        .map(|c| {
+            let lo = c * rates.len() / cols;
+            let hi = ((c + 1) * rates.len() / cols).max(lo + 1);
+            rates[lo..hi].iter().sum::<f64>() / (hi - lo) as f64
+        })
+        .collect();
+    let max = vals.iter().copied().fold(0.0, f64::max);
+    vals.iter()
+        .map(|v| {
+            if max <= 0.0 {
+                BARS[0]
+            } else {
+                BARS[((v / max) * 7.0).round().clamp(0.0, 7.0) as usize]
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: f64 = 1e6;
+
+    fn series(rates: &[f64]) -> Vec<Point> {
+        rates
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Point {
+                t_secs: (i + 1) as f64,
+                bytes_per_sec: *r,
+            })
+            .collect()
+    }
+
+    /// Deterministic noise in [-amp, amp] (a small LCG).
+    fn noisy(base: &[f64], amp: f64, seed: u64) -> Vec<f64> {
+        let mut x = seed;
+        base.iter()
+            .map(|b| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                b * (1.0 + amp * (2.0 * u - 1.0))
+            })
+            .collect()
+    }
+
+    fn step(n1: usize, r1: f64, n2: usize, r2: f64) -> Vec<f64> {
+        let mut v = vec![r1; n1];
+        v.extend(vec![r2; n2]);
+        v
+    }
+
+    #[test]
+    fn a_clean_step_is_a_cliff_with_its_bytes_and_rates() {
+        let a = analyse(&series(&step(20, 1000.0 * MB, 15, 500.0 * MB)));
+        assert_eq!(a.shape, Shape::Cliff);
+        assert_eq!(a.bytes_before, Some(20_000_000_000));
+        assert_eq!(a.rate_before, Some(1000.0 * MB));
+        assert_eq!(a.rate_after, Some(500.0 * MB));
+        assert_eq!(a.ratio, Some(0.5));
+        assert_eq!(a.at_secs, Some(20.0));
+    }
+
+    #[test]
+    fn a_sample_straddling_the_step_is_split_by_its_rate() {
+        // 12 s at 30 MB/s, then one second 40% fast / 60% slow, then 8 MB/s.
+        let mut v = step(12, 30.0 * MB, 0, 0.0);
+        v.push(0.4 * 30.0 * MB + 0.6 * 8.0 * MB);
+        v.extend(vec![8.0 * MB; 10]);
+        let a = analyse(&series(&v));
+        assert_eq!(a.shape, Shape::Cliff);
+        let b = a.bytes_before.unwrap() as f64;
+        assert!((b - 372.0 * MB).abs() < 1.0 * MB, "{b}");
+        assert!((a.at_secs.unwrap() - 12.4).abs() < 0.01);
+    }
+
+    #[test]
+    fn one_slow_second_is_not_a_cliff() {
+        for at in [0, 5, 17, 29] {
+            let mut v = noisy(&vec![800.0 * MB; 30], 0.05, at as u64 + 1);
+            v[at] = 100.0 * MB;
+            let a = analyse(&series(&v));
+            assert_eq!(a.shape, Shape::Steady, "slow second at {at}: {a:?}");
+            assert_eq!(a.bytes_before, None);
+        }
+        // Two slow seconds apart: still steady.
+        let mut v = noisy(&vec![800.0 * MB; 30], 0.05, 9);
+        v[8] = 50.0 * MB;
+        v[20] = 50.0 * MB;
+        assert_eq!(analyse(&series(&v)).shape, Shape::Steady);
+    }
+
+    #[test]
+    fn noise_alone_is_steady() {
+        for seed in 1..20 {
+            let v = noisy(&vec![500.0 * MB; 60], 0.15, seed);
+            let a = analyse(&series(&v));
+            assert_eq!(a.shape, Shape::Steady, "seed {seed}: {a:?}");
+        }
+    }
+
+    #[test]
+    fn a_noisy_step_is_found_near_its_place() {
+        for seed in 1..20 {
+            let v = noisy(&step(40, 1000.0 * MB, 30, 450.0 * MB), 0.1, seed);
+            let mut v = v;
+            v[10] = 100.0 * MB; // and a slow second before it
+            let a = analyse(&series(&v));
+            assert_eq!(a.shape, Shape::Cliff, "seed {seed}: {a:?}");
+            let b = a.bytes_before.unwrap() as f64;
+            assert!(
+                (b / 40e9 - 1.0).abs() < 0.05,
+                "seed {seed}: bytes before {b}"
+            );
+            let r = a.ratio.unwrap();
+            assert!((0.4..0.5).contains(&r), "seed {seed}: ratio {r}");
+        }
+    }
+
+    #[test]
+    fn one_burst_second_does_not_hide_or_move_a_cliff() {
+        // The last second (a flush, a cache freed) reads 5× the first rate:
+        // a least-squares split on the raw series would put the step just
+        // before it; the running median keeps it where the rate fell.
+        let mut v = step(20, 1000.0 * MB, 15, 500.0 * MB);
+        v.push(5000.0 * MB);
+        let a = analyse(&series(&v));
+        assert_eq!(a.shape, Shape::Cliff, "{a:?}");
+        assert_eq!(a.bytes_before, Some(20_000_000_000));
+    }
+
+    #[test]
+    fn a_gradual_decline_is_not_a_step() {
+        // 1000 → 550 MB/s over 60 s, as a drive heating up.
+        let lin: Vec<f64> = (0..60).map(|i| (1000.0 - 7.5 * i as f64) * MB).collect();
+        for (amp, seed) in [(0.0, 1), (0.05, 2), (0.05, 3), (0.1, 4)] {
+            let a = analyse(&series(&noisy(&lin, amp, seed)));
+            assert_eq!(a.shape, Shape::Decline, "noise {amp}: {a:?}");
+            assert_eq!(a.bytes_before, None);
+            let r = a.ratio.unwrap();
+            assert!((0.45..0.65).contains(&r), "{r}");
+        }
+        // A slight drift is steady.
+        let drift: Vec<f64> = (0..60).map(|i| (1000.0 - 1.0 * i as f64) * MB).collect();
+        assert_eq!(analyse(&series(&drift)).shape, Shape::Steady);
+    }
+
+    #[test]
+    fn a_dip_that_recovers_is_not_a_cliff() {
+        let mut v = step(20, 900.0 * MB, 6, 300.0 * MB);
+        v.extend(vec![900.0 * MB; 20]);
+        assert_ne!(analyse(&series(&v)).shape, Shape::Cliff);
+    }
+
+    #[test]
+    fn a_small_drop_is_steady_and_short_series_are_too_short() {
+        let a = analyse(&series(&step(20, 1000.0 * MB, 20, 900.0 * MB)));
+        assert_eq!(a.shape, Shape::Steady);
+        let a = analyse(&series(&[1.0, 2.0, 3.0]));
+        assert_eq!(a.shape, Shape::TooShort);
+        assert_eq!(a.total_bytes, 6);
+    }
+
+    #[test]
+    fn sparkline_scales_to_the_peak() {
+        assert_eq!(sparkline(&[1.0, 1.0, 0.5, 0.0], 10), "██▅▁");
+        assert_eq!(sparkline(&step(10, 2.0, 10, 1.0), 4).chars().count(), 4);
+        assert_eq!(sparkline(&[], 10), "");
+    }
+}

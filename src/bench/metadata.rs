@@ -1,0 +1,542 @@
+//! `bench --metadata`: the small-file storm. N empty files created over
+//! directories by T threads, then `syncfs`; all of them stat'ed cold; all
+//! deleted, then `syncfs`. Files per second for each phase, the sync
+//! times, and what each member device wrote (diskstats): the metadata
+//! profile (RAID1 vs RAID1C3) shows in those bytes and times.
+//!
+//! Everything happens in a fresh directory (mode 0700) under DIR, removed
+//! on every exit path (error, panic, signal).
+
+use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::Instant;
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::profile::Profile;
+use crate::parse::size::format_iec;
+use crate::sys::root::SysRoot;
+use crate::sys::{btrfs, diskstats, fs as sysfs};
+
+use super::report::{MemberDevice, TargetInfo};
+use super::{WORK_DIR_PREFIX, check_stop, sensors};
+
+/// Default number of files (the seed's test).
+pub const DEFAULT_FILES: u64 = 200_000;
+/// Default threads.
+pub const DEFAULT_THREADS: u32 = 4;
+/// Files per directory.
+pub const FILES_PER_DIR: u64 = 1000;
+/// Report version.
+pub const REPORT_VERSION: u32 = 1;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct MetadataOptions {
+    /// DIR.
+    pub dir: PathBuf,
+    /// Files to create.
+    pub files: u64,
+    /// Threads.
+    pub threads: u32,
+    /// Drop the kernel's caches before the stat phase (root).
+    pub cold: bool,
+    /// Where /proc and /sys are read.
+    pub sysroot: SysRoot,
+}
+
+impl MetadataOptions {
+    /// Defaults for DIR.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            files: DEFAULT_FILES,
+            threads: DEFAULT_THREADS,
+            cold: true,
+            sysroot: SysRoot::host(),
+        }
+    }
+
+    /// Checks the numbers.
+    pub fn validate(&self) -> Result<()> {
+        if !(100..=100_000_000).contains(&self.files) {
+            return Err(Error::usage("--files must be between 100 and 100000000"));
+        }
+        if !(1..=256).contains(&self.threads) {
+            return Err(Error::usage("--threads must be between 1 and 256"));
+        }
+        Ok(())
+    }
+
+    /// Directories the files are spread over.
+    pub fn dirs(&self) -> u64 {
+        self.files.div_ceil(FILES_PER_DIR)
+    }
+
+    /// Free space asked for: ~2 KiB of metadata per file (inode, names,
+    /// twice with a mirrored profile) and a margin.
+    pub fn needed_space(&self) -> u64 {
+        self.files * 2048 + (64 << 20)
+    }
+}
+
+/// One phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    /// `create`, `stat` or `delete`.
+    pub name: String,
+    /// Files handled.
+    pub files: u64,
+    /// Seconds for the files (without the sync).
+    pub seconds: f64,
+    /// Files per second (without the sync).
+    pub files_per_sec: f64,
+    /// Seconds `syncfs` took after it (create, delete).
+    pub sync_seconds: Option<f64>,
+    /// Files per second including the sync.
+    pub files_per_sec_with_sync: f64,
+    /// Bytes the member devices wrote during the phase and its sync.
+    pub device_write_bytes: u64,
+    /// The same per member device.
+    pub per_member: Vec<MemberBytes>,
+}
+
+/// Bytes one member wrote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberBytes {
+    /// Kernel name.
+    pub device: String,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+}
+
+/// The report of `bench --metadata`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetadataReport {
+    /// Format version.
+    pub report_version: u32,
+    /// Always `metadata`.
+    pub mode: String,
+    /// 0.
+    pub exit_code: u8,
+    /// One sentence.
+    pub summary: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// The filesystem.
+    pub target: TargetInfo,
+    /// Its metadata profiles (btrfs).
+    pub metadata_profiles: Vec<Profile>,
+    /// Files.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Threads.
+    pub threads: u32,
+    /// The kernel's dentry/inode caches were dropped before the stat phase.
+    pub stat_cold: bool,
+    /// create, stat, delete.
+    pub phases: Vec<Phase>,
+    /// The directory was removed.
+    pub work_dir_removed: bool,
+    /// Notes.
+    pub notes: Vec<String>,
+}
+
+/// The work directory, removed with everything in it when dropped.
+struct TreeGuard {
+    path: PathBuf,
+}
+
+impl TreeGuard {
+    fn create(parent: &Path) -> Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        for attempt in 0..10u32 {
+            let path = parent.join(format!(
+                "{WORK_DIR_PREFIX}meta-{}-{}",
+                std::process::id(),
+                attempt
+            ));
+            match fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(Self { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::from_io(&e, "cannot create a directory in", parent)),
+            }
+        }
+        Err(Error::new(
+            ErrorKind::State,
+            format!("cannot find a fresh directory name in {}", parent.display()),
+        ))
+    }
+
+    fn remove(mut self) -> Result<()> {
+        let p = std::mem::take(&mut self.path);
+        // remove_dir_all does not follow symlinks; only this tree is ours.
+        fs::remove_dir_all(&p).map_err(|e| Error::from_io(&e, "cannot remove", &p))
+    }
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn dir_name(d: u64) -> String {
+    format!("d{d:06}")
+}
+
+fn file_name(i: u64) -> String {
+    format!("f{i:09}")
+}
+
+fn open_dir_at(parent: &OwnedFd, name: &str, path: &Path) -> Result<OwnedFd> {
+    rustix::fs::openat(
+        parent,
+        name,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::from_io(&e.into(), "cannot open", &path.join(name)))
+}
+
+/// Runs `op(dir_fd, file_index)` for every file, the directories split
+/// between `threads` threads; stops early (error) on a signal.
+fn for_all_files(
+    root: &OwnedFd,
+    root_path: &Path,
+    opts: &MetadataOptions,
+    op: &(dyn Fn(&OwnedFd, u64) -> std::io::Result<()> + Sync),
+) -> Result<u64> {
+    let dirs = opts.dirs();
+    let done = AtomicU64::new(0);
+    let next_dir = AtomicU64::new(0);
+    let failure: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
+    thread::scope(|s| {
+        for _ in 0..opts.threads {
+            s.spawn(|| {
+                loop {
+                    let d = next_dir.fetch_add(1, Ordering::SeqCst);
+                    if d >= dirs || check_stop().is_err() {
+                        return;
+                    }
+                    if failure.lock().map(|f| f.is_some()).unwrap_or(true) {
+                        return;
+                    }
+                    let name = dir_name(d);
+                    let r = open_dir_at(root, &name, root_path).and_then(|fd| {
+                        let lo = d * FILES_PER_DIR;
+                        let hi = (lo + FILES_PER_DIR).min(opts.files);
+                        for i in lo..hi {
+                            op(&fd, i).map_err(|e| {
+                                Error::from_io(
+                                    &e,
+                                    "cannot handle",
+                                    &root_path.join(&name).join(file_name(i)),
+                                )
+                            })?;
+                        }
+                        done.fetch_add(hi - lo, Ordering::SeqCst);
+                        Ok(())
+                    });
+                    if let Err(e) = r
+                        && let Ok(mut f) = failure.lock()
+                    {
+                        f.get_or_insert(e);
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failure.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    check_stop()?;
+    Ok(done.into_inner())
+}
+
+fn counters(devs: &[MemberDevice], root: &SysRoot) -> Vec<(u64, u64)> {
+    let stats = diskstats::read_stats(root).unwrap_or_default();
+    devs.iter()
+        .map(|d| {
+            stats
+                .iter()
+                .find(|s| s.major == d.major && s.minor == d.minor)
+                .map_or((0, 0), |s| (s.bytes_read(), s.bytes_written()))
+        })
+        .collect()
+}
+
+fn syncfs(fd: &OwnedFd, path: &Path) -> Result<f64> {
+    let t = Instant::now();
+    rustix::fs::syncfs(fd.as_fd()).map_err(|e| Error::from_io(&e.into(), "cannot sync", path))?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn phase(
+    name: &str,
+    files: u64,
+    seconds: f64,
+    sync_seconds: Option<f64>,
+    devs: &[MemberDevice],
+    before: &[(u64, u64)],
+    after: &[(u64, u64)],
+) -> Phase {
+    let per_member: Vec<MemberBytes> = devs
+        .iter()
+        .zip(before.iter().zip(after))
+        .map(|(d, (b, a))| MemberBytes {
+            device: d.name.clone(),
+            read_bytes: a.0.saturating_sub(b.0),
+            write_bytes: a.1.saturating_sub(b.1),
+        })
+        .collect();
+    let total = seconds + sync_seconds.unwrap_or(0.0);
+    Phase {
+        name: name.to_owned(),
+        files,
+        seconds,
+        files_per_sec: files as f64 / seconds.max(1e-9),
+        sync_seconds,
+        files_per_sec_with_sync: files as f64 / total.max(1e-9),
+        device_write_bytes: per_member.iter().map(|m| m.write_bytes).sum(),
+        per_member,
+    }
+}
+
+/// Runs the metadata test (see the module documentation). `progress` is
+/// called with the phase's name when it starts; `started` just before the
+/// work directory is made.
+pub fn run(
+    opts: &MetadataOptions,
+    started: &mut dyn FnMut(),
+    progress: &mut dyn FnMut(&str),
+) -> Result<MetadataReport> {
+    opts.validate()?;
+    let info = sysfs::inspect_dir(&opts.sysroot, &opts.dir)?;
+    let fs_type = info.mount.fs_type.clone();
+    super::refuse_memory_backed(&fs_type, &info.dir)?;
+    if info.read_only {
+        return Err(Error::new(
+            ErrorKind::ReadOnly,
+            format!(
+                "{} is on a read-only filesystem: --metadata creates files",
+                info.dir.display()
+            ),
+        )
+        .with_hint("remount it read-write"));
+    }
+    let need = opts.needed_space();
+    if info.available_bytes < need {
+        return Err(Error::new(
+            ErrorKind::NoSpace,
+            format!(
+                "not enough free space in {} for {} files: the test needs about {}, {} is free",
+                info.dir.display(),
+                opts.files,
+                format_iec(need),
+                format_iec(info.available_bytes)
+            ),
+        )
+        .with_hint("free some space or use fewer --files"));
+    }
+    let is_btrfs = fs_type == "btrfs";
+    let profiles = if is_btrfs {
+        btrfs::block_group_profiles(&info.dir).ok()
+    } else {
+        None
+    };
+    let (devices, devices_missing) =
+        sensors::member_devices(&opts.sysroot, &info.dir, &info.mount)?;
+    let cold = opts.cold && crate::sys::is_root();
+    super::install_signals()?;
+    check_stop()?;
+
+    started();
+    let work = TreeGuard::create(&info.dir)?;
+    let root: OwnedFd = sysfs::open_dir(&work.path)?.into();
+    let mut phases = Vec::new();
+
+    // create: the directories, then the files.
+    progress("create");
+    let b = counters(&devices, &opts.sysroot);
+    let t = Instant::now();
+    for d in 0..opts.dirs() {
+        rustix::fs::mkdirat(&root, dir_name(d).as_str(), Mode::from_raw_mode(0o700)).map_err(
+            |e| Error::from_io(&e.into(), "cannot create", &work.path.join(dir_name(d))),
+        )?;
+    }
+    let n = for_all_files(&root, &work.path, opts, &|fd, i| {
+        rustix::fs::openat(
+            fd,
+            file_name(i).as_str(),
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )
+        .map(drop)
+        .map_err(std::io::Error::from)
+    })?;
+    let secs = t.elapsed().as_secs_f64();
+    let sync = syncfs(&root, &work.path)?;
+    let a = counters(&devices, &opts.sysroot);
+    phases.push(phase("create", n, secs, Some(sync), &devices, &b, &a));
+
+    // stat, cold.
+    if cold {
+        crate::sys::pagecache::drop_all_caches()?;
+    }
+    progress("stat");
+    let b = counters(&devices, &opts.sysroot);
+    let t = Instant::now();
+    let n = for_all_files(&root, &work.path, opts, &|fd, i| {
+        rustix::fs::statat(fd, file_name(i).as_str(), AtFlags::SYMLINK_NOFOLLOW)
+            .map(drop)
+            .map_err(std::io::Error::from)
+    })?;
+    let secs = t.elapsed().as_secs_f64();
+    let a = counters(&devices, &opts.sysroot);
+    phases.push(phase("stat", n, secs, None, &devices, &b, &a));
+
+    // delete.
+    progress("delete");
+    let b = counters(&devices, &opts.sysroot);
+    let t = Instant::now();
+    let n = for_all_files(&root, &work.path, opts, &|fd, i| {
+        rustix::fs::unlinkat(fd, file_name(i).as_str(), AtFlags::empty())
+            .map_err(std::io::Error::from)
+    })?;
+    for d in 0..opts.dirs() {
+        rustix::fs::unlinkat(&root, dir_name(d).as_str(), AtFlags::REMOVEDIR).map_err(|e| {
+            Error::from_io(&e.into(), "cannot remove", &work.path.join(dir_name(d)))
+        })?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let sync = syncfs(&root, &work.path)?;
+    let a = counters(&devices, &opts.sysroot);
+    phases.push(phase("delete", n, secs, Some(sync), &devices, &b, &a));
+    drop(root);
+    work.remove()?;
+
+    let mut notes = Vec::new();
+    if !cold {
+        notes.push(if opts.cold {
+            "not root: the dentry and inode caches could not be dropped, so the stat phase is warm"
+                .to_owned()
+        } else {
+            "the stat phase is warm (caches not dropped)".to_owned()
+        });
+    } else {
+        notes.push("the kernel's page, dentry and inode caches were dropped (all filesystems) before the stat phase".to_owned());
+    }
+    if !devices_missing.is_empty() {
+        notes.push(format!(
+            "/proc/diskstats does not show {}: their bytes are not counted",
+            devices_missing.join(", ")
+        ));
+    }
+    let metadata_profiles = profiles
+        .as_ref()
+        .map(|p| p.metadata.clone())
+        .unwrap_or_default();
+    let c = &phases[0];
+    let summary = format!(
+        "{} files by {} threads: create {:.0} files/s (sync {:.2} s), stat {:.0} files/s{}, delete {:.0} files/s (sync {:.2} s); the devices wrote {} for the creates{}",
+        opts.files,
+        opts.threads,
+        c.files_per_sec,
+        c.sync_seconds.unwrap_or(0.0),
+        phases[1].files_per_sec,
+        if cold { " cold" } else { " warm" },
+        phases[2].files_per_sec,
+        phases[2].sync_seconds.unwrap_or(0.0),
+        format_iec(c.device_write_bytes),
+        if metadata_profiles.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (metadata {})",
+                metadata_profiles
+                    .iter()
+                    .map(|p| format!("{p:?}").to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join("+")
+            )
+        }
+    );
+    let mount_options: Vec<String> = info.mount.options().map(str::to_owned).collect();
+    Ok(MetadataReport {
+        report_version: REPORT_VERSION,
+        mode: "metadata".into(),
+        exit_code: 0,
+        summary,
+        kernel: crate::sys::kernel_release(),
+        target: TargetInfo {
+            dir: info.dir.clone(),
+            mount_point: info.mount.mount_point.clone(),
+            fs_type,
+            source: info.mount.source.clone(),
+            compression_option: super::compression_option(&mount_options),
+            mount_options,
+            data_profiles: profiles.map(|p| p.data).unwrap_or_default(),
+            devices,
+            devices_missing,
+        },
+        metadata_profiles,
+        files: opts.files,
+        dirs: opts.dirs(),
+        threads: opts.threads,
+        stat_cold: cold,
+        phases,
+        work_dir_removed: true,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_and_layout() {
+        let mut o = MetadataOptions::new("/d");
+        assert!(o.validate().is_ok());
+        assert_eq!(o.dirs(), 200);
+        o.files = 1001;
+        assert_eq!(o.dirs(), 2);
+        o.files = 10;
+        assert_eq!(o.validate().unwrap_err().exit_code(), 2);
+        o.files = 1000;
+        o.threads = 0;
+        assert_eq!(o.validate().unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn the_storm_runs_on_a_plain_directory_and_leaves_nothing() {
+        // tmpfs is refused (no device); any disk filesystem will do.
+        let t = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let mut o = MetadataOptions::new(t.path());
+        o.files = 2500;
+        o.threads = 3;
+        o.cold = false;
+        let mut seen = Vec::new();
+        let r = run(&o, &mut || {}, &mut |p| seen.push(p.to_owned())).unwrap();
+        assert_eq!(seen, ["create", "stat", "delete"]);
+        assert_eq!(r.dirs, 3);
+        let names: Vec<&str> = r.phases.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["create", "stat", "delete"]);
+        assert!(r.phases.iter().all(|p| p.files == 2500), "{r:#?}");
+        assert!(r.phases[0].sync_seconds.is_some() && r.phases[1].sync_seconds.is_none());
+        assert!(!r.stat_cold);
+        assert_eq!(fs::read_dir(t.path()).unwrap().count(), 0);
+    }
+}

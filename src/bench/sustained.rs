@@ -1,0 +1,662 @@
+//! `bench --sustained`: one long sequential O_DIRECT write, its rate second
+//! by second (fio's bandwidth log, and each member's diskstats), and the
+//! cliff where it drops and stays down ([`super::cliff`]).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::finding::{Finding, Severity};
+use crate::model::profile::Profile;
+use crate::parse::fio::parse_bw_log;
+use crate::parse::size::format_iec;
+use crate::sys::diskstats;
+use crate::sys::fio::FioRunner;
+use crate::sys::root::SysRoot;
+use crate::sys::{btrfs, fs as sysfs};
+
+use super::cliff::{self, CliffAnalysis, Point, Shape};
+use super::report::{MemberDevice, SystemInfo, TargetInfo};
+use super::{WorkDir, check_stop, hook, jobs::IOENGINE, sensors};
+
+/// Smallest sustained write worth running.
+pub const MIN_SIZE: u64 = 256 << 20;
+/// Without SIZE or --fill: this percent of the free space.
+pub const DEFAULT_FILL_PERCENT: u32 = 80;
+/// The test file's name.
+pub const TEST_FILE: &str = "sustained.dat";
+/// Report version.
+pub const REPORT_VERSION: u32 = 1;
+/// Exit status when a signal stopped the write (the report is still given).
+pub const EXIT_STOPPED: u8 = 130;
+
+/// Test hook: a cgroup directory this process joins before fio starts
+/// (fio inherits it; the test throttles the cgroup's writes).
+pub const HOOK_CGROUP: &str = "BTRFS_LAB_BENCH_CGROUP";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct SustainedOptions {
+    /// DIR.
+    pub dir: PathBuf,
+    /// Bytes to write; `None`: `fill_percent` of the free space.
+    pub size: Option<u64>,
+    /// Percent of the free space to write (1-95).
+    pub fill_percent: Option<u32>,
+    /// Stop after this many seconds.
+    pub time_limit_secs: Option<u64>,
+    /// Where /proc and /sys are read.
+    pub sysroot: SysRoot,
+}
+
+impl SustainedOptions {
+    /// Defaults for DIR.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            size: None,
+            fill_percent: None,
+            time_limit_secs: None,
+            sysroot: SysRoot::host(),
+        }
+    }
+
+    /// Checks the numbers that do not depend on the filesystem.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(s) = self.size
+            && s < MIN_SIZE
+        {
+            return Err(Error::usage(format!(
+                "--sustained {} is too small to show a sustained rate: use {} or more",
+                format_iec(s),
+                format_iec(MIN_SIZE)
+            )));
+        }
+        if let Some(p) = self.fill_percent
+            && !(1..=95).contains(&p)
+        {
+            return Err(Error::usage(
+                "--fill must be between 1 and 95 (percent of the free space)",
+            ));
+        }
+        if let Some(t) = self.time_limit_secs
+            && t < 5
+        {
+            return Err(Error::usage("--time must be at least 5 seconds"));
+        }
+        Ok(())
+    }
+}
+
+/// Free space left alone whatever is asked.
+pub fn margin(available: u64) -> u64 {
+    (available / 20).max(64 << 20)
+}
+
+/// The bytes to write given the free space, or a refusal that says how
+/// much is needed.
+pub fn plan_size(opts: &SustainedOptions, available: u64, dir: &Path) -> Result<u64> {
+    let mib = |x: u64| x / (1 << 20) * (1 << 20);
+    let room = available.saturating_sub(margin(available));
+    let size = match opts.size {
+        Some(s) => mib(s),
+        None => mib((available / 100
+            * u64::from(opts.fill_percent.unwrap_or(DEFAULT_FILL_PERCENT)))
+        .min(room)),
+    };
+    if size < MIN_SIZE || size > room {
+        let need = size.max(MIN_SIZE) + margin(available);
+        return Err(Error::new(
+            ErrorKind::NoSpace,
+            format!(
+                "not enough free space in {} for a sustained write: it needs {} ({} written + {} left free), {} is free",
+                dir.display(),
+                format_iec(need),
+                format_iec(size.max(MIN_SIZE)),
+                format_iec(margin(available)),
+                format_iec(available)
+            ),
+        )
+        .with_hint("free some space, or give a smaller SIZE or --fill"));
+    }
+    Ok(size)
+}
+
+/// The warning shown before the write: how much, the wear, how long.
+pub fn warning(size: u64, time_limit_secs: Option<u64>, dir: &Path) -> String {
+    let at = |mbps: f64| {
+        let s = (size as f64 / (mbps * 1e6)).ceil() as u64;
+        let s = time_limit_secs.map_or(s, |t| s.min(t));
+        format!("{}m{:02}s", s / 60, s % 60)
+    };
+    format!(
+        "bench --sustained writes {} of incompressible data under {} in one go: on an SSD that is {} of its rated write endurance (TBW). It takes about {} at 2000 MB/s, {} at 500 MB/s, {} at 100 MB/s{}. Ctrl-C stops it early and still reports.",
+        format_iec(size),
+        dir.display(),
+        format_iec(size),
+        at(2000.0),
+        at(500.0),
+        at(100.0),
+        time_limit_secs.map_or(String::new(), |t| format!(" (at most {t} s: --time)")),
+    )
+}
+
+/// What the progress display shows, about once a second.
+#[derive(Debug, Clone)]
+pub struct SustainedProgress {
+    /// Bytes written so far.
+    pub bytes_written: u64,
+    /// Of.
+    pub size_bytes: u64,
+    /// Rate over the last second.
+    pub bytes_per_sec: f64,
+    /// Seconds left, estimated.
+    pub eta_secs: u64,
+}
+
+/// One member device's write rate, second by second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberSeries {
+    /// Kernel name.
+    pub device: String,
+    /// Bytes the device wrote during the run (diskstats).
+    pub write_bytes: u64,
+    /// Its series.
+    pub series: Vec<Point>,
+    /// Its cliff.
+    pub analysis: CliffAnalysis,
+}
+
+/// The report of `bench --sustained`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SustainedReport {
+    /// Format version.
+    pub report_version: u32,
+    /// Always `sustained`.
+    pub mode: String,
+    /// The exit status the CLI gives (0, or 130 when stopped early).
+    pub exit_code: u8,
+    /// One sentence.
+    pub summary: String,
+    /// Machine and fio.
+    pub system: SystemInfo,
+    /// The filesystem.
+    pub target: TargetInfo,
+    /// Bytes planned.
+    pub size_bytes: u64,
+    /// `--time`.
+    pub time_limit_secs: Option<u64>,
+    /// Bytes fio wrote.
+    pub bytes_written: u64,
+    /// Seconds the write ran.
+    pub seconds: f64,
+    /// A signal stopped it before SIZE or the time limit.
+    pub stopped_early: bool,
+    /// The test file and its directory were removed.
+    pub test_file_removed: bool,
+    /// fio's bandwidth log, one point a second.
+    pub series: Vec<Point>,
+    /// The cliff on it.
+    pub analysis: CliffAnalysis,
+    /// Each member's series (diskstats).
+    pub members: Vec<MemberSeries>,
+    /// What the run shows, as findings.
+    pub findings: Vec<Finding>,
+    /// Notes.
+    pub notes: Vec<String>,
+    /// The fio job file.
+    pub job_file: String,
+}
+
+/// The fio job of the sustained write.
+pub fn job_file(file: &Path, size: u64, time_limit_secs: Option<u64>, log_prefix: &Path) -> String {
+    let mut j = String::from(
+        "; btrfs-lab bench --sustained: one sequential O_DIRECT write\n; run it by hand with: fio THIS_FILE\n[sustained]\n",
+    );
+    j.push_str(&format!(
+        "filename={}\n",
+        file.display().to_string().replace(':', "\\:")
+    ));
+    j.push_str(&format!(
+        "ioengine={IOENGINE}\ndirect=1\nfallocate=none\nrw=write\nbs=1048576\niodepth=8\nnumjobs=1\nsize={size}\nrefill_buffers=0\nscramble_buffers=0\nend_fsync=1\n"
+    ));
+    if let Some(t) = time_limit_secs {
+        j.push_str(&format!("runtime={t}\n"));
+    }
+    j.push_str(&format!(
+        "write_bw_log={}\nlog_avg_msec=1000\n",
+        log_prefix.display()
+    ));
+    j
+}
+
+/// The points of fio's write bandwidth log.
+pub fn series_of_log(text: &str) -> Vec<Point> {
+    parse_bw_log(text)
+        .into_iter()
+        .filter(|e| e.direction == 1)
+        .map(|e| Point {
+            t_secs: e.msec as f64 / 1000.0,
+            bytes_per_sec: e.bytes_per_sec,
+        })
+        .collect()
+}
+
+fn gb(b: f64) -> String {
+    format!("{:.2} GB", b / 1e9)
+}
+
+fn mbps(b: f64) -> String {
+    format!("{:.1} MB/s", b / 1e6)
+}
+
+/// The findings and the sentence for an analysis.
+pub fn verdict(
+    a: &CliffAnalysis,
+    members: &[MemberSeries],
+    data_profiles: &[Profile],
+    bytes_written: u64,
+) -> (String, Vec<Finding>) {
+    let mut findings = Vec::new();
+    let summary = match a.shape {
+        Shape::Cliff => {
+            let before = a.bytes_before.unwrap_or(0) as f64;
+            let (rb, ra) = (a.rate_before.unwrap_or(0.0), a.rate_after.unwrap_or(0.0));
+            let mut f = Finding::new(
+                "sustained-write-cliff",
+                Severity::Info,
+                format!(
+                    "the write rate dropped from {} to {} after {}",
+                    mbps(rb),
+                    mbps(ra),
+                    gb(before)
+                ),
+                "a burst of this size runs at the first rate, anything longer at the second: the drives' write cache (SLC on consumer SSDs) filled",
+            )
+            .with_evidence("bytes before the cliff", gb(before))
+            .with_evidence("rate before", mbps(rb))
+            .with_evidence("rate after", mbps(ra))
+            .with_evidence("after / before", format!("{:.2}", a.ratio.unwrap_or(0.0)));
+            let cliffs: Vec<&MemberSeries> = members
+                .iter()
+                .filter(|m| m.analysis.shape == Shape::Cliff)
+                .collect();
+            let raid0 = data_profiles.contains(&Profile::Raid0) && members.len() > 1;
+            let mut s = format!(
+                "cliff after {}: {} before, {} after (×{:.2})",
+                gb(before),
+                mbps(rb),
+                mbps(ra),
+                a.ratio.unwrap_or(0.0)
+            );
+            if raid0 && cliffs.len() == members.len() {
+                let per = before / members.len() as f64;
+                f = f.with_evidence("per drive", format!("{} × {}", members.len(), gb(per)));
+                s.push_str(&format!(
+                    "; on this RAID0 of {} drives that is {} × {} per drive: each drive's write cache filled",
+                    members.len(),
+                    members.len(),
+                    gb(per)
+                ));
+            }
+            findings.push(f);
+            s
+        }
+        Shape::Decline => {
+            let (rb, ra) = (a.rate_before.unwrap_or(0.0), a.rate_after.unwrap_or(0.0));
+            findings.push(
+                Finding::new(
+                    "sustained-write-decline",
+                    Severity::Info,
+                    format!("the write rate sank gradually from {} to {}", mbps(rb), mbps(ra)),
+                    "no single step: a gradual decline is more often heat (thermal throttling) than a cache filling",
+                )
+                .with_evidence("start (fitted)", mbps(rb))
+                .with_evidence("end (fitted)", mbps(ra)),
+            );
+            format!(
+                "no cliff within {}, but a gradual decline from {} to {} (heat?)",
+                gb(bytes_written as f64),
+                mbps(rb),
+                mbps(ra)
+            )
+        }
+        Shape::Steady => format!(
+            "no cliff within {}: {} sustained (median)",
+            gb(bytes_written as f64),
+            mbps(a.median_bytes_per_sec)
+        ),
+        Shape::TooShort => format!(
+            "{} written in {} s: too short a series to tell a cliff",
+            gb(bytes_written as f64),
+            a.samples
+        ),
+    };
+    (summary, findings)
+}
+
+fn member_series(names: &[String], samples: &[(f64, Vec<u64>)]) -> Vec<MemberSeries> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut series = Vec::new();
+            for w in samples.windows(2) {
+                let dt = w[1].0 - w[0].0;
+                if dt <= 0.0 {
+                    continue;
+                }
+                let d = w[1].1[i].saturating_sub(w[0].1[i]);
+                series.push(Point {
+                    t_secs: w[1].0,
+                    bytes_per_sec: d as f64 / dt,
+                });
+            }
+            let write_bytes = match (samples.first(), samples.last()) {
+                (Some(a), Some(b)) => b.1[i].saturating_sub(a.1[i]),
+                _ => 0,
+            };
+            let analysis = cliff::analyse(&series);
+            MemberSeries {
+                device: name.clone(),
+                write_bytes,
+                series,
+                analysis,
+            }
+        })
+        .collect()
+}
+
+fn written_by(devs: &[MemberDevice], root: &SysRoot) -> Vec<u64> {
+    let stats = diskstats::read_stats(root).unwrap_or_default();
+    devs.iter()
+        .map(|d| {
+            stats
+                .iter()
+                .find(|s| s.major == d.major && s.minor == d.minor)
+                .map_or(0, |s| s.bytes_written())
+        })
+        .collect()
+}
+
+/// Runs the sustained write (see the module documentation). `progress`
+/// is called about once a second while fio writes; `started` just before
+/// the test directory is made.
+pub fn run(
+    opts: &SustainedOptions,
+    fio: &mut dyn FioRunner,
+    fio_path: &Path,
+    started: &mut dyn FnMut(),
+    progress: &mut dyn FnMut(&SustainedProgress),
+) -> Result<SustainedReport> {
+    opts.validate()?;
+    let info = sysfs::inspect_dir(&opts.sysroot, &opts.dir)?;
+    let fs_type = info.mount.fs_type.clone();
+    super::refuse_memory_backed(&fs_type, &info.dir)?;
+    if info.read_only {
+        return Err(Error::new(
+            ErrorKind::ReadOnly,
+            format!(
+                "{} is on a read-only filesystem: --sustained writes a test file",
+                info.dir.display()
+            ),
+        )
+        .with_hint("remount it read-write"));
+    }
+    let size = plan_size(opts, info.available_bytes, &info.dir)?;
+    let is_btrfs = fs_type == "btrfs";
+    let mount_options: Vec<String> = info.mount.options().map(str::to_owned).collect();
+    let data_profiles = if is_btrfs {
+        btrfs::data_profiles(&info.dir).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let (devices, devices_missing) =
+        sensors::member_devices(&opts.sysroot, &info.dir, &info.mount)?;
+    super::install_signals()?;
+    check_stop()?;
+    if let Some(cg) = hook(HOOK_CGROUP) {
+        crate::sys::cgroup::join(Path::new(&cg))?;
+    }
+
+    started();
+    let work = WorkDir::create(&info.dir)?;
+    super::set_dir_mode(work.path(), false, is_btrfs)?;
+    let file_path = work.path().join(TEST_FILE);
+    let file = super::create_test_file(&file_path)?;
+    let log_prefix = work.path().join("bw");
+    let job = job_file(&file_path, size, opts.time_limit_secs, &log_prefix);
+    let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
+
+    let start = Instant::now();
+    let mut samples: Vec<(f64, Vec<u64>)> = vec![(0.0, written_by(&devices, &opts.sysroot))];
+    let mut last = (0.0f64, 0u64);
+    let mut tick = || {
+        let t = start.elapsed().as_secs_f64();
+        if t - samples.last().map_or(0.0, |s| s.0) >= 1.0 {
+            samples.push((t, written_by(&devices, &opts.sysroot)));
+            // fio replaces the (empty) file it is given by its own: read
+            // the size by name.
+            let done = fs::symlink_metadata(&file_path).map_or(0, |m| m.len());
+            let rate = (done.saturating_sub(last.1)) as f64 / (t - last.0).max(1e-3);
+            last = (t, done);
+            let left_bytes = size.saturating_sub(done) as f64;
+            let mut eta = if rate > 0.0 {
+                (left_bytes / rate) as u64
+            } else {
+                0
+            };
+            if let Some(l) = opts.time_limit_secs {
+                eta = eta.min(l.saturating_sub(t as u64));
+            }
+            progress(&SustainedProgress {
+                bytes_written: done,
+                size_bytes: size,
+                bytes_per_sec: rate,
+                eta_secs: eta,
+            });
+        }
+        check_stop().is_err()
+    };
+    let watched = fio.run_watched(&work.path().join("sustained.fio"), &job, &mut tick)?;
+    let seconds = start.elapsed().as_secs_f64();
+    samples.push((seconds, written_by(&devices, &opts.sysroot)));
+    // fio names its log PREFIX_bw.1.log.
+    let mut series = Vec::new();
+    if let Ok(entries) = fs::read_dir(work.path()) {
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("bw_bw") && n.ends_with(".log") {
+                series = series_of_log(&fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    let bytes_written = watched
+        .output
+        .as_ref()
+        .and_then(|o| o.jobs.first())
+        .map(|j| j.write.io_bytes)
+        .unwrap_or_else(|| fs::symlink_metadata(&file_path).map_or(0, |m| m.len()));
+    let fio_error = watched
+        .output
+        .as_ref()
+        .and_then(|o| o.jobs.first())
+        .map_or(0, |j| j.error);
+    drop(file);
+    work.remove()?;
+    if fio_error != 0 && !watched.stopped {
+        return Err(Error::new(
+            ErrorKind::Tool,
+            format!("fio's sustained write failed (error {fio_error})"),
+        ));
+    }
+
+    let members = member_series(&names, &samples);
+    let analysis = cliff::analyse(&series);
+    let (mut summary, findings) = verdict(&analysis, &members, &data_profiles, bytes_written);
+    let mut notes = Vec::new();
+    if watched.stopped {
+        summary = format!(
+            "stopped early after {}: {summary}",
+            format_iec(bytes_written)
+        );
+    }
+    if series.is_empty() {
+        notes.push("fio left no bandwidth log: no series to analyse".to_owned());
+    }
+    if !devices_missing.is_empty() {
+        notes.push(format!(
+            "/proc/diskstats does not show {}: no per-member series for them",
+            devices_missing.join(", ")
+        ));
+    }
+    let compression = super::compression_option(&mount_options);
+    Ok(SustainedReport {
+        report_version: REPORT_VERSION,
+        mode: "sustained".into(),
+        exit_code: if watched.stopped { EXIT_STOPPED } else { 0 },
+        summary,
+        system: SystemInfo {
+            kernel: crate::sys::kernel_release(),
+            hostname: super::hostname(),
+            cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            fio_version: fio.version(),
+            fio_path: fio_path.to_path_buf(),
+        },
+        target: TargetInfo {
+            dir: info.dir.clone(),
+            mount_point: info.mount.mount_point.clone(),
+            fs_type,
+            source: info.mount.source.clone(),
+            mount_options,
+            data_profiles,
+            devices,
+            devices_missing,
+            compression_option: compression,
+        },
+        size_bytes: size,
+        time_limit_secs: opts.time_limit_secs,
+        bytes_written,
+        seconds,
+        stopped_early: watched.stopped,
+        test_file_removed: true,
+        series,
+        analysis,
+        members,
+        findings,
+        notes,
+        job_file: job,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn the_size_follows_the_free_space_and_refusals_say_what_is_needed() {
+        let dir = Path::new("/d");
+        let mut o = SustainedOptions::new(dir);
+        // Default: 80% of 100 GiB.
+        assert_eq!(plan_size(&o, 100 * GIB, dir).unwrap(), 80 * GIB);
+        o.fill_percent = Some(50);
+        assert_eq!(plan_size(&o, 100 * GIB, dir).unwrap(), 50 * GIB);
+        o.size = Some(10 * GIB);
+        assert_eq!(plan_size(&o, 100 * GIB, dir).unwrap(), 10 * GIB);
+        // SIZE beyond the free space minus the margin: refused, with the need.
+        o.size = Some(99 * GIB);
+        let e = plan_size(&o, 100 * GIB, dir).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoSpace);
+        assert!(
+            e.message().contains("it needs 104.00GiB"),
+            "{}",
+            e.message()
+        );
+        // Too little free space for the default.
+        let o = SustainedOptions::new(dir);
+        let e = plan_size(&o, 200 << 20, dir).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoSpace);
+        assert!(e.message().contains("needs 320.00MiB"), "{}", e.message());
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let mut o = SustainedOptions::new("/d");
+        assert!(o.validate().is_ok());
+        o.size = Some(1 << 20);
+        assert_eq!(o.validate().unwrap_err().exit_code(), 2);
+        o.size = None;
+        o.fill_percent = Some(99);
+        assert_eq!(o.validate().unwrap_err().exit_code(), 2);
+        o.fill_percent = None;
+        o.time_limit_secs = Some(1);
+        assert_eq!(o.validate().unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn the_job_logs_bandwidth_each_second_and_the_log_becomes_the_series() {
+        let j = job_file(
+            Path::new("/m/a:b/f"),
+            1 << 30,
+            Some(60),
+            Path::new("/m/w/bw"),
+        );
+        for l in [
+            "filename=/m/a\\:b/f",
+            "direct=1",
+            "rw=write",
+            "size=1073741824",
+            "runtime=60",
+            "write_bw_log=/m/w/bw",
+            "log_avg_msec=1000",
+        ] {
+            assert!(j.lines().any(|x| x == l), "{l} missing in\n{j}");
+        }
+        assert!(!j.contains("time_based"));
+        let s = series_of_log("1000, 1000, 1, 0, 0\n1000, 5, 0, 0, 0\n2000, 500, 1, 0, 0\n");
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[1].t_secs, 2.0);
+        assert_eq!(s[1].bytes_per_sec, 512000.0);
+    }
+
+    #[test]
+    fn raid0_cliffs_are_named_per_drive() {
+        let mk = |r1: f64, r2: f64| -> Vec<Point> {
+            (0..20)
+                .map(|i| Point {
+                    t_secs: (i + 1) as f64,
+                    bytes_per_sec: if i < 10 { r1 } else { r2 },
+                })
+                .collect()
+        };
+        let a = cliff::analyse(&mk(800e6, 400e6));
+        let m = |d: &str| MemberSeries {
+            device: d.into(),
+            write_bytes: 0,
+            series: mk(400e6, 200e6),
+            analysis: cliff::analyse(&mk(400e6, 200e6)),
+        };
+        let (s, f) = verdict(
+            &a,
+            &[m("nvme0n1"), m("nvme1n1")],
+            &[Profile::Raid0],
+            12_000_000_000,
+        );
+        assert!(s.contains("2 × 4.00 GB per drive"), "{s}");
+        assert_eq!(f[0].code, "sustained-write-cliff");
+        let (s, f) = verdict(&a, &[], &[Profile::Single], 12_000_000_000);
+        assert!(s.starts_with("cliff after 8.00 GB"), "{s}");
+        assert!(!s.contains("per drive"));
+        assert_eq!(f.len(), 1);
+        let steady = cliff::analyse(&mk(800e6, 800e6));
+        let (s, f) = verdict(&steady, &[], &[], 16_000_000_000);
+        assert_eq!(s, "no cliff within 16.00 GB: 800.0 MB/s sustained (median)");
+        assert!(f.is_empty());
+    }
+}

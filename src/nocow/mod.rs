@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
-use crate::sys::{dirfd, fs as sysfs, signals};
+use crate::sys::{beneath, fs as sysfs, signals};
 use advice::Advice;
 use audit::{Entry, EntryKind, EntryState, RootInfo, Summary, summarize};
 use migrate::{ExecOptions, Migrated};
@@ -379,14 +379,14 @@ fn run_step(
         Step::CreateDirectory { path } => {
             let (parent, name) = split_dir(path)?;
             let parent = created_or_planned_dir(opts, parent)?;
-            let made = dirfd::mkdir_at(&parent, name, path)?;
+            let made = beneath::mkdir_at(&parent, name, path)?;
             remember(opts, path, &made)?;
             out.created.push(path.clone());
         }
         Step::CreateSubvolume { path } => {
             let (parent, name) = split_dir(path)?;
             let parent = created_or_planned_dir(opts, parent)?;
-            let made = dirfd::create_subvolume_at(&parent, name, path)?;
+            let made = beneath::create_subvolume_at(&parent, name, path)?;
             remember(opts, path, &made)?;
             out.created.push(path.clone());
             out.subvolume = Some(path.clone());

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::Mode as NixMode;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{AtFlags, FileType};
 
 use super::audit::{Entry, EntryKind, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
@@ -22,7 +22,7 @@ use crate::sys::fs as sysfs;
 use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, mounts, procs, xattrs};
+use crate::sys::{beneath, btrfs, mounts, procs, xattrs};
 
 /// What the walk found below one path.
 #[derive(Debug, Clone)]
@@ -176,14 +176,7 @@ fn identity_of(file: &File, path: &Path) -> Result<FileIdentity> {
 /// it (it was resolved a moment ago: a link now means someone swapped one
 /// in).
 pub fn open_root(dir: &Path) -> Result<DirHandle> {
-    let fd = rustix::fs::openat2(
-        rustix::fs::CWD,
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|e| {
+    let fd = beneath::open_dir_no_symlinks(dir).map_err(|e| {
         Error::from_errno(
             nix::errno::Errno::from_raw(e.raw_os_error()),
             "cannot open directory",
@@ -209,14 +202,7 @@ pub fn open_beneath(
             .try_clone()
             .map_err(|e| Error::from_io(&e, "cannot open directory", shown))?
     } else {
-        let fd = rustix::fs::openat2(
-            &root.file,
-            rel,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        );
-        match fd {
+        match beneath::open_dir_beneath(root.file.as_fd(), rel) {
             Ok(fd) => File::from(fd),
             Err(e)
                 if e == rustix::io::Errno::LOOP

@@ -150,6 +150,98 @@ fn open_beneath(
     }
 }
 
+/// Opens the directory `rel` (one or more components, no `..`) below the
+/// held directory `dir`, never leaving it and never following a link:
+/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or, before Linux 5.6,
+/// one `openat(O_NOFOLLOW | O_DIRECTORY)` per component. For walks over
+/// directories other users own (nocow): nothing they rename or swap in can
+/// lead us outside `dir`. An empty `rel` reopens `dir` itself.
+pub(crate) fn open_dir_beneath(dir: BorrowedFd<'_>, rel: &Path) -> rustix::io::Result<OwnedFd> {
+    let flags = open_dir_flags();
+    if rel.as_os_str().is_empty() {
+        return rfs::openat(dir, ".", flags, Mode::empty());
+    }
+    if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return Err(RErrno::XDEV);
+    }
+    match rfs::openat2(
+        dir,
+        rel,
+        flags,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Err(RErrno::NOSYS) => {
+            let mut cur: Option<OwnedFd> = None;
+            for c in rel.components() {
+                let at = cur.as_ref().map_or(dir, |f| f.as_fd());
+                cur = Some(rfs::openat(at, c.as_os_str(), flags, Mode::empty())?);
+            }
+            cur.ok_or(RErrno::NOENT)
+        }
+        other => other,
+    }
+}
+
+/// Opens the directory at the absolute `path` without following a link in
+/// any component (`openat2(RESOLVE_NO_SYMLINKS)`, else a walk from `/` with
+/// `O_NOFOLLOW`): a path that was canonical a moment ago and now holds a
+/// link means someone swapped one in.
+pub(crate) fn open_dir_no_symlinks(path: &Path) -> rustix::io::Result<OwnedFd> {
+    let flags = open_dir_flags();
+    match rfs::openat2(
+        rfs::CWD,
+        path,
+        flags,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Err(RErrno::NOSYS) => {
+            let root = rfs::openat(rfs::CWD, "/", flags, Mode::empty())?;
+            let rel = path.strip_prefix("/").map_err(|_| RErrno::INVAL)?;
+            open_dir_beneath(root.as_fd(), rel)
+        }
+        other => other,
+    }
+}
+
+/// Creates the directory `name` in the held directory `dir` (mode 0777 less
+/// the umask) and opens it without following a link. `path` is for
+/// messages.
+pub(crate) fn mkdir_at(dir: &File, name: &OsStr, path: &Path) -> Result<File> {
+    rfs::mkdirat(dir, name, Mode::from_raw_mode(0o777))
+        .map_err(|e| err(e, "cannot create", path))?;
+    open_dir_at(dir, name, path)
+}
+
+/// Creates the btrfs subvolume `name` in the held directory `dir` and opens
+/// it.
+pub(crate) fn create_subvolume_at(dir: &File, name: &OsStr, path: &Path) -> Result<File> {
+    use nix::errno::Errno;
+    let c = std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| Error::usage(format!("bad subvolume name {}", path.display())))?;
+    btrfs_uapi::subvolume::subvolume_create(dir.as_fd(), &c, &[]).map_err(|e| match e {
+        Errno::ENOTTY | Errno::EINVAL | Errno::EOPNOTSUPP => Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is not on a btrfs filesystem", path.display()),
+        ),
+        Errno::EEXIST => Error::new(
+            ErrorKind::WrongTarget,
+            format!("cannot create subvolume {}: it exists", path.display()),
+        ),
+        e => Error::from_errno(e, "cannot create subvolume", path),
+    })?;
+    open_dir_at(dir, name, path)
+}
+
+/// Opens the directory `name` of the held directory `dir`, never through a
+/// link.
+pub(crate) fn open_dir_at(dir: &File, name: &OsStr, path: &Path) -> Result<File> {
+    open_beneath(dir.as_fd(), name, open_dir_flags(), Mode::empty())
+        .map(File::from)
+        .map_err(|e| err(e, "cannot open directory", path))
+}
+
 impl TrustedDir {
     /// Opens the existing directory `path`, checking every component.
     pub fn open(path: &Path, leaf: Leaf) -> Result<TrustedDir> {

@@ -8,7 +8,6 @@ pub mod btrfs;
 pub mod cgroup;
 pub mod counters;
 pub(crate) mod direct_io;
-pub(crate) mod dirfd;
 pub(crate) mod diskstats;
 pub(crate) mod extents;
 pub(crate) mod fdinfo;

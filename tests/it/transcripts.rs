@@ -211,7 +211,14 @@ fn transcripts() -> Vec<PathBuf> {
     files
 }
 
+/// Transcripts run one at a time, as they did when they were one test:
+/// several of them make, grow and remove sandboxes with fixed device
+/// counts, and a teardown can find its loop device briefly held by another
+/// transcript's `btrfs device scan`.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn check_transcript(file: &str) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("subcommands")
         .join(file);

@@ -350,15 +350,23 @@ pub fn analyse(f: &FsFacts, now: u64) -> Vec<Finding> {
     if let Some(g) = gr
         && g.used_bytes > 0
     {
-        let half = g.used_bytes * 2 >= g.total_bytes;
+        // A few KiB taken during a commit (a scrub, a balance) are normal;
+        // a quarter of it, or any of it with metadata tight, is not.
+        let tight = meta_fill >= FULL_WARNING
+            || out
+                .iter()
+                .any(|x: &Finding| x.code == "metadata-chunk-no-room");
+        let severity = if g.used_bytes * 2 >= g.total_bytes {
+            Severity::Critical
+        } else if g.used_bytes * 4 >= g.total_bytes || tight {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
         out.push(
             Finding::new(
                 "global-reserve-used",
-                if half {
-                    Severity::Critical
-                } else {
-                    Severity::Warning
-                },
+                severity,
                 format!(
                     "the global reserve is in use: {} of {}",
                     size(g.used_bytes),

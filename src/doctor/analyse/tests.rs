@@ -158,6 +158,15 @@ fn nearly_full_metadata_with_the_reserve_in_use_is_critical() {
 }
 
 #[test]
+fn a_little_reserve_in_use_with_room_is_only_info() {
+    let mut f = healthy();
+    f.spaces[3].used_bytes = 16 << 10;
+    assert!(codes(&analyse(&f, NOW)).contains(&("global-reserve-used", Severity::Info)));
+    f.spaces[3].used_bytes = 5 * MIB;
+    assert!(codes(&analyse(&f, NOW)).contains(&("global-reserve-used", Severity::Warning)));
+}
+
+#[test]
 fn data_fullness_counts_what_it_can_still_grow_to() {
     let mut f = healthy();
     // 4 of 5 GiB used, 24 GiB unallocated: 4/29, fine.

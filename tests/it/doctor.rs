@@ -486,3 +486,162 @@ fn doctor_that_cannot_look_exits_3() {
             .args(["--json", "doctor", "--format", "prometheus", "/"]));
     assert_eq!(code, 2, "{stderr}");
 }
+
+/// `promtool check rules` and `promtool test rules` on the shipped alerting
+/// rules (no root needed).
+#[test]
+fn shipped_alerting_rules_pass_promtool() {
+    let promtool = btrfs_lab::sys::tools::find("promtool", "prometheus")
+        .expect("promtool (Debian package prometheus; scripts/install-deps.sh installs it)");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/prometheus");
+    for args in [
+        ["check", "rules", "btrfs-lab-alerts.yml"],
+        ["test", "rules", "btrfs-lab-alerts.test.yml"],
+    ] {
+        let out = Command::new(&promtool.path)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "promtool {args:?}:\n{text}");
+        assert!(text.contains("SUCCESS"), "{text}");
+    }
+    let out = Command::new(&promtool.path)
+        .args(["check", "rules", "btrfs-lab-alerts.test.yml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "promtool accepts anything");
+}
+
+/// `ansible-playbook -i localhost, -c local PLAYBOOK -e ...`: (exit status,
+/// output, the PLAY RECAP's (changed, failed)).
+fn ansible(env: &TestEnv, playbook: &str, extra: serde_json::Value) -> (i32, String, (u32, u32)) {
+    let tool = btrfs_lab::sys::tools::find("ansible-playbook", "ansible-core").expect(
+        "ansible-playbook (Debian package ansible-core; scripts/install-deps.sh installs it)",
+    );
+    let mut vars = extra;
+    vars["btrfs_lab"] = crate::common::bin().display().to_string().into();
+    vars["btrfs_lab_become"] = false.into();
+    vars["ansible_python_interpreter"] = "/usr/bin/python3".into();
+    let tmp = env.path().join("ansible-tmp");
+    fs::create_dir_all(&tmp).unwrap();
+    let out = Command::new(&tool.path)
+        .args(["-i", "localhost,", "-c", "local"])
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("contrib/ansible")
+                .join(playbook),
+        )
+        .arg("-e")
+        .arg(vars.to_string())
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("ANSIBLE_LOCAL_TEMP", &tmp)
+        .env("ANSIBLE_REMOTE_TEMP", &tmp)
+        .env("ANSIBLE_RETRY_FILES_ENABLED", "0")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recap = text
+        .lines()
+        .find(|l| l.starts_with("localhost") && l.contains("changed="))
+        .unwrap_or_else(|| panic!("no PLAY RECAP:\n{text}"));
+    let field = |k: &str| -> u32 {
+        recap
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} in {recap}"))
+    };
+    (
+        out.status.code().unwrap_or(-1),
+        text.clone(),
+        (field("changed="), field("failed=")),
+    )
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn ansible_playbooks_convert_idempotently_and_fail_critical_hosts() {
+    if !require_root("the Ansible playbooks on sandboxes") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Single),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    write_file(&m.join("file"), 64, 3).unwrap();
+    let member = sbx.devices()[1].display().to_string();
+    let vars = serde_json::json!({
+        "mount": m.display().to_string(),
+        "data_profile": "raid1",
+        "devices": [member],
+    });
+    let (code, text, (changed, failed)) = ansible(&env, "convert.yml", vars.clone());
+    assert_eq!((code, changed, failed), (0, 1, 0), "first run:\n{text}");
+    let (_, r) = doctor(&env, &m);
+    assert_eq!(
+        r.filesystems[0]
+            .facts
+            .profiles(btrfs_lab::model::space::BgType::Data),
+        [Profile::Raid1]
+    );
+    let (code, text, (changed, failed)) = ansible(&env, "convert.yml", vars);
+    assert_eq!(
+        (code, changed, failed),
+        (0, 0, 0),
+        "second run must change nothing:\n{text}"
+    );
+
+    // doctor.yml: the healthy host passes and its report is saved.
+    let reports = env.path().join("reports");
+    fs::create_dir(&reports).unwrap();
+    let (code, text, (_, failed)) = ansible(
+        &env,
+        "doctor.yml",
+        serde_json::json!({
+            "doctor_mounts": [m.display().to_string()],
+            "doctor_report_dir": reports.display().to_string(),
+        }),
+    );
+    assert_eq!((code, failed), (0, 0), "{text}");
+    let saved: DoctorReport = typed(&fs::read_to_string(reports.join("localhost.json")).unwrap());
+    assert_eq!(saved.filesystems[0].mount_point, m);
+    assert_eq!(saved.exit_status, 0);
+
+    // A full filesystem is critical: the host fails.
+    let full = env.sandbox(SandboxRequest {
+        devices: 1,
+        size_bytes: 512 << 20,
+        ..SandboxRequest::default()
+    });
+    let fm = full.mount_point().to_path_buf();
+    let mut i = 0;
+    while write_file(&fm.join(format!("fill{i}")), 64, i).is_ok() {
+        i += 1;
+        assert!(i < 64);
+    }
+    let (code, text, (_, failed)) = ansible(
+        &env,
+        "doctor.yml",
+        serde_json::json!({ "doctor_mounts": [fm.display().to_string()] }),
+    );
+    assert_eq!(failed, 1, "{text}");
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("data-nearly-full"), "{text}");
+}

@@ -252,6 +252,7 @@ transcript_tests! {
     root convert => "convert.md",
     root demo => "demo.md",
     root device => "device.md",
+    root doctor => "doctor.md",
     root df => "df.md",
     user links => "links.md",
     root nocow => "nocow.md",

@@ -185,7 +185,15 @@ pub fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
         mount_point: target.mount.mount_point.clone(),
         uuid: target.fsid.clone(),
         label: sysfs("label").filter(|l| !l.is_empty()),
-        mount_options: target.mount.mount_options.clone(),
+        // The VFS options, then btrfs' own (`degraded`, `space_cache=v2`, ...).
+        mount_options: [
+            target.mount.mount_options.as_str(),
+            target.mount.super_options.as_str(),
+        ]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(","),
         kernel: state.kernel.to_string(),
         features: state.features.clone(),
         total_devices: info.num_devices,

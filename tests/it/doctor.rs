@@ -645,3 +645,62 @@ fn ansible_playbooks_convert_idempotently_and_fail_critical_hosts() {
     assert_ne!(code, 0, "{text}");
     assert!(text.contains("data-nearly-full"), "{text}");
 }
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn degraded_mount_with_a_missing_device_is_critical() {
+    if !require_root("doctor on a degraded mount") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    write_file(&m.join("file"), 16, 5).unwrap();
+    let devs = sbx.devices();
+    // Unmount, make the kernel forget device 2, mount device 1 alone.
+    let ok = |c: &mut Command| {
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{c:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ok(Command::new("umount").arg(&m));
+    ok(Command::new("btrfs")
+        .args(["device", "scan", "--forget"])
+        .arg(&devs[1]));
+    ok(Command::new("mount")
+        .args(["-t", "btrfs", "-o", "degraded"])
+        .arg(&devs[0])
+        .arg(&m));
+    let (code, r) = doctor(&env, &m);
+    eprintln!("{:#?}", findings(&r));
+    assert_eq!(code, 2, "{:?}", findings(&r));
+    assert!(
+        has(&r, "device-missing", Severity::Critical),
+        "{:?}",
+        findings(&r)
+    );
+    assert!(
+        has(&r, "mount-degraded", Severity::Critical),
+        "{:?}",
+        findings(&r)
+    );
+    assert_eq!(r.filesystems[0].facts.total_devices, 2);
+    assert!(
+        r.filesystems[0]
+            .findings
+            .iter()
+            .find(|f| f.code == "device-missing")
+            .unwrap()
+            .title
+            .starts_with("1 device(s) of 2 missing")
+    );
+}

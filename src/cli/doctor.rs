@@ -43,6 +43,11 @@ pub struct DoctorArgs {
     /// On failure the file says `btrfs_lab_doctor_success 0`.
     #[arg(long, value_name = "FILE")]
     textfile: Option<PathBuf>,
+    /// Also run what costs time or writes a little: probe-dio on the
+    /// filesystem (two small test files, removed), the PCIe links and NVMe
+    /// SMART thermal counters of its drives.
+    #[arg(long)]
+    deep: bool,
     /// Read /sys and /var/lib under DIR (default: $BTRFS_LAB_SYSROOT or /).
     #[arg(long, value_name = "DIR")]
     sysroot: Option<PathBuf>,
@@ -57,7 +62,7 @@ pub fn run(args: DoctorArgs, out: &Output) -> Result<u8> {
         );
     }
     let root = SysRoot::from_option(args.sysroot.as_deref());
-    let report = match doctor::examine(&root, &args.mounts) {
+    let report = match doctor::examine(&root, &args.mounts, args.deep) {
         Ok(r) => r,
         Err(e) => {
             if e.kind() == ErrorKind::Usage {

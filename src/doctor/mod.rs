@@ -5,6 +5,7 @@
 //! Prometheus metrics ([`prometheus`]).
 
 pub mod analyse;
+pub mod deep;
 pub mod facts;
 pub mod prometheus;
 pub mod scrub;
@@ -45,6 +46,9 @@ pub struct FsDiagnosis {
     pub findings: Vec<Finding>,
     /// What the findings were computed from.
     pub facts: FsFacts,
+    /// What `--deep` found out (absent without it).
+    #[serde(default)]
+    pub deep: Option<deep::DeepFacts>,
 }
 
 /// The whole report.
@@ -86,7 +90,16 @@ pub fn diagnose(facts: FsFacts, now: u64) -> FsDiagnosis {
         worst: findings.iter().map(|f| f.severity).min(),
         findings,
         facts,
+        deep: None,
     }
+}
+
+/// Adds the `--deep` findings to a diagnosis.
+pub fn add_deep(d: &mut FsDiagnosis, findings: Vec<Finding>, facts: deep::DeepFacts) {
+    d.findings.extend(findings);
+    crate::model::finding::rank(&mut d.findings);
+    d.worst = d.findings.iter().map(|f| f.severity).min();
+    d.deep = Some(facts);
 }
 
 /// Builds the report from diagnoses.
@@ -104,8 +117,9 @@ pub fn report(filesystems: Vec<FsDiagnosis>, hostname: String, now: u64) -> Doct
     }
 }
 
-/// Examines the filesystems at `mounts` (every mounted btrfs when empty).
-pub fn examine(root: &SysRoot, mounts: &[PathBuf]) -> Result<DoctorReport> {
+/// Examines the filesystems at `mounts` (every mounted btrfs when empty);
+/// `deep` adds the checks that cost time or write a little ([`deep`]).
+pub fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorReport> {
     let targets = if mounts.is_empty() {
         space::mounted_btrfs(root)?
     } else {
@@ -117,7 +131,12 @@ pub fn examine(root: &SysRoot, mounts: &[PathBuf]) -> Result<DoctorReport> {
     let now = now_unix();
     let mut out = Vec::new();
     for t in &targets {
-        out.push(diagnose(gather(root, t)?, now));
+        let mut d = diagnose(gather(root, t)?, now);
+        if deep {
+            let (findings, facts) = deep::deep(root, &d.facts);
+            add_deep(&mut d, findings, facts);
+        }
+        out.push(d);
     }
     Ok(report(out, hostname(), now))
 }

@@ -265,6 +265,15 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
             last as f64,
         );
     }
+    if let Some(v) = d.deep.as_ref().and_then(|x| x.probe_verdict.as_deref()) {
+        m.add(
+            "btrfs_lab_probe_dio_verdict",
+            "gauge",
+            "probe-dio's verdict on the filesystem (doctor --deep): 1 for the verdict found.",
+            &[fs[0], fs[1], ("verdict", v)],
+            1.0,
+        );
+    }
     let sum = |f: fn(&super::scrub::ScrubDevice) -> u64| -> f64 {
         facts.scrub.iter().map(f).sum::<u64>() as f64
     };

@@ -704,3 +704,55 @@ fn degraded_mount_with_a_missing_device_is_critical() {
             .starts_with("1 device(s) of 2 missing")
     );
 }
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn deep_probes_o_direct_and_leaves_nothing_behind() {
+    if !require_root("doctor --deep") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let (code, stdout, stderr) = run(env.cmd().args(["--json", "doctor", "--deep"]).arg(&m));
+    let r: DoctorReport = typed(&stdout);
+    eprintln!("{:#?}", r.filesystems[0].deep);
+    let deep = r.filesystems[0].deep.clone().expect("deep facts");
+    assert_eq!(deep.probe_error, None, "{stderr}");
+    let verdict = deep.probe_verdict.expect("a verdict");
+    // RAID1 data: every O_DIRECT write is buffered. A busy machine may make
+    // the measurement inconclusive; the probe says so then, never "direct".
+    assert!(
+        ["profile-forced", "inconclusive"].contains(&verdict.as_str()),
+        "{verdict}"
+    );
+    if verdict == "profile-forced" {
+        assert!(
+            has(&r, "odirect-profile-forced", Severity::Warning),
+            "{:?}",
+            findings(&r)
+        );
+        assert_eq!(code, 1, "{:?}", findings(&r));
+    } else {
+        assert!(
+            has(&r, "odirect-inconclusive", Severity::Info),
+            "{:?}",
+            findings(&r)
+        );
+    }
+    // The probe's scratch files are gone.
+    let left: Vec<_> = fs::read_dir(&m)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Without --deep: no deep facts.
+    let (_, r) = doctor(&env, &m);
+    assert!(r.filesystems[0].deep.is_none());
+}

@@ -119,7 +119,8 @@ pub struct FsFacts {
     pub devices: Vec<DeviceFacts>,
     /// Space per type and profile, GlobalReserve included.
     pub spaces: Vec<SpaceUse>,
-    /// Size of a new metadata chunk (logical bytes).
+    /// Size of a new metadata chunk (logical bytes): sysfs `chunk_size`,
+    /// capped at 10% of the devices' size as the allocator does.
     pub metadata_chunk_bytes: u64,
     /// A balance that exists.
     pub balance: Option<BalanceFacts>,

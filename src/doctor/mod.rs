@@ -120,6 +120,15 @@ pub fn report(filesystems: Vec<FsDiagnosis>, hostname: String, now: u64) -> Doct
 /// Examines the filesystems at `mounts` (every mounted btrfs when empty);
 /// `deep` adds the checks that cost time or write a little ([`deep`]).
 pub fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorReport> {
+    // Without root the error counters and the balance state cannot be read:
+    // a report would call a corrupted filesystem healthy.
+    if !crate::sys::is_root() {
+        return Err(crate::error::Error::new(
+            crate::error::ErrorKind::Permission,
+            "doctor needs root: the device error counters and the balance state are root-only ioctls",
+        )
+        .with_hint("run it as root (sudo btrfs-lab doctor), as the systemd unit and the playbooks do"));
+    }
     let targets = if mounts.is_empty() {
         space::mounted_btrfs(root)?
     } else {

@@ -153,6 +153,12 @@ fn healthy_filesystem_gives_no_warning_and_valid_metrics() {
             .all(|d| d.errors.is_some_and(|e| e.total() == 0))
     );
 
+    // Without root it says so (UNKNOWN) instead of calling it healthy.
+    let (code, stdout, stderr) = run(env.as_nobody(&[]).arg("doctor").arg(&m));
+    assert_eq!(code, 3, "{stdout}{stderr}");
+    assert!(stderr.contains("doctor needs root"), "{stderr}");
+    assert_eq!(stdout, "");
+
     // Text: the same verdict.
     let (code, stdout, stderr) = run(env.cmd().arg("doctor").arg(&m));
     assert_eq!(code, 0, "{stderr}");

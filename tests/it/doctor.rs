@@ -726,6 +726,10 @@ fn deep_probes_o_direct_and_leaves_nothing_behind() {
         ..SandboxRequest::default()
     });
     let m = sbx.mount_point().to_path_buf();
+    // A database directory whose file is copy-on-write.
+    let mysql = m.join("var/lib/mysql");
+    fs::create_dir_all(&mysql).unwrap();
+    write_file(&mysql.join("ibdata1"), 8, 9).unwrap();
     let (code, stdout, stderr) = run(env.cmd().args(["--json", "doctor", "--deep"]).arg(&m));
     let r: DoctorReport = typed(&stdout);
     eprintln!("{:#?}", r.filesystems[0].deep);
@@ -738,13 +742,25 @@ fn deep_probes_o_direct_and_leaves_nothing_behind() {
         ["profile-forced", "inconclusive"].contains(&verdict.as_str()),
         "{verdict}"
     );
+    assert_eq!(deep.nocow_audited, std::slice::from_ref(&mysql));
+    let f = r.filesystems[0]
+        .findings
+        .iter()
+        .find(|f| f.code == "nocow-missing")
+        .unwrap_or_else(|| panic!("{:?}", findings(&r)));
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(
+        f.title.starts_with("1 VM image or database file(s)"),
+        "{}",
+        f.title
+    );
+    assert_eq!(code, 1, "{:?}", findings(&r));
     if verdict == "profile-forced" {
         assert!(
             has(&r, "odirect-profile-forced", Severity::Warning),
             "{:?}",
             findings(&r)
         );
-        assert_eq!(code, 1, "{:?}", findings(&r));
     } else {
         assert!(
             has(&r, "odirect-inconclusive", Severity::Info),
@@ -757,7 +773,12 @@ fn deep_probes_o_direct_and_leaves_nothing_behind() {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(left, ["var"], "{left:?}");
+    let left: Vec<_> = fs::read_dir(&mysql)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["ibdata1"], "the audit changes nothing: {left:?}");
     // Without --deep: no deep facts.
     let (_, r) = doctor(&env, &m);
     assert!(r.filesystems[0].deep.is_none());

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what btrfs-lab needs to build, run and test, on Debian or Ubuntu,
 # as root: btrfs-progs, e2fsprogs, util-linux, fio, jq (benchmarks), chromium (the
-# bench HTML report test renders it headless), libclang (for the
+# bench HTML report test renders it headless), prometheus (promtool checks
+# the doctor metrics and alerting rules), ansible-core (the playbooks in
+# contrib/ansible are run against localhost), libclang (for the
 # bindgen build of btrfs-uapi), and a Rust toolchain if there is none.
 # Run it directly, or source it (scripts/demo.sh and scripts/test.sh do) so
 # that a freshly installed cargo is on PATH afterwards.
@@ -14,7 +16,7 @@ btrfs_lab_install_deps() {
     # mkfs.btrfs, losetup and friends live in sbin.
     export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
-    local packages=(btrfs-progs e2fsprogs util-linux fio jq chromium libclang-dev gcc libc6-dev ca-certificates curl)
+    local packages=(btrfs-progs e2fsprogs util-linux fio jq chromium prometheus ansible-core libclang-dev gcc libc6-dev ca-certificates curl)
     local missing=() p
     for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

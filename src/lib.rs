@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod bench;
 pub mod demo;
+pub mod doctor;
 pub mod error;
 pub mod hw;
 pub mod links;

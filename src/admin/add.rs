@@ -88,6 +88,49 @@ pub struct AddPlan {
     pub then_convert: Option<ConvertPlan>,
 }
 
+/// A device asked for that is already a member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlreadyMember {
+    /// As given.
+    pub path: PathBuf,
+    /// Its btrfs device id.
+    pub devid: u64,
+}
+
+/// What `device add` reports when every device asked for is already a
+/// member: the result the user asked for is there, so it is a success that
+/// changes nothing (a playbook run twice reports `changed: false`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NothingToAdd {
+    /// Always true.
+    pub nothing_to_do: bool,
+    /// The devices, with their device ids.
+    pub already_members: Vec<AlreadyMember>,
+}
+
+/// `Some` when every device of the plan is already a member of `fs` and
+/// that is the only reason the plan was refused (pure).
+pub fn nothing_to_add(fs: &FsState, plan: &AddPlan) -> Option<NothingToAdd> {
+    if plan.devices.is_empty() || plan.refusals.iter().any(|r| r.code != "member") {
+        return None;
+    }
+    let mut already_members = Vec::new();
+    for d in &plan.devices {
+        let m = fs
+            .devices
+            .iter()
+            .find(|m| super::checks::same_device(&m.path, &d.resolved))?;
+        already_members.push(AlreadyMember {
+            path: d.path.clone(),
+            devid: m.devid,
+        });
+    }
+    Some(NothingToAdd {
+        nothing_to_do: true,
+        already_members,
+    })
+}
+
 /// Plans adding `facts` to `fs` (pure).
 pub fn plan_add(
     fs: &FsState,

@@ -54,7 +54,8 @@ impl Reason {
     }
 }
 
-fn same_device(member: &str, candidate: &Path) -> bool {
+/// `member` (a member's path) is the device `candidate` (resolved).
+pub fn same_device(member: &str, candidate: &Path) -> bool {
     !member.is_empty()
         && std::fs::canonicalize(member)
             .map_or_else(|_| Path::new(member) == candidate, |m| m == candidate)

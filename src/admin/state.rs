@@ -200,6 +200,11 @@ fn read_sysfs(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
+/// Reads the state of the btrfs at `path` (read-only callers: doctor).
+pub fn read_state(root: &SysRoot, path: &Path) -> Result<FsState> {
+    Ok(open_state(root, path)?.1)
+}
+
 /// Resolves `path` once, opens the mounted filesystem there (a descriptor
 /// every later ioctl goes through) and reads its state through it.
 pub fn open_state(root: &SysRoot, path: &Path) -> Result<(FsHandle, FsState)> {

@@ -181,6 +181,24 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         nodiscard: a.nodiscard,
     };
     let (fs, state, plan) = add::prepare(&root, &a.mount, &a.devices, opts, convert)?;
+    // Every device is already a member: what was asked for is there.
+    if !a.then_convert
+        && let Some(none) = add::nothing_to_add(&state, &plan)
+    {
+        out.report(&none, |n| {
+            n.already_members
+                .iter()
+                .map(|m| {
+                    format!(
+                        "nothing to do: {} is already device {} of this filesystem\n",
+                        m.path.display(),
+                        m.devid
+                    )
+                })
+                .collect()
+        });
+        return Ok(exit::OK);
+    }
     let lines = out.json && a.then_convert;
     if out.json {
         if lines {

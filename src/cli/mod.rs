@@ -7,6 +7,7 @@ mod convert;
 mod demo;
 mod device;
 mod df;
+mod doctor;
 mod links;
 mod nocow;
 mod output;
@@ -89,6 +90,9 @@ enum Command {
     /// A CrystalDiskMark-style suite on fio, every figure checked against the devices.
     #[command(after_long_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
+    /// What is wrong with each btrfs, worst first (read-only; for monitoring too).
+    #[command(after_long_help = doctor::AFTER_HELP)]
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -113,6 +117,7 @@ pub fn run() -> ExitCode {
         Command::Nocow(args) => nocow::run(args, &out),
         Command::ReadTest(args) => read_test::run(args, &out),
         Command::Bench(args) => bench::run(args, &out),
+        Command::Doctor(args) => doctor::run(args, &out),
     };
     let write_error = out.finish(result.as_ref().err());
     match (result, write_error) {

@@ -285,3 +285,13 @@ pub struct LinksReport {
     /// One line.
     pub summary: String,
 }
+
+impl LinksReport {
+    /// Every finding, the devices' and the shared ones.
+    pub fn all_findings(&self) -> impl Iterator<Item = &Finding> {
+        self.devices
+            .iter()
+            .flat_map(|d| d.findings.iter())
+            .chain(self.findings.iter())
+    }
+}

@@ -433,7 +433,6 @@ fn refusals_change_nothing() {
             unmounted.clone(),
             "carries signatures: ext4 at 0x438; --force wipes them",
         ),
-        (member.clone(), "is already device 1 of this filesystem"),
         (PathBuf::from("/etc/passwd"), "is not a block device"),
         (env.path().join("nope"), "does not exist"),
     ];
@@ -446,6 +445,21 @@ fn refusals_change_nothing() {
             dev.display()
         );
     }
+    // A member alone is a no-op success (idempotent for playbooks); with
+    // other devices it is one more reason.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["device", "add", "--yes"])
+        .arg(&m)
+        .arg(&member));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("nothing to do:")
+            && stdout.contains("is already device 1 of this filesystem"),
+        "{stdout}"
+    );
+    let mut cases = cases;
+    cases.push((member.clone(), "is already device 1 of this filesystem"));
     // All at once: every reason is reported, not just the first.
     let (code, stdout, stderr) = run(env
         .cmd()

@@ -4,6 +4,7 @@
 mod admin;
 mod bench;
 mod common;
+mod doctor;
 mod links;
 mod nocow;
 mod output;

@@ -260,6 +260,7 @@ transcript_tests! {
     root demo => "demo.md",
     root device => "device.md",
     root df => "df.md",
+    root doctor => "doctor.md",
     user links => "links.md",
     root nocow => "nocow.md",
     root probe_dio => "probe-dio.md",

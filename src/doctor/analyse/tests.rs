@@ -1,0 +1,277 @@
+use super::*;
+use crate::doctor::facts::{BalanceFacts, DeviceFacts, ErrorCounts, SpaceUse};
+use crate::doctor::scrub::ScrubDevice;
+use crate::model::finding::Severity;
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+const NOW: u64 = 1_764_546_067;
+
+fn dev(devid: u64, size: u64, allocated: u64) -> DeviceFacts {
+    DeviceFacts {
+        devid,
+        path: format!("/dev/loop{devid}"),
+        missing: false,
+        size_bytes: size,
+        allocated_bytes: allocated,
+        errors: Some(ErrorCounts::default()),
+    }
+}
+
+fn space(bg_type: BgType, profile: Profile, total: u64, used: u64) -> SpaceUse {
+    SpaceUse {
+        bg_type,
+        profile,
+        total_bytes: total,
+        used_bytes: used,
+    }
+}
+
+/// Three 10 GiB devices, data raid0, metadata raid1c3, recently scrubbed.
+fn healthy() -> FsFacts {
+    FsFacts {
+        mount_point: "/mnt".into(),
+        uuid: "u".into(),
+        label: None,
+        mount_options: "rw,relatime".into(),
+        kernel: "6.12".into(),
+        features: vec!["raid1c34".into()],
+        total_devices: 3,
+        devices: vec![
+            dev(1, 10 * GIB, 2 * GIB),
+            dev(2, 10 * GIB, 2 * GIB),
+            dev(3, 10 * GIB, 2 * GIB),
+        ],
+        spaces: vec![
+            space(BgType::Data, Profile::Raid0, 5 * GIB, 4 * GIB),
+            space(BgType::Metadata, Profile::Raid1c3, GIB, 100 * MIB),
+            space(BgType::System, Profile::Raid1c3, 8 * MIB, 16 << 10),
+            space(BgType::GlobalReserve, Profile::Single, 16 * MIB, 0),
+        ],
+        metadata_chunk_bytes: 256 * MIB,
+        balance: None,
+        scrub: vec![ScrubDevice {
+            devid: 1,
+            started: NOW - 86_400,
+            duration: 60,
+            finished: true,
+            ..ScrubDevice::default()
+        }],
+    }
+}
+
+fn codes(v: &[Finding]) -> Vec<(&'static str, Severity)> {
+    // Codes are static strings in the analyser; leak the few test copies.
+    v.iter()
+        .map(|f| (&*f.code.clone().leak(), f.severity))
+        .collect()
+}
+
+#[test]
+fn healthy_raid0_only_says_data_has_no_redundancy() {
+    let v = analyse(&healthy(), NOW);
+    assert_eq!(codes(&v), [("data-no-redundancy", Severity::Info)]);
+}
+
+#[test]
+fn corruption_is_critical_without_redundancy_and_a_warning_with_it() {
+    let mut f = healthy();
+    f.devices[1].errors = Some(ErrorCounts {
+        corruption: 204_784,
+        ..ErrorCounts::default()
+    });
+    let v = analyse(&f, NOW);
+    assert_eq!(v[0].code, "device-errors-no-redundancy");
+    assert_eq!(v[0].severity, Severity::Critical);
+    assert!(
+        v[0].evidence
+            .iter()
+            .any(|e| e.name == "corruption errors" && e.value == "204784")
+    );
+    assert!(v[0].why.contains("scrub cannot repair"), "{}", v[0].why);
+
+    f.spaces[0].profile = Profile::Raid1;
+    let v = analyse(&f, NOW);
+    assert_eq!(codes(&v), [("device-errors", Severity::Warning)]);
+}
+
+#[test]
+fn no_room_for_a_metadata_chunk_is_found_per_profile() {
+    let mut f = healthy();
+    // raid1c3 needs three devices with 256 MiB; one has only 100 MiB left.
+    f.devices[2].allocated_bytes = 10 * GIB - 100 * MIB;
+    let v = analyse(&f, NOW);
+    let fi = v
+        .iter()
+        .find(|x| x.code == "metadata-chunk-no-room")
+        .unwrap();
+    assert_eq!(fi.severity, Severity::Warning);
+    assert!(
+        fi.title.contains("3 device(s)") && fi.title.contains("2 have it"),
+        "{}",
+        fi.title
+    );
+    // The same devices hold a raid1 chunk.
+    f.spaces[1].profile = Profile::Raid1;
+    f.spaces[2].profile = Profile::Raid1;
+    assert!(
+        !analyse(&f, NOW)
+            .iter()
+            .any(|x| x.code == "metadata-chunk-no-room")
+    );
+    // ... but not a DUP chunk on a single device with 400 MiB.
+    let mut one = healthy();
+    one.devices = vec![dev(1, 10 * GIB, 10 * GIB - 400 * MIB)];
+    one.total_devices = 1;
+    one.spaces[1].profile = Profile::Dup;
+    one.spaces[0].profile = Profile::Single;
+    let v = analyse(&one, NOW);
+    assert!(
+        v.iter().any(|x| x.code == "metadata-chunk-no-room"),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn nearly_full_metadata_with_the_reserve_in_use_is_critical() {
+    let mut f = healthy();
+    for d in &mut f.devices {
+        d.allocated_bytes = d.size_bytes;
+    }
+    f.spaces[1].used_bytes = GIB - 2 * MIB;
+    f.spaces[3].used_bytes = 12 * MIB;
+    let v = analyse(&f, NOW);
+    let c = codes(&v);
+    assert!(
+        c.contains(&("metadata-chunk-no-room", Severity::Critical)),
+        "{c:?}"
+    );
+    assert!(
+        c.contains(&("metadata-nearly-full", Severity::Critical)),
+        "{c:?}"
+    );
+    assert!(
+        c.contains(&("global-reserve-used", Severity::Critical)),
+        "{c:?}"
+    );
+    assert_eq!(v[0].severity, Severity::Critical);
+}
+
+#[test]
+fn a_little_reserve_in_use_with_room_is_only_info() {
+    let mut f = healthy();
+    f.spaces[3].used_bytes = 16 << 10;
+    assert!(codes(&analyse(&f, NOW)).contains(&("global-reserve-used", Severity::Info)));
+    f.spaces[3].used_bytes = 5 * MIB;
+    assert!(codes(&analyse(&f, NOW)).contains(&("global-reserve-used", Severity::Warning)));
+}
+
+#[test]
+fn data_fullness_counts_what_it_can_still_grow_to() {
+    let mut f = healthy();
+    // 4 of 5 GiB used, 24 GiB unallocated: 4/29, fine.
+    assert!(
+        !analyse(&f, NOW)
+            .iter()
+            .any(|x| x.code == "data-nearly-full")
+    );
+    for d in &mut f.devices {
+        d.allocated_bytes = d.size_bytes - 8 * MIB;
+    }
+    f.spaces[0].used_bytes = 5 * GIB - 10 * MIB;
+    let v = analyse(&f, NOW);
+    let fi = v.iter().find(|x| x.code == "data-nearly-full").unwrap();
+    assert_eq!(fi.severity, Severity::Critical, "{fi:?}");
+    f.spaces[0].used_bytes = 47 * GIB / 10;
+    let v = analyse(&f, NOW);
+    let fi = v.iter().find(|x| x.code == "data-nearly-full").unwrap();
+    assert_eq!(fi.severity, Severity::Warning, "{fi:?}");
+}
+
+#[test]
+fn paused_conversion_and_mixed_profiles() {
+    let mut f = healthy();
+    f.spaces
+        .insert(1, space(BgType::Data, Profile::Single, GIB, GIB / 2));
+    let v = analyse(&f, NOW);
+    let fi = v.iter().find(|x| x.code == "mixed-profiles").unwrap();
+    assert_eq!(fi.severity, Severity::Warning);
+    assert_eq!(
+        fi.command.as_deref(),
+        Some("btrfs-lab convert --data raid0 /mnt")
+    );
+    f.balance = Some(BalanceFacts {
+        running: false,
+        data_target: Some(Profile::Raid0),
+        metadata_target: None,
+        expected: 10,
+        completed: 4,
+    });
+    let v = analyse(&f, NOW);
+    let fi = v.iter().find(|x| x.code == "balance-paused").unwrap();
+    assert_eq!(fi.severity, Severity::Warning);
+    assert!(fi.title.contains("data to raid0"), "{}", fi.title);
+}
+
+#[test]
+fn layout_findings() {
+    let mut f = healthy();
+    f.spaces[1].profile = Profile::Dup;
+    let c = codes(&analyse(&f, NOW))
+        .into_iter()
+        .map(|x| x.0)
+        .collect::<Vec<_>>();
+    assert!(c.contains(&"metadata-one-device"), "{c:?}");
+    f.spaces[1].profile = Profile::Raid6;
+    let c = codes(&analyse(&f, NOW))
+        .into_iter()
+        .map(|x| x.0)
+        .collect::<Vec<_>>();
+    assert!(c.contains(&"metadata-raid56"), "{c:?}");
+    f.kernel = "6.1.0-28-amd64".into();
+    let c = codes(&analyse(&f, NOW))
+        .into_iter()
+        .map(|x| x.0)
+        .collect::<Vec<_>>();
+    assert!(c.contains(&"kernel-too-old"), "{c:?}");
+}
+
+#[test]
+fn missing_device_and_degraded_mount() {
+    let mut f = healthy();
+    f.total_devices = 4;
+    f.mount_options = "rw,relatime,degraded".into();
+    let c = codes(&analyse(&f, NOW));
+    assert!(c.contains(&("device-missing", Severity::Critical)), "{c:?}");
+    assert!(c.contains(&("mount-degraded", Severity::Critical)), "{c:?}");
+}
+
+#[test]
+fn scrub_age_and_errors() {
+    let mut f = healthy();
+    f.scrub.clear();
+    assert!(codes(&analyse(&f, NOW)).contains(&("scrub-never-run", Severity::Info)));
+    f.scrub = vec![ScrubDevice {
+        devid: 1,
+        started: NOW - 40 * 86_400,
+        finished: true,
+        errors_found: 3,
+        corrected: 3,
+        ..ScrubDevice::default()
+    }];
+    let c = codes(&analyse(&f, NOW));
+    assert!(c.contains(&("scrub-old", Severity::Warning)), "{c:?}");
+    assert!(c.contains(&("scrub-errors", Severity::Warning)), "{c:?}");
+    f.scrub[0].uncorrectable = 1;
+    assert!(codes(&analyse(&f, NOW)).contains(&("scrub-errors", Severity::Critical)));
+}
+
+#[test]
+fn growth_estimates() {
+    assert_eq!(growth(Profile::Raid1, &[10, 10]), 10);
+    assert_eq!(growth(Profile::Raid1, &[30, 10]), 10);
+    assert_eq!(growth(Profile::Raid1c3, &[10, 10, 10]), 10);
+    assert_eq!(growth(Profile::Raid1c3, &[10, 10]), 0);
+    assert_eq!(growth(Profile::Dup, &[10, 10]), 10);
+    assert_eq!(growth(Profile::Raid0, &[10, 20]), 30);
+}

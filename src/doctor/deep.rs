@@ -1,0 +1,221 @@
+//! `doctor --deep`: what costs time or writes a little, through the other
+//! jobs' public entry points: probe-dio on the filesystem (its scratch files
+//! are removed on every path), the PCIe links of the member drives with
+//! their NVMe SMART thermal counters, and the NOCOW audit of the usual VM
+//! image and database directories on the filesystem.
+
+use serde::{Deserialize, Serialize};
+
+use crate::links::{self, LinksOptions};
+use crate::model::finding::{Finding, Severity};
+use crate::probe::verdict::Verdict;
+use crate::probe::{self, ProbeOptions};
+use crate::sys::root::SysRoot;
+use crate::sys::tools::display_argv;
+
+use super::facts::FsFacts;
+
+/// Bytes per file per round of the deep probe (probe-dio's default is
+/// 256 MiB; a quarter keeps doctor quick and still far above noise).
+pub const PROBE_BYTES: u64 = 64 << 20;
+
+/// What the deep checks found out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeepFacts {
+    /// probe-dio's verdict (`direct`, `buffered-fallback`, `profile-forced`,
+    /// `inconclusive`), absent when the probe could not run.
+    pub probe_verdict: Option<String>,
+    /// Why the probe could not run.
+    pub probe_error: Option<String>,
+    /// Why the links could not be read (not NVMe, ...).
+    pub links_error: Option<String>,
+    /// The VM image and database directories audited for NOCOW.
+    #[serde(default)]
+    pub nocow_audited: Vec<std::path::PathBuf>,
+}
+
+/// Where VM images and databases usually live (as `nocow --for` advises),
+/// relative to `/`; looked for at `/` when that is this filesystem, and
+/// under the mount point (a filesystem mounted for `/var/lib` or a chroot).
+pub const USUAL_NOCOW_DIRS: [&str; 4] = [
+    "var/lib/libvirt/images",
+    "var/lib/postgresql",
+    "var/lib/pgsql",
+    "var/lib/mysql",
+];
+
+/// The usual directories that exist on the filesystem `f`.
+pub fn usual_dirs(f: &FsFacts) -> Vec<std::path::PathBuf> {
+    let mut v = Vec::new();
+    for rel in USUAL_NOCOW_DIRS {
+        for base in [std::path::Path::new("/"), f.mount_point.as_path()] {
+            let p = base.join(rel);
+            let here = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir())
+                && crate::sys::btrfs::fsid(&p).is_ok_and(|id| id == f.uuid);
+            if here && !v.contains(&p) {
+                v.push(p);
+            }
+        }
+    }
+    v
+}
+
+/// Findings of a NOCOW audit (pure).
+pub fn nocow_findings(
+    report: &crate::nocow::CheckReport,
+    dirs: &[std::path::PathBuf],
+) -> Vec<Finding> {
+    use crate::nocow::audit::{EntryKind, EntryState};
+    let mut out = Vec::new();
+    let s = &report.summary;
+    let names = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>();
+    if s.needs_migration_files + s.blocked_files > 0 {
+        let mut argv = vec!["btrfs-lab", "nocow", "--check"];
+        argv.extend(names.iter().map(String::as_str));
+        out.push(
+            Finding::new(
+                "nocow-missing",
+                Severity::Warning,
+                format!(
+                    "{} VM image or database file(s) are copy-on-write",
+                    s.needs_migration_files + s.blocked_files
+                ),
+                "files rewritten in place (VM images, databases) fragment under copy-on-write and their O_DIRECT writes are buffered; a NOCOW directory and a migration of the files fix both (btrfs-lab nocow DIR)",
+            )
+            .with_evidence("directories", names.join(", "))
+            .with_evidence(
+                "bytes to migrate",
+                crate::model::units::pretty_size(
+                    s.needs_migration_bytes + s.blocked_bytes,
+                    crate::model::units::UnitMode::default(),
+                ),
+            )
+            .with_command(display_argv(&argv)),
+        );
+    }
+    let compressed: Vec<String> = report
+        .entries
+        .iter()
+        .filter(|e| {
+            e.state == EntryState::Compressed
+                || (e.kind == EntryKind::File && e.nocow && e.compression_attr)
+        })
+        .map(|e| e.path.display().to_string())
+        .collect();
+    if !compressed.is_empty() {
+        let mut fi = Finding::new(
+            "nocow-with-compression",
+            Severity::Warning,
+            format!(
+                "{} NOCOW or database path(s) carry the compression attribute",
+                compressed.len()
+            ),
+            "compression and NOCOW exclude each other: a NOCOW file is never compressed, and files created in a compressed directory do not get NOCOW",
+        );
+        for p in compressed.iter().take(5) {
+            fi = fi.with_evidence("path", p.clone());
+        }
+        out.push(fi.with_command(format!("chattr -c {}", compressed[0])));
+    }
+    out
+}
+
+/// Runs the deep checks on one filesystem: findings, and the facts.
+pub fn deep(root: &SysRoot, f: &FsFacts) -> (Vec<Finding>, DeepFacts) {
+    let mut out = Vec::new();
+    let mut facts = DeepFacts::default();
+    let m = f.mount_point.display().to_string();
+
+    let mut opts = ProbeOptions::new(&f.mount_point);
+    opts.size_bytes = PROBE_BYTES;
+    opts.sysroot = root.clone();
+    match probe::run(&opts, &mut |_, _| {}) {
+        Ok(r) => {
+            facts.probe_verdict = Some(r.verdict.name().to_owned());
+            let (code, severity) = match r.verdict {
+                Verdict::Direct => ("", Severity::Info),
+                Verdict::BufferedFallback => ("odirect-buffered-fallback", Severity::Warning),
+                Verdict::ProfileForced => ("odirect-profile-forced", Severity::Warning),
+                Verdict::Inconclusive => ("odirect-inconclusive", Severity::Info),
+            };
+            if !code.is_empty() {
+                let mut fi = Finding::new(code, severity, r.summary.clone(), r.explanation.clone())
+                    .with_evidence("probe-dio verdict", r.verdict.name());
+                for reason in &r.reasons {
+                    fi = fi.with_evidence("reason", reason.clone());
+                }
+                if let Some(fix) = &r.fix {
+                    fi = fi.with_evidence("what to do", fix.clone());
+                }
+                out.push(fi.with_command(display_argv(&["btrfs-lab", "probe-dio", &m])));
+            }
+        }
+        Err(e) => {
+            facts.probe_error = Some(e.to_string());
+            out.push(
+                Finding::new(
+                    "deep-probe-failed",
+                    Severity::Info,
+                    "the O_DIRECT probe could not run",
+                    "doctor --deep writes two small test files to find out whether O_DIRECT writes are direct",
+                )
+                .with_evidence("error", e.to_string())
+                .with_command(display_argv(&["btrfs-lab", "probe-dio", &m])),
+            );
+        }
+    }
+
+    let lopts = LinksOptions {
+        sysroot: root.clone(),
+        targets: vec![m.clone()],
+        thermal: true,
+    };
+    match links::run(&lopts) {
+        Ok(r) => {
+            for l in r.all_findings() {
+                let kind = serde_json::to_value(l.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "finding".to_owned());
+                let severity = match l.severity {
+                    links::model::Severity::Warning => Severity::Warning,
+                    links::model::Severity::Info => Severity::Info,
+                };
+                let mut fi = Finding::new(
+                    &format!("link-{kind}"),
+                    severity,
+                    l.message.clone(),
+                    "a PCIe link below what the drive can do, or a drive that throttles, caps the array's throughput",
+                )
+                .with_evidence("devices", l.devices.join(", "));
+                fi = fi.with_command(
+                    l.hint
+                        .clone()
+                        .unwrap_or_else(|| display_argv(&["btrfs-lab", "links", "--thermal", &m])),
+                );
+                out.push(fi);
+            }
+        }
+        Err(e) => facts.links_error = Some(e.to_string()),
+    }
+    let dirs = usual_dirs(f);
+    if !dirs.is_empty() {
+        match crate::nocow::check(root, &dirs) {
+            Ok(r) => out.extend(nocow_findings(&r, &dirs)),
+            Err(e) => out.push(
+                Finding::new(
+                    "deep-nocow-failed",
+                    Severity::Info,
+                    "the NOCOW audit could not run",
+                    "doctor --deep audits the VM image and database directories for NOCOW",
+                )
+                .with_evidence("error", e.to_string()),
+            ),
+        }
+        facts.nocow_audited = dirs;
+    }
+    (out, facts)
+}

@@ -1,0 +1,169 @@
+//! What doctor reads about one mounted btrfs: plain data, so the analysis
+//! is pure code tested without a filesystem.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::scrub::ScrubDevice;
+use crate::model::profile::Profile;
+use crate::model::space::BgType;
+
+/// The error counters of one device (`btrfs device stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorCounts {
+    /// Write I/O errors.
+    pub write: u64,
+    /// Read I/O errors.
+    pub read: u64,
+    /// Flush I/O errors.
+    pub flush: u64,
+    /// Checksum or bytenr mismatches.
+    pub corruption: u64,
+    /// Blocks of an unexpected generation.
+    pub generation: u64,
+}
+
+impl ErrorCounts {
+    /// All counters, with their `btrfs device stats` names.
+    pub fn kinds(&self) -> [(&'static str, u64); 5] {
+        [
+            ("write", self.write),
+            ("read", self.read),
+            ("flush", self.flush),
+            ("corruption", self.corruption),
+            ("generation", self.generation),
+        ]
+    }
+
+    /// Sum of all counters.
+    pub fn total(&self) -> u64 {
+        self.kinds().iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// One member device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceFacts {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Path (`missing` when the device is not there).
+    pub path: String,
+    /// The device is missing.
+    pub missing: bool,
+    /// Bytes btrfs uses on it.
+    pub size_bytes: u64,
+    /// Bytes allocated to chunks.
+    pub allocated_bytes: u64,
+    /// Error counters (absent when they could not be read).
+    pub errors: Option<ErrorCounts>,
+}
+
+impl DeviceFacts {
+    /// Bytes not allocated to any chunk.
+    pub fn unallocated_bytes(&self) -> u64 {
+        if self.missing {
+            0
+        } else {
+            self.size_bytes.saturating_sub(self.allocated_bytes)
+        }
+    }
+}
+
+/// Space of one block-group type and profile (`btrfs filesystem df`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceUse {
+    /// Type.
+    pub bg_type: BgType,
+    /// Profile.
+    pub profile: Profile,
+    /// Logical bytes allocated.
+    pub total_bytes: u64,
+    /// Logical bytes used.
+    pub used_bytes: u64,
+}
+
+/// A balance that exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BalanceFacts {
+    /// Running now (else paused).
+    pub running: bool,
+    /// Data convert target.
+    pub data_target: Option<Profile>,
+    /// Metadata convert target.
+    pub metadata_target: Option<Profile>,
+    /// Chunks expected (0 after a remount of a paused balance).
+    pub expected: u64,
+    /// Chunks relocated.
+    pub completed: u64,
+}
+
+/// Everything doctor read about one filesystem.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FsFacts {
+    /// Mount point.
+    pub mount_point: PathBuf,
+    /// Filesystem UUID.
+    pub uuid: String,
+    /// Label.
+    pub label: Option<String>,
+    /// Mount options, the VFS ones then btrfs' own (`rw,relatime,rw,degraded,...`).
+    pub mount_options: String,
+    /// Running kernel (`6.1`).
+    pub kernel: String,
+    /// Enabled features (sysfs).
+    pub features: Vec<String>,
+    /// Devices the filesystem has (the superblock's count).
+    pub total_devices: u64,
+    /// Member devices the kernel lists.
+    pub devices: Vec<DeviceFacts>,
+    /// Space per type and profile, GlobalReserve included.
+    pub spaces: Vec<SpaceUse>,
+    /// Size of a new metadata chunk (logical bytes): sysfs `chunk_size`,
+    /// capped at 10% of the devices' size as the allocator does.
+    pub metadata_chunk_bytes: u64,
+    /// A balance that exists.
+    pub balance: Option<BalanceFacts>,
+    /// The last scrub of each device (empty: never scrubbed, or the record is gone).
+    pub scrub: Vec<ScrubDevice>,
+}
+
+impl FsFacts {
+    /// Profiles in use for a type (mixed block groups count for data and metadata).
+    pub fn profiles(&self, kind: BgType) -> Vec<Profile> {
+        let mut v: Vec<Profile> = self
+            .spaces
+            .iter()
+            .filter(|s| s.total_bytes > 0 && counts_for(s.bg_type, kind))
+            .map(|s| s.profile)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// (allocated, used) logical bytes of a type.
+    pub fn totals(&self, kind: BgType) -> (u64, u64) {
+        self.spaces
+            .iter()
+            .filter(|s| counts_for(s.bg_type, kind))
+            .fold((0, 0), |(t, u), s| (t + s.total_bytes, u + s.used_bytes))
+    }
+
+    /// Devices present (not missing).
+    pub fn present(&self) -> impl Iterator<Item = &DeviceFacts> {
+        self.devices.iter().filter(|d| !d.missing)
+    }
+
+    /// Missing devices: listed as missing, plus those the superblock counts
+    /// but the kernel does not list.
+    pub fn missing_count(&self) -> u64 {
+        let listed = self.devices.iter().filter(|d| d.missing).count() as u64;
+        let absent = self.total_devices.saturating_sub(self.devices.len() as u64);
+        listed + absent
+    }
+}
+
+fn counts_for(t: BgType, kind: BgType) -> bool {
+    t == kind || (t == BgType::DataMetadata && matches!(kind, BgType::Data | BgType::Metadata))
+}

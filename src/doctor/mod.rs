@@ -1,0 +1,353 @@
+//! `doctor`: one read-only look at each mounted btrfs that ranks what is
+//! wrong, worst first, with the numbers, why it matters and the command to
+//! run. Facts are read once ([`gather`]), findings computed by pure code
+//! ([`analyse::analyse`]), and the report rendered as text, JSON or
+//! Prometheus metrics ([`prometheus`]).
+
+pub mod analyse;
+pub mod deep;
+pub mod facts;
+pub mod prometheus;
+pub mod scrub;
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::model::finding::{Finding, Severity};
+use crate::space::{self, BtrfsTarget};
+use crate::sys::btrfs::{self, bg_type_of, profile_of};
+use crate::sys::root::SysRoot;
+
+pub use facts::FsFacts;
+
+/// Exit status: no warning or critical finding.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: the worst finding is a warning.
+pub const EXIT_WARNING: u8 = 1;
+/// Exit status: a critical finding.
+pub const EXIT_CRITICAL: u8 = 2;
+/// Exit status: doctor could not look (not a btrfs, not root, ...), as
+/// monitoring plugins' UNKNOWN.
+pub const EXIT_UNKNOWN: u8 = 3;
+
+/// One filesystem: what was read, and what was found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FsDiagnosis {
+    /// Mount point.
+    pub mount_point: PathBuf,
+    /// Filesystem UUID.
+    pub uuid: String,
+    /// The worst finding's severity (none: no finding at all).
+    pub worst: Option<Severity>,
+    /// Findings, worst first.
+    pub findings: Vec<Finding>,
+    /// What the findings were computed from.
+    pub facts: FsFacts,
+    /// What `--deep` found out (absent without it).
+    #[serde(default)]
+    pub deep: Option<deep::DeepFacts>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DoctorReport {
+    /// `btrfs-lab`.
+    pub tool: String,
+    /// Its version.
+    pub version: String,
+    /// The host examined.
+    pub hostname: String,
+    /// When, UTC (RFC 3339).
+    pub timestamp: String,
+    /// When, seconds since the epoch.
+    pub timestamp_unix: u64,
+    /// Each filesystem examined.
+    pub filesystems: Vec<FsDiagnosis>,
+    /// The worst finding over all filesystems.
+    pub worst: Option<Severity>,
+    /// The exit status: 0 ok (or info only), 1 warning, 2 critical.
+    pub exit_status: u8,
+}
+
+/// The exit status for a worst severity.
+pub fn exit_status(worst: Option<Severity>) -> u8 {
+    match worst {
+        Some(Severity::Critical) => EXIT_CRITICAL,
+        Some(Severity::Warning) => EXIT_WARNING,
+        _ => EXIT_OK,
+    }
+}
+
+/// Diagnoses one filesystem from its facts.
+pub fn diagnose(facts: FsFacts, now: u64) -> FsDiagnosis {
+    let findings = analyse::analyse(&facts, now);
+    FsDiagnosis {
+        mount_point: facts.mount_point.clone(),
+        uuid: facts.uuid.clone(),
+        worst: findings.iter().map(|f| f.severity).min(),
+        findings,
+        facts,
+        deep: None,
+    }
+}
+
+/// Adds the `--deep` findings to a diagnosis.
+pub fn add_deep(d: &mut FsDiagnosis, findings: Vec<Finding>, facts: deep::DeepFacts) {
+    d.findings.extend(findings);
+    crate::model::finding::rank(&mut d.findings);
+    d.worst = d.findings.iter().map(|f| f.severity).min();
+    d.deep = Some(facts);
+}
+
+/// Builds the report from diagnoses.
+pub fn report(filesystems: Vec<FsDiagnosis>, hostname: String, now: u64) -> DoctorReport {
+    let worst = filesystems.iter().filter_map(|f| f.worst).min();
+    DoctorReport {
+        tool: "btrfs-lab".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        hostname,
+        timestamp: rfc3339(now),
+        timestamp_unix: now,
+        filesystems,
+        worst,
+        exit_status: exit_status(worst),
+    }
+}
+
+/// Examines the filesystems at `mounts` (every mounted btrfs when empty);
+/// `deep` adds the checks that cost time or write a little ([`deep`]).
+pub fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorReport> {
+    // Without root the error counters and the balance state cannot be read:
+    // a report would call a corrupted filesystem healthy.
+    if !crate::sys::is_root() {
+        return Err(crate::error::Error::new(
+            crate::error::ErrorKind::Permission,
+            "doctor needs root: the device error counters and the balance state are root-only ioctls",
+        )
+        .with_hint("run it as root (sudo btrfs-lab doctor), as the systemd unit and the playbooks do"));
+    }
+    let targets = if mounts.is_empty() {
+        space::mounted_btrfs(root)?
+    } else {
+        mounts
+            .iter()
+            .map(|m| space::resolve(root, m))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let now = now_unix();
+    let mut out = Vec::new();
+    for t in &targets {
+        let mut d = diagnose(gather(root, t)?, now);
+        if deep {
+            let (findings, facts) = deep::deep(root, &d.facts);
+            add_deep(&mut d, findings, facts);
+        }
+        out.push(d);
+    }
+    Ok(report(out, hostname(), now))
+}
+
+/// Reads the facts of one mounted btrfs (ioctls, sysfs, the scrub record).
+pub fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
+    let state = crate::admin::state::read_state(root, &target.path)?;
+    let info = btrfs::fs_info(&target.path)?;
+    let devices = state
+        .devices
+        .iter()
+        .map(|d| {
+            let missing = d.path.is_empty();
+            facts::DeviceFacts {
+                devid: d.devid,
+                path: if missing {
+                    "missing".to_owned()
+                } else {
+                    d.path.clone()
+                },
+                missing,
+                size_bytes: d.size,
+                allocated_bytes: d.allocated,
+                errors: state
+                    .device_errors
+                    .iter()
+                    .find(|e| e.devid == d.devid)
+                    .map(|e| facts::ErrorCounts {
+                        write: e.write,
+                        read: e.read,
+                        flush: e.flush,
+                        corruption: e.corruption,
+                        generation: e.generation,
+                    }),
+            }
+        })
+        .collect::<Vec<_>>();
+    let spaces = state
+        .spaces
+        .iter()
+        .map(|s| facts::SpaceUse {
+            bg_type: bg_type_of(s.flags),
+            profile: profile_of(s.flags),
+            total_bytes: s.total_bytes,
+            used_bytes: s.used_bytes,
+        })
+        .collect();
+    let sysfs = |rel: &str| {
+        root.read_attr(&root.sys(&format!("fs/btrfs/{}/{rel}", target.fsid)))
+            .ok()
+            .map(|s| s.trim().to_owned())
+    };
+    let raw: u64 = devices.iter().map(|d| d.size_bytes).sum();
+    let metadata_chunk_bytes = sysfs("allocation/metadata/chunk_size")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if raw > 50 << 30 { 1 << 30 } else { 256 << 20 })
+        // The allocator caps a chunk at 10% of the writable space.
+        .min(raw / 10)
+        .max(1 << 20);
+    let scrub_file = root
+        .prefix()
+        .join(format!("var/lib/btrfs/scrub.status.{}", target.fsid));
+    let scrub = root
+        .read_text(&scrub_file, 1 << 20)
+        .map(|t| scrub::parse_status(&t, &target.fsid))
+        .unwrap_or_default();
+    Ok(FsFacts {
+        mount_point: target.mount.mount_point.clone(),
+        uuid: target.fsid.clone(),
+        label: sysfs("label").filter(|l| !l.is_empty()),
+        // The VFS options, then btrfs' own (`degraded`, `space_cache=v2`, ...).
+        mount_options: [
+            target.mount.mount_options.as_str(),
+            target.mount.super_options.as_str(),
+        ]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(","),
+        kernel: state.kernel.to_string(),
+        features: state.features.clone(),
+        total_devices: info.num_devices,
+        devices,
+        spaces,
+        metadata_chunk_bytes,
+        balance: state.balance.map(|b| facts::BalanceFacts {
+            running: b.running,
+            data_target: b.data_target,
+            metadata_target: b.metadata_target,
+            expected: b.expected,
+            completed: b.completed,
+        }),
+        scrub,
+    })
+}
+
+/// Seconds since the epoch.
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// This host's name.
+pub fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `2026-11-30T23:41:07Z`.
+pub fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Writes `text` to `path` atomically for a collector that may read at any
+/// moment: a new file next to it (O_EXCL, never following a link), synced,
+/// then renamed over `path`. The temporary file is removed on failure.
+pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| {
+        crate::error::Error::usage(format!("{} is not a file name", path.display()))
+    })?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        crate::error::Error::from_io(&e, "cannot write", path)
+            .with_hint("the directory must exist and be writable (node_exporter's --collector.textfile.directory)")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_utc_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_764_546_067), "2025-11-30T23:41:07Z");
+    }
+
+    #[test]
+    fn exit_status_follows_the_worst() {
+        assert_eq!(exit_status(None), 0);
+        assert_eq!(exit_status(Some(Severity::Info)), 0);
+        assert_eq!(exit_status(Some(Severity::Warning)), 1);
+        assert_eq!(exit_status(Some(Severity::Critical)), 2);
+    }
+
+    #[test]
+    fn textfile_is_replaced_atomically_and_temp_removed() {
+        let dir = std::env::temp_dir().join(format!("btrfs-lab-doctor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("btrfs.prom");
+        write_atomically(&p, "a 1\n").unwrap();
+        write_atomically(&p, "a 2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "a 2\n");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(write_atomically(&dir.join("nope/x.prom"), "").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

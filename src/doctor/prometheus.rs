@@ -1,0 +1,293 @@
+//! The report as Prometheus metrics, in the text format node_exporter's
+//! textfile collector reads (`--format prometheus`): one family per metric,
+//! HELP and TYPE first, base units (bytes, seconds) in the names, counters
+//! ending in `_total`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::model::finding::Severity;
+
+use super::{DoctorReport, FsDiagnosis};
+
+/// One metric family being built.
+struct Family {
+    help: &'static str,
+    kind: &'static str,
+    samples: Vec<String>,
+}
+
+#[derive(Default)]
+struct Metrics {
+    order: Vec<&'static str>,
+    families: BTreeMap<&'static str, Family>,
+}
+
+impl Metrics {
+    fn add(
+        &mut self,
+        name: &'static str,
+        kind: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) {
+        let fam = self.families.entry(name).or_insert_with(|| {
+            self.order.push(name);
+            Family {
+                help,
+                kind,
+                samples: Vec::new(),
+            }
+        });
+        let mut s = name.to_owned();
+        if !labels.is_empty() {
+            s.push('{');
+            let parts: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect();
+            s.push_str(&parts.join(","));
+            s.push('}');
+        }
+        let _ = write!(s, " {value}");
+        fam.samples.push(s);
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for name in &self.order {
+            let f = &self.families[name];
+            let _ = writeln!(out, "# HELP {name} {}", f.help);
+            let _ = writeln!(out, "# TYPE {name} {}", f.kind);
+            for s in &f.samples {
+                out.push_str(s);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// A label value as the text format wants it.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn severity_value(s: Option<Severity>) -> f64 {
+    f64::from(super::exit_status(s))
+}
+
+/// The metrics of a report.
+pub fn render(r: &DoctorReport) -> String {
+    let mut m = Metrics::default();
+    m.add(
+        "btrfs_lab_doctor_success",
+        "gauge",
+        "Whether btrfs-lab doctor could examine the filesystems (1) or failed (0).",
+        &[],
+        1.0,
+    );
+    m.add(
+        "btrfs_lab_doctor_last_run_timestamp_seconds",
+        "gauge",
+        "When btrfs-lab doctor ran, seconds since the epoch.",
+        &[],
+        r.timestamp_unix as f64,
+    );
+    m.add(
+        "btrfs_lab_doctor_info",
+        "gauge",
+        "The btrfs-lab version that wrote these metrics (always 1).",
+        &[("version", &r.version)],
+        1.0,
+    );
+    m.add(
+        "btrfs_lab_doctor_status",
+        "gauge",
+        "The worst finding over all filesystems: 0 ok or info, 1 warning, 2 critical (the exit status).",
+        &[],
+        severity_value(r.worst),
+    );
+    for f in &r.filesystems {
+        filesystem(&mut m, f);
+    }
+    m.render()
+}
+
+/// The metrics written when doctor could not look at all: alerting sees
+/// `btrfs_lab_doctor_success 0` instead of stale figures.
+pub fn render_failure(now: u64) -> String {
+    let mut m = Metrics::default();
+    m.add(
+        "btrfs_lab_doctor_success",
+        "gauge",
+        "Whether btrfs-lab doctor could examine the filesystems (1) or failed (0).",
+        &[],
+        0.0,
+    );
+    m.add(
+        "btrfs_lab_doctor_last_run_timestamp_seconds",
+        "gauge",
+        "When btrfs-lab doctor ran, seconds since the epoch.",
+        &[],
+        now as f64,
+    );
+    m.render()
+}
+
+fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
+    let mp = d.mount_point.display().to_string();
+    let fs: [(&str, &str); 2] = [("mountpoint", &mp), ("uuid", &d.uuid)];
+    m.add(
+        "btrfs_lab_doctor_filesystem_status",
+        "gauge",
+        "The worst finding of a filesystem: 0 ok or info, 1 warning, 2 critical.",
+        &fs,
+        severity_value(d.worst),
+    );
+    for sev in [Severity::Critical, Severity::Warning, Severity::Info] {
+        let n = d.findings.iter().filter(|f| f.severity == sev).count();
+        m.add(
+            "btrfs_lab_doctor_findings",
+            "gauge",
+            "Findings of a filesystem by severity.",
+            &[fs[0], fs[1], ("severity", sev.name())],
+            n as f64,
+        );
+    }
+    let mut by_code: BTreeMap<(&str, Severity), usize> = BTreeMap::new();
+    for f in &d.findings {
+        *by_code.entry((f.code.as_str(), f.severity)).or_default() += 1;
+    }
+    for ((code, sev), n) in by_code {
+        m.add(
+            "btrfs_lab_doctor_finding",
+            "gauge",
+            "Findings of a filesystem by stable code and severity (how many).",
+            &[fs[0], fs[1], ("code", code), ("severity", sev.name())],
+            n as f64,
+        );
+    }
+    let facts = &d.facts;
+    m.add(
+        "btrfs_lab_devices_missing",
+        "gauge",
+        "Member devices missing.",
+        &fs,
+        facts.missing_count() as f64,
+    );
+    for dev in &facts.devices {
+        let devid = dev.devid.to_string();
+        let labels = [
+            fs[0],
+            fs[1],
+            ("devid", devid.as_str()),
+            ("device", dev.path.as_str()),
+        ];
+        m.add(
+            "btrfs_lab_device_size_bytes",
+            "gauge",
+            "Bytes btrfs uses on a member device.",
+            &labels,
+            dev.size_bytes as f64,
+        );
+        m.add(
+            "btrfs_lab_device_unallocated_bytes",
+            "gauge",
+            "Bytes of a member device not allocated to any chunk.",
+            &labels,
+            dev.unallocated_bytes() as f64,
+        );
+        if let Some(e) = dev.errors {
+            for (kind, n) in e.kinds() {
+                m.add(
+                    "btrfs_lab_device_errors_total",
+                    "counter",
+                    "Error counters of a member device (btrfs device stats), by kind.",
+                    &[labels[0], labels[1], labels[2], labels[3], ("kind", kind)],
+                    n as f64,
+                );
+            }
+        }
+    }
+    for s in &facts.spaces {
+        let t = s.bg_type.json_name();
+        let p = s.profile.name();
+        let labels = [fs[0], fs[1], ("type", t), ("profile", p)];
+        m.add(
+            "btrfs_lab_space_allocated_bytes",
+            "gauge",
+            "Logical bytes allocated to block groups, by type and profile.",
+            &labels,
+            s.total_bytes as f64,
+        );
+        m.add(
+            "btrfs_lab_space_used_bytes",
+            "gauge",
+            "Logical bytes used in block groups, by type and profile.",
+            &labels,
+            s.used_bytes as f64,
+        );
+    }
+    let (running, paused) = match facts.balance {
+        Some(b) => (b.running, !b.running),
+        None => (false, false),
+    };
+    m.add(
+        "btrfs_lab_balance_running",
+        "gauge",
+        "A balance or conversion is running (1) or not (0).",
+        &fs,
+        f64::from(u8::from(running)),
+    );
+    m.add(
+        "btrfs_lab_balance_paused",
+        "gauge",
+        "A balance or conversion is paused (1) or not (0).",
+        &fs,
+        f64::from(u8::from(paused)),
+    );
+    if let Some(last) = facts
+        .scrub
+        .iter()
+        .filter(|s| s.started > 0)
+        .map(|s| s.started + s.duration)
+        .max()
+    {
+        m.add(
+            "btrfs_lab_scrub_last_end_timestamp_seconds",
+            "gauge",
+            "When the last recorded scrub ended, seconds since the epoch (absent: never).",
+            &fs,
+            last as f64,
+        );
+    }
+    if let Some(v) = d.deep.as_ref().and_then(|x| x.probe_verdict.as_deref()) {
+        m.add(
+            "btrfs_lab_probe_dio_verdict",
+            "gauge",
+            "probe-dio's verdict on the filesystem (doctor --deep): 1 for the verdict found.",
+            &[fs[0], fs[1], ("verdict", v)],
+            1.0,
+        );
+    }
+    let sum = |f: fn(&super::scrub::ScrubDevice) -> u64| -> f64 {
+        facts.scrub.iter().map(f).sum::<u64>() as f64
+    };
+    for (kind, v) in [
+        ("found", sum(|s| s.errors_found)),
+        ("corrected", sum(|s| s.corrected)),
+        ("uncorrectable", sum(|s| s.uncorrectable)),
+    ] {
+        m.add(
+            "btrfs_lab_scrub_errors",
+            "gauge",
+            "Errors of the last recorded scrub, by outcome.",
+            &[fs[0], fs[1], ("kind", kind)],
+            v,
+        );
+    }
+}

@@ -1,0 +1,785 @@
+//! `doctor` on real sandboxes in planted states: each bad state is built for
+//! real (corruption behind btrfs' back then a scrub, a paused conversion,
+//! mixed profiles, a full filesystem) and doctor must find it with the
+//! right code, severity and exit status; a healthy filesystem gives no
+//! warning. The Prometheus output is checked by `promtool`.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use btrfs_lab::doctor::DoctorReport;
+use btrfs_lab::model::finding::Severity;
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::sandbox::SandboxRequest;
+
+use crate::common::{TestEnv, require_root, run, typed};
+
+const MIB: u64 = 1 << 20;
+
+fn write_file(path: &Path, mib: usize, seed: u32) -> std::io::Result<()> {
+    let mut f = fs::File::create(path)?;
+    let block: Vec<u8> = (0..1u32 << 20)
+        .map(|i| ((i ^ seed).wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for _ in 0..mib {
+        f.write_all(&block)?;
+    }
+    f.sync_all()
+}
+
+/// `doctor --json MOUNT`: exit status and the typed report.
+fn doctor(env: &TestEnv, m: &Path) -> (i32, DoctorReport) {
+    let (code, stdout, stderr) = run(env.cmd().args(["--json", "doctor"]).arg(m));
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (code, typed(&stdout))
+}
+
+/// (code, severity) of every finding.
+fn findings(r: &DoctorReport) -> Vec<(String, Severity)> {
+    assert_eq!(r.filesystems.len(), 1);
+    r.filesystems[0]
+        .findings
+        .iter()
+        .map(|f| (f.code.clone(), f.severity))
+        .collect()
+}
+
+fn has(r: &DoctorReport, code: &str, sev: Severity) -> bool {
+    findings(r).iter().any(|(c, s)| c == code && *s == sev)
+}
+
+fn btrfs(args: &[&str], m: &Path) -> (i32, String) {
+    let out = Command::new("btrfs").args(args).arg(m).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Removes btrfs-progs' scrub record of a test filesystem on every path.
+struct ScrubRecord(PathBuf);
+
+impl ScrubRecord {
+    fn of(m: &Path) -> Self {
+        let fsid = btrfs_lab::sys::btrfs::fsid(m).unwrap();
+        Self(PathBuf::from(format!("/var/lib/btrfs/scrub.status.{fsid}")))
+    }
+}
+
+impl Drop for ScrubRecord {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+        let _ = fs::remove_file(self.0.with_extension("").with_file_name(format!(
+            "scrub.progress.{}",
+            self.0
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .trim_start_matches("scrub.status.")
+        )));
+    }
+}
+
+/// `promtool check metrics` on a text: (success, its output).
+fn promtool_check_metrics(text: &str) -> (bool, String) {
+    let promtool = btrfs_lab::sys::tools::find("promtool", "prometheus")
+        .expect("promtool (Debian package prometheus; scripts/install-deps.sh installs it)");
+    let mut child = Command::new(&promtool.path)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn healthy_filesystem_gives_no_warning_and_valid_metrics() {
+    if !require_root("doctor on a healthy filesystem") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    write_file(&m.join("file"), 64, 1).unwrap();
+    let (code, r) = doctor(&env, &m);
+    eprintln!("{:#?}", findings(&r));
+    assert_eq!(code, 0, "{:?}", findings(&r));
+    assert_eq!(r.exit_status, 0);
+    assert!(
+        findings(&r).iter().all(|(_, s)| *s == Severity::Info),
+        "a healthy filesystem got {:?}",
+        findings(&r)
+    );
+    assert!(has(&r, "scrub-never-run", Severity::Info));
+    assert_eq!(r.version, env!("CARGO_PKG_VERSION"));
+    assert!(!r.hostname.is_empty());
+    assert!(r.timestamp.ends_with('Z') && r.timestamp_unix > 1_600_000_000);
+    let fs0 = &r.filesystems[0];
+    assert_eq!(fs0.facts.devices.len(), 2);
+    assert_eq!(fs0.facts.total_devices, 2);
+    assert!(
+        fs0.facts
+            .devices
+            .iter()
+            .all(|d| d.errors.is_some_and(|e| e.total() == 0))
+    );
+
+    // Without root it says so (UNKNOWN) instead of calling it healthy.
+    let (code, stdout, stderr) = run(env.as_nobody(&[]).arg("doctor").arg(&m));
+    assert_eq!(code, 3, "{stdout}{stderr}");
+    assert!(stderr.contains("doctor needs root"), "{stderr}");
+    assert_eq!(stdout, "");
+
+    // Text: the same verdict.
+    let (code, stdout, stderr) = run(env.cmd().arg("doctor").arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("0 critical, 0 warning, 1 info"), "{stdout}");
+    assert!(stdout.contains("no warning (exit status 0)"), "{stdout}");
+
+    // Prometheus: promtool accepts it, and the numbers are there.
+    let (code, metrics, stderr) = run(env.cmd().args(["doctor", "--format", "prometheus"]).arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    let (ok, lint) = promtool_check_metrics(&metrics);
+    assert!(ok, "promtool check metrics:\n{lint}\n{metrics}");
+    assert!(lint.trim().is_empty(), "promtool lint: {lint}");
+    assert!(metrics.contains("btrfs_lab_doctor_status 0\n"), "{metrics}");
+    let mp = m.display().to_string();
+    assert!(
+        metrics.contains(&format!(
+            "btrfs_lab_device_errors_total{{mountpoint=\"{mp}\",uuid=\"{}\",devid=\"1\"",
+            fs0.uuid
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "btrfs_lab_doctor_finding{{mountpoint=\"{mp}\",uuid=\"{}\",code=\"scrub-never-run\",severity=\"info\"}} 1",
+            fs0.uuid
+        )),
+        "{metrics}"
+    );
+
+    // --textfile writes the same metrics atomically, nothing left beside it.
+    let dir = env.path().join("textfile");
+    fs::create_dir(&dir).unwrap();
+    let prom = dir.join("btrfs.prom");
+    let (code, _, stderr) = run(env.cmd().args(["doctor", "--textfile"]).arg(&prom).arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    let written = fs::read_to_string(&prom).unwrap();
+    assert!(promtool_check_metrics(&written).0);
+    assert!(
+        written.contains("btrfs_lab_doctor_success 1\n"),
+        "{written}"
+    );
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
+}
+
+/// Where the first extent of `file` lies: (device, physical byte offset).
+fn first_extent(file: &Path, any_member: &Path) -> (PathBuf, u64) {
+    let out = Command::new("filefrag")
+        .args(["-v", "-b4096"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let logical: u64 = text
+        .lines()
+        .find_map(|l| {
+            let cols: Vec<&str> = l.split(':').map(str::trim).collect();
+            (cols.len() >= 3 && cols[0] == "0")
+                .then(|| cols[2].split("..").next()?.trim().parse::<u64>().ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no extent in: {text}"))
+        * 4096;
+    let out = Command::new("btrfs-map-logical")
+        .arg("-l")
+        .arg(logical.to_string())
+        .arg(any_member)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "mirror 1 logical L physical P device /dev/loopN"
+    let line = text
+        .lines()
+        .find(|l| l.contains("physical"))
+        .unwrap_or_else(|| {
+            panic!(
+                "btrfs-map-logical -l {logical} {}: {text}{}",
+                any_member.display(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = |k: &str| words[words.iter().position(|w| *w == k).unwrap() + 1];
+    (PathBuf::from(at("device")), at("physical").parse().unwrap())
+}
+
+/// Overwrites 1 MiB of `file`'s first extent on one device behind btrfs'
+/// back, then scrubs; returns the device corrupted.
+fn corrupt_and_scrub(m: &Path, file: &Path, member: &Path) -> PathBuf {
+    // Commit the transaction: btrfs-map-logical reads the extent tree on disk.
+    let (code, text) = btrfs(&["filesystem", "sync"], m);
+    assert_eq!(code, 0, "{text}");
+    let (dev, physical) = first_extent(file, member);
+    let out = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=4096",
+            "count=256",
+            "oflag=direct",
+            "conv=notrunc",
+        ])
+        .arg(format!("of={}", dev.display()))
+        .arg(format!("seek={}", physical / 4096))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Exit status 3 when errors were found: not asserted, doctor is.
+    let (_, text) = btrfs(&["scrub", "start", "-B"], m);
+    eprintln!("scrub: {text}");
+    dev
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn corruption_on_raid0_is_critical_and_on_raid1_a_warning() {
+    if !require_root("doctor after corruption") {
+        return;
+    }
+    let env = TestEnv::new();
+    for (data, want_code, want_sev, want_exit) in [
+        (
+            Profile::Raid0,
+            "device-errors-no-redundancy",
+            Severity::Critical,
+            2,
+        ),
+        (Profile::Raid1, "device-errors", Severity::Warning, 1),
+    ] {
+        let sbx = env.sandbox(SandboxRequest {
+            devices: 2,
+            size_bytes: 1 << 30,
+            data: Some(data),
+            metadata: Some(Profile::Raid1),
+            ..SandboxRequest::default()
+        });
+        let m = sbx.mount_point().to_path_buf();
+        let _record = ScrubRecord::of(&m);
+        let file = m.join("file");
+        write_file(&file, 32, 7).unwrap();
+        let dev = corrupt_and_scrub(&m, &file, &sbx.devices()[0]);
+        let (code, r) = doctor(&env, &m);
+        eprintln!("{data}: {:#?}", r.filesystems[0].findings);
+        assert_eq!(code, want_exit, "{data}: {:?}", findings(&r));
+        assert_eq!(r.exit_status as i32, want_exit);
+        let f = r.filesystems[0]
+            .findings
+            .iter()
+            .find(|f| f.code == want_code)
+            .unwrap_or_else(|| panic!("{data}: no {want_code}: {:?}", findings(&r)));
+        assert_eq!(f.severity, want_sev);
+        assert!(f.title.contains(&dev.display().to_string()), "{}", f.title);
+        let corruption: u64 = f
+            .evidence
+            .iter()
+            .find(|e| e.name == "corruption errors")
+            .map(|e| e.value.parse().unwrap())
+            .unwrap_or_else(|| panic!("{data}: {f:?}"));
+        assert!(corruption >= 1, "{data}: {corruption}");
+        // The scrub record: unrepairable on raid0, repaired on raid1.
+        let scrub_sev = if data == Profile::Raid0 {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        };
+        assert!(
+            has(&r, "scrub-errors", scrub_sev),
+            "{data}: {:?}",
+            findings(&r)
+        );
+        assert!(!findings(&r).iter().any(|(c, _)| c == "scrub-never-run"));
+        let s = &r.filesystems[0].facts.scrub;
+        let uncorrectable: u64 = s.iter().map(|d| d.uncorrectable).sum();
+        let corrected: u64 = s.iter().map(|d| d.corrected).sum();
+        if data == Profile::Raid0 {
+            assert!(uncorrectable >= 1, "{s:?}");
+        } else {
+            assert_eq!(uncorrectable, 0, "{s:?}");
+            assert!(corrected >= 1, "{s:?}");
+        }
+        // Text, worst first.
+        let (code, stdout, _) = run(env.cmd().arg("doctor").arg(&m));
+        assert_eq!(code, want_exit);
+        let first = stdout.lines().nth(1).unwrap_or_default();
+        assert!(
+            first
+                .trim_start()
+                .starts_with(&want_sev.name().to_ascii_uppercase()),
+            "{stdout}"
+        );
+        // The metrics carry the counter and pass promtool.
+        let (_, metrics, _) = run(env.cmd().args(["doctor", "--format", "prometheus"]).arg(&m));
+        assert!(promtool_check_metrics(&metrics).0, "{metrics}");
+        assert!(
+            metrics.contains(&format!("btrfs_lab_doctor_status {want_exit}\n")),
+            "{metrics}"
+        );
+        sbx.down().unwrap();
+    }
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn paused_conversion_then_mixed_profiles_after_cancel() {
+    if !require_root("doctor on a paused conversion") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 3 << 30,
+        data: Some(Profile::Single),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    for i in 0..3 {
+        write_file(&m.join(format!("f{i}")), 300, i).unwrap();
+    }
+    // A conversion paused right after it started; if the kernel finished it
+    // first, convert back and try again.
+    let mut paused = false;
+    for target in ["raid1", "single", "raid1", "single", "raid1"] {
+        let arg = format!("-dconvert={target}");
+        let (code, text) = btrfs(&["balance", "start", "--bg", "-f", &arg], &m);
+        assert_eq!(code, 0, "{text}");
+        let (code, _) = btrfs(&["balance", "pause"], &m);
+        if code == 0 {
+            paused = true;
+            break;
+        }
+        eprintln!("note: the conversion to {target} completed before the pause");
+    }
+    assert!(paused, "could not pause a conversion in five tries");
+    let (code, r) = doctor(&env, &m);
+    assert_eq!(code, 1, "{:?}", findings(&r));
+    let f = r.filesystems[0]
+        .findings
+        .iter()
+        .find(|f| f.code == "balance-paused")
+        .unwrap_or_else(|| panic!("{:?}", findings(&r)));
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(
+        f.command.as_deref().unwrap().contains("convert --resume"),
+        "{f:?}"
+    );
+    let b = r.filesystems[0].facts.balance.expect("the paused balance");
+    assert!(!b.running);
+    assert!(b.data_target.is_some());
+
+    // Cancel it: the filesystem is left with two data profiles.
+    let (code, text) = btrfs(&["balance", "cancel"], &m);
+    assert_eq!(code, 0, "{text}");
+    let (code, r) = doctor(&env, &m);
+    eprintln!("{:#?}", findings(&r));
+    let data_profiles = r.filesystems[0]
+        .facts
+        .profiles(btrfs_lab::model::space::BgType::Data);
+    if data_profiles.len() >= 2 {
+        assert_eq!(code, 1, "{:?}", findings(&r));
+        assert!(
+            has(&r, "mixed-profiles", Severity::Warning),
+            "{:?}",
+            findings(&r)
+        );
+        assert!(r.filesystems[0].facts.balance.is_none());
+    } else {
+        // Nothing had been relocated yet: one profile, nothing to say.
+        eprintln!("note: no chunk was converted before the cancel");
+        assert!(!has(&r, "mixed-profiles", Severity::Warning));
+    }
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn nearly_full_filesystem_is_critical() {
+    if !require_root("doctor on a full filesystem") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 1,
+        size_bytes: 1 << 30,
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let (code, r) = doctor(&env, &m);
+    assert_eq!(code, 0, "empty: {:?}", findings(&r));
+    // Fill it: files of 64 MiB until ENOSPC.
+    let mut i = 0;
+    while write_file(&m.join(format!("fill{i}")), 64, i).is_ok() {
+        i += 1;
+        assert!(i < 64, "a 1 GiB filesystem took more than 4 GiB");
+    }
+    let (code, r) = doctor(&env, &m);
+    eprintln!("{:#?}", r.filesystems[0].findings);
+    assert_eq!(code, 2, "{:?}", findings(&r));
+    let f = r.filesystems[0]
+        .findings
+        .iter()
+        .find(|f| f.code == "data-nearly-full")
+        .unwrap_or_else(|| panic!("{:?}", findings(&r)));
+    assert_eq!(f.severity, Severity::Critical);
+    let (total, used) = r.filesystems[0]
+        .facts
+        .totals(btrfs_lab::model::space::BgType::Data);
+    assert!(used * 100 >= total * 98, "used {used} of {total}");
+    assert!(total > 700 * MIB, "{total}");
+}
+
+/// Every failure is exit status 3 (UNKNOWN) with one error line, and
+/// `--textfile` then says `btrfs_lab_doctor_success 0`.
+#[test]
+fn doctor_that_cannot_look_exits_3() {
+    let env = TestEnv::new();
+    let prom = env.path().join("btrfs.prom");
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["doctor", "/nonexistent/btrfs-lab", "--textfile"])
+        .arg(&prom));
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.starts_with("btrfs-lab: error: "), "{stderr}");
+    let text = fs::read_to_string(&prom).unwrap();
+    assert!(text.contains("btrfs_lab_doctor_success 0\n"), "{text}");
+    let (code, _, stderr) =
+        run(env
+            .cmd()
+            .args(["--json", "doctor", "--format", "prometheus", "/"]));
+    assert_eq!(code, 2, "{stderr}");
+}
+
+/// `promtool check rules` and `promtool test rules` on the shipped alerting
+/// rules (no root needed).
+#[test]
+fn shipped_alerting_rules_pass_promtool() {
+    let promtool = btrfs_lab::sys::tools::find("promtool", "prometheus")
+        .expect("promtool (Debian package prometheus; scripts/install-deps.sh installs it)");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/prometheus");
+    for args in [
+        ["check", "rules", "btrfs-lab-alerts.yml"],
+        ["test", "rules", "btrfs-lab-alerts.test.yml"],
+    ] {
+        let out = Command::new(&promtool.path)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "promtool {args:?}:\n{text}");
+        assert!(text.contains("SUCCESS"), "{text}");
+    }
+    let out = Command::new(&promtool.path)
+        .args(["check", "rules", "btrfs-lab-alerts.test.yml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "promtool accepts anything");
+}
+
+/// `ansible-playbook -i localhost, -c local PLAYBOOK -e ...`: (exit status,
+/// output, the PLAY RECAP's (changed, failed)).
+fn ansible(env: &TestEnv, playbook: &str, extra: serde_json::Value) -> (i32, String, (u32, u32)) {
+    let tool = btrfs_lab::sys::tools::find("ansible-playbook", "ansible-core").expect(
+        "ansible-playbook (Debian package ansible-core; scripts/install-deps.sh installs it)",
+    );
+    let mut vars = extra;
+    vars["btrfs_lab"] = crate::common::bin().display().to_string().into();
+    vars["btrfs_lab_become"] = false.into();
+    vars["ansible_python_interpreter"] = "/usr/bin/python3".into();
+    let tmp = env.path().join("ansible-tmp");
+    fs::create_dir_all(&tmp).unwrap();
+    let out = Command::new(&tool.path)
+        .args(["-i", "localhost,", "-c", "local"])
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("contrib/ansible")
+                .join(playbook),
+        )
+        .arg("-e")
+        .arg(vars.to_string())
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("ANSIBLE_LOCAL_TEMP", &tmp)
+        .env("ANSIBLE_REMOTE_TEMP", &tmp)
+        .env("ANSIBLE_RETRY_FILES_ENABLED", "0")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recap = text
+        .lines()
+        .find(|l| l.starts_with("localhost") && l.contains("changed="))
+        .unwrap_or_else(|| panic!("no PLAY RECAP:\n{text}"));
+    let field = |k: &str| -> u32 {
+        recap
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} in {recap}"))
+    };
+    (
+        out.status.code().unwrap_or(-1),
+        text.clone(),
+        (field("changed="), field("failed=")),
+    )
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn ansible_playbooks_convert_idempotently_and_fail_critical_hosts() {
+    if !require_root("the Ansible playbooks on sandboxes") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Single),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    write_file(&m.join("file"), 64, 3).unwrap();
+    let member = sbx.devices()[1].display().to_string();
+    let vars = serde_json::json!({
+        "mount": m.display().to_string(),
+        "data_profile": "raid1",
+        "devices": [member],
+    });
+    let (code, text, (changed, failed)) = ansible(&env, "convert.yml", vars.clone());
+    assert_eq!((code, changed, failed), (0, 1, 0), "first run:\n{text}");
+    let (_, r) = doctor(&env, &m);
+    assert_eq!(
+        r.filesystems[0]
+            .facts
+            .profiles(btrfs_lab::model::space::BgType::Data),
+        [Profile::Raid1]
+    );
+    let (code, text, (changed, failed)) = ansible(&env, "convert.yml", vars);
+    assert_eq!(
+        (code, changed, failed),
+        (0, 0, 0),
+        "second run must change nothing:\n{text}"
+    );
+
+    // doctor.yml: the healthy host passes and its report is saved.
+    let reports = env.path().join("reports");
+    fs::create_dir(&reports).unwrap();
+    let (code, text, (_, failed)) = ansible(
+        &env,
+        "doctor.yml",
+        serde_json::json!({
+            "doctor_mounts": [m.display().to_string()],
+            "doctor_report_dir": reports.display().to_string(),
+        }),
+    );
+    assert_eq!((code, failed), (0, 0), "{text}");
+    let saved: DoctorReport = typed(&fs::read_to_string(reports.join("localhost.json")).unwrap());
+    assert_eq!(saved.filesystems[0].mount_point, m);
+    assert_eq!(saved.exit_status, 0);
+
+    // A full filesystem is critical: the host fails.
+    let full = env.sandbox(SandboxRequest {
+        devices: 1,
+        size_bytes: 512 << 20,
+        ..SandboxRequest::default()
+    });
+    let fm = full.mount_point().to_path_buf();
+    let mut i = 0;
+    while write_file(&fm.join(format!("fill{i}")), 64, i).is_ok() {
+        i += 1;
+        assert!(i < 64);
+    }
+    let (code, text, (_, failed)) = ansible(
+        &env,
+        "doctor.yml",
+        serde_json::json!({ "doctor_mounts": [fm.display().to_string()] }),
+    );
+    assert_eq!(failed, 1, "{text}");
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("data-nearly-full"), "{text}");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn degraded_mount_with_a_missing_device_is_critical() {
+    if !require_root("doctor on a degraded mount") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    write_file(&m.join("file"), 16, 5).unwrap();
+    let devs = sbx.devices();
+    // Unmount, make the kernel forget device 2, mount device 1 alone.
+    let ok = |c: &mut Command| {
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{c:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ok(Command::new("umount").arg(&m));
+    ok(Command::new("btrfs")
+        .args(["device", "scan", "--forget"])
+        .arg(&devs[1]));
+    ok(Command::new("mount")
+        .args(["-t", "btrfs", "-o", "degraded"])
+        .arg(&devs[0])
+        .arg(&m));
+    let (code, r) = doctor(&env, &m);
+    eprintln!("{:#?}", findings(&r));
+    assert_eq!(code, 2, "{:?}", findings(&r));
+    assert!(
+        has(&r, "device-missing", Severity::Critical),
+        "{:?}",
+        findings(&r)
+    );
+    assert!(
+        has(&r, "mount-degraded", Severity::Critical),
+        "{:?}",
+        findings(&r)
+    );
+    assert_eq!(r.filesystems[0].facts.total_devices, 2);
+    assert!(
+        r.filesystems[0]
+            .findings
+            .iter()
+            .find(|f| f.code == "device-missing")
+            .unwrap()
+            .title
+            .starts_with("1 device(s) of 2 missing")
+    );
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn deep_probes_o_direct_and_leaves_nothing_behind() {
+    if !require_root("doctor --deep") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    // A database directory whose file is copy-on-write.
+    let mysql = m.join("var/lib/mysql");
+    fs::create_dir_all(&mysql).unwrap();
+    write_file(&mysql.join("ibdata1"), 8, 9).unwrap();
+    let (code, stdout, stderr) = run(env.cmd().args(["--json", "doctor", "--deep"]).arg(&m));
+    let r: DoctorReport = typed(&stdout);
+    eprintln!("{:#?}", r.filesystems[0].deep);
+    let deep = r.filesystems[0].deep.clone().expect("deep facts");
+    assert_eq!(deep.probe_error, None, "{stderr}");
+    let verdict = deep.probe_verdict.expect("a verdict");
+    // RAID1 data: every O_DIRECT write is buffered. A busy machine may make
+    // the measurement inconclusive; the probe says so then, never "direct".
+    assert!(
+        ["profile-forced", "inconclusive"].contains(&verdict.as_str()),
+        "{verdict}"
+    );
+    assert_eq!(deep.nocow_audited, std::slice::from_ref(&mysql));
+    let f = r.filesystems[0]
+        .findings
+        .iter()
+        .find(|f| f.code == "nocow-missing")
+        .unwrap_or_else(|| panic!("{:?}", findings(&r)));
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(
+        f.title.starts_with("1 VM image or database file(s)"),
+        "{}",
+        f.title
+    );
+    assert_eq!(code, 1, "{:?}", findings(&r));
+    if verdict == "profile-forced" {
+        assert!(
+            has(&r, "odirect-profile-forced", Severity::Warning),
+            "{:?}",
+            findings(&r)
+        );
+    } else {
+        assert!(
+            has(&r, "odirect-inconclusive", Severity::Info),
+            "{:?}",
+            findings(&r)
+        );
+    }
+    // The probe's scratch files are gone.
+    let left: Vec<_> = fs::read_dir(&m)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["var"], "{left:?}");
+    let left: Vec<_> = fs::read_dir(&mysql)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["ibdata1"], "the audit changes nothing: {left:?}");
+    // Without --deep: no deep facts.
+    let (_, r) = doctor(&env, &m);
+    assert!(r.filesystems[0].deep.is_none());
+}

@@ -3,6 +3,7 @@
 //! kernel says; the computations are pure and live in `usage` and the
 //! models.
 
+pub mod findings;
 pub mod usage;
 
 use std::fs;
@@ -12,11 +13,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::space::{MixedProfiles, SpaceRecord, mixed_profiles};
-use crate::parse::fi_df::{InputFormat, parse_fi_df};
+use crate::parse::fi_df::{
+    InputFormat, ParseOptions, SkippedLine, UnitBasis, UnitReading, parse_fi_df_with,
+};
 use crate::parse::mountinfo::MountEntry;
 use crate::sys::btrfs::{self, bg_type_of};
 use crate::sys::root::SysRoot;
 use crate::sys::{fs as sysfs, mounts};
+use findings::{Interpretation, SpaceFacts, interpret};
 
 use usage::{DeviceFacts, UsageInput, UsageReport};
 
@@ -41,7 +45,7 @@ pub enum DfSource {
 }
 
 /// The `df` report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DfReport {
     /// Where the records come from.
     pub source: DfSource,
@@ -54,6 +58,19 @@ pub struct DfReport {
     /// Rows of parsed input that cannot be true (used larger than total,
     /// beyond the rounding of the input), each named.
     pub inconsistencies: Vec<String>,
+    /// Parsed input: lines skipped (line number and why); damaged rows are
+    /// flagged `damaged`.
+    #[serde(default)]
+    pub skipped: Vec<SkippedLine>,
+    /// Parsed input: what was undone around the rows (quote marks, ...).
+    #[serde(default)]
+    pub unwrapped: Box<[String]>,
+    /// Parsed text: how its sizes were read (the unit rule, stated).
+    #[serde(default)]
+    pub units: Option<Box<UnitReading>>,
+    /// Percentages and findings (worst first).
+    #[serde(default)]
+    pub interpretation: Box<Interpretation>,
 }
 
 /// A mounted btrfs that a command was pointed at.
@@ -132,6 +149,11 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
         r.zone_unusable_bytes = zone_unusable(root, &target.fsid, e.flags);
         r.zone_unusable_error_bytes = r.zone_unusable_bytes.map(|_| 0);
     }
+    let interpretation = interpret(&SpaceFacts {
+        records: &records,
+        mount: Some(target.mount.mount_point.display().to_string()),
+        ..Default::default()
+    });
     Ok(DfReport {
         source: DfSource::Kernel {
             path: path.to_path_buf(),
@@ -141,16 +163,33 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
         records,
         input_warnings: Vec::new(),
         inconsistencies: Vec::new(),
+        skipped: Vec::new(),
+        unwrapped: Box::default(),
+        units: None,
+        interpretation: Box::new(interpretation),
     })
 }
 
 /// `df --parse`: captured `btrfs filesystem df` text or JSON.
-pub fn df_from_text(text: &str, input_name: &str) -> Result<DfReport> {
-    let parsed = parse_fi_df(text).map_err(|e| {
+pub fn df_from_text(text: &str, input_name: &str, opts: ParseOptions) -> Result<DfReport> {
+    let parsed = parse_fi_df_with(text, opts).map_err(|e| {
         Error::new(ErrorKind::Parse, format!("{input_name}: {e}"))
-            .with_hint("give the output of `btrfs filesystem df [-b|--si|-k...] PATH` or `btrfs --format json filesystem df PATH`")
+            .with_hint(if opts.strict {
+                "--strict takes only exact `btrfs filesystem df [-b|--si|-k...] PATH` or `btrfs --format json filesystem df PATH` output; without it, prompts, quotes and other text around the rows are skipped"
+            } else {
+                "give the output of `btrfs filesystem df [-b|--si|-k...] PATH` or `btrfs --format json filesystem df PATH`"
+            })
     })?;
+    let interpretation = interpret(&SpaceFacts {
+        records: &parsed.records,
+        ambiguous_units: parsed.units.basis == UnitBasis::Ambiguous,
+        ..Default::default()
+    });
     Ok(DfReport {
+        skipped: parsed.skipped,
+        unwrapped: parsed.unwrapped.into_boxed_slice(),
+        units: (parsed.format == InputFormat::Text).then(|| Box::new(parsed.units)),
+        interpretation: Box::new(interpretation),
         source: DfSource::Parsed {
             input: input_name.to_owned(),
             format: parsed.format,

@@ -7,6 +7,7 @@ mod common;
 mod links;
 mod nocow;
 mod output;
+mod parse_corpus;
 mod probe_dio;
 mod read_test;
 mod repo;

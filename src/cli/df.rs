@@ -40,7 +40,7 @@ pub struct DfArgs {
 /// Input larger than this is not a `fi df` capture.
 const MAX_INPUT: u64 = 16 << 20;
 
-fn read_input(name: &str) -> Result<String> {
+pub(super) fn read_input(name: &str) -> Result<String> {
     let mut bytes = Vec::new();
     let result = if name == "-" {
         std::io::stdin()

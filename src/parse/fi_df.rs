@@ -248,7 +248,7 @@ fn decode_lines(input: &str, strict: bool, unwrapped: &mut Vec<String>) -> Vec<L
 
 /// Strips email quote marks of any depth (`> `, `>> `, `> > `) and the
 /// indentation around them; returns the rest and whether any were found.
-fn strip_quotes(line: &str) -> (&str, bool) {
+pub(crate) fn strip_quotes(line: &str) -> (&str, bool) {
     let mut rest = line.trim_start();
     let mut quoted = false;
     while let Some(r) = rest.strip_prefix('>') {
@@ -329,7 +329,7 @@ fn row_heads(s: &str) -> Vec<(usize, BgType, Option<&str>, usize)> {
 }
 
 /// `$ `, `# btrfs fi df /`, `user@host:~$ ...`, fences: what a skipped line is.
-fn classify_noise(text: &str) -> &'static str {
+pub(crate) fn classify_noise(text: &str) -> &'static str {
     let t = text.trim();
     if t.starts_with("```") || t.starts_with("~~~") || t.starts_with("}}}") || t.starts_with("{{") {
         return "a code fence or markup";

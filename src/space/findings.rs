@@ -150,6 +150,15 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                 .max_by_key(|r| r.total_bytes)
                 .map_or(BgProfile::Known(Profile::Single), |r| r.profile);
             let (need_devs, need_each) = chunk_needs(profile);
+            let what = if p >= METADATA_FULL_PERCENT {
+                format!("metadata is {p:.1}% used")
+            } else {
+                format!(
+                    "the global reserve ({}) needs more than the free metadata ({})",
+                    size(reserve_total),
+                    size(free)
+                )
+            };
             let base = |sev, title: String| {
                 Finding::new(
                     "metadata-nearly-full",
@@ -183,7 +192,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                         base(
                             Severity::Critical,
                             format!(
-                                "ENOSPC is near: metadata is {p:.1}% used and no device has room for a new {} metadata chunk",
+                                "ENOSPC is near: {what} and no device has room for a new {} metadata chunk",
                                 profile.progs_name()
                             ),
                         )
@@ -206,7 +215,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                 None => base(
                     Severity::Warning,
                     format!(
-                        "metadata is {p:.1}% used: ENOSPC is near unless there is unallocated space for a new metadata chunk"
+                        "{what}: ENOSPC is near unless there is unallocated space for a new metadata chunk"
                     ),
                 )
                 .with_evidence(

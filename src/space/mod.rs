@@ -201,6 +201,111 @@ pub fn df_from_text(text: &str, input_name: &str, opts: ParseOptions) -> Result<
     })
 }
 
+/// `usage --parse`: a capture of `btrfs filesystem usage`, with the same
+/// figures as `usage --json` where the paste has them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParsedUsageDocument {
+    /// Where it comes from (`kind: parsed`).
+    pub source: DfSource,
+    /// The figures.
+    #[serde(flatten)]
+    pub report: UsageReport,
+    /// Every size was printed in bytes.
+    pub exact: bool,
+    /// The largest rounding error of any size (0 when exact).
+    pub max_error_bytes: u64,
+    /// Lines skipped, with why.
+    pub skipped: Vec<SkippedLine>,
+    /// Overall fields the paste lacks (shown as 0).
+    pub missing_fields: Vec<String>,
+    /// How the sizes were read.
+    pub units: UnitReading,
+    /// Percentages and findings (worst first).
+    pub interpretation: Interpretation,
+}
+
+/// The df-like records and the per-device unallocated space of a usage
+/// report, for the interpretation.
+pub fn usage_facts(
+    report: &UsageReport,
+    device_count: Option<usize>,
+    error: u64,
+) -> (Vec<SpaceRecord>, Option<Vec<i64>>) {
+    let mut records: Vec<SpaceRecord> = report
+        .block_groups
+        .iter()
+        .map(|b| {
+            let mut r = SpaceRecord::exact(b.bg_type, b.profile, b.size_bytes, b.used_bytes, None);
+            if error > 0 {
+                r.exact = false;
+                r.total_error_bytes = human_error(b.size_bytes).min(error);
+                r.used_error_bytes = human_error(b.used_bytes).min(error);
+            }
+            r
+        })
+        .collect();
+    if let Some(o) = &report.overall {
+        let mut r = SpaceRecord::exact(
+            crate::model::space::BgType::GlobalReserve,
+            crate::model::space::BgProfile::Known(crate::model::profile::Profile::Single),
+            o.global_reserve,
+            o.global_reserve_used,
+            None,
+        );
+        if error > 0 {
+            r.exact = false;
+            r.total_error_bytes = human_error(o.global_reserve).min(error);
+            r.used_error_bytes = human_error(o.global_reserve_used).min(error);
+        }
+        records.push(r);
+    }
+    let unallocated = match (&report.unallocated, &report.overall) {
+        (Some(u), _) if !u.is_empty() => Some(u.iter().map(|d| d.bytes).collect()),
+        // One device: the overall figure is that device's.
+        (_, Some(o)) if device_count == Some(1) => Some(vec![o.device_unallocated]),
+        _ => None,
+    };
+    (records, unallocated)
+}
+
+/// The rounding error of a size printed human-readable (IEC, `%.2f`).
+fn human_error(bytes: u64) -> u64 {
+    let mut unit = 1u64;
+    while unit < (1 << 60) && bytes >= unit * 1024 {
+        unit *= 1024;
+    }
+    crate::model::units::rounding_error(bytes as f64 / unit as f64, unit)
+}
+
+/// `usage --parse`.
+pub fn usage_from_text(text: &str, input_name: &str) -> Result<ParsedUsageDocument> {
+    let parsed = crate::parse::fi_usage::parse_fi_usage(text).map_err(|e| {
+        Error::new(ErrorKind::Parse, format!("{input_name}: {e}"))
+            .with_hint("give the output of `btrfs filesystem usage [-b|-T|--si] PATH`")
+    })?;
+    let count = (!parsed.devices.is_empty()).then_some(parsed.devices.len());
+    let (records, unallocated) = usage_facts(&parsed.report, count, parsed.max_error_bytes);
+    let interpretation = interpret(&SpaceFacts {
+        records: &records,
+        unallocated,
+        devices: count,
+        ..Default::default()
+    });
+    Ok(ParsedUsageDocument {
+        source: DfSource::Parsed {
+            input: input_name.to_owned(),
+            format: InputFormat::Text,
+        },
+        report: parsed.report,
+        exact: parsed.exact,
+        max_error_bytes: parsed.max_error_bytes,
+        skipped: parsed.skipped,
+        missing_fields: parsed.missing_fields,
+        units: parsed.units,
+        interpretation,
+    })
+}
+
 /// Rows whose used space exceeds their total even allowing for the
 /// rounding of the input: `Metadata, DUP: used=... is larger than total=...`.
 pub fn inconsistencies(records: &[SpaceRecord]) -> Vec<String> {

@@ -424,3 +424,122 @@ fn generated_cases_parse_as_labelled() {
     let json = parse("df-json-numbers.json");
     assert_eq!(json.records[0].total_bytes, 6_442_450_944);
 }
+
+fn usage(file: &str) -> btrfs_lab::space::ParsedUsageDocument {
+    let text = fs::read_to_string(dir("fi-usage").join(file)).unwrap();
+    btrfs_lab::space::usage_from_text(&text, file).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+#[test]
+fn every_real_usage_paste_parses_and_has_provenance() {
+    let provenance = fs::read_to_string(dir("fi-usage").join("PROVENANCE.md")).unwrap();
+    let all = files("fi-usage");
+    assert!(all.len() >= 4);
+    for path in &all {
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert!(provenance.contains(&format!("| {name} |")), "{name}");
+        let u = usage(name);
+        assert!(u.report.overall.is_some(), "{name}");
+        assert!(!u.report.block_groups.is_empty(), "{name}");
+        // Read back as the library's type.
+        let json = serde_json::to_string(&u).unwrap();
+        let back: btrfs_lab::space::ParsedUsageDocument = serde_json::from_str(&json).unwrap();
+        // (floats may differ in the last digit through JSON)
+        assert_eq!(
+            back.report.block_groups.len(),
+            u.report.block_groups.len(),
+            "{name}"
+        );
+        assert_eq!(
+            back.report.overall.as_ref().map(|o| o.device_size),
+            u.report.overall.as_ref().map(|o| o.device_size)
+        );
+        assert_eq!(back.skipped, u.skipped, "{name}");
+        assert_eq!(
+            back.interpretation.findings.len(),
+            u.interpretation.findings.len(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn real_usage_pastes_match_hand_computed_values() {
+    const G: u64 = 1 << 30;
+    const M: u64 = 1 << 20;
+    // bees #292: 512.00GiB, unallocated 1.00MiB, reserve used 96.00KiB,
+    // metadata DUP 5.99GiB (6431713526 by hand: 5.99 × 2^30).
+    let b = usage("bees-292-metadata-full.txt");
+    let o = b.report.overall.as_ref().unwrap();
+    assert_eq!(o.device_size, 512 * G);
+    assert_eq!(o.device_unallocated, M as i64);
+    assert_eq!(o.global_reserve_used, 96 << 10);
+    assert_eq!(o.metadata_ratio, 2.0);
+    let meta = &b.report.block_groups[1];
+    assert_eq!(
+        (meta.bg_type, meta.profile),
+        (BgType::Metadata, BgProfile::Known(Profile::Dup))
+    );
+    assert_eq!(meta.size_bytes, 6_431_713_526);
+    assert_eq!(meta.used_percent, 91.64);
+    // The cut Unallocated value is named, not made up.
+    assert!(
+        b.skipped.iter().any(|s| s.damaged && s.line == 26),
+        "{:?}",
+        b.skipped
+    );
+    assert!(b.report.unallocated.as_ref().unwrap().is_empty());
+    // -T table, quoted: two devices, RAID1, 76.97GiB unallocated each.
+    let t = usage("linux-btrfs-2020-07-quoted-table.txt");
+    assert_eq!(t.report.block_groups.len(), 3);
+    let d = &t.report.block_groups[0];
+    assert_eq!(d.size_bytes, 218 * G);
+    assert_eq!(d.devices.as_ref().unwrap().len(), 2);
+    let un = t.report.unallocated.as_ref().unwrap();
+    assert_eq!(un.len(), 2);
+    assert_eq!(un[0].bytes, 82_645_908_193); // 76.97 × 2^30
+    assert!(t.missing_fields.contains(&"Device slack".to_owned()));
+    // Tab separated (openfreemap): metadata 95.01GiB, 89.43%.
+    let f = usage("openfreemap-tabs.txt");
+    assert_eq!(f.report.block_groups[1].size_bytes, 102_016_210_698);
+    assert_eq!(f.report.unallocated.as_ref().unwrap()[0].path, "/dev/loop3");
+}
+
+#[test]
+fn findings_of_real_usage_pastes() {
+    // bees #292: ENOSPC near (one device, 1.00MiB unallocated, DUP needs
+    // 512MiB) and the reserve in use.
+    let b = usage("bees-292-metadata-full.txt");
+    let codes: Vec<(&str, Severity)> = b
+        .interpretation
+        .findings
+        .iter()
+        .map(|f| (f.code.as_str(), f.severity))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            ("metadata-nearly-full", Severity::Critical),
+            ("global-reserve-used", Severity::Critical)
+        ]
+    );
+    assert_eq!(
+        b.interpretation.findings[0].command.as_deref(),
+        Some("btrfs balance start -dusage=10 MOUNT")
+    );
+    // btrfs-progs #467: a 512MiB reserve larger than all free metadata.
+    let r = usage("btrfs-progs-467-reserve-512m.txt");
+    assert_eq!(r.interpretation.findings[0].code, "metadata-nearly-full");
+    assert!(
+        r.interpretation.findings[0]
+            .title
+            .contains("global reserve")
+    );
+    // Two devices with 77GiB unallocated each: nothing wrong.
+    assert!(
+        usage("linux-btrfs-2020-07-quoted-table.txt")
+            .interpretation
+            .findings
+            .is_empty()
+    );
+}

@@ -321,12 +321,14 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
         // Empty single chunks next to the real profile: mkfs of btrfs-progs
         // before 3.x left them (`System: total=4.00MB, used=0.00`).
         let leftovers_only = mixed.iter().all(|m| {
-            f.records
-                .iter()
-                .filter(|r| r.bg_type == m.bg_type)
-                .filter(|r| r.used_bytes != 0)
-                .count()
-                <= 1
+            // Old mkfs left them for metadata and system only.
+            matches!(m.bg_type, BgType::Metadata | BgType::System)
+                && f.records
+                    .iter()
+                    .filter(|r| r.bg_type == m.bg_type)
+                    .filter(|r| r.used_bytes != 0)
+                    .count()
+                    <= 1
                 && f.records.iter().any(|r| {
                     r.bg_type == m.bg_type
                         && r.used_bytes == 0
@@ -578,6 +580,22 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(codes(&i), [("empty-leftover-chunks", Severity::Info)]);
+        // A conversion of data whose last single chunk is the empty 8MiB
+        // one of mkfs: still a conversion, not an old-mkfs leftover.
+        let conv_empty = [
+            rec(BgType::Data, Profile::Single, 8 * M, 0),
+            rec(BgType::Data, Profile::Raid1, G, G / 2),
+            rec(BgType::Metadata, Profile::Raid1, G, G / 10),
+        ];
+        let i = interpret(&SpaceFacts {
+            records: &conv_empty,
+            ..Default::default()
+        });
+        assert_eq!(codes(&i), [("unfinished-conversion", Severity::Warning)]);
+        assert_eq!(
+            i.findings[0].command.as_deref(),
+            Some("btrfs-lab convert MOUNT --data raid1 --metadata raid1")
+        );
         let raid0 = [
             rec(BgType::Data, Profile::Raid0, 4 * G, 3 * G),
             rec(BgType::Metadata, Profile::Raid1, G, G / 10),

@@ -543,3 +543,60 @@ fn findings_of_real_usage_pastes() {
             .is_empty()
     );
 }
+
+/// The CLI on real pastes: `--json` read back as the library's types,
+/// skipped lines named on stderr, `--strict` refusing with nothing on stdout,
+/// stdin for `usage --parse -`.
+#[test]
+fn cli_reads_real_pastes_and_says_what_it_skipped() {
+    use crate::common::{TestEnv, run, typed};
+    use std::io::Write;
+    use std::process::Stdio;
+    let env = TestEnv::new();
+    let quoted = dir("fi-df").join("linux-btrfs-2020-07-quoted-prompt.txt");
+    let (code, out, err) = run(env.cmd().args(["df", "--parse", "--json"]).arg(&quoted));
+    assert_eq!(code, 0, "{err}");
+    let r: btrfs_lab::space::DfReport = typed(&out);
+    assert_eq!(r.records.len(), 4);
+    assert_eq!(r.records[0].total_bytes, 234_075_717_632);
+    let lines: Vec<usize> = r.skipped.iter().map(|s| s.line).collect();
+    assert_eq!(lines, [1, 7], "{:?}", r.skipped);
+    assert!(r.unwrapped.iter().any(|u| u.contains("quote")));
+    let (code, out, err) = run(env.cmd().args(["df", "--parse"]).arg(&quoted));
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with("Data, RAID1: total=218.00GiB, used=171.98GiB\n"),
+        "{out}"
+    );
+    assert!(out.contains("Findings: none"), "{out}");
+    assert!(
+        err.contains(
+            "btrfs-lab: note: line 1 skipped: the command line ('merkaba:~> btrfs fi df /home')"
+        ),
+        "{err}"
+    );
+    let (code, out, err) = run(env
+        .cmd()
+        .args(["df", "--parse", "--strict", "--json"])
+        .arg(&quoted));
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert!(err.contains("line 1: expected 'TYPE, PROFILE"), "{err}");
+
+    let text = fs::read(dir("fi-usage").join("bees-292-metadata-full.txt")).unwrap();
+    let mut child = env
+        .cmd()
+        .args(["usage", "--parse", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&text).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let u: btrfs_lab::space::ParsedUsageDocument = typed(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(u.interpretation.findings[0].severity, Severity::Critical);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("critical: ENOSPC is near"), "{err}");
+}

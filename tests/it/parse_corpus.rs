@@ -73,7 +73,7 @@ fn accounts_for_every_row(name: &str, text: &str, p: &ParsedDf) {
 fn every_real_df_paste_parses_and_has_provenance() {
     let provenance = fs::read_to_string(dir("fi-df").join("PROVENANCE.md")).unwrap();
     let all = files("fi-df");
-    assert!(all.len() >= 25, "{} files", all.len());
+    assert!(all.len() >= 30, "{} files", all.len());
     let mut by_units = std::collections::BTreeMap::new();
     for path in &all {
         let name = path.file_name().unwrap().to_str().unwrap();
@@ -378,6 +378,35 @@ fn findings_of_real_pastes() {
             .starts_with("btrfs-lab convert MOUNT --data "),
         "{:?}",
         conv.findings[0]
+    );
+    // RAID5 + RAID1C3 metadata 99.0% full and the reserve in use
+    // (btrfs-progs v5.7): critical.
+    assert_eq!(
+        codes("linux-btrfs-v5.7-raid5-reserve-used.txt"),
+        [
+            s("global-reserve-used", Severity::Critical),
+            s("metadata-nearly-full", Severity::Warning)
+        ]
+    );
+    // Ragged quote depth, metadata 60.00GiB of 60.00GiB.
+    let ragged = df("linux-btrfs-raid6-metadata-100-ragged-quotes.txt");
+    assert_eq!(ragged.records[2].total_bytes, 60 << 30);
+    assert_eq!(
+        ragged.records[2].profile,
+        BgProfile::Known(Profile::Raid1c3)
+    );
+    assert_eq!(
+        codes("linux-btrfs-raid6-metadata-100-ragged-quotes.txt"),
+        [s("metadata-nearly-full", Severity::Warning)]
+    );
+    // A single → RAID6 conversion with btrfs-progs' WARNING lines.
+    let conv6 = df("linux-btrfs-single-to-raid6-warnings.txt");
+    assert_eq!(conv6.warnings, ["Data: single, raid6"]);
+    let c = interpretation(&conv6);
+    assert_eq!(c.findings[0].code, "unfinished-conversion");
+    assert_eq!(
+        c.findings[0].command.as_deref(),
+        Some("btrfs-lab convert MOUNT --data raid6 --metadata raid1c3")
     );
     // Old mkfs leftovers are not a conversion.
     assert_eq!(

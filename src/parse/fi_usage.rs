@@ -230,6 +230,7 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
     let mut table_rows: Vec<(String, Vec<String>)> = Vec::new();
     let mut table_total: Vec<String> = Vec::new();
     let mut table_used: Vec<String> = Vec::new();
+    let mut table_line = 0;
     let mut overall_seen = false;
     let devid = |path: &str, devices: &mut Vec<String>| -> u64 {
         match devices.iter().position(|d| d == path) {
@@ -272,11 +273,14 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
             unallocated.get_or_insert_with(Vec::new);
             continue;
         }
-        if sec == Sec::Overall
+        if sec != Sec::Bg
             && let Some((key, rest)) = t.split_once(':')
             && let Some(k) = OVERALL_KEYS.iter().find(|k| **k == key.trim())
         {
             values.push((n, format!("{k}\u{0}{}", rest.trim())));
+            // Some pastes lose the `Overall:` line.
+            overall_seen = true;
+            sec = Sec::Overall;
             continue;
         }
         if let Some(bg) = bg_header(t, &mut sizes) {
@@ -311,6 +315,7 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
             }
             if words[0] == "Used" {
                 table_used = words[1..].iter().map(|w| (*w).to_owned()).collect();
+                table_line = n;
                 continue;
             }
         }
@@ -385,7 +390,15 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
                     });
                 }
             }
-            let (size, used) = (size.unwrap_or(0), used.unwrap_or(0));
+            let (Some(size), Some(used)) = (size, used) else {
+                skipped.push(SkippedLine {
+                    line: table_line,
+                    text: format!("{},{}", table_types[c], table_cols[c]),
+                    reason: "the -T table has no Total or Used figure for this column (the paste is cut?): not read".to_owned(),
+                    damaged: true,
+                });
+                continue;
+            };
             block_groups.push(BlockGroupUsage {
                 bg_type,
                 profile,

@@ -528,6 +528,24 @@ fn real_usage_pastes_match_hand_computed_values() {
     assert_eq!(un.len(), 2);
     assert_eq!(un[0].bytes, 82_645_908_193); // 76.97 × 2^30
     assert!(t.missing_fields.contains(&"Device slack".to_owned()));
+    // -T with Total/Slack columns, spacing collapsed, no `Overall:` line,
+    // cut in the Used row: System is named, not made up.
+    let c = usage("btrfs-linux-1599-collapsed-table.txt");
+    assert_eq!(c.report.overall.as_ref().unwrap().device_slack, 3584);
+    assert_eq!(c.report.block_groups.len(), 2);
+    assert_eq!(c.report.block_groups[1].size_bytes, 25 * G);
+    assert_eq!(c.report.block_groups[1].used_bytes, 26_392_574_034); // 24.58 × 2^30
+    assert_eq!(
+        c.report.unallocated.as_ref().unwrap()[0].bytes,
+        1_407_374_883_553
+    ); // 1.28 × 2^40
+    assert!(
+        c.skipped
+            .iter()
+            .any(|s| s.damaged && s.line == 20 && s.text == "System,DUP"),
+        "{:?}",
+        c.skipped
+    );
     // Tab separated (openfreemap): metadata 95.01GiB, 89.43%.
     let f = usage("openfreemap-tabs.txt");
     assert_eq!(f.report.block_groups[1].size_bytes, 102_016_210_698);

@@ -751,6 +751,24 @@ fn unit_reading(rows: &[RawRow]) -> UnitReading {
     if has_b {
         si.push("a 'B' suffix");
     }
+    // Rows only btrfs-progs of the IEC era prints (3.17 and later), where
+    // MB/GB come only from --si.
+    if rows.iter().any(|r| r.bg_type == BgType::GlobalReserve) {
+        si.push("a GlobalReserve row (btrfs-progs 3.17+)");
+    }
+    if rows.iter().any(|r| {
+        matches!(
+            r.profile,
+            BgProfile::Known(
+                crate::model::profile::Profile::Raid1c3 | crate::model::profile::Profile::Raid1c4
+            )
+        )
+    }) {
+        si.push("RAID1C3/RAID1C4 (btrfs-progs 5.5+)");
+    }
+    if rows.iter().any(|r| r.zone.is_some()) {
+        si.push("zone_unusable (zoned, btrfs-progs 5.12+)");
+    }
     if !has_decimal && !has_old_kilo && !has_si_kilo {
         return if has_iec {
             UnitReading {
@@ -1298,6 +1316,11 @@ Metadata: total=8.00MB, used=0.00
         let si = parse_fi_df(SI).unwrap();
         assert_eq!(si.units.basis, UnitBasis::Si);
         assert_eq!(si.records[0].total_bytes, 322_040_000);
+        // `--si -g` of a modern btrfs-progs: no kB, no B, but a
+        // GlobalReserve row, which old binary-GB versions never printed.
+        let g = parse_fi_df("Data, single: total=1.07GB, used=0.54GB\nGlobalReserve, single: total=0.01GB, used=0.00GB\n").unwrap();
+        assert_eq!(g.units.basis, UnitBasis::Si, "{}", g.units.rule);
+        assert_eq!(g.records[0].total_bytes, 1_070_000_000);
         let amb = parse_fi_df("Data, single: total=1.00GB, used=512.00MB\n").unwrap();
         assert_eq!(amb.units.basis, UnitBasis::Ambiguous);
         let r = &amb.records[0];

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use clap::Args;
 
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
-use btrfs_lab::model::space::describe_mixed;
+use btrfs_lab::model::finding::Severity;
 use btrfs_lab::model::units::{UnitMode, pretty_size};
+use btrfs_lab::parse::fi_df::{ParseOptions, UnitBasis};
+use btrfs_lab::space::findings::Interpretation;
 use btrfs_lab::space::{self, DfReport};
 use btrfs_lab::sys::root::SysRoot;
 
@@ -24,6 +26,10 @@ pub struct DfArgs {
     /// JSON) instead of reading a mounted filesystem.
     #[arg(long)]
     parse: bool,
+    /// With --parse: accept only exact btrfs-progs output (no prompts,
+    /// quotes or other text around the rows).
+    #[arg(long, requires = "parse")]
+    strict: bool,
     #[command(flatten)]
     units: UnitArgs,
     /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
@@ -34,7 +40,7 @@ pub struct DfArgs {
 /// Input larger than this is not a `fi df` capture.
 const MAX_INPUT: u64 = 16 << 20;
 
-fn read_input(name: &str) -> Result<String> {
+pub(super) fn read_input(name: &str) -> Result<String> {
     let mut bytes = Vec::new();
     let result = if name == "-" {
         std::io::stdin()
@@ -75,29 +81,61 @@ fn read_input(name: &str) -> Result<String> {
 pub fn run(args: DfArgs, out: &Output) -> Result<u8> {
     let report = if args.parse {
         let input = args.path.as_deref().unwrap_or("-");
-        space::df_from_text(&read_input(input)?, input)?
+        space::df_from_text(
+            &read_input(input)?,
+            input,
+            ParseOptions {
+                strict: args.strict,
+            },
+        )?
     } else {
         let mount = PathBuf::from(args.path.as_deref().unwrap_or_default());
         space::df_from_kernel(&SysRoot::from_option(args.sysroot.as_deref()), &mount)?
     };
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, args.units.mode()));
-        if report.records.iter().any(|r| !r.exact) {
-            out.note("the input was rounded (human-readable units); --json gives each value's error bound");
+    let mode = args.units.mode();
+    out.report(&report, |r| {
+        let mut text = render(r, mode);
+        // A mounted filesystem's rows stay byte for byte btrfs-progs'
+        // (findings go to stderr); a parsed paste gets its reading here.
+        if args.parse {
+            text.push('\n');
+            text.push_str(&render_interpretation(&r.interpretation));
+        }
+        text
+    });
+    for s in &report.skipped {
+        if s.damaged {
+            out.warning_with_hint(
+                &format!("line {}: {} ('{}')", s.line, s.reason, s.text),
+                "that row's figures are missing from the result; ask for the output again (`btrfs filesystem df -b PATH`)",
+            );
+        } else {
+            out.note(&format!(
+                "line {} skipped: {} ('{}')",
+                s.line, s.reason, s.text
+            ));
         }
     }
-    // One warning (and one hint) for all the types a conversion left mixed.
-    if !report.mixed_profiles.is_empty() {
-        let mixed: Vec<String> = report.mixed_profiles.iter().map(describe_mixed).collect();
-        out.warning_with_hint(
-            &format!(
-                "more than one profile for one type: {}",
-                mixed.join("; ")
-            ),
-            "a conversion (balance with a convert filter) did not finish; run it again with the `soft` filter to complete it",
+    if !report.unwrapped.is_empty() {
+        out.note(&format!(
+            "removed around the rows: {}",
+            report.unwrapped.join(", ")
+        ));
+    }
+    if let Some(u) = report
+        .units
+        .as_ref()
+        .filter(|u| !matches!(u.basis, UnitBasis::Bytes | UnitBasis::Iec))
+    {
+        out.note(&format!("units: {}", u.rule));
+    }
+    if !out.json && report.records.iter().any(|r| !r.exact) {
+        out.note(
+            "the input was rounded (human-readable units); --json gives each value's error bound",
         );
+    }
+    if !args.parse || out.json {
+        findings_to_stderr(out, &report.interpretation);
     }
     for row in &report.inconsistencies {
         out.warning_with_hint(
@@ -106,6 +144,66 @@ pub fn run(args: DfArgs, out: &Output) -> Result<u8> {
         );
     }
     Ok(exit::OK)
+}
+
+/// Warnings and critical findings as stderr warnings (the command as the
+/// hint); the text of `--parse` shows them all on stdout instead.
+pub fn findings_to_stderr(out: &Output, i: &Interpretation) {
+    for f in i.findings.iter().filter(|f| f.severity != Severity::Info) {
+        let label = if f.severity == Severity::Critical {
+            "critical: "
+        } else {
+            ""
+        };
+        let hint = match &f.command {
+            Some(c) => format!("{}; run: {c}", f.why),
+            None => f.why.clone(),
+        };
+        out.warning_with_hint(&format!("{label}{}", f.title), &hint);
+    }
+}
+
+/// Percentages and findings, for a person.
+pub fn render_interpretation(i: &Interpretation) -> String {
+    let mut t = String::from("Used:\n");
+    for p in &i.percentages {
+        let (lo, hi) = (
+            format!("{:.1}", p.used_percent_min),
+            format!("{:.1}", p.used_percent_max),
+        );
+        let bounds = if lo != hi {
+            format!(" ({lo}%..{hi}% given the rounding)")
+        } else {
+            String::new()
+        };
+        t.push_str(&format!(
+            "  {}, {}: {:.1}%{bounds}\n",
+            p.bg_type.progs_name(),
+            p.profile.progs_name(),
+            p.used_percent
+        ));
+    }
+    if i.findings.is_empty() {
+        t.push_str("Findings: none\n");
+        return t;
+    }
+    t.push_str("Findings:\n");
+    for f in &i.findings {
+        t.push_str(&format!(
+            "  [{}] {}: {}\n",
+            f.severity.name(),
+            f.code,
+            f.title
+        ));
+        for e in &f.evidence {
+            t.push_str(&format!("      {}: {}\n", e.name, e.value));
+        }
+        t.push_str(&format!("      why: {}\n", f.why));
+        if let Some(c) = &f.command {
+            t.push_str(&format!("      run: {c}\n"));
+        }
+    }
+    t
 }
 
 /// The records in `btrfs filesystem df` format.

@@ -1,4 +1,4 @@
-//! `btrfs-lab usage MOUNT`.
+//! `btrfs-lab usage MOUNT` and `btrfs-lab usage --parse [FILE|-]`.
 
 use std::path::PathBuf;
 
@@ -6,6 +6,8 @@ use clap::Args;
 
 use btrfs_lab::error::{Result, exit};
 use btrfs_lab::model::units::{UnitMode, pretty_size, pretty_size_signed};
+use btrfs_lab::parse::fi_df::UnitBasis;
+use btrfs_lab::space::findings::{SpaceFacts, interpret};
 use btrfs_lab::space::usage::{DeviceShare, UsageDocument, UsageReport};
 use btrfs_lab::space::{self};
 use btrfs_lab::sys::root::SysRoot;
@@ -15,9 +17,14 @@ use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
 pub struct UsageArgs {
-    /// A path inside a mounted btrfs.
-    #[arg(value_name = "MOUNT")]
-    mount: PathBuf,
+    /// A path inside a mounted btrfs; with --parse, the file to parse
+    /// (`-` or nothing: stdin).
+    #[arg(required_unless_present = "parse", value_name = "MOUNT|FILE")]
+    mount: Option<PathBuf>,
+    /// Parse captured `btrfs filesystem usage` output (any version, `-b`,
+    /// `-T`, `--si`) instead of reading a mounted filesystem.
+    #[arg(long)]
+    parse: bool,
     #[command(flatten)]
     units: UnitArgs,
     /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
@@ -26,8 +33,12 @@ pub struct UsageArgs {
 }
 
 pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
+    if args.parse {
+        return run_parse(&args, out);
+    }
     let root = SysRoot::from_option(args.sysroot.as_deref());
-    let (target, report) = space::usage(&root, &args.mount)?;
+    let mount = args.mount.clone().unwrap_or_default();
+    let (target, report) = space::usage(&root, &mount)?;
     let doc = UsageDocument {
         path: target.path.clone(),
         mount_point: target.mount.mount_point.clone(),
@@ -37,6 +48,66 @@ pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
     out.report(&doc, |d| render(&d.report, args.units.mode()));
     for n in &doc.report.notes {
         out.note(n);
+    }
+    // Stdout stays btrfs-progs' layout; what the figures mean goes to stderr.
+    let count = doc
+        .report
+        .unallocated
+        .as_ref()
+        .map(Vec::len)
+        .filter(|&n| n > 0);
+    let (records, unallocated) = space::usage_facts(&doc.report, count, 0);
+    let interpretation = interpret(&SpaceFacts {
+        records: &records,
+        unallocated,
+        devices: count,
+        mount: Some(target.mount.mount_point.display().to_string()),
+        ..Default::default()
+    });
+    super::df::findings_to_stderr(out, &interpretation);
+    Ok(exit::OK)
+}
+
+fn run_parse(args: &UsageArgs, out: &Output) -> Result<u8> {
+    let name = args
+        .mount
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), |p| p.display().to_string());
+    let doc = space::usage_from_text(&super::df::read_input(&name)?, &name)?;
+    let mode = args.units.mode();
+    out.report(&doc, |d| {
+        let mut text = render(&d.report, mode);
+        text.push('\n');
+        text.push_str(&super::df::render_interpretation(&d.interpretation));
+        text
+    });
+    for s in &doc.skipped {
+        if s.damaged {
+            out.warning_with_hint(
+                &format!("line {}: {} ('{}')", s.line, s.reason, s.text),
+                "those figures are missing from the result; ask for the output again (`btrfs filesystem usage -T PATH`)",
+            );
+        } else {
+            out.note(&format!(
+                "line {} skipped: {} ('{}')",
+                s.line, s.reason, s.text
+            ));
+        }
+    }
+    for n in &doc.report.notes {
+        out.note(n);
+    }
+    if doc.units.basis == UnitBasis::Si {
+        out.note(&format!("units: {}", doc.units.rule));
+    }
+    if !out.json && !doc.exact {
+        out.note(&format!(
+            "the input was rounded (human-readable units): each size is within {} of the figure shown",
+            pretty_size(doc.max_error_bytes, UnitMode::default())
+        ));
+    }
+    if out.json {
+        super::df::findings_to_stderr(out, &doc.interpretation);
     }
     Ok(exit::OK)
 }

@@ -1,13 +1,27 @@
-//! The output of `btrfs filesystem df`, captured anywhere: text in any unit
-//! form btrfs-progs prints (human IEC or SI, `-b` raw, `-k/-m/-g/-t`), the
-//! `WARNING:` lines it adds for multiple profiles, and the JSON of
-//! `btrfs --format json filesystem df`. Never panics, whatever the input.
+//! The output of `btrfs filesystem df`, captured anywhere: every format
+//! btrfs-progs ever printed (0.19's profile-less `Data: total=34.01GB` rows
+//! with binary `KB/MB/GB`, 3.12–3.16's `unknown, single`, IEC and SI human
+//! units, `-b` raw bytes, `-k/-m/-g/-t`, `zone_unusable=`, the `WARNING:`
+//! lines for multiple profiles, `-v` details) and both dialects of the JSON of
+//! `btrfs --format json filesystem df` (numbers quoted before 6.5, bare
+//! after).
+//!
+//! The default reader is lenient: it reads what people paste — email quotes
+//! (`> `, `>> `, `> > `), indentation, prompts and command lines, `# ` and
+//! `echo "..."` wrappers, code fences, rows collapsed onto one line,
+//! quoted-printable `=3D`, CRLF, markdown emphasis — and says what it skipped
+//! (line number and why). A damaged row (a lost first letter, a row split
+//! over two lines) is never guessed: it is named in a warning and left out.
+//! [`ParseOptions::strict`] accepts only exact btrfs-progs output.
+//!
+//! Units are decided per document, with a stated rule (see [`UnitReading`]).
+//! Never panics, whatever the input.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::space::{BgProfile, BgType, SpaceRecord};
-use crate::model::units::{rounding_error, unit_bytes};
+use crate::model::units::rounding_error;
 
 /// What the input was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,15 +33,69 @@ pub enum InputFormat {
     Json,
 }
 
+/// How the reader treats what is around the rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParseOptions {
+    /// Accept only exact btrfs-progs output: any other line is an error.
+    pub strict: bool,
+}
+
+/// How the sizes of a document were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnitBasis {
+    /// Bytes only (`-b`, JSON): exact.
+    Bytes,
+    /// `KiB/MiB/GiB/...`: powers of 1024, as the suffix says.
+    Iec,
+    /// `kB/MB/GB/...` from `--si`/`-H`: powers of 1000.
+    Si,
+    /// `KB/MB/GB/...` of btrfs-progs before 3.x: powers of 1024 (its old
+    /// `pretty_sizes` divided by 1024 and printed "GB").
+    LegacyBinary,
+    /// `MB/GB/...` with nothing to tell old binary from `--si`: read as
+    /// binary, each error bound widened to cover the SI reading too.
+    Ambiguous,
+}
+
+/// The unit rule applied to one document, stated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitReading {
+    /// The reading taken.
+    pub basis: UnitBasis,
+    /// Why, in a sentence (which markers were seen).
+    pub rule: String,
+}
+
+/// A line the lenient reader did not take rows from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedLine {
+    /// 1-based line number in the input.
+    pub line: usize,
+    /// The line (shortened).
+    pub text: String,
+    /// Why it was skipped.
+    pub reason: String,
+    /// True when it looked like (part of) a row: a damaged paste, whose
+    /// figures are missing from the records.
+    pub damaged: bool,
+}
+
 /// A parsed capture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParsedDf {
     /// Text or JSON.
     pub format: InputFormat,
-    /// One record per line or JSON entry, in input order.
+    /// One record per row or JSON entry, in input order.
     pub records: Vec<SpaceRecord>,
     /// The multiple-profile warnings found in the text (`Data: single, raid0`).
     pub warnings: Vec<String>,
+    /// Lines skipped, with why (lenient reader only).
+    pub skipped: Vec<SkippedLine>,
+    /// What was undone around the rows (`email quote marks`, `quoted-printable`, ...).
+    pub unwrapped: Vec<String>,
+    /// How the sizes were read.
+    pub units: UnitReading,
 }
 
 /// Where and why the input did not parse.
@@ -51,83 +119,518 @@ impl std::fmt::Display for ParseError {
 
 const EXPECTED: &str = "expected 'TYPE, PROFILE: total=SIZE, used=SIZE'";
 
-/// Parses a capture of `btrfs filesystem df` (text or JSON).
+/// Parses a capture of `btrfs filesystem df` (text or JSON), leniently.
 pub fn parse_fi_df(input: &str) -> Result<ParsedDf, ParseError> {
-    let trimmed = input.trim_start();
+    parse_fi_df_with(input, ParseOptions::default())
+}
+
+/// Parses a capture of `btrfs filesystem df` with the given options.
+pub fn parse_fi_df_with(input: &str, opts: ParseOptions) -> Result<ParsedDf, ParseError> {
+    let trimmed = input.trim_start_matches('\u{feff}').trim_start();
     if trimmed.starts_with('{') {
-        return parse_json(input);
+        return parse_json(trimmed);
     }
-    let mut records = Vec::new();
-    let mut warnings = Vec::new();
-    for (i, raw_line) in input.lines().enumerate() {
-        let n = i + 1;
-        let line = raw_line.trim_end_matches('\r');
-        if line.trim().is_empty() || is_verbose_detail(line) {
+    if !opts.strict && input.contains("\"filesystem-df\"") {
+        return parse_wrapped_json(input);
+    }
+    parse_text(input, opts)
+}
+
+// ---------------------------------------------------------------------------
+// Text.
+
+/// A size as printed, before the document's unit rule is applied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct RawSize {
+    value: f64,
+    /// Integer digits only: exact bytes.
+    integer: Option<u64>,
+    suffix: Suffix,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Suffix {
+    /// No suffix (`104857600`, or old progs' `0.00`).
+    None,
+    /// `B`.
+    Bytes,
+    /// `KiB` .. `EiB`: 1024^n.
+    Iec(u32),
+    /// `kB`: 1000 (only `--si` prints it).
+    SiKilo,
+    /// `KB`: only btrfs-progs before 3.x printed it (1024).
+    OldKilo,
+    /// `MB` .. `EB`: 1000^n or 1024^n, decided per document.
+    Decimal(u32),
+}
+
+fn suffix_of(s: &str) -> Option<Suffix> {
+    const IEC: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    const DEC: [&str; 5] = ["MB", "GB", "TB", "PB", "EB"];
+    match s {
+        "" => return Some(Suffix::None),
+        "B" => return Some(Suffix::Bytes),
+        "kB" => return Some(Suffix::SiKilo),
+        "KB" => return Some(Suffix::OldKilo),
+        _ => {}
+    }
+    if let Some(i) = IEC.iter().position(|u| *u == s) {
+        return Some(Suffix::Iec(i as u32 + 1));
+    }
+    DEC.iter()
+        .position(|u| *u == s)
+        .map(|i| Suffix::Decimal(i as u32 + 2))
+}
+
+#[derive(Debug, Clone)]
+struct RawRow {
+    line: usize,
+    bg_type: BgType,
+    profile: BgProfile,
+    profileless: bool,
+    total: RawSize,
+    used: RawSize,
+    zone: Option<RawSize>,
+}
+
+/// One logical line: its 1-based number in the input and its text.
+struct Logical {
+    line: usize,
+    text: String,
+}
+
+/// Undoes quoted-printable (`=3D`, soft line breaks) when the input has
+/// `=3D`, keeping each logical line's first input line number.
+fn decode_lines(input: &str, strict: bool, unwrapped: &mut Vec<String>) -> Vec<Logical> {
+    let qp = !strict && input.contains("=3D");
+    let mut out: Vec<Logical> = Vec::new();
+    let mut pending: Option<Logical> = None;
+    for (i, raw) in input.lines().enumerate() {
+        let line = raw.trim_end_matches('\r');
+        if !qp {
+            out.push(Logical {
+                line: i + 1,
+                text: line.to_owned(),
+            });
             continue;
         }
-        if let Some(w) = line.strip_prefix("WARNING:") {
+        // A soft break: the next line's text (without its quote marks)
+        // continues this one.
+        let cont = match pending.take() {
+            Some(mut p) => {
+                p.text.push_str(strip_quotes(line).0);
+                p
+            }
+            None => Logical {
+                line: i + 1,
+                text: line.to_owned(),
+            },
+        };
+        if cont.text.ends_with('=') {
+            let mut c = cont;
+            c.text.pop();
+            pending = Some(c);
+        } else {
+            out.push(cont);
+        }
+    }
+    if let Some(p) = pending {
+        out.push(p);
+    }
+    if qp {
+        unwrapped.push("quoted-printable (=3D, soft line breaks) decoded".to_owned());
+        for l in &mut out {
+            l.text = l.text.replace("=3D", "=").replace("=20", " ");
+        }
+    }
+    out
+}
+
+/// Strips email quote marks of any depth (`> `, `>> `, `> > `) and the
+/// indentation around them; returns the rest and whether any were found.
+pub(crate) fn strip_quotes(line: &str) -> (&str, bool) {
+    let mut rest = line.trim_start();
+    let mut quoted = false;
+    while let Some(r) = rest.strip_prefix('>') {
+        quoted = true;
+        rest = r.trim_start();
+    }
+    (rest, quoted)
+}
+
+const TYPE_NAMES: [(&str, BgType); 6] = [
+    ("Data+Metadata", BgType::DataMetadata),
+    ("GlobalReserve", BgType::GlobalReserve),
+    ("Metadata", BgType::Metadata),
+    ("System", BgType::System),
+    ("Data", BgType::Data),
+    ("unknown", BgType::Unknown),
+];
+
+/// A row's head found at some byte offset: `Type[, PROFILE]:` then
+/// `total=`; returns the type, the profile text (None: profile-less), and
+/// the offset just past the colon.
+fn row_head(s: &str, at: usize) -> Option<(BgType, Option<&str>, usize)> {
+    let rest = &s[at..];
+    if at > 0 {
+        let prev = s[..at].chars().next_back()?;
+        if prev.is_alphanumeric() || prev == '+' {
+            return None;
+        }
+    }
+    let (name, bg_type) = TYPE_NAMES.iter().find(|(n, _)| {
+        rest.get(..n.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(n))
+    })?;
+    let mut pos = at + name.len();
+    let after = &s[pos..];
+    let trimmed = after.trim_start_matches([' ', '\t']);
+    pos += after.len() - trimmed.len();
+    let mut profile = None;
+    let after_profile = if let Some(r) = trimmed.strip_prefix(',') {
+        let r2 = r.trim_start_matches([' ', '\t']);
+        let word_len = r2
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(r2.len());
+        if word_len == 0 {
+            return None;
+        }
+        profile = Some(&r2[..word_len]);
+        let r3 = &r2[word_len..];
+        let r3t = r3.trim_start_matches([' ', '\t']);
+        pos += trimmed.len() - r3t.len();
+        r3t
+    } else {
+        trimmed
+    };
+    let after_colon = after_profile.strip_prefix(':')?;
+    pos += 1;
+    let body = after_colon.trim_start_matches([' ', '\t']);
+    if !body.starts_with("total=") {
+        return None;
+    }
+    Some((*bg_type, profile, pos))
+}
+
+/// Every row head in a line, in order.
+fn row_heads(s: &str) -> Vec<(usize, BgType, Option<&str>, usize)> {
+    let mut out = Vec::new();
+    let mut next = 0;
+    for (at, _) in s.char_indices() {
+        if at < next {
+            continue;
+        }
+        if let Some((t, p, end)) = row_head(s, at) {
+            out.push((at, t, p, end));
+            next = end;
+        }
+    }
+    out
+}
+
+/// `$ `, `# btrfs fi df /`, `user@host:~$ ...`, fences: what a skipped line is.
+pub(crate) fn classify_noise(text: &str) -> &'static str {
+    let t = text.trim();
+    if t.starts_with("```") || t.starts_with("~~~") || t.starts_with("}}}") || t.starts_with("{{") {
+        return "a code fence or markup";
+    }
+    if t.contains("btrfs") && (t.contains(" df") || t.contains(" fi") || t.contains("filesystem")) {
+        return "the command line";
+    }
+    if t.starts_with('$')
+        || t.ends_with('$')
+        || t.ends_with('#')
+        || t.ends_with('~')
+        || (t.contains('@') && (t.contains("$ ") || t.contains("# ") || t.contains(":~")))
+    {
+        return "a shell prompt";
+    }
+    "not a `btrfs filesystem df` row"
+}
+
+/// Text around rows that carries nothing: quote marks, comment marks,
+/// emphasis, bullets, `echo "` wrappers.
+fn is_wrapper(s: &str) -> bool {
+    let t = s.trim();
+    let t = t.strip_prefix("echo").map_or(t, str::trim_start);
+    t.chars().all(|c| {
+        matches!(
+            c,
+            '#' | '*' | '`' | '"' | '\'' | '-' | '|' | ';' | '>' | ' ' | '\t'
+        )
+    })
+}
+
+fn parse_text(input: &str, opts: ParseOptions) -> Result<ParsedDf, ParseError> {
+    let strict = opts.strict;
+    let mut unwrapped = Vec::new();
+    let lines = decode_lines(input, strict, &mut unwrapped);
+    let mut rows: Vec<RawRow> = Vec::new();
+    let mut warnings = Vec::new();
+    let mut skipped: Vec<SkippedLine> = Vec::new();
+    let mut saw_quotes = false;
+    let mut saw_emphasis = false;
+    let fail = |line: usize, message: String| ParseError { line, message };
+    for l in &lines {
+        let n = l.line;
+        let (text, quoted): (String, bool) = if strict {
+            (l.text.clone(), false)
+        } else {
+            let (rest, q) = strip_quotes(&l.text);
+            if rest.starts_with("```") && row_heads(rest).is_empty() {
+                skipped.push(SkippedLine {
+                    line: n,
+                    text: shorten(rest.trim()),
+                    reason: classify_noise(rest).to_owned(),
+                    damaged: false,
+                });
+                continue;
+            }
+            let mut t = rest.to_owned();
+            if t.contains("**") || t.contains('`') {
+                let before = t.len();
+                t = t.replace("**", "").replace('`', "");
+                saw_emphasis |= t.len() != before && !row_heads(&t).is_empty();
+            }
+            (t, q)
+        };
+        saw_quotes |= quoted;
+        if text.trim().is_empty() || is_verbose_detail(&text) {
+            continue;
+        }
+        if let Some(w) = text.trim_start().strip_prefix("WARNING:") {
             if let Some(detail) = profile_warning(w) {
                 warnings.push(detail);
             }
             continue;
         }
-        records.push(parse_line(line).map_err(|message| ParseError { line: n, message })?);
+        let heads = row_heads(&text);
+        if heads.is_empty() {
+            let looks_like_row = text.contains("total=") || text.contains("used=");
+            if strict {
+                return Err(fail(n, strict_line_error(&text)));
+            }
+            skipped.push(SkippedLine {
+                line: n,
+                text: shorten(text.trim()),
+                reason: if looks_like_row {
+                    damaged_reason(&text)
+                } else {
+                    classify_noise(&text).to_owned()
+                },
+                damaged: looks_like_row,
+            });
+            continue;
+        }
+        let first = heads[0].0;
+        if first > 0 {
+            let prefix = &text[..first];
+            if strict {
+                return Err(fail(n, format!("{EXPECTED}, found '{}'", shorten(&text))));
+            }
+            if !is_wrapper(prefix) {
+                skipped.push(SkippedLine {
+                    line: n,
+                    text: shorten(prefix.trim()),
+                    reason: format!(
+                        "text before the row: {} (rows on this line were read)",
+                        classify_noise(prefix)
+                    ),
+                    damaged: false,
+                });
+            }
+        }
+        for (k, &(_, bg_type, profile, body_start)) in heads.iter().enumerate() {
+            let end = heads.get(k + 1).map_or(text.len(), |h| h.0);
+            let body = &text[body_start..end];
+            let profile_value = match profile {
+                None => BgProfile::Known(crate::model::profile::Profile::Single),
+                Some(p) => match BgProfile::from_progs_name(p) {
+                    Some(v) => v,
+                    None => {
+                        let message = format!("unknown profile '{}'", shorten(p));
+                        if strict {
+                            return Err(fail(n, message));
+                        }
+                        skipped.push(SkippedLine {
+                            line: n,
+                            text: shorten(text.trim()),
+                            reason: format!("{message}: row not read"),
+                            damaged: true,
+                        });
+                        continue;
+                    }
+                },
+            };
+            match parse_fields(body, strict) {
+                Ok((total, used, zone, trailing)) => {
+                    if let Some(tail) = trailing {
+                        if strict {
+                            return Err(fail(
+                                n,
+                                format!("unexpected text after the row: '{}'", shorten(&tail)),
+                            ));
+                        }
+                        if !is_wrapper(&tail) {
+                            skipped.push(SkippedLine {
+                                line: n,
+                                text: shorten(&tail),
+                                reason: if TYPE_NAMES
+                                    .iter()
+                                    .any(|(t, _)| tail.trim().trim_end_matches(',').eq_ignore_ascii_case(t))
+                                {
+                                    "text after the row: the start of the next row? (a row split over two lines: that row is not read)".to_owned()
+                                } else {
+                                    "text after the row (the row was read)".to_owned()
+                                },
+                                damaged: TYPE_NAMES.iter().any(|(t, _)| tail.contains(t)),
+                            });
+                        }
+                    }
+                    rows.push(RawRow {
+                        line: n,
+                        bg_type,
+                        profile: profile_value,
+                        profileless: profile.is_none(),
+                        total,
+                        used,
+                        zone,
+                    });
+                }
+                Err(message) => {
+                    if strict {
+                        return Err(fail(n, message));
+                    }
+                    skipped.push(SkippedLine {
+                        line: n,
+                        text: shorten(text.trim()),
+                        reason: format!("{message}: row not read"),
+                        damaged: true,
+                    });
+                }
+            }
+        }
     }
-    if records.is_empty() {
+    if saw_quotes {
+        unwrapped.push("email quote marks ('> ')".to_owned());
+    }
+    if saw_emphasis {
+        unwrapped.push("markdown emphasis and backticks".to_owned());
+    }
+    if rows.is_empty() {
+        let why = skipped
+            .iter()
+            .find(|s| s.damaged)
+            .map(|s| format!(" (line {}: {})", s.line, s.reason))
+            .unwrap_or_default();
         return Err(ParseError {
             line: 0,
-            message: format!("no 'btrfs filesystem df' lines found ({EXPECTED})"),
+            message: format!("no 'btrfs filesystem df' rows found ({EXPECTED}){why}"),
         });
     }
+    let units = unit_reading(&rows);
+    let records = rows.iter().map(|r| to_record(r, units.basis)).collect();
     Ok(ParsedDf {
         format: InputFormat::Text,
         records,
         warnings,
+        skipped,
+        unwrapped,
+        units,
     })
 }
 
-/// `btrfs -v filesystem df` adds per-type sysfs details: `Data:` then
-/// indented `  bytes_used   1.00MiB` lines. They carry nothing the records
-/// lack, so they are skipped.
-fn is_verbose_detail(line: &str) -> bool {
-    matches!(
-        line.trim_end(),
-        "Data:" | "Metadata:" | "Mixed:" | "System:"
-    ) || (line.starts_with("  ")
-        && line.split_whitespace().next().is_some_and(|w| {
-            w.chars().all(|c| c.is_ascii_lowercase() || c == '_') && w.contains('_')
-        }))
+fn strict_line_error(text: &str) -> String {
+    if text.contains("total=") {
+        damaged_reason(text)
+    } else {
+        format!("{EXPECTED}, found '{}'", shorten(text))
+    }
 }
 
-/// `WARNING:    Data: single, raid0` → `Data: single, raid0`; the heading
-/// warning (`Multiple block group profiles detected`) gives `None`.
-fn profile_warning(text: &str) -> Option<String> {
-    let t = text.trim();
-    let (kind, rest) = t.split_once(':')?;
-    BgType::from_progs_name(kind.trim())?;
-    Some(format!("{}: {}", kind.trim(), rest.trim()))
+/// Why a line with `total=`/`used=` is not a row.
+fn damaged_reason(text: &str) -> String {
+    let head = text.split(':').next().unwrap_or("").trim();
+    let kind = head.split(',').next().unwrap_or("").trim();
+    if !text.contains(':') {
+        return format!("looks like part of a row but has no 'TYPE, PROFILE:' head: {EXPECTED}");
+    }
+    if BgType::from_progs_name(kind).is_none() {
+        let hint = TYPE_NAMES
+            .iter()
+            .find(|(n, _)| n.len() > 1 && n[1..].eq_ignore_ascii_case(kind))
+            .map(|(n, _)| format!(" (a lost first letter of '{n}'?)"))
+            .or_else(|| {
+                BgProfile::from_progs_name(kind).map(|_| {
+                    " (a profile without its type: a row split over two lines?)".to_owned()
+                })
+            })
+            .unwrap_or_default();
+        return format!(
+            "unknown block group type '{}'{hint}: row not read",
+            shorten(kind)
+        );
+    }
+    format!("{EXPECTED}, found '{}'", shorten(text.trim()))
 }
 
-fn parse_line(line: &str) -> Result<SpaceRecord, String> {
-    let (head, values) = line
-        .split_once(':')
-        .ok_or_else(|| format!("{EXPECTED}, found '{}'", shorten(line)))?;
-    let (kind, profile) = head
-        .split_once(',')
-        .ok_or_else(|| format!("{EXPECTED}, found '{}'", shorten(line)))?;
-    let bg_type = BgType::from_progs_name(kind.trim())
-        .ok_or_else(|| format!("unknown block group type '{}'", shorten(kind.trim())))?;
-    let profile = BgProfile::from_progs_name(profile.trim())
-        .ok_or_else(|| format!("unknown profile '{}'", shorten(profile.trim())))?;
+/// `total=..., used=...[, zone_unusable=...]` and whatever follows.
+#[allow(clippy::type_complexity)]
+fn parse_fields(
+    body: &str,
+    strict: bool,
+) -> Result<(RawSize, RawSize, Option<RawSize>, Option<String>), String> {
     let mut total = None;
     let mut used = None;
     let mut zone = None;
-    for field in values.split(',') {
-        let (key, value) = field
-            .trim()
-            .split_once('=')
-            .ok_or_else(|| format!("expected 'name=SIZE', found '{}'", shorten(field.trim())))?;
-        let parsed = parse_size(value.trim())?;
+    let mut trailing: Option<String> = None;
+    let fields: Vec<&str> = body.split(',').collect();
+    for (i, field) in fields.iter().enumerate() {
+        let f = field.trim();
+        if f.is_empty() {
+            if i + 1 == fields.len() && i > 0 {
+                // A trailing comma.
+                trailing = Some(",".to_owned());
+                continue;
+            }
+            return Err("an empty field (truncated line?)".to_owned());
+        }
+        let Some((key, value)) = f.split_once('=') else {
+            // Not a field: what follows the row.
+            let rest = fields[i..].join(",");
+            trailing = Some(rest.trim().to_owned());
+            break;
+        };
+        let value = value.trim();
+        let (token, tail) = match value.split_once(char::is_whitespace) {
+            Some((tok, tail)) => (tok, Some(tail.trim())),
+            None => (value, None),
+        };
+        let (token, tail) = if token.ends_with('"') && !strict {
+            (token.trim_end_matches('"'), tail.or(Some("\"")))
+        } else {
+            (token, tail)
+        };
+        if let Some(t) = tail.filter(|t| !t.is_empty()) {
+            if strict {
+                return Err(format!(
+                    "expected ', ' after '{}' (missing comma?)",
+                    shorten(token)
+                ));
+            }
+            if t.contains('=') {
+                return Err(format!(
+                    "expected ', ' after '{}' (missing comma?)",
+                    shorten(token)
+                ));
+            }
+            let rest = std::iter::once(t)
+                .chain(fields[i + 1..].iter().copied())
+                .collect::<Vec<_>>()
+                .join(",");
+            trailing = Some(rest.trim().to_owned());
+        }
+        let parsed = parse_size(token)?;
         let slot = match key.trim() {
             "total" => &mut total,
             "used" => &mut used,
@@ -142,23 +645,15 @@ fn parse_line(line: &str) -> Result<SpaceRecord, String> {
         if slot.replace(parsed).is_some() {
             return Err(format!("field '{}' given twice", key.trim()));
         }
+        if trailing.is_some() {
+            break;
+        }
     }
-    let (total, used) = match (total, used) {
-        (Some(t), Some(u)) => (t, u),
-        (None, _) => return Err("'total=' is missing".to_owned()),
-        (_, None) => return Err("'used=' is missing (truncated line?)".to_owned()),
-    };
-    Ok(SpaceRecord {
-        bg_type,
-        profile,
-        total_bytes: total.0,
-        used_bytes: used.0,
-        zone_unusable_bytes: zone.map(|z| z.0),
-        exact: total.1 == 0 && used.1 == 0 && zone.is_none_or(|z| z.1 == 0),
-        total_error_bytes: total.1,
-        used_error_bytes: used.1,
-        zone_unusable_error_bytes: zone.map(|z| z.1),
-    })
+    match (total, used) {
+        (Some(t), Some(u)) => Ok((t, u, zone, trailing)),
+        (None, _) => Err("'total=' is missing".to_owned()),
+        (_, None) => Err("'used=' is missing (truncated line?)".to_owned()),
+    }
 }
 
 fn shorten(s: &str) -> String {
@@ -169,32 +664,29 @@ fn shorten(s: &str) -> String {
     }
 }
 
-/// A size as btrfs-progs prints it: raw bytes (`104857600`, exact) or a
-/// number with two decimals and a unit (`307.12MiB`, rounded). Returns the
-/// bytes and the largest possible error.
-fn parse_size(text: &str) -> Result<(u64, u64), String> {
+/// A size as btrfs-progs prints it: raw bytes, or a number with decimals
+/// and a unit (or none: old progs printed `0.00`).
+fn parse_size(text: &str) -> Result<RawSize, String> {
     if text.is_empty() {
         return Err("a size is missing (truncated line?)".to_owned());
-    }
-    if let Some((first, _)) = text.split_once(char::is_whitespace) {
-        return Err(format!(
-            "expected ', ' after '{}' (missing comma?)",
-            shorten(first)
-        ));
     }
     if text.chars().all(|c| c.is_ascii_digit()) {
         return text
             .parse::<u64>()
-            .map(|v| (v, 0))
+            .map(|v| RawSize {
+                value: v as f64,
+                integer: Some(v),
+                suffix: Suffix::None,
+            })
             .map_err(|_| format!("'{}' does not fit in 64 bits", shorten(text)));
     }
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
     let (number, suffix) = text.split_at(split);
-    let unit = unit_bytes(suffix).ok_or_else(|| {
+    let suffix = suffix_of(suffix).ok_or_else(|| {
         format!(
-            "unknown unit in '{}' (expected B, KiB, MiB, GiB, TiB, PiB, EiB, kB, MB, GB, TB, PB or EB)",
+            "unknown unit in '{}' (expected B, KiB, MiB, GiB, TiB, PiB, EiB, kB, KB, MB, GB, TB, PB or EB)",
             shorten(text)
         )
     })?;
@@ -208,13 +700,249 @@ fn parse_size(text: &str) -> Result<(u64, u64), String> {
     let value: f64 = number
         .parse()
         .map_err(|_| format!("'{}' is not a size", shorten(text)))?;
-    let bytes = value * unit as f64;
-    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+    // The largest multiplier any reading could give: refuse what cannot fit.
+    let biggest = match suffix {
+        Suffix::None | Suffix::Bytes => 1.0,
+        Suffix::Iec(p) => 1024f64.powi(p as i32),
+        Suffix::SiKilo | Suffix::OldKilo => 1024.0,
+        Suffix::Decimal(p) => 1024f64.powi(p as i32),
+    };
+    if !(value * biggest).is_finite() || value * biggest >= u64::MAX as f64 {
         return Err(format!("'{}' does not fit in 64 bits", shorten(text)));
     }
-    // A value in bytes ("123.00B") is an integer printed with decimals: exact.
-    let error = rounding_error(value, unit);
-    Ok((bytes.round() as u64, error))
+    let integer = number
+        .parse::<u64>()
+        .ok()
+        .filter(|_| matches!(suffix, Suffix::None | Suffix::Bytes));
+    Ok(RawSize {
+        value,
+        integer,
+        suffix,
+    })
+}
+
+/// The document's unit rule: old-format markers (profile-less rows, `KB`)
+/// mean binary; `kB` or a `B` suffix mean SI for `MB/GB/...`; neither (or
+/// both) is ambiguous: read as binary with bounds that cover SI too.
+fn unit_reading(rows: &[RawRow]) -> UnitReading {
+    let sizes: Vec<&RawSize> = rows
+        .iter()
+        .flat_map(|r| [Some(&r.total), Some(&r.used), r.zone.as_ref()])
+        .flatten()
+        .collect();
+    let has = |f: &dyn Fn(Suffix) -> bool| sizes.iter().any(|s| f(s.suffix));
+    let has_decimal = has(&|s| matches!(s, Suffix::Decimal(_)));
+    let has_old_kilo = has(&|s| s == Suffix::OldKilo);
+    let has_si_kilo = has(&|s| s == Suffix::SiKilo);
+    let has_b = has(&|s| s == Suffix::Bytes);
+    let has_iec = has(&|s| matches!(s, Suffix::Iec(_)));
+    let profileless = rows.iter().any(|r| r.profileless);
+    let mut old = Vec::new();
+    if profileless {
+        old.push("profile-less rows ('Data: total=')");
+    }
+    if has_old_kilo {
+        old.push("'KB'");
+    }
+    let mut si = Vec::new();
+    if has_si_kilo {
+        si.push("'kB'");
+    }
+    if has_b {
+        si.push("a 'B' suffix");
+    }
+    // Rows only btrfs-progs of the IEC era prints (3.17 and later), where
+    // MB/GB come only from --si.
+    if rows.iter().any(|r| r.bg_type == BgType::GlobalReserve) {
+        si.push("a GlobalReserve row (btrfs-progs 3.17+)");
+    }
+    if rows.iter().any(|r| {
+        matches!(
+            r.profile,
+            BgProfile::Known(
+                crate::model::profile::Profile::Raid1c3 | crate::model::profile::Profile::Raid1c4
+            )
+        )
+    }) {
+        si.push("RAID1C3/RAID1C4 (btrfs-progs 5.5+)");
+    }
+    if rows.iter().any(|r| r.zone.is_some()) {
+        si.push("zone_unusable (zoned, btrfs-progs 5.12+)");
+    }
+    if !has_decimal && !has_old_kilo && !has_si_kilo {
+        return if has_iec {
+            UnitReading {
+                basis: UnitBasis::Iec,
+                rule: "IEC units (KiB, MiB, GiB: powers of 1024, as printed)".to_owned(),
+            }
+        } else {
+            UnitReading {
+                basis: UnitBasis::Bytes,
+                rule: "bytes (-b): exact".to_owned(),
+            }
+        };
+    }
+    match (old.is_empty(), si.is_empty()) {
+        (false, true) => UnitReading {
+            basis: UnitBasis::LegacyBinary,
+            rule: format!(
+                "KB/MB/GB read as powers of 1024: old btrfs-progs (before 3.x) printed binary sizes with these suffixes, and this paste has its markers: {}",
+                old.join(", ")
+            ),
+        },
+        (true, false) => UnitReading {
+            basis: UnitBasis::Si,
+            rule: format!(
+                "kB/MB/GB read as powers of 1000 (--si / -H output: {})",
+                si.join(", ")
+            ),
+        },
+        _ => UnitReading {
+            basis: UnitBasis::Ambiguous,
+            rule: format!(
+                "ambiguous units: MB/GB could be old btrfs-progs' binary sizes or --si's decimal ones{}; read as binary (powers of 1024), each error bound covers the decimal reading too",
+                if old.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (markers of both: {}; {})", old.join(", "), si.join(", "))
+                }
+            ),
+        },
+    }
+}
+
+/// Bytes and error bound of one size under the document's rule.
+fn resolve(s: &RawSize, basis: UnitBasis) -> (u64, u64) {
+    if let Some(v) = s.integer {
+        return (v, 0);
+    }
+    let (unit, alt) = match s.suffix {
+        Suffix::None | Suffix::Bytes => (1u64, None),
+        Suffix::Iec(p) => (1024u64.pow(p), None),
+        Suffix::SiKilo => (1000, None),
+        Suffix::OldKilo => (1024, None),
+        Suffix::Decimal(p) => match basis {
+            UnitBasis::Si => (1000u64.pow(p), None),
+            UnitBasis::Ambiguous => (1024u64.pow(p), Some(1000u64.pow(p))),
+            _ => (1024u64.pow(p), None),
+        },
+    };
+    let bytes = (s.value * unit as f64).round() as u64;
+    let mut error = rounding_error(s.value, unit);
+    if let Some(alt) = alt {
+        let other = (s.value * alt as f64).round() as u64;
+        error = error.max(bytes.abs_diff(other) + rounding_error(s.value, alt));
+    }
+    (bytes, error)
+}
+
+fn to_record(r: &RawRow, basis: UnitBasis) -> SpaceRecord {
+    let (total, te) = resolve(&r.total, basis);
+    let (used, ue) = resolve(&r.used, basis);
+    let zone = r.zone.as_ref().map(|z| resolve(z, basis));
+    let _ = r.line;
+    SpaceRecord {
+        bg_type: r.bg_type,
+        profile: r.profile,
+        total_bytes: total,
+        used_bytes: used,
+        zone_unusable_bytes: zone.map(|z| z.0),
+        exact: te == 0 && ue == 0 && zone.is_none_or(|z| z.1 == 0),
+        total_error_bytes: te,
+        used_error_bytes: ue,
+        zone_unusable_error_bytes: zone.map(|z| z.1),
+    }
+}
+
+/// `btrfs -v filesystem df` adds per-type sysfs details: `Data:` then
+/// indented `  bytes_used   1.00MiB` lines. They carry nothing the records
+/// lack, so they are skipped.
+fn is_verbose_detail(line: &str) -> bool {
+    matches!(
+        line.trim_end(),
+        "Data:" | "Metadata:" | "Mixed:" | "System:"
+    ) || (line.starts_with("  ")
+        && !line.contains('=')
+        && line.split_whitespace().next().is_some_and(|w| {
+            w.chars().all(|c| c.is_ascii_lowercase() || c == '_') && w.contains('_')
+        }))
+}
+
+/// `WARNING:    Data: single, raid0` → `Data: single, raid0`; the heading
+/// warning (`Multiple block group profiles detected`) gives `None`.
+fn profile_warning(text: &str) -> Option<String> {
+    let t = text.trim();
+    let (kind, rest) = t.split_once(':')?;
+    BgType::from_progs_name(kind.trim())?;
+    Some(format!("{}: {}", kind.trim(), rest.trim()))
+}
+
+// ---------------------------------------------------------------------------
+// JSON.
+
+fn json_units() -> UnitReading {
+    UnitReading {
+        basis: UnitBasis::Bytes,
+        rule: "JSON: bytes, exact".to_owned(),
+    }
+}
+
+/// JSON pasted with quote marks or prompts around it.
+fn parse_wrapped_json(input: &str) -> Result<ParsedDf, ParseError> {
+    let mut unwrapped = Vec::new();
+    let mut quoted = false;
+    let body: Vec<&str> = input
+        .lines()
+        .map(|l| {
+            let (rest, q) = strip_quotes(l.trim_end_matches('\r'));
+            quoted |= q;
+            rest
+        })
+        .collect();
+    let joined = body.join("\n");
+    let (Some(start), Some(end)) = (joined.find('{'), joined.rfind('}')) else {
+        return Err(ParseError {
+            line: 0,
+            message: "JSON without a complete '{...}' object".to_owned(),
+        });
+    };
+    if end < start {
+        return Err(ParseError {
+            line: 0,
+            message: "JSON without a complete '{...}' object".to_owned(),
+        });
+    }
+    let mut skipped = Vec::new();
+    let before_lines = joined[..start].lines().count();
+    for (i, l) in joined[..start].lines().enumerate() {
+        if !l.trim().is_empty() {
+            skipped.push(SkippedLine {
+                line: i + 1,
+                text: shorten(l.trim()),
+                reason: format!("before the JSON: {}", classify_noise(l)),
+                damaged: false,
+            });
+        }
+    }
+    let after_start = joined[..=end].lines().count();
+    for (i, l) in joined[end + 1..].lines().enumerate().skip(1) {
+        if !l.trim().is_empty() {
+            skipped.push(SkippedLine {
+                line: after_start + i,
+                text: shorten(l.trim()),
+                reason: format!("after the JSON: {}", classify_noise(l)),
+                damaged: false,
+            });
+        }
+    }
+    let _ = before_lines;
+    if quoted {
+        unwrapped.push("email quote marks ('> ')".to_owned());
+    }
+    let mut parsed = parse_json(&joined[start..=end])?;
+    parsed.skipped = skipped;
+    parsed.unwrapped = unwrapped;
+    Ok(parsed)
 }
 
 fn parse_json(input: &str) -> Result<ParsedDf, ParseError> {
@@ -272,10 +1000,16 @@ fn parse_json(input: &str) -> Result<ParsedDf, ParseError> {
         let zone = number("zone_unusable")?;
         records.push(SpaceRecord::exact(bg_type, profile, total, used, zone));
     }
+    if records.is_empty() {
+        return Err(whole("the 'filesystem-df' array is empty".into()));
+    }
     Ok(ParsedDf {
         format: InputFormat::Json,
         records,
         warnings: Vec::new(),
+        skipped: Vec::new(),
+        unwrapped: Vec::new(),
+        units: json_units(),
     })
 }
 
@@ -309,10 +1043,19 @@ fn parse_own_json(records: &[Value]) -> Result<ParsedDf, ParseError> {
         }
         out.push(rec);
     }
+    if out.is_empty() {
+        return Err(ParseError {
+            line: 0,
+            message: "the 'records' array is empty".into(),
+        });
+    }
     Ok(ParsedDf {
         format: InputFormat::Json,
         records: out,
         warnings: Vec::new(),
+        skipped: Vec::new(),
+        unwrapped: Vec::new(),
+        units: json_units(),
     })
 }
 
@@ -435,6 +1178,8 @@ WARNING:    Data: single, raid0
         assert_eq!(parse_fi_df(text).unwrap().records.len(), 1);
     }
 
+    const STRICT: ParseOptions = ParseOptions { strict: true };
+
     #[test]
     fn errors_name_the_line_and_what_was_expected() {
         let cases = [
@@ -471,7 +1216,7 @@ WARNING:    Data: single, raid0
                 "Data, single: total=1, used=0\nData, DUP: total=1 used=0\n",
                 "line 2: expected ', ' after '1' (missing comma?)",
             ),
-            ("", "no 'btrfs filesystem df' lines found"),
+            ("", "no 'btrfs filesystem df' rows found"),
             ("{\"x\": 1}", "without a 'filesystem-df' array"),
             (
                 "{\"filesystem-df\": [{\"bg-type\": \"Data\"}]}",
@@ -480,15 +1225,222 @@ WARNING:    Data: single, raid0
             ("{\"filesystem-df\": [", "invalid JSON"),
         ];
         for (input, want) in cases {
-            let e = parse_fi_df(input).unwrap_err().to_string();
+            let e = parse_fi_df_with(input, STRICT).unwrap_err().to_string();
             assert!(e.contains(want), "{input:?}: got '{e}', want '{want}'");
         }
+    }
+
+    #[test]
+    fn lenient_reads_what_people_wrap_around_it_and_says_what_it_skipped() {
+        let text = "\
+Hi, here is my output:\r
+> > user@host:~$ sudo btrfs fi df /\r
+> > Data, single: total=7.31GiB, used=4.54GiB\r
+> >\r
+>>\tSystem, DUP: total=8.00MiB, used=16.00KiB\r
+> > # Metadata, DUP: total=558.88MiB, used=177.11MiB\r
+echo \"GlobalReserve, single: total=16.00MiB, used=1.00MiB\"\r
+```\r
+";
+        let p = parse_fi_df(text).unwrap();
+        assert_eq!(p.records.len(), 4);
+        assert_eq!(p.records[1].bg_type, BgType::System);
+        assert_eq!(
+            p.records[2].used_bytes,
+            (177.11f64 * 1048576.0).round() as u64
+        );
+        assert_eq!(p.records[3].used_bytes, 1 << 20);
+        let lines: Vec<(usize, &str)> = p
+            .skipped
+            .iter()
+            .map(|s| (s.line, s.reason.as_str()))
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                (1, "not a `btrfs filesystem df` row"),
+                (2, "the command line"),
+                (8, "a code fence or markup")
+            ]
+        );
+        assert!(p.skipped.iter().all(|s| !s.damaged));
+        assert!(p.unwrapped.iter().any(|u| u.contains("quote")));
+        assert_eq!(p.units.basis, UnitBasis::Iec);
+        // Strict refuses the same paste on its first line.
+        let e = parse_fi_df_with(text, STRICT).unwrap_err();
+        assert_eq!(e.line, 1, "{e}");
+    }
+
+    #[test]
+    fn collapsed_rows_and_prompt_on_one_line() {
+        let text = "$ btrfs fi df / Data, single: total=1.00GiB, used=512.00MiB System, DUP: total=8.00MiB, used=16.00KiB Metadata, DUP: total=1.00GiB, used=100.00MiB\n";
+        let p = parse_fi_df(text).unwrap();
+        let kinds: Vec<BgType> = p.records.iter().map(|r| r.bg_type).collect();
+        assert_eq!(kinds, [BgType::Data, BgType::System, BgType::Metadata]);
+        assert_eq!(p.records[0].total_bytes, 1 << 30);
+        assert_eq!(p.skipped.len(), 1);
+        assert!(
+            p.skipped[0].reason.contains("text before the row"),
+            "{:?}",
+            p.skipped
+        );
+    }
+
+    #[test]
+    fn old_format_is_binary_and_says_so() {
+        // btrfs-progs 0.20-rc1 (a real paste, tests/fixtures/fi-df).
+        let text = "\
+Data: total=34.01GB, used=26.02GB
+System, DUP: total=8.00MB, used=12.00KB
+System: total=4.00MB, used=0.00
+Metadata, DUP: total=3.00GB, used=2.04GB
+Metadata: total=8.00MB, used=0.00
+";
+        let p = parse_fi_df(text).unwrap();
+        assert_eq!(p.units.basis, UnitBasis::LegacyBinary);
+        assert!(p.units.rule.contains("profile-less"), "{}", p.units.rule);
+        let d = &p.records[0];
+        assert_eq!(d.profile, BgProfile::Known(Profile::Single));
+        // 34.01 × 2^30, never × 10^9.
+        assert_eq!(d.total_bytes, (34.01f64 * 1073741824.0).round() as u64);
+        assert!(d.total_error_bytes < 20_000_000, "{d:?}");
+        assert_eq!(p.records[2].used_bytes, 0);
+        assert_eq!(p.records[2].used_error_bytes, 0);
+        assert_eq!(p.records[1].used_bytes, 12 * 1024);
+        // Strict accepts it too: it is exact btrfs-progs output of its time.
+        assert_eq!(parse_fi_df_with(text, STRICT).unwrap().records, p.records);
+    }
+
+    #[test]
+    fn si_and_ambiguous_units() {
+        let si = parse_fi_df(SI).unwrap();
+        assert_eq!(si.units.basis, UnitBasis::Si);
+        assert_eq!(si.records[0].total_bytes, 322_040_000);
+        // `--si -g` of a modern btrfs-progs: no kB, no B, but a
+        // GlobalReserve row, which old binary-GB versions never printed.
+        let g = parse_fi_df("Data, single: total=1.07GB, used=0.54GB\nGlobalReserve, single: total=0.01GB, used=0.00GB\n").unwrap();
+        assert_eq!(g.units.basis, UnitBasis::Si, "{}", g.units.rule);
+        assert_eq!(g.records[0].total_bytes, 1_070_000_000);
+        let amb = parse_fi_df("Data, single: total=1.00GB, used=512.00MB\n").unwrap();
+        assert_eq!(amb.units.basis, UnitBasis::Ambiguous);
+        let r = &amb.records[0];
+        assert_eq!(r.total_bytes, 1 << 30);
+        // The bound covers the decimal reading (10^9) as well.
+        assert!(
+            r.total_bytes - r.total_error_bytes <= 1_000_000_000,
+            "{r:?}"
+        );
+        assert!(!r.exact);
+    }
+
+    #[test]
+    fn quoted_printable_email_is_decoded() {
+        let text = "> introduced a regression that raid profile of GlobalReserve will be outpu=\nt\n>   Data, single: total=3D5.02TiB, used=3D4.98TiB\n>   GlobalReserve, unknown: total=3D512.00MiB, used=3D0.00B\n";
+        let p = parse_fi_df(text).unwrap();
+        assert_eq!(p.records.len(), 2);
+        assert_eq!(p.records[1].profile, BgProfile::Unknown);
+        assert_eq!(p.records[1].total_bytes, 512 << 20);
+        assert!(p.unwrapped.iter().any(|u| u.contains("quoted-printable")));
+        assert_eq!(p.skipped[0].line, 1);
+    }
+
+    #[test]
+    fn damaged_rows_are_named_never_guessed() {
+        // A lost first letter.
+        let p = parse_fi_df("ata, single: total=1.00GiB, used=1.00MiB\nMetadata, DUP: total=1.00GiB, used=1.00MiB\n").unwrap();
+        assert_eq!(p.records.len(), 1);
+        assert_eq!(p.skipped[0].line, 1);
+        assert!(p.skipped[0].damaged);
+        assert!(
+            p.skipped[0].reason.contains("lost first letter of 'Data'"),
+            "{:?}",
+            p.skipped
+        );
+        // A row split over two lines (a real paste).
+        let p = parse_fi_df("Data, RAID0: total=3.71GB, used=256.00KB System,\nRAID1: total=8.00MB, used=8.00KB\nSystem: total=4.00MB, used=0.00\n").unwrap();
+        assert_eq!(
+            p.records.len(),
+            2,
+            "no made-up System RAID1 row: {:?}",
+            p.records
+        );
+        let damaged: Vec<usize> = p
+            .skipped
+            .iter()
+            .filter(|s| s.damaged)
+            .map(|s| s.line)
+            .collect();
+        assert_eq!(damaged, [1, 2], "{:?}", p.skipped);
+        assert!(
+            p.skipped[1].reason.contains("split over two lines"),
+            "{:?}",
+            p.skipped
+        );
+        // Nothing left: an error that names the damage.
+        let e = parse_fi_df("ata, single: total=1.00GiB, used=1.00MiB\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 1") && e.contains("lost first letter"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn json_with_a_prompt_and_quotes_around_it() {
+        let text = format!(
+            "$ btrfs --format json fi df /\n{}\n$ \n",
+            JSON_62
+                .lines()
+                .map(|l| format!("> {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let p = parse_fi_df(&text).unwrap();
+        assert_eq!(p.format, InputFormat::Json);
+        assert_eq!(p.records, parse_fi_df(RAW).unwrap().records);
+        assert_eq!(p.skipped[0].line, 1);
     }
 
     proptest! {
         #[test]
         fn never_panics_on_arbitrary_text(s in "\\PC{0,200}") {
             let _ = parse_fi_df(&s);
+            let _ = parse_fi_df_with(&s, STRICT);
+        }
+
+        /// Any wrapping people put around exact rows reads back the same
+        /// records, and never invents one.
+        #[test]
+        fn wrapped_rows_round_trip(
+            total: u64, used: u64,
+            quote in "(|> |>> |> > |>\t)",
+            indent in "( |\t| \t|)",
+            prefix in "(|# |\\*\\*|`)",
+            eol in "(\n|\r\n)",
+            prompt in "(|\\$ btrfs fi df /mnt\n|root@h:~# btrfs filesystem df /\n)",
+        ) {
+            let rows = [format!("Data, RAID1C3: total={total}, used={used}"), "GlobalReserve, single: total=5767168, used=0".to_owned()];
+            let mut text = prompt.replace('\n', eol.as_str());
+            for r in &rows {
+                text.push_str(&format!("{quote}{indent}{prefix}{r}{}{eol}", if prefix == "**" { "**" } else if prefix == "`" { "`" } else { "" }));
+            }
+            let p = parse_fi_df(&text).unwrap();
+            prop_assert_eq!(p.records.len(), 2);
+            prop_assert_eq!((p.records[0].total_bytes, p.records[0].used_bytes, p.records[0].exact), (total, used, true));
+            prop_assert!(p.skipped.iter().all(|s| !s.damaged), "{:?}", p.skipped);
+        }
+
+        /// Lines damaged anywhere never panic and never give more rows than
+        /// the input has row heads.
+        #[test]
+        fn damaged_never_adds_rows(cut in 0usize..120, junk in "\\PC{0,12}") {
+            let mut text = HUMAN.to_owned();
+            let at = text.char_indices().map(|(i, _)| i).nth(cut % text.chars().count()).unwrap_or(0);
+            text.insert_str(at, &junk);
+            if let Ok(p) = parse_fi_df(&text) {
+                prop_assert!(p.records.len() <= 4 + junk.matches(':').count());
+            }
         }
 
         #[test]

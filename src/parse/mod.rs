@@ -3,6 +3,7 @@
 pub mod counters;
 pub mod diskstats;
 pub mod fi_df;
+pub mod fi_usage;
 pub mod fio;
 pub mod memory;
 pub mod mountinfo;

@@ -3,6 +3,7 @@
 //! kernel says; the computations are pure and live in `usage` and the
 //! models.
 
+pub mod findings;
 pub mod usage;
 
 use std::fs;
@@ -12,11 +13,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::space::{MixedProfiles, SpaceRecord, mixed_profiles};
-use crate::parse::fi_df::{InputFormat, parse_fi_df};
+use crate::parse::fi_df::{
+    InputFormat, ParseOptions, SkippedLine, UnitBasis, UnitReading, parse_fi_df_with,
+};
 use crate::parse::mountinfo::MountEntry;
 use crate::sys::btrfs::{self, bg_type_of};
 use crate::sys::root::SysRoot;
 use crate::sys::{fs as sysfs, mounts};
+use findings::{Interpretation, SpaceFacts, interpret};
 
 use usage::{DeviceFacts, UsageInput, UsageReport};
 
@@ -41,7 +45,7 @@ pub enum DfSource {
 }
 
 /// The `df` report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DfReport {
     /// Where the records come from.
     pub source: DfSource,
@@ -54,6 +58,19 @@ pub struct DfReport {
     /// Rows of parsed input that cannot be true (used larger than total,
     /// beyond the rounding of the input), each named.
     pub inconsistencies: Vec<String>,
+    /// Parsed input: lines skipped (line number and why); damaged rows are
+    /// flagged `damaged`.
+    #[serde(default)]
+    pub skipped: Vec<SkippedLine>,
+    /// Parsed input: what was undone around the rows (quote marks, ...).
+    #[serde(default)]
+    pub unwrapped: Box<[String]>,
+    /// Parsed text: how its sizes were read (the unit rule, stated).
+    #[serde(default)]
+    pub units: Option<Box<UnitReading>>,
+    /// Percentages and findings (worst first).
+    #[serde(default)]
+    pub interpretation: Box<Interpretation>,
 }
 
 /// A mounted btrfs that a command was pointed at.
@@ -132,6 +149,11 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
         r.zone_unusable_bytes = zone_unusable(root, &target.fsid, e.flags);
         r.zone_unusable_error_bytes = r.zone_unusable_bytes.map(|_| 0);
     }
+    let interpretation = interpret(&SpaceFacts {
+        records: &records,
+        mount: Some(target.mount.mount_point.display().to_string()),
+        ..Default::default()
+    });
     Ok(DfReport {
         source: DfSource::Kernel {
             path: path.to_path_buf(),
@@ -141,16 +163,33 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
         records,
         input_warnings: Vec::new(),
         inconsistencies: Vec::new(),
+        skipped: Vec::new(),
+        unwrapped: Box::default(),
+        units: None,
+        interpretation: Box::new(interpretation),
     })
 }
 
 /// `df --parse`: captured `btrfs filesystem df` text or JSON.
-pub fn df_from_text(text: &str, input_name: &str) -> Result<DfReport> {
-    let parsed = parse_fi_df(text).map_err(|e| {
+pub fn df_from_text(text: &str, input_name: &str, opts: ParseOptions) -> Result<DfReport> {
+    let parsed = parse_fi_df_with(text, opts).map_err(|e| {
         Error::new(ErrorKind::Parse, format!("{input_name}: {e}"))
-            .with_hint("give the output of `btrfs filesystem df [-b|--si|-k...] PATH` or `btrfs --format json filesystem df PATH`")
+            .with_hint(if opts.strict {
+                "--strict takes only exact `btrfs filesystem df [-b|--si|-k...] PATH` or `btrfs --format json filesystem df PATH` output; without it, prompts, quotes and other text around the rows are skipped"
+            } else {
+                "give the output of `btrfs filesystem df [-b|--si|-k...] PATH` or `btrfs --format json filesystem df PATH`"
+            })
     })?;
+    let interpretation = interpret(&SpaceFacts {
+        records: &parsed.records,
+        ambiguous_units: parsed.units.basis == UnitBasis::Ambiguous,
+        ..Default::default()
+    });
     Ok(DfReport {
+        skipped: parsed.skipped,
+        unwrapped: parsed.unwrapped.into_boxed_slice(),
+        units: (parsed.format == InputFormat::Text).then(|| Box::new(parsed.units)),
+        interpretation: Box::new(interpretation),
         source: DfSource::Parsed {
             input: input_name.to_owned(),
             format: parsed.format,
@@ -159,6 +198,111 @@ pub fn df_from_text(text: &str, input_name: &str) -> Result<DfReport> {
         inconsistencies: inconsistencies(&parsed.records),
         records: parsed.records,
         input_warnings: parsed.warnings,
+    })
+}
+
+/// `usage --parse`: a capture of `btrfs filesystem usage`, with the same
+/// figures as `usage --json` where the paste has them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParsedUsageDocument {
+    /// Where it comes from (`kind: parsed`).
+    pub source: DfSource,
+    /// The figures.
+    #[serde(flatten)]
+    pub report: UsageReport,
+    /// Every size was printed in bytes.
+    pub exact: bool,
+    /// The largest rounding error of any size (0 when exact).
+    pub max_error_bytes: u64,
+    /// Lines skipped, with why.
+    pub skipped: Vec<SkippedLine>,
+    /// Overall fields the paste lacks (shown as 0).
+    pub missing_fields: Vec<String>,
+    /// How the sizes were read.
+    pub units: UnitReading,
+    /// Percentages and findings (worst first).
+    pub interpretation: Interpretation,
+}
+
+/// The df-like records and the per-device unallocated space of a usage
+/// report, for the interpretation.
+pub fn usage_facts(
+    report: &UsageReport,
+    device_count: Option<usize>,
+    error: u64,
+) -> (Vec<SpaceRecord>, Option<Vec<i64>>) {
+    let mut records: Vec<SpaceRecord> = report
+        .block_groups
+        .iter()
+        .map(|b| {
+            let mut r = SpaceRecord::exact(b.bg_type, b.profile, b.size_bytes, b.used_bytes, None);
+            if error > 0 {
+                r.exact = false;
+                r.total_error_bytes = human_error(b.size_bytes).min(error);
+                r.used_error_bytes = human_error(b.used_bytes).min(error);
+            }
+            r
+        })
+        .collect();
+    if let Some(o) = &report.overall {
+        let mut r = SpaceRecord::exact(
+            crate::model::space::BgType::GlobalReserve,
+            crate::model::space::BgProfile::Known(crate::model::profile::Profile::Single),
+            o.global_reserve,
+            o.global_reserve_used,
+            None,
+        );
+        if error > 0 {
+            r.exact = false;
+            r.total_error_bytes = human_error(o.global_reserve).min(error);
+            r.used_error_bytes = human_error(o.global_reserve_used).min(error);
+        }
+        records.push(r);
+    }
+    let unallocated = match (&report.unallocated, &report.overall) {
+        (Some(u), _) if !u.is_empty() => Some(u.iter().map(|d| d.bytes).collect()),
+        // One device: the overall figure is that device's.
+        (_, Some(o)) if device_count == Some(1) => Some(vec![o.device_unallocated]),
+        _ => None,
+    };
+    (records, unallocated)
+}
+
+/// The rounding error of a size printed human-readable (IEC, `%.2f`).
+fn human_error(bytes: u64) -> u64 {
+    let mut unit = 1u64;
+    while unit < (1 << 60) && bytes >= unit * 1024 {
+        unit *= 1024;
+    }
+    crate::model::units::rounding_error(bytes as f64 / unit as f64, unit)
+}
+
+/// `usage --parse`.
+pub fn usage_from_text(text: &str, input_name: &str) -> Result<ParsedUsageDocument> {
+    let parsed = crate::parse::fi_usage::parse_fi_usage(text).map_err(|e| {
+        Error::new(ErrorKind::Parse, format!("{input_name}: {e}"))
+            .with_hint("give the output of `btrfs filesystem usage [-b|-T|--si] PATH`")
+    })?;
+    let count = (!parsed.devices.is_empty()).then_some(parsed.devices.len());
+    let (records, unallocated) = usage_facts(&parsed.report, count, parsed.max_error_bytes);
+    let interpretation = interpret(&SpaceFacts {
+        records: &records,
+        unallocated,
+        devices: count,
+        ..Default::default()
+    });
+    Ok(ParsedUsageDocument {
+        source: DfSource::Parsed {
+            input: input_name.to_owned(),
+            format: InputFormat::Text,
+        },
+        report: parsed.report,
+        exact: parsed.exact,
+        max_error_bytes: parsed.max_error_bytes,
+        skipped: parsed.skipped,
+        missing_fields: parsed.missing_fields,
+        units: parsed.units,
+        interpretation,
     })
 }
 

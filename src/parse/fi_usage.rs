@@ -1,0 +1,640 @@
+//! The output of `btrfs filesystem usage`, captured anywhere: every version
+//! since 3.18 (tab or space separated, with or without `Device slack`,
+//! `Free (statfs, df)` and `Multiple profiles`), `-b` raw bytes, human IEC or
+//! `--si` units, the `-T` table (with the newer Total/Slack columns), zoned,
+//! the non-root WARNING, RAID5/6 "not implemented", and unallocated below
+//! zero or shown as the 16.00EiB of an unsigned underflow. Lenient like
+//! [`super::fi_df`]: quote marks, prompts and fences are taken off and every
+//! skipped line is named. Never panics.
+
+use serde::{Deserialize, Serialize};
+
+use super::fi_df::{SkippedLine, UnitBasis, UnitReading, classify_noise, strip_quotes};
+use crate::model::space::{BgProfile, BgType};
+use crate::model::units::rounding_error;
+use crate::space::usage::{BlockGroupUsage, DeviceShare, Overall, UsageReport};
+
+/// A parsed `btrfs filesystem usage` capture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParsedUsage {
+    /// The figures, as `usage --json` has them where the paste has them.
+    pub report: UsageReport,
+    /// True when every figure was printed in bytes (`-b`).
+    pub exact: bool,
+    /// The largest rounding error of any size read (0 when exact).
+    pub max_error_bytes: u64,
+    /// Lines not read, with why.
+    pub skipped: Vec<SkippedLine>,
+    /// How the sizes were read.
+    pub units: UnitReading,
+    /// Overall fields the paste does not have (older btrfs-progs), shown
+    /// as 0 in `overall`.
+    pub missing_fields: Vec<String>,
+    /// Device paths seen.
+    pub devices: Vec<String>,
+}
+
+/// Sizes at or above 8EiB in an unallocated figure are an unsigned
+/// underflow of btrfs-progs (negative unallocated printed as ~16EiB).
+const UNDERFLOW: u64 = 8 << 60;
+
+#[derive(Default)]
+struct Sizes {
+    max_error: u64,
+    any_rounded: bool,
+    si: bool,
+}
+
+impl Sizes {
+    /// A size token: `512.00MiB`, `-16.00KiB`, `1073741824`, `0.00B`.
+    fn read(&mut self, token: &str) -> Option<i128> {
+        let t = token.trim().trim_end_matches(',');
+        let (neg, t) = match t.strip_prefix('-') {
+            Some(r) => (true, r),
+            None => (false, t),
+        };
+        if t.is_empty() {
+            return None;
+        }
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, suffix) = t.split_at(split);
+        if num.is_empty()
+            || num.starts_with('.')
+            || num.ends_with('.')
+            || num.matches('.').count() > 1
+        {
+            return None;
+        }
+        let unit: u64 = match suffix {
+            "" | "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            "TiB" => 1 << 40,
+            "PiB" => 1 << 50,
+            "EiB" => 1 << 60,
+            "kB" => {
+                self.si = true;
+                1_000
+            }
+            "MB" => {
+                self.si = true;
+                1_000_000
+            }
+            "GB" => {
+                self.si = true;
+                1_000_000_000
+            }
+            "TB" => {
+                self.si = true;
+                1_000_000_000_000
+            }
+            "PB" => {
+                self.si = true;
+                1_000_000_000_000_000
+            }
+            "EB" => {
+                self.si = true;
+                1_000_000_000_000_000_000
+            }
+            _ => return None,
+        };
+        let value: i128 = if unit == 1 && !num.contains('.') {
+            num.parse::<u64>().ok()? as i128
+        } else {
+            let v: f64 = num.parse().ok()?;
+            let bytes = v * unit as f64;
+            if !bytes.is_finite() || bytes >= 2f64.powi(65) {
+                return None;
+            }
+            let e = rounding_error(v, unit);
+            if e > 0 {
+                self.any_rounded = true;
+                self.max_error = self.max_error.max(e);
+            }
+            bytes.round() as i128
+        };
+        Some(if neg { -value } else { value })
+    }
+}
+
+fn to_u64(v: i128) -> u64 {
+    v.clamp(0, u64::MAX as i128) as u64
+}
+
+/// Unallocated: negative as printed, or an underflow shown as ~16EiB.
+fn to_signed(v: i128, notes: &mut Vec<String>, what: &str) -> i64 {
+    if v >= UNDERFLOW as i128 {
+        let wrapped = (v - (1i128 << 64)).clamp(i64::MIN as i128, 0) as i64;
+        notes.push(format!(
+            "{what} is shown as ~16EiB: btrfs-progs' unsigned underflow of a negative figure (the devices hold more allocated than their size); read as {wrapped}"
+        ));
+        wrapped
+    } else {
+        v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    }
+}
+
+/// `Data,single: Size:500.01GiB, Used:414.29GiB (82.86%)`.
+fn bg_header(line: &str, sizes: &mut Sizes) -> Option<BlockGroupUsage> {
+    let (head, rest) = line.split_once(':')?;
+    let (t, p) = head.split_once(',')?;
+    let bg_type = BgType::from_progs_name(t.trim())?;
+    let profile = BgProfile::from_progs_name(p.trim())?;
+    let rest = rest.trim();
+    let size_tok = rest.strip_prefix("Size:")?.split(',').next()?;
+    let used_part = rest.split_once("Used:")?.1;
+    let used_tok = used_part.split_whitespace().next()?;
+    let size = to_u64(sizes.read(size_tok)?);
+    let used = to_u64(sizes.read(used_tok)?);
+    let used_percent = used_part
+        .split_once('(')
+        .and_then(|(_, r)| r.split_once('%'))
+        .and_then(|(n, _)| n.trim().parse::<f64>().ok())
+        .unwrap_or(if size == 0 {
+            0.0
+        } else {
+            used as f64 * 100.0 / size as f64
+        });
+    Some(BlockGroupUsage {
+        bg_type,
+        profile,
+        size_bytes: size,
+        used_bytes: used,
+        used_percent,
+        devices: None,
+    })
+}
+
+/// `   /dev/vdb1     500.01GiB` (tab or spaces); `None` for anything else.
+fn device_line(line: &str, sizes: &mut Sizes) -> Option<(String, Option<i128>)> {
+    let mut words = line.split_whitespace();
+    let path = words.next()?;
+    if !(path.starts_with('/') || path == "missing" || path.starts_with("<missing")) {
+        return None;
+    }
+    match words.next() {
+        None => Some((path.to_owned(), None)),
+        Some(v) => {
+            let value = sizes.read(v)?;
+            words
+                .next()
+                .is_none()
+                .then(|| (path.to_owned(), Some(value)))
+        }
+    }
+}
+
+const OVERALL_KEYS: [&str; 12] = [
+    "Device size",
+    "Device allocated",
+    "Device unallocated",
+    "Device missing",
+    "Device slack",
+    "Used",
+    "Free (estimated)",
+    "Free (statfs, df)",
+    "Data ratio",
+    "Metadata ratio",
+    "Global reserve",
+    "Multiple profiles",
+];
+
+/// Parses a capture of `btrfs filesystem usage` (any version, `-T` too).
+pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
+    let mut sizes = Sizes::default();
+    let mut skipped = Vec::new();
+    let mut notes = Vec::new();
+    let mut values: Vec<(usize, String)> = Vec::new();
+    let mut block_groups: Vec<BlockGroupUsage> = Vec::new();
+    let mut unallocated: Option<Vec<DeviceShare>> = None;
+    let mut devices: Vec<String> = Vec::new();
+    let mut chunk_tree = true;
+    #[derive(PartialEq)]
+    enum Sec {
+        None,
+        Overall,
+        Bg,
+        Unalloc,
+    }
+    let mut sec = Sec::None;
+    let lines: Vec<(usize, String)> = input
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, strip_quotes(l.trim_end_matches('\r')).0.to_owned()))
+        .collect();
+    let mut table_types: Vec<String> = Vec::new();
+    let mut table_cols: Vec<String> = Vec::new();
+    let mut table_rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut table_total: Vec<String> = Vec::new();
+    let mut table_used: Vec<String> = Vec::new();
+    let mut table_line = 0;
+    let mut overall_seen = false;
+    let devid = |path: &str, devices: &mut Vec<String>| -> u64 {
+        match devices.iter().position(|d| d == path) {
+            Some(i) => i as u64 + 1,
+            None => {
+                devices.push(path.to_owned());
+                devices.len() as u64
+            }
+        }
+    };
+    for (idx, (n, line)) in lines.iter().enumerate() {
+        let n = *n;
+        let t = line.trim();
+        if t.is_empty() {
+            continue;
+        }
+        let skip = |skipped: &mut Vec<SkippedLine>, reason: String, damaged: bool| {
+            skipped.push(SkippedLine {
+                line: n,
+                text: t.chars().take(60).collect(),
+                reason,
+                damaged,
+            });
+        };
+        if let Some(w) = t.strip_prefix("WARNING:") {
+            let w = w.trim();
+            if w.contains("cannot read detailed chunk info") {
+                chunk_tree = false;
+            }
+            notes.push(format!("btrfs-progs warned: {w}"));
+            continue;
+        }
+        if t == "Overall:" {
+            sec = Sec::Overall;
+            overall_seen = true;
+            continue;
+        }
+        if t == "Unallocated:" {
+            sec = Sec::Unalloc;
+            unallocated.get_or_insert_with(Vec::new);
+            continue;
+        }
+        if sec != Sec::Bg
+            && let Some((key, rest)) = t.split_once(':')
+            && let Some(k) = OVERALL_KEYS.iter().find(|k| **k == key.trim())
+        {
+            values.push((n, format!("{k}\u{0}{}", rest.trim())));
+            // Some pastes lose the `Overall:` line.
+            overall_seen = true;
+            sec = Sec::Overall;
+            continue;
+        }
+        if let Some(bg) = bg_header(t, &mut sizes) {
+            block_groups.push(bg);
+            sec = Sec::Bg;
+            continue;
+        }
+        // -T table.
+        let words: Vec<&str> = t.split_whitespace().collect();
+        if words.len() >= 3 && words[0] == "Id" && words[1] == "Path" {
+            table_cols = words[2..].iter().map(|w| (*w).to_owned()).collect();
+            // The type names are on the line above.
+            if let Some((_, above)) = idx.checked_sub(1).and_then(|i| lines.get(i)) {
+                table_types = above.split_whitespace().map(str::to_owned).collect();
+            }
+            continue;
+        }
+        if !table_cols.is_empty() {
+            if words.iter().all(|w| w.chars().all(|c| c == '-')) {
+                continue;
+            }
+            if words.len() >= 2 && words[0].chars().all(|c| c.is_ascii_digit()) {
+                table_rows.push((
+                    words[1].to_owned(),
+                    words[2..].iter().map(|w| (*w).to_owned()).collect(),
+                ));
+                continue;
+            }
+            if words[0] == "Total" {
+                table_total = words[1..].iter().map(|w| (*w).to_owned()).collect();
+                continue;
+            }
+            if words[0] == "Used" {
+                table_used = words[1..].iter().map(|w| (*w).to_owned()).collect();
+                table_line = n;
+                continue;
+            }
+        }
+        if t.split_whitespace()
+            .all(|w| BgType::from_progs_name(w).is_some())
+            && lines
+                .get(idx + 1)
+                .is_some_and(|(_, next)| next.trim_start().starts_with("Id"))
+        {
+            // The type line above a -T header.
+            continue;
+        }
+        if matches!(sec, Sec::Bg | Sec::Unalloc)
+            && let Some((path, value)) = device_line(t, &mut sizes)
+        {
+            {
+                let id = devid(&path, &mut devices);
+                match value {
+                    None => skip(
+                        &mut skipped,
+                        format!("the size of {path} is missing (the paste is cut here)"),
+                        true,
+                    ),
+                    Some(v) => {
+                        let share = DeviceShare {
+                            devid: id,
+                            path: path.clone(),
+                            bytes: to_signed(v, &mut notes, &format!("unallocated on {path}")),
+                        };
+                        if sec == Sec::Unalloc {
+                            unallocated.get_or_insert_with(Vec::new).push(share);
+                        } else if let Some(bg) = block_groups.last_mut() {
+                            bg.devices.get_or_insert_with(Vec::new).push(share);
+                        }
+                    }
+                }
+                continue;
+            }
+        }
+        let damaged = t.contains("Size:") || t.contains("Used:");
+        skip(
+            &mut skipped,
+            if damaged {
+                "looks like a block group line but does not parse: not read".to_owned()
+            } else {
+                classify_noise(t).replace("btrfs filesystem df", "btrfs filesystem usage")
+            },
+            damaged,
+        );
+    }
+
+    // The -T table: pair types (line above) with profile columns.
+    if !table_cols.is_empty() {
+        let ncols = table_types.len().min(table_cols.len());
+        for c in 0..ncols {
+            let (Some(bg_type), Some(profile)) = (
+                BgType::from_progs_name(&table_types[c]),
+                BgProfile::from_progs_name(&table_cols[c]),
+            ) else {
+                continue;
+            };
+            let size = table_total.get(c).and_then(|v| sizes.read(v)).map(to_u64);
+            let used = table_used.get(c).and_then(|v| sizes.read(v)).map(to_u64);
+            let mut shares = Vec::new();
+            for (path, vals) in &table_rows {
+                if let Some(v) = vals.get(c).and_then(|v| sizes.read(v)) {
+                    let id = devid(path, &mut devices);
+                    shares.push(DeviceShare {
+                        devid: id,
+                        path: path.clone(),
+                        bytes: v.clamp(i64::MIN as i128, i64::MAX as i128) as i64,
+                    });
+                }
+            }
+            let (Some(size), Some(used)) = (size, used) else {
+                skipped.push(SkippedLine {
+                    line: table_line,
+                    text: format!("{},{}", table_types[c], table_cols[c]),
+                    reason: "the -T table has no Total or Used figure for this column (the paste is cut?): not read".to_owned(),
+                    damaged: true,
+                });
+                continue;
+            };
+            block_groups.push(BlockGroupUsage {
+                bg_type,
+                profile,
+                size_bytes: size,
+                used_bytes: used,
+                used_percent: if size == 0 {
+                    0.0
+                } else {
+                    used as f64 * 100.0 / size as f64
+                },
+                devices: Some(shares),
+            });
+        }
+        if let Some(ucol) = table_cols.iter().position(|c| c == "Unallocated") {
+            let mut list = Vec::new();
+            for (path, vals) in &table_rows {
+                if let Some(v) = vals.get(ucol).and_then(|v| sizes.read(v)) {
+                    let id = devid(path, &mut devices);
+                    list.push(DeviceShare {
+                        devid: id,
+                        path: path.clone(),
+                        bytes: to_signed(v, &mut notes, &format!("unallocated on {path}")),
+                    });
+                }
+            }
+            unallocated = Some(list);
+        }
+    }
+
+    // Overall.
+    let mut missing = Vec::new();
+    let overall = if overall_seen {
+        let get = |k: &str| {
+            values
+                .iter()
+                .find(|(_, v)| v.split('\u{0}').next() == Some(k))
+        };
+        let size_of = |k: &str, missing: &mut Vec<String>, sizes: &mut Sizes| -> i128 {
+            match get(k)
+                .and_then(|(_, v)| v.split('\u{0}').nth(1))
+                .and_then(|v| v.split_whitespace().next().map(str::to_owned))
+            {
+                Some(tok) => sizes.read(&tok).unwrap_or_else(|| {
+                    missing.push(format!("{k} (unreadable)"));
+                    0
+                }),
+                None => {
+                    missing.push(k.to_owned());
+                    0
+                }
+            }
+        };
+        let device_size = to_u64(size_of("Device size", &mut missing, &mut sizes));
+        let device_allocated = to_u64(size_of("Device allocated", &mut missing, &mut sizes));
+        let unalloc_raw = size_of("Device unallocated", &mut missing, &mut sizes);
+        let device_unallocated = to_signed(unalloc_raw, &mut notes, "Device unallocated");
+        let device_missing = to_u64(size_of("Device missing", &mut missing, &mut sizes));
+        let device_slack = to_u64(size_of("Device slack", &mut missing, &mut sizes));
+        let used = to_u64(size_of("Used", &mut missing, &mut sizes));
+        let free_estimated = to_u64(size_of("Free (estimated)", &mut missing, &mut sizes));
+        let free_statfs = to_u64(size_of("Free (statfs, df)", &mut missing, &mut sizes));
+        let paren = |k: &str, label: &str| -> Option<String> {
+            let (_, v) = get(k)?;
+            let rest = v.split('\u{0}').nth(1)?;
+            let inner = rest.split_once(&format!("({label}"))?.1;
+            Some(
+                inner
+                    .trim_start_matches(':')
+                    .trim()
+                    .trim_end_matches(')')
+                    .trim()
+                    .to_owned(),
+            )
+        };
+        let free_estimated_min = paren("Free (estimated)", "min")
+            .and_then(|t| sizes.read(&t))
+            .map_or(free_estimated, to_u64);
+        let ratio = |k: &str, missing: &mut Vec<String>| -> f64 {
+            match get(k)
+                .and_then(|(_, v)| v.split('\u{0}').nth(1))
+                .and_then(|v| v.trim().parse().ok())
+            {
+                Some(r) => r,
+                None => {
+                    missing.push(k.to_owned());
+                    0.0
+                }
+            }
+        };
+        let data_ratio = ratio("Data ratio", &mut missing);
+        let metadata_ratio = ratio("Metadata ratio", &mut missing);
+        let global_reserve = to_u64(size_of("Global reserve", &mut missing, &mut sizes));
+        let global_reserve_used = paren("Global reserve", "used")
+            .and_then(|t| sizes.read(&t))
+            .map_or(0, to_u64);
+        let multi = get("Multiple profiles")
+            .and_then(|(_, v)| v.split('\u{0}').nth(1))
+            .map(str::to_owned);
+        if multi.is_none() {
+            missing.push("Multiple profiles".to_owned());
+        }
+        let multiple_profiles = multi.as_deref().is_some_and(|m| m.starts_with("yes"));
+        let multiple_profile_types = multi
+            .as_deref()
+            .and_then(|m| m.split_once('('))
+            .map(|(_, r)| {
+                r.trim_end_matches(')')
+                    .split(',')
+                    .filter_map(|w| match w.trim() {
+                        "globalreserve" => Some(BgType::GlobalReserve),
+                        o => BgType::from_progs_name(o),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Overall {
+            device_size,
+            device_allocated,
+            device_unallocated,
+            device_missing,
+            device_slack,
+            used,
+            free_estimated,
+            free_estimated_min,
+            free_statfs,
+            data_ratio,
+            metadata_ratio,
+            global_reserve,
+            global_reserve_used,
+            multiple_profiles,
+            multiple_profile_types,
+        })
+    } else {
+        None
+    };
+    if overall.is_none() && block_groups.is_empty() {
+        let why = skipped
+            .iter()
+            .find(|s| s.damaged)
+            .map(|s| format!(" (line {}: {})", s.line, s.reason))
+            .unwrap_or_default();
+        return Err(format!(
+            "no 'btrfs filesystem usage' output found (expected an 'Overall:' block or 'Data,PROFILE: Size:..., Used:...' lines){why}"
+        ));
+    }
+    if !missing.is_empty() {
+        notes.push(format!(
+            "not in this paste (older btrfs-progs, or cut), shown as 0: {}",
+            missing.join(", ")
+        ));
+    }
+    let units = if sizes.si {
+        UnitReading {
+            basis: UnitBasis::Si,
+            rule: "kB/MB/GB read as powers of 1000 (`usage --si`; `usage` never printed old binary GB)".to_owned(),
+        }
+    } else if sizes.any_rounded {
+        UnitReading {
+            basis: UnitBasis::Iec,
+            rule: "IEC units (KiB, MiB, GiB: powers of 1024, as printed)".to_owned(),
+        }
+    } else {
+        UnitReading {
+            basis: UnitBasis::Bytes,
+            rule: "bytes (-b): exact".to_owned(),
+        }
+    };
+    Ok(ParsedUsage {
+        report: UsageReport {
+            overall,
+            block_groups,
+            unallocated,
+            chunk_tree_readable: chunk_tree,
+            notes,
+        },
+        exact: !sizes.any_rounded,
+        max_error_bytes: sizes.max_error,
+        skipped,
+        units,
+        missing_fields: missing,
+        devices,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const RAW: &str = "Overall:\n    Device size:\t\t   3221225472\n    Device allocated:\t\t    845152256\n    Device unallocated:\t\t   2376073216\n    Device missing:\t\t            0\n    Device slack:\t\t            0\n    Used:\t\t\t       819200\n    Free (estimated):\t\t   2696544256\t(min: 1508507648)\n    Free (statfs, df):\t\t   2695495680\n    Data ratio:\t\t\t         1.00\n    Metadata ratio:\t\t         2.00\n    Global reserve:\t\t      5767168\t(used: 16384)\n    Multiple profiles:\t\t           no\n\nData,single: Size:322961408, Used:524288 (0.16%)\n   /dev/loop0\t  322961408\n\nMetadata,RAID1: Size:260046848, Used:131072 (0.05%)\n   /dev/loop0\t  260046848\n   /dev/loop1\t  260046848\n\nSystem,RAID1: Size:8388608, Used:16384 (0.20%)\n   /dev/loop0\t    8388608\n   /dev/loop1\t    8388608\n\nUnallocated:\n   /dev/loop0\t  490733568\n   /dev/loop1\t  -16384\n";
+
+    #[test]
+    fn raw_usage_is_exact() {
+        let p = parse_fi_usage(RAW).unwrap();
+        assert!(p.exact);
+        let o = p.report.overall.as_ref().unwrap();
+        assert_eq!(o.device_size, 3_221_225_472);
+        assert_eq!(o.free_estimated_min, 1_508_507_648);
+        assert_eq!(o.global_reserve_used, 16_384);
+        assert_eq!(o.metadata_ratio, 2.0);
+        assert_eq!(p.report.block_groups.len(), 3);
+        assert_eq!(p.report.block_groups[1].devices.as_ref().unwrap().len(), 2);
+        let u = p.report.unallocated.as_ref().unwrap();
+        assert_eq!(u[1].bytes, -16_384, "negative unallocated kept");
+        assert!(p.missing_fields.is_empty(), "{:?}", p.missing_fields);
+        assert!(p.skipped.is_empty(), "{:?}", p.skipped);
+    }
+
+    #[test]
+    fn underflow_is_shown_as_what_it_is() {
+        let text = "Overall:\n    Device size:      1.00GiB\n    Device unallocated:   16.00EiB\nData,single: Size:1.00GiB, Used:0.00B (0.00%)\n";
+        let p = parse_fi_usage(text).unwrap();
+        let o = p.report.overall.unwrap();
+        assert!(o.device_unallocated <= 0, "{}", o.device_unallocated);
+        assert!(p.report.notes.iter().any(|n| n.contains("underflow")));
+        assert!(p.missing_fields.contains(&"Device slack".to_owned()));
+    }
+
+    #[test]
+    fn nothing_usable_is_an_error() {
+        assert!(parse_fi_usage("hello\nworld\n").is_err());
+        assert!(parse_fi_usage("").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,300}") {
+            let _ = parse_fi_usage(&s);
+        }
+
+        #[test]
+        fn never_panics_on_damaged_usage(cut in 0usize..900, junk in "\\PC{0,8}") {
+            let mut text = RAW.to_owned();
+            let at = text.char_indices().map(|(i, _)| i).nth(cut % text.chars().count()).unwrap_or(0);
+            text.insert_str(at, &junk);
+            let _ = parse_fi_usage(&text);
+        }
+    }
+}

@@ -1,0 +1,623 @@
+//! What the numbers of `df` and `usage` mean: percentages, and findings
+//! ranked like `doctor`'s (the shared [`Finding`] type). Pure: it takes the
+//! records (kernel or parsed) and, when known, the unallocated space per
+//! device, and returns the interpretation. The same code serves `df`,
+//! `usage` and both `--parse`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::finding::{Finding, Severity, rank};
+use crate::model::profile::Profile;
+use crate::model::space::{BgProfile, BgType, SpaceRecord, mixed_profiles};
+use crate::model::units::{UnitBase, UnitMode, pretty_size};
+
+/// Metadata this full (used / allocated) is "nearly full".
+pub const METADATA_FULL_PERCENT: f64 = 90.0;
+
+/// The smallest metadata chunk btrfs allocates (filesystems under 50GiB;
+/// larger ones use 1GiB): what a new metadata chunk needs on each device
+/// it stripes over, at least.
+pub const METADATA_CHUNK_BYTES: u64 = 256 << 20;
+
+/// What the interpretation is computed from.
+#[derive(Debug, Clone, Default)]
+pub struct SpaceFacts<'a> {
+    /// The `df` records.
+    pub records: &'a [SpaceRecord],
+    /// Unallocated bytes on each present device, when known (`usage`);
+    /// `None` from `df` alone.
+    pub unallocated: Option<Vec<i64>>,
+    /// Number of devices, when known.
+    pub devices: Option<usize>,
+    /// The mount point for the commands; `None` gives `MOUNT`.
+    pub mount: Option<String>,
+    /// The sizes' units could not be decided (old binary or SI).
+    pub ambiguous_units: bool,
+}
+
+/// used / total of one record, with the bounds its rounding allows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsedPercent {
+    /// Type.
+    #[serde(rename = "type")]
+    pub bg_type: BgType,
+    /// Profile.
+    pub profile: BgProfile,
+    /// used / total × 100 (0 when total is 0).
+    pub used_percent: f64,
+    /// The lowest the true figure can be, given the input's rounding.
+    pub used_percent_min: f64,
+    /// The highest.
+    pub used_percent_max: f64,
+}
+
+/// Percentages and findings, worst first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Interpretation {
+    /// One per record.
+    pub percentages: Vec<UsedPercent>,
+    /// Ranked worst first.
+    pub findings: Vec<Finding>,
+}
+
+fn pct(used: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        used as f64 * 100.0 / total as f64
+    }
+}
+
+fn size(v: u64) -> String {
+    pretty_size(v, UnitMode::Human(UnitBase::Binary))
+}
+
+/// Devices a new chunk of this profile needs, and raw bytes on each.
+fn chunk_needs(p: BgProfile) -> (usize, u64) {
+    let c = METADATA_CHUNK_BYTES;
+    match p {
+        BgProfile::Known(Profile::Dup) => (1, 2 * c),
+        BgProfile::Known(Profile::Raid1 | Profile::Raid10 | Profile::Raid5) => (2, c),
+        BgProfile::Known(Profile::Raid1c3 | Profile::Raid6) => (3, c),
+        BgProfile::Known(Profile::Raid1c4) => (4, c),
+        _ => (1, c),
+    }
+}
+
+/// The fewest devices a profile implies.
+fn min_devices(p: BgProfile) -> usize {
+    match p {
+        BgProfile::Known(Profile::Raid0 | Profile::Raid1 | Profile::Raid10 | Profile::Raid5) => 2,
+        BgProfile::Known(Profile::Raid1c3 | Profile::Raid6) => 3,
+        BgProfile::Known(Profile::Raid1c4) => 4,
+        _ => 1,
+    }
+}
+
+/// The interpretation of `df`/`usage` figures.
+pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
+    let mount = f.mount.clone().unwrap_or_else(|| "MOUNT".to_owned());
+    let percentages = f
+        .records
+        .iter()
+        .map(|r| UsedPercent {
+            bg_type: r.bg_type,
+            profile: r.profile,
+            used_percent: pct(r.used_bytes, r.total_bytes),
+            used_percent_min: pct(
+                r.used_bytes.saturating_sub(r.used_error_bytes),
+                r.total_bytes.saturating_add(r.total_error_bytes),
+            ),
+            used_percent_max: pct(
+                r.used_bytes.saturating_add(r.used_error_bytes),
+                r.total_bytes.saturating_sub(r.total_error_bytes),
+            ),
+        })
+        .collect();
+    let mut findings = Vec::new();
+    let reserve = f
+        .records
+        .iter()
+        .find(|r| r.bg_type == BgType::GlobalReserve);
+    let meta: Vec<&SpaceRecord> = f
+        .records
+        .iter()
+        .filter(|r| matches!(r.bg_type, BgType::Metadata | BgType::DataMetadata))
+        .collect();
+    let implied_devices = f
+        .records
+        .iter()
+        .filter(|r| r.bg_type != BgType::GlobalReserve)
+        .map(|r| min_devices(r.profile))
+        .max()
+        .unwrap_or(1);
+    let devices = f.devices.unwrap_or(implied_devices).max(implied_devices);
+
+    // Metadata nearly full, and whether a new metadata chunk still fits.
+    let mut metadata_full = false;
+    if !meta.is_empty() {
+        let total: u64 = meta.iter().map(|r| r.total_bytes).sum();
+        let used: u64 = meta.iter().map(|r| r.used_bytes).sum();
+        let free = total.saturating_sub(used);
+        let p = pct(used, total);
+        let reserve_total = reserve.map_or(0, |r| r.total_bytes);
+        let reserve_eats_rest = reserve.is_some() && free <= reserve_total;
+        if total > 0 && (p >= METADATA_FULL_PERCENT || reserve_eats_rest) {
+            metadata_full = true;
+            // The profile new metadata chunks get: the largest one.
+            let profile = meta
+                .iter()
+                .max_by_key(|r| r.total_bytes)
+                .map_or(BgProfile::Known(Profile::Single), |r| r.profile);
+            let (need_devs, need_each) = chunk_needs(profile);
+            let what = if p >= METADATA_FULL_PERCENT {
+                format!("metadata is {p:.1}% used")
+            } else {
+                format!(
+                    "the global reserve ({}) needs more than the free metadata ({})",
+                    size(reserve_total),
+                    size(free)
+                )
+            };
+            let base = |sev, title: String| {
+                Finding::new(
+                    "metadata-nearly-full",
+                    sev,
+                    title,
+                    "btrfs writes metadata (file names, extents, checksums) only into metadata chunks; when they are full and no new chunk can be allocated, writes fail with ENOSPC (No space left on device) while `df` still shows free space",
+                )
+                .with_evidence(
+                    "metadata used",
+                    format!("{:.1}% of {} ({} used)", p, size(total), size(used)),
+                )
+                .with_evidence("metadata free in its chunks", size(free))
+            };
+            let mut finding = match &f.unallocated {
+                Some(unalloc) => {
+                    let fit = unalloc
+                        .iter()
+                        .filter(|&&u| u >= 0 && u as u64 >= need_each)
+                        .count();
+                    let list: Vec<String> = unalloc
+                        .iter()
+                        .map(|&u| {
+                            if u < 0 {
+                                format!("-{}", size(u.unsigned_abs()))
+                            } else {
+                                size(u as u64)
+                            }
+                        })
+                        .collect();
+                    if fit < need_devs {
+                        base(
+                            Severity::Critical,
+                            format!(
+                                "ENOSPC is near: {what} and no device has room for a new {} metadata chunk",
+                                profile.progs_name()
+                            ),
+                        )
+                        .with_evidence("unallocated per device", list.join(", "))
+                        .with_evidence(
+                            "a new metadata chunk needs",
+                            format!("{} on {need_devs} device(s)", size(need_each)),
+                        )
+                        .with_command(format!("btrfs balance start -dusage=10 {mount}"))
+                    } else {
+                        base(
+                            Severity::Info,
+                            format!(
+                                "metadata is {p:.1}% used; there is room for new metadata chunks"
+                            ),
+                        )
+                        .with_evidence("unallocated per device", list.join(", "))
+                    }
+                }
+                None => base(
+                    Severity::Warning,
+                    format!(
+                        "{what}: ENOSPC is near unless there is unallocated space for a new metadata chunk"
+                    ),
+                )
+                .with_evidence(
+                    "a new metadata chunk needs",
+                    format!(
+                        "{} unallocated on {need_devs} device(s) ({})",
+                        size(need_each),
+                        profile.progs_name()
+                    ),
+                )
+                .with_command(format!("btrfs filesystem usage -T {mount}")),
+            };
+            if reserve_eats_rest {
+                finding = finding.with_evidence(
+                    "global reserve",
+                    format!(
+                        "{} must come out of metadata: the free metadata is {}",
+                        size(reserve_total),
+                        size(free)
+                    ),
+                );
+            }
+            let data_slack: u64 = f
+                .records
+                .iter()
+                .filter(|r| r.bg_type == BgType::Data)
+                .map(|r| r.total_bytes.saturating_sub(r.used_bytes))
+                .sum();
+            if data_slack >= 1 << 30 {
+                finding = finding.with_evidence(
+                    "data allocated but unused (a data balance can return it)",
+                    size(data_slack),
+                );
+            }
+            if finding.severity == Severity::Warning {
+                finding.why.push_str(
+                    "; `btrfs filesystem df` does not show unallocated space: `btrfs filesystem usage -T` shows it per device",
+                );
+            } else if finding.severity == Severity::Critical {
+                finding.why.push_str(
+                    "; a balance of nearly empty data chunks returns space to unallocated (or add a device: btrfs-lab device add)",
+                );
+            }
+            findings.push(finding);
+        }
+    }
+
+    // The global reserve in use.
+    if let Some(r) = reserve.filter(|r| r.used_bytes > 0) {
+        findings.push(
+            Finding::new(
+                "global-reserve-used",
+                if metadata_full {
+                    Severity::Critical
+                } else {
+                    Severity::Warning
+                },
+                format!("the global reserve is in use ({} of {})", size(r.used_bytes), size(r.total_bytes)),
+                "btrfs dips into its emergency metadata reserve only when ordinary metadata space ran out; operations that need it next fail with ENOSPC",
+            )
+            .with_evidence("global reserve used", format!("{} of {}", size(r.used_bytes), size(r.total_bytes)))
+            .with_command(format!("btrfs filesystem usage -T {mount}")),
+        );
+    }
+
+    // Mixed profiles: an unfinished conversion (or old mkfs leftovers).
+    let mixed = mixed_profiles(f.records);
+    if !mixed.is_empty() {
+        // The target of a conversion: a profile that another type already
+        // has alone (data converted to match metadata), else the profile
+        // that holds the most.
+        let sole_profiles: Vec<BgProfile> = f
+            .records
+            .iter()
+            .filter(|r| r.bg_type != BgType::GlobalReserve)
+            .filter(|r| !mixed.iter().any(|m| m.bg_type == r.bg_type))
+            .map(|r| r.profile)
+            .collect();
+        let target_of = |t: BgType| -> Option<BgProfile> {
+            let own: Vec<&SpaceRecord> = f.records.iter().filter(|r| r.bg_type == t).collect();
+            let matching: Vec<BgProfile> = own
+                .iter()
+                .map(|r| r.profile)
+                .filter(|p| sole_profiles.contains(p))
+                .collect();
+            if own.len() > 1 && matching.len() == 1 {
+                return Some(matching[0]);
+            }
+            // A profile every mixed type has (a convert of all types at
+            // once), when only one is.
+            let common: Vec<BgProfile> = own
+                .iter()
+                .map(|r| r.profile)
+                .filter(|p| mixed.iter().all(|m| m.profiles.contains(p)))
+                .collect();
+            if own.len() > 1 && mixed.len() > 1 && common.len() == 1 {
+                return Some(common[0]);
+            }
+            own.iter()
+                .max_by_key(|r| (r.total_bytes, r.used_bytes))
+                .map(|r| r.profile)
+        };
+        // Empty single chunks next to the real profile: mkfs of btrfs-progs
+        // before 3.x left them (`System: total=4.00MB, used=0.00`).
+        let leftovers_only = mixed.iter().all(|m| {
+            // Old mkfs left them for metadata and system only.
+            matches!(m.bg_type, BgType::Metadata | BgType::System)
+                && f.records
+                    .iter()
+                    .filter(|r| r.bg_type == m.bg_type)
+                    .filter(|r| r.used_bytes != 0)
+                    .count()
+                    <= 1
+                && f.records.iter().any(|r| {
+                    r.bg_type == m.bg_type
+                        && r.used_bytes == 0
+                        && r.exact_or_small()
+                        && r.profile == BgProfile::Known(Profile::Single)
+                })
+        });
+        let names: Vec<String> = mixed
+            .iter()
+            .map(crate::model::space::describe_mixed)
+            .collect();
+        if leftovers_only {
+            findings.push(
+                Finding::new(
+                    "empty-leftover-chunks",
+                    Severity::Info,
+                    format!("empty chunks in a second profile: {}", names.join("; ")),
+                    "mkfs of old btrfs-progs left small empty single chunks next to the real profile; they hold nothing and a balance with usage=0 removes them",
+                )
+                .with_evidence("types", names.join("; "))
+                .with_command(format!("btrfs balance start -musage=0 -dusage=0 {mount}")),
+            );
+        } else {
+            let data = target_of(BgType::Data).or_else(|| target_of(BgType::DataMetadata));
+            let metadata = target_of(BgType::Metadata);
+            let mut cmd = format!("btrfs-lab convert {mount}");
+            if let Some(d) = data {
+                cmd.push_str(&format!(" --data {d}"));
+            }
+            if let Some(m) = metadata {
+                cmd.push_str(&format!(" --metadata {m}"));
+            }
+            let mut finding = Finding::new(
+                "unfinished-conversion",
+                Severity::Warning,
+                format!("more than one profile for one type: {}", names.join("; ")),
+                "a conversion (balance with a convert filter) did not finish: part of the data has the old profile's redundancy. The command finishes it towards the profile another type already has alone (or the one every mixed type has), else the one that holds the most; if the conversion was going the other way, give that profile instead",
+            )
+            .with_command(cmd);
+            for m in &mixed {
+                for r in f.records.iter().filter(|r| r.bg_type == m.bg_type) {
+                    finding = finding.with_evidence(
+                        &format!("{}, {}", r.bg_type.progs_name(), r.profile.progs_name()),
+                        format!(
+                            "{} allocated, {} used",
+                            size(r.total_bytes),
+                            size(r.used_bytes)
+                        ),
+                    );
+                }
+            }
+            findings.push(finding);
+        }
+    }
+
+    // Data without redundancy on several devices.
+    let bare: Vec<&SpaceRecord> = f
+        .records
+        .iter()
+        .filter(|r| {
+            matches!(r.bg_type, BgType::Data | BgType::DataMetadata)
+                && matches!(
+                    r.profile,
+                    BgProfile::Known(Profile::Single | Profile::Raid0)
+                )
+                && r.used_bytes > 0
+        })
+        .collect();
+    if devices >= 2 && !bare.is_empty() {
+        let total: u64 = bare.iter().map(|r| r.used_bytes).sum();
+        findings.push(
+            Finding::new(
+                "data-without-redundancy",
+                Severity::Warning,
+                format!("data has no redundancy on a filesystem of {devices} devices"),
+                "with single or RAID0 data, losing any one device loses the files with extents on it; with several devices a redundant profile is possible",
+            )
+            .with_evidence("data without a second copy", size(total))
+            .with_evidence(
+                "devices",
+                if f.devices.is_some() {
+                    devices.to_string()
+                } else {
+                    format!("at least {devices} (implied by the profiles)")
+                },
+            )
+            .with_command(format!("btrfs-lab convert {mount} --data raid1")),
+        );
+    }
+
+    // What to ask for next when the paste cannot tell.
+    if f.ambiguous_units {
+        findings.push(
+            Finding::new(
+                "ask-for-raw-bytes",
+                Severity::Info,
+                "the units of this paste are ambiguous (old binary MB/GB or --si)",
+                "the figures were read as binary with bounds that cover the decimal reading; raw bytes settle it",
+            )
+            .with_command(format!("btrfs filesystem df -b {mount}")),
+        );
+    }
+    if f.unallocated.is_none() && !meta.is_empty() && !metadata_full {
+        let data_full = f
+            .records
+            .iter()
+            .filter(|r| r.bg_type == BgType::Data)
+            .any(|r| pct(r.used_bytes, r.total_bytes) >= METADATA_FULL_PERCENT);
+        if data_full {
+            findings.push(
+                Finding::new(
+                    "ask-for-usage",
+                    Severity::Info,
+                    "data chunks are nearly full; whether new ones fit is not in this output",
+                    "`btrfs filesystem df` shows only allocated chunks; `btrfs filesystem usage -T` shows the unallocated space per device that new chunks come from",
+                )
+                .with_command(format!("btrfs filesystem usage -T {mount}")),
+            );
+        }
+    }
+    rank(&mut findings);
+    Interpretation {
+        percentages,
+        findings,
+    }
+}
+
+trait SmallChunk {
+    fn exact_or_small(&self) -> bool;
+}
+
+impl SmallChunk for SpaceRecord {
+    /// A leftover mkfs chunk: at most 8MiB (give or take the rounding).
+    fn exact_or_small(&self) -> bool {
+        self.total_bytes <= (8 << 20) + self.total_error_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(t: BgType, p: Profile, total: u64, used: u64) -> SpaceRecord {
+        SpaceRecord::exact(t, BgProfile::Known(p), total, used, None)
+    }
+
+    const G: u64 = 1 << 30;
+    const M: u64 = 1 << 20;
+
+    fn codes(i: &Interpretation) -> Vec<(&str, Severity)> {
+        i.findings
+            .iter()
+            .map(|f| (f.code.as_str(), f.severity))
+            .collect()
+    }
+
+    #[test]
+    fn metadata_full_is_critical_only_without_room_for_a_chunk() {
+        let records = [
+            rec(BgType::Data, Profile::Single, 500 * G, 414 * G),
+            rec(BgType::Metadata, Profile::Dup, 6 * G, 5_630 * M),
+            rec(BgType::GlobalReserve, Profile::Single, 512 * M, 96 << 10),
+        ];
+        let df = interpret(&SpaceFacts {
+            records: &records,
+            ..Default::default()
+        });
+        assert_eq!(
+            codes(&df),
+            [
+                ("global-reserve-used", Severity::Critical),
+                ("metadata-nearly-full", Severity::Warning)
+            ]
+        );
+        assert_eq!(
+            df.findings[1].command.as_deref(),
+            Some("btrfs filesystem usage -T MOUNT")
+        );
+        let full = interpret(&SpaceFacts {
+            records: &records,
+            unallocated: Some(vec![M as i64]),
+            devices: Some(1),
+            mount: Some("/mnt".into()),
+            ..Default::default()
+        });
+        assert_eq!(full.findings[0].code, "metadata-nearly-full");
+        assert_eq!(full.findings[0].severity, Severity::Critical);
+        assert!(full.findings[0].title.contains("ENOSPC is near"));
+        assert_eq!(
+            full.findings[0].command.as_deref(),
+            Some("btrfs balance start -dusage=10 /mnt")
+        );
+        // DUP needs 512MiB on one device: 600MiB is enough.
+        let room = interpret(&SpaceFacts {
+            records: &records,
+            unallocated: Some(vec![600 * M as i64]),
+            devices: Some(1),
+            ..Default::default()
+        });
+        let m = room
+            .findings
+            .iter()
+            .find(|f| f.code == "metadata-nearly-full")
+            .unwrap();
+        assert_eq!(m.severity, Severity::Info);
+    }
+
+    #[test]
+    fn reserve_larger_than_free_metadata_counts_as_full() {
+        // btrfs-progs issue 657: 1011.77MiB of 1.00GiB, reserve 132.72MiB.
+        let records = [
+            rec(BgType::Metadata, Profile::Raid1, G, 1_060_915_000),
+            rec(BgType::GlobalReserve, Profile::Single, 139_167_000, 0),
+        ];
+        let i = interpret(&SpaceFacts {
+            records: &records,
+            ..Default::default()
+        });
+        assert_eq!(i.findings[0].code, "metadata-nearly-full");
+        assert!((i.percentages[0].used_percent - 98.8).abs() < 0.1);
+    }
+
+    #[test]
+    fn conversions_leftovers_and_redundancy() {
+        let conv = [
+            rec(BgType::Data, Profile::Raid10, 4 * G, 3 * G),
+            rec(BgType::Data, Profile::Raid5, 3 * G, G / 2),
+            rec(BgType::Metadata, Profile::Raid10, G / 2, G / 4),
+            rec(BgType::Metadata, Profile::Raid5, 288 * M, 5 * M),
+        ];
+        let i = interpret(&SpaceFacts {
+            records: &conv,
+            ..Default::default()
+        });
+        assert_eq!(codes(&i), [("unfinished-conversion", Severity::Warning)]);
+        assert_eq!(
+            i.findings[0].command.as_deref(),
+            Some("btrfs-lab convert MOUNT --data raid10 --metadata raid10")
+        );
+        let old = [
+            rec(BgType::Data, Profile::Single, 34 * G, 26 * G),
+            rec(BgType::System, Profile::Dup, 8 * M, 12 << 10),
+            rec(BgType::System, Profile::Single, 4 * M, 0),
+            rec(BgType::Metadata, Profile::Dup, 3 * G, 2 * G),
+            rec(BgType::Metadata, Profile::Single, 8 * M, 0),
+        ];
+        let i = interpret(&SpaceFacts {
+            records: &old,
+            ..Default::default()
+        });
+        assert_eq!(codes(&i), [("empty-leftover-chunks", Severity::Info)]);
+        // A conversion of data whose last single chunk is the empty 8MiB
+        // one of mkfs: still a conversion, not an old-mkfs leftover.
+        let conv_empty = [
+            rec(BgType::Data, Profile::Single, 8 * M, 0),
+            rec(BgType::Data, Profile::Raid1, G, G / 2),
+            rec(BgType::Metadata, Profile::Raid1, G, G / 10),
+        ];
+        let i = interpret(&SpaceFacts {
+            records: &conv_empty,
+            ..Default::default()
+        });
+        assert_eq!(codes(&i), [("unfinished-conversion", Severity::Warning)]);
+        assert_eq!(
+            i.findings[0].command.as_deref(),
+            Some("btrfs-lab convert MOUNT --data raid1 --metadata raid1")
+        );
+        let raid0 = [
+            rec(BgType::Data, Profile::Raid0, 4 * G, 3 * G),
+            rec(BgType::Metadata, Profile::Raid1, G, G / 10),
+        ];
+        let i = interpret(&SpaceFacts {
+            records: &raid0,
+            ..Default::default()
+        });
+        assert_eq!(codes(&i), [("data-without-redundancy", Severity::Warning)]);
+        // One device, single data: nothing to say.
+        let one = [
+            rec(BgType::Data, Profile::Single, 4 * G, 3 * G),
+            rec(BgType::Metadata, Profile::Dup, G, G / 10),
+        ];
+        assert!(
+            interpret(&SpaceFacts {
+                records: &one,
+                devices: Some(1),
+                ..Default::default()
+            })
+            .findings
+            .is_empty()
+        );
+    }
+}

@@ -10,12 +10,12 @@ use crate::error::Result;
 use crate::model::kernel::KernelVersion;
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
-use crate::space::{self, BtrfsTarget};
 use crate::sys::btrfs::FsHandle;
 use crate::sys::btrfs::{SpaceEntry, bg_type_of, profile_of, profile_of_target};
 use crate::sys::ioctl::{BalanceState, BalanceStatus};
 use crate::sys::kernel_release;
 use crate::sys::root::SysRoot;
+use crate::sys::target::{self, BtrfsTarget};
 
 /// A member device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -208,7 +208,7 @@ pub fn read_state(root: &SysRoot, path: &Path) -> Result<FsState> {
 /// Resolves `path` once, opens the mounted filesystem there (a descriptor
 /// every later ioctl goes through) and reads its state through it.
 pub fn open_state(root: &SysRoot, path: &Path) -> Result<(FsHandle, FsState)> {
-    let target: BtrfsTarget = space::resolve(root, path)?;
+    let target: BtrfsTarget = target::resolve(root, path)?;
     let handle = FsHandle::open(&target.path)?;
     if handle.fsid() != target.fsid {
         return Err(crate::error::Error::new(
@@ -264,7 +264,7 @@ pub fn read_state_at(root: &SysRoot, h: &FsHandle, mount_point: &Path) -> Result
     } else {
         Vec::new()
     };
-    let features = space::features(root, &fsid);
+    let features = target::features(root, &fsid);
     Ok(FsState {
         exclusive_operation: read_sysfs(root, &fsid, "exclusive_operation"),
         mount_point: mount_point.to_path_buf(),

@@ -386,13 +386,13 @@ pub fn execute(
     }
     let m = mount_point.display();
     match &finished {
-        Finished::Completed(df) => {
+        Finished::Completed(records) => {
             if !out.json {
                 out.text(&format!(
                     "{} every type is in its target profile:\n",
                     out.paint.good("done:")
                 ));
-                out.text(&super::df::render(df, Default::default()));
+                out.text(&super::df::render_records(records, Default::default()));
             }
             Ok(exit::OK)
         }

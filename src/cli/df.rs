@@ -208,8 +208,13 @@ pub fn render_interpretation(i: &Interpretation) -> String {
 
 /// The records in `btrfs filesystem df` format.
 pub fn render(report: &DfReport, mode: UnitMode) -> String {
+    render_records(&report.records, mode)
+}
+
+/// Records as `btrfs filesystem df` prints them.
+pub fn render_records(records: &[btrfs_lab::model::space::SpaceRecord], mode: UnitMode) -> String {
     let mut text = String::new();
-    for r in &report.records {
+    for r in records {
         text.push_str(&format!(
             "{}, {}: total={}, used={}",
             r.bg_type.progs_name(),

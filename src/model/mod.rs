@@ -6,3 +6,4 @@ pub mod profile;
 pub mod rate;
 pub mod space;
 pub mod units;
+pub mod usage;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::fi_df::{SkippedLine, UnitBasis, UnitReading, classify_noise, strip_quotes};
 use crate::model::space::{BgProfile, BgType};
 use crate::model::units::rounding_error;
-use crate::space::usage::{BlockGroupUsage, DeviceShare, Overall, UsageReport};
+use crate::model::usage::{BlockGroupUsage, DeviceShare, Overall, UsageReport};
 
 /// A parsed `btrfs filesystem usage` capture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,6 +6,9 @@
 pub mod findings;
 pub mod usage;
 
+/// Which btrfs is at a path: shared with the other jobs through `sys`.
+pub use crate::sys::target::{BtrfsTarget, features, mounted_btrfs, resolve};
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -16,10 +19,8 @@ use crate::model::space::{MixedProfiles, SpaceRecord, mixed_profiles};
 use crate::parse::fi_df::{
     InputFormat, ParseOptions, SkippedLine, UnitBasis, UnitReading, parse_fi_df_with,
 };
-use crate::parse::mountinfo::MountEntry;
 use crate::sys::btrfs::{self, bg_type_of};
 use crate::sys::root::SysRoot;
-use crate::sys::{fs as sysfs, mounts};
 use findings::{Interpretation, SpaceFacts, interpret};
 
 use usage::{DeviceFacts, UsageInput, UsageReport};
@@ -73,46 +74,6 @@ pub struct DfReport {
     pub interpretation: Box<Interpretation>,
 }
 
-/// A mounted btrfs that a command was pointed at.
-#[derive(Debug, Clone)]
-pub struct BtrfsTarget {
-    /// The path given, canonical.
-    pub path: PathBuf,
-    /// The mount that contains it.
-    pub mount: MountEntry,
-    /// Filesystem UUID.
-    pub fsid: String,
-}
-
-/// Resolves `path` to a mounted btrfs, or says clearly why not.
-pub fn resolve(root: &SysRoot, path: &Path) -> Result<BtrfsTarget> {
-    let info = sysfs::inspect_dir(root, path).or_else(|e| {
-        // A file inside the filesystem is fine too.
-        if e.kind() == ErrorKind::WrongTarget {
-            let parent = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            sysfs::inspect_dir(root, parent)
-        } else {
-            Err(e)
-        }
-    })?;
-    if info.mount.fs_type != "btrfs" {
-        return Err(Error::new(
-            ErrorKind::WrongTarget,
-            format!("{} is not on btrfs (it is on {}, mounted at {})", path.display(), info.mount.fs_type, info.mount.mount_point.display()),
-        )
-        .with_hint("give a path inside a mounted btrfs; to read captured `btrfs filesystem df` text use --parse"));
-    }
-    let fsid = btrfs::fsid(&info.dir)?;
-    Ok(BtrfsTarget {
-        path: info.dir,
-        mount: info.mount,
-        fsid,
-    })
-}
-
 fn zone_unusable(
     root: &SysRoot,
     fsid: &str,
@@ -144,7 +105,7 @@ fn zone_unusable(
 pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
     let target = resolve(root, path)?;
     let entries = btrfs::space_entries(&target.path)?;
-    let mut records = usage::records_of(&entries);
+    let mut records = btrfs::space_records(&entries);
     for (r, e) in records.iter_mut().zip(&entries) {
         r.zone_unusable_bytes = zone_unusable(root, &target.fsid, e.flags);
         r.zone_unusable_error_bytes = r.zone_unusable_bytes.map(|_| 0);
@@ -376,33 +337,6 @@ pub fn usage(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, UsageReport)> 
         statfs_free: vfs.blocks_available().saturating_mul(vfs.block_size()),
     };
     Ok((target, usage::compute(&input)))
-}
-
-/// Features enabled on a mounted btrfs (`/sys/fs/btrfs/<fsid>/features/`), sorted.
-pub fn features(root: &SysRoot, fsid: &str) -> Vec<String> {
-    crate::sys::blockdev::list_dir(&root.sys(&format!("fs/btrfs/{fsid}/features")))
-}
-
-/// Every mounted btrfs, one entry per filesystem (the first mount of each).
-pub fn mounted_btrfs(root: &SysRoot) -> Result<Vec<BtrfsTarget>> {
-    let mut seen: Vec<BtrfsTarget> = Vec::new();
-    for m in mounts::mount_table(root)?
-        .into_iter()
-        .filter(|m| m.fs_type == "btrfs")
-    {
-        let Ok(fsid) = btrfs::fsid(&m.mount_point) else {
-            continue;
-        };
-        if seen.iter().any(|t| t.fsid == fsid) {
-            continue;
-        }
-        seen.push(BtrfsTarget {
-            path: m.mount_point.clone(),
-            mount: m,
-            fsid,
-        });
-    }
-    Ok(seen)
 }
 
 pub mod show;

@@ -506,6 +506,22 @@ pub fn kernel_log_about(devices: &[String], max: usize) -> Vec<String> {
     lines.split_off(skip)
 }
 
+/// SPACE_INFO entries as `fi df` records.
+pub fn space_records(spaces: &[SpaceEntry]) -> Vec<crate::model::space::SpaceRecord> {
+    spaces
+        .iter()
+        .map(|s| {
+            crate::model::space::SpaceRecord::exact(
+                bg_type_of(s.flags),
+                crate::model::space::BgProfile::Known(profile_of(s.flags)),
+                s.total_bytes,
+                s.used_bytes,
+                None,
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

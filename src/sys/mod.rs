@@ -25,6 +25,7 @@ pub(crate) mod pagecache;
 pub(crate) mod procs;
 pub mod root;
 pub mod signals;
+pub mod target;
 pub mod tools;
 pub(crate) mod topology;
 pub(crate) mod tracefs;

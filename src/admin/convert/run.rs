@@ -457,8 +457,9 @@ fn kernel_failure(h: &FsHandle, e: Errno) -> Error {
 /// How a conversion run ended.
 #[derive(Debug)]
 pub enum Finished {
-    /// Every type is in its target profile (verified); the new `df`.
-    Completed(crate::space::DfReport),
+    /// Every type is in its target profile (verified); the new `df`
+    /// records.
+    Completed(Vec<crate::model::space::SpaceRecord>),
     /// Paused (by a signal, or by someone else).
     Paused {
         /// Bytes still outside the targets.
@@ -472,9 +473,9 @@ impl Finished {
     /// The last JSON record.
     pub fn record(&self) -> ResultRecord {
         match self {
-            Finished::Completed(df) => ResultRecord {
+            Finished::Completed(records) => ResultRecord {
                 outcome: Outcome::Completed,
-                records: Some(df.records.clone()),
+                records: Some(records.clone()),
                 bytes_remaining: None,
             },
             Finished::Paused { bytes_remaining } => ResultRecord {
@@ -521,10 +522,9 @@ pub fn execute(
             let state = read_state_at(root, fs, mount_point)?;
             super::verify(&state, targets)?;
             fs.check_path_still_here(fs.path())?;
-            Ok(Finished::Completed(crate::space::df_from_kernel(
-                root,
-                fs.path(),
-            )?))
+            Ok(Finished::Completed(crate::sys::btrfs::space_records(
+                &fs.space_entries()?,
+            )))
         }
         Outcome::Paused => Ok(Finished::Paused {
             bytes_remaining: remaining_bytes(fs, targets),

@@ -1,0 +1,86 @@
+//! What `btrfs filesystem usage` shows, as types: read from the kernel by
+//! `usage MOUNT`, parsed from pasted text by `usage --parse`, and read by
+//! `doctor`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::space::{BgProfile, BgType};
+
+/// Space on one device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceShare {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Path.
+    pub path: String,
+    /// Bytes (may be negative for unallocated on a shrunk device).
+    pub bytes: i64,
+}
+
+/// The "Overall" block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Overall {
+    /// Sum of the sizes btrfs uses on its devices.
+    pub device_size: u64,
+    /// Raw bytes allocated to chunks.
+    pub device_allocated: u64,
+    /// Raw bytes not allocated (negative if the devices shrank).
+    pub device_unallocated: i64,
+    /// Size of missing devices.
+    pub device_missing: u64,
+    /// Device bytes btrfs does not use (block device larger than btrfs' size).
+    pub device_slack: u64,
+    /// Raw bytes used.
+    pub used: u64,
+    /// Estimated free bytes for data.
+    pub free_estimated: u64,
+    /// The same at the highest replication factor.
+    pub free_estimated_min: u64,
+    /// What `df` (statfs) says is available.
+    pub free_statfs: u64,
+    /// Raw / logical for data.
+    pub data_ratio: f64,
+    /// Raw / logical for metadata.
+    pub metadata_ratio: f64,
+    /// Global reserve size.
+    pub global_reserve: u64,
+    /// Global reserve used.
+    pub global_reserve_used: u64,
+    /// More than one profile for some type.
+    pub multiple_profiles: bool,
+    /// The types with several profiles (`data`, `metadata`, ...).
+    pub multiple_profile_types: Vec<BgType>,
+}
+
+/// One block-group type and profile with its per-device split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockGroupUsage {
+    /// Type.
+    #[serde(rename = "type")]
+    pub bg_type: BgType,
+    /// Profile.
+    pub profile: BgProfile,
+    /// Logical size.
+    pub size_bytes: u64,
+    /// Logical bytes used.
+    pub used_bytes: u64,
+    /// used / size in percent, as btrfs-progs rounds it.
+    pub used_percent: f64,
+    /// Raw bytes on each device; `null` without the chunk tree (root).
+    pub devices: Option<Vec<DeviceShare>>,
+}
+
+/// Everything `usage` shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// Totals; `null` when they cannot be computed (RAID5/6 without root).
+    pub overall: Option<Overall>,
+    /// Per type and profile.
+    pub block_groups: Vec<BlockGroupUsage>,
+    /// Unallocated per device; `null` without the chunk tree.
+    pub unallocated: Option<Vec<DeviceShare>>,
+    /// Whether the chunk tree could be read (it needs root).
+    pub chunk_tree_readable: bool,
+    /// What could not be shown, and why.
+    pub notes: Vec<String>,
+}

@@ -1,0 +1,76 @@
+//! Which mounted btrfs a path is on, and every mounted btrfs: what each job
+//! resolves its MOUNT argument with (space, admin, doctor).
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::parse::mountinfo::MountEntry;
+use crate::sys::root::SysRoot;
+use crate::sys::{btrfs, fs as sysfs, mounts};
+
+/// A mounted btrfs that a command was pointed at.
+#[derive(Debug, Clone)]
+pub struct BtrfsTarget {
+    /// The path given, canonical.
+    pub path: PathBuf,
+    /// The mount that contains it.
+    pub mount: MountEntry,
+    /// Filesystem UUID.
+    pub fsid: String,
+}
+
+/// Resolves `path` to a mounted btrfs, or says clearly why not.
+pub fn resolve(root: &SysRoot, path: &Path) -> Result<BtrfsTarget> {
+    let info = sysfs::inspect_dir(root, path).or_else(|e| {
+        // A file inside the filesystem is fine too.
+        if e.kind() == ErrorKind::WrongTarget {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            sysfs::inspect_dir(root, parent)
+        } else {
+            Err(e)
+        }
+    })?;
+    if info.mount.fs_type != "btrfs" {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is not on btrfs (it is on {}, mounted at {})", path.display(), info.mount.fs_type, info.mount.mount_point.display()),
+        )
+        .with_hint("give a path inside a mounted btrfs; to read captured `btrfs filesystem df` text use --parse"));
+    }
+    let fsid = btrfs::fsid(&info.dir)?;
+    Ok(BtrfsTarget {
+        path: info.dir,
+        mount: info.mount,
+        fsid,
+    })
+}
+
+/// Features enabled on a mounted btrfs (`/sys/fs/btrfs/<fsid>/features/`), sorted.
+pub fn features(root: &SysRoot, fsid: &str) -> Vec<String> {
+    crate::sys::blockdev::list_dir(&root.sys(&format!("fs/btrfs/{fsid}/features")))
+}
+
+/// Every mounted btrfs, one entry per filesystem (the first mount of each).
+pub fn mounted_btrfs(root: &SysRoot) -> Result<Vec<BtrfsTarget>> {
+    let mut seen: Vec<BtrfsTarget> = Vec::new();
+    for m in mounts::mount_table(root)?
+        .into_iter()
+        .filter(|m| m.fs_type == "btrfs")
+    {
+        let Ok(fsid) = btrfs::fsid(&m.mount_point) else {
+            continue;
+        };
+        if seen.iter().any(|t| t.fsid == fsid) {
+            continue;
+        }
+        seen.push(BtrfsTarget {
+            path: m.mount_point.clone(),
+            mount: m,
+            fsid,
+        });
+    }
+    Ok(seen)
+}

@@ -21,7 +21,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::parse::size::format_iec;
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, diskstats, fs as sysfs};
+use crate::sys::{btrfs, diskstats, filesystem};
 
 use super::report::{MemberDevice, TargetInfo};
 use super::{WORK_DIR_PREFIX, check_stop, sensors};
@@ -323,7 +323,7 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<MetadataReport> {
     opts.validate()?;
-    let info = sysfs::inspect_dir(&opts.sysroot, &opts.dir)?;
+    let info = filesystem::inspect_dir(&opts.sysroot, &opts.dir)?;
     let fs_type = info.mount.fs_type.clone();
     super::refuse_memory_backed(&fs_type, &info.dir)?;
     if info.read_only {
@@ -364,7 +364,7 @@ pub fn run(
 
     started();
     let work = TreeGuard::create(&info.dir)?;
-    let root: OwnedFd = sysfs::open_dir(&work.path)?.into();
+    let root: OwnedFd = filesystem::open_dir(&work.path)?.into();
     let mut phases = Vec::new();
 
     // create: the directories, then the files.

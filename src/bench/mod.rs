@@ -34,7 +34,7 @@ use crate::parse::fio::{FioJob, FioOutput};
 use crate::parse::size::format_iec;
 use crate::sys::fio::FioRunner;
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, fs as sysfs, signals};
+use crate::sys::{btrfs, filesystem, signals};
 
 use analysis::{CheckContext, Sample};
 use jobs::JobSettings;
@@ -551,7 +551,7 @@ pub fn analyse(measured: &Measured, ctx: &CheckContext) -> Vec<TestResult> {
 // The whole command.
 
 pub(crate) fn refuse_memory_backed(fs_type: &str, dir: &Path) -> Result<()> {
-    if sysfs::is_memory_backed(fs_type) {
+    if filesystem::is_memory_backed(fs_type) {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!(
@@ -601,13 +601,13 @@ pub(crate) fn set_dir_mode(dir: &Path, cow: bool, btrfs: bool) -> Result<()> {
         return Ok(());
     }
     if !cow {
-        return sysfs::set_nocow_dir(dir, true);
+        return filesystem::set_nocow_dir(dir, true);
     }
-    let f = sysfs::open_dir(dir)?;
-    if let Some(flags) = sysfs::inode_flags_of(&f, dir)?
+    let f = filesystem::open_dir(dir)?;
+    if let Some(flags) = filesystem::inode_flags_of(&f, dir)?
         && flags.intersects(crate::sys::ioctl::FS_NOCOW_FL)
     {
-        sysfs::set_inode_flags_of(&f, dir, flags & !crate::sys::ioctl::FS_NOCOW_FL)?;
+        filesystem::set_inode_flags_of(&f, dir, flags & !crate::sys::ioctl::FS_NOCOW_FL)?;
     }
     Ok(())
 }
@@ -621,7 +621,7 @@ pub fn run(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<BenchReport> {
     opts.validate()?;
-    let info = sysfs::inspect_dir(&opts.sysroot, &opts.dir)?;
+    let info = filesystem::inspect_dir(&opts.sysroot, &opts.dir)?;
     let fs_type = info.mount.fs_type.clone();
     refuse_memory_backed(&fs_type, &info.dir)?;
     if info.read_only {
@@ -672,7 +672,7 @@ pub fn run(
     set_dir_mode(work.path(), opts.cow, is_btrfs)?;
     let file_path = work.path().join(TEST_FILE);
     let file = create_test_file(&file_path)?;
-    let nocow = is_btrfs && sysfs::is_nocow(&file_path).unwrap_or(false);
+    let nocow = is_btrfs && filesystem::is_nocow(&file_path).unwrap_or(false);
     let size = opts.size_bytes();
     let fallocate_only = hook(HOOK_FALLOCATE_ONLY).is_some();
     if !fallocate_only {

@@ -17,7 +17,7 @@ use crate::parse::size::format_iec;
 use crate::sys::diskstats;
 use crate::sys::fio::FioRunner;
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, fs as sysfs};
+use crate::sys::{btrfs, filesystem};
 
 use super::cliff::{self, CliffAnalysis, Point, Shape};
 use super::report::{MemberDevice, SystemInfo, TargetInfo};
@@ -394,7 +394,7 @@ pub fn run(
     progress: &mut dyn FnMut(&SustainedProgress),
 ) -> Result<SustainedReport> {
     opts.validate()?;
-    let info = sysfs::inspect_dir(&opts.sysroot, &opts.dir)?;
+    let info = filesystem::inspect_dir(&opts.sysroot, &opts.dir)?;
     let fs_type = info.mount.fs_type.clone();
     super::refuse_memory_backed(&fs_type, &info.dir)?;
     if info.read_only {

@@ -174,7 +174,7 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
         .with_hint("choose a new file name"));
     }
     // The plan (and its refusals) before the question.
-    let info = btrfs_lab::sys::fs::inspect_dir(&opts.sysroot, dir)?;
+    let info = btrfs_lab::sys::filesystem::inspect_dir(&opts.sysroot, dir)?;
     let planned = sustained::plan_size(&opts, info.available_bytes, &info.dir)?;
     let warning = sustained::warning(planned, opts.time_limit_secs, &info.dir);
     if args.yes {

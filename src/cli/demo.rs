@@ -13,7 +13,7 @@ use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::parse::size::{format_iec, format_rate};
 use btrfs_lab::probe;
 use btrfs_lab::sandbox::{self, Locations, SandboxRequest};
-use btrfs_lab::sys::{btrfs, fs as sysfs, kernel_release, signals};
+use btrfs_lab::sys::{btrfs, filesystem, kernel_release, signals};
 
 use super::output::{Output, wrap};
 use super::units::size_arg;
@@ -55,7 +55,7 @@ pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
     for d in [&checksummed, &nocow] {
         fs::create_dir(d).map_err(|e| Error::from_io(&e, "cannot create", d))?;
     }
-    sysfs::set_nocow_dir(&nocow, false)?;
+    filesystem::set_nocow_dir(&nocow, false)?;
 
     let mut reports = Vec::new();
     for (label, dir) in [("checksummed", &checksummed), ("NOCOW", &nocow)] {

@@ -29,7 +29,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::filecopy::{
     self, copy_data, create_exclusive, create_unnamed, drop_cached_pages, hash_contents, link_into,
 };
-use crate::sys::fs as sysfs;
+use crate::sys::filesystem;
 use crate::sys::ioctl::{
     FS_COMPR_FL, FS_NOATIME_FL, FS_NOCOMP_FL, FS_NOCOW_FL, FS_NODUMP_FL, FS_SYNC_FL, IFlags,
 };
@@ -244,7 +244,7 @@ pub fn switch_empty(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     {
         return Err(changed(path));
     }
-    sysfs::set_nocow(&file, path, true)
+    filesystem::set_nocow(&file, path, true)
 }
 
 /// The copy while it is made: removed on drop unless committed.
@@ -314,7 +314,7 @@ pub fn migrate_file(
     let (dir_path, name) = split(path)?;
     let dir = lock_dir(dir, dir_path)?;
     let src = open_planned(&dir, dir_path, name, id)?;
-    let src_flags = sysfs::inode_flags_of(&src, path)?.unwrap_or(IFlags::empty());
+    let src_flags = filesystem::inode_flags_of(&src, path)?.unwrap_or(IFlags::empty());
     if src_flags.intersects(FS_NOCOW_FL) {
         return Ok(None);
     }
@@ -417,7 +417,7 @@ impl Planned<'_> {
             }
         };
         let tmp_path = dir_path.join(format!("{TEMP_PREFIX}{}", id.ino));
-        sysfs::set_nocow(&tmp.file, &tmp_path, true)?;
+        filesystem::set_nocow(&tmp.file, &tmp_path, true)?;
 
         // 2. The data, holes kept; then flushed.
         let mut first_chunk = true;
@@ -464,7 +464,7 @@ impl Planned<'_> {
             .set_permissions(Permissions::from_mode(before.st_mode & 0o7777))
             .map_err(|e| Error::from_io(&e, "cannot set the mode of the copy of", path))?;
         let flags = (src_flags & KEPT_FLAGS) | FS_NOCOW_FL;
-        sysfs::set_inode_flags_of(&tmp.file, &tmp_path, flags)?;
+        filesystem::set_inode_flags_of(&tmp.file, &tmp_path, flags)?;
         futimens(
             tmp.file.as_fd(),
             &timespec(before.st_atime, before.st_atime_nsec),
@@ -538,7 +538,7 @@ impl Planned<'_> {
             .file
             .metadata()
             .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
-        let final_flags = sysfs::inode_flags_of(&tmp.file, path)?.unwrap_or(IFlags::empty());
+        let final_flags = filesystem::inode_flags_of(&tmp.file, path)?.unwrap_or(IFlags::empty());
         if final_stat.st_ino != copy_meta.ino() || !final_flags.intersects(FS_NOCOW_FL) {
             return Err(Attempt::Fail(Error::new(
                 ErrorKind::State,
@@ -781,7 +781,7 @@ fn verify_metadata(
     if (m.atime(), m.atime_nsec()) != (before.st_atime, before.st_atime_nsec) {
         wrong.push("access time");
     }
-    if !sysfs::inode_flags_of(copy, path)?
+    if !filesystem::inode_flags_of(copy, path)?
         .unwrap_or(IFlags::empty())
         .contains(flags)
     {

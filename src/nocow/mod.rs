@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
-use crate::sys::{beneath, fs as sysfs, signals};
+use crate::sys::{beneath, filesystem, signals};
 use advice::Advice;
 use audit::{Entry, EntryKind, EntryState, RootInfo, Summary, summarize};
 use migrate::{ExecOptions, Migrated};
@@ -257,7 +257,7 @@ pub fn execute(
             }
         })?;
     }
-    out.dir_nocow = sysfs::is_nocow(dir)?;
+    out.dir_nocow = filesystem::is_nocow(dir)?;
     if !out.dir_nocow {
         return Err(Error::new(
             ErrorKind::State,
@@ -399,11 +399,11 @@ fn run_step(
             match id {
                 Some(id) => {
                     let dir = planned_dir(opts, path, *id)?;
-                    sysfs::set_nocow(&dir, path, *clear_compression)?;
+                    filesystem::set_nocow(&dir, path, *clear_compression)?;
                 }
                 None => {
                     let dir = created_or_planned_dir(opts, path)?;
-                    sysfs::set_nocow(&dir, path, *clear_compression)?;
+                    filesystem::set_nocow(&dir, path, *clear_compression)?;
                 }
             }
             out.nocow_set.push(path.clone());

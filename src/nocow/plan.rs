@@ -280,7 +280,7 @@ pub fn plan(req: &Request, obs: &Observed) -> Result<Plan> {
         }
         Target::Existing => {
             if root.compression_attr == Some(true) {
-                return Err(crate::sys::fs::compression_conflict(&root.dir));
+                return Err(crate::sys::filesystem::compression_conflict(&root.dir));
             }
             if req.subvolume && !root.subvolume {
                 return Err(Error::new(
@@ -343,7 +343,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
         };
         match (e.kind, e.state) {
             (EntryKind::Directory, EntryState::Compressed) if req.migrate => {
-                return Err(crate::sys::fs::compression_conflict(&e.path));
+                return Err(crate::sys::filesystem::compression_conflict(&e.path));
             }
             (EntryKind::Directory, EntryState::NotNocow) if req.migrate => {
                 plan.steps.push(Step::SetNocow {

@@ -18,7 +18,7 @@ use rustix::fs::{AtFlags, FileType};
 use super::audit::{Entry, EntryKind, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::fs as sysfs;
+use crate::sys::filesystem;
 use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
@@ -44,14 +44,14 @@ pub struct Scan {
 pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
     let meta = fs::metadata(path).map_err(|e| Error::from_io(&e, "cannot use", path))?;
     let (info, canonical) = if meta.is_dir() {
-        let info = sysfs::inspect_dir(sysroot, path)?;
+        let info = filesystem::inspect_dir(sysroot, path)?;
         let dir = info.dir.clone();
         (info, dir)
     } else if meta.is_file() {
         let canonical =
             fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
         let parent = canonical.parent().unwrap_or(Path::new("/"));
-        (sysfs::inspect_dir(sysroot, parent)?, canonical)
+        (filesystem::inspect_dir(sysroot, parent)?, canonical)
     } else {
         return Err(Error::new(
             ErrorKind::WrongTarget,
@@ -62,7 +62,7 @@ pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
     let (data_profiles, flags) = if is_btrfs {
         (
             btrfs::data_profiles(&canonical)?,
-            sysfs::inode_flags(&canonical)?,
+            filesystem::inode_flags(&canonical)?,
         )
     } else {
         (Vec::new(), None)
@@ -360,7 +360,7 @@ fn look_at(
     } else {
         EntryKind::File
     };
-    let flags = sysfs::inode_flags_of(&file, path)?.unwrap_or(IFlags::empty());
+    let flags = filesystem::inode_flags_of(&file, path)?.unwrap_or(IFlags::empty());
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
     let marker = kind == EntryKind::File && xattrs::get(&file, path, MARKER_XATTR)?.is_some();
     let size = if kind == EntryKind::File { m.len() } else { 0 };

@@ -22,7 +22,7 @@ use crate::sys::counters::{self, CounterChoice, DirtyCounter};
 use crate::sys::direct_io::{AlignedBuffer, write_all_at};
 use crate::sys::root::SysRoot;
 use crate::sys::tracefs::{self, FolioTrace};
-use crate::sys::{btrfs, fs as sysfs, kernel_release, signals};
+use crate::sys::{btrfs, filesystem, kernel_release, signals};
 
 use scratch::Scratch;
 
@@ -105,9 +105,9 @@ impl ProbeOptions {
 
 /// Looks at `opts.path` and its filesystem; refuses what cannot be probed.
 fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
-    let info = sysfs::inspect_dir(&opts.sysroot, &opts.path)?;
+    let info = filesystem::inspect_dir(&opts.sysroot, &opts.path)?;
     let fs_type = info.mount.fs_type.clone();
-    if sysfs::is_memory_backed(&fs_type) {
+    if filesystem::is_memory_backed(&fs_type) {
         return Err(Error::new(
             ErrorKind::Unsupported,
             format!(
@@ -150,7 +150,7 @@ fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
             counters::block_bdi_name(&opts.sysroot, info.mount.major, info.mount.minor),
         )
     };
-    let flags = sysfs::inode_flags(&info.dir)?;
+    let flags = filesystem::inode_flags(&info.dir)?;
     let nocow_meaningful = is_btrfs;
     let ctx = FsContext {
         fs_type,
@@ -338,7 +338,7 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         let name = format!("{tag}.nocow");
         let shown = ctx.dir.join(&name);
         let dir = scratch.make_control_dir(&name)?;
-        match sysfs::set_nocow(dir, &shown, true) {
+        match filesystem::set_nocow(dir, &shown, true) {
             Ok(()) => (Some(shown), None),
             Err(e) => (None, Some(format!("no NOCOW control: {}", e.message()))),
         }

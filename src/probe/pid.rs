@@ -27,7 +27,7 @@ use crate::sys::counters::{self, page_size};
 use crate::sys::fdinfo::{self, OpenFile};
 use crate::sys::root::SysRoot;
 use crate::sys::tracefs;
-use crate::sys::{btrfs, fs as sysfs, ioctl, signals};
+use crate::sys::{btrfs, filesystem, ioctl, signals};
 
 /// Default watch length, seconds.
 pub const DEFAULT_SECONDS: u32 = 10;
@@ -263,7 +263,7 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &str) -> Watch
         } else if let Some(m) = &mount {
             bdi = counters::block_bdi_name(root, m.major, m.minor);
         }
-        if let Ok(Some(flags)) = sysfs::inode_flags_of(h, &via) {
+        if let Ok(Some(flags)) = filesystem::inode_flags_of(h, &via) {
             if fs_type == "btrfs" {
                 nocow = Some(flags.intersects(ioctl::FS_NOCOW_FL));
             }

@@ -33,7 +33,7 @@ use crate::sys::diskstats::{self, BlockDevice};
 use crate::sys::extents::{self, Layout};
 use crate::sys::memio::{self, MappedBuffer, RingBuffer};
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, fs as sysfs, is_root, kernel_release, mounts, pagecache, signals};
+use crate::sys::{btrfs, filesystem, is_root, kernel_release, mounts, pagecache, signals};
 
 use analysis::{CacheState, CheckContext, MethodSummary, Run, Situation};
 use digest::{Digest, VerifyMode};
@@ -392,7 +392,7 @@ fn open_direct(
         }
         Err(e) => return Err(open_error(&e, path)),
     };
-    if sysfs::is_memory_backed(&mount.fs_type) {
+    if filesystem::is_memory_backed(&mount.fs_type) {
         return Ok(Err(format!(
             "O_DIRECT is not meaningful on {}: the file lives in memory (Linux 6.6+ accepts O_DIRECT there and copies from memory); {fallback}",
             mount.fs_type
@@ -700,7 +700,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
             )
         })?;
     let fs_type = mount.fs_type.clone();
-    let memory_backed = sysfs::is_memory_backed(&fs_type);
+    let memory_backed = filesystem::is_memory_backed(&fs_type);
     let (devices, missing_members) = file_devices(&opts.sysroot, &t, &fs_type)?;
     let data_profiles = if fs_type == "btrfs" {
         btrfs::data_profiles(&t.canonical)?

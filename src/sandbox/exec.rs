@@ -11,7 +11,7 @@ use crate::model::profile::Profile;
 use crate::sys::beneath::{Leaf, Removal, TrustedDir};
 use crate::sys::loopdev::{self, DetachOutcome, FileIdentity};
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, fs as sysfs, is_root, mounts, signals, tools};
+use crate::sys::{btrfs, filesystem, is_root, mounts, signals, tools};
 
 /// A sandbox that exists. Dropping it tears it down (panics included),
 /// unless [`Sandbox::keep`] was called: that is what tests rely on.
@@ -70,7 +70,7 @@ impl Sandbox {
             // Backing files on btrfs must be NOCOW, or the loop driver's
             // O_DIRECT writes to them are turned buffered by the host btrfs.
             if let Ok(f) = dir.open_dir_file() {
-                let _ = sysfs::set_nocow(&f, dir.path(), false);
+                let _ = filesystem::set_nocow(&f, dir.path(), false);
             }
         }
         let mut files = Vec::new();
@@ -217,8 +217,8 @@ fn refuse_memory_backed(dir: &Path) -> Result<()> {
             return Ok(());
         }
     }
-    let info = sysfs::inspect_dir(&SysRoot::host(), &probe)?;
-    if sysfs::is_memory_backed(&info.mount.fs_type) {
+    let info = filesystem::inspect_dir(&SysRoot::host(), &probe)?;
+    if filesystem::is_memory_backed(&info.mount.fs_type) {
         return Err(Error::new(
             ErrorKind::Unsupported,
             format!(
@@ -235,7 +235,7 @@ fn refuse_memory_backed(dir: &Path) -> Result<()> {
 }
 
 fn is_btrfs_dir(dir: &Path) -> bool {
-    sysfs::inspect_dir(&SysRoot::host(), dir).is_ok_and(|i| i.mount.fs_type == "btrfs")
+    filesystem::inspect_dir(&SysRoot::host(), dir).is_ok_and(|i| i.mount.fs_type == "btrfs")
 }
 
 /// Creates `name` in `parent` (mode 0700), or accepts an existing empty

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::MountEntry;
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, fs as sysfs, mounts};
+use crate::sys::{btrfs, filesystem, mounts};
 
 /// A mounted btrfs that a command was pointed at.
 #[derive(Debug, Clone)]
@@ -21,14 +21,14 @@ pub struct BtrfsTarget {
 
 /// Resolves `path` to a mounted btrfs, or says clearly why not.
 pub fn resolve(root: &SysRoot, path: &Path) -> Result<BtrfsTarget> {
-    let info = sysfs::inspect_dir(root, path).or_else(|e| {
+    let info = filesystem::inspect_dir(root, path).or_else(|e| {
         // A file inside the filesystem is fine too.
         if e.kind() == ErrorKind::WrongTarget {
             let parent = path
                 .parent()
                 .filter(|p| !p.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-            sysfs::inspect_dir(root, parent)
+            filesystem::inspect_dir(root, parent)
         } else {
             Err(e)
         }

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::model::kernel::KernelVersion;
@@ -38,7 +38,7 @@ impl MemberDevice {
 }
 
 /// A balance that exists (running or paused), as the kernel reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BalanceInfo {
     /// Running now.
     pub running: bool,
@@ -80,7 +80,7 @@ impl BalanceInfo {
 }
 
 /// The filesystem, as the planners see it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FsState {
     /// The path given, canonical.
     pub path: PathBuf,

@@ -19,7 +19,7 @@ use btrfs_lab::sys::btrfs::FsHandle;
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::{is_root, signals};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 
 use super::output::{Output, confirm};
 use super::units::profile_arg;
@@ -254,14 +254,9 @@ struct Sink<'a> {
 
 impl<'a> Sink<'a> {
     fn new(out: &'a Output) -> Self {
-        let bar = out.show_progress().then(|| {
-            let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-            b.set_style(
-                ProgressStyle::with_template("converting {bar:30} {pos}/{len} chunks  {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            b
-        });
+        let bar = out
+            .show_progress()
+            .then(|| out.byte_progress("converting {bar:30} {pos}/{len} chunks  {msg}"));
         Self {
             out,
             detached: None,

@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::model::profile::profile_list;
@@ -11,7 +10,7 @@ use btrfs_lab::nocow::advice::{Advice, Service, advice};
 use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
 use btrfs_lab::nocow::migrate::ExecOptions;
 use btrfs_lab::nocow::plan::{self, Request, Staying};
-use btrfs_lab::nocow::{self, CheckReport, NocowReport};
+use btrfs_lab::nocow::{self, CheckDocument, CheckReport, NocowReport};
 use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
@@ -69,14 +68,6 @@ pub struct NocowArgs {
     yes: bool,
 }
 
-/// `--check --json`: the audit, and the advice when `--for` was given.
-#[derive(serde::Serialize)]
-struct CheckOut<'a> {
-    #[serde(flatten)]
-    check: &'a CheckReport,
-    advice: Option<Advice>,
-}
-
 fn service_arg(s: &str) -> std::result::Result<Service, String> {
     s.parse::<Service>()
         .map_err(|e| format!("{} ({})", e.message(), e.hint().unwrap_or_default()))
@@ -93,20 +84,18 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
             return Err(Error::usage("--check needs at least one PATH")
                 .with_hint("usage: btrfs-lab nocow --check PATH..."));
         }
-        let report = nocow::check(&sysroot, &args.paths)?;
-        if out.json {
-            out.json_doc(&CheckOut {
-                check: &report,
-                advice,
-            });
-        } else {
-            let mut text = render_check(&report, out.paint);
-            if let Some(a) = &advice {
+        let doc = CheckDocument {
+            check: nocow::check(&sysroot, &args.paths)?,
+            advice,
+        };
+        out.report(&doc, |d| {
+            let mut text = render_check(&d.check, out.paint);
+            if let Some(a) = &d.advice {
                 text.push_str(&render_advice(a, out.paint));
             }
-            out.text(&text);
-        }
-        let s = &report.summary;
+            text
+        });
+        let s = &doc.check.summary;
         let not_nocow = s.needs_migration_files + s.switchable_files + s.blocked_files;
         return Ok(if not_nocow > 0 { NOT_NOCOW } else { exit::OK });
     }
@@ -172,19 +161,8 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     }
     confirm("Proceed?", args.yes)?;
     signals::install()?;
-    let bar = if out.show_progress() {
-        let b = ProgressBar::with_draw_target(
-            Some(nocow::progress_total(&report.plan)),
-            ProgressDrawTarget::stderr(),
-        );
-        b.set_style(
-            ProgressStyle::with_template("nocow {bar:30} {bytes}/{total_bytes} {bytes_per_sec}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = out.byte_progress("nocow {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
+    bar.set_length(nocow::progress_total(&report.plan));
     let mut opts = ExecOptions::new(req.force);
     opts.root = observed
         .root_dir

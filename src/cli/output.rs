@@ -120,8 +120,9 @@ impl Output {
         self.stderr_terminal && !self.json
     }
 
-    /// A progress bar in bytes on stderr drawn with `template`, or a hidden
-    /// one when progress is not shown (`--json`, no terminal).
+    /// The one progress-bar constructor: a bar on stderr drawn with
+    /// `template` (bytes, chunks, ...), or a hidden one when progress is not
+    /// shown (`--json`, no terminal).
     pub fn byte_progress(&self, template: &str) -> ProgressBar {
         if !self.show_progress() {
             return ProgressBar::hidden();

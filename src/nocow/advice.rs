@@ -3,12 +3,12 @@
 
 use std::str::FromStr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 
 /// A service whose files belong in a NOCOW directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Service {
     /// VM images (QEMU/KVM, libvirt).
@@ -34,16 +34,16 @@ impl FromStr for Service {
 }
 
 /// What to do for one service.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Advice {
     /// The service.
     pub service: Service,
     /// Its usual name.
-    pub name: &'static str,
+    pub name: String,
     /// Where its files usually are, and how to make that NOCOW.
-    pub location: &'static str,
+    pub location: String,
     /// Its own settings that matter.
-    pub settings: Vec<&'static str>,
+    pub settings: Vec<String>,
 }
 
 /// The advice for `service`.
@@ -51,21 +51,24 @@ pub fn advice(service: Service) -> Advice {
     match service {
         Service::Vm => Advice {
             service,
-            name: "VM images (QEMU/KVM, libvirt)",
+            name: "VM images (QEMU/KVM, libvirt)".into(),
             location: "/var/lib/libvirt/images (libvirt's default pool) as a subvolume of its own: \
-                 btrfs-lab nocow --subvolume /var/lib/libvirt/images",
+                 btrfs-lab nocow --subvolume /var/lib/libvirt/images".into(),
             settings: vec![
                 "Shut the VMs down before --migrate: a running VM keeps its image open and writes to it.",
                 "cache=none (libvirt: <driver cache='none' io='native'/>) opens the image with O_DIRECT.",
                 "qemu-img create -o nocow=on creates a raw or qcow2 image with NOCOW anywhere on btrfs.",
                 "Preallocated images (qemu-img create -o preallocation=falloc) do not grow in small pieces.",
-            ],
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
         },
         Service::Postgres => Advice {
             service,
-            name: "PostgreSQL",
+            name: "PostgreSQL".into(),
             location: "the data directory (SHOW data_directory): /var/lib/postgresql on Debian and \
-                 Ubuntu, /var/lib/pgsql on Fedora and RHEL",
+                 Ubuntu, /var/lib/pgsql on Fedora and RHEL".into(),
             settings: vec![
                 "Stop the server before --migrate (systemctl stop postgresql).",
                 "PostgreSQL writes through the page cache (no O_DIRECT by default): NOCOW saves it from \
@@ -74,12 +77,15 @@ pub fn advice(service: Service) -> Advice {
                  default since PostgreSQL 18) or pg_checksums --enable on the stopped cluster; SHOW \
                  data_checksums tells.",
                 "Keep full_page_writes = on: NOCOW does not make page writes atomic.",
-            ],
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
         },
         Service::Mysql => Advice {
             service,
-            name: "MySQL / MariaDB (InnoDB)",
-            location: "the data directory (SELECT @@datadir): /var/lib/mysql",
+            name: "MySQL / MariaDB (InnoDB)".into(),
+            location: "the data directory (SELECT @@datadir): /var/lib/mysql".into(),
             settings: vec![
                 "Stop the server before --migrate (systemctl stop mysql, or mariadb).",
                 "innodb_flush_method = O_DIRECT (the default since MariaDB 10.6 and MySQL 8.4) writes the \
@@ -87,7 +93,10 @@ pub fn advice(service: Service) -> Advice {
                 "InnoDB checksums its pages itself (innodb_checksum_algorithm, crc32 by default): it \
                  still detects the corruption btrfs no longer checks for.",
                 "Keep innodb_doublewrite = ON: NOCOW does not make page writes atomic.",
-            ],
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
         },
     }
 }

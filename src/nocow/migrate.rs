@@ -22,7 +22,7 @@ use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, fstatat, futimens};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
@@ -116,7 +116,7 @@ impl ExecOptions {
 }
 
 /// One migrated file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Migrated {
     /// Absolute path.
     pub path: PathBuf,

@@ -17,7 +17,7 @@ pub mod scan;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::loopdev::FileIdentity;
@@ -33,8 +33,19 @@ pub const TEMP_PREFIX: &str = ".btrfs-lab-nocow-";
 /// The extended attribute that marks a temporary copy as btrfs-lab's own.
 pub const MARKER_XATTR: &str = "user.btrfs-lab.nocow-temp";
 
+/// `nocow --check --json`: the audit, and the advice when `--for` was
+/// given.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckDocument {
+    /// The audit.
+    #[serde(flatten)]
+    pub check: CheckReport,
+    /// What to do for the service named with `--for`.
+    pub advice: Option<advice::Advice>,
+}
+
 /// The `nocow --check` report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckReport {
     /// Each path given, and its filesystem.
     pub roots: Vec<RootInfo>,
@@ -161,7 +172,7 @@ fn existing_ancestor(abs: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
 }
 
 /// What `nocow DIR` did.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Outcome {
     /// Directories created (the subvolume included).
     pub created: Vec<PathBuf>,
@@ -186,7 +197,7 @@ pub struct Outcome {
 }
 
 /// The `nocow DIR` report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NocowReport {
     /// The directory as given.
     pub path: PathBuf,

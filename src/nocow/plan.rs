@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::audit::{Entry, EntryKind, EntryState, RootInfo};
 use crate::error::{Error, ErrorKind, Result};
@@ -66,7 +66,7 @@ pub struct Observed {
 }
 
 /// One step of the plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Step {
     /// mkdir.
@@ -190,7 +190,7 @@ impl Step {
 }
 
 /// A file that is not NOCOW and will stay so.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Staying {
     /// Absolute path.
     pub path: PathBuf,
@@ -206,7 +206,7 @@ pub struct Staying {
 }
 
 /// The plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     /// Steps in order; empty when there is nothing to do.
     pub steps: Vec<Step>,
@@ -662,7 +662,7 @@ mod tests {
         obs.entries[0].open_by.push(Opener {
             pid: 42,
             command: "qemu".into(),
-            how: "fd",
+            how: "fd".to_owned(),
         });
         let e = plan(&req(true), &obs).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Busy);

@@ -6,21 +6,21 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::loopdev::FileIdentity;
 use super::root::SysRoot;
 use crate::parse::proc_maps::parse_maps_line;
 
 /// A process that has a file open.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Opener {
     /// Process id.
     pub pid: u32,
     /// Its command line (shortened), or its `comm` when that is unreadable.
     pub command: String,
     /// `fd` (an open descriptor) or `mmap` (a mapping).
-    pub how: &'static str,
+    pub how: String,
 }
 
 /// The result of one walk over the processes.
@@ -138,7 +138,7 @@ pub fn open_files(targets: &[(FileIdentity, PathBuf)]) -> OpenFiles {
             result.by_file.entry(id).or_default().push(Opener {
                 pid,
                 command: command.clone(),
-                how,
+                how: how.to_owned(),
             });
         }
     }

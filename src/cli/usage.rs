@@ -7,8 +7,7 @@ use clap::Args;
 use btrfs_lab::error::{Result, exit};
 use btrfs_lab::model::units::{UnitMode, pretty_size, pretty_size_signed};
 use btrfs_lab::parse::fi_df::UnitBasis;
-use btrfs_lab::space::findings::{SpaceFacts, interpret};
-use btrfs_lab::space::usage::{DeviceShare, UsageDocument, UsageReport};
+use btrfs_lab::space::usage::{DeviceShare, UsageReport};
 use btrfs_lab::space::{self};
 use btrfs_lab::sys::root::SysRoot;
 
@@ -38,33 +37,16 @@ pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
     }
     let root = SysRoot::from_option(args.sysroot.as_deref());
     let mount = args.mount.clone().unwrap_or_default();
-    let (target, report) = space::usage(&root, &mount)?;
-    let doc = UsageDocument {
-        path: target.path.clone(),
-        mount_point: target.mount.mount_point.clone(),
-        uuid: target.fsid.clone(),
-        report,
-    };
+    let doc = space::usage_document(&root, &mount)?;
     out.report(&doc, |d| render(&d.report, args.units.mode()));
     for n in &doc.report.notes {
         out.note(n);
     }
-    // Stdout stays btrfs-progs' layout; what the figures mean goes to stderr.
-    let count = doc
-        .report
-        .unallocated
-        .as_ref()
-        .map(Vec::len)
-        .filter(|&n| n > 0);
-    let (records, unallocated) = space::usage_facts(&doc.report, count, 0);
-    let interpretation = interpret(&SpaceFacts {
-        records: &records,
-        unallocated,
-        devices: count,
-        mount: Some(target.mount.mount_point.display().to_string()),
-        ..Default::default()
-    });
-    super::df::findings_to_stderr(out, &interpretation);
+    // Stdout stays btrfs-progs' layout; what the figures mean goes to
+    // stderr (and into the JSON document).
+    if let Some(i) = &doc.interpretation {
+        super::df::findings_to_stderr(out, i);
+    }
     Ok(exit::OK)
 }
 

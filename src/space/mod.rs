@@ -302,6 +302,28 @@ pub fn block_device_size(root: &SysRoot, dev: &Path) -> Option<u64> {
     sectors.checked_mul(512)
 }
 
+/// `usage MOUNT --json`: the report with the filesystem it is about and
+/// what the figures mean.
+pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocument> {
+    let (target, report) = usage(root, path)?;
+    let count = report.unallocated.as_ref().map(Vec::len).filter(|&n| n > 0);
+    let (records, unallocated) = usage_facts(&report, count, 0);
+    let interpretation = interpret(&SpaceFacts {
+        records: &records,
+        unallocated,
+        devices: count,
+        mount: Some(target.mount.mount_point.display().to_string()),
+        ..Default::default()
+    });
+    Ok(usage::UsageDocument {
+        path: target.path,
+        mount_point: target.mount.mount_point,
+        uuid: target.fsid,
+        report,
+        interpretation: Some(interpretation),
+    })
+}
+
 /// `usage MOUNT`: gathers what the computation needs and runs it.
 pub fn usage(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, UsageReport)> {
     let target = resolve(root, path)?;

@@ -25,6 +25,10 @@ pub struct UsageDocument {
     /// The figures.
     #[serde(flatten)]
     pub report: UsageReport,
+    /// What the figures mean: percentages and findings, worst first (the
+    /// same as `df`'s and `doctor`'s).
+    #[serde(default)]
+    pub interpretation: Option<super::findings::Interpretation>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

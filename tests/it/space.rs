@@ -329,6 +329,8 @@ fn assert_usage_shape(v: &Value) {
     assert_shape(
         v,
         &[
+            ("interpretation", "object"),
+            ("interpretation.findings", "array"),
             ("path", "string"),
             ("mount_point", "string"),
             ("uuid", "string"),

@@ -801,19 +801,30 @@ fn a_rerun_right_after_sigkill_follows_and_finishes_and_a_simultaneous_one_too()
     assert_eq!(profiles(&env, &m), expect("raid1", "raid1"));
     assert_eq!(hashes(&m), before);
 
-    // Two converts started at the same instant: both end well, neither
-    // with a raw errno.
+    // Two converts started at the same instant: neither gets a raw errno.
+    // The loser follows the winner when it sees the winner's targets, or,
+    // when it looks before the kernel shows them, is refused with the clear
+    // line (what the issue asks for); at least one finishes the work.
     let a = start_convert(&env, &m, "raid0");
     let b = start_convert(&env, &m, "raid0");
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let mut finished = 0;
     for out in [&a, &b] {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("Operation now in progress"), "{stderr}");
-        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        match out.status.code() {
+            Some(0) => finished += 1,
+            Some(1) => assert!(
+                stderr.contains("a balance is running") && stderr.contains("--status"),
+                "{stderr}"
+            ),
+            other => panic!("exit {other:?}: {stderr}"),
+        }
         if stderr.contains("following it") {
             eprintln!("simultaneous convert: one followed the other");
         }
     }
+    assert!(finished >= 1, "neither convert finished");
     assert_eq!(profiles(&env, &m), expect("raid0", "raid1"));
     assert_eq!(hashes(&m), before);
 

@@ -145,27 +145,12 @@ impl FioRunner for RealFio {
         text: &str,
         tick: &mut dyn FnMut() -> bool,
     ) -> Result<WatchedRun> {
-        write_new_file(path, text)?;
-        let out_path = with_ext(path, ".json");
-        let err_path = with_ext(path, ".stderr");
-        let err_file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&err_path)
-            .map_err(|e| Error::from_io(&e, "cannot create", &err_path))?;
-        let args = vec![
-            "--output-format=json".to_owned(),
-            format!("--output={}", out_path.display()),
-            path.display().to_string(),
-        ];
-        let mut child = Command::new(&self.tool.path)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err_file)
-            .spawn()
-            .map_err(|e| Error::from_io(&e, "cannot run", &self.tool.path))?;
+        let Started {
+            mut child,
+            args,
+            out_path,
+            err_path,
+        } = self.start(path, text, false)?;
         let mut stopped = false;
         let mut stop_sent: Option<std::time::Instant> = None;
         let status = loop {
@@ -223,14 +208,19 @@ impl FioRunner for RealFio {
     }
 }
 
+/// A fio run just started: the child, its argv (for messages) and where
+/// its JSON and stderr go.
+struct Started {
+    child: std::process::Child,
+    args: Vec<String>,
+    out_path: PathBuf,
+    err_path: PathBuf,
+}
+
 impl RealFio {
-    fn spawn(
-        &mut self,
-        path: &Path,
-        text: &str,
-        readonly: bool,
-        stop: &dyn Fn() -> Result<()>,
-    ) -> Result<FioOutput> {
+    /// Writes the job file (O_EXCL), creates the stderr file (O_EXCL,
+    /// O_NOFOLLOW) and starts fio on it with JSON output, argv only.
+    fn start(&self, path: &Path, text: &str, readonly: bool) -> Result<Started> {
         write_new_file(path, text)?;
         let out_path = with_ext(path, ".json");
         let err_path = with_ext(path, ".stderr");
@@ -249,13 +239,34 @@ impl RealFio {
             format!("--output={}", out_path.display()),
             path.display().to_string(),
         ]);
-        let mut child = Command::new(&self.tool.path)
+        let child = Command::new(&self.tool.path)
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err_file)
             .spawn()
             .map_err(|e| Error::from_io(&e, "cannot run", &self.tool.path))?;
+        Ok(Started {
+            child,
+            args,
+            out_path,
+            err_path,
+        })
+    }
+
+    fn spawn(
+        &mut self,
+        path: &Path,
+        text: &str,
+        readonly: bool,
+        stop: &dyn Fn() -> Result<()>,
+    ) -> Result<FioOutput> {
+        let Started {
+            mut child,
+            args,
+            out_path,
+            err_path,
+        } = self.start(path, text, readonly)?;
         let status = loop {
             if let Err(e) = stop() {
                 let _ = child.kill();

@@ -183,24 +183,7 @@ impl FioRunner for RealFio {
                 stopped,
             });
         }
-        let mut stderr = String::new();
-        if let Ok(mut f) = File::open(&err_path) {
-            let _ = f.read_to_string(&mut stderr);
-        }
-        if !status.success() {
-            let why = stderr
-                .lines()
-                .rev()
-                .map(str::trim)
-                .find(|l| !l.is_empty())
-                .map_or_else(|| format!("exit status {status}"), str::to_owned);
-            return Err(
-                Error::new(ErrorKind::Tool, format!("fio failed: {why}")).with_hint(format!(
-                    "the command was: {}",
-                    tools::display_argv(&self.tool.argv(&args))
-                )),
-            );
-        }
+        self.check_status(status, &err_path, &args)?;
         Ok(WatchedRun {
             output: Some(parse_fio_json(&json)?),
             stopped,
@@ -218,6 +201,34 @@ struct Started {
 }
 
 impl RealFio {
+    /// A failed fio is an error naming its last stderr line and the command.
+    fn check_status(
+        &self,
+        status: std::process::ExitStatus,
+        err_path: &Path,
+        args: &[String],
+    ) -> Result<()> {
+        if status.success() {
+            return Ok(());
+        }
+        let mut stderr = String::new();
+        if let Ok(mut f) = File::open(err_path) {
+            let _ = f.read_to_string(&mut stderr);
+        }
+        let why = stderr
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map_or_else(|| format!("exit status {status}"), str::to_owned);
+        Err(
+            Error::new(ErrorKind::Tool, format!("fio failed: {why}")).with_hint(format!(
+                "the command was: {}",
+                tools::display_argv(&self.tool.argv(args))
+            )),
+        )
+    }
+
     /// Writes the job file (O_EXCL), creates the stderr file (O_EXCL,
     /// O_NOFOLLOW) and starts fio on it with JSON output, argv only.
     fn start(&self, path: &Path, text: &str, readonly: bool) -> Result<Started> {
@@ -282,25 +293,8 @@ impl RealFio {
         // fio stops early on SIGINT from the terminal and still prints
         // its results: the caller's check decides what that means.
         stop()?;
-        let mut stderr = String::new();
-        if let Ok(mut f) = File::open(&err_path) {
-            let _ = f.read_to_string(&mut stderr);
-        }
         let json = fs::read_to_string(&out_path).unwrap_or_default();
-        if !status.success() {
-            let why = stderr
-                .lines()
-                .rev()
-                .map(str::trim)
-                .find(|l| !l.is_empty())
-                .map_or_else(|| format!("exit status {status}"), str::to_owned);
-            return Err(
-                Error::new(ErrorKind::Tool, format!("fio failed: {why}")).with_hint(format!(
-                    "the command was: {}",
-                    tools::display_argv(&self.tool.argv(&args))
-                )),
-            );
-        }
+        self.check_status(status, &err_path, &args)?;
         parse_fio_json(&json)
     }
 }

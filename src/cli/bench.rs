@@ -112,8 +112,7 @@ pub struct BenchArgs {
     /// Do not ask before a --sustained write.
     #[arg(long)]
     yes: bool,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

@@ -1,7 +1,6 @@
 //! `btrfs-lab convert MOUNT --data P --metadata P` and
 //! `convert MOUNT --status | --pause | --resume | --cancel`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -288,13 +287,12 @@ impl<'a> Sink<'a> {
                     b.set_message(Self::describe(&p));
                 } else if self.last_line.elapsed() >= Duration::from_secs(5) {
                     self.last_line = Instant::now();
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "progress: {}/{} chunks, {}",
+                    self.out.say(&format!(
+                        "progress: {}/{} chunks, {}\n",
                         p.chunks_done,
                         p.chunks_expected,
                         Self::describe(&p)
-                    );
+                    ));
                 }
             }
             Event::Pausing(which) => {
@@ -333,9 +331,7 @@ impl<'a> Sink<'a> {
     fn say(&self, msg: &str) {
         match &self.bar {
             Some(b) => b.println(msg),
-            None => {
-                let _ = writeln!(std::io::stderr(), "{msg}");
-            }
+            None => self.out.say(&format!("{msg}\n")),
         }
     }
 
@@ -506,7 +502,7 @@ fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
         out.text(&format!("would {what}\n(dry run: nothing was done)\n"));
         return Ok(exit::OK);
     }
-    eprintln!("This will {what}.");
+    out.say(&format!("This will {what}.\n"));
     confirm("Cancel the balance?", yes)?;
     manage::cancel(&fs, mount)?;
     if out.json {

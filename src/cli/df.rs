@@ -32,8 +32,7 @@ pub struct DfArgs {
     strict: bool,
     #[command(flatten)]
     units: UnitArgs,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

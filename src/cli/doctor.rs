@@ -48,8 +48,7 @@ pub struct DoctorArgs {
     /// SMART thermal counters of its drives.
     #[arg(long)]
     deep: bool,
-    /// Read /sys and /var/lib under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

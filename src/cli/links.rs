@@ -44,8 +44,7 @@ pub struct LinksArgs {
     /// Also read the SMART thermal counters (NVMe admin ioctl; needs root).
     #[arg(long)]
     thermal: bool,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

@@ -20,7 +20,7 @@ mod usage;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Arg, ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use btrfs_lab::error::{Error, exit};
 use output::{ColorChoice, Output};
@@ -37,14 +37,32 @@ Exit status:
 
 /// Administer a btrfs SSD array safely and find out where its throughput goes.
 #[derive(Debug, Parser)]
-#[command(name = "btrfs-lab", version, after_long_help = EXIT_STATUS_HELP, max_term_width = 100)]
+#[command(
+    name = "btrfs-lab",
+    version,
+    after_long_help = EXIT_STATUS_HELP,
+    max_term_width = 100,
+    next_help_heading = "Global options (after any subcommand too)"
+)]
 struct Cli {
-    /// Print one JSON document on stdout instead of text.
+    /// Print JSON on stdout instead of text (docs/json.md); not silenced by --quiet.
     #[arg(long, global = true)]
     json: bool,
 
+    /// Print only errors: no text result, no notes, no progress (the exit status still tells).
+    #[arg(short = 'q', long, global = true)]
+    quiet: bool,
+
     /// Colour human output: auto (on a terminal, unless NO_COLOR is set), always, never.
-    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = ColorChoice::Auto,
+        value_name = "WHEN",
+        hide_possible_values = true,
+        hide_default_value = true
+    )]
     color: ColorChoice,
 
     /// Sandbox records directory (sandbox, demo) [default: /var/lib/btrfs-lab/sandboxes].
@@ -98,11 +116,14 @@ enum Command {
 /// Parses the command line, runs the command, and turns the outcome into
 /// the documented exit status.
 pub fn run() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(&e)),
     };
-    let out = Output::new(cli.json, cli.color);
+    let out = Output::new(cli.json, cli.color).with_quiet(cli.quiet);
     let places = (cli.state_dir, cli.sandbox_root);
     let result = match cli.command {
         Command::Sandbox(args) => sandbox::run(args, &out, sandbox::locations(places, &out)),
@@ -131,6 +152,71 @@ pub fn run() -> ExitCode {
         }
         (Ok(code), None) => ExitCode::from(code),
     }
+}
+
+/// The one line that ends every subcommand's help, instead of repeating
+/// the global options there.
+const GLOBAL_OPTIONS_POINTER: &str =
+    "Global options (--json, -q/--quiet, --color, --state-dir, --sandbox-root): see btrfs-lab --help.";
+
+/// The command-line definition as users see it: `Cli` with `--help` as the
+/// only help flag everywhere (`-h` means --human-readable on the commands
+/// that print sizes, as in btrfs-progs), and the global options shown once,
+/// in the top-level help. Man pages and completions should be generated
+/// from this, not from `Cli::command()`.
+pub fn command() -> clap::Command {
+    let top = Cli::command();
+    let globals: Vec<Arg> = top
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .cloned()
+        .collect();
+    let mut top = with_help_flag(top)
+        .disable_version_flag(true)
+        .arg(
+            Arg::new("version")
+                .short('V')
+                .long("version")
+                .action(ArgAction::Version)
+                .help("Print the version.")
+                .help_heading(None),
+        )
+        .mut_subcommands(|sc| below_top(sc, &globals));
+    top.build();
+    top
+}
+
+/// `--help` (long only) instead of clap's `-h/--help`.
+fn with_help_flag(cmd: clap::Command) -> clap::Command {
+    cmd.disable_help_flag(true).arg(
+        Arg::new("help")
+            .long("help")
+            .action(ArgAction::HelpLong)
+            .help("Print help.")
+            .help_heading(None),
+    )
+}
+
+/// A subcommand (at any depth): the help flag, hidden copies of the global
+/// options (clap does not propagate a global option to a command that
+/// already has one with the same id, so these stay hidden and still parse),
+/// and the pointer to the top-level help at the end.
+fn below_top(cmd: clap::Command, globals: &[Arg]) -> clap::Command {
+    let mut cmd = with_help_flag(cmd);
+    for g in globals {
+        cmd = cmd.arg(g.clone().hide(true));
+    }
+    let short = match cmd.get_after_help() {
+        Some(t) => format!("{t}\n\n{GLOBAL_OPTIONS_POINTER}"),
+        None => GLOBAL_OPTIONS_POINTER.to_owned(),
+    };
+    let long = match cmd.get_after_long_help() {
+        Some(t) => format!("{t}\n\n{GLOBAL_OPTIONS_POINTER}"),
+        None => short.clone(),
+    };
+    cmd.after_help(short)
+        .after_long_help(long)
+        .mut_subcommands(|sc| below_top(sc, globals))
 }
 
 /// clap's errors, printed our way: one line and a hint. `--help` and
@@ -185,10 +271,9 @@ fn usage_error(e: &clap::Error) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {
-        Cli::command().debug_assert();
+        command().debug_assert();
     }
 }

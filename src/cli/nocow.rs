@@ -157,7 +157,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         return Ok(exit::OK);
     }
     if !out.json || !args.yes {
-        eprint!("{}", render_plan(&report, out.paint_err));
+        out.say(&render_plan(&report, out.paint_err));
     }
     confirm("Proceed?", args.yes)?;
     signals::install()?;

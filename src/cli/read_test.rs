@@ -102,8 +102,7 @@ pub struct ReadTestArgs {
     /// How much of what was read is checksummed.
     #[arg(long, value_enum, default_value = "sampled")]
     verify: VerifyArg,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

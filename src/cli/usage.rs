@@ -26,8 +26,7 @@ pub struct UsageArgs {
     parse: bool,
     #[command(flatten)]
     units: UnitArgs,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

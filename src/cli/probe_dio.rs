@@ -41,6 +41,8 @@ enum CounterArg {
 }
 
 #[derive(Debug, Args)]
+#[command(override_usage = "btrfs-lab probe-dio [OPTIONS] <PATH>
+       btrfs-lab probe-dio --pid <PID> [--seconds <N>]")]
 pub struct ProbeDioArgs {
     /// Directory to test (the probe writes and removes its files there).
     #[arg(required_unless_present = "pid")]

@@ -89,14 +89,14 @@ pub fn size(bytes: u64) -> String {
 
 /// `--sysroot`, the same on every command that has it.
 pub const SYSROOT_HELP: &str = "Read /sys, /proc and /var/lib under DIR instead of / \
-(captured trees, tests) [default: $BTRFS_LAB_SYSROOT or /].";
+(captured trees, tests) [default: $BTRFS_LAB_SYSROOT or /]";
 
 /// `--data`, the same everywhere (a command may say `With --x:` first).
-pub const DATA_HELP: &str = "Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6.";
+pub const DATA_HELP: &str = "Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6";
 
 /// `--metadata`, the same everywhere.
 pub const METADATA_HELP: &str =
-    "Metadata profile, as --data (system chunks follow it).";
+    "Metadata profile, as --data (system chunks follow it)";
 
 /// clap value parser for sizes (`256M`, `2G`, `4096`).
 pub fn size_arg(s: &str) -> std::result::Result<u64, String> {

@@ -17,7 +17,9 @@ use super::output::Output;
 use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
-#[command(override_usage = "btrfs-lab df [OPTIONS] <MOUNT>\n       btrfs-lab df --parse [OPTIONS] [FILE]")]
+#[command(
+    override_usage = "btrfs-lab df [OPTIONS] <MOUNT>\n       btrfs-lab df --parse [OPTIONS] [FILE]"
+)]
 pub struct DfArgs {
     /// A path inside a mounted btrfs; with --parse, the file to parse
     /// (`-` or nothing: stdin).

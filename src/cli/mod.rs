@@ -156,8 +156,7 @@ pub fn run() -> ExitCode {
 
 /// The one line that ends every subcommand's help, instead of repeating
 /// the global options there.
-const GLOBAL_OPTIONS_POINTER: &str =
-    "Global options (--json, -q/--quiet, --color, --state-dir, --sandbox-root): see btrfs-lab --help.";
+const GLOBAL_OPTIONS_POINTER: &str = "Global options (--json, -q/--quiet, --color, --state-dir, --sandbox-root): see btrfs-lab --help.";
 
 /// The command-line definition as users see it: `Cli` with `--help` as the
 /// only help flag everywhere (`-h` means --human-readable on the commands

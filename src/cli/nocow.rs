@@ -14,8 +14,8 @@ use btrfs_lab::nocow::{self, CheckDocument, CheckReport, NocowReport};
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 
-use super::units::{UnitArgs, size};
 use super::output::{Output, Paint, confirm, wrap};
+use super::units::{UnitArgs, size};
 
 pub const AFTER_HELP: &str = "\
 NOCOW (chattr +C) is ignored on a file that already holds data and is

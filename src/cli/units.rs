@@ -92,11 +92,11 @@ pub const SYSROOT_HELP: &str = "Read /sys, /proc and /var/lib under DIR instead 
 (captured trees, tests) [default: $BTRFS_LAB_SYSROOT or /]";
 
 /// `--data`, the same everywhere (a command may say `With --x:` first).
-pub const DATA_HELP: &str = "Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6";
+pub const DATA_HELP: &str =
+    "Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6";
 
 /// `--metadata`, the same everywhere.
-pub const METADATA_HELP: &str =
-    "Metadata profile, as --data (system chunks follow it)";
+pub const METADATA_HELP: &str = "Metadata profile, as --data (system chunks follow it)";
 
 /// clap value parser for sizes (`256M`, `2G`, `4096`).
 pub fn size_arg(s: &str) -> std::result::Result<u64, String> {
@@ -115,6 +115,7 @@ mod tests {
     use clap::Parser;
 
     #[derive(Debug, Parser)]
+    #[command(disable_help_flag = true)]
     struct T {
         #[command(flatten)]
         units: UnitArgs,
@@ -140,6 +141,11 @@ mod tests {
         );
         assert_eq!(parse(&["--si"]), Ok(UnitMode::Human(UnitBase::Decimal)));
         assert_eq!(parse(&["-H"]), Ok(UnitMode::Human(UnitBase::Decimal)));
+        assert_eq!(parse(&["-h"]), Ok(UnitMode::Human(UnitBase::Binary)));
+        assert_eq!(
+            parse(&["-h", "--si"]),
+            Ok(UnitMode::Human(UnitBase::Decimal))
+        );
         for bad in [
             &["-b", "--si"][..],
             &["-b", "--iec"],

@@ -15,7 +15,9 @@ use super::output::Output;
 use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
-#[command(override_usage = "btrfs-lab usage [OPTIONS] <MOUNT>\n       btrfs-lab usage --parse [OPTIONS] [FILE]")]
+#[command(
+    override_usage = "btrfs-lab usage [OPTIONS] <MOUNT>\n       btrfs-lab usage --parse [OPTIONS] [FILE]"
+)]
 pub struct UsageArgs {
     /// A path inside a mounted btrfs; with --parse, the file to parse
     /// (`-` or nothing: stdin).
@@ -245,7 +247,11 @@ fn render_table(r: &UsageReport, mode: UnitMode) -> String {
             .map(|u| {
                 // Linear text gives only the total slack: when it is zero,
                 // so is every device's.
-                let slack = r.overall.as_ref().filter(|o| o.device_slack == 0).map(|_| 0);
+                let slack = r
+                    .overall
+                    .as_ref()
+                    .filter(|o| o.device_slack == 0)
+                    .map(|_| 0);
                 (u.devid, u.path.clone(), u.bytes + allocated(u.devid), slack)
             })
             .collect()
@@ -263,7 +269,8 @@ fn render_table(r: &UsageReport, mode: UnitMode) -> String {
             .collect()
     };
     let ncols = groups.len() + 5;
-    let (unalloc_col, total_col, slack_col) = (groups.len() + 2, groups.len() + 3, groups.len() + 4);
+    let (unalloc_col, total_col, slack_col) =
+        (groups.len() + 2, groups.len() + 3, groups.len() + 4);
     let mut table: Vec<Vec<Cell>> = Vec::new();
     let blank = || (0..ncols).map(|_| Cell::Empty).collect::<Vec<Cell>>();
     let mut types = blank();

@@ -275,4 +275,86 @@ mod tests {
     fn cli_definition_is_consistent() {
         command().debug_assert();
     }
+
+    fn parse(args: &[&str]) -> String {
+        let m = command()
+            .try_get_matches_from(std::iter::once("btrfs-lab").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        format!("{:?}", Cli::from_arg_matches(&m).unwrap())
+    }
+
+    /// Every renamed flag: the old spelling still parses to exactly what the
+    /// new one does, and it is hidden (an alias no help shows).
+    #[test]
+    fn old_flag_spellings_still_work_hidden() {
+        let renames: &[(&[&str], &str, &str, &[&str])] = &[
+            (&["sandbox", "up"], "--size", "--device-size", &["512M"]),
+            (&["probe-dio"], "--size", "--file-size", &["32M", "/tmp"]),
+            (&["demo"], "--size", "--file-size", &["32M"]),
+            (&["bench"], "--size", "--file-size", &["64M", "/tmp"]),
+            (&["bench"], "--runs", "--rounds", &["2", "/tmp"]),
+            (&["bench"], "--metadata", "--small-files", &["/tmp"]),
+            (
+                &["device", "add"],
+                "--force",
+                "--overwrite",
+                &["/mnt", "/dev/x"],
+            ),
+            (
+                &["convert"],
+                "--force",
+                "--allow-weaker-metadata",
+                &["/mnt"],
+            ),
+            (
+                &["nocow"],
+                "--force",
+                "--include-open",
+                &["--migrate", "/tmp/d"],
+            ),
+        ];
+        for (sub, old, new, rest) in renames {
+            let with = |flag: &'static str| {
+                let mut v: Vec<&'static str> = sub.to_vec();
+                v.push(flag);
+                v.extend_from_slice(rest);
+                v
+            };
+            let (a, b) = (parse(&with(old)), parse(&with(new)));
+            assert_eq!(a, b, "{sub:?} {old} must mean {new}");
+            // And the flag was really taken: without it the parse differs.
+            let mut without: Vec<&str> = sub.to_vec();
+            without.extend_from_slice(rest);
+            let bare = command()
+                .try_get_matches_from(std::iter::once("btrfs-lab").chain(without.iter().copied()))
+                .map(|m| format!("{:?}", Cli::from_arg_matches(&m).unwrap()));
+            assert_ne!(
+                bare.ok().as_deref(),
+                Some(a.as_str()),
+                "{sub:?} {old} changed nothing"
+            );
+            let mut cmd = command();
+            let mut c = &mut cmd;
+            for name in *sub {
+                c = c.find_subcommand_mut(name).unwrap();
+            }
+            let arg = c
+                .get_arguments()
+                .find(|a| a.get_long() == Some(&new[2..]))
+                .unwrap_or_else(|| panic!("{sub:?} has no {new}"));
+            let all = arg.get_all_aliases().unwrap_or_default();
+            assert!(all.contains(&&old[2..]), "{sub:?} {new} lacks alias {old}");
+            assert!(
+                arg.get_visible_aliases().unwrap_or_default().is_empty(),
+                "{sub:?} {old} must be hidden"
+            );
+            let help = c.render_long_help().to_string();
+            assert!(
+                !help
+                    .split_whitespace()
+                    .any(|w| w.trim_end_matches(',') == *old),
+                "{sub:?} help shows {old}"
+            );
+        }
+    }
 }

@@ -20,7 +20,7 @@ use super::units::{UnitArgs, size, size_arg};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Size of each test file (written in full in every round).
+    /// Size of each test file.
     #[arg(
         long = "file-size",
         alias = "size",

@@ -45,15 +45,15 @@ Exit status:
     next_help_heading = "Global options (after any subcommand too)"
 )]
 struct Cli {
-    /// Print JSON on stdout instead of text (docs/json.md); not silenced by --quiet.
+    /// JSON on stdout instead of text (docs/json.md), even with --quiet.
     #[arg(long, global = true)]
     json: bool,
 
-    /// Print only errors: no text result, no notes, no progress (the exit status still tells).
+    /// Only errors: no text result, notes or progress; the exit status stays.
     #[arg(short = 'q', long, global = true)]
     quiet: bool,
 
-    /// Colour human output: auto (on a terminal, unless NO_COLOR is set), always, never.
+    /// Colour: auto (on a terminal, unless NO_COLOR is set), always, never.
     #[arg(
         long,
         global = true,
@@ -79,7 +79,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Throwaway filesystems on loop devices (with direct I/O) to test and rehearse on.
+    /// Throwaway filesystems on loop devices (with direct I/O), for tests and rehearsals.
     Sandbox(sandbox::SandboxArgs),
     /// Find out whether O_DIRECT writes in a directory really bypass the page cache.
     #[command(after_long_help = probe_dio::AFTER_HELP)]

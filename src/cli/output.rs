@@ -388,6 +388,21 @@ mod tests {
     }
 
     #[test]
+    fn quiet_refuses_to_confirm_a_plan_it_did_not_show() {
+        QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+        let refused = confirm("Proceed?", false).unwrap_err();
+        let yes = confirm("Proceed?", true);
+        QUIET.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(refused.kind(), ErrorKind::Refused);
+        assert!(
+            refused.message().contains("--quiet"),
+            "{}",
+            refused.message()
+        );
+        assert!(yes.is_ok());
+    }
+
+    #[test]
     fn colour_choice() {
         assert!(ColorChoice::Always.enabled(false));
         assert!(!ColorChoice::Never.enabled(true));

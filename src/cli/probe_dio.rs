@@ -54,7 +54,7 @@ pub struct ProbeDioArgs {
     /// With --pid: how long to watch, in seconds [default: 10].
     #[arg(long, value_name = "N")]
     seconds: Option<u32>,
-    /// Size of each test file (written in full in every round).
+    /// Size of each test file.
     #[arg(
         long = "file-size",
         alias = "size",

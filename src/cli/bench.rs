@@ -277,7 +277,7 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
     opts.threads = args.threads;
     opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
     opts.validate()?;
-    let bar = out.byte_progress("bench --metadata {msg}");
+    let bar = out.byte_progress("bench --small-files {msg}");
     let files = opts.files;
     let result = bench::metadata::run(&opts, &mut || out.started(), &mut |p| {
         bar.set_message(format!("{p} ({files} files)"));
@@ -289,10 +289,10 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
     Ok(report.exit_code)
 }
 
-/// The text of `bench --metadata`: one row per phase.
+/// The text of `bench --small-files`: one row per phase.
 pub fn render_metadata(r: &MetadataReport) -> String {
     let mut s = format!(
-        "bench --metadata {}  {} (metadata {}) on {}\n  {} files in {} directories, {} threads\n\n",
+        "bench --small-files {}  {} (metadata {}) on {}\n  {} files in {} directories, {} threads\n\n",
         r.target.dir.display(),
         r.target.fs_type,
         if r.metadata_profiles.is_empty() {

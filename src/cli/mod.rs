@@ -33,7 +33,8 @@ Exit status:
   3    probe-dio: buffered-fallback; read-test: the methods read different bytes
   4    probe-dio: profile-forced
   5    probe-dio: inconclusive
-  130  interrupted (SIGINT or SIGTERM); clean-up was done (convert: the balance is paused)";
+  130  interrupted (SIGINT or SIGTERM); clean-up was done (convert: the
+       balance is paused)";
 
 /// Administer a btrfs SSD array safely and find out where its throughput goes.
 #[derive(Debug, Parser)]
@@ -156,7 +157,8 @@ pub fn run() -> ExitCode {
 
 /// The one line that ends every subcommand's help, instead of repeating
 /// the global options there.
-const GLOBAL_OPTIONS_POINTER: &str = "Global options (--json, -q/--quiet, --color, --state-dir, --sandbox-root): see btrfs-lab --help.";
+const GLOBAL_OPTIONS_POINTER: &str =
+    "See btrfs-lab --help for the global options (--json, --quiet, --color, ...).";
 
 /// The command-line definition as users see it: `Cli` with `--help` as the
 /// only help flag everywhere (`-h` means --human-readable on the commands
@@ -274,6 +276,30 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         command().debug_assert();
+    }
+
+    /// clap re-wraps any line wider than the terminal, which breaks the
+    /// hand-made tables of the after-help texts: every line fits 80 columns.
+    #[test]
+    fn hand_wrapped_help_fits_80_columns() {
+        fn walk(c: &clap::Command, path: String, bad: &mut Vec<String>) {
+            for text in [c.get_after_help(), c.get_after_long_help()]
+                .into_iter()
+                .flatten()
+            {
+                for line in text.to_string().lines() {
+                    if line.chars().count() > 80 {
+                        bad.push(format!("{path}: {line}"));
+                    }
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, format!("{path} {}", s.get_name()), bad);
+            }
+        }
+        let mut bad = Vec::new();
+        walk(&command(), "btrfs-lab".into(), &mut bad);
+        assert!(bad.is_empty(), "lines wider than 80:\n{}", bad.join("\n"));
     }
 
     fn parse(args: &[&str]) -> String {

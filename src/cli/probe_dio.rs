@@ -25,8 +25,10 @@ O_EXCL under unique names and removed on every exit path.
 
 Verdicts and exit status:
   direct             0  the writes bypassed the page cache
-  buffered-fallback  3  the kernel turned the writes buffered (btrfs: data checksums)
-  profile-forced     4  the data profile (DUP, RAID1, ...) makes every O_DIRECT write buffered
+  buffered-fallback  3  the kernel turned the writes buffered (btrfs: data
+                        checksums)
+  profile-forced     4  the data profile (DUP, RAID1, ...) makes every
+                        O_DIRECT write buffered
   inconclusive       5  too much noise to tell; the report says why
 Errors exit 1, bad arguments 2, an interrupt 130.";
 

@@ -18,8 +18,8 @@ use super::units::{UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
 Methods (all by default; each round runs them in a rotating order):
-  direct       O_DIRECT, --threads threads take --chunk chunks from a shared counter
-               and pread them straight into the destination
+  direct       O_DIRECT, --threads threads take --chunk chunks from a shared
+               counter and pread them straight into the destination
   direct-copy  O_DIRECT into a bounce buffer per thread, then memcpy
   buffered     read() through the page cache, one thread, 1 MiB calls
   dontcache    preadv2(RWF_DONTCACHE), one thread, 1 MiB calls (Linux 6.14+)

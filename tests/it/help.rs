@@ -514,3 +514,77 @@ fn quiet_prints_only_errors_and_keeps_the_status() {
     assert_ne!(code, 0);
     assert_eq!(stdout, "");
 }
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn quiet_on_commands_that_change_and_measure() {
+    if !crate::common::require_root("--quiet on sandbox up/down, usage -T, probe-dio") {
+        return;
+    }
+    let env = crate::common::TestEnv::new();
+    // sandbox up: nothing printed (not even the deprecated --yes note), the
+    // sandbox is there.
+    let (code, stdout, stderr) = run(env.cmd().args([
+        "sandbox",
+        "up",
+        "-q",
+        "--yes",
+        "--name",
+        "quiet",
+        "--devices",
+        "2",
+        "--device-size",
+        "512M",
+    ]));
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "", ""));
+    let (_, list, _) = run(env.cmd().args(["sandbox", "list", "--json"]));
+    let list = crate::common::json(&list);
+    let mnt = list["sandboxes"][0]["mount_point"]
+        .as_str()
+        .expect("the quiet sandbox is listed")
+        .to_owned();
+    // usage -T: text without -q, nothing with it; the JSON stays.
+    let (code, loud, _) = run(env.cmd().args(["usage", "-T", &mnt]));
+    assert_eq!(code, 0);
+    assert!(loud.contains("Unallocated Total"), "{loud}");
+    let (code, stdout, stderr) = run(env.cmd().args(["usage", "-T", "-q", &mnt]));
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "", ""));
+    let (code, stdout, _) = run(env.cmd().args(["usage", "-q", "--json", &mnt]));
+    assert_eq!(code, 0);
+    assert_eq!(
+        crate::common::json(&stdout)["devices"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    // probe-dio's verdict is its exit status: the same with -q, stdout empty.
+    let (loud, _, _) =
+        run(env
+            .cmd()
+            .args(["probe-dio", "--file-size", "16M", "--rounds", "1", &mnt]));
+    let (code, stdout, stderr) = run(env.cmd().args([
+        "probe-dio",
+        "-q",
+        "--file-size",
+        "16M",
+        "--rounds",
+        "1",
+        &mnt,
+    ]));
+    assert_eq!(code, loud, "{stderr}");
+    assert_eq!(stdout, "");
+    // A confirmation under --quiet is refused (nothing removed); --yes goes.
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "-q", "quiet"]));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("--quiet"), "{stderr}");
+    assert!(Path::new(&mnt).exists());
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "-q", "--yes", "quiet"]));
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "", ""));
+    let (_, list, _) = run(env.cmd().args(["sandbox", "list", "--json"]));
+    assert_eq!(
+        crate::common::json(&list)["sandboxes"]
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+}

@@ -97,7 +97,7 @@ enum Command {
     Device(device::DeviceArgs),
     /// Convert data/metadata profiles with progress, pause and resume.
     Convert(convert::ConvertArgs),
-    /// PCIe links of the NVMe drives up to the root port, and the bandwidth ceiling of each drive and array.
+    /// PCIe links of the NVMe drives up to the root port; the ceiling of each drive and array.
     #[command(after_long_help = links::AFTER_HELP)]
     Links(links::LinksArgs),
     /// NOCOW directories for VM images and databases: set up, audit, migrate existing files.

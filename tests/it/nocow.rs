@@ -734,7 +734,7 @@ fn open_files_are_refused_without_force() {
         ],
     );
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("--include-open: "), "{stderr}");
+    assert!(stderr.contains("--include-open:"), "{stderr}");
     assert!(flags_of(&img).contains(FS_NOCOW_FL));
     assert_eq!(snapshot(&dir), before);
     holder.kill().unwrap();

@@ -111,7 +111,7 @@ impl Error {
             Errno::ENOSPC | Errno::EDQUOT => (
                 ErrorKind::NoSpace,
                 "no space left on the filesystem",
-                Some("free some space or use a smaller --size"),
+                Some("free some space, or test with less data (--file-size, --device-size)"),
             ),
             Errno::EBUSY => (ErrorKind::Busy, "device or resource busy", None),
             Errno::ENOTDIR => (ErrorKind::WrongTarget, "not a directory", None),

@@ -24,7 +24,7 @@ pub struct Reason {
     pub code: Cow<'static, str>,
     /// One sentence.
     pub message: String,
-    /// `--force` lifts it (and the plan then names what is destroyed).
+    /// `--overwrite` lifts it (and the plan then names what is destroyed).
     pub force_overrides: bool,
 }
 
@@ -48,7 +48,7 @@ impl Reason {
         }
     }
 
-    /// Whether it still blocks with `--force` given or not.
+    /// Whether it still blocks with `--overwrite` given or not.
     pub fn blocks(&self, force: bool) -> bool {
         !(force && self.force_overrides)
     }
@@ -62,7 +62,7 @@ pub fn same_device(member: &str, candidate: &Path) -> bool {
 }
 
 /// Every reason why `f` must not become a new device of `fs`. Reasons that
-/// `--force` lifts (signatures, partitions, another unmounted btrfs) are
+/// `--overwrite` lifts (signatures, partitions, another unmounted btrfs) are
 /// included; the caller decides with [`Reason::blocks`].
 pub fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> {
     let p = &f.given;
@@ -181,7 +181,7 @@ pub fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> {
             p,
             "partitions",
             format!(
-                "{} has partitions ({}); add a partition instead, or --force to overwrite the partition table",
+                "{} has partitions ({}); add a partition instead, or --overwrite to overwrite the partition table",
                 p.display(),
                 f.partitions.join(", ")
             ),
@@ -193,7 +193,7 @@ pub fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> {
             p,
             "other-btrfs",
             format!(
-                "{} holds another btrfs filesystem ({other}); --force destroys it",
+                "{} holds another btrfs filesystem ({other}); --overwrite destroys it",
                 p.display()
             ),
             true,
@@ -210,7 +210,7 @@ pub fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> {
             p,
             "signature",
             format!(
-                "{} carries signatures: {}; --force wipes them",
+                "{} carries signatures: {}; --overwrite wipes them",
                 p.display(),
                 sigs.join(", ")
             ),
@@ -222,7 +222,7 @@ pub fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> {
             p,
             "signature-unknown",
             format!(
-                "cannot check {} for signatures ({e}); --force proceeds without the check",
+                "cannot check {} for signatures ({e}); --overwrite proceeds without the check",
                 p.display()
             ),
             true,
@@ -292,7 +292,7 @@ mod tests {
         assert!(r[2].blocks(false));
         assert_eq!(
             r[2].message,
-            "/dev/loop9 carries signatures: ext4 at 0x438; --force wipes them"
+            "/dev/loop9 carries signatures: ext4 at 0x438; --overwrite wipes them"
         );
     }
 

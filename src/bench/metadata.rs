@@ -330,7 +330,7 @@ pub fn run(
         return Err(Error::new(
             ErrorKind::ReadOnly,
             format!(
-                "{} is on a read-only filesystem: --metadata creates files",
+                "{} is on a read-only filesystem: --small-files creates files",
                 info.dir.display()
             ),
         )

@@ -137,13 +137,13 @@ impl BenchOptions {
     pub fn validate(&self) -> Result<()> {
         if self.size_bytes() < MIN_SIZE {
             return Err(Error::usage(format!(
-                "--size {} is too small: use {} or more",
+                "--file-size {} is too small: use {} or more",
                 format_iec(self.size),
                 format_iec(MIN_SIZE)
             )));
         }
         if !(1..=100).contains(&self.runs) {
-            return Err(Error::usage("--runs must be between 1 and 100"));
+            return Err(Error::usage("--rounds must be between 1 and 100"));
         }
         if !(1..=3600).contains(&self.duration_secs) {
             return Err(Error::usage(
@@ -159,7 +159,7 @@ impl BenchOptions {
         for t in &self.tests {
             if jobs::range_per_thread(t, self.size_bytes()) == 0 {
                 return Err(Error::usage(format!(
-                    "--size {} is too small for {t}: each of its {} threads needs at least one block of its own",
+                    "--file-size {} is too small for {t}: each of its {} threads needs at least one block of its own",
                     format_iec(self.size),
                     t.threads
                 )));
@@ -643,7 +643,7 @@ pub fn run(
                 format_iec(info.available_bytes)
             ),
         )
-        .with_hint("free some space or use a smaller --size"));
+        .with_hint("free some space or use a smaller --file-size"));
     }
     let is_btrfs = fs_type == "btrfs";
     let mount_options: Vec<String> = info.mount.options().map(str::to_owned).collect();

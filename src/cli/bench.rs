@@ -12,12 +12,11 @@ use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::{Error, Result};
-use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::sys::fio::{RealFio, write_new_file};
 use btrfs_lab::sys::root::SysRoot;
 
 use super::output::{Output, Paint, confirm, wrap};
-use super::units::size_arg;
+use super::units::{UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
 Profiles (each test is run for reads, then for writes; all reads first):
@@ -39,13 +38,15 @@ MB/s are decimal (10^6 bytes per second), as CrystalDiskMark shows them.
 the free space; --fill PERCENT, --time LIMIT) and finds the cliff where the
 rate drops and stays down (an SSD's write cache filling); it asks first
 (--yes). Ctrl-C stops it early and still prints the report (status 130).
---metadata creates --files empty files by --threads threads, syncs, stats
+--small-files creates --files empty files by --threads threads, syncs, stats
 them cold, deletes them and syncs: files/s per phase.
 
 Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
 2 bad arguments, 130 interrupted (the test directory is removed).";
 
 #[derive(Debug, Args)]
+#[command(override_usage = "btrfs-lab bench [OPTIONS] <DIR>
+       btrfs-lab bench --compare <A.json> <B.json>")]
 pub struct BenchArgs {
     /// Directory on the filesystem to measure (the test directory is made in it).
     #[arg(required_unless_present = "compare")]
@@ -56,11 +57,11 @@ pub struct BenchArgs {
     /// Tests to run instead of a profile, comma-separated (SEQ1M-Q8T1,RND4K-Q32T16,...).
     #[arg(long, value_name = "LIST")]
     tests: Option<String>,
-    /// Test file size.
-    #[arg(long, default_value = "1G", value_parser = size_arg, value_name = "SIZE")]
+    /// Size of each test file.
+    #[arg(long = "file-size", alias = "size", default_value = "1G", value_parser = size_arg, value_name = "SIZE")]
     size: u64,
-    /// Runs per test; the median is the result.
-    #[arg(long, default_value_t = bench::DEFAULT_RUNS, value_name = "N")]
+    /// Rounds (the medians decide).
+    #[arg(long = "rounds", alias = "runs", default_value_t = bench::DEFAULT_RUNS, value_name = "N")]
     runs: u32,
     /// Seconds per run.
     #[arg(long, default_value_t = bench::DEFAULT_DURATION, value_name = "SECS")]
@@ -98,23 +99,28 @@ pub struct BenchArgs {
     /// With --sustained: stop after this long (90, 90s, 10m, 1h).
     #[arg(long = "time", value_name = "LIMIT", value_parser = duration_arg, requires = "sustained")]
     time_limit: Option<u64>,
-    /// The small-file storm instead of the suite: create --files empty files
-    /// over directories by --threads threads and syncfs, stat them cold, delete
-    /// them and syncfs; files/s per phase and what the devices wrote.
-    #[arg(long, conflicts_with_all = ["compare", "members", "show_jobs", "sustained"])]
+    /// The small-file storm instead of the suite: --files empty files made
+    /// by --threads threads, then syncfs; stat them cold; delete them, then
+    /// syncfs. Files/s per phase and what the devices wrote.
+    #[arg(
+        long = "small-files",
+        alias = "metadata",
+        conflicts_with_all = ["compare", "members", "show_jobs", "sustained"]
+    )]
     metadata: bool,
-    /// With --metadata: how many files.
+    /// With --small-files: how many files.
     #[arg(long, value_name = "N", default_value_t = bench::metadata::DEFAULT_FILES, requires = "metadata")]
     files: u64,
-    /// With --metadata: how many threads create, stat and delete.
-    #[arg(long, value_name = "T", default_value_t = bench::metadata::DEFAULT_THREADS, requires = "metadata")]
+    /// With --small-files: how many threads create, stat and delete.
+    #[arg(long, value_name = "N", default_value_t = bench::metadata::DEFAULT_THREADS, requires = "metadata")]
     threads: u32,
-    /// Do not ask before a --sustained write.
+    /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 fn options(args: &BenchArgs, dir: &Path) -> Result<BenchOptions> {
@@ -193,8 +199,8 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
         &mut |p| {
             bar.set_message(format!(
                 "{} of {}  {:.1} MB/s  ETA {}m{:02}s",
-                format_iec(p.bytes_written),
-                format_iec(p.size_bytes),
+                super::units::size(p.bytes_written),
+                super::units::size(p.size_bytes),
                 p.bytes_per_sec / 1e6,
                 p.eta_secs / 60,
                 p.eta_secs % 60
@@ -228,7 +234,7 @@ pub fn render_sustained(r: &SustainedReport) -> String {
     let peak = rates.iter().copied().fold(0.0, f64::max);
     s.push_str(&format!(
         "  {} written in {:.1} s{}\n",
-        format_iec(r.bytes_written),
+        size(r.bytes_written),
         r.seconds,
         if r.stopped_early {
             " (stopped early)"
@@ -247,7 +253,7 @@ pub fn render_sustained(r: &SustainedReport) -> String {
             "  {:<10}{}  {} written\n",
             m.device,
             cliff::sparkline(&mr, 72),
-            format_iec(m.write_bytes)
+            size(m.write_bytes)
         ));
     }
     for f in &r.findings {
@@ -271,7 +277,7 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
     opts.threads = args.threads;
     opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
     opts.validate()?;
-    let bar = out.byte_progress("bench --metadata {msg}");
+    let bar = out.byte_progress("bench --small-files {msg}");
     let files = opts.files;
     let result = bench::metadata::run(&opts, &mut || out.started(), &mut |p| {
         bar.set_message(format!("{p} ({files} files)"));
@@ -283,10 +289,10 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
     Ok(report.exit_code)
 }
 
-/// The text of `bench --metadata`: one row per phase.
+/// The text of `bench --small-files`: one row per phase.
 pub fn render_metadata(r: &MetadataReport) -> String {
     let mut s = format!(
-        "bench --metadata {}  {} (metadata {}) on {}\n  {} files in {} directories, {} threads\n\n",
+        "bench --small-files {}  {} (metadata {}) on {}\n  {} files in {} directories, {} threads\n\n",
         r.target.dir.display(),
         r.target.fs_type,
         if r.metadata_profiles.is_empty() {
@@ -324,7 +330,7 @@ pub fn render_metadata(r: &MetadataReport) -> String {
             p.seconds,
             p.sync_seconds.map_or("-".into(), |x| format!("{x:.2}")),
             p.files_per_sec_with_sync,
-            format_iec(p.device_write_bytes)
+            size(p.device_write_bytes)
         ));
     }
     if r.stat_cold {
@@ -337,8 +343,8 @@ pub fn render_metadata(r: &MetadataReport) -> String {
             s.push_str(&format!(
                 "    {:<12}{:>12}{:>12}\n",
                 m.device,
-                format_iec(m.write_bytes),
-                del.map_or("-".into(), |d| format_iec(d.write_bytes))
+                size(m.write_bytes),
+                del.map_or("-".into(), |d| size(d.write_bytes))
             ));
         }
     }
@@ -355,6 +361,7 @@ fn with_extension(p: &Path, ext: &str) -> PathBuf {
 }
 
 pub fn run(args: BenchArgs, out: &Output) -> Result<u8> {
+    args.units.select();
     if let Some(pair) = &args.compare {
         let a = compare::load(&pair[0])?;
         let b = compare::load(&pair[1])?;
@@ -493,7 +500,7 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
     s.push_str(&format!(
         "  {} test file {} ({}), {} runs × {} s, {} {}, kernel {}\n\n",
         r.parameters.profile,
-        format_iec(r.parameters.size_bytes),
+        size(r.parameters.size_bytes),
         if r.test_file.nocow {
             "NOCOW"
         } else {

@@ -1,7 +1,6 @@
 //! `btrfs-lab convert MOUNT --data P --metadata P` and
 //! `convert MOUNT --status | --pause | --resume | --cancel`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -14,7 +13,7 @@ use btrfs_lab::admin::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc
 use btrfs_lab::admin::state::open_state;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::parse::size::{format_iec, format_rate};
+use btrfs_lab::parse::size::format_rate;
 use btrfs_lab::sys::btrfs::FsHandle;
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::{is_root, signals};
@@ -22,21 +21,20 @@ use clap::Args;
 use indicatif::ProgressBar;
 
 use super::output::{Output, confirm};
-use super::units::profile_arg;
+use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profile_arg, size};
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
     /// A path inside a mounted btrfs.
     #[arg(value_name = "MOUNT")]
     mount: PathBuf,
-    /// Target data profile.
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", conflicts_with_all = ["status", "pause", "resume", "cancel"])]
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", help = DATA_HELP, conflicts_with_all = ["status", "pause", "resume", "cancel"])]
     data: Option<Profile>,
-    /// Target metadata profile (system chunks follow it).
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", conflicts_with_all = ["status", "pause", "resume", "cancel"])]
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", help = METADATA_HELP, conflicts_with_all = ["status", "pause", "resume", "cancel"])]
     metadata: Option<Profile>,
-    /// Allow lowering metadata redundancy and RAID5/6 metadata.
-    #[arg(long)]
+    /// Allow a metadata profile that protects less: fewer copies than now,
+    /// or RAID5/6 (btrfs balance's --force).
+    #[arg(long = "allow-weaker-metadata", alias = "force")]
     force: bool,
     /// Show the running or paused conversion.
     #[arg(long, conflicts_with_all = ["pause", "resume", "cancel"])]
@@ -60,12 +58,15 @@ pub struct ConvertArgs {
     /// start --bg`): returns once the balance runs; follow it with --status.
     #[arg(long, conflicts_with_all = ["status", "pause", "cancel", "dry_run"])]
     background: bool,
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
     // First thing: until the balance starts a signal exits at once (nothing
     // was changed); from then on it pauses the balance.
     signals::install_pausable()?;
+    a.units.select();
     let root = SysRoot::host();
     if a.status {
         return status(&root, &a.mount, out);
@@ -207,7 +208,7 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
         plan.mount_point.display(),
         plan.devices,
         if plan.devices == 1 { "" } else { "s" },
-        format_iec(plan.raw_bytes)
+        size(plan.raw_bytes)
     );
     for c in &plan.changes {
         let from: Vec<&str> = c.from.iter().map(|p| p.name()).collect();
@@ -220,14 +221,14 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
                 from.join("+")
             },
             c.to.name(),
-            format_iec(c.bytes_to_convert),
-            format_iec(c.used_bytes)
+            size(c.bytes_to_convert),
+            size(c.used_bytes)
         ));
     }
     t.push_str(&format!(
         "  usable for data: {} now → {} after (estimate from the chunk allocator's rules)\n",
-        format_iec(plan.data_capacity_before),
-        format_iec(plan.data_capacity_after)
+        size(plan.data_capacity_before),
+        size(plan.data_capacity_after)
     ));
     t.push_str(&format!(
         "  runs the BALANCE_V2 ioctl, as: {}\n",
@@ -271,8 +272,8 @@ impl<'a> Sink<'a> {
             .map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
         format!(
             "{} converted, {} left, {}, {eta}",
-            format_iec(p.bytes_done),
-            format_iec(p.bytes_remaining),
+            size(p.bytes_done),
+            size(p.bytes_remaining),
             format_rate(p.rate_bytes_per_sec)
         )
     }
@@ -288,13 +289,12 @@ impl<'a> Sink<'a> {
                     b.set_message(Self::describe(&p));
                 } else if self.last_line.elapsed() >= Duration::from_secs(5) {
                     self.last_line = Instant::now();
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "progress: {}/{} chunks, {}",
+                    self.out.say(&format!(
+                        "progress: {}/{} chunks, {}\n",
                         p.chunks_done,
                         p.chunks_expected,
                         Self::describe(&p)
-                    );
+                    ));
                 }
             }
             Event::Pausing(which) => {
@@ -333,9 +333,7 @@ impl<'a> Sink<'a> {
     fn say(&self, msg: &str) {
         match &self.bar {
             Some(b) => b.println(msg),
-            None => {
-                let _ = writeln!(std::io::stderr(), "{msg}");
-            }
+            None => self.out.say(&format!("{msg}\n")),
         }
     }
 
@@ -393,7 +391,7 @@ pub fn execute(
         }
         Finished::Paused { bytes_remaining } => {
             out.warning_with_hint(
-                &format!("the conversion is paused with {} left to convert; data is intact", format_iec(*bytes_remaining)),
+                &format!("the conversion is paused with {} left to convert; data is intact", size(*bytes_remaining)),
                 &format!("resume it with: btrfs-lab convert {m} --resume (running the same convert again also resumes it); or cancel it with: btrfs-lab convert {m} --cancel"),
             );
             Ok(exit::INTERRUPTED)
@@ -468,7 +466,7 @@ fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
             }
             t.push_str(&format!(
                 "  remaining: {} not yet in the target profiles\n",
-                format_iec(st.bytes_remaining.unwrap_or(0))
+                size(st.bytes_remaining.unwrap_or(0))
             ));
             if kind == BalanceKind::Paused {
                 t.push_str(&format!(
@@ -506,7 +504,7 @@ fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
         out.text(&format!("would {what}\n(dry run: nothing was done)\n"));
         return Ok(exit::OK);
     }
-    eprintln!("This will {what}.");
+    out.say(&format!("This will {what}.\n"));
     confirm("Cancel the balance?", yes)?;
     manage::cancel(&fs, mount)?;
     if out.json {
@@ -536,7 +534,7 @@ fn resume(
             "Resume the paused balance on {}: {}, {} left to convert\n",
             state.mount_point.display(),
             targets.describe(),
-            format_iec(plan.bytes_remaining)
+            size(plan.bytes_remaining)
         ));
     }
     if dry_run {

@@ -10,26 +10,35 @@ use btrfs_lab::probe::verdict::Verdict;
 use clap::Args;
 
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
-use btrfs_lab::parse::size::{format_iec, format_rate};
+use btrfs_lab::parse::size::format_rate;
 use btrfs_lab::probe;
 use btrfs_lab::sandbox::{self, Locations, SandboxRequest};
 use btrfs_lab::sys::{btrfs, filesystem, kernel_release, signals};
 
 use super::output::{Output, wrap};
-use super::units::size_arg;
+use super::units::{UnitArgs, size, size_arg};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Bytes each probe writes per file per round.
-    #[arg(long, default_value = "256M", value_parser = size_arg, value_name = "SIZE")]
-    size: u64,
-    /// Probe rounds.
+    /// Size of each test file.
+    #[arg(
+        long = "file-size",
+        alias = "size",
+        default_value = "256M",
+        value_parser = size_arg,
+        value_name = "SIZE"
+    )]
+    file_size: u64,
+    /// Rounds (the medians decide).
     #[arg(long, default_value_t = probe::DEFAULT_ROUNDS, value_name = "N")]
     rounds: u32,
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
     signals::install()?;
+    args.units.select();
     let exe = std::env::current_exe().map_err(|e| {
         Error::new(
             ErrorKind::Io,
@@ -68,8 +77,8 @@ pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
         let child = Command::new(&exe)
             .arg("probe-dio")
             .arg("--json")
-            .arg("--size")
-            .arg(args.size.to_string())
+            .arg("--file-size")
+            .arg(args.file_size.to_string())
             .arg("--rounds")
             .arg(args.rounds.to_string())
             .arg(dir)
@@ -120,7 +129,7 @@ fn render(r: &DemoReport, out: &Output) -> String {
         "\n{} O_DIRECT on btrfs, Linux {}\nsandbox: 1 × {} loop device with direct I/O, data {}, metadata {}\n\n",
         p.bold("btrfs-lab demo:"),
         r.kernel,
-        format_iec(r.sandbox.size_bytes),
+        size(r.sandbox.size_bytes),
         names(&r.sandbox.data_profiles),
         names(&r.sandbox.metadata_profiles),
     );

@@ -8,7 +8,6 @@ use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 use btrfs_lab::sys::tools::display_argv;
@@ -16,7 +15,7 @@ use clap::{Args, Subcommand};
 
 use super::convert::{execute, refuse_if_blocked, render_plan};
 use super::output::{Output, confirm};
-use super::units::profile_arg;
+use super::units::{UnitArgs, profile_arg, size};
 
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
@@ -40,18 +39,18 @@ struct AddArgs {
     devices: Vec<PathBuf>,
     /// Overwrite devices that carry filesystem or partition-table signatures
     /// (the plan names what is destroyed).
-    #[arg(long)]
-    force: bool,
+    #[arg(long, alias = "force")]
+    overwrite: bool,
     /// Do not TRIM the new devices.
     #[arg(long)]
     nodiscard: bool,
     /// Then convert profiles (needs --data and/or --metadata).
     #[arg(long)]
     then_convert: bool,
-    /// With --then-convert: target data profile.
+    /// With --then-convert: data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6.
     #[arg(long, value_parser = profile_arg, value_name = "PROFILE", requires = "then_convert")]
     data: Option<Profile>,
-    /// With --then-convert: target metadata profile (system follows).
+    /// With --then-convert: metadata profile, as --data (system chunks follow it).
     #[arg(long, value_parser = profile_arg, value_name = "PROFILE", requires = "then_convert")]
     metadata: Option<Profile>,
     /// Show the plan and do nothing.
@@ -60,6 +59,8 @@ struct AddArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 pub fn run(args: DeviceArgs, out: &Output) -> Result<u8> {
@@ -84,7 +85,7 @@ fn render(plan: &AddPlan, out: &Output) -> String {
                 format!(
                     "{} {}{}",
                     d.path,
-                    format_iec(d.size),
+                    size(d.size),
                     if d.new { " (new)" } else { "" }
                 )
             })
@@ -93,12 +94,12 @@ fn render(plan: &AddPlan, out: &Output) -> String {
     };
     t.push_str(&format!(
         "  now     {} raw: {}\n",
-        format_iec(plan.before.raw_bytes),
+        size(plan.before.raw_bytes),
         list(&plan.before)
     ));
     t.push_str(&format!(
         "  after   {} raw: {}\n",
-        format_iec(plan.after.raw_bytes),
+        size(plan.after.raw_bytes),
         list(&plan.after)
     ));
     for d in &plan.devices {
@@ -165,6 +166,7 @@ fn ceiling_text(v: &Throughput) -> String {
 fn add(a: AddArgs, out: &Output) -> Result<u8> {
     // First thing: until the add starts a signal exits at once.
     signals::install_pausable()?;
+    a.units.select();
     let root = SysRoot::host();
     if a.then_convert && a.data.is_none() && a.metadata.is_none() {
         return Err(Error::usage(
@@ -174,10 +176,10 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
     let convert = a.then_convert.then_some(ConvertRequest {
         data: a.data,
         metadata: a.metadata,
-        force: a.force,
+        force: a.overwrite,
     });
     let opts = AddOptions {
-        force: a.force,
+        force: a.overwrite,
         nodiscard: a.nodiscard,
     };
     let (fs, state, plan) = add::prepare(&root, &a.mount, &a.devices, opts, convert)?;
@@ -226,12 +228,12 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         if !messages.is_empty() {
             e = e.with_hint(format!("also: {}", messages.join("; also: ")));
         } else if plan.refusals[0].force_overrides {
-            e = e.with_hint("--force overwrites it");
+            e = e.with_hint("--overwrite overwrites it");
         }
         return Err(e);
     }
     if let Some(c) = &plan.then_convert {
-        refuse_if_blocked(c, a.force)?;
+        refuse_if_blocked(c, a.overwrite)?;
     }
     if a.dry_run {
         if !out.json {
@@ -273,7 +275,7 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
             out.paint.good("added:"),
             result.devices.len(),
             if result.devices.len() == 1 { "" } else { "s" },
-            format_iec(result.raw_bytes)
+            size(result.raw_bytes)
         ));
     }
     let Some(req) = convert else {

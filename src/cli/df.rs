@@ -17,6 +17,9 @@ use super::output::Output;
 use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
+#[command(
+    override_usage = "btrfs-lab df [OPTIONS] <MOUNT>\n       btrfs-lab df --parse [OPTIONS] [FILE]"
+)]
 pub struct DfArgs {
     /// A path inside a mounted btrfs; with --parse, the file to parse
     /// (`-` or nothing: stdin).
@@ -32,8 +35,7 @@ pub struct DfArgs {
     strict: bool,
     #[command(flatten)]
     units: UnitArgs,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

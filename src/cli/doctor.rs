@@ -12,14 +12,17 @@ use btrfs_lab::sys::root::SysRoot;
 use super::output::{Output, Paint, wrap};
 
 pub const AFTER_HELP: &str = "\
-Read-only: no writes, no probes. Findings have stable codes (docs/json.md lists them).
+Read-only unless --deep: no writes, no probes. Findings have stable codes
+(docs/json.md lists them).
 
 Exit status (as monitoring plugins):
   0  no finding worse than info
   1  the worst finding is a warning
   2  a critical finding
-  3  doctor could not look (not a btrfs, not root, cannot write the textfile, ...)
-A bad command line is also 2, as for every btrfs-lab command; a monitoring setup finds that on its first run.";
+  3  doctor could not look (not a btrfs, not root, cannot write the
+     textfile, ...)
+A bad command line is also 2, as for every btrfs-lab command; a monitoring
+setup finds that on its first run.";
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -48,8 +51,7 @@ pub struct DoctorArgs {
     /// SMART thermal counters of its drives.
     #[arg(long)]
     deep: bool,
-    /// Read /sys and /var/lib under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

@@ -33,8 +33,9 @@ A loop device is followed to the block devices of the filesystem that holds
 its backing file (every member of a btrfs), device-mapper and md devices to
 their slaves, so a btrfs on loop devices names the disk behind them.
 Ceilings are given in GiB/s and decimal GB/s. Devices without PCIe link
-information (virtio, loop, SATA, NVMe over fabrics) are listed as such. Exit status 0 unless an error prevents the
-report (1) or the command line is wrong (2).";
+information (virtio, loop, SATA, NVMe over fabrics) are listed as such.
+
+Exit status: 0 reported, 1 an error prevents the report, 2 bad command line.";
 
 #[derive(Debug, Args)]
 pub struct LinksArgs {
@@ -44,8 +45,7 @@ pub struct LinksArgs {
     /// Also read the SMART thermal counters (NVMe admin ioctl; needs root).
     #[arg(long)]
     thermal: bool,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

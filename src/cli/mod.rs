@@ -20,7 +20,7 @@ mod usage;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Arg, ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use btrfs_lab::error::{Error, exit};
 use output::{ColorChoice, Output};
@@ -33,18 +33,37 @@ Exit status:
   3    probe-dio: buffered-fallback; read-test: the methods read different bytes
   4    probe-dio: profile-forced
   5    probe-dio: inconclusive
-  130  interrupted (SIGINT or SIGTERM); clean-up was done (convert: the balance is paused)";
+  130  interrupted (SIGINT or SIGTERM); clean-up was done (convert: the
+       balance is paused)";
 
 /// Administer a btrfs SSD array safely and find out where its throughput goes.
 #[derive(Debug, Parser)]
-#[command(name = "btrfs-lab", version, after_long_help = EXIT_STATUS_HELP, max_term_width = 100)]
+#[command(
+    name = "btrfs-lab",
+    version,
+    after_long_help = EXIT_STATUS_HELP,
+    max_term_width = 100,
+    next_help_heading = "Global options (after any subcommand too)"
+)]
 struct Cli {
-    /// Print one JSON document on stdout instead of text.
+    /// JSON on stdout instead of text (docs/json.md), even with --quiet.
     #[arg(long, global = true)]
     json: bool,
 
-    /// Colour human output: auto (on a terminal, unless NO_COLOR is set), always, never.
-    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    /// Only errors: no text result, notes or progress; the exit status stays.
+    #[arg(short = 'q', long, global = true)]
+    quiet: bool,
+
+    /// Colour: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = ColorChoice::Auto,
+        value_name = "WHEN",
+        hide_possible_values = true,
+        hide_default_value = true
+    )]
     color: ColorChoice,
 
     /// Sandbox records directory (sandbox, demo) [default: /var/lib/btrfs-lab/sandboxes].
@@ -61,7 +80,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Throwaway filesystems on loop devices (with direct I/O) to test and rehearse on.
+    /// Throwaway filesystems on loop devices (with direct I/O), for tests and rehearsals.
     Sandbox(sandbox::SandboxArgs),
     /// Find out whether O_DIRECT writes in a directory really bypass the page cache.
     #[command(after_long_help = probe_dio::AFTER_HELP)]
@@ -78,7 +97,7 @@ enum Command {
     Device(device::DeviceArgs),
     /// Convert data/metadata profiles with progress, pause and resume.
     Convert(convert::ConvertArgs),
-    /// PCIe links of the NVMe drives up to the root port, their ceilings, and an array's.
+    /// PCIe links of the NVMe drives up to the root port; the ceiling of each drive and array.
     #[command(after_long_help = links::AFTER_HELP)]
     Links(links::LinksArgs),
     /// NOCOW directories for VM images and databases: set up, audit, migrate existing files.
@@ -98,11 +117,14 @@ enum Command {
 /// Parses the command line, runs the command, and turns the outcome into
 /// the documented exit status.
 pub fn run() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(&e)),
     };
-    let out = Output::new(cli.json, cli.color);
+    let out = Output::new(cli.json, cli.color).with_quiet(cli.quiet);
     let places = (cli.state_dir, cli.sandbox_root);
     let result = match cli.command {
         Command::Sandbox(args) => sandbox::run(args, &out, sandbox::locations(places, &out)),
@@ -131,6 +153,71 @@ pub fn run() -> ExitCode {
         }
         (Ok(code), None) => ExitCode::from(code),
     }
+}
+
+/// The one line that ends every subcommand's help, instead of repeating
+/// the global options there.
+const GLOBAL_OPTIONS_POINTER: &str =
+    "See btrfs-lab --help for the global options (--json, --quiet, --color, ...).";
+
+/// The command-line definition as users see it: `Cli` with `--help` as the
+/// only help flag everywhere (`-h` means --human-readable on the commands
+/// that print sizes, as in btrfs-progs), and the global options shown once,
+/// in the top-level help. Man pages and completions should be generated
+/// from this, not from `Cli::command()`.
+pub fn command() -> clap::Command {
+    let top = Cli::command();
+    let globals: Vec<Arg> = top
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .cloned()
+        .collect();
+    let mut top = with_help_flag(top)
+        .disable_version_flag(true)
+        .arg(
+            Arg::new("version")
+                .short('V')
+                .long("version")
+                .action(ArgAction::Version)
+                .help("Print the version.")
+                .help_heading(None),
+        )
+        .mut_subcommands(|sc| below_top(sc, &globals));
+    top.build();
+    top
+}
+
+/// `--help` (long only) instead of clap's `-h/--help`.
+fn with_help_flag(cmd: clap::Command) -> clap::Command {
+    cmd.disable_help_flag(true).arg(
+        Arg::new("help")
+            .long("help")
+            .action(ArgAction::HelpLong)
+            .help("Print help.")
+            .help_heading(None),
+    )
+}
+
+/// A subcommand (at any depth): the help flag, hidden copies of the global
+/// options (clap does not propagate a global option to a command that
+/// already has one with the same id, so these stay hidden and still parse),
+/// and the pointer to the top-level help at the end.
+fn below_top(cmd: clap::Command, globals: &[Arg]) -> clap::Command {
+    let mut cmd = with_help_flag(cmd);
+    for g in globals {
+        cmd = cmd.arg(g.clone().hide(true));
+    }
+    let short = match cmd.get_after_help() {
+        Some(t) => format!("{t}\n\n{GLOBAL_OPTIONS_POINTER}"),
+        None => GLOBAL_OPTIONS_POINTER.to_owned(),
+    };
+    let long = match cmd.get_after_long_help() {
+        Some(t) => format!("{t}\n\n{GLOBAL_OPTIONS_POINTER}"),
+        None => short.clone(),
+    };
+    cmd.after_help(short)
+        .after_long_help(long)
+        .mut_subcommands(|sc| below_top(sc, globals))
 }
 
 /// clap's errors, printed our way: one line and a hint. `--help` and
@@ -185,10 +272,115 @@ fn usage_error(e: &clap::Error) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {
-        Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    /// clap re-wraps any line wider than the terminal, which breaks the
+    /// hand-made tables of the after-help texts: every line fits 80 columns.
+    #[test]
+    fn hand_wrapped_help_fits_80_columns() {
+        fn walk(c: &clap::Command, path: String, bad: &mut Vec<String>) {
+            for text in [c.get_after_help(), c.get_after_long_help()]
+                .into_iter()
+                .flatten()
+            {
+                for line in text.to_string().lines() {
+                    if line.chars().count() > 80 {
+                        bad.push(format!("{path}: {line}"));
+                    }
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, format!("{path} {}", s.get_name()), bad);
+            }
+        }
+        let mut bad = Vec::new();
+        walk(&command(), "btrfs-lab".into(), &mut bad);
+        assert!(bad.is_empty(), "lines wider than 80:\n{}", bad.join("\n"));
+    }
+
+    fn parse(args: &[&str]) -> String {
+        let m = command()
+            .try_get_matches_from(std::iter::once("btrfs-lab").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        format!("{:?}", Cli::from_arg_matches(&m).unwrap())
+    }
+
+    /// Every renamed flag: the old spelling still parses to exactly what the
+    /// new one does, and it is hidden (an alias no help shows).
+    #[test]
+    fn old_flag_spellings_still_work_hidden() {
+        let renames: &[(&[&str], &str, &str, &[&str])] = &[
+            (&["sandbox", "up"], "--size", "--device-size", &["512M"]),
+            (&["probe-dio"], "--size", "--file-size", &["32M", "/tmp"]),
+            (&["demo"], "--size", "--file-size", &["32M"]),
+            (&["bench"], "--size", "--file-size", &["64M", "/tmp"]),
+            (&["bench"], "--runs", "--rounds", &["2", "/tmp"]),
+            (&["bench"], "--metadata", "--small-files", &["/tmp"]),
+            (
+                &["device", "add"],
+                "--force",
+                "--overwrite",
+                &["/mnt", "/dev/x"],
+            ),
+            (
+                &["convert"],
+                "--force",
+                "--allow-weaker-metadata",
+                &["/mnt"],
+            ),
+            (
+                &["nocow"],
+                "--force",
+                "--include-open",
+                &["--migrate", "/tmp/d"],
+            ),
+        ];
+        for (sub, old, new, rest) in renames {
+            let with = |flag: &'static str| {
+                let mut v: Vec<&'static str> = sub.to_vec();
+                v.push(flag);
+                v.extend_from_slice(rest);
+                v
+            };
+            let (a, b) = (parse(&with(old)), parse(&with(new)));
+            assert_eq!(a, b, "{sub:?} {old} must mean {new}");
+            // And the flag was really taken: without it the parse differs.
+            let mut without: Vec<&str> = sub.to_vec();
+            without.extend_from_slice(rest);
+            let bare = command()
+                .try_get_matches_from(std::iter::once("btrfs-lab").chain(without.iter().copied()))
+                .map(|m| format!("{:?}", Cli::from_arg_matches(&m).unwrap()));
+            assert_ne!(
+                bare.ok().as_deref(),
+                Some(a.as_str()),
+                "{sub:?} {old} changed nothing"
+            );
+            let mut cmd = command();
+            let mut c = &mut cmd;
+            for name in *sub {
+                c = c.find_subcommand_mut(name).unwrap();
+            }
+            let arg = c
+                .get_arguments()
+                .find(|a| a.get_long() == Some(&new[2..]))
+                .unwrap_or_else(|| panic!("{sub:?} has no {new}"));
+            let all = arg.get_all_aliases().unwrap_or_default();
+            assert!(all.contains(&&old[2..]), "{sub:?} {new} lacks alias {old}");
+            assert!(
+                arg.get_visible_aliases().unwrap_or_default().is_empty(),
+                "{sub:?} {old} must be hidden"
+            );
+            let help = c.render_long_help().to_string();
+            assert!(
+                !help
+                    .split_whitespace()
+                    .any(|w| w.trim_end_matches(',') == *old),
+                "{sub:?} help shows {old}"
+            );
+        }
     }
 }

@@ -11,11 +11,11 @@ use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
 use btrfs_lab::nocow::migrate::ExecOptions;
 use btrfs_lab::nocow::plan::{self, Request, Staying};
 use btrfs_lab::nocow::{self, CheckDocument, CheckReport, NocowReport};
-use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 
 use super::output::{Output, Paint, confirm, wrap};
+use super::units::{UnitArgs, size};
 
 pub const AFTER_HELP: &str = "\
 NOCOW (chattr +C) is ignored on a file that already holds data and is
@@ -41,6 +41,9 @@ filesystem is not btrfs), 1 refused or failed, 2 bad command line,
 pub const NOT_NOCOW: u8 = 6;
 
 #[derive(Debug, Args)]
+#[command(override_usage = "btrfs-lab nocow [OPTIONS] <DIR>
+       btrfs-lab nocow --check [OPTIONS] <PATH>...
+       btrfs-lab nocow --for <SERVICE> [OPTIONS] [DIR]")]
 pub struct NocowArgs {
     /// The directory to make NOCOW; with --check, the files and directories to audit.
     #[arg(value_name = "PATH")]
@@ -54,18 +57,21 @@ pub struct NocowArgs {
     /// Create DIR as a btrfs subvolume of its own (kept out of the parent's snapshots).
     #[arg(long, conflicts_with = "check")]
     subvolume: bool,
-    /// Migrate files even when a running process has them open (its later writes are lost).
-    #[arg(long, requires = "migrate")]
+    /// With --migrate: also migrate files a running process has open (its
+    /// later writes to them are lost).
+    #[arg(long = "include-open", alias = "force", requires = "migrate")]
     force: bool,
     /// Also print where SERVICE keeps its files and its settings that matter: vm, postgres, mysql.
     #[arg(long = "for", value_name = "SERVICE", value_parser = service_arg)]
     service: Option<Service>,
-    /// Show what would be done, and do nothing.
+    /// Show the plan and do nothing.
     #[arg(long, conflicts_with = "check")]
     dry_run: bool,
     /// Do not ask for confirmation.
     #[arg(long, conflicts_with = "check")]
     yes: bool,
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 fn service_arg(s: &str) -> std::result::Result<Service, String> {
@@ -78,6 +84,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     // a root prefix (BTRFS_LAB_SYSROOT), which could hide a process that has
     // a file open or a mount inside the directory.
     let sysroot = SysRoot::host();
+    args.units.select();
     let advice = args.service.map(advice);
     if args.check {
         if args.paths.is_empty() {
@@ -157,7 +164,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         return Ok(exit::OK);
     }
     if !out.json || !args.yes {
-        eprint!("{}", render_plan(&report, out.paint_err));
+        out.say(&render_plan(&report, out.paint_err));
     }
     confirm("Proceed?", args.yes)?;
     signals::install()?;
@@ -218,7 +225,7 @@ fn staying_lines(staying: &[Staying], paint: Paint) -> String {
         t.push_str(&format!(
             "  {:<width$}  {:>10}  {}\n",
             s.display,
-            format_iec(s.size_bytes),
+            size(s.size_bytes),
             paint.dim(&s.reason)
         ));
     }
@@ -247,8 +254,8 @@ fn render_plan(r: &NocowReport, paint: Paint) -> String {
         if p.space_needed_bytes > 0 {
             t.push_str(&format!(
                 "  free space: {} needed at once (the largest copy and a margin), {} available\n",
-                format_iec(p.space_needed_bytes),
-                format_iec(p.space_available_bytes)
+                size(p.space_needed_bytes),
+                size(p.space_available_bytes)
             ));
         }
     }
@@ -301,9 +308,9 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
         let mut line = format!(
             "  migrated   {}  {}, allocated {} before, {} after, content verified (BLAKE3)",
             m.path.display(),
-            format_iec(m.size_bytes),
-            format_iec(m.allocated_before_bytes),
-            format_iec(m.allocated_after_bytes)
+            size(m.size_bytes),
+            size(m.allocated_before_bytes),
+            size(m.allocated_after_bytes)
         );
         if m.compression_dropped {
             line.push_str(", compression attribute dropped");
@@ -337,7 +344,7 @@ fn summary_sentence(s: &Summary) -> String {
         "{}: {} NOCOW ({})",
         plural(s.files, "file", "files"),
         s.nocow_files,
-        format_iec(s.nocow_bytes)
+        size(s.nocow_bytes)
     )];
     if s.switchable_files > 0 {
         parts.push(format!("{} switchable (empty)", s.switchable_files));
@@ -351,14 +358,14 @@ fn summary_sentence(s: &Summary) -> String {
             } else {
                 ""
             },
-            format_iec(s.needs_migration_bytes)
+            size(s.needs_migration_bytes)
         ));
     }
     if s.blocked_files > 0 {
         parts.push(format!(
             "{} blocked ({})",
             s.blocked_files,
-            format_iec(s.blocked_bytes)
+            size(s.blocked_bytes)
         ));
     }
     let mut text = parts.join(", ");
@@ -416,8 +423,8 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
             let (size, alloc, path) = match e.kind {
                 EntryKind::Directory => ("-".to_owned(), "-".to_owned(), format!("{}/", e.display)),
                 EntryKind::File => (
-                    format_iec(e.size_bytes),
-                    format_iec(e.allocated_bytes),
+                    size(e.size_bytes),
+                    size(e.allocated_bytes),
                     e.display.clone(),
                 ),
             };
@@ -485,7 +492,7 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
                  (one copy at a time: {} free needed, plus a margin)\n",
                 paint.dim("hint:"),
                 dirs.join(", "),
-                format_iec(r.summary.largest_migration_bytes)
+                size(r.summary.largest_migration_bytes)
             ));
         }
     }

@@ -98,6 +98,8 @@ pub struct Output {
     pub paint_err: Paint,
     /// stderr is a terminal (progress bars go there).
     pub stderr_terminal: bool,
+    /// `--quiet`: errors only (JSON still goes out with `--json`).
+    pub quiet: bool,
 }
 
 impl Output {
@@ -112,12 +114,30 @@ impl Output {
                 on: color.enabled(io::stderr().is_terminal()),
             },
             stderr_terminal: io::stderr().is_terminal(),
+            quiet: false,
         }
+    }
+
+    /// `--quiet`: no text result, no notes, no warnings, no progress, no
+    /// plan on stderr (so nothing can be confirmed interactively either:
+    /// see [`confirm`]); errors and JSON still go out.
+    pub fn with_quiet(mut self, quiet: bool) -> Self {
+        self.quiet = quiet;
+        QUIET.store(quiet, std::sync::atomic::Ordering::Relaxed);
+        self
     }
 
     /// True when progress should be drawn on stderr.
     pub fn show_progress(&self) -> bool {
-        self.stderr_terminal && !self.json
+        self.stderr_terminal && !self.json && !self.quiet
+    }
+
+    /// Text for the person at the terminal on stderr (a plan before its
+    /// confirmation, progress lines without a bar); nothing with --quiet.
+    pub fn say(&self, text: &str) {
+        if !self.quiet {
+            let _ = io::stderr().lock().write_all(text.as_bytes());
+        }
     }
 
     /// The one progress-bar constructor: a bar on stderr drawn with
@@ -138,6 +158,9 @@ impl Output {
     /// quietly; any other write error (`/dev/full`, a full disk) is
     /// remembered and turns the exit status into an error (`finish`).
     pub fn text(&self, text: &str) {
+        if self.quiet && !self.json {
+            return;
+        }
         let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
         if self.json && !state.started {
             // JSON is held until the command succeeds or its operation has
@@ -229,6 +252,9 @@ impl Output {
 impl Output {
     /// A warning on stderr, with what to do.
     pub fn warning_with_hint(&self, message: &str, hint: &str) {
+        if self.quiet {
+            return;
+        }
         let p = self.paint_err;
         let _ = write!(
             io::stderr().lock(),
@@ -240,6 +266,9 @@ impl Output {
 
     /// A note on stderr (something not shown, and why).
     pub fn note(&self, message: &str) {
+        if self.quiet {
+            return;
+        }
         let _ = writeln!(io::stderr().lock(), "btrfs-lab: note: {message}");
     }
 }
@@ -283,11 +312,22 @@ impl StdoutState {
     }
 }
 
+/// `--quiet` was given (for [`confirm`], which has no `Output`).
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Asks before a change, unless `--yes`. Without a terminal to ask on, it
-/// refuses: a script must say `--yes` explicitly.
+/// refuses: a script must say `--yes` explicitly. With `--quiet` the plan
+/// was not shown, so it refuses too.
 pub fn confirm(question: &str, yes: bool) -> Result<()> {
     if yes {
         return Ok(());
+    }
+    if QUIET.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Error::new(
+            ErrorKind::Refused,
+            "confirmation needed, but --quiet hides the plan to confirm",
+        )
+        .with_hint("pass --yes to confirm, or leave out --quiet to see the plan and be asked"));
     }
     if !io::stdin().is_terminal() {
         return Err(Error::new(
@@ -345,6 +385,21 @@ mod tests {
     fn wraps_words() {
         assert_eq!(wrap("aaa bbb ccc", 9, "  "), "  aaa bbb\n  ccc\n");
         assert_eq!(wrap("", 10, "  "), "");
+    }
+
+    #[test]
+    fn quiet_refuses_to_confirm_a_plan_it_did_not_show() {
+        QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+        let refused = confirm("Proceed?", false).unwrap_err();
+        let yes = confirm("Proceed?", true);
+        QUIET.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(refused.kind(), ErrorKind::Refused);
+        assert!(
+            refused.message().contains("--quiet"),
+            "{}",
+            refused.message()
+        );
+        assert!(yes.is_ok());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
 use btrfs_lab::model::profile::profile_list;
-use btrfs_lab::parse::size::{format_iec, format_rate};
+use btrfs_lab::parse::size::format_rate;
 use btrfs_lab::probe::pid::{FileVerdict, PidOptions, PidReport};
 use btrfs_lab::probe::verdict::{FileSummary, Verdict};
 use btrfs_lab::probe::{self, EvidenceKind, ProbeOptions, ProbeReport};
@@ -15,7 +15,7 @@ use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 
 use super::output::{Output, Paint, wrap};
-use super::units::size_arg;
+use super::units::{SYSROOT_HELP, UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
 Writes test files in PATH with O_DIRECT and measures the page-cache data the
@@ -25,8 +25,10 @@ O_EXCL under unique names and removed on every exit path.
 
 Verdicts and exit status:
   direct             0  the writes bypassed the page cache
-  buffered-fallback  3  the kernel turned the writes buffered (btrfs: data checksums)
-  profile-forced     4  the data profile (DUP, RAID1, ...) makes every O_DIRECT write buffered
+  buffered-fallback  3  the kernel turned the writes buffered (btrfs: data
+                        checksums)
+  profile-forced     4  the data profile (DUP, RAID1, ...) makes every
+                        O_DIRECT write buffered
   inconclusive       5  too much noise to tell; the report says why
 Errors exit 1, bad arguments 2, an interrupt 130.";
 
@@ -41,20 +43,28 @@ enum CounterArg {
 }
 
 #[derive(Debug, Args)]
+#[command(override_usage = "btrfs-lab probe-dio [OPTIONS] <PATH>
+       btrfs-lab probe-dio --pid <PID> [--seconds <N>]")]
 pub struct ProbeDioArgs {
     /// Directory to test (the probe writes and removes its files there).
     #[arg(required_unless_present = "pid")]
     path: Option<PathBuf>,
     /// Watch a running process instead: its files open for writing, and
     /// whether the ones it opened with O_DIRECT dirty the page cache (root).
-    #[arg(long, value_name = "PID", conflicts_with_all = ["path", "size", "block_size", "rounds", "counter"])]
+    #[arg(long, value_name = "PID", conflicts_with_all = ["path", "file_size", "block_size", "rounds", "counter"])]
     pid: Option<u32>,
     /// With --pid: how long to watch, in seconds [default: 10].
     #[arg(long, value_name = "N")]
     seconds: Option<u32>,
-    /// Bytes written per file per round.
-    #[arg(long, default_value = "256M", value_parser = size_arg, value_name = "SIZE")]
-    size: u64,
+    /// Size of each test file.
+    #[arg(
+        long = "file-size",
+        alias = "size",
+        default_value = "256M",
+        value_parser = size_arg,
+        value_name = "SIZE"
+    )]
+    file_size: u64,
     /// Bytes per write call.
     #[arg(long, default_value = "1M", value_parser = size_arg, value_name = "SIZE")]
     block_size: u64,
@@ -64,16 +74,18 @@ pub struct ProbeDioArgs {
     /// Which dirtied-page counter to use.
     #[arg(long, value_enum, default_value = "auto")]
     counter: CounterArg,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
     signals::install()?;
+    args.units.select();
     if args.seconds.is_some() && args.pid.is_none() {
         return Err(btrfs_lab::error::Error::usage(
-            "--seconds goes with --pid: a directory probe is sized with --size and --rounds",
+            "--seconds goes with --pid: a directory probe is sized with --file-size and --rounds",
         ));
     }
     let sysroot = SysRoot::from_option(args.sysroot.as_deref());
@@ -101,7 +113,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
     };
     let opts = ProbeOptions {
         path,
-        size_bytes: args.size,
+        size_bytes: args.file_size,
         block_size: args.block_size,
         rounds: args.rounds,
         counter: match args.counter {
@@ -138,8 +150,8 @@ fn verdict_painted(v: Verdict, paint: Paint) -> String {
 
 fn column(s: &FileSummary) -> [String; 4] {
     [
-        format_iec(s.bytes_written),
-        format_iec(s.dirtied_bytes_median),
+        size(s.bytes_written),
+        size(s.dirtied_bytes_median),
         format!("{:.2}", s.ratio_median),
         format_rate(s.throughput_bytes_per_sec),
     ]
@@ -272,8 +284,8 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
     t.push_str(&format!(
         "  rounds      {} × {} per file in {} writes, fsync at the end\n\n",
         r.parameters.rounds,
-        format_iec(r.parameters.size_bytes),
-        format_iec(r.parameters.block_size)
+        size(r.parameters.size_bytes),
+        size(r.parameters.block_size)
     ));
     t.push_str(&format!("{}\n", paint.bold("why")));
     t.push_str(&wrap(&r.explanation, 88, "  "));
@@ -339,13 +351,13 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
         }
         t.push('\n');
         let dirtied = match (f.dirtied_folios, f.dirtied_bytes) {
-            (Some(n), Some(b)) => format!("{n} folios ({})", format_iec(b)),
+            (Some(n), Some(b)) => format!("{n} folios ({})", size(b)),
             _ => "not watched".to_owned(),
         };
         let written = match f.bytes_written {
             Some(b) => format!(
                 "{} (the process's write calls; the only file that changed)",
-                format_iec(b)
+                size(b)
             ),
             None if f.activity.written() => {
                 "yes (size, mtime or position changed; bytes per file unknown)".to_owned()
@@ -364,7 +376,7 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
         ));
     }
     t.push('\n');
-    let per = |b: Option<u64>| b.map_or("unknown".to_owned(), format_iec);
+    let per = |b: Option<u64>| b.map_or("unknown".to_owned(), size);
     t.push_str(&format!(
         "  process     write calls {}, sent to storage {} in {:.1} s (per process, not per file)\n",
         per(r.process_write_call_bytes),

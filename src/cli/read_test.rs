@@ -7,7 +7,6 @@ use clap::{Args, ValueEnum};
 use btrfs_lab::error::Result;
 use btrfs_lab::model::profile::profile_list;
 use btrfs_lab::model::rate;
-use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::readtest::analysis::{MethodSummary, Status};
 use btrfs_lab::readtest::digest::VerifyMode;
 use btrfs_lab::readtest::{self, CacheMode, Method, ReadTestOptions, ReadTestReport};
@@ -15,12 +14,12 @@ use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 
 use super::output::{Output, Paint, wrap};
-use super::units::size_arg;
+use super::units::{UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
 Methods (all by default; each round runs them in a rotating order):
-  direct       O_DIRECT, --threads threads take --chunk chunks from a shared counter
-               and pread them straight into the destination
+  direct       O_DIRECT, --threads threads take --chunk chunks from a shared
+               counter and pread them straight into the destination
   direct-copy  O_DIRECT into a bounce buffer per thread, then memcpy
   buffered     read() through the page cache, one thread, 1 MiB calls
   dontcache    preadv2(RWF_DONTCACHE), one thread, 1 MiB calls (Linux 6.14+)
@@ -102,13 +101,15 @@ pub struct ReadTestArgs {
     /// How much of what was read is checksummed.
     #[arg(long, value_enum, default_value = "sampled")]
     verify: VerifyArg,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     signals::install()?;
+    args.units.select();
     let mut opts = ReadTestOptions::new(args.file);
     if !args.methods.is_empty() {
         opts.methods = args.methods.into_iter().map(Method::from).collect();
@@ -184,7 +185,7 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
         "{} {}  {}, {where_}\n",
         paint.bold("read-test"),
         f.path.display(),
-        format_iec(f.size_bytes)
+        size(f.size_bytes)
     );
     let summary = if r.checksum.agree {
         r.summary.clone()
@@ -238,7 +239,7 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
             "every run read the same bytes ({}: {} blocks of {} per run)",
             c.mode.name(),
             c.blocks,
-            format_iec(c.block_bytes)
+            size(c.block_bytes)
         );
         if c.direct_matches_buffered == Some(true) {
             s.push_str("; direct = buffered");
@@ -283,13 +284,13 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
             String::new()
         },
         p.threads,
-        format_iec(p.chunk_bytes),
-        format_iec(p.in_flight_bytes)
+        size(p.chunk_bytes),
+        size(p.in_flight_bytes)
     ));
     let dest = &r.destination;
     let huge = dest.huge_page_bytes.map_or_else(
         || "huge pages unknown".to_owned(),
-        |h| format!("{} in huge pages", format_iec(h)),
+        |h| format!("{} in huge pages", size(h)),
     );
     let kind = if dest.bytes < f.size_bytes {
         format!("ring of {} slots", dest.slots)
@@ -298,7 +299,7 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
     };
     t.push_str(&format!(
         "  destination  {} ({kind}), {huge}, prefaulted\n",
-        format_iec(dest.bytes)
+        size(dest.bytes)
     ));
     let checked = if r.cache.verified_by.is_some() {
         match (r.methods.is_empty(), r.warm_methods.is_empty()) {
@@ -377,7 +378,7 @@ fn method_row(m: &MethodSummary, name: &str, has_ceiling: bool, paint: Paint) ->
         .map_or_else(|| "-".to_owned(), |c| format!("{c:.3}"));
     let moved = m
         .device_read_bytes_median
-        .map_or_else(|| "-".to_owned(), format_iec);
+        .map_or_else(|| "-".to_owned(), size);
     let pct = if has_ceiling {
         format!(
             "  {:>6}",

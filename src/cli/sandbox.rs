@@ -6,7 +6,6 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::parse::size::format_iec;
 use btrfs_lab::sandbox::report::{
     self, DownDryRun, DownPlan, DownResult, ListReport, UpDryRun, UpReport,
 };
@@ -17,7 +16,7 @@ use btrfs_lab::sandbox::{
 use btrfs_lab::sys::{btrfs, signals};
 
 use super::output::{Output, confirm};
-use super::units::{profile_arg, size_arg};
+use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profile_arg, size, size_arg};
 
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
@@ -32,7 +31,13 @@ enum SandboxCommand {
     /// Unmount, detach and delete exactly what `up` made.
     Down(DownArgs),
     /// List the sandboxes and whether they are up.
-    List,
+    List(ListArgs),
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -49,17 +54,21 @@ struct UpArgs {
     /// Number of loop devices.
     #[arg(long, default_value_t = 1, value_name = "N")]
     devices: u32,
-    /// Size of each device (sparse): 512M, 2G, ...
-    #[arg(long, default_value = "2G", value_parser = size_arg, value_name = "SIZE")]
-    size: u64,
+    /// Size of each loop device (a sparse file): 512M, 2G, ...
+    #[arg(
+        long = "device-size",
+        alias = "size",
+        default_value = "2G",
+        value_parser = size_arg,
+        value_name = "SIZE"
+    )]
+    device_size: u64,
     /// Filesystem to create (ext4 is for comparisons: one device, no profiles).
     #[arg(long, value_enum, default_value = "btrfs")]
     fs: FsArg,
-    /// Data profile (mkfs.btrfs -d) [default: mkfs.btrfs's].
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE")]
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", help = DATA_HELP)]
     data: Option<Profile>,
-    /// Metadata profile (mkfs.btrfs -m) [default: mkfs.btrfs's].
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE")]
+    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", help = METADATA_HELP)]
     metadata: Option<Profile>,
     /// Extra argument for mkfs, passed as is (repeat for several).
     #[arg(long = "mkfs-arg", value_name = "ARG", allow_hyphen_values = true)]
@@ -67,12 +76,15 @@ struct UpArgs {
     /// Directory for the backing files and the mount point [default: /var/tmp/btrfs-lab/NAME].
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Show what would be done, and do nothing.
+    /// Show the plan and do nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Accepted for uniformity: `up` only creates new things and never asks.
-    #[arg(long)]
+    /// Deprecated, no effect: `up` destroys nothing, so there is nothing to
+    /// confirm (hidden; accepted for one release so scripts keep working).
+    #[arg(long, hide = true)]
     yes: bool,
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -87,7 +99,7 @@ struct DownArgs {
     /// Remove every sandbox.
     #[arg(long)]
     all: bool,
-    /// Show what would be removed, and do nothing.
+    /// Show the plan and do nothing.
     #[arg(long)]
     dry_run: bool,
     /// Do not ask for confirmation.
@@ -118,15 +130,22 @@ pub fn run(args: SandboxArgs, out: &Output, places: Locations) -> Result<u8> {
     match args.command {
         SandboxCommand::Up(a) => up(a, store, &places.sandbox_root, out),
         SandboxCommand::Down(a) => down(a, store, out),
-        SandboxCommand::List => list(store, out),
+        SandboxCommand::List(a) => {
+            a.units.select();
+            list(store, out)
+        }
     }
 }
 
 fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
+    a.units.select();
+    if a.yes {
+        out.note("--yes has no effect on `sandbox up` (it destroys nothing) and will be removed");
+    }
     let request = SandboxRequest {
         name: a.name,
         devices: a.devices,
-        size_bytes: a.size,
+        size_bytes: a.device_size,
         fs: match a.fs {
             FsArg::Btrfs => FsKind::Btrfs,
             FsArg::Ext4 => FsKind::Ext4,
@@ -191,7 +210,7 @@ fn render_up(r: &UpReport, out: &Output) -> String {
         out.paint.bold(&r.name),
         out.paint.good("up"),
         r.fs.name(),
-        format_iec(r.size_bytes),
+        size(r.size_bytes),
         if n == 1 { "" } else { "s" },
     );
     text.push_str(&format!("  mount point  {}\n", r.mount_point.display()));
@@ -253,7 +272,7 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
         return Ok(exit::OK);
     }
     if !plans.is_empty() && !a.yes {
-        eprint!("{text}");
+        out.say(&text);
         let what = if plans.len() == 1 {
             format!("sandbox {}", plans[0].name)
         } else {
@@ -353,7 +372,7 @@ fn list(store: &StateStore, out: &Output) -> Result<u8> {
             s.name,
             s.fs.name(),
             s.devices.len(),
-            format_iec(s.size_bytes),
+            size(s.size_bytes),
             s.mount_point.display()
         ));
     }

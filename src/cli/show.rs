@@ -15,8 +15,9 @@ use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Exit status: 0 no device has errors; 64 a device's error counters are not all zero \
-(as `btrfs device stats --check`; the report names it); 1 error; 2 bad command line."
+    after_help = "Exit status: 0 no device has errors; 64 a device's error counters are not all
+zero (as `btrfs device stats --check`; the report names it); 1 error; 2 bad
+command line."
 )]
 pub struct ShowArgs {
     /// A path inside a mounted btrfs [default: every mounted btrfs].
@@ -24,8 +25,7 @@ pub struct ShowArgs {
     mount: Option<PathBuf>,
     #[command(flatten)]
     units: UnitArgs,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 

@@ -1,11 +1,14 @@
-//! Shared argument types: the unit options btrfs-progs' space commands take
-//! (`df`, `usage`, `show`; `-h` stays help, human-readable is the default),
-//! and the value parsers for sizes and profiles.
+//! Shared argument types: the unit options of btrfs-progs (`-b`, `-h`,
+//! `-H`, `--si`, `--iec`, `-k/-m/-g/-t`) that every command printing sizes
+//! flattens in, the text the shared option names share, and the value
+//! parsers for sizes and profiles.
+
+use std::sync::OnceLock;
 
 use clap::Args;
 
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::model::units::{UnitBase, UnitMode};
+use btrfs_lab::model::units::{UnitBase, UnitMode, pretty_size};
 use btrfs_lab::parse::size::parse_size;
 
 /// One unit mode at most (`-b`, `--human-readable`, `-H`, `-k`, `-m`, `-g`,
@@ -13,12 +16,13 @@ use btrfs_lab::parse::size::parse_size;
 /// the base of a mode that has one, so `-b` refuses both and `-H` (base
 /// 1000 already) refuses `--iec`.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Size units (text output; JSON is always in bytes)")]
 pub struct UnitArgs {
     /// Plain bytes.
     #[arg(short = 'b', long = "raw", group = "unit_mode", conflicts_with_all = ["iec", "si"])]
     raw: bool,
     /// Human-readable with 1024-based units (the default).
-    #[arg(long = "human-readable", group = "unit_mode")]
+    #[arg(short = 'h', long = "human-readable", group = "unit_mode")]
     human_readable: bool,
     /// Human-readable with 1000-based units.
     #[arg(short = 'H', group = "unit_mode", conflicts_with = "iec")]
@@ -44,6 +48,14 @@ pub struct UnitArgs {
 }
 
 impl UnitArgs {
+    /// Makes this the unit of every size the command prints in text
+    /// ([`size`]), and returns it.
+    pub fn select(&self) -> UnitMode {
+        let mode = self.mode();
+        let _ = SELECTED.set(mode);
+        mode
+    }
+
     pub fn mode(&self) -> UnitMode {
         if self.raw {
             return UnitMode::Raw;
@@ -64,6 +76,28 @@ impl UnitArgs {
     }
 }
 
+/// The unit chosen on the command line (one command per process).
+static SELECTED: OnceLock<UnitMode> = OnceLock::new();
+
+/// A size in the unit the user chose ([`UnitArgs::select`]; IEC
+/// human-readable, `256.00MiB`, when none was chosen), for text output.
+/// Sizes inside messages that come from the library (a check's reason, an
+/// error) stay in IEC units.
+pub fn size(bytes: u64) -> String {
+    pretty_size(bytes, SELECTED.get().copied().unwrap_or_default())
+}
+
+/// `--sysroot`, the same on every command that has it.
+pub const SYSROOT_HELP: &str = "Read /sys, /proc and /var/lib under DIR instead of / \
+(captured trees, tests) [default: $BTRFS_LAB_SYSROOT or /]";
+
+/// `--data`, the same everywhere (a command may say `With --x:` first).
+pub const DATA_HELP: &str =
+    "Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6";
+
+/// `--metadata`, the same everywhere.
+pub const METADATA_HELP: &str = "Metadata profile, as --data (system chunks follow it)";
+
 /// clap value parser for sizes (`256M`, `2G`, `4096`).
 pub fn size_arg(s: &str) -> std::result::Result<u64, String> {
     parse_size(s).map_err(|e| e.message().to_owned())
@@ -81,6 +115,7 @@ mod tests {
     use clap::Parser;
 
     #[derive(Debug, Parser)]
+    #[command(disable_help_flag = true)]
     struct T {
         #[command(flatten)]
         units: UnitArgs,
@@ -106,6 +141,11 @@ mod tests {
         );
         assert_eq!(parse(&["--si"]), Ok(UnitMode::Human(UnitBase::Decimal)));
         assert_eq!(parse(&["-H"]), Ok(UnitMode::Human(UnitBase::Decimal)));
+        assert_eq!(parse(&["-h"]), Ok(UnitMode::Human(UnitBase::Binary)));
+        assert_eq!(
+            parse(&["-h", "--si"]),
+            Ok(UnitMode::Human(UnitBase::Decimal))
+        );
         for bad in [
             &["-b", "--si"][..],
             &["-b", "--iec"],

@@ -15,6 +15,9 @@ use super::output::Output;
 use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
+#[command(
+    override_usage = "btrfs-lab usage [OPTIONS] <MOUNT>\n       btrfs-lab usage --parse [OPTIONS] [FILE]"
+)]
 pub struct UsageArgs {
     /// A path inside a mounted btrfs; with --parse, the file to parse
     /// (`-` or nothing: stdin).
@@ -24,21 +27,25 @@ pub struct UsageArgs {
     /// `-T`, `--si`) instead of reading a mounted filesystem.
     #[arg(long)]
     parse: bool,
+    /// Show the allocation as a table of devices by type and profile, with
+    /// each device's unallocated space, total and slack (btrfs-progs' `-T`).
+    #[arg(short = 'T')]
+    tabular: bool,
     #[command(flatten)]
     units: UnitArgs,
-    /// Read /sys and /proc under DIR (default: $BTRFS_LAB_SYSROOT or /).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 
 pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
+    args.units.select();
     if args.parse {
         return run_parse(&args, out);
     }
     let root = SysRoot::from_option(args.sysroot.as_deref());
     let mount = args.mount.clone().unwrap_or_default();
     let doc = space::usage_document(&root, &mount)?;
-    out.report(&doc, |d| render(&d.report, args.units.mode()));
+    out.report(&doc, |d| render(&d.report, args.units.mode(), args.tabular));
     for n in &doc.report.notes {
         out.note(n);
     }
@@ -58,7 +65,7 @@ fn run_parse(args: &UsageArgs, out: &Output) -> Result<u8> {
     let doc = space::usage_from_text(&super::df::read_input(&name)?, &name)?;
     let mode = args.units.mode();
     out.report(&doc, |d| {
-        let mut text = render(&d.report, mode);
+        let mut text = render(&d.report, mode, args.tabular);
         text.push('\n');
         text.push_str(&super::df::render_interpretation(&d.interpretation));
         text
@@ -104,8 +111,18 @@ fn devices(text: &mut String, shares: &[DeviceShare], mode: UnitMode) {
     }
 }
 
-/// The report in `btrfs filesystem usage` layout.
-pub fn render(r: &UsageReport, mode: UnitMode) -> String {
+/// The report in `btrfs filesystem usage` layout (`-T`: tabular).
+pub fn render(r: &UsageReport, mode: UnitMode, tabular: bool) -> String {
+    let mut t = render_overall(r, mode);
+    if tabular {
+        t.push_str(&render_table(r, mode));
+    } else {
+        t.push_str(&render_linear(r, mode));
+    }
+    t
+}
+
+fn render_overall(r: &UsageReport, mode: UnitMode) -> String {
     let mut t = String::new();
     let w = if matches!(mode, UnitMode::Human(_)) {
         10
@@ -168,6 +185,11 @@ pub fn render(r: &UsageReport, mode: UnitMode) -> String {
         }
         t.push('\n');
     }
+    t
+}
+
+fn render_linear(r: &UsageReport, mode: UnitMode) -> String {
+    let mut t = String::new();
     for b in &r.block_groups {
         t.push_str(&format!(
             "{},{}: Size:{}, Used:{} ({:.2}%)\n",
@@ -187,4 +209,169 @@ pub fn render(r: &UsageReport, mode: UnitMode) -> String {
         devices(&mut t, u, mode);
     }
     t
+}
+
+/// One cell of the `-T` table, as btrfs-progs' string table has them
+/// (common/string-table.c): left- or right-aligned text, or a rule of `-`
+/// as wide as the column.
+enum Cell {
+    Empty,
+    Left(String),
+    Right(String),
+    Rule,
+}
+
+/// The `btrfs filesystem usage -T` table (`_cmd_filesystem_usage_tabular`
+/// in cmds/filesystem-usage.c): a column per type and profile, then
+/// Unallocated, Total and Slack; a row per device, then the Total and
+/// Used rows. Columns are as wide as their widest text and separated by
+/// one space; nothing is trimmed, as btrfs-progs trims nothing.
+fn render_table(r: &UsageReport, mode: UnitMode) -> String {
+    let s = |v: u64| pretty_size(v, mode);
+    let groups = &r.block_groups;
+    // Devices: with their sizes when read from the kernel; from parsed text
+    // only the unallocated list names them, and size = unallocated + allocated.
+    let allocated = |devid: u64| -> i64 {
+        groups
+            .iter()
+            .filter_map(|b| b.devices.as_ref())
+            .flatten()
+            .filter(|d| d.devid == devid)
+            .map(|d| d.bytes)
+            .sum()
+    };
+    let rows: Vec<(u64, String, i64, Option<u64>)> = if r.devices.is_empty() {
+        r.unallocated
+            .iter()
+            .flatten()
+            .map(|u| {
+                // Linear text gives only the total slack: when it is zero,
+                // so is every device's.
+                let slack = r
+                    .overall
+                    .as_ref()
+                    .filter(|o| o.device_slack == 0)
+                    .map(|_| 0);
+                (u.devid, u.path.clone(), u.bytes + allocated(u.devid), slack)
+            })
+            .collect()
+    } else {
+        r.devices
+            .iter()
+            .map(|d| {
+                (
+                    d.devid,
+                    d.path.clone(),
+                    d.size_bytes as i64,
+                    Some(d.slack_bytes),
+                )
+            })
+            .collect()
+    };
+    let ncols = groups.len() + 5;
+    let (unalloc_col, total_col, slack_col) =
+        (groups.len() + 2, groups.len() + 3, groups.len() + 4);
+    let mut table: Vec<Vec<Cell>> = Vec::new();
+    let blank = || (0..ncols).map(|_| Cell::Empty).collect::<Vec<Cell>>();
+    let mut types = blank();
+    let mut profiles = blank();
+    for (i, b) in groups.iter().enumerate() {
+        types[i + 2] = Cell::Left(b.bg_type.progs_name().to_owned());
+        profiles[i + 2] = Cell::Left(b.profile.progs_name().to_owned());
+    }
+    profiles[0] = Cell::Left("Id".into());
+    profiles[1] = Cell::Left("Path".into());
+    profiles[unalloc_col] = Cell::Left("Unallocated".into());
+    profiles[total_col] = Cell::Left("Total".into());
+    profiles[slack_col] = Cell::Left("Slack".into());
+    table.push(types);
+    table.push(profiles);
+    let rule = || (0..ncols).map(|_| Cell::Rule).collect::<Vec<Cell>>();
+    table.push(rule());
+    let (mut sum_unalloc, mut sum_total, mut sum_slack) = (0i64, 0i64, Some(0u64));
+    for (devid, path, size, slack) in &rows {
+        let mut row = blank();
+        row[0] = Cell::Right(devid.to_string());
+        row[1] = Cell::Left(path.clone());
+        let mut used_here = 0i64;
+        for (i, b) in groups.iter().enumerate() {
+            let bytes: i64 = b
+                .devices
+                .iter()
+                .flatten()
+                .filter(|d| d.devid == *devid)
+                .map(|d| d.bytes)
+                .sum();
+            used_here += bytes;
+            row[i + 2] = if bytes != 0 {
+                Cell::Right(pretty_size_signed(bytes, mode))
+            } else {
+                Cell::Right("-".into())
+            };
+        }
+        let unalloc = size - used_here;
+        row[unalloc_col] = Cell::Right(pretty_size_signed(unalloc, mode));
+        row[total_col] = Cell::Right(pretty_size_signed(*size, mode));
+        row[slack_col] = match slack {
+            Some(v) if *v > 0 => Cell::Right(s(*v)),
+            Some(_) => Cell::Right("-".into()),
+            // Not in linear text: unknown, not zero.
+            None => Cell::Right("?".into()),
+        };
+        sum_unalloc += unalloc;
+        sum_total += size;
+        sum_slack = match (sum_slack, slack) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        table.push(row);
+    }
+    table.push(rule());
+    let mut total = blank();
+    let mut used = blank();
+    total[1] = Cell::Left("Total".into());
+    used[1] = Cell::Left("Used".into());
+    for (i, b) in groups.iter().enumerate() {
+        total[i + 2] = Cell::Right(s(b.size_bytes));
+        used[i + 2] = Cell::Right(s(b.used_bytes));
+    }
+    total[unalloc_col] = Cell::Right(pretty_size_signed(sum_unalloc, mode));
+    total[total_col] = Cell::Right(pretty_size_signed(sum_total, mode));
+    total[slack_col] = Cell::Right(sum_slack.map_or_else(|| "?".to_owned(), s));
+    table.push(total);
+    table.push(used);
+    dump(&table, ncols)
+}
+
+/// btrfs-progs' `table_dump`.
+fn dump(table: &[Vec<Cell>], ncols: usize) -> String {
+    let widths: Vec<usize> = (0..ncols)
+        .map(|c| {
+            table
+                .iter()
+                .map(|row| match &row[c] {
+                    Cell::Left(t) | Cell::Right(t) => t.chars().count(),
+                    Cell::Empty | Cell::Rule => 0,
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in table {
+        for (c, cell) in row.iter().enumerate() {
+            let w = widths[c];
+            match cell {
+                Cell::Empty => out.push_str(&" ".repeat(w)),
+                Cell::Rule => out.push_str(&"-".repeat(w)),
+                Cell::Left(t) => out.push_str(&format!("{t:<w$}")),
+                Cell::Right(t) => out.push_str(&format!("{t:>w$}")),
+            }
+            if c + 1 != ncols {
+                out.push(' ');
+            }
+        }
+        out.push('\n');
+    }
+    out
 }

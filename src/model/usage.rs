@@ -70,6 +70,20 @@ pub struct BlockGroupUsage {
     pub devices: Option<Vec<DeviceShare>>,
 }
 
+/// One member device's size (the Total and Slack columns of `usage -T`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageDevice {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Path (`missing` for a missing device).
+    pub path: String,
+    /// Bytes btrfs uses on it.
+    pub size_bytes: u64,
+    /// Bytes of the block device beyond what btrfs uses (0 when unknown, as
+    /// btrfs-progs counts it).
+    pub slack_bytes: u64,
+}
+
 /// Everything `usage` shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageReport {
@@ -83,4 +97,8 @@ pub struct UsageReport {
     pub chunk_tree_readable: bool,
     /// What could not be shown, and why.
     pub notes: Vec<String>,
+    /// The member devices by devid; empty when parsed from text that does
+    /// not list their sizes.
+    #[serde(default)]
+    pub devices: Vec<UsageDevice>,
 }

@@ -291,7 +291,7 @@ fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
         ),
     )
     .with_hint(
-        "stop the process and run again (--force migrates anyway; its later writes are lost)",
+        "stop the process and run again (--include-open migrates anyway; its later writes are lost)",
     ))
 }
 
@@ -612,14 +612,14 @@ fn lease_original<'a>(src: &'a File, path: &Path, force: bool) -> Result<Option<
                     ),
                 )
                 .with_hint(
-                    "stop the process and run again (--force migrates anyway; its later writes are lost)",
+                    "stop the process and run again (--include-open migrates anyway; its later writes are lost)",
                 ));
             }
             Err(e) => {
                 return Err(
                     Error::from_errno(e, "cannot take a lease on", path).with_hint(
                         "without a lease a writer could slip in unnoticed; check \
-                     /proc/sys/fs/leases-enable (--force migrates without it)",
+                     /proc/sys/fs/leases-enable (--include-open migrates without it)",
                     ),
                 );
             }

@@ -179,7 +179,7 @@ impl Step {
                 );
                 if !open_by.is_empty() {
                     line.push_str(&format!(
-                        " [open by {}: will be refused at run time unless --force]",
+                        " [open by {}: will be refused at run time unless --include-open]",
                         procs::describe(open_by)
                     ));
                 }
@@ -414,7 +414,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
             ),
         )
         .with_hint(
-            "stop the process (shut the VM down, stop the database) and run again; --force migrates \
+            "stop the process (shut the VM down, stop the database) and run again; --include-open migrates \
              anyway, and writes the process makes after the copy are lost",
         ));
     }
@@ -487,7 +487,7 @@ fn warnings(req: &Request, obs: &Observed, plan: &Plan) -> Vec<String> {
                 && e.state == EntryState::NeedsMigration
         }) {
             w.push(format!(
-                "--force: {} is open by {}; what it writes after the copy goes to the replaced file \
+                "--include-open: {} is open by {}; what it writes after the copy goes to the replaced file \
                  and is lost.",
                 e.display,
                 procs::describe(&e.open_by)
@@ -681,7 +681,7 @@ mod tests {
         let mut forced = req(true);
         forced.force = true;
         let p = plan(&forced, &obs).unwrap();
-        assert!(p.warnings.iter().any(|w| w.contains("--force")));
+        assert!(p.warnings.iter().any(|w| w.contains("--include-open")));
         assert!(!p.steps[1].describe().contains("refused at run time"));
 
         let mut obs = existing(vec![file("a", IFlags::empty(), 10 << 30, 10 << 30)]);

@@ -573,6 +573,7 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
             unallocated,
             chunk_tree_readable: chunk_tree,
             notes,
+            devices: Vec::new(),
         },
         exact: !sizes.any_rounded,
         max_error_bytes: sizes.max_error,

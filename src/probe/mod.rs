@@ -88,13 +88,13 @@ impl ProbeOptions {
         }
         if self.size_bytes < bs || !self.size_bytes.is_multiple_of(bs) {
             return Err(Error::usage(format!(
-                "--size {} must be a multiple of --block-size {}",
+                "--file-size {} must be a multiple of --block-size {}",
                 format_iec(self.size_bytes),
                 format_iec(bs)
             )));
         }
         if self.size_bytes > (64 << 30) {
-            return Err(Error::usage("--size is limited to 64GiB"));
+            return Err(Error::usage("--file-size is limited to 64GiB"));
         }
         if !(1..=50).contains(&self.rounds) {
             return Err(Error::usage("--rounds must be between 1 and 50"));
@@ -135,7 +135,7 @@ fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
                 format_iec(info.available_bytes)
             ),
         )
-        .with_hint("free some space or use a smaller --size"));
+        .with_hint("free some space or use a smaller --file-size"));
     }
     let is_btrfs = fs_type == "btrfs";
     let (data_profiles, bdi) = if is_btrfs {
@@ -549,7 +549,7 @@ fn no_space_note(e: Error, opts: &ProbeOptions) -> Error {
             format!("{} (the partial test file was removed)", e.message()),
         )
         .with_hint(format!(
-            "free some space or use a smaller --size than {}",
+            "free some space or use a smaller --file-size than {}",
             format_iec(opts.size_bytes)
         ))
     } else {

@@ -280,7 +280,7 @@ fn explain(verdict: Verdict, fs: &FsContext, analysis: &Analysis) -> Words {
             explanation: analysis.reasons.join("; "),
             fix: Some(
                 "Run as root so the per-file tracepoint (tracefs) or the per-filesystem counter (debugfs) \
-                 is used; stop other writers on this machine and try again; raise --rounds or --size."
+                 is used; stop other writers on this machine and try again; raise --rounds or --file-size."
                     .to_owned(),
             ),
         },

@@ -153,7 +153,7 @@ pub fn plan_up(req: &SandboxRequest, data_root: &Path, random_name: &str) -> Res
     };
     if req.size_bytes < min {
         return Err(Error::usage(format!(
-            "--size {} is too small for {}: use at least {}",
+            "--device-size {} is too small for {}: use at least {}",
             format_iec(req.size_bytes),
             req.fs.name(),
             format_iec(min)
@@ -161,13 +161,13 @@ pub fn plan_up(req: &SandboxRequest, data_root: &Path, random_name: &str) -> Res
     }
     if req.size_bytes > MAX_SIZE {
         return Err(Error::usage(format!(
-            "--size {} is too large: at most {}",
+            "--device-size {} is too large: at most {}",
             format_iec(req.size_bytes),
             format_iec(MAX_SIZE)
         )));
     }
     if !req.size_bytes.is_multiple_of(4096) {
-        return Err(Error::usage("--size must be a multiple of 4KiB"));
+        return Err(Error::usage("--device-size must be a multiple of 4KiB"));
     }
     match req.fs {
         FsKind::Ext4 => {

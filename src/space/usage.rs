@@ -378,6 +378,15 @@ pub fn compute(input: &UsageInput) -> UsageReport {
         unallocated,
         chunk_tree_readable: input.chunks.is_some(),
         notes,
+        devices: devices
+            .iter()
+            .map(|d| crate::model::usage::UsageDevice {
+                devid: d.devid,
+                path: d.path.clone(),
+                size_bytes: d.size,
+                slack_bytes: d.device_size.map_or(0, |s| s.saturating_sub(d.size)),
+            })
+            .collect(),
     }
 }
 

@@ -431,7 +431,7 @@ fn refusals_change_nothing() {
         (mounted.clone(), "is mounted at"),
         (
             unmounted.clone(),
-            "carries signatures: ext4 at 0x438; --force wipes them",
+            "carries signatures: ext4 at 0x438; --overwrite wipes them",
         ),
         (PathBuf::from("/etc/passwd"), "is not a block device"),
         (env.path().join("nope"), "does not exist"),
@@ -473,10 +473,10 @@ fn refusals_change_nothing() {
         assert!(stderr.contains(want), "{want}: {stderr}");
     }
     assert!(stderr.contains("also:"), "{stderr}");
-    // --force lifts only what it may: the ext4 signature, named in the plan.
+    // --overwrite lifts only what it may: the ext4 signature, named in the plan.
     let (code, stdout, _) = run(env
         .cmd()
-        .args(["device", "add", "--dry-run", "--force"])
+        .args(["device", "add", "--dry-run", "--overwrite"])
         .arg(&m)
         .arg(&unmounted));
     assert_eq!(code, 0);
@@ -487,10 +487,10 @@ fn refusals_change_nothing() {
     );
     let (code, _, _) = run(env
         .cmd()
-        .args(["device", "add", "--dry-run", "--force"])
+        .args(["device", "add", "--dry-run", "--overwrite"])
         .arg(&m)
         .arg(&mounted));
-    assert_eq!(code, 1, "--force never adds a mounted device");
+    assert_eq!(code, 1, "--overwrite never adds a mounted device");
     // A valid plan, dry run: shown, not done.
     let spare = env.spare_device("spare", 2 * GIB);
     let (code, stdout, stderr) = run(env
@@ -891,12 +891,18 @@ fn dup_metadata_to_single_needs_force_and_then_works() {
         stderr.contains("metadata dup → single lowers redundancy"),
         "{stderr}"
     );
-    assert!(stderr.contains("--force"), "{stderr}");
+    assert!(stderr.contains("--allow-weaker-metadata"), "{stderr}");
     assert!(!stderr.contains("Invalid argument"), "{stderr}");
     assert_eq!(profiles(&env, &m), expect("single", "dup"));
     let (code, stdout, stderr) = run(env
         .cmd()
-        .args(["convert", "--yes", "--force", "--metadata", "single"])
+        .args([
+            "convert",
+            "--yes",
+            "--allow-weaker-metadata",
+            "--metadata",
+            "single",
+        ])
         .arg(&m));
     assert_eq!(code, 0, "{stderr}");
     assert!(
@@ -1020,7 +1026,7 @@ fn a_symlink_swapped_at_the_prompt_never_redirects_convert_or_device_add() {
         &[
             "convert".as_ref(),
             "--yes".as_ref(),
-            "--force".as_ref(),
+            "--allow-weaker-metadata".as_ref(),
             "--metadata".as_ref(),
             "dup".as_ref(),
             "--data".as_ref(),

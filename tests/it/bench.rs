@@ -26,7 +26,7 @@ fn raid0(env: &TestEnv) -> Sandbox {
 }
 
 /// Small and short: a 64 MiB file, one or two runs of one second.
-const QUICK: [&str; 6] = ["--size", "64M", "--duration", "1", "--runs", "2"];
+const QUICK: [&str; 6] = ["--file-size", "64M", "--duration", "1", "--rounds", "2"];
 
 fn bench_cmd(env: &TestEnv, dir: &Path, extra: &[&str], hooks: &[(&str, &str)]) -> Command {
     let mut c = env.cmd();
@@ -396,7 +396,7 @@ fn interrupted_runs_leave_nothing_behind() {
         let mut c = env.cmd();
         c.args([
             "bench",
-            "--size",
+            "--file-size",
             "64M",
             "--duration",
             "60",
@@ -449,10 +449,10 @@ fn refuses_tmpfs_read_only_full_and_missing_fio() {
     let sb = raid0(&env);
     let mnt = sb.mount_point().to_path_buf();
     // 1 GiB does not fit on 768 MiB.
-    let (code, _, stderr) = run(env.cmd().args(["bench", "--size", "1G"]).arg(&mnt));
+    let (code, _, stderr) = run(env.cmd().args(["bench", "--file-size", "1G"]).arg(&mnt));
     assert_eq!(code, 1);
     assert!(stderr.contains("not enough free space"), "{stderr}");
-    assert!(stderr.contains("hint: free some space or use a smaller --size"));
+    assert!(stderr.contains("hint: free some space or use a smaller --file-size"));
     // fio not on PATH.
     let (code, _, stderr) = run(env
         .cmd()
@@ -466,7 +466,7 @@ fn refuses_tmpfs_read_only_full_and_missing_fio() {
     );
     assert!(stderr.contains("hint: install it: apt-get install fio"));
     remount(&mnt, None, nix::mount::MsFlags::MS_RDONLY);
-    let (code, _, stderr) = run(env.cmd().args(["bench", "--size", "64M"]).arg(&mnt));
+    let (code, _, stderr) = run(env.cmd().args(["bench", "--file-size", "64M"]).arg(&mnt));
     remount(&mnt, None, nix::mount::MsFlags::empty());
     assert_eq!(code, 1);
     assert!(stderr.contains("is on a read-only filesystem"), "{stderr}");
@@ -482,12 +482,12 @@ fn bad_arguments_are_one_line() {
             "unknown test",
         ),
         (
-            vec!["bench", "--size", "1M", "/tmp"],
-            "--size 1.00MiB is too small",
+            vec!["bench", "--file-size", "1M", "/tmp"],
+            "--file-size 1.00MiB is too small",
         ),
         (
-            vec!["bench", "--runs", "0", "/tmp"],
-            "--runs must be between 1 and 100",
+            vec!["bench", "--rounds", "0", "/tmp"],
+            "--rounds must be between 1 and 100",
         ),
         (
             vec!["bench", "--profile", "fast", "/tmp"],
@@ -993,7 +993,7 @@ mod sustained_refusals {
 }
 
 // ---------------------------------------------------------------------
-// bench --metadata: the small-file storm on RAID1 and RAID1C3 metadata.
+// bench --small-files: the small-file storm on RAID1 and RAID1C3 metadata.
 
 mod metadata {
     use btrfs_lab::bench::metadata::MetadataReport;
@@ -1015,7 +1015,7 @@ mod metadata {
         let mnt = sb.mount_point().to_path_buf();
         let (code, stdout, stderr) = run(env
             .cmd()
-            .args(["bench", "--json", "--metadata", "--files"])
+            .args(["bench", "--json", "--small-files", "--files"])
             .arg(FILES.to_string())
             .args(["--threads", "3"])
             .arg(&mnt));
@@ -1028,7 +1028,7 @@ mod metadata {
     #[test]
     #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
     fn raid1c3_metadata_writes_more_than_raid1_for_the_same_files() {
-        if !require_root("bench --metadata on RAID1 and RAID1C3 sandboxes") {
+        if !require_root("bench --small-files on RAID1 and RAID1C3 sandboxes") {
             return;
         }
         let env = TestEnv::new();
@@ -1081,7 +1081,7 @@ mod metadata {
     #[test]
     #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
     fn sigint_mid_storm_removes_the_tree() {
-        if !require_root("bench --metadata interrupted") {
+        if !require_root("bench --small-files interrupted") {
             return;
         }
         let env = TestEnv::new();
@@ -1093,7 +1093,14 @@ mod metadata {
         let mnt = sb.mount_point().to_path_buf();
         let mut child = env
             .cmd()
-            .args(["bench", "--metadata", "--files", "250000", "--threads", "2"])
+            .args([
+                "bench",
+                "--small-files",
+                "--files",
+                "250000",
+                "--threads",
+                "2",
+            ])
             .arg(&mnt)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

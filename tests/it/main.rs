@@ -5,6 +5,7 @@ mod admin;
 mod bench;
 mod common;
 mod doctor;
+mod help;
 mod links;
 mod nocow;
 mod output;

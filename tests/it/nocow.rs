@@ -522,7 +522,7 @@ fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
     // And O_DIRECT writes in the directory are direct (single data profile).
     let (code, stdout, _) = run(env
         .cmd()
-        .args(["probe-dio", "--json", "--size", "32M"])
+        .args(["probe-dio", "--json", "--file-size", "32M"])
         .arg(&dir));
     let p = json(&stdout);
     assert_eq!(p["verdict"], "direct", "{p:#}");
@@ -682,7 +682,7 @@ fn open_files_are_refused_without_force() {
         stderr.contains(&format!("pid {} (sleep 600)", holder.id())),
         "{stderr}"
     );
-    assert!(stderr.contains("--force"));
+    assert!(stderr.contains("--include-open"));
     assert_eq!(stderr.lines().count(), 2, "{stderr}");
     assert_eq!(snapshot(&dir), before);
     assert!(
@@ -695,7 +695,7 @@ fn open_files_are_refused_without_force() {
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains(&format!(
-            "[open by pid {} (sleep 600): will be refused at run time unless --force]",
+            "[open by pid {} (sleep 600): will be refused at run time unless --include-open]",
             holder.id()
         )),
         "{stdout}"
@@ -726,10 +726,15 @@ fn open_files_are_refused_without_force() {
 
     let (code, _, stderr) = nocow(
         &env,
-        &[os("--migrate"), os("--force"), os("--yes"), dir.as_os_str()],
+        &[
+            os("--migrate"),
+            os("--include-open"),
+            os("--yes"),
+            dir.as_os_str(),
+        ],
     );
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("--force: "), "{stderr}");
+    assert!(stderr.contains("--include-open:"), "{stderr}");
     assert!(flags_of(&img).contains(FS_NOCOW_FL));
     assert_eq!(snapshot(&dir), before);
     holder.kill().unwrap();
@@ -917,7 +922,7 @@ fn bad_command_lines_and_paths() {
         (vec![], 2, "give the directory"),
         (vec!["a", "b"], 2, "one directory at a time"),
         (vec!["--check"], 2, "--check needs at least one PATH"),
-        (vec!["--force", "x"], 2, "--migrate"),
+        (vec!["--include-open", "x"], 2, "--migrate"),
         (vec!["--for", "oracle"], 2, "unknown service"),
         (vec!["--check", "--migrate", "x"], 2, "cannot be used with"),
         (

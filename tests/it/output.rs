@@ -117,7 +117,7 @@ fn failed_json_runs_print_nothing_on_stdout() {
             "--yes".into(),
         ],
         vec!["probe-dio".into(), missing.clone()],
-        vec!["demo".into(), "--size".into(), "0".into()],
+        vec!["demo".into(), "--file-size".into(), "0".into()],
         vec!["df".into(), missing.clone()],
         vec!["df".into(), "--parse".into(), garbage],
         vec!["usage".into(), missing.clone()],

@@ -22,7 +22,7 @@ fn probe(env: &TestEnv, dir: &Path, extra: &[&str]) -> (i32, Value, String) {
     let mut c = env.cmd();
     c.arg("probe-dio")
         .arg("--json")
-        .arg("--size")
+        .arg("--file-size")
         .arg(SIZE)
         .args(extra)
         .arg(dir);
@@ -38,7 +38,7 @@ fn probe(env: &TestEnv, dir: &Path, extra: &[&str]) -> (i32, Value, String) {
 
 fn text_probe(env: &TestEnv, dir: &Path) -> (i32, String) {
     let mut c = env.cmd();
-    c.arg("probe-dio").arg("--size").arg(SIZE).arg(dir);
+    c.arg("probe-dio").arg("--file-size").arg(SIZE).arg(dir);
     let (code, stdout, _) = run(&mut c);
     (code, stdout)
 }
@@ -245,10 +245,10 @@ fn bad_paths_get_one_line_each() {
         assert!(stderr.lines().count() <= 2, "{stderr}");
     }
     for args in [
-        vec!["--size", "12Q"],
+        vec!["--file-size", "12Q"],
         vec!["--block-size", "1000"],
         vec!["--rounds", "0"],
-        vec!["--size", "1M", "--block-size", "4M"],
+        vec!["--file-size", "1M", "--block-size", "4M"],
     ] {
         let (code, stdout, stderr) = run(Command::new(crate::common::bin())
             .arg("probe-dio")
@@ -297,7 +297,7 @@ fn no_permission_is_refused() {
     let (code, stdout, stderr) = run(env
         .as_nobody(&[&sbx.record().dir])
         .arg("probe-dio")
-        .arg("--size")
+        .arg("--file-size")
         .arg(SIZE)
         .arg(sbx.mount_point()));
     assert_eq!(code, 1, "{stderr}");
@@ -322,7 +322,7 @@ fn no_space_removes_the_partial_file() {
     // Refused up front when the free space is visibly too small...
     let (code, _, stderr) = run(env
         .cmd()
-        .args(["probe-dio", "--size", "128M"])
+        .args(["probe-dio", "--file-size", "128M"])
         .arg(sbx.mount_point()));
     assert_eq!(code, 1);
     assert!(stderr.contains("not enough free space"), "{stderr}");
@@ -331,7 +331,7 @@ fn no_space_removes_the_partial_file() {
     let (code, _, stderr) = run(env
         .cmd()
         .env(btrfs_lab::probe::SKIP_SPACE_CHECK_ENV, "1")
-        .args(["probe-dio", "--size", "128M"])
+        .args(["probe-dio", "--file-size", "128M"])
         .arg(sbx.mount_point()));
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("no space left"), "{stderr}");
@@ -354,7 +354,7 @@ fn interrupted_probe_cleans_up() {
     ] {
         let child = env
             .cmd()
-            .args(["probe-dio", "--size", "512M", "--rounds", "20"])
+            .args(["probe-dio", "--file-size", "512M", "--rounds", "20"])
             .arg(&mnt)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -508,7 +508,7 @@ fn a_killed_probes_leftovers_are_removed_by_the_next_run() {
     let mut child = env
         .cmd()
         .env(btrfs_lab::probe::PAUSE_ENV, "written")
-        .args(["probe-dio", "--size", SIZE])
+        .args(["probe-dio", "--file-size", SIZE])
         .arg(&mnt)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -533,7 +533,7 @@ fn a_killed_probes_leftovers_are_removed_by_the_next_run() {
 
     let (code, stdout, stderr) = run(env
         .cmd()
-        .args(["probe-dio", "--json", "--rounds", "1", "--size", SIZE])
+        .args(["probe-dio", "--json", "--rounds", "1", "--file-size", SIZE])
         .arg(&mnt));
     assert!([0, 3, 5].contains(&code), "{code}: {stderr}");
     let r = json(&stdout);
@@ -588,7 +588,7 @@ fn a_directory_swapped_for_a_link_does_not_redirect_the_test_files() {
             btrfs_lab::probe::PAUSE_ENV,
             format!("written:{}", go.display()),
         )
-        .args(["probe-dio", "--json", "--rounds", "2", "--size", SIZE])
+        .args(["probe-dio", "--json", "--rounds", "2", "--file-size", SIZE])
         .arg(&dir)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -758,7 +758,7 @@ fn without_the_tracepoint_the_counter_decides() {
     let sbx = env.sandbox(SandboxRequest::default());
     let mut c = env.cmd();
     c.env(btrfs_lab::probe::NO_TRACE_ENV, "1")
-        .args(["probe-dio", "--json", "--size", SIZE])
+        .args(["probe-dio", "--json", "--file-size", SIZE])
         .arg(sbx.mount_point());
     let (code, stdout, _) = run(&mut c);
     let r = json(&stdout);
@@ -964,7 +964,7 @@ fn the_trace_instance_is_removed_on_every_exit_path() {
         let mut child = env
             .cmd()
             .env(btrfs_lab::probe::PAUSE_ENV, "written")
-            .args(["probe-dio", "--size", SIZE])
+            .args(["probe-dio", "--file-size", SIZE])
             .arg(&mnt)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -996,7 +996,7 @@ fn the_trace_instance_is_removed_on_every_exit_path() {
             assert_eq!(left.len(), 1, "SIGKILL cannot clean up: {after:?}");
             let (code, stdout, stderr) = run(env
                 .cmd()
-                .args(["probe-dio", "--json", "--rounds", "1", "--size", SIZE])
+                .args(["probe-dio", "--json", "--rounds", "1", "--file-size", SIZE])
                 .arg(&mnt));
             assert_eq!(code, 3, "{stderr}");
             let r = json(&stdout);

@@ -29,7 +29,7 @@ fn up_list_down_through_the_cli() {
         "cli",
         "--devices",
         "3",
-        "--size",
+        "--device-size",
         "512M",
         "--data",
         "raid0",
@@ -307,7 +307,7 @@ fn refusals_are_one_line_and_change_nothing() {
             2,
             "--devices must be between",
         ),
-        (vec!["--size".into(), "10M".into()], 2, "too small"),
+        (vec!["--device-size".into(), "10M".into()], 2, "too small"),
         (vec!["--data".into(), "raid7".into()], 2, "unknown profile"),
         (
             vec!["--name".into(), "Bad Name".into()],
@@ -537,7 +537,7 @@ fn up_refuses_a_sandbox_root_another_user_made_while_it_races() {
     for i in 0..ROUNDS {
         let name = if i % 2 == 0 { "race" } else { "other" };
         let mut cmd = env.cmd();
-        cmd.args(["sandbox", "up", "--size", "256M", "--name", name]);
+        cmd.args(["sandbox", "up", "--device-size", "256M", "--name", name]);
         if i % 4 == 1 {
             cmd.arg("--dir").arg(theirs.join(name));
         } else {
@@ -623,7 +623,13 @@ fn up_in_a_shared_directory_attaches_only_its_own_images() {
         let (code, stdout, stderr) = run(env
             .cmd()
             .args([
-                "sandbox", "up", "--json", "--size", "256M", "--name", "race",
+                "sandbox",
+                "up",
+                "--json",
+                "--device-size",
+                "256M",
+                "--name",
+                "race",
             ])
             .arg("--sandbox-root")
             .arg(&root_dir));
@@ -696,7 +702,13 @@ fn down_never_unmounts_through_a_swapped_directory() {
     let (code, _, stderr) = run(env
         .cmd()
         .args([
-            "sandbox", "up", "--name", "target", "--size", "256M", "--dir",
+            "sandbox",
+            "up",
+            "--name",
+            "target",
+            "--device-size",
+            "256M",
+            "--dir",
         ])
         .arg(&sbx));
     assert_eq!(code, 0, "{stderr}");
@@ -920,7 +932,13 @@ fn down_detaches_only_the_loop_device_up_attached() {
     }
     let env = TestEnv::new();
     let (code, stdout, stderr) = run(env.cmd().args([
-        "sandbox", "up", "--json", "--name", "hand", "--size", "256M",
+        "sandbox",
+        "up",
+        "--json",
+        "--name",
+        "hand",
+        "--device-size",
+        "256M",
     ]));
     assert_eq!(code, 0, "{stderr}");
     let up = json(&stdout);

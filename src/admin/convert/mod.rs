@@ -344,7 +344,7 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
             refusals.push(Reason::general(
                 "lower-metadata-redundancy",
                 format!(
-                    "metadata {} → {m} lowers redundancy (survives {now} → {} failed devices); the kernel needs --force for this, so does btrfs-lab",
+                    "metadata {} → {m} lowers redundancy (survives {now} → {} failed devices); the kernel needs --force for this, btrfs-lab --allow-weaker-metadata",
                     names(&current),
                     tolerance(m)
                 ),
@@ -354,7 +354,7 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
             refusals.push(Reason::general(
                 "lower-metadata-redundancy",
                 format!(
-                    "metadata {} → {m} lowers redundancy (two copies of every metadata block → one); the kernel needs --force for this, so does btrfs-lab",
+                    "metadata {} → {m} lowers redundancy (two copies of every metadata block → one); the kernel needs --force for this, btrfs-lab --allow-weaker-metadata",
                     names(&current)
                 ),
                 true,
@@ -373,7 +373,7 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
         if matches!(m, Profile::Raid5 | Profile::Raid6) {
             refusals.push(Reason::general(
                 "raid56-metadata",
-                format!("{m} for metadata is discouraged by the btrfs developers (write hole, slow scrub and repair); use raid1 or raid1c3, or --force"),
+                format!("{m} for metadata is discouraged by the btrfs developers (write hole, slow scrub and repair); use raid1 or raid1c3, or --allow-weaker-metadata"),
                 true,
             ));
         }

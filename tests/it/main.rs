@@ -8,6 +8,7 @@ mod doctor;
 mod links;
 mod nocow;
 mod output;
+mod packaging;
 mod parse_corpus;
 mod probe_dio;
 mod read_test;

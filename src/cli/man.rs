@@ -75,10 +75,13 @@ impl Page {
             let _ = man.render_subcommands_section(&mut buf);
         }
         let mut roff = Roff::new();
+        // The closing text of --help, unless it is only the exit statuses
+        // (btrfs-lab's own): EXIT STATUS below says them.
         if let Some(after) = self
             .cmd
             .get_after_long_help()
             .or_else(|| self.cmd.get_after_help())
+            .filter(|a| !a.to_string().starts_with("Exit status"))
         {
             roff.control("SH", ["NOTES"]);
             roff.control("nf", []);

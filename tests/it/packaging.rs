@@ -283,3 +283,37 @@ fn bash_completion_completes_nested_subcommands_and_their_flags() {
         assert!(shells.iter().any(|x| x == s), "{shells:?}");
     }
 }
+
+#[test]
+fn fish_completion_completes_nested_subcommands_and_their_flags() {
+    let Some(fish) = tool(
+        "fish",
+        "fish_completion_completes_nested_subcommands_and_their_flags",
+    ) else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("btrfs-lab.fish");
+    fs::write(&file, script("fish")).unwrap();
+    let complete = |line: &str| -> Vec<String> {
+        let out = Command::new(&fish)
+            .arg("--no-config")
+            .arg("-c")
+            .arg(format!("source {}; complete -C '{line}'", file.display()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(complete("btrfs-lab sandbox u"), ["up"]);
+    assert_eq!(complete("btrfs-lab df --pars"), ["--parse"]);
+    // (clap_complete's fish script offers files, not the values, for a
+    // positional argument such as `completions SHELL`; bash's offers them.)
+}

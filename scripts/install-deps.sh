@@ -4,7 +4,11 @@
 # bench HTML report test renders it headless), prometheus (promtool checks
 # the doctor metrics and alerting rules), ansible-core (the playbooks in
 # contrib/ansible are run against localhost), libclang (for the
-# bindgen build of btrfs-uapi), and a Rust toolchain if there is none.
+# bindgen build of btrfs-uapi), man-db, zsh and fish (the man pages and
+# completion scripts are checked with man and the shells), debootstrap
+# (scripts/check-old-userland.sh), lintian (scripts/release.sh lints the
+# .deb), hyperfine (scripts/bench-startup.sh), file, and a Rust toolchain if
+# there is none.
 # Run it directly, or source it (scripts/demo.sh and scripts/test.sh do) so
 # that a freshly installed cargo is on PATH afterwards.
 
@@ -16,7 +20,7 @@ btrfs_lab_install_deps() {
     # mkfs.btrfs, losetup and friends live in sbin.
     export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
-    local packages=(btrfs-progs e2fsprogs util-linux fio jq chromium prometheus ansible-core libclang-dev gcc libc6-dev ca-certificates curl)
+    local packages=(btrfs-progs e2fsprogs util-linux fio jq chromium prometheus ansible-core libclang-dev gcc libc6-dev ca-certificates curl man-db zsh fish debootstrap lintian hyperfine file bc)
     local missing=() p
     for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,12 +3,14 @@
 //! calls the library.
 
 mod bench;
+mod completions;
 mod convert;
 mod demo;
 mod device;
 mod df;
 mod doctor;
 mod links;
+mod man;
 mod nocow;
 mod output;
 mod probe_dio;
@@ -112,6 +114,10 @@ enum Command {
     /// What is wrong with each btrfs, worst first (read-only; for monitoring too).
     #[command(after_long_help = doctor::AFTER_HELP)]
     Doctor(doctor::DoctorArgs),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
+    /// Print a manual page, or write one per subcommand into a directory.
+    Man(man::ManArgs),
 }
 
 /// Parses the command line, runs the command, and turns the outcome into
@@ -140,6 +146,8 @@ pub fn run() -> ExitCode {
         Command::ReadTest(args) => read_test::run(args, &out),
         Command::Bench(args) => bench::run(args, &out),
         Command::Doctor(args) => doctor::run(args, &out),
+        Command::Completions(args) => completions::run(args, &out),
+        Command::Man(args) => man::run(args, &out),
     };
     let write_error = out.finish(result.as_ref().err());
     match (result, write_error) {

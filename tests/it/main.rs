@@ -9,6 +9,7 @@ mod help;
 mod links;
 mod nocow;
 mod output;
+mod packaging;
 mod parse_corpus;
 mod probe_dio;
 mod read_test;

@@ -140,6 +140,8 @@ fn failed_json_runs_print_nothing_on_stdout() {
         vec!["bench".into(), missing.clone()],
         vec!["read-test".into(), missing.clone()],
         vec!["doctor".into(), missing],
+        vec!["completions".into(), "bash".into()],
+        vec!["man".into(), "nosuch".into()],
     ];
     let mut seen = std::collections::BTreeSet::new();
     for args in cases {

@@ -256,12 +256,14 @@ macro_rules! transcript_tests {
 
 transcript_tests! {
     root bench => "bench.md",
+    user completions => "completions.md",
     root convert => "convert.md",
     root demo => "demo.md",
     root device => "device.md",
     root df => "df.md",
     root doctor => "doctor.md",
     user links => "links.md",
+    user man => "man.md",
     root nocow => "nocow.md",
     root probe_dio => "probe-dio.md",
     root read_test => "read-test.md",

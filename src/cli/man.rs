@@ -1,0 +1,842 @@
+//! `btrfs-lab man [--dir DIR] [SUBCOMMAND]`: manual pages generated at run
+//! time from the clap definition (clap_mangen), so every flag and help text
+//! in them is the one `--help` shows. One page per subcommand, nested ones
+//! included (`btrfs-lab-sandbox-up.1`), each with NAME, SYNOPSIS,
+//! DESCRIPTION, OPTIONS, NOTES (the long help's closing text), EXIT STATUS,
+//! EXAMPLES and SEE ALSO. The exit statuses and examples are the tables
+//! below (docs/exit-codes.md and subcommands/*.md say the same); a test
+//! parses every example with the real command line.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, CommandFactory};
+use clap_mangen::Man;
+use clap_mangen::roff::{Roff, bold, italic, roman};
+
+use btrfs_lab::error::{Error, Result, exit};
+
+use super::output::Output;
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write the pages into DIR (created if missing), one file per page:
+    /// btrfs-lab.1, btrfs-lab-df.1, btrfs-lab-sandbox-up.1, ...; with a
+    /// SUBCOMMAND, that page and those of its subcommands.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// The subcommand whose page to print, as typed (`df`, `sandbox up`) or
+    /// as the page is named (`sandbox-up`, `btrfs-lab-df`); nothing: the
+    /// page of btrfs-lab itself.
+    #[arg(value_name = "SUBCOMMAND")]
+    subcommand: Vec<String>,
+}
+
+/// One manual page: the words that reach it (`["sandbox", "up"]`) and its
+/// built clap command.
+pub struct Page {
+    /// Subcommand words after `btrfs-lab`; empty for the top page.
+    pub words: Vec<String>,
+    cmd: clap::Command,
+}
+
+impl Page {
+    /// `btrfs-lab-sandbox-up`.
+    pub fn name(&self) -> String {
+        std::iter::once("btrfs-lab")
+            .chain(self.words.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("-")
+    }
+
+    /// `btrfs-lab-sandbox-up.1`.
+    pub fn file_name(&self) -> String {
+        format!("{}.1", self.name())
+    }
+
+    /// The page in roff.
+    pub fn render(&self) -> String {
+        let man = Man::new(self.cmd.clone())
+            .title(self.name().to_uppercase())
+            .section("1")
+            .source(format!("btrfs-lab {}", env!("CARGO_PKG_VERSION")))
+            .manual("btrfs-lab manual");
+        let mut buf: Vec<u8> = Vec::new();
+        // Writing into a Vec cannot fail.
+        let _ = man.render_title(&mut buf);
+        let _ = man.render_name_section(&mut buf);
+        let _ = man.render_synopsis_section(&mut buf);
+        let _ = man.render_description_section(&mut buf);
+        if self.cmd.get_arguments().any(|a| !a.is_hide_set()) {
+            let _ = man.render_options_section(&mut buf);
+        }
+        if self.cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+            let _ = man.render_subcommands_section(&mut buf);
+        }
+        let mut roff = Roff::new();
+        // The closing text of --help, unless it is only the exit statuses
+        // (btrfs-lab's own): EXIT STATUS below says them.
+        if let Some(after) = self
+            .cmd
+            .get_after_long_help()
+            .or_else(|| self.cmd.get_after_help())
+            .filter(|a| !a.to_string().starts_with("Exit status"))
+        {
+            roff.control("SH", ["NOTES"]);
+            roff.control("nf", []);
+            for line in after.to_string().lines() {
+                roff.text([roman(line)]);
+            }
+            roff.control("fi", []);
+        }
+        roff.control("SH", ["EXIT STATUS"]);
+        for (status, meaning) in exit_statuses(&self.words) {
+            roff.control("TP", []);
+            roff.text([bold(status.to_string())]);
+            roff.text([roman(*meaning)]);
+        }
+        roff.control("SH", ["EXAMPLES"]);
+        for (what, line) in examples(&self.words) {
+            roff.control("TP", []);
+            roff.text([roman(*what)]);
+            // A command line is not filled or justified: it is copied.
+            roff.control("nf", []);
+            roff.text([bold(format!("$ {line}"))]);
+            roff.control("fi", []);
+        }
+        roff.control("SH", ["SEE ALSO"]);
+        let mut refs: Vec<String> = Vec::new();
+        if !self.words.is_empty() {
+            let parent = &self.words[..self.words.len() - 1];
+            refs.push(format!(
+                "{}(1)",
+                std::iter::once("btrfs-lab")
+                    .chain(parent.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join("-")
+            ));
+        }
+        for sub in self.cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            refs.push(format!("{}-{}(1)", self.name(), sub.get_name()));
+        }
+        refs.extend(see_also(&self.words).iter().map(|s| (*s).to_owned()));
+        let last = refs.len().saturating_sub(1);
+        for (i, r) in refs.iter().enumerate() {
+            let sep = if i == last { "" } else { "," };
+            roff.text([italic(r.as_str()), roman(sep)]);
+        }
+        roff.control("PP", []);
+        roff.text([roman(
+            "The same text as help: btrfs-lab [SUBCOMMAND] --help. Exit statuses of every \
+             command: /usr/share/doc/btrfs-lab/docs/exit-codes.md.",
+        )]);
+        roff.control("SH", ["VERSION"]);
+        roff.text([roman(format!("btrfs-lab {}", env!("CARGO_PKG_VERSION")))]);
+        let _ = roff.to_writer(&mut buf);
+        // Each section rendered on its own repeats roff's two-line
+        // apostrophe preamble; the page needs it once, at the top.
+        let text = String::from_utf8_lossy(&buf);
+        let mut page = String::with_capacity(text.len());
+        let mut preamble_seen = false;
+        let mut lines = text.lines().peekable();
+        while let Some(line) = lines.next() {
+            if line.starts_with(".ie \\n(.g .ds Aq")
+                && lines.peek().is_some_and(|l| l.starts_with(".el .ds Aq"))
+            {
+                let el = lines.next().unwrap_or_default();
+                if preamble_seen {
+                    continue;
+                }
+                preamble_seen = true;
+                page.push_str(line);
+                page.push('\n');
+                page.push_str(el);
+                page.push('\n');
+                continue;
+            }
+            page.push_str(line);
+            page.push('\n');
+        }
+        page
+    }
+}
+
+/// Every page: btrfs-lab itself, then each subcommand, depth first in the
+/// order `--help` lists them. The `help` subcommand gets none.
+pub fn pages() -> Vec<Page> {
+    let mut root = super::Cli::command().disable_help_subcommand(true);
+    root.build();
+    let mut pages = Vec::new();
+    collect(&root, Vec::new(), &mut pages);
+    pages
+}
+
+fn collect(cmd: &clap::Command, words: Vec<String>, pages: &mut Vec<Page>) {
+    pages.push(Page {
+        words: words.clone(),
+        cmd: cmd.clone(),
+    });
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let mut w = words.clone();
+        w.push(sub.get_name().to_owned());
+        collect(sub, w, pages);
+    }
+}
+
+/// Finds the page `words` names: `sandbox up`, `sandbox-up`,
+/// `btrfs-lab-sandbox-up`, `btrfs-lab-sandbox-up.1`.
+fn find<'a>(pages: &'a [Page], words: &[String]) -> Option<&'a Page> {
+    let joined = words.join("-");
+    let joined = joined.strip_suffix(".1").unwrap_or(&joined);
+    let joined = joined.strip_prefix("btrfs-lab").unwrap_or(joined);
+    let joined = joined.strip_prefix('-').unwrap_or(joined);
+    pages.iter().find(|p| p.words.join("-") == joined)
+}
+
+pub fn run(args: ManArgs, out: &Output) -> Result<u8> {
+    if out.json {
+        return Err(
+            Error::usage("man prints manual pages (roff); --json does not apply")
+                .with_hint("run it without --json: btrfs-lab man df | man -l -"),
+        );
+    }
+    let all = pages();
+    let selected: Vec<&Page> = if args.subcommand.is_empty() {
+        all.iter().collect()
+    } else {
+        let page = find(&all, &args.subcommand).ok_or_else(|| {
+            Error::usage(format!(
+                "no manual page for `{}`",
+                args.subcommand.join(" ")
+            ))
+            .with_hint(format!(
+                "pages: {}",
+                all.iter()
+                    .filter(|p| !p.words.is_empty())
+                    .map(|p| p.words.join(" "))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        all.iter()
+            .filter(|p| p.words.starts_with(&page.words))
+            .collect()
+    };
+    match args.dir {
+        None => {
+            // One page: the first selected (the named one, or btrfs-lab's).
+            out.text(&selected[0].render());
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::from_io(&e, "cannot create the directory", &dir))?;
+            for page in selected {
+                let path = dir.join(page.file_name());
+                write_replacing(&path, page.render().as_bytes())?;
+                out.text(&format!("{}\n", path.display()));
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Writes `bytes` to `path` through a new file next to it (O_EXCL,
+/// O_NOFOLLOW) renamed over it: a symlink or hard link someone placed at
+/// `path` is replaced, never written through. The temporary file is removed
+/// if anything fails.
+fn write_replacing(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::from_io(&e, "cannot write", path)
+    })
+}
+
+/// The exit statuses each page lists (docs/exit-codes.md).
+fn exit_statuses(words: &[String]) -> &'static [(u8, &'static str)] {
+    const BAD: (u8, &str) = (2, "bad command line (unknown option, invalid value).");
+    const INT: (u8, &str) = (
+        130,
+        "interrupted by SIGINT or SIGTERM; clean-up was done (a second signal exits at once).",
+    );
+    const FAIL: (u8, &str) = (
+        1,
+        "error: the operation failed or was refused; nothing was changed, or what was begun \
+         was rolled back.",
+    );
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    match w.as_slice() {
+        [] => &[
+            (0, "success (probe-dio: O_DIRECT writes are direct)."),
+            FAIL,
+            BAD,
+            (
+                3,
+                "probe-dio: buffered-fallback; read-test: the methods read different bytes; \
+                 bench: a figure is flagged.",
+            ),
+            (4, "probe-dio: profile-forced."),
+            (5, "probe-dio: inconclusive."),
+            (6, "nocow --check: files that are not NOCOW."),
+            (64, "show: a device's error counters are not all zero."),
+            INT,
+        ],
+        ["probe-dio"] => &[
+            (0, "direct: the O_DIRECT writes bypassed the page cache."),
+            (
+                3,
+                "buffered-fallback: the kernel turned the writes buffered (btrfs: data \
+                 checksums); with --pid: a file the process opened with O_DIRECT dirtied \
+                 page-cache folios.",
+            ),
+            (
+                4,
+                "profile-forced: the data profile (DUP, RAID1, ...) makes every O_DIRECT write \
+                 buffered.",
+            ),
+            (
+                5,
+                "inconclusive: too much noise to tell; the report says why.",
+            ),
+            FAIL,
+            BAD,
+            INT,
+        ],
+        ["show"] => &[
+            (0, "every device's error counters are zero."),
+            (
+                64,
+                "a device of a filesystem shown has a non-zero error counter (has_errors in \
+                 JSON).",
+            ),
+            FAIL,
+            BAD,
+        ],
+        ["links"] => &[
+            (
+                0,
+                "the links were reported, whatever they show (a capped link is a warning in the \
+                 report).",
+            ),
+            (
+                1,
+                "cannot report: neither a mounted btrfs nor a device, an unreadable tree, \
+                 --thermal without root.",
+            ),
+            BAD,
+        ],
+        ["df"] | ["usage"] => &[
+            (
+                0,
+                "success; with --parse: rows were found, whatever the findings say.",
+            ),
+            (
+                1,
+                "error; with --parse: nothing in the input is a row (or, df --strict, a line \
+                 that is not exact btrfs-progs output).",
+            ),
+            (
+                2,
+                "bad command line (two unit modes, -b with --iec/--si, --strict without \
+                 --parse).",
+            ),
+        ],
+        ["read-test"] => &[
+            (0, "measured (read the report for flagged methods)."),
+            (3, "the methods read different bytes (checksum mismatch)."),
+            (
+                1,
+                "refused or failed (a warm cache that cannot be made or proven, a file that \
+                 cannot be read).",
+            ),
+            BAD,
+            INT,
+        ],
+        ["bench"] => &[
+            (
+                0,
+                "every figure checked out (--sustained: whatever the series shows; --compare: \
+                 the files are bench reports).",
+            ),
+            (
+                3,
+                "at least one figure is flagged: it is not a result (the reasons are in the \
+                 report).",
+            ),
+            (
+                1,
+                "refused or failed (tmpfs, read-only, not enough free space, fio missing or \
+                 failing); the test directory is removed.",
+            ),
+            (
+                2,
+                "bad command line (--sustained SIZE under 256 MiB, --fill outside 1-95, ...).",
+            ),
+            (
+                130,
+                "interrupted by SIGINT, SIGTERM or SIGHUP: fio is killed and the test directory \
+                 removed.",
+            ),
+        ],
+        ["doctor"] => &[
+            (0, "no finding worse than info."),
+            (1, "the worst finding is a warning."),
+            (
+                2,
+                "a critical finding (or a bad command line, as for every command).",
+            ),
+            (
+                3,
+                "doctor could not look (UNKNOWN): not a mounted btrfs, no root for the ioctls, \
+                 --textfile not writable.",
+            ),
+        ],
+        ["nocow"] => &[
+            (
+                0,
+                "done; --check: every file is NOCOW (or nothing applies).",
+            ),
+            (6, "--check: the audit found files that are not NOCOW."),
+            (
+                1,
+                "refused or failed (--migrate: a file written to while it was migrated is \
+                 refused after three copies; a re-run continues).",
+            ),
+            BAD,
+            INT,
+        ],
+        ["convert"] | ["device", "add"] => &[
+            (0, "done (--background: the detached balance runs)."),
+            (
+                1,
+                "refused or failed; nothing was changed (a path that leads to another \
+                 filesystem than the one planned on is refused).",
+            ),
+            BAD,
+            (
+                130,
+                "SIGINT, SIGTERM or SIGHUP: the balance is paused, never cancelled; `convert \
+                 MOUNT --resume` continues it.",
+            ),
+        ],
+        ["sandbox", ..] => &[
+            (0, "success."),
+            (
+                1,
+                "refused or failed: a directory other users can change, a loop device someone \
+                 else attached, a record file that is corrupt or not written by btrfs-lab.",
+            ),
+            BAD,
+            (130, "interrupted; what up had made is removed."),
+        ],
+        ["man"] => &[
+            (0, "the page was printed or the pages written."),
+            (1, "DIR cannot be created or written."),
+            (
+                2,
+                "bad command line (a subcommand that has no page, --json).",
+            ),
+        ],
+        ["completions"] => &[
+            (0, "the script was printed."),
+            (2, "bad command line (an unknown shell, --json)."),
+        ],
+        _ => &[(0, "success."), FAIL, BAD, INT],
+    }
+}
+
+/// Real command lines for each page: (what it does, the line).
+fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    match w.as_slice() {
+        [] => &[
+            (
+                "Where the throughput of /mnt/data goes: a health check first.",
+                "btrfs-lab doctor /mnt/data",
+            ),
+            (
+                "A throwaway btrfs on two loop devices to rehearse on.",
+                "btrfs-lab sandbox up --name demo --dir sbx --devices 2 --size 1G --data raid0 --metadata raid1",
+            ),
+            ("Help of one subcommand.", "btrfs-lab df --help"),
+        ],
+        ["sandbox"] => &[(
+            "The sandboxes and whether they are up.",
+            "btrfs-lab sandbox list",
+        )],
+        ["sandbox", "up"] => &[
+            (
+                "Two 1 GiB loop devices, data RAID0, metadata RAID1, mounted at sbx/mnt.",
+                "btrfs-lab sandbox up --name space --dir sbx --devices 2 --size 1G --data raid0 --metadata raid1",
+            ),
+            (
+                "Show the plan only.",
+                "btrfs-lab sandbox up --dry-run --name demo --dir sbx --devices 2 --size 512M --data raid0 --metadata raid1",
+            ),
+            (
+                "An ext4 one, to compare.",
+                "btrfs-lab sandbox up --name plain --dir e4 --fs ext4 --size 256M",
+            ),
+        ],
+        ["sandbox", "down"] => &[
+            (
+                "Remove the sandbox mounted at sbx/mnt.",
+                "btrfs-lab sandbox down --yes sbx/mnt",
+            ),
+            (
+                "Remove every sandbox.",
+                "btrfs-lab sandbox down --yes --all",
+            ),
+        ],
+        ["sandbox", "list"] => &[
+            ("As text.", "btrfs-lab sandbox list"),
+            ("As JSON.", "btrfs-lab sandbox list --json"),
+        ],
+        ["probe-dio"] => &[
+            (
+                "Are O_DIRECT writes in /mnt/data/db direct?",
+                "btrfs-lab probe-dio --size 32M /mnt/data/db",
+            ),
+            (
+                "Watch a running database for 3 seconds.",
+                "btrfs-lab probe-dio --pid 1234 --seconds 3",
+            ),
+            (
+                "The verdict as JSON.",
+                "btrfs-lab probe-dio --json --size 32M /mnt/data/db",
+            ),
+        ],
+        ["demo"] => &[(
+            "The O_DIRECT trap on a sandbox, checksummed vs NOCOW.",
+            "btrfs-lab demo --size 32M",
+        )],
+        ["df"] => &[
+            ("Space of a mounted btrfs.", "btrfs-lab df /mnt/data"),
+            ("In bytes.", "btrfs-lab df -b /mnt/data"),
+            (
+                "Read `btrfs filesystem df` output pasted into a ticket.",
+                "btrfs-lab df --parse ticket.txt",
+            ),
+            ("As JSON.", "btrfs-lab df --json /mnt/data"),
+        ],
+        ["usage"] => &[
+            (
+                "Allocation per profile and device.",
+                "btrfs-lab usage /mnt/data",
+            ),
+            (
+                "Read pasted `btrfs filesystem usage` output.",
+                "btrfs-lab usage --parse usage.txt",
+            ),
+        ],
+        ["show"] => &[
+            (
+                "Every btrfs, its devices and error counters.",
+                "btrfs-lab show",
+            ),
+            ("One filesystem as JSON.", "btrfs-lab show --json /mnt/data"),
+        ],
+        ["device"] | ["device", "add"] => &[
+            (
+                "What adding /dev/nvme2n1 would do.",
+                "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
+            ),
+            (
+                "Add it, then convert data to RAID0 and metadata to RAID1.",
+                "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
+            ),
+        ],
+        ["convert"] => &[
+            (
+                "The plan only.",
+                "btrfs-lab convert --dry-run /mnt/data --data raid0 --metadata raid1",
+            ),
+            (
+                "Convert without asking.",
+                "btrfs-lab convert --yes /mnt/data --data raid0 --metadata raid1",
+            ),
+            (
+                "Where a conversion stands.",
+                "btrfs-lab convert --status /mnt/data",
+            ),
+            (
+                "Continue a paused conversion.",
+                "btrfs-lab convert --resume /mnt/data",
+            ),
+        ],
+        ["links"] => &[
+            ("The PCIe links of every NVMe drive.", "btrfs-lab links"),
+            (
+                "Those behind a filesystem, and its ceiling.",
+                "btrfs-lab links /mnt/data",
+            ),
+            (
+                "From a captured tree instead of this machine.",
+                "btrfs-lab links --sysroot reference /mnt/models",
+            ),
+        ],
+        ["nocow"] => &[
+            (
+                "What would be done.",
+                "btrfs-lab nocow --dry-run /mnt/data/db",
+            ),
+            (
+                "A NOCOW directory for VM images.",
+                "btrfs-lab nocow --yes /mnt/data/vm",
+            ),
+            ("Audit a directory.", "btrfs-lab nocow --check /mnt/data/db"),
+            (
+                "Migrate existing files.",
+                "btrfs-lab nocow --migrate --yes /mnt/data/db",
+            ),
+        ],
+        ["read-test"] => &[
+            (
+                "Fastest way to read a model file, cold cache.",
+                "btrfs-lab read-test /mnt/models/model.bin",
+            ),
+            (
+                "Two methods, several thread counts.",
+                "btrfs-lab read-test --methods direct,buffered --threads 1,2,4 /mnt/models/model.bin",
+            ),
+        ],
+        ["bench"] => &[
+            (
+                "The suite on a directory.",
+                "btrfs-lab bench --size 2G /mnt/data",
+            ),
+            (
+                "Sustained writes until the drive's cache is full.",
+                "btrfs-lab bench --sustained 4G --yes /mnt/data",
+            ),
+            (
+                "Metadata operations.",
+                "btrfs-lab bench --metadata --files 3000 --threads 2 /mnt/data",
+            ),
+        ],
+        ["doctor"] => &[
+            (
+                "What is wrong with /mnt/data.",
+                "btrfs-lab doctor /mnt/data",
+            ),
+            (
+                "For Prometheus' node_exporter textfile collector.",
+                "btrfs-lab doctor --format prometheus /mnt/data",
+            ),
+        ],
+        ["man"] => &[
+            ("Read the df page.", "btrfs-lab man df"),
+            (
+                "Install every page for man(1).",
+                "btrfs-lab man --dir /usr/local/share/man/man1",
+            ),
+        ],
+        ["completions"] => &[
+            (
+                "Bash completion for every user.",
+                "btrfs-lab completions bash",
+            ),
+            ("Zsh completion.", "btrfs-lab completions zsh"),
+        ],
+        _ => &[],
+    }
+}
+
+/// Other manual pages worth reading next to this one.
+fn see_also(words: &[String]) -> &'static [&'static str] {
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    match w.as_slice() {
+        [] => &["btrfs(8)", "mkfs.btrfs(8)", "fio(1)"],
+        ["df"] => &["btrfs-filesystem(8)"],
+        ["usage"] => &["btrfs-filesystem(8)"],
+        ["show"] => &["btrfs-filesystem(8)", "btrfs-device(8)"],
+        ["device", ..] => &["btrfs-device(8)", "btrfs-balance(8)"],
+        ["convert"] => &["btrfs-balance(8)"],
+        ["nocow"] => &["chattr(1)", "lsattr(1)"],
+        ["bench"] | ["read-test"] => &["fio(1)"],
+        ["probe-dio"] => &["open(2)"],
+        ["sandbox", ..] => &["losetup(8)", "mkfs.btrfs(8)"],
+        ["completions"] | ["man"] => &["man(1)"],
+        _ => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn has_section(page: &str, name: &str) -> bool {
+        page.lines()
+            .any(|l| l == format!(".SH {name}") || l == format!(".SH \"{name}\""))
+    }
+
+    #[test]
+    fn every_subcommand_has_a_page_with_every_section() {
+        let all = pages();
+        let names: Vec<String> = all.iter().map(Page::file_name).collect();
+        for expected in [
+            "btrfs-lab.1",
+            "btrfs-lab-df.1",
+            "btrfs-lab-sandbox-up.1",
+            "btrfs-lab-sandbox-down.1",
+            "btrfs-lab-sandbox-list.1",
+            "btrfs-lab-device-add.1",
+            "btrfs-lab-man.1",
+            "btrfs-lab-completions.1",
+        ] {
+            assert!(names.iter().any(|n| n == expected), "{expected}: {names:?}");
+        }
+        assert!(!names.iter().any(|n| n.contains("help")), "{names:?}");
+        for page in &all {
+            let text = page.render();
+            for section in [
+                "NAME",
+                "SYNOPSIS",
+                "DESCRIPTION",
+                "OPTIONS",
+                "EXIT STATUS",
+                "EXAMPLES",
+                "SEE ALSO",
+            ] {
+                assert!(
+                    has_section(&text, section),
+                    "{} has no {section} section:\n{text}",
+                    page.file_name()
+                );
+            }
+            assert_eq!(
+                text.matches(".ie \\n(.g .ds Aq").count(),
+                1,
+                "{}: the preamble once",
+                page.file_name()
+            );
+            assert!(
+                !examples(&page.words).is_empty(),
+                "{} has no examples",
+                page.file_name()
+            );
+            assert!(
+                text.contains(&format!(".TH {} 1", page.name().to_uppercase())),
+                "{}",
+                text.lines().next().unwrap_or_default()
+            );
+        }
+    }
+
+    #[test]
+    fn every_example_is_a_valid_command_line_of_its_page() {
+        for page in pages() {
+            for (_, line) in examples(&page.words) {
+                let argv = line.split_whitespace().collect::<Vec<_>>();
+                let parsed = <super::super::Cli as clap::Parser>::try_parse_from(&argv);
+                assert!(
+                    parsed.is_ok() || line.ends_with("--help"),
+                    "{}: `{line}`: {}",
+                    page.file_name(),
+                    parsed.err().map(|e| e.to_string()).unwrap_or_default()
+                );
+                let tail: Vec<&str> = argv[1..].to_vec();
+                assert!(
+                    tail.starts_with(&page.words.iter().map(String::as_str).collect::<Vec<_>>()),
+                    "{}: `{line}` is not a command line of this page",
+                    page.file_name()
+                );
+            }
+        }
+    }
+
+    /// Every status a table of docs/exit-codes.md gives for a command is
+    /// on that command's page (the first section, "Every command" and
+    /// probe-dio's verdicts, on btrfs-lab.1).
+    #[test]
+    fn pages_list_the_statuses_of_docs_exit_codes() {
+        let docs = include_str!("../../docs/exit-codes.md");
+        let mut checked = 0;
+        for (i, section) in docs.split("\n## ").enumerate() {
+            let words: Vec<String> = if i == 0 {
+                Vec::new()
+            } else {
+                let heading = section.lines().next().unwrap_or_default();
+                let first = heading.split(',').next().unwrap_or_default();
+                first
+                    .trim_matches(|c: char| c == '`' || c.is_whitespace())
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect()
+            };
+            let documented: Vec<u8> = section
+                .lines()
+                .filter_map(|l| l.strip_prefix("| "))
+                .filter_map(|l| l.split('|').next()?.trim().parse().ok())
+                .collect();
+            let listed: Vec<u8> = exit_statuses(&words).iter().map(|(s, _)| *s).collect();
+            for s in &documented {
+                assert!(
+                    listed.contains(s),
+                    "docs/exit-codes.md gives {s} for {words:?}; its page lists {listed:?}"
+                );
+            }
+            checked += documented.len();
+        }
+        assert!(
+            checked >= 20,
+            "only {checked} statuses found in docs/exit-codes.md"
+        );
+    }
+
+    #[test]
+    fn pages_are_found_by_any_spelling() {
+        let all = pages();
+        for spelling in [
+            vec!["sandbox", "up"],
+            vec!["sandbox-up"],
+            vec!["btrfs-lab-sandbox-up"],
+            vec!["btrfs-lab-sandbox-up.1"],
+        ] {
+            let words: Vec<String> = spelling.iter().map(|s| (*s).to_owned()).collect();
+            assert_eq!(
+                find(&all, &words).map(Page::name).as_deref(),
+                Some("btrfs-lab-sandbox-up"),
+                "{spelling:?}"
+            );
+        }
+        assert!(find(&all, &["nosuch".to_owned()]).is_none());
+        assert_eq!(
+            find(&all, &["btrfs-lab".to_owned()])
+                .map(Page::name)
+                .as_deref(),
+            Some("btrfs-lab")
+        );
+    }
+
+    #[test]
+    fn written_pages_replace_a_symlink_instead_of_following_it() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "keep\n").unwrap();
+        let page = t.path().join("btrfs-lab.1");
+        std::os::unix::fs::symlink(&victim, &page).unwrap();
+        write_replacing(&page, b".TH X 1\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+        assert_eq!(std::fs::read_to_string(&page).unwrap(), ".TH X 1\n");
+        assert!(!std::fs::symlink_metadata(&page).unwrap().is_symlink());
+        let left: Vec<_> = std::fs::read_dir(t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+    }
+}

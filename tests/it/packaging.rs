@@ -1,0 +1,319 @@
+//! What the package ships besides the binary, checked through the binary:
+//! `btrfs-lab man` pages (one per subcommand, rendered by man(1) without a
+//! groff warning) and `btrfs-lab completions` scripts (accepted by their
+//! shells, and bash's really completes). No root needed. The static build
+//! and the .deb itself are checked by scripts/release.sh and .ci/run.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::common::{bin, run};
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// The program `name`, or None (skipped loudly; in CI a failure).
+fn tool(name: &str, test: &str) -> Option<std::path::PathBuf> {
+    match which::which(name) {
+        Ok(p) => Some(p),
+        Err(_) if in_ci() => panic!("CI=true and {name} is missing for {test}"),
+        Err(_) => {
+            eprintln!("\n*** SKIPPED: {test} needs {name} (scripts/install-deps.sh) ***\n");
+            None
+        }
+    }
+}
+
+/// The subcommand names `btrfs-lab [WORDS] --help` lists, `help` left out.
+fn listed(words: &[&str]) -> Vec<String> {
+    let out = Command::new(bin())
+        .args(words)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{words:?} --help");
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter(|l| !l[2..].starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| *n != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every page `man --dir` must write, with the words of its command:
+/// btrfs-lab.1 and one per subcommand and nested subcommand that `--help`
+/// lists.
+fn expected_pages() -> Vec<(String, Vec<String>)> {
+    let mut pages = vec![("btrfs-lab.1".to_owned(), Vec::new())];
+    for name in listed(&[]) {
+        pages.push((format!("btrfs-lab-{name}.1"), vec![name.clone()]));
+        for nested in listed(&[&name]) {
+            pages.push((
+                format!("btrfs-lab-{name}-{nested}.1"),
+                vec![name.clone(), nested],
+            ));
+        }
+    }
+    pages.sort();
+    pages
+}
+
+fn script(shell: &str) -> String {
+    let (code, out, err) = run(Command::new(bin()).args(["completions", shell]));
+    assert_eq!(code, 0, "completions {shell}: {err}");
+    assert!(err.is_empty(), "{err}");
+    out
+}
+
+#[test]
+fn man_dir_writes_one_page_per_subcommand_that_man_renders() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("man1");
+    let (code, out, err) = run(Command::new(bin()).arg("man").arg("--dir").arg(&dir));
+    assert_eq!(code, 0, "{err}");
+    let mut written: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    let pages = expected_pages();
+    let expected: Vec<String> = pages.iter().map(|(f, _)| f.clone()).collect();
+    assert!(expected.contains(&"btrfs-lab-sandbox-up.1".to_owned()));
+    assert!(expected.contains(&"btrfs-lab-device-add.1".to_owned()));
+    assert!(expected.contains(&"btrfs-lab-read-test.1".to_owned()));
+    assert_eq!(written, expected, "no temporary file is left either");
+    assert_eq!(
+        out.lines().count(),
+        expected.len(),
+        "one line per page: {out}"
+    );
+
+    let Some(man) = tool(
+        "man",
+        "man_dir_writes_one_page_per_subcommand_that_man_renders",
+    ) else {
+        return;
+    };
+    for (page, words) in &pages {
+        let rendered = Command::new(&man)
+            .args(["--warnings", "-l"])
+            .arg(dir.join(page))
+            .env("MANPAGER", "cat")
+            .env("MANWIDTH", "100")
+            .env("LC_ALL", "C.UTF-8")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&rendered.stdout);
+        let warnings = String::from_utf8_lossy(&rendered.stderr);
+        assert!(rendered.status.success(), "man -l {page}: {warnings}");
+        assert!(
+            warnings.trim().is_empty(),
+            "man -l {page} warns:\n{warnings}"
+        );
+        for section in [
+            "NAME",
+            "SYNOPSIS",
+            "DESCRIPTION",
+            "OPTIONS",
+            "EXIT STATUS",
+            "EXAMPLES",
+            "SEE ALSO",
+        ] {
+            assert!(
+                text.lines().any(|l| l == section),
+                "{page} rendered has no {section}:\n{text}"
+            );
+        }
+        let name = page.trim_end_matches(".1");
+        assert!(
+            text.lines()
+                .next()
+                .unwrap_or_default()
+                .starts_with(&format!("{}(1)", name.to_uppercase())),
+            "{page}: {}",
+            text.lines().next().unwrap_or_default()
+        );
+        // Every example is a command line of this page's command.
+        let command = std::iter::once("btrfs-lab".to_owned())
+            .chain(words.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let examples: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter_map(|l| l.strip_prefix("$ "))
+            .collect();
+        assert!(!examples.is_empty(), "{page}: no example");
+        for e in &examples {
+            assert!(
+                *e == command || e.starts_with(&format!("{command} ")),
+                "{page}: example `{e}` is not a `{command}` command line"
+            );
+        }
+    }
+}
+
+#[test]
+fn man_prints_the_page_it_is_asked_for() {
+    for spelling in [
+        &["sandbox", "up"][..],
+        &["sandbox-up"],
+        &["btrfs-lab-sandbox-up.1"],
+    ] {
+        let (code, out, err) = run(Command::new(bin()).arg("man").args(spelling));
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains(".TH BTRFS-LAB-SANDBOX-UP 1"),
+            "{spelling:?}: {}",
+            out.lines().take(5).collect::<Vec<_>>().join("\n")
+        );
+        assert!(out.contains(".SH \"EXIT STATUS\""), "{out}");
+    }
+}
+
+#[test]
+fn man_and_completions_refuse_json_and_unknown_names_with_one_line() {
+    for args in [
+        &["man", "nosuch"][..],
+        &["--json", "man", "df"],
+        &["completions", "tcsh"],
+        &["--json", "completions", "bash"],
+    ] {
+        let (code, out, err) = run(Command::new(bin()).args(args));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?} printed on stdout: {out}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(
+            lines.len() <= 2 && lines[0].starts_with("btrfs-lab: error: "),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn completion_scripts_pass_their_shells_syntax_check_and_name_every_subcommand() {
+    let t = tempfile::tempdir().unwrap();
+    let names = listed(&[]);
+    assert!(names.iter().any(|n| n == "probe-dio"), "{names:?}");
+    for shell in ["bash", "zsh", "fish"] {
+        let text = script(shell);
+        for name in &names {
+            assert!(text.contains(name.as_str()), "{shell} script lacks {name}");
+        }
+        let Some(program) = tool(
+            shell,
+            "completion_scripts_pass_their_shells_syntax_check_and_name_every_subcommand",
+        ) else {
+            continue;
+        };
+        let file = t.path().join(format!("btrfs-lab.{shell}"));
+        fs::write(&file, &text).unwrap();
+        let (code, _, err) = run(Command::new(&program).arg("-n").arg(&file));
+        assert_eq!(code, 0, "{shell} -n rejects the script: {err}");
+        assert!(err.is_empty(), "{shell} -n: {err}");
+        // The check can fail: the script cut in the middle of a block is refused.
+        let cut = match shell {
+            "fish" => &text[..text.find("\nend\n").expect("a function") + 1],
+            _ => &text[..text.find("esac").expect("a case block") + 2],
+        };
+        let broken = t.path().join(format!("broken.{shell}"));
+        fs::write(&broken, cut).unwrap();
+        let (code, _, _) = run(Command::new(&program).arg("-n").arg(&broken));
+        assert_ne!(code, 0, "{shell} -n accepts a cut script");
+    }
+}
+
+/// Sources the bash script and asks its completion function, as bash does
+/// on TAB, for `words` with the cursor on the last one.
+fn bash_complete(file: &Path, words: &[&str]) -> Vec<String> {
+    let program = r#"
+source "$1"; shift
+spec=$(complete -p btrfs-lab) || exit 3
+f=$(sed -n 's/.*-F \([^ ]*\).*/\1/p' <<<"$spec")
+COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))
+COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+prev=""; [ $# -ge 2 ] && prev=${COMP_WORDS[COMP_CWORD-1]}
+"$f" btrfs-lab "${COMP_WORDS[COMP_CWORD]}" "$prev"
+printf '%s\n' "${COMPREPLY[@]}"
+"#;
+    let out = Command::new("bash")
+        .args(["-c", program, "complete"])
+        .arg(file)
+        .args(words)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn bash_completion_completes_nested_subcommands_and_their_flags() {
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("btrfs-lab.bash");
+    fs::write(&file, script("bash")).unwrap();
+    assert_eq!(bash_complete(&file, &["btrfs-lab", "sandb"]), ["sandbox"]);
+    // These two completed nothing with clap_complete's script for a
+    // hyphenated program name (clap-rs/clap#6421).
+    assert_eq!(bash_complete(&file, &["btrfs-lab", "sandbox", "u"]), ["up"]);
+    assert_eq!(
+        bash_complete(&file, &["btrfs-lab", "df", "--pars"]),
+        ["--parse"]
+    );
+    assert_eq!(
+        bash_complete(&file, &["btrfs-lab", "sandbox", "up", "--dat"]),
+        ["--data"]
+    );
+    let shells = bash_complete(&file, &["btrfs-lab", "completions", ""]);
+    for s in ["bash", "zsh", "fish"] {
+        assert!(shells.iter().any(|x| x == s), "{shells:?}");
+    }
+}
+
+#[test]
+fn fish_completion_completes_nested_subcommands_and_their_flags() {
+    let Some(fish) = tool(
+        "fish",
+        "fish_completion_completes_nested_subcommands_and_their_flags",
+    ) else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("btrfs-lab.fish");
+    fs::write(&file, script("fish")).unwrap();
+    let complete = |line: &str| -> Vec<String> {
+        let out = Command::new(&fish)
+            .arg("--no-config")
+            .arg("-c")
+            .arg(format!("source {}; complete -C '{line}'", file.display()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(complete("btrfs-lab sandbox u"), ["up"]);
+    assert_eq!(complete("btrfs-lab df --pars"), ["--parse"]);
+    // (clap_complete's fish script offers files, not the values, for a
+    // positional argument such as `completions SHELL`; bash's offers them.)
+}

@@ -24,7 +24,7 @@ if [ -z "$mount" ]; then
     sbx=(--state-dir "$state/state" --sandbox-root "$state/sandboxes")
     cleanup() { "$lab" "${sbx[@]}" sandbox down --yes --all >/dev/null || true; rm -rf "$state"; }
     trap cleanup EXIT
-    mount=$("$lab" "${sbx[@]}" sandbox up --json --devices 3 --size 1G --data raid0 --metadata raid1 |
+    mount=$("$lab" "${sbx[@]}" sandbox up --json --devices 3 --device-size 1G --data raid0 --metadata raid1 |
         sed -n 's/^  "mount_point": "\(.*\)",$/\1/p')
 fi
 

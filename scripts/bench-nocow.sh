@@ -25,7 +25,7 @@ state=$(mktemp -d /var/tmp/bench-nocow.XXXXXX)
 sbx=(--state-dir "$state/state" --sandbox-root "$state/sandboxes")
 cleanup() { "$lab" "${sbx[@]}" sandbox down --yes --all >/dev/null || true; rm -rf "$state"; }
 trap cleanup EXIT
-mnt=$("$lab" "${sbx[@]}" sandbox up --json --size $((size_mib * 4 + 1024))M |
+mnt=$("$lab" "${sbx[@]}" sandbox up --json --device-size $((size_mib * 4 + 1024))M |
     sed -n 's/^  "mount_point": "\(.*\)",$/\1/p')
 
 mkdir "$mnt/pool"

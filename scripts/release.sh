@@ -65,7 +65,7 @@ install -d -m 0755 "$stage/DEBIAN" "$stage/usr/bin" "$stage/usr/share/man/man1" 
     "$stage/usr/share/fish/vendor_completions.d" "$stage/usr/share/doc/btrfs-lab/docs" \
     "$stage/usr/share/lintian/overrides"
 install -m 0755 dist/btrfs-lab "$stage/usr/bin/btrfs-lab"
-dist/btrfs-lab man --dir "$stage/usr/share/man/man1" >/dev/null
+dist/btrfs-lab man --out-dir "$stage/usr/share/man/man1" >/dev/null
 gzip -9n "$stage"/usr/share/man/man1/*.1
 dist/btrfs-lab completions bash >"$stage/usr/share/bash-completion/completions/btrfs-lab"
 dist/btrfs-lab completions zsh >"$stage/usr/share/zsh/vendor-completions/_btrfs-lab"

@@ -2,7 +2,7 @@
 //! run time from the clap definition (clap_complete), so it completes the
 //! subcommands and flags this binary has.
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_complete::Shell;
 
 use btrfs_lab::error::{Error, Result, exit};
@@ -18,7 +18,7 @@ pub struct CompletionsArgs {
 
 /// The completion script for `shell`.
 pub fn script(shell: Shell) -> String {
-    let mut cmd = super::Cli::command();
+    let mut cmd = super::command();
     let mut buf = Vec::new();
     if shell == Shell::Bash {
         // clap_complete's bash script completes nothing after a subcommand
@@ -61,7 +61,7 @@ mod tests {
 
     #[test]
     fn every_shell_script_names_every_subcommand() {
-        let names: Vec<String> = super::super::Cli::command()
+        let names: Vec<String> = super::super::command()
             .get_subcommands()
             .map(|s| s.get_name().to_owned())
             .collect();

@@ -1,4 +1,4 @@
-//! `btrfs-lab man [--dir DIR] [SUBCOMMAND]`: manual pages generated at run
+//! `btrfs-lab man [--out-dir DIR] [SUBCOMMAND]`: manual pages generated at run
 //! time from the clap definition (clap_mangen), so every flag and help text
 //! in them is the one `--help` shows. One page per subcommand, nested ones
 //! included (`btrfs-lab-sandbox-up.1`), each with NAME, SYNOPSIS,
@@ -11,7 +11,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_mangen::Man;
 use clap_mangen::roff::{Roff, bold, italic, roman};
 
@@ -24,7 +24,7 @@ pub struct ManArgs {
     /// Write the pages into DIR (created if missing), one file per page:
     /// btrfs-lab.1, btrfs-lab-df.1, btrfs-lab-sandbox-up.1, ...; with a
     /// SUBCOMMAND, that page and those of its subcommands.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = "out-dir", value_name = "DIR")]
     dir: Option<PathBuf>,
     /// The subcommand whose page to print, as typed (`df`, `sandbox up`) or
     /// as the page is named (`sandbox-up`, `btrfs-lab-df`); nothing: the
@@ -165,7 +165,7 @@ impl Page {
 /// Every page: btrfs-lab itself, then each subcommand, depth first in the
 /// order `--help` lists them. The `help` subcommand gets none.
 pub fn pages() -> Vec<Page> {
-    let mut root = super::Cli::command().disable_help_subcommand(true);
+    let mut root = super::command().disable_help_subcommand(true);
     root.build();
     let mut pages = Vec::new();
     collect(&root, Vec::new(), &mut pages);
@@ -177,7 +177,10 @@ fn collect(cmd: &clap::Command, words: Vec<String>, pages: &mut Vec<Page>) {
         words: words.clone(),
         cmd: cmd.clone(),
     });
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+    // clap adds a `help` subcommand when the definition is built; it
+    // gets no page of its own.
+    let documented = |s: &&clap::Command| !s.is_hide_set() && s.get_name() != "help";
+    for sub in cmd.get_subcommands().filter(documented) {
         let mut w = words.clone();
         w.push(sub.get_name().to_owned());
         collect(sub, w, pages);
@@ -469,7 +472,7 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
             ),
             (
                 "A throwaway btrfs on two loop devices to rehearse on.",
-                "btrfs-lab sandbox up --name demo --dir sbx --devices 2 --size 1G --data raid0 --metadata raid1",
+                "btrfs-lab sandbox up --name demo --dir sbx --devices 2 --device-size 1G --data raid0 --metadata raid1",
             ),
             ("Help of one subcommand.", "btrfs-lab df --help"),
         ],
@@ -480,15 +483,15 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
         ["sandbox", "up"] => &[
             (
                 "Two 1 GiB loop devices, data RAID0, metadata RAID1, mounted at sbx/mnt.",
-                "btrfs-lab sandbox up --name space --dir sbx --devices 2 --size 1G --data raid0 --metadata raid1",
+                "btrfs-lab sandbox up --name space --dir sbx --devices 2 --device-size 1G --data raid0 --metadata raid1",
             ),
             (
                 "Show the plan only.",
-                "btrfs-lab sandbox up --dry-run --name demo --dir sbx --devices 2 --size 512M --data raid0 --metadata raid1",
+                "btrfs-lab sandbox up --dry-run --name demo --dir sbx --devices 2 --device-size 512M --data raid0 --metadata raid1",
             ),
             (
                 "An ext4 one, to compare.",
-                "btrfs-lab sandbox up --name plain --dir e4 --fs ext4 --size 256M",
+                "btrfs-lab sandbox up --name plain --dir e4 --fs ext4 --device-size 256M",
             ),
         ],
         ["sandbox", "down"] => &[
@@ -508,7 +511,7 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
         ["probe-dio"] => &[
             (
                 "Are O_DIRECT writes in /mnt/data/db direct?",
-                "btrfs-lab probe-dio --size 32M /mnt/data/db",
+                "btrfs-lab probe-dio --file-size 32M /mnt/data/db",
             ),
             (
                 "Watch a running database for 3 seconds.",
@@ -516,12 +519,12 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
             ),
             (
                 "The verdict as JSON.",
-                "btrfs-lab probe-dio --json --size 32M /mnt/data/db",
+                "btrfs-lab probe-dio --json --file-size 32M /mnt/data/db",
             ),
         ],
         ["demo"] => &[(
             "The O_DIRECT trap on a sandbox, checksummed vs NOCOW.",
-            "btrfs-lab demo --size 32M",
+            "btrfs-lab demo --file-size 32M",
         )],
         ["df"] => &[
             ("Space of a mounted btrfs.", "btrfs-lab df /mnt/data"),
@@ -616,7 +619,7 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
         ["bench"] => &[
             (
                 "The suite on a directory.",
-                "btrfs-lab bench --size 2G /mnt/data",
+                "btrfs-lab bench --file-size 2G /mnt/data",
             ),
             (
                 "Sustained writes until the drive's cache is full.",
@@ -624,7 +627,7 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
             ),
             (
                 "Metadata operations.",
-                "btrfs-lab bench --metadata --files 3000 --threads 2 /mnt/data",
+                "btrfs-lab bench --small-files --files 3000 --threads 2 /mnt/data",
             ),
         ],
         ["doctor"] => &[
@@ -641,7 +644,7 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
             ("Read the df page.", "btrfs-lab man df"),
             (
                 "Install every page for man(1).",
-                "btrfs-lab man --dir /usr/local/share/man/man1",
+                "btrfs-lab man --out-dir /usr/local/share/man/man1",
             ),
         ],
         ["completions"] => &[
@@ -741,7 +744,11 @@ mod tests {
         for page in pages() {
             for (_, line) in examples(&page.words) {
                 let argv = line.split_whitespace().collect::<Vec<_>>();
-                let parsed = <super::super::Cli as clap::Parser>::try_parse_from(&argv);
+                let parsed = super::super::command()
+                    .try_get_matches_from(&argv)
+                    .and_then(|m| {
+                        <super::super::Cli as clap::FromArgMatches>::from_arg_matches(&m)
+                    });
                 assert!(
                     parsed.is_ok() || line.ends_with("--help"),
                     "{}: `{line}`: {}",

@@ -180,7 +180,7 @@ pub fn command() -> clap::Command {
         .filter(|a| a.is_global_set())
         .cloned()
         .collect();
-    let mut top = with_help_flag(top)
+    with_help_flag(top)
         .disable_version_flag(true)
         .arg(
             Arg::new("version")
@@ -190,9 +190,7 @@ pub fn command() -> clap::Command {
                 .help("Print the version.")
                 .help_heading(None),
         )
-        .mut_subcommands(|sc| below_top(sc, &globals));
-    top.build();
-    top
+        .mut_subcommands(|sc| below_top(sc, &globals))
 }
 
 /// `--help` (long only) instead of clap's `-h/--help`.

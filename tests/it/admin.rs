@@ -37,6 +37,10 @@ fn fill(dir: &Path, count: usize, mib: usize) {
         }
         f.sync_all().unwrap();
     }
+    // fsync does not commit the transaction: without a syncfs the space
+    // counters can still change under a later "before" snapshot.
+    let dirfd = fs::File::open(dir).unwrap();
+    rustix::fs::syncfs(&dirfd).unwrap();
 }
 
 /// sha256 of every file, by name (coreutils' sha256sum, reading through

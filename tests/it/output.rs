@@ -174,6 +174,8 @@ fn subcommands_in_help(help: &str) -> Vec<String> {
         .skip_while(|l| !l.starts_with("Commands:"))
         .skip(1)
         .take_while(|l| l.starts_with("  "))
+        // A name sits two spaces in; deeper lines continue a wrapped description.
+        .filter(|l| !l[2..].starts_with(' '))
         .filter_map(|l| l.split_whitespace().next())
         .filter(|n| *n != "help")
         .map(str::to_owned)

@@ -46,7 +46,7 @@ fn listed(words: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// Every page `man --dir` must write, with the words of its command:
+/// Every page `man --out-dir` must write, with the words of its command:
 /// btrfs-lab.1 and one per subcommand and nested subcommand that `--help`
 /// lists.
 fn expected_pages() -> Vec<(String, Vec<String>)> {
@@ -75,7 +75,7 @@ fn script(shell: &str) -> String {
 fn man_dir_writes_one_page_per_subcommand_that_man_renders() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path().join("man1");
-    let (code, out, err) = run(Command::new(bin()).arg("man").arg("--dir").arg(&dir));
+    let (code, out, err) = run(Command::new(bin()).arg("man").arg("--out-dir").arg(&dir));
     assert_eq!(code, 0, "{err}");
     let mut written: Vec<String> = fs::read_dir(&dir)
         .unwrap()

@@ -166,7 +166,9 @@ impl Error {
 
 /// The last record of a JSON Lines stream that failed after its operation
 /// had started (docs/json.md): `{"event":"error","error":{...}}`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct ErrorEvent {
     /// Always `error`.
     pub event: String,
@@ -175,7 +177,9 @@ pub struct ErrorEvent {
 }
 
 /// An error as JSON.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct ErrorDocument {
     /// The one-line message.
     pub message: String,

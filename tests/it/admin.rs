@@ -97,20 +97,15 @@ fn expect(data: &str, metadata: &str) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-/// The JSON Lines of a `convert --json` run, read back as their type.
+/// The JSON Lines of a `convert --json` run, read back as their type
+/// (each checked against its schema).
 fn records(stdout: &str) -> Vec<ConvertRecord> {
-    stdout
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a convert record ({e}): {l}"))
-        })
-        .collect()
+    crate::common::typed_lines(stdout)
 }
 
-/// A `--json` document read back as its type.
-fn doc<T: serde::de::DeserializeOwned>(stdout: &str) -> T {
-    serde_json::from_str(stdout)
-        .unwrap_or_else(|e| panic!("stdout is not the expected document ({e}):\n{stdout}"))
+/// A `--json` document read back as its type (checked against its schema).
+fn doc<T: serde::de::DeserializeOwned + btrfs_lab::model::envelope::Document>(stdout: &str) -> T {
+    crate::common::typed(stdout)
 }
 
 #[test]

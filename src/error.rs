@@ -171,6 +171,7 @@ impl Error {
 )]
 pub struct ErrorEvent {
     /// Always `error`.
+    #[schemars(extend("const" = "error"))]
     pub event: String,
     /// What went wrong.
     pub error: ErrorDocument,

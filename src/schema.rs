@@ -4,7 +4,6 @@
 //! fails when the committed files differ from what the types generate, and
 //! `BTRFS_LAB_WRITE_SCHEMAS=1 cargo test --lib schema::` writes them anew.
 
-use schemars::Schema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
@@ -94,42 +93,64 @@ fn generator() -> schemars::SchemaGenerator {
 /// The schema of document `T` in its envelope: `btrfs_lab.document` is
 /// pinned to its name and `btrfs_lab.schema` to [`SCHEMA_VERSION`].
 fn document_schema<T: Document + 'static>(printed_by: &str) -> Value {
-    let schema: Schema = generator().into_root_schema_for::<Enveloped<'static, T>>();
-    let mut v = schema.to_value();
-    let o = v.as_object_mut().expect("a schema is an object");
-    o.insert(
-        "$id".to_owned(),
-        json!(format!(
-            "https://btrfs-lab.invalid/schema/{}.schema.json",
-            T::NAME
-        )),
-    );
-    o.insert(
-        "title".to_owned(),
-        json!(format!("btrfs-lab {} document", T::NAME)),
-    );
-    o.insert(
-        "description".to_owned(),
-        json!(format!("What `btrfs-lab {printed_by}` prints.")),
-    );
+    let mut v = generator()
+        .into_root_schema_for::<Enveloped<'static, T>>()
+        .to_value();
     // The envelope is the Envelope type, with this document's constants.
-    let envelope = envelope_schema_value();
-    let mut pinned = envelope.clone();
+    let mut pinned = envelope_schema_value();
     let props = pinned["properties"]
         .as_object_mut()
         .expect("the envelope has properties");
-    props["document"] = json!({"const": T::NAME});
-    props["schema"] = json!({"const": SCHEMA_VERSION});
+    props["document"]["const"] = json!(T::NAME);
+    props["schema"]["const"] = json!(SCHEMA_VERSION);
     for key in ["$schema", "title", "$id"] {
         pinned.as_object_mut().map(|o| o.remove(key));
     }
-    let defs = o
+    v.as_object_mut()
+        .expect("a schema is an object")
         .entry("$defs")
         .or_insert_with(|| json!({}))
         .as_object_mut()
-        .expect("$defs is an object");
-    defs.insert("Envelope".to_owned(), pinned);
-    v
+        .expect("$defs is an object")
+        .insert("Envelope".to_owned(), pinned);
+    let description = if printed_by.starts_with("the ") {
+        format!("The document of {printed_by}.")
+    } else {
+        format!("What `btrfs-lab {printed_by}` prints.")
+    };
+    with_header(
+        v,
+        T::NAME,
+        &format!("btrfs-lab {} document", T::NAME),
+        &description,
+    )
+}
+
+/// `schema` with `$schema`, `$id`, `title` and `description` first, the
+/// rest in the generated order.
+fn with_header(schema: Value, name: &str, title: &str, description: &str) -> Value {
+    let Value::Object(mut rest) = schema else {
+        unreachable!("a schema is an object")
+    };
+    let mut o = serde_json::Map::new();
+    o.insert(
+        "$schema".to_owned(),
+        rest.remove("$schema")
+            .unwrap_or_else(|| json!("https://json-schema.org/draft/2020-12/schema")),
+    );
+    o.insert(
+        "$id".to_owned(),
+        json!(format!(
+            "https://btrfs-lab.invalid/schema/{name}.schema.json"
+        )),
+    );
+    o.insert("title".to_owned(), json!(title));
+    o.insert("description".to_owned(), json!(description));
+    for key in ["$id", "title", "description"] {
+        rest.remove(key);
+    }
+    o.extend(rest);
+    Value::Object(o)
 }
 
 fn envelope_schema_value() -> Value {
@@ -138,14 +159,12 @@ fn envelope_schema_value() -> Value {
 
 /// The schema of the envelope alone (`docs/schema/envelope.schema.json`).
 pub fn envelope_schema() -> Value {
-    let mut v = envelope_schema_value();
-    let o = v.as_object_mut().expect("a schema is an object");
-    o.insert(
-        "$id".to_owned(),
-        json!("https://btrfs-lab.invalid/schema/envelope.schema.json"),
-    );
-    o.insert("title".to_owned(), json!("btrfs-lab envelope"));
-    v
+    with_header(
+        envelope_schema_value(),
+        "envelope",
+        "btrfs-lab envelope",
+        "The `btrfs_lab` object at the start of every --json document and JSON Lines record.",
+    )
 }
 
 /// Every published schema: `(file name, schema)`, envelope first.
@@ -216,6 +235,28 @@ mod tests {
                 on_disk == text(v),
                 "docs/schema/{name} differs from what the types generate; {regenerate}"
             );
+        }
+    }
+
+    /// docs/json.md lists every document with its schema file.
+    #[test]
+    fn docs_list_every_document() {
+        let doc =
+            std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/json.md"))
+                .unwrap();
+        for d in DOCUMENTS {
+            let row = format!(
+                "| `{}` | {}",
+                d.name,
+                if d.printed_by.starts_with("the ") {
+                    d.printed_by.to_owned()
+                } else {
+                    format!("`{}", d.printed_by.split(" (").next().unwrap())
+                }
+            );
+            assert!(doc.contains(&row), "docs/json.md has no row {row}");
+            let link = format!("(schema/{}.schema.json)", d.name);
+            assert!(doc.contains(&link), "docs/json.md does not link {link}");
         }
     }
 

@@ -384,3 +384,59 @@ pub fn listing(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// The schemas are strict enough to catch a document that lost a field: a
+/// real `df --parse --json` document passes [`validate`], and the same
+/// document without a required field (at the top, inside a record, in the
+/// envelope), with `null` where a number must be, or named as another
+/// document, fails it.
+#[test]
+fn a_real_document_that_lost_a_field_fails_its_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("df.txt");
+    fs::write(
+        &input,
+        "Data, single: total=1.00GiB, used=512.00MiB\n\
+         System, single: total=4.00MiB, used=16.00KiB\n\
+         Metadata, single: total=256.00MiB, used=1.00MiB\n\
+         GlobalReserve, single: total=3.25MiB, used=0.00B\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run(Command::new(bin())
+        .args(["df", "--parse", "--json"])
+        .arg(&input));
+    assert_eq!(code, 0, "{stderr}");
+    let doc = json(&stdout);
+    assert_eq!(validate(&doc, &stdout), "df");
+    assert_eq!(doc["records"][0]["total_bytes"], 1u64 << 30);
+    let fails = |bad: &Value| {
+        let text = bad.to_string();
+        let bad = bad.clone();
+        std::panic::catch_unwind(move || validate(&bad, &text)).is_err()
+    };
+    for pointer in [
+        "/records",
+        "/interpretation",
+        "/records/0/total_bytes",
+        "/records/1/profile",
+        "/btrfs_lab/time",
+    ] {
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        let mut bad = doc.clone();
+        let removed = bad
+            .pointer_mut(parent)
+            .and_then(Value::as_object_mut)
+            .and_then(|o| o.remove(key));
+        assert!(removed.is_some(), "{pointer} is not in the document");
+        assert!(fails(&bad), "{pointer} removed, and it still passed");
+    }
+    let mut bad = doc.clone();
+    bad["records"][0]["used_bytes"] = Value::Null;
+    assert!(fails(&bad), "null used_bytes passed");
+    let mut bad = doc.clone();
+    bad["btrfs_lab"]["document"] = "usage".into();
+    assert!(fails(&bad), "a df document named usage passed");
+    // And the unchanged document still passes: the failures above are the
+    // removed fields, not the harness.
+    assert!(!fails(&doc));
+}

@@ -33,12 +33,12 @@ pub trait Document: Serialize + schemars::JsonSchema {
 /// The `btrfs_lab` object of a document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Envelope {
-    /// The tool's version (`btrfs-lab --version`).
+    /// The tool's version, as `btrfs-lab --version` prints it.
     pub version: String,
-    /// The schema version ([`SCHEMA_VERSION`]).
+    /// The schema version: bumped only on a breaking change (docs/json.md).
     pub schema: u32,
     /// Which document this is: its schema is
-    /// `docs/schema/<document>.schema.json`.
+    /// docs/schema/DOCUMENT.schema.json.
     pub document: String,
     /// The host's name (uname's nodename).
     pub host: String,

@@ -166,16 +166,21 @@ impl Error {
 
 /// The last record of a JSON Lines stream that failed after its operation
 /// had started (docs/json.md): `{"event":"error","error":{...}}`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct ErrorEvent {
     /// Always `error`.
+    #[schemars(extend("const" = "error"))]
     pub event: String,
     /// What went wrong.
     pub error: ErrorDocument,
 }
 
 /// An error as JSON.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct ErrorDocument {
     /// The one-line message.
     pub message: String,

@@ -20,6 +20,7 @@ pub mod parse;
 pub mod probe;
 pub mod readtest;
 pub mod sandbox;
+pub mod schema;
 pub mod space;
 pub mod sys;
 

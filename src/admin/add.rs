@@ -20,7 +20,7 @@ use crate::sys::root::SysRoot;
 use crate::sys::tools::{self, display_argv};
 
 /// A device to add.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NewDevice {
     /// As given.
     pub path: PathBuf,
@@ -35,7 +35,7 @@ pub struct NewDevice {
 }
 
 /// A device line of a layout.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LayoutDevice {
     /// Path.
     pub path: String,
@@ -46,7 +46,7 @@ pub struct LayoutDevice {
 }
 
 /// The filesystem before or after.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Layout {
     /// Devices.
     pub devices: Vec<LayoutDevice>,
@@ -64,7 +64,7 @@ pub struct AddOptions {
 }
 
 /// The plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AddPlan {
     /// Mount point.
     pub mount_point: PathBuf,
@@ -89,7 +89,7 @@ pub struct AddPlan {
 }
 
 /// A device asked for that is already a member.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AlreadyMember {
     /// As given.
     pub path: PathBuf,
@@ -100,7 +100,7 @@ pub struct AlreadyMember {
 /// What `device add` reports when every device asked for is already a
 /// member: the result the user asked for is there, so it is a success that
 /// changes nothing (a playbook run twice reports `changed: false`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NothingToAdd {
     /// Always true.
     pub nothing_to_do: bool,
@@ -394,7 +394,7 @@ pub fn replan_convert(
 }
 
 /// What the add did, verified from the kernel.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AddResult {
     /// Devices now, as the kernel lists them.
     pub devices: Vec<MemberDevice>,

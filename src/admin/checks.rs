@@ -16,7 +16,7 @@ use crate::sys::blockdev::BlockDeviceFacts;
 pub(crate) const MIN_DEVICE_SIZE: u64 = 256 << 20;
 
 /// Why something may not go ahead.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Reason {
     /// The device concerned; `null` for the filesystem itself.
     pub device: Option<PathBuf>,

@@ -16,7 +16,7 @@ use crate::model::profile::Profile;
 
 /// One JSON Lines record of `convert --json` (and of `device add --json
 /// --then-convert`), tagged by `event`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "lowercase")]
 pub enum ConvertRecord {
     /// The plan: a conversion's or an add's, or a resume's.
@@ -55,7 +55,7 @@ pub enum ConvertRecord {
 }
 
 /// The `plan` of a plan record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum PlanDoc {
     /// `device add --then-convert` (its `then_convert` holds the conversion).
@@ -65,7 +65,7 @@ pub enum PlanDoc {
 }
 
 /// `{"event": "plan", "resume": ...}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResumePlan {
     /// Data target of the paused balance.
     pub data: Option<Profile>,
@@ -76,7 +76,7 @@ pub struct ResumePlan {
 }
 
 /// `{"event": "result", ...}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResultRecord {
     /// How it ended.
     pub outcome: Outcome,
@@ -89,7 +89,7 @@ pub struct ResultRecord {
 }
 
 /// Whether a balance exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BalanceKind {
     /// Running now.
@@ -101,7 +101,7 @@ pub enum BalanceKind {
 }
 
 /// `convert --status --json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatusReport {
     /// Mount point.
     pub mount_point: PathBuf,
@@ -129,21 +129,21 @@ pub struct StatusReport {
 }
 
 /// `convert --pause --json`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PauseReport {
     /// Always true on success (also when it was paused already).
     pub paused: bool,
 }
 
 /// `convert --cancel --json`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CancelReport {
     /// Always true on success.
     pub cancelled: bool,
 }
 
 /// `device add --json` without `--then-convert`: one document.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AddReport {
     /// The plan.
     pub plan: AddPlan,
@@ -157,7 +157,7 @@ pub struct AddReport {
 pub use crate::hw::model::ArrayCeiling as Ceiling;
 
 /// The array's read ceiling before and after a `device add`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Throughput {
     /// Now.
     pub before: Ceiling,

@@ -18,7 +18,7 @@ use crate::sys::root::SysRoot;
 use crate::sys::target::{self, BtrfsTarget};
 
 /// A member device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct MemberDevice {
     /// btrfs device id.
     pub devid: u64,
@@ -38,7 +38,7 @@ impl MemberDevice {
 }
 
 /// A balance that exists (running or paused), as the kernel reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BalanceInfo {
     /// Running now.
     pub running: bool,
@@ -80,7 +80,7 @@ impl BalanceInfo {
 }
 
 /// The filesystem, as the planners see it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsState {
     /// The path given, canonical.
     pub path: PathBuf,
@@ -107,7 +107,7 @@ pub struct FsState {
 }
 
 /// The error counters of one device (what `btrfs device stats` shows).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DeviceErrors {
     /// btrfs device id.
     pub devid: u64,

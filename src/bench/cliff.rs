@@ -30,7 +30,7 @@ pub const MIN_SAMPLES: usize = 2 * MIN_SIDE;
 pub const DECLINE_RATIO: f64 = 0.8;
 
 /// One second of the series.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Point {
     /// Seconds from the start, at the end of the interval.
     pub t_secs: f64,
@@ -39,7 +39,7 @@ pub struct Point {
 }
 
 /// What the series shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Shape {
     /// The rate held (within the noise).
@@ -53,7 +53,7 @@ pub enum Shape {
 }
 
 /// The verdict on a series.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CliffAnalysis {
     /// What it shows.
     pub shape: Shape,

@@ -11,7 +11,7 @@ use super::report::{BenchReport, REPORT_VERSION, Status};
 use crate::error::{Error, ErrorKind, Result};
 
 /// One test in both reports.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CompareRow {
     /// `SEQ1M Q8T1`.
     pub name: String,
@@ -32,7 +32,7 @@ pub struct CompareRow {
 }
 
 /// The comparison.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Comparison {
     /// A's path.
     pub a: String,

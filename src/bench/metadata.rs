@@ -86,7 +86,7 @@ impl MetadataOptions {
 }
 
 /// One phase.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Phase {
     /// `create`, `stat` or `delete`.
     pub name: String,
@@ -107,7 +107,7 @@ pub struct Phase {
 }
 
 /// Bytes one member wrote.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemberBytes {
     /// Kernel name.
     pub device: String,
@@ -118,7 +118,7 @@ pub struct MemberBytes {
 }
 
 /// The report of `bench --metadata`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MetadataReport {
     /// Format version.
     pub report_version: u32,

@@ -15,7 +15,7 @@ pub const EXIT_FLAGGED: u8 = 3;
 pub const REPORT_VERSION: u32 = 1;
 
 /// The whole report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BenchReport {
     /// Layout version ([`REPORT_VERSION`]).
     pub report_version: u32,
@@ -46,7 +46,7 @@ pub struct BenchReport {
 }
 
 /// The machine and its software.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SystemInfo {
     /// `uname -r`.
     pub kernel: String,
@@ -61,7 +61,7 @@ pub struct SystemInfo {
 }
 
 /// One block device of the filesystem.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemberDevice {
     /// As the filesystem knows it (`/dev/nvme0n1p2`).
     pub path: String,
@@ -74,7 +74,7 @@ pub struct MemberDevice {
 }
 
 /// The filesystem under DIR.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TargetInfo {
     /// DIR, canonical.
     pub dir: PathBuf,
@@ -99,7 +99,7 @@ pub struct TargetInfo {
 }
 
 /// What was asked for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Parameters {
     /// `default`, `nvme` or `custom` (`--tests`).
     pub profile: String,
@@ -121,7 +121,9 @@ pub struct Parameters {
 }
 
 /// Bytes by how a file stores them (FIEMAP).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct FileLayout {
     /// Extents.
     pub extents: u64,
@@ -143,7 +145,7 @@ impl FileLayout {
 }
 
 /// The test file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestFileInfo {
     /// Where it was (removed at the end).
     pub path: PathBuf,
@@ -164,7 +166,7 @@ pub struct TestFileInfo {
 }
 
 /// Whether a figure can be trusted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Checked and fine (there may be notes).
@@ -174,7 +176,7 @@ pub enum Status {
 }
 
 /// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// The figure is not a measurement of the devices.
@@ -184,7 +186,19 @@ pub enum Severity {
 }
 
 /// Stable codes of the checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckCode {
     /// fio claims more bytes than the members moved.
@@ -208,7 +222,7 @@ pub enum CheckCode {
 }
 
 /// One finding about a figure.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Check {
     /// Stable code.
     pub code: CheckCode,
@@ -219,7 +233,7 @@ pub struct Check {
 }
 
 /// One fio run of one test.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunResult {
     /// From 1.
     pub run: u32,
@@ -254,7 +268,7 @@ pub struct RunResult {
 }
 
 /// One test in one direction, all runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestResult {
     /// The test.
     pub test: TestSpec,
@@ -290,7 +304,7 @@ pub struct TestResult {
 }
 
 /// The array's ceiling from `links`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CeilingInfo {
     /// One reader, one large sequential read, encoded rate (bytes/s).
     pub one_reader_bytes_per_sec: Option<f64>,
@@ -305,7 +319,7 @@ pub struct CeilingInfo {
 }
 
 /// One NVMe drive's thermal counters around the bench.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ThermalInfo {
     /// Controller (`nvme0`).
     pub controller: String,
@@ -324,7 +338,7 @@ pub struct ThermalInfo {
 }
 
 /// `--members`: sequential O_DIRECT reads of the member devices.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemberScaling {
     /// Each member alone.
     pub alone: Vec<MemberRate>,
@@ -345,7 +359,7 @@ pub struct MemberScaling {
 }
 
 /// One member's read rate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemberRate {
     /// Device path.
     pub device: String,

@@ -159,7 +159,7 @@ pub struct SustainedProgress {
 }
 
 /// One member device's write rate, second by second.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemberSeries {
     /// Kernel name.
     pub device: String,
@@ -172,7 +172,7 @@ pub struct MemberSeries {
 }
 
 /// The report of `bench --sustained`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SustainedReport {
     /// Format version.
     pub report_version: u32,

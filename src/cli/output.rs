@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use owo_colors::OwoColorize;
-use serde::Serialize;
 
 use btrfs_lab::error::{Error, ErrorEvent, ErrorKind, Result};
+use btrfs_lab::model::envelope::{Document, Enveloped};
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -171,16 +171,19 @@ impl Output {
         state.write(text.as_bytes());
     }
 
-    /// Prints one JSON document to stdout.
-    pub fn json_doc<T: Serialize>(&self, value: &T) {
-        let mut text = serde_json::to_string_pretty(value).expect("reports serialize");
+    /// Prints one JSON document to stdout, in its envelope (the tool's
+    /// version, the document's name and schema version, host, time:
+    /// docs/json.md).
+    pub fn json_doc<T: Document>(&self, value: &T) {
+        let mut text =
+            serde_json::to_string_pretty(&Enveloped::new(value)).expect("reports serialize");
         text.push('\n');
         self.text(&text);
     }
 
     /// Prints a report: its JSON document with `--json`, otherwise the text
     /// `render` makes of it. The one place that decides between the two.
-    pub fn report<T: Serialize>(&self, report: &T, render: impl FnOnce(&T) -> String) {
+    pub fn report<T: Document>(&self, report: &T, render: impl FnOnce(&T) -> String) {
         if self.json {
             self.json_doc(report);
         } else {
@@ -188,9 +191,10 @@ impl Output {
         }
     }
 
-    /// Prints one JSON Lines record (a progress event) to stdout.
-    pub fn json_line<T: Serialize>(&self, value: &T) {
-        let mut text = serde_json::to_string(value).expect("reports serialize");
+    /// Prints one JSON Lines record (a progress event) to stdout, in its
+    /// envelope like a document.
+    pub fn json_line<T: Document>(&self, value: &T) {
+        let mut text = serde_json::to_string(&Enveloped::new(value)).expect("reports serialize");
         text.push('\n');
         self.text(&text);
     }
@@ -221,7 +225,8 @@ impl Output {
             None => state.write(pending.as_bytes()),
             Some(e) if self.json && state.started => {
                 let record = ErrorEvent::new(e);
-                let line = serde_json::to_string(&record).expect("reports serialize");
+                let line =
+                    serde_json::to_string(&Enveloped::new(&record)).expect("reports serialize");
                 state.write(format!("{line}\n").as_bytes());
             }
             Some(_) => {}

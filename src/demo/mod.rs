@@ -9,7 +9,7 @@ use crate::probe::report::ProbeReport;
 use crate::probe::verdict::Verdict;
 
 /// `demo --json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DemoReport {
     /// Kernel release.
     pub kernel: String,
@@ -22,7 +22,7 @@ pub struct DemoReport {
 }
 
 /// The demo's sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DemoSandbox {
     /// Its name.
     pub name: String,

@@ -20,7 +20,7 @@ use super::facts::FsFacts;
 pub const PROBE_BYTES: u64 = 64 << 20;
 
 /// What the deep checks found out.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeepFacts {
     /// probe-dio's verdict (`direct`, `buffered-fallback`, `profile-forced`,
     /// `inconclusive`), absent when the probe could not run.

@@ -10,7 +10,9 @@ use crate::model::profile::Profile;
 use crate::model::space::BgType;
 
 /// The error counters of one device (`btrfs device stats`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct ErrorCounts {
     /// Write I/O errors.
     pub write: u64,
@@ -43,7 +45,7 @@ impl ErrorCounts {
 }
 
 /// One member device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceFacts {
     /// btrfs device id.
     pub devid: u64,
@@ -71,7 +73,7 @@ impl DeviceFacts {
 }
 
 /// Space of one block-group type and profile (`btrfs filesystem df`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SpaceUse {
     /// Type.
     pub bg_type: BgType,
@@ -84,7 +86,7 @@ pub struct SpaceUse {
 }
 
 /// A balance that exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BalanceFacts {
     /// Running now (else paused).
     pub running: bool,
@@ -99,7 +101,7 @@ pub struct BalanceFacts {
 }
 
 /// Everything doctor read about one filesystem.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsFacts {
     /// Mount point.
     pub mount_point: PathBuf,

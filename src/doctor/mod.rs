@@ -34,7 +34,7 @@ pub const EXIT_CRITICAL: u8 = 2;
 pub const EXIT_UNKNOWN: u8 = 3;
 
 /// One filesystem: what was read, and what was found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsDiagnosis {
     /// Mount point.
     pub mount_point: PathBuf,
@@ -52,7 +52,7 @@ pub struct FsDiagnosis {
 }
 
 /// The whole report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DoctorReport {
     /// `btrfs-lab`.
     pub tool: String,

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The last scrub of one device, as btrfs-progs recorded it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ScrubDevice {
     /// btrfs device id.
     pub devid: u64,

@@ -10,7 +10,7 @@ pub use crate::sys::topology::{DeviceKind, LoopLayer};
 
 /// A throughput ceiling: what the links carry after encoding, and the
 /// practical band after protocol overhead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Bandwidth {
     /// After line encoding, bytes per second.
     pub encoded_bytes_per_sec: u64,
@@ -45,7 +45,7 @@ impl Bandwidth {
 
 /// The role of a PCI function on the way up, inferred from its position:
 /// drive, then pairs of switch ports, then the root port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum HopRole {
     /// The NVMe controller's own function.
@@ -77,7 +77,7 @@ impl HopRole {
 }
 
 /// One PCI function between a drive and its root port.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Hop {
     /// `0000:00:01.2`.
     pub address: String,
@@ -104,7 +104,7 @@ pub struct Hop {
 }
 
 /// The ceiling of one device, and the link that sets it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Ceiling {
     /// The bandwidth.
     #[serde(flatten)]
@@ -121,7 +121,9 @@ pub struct Ceiling {
 }
 
 /// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Costs throughput.
@@ -131,7 +133,7 @@ pub enum Severity {
 }
 
 /// What a finding is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum FindingKind {
     /// A link trained below what both of its ends support.
@@ -147,7 +149,7 @@ pub enum FindingKind {
 }
 
 /// Something the links show that the user should know.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Finding {
     /// What kind.
     pub kind: FindingKind,
@@ -162,7 +164,7 @@ pub struct Finding {
 }
 
 /// One listed device: an NVMe controller, or a disk without PCIe link.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceReport {
     /// Controller name (`nvme0`), or the disk's name (`vda`).
     pub name: String,
@@ -201,7 +203,7 @@ pub struct DeviceReport {
 }
 
 /// The ceiling of an array for one data profile.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ArrayCeiling {
     /// The data profile.
     pub profile: Profile,
@@ -229,7 +231,7 @@ pub struct ArrayCeiling {
 }
 
 /// One member of the array.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ArrayMember {
     /// As btrfs knows it (`/dev/nvme0n1p2`).
     pub device: String,
@@ -242,7 +244,7 @@ pub struct ArrayMember {
 }
 
 /// The array behind MOUNT.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ArrayReport {
     /// The mount as given.
     pub mount: String,
@@ -257,7 +259,7 @@ pub struct ArrayReport {
 }
 
 /// What was asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Every NVMe controller.
@@ -269,7 +271,7 @@ pub enum Scope {
 }
 
 /// The whole report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LinksReport {
     /// Where sysfs was read (`/` or the `--sysroot` directory).
     pub sysroot: String,

@@ -9,7 +9,19 @@ use serde::{Deserialize, Serialize};
 /// How bad a finding is. Ordered worst first, so sorting puts the worst on
 /// top; the exit status of `doctor` follows the worst (0 ok / 1 warning /
 /// 2 critical, as monitoring plugins do).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Data at risk, or about to be (ENOSPC near, corruption without a good
@@ -33,7 +45,7 @@ impl Severity {
 }
 
 /// One finding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Finding {
     /// Stable identifier (`metadata-nearly-full`, `device-errors`, ...):
     /// alerting rules and playbooks match on it; never renamed.
@@ -51,7 +63,7 @@ pub struct Finding {
 }
 
 /// One figure behind a finding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Evidence {
     /// What was measured or read (`metadata used`).
     pub name: String,

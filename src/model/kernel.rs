@@ -40,6 +40,20 @@ impl Serialize for KernelVersion {
     }
 }
 
+impl schemars::JsonSchema for KernelVersion {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "KernelVersion".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "`major.minor` of a kernel release.",
+            "type": "string",
+            "pattern": "^[0-9]+\\.[0-9]+$",
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for KernelVersion {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;

@@ -8,7 +8,19 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 
 /// A btrfs block-group profile (how chunks are spread over devices).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Profile {
     /// One copy on one device.

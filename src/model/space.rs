@@ -79,6 +79,21 @@ impl Serialize for BgType {
     }
 }
 
+impl schemars::JsonSchema for BgType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "BgType".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = Self::ALL.iter().map(|t| t.json_name()).collect();
+        schemars::json_schema!({
+            "description": "Block-group type, as btrfs-progs names them.",
+            "type": "string",
+            "enum": names,
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for BgType {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
@@ -131,6 +146,25 @@ impl Serialize for BgProfile {
     }
 }
 
+impl schemars::JsonSchema for BgProfile {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "BgProfile".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut names: Vec<String> = Profile::ALL
+            .iter()
+            .map(|p| BgProfile::Known(*p).to_string())
+            .collect();
+        names.push(BgProfile::Unknown.to_string());
+        schemars::json_schema!({
+            "description": "A profile as `fi df` shows it (lowercase), or `unknown`.",
+            "type": "string",
+            "enum": names,
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for BgProfile {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
@@ -140,7 +174,7 @@ impl<'de> Deserialize<'de> for BgProfile {
 }
 
 /// One line of `btrfs filesystem df`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SpaceRecord {
     /// Block-group type.
     #[serde(rename = "type")]
@@ -189,7 +223,7 @@ impl SpaceRecord {
 
 /// Types that carry more than one profile: a conversion (balance with a
 /// convert filter) that did not finish.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MixedProfiles {
     /// The type.
     #[serde(rename = "type")]

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::space::{BgProfile, BgType};
 
 /// Space on one device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceShare {
     /// btrfs device id.
     pub devid: u64,
@@ -18,7 +18,7 @@ pub struct DeviceShare {
 }
 
 /// The "Overall" block.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Overall {
     /// Sum of the sizes btrfs uses on its devices.
     pub device_size: u64,
@@ -53,7 +53,7 @@ pub struct Overall {
 }
 
 /// One block-group type and profile with its per-device split.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BlockGroupUsage {
     /// Type.
     #[serde(rename = "type")]
@@ -71,7 +71,7 @@ pub struct BlockGroupUsage {
 }
 
 /// One member device's size (the Total and Slack columns of `usage -T`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageDevice {
     /// btrfs device id.
     pub devid: u64,
@@ -85,7 +85,7 @@ pub struct UsageDevice {
 }
 
 /// Everything `usage` shows.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageReport {
     /// Totals; `null` when they cannot be computed (RAID5/6 without root).
     pub overall: Option<Overall>,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 
 /// A service whose files belong in a NOCOW directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Service {
     /// VM images (QEMU/KVM, libvirt).
@@ -34,7 +34,7 @@ impl FromStr for Service {
 }
 
 /// What to do for one service.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Advice {
     /// The service.
     pub service: Service,

@@ -11,7 +11,7 @@ use crate::sys::loopdev::FileIdentity;
 use crate::sys::procs::Opener;
 
 /// A file or a directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
     /// A regular file.
@@ -21,7 +21,7 @@ pub enum EntryKind {
 }
 
 /// What an entry needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum EntryState {
     /// Carries NOCOW.
@@ -122,7 +122,7 @@ pub fn classify(f: &Facts) -> (EntryState, Option<String>) {
 }
 
 /// One audited file or directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Entry {
     /// Absolute path.
     pub path: PathBuf,
@@ -170,7 +170,7 @@ pub struct Entry {
 }
 
 /// The filesystem an audited path is on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RootInfo {
     /// As given.
     pub path: PathBuf,
@@ -220,7 +220,7 @@ impl RootInfo {
 }
 
 /// Counts and bytes over the audited entries.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
     /// Regular files (leftovers not counted).
     pub files: u64,

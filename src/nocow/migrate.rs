@@ -116,7 +116,7 @@ impl ExecOptions {
 }
 
 /// One migrated file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Migrated {
     /// Absolute path.
     pub path: PathBuf,

@@ -35,7 +35,7 @@ pub const MARKER_XATTR: &str = "user.btrfs-lab.nocow-temp";
 
 /// `nocow --check --json`: the audit, and the advice when `--for` was
 /// given.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckDocument {
     /// The audit.
     #[serde(flatten)]
@@ -45,7 +45,7 @@ pub struct CheckDocument {
 }
 
 /// The `nocow --check` report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckReport {
     /// Each path given, and its filesystem.
     pub roots: Vec<RootInfo>,
@@ -172,7 +172,7 @@ fn existing_ancestor(abs: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
 }
 
 /// What `nocow DIR` did.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Outcome {
     /// Directories created (the subvolume included).
     pub created: Vec<PathBuf>,
@@ -197,7 +197,7 @@ pub struct Outcome {
 }
 
 /// The `nocow DIR` report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NocowReport {
     /// The directory as given.
     pub path: PathBuf,

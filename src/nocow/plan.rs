@@ -66,7 +66,7 @@ pub struct Observed {
 }
 
 /// One step of the plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Step {
     /// mkdir.
@@ -190,7 +190,7 @@ impl Step {
 }
 
 /// A file that is not NOCOW and will stay so.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Staying {
     /// Absolute path.
     pub path: PathBuf,
@@ -206,7 +206,7 @@ pub struct Staying {
 }
 
 /// The plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Plan {
     /// Steps in order; empty when there is nothing to do.
     pub steps: Vec<Step>,

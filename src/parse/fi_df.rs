@@ -24,7 +24,7 @@ use crate::model::space::{BgProfile, BgType, SpaceRecord};
 use crate::model::units::rounding_error;
 
 /// What the input was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum InputFormat {
     /// Text lines (`Data, single: total=..., used=...`).
@@ -41,7 +41,7 @@ pub struct ParseOptions {
 }
 
 /// How the sizes of a document were read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum UnitBasis {
     /// Bytes only (`-b`, JSON): exact.
@@ -59,7 +59,7 @@ pub enum UnitBasis {
 }
 
 /// The unit rule applied to one document, stated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UnitReading {
     /// The reading taken.
     pub basis: UnitBasis,
@@ -68,7 +68,7 @@ pub struct UnitReading {
 }
 
 /// A line the lenient reader did not take rows from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SkippedLine {
     /// 1-based line number in the input.
     pub line: usize,
@@ -82,7 +82,7 @@ pub struct SkippedLine {
 }
 
 /// A parsed capture.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ParsedDf {
     /// Text or JSON.
     pub format: InputFormat,

@@ -15,7 +15,7 @@ use crate::model::units::rounding_error;
 use crate::model::usage::{BlockGroupUsage, DeviceShare, Overall, UsageReport};
 
 /// A parsed `btrfs filesystem usage` capture.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ParsedUsage {
     /// The figures, as `usage --json` has them where the paste has them.
     pub report: UsageReport,

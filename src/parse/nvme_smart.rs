@@ -64,7 +64,9 @@ const WARNING_TEMPERATURE_BIT: u8 = 1 << 1;
 
 /// One thermal management level: how often the drive entered it and for
 /// how long it stayed, since it was made (the counters never reset).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct ThrottleCounter {
     /// Transitions into this level (saturates at u32::MAX).
     pub transitions: u32,
@@ -73,7 +75,7 @@ pub struct ThrottleCounter {
 }
 
 /// The thermal and health fields of a SMART log page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SmartThermal {
     /// Composite temperature in °C (kelvin − 273, as nvme-cli shows it);
     /// `None` when the drive reports 0 K (not implemented).
@@ -155,7 +157,9 @@ pub fn decode_smart_log(page: &[u8]) -> Result<SmartThermal> {
 /// What changed between two readings of the same drive: a benchmark takes
 /// one before and one after, and a non-zero throttle count means the drive
 /// slowed itself down during the run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct ThermalDelta {
     /// New light-throttling transitions and seconds.
     pub tmt1: ThrottleCounter,

@@ -16,7 +16,19 @@ pub const PRACTICAL_LOW: f64 = 0.85;
 pub const PRACTICAL_HIGH: f64 = 0.90;
 
 /// A PCIe generation: the signalling rate of a link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(transparent)]
 pub struct Generation(u8);
 

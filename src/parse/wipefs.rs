@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One signature.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Signature {
     /// `ext4`, `gpt`, `btrfs`, `LVM2_member`, ...
     #[serde(rename = "type")]

@@ -46,7 +46,7 @@ pub struct PidOptions {
 }
 
 /// What one file did while it was watched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum FileVerdict {
     /// Opened with O_DIRECT, written, and no page-cache folio dirtied.
@@ -75,7 +75,7 @@ impl FileVerdict {
 }
 
 /// Why btrfs buffers O_DIRECT writes to a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FallbackReason {
     /// The data profile keeps several copies (DUP, RAID1, ...).
@@ -87,7 +87,7 @@ pub enum FallbackReason {
 }
 
 /// How the file's writes were seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Activity {
     /// Size before and after.
     pub size_before: u64,
@@ -107,7 +107,7 @@ impl Activity {
 }
 
 /// One file the process has open for writing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PidFile {
     /// The path (as /proc/PID/fd shows it, in the process's mount view).
     pub path: PathBuf,
@@ -150,7 +150,7 @@ pub struct PidFile {
 }
 
 /// `probe-dio --pid` result (docs/json.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PidReport {
     /// The process.
     pub pid: u32,

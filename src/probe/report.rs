@@ -12,7 +12,7 @@ use crate::model::profile::profile_list;
 use crate::sys::counters::CounterKind;
 
 /// The filesystem around the probed directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsContext {
     /// The probed directory, canonical.
     pub dir: PathBuf,
@@ -39,7 +39,7 @@ pub struct FsContext {
 }
 
 /// The counter the figures come from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CounterInfo {
     /// `bdi` (this filesystem's backing device) or `vmstat` (machine-wide).
     pub source: CounterKind,
@@ -50,7 +50,7 @@ pub struct CounterInfo {
 }
 
 /// Which evidence decided the verdict, best first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EvidenceKind {
     /// Folios dirtied per file (tracepoint writeback:writeback_dirty_folio in
@@ -73,7 +73,7 @@ impl From<CounterKind> for EvidenceKind {
 }
 
 /// What the counter said when the tracepoint decided.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CrossCheck {
     /// `bdi` or `vmstat`.
     pub source: CounterKind,
@@ -84,7 +84,7 @@ pub struct CrossCheck {
 }
 
 /// The evidence behind the verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EvidenceInfo {
     /// `tracepoint`, `bdi` or `vmstat`.
     pub source: EvidenceKind,
@@ -98,7 +98,7 @@ pub struct EvidenceInfo {
 }
 
 /// The probe's parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Parameters {
     /// Bytes per file per round.
     pub size_bytes: u64,
@@ -109,7 +109,7 @@ pub struct Parameters {
 }
 
 /// Everything `probe-dio` found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeReport {
     /// The directory as given.
     pub path: PathBuf,

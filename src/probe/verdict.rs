@@ -22,7 +22,7 @@ pub(crate) const NOISE_SPREAD_MAX: f64 = BUFFERED_MIN - DIRECT_MAX;
 pub(crate) const NOISE_RATIO_MAX: f64 = 2.0;
 
 /// One O_DIRECT write of a file.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WriteSample {
     /// Bytes written with O_DIRECT.
     pub bytes_written: u64,
@@ -36,7 +36,7 @@ pub struct WriteSample {
 }
 
 /// A window with no probe writes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IdleSample {
     /// Growth of the dirtied counter.
     pub dirtied_bytes: u64,
@@ -45,7 +45,7 @@ pub struct IdleSample {
 }
 
 /// One round of the probe.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Round {
     /// The file in the directory under test.
     pub test: WriteSample,
@@ -56,7 +56,7 @@ pub struct Round {
 }
 
 /// How one file's writes behaved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Behaviour {
     /// Dirtied (almost) nothing.
@@ -68,7 +68,7 @@ pub enum Behaviour {
 }
 
 /// The probe's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// O_DIRECT writes are direct.
@@ -112,7 +112,7 @@ pub struct Context {
 }
 
 /// Statistics of one file's writes over the rounds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileSummary {
     /// Bytes written per round.
     pub bytes_written: u64,
@@ -133,7 +133,7 @@ pub struct FileSummary {
 }
 
 /// Background dirtying seen in the idle windows.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NoiseSummary {
     /// Median background rate, bytes per second.
     pub dirtied_bytes_per_sec: f64,
@@ -144,7 +144,7 @@ pub struct NoiseSummary {
 }
 
 /// The analysis of all rounds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Analysis {
     /// The verdict.
     pub verdict: Verdict,

@@ -10,7 +10,7 @@ use crate::parse::size::format_iec;
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// The state of the page cache for the file when a run started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheState {
     /// Evicted, and mincore found no page of the file resident.
@@ -29,7 +29,19 @@ pub enum CacheState {
 }
 
 /// The cache situation a set of runs measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Situation {
     /// The file's pages evicted before every run (a first load after boot).
@@ -50,7 +62,7 @@ impl Situation {
 }
 
 /// One run of one method.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Run {
     /// Round, from 1.
     pub round: u32,
@@ -160,7 +172,7 @@ pub(crate) fn flag_run(run: &Run, ctx: &CheckContext) -> Option<String> {
 }
 
 /// How a method came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Measured and checked: the figures are results.
@@ -172,7 +184,7 @@ pub enum Status {
 }
 
 /// One method over all rounds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MethodSummary {
     /// The method.
     pub method: Method,
@@ -295,7 +307,7 @@ pub fn unsupported(method: Method, reason: String) -> MethodSummary {
 }
 
 /// Another method, and how many times slower it was.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Comparison {
     /// The other method.
     pub method: Method,
@@ -304,7 +316,7 @@ pub struct Comparison {
 }
 
 /// The fastest method with a result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Winner {
     /// The method.
     pub method: Method,
@@ -343,7 +355,7 @@ pub fn winner(methods: &[MethodSummary]) -> Option<Winner> {
 }
 
 /// How the verdict of one cache situation came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum VerdictKind {
     /// The fastest method's slowest round beat the next method's fastest
@@ -359,7 +371,7 @@ pub enum VerdictKind {
 }
 
 /// Which method to use in one cache situation, and how sure that is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Verdict {
     /// The cache situation.
     pub cache: Situation,
@@ -559,7 +571,7 @@ pub fn knee(rows: &[(u32, f64)]) -> Option<u32> {
 /// What to use when the cache situation is not known in advance: the
 /// method whose worst shortfall from the best of each situation is the
 /// smallest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Hedge {
     /// The method.
     pub method: Method,
@@ -661,7 +673,7 @@ pub fn advice(verdicts: &[Verdict], hedge: Option<&Hedge>) -> String {
 }
 
 /// Whether every run read the same bytes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChecksumCheck {
     /// `sampled` or `full`.
     pub mode: super::digest::VerifyMode,

@@ -18,7 +18,7 @@ pub(crate) const SAMPLE_SPAN: u64 = 1 << 20;
 const BLOCKS_PER_SPAN: u64 = SAMPLE_SPAN / BLOCK;
 
 /// How much of the file is checksummed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum VerifyMode {
     /// The first and last 4 KiB block and one per MiB (about 0.4 % of

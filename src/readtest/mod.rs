@@ -70,7 +70,9 @@ const EVICT_ATTEMPTS: u32 = 3;
 const MAX_SWEEP: usize = 8;
 
 /// Which cache situations to measure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheMode {
     /// Evicted before every run.

@@ -17,7 +17,7 @@ use crate::sys::extents::Layout;
 pub const EXIT_CHECKSUM_MISMATCH: u8 = 3;
 
 /// The file and where it lives.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileInfo {
     /// Canonical path.
     pub path: PathBuf,
@@ -46,7 +46,7 @@ pub struct FileInfo {
 }
 
 /// The settings of the test.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Parameters {
     /// Methods, in the order of the first round.
     pub methods: Vec<Method>,
@@ -81,7 +81,7 @@ fn cold_mode() -> CacheMode {
 }
 
 /// The knee of a thread sweep.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Knee {
     /// Cold or warm.
     pub cache: Situation,
@@ -96,7 +96,7 @@ pub struct Knee {
 }
 
 /// The read ceiling of the file's devices, as `links` computes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Ceiling {
     /// One reader, after line encoding, bytes per second: what the
     /// percentages are of.
@@ -110,7 +110,7 @@ pub struct Ceiling {
 }
 
 /// O_DIRECT here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DirectIo {
     /// direct and direct-copy read with O_DIRECT.
     pub used: bool,
@@ -125,7 +125,7 @@ pub struct DirectIo {
 }
 
 /// The destination buffer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Destination {
     /// Bytes (a ring when smaller than the file).
     pub bytes: u64,
@@ -138,7 +138,7 @@ pub struct Destination {
 }
 
 /// How the cache was made cold.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CacheInfo {
     /// `fadvise` (fsync + POSIX_FADV_DONTNEED), `drop-caches` (also
     /// /proc/sys/vm/drop_caches), `none` (memory-backed file) or `skipped`
@@ -151,7 +151,7 @@ pub struct CacheInfo {
 }
 
 /// Everything `read-test` found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReadTestReport {
     /// The file as given.
     pub path: PathBuf,

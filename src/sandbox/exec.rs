@@ -271,7 +271,7 @@ fn prepare_dir(parent: &TrustedDir, name: &str) -> Result<(TrustedDir, bool)> {
 }
 
 /// What `down` did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DownReport {
     /// Sandbox name.
     pub name: String,
@@ -548,7 +548,7 @@ fn our_loop_devices(record: &SandboxRecord) -> Vec<OurLoop> {
 }
 
 /// Whether a sandbox is there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
     /// Mounted, every device attached.
@@ -560,7 +560,7 @@ pub enum SandboxState {
 }
 
 /// How a recorded sandbox looks right now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SandboxStatus {
     /// Name.
     pub name: String,
@@ -584,7 +584,7 @@ pub struct SandboxStatus {
 }
 
 /// One device of a [`SandboxStatus`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceStatus {
     /// Backing file.
     pub image: PathBuf,

@@ -10,7 +10,9 @@ use crate::parse::size::format_iec;
 use crate::sys::tools::display_argv;
 
 /// Which filesystem the sandbox carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum FsKind {
     /// btrfs over all the devices (the point of the tool).
@@ -94,7 +96,7 @@ pub(crate) const MIN_EXT4_SIZE: u64 = 16 << 20;
 pub(crate) const MAX_SIZE: u64 = 64 << 40;
 
 /// The resolved plan for `sandbox up`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SandboxPlan {
     /// Sandbox name.
     pub name: String,

@@ -15,7 +15,7 @@ use super::plan::{FsKind, SandboxPlan};
 use super::state::SandboxRecord;
 
 /// `sandbox up`: what was made.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UpReport {
     /// Name.
     pub name: String,
@@ -38,7 +38,7 @@ pub struct UpReport {
 }
 
 /// One device of an [`UpReport`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UpDevice {
     /// The loop device.
     pub loop_device: Option<PathBuf>,
@@ -79,7 +79,7 @@ impl UpReport {
 }
 
 /// `sandbox up --dry-run`: the plan and its steps in words.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UpDryRun {
     /// Always true.
     pub dry_run: bool,
@@ -90,7 +90,7 @@ pub struct UpDryRun {
 }
 
 /// What `down` would do to one sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DownPlan {
     /// Sandbox name.
     pub name: String,
@@ -99,7 +99,7 @@ pub struct DownPlan {
 }
 
 /// `sandbox down --dry-run`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DownDryRun {
     /// Always true.
     pub dry_run: bool,
@@ -108,14 +108,14 @@ pub struct DownDryRun {
 }
 
 /// `sandbox down`: what was removed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DownResult {
     /// One report per sandbox removed.
     pub removed: Vec<DownReport>,
 }
 
 /// `sandbox list`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ListReport {
     /// Every valid record, with how it looks now.
     pub sandboxes: Vec<SandboxStatus>,

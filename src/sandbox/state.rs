@@ -20,7 +20,7 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/btrfs-lab/sandboxes";
 const VERSION: u32 = 1;
 
 /// One backing file and the loop device it was attached to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceRecord {
     /// The backing file.
     pub image: PathBuf,
@@ -35,7 +35,7 @@ pub struct DeviceRecord {
 }
 
 /// Everything a sandbox consists of.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SandboxRecord {
     /// Format version of this record.
     pub version: u32,

@@ -36,7 +36,7 @@ pub struct SpaceFacts<'a> {
 }
 
 /// used / total of one record, with the bounds its rounding allows.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsedPercent {
     /// Type.
     #[serde(rename = "type")]
@@ -52,7 +52,7 @@ pub struct UsedPercent {
 }
 
 /// Percentages and findings, worst first.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Interpretation {
     /// One per record.
     pub percentages: Vec<UsedPercent>,

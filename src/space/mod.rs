@@ -26,7 +26,7 @@ use findings::{Interpretation, SpaceFacts, interpret};
 use usage::{DeviceFacts, UsageInput, UsageReport};
 
 /// Where a df report's records come from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum DfSource {
     /// Read from the kernel (SPACE_INFO ioctl) for a mounted filesystem.
@@ -46,7 +46,7 @@ pub enum DfSource {
 }
 
 /// The `df` report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DfReport {
     /// Where the records come from.
     pub source: DfSource,
@@ -164,7 +164,7 @@ pub fn df_from_text(text: &str, input_name: &str, opts: ParseOptions) -> Result<
 
 /// `usage --parse`: a capture of `btrfs filesystem usage`, with the same
 /// figures as `usage --json` where the paste has them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ParsedUsageDocument {
     /// Where it comes from (`kind: parsed`).
     pub source: DfSource,

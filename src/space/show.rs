@@ -15,7 +15,7 @@ use crate::sys::root::SysRoot;
 pub const DEVICE_ERRORS: u8 = 64;
 
 /// `show --json`: every filesystem asked about.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ShowReport {
     /// One entry per filesystem.
     pub filesystems: Vec<FsShow>,
@@ -38,7 +38,9 @@ impl ShowReport {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct ErrorCounters {
     /// Write errors.
     pub write_io_errs: u64,
@@ -64,7 +66,7 @@ impl ErrorCounters {
 }
 
 /// One device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceShow {
     /// btrfs device id.
     pub devid: u64,
@@ -83,7 +85,7 @@ pub struct DeviceShow {
 }
 
 /// One filesystem.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsShow {
     /// Label, `null` if none.
     pub label: Option<String>,

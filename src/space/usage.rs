@@ -14,7 +14,7 @@ use crate::sys::btrfs::{ChunkInfo, SpaceEntry, bg_type_of, profile_of};
 
 /// One device as the computation needs it.
 /// `usage --json`: the report with the filesystem it is about.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageDocument {
     /// The path as given.
     pub path: std::path::PathBuf,

@@ -14,7 +14,7 @@ use super::{mounts, tools};
 use crate::parse::wipefs::{Signature, parse_wipefs_json};
 
 /// Everything the device preflight looks at.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BlockDeviceFacts {
     /// The path as given.
     pub given: PathBuf,

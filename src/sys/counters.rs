@@ -16,7 +16,7 @@ use crate::parse::counters::{bdi_dirtied_bytes, vmstat_nr_dirtied};
 use crate::parse::mountinfo::parse_mountinfo;
 
 /// Which counter was used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CounterKind {
     /// The filesystem's own backing device (debugfs BdiDirtied).

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::parse::diskstats::{DiskStat, parse_diskstats};
 
 /// A block device whose reads are counted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BlockDevice {
     /// Kernel name in /proc/diskstats (`loop3`, `nvme0n1p2`).
     pub name: String,

@@ -61,7 +61,9 @@ nix::ioctl_readwrite_bad!(fiemap_raw, FS_IOC_FIEMAP, FiemapRequest);
 /// Where a file's bytes come from when it is read, by kind. Bytes that are
 /// not in a plain extent (holes, unwritten, inline, compressed) can be read
 /// without the device moving as many bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Layout {
     /// Number of extents.
     pub extents: u64,

@@ -18,7 +18,18 @@ use crate::error::{Error, ErrorKind, Result};
 /// Identity of a backing file: the (st_dev, st_ino) pair the loop driver
 /// reports, so a detach can prove the device is still bound to our file.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
 )]
 pub struct FileIdentity {
     /// `st_dev` of the backing file.

@@ -13,7 +13,7 @@ use super::root::SysRoot;
 use crate::parse::proc_maps::parse_maps_line;
 
 /// A process that has a file open.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Opener {
     /// Process id.
     pub pid: u32,

@@ -86,7 +86,7 @@ pub struct NvmeController {
 
 /// What kind of device a drive is: an NVMe controller, or a disk that has
 /// none (which then has no PCIe link of its own).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
     /// An NVMe controller on PCIe.
@@ -126,7 +126,7 @@ pub enum BlockTarget {
 }
 
 /// A loop device followed to the filesystem that holds its backing file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LoopLayer {
     /// The loop device (`loop3`).
     pub device: String,

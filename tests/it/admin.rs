@@ -101,20 +101,15 @@ fn expect(data: &str, metadata: &str) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-/// The JSON Lines of a `convert --json` run, read back as their type.
+/// The JSON Lines of a `convert --json` run, read back as their type
+/// (each checked against its schema).
 fn records(stdout: &str) -> Vec<ConvertRecord> {
-    stdout
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a convert record ({e}): {l}"))
-        })
-        .collect()
+    crate::common::typed_lines(stdout)
 }
 
-/// A `--json` document read back as its type.
-fn doc<T: serde::de::DeserializeOwned>(stdout: &str) -> T {
-    serde_json::from_str(stdout)
-        .unwrap_or_else(|e| panic!("stdout is not the expected document ({e}):\n{stdout}"))
+/// A `--json` document read back as its type (checked against its schema).
+fn doc<T: serde::de::DeserializeOwned + btrfs_lab::model::envelope::Document>(stdout: &str) -> T {
+    crate::common::typed(stdout)
 }
 
 #[test]
@@ -1215,4 +1210,66 @@ fn corruption_is_warned_about_in_the_plan_and_named_after_the_io_error() {
     let (_, stdout, _) = run(env.cmd().args(["convert", "--status"]).arg(&m));
     assert!(stdout.contains("errors: device 1"), "{stdout}");
     assert!(stdout.contains("scrub first"), "{stdout}");
+}
+
+/// `convert --json` cancelled by someone else while it runs: every line of
+/// the stream matches its schema (`tests/it/common.rs::typed`), the first
+/// is the plan, and the stream ends with the `result` record (cancelled)
+/// and then the `error` record whose exit code is the process's. (When the
+/// conversion finished before the cancel landed, the last line is the
+/// completed result.)
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_cancelled_json_stream_ends_with_its_result_and_an_error_record() {
+    if !require_root("convert --json cancelled") {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_sbx, m, before) = three_device_sandbox(&env);
+    let child = env
+        .cmd()
+        .args(["convert", "--json", "--yes", "--data", "raid1"])
+        .arg(&m)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_running(&m), "the balance never started");
+    let (code, _, stderr) = run(env.cmd().args(["convert", "--cancel", "--yes"]).arg(&m));
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.len() >= 2, "{stdout}");
+    let first: ConvertRecord = crate::common::typed(lines[0]);
+    assert!(
+        matches!(first, ConvertRecord::Plan { plan: Some(_), .. }),
+        "{first:?}"
+    );
+    if out.status.code() == Some(0) {
+        eprintln!(
+            "note: the conversion completed before the cancel took effect ({code}: {stderr})"
+        );
+        let last: ConvertRecord = crate::common::typed(lines[lines.len() - 1]);
+        let ConvertRecord::Result(r) = last else {
+            panic!("the last record is not the result: {stdout}");
+        };
+        assert_eq!(r.outcome, Outcome::Completed);
+        return;
+    }
+    assert_eq!(code, 0, "convert --cancel: {stderr}");
+    let (records, last) = lines.split_at(lines.len() - 1);
+    let records: Vec<ConvertRecord> = records.iter().map(|l| crate::common::typed(l)).collect();
+    let error: btrfs_lab::error::ErrorEvent = crate::common::typed(last[0]);
+    let Some(ConvertRecord::Result(result)) = records.last() else {
+        panic!("the record before the error is not the result: {stdout}");
+    };
+    assert_eq!(result.outcome, Outcome::Cancelled, "{stdout}");
+    assert_eq!(error.event, "error");
+    assert_eq!(
+        Some(i32::from(error.error.exit_code)),
+        out.status.code(),
+        "{stdout}"
+    );
+    assert!(!error.error.message.is_empty());
+    assert_eq!(hashes(&m), before, "data intact after the cancel");
 }

@@ -6,6 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use btrfs_lab::model::envelope::{Document, Envelope, SCHEMA_VERSION};
 use btrfs_lab::sandbox::{self, Sandbox, SandboxRequest, StateStore, plan_up};
 use serde_json::Value;
 
@@ -271,21 +272,82 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
     )
 }
 
-/// Parses stdout as exactly one JSON document.
+/// Parses stdout as exactly one JSON document, checked against the JSON
+/// Schema of the document it names ([`validate`]).
 pub fn json(stdout: &str) -> Value {
-    serde_json::from_str(stdout)
-        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}"))
+    let v = serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}"));
+    validate(&v, stdout);
+    v
 }
 
-/// Reads stdout back as the library's report type: a renamed or missing
-/// field fails here instead of reading as null.
-pub fn typed<T: serde::de::DeserializeOwned>(stdout: &str) -> T {
-    serde_json::from_str(stdout).unwrap_or_else(|e| {
+/// Reads stdout back as the library's report type: first checked against
+/// the published JSON Schema of the document (docs/schema/), then read as
+/// `T`, whose document it must be. A renamed or missing field fails here
+/// instead of reading as null.
+pub fn typed<T: serde::de::DeserializeOwned + Document>(stdout: &str) -> T {
+    let v: Value = serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}"));
+    let name = validate(&v, stdout);
+    assert_eq!(
+        name,
+        T::NAME,
+        "stdout is a {name} document, not a {} ({}):\n{stdout}",
+        T::NAME,
+        std::any::type_name::<T>()
+    );
+    serde_json::from_value(v).unwrap_or_else(|e| {
         panic!(
             "stdout is not a {} ({e}):\n{stdout}",
             std::any::type_name::<T>()
         )
     })
+}
+
+/// Reads a JSON Lines stream back as records of type `T`: each line is
+/// checked against the schema of the document it names (a record of `T`,
+/// or the `error` record that ends a stream that failed; that one fails
+/// here, as it is not a `T`).
+pub fn typed_lines<T: serde::de::DeserializeOwned + Document>(stdout: &str) -> Vec<T> {
+    stdout.lines().map(typed).collect()
+}
+
+/// Checks a document (or one JSON Lines record) the tool printed against
+/// the JSON Schema of the document its envelope names,
+/// `docs/schema/<btrfs_lab.document>.schema.json` (docs/json.md), and
+/// that the envelope is this build's. Returns the document's name.
+pub fn validate(value: &Value, text: &str) -> String {
+    let envelope: Envelope = serde_json::from_value(value["btrfs_lab"].clone())
+        .unwrap_or_else(|e| panic!("no btrfs_lab envelope ({e}):\n{text}"));
+    assert_eq!(envelope.version, env!("CARGO_PKG_VERSION"), "{text}");
+    assert_eq!(envelope.schema, SCHEMA_VERSION, "{text}");
+    assert_eq!(
+        envelope.host,
+        btrfs_lab::model::envelope::hostname(),
+        "{text}"
+    );
+    let name = envelope.document;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/schema")
+        .join(format!("{name}.schema.json"));
+    let schema: Value = serde_json::from_str(
+        &fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("no schema for document {name} ({e}):\n{text}")),
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let url = format!("https://btrfs-lab.invalid/schema/{name}.schema.json");
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    compiler
+        .add_resource(&url, schema)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let id = compiler
+        .compile(&url, &mut schemas)
+        .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+    if let Err(e) = schemas.validate(value, id) {
+        panic!("the {name} document does not match docs/schema/{name}.schema.json:\n{e:#}\n{text}");
+    }
+    name
 }
 
 /// Asserts that `value` has each `key` with a value of the named JSON type
@@ -321,4 +383,60 @@ pub fn listing(dir: &Path) -> Vec<String> {
         .collect();
     v.sort();
     v
+}
+
+/// The schemas are strict enough to catch a document that lost a field: a
+/// real `df --parse --json` document passes [`validate`], and the same
+/// document without a required field (at the top, inside a record, in the
+/// envelope), with `null` where a number must be, or named as another
+/// document, fails it.
+#[test]
+fn a_real_document_that_lost_a_field_fails_its_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("df.txt");
+    fs::write(
+        &input,
+        "Data, single: total=1.00GiB, used=512.00MiB\n\
+         System, single: total=4.00MiB, used=16.00KiB\n\
+         Metadata, single: total=256.00MiB, used=1.00MiB\n\
+         GlobalReserve, single: total=3.25MiB, used=0.00B\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run(Command::new(bin())
+        .args(["df", "--parse", "--json"])
+        .arg(&input));
+    assert_eq!(code, 0, "{stderr}");
+    let doc = json(&stdout);
+    assert_eq!(validate(&doc, &stdout), "df");
+    assert_eq!(doc["records"][0]["total_bytes"], 1u64 << 30);
+    let fails = |bad: &Value| {
+        let text = bad.to_string();
+        let bad = bad.clone();
+        std::panic::catch_unwind(move || validate(&bad, &text)).is_err()
+    };
+    for pointer in [
+        "/records",
+        "/interpretation",
+        "/records/0/total_bytes",
+        "/records/1/profile",
+        "/btrfs_lab/time",
+    ] {
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        let mut bad = doc.clone();
+        let removed = bad
+            .pointer_mut(parent)
+            .and_then(Value::as_object_mut)
+            .and_then(|o| o.remove(key));
+        assert!(removed.is_some(), "{pointer} is not in the document");
+        assert!(fails(&bad), "{pointer} removed, and it still passed");
+    }
+    let mut bad = doc.clone();
+    bad["records"][0]["used_bytes"] = Value::Null;
+    assert!(fails(&bad), "null used_bytes passed");
+    let mut bad = doc.clone();
+    bad["btrfs_lab"]["document"] = "usage".into();
+    assert!(fails(&bad), "a df document named usage passed");
+    // And the unchanged document still passes: the failures above are the
+    // removed fields, not the harness.
+    assert!(!fails(&doc));
 }

@@ -33,10 +33,11 @@ pub struct ConvertRequest {
 }
 
 /// One type's change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TypeChange {
     /// `data`, `metadata` or `system`.
     #[serde(rename = "type", with = "bg_type_name")]
+    #[schemars(with = "BgType")]
     pub kind: BgType,
     /// Profiles now.
     pub from: Vec<Profile>,
@@ -66,7 +67,7 @@ mod bg_type_name {
 }
 
 /// The conversion plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ConvertPlan {
     /// Mount point.
     pub mount_point: PathBuf,
@@ -97,7 +98,7 @@ pub struct ConvertPlan {
 }
 
 /// What a conversion does with a balance that exists already.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Existing {
     /// A paused balance with the same targets: resume it.
@@ -481,7 +482,7 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
 }
 
 /// What a running balance reported.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Progress {
     /// Chunks to relocate (0 when unknown, e.g. after a remount).
     pub chunks_expected: u64,
@@ -498,7 +499,7 @@ pub struct Progress {
 }
 
 /// What happened to the balance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// It finished.

@@ -116,7 +116,7 @@ pub fn run() -> ExitCode {
         Command::Links(args) => links::run(args, &out),
         Command::Nocow(args) => nocow::run(args, &out),
         Command::ReadTest(args) => read_test::run(args, &out),
-        Command::Bench(args) => bench::run(args, &out),
+        Command::Bench(args) => bench::run(args, &out, places),
         Command::Doctor(args) => doctor::run(args, &out),
     };
     let write_error = out.finish(result.as_ref().err());

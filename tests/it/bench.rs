@@ -1129,3 +1129,214 @@ mod metadata {
         assert_eq!(listing(&mnt), Vec::<String>::new(), "left behind");
     }
 }
+
+// ---------------------------------------------------------------------
+// bench --metadata --compare-profiles: the same storm on a throwaway
+// sandbox per metadata profile, never on the user's filesystem.
+
+mod compare_profiles {
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Stdio};
+
+    use btrfs_lab::bench::profiles::ProfilesReport;
+    use btrfs_lab::model::profile::Profile;
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    use crate::common::{TestEnv, listing, require_root, run, typed};
+
+    const FILES: u64 = 6000;
+
+    /// Everything a run could leave: loop devices and mounts under the test's
+    /// directory, sandbox records, sandbox directories.
+    fn assert_nothing_left(env: &TestEnv) {
+        assert_eq!(
+            env.leftovers(),
+            Vec::<String>::new(),
+            "loop devices or mounts left"
+        );
+        assert_eq!(env.store().load_all().unwrap(), vec![], "records left");
+        assert_eq!(
+            listing(&env.sandbox_root()),
+            Vec::<String>::new(),
+            "images left"
+        );
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn raid1c3_writes_more_metadata_than_raid1_on_identical_sandboxes() {
+        if !require_root("bench --metadata --compare-profiles") {
+            return;
+        }
+        let env = TestEnv::new();
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args([
+                "bench",
+                "--json",
+                "--metadata",
+                "--compare-profiles",
+                "raid1,raid1c3",
+            ])
+            .args(["--files", &FILES.to_string(), "--threads", "3", "--yes"]));
+        assert_eq!(code, 0, "{stderr}");
+        let r: ProfilesReport = typed(&stdout);
+        assert_nothing_left(&env);
+        assert_eq!(r.mode, "compare-profiles");
+        assert_eq!(
+            r.devices, 3,
+            "enough devices for raid1c3, the same for raid1"
+        );
+        assert_eq!(r.baseline, Profile::Raid1);
+        assert_eq!(r.images_dir, env.sandbox_root());
+        let wanted: Vec<Profile> = r.runs.iter().map(|x| x.metadata).collect();
+        assert_eq!(wanted, [Profile::Raid1, Profile::Raid1c3]);
+        for x in &r.runs {
+            // Read back from the kernel, not taken from the request.
+            assert_eq!(x.report.metadata_profiles, vec![x.metadata]);
+            assert_eq!(x.report.target.data_profiles, vec![Profile::Single]);
+            assert_eq!(x.devices.len(), 3);
+            assert!(x.sandbox_removed);
+            assert!(x.report.stat_cold);
+            for p in &x.report.phases {
+                assert_eq!(p.files, FILES, "{p:?}");
+            }
+            assert_eq!(x.report.phases[0].per_member.len(), 3);
+        }
+        // Three copies of every metadata block: every member of the raid1c3
+        // sandbox got a copy of the creates' metadata.
+        let c3 = &r.runs[1].report.phases[0];
+        assert!(
+            c3.per_member.iter().all(|m| m.write_bytes > 1 << 20),
+            "{c3:#?}"
+        );
+        let (w1, w3) = (
+            r.runs[0].report.phases[0].device_write_bytes,
+            c3.device_write_bytes,
+        );
+        let ratio = r.runs[1].ratios[0].device_write_bytes.unwrap();
+        assert!((ratio - w3 as f64 / w1 as f64).abs() < 1e-9);
+        eprintln!(
+            "{FILES} creates + sync: raid1 wrote {w1} B, raid1c3 {w3} B, ×{ratio:.3}; files/s ×{:.2}",
+            r.runs[1].ratios[0].files_per_sec.unwrap()
+        );
+        // 3 copies instead of 2 is ×1.5 for the tree blocks; the superblock
+        // writes of the commit (one per device, the same for both) pull the
+        // ratio below 1.5.
+        assert!(ratio > 1.2 && ratio <= 1.6, "raid1 {w1}, raid1c3 {w3}");
+        assert_eq!(r.runs[0].ratios[0].device_write_bytes, Some(1.0));
+    }
+
+    fn spawn(env: &TestEnv, files: u64, extra: &[&str]) -> Child {
+        env.cmd()
+            .args(["bench", "--metadata", "--compare-profiles", "raid1,raid1c3"])
+            .args(["--files", &files.to_string(), "--threads", "2", "--yes"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Waits (no deadline: the child's exit ends the wait) until the first
+    /// sandbox is mounted and the storm has created files in it.
+    fn wait_for_storm(env: &TestEnv, child: &mut Child) -> PathBuf {
+        let has_files = |root: &Path| -> Option<PathBuf> {
+            for sbx in std::fs::read_dir(root).ok()?.flatten() {
+                for e in std::fs::read_dir(sbx.path().join("mnt")).ok()?.flatten() {
+                    if e.path().join("d000000").join("f000000099").exists() {
+                        return Some(sbx.path());
+                    }
+                }
+            }
+            None
+        };
+        loop {
+            if let Some(p) = has_files(&env.sandbox_root()) {
+                return p;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                panic!("bench ended ({status}) before any file: {err}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn sigint_mid_storm_leaves_no_loop_device_mount_or_image() {
+        if !require_root("bench --compare-profiles interrupted") {
+            return;
+        }
+        let env = TestEnv::new();
+        let mut child = spawn(&env, 400_000, &["--json"]);
+        let sbx = wait_for_storm(&env, &mut child);
+        // Mid-storm: the sandbox is there, mounted, with its record.
+        assert_eq!(env.store().load_all().unwrap().len(), 1);
+        assert!(!env.leftovers().is_empty());
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{stderr}");
+        // The JSON stream had started: it ends with the error record.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("\"event\":\"error\""), "{stdout}");
+        assert!(!sbx.exists(), "{} left", sbx.display());
+        assert_nothing_left(&env);
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn after_sigkill_the_next_run_removes_what_the_killed_one_left() {
+        if !require_root("bench --compare-profiles after SIGKILL") {
+            return;
+        }
+        let env = TestEnv::new();
+        let mut child = spawn(&env, 400_000, &[]);
+        let sbx = wait_for_storm(&env, &mut child);
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+        let _ = child.wait();
+        // SIGKILL: no guard ran. The record says what is there.
+        let records = env.store().load_all().unwrap();
+        assert_eq!(records.len(), 1);
+        let name = records[0].name.clone();
+        assert!(sbx.ends_with(&name));
+        assert!(!env.leftovers().is_empty());
+        // The plan says it will remove it, and how to do it by hand.
+        let (code, stdout, stderr) = run(env.cmd().args([
+            "bench",
+            "--metadata",
+            "--compare-profiles",
+            "dup",
+            "--files",
+            "1000",
+            "--dry-run",
+        ]));
+        assert_eq!(code, 0, "{stderr}");
+        assert!(
+            stdout.contains(&format!("btrfs-lab sandbox down --yes {name}")),
+            "{stdout}"
+        );
+        assert_eq!(
+            env.store().load_all().unwrap().len(),
+            1,
+            "--dry-run changed nothing"
+        );
+        // The next run removes it first.
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["bench", "--json", "--metadata", "--compare-profiles", "dup"])
+            .args(["--files", "1000", "--yes"]));
+        assert_eq!(code, 0, "{stderr}");
+        let r: ProfilesReport = typed(&stdout);
+        assert_eq!(r.stale_removed, vec![name]);
+        assert_eq!(r.devices, 1);
+        assert_eq!(r.runs[0].report.metadata_profiles, vec![Profile::Dup]);
+        assert_nothing_left(&env);
+    }
+}

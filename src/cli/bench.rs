@@ -43,6 +43,9 @@ rate drops and stays down (an SSD's write cache filling); it asks first
 (--yes). Ctrl-C stops it early and still prints the report (status 130).
 --metadata creates --files empty files by --threads threads, syncs, stats
 them cold, deletes them and syncs: files/s per phase.
+--metadata --compare-profiles raid1,raid1c3 runs it on throwaway sandboxes
+(loop devices, one per profile, the same devices and size), never on your
+filesystem; DIR, if given, is where their images go (--dry-run, --yes).
 
 Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
 2 bad arguments, 130 interrupted (the test directory is removed).";

@@ -23,11 +23,12 @@
 # discarded, and counted.
 #
 # Every run starts the same way: the three sandboxes of a round made first,
-# then per run `sync`, drop_caches, SETTLE seconds; the reference and bench
-# both at nice NICE (the VM's two cores are shared with builds).
+# then per run `sync` and SETTLE seconds; the reference and bench both at
+# nice NICE (the VM's two cores are shared with builds: at nice 0 the
+# reference alone varied 16,000-40,000 files/s between runs).
 #
-# Environment: FILES (50000), THREADS ("1 4"), ROUNDS (7), SETTLE (5), NICE
-# (-5), BTRFS_LAB (the
+# Environment: FILES (30000), THREADS ("1 4"), ROUNDS (11), SETTLE (3), NICE
+# (-20), BTRFS_LAB (the
 # binary; default target/release/btrfs-lab, built if missing). Needs root,
 # jq, cc. Prints one line per run and a summary per thread count.
 set -euo pipefail
@@ -40,11 +41,11 @@ command -v cc >/dev/null || die "cc not found: apt-get install gcc"
 PARENT=$(realpath "${1:-/var/tmp}")
 [ -d "$PARENT" ] || die "$PARENT is not a directory"
 
-FILES=${FILES:-50000}
+FILES=${FILES:-30000}
 THREADS=${THREADS:-1 4}
-ROUNDS=${ROUNDS:-7}
-SETTLE=${SETTLE:-5}
-NICE=${NICE:--5}
+ROUNDS=${ROUNDS:-11}
+SETTLE=${SETTLE:-3}
+NICE=${NICE:--20}
 
 cd "$(dirname "$0")/.."
 BIN=$(realpath "${BTRFS_LAB:-target/release/btrfs-lab}")
@@ -149,11 +150,11 @@ gone() {
     done
     "${LAB[@]}" sandbox down --yes "r$1" >/dev/null
 }
-# The same start for every run: caches dropped (as bench's own cold stat
-# does between its phases), then SETTLE seconds for the disk to recover
-# from the freed memory; both run at the same nice level, above the
-# builds that share this VM.
-settle() { sync; echo 3 >/proc/sys/vm/drop_caches; sleep "$SETTLE"; }
+# The same start for every run: everything written back, then SETTLE
+# seconds (bench drops the caches for its cold stat after its creates;
+# the reference run after it must not pay for the memory that freed).
+# Both run at the same nice level, above the builds that share this VM.
+settle() { sync; sleep "$SETTLE"; }
 ref_run() { # MOUNT THREADS -> files/s
     settle
     nice -n "$NICE" "$WORK/create" "$1" "$FILES" "$2" | cut -d' ' -f1

@@ -331,9 +331,16 @@ fn images_parent(plan: &ProfilesPlan) -> PathBuf {
         .map_or_else(|| PathBuf::from("/"), Path::to_path_buf)
 }
 
-/// Checks the disk that will hold the images: not memory-backed, enough
-/// free space. Runs before anything is made.
-pub fn check_images_dir(plan: &ProfilesPlan, sysroot: &SysRoot) -> Result<()> {
+/// The refusals before the question: not root; the disk that will hold
+/// the images memory-backed or without enough free space. Nothing is made.
+pub fn preflight(plan: &ProfilesPlan, sysroot: &SysRoot) -> Result<()> {
+    if !crate::sys::is_root() {
+        return Err(Error::new(
+            ErrorKind::Permission,
+            "--compare-profiles needs root (loop devices and mount)",
+        )
+        .with_hint("run it as root, e.g. with sudo"));
+    }
     let mut probe = images_parent(plan);
     while !probe.exists() {
         if !probe.pop() {
@@ -369,14 +376,7 @@ pub fn run(
     started: &mut dyn FnMut(),
     progress: &mut dyn FnMut(Profile, &str),
 ) -> Result<ProfilesReport> {
-    if !crate::sys::is_root() {
-        return Err(Error::new(
-            ErrorKind::Permission,
-            "--compare-profiles needs root (loop devices and mount)",
-        )
-        .with_hint("run it as root, e.g. with sudo"));
-    }
-    check_images_dir(plan, sysroot)?;
+    preflight(plan, sysroot)?;
     super::install_signals()?;
     check_stop()?;
     started();

@@ -1340,3 +1340,36 @@ mod compare_profiles {
         assert_nothing_left(&env);
     }
 }
+
+mod compare_profiles_refusals {
+    use crate::common::{TestEnv, require_root};
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn not_root_is_refused_before_the_question_with_nothing_on_stdout() {
+        if !require_root("bench --compare-profiles as nobody") {
+            return;
+        }
+        let env = TestEnv::new();
+        let out = env
+            .as_nobody(&[])
+            .args([
+                "bench",
+                "--json",
+                "--metadata",
+                "--compare-profiles",
+                "raid1,raid1c3",
+            ])
+            .args(["--files", "1000"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.starts_with("btrfs-lab: error: --compare-profiles needs root (loop devices and mount)\nhint: run it as root"),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+        assert_eq!(env.leftovers(), Vec::<String>::new());
+    }
+}

@@ -22,8 +22,13 @@
 # that): a round whose two reference runs differ by more than 10% is
 # discarded, and counted.
 #
+# The reference then does the rest of bench's run too (drop the caches, stat
+# every file, delete them, syncfs): the whole run's CPU time (user + system,
+# bash's `time`) gives a second ratio, reference / bench, that the load of
+# the machine hardly moves: does bench spend more per file?
+#
 # Every run starts the same way: the three sandboxes of a round made first,
-# then per run `sync` and SETTLE seconds; the reference and bench both at
+# then per run `sync`, drop_caches and SETTLE seconds; the reference and bench both at
 # nice NICE (the VM's two cores are shared with builds: at nice 0 the
 # reference alone varied 16,000-40,000 files/s between runs).
 #
@@ -83,10 +88,12 @@ static long files, dirs;
 static int root;
 static atomic_long next_dir;
 static atomic_int failed;
+static int op; /* 0 create, 1 stat, 2 unlink */
 
 static void *worker(void *arg) {
     (void)arg;
     char name[32];
+    struct stat st;
     for (;;) {
         long d = atomic_fetch_add(&next_dir, 1);
         if (d >= dirs || atomic_load(&failed)) return NULL;
@@ -96,9 +103,13 @@ static void *worker(void *arg) {
         long hi = (d + 1) * PER_DIR < files ? (d + 1) * PER_DIR : files;
         for (long i = d * PER_DIR; i < hi; i++) {
             snprintf(name, sizeof name, "f%09ld", i);
-            int fd = openat(dfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
-            if (fd < 0) { perror("openat"); atomic_store(&failed, 1); break; }
-            close(fd);
+            if (op == 0) {
+                int fd = openat(dfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (fd < 0) { perror("openat"); atomic_store(&failed, 1); break; }
+                close(fd);
+            } else if (op == 1 ? fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) : unlinkat(dfd, name, 0)) {
+                perror("stat/unlink"); atomic_store(&failed, 1); break;
+            }
         }
         close(dfd);
     }
@@ -106,6 +117,15 @@ static void *worker(void *arg) {
 
 static double secs(struct timespec a, struct timespec b) {
     return (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+}
+
+/* One phase over all the files by the threads. */
+static void phase(int which, int threads) {
+    pthread_t t[256];
+    op = which;
+    atomic_store(&next_dir, 0);
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, NULL);
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
 }
 
 int main(int argc, char **argv) {
@@ -117,7 +137,6 @@ int main(int argc, char **argv) {
     if (parent < 0) { perror("open"); return 1; }
     if (mkdirat(parent, "ref", 0700)) { perror("mkdirat"); return 1; }
     root = openat(parent, "ref", O_DIRECTORY | O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    pthread_t t[256];
     struct timespec a, b, c;
     clock_gettime(CLOCK_MONOTONIC, &a);
     char name[32];
@@ -125,14 +144,25 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "d%06ld", d);
         if (mkdirat(root, name, 0700)) { perror("mkdirat"); return 1; }
     }
-    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, NULL);
-    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    phase(0, threads);
     clock_gettime(CLOCK_MONOTONIC, &b);
     if (atomic_load(&failed)) return 1;
     syncfs(root);
     clock_gettime(CLOCK_MONOTONIC, &c);
     printf("%.1f %.4f\n", files / secs(a, b), secs(b, c));
-    return 0;
+    fflush(stdout);
+    /* The rest of bench's run, for the CPU comparison: caches dropped, a
+       cold stat, the deletes and their sync. */
+    int dc = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+    if (dc >= 0) { sync(); if (write(dc, "3", 1) != 1) perror("drop_caches"); close(dc); }
+    phase(1, threads);
+    phase(2, threads);
+    for (long d = 0; d < dirs; d++) {
+        snprintf(name, sizeof name, "d%06ld", d);
+        if (unlinkat(root, name, AT_REMOVEDIR)) { perror("rmdir"); return 1; }
+    }
+    syncfs(root);
+    return atomic_load(&failed);
 }
 C
 cc -O2 -pthread -o "$WORK/create" "$WORK/create.c"
@@ -150,47 +180,61 @@ gone() {
     done
     "${LAB[@]}" sandbox down --yes "r$1" >/dev/null
 }
-# The same start for every run: everything written back, then SETTLE
-# seconds (bench drops the caches for its cold stat after its creates;
-# the reference run after it must not pay for the memory that freed).
+# The same start for every run: everything written back, the caches
+# dropped (so the drop each run does before its cold stat costs the same
+# to both), then SETTLE seconds for the disk to recover from the freed
+# memory.
 # Both run at the same nice level, above the builds that share this VM.
-settle() { sync; sleep "$SETTLE"; }
-ref_run() { # MOUNT THREADS -> files/s
+settle() { sync; echo 3 >/proc/sys/vm/drop_caches; sleep "$SETTLE"; }
+# Each prints "files/s-of-the-creates cpu-seconds-of-the-whole-run" (user +
+# system of the process: create, sync, cold stat, delete, sync; bench's
+# start-up included).
+TIMEFORMAT='%U %S'
+cpu() { awk '{print $1 + $2}' "$WORK/time"; }
+ref_run() { # MOUNT THREADS
     settle
-    nice -n "$NICE" "$WORK/create" "$1" "$FILES" "$2" | cut -d' ' -f1
+    local f
+    { time nice -n "$NICE" "$WORK/create" "$1" "$FILES" "$2" >"$WORK/out"; } 2>"$WORK/time"
+    f=$(cut -d' ' -f1 "$WORK/out")
+    echo "$f $(cpu)"
 }
-bench_run() { # MOUNT THREADS -> files/s of the create phase
+bench_run() { # MOUNT THREADS
     settle
-    nice -n "$NICE" "${LAB[@]}" bench --json --metadata --files "$FILES" --threads "$2" "$1" | jq '.phases[0].files_per_sec'
+    local f
+    { time nice -n "$NICE" "${LAB[@]}" bench --json --metadata --files "$FILES" --threads "$2" "$1" >"$WORK/out"; } 2>"$WORK/time"
+    f=$(jq '.phases[0].files_per_sec' "$WORK/out")
+    echo "$f $(cpu)"
 }
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
 id=0
 for t in $THREADS; do
-    : >"$WORK/ratios.$t"
+    : >"$WORK/ratios.$t"; : >"$WORK/cpu.$t"
     discarded=0
     for r in $(seq "$ROUNDS"); do
         id=$((id + 1))
         # Three fresh sandboxes first, so the three runs follow each other.
         ma=$(fresh "$id-a"); mb=$(fresh "$id-b"); mc=$(fresh "$id-c")
-        a=$(ref_run "$ma" "$t")
-        b=$(bench_run "$mb" "$t")
-        c=$(ref_run "$mc" "$t")
+        read -r a ca <<<"$(ref_run "$ma" "$t")"
+        read -r b cb <<<"$(bench_run "$mb" "$t")"
+        read -r c cc <<<"$(ref_run "$mc" "$t")"
         gone "$id-a"; gone "$id-b"; gone "$id-c"
+        # CPU: the references' mean over bench's (>= 1: bench spends no more).
+        echo "$ca $cb $cc" | awk '{print (($1+$3)/2)/$2}' >>"$WORK/cpu.$t"
         spread=$(echo "$a $c" | awk '{d=$1-$2; if (d<0) d=-d; print d/(($1+$2)/2)}')
         ratio=$(echo "$a $b $c" | awk '{print $2/(($1+$3)/2)}')
         if awk -v s="$spread" 'BEGIN {exit !(s > 0.10)}'; then
             discarded=$((discarded + 1))
-            printf "threads %s round %s: reference %.0f / %.0f files/s (differ %.0f%%), bench %.0f: discarded\n" "$t" "$r" "$a" "$c" "$(echo "$spread * 100" | bc -l)" "$b"
+            printf "threads %s round %s: reference %.0f / %.0f files/s (differ %.0f%%), bench %.0f: discarded; CPU s reference %.3f / %.3f, bench %.3f\n" "$t" "$r" "$a" "$c" "$(echo "$spread * 100" | bc -l)" "$b" "$ca" "$cc" "$cb"
         else
             echo "$ratio" >>"$WORK/ratios.$t"
-            printf "threads %s round %s: reference %.0f / %.0f files/s, bench %.0f, ratio %.3f\n" "$t" "$r" "$a" "$c" "$b" "$ratio"
+            printf "threads %s round %s: reference %.0f / %.0f files/s, bench %.0f, ratio %.3f; CPU s reference %.3f / %.3f, bench %.3f\n" "$t" "$r" "$a" "$c" "$b" "$ratio" "$ca" "$cc" "$cb"
         fi
     done
     kept=$(wc -l <"$WORK/ratios.$t")
     if [ "$kept" -eq 0 ]; then
-        echo "threads $t: every round discarded ($discarded of $ROUNDS): the disk was not steady"
+        echo "threads $t: every round discarded ($discarded of $ROUNDS): the machine was not steady"
         continue
     fi
     med=$(median <"$WORK/ratios.$t")
@@ -198,4 +242,6 @@ for t in $THREADS; do
     hi=$(sort -g "$WORK/ratios.$t" | tail -1)
     printf "threads %s: create ratio bench/reference median %.3f (min %.3f, max %.3f) over %s rounds, %s discarded; %s files, 1000 a directory\n" \
         "$t" "$med" "$lo" "$hi" "$kept" "$discarded" "$FILES"
+    printf "threads %s: CPU ratio reference/bench (whole run, every round) median %.3f (min %.3f, max %.3f)\n" \
+        "$t" "$(median <"$WORK/cpu.$t")" "$(sort -g "$WORK/cpu.$t" | head -1)" "$(sort -g "$WORK/cpu.$t" | tail -1)"
 done

@@ -391,8 +391,13 @@ pub fn run(
     for planned in &plan.runs {
         check_stop()?;
         progress(planned.metadata, "sandbox");
-        // Torn down when dropped: errors, panics and signals included.
-        let sbx = Sandbox::up(&planned.sandbox, store)?;
+        // Torn down when dropped: errors, panics and signals included. A
+        // Ctrl-C on a terminal also reaches mkfs, which then fails: that is
+        // the interruption, not a failure.
+        let sbx = Sandbox::up(&planned.sandbox, store).map_err(|e| match check_stop() {
+            Err(stop) => stop,
+            Ok(()) => e,
+        })?;
         check_stop()?;
         let seen = btrfs::block_group_profiles(sbx.mount_point())?.metadata;
         if seen != vec![planned.metadata] {

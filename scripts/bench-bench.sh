@@ -18,8 +18,8 @@
 #      write job (refill_buffers=0): CPU seconds per GiB, usr+sys of fio's
 #      own JSON. Ratio bench/refill (goal ≤ 0.5).
 #
-#   MODE=metadata: `bench --metadata`'s create phase against a C loop of
-#   openat(O_CREAT) (see below); FILES (50000).
+#   MODE=metadata: runs scripts/bench-metadata.sh DIR instead (the create
+#   phase of `bench --small-files` against a C reference).
 #
 # Environment: TESTS (SEQ1M-Q8T1,RND4K-Q32T1), SIZE (256M), RUNS (3),
 # DURATION (3), BTRFS_LAB (the binary; default target/release/btrfs-lab,
@@ -48,6 +48,12 @@ if [ ! -x "$BIN" ]; then
     cargo build --release --quiet
 fi
 
+# MODE=metadata: scripts/bench-metadata.sh (the create phase against a C
+# reference with the same threads and layout, fresh sandboxes, interleaved).
+if [ "${MODE:-suite}" = metadata ]; then
+    exec scripts/bench-metadata.sh "$DIR"
+fi
+
 TMP=$(mktemp -d)
 WORK=$(mktemp -d "$DIR/.bench-bench-XXXXXX")
 trap 'rm -rf "$TMP" "$WORK"' EXIT
@@ -55,71 +61,10 @@ trap 'rm -rf "$TMP" "$WORK"' EXIT
 now() { date +%s.%N; }
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
-# MODE=metadata: the create phase of `bench --metadata` against a plain C
-# loop of openat(O_CREAT|O_EXCL) + close over the same layout (1000 files a
-# directory, one thread), then syncfs; each RUNS times, medians of files/s
-# (creates only, the sync apart). Ratio bench/C (goal >= 1.0). bench runs
-# with --threads 1 (same work as the C loop) and with --threads 4.
-if [ "${MODE:-suite}" = metadata ]; then
-    FILES=${FILES:-50000}
-    command -v cc >/dev/null || die "cc not found: apt-get install gcc"
-    cat >"$TMP/create.c" <<'C'
-#define _GNU_SOURCE
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    long n = atol(argv[2]);
-    int root = open(argv[1], O_DIRECTORY | O_RDONLY);
-    if (root < 0) { perror("open"); return 1; }
-    struct timespec a, b, c;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    char name[32];
-    for (long d = 0; d * 1000 < n; d++) {
-        snprintf(name, sizeof name, "d%06ld", d);
-        if (mkdirat(root, name, 0700)) { perror("mkdirat"); return 1; }
-        int dfd = openat(root, name, O_DIRECTORY | O_RDONLY);
-        for (long i = d * 1000; i < n && i < (d + 1) * 1000; i++) {
-            snprintf(name, sizeof name, "f%09ld", i);
-            int fd = openat(dfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-            if (fd < 0) { perror("openat"); return 1; }
-            close(fd);
-        }
-        close(dfd);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    syncfs(root);
-    clock_gettime(CLOCK_MONOTONIC, &c);
-    double s = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
-    double y = (c.tv_sec - b.tv_sec) + (c.tv_nsec - b.tv_nsec) / 1e9;
-    printf("%.1f %.4f\n", n / s, y);
-    return 0;
-}
-C
-    cc -O2 -o "$TMP/create" "$TMP/create.c"
-    ref=(); one=(); four=()
-    for r in $(seq "$RUNS"); do
-        mkdir "$WORK/c$r"
-        ref+=("$("$TMP/create" "$WORK/c$r" "$FILES" | cut -d' ' -f1)")
-        rm -rf "$WORK/c$r"; sync
-        one+=("$("$BIN" bench --json --metadata --files "$FILES" --threads 1 "$DIR" | jq '.phases[0].files_per_sec')")
-        four+=("$("$BIN" bench --json --metadata --files "$FILES" --threads 4 "$DIR" | jq '.phases[0].files_per_sec')")
-    done
-    r=$(printf '%s\n' "${ref[@]}" | median)
-    o=$(printf '%s\n' "${one[@]}" | median)
-    f=$(printf '%s\n' "${four[@]}" | median)
-    printf "create files/s (%s files, median of %s): C loop %.0f, bench --threads 1 %.0f (ratio %.3f, goal >= 1.0), --threads 4 %.0f (ratio %.3f)\n" \
-        "$FILES" "$RUNS" "$r" "$o" "$(echo "$o / $r" | bc -l)" "$f" "$(echo "$f / $r" | bc -l)"
-    exit 0
-fi
-
 # 1. bench.
 t0=$(now)
 code=0
-"$BIN" bench --json --tests "$TESTS" --size "$SIZE" --runs "$RUNS" --duration "$DURATION" "$DIR" >"$TMP/bench.json" || code=$?
+"$BIN" bench --json --tests "$TESTS" --file-size "$SIZE" --rounds "$RUNS" --duration "$DURATION" "$DIR" >"$TMP/bench.json" || code=$?
 t1=$(now)
 [ "$code" -eq 0 ] || [ "$code" -eq 3 ] || die "bench failed ($code)"
 bench_wall=$(echo "$t1 - $t0" | bc -l)

@@ -71,7 +71,9 @@ documents! {
     "bench", false, crate::bench::report::BenchReport, "bench --json";
     "bench-compare", false, crate::bench::compare::Comparison, "bench --compare A B --json";
     "bench-sustained", false, crate::bench::sustained::SustainedReport, "bench --sustained --json";
-    "bench-metadata", false, crate::bench::metadata::MetadataReport, "bench --metadata --json";
+    "bench-metadata", false, crate::bench::metadata::MetadataReport, "bench --small-files --json";
+    "bench-profiles-plan", false, crate::bench::profiles::ProfilesPlan, "bench --small-files --compare-profiles LIST --dry-run --json";
+    "bench-profiles", false, crate::bench::profiles::ProfilesReport, "bench --small-files --compare-profiles LIST --json";
     "convert-record", true, crate::admin::report::ConvertRecord, "convert --json, device add --then-convert --json (JSON Lines)";
     "convert-status", false, crate::admin::report::StatusReport, "convert --status --json";
     "convert-pause", false, crate::admin::report::PauseReport, "convert --pause --json";

@@ -1,4 +1,4 @@
-//! `bench --metadata`: the small-file storm. N empty files created over
+//! `bench --small-files`: the small-file storm. N empty files created over
 //! directories by T threads, then `syncfs`; all of them stat'ed cold; all
 //! deleted, then `syncfs`. Files per second for each phase, the sync
 //! times, and what each member device wrote (diskstats): the metadata
@@ -117,7 +117,7 @@ pub struct MemberBytes {
     pub read_bytes: u64,
 }
 
-/// The report of `bench --metadata`.
+/// The report of `bench --small-files`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MetadataReport {
     /// Format version.
@@ -197,6 +197,28 @@ fn dir_name(d: u64) -> String {
 
 fn file_name(i: u64) -> String {
     format!("f{i:09}")
+}
+
+/// [`file_name`] as a C string on the stack, for the per-file system
+/// calls: no allocation, and no copy into a C string by rustix (as the C
+/// reference's `snprintf` into a stack buffer). Nine digits: `--files` is
+/// at most 10^8.
+struct CName([u8; 11]);
+
+impl CName {
+    fn file(i: u64) -> Self {
+        let mut b = *b"f000000000\0";
+        let mut n = i;
+        for digit in b[1..10].iter_mut().rev() {
+            *digit = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        Self(b)
+    }
+
+    fn as_c_str(&self) -> &std::ffi::CStr {
+        std::ffi::CStr::from_bytes_with_nul(&self.0).expect("one NUL, at the end")
+    }
 }
 
 fn open_dir_at(parent: &OwnedFd, name: &str, path: &Path) -> Result<OwnedFd> {
@@ -379,7 +401,7 @@ pub fn run(
     let n = for_all_files(&root, &work.path, opts, &|fd, i| {
         rustix::fs::openat(
             fd,
-            file_name(i).as_str(),
+            CName::file(i).as_c_str(),
             OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::from_raw_mode(0o600),
         )
@@ -399,7 +421,7 @@ pub fn run(
     let b = counters(&devices, &opts.sysroot);
     let t = Instant::now();
     let n = for_all_files(&root, &work.path, opts, &|fd, i| {
-        rustix::fs::statat(fd, file_name(i).as_str(), AtFlags::SYMLINK_NOFOLLOW)
+        rustix::fs::statat(fd, CName::file(i).as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
             .map(drop)
             .map_err(std::io::Error::from)
     })?;
@@ -412,7 +434,7 @@ pub fn run(
     let b = counters(&devices, &opts.sysroot);
     let t = Instant::now();
     let n = for_all_files(&root, &work.path, opts, &|fd, i| {
-        rustix::fs::unlinkat(fd, file_name(i).as_str(), AtFlags::empty())
+        rustix::fs::unlinkat(fd, CName::file(i).as_c_str(), AtFlags::empty())
             .map_err(std::io::Error::from)
     })?;
     for d in 0..opts.dirs() {
@@ -505,6 +527,13 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn c_names_are_the_file_names() {
+        for i in [0, 7, 999, 1000, 123_456_789, 100_000_000] {
+            assert_eq!(CName::file(i).as_c_str().to_str().unwrap(), file_name(i));
+        }
+    }
 
     #[test]
     fn options_and_layout() {

@@ -17,6 +17,7 @@ pub mod jobs;
 pub mod members;
 pub mod metadata;
 pub mod profile;
+pub mod profiles;
 pub mod report;
 pub mod sensors;
 pub mod sustained;

@@ -8,10 +8,12 @@ use clap::Args;
 use btrfs_lab::bench::compare::{self, Comparison};
 use btrfs_lab::bench::metadata::{MetadataOptions, MetadataReport};
 use btrfs_lab::bench::profile::{self, Direction};
+use btrfs_lab::bench::profiles::{self, ProfilesOptions, ProfilesReport};
 use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::{Error, Result};
+use btrfs_lab::sandbox::Locations;
 use btrfs_lab::sys::fio::{RealFio, write_new_file};
 use btrfs_lab::sys::root::SysRoot;
 
@@ -40,6 +42,9 @@ rate drops and stays down (an SSD's write cache filling); it asks first
 (--yes). Ctrl-C stops it early and still prints the report (status 130).
 --small-files creates --files empty files by --threads threads, syncs, stats
 them cold, deletes them and syncs: files/s per phase.
+--small-files --compare-profiles raid1,raid1c3 runs it on throwaway sandboxes
+(loop devices, one per profile, the same devices and size), never on your
+filesystem; DIR, if given, is where their images go (--dry-run, --yes).
 
 Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
 2 bad arguments, 130 interrupted (the test directory is removed).";
@@ -49,7 +54,7 @@ Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
        btrfs-lab bench --compare <A.json> <B.json>")]
 pub struct BenchArgs {
     /// Directory on the filesystem to measure (the test directory is made in it).
-    #[arg(required_unless_present = "compare")]
+    #[arg(required_unless_present_any = ["compare", "compare_profiles"])]
     dir: Option<PathBuf>,
     /// Test set: default or nvme.
     #[arg(long, default_value = "default", value_name = "NAME")]
@@ -114,6 +119,14 @@ pub struct BenchArgs {
     /// With --small-files: how many threads create, stat and delete.
     #[arg(long, value_name = "N", default_value_t = bench::metadata::DEFAULT_THREADS, requires = "metadata")]
     threads: u32,
+    /// With --small-files: run it on throwaway sandboxes instead, one per
+    /// metadata profile (raid1,raid1c3,...), never on your filesystem; DIR,
+    /// if given, is where their images go (default: --sandbox-root).
+    #[arg(long, value_name = "LIST", requires = "metadata")]
+    compare_profiles: Option<String>,
+    /// Show the plan and do nothing.
+    #[arg(long, requires = "compare_profiles")]
+    dry_run: bool,
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
@@ -356,12 +369,160 @@ pub fn render_metadata(r: &MetadataReport) -> String {
     s
 }
 
+fn run_compare_profiles(
+    args: &BenchArgs,
+    list: &str,
+    out: &Output,
+    places: Locations,
+) -> Result<u8> {
+    let opts = ProfilesOptions {
+        profiles: profiles::parse_profiles(list)?,
+        files: args.files,
+        threads: args.threads,
+        images_dir: args
+            .dir
+            .as_ref()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())),
+        sandbox_root: places.sandbox_root.clone(),
+        sysroot: SysRoot::from_option(args.sysroot.as_deref()),
+    };
+    let stale: Vec<String> = profiles::stale_sandboxes(&places.store)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    let plan = profiles::plan(&opts, &btrfs_lab::sys::nonce::nonce(), stale)?;
+    let steps = plan.describe().join("\n");
+    if args.dry_run {
+        out.report(&plan, |_| format!("{steps}\n"));
+        return Ok(0);
+    }
+    profiles::preflight(&plan, &opts.sysroot)?;
+    let question = format!(
+        "{steps}\n\n{} sandbox(es) of {} × {} loop devices, made and removed one after the other; your filesystems are not touched.\nStart?",
+        plan.runs.len(),
+        plan.devices,
+        size(plan.device_size_bytes)
+    );
+    if args.yes {
+        if !out.json {
+            out.note(&format!(
+                "{} sandboxes of {} × {} loop devices, one after the other (--dry-run shows the steps)",
+                plan.runs.len(),
+                plan.devices,
+                size(plan.device_size_bytes)
+            ));
+        }
+    } else {
+        confirm(&question, false)?;
+    }
+    let bar = out.byte_progress("bench --compare-profiles {msg}");
+    let files = plan.files;
+    let result = profiles::run(
+        &plan,
+        &places.store,
+        &opts.sysroot,
+        &mut || out.started(),
+        &mut |p, step| {
+            bar.set_message(format!("{p}: {step} ({files} files)"));
+            bar.tick();
+        },
+    );
+    bar.finish_and_clear();
+    let report = result?;
+    out.report(&report, render_profiles);
+    Ok(report.exit_code)
+}
+
+/// The text of `bench --small-files --compare-profiles`: per profile and phase
+/// the figures and their ratio to the first profile.
+pub fn render_profiles(r: &ProfilesReport) -> String {
+    let x = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("×{v:.2}"));
+    let mut s = format!(
+        "bench --small-files --compare-profiles  {} files, {} threads; each profile on its own btrfs of {} × {} loop devices (data {}) under {}\n\n",
+        r.files,
+        r.threads,
+        r.devices,
+        size(r.device_size_bytes),
+        r.data_profile,
+        r.images_dir.display()
+    );
+    s.push_str(&format!(
+        "  {:<9}{:<8}{:>10}{:>8}{:>9}{:>8}{:>12}{:>8}\n",
+        "metadata", "phase", "files/s", "", "sync s", "", "wrote", ""
+    ));
+    for run in &r.runs {
+        for (i, p) in run.report.phases.iter().enumerate() {
+            let q = run.ratios.iter().find(|q| q.phase == p.name);
+            let first = run.metadata == r.baseline;
+            s.push_str(&format!(
+                "  {:<9}{:<8}{:>10.0}{:>8}{:>9}{:>8}{:>12}{:>8}\n",
+                if i == 0 { run.metadata.name() } else { "" },
+                if p.name == "stat" && run.report.stat_cold {
+                    "stat*"
+                } else {
+                    p.name.as_str()
+                },
+                p.files_per_sec,
+                if first {
+                    String::new()
+                } else {
+                    x(q.and_then(|q| q.files_per_sec))
+                },
+                p.sync_seconds.map_or("-".into(), |v| format!("{v:.2}")),
+                if first || p.sync_seconds.is_none() {
+                    String::new()
+                } else {
+                    x(q.and_then(|q| q.sync_seconds))
+                },
+                size(p.device_write_bytes),
+                if first || p.device_write_bytes == 0 {
+                    String::new()
+                } else {
+                    x(q.and_then(|q| q.device_write_bytes))
+                },
+            ));
+        }
+    }
+    s.push_str(&format!(
+        "  (× = against {}; * cold: caches dropped first; wrote = bytes the member devices wrote, the sync included)\n",
+        r.baseline
+    ));
+    s.push_str("\n  written per member during the creates and their sync\n");
+    for run in &r.runs {
+        if let Some(c) = run.report.phases.first() {
+            s.push_str(&format!(
+                "    {:<9}{}\n",
+                run.metadata.name(),
+                c.per_member
+                    .iter()
+                    .map(|m| format!("{} {}", m.device, size(m.write_bytes)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    for n in &r.notes {
+        s.push_str(&wrap(&format!("note: {n}"), 96, "  "));
+    }
+    s.push('\n');
+    s.push_str(&wrap(&r.summary, 96, ""));
+    s
+}
+
 fn with_extension(p: &Path, ext: &str) -> PathBuf {
     p.with_extension(ext)
 }
 
-pub fn run(args: BenchArgs, out: &Output) -> Result<u8> {
+pub fn run(
+    args: BenchArgs,
+    out: &Output,
+    places: (Option<PathBuf>, Option<PathBuf>),
+) -> Result<u8> {
     args.units.select();
+    if let Some(list) = &args.compare_profiles {
+        return run_compare_profiles(&args, list, out, super::sandbox::locations(places, out));
+    }
     if let Some(pair) = &args.compare {
         let a = compare::load(&pair[0])?;
         let b = compare::load(&pair[1])?;

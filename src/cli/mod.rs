@@ -144,7 +144,7 @@ pub fn run() -> ExitCode {
         Command::Links(args) => links::run(args, &out),
         Command::Nocow(args) => nocow::run(args, &out),
         Command::ReadTest(args) => read_test::run(args, &out),
-        Command::Bench(args) => bench::run(args, &out),
+        Command::Bench(args) => bench::run(args, &out, places),
         Command::Doctor(args) => doctor::run(args, &out),
         Command::Completions(args) => completions::run(args, &out),
         Command::Man(args) => man::run(args, &out),

@@ -391,6 +391,17 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
             )),
         }
     }
+    // Every recorded attachment is now gone or someone else's. Record that
+    // before anything can fail, so a retried `down` does not look at those
+    // loop device numbers again: the kernel hands them to the next user.
+    let mut progress = record.clone();
+    for d in &mut progress.devices {
+        d.loop_device = None;
+        d.diskseq = None;
+    }
+    if progress != *record {
+        store.save(&progress)?;
+    }
     // Loop devices bound to our images that `up` did not attach (someone
     // ran losetup by hand): left alone, and the image with them.
     let mut foreign = Vec::new();

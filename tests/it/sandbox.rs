@@ -967,18 +967,42 @@ fn down_detaches_only_the_loop_device_up_attached() {
         "ours is detached"
     );
     assert!(image.exists());
-    assert!(
-        env.store().load_all().unwrap().len() == 1,
-        "the record stays for a retry"
-    );
+    let records = env.store().load_all().unwrap();
+    assert!(records.len() == 1, "the record stays for a retry");
+    // The detachment is recorded: the kernel may hand that loop device
+    // number to someone else before the retry (other tests do, here).
+    assert_eq!(records[0].devices[0].loop_device, None);
+    assert_eq!(records[0].devices[0].diskseq, None);
 
     loopdev::detach_if_ours(&btrfs_lab::sys::root::SysRoot::host(), &theirs.path, id).unwrap();
+    // Someone else now gets the lowest free loop device number, most likely
+    // the one `up` had: the retry neither touches nor mentions it.
+    let decoy_image = env.path().join("decoy.img");
+    fs::File::create(&decoy_image)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let decoy = loopdev::attach(&decoy_image, false).unwrap();
+    let decoy_id = FileIdentity::of(&fs::File::open(&decoy_image).unwrap()).unwrap();
     let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "hand"]));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
         stdout,
         "sandbox hand removed: deleted 3 files and directories\n"
     );
+    assert_eq!(
+        loopdev::backing_identity(&decoy.path).unwrap(),
+        Some(decoy_id),
+        "{} was reused by someone else and stays theirs",
+        decoy.path.display()
+    );
+    loopdev::detach_if_ours(
+        &btrfs_lab::sys::root::SysRoot::host(),
+        &decoy.path,
+        decoy_id,
+    )
+    .unwrap();
+    fs::remove_file(&decoy_image).unwrap();
     assert!(!image.exists());
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }

@@ -41,7 +41,50 @@ pub fn script(shell: Shell) -> String {
             .collect();
     }
     clap_complete::generate(shell, &mut cmd, "btrfs-lab", &mut buf);
-    String::from_utf8_lossy(&buf).into_owned()
+    let mut text = String::from_utf8_lossy(&buf).into_owned();
+    if shell == Shell::Fish {
+        cmd.build();
+        fish_positional_values(&cmd, &mut Vec::new(), &mut text);
+    }
+    text
+}
+
+/// clap_complete's fish script completes flags' values but not a positional
+/// argument's (`completions SHELL` offered file names): one `complete` line
+/// per subcommand whose positional arguments have a fixed set of values.
+fn fish_positional_values(cmd: &clap::Command, path: &mut Vec<String>, text: &mut String) {
+    let values: Vec<String> = cmd
+        .get_positionals()
+        .flat_map(|a| a.get_possible_values())
+        .filter(|v| !v.is_hide_set())
+        .map(|v| v.get_name().to_owned())
+        .collect();
+    if let Some((first, nested)) = path.split_first()
+        && !values.is_empty()
+    {
+        // The same conditions clap_complete writes for a nested
+        // subcommand's flags, and none once a value is on the line.
+        let mut condition = format!("__fish_btrfs_lab_using_subcommand {first}");
+        for n in nested {
+            condition.push_str(&format!("; and __fish_seen_subcommand_from {n}"));
+        }
+        text.push_str(&format!(
+            "complete -c btrfs-lab -n \"{condition}; and not __fish_seen_subcommand_from {v}\" -f -a \"{v}\"\n",
+            v = values.join(" ")
+        ));
+        // No file names when every positional argument has fixed values.
+        if cmd
+            .get_positionals()
+            .all(|a| !a.get_possible_values().is_empty())
+        {
+            text.push_str(&format!("complete -c btrfs-lab -n \"{condition}\" -f\n"));
+        }
+    }
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        path.push(sub.get_name().to_owned());
+        fish_positional_values(sub, path, text);
+        path.pop();
+    }
 }
 
 pub fn run(args: CompletionsArgs, out: &Output) -> Result<u8> {

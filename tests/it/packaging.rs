@@ -314,6 +314,12 @@ fn fish_completion_completes_nested_subcommands_and_their_flags() {
     };
     assert_eq!(complete("btrfs-lab sandbox u"), ["up"]);
     assert_eq!(complete("btrfs-lab df --pars"), ["--parse"]);
-    // (clap_complete's fish script offers files, not the values, for a
-    // positional argument such as `completions SHELL`; bash's offers them.)
+    // clap_complete's fish script offered file names for a positional
+    // argument with fixed values; ours adds the values.
+    let shells = complete("btrfs-lab completions ");
+    for s in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        assert!(shells.iter().any(|x| x == s), "{shells:?}");
+    }
+    assert_eq!(complete("btrfs-lab completions fi"), ["fish"]);
+    assert!(complete("btrfs-lab completions fish ").is_empty());
 }

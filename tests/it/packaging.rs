@@ -323,3 +323,52 @@ fn fish_completion_completes_nested_subcommands_and_their_flags() {
     assert_eq!(complete("btrfs-lab completions fi"), ["fish"]);
     assert!(complete("btrfs-lab completions fish ").is_empty());
 }
+
+#[test]
+fn zsh_completion_completes_nested_subcommands_and_their_flags() {
+    let Some(zsh) = tool(
+        "zsh",
+        "zsh_completion_completes_nested_subcommands_and_their_flags",
+    ) else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    fs::write(t.path().join("_btrfs-lab"), script("zsh")).unwrap();
+    // A real interactive zsh on a pseudo-terminal (zsh/zpty) with compinit
+    // and the script on $fpath: type WORDS, press Tab, then Enter; a
+    // function standing in for btrfs-lab prints the completed line. The
+    // pty queues the keys, so no waiting is needed; `timeout` bounds a hang.
+    const PROGRAM: &str = r#"
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z 'PS1=""; fpath=('"$1"' $fpath); autoload -U compinit; compinit -u -D; btrfs-lab() { print -r -- "RES""ULT<$*>" }'
+zpty -w z "$2"$'\t'
+zpty -w z ''
+zpty -r z out '*RESULT<*>'
+print -r -- "${${out##*RESULT<}%%>*}"
+zpty -d z
+"#;
+    let complete = |line: &str| -> String {
+        let out = Command::new("timeout")
+            .arg("60")
+            .arg(&zsh)
+            .args(["-f", "-c", PROGRAM, "zsh"])
+            .arg(t.path())
+            .arg(line)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{line}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    };
+    assert_eq!(complete("btrfs-lab sandb"), "sandbox");
+    assert_eq!(complete("btrfs-lab sandbox u"), "sandbox up");
+    assert_eq!(complete("btrfs-lab df --pars"), "df --parse");
+    assert_eq!(complete("btrfs-lab sandbox up --dat"), "sandbox up --data");
+    assert_eq!(complete("btrfs-lab completions fi"), "completions fish");
+    // Ambiguous: nothing is completed.
+    assert_eq!(complete("btrfs-lab s"), "s");
+}

@@ -577,12 +577,6 @@ pub(crate) fn compression_option(options: &[String]) -> Option<String> {
         .cloned()
 }
 
-pub(crate) fn hostname() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
-}
-
 /// Creates the test file empty (O_EXCL, inheriting the directory's NOCOW),
 /// so fio never creates or lays it out itself.
 pub(crate) fn create_test_file(path: &Path) -> Result<File> {
@@ -815,7 +809,7 @@ pub fn run(
         summary,
         system: report::SystemInfo {
             kernel: crate::sys::kernel_release(),
-            hostname: hostname(),
+            hostname: crate::model::envelope::hostname(),
             cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
             fio_version: fio.version(),
             fio_path: fio_path.to_path_buf(),

@@ -522,7 +522,7 @@ pub fn run(
         summary,
         system: SystemInfo {
             kernel: crate::sys::kernel_release(),
-            hostname: super::hostname(),
+            hostname: crate::model::envelope::hostname(),
             cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
             fio_version: fio.version(),
             fio_path: fio_path.to_path_buf(),

@@ -16,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::model::envelope::{hostname, rfc3339_seconds};
 use crate::model::finding::{Finding, Severity};
 use crate::space::{self, BtrfsTarget};
 use crate::sys::btrfs::{self, bg_type_of, profile_of};
@@ -109,7 +110,7 @@ pub fn report(filesystems: Vec<FsDiagnosis>, hostname: String, now: u64) -> Doct
         tool: "btrfs-lab".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         hostname,
-        timestamp: rfc3339(now),
+        timestamp: rfc3339_seconds(now),
         timestamp_unix: now,
         filesystems,
         worst,
@@ -249,36 +250,6 @@ pub fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// This host's name.
-pub fn hostname() -> String {
-    rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// `2026-11-30T23:41:07Z`.
-pub fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
 /// Writes `text` to `path` atomically for a collector that may read at any
 /// moment: a new file next to it (O_EXCL, never following a link), synced,
 /// then renamed over `path`. The temporary file is removed on failure.
@@ -318,13 +289,6 @@ pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timestamps_are_utc_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_764_546_067), "2025-11-30T23:41:07Z");
-    }
 
     #[test]
     fn exit_status_follows_the_worst() {

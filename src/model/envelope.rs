@@ -94,15 +94,21 @@ pub fn hostname() -> String {
 /// A time before 1970 (a clock set wrong) prints as the epoch.
 pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
+    let seconds = rfc3339_seconds(d.as_secs());
+    let whole = seconds.strip_suffix('Z').unwrap_or(&seconds);
+    format!("{whole}.{:03}Z", d.subsec_millis())
+}
+
+/// `secs` since the epoch as RFC 3339 in UTC, whole seconds:
+/// `2026-11-30T23:41:07Z` (doctor's `timestamp`).
+pub fn rfc3339_seconds(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, day) = civil_from_days(days);
     format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
         rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
+        rem % 60
     )
 }
 
@@ -140,6 +146,13 @@ mod tests {
         // The last second of a year.
         assert_eq!(at(1_735_689_599, 0), "2024-12-31T23:59:59.000Z");
         assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn whole_seconds() {
+        assert_eq!(rfc3339_seconds(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_seconds(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339_seconds(1_764_546_067), "2025-11-30T23:41:07Z");
     }
 
     #[test]

@@ -243,18 +243,12 @@ prev=""; [ $# -ge 2 ] && prev=${COMP_WORDS[COMP_CWORD-1]}
 "$f" btrfs-lab "${COMP_WORDS[COMP_CWORD]}" "$prev"
 printf '%s\n' "${COMPREPLY[@]}"
 "#;
-    let out = Command::new("bash")
+    let (code, stdout, stderr) = run(Command::new("bash")
         .args(["-c", program, "complete"])
         .arg(file)
-        .args(words)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+        .args(words));
+    assert_eq!(code, 0, "{stderr}");
+    stdout
         .lines()
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
@@ -296,18 +290,12 @@ fn fish_completion_completes_nested_subcommands_and_their_flags() {
     let file = t.path().join("btrfs-lab.fish");
     fs::write(&file, script("fish")).unwrap();
     let complete = |line: &str| -> Vec<String> {
-        let out = Command::new(&fish)
+        let (code, stdout, stderr) = run(Command::new(&fish)
             .arg("--no-config")
             .arg("-c")
-            .arg(format!("source {}; complete -C '{line}'", file.display()))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
+            .arg(format!("source {}; complete -C '{line}'", file.display())));
+        assert_eq!(code, 0, "{stderr}");
+        stdout
             .lines()
             .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
             .collect()
@@ -349,20 +337,14 @@ print -r -- "${${out##*RESULT<}%%>*}"
 zpty -d z
 "#;
     let complete = |line: &str| -> String {
-        let out = Command::new("timeout")
+        let (code, stdout, stderr) = run(Command::new("timeout")
             .arg("60")
             .arg(&zsh)
             .args(["-f", "-c", PROGRAM, "zsh"])
             .arg(t.path())
-            .arg(line)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{line}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+            .arg(line));
+        assert_eq!(code, 0, "{line}: {stderr}");
+        stdout.trim_end().to_owned()
     };
     assert_eq!(complete("btrfs-lab sandb"), "sandbox");
     assert_eq!(complete("btrfs-lab sandbox u"), "sandbox up");

@@ -229,7 +229,7 @@ fn below_top(cmd: clap::Command, globals: &[Arg]) -> clap::Command {
 /// clap's errors, printed our way: one line and a hint. `--help` and
 /// `--version` are printed as clap renders them.
 fn usage_error(e: &clap::Error) -> u8 {
-    use clap::error::ErrorKind as K;
+    use clap::error::{ContextKind, ContextValue, ErrorKind as K};
     match e.kind() {
         K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand => {
             if let Err(err) = e.print()
@@ -263,11 +263,34 @@ fn usage_error(e: &clap::Error) -> u8 {
                 first.push(' ');
                 first.push_str(next);
             }
+            // What clap puts on further lines, kept: the accepted values and
+            // its "did you mean" for a near miss.
+            if e.kind() == K::InvalidValue
+                && let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue)
+                && !valid.is_empty()
+            {
+                first.push_str(&format!(" (one of: {})", valid.join(", ")));
+            }
+            let suggested = [
+                ContextKind::SuggestedValue,
+                ContextKind::SuggestedSubcommand,
+                ContextKind::SuggestedArg,
+            ]
+            .into_iter()
+            .find_map(|k| match e.get(k) {
+                Some(ContextValue::String(s)) => Some(s.clone()),
+                Some(ContextValue::Strings(v)) if !v.is_empty() => Some(v.join("' or '")),
+                _ => None,
+            });
             let usage = rendered
                 .lines()
                 .find_map(|l| l.strip_prefix("Usage: "))
                 .map(|u| format!("usage: {u} (see --help)"))
                 .unwrap_or_else(|| "see btrfs-lab --help".to_owned());
+            let usage = match suggested {
+                Some(s) => format!("did you mean '{s}'? {usage}"),
+                None => usage,
+            };
             let out = Output::new(false, ColorChoice::Auto);
             out.error(&Error::usage(first).with_hint(usage));
             exit::USAGE

@@ -588,3 +588,39 @@ fn quiet_on_commands_that_change_and_measure() {
         Some(0)
     );
 }
+
+/// A near miss gets what clap knows on the one line and its hint: the
+/// accepted values, and "did you mean" for a value, subcommand or flag.
+#[test]
+fn near_misses_name_the_accepted_values_and_the_likely_one() {
+    for (args, line, hint) in [
+        (
+            &["completions", "fsh"][..],
+            "btrfs-lab: error: invalid value 'fsh' for '<SHELL>' (one of: bash, elvish, fish, powershell, zsh)",
+            "hint: did you mean 'fish'? ",
+        ),
+        (
+            &["sandbox", "upp"][..],
+            "btrfs-lab: error: unrecognized subcommand 'upp'",
+            "hint: did you mean 'up'? usage: btrfs-lab sandbox <COMMAND> (see --help)",
+        ),
+        (
+            &["df", "--jsn", "/"][..],
+            "btrfs-lab: error: unexpected argument '--jsn' found",
+            "hint: did you mean '--json'? usage: btrfs-lab df [OPTIONS] <MOUNT> (see --help)",
+        ),
+        (
+            &["read-test", "--cache", "lukewarm", "/x"][..],
+            "btrfs-lab: error: invalid value 'lukewarm' for '--cache <WHICH>' (one of: cold, warm, both)",
+            "hint: ",
+        ),
+    ] {
+        let (code, stdout, stderr) = run(Command::new(bin()).args(args).env("NO_COLOR", "1"));
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{args:?}: {stderr}");
+        assert_eq!(lines[0], line, "{args:?}");
+        assert!(lines[1].starts_with(hint), "{args:?}: {}", lines[1]);
+    }
+}

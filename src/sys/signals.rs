@@ -1,8 +1,9 @@
 //! Signals.
 //!
-//! [`install`]: SIGINT/SIGTERM: the first one asks the running operation to
-//! stop at a safe point and clean up; a second one exits at once (probe-dio,
-//! read-test, nocow, sandbox).
+//! [`install`]: SIGINT, SIGTERM and SIGHUP (a dropped SSH session): the
+//! first one asks the running operation to stop at a safe point and clean
+//! up (exit status 130); a second one exits at once (probe-dio, read-test,
+//! nocow, sandbox, bench, doctor --deep).
 //!
 //! [`install_pausable`]: for a kernel operation that must never be abandoned
 //! (a balance runs inside our process: if the process dies while in the
@@ -36,7 +37,7 @@ fn handler_error(e: &std::io::Error) -> Error {
 
 /// Installs the handlers. Safe to call more than once.
 pub fn install() -> Result<()> {
-    for sig in [SIGINT, SIGTERM] {
+    for sig in [SIGINT, SIGTERM, SIGHUP] {
         // Registered first, so it sees the flag as it was before this signal:
         // only a second signal exits immediately.
         signal_hook::flag::register_conditional_shutdown(
@@ -50,7 +51,7 @@ pub fn install() -> Result<()> {
     Ok(())
 }
 
-/// True once SIGINT or SIGTERM (or, with [`install_pausable`], SIGHUP) arrived.
+/// True once SIGINT, SIGTERM or SIGHUP arrived.
 pub fn interrupted() -> bool {
     FLAG.load(Ordering::SeqCst)
 }

@@ -453,25 +453,36 @@ impl TrustedDir {
 
     /// The names in this directory (`.` and `..` excluded), sorted.
     pub fn names(&self) -> Result<Vec<OsString>> {
-        let fd = rfs::openat(&self.fd, ".", open_dir_flags(), Mode::empty())
-            .map_err(|e| err(e, "cannot read", &self.path))?;
-        let mut dir = rfs::Dir::read_from(&fd).map_err(|e| err(e, "cannot read", &self.path))?;
-        let mut names = Vec::new();
-        for entry in dir.by_ref() {
-            let entry = entry.map_err(|e| err(e, "cannot read", &self.path))?;
-            let n = entry.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push(OsStr::from_bytes(n).to_os_string());
-            }
-        }
-        names.sort();
-        Ok(names)
+        names_of(self.fd(), &self.path)
     }
+}
+
+/// The names in the directory `dir` (`.` and `..` excluded), sorted.
+fn names_of(dir: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>> {
+    let fd = rfs::openat(dir, ".", open_dir_flags(), Mode::empty())
+        .map_err(|e| err(e, "cannot read", path))?;
+    let mut d = rfs::Dir::read_from(&fd).map_err(|e| err(e, "cannot read", path))?;
+    let mut names = Vec::new();
+    for entry in d.by_ref() {
+        let entry = entry.map_err(|e| err(e, "cannot read", path))?;
+        let n = entry.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            names.push(OsStr::from_bytes(n).to_os_string());
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// Walks `path` from `/`, checking each directory; creates missing ones with
 /// `create` (a mode) when given.
 fn walk(path: &Path, leaf: Leaf, create: Option<u32>) -> Result<(TrustedDir, bool)> {
+    walk_with(path, Some(leaf), create)
+}
+
+/// The walk behind [`TrustedDir`] and [`HeldDir`]: `leaf` `None` checks no
+/// directory's owner or mode (a user's directory), only the link rule.
+fn walk_with(path: &Path, leaf: Option<Leaf>, create: Option<u32>) -> Result<(TrustedDir, bool)> {
     let abs = std::path::absolute(path)
         .map_err(|e| Error::usage(format!("invalid directory {}: {e}", path.display())))?;
     let mut queue: VecDeque<OsString> = VecDeque::new();
@@ -482,9 +493,11 @@ fn walk(path: &Path, leaf: Leaf, create: Option<u32>) -> Result<(TrustedDir, boo
     let root_leaf = if queue.is_empty() {
         leaf
     } else {
-        Leaf::SharedSticky
+        leaf.map(|_| Leaf::SharedSticky)
     };
-    check_dir(&st, Path::new("/"), root_leaf)?;
+    if let Some(root_leaf) = root_leaf {
+        check_dir(&st, Path::new("/"), root_leaf)?;
+    }
     // The stack of directories walked: `..` pops one.
     let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(root, PathBuf::from("/"))];
     let mut links = 0;
@@ -550,12 +563,252 @@ fn walk(path: &Path, leaf: Leaf, create: Option<u32>) -> Result<(TrustedDir, boo
         let fd = open_beneath(cur.as_fd(), &name, open_dir_flags(), Mode::empty())
             .map_err(|e| err(e, "cannot open", &here))?;
         let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &here))?;
-        check_dir(&st, &here, if is_last { leaf } else { Leaf::SharedSticky })?;
+        match leaf {
+            Some(leaf) => check_dir(&st, &here, if is_last { leaf } else { Leaf::SharedSticky })?,
+            None if FileType::from_raw_mode(st.st_mode) != FileType::Directory => {
+                return Err(Error::new(
+                    ErrorKind::WrongTarget,
+                    format!("{} is not a directory", here.display()),
+                ));
+            }
+            None => {}
+        }
         stack.push((fd, here));
     }
     // When the path is `/` itself, the root was checked as the leaf above.
     let (fd, path) = stack.pop().expect("root stays");
     Ok((TrustedDir { fd, path }, created))
+}
+
+/// A directory a user named (it may be theirs: bench DIR, probe-dio DIR,
+/// nocow DIR), opened once and held. Reached from `/` component by component
+/// with `O_NOFOLLOW`, following only symbolic links owned by root (or by the
+/// user running btrfs-lab): a link another user planted is refused with the
+/// reason, never followed. Its owner and mode are not checked: other users
+/// may rename or replace its entries, so everything btrfs-lab does in it goes
+/// through a private directory made with [`HeldDir::mkdir_private`] (root's
+/// alone, held by descriptor) or through single components opened beneath
+/// the descriptor without following links.
+#[derive(Debug)]
+pub struct HeldDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl HeldDir {
+    /// Opens the existing directory `path` (see the type's documentation).
+    pub fn open(path: &Path) -> Result<HeldDir> {
+        walk_with(path, None, None).map(|(d, _)| HeldDir {
+            fd: d.fd,
+            path: d.path,
+        })
+    }
+
+    /// The path it was reached by (for messages; never opened again).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// A duplicate descriptor as a `File` (ioctls, fstatfs).
+    pub fn file(&self) -> Result<File> {
+        self.fd
+            .try_clone()
+            .map(File::from)
+            .map_err(|e| Error::from_io(&e, "cannot open", &self.path))
+    }
+
+    /// The directory's own identity.
+    pub fn identity(&self) -> Result<FileIdentity> {
+        rfs::fstat(&self.fd)
+            .map(|st| identity_of(&st))
+            .map_err(|e| err(e, "cannot stat", &self.path))
+    }
+
+    /// The path of an entry (for messages).
+    pub fn join(&self, name: impl AsRef<OsStr>) -> PathBuf {
+        self.path.join(name.as_ref())
+    }
+
+    /// `lstat` of an entry; `None` when there is none.
+    pub fn stat(&self, name: impl AsRef<OsStr>) -> Result<Option<Stat>> {
+        let name = component(name.as_ref())?;
+        match rfs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(st)),
+            Err(RErrno::NOENT) => Ok(None),
+            Err(e) => Err(err(e, "cannot stat", &self.join(name))),
+        }
+    }
+
+    /// The names in it (`.` and `..` excluded), sorted.
+    pub fn names(&self) -> Result<Vec<OsString>> {
+        names_of(self.fd(), &self.path)
+    }
+
+    /// Creates the directory `name` in it, owned by us with exactly `mode`
+    /// (no group or other write bits), and holds it. Fails rather than reuse
+    /// anything that exists. Other users may rename the new directory inside
+    /// this one, but cannot change what is in it: from now on it is reached
+    /// only through the returned descriptor.
+    pub fn mkdir_private(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<TrustedDir> {
+        let name = component(name.as_ref())?;
+        let path = self.join(name);
+        let mode = mode & 0o755;
+        rfs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode))
+            .map_err(|e| err(e, "cannot create", &path))?;
+        let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
+            .map_err(|e| err(e, "cannot open", &path))?;
+        rfs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| err(e, "cannot chmod", &path))?;
+        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &path))?;
+        check_dir(&st, &path, Leaf::Private)?;
+        Ok(TrustedDir { fd, path })
+    }
+
+    /// Opens the subdirectory `name` without following a link, and holds it
+    /// (any owner).
+    pub fn open_subdir(&self, name: impl AsRef<OsStr>) -> Result<HeldDir> {
+        let name = component(name.as_ref())?;
+        let path = self.join(name);
+        let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
+            .map_err(|e| err(e, "cannot open", &path))?;
+        Ok(HeldDir { fd, path })
+    }
+
+    /// Removes the empty directory `name` if it is still `expected` (by
+    /// identity, checked just before). Only empty directories can be removed
+    /// this way, so a swap in the window between the check and the removal
+    /// can at worst remove someone's empty directory, never data.
+    pub fn remove_empty_dir(
+        &self,
+        name: impl AsRef<OsStr>,
+        expected: FileIdentity,
+    ) -> Result<Removal> {
+        let name = component(name.as_ref())?;
+        let Some(st) = self.stat(name)? else {
+            return Ok(Removal::Absent);
+        };
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory
+            || identity_of(&st) != expected
+        {
+            return Ok(Removal::NotOurs);
+        }
+        match rfs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
+            Ok(()) => Ok(Removal::Removed),
+            Err(RErrno::NOENT) => Ok(Removal::Absent),
+            Err(RErrno::NOTEMPTY | RErrno::EXIST) => Ok(Removal::NotEmpty),
+            Err(e) => Err(err(e, "cannot delete", &self.join(name))),
+        }
+    }
+}
+
+/// An input file a user named (`df --parse FILE`, `bench --compare FILE`):
+/// its bytes, at most `max_bytes`. Only a regular file is read (a FIFO, a
+/// device such as /dev/zero or a directory is refused with the reason, and
+/// the open never blocks: `O_NONBLOCK`); its directory part is walked like
+/// [`HeldDir::open`] and a symbolic link, anywhere, is followed only if root
+/// (or the running user) owns it. `what` names the input in messages
+/// ("the captured output").
+pub fn read_input_file(path: &Path, max_bytes: u64, what: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut path = std::path::absolute(path)
+        .map_err(|e| Error::usage(format!("invalid file name {}: {e}", path.display())))?;
+    let me = rustix::process::geteuid().as_raw();
+    for _ in 0..MAX_SYMLINKS {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(Error::new(
+                ErrorKind::WrongTarget,
+                format!("{} is not a regular file", path.display()),
+            ));
+        };
+        let dir = HeldDir::open(parent)?;
+        let name = name.to_os_string();
+        let fd = match open_beneath(
+            dir.fd(),
+            &name,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(RErrno::LOOP) => {
+                let st = dir.stat(&name)?.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::NotFound,
+                        format!("{} does not exist", path.display()),
+                    )
+                })?;
+                if st.st_uid != 0 && st.st_uid != me {
+                    return Err(Error::new(
+                        ErrorKind::Permission,
+                        format!(
+                            "{} is a symbolic link owned by uid {}; as root, btrfs-lab follows only root's links",
+                            path.display(),
+                            st.st_uid
+                        ),
+                    )
+                    .with_hint("give the real path of the file"));
+                }
+                let target = rfs::readlinkat(dir.fd(), name.as_os_str(), Vec::new())
+                    .map_err(|e| err(e, "cannot read link", &path))?;
+                let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
+                path = if target.is_absolute() {
+                    target
+                } else {
+                    parent.join(target)
+                };
+                continue;
+            }
+            Err(e) => return Err(err(e, "cannot open", &path)),
+        };
+        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &path))?;
+        let kind = FileType::from_raw_mode(st.st_mode);
+        if kind != FileType::RegularFile {
+            let is = match kind {
+                FileType::Directory => "a directory",
+                FileType::Fifo => "a FIFO (named pipe)",
+                FileType::CharacterDevice | FileType::BlockDevice => "a device",
+                FileType::Socket => "a socket",
+                _ => "not a regular file",
+            };
+            return Err(Error::new(
+                ErrorKind::WrongTarget,
+                format!("{} is {is}: {what} must be a regular file", path.display()),
+            )
+            .with_hint("save it to a file first, or pipe it on standard input (-)"));
+        }
+        if st.st_size as u64 > max_bytes {
+            return Err(too_large(&path, max_bytes, what));
+        }
+        let mut f = File::from(fd);
+        let mut buf = Vec::new();
+        (&mut f)
+            .take(max_bytes + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::from_io(&e, "cannot read", &path))?;
+        if buf.len() as u64 > max_bytes {
+            return Err(too_large(&path, max_bytes, what));
+        }
+        return Ok(buf);
+    }
+    Err(Error::new(
+        ErrorKind::WrongTarget,
+        format!("{}: too many levels of symbolic links", path.display()),
+    ))
+}
+
+fn too_large(path: &Path, max_bytes: u64, what: &str) -> Error {
+    Error::new(
+        ErrorKind::Usage,
+        format!(
+            "{} is larger than {} MiB: too large for {what}",
+            path.display(),
+            max_bytes >> 20
+        ),
+    )
+    .with_hint("give the file that holds only the captured text")
 }
 
 fn push_components(queue: &mut VecDeque<OsString>, path: &Path, absolute: bool) {
@@ -609,6 +862,40 @@ mod tests {
             "{}",
             e.message()
         );
+    }
+
+    #[test]
+    fn input_files_are_regular_files_read_to_a_bound() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("capture.txt");
+        std::fs::write(&f, b"Data, single: total=1.00GiB, used=0.00B\n").unwrap();
+        assert_eq!(
+            read_input_file(&f, 1 << 20, "the captured output").unwrap(),
+            std::fs::read(&f).unwrap()
+        );
+        // Over the bound: refused, not read to the end.
+        let e = read_input_file(&f, 8, "the captured output").unwrap_err();
+        assert!(e.message().contains("is larger than"), "{}", e.message());
+        // A FIFO: refused at once (the open does not block).
+        let fifo = t.path().join("fifo");
+        rustix::fs::mknodat(
+            rfs::CWD,
+            &fifo,
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let e = read_input_file(&fifo, 1 << 20, "the captured output").unwrap_err();
+        assert!(e.message().contains("a FIFO"), "{}", e.message());
+        // A device and a directory: refused with what they are.
+        let e = read_input_file(Path::new("/dev/zero"), 1 << 20, "x").unwrap_err();
+        assert!(e.message().contains("is a device"), "{}", e.message());
+        let e = read_input_file(t.path(), 1 << 20, "x").unwrap_err();
+        assert!(e.message().contains("is a directory"), "{}", e.message());
+        // Our own link is followed.
+        std::os::unix::fs::symlink(&f, t.path().join("link")).unwrap();
+        assert!(read_input_file(&t.path().join("link"), 1 << 20, "x").is_ok());
     }
 
     /// Needs root (ownership checks): skipped otherwise.

@@ -43,6 +43,9 @@ pub struct CheckContext {
     pub ceiling_many_readers: Option<f64>,
     /// `--cow`.
     pub cow: bool,
+    /// The most bytes the members write per byte of data written (the data
+    /// profile's copies, `Profile::max_write_factor`; 1 when unknown).
+    pub write_factor: f64,
 }
 
 /// What one run measured, before the checks.
@@ -98,6 +101,49 @@ fn pct(part: u64, whole: u64) -> f64 {
     100.0 * part as f64 / whole.max(1) as f64
 }
 
+/// What the members may move beyond fio's own bytes before the run counts
+/// as contaminated by other I/O: a quarter more, and the slack.
+pub const OTHER_IO_FRACTION: f64 = 0.25;
+
+/// Flags a run during which the members moved clearly more than fio's I/O
+/// explains: in the run's direction more than fio's bytes (times the
+/// profile's copies for writes) plus a quarter, or during a read run writes
+/// of more than a quarter of what was read. Two benches on one filesystem,
+/// or a scrub or backup beside one, halve the figures without this.
+fn other_io(d: Direction, s: &Sample, ctx: &CheckContext) -> Option<Check> {
+    let slack = DEVICE_SLACK_BYTES as f64 * 4.0;
+    let claimed = s.claimed_bytes as f64;
+    let (moved, expected, what) = match d {
+        Direction::Read => (s.device_read_bytes?, claimed, "read"),
+        Direction::Write => (
+            s.device_write_bytes?,
+            claimed * ctx.write_factor.max(1.0),
+            "wrote",
+        ),
+    };
+    let limit = expected * (1.0 + OTHER_IO_FRACTION) + slack;
+    let extra_writes = (d == Direction::Read)
+        .then_some(s.device_write_bytes)
+        .flatten()
+        .filter(|&w| w as f64 > claimed * OTHER_IO_FRACTION + slack);
+    let (moved, what) = if moved as f64 > limit {
+        (moved, what)
+    } else if let Some(w) = extra_writes {
+        (w, "wrote")
+    } else {
+        return None;
+    };
+    Some(flag(
+        CheckCode::OtherIo,
+        format!(
+            "the member devices {what} {} while fio moved {} ({:.2}×): other I/O ran on them during this run (another bench, a scrub, a backup?), so the figure is below what the drives give; measure again at a quiet moment",
+            format_iec(moved),
+            format_iec(s.claimed_bytes),
+            moved as f64 / claimed.max(1.0)
+        ),
+    ))
+}
+
 /// The checks of one run.
 pub fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckContext) -> Vec<Check> {
     let mut checks = Vec::new();
@@ -128,6 +174,9 @@ pub fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckContext) -> 
                 ),
             ));
         }
+    }
+    if ctx.devices_known {
+        checks.extend(other_io(d, s, ctx));
     }
     if d == Direction::Read
         && let Some(resident) = s.resident_before_bytes
@@ -406,6 +455,49 @@ mod tests {
         };
         let c = check_run(&t, Direction::Write, &w, &ctx());
         assert_eq!(codes(&c), vec![(CheckCode::DeviceMismatch, Severity::Flag)]);
+    }
+
+    #[test]
+    fn other_io_on_the_members_is_flagged() {
+        let t = DEFAULT_TESTS[0];
+        // Two benches at once: the members read twice what fio did.
+        let doubled = Sample {
+            device_read_bytes: Some(2_100 * MIB),
+            ..honest_read()
+        };
+        let c = check_run(&t, Direction::Read, &doubled, &ctx());
+        assert_eq!(codes(&c), vec![(CheckCode::OtherIo, Severity::Flag)]);
+        assert!(c[0].message.contains("2.10×"), "{}", c[0].message);
+        assert!(c[0].message.contains("quiet moment"));
+        // A backup writing during a read run.
+        let backup = Sample {
+            device_write_bytes: Some(800 * MIB),
+            ..honest_read()
+        };
+        let c = check_run(&t, Direction::Read, &backup, &ctx());
+        assert_eq!(codes(&c), vec![(CheckCode::OtherIo, Severity::Flag)]);
+        // Writes on RAID1 move two copies: not other I/O; three times is.
+        let w = |dev: u64| Sample {
+            claimed_bytes: 1000 * MIB,
+            device_write_bytes: Some(dev * MIB),
+            device_read_bytes: Some(0),
+            ..honest_read()
+        };
+        let raid1 = CheckContext {
+            write_factor: 2.0,
+            ..ctx()
+        };
+        assert!(check_run(&t, Direction::Write, &w(2_010), &raid1).is_empty());
+        let c = check_run(&t, Direction::Write, &w(3_000), &raid1);
+        assert_eq!(codes(&c), vec![(CheckCode::OtherIo, Severity::Flag)]);
+        // Single: a tenth more (metadata) is fine.
+        assert!(check_run(&t, Direction::Write, &w(1_100), &ctx()).is_empty());
+        // Without the device counters nothing is said.
+        let blind = CheckContext {
+            devices_known: false,
+            ..ctx()
+        };
+        assert!(check_run(&t, Direction::Read, &doubled, &blind).is_empty());
     }
 
     #[test]

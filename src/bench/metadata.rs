@@ -399,7 +399,7 @@ pub fn run(
     let a = counters(&devices, &opts.sysroot);
     phases.push(phase("delete", n, secs, Some(sync), &devices, &b, &a));
     drop(root);
-    work.remove()?;
+    notes.extend(work.remove()?);
 
     if !cold {
         notes.push(if opts.cold {

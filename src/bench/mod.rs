@@ -268,7 +268,7 @@ impl WorkDir {
             ErrorKind::State,
             format!(
                 "cannot find a fresh directory name in {}",
-                parent.path().display()
+                escape_path(parent.path())
             ),
         ))
     }
@@ -288,30 +288,34 @@ impl WorkDir {
         &self.parent
     }
 
-    /// Removes it now; the error says what could not be removed.
-    pub fn remove(mut self) -> Result<()> {
+    /// Removes it now. Everything in it goes, or the error says what could
+    /// not; the directory itself goes too unless someone else renamed or
+    /// replaced it in DIR meanwhile: then the returned note says so (the
+    /// empty directory is left where they put it; the figures are still of
+    /// the test file, which is checked by descriptor after every run).
+    pub fn remove(mut self) -> Result<Option<String>> {
         self.remove_now()
     }
 
-    fn remove_now(&mut self) -> Result<()> {
+    fn remove_now(&mut self) -> Result<Option<String>> {
         let Some(dir) = self.dir.take() else {
-            return Ok(());
+            return Ok(None);
         };
         let shown = dir.path().to_path_buf();
         empty_tree(&dir, 2)?;
         drop(dir);
         match self.parent.remove_empty_dir(&self.name, self.identity)? {
-            Removal::Removed | Removal::Absent => Ok(()),
-            Removal::NotOurs => Err(Error::new(
-                ErrorKind::State,
-                format!(
-                    "{} was renamed or replaced by someone else while bench ran: everything in it was removed, the empty directory was left where it is now",
-                    shown.display()
-                ),
-            )),
+            Removal::Removed | Removal::Absent => Ok(None),
+            Removal::NotOurs => Ok(Some(format!(
+                "{} was renamed or replaced by someone else while bench ran: everything in it was removed, the empty directory was left where they put it",
+                escape_path(&shown)
+            ))),
             Removal::NotEmpty => Err(Error::new(
                 ErrorKind::State,
-                format!("{} is not empty after the clean-up; left", shown.display()),
+                format!(
+                    "{} is not empty after the clean-up; left",
+                    escape_path(&shown)
+                ),
             )),
         }
     }
@@ -344,7 +348,7 @@ fn empty_tree(dir: &TrustedDir, depth: u32) -> Result<()> {
                 ErrorKind::State,
                 format!(
                     "{} is not a file bench made; left",
-                    dir.join(&name).display()
+                    escape_path(&dir.join(&name))
                 ),
             ));
         }
@@ -384,7 +388,7 @@ pub fn sweep_stale(parent: &HeldDir) -> Vec<String> {
         let Ok(dir) = parent.open_private_subdir(&name) else {
             notes.push(format!(
                 "{} looks like a bench work directory but is not root's alone; left alone",
-                shown.display()
+                escape_path(&shown)
             ));
             continue;
         };
@@ -396,11 +400,11 @@ pub fn sweep_stale(parent: &HeldDir) -> Vec<String> {
         notes.push(match r {
             Ok(Removal::Removed) => format!(
                 "removed {} left by a bench run that was killed (pid {pid}): {files} file(s), {}",
-                shown.display(),
+                escape_path(&shown),
                 format_iec(bytes)
             ),
-            Ok(_) => format!("{} changed while it was removed; left", shown.display()),
-            Err(e) => format!("could not remove {}: {}", shown.display(), e.message()),
+            Ok(_) => format!("{} changed while it was removed; left", escape_path(&shown)),
+            Err(e) => format!("could not remove {}: {}", escape_path(&shown), e.message()),
         });
     }
     notes
@@ -534,7 +538,7 @@ pub fn open_target(sysroot: &SysRoot, dir: &Path, what: &str) -> Result<Target> 
             ErrorKind::ReadOnly,
             format!(
                 "{} is on a read-only filesystem: {what}",
-                info.dir.display()
+                escape_path(&info.dir)
             ),
         )
         .with_hint("remount it read-write, or give a directory on a writable filesystem"));
@@ -637,7 +641,10 @@ pub fn fill_incompressible(
     if FileIdentity::of(&f).ok() != Some(expected) {
         return Err(Error::new(
             ErrorKind::State,
-            format!("{} is no longer the test file bench made", path.display()),
+            format!(
+                "{} is no longer the test file bench made",
+                escape_path(&path)
+            ),
         ));
     }
     let mut key = [0u8; 32];
@@ -854,7 +861,7 @@ pub(crate) fn refuse_memory_backed(fs_type: &str, dir: &Path) -> Result<()> {
             ErrorKind::WrongTarget,
             format!(
                 "{} is on {fs_type}, which keeps files in memory: there is no device to benchmark",
-                dir.display()
+                escape_path(dir)
             ),
         )
         .with_hint("give a directory on the btrfs (or other disk filesystem) to measure"));
@@ -919,7 +926,7 @@ fn check_test_file(
             ErrorKind::State,
             format!(
                 "{} {why}: the figures would not be of the test file; stopped",
-                path.display()
+                escape_path(&path)
             ),
         )
     };
@@ -961,7 +968,7 @@ pub fn prepare(opts: &BenchOptions) -> Result<Target> {
             ErrorKind::NoSpace,
             format!(
                 "not enough free space in {}: the test needs {} ({} test file + margin), {} is free",
-                target.info.dir.display(),
+                escape_path(&target.info.dir),
                 format_iec(need),
                 format_iec(opts.size_bytes()),
                 format_iec(target.info.available_bytes)
@@ -1095,7 +1102,7 @@ pub fn run(
     let counter_note = sens.counter_note.take();
     drop(sens);
     drop(check_file);
-    work.remove()?;
+    let removal_note = work.remove()?;
 
     let ctx = CheckContext {
         size_bytes: size,
@@ -1106,6 +1113,10 @@ pub fn run(
         ceiling_one_reader: ceiling.as_ref().and_then(|c| c.one_reader_bytes_per_sec),
         ceiling_many_readers: ceiling.as_ref().and_then(|c| c.many_readers_bytes_per_sec),
         cow: opts.cow,
+        write_factor: data_profiles
+            .iter()
+            .map(|p| f64::from(p.max_write_factor()))
+            .fold(1.0, f64::max),
     };
     let results = analyse(&measured, &ctx);
     let thermal = sensors::thermal_delta(thermal_before, thermal_after);
@@ -1120,6 +1131,7 @@ pub fn run(
             });
     }
 
+    notes.extend(removal_note);
     if is_btrfs && !opts.cow {
         notes.push("the test file is NOCOW (no data checksums), so O_DIRECT is direct; --cow measures the checksummed path instead".to_owned());
     }
@@ -1273,6 +1285,9 @@ mod tests {
         events: Vec<String>,
         /// Bytes the "device" moves per fio run.
         per_run: u64,
+        /// The run under way reads (the loop reads residency only before
+        /// reads, the dirtied counter only around writes; the fill writes).
+        reading: bool,
     }
 
     impl Sensors for MockSensors {
@@ -1281,8 +1296,11 @@ mod tests {
             // Each pair of reads brackets a run: advance on the second.
             let n = self.events.iter().filter(|e| *e == "counters").count();
             if n % 2 == 0 {
-                self.read += self.per_run;
-                self.written += self.per_run;
+                if self.reading {
+                    self.read += self.per_run;
+                } else {
+                    self.written += self.per_run;
+                }
             }
             Ok(Some((self.read, self.written)))
         }
@@ -1291,9 +1309,11 @@ mod tests {
             Ok(())
         }
         fn resident(&mut self) -> Result<Option<u64>> {
+            self.reading = true;
             Ok(Some(0))
         }
         fn dirtied(&mut self) -> Result<Option<u64>> {
+            self.reading = false;
             Ok(Some(0))
         }
         fn layout(&mut self) -> Result<Option<FileLayout>> {

@@ -219,6 +219,9 @@ pub enum CheckCode {
     Thermal,
     /// fio reported an error for the job.
     FioError,
+    /// The members moved clearly more than fio did: other I/O ran on them
+    /// during the run (another bench, a scrub, a backup).
+    OtherIo,
 }
 
 /// One finding about a figure.

@@ -494,7 +494,7 @@ pub fn run(
         .and_then(|o| o.jobs.first())
         .map_or(0, |j| j.error);
     drop(file);
-    work.remove()?;
+    notes.extend(work.remove()?);
     if stalled {
         return Err(Error::new(
             ErrorKind::Tool,

@@ -13,7 +13,7 @@ use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
-use btrfs_lab::model::text::escape_control;
+use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
 use btrfs_lab::sys::fio::RealFio;
 use btrfs_lab::sys::root::SysRoot;
@@ -202,24 +202,17 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     }
     let fio_path = fio.path().to_path_buf();
     let bar = out.byte_progress("bench --sustained {msg}");
-    let result = sustained::run(
-        &opts,
-        target,
-        &mut fio,
-        &fio_path,
-        &mut || out.started(),
-        &mut |p| {
-            bar.set_message(format!(
-                "{} of {}  {:.1} MB/s  ETA {}m{:02}s",
-                super::units::size(p.bytes_written),
-                super::units::size(p.size_bytes),
-                p.bytes_per_sec / 1e6,
-                p.eta_secs / 60,
-                p.eta_secs % 60
-            ));
-            bar.tick();
-        },
-    );
+    let result = sustained::run(&opts, target, &mut fio, &fio_path, &mut || {}, &mut |p| {
+        bar.set_message(format!(
+            "{} of {}  {:.1} MB/s  ETA {}m{:02}s",
+            super::units::size(p.bytes_written),
+            super::units::size(p.size_bytes),
+            p.bytes_per_sec / 1e6,
+            p.eta_secs / 60,
+            p.eta_secs % 60
+        ));
+        bar.tick();
+    });
     bar.finish_and_clear();
     let report = result?;
     if let Some(f) = report_file {
@@ -233,7 +226,7 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
 pub fn render_sustained(r: &SustainedReport) -> String {
     let mut s = format!(
         "bench --sustained {}  {} on {}\n",
-        r.target.dir.display(),
+        escape_path(&r.target.dir),
         r.target.fs_type,
         r.target
             .devices
@@ -291,7 +284,7 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
     opts.validate()?;
     let bar = out.byte_progress("bench --small-files {msg}");
     let files = opts.files;
-    let result = bench::metadata::run(&opts, &mut || out.started(), &mut |p| {
+    let result = bench::metadata::run(&opts, &mut || {}, &mut |p| {
         bar.set_message(format!("{p} ({files} files)"));
         bar.tick();
     });
@@ -305,7 +298,7 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
 pub fn render_metadata(r: &MetadataReport) -> String {
     let mut s = format!(
         "bench --small-files {}  {} (metadata {}) on {}\n  {} files in {} directories, {} threads\n\n",
-        r.target.dir.display(),
+        escape_path(&r.target.dir),
         r.target.fs_type,
         if r.metadata_profiles.is_empty() {
             "-".to_owned()
@@ -444,7 +437,7 @@ pub fn render_profiles(r: &ProfilesReport) -> String {
         r.devices,
         size(r.device_size_bytes),
         r.data_profile,
-        r.images_dir.display()
+        escape_path(&r.images_dir)
     );
     s.push_str(&format!(
         "  {:<9}{:<8}{:>10}{:>8}{:>9}{:>8}{:>12}{:>8}\n",
@@ -521,12 +514,7 @@ pub fn run(
     if let Some(pair) = &args.compare {
         let a = compare::load(&pair[0])?;
         let b = compare::load(&pair[1])?;
-        let c = compare::compare(
-            &a,
-            &b,
-            &pair[0].display().to_string(),
-            &pair[1].display().to_string(),
-        );
+        let c = compare::compare(&a, &b, &escape_path(&pair[0]), &escape_path(&pair[1]));
         if out.json {
             out.json_doc(&c);
         } else {
@@ -578,13 +566,9 @@ pub fn run(
     let mut fio = RealFio::find()?;
     let fio_path = fio.path().to_path_buf();
     let bar = out.byte_progress("bench {msg}");
-    let mut started = false;
+    // One document, printed only on success: a failed or interrupted run
+    // leaves stdout empty (docs/json.md), whatever it had begun.
     let result = bench::run(&opts, target, &mut fio, &fio_path, &mut |p| {
-        if !started {
-            // The test directory exists from here on.
-            out.started();
-            started = true;
-        }
         let eta = format!("ETA {}m{:02}s", p.eta_secs / 60, p.eta_secs % 60);
         if p.runs == 0 {
             bar.set_message(format!("{}  {eta}", p.what));
@@ -650,7 +634,7 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
     let devs: Vec<&str> = r.target.devices.iter().map(|d| d.name.as_str()).collect();
     s.push_str(&format!(
         "bench {}  {} {} on {}\n",
-        r.target.dir.display(),
+        escape_path(&r.target.dir),
         r.target.fs_type,
         profiles.join("+"),
         if devs.is_empty() {

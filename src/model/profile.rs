@@ -82,6 +82,19 @@ impl Profile {
         }
     }
 
+    /// The most bytes the devices write per byte of data written in this
+    /// profile: its copies (DUP, RAID1: 2; RAID1C3: 3; RAID1C4: 4), and for
+    /// RAID5/6 the worst case of a partial-stripe write (data plus one or
+    /// two parity blocks).
+    pub fn max_write_factor(self) -> u32 {
+        match self {
+            Profile::Single | Profile::Raid0 => 1,
+            Profile::Dup | Profile::Raid1 | Profile::Raid10 | Profile::Raid5 => 2,
+            Profile::Raid1c3 | Profile::Raid6 => 3,
+            Profile::Raid1c4 => 4,
+        }
+    }
+
     /// True when the profile keeps more than one copy (or parity) of data.
     /// Current kernels turn O_DIRECT writes buffered on such data profiles,
     /// even for NOCOW files, so the copies cannot diverge under a racing

@@ -741,6 +741,8 @@ impl HeldDir {
             Ok(()) => Ok(Removal::Removed),
             Err(RErrno::NOENT) => Ok(Removal::Absent),
             Err(RErrno::NOTEMPTY | RErrno::EXIST) => Ok(Removal::NotEmpty),
+            // Swapped for a link or a file after the check: not ours.
+            Err(RErrno::NOTDIR) => Ok(Removal::NotOurs),
             Err(e) => Err(err(e, "cannot delete", &self.join(name))),
         }
     }

@@ -591,6 +591,31 @@ mod tests {
         assert!(fio.run(&w, "j.fio", text, limit, &|| Ok(())).is_err());
     }
 
+    #[test]
+    fn a_full_device_is_reported_as_no_space() {
+        let Ok(mut fio) = RealFio::find() else {
+            return;
+        };
+        let (_t, w) = work();
+        // /dev/full answers every write with ENOSPC, as a full filesystem.
+        let text = "[w]\nfilename=/dev/full\nrw=write\nsize=1m\nthread\n";
+        let e = fio
+            .run(
+                &w,
+                "full.fio",
+                text,
+                watchdog(Duration::from_secs(5)),
+                &|| Ok(()),
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoSpace, "{}", e.message());
+        assert!(
+            e.message().starts_with("no space left on "),
+            "{}",
+            e.message()
+        );
+    }
+
     /// fio's process, found by its job file name in /proc (no pgrep).
     fn fio_pids_running(job: &str) -> Vec<i32> {
         let mut pids = Vec::new();

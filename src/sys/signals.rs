@@ -35,8 +35,17 @@ fn handler_error(e: &std::io::Error) -> Error {
     )
 }
 
-/// Installs the handlers. Safe to call more than once.
+/// Whether [`install`] has registered its handlers.
+static INSTALLED: Mutex<bool> = Mutex::new(false);
+
+/// Installs the handlers. Safe to call more than once: the handlers are
+/// registered once (registered twice, the second pair would see the flag
+/// the first pair just set and exit on the first signal).
 pub fn install() -> Result<()> {
+    let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if *installed {
+        return Ok(());
+    }
     for sig in [SIGINT, SIGTERM, SIGHUP] {
         // Registered first, so it sees the flag as it was before this signal:
         // only a second signal exits immediately.
@@ -48,6 +57,7 @@ pub fn install() -> Result<()> {
         .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&FLAG)))
         .map_err(|e| handler_error(&e))?;
     }
+    *installed = true;
     Ok(())
 }
 

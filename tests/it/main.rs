@@ -3,6 +3,8 @@
 
 mod admin;
 mod bench;
+mod bench_lifecycle;
+mod bench_security;
 mod common;
 mod doctor;
 mod help;

@@ -517,6 +517,21 @@ mod tests {
     use super::*;
     use crate::sys::beneath::{HeldDir, TrustedDir};
 
+    /// fio, or `None` (the test is skipped) when it is not installed; with
+    /// `CI=true` a missing fio fails the test instead.
+    fn fio() -> Option<RealFio> {
+        match RealFio::find() {
+            Ok(f) => Some(f),
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
+                panic!("CI=true and fio is missing: {}", e.message())
+            }
+            Err(_) => {
+                eprintln!("fio not installed: skipped");
+                None
+            }
+        }
+    }
+
     /// A private work directory in a temp dir, as bench makes one.
     fn work() -> (tempfile::TempDir, TrustedDir) {
         let t = tempfile::tempdir().unwrap();
@@ -556,8 +571,7 @@ mod tests {
 
     #[test]
     fn real_fio_runs_a_job_in_the_held_directory() {
-        let Ok(mut fio) = RealFio::find() else {
-            eprintln!("fio not installed: skipped");
+        let Some(mut fio) = fio() else {
             return;
         };
         assert!(fio.version().starts_with("fio-"), "{}", fio.version());
@@ -593,7 +607,7 @@ mod tests {
 
     #[test]
     fn a_full_device_is_reported_as_no_space() {
-        let Ok(mut fio) = RealFio::find() else {
+        let Some(mut fio) = fio() else {
             return;
         };
         let (_t, w) = work();
@@ -616,6 +630,51 @@ mod tests {
         );
     }
 
+    /// What fio's job-file parser stored for `filename=` (fio
+    /// `--parse-only --debug=parse`).
+    fn fio_parsed_filename(fio: &Path, value: &str) -> Option<String> {
+        let t = tempfile::tempdir().unwrap();
+        let job = t.path().join("j.fio");
+        std::fs::write(&job, format!("[x]\nfilename={value}\nrw=read\nsize=1m\n")).unwrap();
+        let out = std::process::Command::new(fio)
+            .args(["--parse-only", "--debug=parse"])
+            .arg(&job)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        text.lines().find_map(|l| {
+            l.split_once("handle_option=filename, ptr=")
+                .map(|(_, v)| v.to_owned())
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+
+        /// Every value the validator accepts is read back by fio's parser
+        /// exactly as written; arbitrary bytes are either accepted under
+        /// that rule or refused with a usage error, never mangled.
+        #[test]
+        fn accepted_values_round_trip_through_fios_parser(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24),
+            plain in "[A-Za-z0-9._/+-]{1,24}",
+        ) {
+            let Some(fio) = fio() else {
+                return Ok(());
+            };
+            for candidate in [bytes.as_slice(), plain.as_bytes()] {
+                match check_value("value", candidate) {
+                    Ok(v) => {
+                        let parsed = fio_parsed_filename(fio.path(), v);
+                        proptest::prop_assert_eq!(parsed.as_deref(), Some(v));
+                    }
+                    Err(e) => proptest::prop_assert_eq!(e.kind(), ErrorKind::Usage),
+                }
+            }
+        }
+    }
+
     /// fio's process, found by its job file name in /proc (no pgrep).
     fn fio_pids_running(job: &str) -> Vec<i32> {
         let mut pids = Vec::new();
@@ -634,7 +693,7 @@ mod tests {
 
     #[test]
     fn a_stop_request_kills_fio_and_its_jobs() {
-        let Ok(mut fio) = RealFio::find() else {
+        let Some(mut fio) = fio() else {
             return;
         };
         let (_t, w) = work();
@@ -668,7 +727,7 @@ mod tests {
 
     #[test]
     fn the_watchdog_kills_a_fio_that_does_not_end() {
-        let Ok(mut fio) = RealFio::find() else {
+        let Some(mut fio) = fio() else {
             return;
         };
         let (_t, w) = work();

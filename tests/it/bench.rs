@@ -203,7 +203,12 @@ fn raid0_figures_agree_with_the_member_devices() {
         .cmd()
         .args(["bench", "--compare"])
         .arg(&a)
-        .arg(env.path().join("report.fio")));
+        .arg(env.path().join("missing.json")));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("no such file or directory"), "{stderr}");
+    let text = env.path().join("notes.txt");
+    fs::write(&text, "SEQ1M Q8T1 read 1000 MB/s\n").unwrap();
+    let (code, _, stderr) = run(env.cmd().args(["bench", "--compare"]).arg(&a).arg(&text));
     assert_eq!(code, 1);
     assert!(
         stderr.contains("is not a bench --json report: not JSON"),

@@ -331,6 +331,29 @@ fn images_parent(plan: &ProfilesPlan) -> PathBuf {
         .map_or_else(|| PathBuf::from("/"), Path::to_path_buf)
 }
 
+/// A DIR given for the sandboxes' images must be an existing directory
+/// (reached following only root's symbolic links): `--yes` never creates
+/// a mistyped DIR.
+pub fn check_images_dir(opts: &ProfilesOptions) -> Result<()> {
+    if let Some(d) = &opts.images_dir {
+        crate::sys::beneath::HeldDir::open(d).map_err(|e| {
+            if e.kind() == ErrorKind::NotFound {
+                Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "{} does not exist: --compare-profiles puts the sandboxes' images in an existing directory",
+                        crate::model::text::escape_path(d)
+                    ),
+                )
+                .with_hint("create it first, or leave DIR out to use the sandbox root")
+            } else {
+                e
+            }
+        })?;
+    }
+    Ok(())
+}
+
 /// The refusals before the question: not root; the disk that will hold
 /// the images memory-backed or without enough free space. Nothing is made.
 pub fn preflight(plan: &ProfilesPlan, sysroot: &SysRoot) -> Result<()> {

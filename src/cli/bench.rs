@@ -389,6 +389,7 @@ fn run_compare_profiles(
         out.report(&plan, |_| format!("{steps}\n"));
         return Ok(0);
     }
+    profiles::check_images_dir(&opts)?;
     profiles::preflight(&plan, &opts.sysroot)?;
     let question = format!(
         "{steps}\n\n{} sandbox(es) of {} × {} loop devices, made and removed one after the other; your filesystems are not touched.\nStart?",

@@ -1444,4 +1444,35 @@ mod compare_profiles_refusals {
         assert!(out.stdout.is_empty());
         assert_eq!(env.leftovers(), Vec::<String>::new());
     }
+
+    /// A mistyped DIR is refused before the question, even with --yes;
+    /// nothing is created.
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn a_missing_dir_is_refused_not_created() {
+        if !require_root("bench --compare-profiles into a missing DIR") {
+            return;
+        }
+        let env = TestEnv::new();
+        let typo = env.path().join("no/such/dir");
+        let (code, stdout, stderr) = crate::common::run(
+            env.cmd()
+                .args([
+                    "bench",
+                    "--small-files",
+                    "--compare-profiles",
+                    "raid1,raid1c3",
+                ])
+                .args(["--files", "1000", "--yes"])
+                .arg(&typo),
+        );
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stdout.is_empty());
+        assert!(
+            stderr.contains("does not exist: --compare-profiles puts"),
+            "{stderr}"
+        );
+        assert!(!env.path().join("no").exists());
+        assert_eq!(env.leftovers(), Vec::<String>::new());
+    }
 }

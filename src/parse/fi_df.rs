@@ -656,12 +656,57 @@ fn parse_fields(
     }
 }
 
-fn shorten(s: &str) -> String {
-    if s.chars().count() > 60 {
-        format!("{}...", s.chars().take(60).collect::<String>())
-    } else {
-        s.to_owned()
+/// At most this many characters of an input line are quoted in a note or
+/// an error (the input may be someone else's file: never a whole line).
+pub const EXCERPT_CHARS: usize = 60;
+
+/// A short, printable excerpt of input text for notes and errors: control
+/// characters escaped ([`escape_control`]), cut to [`EXCERPT_CHARS`]
+/// characters of the input (`...` marks the cut).
+pub fn excerpt(s: &str) -> String {
+    let cut = s.chars().count() > EXCERPT_CHARS;
+    let head: String = s.chars().take(EXCERPT_CHARS).collect();
+    let mut out = escape_control(&head).into_owned();
+    if cut {
+        out.push_str("...");
     }
+    out
+}
+
+/// Control characters (C0, DEL, C1) escaped as `ls -b` does (`\t`, `\n`,
+/// `\033`, the bytes in octal), and `\` doubled, so that text from a file
+/// or a filesystem label can never drive the terminal it is printed on.
+/// Text without any is borrowed as it is.
+pub fn escape_control(s: &str) -> std::borrow::Cow<'_, str> {
+    let needs = |c: char| c.is_control() || c == '\\';
+    if !s.chars().any(needs) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{b}' => out.push_str("\\v"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\{b:03o}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+fn shorten(s: &str) -> String {
+    excerpt(s)
 }
 
 /// A size as btrfs-progs prints it: raw bytes, or a number with decimals
@@ -874,7 +919,7 @@ fn profile_warning(text: &str) -> Option<String> {
     let t = text.trim();
     let (kind, rest) = t.split_once(':')?;
     BgType::from_progs_name(kind.trim())?;
-    Some(format!("{}: {}", kind.trim(), rest.trim()))
+    Some(format!("{}: {}", kind.trim(), excerpt(rest.trim())))
 }
 
 // ---------------------------------------------------------------------------

@@ -1146,6 +1146,31 @@ GlobalReserve, single: total=5632.00KiB, used=0.00KiB
   ]
 }"#;
 
+    /// Lines of someone else's file are quoted only as a short excerpt with
+    /// control characters escaped: in the skipped lines, in `--strict`
+    /// errors and in the error of input without rows.
+    #[test]
+    fn input_lines_are_quoted_short_and_escaped() {
+        let long = format!("\u{1b}]0;title\u{7}\u{1b}[2J{}", "x".repeat(200));
+        let text = format!("{long}\n{HUMAN}");
+        let p = parse_fi_df(&text).unwrap();
+        let s = &p.skipped[0];
+        assert!(!s.text.chars().any(char::is_control), "{:?}", s.text);
+        assert!(s.text.starts_with("\\033]0;title\\a\\033[2J"), "{}", s.text);
+        assert!(s.text.ends_with("..."), "{}", s.text);
+        assert!(!s.text.contains(&"x".repeat(100)), "{}", s.text);
+        let e = parse_fi_df_with(&text, ParseOptions { strict: true }).unwrap_err();
+        let m = e.to_string();
+        assert!(!m.chars().any(char::is_control), "{m:?}");
+        assert!(!m.contains(&"x".repeat(100)), "{m}");
+        let only_noise = format!("{long}\nData, single: total=1.00GiB\n");
+        let m = parse_fi_df(&only_noise).unwrap_err().to_string();
+        assert!(!m.chars().any(char::is_control) && !m.contains(&"x".repeat(100)), "{m}");
+        assert_eq!(escape_control("plain"), "plain");
+        assert_eq!(escape_control("a\tb\\c\u{7f}\u{9b}"), "a\\tb\\\\c\\177\\302\\233");
+        assert_eq!(excerpt(&"é".repeat(70)).chars().count(), EXCERPT_CHARS + 3);
+    }
+
     #[test]
     fn raw_and_json_are_exact_and_equal() {
         let raw = parse_fi_df(RAW).unwrap();

@@ -1,7 +1,6 @@
 //! `bench --compare A.json B.json`: per test, the two results and their
 //! ratio (before/after a conversion, a kernel update, a NOCOW change).
 
-use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -9,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::profile::Direction;
 use super::report::{BenchReport, REPORT_VERSION, Status};
 use crate::error::{Error, ErrorKind, Result};
+use crate::model::text::{escape_control, escape_path};
+use crate::sys::beneath::read_input_file;
 
 /// One test in both reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -45,21 +46,78 @@ pub struct Comparison {
 }
 
 /// Reads a saved `bench --json` report.
+/// Largest report read (a suite report is tens of KiB).
+pub const MAX_REPORT: u64 = 16 << 20;
+
+/// Reads a saved `bench --json` suite report: a regular file of at most
+/// [`MAX_REPORT`] bytes (`sys::beneath::read_input_file`: no FIFO, device
+/// or other user's link), a UTF-8 byte-order mark allowed. Another kind of
+/// document is named ("a bench --sustained report"), not parsed as a suite.
+const HINT: &str = "save suite reports with: btrfs-lab bench --json DIR > FILE.json";
+
 pub fn load(path: &Path) -> Result<BenchReport> {
-    let text = fs::read_to_string(path).map_err(|e| Error::from_io(&e, "cannot read", path))?;
-    let r: BenchReport = serde_json::from_str(&text).map_err(|e| {
+    let shown = escape_path(path);
+    let bytes = read_input_file(path, MAX_REPORT, "a bench report")?;
+    let text = String::from_utf8(bytes).map_err(|_| {
         Error::new(
             ErrorKind::Parse,
-            format!("{} is not a bench --json report: {e}", path.display()),
+            format!("{shown} is not a bench --json report: it is not UTF-8 text"),
         )
-        .with_hint("save reports with: btrfs-lab bench --json DIR > FILE.json")
+        .with_hint(HINT)
+    })?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        Error::new(
+            ErrorKind::Parse,
+            format!("{shown} is not a bench --json report: not JSON ({e})"),
+        )
+        .with_hint(HINT)
+    })?;
+    let document = value
+        .get("btrfs_lab")
+        .and_then(|e| e.get("document"))
+        .and_then(|d| d.as_str())
+        .map(str::to_owned);
+    let mode = value
+        .get("mode")
+        .and_then(|m| m.as_str())
+        .map(str::to_owned);
+    let kind = match (document.as_deref(), mode.as_deref()) {
+        (Some("bench"), _) | (None, None) => None,
+        (Some("bench-sustained"), _) | (None, Some("sustained")) => {
+            Some("a bench --sustained report")
+        }
+        (Some("bench-metadata"), _) | (None, Some("metadata")) => {
+            Some("a bench --small-files report")
+        }
+        (Some("bench-compare"), _) => Some("a bench --compare result"),
+        (Some(d), _) if d.starts_with("bench-profiles") => {
+            Some("a bench --compare-profiles report")
+        }
+        (Some(_), _) | (None, Some(_)) => Some("another btrfs-lab command's output"),
+    };
+    if let Some(kind) = kind {
+        return Err(Error::new(
+            ErrorKind::Parse,
+            format!("{shown} is {kind}; --compare compares two suite reports"),
+        )
+        .with_hint(HINT));
+    }
+    let r: BenchReport = serde_json::from_value(value).map_err(|e| {
+        Error::new(
+            ErrorKind::Parse,
+            format!(
+                "{shown} is not a bench --json report: {}",
+                escape_control(&e.to_string())
+            ),
+        )
+        .with_hint(HINT)
     })?;
     if r.report_version != REPORT_VERSION {
         return Err(Error::new(
             ErrorKind::Parse,
             format!(
-                "{} has report version {}, this btrfs-lab reads version {REPORT_VERSION}",
-                path.display(),
+                "{shown} has report version {}, this btrfs-lab reads version {REPORT_VERSION}",
                 r.report_version
             ),
         ));

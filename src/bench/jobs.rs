@@ -22,8 +22,14 @@
 //!   ([`super::fill_incompressible`]); the suite file's `[fill]` section
 //!   stands in for it when the jobs are re-run by hand.
 
+//!
+//! What keeps root safe: a job file holds no byte a user chose. The test
+//! file is named relative to fio's working directory, which is the held
+//! work directory (`sys::fio`), so no path is written at all; every job
+//! runs as a thread of one fio process (`thread`), so stopping fio's
+//! process group stops all its I/O.
+
 use std::fmt::Write as _;
-use std::path::Path;
 
 use super::profile::{Direction, Pattern, TestSpec};
 
@@ -33,8 +39,9 @@ pub const IOENGINE: &str = "libaio";
 /// What a job file needs to know.
 #[derive(Debug, Clone)]
 pub struct JobSettings<'a> {
-    /// The test file.
-    pub file: &'a Path,
+    /// The test file, relative to fio's working directory (a name
+    /// btrfs-lab chose: [`crate::sys::fio::check_name`]).
+    pub file: &'a str,
     /// Its size (a multiple of 1 MiB).
     pub size_bytes: u64,
     /// Seconds per run.
@@ -49,7 +56,8 @@ pub struct JobSettings<'a> {
 fn global(s: &JobSettings<'_>) -> String {
     let mut g = String::new();
     let _ = writeln!(g, "[global]");
-    let _ = writeln!(g, "filename={}", fio_escape(s.file));
+    let _ = writeln!(g, "filename={}", s.file);
+    let _ = writeln!(g, "thread");
     let _ = writeln!(g, "ioengine={IOENGINE}");
     let _ = writeln!(g, "direct={}", u8::from(s.direct));
     let _ = writeln!(g, "allow_file_create=0");
@@ -63,12 +71,6 @@ fn global(s: &JobSettings<'_>) -> String {
         let _ = writeln!(g, "buffer_compress_percentage={}", s.compress_percentage);
     }
     g
-}
-
-/// fio reads `filename=` up to the end of the line; a `:` separates file
-/// names and must be escaped.
-fn fio_escape(p: &Path) -> String {
-    p.display().to_string().replace(':', "\\:")
 }
 
 /// Bytes each thread of `t` covers: the file split evenly, whole blocks.
@@ -110,7 +112,7 @@ pub fn fill_section(s: &JobSettings<'_>) -> String {
 
 fn header(what: &str) -> String {
     format!(
-        "; btrfs-lab bench: {what}\n; run it by hand with: fio --output-format=json THIS_FILE\n"
+        "; btrfs-lab bench: {what}\n; run it by hand, in a directory that holds the test file: fio --output-format=json THIS_FILE\n"
     )
 }
 
@@ -159,7 +161,7 @@ mod tests {
     use super::*;
     use crate::bench::profile::{DEFAULT_TESTS, NVME_TESTS};
 
-    fn settings(p: &Path) -> JobSettings<'_> {
+    fn settings(p: &str) -> JobSettings<'_> {
         JobSettings {
             file: p,
             size_bytes: 1 << 30,
@@ -177,7 +179,7 @@ mod tests {
 
     #[test]
     fn threads_never_share_a_range() {
-        let p = Path::new("/mnt/x/bench.dat");
+        let p = "bench.dat";
         let s = settings(p);
         for t in NVME_TESTS.iter().chain(DEFAULT_TESTS.iter()) {
             for d in [Direction::Read, Direction::Write] {
@@ -200,10 +202,11 @@ mod tests {
 
     #[test]
     fn jobs_never_create_the_file_and_keep_data_incompressible() {
-        let p = Path::new("/mnt/a:b/bench.dat");
-        let s = settings(p);
+        let s = settings("bench.dat");
         let j = test_job(&DEFAULT_TESTS[0], Direction::Write, &s);
-        assert_eq!(value(&j, "filename"), Some("/mnt/a\\:b/bench.dat"));
+        // A relative name: fio runs in the held work directory.
+        assert_eq!(value(&j, "filename"), Some("bench.dat"));
+        assert!(j.lines().any(|l| l == "thread"), "{j}");
         assert_eq!(value(&j, "allow_file_create"), Some("0"));
         assert_eq!(value(&j, "fallocate"), Some("none"));
         assert_eq!(value(&j, "refill_buffers"), Some("0"));
@@ -218,7 +221,7 @@ mod tests {
 
     #[test]
     fn suite_runs_reads_first_one_after_another() {
-        let p = Path::new("/x");
+        let p = "bench.dat";
         let suite = suite_job(&DEFAULT_TESTS, &settings(p));
         let sections: Vec<&str> = suite
             .lines()

@@ -5,7 +5,9 @@
 //! members of the filesystem under DIR are ever named.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::time::Duration;
+
+use crate::sys::beneath::TrustedDir;
 
 use super::report::{MemberDevice, MemberRate, MemberScaling};
 use super::{Progress, check_stop};
@@ -17,7 +19,7 @@ use crate::sys::root::SysRoot;
 fn section(i: usize, dev: &MemberDevice, duration: u64) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "[member{i}-{}]", dev.name);
-    let _ = writeln!(s, "filename={}", dev.path.replace(':', "\\:"));
+    let _ = writeln!(s, "filename={}", dev.path);
     let _ = writeln!(s, "time_based=1\nruntime={duration}");
     s
 }
@@ -88,10 +90,32 @@ pub fn analyse(alone: Vec<MemberRate>, together: Vec<MemberRate>) -> MemberScali
     }
 }
 
+/// Checks that a member's path is `/dev/NAME` with a name fio reads back
+/// exactly (`sys::fio::check_value`) and that it is a block device.
+pub fn check_member(d: &MemberDevice) -> Result<()> {
+    crate::sys::fio::check_value("member device", d.path.as_bytes())?;
+    let plain = d
+        .path
+        .strip_prefix("/dev/")
+        .is_some_and(|n| !n.is_empty() && !n.split('/').any(|c| c.is_empty() || c == ".."));
+    let block = std::fs::symlink_metadata(&d.path)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()));
+    if !plain || !block {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!(
+                "member {} is not a block device under /dev; --members reads only those",
+                d.path
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Reads each member alone, then all at once.
 pub fn scale(
     fio: &mut dyn FioRunner,
-    work_dir: &Path,
+    work_dir: &TrustedDir,
     devices: &[MemberDevice],
     root: &SysRoot,
     duration: u64,
@@ -104,6 +128,12 @@ pub fn scale(
         ));
     }
     let _ = root;
+    // Only device names fio reads back exactly go into a job file, and only
+    // block devices.
+    for d in devices {
+        check_member(d)?;
+    }
+    let limit = crate::sys::fio::watchdog(Duration::from_secs(duration));
     let mut alone = Vec::new();
     for (i, d) in devices.iter().enumerate() {
         check_stop()?;
@@ -114,8 +144,10 @@ pub fn scale(
             eta_secs: duration * (devices.len() - i + 1) as u64,
         });
         let out = fio.run_readonly(
-            &work_dir.join(format!("member-{i}.fio")),
+            work_dir,
+            &format!("member-{i}.fio"),
             &member_job(&[(i, d)], duration),
+            limit,
             &check_stop,
         )?;
         alone.push(MemberRate {
@@ -132,8 +164,10 @@ pub fn scale(
     });
     let all: Vec<(usize, &MemberDevice)> = devices.iter().enumerate().collect();
     let out = fio.run_readonly(
-        &work_dir.join("members-all.fio"),
+        work_dir,
+        "members-all.fio",
         &member_job(&all, duration),
+        limit,
         &check_stop,
     )?;
     let together = devices

@@ -7,7 +7,6 @@
 //! Everything happens in a fresh directory (mode 0700) under DIR, removed
 //! on every exit path (error, panic, signal).
 
-use std::fs;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,10 +20,10 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::parse::size::format_iec;
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, diskstats, filesystem};
+use crate::sys::{btrfs, diskstats};
 
 use super::report::{MemberDevice, TargetInfo};
-use super::{WORK_DIR_PREFIX, check_stop, sensors};
+use super::{WorkDir, check_stop};
 
 /// Default number of files (the seed's test).
 pub const DEFAULT_FILES: u64 = 200_000;
@@ -148,47 +147,6 @@ pub struct MetadataReport {
     pub work_dir_removed: bool,
     /// Notes.
     pub notes: Vec<String>,
-}
-
-/// The work directory, removed with everything in it when dropped.
-struct TreeGuard {
-    path: PathBuf,
-}
-
-impl TreeGuard {
-    fn create(parent: &Path) -> Result<Self> {
-        use std::os::unix::fs::DirBuilderExt;
-        for attempt in 0..10u32 {
-            let path = parent.join(format!(
-                "{WORK_DIR_PREFIX}meta-{}-{}",
-                std::process::id(),
-                attempt
-            ));
-            match fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(Self { path }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::from_io(&e, "cannot create a directory in", parent)),
-            }
-        }
-        Err(Error::new(
-            ErrorKind::State,
-            format!("cannot find a fresh directory name in {}", parent.display()),
-        ))
-    }
-
-    fn remove(mut self) -> Result<()> {
-        let p = std::mem::take(&mut self.path);
-        // remove_dir_all does not follow symlinks; only this tree is ours.
-        fs::remove_dir_all(&p).map_err(|e| Error::from_io(&e, "cannot remove", &p))
-    }
-}
-
-impl Drop for TreeGuard {
-    fn drop(&mut self) {
-        if !self.path.as_os_str().is_empty() {
-            let _ = fs::remove_dir_all(&self.path);
-        }
-    }
 }
 
 fn dir_name(d: u64) -> String {
@@ -345,19 +303,9 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<MetadataReport> {
     opts.validate()?;
-    let info = filesystem::inspect_dir(&opts.sysroot, &opts.dir)?;
+    let target = super::open_target(&opts.sysroot, &opts.dir, "--small-files creates files")?;
+    let info = target.info;
     let fs_type = info.mount.fs_type.clone();
-    super::refuse_memory_backed(&fs_type, &info.dir)?;
-    if info.read_only {
-        return Err(Error::new(
-            ErrorKind::ReadOnly,
-            format!(
-                "{} is on a read-only filesystem: --small-files creates files",
-                info.dir.display()
-            ),
-        )
-        .with_hint("remount it read-write"));
-    }
     let need = opts.needed_space();
     if info.available_bytes < need {
         return Err(Error::new(
@@ -372,21 +320,25 @@ pub fn run(
         )
         .with_hint("free some space or use fewer --files"));
     }
-    let is_btrfs = fs_type == "btrfs";
-    let profiles = if is_btrfs {
-        btrfs::block_group_profiles(&info.dir).ok()
+    let profiles = if target.is_btrfs {
+        btrfs::block_group_profiles_of(target.held.fd(), &info.dir).ok()
     } else {
         None
     };
-    let (devices, devices_missing) =
-        sensors::member_devices(&opts.sysroot, &info.dir, &info.mount)?;
+    let (devices, devices_missing) = (target.devices, target.devices_missing);
     let cold = opts.cold && crate::sys::is_root();
     super::install_signals()?;
     check_stop()?;
 
     started();
-    let work = TreeGuard::create(&info.dir)?;
-    let root: OwnedFd = filesystem::open_dir(&work.path)?.into();
+    let mut notes = super::sweep_stale(&target.held);
+    let work = WorkDir::create(target.held)?;
+    let root: OwnedFd = work
+        .dir()
+        .fd()
+        .try_clone_to_owned()
+        .map_err(|e| Error::from_io(&e, "cannot open", work.path()))?;
+    let work_path = work.path().to_path_buf();
     let mut phases = Vec::new();
 
     // create: the directories, then the files.
@@ -395,10 +347,10 @@ pub fn run(
     let t = Instant::now();
     for d in 0..opts.dirs() {
         rustix::fs::mkdirat(&root, dir_name(d).as_str(), Mode::from_raw_mode(0o700)).map_err(
-            |e| Error::from_io(&e.into(), "cannot create", &work.path.join(dir_name(d))),
+            |e| Error::from_io(&e.into(), "cannot create", &work_path.join(dir_name(d))),
         )?;
     }
-    let n = for_all_files(&root, &work.path, opts, &|fd, i| {
+    let n = for_all_files(&root, &work_path, opts, &|fd, i| {
         rustix::fs::openat(
             fd,
             CName::file(i).as_c_str(),
@@ -409,7 +361,7 @@ pub fn run(
         .map_err(std::io::Error::from)
     })?;
     let secs = t.elapsed().as_secs_f64();
-    let sync = syncfs(&root, &work.path)?;
+    let sync = syncfs(&root, &work_path)?;
     let a = counters(&devices, &opts.sysroot);
     phases.push(phase("create", n, secs, Some(sync), &devices, &b, &a));
 
@@ -420,7 +372,7 @@ pub fn run(
     progress("stat");
     let b = counters(&devices, &opts.sysroot);
     let t = Instant::now();
-    let n = for_all_files(&root, &work.path, opts, &|fd, i| {
+    let n = for_all_files(&root, &work_path, opts, &|fd, i| {
         rustix::fs::statat(fd, CName::file(i).as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
             .map(drop)
             .map_err(std::io::Error::from)
@@ -433,23 +385,22 @@ pub fn run(
     progress("delete");
     let b = counters(&devices, &opts.sysroot);
     let t = Instant::now();
-    let n = for_all_files(&root, &work.path, opts, &|fd, i| {
+    let n = for_all_files(&root, &work_path, opts, &|fd, i| {
         rustix::fs::unlinkat(fd, CName::file(i).as_c_str(), AtFlags::empty())
             .map_err(std::io::Error::from)
     })?;
     for d in 0..opts.dirs() {
         rustix::fs::unlinkat(&root, dir_name(d).as_str(), AtFlags::REMOVEDIR).map_err(|e| {
-            Error::from_io(&e.into(), "cannot remove", &work.path.join(dir_name(d)))
+            Error::from_io(&e.into(), "cannot remove", &work_path.join(dir_name(d)))
         })?;
     }
     let secs = t.elapsed().as_secs_f64();
-    let sync = syncfs(&root, &work.path)?;
+    let sync = syncfs(&root, &work_path)?;
     let a = counters(&devices, &opts.sysroot);
     phases.push(phase("delete", n, secs, Some(sync), &devices, &b, &a));
     drop(root);
     work.remove()?;
 
-    let mut notes = Vec::new();
     if !cold {
         notes.push(if opts.cold {
             "not root: the dentry and inode caches could not be dropped, so the stat phase is warm"
@@ -566,6 +517,6 @@ mod tests {
         assert!(r.phases.iter().all(|p| p.files == 2500), "{r:#?}");
         assert!(r.phases[0].sync_seconds.is_some() && r.phases[1].sync_seconds.is_none());
         assert!(!r.stat_cold);
-        assert_eq!(fs::read_dir(t.path()).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
     }
 }

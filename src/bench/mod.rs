@@ -22,18 +22,19 @@ pub mod report;
 pub mod sensors;
 pub mod sustained;
 
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::ffi::OsString;
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::model::text::escape_path;
 use crate::parse::fio::{FioJob, FioOutput};
 use crate::parse::size::format_iec;
-use crate::sys::fio::FioRunner;
+use crate::sys::beneath::{HeldDir, Removal, TrustedDir, identity_of};
+use crate::sys::fio::{self, FioRunner};
+use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
 use crate::sys::{btrfs, filesystem, signals};
 
@@ -198,30 +199,17 @@ pub struct Progress {
 
 // ---------------------------------------------------------------------
 // Signals: SIGINT, SIGTERM and SIGHUP (a dropped SSH session) all stop
-// the bench at once; fio is killed and the test directory removed.
-
-static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+// the bench at the next safe point (`sys::signals::install`, the one scheme
+// of every command that changes something): fio's process group is killed,
+// the test directory removed, exit status 130. A second signal exits at once.
 
 pub(crate) fn install_signals() -> Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    for sig in [SIGINT, SIGTERM, SIGHUP] {
-        signal_hook::flag::register(sig, Arc::clone(&STOP)).map_err(|e| {
-            Error::new(
-                ErrorKind::Io,
-                format!("cannot install signal handlers: {e}"),
-            )
-        })?;
-    }
-    Ok(())
+    signals::install()
 }
 
 /// `Err(interrupted)` once a signal arrived.
 pub fn check_stop() -> Result<()> {
-    if STOP.load(Ordering::SeqCst) || signals::interrupted() {
-        Err(Error::interrupted())
-    } else {
-        Ok(())
-    }
+    signals::check()
 }
 
 /// Sleeps `secs`, waking for a signal.
@@ -237,73 +225,339 @@ fn pause(secs: u64) -> Result<()> {
 // ---------------------------------------------------------------------
 // The test directory.
 
-/// The directory btrfs-lab made under DIR, removed with everything in it
-/// when dropped (errors, panics and signals included).
+/// The directory btrfs-lab made under DIR: root's alone (mode 0700), held
+/// by descriptor, and removed with everything in it when dropped (errors,
+/// panics and signals included). DIR may belong to another user, who can
+/// rename the work directory inside DIR but cannot change what is in it:
+/// every step (the test file, fio's job files, output and logs, the
+/// clean-up) goes through the held descriptor, and the clean-up removes
+/// only what is inside it, then the directory itself if its name in DIR is
+/// still that directory (by identity).
 #[derive(Debug)]
 pub struct WorkDir {
-    path: PathBuf,
+    parent: HeldDir,
+    name: OsString,
+    identity: FileIdentity,
+    dir: Option<TrustedDir>,
 }
 
 impl WorkDir {
-    /// Makes a fresh directory under `parent` (mode 0700; fails rather
-    /// than reuse anything that exists).
-    pub fn create(parent: &Path) -> Result<Self> {
-        use std::os::unix::fs::DirBuilderExt;
-        let mut attempt = 0u32;
-        loop {
+    /// Makes a fresh private directory in the held directory `parent`
+    /// (fails rather than reuse anything that exists).
+    pub fn create(parent: HeldDir) -> Result<Self> {
+        for _ in 0..10 {
             let name = format!(
-                "{WORK_DIR_PREFIX}{}-{:08x}",
+                "{WORK_DIR_PREFIX}{}-{}{}",
                 std::process::id(),
-                nanos_seed().wrapping_add(attempt)
+                crate::sys::nonce::nonce(),
+                &crate::sys::nonce::nonce()[..2]
             );
-            let path = parent.join(name);
-            match fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(Self { path }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 10 => {
-                    attempt += 1;
-                }
-                Err(e) => return Err(Error::from_io(&e, "cannot create a directory in", parent)),
+            if parent.stat(&name)?.is_some() {
+                continue;
             }
+            let dir = parent.mkdir_private(&name, 0o700)?;
+            let identity = dir.identity()?;
+            return Ok(Self {
+                parent,
+                name: name.into(),
+                identity,
+                dir: Some(dir),
+            });
         }
+        Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "cannot find a fresh directory name in {}",
+                parent.path().display()
+            ),
+        ))
     }
 
-    /// Its path.
+    /// The held directory.
+    pub fn dir(&self) -> &TrustedDir {
+        self.dir.as_ref().expect("held until removed")
+    }
+
+    /// Its path when it was made (for messages; never opened again).
     pub fn path(&self) -> &Path {
-        &self.path
+        self.dir().path()
+    }
+
+    /// DIR, held.
+    pub fn parent(&self) -> &HeldDir {
+        &self.parent
     }
 
     /// Removes it now; the error says what could not be removed.
     pub fn remove(mut self) -> Result<()> {
-        let r = remove_tree(&self.path);
-        self.path = PathBuf::new();
-        r
+        self.remove_now()
     }
-}
 
-fn nanos_seed() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-}
-
-/// Removes the files btrfs-lab put in `dir`, then `dir`. Only plain files
-/// are expected; anything else is left and reported.
-fn remove_tree(dir: &Path) -> Result<()> {
-    if dir.as_os_str().is_empty() {
-        return Ok(());
-    }
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let _ = fs::remove_file(e.path());
+    fn remove_now(&mut self) -> Result<()> {
+        let Some(dir) = self.dir.take() else {
+            return Ok(());
+        };
+        let shown = dir.path().to_path_buf();
+        empty_tree(&dir, 2)?;
+        drop(dir);
+        match self.parent.remove_empty_dir(&self.name, self.identity)? {
+            Removal::Removed | Removal::Absent => Ok(()),
+            Removal::NotOurs => Err(Error::new(
+                ErrorKind::State,
+                format!(
+                    "{} was renamed or replaced by someone else while bench ran: everything in it was removed, the empty directory was left where it is now",
+                    shown.display()
+                ),
+            )),
+            Removal::NotEmpty => Err(Error::new(
+                ErrorKind::State,
+                format!("{} is not empty after the clean-up; left", shown.display()),
+            )),
         }
     }
-    fs::remove_dir(dir).map_err(|e| Error::from_io(&e, "cannot remove", dir))
 }
 
 impl Drop for WorkDir {
     fn drop(&mut self) {
-        let _ = remove_tree(&self.path);
+        let _ = self.remove_now();
     }
+}
+
+/// Removes everything in the private directory `dir` (nobody else can
+/// change it): regular files, and directories `depth` levels down. Never
+/// follows a link; anything that is neither is reported and left.
+fn empty_tree(dir: &TrustedDir, depth: u32) -> Result<()> {
+    for name in dir.names()? {
+        let Some(st) = dir.stat(&name)? else {
+            continue;
+        };
+        let id = identity_of(&st);
+        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        let removal = if kind == rustix::fs::FileType::Directory && depth > 0 {
+            empty_tree(&dir.open_dir(&name)?, depth - 1)?;
+            dir.remove_dir(&name, id)?
+        } else {
+            dir.remove_file(&name, id)?
+        };
+        if !matches!(removal, Removal::Removed | Removal::Absent) {
+            return Err(Error::new(
+                ErrorKind::State,
+                format!(
+                    "{} is not a file bench made; left",
+                    dir.join(&name).display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The pid in the name of a work directory (`.btrfs-lab-bench-PID-…`, and
+/// the older `.btrfs-lab-bench-meta-PID-N`).
+pub fn work_dir_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(WORK_DIR_PREFIX)?;
+    let rest = rest.strip_prefix("meta-").unwrap_or(rest);
+    let (pid, tail) = rest.split_once('-')?;
+    if pid.is_empty() || tail.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Removes the work directories that bench runs left in `parent` when they
+/// were killed (SIGKILL, a crash, a power cut): named like ours, with the
+/// pid of a process that no longer runs, root's alone (so what is in them
+/// is ours). Returns one note per directory removed (or left, and why).
+pub fn sweep_stale(parent: &HeldDir) -> Vec<String> {
+    let mut notes = Vec::new();
+    let Ok(names) = parent.names() else {
+        return notes;
+    };
+    for name in names {
+        let Some(pid) = name.to_str().and_then(work_dir_pid) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let shown = parent.join(&name);
+        let Ok(dir) = parent.open_private_subdir(&name) else {
+            notes.push(format!(
+                "{} looks like a bench work directory but is not root's alone; left alone",
+                shown.display()
+            ));
+            continue;
+        };
+        let (files, bytes) = tree_size(&dir, 2);
+        let r = dir
+            .identity()
+            .and_then(|id| empty_tree(&dir, 2).map(|()| id))
+            .and_then(|id| parent.remove_empty_dir(&name, id));
+        notes.push(match r {
+            Ok(Removal::Removed) => format!(
+                "removed {} left by a bench run that was killed (pid {pid}): {files} file(s), {}",
+                shown.display(),
+                format_iec(bytes)
+            ),
+            Ok(_) => format!("{} changed while it was removed; left", shown.display()),
+            Err(e) => format!("could not remove {}: {}", shown.display(), e.message()),
+        });
+    }
+    notes
+}
+
+/// Files and bytes in a private tree (for what a sweep says it removed).
+fn tree_size(dir: &TrustedDir, depth: u32) -> (u64, u64) {
+    let (mut files, mut bytes) = (0, 0);
+    for name in dir.names().unwrap_or_default() {
+        let Ok(Some(st)) = dir.stat(&name) else {
+            continue;
+        };
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+            if depth > 0
+                && let Ok(sub) = dir.open_dir(&name)
+            {
+                let (f, b) = tree_size(&sub, depth - 1);
+                files += f;
+                bytes += b;
+            }
+        } else {
+            files += 1;
+            bytes += st.st_blocks as u64 * 512;
+        }
+    }
+    (files, bytes)
+}
+
+/// An output file (`--report`, `--save-jobs`) checked before the run: its
+/// directory held open (only root's links followed on the way), writable,
+/// and the name free. Written at the end with `O_EXCL | O_NOFOLLOW` beneath
+/// the held directory: never over an existing file, never through a link.
+pub struct OutputFile {
+    dir: HeldDir,
+    name: OsString,
+}
+
+impl OutputFile {
+    pub fn prepare(path: &Path) -> Result<Self> {
+        let abs = std::path::absolute(path)
+            .map_err(|e| Error::usage(format!("invalid file name {}: {e}", escape_path(path))))?;
+        let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+            return Err(Error::usage(format!(
+                "{} is not a file name",
+                escape_path(path)
+            )));
+        };
+        let dir = HeldDir::open(parent)?;
+        dir.check_writable()?;
+        let f = Self {
+            dir,
+            name: name.to_os_string(),
+        };
+        f.check_free()?;
+        Ok(f)
+    }
+
+    pub fn check_free(&self) -> Result<()> {
+        if self.dir.stat(&self.name)?.is_some() {
+            return Err(Error::new(
+                ErrorKind::State,
+                format!(
+                    "{} exists; bench does not overwrite files",
+                    escape_path(&self.dir.join(&self.name))
+                ),
+            )
+            .with_hint("choose a new file name"));
+        }
+        Ok(())
+    }
+
+    /// The same directory, another name (FILE.html → FILE.fio).
+    pub fn sibling(&self, ext: &str) -> Result<Self> {
+        let name = Path::new(&self.name).with_extension(ext).into_os_string();
+        Ok(Self {
+            dir: HeldDir::open(self.dir.path()).and_then(|d| {
+                if d.identity()? == self.dir.identity()? {
+                    Ok(d)
+                } else {
+                    Err(Error::new(
+                        ErrorKind::State,
+                        format!("{} changed during the run", escape_path(self.dir.path())),
+                    ))
+                }
+            })?,
+            name,
+        })
+    }
+
+    pub fn write(&self, text: &str) -> Result<()> {
+        use std::io::Write;
+        let path = self.dir.join(&self.name);
+        let mut f = self.dir.create_new_file(&self.name, 0o644)?;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| Error::from_io(&e, "cannot write", &path))
+    }
+}
+
+/// The directory a bench mode measures, opened once and held, with what
+/// the checks before any change need.
+#[derive(Debug)]
+pub struct Target {
+    /// DIR, held (only root's links were followed on the way).
+    pub held: HeldDir,
+    /// Its filesystem, read through the descriptor.
+    pub info: filesystem::DirFs,
+    /// btrfs?
+    pub is_btrfs: bool,
+    /// The mount's options.
+    pub mount_options: Vec<String>,
+    /// Data profiles (btrfs).
+    pub data_profiles: Vec<crate::model::profile::Profile>,
+    /// Member devices found in /proc/diskstats.
+    pub devices: Vec<report::MemberDevice>,
+    /// Members /proc/diskstats does not show.
+    pub devices_missing: Vec<String>,
+}
+
+/// Opens DIR for a bench mode and refuses, before anything changes, what
+/// cannot be measured: a user's symbolic link on the way, not a directory,
+/// a memory-backed filesystem, a read-only one. `what` names the mode in
+/// messages ("bench writes a test file").
+pub fn open_target(sysroot: &SysRoot, dir: &Path, what: &str) -> Result<Target> {
+    let held = HeldDir::open(dir)?;
+    let info = filesystem::inspect_held(sysroot, &held)?;
+    let fs_type = info.mount.fs_type.clone();
+    refuse_memory_backed(&fs_type, &info.dir)?;
+    if info.read_only {
+        return Err(Error::new(
+            ErrorKind::ReadOnly,
+            format!(
+                "{} is on a read-only filesystem: {what}",
+                info.dir.display()
+            ),
+        )
+        .with_hint("remount it read-write, or give a directory on a writable filesystem"));
+    }
+    let is_btrfs = fs_type == "btrfs";
+    let mount_options: Vec<String> = info.mount.options().map(str::to_owned).collect();
+    let data_profiles = if is_btrfs {
+        btrfs::block_group_profiles_of(held.fd(), &info.dir)
+            .map(|p| p.data)
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let (devices, devices_missing) = sensors::member_devices(sysroot, &held, &info.mount)?;
+    Ok(Target {
+        held,
+        info,
+        is_btrfs,
+        mount_options,
+        data_profiles,
+        devices,
+        devices_missing,
+    })
 }
 
 // ---------------------------------------------------------------------
@@ -311,7 +565,7 @@ impl Drop for WorkDir {
 // traits, so the pure tests drive it with mocks).
 
 /// What the loop needs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SuiteConfig<'a> {
     /// The tests.
     pub tests: &'a [TestSpec],
@@ -321,8 +575,13 @@ pub struct SuiteConfig<'a> {
     pub runs: u32,
     /// Seconds between runs.
     pub interval_secs: u64,
-    /// Where job files go.
-    pub work_dir: &'a Path,
+    /// Where job files go (fio's working directory).
+    pub work_dir: &'a TrustedDir,
+    /// The test file's identity.
+    pub test_file: FileIdentity,
+    /// Called after each fio run: checks that fio worked on our test file
+    /// (the held file's identity, size, and for writes its mtime).
+    pub verify: &'a dyn Fn(Direction) -> Result<()>,
     /// How the file is filled before the reads.
     pub fill: FillMode,
     /// Evict the test file before each read run.
@@ -346,22 +605,41 @@ pub enum FillMode {
 }
 
 /// Writes `size` bytes of incompressible data (BLAKE3 XOF output under a
-/// random key) into the existing file at `path`, O_DIRECT where the
-/// filesystem allows, then syncs.
-pub fn fill_incompressible(path: &Path, size: u64) -> Result<()> {
+/// random key) into the test file `name` of the held work directory (which
+/// must still be the file `expected`), O_DIRECT where the filesystem
+/// allows, then syncs.
+pub fn fill_incompressible(
+    dir: &TrustedDir,
+    name: &str,
+    expected: FileIdentity,
+    size: u64,
+) -> Result<()> {
     use crate::sys::direct_io::{AlignedBuffer, write_all_at};
+    use rustix::fs::{Mode, OFlags};
     const CHUNK: usize = 1 << 20;
+    let path = dir.join(name);
     let open = |direct: bool| {
-        OpenOptions::new()
-            .write(true)
-            .custom_flags(
-                libc::O_NOFOLLOW | libc::O_CLOEXEC | if direct { libc::O_DIRECT } else { 0 },
-            )
-            .open(path)
+        let flags = OFlags::WRONLY
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | if direct {
+                OFlags::DIRECT
+            } else {
+                OFlags::empty()
+            };
+        rustix::fs::openat(dir.fd(), name, flags, Mode::empty())
     };
-    let f = open(true)
-        .or_else(|_| open(false))
-        .map_err(|e| Error::from_io(&e, "cannot open", path))?;
+    let f = File::from(
+        open(true)
+            .or_else(|_| open(false))
+            .map_err(|e| Error::from_io(&e.into(), "cannot open", &path))?,
+    );
+    if FileIdentity::of(&f).ok() != Some(expected) {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!("{} is no longer the test file bench made", path.display()),
+        ));
+    }
     let mut key = [0u8; 32];
     let seed = format!(
         "{}-{}-{:?}",
@@ -377,11 +655,17 @@ pub fn fill_incompressible(path: &Path, size: u64) -> Result<()> {
         check_stop()?;
         let n = CHUNK.min((size - off) as usize);
         xof.fill(&mut buf.as_mut_slice()[..n]);
-        write_all_at(&f, &buf.as_slice()[..n], off, path)?;
+        write_all_at(&f, &buf.as_slice()[..n], off, &path)?;
         off += n as u64;
     }
     f.sync_all()
-        .map_err(|e| Error::from_io(&e, "cannot sync", path))
+        .map_err(|e| Error::from_io(&e, "cannot sync", &path))
+}
+
+fn nanos_seed() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
 }
 
 /// What the loop measured.
@@ -439,10 +723,11 @@ pub fn run_suite(
     let total_runs = order.len() as u64 * u64::from(cfg.runs);
     let mut measured = Measured::default();
     let mut seq = 0u32;
-    let mut job_path = |what: &str| {
+    let mut job_name = |what: &str| {
         seq += 1;
-        cfg.work_dir.join(format!("{seq:03}-{what}.fio"))
+        format!("{seq:03}-{}.fio", what.replace(' ', "-"))
     };
+    let limit = fio::watchdog(Duration::from_secs(cfg.settings.duration_secs));
     if cfg.fill != FillMode::Skip {
         progress(&Progress {
             what: "fill".into(),
@@ -453,11 +738,20 @@ pub fn run_suite(
         let before = sensors.device_bytes()?;
         let start = Instant::now();
         if cfg.fill == FillMode::Own {
-            fill_incompressible(cfg.settings.file, cfg.settings.size_bytes)?;
+            fill_incompressible(
+                cfg.work_dir,
+                cfg.settings.file,
+                cfg.test_file,
+                cfg.settings.size_bytes,
+            )?;
         } else {
+            // A size-based job: allow 1 MB/s at the least.
+            let fill_limit = fio::watchdog(Duration::from_secs(cfg.settings.size_bytes >> 20));
             let out = fio.run(
-                &job_path("fill"),
+                cfg.work_dir,
+                &job_name("fill"),
                 &jobs::fill_job(&cfg.settings),
+                fill_limit,
                 &check_stop,
             )?;
             let job = job_of(&out, "fill")?;
@@ -503,11 +797,14 @@ pub fn run_suite(
             };
             let before = sensors.device_bytes()?;
             let out = fio.run(
-                &job_path(&section),
+                cfg.work_dir,
+                &job_name(&section),
                 &jobs::test_job(&t, d, &cfg.settings),
+                limit,
                 &check_stop,
             )?;
             let after = sensors.device_bytes()?;
+            (cfg.verify)(d)?;
             let dirty_after = if d == Direction::Write {
                 sensors.dirtied()?
             } else {
@@ -577,97 +874,148 @@ pub(crate) fn compression_option(options: &[String]) -> Option<String> {
         .cloned()
 }
 
-/// Creates the test file empty (O_EXCL, inheriting the directory's NOCOW),
-/// so fio never creates or lays it out itself.
-pub(crate) fn create_test_file(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| Error::from_io(&e, "cannot create", path))
+/// Creates the test file `TEST_FILE` empty in the held work directory
+/// (O_EXCL, no link followed, inheriting the directory's NOCOW), so fio
+/// never creates or lays it out itself.
+pub(crate) fn create_test_file(work: &WorkDir) -> Result<(File, FileIdentity)> {
+    let f = work.dir().create_file(TEST_FILE, 0o600)?;
+    let id = FileIdentity::of(&f)
+        .map_err(|e| Error::from_io(&e, "cannot stat", &work.dir().join(TEST_FILE)))?;
+    Ok((f, id))
 }
 
-/// Prepares the directory's checksum mode: NOCOW unless `cow`; with
+/// Prepares the work directory's checksum mode: NOCOW unless `cow`; with
 /// `cow`, a NOCOW attribute inherited from DIR is cleared.
-pub(crate) fn set_dir_mode(dir: &Path, cow: bool, btrfs: bool) -> Result<()> {
+pub(crate) fn set_dir_mode(work: &WorkDir, cow: bool, btrfs: bool) -> Result<()> {
     if !btrfs {
         return Ok(());
     }
+    let f = work.dir().open_dir_file()?;
+    let path = work.path();
     if !cow {
-        return filesystem::set_nocow_dir(dir, true);
+        return filesystem::set_nocow(&f, path, true);
     }
-    let f = filesystem::open_dir(dir)?;
-    if let Some(flags) = filesystem::inode_flags_of(&f, dir)?
+    if let Some(flags) = filesystem::inode_flags_of(&f, path)?
         && flags.intersects(crate::sys::ioctl::FS_NOCOW_FL)
     {
-        filesystem::set_inode_flags_of(&f, dir, flags & !crate::sys::ioctl::FS_NOCOW_FL)?;
+        filesystem::set_inode_flags_of(&f, path, flags & !crate::sys::ioctl::FS_NOCOW_FL)?;
     }
     Ok(())
 }
 
-/// Runs the bench (see the module documentation). `progress` is called at
-/// the start of the fill and of each run.
-pub fn run(
-    opts: &BenchOptions,
-    fio: &mut dyn FioRunner,
-    fio_path: &Path,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<BenchReport> {
-    opts.validate()?;
-    let info = filesystem::inspect_dir(&opts.sysroot, &opts.dir)?;
-    let fs_type = info.mount.fs_type.clone();
-    refuse_memory_backed(&fs_type, &info.dir)?;
-    if info.read_only {
-        return Err(Error::new(
-            ErrorKind::ReadOnly,
-            format!("{} is on a read-only filesystem: bench writes a test file", info.dir.display()),
+/// Checks, after a fio run, that the test file in the work directory is
+/// still the file bench made, at its size, and (after writes) that fio
+/// wrote it: its mtime moved.
+fn check_test_file(
+    work: &TrustedDir,
+    file: &File,
+    expected: FileIdentity,
+    size: u64,
+    mtime_before: Option<(i64, i64)>,
+) -> Result<()> {
+    let path = work.join(TEST_FILE);
+    let wrong = |why: &str| {
+        Error::new(
+            ErrorKind::State,
+            format!(
+                "{} {why}: the figures would not be of the test file; stopped",
+                path.display()
+            ),
         )
-        .with_hint("remount it read-write, or use --members alone on a read-only array is not supported yet"));
+    };
+    let st = work.stat(TEST_FILE)?.ok_or_else(|| wrong("is gone"))?;
+    if identity_of(&st) != expected {
+        return Err(wrong("was replaced while fio ran"));
     }
+    let held =
+        rustix::fs::fstat(file).map_err(|e| Error::from_io(&e.into(), "cannot stat", &path))?;
+    if held.st_size as u64 != size {
+        return Err(wrong(&format!(
+            "has {} bytes instead of {size}",
+            held.st_size
+        )));
+    }
+    if let Some(before) = mtime_before
+        && (held.st_mtime, held.st_mtime_nsec as i64) == before
+    {
+        return Err(wrong("was not written by fio's write run"));
+    }
+    Ok(())
+}
+
+/// The test file's mtime (seconds, nanoseconds).
+fn mtime_of(file: &File) -> Option<(i64, i64)> {
+    rustix::fs::fstat(file)
+        .ok()
+        .map(|st| (st.st_mtime, st.st_mtime_nsec as i64))
+}
+
+/// Checks DIR and everything the run needs before anything changes (see
+/// [`open_target`]), and that the test fits.
+pub fn prepare(opts: &BenchOptions) -> Result<Target> {
+    opts.validate()?;
+    let target = open_target(&opts.sysroot, &opts.dir, "bench writes a test file")?;
     let need = opts.needed_space();
-    if info.available_bytes < need {
+    if target.info.available_bytes < need {
         return Err(Error::new(
             ErrorKind::NoSpace,
             format!(
                 "not enough free space in {}: the test needs {} ({} test file + margin), {} is free",
-                info.dir.display(),
+                target.info.dir.display(),
                 format_iec(need),
                 format_iec(opts.size_bytes()),
-                format_iec(info.available_bytes)
+                format_iec(target.info.available_bytes)
             ),
         )
         .with_hint("free some space or use a smaller --file-size"));
     }
-    let is_btrfs = fs_type == "btrfs";
-    let mount_options: Vec<String> = info.mount.options().map(str::to_owned).collect();
+    Ok(target)
+}
+
+/// Runs the bench (see the module documentation) on the target
+/// [`prepare`] returned. `progress` is called at the start of the fill and
+/// of each run.
+pub fn run(
+    opts: &BenchOptions,
+    target: Target,
+    fio: &mut dyn FioRunner,
+    fio_path: &Path,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<BenchReport> {
+    let Target {
+        held,
+        info,
+        is_btrfs,
+        mount_options,
+        data_profiles,
+        devices,
+        devices_missing,
+    } = target;
+    let fs_type = info.mount.fs_type.clone();
     let compression = compression_option(&mount_options);
-    let data_profiles = if is_btrfs {
-        btrfs::data_profiles(&info.dir).unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    let (devices, devices_missing) =
-        sensors::member_devices(&opts.sysroot, &info.dir, &info.mount)?;
 
     let mut sens = sensors::RealSensors::open(
         &opts.sysroot,
-        &info.dir,
+        &held,
         &info.mount,
         &devices,
         opts.allow_private_debugfs,
     )?;
     install_signals()?;
+    check_stop()?;
     let ceiling = sensors::ceiling(&opts.sysroot, &devices, data_profiles.first().copied());
     let thermal_before = sensors::thermal_read(&opts.sysroot, &devices);
 
-    // From here on the system changes: the test directory exists.
-    let work = WorkDir::create(&info.dir)?;
-    set_dir_mode(work.path(), opts.cow, is_btrfs)?;
-    let file_path = work.path().join(TEST_FILE);
-    let file = create_test_file(&file_path)?;
-    let nocow = is_btrfs && filesystem::is_nocow(&file_path).unwrap_or(false);
+    // From here on the system changes: leftovers of killed runs go, and the
+    // test directory is made.
+    let mut notes = sweep_stale(&held);
+    let work = WorkDir::create(held)?;
+    set_dir_mode(&work, opts.cow, is_btrfs)?;
+    let file_path = work.dir().join(TEST_FILE);
+    let (file, file_id) = create_test_file(&work)?;
+    let nocow = is_btrfs
+        && filesystem::inode_flags_of(&file, &file_path)?
+            .is_some_and(|f| f.intersects(crate::sys::ioctl::FS_NOCOW_FL));
     let size = opts.size_bytes();
     let fallocate_only = hook(HOOK_FALLOCATE_ONLY).is_some();
     if !fallocate_only {
@@ -688,7 +1036,7 @@ pub fn run(
     }
     let buffered = hook(HOOK_BUFFERED).is_some();
     let settings = JobSettings {
-        file: &file_path,
+        file: TEST_FILE,
         size_bytes: size,
         duration_secs: opts.duration_secs,
         direct: !buffered,
@@ -698,13 +1046,25 @@ pub fn run(
             .min(99),
     };
     let job_file = jobs::suite_job(&opts.tests, &settings);
+    let check_file = file
+        .try_clone()
+        .map_err(|e| Error::from_io(&e, "cannot open", &file_path))?;
     sens.set_file(file, &file_path, size);
+    let mtime = std::cell::Cell::new(mtime_of(&check_file));
+    let verify = |d: Direction| {
+        let before = (d == Direction::Write).then(|| mtime.get()).flatten();
+        let r = check_test_file(work.dir(), &check_file, file_id, size, before);
+        mtime.set(mtime_of(&check_file));
+        r
+    };
     let cfg = SuiteConfig {
         tests: &opts.tests,
         settings: settings.clone(),
         runs: opts.runs,
         interval_secs: opts.interval_secs,
-        work_dir: work.path(),
+        work_dir: work.dir(),
+        test_file: file_id,
+        verify: &verify,
         fill: if fallocate_only {
             FillMode::Skip
         } else if settings.compress_percentage > 0 {
@@ -723,7 +1083,7 @@ pub fn run(
     let members_scaling = if opts.members {
         Some(members::scale(
             fio,
-            work.path(),
+            work.dir(),
             &devices,
             &opts.sysroot,
             opts.duration_secs,
@@ -734,6 +1094,7 @@ pub fn run(
     };
     let counter_note = sens.counter_note.take();
     drop(sens);
+    drop(check_file);
     work.remove()?;
 
     let ctx = CheckContext {
@@ -759,7 +1120,6 @@ pub fn run(
             });
     }
 
-    let mut notes = Vec::new();
     if is_btrfs && !opts.cow {
         notes.push("the test file is NOCOW (no data checksums), so O_DIRECT is direct; --cow measures the checksummed path instead".to_owned());
     }
@@ -984,11 +1344,25 @@ mod tests {
         fio
     }
 
-    fn config<'a>(tests: &'a [TestSpec], dir: &'a Path, scale: f64) -> SuiteConfig<'a> {
+    fn no_check(_: Direction) -> Result<()> {
+        Ok(())
+    }
+
+    /// A private work directory in a temp dir (the mock fio never looks).
+    fn work_dir() -> (tempfile::TempDir, TrustedDir) {
+        let t = tempfile::tempdir().unwrap();
+        let w = HeldDir::open(t.path())
+            .unwrap()
+            .mkdir_private("w", 0o700)
+            .unwrap();
+        (t, w)
+    }
+
+    fn config<'a>(tests: &'a [TestSpec], dir: &'a TrustedDir, scale: f64) -> SuiteConfig<'a> {
         SuiteConfig {
             tests,
             settings: JobSettings {
-                file: dir,
+                file: TEST_FILE,
                 size_bytes: 64 * MIB,
                 duration_secs: 1,
                 direct: true,
@@ -997,6 +1371,8 @@ mod tests {
             runs: 3,
             interval_secs: 0,
             work_dir: dir,
+            test_file: FileIdentity { dev: 0, ino: 0 },
+            verify: &no_check,
             fill: FillMode::Fio,
             evict: true,
             scale_claimed: scale,
@@ -1006,7 +1382,8 @@ mod tests {
     #[test]
     fn the_suite_fills_first_reads_before_writes_and_evicts_before_reads() {
         let tests = &profile::DEFAULT_TESTS[..2];
-        let dir = Path::new("/nonexistent");
+        let (_t, w) = work_dir();
+        let dir = &w;
         let mut fio = scripted(tests, 3, 100 * MIB);
         let mut sensors = MockSensors {
             per_run: 100 * MIB,
@@ -1058,7 +1435,8 @@ mod tests {
     #[test]
     fn scaled_claims_are_caught_by_the_device_counters() {
         let tests = &profile::DEFAULT_TESTS[..1];
-        let dir = Path::new("/nonexistent");
+        let (_t, w) = work_dir();
+        let dir = &w;
         let mut fio = scripted(tests, 3, 100 * MIB);
         let mut sensors = MockSensors {
             per_run: 100 * MIB,
@@ -1118,10 +1496,17 @@ mod tests {
 
     #[test]
     fn work_dir_is_removed_on_drop() {
+        use std::fs;
         let t = tempfile::tempdir().unwrap();
-        let w = WorkDir::create(t.path()).unwrap();
+        let w = WorkDir::create(HeldDir::open(t.path()).unwrap()).unwrap();
         let p = w.path().to_path_buf();
         fs::write(p.join("x"), "y").unwrap();
+        fs::create_dir(p.join("d")).unwrap();
+        fs::write(p.join("d/f"), "z").unwrap();
+        assert_eq!(
+            work_dir_pid(&p.file_name().unwrap().to_string_lossy()),
+            Some(std::process::id())
+        );
         assert!(
             p.file_name()
                 .unwrap()

@@ -4,6 +4,7 @@
 //! uses), FIEMAP; and, once for the bench, the PCIe ceiling and the NVMe
 //! thermal counters. Behind a trait so the measuring loop runs on mocks.
 
+use crate::sys::beneath::HeldDir;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
@@ -53,14 +54,14 @@ pub fn parse_io_sectors(text: &str) -> Vec<(u32, u32, u64, u64)> {
 /// own device. The second list names members diskstats does not show.
 pub fn member_devices(
     root: &SysRoot,
-    dir: &Path,
+    dir: &HeldDir,
     mount: &MountEntry,
 ) -> Result<(Vec<MemberDevice>, Vec<String>)> {
     let stats = diskstats::read_stats(root)?;
     let mut found = Vec::new();
     let mut missing = Vec::new();
     if mount.fs_type == "btrfs" {
-        let fsid = btrfs::fsid(dir)?;
+        let fsid = btrfs::fsid_of(dir.fd(), dir.path())?;
         let devdir = root.sys(&format!("fs/btrfs/{fsid}/devices"));
         let mut names: Vec<String> = fs::read_dir(&devdir)
             .map_err(|e| Error::from_io(&e, "cannot read", &devdir))?
@@ -107,13 +108,13 @@ impl RealSensors {
     /// Opens the counters for the filesystem under `dir`.
     pub fn open(
         root: &SysRoot,
-        dir: &Path,
+        dir: &HeldDir,
         mount: &MountEntry,
         devices: &[MemberDevice],
         allow_private_debugfs: bool,
     ) -> Result<Self> {
         let bdi = if mount.fs_type == "btrfs" {
-            btrfs::fsid(dir)
+            btrfs::fsid_of(dir.fd(), dir.path())
                 .ok()
                 .and_then(|f| counters::btrfs_bdi_name(root, &f))
         } else {

@@ -2,7 +2,6 @@
 //! by second (fio's bandwidth log, and each member's diskstats), and the
 //! cliff where it drops and stays down ([`super::cliff`]).
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Instant;
@@ -17,11 +16,10 @@ use crate::parse::size::format_iec;
 use crate::sys::diskstats;
 use crate::sys::fio::FioRunner;
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, filesystem};
 
 use super::cliff::{self, CliffAnalysis, Point, Shape};
 use super::report::{MemberDevice, SystemInfo, TargetInfo};
-use super::{WorkDir, check_stop, hook, jobs::IOENGINE, sensors};
+use super::{WorkDir, check_stop, hook, jobs::IOENGINE};
 
 /// Smallest sustained write worth running.
 pub const MIN_SIZE: u64 = 256 << 20;
@@ -29,6 +27,12 @@ pub const MIN_SIZE: u64 = 256 << 20;
 pub const DEFAULT_FILL_PERCENT: u32 = 80;
 /// The test file's name.
 pub const TEST_FILE: &str = "sustained.dat";
+
+/// fio's bandwidth log prefix (fio writes `bw_bw.1.log`).
+const LOG_PREFIX: &str = "bw";
+
+/// Seconds without the test file growing before the write counts as stuck.
+const STALL_SECS: f64 = 120.0;
 /// Report version.
 pub const REPORT_VERSION: u32 = 1;
 /// Exit status when a signal stopped the write (the report is still given).
@@ -213,24 +217,20 @@ pub struct SustainedReport {
 }
 
 /// The fio job of the sustained write.
-pub fn job_file(file: &Path, size: u64, time_limit_secs: Option<u64>, log_prefix: &Path) -> String {
+/// The job file. `file` and `log_prefix` are names relative to fio's
+/// working directory (the held work directory), chosen by btrfs-lab.
+pub fn job_file(file: &str, size: u64, time_limit_secs: Option<u64>, log_prefix: &str) -> String {
     let mut j = String::from(
-        "; btrfs-lab bench --sustained: one sequential O_DIRECT write\n; run it by hand with: fio THIS_FILE\n[sustained]\n",
+        "; btrfs-lab bench --sustained: one sequential O_DIRECT write\n; run it by hand, in an empty directory on the filesystem to test: fio THIS_FILE\n[sustained]\n",
     );
-    j.push_str(&format!(
-        "filename={}\n",
-        file.display().to_string().replace(':', "\\:")
-    ));
+    j.push_str(&format!("filename={file}\nthread\n"));
     j.push_str(&format!(
         "ioengine={IOENGINE}\ndirect=1\nfallocate=none\nrw=write\nbs=1048576\niodepth=8\nnumjobs=1\nsize={size}\nrefill_buffers=0\nscramble_buffers=0\nend_fsync=1\n"
     ));
     if let Some(t) = time_limit_secs {
         j.push_str(&format!("runtime={t}\n"));
     }
-    j.push_str(&format!(
-        "write_bw_log={}\nlog_avg_msec=1000\n",
-        log_prefix.display()
-    ));
+    j.push_str(&format!("write_bw_log={log_prefix}\nlog_avg_msec=1000\n"));
     j
 }
 
@@ -388,35 +388,23 @@ fn written_by(devs: &[MemberDevice], root: &SysRoot) -> Vec<u64> {
 /// the test directory is made.
 pub fn run(
     opts: &SustainedOptions,
+    target: super::Target,
     fio: &mut dyn FioRunner,
     fio_path: &Path,
     started: &mut dyn FnMut(),
     progress: &mut dyn FnMut(&SustainedProgress),
 ) -> Result<SustainedReport> {
-    opts.validate()?;
-    let info = filesystem::inspect_dir(&opts.sysroot, &opts.dir)?;
+    let super::Target {
+        held,
+        info,
+        is_btrfs,
+        mount_options,
+        data_profiles,
+        devices,
+        devices_missing,
+    } = target;
     let fs_type = info.mount.fs_type.clone();
-    super::refuse_memory_backed(&fs_type, &info.dir)?;
-    if info.read_only {
-        return Err(Error::new(
-            ErrorKind::ReadOnly,
-            format!(
-                "{} is on a read-only filesystem: --sustained writes a test file",
-                info.dir.display()
-            ),
-        )
-        .with_hint("remount it read-write"));
-    }
     let size = plan_size(opts, info.available_bytes, &info.dir)?;
-    let is_btrfs = fs_type == "btrfs";
-    let mount_options: Vec<String> = info.mount.options().map(str::to_owned).collect();
-    let data_profiles = if is_btrfs {
-        btrfs::data_profiles(&info.dir).unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    let (devices, devices_missing) =
-        sensors::member_devices(&opts.sysroot, &info.dir, &info.mount)?;
     super::install_signals()?;
     check_stop()?;
     if let Some(cg) = hook(HOOK_CGROUP) {
@@ -424,24 +412,35 @@ pub fn run(
     }
 
     started();
-    let work = WorkDir::create(&info.dir)?;
-    super::set_dir_mode(work.path(), false, is_btrfs)?;
-    let file_path = work.path().join(TEST_FILE);
-    let file = super::create_test_file(&file_path)?;
-    let log_prefix = work.path().join("bw");
-    let job = job_file(&file_path, size, opts.time_limit_secs, &log_prefix);
+    let mut notes = super::sweep_stale(&held);
+    let work = WorkDir::create(held)?;
+    super::set_dir_mode(&work, false, is_btrfs)?;
+    let file = work.dir().create_file(TEST_FILE, 0o600)?;
+    let job = job_file(TEST_FILE, size, opts.time_limit_secs, LOG_PREFIX);
     let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
 
     let start = Instant::now();
     let mut samples: Vec<(f64, Vec<u64>)> = vec![(0.0, written_by(&devices, &opts.sysroot))];
     let mut last = (0.0f64, 0u64);
+    let mut last_growth = 0.0f64;
+    let mut stalled = false;
+    let size_now = || {
+        work.dir()
+            .stat(TEST_FILE)
+            .ok()
+            .flatten()
+            .map_or(0, |st| st.st_size as u64)
+    };
     let mut tick = || {
         let t = start.elapsed().as_secs_f64();
         if t - samples.last().map_or(0.0, |s| s.0) >= 1.0 {
             samples.push((t, written_by(&devices, &opts.sysroot)));
-            // fio replaces the (empty) file it is given by its own: read
-            // the size by name.
-            let done = fs::symlink_metadata(&file_path).map_or(0, |m| m.len());
+            // fio may replace the (empty) file it is given by its own: read
+            // the size by name, in the held work directory.
+            let done = size_now();
+            if done > last.1 {
+                last_growth = t;
+            }
             let rate = (done.saturating_sub(last.1)) as f64 / (t - last.0).max(1e-3);
             last = (t, done);
             let left_bytes = size.saturating_sub(done) as f64;
@@ -459,20 +458,28 @@ pub fn run(
                 bytes_per_sec: rate,
                 eta_secs: eta,
             });
+            // The watchdog: a write that has not grown the file for
+            // STALL_SECS (fio's start-up included) is stuck.
+            if done < size && t - last_growth > STALL_SECS {
+                stalled = true;
+            }
         }
-        check_stop().is_err()
+        stalled || check_stop().is_err()
     };
-    let watched = fio.run_watched(&work.path().join("sustained.fio"), &job, &mut tick)?;
+    let watched = fio.run_watched(work.dir(), "sustained.fio", &job, &mut tick)?;
     let seconds = start.elapsed().as_secs_f64();
     samples.push((seconds, written_by(&devices, &opts.sysroot)));
-    // fio names its log PREFIX_bw.1.log.
+    // fio names its log PREFIX_bw.1.log, in its working directory.
     let mut series = Vec::new();
-    if let Ok(entries) = fs::read_dir(work.path()) {
-        for e in entries.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with("bw_bw") && n.ends_with(".log") {
-                series = series_of_log(&fs::read_to_string(e.path()).unwrap_or_default());
+    for n in work.dir().names().unwrap_or_default() {
+        let n = n.to_string_lossy().into_owned();
+        if n.starts_with(&format!("{LOG_PREFIX}_bw")) && n.ends_with(".log") {
+            let mut text = String::new();
+            if let Ok(f) = work.dir().open_file(&n, false) {
+                use std::io::Read;
+                let _ = f.take(256 << 20).read_to_string(&mut text);
             }
+            series = series_of_log(&text);
         }
     }
     let bytes_written = watched
@@ -480,7 +487,7 @@ pub fn run(
         .as_ref()
         .and_then(|o| o.jobs.first())
         .map(|j| j.write.io_bytes)
-        .unwrap_or_else(|| fs::symlink_metadata(&file_path).map_or(0, |m| m.len()));
+        .unwrap_or_else(size_now);
     let fio_error = watched
         .output
         .as_ref()
@@ -488,6 +495,16 @@ pub fn run(
         .map_or(0, |j| j.error);
     drop(file);
     work.remove()?;
+    if stalled {
+        return Err(Error::new(
+            ErrorKind::Tool,
+            format!(
+                "the write made no progress for {STALL_SECS:.0} s after {}: stopped fio and removed the test file",
+                format_iec(bytes_written)
+            ),
+        )
+        .with_hint("a device may be stuck: look at dmesg and the drives' health before measuring again"));
+    }
     if fio_error != 0 && !watched.stopped {
         return Err(Error::new(
             ErrorKind::Tool,
@@ -498,7 +515,6 @@ pub fn run(
     let members = member_series(&names, &samples);
     let analysis = cliff::analyse(&series);
     let (mut summary, findings) = verdict(&analysis, &members, &data_profiles, bytes_written);
-    let mut notes = Vec::new();
     if watched.stopped {
         summary = format!(
             "stopped early after {}: {summary}",
@@ -601,19 +617,15 @@ mod tests {
 
     #[test]
     fn the_job_logs_bandwidth_each_second_and_the_log_becomes_the_series() {
-        let j = job_file(
-            Path::new("/m/a:b/f"),
-            1 << 30,
-            Some(60),
-            Path::new("/m/w/bw"),
-        );
+        let j = job_file("f", 1 << 30, Some(60), "bw");
         for l in [
-            "filename=/m/a\\:b/f",
+            "filename=f",
+            "thread",
             "direct=1",
             "rw=write",
             "size=1073741824",
             "runtime=60",
-            "write_bw_log=/m/w/bw",
+            "write_bw_log=bw",
             "log_avg_msec=1000",
         ] {
             assert!(j.lines().any(|x| x == l), "{l} missing in\n{j}");

@@ -12,9 +12,10 @@ use btrfs_lab::bench::profiles::{self, ProfilesOptions, ProfilesReport};
 use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
-use btrfs_lab::error::{Error, Result};
+use btrfs_lab::error::Result;
+use btrfs_lab::model::text::escape_control;
 use btrfs_lab::sandbox::Locations;
-use btrfs_lab::sys::fio::{RealFio, write_new_file};
+use btrfs_lab::sys::fio::RealFio;
 use btrfs_lab::sys::root::SysRoot;
 
 use super::output::{Output, Paint, confirm, wrap};
@@ -183,29 +184,27 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     opts.time_limit_secs = args.time_limit;
     opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
     opts.validate()?;
-    if let Some(p) = &args.report
-        && p.exists()
-    {
-        return Err(Error::new(
-            btrfs_lab::error::ErrorKind::State,
-            format!("{} exists; bench does not overwrite files", p.display()),
-        )
-        .with_hint("choose a new file name"));
-    }
-    // The plan (and its refusals) before the question.
-    let info = btrfs_lab::sys::filesystem::inspect_dir(&opts.sysroot, dir)?;
-    let planned = sustained::plan_size(&opts, info.available_bytes, &info.dir)?;
-    let warning = sustained::warning(planned, opts.time_limit_secs, &info.dir);
+    // Every refusal before the question: the output file, DIR (a user's
+    // link, read-only, tmpfs, space), fio.
+    let report_file = args
+        .report
+        .as_deref()
+        .map(bench::OutputFile::prepare)
+        .transpose()?;
+    let target = bench::open_target(&opts.sysroot, dir, "--sustained writes a test file")?;
+    let planned = sustained::plan_size(&opts, target.info.available_bytes, &target.info.dir)?;
+    let mut fio = RealFio::find()?;
+    let warning = sustained::warning(planned, opts.time_limit_secs, &target.info.dir);
     if args.yes {
         out.note(&warning);
     } else {
         confirm(&format!("{warning}\nStart the write?"), false)?;
     }
-    let mut fio = RealFio::find()?;
     let fio_path = fio.path().to_path_buf();
     let bar = out.byte_progress("bench --sustained {msg}");
     let result = sustained::run(
         &opts,
+        target,
         &mut fio,
         &fio_path,
         &mut || out.started(),
@@ -223,8 +222,8 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     );
     bar.finish_and_clear();
     let report = result?;
-    if let Some(p) = &args.report {
-        write_new_file(p, &html::render_sustained(&report))?;
+    if let Some(f) = report_file {
+        f.write(&html::render_sustained(&report))?;
     }
     out.report(&report, render_sustained);
     Ok(report.exit_code)
@@ -510,10 +509,6 @@ pub fn render_profiles(r: &ProfilesReport) -> String {
     s
 }
 
-fn with_extension(p: &Path, ext: &str) -> PathBuf {
-    p.with_extension(ext)
-}
-
 pub fn run(
     args: BenchArgs,
     out: &Output,
@@ -551,11 +546,8 @@ pub fn run(
     }
     let opts = options(&args, &dir)?;
     if args.show_jobs {
-        let placeholder = dir
-            .join(format!("{}XXXX", bench::WORK_DIR_PREFIX))
-            .join(bench::TEST_FILE);
         let settings = jobs::JobSettings {
-            file: &placeholder,
+            file: bench::TEST_FILE,
             size_bytes: opts.size_bytes(),
             duration_secs: opts.duration_secs,
             direct: true,
@@ -564,20 +556,30 @@ pub fn run(
         out.text(&jobs::suite_job(&opts.tests, &settings));
         return Ok(0);
     }
-    for p in args.report.iter().chain(args.save_jobs.iter()) {
-        if p.exists() {
-            return Err(Error::new(
-                btrfs_lab::error::ErrorKind::State,
-                format!("{} exists; bench does not overwrite files", p.display()),
-            )
-            .with_hint("choose a new file name"));
+    // Every refusal before the run: output files, DIR, space, then fio.
+    let save_jobs = args
+        .save_jobs
+        .as_deref()
+        .map(bench::OutputFile::prepare)
+        .transpose()?;
+    let report_file = args
+        .report
+        .as_deref()
+        .map(bench::OutputFile::prepare)
+        .transpose()?;
+    let report_jobs = match &report_file {
+        Some(f) => {
+            let s = f.sibling("fio")?;
+            s.check_free().ok().map(|()| s)
         }
-    }
+        None => None,
+    };
+    let target = bench::prepare(&opts)?;
     let mut fio = RealFio::find()?;
     let fio_path = fio.path().to_path_buf();
     let bar = out.byte_progress("bench {msg}");
     let mut started = false;
-    let result = bench::run(&opts, &mut fio, &fio_path, &mut |p| {
+    let result = bench::run(&opts, target, &mut fio, &fio_path, &mut |p| {
         if !started {
             // The test directory exists from here on.
             out.started();
@@ -593,14 +595,13 @@ pub fn run(
     });
     bar.finish_and_clear();
     let report = result?;
-    if let Some(p) = &args.save_jobs {
-        write_new_file(p, &report.job_file)?;
+    if let Some(f) = &save_jobs {
+        f.write(&report.job_file)?;
     }
-    if let Some(p) = &args.report {
-        write_new_file(p, &html::render(&report))?;
-        let jobs_path = with_extension(p, "fio");
-        if !jobs_path.exists() {
-            write_new_file(&jobs_path, &report.job_file)?;
+    if let Some(f) = &report_file {
+        f.write(&html::render(&report))?;
+        if let Some(j) = &report_jobs {
+            j.write(&report.job_file)?;
         }
     }
     if out.json {
@@ -802,9 +803,13 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
 }
 
 fn render_compare(c: &Comparison) -> String {
-    let mut s = format!("bench compare  A = {}\n               B = {}\n", c.a, c.b);
+    let mut s = format!(
+        "bench compare  A = {}\n               B = {}\n",
+        escape_control(&c.a),
+        escape_control(&c.b)
+    );
     for d in &c.differences {
-        s.push_str(&format!("  {d}\n"));
+        s.push_str(&format!("  {}\n", escape_control(d)));
     }
     s.push_str(&format!(
         "\n  {:<20}{:>12}{:>12}{:>9}\n",
@@ -814,13 +819,13 @@ fn render_compare(c: &Comparison) -> String {
         let f = |v: Option<f64>| v.map_or("-".into(), mbps);
         s.push_str(&format!(
             "  {:<20}{:>12}{:>12}{:>9}{}\n",
-            format!("{} {}", r.name, r.direction.as_str()),
+            format!("{} {}", escape_control(&r.name), r.direction.as_str()),
             f(r.a_bytes_per_sec),
             f(r.b_bytes_per_sec),
             r.ratio.map_or("-".into(), |x| format!("×{x:.2}")),
             r.note
                 .as_ref()
-                .map_or(String::new(), |n| format!("  ({n})"))
+                .map_or(String::new(), |n| format!("  ({})", escape_control(n)))
         ));
     }
     s

@@ -6,5 +6,6 @@ pub mod kernel;
 pub mod profile;
 pub mod rate;
 pub mod space;
+pub mod text;
 pub mod units;
 pub mod usage;

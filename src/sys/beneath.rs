@@ -668,6 +668,47 @@ impl HeldDir {
         Ok(TrustedDir { fd, path })
     }
 
+    /// Creates the new regular file `name` in it (`O_CREAT | O_EXCL |
+    /// O_NOFOLLOW`, beneath the descriptor) with `mode`: never an existing
+    /// file, never through a link, wherever the directory was moved.
+    pub fn create_new_file(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<File> {
+        let name = component(name.as_ref())?;
+        let path = self.join(name);
+        open_beneath(
+            self.fd(),
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(mode),
+        )
+        .map(File::from)
+        .map_err(|e| err(e, "cannot create", &path))
+    }
+
+    /// Whether we may create files in it: `Err` with the reason (read-only
+    /// filesystem, permission) otherwise.
+    pub fn check_writable(&self) -> Result<()> {
+        rfs::accessat(
+            self.fd(),
+            ".",
+            rfs::Access::WRITE_OK | rfs::Access::EXEC_OK,
+            AtFlags::EACCESS,
+        )
+        .map_err(|e| err(e, "cannot write into", &self.path))
+    }
+
+    /// Opens the subdirectory `name` without following a link, if it is
+    /// root's alone (owned by us, no group or other write bits): then nobody
+    /// else can change what is in it, whoever owns this directory.
+    pub fn open_private_subdir(&self, name: impl AsRef<OsStr>) -> Result<TrustedDir> {
+        let name = component(name.as_ref())?;
+        let path = self.join(name);
+        let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
+            .map_err(|e| err(e, "cannot open", &path))?;
+        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &path))?;
+        check_dir(&st, &path, Leaf::Private)?;
+        Ok(TrustedDir { fd, path })
+    }
+
     /// Opens the subdirectory `name` without following a link, and holds it
     /// (any owner).
     pub fn open_subdir(&self, name: impl AsRef<OsStr>) -> Result<HeldDir> {

@@ -3,6 +3,7 @@
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -34,9 +35,13 @@ fn not_btrfs(e: Errno, path: &Path) -> Error {
 
 /// The filesystem UUID (fsid) of the btrfs that contains `path`.
 pub fn fsid(path: &Path) -> Result<String> {
-    let f = open_any(path)?;
-    let info =
-        btrfs_uapi::filesystem::filesystem_info(f.as_fd()).map_err(|e| not_btrfs(e, path))?;
+    fsid_of(open_any(path)?.as_fd(), path)
+}
+
+/// The fsid of the btrfs that holds the open file or directory `fd`
+/// (`path` is for messages).
+pub fn fsid_of(fd: BorrowedFd<'_>, path: &Path) -> Result<String> {
+    let info = btrfs_uapi::filesystem::filesystem_info(fd).map_err(|e| not_btrfs(e, path))?;
     Ok(info.uuid.as_hyphenated().to_string())
 }
 
@@ -72,8 +77,12 @@ pub struct BlockGroupProfiles {
 
 /// Reads the profiles from the SPACE_INFO ioctl. Needs no privileges.
 pub fn block_group_profiles(path: &Path) -> Result<BlockGroupProfiles> {
-    let f = open_any(path)?;
-    let spaces = btrfs_uapi::space::space_info(f.as_fd()).map_err(|e| not_btrfs(e, path))?;
+    block_group_profiles_of(open_any(path)?.as_fd(), path)
+}
+
+/// [`block_group_profiles`] of the btrfs that holds the open `fd`.
+pub fn block_group_profiles_of(fd: BorrowedFd<'_>, path: &Path) -> Result<BlockGroupProfiles> {
+    let spaces = btrfs_uapi::space::space_info(fd).map_err(|e| not_btrfs(e, path))?;
     let pick = |kind: BlockGroupFlags| {
         let mut v: Vec<Profile> = spaces
             .iter()

@@ -2,6 +2,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -62,6 +63,35 @@ pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
         read_only: vfs.flags().contains(FsFlags::ST_RDONLY) || mount.is_read_only(),
         available_bytes: vfs.blocks_available().saturating_mul(vfs.fragment_size()),
         dir,
+        mount,
+    })
+}
+
+/// [`inspect_dir`] of a directory held open (`sys::beneath::HeldDir`):
+/// its real path is read from the descriptor, its free space with
+/// `fstatvfs`, so a path swapped after the open changes nothing.
+pub fn inspect_held(root: &SysRoot, dir: &crate::sys::beneath::HeldDir) -> Result<DirFs> {
+    let real = fs::read_link(format!("/proc/self/fd/{}", dir.fd().as_raw_fd()))
+        .map_err(|e| Error::from_io(&e, "cannot resolve", dir.path()))?;
+    let mountinfo_path = root.proc("self/mountinfo");
+    let text = root
+        .read_table(&mountinfo_path)
+        .map_err(|e| Error::from_io(&e, "cannot read", &mountinfo_path))?;
+    let mounts = parse_mountinfo(&text);
+    let mount = mount_containing(&mounts, &real).cloned().ok_or_else(|| {
+        Error::new(
+            ErrorKind::State,
+            format!("no mount contains {}", real.display()),
+        )
+    })?;
+    let vfs = rustix::fs::fstatvfs(dir.fd()).map_err(|e| {
+        Error::from_errno(Errno::from_raw(e.raw_os_error()), "cannot statvfs", &real)
+    })?;
+    Ok(DirFs {
+        read_only: vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
+            || mount.is_read_only(),
+        available_bytes: vfs.f_bavail.saturating_mul(vfs.f_frsize),
+        dir: real,
         mount,
     })
 }

@@ -1,9 +1,17 @@
 //! External programs (mkfs.btrfs, btrfs, fio): found with `which`, run with
 //! an argv (never a shell), their stderr kept in the error.
 
-use std::ffi::OsString;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+
+use crate::sys::beneath::TrustedDir;
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -18,23 +26,107 @@ pub struct Tool {
 
 /// Finds `name` on PATH (and in the sbin directories, which a non-login root
 /// shell may lack); the error names the Debian package that provides it.
+///
+/// Only absolute `PATH` entries are searched: an empty entry or `.` would
+/// make root run a program from the current directory (`./fio` planted by
+/// whoever owns it).
 pub fn find(name: &str, package: &str) -> Result<Tool> {
-    let path = which::which(name)
-        .or_else(|_| {
-            let extra = std::env::var_os("PATH").unwrap_or_default();
-            let mut dirs: Vec<PathBuf> = std::env::split_paths(&extra).collect();
-            dirs.extend(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from));
-            let joined = std::env::join_paths(dirs).unwrap_or_default();
-            which::which_in(name, Some(joined), "/")
-        })
-        .map_err(|_| {
-            Error::new(ErrorKind::Tool, format!("{name} not found"))
-                .with_hint(format!("install it: apt-get install {package}"))
-        })?;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = which::which_in(name, Some(search_path(&path)), "/").map_err(|_| {
+        Error::new(ErrorKind::Tool, format!("{name} not found"))
+            .with_hint(format!("install it: apt-get install {package}"))
+    })?;
     Ok(Tool {
         name: name.to_owned(),
         path,
     })
+}
+
+/// The directories searched for tools: the absolute entries of `path`, in
+/// order, then the sbin directories a non-login root shell may lack.
+fn search_path(path: &OsStr) -> OsString {
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(path)
+        .filter(|d| d.is_absolute())
+        .collect();
+    for extra in ["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from) {
+        if !dirs.contains(&extra) {
+            dirs.push(extra);
+        }
+    }
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
+/// Starts `program` with `args` in its own process group (a stop can signal
+/// everything it started), with `dir` as its working directory when given
+/// (`fchdir` to the held descriptor in the child: the directory is never
+/// reached by path again), killed by the kernel if the thread that started
+/// it exits first (`PR_SET_PDEATHSIG`).
+pub(crate) fn spawn_in_group(
+    program: &Path,
+    args: &[String],
+    dir: Option<&TrustedDir>,
+    stdout: Stdio,
+    stderr: Stdio,
+) -> std::io::Result<Child> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0);
+    let dir_fd = dir.map(|d| d.fd().as_raw_fd());
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec and makes only
+    // async-signal-safe system calls (fchdir, prctl, getppid) through rustix,
+    // allocating nothing. `dir_fd` is a descriptor the caller keeps open for
+    // the whole call (the child's copy lives until exec; it is close-on-exec).
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(fd) = dir_fd {
+                rustix::process::fchdir(BorrowedFd::borrow_raw(fd))?;
+            }
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            // The parent may have died before the prctl: no signal would come.
+            if rustix::process::getppid() != Some(parent) {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// The processes whose parent is `pid` (from /proc/PID/stat).
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Some(child) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// Kills the process group `child` leads (see [`spawn_in_group`]).
+pub(crate) fn kill_group(child: &Child, sig: Signal) {
+    if let Some(pid) = Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process_group(pid, sig);
+    }
 }
 
 /// An argv shown to the user: words quoted only where a shell would need it,
@@ -74,6 +166,61 @@ impl Tool {
             .collect()
     }
 
+    /// Like [`Tool::run`], but the tool (its whole process group) is killed
+    /// and the run reported as stuck once it has run for `limit`.
+    pub fn run_limited(&self, args: &[String], limit: Duration) -> Result<RunOutput> {
+        let mut child = spawn_in_group(&self.path, args, None, Stdio::piped(), Stdio::piped())
+            .map_err(|e| Error::from_io(&e, "cannot run", &self.path))?;
+        let drain = |r: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = r.by_ref().take(16 << 20).read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out_reader = drain(
+            child
+                .stdout
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
+        let err_reader = drain(
+            child
+                .stderr
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
+        let start = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) if start.elapsed() > limit => {
+                    kill_group(&child, Signal::KILL);
+                    let _ = child.wait();
+                    return Err(Error::new(
+                        ErrorKind::Tool,
+                        format!(
+                            "{} did not answer within {} s: stopped it",
+                            display_argv(&self.argv(args)),
+                            limit.as_secs()
+                        ),
+                    )
+                    .with_hint(
+                        "is a device stuck, or the program broken? try running it by hand",
+                    ));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Err(Error::from_io(&e, "cannot wait for", &self.path)),
+            }
+        };
+        kill_group(&child, Signal::KILL);
+        let stdout = out_reader.join().unwrap_or_default();
+        let stderr = err_reader.join().unwrap_or_default();
+        self.outcome(args, status, &stdout, &stderr)
+    }
+
     /// Runs the tool with `args`, stdin closed; a non-zero exit becomes an
     /// error that quotes the tool's last stderr line.
     pub fn run(&self, args: &[String]) -> Result<RunOutput> {
@@ -82,14 +229,24 @@ impl Tool {
             .stdin(Stdio::null())
             .output()
             .map_err(|e| Error::from_io(&e, "cannot run", &self.path))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        if out.status.success() {
+        self.outcome(args, out.status, &out.stdout, &out.stderr)
+    }
+
+    fn outcome(
+        &self,
+        args: &[String],
+        status: std::process::ExitStatus,
+        stdout: &[u8],
+        stderr: &[u8],
+    ) -> Result<RunOutput> {
+        let stdout = String::from_utf8_lossy(stdout).into_owned();
+        let stderr = String::from_utf8_lossy(stderr).into_owned();
+        if status.success() {
             return Ok(RunOutput { stdout, stderr });
         }
         let why = last_meaningful_line(&stderr)
             .or_else(|| last_meaningful_line(&stdout))
-            .unwrap_or_else(|| match out.status.code() {
+            .unwrap_or_else(|| match status.code() {
                 Some(c) => format!("exit status {c}"),
                 None => "killed by a signal".to_owned(),
             });
@@ -140,5 +297,38 @@ mod tests {
             ])
             .unwrap_err();
         assert_eq!(e.message(), "sh failed: device busy");
+    }
+
+    #[test]
+    fn only_absolute_path_entries_are_searched() {
+        let p = search_path(OsStr::new(":.:bin:/usr/bin::/bin"));
+        let dirs: Vec<PathBuf> = std::env::split_paths(&p).collect();
+        assert_eq!(
+            dirs,
+            ["/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"]
+                .map(PathBuf::from)
+                .to_vec()
+        );
+    }
+
+    #[test]
+    fn a_tool_that_does_not_answer_is_stopped() {
+        let sh = find("sh", "dash").unwrap();
+        // A child that would outlive the shell: the whole group goes.
+        let e = sh
+            .run_limited(
+                &["-c".into(), "sleep 600 & sleep 600".into()],
+                Duration::from_millis(200),
+            )
+            .unwrap_err();
+        assert!(
+            e.message().contains("did not answer within"),
+            "{}",
+            e.message()
+        );
+        let out = sh
+            .run_limited(&["-c".into(), "echo hi".into()], Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(out.stdout, "hi\n");
     }
 }

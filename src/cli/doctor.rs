@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use btrfs_lab::doctor::{self, DoctorReport, FsDiagnosis, TextfileState, prometheus};
 use btrfs_lab::error::{Error, ErrorKind, Result};
 use btrfs_lab::model::finding::Severity;
-use btrfs_lab::parse::fi_df::escape_control as esc;
+use btrfs_lab::model::text::escape_control as esc;
 use btrfs_lab::sys::root::SysRoot;
 use btrfs_lab::sys::signals;
 

@@ -661,48 +661,16 @@ fn parse_fields(
 pub const EXCERPT_CHARS: usize = 60;
 
 /// A short, printable excerpt of input text for notes and errors: control
-/// characters escaped ([`escape_control`]), cut to [`EXCERPT_CHARS`]
+/// characters escaped ([`crate::model::text::escape_control`]), cut to [`EXCERPT_CHARS`]
 /// characters of the input (`...` marks the cut).
 pub fn excerpt(s: &str) -> String {
     let cut = s.chars().count() > EXCERPT_CHARS;
     let head: String = s.chars().take(EXCERPT_CHARS).collect();
-    let mut out = escape_control(&head).into_owned();
+    let mut out = crate::model::text::escape_control(&head).into_owned();
     if cut {
         out.push_str("...");
     }
     out
-}
-
-/// Control characters (C0, DEL, C1) escaped as `ls -b` does (`\t`, `\n`,
-/// `\033`, the bytes in octal), and `\` doubled, so that text from a file
-/// or a filesystem label can never drive the terminal it is printed on.
-/// Text without any is borrowed as it is.
-pub fn escape_control(s: &str) -> std::borrow::Cow<'_, str> {
-    let needs = |c: char| c.is_control() || c == '\\';
-    if !s.chars().any(needs) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\u{b}' => out.push_str("\\v"),
-            '\u{c}' => out.push_str("\\f"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() => {
-                let mut buf = [0u8; 4];
-                for b in c.encode_utf8(&mut buf).bytes() {
-                    out.push_str(&format!("\\{b:03o}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 fn shorten(s: &str) -> String {
@@ -1156,7 +1124,7 @@ GlobalReserve, single: total=5632.00KiB, used=0.00KiB
         let p = parse_fi_df(&text).unwrap();
         let s = &p.skipped[0];
         assert!(!s.text.chars().any(char::is_control), "{:?}", s.text);
-        assert!(s.text.starts_with("\\033]0;title\\a\\033[2J"), "{}", s.text);
+        assert!(s.text.starts_with("\\e]0;title\\x07\\e[2J"), "{}", s.text);
         assert!(s.text.ends_with("..."), "{}", s.text);
         assert!(!s.text.contains(&"x".repeat(100)), "{}", s.text);
         let e = parse_fi_df_with(&text, ParseOptions { strict: true }).unwrap_err();
@@ -1165,9 +1133,11 @@ GlobalReserve, single: total=5632.00KiB, used=0.00KiB
         assert!(!m.contains(&"x".repeat(100)), "{m}");
         let only_noise = format!("{long}\nData, single: total=1.00GiB\n");
         let m = parse_fi_df(&only_noise).unwrap_err().to_string();
-        assert!(!m.chars().any(char::is_control) && !m.contains(&"x".repeat(100)), "{m}");
-        assert_eq!(escape_control("plain"), "plain");
-        assert_eq!(escape_control("a\tb\\c\u{7f}\u{9b}"), "a\\tb\\\\c\\177\\302\\233");
+        assert!(
+            !m.chars().any(char::is_control) && !m.contains(&"x".repeat(100)),
+            "{m}"
+        );
+        assert_eq!(excerpt("plain"), "plain");
         assert_eq!(excerpt(&"é".repeat(70)).chars().count(), EXCERPT_CHARS + 3);
     }
 

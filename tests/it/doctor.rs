@@ -822,7 +822,10 @@ fn textfile_on_a_full_filesystem_says_success_0_and_exits_critical() {
     let (code, _, stderr) = run(env.cmd().args(["doctor", "--textfile"]).arg(&prom).arg(&m));
     assert_eq!(code, 0, "{stderr}");
     let healthy = fs::read_to_string(&prom).unwrap();
-    assert!(healthy.contains("btrfs_lab_doctor_success 1\n"), "{healthy}");
+    assert!(
+        healthy.contains("btrfs_lab_doctor_success 1\n"),
+        "{healthy}"
+    );
     // Larger than an inline extent: the new file needs data space.
     assert!(healthy.len() > 4096, "{}", healthy.len());
     // Fill the data space: big files, then smaller ones, until ENOSPC.
@@ -947,7 +950,10 @@ fn doctor_output_that_cannot_be_written_is_unknown() {
         vec!["--json", "doctor"],
         vec!["doctor", "--format", "prometheus"],
     ] {
-        let full = fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let full = fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
         let out = env
             .cmd()
             .args(&args)
@@ -970,14 +976,17 @@ fn doctor_output_that_cannot_be_written_is_unknown() {
 /// Our trace instances of a pid (`instances/btrfs-lab-PID-*`).
 fn trace_instances_of(pid: u32) -> Vec<String> {
     let prefix = format!("btrfs-lab-{pid}-");
-    ["/sys/kernel/tracing/instances", "/sys/kernel/debug/tracing/instances"]
-        .iter()
-        .filter_map(|d| fs::read_dir(d).ok())
-        .flatten()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&prefix))
-        .collect()
+    [
+        "/sys/kernel/tracing/instances",
+        "/sys/kernel/debug/tracing/instances",
+    ]
+    .iter()
+    .filter_map(|d| fs::read_dir(d).ok())
+    .flatten()
+    .filter_map(|e| e.ok())
+    .map(|e| e.file_name().to_string_lossy().into_owned())
+    .filter(|n| n.starts_with(&prefix))
+    .collect()
 }
 
 /// SIGINT, SIGTERM and SIGHUP while `doctor --deep` probes (stopped by the
@@ -1028,16 +1037,28 @@ fn deep_stops_on_int_term_and_hup_and_leaves_nothing() {
                 break;
             }
         }
-        assert_ne!(names_in(&m), before, "{sig}: the probe's file exists while paused");
+        assert_ne!(
+            names_in(&m),
+            before,
+            "{sig}: the probe's file exists while paused"
+        );
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).unwrap();
         let mut rest = String::new();
         std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(130), "{sig}: {seen}{rest}");
-        assert!(out.stdout.is_empty(), "{sig}: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.stdout.is_empty(),
+            "{sig}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         assert!(rest.contains("interrupted"), "{sig}: {rest}");
         assert_eq!(names_in(&m), before, "{sig}: the probe's files are left");
-        assert_eq!(trace_instances_of(pid), Vec::<String>::new(), "{sig}: trace instance left");
+        assert_eq!(
+            trace_instances_of(pid),
+            Vec::<String>::new(),
+            "{sig}: trace instance left"
+        );
     }
 }
 
@@ -1059,7 +1080,11 @@ fn stale_bench_work_dirs_are_named_with_size_and_command() {
     });
     let m = sbx.mount_point().to_path_buf();
     let (_, r) = doctor(&env, &m);
-    assert!(!has(&r, "bench-leftovers", Severity::Info), "{:?}", findings(&r));
+    assert!(
+        !has(&r, "bench-leftovers", Severity::Info),
+        "{:?}",
+        findings(&r)
+    );
     let dead = dead_pid();
     let prefix = btrfs_lab::bench::WORK_DIR_PREFIX;
     let top = m.join(format!("{prefix}{dead}-0000abcd"));
@@ -1078,7 +1103,11 @@ fn stale_bench_work_dirs_are_named_with_size_and_command() {
         .iter()
         .find(|f| f.code == "bench-leftovers")
         .unwrap_or_else(|| panic!("{:?}", findings(&r)));
-    assert_eq!(f.severity, Severity::Info, "10 MiB is below the warning size");
+    assert_eq!(
+        f.severity,
+        Severity::Info,
+        "10 MiB is below the warning size"
+    );
     assert_eq!(code, 0, "{:?}", findings(&r));
     assert!(f.title.starts_with("2 work directories"), "{}", f.title);
     let dirs: Vec<&str> = f
@@ -1089,18 +1118,30 @@ fn stale_bench_work_dirs_are_named_with_size_and_command() {
         .collect();
     assert_eq!(dirs.len(), 2, "{dirs:?}");
     assert!(
-        dirs.iter().any(|d| d.starts_with(&format!("{} (8.", top.display()))),
+        dirs.iter()
+            .any(|d| d.starts_with(&format!("{} (8.", top.display()))),
         "{dirs:?}"
     );
     assert!(
-        dirs.iter().any(|d| d.starts_with(&format!("{} (2.", inner.display()))),
+        dirs.iter()
+            .any(|d| d.starts_with(&format!("{} (2.", inner.display()))),
         "{dirs:?}"
     );
-    assert!(dirs.iter().all(|d| d.ends_with(&format!("pid {dead} gone)"))), "{dirs:?}");
+    assert!(
+        dirs.iter()
+            .all(|d| d.ends_with(&format!("pid {dead} gone)"))),
+        "{dirs:?}"
+    );
     let cmd = f.command.as_deref().unwrap();
     assert!(cmd.starts_with("rm -rf -- "), "{cmd}");
-    assert!(cmd.contains(&top.display().to_string()) && cmd.contains(&inner.display().to_string()), "{cmd}");
-    assert!(!cmd.contains("notapid") && !cmd.contains("00000002"), "{cmd}");
+    assert!(
+        cmd.contains(&top.display().to_string()) && cmd.contains(&inner.display().to_string()),
+        "{cmd}"
+    );
+    assert!(
+        !cmd.contains("notapid") && !cmd.contains("00000002"),
+        "{cmd}"
+    );
     // The text names them too.
     let (_, text, _) = run(env.cmd().arg("doctor").arg(&m));
     assert!(text.contains("bench-leftovers"), "{text}");

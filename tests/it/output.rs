@@ -274,7 +274,12 @@ fn man_out_dir_never_follows_a_users_link() {
         assert_eq!(code, 0, "{args:?} as uid 65534: {stderr}");
     };
     let link = shared.join("pages");
-    as_nobody(&["ln".as_ref(), "-s".as_ref(), rootdir.as_os_str(), link.as_os_str()]);
+    as_nobody(&[
+        "ln".as_ref(),
+        "-s".as_ref(),
+        rootdir.as_os_str(),
+        link.as_os_str(),
+    ]);
     for dir in [link.clone(), link.join("sub")] {
         let (code, stdout, stderr) = run(env.cmd().arg("man").arg("--out-dir").arg(&dir));
         assert_eq!(code, 1, "{}: {stderr}", dir.display());
@@ -284,14 +289,23 @@ fn man_out_dir_never_follows_a_users_link() {
                 && stderr.contains("is a symbolic link owned by uid 65534"),
             "{stderr}"
         );
-        assert_eq!(listing(&rootdir), Vec::<String>::new(), "pages in root's directory");
+        assert_eq!(
+            listing(&rootdir),
+            Vec::<String>::new(),
+            "pages in root's directory"
+        );
     }
 
     // The race: their directory and their link to root's, exchanged.
     let theirs = shared.join("u");
     let swap = shared.join("l");
     as_nobody(&["mkdir".as_ref(), theirs.as_os_str()]);
-    as_nobody(&["ln".as_ref(), "-s".as_ref(), rootdir.as_os_str(), swap.as_os_str()]);
+    as_nobody(&[
+        "ln".as_ref(),
+        "-s".as_ref(),
+        rootdir.as_os_str(),
+        swap.as_os_str(),
+    ]);
     let stop = Arc::new(AtomicBool::new(false));
     let swaps = Arc::new(AtomicU64::new(0));
     let attacker = {
@@ -327,7 +341,10 @@ fn man_out_dir_never_follows_a_users_link() {
         if !listing(&rootdir).is_empty() {
             stop.store(true, Ordering::SeqCst);
             attacker.join().unwrap();
-            panic!("run {run_no}: pages written into root's directory: {:?}", listing(&rootdir));
+            panic!(
+                "run {run_no}: pages written into root's directory: {:?}",
+                listing(&rootdir)
+            );
         }
     }
     stop.store(true, Ordering::SeqCst);

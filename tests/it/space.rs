@@ -1016,7 +1016,7 @@ fn parse_of_a_fifo_is_refused_at_once() {
 }
 
 /// A label with terminal escape sequences (OSC title, SGR colour, a bell)
-/// on a real btrfs: `show` and `doctor` print it escaped (`\033`), never the
+/// on a real btrfs: `show` and `doctor` print it escaped (`\e`), never the
 /// raw ESC byte, while `--json` keeps the label exact.
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
@@ -1038,12 +1038,19 @@ fn a_label_with_escape_sequences_never_reaches_the_terminal_raw() {
         .arg(label)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (code, stdout, stderr) = run(env.cmd().arg("show").arg(&m));
     assert_eq!(code, 0, "{stderr}");
-    assert!(!stdout.contains('\u{1b}') && !stdout.contains('\u{7}'), "{stdout:?}");
     assert!(
-        stdout.contains("Label: '\\033]0;owned\\a\\033[31mred'"),
+        !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("Label: '\\e]0;owned\\x07\\e[31mred'"),
         "{stdout}"
     );
     let v = json(&run(env.cmd().args(["--json", "show"]).arg(&m)).1);
@@ -1055,6 +1062,9 @@ fn a_label_with_escape_sequences_never_reaches_the_terminal_raw() {
             !stdout.contains('\u{1b}') && !stderr.contains('\u{1b}'),
             "{args:?}: {stdout:?}"
         );
-        assert!(stdout.contains(&m.display().to_string()), "{args:?}: {stdout}");
+        assert!(
+            stdout.contains(&m.display().to_string()),
+            "{args:?}: {stdout}"
+        );
     }
 }

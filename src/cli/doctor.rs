@@ -21,8 +21,11 @@ Exit status (as monitoring plugins):
   0  no finding worse than info
   1  the worst finding is a warning
   2  a critical finding
-  3  doctor could not look (not a btrfs, not root, cannot write the
-     textfile, ...)
+  3  doctor could not look (not a btrfs, not root, ...), or could not
+     write its output or the textfile with nothing worse to report (a
+     warning or critical finding keeps 1 or 2; the textfile then says
+     btrfs_lab_doctor_success 0)
+  130 --deep interrupted (SIGINT, SIGTERM, SIGHUP): test files removed
 A bad command line is also 2, as for every btrfs-lab command; a monitoring
 setup finds that on its first run.";
 
@@ -45,7 +48,8 @@ pub struct DoctorArgs {
     format: Format,
     /// Also write the Prometheus metrics to FILE atomically (a temporary file
     /// in its directory, then rename), for node_exporter's textfile collector.
-    /// On failure the file says `btrfs_lab_doctor_success 0`.
+    /// On failure the file says `btrfs_lab_doctor_success 0` (rewritten in
+    /// place if no new file can be made).
     #[arg(long, value_name = "FILE")]
     textfile: Option<PathBuf>,
     /// Also run what costs time or writes a little: probe-dio on the

@@ -379,8 +379,13 @@ fn exit_statuses(words: &[String]) -> &'static [(u8, &'static str)] {
             ),
             (
                 3,
-                "doctor could not look (UNKNOWN): not a mounted btrfs, no root for the ioctls, \
-                 --textfile not writable.",
+                "doctor could not look (UNKNOWN): not a mounted btrfs, no root for the ioctls; \
+                 or its output or --textfile could not be written and no finding is worse \
+                 than info.",
+            ),
+            (
+                130,
+                "--deep interrupted by SIGINT, SIGTERM or SIGHUP; its test files are removed.",
             ),
         ],
         ["nocow"] => &[

@@ -234,10 +234,11 @@ pub fn run(args: ManArgs, out: &Output) -> Result<u8> {
             // Held once, by descriptor: a link another user planted in the
             // path is refused, never followed, and every page is written
             // inside the directory held (a new file renamed into place).
-            let dir = OutputDir::create(&dir, 0o755)?;
+            let held = OutputDir::create(&dir, 0o755)?;
             for page in selected {
-                let path = dir.write(page.file_name(), page.render().as_bytes(), 0o644)?;
-                out.text(&format!("{}\n", path.display()));
+                held.write(page.file_name(), page.render().as_bytes(), 0o644)?;
+                // As the user wrote DIR (the held path is absolute).
+                out.text(&format!("{}\n", dir.join(page.file_name()).display()));
             }
         }
     }

@@ -433,7 +433,7 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
                         bytes: to_signed(
                             v,
                             &mut notes,
-                            &format!("unallocated on {}", excerpt(&path)),
+                            &format!("unallocated on {}", excerpt(path)),
                         ),
                     });
                 }

@@ -1146,3 +1146,57 @@ fn stale_bench_work_dirs_are_named_with_size_and_command() {
     let (_, text, _) = run(env.cmd().arg("doctor").arg(&m));
     assert!(text.contains("bench-leftovers"), "{text}");
 }
+
+/// `--textfile` through a link a user (uid 65534) planted in a sticky
+/// directory, pointing at a root directory: refused with the link's owner
+/// named, nothing written into root's directory, and the status says the
+/// output could not be written (3 on a healthy filesystem). Before: the
+/// link was followed and the metrics (and temporary file) went there.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn textfile_never_follows_a_users_link() {
+    use std::os::unix::fs::PermissionsExt;
+    if !require_root("doctor --textfile through a user's link") {
+        return;
+    }
+    let env = TestEnv::new();
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 1,
+        size_bytes: 512 << 20,
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let rootdir = env.path().join("root-only");
+    fs::create_dir(&rootdir).unwrap();
+    let shared = env.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let link = shared.join("metrics");
+    let (code, _, stderr) = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg("ln")
+        .arg("-s")
+        .arg(&rootdir)
+        .arg(&link));
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["doctor", "--textfile"])
+        .arg(link.join("btrfs.prom"))
+        .arg(&m));
+    assert_eq!(code, 3, "{stderr}");
+    assert!(
+        stdout.contains("exit status 0"),
+        "the report still goes out: {stdout}"
+    );
+    assert!(
+        stderr.contains("is a symbolic link owned by uid 65534"),
+        "{stderr}"
+    );
+    assert_eq!(
+        names_in(&rootdir),
+        Vec::<String>::new(),
+        "written into root's directory"
+    );
+}

@@ -632,6 +632,29 @@ mod tests {
         assert!(p.missing_fields.contains(&"Device slack".to_owned()));
     }
 
+    /// Skipped lines and notes quote at most a short, escaped excerpt.
+    #[test]
+    fn skipped_lines_are_short_and_escaped() {
+        let noise = format!("\u{1b}[2J\u{1b}]0;t\u{7}{}", "s".repeat(300));
+        let text = format!("{noise}\nWARNING: {noise}\n{RAW}");
+        let p = parse_fi_usage(&text).unwrap();
+        let s = &p.skipped[0];
+        assert!(s.text.starts_with("\\e[2J\\e]0;t\\x07"), "{}", s.text);
+        assert!(
+            s.text.ends_with("...") && !s.text.contains(&"s".repeat(100)),
+            "{}",
+            s.text
+        );
+        let warned = p
+            .report
+            .notes
+            .iter()
+            .find(|n| n.contains("warned"))
+            .unwrap();
+        assert!(!warned.chars().any(char::is_control), "{warned:?}");
+        assert!(!warned.contains(&"s".repeat(100)), "{warned}");
+    }
+
     #[test]
     fn nothing_usable_is_an_error() {
         assert!(parse_fi_usage("hello\nworld\n").is_err());

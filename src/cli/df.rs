@@ -1,11 +1,10 @@
 //! `btrfs-lab df MOUNT` and `btrfs-lab df --parse [FILE|-]`.
 
-use std::io::Read;
 use std::path::PathBuf;
 
 use clap::Args;
 
-use btrfs_lab::error::{Error, ErrorKind, Result, exit};
+use btrfs_lab::error::{Result, exit};
 use btrfs_lab::model::finding::Severity;
 use btrfs_lab::model::units::{UnitMode, pretty_size};
 use btrfs_lab::parse::fi_df::{ParseOptions, UnitBasis};
@@ -39,52 +38,11 @@ pub struct DfArgs {
     sysroot: Option<PathBuf>,
 }
 
-/// Input larger than this is not a `fi df` capture.
-const MAX_INPUT: u64 = 16 << 20;
-
-pub(super) fn read_input(name: &str) -> Result<String> {
-    let mut bytes = Vec::new();
-    let result = if name == "-" {
-        std::io::stdin()
-            .lock()
-            .take(MAX_INPUT + 1)
-            .read_to_end(&mut bytes)
-    } else {
-        let path = PathBuf::from(name);
-        let meta =
-            std::fs::metadata(&path).map_err(|e| Error::from_io(&e, "cannot read", &path))?;
-        if meta.is_dir() {
-            return Err(Error::new(ErrorKind::WrongTarget, format!("{name} is a directory"))
-                .with_hint("--parse takes a file with captured `btrfs filesystem df` output; to read a mounted filesystem, give it without --parse"));
-        }
-        std::fs::File::open(&path)
-            .map_err(|e| Error::from_io(&e, "cannot read", &path))?
-            .take(MAX_INPUT + 1)
-            .read_to_end(&mut bytes)
-    };
-    result.map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {name}: {e}")))?;
-    if bytes.len() as u64 > MAX_INPUT {
-        return Err(Error::new(
-            ErrorKind::Parse,
-            format!("{name}: more than 16MiB; this is not `btrfs filesystem df` output"),
-        ));
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        Error::new(
-            ErrorKind::Parse,
-            format!(
-                "{name}: not text (invalid UTF-8 at byte {})",
-                e.utf8_error().valid_up_to()
-            ),
-        )
-    })
-}
-
 pub fn run(args: DfArgs, out: &Output) -> Result<u8> {
     let report = if args.parse {
         let input = args.path.as_deref().unwrap_or("-");
         space::df_from_text(
-            &read_input(input)?,
+            &space::read_input(input, "btrfs filesystem df")?,
             input,
             ParseOptions {
                 strict: args.strict,

@@ -1,13 +1,15 @@
 //! `btrfs-lab doctor [MOUNT...]`: what is wrong with each btrfs, worst first.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use btrfs_lab::doctor::{self, DoctorReport, FsDiagnosis, prometheus};
+use btrfs_lab::doctor::{self, DoctorReport, FsDiagnosis, TextfileState, prometheus};
 use btrfs_lab::error::{Error, ErrorKind, Result};
 use btrfs_lab::model::finding::Severity;
+use btrfs_lab::model::text::escape_control as esc;
 use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::signals;
 
 use super::output::{Output, Paint, wrap};
 
@@ -19,8 +21,11 @@ Exit status (as monitoring plugins):
   0  no finding worse than info
   1  the worst finding is a warning
   2  a critical finding
-  3  doctor could not look (not a btrfs, not root, cannot write the
-     textfile, ...)
+  3  doctor could not look (not a btrfs, not root, ...), or could not
+     write its output or the textfile with nothing worse to report (a
+     warning or critical finding keeps 1 or 2; the textfile then says
+     btrfs_lab_doctor_success 0)
+  130 --deep interrupted (SIGINT, SIGTERM, SIGHUP): test files removed
 A bad command line is also 2, as for every btrfs-lab command; a monitoring
 setup finds that on its first run.";
 
@@ -43,7 +48,8 @@ pub struct DoctorArgs {
     format: Format,
     /// Also write the Prometheus metrics to FILE atomically (a temporary file
     /// in its directory, then rename), for node_exporter's textfile collector.
-    /// On failure the file says `btrfs_lab_doctor_success 0`.
+    /// On failure the file says `btrfs_lab_doctor_success 0` (rewritten in
+    /// place if no new file can be made).
     #[arg(long, value_name = "FILE")]
     textfile: Option<PathBuf>,
     /// Also run what costs time or writes a little: probe-dio on the
@@ -63,32 +69,78 @@ pub fn run(args: DoctorArgs, out: &Output) -> Result<u8> {
             ),
         );
     }
+    if args.deep {
+        // The probe stops at its next safe point on SIGINT, SIGTERM or
+        // SIGHUP, removes its test files and trace instance, and doctor
+        // exits 130 (a second signal exits at once).
+        signals::install()?;
+    }
     let root = SysRoot::from_option(args.sysroot.as_deref());
     let report = match doctor::examine(&root, &args.mounts, args.deep) {
         Ok(r) => r,
         Err(e) => {
-            if e.kind() == ErrorKind::Usage {
+            if matches!(e.kind(), ErrorKind::Usage | ErrorKind::Interrupted) {
                 return Err(e);
             }
-            if let Some(path) = &args.textfile {
-                let _ =
-                    doctor::write_atomically(path, &prometheus::render_failure(doctor::now_unix()));
-            }
-            out.error(&e);
+            out.error(&match &args.textfile {
+                Some(path) => with_textfile_state(e, path),
+                None => e,
+            });
             return Ok(doctor::EXIT_UNKNOWN);
         }
     };
+    let mut could_not_write = false;
     if let Some(path) = &args.textfile
-        && let Err(e) = doctor::write_atomically(path, &prometheus::render(&report))
+        && let Err(e) = doctor::write_textfile(path, &prometheus::render(&report))
     {
-        out.error(&e);
-        return Ok(doctor::EXIT_UNKNOWN);
+        out.error(&with_textfile_state(e, path));
+        could_not_write = true;
     }
     out.report(&report, |r| match args.format {
         Format::Prometheus => prometheus::render(r),
         Format::Text => render(r, out.paint),
     });
-    Ok(report.exit_status)
+    // Output that cannot be written is UNKNOWN to monitoring (3), not the
+    // generic error 1 that a plugin reads as WARNING.
+    if let Some(e) = out.flush_now() {
+        out.error(&e);
+        could_not_write = true;
+    }
+    Ok(status(report.exit_status, could_not_write))
+}
+
+/// The exit status: the worst finding's; when the textfile or stdout could
+/// not be written and nothing is worse than info, UNKNOWN (3), so that
+/// monitoring notices the failure. A warning or a critical finding is never
+/// hidden behind it (the critical `data-nearly-full` of the very filesystem
+/// that could not take the textfile must reach monitoring).
+pub fn status(findings: u8, could_not_write: bool) -> u8 {
+    if could_not_write && findings == doctor::EXIT_OK {
+        doctor::EXIT_UNKNOWN
+    } else {
+        findings
+    }
+}
+
+/// After a failed run or write: the textfile is made to say `success 0`
+/// if it can be, and the one error line says what it holds now.
+fn with_textfile_state(e: Error, path: &Path) -> Error {
+    let p = path.display();
+    let state = match doctor::mark_textfile_failed(path, doctor::now_unix()) {
+        TextfileState::MarkedFailed => format!("{p} now says btrfs_lab_doctor_success 0"),
+        TextfileState::MarkedFailedInPlace => format!(
+            "the textfile is stale: {p} now says btrfs_lab_doctor_success 0 (rewritten in place)"
+        ),
+        TextfileState::Stale(why) => {
+            format!("the textfile is stale: {p} still holds an earlier run's metrics ({why})")
+        }
+    };
+    let hint = e.hint().map(str::to_owned);
+    let out = Error::new(e.kind(), format!("{}; {state}", e.message()));
+    match hint {
+        Some(h) => out.with_hint(h),
+        None => out,
+    }
 }
 
 fn label(s: Severity, paint: Paint) -> String {
@@ -115,8 +167,8 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
         let count = |s: Severity| f.findings.iter().filter(|x| x.severity == s).count();
         t.push_str(&paint.bold(&format!(
             "{} ({}): {} critical, {} warning, {} info",
-            f.mount_point.display(),
-            f.uuid,
+            esc(&f.mount_point.display().to_string()),
+            esc(&f.uuid),
             count(Severity::Critical),
             count(Severity::Warning),
             count(Severity::Info)
@@ -125,19 +177,21 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
         if f.findings.is_empty() {
             t.push_str("  nothing to report\n");
         }
+        // Titles, evidence and commands may carry what a user chose (a
+        // label, a path): control characters never reach the terminal raw.
         for x in &f.findings {
             t.push_str(&format!(
                 "  {} {}: {}\n",
                 label(x.severity, paint),
-                x.code,
-                x.title
+                esc(&x.code),
+                esc(&x.title)
             ));
             for e in &x.evidence {
-                t.push_str(&format!("           {}: {}\n", e.name, e.value));
+                t.push_str(&format!("           {}: {}\n", esc(&e.name), esc(&e.value)));
             }
-            t.push_str(&wrap(&format!("why: {}", x.why), 100, "           "));
+            t.push_str(&wrap(&format!("why: {}", esc(&x.why)), 100, "           "));
             if let Some(c) = &x.command {
-                t.push_str(&format!("           run: {c}\n"));
+                t.push_str(&format!("           run: {}\n", esc(c)));
             }
         }
     }

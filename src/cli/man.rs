@@ -7,15 +7,14 @@
 //! below (docs/exit-codes.md and subcommands/*.md say the same); a test
 //! parses every example with the real command line.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 use clap_mangen::Man;
 use clap_mangen::roff::{Roff, bold, italic, roman};
 
 use btrfs_lab::error::{Error, Result, exit};
+use btrfs_lab::sys::outfile::OutputDir;
 
 use super::output::Output;
 
@@ -232,40 +231,18 @@ pub fn run(args: ManArgs, out: &Output) -> Result<u8> {
             out.text(&selected[0].render());
         }
         Some(dir) => {
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| Error::from_io(&e, "cannot create the directory", &dir))?;
+            // Held once, by descriptor: a link another user planted in the
+            // path is refused, never followed, and every page is written
+            // inside the directory held (a new file renamed into place).
+            let held = OutputDir::create(&dir, 0o755)?;
             for page in selected {
-                let path = dir.join(page.file_name());
-                write_replacing(&path, page.render().as_bytes())?;
-                out.text(&format!("{}\n", path.display()));
+                held.write(page.file_name(), page.render().as_bytes(), 0o644)?;
+                // As the user wrote DIR (the held path is absolute).
+                out.text(&format!("{}\n", dir.join(page.file_name()).display()));
             }
         }
     }
     Ok(exit::OK)
-}
-
-/// Writes `bytes` to `path` through a new file next to it (O_EXCL,
-/// O_NOFOLLOW) renamed over it: a symlink or hard link someone placed at
-/// `path` is replaced, never written through. The temporary file is removed
-/// if anything fails.
-fn write_replacing(path: &Path, bytes: &[u8]) -> Result<()> {
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, path));
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::from_io(&e, "cannot write", path)
-    })
 }
 
 /// The exit statuses each page lists (docs/exit-codes.md).
@@ -403,8 +380,13 @@ fn exit_statuses(words: &[String]) -> &'static [(u8, &'static str)] {
             ),
             (
                 3,
-                "doctor could not look (UNKNOWN): not a mounted btrfs, no root for the ioctls, \
-                 --textfile not writable.",
+                "doctor could not look (UNKNOWN): not a mounted btrfs, no root for the ioctls; \
+                 or its output or --textfile could not be written and no finding is worse \
+                 than info.",
+            ),
+            (
+                130,
+                "--deep interrupted by SIGINT, SIGTERM or SIGHUP; its test files are removed.",
             ),
         ],
         ["nocow"] => &[
@@ -836,7 +818,8 @@ mod tests {
         std::fs::write(&victim, "keep\n").unwrap();
         let page = t.path().join("btrfs-lab.1");
         std::os::unix::fs::symlink(&victim, &page).unwrap();
-        write_replacing(&page, b".TH X 1\n").unwrap();
+        let dir = OutputDir::create(t.path(), 0o755).unwrap();
+        dir.write("btrfs-lab.1", b".TH X 1\n", 0o644).unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
         assert_eq!(std::fs::read_to_string(&page).unwrap(), ".TH X 1\n");
         assert!(!std::fs::symlink_metadata(&page).unwrap().is_symlink());

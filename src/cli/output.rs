@@ -175,10 +175,13 @@ impl Output {
     /// version, the document's name and schema version, host, time:
     /// docs/json.md).
     pub fn json_doc<T: Document>(&self, value: &T) {
-        let mut text =
-            serde_json::to_string_pretty(&Enveloped::new(value)).expect("reports serialize");
-        text.push('\n');
-        self.text(&text);
+        match serde_json::to_string_pretty(&Enveloped::new(value)) {
+            Ok(mut text) => {
+                text.push('\n');
+                self.text(&text);
+            }
+            Err(e) => serialize_failed(&e),
+        }
     }
 
     /// Prints a report: its JSON document with `--json`, otherwise the text
@@ -194,9 +197,13 @@ impl Output {
     /// Prints one JSON Lines record (a progress event) to stdout, in its
     /// envelope like a document.
     pub fn json_line<T: Document>(&self, value: &T) {
-        let mut text = serde_json::to_string(&Enveloped::new(value)).expect("reports serialize");
-        text.push('\n');
-        self.text(&text);
+        match serde_json::to_string(&Enveloped::new(value)) {
+            Ok(mut text) => {
+                text.push('\n');
+                self.text(&text);
+            }
+            Err(e) => serialize_failed(&e),
+        }
     }
 
     /// Marks the point where a long-running operation has begun to change
@@ -222,12 +229,13 @@ impl Output {
         let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
         let pending = std::mem::take(&mut state.pending);
         match error {
-            None => state.write(pending.as_bytes()),
+            None if state.unserializable.is_none() => state.write(pending.as_bytes()),
+            None => {}
             Some(e) if self.json && state.started => {
                 let record = ErrorEvent::new(e);
-                let line =
-                    serde_json::to_string(&Enveloped::new(&record)).expect("reports serialize");
-                state.write(format!("{line}\n").as_bytes());
+                if let Ok(line) = serde_json::to_string(&Enveloped::new(&record)) {
+                    state.write(format!("{line}\n").as_bytes());
+                }
             }
             Some(_) => {}
         }
@@ -237,10 +245,40 @@ impl Output {
         {
             state.record(e);
         }
+        if let Some(e) = state.unserializable.take() {
+            return Some(e);
+        }
         state.failed.take().map(|e| {
             Error::new(ErrorKind::Io, format!("cannot write the output: {e}"))
                 .with_hint("stdout is full or unwritable; write to another file or disk")
         })
+    }
+
+    /// Writes what is held and flushes stdout now, for a command whose
+    /// exit status must say that its output could not be written (doctor:
+    /// UNKNOWN, not the generic 1). Returns that error (once: `finish`
+    /// does not report it again, and nothing more is written); a closed
+    /// pipe is not one.
+    pub fn flush_now(&self) -> Option<Error> {
+        let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = std::mem::take(&mut state.pending);
+        state.write(pending.as_bytes());
+        if !state.closed
+            && state.failed.is_none()
+            && let Err(e) = io::stdout().lock().flush()
+        {
+            state.record(e);
+        }
+        if let Some(e) = state.unserializable.take() {
+            state.closed = true;
+            return Some(e);
+        }
+        let failed = state.failed.take()?;
+        state.closed = true;
+        Some(
+            Error::new(ErrorKind::Io, format!("cannot write the output: {failed}"))
+                .with_hint("stdout is full or unwritable; write to another file or disk"),
+        )
     }
 
     /// Prints an error: one line, plus a hint line when there is one.
@@ -288,6 +326,9 @@ struct StdoutState {
     closed: bool,
     /// The first other write error.
     failed: Option<io::Error>,
+    /// A report that could not be serialized (a bug, never a panic): the
+    /// run ends with this error and nothing of that report on stdout.
+    unserializable: Option<Error>,
 }
 
 static STDOUT: Mutex<StdoutState> = Mutex::new(StdoutState {
@@ -295,7 +336,25 @@ static STDOUT: Mutex<StdoutState> = Mutex::new(StdoutState {
     started: false,
     closed: false,
     failed: None,
+    unserializable: None,
 });
+
+/// A JSON document or record that cannot be serialized: what was held is
+/// dropped (a half document is never printed) and the run ends with one
+/// error line, status 1.
+fn serialize_failed(e: &serde_json::Error) {
+    let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
+    state.pending.clear();
+    if state.unserializable.is_none() {
+        state.unserializable = Some(
+            Error::new(
+                ErrorKind::Io,
+                format!("cannot write the JSON output: the report does not serialize ({e})"),
+            )
+            .with_hint("this is a bug in btrfs-lab; run the command without --json and report it"),
+        );
+    }
+}
 
 impl StdoutState {
     fn write(&mut self, bytes: &[u8]) {
@@ -405,6 +464,34 @@ mod tests {
             refused.message()
         );
         assert!(yes.is_ok());
+    }
+
+    /// A report that cannot be serialized (a map with non-string keys).
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    struct Unserializable {
+        map: std::collections::BTreeMap<(u8, u8), u8>,
+    }
+
+    impl Document for Unserializable {
+        const NAME: &'static str = "unserializable";
+    }
+
+    #[test]
+    fn a_report_that_does_not_serialize_is_an_error_not_a_panic() {
+        let out = Output::new(true, ColorChoice::Never);
+        let bad = Unserializable {
+            map: [((1, 2), 3)].into_iter().collect(),
+        };
+        out.json_doc(&bad);
+        out.json_line(&bad);
+        let e = out.finish(None).expect("an error");
+        assert_eq!(e.exit_code(), 1);
+        assert!(
+            e.message().starts_with("cannot write the JSON output"),
+            "{}",
+            e.message()
+        );
+        assert!(!e.message().contains('\n'), "{}", e.message());
     }
 
     #[test]

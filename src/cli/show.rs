@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use btrfs_lab::error::Result;
+use btrfs_lab::model::text::escape_control as esc;
 use btrfs_lab::model::units::{UnitMode, pretty_size};
 use btrfs_lab::space::show::{FsShow, ShowReport, show_one};
 use btrfs_lab::space::{self};
@@ -60,7 +61,7 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
     let label = f
         .label
         .as_ref()
-        .map_or("none".to_owned(), |l| format!("'{l}'"));
+        .map_or("none".to_owned(), |l| format!("'{}'", esc(l)));
     let mut t = format!("Label: {label}  uuid: {}\n", f.uuid);
     t.push_str(&format!(
         "\tTotal devices {} FS bytes used {}\n",
@@ -72,7 +73,7 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
             t.push_str(&format!(
                 "\tdevid {:>4} size 0 used 0 path {} {}\n",
                 d.devid,
-                d.path,
+                esc(&d.path),
                 paint.bad("MISSING")
             ));
             continue;
@@ -82,10 +83,13 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
             d.devid,
             pretty_size(d.size_bytes, mode),
             pretty_size(d.used_bytes, mode),
-            d.path
+            esc(&d.path)
         ));
     }
-    t.push_str(&format!("\tmounted at {}\n", f.mount_point.display()));
+    t.push_str(&format!(
+        "\tmounted at {}\n",
+        esc(&f.mount_point.display().to_string())
+    ));
     let checksum = match (&f.checksum, &f.checksum_driver) {
         (Some(c), Some(d)) => format!("{c} ({d})"),
         (Some(c), None) => c.clone(),
@@ -121,7 +125,7 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
         let name = if d.missing {
             "missing".to_owned()
         } else {
-            d.path.clone()
+            esc(&d.path).into_owned()
         };
         t.push_str(&format!("\t  devid {:>4} {name}: {line}\n", d.devid));
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use btrfs_lab::error::{Result, exit};
+use btrfs_lab::model::text::escape_control as esc;
 use btrfs_lab::model::units::{UnitMode, pretty_size, pretty_size_signed};
 use btrfs_lab::parse::fi_df::UnitBasis;
 use btrfs_lab::space::usage::{DeviceShare, UsageReport};
@@ -62,7 +63,7 @@ fn run_parse(args: &UsageArgs, out: &Output) -> Result<u8> {
         .mount
         .as_ref()
         .map_or_else(|| "-".to_owned(), |p| p.display().to_string());
-    let doc = space::usage_from_text(&super::df::read_input(&name)?, &name)?;
+    let doc = space::usage_from_text(&space::read_input(&name, "btrfs filesystem usage")?, &name)?;
     let mode = args.units.mode();
     out.report(&doc, |d| {
         let mut text = render(&d.report, mode, args.tabular);
@@ -105,7 +106,7 @@ fn devices(text: &mut String, shares: &[DeviceShare], mode: UnitMode) {
     for d in shares {
         text.push_str(&format!(
             "   {}\t{:>10}\n",
-            d.path,
+            esc(&d.path),
             pretty_size_signed(d.bytes, mode)
         ));
     }
@@ -231,15 +232,17 @@ fn render_table(r: &UsageReport, mode: UnitMode) -> String {
     let groups = &r.block_groups;
     // Devices: with their sizes when read from the kernel; from parsed text
     // only the unallocated list names them, and size = unallocated + allocated.
-    let allocated = |devid: u64| -> i64 {
-        groups
-            .iter()
-            .filter_map(|b| b.devices.as_ref())
-            .flatten()
-            .filter(|d| d.devid == devid)
-            .map(|d| d.bytes)
-            .sum()
-    };
+    // Per (column, devid) and per devid, summed once: a table of many
+    // devices stays linear.
+    let mut cell: std::collections::HashMap<(usize, u64), i64> = std::collections::HashMap::new();
+    let mut per_device: std::collections::HashMap<u64, i64> = std::collections::HashMap::new();
+    for (i, b) in groups.iter().enumerate() {
+        for d in b.devices.iter().flatten() {
+            *cell.entry((i, d.devid)).or_default() += d.bytes;
+            *per_device.entry(d.devid).or_default() += d.bytes;
+        }
+    }
+    let allocated = |devid: u64| -> i64 { per_device.get(&devid).copied().unwrap_or(0) };
     let rows: Vec<(u64, String, i64, Option<u64>)> = if r.devices.is_empty() {
         r.unallocated
             .iter()
@@ -292,16 +295,10 @@ fn render_table(r: &UsageReport, mode: UnitMode) -> String {
     for (devid, path, size, slack) in &rows {
         let mut row = blank();
         row[0] = Cell::Right(devid.to_string());
-        row[1] = Cell::Left(path.clone());
+        row[1] = Cell::Left(esc(path).into_owned());
         let mut used_here = 0i64;
-        for (i, b) in groups.iter().enumerate() {
-            let bytes: i64 = b
-                .devices
-                .iter()
-                .flatten()
-                .filter(|d| d.devid == *devid)
-                .map(|d| d.bytes)
-                .sum();
+        for i in 0..groups.len() {
+            let bytes = cell.get(&(i, *devid)).copied().unwrap_or(0);
             used_here += bytes;
             row[i + 2] = if bytes != 0 {
                 Cell::Right(pretty_size_signed(bytes, mode))

@@ -6,11 +6,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{ErrorKind, Result};
 use crate::links::{self, LinksOptions};
 use crate::model::finding::{Finding, Severity};
 use crate::probe::verdict::Verdict;
 use crate::probe::{self, ProbeOptions};
 use crate::sys::root::SysRoot;
+use crate::sys::signals;
 use crate::sys::tools::display_argv;
 
 use super::facts::FsFacts;
@@ -123,8 +125,12 @@ pub fn nocow_findings(
     out
 }
 
-/// Runs the deep checks on one filesystem: findings, and the facts.
-pub fn deep(root: &SysRoot, f: &FsFacts) -> (Vec<Finding>, DeepFacts) {
+/// Runs the deep checks on one filesystem: findings, and the facts. A
+/// signal (SIGINT, SIGTERM, SIGHUP, with [`crate::sys::signals::install`])
+/// stops it at the next safe point: the probe removes its test files and
+/// its trace instance on the way out, and the error is
+/// [`ErrorKind::Interrupted`](crate::error::ErrorKind::Interrupted).
+pub fn deep(root: &SysRoot, f: &FsFacts) -> Result<(Vec<Finding>, DeepFacts)> {
     let mut out = Vec::new();
     let mut facts = DeepFacts::default();
     let m = f.mount_point.display().to_string();
@@ -153,6 +159,7 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> (Vec<Finding>, DeepFacts) {
                 out.push(fi.with_command(display_argv(&["btrfs-lab", "probe-dio", &m])));
             }
         }
+        Err(e) if e.kind() == ErrorKind::Interrupted => return Err(e),
         Err(e) => {
             facts.probe_error = Some(e.to_string());
             out.push(
@@ -168,6 +175,7 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> (Vec<Finding>, DeepFacts) {
         }
     }
 
+    signals::check()?;
     let lopts = LinksOptions {
         sysroot: root.clone(),
         targets: vec![m.clone()],
@@ -201,10 +209,12 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> (Vec<Finding>, DeepFacts) {
         }
         Err(e) => facts.links_error = Some(e.to_string()),
     }
+    signals::check()?;
     let dirs = usual_dirs(f);
     if !dirs.is_empty() {
         match crate::nocow::check(root, &dirs) {
             Ok(r) => out.extend(nocow_findings(&r, &dirs)),
+            Err(e) if e.kind() == ErrorKind::Interrupted => return Err(e),
             Err(e) => out.push(
                 Finding::new(
                     "deep-nocow-failed",
@@ -217,5 +227,6 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> (Vec<Finding>, DeepFacts) {
         }
         facts.nocow_audited = dirs;
     }
-    (out, facts)
+    signals::check()?;
+    Ok((out, facts))
 }

@@ -7,6 +7,7 @@
 pub mod analyse;
 pub mod deep;
 pub mod facts;
+pub mod leftovers;
 pub mod prometheus;
 pub mod scrub;
 
@@ -20,6 +21,7 @@ use crate::model::envelope::{hostname, rfc3339_seconds};
 use crate::model::finding::{Finding, Severity};
 use crate::space::{self, BtrfsTarget};
 use crate::sys::btrfs::{self, bg_type_of, profile_of};
+use crate::sys::outfile;
 use crate::sys::root::SysRoot;
 
 pub use facts::FsFacts;
@@ -97,10 +99,15 @@ pub fn diagnose(facts: FsFacts, now: u64) -> FsDiagnosis {
 
 /// Adds the `--deep` findings to a diagnosis.
 pub fn add_deep(d: &mut FsDiagnosis, findings: Vec<Finding>, facts: deep::DeepFacts) {
+    add_findings(d, findings);
+    d.deep = Some(facts);
+}
+
+/// Adds findings to a diagnosis, keeping it ranked.
+pub fn add_findings(d: &mut FsDiagnosis, findings: Vec<Finding>) {
     d.findings.extend(findings);
     crate::model::finding::rank(&mut d.findings);
     d.worst = d.findings.iter().map(|f| f.severity).min();
-    d.deep = Some(facts);
 }
 
 /// Builds the report from diagnoses.
@@ -142,8 +149,14 @@ pub fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorR
     let mut out = Vec::new();
     for t in &targets {
         let mut d = diagnose(gather(root, t)?, now);
+        // Work directories of dead bench runs: at the top level and in the
+        // VM image and database directories doctor looks at.
+        let mut places = vec![d.facts.mount_point.clone()];
+        places.extend(deep::usual_dirs(&d.facts));
+        add_findings(&mut d, leftovers::findings(&leftovers::scan(&places)));
         if deep {
-            let (findings, facts) = deep::deep(root, &d.facts);
+            crate::sys::signals::check()?;
+            let (findings, facts) = deep::deep(root, &d.facts)?;
             add_deep(&mut d, findings, facts);
         }
         out.push(d);
@@ -250,40 +263,56 @@ pub fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Writes `text` to `path` atomically for a collector that may read at any
-/// moment: a new file next to it (O_EXCL, never following a link), synced,
-/// then renamed over `path`. The temporary file is removed on failure.
-pub fn write_atomically(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| {
-        crate::error::Error::usage(format!("{} is not a file name", path.display()))
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        crate::error::Error::from_io(&e, "cannot write", path)
-            .with_hint("the directory must exist and be writable (node_exporter's --collector.textfile.directory)")
-    })
+/// The hint of a `--textfile` that cannot be written.
+const TEXTFILE_HINT: &str = "the directory must exist and be writable, with space left (node_exporter's --collector.textfile.directory)";
+
+/// Writes `text` to the `--textfile` `path` atomically for a collector that
+/// may read at any moment ([`crate::sys::outfile`]): the directory is held
+/// by descriptor (a link another user planted in it is refused), the new
+/// content is a file unique to this run, synced, renamed over `path`.
+/// Temporary files that killed runs left are removed first.
+pub fn write_textfile(path: &Path, text: &str) -> Result<()> {
+    let (dir, name) = outfile::split(path)?;
+    let dir = outfile::OutputDir::open(&dir).map_err(|e| e.with_hint(TEXTFILE_HINT))?;
+    let _ = dir.remove_stale_temps(&name);
+    dir.write(&name, text.as_bytes(), 0o644)
+        .map(|_| ())
+        .map_err(|e| e.with_hint(TEXTFILE_HINT))
+}
+
+/// What a failed `--textfile` holds now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextfileState {
+    /// Replaced by `btrfs_lab_doctor_success 0` (a new file).
+    MarkedFailed,
+    /// `btrfs_lab_doctor_success 0` written into the old file in place: a
+    /// new file could not be made (a full filesystem).
+    MarkedFailedInPlace,
+    /// Neither worked: the file still holds an earlier run's metrics.
+    Stale(String),
+}
+
+/// After a failure, makes the `--textfile` say `btrfs_lab_doctor_success 0`:
+/// a new file if one can be made, else the old one rewritten in place, so
+/// that monitoring does not keep reading an earlier run's healthy metrics.
+pub fn mark_textfile_failed(path: &Path, now: u64) -> TextfileState {
+    let text = prometheus::render_failure(now);
+    let attempt = || -> Result<TextfileState> {
+        let (dir, name) = outfile::split(path)?;
+        let dir = outfile::OutputDir::open(&dir)?;
+        let _ = dir.remove_stale_temps(&name);
+        match dir.write(&name, text.as_bytes(), 0o644) {
+            Ok(_) => Ok(TextfileState::MarkedFailed),
+            Err(first) => match dir.rewrite_in_place(&name, text.as_bytes()) {
+                Ok(_) => Ok(TextfileState::MarkedFailedInPlace),
+                Err(e) if e.kind() == crate::error::ErrorKind::NotFound => {
+                    Ok(TextfileState::Stale(first.message().to_owned()))
+                }
+                Err(e) => Ok(TextfileState::Stale(e.message().to_owned())),
+            },
+        }
+    };
+    attempt().unwrap_or_else(|e| TextfileState::Stale(e.message().to_owned()))
 }
 
 #[cfg(test)]
@@ -300,18 +329,25 @@ mod tests {
 
     #[test]
     fn textfile_is_replaced_atomically_and_temp_removed() {
-        let dir = std::env::temp_dir().join(format!("btrfs-lab-doctor-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
         let p = dir.join("btrfs.prom");
-        write_atomically(&p, "a 1\n").unwrap();
-        write_atomically(&p, "a 2\n").unwrap();
+        write_textfile(&p, "a 1\n").unwrap();
+        write_textfile(&p, "a 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "a 2\n");
-        let names: Vec<_> = std::fs::read_dir(&dir)
+        let names: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
-        assert!(write_atomically(&dir.join("nope/x.prom"), "").is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
+        let e = write_textfile(&dir.join("nope/x.prom"), "").unwrap_err();
+        assert!(e.hint().is_some_and(|h| h.contains("textfile")));
+        assert_eq!(mark_textfile_failed(&p, 7), TextfileState::MarkedFailed);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains("btrfs_lab_doctor_success 0\n"), "{text}");
+        assert!(matches!(
+            mark_textfile_failed(&dir.join("nope/x.prom"), 7),
+            TextfileState::Stale(_)
+        ));
     }
 }

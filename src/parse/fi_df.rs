@@ -656,12 +656,25 @@ fn parse_fields(
     }
 }
 
-fn shorten(s: &str) -> String {
-    if s.chars().count() > 60 {
-        format!("{}...", s.chars().take(60).collect::<String>())
-    } else {
-        s.to_owned()
+/// At most this many characters of an input line are quoted in a note or
+/// an error (the input may be someone else's file: never a whole line).
+pub const EXCERPT_CHARS: usize = 60;
+
+/// A short, printable excerpt of input text for notes and errors: control
+/// characters escaped ([`crate::model::text::escape_control`]), cut to [`EXCERPT_CHARS`]
+/// characters of the input (`...` marks the cut).
+pub fn excerpt(s: &str) -> String {
+    let cut = s.chars().count() > EXCERPT_CHARS;
+    let head: String = s.chars().take(EXCERPT_CHARS).collect();
+    let mut out = crate::model::text::escape_control(&head).into_owned();
+    if cut {
+        out.push_str("...");
     }
+    out
+}
+
+fn shorten(s: &str) -> String {
+    excerpt(s)
 }
 
 /// A size as btrfs-progs prints it: raw bytes, or a number with decimals
@@ -874,7 +887,7 @@ fn profile_warning(text: &str) -> Option<String> {
     let t = text.trim();
     let (kind, rest) = t.split_once(':')?;
     BgType::from_progs_name(kind.trim())?;
-    Some(format!("{}: {}", kind.trim(), rest.trim()))
+    Some(format!("{}: {}", kind.trim(), excerpt(rest.trim())))
 }
 
 // ---------------------------------------------------------------------------
@@ -1100,6 +1113,33 @@ GlobalReserve, single: total=5632.00KiB, used=0.00KiB
     { "bg-type": "GlobalReserve", "bg-profile": "single", "total": "5767168", "used": "0" }
   ]
 }"#;
+
+    /// Lines of someone else's file are quoted only as a short excerpt with
+    /// control characters escaped: in the skipped lines, in `--strict`
+    /// errors and in the error of input without rows.
+    #[test]
+    fn input_lines_are_quoted_short_and_escaped() {
+        let long = format!("\u{1b}]0;title\u{7}\u{1b}[2J{}", "x".repeat(200));
+        let text = format!("{long}\n{HUMAN}");
+        let p = parse_fi_df(&text).unwrap();
+        let s = &p.skipped[0];
+        assert!(!s.text.chars().any(char::is_control), "{:?}", s.text);
+        assert!(s.text.starts_with("\\e]0;title\\x07\\e[2J"), "{}", s.text);
+        assert!(s.text.ends_with("..."), "{}", s.text);
+        assert!(!s.text.contains(&"x".repeat(100)), "{}", s.text);
+        let e = parse_fi_df_with(&text, ParseOptions { strict: true }).unwrap_err();
+        let m = e.to_string();
+        assert!(!m.chars().any(char::is_control), "{m:?}");
+        assert!(!m.contains(&"x".repeat(100)), "{m}");
+        let only_noise = format!("{long}\nData, single: total=1.00GiB\n");
+        let m = parse_fi_df(&only_noise).unwrap_err().to_string();
+        assert!(
+            !m.chars().any(char::is_control) && !m.contains(&"x".repeat(100)),
+            "{m}"
+        );
+        assert_eq!(excerpt("plain"), "plain");
+        assert_eq!(excerpt(&"é".repeat(70)).chars().count(), EXCERPT_CHARS + 3);
+    }
 
     #[test]
     fn raw_and_json_are_exact_and_equal() {

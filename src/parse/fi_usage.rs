@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::fi_df::{SkippedLine, UnitBasis, UnitReading, classify_noise, strip_quotes};
+use super::fi_df::{SkippedLine, UnitBasis, UnitReading, classify_noise, excerpt, strip_quotes};
 use crate::model::space::{BgProfile, BgType};
 use crate::model::units::rounding_error;
 use crate::model::usage::{BlockGroupUsage, DeviceShare, Overall, UsageReport};
@@ -232,14 +232,17 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
     let mut table_used: Vec<String> = Vec::new();
     let mut table_line = 0;
     let mut overall_seen = false;
-    let devid = |path: &str, devices: &mut Vec<String>| -> u64 {
-        match devices.iter().position(|d| d == path) {
-            Some(i) => i as u64 + 1,
-            None => {
-                devices.push(path.to_owned());
-                devices.len() as u64
-            }
+    // Device ids in the order the paths first appear: a map beside the
+    // list, so that a paste with many device lines stays linear.
+    let mut ids: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    let mut devid = |path: &str, devices: &mut Vec<String>| -> u64 {
+        if let Some(id) = ids.get(path) {
+            return *id;
         }
+        devices.push(path.to_owned());
+        let id = devices.len() as u64;
+        ids.insert(path.to_owned(), id);
+        id
     };
     for (idx, (n, line)) in lines.iter().enumerate() {
         let n = *n;
@@ -250,7 +253,7 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
         let skip = |skipped: &mut Vec<SkippedLine>, reason: String, damaged: bool| {
             skipped.push(SkippedLine {
                 line: n,
-                text: t.chars().take(60).collect(),
+                text: excerpt(t),
                 reason,
                 damaged,
             });
@@ -260,7 +263,7 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
             if w.contains("cannot read detailed chunk info") {
                 chunk_tree = false;
             }
-            notes.push(format!("btrfs-progs warned: {w}"));
+            notes.push(format!("btrfs-progs warned: {}", excerpt(w)));
             continue;
         }
         if t == "Overall:" {
@@ -336,14 +339,21 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
                 match value {
                     None => skip(
                         &mut skipped,
-                        format!("the size of {path} is missing (the paste is cut here)"),
+                        format!(
+                            "the size of {} is missing (the paste is cut here)",
+                            excerpt(&path)
+                        ),
                         true,
                     ),
                     Some(v) => {
                         let share = DeviceShare {
                             devid: id,
                             path: path.clone(),
-                            bytes: to_signed(v, &mut notes, &format!("unallocated on {path}")),
+                            bytes: to_signed(
+                                v,
+                                &mut notes,
+                                &format!("unallocated on {}", excerpt(&path)),
+                            ),
                         };
                         if sec == Sec::Unalloc {
                             unallocated.get_or_insert_with(Vec::new).push(share);
@@ -393,7 +403,7 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
             let (Some(size), Some(used)) = (size, used) else {
                 skipped.push(SkippedLine {
                     line: table_line,
-                    text: format!("{},{}", table_types[c], table_cols[c]),
+                    text: excerpt(&format!("{},{}", table_types[c], table_cols[c])),
                     reason: "the -T table has no Total or Used figure for this column (the paste is cut?): not read".to_owned(),
                     damaged: true,
                 });
@@ -420,7 +430,11 @@ pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
                     list.push(DeviceShare {
                         devid: id,
                         path: path.clone(),
-                        bytes: to_signed(v, &mut notes, &format!("unallocated on {path}")),
+                        bytes: to_signed(
+                            v,
+                            &mut notes,
+                            &format!("unallocated on {}", excerpt(path)),
+                        ),
                     });
                 }
             }
@@ -618,10 +632,84 @@ mod tests {
         assert!(p.missing_fields.contains(&"Device slack".to_owned()));
     }
 
+    /// Skipped lines and notes quote at most a short, escaped excerpt.
+    #[test]
+    fn skipped_lines_are_short_and_escaped() {
+        let noise = format!("\u{1b}[2J\u{1b}]0;t\u{7}{}", "s".repeat(300));
+        let text = format!("{noise}\nWARNING: {noise}\n{RAW}");
+        let p = parse_fi_usage(&text).unwrap();
+        let s = &p.skipped[0];
+        assert!(s.text.starts_with("\\e[2J\\e]0;t\\x07"), "{}", s.text);
+        assert!(
+            s.text.ends_with("...") && !s.text.contains(&"s".repeat(100)),
+            "{}",
+            s.text
+        );
+        let warned = p
+            .report
+            .notes
+            .iter()
+            .find(|n| n.contains("warned"))
+            .unwrap();
+        assert!(!warned.chars().any(char::is_control), "{warned:?}");
+        assert!(!warned.contains(&"s".repeat(100)), "{warned}");
+    }
+
     #[test]
     fn nothing_usable_is_an_error() {
         assert!(parse_fi_usage("hello\nworld\n").is_err());
         assert!(parse_fi_usage("").is_err());
+    }
+
+    /// A paste with `n` device lines: half under a block group, half under
+    /// Unallocated, every device a different path.
+    fn many_devices(n: usize) -> String {
+        let mut t = String::from(
+            "Overall:\n    Device size:\t\t   3221225472\n    Used:\t\t\t       819200\n\nData,single: Size:322961408, Used:524288 (0.16%)\n",
+        );
+        for i in 0..n / 2 {
+            t.push_str(&format!("   /dev/loop{i}\t  1048576\n"));
+        }
+        t.push_str("\nUnallocated:\n");
+        for i in 0..n / 2 {
+            t.push_str(&format!("   /dev/loop{i}\t  1048576\n"));
+        }
+        t
+    }
+
+    /// The quickest of `runs` parses (and interpretations) of `text`.
+    fn quickest(text: &str, runs: usize) -> std::time::Duration {
+        (0..runs)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                let doc = crate::space::usage_from_text(text, "-").unwrap();
+                let took = start.elapsed();
+                assert!(!doc.report.block_groups.is_empty());
+                took
+            })
+            .min()
+            .unwrap()
+    }
+
+    /// 128 times the device lines take about 128 times as long (a
+    /// quadratic reader took 16384 times as long: 23 s for 128k lines).
+    /// The ratio of two timings on the same machine, never a threshold.
+    #[test]
+    fn many_device_lines_parse_in_linear_time() {
+        let small = many_devices(1_000);
+        let large = many_devices(128_000);
+        let p = parse_fi_usage(&large).unwrap();
+        assert_eq!(p.devices.len(), 64_000);
+        assert_eq!(p.report.unallocated.as_ref().unwrap().len(), 64_000);
+        assert_eq!(p.report.unallocated.as_ref().unwrap()[63_999].devid, 64_000);
+        let t_small = quickest(&small, 25);
+        let t_large = quickest(&large, 2);
+        let ratio = t_large.as_secs_f64() / t_small.as_secs_f64().max(1e-9);
+        eprintln!("1k lines: {t_small:?}, 128k lines: {t_large:?}, ratio {ratio:.0}");
+        assert!(
+            ratio < 128.0 * 8.0,
+            "128x the lines took {ratio:.0}x as long ({t_small:?} vs {t_large:?}): not linear"
+        );
     }
 
     proptest! {

@@ -131,6 +131,59 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
     })
 }
 
+/// Input larger than this is not a `fi df` or `fi usage` capture.
+pub const MAX_INPUT: u64 = 16 << 20;
+
+/// The text of a capture to parse: `-` is stdin, anything else a file read
+/// through [`crate::sys::beneath::read_input_file`] (a regular file only, so
+/// a FIFO or a device never blocks; a symbolic link followed only if root
+/// owns it, so a user's link cannot make root read, and quote, a file only
+/// root may read). At most [`MAX_INPUT`] bytes either way. `what` names the
+/// capture in messages (`btrfs filesystem df`).
+pub fn read_input(name: &str, what: &str) -> Result<String> {
+    use std::io::Read;
+    let too_large = || {
+        Error::new(
+            ErrorKind::Parse,
+            format!("{name}: more than 16MiB; this is not `{what}` output"),
+        )
+    };
+    let bytes = if name == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .lock()
+            .take(MAX_INPUT + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {name}: {e}")))?;
+        bytes
+    } else {
+        let label = format!("captured `{what}` output");
+        crate::sys::beneath::read_input_file(Path::new(name), MAX_INPUT, &label).map_err(|e| {
+            match e.kind() {
+                // Too large: input that is not a capture (status 1, as any
+                // input that does not parse).
+                ErrorKind::Usage => too_large(),
+                ErrorKind::WrongTarget if e.message().contains("is a directory") => e.with_hint(
+                    format!("--parse takes a file with captured `{what}` output; to read a mounted filesystem, give it without --parse"),
+                ),
+                _ => e,
+            }
+        })?
+    };
+    if bytes.len() as u64 > MAX_INPUT {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Error::new(
+            ErrorKind::Parse,
+            format!(
+                "{name}: not text (invalid UTF-8 at byte {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
+}
+
 /// `df --parse`: captured `btrfs filesystem df` text or JSON.
 pub fn df_from_text(text: &str, input_name: &str, opts: ParseOptions) -> Result<DfReport> {
     let parsed = parse_fi_df_with(text, opts).map_err(|e| {

@@ -21,6 +21,7 @@ pub mod memio;
 pub mod mounts;
 pub mod nonce;
 pub(crate) mod nvme;
+pub mod outfile;
 pub(crate) mod pagecache;
 pub(crate) mod procs;
 pub mod root;

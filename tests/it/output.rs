@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
 
-use crate::common::{TestEnv, bin, require_root, run};
+use crate::common::{TestEnv, bin, listing, require_root, run};
 
 /// A `btrfs filesystem df` capture that parses.
 const FI_DF: &str = "\
@@ -241,4 +241,118 @@ fn refusals_and_full_disks_on_a_real_btrfs() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_write_error(&args, out.status.code().unwrap_or(-1), &stderr);
     assert!(stderr.contains("No space left"), "{stderr}");
+}
+
+/// `man --out-dir` as root through a directory of a user (uid 65534) in a
+/// sticky directory: a link of theirs in the directory part is refused,
+/// never followed, and while they swap their directory with a link to a
+/// root directory (`renameat2(RENAME_EXCHANGE)`, a bounded loop), no page
+/// ever lands in root's directory: the directory is held by descriptor and
+/// every page written inside it. Before: the path was resolved again for
+/// every page, and the 21 pages went into the root directory.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn man_out_dir_never_follows_a_users_link() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    if !require_root("man --out-dir through a user's link") {
+        return;
+    }
+    const RUNS: usize = 12;
+    let env = TestEnv::new();
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let rootdir = env.path().join("root-only");
+    fs::create_dir(&rootdir).unwrap();
+    let shared = env.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let as_nobody = |args: &[&std::ffi::OsStr]| {
+        let (code, _, stderr) = run(Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .args(args));
+        assert_eq!(code, 0, "{args:?} as uid 65534: {stderr}");
+    };
+    let link = shared.join("pages");
+    as_nobody(&[
+        "ln".as_ref(),
+        "-s".as_ref(),
+        rootdir.as_os_str(),
+        link.as_os_str(),
+    ]);
+    for dir in [link.clone(), link.join("sub")] {
+        let (code, stdout, stderr) = run(env.cmd().arg("man").arg("--out-dir").arg(&dir));
+        assert_eq!(code, 1, "{}: {stderr}", dir.display());
+        assert_eq!(stdout, "");
+        assert!(
+            stderr.starts_with("btrfs-lab: error: ")
+                && stderr.contains("is a symbolic link owned by uid 65534"),
+            "{stderr}"
+        );
+        assert_eq!(
+            listing(&rootdir),
+            Vec::<String>::new(),
+            "pages in root's directory"
+        );
+    }
+
+    // The race: their directory and their link to root's, exchanged.
+    let theirs = shared.join("u");
+    let swap = shared.join("l");
+    as_nobody(&["mkdir".as_ref(), theirs.as_os_str()]);
+    as_nobody(&[
+        "ln".as_ref(),
+        "-s".as_ref(),
+        rootdir.as_os_str(),
+        swap.as_os_str(),
+    ]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let attacker = {
+        let dir = fs::File::open(&shared).unwrap();
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        std::thread::spawn(move || {
+            // This thread only: uid and gid 65534.
+            let gid = rustix::process::Gid::from_raw(65534);
+            rustix::thread::set_thread_res_gid(gid, gid, gid).unwrap();
+            let uid = rustix::process::Uid::from_raw(65534);
+            rustix::thread::set_thread_res_uid(uid, uid, uid).unwrap();
+            for _ in 0..5_000_000u32 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                rustix::fs::renameat_with(&dir, "u", &dir, "l", rustix::fs::RenameFlags::EXCHANGE)
+                    .unwrap();
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let (mut written, mut refused) = (0, 0);
+    for run_no in 0..RUNS {
+        let (code, _, stderr) = run(env.cmd().arg("man").arg("--out-dir").arg(&theirs));
+        match code {
+            0 => written += 1,
+            1 => {
+                assert!(stderr.starts_with("btrfs-lab: error: "), "{stderr}");
+                refused += 1;
+            }
+            _ => panic!("run {run_no}: exit {code}: {stderr}"),
+        }
+        if !listing(&rootdir).is_empty() {
+            stop.store(true, Ordering::SeqCst);
+            attacker.join().unwrap();
+            panic!(
+                "run {run_no}: pages written into root's directory: {:?}",
+                listing(&rootdir)
+            );
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    attacker.join().unwrap();
+    eprintln!(
+        "man --out-dir: {RUNS} runs, {written} written, {refused} refused, {} swaps; root's directory empty",
+        swaps.load(Ordering::Relaxed)
+    );
+    assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
+    assert_eq!(listing(&rootdir), Vec::<String>::new());
 }

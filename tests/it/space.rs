@@ -887,3 +887,184 @@ fn df_parse_warns_once_and_names_impossible_rows() {
         .collect();
     assert_eq!(codes, ["unfinished-conversion", "data-without-redundancy"]);
 }
+
+/// A root-only file (shadow-like) that a user links to from a sticky
+/// directory: `df --parse LINK` and `usage --parse LINK` as root refuse the
+/// link (its owner named) and print nothing of the file, in text, `--strict`
+/// and `--json` alike. Before: root followed the link and quoted the file's
+/// lines in notes and errors.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn parse_refuses_a_users_link_to_a_root_only_file() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !require_root("df --parse through a user's symbolic link") {
+        return;
+    }
+    let env = TestEnv::new();
+    fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    // The secret: one valid row (so a lenient read succeeds) and lines that
+    // only root may read.
+    let secret = env.path().join("secret");
+    fs::write(
+        &secret,
+        "root:$6$SECRETHASHa8f0e1d2c3b4$qwertyuiopasdfghjklzxcvbnm:19700:0:99999:7:::\n\
+         Data, single: total=1.00GiB, used=512.00MiB\n\
+         daemon:*SECRETHASH2:19700:0:99999:7:::\n",
+    )
+    .unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    let shared = env.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let link = shared.join("capture.txt");
+    let (code, _, stderr) = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg("ln")
+        .arg("-s")
+        .arg(&secret)
+        .arg(&link));
+    assert_eq!(code, 0, "ln -s as uid 65534: {stderr}");
+    assert_eq!(fs::symlink_metadata(&link).unwrap().uid(), 65534);
+    let l = link.display().to_string();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["df", "--parse", &l],
+        vec!["df", "--parse", "--strict", &l],
+        vec!["--json", "df", "--parse", &l],
+        vec!["usage", "--parse", &l],
+        vec!["--json", "usage", "--parse", &l],
+    ];
+    for args in cases {
+        let (code, stdout, stderr) = run(env.cmd().args(&args));
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: stdout {stdout}");
+        assert!(
+            !stdout.contains("SECRETHASH") && !stderr.contains("SECRETHASH"),
+            "{args:?}: the root-only file was read and quoted: {stderr}"
+        );
+        assert!(
+            stderr.starts_with("btrfs-lab: error: ")
+                && stderr.contains("is a symbolic link owned by uid 65534"),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.lines().count() <= 2, "{args:?}: {stderr}");
+    }
+    // Root's own link to the same file is followed (root chose it).
+    let own = env.path().join("own-link.txt");
+    std::os::unix::fs::symlink(&secret, &own).unwrap();
+    let (code, _, stderr) = run(env.cmd().args(["df", "--parse"]).arg(&own));
+    assert_eq!(code, 0, "{stderr}");
+    // The notes name the skipped lines with a short excerpt only: never a
+    // whole line of the file.
+    for line in stderr.lines().filter(|l| l.contains("skipped")) {
+        assert!(
+            !line.contains("qwertyuiopasdfghjklzxcvbnm:19700"),
+            "a whole line quoted: {line}"
+        );
+    }
+}
+
+/// A FIFO with no writer: `df --parse` and `usage --parse` answer at once
+/// with one line (exit 1, "wrong target"), never wait for a writer. Before:
+/// they blocked in open() forever. (The wait below only keeps a regression
+/// from hanging the suite; nothing is timed.)
+#[test]
+fn parse_of_a_fifo_is_refused_at_once() {
+    let env = TestEnv::new();
+    let fifo = env.path().join("capture.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for sub in ["df", "usage"] {
+        for json_flag in [false, true] {
+            let mut c = env.cmd();
+            if json_flag {
+                c.arg("--json");
+            }
+            let mut child = c
+                .args([sub, "--parse"])
+                .arg(&fifo)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut waited = 0;
+            let status = loop {
+                if let Some(s) = child.try_wait().unwrap() {
+                    break Some(s);
+                }
+                if waited == 600 {
+                    break None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                waited += 1;
+            };
+            if status.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{sub} --parse FIFO is still waiting for a writer");
+            }
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{sub}: {stderr}");
+            assert!(out.stdout.is_empty(), "{sub}");
+            assert!(
+                stderr.starts_with("btrfs-lab: error: ")
+                    && stderr.contains("is a FIFO (named pipe)"),
+                "{sub}: {stderr}"
+            );
+            assert!(stderr.lines().count() <= 2, "{sub}: {stderr}");
+        }
+    }
+}
+
+/// A label with terminal escape sequences (OSC title, SGR colour, a bell)
+/// on a real btrfs: `show` and `doctor` print it escaped (`\e`), never the
+/// raw ESC byte, while `--json` keeps the label exact.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_label_with_escape_sequences_never_reaches_the_terminal_raw() {
+    if !require_root("show with an escape sequence in the label") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 1,
+        size_bytes: 512 << 20,
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let label = "\u{1b}]0;owned\u{7}\u{1b}[31mred";
+    let out = Command::new("btrfs")
+        .args(["filesystem", "label"])
+        .arg(&m)
+        .arg(label)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, stdout, stderr) = run(env.cmd().arg("show").arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("Label: '\\e]0;owned\\x07\\e[31mred'"),
+        "{stdout}"
+    );
+    let v = json(&run(env.cmd().args(["--json", "show"]).arg(&m)).1);
+    assert_eq!(v["filesystems"][0]["label"], label);
+    for args in [vec!["doctor"], vec!["doctor", "--format", "prometheus"]] {
+        let (code, stdout, stderr) = run(env.cmd().args(&args).arg(&m));
+        assert!(code <= 2, "{args:?}: {stderr}");
+        assert!(
+            !stdout.contains('\u{1b}') && !stderr.contains('\u{1b}'),
+            "{args:?}: {stdout:?}"
+        );
+        assert!(
+            stdout.contains(&m.display().to_string()),
+            "{args:?}: {stdout}"
+        );
+    }
+}

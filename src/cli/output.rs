@@ -10,6 +10,7 @@ use owo_colors::OwoColorize;
 
 use btrfs_lab::error::{Error, ErrorEvent, ErrorKind, Result};
 use btrfs_lab::model::envelope::{Document, Enveloped};
+use btrfs_lab::model::text::escape_control;
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -284,9 +285,15 @@ impl Output {
     /// Prints an error: one line, plus a hint line when there is one.
     pub fn error(&self, e: &Error) {
         let p = self.paint_err;
-        let mut text = format!("btrfs-lab: {} {}\n", p.bad("error:"), e.message());
+        // Messages name paths and labels other users chose: control
+        // characters never reach the terminal raw.
+        let mut text = format!(
+            "btrfs-lab: {} {}\n",
+            p.bad("error:"),
+            escape_control(e.message())
+        );
         if let Some(h) = e.hint() {
-            text.push_str(&format!("{} {h}\n", p.dim("hint:")));
+            text.push_str(&format!("{} {}\n", p.dim("hint:"), escape_control(h)));
         }
         let _ = io::stderr().lock().write_all(text.as_bytes());
     }
@@ -301,9 +308,11 @@ impl Output {
         let p = self.paint_err;
         let _ = write!(
             io::stderr().lock(),
-            "btrfs-lab: {} {message}\n{} {hint}\n",
+            "btrfs-lab: {} {}\n{} {}\n",
             p.warn("warning:"),
-            p.dim("hint:")
+            escape_control(message),
+            p.dim("hint:"),
+            escape_control(hint)
         );
     }
 
@@ -312,7 +321,8 @@ impl Output {
         if self.quiet {
             return;
         }
-        let _ = writeln!(io::stderr().lock(), "btrfs-lab: note: {message}");
+        let message: Vec<_> = message.split('\n').map(escape_control).collect();
+        let _ = writeln!(io::stderr().lock(), "btrfs-lab: note: {}", message.join("\n"));
     }
 }
 

@@ -1191,6 +1191,22 @@ fn forget_removes_only_the_record_of_a_sandbox_down_cannot_act_on() {
         (code, stdout.as_str()),
         (0, "no sandboxes; nothing to do\n")
     );
+    // A record file that is not a record at all: `down --all` reports it
+    // and fails; `--forget` removes that file, reading nothing in it.
+    fs::write(env.store().dir().join("junk.json"), "{half a record").unwrap();
+    let (code, _, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "--all"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("junk.json is not a sandbox record"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["sandbox", "down", "--forget", "--yes", "junk"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("it is not a valid record"), "{stderr}");
+    assert_eq!(stdout, "sandbox junk forgotten: its record is removed\n");
+    assert!(record_files(&env).is_empty(), "{:?}", record_files(&env));
     // TestEnv's drop detaches the loop device bound to the moved image.
 }
 

@@ -1,9 +1,14 @@
-//! Decides, when the tests are built, whether the root-only integration
-//! tests are reported as ignored. libtest cannot ignore a test at run time,
-//! so the decision is made here: built by a user who is not root (and not in
-//! CI), those tests carry `#[ignore = "needs root"]` and the runner counts
-//! them as ignored instead of passing them silently. In CI (`CI=true`) they
-//! are never ignored: a missing prerequisite fails them (tests/it/common.rs).
+//! Decides, when the tests are built, whether the root-only tests are
+//! reported as ignored. libtest cannot ignore a test at run time, so the
+//! decision is made here: built by a user who is not root (and not in CI),
+//! those tests carry `#[cfg_attr(root_tests_ignored, ignore = "needs root")]`
+//! and the runner counts them as ignored instead of passing them silently.
+//! Built by root (or with `CI=true`) they run, and a prerequisite missing at
+//! run time (root, because another user runs the binary; mkfs.btrfs,
+//! mkfs.ext4, lsattr, /dev/loop-control) fails them with the reason
+//! (tests/it/common.rs `require_root`). The cfg is passed to every target of
+//! the package: the integration tests and the library's unit tests
+//! (`cargo test --lib`) alike.
 
 use std::fs;
 

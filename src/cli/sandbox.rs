@@ -105,6 +105,11 @@ struct DownArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
+    /// Remove only the record of sandbox NAME (one that `down` cannot act
+    /// on, e.g. its directory was replaced), after saying what is left in
+    /// place: nothing else is unmounted, detached or deleted.
+    #[arg(long, conflicts_with = "all", requires = "target")]
+    forget: bool,
 }
 
 /// The state directory and sandbox root from the global options (and, when
@@ -138,6 +143,11 @@ pub fn run(args: SandboxArgs, out: &Output, places: Locations) -> Result<u8> {
 }
 
 fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
+    // First: from here on SIGINT, SIGTERM and SIGHUP stop `up` at its next
+    // step, which removes what was made (exit 130).
+    if !a.dry_run {
+        signals::install()?;
+    }
     a.units.select();
     if a.yes {
         out.note("--yes has no effect on `sandbox up` (it destroys nothing) and will be removed");
@@ -175,7 +185,6 @@ fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
         });
         return Ok(exit::OK);
     }
-    signals::install()?;
     let sandbox = sandbox::Sandbox::up(&plan, store)?;
     let (data, metadata) = match plan.fs {
         FsKind::Btrfs => {
@@ -184,6 +193,9 @@ fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
         }
         FsKind::Ext4 => (Vec::new(), Vec::new()),
     };
+    // A signal that came while the profiles were read: the sandbox is
+    // dropped here, which removes it.
+    signals::check()?;
     let record = sandbox.keep();
     let state_file = store.dir().join(format!("{}.json", record.name));
     let report = UpReport::new(&record, state_file, data, metadata);
@@ -243,7 +255,95 @@ fn load(store: &StateStore, out: &Output) -> Result<(Vec<SandboxRecord>, usize)>
     Ok((loaded.records, loaded.bad.len()))
 }
 
+/// `down NAME --forget`: removes the record file of NAME (valid or not)
+/// and nothing else, after saying what stays.
+fn forget(a: &DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
+    let name = a.target.as_deref().unwrap_or_default();
+    sandbox::plan::validate_name(name).map_err(|_| {
+        Error::usage(format!("--forget takes a sandbox name, not '{name}'"))
+            .with_hint("btrfs-lab sandbox list shows the names")
+    })?;
+    let loaded = store.load()?;
+    let record = loaded.records.iter().find(|r| r.name == name);
+    if record.is_none() && !store.has_record_file(name)? {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!("no record of a sandbox named '{name}'"),
+        )
+        .with_hint("btrfs-lab sandbox list shows the sandboxes"));
+    }
+    let file = store.record_path(name);
+    let left = match record {
+        Some(r) => sandbox::forget_leaves(r),
+        None => vec![format!(
+            "whatever {} describes: it is not a valid record, nothing in it is read",
+            file.display()
+        )],
+    };
+    let mut text = format!(
+        "sandbox {}: --forget removes only its record {}; it does not unmount, detach or delete anything
+",
+        out.paint.bold(name),
+        file.display()
+    );
+    if left.is_empty() {
+        text.push_str(
+            "  nothing of it is left to remove
+",
+        );
+    } else {
+        text.push_str(
+            "  left in place (remove them by hand if they are yours):
+",
+        );
+        for l in &left {
+            text.push_str(&format!(
+                "  - {l}
+"
+            ));
+        }
+    }
+    if a.dry_run {
+        out.report(
+            &DownDryRun {
+                dry_run: true,
+                sandboxes: vec![DownPlan {
+                    name: name.to_owned(),
+                    steps: vec![format!("delete the record {}", file.display())],
+                }],
+            },
+            |_| format!("{text}(dry run: nothing was done)\n"),
+        );
+        return Ok(exit::OK);
+    }
+    if !a.yes {
+        out.say(&text);
+        confirm(&format!("Forget sandbox {name}?"), false)?;
+    } else if !out.json {
+        out.note(text.trim_end());
+    }
+    store.remove(name)?;
+    let result = DownResult {
+        removed: vec![DownReport {
+            name: name.to_owned(),
+            removed: vec![file],
+            left,
+            ..DownReport::default()
+        }],
+    };
+    out.report(&result, |_| {
+        format!(
+            "sandbox {} forgotten: its record is removed\n",
+            out.paint.bold(name)
+        )
+    });
+    Ok(exit::OK)
+}
+
 fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
+    if a.forget {
+        return forget(&a, store, out);
+    }
     let (records, bad) = load(store, out)?;
     let records = report::select(records, a.target.as_deref(), a.all)?;
     let plans: Vec<DownPlan> = records
@@ -287,10 +387,25 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
             Ok(rep) => reports.push(rep),
             // Go on with the others; the status says something failed.
             Err(e) => {
-                out.error(&Error::new(
+                let mut shown =
+                    Error::new(e.kind(), format!("sandbox {}: {}", r.name, e.message()));
+                // A sandbox down can never act on (its directory is not
+                // the one up made, not root's, not a directory): say how
+                // to drop the record once the rest is dealt with.
+                if matches!(
                     e.kind(),
-                    format!("sandbox {}: {}", r.name, e.message()),
-                ));
+                    ErrorKind::State | ErrorKind::WrongTarget | ErrorKind::Permission
+                ) {
+                    shown = shown.with_hint(format!(
+                        "{}{}if nothing of it is left to remove, remove only its record: btrfs-lab sandbox down --forget {}",
+                        e.hint().unwrap_or(""),
+                        if e.hint().is_some() { "; " } else { "" },
+                        r.name
+                    ));
+                } else if let Some(h) = e.hint() {
+                    shown = shown.with_hint(h.to_owned());
+                }
+                out.error(&shown);
                 first_error.get_or_insert(e);
             }
         }

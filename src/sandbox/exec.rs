@@ -23,9 +23,21 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Creates the sandbox of `plan`. On any failure, or on SIGINT/SIGTERM,
-    /// everything made so far is removed again before the error is returned.
+    /// Creates the sandbox of `plan`. On any failure, or on SIGINT, SIGTERM
+    /// or SIGHUP (with [`signals::install`]), everything made so far is
+    /// removed again before the error is returned; after a signal the error
+    /// is the interruption, also when a step failed because of it (a
+    /// terminal's Ctrl-C reaches mkfs too, which then dies). The sandbox
+    /// directory is checked before anything is recorded: a `--dir` that is
+    /// a file, not empty or not root's alone is refused with no record left.
     pub fn up(plan: &SandboxPlan, store: &StateStore) -> Result<Sandbox> {
+        Self::up_unchecked(plan, store).map_err(|e| match signals::check() {
+            Err(stop) => stop,
+            Ok(()) => e,
+        })
+    }
+
+    fn up_unchecked(plan: &SandboxPlan, store: &StateStore) -> Result<Sandbox> {
         if !is_root() {
             return Err(Error::new(
                 ErrorKind::Permission,
@@ -44,6 +56,11 @@ impl Sandbox {
         } else {
             TrustedDir::create(&parent_path, Leaf::Private, 0o755)?.0
         };
+        // Refused before anything is recorded (prepare_dir checks again
+        // once the record exists, for a directory made meanwhile).
+        store.check_free(&plan.name)?;
+        check_dir(&parent, &dir_name)?;
+        signals::check()?;
         let mut sandbox = Sandbox {
             record: SandboxRecord::new(plan),
             store: store.clone(),
@@ -238,18 +255,34 @@ fn is_btrfs_dir(dir: &Path) -> bool {
     filesystem::inspect_dir(&SysRoot::host(), dir).is_ok_and(|i| i.mount.fs_type == "btrfs")
 }
 
+/// Checks that `name` in `parent` can become the sandbox directory: absent,
+/// or an empty directory that only root can write.
+fn check_dir(parent: &TrustedDir, name: &str) -> Result<()> {
+    existing_dir(parent, name).map(|_| ())
+}
+
 /// Creates `name` in `parent` (mode 0700), or accepts an existing empty
 /// directory that only root can write. Returns it, and whether it was made.
 fn prepare_dir(parent: &TrustedDir, name: &str) -> Result<(TrustedDir, bool)> {
+    match existing_dir(parent, name)? {
+        None => Ok((parent.mkdir(name, 0o700)?, true)),
+        Some(dir) => Ok((dir, false)),
+    }
+}
+
+/// `name` in `parent` if it is an empty directory only root can write,
+/// `None` if there is nothing by that name, an error otherwise.
+fn existing_dir(parent: &TrustedDir, name: &str) -> Result<Option<TrustedDir>> {
     let path = parent.join(name);
     match parent.stat(name)? {
-        None => Ok((parent.mkdir(name, 0o700)?, true)),
+        None => Ok(None),
         Some(st) => {
             if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
                 return Err(Error::new(
                     ErrorKind::WrongTarget,
                     format!("{} exists and is not a directory", path.display()),
-                ));
+                )
+                .with_hint("give a new or empty directory with --dir"));
             }
             let dir = parent.open_dir(name).map_err(|e| {
                 if e.kind() == ErrorKind::Permission {
@@ -265,7 +298,7 @@ fn prepare_dir(parent: &TrustedDir, name: &str) -> Result<(TrustedDir, bool)> {
                 )
                 .with_hint("give a new or empty directory with --dir"));
             }
-            Ok((dir, false))
+            Ok(Some(dir))
         }
     }
 }
@@ -303,6 +336,19 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
         name: record.name.clone(),
         ..DownReport::default()
     };
+    // `up` stopped before it made anything (the directory is recorded
+    // before anything is made in it): there is nothing to remove and
+    // nothing to look at, whatever is at DIR now. Only the record goes.
+    if made_nothing(record) {
+        if std::fs::symlink_metadata(&record.dir).is_ok() {
+            report.left.push(format!(
+                "{} was not made by sandbox up; left alone",
+                record.dir.display()
+            ));
+        }
+        store.remove(&record.name)?;
+        return Ok(report);
+    }
     let (parent_path, dir_name) = split_dir(&record.dir)?;
     let dir = match TrustedDir::open(&record.dir, Leaf::Private) {
         Ok(d) => Some(d),
@@ -485,6 +531,43 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
     }
     store.remove(&record.name)?;
     Ok(report)
+}
+
+/// True if the record shows that `up` made nothing yet.
+fn made_nothing(record: &SandboxRecord) -> bool {
+    !record.dir_created
+        && record.dir_identity.is_none()
+        && record.devices.is_empty()
+        && !record.mount_point_created
+        && !record.mounted
+}
+
+/// What `down --forget` leaves in place: the parts of the sandbox that
+/// still exist, as they look now. Pure description; nothing is touched.
+pub fn forget_leaves(record: &SandboxRecord) -> Vec<String> {
+    let s = status(record);
+    let mut left = Vec::new();
+    if s.mounted {
+        left.push(format!("the mount on {}", record.mount_point.display()));
+    }
+    for d in &s.devices {
+        if let Some(l) = &d.loop_device {
+            left.push(format!(
+                "loop device {} (backing file {})",
+                l.display(),
+                d.image.display()
+            ));
+        }
+    }
+    for d in &record.devices {
+        if std::fs::symlink_metadata(&d.image).is_ok() {
+            left.push(format!("file {}", d.image.display()));
+        }
+    }
+    if std::fs::symlink_metadata(&record.dir).is_ok() {
+        left.push(format!("{}", record.dir.display()));
+    }
+    left
 }
 
 fn remove_dir(

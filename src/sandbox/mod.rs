@@ -8,7 +8,7 @@ pub mod state;
 
 use std::path::PathBuf;
 
-pub use exec::{DownReport, Sandbox, SandboxState, SandboxStatus, status, teardown};
+pub use exec::{DownReport, Sandbox, SandboxState, SandboxStatus, forget_leaves, status, teardown};
 pub use plan::{FsKind, SandboxPlan, SandboxRequest, plan_up};
 pub use state::{STATE_DIR_ENV, SandboxRecord, StateStore};
 

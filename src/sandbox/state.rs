@@ -201,29 +201,66 @@ impl StateStore {
         }
     }
 
-    /// Claims `record.name`: fails if a record of that name exists.
+    /// Claims `record.name`: fails if a record of that name exists. The
+    /// record is written whole to a temporary file first and then renamed
+    /// to its name without replacing anything (`RENAME_NOREPLACE`), so a
+    /// record is never seen half-written, even when `up` is killed here.
     pub fn create(&self, record: &SandboxRecord) -> Result<()> {
         super::plan::validate_name(&record.name)?;
         let dir = self.open(true)?.expect("created");
         let name = Self::file_name(&record.name);
-        let mut f = dir.create_file(&name, 0o600).map_err(|e| {
-            if dir.stat(&name).ok().flatten().is_some() {
-                Error::new(
-                    ErrorKind::Busy,
-                    format!("a sandbox named '{}' already exists", record.name),
-                )
-                .with_hint(
-                    "choose another --name, or remove it with: btrfs-lab sandbox down --yes NAME",
-                )
-            } else {
-                e
-            }
-        })?;
+        let exists = || name_taken(&record.name);
+        if dir.stat(&name)?.is_some() {
+            return Err(exists());
+        }
+        // Our own temporary name: another `up` claiming the same name at
+        // the same time has its own.
+        let tmp = format!(".{}.json.new-{}", record.name, std::process::id());
+        dir.remove_entry_file(&tmp)?;
         let text = serde_json::to_string_pretty(record).expect("record serializes");
-        let path = dir.join(&name);
-        f.write_all(text.as_bytes())
+        let mut f = dir.create_file(&tmp, 0o600)?;
+        let written = f
+            .write_all(text.as_bytes())
             .and_then(|()| f.sync_all())
-            .map_err(|e| Error::from_io(&e, "cannot write", &path))
+            .map_err(|e| Error::from_io(&e, "cannot write", &dir.join(&tmp)));
+        drop(f);
+        let claimed = written.and_then(|()| {
+            dir.rename_noreplace(&tmp, &name).map_err(|e| {
+                if dir.stat(&name).ok().flatten().is_some() {
+                    exists()
+                } else {
+                    e
+                }
+            })
+        });
+        if claimed.is_err() {
+            let _ = dir.remove_entry_file(&tmp);
+        }
+        claimed
+    }
+
+    /// Fails as [`StateStore::create`] would if a record of `name` exists:
+    /// `up` asks first, before it looks at anything else.
+    pub fn check_free(&self, name: &str) -> Result<()> {
+        if self.has_record_file(name)? {
+            Err(name_taken(name))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The record file of sandbox `name`.
+    pub fn record_path(&self, name: &str) -> PathBuf {
+        self.dir.join(Self::file_name(name))
+    }
+
+    /// Whether there is a record file for `name`, valid or not.
+    pub fn has_record_file(&self, name: &str) -> Result<bool> {
+        super::plan::validate_name(name)?;
+        match self.open(false)? {
+            Some(dir) => Ok(dir.stat(Self::file_name(name))?.is_some()),
+            None => Ok(false),
+        }
     }
 
     /// Replaces the record atomically (write, fsync, rename).
@@ -280,6 +317,14 @@ impl StateStore {
     pub fn load_all(&self) -> Result<Vec<SandboxRecord>> {
         self.load().map(|l| l.records)
     }
+}
+
+fn name_taken(name: &str) -> Error {
+    Error::new(
+        ErrorKind::Busy,
+        format!("a sandbox named '{name}' already exists"),
+    )
+    .with_hint("choose another --name, or remove it with: btrfs-lab sandbox down --yes NAME")
 }
 
 fn read_record(dir: &TrustedDir, file: &str, stem: &str) -> Result<SandboxRecord> {
@@ -357,6 +402,39 @@ mod tests {
         );
         store.remove("s1").unwrap();
         assert!(store.load_all().unwrap().is_empty());
+    }
+
+    /// `create` writes a temporary file and renames it into place: no
+    /// temporary is left, a refused second claim leaves the first record
+    /// whole, and a temporary a killed `up` left is never read as a record.
+    #[test]
+    fn create_is_atomic_and_leaves_no_temporary() {
+        let t = tempfile::tempdir().unwrap();
+        let store = StateStore::new(t.path().join("state"));
+        let plan = plan_up(&SandboxRequest::default(), Path::new("/var/tmp/x"), "s1").unwrap();
+        let rec = SandboxRecord::new(&plan);
+        store.create(&rec).unwrap();
+        let names = || {
+            let mut v: Vec<String> = std::fs::read_dir(store.dir())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(), ["s1.json"]);
+        let mut other = rec.clone();
+        other.pid = rec.pid + 1;
+        assert_eq!(store.create(&other).unwrap_err().kind(), ErrorKind::Busy);
+        assert_eq!(names(), ["s1.json"]);
+        assert_eq!(store.load_all().unwrap(), vec![rec.clone()]);
+        // What a create killed before its rename leaves: skipped.
+        std::fs::write(store.dir().join(".s2.json.new-1"), "{half").unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.records, vec![rec]);
+        assert!(loaded.bad.is_empty());
+        assert!(store.has_record_file("s1").unwrap());
+        assert!(!store.has_record_file("s2").unwrap());
     }
 
     #[test]

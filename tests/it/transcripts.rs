@@ -162,7 +162,16 @@ fn run_transcript(path: &Path) -> Result<(), String> {
     let mut redactions = snapbox::Redactions::new();
     redactions.insert("[CWD]", cwd.clone()).unwrap();
     let assert = snapbox::Assert::new().redact_with(redactions);
+    let scale = device_scale();
     for step in &steps {
+        let scaled;
+        let step = match scale {
+            Some(percent) => {
+                scaled = scale_step(step, file_name(path), percent);
+                &scaled
+            }
+            None => step,
+        };
         let (code, output) = execute(step, &cwd, &env);
         let name = format!("{}:{} `{}`", path.display(), step.line, step.argv.join(" "));
         if code != step.status {
@@ -181,6 +190,115 @@ fn run_transcript(path: &Path) -> Result<(), String> {
     }
     // `env` drops here: any sandbox a failed step left is removed first.
     Ok(())
+}
+
+fn file_name(path: &Path) -> &str {
+    path.file_name().and_then(|n| n.to_str()).unwrap()
+}
+
+/// `BTRFS_LAB_TEST_DEVICE_SCALE=PERCENT` runs the transcripts on scratch
+/// devices of another size, as a machine with another kernel, mkfs or disk
+/// would give other chunk sizes, reserves and free space: every
+/// `sandbox up` that is expected to succeed gets `--device-size` scaled by
+/// PERCENT (its default, 2G, when it has none), and so does `truncate -s`
+/// of an image in the transcript's directory (a loop device's backing
+/// file); sizes that [`DECIDED`] says come from the devices are scaled in
+/// the expected output. Everything else must come out the same, which
+/// proves that nothing the devices' size decides is pinned unmasked.
+/// `.ci/run` runs the transcripts once more this way.
+const DEVICE_SCALE_ENV: &str = "BTRFS_LAB_TEST_DEVICE_SCALE";
+
+/// `sandbox up`'s default `--device-size`.
+const SANDBOX_DEFAULT_DEVICE_SIZE: u64 = 2 << 30;
+
+fn device_scale() -> Option<u64> {
+    let v = std::env::var(DEVICE_SCALE_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())?;
+    match v.trim_end_matches('%').parse::<u64>() {
+        Ok(p) if (50..=400).contains(&p) => Some(p),
+        _ => panic!("{DEVICE_SCALE_ENV}={v}: give a percentage from 50 to 400, e.g. 125"),
+    }
+}
+
+/// `bytes` scaled by `percent`, exactly: every size a transcript gives its
+/// devices must scale to whole 4 KiB blocks.
+fn scaled_bytes(bytes: u64, percent: u64) -> u64 {
+    let scaled = u128::from(bytes) * u128::from(percent);
+    assert!(
+        scaled % 100 == 0 && (scaled / 100) % 4096 == 0,
+        "{DEVICE_SCALE_ENV}={percent}: {bytes} bytes do not scale to whole 4 KiB blocks"
+    );
+    u64::try_from(scaled / 100).unwrap()
+}
+
+/// `token` (`1.00GiB`, `1073741824`) scaled by `percent`, printed as
+/// btrfs-lab prints it.
+fn scaled_token(token: &str, percent: u64) -> String {
+    use btrfs_lab::model::units::{UnitBase, UnitMode, pretty_size, unit_bytes};
+    if let Ok(n) = token.parse::<u64>() {
+        return scaled_bytes(n, percent).to_string();
+    }
+    let split = token
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(token.len());
+    let (number, unit) = token.split_at(split);
+    let unit = unit_bytes(unit.trim()).unwrap_or_else(|| panic!("no unit in {token}"));
+    let bytes = (number.parse::<f64>().unwrap() * unit as f64).round() as u64;
+    pretty_size(
+        scaled_bytes(bytes, percent),
+        UnitMode::Human(UnitBase::Binary),
+    )
+}
+
+/// The step as it runs with the devices scaled by `percent` (see
+/// [`DEVICE_SCALE_ENV`]).
+fn scale_step(step: &Step, file: &str, percent: u64) -> Step {
+    let mut argv = step.argv.clone();
+    let scale_arg = |v: &str| {
+        let bytes = btrfs_lab::parse::size::parse_size(v)
+            .unwrap_or_else(|e| panic!("line {}: size {v}: {}", step.line, e.message()));
+        scaled_bytes(bytes, percent).to_string()
+    };
+    let is_sandbox_up = argv.first().is_some_and(|a| a == "btrfs-lab")
+        && argv.windows(2).any(|w| w[0] == "sandbox" && w[1] == "up");
+    if is_sandbox_up && step.status == 0 {
+        match argv.iter().position(|a| a == "--device-size") {
+            Some(i) => argv[i + 1] = scale_arg(&argv[i + 1]),
+            None => argv.extend([
+                "--device-size".to_owned(),
+                scaled_bytes(SANDBOX_DEFAULT_DEVICE_SIZE, percent).to_string(),
+            ]),
+        }
+    }
+    if argv.first().is_some_and(|a| a == "truncate")
+        && argv.last().is_some_and(|f| !f.contains('/'))
+        && let Some(i) = argv.iter().position(|a| a == "-s")
+    {
+        argv[i + 1] = scale_arg(&argv[i + 1]);
+    }
+    let mut expected = String::new();
+    for line in step.expected.lines() {
+        let mut out = String::new();
+        let mut at = 0;
+        for t in size_tokens(line) {
+            if let Some((_, _, Source::Device, _)) = decided_for(file, line, &t) {
+                out.push_str(&line[at..t.start]);
+                out.push_str(&scaled_token(&t.text, percent));
+                at = t.end;
+            }
+        }
+        out.push_str(&line[at..]);
+        expected.push_str(&out);
+        expected.push('\n');
+    }
+    Step {
+        line: step.line,
+        env: step.env.clone(),
+        argv,
+        status: step.status,
+        expected,
+    }
 }
 
 /// Copies the contents of `from` into `to`, symlinks as symlinks.
@@ -345,4 +463,637 @@ fn parser_reads_trycmd_syntax() {
     let spaced = parse("```console\n$ a\nx\n\n\n$ b\n```\n");
     assert_eq!(spaced[0].expected, "x\n");
     assert_eq!(steps[1].status, 0);
+}
+
+/// Where a size that a transcript pins comes from (see [`DECIDED`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A size of the scratch devices the transcript makes (`sandbox up
+    /// --device-size`, `truncate -s`) or one computed from them by
+    /// btrfs-lab (a raw total): it scales with
+    /// `BTRFS_LAB_TEST_DEVICE_SCALE`.
+    Device,
+    /// A size the transcript passes (a `--file-size`, a file it writes) or
+    /// one btrfs-lab computes from it, or a constant of btrfs-lab (a
+    /// minimum, a default): the same on every machine.
+    Fixed,
+}
+
+/// Every size-looking token (`12.00MiB`, `2000 MB`, a byte count of 1024 or
+/// more, any number after a JSON key with `bytes` in it) in the expected
+/// output of a transcript step that runs on a real filesystem must be
+/// `[..]`-masked or listed here: numbers mkfs, the kernel or the machine
+/// decide (chunk sizes, the global reserve, free space) differ on a fresh
+/// machine. Steps that read only fixture files (`--parse`, `--sysroot`) are
+/// deterministic and exempt. Each entry: transcript; the token as printed,
+/// or a piece of the line around it when the same token is decided by
+/// btrfs-lab in one place and not in another; where it comes from; why
+/// btrfs-lab decides it.
+type Decided = (&'static str, &'static str, Source, &'static str);
+use Source::{Device, Fixed};
+const DECIDED: &[Decided] = &[
+    // bench.md
+    (
+        "bench.md",
+        "test file 64.00MiB",
+        Fixed,
+        "--file-size 64M, the transcript's",
+    ),
+    (
+        "bench.md",
+        "bs=1048576",
+        Fixed,
+        "SEQ1M's block size, in the job file btrfs-lab writes",
+    ),
+    (
+        "bench.md",
+        "bs=4096",
+        Fixed,
+        "RND4K's block size, in the job file btrfs-lab writes",
+    ),
+    (
+        "bench.md",
+        "size=67108864",
+        Fixed,
+        "--file-size 64M for the one job of a T1 test",
+    ),
+    (
+        "bench.md",
+        "size=33554432",
+        Fixed,
+        "--file-size 64M split between the 2 jobs of a T2 test",
+    ),
+    (
+        "bench.md",
+        "offset_increment=33554432",
+        Fixed,
+        "each of the 2 jobs has its own half of the file",
+    ),
+    (
+        "bench.md",
+        "300.00MiB",
+        Fixed,
+        "--sustained 300M, the transcript's",
+    ),
+    (
+        "bench.md",
+        "2000 MB/s",
+        Fixed,
+        "the fixed rates btrfs-lab estimates the duration at",
+    ),
+    (
+        "bench.md",
+        "500 MB/s",
+        Fixed,
+        "the fixed rates btrfs-lab estimates the duration at",
+    ),
+    (
+        "bench.md",
+        "100 MB/s",
+        Fixed,
+        "the fixed rates btrfs-lab estimates the duration at",
+    ),
+    (
+        "bench.md",
+        "4.00GiB written",
+        Fixed,
+        "--sustained 4G, the transcript's",
+    ),
+    (
+        "bench.md",
+        "--sustained 1.00MiB",
+        Fixed,
+        "--sustained 1M, the transcript's",
+    ),
+    (
+        "bench.md",
+        "use 256.00MiB or more",
+        Fixed,
+        "bench's minimum for --sustained",
+    ),
+    (
+        "bench.md",
+        "1.00GiB",
+        Fixed,
+        "the device size of --compare-profiles' sandboxes (btrfs-lab's)",
+    ),
+    (
+        "bench.md",
+        "2.00GiB test file",
+        Fixed,
+        "--file-size 2G, the transcript's",
+    ),
+    // convert.md
+    (
+        "convert.md",
+        "6.00GiB raw",
+        Device,
+        "3 devices of --device-size 2G",
+    ),
+    // demo.md
+    (
+        "demo.md",
+        "2.00GiB loop device",
+        Fixed,
+        "demo's own sandbox size (btrfs-lab's)",
+    ),
+    // device.md
+    (
+        "device.md",
+        "2.00GiB",
+        Device,
+        "--device-size 2G and the 2G spare.img the transcript makes",
+    ),
+    (
+        "device.md",
+        "4.00GiB raw",
+        Device,
+        "the sum of the devices: 2G + 2G",
+    ),
+    // df.md
+    (
+        "df.md",
+        "\"total_error_bytes\": 0",
+        Fixed,
+        "values read from the kernel are exact",
+    ),
+    (
+        "df.md",
+        "\"used_error_bytes\": 0",
+        Fixed,
+        "values read from the kernel are exact",
+    ),
+    // nocow.md: the files the transcript writes (dd, truncate) and sums of them
+    (
+        "nocow.md",
+        "6.00MiB",
+        Fixed,
+        "base.ibd: the 6 MiB the transcript writes (dd count=6)",
+    ),
+    ("nocow.md", "64.00MiB", Fixed, "disk.img: truncate -s 64M"),
+    (
+        "nocow.md",
+        "2.00MiB",
+        Fixed,
+        "disk.img's allocation: the 2 MiB the transcript writes into it",
+    ),
+    (
+        "nocow.md",
+        "0.00B",
+        Fixed,
+        "empty.log: the empty file the transcript makes; no NOCOW bytes yet",
+    ),
+    (
+        "nocow.md",
+        "70.00MiB",
+        Fixed,
+        "64 MiB + 6 MiB, the files' sizes (and the largest copy plus margin)",
+    ),
+    (
+        "nocow.md",
+        "\"size_bytes\": 67108864",
+        Fixed,
+        "disk.img: truncate -s 64M",
+    ),
+    (
+        "nocow.md",
+        "\"nocow_bytes\": 67108864",
+        Fixed,
+        "disk.img: truncate -s 64M",
+    ),
+    (
+        "nocow.md",
+        "\"allocated_bytes\": 2097152",
+        Fixed,
+        "the 2 MiB the transcript writes into disk.img",
+    ),
+    // probe-dio.md
+    (
+        "probe-dio.md",
+        "32.00MiB",
+        Fixed,
+        "--file-size 32M, the transcript's",
+    ),
+    (
+        "probe-dio.md",
+        "1.00MiB writes",
+        Fixed,
+        "probe-dio's default --block-size (1M)",
+    ),
+    (
+        "probe-dio.md",
+        "--file-size 1.00MiB",
+        Fixed,
+        "the transcript's bad --file-size",
+    ),
+    (
+        "probe-dio.md",
+        "--block-size 4.00MiB",
+        Fixed,
+        "the transcript's --block-size",
+    ),
+    // read-test.md
+    (
+        "read-test.md",
+        "24.00MiB",
+        Fixed,
+        "model.bin: the 24 MiB file the transcript writes",
+    ),
+    (
+        "read-test.md",
+        "\"size_bytes\": 25165824",
+        Fixed,
+        "model.bin: 24 MiB",
+    ),
+    (
+        "read-test.md",
+        "blocks of 4.00KiB",
+        Fixed,
+        "read-test's checksum sample block",
+    ),
+    (
+        "read-test.md",
+        "\"block_bytes\": 4096",
+        Fixed,
+        "read-test's checksum sample block",
+    ),
+    (
+        "read-test.md",
+        "\"blocks\": 6144",
+        Fixed,
+        "24 MiB in 4 KiB blocks",
+    ),
+    (
+        "read-test.md",
+        "4096-byte alignment",
+        Fixed,
+        "read-test's default when the filesystem does not say",
+    ),
+    (
+        "read-test.md",
+        "8.00MiB chunks",
+        Fixed,
+        "read-test's default --chunk",
+    ),
+    (
+        "read-test.md",
+        "32.00MiB in flight",
+        Fixed,
+        "the default 4 threads × 8 MiB chunks",
+    ),
+    (
+        "read-test.md",
+        "\"chunk_bytes\": 2097152",
+        Fixed,
+        "--chunk 2M, the transcript's",
+    ),
+    (
+        "read-test.md",
+        "\"in_flight_bytes\": 8388608",
+        Fixed,
+        "the default 4 threads × --chunk 2M",
+    ),
+    (
+        "read-test.md",
+        "\"buffer_bytes\": 8388608",
+        Fixed,
+        "--buffer 8M, the transcript's",
+    ),
+    (
+        "read-test.md",
+        "\"bytes\": 8388608",
+        Fixed,
+        "the destination buffer, --buffer 8M",
+    ),
+    (
+        "read-test.md",
+        "model.bin  8.00MiB, tmpfs",
+        Fixed,
+        "the 8 MiB file the transcript writes on tmpfs",
+    ),
+    (
+        "read-test.md",
+        "--buffer 16.00MiB",
+        Fixed,
+        "the transcript's too small --buffer",
+    ),
+    (
+        "read-test.md",
+        "(32.00MiB)",
+        Fixed,
+        "the default 4 threads × 8 MiB chunks",
+    ),
+    (
+        "read-test.md",
+        "--buffer 32.00MiB or more",
+        Fixed,
+        "the default 4 threads × 8 MiB chunks",
+    ),
+    // sandbox.md
+    ("sandbox.md", "512.00MiB", Device, "--device-size 512M"),
+    (
+        "sandbox.md",
+        "--device-size 10.00MiB",
+        Fixed,
+        "the transcript's too small --device-size",
+    ),
+    (
+        "sandbox.md",
+        "at least 256.00MiB",
+        Fixed,
+        "sandbox's minimum for btrfs",
+    ),
+    ("sandbox.md", "1 × 256.00MiB", Device, "--device-size 256M"),
+    // show.md
+    ("show.md", "size 1.00GiB", Device, "--device-size 1G"),
+    (
+        "show.md",
+        "\"size_bytes\": 1073741824",
+        Device,
+        "--device-size 1G",
+    ),
+    // usage.md
+    (
+        "usage.md",
+        "2.00GiB",
+        Device,
+        "2 devices of --device-size 1G",
+    ),
+    ("usage.md", "1.00GiB", Device, "--device-size 1G"),
+    (
+        "usage.md",
+        "\"device_size\": 2147483648",
+        Device,
+        "2 devices of --device-size 1G",
+    ),
+    (
+        "usage.md",
+        "\"size_bytes\": 1073741824",
+        Device,
+        "--device-size 1G",
+    ),
+    (
+        "usage.md",
+        "0.00B",
+        Fixed,
+        "device missing and slack: none, the sandbox uses whole devices",
+    ),
+    (
+        "usage.md",
+        "\"slack_bytes\": 0",
+        Fixed,
+        "the sandbox's filesystem uses whole devices",
+    ),
+];
+
+/// The [`DECIDED`] entry that explains `token` in `line` of `file`: one
+/// whose text occurs in the line around the token.
+fn decided_for(file: &str, line: &str, token: &SizeToken) -> Option<&'static Decided> {
+    DECIDED.iter().find(|(f, text, _, _)| {
+        *f == file
+            && line
+                .match_indices(*text)
+                .any(|(at, m)| at <= token.start && token.end <= at + m.len())
+    })
+}
+
+/// A size-looking token at `start..end` of a line.
+#[derive(Debug, PartialEq)]
+struct SizeToken {
+    start: usize,
+    end: usize,
+    text: String,
+}
+
+const SIZE_UNITS: &[&str] = &[
+    "KiB", "MiB", "GiB", "TiB", "PiB", "kB", "KB", "MB", "GB", "TB", "B",
+];
+
+/// The size-looking tokens of one line of expected output: a number with a
+/// size unit (`1.00GiB`, `2000 MB`), an `N-byte`, a byte count after `=`
+/// (`total=214695936`, `bs=4096`: 1024 or more, or any after `total=` and
+/// `used=`), and the value of a JSON key that has `bytes` in it (any) or
+/// whose value is 1024 or more. Counts (`3000 files`, `pid 4194304000`) are
+/// not sizes.
+fn size_tokens(line: &str) -> Vec<SizeToken> {
+    let b = line.as_bytes();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let word_before = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b"_.-".contains(&b[i - 1]));
+        if !b[i].is_ascii_digit() || word_before {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        let mut decimal = false;
+        if i + 1 < b.len() && b[i] == b'.' && b[i + 1].is_ascii_digit() {
+            decimal = true;
+            i += 1;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+        }
+        let number_end = i;
+        let after = &line[number_end..];
+        let spaced = after.strip_prefix(' ').unwrap_or(after);
+        let unit = SIZE_UNITS.iter().find(|u| {
+            spaced.starts_with(**u)
+                && !spaced[u.len()..]
+                    .bytes()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphanumeric())
+        });
+        let end = match unit {
+            Some(u) => number_end + (after.len() - spaced.len()) + u.len(),
+            None => number_end,
+        };
+        i = end;
+        let value = line[start..number_end].parse::<u64>().ok();
+        let is_size = if unit.is_some() {
+            true
+        } else if decimal
+            || b.get(end)
+                .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'.')
+        {
+            false
+        } else if after.starts_with("-byte") {
+            true
+        } else if let Some(key) = line[..start].strip_suffix('=') {
+            let key = key.rsplit([' ', ',']).next().unwrap_or("");
+            value.is_some_and(|n| n >= 1024) || key == "total" || key == "used"
+        } else if let Some(key) = line[..start]
+            .strip_suffix("\": ")
+            .and_then(|k| k.rsplit('"').next())
+        {
+            key.contains("bytes") || value.is_some_and(|n| n >= 1024)
+        } else {
+            false
+        };
+        if is_size {
+            found.push(SizeToken {
+                start,
+                end,
+                text: line[start..end].to_owned(),
+            });
+        }
+    }
+    found
+}
+
+/// A step that reads only fixture files: its output is the same anywhere.
+fn reads_fixtures_only(step: &Step) -> bool {
+    step.argv
+        .iter()
+        .any(|a| a == "--parse" || a == "--sysroot" || a.starts_with("--sysroot="))
+}
+
+/// The tokens of `file`'s expected output that are neither masked nor in
+/// [`DECIDED`]: `file:line: token  | the line`.
+fn unexplained_sizes(file: &str, text: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    for step in parse(text) {
+        if reads_fixtures_only(&step) {
+            continue;
+        }
+        for (n, line) in step.expected.lines().enumerate() {
+            for t in size_tokens(line) {
+                if decided_for(file, line, &t).is_none() {
+                    bad.push(format!(
+                        "{file}:{} (step at line {}): {}  | {line}",
+                        step.line + 1 + n,
+                        step.line,
+                        t.text
+                    ));
+                }
+            }
+        }
+    }
+    bad
+}
+
+/// A transcript that runs on a real filesystem pins only sizes btrfs-lab
+/// decides: everything else is `[..]`, or it fails on a machine with
+/// another kernel, mkfs or disk (see [`DECIDED`]).
+#[test]
+fn transcripts_pin_only_sizes_btrfs_lab_decides() {
+    let mut bad = Vec::new();
+    for path in transcripts() {
+        let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+        bad.extend(unexplained_sizes(
+            &file,
+            &fs::read_to_string(&path).unwrap(),
+        ));
+    }
+    assert!(
+        bad.is_empty(),
+        "sizes in transcripts that mkfs, the kernel or the machine decide: mask them with [..] \
+         or, when btrfs-lab decides them, list them in DECIDED with the reason:\n{}",
+        bad.join("\n")
+    );
+    // Every entry is still used: a stale one would hide a future pin.
+    for entry in DECIDED {
+        let (file, tok, _, why) = entry;
+        let text = fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("subcommands")
+                .join(file),
+        )
+        .unwrap();
+        let used = parse(&text)
+            .iter()
+            .filter(|s| !reads_fixtures_only(s))
+            .any(|s| {
+                s.expected.lines().any(|l| {
+                    size_tokens(l)
+                        .iter()
+                        .any(|t| decided_for(file, l, t).is_some_and(|d| std::ptr::eq(d, entry)))
+                })
+            });
+        assert!(
+            used,
+            "DECIDED lists {tok} in {file} ({why}), which no longer pins it"
+        );
+    }
+}
+
+/// The check above finds what it must: chunk sizes and byte counts, a size
+/// next to `[..]`, and it leaves masked values, rates' words and names alone.
+#[test]
+fn size_tokens_are_found() {
+    let texts = |l: &str| {
+        size_tokens(l)
+            .into_iter()
+            .map(|t| t.text)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        texts("Data, RAID0: total=204.75MiB, used=0.00B"),
+        ["204.75MiB", "0.00B"]
+    );
+    assert_eq!(
+        texts("Data, RAID0: total=214695936, used=[..]"),
+        ["214695936"]
+    );
+    assert_eq!(texts("      \"used_bytes\": 0,"), ["0"]);
+    assert_eq!(texts("      \"size_bytes\": 1073741824,"), ["1073741824"]);
+    assert_eq!(texts("it takes 0m01s at 2000 MB/s"), ["2000 MB"]);
+    assert_eq!(texts("   /dev/loop[..]\t 102.38MiB"), ["102.38MiB"]);
+    assert!(texts("SEQ1M Q8T1 on loop240, fio-3.[..], 3000 files, \"devid\": 1").is_empty());
+    assert!(texts("total=[..], used=[..]MiB").is_empty());
+    // A live step's pin is found; the same line from a --parse step is not.
+    let text = "```console\n$ btrfs-lab df x\nData: total=5.50MiB\n\
+                $ btrfs-lab df --parse f\nData: total=5.50MiB\n```\n";
+    let bad = unexplained_sizes("x.md", text);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].starts_with("x.md:3 (step at line 2): 5.50MiB"),
+        "{bad:?}"
+    );
+}
+
+/// The device-size knob scales what comes from the devices, and only that:
+/// `sandbox up --device-size` (or its default), an image's `truncate -s`,
+/// and the expected sizes [`DECIDED`] marks as the devices'.
+#[test]
+fn device_scale_rewrites_device_sizes_only() {
+    let text = "```console\n\
+        $ btrfs-lab sandbox up --name a --dir sbx --devices 2 --device-size 512M\n\
+        sandbox demo is up: btrfs on 2 × 512.00MiB loop devices with direct I/O\n\
+        $ btrfs-lab sandbox up --name b --dir b\n\
+        ...\n\
+        $ btrfs-lab sandbox up --device-size 10M\n\
+        ? 2\n\
+        btrfs-lab: error: --device-size 10.00MiB is too small for btrfs: use at least 256.00MiB\n\
+        $ truncate -s 2G spare.img\n\
+        $ truncate -s 64M sbx/mnt/db/disk.img\n\
+        ```\n";
+    let steps: Vec<Step> = parse(text)
+        .iter()
+        .map(|s| scale_step(s, "sandbox.md", 125))
+        .collect();
+    assert_eq!(steps[0].argv.last().unwrap(), &(640u64 << 20).to_string());
+    assert_eq!(
+        steps[0].expected,
+        "sandbox demo is up: btrfs on 2 × 640.00MiB loop devices with direct I/O\n"
+    );
+    assert_eq!(
+        steps[1].argv[7..],
+        ["--device-size".to_owned(), (2560u64 << 20).to_string()]
+    );
+    // A refusal keeps its size, and so does the minimum it names.
+    assert_eq!(steps[2].argv.last().unwrap(), "10M");
+    assert!(
+        steps[2]
+            .expected
+            .contains("10.00MiB is too small for btrfs: use at least 256.00MiB")
+    );
+    assert_eq!(steps[3].argv[2], (2560u64 << 20).to_string());
+    // A file inside the filesystem is not a device.
+    assert_eq!(steps[4].argv[2], "64M");
+    assert_eq!(scaled_token("6.00GiB", 125), "7.50GiB");
+    assert_eq!(scaled_token("1073741824", 125), "1342177280");
 }

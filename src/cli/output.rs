@@ -322,7 +322,11 @@ impl Output {
             return;
         }
         let message: Vec<_> = message.split('\n').map(escape_control).collect();
-        let _ = writeln!(io::stderr().lock(), "btrfs-lab: note: {}", message.join("\n"));
+        let _ = writeln!(
+            io::stderr().lock(),
+            "btrfs-lab: note: {}",
+            message.join("\n")
+        );
     }
 }
 

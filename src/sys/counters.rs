@@ -134,14 +134,17 @@ pub(crate) fn find_debugfs(root: &SysRoot) -> Option<PathBuf> {
         .map(|m| m.mount_point)
 }
 
+/// Whether this process is in the private mount namespace of
+/// [`enter_private_mount_namespace`].
+static PRIVATE_NS: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
 /// Moves this process into a private mount namespace whose mounts do not
 /// propagate to the rest of the system (once; later calls do nothing), so
 /// what it mounts (debugfs, tracefs) vanishes when it exits. Needs root;
 /// must be called before the process starts threads (the kernel refuses
 /// otherwise).
 pub fn enter_private_mount_namespace() -> Result<()> {
-    static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-    let mut done = DONE
+    let mut done = PRIVATE_NS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if *done {
@@ -183,6 +186,32 @@ pub(crate) fn mount_private_debugfs() -> Result<PathBuf> {
     Ok(target)
 }
 
+/// Runs `f` with debugfs mounted in a private mount namespace, then returns
+/// this process to the mount namespace it was in (when it was not in a
+/// private one already). What `f` opened stays readable (the mount is
+/// detached, not gone, while a file on it is open), and the private
+/// namespace, with its copies of every mount on the system, goes at once:
+/// held for a whole bench, those copies kept other filesystems' devices
+/// busy after their owners unmounted them. Must be called before the
+/// process starts threads.
+fn with_private_debugfs<T>(f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    let already = *PRIVATE_NS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if already {
+        let d = mount_private_debugfs()?;
+        return f(&d);
+    }
+    let home = File::open("/proc/self/ns/mnt")
+        .map_err(|e| Error::from_io(&e, "cannot open", Path::new("/proc/self/ns/mnt")))?;
+    let result = mount_private_debugfs().and_then(|d| f(&d));
+    let back = nix::sched::setns(&home, CloneFlags::CLONE_NEWNS);
+    *PRIVATE_NS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = back.is_err();
+    result
+}
+
 /// Opens the best counter allowed by `choice` for the backing device `bdi`.
 /// Returns the counter and, when it is not the per-device one, why.
 pub fn open_counter(
@@ -205,7 +234,8 @@ pub fn open_counter(
                 return Err("the per-device counter is in debugfs, which needs root".into());
             }
             None if allow_private_debugfs && root.is_host() => {
-                mount_private_debugfs().map_err(|e| e.message().to_owned())?
+                return with_private_debugfs(|d| open_bdi(d, bdi))
+                    .map_err(|e| e.message().to_owned());
             }
             None => return Err("debugfs is not mounted".into()),
         };

@@ -397,3 +397,74 @@ fn compare_is_bounded_typed_and_escaped() {
         "{stderr}"
     );
 }
+
+/// Another reader on the members during the bench (a second bench, a
+/// scrub, a backup): the members move clearly more than fio did, and every
+/// read figure is flagged `other_io` instead of being reported as checked
+/// (before: "status ok, all figures checked against the devices").
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn other_io_on_the_members_is_flagged() {
+    if !require_root("bench beside other I/O") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = btrfs(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    // Readers of the member devices, direct, in a loop, for the whole run.
+    let mut readers: Vec<std::process::Child> = sb
+        .devices()
+        .iter()
+        .map(|d| {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "while :; do dd if={} of=/dev/null bs=1M iflag=direct status=none || exit 0; done",
+                    d.display()
+                ))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args([
+            "bench",
+            "--json",
+            "--file-size",
+            "32M",
+            "--duration",
+            "2",
+            "--rounds",
+            "1",
+        ])
+        .args(["--tests", "SEQ1M-Q1T1"])
+        .arg(&mnt));
+    for r in &mut readers {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+    assert_eq!(code, 3, "{stderr}");
+    let r: BenchReport = crate::common::typed(&stdout);
+    let read = r
+        .results
+        .iter()
+        .find(|t| t.direction == btrfs_lab::bench::profile::Direction::Read)
+        .unwrap();
+    assert_eq!(
+        read.status,
+        btrfs_lab::bench::report::Status::Flagged,
+        "{read:#?}"
+    );
+    assert!(
+        read.checks
+            .iter()
+            .any(|c| c.code == btrfs_lab::bench::report::CheckCode::OtherIo
+                && c.message.contains("quiet moment")),
+        "{:#?}",
+        read.checks
+    );
+    assert!(!r.summary.contains("all figures checked"), "{}", r.summary);
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what btrfs-lab needs to build, run and test, on Debian or Ubuntu,
-# as root: btrfs-progs, e2fsprogs, util-linux, fio, jq (benchmarks), chromium (the
+# as root: btrfs-progs, e2fsprogs, util-linux, fio, jq (benchmarks), python3
+# (the tests' unprivileged racer, run as uid 65534), chromium (the
 # bench HTML report test renders it headless), prometheus (promtool checks
 # the doctor metrics and alerting rules), ansible-core (the playbooks in
 # contrib/ansible are run against localhost), libclang (for the
@@ -20,7 +21,7 @@ btrfs_lab_install_deps() {
     # mkfs.btrfs, losetup and friends live in sbin.
     export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
-    local packages=(btrfs-progs e2fsprogs util-linux fio jq chromium prometheus ansible-core libclang-dev gcc libc6-dev ca-certificates curl man-db zsh fish debootstrap lintian hyperfine file bc)
+    local packages=(btrfs-progs e2fsprogs util-linux fio jq python3 chromium prometheus ansible-core libclang-dev gcc libc6-dev ca-certificates curl man-db zsh fish debootstrap lintian hyperfine file bc)
     local missing=() p
     for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

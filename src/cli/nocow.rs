@@ -175,10 +175,18 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         .root_dir
         .clone()
         .map(|d| (observed.root.dir.clone(), d));
-    let result = nocow::execute(&sysroot, &report.path, &report.plan, &mut opts, &mut |n| {
-        bar.inc(n);
-        Ok(())
-    });
+    let result = nocow::execute(
+        &sysroot,
+        &report.dir,
+        &report.path,
+        &report.filesystem,
+        &report.plan,
+        &mut opts,
+        &mut |n| {
+            bar.inc(n);
+            Ok(())
+        },
+    );
     bar.finish_and_clear();
     report.result = Some(result?);
     if out.json {

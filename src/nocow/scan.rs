@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File};
+use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
@@ -18,11 +18,12 @@ use rustix::fs::{AtFlags, FileType};
 use super::audit::{Entry, EntryKind, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::beneath::{self, HeldDir};
 use crate::sys::filesystem;
 use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
-use crate::sys::{beneath, btrfs, mounts, procs, xattrs};
+use crate::sys::{btrfs, mounts, procs, xattrs};
 
 /// What the walk found below one path.
 #[derive(Debug, Clone)]
@@ -40,29 +41,85 @@ pub struct Scan {
     pub root_dir: Option<std::sync::Arc<DirHandle>>,
 }
 
-/// Looks at an existing path and the filesystem it is on.
-pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
-    let meta = fs::metadata(path).map_err(|e| Error::from_io(&e, "cannot use", path))?;
-    let (info, canonical) = if meta.is_dir() {
-        let info = filesystem::inspect_dir(sysroot, path)?;
-        let dir = info.dir.clone();
-        (info, dir)
-    } else if meta.is_file() {
-        let canonical =
-            fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
-        let parent = canonical.parent().unwrap_or(Path::new("/"));
-        (filesystem::inspect_dir(sysroot, parent)?, canonical)
-    } else {
+/// What a path a user named leads to, held by descriptor: reached from `/`
+/// following only root's symbolic links ([`HeldDir`]), so a link another
+/// user planted on the way is refused before anything is read or done.
+#[derive(Debug)]
+pub enum Held {
+    /// A directory, held.
+    Dir(HeldDir),
+    /// A regular file: its directory, held, and its name there.
+    File {
+        /// The directory that holds it.
+        parent: HeldDir,
+        /// Its name in `parent`.
+        name: OsString,
+    },
+}
+
+impl Held {
+    /// The canonical path (the walk's, for messages and the report).
+    pub fn canonical(&self) -> PathBuf {
+        match self {
+            Held::Dir(d) => d.path().to_path_buf(),
+            Held::File { parent, name } => parent.join(name),
+        }
+    }
+}
+
+/// Opens `path` once (see [`Held`]); a directory or a regular file.
+pub fn hold(path: &Path) -> Result<Held> {
+    let Some((parent, name, st)) = HeldDir::resolve_entry(path)? else {
+        return Ok(Held::Dir(HeldDir::open(path)?));
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory => {
+            let dir = parent.open_subdir(&name)?;
+            if dir.identity()? != beneath::identity_of(&st) {
+                return Err(Error::new(
+                    ErrorKind::State,
+                    format!("{} was replaced while it was opened", path.display()),
+                )
+                .with_hint("run the command again"));
+            }
+            Ok(Held::Dir(dir))
+        }
+        FileType::RegularFile => Ok(Held::File { parent, name }),
+        _ => Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is neither a file nor a directory", path.display()),
+        )),
+    }
+}
+
+/// Looks at a held path and the filesystem it is on, through the
+/// descriptors only (the mount is looked up by the walk's path, for its
+/// name and options).
+pub fn inspect_held(sysroot: &SysRoot, path: &Path, held: &Held) -> Result<RootInfo> {
+    let canonical = held.canonical();
+    let (dir, target) = match held {
+        Held::Dir(d) => (d, d.file()?),
+        Held::File { parent, name } => (
+            parent,
+            parent.open_entry_file(name, rustix::fs::OFlags::RDONLY)?,
+        ),
+    };
+    let meta = target
+        .metadata()
+        .map_err(|e| Error::from_io(&e, "cannot stat", &canonical))?;
+    if matches!(held, Held::File { .. }) && !meta.is_file() {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!("{} is neither a file nor a directory", path.display()),
         ));
-    };
-    let is_btrfs = info.mount.fs_type == "btrfs";
+    }
+    let info = dir.filesystem(sysroot)?;
+    let (mount, read_only, available_bytes) = (info.mount, info.read_only, info.available_bytes);
+    let is_btrfs = mount.fs_type == "btrfs";
     let (data_profiles, flags) = if is_btrfs {
         (
-            btrfs::data_profiles(&canonical)?,
-            filesystem::inode_flags(&canonical)?,
+            dir.btrfs_data_profiles()?,
+            filesystem::inode_flags_of(&target, &canonical)?,
         )
     } else {
         (Vec::new(), None)
@@ -71,22 +128,22 @@ pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
         format!(
             "{} is on {}, not btrfs: it does not copy on write, so there is nothing to do",
             path.display(),
-            info.mount.fs_type
+            mount.fs_type
         )
     });
     Ok(RootInfo {
         path: path.to_path_buf(),
         is_dir: meta.is_dir(),
-        fs_type: info.mount.fs_type.clone(),
-        mount_point: info.mount.mount_point.clone(),
-        source: info.mount.source.clone(),
-        read_only: info.read_only,
+        fs_type: mount.fs_type.clone(),
+        mount_point: mount.mount_point.clone(),
+        source: mount.source.clone(),
+        read_only,
         data_profiles,
-        mount_options: crate::parse::mountinfo::relevant_mount_options(info.mount.options()),
+        mount_options: crate::parse::mountinfo::relevant_mount_options(mount.options()),
         nocow: flags.map(|f| f.intersects(FS_NOCOW_FL)),
         compression_attr: flags.map(|f| f.intersects(FS_COMPR_FL)),
         subvolume: is_btrfs && btrfs::is_subvolume_root(&meta),
-        available_bytes: info.available_bytes,
+        available_bytes,
         note,
         dir: canonical,
     })
@@ -94,14 +151,20 @@ pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
 
 /// Audits `path` (a directory, recursively, or one file).
 ///
-/// A directory is walked by descriptor: it is opened once (its canonical
-/// path, with no symbolic link allowed anywhere in it), and every
-/// subdirectory is opened from its parent's descriptor without following a
-/// link, so swapping a directory for a link while the walk runs cannot lead
-/// it outside. Each entry records its (dev, inode) and its directory's, so
+/// The path is opened once ([`hold`]: a link another user planted on the
+/// way is refused before anything is read), and every subdirectory is
+/// opened from its parent's descriptor without following a link, so
+/// swapping a directory for a link while the walk runs cannot lead it
+/// outside. Each entry records its (dev, inode) and its directory's, so
 /// that a plan made from it can check it acts on the same ones.
 pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
-    let root = inspect_root(sysroot, path)?;
+    let held = hold(path)?;
+    scan_held(sysroot, path, held)
+}
+
+/// [`scan`] of a path already held.
+pub fn scan_held(sysroot: &SysRoot, path: &Path, held: Held) -> Result<Scan> {
+    let root = inspect_held(sysroot, path, &held)?;
     let mut scan = Scan {
         root,
         entries: Vec::new(),
@@ -113,38 +176,64 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
         return Ok(scan);
     }
     let shown = path.display().to_string();
-    if scan.root.is_dir {
-        let mount_points: HashSet<PathBuf> = mounts::mount_table(sysroot)?
-            .into_iter()
-            .map(|m| m.mount_point)
-            .collect();
-        let dir = scan.root.dir.clone();
-        let handle = open_root(&dir)?;
-        walk(
-            &handle.file,
-            handle.id,
-            &dir,
-            &shown,
-            &mount_points,
-            &mut scan,
-        );
-        scan.root_dir = Some(std::sync::Arc::new(handle));
-    } else {
-        let dir = scan.root.dir.clone();
-        let (parent, name) = match (dir.parent(), dir.file_name()) {
-            (Some(p), Some(n)) => (p, n),
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::WrongTarget,
-                    format!("{} is not a file", dir.display()),
-                ));
+    match held {
+        Held::Dir(d) => {
+            let file = d.file()?;
+            let id = identity_of(&file, d.path())?;
+            let handle = DirHandle { file, id };
+            walk_held(sysroot, &handle, &scan.root.dir.clone(), &shown, &mut scan)?;
+            scan.root_dir = Some(std::sync::Arc::new(handle));
+        }
+        Held::File { parent, name } => {
+            let file = parent.file()?;
+            let id = identity_of(&file, parent.path())?;
+            let dir = scan.root.dir.clone();
+            if let Some(entry) = look_at(&file, id, &name, &dir, shown)? {
+                scan.entries.push(entry);
             }
-        };
-        let parent_dir = open_root(parent)?;
-        if let Some(entry) = look_at(&parent_dir.file, parent_dir.id, name, &dir, shown)? {
-            scan.entries.push(entry);
         }
     }
+    find_openers(&mut scan);
+    Ok(scan)
+}
+
+/// The entries below a directory held open (after a change, to verify it):
+/// walked as [`scan`] walks, with the processes that have them open.
+pub fn rescan_dir(
+    sysroot: &SysRoot,
+    handle: &DirHandle,
+    dir: &Path,
+    shown: &str,
+    root: RootInfo,
+) -> Result<Scan> {
+    let mut scan = Scan {
+        root,
+        entries: Vec::new(),
+        skipped: Vec::new(),
+        unreadable_processes: 0,
+        root_dir: None,
+    };
+    walk_held(sysroot, handle, dir, shown, &mut scan)?;
+    find_openers(&mut scan);
+    Ok(scan)
+}
+
+fn walk_held(
+    sysroot: &SysRoot,
+    handle: &DirHandle,
+    dir: &Path,
+    shown: &str,
+    scan: &mut Scan,
+) -> Result<()> {
+    let mount_points: HashSet<PathBuf> = mounts::mount_table(sysroot)?
+        .into_iter()
+        .map(|m| m.mount_point)
+        .collect();
+    walk(&handle.file, handle.id, dir, shown, &mount_points, scan);
+    Ok(())
+}
+
+fn find_openers(scan: &mut Scan) {
     let targets: Vec<(FileIdentity, PathBuf)> = scan
         .entries
         .iter()
@@ -156,7 +245,6 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
     for e in &mut scan.entries {
         e.open_by = open.openers(e.id).to_vec();
     }
-    Ok(scan)
 }
 
 /// A directory held open, and its identity.
@@ -170,22 +258,6 @@ pub struct DirHandle {
 
 fn identity_of(file: &File, path: &Path) -> Result<FileIdentity> {
     FileIdentity::of(file).map_err(|e| Error::from_io(&e, "cannot stat", path))
-}
-
-/// Opens a canonical directory path, refusing a symbolic link anywhere in
-/// it (it was resolved a moment ago: a link now means someone swapped one
-/// in).
-pub fn open_root(dir: &Path) -> Result<DirHandle> {
-    let fd = beneath::open_dir_no_symlinks(dir).map_err(|e| {
-        Error::from_errno(
-            nix::errno::Errno::from_raw(e.raw_os_error()),
-            "cannot open directory",
-            dir,
-        )
-    })?;
-    let file = File::from(fd);
-    let id = identity_of(&file, dir)?;
-    Ok(DirHandle { file, id })
 }
 
 /// Opens `rel` below the held `root` without leaving it and without

@@ -726,12 +726,9 @@ impl HeldDir {
             }
             let dir = HeldDir::open(parent)?;
             let name = name.to_os_string();
-            let st = dir.stat(&name)?.ok_or_else(|| {
-                Error::new(
-                    ErrorKind::NotFound,
-                    format!("{} does not exist", path.display()),
-                )
-            })?;
+            let st = dir
+                .stat(&name)?
+                .ok_or_else(|| err(RErrno::NOENT, "cannot use", &path))?;
             if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
                 return Ok(Some((dir, name, st)));
             }

@@ -1026,3 +1026,187 @@ fn the_trace_instance_is_removed_on_every_exit_path() {
     assert_eq!(end_global, global);
     assert!(listing(&mnt).is_empty(), "{:?}", listing(&mnt));
 }
+
+/// Runs `f` as uid/gid 65534 in a thread of its own.
+fn as_nobody_thread<F: FnOnce() + Send + 'static>(f: F) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let g = rustix::process::Gid::from_raw(65534);
+        let u = rustix::process::Uid::from_raw(65534);
+        rustix::thread::set_thread_res_gid(g, g, g).unwrap();
+        rustix::thread::set_thread_res_uid(u, u, u).unwrap();
+        f()
+    })
+}
+
+/// A user's directory `homes/u` (uid 65534, reachable by them) and a
+/// root-only directory `secret` on the sandbox at `mnt`.
+fn user_and_secret(env: &TestEnv, mnt: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    for a in mnt.ancestors() {
+        fs::set_permissions(a, fs::Permissions::from_mode(0o755)).unwrap();
+        if a == env.path() {
+            break;
+        }
+    }
+    let secret = mnt.join("secret");
+    fs::create_dir(&secret).unwrap();
+    fs::write(secret.join("root-only"), "x").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
+    let home = mnt.join("homes/u");
+    fs::create_dir_all(&home).unwrap();
+    fs::set_permissions(mnt.join("homes"), fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    (home, secret)
+}
+
+/// What shows that anything was created or removed in `dir`: its entries
+/// and its modification and change times.
+fn dir_state(dir: &Path) -> (Vec<String>, i64, i64, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(dir).unwrap();
+    (
+        listing(dir),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    )
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_users_link_to_roots_directory_is_refused_before_anything_is_written() {
+    if !require_root("probe-dio on a user's link") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, secret) = user_and_secret(&env, sbx.mount_point());
+    let link = home.join("link");
+    as_nobody_thread({
+        let (secret, link) = (secret.clone(), link.clone());
+        move || std::os::unix::fs::symlink(&secret, &link).unwrap()
+    })
+    .join()
+    .unwrap();
+    let before = dir_state(&secret);
+    for json_flag in [false, true] {
+        let mut c = env.cmd();
+        c.arg("probe-dio")
+            .args(json_flag.then_some("--json"))
+            .args(["--file-size", "1M", "--block-size", "1M", "--rounds", "1"])
+            .arg(&link);
+        let (code, stdout, stderr) = run(&mut c);
+        assert_eq!(code, 1, "{stdout}{stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.contains("is a symbolic link owned by uid 65534")
+                && stderr.contains("follows only root's links"),
+            "{stderr}"
+        );
+        assert_eq!(dir_state(&secret), before);
+    }
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_swap_race_on_the_directory_never_writes_in_roots_directory() {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::AtomicU64;
+    if !require_root("probe-dio against a swap race") {
+        return;
+    }
+    const RUNS: usize = 100;
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, secret) = user_and_secret(&env, sbx.mount_point());
+    let before = dir_state(&secret);
+    let swaps = Arc::new(AtomicU64::new(0));
+    let (mut done, mut refused) = (0, 0);
+    for run_no in 0..RUNS {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ready = Arc::new(AtomicBool::new(false));
+        let attacker = as_nobody_thread({
+            let (home, secret, stop, ready, swaps) = (
+                home.clone(),
+                secret.clone(),
+                stop.clone(),
+                ready.clone(),
+                swaps.clone(),
+            );
+            move || {
+                for n in ["d", "link"] {
+                    let _ = fs::remove_file(home.join(n));
+                    let _ = fs::remove_dir_all(home.join(n));
+                }
+                fs::create_dir(home.join("d")).unwrap();
+                std::os::unix::fs::symlink(&secret, home.join("link")).unwrap();
+                let dir = fs::File::open(&home).unwrap();
+                ready.store(true, Ordering::SeqCst);
+                for _ in 0..5_000_000u32 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    rustix::fs::renameat_with(
+                        &dir,
+                        "d",
+                        &dir,
+                        "link",
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        while !ready.load(Ordering::SeqCst) {
+            assert!(!attacker.is_finished(), "run {run_no}: no attacker");
+            thread::yield_now();
+        }
+        let mut c = env.cmd();
+        c.args([
+            "probe-dio",
+            "--json",
+            "--file-size",
+            "1M",
+            "--block-size",
+            "1M",
+        ])
+        .args(["--rounds", "1"])
+        .arg(home.join("d"));
+        let (code, stdout, stderr) = run(&mut c);
+        stop.store(true, Ordering::SeqCst);
+        attacker.join().unwrap();
+        match code {
+            0 | 3 | 5 => {
+                // It probed the user's own directory.
+                let r = json(&stdout);
+                let ino = [home.join("d"), home.join("link")]
+                    .iter()
+                    .filter_map(|p| fs::symlink_metadata(p).ok())
+                    .find(|m| m.is_dir())
+                    .map(|m| m.ino())
+                    .unwrap();
+                assert_eq!(r["filesystem"]["dir_inode"], ino, "run {run_no}");
+                done += 1;
+            }
+            1 => {
+                assert!(stdout.is_empty());
+                assert!(stderr.contains("btrfs-lab: error: "), "{stderr}");
+                refused += 1;
+            }
+            _ => panic!("run {run_no}: exit {code}: {stderr}"),
+        }
+        assert_eq!(
+            dir_state(&secret),
+            before,
+            "run {run_no}: probe-dio wrote in root's directory\n{stderr}"
+        );
+    }
+    eprintln!(
+        "probe-dio swaps: {RUNS} runs, {done} probed the user's directory, {refused} refused, {} swaps; root's directory untouched",
+        swaps.load(Ordering::Relaxed)
+    );
+    assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
+    assert!(done > 0 && refused > 0, "{done} done, {refused} refused");
+}

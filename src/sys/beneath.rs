@@ -821,6 +821,14 @@ impl HeldDir {
         v.dedup();
         Ok(v)
     }
+
+    /// Every device of the btrfs it is on (DEV_INFO on the descriptor).
+    pub fn btrfs_devices(&self) -> Result<Vec<btrfs_uapi::device::DeviceInfo>> {
+        let info = btrfs_uapi::filesystem::filesystem_info(self.fd())
+            .map_err(|e| Error::from_errno(e, "cannot query btrfs at", &self.path))?;
+        btrfs_uapi::device::device_info_all(self.fd(), &info)
+            .map_err(|e| Error::from_errno(e, "cannot read device info of", &self.path))
+    }
 }
 
 /// An input file a user named (`df --parse FILE`, `bench --compare FILE`):

@@ -6,6 +6,7 @@ use clap::Args;
 
 use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::model::profile::profile_list;
+use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::nocow::advice::{Advice, Service, advice};
 use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
 use btrfs_lab::nocow::migrate::ExecOptions;
@@ -206,7 +207,7 @@ fn fs_line(r: &RootInfo) -> String {
         "{} on {}, mounted at {}",
         r.fs_type,
         r.source,
-        r.mount_point.display()
+        escape_path(&r.mount_point)
     );
     if r.is_btrfs() {
         line.push_str(&format!(", data {}", profile_list(&r.data_profiles)));
@@ -220,21 +221,25 @@ fn fs_line(r: &RootInfo) -> String {
 fn bullets(items: &[String], paint: Paint) -> String {
     let mut t = String::new();
     for w in items {
-        let wrapped = wrap(w, 88, "    ");
+        let wrapped = wrap(&escape_control(w), 88, "    ");
         t.push_str(&format!("  {} {}", paint.warn("-"), &wrapped[4..]));
     }
     t
 }
 
 fn staying_lines(staying: &[Staying], paint: Paint) -> String {
-    let width = staying.iter().map(|s| s.display.len()).max().unwrap_or(0);
+    let width = staying
+        .iter()
+        .map(|s| escape_control(&s.display).len())
+        .max()
+        .unwrap_or(0);
     let mut t = String::new();
     for s in staying {
         t.push_str(&format!(
             "  {:<width$}  {:>10}  {}\n",
-            s.display,
+            escape_control(&s.display),
             size(s.size_bytes),
-            paint.dim(&s.reason)
+            paint.dim(&escape_control(&s.reason))
         ));
     }
     t
@@ -242,22 +247,22 @@ fn staying_lines(staying: &[Staying], paint: Paint) -> String {
 
 /// The plan (also the dry-run and nothing-to-do output).
 fn render_plan(r: &NocowReport, paint: Paint) -> String {
-    let mut t = format!("{} {}\n", paint.bold("nocow"), r.dir.display());
+    let mut t = format!("{} {}\n", paint.bold("nocow"), escape_path(&r.dir));
     t.push_str(&format!("  filesystem  {}\n", fs_line(&r.filesystem)));
     let p = &r.plan;
     if let Some(why) = &p.nothing_to_do {
-        t.push_str(&format!("\nnothing to do: {why}\n"));
+        t.push_str(&format!("\nnothing to do: {}\n", escape_control(why)));
         return t;
     }
     if p.steps.is_empty() {
         t.push_str(&format!(
             "\n{} is NOCOW already (read through FS_IOC_GETFLAGS); files created in it inherit it.\n",
-            r.dir.display()
+            escape_path(&r.dir)
         ));
     } else {
         t.push_str(&format!("\n{}\n", paint.bold("plan")));
         for (i, s) in p.steps.iter().enumerate() {
-            t.push_str(&format!("  {}. {}\n", i + 1, s.describe()));
+            t.push_str(&format!("  {}. {}\n", i + 1, escape_control(&s.describe())));
         }
         if p.space_needed_bytes > 0 {
             t.push_str(&format!(
@@ -286,7 +291,7 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
     let Some(o) = &r.result else {
         return String::new();
     };
-    let mut t = format!("{} {}\n", paint.bold("nocow"), r.dir.display());
+    let mut t = format!("{} {}\n", paint.bold("nocow"), escape_path(&r.dir));
     t.push_str(&format!("  filesystem  {}\n", fs_line(&r.filesystem)));
     t.push_str(&format!("\n{}\n", paint.bold("done")));
     for c in &o.created {
@@ -295,27 +300,27 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
         } else {
             "directory"
         };
-        t.push_str(&format!("  created    {what} {}\n", c.display()));
+        t.push_str(&format!("  created    {what} {}\n", escape_path(&c)));
     }
     for d in &o.nocow_set {
-        t.push_str(&format!("  NOCOW set  {}\n", d.display()));
+        t.push_str(&format!("  NOCOW set  {}\n", escape_path(&d)));
     }
     for p in &o.removed_leftovers {
         t.push_str(&format!(
             "  removed    {} (left by an interrupted migration)\n",
-            p.display()
+            escape_path(&p)
         ));
     }
     for p in &o.cleared_markers {
-        t.push_str(&format!("  marker     removed from {}\n", p.display()));
+        t.push_str(&format!("  marker     removed from {}\n", escape_path(&p)));
     }
     for p in &o.switched {
-        t.push_str(&format!("  switched   {} (empty)\n", p.display()));
+        t.push_str(&format!("  switched   {} (empty)\n", escape_path(&p)));
     }
     for m in &o.migrated {
         let mut line = format!(
             "  migrated   {}  {}, allocated {} before, {} after, content verified (BLAKE3)",
-            m.path.display(),
+            escape_path(&m.path),
             size(m.size_bytes),
             size(m.allocated_before_bytes),
             size(m.allocated_after_bytes)
@@ -329,7 +334,7 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
     t.push_str(&format!(
         "  {}   {} is NOCOW (read back through FS_IOC_GETFLAGS); files created in it from now on inherit it\n",
         paint.good("verified"),
-        r.dir.display()
+        escape_path(&r.dir)
     ));
     t.push_str(&format!("  summary    {}\n", summary_sentence(&o.after)));
     if !o.not_nocow.is_empty() {
@@ -399,7 +404,7 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
         t.push_str(&format!(
             "{} {}\n",
             paint.bold("nocow --check"),
-            root.path.display()
+            escape_path(&root.path)
         ));
         t.push_str(&format!("  filesystem  {}\n", fs_line(root)));
         if let Some(note) = &root.note {
@@ -429,11 +434,15 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
         ));
         for e in &r.entries {
             let (size, alloc, path) = match e.kind {
-                EntryKind::Directory => ("-".to_owned(), "-".to_owned(), format!("{}/", e.display)),
+                EntryKind::Directory => (
+                    "-".to_owned(),
+                    "-".to_owned(),
+                    format!("{}/", escape_control(&e.display)),
+                ),
                 EntryKind::File => (
                     size(e.size_bytes),
                     size(e.allocated_bytes),
-                    e.display.clone(),
+                    escape_control(&e.display).into_owned(),
                 ),
             };
             let mut notes = Vec::new();
@@ -441,10 +450,14 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
                 notes.push("sparse".to_owned());
             }
             for o in &e.open_by {
-                notes.push(format!("open by pid {} ({})", o.pid, o.command));
+                notes.push(format!(
+                    "open by pid {} ({})",
+                    o.pid,
+                    escape_control(&o.command)
+                ));
             }
             if let Some(why) = &e.reason {
-                notes.push(why.clone());
+                notes.push(escape_control(why).into_owned());
             }
             let state = e.state.label();
             let state = match e.state {
@@ -492,7 +505,7 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
                             .filter(|p| !p.as_os_str().is_empty())
                             .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
                     };
-                    format!("btrfs-lab nocow --migrate {}", dir.display())
+                    format!("btrfs-lab nocow --migrate {}", escape_path(&dir))
                 })
                 .collect();
             t.push_str(&format!(
@@ -505,11 +518,15 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
         }
     }
     for s in &r.skipped {
-        t.push_str(&format!("{} {s}\n", paint.dim("skipped:")));
+        t.push_str(&format!(
+            "{} {}\n",
+            paint.dim("skipped:"),
+            escape_control(s)
+        ));
     }
     for n in &r.notes {
         if !r.roots.iter().any(|root| root.note.as_ref() == Some(n)) {
-            t.push_str(&format!("{} {n}\n", paint.dim("note:")));
+            t.push_str(&format!("{} {}\n", paint.dim("note:"), escape_control(n)));
         }
     }
     t

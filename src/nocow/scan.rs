@@ -452,6 +452,7 @@ fn look_at(
     let (state, reason) = classify(&facts);
     Ok(Some(Entry {
         path: path.to_path_buf(),
+        path_bytes: crate::model::text::non_utf8_bytes(path),
         display,
         kind,
         state,

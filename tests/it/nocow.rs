@@ -1467,3 +1467,73 @@ fn migrate_of_a_missing_directory_is_an_error_and_creates_nothing() {
     assert_eq!(code, 0, "{stderr}");
     assert!(flags_of(&typo).contains(FS_NOCOW_FL));
 }
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn names_that_are_not_utf8_or_carry_escapes_are_reported_safely() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    if !require_root("nocow with hostile names") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, _) = user_and_secret(&env, sbx.mount_point());
+    let hostile =
+        std::ffi::OsString::from_vec(b"bad\xff\x1b[31mred\x1b]0;title\x07\nname".to_vec());
+    let raw = home.join(&hostile);
+    let mut f = File::create(&raw).unwrap();
+    f.write_all(&random_bytes(8192, 5)).unwrap();
+    drop(f);
+    std::os::unix::fs::chown(&raw, Some(65534), Some(65534)).unwrap();
+    fs::write(home.join("plain.db"), random_bytes(4096, 6)).unwrap();
+
+    let (code, stdout, stderr) = nocow(&env, &[os("--check"), os("--json"), home.as_os_str()]);
+    assert_eq!(code, 6, "{stderr}");
+    let r = json(&stdout);
+    let e = entry(&r, Path::new(&*raw.to_string_lossy()));
+    let bytes: Vec<u8> = e["path_bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(bytes, raw.as_os_str().as_bytes());
+    assert!(
+        entry(&r, &home.join("plain.db"))
+            .get("path_bytes")
+            .is_none()
+    );
+    let back: btrfs_lab::nocow::CheckDocument = serde_json::from_value(r.clone()).unwrap();
+    assert_eq!(back.check.entries.len(), 2);
+
+    let (code, stdout, stderr) = nocow(&env, &[os("--check"), home.as_os_str()]);
+    assert_eq!(code, 6, "{stderr}");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains('\x07'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("bad\u{fffd}\\e[31mred\\e]0;title\\x07\\nname"),
+        "{stdout}"
+    );
+
+    // The plan and the result (text and JSON) of a migration, too.
+    let (code, stdout, stderr) = nocow(&env, &[os("--migrate"), os("--dry-run"), home.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains('\x07'),
+        "{stdout:?}"
+    );
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["--json", "nocow", "--migrate", "--yes"])
+        .arg(&home));
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    assert_eq!(
+        r["result"]["migrated"].as_array().unwrap().len(),
+        2,
+        "{r:#}"
+    );
+    assert!(flags_of(&raw).contains(FS_NOCOW_FL));
+}

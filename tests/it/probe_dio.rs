@@ -1210,3 +1210,119 @@ fn a_swap_race_on_the_directory_never_writes_in_roots_directory() {
     assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
     assert!(done > 0 && refused > 0, "{done} done, {refused} refused");
 }
+
+/// A user's process (uid 65534, `bash` then `sleep`) holding `names` in
+/// `dir` open for writing (one descriptor each); killed when dropped.
+fn user_process_with_files_open(dir: &Path, names: &[std::ffi::OsString]) -> Writer {
+    use std::io::{BufRead, BufReader};
+    // bash: one `exec {fd}>NAME` per argument, then a line on stdout, then
+    // sleep with every descriptor inherited.
+    let script = r#"cd "$1" || exit 1; shift
+for n in "$@"; do exec {fd}>"$n" || exit 1; done
+echo ready
+exec sleep 120"#;
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["bash", "-c", script, "bash"])
+        .arg(dir)
+        .args(names)
+        .stdout(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    Writer(child)
+}
+
+/// `--pid` of a user's process with 300 files open for writing (more than
+/// the tracepoint filter holds) and one whose name is not UTF-8 and carries
+/// terminal escapes: the report is complete (JSON: lossy `path` plus
+/// `path_bytes`; text: the escapes shown as `\e`, `\n`), the files that
+/// could not be watched are said to be so.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn pid_with_many_files_and_a_hostile_name_is_reported_whole() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    if !require_root("probe-dio --pid with many files") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, _) = user_and_secret(&env, sbx.mount_point());
+    let hostile =
+        std::ffi::OsString::from_vec(b"bad\xff\x1b[31mred\x1b]0;title\x07\nname".to_vec());
+    let mut names: Vec<std::ffi::OsString> =
+        (0..300).map(|i| format!("f{i:03}.db").into()).collect();
+    names.push(hostile.clone());
+    let writer = user_process_with_files_open(&home, &names);
+    let pid = writer.0.id();
+
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--json", "--seconds", "1", "--pid"])
+        .arg(pid.to_string()));
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    let files = r["files"].as_array().unwrap();
+    assert_eq!(files.len(), 301, "{stderr}");
+    let raw = home.join(&hostile);
+    let h = files
+        .iter()
+        .find(|f| f["path_bytes"].is_array())
+        .expect("the file whose name is not UTF-8 has path_bytes");
+    assert_eq!(h["path"], raw.to_string_lossy().as_ref());
+    let bytes: Vec<u8> = h["path_bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(bytes, raw.as_os_str().as_bytes());
+    assert_eq!(
+        files
+            .iter()
+            .filter(|f| f.get("path_bytes").is_some())
+            .count(),
+        1,
+        "path_bytes only where the name is not UTF-8"
+    );
+    let not_watched = files
+        .iter()
+        .filter(|f| {
+            f["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("not watched"))
+        })
+        .count();
+    assert!(not_watched > 0 && not_watched < 301, "{not_watched}");
+    assert!(
+        r["summary"].as_str().unwrap().contains(&format!(
+            "{} of the 301 file(s) open for writing were watched",
+            301 - not_watched
+        )),
+        "{}",
+        r["summary"]
+    );
+    let back: btrfs_lab::probe::pid::PidReport = serde_json::from_value(r.clone()).unwrap();
+    assert_eq!(back.files.len(), 301);
+
+    // The text report: nothing raw reaches the terminal.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--seconds", "1", "--pid"])
+        .arg(pid.to_string()));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains('\x07'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("bad\u{fffd}\\e[31mred\\e]0;title\\x07\\nname"),
+        "{stdout}"
+    );
+    drop(writer);
+}

@@ -85,6 +85,9 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     // a root prefix (BTRFS_LAB_SYSROOT), which could hide a process that has
     // a file open or a mount inside the directory.
     let sysroot = SysRoot::host();
+    // SIGINT, SIGTERM and SIGHUP: stop at the next safe point, clean up,
+    // exit 130 (a second one exits at once), on every path of the command.
+    signals::install()?;
     args.units.select();
     let advice = args.service.map(advice);
     if args.check {
@@ -168,7 +171,8 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         out.say(&render_plan(&report, out.paint_err));
     }
     confirm("Proceed?", args.yes)?;
-    signals::install()?;
+    // A signal while the plan was made or shown: nothing was done.
+    signals::check()?;
     let bar = out.byte_progress("nocow {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
     bar.set_length(nocow::progress_total(&report.plan));
     let mut opts = ExecOptions::new(req.force);

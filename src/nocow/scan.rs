@@ -193,6 +193,7 @@ pub fn scan_held(sysroot: &SysRoot, path: &Path, held: Held) -> Result<Scan> {
             }
         }
     }
+    crate::sys::signals::check()?;
     find_openers(&mut scan);
     Ok(scan)
 }
@@ -214,6 +215,7 @@ pub fn rescan_dir(
         root_dir: None,
     };
     walk_held(sysroot, handle, dir, shown, &mut scan)?;
+    crate::sys::signals::check()?;
     find_openers(&mut scan);
     Ok(scan)
 }
@@ -339,6 +341,9 @@ fn walk(
     names.sort();
     let mut others = 0;
     for name in names {
+        if crate::sys::signals::interrupted() {
+            return; // scan_held reports it
+        }
         let path = dir_path.join(&name);
         let display = format!("{shown}/{}", name.to_string_lossy());
         let Ok(st) = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {

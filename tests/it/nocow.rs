@@ -1537,3 +1537,41 @@ fn names_that_are_not_utf8_or_carry_escapes_are_reported_safely() {
     );
     assert!(flags_of(&raw).contains(FS_NOCOW_FL));
 }
+
+/// SIGHUP (a dropped SSH session) in the middle of a copy and once the copy
+/// has its temporary name: exit 130, the original as it was, no temporary
+/// file left.
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn sighup_mid_migration_cleans_up_and_exits_130() {
+    if !require_root("nocow --migrate and SIGHUP") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("db");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("big.ibd"), random_bytes(32 << 20, 13)).unwrap();
+    let before = snapshot(&dir);
+    for point in ["copy", "linked"] {
+        let mut child = start_paused(&env, &dir, point);
+        if point == "linked" {
+            assert!(
+                crate::common::listing(&dir)
+                    .iter()
+                    .any(|n| n.starts_with(TEMP_PREFIX)),
+                "the copy has its temporary name"
+            );
+        }
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(130), "{point}");
+        assert_eq!(snapshot(&dir), before, "{point}");
+        assert!(!flags_of(&dir.join("big.ibd")).contains(FS_NOCOW_FL));
+        no_temp_files(&dir);
+    }
+}

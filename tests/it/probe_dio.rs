@@ -1326,3 +1326,96 @@ fn pid_with_many_files_and_a_hostile_name_is_reported_whole() {
     );
     drop(writer);
 }
+
+/// SIGHUP (a dropped SSH session) in the middle of `probe-dio DIR` (paused
+/// after its first write, its files and trace instance made) and of
+/// `probe-dio --pid` (watching): exit 130, no scratch file and no trace
+/// instance of that run left.
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn sighup_mid_run_cleans_up_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    if !require_root("probe-dio and SIGHUP") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    let hup = |pid: u32| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap()
+    };
+    let instances_of = |pid: u32| {
+        let mine = format!("btrfs-lab-{pid}-");
+        trace_state()
+            .0
+            .into_iter()
+            .filter(|n| n.starts_with(&mine))
+            .count()
+    };
+
+    // probe-dio DIR.
+    let mut child = env
+        .cmd()
+        .env(btrfs_lab::probe::PAUSE_ENV, "written")
+        .args(["probe-dio", "--file-size", SIZE])
+        .arg(&mnt)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("test hook: probe paused"), "{line}");
+    assert!(
+        listing(&mnt)
+            .iter()
+            .any(|n| n.starts_with(".btrfs-lab-probe-")),
+        "{:?}",
+        listing(&mnt)
+    );
+    assert_eq!(instances_of(pid), 1);
+    hup(pid);
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(rest.contains("interrupted"), "{rest}");
+    assert!(listing(&mnt).is_empty(), "{:?}", listing(&mnt));
+    assert_eq!(instances_of(pid), 0);
+
+    // probe-dio --pid, watching a process with a file open for writing.
+    let (dir, _) = user_and_secret(&env, &mnt);
+    let writer = user_process_with_files_open(&dir, &["log.bin".into()]);
+    let child = env
+        .cmd()
+        .args(["probe-dio", "--seconds", "60", "--pid"])
+        .arg(writer.0.id().to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut watching = false;
+    for _ in 0..200 {
+        if instances_of(pid) == 1 {
+            watching = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+    assert!(watching, "probe-dio --pid never made its trace instance");
+    hup(pid);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(instances_of(pid), 0);
+    drop(writer);
+}

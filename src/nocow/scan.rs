@@ -15,7 +15,7 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::Mode as NixMode;
 use rustix::fs::{AtFlags, FileType};
 
-use super::audit::{Entry, EntryKind, Facts, RootInfo, classify};
+use super::audit::{Entry, EntryKind, EntryState, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::beneath::{self, HeldDir};
@@ -340,6 +340,12 @@ fn walk(
     };
     names.sort();
     let mut others = 0;
+    // Copies (by the inode they were made of), and files under a temporary
+    // name that is their own inode: an original swapped out by a migration
+    // killed between the exchange and the removal.
+    let mut copies: std::collections::HashMap<u64, (u64, (i64, i64))> =
+        std::collections::HashMap::new();
+    let mut swapped_out: Vec<(usize, u64, Seen)> = Vec::new();
     for name in names {
         if crate::sys::signals::interrupted() {
             return; // scan_held reports it
@@ -361,8 +367,17 @@ fn walk(
             others += 1;
             continue;
         }
-        match look_at(dir, dir_id, &name, &path, display.clone()) {
-            Ok(Some(entry)) => {
+        match look_at_seen(dir, dir_id, &name, &path, display.clone()) {
+            Ok(Some((entry, seen))) => {
+                if let Some(n) = seen.copy_of {
+                    copies.insert(n, (seen.size, seen.mtime));
+                }
+                if entry.kind == EntryKind::File
+                    && !entry.marker
+                    && temp_name_ino(&name) == Some(entry.id.ino)
+                {
+                    swapped_out.push((scan.entries.len(), entry.id.ino, seen));
+                }
                 if entry.kind == EntryKind::Directory {
                     let id = entry.id;
                     scan.entries.push(entry);
@@ -377,6 +392,20 @@ fn walk(
             }
             Ok(None) => {}
             Err(e) => scan.skipped.push(e.message().to_owned()),
+        }
+    }
+    for (i, ino, seen) in swapped_out {
+        // Its copy is in place under the file's name, with the same size
+        // and modification time (the copy got the original's; a write to
+        // the original since would have changed it): the original is what
+        // was copied and verified, so a re-run removes it.
+        if copies.get(&ino) == Some(&(seen.size, seen.mtime)) {
+            let e = &mut scan.entries[i];
+            e.state = EntryState::Leftover;
+            e.reason = Some(
+                "the original of a finished NOCOW copy, swapped out by an interrupted migration (the copy is in place under the file's name)"
+                    .to_owned(),
+            );
         }
     }
     if others > 0 {
@@ -406,6 +435,32 @@ fn open_child_dir(dir: &File, name: &OsStr, path: &Path, id: FileIdentity) -> Re
     Ok((identity_of(&file, path)? == id).then_some(file))
 }
 
+/// What [`look_at`] saw besides the entry: the inode the marker says the
+/// file is a copy of, and the file's size and modification time.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    copy_of: Option<u64>,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+/// The inode number a marker value names (`... copy of inode N by pid P`).
+fn copy_of(marker: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(marker).ok()?;
+    let rest = s.split_once("copy of inode ")?.1;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// The inode number in a temporary name (`<prefix><ino>-<nonce>`).
+pub(crate) fn temp_name_ino(name: &OsStr) -> Option<u64> {
+    let rest = name.to_str()?.strip_prefix(TEMP_PREFIX)?;
+    let (ino, nonce) = rest.split_once('-')?;
+    if nonce.is_empty() || !nonce.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    ino.parse().ok()
+}
+
 /// Opens one file or directory of `dir` (never following a link) and reads
 /// its facts. `None` when it is gone or not a file or directory.
 fn look_at(
@@ -415,6 +470,16 @@ fn look_at(
     path: &Path,
     display: String,
 ) -> Result<Option<Entry>> {
+    look_at_seen(dir, dir_id, name, path, display).map(|o| o.map(|(e, _)| e))
+}
+
+fn look_at_seen(
+    dir: &File,
+    dir_id: FileIdentity,
+    name: &OsStr,
+    path: &Path,
+    display: String,
+) -> Result<Option<(Entry, Seen)>> {
     let fd = match openat(
         dir.as_fd(),
         name,
@@ -439,7 +504,17 @@ fn look_at(
     };
     let flags = filesystem::inode_flags_of(&file, path)?.unwrap_or(IFlags::empty());
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let marker = kind == EntryKind::File && xattrs::get(&file, path, MARKER_XATTR)?.is_some();
+    let marker_value = if kind == EntryKind::File {
+        xattrs::get(&file, path, MARKER_XATTR)?
+    } else {
+        None
+    };
+    let marker = marker_value.is_some();
+    let seen = Seen {
+        copy_of: marker_value.as_deref().and_then(copy_of),
+        size: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+    };
     let size = if kind == EntryKind::File { m.len() } else { 0 };
     let allocated = if kind == EntryKind::File {
         m.blocks() * 512
@@ -455,29 +530,32 @@ fn look_at(
         marker,
     };
     let (state, reason) = classify(&facts);
-    Ok(Some(Entry {
-        path: path.to_path_buf(),
-        path_bytes: crate::model::text::non_utf8_bytes(path),
-        display,
-        kind,
-        state,
-        nocow: flags.intersects(FS_NOCOW_FL),
-        compression_attr: flags.intersects(FS_COMPR_FL),
-        size_bytes: size,
-        allocated_bytes: allocated,
-        sparse: kind == EntryKind::File && allocated < size.div_ceil(4096) * 4096,
-        links: m.nlink(),
-        uid: m.uid(),
-        gid: m.gid(),
-        mode: m.mode() & 0o7777,
-        open_by: Vec::new(),
-        reason,
-        marker,
-        id: FileIdentity {
-            dev: m.dev(),
-            ino: m.ino(),
+    Ok(Some((
+        Entry {
+            path: path.to_path_buf(),
+            path_bytes: crate::model::text::non_utf8_bytes(path),
+            display,
+            kind,
+            state,
+            nocow: flags.intersects(FS_NOCOW_FL),
+            compression_attr: flags.intersects(FS_COMPR_FL),
+            size_bytes: size,
+            allocated_bytes: allocated,
+            sparse: kind == EntryKind::File && allocated < size.div_ceil(4096) * 4096,
+            links: m.nlink(),
+            uid: m.uid(),
+            gid: m.gid(),
+            mode: m.mode() & 0o7777,
+            open_by: Vec::new(),
+            reason,
+            marker,
+            id: FileIdentity {
+                dev: m.dev(),
+                ino: m.ino(),
+            },
+            dir_id,
+            flags,
         },
-        dir_id,
-        flags,
-    }))
+        seen,
+    )))
 }

@@ -1575,3 +1575,59 @@ fn sighup_mid_migration_cleans_up_and_exits_130() {
         no_temp_files(&dir);
     }
 }
+
+/// SIGKILL right after the exchange (the original under the temporary
+/// name, its verified copy, with the marker, under the file's name): the
+/// audit names the swapped-out original a leftover, not a file to migrate,
+/// and a re-run removes it and completes; content and metadata as before.
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn killed_right_after_the_swap_a_rerun_removes_the_original_and_completes() {
+    if !require_root("nocow --migrate killed after the swap") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("db");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("big.ibd"), random_bytes(16 << 20, 17)).unwrap();
+    let before = snapshot(&dir);
+    let mut child = start_paused(&env, &dir, "swapped");
+    kill_9(&mut child);
+    let names = crate::common::listing(&dir);
+    let temps: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with(TEMP_PREFIX))
+        .collect();
+    assert_eq!(temps.len(), 1, "{names:?}");
+    let temp = dir.join(temps[0]);
+    // Under the file's name: the NOCOW copy, with the marker.
+    assert!(flags_of(&dir.join("big.ibd")).contains(FS_NOCOW_FL));
+    assert!(
+        File::open(dir.join("big.ibd"))
+            .unwrap()
+            .get_xattr(MARKER_XATTR)
+            .unwrap()
+            .is_some()
+    );
+    let (code, stdout, _) = nocow(&env, &[os("--check"), os("--json"), dir.as_os_str()]);
+    assert_eq!(code, 0, "only the leftover is not NOCOW: {stdout}");
+    let r = json(&stdout);
+    assert_eq!(r["summary"]["leftovers"], 1, "{r:#}");
+    assert_eq!(entry(&r, &temp)["state"], "leftover", "{r:#}");
+
+    let (code, stdout, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), dir.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!temp.exists(), "{stdout}");
+    assert_eq!(snapshot(&dir), before);
+    assert!(flags_of(&dir.join("big.ibd")).contains(FS_NOCOW_FL));
+    assert!(
+        File::open(dir.join("big.ibd"))
+            .unwrap()
+            .get_xattr(MARKER_XATTR)
+            .unwrap()
+            .is_none()
+    );
+    no_temp_files(&dir);
+}

@@ -350,7 +350,20 @@ fn not_a_file(path: &Path, meta: &fs::Metadata) -> Option<Error> {
 /// held directory without following a link; non-regular files are refused
 /// before the open (by `lstat` there) and again after it.
 fn open_target(path: &Path) -> Result<Target> {
-    let Some((parent, name, st)) = HeldDir::resolve_entry(path)? else {
+    let resolved = HeldDir::resolve_entry(path).map_err(|e| match e.kind() {
+        ErrorKind::NotFound => {
+            let new = Error::new(
+                ErrorKind::NotFound,
+                format!("cannot read {}: no such file or directory", path.display()),
+            );
+            match e.hint() {
+                Some(h) => new.with_hint(h),
+                None => new,
+            }
+        }
+        _ => e,
+    })?;
+    let Some((parent, name, st)) = resolved else {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!("{} is a directory, not a file", path.display()),

@@ -714,6 +714,8 @@ impl HeldDir {
     /// [`HeldDir::open_entry_file`] or [`HeldDir::open_subdir`], which never
     /// follow a link, and compare identities when it matters.
     pub fn resolve_entry(path: &Path) -> Result<Option<(HeldDir, OsString, Stat)>> {
+        // Messages name the path as given until a link is followed.
+        let mut shown = path.to_path_buf();
         let mut path = std::path::absolute(path)
             .map_err(|e| Error::usage(format!("invalid path {}: {e}", path.display())))?;
         let me = rustix::process::geteuid().as_raw();
@@ -728,7 +730,7 @@ impl HeldDir {
             let name = name.to_os_string();
             let st = dir
                 .stat(&name)?
-                .ok_or_else(|| err(RErrno::NOENT, "cannot use", &path))?;
+                .ok_or_else(|| err(RErrno::NOENT, "cannot use", &shown))?;
             if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
                 return Ok(Some((dir, name, st)));
             }
@@ -737,7 +739,7 @@ impl HeldDir {
                     ErrorKind::Permission,
                     format!(
                         "{} is a symbolic link owned by uid {}; as root, btrfs-lab follows only root's links",
-                        path.display(),
+                        shown.display(),
                         st.st_uid
                     ),
                 )
@@ -751,10 +753,11 @@ impl HeldDir {
             } else {
                 dir.path().join(target)
             };
+            shown.clone_from(&path);
         }
         Err(Error::new(
             ErrorKind::WrongTarget,
-            format!("{}: too many levels of symbolic links", path.display()),
+            format!("{}: too many levels of symbolic links", shown.display()),
         ))
     }
 

@@ -304,22 +304,22 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
         } else {
             "directory"
         };
-        t.push_str(&format!("  created    {what} {}\n", escape_path(&c)));
+        t.push_str(&format!("  created    {what} {}\n", escape_path(c)));
     }
     for d in &o.nocow_set {
-        t.push_str(&format!("  NOCOW set  {}\n", escape_path(&d)));
+        t.push_str(&format!("  NOCOW set  {}\n", escape_path(d)));
     }
     for p in &o.removed_leftovers {
         t.push_str(&format!(
             "  removed    {} (left by an interrupted migration)\n",
-            escape_path(&p)
+            escape_path(p)
         ));
     }
     for p in &o.cleared_markers {
-        t.push_str(&format!("  marker     removed from {}\n", escape_path(&p)));
+        t.push_str(&format!("  marker     removed from {}\n", escape_path(p)));
     }
     for p in &o.switched {
-        t.push_str(&format!("  switched   {} (empty)\n", escape_path(&p)));
+        t.push_str(&format!("  switched   {} (empty)\n", escape_path(p)));
     }
     for m in &o.migrated {
         let mut line = format!(

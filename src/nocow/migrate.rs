@@ -663,6 +663,7 @@ fn still_unwritten(lease: Option<&Lease<'_>>, path: &Path) -> Result<()> {
 /// otherwise the swap is undone and the file is refused. A writer waiting
 /// on the broken lease goes on once we let go, into the original, under its
 /// own name again.
+#[allow(clippy::too_many_arguments)] // the state of one swap, and the test hook
 fn swap_in(
     tmp: &mut TempCopy<'_>,
     dir: &File,

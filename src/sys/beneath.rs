@@ -183,28 +183,6 @@ pub(crate) fn open_dir_beneath(dir: BorrowedFd<'_>, rel: &Path) -> rustix::io::R
     }
 }
 
-/// Opens the directory at the absolute `path` without following a link in
-/// any component (`openat2(RESOLVE_NO_SYMLINKS)`, else a walk from `/` with
-/// `O_NOFOLLOW`): a path that was canonical a moment ago and now holds a
-/// link means someone swapped one in.
-pub(crate) fn open_dir_no_symlinks(path: &Path) -> rustix::io::Result<OwnedFd> {
-    let flags = open_dir_flags();
-    match rfs::openat2(
-        rfs::CWD,
-        path,
-        flags,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    ) {
-        Err(RErrno::NOSYS) => {
-            let root = rfs::openat(rfs::CWD, "/", flags, Mode::empty())?;
-            let rel = path.strip_prefix("/").map_err(|_| RErrno::INVAL)?;
-            open_dir_beneath(root.as_fd(), rel)
-        }
-        other => other,
-    }
-}
-
 /// Creates the directory `name` in the held directory `dir` (mode 0777 less
 /// the umask) and opens it without following a link. `path` is for
 /// messages.

@@ -1141,6 +1141,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         kernel: kernel_release(),
         file: FileInfo {
             path: t.canonical.clone(),
+            path_bytes: crate::model::text::non_utf8_bytes(&t.canonical),
             size_bytes: t.size,
             fs_type,
             mount_point: mount.mount_point.clone(),

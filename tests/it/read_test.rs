@@ -1369,3 +1369,53 @@ fn a_swap_race_on_the_file_never_reads_a_root_only_file() {
     assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
     assert!(done > 0 && refused > 0, "{done} done, {refused} refused");
 }
+
+/// A file whose name is not UTF-8 and carries terminal escapes: `--json`
+/// reports it (lossy `path`, exact `path_bytes`), the text escapes it.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_hostile_file_name_is_reported_safely() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    if !require_root("read-test of a hostile name") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let name = std::ffi::OsString::from_vec(b"m\xff\x1b[2J\x1b]0;t\x07.bin".to_vec());
+    let file = sbx.mount_point().join(&name);
+    write_file(&file, &random_bytes(MIB as usize, 3));
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args([
+            "--json",
+            "read-test",
+            "--rounds",
+            "1",
+            "--methods",
+            "buffered",
+        ])
+        .arg(&file));
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    assert_eq!(r["file"]["path"], file.to_string_lossy().as_ref());
+    let bytes: Vec<u8> = r["file"]["path_bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(bytes, file.as_os_str().as_bytes());
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["read-test", "--rounds", "1", "--methods", "buffered"])
+        .arg(&file));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains('\x07'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("m\u{fffd}\\e[2J\\e]0;t\\x07.bin"),
+        "{stdout}"
+    );
+}

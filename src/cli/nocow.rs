@@ -6,6 +6,7 @@ use clap::Args;
 
 use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::model::profile::profile_list;
+use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::nocow::advice::{Advice, Service, advice};
 use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
 use btrfs_lab::nocow::migrate::ExecOptions;
@@ -84,6 +85,9 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     // a root prefix (BTRFS_LAB_SYSROOT), which could hide a process that has
     // a file open or a mount inside the directory.
     let sysroot = SysRoot::host();
+    // SIGINT, SIGTERM and SIGHUP: stop at the next safe point, clean up,
+    // exit 130 (a second one exits at once), on every path of the command.
+    signals::install()?;
     args.units.select();
     let advice = args.service.map(advice);
     if args.check {
@@ -167,7 +171,8 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         out.say(&render_plan(&report, out.paint_err));
     }
     confirm("Proceed?", args.yes)?;
-    signals::install()?;
+    // A signal while the plan was made or shown: nothing was done.
+    signals::check()?;
     let bar = out.byte_progress("nocow {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
     bar.set_length(nocow::progress_total(&report.plan));
     let mut opts = ExecOptions::new(req.force);
@@ -175,10 +180,18 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         .root_dir
         .clone()
         .map(|d| (observed.root.dir.clone(), d));
-    let result = nocow::execute(&sysroot, &report.path, &report.plan, &mut opts, &mut |n| {
-        bar.inc(n);
-        Ok(())
-    });
+    let result = nocow::execute(
+        &sysroot,
+        &report.dir,
+        &report.path,
+        &report.filesystem,
+        &report.plan,
+        &mut opts,
+        &mut |n| {
+            bar.inc(n);
+            Ok(())
+        },
+    );
     bar.finish_and_clear();
     report.result = Some(result?);
     if out.json {
@@ -198,7 +211,7 @@ fn fs_line(r: &RootInfo) -> String {
         "{} on {}, mounted at {}",
         r.fs_type,
         r.source,
-        r.mount_point.display()
+        escape_path(&r.mount_point)
     );
     if r.is_btrfs() {
         line.push_str(&format!(", data {}", profile_list(&r.data_profiles)));
@@ -212,21 +225,25 @@ fn fs_line(r: &RootInfo) -> String {
 fn bullets(items: &[String], paint: Paint) -> String {
     let mut t = String::new();
     for w in items {
-        let wrapped = wrap(w, 88, "    ");
+        let wrapped = wrap(&escape_control(w), 88, "    ");
         t.push_str(&format!("  {} {}", paint.warn("-"), &wrapped[4..]));
     }
     t
 }
 
 fn staying_lines(staying: &[Staying], paint: Paint) -> String {
-    let width = staying.iter().map(|s| s.display.len()).max().unwrap_or(0);
+    let width = staying
+        .iter()
+        .map(|s| escape_control(&s.display).len())
+        .max()
+        .unwrap_or(0);
     let mut t = String::new();
     for s in staying {
         t.push_str(&format!(
             "  {:<width$}  {:>10}  {}\n",
-            s.display,
+            escape_control(&s.display),
             size(s.size_bytes),
-            paint.dim(&s.reason)
+            paint.dim(&escape_control(&s.reason))
         ));
     }
     t
@@ -234,22 +251,22 @@ fn staying_lines(staying: &[Staying], paint: Paint) -> String {
 
 /// The plan (also the dry-run and nothing-to-do output).
 fn render_plan(r: &NocowReport, paint: Paint) -> String {
-    let mut t = format!("{} {}\n", paint.bold("nocow"), r.dir.display());
+    let mut t = format!("{} {}\n", paint.bold("nocow"), escape_path(&r.dir));
     t.push_str(&format!("  filesystem  {}\n", fs_line(&r.filesystem)));
     let p = &r.plan;
     if let Some(why) = &p.nothing_to_do {
-        t.push_str(&format!("\nnothing to do: {why}\n"));
+        t.push_str(&format!("\nnothing to do: {}\n", escape_control(why)));
         return t;
     }
     if p.steps.is_empty() {
         t.push_str(&format!(
             "\n{} is NOCOW already (read through FS_IOC_GETFLAGS); files created in it inherit it.\n",
-            r.dir.display()
+            escape_path(&r.dir)
         ));
     } else {
         t.push_str(&format!("\n{}\n", paint.bold("plan")));
         for (i, s) in p.steps.iter().enumerate() {
-            t.push_str(&format!("  {}. {}\n", i + 1, s.describe()));
+            t.push_str(&format!("  {}. {}\n", i + 1, escape_control(&s.describe())));
         }
         if p.space_needed_bytes > 0 {
             t.push_str(&format!(
@@ -278,7 +295,7 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
     let Some(o) = &r.result else {
         return String::new();
     };
-    let mut t = format!("{} {}\n", paint.bold("nocow"), r.dir.display());
+    let mut t = format!("{} {}\n", paint.bold("nocow"), escape_path(&r.dir));
     t.push_str(&format!("  filesystem  {}\n", fs_line(&r.filesystem)));
     t.push_str(&format!("\n{}\n", paint.bold("done")));
     for c in &o.created {
@@ -287,27 +304,27 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
         } else {
             "directory"
         };
-        t.push_str(&format!("  created    {what} {}\n", c.display()));
+        t.push_str(&format!("  created    {what} {}\n", escape_path(c)));
     }
     for d in &o.nocow_set {
-        t.push_str(&format!("  NOCOW set  {}\n", d.display()));
+        t.push_str(&format!("  NOCOW set  {}\n", escape_path(d)));
     }
     for p in &o.removed_leftovers {
         t.push_str(&format!(
             "  removed    {} (left by an interrupted migration)\n",
-            p.display()
+            escape_path(p)
         ));
     }
     for p in &o.cleared_markers {
-        t.push_str(&format!("  marker     removed from {}\n", p.display()));
+        t.push_str(&format!("  marker     removed from {}\n", escape_path(p)));
     }
     for p in &o.switched {
-        t.push_str(&format!("  switched   {} (empty)\n", p.display()));
+        t.push_str(&format!("  switched   {} (empty)\n", escape_path(p)));
     }
     for m in &o.migrated {
         let mut line = format!(
             "  migrated   {}  {}, allocated {} before, {} after, content verified (BLAKE3)",
-            m.path.display(),
+            escape_path(&m.path),
             size(m.size_bytes),
             size(m.allocated_before_bytes),
             size(m.allocated_after_bytes)
@@ -321,7 +338,7 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
     t.push_str(&format!(
         "  {}   {} is NOCOW (read back through FS_IOC_GETFLAGS); files created in it from now on inherit it\n",
         paint.good("verified"),
-        r.dir.display()
+        escape_path(&r.dir)
     ));
     t.push_str(&format!("  summary    {}\n", summary_sentence(&o.after)));
     if !o.not_nocow.is_empty() {
@@ -391,7 +408,7 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
         t.push_str(&format!(
             "{} {}\n",
             paint.bold("nocow --check"),
-            root.path.display()
+            escape_path(&root.path)
         ));
         t.push_str(&format!("  filesystem  {}\n", fs_line(root)));
         if let Some(note) = &root.note {
@@ -421,11 +438,15 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
         ));
         for e in &r.entries {
             let (size, alloc, path) = match e.kind {
-                EntryKind::Directory => ("-".to_owned(), "-".to_owned(), format!("{}/", e.display)),
+                EntryKind::Directory => (
+                    "-".to_owned(),
+                    "-".to_owned(),
+                    format!("{}/", escape_control(&e.display)),
+                ),
                 EntryKind::File => (
                     size(e.size_bytes),
                     size(e.allocated_bytes),
-                    e.display.clone(),
+                    escape_control(&e.display).into_owned(),
                 ),
             };
             let mut notes = Vec::new();
@@ -433,10 +454,14 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
                 notes.push("sparse".to_owned());
             }
             for o in &e.open_by {
-                notes.push(format!("open by pid {} ({})", o.pid, o.command));
+                notes.push(format!(
+                    "open by pid {} ({})",
+                    o.pid,
+                    escape_control(&o.command)
+                ));
             }
             if let Some(why) = &e.reason {
-                notes.push(why.clone());
+                notes.push(escape_control(why).into_owned());
             }
             let state = e.state.label();
             let state = match e.state {
@@ -484,7 +509,7 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
                             .filter(|p| !p.as_os_str().is_empty())
                             .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
                     };
-                    format!("btrfs-lab nocow --migrate {}", dir.display())
+                    format!("btrfs-lab nocow --migrate {}", escape_path(&dir))
                 })
                 .collect();
             t.push_str(&format!(
@@ -497,11 +522,15 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
         }
     }
     for s in &r.skipped {
-        t.push_str(&format!("{} {s}\n", paint.dim("skipped:")));
+        t.push_str(&format!(
+            "{} {}\n",
+            paint.dim("skipped:"),
+            escape_control(s)
+        ));
     }
     for n in &r.notes {
         if !r.roots.iter().any(|root| root.note.as_ref() == Some(n)) {
-            t.push_str(&format!("{} {n}\n", paint.dim("note:")));
+            t.push_str(&format!("{} {}\n", paint.dim("note:"), escape_control(n)));
         }
     }
     t

@@ -6,6 +6,7 @@ use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
 use btrfs_lab::model::profile::profile_list;
+use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::parse::size::format_rate;
 use btrfs_lab::probe::pid::{FileVerdict, PidOptions, PidReport};
 use btrfs_lab::probe::verdict::{FileSummary, Verdict};
@@ -162,7 +163,7 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
     let mut t = format!(
         "{} {}\n",
         paint.bold("probe-dio"),
-        r.filesystem.dir.display()
+        escape_path(&r.filesystem.dir)
     );
     t.push_str(&format!(
         "verdict: {}  {}\n\n",
@@ -203,7 +204,7 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
         "{} on {}, mounted at {}",
         fs.fs_type,
         fs.source,
-        fs.mount_point.display()
+        escape_path(&fs.mount_point)
     );
     if fs.fs_type == "btrfs" {
         fs_line.push_str(&format!(", data {}", profile_list(&fs.data_profiles)));
@@ -311,8 +312,8 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
         "{} --pid {} ({})\n{}\n\n",
         paint.bold("probe-dio"),
         r.pid,
-        r.command,
-        r.summary
+        escape_control(&r.command),
+        escape_control(&r.summary)
     );
     for f in &r.files {
         let mut verdict = file_verdict_painted(f.verdict, paint);
@@ -328,7 +329,7 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
                 .collect();
             verdict.push_str(&format!(" ({})", names.join(", ")));
         }
-        t.push_str(&format!("  {}\n", f.path.display()));
+        t.push_str(&format!("  {}\n", escape_path(&f.path)));
         let fds: Vec<String> = f.fds.iter().map(u32::to_string).collect();
         t.push_str(&format!(
             "    verdict {verdict}; fd {} {}; {} inode {} on {}",
@@ -366,7 +367,7 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
         };
         t.push_str(&format!("    dirtied {dirtied}; written {written}\n"));
         if let Some(n) = &f.note {
-            t.push_str(&format!("    {}\n", paint.dim(n)));
+            t.push_str(&format!("    {}\n", paint.dim(&escape_control(n))));
         }
     }
     if r.read_only_files > 0 {

@@ -184,13 +184,13 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
     let mut t = format!(
         "{} {}  {}, {where_}\n",
         paint.bold("read-test"),
-        f.path.display(),
+        btrfs_lab::model::text::escape_path(&f.path),
         size(f.size_bytes)
     );
     let summary = if r.checksum.agree {
-        r.summary.clone()
+        btrfs_lab::model::text::escape_control(&r.summary).into_owned()
     } else {
-        paint.bad(&r.summary)
+        paint.bad(&btrfs_lab::model::text::escape_control(&r.summary))
     };
     t.push_str(&format!("{summary}\n\n"));
 
@@ -340,7 +340,7 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
     if !r.notes.is_empty() {
         t.push_str(&format!("\n{}\n", paint.bold("notes")));
         for n in &r.notes {
-            t.push_str(&wrap_item(n));
+            t.push_str(&wrap_item(&btrfs_lab::model::text::escape_control(n)));
         }
     }
     t

@@ -57,6 +57,43 @@ pub fn escape_path(p: &Path) -> String {
     escape_os(p.as_os_str())
 }
 
+/// The raw bytes of `p` when they are not UTF-8 (for a report's
+/// `path_bytes` field next to the lossy `path`); `None` for a UTF-8 path.
+pub fn non_utf8_bytes(p: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    p.to_str()
+        .is_none()
+        .then(|| p.as_os_str().as_bytes().to_vec())
+}
+
+/// Serializes a path as a string, lossily (U+FFFD for bytes that are not
+/// UTF-8) instead of failing: `#[serde(serialize_with = "lossy_path")]`.
+/// A report that must keep the exact name has a `path_bytes` field too.
+pub fn lossy_path<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}
+
+/// [`lossy_path`] for an optional path.
+pub fn lossy_opt_path<S: serde::Serializer, P: AsRef<Path>>(
+    p: &Option<P>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => s.serialize_some(&*p.as_ref().to_string_lossy()),
+        None => s.serialize_none(),
+    }
+}
+
+/// [`lossy_path`] for a list of paths.
+pub fn lossy_paths<S: serde::Serializer, P: AsRef<Path>>(v: &[P], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(v.len()))?;
+    for p in v {
+        seq.serialize_element(&*p.as_ref().to_string_lossy())?;
+    }
+    seq.end()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +111,32 @@ mod tests {
         assert_eq!(escape_control("\x07\x7f"), "\\x07\\x7f");
         assert_eq!(escape_control("\u{9b}31m"), "\\u{009b}31m");
         assert_eq!(escape_control("ab\u{202e}cd"), "ab\\u{202e}cd");
+    }
+
+    #[test]
+    fn paths_serialize_lossily_with_the_bytes_kept_apart() {
+        #[derive(serde::Serialize)]
+        struct R {
+            #[serde(serialize_with = "lossy_path")]
+            p: std::path::PathBuf,
+            #[serde(serialize_with = "lossy_paths")]
+            v: Vec<std::path::PathBuf>,
+            #[serde(serialize_with = "lossy_opt_path")]
+            o: Option<std::path::PathBuf>,
+        }
+        let bad = Path::new(OsStr::from_bytes(b"/d/a\xffb")).to_path_buf();
+        let r = R {
+            p: bad.clone(),
+            v: vec![bad.clone(), "/ok".into()],
+            o: Some(bad.clone()),
+        };
+        let lossy = "/d/a\u{fffd}b";
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            serde_json::json!({"p": lossy, "v": [lossy, "/ok"], "o": lossy})
+        );
+        assert_eq!(non_utf8_bytes(&bad), Some(b"/d/a\xffb".to_vec()));
+        assert_eq!(non_utf8_bytes(Path::new("/ok")), None);
     }
 
     #[test]

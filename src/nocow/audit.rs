@@ -125,7 +125,12 @@ pub fn classify(f: &Facts) -> (EntryState, Option<String>) {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Entry {
     /// Absolute path.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub path: PathBuf,
+    /// The exact bytes of `path` (an array of 0-255), present only when
+    /// they are not UTF-8 (`path` then shows U+FFFD in their place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
     /// As shown to the user: the path given plus the part below it.
     #[serde(skip)]
     pub display: String,
@@ -173,14 +178,17 @@ pub struct Entry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RootInfo {
     /// As given.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub path: PathBuf,
     /// Canonical.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub dir: PathBuf,
     /// A directory (else a single file).
     pub is_dir: bool,
     /// Filesystem type.
     pub fs_type: String,
     /// Its mount point.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub mount_point: PathBuf,
     /// Its source device.
     pub source: String,
@@ -357,6 +365,7 @@ mod tests {
     fn summary_adds_up() {
         let e = |state, size, alloc, kind| Entry {
             path: PathBuf::from("/x"),
+            path_bytes: None,
             display: "x".into(),
             kind,
             state,

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::filecopy::{
-    self, copy_data, create_exclusive, create_unnamed, drop_cached_pages, hash_contents, link_into,
+    self, copy_data, create_unnamed, drop_cached_pages, hash_contents, link_into,
 };
 use crate::sys::filesystem;
 use crate::sys::ioctl::{
@@ -40,7 +40,8 @@ use crate::sys::{procs, signals, xattrs};
 /// Test hook (only with the `test-hooks` cargo feature, which release
 /// builds do not enable): `BTRFS_LAB_NOCOW_TEST_PAUSE=copy` pauses after the first chunk
 /// of the first migrated file is copied, `=linked` once its copy has a name
-/// and before the rename. It prints one line on stderr and waits for a
+/// and before the rename, `=swapped` right after the exchange (the original
+/// under the temporary name, the copy under the file's). It prints one line on stderr and waits for a
 /// signal, so the test suite can kill the process at that point.
 #[cfg(feature = "test-hooks")]
 pub const PAUSE_ENV: &str = "BTRFS_LAB_NOCOW_TEST_PAUSE";
@@ -59,6 +60,9 @@ pub enum PausePoint {
     Copy,
     /// After the copy got its temporary name, before the rename.
     Linked,
+    /// After the exchange, while the original is under the temporary name
+    /// (before it is removed).
+    Swapped,
 }
 
 /// How steps are carried out.
@@ -83,6 +87,7 @@ impl ExecOptions {
         let pause = match std::env::var(PAUSE_ENV).as_deref() {
             Ok("copy") => Some(PausePoint::Copy),
             Ok("linked") => Some(PausePoint::Linked),
+            Ok("swapped") => Some(PausePoint::Swapped),
             _ => None,
         };
         #[cfg(not(feature = "test-hooks"))]
@@ -103,6 +108,7 @@ impl ExecOptions {
         let name = match point {
             PausePoint::Copy => "copy",
             PausePoint::Linked => "linked",
+            PausePoint::Swapped => "swapped",
         };
         eprintln!(
             "btrfs-lab: test hook: paused at {name} of {}",
@@ -119,6 +125,7 @@ impl ExecOptions {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Migrated {
     /// Absolute path.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub path: PathBuf,
     /// Its size.
     pub size_bytes: u64,
@@ -206,7 +213,8 @@ fn open_planned(dir: &File, dir_path: &Path, name: &OsStr, id: FileIdentity) -> 
 }
 
 /// Removes a temporary file an interrupted migration left, after checking
-/// it is still that file and still carries the marker.
+/// it is still that file and still carries the marker (or is the swapped-out
+/// original the audit identified).
 pub fn remove_leftover(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
     if !name.to_string_lossy().starts_with(TEMP_PREFIX) {
@@ -214,7 +222,11 @@ pub fn remove_leftover(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     }
     let dir = lock_dir(dir, dir_path)?;
     let file = open_planned(&dir, dir_path, name, id)?;
-    if xattrs::get(&file, path, MARKER_XATTR)?.is_none() {
+    // Ours: a copy with the marker, or an original swapped out under a
+    // temporary name carrying its own inode number (the audit found its
+    // verified copy in place).
+    let swapped_out = super::scan::temp_name_ino(name) == Some(id.ino);
+    if !swapped_out && xattrs::get(&file, path, MARKER_XATTR)?.is_none() {
         return Err(changed(path));
     }
     unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
@@ -395,26 +407,26 @@ impl Planned<'_> {
         let size = u64::try_from(before.st_size).unwrap_or(0);
 
         // 1. An empty NOCOW file nobody else can see.
-        let unnamed = create_unnamed(dir, dir_path)?;
-        let mut tmp = match unnamed {
-            Some(file) => TempCopy {
-                file,
-                dir,
-                name: None,
-                committed: false,
-            },
-            None => {
-                let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::sys::nonce::nonce());
-                let file = create_exclusive(dir, dir_path, &n)?;
-                let mut t = TempCopy {
-                    file,
-                    dir,
-                    name: Some(n.into()),
-                    committed: false,
-                };
-                set_marker(&mut t, id, path)?;
-                t
-            }
+        // No named copy ever exists without the marker: the copy is an
+        // O_TMPFILE until it is complete and marked; without O_TMPFILE
+        // (never on btrfs since Linux 3.16) nothing is migrated.
+        let Some(file) = create_unnamed(dir, dir_path)? else {
+            return Err(Attempt::Fail(
+                Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "cannot migrate {}: the filesystem does not support O_TMPFILE, which the copy needs so that no named copy exists without its marker",
+                        path.display()
+                    ),
+                )
+                .with_hint("use a kernel with O_TMPFILE on btrfs (Linux 3.16 or later)"),
+            ));
+        };
+        let mut tmp = TempCopy {
+            file,
+            dir,
+            name: None,
+            committed: false,
         };
         let tmp_path = dir_path.join(format!("{TEMP_PREFIX}{}", id.ino));
         filesystem::set_nocow(&tmp.file, &tmp_path, true)?;
@@ -526,7 +538,16 @@ impl Planned<'_> {
         }
         opts.pause_at(PausePoint::Linked, path)?;
         signals::check()?;
-        swap_in(&mut tmp, dir, dir_path, name, path, id, src_lease.as_ref())?;
+        swap_in(
+            &mut tmp,
+            dir,
+            dir_path,
+            name,
+            path,
+            id,
+            src_lease.as_ref(),
+            opts,
+        )?;
         drop(src_lease);
         xattrs::remove(&tmp.file, path, MARKER_XATTR)?;
         filecopy::sync(&tmp.file, path)?;
@@ -642,6 +663,7 @@ fn still_unwritten(lease: Option<&Lease<'_>>, path: &Path) -> Result<()> {
 /// otherwise the swap is undone and the file is refused. A writer waiting
 /// on the broken lease goes on once we let go, into the original, under its
 /// own name again.
+#[allow(clippy::too_many_arguments)] // the state of one swap, and the test hook
 fn swap_in(
     tmp: &mut TempCopy<'_>,
     dir: &File,
@@ -650,6 +672,7 @@ fn swap_in(
     path: &Path,
     id: FileIdentity,
     src_lease: Option<&Lease<'_>>,
+    opts: &mut ExecOptions,
 ) -> std::result::Result<(), Attempt> {
     let temp_name = tmp.name.clone().unwrap_or_default();
     // Anyone who opens the copy once it has the name breaks this one.
@@ -674,6 +697,9 @@ fn swap_in(
         .map_err(|e| Error::from_errno(Errno::from_raw(e.raw_os_error()), what, path))
     };
     exchange("cannot swap the copy with")?;
+    // The test hook waits for a SIGKILL here; a SIGINT, SIGTERM or SIGHUP
+    // only ends the wait (this file is finished, the next check stops).
+    let _ = opts.pause_at(PausePoint::Swapped, path);
     thread::sleep(SWAP_GRACE);
     let original_out = stat_at(dir, &temp_name, dir_path).map(|st| identity(&st) == id);
     let copy_in = stat_at(dir, name, dir_path)

@@ -20,6 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::beneath::HeldDir;
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
 use crate::sys::{beneath, filesystem, signals};
@@ -87,13 +88,16 @@ pub fn check(sysroot: &SysRoot, paths: &[PathBuf]) -> Result<CheckReport> {
 }
 
 /// Looks at the directory of a `nocow DIR` request (or, when it is
-/// missing, at its nearest existing ancestor).
+/// missing, at its nearest existing ancestor). The directory is opened once
+/// ([`scan::hold`]): a symbolic link another user planted on the way is
+/// refused here, before anything is planned or done, and everything after
+/// goes through the descriptor held in [`Observed::root_dir`].
 pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
     let abs = std::path::absolute(&req.dir)
         .map_err(|e| Error::from_io(&e, "cannot resolve", &req.dir))?;
-    match fs::metadata(&abs) {
-        Ok(m) if m.is_dir() => {
-            let s = scan::scan(sysroot, &req.dir)?;
+    match scan::hold(&req.dir) {
+        Ok(held @ scan::Held::Dir(_)) => {
+            let s = scan::scan_held(sysroot, &req.dir, held)?;
             Ok(Observed {
                 root: s.root,
                 target: Target::Existing,
@@ -104,25 +108,30 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 root_dir: s.root_dir,
             })
         }
-        Ok(_) => Err(Error::new(
+        Ok(scan::Held::File { .. }) => Err(Error::new(
             ErrorKind::WrongTarget,
             format!("{} exists and is not a directory", req.dir.display()),
         )
         .with_hint("give a directory (it is created if it does not exist)")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.kind() == ErrorKind::NotFound && req.migrate => Err(Error::new(
+            ErrorKind::NotFound,
+            format!(
+                "{} does not exist: --migrate moves the files of an existing directory",
+                req.dir.display()
+            ),
+        )
+        .with_hint("check the path; to create a new NOCOW directory, leave out --migrate")),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
             let (ancestor, rest) = existing_ancestor(&abs)?;
-            let mut root = scan::inspect_root(sysroot, &ancestor)?;
-            let held = if root.is_dir && root.is_btrfs() {
-                Some(std::sync::Arc::new(scan::open_root(&root.dir)?))
-            } else {
-                None
+            let held = scan::Held::Dir(HeldDir::open(&ancestor)?);
+            let mut root = scan::inspect_held(sysroot, &ancestor, &held)?;
+            let handle = match (&held, root.is_btrfs()) {
+                (scan::Held::Dir(d), true) => Some(std::sync::Arc::new(scan::DirHandle {
+                    file: d.file()?,
+                    id: d.identity()?,
+                })),
+                _ => None,
             };
-            if !root.is_dir {
-                return Err(Error::new(
-                    ErrorKind::WrongTarget,
-                    format!("{} is not a directory", ancestor.display()),
-                ));
-            }
             root.path = req.dir.clone();
             let mut missing = Vec::new();
             let mut p = root.dir.clone();
@@ -136,11 +145,11 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 entries: Vec::new(),
                 as_root: crate::sys::is_root(),
                 euid: nix::unistd::geteuid().as_raw(),
-                root_id: held.as_ref().map(|d| d.id),
-                root_dir: held,
+                root_id: handle.as_ref().map(|d| d.id),
+                root_dir: handle,
             })
         }
-        Err(e) => Err(Error::from_io(&e, "cannot use", &req.dir)),
+        Err(e) => Err(e),
     }
 }
 
@@ -175,18 +184,24 @@ fn existing_ancestor(abs: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Outcome {
     /// Directories created (the subvolume included).
+    #[serde(serialize_with = "crate::model::text::lossy_paths")]
     pub created: Vec<PathBuf>,
     /// The subvolume created, if any.
+    #[serde(serialize_with = "crate::model::text::lossy_opt_path")]
     pub subvolume: Option<PathBuf>,
     /// Directories NOCOW was set on.
+    #[serde(serialize_with = "crate::model::text::lossy_paths")]
     pub nocow_set: Vec<PathBuf>,
     /// The directory carries NOCOW, read back through FS_IOC_GETFLAGS.
     pub dir_nocow: bool,
     /// Leftover temporary files removed.
+    #[serde(serialize_with = "crate::model::text::lossy_paths")]
     pub removed_leftovers: Vec<PathBuf>,
     /// Files whose stale marker attribute was removed.
+    #[serde(serialize_with = "crate::model::text::lossy_paths")]
     pub cleared_markers: Vec<PathBuf>,
     /// Empty files set NOCOW in place.
+    #[serde(serialize_with = "crate::model::text::lossy_paths")]
     pub switched: Vec<PathBuf>,
     /// Files copied into NOCOW files.
     pub migrated: Vec<Migrated>,
@@ -200,8 +215,10 @@ pub struct Outcome {
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NocowReport {
     /// The directory as given.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub path: PathBuf,
     /// The directory, absolute.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub dir: PathBuf,
     /// Only the plan was shown.
     pub dry_run: bool,
@@ -240,12 +257,17 @@ pub fn progress_total(plan: &Plan) -> u64 {
         .sum()
 }
 
-/// Carries the plan out, then verifies: the flag of `dir` (as the user gave
-/// it) read back, and a new audit in which every migrated file is NOCOW.
-/// `progress(bytes)` is called as data is copied and hashed.
+/// Carries the plan out, then verifies: the flag of `dir` (the planned
+/// directory, [`target_dir`]) read back through the descriptor held since
+/// the plan, and a new audit, walked from that descriptor, in which every
+/// migrated file is NOCOW. `shown` is the directory as the user gave it (for
+/// messages), `root` what was observed. `progress(bytes)` is called as data
+/// is copied and hashed.
 pub fn execute(
     sysroot: &SysRoot,
     dir: &Path,
+    shown: &Path,
+    root: &RootInfo,
     plan: &Plan,
     opts: &mut ExecOptions,
     progress: &mut dyn FnMut(u64) -> Result<()>,
@@ -268,14 +290,28 @@ pub fn execute(
             }
         })?;
     }
-    out.dir_nocow = filesystem::is_nocow(dir)?;
+    // Verified through the descriptors held since the plan: the path is
+    // never resolved again.
+    let target = created_or_planned_dir(opts, dir)?;
+    out.dir_nocow = filesystem::inode_flags_of(&target, shown)?
+        .is_some_and(|f| f.intersects(crate::sys::ioctl::FS_NOCOW_FL));
     if !out.dir_nocow {
         return Err(Error::new(
             ErrorKind::State,
-            format!("{} is not NOCOW after the change", dir.display()),
+            format!("{} is not NOCOW after the change", shown.display()),
         ));
     }
-    let after = scan::scan(sysroot, dir)?;
+    let handle = scan::DirHandle {
+        id: FileIdentity::of(&target).map_err(|e| Error::from_io(&e, "cannot stat", shown))?,
+        file: target,
+    };
+    let after = scan::rescan_dir(
+        sysroot,
+        &handle,
+        dir,
+        &shown.display().to_string(),
+        root.clone(),
+    )?;
     for m in &out.migrated {
         let nocow = after.entries.iter().any(|e| e.path == m.path && e.nocow);
         if !nocow {
@@ -291,6 +327,7 @@ pub fn execute(
         .filter(|e| e.kind == EntryKind::File && !e.nocow && e.state != EntryState::Leftover)
         .map(|e| Staying {
             path: e.path.clone(),
+            path_bytes: e.path_bytes.clone(),
             display: e.display.clone(),
             size_bytes: e.size_bytes,
             state: e.state,

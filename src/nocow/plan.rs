@@ -72,16 +72,19 @@ pub enum Step {
     /// mkdir.
     CreateDirectory {
         /// Absolute path.
+        #[serde(serialize_with = "crate::model::text::lossy_path")]
         path: PathBuf,
     },
     /// A new subvolume (the directory itself).
     CreateSubvolume {
         /// Absolute path.
+        #[serde(serialize_with = "crate::model::text::lossy_path")]
         path: PathBuf,
     },
     /// FS_IOC_SETFLAGS with NOCOW on a directory, read back.
     SetNocow {
         /// Absolute path.
+        #[serde(serialize_with = "crate::model::text::lossy_path")]
         path: PathBuf,
         /// Drop a compression attribute it inherited (only on directories
         /// btrfs-lab creates).
@@ -94,6 +97,7 @@ pub enum Step {
     /// Removes a temporary file an interrupted migration left.
     RemoveLeftover {
         /// Absolute path.
+        #[serde(serialize_with = "crate::model::text::lossy_path")]
         path: PathBuf,
         /// Its identity when planned.
         #[serde(skip)]
@@ -106,6 +110,7 @@ pub enum Step {
     /// interruption right after its rename left it).
     ClearMarker {
         /// Absolute path.
+        #[serde(serialize_with = "crate::model::text::lossy_path")]
         path: PathBuf,
         /// Its identity when planned.
         #[serde(skip)]
@@ -117,6 +122,7 @@ pub enum Step {
     /// Sets NOCOW on an empty file in place.
     SwitchEmpty {
         /// Absolute path.
+        #[serde(serialize_with = "crate::model::text::lossy_path")]
         path: PathBuf,
         /// Its identity when planned.
         #[serde(skip)]
@@ -128,6 +134,7 @@ pub enum Step {
     /// Copies a file into a new NOCOW file and renames that over it.
     Migrate {
         /// Absolute path.
+        #[serde(serialize_with = "crate::model::text::lossy_path")]
         path: PathBuf,
         /// Its size.
         size_bytes: u64,
@@ -193,7 +200,12 @@ impl Step {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Staying {
     /// Absolute path.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub path: PathBuf,
+    /// The exact bytes of `path` (an array of 0-255), present only when
+    /// they are not UTF-8 (`path` then shows U+FFFD in their place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
     /// As shown.
     #[serde(skip)]
     pub display: String,
@@ -336,6 +348,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
         }
         let stay = |reason: String| Staying {
             path: e.path.clone(),
+            path_bytes: e.path_bytes.clone(),
             display: e.display.clone(),
             size_bytes: e.size_bytes,
             state: e.state,
@@ -543,6 +556,7 @@ mod tests {
         let (state, reason) = classify(&facts);
         Entry {
             path: PathBuf::from("/m/d").join(name),
+            path_bytes: None,
             display: format!("d/{name}"),
             kind: EntryKind::File,
             state,

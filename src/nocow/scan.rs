@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File};
+use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
@@ -15,14 +15,15 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::Mode as NixMode;
 use rustix::fs::{AtFlags, FileType};
 
-use super::audit::{Entry, EntryKind, Facts, RootInfo, classify};
+use super::audit::{Entry, EntryKind, EntryState, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::beneath::{self, HeldDir};
 use crate::sys::filesystem;
 use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
 use crate::sys::loopdev::FileIdentity;
 use crate::sys::root::SysRoot;
-use crate::sys::{beneath, btrfs, mounts, procs, xattrs};
+use crate::sys::{btrfs, mounts, procs, xattrs};
 
 /// What the walk found below one path.
 #[derive(Debug, Clone)]
@@ -40,29 +41,85 @@ pub struct Scan {
     pub root_dir: Option<std::sync::Arc<DirHandle>>,
 }
 
-/// Looks at an existing path and the filesystem it is on.
-pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
-    let meta = fs::metadata(path).map_err(|e| Error::from_io(&e, "cannot use", path))?;
-    let (info, canonical) = if meta.is_dir() {
-        let info = filesystem::inspect_dir(sysroot, path)?;
-        let dir = info.dir.clone();
-        (info, dir)
-    } else if meta.is_file() {
-        let canonical =
-            fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
-        let parent = canonical.parent().unwrap_or(Path::new("/"));
-        (filesystem::inspect_dir(sysroot, parent)?, canonical)
-    } else {
+/// What a path a user named leads to, held by descriptor: reached from `/`
+/// following only root's symbolic links ([`HeldDir`]), so a link another
+/// user planted on the way is refused before anything is read or done.
+#[derive(Debug)]
+pub enum Held {
+    /// A directory, held.
+    Dir(HeldDir),
+    /// A regular file: its directory, held, and its name there.
+    File {
+        /// The directory that holds it.
+        parent: HeldDir,
+        /// Its name in `parent`.
+        name: OsString,
+    },
+}
+
+impl Held {
+    /// The canonical path (the walk's, for messages and the report).
+    pub fn canonical(&self) -> PathBuf {
+        match self {
+            Held::Dir(d) => d.path().to_path_buf(),
+            Held::File { parent, name } => parent.join(name),
+        }
+    }
+}
+
+/// Opens `path` once (see [`Held`]); a directory or a regular file.
+pub fn hold(path: &Path) -> Result<Held> {
+    let Some((parent, name, st)) = HeldDir::resolve_entry(path)? else {
+        return Ok(Held::Dir(HeldDir::open(path)?));
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory => {
+            let dir = parent.open_subdir(&name)?;
+            if dir.identity()? != beneath::identity_of(&st) {
+                return Err(Error::new(
+                    ErrorKind::State,
+                    format!("{} was replaced while it was opened", path.display()),
+                )
+                .with_hint("run the command again"));
+            }
+            Ok(Held::Dir(dir))
+        }
+        FileType::RegularFile => Ok(Held::File { parent, name }),
+        _ => Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is neither a file nor a directory", path.display()),
+        )),
+    }
+}
+
+/// Looks at a held path and the filesystem it is on, through the
+/// descriptors only (the mount is looked up by the walk's path, for its
+/// name and options).
+pub fn inspect_held(sysroot: &SysRoot, path: &Path, held: &Held) -> Result<RootInfo> {
+    let canonical = held.canonical();
+    let (dir, target) = match held {
+        Held::Dir(d) => (d, d.file()?),
+        Held::File { parent, name } => (
+            parent,
+            parent.open_entry_file(name, rustix::fs::OFlags::RDONLY)?,
+        ),
+    };
+    let meta = target
+        .metadata()
+        .map_err(|e| Error::from_io(&e, "cannot stat", &canonical))?;
+    if matches!(held, Held::File { .. }) && !meta.is_file() {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!("{} is neither a file nor a directory", path.display()),
         ));
-    };
-    let is_btrfs = info.mount.fs_type == "btrfs";
+    }
+    let info = dir.filesystem(sysroot)?;
+    let (mount, read_only, available_bytes) = (info.mount, info.read_only, info.available_bytes);
+    let is_btrfs = mount.fs_type == "btrfs";
     let (data_profiles, flags) = if is_btrfs {
         (
-            btrfs::data_profiles(&canonical)?,
-            filesystem::inode_flags(&canonical)?,
+            dir.btrfs_data_profiles()?,
+            filesystem::inode_flags_of(&target, &canonical)?,
         )
     } else {
         (Vec::new(), None)
@@ -71,22 +128,22 @@ pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
         format!(
             "{} is on {}, not btrfs: it does not copy on write, so there is nothing to do",
             path.display(),
-            info.mount.fs_type
+            mount.fs_type
         )
     });
     Ok(RootInfo {
         path: path.to_path_buf(),
         is_dir: meta.is_dir(),
-        fs_type: info.mount.fs_type.clone(),
-        mount_point: info.mount.mount_point.clone(),
-        source: info.mount.source.clone(),
-        read_only: info.read_only,
+        fs_type: mount.fs_type.clone(),
+        mount_point: mount.mount_point.clone(),
+        source: mount.source.clone(),
+        read_only,
         data_profiles,
-        mount_options: crate::parse::mountinfo::relevant_mount_options(info.mount.options()),
+        mount_options: crate::parse::mountinfo::relevant_mount_options(mount.options()),
         nocow: flags.map(|f| f.intersects(FS_NOCOW_FL)),
         compression_attr: flags.map(|f| f.intersects(FS_COMPR_FL)),
         subvolume: is_btrfs && btrfs::is_subvolume_root(&meta),
-        available_bytes: info.available_bytes,
+        available_bytes,
         note,
         dir: canonical,
     })
@@ -94,14 +151,20 @@ pub fn inspect_root(sysroot: &SysRoot, path: &Path) -> Result<RootInfo> {
 
 /// Audits `path` (a directory, recursively, or one file).
 ///
-/// A directory is walked by descriptor: it is opened once (its canonical
-/// path, with no symbolic link allowed anywhere in it), and every
-/// subdirectory is opened from its parent's descriptor without following a
-/// link, so swapping a directory for a link while the walk runs cannot lead
-/// it outside. Each entry records its (dev, inode) and its directory's, so
+/// The path is opened once ([`hold`]: a link another user planted on the
+/// way is refused before anything is read), and every subdirectory is
+/// opened from its parent's descriptor without following a link, so
+/// swapping a directory for a link while the walk runs cannot lead it
+/// outside. Each entry records its (dev, inode) and its directory's, so
 /// that a plan made from it can check it acts on the same ones.
 pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
-    let root = inspect_root(sysroot, path)?;
+    let held = hold(path)?;
+    scan_held(sysroot, path, held)
+}
+
+/// [`scan`] of a path already held.
+pub fn scan_held(sysroot: &SysRoot, path: &Path, held: Held) -> Result<Scan> {
+    let root = inspect_held(sysroot, path, &held)?;
     let mut scan = Scan {
         root,
         entries: Vec::new(),
@@ -113,38 +176,66 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
         return Ok(scan);
     }
     let shown = path.display().to_string();
-    if scan.root.is_dir {
-        let mount_points: HashSet<PathBuf> = mounts::mount_table(sysroot)?
-            .into_iter()
-            .map(|m| m.mount_point)
-            .collect();
-        let dir = scan.root.dir.clone();
-        let handle = open_root(&dir)?;
-        walk(
-            &handle.file,
-            handle.id,
-            &dir,
-            &shown,
-            &mount_points,
-            &mut scan,
-        );
-        scan.root_dir = Some(std::sync::Arc::new(handle));
-    } else {
-        let dir = scan.root.dir.clone();
-        let (parent, name) = match (dir.parent(), dir.file_name()) {
-            (Some(p), Some(n)) => (p, n),
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::WrongTarget,
-                    format!("{} is not a file", dir.display()),
-                ));
+    match held {
+        Held::Dir(d) => {
+            let file = d.file()?;
+            let id = identity_of(&file, d.path())?;
+            let handle = DirHandle { file, id };
+            walk_held(sysroot, &handle, &scan.root.dir.clone(), &shown, &mut scan)?;
+            scan.root_dir = Some(std::sync::Arc::new(handle));
+        }
+        Held::File { parent, name } => {
+            let file = parent.file()?;
+            let id = identity_of(&file, parent.path())?;
+            let dir = scan.root.dir.clone();
+            if let Some(entry) = look_at(&file, id, &name, &dir, shown)? {
+                scan.entries.push(entry);
             }
-        };
-        let parent_dir = open_root(parent)?;
-        if let Some(entry) = look_at(&parent_dir.file, parent_dir.id, name, &dir, shown)? {
-            scan.entries.push(entry);
         }
     }
+    crate::sys::signals::check()?;
+    find_openers(&mut scan);
+    Ok(scan)
+}
+
+/// The entries below a directory held open (after a change, to verify it):
+/// walked as [`scan`] walks, with the processes that have them open.
+pub fn rescan_dir(
+    sysroot: &SysRoot,
+    handle: &DirHandle,
+    dir: &Path,
+    shown: &str,
+    root: RootInfo,
+) -> Result<Scan> {
+    let mut scan = Scan {
+        root,
+        entries: Vec::new(),
+        skipped: Vec::new(),
+        unreadable_processes: 0,
+        root_dir: None,
+    };
+    walk_held(sysroot, handle, dir, shown, &mut scan)?;
+    crate::sys::signals::check()?;
+    find_openers(&mut scan);
+    Ok(scan)
+}
+
+fn walk_held(
+    sysroot: &SysRoot,
+    handle: &DirHandle,
+    dir: &Path,
+    shown: &str,
+    scan: &mut Scan,
+) -> Result<()> {
+    let mount_points: HashSet<PathBuf> = mounts::mount_table(sysroot)?
+        .into_iter()
+        .map(|m| m.mount_point)
+        .collect();
+    walk(&handle.file, handle.id, dir, shown, &mount_points, scan);
+    Ok(())
+}
+
+fn find_openers(scan: &mut Scan) {
     let targets: Vec<(FileIdentity, PathBuf)> = scan
         .entries
         .iter()
@@ -156,7 +247,6 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
     for e in &mut scan.entries {
         e.open_by = open.openers(e.id).to_vec();
     }
-    Ok(scan)
 }
 
 /// A directory held open, and its identity.
@@ -170,22 +260,6 @@ pub struct DirHandle {
 
 fn identity_of(file: &File, path: &Path) -> Result<FileIdentity> {
     FileIdentity::of(file).map_err(|e| Error::from_io(&e, "cannot stat", path))
-}
-
-/// Opens a canonical directory path, refusing a symbolic link anywhere in
-/// it (it was resolved a moment ago: a link now means someone swapped one
-/// in).
-pub fn open_root(dir: &Path) -> Result<DirHandle> {
-    let fd = beneath::open_dir_no_symlinks(dir).map_err(|e| {
-        Error::from_errno(
-            nix::errno::Errno::from_raw(e.raw_os_error()),
-            "cannot open directory",
-            dir,
-        )
-    })?;
-    let file = File::from(fd);
-    let id = identity_of(&file, dir)?;
-    Ok(DirHandle { file, id })
 }
 
 /// Opens `rel` below the held `root` without leaving it and without
@@ -266,7 +340,16 @@ fn walk(
     };
     names.sort();
     let mut others = 0;
+    // Copies (by the inode they were made of), and files under a temporary
+    // name that is their own inode: an original swapped out by a migration
+    // killed between the exchange and the removal.
+    let mut copies: std::collections::HashMap<u64, (u64, (i64, i64))> =
+        std::collections::HashMap::new();
+    let mut swapped_out: Vec<(usize, u64, Seen)> = Vec::new();
     for name in names {
+        if crate::sys::signals::interrupted() {
+            return; // scan_held reports it
+        }
         let path = dir_path.join(&name);
         let display = format!("{shown}/{}", name.to_string_lossy());
         let Ok(st) = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
@@ -284,8 +367,17 @@ fn walk(
             others += 1;
             continue;
         }
-        match look_at(dir, dir_id, &name, &path, display.clone()) {
-            Ok(Some(entry)) => {
+        match look_at_seen(dir, dir_id, &name, &path, display.clone()) {
+            Ok(Some((entry, seen))) => {
+                if let Some(n) = seen.copy_of {
+                    copies.insert(n, (seen.size, seen.mtime));
+                }
+                if entry.kind == EntryKind::File
+                    && !entry.marker
+                    && temp_name_ino(&name) == Some(entry.id.ino)
+                {
+                    swapped_out.push((scan.entries.len(), entry.id.ino, seen));
+                }
                 if entry.kind == EntryKind::Directory {
                     let id = entry.id;
                     scan.entries.push(entry);
@@ -300,6 +392,20 @@ fn walk(
             }
             Ok(None) => {}
             Err(e) => scan.skipped.push(e.message().to_owned()),
+        }
+    }
+    for (i, ino, seen) in swapped_out {
+        // Its copy is in place under the file's name, with the same size
+        // and modification time (the copy got the original's; a write to
+        // the original since would have changed it): the original is what
+        // was copied and verified, so a re-run removes it.
+        if copies.get(&ino) == Some(&(seen.size, seen.mtime)) {
+            let e = &mut scan.entries[i];
+            e.state = EntryState::Leftover;
+            e.reason = Some(
+                "the original of a finished NOCOW copy, swapped out by an interrupted migration (the copy is in place under the file's name)"
+                    .to_owned(),
+            );
         }
     }
     if others > 0 {
@@ -329,6 +435,32 @@ fn open_child_dir(dir: &File, name: &OsStr, path: &Path, id: FileIdentity) -> Re
     Ok((identity_of(&file, path)? == id).then_some(file))
 }
 
+/// What [`look_at`] saw besides the entry: the inode the marker says the
+/// file is a copy of, and the file's size and modification time.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    copy_of: Option<u64>,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+/// The inode number a marker value names (`... copy of inode N by pid P`).
+fn copy_of(marker: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(marker).ok()?;
+    let rest = s.split_once("copy of inode ")?.1;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// The inode number in a temporary name (`<prefix><ino>-<nonce>`).
+pub(crate) fn temp_name_ino(name: &OsStr) -> Option<u64> {
+    let rest = name.to_str()?.strip_prefix(TEMP_PREFIX)?;
+    let (ino, nonce) = rest.split_once('-')?;
+    if nonce.is_empty() || !nonce.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    ino.parse().ok()
+}
+
 /// Opens one file or directory of `dir` (never following a link) and reads
 /// its facts. `None` when it is gone or not a file or directory.
 fn look_at(
@@ -338,6 +470,16 @@ fn look_at(
     path: &Path,
     display: String,
 ) -> Result<Option<Entry>> {
+    look_at_seen(dir, dir_id, name, path, display).map(|o| o.map(|(e, _)| e))
+}
+
+fn look_at_seen(
+    dir: &File,
+    dir_id: FileIdentity,
+    name: &OsStr,
+    path: &Path,
+    display: String,
+) -> Result<Option<(Entry, Seen)>> {
     let fd = match openat(
         dir.as_fd(),
         name,
@@ -362,7 +504,17 @@ fn look_at(
     };
     let flags = filesystem::inode_flags_of(&file, path)?.unwrap_or(IFlags::empty());
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let marker = kind == EntryKind::File && xattrs::get(&file, path, MARKER_XATTR)?.is_some();
+    let marker_value = if kind == EntryKind::File {
+        xattrs::get(&file, path, MARKER_XATTR)?
+    } else {
+        None
+    };
+    let marker = marker_value.is_some();
+    let seen = Seen {
+        copy_of: marker_value.as_deref().and_then(copy_of),
+        size: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+    };
     let size = if kind == EntryKind::File { m.len() } else { 0 };
     let allocated = if kind == EntryKind::File {
         m.blocks() * 512
@@ -378,28 +530,32 @@ fn look_at(
         marker,
     };
     let (state, reason) = classify(&facts);
-    Ok(Some(Entry {
-        path: path.to_path_buf(),
-        display,
-        kind,
-        state,
-        nocow: flags.intersects(FS_NOCOW_FL),
-        compression_attr: flags.intersects(FS_COMPR_FL),
-        size_bytes: size,
-        allocated_bytes: allocated,
-        sparse: kind == EntryKind::File && allocated < size.div_ceil(4096) * 4096,
-        links: m.nlink(),
-        uid: m.uid(),
-        gid: m.gid(),
-        mode: m.mode() & 0o7777,
-        open_by: Vec::new(),
-        reason,
-        marker,
-        id: FileIdentity {
-            dev: m.dev(),
-            ino: m.ino(),
+    Ok(Some((
+        Entry {
+            path: path.to_path_buf(),
+            path_bytes: crate::model::text::non_utf8_bytes(path),
+            display,
+            kind,
+            state,
+            nocow: flags.intersects(FS_NOCOW_FL),
+            compression_attr: flags.intersects(FS_COMPR_FL),
+            size_bytes: size,
+            allocated_bytes: allocated,
+            sparse: kind == EntryKind::File && allocated < size.div_ceil(4096) * 4096,
+            links: m.nlink(),
+            uid: m.uid(),
+            gid: m.gid(),
+            mode: m.mode() & 0o7777,
+            open_by: Vec::new(),
+            reason,
+            marker,
+            id: FileIdentity {
+                dev: m.dev(),
+                ino: m.ino(),
+            },
+            dir_id,
+            flags,
         },
-        dir_id,
-        flags,
-    }))
+        seen,
+    )))
 }

@@ -11,18 +11,18 @@ pub mod report;
 pub mod scratch;
 pub mod verdict;
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::size::format_iec;
+use crate::sys::beneath::HeldDir;
 use crate::sys::counters::{self, CounterChoice, DirtyCounter};
 use crate::sys::direct_io::{AlignedBuffer, write_all_at};
 use crate::sys::root::SysRoot;
 use crate::sys::tracefs::{self, FolioTrace};
-use crate::sys::{btrfs, filesystem, kernel_release, signals};
+use crate::sys::{filesystem, kernel_release, signals};
 
 use scratch::Scratch;
 
@@ -104,8 +104,8 @@ impl ProbeOptions {
 }
 
 /// Looks at `opts.path` and its filesystem; refuses what cannot be probed.
-fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
-    let info = filesystem::inspect_dir(&opts.sysroot, &opts.path)?;
+fn inspect(opts: &ProbeOptions, held: &HeldDir) -> Result<(FsContext, Option<String>)> {
+    let info = held.filesystem(&opts.sysroot)?;
     let fs_type = info.mount.fs_type.clone();
     if filesystem::is_memory_backed(&fs_type) {
         return Err(Error::new(
@@ -139,9 +139,9 @@ fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
     }
     let is_btrfs = fs_type == "btrfs";
     let (data_profiles, bdi) = if is_btrfs {
-        let fsid = btrfs::fsid(&info.dir)?;
+        let fsid = held.btrfs_fsid()?;
         (
-            btrfs::data_profiles(&info.dir)?,
+            held.btrfs_data_profiles()?,
             counters::btrfs_bdi_name(&opts.sysroot, &fsid),
         )
     } else {
@@ -150,7 +150,7 @@ fn inspect(opts: &ProbeOptions) -> Result<(FsContext, Option<String>)> {
             counters::block_bdi_name(&opts.sysroot, info.mount.major, info.mount.minor),
         )
     };
-    let flags = filesystem::inode_flags(&info.dir)?;
+    let flags = filesystem::inode_flags_of(&held.file()?, &info.dir)?;
     let nocow_meaningful = is_btrfs;
     let ctx = FsContext {
         fs_type,
@@ -260,56 +260,48 @@ fn pause_hook(_paused: &mut bool) -> Result<()> {
     Ok(())
 }
 
-/// Opens the directory to probe once (following the path as given): the
-/// test files are made relative to this descriptor, so a directory swapped
-/// for a link afterwards cannot redirect them.
-fn open_target(path: &Path) -> Result<File> {
-    use rustix::fs::{Mode, OFlags};
-    rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map(File::from)
-    .map_err(|e| {
-        let e = std::io::Error::from(e);
-        if e.raw_os_error() == Some(libc::ENOTDIR) {
-            Error::new(
-                ErrorKind::WrongTarget,
-                format!("{} is not a directory", path.display()),
-            )
-            .with_hint("give a directory on the filesystem to test")
-        } else {
-            Error::from_io(&e, "cannot use", path)
-        }
-    })
-}
-
-/// Runs the probe. `progress(done, total)` is called as bytes are written.
-pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<ProbeReport> {
-    opts.validate()?;
-    let target = open_target(&opts.path)?;
-    let (mut ctx, bdi) = inspect(opts)?;
-    // What was inspected (by path) must be what was opened.
-    let (device, inode) = scratch::identity(&target)?;
-    let inspected = File::open(&ctx.dir)
-        .map_err(|e| Error::from_io(&e, "cannot open", &ctx.dir))
-        .and_then(|f| scratch::identity(&f))?;
-    if inspected != (device.clone(), inode) {
+/// Opens the directory to probe once, following only root's symbolic
+/// links: a link another user planted on the way is refused with the
+/// reason, before anything is written.
+fn open_dir(path: &Path) -> Result<HeldDir> {
+    let not_dir = || {
+        Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is not a directory", path.display()),
+        )
+        .with_hint("give a directory on the filesystem to test")
+    };
+    let Some((parent, name, st)) = HeldDir::resolve_entry(path)? else {
+        return HeldDir::open(path);
+    };
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
+        return Err(not_dir());
+    }
+    let dir = parent.open_subdir(&name)?;
+    if dir.identity()? != crate::sys::beneath::identity_of(&st) {
         return Err(Error::new(
             ErrorKind::State,
-            format!(
-                "{} changed while probe-dio looked at it (it is not the directory that was opened)",
-                opts.path.display()
-            ),
+            format!("{} was replaced while probe-dio opened it", path.display()),
         )
         .with_hint(
             "make sure nothing renames or replaces the directory, then run the probe again",
         ));
     }
+    Ok(dir)
+}
+
+/// Runs the probe. `progress(done, total)` is called as bytes are written.
+pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<ProbeReport> {
+    opts.validate()?;
+    // The directory is opened once, following only root's links (a link
+    // another user planted on the way is refused here, before anything is
+    // written); everything after goes through this descriptor.
+    let held = open_dir(&opts.path)?;
+    let (mut ctx, bdi) = inspect(opts, &held)?;
+    let (device, inode) = scratch::identity(&held.file()?)?;
     ctx.dir_device = device;
     ctx.dir_inode = inode;
-    let removed_leftovers = scratch::remove_stale(&target);
+    let removed_leftovers = scratch::remove_stale(&held.file()?);
     let (mut counter, counter_note) = counters::open_counter(
         &opts.sysroot,
         opts.counter,
@@ -332,7 +324,7 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         )
     });
 
-    let mut scratch = Scratch::new(target, ctx.dir.clone());
+    let mut scratch = Scratch::new(held)?;
     let tag = scratch::tag(std::process::id(), &crate::sys::nonce::nonce());
     let (control_dir, control_note) = if ctx.fs_type == "btrfs" {
         let name = format!("{tag}.nocow");

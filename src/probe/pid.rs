@@ -110,7 +110,12 @@ impl Activity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PidFile {
     /// The path (as /proc/PID/fd shows it, in the process's mount view).
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub path: PathBuf,
+    /// The exact bytes of `path` (an array of 0-255), present only when
+    /// they are not UTF-8 (`path` then shows U+FFFD in their place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
     /// Its descriptors in the process.
     pub fds: Vec<u32>,
     /// Opened with O_DIRECT (by at least one descriptor).
@@ -186,6 +191,8 @@ struct Watched {
     handle: Option<File>,
     mtime_before: (i64, i64),
     positions: Vec<(u32, u64)>,
+    /// The tracepoint watches it ([`choose_watched`]).
+    traced: bool,
 }
 
 fn mtime(m: &std::fs::Metadata) -> (i64, i64) {
@@ -283,11 +290,13 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &str) -> Watch
         Vec::new()
     };
     Watched {
+        traced: false,
         mtime_before: meta.as_ref().map_or((0, 0), mtime),
         positions: group.iter().map(|f| (f.fd, f.info.pos)).collect(),
         handle,
         file: PidFile {
             path: first.path.clone(),
+            path_bytes: crate::model::text::non_utf8_bytes(&first.path),
             fds: group.iter().map(|f| f.fd).collect(),
             o_direct,
             mixed_flags: mixed,
@@ -312,6 +321,55 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &str) -> Watch
             note,
         },
     }
+}
+
+/// Room for the tracepoint filter (the kernel's limit is a page; tracefs
+/// refuses longer filters, `sys::tracefs::filter_for`).
+const FILTER_BUDGET: usize = 3400;
+
+/// Which files the tracepoint watches: all of them when the filter has
+/// room, else the files opened with O_DIRECT first (their verdict depends on
+/// it; a file without O_DIRECT is buffered by choice whatever it dirties),
+/// then the largest, as many as fit. Bounded work: one pass over the files,
+/// the length of the filter counted as it grows. The others get a note.
+/// Returns the watch list and how many files were left out.
+fn choose_watched(watched: &mut [Watched]) -> (Vec<(String, Vec<u64>)>, usize) {
+    let mut order: Vec<usize> = (0..watched.len())
+        .filter(|&i| watched[i].file.bdi.is_some() && watched[i].handle.is_some())
+        .collect();
+    order.sort_by_key(|&i| {
+        let f = &watched[i].file;
+        (!f.o_direct, std::cmp::Reverse(f.activity.size_before))
+    });
+    let mut watch: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut len = 0usize;
+    let mut left_out = 0;
+    for i in order {
+        let f = &watched[i].file;
+        let bdi = f.bdi.clone().unwrap_or_default();
+        // `(name == "BDI" && (ino == N || ...)) || ...`
+        let add = format!("ino == {}", f.inode).len()
+            + match watch.get(&bdi) {
+                Some(_) => 4,
+                None => format!("(name == \"{bdi}\" && ())").len() + 4,
+            };
+        if len + add > FILTER_BUDGET {
+            left_out += 1;
+            let n = "not watched: the tracepoint filter was full (files opened with O_DIRECT first, then the largest)";
+            let w = &mut watched[i];
+            w.file.note = Some(
+                w.file
+                    .note
+                    .take()
+                    .map_or(n.to_owned(), |m| format!("{m}; {n}")),
+            );
+            continue;
+        }
+        len += add;
+        watch.entry(bdi).or_default().push(f.inode);
+        watched[i].traced = true;
+    }
+    (watch.into_iter().collect(), left_out)
 }
 
 fn not_root() -> Error {
@@ -371,13 +429,7 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
         tracefs::EVENT.replace('/', ":"),
         trace.name()
     );
-    let mut watch: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for w in &watched {
-        if let (Some(bdi), Some(_)) = (&w.file.bdi, &w.handle) {
-            watch.entry(bdi.clone()).or_default().push(w.file.inode);
-        }
-    }
-    let watch: Vec<(String, Vec<u64>)> = watch.into_iter().collect();
+    let (watch, unwatched) = choose_watched(&mut watched);
     let io_before = fdinfo::process_io(&opts.sysroot, pid);
     if !watch.is_empty() {
         trace.watch(&watch)?;
@@ -396,7 +448,7 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
     let lost = trace.lost_events();
     let page = page_size();
     for w in &mut watched {
-        if let (Some(bdi), Some(_)) = (&w.file.bdi, &w.handle) {
+        if let (Some(bdi), Some(_), true) = (&w.file.bdi, &w.handle, w.traced) {
             let n = trace.count(bdi, w.file.inode);
             w.file.dirtied_folios = Some(n);
             w.file.dirtied_bytes = Some(n.saturating_mul(page));
@@ -447,6 +499,7 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
     if let ([only], Some(b)) = (changed.as_slice(), write_calls) {
         watched[*only].file.bytes_written = Some(b);
     }
+    let traced = watched.iter().filter(|w| w.traced).count();
     let files: Vec<PidFile> = watched.into_iter().map(|w| w.file).collect();
     let direct_files = files.iter().filter(|f| f.o_direct).count();
     let fallbacks = files
@@ -468,6 +521,15 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
         format!(
             "No file pid {pid} ({command}) opened with O_DIRECT dirtied the page cache in {seconds:.0} s."
         )
+    };
+    let summary = if unwatched > 0 {
+        format!(
+            "{summary} {} of the {} file(s) open for writing were watched (the tracepoint filter holds only so many: files opened with O_DIRECT first, then the largest); the others are marked not watched.",
+            traced,
+            files.len()
+        )
+    } else {
+        summary
     };
     Ok(PidReport {
         pid,

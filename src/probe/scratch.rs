@@ -19,7 +19,9 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
+use crate::sys::beneath::HeldDir;
 use crate::sys::direct_io::create_direct_at;
+use crate::sys::loopdev::FileIdentity;
 
 /// Every scratch name starts so.
 pub(crate) const PREFIX: &str = ".btrfs-lab-probe-";
@@ -70,24 +72,29 @@ pub fn tag(pid: u32, nonce: &str) -> String {
 }
 
 /// Scratch entries of one run, removed on drop (so on every exit path:
-/// errors, SIGINT/SIGTERM handled as errors, panics).
+/// errors, SIGINT/SIGTERM/SIGHUP handled as errors, panics). The probed
+/// directory is held ([`HeldDir`]: another user may own it), the control
+/// directory is made private in it ([`HeldDir::mkdir_private`]), and every
+/// entry is removed only while it is still the one made (device, inode).
 pub struct Scratch {
+    held: HeldDir,
     dir: File,
     shown: PathBuf,
-    control: Option<(String, File)>,
-    /// (in the control directory, name).
-    files: Vec<(bool, String)>,
+    control: Option<(String, File, FileIdentity)>,
+    /// (in the control directory, name, identity).
+    files: Vec<(bool, String, FileIdentity)>,
 }
 
 impl Scratch {
-    /// Scratch entries in the open directory `dir`, shown as `shown`.
-    pub fn new(dir: File, shown: PathBuf) -> Self {
-        Self {
-            dir,
-            shown,
+    /// Scratch entries in the held directory `dir`.
+    pub fn new(held: HeldDir) -> Result<Self> {
+        Ok(Self {
+            dir: held.file()?,
+            shown: held.path().to_path_buf(),
+            held,
             control: None,
             files: Vec::new(),
-        }
+        })
     }
 
     /// The probed directory.
@@ -98,45 +105,24 @@ impl Scratch {
     /// Where `name` is shown (in the control directory or not).
     pub fn shown(&self, in_control: bool, name: &str) -> PathBuf {
         match (&self.control, in_control) {
-            (Some((c, _)), true) => self.shown.join(c).join(name),
+            (Some((c, _, _)), true) => self.shown.join(c).join(name),
             _ => self.shown.join(name),
         }
     }
 
-    /// Creates the control directory `name` (mode 0700) and opens it.
+    /// Creates the control directory `name` (ours alone, mode 0700) and
+    /// opens it.
     pub fn make_control_dir(&mut self, name: &str) -> Result<&File> {
-        rustix::fs::mkdirat(&self.dir, name, Mode::from_raw_mode(0o700)).map_err(|e| {
-            Error::from_io(
-                &std::io::Error::from(e),
-                "cannot create a directory in",
-                &self.shown,
-            )
-        })?;
-        let opened = rustix::fs::openat(
-            &self.dir,
-            name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        );
-        match opened {
-            Ok(fd) => {
-                self.control = Some((name.to_owned(), File::from(fd)));
-                Ok(&self.control.as_ref().expect("just set").1)
-            }
-            Err(e) => {
-                let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::REMOVEDIR);
-                Err(Error::from_io(
-                    &std::io::Error::from(e),
-                    "cannot open",
-                    &self.shown.join(name),
-                ))
-            }
-        }
+        let made = self.held.mkdir_private(name, 0o700)?;
+        let id = made.identity()?;
+        let file = made.open_dir_file()?;
+        self.control = Some((name.to_owned(), file, id));
+        Ok(&self.control.as_ref().expect("just set").1)
     }
 
     fn parent(&self, in_control: bool) -> &File {
         match (&self.control, in_control) {
-            (Some((_, c)), true) => c,
+            (Some((_, c, _)), true) => c,
             _ => &self.dir,
         }
     }
@@ -145,32 +131,57 @@ impl Scratch {
     pub fn create(&mut self, in_control: bool, name: &str) -> Result<File> {
         let shown = self.shown(in_control, name);
         let f = create_direct_at(self.parent(in_control), name, &shown)?;
-        self.files.push((in_control, name.to_owned()));
+        let id = FileIdentity::of(&f).map_err(|e| Error::from_io(&e, "cannot stat", &shown))?;
+        self.files.push((in_control, name.to_owned(), id));
         Ok(f)
     }
 
-    /// Removes a file made by [`Scratch::create`].
-    pub fn remove(&mut self, in_control: bool, name: &str) -> Result<()> {
-        rustix::fs::unlinkat(self.parent(in_control), name, AtFlags::empty()).map_err(|e| {
+    /// Unlinks `name` if it still is `id`.
+    fn unlink_own(&self, in_control: bool, name: &str, id: FileIdentity) -> Result<()> {
+        let parent = self.parent(in_control);
+        match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if crate::sys::beneath::identity_of(&st) == id => {}
+            Ok(_) | Err(Errno::NOENT) => return Ok(()),
+            Err(e) => {
+                return Err(Error::from_io(
+                    &std::io::Error::from(e),
+                    "cannot remove test file",
+                    &self.shown(in_control, name),
+                ));
+            }
+        }
+        rustix::fs::unlinkat(parent, name, AtFlags::empty()).map_err(|e| {
             Error::from_io(
                 &std::io::Error::from(e),
                 "cannot remove test file",
                 &self.shown(in_control, name),
             )
-        })?;
-        self.files.retain(|(c, n)| !(*c == in_control && n == name));
+        })
+    }
+
+    /// Removes a file made by [`Scratch::create`].
+    pub fn remove(&mut self, in_control: bool, name: &str) -> Result<()> {
+        if let Some(&(_, _, id)) = self
+            .files
+            .iter()
+            .find(|(c, n, _)| *c == in_control && n == name)
+        {
+            self.unlink_own(in_control, name, id)?;
+        }
+        self.files
+            .retain(|(c, n, _)| !(*c == in_control && n == name));
         Ok(())
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        for (in_control, name) in std::mem::take(&mut self.files) {
-            let _ = rustix::fs::unlinkat(self.parent(in_control), name.as_str(), AtFlags::empty());
+        for (in_control, name, id) in std::mem::take(&mut self.files) {
+            let _ = self.unlink_own(in_control, &name, id);
         }
-        if let Some((name, dir)) = self.control.take() {
+        if let Some((name, dir, id)) = self.control.take() {
             drop(dir);
-            let _ = rustix::fs::unlinkat(&self.dir, name.as_str(), AtFlags::REMOVEDIR);
+            let _ = self.held.remove_empty_dir(name.as_str(), id);
         }
     }
 }
@@ -362,13 +373,15 @@ mod tests {
     fn scratch_removes_leftovers_on_drop() {
         let t = tempfile::tempdir_in("/var/tmp").unwrap();
         {
-            let mut s = Scratch::new(File::open(t.path()).unwrap(), t.path().to_path_buf());
+            let mut s = Scratch::new(HeldDir::open(t.path()).unwrap()).unwrap();
             s.make_control_dir("c.nocow").unwrap();
             // O_DIRECT may be refused here (tmpfs): the entries are made
             // with plain files then.
             if s.create(true, "r0.control").is_err() || s.create(false, "t").is_err() {
-                std::fs::write(t.path().join("c.nocow/r0.control"), "x").unwrap();
-                s.files.push((true, "r0.control".to_owned()));
+                let p = t.path().join("c.nocow/r0.control");
+                std::fs::write(&p, "x").unwrap();
+                let id = FileIdentity::of(&File::open(&p).unwrap()).unwrap();
+                s.files.push((true, "r0.control".to_owned(), id));
             }
             assert!(t.path().join("c.nocow/r0.control").exists());
         }

@@ -28,12 +28,13 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::parse::memory::{anon_huge_bytes, mem_available_bytes};
 use crate::parse::mountinfo::{MountEntry, mount_containing};
 use crate::parse::size::format_iec;
+use crate::sys::beneath::HeldDir;
 use crate::sys::direct_io::AlignedBuffer;
 use crate::sys::diskstats::{self, BlockDevice};
 use crate::sys::extents::{self, Layout};
 use crate::sys::memio::{self, MappedBuffer, RingBuffer};
 use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, filesystem, is_root, kernel_release, mounts, pagecache, signals};
+use crate::sys::{filesystem, is_root, kernel_release, mounts, pagecache, signals};
 
 use analysis::{CacheState, CheckContext, MethodSummary, Run, Situation};
 use digest::{Digest, VerifyMode};
@@ -299,7 +300,13 @@ pub struct Progress {
 /// The file, open and checked.
 struct Target {
     file: File,
+    /// The path of the file as opened (for messages and the report; never
+    /// opened again).
     canonical: PathBuf,
+    /// Its directory, held.
+    parent: HeldDir,
+    /// Its name there.
+    name: std::ffi::OsString,
     size: u64,
     dev: u64,
     ino: u64,
@@ -336,20 +343,49 @@ fn not_a_file(path: &Path, meta: &fs::Metadata) -> Option<Error> {
     )
 }
 
-/// Opens the file for reading (symlinks are followed: model caches link
-/// their files). Non-regular files are refused before they are opened
-/// and again after, in case the path changed in between.
+/// Opens the file for reading, once: its directory is held
+/// ([`HeldDir::resolve_entry`]) and a symbolic link is followed only if root
+/// (or the running user) owns it (model caches link their files; another
+/// user's link is refused with the reason). The name is opened beneath the
+/// held directory without following a link; non-regular files are refused
+/// before the open (by `lstat` there) and again after it.
 fn open_target(path: &Path) -> Result<Target> {
-    let meta = fs::metadata(path).map_err(|e| open_error(&e, path))?;
-    if let Some(e) = not_a_file(path, &meta) {
+    let resolved = HeldDir::resolve_entry(path).map_err(|e| match e.kind() {
+        ErrorKind::NotFound => {
+            let new = Error::new(
+                ErrorKind::NotFound,
+                format!("cannot read {}: no such file or directory", path.display()),
+            );
+            match e.hint() {
+                Some(h) => new.with_hint(h),
+                None => new,
+            }
+        }
+        _ => e,
+    })?;
+    let Some((parent, name, st)) = resolved else {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is a directory, not a file", path.display()),
+        )
+        .with_hint("give the path of the file to read (a model file, a disk image)"));
+    };
+    let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    if let Some(e) = not_a_file_kind(path, kind) {
         return Err(e);
     }
-    // O_NONBLOCK: a FIFO swapped in after the check must not hang the open.
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| open_error(&e, path))?;
+    // O_NONBLOCK (added by open_entry_file): a FIFO swapped in after the
+    // check must not hang the open.
+    let file = parent
+        .open_entry_file(&name, rustix::fs::OFlags::RDONLY)
+        .map_err(|e| match e.kind() {
+            ErrorKind::Permission => Error::new(
+                ErrorKind::Permission,
+                format!("cannot read {}: permission denied", path.display()),
+            )
+            .with_hint("read-test only reads the file: run it as a user who may read it"),
+            _ => e,
+        })?;
     let meta = file
         .metadata()
         .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
@@ -358,16 +394,31 @@ fn open_target(path: &Path) -> Result<Target> {
     }
     fcntl(&file, FcntlArg::F_SETFL(OFlag::empty()))
         .map_err(|e| Error::from_errno(e, "cannot set the flags of", path))?;
-    let canonical =
-        fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
+    let canonical = parent.join(&name);
     Ok(Target {
         file,
         canonical,
+        parent,
+        name,
         size: meta.len(),
         dev: meta.dev(),
         ino: meta.ino(),
         uid: meta.uid(),
     })
+}
+
+/// [`not_a_file`] from an `lstat` (a link was resolved before).
+fn not_a_file_kind(path: &Path, kind: rustix::fs::FileType) -> Option<Error> {
+    use rustix::fs::FileType;
+    let message = match kind {
+        FileType::RegularFile => return None,
+        FileType::Directory => format!("{} is a directory, not a file", path.display()),
+        _ => format!("{} is not a regular file", path.display()),
+    };
+    Some(
+        Error::new(ErrorKind::WrongTarget, message)
+            .with_hint("give the path of the file to read (a model file, a disk image)"),
+    )
 }
 
 /// Opens the same file again with O_DIRECT, if that works here and means
@@ -380,10 +431,14 @@ fn open_direct(
     align: u64,
 ) -> Result<std::result::Result<File, String>> {
     let fallback = "direct and direct-copy read through the page cache instead";
+    // The same open file, reopened through its descriptor (/proc/self/fd):
+    // no name is resolved again.
+    use std::os::fd::AsRawFd;
+    let again = PathBuf::from(format!("/proc/self/fd/{}", t.file.as_raw_fd()));
     let file = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
+        .open(&again)
     {
         Ok(f) => f,
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -458,7 +513,7 @@ fn file_devices(
     if fs_type == "btrfs" {
         let mut found = Vec::new();
         let mut missing = Vec::new();
-        for d in btrfs::devices(&t.canonical)? {
+        for d in t.parent.btrfs_devices()? {
             // A missing device has no path.
             if d.path.is_empty() {
                 continue;
@@ -488,11 +543,11 @@ fn mincore_can_tell(t: &Target) -> bool {
     let euid = nix::unistd::geteuid();
     euid.is_root()
         || euid.as_raw() == t.uid
-        || nix::unistd::faccessat(
-            nix::fcntl::AT_FDCWD,
-            &t.canonical,
-            nix::unistd::AccessFlags::W_OK,
-            nix::fcntl::AtFlags::AT_EACCESS,
+        || rustix::fs::accessat(
+            t.parent.fd(),
+            t.name.as_os_str(),
+            rustix::fs::Access::WRITE_OK,
+            rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
         )
         .is_ok()
 }
@@ -705,7 +760,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
     let memory_backed = filesystem::is_memory_backed(&fs_type);
     let (devices, missing_members) = file_devices(&opts.sysroot, &t, &fs_type)?;
     let data_profiles = if fs_type == "btrfs" {
-        btrfs::data_profiles(&t.canonical)?
+        t.parent.btrfs_data_profiles()?
     } else {
         Vec::new()
     };
@@ -1086,6 +1141,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         kernel: kernel_release(),
         file: FileInfo {
             path: t.canonical.clone(),
+            path_bytes: crate::model::text::non_utf8_bytes(&t.canonical),
             size_bytes: t.size,
             fs_type,
             mount_point: mount.mount_point.clone(),

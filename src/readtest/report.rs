@@ -20,12 +20,18 @@ pub const EXIT_CHECKSUM_MISMATCH: u8 = 3;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileInfo {
     /// Canonical path.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub path: PathBuf,
+    /// The exact bytes of `path` (an array of 0-255), present only when
+    /// they are not UTF-8 (`path` then shows U+FFFD in their place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
     /// Size in bytes.
     pub size_bytes: u64,
     /// Filesystem type.
     pub fs_type: String,
     /// Its mount point.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub mount_point: PathBuf,
     /// The mount's source.
     pub source: String,
@@ -154,6 +160,7 @@ pub struct CacheInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReadTestReport {
     /// The file as given.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub path: PathBuf,
     /// The process exit status that goes with the report.
     pub exit_code: u8,

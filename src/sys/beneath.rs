@@ -183,28 +183,6 @@ pub(crate) fn open_dir_beneath(dir: BorrowedFd<'_>, rel: &Path) -> rustix::io::R
     }
 }
 
-/// Opens the directory at the absolute `path` without following a link in
-/// any component (`openat2(RESOLVE_NO_SYMLINKS)`, else a walk from `/` with
-/// `O_NOFOLLOW`): a path that was canonical a moment ago and now holds a
-/// link means someone swapped one in.
-pub(crate) fn open_dir_no_symlinks(path: &Path) -> rustix::io::Result<OwnedFd> {
-    let flags = open_dir_flags();
-    match rfs::openat2(
-        rfs::CWD,
-        path,
-        flags,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    ) {
-        Err(RErrno::NOSYS) => {
-            let root = rfs::openat(rfs::CWD, "/", flags, Mode::empty())?;
-            let rel = path.strip_prefix("/").map_err(|_| RErrno::INVAL)?;
-            open_dir_beneath(root.as_fd(), rel)
-        }
-        other => other,
-    }
-}
-
 /// Creates the directory `name` in the held directory `dir` (mode 0777 less
 /// the umask) and opens it without following a link. `path` is for
 /// messages.
@@ -745,6 +723,135 @@ impl HeldDir {
             Err(RErrno::NOTDIR) => Ok(Removal::NotOurs),
             Err(e) => Err(err(e, "cannot delete", &self.join(name))),
         }
+    }
+
+    /// Resolves `path` (a file or a directory a user named) to its parent,
+    /// held as [`HeldDir::open`] holds it, and the name of the entry in it,
+    /// with the entry's `lstat`. A symbolic link in the last component is
+    /// followed only if root (or the running user) owns it; another user's
+    /// link is refused with the reason. `path` `/` (or one ending in `..`)
+    /// has no parent entry: `Ok(None)`, open it with [`HeldDir::open`].
+    /// Nothing that is found is opened yet: open it with
+    /// [`HeldDir::open_entry_file`] or [`HeldDir::open_subdir`], which never
+    /// follow a link, and compare identities when it matters.
+    pub fn resolve_entry(path: &Path) -> Result<Option<(HeldDir, OsString, Stat)>> {
+        // Messages name the path as given until a link is followed.
+        let mut shown = path.to_path_buf();
+        let mut path = std::path::absolute(path)
+            .map_err(|e| Error::usage(format!("invalid path {}: {e}", path.display())))?;
+        let me = rustix::process::geteuid().as_raw();
+        for _ in 0..MAX_SYMLINKS {
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                return Ok(None);
+            };
+            if path.ends_with("..") || path.ends_with(".") {
+                return Ok(None);
+            }
+            let dir = HeldDir::open(parent)?;
+            let name = name.to_os_string();
+            let st = dir
+                .stat(&name)?
+                .ok_or_else(|| err(RErrno::NOENT, "cannot use", &shown))?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
+                return Ok(Some((dir, name, st)));
+            }
+            if st.st_uid != 0 && st.st_uid != me {
+                return Err(Error::new(
+                    ErrorKind::Permission,
+                    format!(
+                        "{} is a symbolic link owned by uid {}; as root, btrfs-lab follows only root's links",
+                        shown.display(),
+                        st.st_uid
+                    ),
+                )
+                .with_hint("give the real path"));
+            }
+            let target = rfs::readlinkat(dir.fd(), name.as_os_str(), Vec::new())
+                .map_err(|e| err(e, "cannot read link", &path))?;
+            let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
+            path = if target.is_absolute() {
+                target
+            } else {
+                dir.path().join(target)
+            };
+            shown.clone_from(&path);
+        }
+        Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{}: too many levels of symbolic links", shown.display()),
+        ))
+    }
+
+    /// Opens the entry `name` (not a directory: a file, opened with
+    /// `flags` plus `O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`) without following
+    /// a link and without leaving this directory.
+    pub fn open_entry_file(&self, name: impl AsRef<OsStr>, flags: OFlags) -> Result<File> {
+        let name = component(name.as_ref())?;
+        open_beneath(
+            self.fd(),
+            name,
+            flags | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map(File::from)
+        .map_err(|e| err(e, "cannot open", &self.join(name)))
+    }
+
+    /// The filesystem it is on, read through the descriptor (fstatvfs); the
+    /// mount is the one of `/proc/self/mountinfo` that contains the walk's
+    /// path (for its type, source and options; never opened).
+    pub fn filesystem(&self, sysroot: &super::root::SysRoot) -> Result<super::filesystem::DirFs> {
+        let table = super::mounts::mount_table(sysroot)?;
+        let mount = crate::parse::mountinfo::mount_containing(&table, &self.path)
+            .cloned()
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::State,
+                    format!("no mount contains {}", self.path.display()),
+                )
+            })?;
+        let vfs = rfs::fstatvfs(&self.fd).map_err(|e| err(e, "cannot statvfs", &self.path))?;
+        Ok(super::filesystem::DirFs {
+            read_only: vfs.f_flag.contains(rfs::StatVfsMountFlags::RDONLY) || mount.is_read_only(),
+            available_bytes: vfs.f_bavail.saturating_mul(vfs.f_frsize),
+            dir: self.path.clone(),
+            mount,
+        })
+    }
+
+    /// The fsid of the btrfs it is on (FS_INFO on the descriptor).
+    pub fn btrfs_fsid(&self) -> Result<String> {
+        btrfs_uapi::filesystem::filesystem_info(self.fd())
+            .map(|i| i.uuid.as_hyphenated().to_string())
+            .map_err(|e| Error::from_errno(e, "cannot query btrfs at", &self.path))
+    }
+
+    /// The profiles that hold data on the btrfs it is on (SPACE_INFO on the
+    /// descriptor).
+    pub fn btrfs_data_profiles(&self) -> Result<Vec<crate::model::profile::Profile>> {
+        use btrfs_uapi::space::BlockGroupFlags;
+        let spaces = btrfs_uapi::space::space_info(self.fd())
+            .map_err(|e| Error::from_errno(e, "cannot query btrfs at", &self.path))?;
+        let mut v: Vec<_> = spaces
+            .iter()
+            .filter(|s| {
+                s.flags.contains(BlockGroupFlags::DATA)
+                    && !s.flags.contains(BlockGroupFlags::GLOBAL_RSV)
+                    && s.total_bytes > 0
+            })
+            .map(|s| super::btrfs::profile_of(s.flags))
+            .collect();
+        v.sort();
+        v.dedup();
+        Ok(v)
+    }
+
+    /// Every device of the btrfs it is on (DEV_INFO on the descriptor).
+    pub fn btrfs_devices(&self) -> Result<Vec<btrfs_uapi::device::DeviceInfo>> {
+        let info = btrfs_uapi::filesystem::filesystem_info(self.fd())
+            .map_err(|e| Error::from_errno(e, "cannot query btrfs at", &self.path))?;
+        btrfs_uapi::device::device_info_all(self.fd(), &info)
+            .map_err(|e| Error::from_errno(e, "cannot read device info of", &self.path))
     }
 }
 

@@ -824,9 +824,14 @@ fn refusals_change_nothing() {
         None::<&str>,
     )
     .unwrap();
-    for target in [dir.clone(), mnt.join("new")] {
-        let (code, stdout, stderr) =
-            nocow(&env, &[os("--migrate"), os("--yes"), target.as_os_str()]);
+    // (A missing directory is created by `nocow DIR`; --migrate refuses it
+    // as missing, see migrate_of_a_missing_directory_is_an_error_...)
+    for (target, migrate) in [(dir.clone(), true), (mnt.join("new"), false)] {
+        let mut args = vec![os("--yes"), target.as_os_str()];
+        if migrate {
+            args.insert(0, os("--migrate"));
+        }
+        let (code, stdout, stderr) = nocow(&env, &args);
         assert_eq!(code, 1);
         assert!(stdout.is_empty());
         assert!(stderr.contains("is on a read-only filesystem"), "{stderr}");
@@ -855,8 +860,7 @@ fn refusals_change_nothing() {
     let tmp = env.tmpfs("ram");
     for root in [ext4.mount_point().to_path_buf(), tmp] {
         let target = root.join("vm");
-        let (code, stdout, stderr) =
-            nocow(&env, &[os("--yes"), os("--migrate"), target.as_os_str()]);
+        let (code, stdout, stderr) = nocow(&env, &[os("--yes"), target.as_os_str()]);
         assert_eq!(code, 0, "{stderr}");
         assert!(stdout.contains("nothing to do"), "{stdout}");
         assert!(stdout.contains("not btrfs"), "{stdout}");
@@ -1243,4 +1247,387 @@ fn symlink_swaps_never_steer_root_outside_the_users_directory() {
         swaps.load(Ordering::Relaxed)
     );
     assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
+}
+
+/// A user's directory `homes/u` (uid 65534) next to a root-only tree
+/// `secret` (0700, files that are not NOCOW), on a sandbox btrfs.
+fn user_and_secret(env: &TestEnv, mnt: &Path) -> (PathBuf, PathBuf) {
+    // The test's own directories down to the mount: traversable by 65534.
+    for a in mnt.ancestors() {
+        fs::set_permissions(a, fs::Permissions::from_mode(0o755)).unwrap();
+        if a == env.path() {
+            break;
+        }
+    }
+    let secret = mnt.join("secret");
+    fs::create_dir_all(secret.join("sub")).unwrap();
+    fs::write(secret.join("root-only-key"), random_bytes(8192, 71)).unwrap();
+    fs::write(secret.join("sub/root-only-db"), random_bytes(4096, 72)).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
+    let home = mnt.join("homes/u");
+    fs::create_dir_all(&home).unwrap();
+    fs::set_permissions(mnt.join("homes"), fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    (home, secret)
+}
+
+/// Runs `f` as uid/gid 65534 in a thread of its own (the rest of the test
+/// stays root).
+fn as_nobody_thread<F: FnOnce() + Send + 'static>(f: F) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let g = rustix::process::Gid::from_raw(65534);
+        let u = rustix::process::Uid::from_raw(65534);
+        rustix::thread::set_thread_res_gid(g, g, g).unwrap();
+        rustix::thread::set_thread_res_uid(u, u, u).unwrap();
+        f()
+    })
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_users_link_at_the_top_is_refused_before_anything_runs() {
+    if !require_root("nocow on a user's top-level link") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, secret) = user_and_secret(&env, sbx.mount_point());
+    // The user plants links to root's directory and to one of its files.
+    let (link, flink) = (home.join("link"), home.join("flink"));
+    as_nobody_thread({
+        let (secret, link, flink) = (secret.clone(), link.clone(), flink.clone());
+        move || {
+            std::os::unix::fs::symlink(&secret, &link).unwrap();
+            std::os::unix::fs::symlink(secret.join("root-only-key"), &flink).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+    let before = outside_state(&secret);
+    let runs: [&[&OsStr]; 6] = [
+        &[os("--yes"), link.as_os_str()],
+        &[os("--migrate"), os("--yes"), link.as_os_str()],
+        &[os("--check"), link.as_os_str()],
+        &[os("--check"), os("--json"), link.as_os_str()],
+        &[os("--check"), flink.as_os_str()],
+        &[
+            os("--check"),
+            os("--json"),
+            home.as_os_str(),
+            flink.as_os_str(),
+        ],
+    ];
+    for args in runs {
+        let (code, stdout, stderr) = nocow(&env, args);
+        assert_eq!(code, 1, "{args:?}: {stdout}{stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert!(
+            stderr.contains("is a symbolic link owned by uid 65534")
+                && stderr.contains("follows only root's links"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("root-only"), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().filter(|l| l.contains("error:")).count(), 1);
+        assert_eq!(outside_state(&secret), before, "{args:?}");
+        assert!(!flags_of(&secret).contains(FS_NOCOW_FL));
+    }
+    // Root's own link is followed.
+    let rootlink = sbx.mount_point().join("rootlink");
+    std::os::unix::fs::symlink(&secret, &rootlink).unwrap();
+    let (code, stdout, stderr) = nocow(&env, &[os("--check"), rootlink.as_os_str()]);
+    assert_eq!(code, 6, "{stderr}");
+    assert!(stdout.contains("root-only-key"), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_swap_race_at_the_top_never_reaches_roots_directory() {
+    if !require_root("nocow against a top-level swap race") {
+        return;
+    }
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const RUNS: usize = 150;
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, secret) = user_and_secret(&env, sbx.mount_point());
+    let before = outside_state(&secret);
+    let swaps = Arc::new(AtomicU64::new(0));
+    let (mut done, mut refused) = (0, 0);
+    for run in 0..RUNS {
+        // The user's directory `d` (a file of theirs in it) and their link
+        // to root's directory, exchanged over and over.
+        let d = home.join("d");
+        let stop = Arc::new(AtomicBool::new(false));
+        let ready = Arc::new(AtomicBool::new(false));
+        let attacker = as_nobody_thread({
+            let (secret, stop, ready, swaps) =
+                (secret.clone(), stop.clone(), ready.clone(), swaps.clone());
+            let home = home.clone();
+            move || {
+                // Either name may hold either entry after the last run.
+                for n in ["d", "link"] {
+                    let _ = fs::remove_file(home.join(n));
+                    let _ = fs::remove_dir_all(home.join(n));
+                }
+                fs::create_dir(home.join("d")).unwrap();
+                fs::write(home.join("d/mine"), random_bytes(4096, run as u64)).unwrap();
+                std::os::unix::fs::symlink(&secret, home.join("link")).unwrap();
+                let dir = File::open(&home).unwrap();
+                ready.store(true, Ordering::SeqCst);
+                for _ in 0..5_000_000u32 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    rustix::fs::renameat_with(
+                        &dir,
+                        "d",
+                        &dir,
+                        "link",
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        while !ready.load(Ordering::SeqCst) {
+            assert!(
+                !attacker.is_finished(),
+                "run {run}: the attacker could not start"
+            );
+            std::thread::yield_now();
+        }
+        let args: &[&OsStr] = match run % 3 {
+            0 => &[os("--yes"), d.as_os_str()],
+            1 => &[os("--migrate"), os("--yes"), d.as_os_str()],
+            _ => &[os("--check"), d.as_os_str()],
+        };
+        let (code, stdout, stderr) = nocow(&env, args);
+        stop.store(true, Ordering::SeqCst);
+        attacker.join().unwrap();
+        match code {
+            0 | 6 => done += 1,
+            1 => {
+                assert!(stderr.contains("btrfs-lab: error: "), "{stderr}");
+                refused += 1;
+            }
+            _ => panic!("run {run}: exit {code}: {stderr}"),
+        }
+        assert!(
+            !stdout.contains("root-only") && !stderr.contains("root-only"),
+            "run {run}: root's names were shown\n{stdout}{stderr}"
+        );
+        assert_eq!(
+            outside_state(&secret),
+            before,
+            "run {run} ({args:?}): root changed its own directory\n{stderr}"
+        );
+        assert!(!flags_of(&secret).contains(FS_NOCOW_FL), "run {run}");
+    }
+    eprintln!(
+        "top-level swaps: {RUNS} runs, {done} done, {refused} refused, {} swaps; root's directory unchanged",
+        swaps.load(Ordering::Relaxed)
+    );
+    assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
+    assert!(done > 0 && refused > 0, "{done} done, {refused} refused");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn migrate_of_a_missing_directory_is_an_error_and_creates_nothing() {
+    if !require_root("nocow --migrate on a missing directory") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let m = sbx.mount_point().join("M");
+    fs::create_dir(&m).unwrap();
+    let typo = m.join("typo");
+    for json_flag in [false, true] {
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(json_flag.then_some("--json"))
+            .args(["nocow", "--migrate", "--yes"])
+            .arg(&typo));
+        assert_eq!(code, 1, "{stdout}{stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.contains(
+                "typo does not exist: --migrate moves the files of an existing directory"
+            ),
+            "{stderr}"
+        );
+        assert!(stderr.contains("hint: "), "{stderr}");
+        assert!(!typo.exists());
+        assert!(crate::common::listing(&m).is_empty());
+    }
+    // Without --migrate the directory is still created.
+    let (code, _, stderr) = nocow(&env, &[os("--yes"), typo.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(flags_of(&typo).contains(FS_NOCOW_FL));
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn names_that_are_not_utf8_or_carry_escapes_are_reported_safely() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    if !require_root("nocow with hostile names") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, _) = user_and_secret(&env, sbx.mount_point());
+    let hostile =
+        std::ffi::OsString::from_vec(b"bad\xff\x1b[31mred\x1b]0;title\x07\nname".to_vec());
+    let raw = home.join(&hostile);
+    let mut f = File::create(&raw).unwrap();
+    f.write_all(&random_bytes(8192, 5)).unwrap();
+    drop(f);
+    std::os::unix::fs::chown(&raw, Some(65534), Some(65534)).unwrap();
+    fs::write(home.join("plain.db"), random_bytes(4096, 6)).unwrap();
+
+    let (code, stdout, stderr) = nocow(&env, &[os("--check"), os("--json"), home.as_os_str()]);
+    assert_eq!(code, 6, "{stderr}");
+    let r = json(&stdout);
+    let e = entry(&r, Path::new(&*raw.to_string_lossy()));
+    let bytes: Vec<u8> = e["path_bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(bytes, raw.as_os_str().as_bytes());
+    assert!(
+        entry(&r, &home.join("plain.db"))
+            .get("path_bytes")
+            .is_none()
+    );
+    let back: btrfs_lab::nocow::CheckDocument = serde_json::from_value(r.clone()).unwrap();
+    assert_eq!(back.check.entries.len(), 2);
+
+    let (code, stdout, stderr) = nocow(&env, &[os("--check"), home.as_os_str()]);
+    assert_eq!(code, 6, "{stderr}");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains('\x07'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("bad\u{fffd}\\e[31mred\\e]0;title\\x07\\nname"),
+        "{stdout}"
+    );
+
+    // The plan and the result (text and JSON) of a migration, too.
+    let (code, stdout, stderr) = nocow(&env, &[os("--migrate"), os("--dry-run"), home.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains('\x07'),
+        "{stdout:?}"
+    );
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["--json", "nocow", "--migrate", "--yes"])
+        .arg(&home));
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    assert_eq!(
+        r["result"]["migrated"].as_array().unwrap().len(),
+        2,
+        "{r:#}"
+    );
+    assert!(flags_of(&raw).contains(FS_NOCOW_FL));
+}
+
+/// SIGHUP (a dropped SSH session) in the middle of a copy and once the copy
+/// has its temporary name: exit 130, the original as it was, no temporary
+/// file left.
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn sighup_mid_migration_cleans_up_and_exits_130() {
+    if !require_root("nocow --migrate and SIGHUP") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("db");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("big.ibd"), random_bytes(32 << 20, 13)).unwrap();
+    let before = snapshot(&dir);
+    for point in ["copy", "linked"] {
+        let mut child = start_paused(&env, &dir, point);
+        if point == "linked" {
+            assert!(
+                crate::common::listing(&dir)
+                    .iter()
+                    .any(|n| n.starts_with(TEMP_PREFIX)),
+                "the copy has its temporary name"
+            );
+        }
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(130), "{point}");
+        assert_eq!(snapshot(&dir), before, "{point}");
+        assert!(!flags_of(&dir.join("big.ibd")).contains(FS_NOCOW_FL));
+        no_temp_files(&dir);
+    }
+}
+
+/// SIGKILL right after the exchange (the original under the temporary
+/// name, its verified copy, with the marker, under the file's name): the
+/// audit names the swapped-out original a leftover, not a file to migrate,
+/// and a re-run removes it and completes; content and metadata as before.
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn killed_right_after_the_swap_a_rerun_removes_the_original_and_completes() {
+    if !require_root("nocow --migrate killed after the swap") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("db");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("big.ibd"), random_bytes(16 << 20, 17)).unwrap();
+    let before = snapshot(&dir);
+    let mut child = start_paused(&env, &dir, "swapped");
+    kill_9(&mut child);
+    let names = crate::common::listing(&dir);
+    let temps: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with(TEMP_PREFIX))
+        .collect();
+    assert_eq!(temps.len(), 1, "{names:?}");
+    let temp = dir.join(temps[0]);
+    // Under the file's name: the NOCOW copy, with the marker.
+    assert!(flags_of(&dir.join("big.ibd")).contains(FS_NOCOW_FL));
+    assert!(
+        File::open(dir.join("big.ibd"))
+            .unwrap()
+            .get_xattr(MARKER_XATTR)
+            .unwrap()
+            .is_some()
+    );
+    let (code, stdout, _) = nocow(&env, &[os("--check"), os("--json"), dir.as_os_str()]);
+    assert_eq!(code, 0, "only the leftover is not NOCOW: {stdout}");
+    let r = json(&stdout);
+    assert_eq!(r["summary"]["leftovers"], 1, "{r:#}");
+    assert_eq!(entry(&r, &temp)["state"], "leftover", "{r:#}");
+
+    let (code, stdout, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), dir.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!temp.exists(), "{stdout}");
+    assert_eq!(snapshot(&dir), before);
+    assert!(flags_of(&dir.join("big.ibd")).contains(FS_NOCOW_FL));
+    assert!(
+        File::open(dir.join("big.ibd"))
+            .unwrap()
+            .get_xattr(MARKER_XATTR)
+            .unwrap()
+            .is_none()
+    );
+    no_temp_files(&dir);
 }

@@ -1026,3 +1026,409 @@ fn the_trace_instance_is_removed_on_every_exit_path() {
     assert_eq!(end_global, global);
     assert!(listing(&mnt).is_empty(), "{:?}", listing(&mnt));
 }
+
+/// Runs `f` as uid/gid 65534 in a thread of its own.
+fn as_nobody_thread<F: FnOnce() + Send + 'static>(f: F) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let g = rustix::process::Gid::from_raw(65534);
+        let u = rustix::process::Uid::from_raw(65534);
+        rustix::thread::set_thread_res_gid(g, g, g).unwrap();
+        rustix::thread::set_thread_res_uid(u, u, u).unwrap();
+        f()
+    })
+}
+
+/// A user's directory `homes/u` (uid 65534, reachable by them) and a
+/// root-only directory `secret` on the sandbox at `mnt`.
+fn user_and_secret(env: &TestEnv, mnt: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    for a in mnt.ancestors() {
+        fs::set_permissions(a, fs::Permissions::from_mode(0o755)).unwrap();
+        if a == env.path() {
+            break;
+        }
+    }
+    let secret = mnt.join("secret");
+    fs::create_dir(&secret).unwrap();
+    fs::write(secret.join("root-only"), "x").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
+    let home = mnt.join("homes/u");
+    fs::create_dir_all(&home).unwrap();
+    fs::set_permissions(mnt.join("homes"), fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    (home, secret)
+}
+
+/// What shows that anything was created or removed in `dir`: its entries
+/// and its modification and change times.
+fn dir_state(dir: &Path) -> (Vec<String>, i64, i64, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(dir).unwrap();
+    (
+        listing(dir),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    )
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_users_link_to_roots_directory_is_refused_before_anything_is_written() {
+    if !require_root("probe-dio on a user's link") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, secret) = user_and_secret(&env, sbx.mount_point());
+    let link = home.join("link");
+    as_nobody_thread({
+        let (secret, link) = (secret.clone(), link.clone());
+        move || std::os::unix::fs::symlink(&secret, &link).unwrap()
+    })
+    .join()
+    .unwrap();
+    let before = dir_state(&secret);
+    for json_flag in [false, true] {
+        let mut c = env.cmd();
+        c.arg("probe-dio")
+            .args(json_flag.then_some("--json"))
+            .args(["--file-size", "1M", "--block-size", "1M", "--rounds", "1"])
+            .arg(&link);
+        let (code, stdout, stderr) = run(&mut c);
+        assert_eq!(code, 1, "{stdout}{stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.contains("is a symbolic link owned by uid 65534")
+                && stderr.contains("follows only root's links"),
+            "{stderr}"
+        );
+        assert_eq!(dir_state(&secret), before);
+    }
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_swap_race_on_the_directory_never_writes_in_roots_directory() {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::AtomicU64;
+    if !require_root("probe-dio against a swap race") {
+        return;
+    }
+    const RUNS: usize = 100;
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, secret) = user_and_secret(&env, sbx.mount_point());
+    let before = dir_state(&secret);
+    let swaps = Arc::new(AtomicU64::new(0));
+    let (mut done, mut refused) = (0, 0);
+    for run_no in 0..RUNS {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ready = Arc::new(AtomicBool::new(false));
+        let attacker = as_nobody_thread({
+            let (home, secret, stop, ready, swaps) = (
+                home.clone(),
+                secret.clone(),
+                stop.clone(),
+                ready.clone(),
+                swaps.clone(),
+            );
+            move || {
+                for n in ["d", "link"] {
+                    let _ = fs::remove_file(home.join(n));
+                    let _ = fs::remove_dir_all(home.join(n));
+                }
+                fs::create_dir(home.join("d")).unwrap();
+                std::os::unix::fs::symlink(&secret, home.join("link")).unwrap();
+                let dir = fs::File::open(&home).unwrap();
+                ready.store(true, Ordering::SeqCst);
+                for _ in 0..5_000_000u32 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    rustix::fs::renameat_with(
+                        &dir,
+                        "d",
+                        &dir,
+                        "link",
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        while !ready.load(Ordering::SeqCst) {
+            assert!(!attacker.is_finished(), "run {run_no}: no attacker");
+            thread::yield_now();
+        }
+        let mut c = env.cmd();
+        c.args([
+            "probe-dio",
+            "--json",
+            "--file-size",
+            "1M",
+            "--block-size",
+            "1M",
+        ])
+        .args(["--rounds", "1"])
+        .arg(home.join("d"));
+        let (code, stdout, stderr) = run(&mut c);
+        stop.store(true, Ordering::SeqCst);
+        attacker.join().unwrap();
+        match code {
+            0 | 3 | 5 => {
+                // It probed the user's own directory.
+                let r = json(&stdout);
+                let ino = [home.join("d"), home.join("link")]
+                    .iter()
+                    .filter_map(|p| fs::symlink_metadata(p).ok())
+                    .find(|m| m.is_dir())
+                    .map(|m| m.ino())
+                    .unwrap();
+                assert_eq!(r["filesystem"]["dir_inode"], ino, "run {run_no}");
+                done += 1;
+            }
+            1 => {
+                assert!(stdout.is_empty());
+                assert!(stderr.contains("btrfs-lab: error: "), "{stderr}");
+                refused += 1;
+            }
+            _ => panic!("run {run_no}: exit {code}: {stderr}"),
+        }
+        assert_eq!(
+            dir_state(&secret),
+            before,
+            "run {run_no}: probe-dio wrote in root's directory\n{stderr}"
+        );
+    }
+    eprintln!(
+        "probe-dio swaps: {RUNS} runs, {done} probed the user's directory, {refused} refused, {} swaps; root's directory untouched",
+        swaps.load(Ordering::Relaxed)
+    );
+    assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
+    assert!(done > 0 && refused > 0, "{done} done, {refused} refused");
+}
+
+/// A user's process (uid 65534, `bash` then `sleep`) holding `names` in
+/// `dir` open for writing (one descriptor each); killed when dropped.
+fn user_process_with_files_open(dir: &Path, names: &[std::ffi::OsString]) -> Writer {
+    use std::io::{BufRead, BufReader};
+    // bash: one `exec {fd}>NAME` per argument, then a line on stdout, then
+    // sleep with every descriptor inherited.
+    let script = r#"cd "$1" || exit 1; shift
+for n in "$@"; do exec {fd}>"$n" || exit 1; done
+echo ready
+exec sleep 120"#;
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["bash", "-c", script, "bash"])
+        .arg(dir)
+        .args(names)
+        .stdout(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::null())
+        // (stderr may be a log file the test run writes to)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    Writer(child)
+}
+
+/// `--pid` of a user's process with 300 files open for writing (more than
+/// the tracepoint filter holds) and one whose name is not UTF-8 and carries
+/// terminal escapes: the report is complete (JSON: lossy `path` plus
+/// `path_bytes`; text: the escapes shown as `\e`, `\n`), the files that
+/// could not be watched are said to be so.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn pid_with_many_files_and_a_hostile_name_is_reported_whole() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    if !require_root("probe-dio --pid with many files") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, _) = user_and_secret(&env, sbx.mount_point());
+    let hostile =
+        std::ffi::OsString::from_vec(b"bad\xff\x1b[31mred\x1b]0;title\x07\nname".to_vec());
+    let mut names: Vec<std::ffi::OsString> =
+        (0..300).map(|i| format!("f{i:03}.db").into()).collect();
+    names.push(hostile.clone());
+    let writer = user_process_with_files_open(&home, &names);
+    let pid = writer.0.id();
+
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--json", "--seconds", "1", "--pid"])
+        .arg(pid.to_string()));
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    let all = r["files"].as_array().unwrap();
+    // Only the files in the user's directory (whatever else the process
+    // inherited).
+    let files: Vec<&Value> = all
+        .iter()
+        .filter(|f| {
+            f["path"]
+                .as_str()
+                .is_some_and(|p| Path::new(p).starts_with(&home))
+        })
+        .collect();
+    assert_eq!(files.len(), 301, "{stderr}");
+    let raw = home.join(&hostile);
+    let h = files
+        .iter()
+        .find(|f| f["path_bytes"].is_array())
+        .expect("the file whose name is not UTF-8 has path_bytes");
+    assert_eq!(h["path"], raw.to_string_lossy().as_ref());
+    let bytes: Vec<u8> = h["path_bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(bytes, raw.as_os_str().as_bytes());
+    assert_eq!(
+        files
+            .iter()
+            .filter(|f| f.get("path_bytes").is_some())
+            .count(),
+        1,
+        "path_bytes only where the name is not UTF-8"
+    );
+    let not_watched = all
+        .iter()
+        .filter(|f| {
+            f["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("not watched"))
+        })
+        .count();
+    assert!(not_watched > 0 && not_watched < 301, "{not_watched}");
+    assert!(
+        r["summary"].as_str().unwrap().contains(&format!(
+            "{} of the {} file(s) open for writing were watched",
+            all.len() - not_watched,
+            all.len()
+        )),
+        "{}",
+        r["summary"]
+    );
+    let back: btrfs_lab::probe::pid::PidReport = serde_json::from_value(r.clone()).unwrap();
+    assert_eq!(back.files.len(), all.len());
+
+    // The text report: nothing raw reaches the terminal.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--seconds", "1", "--pid"])
+        .arg(pid.to_string()));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains('\x07'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("bad\u{fffd}\\e[31mred\\e]0;title\\x07\\nname"),
+        "{stdout}"
+    );
+    drop(writer);
+}
+
+/// SIGHUP (a dropped SSH session) in the middle of `probe-dio DIR` (paused
+/// after its first write, its files and trace instance made) and of
+/// `probe-dio --pid` (watching): exit 130, no scratch file and no trace
+/// instance of that run left.
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn sighup_mid_run_cleans_up_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    if !require_root("probe-dio and SIGHUP") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    let hup = |pid: u32| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap()
+    };
+    let instances_of = |pid: u32| {
+        let mine = format!("btrfs-lab-{pid}-");
+        trace_state()
+            .0
+            .into_iter()
+            .filter(|n| n.starts_with(&mine))
+            .count()
+    };
+
+    // probe-dio DIR.
+    let mut child = env
+        .cmd()
+        .env(btrfs_lab::probe::PAUSE_ENV, "written")
+        .args(["probe-dio", "--file-size", SIZE])
+        .arg(&mnt)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("test hook: probe paused"), "{line}");
+    assert!(
+        listing(&mnt)
+            .iter()
+            .any(|n| n.starts_with(".btrfs-lab-probe-")),
+        "{:?}",
+        listing(&mnt)
+    );
+    assert_eq!(instances_of(pid), 1);
+    hup(pid);
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(rest.contains("interrupted"), "{rest}");
+    assert!(listing(&mnt).is_empty(), "{:?}", listing(&mnt));
+    assert_eq!(instances_of(pid), 0);
+
+    // probe-dio --pid, watching a process with a file open for writing.
+    let (dir, _) = user_and_secret(&env, &mnt);
+    let writer = user_process_with_files_open(&dir, &["log.bin".into()]);
+    let child = env
+        .cmd()
+        .args(["probe-dio", "--seconds", "60", "--pid"])
+        .arg(writer.0.id().to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut watching = false;
+    for _ in 0..200 {
+        if instances_of(pid) == 1 {
+            watching = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+    assert!(watching, "probe-dio --pid never made its trace instance");
+    hup(pid);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(instances_of(pid), 0);
+    drop(writer);
+}

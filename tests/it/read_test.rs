@@ -1183,3 +1183,239 @@ fn a_thread_sweep_reports_a_row_per_count_and_names_the_knee() {
     assert!(text.contains("only direct"), "{text}");
     assert!(!text.contains("wins"), "{text}");
 }
+
+/// Runs `f` as uid/gid 65534 in a thread of its own.
+fn as_nobody_thread<F: FnOnce() + Send + 'static>(f: F) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let g = rustix::process::Gid::from_raw(65534);
+        let u = rustix::process::Uid::from_raw(65534);
+        rustix::thread::set_thread_res_gid(g, g, g).unwrap();
+        rustix::thread::set_thread_res_uid(u, u, u).unwrap();
+        f()
+    })
+}
+
+/// A user's directory (uid 65534, reachable by them) with a file of theirs
+/// (1 MiB), next to a root-only file of another size (3 MiB, 0600) in a
+/// root-only directory, on a sandbox btrfs.
+fn user_file_and_secret(env: &TestEnv, mnt: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    for a in mnt.ancestors() {
+        fs::set_permissions(a, fs::Permissions::from_mode(0o755)).unwrap();
+        if a == env.path() {
+            break;
+        }
+    }
+    let secret_dir = mnt.join("secret");
+    fs::create_dir(&secret_dir).unwrap();
+    let secret = secret_dir.join("root-only.bin");
+    write_file(&secret, &random_bytes(3 * MIB as usize, 91));
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(&secret_dir, fs::Permissions::from_mode(0o711)).unwrap();
+    let home = mnt.join("homes/u");
+    fs::create_dir_all(&home).unwrap();
+    fs::set_permissions(mnt.join("homes"), fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    (home, secret)
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_users_link_to_a_root_only_file_is_refused() {
+    if !require_root("read-test on a user's link") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, secret) = user_file_and_secret(&env, sbx.mount_point());
+    let link = home.join("model.bin");
+    as_nobody_thread({
+        let (secret, link) = (secret.clone(), link.clone());
+        move || std::os::unix::fs::symlink(&secret, &link).unwrap()
+    })
+    .join()
+    .unwrap();
+    // A user's directory link on the way is refused the same way.
+    let dirlink = home.join("models");
+    as_nobody_thread({
+        let (to, dirlink) = (secret.parent().unwrap().to_path_buf(), dirlink.clone());
+        move || std::os::unix::fs::symlink(&to, &dirlink).unwrap()
+    })
+    .join()
+    .unwrap();
+    for path in [link.clone(), dirlink.join("root-only.bin")] {
+        for json_flag in [false, true] {
+            let mut c = env.cmd();
+            c.args(json_flag.then_some("--json"))
+                .args(["read-test", "--rounds", "1", "--methods", "buffered"])
+                .arg(&path);
+            let (code, stdout, stderr) = run(&mut c);
+            assert_eq!(code, 1, "{path:?}: {stdout}{stderr}");
+            assert!(stdout.is_empty(), "{stdout}");
+            let line = one_line_error(&stderr);
+            assert!(
+                line.contains("is a symbolic link owned by uid 65534")
+                    && line.contains("follows only root's links"),
+                "{line}"
+            );
+        }
+    }
+    // Root's own link is followed.
+    let rootlink = sbx.mount_point().join("rootlink.bin");
+    std::os::unix::fs::symlink(&secret, &rootlink).unwrap();
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args([
+            "--json",
+            "read-test",
+            "--rounds",
+            "1",
+            "--methods",
+            "buffered",
+        ])
+        .arg(&rootlink));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json(&stdout)["file"]["size_bytes"], 3 * MIB);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_swap_race_on_the_file_never_reads_a_root_only_file() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    if !require_root("read-test against a swap race") {
+        return;
+    }
+    const RUNS: usize = 120;
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (home, secret) = user_file_and_secret(&env, sbx.mount_point());
+    let swaps = Arc::new(AtomicU64::new(0));
+    let (mut done, mut refused) = (0, 0);
+    for run_no in 0..RUNS {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ready = Arc::new(AtomicBool::new(false));
+        let attacker = as_nobody_thread({
+            let (home, secret, stop, ready, swaps) = (
+                home.clone(),
+                secret.clone(),
+                stop.clone(),
+                ready.clone(),
+                swaps.clone(),
+            );
+            move || {
+                for n in ["f", "l"] {
+                    let _ = fs::remove_file(home.join(n));
+                }
+                write_file(&home.join("f"), &random_bytes(MIB as usize, run_no as u64));
+                std::os::unix::fs::symlink(&secret, home.join("l")).unwrap();
+                let dir = fs::File::open(&home).unwrap();
+                ready.store(true, Ordering::SeqCst);
+                for _ in 0..5_000_000u32 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    rustix::fs::renameat_with(
+                        &dir,
+                        "f",
+                        &dir,
+                        "l",
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        while !ready.load(Ordering::SeqCst) {
+            assert!(!attacker.is_finished(), "run {run_no}: no attacker");
+            std::thread::yield_now();
+        }
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args([
+                "--json",
+                "read-test",
+                "--rounds",
+                "1",
+                "--methods",
+                "buffered",
+            ])
+            .arg(home.join("f")));
+        stop.store(true, Ordering::SeqCst);
+        attacker.join().unwrap();
+        match code {
+            0 => {
+                let r = json(&stdout);
+                assert_eq!(
+                    r["file"]["size_bytes"], MIB,
+                    "run {run_no}: root read the root-only file through the user's link"
+                );
+                assert_eq!(r["file"]["owner_uid"], 65534, "run {run_no}");
+                done += 1;
+            }
+            1 => {
+                assert!(stdout.is_empty(), "{stdout}");
+                one_line_error(&stderr);
+                refused += 1;
+            }
+            _ => panic!("run {run_no}: exit {code}: {stderr}"),
+        }
+    }
+    eprintln!(
+        "read-test swaps: {RUNS} runs, {done} read the user's file, {refused} refused, {} swaps",
+        swaps.load(Ordering::Relaxed)
+    );
+    assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
+    assert!(done > 0 && refused > 0, "{done} done, {refused} refused");
+}
+
+/// A file whose name is not UTF-8 and carries terminal escapes: `--json`
+/// reports it (lossy `path`, exact `path_bytes`), the text escapes it.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_hostile_file_name_is_reported_safely() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    if !require_root("read-test of a hostile name") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let name = std::ffi::OsString::from_vec(b"m\xff\x1b[2J\x1b]0;t\x07.bin".to_vec());
+    let file = sbx.mount_point().join(&name);
+    write_file(&file, &random_bytes(MIB as usize, 3));
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args([
+            "--json",
+            "read-test",
+            "--rounds",
+            "1",
+            "--methods",
+            "buffered",
+        ])
+        .arg(&file));
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    assert_eq!(r["file"]["path"], file.to_string_lossy().as_ref());
+    let bytes: Vec<u8> = r["file"]["path_bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(bytes, file.as_os_str().as_bytes());
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["read-test", "--rounds", "1", "--methods", "buffered"])
+        .arg(&file));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains('\x07'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("m\u{fffd}\\e[2J\\e]0;t\\x07.bin"),
+        "{stdout}"
+    );
+}

@@ -1188,6 +1188,7 @@ pub fn run(
         },
         target: report::TargetInfo {
             dir: info.dir.clone(),
+            dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
             mount_point: info.mount.mount_point.clone(),
             fs_type,
             source: info.mount.source.clone(),

@@ -267,6 +267,7 @@ pub struct ProfilesReport {
     /// Data profile of every sandbox.
     pub data_profile: Profile,
     /// Where the sandboxes' images were.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub images_dir: PathBuf,
     /// Files.
     pub files: u64,

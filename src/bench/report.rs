@@ -57,6 +57,7 @@ pub struct SystemInfo {
     /// `fio --version`.
     pub fio_version: String,
     /// The fio binary used.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub fio_path: PathBuf,
 }
 
@@ -76,9 +77,16 @@ pub struct MemberDevice {
 /// The filesystem under DIR.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TargetInfo {
-    /// DIR, canonical.
+    /// DIR, canonical (U+FFFD in place of bytes that are not UTF-8; the
+    /// exact bytes are then in `dir_bytes`).
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub dir: PathBuf,
+    /// The exact bytes of `dir` (an array of 0-255), present only when they
+    /// are not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir_bytes: Option<Vec<u8>>,
     /// Its mount point.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub mount_point: PathBuf,
     /// Filesystem type.
     pub fs_type: String,
@@ -148,6 +156,7 @@ impl FileLayout {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestFileInfo {
     /// Where it was (removed at the end).
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
     pub path: PathBuf,
     /// Bytes.
     pub size_bytes: u64,

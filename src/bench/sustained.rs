@@ -545,6 +545,7 @@ pub fn run(
         },
         target: TargetInfo {
             dir: info.dir.clone(),
+            dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
             mount_point: info.mount.mount_point.clone(),
             fs_type,
             source: info.mount.source.clone(),

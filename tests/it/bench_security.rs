@@ -379,3 +379,37 @@ fn stale_work_directories_of_killed_runs_are_swept() {
     fs::remove_file(other.join("theirs")).unwrap();
     fs::remove_dir(&other).unwrap();
 }
+
+/// Finding 7 (bench's part) and 9: a DIR whose name is not UTF-8 and holds
+/// an escape sequence: `--json` reads back as the typed report with the
+/// exact bytes in `dir_bytes` (never a panic), and the text output never
+/// carries the raw escape sequence.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_hostile_directory_name_is_reported_safely() {
+    use std::os::unix::ffi::OsStrExt;
+    if !require_root("bench in a hostile directory name") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = btrfs(&env);
+    let name = std::ffi::OsStr::from_bytes(b"x\xff\x1b]0;owned\x07");
+    let dir = sb.mount_point().join(name);
+    fs::create_dir(&dir).unwrap();
+    let (code, stdout, stderr) = bench_json(&env, &dir, &[]);
+    assert!(code == 0 || code == 3, "{stderr}");
+    let r: BenchReport = crate::common::typed(&stdout);
+    assert_eq!(
+        r.target.dir_bytes.as_deref(),
+        Some(dir.as_os_str().as_bytes()),
+        "{:?}",
+        r.target.dir
+    );
+    let (code, text, stderr) = run(env.cmd().args(["bench"]).args(TINY).arg(&dir));
+    assert!(code == 0 || code == 3, "{stderr}");
+    assert!(
+        !text.contains('\u{1b}') && !stderr.contains('\u{1b}'),
+        "{text:?}"
+    );
+    assert!(listing(&dir).is_empty());
+}

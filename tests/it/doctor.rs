@@ -974,6 +974,7 @@ fn doctor_output_that_cannot_be_written_is_unknown() {
 }
 
 /// Our trace instances of a pid (`instances/btrfs-lab-PID-*`).
+#[cfg(feature = "test-hooks")]
 fn trace_instances_of(pid: u32) -> Vec<String> {
     let prefix = format!("btrfs-lab-{pid}-");
     [

@@ -869,9 +869,25 @@ fn pid_reports_each_file_of_a_running_writer() {
         ),
     ];
     for (file, direct, want_code, want, reasons) in cases {
-        let w = Writer::start(&file, direct);
-        let (code, r) = pid_probe(&env, w.0.id());
-        drop(w);
+        // A trace buffer that overflowed on a busy machine (lost_events > 0)
+        // leaves the counts incomplete, and the report says so: probe
+        // again, as a user would, up to three times.
+        let mut attempt = 0;
+        let (code, r) = loop {
+            attempt += 1;
+            let w = Writer::start(&file, direct);
+            let got = pid_probe(&env, w.0.id());
+            drop(w);
+            if got.1["lost_events"] == 0 || attempt == 3 {
+                break got;
+            }
+            eprintln!(
+                "--pid {}: {} trace events lost; again",
+                file.display(),
+                got.1["lost_events"]
+            );
+            let _ = fs::remove_file(&file);
+        };
         // Room for the next writer: a buffered dd on a full sandbox would
         // stop at ENOSPC before the probe looks at it.
         fs::remove_file(&file).unwrap();

@@ -7,8 +7,10 @@
 #
 # SUITE: bookworm | trixie | trixie-backports | sid
 # On success CACHE/SUITE/ holds:
-#   kernel.env   PACKAGE=, VERSION= (the exact Debian version), KREL= (uname -r)
-#   root/        the unpacked package (boot/vmlinuz-KREL, lib/modules/KREL)
+#   kernel.env   PACKAGE=, VERSION= (the exact Debian version), KREL= (uname -r),
+#                PACKAGES= (every package fetched, NAME=VERSION), VMLINUZ=
+#                (the image, relative to root/)
+#   root/        the unpacked packages (the image, lib/modules/KREL)
 # Re-running with kernel.env present does nothing (the cache); delete the
 # directory to fetch again. Exit 2: bad usage; 3: the package is not found;
 # 1: anything else (apt's own message is printed).
@@ -21,6 +23,10 @@ case $suite in
     *) die "unknown suite '$suite': use bookworm, trixie, trixie-backports or sid" 2 ;;
 esac
 out=$cache/$suite
+mkdir -p "$cache"
+# One fetch of a cache at a time (tests run in parallel, the matrix script too).
+exec 9>"$cache/.lock"
+flock 9
 [ -s "$out/kernel.env" ] && [ -d "$out/root" ] && exit 0
 
 mkdir -p "$out"
@@ -71,21 +77,34 @@ image=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null \
 version=$(apt-cache "${apt_opts[@]}" show "$image" 2>/dev/null | sed -n 's/^Version: //p' | head -n1)
 [ -n "$version" ] || die "package $image not found in $suite" 3
 chmod 0755 "$out/debs"
-(cd "$out/debs" && apt-get "${apt_opts[@]}" -q download "$image=$version" >"$apt_dir/download.log" 2>&1) \
-    || { cat "$apt_dir/download.log" >&2; die "apt-get download $image=$version failed"; }
-deb=$(ls "$out/debs"/*.deb | head -n1)
+# Newer kernels (7.x) split the image: linux-image-X depends on
+# linux-binary-X (vmlinuz) and linux-modules-X (lib/modules): fetch those too.
+pkgs=("$image=$version")
+while read -r dep; do
+    pkgs+=("$dep=$version")
+done < <(apt-cache "${apt_opts[@]}" depends "$image=$version" 2>/dev/null \
+    | sed -n 's/^ *Depends: \(linux-\(binary\|modules\)-[^ <>]*\)$/\1/p' | sort -u)
+(cd "$out/debs" && apt-get "${apt_opts[@]}" -q download "${pkgs[@]}" >"$apt_dir/download.log" 2>&1) \
+    || { cat "$apt_dir/download.log" >&2; die "apt-get download ${pkgs[*]} failed"; }
 mkdir -p "$out/root.tmp"
-dpkg-deb -x "$deb" "$out/root.tmp"
+for deb in "$out/debs"/*.deb; do
+    dpkg-deb -x "$deb" "$out/root.tmp"
+done
+deb="${pkgs[*]}"
 # bookworm ships lib/modules, trixie and later usr/lib/modules (merged /usr).
 moddir=lib/modules
 [ -d "$out/root.tmp/$moddir" ] || moddir=usr/lib/modules
 krel=$(ls "$out/root.tmp/$moddir" 2>/dev/null | head -n1 || true)
-[ -n "$krel" ] && [ -f "$out/root.tmp/boot/vmlinuz-$krel" ] || die "$deb holds no boot/vmlinuz-* with lib/modules/*"
+[ -n "$krel" ] || die "$deb holds no lib/modules/*"
+# The image: boot/vmlinuz-KREL, or (7.x packages) lib/modules/KREL/vmlinuz.
+vmlinuz=boot/vmlinuz-$krel
+[ -f "$out/root.tmp/$vmlinuz" ] || vmlinuz=$moddir/$krel/vmlinuz
+[ -f "$out/root.tmp/$vmlinuz" ] || die "$deb holds no boot/vmlinuz-$krel nor $moddir/$krel/vmlinuz"
 [ "$moddir" = lib/modules ] || { mkdir -p "$out/root.tmp/lib"; ln -s ../usr/lib/modules "$out/root.tmp/lib/modules"; }
 # modules.dep is made by depmod at install time (a postinst step): make it here.
 depmod -b "$out/root.tmp" "$krel" 2>/dev/null || /usr/sbin/depmod -b "$out/root.tmp" "$krel"
-rm -f -- "$deb"
+rm -f -- "$out/debs"/*.deb
 mv "$out/root.tmp" "$out/root"
-printf 'PACKAGE=%s\nVERSION=%s\nKREL=%s\nSUITE=%s\n' "$image" "$version" "$krel" "$suite" >"$out/kernel.env.tmp"
+printf 'PACKAGE=%s\nVERSION=%s\nKREL=%s\nSUITE=%s\nPACKAGES='\''%s'\''\nVMLINUZ=%s\n' "$image" "$version" "$krel" "$suite" "${pkgs[*]}" "$vmlinuz" >"$out/kernel.env.tmp"
 mv "$out/kernel.env.tmp" "$out/kernel.env"
 cat "$out/kernel.env"

@@ -27,7 +27,8 @@ mkdir -p "$cache"
 # One fetch of a cache at a time (tests run in parallel, the matrix script too).
 exec 9>"$cache/.lock"
 flock 9
-[ -s "$out/kernel.env" ] && [ -d "$out/root" ] && exit 0
+# A cache made by an older version of this script (no VMLINUZ=) is fetched anew.
+[ -s "$out/kernel.env" ] && [ -d "$out/root" ] && grep -q '^VMLINUZ=' "$out/kernel.env" && exit 0
 
 mkdir -p "$out"
 apt_dir=$out/apt

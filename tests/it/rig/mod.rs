@@ -354,11 +354,11 @@ fn scenario_cpio(script: &str) -> Vec<u8> {
         out.extend_from_slice(header.as_bytes());
         out.extend_from_slice(name.as_bytes());
         out.push(0);
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
         out.extend_from_slice(data);
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
     }
@@ -829,7 +829,7 @@ fn results_channel_parses_runs_notes_waits_and_done() {
 fn scenario_cpio_is_newc_with_a_trailer() {
     let c = scenario_cpio("echo hi\n");
     assert!(c.starts_with(b"070701"));
-    assert_eq!(c.len() % 4, 0);
+    assert!(c.len().is_multiple_of(4));
     let s = String::from_utf8_lossy(&c);
     assert!(s.contains("rig/scenario.sh") && s.contains("echo hi") && s.contains("TRAILER!!!"));
 }

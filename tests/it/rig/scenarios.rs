@@ -372,7 +372,24 @@ fn rig_links_smart_and_members_on_emulated_nvme() {
     // bench --members: the throttled drive is named the slowest, read at
     // about its throttle, and the RAID0 array reads at about slowest x 3.
     let members = o.json("members");
-    assert_eq!(o.run("members").rc, 0, "[{k}] {}", o.run("members").stderr);
+    // The suite's own figure may be flagged (exit 3, docs/exit-codes.md):
+    // the status must say so exactly when a result is flagged.
+    let flagged: Vec<String> = members["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "flagged")
+        .map(|r| format!("{} {}: {}", r["name"], r["direction"], r["checks"]))
+        .collect();
+    if !flagged.is_empty() {
+        eprintln!("rig: [{k}] bench flagged: {flagged:?}");
+    }
+    assert_eq!(
+        o.run("members").rc,
+        if flagged.is_empty() { 0 } else { 3 },
+        "[{k}] {}",
+        o.run("members").stderr
+    );
     let m = &members["members_scaling"];
     eprintln!("rig: [{k}] bench --members: {}", m["summary"]);
     let slow_dev = o.dev(2);
@@ -582,7 +599,16 @@ fn rig_doctor_and_show_after_device_del_and_degraded_boot() {
         .iter()
         .find(|d| d["devid"] == 3)
         .unwrap_or_else(|| panic!("[{k}] no devid 3: {show:#}"));
-    assert_eq!(gone["path"], pulled.as_str(), "[{k}] {show:#}");
+    // 6.x keeps the member's name; 7.x names it "<missing disk>" at once
+    // (still not `missing` until the next mount).
+    eprintln!(
+        "rig: [{k}] show after device_del: devid 3 path {}, missing {}",
+        gone["path"], gone["missing"]
+    );
+    assert!(
+        gone["path"] == pulled.as_str() || gone["path"] == "<missing disk>",
+        "[{k}] {show:#}"
+    );
     assert_eq!(gone["has_errors"], true, "[{k}] {show:#}");
     let e = &gone["errors"];
     assert!(
@@ -607,8 +633,9 @@ fn rig_doctor_and_show_after_device_del_and_degraded_boot() {
         "[{k}] {codes:?}"
     );
     let text = &o.run("doctor-pulled-text").stdout;
+    eprintln!("rig: [{k}] doctor after device_del, text:\n{text}");
     assert!(
-        text.contains(&pulled),
+        text.contains(&pulled) || text.contains("<missing disk>") || text.contains("device 3"),
         "[{k}] the pulled drive is not named: {text}"
     );
 

@@ -15,7 +15,7 @@
 # The scenario is a second cpio the test appends (the kernel unpacks
 # concatenated archives in order). Exit 2: bad usage; 4: a tool is missing.
 set -euo pipefail
-die() { echo "rig: build-initramfs: $*" >&2; exit "${2:-1}"; }
+die() { echo "rig: build-initramfs: $1" >&2; exit "${2:-1}"; }
 [ $# -eq 3 ] || die "usage: build-initramfs.sh KERNEL_DIR BTRFS_LAB OUT.cpio" 2
 kdir=$1 lab=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)

@@ -15,7 +15,7 @@
 # directory to fetch again. Exit 2: bad usage; 3: the package is not found;
 # 1: anything else (apt's own message is printed).
 set -euo pipefail
-die() { echo "rig: fetch-kernel: $*" >&2; exit "${2:-1}"; }
+die() { echo "rig: fetch-kernel: $1" >&2; exit "${2:-1}"; }
 [ $# -eq 2 ] || die "usage: fetch-kernel.sh SUITE CACHE" 2
 suite=$1 cache=$2
 case $suite in

@@ -714,3 +714,52 @@ fn rig_doctor_and_show_after_device_del_and_degraded_boot() {
         "[{k}]"
     );
 }
+
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root and qemu (scripts/install-rig-deps.sh)"
+)]
+fn rig_says_which_guest_did_not_finish_with_its_last_lines() {
+    let test = "rig_says_which_guest_did_not_finish_with_its_last_lines";
+    if !require_rig(test) {
+        return;
+    }
+    let suite = kernels().remove(0);
+    let kern = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let work = workdir();
+    let mut guest = Guest::new(
+        vec![Drive::new(GIB)],
+        "rig_run before echo started\nrig_note about to hang\nsleep 3600\n",
+    );
+    guest.timeout = std::time::Duration::from_secs(60);
+    let err = match guest.boot(&kern, work.path()) {
+        Ok(o) => panic!(
+            "{test}: a guest that sleeps an hour finished: {:?}",
+            o.notes
+        ),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains("the guest timed out after 60 s (qemu killed)"),
+        "{err}"
+    );
+    assert!(err.contains(&kern.describe()), "{err}");
+    assert!(
+        err.contains("about to hang"),
+        "the last note is shown: {err}"
+    );
+    assert!(err.contains("\"before\""), "the runs it did report: {err}");
+    assert!(err.contains("console tail:"), "{err}");
+    // qemu was killed and reaped: no process names this test's images.
+    let img = work.path().join("nvme0.img").display().to_string();
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmdline).contains(&img)
+        {
+            left.push(e.file_name());
+        }
+    }
+    assert!(left.is_empty(), "qemu still running: pids {left:?}");
+}

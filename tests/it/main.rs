@@ -16,6 +16,7 @@ mod parse_corpus;
 mod probe_dio;
 mod read_test;
 mod repo;
+mod rig;
 mod sandbox;
 mod space;
 mod transcripts;

@@ -1,0 +1,765 @@
+//! Scenarios on the rig (docs/rig.md): each boots a Debian kernel with
+//! emulated NVMe drives and runs btrfs-lab inside the guest.
+
+use super::{Drive, Guest, Kernel, Outcome, kernels, require_rig, workdir};
+
+const GIB: u64 = 1 << 30;
+
+fn boot_each(test: &str, guest: &Guest) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    for suite in kernels() {
+        let k = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
+        let work = workdir();
+        let o = guest
+            .boot(&k, work.path())
+            .unwrap_or_else(|e| panic!("{test}: {e}"));
+        out.push(o);
+    }
+    out
+}
+
+const SPACE_AND_PROBE: &str = r#"
+rig_run mkfs mkfs.btrfs -f -d raid0 -m raid1 $(rig_dev 0) $(rig_dev 1) $(rig_dev 2)
+rig_run mount mount -t btrfs $(rig_dev 0) /mnt
+mkdir -p /mnt/csum /mnt/nocow
+rig_run chattr chattr +C /mnt/nocow
+rig_run lsattr-nocow lsattr -d /mnt/nocow
+rig_run df btrfs-lab df --json /mnt
+rig_run progs-df btrfs filesystem df -b /mnt
+rig_run usage btrfs-lab usage --json /mnt
+rig_run show btrfs-lab show --json /mnt
+rig_run df-text btrfs-lab df /mnt
+rig_run probe-csum btrfs-lab probe-dio --json --file-size 64M /mnt/csum
+rig_run probe-nocow btrfs-lab probe-dio --json --file-size 64M /mnt/nocow
+rig_run left ls -A /mnt/csum /mnt/nocow
+"#;
+
+/// What probe-dio measured on the checksummed directory of each kernel of
+/// the matrix (RAID0 data over three emulated NVMe drives, 64 MiB files).
+/// Measured on the rig, not derived from the version. The source check
+/// against each kernel's fs/btrfs (issue 28) is not done yet: when a
+/// measurement changes, the test says which kernel and what it saw.
+///   bookworm 6.1.176-1 : direct            (6.1.y has no 968f19c5b1b7)
+///   trixie 6.12.117-1  : buffered-fallback (the 6.12.y stable backport)
+///   sid, trixie-backports: recorded, not asserted (see docs/rig.md)
+fn expected_checksummed_verdict(k: &Kernel) -> Option<&'static str> {
+    match k.suite.as_str() {
+        "bookworm" => Some("direct"),
+        "trixie" => Some("buffered-fallback"),
+        _ => None,
+    }
+}
+
+/// `btrfs filesystem df -b` lines: (type, profile) -> (total, used).
+fn progs_df(text: &str) -> Vec<(String, String, u64, u64)> {
+    let mut out = Vec::new();
+    for l in text.lines() {
+        let Some((head, rest)) = l.split_once(':') else {
+            continue;
+        };
+        let Some((ty, profile)) = head.split_once(", ") else {
+            continue;
+        };
+        let num = |k: &str| {
+            rest.split(&format!("{k}="))
+                .nth(1)
+                .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let ty = match ty.trim() {
+            "GlobalReserve" => "global_reserve".to_owned(),
+            t => t.to_ascii_lowercase(),
+        };
+        if let (Some(t), Some(u)) = (num("total"), num("used")) {
+            out.push((ty, profile.trim().to_ascii_lowercase(), t, u));
+        }
+    }
+    out
+}
+
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root and qemu (scripts/install-rig-deps.sh)"
+)]
+fn rig_space_and_probe_dio_on_each_kernel() {
+    if !require_rig("rig_space_and_probe_dio_on_each_kernel") {
+        return;
+    }
+    let guest = Guest::new(vec![Drive::new(2 * GIB); 3], SPACE_AND_PROBE);
+    for o in boot_each("rig_space_and_probe_dio_on_each_kernel", &guest) {
+        let k = o.kernel.describe();
+        eprintln!(
+            "rig: [{k}] init after {:.1} s of guest time, {:.1} s for the whole boot",
+            o.boot_secs, o.total_secs
+        );
+        assert!(o.boot_secs > 0.0, "[{k}] {:?}", o.notes);
+        for step in ["mkfs", "mount", "chattr"] {
+            let r = o.run(step);
+            assert_eq!(r.rc, 0, "[{k}] {step}: {}", r.stderr);
+        }
+        let devs = [o.dev(0), o.dev(1), o.dev(2)];
+
+        // df: the kernel's numbers, equal to btrfs-progs' on the same mount.
+        let df = o.json("df");
+        assert_eq!(df["source"]["kind"], "kernel", "[{k}] {df:#}");
+        let recs: Vec<(String, String, u64, u64)> = df["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["type"].as_str().unwrap().to_owned(),
+                    r["profile"].as_str().unwrap().to_owned(),
+                    r["total_bytes"].as_u64().unwrap(),
+                    r["used_bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let progs = progs_df(&o.run("progs-df").stdout);
+        assert!(
+            !progs.is_empty(),
+            "[{k}] btrfs fi df -b: {:?}",
+            o.run("progs-df")
+        );
+        for (ty, profile, total, _) in &progs {
+            let ours = recs
+                .iter()
+                .find(|r| &r.0 == ty && &r.1 == profile)
+                .unwrap_or_else(|| panic!("[{k}] df has no {ty} {profile}: {recs:?}"));
+            assert_eq!(
+                ours.2, *total,
+                "[{k}] {ty} {profile} total: ours {recs:?}, progs {progs:?}"
+            );
+        }
+        for want in [
+            ("data", "raid0"),
+            ("metadata", "raid1"),
+            ("system", "raid1"),
+        ] {
+            assert!(
+                recs.iter().any(|r| (r.0.as_str(), r.1.as_str()) == want),
+                "[{k}] no {want:?} in {recs:?}"
+            );
+        }
+        let text = &o.run("df-text");
+        assert_eq!(text.rc, 0, "[{k}] df text: {}", text.stderr);
+        assert!(
+            text.stdout.contains("RAID0") || text.stdout.contains("raid0"),
+            "[{k}] {}",
+            text.stdout
+        );
+
+        // usage: three 2 GiB members, data on all three, metadata mirrored.
+        let usage = o.json("usage");
+        assert_eq!(
+            usage["overall"]["device_size"],
+            3 * 2 * GIB,
+            "[{k}] {usage:#}"
+        );
+        assert_eq!(usage["overall"]["device_missing"], 0, "[{k}] {usage:#}");
+        assert_eq!(usage["overall"]["metadata_ratio"], 2.0, "[{k}] {usage:#}");
+        let paths: Vec<&str> = usage["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(paths, devs, "[{k}] {usage:#}");
+        let data = usage["block_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["type"] == "data")
+            .unwrap();
+        assert_eq!(data["profile"], "raid0", "[{k}] {usage:#}");
+        assert_eq!(
+            data["devices"].as_array().unwrap().len(),
+            3,
+            "[{k}] {usage:#}"
+        );
+
+        // show: one filesystem, three present members, no errors.
+        let show = o.json("show");
+        let fss = show["filesystems"].as_array().unwrap();
+        assert_eq!(fss.len(), 1, "[{k}] {show:#}");
+        assert_eq!(fss[0]["total_devices"], 3, "[{k}] {show:#}");
+        assert_eq!(fss[0]["checksum"], "crc32c", "[{k}] {show:#}");
+        for (d, want) in fss[0]["devices"].as_array().unwrap().iter().zip(devs) {
+            assert_eq!(d["path"], want, "[{k}] {show:#}");
+            assert_eq!(d["missing"], false, "[{k}] {show:#}");
+            assert_eq!(d["has_errors"], false, "[{k}] {show:#}");
+        }
+
+        // probe-dio: NOCOW is direct on every kernel; the checksummed
+        // directory gives this kernel's verdict.
+        let nocow = o.json("probe-nocow");
+        assert_eq!(nocow["verdict"], "direct", "[{k}] {nocow:#}");
+        assert_eq!(o.run("probe-nocow").rc, 0, "[{k}]");
+        assert_eq!(nocow["filesystem"]["target_nocow"], true, "[{k}] {nocow:#}");
+        assert_eq!(
+            nocow["kernel"],
+            o.kernel.release.as_str(),
+            "[{k}] {nocow:#}"
+        );
+        let csum = o.json("probe-csum");
+        assert_eq!(csum["filesystem"]["target_nocow"], false, "[{k}] {csum:#}");
+        assert_eq!(
+            csum["filesystem"]["data_profiles"],
+            serde_json::json!(["raid0"]),
+            "[{k}]"
+        );
+        assert_eq!(csum["control"]["behaviour"], "direct", "[{k}] {csum:#}");
+        let verdict = csum["verdict"].as_str().unwrap();
+        assert_eq!(
+            i64::from(o.run("probe-csum").rc),
+            csum["exit_code"].as_i64().unwrap(),
+            "[{k}]"
+        );
+        eprintln!(
+            "rig: [{k}] probe-dio checksummed: {verdict} (evidence {}, dirtied median {} of {} bytes, {:.0} vs NOCOW control {:.0} B/s)",
+            csum["evidence"]["source"],
+            csum["test"]["dirtied_bytes_median"],
+            csum["test"]["bytes_written"],
+            csum["test"]["throughput_bytes_per_sec"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+            csum["control"]["throughput_bytes_per_sec"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+        );
+        match expected_checksummed_verdict(&o.kernel) {
+            Some(want) => assert_eq!(
+                verdict, want,
+                "[{k}] probe-dio on a checksummed dir: {csum:#}"
+            ),
+            None => assert!(
+                [
+                    "direct",
+                    "buffered-fallback",
+                    "profile-forced",
+                    "inconclusive",
+                    "direct-bounced"
+                ]
+                .contains(&verdict),
+                "[{k}] {csum:#}"
+            ),
+        }
+        // Nothing left behind by either probe.
+        let left = &o.run("left").stdout;
+        assert!(
+            !left.lines().any(|l| l.contains("btrfs-lab")),
+            "[{k}] probe files left: {left}"
+        );
+    }
+}
+
+const MIB: u64 = 1 << 20;
+
+const HARDWARE: &str = r#"
+rig_run mkfs mkfs.btrfs -f -d raid0 -m raid1 $(rig_dev 0) $(rig_dev 1) $(rig_dev 2)
+rig_run mount mount -t btrfs $(rig_dev 0) /mnt
+rig_run links btrfs-lab links --json
+rig_run links-thermal btrfs-lab links --thermal --json /mnt
+rig_run sysfs-links sh -c 'for d in /sys/class/nvme/nvme*; do p=$(readlink -f $d/device); echo "$(basename $d) $(basename $p) $(cat $p/current_link_speed) x$(cat $p/current_link_width) max $(cat $p/max_link_speed) x$(cat $p/max_link_width)"; done'
+mkdir -p /mnt/bench
+rig_run members btrfs-lab bench --json --yes --members --tests SEQ1M-Q8T1 --file-size 96M --rounds 1 --duration 3 /mnt/bench
+"#;
+
+/// The slow member's read throttle (bytes/s): far below what TCG gives an
+/// unthrottled emulated NVMe drive here (hundreds of MB/s).
+const SLOW_READ: u64 = 24 * MIB;
+
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root and qemu (scripts/install-rig-deps.sh)"
+)]
+fn rig_links_smart_and_members_on_emulated_nvme() {
+    let test = "rig_links_smart_and_members_on_emulated_nvme";
+    if !require_rig(test) {
+        return;
+    }
+    let mut drives = vec![Drive::new(2 * GIB); 3];
+    drives[0].port_speed = Some("16");
+    drives[0].port_width = Some(4);
+    drives[1].port_speed = Some("8");
+    drives[1].port_width = Some(2);
+    drives[2].bps_read = Some(SLOW_READ);
+    let guest = Guest::new(drives, HARDWARE);
+    let suite = kernels().remove(0);
+    let k = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let work = workdir();
+    let o = guest
+        .boot(&k, work.path())
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let k = o.kernel.describe();
+    for step in ["mkfs", "mount"] {
+        assert_eq!(o.run(step).rc, 0, "[{k}] {step}: {}", o.run(step).stderr);
+    }
+    eprintln!("[{k}] sysfs links:\n{}", o.run("sysfs-links").stdout);
+
+    // links on a real NVMe controller and a real sysfs: three drives, each
+    // an endpoint under its own root port, whose link capability is the
+    // x-speed/x-width the rig set. QEMU's endpoint itself is Gen1 x1 (it
+    // has no link of its own to train): the ceiling is its link's.
+    let links = o.json("links");
+    let devs = links["devices"].as_array().unwrap();
+    assert_eq!(devs.len(), 3, "[{k}] {links:#}");
+    // Port capabilities by drive: drive 0 Gen4 x4, drive 1 Gen3 x2.
+    let ports = [(16.0, 4), (8.0, 2)];
+    for d in devs {
+        let serial = d["serial"].as_str().unwrap();
+        let i: usize = serial.strip_prefix("RIG").unwrap().parse().unwrap();
+        let ctrl = o.dev(i).trim_start_matches("/dev/").trim_end_matches("n1");
+        assert_eq!(
+            d["name"],
+            ctrl,
+            "[{k}] drive {i} is {}: {links:#}",
+            o.dev(i)
+        );
+        assert_eq!(d["kind"], "nvme", "[{k}]");
+        assert_eq!(d["transport"], "pcie", "[{k}]");
+        assert_eq!(d["model"], "QEMU NVMe Ctrl", "[{k}]");
+        let hops = d["hops"].as_array().unwrap();
+        assert_eq!(hops.len(), 2, "[{k}] {d:#}");
+        assert_eq!(hops[0]["role"], "endpoint", "[{k}] {d:#}");
+        assert_eq!(hops[1]["role"], "root-port", "[{k}] {d:#}");
+        assert_eq!(hops[0]["speed_gts"], 2.5, "[{k}] {d:#}");
+        assert_eq!(hops[0]["width"], 1, "[{k}] {d:#}");
+        if let Some((gts, width)) = ports.get(i) {
+            assert_eq!(
+                hops[1]["max_speed_gts"], *gts,
+                "[{k}] port of drive {i}: {d:#}"
+            );
+            assert_eq!(
+                hops[1]["max_width"], *width,
+                "[{k}] port of drive {i}: {d:#}"
+            );
+        }
+        assert_eq!(
+            d["ceiling"]["encoded_bytes_per_sec"], 250_000_000u64,
+            "[{k}] {d:#}"
+        );
+        assert_eq!(
+            d["ceiling"]["limited_by"], hops[1]["address"],
+            "[{k}] {d:#}"
+        );
+        assert!(d["thermal"].is_null(), "[{k}] no --thermal: {d:#}");
+    }
+
+    // --thermal on the mount: its members, with the SMART log QEMU's
+    // controller keeps (a fixed 323 K, no thermal transitions).
+    let thermal = o.json("links-thermal");
+    assert_eq!(thermal["scope"], "mount", "[{k}] {thermal:#}");
+    let devs = thermal["devices"].as_array().unwrap();
+    assert_eq!(devs.len(), 3, "[{k}] {thermal:#}");
+    for d in devs {
+        let ctrl = d["name"].as_str().unwrap();
+        assert_eq!(
+            d["block_devices"],
+            serde_json::json!([format!("{ctrl}n1")]),
+            "[{k}] {d:#}"
+        );
+        assert!(d["thermal_error"].is_null(), "[{k}] {d:#}");
+        let t = &d["thermal"];
+        assert_eq!(t["temperature_celsius"], 50, "[{k}] {d:#}");
+        assert_eq!(t["temperature_warning"], false, "[{k}] {d:#}");
+        assert_eq!(t["tmt1"]["transitions"], 0, "[{k}] {d:#}");
+        assert_eq!(t["tmt2"]["transitions"], 0, "[{k}] {d:#}");
+    }
+
+    // bench --members: the throttled drive is named the slowest, read at
+    // about its throttle, and the RAID0 array reads at about slowest x 3.
+    let members = o.json("members");
+    // The suite's own figure may be flagged (exit 3, docs/exit-codes.md):
+    // the status must say so exactly when a result is flagged.
+    let flagged: Vec<String> = members["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "flagged")
+        .map(|r| format!("{} {}: {}", r["name"], r["direction"], r["checks"]))
+        .collect();
+    if !flagged.is_empty() {
+        eprintln!("rig: [{k}] bench flagged: {flagged:?}");
+    }
+    assert_eq!(
+        o.run("members").rc,
+        if flagged.is_empty() { 0 } else { 3 },
+        "[{k}] {}",
+        o.run("members").stderr
+    );
+    let m = &members["members_scaling"];
+    eprintln!("rig: [{k}] bench --members: {}", m["summary"]);
+    let slow_dev = o.dev(2);
+    assert_eq!(m["slowest"], slow_dev, "[{k}] {m:#}");
+    let alone_of = |dev: &str| {
+        m["alone"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["device"] == dev)
+            .unwrap_or_else(|| panic!("[{k}] {dev} not read alone: {m:#}"))["bytes_per_sec"]
+            .as_f64()
+            .unwrap()
+    };
+    let alone = [alone_of(o.dev(0)), alone_of(o.dev(1)), alone_of(o.dev(2))];
+    let slow = alone[2];
+    let throttle = SLOW_READ as f64;
+    assert!(
+        slow > 0.7 * throttle && slow < 1.3 * throttle,
+        "[{k}] slow member alone at {slow} B/s, throttled at {throttle}: {m:#}"
+    );
+    assert!(
+        alone[0] > 3.0 * slow && alone[1] > 3.0 * slow,
+        "[{k}] {m:#}"
+    );
+    let array = m["array_bytes_per_sec"].as_f64().unwrap();
+    let bound = m["slowest_times_n_bytes_per_sec"].as_f64().unwrap();
+    assert!(
+        (bound / (3.0 * slow) - 1.0).abs() < 0.05,
+        "[{k}] slowest x 3 = {bound}, slow member {slow}: {m:#}"
+    );
+    assert!(
+        array > 0.6 * bound && array < 1.3 * bound,
+        "[{k}] the array read {array} B/s, slowest x 3 is {bound}: {m:#}"
+    );
+    assert!(
+        m["summary"].as_str().unwrap().contains(slow_dev),
+        "[{k}] {m:#}"
+    );
+}
+
+const SUSTAINED: &str = r#"
+rig_run mkfs mkfs.btrfs -f $(rig_dev 0)
+rig_run mount mount -t btrfs $(rig_dev 0) /mnt
+mkdir -p /mnt/sustained
+rig_run sustained btrfs-lab bench --json --yes --sustained 480M --time 120 /mnt/sustained
+"#;
+
+/// The burst: `bps-write-max` for `bps-write-max-length`, then `bps-write`
+/// (an SLC cache running out). QEMU's bucket holds max × length bytes and
+/// leaks at the steady rate, so a writer at the fast rate fills it after
+/// max² × length / (max − steady) bytes: 320 MiB here, about 6.7 s.
+const BURST_RATE: u64 = 48 * MIB;
+const BURST_SECS: u64 = 5;
+const STEADY_RATE: u64 = 12 * MIB;
+
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root and qemu (scripts/install-rig-deps.sh)"
+)]
+fn rig_bench_sustained_finds_a_write_burst_running_out() {
+    let test = "rig_bench_sustained_finds_a_write_burst_running_out";
+    if !require_rig(test) {
+        return;
+    }
+    let mut d = Drive::new(2 * GIB);
+    d.bps_write = Some(STEADY_RATE);
+    d.bps_write_max = Some(BURST_RATE);
+    d.bps_write_max_length = Some(BURST_SECS);
+    let guest = Guest::new(vec![d], SUSTAINED);
+    let suite = kernels().remove(0);
+    let k = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let work = workdir();
+    let o = guest
+        .boot(&k, work.path())
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let k = o.kernel.describe();
+    for step in ["mkfs", "mount"] {
+        assert_eq!(o.run(step).rc, 0, "[{k}] {step}: {}", o.run(step).stderr);
+    }
+    let r = o.json("sustained");
+    assert_eq!(
+        o.run("sustained").rc,
+        0,
+        "[{k}] {}",
+        o.run("sustained").stderr
+    );
+    let a = &r["analysis"];
+    let series: Vec<f64> = r["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["bytes_per_sec"].as_f64().unwrap())
+        .collect();
+    eprintln!(
+        "rig: [{k}] bench --sustained: {} (series {:?} MB/s)",
+        r["summary"],
+        series.iter().map(|b| (b / 1e6).round()).collect::<Vec<_>>()
+    );
+    assert_eq!(r["bytes_written"], 480 * MIB, "[{k}] {r:#}");
+    assert_eq!(r["test_file_removed"], true, "[{k}] {r:#}");
+    assert_eq!(
+        a["shape"], "cliff",
+        "[{k}] a burst that runs out is one step: {a:#}\n{}",
+        r["summary"]
+    );
+    let (max, steady) = (BURST_RATE as f64, STEADY_RATE as f64);
+    let burst_bytes = max * max * BURST_SECS as f64 / (max - steady);
+    let before = a["bytes_before"].as_f64().unwrap();
+    assert!(
+        before > 0.75 * burst_bytes && before < 1.25 * burst_bytes,
+        "[{k}] the cliff after {before} bytes, the burst holds {burst_bytes}: {a:#}"
+    );
+    let after = a["rate_after"].as_f64().unwrap();
+    assert!(
+        after > 0.8 * steady && after < 1.2 * steady,
+        "[{k}] after the cliff {after} B/s, the throttle is {steady}: {a:#}"
+    );
+    let rate_before = a["rate_before"].as_f64().unwrap();
+    assert!(
+        rate_before > 2.0 * steady,
+        "[{k}] before the cliff {rate_before} B/s: {a:#}"
+    );
+}
+
+const PULL: &str = r#"
+rig_run mkfs mkfs.btrfs -f -d raid1 -m raid1c3 $(rig_dev 0) $(rig_dev 1) $(rig_dev 2)
+rig_run mount mount -t btrfs $(rig_dev 0) /mnt
+rig_run write dd if=/dev/urandom of=/mnt/data bs=1M count=16 conv=fsync
+rig_run sum sha256sum /mnt/data
+rig_run show-before btrfs-lab show --json /mnt
+gone=/sys/block/$(basename $(rig_dev 2))
+rig_wait pull-nvme2
+i=0
+while [ -e $gone ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+rig_note "$gone gone after $i polls: $([ -e $gone ] && echo no || echo yes)"
+# Writes that reach the missing member make btrfs see it gone.
+dd if=/dev/urandom of=/mnt/data2 bs=1M count=4 conv=fsync 2>/dev/null
+sync
+rig_run show-pulled btrfs-lab show --json /mnt
+rig_run doctor-pulled btrfs-lab doctor --json /mnt
+rig_run doctor-pulled-text btrfs-lab doctor /mnt
+umount /mnt
+"#;
+
+const DEGRADED: &str = r#"
+btrfs device scan >/dev/null 2>&1
+rig_run mount-plain mount -t btrfs $(rig_dev 0) /mnt
+rig_run mount-degraded mount -t btrfs -o degraded $(rig_dev 0) /mnt
+rig_run show-degraded btrfs-lab show --json /mnt
+rig_run doctor-degraded btrfs-lab doctor --json /mnt
+rig_run doctor-degraded-text btrfs-lab doctor /mnt
+rig_run read sha256sum /mnt/data
+"#;
+
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root and qemu (scripts/install-rig-deps.sh)"
+)]
+fn rig_doctor_and_show_after_device_del_and_degraded_boot() {
+    let test = "rig_doctor_and_show_after_device_del_and_degraded_boot";
+    if !require_rig(test) {
+        return;
+    }
+    let suite = kernels().remove(0);
+    let kern = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let work = workdir();
+    let guest = Guest::new(vec![Drive::new(GIB); 3], PULL)
+        .action("pull-nvme2", super::Action::DeviceDel(2));
+    let o = guest
+        .boot(&kern, work.path())
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let k = o.kernel.describe();
+    for step in ["mkfs", "mount", "write"] {
+        assert_eq!(o.run(step).rc, 0, "[{k}] {step}: {}", o.run(step).stderr);
+    }
+    let pulled = o.dev(2).to_owned();
+    assert!(
+        o.notes
+            .iter()
+            .any(|n| n.contains("gone after") && n.ends_with("yes")),
+        "[{k}] {pulled} did not leave the guest after device_del: {:?}",
+        o.notes
+    );
+    let before = o.json("show-before");
+    assert_eq!(o.run("show-before").rc, 0, "[{k}] {before:#}");
+    let sum = o
+        .run("sum")
+        .stdout
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+
+    // Pulled out while mounted: the kernel keeps the member (not missing
+    // until the next mount) and counts the writes that failed on it.
+    let show = o.json("show-pulled");
+    assert_eq!(
+        o.run("show-pulled").rc,
+        64,
+        "[{k}] show exits 64 on device errors: {show:#}"
+    );
+    let devs = show["filesystems"][0]["devices"].as_array().unwrap();
+    let gone = devs
+        .iter()
+        .find(|d| d["devid"] == 3)
+        .unwrap_or_else(|| panic!("[{k}] no devid 3: {show:#}"));
+    // 6.x keeps the member's name; 7.x names it "<missing disk>" at once
+    // (still not `missing` until the next mount).
+    eprintln!(
+        "rig: [{k}] show after device_del: devid 3 path {}, missing {}",
+        gone["path"], gone["missing"]
+    );
+    assert!(
+        gone["path"] == pulled.as_str() || gone["path"] == "<missing disk>",
+        "[{k}] {show:#}"
+    );
+    assert_eq!(gone["has_errors"], true, "[{k}] {show:#}");
+    let e = &gone["errors"];
+    assert!(
+        e["write_io_errs"].as_u64().unwrap() + e["flush_io_errs"].as_u64().unwrap() > 0,
+        "[{k}] {show:#}"
+    );
+    for d in devs.iter().filter(|d| d["devid"] != 3) {
+        assert_eq!(d["has_errors"], false, "[{k}] {show:#}");
+    }
+    let doctor = o.json("doctor-pulled");
+    let rc = o.run("doctor-pulled").rc;
+    let codes: Vec<&str> = doctor["filesystems"][0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap())
+        .collect();
+    eprintln!("rig: [{k}] doctor after device_del: exit {rc}, findings {codes:?}");
+    assert!(rc == 1 || rc == 2, "[{k}] doctor exit {rc}: {doctor:#}");
+    assert!(
+        codes.contains(&"device-errors") || codes.contains(&"device-missing"),
+        "[{k}] {codes:?}"
+    );
+    let text = &o.run("doctor-pulled-text").stdout;
+    eprintln!("rig: [{k}] doctor after device_del, text:\n{text}");
+    assert!(
+        text.contains(&pulled) || text.contains("<missing disk>") || text.contains("device 3"),
+        "[{k}] the pulled drive is not named: {text}"
+    );
+
+    // The next boot of the same machine without the third drive.
+    let mut second = Guest::new(vec![Drive::new(GIB); 2], DEGRADED);
+    second.images = Some(o.images[..2].iter().cloned().map(Some).collect());
+    let o2 = second
+        .boot(&kern, work.path())
+        .unwrap_or_else(|e| panic!("{test}: second boot: {e}"));
+    assert_ne!(
+        o2.run("mount-plain").rc,
+        0,
+        "[{k}] mounted without -o degraded"
+    );
+    let r = o2.run("mount-degraded");
+    assert_eq!(r.rc, 0, "[{k}] mount -o degraded: {}", r.stderr);
+    let show = o2.json("show-degraded");
+    let fs0 = &show["filesystems"][0];
+    // show exits like `btrfs device stats --check` (docs/exit-codes.md): 64
+    // when a counter is not zero (the failed writes may or may not have
+    // reached the device tree before the unmount), 0 otherwise.
+    let any_errors = fs0["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["has_errors"] == true);
+    assert_eq!(
+        o2.run("show-degraded").rc,
+        if any_errors { 64 } else { 0 },
+        "[{k}] {show:#}"
+    );
+    assert_eq!(fs0["total_devices"], 3, "[{k}] {show:#}");
+    let missing: Vec<&serde_json::Value> = fs0["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["missing"] == true)
+        .collect();
+    assert_eq!(missing.len(), 1, "[{k}] {show:#}");
+    assert_eq!(missing[0]["devid"], 3, "[{k}] {show:#}");
+    let doctor = o2.json("doctor-degraded");
+    assert_eq!(
+        o2.run("doctor-degraded").rc,
+        2,
+        "[{k}] critical: {doctor:#}"
+    );
+    let findings = doctor["filesystems"][0]["findings"].as_array().unwrap();
+    let missing = findings
+        .iter()
+        .find(|f| f["code"] == "device-missing")
+        .unwrap_or_else(|| panic!("[{k}] no device-missing: {doctor:#}"));
+    assert_eq!(missing["severity"], "critical", "[{k}] {missing:#}");
+    assert!(
+        findings.iter().any(|f| f["code"] == "mount-degraded"),
+        "[{k}] {doctor:#}"
+    );
+    let text = &o2.run("doctor-degraded-text").stdout;
+    assert!(text.contains("missing devid: 3"), "[{k}] {text}");
+    assert!(
+        text.contains("btrfs replace start"),
+        "[{k}] what to do: {text}"
+    );
+    eprintln!(
+        "rig: [{k}] degraded boot: doctor exit 2, findings {:?}",
+        findings
+            .iter()
+            .map(|f| f["code"].as_str().unwrap())
+            .collect::<Vec<_>>()
+    );
+    // RAID1 data: every byte still there.
+    let read = o2.run("read");
+    assert_eq!(read.rc, 0, "[{k}] {}", read.stderr);
+    assert_eq!(
+        read.stdout.split_whitespace().next(),
+        Some(sum.as_str()),
+        "[{k}]"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root and qemu (scripts/install-rig-deps.sh)"
+)]
+fn rig_says_which_guest_did_not_finish_with_its_last_lines() {
+    let test = "rig_says_which_guest_did_not_finish_with_its_last_lines";
+    if !require_rig(test) {
+        return;
+    }
+    let suite = kernels().remove(0);
+    let kern = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let work = workdir();
+    let mut guest = Guest::new(
+        vec![Drive::new(GIB)],
+        "rig_run before echo started\nrig_note about to hang\nsleep 3600\n",
+    );
+    guest.timeout = std::time::Duration::from_secs(60);
+    let err = match guest.boot(&kern, work.path()) {
+        Ok(o) => panic!(
+            "{test}: a guest that sleeps an hour finished: {:?}",
+            o.notes
+        ),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains("the guest timed out after 60 s (qemu killed)"),
+        "{err}"
+    );
+    assert!(err.contains(&kern.describe()), "{err}");
+    assert!(
+        err.contains("about to hang"),
+        "the last note is shown: {err}"
+    );
+    assert!(err.contains("\"before\""), "the runs it did report: {err}");
+    assert!(err.contains("console tail:"), "{err}");
+    // qemu was killed and reaped: no process names this test's images.
+    let img = work.path().join("nvme0.img").display().to_string();
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmdline).contains(&img)
+        {
+            left.push(e.file_name());
+        }
+    }
+    assert!(left.is_empty(), "qemu still running: pids {left:?}");
+}

@@ -8,8 +8,10 @@
 # bindgen build of btrfs-uapi), man-db, zsh and fish (the man pages and
 # completion scripts are checked with man and the shells), debootstrap
 # (scripts/check-old-userland.sh), lintian (scripts/release.sh lints the
-# .deb), hyperfine (scripts/bench-startup.sh), file, and a Rust toolchain if
-# there is none.
+# .deb), hyperfine (scripts/bench-startup.sh), file, the QEMU rig's tools
+# (qemu-system-x86, busybox-static, cpio, kmod, binutils, xz-utils, zstd:
+# docs/rig.md; scripts/install-rig-deps.sh installs them alone), and a Rust
+# toolchain if there is none.
 # Run it directly, or source it (scripts/demo.sh and scripts/test.sh do) so
 # that a freshly installed cargo is on PATH afterwards.
 
@@ -21,7 +23,7 @@ btrfs_lab_install_deps() {
     # mkfs.btrfs, losetup and friends live in sbin.
     export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
-    local packages=(btrfs-progs e2fsprogs util-linux fio jq python3 chromium prometheus ansible-core libclang-dev gcc libc6-dev ca-certificates curl man-db zsh fish debootstrap lintian hyperfine file bc)
+    local packages=(btrfs-progs e2fsprogs util-linux fio jq python3 chromium prometheus ansible-core libclang-dev gcc libc6-dev ca-certificates curl man-db zsh fish debootstrap lintian hyperfine file bc qemu-system-x86 busybox-static cpio kmod binutils xz-utils zstd)
     local missing=() p
     for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -253,9 +253,7 @@ impl TrustedDir {
 
     /// The directory's own identity.
     pub fn identity(&self) -> Result<FileIdentity> {
-        rfs::fstat(&self.fd)
-            .map(|st| identity_of(&st))
-            .map_err(|e| err(e, "cannot stat", &self.path))
+        identity_at(self.fd(), &self.path)
     }
 
     /// The path of an entry (for messages and records).
@@ -265,12 +263,7 @@ impl TrustedDir {
 
     /// `lstat` of an entry; `None` when there is none.
     pub fn stat(&self, name: impl AsRef<OsStr>) -> Result<Option<Stat>> {
-        let name = component(name.as_ref())?;
-        match rfs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => Ok(Some(st)),
-            Err(RErrno::NOENT) => Ok(None),
-            Err(e) => Err(err(e, "cannot stat", &self.join(name))),
-        }
+        stat_entry(self.fd(), &self.path, name.as_ref())
     }
 
     /// Opens the subdirectory `name`, which must be root's alone too.
@@ -433,6 +426,24 @@ impl TrustedDir {
     pub fn names(&self) -> Result<Vec<OsString>> {
         names_of(self.fd(), &self.path)
     }
+}
+
+/// `lstat` of the entry `name` of the directory `dir` (reached as `base`,
+/// for messages); `None` when there is none.
+fn stat_entry(dir: BorrowedFd<'_>, base: &Path, name: &OsStr) -> Result<Option<Stat>> {
+    let name = component(name)?;
+    match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(RErrno::NOENT) => Ok(None),
+        Err(e) => Err(err(e, "cannot stat", &base.join(name))),
+    }
+}
+
+/// The identity of the open directory `dir` (reached as `path`).
+fn identity_at(dir: BorrowedFd<'_>, path: &Path) -> Result<FileIdentity> {
+    rfs::fstat(dir)
+        .map(|st| identity_of(&st))
+        .map_err(|e| err(e, "cannot stat", path))
 }
 
 /// The names in the directory `dir` (`.` and `..` excluded), sorted.
@@ -602,9 +613,7 @@ impl HeldDir {
 
     /// The directory's own identity.
     pub fn identity(&self) -> Result<FileIdentity> {
-        rfs::fstat(&self.fd)
-            .map(|st| identity_of(&st))
-            .map_err(|e| err(e, "cannot stat", &self.path))
+        identity_at(self.fd(), &self.path)
     }
 
     /// The path of an entry (for messages).
@@ -614,12 +623,7 @@ impl HeldDir {
 
     /// `lstat` of an entry; `None` when there is none.
     pub fn stat(&self, name: impl AsRef<OsStr>) -> Result<Option<Stat>> {
-        let name = component(name.as_ref())?;
-        match rfs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => Ok(Some(st)),
-            Err(RErrno::NOENT) => Ok(None),
-            Err(e) => Err(err(e, "cannot stat", &self.join(name))),
-        }
+        stat_entry(self.fd(), &self.path, name.as_ref())
     }
 
     /// The names in it (`.` and `..` excluded), sorted.

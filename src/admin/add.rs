@@ -14,9 +14,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::parse::wipefs::Signature;
-use crate::sys::blockdev::BlockDeviceFacts;
-use crate::sys::btrfs::FsHandle;
-use crate::sys::root::SysRoot;
+use crate::sys::block::blockdev::BlockDeviceFacts;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::btrfs::FsHandle;
 use crate::sys::tools::{self, display_argv};
 
 /// A device to add.
@@ -349,7 +349,7 @@ pub fn prepare(
     let (fs, state) = super::state::open_state(root, path)?;
     let facts: Vec<_> = devices
         .iter()
-        .map(|d| crate::sys::blockdev::inspect(root, d))
+        .map(|d| crate::sys::block::blockdev::inspect(root, d))
         .collect();
     let mut plan = plan_add(&state, &facts, opts, crate::sys::is_root(), convert);
     if plan.refusals.is_empty() {
@@ -483,7 +483,7 @@ pub fn execute_add(
 mod tests {
     use super::*;
     use crate::model::kernel::KernelVersion;
-    use crate::sys::btrfs::SpaceEntry;
+    use crate::sys::kernel::btrfs::SpaceEntry;
     use btrfs_uapi::space::BlockGroupFlags as F;
 
     const GIB: u64 = 1 << 30;

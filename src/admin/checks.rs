@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state::FsState;
 use crate::parse::size::format_iec;
-use crate::sys::blockdev::BlockDeviceFacts;
+use crate::sys::block::blockdev::BlockDeviceFacts;
 
 /// The smallest device btrfs-lab adds.
 pub(crate) const MIN_DEVICE_SIZE: u64 = 256 << 20;

@@ -10,12 +10,12 @@ use crate::error::Result;
 use crate::model::kernel::KernelVersion;
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
-use crate::sys::btrfs::FsHandle;
-use crate::sys::btrfs::{SpaceEntry, bg_type_of, profile_of, profile_of_target};
-use crate::sys::ioctl::{BalanceState, BalanceStatus};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::fs::target::{self, BtrfsTarget};
+use crate::sys::kernel::btrfs::FsHandle;
+use crate::sys::kernel::btrfs::{SpaceEntry, bg_type_of, profile_of, profile_of_target};
+use crate::sys::kernel::ioctl::{BalanceState, BalanceStatus};
 use crate::sys::kernel_release;
-use crate::sys::root::SysRoot;
-use crate::sys::target::{self, BtrfsTarget};
 
 /// A member device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]

@@ -9,7 +9,7 @@ use super::profile::Direction;
 use super::report::{BenchReport, REPORT_VERSION, Status};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::text::{escape_control, escape_path};
-use crate::sys::beneath::read_input_file;
+use crate::sys::fs::beneath::read_input_file;
 
 /// One test in both reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -50,7 +50,7 @@ pub struct Comparison {
 pub const MAX_REPORT: u64 = 16 << 20;
 
 /// Reads a saved `bench --json` suite report: a regular file of at most
-/// [`MAX_REPORT`] bytes (`sys::beneath::read_input_file`: no FIFO, device
+/// [`MAX_REPORT`] bytes (`sys::fs::beneath::read_input_file`: no FIFO, device
 /// or other user's link), a UTF-8 byte-order mark allowed. Another kind of
 /// document is named ("a bench --sustained report"), not parsed as a suite.
 const HINT: &str = "save suite reports with: btrfs-lab bench --json DIR > FILE.json";

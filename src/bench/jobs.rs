@@ -25,7 +25,7 @@
 //!
 //! What keeps root safe: a job file holds no byte a user chose. The test
 //! file is named relative to fio's working directory, which is the held
-//! work directory (`sys::fio`), so no path is written at all; every job
+//! work directory (`sys::tools::fio`), so no path is written at all; every job
 //! runs as a thread of one fio process (`thread`), so stopping fio's
 //! process group stops all its I/O.
 
@@ -40,7 +40,7 @@ pub const IOENGINE: &str = "libaio";
 #[derive(Debug, Clone)]
 pub struct JobSettings<'a> {
     /// The test file, relative to fio's working directory (a name
-    /// btrfs-lab chose: [`crate::sys::fio::check_name`]).
+    /// btrfs-lab chose: [`crate::sys::tools::fio::check_name`]).
     pub file: &'a str,
     /// Its size (a multiple of 1 MiB).
     pub size_bytes: u64,

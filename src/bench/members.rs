@@ -7,14 +7,14 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::sys::beneath::TrustedDir;
+use crate::sys::fs::beneath::TrustedDir;
 
 use super::report::{MemberDevice, MemberRate, MemberScaling};
 use super::{Progress, check_stop};
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::fio::FioOutput;
-use crate::sys::fio::FioRunner;
-use crate::sys::root::SysRoot;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::tools::fio::FioRunner;
 
 fn section(i: usize, dev: &MemberDevice, duration: u64) -> String {
     let mut s = String::new();
@@ -91,9 +91,9 @@ pub fn analyse(alone: Vec<MemberRate>, together: Vec<MemberRate>) -> MemberScali
 }
 
 /// Checks that a member's path is `/dev/NAME` with a name fio reads back
-/// exactly (`sys::fio::check_value`) and that it is a block device.
+/// exactly (`sys::tools::fio::check_value`) and that it is a block device.
 pub fn check_member(d: &MemberDevice) -> Result<()> {
-    crate::sys::fio::check_value("member device", d.path.as_bytes())?;
+    crate::sys::tools::fio::check_value("member device", d.path.as_bytes())?;
     let plain = d
         .path
         .strip_prefix("/dev/")
@@ -133,7 +133,7 @@ pub fn scale(
     for d in devices {
         check_member(d)?;
     }
-    let limit = crate::sys::fio::watchdog(Duration::from_secs(duration));
+    let limit = crate::sys::tools::fio::watchdog(Duration::from_secs(duration));
     let mut alone = Vec::new();
     for (i, d) in devices.iter().enumerate() {
         check_stop()?;

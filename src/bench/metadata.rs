@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::parse::size::format_iec;
-use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, diskstats};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::{kernel::btrfs, proc::diskstats};
 
 use super::report::{MemberDevice, TargetInfo};
 use super::{WorkDir, check_stop};
@@ -367,7 +367,7 @@ pub fn run(
 
     // stat, cold.
     if cold {
-        crate::sys::pagecache::drop_all_caches()?;
+        crate::sys::kernel::pagecache::drop_all_caches()?;
     }
     progress("stat");
     let b = counters(&devices, &opts.sysroot);

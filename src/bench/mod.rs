@@ -32,11 +32,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::text::escape_path;
 use crate::parse::fio::{FioJob, FioOutput};
 use crate::parse::size::format_iec;
-use crate::sys::beneath::{HeldDir, Removal, TrustedDir, identity_of};
-use crate::sys::fio::{self, FioRunner};
-use crate::sys::loopdev::FileIdentity;
-use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, filesystem, signals};
+use crate::sys::block::loopdev::FileIdentity;
+use crate::sys::fs::beneath::{HeldDir, Removal, TrustedDir, identity_of};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::tools::fio::{self, FioRunner};
+use crate::sys::{fs::filesystem, kernel::btrfs, kernel::signals};
 
 use analysis::{CheckContext, Sample};
 use jobs::JobSettings;
@@ -199,7 +199,7 @@ pub struct Progress {
 
 // ---------------------------------------------------------------------
 // Signals: SIGINT, SIGTERM and SIGHUP (a dropped SSH session) all stop
-// the bench at the next safe point (`sys::signals::install`, the one scheme
+// the bench at the next safe point (`sys::kernel::signals::install`, the one scheme
 // of every command that changes something): fio's process group is killed,
 // the test directory removed, exit status 130. A second signal exits at once.
 
@@ -249,8 +249,8 @@ impl WorkDir {
             let name = format!(
                 "{WORK_DIR_PREFIX}{}-{}{}",
                 std::process::id(),
-                crate::sys::nonce::nonce(),
-                &crate::sys::nonce::nonce()[..2]
+                crate::sys::fs::nonce::nonce(),
+                &crate::sys::fs::nonce::nonce()[..2]
             );
             if parent.stat(&name)?.is_some() {
                 continue;
@@ -618,7 +618,7 @@ pub fn fill_incompressible(
     expected: FileIdentity,
     size: u64,
 ) -> Result<()> {
-    use crate::sys::direct_io::{AlignedBuffer, write_all_at};
+    use crate::sys::kernel::direct_io::{AlignedBuffer, write_all_at};
     use rustix::fs::{Mode, OFlags};
     const CHUNK: usize = 1 << 20;
     let path = dir.join(name);
@@ -903,9 +903,9 @@ pub(crate) fn set_dir_mode(work: &WorkDir, cow: bool, btrfs: bool) -> Result<()>
         return filesystem::set_nocow(&f, path, true);
     }
     if let Some(flags) = filesystem::inode_flags_of(&f, path)?
-        && flags.intersects(crate::sys::ioctl::FS_NOCOW_FL)
+        && flags.intersects(crate::sys::kernel::ioctl::FS_NOCOW_FL)
     {
-        filesystem::set_inode_flags_of(&f, path, flags & !crate::sys::ioctl::FS_NOCOW_FL)?;
+        filesystem::set_inode_flags_of(&f, path, flags & !crate::sys::kernel::ioctl::FS_NOCOW_FL)?;
     }
     Ok(())
 }
@@ -1022,7 +1022,7 @@ pub fn run(
     let (file, file_id) = create_test_file(&work)?;
     let nocow = is_btrfs
         && filesystem::inode_flags_of(&file, &file_path)?
-            .is_some_and(|f| f.intersects(crate::sys::ioctl::FS_NOCOW_FL));
+            .is_some_and(|f| f.intersects(crate::sys::kernel::ioctl::FS_NOCOW_FL));
     let size = opts.size_bytes();
     let fallocate_only = hook(HOOK_FALLOCATE_ONLY).is_some();
     if !fallocate_only {
@@ -1274,7 +1274,7 @@ fn summary_sentence(results: &[TestResult], flagged: usize) -> String {
 mod tests {
     use super::*;
     use crate::parse::fio::{FioDirection, FioJob, FioOutput};
-    use crate::sys::fio::MockFio;
+    use crate::sys::tools::fio::MockFio;
 
     const MIB: u64 = 1 << 20;
 

@@ -25,8 +25,8 @@ use crate::parse::size::format_iec;
 use crate::sandbox::{
     self, FsKind, Sandbox, SandboxPlan, SandboxRecord, SandboxRequest, StateStore, plan_up,
 };
-use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, filesystem};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::{fs::filesystem, kernel::btrfs};
 
 use super::check_stop;
 use super::metadata::{self, MetadataOptions, MetadataReport, Phase};
@@ -337,7 +337,7 @@ fn images_parent(plan: &ProfilesPlan) -> PathBuf {
 /// a mistyped DIR.
 pub fn check_images_dir(opts: &ProfilesOptions) -> Result<()> {
     if let Some(d) = &opts.images_dir {
-        crate::sys::beneath::HeldDir::open(d).map_err(|e| {
+        crate::sys::fs::beneath::HeldDir::open(d).map_err(|e| {
             if e.kind() == ErrorKind::NotFound {
                 Error::new(
                     ErrorKind::NotFound,

@@ -4,7 +4,7 @@
 //! uses), FIEMAP; and, once for the bench, the PCIe ceiling and the NVMe
 //! thermal counters. Behind a trait so the measuring loop runs on mocks.
 
-use crate::sys::beneath::HeldDir;
+use crate::sys::fs::beneath::HeldDir;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
@@ -14,9 +14,9 @@ use crate::model::profile::Profile;
 use crate::parse::diskstats::SECTOR;
 use crate::parse::mountinfo::MountEntry;
 use crate::parse::nvme_smart::{SmartThermal, ThermalDelta};
-use crate::sys::counters::{self, CounterChoice, DirtyCounter};
-use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, diskstats, extents, pagecache};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::proc::counters::{self, CounterChoice, DirtyCounter};
+use crate::sys::{kernel::btrfs, kernel::extents, kernel::pagecache, proc::diskstats};
 
 /// The counters the measuring loop reads.
 pub trait Sensors {

@@ -13,9 +13,9 @@ use crate::model::finding::{Finding, Severity};
 use crate::model::profile::Profile;
 use crate::parse::fio::parse_bw_log;
 use crate::parse::size::format_iec;
-use crate::sys::diskstats;
-use crate::sys::fio::FioRunner;
-use crate::sys::root::SysRoot;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::proc::diskstats;
+use crate::sys::tools::fio::FioRunner;
 
 use super::cliff::{self, CliffAnalysis, Point, Shape};
 use super::report::{MemberDevice, SystemInfo, TargetInfo};
@@ -408,7 +408,7 @@ pub fn run(
     super::install_signals()?;
     check_stop()?;
     if let Some(cg) = hook(HOOK_CGROUP) {
-        crate::sys::cgroup::join(Path::new(&cg))?;
+        crate::sys::proc::cgroup::join(Path::new(&cg))?;
     }
 
     started();

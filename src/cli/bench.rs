@@ -15,8 +15,8 @@ use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
 use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
-use btrfs_lab::sys::fio::RealFio;
-use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::fs::root::SysRoot;
+use btrfs_lab::sys::tools::fio::RealFio;
 
 use super::output::{Output, Paint, confirm, wrap};
 use super::units::{UnitArgs, size, size_arg};
@@ -383,7 +383,7 @@ fn run_compare_profiles(
         .into_iter()
         .map(|r| r.name)
         .collect();
-    let plan = profiles::plan(&opts, &btrfs_lab::sys::nonce::nonce(), stale)?;
+    let plan = profiles::plan(&opts, &btrfs_lab::sys::fs::nonce::nonce(), stale)?;
     let steps = plan.describe().join("\n");
     if args.dry_run {
         out.report(&plan, |_| format!("{steps}\n"));

@@ -14,9 +14,9 @@ use btrfs_lab::admin::state::open_state;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::parse::size::format_rate;
-use btrfs_lab::sys::btrfs::FsHandle;
-use btrfs_lab::sys::root::SysRoot;
-use btrfs_lab::sys::{is_root, signals};
+use btrfs_lab::sys::fs::root::SysRoot;
+use btrfs_lab::sys::kernel::btrfs::FsHandle;
+use btrfs_lab::sys::{is_root, kernel::signals};
 use clap::Args;
 use indicatif::ProgressBar;
 

@@ -13,7 +13,7 @@ use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::parse::size::format_rate;
 use btrfs_lab::probe;
 use btrfs_lab::sandbox::{self, Locations, SandboxRequest};
-use btrfs_lab::sys::{btrfs, filesystem, kernel_release, signals};
+use btrfs_lab::sys::{fs::filesystem, kernel::btrfs, kernel::signals, kernel_release};
 
 use super::output::{Output, wrap};
 use super::units::{UnitArgs, size, size_arg};
@@ -53,7 +53,7 @@ pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
     }
     let store = places.store;
     let request = SandboxRequest {
-        name: Some(format!("demo-{}", btrfs_lab::sys::nonce::nonce())),
+        name: Some(format!("demo-{}", btrfs_lab::sys::fs::nonce::nonce())),
         ..SandboxRequest::default()
     };
     // Torn down when this guard drops: on success, error, or interrupt.

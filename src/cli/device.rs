@@ -8,8 +8,8 @@ use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::sys::root::SysRoot;
-use btrfs_lab::sys::signals;
+use btrfs_lab::sys::fs::root::SysRoot;
+use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::tools::display_argv;
 use clap::{Args, Subcommand};
 

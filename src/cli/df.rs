@@ -10,7 +10,7 @@ use btrfs_lab::model::units::{UnitMode, pretty_size};
 use btrfs_lab::parse::fi_df::{ParseOptions, UnitBasis};
 use btrfs_lab::space::findings::Interpretation;
 use btrfs_lab::space::{self, DfReport};
-use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::fs::root::SysRoot;
 
 use super::output::Output;
 use super::units::UnitArgs;

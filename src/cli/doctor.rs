@@ -8,8 +8,8 @@ use btrfs_lab::doctor::{self, DoctorReport, FsDiagnosis, TextfileState, promethe
 use btrfs_lab::error::{Error, ErrorKind, Result};
 use btrfs_lab::model::finding::Severity;
 use btrfs_lab::model::text::escape_control as esc;
-use btrfs_lab::sys::root::SysRoot;
-use btrfs_lab::sys::signals;
+use btrfs_lab::sys::fs::root::SysRoot;
+use btrfs_lab::sys::kernel::signals;
 
 use super::output::{Output, Paint, wrap};
 

@@ -10,7 +10,7 @@ use btrfs_lab::links::{self, LinksOptions, LinksReport};
 use btrfs_lab::model::rate;
 use btrfs_lab::parse::nvme_smart::SmartThermal;
 use btrfs_lab::parse::pcie::format_gbps;
-use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::fs::root::SysRoot;
 
 use super::output::{Output, Paint, wrap};
 

@@ -14,7 +14,7 @@ use clap_mangen::Man;
 use clap_mangen::roff::{Roff, bold, italic, roman};
 
 use btrfs_lab::error::{Error, Result, exit};
-use btrfs_lab::sys::outfile::OutputDir;
+use btrfs_lab::sys::fs::outfile::OutputDir;
 
 use super::output::Output;
 

@@ -12,8 +12,8 @@ use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
 use btrfs_lab::nocow::migrate::ExecOptions;
 use btrfs_lab::nocow::plan::{self, Request, Staying};
 use btrfs_lab::nocow::{self, CheckDocument, CheckReport, NocowReport};
-use btrfs_lab::sys::root::SysRoot;
-use btrfs_lab::sys::signals;
+use btrfs_lab::sys::fs::root::SysRoot;
+use btrfs_lab::sys::kernel::signals;
 
 use super::output::{Output, Paint, confirm, wrap};
 use super::units::{UnitArgs, size};

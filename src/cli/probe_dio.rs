@@ -11,9 +11,9 @@ use btrfs_lab::parse::size::format_rate;
 use btrfs_lab::probe::pid::{FileVerdict, PidOptions, PidReport};
 use btrfs_lab::probe::verdict::{FileSummary, Verdict};
 use btrfs_lab::probe::{self, EvidenceKind, ProbeOptions, ProbeReport};
-use btrfs_lab::sys::counters::{CounterChoice, CounterKind};
-use btrfs_lab::sys::root::SysRoot;
-use btrfs_lab::sys::signals;
+use btrfs_lab::sys::fs::root::SysRoot;
+use btrfs_lab::sys::kernel::signals;
+use btrfs_lab::sys::proc::counters::{CounterChoice, CounterKind};
 
 use super::output::{Output, Paint, wrap};
 use super::units::{SYSROOT_HELP, UnitArgs, size, size_arg};

@@ -10,8 +10,8 @@ use btrfs_lab::model::rate;
 use btrfs_lab::readtest::analysis::{MethodSummary, Status};
 use btrfs_lab::readtest::digest::VerifyMode;
 use btrfs_lab::readtest::{self, CacheMode, Method, ReadTestOptions, ReadTestReport};
-use btrfs_lab::sys::root::SysRoot;
-use btrfs_lab::sys::signals;
+use btrfs_lab::sys::fs::root::SysRoot;
+use btrfs_lab::sys::kernel::signals;
 
 use super::output::{Output, Paint, wrap};
 use super::units::{UnitArgs, size, size_arg};

@@ -13,7 +13,7 @@ use btrfs_lab::sandbox::{
     self, DownReport, FsKind, Locations, SandboxRecord, SandboxRequest, SandboxState,
     SandboxStatus, StateStore, plan_up,
 };
-use btrfs_lab::sys::{btrfs, signals};
+use btrfs_lab::sys::{kernel::btrfs, kernel::signals};
 
 use super::output::{Output, confirm};
 use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profile_arg, size, size_arg};

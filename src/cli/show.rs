@@ -9,7 +9,7 @@ use btrfs_lab::model::text::escape_control as esc;
 use btrfs_lab::model::units::{UnitMode, pretty_size};
 use btrfs_lab::space::show::{FsShow, ShowReport, show_one};
 use btrfs_lab::space::{self};
-use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::fs::root::SysRoot;
 
 use super::output::{Output, Paint};
 use super::units::UnitArgs;

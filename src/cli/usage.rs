@@ -10,7 +10,7 @@ use btrfs_lab::model::units::{UnitMode, pretty_size, pretty_size_signed};
 use btrfs_lab::parse::fi_df::UnitBasis;
 use btrfs_lab::space::usage::{DeviceShare, UsageReport};
 use btrfs_lab::space::{self};
-use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::fs::root::SysRoot;
 
 use super::output::Output;
 use super::units::UnitArgs;

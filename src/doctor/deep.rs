@@ -11,8 +11,8 @@ use crate::links::{self, LinksOptions};
 use crate::model::finding::{Finding, Severity};
 use crate::probe::verdict::Verdict;
 use crate::probe::{self, ProbeOptions};
-use crate::sys::root::SysRoot;
-use crate::sys::signals;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::signals;
 use crate::sys::tools::display_argv;
 
 use super::facts::FsFacts;
@@ -53,7 +53,7 @@ pub fn usual_dirs(f: &FsFacts) -> Vec<std::path::PathBuf> {
         for base in [std::path::Path::new("/"), f.mount_point.as_path()] {
             let p = base.join(rel);
             let here = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir())
-                && crate::sys::btrfs::fsid(&p).is_ok_and(|id| id == f.uuid);
+                && crate::sys::kernel::btrfs::fsid(&p).is_ok_and(|id| id == f.uuid);
             if here && !v.contains(&p) {
                 v.push(p);
             }
@@ -126,7 +126,7 @@ pub fn nocow_findings(
 }
 
 /// Runs the deep checks on one filesystem: findings, and the facts. A
-/// signal (SIGINT, SIGTERM, SIGHUP, with [`crate::sys::signals::install`])
+/// signal (SIGINT, SIGTERM, SIGHUP, with [`crate::sys::kernel::signals::install`])
 /// stops it at the next safe point: the probe removes its test files and
 /// its trace instance on the way out, and the error is
 /// [`ErrorKind::Interrupted`](crate::error::ErrorKind::Interrupted).

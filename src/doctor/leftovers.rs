@@ -15,7 +15,7 @@ use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 use crate::bench::WORK_DIR_PREFIX;
 use crate::model::finding::{Finding, Severity};
 use crate::model::units::{UnitMode, pretty_size};
-use crate::sys::beneath::{HeldDir, open_dir_beneath};
+use crate::sys::fs::beneath::{HeldDir, open_dir_beneath};
 use crate::sys::tools::display_argv;
 
 /// Leftovers at or above this size are a warning, below it an info.

@@ -20,9 +20,9 @@ use crate::error::Result;
 use crate::model::envelope::{hostname, rfc3339_seconds};
 use crate::model::finding::{Finding, Severity};
 use crate::space::{self, BtrfsTarget};
-use crate::sys::btrfs::{self, bg_type_of, profile_of};
-use crate::sys::outfile;
-use crate::sys::root::SysRoot;
+use crate::sys::fs::outfile;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::btrfs::{self, bg_type_of, profile_of};
 
 pub use facts::FsFacts;
 
@@ -155,7 +155,7 @@ pub fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorR
         places.extend(deep::usual_dirs(&d.facts));
         add_findings(&mut d, leftovers::findings(&leftovers::scan(&places)));
         if deep {
-            crate::sys::signals::check()?;
+            crate::sys::kernel::signals::check()?;
             let (findings, facts) = deep::deep(root, &d.facts)?;
             add_deep(&mut d, findings, facts);
         }
@@ -267,7 +267,7 @@ pub fn now_unix() -> u64 {
 const TEXTFILE_HINT: &str = "the directory must exist and be writable, with space left (node_exporter's --collector.textfile.directory)";
 
 /// Writes `text` to the `--textfile` `path` atomically for a collector that
-/// may read at any moment ([`crate::sys::outfile`]): the directory is held
+/// may read at any moment ([`crate::sys::fs::outfile`]): the directory is held
 /// by descriptor (a link another user planted in it is refused), the new
 /// content is a file unique to this run, synced, renamed over `path`.
 /// Temporary files that killed runs left are removed first.

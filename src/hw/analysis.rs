@@ -17,7 +17,7 @@ use super::model::{
 };
 use crate::model::profile::Profile;
 use crate::parse::pcie::{Generation, format_gbps, link_bytes_per_sec, parse_pci_address};
-use crate::sys::topology::{LinkAttrs, PciFunction};
+use crate::sys::block::topology::{LinkAttrs, PciFunction};
 
 const AMD: u32 = 0x1022;
 const INTEL: u32 = 0x8086;

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::model::profile::Profile;
 use crate::parse::nvme_smart::{SmartThermal, decode_smart_log};
-use crate::sys::nvme;
-use crate::sys::root::{ATTR_CAP, SysRoot};
-use crate::sys::topology::{self, BlockTarget, DeviceRef, NvmeController};
+use crate::sys::block::topology::{self, BlockTarget, DeviceRef, NvmeController};
+use crate::sys::fs::root::{ATTR_CAP, SysRoot};
+use crate::sys::kernel::nvme;
 
 use analysis::{DeviceAnalysis, MemberPath, analyze_device, array_ceiling};
 use model::{ArrayCeiling, DeviceKind};

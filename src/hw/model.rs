@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::profile::Profile;
 use crate::parse::nvme_smart::SmartThermal;
 use crate::parse::pcie::{PRACTICAL_HIGH, PRACTICAL_LOW};
-pub use crate::sys::topology::{DeviceKind, LoopLayer};
+pub use crate::sys::block::topology::{DeviceKind, LoopLayer};
 
 /// A throughput ceiling: what the links carry after encoding, and the
 /// practical band after protocol overhead.

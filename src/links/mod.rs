@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::parse::mountinfo::parse_mountinfo;
-use crate::sys::btrfs;
-use crate::sys::root::SysRoot;
-use crate::sys::topology::{self, DeviceRef, LoopLayer};
+use crate::sys::block::topology::{self, DeviceRef, LoopLayer};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::btrfs;
 
 pub use crate::hw::CAPTURED_SMART_DIR;
 use crate::hw::analysis::{MemberPath, array_ceiling, shared_uplinks};

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::model::profile::Profile;
-use crate::sys::ioctl::{FS_APPEND_FL, FS_COMPR_FL, FS_IMMUTABLE_FL, FS_NOCOW_FL, IFlags};
-use crate::sys::loopdev::FileIdentity;
-use crate::sys::procs::Opener;
+use crate::sys::block::loopdev::FileIdentity;
+use crate::sys::kernel::ioctl::{FS_APPEND_FL, FS_COMPR_FL, FS_IMMUTABLE_FL, FS_NOCOW_FL, IFlags};
+use crate::sys::proc::procs::Opener;
 
 /// A file or a directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -26,16 +26,16 @@ use serde::{Deserialize, Serialize};
 
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::filecopy::{
+use crate::sys::block::loopdev::FileIdentity;
+use crate::sys::fs::filecopy::{
     self, copy_data, create_unnamed, drop_cached_pages, hash_contents, link_into,
 };
-use crate::sys::filesystem;
-use crate::sys::ioctl::{
+use crate::sys::fs::filesystem;
+use crate::sys::kernel::ioctl::{
     FS_COMPR_FL, FS_NOATIME_FL, FS_NOCOMP_FL, FS_NOCOW_FL, FS_NODUMP_FL, FS_SYNC_FL, IFlags,
 };
-use crate::sys::lease::{self, Lease, LeaseKind};
-use crate::sys::loopdev::FileIdentity;
-use crate::sys::{procs, signals, xattrs};
+use crate::sys::kernel::lease::{self, Lease, LeaseKind};
+use crate::sys::{kernel::signals, kernel::xattrs, proc::procs};
 
 /// Test hook (only with the `test-hooks` cargo feature, which release
 /// builds do not enable): `BTRFS_LAB_NOCOW_TEST_PAUSE=copy` pauses after the first chunk
@@ -532,7 +532,7 @@ impl Planned<'_> {
         // 6. A name (with the marker), then the swap.
         if tmp.name.is_none() {
             set_marker(&mut tmp, id, path)?;
-            let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::sys::nonce::nonce());
+            let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::sys::fs::nonce::nonce());
             link_into(&tmp.file, dir, dir_path, &n)?;
             tmp.name = Some(n.into());
         }

@@ -20,10 +20,10 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::beneath::HeldDir;
-use crate::sys::loopdev::FileIdentity;
-use crate::sys::root::SysRoot;
-use crate::sys::{beneath, filesystem, signals};
+use crate::sys::block::loopdev::FileIdentity;
+use crate::sys::fs::beneath::HeldDir;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::{fs::beneath, fs::filesystem, kernel::signals};
 use advice::Advice;
 use audit::{Entry, EntryKind, EntryState, RootInfo, Summary, summarize};
 use migrate::{ExecOptions, Migrated};
@@ -294,7 +294,7 @@ pub fn execute(
     // never resolved again.
     let target = created_or_planned_dir(opts, dir)?;
     out.dir_nocow = filesystem::inode_flags_of(&target, shown)?
-        .is_some_and(|f| f.intersects(crate::sys::ioctl::FS_NOCOW_FL));
+        .is_some_and(|f| f.intersects(crate::sys::kernel::ioctl::FS_NOCOW_FL));
     if !out.dir_nocow {
         return Err(Error::new(
             ErrorKind::State,

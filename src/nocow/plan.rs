@@ -10,8 +10,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::profile::profile_list;
 use crate::parse::size::format_iec;
-use crate::sys::loopdev::FileIdentity;
-use crate::sys::procs::{self, Opener};
+use crate::sys::block::loopdev::FileIdentity;
+use crate::sys::proc::procs::{self, Opener};
 
 /// Free space kept beyond the largest copy: metadata of the copy, and the
 /// estimate btrfs gives for free space.
@@ -292,7 +292,7 @@ pub fn plan(req: &Request, obs: &Observed) -> Result<Plan> {
         }
         Target::Existing => {
             if root.compression_attr == Some(true) {
-                return Err(crate::sys::filesystem::compression_conflict(&root.dir));
+                return Err(crate::sys::fs::filesystem::compression_conflict(&root.dir));
             }
             if req.subvolume && !root.subvolume {
                 return Err(Error::new(
@@ -356,7 +356,7 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
         };
         match (e.kind, e.state) {
             (EntryKind::Directory, EntryState::Compressed) if req.migrate => {
-                return Err(crate::sys::filesystem::compression_conflict(&e.path));
+                return Err(crate::sys::fs::filesystem::compression_conflict(&e.path));
             }
             (EntryKind::Directory, EntryState::NotNocow) if req.migrate => {
                 plan.steps.push(Step::SetNocow {
@@ -523,7 +523,7 @@ mod tests {
     use super::*;
     use crate::nocow::audit::Facts;
     use crate::nocow::audit::classify;
-    use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
+    use crate::sys::kernel::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
 
     fn root(fs: &str) -> RootInfo {
         RootInfo {

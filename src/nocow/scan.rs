@@ -18,12 +18,12 @@ use rustix::fs::{AtFlags, FileType};
 use super::audit::{Entry, EntryKind, EntryState, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::beneath::{self, HeldDir};
-use crate::sys::filesystem;
-use crate::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
-use crate::sys::loopdev::FileIdentity;
-use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, mounts, procs, xattrs};
+use crate::sys::block::loopdev::FileIdentity;
+use crate::sys::fs::beneath::{self, HeldDir};
+use crate::sys::fs::filesystem;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
+use crate::sys::{fs::mounts, kernel::btrfs, kernel::xattrs, proc::procs};
 
 /// What the walk found below one path.
 #[derive(Debug, Clone)]
@@ -193,7 +193,7 @@ pub fn scan_held(sysroot: &SysRoot, path: &Path, held: Held) -> Result<Scan> {
             }
         }
     }
-    crate::sys::signals::check()?;
+    crate::sys::kernel::signals::check()?;
     find_openers(&mut scan);
     Ok(scan)
 }
@@ -215,7 +215,7 @@ pub fn rescan_dir(
         root_dir: None,
     };
     walk_held(sysroot, handle, dir, shown, &mut scan)?;
-    crate::sys::signals::check()?;
+    crate::sys::kernel::signals::check()?;
     find_openers(&mut scan);
     Ok(scan)
 }
@@ -347,7 +347,7 @@ fn walk(
         std::collections::HashMap::new();
     let mut swapped_out: Vec<(usize, u64, Seen)> = Vec::new();
     for name in names {
-        if crate::sys::signals::interrupted() {
+        if crate::sys::kernel::signals::interrupted() {
             return; // scan_held reports it
         }
         let path = dir_path.join(&name);

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::size::format_iec;
-use crate::sys::beneath::HeldDir;
-use crate::sys::counters::{self, CounterChoice, DirtyCounter};
-use crate::sys::direct_io::{AlignedBuffer, write_all_at};
-use crate::sys::root::SysRoot;
-use crate::sys::tracefs::{self, FolioTrace};
-use crate::sys::{filesystem, kernel_release, signals};
+use crate::sys::fs::beneath::HeldDir;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::direct_io::{AlignedBuffer, write_all_at};
+use crate::sys::proc::counters::{self, CounterChoice, DirtyCounter};
+use crate::sys::proc::tracefs::{self, FolioTrace};
+use crate::sys::{fs::filesystem, kernel::signals, kernel_release};
 
 use scratch::Scratch;
 
@@ -160,8 +160,8 @@ fn inspect(opts: &ProbeOptions, held: &HeldDir) -> Result<(FsContext, Option<Str
         mount_options: crate::parse::mountinfo::relevant_mount_options(info.mount.options()),
         target_nocow: flags
             .filter(|_| nocow_meaningful)
-            .map(|f| f.intersects(crate::sys::ioctl::FS_NOCOW_FL)),
-        target_compressed: flags.map(|f| f.intersects(crate::sys::ioctl::FS_COMPR_FL)),
+            .map(|f| f.intersects(crate::sys::kernel::ioctl::FS_NOCOW_FL)),
+        target_compressed: flags.map(|f| f.intersects(crate::sys::kernel::ioctl::FS_COMPR_FL)),
         dir: info.dir,
         dir_device: String::new(),
         dir_inode: 0,
@@ -218,7 +218,7 @@ pub(crate) fn open_trace(
         Err(why) => return (None, Some(why), Vec::new()),
     };
     let removed = tracefs::remove_stale(&dir, scratch::pid_alive);
-    match FolioTrace::create(&dir, &crate::sys::nonce::nonce()) {
+    match FolioTrace::create(&dir, &crate::sys::fs::nonce::nonce()) {
         Ok(t) => (Some(t), None, removed),
         Err(e) => (None, Some(e.message().to_owned()), removed),
     }
@@ -278,7 +278,7 @@ fn open_dir(path: &Path) -> Result<HeldDir> {
         return Err(not_dir());
     }
     let dir = parent.open_subdir(&name)?;
-    if dir.identity()? != crate::sys::beneath::identity_of(&st) {
+    if dir.identity()? != crate::sys::fs::beneath::identity_of(&st) {
         return Err(Error::new(
             ErrorKind::State,
             format!("{} was replaced while probe-dio opened it", path.display()),
@@ -325,7 +325,7 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
     });
 
     let mut scratch = Scratch::new(held)?;
-    let tag = scratch::tag(std::process::id(), &crate::sys::nonce::nonce());
+    let tag = scratch::tag(std::process::id(), &crate::sys::fs::nonce::nonce());
     let (control_dir, control_note) = if ctx.fs_type == "btrfs" {
         let name = format!("{tag}.nocow");
         let shown = ctx.dir.join(&name);

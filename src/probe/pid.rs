@@ -23,11 +23,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::parse::mountinfo::parse_mountinfo;
-use crate::sys::counters::{self, page_size};
-use crate::sys::fdinfo::{self, OpenFile};
-use crate::sys::root::SysRoot;
-use crate::sys::tracefs;
-use crate::sys::{btrfs, filesystem, ioctl, signals};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::proc::counters::{self, page_size};
+use crate::sys::proc::fdinfo::{self, OpenFile};
+use crate::sys::proc::tracefs;
+use crate::sys::{fs::filesystem, kernel::btrfs, kernel::ioctl, kernel::signals};
 
 /// Default watch length, seconds.
 pub const DEFAULT_SECONDS: u32 = 10;
@@ -324,7 +324,7 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &str) -> Watch
 }
 
 /// Room for the tracepoint filter (the kernel's limit is a page; tracefs
-/// refuses longer filters, `sys::tracefs::filter_for`).
+/// refuses longer filters, `sys::proc::tracefs::filter_for`).
 const FILTER_BUDGET: usize = 3400;
 
 /// Which files the tracepoint watches: all of them when the filter has

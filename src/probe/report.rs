@@ -9,7 +9,7 @@ use super::ProbeOptions;
 use super::verdict::{Analysis, FileSummary, NoiseSummary, Round, Verdict};
 use crate::model::profile::Profile;
 use crate::model::profile::profile_list;
-use crate::sys::counters::CounterKind;
+use crate::sys::proc::counters::CounterKind;
 
 /// The filesystem around the probed directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

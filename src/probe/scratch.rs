@@ -19,9 +19,9 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
-use crate::sys::beneath::HeldDir;
-use crate::sys::direct_io::create_direct_at;
-use crate::sys::loopdev::FileIdentity;
+use crate::sys::block::loopdev::FileIdentity;
+use crate::sys::fs::beneath::HeldDir;
+use crate::sys::kernel::direct_io::create_direct_at;
 
 /// Every scratch name starts so.
 pub(crate) const PREFIX: &str = ".btrfs-lab-probe-";
@@ -140,7 +140,7 @@ impl Scratch {
     fn unlink_own(&self, in_control: bool, name: &str, id: FileIdentity) -> Result<()> {
         let parent = self.parent(in_control);
         match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) if crate::sys::beneath::identity_of(&st) == id => {}
+            Ok(st) if crate::sys::fs::beneath::identity_of(&st) == id => {}
             Ok(_) | Err(Errno::NOENT) => return Ok(()),
             Err(e) => {
                 return Err(Error::from_io(

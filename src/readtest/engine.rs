@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use super::digest::{BLOCK, Digest, VerifyMode};
 use super::method::Method;
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::memio::{self, FileMap, MappedBuffer, RingBuffer};
-use crate::sys::signals;
+use crate::sys::kernel::memio::{self, FileMap, MappedBuffer, RingBuffer};
+use crate::sys::kernel::signals;
 
 /// Test hook: with `BTRFS_LAB_READ_TEST_PAUSE_MMAP=PATH` the first mmap pass
 /// stops after its first window, prints one line on stderr and waits until

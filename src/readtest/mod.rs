@@ -28,13 +28,15 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::parse::memory::{anon_huge_bytes, mem_available_bytes};
 use crate::parse::mountinfo::{MountEntry, mount_containing};
 use crate::parse::size::format_iec;
-use crate::sys::beneath::HeldDir;
-use crate::sys::direct_io::AlignedBuffer;
-use crate::sys::diskstats::{self, BlockDevice};
-use crate::sys::extents::{self, Layout};
-use crate::sys::memio::{self, MappedBuffer, RingBuffer};
-use crate::sys::root::SysRoot;
-use crate::sys::{filesystem, is_root, kernel_release, mounts, pagecache, signals};
+use crate::sys::fs::beneath::HeldDir;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::direct_io::AlignedBuffer;
+use crate::sys::kernel::extents::{self, Layout};
+use crate::sys::kernel::memio::{self, MappedBuffer, RingBuffer};
+use crate::sys::proc::diskstats::{self, BlockDevice};
+use crate::sys::{
+    fs::filesystem, fs::mounts, is_root, kernel::pagecache, kernel::signals, kernel_release,
+};
 
 use analysis::{CacheState, CheckContext, MethodSummary, Run, Situation};
 use digest::{Digest, VerifyMode};

@@ -10,8 +10,8 @@ use super::analysis::{ChecksumCheck, Hedge, MethodSummary, Situation, Verdict, W
 use super::digest::VerifyMode;
 use super::method::Method;
 use crate::model::profile::Profile;
-use crate::sys::diskstats::BlockDevice;
-use crate::sys::extents::Layout;
+use crate::sys::kernel::extents::Layout;
+use crate::sys::proc::diskstats::BlockDevice;
 
 /// Exit status when the methods read different bytes.
 pub const EXIT_CHECKSUM_MISMATCH: u8 = 3;

@@ -8,10 +8,10 @@ use super::plan::{FsKind, SandboxPlan};
 use super::state::{DeviceRecord, SandboxRecord, StateStore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
-use crate::sys::beneath::{Leaf, Removal, TrustedDir};
-use crate::sys::loopdev::{self, DetachOutcome, FileIdentity};
-use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, filesystem, is_root, mounts, signals, tools};
+use crate::sys::block::loopdev::{self, DetachOutcome, FileIdentity};
+use crate::sys::fs::beneath::{Leaf, Removal, TrustedDir};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::{fs::filesystem, fs::mounts, is_root, kernel::btrfs, kernel::signals, tools};
 
 /// A sandbox that exists. Dropping it tears it down (panics included),
 /// unless [`Sandbox::keep`] was called: that is what tests rely on.

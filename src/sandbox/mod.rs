@@ -80,7 +80,7 @@ pub fn resolve_locations(
 
 /// A fresh name like `sbx-3f9a1c`.
 pub fn random_name() -> String {
-    format!("sbx-{}", crate::sys::nonce::nonce())
+    format!("sbx-{}", crate::sys::fs::nonce::nonce())
 }
 
 /// Creates a sandbox from a request, under `sandbox_root` unless the

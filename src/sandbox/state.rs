@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use super::plan::FsKind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
-use crate::sys::beneath::{Leaf, TrustedDir};
-use crate::sys::loopdev::FileIdentity;
+use crate::sys::block::loopdev::FileIdentity;
+use crate::sys::fs::beneath::{Leaf, TrustedDir};
 
 /// Environment variable overriding where records are kept (ignored as
 /// root: use `--state-dir`).
@@ -138,7 +138,7 @@ impl SandboxRecord {
             }
             if let Some(l) = &d.loop_device
                 && (l.parent() != Some(Path::new("/dev"))
-                    || crate::sys::loopdev::loop_index(l).is_none())
+                    || crate::sys::block::loopdev::loop_index(l).is_none())
             {
                 return bad("a loop device is not /dev/loopN");
             }

@@ -7,7 +7,7 @@ pub mod findings;
 pub mod usage;
 
 /// Which btrfs is at a path: shared with the other jobs through `sys`.
-pub use crate::sys::target::{BtrfsTarget, features, mounted_btrfs, resolve};
+pub use crate::sys::fs::target::{BtrfsTarget, features, mounted_btrfs, resolve};
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,8 +19,8 @@ use crate::model::space::{MixedProfiles, SpaceRecord, mixed_profiles};
 use crate::parse::fi_df::{
     InputFormat, ParseOptions, SkippedLine, UnitBasis, UnitReading, parse_fi_df_with,
 };
-use crate::sys::btrfs::{self, bg_type_of};
-use crate::sys::root::SysRoot;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::btrfs::{self, bg_type_of};
 use findings::{Interpretation, SpaceFacts, interpret};
 
 use usage::{DeviceFacts, UsageInput, UsageReport};
@@ -135,7 +135,7 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
 pub const MAX_INPUT: u64 = 16 << 20;
 
 /// The text of a capture to parse: `-` is stdin, anything else a file read
-/// through [`crate::sys::beneath::read_input_file`] (a regular file only, so
+/// through [`crate::sys::fs::beneath::read_input_file`] (a regular file only, so
 /// a FIFO or a device never blocks; a symbolic link followed only if root
 /// owns it, so a user's link cannot make root read, and quote, a file only
 /// root may read). At most [`MAX_INPUT`] bytes either way. `what` names the
@@ -158,7 +158,7 @@ pub fn read_input(name: &str, what: &str) -> Result<String> {
         bytes
     } else {
         let label = format!("captured `{what}` output");
-        crate::sys::beneath::read_input_file(Path::new(name), MAX_INPUT, &label).map_err(|e| {
+        crate::sys::fs::beneath::read_input_file(Path::new(name), MAX_INPUT, &label).map_err(|e| {
             match e.kind() {
                 // Too large: input that is not a capture (status 1, as any
                 // input that does not parse).

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::BtrfsTarget;
 use crate::error::Result;
-use crate::sys::btrfs;
-use crate::sys::root::SysRoot;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::btrfs;
 
 /// A device's error counters (GET_DEV_STATS), as `btrfs device stats`.
 /// Exit status of `show` when a device has a non-zero error counter (bit 6,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::profile::Profile;
 use crate::model::space::{BgProfile, BgType, mixed_profiles};
-use crate::sys::btrfs::{ChunkInfo, SpaceEntry, bg_type_of, profile_of};
+use crate::sys::kernel::btrfs::{ChunkInfo, SpaceEntry, bg_type_of, profile_of};
 
 /// One device as the computation needs it.
 /// `usage --json`: the report with the filesystem it is about.
@@ -287,10 +287,11 @@ fn overall(
         free_estimated += (unallocated as f64 / data_ratio) as u64;
         free_min += (unallocated as f64 / raw.max_data_ratio) as u64;
     }
-    let types: Vec<BgType> = mixed_profiles(&crate::sys::btrfs::space_records(&input.spaces))
-        .into_iter()
-        .map(|m| m.bg_type)
-        .collect();
+    let types: Vec<BgType> =
+        mixed_profiles(&crate::sys::kernel::btrfs::space_records(&input.spaces))
+            .into_iter()
+            .map(|m| m.bg_type)
+            .collect();
     Some(Overall {
         device_size: total_size,
         device_allocated: total_chunks,

@@ -1,36 +1,14 @@
 //! Kernel interfaces: ioctls, sysfs, procfs, mounts, loop devices, O_DIRECT
-//! I/O and the external programs btrfs-lab drives. All `unsafe` of the crate
-//! lives in [`ioctl`], [`nvme`], [`extents`], [`memio`] and [`lease`].
+//! I/O and the external programs btrfs-lab drives, in rooms: [`kernel`]
+//! (ioctls and syscalls), [`proc`] (procfs, sysfs, tracefs), [`fs`] (held
+//! directories, output files, mounts), [`block`] (loop devices, topology) and
+//! [`tools`] (btrfs-progs, fio).
 
-pub(crate) mod beneath;
-pub(crate) mod blockdev;
-pub mod btrfs;
-pub mod cgroup;
-pub mod counters;
-pub(crate) mod direct_io;
-pub(crate) mod diskstats;
-pub(crate) mod extents;
-pub(crate) mod fdinfo;
-pub(crate) mod filecopy;
-pub mod filesystem;
-pub mod fio;
-pub mod ioctl;
-pub(crate) mod lease;
-pub mod loopdev;
-pub mod memio;
-pub mod mounts;
-pub mod nonce;
-pub(crate) mod nvme;
-pub mod outfile;
-pub(crate) mod pagecache;
-pub(crate) mod procs;
-pub mod root;
-pub mod signals;
-pub mod target;
+pub mod block;
+pub mod fs;
+pub mod kernel;
+pub mod proc;
 pub mod tools;
-pub(crate) mod topology;
-pub(crate) mod tracefs;
-pub(crate) mod xattrs;
 
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {

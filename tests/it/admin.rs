@@ -272,9 +272,9 @@ fn start_convert(env: &TestEnv, m: &Path, data: &str) -> Child {
 fn wait_running(m: &Path) -> bool {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        if let Ok(Some(s)) = btrfs_lab::sys::btrfs::balance_status(m)
+        if let Ok(Some(s)) = btrfs_lab::sys::kernel::btrfs::balance_status(m)
             && s.state
-                .contains(btrfs_lab::sys::ioctl::BalanceState::RUNNING)
+                .contains(btrfs_lab::sys::kernel::ioctl::BalanceState::RUNNING)
             && s.completed >= 1
         {
             return true;
@@ -336,18 +336,25 @@ fn sigkill_leaves_a_consistent_filesystem_and_a_rerun_finishes() {
     let _ = child.wait();
     // The kernel cancels a balance whose process dies: none runs now.
     let deadline = Instant::now() + Duration::from_secs(120);
-    while btrfs_lab::sys::btrfs::balance_status(&m).unwrap().is_some() && Instant::now() < deadline
+    while btrfs_lab::sys::kernel::btrfs::balance_status(&m)
+        .unwrap()
+        .is_some()
+        && Instant::now() < deadline
     {
         thread::sleep(Duration::from_millis(50));
     }
-    assert!(btrfs_lab::sys::btrfs::balance_status(&m).unwrap().is_none());
+    assert!(
+        btrfs_lab::sys::kernel::btrfs::balance_status(&m)
+            .unwrap()
+            .is_none()
+    );
     let mixed = profiles(&env, &m);
     // The filesystem unmounts and mounts again, and scrubs clean.
     nix::mount::umount2(&m, nix::mount::MntFlags::empty()).unwrap();
     for d in sbx.devices() {
-        btrfs_lab::sys::btrfs::scan_device(&d).unwrap();
+        btrfs_lab::sys::kernel::btrfs::scan_device(&d).unwrap();
     }
-    btrfs_lab::sys::mounts::mount_device(&sbx.devices()[0], &m, "btrfs", None).unwrap();
+    btrfs_lab::sys::fs::mounts::mount_device(&sbx.devices()[0], &m, "btrfs", None).unwrap();
     assert_eq!(hashes(&m), before);
     scrub_clean(&m);
     if mixed["data"].len() > 1 {
@@ -640,9 +647,9 @@ fn balance_state(env: &TestEnv, m: &Path) -> StatusReport {
 fn wait_balance_started(m: &Path) -> bool {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        if let Ok(Some(s)) = btrfs_lab::sys::btrfs::balance_status(m)
+        if let Ok(Some(s)) = btrfs_lab::sys::kernel::btrfs::balance_status(m)
             && s.state
-                .contains(btrfs_lab::sys::ioctl::BalanceState::RUNNING)
+                .contains(btrfs_lab::sys::kernel::ioctl::BalanceState::RUNNING)
         {
             return true;
         }
@@ -862,7 +869,11 @@ fn a_rerun_right_after_sigkill_follows_and_finishes_and_a_simultaneous_one_too()
         }
         thread::sleep(Duration::from_millis(100));
     }
-    assert!(btrfs_lab::sys::btrfs::balance_status(&m).unwrap().is_none());
+    assert!(
+        btrfs_lab::sys::kernel::btrfs::balance_status(&m)
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(profiles(&env, &m), expect("raid1", "raid1"));
     assert_eq!(hashes(&m), before);
 }

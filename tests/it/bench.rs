@@ -737,7 +737,7 @@ mod sustained {
     use btrfs_lab::bench::sustained::{HOOK_CGROUP, SustainedReport, TEST_FILE};
     use btrfs_lab::model::profile::Profile;
     use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
-    use btrfs_lab::sys::cgroup::{self, BlkioCgroup};
+    use btrfs_lab::sys::proc::cgroup::{self, BlkioCgroup};
 
     use crate::common::{TestEnv, listing, require_root};
 

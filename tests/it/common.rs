@@ -144,7 +144,9 @@ impl TestEnv {
     pub fn spare_device(&self, name: &str, size: u64) -> PathBuf {
         let image = self.path().join(format!("{name}.img"));
         fs::File::create_new(&image).unwrap().set_len(size).unwrap();
-        btrfs_lab::sys::loopdev::attach(&image, true).unwrap().path
+        btrfs_lab::sys::block::loopdev::attach(&image, true)
+            .unwrap()
+            .path
     }
 
     /// The binary run as user `nobody`: it is copied into this environment,
@@ -243,12 +245,12 @@ impl Drop for TestEnv {
             if let Some(rest) = line.strip_prefix("loop device ")
                 && let Some((name, backing)) = rest.split_once(" -> ")
                 && let Ok(f) = fs::File::open(backing)
-                && let Ok(id) = btrfs_lab::sys::loopdev::FileIdentity::of(&f)
+                && let Ok(id) = btrfs_lab::sys::block::loopdev::FileIdentity::of(&f)
             {
                 let dev = PathBuf::from(format!("/dev/{name}"));
-                btrfs_lab::sys::btrfs::forget_device(&dev);
-                let _ = btrfs_lab::sys::loopdev::detach_if_ours(
-                    &btrfs_lab::sys::root::SysRoot::host(),
+                btrfs_lab::sys::kernel::btrfs::forget_device(&dev);
+                let _ = btrfs_lab::sys::block::loopdev::detach_if_ours(
+                    &btrfs_lab::sys::fs::root::SysRoot::host(),
                     &dev,
                     id,
                 );

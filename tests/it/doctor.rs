@@ -67,7 +67,7 @@ struct ScrubRecord(PathBuf);
 
 impl ScrubRecord {
     fn of(m: &Path) -> Self {
-        let fsid = btrfs_lab::sys::btrfs::fsid(m).unwrap();
+        let fsid = btrfs_lab::sys::kernel::btrfs::fsid(m).unwrap();
         Self(PathBuf::from(format!("/var/lib/btrfs/scrub.status.{fsid}")))
     }
 }

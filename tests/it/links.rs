@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use btrfs_lab::links::array_ceiling_for_block_devices;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{FsKind, SandboxRequest};
-use btrfs_lab::sys::root::SysRoot;
+use btrfs_lab::sys::fs::root::SysRoot;
 use serde_json::Value;
 
 use crate::common::{TestEnv, assert_shape, bin, json, require_root, run};

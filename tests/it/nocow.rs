@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use btrfs_lab::nocow::MARKER_XATTR;
 use btrfs_lab::nocow::TEMP_PREFIX;
 use btrfs_lab::sandbox::{FsKind, SandboxRequest};
-use btrfs_lab::sys::ioctl::{FS_COMPR_FL, FS_NOCOW_FL};
+use btrfs_lab::sys::kernel::ioctl::{FS_COMPR_FL, FS_NOCOW_FL};
 use serde_json::Value;
 use xattr::FileExt as _;
 
@@ -36,10 +36,10 @@ struct Kept {
     xattrs: Vec<(String, Vec<u8>)>,
 }
 
-fn flags_of(p: &Path) -> btrfs_lab::sys::ioctl::IFlags {
-    btrfs_lab::sys::filesystem::inode_flags(p)
+fn flags_of(p: &Path) -> btrfs_lab::sys::kernel::ioctl::IFlags {
+    btrfs_lab::sys::fs::filesystem::inode_flags(p)
         .unwrap()
-        .unwrap_or(btrfs_lab::sys::ioctl::IFlags::empty())
+        .unwrap_or(btrfs_lab::sys::kernel::ioctl::IFlags::empty())
 }
 
 fn snapshot(root: &Path) -> BTreeMap<PathBuf, Kept> {
@@ -755,10 +755,10 @@ fn refusals_change_nothing() {
 
     // The compression attribute on the directory.
     let d = fs::File::open(&dir).unwrap();
-    let f = btrfs_lab::sys::filesystem::inode_flags_of(&d, &dir)
+    let f = btrfs_lab::sys::fs::filesystem::inode_flags_of(&d, &dir)
         .unwrap()
         .unwrap();
-    btrfs_lab::sys::filesystem::set_inode_flags_of(&d, &dir, f | FS_COMPR_FL).unwrap();
+    btrfs_lab::sys::fs::filesystem::set_inode_flags_of(&d, &dir, f | FS_COMPR_FL).unwrap();
     let before = snapshot(&dir);
     for extra in [&[][..], &[os("--migrate")][..]] {
         let mut args = vec![os("--yes")];
@@ -776,13 +776,13 @@ fn refusals_change_nothing() {
         assert_eq!(flags_of(&dir) & (FS_NOCOW_FL | FS_COMPR_FL), FS_COMPR_FL);
     }
     // A compressed subdirectory only matters for --migrate.
-    btrfs_lab::sys::filesystem::set_inode_flags_of(&d, &dir, f).unwrap();
+    btrfs_lab::sys::fs::filesystem::set_inode_flags_of(&d, &dir, f).unwrap();
     let sub = dir.join("sub");
     let s = fs::File::open(&sub).unwrap();
-    let sf = btrfs_lab::sys::filesystem::inode_flags_of(&s, &sub)
+    let sf = btrfs_lab::sys::fs::filesystem::inode_flags_of(&s, &sub)
         .unwrap()
         .unwrap();
-    btrfs_lab::sys::filesystem::set_inode_flags_of(&s, &sub, sf | FS_COMPR_FL).unwrap();
+    btrfs_lab::sys::fs::filesystem::set_inode_flags_of(&s, &sub, sf | FS_COMPR_FL).unwrap();
     let before = snapshot(&dir);
     let (code, _, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), dir.as_os_str()]);
     assert_eq!(code, 1);
@@ -792,7 +792,7 @@ fn refusals_change_nothing() {
     );
     assert_eq!(snapshot(&dir), before);
     assert!(!flags_of(&dir).contains(FS_NOCOW_FL));
-    btrfs_lab::sys::filesystem::set_inode_flags_of(&s, &sub, sf).unwrap();
+    btrfs_lab::sys::fs::filesystem::set_inode_flags_of(&s, &sub, sf).unwrap();
 
     // Not enough space for the largest copy: checked first.
     let filler = mnt.join("filler");

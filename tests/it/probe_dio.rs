@@ -138,7 +138,7 @@ fn checksummed_and_nocow_directories_on_single_btrfs() {
 
     let nocow = mnt.join("db");
     fs::create_dir(&nocow).unwrap();
-    btrfs_lab::sys::filesystem::set_nocow_dir(&nocow, false).unwrap();
+    btrfs_lab::sys::fs::filesystem::set_nocow_dir(&nocow, false).unwrap();
     let (code, r, _) = probe(&env, &nocow, &[]);
     assert_report_shape(&r);
     assert_eq!(r["verdict"], "direct", "{r:#}");
@@ -401,7 +401,7 @@ fn stays_right_under_a_concurrent_buffered_writer() {
     let sbx = env.sandbox(SandboxRequest::default());
     let nocow = sbx.mount_point().join("nocow");
     fs::create_dir(&nocow).unwrap();
-    btrfs_lab::sys::filesystem::set_nocow_dir(&nocow, false).unwrap();
+    btrfs_lab::sys::fs::filesystem::set_nocow_dir(&nocow, false).unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
     let noise_file = env.path().join("noise.bin");
@@ -670,7 +670,7 @@ fn exact_verdicts_under_a_buffered_writer_on_the_same_filesystem() {
     for d in [&csum, &nocow, &other] {
         fs::create_dir(d).unwrap();
     }
-    btrfs_lab::sys::filesystem::set_nocow_dir(&nocow, false).unwrap();
+    btrfs_lab::sys::fs::filesystem::set_nocow_dir(&nocow, false).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let noise = other.join("noise.bin");
     let writer = {
@@ -842,7 +842,7 @@ fn pid_reports_each_file_of_a_running_writer() {
     let dup_nocow = dup.mount_point().join("nocow");
     for d in [&nocow, &dup_nocow] {
         fs::create_dir(d).unwrap();
-        btrfs_lab::sys::filesystem::set_nocow_dir(d, false).unwrap();
+        btrfs_lab::sys::fs::filesystem::set_nocow_dir(d, false).unwrap();
     }
     let cases = [
         (

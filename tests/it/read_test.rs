@@ -457,7 +457,7 @@ fn pages_that_cannot_be_evicted_flag_the_run() {
     let file = sbx.mount_point().join("mapped.bin");
     write_file(&file, &random_bytes(size as usize, 8));
     let f = fs::File::open(&file).unwrap();
-    let map = btrfs_lab::sys::memio::FileMap::new(&f, size as usize).unwrap();
+    let map = btrfs_lab::sys::kernel::memio::FileMap::new(&f, size as usize).unwrap();
     map.touch_pages(0, size as usize, 4096).unwrap();
     let (_, r, _) = read_test(&env, &file, &["--rounds", "1", "--methods", "buffered"]);
     drop(map);

@@ -10,7 +10,7 @@ use std::thread;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::state::{DeviceRecord, SandboxRecord};
 use btrfs_lab::sandbox::{FsKind, SandboxRequest, plan_up};
-use btrfs_lab::sys::loopdev::{self, FileIdentity};
+use btrfs_lab::sys::block::loopdev::{self, FileIdentity};
 
 use crate::common::{TestEnv, assert_shape, json, require_root, run, typed};
 
@@ -253,7 +253,12 @@ fn down_never_touches_what_it_did_not_make() {
     );
     assert!(!ours.exists());
     let who = FileIdentity::of(&fs::File::open(&theirs).unwrap()).unwrap();
-    loopdev::detach_if_ours(&btrfs_lab::sys::root::SysRoot::host(), &their_dev.path, who).unwrap();
+    loopdev::detach_if_ours(
+        &btrfs_lab::sys::fs::root::SysRoot::host(),
+        &their_dev.path,
+        who,
+    )
+    .unwrap();
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }
 
@@ -974,7 +979,7 @@ fn down_detaches_only_the_loop_device_up_attached() {
     assert_eq!(records[0].devices[0].loop_device, None);
     assert_eq!(records[0].devices[0].diskseq, None);
 
-    loopdev::detach_if_ours(&btrfs_lab::sys::root::SysRoot::host(), &theirs.path, id).unwrap();
+    loopdev::detach_if_ours(&btrfs_lab::sys::fs::root::SysRoot::host(), &theirs.path, id).unwrap();
     // Someone else now gets the lowest free loop device number, most likely
     // the one `up` had: the retry neither touches nor mentions it.
     let decoy_image = env.path().join("decoy.img");
@@ -997,7 +1002,7 @@ fn down_detaches_only_the_loop_device_up_attached() {
         decoy.path.display()
     );
     loopdev::detach_if_ours(
-        &btrfs_lab::sys::root::SysRoot::host(),
+        &btrfs_lab::sys::fs::root::SysRoot::host(),
         &decoy.path,
         decoy_id,
     )

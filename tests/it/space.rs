@@ -142,7 +142,7 @@ fn df_usage_show_agree_with_btrfs_progs() {
         .map(|f| f["uuid"].as_str().unwrap())
         .collect();
     for (name, sbx) in &sandboxes {
-        let uuid = btrfs_lab::sys::btrfs::fsid(sbx.mount_point()).unwrap();
+        let uuid = btrfs_lab::sys::kernel::btrfs::fsid(sbx.mount_point()).unwrap();
         assert!(
             uuids.contains(&uuid.as_str()),
             "{name}: {uuid} not in {uuids:?}"

@@ -10,9 +10,9 @@ use crate::admin::report::{BalanceKind, PauseReport, ResumePlan, StatusReport};
 use crate::admin::state::{FsState, open_state};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::space::BgType;
-use crate::sys::btrfs::FsHandle;
-use crate::sys::ioctl::BalanceState;
-use crate::sys::root::SysRoot;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::btrfs::FsHandle;
+use crate::sys::kernel::ioctl::BalanceState;
 
 /// `--status` (root only: the balance ioctls need it).
 pub fn status(root: &SysRoot, path: &Path) -> Result<StatusReport> {

@@ -17,8 +17,8 @@ use crate::model::kernel::RAID1C34;
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::parse::size::format_iec;
-use crate::sys::btrfs::{self, FsHandle};
-use crate::sys::signals::Received;
+use crate::sys::kernel::btrfs::{self, FsHandle};
+use crate::sys::kernel::signals::Received;
 
 /// What the user asked for. System chunks follow metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,10 +177,10 @@ fn dominant(fs: &FsState, kind: BgType) -> Option<Profile> {
         .iter()
         .filter(|s| {
             s.total_bytes > 0
-                && super::state::matches_kind(crate::sys::btrfs::bg_type_of(s.flags), kind)
+                && super::state::matches_kind(crate::sys::kernel::btrfs::bg_type_of(s.flags), kind)
         })
         .max_by_key(|s| s.total_bytes)
-        .map(|s| crate::sys::btrfs::profile_of(s.flags))
+        .map(|s| crate::sys::kernel::btrfs::profile_of(s.flags))
 }
 
 /// Profiles that keep two copies or parity (the kernel's "redundancy":
@@ -559,7 +559,7 @@ pub fn remaining_bytes(h: &FsHandle, t: Targets) -> u64 {
 }
 
 /// [`remaining_bytes`] of SPACE_INFO entries (pure).
-pub(crate) fn remaining_in(spaces: &[crate::sys::btrfs::SpaceEntry], t: Targets) -> u64 {
+pub(crate) fn remaining_in(spaces: &[crate::sys::kernel::btrfs::SpaceEntry], t: Targets) -> u64 {
     let outside = |kind: BgType, target: Profile| -> u64 {
         spaces
             .iter()
@@ -614,7 +614,7 @@ mod tests {
     use super::*;
     use crate::admin::state::MemberDevice;
     use crate::model::kernel::KernelVersion;
-    use crate::sys::btrfs::SpaceEntry;
+    use crate::sys::kernel::btrfs::SpaceEntry;
     use btrfs_uapi::space::BlockGroupFlags as F;
 
     const GIB: u64 = 1 << 30;

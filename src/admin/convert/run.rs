@@ -15,10 +15,10 @@ use crate::admin::report::ResultRecord;
 use crate::admin::state::{BalanceInfo, read_state_at};
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::size::format_iec;
-use crate::sys::btrfs::{self, FsHandle};
-use crate::sys::ioctl::{BalanceEnd, BalanceState};
-use crate::sys::root::SysRoot;
-use crate::sys::signals::OperationSignals;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::btrfs::{self, FsHandle};
+use crate::sys::kernel::ioctl::{BalanceEnd, BalanceState};
+use crate::sys::kernel::signals::OperationSignals;
 
 /// How to start the balance.
 #[derive(Debug, Clone, Copy)]
@@ -522,9 +522,9 @@ pub fn execute(
             let state = read_state_at(root, fs, mount_point)?;
             super::verify(&state, targets)?;
             fs.check_path_still_here(fs.path())?;
-            Ok(Finished::Completed(crate::sys::btrfs::space_records(
-                &fs.space_entries()?,
-            )))
+            Ok(Finished::Completed(
+                crate::sys::kernel::btrfs::space_records(&fs.space_entries()?),
+            ))
         }
         Outcome::Paused => Ok(Finished::Paused {
             bytes_remaining: remaining_bytes(fs, targets),

@@ -1,6 +1,8 @@
 //! External programs (mkfs.btrfs, btrfs, fio): found with `which`, run with
 //! an argv (never a shell), their stderr kept in the error.
 
+pub mod fio;
+
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -11,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
-use crate::sys::beneath::TrustedDir;
+use crate::sys::fs::beneath::TrustedDir;
 
 use crate::error::{Error, ErrorKind, Result};
 

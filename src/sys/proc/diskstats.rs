@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use nix::sys::stat::{major, minor, stat};
 use serde::{Deserialize, Serialize};
 
-use super::root::SysRoot;
 use crate::error::{Error, Result};
 use crate::parse::diskstats::{DiskStat, parse_diskstats};
+use crate::sys::fs::root::SysRoot;
 
 /// A block device whose reads are counted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

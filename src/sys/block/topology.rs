@@ -28,13 +28,13 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::parse::mountinfo::{MountEntry, mount_containing, parse_mountinfo};
 use crate::parse::pcie::{
     Generation, parse_hex_id, parse_link_speed, parse_link_width, parse_pci_address,
 };
+use crate::sys::fs::root::SysRoot;
 
 /// The link attributes of a PCI function (`None` where the kernel printed
 /// `Unknown` or 0).

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::fio::{FioOutput, parse_fio_json};
-use crate::sys::beneath::TrustedDir;
+use crate::sys::fs::beneath::TrustedDir;
 use crate::sys::tools::{self, Tool};
 
 /// Largest fio JSON document read back (a suite run is a few hundred KiB).
@@ -515,7 +515,7 @@ impl FioRunner for MockFio {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::beneath::{HeldDir, TrustedDir};
+    use crate::sys::fs::beneath::{HeldDir, TrustedDir};
 
     /// fio, or `None` (the test is skipped) when it is not installed; with
     /// `CI=true` a missing fio fails the test instead.

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::sys::statvfs::{FsFlags, statvfs};
 
-use super::ioctl::{self, IFlags};
-use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::{MountEntry, mount_containing, parse_mountinfo};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::ioctl::{self, IFlags};
 
 /// A directory and the filesystem it lives on.
 #[derive(Debug, Clone)]
@@ -67,10 +67,10 @@ pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
     })
 }
 
-/// [`inspect_dir`] of a directory held open (`sys::beneath::HeldDir`):
+/// [`inspect_dir`] of a directory held open (`sys::fs::beneath::HeldDir`):
 /// its real path is read from the descriptor, its free space with
 /// `fstatvfs`, so a path swapped after the open changes nothing.
-pub fn inspect_held(root: &SysRoot, dir: &crate::sys::beneath::HeldDir) -> Result<DirFs> {
+pub fn inspect_held(root: &SysRoot, dir: &crate::sys::fs::beneath::HeldDir) -> Result<DirFs> {
     let real = fs::read_link(format!("/proc/self/fd/{}", dir.fd().as_raw_fd()))
         .map_err(|e| Error::from_io(&e, "cannot resolve", dir.path()))?;
     let mountinfo_path = root.proc("self/mountinfo");

@@ -10,10 +10,10 @@ use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
 use serde::{Deserialize, Serialize};
 
-use super::root::{SysRoot, TABLE_CAP};
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::counters::{bdi_dirtied_bytes, vmstat_nr_dirtied};
 use crate::parse::mountinfo::parse_mountinfo;
+use crate::sys::fs::root::{SysRoot, TABLE_CAP};
 
 /// Which counter was used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

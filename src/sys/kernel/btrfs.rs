@@ -274,8 +274,8 @@ pub fn profile_of_target(bits: u64) -> Profile {
 pub fn convert_targets(
     data: Option<Profile>,
     metadata: Option<Profile>,
-) -> crate::sys::ioctl::ConvertTargets {
-    crate::sys::ioctl::ConvertTargets {
+) -> crate::sys::kernel::ioctl::ConvertTargets {
+    crate::sys::kernel::ioctl::ConvertTargets {
         data: data.map(convert_target_bits),
         metadata: metadata.map(convert_target_bits),
         system: metadata.map(convert_target_bits),
@@ -285,13 +285,13 @@ pub fn convert_targets(
 /// Pauses (blocks until paused) or cancels the running balance.
 pub fn balance_control(path: &Path, pause: bool) -> std::result::Result<(), Errno> {
     let f = open_any(path).map_err(|_| Errno::EBADF)?;
-    crate::sys::ioctl::balance_ctl(f.as_fd(), pause)
+    crate::sys::kernel::ioctl::balance_ctl(f.as_fd(), pause)
 }
 
 /// The running or paused balance, if any (root only).
-pub fn balance_status(path: &Path) -> Result<Option<crate::sys::ioctl::BalanceStatus>> {
+pub fn balance_status(path: &Path) -> Result<Option<crate::sys::kernel::ioctl::BalanceStatus>> {
     let f = open_any(path)?;
-    crate::sys::ioctl::balance_status(f.as_fd())
+    crate::sys::kernel::ioctl::balance_status(f.as_fd())
         .map_err(|e| Error::from_errno(e, "cannot read the balance status of", path))
 }
 
@@ -445,30 +445,30 @@ impl FsHandle {
     }
 
     /// The running or paused balance, if any (root only).
-    pub fn balance_status(&self) -> Result<Option<crate::sys::ioctl::BalanceStatus>> {
+    pub fn balance_status(&self) -> Result<Option<crate::sys::kernel::ioctl::BalanceStatus>> {
         let fd = self
             .fd()
             .map_err(|e| self.err(e, "cannot read the balance status of"))?;
-        crate::sys::ioctl::balance_status(fd)
+        crate::sys::kernel::ioctl::balance_status(fd)
             .map_err(|e| Error::from_errno(e, "cannot read the balance status of", &self.path))
     }
 
     /// Starts a convert balance, or resumes the paused one, and blocks until
-    /// it ends (see [`crate::sys::ioctl::balance_v2`]). `EXDEV`: the
+    /// it ends (see [`crate::sys::kernel::ioctl::balance_v2`]). `EXDEV`: the
     /// descriptor is on another filesystem than recorded (never happens for
     /// an open directory, checked anyway).
     pub fn balance(
         &self,
-        targets: crate::sys::ioctl::ConvertTargets,
+        targets: crate::sys::kernel::ioctl::ConvertTargets,
         force: bool,
         resume: bool,
-    ) -> std::result::Result<crate::sys::ioctl::BalanceEnd, Errno> {
-        crate::sys::ioctl::balance_v2(self.fd()?, targets, force, resume)
+    ) -> std::result::Result<crate::sys::kernel::ioctl::BalanceEnd, Errno> {
+        crate::sys::kernel::ioctl::balance_v2(self.fd()?, targets, force, resume)
     }
 
     /// Pauses (blocks until paused) or cancels the balance. ENOTCONN: none runs.
     pub fn balance_control(&self, pause: bool) -> std::result::Result<(), Errno> {
-        crate::sys::ioctl::balance_ctl(self.fd()?, pause)
+        crate::sys::kernel::ioctl::balance_ctl(self.fd()?, pause)
     }
 }
 

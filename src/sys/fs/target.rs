@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::MountEntry;
-use crate::sys::root::SysRoot;
-use crate::sys::{btrfs, filesystem, mounts};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::{fs::filesystem, fs::mounts, kernel::btrfs};
 
 /// A mounted btrfs that a command was pointed at.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ pub fn resolve(root: &SysRoot, path: &Path) -> Result<BtrfsTarget> {
 
 /// Features enabled on a mounted btrfs (`/sys/fs/btrfs/<fsid>/features/`), sorted.
 pub fn features(root: &SysRoot, fsid: &str) -> Vec<String> {
-    crate::sys::blockdev::list_dir(&root.sys(&format!("fs/btrfs/{fsid}/features")))
+    crate::sys::block::blockdev::list_dir(&root.sys(&format!("fs/btrfs/{fsid}/features")))
 }
 
 /// Every mounted btrfs, one entry per filesystem (the first mount of each).

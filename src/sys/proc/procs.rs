@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::loopdev::FileIdentity;
-use super::root::SysRoot;
 use crate::parse::proc_maps::parse_maps_line;
+use crate::sys::block::loopdev::FileIdentity;
+use crate::sys::fs::root::SysRoot;
 
 /// A process that has a file open.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

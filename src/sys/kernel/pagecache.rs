@@ -7,8 +7,8 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
 
-use super::memio;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::kernel::memio;
 
 /// Writes back the file's dirty pages (DONTNEED skips dirty ones), then
 /// asks the kernel to drop its cached pages.
@@ -41,7 +41,7 @@ pub fn load(file: &File, size: u64, path: &Path) -> Result<()> {
     while off < size {
         // An 80 GB model takes a while: Ctrl-C must not wait for the end.
         if off.is_multiple_of(64 << 20) {
-            super::signals::check()?;
+            crate::sys::kernel::signals::check()?;
         }
         let want = (size - off).min(buf.len() as u64) as usize;
         match file.read_at(&mut buf[..want], off) {

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use serde::{Deserialize, Serialize};
 
-use super::ioctl;
-use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::ioctl;
 
 /// Identity of a backing file: the (st_dev, st_ino) pair the loop driver
 /// reports, so a detach can prove the device is still bound to our file.

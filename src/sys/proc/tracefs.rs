@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{MsFlags, mount};
 
-use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::parse_mountinfo;
+use crate::sys::fs::root::SysRoot;
 
 /// Every instance we make is named `btrfs-lab-<pid>-<6 hex>`.
 pub(crate) const INSTANCE_PREFIX: &str = "btrfs-lab-";
@@ -49,10 +49,10 @@ pub(crate) fn find_tracefs(root: &SysRoot) -> Option<PathBuf> {
 }
 
 /// Mounts tracefs at /sys/kernel/tracing in the private mount namespace of
-/// this process (see [`super::counters::enter_private_mount_namespace`]).
+/// this process (see [`crate::sys::proc::counters::enter_private_mount_namespace`]).
 pub(crate) fn mount_private_tracefs() -> Result<PathBuf> {
     let target = PathBuf::from("/sys/kernel/tracing");
-    super::counters::enter_private_mount_namespace()?;
+    crate::sys::proc::counters::enter_private_mount_namespace()?;
     mount(
         Some("tracefs"),
         &target,

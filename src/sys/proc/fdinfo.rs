@@ -5,8 +5,8 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
-use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::fs::root::SysRoot;
 
 /// O_DIRECT as the kernel reports it in `flags:` (0o40000 on x86_64;
 /// other architectures differ, libc knows).

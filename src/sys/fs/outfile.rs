@@ -1,7 +1,7 @@
 //! Output files root writes where a user said (`man --out-dir DIR`,
 //! `doctor --textfile FILE`, later `bench --report`/`--save-jobs`): the
 //! directory is opened once with the link rule of
-//! [`HeldDir`](super::beneath::HeldDir) (walked from `/` without following
+//! [`HeldDir`](crate::sys::fs::beneath::HeldDir) (walked from `/` without following
 //! a link another user planted) and every file is written by descriptor
 //! inside it: the new content goes to an anonymous `O_TMPFILE` (or, where
 //! the filesystem has none, a new `O_CREAT | O_EXCL | O_NOFOLLOW` file)
@@ -23,8 +23,8 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno as RErrno;
 
-use super::beneath::HeldDir;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::fs::beneath::HeldDir;
 
 fn err(e: RErrno, doing: &str, path: &Path) -> Error {
     Error::from_errno(nix::errno::Errno::from_raw(e.raw_os_error()), doing, path)
@@ -76,7 +76,7 @@ fn temp_name(name: &OsStr) -> OsString {
     t.push(format!(
         ".{}.{}.tmp",
         std::process::id(),
-        super::nonce::nonce()
+        crate::sys::fs::nonce::nonce()
     ));
     t
 }

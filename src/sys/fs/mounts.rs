@@ -10,10 +10,10 @@ use rustix::mount::{MountFlags, UnmountFlags};
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 
-use super::beneath::TrustedDir;
-use super::root::SysRoot;
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::{MountEntry, parse_mountinfo};
+use crate::sys::fs::beneath::TrustedDir;
+use crate::sys::fs::root::SysRoot;
 
 /// The mount table of this process.
 pub fn mount_table(root: &SysRoot) -> Result<Vec<MountEntry>> {

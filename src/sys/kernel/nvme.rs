@@ -4,7 +4,7 @@
 //!
 //! One of the two modules of the crate allowed to use `unsafe`, for the one
 //! ioctl: the struct layout, the request number and the safe wrapper stay
-//! together, as in [`super::ioctl`].
+//! together, as in [`crate::sys::kernel::ioctl`].
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions};

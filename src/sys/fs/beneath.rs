@@ -24,8 +24,8 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno as RErrno;
 
-use super::loopdev::FileIdentity;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::block::loopdev::FileIdentity;
 
 /// Most symbolic links followed while walking one path (like the kernel's 40).
 const MAX_SYMLINKS: u32 = 40;
@@ -804,8 +804,11 @@ impl HeldDir {
     /// The filesystem it is on, read through the descriptor (fstatvfs); the
     /// mount is the one of `/proc/self/mountinfo` that contains the walk's
     /// path (for its type, source and options; never opened).
-    pub fn filesystem(&self, sysroot: &super::root::SysRoot) -> Result<super::filesystem::DirFs> {
-        let table = super::mounts::mount_table(sysroot)?;
+    pub fn filesystem(
+        &self,
+        sysroot: &crate::sys::fs::root::SysRoot,
+    ) -> Result<crate::sys::fs::filesystem::DirFs> {
+        let table = crate::sys::fs::mounts::mount_table(sysroot)?;
         let mount = crate::parse::mountinfo::mount_containing(&table, &self.path)
             .cloned()
             .ok_or_else(|| {
@@ -815,7 +818,7 @@ impl HeldDir {
                 )
             })?;
         let vfs = rfs::fstatvfs(&self.fd).map_err(|e| err(e, "cannot statvfs", &self.path))?;
-        Ok(super::filesystem::DirFs {
+        Ok(crate::sys::fs::filesystem::DirFs {
             read_only: vfs.f_flag.contains(rfs::StatVfsMountFlags::RDONLY) || mount.is_read_only(),
             available_bytes: vfs.f_bavail.saturating_mul(vfs.f_frsize),
             dir: self.path.clone(),
@@ -843,7 +846,7 @@ impl HeldDir {
                     && !s.flags.contains(BlockGroupFlags::GLOBAL_RSV)
                     && s.total_bytes > 0
             })
-            .map(|s| super::btrfs::profile_of(s.flags))
+            .map(|s| crate::sys::kernel::btrfs::profile_of(s.flags))
             .collect();
         v.sort();
         v.dedup();

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::root::SysRoot;
-use super::{mounts, tools};
 use crate::parse::wipefs::{Signature, parse_wipefs_json};
+use crate::sys::fs::root::SysRoot;
+use crate::sys::{fs::mounts, tools};
 
 /// Everything the device preflight looks at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

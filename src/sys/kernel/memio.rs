@@ -23,7 +23,7 @@ fn round_up(n: usize, to: usize) -> usize {
 
 /// The system page size.
 pub fn page_size() -> usize {
-    crate::sys::counters::page_size() as usize
+    crate::sys::proc::counters::page_size() as usize
 }
 
 // ------------------------------------------------------------ anonymous memory

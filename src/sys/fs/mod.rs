@@ -1,0 +1,11 @@
+//! Touching the filesystem as root: held directories (beneath), output files,
+//! which filesystem a path is on, mounts, copies, the --sysroot prefix.
+
+pub(crate) mod beneath;
+pub(crate) mod filecopy;
+pub mod filesystem;
+pub mod mounts;
+pub mod nonce;
+pub mod outfile;
+pub mod root;
+pub mod target;

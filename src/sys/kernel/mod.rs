@@ -1,0 +1,15 @@
+//! The kernel's calls: ioctls (btrfs through btrfs-uapi, loop, FIEMAP, NVMe admin,
+//! inode flags, balance), memory and I/O syscalls (huge pages, mincore, preadv2,
+//! process_vm_readv), O_DIRECT, leases, xattrs, page-cache advice and signals.
+//! The crate's `unsafe` lives here, each block with a SAFETY comment.
+
+pub mod btrfs;
+pub(crate) mod direct_io;
+pub(crate) mod extents;
+pub mod ioctl;
+pub(crate) mod lease;
+pub mod memio;
+pub(crate) mod nvme;
+pub(crate) mod pagecache;
+pub mod signals;
+pub(crate) mod xattrs;

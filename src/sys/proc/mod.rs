@@ -1,0 +1,9 @@
+//! What the kernel tells through /proc, /sys and tracefs: I/O counters,
+//! diskstats, processes and their open files, cgroups, private trace instances.
+
+pub mod cgroup;
+pub mod counters;
+pub(crate) mod diskstats;
+pub(crate) mod fdinfo;
+pub(crate) mod procs;
+pub(crate) mod tracefs;

@@ -101,3 +101,82 @@ fn exit_codes_in_help_match_the_docs() {
         assert!(doc.contains(code), "docs/exit-codes.md lacks {code}");
     }
 }
+
+/// docs/architecture.md draws the tree as it is: every top-level module it
+/// names (`src/NAME/` or `src/NAME.rs` at the start of a line of its map,
+/// and the rooms of `src/sys/`) exists, and every top-level module of `src/`
+/// and every room of `src/sys/` is in the map.
+#[test]
+fn architecture_map_names_the_modules_that_exist() {
+    let doc = read("docs/architecture.md");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map: Vec<&str> = doc
+        .split("```")
+        .nth(1)
+        .expect("docs/architecture.md has no map in a ``` block")
+        .lines()
+        .collect();
+    let mut named = std::collections::BTreeSet::new();
+    let mut rooms = std::collections::BTreeSet::new();
+    let mut in_sys = false;
+    for line in &map {
+        if let Some(rest) = line.strip_prefix("src/") {
+            let word = rest.split_whitespace().next().unwrap_or("");
+            in_sys = word == "sys/";
+            if word.contains('<') {
+                continue; // src/<job>/: the jobs are listed below it
+            }
+            named.insert(
+                word.trim_end_matches('/')
+                    .trim_end_matches(".rs")
+                    .to_string(),
+            );
+            let p = root.join("src").join(word);
+            assert!(
+                p.exists(),
+                "docs/architecture.md names src/{word}, which does not exist"
+            );
+        } else if let Some(rest) = line.strip_prefix("  ") {
+            let first = rest.split_whitespace().next().unwrap_or("");
+            if rest.starts_with(' ') || first.is_empty() {
+                continue;
+            }
+            // The jobs listed under src/<job>/ and the rooms under src/sys/.
+            for word in rest.split_whitespace().take_while(|w| w.ends_with('/')) {
+                let name = word.trim_end_matches('/');
+                if in_sys {
+                    assert!(
+                        root.join("src/sys").join(name).is_dir(),
+                        "docs/architecture.md names the room src/sys/{word}, which does not exist"
+                    );
+                    rooms.insert(name.to_string());
+                } else {
+                    assert!(
+                        root.join("src").join(name).is_dir(),
+                        "docs/architecture.md names the job src/{word}, which does not exist"
+                    );
+                    named.insert(name.to_string());
+                }
+            }
+        }
+    }
+    for entry in std::fs::read_dir(root.join("src")).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        let module = name.trim_end_matches(".rs");
+        assert!(
+            named.contains(module),
+            "src/{name} is not in docs/architecture.md's map"
+        );
+    }
+    for entry in std::fs::read_dir(root.join("src/sys")).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            let name = entry.file_name().into_string().unwrap();
+            assert!(
+                rooms.contains(&name),
+                "src/sys/{name}/ is not in docs/architecture.md's map"
+            );
+        }
+    }
+}

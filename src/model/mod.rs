@@ -1,5 +1,6 @@
 //! Plain domain types shared by planners, executors and reports.
 
+pub mod alloc;
 pub mod envelope;
 pub mod finding;
 pub mod kernel;

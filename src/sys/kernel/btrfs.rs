@@ -234,7 +234,12 @@ pub fn chunk_records(path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
     let result = tree_search(
         f.as_fd(),
         SearchFilter::for_type(u64::from(BTRFS_CHUNK_TREE_OBJECTID), BTRFS_CHUNK_ITEM_KEY),
-        |_hdr, data| {
+        |hdr, data| {
+            // The key range also spans the device items (type 216 under
+            // objectid 1): only chunk items are chunks.
+            if hdr.item_type != BTRFS_CHUNK_ITEM_KEY {
+                return Ok(());
+            }
             if let Some(chunk) = btrfs_disk::items::ChunkItem::parse(data) {
                 records.push(ChunkRecord {
                     flags: BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits()),

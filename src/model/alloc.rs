@@ -319,4 +319,64 @@ mod tests {
         assert!(next_chunk(&free, Profile::Raid1c3, ChunkKind::Data, 3 * TIB, old).is_none());
         assert!(next_chunk(&free, Profile::Raid1c3, ChunkKind::Data, 3 * TIB, K).is_some());
     }
+
+    fn kinds() -> [ChunkKind; 3] {
+        [ChunkKind::Data, ChunkKind::Metadata, ChunkKind::System]
+    }
+
+    proptest::proptest! {
+        /// Whatever the devices hold: a chunk uses the stripes the profile
+        /// table gives for the devices with room, distinct devices that can
+        /// hold their stripes, aligned stripes within the limits, and takes
+        /// exactly its stripes from the free space.
+        #[test]
+        fn every_chunk_keeps_the_rules(
+            free in proptest::collection::vec(0u64..(64 * GIB), 1..=8),
+            extra in 0u64..TIB,
+            p in 0usize..9,
+            kind in 0usize..3,
+            kernel in proptest::sample::select(vec![(5, 4), (5, 10), (5, 15), (6, 1), (6, 18)]),
+        ) {
+            let p = Profile::ALL[p];
+            let kind = kinds()[kind];
+            let kernel = KernelVersion::new(kernel.0, kernel.1);
+            let total = free.iter().sum::<u64>() + extra;
+            let g = p.geometry();
+            let dev_stripes = u64::from(g.dev_stripes);
+            let eligible = free.iter().filter(|&&f| f >= STRIPE_LEN * dev_stripes).count() as u32;
+            let lim = chunk_limits(kind, total, kernel);
+            match next_chunk(&free, p, kind, total, kernel) {
+                None => {
+                    // Too few devices, or too little room for one stripe.
+                    let stripes = p.stripes_on(eligible, kernel);
+                    proptest::prop_assert!(stripes.is_none() || lim.max_chunk < STRIPE_LEN);
+                }
+                Some(c) => {
+                    proptest::prop_assert_eq!(Some(c.num_stripes), p.stripes_on(eligible, kernel));
+                    let mut devs = c.devices.clone();
+                    devs.sort_unstable();
+                    devs.dedup();
+                    proptest::prop_assert_eq!(devs.len() as u32, c.num_stripes / g.dev_stripes);
+                    for &i in &c.devices {
+                        proptest::prop_assert!(free[i] >= c.stripe * dev_stripes);
+                    }
+                    proptest::prop_assert!(c.stripe > 0 && c.stripe % STRIPE_LEN == 0);
+                    proptest::prop_assert!(c.stripe <= lim.max_stripe);
+                    let data = u64::from(p.data_stripes(c.num_stripes));
+                    proptest::prop_assert_eq!(c.length, c.stripe * data);
+                    // Over the cap only by the 16 MiB rounding of the stripe.
+                    proptest::prop_assert!(
+                        c.length <= lim.max_chunk || c.stripe <= (lim.max_chunk / data).div_ceil(STRIPE_ROUND) * STRIPE_ROUND
+                    );
+                    let mut after = free.clone();
+                    proptest::prop_assert_eq!(
+                        allocate_chunk(&mut after, p, kind, total, kernel),
+                        Some(c.length)
+                    );
+                    let taken: u64 = free.iter().sum::<u64>() - after.iter().sum::<u64>();
+                    proptest::prop_assert_eq!(taken, c.stripe * u64::from(c.num_stripes));
+                }
+            }
+        }
+    }
 }

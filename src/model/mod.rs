@@ -1,4 +1,7 @@
-//! Plain domain types shared by planners, executors and reports.
+//! Plain domain types shared by planners, executors and reports, and the one
+//! btrfs model: profiles and their geometry ([`profile`]), the chunk
+//! allocator and its chunk-size rule ([`alloc`]), kernel versions the rules
+//! depend on ([`kernel`]).
 
 pub mod alloc;
 pub mod envelope;

@@ -79,25 +79,18 @@ pub struct Geometry {
     pub nparity: u32,
 }
 
-const fn row(
-    sub_stripes: u32,
-    dev_stripes: u32,
-    devs_max: u32,
-    devs_min: u32,
-    tolerated_failures: u32,
-    devs_increment: u32,
-    ncopies: u32,
-    nparity: u32,
-) -> Geometry {
+/// A row in `btrfs_raid_array`'s field order: sub_stripes, dev_stripes,
+/// devs_max, devs_min, tolerated_failures, devs_increment, ncopies, nparity.
+const fn row(v: [u32; 8]) -> Geometry {
     Geometry {
-        sub_stripes,
-        dev_stripes,
-        devs_max,
-        devs_min,
-        tolerated_failures,
-        devs_increment,
-        ncopies,
-        nparity,
+        sub_stripes: v[0],
+        dev_stripes: v[1],
+        devs_max: v[2],
+        devs_min: v[3],
+        tolerated_failures: v[4],
+        devs_increment: v[5],
+        ncopies: v[6],
+        nparity: v[7],
     }
 }
 
@@ -135,15 +128,15 @@ impl Profile {
     pub const fn geometry(self) -> Geometry {
         //                          sub dev max min tol inc cop par
         match self {
-            Profile::Raid10 => row(2, 1, 0, 2, 1, 2, 2, 0),
-            Profile::Raid1 => row(1, 1, 2, 2, 1, 2, 2, 0),
-            Profile::Raid1c3 => row(1, 1, 3, 3, 2, 3, 3, 0),
-            Profile::Raid1c4 => row(1, 1, 4, 4, 3, 4, 4, 0),
-            Profile::Dup => row(1, 2, 1, 1, 0, 1, 2, 0),
-            Profile::Raid0 => row(1, 1, 0, 1, 0, 1, 1, 0),
-            Profile::Single => row(1, 1, 1, 1, 0, 1, 1, 0),
-            Profile::Raid5 => row(1, 1, 0, 2, 1, 1, 1, 1),
-            Profile::Raid6 => row(1, 1, 0, 3, 2, 1, 1, 2),
+            Profile::Raid10 => row([2, 1, 0, 2, 1, 2, 2, 0]),
+            Profile::Raid1 => row([1, 1, 2, 2, 1, 2, 2, 0]),
+            Profile::Raid1c3 => row([1, 1, 3, 3, 2, 3, 3, 0]),
+            Profile::Raid1c4 => row([1, 1, 4, 4, 3, 4, 4, 0]),
+            Profile::Dup => row([1, 2, 1, 1, 0, 1, 2, 0]),
+            Profile::Raid0 => row([1, 1, 0, 1, 0, 1, 1, 0]),
+            Profile::Single => row([1, 1, 1, 1, 0, 1, 1, 0]),
+            Profile::Raid5 => row([1, 1, 0, 2, 1, 1, 1, 1]),
+            Profile::Raid6 => row([1, 1, 0, 3, 2, 1, 1, 2]),
         }
     }
 

@@ -19,7 +19,7 @@ use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sys::kernel::btrfs::{self, ChunkRecord, profile_of};
 use btrfs_uapi::space::BlockGroupFlags;
 
-use crate::common::{TestEnv, require_root};
+use crate::common::{TestEnv, require_root, run};
 
 const MIB: u64 = 1 << 20;
 /// Each device: sparse, so only what btrfs writes takes space; large
@@ -123,17 +123,14 @@ fn check_chunks(p: Profile, n: usize, kernel: KernelVersion, chunks: &[ChunkReco
 /// accepted one the kernel's chunks. Returns whether mkfs accepted.
 fn one_case(env: &TestEnv, p: Profile, devices: &[PathBuf], kernel: KernelVersion) -> bool {
     let n = devices.len();
-    let out = Command::new(tool("mkfs.btrfs"))
+    let (code, _, stderr) = run(Command::new(tool("mkfs.btrfs"))
         .args(["-f", "-q", "-d", p.name(), "-m", p.name()])
         .args(devices)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+        .stdin(Stdio::null()));
     let enough = n as u32 >= p.min_devices();
     if !enough {
         assert!(
-            !out.status.success(),
+            code != 0,
             "mkfs.btrfs accepted {p} on {n} devices, the model says {} are needed",
             p.min_devices()
         );
@@ -144,8 +141,9 @@ fn one_case(env: &TestEnv, p: Profile, devices: &[PathBuf], kernel: KernelVersio
         );
         return false;
     }
-    assert!(
-        out.status.success(),
+    assert_eq!(
+        code,
+        0,
         "mkfs.btrfs refused {p} on {n} devices, the model says {} are enough: {stderr}",
         p.min_devices()
     );
@@ -184,17 +182,11 @@ fn one_case(env: &TestEnv, p: Profile, devices: &[PathBuf], kernel: KernelVersio
     f.sync_all().unwrap();
     drop(f);
     // Relocate every chunk mkfs made: afterwards the kernel allocated all.
-    let bal = Command::new(tool("btrfs"))
+    let (code, _, stderr) = run(Command::new(tool("btrfs"))
         .args(["balance", "start", "--full-balance"])
         .arg(&mnt)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        bal.status.success(),
-        "balance of {p} on {n}: {}",
-        String::from_utf8_lossy(&bal.stderr)
-    );
+        .stdin(Stdio::null()));
+    assert_eq!(code, 0, "balance of {p} on {n}: {stderr}");
     let members = btrfs::devices(&mnt).unwrap();
     assert_eq!(members.len(), n, "{p}: members");
     for m in &members {

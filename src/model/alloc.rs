@@ -12,7 +12,9 @@
 //! - metadata: 256 MiB, 1 GiB when the devices hold more than 50 GiB;
 //! - system: stripes of 32 MiB; chunks up to 64 MiB before Linux 6.0, 32 MiB
 //!   since (the per-space-info `chunk_size` of kernel commit f6fca3917b4d,
-//!   "btrfs: store chunk size in space-info struct");
+//!   "btrfs: store chunk size in space-info struct"; its data-chunk
+//!   regression, 1 GiB chunks, was fixed by 5da431b71d4b in the same cycle,
+//!   which also caps every stripe at 1 GiB);
 //! - no chunk above 10% of the devices' total size, but a stripe cut down to
 //!   that cap is rounded *up* to 16 MiB (never above what it was), then down
 //!   to the 64 KiB stripe length: on small filesystems chunks are a little

@@ -3,7 +3,6 @@
 //! plans are pure functions of what was read, the executors are thin.
 
 pub mod add;
-pub mod alloc;
 pub mod checks;
 pub mod convert;
 pub mod hooks;

@@ -1,5 +1,9 @@
-//! Plain domain types shared by planners, executors and reports.
+//! Plain domain types shared by planners, executors and reports, and the one
+//! btrfs model: profiles and their geometry ([`profile`]), the chunk
+//! allocator and its chunk-size rule ([`alloc`]), kernel versions the rules
+//! depend on ([`kernel`]).
 
+pub mod alloc;
 pub mod envelope;
 pub mod finding;
 pub mod kernel;

@@ -769,14 +769,12 @@ fn unit_reading(rows: &[RawRow]) -> UnitReading {
     if rows.iter().any(|r| r.bg_type == BgType::GlobalReserve) {
         si.push("a GlobalReserve row (btrfs-progs 3.17+)");
     }
-    if rows.iter().any(|r| {
-        matches!(
-            r.profile,
-            BgProfile::Known(
-                crate::model::profile::Profile::Raid1c3 | crate::model::profile::Profile::Raid1c4
-            )
-        )
-    }) {
+    // Profiles newer kernels brought (RAID1C3/RAID1C4: Linux 5.5); btrfs-progs
+    // of the same version names them.
+    if rows
+        .iter()
+        .any(|r| matches!(r.profile, BgProfile::Known(p) if p.min_kernel().is_some()))
+    {
         si.push("RAID1C3/RAID1C4 (btrfs-progs 5.5+)");
     }
     if rows.iter().any(|r| r.zone.is_some()) {

@@ -84,16 +84,6 @@ fn chunk_needs(p: BgProfile) -> (usize, u64) {
     }
 }
 
-/// The fewest devices a profile implies.
-fn min_devices(p: BgProfile) -> usize {
-    match p {
-        BgProfile::Known(Profile::Raid0 | Profile::Raid1 | Profile::Raid10 | Profile::Raid5) => 2,
-        BgProfile::Known(Profile::Raid1c3 | Profile::Raid6) => 3,
-        BgProfile::Known(Profile::Raid1c4) => 4,
-        _ => 1,
-    }
-}
-
 /// The interpretation of `df`/`usage` figures.
 pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
     let mount = f.mount.clone().unwrap_or_else(|| "MOUNT".to_owned());
@@ -128,7 +118,10 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
         .records
         .iter()
         .filter(|r| r.bg_type != BgType::GlobalReserve)
-        .map(|r| min_devices(r.profile))
+        .map(|r| match r.profile {
+            BgProfile::Known(p) => p.min_devices() as usize,
+            BgProfile::Unknown => 1,
+        })
         .max()
         .unwrap_or(1);
     let devices = f.devices.unwrap_or(implied_devices).max(implied_devices);

@@ -92,39 +92,9 @@ fn cmp_block_group(a: BlockGroupFlags, b: BlockGroupFlags) -> Ordering {
     }
 }
 
-fn ncopies(p: Profile) -> u64 {
-    match p {
-        Profile::Single | Profile::Raid0 | Profile::Raid5 | Profile::Raid6 => 1,
-        Profile::Dup | Profile::Raid1 | Profile::Raid10 => 2,
-        Profile::Raid1c3 => 3,
-        Profile::Raid1c4 => 4,
-    }
-}
-
-fn nparity(p: Profile) -> u64 {
-    match p {
-        Profile::Raid5 => 1,
-        Profile::Raid6 => 2,
-        _ => 0,
-    }
-}
-
-fn is_raid56(p: Profile) -> bool {
-    matches!(p, Profile::Raid5 | Profile::Raid6)
-}
-
 /// Raw bytes a chunk summary occupies on its device (`calc_chunk_size`).
 pub fn chunk_size_on_device(c: &ChunkInfo) -> u64 {
-    let p = profile_of(c.flags);
-    if matches!(
-        p,
-        Profile::Raid1 | Profile::Raid1c3 | Profile::Raid1c4 | Profile::Dup
-    ) {
-        return c.size;
-    }
-    let sub_stripes = if p == Profile::Raid10 { 2 } else { 1 };
-    let div = (u64::from(c.num_stripes).saturating_sub(nparity(p)) / sub_stripes).max(1);
-    c.size / div
+    profile_of(c.flags).stripe_length(c.size, u32::from(c.num_stripes))
 }
 
 struct Raw {
@@ -164,10 +134,10 @@ fn raid56_raw(spaces: &[SpaceEntry], chunks: &[ChunkInfo], raw: &mut Raw) {
     };
     for c in chunks {
         let p = profile_of(c.flags);
-        if !is_raid56(p) {
+        if !p.is_parity() {
             continue;
         }
-        let data_stripes = u64::from(c.num_stripes).saturating_sub(nparity(p)).max(1);
+        let data_stripes = u64::from(p.data_stripes(u32::from(c.num_stripes)));
         let rt = f64::from(c.num_stripes) / data_stripes as f64;
         if rt > raw.max_data_ratio {
             raw.max_data_ratio = rt;
@@ -227,8 +197,8 @@ fn overall(
     let mut raid56 = false;
     for s in &input.spaces {
         let p = profile_of(s.flags);
-        let mut ratio = ncopies(p);
-        if is_raid56(p) {
+        let mut ratio = u64::from(p.copies());
+        if p.is_parity() {
             ratio = 0;
             raid56 = true;
         }

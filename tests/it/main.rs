@@ -9,6 +9,7 @@ mod common;
 mod doctor;
 mod help;
 mod links;
+mod model_kernel;
 mod nocow;
 mod output;
 mod packaging;

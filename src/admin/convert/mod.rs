@@ -9,11 +9,10 @@ pub use run::{Finished, Start, execute, run_balance};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-use super::alloc::{self, ChunkKind};
 use super::checks::Reason;
 use super::state::FsState;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::kernel::RAID1C34;
+use crate::model::alloc::{self, ChunkKind};
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::parse::size::format_iec;
@@ -136,16 +135,6 @@ impl ConvertPlan {
     }
 }
 
-/// Failures each profile tolerates (devices that may be lost).
-fn tolerance(p: Profile) -> u32 {
-    match p {
-        Profile::Single | Profile::Dup | Profile::Raid0 => 0,
-        Profile::Raid1 | Profile::Raid10 | Profile::Raid5 => 1,
-        Profile::Raid1c3 | Profile::Raid6 => 2,
-        Profile::Raid1c4 => 3,
-    }
-}
-
 fn names(p: &[Profile]) -> String {
     if p.is_empty() {
         "none".to_owned()
@@ -181,12 +170,6 @@ fn dominant(fs: &FsState, kind: BgType) -> Option<Profile> {
         })
         .max_by_key(|s| s.total_bytes)
         .map(|s| crate::sys::kernel::btrfs::profile_of(s.flags))
-}
-
-/// Profiles that keep two copies or parity (the kernel's "redundancy":
-/// `ncopies >= 2 || tolerated_failures >= 1`).
-fn redundant(p: Profile) -> bool {
-    !matches!(p, Profile::Single | Profile::Raid0)
 }
 
 /// Warnings from the device error counters: a conversion reads every chunk
@@ -306,7 +289,7 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
 
     for (what, p) in [("data", req.data), ("metadata", req.metadata)] {
         let Some(p) = p else { continue };
-        let need = alloc::min_devices(p, kernel) as usize;
+        let need = p.min_devices_on(kernel) as usize;
         if n < need {
             refusals.push(Reason::general(
                 "too-few-devices",
@@ -316,38 +299,42 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
                 false,
             ));
         }
-        if matches!(p, Profile::Raid1c3 | Profile::Raid1c4) {
-            if kernel < RAID1C34 {
+        if let Some(min) = p.min_kernel() {
+            if kernel < min {
                 refusals.push(Reason::general(
                     "kernel-too-old",
-                    format!("{p} needs Linux {RAID1C34} or later; this is {kernel}"),
+                    format!("{p} needs Linux {min} or later; this is {kernel}"),
                     false,
                 ));
             } else if !fs.features.iter().any(|f| f == "raid1c34") {
                 warnings.push(format!(
-                    "{p} turns on the raid1c34 feature: the filesystem will no longer mount on kernels older than {RAID1C34}; check that your rescue media are newer"
+                    "{p} turns on the raid1c34 feature: the filesystem will no longer mount on kernels older than {min}; check that your rescue media are newer"
                 ));
             }
         }
     }
     if let Some(m) = req.metadata {
         let current = fs.profiles(BgType::Metadata);
-        let now = current.iter().map(|p| tolerance(*p)).min().unwrap_or(0);
+        let now = current
+            .iter()
+            .map(|p| p.tolerated_failures())
+            .min()
+            .unwrap_or(0);
         // The kernel's rule (btrfs_balance): metadata or system that has a
         // redundant profile now (two copies or parity) converted to one
         // without needs the force flag. DUP → single is one.
         let kernel_reduces = current
             .iter()
             .chain(&fs.profiles(BgType::System))
-            .any(|p| redundant(*p))
-            && !redundant(m);
-        if tolerance(m) < now {
+            .any(|p| p.redundant())
+            && !m.redundant();
+        if m.tolerated_failures() < now {
             refusals.push(Reason::general(
                 "lower-metadata-redundancy",
                 format!(
                     "metadata {} → {m} lowers redundancy (survives {now} → {} failed devices); the kernel needs --force for this, btrfs-lab --allow-weaker-metadata",
                     names(&current),
-                    tolerance(m)
+                    m.tolerated_failures()
                 ),
                 true,
             ));
@@ -365,13 +352,13 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
             risks.push(format!(
                 "metadata {m} keeps one copy of every metadata block: one bad block can make files, or the whole filesystem, unreadable"
             ));
-        } else if tolerance(m) < now {
+        } else if m.tolerated_failures() < now {
             risks.push(format!(
                 "metadata {m} survives {} failed device(s) instead of {now}: losing a device can make the whole filesystem unreadable",
-                tolerance(m)
+                m.tolerated_failures()
             ));
         }
-        if matches!(m, Profile::Raid5 | Profile::Raid6) {
+        if m.is_parity() {
             refusals.push(Reason::general(
                 "raid56-metadata",
                 format!("{m} for metadata is discouraged by the btrfs developers (write hole, slow scrub and repair); use raid1 or raid1c3, or --allow-weaker-metadata"),
@@ -386,15 +373,19 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
             ));
         }
         let current = fs.profiles(BgType::Data);
-        let now = current.iter().map(|p| tolerance(*p)).min().unwrap_or(0);
-        if tolerance(d) < now {
+        let now = current
+            .iter()
+            .map(|p| p.tolerated_failures())
+            .min()
+            .unwrap_or(0);
+        if d.tolerated_failures() < now {
             risks.push(format!(
                 "data {} → {d} lowers redundancy: it survives {} failed device(s) instead of {now}",
                 names(&current),
-                tolerance(d)
+                d.tolerated_failures()
             ));
         }
-        if matches!(d, Profile::Raid5 | Profile::Raid6) {
+        if d.is_parity() {
             risks.push(format!(
                 "{d} is discouraged: a crash during a write can leave data and parity inconsistent (write hole), and scrub and rebuild are slow"
             ));

@@ -209,43 +209,80 @@ pub struct ChunkInfo {
     pub size: u64,
 }
 
-/// Reads the chunk tree (TREE_SEARCH: root only). `Ok(None)` when not
-/// permitted, so callers can show what they can without it.
-pub fn chunk_infos(path: &Path) -> Result<Option<Vec<ChunkInfo>>> {
+/// One chunk of the chunk tree, as the kernel allocated it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkRecord {
+    /// Chunk type and profile flags.
+    pub flags: BlockGroupFlags,
+    /// Logical length.
+    pub length: u64,
+    /// Stripes.
+    pub num_stripes: u16,
+    /// RAID10's mirrors per stripe set.
+    pub sub_stripes: u16,
+    /// The device of each stripe, in order.
+    pub devids: Vec<u64>,
+}
+
+/// Reads every chunk of the chunk tree (TREE_SEARCH: root only). `Ok(None)`
+/// when not permitted.
+pub fn chunk_records(path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
     use btrfs_uapi::raw::{BTRFS_CHUNK_ITEM_KEY, BTRFS_CHUNK_TREE_OBJECTID};
     use btrfs_uapi::tree_search::{SearchFilter, tree_search};
     let f = open_any(path)?;
-    let mut infos: Vec<ChunkInfo> = Vec::new();
+    let mut records = Vec::new();
     let result = tree_search(
         f.as_fd(),
         SearchFilter::for_type(u64::from(BTRFS_CHUNK_TREE_OBJECTID), BTRFS_CHUNK_ITEM_KEY),
-        |_hdr, data| {
+        |hdr, data| {
+            // The key range also spans the device items (type 216 under
+            // objectid 1): only chunk items are chunks.
+            if hdr.item_type != BTRFS_CHUNK_ITEM_KEY {
+                return Ok(());
+            }
             if let Some(chunk) = btrfs_disk::items::ChunkItem::parse(data) {
-                let flags = BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits());
-                for stripe in &chunk.stripes {
-                    match infos.iter_mut().find(|c| {
-                        c.flags == flags
-                            && c.devid == stripe.devid
-                            && c.num_stripes == chunk.num_stripes
-                    }) {
-                        Some(c) => c.size += chunk.length,
-                        None => infos.push(ChunkInfo {
-                            flags,
-                            devid: stripe.devid,
-                            num_stripes: chunk.num_stripes,
-                            size: chunk.length,
-                        }),
-                    }
-                }
+                records.push(ChunkRecord {
+                    flags: BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits()),
+                    length: chunk.length,
+                    num_stripes: chunk.num_stripes,
+                    sub_stripes: chunk.sub_stripes,
+                    devids: chunk.stripes.iter().map(|s| s.devid).collect(),
+                });
             }
             Ok(())
         },
     );
     match result {
-        Ok(()) => Ok(Some(infos)),
+        Ok(()) => Ok(Some(records)),
         Err(Errno::EPERM | Errno::EACCES) => Ok(None),
         Err(e) => Err(Error::from_errno(e, "cannot read the chunk tree of", path)),
     }
+}
+
+/// Reads the chunk tree (TREE_SEARCH: root only), summed per type, device
+/// and stripe count. `Ok(None)` when not permitted, so callers can show
+/// what they can without it.
+pub fn chunk_infos(path: &Path) -> Result<Option<Vec<ChunkInfo>>> {
+    let Some(records) = chunk_records(path)? else {
+        return Ok(None);
+    };
+    let mut infos: Vec<ChunkInfo> = Vec::new();
+    for chunk in &records {
+        for &devid in &chunk.devids {
+            match infos.iter_mut().find(|c| {
+                c.flags == chunk.flags && c.devid == devid && c.num_stripes == chunk.num_stripes
+            }) {
+                Some(c) => c.size += chunk.length,
+                None => infos.push(ChunkInfo {
+                    flags: chunk.flags,
+                    devid,
+                    num_stripes: chunk.num_stripes,
+                    size: chunk.length,
+                }),
+            }
+        }
+    }
+    Ok(Some(infos))
 }
 
 /// Profile bits as the balance convert filter takes them (`single` is the

@@ -114,7 +114,7 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
         }
         return Ok(exit::OK);
     }
-    confirm(&confirm_question(&plan), a.yes)?;
+    confirm(out, &confirm_question(&plan), a.yes)?;
     hooks::pause_point("convert-confirmed");
     // The plan was shown for the filesystem held open; the path must still
     // lead there, or the user would have confirmed something else.
@@ -505,7 +505,7 @@ fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
         return Ok(exit::OK);
     }
     out.say(&format!("This will {what}.\n"));
-    confirm("Cancel the balance?", yes)?;
+    confirm(out, "Cancel the balance?", yes)?;
     manage::cancel(&fs, mount)?;
     if out.json {
         out.json_doc(&CancelReport { cancelled: true });
@@ -543,7 +543,7 @@ fn resume(
         }
         return Ok(exit::OK);
     }
-    confirm("Resume?", yes)?;
+    confirm(out, "Resume?", yes)?;
     fs.check_path_still_here(mount)?;
     let detached = match background(bg, &state.mount_point, out)? {
         Some(Ok(code)) => return Ok(code),

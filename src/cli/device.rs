@@ -246,6 +246,7 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         .as_ref()
         .is_some_and(|c| !c.risks.is_empty());
     confirm(
+        out,
         if risky {
             "Add the devices and convert, accepting the risk above?"
         } else if a.then_convert {

@@ -51,7 +51,7 @@ pub struct LinksArgs {
 
 pub fn run(args: LinksArgs, out: &Output) -> Result<u8> {
     let opts = LinksOptions {
-        sysroot: SysRoot::from_option(args.sysroot.as_deref()),
+        sysroot: SysRoot::from_option(args.sysroot.as_deref(), out),
         targets: args.targets,
         thermal: args.thermal,
     };

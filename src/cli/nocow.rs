@@ -170,7 +170,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     if !out.json || !args.yes {
         out.say(&render_plan(&report, out.paint_err));
     }
-    confirm("Proceed?", args.yes)?;
+    confirm(out, "Proceed?", args.yes)?;
     // A signal while the plan was made or shown: nothing was done.
     signals::check()?;
     let bar = out.byte_progress("nocow {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");

@@ -89,7 +89,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
             "--seconds goes with --pid: a directory probe is sized with --file-size and --rounds",
         ));
     }
-    let sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    let sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
     let Some(path) = args.path else {
         let opts = PidOptions {
             pid: args.pid.unwrap_or(0),

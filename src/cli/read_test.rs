@@ -128,7 +128,7 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
         VerifyArg::Sampled => VerifyMode::Sampled,
         VerifyArg::Full => VerifyMode::Full,
     };
-    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
 
     let bar =
         out.byte_progress("read-test {msg:22} {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");

@@ -5,13 +5,15 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::plan::{FsKind, SandboxPlan};
+use super::report::{DownDryRun, DownPlan, DownResult, down_plan, select};
 use super::state::{DeviceRecord, SandboxRecord, StateStore};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, exit};
 use crate::model::profile::Profile;
 use crate::sys::block::loopdev::{self, DetachOutcome, FileIdentity};
 use crate::sys::fs::beneath::{Leaf, Removal, TrustedDir};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::{fs::filesystem, fs::mounts, is_root, kernel::btrfs, kernel::signals, tools};
+use crate::ui::Ui;
 
 /// A sandbox that exists. Dropping it tears it down (panics included),
 /// unless [`Sandbox::keep`] was called: that is what tests rely on.
@@ -196,11 +198,16 @@ impl Drop for Sandbox {
         if self.armed
             && let Err(e) = teardown(&self.store, &self.record)
         {
-            eprintln!(
-                "btrfs-lab: error: could not remove sandbox {}: {}",
-                self.record.name,
-                e.message()
-            );
+            // Nobody gave the guard a Ui (it may be dropped in a panic):
+            // the library's plain one says it, an error even with --quiet.
+            crate::ui::StderrUi::default().error(&Error::new(
+                e.kind(),
+                format!(
+                    "could not remove sandbox {}: {}",
+                    self.record.name,
+                    e.message()
+                ),
+            ));
         }
     }
 }
@@ -316,6 +323,118 @@ pub struct DownReport {
     pub removed: Vec<PathBuf>,
     /// Things deliberately left alone, with the reason.
     pub left: Vec<String>,
+}
+
+/// `sandbox down`: which sandboxes (`target` by name, mount point or
+/// directory, or `all`), and how.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DownRequest<'a> {
+    /// The sandbox: its name, mount point or directory.
+    pub target: Option<&'a str>,
+    /// Every sandbox.
+    pub all: bool,
+    /// Only the plan.
+    pub dry_run: bool,
+    /// Do not ask.
+    pub yes: bool,
+}
+
+/// What `sandbox down` did.
+#[derive(Debug)]
+pub enum DownOutcome {
+    /// `--dry-run`: what it would do; nothing was done.
+    DryRun(DownDryRun),
+    /// What was removed.
+    Done {
+        /// The sandboxes removed.
+        result: DownResult,
+        /// How many sandboxes were to be removed (0: there were none).
+        selected: usize,
+        /// The exit status: 130 when a teardown was interrupted, 1 when one
+        /// failed (or, with `all`, a record file was not a record), else 0.
+        status: u8,
+    },
+}
+
+/// `sandbox down`: loads the records (each file that is not one is an
+/// error through `ui`, never acted on), picks the sandboxes, plans; then,
+/// unless a dry run, shows the plan (`describe` renders it), asks through
+/// `ui` unless `yes`, and tears each one down. One sandbox that cannot be
+/// removed does not stop the others: its error goes to `ui` (with the way
+/// out, `--forget`, when down can never act on it) and the status says so.
+pub fn down(
+    store: &StateStore,
+    req: &DownRequest<'_>,
+    ui: &dyn Ui,
+    describe: &dyn Fn(&[DownPlan]) -> String,
+) -> Result<DownOutcome> {
+    let loaded = store.load()?;
+    for e in &loaded.bad {
+        ui.error(e);
+    }
+    let bad = loaded.bad.len();
+    let records = select(loaded.records, req.target, req.all)?;
+    let plans: Vec<DownPlan> = records.iter().map(|r| down_plan(&status(r), r)).collect();
+    if req.dry_run {
+        return Ok(DownOutcome::DryRun(DownDryRun {
+            dry_run: true,
+            sandboxes: plans,
+        }));
+    }
+    if !plans.is_empty() && !req.yes {
+        ui.say(&describe(&plans));
+        let what = if plans.len() == 1 {
+            format!("sandbox {}", plans[0].name)
+        } else {
+            format!("{} sandboxes", plans.len())
+        };
+        ui.confirm(&format!("Remove {what}?"), false)?;
+    }
+    let mut removed = Vec::new();
+    let mut first_error: Option<Error> = None;
+    for r in &records {
+        match teardown(store, r) {
+            Ok(rep) => removed.push(rep),
+            Err(e) => {
+                ui.error(&down_error(r, &e));
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let code = match first_error {
+        Some(e) if e.kind() == ErrorKind::Interrupted => exit::INTERRUPTED,
+        Some(_) => exit::ERROR,
+        None if bad > 0 && req.all => exit::ERROR,
+        None => exit::OK,
+    };
+    Ok(DownOutcome::Done {
+        result: DownResult { removed },
+        selected: records.len(),
+        status: code,
+    })
+}
+
+/// The error of one sandbox `down` could not remove, named; for one that
+/// `down` can never act on (its directory is not the one up made, not
+/// root's, not a directory) the hint says how to drop the record once the
+/// rest is dealt with.
+fn down_error(r: &SandboxRecord, e: &Error) -> Error {
+    let shown = Error::new(e.kind(), format!("sandbox {}: {}", r.name, e.message()));
+    if matches!(
+        e.kind(),
+        ErrorKind::State | ErrorKind::WrongTarget | ErrorKind::Permission
+    ) {
+        shown.with_hint(format!(
+            "{}{}if nothing of it is left to remove, remove only its record: btrfs-lab sandbox down --forget {}",
+            e.hint().unwrap_or(""),
+            if e.hint().is_some() { "; " } else { "" },
+            r.name
+        ))
+    } else if let Some(h) = e.hint() {
+        shown.with_hint(h.to_owned())
+    } else {
+        shown
+    }
 }
 
 /// Removes what `record` says `up` made, and nothing else. The record must

@@ -49,6 +49,9 @@ pub trait Ui {
     /// Text for the person at the terminal (the plan before its
     /// confirmation); nothing with `--quiet`.
     fn say(&self, text: &str);
+    /// A line of a text run's own story on stdout, before its report
+    /// ("creating a sandbox..."); nothing with `--json` or `--quiet`.
+    fn status(&self, text: &str);
     /// Asks `question` before a change, unless `yes`. Refuses (an error of
     /// kind `Refused`) when nobody can answer, or when `--quiet` hid the
     /// plan to confirm.
@@ -130,6 +133,9 @@ impl Ui for StderrUi {
             Self::line(text);
         }
     }
+    fn status(&self, text: &str) {
+        self.say(text);
+    }
     fn confirm(&self, question: &str, yes: bool) -> Result<()> {
         confirm_on_terminal(question, yes, self.quiet)
     }
@@ -192,6 +198,8 @@ pub enum Said {
     Error(String),
     /// [`Ui::say`].
     Say(String),
+    /// [`Ui::status`].
+    Status(String),
     /// [`Ui::confirm`]: the question, and whether `yes` was passed.
     Confirm(String, bool),
     /// [`Ui::event_line`]: the serialized record.
@@ -249,6 +257,9 @@ impl Ui for RecordingUi {
     }
     fn say(&self, text: &str) {
         self.push(Said::Say(text.to_owned()));
+    }
+    fn status(&self, text: &str) {
+        self.push(Said::Status(text.to_owned()));
     }
     fn confirm(&self, question: &str, yes: bool) -> Result<()> {
         self.push(Said::Confirm(question.to_owned(), yes));

@@ -516,11 +516,7 @@ pub fn run(
         let a = compare::load(&pair[0])?;
         let b = compare::load(&pair[1])?;
         let c = compare::compare(&a, &b, &escape_path(&pair[0]), &escape_path(&pair[1]));
-        if out.json {
-            out.json_doc(&c);
-        } else {
-            out.text(&render_compare(&c));
-        }
+        out.report(&c, render_compare);
         return Ok(0);
     }
     let dir = args
@@ -589,11 +585,7 @@ pub fn run(
             j.write(&report.job_file)?;
         }
     }
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, out.paint));
-    }
+    out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)
 }
 

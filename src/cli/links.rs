@@ -56,11 +56,7 @@ pub fn run(args: LinksArgs, out: &Output) -> Result<u8> {
         thermal: args.thermal,
     };
     let report = links::run(&opts)?;
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, out.paint));
-    }
+    out.report(&report, |r| render(r, out.paint));
     Ok(exit::OK)
 }
 

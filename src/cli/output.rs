@@ -195,6 +195,17 @@ impl Output {
         }
     }
 
+    /// Prints one JSON Lines record with `--json`, otherwise the text
+    /// `render` makes of it: [`Output::report`] for a long-running
+    /// command's events.
+    pub fn report_line<T: Document>(&self, record: &T, render: impl FnOnce(&T) -> String) {
+        if self.json {
+            self.json_line(record);
+        } else {
+            self.text(&render(record));
+        }
+    }
+
     /// Prints one JSON Lines record (a progress event) to stdout, in its
     /// envelope like a document.
     pub fn json_line<T: Document>(&self, value: &T) {
@@ -369,6 +380,11 @@ impl Ui for Output {
     fn say(&self, text: &str) {
         Output::say(self, text);
     }
+    fn status(&self, text: &str) {
+        if !self.json {
+            self.text(text);
+        }
+    }
     fn confirm(&self, question: &str, yes: bool) -> Result<()> {
         ui::confirm_on_terminal(question, yes, self.quiet)
     }
@@ -376,6 +392,9 @@ impl Ui for Output {
         Box::new(Bar(self.byte_progress(template)))
     }
     fn event_line(&self, line: std::result::Result<String, serde_json::Error>) {
+        if !self.json {
+            return;
+        }
         match line {
             Ok(mut text) => {
                 text.push('\n');

@@ -105,11 +105,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
         });
         bar.finish_and_clear();
         let report = result?;
-        if out.json {
-            out.json_doc(&report);
-        } else {
-            out.text(&render_pid(&report, out.paint));
-        }
+        out.report(&report, |r| render_pid(r, out.paint));
         return Ok(report.exit_code);
     };
     let opts = ProbeOptions {
@@ -133,11 +129,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
     });
     bar.finish_and_clear();
     let report = result?;
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, out.paint));
-    }
+    out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)
 }
 

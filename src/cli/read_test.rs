@@ -143,11 +143,7 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     });
     bar.finish_and_clear();
     let report = result?;
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, out.paint));
-    }
+    out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)
 }
 

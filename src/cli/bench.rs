@@ -192,17 +192,12 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
         .map(bench::OutputFile::prepare)
         .transpose()?;
     let target = bench::open_target(&opts.sysroot, dir, "--sustained writes a test file")?;
-    let planned = sustained::plan_size(&opts, target.info.available_bytes, &target.info.dir)?;
+    let plan = sustained::plan(&opts, target)?;
     let mut fio = RealFio::find()?;
-    let warning = sustained::warning(planned, opts.time_limit_secs, &target.info.dir);
-    if args.yes {
-        out.note(&warning);
-    } else {
-        confirm(out, &format!("{warning}\nStart the write?"), false)?;
-    }
+    plan.confirm(args.yes, out)?;
     let fio_path = fio.path().to_path_buf();
     let bar = out.byte_progress("bench --sustained {msg}");
-    let result = sustained::run(&opts, target, &mut fio, &fio_path, &mut || {}, &mut |p| {
+    let result = sustained::run(&opts, plan, &mut fio, &fio_path, &mut || {}, &mut |p| {
         bar.set_message(format!(
             "{} of {}  {:.1} MB/s  ETA {}m{:02}s",
             super::units::size(p.bytes_written),

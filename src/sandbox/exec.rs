@@ -850,3 +850,96 @@ pub fn status(record: &SandboxRecord) -> SandboxStatus {
         metadata: record.metadata,
     }
 }
+
+#[cfg(test)]
+mod down_tests {
+    use super::*;
+    use crate::sandbox::plan::{SandboxRequest, plan_up};
+    use crate::ui::{RecordingUi, Said};
+
+    fn store_with(names: &[&str]) -> (tempfile::TempDir, StateStore) {
+        let t = tempfile::tempdir().unwrap();
+        let store = StateStore::new(t.path().join("state"));
+        for n in names {
+            let plan = plan_up(&SandboxRequest::default(), Path::new("/var/tmp/x"), n).unwrap();
+            store.create(&SandboxRecord::new(&plan)).unwrap();
+        }
+        (t, store)
+    }
+
+    /// The job shows its plan and asks through the Ui; refused, it removes
+    /// nothing (the record stays). A dry run says nothing and returns the plan.
+    #[test]
+    fn down_asks_through_the_ui_and_a_refusal_removes_nothing() {
+        let (_t, store) = store_with(&["s1"]);
+        let ui = RecordingUi::new();
+        let req = DownRequest {
+            target: Some("s1"),
+            ..DownRequest::default()
+        };
+        let describe = |plans: &[DownPlan]| format!("{} to remove\n", plans.len());
+        let e = down(&store, &req, &ui, &describe).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Refused);
+        assert_eq!(
+            ui.said(),
+            vec![
+                Said::Say("1 to remove\n".into()),
+                Said::Confirm("Remove sandbox s1?".into(), false),
+            ]
+        );
+        assert!(store.has_record_file("s1").unwrap());
+
+        let ui = RecordingUi::new();
+        let dry = DownRequest {
+            all: true,
+            dry_run: true,
+            ..DownRequest::default()
+        };
+        match down(&store, &dry, &ui, &describe).unwrap() {
+            DownOutcome::DryRun(d) => {
+                assert!(d.dry_run);
+                assert_eq!(d.sandboxes.len(), 1);
+                assert_eq!(d.sandboxes[0].name, "s1");
+            }
+            other => panic!("not a dry run: {other:?}"),
+        }
+        assert_eq!(ui.said(), Vec::new());
+        assert!(store.has_record_file("s1").unwrap());
+    }
+
+    /// A record file that is not a record is an error said through the Ui,
+    /// never acted on; `--all` then ends with status 1 and nothing removed.
+    #[test]
+    fn down_all_says_each_bad_record_and_fails() {
+        let (t, store) = store_with(&[]);
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .create(t.path().join("state"))
+            .unwrap();
+        std::fs::write(t.path().join("state/x.json"), "{garbage").unwrap();
+        let ui = RecordingUi::new();
+        let req = DownRequest {
+            all: true,
+            yes: true,
+            ..DownRequest::default()
+        };
+        match down(&store, &req, &ui, &|_| String::new()).unwrap() {
+            DownOutcome::Done {
+                result,
+                selected,
+                status,
+            } => {
+                assert!(result.removed.is_empty());
+                assert_eq!(selected, 0);
+                assert_eq!(status, exit::ERROR);
+            }
+            other => panic!("not done: {other:?}"),
+        }
+        let said = ui.said();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            matches!(&said[0], Said::Error(m) if m.contains("x.json is not a sandbox record")),
+            "{said:?}"
+        );
+        assert!(t.path().join("state/x.json").exists());
+    }
+}

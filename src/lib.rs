@@ -23,5 +23,6 @@ pub mod sandbox;
 pub mod schema;
 pub mod space;
 pub mod sys;
+pub mod ui;
 
 pub use error::{Error, ErrorKind, Result};

@@ -1025,22 +1025,7 @@ pub fn run(
             .is_some_and(|f| f.intersects(crate::sys::kernel::ioctl::FS_NOCOW_FL));
     let size = opts.size_bytes();
     let fallocate_only = hook(HOOK_FALLOCATE_ONLY).is_some();
-    if !fallocate_only {
-        // Full size but sparse: fio then writes every byte in the fill
-        // instead of laying the file out first.
-        file.set_len(size)
-            .map_err(|e| Error::from_io(&e, "cannot size", &file_path))?;
-    } else {
-        rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, size).map_err(
-            |e| {
-                Error::from_errno(
-                    nix::errno::Errno::from_raw(e.raw_os_error()),
-                    "cannot fallocate",
-                    &file_path,
-                )
-            },
-        )?;
-    }
+    size_test_file(&file, &file_path, size, fallocate_only)?;
     let buffered = hook(HOOK_BUFFERED).is_some();
     let settings = JobSettings {
         file: TEST_FILE,
@@ -1122,16 +1107,134 @@ pub fn run(
     let thermal = sensors::thermal_delta(thermal_before, thermal_after);
     let mut members_scaling = members_scaling;
     if let Some(m) = members_scaling.as_mut() {
-        m.array_bytes_per_sec = results
-            .iter()
-            .filter(|r| r.direction == Direction::Read && r.test.pattern == profile::Pattern::Seq)
-            .filter_map(|r| r.bytes_per_sec)
-            .fold(None, |acc: Option<f64>, x| {
-                Some(acc.map_or(x, |a| a.max(x)))
-            });
+        m.array_bytes_per_sec = best_sequential_read(&results);
     }
 
     notes.extend(removal_note);
+    notes.extend(run_notes(
+        opts,
+        is_btrfs,
+        &devices,
+        &devices_missing,
+        counter_note,
+        ceiling.as_ref(),
+        &thermal,
+    ));
+    let flagged = results
+        .iter()
+        .filter(|r| r.status == Status::Flagged)
+        .count();
+    let summary = summary_sentence(&results, flagged);
+    let exit_code = if flagged > 0 { report::EXIT_FLAGGED } else { 0 };
+    Ok(BenchReport {
+        report_version: report::REPORT_VERSION,
+        exit_code,
+        summary,
+        system: system_info(fio, fio_path),
+        target: report::TargetInfo {
+            dir: info.dir.clone(),
+            dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
+            mount_point: info.mount.mount_point.clone(),
+            fs_type,
+            source: info.mount.source.clone(),
+            mount_options,
+            data_profiles,
+            devices,
+            devices_missing,
+            compression_option: compression,
+        },
+        parameters: parameters(opts, size),
+        test_file: report::TestFileInfo {
+            path: file_path,
+            size_bytes: size,
+            nocow,
+            fill_seconds: measured.fill_seconds,
+            fill_device_write_bytes: measured.fill_device_write_bytes,
+            layout_after_fill: measured.layout_after_fill,
+            layout_at_end,
+            removed: true,
+        },
+        results,
+        ceiling,
+        thermal,
+        members_scaling,
+        notes,
+        job_file,
+    })
+}
+
+/// The machine the suite ran on.
+fn system_info(fio: &dyn FioRunner, fio_path: &Path) -> report::SystemInfo {
+    report::SystemInfo {
+        kernel: crate::sys::kernel_release(),
+        hostname: crate::model::envelope::hostname(),
+        cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        fio_version: fio.version(),
+        fio_path: fio_path.to_path_buf(),
+    }
+}
+
+/// What the suite was asked to run.
+fn parameters(opts: &BenchOptions, size: u64) -> report::Parameters {
+    report::Parameters {
+        profile: opts.profile.clone(),
+        tests: opts.tests.clone(),
+        size_bytes: size,
+        runs: opts.runs,
+        duration_secs: opts.duration_secs,
+        interval_secs: opts.interval_secs,
+        cow: opts.cow,
+        ioengine: jobs::IOENGINE.to_owned(),
+    }
+}
+
+/// Sizes the test file: full size but sparse, so that fio writes every
+/// byte in the fill instead of laying the file out first; or, with the
+/// test hook, allocated (never written).
+fn size_test_file(
+    file: &std::fs::File,
+    path: &Path,
+    size: u64,
+    fallocate_only: bool,
+) -> Result<()> {
+    if !fallocate_only {
+        return file
+            .set_len(size)
+            .map_err(|e| Error::from_io(&e, "cannot size", path));
+    }
+    rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size).map_err(|e| {
+        Error::from_errno(
+            nix::errno::Errno::from_raw(e.raw_os_error()),
+            "cannot fallocate",
+            path,
+        )
+    })
+}
+
+/// The best sequential read of the suite (what --members compares each
+/// member's share with).
+fn best_sequential_read(results: &[TestResult]) -> Option<f64> {
+    results
+        .iter()
+        .filter(|r| r.direction == Direction::Read && r.test.pattern == profile::Pattern::Seq)
+        .filter_map(|r| r.bytes_per_sec)
+        .fold(None, |acc: Option<f64>, x| {
+            Some(acc.map_or(x, |a| a.max(x)))
+        })
+}
+
+/// The report's notes about how the run was made and what it could not
+/// check (pure: from what the run found).
+fn run_notes(
+    opts: &BenchOptions,
+    is_btrfs: bool,
+    devices: &[report::MemberDevice],
+    devices_missing: &[String],
+    counter_note: Option<String>,
+    ceiling: Option<&report::CeilingInfo>,
+    thermal: &[report::ThermalInfo],
+) -> Vec<String> {
+    let mut notes = Vec::new();
     if is_btrfs && !opts.cow {
         notes.push("the test file is NOCOW (no data checksums), so O_DIRECT is direct; --cow measures the checksummed path instead".to_owned());
     }
@@ -1152,7 +1255,7 @@ pub fn run(
     if let Some(why) = counter_note {
         notes.push(format!("dirtied pages: {why}"));
     }
-    if let Some(c) = &ceiling
+    if let Some(c) = ceiling
         && c.one_reader_bytes_per_sec.is_none()
         && !c.without_link_info.is_empty()
     {
@@ -1161,7 +1264,7 @@ pub fn run(
             c.without_link_info.join(", ")
         ));
     }
-    for t in &thermal {
+    for t in thermal {
         if t.tmt1_seconds + t.tmt2_seconds > 0 || t.transitions > 0 {
             notes.push(format!(
                 "{} throttled during the bench: {} s light, {} s heavy ({} transitions); its figures are below what it gives cool",
@@ -1169,62 +1272,7 @@ pub fn run(
             ));
         }
     }
-    let flagged = results
-        .iter()
-        .filter(|r| r.status == Status::Flagged)
-        .count();
-    let summary = summary_sentence(&results, flagged);
-    let exit_code = if flagged > 0 { report::EXIT_FLAGGED } else { 0 };
-    Ok(BenchReport {
-        report_version: report::REPORT_VERSION,
-        exit_code,
-        summary,
-        system: report::SystemInfo {
-            kernel: crate::sys::kernel_release(),
-            hostname: crate::model::envelope::hostname(),
-            cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
-            fio_version: fio.version(),
-            fio_path: fio_path.to_path_buf(),
-        },
-        target: report::TargetInfo {
-            dir: info.dir.clone(),
-            dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
-            mount_point: info.mount.mount_point.clone(),
-            fs_type,
-            source: info.mount.source.clone(),
-            mount_options,
-            data_profiles,
-            devices,
-            devices_missing,
-            compression_option: compression,
-        },
-        parameters: report::Parameters {
-            profile: opts.profile.clone(),
-            tests: opts.tests.clone(),
-            size_bytes: size,
-            runs: opts.runs,
-            duration_secs: opts.duration_secs,
-            interval_secs: opts.interval_secs,
-            cow: opts.cow,
-            ioengine: jobs::IOENGINE.to_owned(),
-        },
-        test_file: report::TestFileInfo {
-            path: file_path,
-            size_bytes: size,
-            nocow,
-            fill_seconds: measured.fill_seconds,
-            fill_device_write_bytes: measured.fill_device_write_bytes,
-            layout_after_fill: measured.layout_after_fill,
-            layout_at_end,
-            removed: true,
-        },
-        results,
-        ceiling,
-        thermal,
-        members_scaling,
-        notes,
-        job_file,
-    })
+    notes
 }
 
 fn summary_sentence(results: &[TestResult], flagged: usize) -> String {

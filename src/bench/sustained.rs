@@ -16,6 +16,7 @@ use crate::parse::size::format_iec;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::proc::diskstats;
 use crate::sys::tools::fio::FioRunner;
+use crate::ui::Ui;
 
 use super::cliff::{self, CliffAnalysis, Point, Shape};
 use super::report::{MemberDevice, SystemInfo, TargetInfo};
@@ -383,17 +384,55 @@ fn written_by(devs: &[MemberDevice], root: &SysRoot) -> Vec<u64> {
         .collect()
 }
 
-/// Runs the sustained write (see the module documentation). `progress`
-/// is called about once a second while fio writes; `started` just before
-/// the test directory is made.
+/// A sustained write planned once, on the target held: how much, and the
+/// warning to confirm. [`run`] writes exactly this.
+#[derive(Debug)]
+pub struct SustainedPlan {
+    /// DIR, held, and what was read of it.
+    pub target: super::Target,
+    /// Bytes to write ([`plan_size`] on the target's free space).
+    pub size: u64,
+    /// What the write costs, for the confirmation ([`warning`]).
+    pub warning: String,
+}
+
+/// Plans the write on `target`: its size from the free space (or a
+/// refusal that says how much is needed) and the warning.
+pub fn plan(opts: &SustainedOptions, target: super::Target) -> Result<SustainedPlan> {
+    let size = plan_size(opts, target.info.available_bytes, &target.info.dir)?;
+    let warning = warning(size, opts.time_limit_secs, &target.info.dir);
+    Ok(SustainedPlan {
+        target,
+        size,
+        warning,
+    })
+}
+
+impl SustainedPlan {
+    /// The write wears the drives: asks through `ui` before it, or, with
+    /// `yes`, says what it will cost as a note.
+    pub fn confirm(&self, yes: bool, ui: &dyn Ui) -> Result<()> {
+        if yes {
+            ui.note(&self.warning);
+            Ok(())
+        } else {
+            ui.confirm(&format!("{}\nStart the write?", self.warning), false)
+        }
+    }
+}
+
+/// Runs the planned sustained write (see the module documentation).
+/// `progress` is called about once a second while fio writes; `started`
+/// just before the test directory is made.
 pub fn run(
     opts: &SustainedOptions,
-    target: super::Target,
+    plan: SustainedPlan,
     fio: &mut dyn FioRunner,
     fio_path: &Path,
     started: &mut dyn FnMut(),
     progress: &mut dyn FnMut(&SustainedProgress),
 ) -> Result<SustainedReport> {
+    let SustainedPlan { target, size, .. } = plan;
     let super::Target {
         held,
         info,
@@ -404,7 +443,6 @@ pub fn run(
         devices_missing,
     } = target;
     let fs_type = info.mount.fs_type.clone();
-    let size = plan_size(opts, info.available_bytes, &info.dir)?;
     super::install_signals()?;
     check_stop()?;
     if let Some(cg) = hook(HOOK_CGROUP) {

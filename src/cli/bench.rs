@@ -137,7 +137,7 @@ pub struct BenchArgs {
     units: UnitArgs,
 }
 
-fn options(args: &BenchArgs, dir: &Path) -> Result<BenchOptions> {
+fn options(args: &BenchArgs, dir: &Path, out: &Output) -> Result<BenchOptions> {
     let mut opts = BenchOptions::new(dir);
     match &args.tests {
         Some(list) => {
@@ -158,7 +158,7 @@ fn options(args: &BenchArgs, dir: &Path) -> Result<BenchOptions> {
     // This process has no threads yet: it may unshare its mount namespace
     // to read the per-device dirtied counter in debugfs.
     opts.allow_private_debugfs = true;
-    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
     opts.validate()?;
     Ok(opts)
 }
@@ -182,7 +182,7 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     opts.size = size;
     opts.fill_percent = args.fill;
     opts.time_limit_secs = args.time_limit;
-    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
     opts.validate()?;
     // Every refusal before the question: the output file, DIR (a user's
     // link, read-only, tmpfs, space), fio.
@@ -192,17 +192,12 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
         .map(bench::OutputFile::prepare)
         .transpose()?;
     let target = bench::open_target(&opts.sysroot, dir, "--sustained writes a test file")?;
-    let planned = sustained::plan_size(&opts, target.info.available_bytes, &target.info.dir)?;
+    let plan = sustained::plan(&opts, target)?;
     let mut fio = RealFio::find()?;
-    let warning = sustained::warning(planned, opts.time_limit_secs, &target.info.dir);
-    if args.yes {
-        out.note(&warning);
-    } else {
-        confirm(&format!("{warning}\nStart the write?"), false)?;
-    }
+    plan.confirm(args.yes, out)?;
     let fio_path = fio.path().to_path_buf();
     let bar = out.byte_progress("bench --sustained {msg}");
-    let result = sustained::run(&opts, target, &mut fio, &fio_path, &mut || {}, &mut |p| {
+    let result = sustained::run(&opts, plan, &mut fio, &fio_path, &mut || {}, &mut |p| {
         bar.set_message(format!(
             "{} of {}  {:.1} MB/s  ETA {}m{:02}s",
             super::units::size(p.bytes_written),
@@ -280,7 +275,7 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
     let mut opts = MetadataOptions::new(dir);
     opts.files = args.files;
     opts.threads = args.threads;
-    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
     opts.validate()?;
     let bar = out.byte_progress("bench --small-files {msg}");
     let files = opts.files;
@@ -376,7 +371,7 @@ fn run_compare_profiles(
             .as_ref()
             .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())),
         sandbox_root: places.sandbox_root.clone(),
-        sysroot: SysRoot::from_option(args.sysroot.as_deref()),
+        sysroot: SysRoot::from_option(args.sysroot.as_deref(), out),
     };
     let stale: Vec<String> = profiles::stale_sandboxes(&places.store)
         .unwrap_or_default()
@@ -407,7 +402,7 @@ fn run_compare_profiles(
             ));
         }
     } else {
-        confirm(&question, false)?;
+        confirm(out, &question, false)?;
     }
     let bar = out.byte_progress("bench --compare-profiles {msg}");
     let files = plan.files;
@@ -516,11 +511,7 @@ pub fn run(
         let a = compare::load(&pair[0])?;
         let b = compare::load(&pair[1])?;
         let c = compare::compare(&a, &b, &escape_path(&pair[0]), &escape_path(&pair[1]));
-        if out.json {
-            out.json_doc(&c);
-        } else {
-            out.text(&render_compare(&c));
-        }
+        out.report(&c, render_compare);
         return Ok(0);
     }
     let dir = args
@@ -533,7 +524,7 @@ pub fn run(
     if let Some(size) = args.sustained {
         return run_sustained(&args, &dir, size, out);
     }
-    let opts = options(&args, &dir)?;
+    let opts = options(&args, &dir, out)?;
     if args.show_jobs {
         let settings = jobs::JobSettings {
             file: bench::TEST_FILE,
@@ -589,11 +580,7 @@ pub fn run(
             j.write(&report.job_file)?;
         }
     }
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, out.paint));
-    }
+    out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)
 }
 

@@ -9,7 +9,7 @@ use btrfs_lab::admin::convert::{
     plan_convert,
 };
 use btrfs_lab::admin::hooks;
-use btrfs_lab::admin::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc};
+use btrfs_lab::admin::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc, StatusReport};
 use btrfs_lab::admin::state::open_state;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
@@ -22,6 +22,7 @@ use indicatif::ProgressBar;
 
 use super::output::{Output, confirm};
 use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profile_arg, size};
+use btrfs_lab::ui::{self, Ui};
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
@@ -103,18 +104,14 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
     }
     refuse_if_blocked(&plan, req.force)?;
     if plan.nothing_to_do {
-        if !out.json {
-            out.text("nothing to convert: every type is already in its target profile\n");
-        }
+        out.status("nothing to convert: every type is already in its target profile\n");
         return Ok(exit::OK);
     }
     if a.dry_run {
-        if !out.json {
-            out.text("(dry run: nothing was done)\n");
-        }
+        out.status("(dry run: nothing was done)\n");
         return Ok(exit::OK);
     }
-    confirm(&confirm_question(&plan), a.yes)?;
+    confirm(out, &confirm_question(&plan), a.yes)?;
     hooks::pause_point("convert-confirmed");
     // The plan was shown for the filesystem held open; the path must still
     // lead there, or the user would have confirmed something else.
@@ -163,13 +160,11 @@ fn background(
         } => {
             let m = mount_point.display();
             out.started();
-            if out.json {
-                out.json_line(&ConvertRecord::Background { pid });
-            } else {
-                out.text(&format!(
+            out.report_line(&ConvertRecord::Background { pid }, |_| {
+                format!(
                     "the conversion runs in the background (process {pid}); follow it with: btrfs-lab convert {m} --status (pause: --pause, cancel: --cancel)\n"
-                ));
-            }
+                )
+            });
             Ok(Some(Ok(exit::OK)))
         }
     }
@@ -190,14 +185,11 @@ pub fn refuse_if_blocked(plan: &ConvertPlan, force: bool) -> Result<()> {
 
 /// The plan, as text (stdout) or a JSON line.
 pub fn show_plan(plan: &ConvertPlan, out: &Output) {
-    if out.json {
-        out.json_line(&ConvertRecord::Plan {
-            plan: Some(PlanDoc::Convert(Box::new(plan.clone()))),
-            resume: None,
-        });
-        return;
-    }
-    out.text(&render_plan(plan, out));
+    let record = ConvertRecord::Plan {
+        plan: Some(PlanDoc::Convert(Box::new(plan.clone()))),
+        resume: None,
+    };
+    out.report_line(&record, |_| render_plan(plan, out));
 }
 
 pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
@@ -306,9 +298,7 @@ impl<'a> Sink<'a> {
                 let msg = format!(
                     "{why}: pausing the balance after the current chunk (it is paused, never cancelled; this waits until the kernel has paused it)"
                 );
-                if self.out.json {
-                    self.out.json_line(&ConvertRecord::Pausing);
-                }
+                ui::emit(self.out, &ConvertRecord::Pausing);
                 self.say(&msg);
             }
             Event::Running => {
@@ -320,11 +310,12 @@ impl<'a> Sink<'a> {
                 self.say("pausing, please wait: the kernel finishes the current chunk first");
             }
             Event::Notice(msg) => {
-                if self.out.json {
-                    self.out.json_line(&ConvertRecord::Notice {
+                ui::emit(
+                    self.out,
+                    &ConvertRecord::Notice {
                         message: msg.clone(),
-                    });
-                }
+                    },
+                );
                 self.say(&msg);
             }
         }
@@ -374,19 +365,15 @@ pub fn execute(
     });
     sink.finish();
     let finished = finished?;
-    if out.json {
-        out.json_line(&ConvertRecord::Result(finished.record()));
-    }
+    ui::emit(out, &ConvertRecord::Result(finished.record()));
     let m = mount_point.display();
     match &finished {
         Finished::Completed(records) => {
-            if !out.json {
-                out.text(&format!(
-                    "{} every type is in its target profile:\n",
-                    out.paint.good("done:")
-                ));
-                out.text(&super::df::render_records(records, Default::default()));
-            }
+            out.status(&format!(
+                "{} every type is in its target profile:\n{}",
+                out.paint.good("done:"),
+                super::df::render_records(records, Default::default())
+            ));
             Ok(exit::OK)
         }
         Finished::Paused { bytes_remaining } => {
@@ -404,10 +391,11 @@ pub fn execute(
 
 fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
     let st = manage::status(root, mount)?;
-    if out.json {
-        out.json_doc(&st);
-        return Ok(exit::OK);
-    }
+    out.report(&st, |st| render_status(st, out));
+    Ok(exit::OK)
+}
+
+fn render_status(st: &StatusReport, out: &Output) -> String {
     let names = |v: &[Profile]| v.iter().map(|p| p.name()).collect::<Vec<_>>();
     let (data, meta) = (&st.data_profiles, &st.metadata_profiles);
     let mut t = format!(
@@ -476,24 +464,20 @@ fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
             }
         }
     }
-    out.text(&t);
-    Ok(exit::OK)
+    t
 }
 
 fn pause(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
     let (done, state) = manage::pause(root, mount)?;
     let m = state.mount_point.display();
-    if out.json {
-        out.json_doc(&done.report());
-    } else if done == manage::Paused::Already {
-        out.text(&format!(
-            "already paused; resume with: btrfs-lab convert {m} --resume\n"
-        ));
-    } else {
-        out.text(&format!(
-            "paused; resume with: btrfs-lab convert {m} --resume\n"
-        ));
-    }
+    out.report(&done.report(), |_| {
+        let already = if done == manage::Paused::Already {
+            "already paused"
+        } else {
+            "paused"
+        };
+        format!("{already}; resume with: btrfs-lab convert {m} --resume\n")
+    });
     Ok(exit::OK)
 }
 
@@ -505,13 +489,11 @@ fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
         return Ok(exit::OK);
     }
     out.say(&format!("This will {what}.\n"));
-    confirm("Cancel the balance?", yes)?;
+    confirm(out, "Cancel the balance?", yes)?;
     manage::cancel(&fs, mount)?;
-    if out.json {
-        out.json_doc(&CancelReport { cancelled: true });
-    } else {
-        out.text("cancelled\n");
-    }
+    out.report(&CancelReport { cancelled: true }, |_| {
+        "cancelled\n".to_owned()
+    });
     Ok(exit::OK)
 }
 
@@ -524,26 +506,23 @@ fn resume(
     out: &Output,
 ) -> Result<u8> {
     let (fs, state, targets, plan) = manage::prepare_resume(root, mount)?;
-    if out.json {
-        out.json_line(&ConvertRecord::Plan {
-            plan: None,
-            resume: Some(plan.clone()),
-        });
-    } else {
-        out.text(&format!(
+    let record = ConvertRecord::Plan {
+        plan: None,
+        resume: Some(plan.clone()),
+    };
+    out.report_line(&record, |_| {
+        format!(
             "Resume the paused balance on {}: {}, {} left to convert\n",
             state.mount_point.display(),
             targets.describe(),
             size(plan.bytes_remaining)
-        ));
-    }
+        )
+    });
     if dry_run {
-        if !out.json {
-            out.text("(dry run: nothing was done)\n");
-        }
+        out.status("(dry run: nothing was done)\n");
         return Ok(exit::OK);
     }
-    confirm("Resume?", yes)?;
+    confirm(out, "Resume?", yes)?;
     fs.check_path_still_here(mount)?;
     let detached = match background(bg, &state.mount_point, out)? {
         Some(Ok(code)) => return Ok(code),

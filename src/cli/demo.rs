@@ -1,19 +1,16 @@
 //! `btrfs-lab demo`: a sandbox btrfs, `probe-dio` on a checksummed and on a
 //! NOCOW directory of it, the two verdicts side by side, the sandbox removed.
 
-use std::fs;
-use std::process::{Command, Stdio};
-
-use btrfs_lab::demo::{DemoReport, DemoSandbox};
+use btrfs_lab::demo::{self, DemoOptions, DemoReport};
 use btrfs_lab::probe::report::ProbeReport;
 use btrfs_lab::probe::verdict::Verdict;
 use clap::Args;
 
-use btrfs_lab::error::{Error, ErrorKind, Result, exit};
+use btrfs_lab::error::{Result, exit};
 use btrfs_lab::parse::size::format_rate;
 use btrfs_lab::probe;
-use btrfs_lab::sandbox::{self, Locations, SandboxRequest};
-use btrfs_lab::sys::{fs::filesystem, kernel::btrfs, kernel::signals, kernel_release};
+use btrfs_lab::sandbox::Locations;
+use btrfs_lab::sys::kernel::signals;
 
 use super::output::{Output, wrap};
 use super::units::{UnitArgs, size, size_arg};
@@ -39,83 +36,11 @@ pub struct DemoArgs {
 pub fn run(args: DemoArgs, out: &Output, places: Locations) -> Result<u8> {
     signals::install()?;
     args.units.select();
-    let exe = std::env::current_exe().map_err(|e| {
-        Error::new(
-            ErrorKind::Io,
-            format!("cannot find the btrfs-lab executable: {e}"),
-        )
-    })?;
-    if !out.json {
-        out.text(&format!(
-            "{} creating a sandbox btrfs on a loop device with direct I/O...\n",
-            out.paint.bold("btrfs-lab demo:")
-        ));
-    }
-    let store = places.store;
-    let request = SandboxRequest {
-        name: Some(format!("demo-{}", btrfs_lab::sys::fs::nonce::nonce())),
-        ..SandboxRequest::default()
+    let opts = DemoOptions {
+        file_size: args.file_size,
+        rounds: args.rounds,
     };
-    // Torn down when this guard drops: on success, error, or interrupt.
-    let sbx = sandbox::up(&request, &store, &places.sandbox_root)?;
-    let profiles = btrfs::block_group_profiles(sbx.mount_point())?;
-    let checksummed = sbx.mount_point().join("checksummed");
-    let nocow = sbx.mount_point().join("nocow");
-    for d in [&checksummed, &nocow] {
-        fs::create_dir(d).map_err(|e| Error::from_io(&e, "cannot create", d))?;
-    }
-    filesystem::set_nocow_dir(&nocow, false)?;
-
-    let mut reports = Vec::new();
-    for (label, dir) in [("checksummed", &checksummed), ("NOCOW", &nocow)] {
-        if !out.json {
-            out.text(&format!(
-                "probing the {label} directory ({} rounds)...\n",
-                args.rounds
-            ));
-        }
-        let child = Command::new(&exe)
-            .arg("probe-dio")
-            .arg("--json")
-            .arg("--file-size")
-            .arg(args.file_size.to_string())
-            .arg("--rounds")
-            .arg(args.rounds.to_string())
-            .arg(dir)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot run probe-dio: {e}")))?;
-        signals::check()?;
-        let code = child.status.code();
-        if code == Some(i32::from(exit::INTERRUPTED)) {
-            return Err(Error::interrupted());
-        }
-        let report: ProbeReport = serde_json::from_slice(&child.stdout).map_err(|_| {
-            Error::new(
-                ErrorKind::Tool,
-                format!("probe-dio on the {label} directory failed (exit status {code:?})"),
-            )
-        })?;
-        reports.push(report);
-    }
-    let nocow_report = reports.pop().expect("two reports");
-    let checksummed_report = reports.pop().expect("two reports");
-    sbx.down()?;
-
-    let report = DemoReport {
-        kernel: kernel_release(),
-        sandbox: DemoSandbox {
-            name: request.name.unwrap_or_default(),
-            devices: 1,
-            size_bytes: request.size_bytes,
-            data_profiles: profiles.data,
-            metadata_profiles: profiles.metadata,
-            removed: true,
-        },
-        checksummed: checksummed_report,
-        nocow: nocow_report,
-    };
+    let report = demo::run(&opts, &places, out)?;
     out.report(&report, |r| render(r, out));
     Ok(exit::OK)
 }

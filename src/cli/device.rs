@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use btrfs_lab::admin::add::{self, AddOptions, AddPlan};
+use btrfs_lab::admin::add::{self, AddOptions, AddPlan, AddResult};
 use btrfs_lab::admin::convert::{ConvertRequest, Start};
 use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
@@ -16,6 +16,7 @@ use clap::{Args, Subcommand};
 use super::convert::{execute, refuse_if_blocked, render_plan};
 use super::output::{Output, confirm};
 use super::units::{UnitArgs, profile_arg, size};
+use btrfs_lab::ui::{self, Ui};
 
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
@@ -201,25 +202,38 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         });
         return Ok(exit::OK);
     }
-    let lines = out.json && a.then_convert;
-    if out.json {
-        if lines {
-            out.json_line(&ConvertRecord::Plan {
+    let plan_text = || {
+        let mut t = render(&plan, out);
+        if let Some(c) = &plan.then_convert {
+            t.push_str("then:\n");
+            t.push_str(&render_plan(c, out));
+        }
+        t
+    };
+    // The plan: a JSON Lines record with --then-convert; otherwise a
+    // document now only if the run ends here (a dry run, a refusal); as
+    // text unless refused (the refusal is the error line).
+    let doc = AddReport {
+        plan: plan.clone(),
+        result: None,
+    };
+    if a.then_convert {
+        ui::emit(
+            out,
+            &ConvertRecord::Plan {
                 plan: Some(PlanDoc::Add(Box::new(plan.clone()))),
                 resume: None,
-            });
-        } else if a.dry_run || !plan.refusals.is_empty() {
-            out.json_doc(&AddReport {
-                plan: plan.clone(),
-                result: None,
-            });
+            },
+        );
+        if plan.refusals.is_empty() {
+            out.status(&plan_text());
         }
-    } else if plan.refusals.is_empty() {
-        out.text(&render(&plan, out));
-        if let Some(c) = &plan.then_convert {
-            out.text("then:\n");
-            out.text(&render_plan(c, out));
-        }
+    } else if !plan.refusals.is_empty() {
+        out.report(&doc, |_| String::new());
+    } else if a.dry_run {
+        out.report(&doc, |_| plan_text());
+    } else {
+        out.status(&plan_text());
     }
     if !plan.refusals.is_empty() {
         let mut messages: Vec<String> = plan.refusals.iter().map(|r| r.message.clone()).collect();
@@ -236,9 +250,7 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         refuse_if_blocked(c, a.overwrite)?;
     }
     if a.dry_run {
-        if !out.json {
-            out.text("(dry run: nothing was done)\n");
-        }
+        out.status("(dry run: nothing was done)\n");
         return Ok(exit::OK);
     }
     let risky = plan
@@ -246,6 +258,7 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         .as_ref()
         .is_some_and(|c| !c.risks.is_empty());
     confirm(
+        out,
         if risky {
             "Add the devices and convert, accepting the risk above?"
         } else if a.then_convert {
@@ -259,36 +272,40 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
     fs.check_path_still_here(&a.mount)?;
     let signals = signals::begin_operation()?;
     out.started();
-    let result = add::execute_add(&root, &fs, &state.mount_point, &plan)?;
-    if lines {
-        out.json_line(&ConvertRecord::Added {
-            result: result.clone(),
-        });
-    } else if out.json {
-        out.json_doc(&AddReport {
-            plan: plan.clone(),
-            result: Some(result.clone()),
-        });
-    } else {
-        out.text(&format!(
+    let added_text = |r: &AddResult| {
+        format!(
             "{} {} device{} now, {} raw\n",
             out.paint.good("added:"),
-            result.devices.len(),
-            if result.devices.len() == 1 { "" } else { "s" },
-            size(result.raw_bytes)
-        ));
-    }
-    let Some(req) = convert else {
-        return Ok(exit::OK);
+            r.devices.len(),
+            if r.devices.len() == 1 { "" } else { "s" },
+            size(r.raw_bytes)
+        )
     };
-    if signals.wait(std::time::Duration::ZERO).0 > 0 {
-        return Err(Error::interrupted().with_hint(format!(
-            "the devices were added; the conversion was not started: btrfs-lab convert {} ...",
-            state.mount_point.display()
-        )));
-    }
-    // Re-planned on the real state: the add is done, the conversion is checked again.
-    let Some(plan) = add::replan_convert(&root, &fs, &state.mount_point, &req)? else {
+    let replanned = add::add_then_replan(
+        &root,
+        &fs,
+        &state.mount_point,
+        &plan,
+        convert.as_ref(),
+        &signals,
+        &mut |result| {
+            if a.then_convert {
+                out.report_line(
+                    &ConvertRecord::Added {
+                        result: result.clone(),
+                    },
+                    |_| added_text(result),
+                );
+            } else {
+                let done = AddReport {
+                    plan: plan.clone(),
+                    result: Some(result.clone()),
+                };
+                out.report(&done, |_| added_text(result));
+            }
+        },
+    )?;
+    let (Some(req), Some(plan)) = (convert, replanned) else {
         return Ok(exit::OK);
     };
     execute(

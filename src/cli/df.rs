@@ -50,7 +50,7 @@ pub fn run(args: DfArgs, out: &Output) -> Result<u8> {
         )?
     } else {
         let mount = PathBuf::from(args.path.as_deref().unwrap_or_default());
-        space::df_from_kernel(&SysRoot::from_option(args.sysroot.as_deref()), &mount)?
+        space::df_from_kernel(&SysRoot::from_option(args.sysroot.as_deref(), out), &mount)?
     };
     let mode = args.units.mode();
     out.report(&report, |r| {

@@ -75,7 +75,7 @@ pub fn run(args: DoctorArgs, out: &Output) -> Result<u8> {
         // exits 130 (a second signal exits at once).
         signals::install()?;
     }
-    let root = SysRoot::from_option(args.sysroot.as_deref());
+    let root = SysRoot::from_option(args.sysroot.as_deref(), out);
     let report = match doctor::examine(&root, &args.mounts, args.deep) {
         Ok(r) => r,
         Err(e) => {

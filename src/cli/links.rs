@@ -51,16 +51,12 @@ pub struct LinksArgs {
 
 pub fn run(args: LinksArgs, out: &Output) -> Result<u8> {
     let opts = LinksOptions {
-        sysroot: SysRoot::from_option(args.sysroot.as_deref()),
+        sysroot: SysRoot::from_option(args.sysroot.as_deref(), out),
         targets: args.targets,
         thermal: args.thermal,
     };
     let report = links::run(&opts)?;
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, out.paint));
-    }
+    out.report(&report, |r| render(r, out.paint));
     Ok(exit::OK)
 }
 

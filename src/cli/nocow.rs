@@ -114,11 +114,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         [] => {
             return match &advice {
                 Some(a) => {
-                    if out.json {
-                        out.json_doc(a);
-                    } else {
-                        out.text(render_advice(a, out.paint).trim_start());
-                    }
+                    out.report(a, |a| render_advice(a, out.paint).trim_start().to_owned());
                     Ok(exit::OK)
                 }
                 None => Err(Error::usage("give the directory to make NOCOW").with_hint(
@@ -153,24 +149,22 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     };
     let nothing = report.plan.nothing_to_do.is_some() || report.plan.steps.is_empty();
     if nothing || args.dry_run {
-        if out.json {
-            out.json_doc(&report);
-        } else {
-            let mut text = render_plan(&report, out.paint);
+        out.report(&report, |report| {
+            let mut text = render_plan(report, out.paint);
             if args.dry_run && !nothing {
                 text.push_str("(dry run: nothing was changed)\n");
             }
             if let Some(a) = &report.advice {
                 text.push_str(&render_advice(a, out.paint));
             }
-            out.text(&text);
-        }
+            text
+        });
         return Ok(exit::OK);
     }
     if !out.json || !args.yes {
         out.say(&render_plan(&report, out.paint_err));
     }
-    confirm("Proceed?", args.yes)?;
+    confirm(out, "Proceed?", args.yes)?;
     // A signal while the plan was made or shown: nothing was done.
     signals::check()?;
     let bar = out.byte_progress("nocow {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
@@ -194,15 +188,13 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     );
     bar.finish_and_clear();
     report.result = Some(result?);
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        let mut text = render_result(&report, out.paint);
+    out.report(&report, |report| {
+        let mut text = render_result(report, out.paint);
         if let Some(a) = &report.advice {
             text.push_str(&render_advice(a, out.paint));
         }
-        out.text(&text);
-    }
+        text
+    });
     Ok(exit::OK)
 }
 

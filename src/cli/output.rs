@@ -1,7 +1,7 @@
 //! Where output goes and how it looks: JSON or text, colour or not,
 //! errors as one line, confirmation prompts.
 
-use std::io::{self, BufRead, IsTerminal, Write};
+use std::io::{self, IsTerminal, Write};
 use std::sync::Mutex;
 
 use clap::ValueEnum;
@@ -11,6 +11,7 @@ use owo_colors::OwoColorize;
 use btrfs_lab::error::{Error, ErrorEvent, ErrorKind, Result};
 use btrfs_lab::model::envelope::{Document, Enveloped};
 use btrfs_lab::model::text::escape_control;
+use btrfs_lab::ui::{self, Progress, Ui};
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -124,7 +125,6 @@ impl Output {
     /// see [`confirm`]); errors and JSON still go out.
     pub fn with_quiet(mut self, quiet: bool) -> Self {
         self.quiet = quiet;
-        QUIET.store(quiet, std::sync::atomic::Ordering::Relaxed);
         self
     }
 
@@ -192,6 +192,17 @@ impl Output {
             self.json_doc(report);
         } else {
             self.text(&render(report));
+        }
+    }
+
+    /// Prints one JSON Lines record with `--json`, otherwise the text
+    /// `render` makes of it: [`Output::report`] for a long-running
+    /// command's events.
+    pub fn report_line<T: Document>(&self, record: &T, render: impl FnOnce(&T) -> String) {
+        if self.json {
+            self.json_line(record);
+        } else {
+            self.text(&render(record));
         }
     }
 
@@ -330,6 +341,73 @@ impl Output {
     }
 }
 
+/// A progress bar on stderr (indicatif), as the jobs see it.
+struct Bar(ProgressBar);
+
+impl Progress for Bar {
+    fn set_length(&self, total: u64) {
+        self.0.set_length(total);
+    }
+    fn set_position(&self, done: u64) {
+        self.0.set_position(done);
+    }
+    fn set_message(&self, message: String) {
+        self.0.set_message(message);
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// The terminal side of the jobs' `Ui` port: colour on stderr, `--quiet`,
+/// JSON Lines on stdout (held until `started`), the one confirmation rule.
+impl Ui for Output {
+    fn quiet(&self) -> bool {
+        self.quiet
+    }
+    fn json(&self) -> bool {
+        self.json
+    }
+    fn note(&self, message: &str) {
+        Output::note(self, message);
+    }
+    fn warn(&self, message: &str, hint: &str) {
+        self.warning_with_hint(message, hint);
+    }
+    fn error(&self, error: &Error) {
+        Output::error(self, error);
+    }
+    fn say(&self, text: &str) {
+        Output::say(self, text);
+    }
+    fn status(&self, text: &str) {
+        if !self.json {
+            self.text(text);
+        }
+    }
+    fn confirm(&self, question: &str, yes: bool) -> Result<()> {
+        ui::confirm_on_terminal(question, yes, self.quiet)
+    }
+    fn progress(&self, template: &str) -> Box<dyn Progress> {
+        Box::new(Bar(self.byte_progress(template)))
+    }
+    fn event_line(&self, line: std::result::Result<String, serde_json::Error>) {
+        if !self.json {
+            return;
+        }
+        match line {
+            Ok(mut text) => {
+                text.push('\n');
+                self.text(&text);
+            }
+            Err(e) => serialize_failed(&e),
+        }
+    }
+    fn started(&self) {
+        Output::started(self);
+    }
+}
+
 /// What happened to stdout in this run.
 struct StdoutState {
     /// JSON held back until success or the start of an operation.
@@ -390,45 +468,11 @@ impl StdoutState {
     }
 }
 
-/// `--quiet` was given (for [`confirm`], which has no `Output`).
-static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Asks before a change, unless `--yes`. Without a terminal to ask on, it
-/// refuses: a script must say `--yes` explicitly. With `--quiet` the plan
-/// was not shown, so it refuses too.
-pub fn confirm(question: &str, yes: bool) -> Result<()> {
-    if yes {
-        return Ok(());
-    }
-    if QUIET.load(std::sync::atomic::Ordering::Relaxed) {
-        return Err(Error::new(
-            ErrorKind::Refused,
-            "confirmation needed, but --quiet hides the plan to confirm",
-        )
-        .with_hint("pass --yes to confirm, or leave out --quiet to see the plan and be asked"));
-    }
-    if !io::stdin().is_terminal() {
-        return Err(Error::new(
-            ErrorKind::Refused,
-            "confirmation needed, but stdin is not a terminal",
-        )
-        .with_hint("pass --yes to confirm, or --dry-run to only see the plan"));
-    }
-    eprint!("{question} [y/N] ");
-    let _ = io::stderr().flush();
-    let mut answer = String::new();
-    io::stdin()
-        .lock()
-        .read_line(&mut answer)
-        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read the answer: {e}")))?;
-    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
-        Ok(())
-    } else {
-        Err(Error::new(
-            ErrorKind::Refused,
-            "not confirmed; nothing was changed",
-        ))
-    }
+/// Asks before a change, unless `yes` (the rule of
+/// [`btrfs_lab::ui::confirm_on_terminal`]: refused without a terminal, or
+/// with `--quiet`, which hid the plan).
+pub fn confirm(out: &Output, question: &str, yes: bool) -> Result<()> {
+    ui::confirm_on_terminal(question, yes, out.quiet)
 }
 
 /// Wraps `text` at `width` columns, each line prefixed by `indent`.
@@ -467,17 +511,15 @@ mod tests {
 
     #[test]
     fn quiet_refuses_to_confirm_a_plan_it_did_not_show() {
-        QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
-        let refused = confirm("Proceed?", false).unwrap_err();
-        let yes = confirm("Proceed?", true);
-        QUIET.store(false, std::sync::atomic::Ordering::Relaxed);
+        let out = Output::new(false, ColorChoice::Never).with_quiet(true);
+        let refused = out.confirm("Proceed?", false).unwrap_err();
         assert_eq!(refused.kind(), ErrorKind::Refused);
         assert!(
             refused.message().contains("--quiet"),
             "{}",
             refused.message()
         );
-        assert!(yes.is_ok());
+        assert!(out.confirm("Proceed?", true).is_ok());
     }
 
     /// A report that cannot be serialized (a map with non-string keys).

@@ -89,7 +89,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
             "--seconds goes with --pid: a directory probe is sized with --file-size and --rounds",
         ));
     }
-    let sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    let sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
     let Some(path) = args.path else {
         let opts = PidOptions {
             pid: args.pid.unwrap_or(0),
@@ -105,11 +105,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
         });
         bar.finish_and_clear();
         let report = result?;
-        if out.json {
-            out.json_doc(&report);
-        } else {
-            out.text(&render_pid(&report, out.paint));
-        }
+        out.report(&report, |r| render_pid(r, out.paint));
         return Ok(report.exit_code);
     };
     let opts = ProbeOptions {
@@ -133,11 +129,7 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
     });
     bar.finish_and_clear();
     let report = result?;
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, out.paint));
-    }
+    out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)
 }
 

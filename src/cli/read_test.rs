@@ -128,7 +128,7 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
         VerifyArg::Sampled => VerifyMode::Sampled,
         VerifyArg::Full => VerifyMode::Full,
     };
-    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref());
+    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
 
     let bar =
         out.byte_progress("read-test {msg:22} {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
@@ -143,11 +143,7 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     });
     bar.finish_and_clear();
     let report = result?;
-    if out.json {
-        out.json_doc(&report);
-    } else {
-        out.text(&render(&report, out.paint));
-    }
+    out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)
 }
 

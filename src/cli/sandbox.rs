@@ -7,11 +7,11 @@ use clap::{Args, Subcommand, ValueEnum};
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::report::{
-    self, DownDryRun, DownPlan, DownResult, ListReport, UpDryRun, UpReport,
+    DownDryRun, DownPlan, DownResult, ListReport, UpDryRun, UpReport,
 };
 use btrfs_lab::sandbox::{
-    self, DownReport, FsKind, Locations, SandboxRecord, SandboxRequest, SandboxState,
-    SandboxStatus, StateStore, plan_up,
+    self, DownOutcome, DownReport, DownRequest, FsKind, Locations, SandboxRecord, SandboxRequest,
+    SandboxState, SandboxStatus, StateStore, plan_up,
 };
 use btrfs_lab::sys::{kernel::btrfs, kernel::signals};
 
@@ -318,7 +318,7 @@ fn forget(a: &DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
     }
     if !a.yes {
         out.say(&text);
-        confirm(&format!("Forget sandbox {name}?"), false)?;
+        confirm(out, &format!("Forget sandbox {name}?"), false)?;
     } else if !out.json {
         out.note(text.trim_end());
     }
@@ -344,130 +344,99 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
     if a.forget {
         return forget(&a, store, out);
     }
-    let (records, bad) = load(store, out)?;
-    let records = report::select(records, a.target.as_deref(), a.all)?;
-    let plans: Vec<DownPlan> = records
-        .iter()
-        .map(|r| report::down_plan(&sandbox::status(r), r))
-        .collect();
+    let req = DownRequest {
+        target: a.target.as_deref(),
+        all: a.all,
+        dry_run: a.dry_run,
+        yes: a.yes,
+    };
+    let describe = |plans: &[DownPlan]| render_plans(plans, out);
+    match sandbox::down(store, &req, out, &describe)? {
+        DownOutcome::DryRun(dry) => {
+            out.report(&dry, |d| {
+                if d.sandboxes.is_empty() {
+                    "no sandboxes; nothing to do\n".to_owned()
+                } else {
+                    format!("{}(dry run: nothing was done)\n", describe(&d.sandboxes))
+                }
+            });
+            Ok(exit::OK)
+        }
+        DownOutcome::Done {
+            result,
+            selected,
+            status,
+        } => {
+            out.report(&result, |r| render_down(r, selected, out));
+            Ok(status)
+        }
+    }
+}
+
+/// The plan of `down`, one block per sandbox.
+fn render_plans(plans: &[DownPlan], out: &Output) -> String {
     let mut text = String::new();
-    for p in &plans {
+    for p in plans {
         text.push_str(&format!("sandbox {}:\n", out.paint.bold(&p.name)));
         for s in &p.steps {
             text.push_str(&format!("  - {s}\n"));
         }
     }
-    if a.dry_run {
-        let dry = DownDryRun {
-            dry_run: true,
-            sandboxes: plans,
-        };
-        out.report(&dry, |d| {
-            if d.sandboxes.is_empty() {
-                "no sandboxes; nothing to do\n".to_owned()
-            } else {
-                format!("{text}(dry run: nothing was done)\n")
-            }
-        });
-        return Ok(exit::OK);
+    text
+}
+
+/// What `down` removed (of `selected` sandboxes).
+fn render_down(result: &DownResult, selected: usize, out: &Output) -> String {
+    let mut text = String::new();
+    if selected == 0 {
+        text.push_str("no sandboxes; nothing to do\n");
     }
-    if !plans.is_empty() && !a.yes {
-        out.say(&text);
-        let what = if plans.len() == 1 {
-            format!("sandbox {}", plans[0].name)
-        } else {
-            format!("{} sandboxes", plans.len())
-        };
-        confirm(&format!("Remove {what}?"), false)?;
-    }
-    let mut reports: Vec<DownReport> = Vec::new();
-    let mut first_error = None;
-    for r in &records {
-        match sandbox::teardown(store, r) {
-            Ok(rep) => reports.push(rep),
-            // Go on with the others; the status says something failed.
-            Err(e) => {
-                let mut shown =
-                    Error::new(e.kind(), format!("sandbox {}: {}", r.name, e.message()));
-                // A sandbox down can never act on (its directory is not
-                // the one up made, not root's, not a directory): say how
-                // to drop the record once the rest is dealt with.
-                if matches!(
-                    e.kind(),
-                    ErrorKind::State | ErrorKind::WrongTarget | ErrorKind::Permission
-                ) {
-                    shown = shown.with_hint(format!(
-                        "{}{}if nothing of it is left to remove, remove only its record: btrfs-lab sandbox down --forget {}",
-                        e.hint().unwrap_or(""),
-                        if e.hint().is_some() { "; " } else { "" },
-                        r.name
-                    ));
-                } else if let Some(h) = e.hint() {
-                    shown = shown.with_hint(h.to_owned());
-                }
-                out.error(&shown);
-                first_error.get_or_insert(e);
-            }
+    for rep in &result.removed {
+        text.push_str(&format!("sandbox {} removed", out.paint.bold(&rep.name)));
+        let mut parts = Vec::new();
+        if let Some(m) = &rep.unmounted {
+            parts.push(format!("unmounted {}", m.display()));
+        }
+        if !rep.detached.is_empty() {
+            let d: Vec<String> = rep
+                .detached
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            parts.push(format!("detached {}", d.join(", ")));
+        }
+        if !rep.removed.is_empty() {
+            parts.push(format!(
+                "deleted {} files and directories",
+                rep.removed.len()
+            ));
+        }
+        if !parts.is_empty() {
+            text.push_str(&format!(": {}", parts.join("; ")));
+        }
+        text.push('\n');
+        for l in &rep.left {
+            text.push_str(&format!("  note: {l}\n"));
         }
     }
-    let result = DownResult { removed: reports };
-    out.report(&result, |result| {
-        let mut text = String::new();
-        if records.is_empty() {
-            text.push_str("no sandboxes; nothing to do\n");
-        }
-        for rep in &result.removed {
-            text.push_str(&format!("sandbox {} removed", out.paint.bold(&rep.name)));
-            let mut parts = Vec::new();
-            if let Some(m) = &rep.unmounted {
-                parts.push(format!("unmounted {}", m.display()));
-            }
-            if !rep.detached.is_empty() {
-                let d: Vec<String> = rep
-                    .detached
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect();
-                parts.push(format!("detached {}", d.join(", ")));
-            }
-            if !rep.removed.is_empty() {
-                parts.push(format!(
-                    "deleted {} files and directories",
-                    rep.removed.len()
-                ));
-            }
-            if !parts.is_empty() {
-                text.push_str(&format!(": {}", parts.join("; ")));
-            }
-            text.push('\n');
-            for l in &rep.left {
-                text.push_str(&format!("  note: {l}\n"));
-            }
-        }
-        text
-    });
-    match first_error {
-        Some(e) if e.kind() == ErrorKind::Interrupted => Ok(exit::INTERRUPTED),
-        Some(_) => Ok(exit::ERROR),
-        None if bad > 0 && a.all => Ok(exit::ERROR),
-        None => Ok(exit::OK),
-    }
+    text
 }
 
 fn list(store: &StateStore, out: &Output) -> Result<u8> {
     let (records, bad) = load(store, out)?;
     let statuses: Vec<SandboxStatus> = records.iter().map(sandbox::status).collect();
     let code = if bad > 0 { exit::ERROR } else { exit::OK };
-    if out.json {
-        out.json_doc(&ListReport {
-            sandboxes: statuses,
-            bad_records: bad,
-        });
-        return Ok(code);
-    }
+    let report = ListReport {
+        sandboxes: statuses,
+        bad_records: bad,
+    };
+    out.report(&report, |r| render_list(&r.sandboxes, out));
+    Ok(code)
+}
+
+fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
     if statuses.is_empty() {
-        out.text("no sandboxes\n");
-        return Ok(code);
+        return "no sandboxes\n".to_owned();
     }
     let mut text = format!(
         "{}\n",
@@ -476,7 +445,7 @@ fn list(store: &StateStore, out: &Output) -> Result<u8> {
             "NAME", "STATE", "FS", "DEVICES", "SIZE", "MOUNT POINT"
         ))
     );
-    for s in &statuses {
+    for s in statuses {
         let state = match s.state {
             SandboxState::Up => out.paint.good("up      "),
             SandboxState::Partial => out.paint.warn("partial "),
@@ -491,6 +460,5 @@ fn list(store: &StateStore, out: &Output) -> Result<u8> {
             s.mount_point.display()
         ));
     }
-    out.text(&text);
-    Ok(code)
+    text
 }

@@ -31,7 +31,7 @@ pub struct ShowArgs {
 }
 
 pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
-    let root = SysRoot::from_option(args.sysroot.as_deref());
+    let root = SysRoot::from_option(args.sysroot.as_deref(), out);
     let targets = match &args.mount {
         Some(m) => vec![space::resolve(&root, m)?],
         None => space::mounted_btrfs(&root)?,

@@ -43,7 +43,7 @@ pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
     if args.parse {
         return run_parse(&args, out);
     }
-    let root = SysRoot::from_option(args.sysroot.as_deref());
+    let root = SysRoot::from_option(args.sysroot.as_deref(), out);
     let mount = args.mount.clone().unwrap_or_default();
     let doc = space::usage_document(&root, &mount)?;
     out.report(&doc, |d| render(&d.report, args.units.mode(), args.tabular));

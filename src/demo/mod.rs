@@ -2,6 +2,10 @@
 //! checksummed directory and a NOCOW one probed side by side. The two probe
 //! reports are read back as [`ProbeReport`]s, not as untyped JSON.
 
+pub mod run;
+
+pub use run::{DemoOptions, run};
+
 use serde::{Deserialize, Serialize};
 
 use crate::model::profile::Profile;

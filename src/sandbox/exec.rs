@@ -5,13 +5,15 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::plan::{FsKind, SandboxPlan};
+use super::report::{DownDryRun, DownPlan, DownResult, down_plan, select};
 use super::state::{DeviceRecord, SandboxRecord, StateStore};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, exit};
 use crate::model::profile::Profile;
 use crate::sys::block::loopdev::{self, DetachOutcome, FileIdentity};
 use crate::sys::fs::beneath::{Leaf, Removal, TrustedDir};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::{fs::filesystem, fs::mounts, is_root, kernel::btrfs, kernel::signals, tools};
+use crate::ui::Ui;
 
 /// A sandbox that exists. Dropping it tears it down (panics included),
 /// unless [`Sandbox::keep`] was called: that is what tests rely on.
@@ -196,11 +198,16 @@ impl Drop for Sandbox {
         if self.armed
             && let Err(e) = teardown(&self.store, &self.record)
         {
-            eprintln!(
-                "btrfs-lab: error: could not remove sandbox {}: {}",
-                self.record.name,
-                e.message()
-            );
+            // Nobody gave the guard a Ui (it may be dropped in a panic):
+            // the library's plain one says it, an error even with --quiet.
+            crate::ui::StderrUi::default().error(&Error::new(
+                e.kind(),
+                format!(
+                    "could not remove sandbox {}: {}",
+                    self.record.name,
+                    e.message()
+                ),
+            ));
         }
     }
 }
@@ -316,6 +323,118 @@ pub struct DownReport {
     pub removed: Vec<PathBuf>,
     /// Things deliberately left alone, with the reason.
     pub left: Vec<String>,
+}
+
+/// `sandbox down`: which sandboxes (`target` by name, mount point or
+/// directory, or `all`), and how.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DownRequest<'a> {
+    /// The sandbox: its name, mount point or directory.
+    pub target: Option<&'a str>,
+    /// Every sandbox.
+    pub all: bool,
+    /// Only the plan.
+    pub dry_run: bool,
+    /// Do not ask.
+    pub yes: bool,
+}
+
+/// What `sandbox down` did.
+#[derive(Debug)]
+pub enum DownOutcome {
+    /// `--dry-run`: what it would do; nothing was done.
+    DryRun(DownDryRun),
+    /// What was removed.
+    Done {
+        /// The sandboxes removed.
+        result: DownResult,
+        /// How many sandboxes were to be removed (0: there were none).
+        selected: usize,
+        /// The exit status: 130 when a teardown was interrupted, 1 when one
+        /// failed (or, with `all`, a record file was not a record), else 0.
+        status: u8,
+    },
+}
+
+/// `sandbox down`: loads the records (each file that is not one is an
+/// error through `ui`, never acted on), picks the sandboxes, plans; then,
+/// unless a dry run, shows the plan (`describe` renders it), asks through
+/// `ui` unless `yes`, and tears each one down. One sandbox that cannot be
+/// removed does not stop the others: its error goes to `ui` (with the way
+/// out, `--forget`, when down can never act on it) and the status says so.
+pub fn down(
+    store: &StateStore,
+    req: &DownRequest<'_>,
+    ui: &dyn Ui,
+    describe: &dyn Fn(&[DownPlan]) -> String,
+) -> Result<DownOutcome> {
+    let loaded = store.load()?;
+    for e in &loaded.bad {
+        ui.error(e);
+    }
+    let bad = loaded.bad.len();
+    let records = select(loaded.records, req.target, req.all)?;
+    let plans: Vec<DownPlan> = records.iter().map(|r| down_plan(&status(r), r)).collect();
+    if req.dry_run {
+        return Ok(DownOutcome::DryRun(DownDryRun {
+            dry_run: true,
+            sandboxes: plans,
+        }));
+    }
+    if !plans.is_empty() && !req.yes {
+        ui.say(&describe(&plans));
+        let what = if plans.len() == 1 {
+            format!("sandbox {}", plans[0].name)
+        } else {
+            format!("{} sandboxes", plans.len())
+        };
+        ui.confirm(&format!("Remove {what}?"), false)?;
+    }
+    let mut removed = Vec::new();
+    let mut first_error: Option<Error> = None;
+    for r in &records {
+        match teardown(store, r) {
+            Ok(rep) => removed.push(rep),
+            Err(e) => {
+                ui.error(&down_error(r, &e));
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let code = match first_error {
+        Some(e) if e.kind() == ErrorKind::Interrupted => exit::INTERRUPTED,
+        Some(_) => exit::ERROR,
+        None if bad > 0 && req.all => exit::ERROR,
+        None => exit::OK,
+    };
+    Ok(DownOutcome::Done {
+        result: DownResult { removed },
+        selected: records.len(),
+        status: code,
+    })
+}
+
+/// The error of one sandbox `down` could not remove, named; for one that
+/// `down` can never act on (its directory is not the one up made, not
+/// root's, not a directory) the hint says how to drop the record once the
+/// rest is dealt with.
+fn down_error(r: &SandboxRecord, e: &Error) -> Error {
+    let shown = Error::new(e.kind(), format!("sandbox {}: {}", r.name, e.message()));
+    if matches!(
+        e.kind(),
+        ErrorKind::State | ErrorKind::WrongTarget | ErrorKind::Permission
+    ) {
+        shown.with_hint(format!(
+            "{}{}if nothing of it is left to remove, remove only its record: btrfs-lab sandbox down --forget {}",
+            e.hint().unwrap_or(""),
+            if e.hint().is_some() { "; " } else { "" },
+            r.name
+        ))
+    } else if let Some(h) = e.hint() {
+        shown.with_hint(h.to_owned())
+    } else {
+        shown
+    }
 }
 
 /// Removes what `record` says `up` made, and nothing else. The record must
@@ -729,5 +848,98 @@ pub fn status(record: &SandboxRecord) -> SandboxStatus {
         size_bytes: record.size_bytes,
         data: record.data,
         metadata: record.metadata,
+    }
+}
+
+#[cfg(test)]
+mod down_tests {
+    use super::*;
+    use crate::sandbox::plan::{SandboxRequest, plan_up};
+    use crate::ui::{RecordingUi, Said};
+
+    fn store_with(names: &[&str]) -> (tempfile::TempDir, StateStore) {
+        let t = tempfile::tempdir().unwrap();
+        let store = StateStore::new(t.path().join("state"));
+        for n in names {
+            let plan = plan_up(&SandboxRequest::default(), Path::new("/var/tmp/x"), n).unwrap();
+            store.create(&SandboxRecord::new(&plan)).unwrap();
+        }
+        (t, store)
+    }
+
+    /// The job shows its plan and asks through the Ui; refused, it removes
+    /// nothing (the record stays). A dry run says nothing and returns the plan.
+    #[test]
+    fn down_asks_through_the_ui_and_a_refusal_removes_nothing() {
+        let (_t, store) = store_with(&["s1"]);
+        let ui = RecordingUi::new();
+        let req = DownRequest {
+            target: Some("s1"),
+            ..DownRequest::default()
+        };
+        let describe = |plans: &[DownPlan]| format!("{} to remove\n", plans.len());
+        let e = down(&store, &req, &ui, &describe).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Refused);
+        assert_eq!(
+            ui.said(),
+            vec![
+                Said::Say("1 to remove\n".into()),
+                Said::Confirm("Remove sandbox s1?".into(), false),
+            ]
+        );
+        assert!(store.has_record_file("s1").unwrap());
+
+        let ui = RecordingUi::new();
+        let dry = DownRequest {
+            all: true,
+            dry_run: true,
+            ..DownRequest::default()
+        };
+        match down(&store, &dry, &ui, &describe).unwrap() {
+            DownOutcome::DryRun(d) => {
+                assert!(d.dry_run);
+                assert_eq!(d.sandboxes.len(), 1);
+                assert_eq!(d.sandboxes[0].name, "s1");
+            }
+            other => panic!("not a dry run: {other:?}"),
+        }
+        assert_eq!(ui.said(), Vec::new());
+        assert!(store.has_record_file("s1").unwrap());
+    }
+
+    /// A record file that is not a record is an error said through the Ui,
+    /// never acted on; `--all` then ends with status 1 and nothing removed.
+    #[test]
+    fn down_all_says_each_bad_record_and_fails() {
+        let (t, store) = store_with(&[]);
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .create(t.path().join("state"))
+            .unwrap();
+        std::fs::write(t.path().join("state/x.json"), "{garbage").unwrap();
+        let ui = RecordingUi::new();
+        let req = DownRequest {
+            all: true,
+            yes: true,
+            ..DownRequest::default()
+        };
+        match down(&store, &req, &ui, &|_| String::new()).unwrap() {
+            DownOutcome::Done {
+                result,
+                selected,
+                status,
+            } => {
+                assert!(result.removed.is_empty());
+                assert_eq!(selected, 0);
+                assert_eq!(status, exit::ERROR);
+            }
+            other => panic!("not done: {other:?}"),
+        }
+        let said = ui.said();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            matches!(&said[0], Said::Error(m) if m.contains("x.json is not a sandbox record")),
+            "{said:?}"
+        );
+        assert!(t.path().join("state/x.json").exists());
     }
 }

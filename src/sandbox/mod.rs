@@ -8,7 +8,10 @@ pub mod state;
 
 use std::path::PathBuf;
 
-pub use exec::{DownReport, Sandbox, SandboxState, SandboxStatus, forget_leaves, status, teardown};
+pub use exec::{
+    DownOutcome, DownReport, DownRequest, Sandbox, SandboxState, SandboxStatus, down,
+    forget_leaves, status, teardown,
+};
 pub use plan::{FsKind, SandboxPlan, SandboxRequest, plan_up};
 pub use state::{STATE_DIR_ENV, SandboxRecord, StateStore};
 

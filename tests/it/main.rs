@@ -15,6 +15,7 @@ mod output;
 mod packaging;
 mod parse_corpus;
 mod probe_dio;
+mod quiet;
 mod read_test;
 mod repo;
 mod rig;

@@ -46,17 +46,17 @@ impl SysRoot {
     }
 
     /// `--sysroot` if given, else `$BTRFS_LAB_SYSROOT`, else `/`. As root
-    /// the environment variable is ignored (a note on stderr says so): an
+    /// the environment variable is ignored (a note through `ui` says so): an
     /// environment that `sudo` or a service kept must not point a root
     /// process at a tree someone else wrote; root gives `--sysroot`.
-    pub fn from_option(opt: Option<&Path>) -> Self {
+    pub fn from_option(opt: Option<&Path>, ui: &dyn crate::ui::Ui) -> Self {
         let (root, note) = Self::choose(
             opt,
             std::env::var_os(SYSROOT_ENV).as_deref(),
             rustix::process::geteuid().is_root(),
         );
         if let Some(n) = note {
-            eprintln!("btrfs-lab: note: {n}");
+            ui.note(&n);
         }
         root
     }

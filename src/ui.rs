@@ -1,0 +1,326 @@
+//! The `Ui` port: how a job talks to the person (or the script) running it
+//! without knowing about terminals, colour or clap.
+//!
+//! A job gets a `&dyn Ui` and says through it what it would otherwise
+//! print: notes (something not shown, and why), warnings with what to do,
+//! errors it survives (one sandbox of several could not be removed), the
+//! plan before a confirmation, progress, and JSON Lines events. The CLI
+//! implements it (`cli/output.rs`: colour, terminal, `--quiet`, `--json`);
+//! tests pass a [`RecordingUi`] and assert on what the job said. Library
+//! code prints nothing itself: this module is the only place outside
+//! `cli/` that writes to stderr (through [`StderrUi`], the default of a
+//! guard that must report an error from `Drop`).
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::envelope::{Document, Enveloped};
+use crate::model::text::escape_control;
+
+/// A progress indicator a job updates; drawn (or not) by the `Ui` that made it.
+pub trait Progress {
+    /// The total (bytes, chunks, seconds: whatever the template counts).
+    fn set_length(&self, total: u64);
+    /// How far it is.
+    fn set_position(&self, done: u64);
+    /// The text after the bar (rate, ETA, the current step).
+    fn set_message(&self, message: String);
+    /// Removes the indicator (the job is done with it).
+    fn finish(&self);
+}
+
+/// What a job may say while it runs. Every method is cheap and never
+/// fails: output problems are the implementation's to remember and report
+/// at the end (stdout errors, `cli/output.rs`).
+pub trait Ui {
+    /// `--quiet`: only errors (and JSON with `--json`) go out.
+    fn quiet(&self) -> bool;
+    /// `--json`: the report goes out as JSON, so text meant for the person
+    /// (a plan, a note repeating the report) may be left out.
+    fn json(&self) -> bool;
+    /// A note (something not shown, or ignored, and why); nothing with `--quiet`.
+    fn note(&self, message: &str);
+    /// A warning and what to do about it; nothing with `--quiet`.
+    fn warn(&self, message: &str, hint: &str);
+    /// An error the job goes on after (one item of several failed); shown
+    /// even with `--quiet`. The job's status says something failed.
+    fn error(&self, error: &Error);
+    /// Text for the person at the terminal (the plan before its
+    /// confirmation); nothing with `--quiet`.
+    fn say(&self, text: &str);
+    /// A line of a text run's own story on stdout, before its report
+    /// ("creating a sandbox..."); nothing with `--json` or `--quiet`.
+    fn status(&self, text: &str);
+    /// Asks `question` before a change, unless `yes`. Refuses (an error of
+    /// kind `Refused`) when nobody can answer, or when `--quiet` hid the
+    /// plan to confirm.
+    fn confirm(&self, question: &str, yes: bool) -> Result<()>;
+    /// A progress indicator drawn with `template` (indicatif's syntax:
+    /// `{bar:30} {pos}/{len} {msg}`); a hidden one when progress is not shown.
+    fn progress(&self, template: &str) -> Box<dyn Progress>;
+    /// One JSON Lines record, already in its envelope (see [`emit`]), or
+    /// the error that kept it from being serialized.
+    fn event_line(&self, line: std::result::Result<String, serde_json::Error>);
+    /// The job has begun to change the system: what is held is written,
+    /// later records go out at once, and an error ends the stream with an
+    /// error record.
+    fn started(&self);
+}
+
+/// Sends `record` as one JSON Lines event through `ui`, in its envelope.
+pub fn emit<T: Document>(ui: &dyn Ui, record: &T) {
+    ui.event_line(serde_json::to_string(&Enveloped::new(record)));
+}
+
+/// A progress indicator that draws nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HiddenProgress;
+
+impl Progress for HiddenProgress {
+    fn set_length(&self, _: u64) {}
+    fn set_position(&self, _: u64) {}
+    fn set_message(&self, _: String) {}
+    fn finish(&self) {}
+}
+
+/// The library's own plain `Ui`: notes, warnings and errors as one
+/// `btrfs-lab: ...` line on stderr, no colour, no progress, no JSON; it
+/// asks only on a terminal. For guards that must report from `Drop` when
+/// nobody gave them a `Ui`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StderrUi {
+    /// Leave out notes, warnings and plans.
+    pub quiet: bool,
+}
+
+impl StderrUi {
+    fn line(text: &str) {
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    }
+}
+
+impl Ui for StderrUi {
+    fn quiet(&self) -> bool {
+        self.quiet
+    }
+    fn json(&self) -> bool {
+        false
+    }
+    fn note(&self, message: &str) {
+        if !self.quiet {
+            Self::line(&format!("btrfs-lab: note: {}\n", escape_control(message)));
+        }
+    }
+    fn warn(&self, message: &str, hint: &str) {
+        if !self.quiet {
+            Self::line(&format!(
+                "btrfs-lab: warning: {}\nhint: {}\n",
+                escape_control(message),
+                escape_control(hint)
+            ));
+        }
+    }
+    fn error(&self, error: &Error) {
+        let mut text = format!("btrfs-lab: error: {}\n", escape_control(error.message()));
+        if let Some(h) = error.hint() {
+            text.push_str(&format!("hint: {}\n", escape_control(h)));
+        }
+        Self::line(&text);
+    }
+    fn say(&self, text: &str) {
+        if !self.quiet {
+            Self::line(text);
+        }
+    }
+    fn status(&self, text: &str) {
+        self.say(text);
+    }
+    fn confirm(&self, question: &str, yes: bool) -> Result<()> {
+        confirm_on_terminal(question, yes, self.quiet)
+    }
+    fn progress(&self, _template: &str) -> Box<dyn Progress> {
+        Box::new(HiddenProgress)
+    }
+    fn event_line(&self, _line: std::result::Result<String, serde_json::Error>) {}
+    fn started(&self) {}
+}
+
+/// The confirmation rule every `Ui` that talks to a terminal follows:
+/// `yes` confirms; `--quiet` (the plan was not shown) and a stdin that is
+/// not a terminal refuse with what to pass instead; otherwise the question
+/// is asked on stderr and only `y`/`yes` confirms.
+pub fn confirm_on_terminal(question: &str, yes: bool, quiet: bool) -> Result<()> {
+    if yes {
+        return Ok(());
+    }
+    if quiet {
+        return Err(Error::new(
+            ErrorKind::Refused,
+            "confirmation needed, but --quiet hides the plan to confirm",
+        )
+        .with_hint("pass --yes to confirm, or leave out --quiet to see the plan and be asked"));
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(Error::new(
+            ErrorKind::Refused,
+            "confirmation needed, but stdin is not a terminal",
+        )
+        .with_hint("pass --yes to confirm, or --dry-run to only see the plan"));
+    }
+    {
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "{question} [y/N] ");
+        let _ = err.flush();
+    }
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot read the answer: {e}")))?;
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Refused,
+            "not confirmed; nothing was changed",
+        ))
+    }
+}
+
+/// One thing a job said, as a [`RecordingUi`] keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Said {
+    /// [`Ui::note`].
+    Note(String),
+    /// [`Ui::warn`]: message and hint.
+    Warn(String, String),
+    /// [`Ui::error`]: the message.
+    Error(String),
+    /// [`Ui::say`].
+    Say(String),
+    /// [`Ui::status`].
+    Status(String),
+    /// [`Ui::confirm`]: the question, and whether `yes` was passed.
+    Confirm(String, bool),
+    /// [`Ui::event_line`]: the serialized record.
+    Event(String),
+    /// [`Ui::started`].
+    Started,
+    /// [`Ui::progress`]: the template.
+    Progress(String),
+}
+
+/// A `Ui` for tests: keeps everything a job says, answers confirmations
+/// with a fixed answer, draws nothing.
+#[derive(Debug, Default)]
+pub struct RecordingUi {
+    /// What `quiet()` answers.
+    pub quiet: bool,
+    /// What `json()` answers.
+    pub json: bool,
+    /// What an unanswered `confirm` (without `yes`) returns: confirm or refuse.
+    pub answer_yes: bool,
+    said: Mutex<Vec<Said>>,
+}
+
+impl RecordingUi {
+    /// A recording Ui that refuses confirmations.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Everything said so far, in order.
+    pub fn said(&self) -> Vec<Said> {
+        self.said.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn push(&self, s: Said) {
+        self.said.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+    }
+}
+
+impl Ui for RecordingUi {
+    fn quiet(&self) -> bool {
+        self.quiet
+    }
+    fn json(&self) -> bool {
+        self.json
+    }
+    fn note(&self, message: &str) {
+        self.push(Said::Note(message.to_owned()));
+    }
+    fn warn(&self, message: &str, hint: &str) {
+        self.push(Said::Warn(message.to_owned(), hint.to_owned()));
+    }
+    fn error(&self, error: &Error) {
+        self.push(Said::Error(error.message().to_owned()));
+    }
+    fn say(&self, text: &str) {
+        self.push(Said::Say(text.to_owned()));
+    }
+    fn status(&self, text: &str) {
+        self.push(Said::Status(text.to_owned()));
+    }
+    fn confirm(&self, question: &str, yes: bool) -> Result<()> {
+        self.push(Said::Confirm(question.to_owned(), yes));
+        if yes || self.answer_yes {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::Refused,
+                "not confirmed; nothing was changed",
+            ))
+        }
+    }
+    fn progress(&self, template: &str) -> Box<dyn Progress> {
+        self.push(Said::Progress(template.to_owned()));
+        Box::new(HiddenProgress)
+    }
+    fn event_line(&self, line: std::result::Result<String, serde_json::Error>) {
+        match line {
+            Ok(l) => self.push(Said::Event(l)),
+            Err(e) => self.push(Said::Error(e.to_string())),
+        }
+    }
+    fn started(&self) {
+        self.push(Said::Started);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recording_ui_keeps_what_was_said_and_refuses_unless_told() {
+        let ui = RecordingUi::new();
+        ui.note("n");
+        ui.warn("w", "h");
+        ui.say("plan\n");
+        let refused = ui.confirm("Go?", false).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::Refused);
+        assert!(ui.confirm("Go?", true).is_ok());
+        assert_eq!(
+            ui.said(),
+            vec![
+                Said::Note("n".into()),
+                Said::Warn("w".into(), "h".into()),
+                Said::Say("plan\n".into()),
+                Said::Confirm("Go?".into(), false),
+                Said::Confirm("Go?".into(), true),
+            ]
+        );
+    }
+
+    #[test]
+    fn quiet_refuses_to_confirm_a_plan_it_did_not_show() {
+        let refused = confirm_on_terminal("Proceed?", false, true).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::Refused);
+        assert!(
+            refused.message().contains("--quiet"),
+            "{}",
+            refused.message()
+        );
+        assert!(confirm_on_terminal("Proceed?", true, true).is_ok());
+    }
+}

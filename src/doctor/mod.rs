@@ -231,14 +231,7 @@ pub fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
         uuid: target.fsid.clone(),
         label: sysfs("label").filter(|l| !l.is_empty()),
         // The VFS options, then btrfs' own (`degraded`, `space_cache=v2`, ...).
-        mount_options: [
-            target.mount.mount_options.as_str(),
-            target.mount.super_options.as_str(),
-        ]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join(","),
+        mount_options: target.mount.options_text(),
         kernel: state.kernel.to_string(),
         features: state.features.clone(),
         total_devices: info.num_devices,

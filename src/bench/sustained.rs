@@ -36,7 +36,7 @@ const STALL_SECS: f64 = 120.0;
 /// Report version.
 pub const REPORT_VERSION: u32 = 1;
 /// Exit status when a signal stopped the write (the report is still given).
-pub const EXIT_STOPPED: u8 = 130;
+pub const EXIT_STOPPED: u8 = crate::model::exit::INTERRUPTED.code;
 
 /// Test hook: a cgroup directory this process joins before fio starts
 /// (fio inherits it; the test throttles the cgroup's writes).

@@ -1,6 +1,7 @@
 //! Plain domain types shared by planners, executors and reports.
 
 pub mod envelope;
+pub mod exit;
 pub mod finding;
 pub mod kernel;
 pub mod profile;

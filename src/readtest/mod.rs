@@ -1128,7 +1128,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
     let exit_code = if checksum.agree {
         0
     } else {
-        report::EXIT_CHECKSUM_MISMATCH
+        crate::model::exit::CHECKSUM_MISMATCH.code
     };
     let mut summary = report::summary_sentence(&verdicts, &advice, &checksum, t.size);
     if memory_backed && t.size > 0 {

@@ -394,18 +394,14 @@ pub struct Verdict {
 
 fn rate_word(m: &MethodSummary) -> String {
     let med = m.rate_bytes_per_sec_median.unwrap_or(0.0);
-    use crate::model::rate::{gb_per_s, gib_per_s, number};
+    use crate::model::rate::{format_both_noted, gib_per_s, number};
     let range = match (m.rate_bytes_per_sec_min, m.rate_bytes_per_sec_max) {
         (Some(a), Some(b)) if a < b => {
             format!(", range {}–{}", number(gib_per_s(a)), number(gib_per_s(b)))
         }
         _ => String::new(),
     };
-    format!(
-        "{} GiB/s ({} GB/s{range})",
-        number(gib_per_s(med)),
-        number(gb_per_s(med))
-    )
+    format_both_noted(med, &range)
 }
 
 fn with_threads(m: &MethodSummary) -> String {

@@ -19,7 +19,7 @@ use crate::sys::tools::fio::FioRunner;
 
 use super::cliff::{self, CliffAnalysis, Point, Shape};
 use super::report::{MemberDevice, SystemInfo, TargetInfo};
-use super::{WorkDir, check_stop, hook, jobs::IOENGINE};
+use super::{WorkDir, check_stop, jobs::IOENGINE};
 
 /// Smallest sustained write worth running.
 pub const MIN_SIZE: u64 = 256 << 20;
@@ -37,10 +37,6 @@ const STALL_SECS: f64 = 120.0;
 pub const REPORT_VERSION: u32 = 1;
 /// Exit status when a signal stopped the write (the report is still given).
 pub const EXIT_STOPPED: u8 = crate::model::exit::INTERRUPTED.code;
-
-/// Test hook: a cgroup directory this process joins before fio starts
-/// (fio inherits it; the test throttles the cgroup's writes).
-pub const HOOK_CGROUP: &str = "BTRFS_LAB_BENCH_CGROUP";
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -407,7 +403,7 @@ pub fn run(
     let size = plan_size(opts, info.available_bytes, &info.dir)?;
     super::install_signals()?;
     check_stop()?;
-    if let Some(cg) = hook(HOOK_CGROUP) {
+    if let Some(cg) = crate::hooks::Switch::BenchCgroup.value() {
         crate::sys::proc::cgroup::join(Path::new(&cg))?;
     }
 

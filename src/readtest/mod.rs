@@ -25,6 +25,7 @@ use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::hooks::Switch;
 use crate::parse::memory::{anon_huge_bytes, mem_available_bytes};
 use crate::parse::mountinfo::{MountEntry, mount_containing};
 use crate::parse::size::format_iec;
@@ -58,12 +59,6 @@ pub(crate) const MIN_IN_FLIGHT: u64 = 32 << 20;
 pub(crate) const DEFAULT_BUFFER: u64 = 1 << 30;
 /// Alignment when the filesystem does not say (btrfs, tmpfs).
 pub(crate) const DEFAULT_ALIGN: u64 = 4096;
-/// Test hook: skip the eviction and its mincore check, as if both had
-/// silently failed, so the suite can show that the device cross-check
-/// alone catches a warm cache. Only in builds with the `test-hooks`
-/// feature.
-#[cfg(feature = "test-hooks")]
-pub const SKIP_EVICTION_ENV: &str = "BTRFS_LAB_READ_TEST_SKIP_EVICTION";
 
 const MIN_CHUNK: u64 = 64 << 10;
 const MAX_CHUNK: u64 = 256 << 20;
@@ -559,25 +554,15 @@ fn unverifiable_reason(t: &Target, memory_backed: bool) -> Option<String> {
     if memory_backed {
         return None;
     }
-    if skip_eviction_hook() {
-        return Some(
-            "BTRFS_LAB_READ_TEST_SKIP_EVICTION is set (a test hook): the cache was neither evicted nor checked before the runs".to_owned(),
-        );
+    if Switch::ReadTestSkipEviction.is_on() {
+        return Some(format!(
+            "{} is set (a test hook): the cache was neither evicted nor checked before the runs",
+            Switch::ReadTestSkipEviction.env()
+        ));
     }
     (!mincore_can_tell(t)).then(|| {
         "the cache was evicted before each run but could not be checked: mincore reports every page of a file as cached unless you own it or may write to it (Linux 5.0+); the device cross-check still guards the figures".to_owned()
     })
-}
-
-#[cfg(feature = "test-hooks")]
-fn skip_eviction_hook() -> bool {
-    std::env::var(SKIP_EVICTION_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
-/// Without the `test-hooks` feature the environment cannot skip anything.
-#[cfg(not(feature = "test-hooks"))]
-fn skip_eviction_hook() -> bool {
-    false
 }
 
 /// Who asked for the run: `SUDO_UID` when sudo set it, else the real uid;
@@ -601,7 +586,7 @@ fn make_cold(
     if memory_backed {
         return Ok((CacheState::Memory, Some(t.size)));
     }
-    if skip_eviction_hook() {
+    if Switch::ReadTestSkipEviction.is_on() {
         return Ok((CacheState::Unverified, None));
     }
     let mut resident = 0;
@@ -813,7 +798,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         }
         None => {
             let (m, why) = default_cache(t.size, memory_backed, can_verify, fits);
-            if skip_eviction_hook() {
+            if Switch::ReadTestSkipEviction.is_on() {
                 (
                     m,
                     Some("the cache checks are skipped (a test hook)".to_owned()),
@@ -1184,7 +1169,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         cache: CacheInfo {
             eviction: if memory_backed {
                 "none"
-            } else if skip_eviction_hook() {
+            } else if Switch::ReadTestSkipEviction.is_on() {
                 "skipped"
             } else if opts.drop_caches {
                 "drop-caches"

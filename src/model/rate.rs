@@ -35,14 +35,7 @@ pub fn number(v: f64) -> String {
 
 /// `1.17 GiB/s (1.26 GB/s)`; `-` for no figure.
 pub fn format_both(bytes_per_sec: f64) -> String {
-    if !bytes_per_sec.is_finite() || bytes_per_sec < 0.0 {
-        return "-".to_owned();
-    }
-    format!(
-        "{} GiB/s ({} GB/s)",
-        number(gib_per_s(bytes_per_sec)),
-        number(gb_per_s(bytes_per_sec))
-    )
+    format_both_noted(bytes_per_sec, "")
 }
 
 /// `1.17 GiB/s (1.26 GB/s{note})`: [`format_both`] with more inside the

@@ -9,16 +9,18 @@ use std::path::Path;
 
 use nix::errno::Errno;
 
-/// Documented exit statuses shared by every command (see docs/exit-codes.md).
+/// The exit statuses shared by every command, as numbers (the registry
+/// is [`crate::model::exit`]).
 pub mod exit {
+    use crate::model::exit as registry;
     /// Success (for verdict commands: the good verdict).
-    pub const OK: u8 = 0;
+    pub const OK: u8 = registry::OK.code;
     /// The operation failed or was refused; nothing was changed.
-    pub const ERROR: u8 = 1;
+    pub const ERROR: u8 = registry::ERROR.code;
     /// Bad command line.
-    pub const USAGE: u8 = 2;
+    pub const USAGE: u8 = registry::USAGE.code;
     /// Interrupted by SIGINT or SIGTERM; clean-up was done.
-    pub const INTERRUPTED: u8 = 130;
+    pub const INTERRUPTED: u8 = registry::INTERRUPTED.code;
 }
 
 /// What went wrong, coarsely: enough to pick an exit status and a hint.
@@ -154,13 +156,22 @@ impl Error {
         self.hint.as_deref()
     }
 
-    /// The documented exit status for this error.
-    pub fn exit_code(&self) -> u8 {
+    /// The registry's status for this error: a usage error is
+    /// [`crate::model::exit::USAGE`], an interruption
+    /// [`crate::model::exit::INTERRUPTED`], anything else
+    /// [`crate::model::exit::ERROR`].
+    pub fn status(&self) -> crate::model::exit::Status {
+        use crate::model::exit;
         match self.kind {
             ErrorKind::Usage => exit::USAGE,
             ErrorKind::Interrupted => exit::INTERRUPTED,
             _ => exit::ERROR,
         }
+    }
+
+    /// The documented exit status for this error ([`Error::status`]).
+    pub fn exit_code(&self) -> u8 {
+        self.status().code
     }
 }
 

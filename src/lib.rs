@@ -12,6 +12,7 @@ pub mod bench;
 pub mod demo;
 pub mod doctor;
 pub mod error;
+pub mod hooks;
 pub mod hw;
 pub mod links;
 pub mod model;

@@ -12,6 +12,7 @@ use crate::sys::fs::beneath::TrustedDir;
 use super::report::{MemberDevice, MemberRate, MemberScaling};
 use super::{Progress, check_stop};
 use crate::error::{Error, ErrorKind, Result};
+use crate::model::rate::format_mb;
 use crate::parse::fio::FioOutput;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::tools::fio::FioRunner;
@@ -35,10 +36,6 @@ pub fn member_job(devices: &[(usize, &MemberDevice)], duration: u64) -> String {
         j.push('\n');
     }
     j
-}
-
-fn format_rate(b: f64) -> String {
-    format!("{:.1} MB/s", b / 1e6)
 }
 
 fn rate_of(out: &FioOutput, i: usize, dev: &MemberDevice) -> Result<f64> {
@@ -65,17 +62,17 @@ pub fn analyse(alone: Vec<MemberRate>, together: Vec<MemberRate>) -> MemberScali
     let summary = if fastest > slow * 1.2 {
         format!(
             "{name} is the slowest member at {} alone ({:.0}% of the fastest): a striped array reads at most slowest × {} = {}",
-            format_rate(slow),
+            format_mb(slow),
             100.0 * slow / fastest.max(1.0),
             alone.len(),
-            format_rate(slow * n)
+            format_mb(slow * n)
         )
     } else {
         format!(
             "the members are even ({} alone at the slowest); all at once they gave {} of {} summed",
-            format_rate(slow),
-            format_rate(total),
-            format_rate(sum)
+            format_mb(slow),
+            format_mb(total),
+            format_mb(sum)
         )
     };
     MemberScaling {

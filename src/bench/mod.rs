@@ -29,6 +29,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::hooks::Switch;
 use crate::model::text::escape_path;
 use crate::parse::fio::{FioJob, FioOutput};
 use crate::parse::size::format_iec;
@@ -57,32 +58,6 @@ pub const MIN_SIZE: u64 = 16 << 20;
 pub const WORK_DIR_PREFIX: &str = ".btrfs-lab-bench-";
 /// The test file's name in it.
 pub const TEST_FILE: &str = "bench.dat";
-
-/// Test hook: multiply the bytes (and rates) fio reports by this factor,
-/// as a lying benchmark would (the device cross-check must catch it).
-pub const HOOK_SCALE_CLAIMED: &str = "BTRFS_LAB_BENCH_SCALE_CLAIMED";
-/// Test hook: run fio without O_DIRECT and skip the eviction, as on a
-/// filesystem that ignores O_DIRECT (a warm page cache).
-pub const HOOK_BUFFERED: &str = "BTRFS_LAB_BENCH_BUFFERED";
-/// Test hook: percent of compressible data in what fio writes.
-pub const HOOK_COMPRESSIBLE: &str = "BTRFS_LAB_BENCH_COMPRESSIBLE";
-/// Test hook: fallocate the test file instead of writing it (reads of a
-/// never-written region).
-pub const HOOK_FALLOCATE_ONLY: &str = "BTRFS_LAB_BENCH_FALLOCATE_ONLY";
-
-/// A test hook's value; always `None` in builds without `test-hooks`.
-#[cfg(feature = "test-hooks")]
-pub(crate) fn hook(name: &str) -> Option<String> {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty() && v != "0")
-}
-
-/// A test hook's value; always `None` in builds without `test-hooks`.
-#[cfg(not(feature = "test-hooks"))]
-pub(crate) fn hook(_name: &str) -> Option<String> {
-    None
-}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -1024,15 +999,16 @@ pub fn run(
         && filesystem::inode_flags_of(&file, &file_path)?
             .is_some_and(|f| f.intersects(crate::sys::kernel::ioctl::FS_NOCOW_FL));
     let size = opts.size_bytes();
-    let fallocate_only = hook(HOOK_FALLOCATE_ONLY).is_some();
+    let fallocate_only = Switch::BenchFallocateOnly.is_on();
     size_test_file(&file, &file_path, size, fallocate_only)?;
-    let buffered = hook(HOOK_BUFFERED).is_some();
+    let buffered = Switch::BenchBuffered.is_on();
     let settings = JobSettings {
         file: TEST_FILE,
         size_bytes: size,
         duration_secs: opts.duration_secs,
         direct: !buffered,
-        compress_percentage: hook(HOOK_COMPRESSIBLE)
+        compress_percentage: Switch::BenchCompressible
+            .value()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
             .min(99),
@@ -1065,7 +1041,8 @@ pub fn run(
             FillMode::Own
         },
         evict: !buffered,
-        scale_claimed: hook(HOOK_SCALE_CLAIMED)
+        scale_claimed: Switch::BenchScaleClaimed
+            .value()
             .and_then(|v| v.parse().ok())
             .unwrap_or(1.0),
     };

@@ -9,7 +9,7 @@ use super::profile::{Direction, TestSpec};
 use crate::model::profile::Profile;
 
 /// Exit status when at least one figure was flagged.
-pub const EXIT_FLAGGED: u8 = 3;
+pub const EXIT_FLAGGED: u8 = crate::model::exit::FLAGGED.code;
 
 /// Version of this report's layout; `--compare` refuses other versions.
 pub const REPORT_VERSION: u32 = 1;

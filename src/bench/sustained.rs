@@ -20,7 +20,7 @@ use crate::ui::Ui;
 
 use super::cliff::{self, CliffAnalysis, Point, Shape};
 use super::report::{MemberDevice, SystemInfo, TargetInfo};
-use super::{WorkDir, check_stop, hook, jobs::IOENGINE};
+use super::{WorkDir, check_stop, jobs::IOENGINE};
 
 /// Smallest sustained write worth running.
 pub const MIN_SIZE: u64 = 256 << 20;
@@ -37,11 +37,7 @@ const STALL_SECS: f64 = 120.0;
 /// Report version.
 pub const REPORT_VERSION: u32 = 1;
 /// Exit status when a signal stopped the write (the report is still given).
-pub const EXIT_STOPPED: u8 = 130;
-
-/// Test hook: a cgroup directory this process joins before fio starts
-/// (fio inherits it; the test throttles the cgroup's writes).
-pub const HOOK_CGROUP: &str = "BTRFS_LAB_BENCH_CGROUP";
+pub const EXIT_STOPPED: u8 = crate::model::exit::INTERRUPTED.code;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -445,7 +441,7 @@ pub fn run(
     let fs_type = info.mount.fs_type.clone();
     super::install_signals()?;
     check_stop()?;
-    if let Some(cg) = hook(HOOK_CGROUP) {
+    if let Some(cg) = crate::hooks::Switch::BenchCgroup.value() {
         crate::sys::proc::cgroup::join(Path::new(&cg))?;
     }
 

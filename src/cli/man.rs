@@ -14,6 +14,7 @@ use clap_mangen::Man;
 use clap_mangen::roff::{Roff, bold, italic, roman};
 
 use btrfs_lab::error::{Error, Result, exit};
+use btrfs_lab::model::exit as registry;
 use btrfs_lab::sys::fs::outfile::OutputDir;
 
 use super::output::Output;
@@ -93,7 +94,7 @@ impl Page {
         for (status, meaning) in exit_statuses(&self.words) {
             roff.control("TP", []);
             roff.text([bold(status.to_string())]);
-            roff.text([roman(*meaning)]);
+            roff.text([roman(meaning)]);
         }
         roff.control("SH", ["EXAMPLES"]);
         for (what, line) in examples(&self.words) {
@@ -245,202 +246,22 @@ pub fn run(args: ManArgs, out: &Output) -> Result<u8> {
     Ok(exit::OK)
 }
 
-/// The exit statuses each page lists (docs/exit-codes.md).
-fn exit_statuses(words: &[String]) -> &'static [(u8, &'static str)] {
-    const BAD: (u8, &str) = (2, "bad command line (unknown option, invalid value).");
-    const INT: (u8, &str) = (
-        130,
-        "interrupted by SIGINT or SIGTERM; clean-up was done (a second signal exits at once).",
-    );
-    const FAIL: (u8, &str) = (
-        1,
-        "error: the operation failed or was refused; nothing was changed, or what was begun \
-         was rolled back.",
-    );
-    let w: Vec<&str> = words.iter().map(String::as_str).collect();
-    match w.as_slice() {
-        [] => &[
-            (0, "success (probe-dio: O_DIRECT writes are direct)."),
-            FAIL,
-            BAD,
-            (
-                3,
-                "probe-dio: buffered-fallback; read-test: the methods read different bytes; \
-                 bench: a figure is flagged.",
-            ),
-            (4, "probe-dio: profile-forced."),
-            (5, "probe-dio: inconclusive."),
-            (6, "nocow --check: files that are not NOCOW."),
-            (64, "show: a device's error counters are not all zero."),
-            INT,
-        ],
-        ["probe-dio"] => &[
-            (0, "direct: the O_DIRECT writes bypassed the page cache."),
-            (
-                3,
-                "buffered-fallback: the kernel turned the writes buffered (btrfs: data \
-                 checksums); with --pid: a file the process opened with O_DIRECT dirtied \
-                 page-cache folios.",
-            ),
-            (
-                4,
-                "profile-forced: the data profile (DUP, RAID1, ...) makes every O_DIRECT write \
-                 buffered.",
-            ),
-            (
-                5,
-                "inconclusive: too much noise to tell; the report says why.",
-            ),
-            FAIL,
-            BAD,
-            INT,
-        ],
-        ["show"] => &[
-            (0, "every device's error counters are zero."),
-            (
-                64,
-                "a device of a filesystem shown has a non-zero error counter (has_errors in \
-                 JSON).",
-            ),
-            FAIL,
-            BAD,
-        ],
-        ["links"] => &[
-            (
-                0,
-                "the links were reported, whatever they show (a capped link is a warning in the \
-                 report).",
-            ),
-            (
-                1,
-                "cannot report: neither a mounted btrfs nor a device, an unreadable tree, \
-                 --thermal without root.",
-            ),
-            BAD,
-        ],
-        ["df"] | ["usage"] => &[
-            (
-                0,
-                "success; with --parse: rows were found, whatever the findings say.",
-            ),
-            (
-                1,
-                "error; with --parse: nothing in the input is a row (or, df --strict, a line \
-                 that is not exact btrfs-progs output).",
-            ),
-            (
-                2,
-                "bad command line (two unit modes, -b with --iec/--si, --strict without \
-                 --parse).",
-            ),
-        ],
-        ["read-test"] => &[
-            (0, "measured (read the report for flagged methods)."),
-            (3, "the methods read different bytes (checksum mismatch)."),
-            (
-                1,
-                "refused or failed (a warm cache that cannot be made or proven, a file that \
-                 cannot be read).",
-            ),
-            BAD,
-            INT,
-        ],
-        ["bench"] => &[
-            (
-                0,
-                "every figure checked out (--sustained: whatever the series shows; --compare: \
-                 the files are bench reports).",
-            ),
-            (
-                3,
-                "at least one figure is flagged: it is not a result (the reasons are in the \
-                 report).",
-            ),
-            (
-                1,
-                "refused or failed (tmpfs, read-only, not enough free space, fio missing or \
-                 failing); the test directory is removed.",
-            ),
-            (
-                2,
-                "bad command line (--sustained SIZE under 256 MiB, --fill outside 1-95, ...).",
-            ),
-            (
-                130,
-                "interrupted by SIGINT, SIGTERM or SIGHUP: fio is killed and the test directory \
-                 removed.",
-            ),
-        ],
-        ["doctor"] => &[
-            (0, "no finding worse than info."),
-            (1, "the worst finding is a warning."),
-            (
-                2,
-                "a critical finding (or a bad command line, as for every command).",
-            ),
-            (
-                3,
-                "doctor could not look (UNKNOWN): not a mounted btrfs, no root for the ioctls; \
-                 or its output or --textfile could not be written and no finding is worse \
-                 than info.",
-            ),
-            (
-                130,
-                "--deep interrupted by SIGINT, SIGTERM or SIGHUP; its test files are removed.",
-            ),
-        ],
-        ["nocow"] => &[
-            (
-                0,
-                "done; --check: every file is NOCOW (or nothing applies).",
-            ),
-            (6, "--check: the audit found files that are not NOCOW."),
-            (
-                1,
-                "refused or failed (--migrate: a file written to while it was migrated is \
-                 refused after three copies; a re-run continues).",
-            ),
-            BAD,
-            INT,
-        ],
-        ["convert"] | ["device", "add"] => &[
-            (0, "done (--background: the detached balance runs)."),
-            (
-                1,
-                "refused or failed; nothing was changed (a path that leads to another \
-                 filesystem than the one planned on is refused).",
-            ),
-            BAD,
-            (
-                130,
-                "SIGINT, SIGTERM or SIGHUP: the balance is paused, never cancelled; `convert \
-                 MOUNT --resume` continues it.",
-            ),
-        ],
-        ["sandbox", ..] => &[
-            (0, "success."),
-            (
-                1,
-                "refused or failed: a directory other users can change, a loop device someone \
-                 else attached, a record file that is corrupt or not written by btrfs-lab.",
-            ),
-            BAD,
-            (130, "interrupted; what up had made is removed."),
-        ],
-        ["man"] => &[
-            (0, "the page was printed or the pages written."),
-            (1, "DIR cannot be created or written."),
-            (
-                2,
-                "bad command line (a subcommand that has no page, --json).",
-            ),
-        ],
-        ["completions"] => &[
-            (0, "the script was printed."),
-            (2, "bad command line (an unknown shell, --json)."),
-        ],
-        _ => &[(0, "success."), FAIL, BAD, INT],
+/// The exit statuses each page lists, from the registry
+/// ([`btrfs_lab::model::exit`]): btrfs-lab(1) every number, a command its
+/// own table.
+fn exit_statuses(words: &[String]) -> Vec<(u8, String)> {
+    if words.is_empty() {
+        return registry::summary()
+            .into_iter()
+            .map(|(code, text)| (code, format!("{text}.")))
+            .collect();
     }
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    registry::page(&w)
+        .rows
+        .iter()
+        .map(|r| (r.status.code, r.meaning.to_owned()))
+        .collect()
 }
 
 /// Real command lines for each page: (what it does, the line).
@@ -755,17 +576,20 @@ mod tests {
         let docs = include_str!("../../docs/exit-codes.md");
         let mut checked = 0;
         for (i, section) in docs.split("\n## ").enumerate() {
-            let words: Vec<String> = if i == 0 {
-                Vec::new()
-            } else {
-                let heading = section.lines().next().unwrap_or_default();
-                let first = heading.split(',').next().unwrap_or_default();
-                first
-                    .trim_matches(|c: char| c == '`' || c.is_whitespace())
-                    .split_whitespace()
-                    .map(str::to_owned)
-                    .collect()
-            };
+            // The title, "Every status" and any heading that names no
+            // command: btrfs-lab(1), which lists every number.
+            let words: Vec<String> =
+                if i == 0 || !section.lines().next().unwrap_or_default().contains('`') {
+                    Vec::new()
+                } else {
+                    let heading = section.lines().next().unwrap_or_default();
+                    let first = heading.split(',').next().unwrap_or_default();
+                    first
+                        .trim_matches(|c: char| c == '`' || c.is_whitespace())
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect()
+                };
             let documented: Vec<u8> = section
                 .lines()
                 .filter_map(|l| l.strip_prefix("| "))

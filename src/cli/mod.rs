@@ -27,23 +27,12 @@ use clap::{Arg, ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 use btrfs_lab::error::{Error, exit};
 use output::{ColorChoice, Output};
 
-const EXIT_STATUS_HELP: &str = "\
-Exit status:
-  0    success (probe-dio: O_DIRECT writes are direct)
-  1    error: the operation failed or was refused; nothing was changed
-  2    bad command line
-  3    probe-dio: buffered-fallback; read-test: the methods read different bytes
-  4    probe-dio: profile-forced
-  5    probe-dio: inconclusive
-  130  interrupted (SIGINT or SIGTERM); clean-up was done (convert: the
-       balance is paused)";
-
 /// Administer a btrfs SSD array safely and find out where its throughput goes.
 #[derive(Debug, Parser)]
 #[command(
     name = "btrfs-lab",
     version,
-    after_long_help = EXIT_STATUS_HELP,
+    after_long_help = btrfs_lab::model::exit::help_table(),
     max_term_width = 100,
     next_help_heading = "Global options (after any subcommand too)"
 )]

@@ -39,7 +39,7 @@ filesystem is not btrfs), 1 refused or failed, 2 bad command line,
 6 (--check) files that are not NOCOW were found, 130 interrupted.";
 
 /// `nocow --check` found files that are not NOCOW (docs/exit-codes.md).
-pub const NOT_NOCOW: u8 = 6;
+pub const NOT_NOCOW: u8 = btrfs_lab::model::exit::NOT_NOCOW.code;
 
 #[derive(Debug, Args)]
 #[command(override_usage = "btrfs-lab nocow [OPTIONS] <DIR>

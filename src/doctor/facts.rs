@@ -109,7 +109,7 @@ pub struct FsFacts {
     pub uuid: String,
     /// Label.
     pub label: Option<String>,
-    /// Mount options, the VFS ones then btrfs' own (`rw,relatime,rw,degraded,...`).
+    /// Mount options, the VFS ones then btrfs' own, each once (`rw,relatime,degraded,...`).
     pub mount_options: String,
     /// Running kernel (`6.1`).
     pub kernel: String,

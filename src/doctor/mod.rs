@@ -27,14 +27,14 @@ use crate::sys::kernel::btrfs::{self, bg_type_of, profile_of};
 pub use facts::FsFacts;
 
 /// Exit status: no warning or critical finding.
-pub const EXIT_OK: u8 = 0;
+pub const EXIT_OK: u8 = crate::model::exit::HEALTHY.code;
 /// Exit status: the worst finding is a warning.
-pub const EXIT_WARNING: u8 = 1;
+pub const EXIT_WARNING: u8 = crate::model::exit::WARNING.code;
 /// Exit status: a critical finding.
-pub const EXIT_CRITICAL: u8 = 2;
+pub const EXIT_CRITICAL: u8 = crate::model::exit::CRITICAL.code;
 /// Exit status: doctor could not look (not a btrfs, not root, ...), as
 /// monitoring plugins' UNKNOWN.
-pub const EXIT_UNKNOWN: u8 = 3;
+pub const EXIT_UNKNOWN: u8 = crate::model::exit::UNKNOWN.code;
 
 /// One filesystem: what was read, and what was found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -231,14 +231,7 @@ pub fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
         uuid: target.fsid.clone(),
         label: sysfs("label").filter(|l| !l.is_empty()),
         // The VFS options, then btrfs' own (`degraded`, `space_cache=v2`, ...).
-        mount_options: [
-            target.mount.mount_options.as_str(),
-            target.mount.super_options.as_str(),
-        ]
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join(","),
+        mount_options: target.mount.options_text(),
         kernel: state.kernel.to_string(),
         features: state.features.clone(),
         total_devices: info.num_devices,

@@ -5,6 +5,7 @@
 
 pub mod alloc;
 pub mod envelope;
+pub mod exit;
 pub mod finding;
 pub mod kernel;
 pub mod profile;

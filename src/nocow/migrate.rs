@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
+use crate::hooks::Pause;
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::filecopy::{
     self, copy_data, create_unnamed, drop_cached_pages, hash_contents, link_into,
@@ -37,15 +38,6 @@ use crate::sys::kernel::ioctl::{
 use crate::sys::kernel::lease::{self, Lease, LeaseKind};
 use crate::sys::{kernel::signals, kernel::xattrs, proc::procs};
 
-/// Test hook (only with the `test-hooks` cargo feature, which release
-/// builds do not enable): `BTRFS_LAB_NOCOW_TEST_PAUSE=copy` pauses after the first chunk
-/// of the first migrated file is copied, `=linked` once its copy has a name
-/// and before the rename, `=swapped` right after the exchange (the original
-/// under the temporary name, the copy under the file's). It prints one line on stderr and waits for a
-/// signal, so the test suite can kill the process at that point.
-#[cfg(feature = "test-hooks")]
-pub const PAUSE_ENV: &str = "BTRFS_LAB_NOCOW_TEST_PAUSE";
-
 /// Inode flags a migrated file keeps (besides NOCOW). Compression cannot be
 /// combined with NOCOW; immutable and append-only files are not migrated.
 const KEPT_FLAGS: IFlags = FS_NOATIME_FL
@@ -53,25 +45,11 @@ const KEPT_FLAGS: IFlags = FS_NOATIME_FL
     .union(FS_SYNC_FL)
     .union(FS_NOCOMP_FL);
 
-/// Where the test hook pauses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PausePoint {
-    /// In the middle of copying data.
-    Copy,
-    /// After the copy got its temporary name, before the rename.
-    Linked,
-    /// After the exchange, while the original is under the temporary name
-    /// (before it is removed).
-    Swapped,
-}
-
 /// How steps are carried out.
 #[derive(Debug, Clone)]
 pub struct ExecOptions {
     /// Migrate files that a process has open.
     pub force: bool,
-    /// The test hook.
-    pub pause: Option<PausePoint>,
     /// The existing directory the plan is about (its canonical path), held
     /// open since it was walked; every step opens its directory from it.
     pub root: Option<(PathBuf, std::sync::Arc<super::scan::DirHandle>)>,
@@ -80,44 +58,19 @@ pub struct ExecOptions {
 }
 
 impl ExecOptions {
-    /// Options (with the `test-hooks` feature, the test hook read from the
-    /// environment).
+    /// Options.
     pub fn new(force: bool) -> Self {
-        #[cfg(feature = "test-hooks")]
-        let pause = match std::env::var(PAUSE_ENV).as_deref() {
-            Ok("copy") => Some(PausePoint::Copy),
-            Ok("linked") => Some(PausePoint::Linked),
-            Ok("swapped") => Some(PausePoint::Swapped),
-            _ => None,
-        };
-        #[cfg(not(feature = "test-hooks"))]
-        let pause = None;
         Self {
             force,
-            pause,
             root: None,
             created: Vec::new(),
         }
     }
 
-    fn pause_at(&mut self, point: PausePoint, path: &Path) -> Result<()> {
-        if self.pause != Some(point) {
-            return Ok(());
-        }
-        self.pause = None;
-        let name = match point {
-            PausePoint::Copy => "copy",
-            PausePoint::Linked => "linked",
-            PausePoint::Swapped => "swapped",
-        };
-        eprintln!(
-            "btrfs-lab: test hook: paused at {name} of {}",
-            path.display()
-        );
-        loop {
-            signals::check()?;
-            thread::sleep(Duration::from_millis(20));
-        }
+    /// The test hook at `point` ([`crate::hooks`]): waits for a signal
+    /// when a test asked for it.
+    fn pause_at(&self, point: Pause, path: &Path) -> Result<()> {
+        point.here(&format!(" of {}", path.display()), &|| false)
     }
 }
 
@@ -438,7 +391,7 @@ impl Planned<'_> {
             progress(n)?;
             if first_chunk {
                 first_chunk = false;
-                opts.pause_at(PausePoint::Copy, path)?;
+                opts.pause_at(Pause::NocowCopy, path)?;
             }
             Ok(())
         })
@@ -536,7 +489,7 @@ impl Planned<'_> {
             link_into(&tmp.file, dir, dir_path, &n)?;
             tmp.name = Some(n.into());
         }
-        opts.pause_at(PausePoint::Linked, path)?;
+        opts.pause_at(Pause::NocowLinked, path)?;
         signals::check()?;
         swap_in(
             &mut tmp,
@@ -699,7 +652,7 @@ fn swap_in(
     exchange("cannot swap the copy with")?;
     // The test hook waits for a SIGKILL here; a SIGINT, SIGTERM or SIGHUP
     // only ends the wait (this file is finished, the next check stops).
-    let _ = opts.pause_at(PausePoint::Swapped, path);
+    let _ = opts.pause_at(Pause::NocowSwapped, path);
     thread::sleep(SWAP_GRACE);
     let original_out = stat_at(dir, &temp_name, dir_path).map(|st| identity(&st) == id);
     let copy_in = stat_at(dir, name, dir_path)

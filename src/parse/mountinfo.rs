@@ -26,12 +26,21 @@ pub struct MountEntry {
 }
 
 impl MountEntry {
-    /// Every option of the mount and of its superblock, split at commas.
+    /// Every option of the mount and of its superblock, split at commas,
+    /// each once: the per-mount ones first, then those of the superblock the
+    /// mount did not already give (both say `rw`, it is listed once).
     pub fn options(&self) -> impl Iterator<Item = &str> {
-        self.mount_options
-            .split(',')
-            .chain(self.super_options.split(','))
-            .filter(|o| !o.is_empty())
+        let own = || self.mount_options.split(',').filter(|o| !o.is_empty());
+        own().chain(
+            self.super_options
+                .split(',')
+                .filter(move |o| !o.is_empty() && !own().any(|m| m == *o)),
+        )
+    }
+
+    /// [`MountEntry::options`] joined with commas (`rw,relatime,ssd,...`).
+    pub fn options_text(&self) -> String {
+        self.options().collect::<Vec<_>>().join(",")
     }
 
     /// True if mounted read-only (per mount or per superblock).
@@ -145,6 +154,23 @@ mod tests {
         assert_eq!(m[3].root, PathBuf::from("/sub"));
         assert!(m[3].is_read_only());
         assert!(!m[2].is_read_only());
+    }
+
+    #[test]
+    fn options_name_rw_once() {
+        let m = parse_mountinfo(SAMPLE);
+        // Mount `rw,relatime`, superblock `rw,compress=zstd:3,...`: one `rw`.
+        assert_eq!(
+            m[2].options_text(),
+            "rw,relatime,compress=zstd:3,space_cache=v2,subvolid=5,subvol=/"
+        );
+        assert_eq!(m[2].options().filter(|o| *o == "rw").count(), 1);
+        // A read-write mount of a read-only superblock keeps both words.
+        assert_eq!(
+            m[3].options_text(),
+            "rw,ro,nodatasum,subvolid=256,subvol=/sub"
+        );
+        assert_eq!(m[0].options_text(), "rw,nosuid,nodev,noexec,relatime");
     }
 
     #[test]

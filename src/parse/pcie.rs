@@ -159,10 +159,7 @@ pub fn parse_hex_id(text: &str) -> Option<u32> {
 /// Formats bytes per second in decimal gigabytes (`7.88 GB/s`), the unit
 /// drive makers and PCIe tables use.
 pub fn format_gbps(bytes_per_sec: f64) -> String {
-    if !bytes_per_sec.is_finite() || bytes_per_sec < 0.0 {
-        return "-".to_owned();
-    }
-    format!("{:.2} GB/s", bytes_per_sec / 1e9)
+    crate::model::rate::format_gb(bytes_per_sec)
 }
 
 #[cfg(test)]

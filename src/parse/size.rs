@@ -63,13 +63,9 @@ pub fn format_iec(bytes: u64) -> String {
     pretty_size(bytes, UnitMode::Human(UnitBase::Binary))
 }
 
-/// Formats a rate in bytes per second with IEC units (`1.25GiB/s`).
-pub fn format_rate(bytes_per_sec: f64) -> String {
-    if !bytes_per_sec.is_finite() || bytes_per_sec < 0.0 {
-        return "-".to_owned();
-    }
-    format!("{}/s", format_iec(bytes_per_sec.round() as u64))
-}
+/// The rate formatter lives in [`crate::model::rate`]; re-exported here for
+/// the callers that import it from this module.
+pub use crate::model::rate::format_rate;
 
 #[cfg(test)]
 mod tests {
@@ -111,7 +107,6 @@ mod tests {
         assert_eq!(format_iec(1023), "1023.00B");
         assert_eq!(format_iec(256 << 20), "256.00MiB");
         assert_eq!(format_iec(3 << 29), "1.50GiB");
-        assert_eq!(format_rate(f64::NAN), "-");
         // btrfs-progs divides in single precision after truncating to the
         // unit below: 1662088 bytes are 1.58MiB there, not 1.59MiB.
         assert_eq!(format_iec(1_662_088), "1.58MiB");

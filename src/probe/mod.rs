@@ -16,6 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::hooks::{Pause, Switch};
 use crate::parse::size::format_iec;
 use crate::sys::fs::beneath::HeldDir;
 use crate::sys::fs::root::SysRoot;
@@ -125,7 +126,7 @@ fn inspect(opts: &ProbeOptions, held: &HeldDir) -> Result<(FsContext, Option<Str
         .with_hint("the probe writes test files: remount read-write or choose another directory"));
     }
     let needed = opts.size_bytes + SPACE_MARGIN;
-    if info.available_bytes < needed && !skip_space_check_hook() {
+    if info.available_bytes < needed && !Switch::ProbeSkipSpaceCheck.is_on() {
         return Err(Error::new(
             ErrorKind::NoSpace,
             format!(
@@ -169,36 +170,6 @@ fn inspect(opts: &ProbeOptions, held: &HeldDir) -> Result<(FsContext, Option<Str
     Ok((ctx, bdi))
 }
 
-/// Test hook: `BTRFS_LAB_PROBE_SKIP_SPACE_CHECK=1` skips the up-front
-/// free-space check, so the suite reaches the mid-write ENOSPC path.
-#[cfg(feature = "test-hooks")]
-pub const SKIP_SPACE_CHECK_ENV: &str = "BTRFS_LAB_PROBE_SKIP_SPACE_CHECK";
-
-#[cfg(feature = "test-hooks")]
-fn skip_space_check_hook() -> bool {
-    std::env::var_os(SKIP_SPACE_CHECK_ENV).is_some()
-}
-
-#[cfg(not(feature = "test-hooks"))]
-fn skip_space_check_hook() -> bool {
-    false
-}
-
-/// Test hook: `BTRFS_LAB_PROBE_NO_TRACE=1` acts as if the tracepoint were
-/// unavailable, so the suite sees the counters decide.
-#[cfg(feature = "test-hooks")]
-pub const NO_TRACE_ENV: &str = "BTRFS_LAB_PROBE_NO_TRACE";
-
-#[cfg(feature = "test-hooks")]
-fn no_trace_hook() -> bool {
-    std::env::var_os(NO_TRACE_ENV).is_some()
-}
-
-#[cfg(not(feature = "test-hooks"))]
-fn no_trace_hook() -> bool {
-    false
-}
-
 /// A private trace instance counting the folios the probe's own files
 /// dirty, if tracefs and the tracepoint are there; else why not. Instances
 /// of killed probes are removed first (their names are returned).
@@ -206,7 +177,7 @@ pub(crate) fn open_trace(
     root: &SysRoot,
     allow_private_mounts: bool,
 ) -> (Option<FolioTrace>, Option<String>, Vec<String>) {
-    if no_trace_hook() {
+    if Switch::ProbeNoTrace.is_on() {
         return (
             None,
             Some("the tracepoint was turned off by a test hook".into()),
@@ -222,42 +193,6 @@ pub(crate) fn open_trace(
         Ok(t) => (Some(t), None, removed),
         Err(e) => (None, Some(e.message().to_owned()), removed),
     }
-}
-
-/// Test hook: `BTRFS_LAB_PROBE_TEST_PAUSE=written` stops the probe after
-/// the first block of its first test file is written; it prints one line on
-/// stderr and waits for a signal, so the suite can SIGKILL it there.
-/// `=written:PATH` waits until PATH exists instead, then goes on.
-#[cfg(feature = "test-hooks")]
-pub const PAUSE_ENV: &str = "BTRFS_LAB_PROBE_TEST_PAUSE";
-
-#[cfg(feature = "test-hooks")]
-fn pause_hook(paused: &mut bool) -> Result<()> {
-    let Ok(v) = std::env::var(PAUSE_ENV) else {
-        return Ok(());
-    };
-    let go = match v.split_once(':') {
-        Some(("written", path)) => Some(PathBuf::from(path)),
-        None if v == "written" => None,
-        _ => return Ok(()),
-    };
-    if *paused {
-        return Ok(());
-    }
-    *paused = true;
-    eprintln!("btrfs-lab: test hook: probe paused after its first write");
-    loop {
-        signals::check()?;
-        if go.as_deref().is_some_and(Path::exists) {
-            return Ok(());
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
-#[cfg(not(feature = "test-hooks"))]
-fn pause_hook(_paused: &mut bool) -> Result<()> {
-    Ok(())
 }
 
 /// Opens the directory to probe once, following only root's symbolic
@@ -355,7 +290,6 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
     };
 
     let mut rounds = Vec::new();
-    let mut paused = false;
     for r in 0..opts.rounds {
         let test_name = format!("{tag}-r{r}.test");
         let control_name = control_dir.as_ref().map(|_| format!("r{r}.control"));
@@ -371,7 +305,7 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
                 counter: &mut counter,
                 trace: trace.as_mut(),
             };
-            write_sample(&sample, &mut probes, scratch, &mut on_bytes, &mut paused)
+            write_sample(&sample, &mut probes, scratch, &mut on_bytes)
         };
         // Alternate the order so neither file always runs first.
         let (test, control) = match &control_name {
@@ -478,7 +412,6 @@ fn write_sample(
     probes: &mut Probes<'_>,
     scratch: &mut Scratch,
     on_bytes: &mut dyn FnMut(u64),
-    paused: &mut bool,
 ) -> Result<verdict::WriteSample> {
     let (buffer, opts) = (s.buffer, s.opts);
     let path = &scratch.shown(s.in_control, s.name);
@@ -511,7 +444,7 @@ fn write_sample(
         if let Some(t) = probes.trace.as_deref_mut() {
             t.drain()?;
         }
-        pause_hook(paused)?;
+        Pause::ProbeWritten.here(" after its first write", &|| false)?;
     }
     file.sync_all()
         .map_err(|e| no_space_note(Error::from_io(&e, "cannot fsync", path), opts))?;

@@ -536,7 +536,11 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
         command,
         seconds,
         summary,
-        exit_code: if fallbacks > 0 { 3 } else { 0 },
+        exit_code: if fallbacks > 0 {
+            crate::model::exit::BUFFERED_FALLBACK.code
+        } else {
+            crate::model::exit::OK.code
+        },
         evidence,
         process_write_call_bytes: write_calls,
         process_storage_write_bytes: storage,

@@ -85,12 +85,14 @@ pub enum Verdict {
 impl Verdict {
     /// The verdict's exit status (docs/exit-codes.md).
     pub fn exit_code(self) -> u8 {
+        use crate::model::exit;
         match self {
-            Verdict::Direct => 0,
-            Verdict::BufferedFallback => 3,
-            Verdict::ProfileForced => 4,
-            Verdict::Inconclusive => 5,
+            Verdict::Direct => exit::DIRECT,
+            Verdict::BufferedFallback => exit::BUFFERED_FALLBACK,
+            Verdict::ProfileForced => exit::PROFILE_FORCED,
+            Verdict::Inconclusive => exit::INCONCLUSIVE,
         }
+        .code
     }
 
     /// The name used in text and JSON (`buffered-fallback`).

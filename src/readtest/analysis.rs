@@ -394,18 +394,14 @@ pub struct Verdict {
 
 fn rate_word(m: &MethodSummary) -> String {
     let med = m.rate_bytes_per_sec_median.unwrap_or(0.0);
-    use crate::model::rate::{gb_per_s, gib_per_s, number};
+    use crate::model::rate::{format_both_noted, gib_per_s, number};
     let range = match (m.rate_bytes_per_sec_min, m.rate_bytes_per_sec_max) {
         (Some(a), Some(b)) if a < b => {
             format!(", range {}–{}", number(gib_per_s(a)), number(gib_per_s(b)))
         }
         _ => String::new(),
     };
-    format!(
-        "{} GiB/s ({} GB/s{range})",
-        number(gib_per_s(med)),
-        number(gb_per_s(med))
-    )
+    format_both_noted(med, &range)
 }
 
 fn with_threads(m: &MethodSummary) -> String {
@@ -449,11 +445,6 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
     let Some(first) = ranked.first().copied() else {
         return v;
     };
-    let pick = |v: &mut Verdict, m: &MethodSummary| {
-        v.method = Some(m.method);
-        v.threads = m.threads;
-        v.rate_bytes_per_sec = m.rate_bytes_per_sec_median;
-    };
     let Some(second) = ranked.get(1).copied() else {
         pick(&mut v, first);
         v.kind = VerdictKind::Only;
@@ -464,16 +455,6 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
             rate_word(first)
         );
         return v;
-    };
-    let low = |m: &MethodSummary| {
-        m.rate_bytes_per_sec_min
-            .or(m.rate_bytes_per_sec_median)
-            .unwrap_or(0.0)
-    };
-    let high = |m: &MethodSummary| {
-        m.rate_bytes_per_sec_max
-            .or(m.rate_bytes_per_sec_median)
-            .unwrap_or(0.0)
     };
     // One round is a point, not a range: no win can be called from it.
     let ranged = first.runs.len() >= 2 && second.runs.len() >= 2;
@@ -492,6 +473,36 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
         );
         return v;
     }
+    tie(v, &ranked, ranged)
+}
+
+/// A method's slowest round (its median with one round).
+fn low(m: &MethodSummary) -> f64 {
+    m.rate_bytes_per_sec_min
+        .or(m.rate_bytes_per_sec_median)
+        .unwrap_or(0.0)
+}
+
+/// A method's fastest round (its median with one round).
+fn high(m: &MethodSummary) -> f64 {
+    m.rate_bytes_per_sec_max
+        .or(m.rate_bytes_per_sec_median)
+        .unwrap_or(0.0)
+}
+
+/// `v` names `m` as the verdict's method.
+fn pick(v: &mut Verdict, m: &MethodSummary) {
+    v.method = Some(m.method);
+    v.threads = m.threads;
+    v.rate_bytes_per_sec = m.rate_bytes_per_sec_median;
+}
+
+/// The verdict when the fastest of `ranked` (fastest first, two at least)
+/// does not clearly win: a tie among every method whose range reaches its
+/// slowest round, broken by CPU per GiB when every tied method has it.
+fn tie(mut v: Verdict, ranked: &[&MethodSummary], ranged: bool) -> Verdict {
+    let cache = v.cache;
+    let first = ranked[0];
     // Every method whose range reaches the fastest one's slowest round.
     let tied: Vec<&MethodSummary> = ranked
         .iter()

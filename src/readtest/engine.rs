@@ -16,33 +16,9 @@ use std::time::{Duration, Instant};
 use super::digest::{BLOCK, Digest, VerifyMode};
 use super::method::Method;
 use crate::error::{Error, ErrorKind, Result};
+use crate::hooks::Pause;
 use crate::sys::kernel::memio::{self, FileMap, MappedBuffer, RingBuffer};
 use crate::sys::kernel::signals;
-
-/// Test hook: with `BTRFS_LAB_READ_TEST_PAUSE_MMAP=PATH` the first mmap pass
-/// stops after its first window, prints one line on stderr and waits until
-/// PATH exists, so the suite can truncate the file in the middle of a
-/// mapped read. Only in builds with the `test-hooks` feature.
-#[cfg(feature = "test-hooks")]
-pub const PAUSE_MMAP_ENV: &str = "BTRFS_LAB_READ_TEST_PAUSE_MMAP";
-
-#[cfg(feature = "test-hooks")]
-fn pause_mmap_hook(stopped: &dyn Fn() -> bool) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    let Some(go) = std::env::var_os(PAUSE_MMAP_ENV).filter(|v| !v.is_empty()) else {
-        return;
-    };
-    ONCE.call_once(|| {
-        eprintln!("btrfs-lab: test hook: mmap pass paused after its first window");
-        let go = std::path::PathBuf::from(go);
-        while !go.exists() && !stopped() && !signals::interrupted() {
-            thread::sleep(Duration::from_millis(20));
-        }
-    });
-}
-
-#[cfg(not(feature = "test-hooks"))]
-fn pause_mmap_hook(_stopped: &dyn Fn() -> bool) {}
 
 /// Bytes per `read()` call of the buffered and dontcache methods.
 pub(crate) const READ_CALL: usize = 1 << 20;
@@ -354,7 +330,8 @@ impl Workers<'_> {
                 }
                 self.done.fetch_add(end - start, Ordering::Relaxed);
                 start = end;
-                pause_mmap_hook(&|| self.stopped());
+                // A signal only ends the wait: the pass's own checks stop it.
+                let _ = Pause::ReadTestMmap.here(" after its first window", &|| self.stopped());
             }
             std::hint::black_box(sink);
             // A file cut inside its last page reads as zeros, no fault: the

@@ -12,6 +12,7 @@ pub mod analysis;
 pub mod digest;
 pub mod engine;
 pub mod method;
+mod plan;
 pub mod report;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::hooks::Switch;
 use crate::parse::memory::{anon_huge_bytes, mem_available_bytes};
 use crate::parse::mountinfo::{MountEntry, mount_containing};
 use crate::parse::size::format_iec;
@@ -58,12 +60,6 @@ pub(crate) const MIN_IN_FLIGHT: u64 = 32 << 20;
 pub(crate) const DEFAULT_BUFFER: u64 = 1 << 30;
 /// Alignment when the filesystem does not say (btrfs, tmpfs).
 pub(crate) const DEFAULT_ALIGN: u64 = 4096;
-/// Test hook: skip the eviction and its mincore check, as if both had
-/// silently failed, so the suite can show that the device cross-check
-/// alone catches a warm cache. Only in builds with the `test-hooks`
-/// feature.
-#[cfg(feature = "test-hooks")]
-pub const SKIP_EVICTION_ENV: &str = "BTRFS_LAB_READ_TEST_SKIP_EVICTION";
 
 const MIN_CHUNK: u64 = 64 << 10;
 const MAX_CHUNK: u64 = 256 << 20;
@@ -559,25 +555,15 @@ fn unverifiable_reason(t: &Target, memory_backed: bool) -> Option<String> {
     if memory_backed {
         return None;
     }
-    if skip_eviction_hook() {
-        return Some(
-            "BTRFS_LAB_READ_TEST_SKIP_EVICTION is set (a test hook): the cache was neither evicted nor checked before the runs".to_owned(),
-        );
+    if Switch::ReadTestSkipEviction.is_on() {
+        return Some(format!(
+            "{} is set (a test hook): the cache was neither evicted nor checked before the runs",
+            Switch::ReadTestSkipEviction.env()
+        ));
     }
     (!mincore_can_tell(t)).then(|| {
         "the cache was evicted before each run but could not be checked: mincore reports every page of a file as cached unless you own it or may write to it (Linux 5.0+); the device cross-check still guards the figures".to_owned()
     })
-}
-
-#[cfg(feature = "test-hooks")]
-fn skip_eviction_hook() -> bool {
-    std::env::var(SKIP_EVICTION_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
-}
-
-/// Without the `test-hooks` feature the environment cannot skip anything.
-#[cfg(not(feature = "test-hooks"))]
-fn skip_eviction_hook() -> bool {
-    false
 }
 
 /// Who asked for the run: `SUDO_UID` when sudo set it, else the real uid;
@@ -601,7 +587,7 @@ fn make_cold(
     if memory_backed {
         return Ok((CacheState::Memory, Some(t.size)));
     }
-    if skip_eviction_hook() {
+    if Switch::ReadTestSkipEviction.is_on() {
         return Ok((CacheState::Unverified, None));
     }
     let mut resident = 0;
@@ -735,6 +721,9 @@ fn memory_check(root: &SysRoot, need: u64) -> Result<()> {
 }
 
 /// Runs the test. `progress` is called a few times a second during runs.
+/// It reads what it needs about the file ([`inspect`]), plans
+/// ([`plan::plan`], pure), chooses the cache ([`choose_cache`]), executes
+/// the plan ([`execute`]), then summarizes ([`summarize`]) and reports.
 pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ReadTestReport> {
     opts.validate()?;
     if opts.drop_caches && !is_root() {
@@ -746,6 +735,46 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
             "run as root, or leave out --drop-caches (the file's own pages are still evicted)",
         ));
     }
+    let found = inspect(opts)?;
+    let plan = plan::plan(opts, found.t.size, found.dontcache_unsupported.is_none());
+    memory_check(&opts.sysroot, plan.ring_len + plan.bounce_len)?;
+    let cache = choose_cache(opts, &found, &plan)?;
+    let plan = plan.with_cache(cache.mode);
+    let measured = execute(opts, &found, &plan, &cache, progress)?;
+    let summarized = summarize(opts, &found, &plan, measured.runs);
+    let notes = notes(&found, &plan, &cache);
+    Ok(report(
+        opts,
+        found,
+        plan,
+        cache,
+        measured.destination,
+        summarized,
+        notes,
+    ))
+}
+
+/// What was read about the file before anything is measured.
+struct Found {
+    t: Target,
+    mount: MountEntry,
+    fs_type: String,
+    memory_backed: bool,
+    devices: Vec<BlockDevice>,
+    missing_members: Vec<String>,
+    data_profiles: Vec<crate::model::profile::Profile>,
+    layout: Option<Layout>,
+    dio: Option<memio::DioAlign>,
+    align: u64,
+    /// The O_DIRECT handle, or why there is none.
+    direct: std::result::Result<File, String>,
+    dontcache_unsupported: Option<String>,
+}
+
+/// Opens the file and reads what the plan and the checks need: its mount,
+/// devices, profiles, extents, O_DIRECT alignment and handle, and whether
+/// dontcache works on it. Refuses a chunk the alignment does not divide.
+fn inspect(opts: &ReadTestOptions) -> Result<Found> {
     let methods = opts.method_list();
     let path = opts.path.as_path();
     let t = open_target(path)?;
@@ -767,7 +796,6 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         Vec::new()
     };
     let layout: Option<Layout> = extents::layout(&t.file, t.size).ok();
-
     let dio = memio::dio_alignment(&t.file);
     let align = dio
         .map_or(DEFAULT_ALIGN, |a| u64::from(a.offset.max(a.memory)))
@@ -790,30 +818,48 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
     } else {
         None
     };
+    Ok(Found {
+        t,
+        mount,
+        fs_type,
+        memory_backed,
+        devices,
+        missing_members,
+        data_profiles,
+        layout,
+        dio,
+        align,
+        direct,
+        dontcache_unsupported,
+    })
+}
 
-    let counts = opts.thread_counts();
-    let max_threads = opts.max_threads() as usize;
-    let ring_len = ring_bytes(opts.buffer, t.size, chunk);
-    let bounce_len = if methods.contains(&Method::DirectCopy) {
-        chunk * u64::from(opts.max_threads())
-    } else {
-        0
-    };
-    memory_check(&opts.sysroot, ring_len + bounce_len)?;
-    let unverifiable = unverifiable_reason(&t, memory_backed);
+/// The cache measured, and what could be proven about it.
+struct CacheChoice {
+    mode: CacheMode,
+    /// Why the default was chosen (no `--cache`).
+    reason: Option<String>,
+    /// Why mincore cannot prove the cache cold, when it cannot.
+    unverifiable: Option<String>,
+}
+
+/// `--cache` as given (refused when a warm cache cannot be made or proven),
+/// or the default for this file.
+fn choose_cache(opts: &ReadTestOptions, f: &Found, plan: &plan::Plan) -> Result<CacheChoice> {
+    let unverifiable = unverifiable_reason(&f.t, f.memory_backed);
     let can_verify = unverifiable.is_none();
     let available = available_memory(&opts.sysroot);
-    let fits = available.map(|a| t.size + ring_len + bounce_len <= a / 4 * 3);
-    let (cache_mode, cache_reason) = match opts.cache {
+    let fits = available.map(|a| f.t.size + plan.ring_len + plan.bounce_len <= a / 4 * 3);
+    let (mode, reason) = match opts.cache {
         Some(m) => {
-            if m != CacheMode::Cold && !memory_backed {
-                warm_possible(&t, path, can_verify, fits, available)?;
+            if m != CacheMode::Cold && !f.memory_backed {
+                warm_possible(&f.t, &opts.path, can_verify, fits, available)?;
             }
             (m, None)
         }
         None => {
-            let (m, why) = default_cache(t.size, memory_backed, can_verify, fits);
-            if skip_eviction_hook() {
+            let (m, why) = default_cache(f.t.size, f.memory_backed, can_verify, fits);
+            if Switch::ReadTestSkipEviction.is_on() {
                 (
                     m,
                     Some("the cache checks are skipped (a test hook)".to_owned()),
@@ -823,7 +869,33 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
             }
         }
     };
-    let situations = cache_mode.situations();
+    Ok(CacheChoice {
+        mode,
+        reason,
+        unverifiable,
+    })
+}
+
+type RunKey = (Situation, Method, u32);
+
+/// What the runs measured, and the destination they read into.
+struct Measured {
+    runs: BTreeMap<RunKey, Vec<Run>>,
+    destination: Destination,
+}
+
+/// Carries out the plan: the destination ring and bounce buffers, then
+/// every step with the cache made cold (or warm) first and the devices'
+/// counters read around it.
+fn execute(
+    opts: &ReadTestOptions,
+    f: &Found,
+    plan: &plan::Plan,
+    cache: &CacheChoice,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Measured> {
+    let (t, path, chunk) = (&f.t, opts.path.as_path(), plan.chunk);
+    let can_verify = cache.unverifiable.is_none();
     let alloc_error = |e: std::io::Error| {
         Error::new(
             ErrorKind::NoSpace,
@@ -832,115 +904,123 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         .with_hint("use a smaller --buffer")
     };
     let mut ring =
-        RingBuffer::new((ring_len / chunk) as usize, chunk as usize).map_err(alloc_error)?;
-    let mut bounce: Vec<MappedBuffer> = (0..if bounce_len > 0 { max_threads } else { 0 })
+        RingBuffer::new((plan.ring_len / chunk) as usize, chunk as usize).map_err(alloc_error)?;
+    let mut bounce: Vec<MappedBuffer> = (0..plan.bounce_buffers)
         .map(|_| MappedBuffer::new(chunk as usize))
         .collect::<std::io::Result<_>>()
         .map_err(alloc_error)?;
     let huge_page_bytes = fs::read_to_string("/proc/self/smaps")
         .ok()
         .and_then(|s| anon_huge_bytes(&s, ring.address()));
-
-    let runnable: Vec<Method> = methods
-        .iter()
-        .copied()
-        .filter(|m| !(*m == Method::Dontcache && dontcache_unsupported.is_some()))
-        .collect();
-    // One unit per method and thread count; rounds rotate over the units.
-    let units: Vec<(Method, u32)> = runnable
-        .iter()
-        .flat_map(|&m| {
-            if m.is_threaded() {
-                counts.iter().map(|&c| (m, c)).collect::<Vec<_>>()
-            } else {
-                vec![(m, 1)]
-            }
-        })
-        .collect();
-    let direct_file = direct.as_ref().ok();
-    type Key = (Situation, Method, u32);
-    let mut runs: BTreeMap<Key, Vec<Run>> = BTreeMap::new();
-    let mut sequence = 0u32;
-    for &situation in &situations {
-        for round in 0..opts.rounds {
-            for (method, threads) in method::round_order(&units, round as usize) {
-                signals::check()?;
-                let (cache, resident) = match situation {
-                    Situation::Cold => {
-                        make_cold(&t, path, memory_backed, opts.drop_caches, can_verify)?
-                    }
-                    Situation::Warm => make_warm(&t, path, memory_backed)?,
-                };
-                let before = if devices.is_empty() {
-                    None
-                } else {
-                    Some(diskstats::bytes_read(&opts.sysroot, &devices)?)
-                };
-                let pass = Pass {
-                    path,
-                    size: t.size,
-                    plain: &t.file,
-                    direct: direct_file.filter(|_| method.uses_o_direct()),
-                    threads: threads as usize,
-                    align: align as usize,
-                    verify: opts.verify,
-                };
-                let r = engine::run_pass(method, &pass, &mut ring, &mut bounce, &mut |done| {
-                    progress(&Progress {
-                        method,
-                        threads: method.is_threaded().then_some(threads),
-                        cache: situation,
-                        round: round + 1,
-                        rounds: opts.rounds,
-                        done,
-                        total: t.size,
-                    });
-                })?;
-                let device_read_bytes = match before {
-                    Some(b) => {
-                        Some(diskstats::bytes_read(&opts.sysroot, &devices)?.saturating_sub(b))
-                    }
-                    None => None,
-                };
-                sequence += 1;
-                runs.entry((situation, method, threads))
-                    .or_default()
-                    .push(Run {
-                        round: round + 1,
-                        sequence,
-                        bytes_read: r.bytes,
-                        seconds: r.seconds,
-                        cpu_seconds: r.cpu_seconds,
-                        device_read_bytes,
-                        resident_before_bytes: resident,
-                        cache,
-                        digest: r.digest.hex(),
-                        digest_blocks: r.digest.blocks(),
-                        complete: r.digest.is_complete() && r.bytes == t.size,
-                        flag: None,
-                    });
-            }
+    let read_devices = || -> Result<Option<u64>> {
+        if f.devices.is_empty() {
+            Ok(None)
+        } else {
+            diskstats::bytes_read(&opts.sysroot, &f.devices).map(Some)
         }
+    };
+    let mut runs: BTreeMap<RunKey, Vec<Run>> = BTreeMap::new();
+    for (i, step) in plan.steps().into_iter().enumerate() {
+        let plan::Step {
+            situation,
+            round,
+            method,
+            threads,
+        } = step;
+        signals::check()?;
+        let (cache_state, resident) = match situation {
+            Situation::Cold => make_cold(t, path, f.memory_backed, opts.drop_caches, can_verify)?,
+            Situation::Warm => make_warm(t, path, f.memory_backed)?,
+        };
+        let before = read_devices()?;
+        let pass = Pass {
+            path,
+            size: t.size,
+            plain: &t.file,
+            direct: f.direct.as_ref().ok().filter(|_| method.uses_o_direct()),
+            threads: threads as usize,
+            align: f.align as usize,
+            verify: opts.verify,
+        };
+        let r = engine::run_pass(method, &pass, &mut ring, &mut bounce, &mut |done| {
+            progress(&Progress {
+                method,
+                threads: method.is_threaded().then_some(threads),
+                cache: situation,
+                round: round + 1,
+                rounds: plan.rounds,
+                done,
+                total: t.size,
+            });
+        })?;
+        let device_read_bytes = match before {
+            Some(b) => read_devices()?.map(|a| a.saturating_sub(b)),
+            None => None,
+        };
+        runs.entry((situation, method, threads))
+            .or_default()
+            .push(Run {
+                round: round + 1,
+                sequence: i as u32 + 1,
+                bytes_read: r.bytes,
+                seconds: r.seconds,
+                cpu_seconds: r.cpu_seconds,
+                device_read_bytes,
+                resident_before_bytes: resident,
+                cache: cache_state,
+                digest: r.digest.hex(),
+                digest_blocks: r.digest.blocks(),
+                complete: r.digest.is_complete() && r.bytes == t.size,
+                flag: None,
+            });
     }
+    Ok(Measured {
+        runs,
+        destination: Destination {
+            bytes: ring.len() as u64,
+            slots: ring.slots() as u64,
+            huge_page_bytes,
+            bounce_bytes: plan.bounce_len,
+        },
+    })
+}
 
+/// The runs summarized: per situation the method list (threaded methods at
+/// their knee), the thread sweep, the knees, and what they add up to.
+struct Summarized {
+    per_situation: Vec<(Situation, Vec<MethodSummary>)>,
+    sweep: Vec<MethodSummary>,
+    knees: Vec<report::Knee>,
+    ceiling: Option<report::Ceiling>,
+}
+
+fn summarize(
+    opts: &ReadTestOptions,
+    f: &Found,
+    plan: &plan::Plan,
+    mut runs: BTreeMap<RunKey, Vec<Run>>,
+) -> Summarized {
     let ctx = CheckContext {
         // Counting only some members would make honest runs look impossible.
-        devices_known: !devices.is_empty() && missing_members.is_empty(),
-        layout_allowance: layout.map_or(0, |l| {
+        devices_known: !f.devices.is_empty() && f.missing_members.is_empty(),
+        layout_allowance: f.layout.map_or(0, |l| {
             l.hole_bytes + l.unwritten_bytes + l.inline_bytes + l.encoded_bytes + l.delalloc_bytes
         }),
     };
-    let direct_note = direct.as_ref().err().cloned();
-    let ceiling = read_ceiling(&opts.sysroot, &devices, &data_profiles, &fs_type);
+    let direct_note = f.direct.as_ref().err().cloned();
+    let ceiling = read_ceiling(&opts.sysroot, &f.devices, &f.data_profiles, &f.fs_type);
     let ceiling_rate = ceiling.as_ref().map(|c| c.bytes_per_sec as f64);
-    let mut per_situation: Vec<(Situation, Vec<MethodSummary>)> = Vec::new();
-    let mut sweep: Vec<MethodSummary> = Vec::new();
-    let mut knees: Vec<report::Knee> = Vec::new();
-    for &situation in &situations {
+    let mut out = Summarized {
+        per_situation: Vec::new(),
+        sweep: Vec::new(),
+        knees: Vec::new(),
+        ceiling,
+    };
+    for situation in plan.situations() {
         let mut list = Vec::new();
-        for &m in &methods {
+        for &m in &plan.methods {
             if m == Method::Dontcache
-                && let Some(why) = &dontcache_unsupported
+                && let Some(why) = &f.dontcache_unsupported
             {
                 let mut u = analysis::unsupported(m, why.clone());
                 u.cache = situation;
@@ -948,7 +1028,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
                 continue;
             }
             let (o_direct, note) = if m.uses_o_direct() {
-                (Some(direct_file.is_some()), direct_note.clone())
+                (Some(f.direct.is_ok()), direct_note.clone())
             } else {
                 (None, None)
             };
@@ -972,37 +1052,174 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
                 list.push(one(1));
                 continue;
             }
-            let rows: Vec<MethodSummary> = counts.iter().map(|&c| one(c)).collect();
-            let medians: Vec<(u32, f64)> = rows
-                .iter()
-                .filter(|r| r.status == analysis::Status::Ok)
-                .filter_map(|r| {
-                    r.rate_bytes_per_sec_median
-                        .map(|x| (r.threads.unwrap_or(1), x))
-                })
-                .collect();
-            let knee = analysis::knee(&medians);
-            let chosen = knee.unwrap_or(counts[counts.len() - 1]);
-            if counts.len() > 1 {
-                if let Some(k) = knee {
-                    let best = medians.iter().map(|(_, r)| *r).fold(0.0, f64::max);
-                    let at = medians.iter().find(|(c, _)| *c == k).map_or(0.0, |x| x.1);
-                    knees.push(report::Knee {
-                        cache: situation,
-                        method: m,
-                        threads: k,
-                        rate_bytes_per_sec: at,
-                        best_rate_bytes_per_sec: best,
-                    });
-                }
-                sweep.extend(rows.iter().cloned());
-            }
-            if let Some(row) = rows.into_iter().find(|r| r.threads == Some(chosen)) {
+            let rows: Vec<MethodSummary> = plan.counts.iter().map(|&c| one(c)).collect();
+            if let Some(row) = at_the_knee(situation, m, &plan.counts, rows, &mut out) {
                 list.push(row);
             }
         }
-        per_situation.push((situation, list));
+        out.per_situation.push((situation, list));
     }
+    out
+}
+
+/// Of a threaded method's rows (one per thread count), the one at its knee
+/// (the fewest threads within 5% of its best; the largest count without
+/// one); a sweep's rows and knee go into `out`.
+fn at_the_knee(
+    situation: Situation,
+    m: Method,
+    counts: &[u32],
+    rows: Vec<MethodSummary>,
+    out: &mut Summarized,
+) -> Option<MethodSummary> {
+    let medians: Vec<(u32, f64)> = rows
+        .iter()
+        .filter(|r| r.status == analysis::Status::Ok)
+        .filter_map(|r| {
+            r.rate_bytes_per_sec_median
+                .map(|x| (r.threads.unwrap_or(1), x))
+        })
+        .collect();
+    let knee = analysis::knee(&medians);
+    let chosen = knee.unwrap_or(counts[counts.len() - 1]);
+    if counts.len() > 1 {
+        if let Some(k) = knee {
+            let best = medians.iter().map(|(_, r)| *r).fold(0.0, f64::max);
+            let at = medians.iter().find(|(c, _)| *c == k).map_or(0.0, |x| x.1);
+            out.knees.push(report::Knee {
+                cache: situation,
+                method: m,
+                threads: k,
+                rate_bytes_per_sec: at,
+                best_rate_bytes_per_sec: best,
+            });
+        }
+        out.sweep.extend(rows.iter().cloned());
+    }
+    rows.into_iter().find(|r| r.threads == Some(chosen))
+}
+
+/// The notes of the report: what the figures mean here and what could not
+/// be checked.
+fn notes(f: &Found, plan: &plan::Plan, cache: &CacheChoice) -> Vec<String> {
+    let (t, fs_type) = (&f.t, &f.fs_type);
+    let mut notes = Vec::new();
+    let invoker = invoking_uid();
+    if read_for_another_user(t) {
+        notes.push(format!(
+            "{} belongs to uid {}, not to the invoking user (uid {}{}): root read it, so its size and checksum are shown to a user who may not be allowed to read it.",
+            t.canonical.display(),
+            t.uid,
+            invoker.0,
+            if invoker.1 { ", from SUDO_UID" } else { "" }
+        ));
+    }
+    if f.memory_backed {
+        notes.push(format!(
+            "{} is on {fs_type}, which keeps files in memory: there is no device and no cold cache, so every figure is a memory copy, not a read from storage.",
+            t.canonical.display()
+        ));
+    }
+    if let Err(why) = &f.direct
+        && plan.methods.iter().any(|m| m.uses_o_direct())
+    {
+        notes.push(format!("{why}."));
+    }
+    if let Some(l) = f.layout {
+        if l.encoded_bytes > 0 {
+            notes.push(format!(
+                "{} of the file ({:.0}%) is in compressed extents: btrfs serves O_DIRECT reads of them through the page cache, decompressing, so direct cannot bypass the cache there, and the devices move fewer bytes than are read.",
+                format_iec(l.encoded_bytes),
+                100.0 * l.encoded_bytes as f64 / t.size.max(1) as f64
+            ));
+        }
+        let zeros = l.hole_bytes + l.unwritten_bytes;
+        if zeros > 0 {
+            notes.push(format!(
+                "{} of the file is holes or unwritten extents: they read as zeros without device I/O, so they measure memory, not the devices.",
+                format_iec(zeros)
+            ));
+        }
+    }
+    if !f.missing_members.is_empty() {
+        notes.push(format!(
+            "/proc/diskstats does not show the btrfs member{} {}: the device cross-check could not run.",
+            if f.missing_members.len() > 1 { "s" } else { "" },
+            f.missing_members.join(", ")
+        ));
+    } else if f.devices.is_empty() && !f.memory_backed {
+        notes.push(format!(
+            "no block device counts the reads of this {fs_type} filesystem (network or stacked?): the device cross-check could not run."
+        ));
+    }
+    notes.extend(parameter_notes(plan, cache, f.memory_backed, t.size));
+    notes
+}
+
+/// The notes about the plan and the cache.
+fn parameter_notes(
+    plan: &plan::Plan,
+    cache: &CacheChoice,
+    memory_backed: bool,
+    size: u64,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    if plan.counts.len() > 1 && plan.any_threaded() {
+        notes.push(format!(
+            "the thread sweep ({}) reads {} chunks at every count, so the rows differ only in threads; the method list shows each threaded method at its knee (the fewest threads within 5% of its best).",
+            plan.counts.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
+            format_iec(plan.chunk)
+        ));
+    }
+    if let Some(why) = &cache.reason
+        && cache.mode == CacheMode::Cold
+        && !memory_backed
+        && size > 0
+    {
+        notes.push(format!(
+            "only the cold cache was measured: {why} (--cache warm|both asks for it)."
+        ));
+    }
+    if plan.in_flight < MIN_IN_FLIGHT && plan.any_threaded() {
+        notes.push(format!(
+            "direct keeps only {} in flight (--threads × --chunk): below {} a fast array may idle between requests.",
+            format_iec(plan.in_flight),
+            format_iec(MIN_IN_FLIGHT)
+        ));
+    }
+    if let Some(why) = &cache.unverifiable {
+        notes.push(format!("{why}."));
+    }
+    if size == 0 {
+        notes.push(
+            "the file is empty: every method read 0 bytes, so there are no rates.".to_owned(),
+        );
+    }
+    notes
+}
+
+/// Root read a file another user owns.
+fn read_for_another_user(t: &Target) -> bool {
+    rustix::process::geteuid().is_root() && t.uid != invoking_uid().0
+}
+
+/// The report: the summaries judged (checksums, verdicts, advice, winner)
+/// and everything that was read, planned and measured.
+fn report(
+    opts: &ReadTestOptions,
+    f: Found,
+    plan: plan::Plan,
+    cache: CacheChoice,
+    destination: Destination,
+    s: Summarized,
+    notes: Vec<String>,
+) -> ReadTestReport {
+    let Summarized {
+        mut per_situation,
+        sweep,
+        knees,
+        ceiling,
+    } = s;
     let all_runs: Vec<MethodSummary> = per_situation
         .iter()
         .flat_map(|(_, l)| l.iter().cloned())
@@ -1020,7 +1237,7 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
                 .cloned(),
         )
         .collect();
-    let blocks = Digest::new(opts.verify, t.size).expected_blocks();
+    let blocks = Digest::new(opts.verify, f.t.size).expected_blocks();
     let checksum = analysis::check_checksums(opts.verify, blocks, &all_runs);
     let verdicts: Vec<analysis::Verdict> = per_situation
         .iter()
@@ -1032,169 +1249,38 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         .collect();
     let hedge = analysis::hedge(&pairs);
     let advice = analysis::advice(&verdicts, hedge.as_ref());
-    let take = |want: Situation, per: &mut Vec<(Situation, Vec<MethodSummary>)>| {
-        per.iter()
+    let mut take = |want: Situation| {
+        per_situation
+            .iter()
             .position(|(s, _)| *s == want)
-            .map(|i| per.remove(i).1)
+            .map(|i| per_situation.remove(i).1)
             .unwrap_or_default()
     };
-    let summaries = take(Situation::Cold, &mut per_situation);
-    let warm_methods = take(Situation::Warm, &mut per_situation);
+    let summaries = take(Situation::Cold);
+    let warm_methods = take(Situation::Warm);
     let winner = analysis::winner(&summaries);
-
-    let mut notes = Vec::new();
-    let invoker = invoking_uid();
-    let foreign = rustix::process::geteuid().is_root() && t.uid != invoker.0;
-    if foreign {
-        notes.push(format!(
-            "{} belongs to uid {}, not to the invoking user (uid {}{}): root read it, so its size and checksum are shown to a user who may not be allowed to read it.",
-            t.canonical.display(),
-            t.uid,
-            invoker.0,
-            if invoker.1 { ", from SUDO_UID" } else { "" }
-        ));
-    }
-    if memory_backed {
-        notes.push(format!(
-            "{} is on {fs_type}, which keeps files in memory: there is no device and no cold cache, so every figure is a memory copy, not a read from storage.",
-            t.canonical.display()
-        ));
-    }
-    if let Some(why) = &direct_note
-        && methods.iter().any(|m| m.uses_o_direct())
-    {
-        notes.push(format!("{why}."));
-    }
-    if let Some(l) = layout {
-        if l.encoded_bytes > 0 {
-            notes.push(format!(
-                "{} of the file ({:.0}%) is in compressed extents: btrfs serves O_DIRECT reads of them through the page cache, decompressing, so direct cannot bypass the cache there, and the devices move fewer bytes than are read.",
-                format_iec(l.encoded_bytes),
-                100.0 * l.encoded_bytes as f64 / t.size.max(1) as f64
-            ));
-        }
-        let zeros = l.hole_bytes + l.unwritten_bytes;
-        if zeros > 0 {
-            notes.push(format!(
-                "{} of the file is holes or unwritten extents: they read as zeros without device I/O, so they measure memory, not the devices.",
-                format_iec(zeros)
-            ));
-        }
-    }
-    if !missing_members.is_empty() {
-        notes.push(format!(
-            "/proc/diskstats does not show the btrfs member{} {}: the device cross-check could not run.",
-            if missing_members.len() > 1 { "s" } else { "" },
-            missing_members.join(", ")
-        ));
-    } else if devices.is_empty() && !memory_backed {
-        notes.push(format!(
-            "no block device counts the reads of this {fs_type} filesystem (network or stacked?): the device cross-check could not run."
-        ));
-    }
-    let in_flight = chunk * u64::from(opts.max_threads());
-    if counts.len() > 1 && runnable.iter().any(|m| m.is_threaded()) {
-        notes.push(format!(
-            "the thread sweep ({}) reads {} chunks at every count, so the rows differ only in threads; the method list shows each threaded method at its knee (the fewest threads within 5% of its best).",
-            counts.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
-            format_iec(chunk)
-        ));
-    }
-    if let Some(why) = &cache_reason
-        && cache_mode == CacheMode::Cold
-        && !memory_backed
-        && t.size > 0
-    {
-        notes.push(format!(
-            "only the cold cache was measured: {why} (--cache warm|both asks for it)."
-        ));
-    }
-    if in_flight < MIN_IN_FLIGHT && runnable.iter().any(|m| m.is_threaded()) {
-        notes.push(format!(
-            "direct keeps only {} in flight (--threads × --chunk): below {} a fast array may idle between requests.",
-            format_iec(in_flight),
-            format_iec(MIN_IN_FLIGHT)
-        ));
-    }
-    if let Some(why) = &unverifiable {
-        notes.push(format!("{why}."));
-    }
-    if t.size == 0 {
-        notes.push(
-            "the file is empty: every method read 0 bytes, so there are no rates.".to_owned(),
-        );
-    }
-
     let exit_code = if checksum.agree {
-        0
+        crate::model::exit::OK.code
     } else {
-        report::EXIT_CHECKSUM_MISMATCH
+        crate::model::exit::CHECKSUM_MISMATCH.code
     };
-    let mut summary = report::summary_sentence(&verdicts, &advice, &checksum, t.size);
-    if memory_backed && t.size > 0 {
+    let mut summary = report::summary_sentence(&verdicts, &advice, &checksum, f.t.size);
+    if f.memory_backed && f.t.size > 0 {
         summary.push_str(&format!(
-            " All from memory: {fs_type} keeps the file in RAM."
+            " All from memory: {} keeps the file in RAM.",
+            f.fs_type
         ));
     }
-    Ok(ReadTestReport {
+    ReadTestReport {
         path: opts.path.clone(),
         exit_code,
         summary,
         kernel: kernel_release(),
-        file: FileInfo {
-            path: t.canonical.clone(),
-            path_bytes: crate::model::text::non_utf8_bytes(&t.canonical),
-            size_bytes: t.size,
-            fs_type,
-            mount_point: mount.mount_point.clone(),
-            source: mount.source.clone(),
-            memory_backed,
-            data_profiles,
-            devices,
-            layout,
-            owner_uid: t.uid,
-            read_as_root_for_another_user: foreign,
-        },
-        parameters: Parameters {
-            methods,
-            rounds: opts.rounds,
-            threads: opts.max_threads(),
-            chunk_bytes: chunk,
-            in_flight_bytes: in_flight,
-            buffer_bytes: opts.buffer,
-            verify: opts.verify,
-            drop_caches: opts.drop_caches,
-            thread_counts: counts.clone(),
-            cache: cache_mode,
-            cache_default_reason: cache_reason,
-        },
-        direct_io: DirectIo {
-            used: direct_file.is_some(),
-            note: direct_note,
-            offset_align_bytes: dio.map_or(DEFAULT_ALIGN, |a| u64::from(a.offset)),
-            memory_align_bytes: dio.map_or(DEFAULT_ALIGN, |a| u64::from(a.memory)),
-            align_source: if dio.is_some() { "statx" } else { "default" }.to_owned(),
-        },
-        destination: Destination {
-            bytes: ring.len() as u64,
-            slots: ring.slots() as u64,
-            huge_page_bytes,
-            bounce_bytes: bounce_len,
-        },
-        cache: CacheInfo {
-            eviction: if memory_backed {
-                "none"
-            } else if skip_eviction_hook() {
-                "skipped"
-            } else if opts.drop_caches {
-                "drop-caches"
-            } else {
-                "fadvise"
-            }
-            .to_owned(),
-            verified_by: (!memory_backed && can_verify).then(|| "mincore".to_owned()),
-            note: unverifiable,
-        },
+        file: file_info(&f),
+        parameters: parameters(opts, plan, &cache),
+        direct_io: direct_io(&f),
+        destination,
+        cache: cache_info(opts, &f, cache),
         methods: summaries,
         winner,
         checksum,
@@ -1206,7 +1292,72 @@ pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Resul
         hedge,
         advice,
         ceiling,
-    })
+    }
+}
+
+/// What was asked and planned, for the report.
+fn parameters(opts: &ReadTestOptions, plan: plan::Plan, cache: &CacheChoice) -> Parameters {
+    Parameters {
+        methods: plan.methods,
+        rounds: opts.rounds,
+        threads: opts.max_threads(),
+        chunk_bytes: plan.chunk,
+        in_flight_bytes: plan.in_flight,
+        buffer_bytes: opts.buffer,
+        verify: opts.verify,
+        drop_caches: opts.drop_caches,
+        thread_counts: plan.counts,
+        cache: cache.mode,
+        cache_default_reason: cache.reason.clone(),
+    }
+}
+
+/// Whether O_DIRECT was used, and its alignment.
+fn direct_io(f: &Found) -> DirectIo {
+    DirectIo {
+        used: f.direct.is_ok(),
+        note: f.direct.as_ref().err().cloned(),
+        offset_align_bytes: f.dio.map_or(DEFAULT_ALIGN, |a| u64::from(a.offset)),
+        memory_align_bytes: f.dio.map_or(DEFAULT_ALIGN, |a| u64::from(a.memory)),
+        align_source: if f.dio.is_some() { "statx" } else { "default" }.to_owned(),
+    }
+}
+
+/// How the cache was made cold, and how that was proven.
+fn cache_info(opts: &ReadTestOptions, f: &Found, cache: CacheChoice) -> CacheInfo {
+    CacheInfo {
+        eviction: if f.memory_backed {
+            "none"
+        } else if Switch::ReadTestSkipEviction.is_on() {
+            "skipped"
+        } else if opts.drop_caches {
+            "drop-caches"
+        } else {
+            "fadvise"
+        }
+        .to_owned(),
+        verified_by: (!f.memory_backed && cache.unverifiable.is_none())
+            .then(|| "mincore".to_owned()),
+        note: cache.unverifiable,
+    }
+}
+
+/// The file and where it lives, for the report.
+fn file_info(f: &Found) -> FileInfo {
+    FileInfo {
+        path: f.t.canonical.clone(),
+        path_bytes: crate::model::text::non_utf8_bytes(&f.t.canonical),
+        size_bytes: f.t.size,
+        fs_type: f.fs_type.clone(),
+        mount_point: f.mount.mount_point.clone(),
+        source: f.mount.source.clone(),
+        memory_backed: f.memory_backed,
+        data_profiles: f.data_profiles.clone(),
+        devices: f.devices.clone(),
+        layout: f.layout,
+        owner_uid: f.t.uid,
+        read_as_root_for_another_user: read_for_another_user(&f.t),
+    }
 }
 
 #[cfg(test)]

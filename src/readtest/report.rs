@@ -13,9 +13,6 @@ use crate::model::profile::Profile;
 use crate::sys::kernel::extents::Layout;
 use crate::sys::proc::diskstats::BlockDevice;
 
-/// Exit status when the methods read different bytes.
-pub const EXIT_CHECKSUM_MISMATCH: u8 = 3;
-
 /// The file and where it lives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileInfo {

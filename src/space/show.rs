@@ -12,7 +12,7 @@ use crate::sys::kernel::btrfs;
 /// A device's error counters (GET_DEV_STATS), as `btrfs device stats`.
 /// Exit status of `show` when a device has a non-zero error counter (bit 6,
 /// as `btrfs device stats --check`).
-pub const DEVICE_ERRORS: u8 = 64;
+pub const DEVICE_ERRORS: u8 = crate::model::exit::DEVICE_ERRORS.code;
 
 /// `show --json`: every filesystem asked about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -968,42 +968,46 @@ fn with_pause_at(
     args: &[&std::ffi::OsStr],
     meanwhile: impl FnOnce(),
 ) -> (i32, String, String) {
-    let hook = env.path().join(format!("hook-{point}"));
-    fs::create_dir(&hook).unwrap();
-    let child = env
+    use std::io::{BufRead, BufReader, Read};
+    let pause = btrfs_lab::hooks::Pause::named(point).unwrap();
+    let go = env.path().join(format!("go-{point}"));
+    let mut child = env
         .cmd()
-        .env(
-            "BTRFS_LAB_TEST_PAUSE_AT",
-            format!("{point}:{}", hook.display()),
-        )
+        .env(btrfs_lab::hooks::PAUSE_ENV, pause.until(&go))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut reached = false;
-    for _ in 0..6000 {
-        if hook.join("reached").exists() {
-            reached = true;
-            break;
+    // stdout is drained meanwhile, so the run never blocks on a full pipe.
+    let mut stdout = child.stdout.take().unwrap();
+    let drain = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    // stderr up to the pause line (or its end, when the run never got there).
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    let reached = loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            break false;
         }
-        thread::sleep(Duration::from_millis(10));
-    }
+        err.push_str(&line);
+        if line.contains(&pause.message()) {
+            break true;
+        }
+    };
     if reached {
         meanwhile();
     }
-    fs::write(hook.join("go"), "").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        reached,
-        "the run never reached {point}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    fs::write(&go, "").unwrap();
+    let _ = stderr.read_to_string(&mut err);
+    let status = child.wait().unwrap();
+    let out = drain.join().unwrap();
+    assert!(reached, "the run never reached {point}: {err}");
+    (status.code().unwrap_or(-1), out, err)
 }
 
 #[cfg(feature = "test-hooks")]

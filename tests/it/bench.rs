@@ -233,7 +233,12 @@ fn planted_lies_are_flagged() {
     let one = ["--tests", "SEQ1M-Q8T1"];
 
     // fio's reported bytes scaled ×2: the device counters disagree.
-    let (code, r) = bench(&env, &mnt, &one, &[("BTRFS_LAB_BENCH_SCALE_CLAIMED", "2")]);
+    let (code, r) = bench(
+        &env,
+        &mnt,
+        &one,
+        &[(btrfs_lab::hooks::Switch::BenchScaleClaimed.env(), "2")],
+    );
     assert_eq!(code, 3);
     for s in ["SEQ1M-Q8T1-read", "SEQ1M-Q8T1-write"] {
         let t = result(&r, s);
@@ -243,7 +248,12 @@ fn planted_lies_are_flagged() {
     }
 
     // A warm page cache (O_DIRECT ignored, no eviction).
-    let (code, r) = bench(&env, &mnt, &one, &[("BTRFS_LAB_BENCH_BUFFERED", "1")]);
+    let (code, r) = bench(
+        &env,
+        &mnt,
+        &one,
+        &[(btrfs_lab::hooks::Switch::BenchBuffered.env(), "1")],
+    );
     assert_eq!(code, 3);
     let read = result(&r, "SEQ1M-Q8T1-read");
     assert!(flags(read).contains(&CheckCode::PageCacheRead), "{read:#?}");
@@ -267,7 +277,7 @@ fn planted_lies_are_flagged() {
         &env,
         &mnt,
         &["--tests", "RND4K-Q32T1"],
-        &[("BTRFS_LAB_BENCH_FALLOCATE_ONLY", "1")],
+        &[(btrfs_lab::hooks::Switch::BenchFallocateOnly.env(), "1")],
     );
     assert_eq!(code, 3);
     let read = result(&r, "RND4K-Q32T1-read");
@@ -355,7 +365,12 @@ fn compression_is_named_and_compressible_data_is_flagged() {
     );
 
     // Compressible data: compressed extents, and fio's figures are not the drives'.
-    let (code, r) = bench(&env, &mnt, &one, &[("BTRFS_LAB_BENCH_COMPRESSIBLE", "90")]);
+    let (code, r) = bench(
+        &env,
+        &mnt,
+        &one,
+        &[(btrfs_lab::hooks::Switch::BenchCompressible.env(), "90")],
+    );
     assert_eq!(code, 3);
     assert!(r.test_file.layout_after_fill.unwrap().encoded_bytes >= 60 * MIB);
     let read = result(&r, "SEQ1M-Q8T1-read");
@@ -734,7 +749,8 @@ mod sustained {
 
     use btrfs_lab::bench::WORK_DIR_PREFIX;
     use btrfs_lab::bench::cliff::Shape;
-    use btrfs_lab::bench::sustained::{HOOK_CGROUP, SustainedReport, TEST_FILE};
+    use btrfs_lab::bench::sustained::{SustainedReport, TEST_FILE};
+    use btrfs_lab::hooks::Switch;
     use btrfs_lab::model::profile::Profile;
     use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
     use btrfs_lab::sys::proc::cgroup::{self, BlkioCgroup};
@@ -802,7 +818,7 @@ mod sustained {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(cg) = cg {
-            c.env(HOOK_CGROUP, cg.path());
+            c.env(Switch::BenchCgroup.env(), cg.path());
         }
         Reaped(Some(c.spawn().unwrap()))
     }

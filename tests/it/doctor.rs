@@ -1020,7 +1020,10 @@ fn deep_stops_on_int_term_and_hup_and_leaves_nothing() {
             .cmd()
             .args(["doctor", "--deep"])
             .arg(&m)
-            .env("BTRFS_LAB_PROBE_TEST_PAUSE", "written")
+            .env(
+                btrfs_lab::hooks::PAUSE_ENV,
+                btrfs_lab::hooks::Pause::ProbeWritten.name(),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -1034,7 +1037,7 @@ fn deep_stops_on_int_term_and_hup_and_leaves_nothing() {
                 panic!("{sig}: doctor ended before the probe paused: {seen}");
             }
             seen.push_str(&line);
-            if line.contains("test hook: probe paused") {
+            if line.contains(&btrfs_lab::hooks::Pause::ProbeWritten.message()) {
                 break;
             }
         }

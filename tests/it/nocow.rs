@@ -534,9 +534,10 @@ fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
 /// Starts `nocow --migrate --yes DIR` with the test hook and waits until it
 /// pauses at `point`.
 fn start_paused(env: &TestEnv, dir: &Path, point: &str) -> std::process::Child {
+    let hook = btrfs_lab::hooks::Pause::named(&format!("nocow-{point}")).unwrap();
     let mut child = env
         .cmd()
-        .env(btrfs_lab::nocow::migrate::PAUSE_ENV, point)
+        .env(btrfs_lab::hooks::PAUSE_ENV, hook.name())
         .args(["nocow", "--migrate", "--yes"])
         .arg(dir)
         .stdout(Stdio::null())
@@ -544,7 +545,7 @@ fn start_paused(env: &TestEnv, dir: &Path, point: &str) -> std::process::Child {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let want = format!("paused at {point}");
+    let want = hook.message();
     loop {
         match lines.next() {
             Some(Ok(l)) if l.contains(&want) => break,

@@ -330,7 +330,7 @@ fn no_space_removes_the_partial_file() {
     // skipped through the test hook), the partial file is removed.
     let (code, _, stderr) = run(env
         .cmd()
-        .env(btrfs_lab::probe::SKIP_SPACE_CHECK_ENV, "1")
+        .env(btrfs_lab::hooks::Switch::ProbeSkipSpaceCheck.env(), "1")
         .args(["probe-dio", "--file-size", "128M"])
         .arg(sbx.mount_point()));
     assert_eq!(code, 1, "{stderr}");
@@ -507,7 +507,10 @@ fn a_killed_probes_leftovers_are_removed_by_the_next_run() {
 
     let mut child = env
         .cmd()
-        .env(btrfs_lab::probe::PAUSE_ENV, "written")
+        .env(
+            btrfs_lab::hooks::PAUSE_ENV,
+            btrfs_lab::hooks::Pause::ProbeWritten.name(),
+        )
         .args(["probe-dio", "--file-size", SIZE])
         .arg(&mnt)
         .stdout(std::process::Stdio::null())
@@ -519,7 +522,10 @@ fn a_killed_probes_leftovers_are_removed_by_the_next_run() {
     BufReader::new(child.stderr.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert!(line.contains("test hook: probe paused"), "{line}");
+    assert!(
+        line.contains(&btrfs_lab::hooks::Pause::ProbeWritten.message()),
+        "{line}"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     let tag = format!(".btrfs-lab-probe-{pid}-");
@@ -585,8 +591,8 @@ fn a_directory_swapped_for_a_link_does_not_redirect_the_test_files() {
     let mut child = env
         .cmd()
         .env(
-            btrfs_lab::probe::PAUSE_ENV,
-            format!("written:{}", go.display()),
+            btrfs_lab::hooks::PAUSE_ENV,
+            btrfs_lab::hooks::Pause::ProbeWritten.until(&go),
         )
         .args(["probe-dio", "--json", "--rounds", "2", "--file-size", SIZE])
         .arg(&dir)
@@ -597,7 +603,10 @@ fn a_directory_swapped_for_a_link_does_not_redirect_the_test_files() {
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
-    assert!(line.contains("test hook: probe paused"), "{line}");
+    assert!(
+        line.contains(&btrfs_lab::hooks::Pause::ProbeWritten.message()),
+        "{line}"
+    );
     fs::rename(&dir, mnt.join("d.moved")).unwrap();
     std::os::unix::fs::symlink(&victim, &dir).unwrap();
     fs::write(&go, "").unwrap();
@@ -757,7 +766,7 @@ fn without_the_tracepoint_the_counter_decides() {
     let env = TestEnv::new();
     let sbx = env.sandbox(SandboxRequest::default());
     let mut c = env.cmd();
-    c.env(btrfs_lab::probe::NO_TRACE_ENV, "1")
+    c.env(btrfs_lab::hooks::Switch::ProbeNoTrace.env(), "1")
         .args(["probe-dio", "--json", "--file-size", SIZE])
         .arg(sbx.mount_point());
     let (code, stdout, _) = run(&mut c);
@@ -979,7 +988,10 @@ fn the_trace_instance_is_removed_on_every_exit_path() {
     ] {
         let mut child = env
             .cmd()
-            .env(btrfs_lab::probe::PAUSE_ENV, "written")
+            .env(
+                btrfs_lab::hooks::PAUSE_ENV,
+                btrfs_lab::hooks::Pause::ProbeWritten.name(),
+            )
             .args(["probe-dio", "--file-size", SIZE])
             .arg(&mnt)
             .stdout(std::process::Stdio::null())
@@ -991,7 +1003,10 @@ fn the_trace_instance_is_removed_on_every_exit_path() {
         let mut err = BufReader::new(child.stderr.take().unwrap());
         let mut line = String::new();
         err.read_line(&mut line).unwrap();
-        assert!(line.contains("test hook: probe paused"), "{line}");
+        assert!(
+            line.contains(&btrfs_lab::hooks::Pause::ProbeWritten.message()),
+            "{line}"
+        );
         let mine = format!("btrfs-lab-{pid}-");
         let (during, _) = trace_state();
         assert_eq!(
@@ -1390,7 +1405,10 @@ fn sighup_mid_run_cleans_up_and_exits_130() {
     // probe-dio DIR.
     let mut child = env
         .cmd()
-        .env(btrfs_lab::probe::PAUSE_ENV, "written")
+        .env(
+            btrfs_lab::hooks::PAUSE_ENV,
+            btrfs_lab::hooks::Pause::ProbeWritten.name(),
+        )
         .args(["probe-dio", "--file-size", SIZE])
         .arg(&mnt)
         .stdout(std::process::Stdio::piped())
@@ -1401,7 +1419,10 @@ fn sighup_mid_run_cleans_up_and_exits_130() {
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
-    assert!(line.contains("test hook: probe paused"), "{line}");
+    assert!(
+        line.contains(&btrfs_lab::hooks::Pause::ProbeWritten.message()),
+        "{line}"
+    );
     assert!(
         listing(&mnt)
             .iter()

@@ -381,7 +381,7 @@ fn a_warm_cache_is_caught_by_the_device_counters() {
     // and mmap figures come from the cache, and the devices say so.
     warm_up();
     let mut c = env.cmd();
-    c.env(btrfs_lab::readtest::SKIP_EVICTION_ENV, "1")
+    c.env(btrfs_lab::hooks::Switch::ReadTestSkipEviction.env(), "1")
         .args([
             "read-test",
             "--json",
@@ -415,13 +415,13 @@ fn a_warm_cache_is_caught_by_the_device_counters() {
     assert!(r["notes"].as_array().unwrap().iter().any(|n| {
         n.as_str()
             .unwrap()
-            .contains(btrfs_lab::readtest::SKIP_EVICTION_ENV)
+            .contains(btrfs_lab::hooks::Switch::ReadTestSkipEviction.env())
     }));
     // The text report says why.
     warm_up();
     let (_, text, _) = run(env
         .cmd()
-        .env(btrfs_lab::readtest::SKIP_EVICTION_ENV, "1")
+        .env(btrfs_lab::hooks::Switch::ReadTestSkipEviction.env(), "1")
         .args(["read-test", "--rounds", "1", "--methods", "buffered"])
         .arg(&file));
     assert!(text.contains("flagged"), "{text}");
@@ -846,7 +846,10 @@ fn mmap_run_with_truncate(
     let go = env.path().join(format!("go-{cut_to}"));
     let mut child = env
         .cmd()
-        .env(btrfs_lab::readtest::engine::PAUSE_MMAP_ENV, &go)
+        .env(
+            btrfs_lab::hooks::PAUSE_ENV,
+            btrfs_lab::hooks::Pause::ReadTestMmap.until(&go),
+        )
         .args(["read-test", "--json", "--rounds", "1", "--methods", "mmap"])
         .arg(file)
         .stdout(std::process::Stdio::piped())
@@ -862,7 +865,7 @@ fn mmap_run_with_truncate(
             panic!("read-test ended before the hook paused it: {seen}");
         }
         seen.push_str(&line);
-        if line.contains("test hook: mmap pass paused") {
+        if line.contains(&btrfs_lab::hooks::Pause::ReadTestMmap.message()) {
             break;
         }
     }

@@ -23,7 +23,7 @@ use crate::sys::fs::beneath::{self, HeldDir};
 use crate::sys::fs::filesystem;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
-use crate::sys::{fs::mounts, kernel::btrfs, kernel::xattrs, proc::procs};
+use crate::sys::{kernel::btrfs, kernel::xattrs, proc::procs};
 
 /// What the walk found below one path.
 #[derive(Debug, Clone)]
@@ -227,7 +227,7 @@ fn walk_held(
     shown: &str,
     scan: &mut Scan,
 ) -> Result<()> {
-    let mount_points: HashSet<PathBuf> = mounts::mount_table(sysroot)?
+    let mount_points: HashSet<PathBuf> = crate::sys::proc::mountinfo::mount_table(sysroot)?
         .into_iter()
         .map(|m| m.mount_point)
         .collect();

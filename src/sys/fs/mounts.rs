@@ -1,6 +1,5 @@
-//! Mounting and unmounting, and the mount table.
+//! Mounting and unmounting (the mount table is [`crate::sys::proc::mountinfo`]).
 
-use std::fs;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 
@@ -11,16 +10,10 @@ use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::parse::mountinfo::{MountEntry, parse_mountinfo};
+use crate::parse::mountinfo::MountEntry;
 use crate::sys::fs::beneath::TrustedDir;
 use crate::sys::fs::root::SysRoot;
-
-/// The mount table of this process.
-pub fn mount_table(root: &SysRoot) -> Result<Vec<MountEntry>> {
-    let p = root.proc("self/mountinfo");
-    let text = fs::read_to_string(&p).map_err(|e| Error::from_io(&e, "cannot read", &p))?;
-    Ok(parse_mountinfo(&text))
-}
+use crate::sys::proc::mountinfo;
 
 /// Mounts `source` (a block device) of type `fs_type` at `target`.
 pub fn mount_device(
@@ -106,9 +99,8 @@ pub fn mount_rooted_at(
         .with_hint("Linux 5.8 or newer is needed"));
     }
     let id = sx.stx_mnt_id;
-    let entry = mount_table(root)?
-        .into_iter()
-        .find(|m| u64::from(m.id) == id);
+    let table = mountinfo::mount_table(root)?;
+    let entry = mountinfo::by_id(&table, id).cloned();
     Ok(entry.filter(|_| known))
 }
 

@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::counters::{bdi_dirtied_bytes, vmstat_nr_dirtied};
-use crate::parse::mountinfo::parse_mountinfo;
 use crate::sys::fs::root::{SysRoot, TABLE_CAP};
 
 /// Which counter was used.
@@ -127,11 +126,7 @@ pub fn page_size() -> u64 {
 
 /// Where debugfs is mounted in this process's view, if anywhere.
 pub(crate) fn find_debugfs(root: &SysRoot) -> Option<PathBuf> {
-    let text = root.read_table(&root.proc("self/mountinfo")).ok()?;
-    parse_mountinfo(&text)
-        .into_iter()
-        .find(|m| m.fs_type == "debugfs")
-        .map(|m| m.mount_point)
+    crate::sys::proc::mountinfo::find_type(root, "debugfs")
 }
 
 /// Whether this process is in the private mount namespace of

@@ -5,5 +5,6 @@ pub mod cgroup;
 pub mod counters;
 pub(crate) mod diskstats;
 pub(crate) mod fdinfo;
+pub mod mountinfo;
 pub(crate) mod procs;
 pub(crate) mod tracefs;

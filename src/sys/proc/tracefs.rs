@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 use nix::mount::{MsFlags, mount};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::parse::mountinfo::parse_mountinfo;
 use crate::sys::fs::root::SysRoot;
 
 /// Every instance we make is named `btrfs-lab-<pid>-<6 hex>`.
@@ -41,11 +40,7 @@ const FILTER_MAX: usize = 3500;
 
 /// Where tracefs is mounted in this process's view, if anywhere.
 pub(crate) fn find_tracefs(root: &SysRoot) -> Option<PathBuf> {
-    let text = root.read_table(&root.proc("self/mountinfo")).ok()?;
-    parse_mountinfo(&text)
-        .into_iter()
-        .find(|m| m.fs_type == "tracefs")
-        .map(|m| m.mount_point)
+    crate::sys::proc::mountinfo::find_type(root, "tracefs")
 }
 
 /// Mounts tracefs at /sys/kernel/tracing in the private mount namespace of

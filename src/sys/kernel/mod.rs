@@ -4,6 +4,7 @@
 //! The crate's `unsafe` lives here, each block with a SAFETY comment.
 
 pub mod btrfs;
+pub(crate) mod child;
 pub(crate) mod direct_io;
 pub(crate) mod extents;
 pub mod ioctl;

@@ -199,12 +199,13 @@ pub struct Progress {
 
 // ---------------------------------------------------------------------
 // Signals: SIGINT, SIGTERM and SIGHUP (a dropped SSH session) all stop
-// the bench at the next safe point (`sys::kernel::signals::install`, the one scheme
-// of every command that changes something): fio's process group is killed,
-// the test directory removed, exit status 130. A second signal exits at once.
+// the bench at the next safe point (`signals::Mode::CleanupFirst`): fio's
+// process group is killed, the test directory (and the sandbox) removed,
+// exit status 130. A second signal does not exit early: that would leave
+// them (docs/bench.md).
 
 pub(crate) fn install_signals() -> Result<()> {
-    signals::install()
+    signals::install_mode(signals::Mode::CleanupFirst)
 }
 
 /// `Err(interrupted)` once a signal arrived.

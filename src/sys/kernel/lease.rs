@@ -21,8 +21,6 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, LazyLock};
 
 use nix::errno::Errno;
 
@@ -45,17 +43,9 @@ impl LeaseKind {
     }
 }
 
-/// Set when a lease break signal arrived (for information only).
-static BROKEN_SIGNAL: LazyLock<Arc<AtomicBool>> =
-    LazyLock::new(|| Arc::new(AtomicBool::new(false)));
-
 fn catch_sigio() -> Result<(), Errno> {
-    static INSTALLED: LazyLock<Result<(), Errno>> = LazyLock::new(|| {
-        signal_hook::flag::register(signal_hook::consts::SIGIO, Arc::clone(&BROKEN_SIGNAL))
-            .map(|_| ())
-            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EINVAL)))
-    });
-    *INSTALLED
+    crate::sys::kernel::signals::catch_lease_breaks()
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EINVAL)))
 }
 
 /// A lease on an open file, released when dropped (or when the file is

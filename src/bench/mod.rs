@@ -1032,15 +1032,8 @@ pub fn run(
         file.set_len(size)
             .map_err(|e| Error::from_io(&e, "cannot size", &file_path))?;
     } else {
-        rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, size).map_err(
-            |e| {
-                Error::from_errno(
-                    nix::errno::Errno::from_raw(e.raw_os_error()),
-                    "cannot fallocate",
-                    &file_path,
-                )
-            },
-        )?;
+        rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, size)
+            .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot fallocate", &file_path))?;
     }
     let buffered = hook(HOOK_BUFFERED).is_some();
     let settings = JobSettings {

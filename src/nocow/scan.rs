@@ -287,8 +287,8 @@ pub fn open_beneath(
                 return Err(dir_changed(shown));
             }
             Err(e) => {
-                return Err(Error::from_errno(
-                    nix::errno::Errno::from_raw(e.raw_os_error()),
+                return Err(crate::sys::kernel::errno::to_error(
+                    e,
                     "cannot open directory",
                     shown,
                 ));
@@ -329,11 +329,7 @@ fn walk(
     let mut names = match listing {
         Ok(n) => n,
         Err(e) => {
-            let err = Error::from_errno(
-                nix::errno::Errno::from_raw(e.raw_os_error()),
-                "cannot list",
-                dir_path,
-            );
+            let err = crate::sys::kernel::errno::to_error(e, "cannot list", dir_path);
             scan.skipped.push(err.message().to_owned());
             return;
         }

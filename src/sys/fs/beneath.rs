@@ -62,7 +62,7 @@ pub enum Removal {
 }
 
 fn errno(e: RErrno) -> nix::errno::Errno {
-    nix::errno::Errno::from_raw(e.raw_os_error())
+    crate::sys::kernel::errno::to_nix(e)
 }
 
 fn err(e: RErrno, doing: &str, path: &Path) -> Error {

@@ -7,7 +7,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::sys::statvfs::{FsFlags, statvfs};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::MountEntry;
@@ -49,10 +48,12 @@ pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
     }
     let dir = fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
     let mount = mountinfo::containing(root, &dir)?;
-    let vfs = statvfs(&dir).map_err(|e| Error::from_errno(e, "cannot statvfs", &dir))?;
+    let vfs = rustix::fs::statvfs(&dir)
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &dir))?;
     Ok(DirFs {
-        read_only: vfs.flags().contains(FsFlags::ST_RDONLY) || mount.is_read_only(),
-        available_bytes: vfs.blocks_available().saturating_mul(vfs.fragment_size()),
+        read_only: vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
+            || mount.is_read_only(),
+        available_bytes: vfs.f_bavail.saturating_mul(vfs.f_frsize),
         dir,
         mount,
     })
@@ -65,9 +66,8 @@ pub fn inspect_held(root: &SysRoot, dir: &crate::sys::fs::beneath::HeldDir) -> R
     let real = fs::read_link(format!("/proc/self/fd/{}", dir.fd().as_raw_fd()))
         .map_err(|e| Error::from_io(&e, "cannot resolve", dir.path()))?;
     let mount = mountinfo::containing(root, &real)?;
-    let vfs = rustix::fs::fstatvfs(dir.fd()).map_err(|e| {
-        Error::from_errno(Errno::from_raw(e.raw_os_error()), "cannot statvfs", &real)
-    })?;
+    let vfs = rustix::fs::fstatvfs(dir.fd())
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &real))?;
     Ok(DirFs {
         read_only: vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
             || mount.is_read_only(),

@@ -6,9 +6,6 @@ use std::path::Path;
 use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
 use rustix::mount::{MountFlags, UnmountFlags};
 
-use nix::errno::Errno;
-use nix::mount::{MntFlags, MsFlags, mount, umount2};
-
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::MountEntry;
 use crate::sys::fs::beneath::TrustedDir;
@@ -22,26 +19,30 @@ pub fn mount_device(
     fs_type: &str,
     options: Option<&str>,
 ) -> Result<()> {
-    mount(
-        Some(source),
+    let data = options
+        .map(std::ffi::CString::new)
+        .transpose()
+        .map_err(|_| Error::usage(format!("mount options {options:?} hold a NUL byte")))?;
+    rustix::mount::mount(
+        source,
         target,
-        Some(fs_type),
-        MsFlags::empty(),
-        options,
+        fs_type,
+        MountFlags::empty(),
+        data.as_deref(),
     )
-    .map_err(|e| Error::from_errno(e, &format!("cannot mount {} at", source.display()), target))
+    .map_err(|e| errno_err(e, &format!("cannot mount {} at", source.display()), target))
 }
 
 /// Unmounts `target` (never lazily: a busy mount is reported, not hidden).
 pub fn unmount(target: &Path) -> Result<()> {
-    match umount2(target, MntFlags::empty()) {
+    match rustix::mount::unmount(target, UnmountFlags::empty()) {
         Ok(()) => Ok(()),
-        Err(Errno::EBUSY) => Err(Error::new(
+        Err(rustix::io::Errno::BUSY) => Err(Error::new(
             ErrorKind::Busy,
             format!("{} is busy: a process is using it", target.display()),
         )
         .with_hint(format!("find it with: fuser -vm {}", target.display()))),
-        Err(e) => Err(Error::from_errno(e, "cannot unmount", target)),
+        Err(e) => Err(errno_err(e, "cannot unmount", target)),
     }
 }
 
@@ -158,6 +159,4 @@ pub fn unmount_beneath(
     Ok(Unmounted::Unmounted(entry))
 }
 
-fn errno_err(e: rustix::io::Errno, doing: &str, path: &Path) -> Error {
-    Error::from_errno(Errno::from_raw(e.raw_os_error()), doing, path)
-}
+use crate::sys::kernel::errno::to_error as errno_err;

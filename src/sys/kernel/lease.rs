@@ -43,11 +43,6 @@ impl LeaseKind {
     }
 }
 
-fn catch_sigio() -> Result<(), Errno> {
-    crate::sys::kernel::signals::catch_lease_breaks()
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EINVAL)))
-}
-
 /// A lease on an open file, released when dropped (or when the file is
 /// closed, whichever comes first).
 #[derive(Debug)]
@@ -61,7 +56,7 @@ pub struct Lease<'a> {
 /// `EACCES` when not the owner and not CAP_LEASE, `EINVAL` where leases are
 /// not supported (or disabled: `/proc/sys/fs/leases-enable`).
 pub fn take(file: &File, kind: LeaseKind) -> Result<Lease<'_>, Errno> {
-    catch_sigio()?;
+    super::signals::catch_lease_breaks()?;
     // SAFETY: F_SETLEASE takes an int argument and only changes the lease
     // state of the open file description behind this valid descriptor.
     let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, kind.raw()) };

@@ -6,6 +6,7 @@
 pub mod btrfs;
 pub(crate) mod child;
 pub(crate) mod direct_io;
+pub mod errno;
 pub(crate) mod extents;
 pub mod ioctl;
 pub(crate) mod lease;

@@ -120,10 +120,10 @@ pub fn install_mode(mode: Mode) -> Result<()> {
         writer
             .set_nonblocking(true)
             .map_err(|e| handler_error(&e))?;
-        if PIPE.set((Mutex::new(reader), writer)).is_ok() {
-            if let Some((_, w)) = PIPE.get() {
-                WAKE_FD.store(w.as_raw_fd(), Ordering::SeqCst);
-            }
+        if PIPE.set((Mutex::new(reader), writer)).is_ok()
+            && let Some((_, w)) = PIPE.get()
+        {
+            WAKE_FD.store(w.as_raw_fd(), Ordering::SeqCst);
         }
     }
     MODE.store(mode.raw(), Ordering::SeqCst);
@@ -242,15 +242,14 @@ static LEASE_BROKEN: OnceLock<std::sync::Arc<AtomicBool>> = OnceLock::new();
 /// Keeps SIGIO, which the kernel sends to the holder of a lease someone
 /// breaks (`sys::kernel::lease`), from ending the process (its default
 /// action): registered once; it only sets a flag.
-pub(crate) fn catch_lease_breaks() -> std::io::Result<()> {
-    static REGISTERED: OnceLock<std::result::Result<(), i32>> = OnceLock::new();
-    let r = REGISTERED.get_or_init(|| {
+pub(crate) fn catch_lease_breaks() -> std::result::Result<(), nix::errno::Errno> {
+    static REGISTERED: OnceLock<std::result::Result<(), nix::errno::Errno>> = OnceLock::new();
+    *REGISTERED.get_or_init(|| {
         let flag = LEASE_BROKEN.get_or_init(|| std::sync::Arc::new(AtomicBool::new(false)));
         signal_hook::flag::register(SIGIO, std::sync::Arc::clone(flag))
             .map(|_| ())
-            .map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
-    });
-    r.map_err(std::io::Error::from_raw_os_error)
+            .map_err(|e| super::errno::of_io(&e))
+    })
 }
 
 /// The two sides of [`detach`].
@@ -284,7 +283,7 @@ impl DetachNotice {
         if let Some(p) = self.pipe.take() {
             let _ = rustix::io::write(&p, b"1");
             if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-                let _ = nix::unistd::dup2_stderr(&null);
+                let _ = rustix::stdio::dup2_stderr(&null);
             }
         }
     }
@@ -313,23 +312,22 @@ pub fn detach() -> Result<Detached> {
     // SAFETY: the process has one thread (checked above), so the child
     // inherits no lock held by another thread; it goes on running this
     // program's code, as the only thread.
-    let pid = unsafe { libc::fork() };
-    match pid {
-        -1 => Err(Error::new(
+    // (rustix has no fork: nix's.)
+    let forked = unsafe { nix::unistd::fork() };
+    match forked {
+        Err(e) => Err(Error::new(
             ErrorKind::Io,
-            format!(
-                "cannot go to the background: fork: {}",
-                std::io::Error::last_os_error()
-            ),
+            format!("cannot go to the background: fork: {}", e.desc()),
         )),
-        0 => {
+        Ok(nix::unistd::ForkResult::Child) => {
             drop(reader);
             let _ = rustix::process::setsid();
-            let _ = nix::unistd::dup2_stdin(null.as_fd());
-            let _ = nix::unistd::dup2_stdout(null.as_fd());
+            let _ = rustix::stdio::dup2_stdin(null.as_fd());
+            let _ = rustix::stdio::dup2_stdout(null.as_fd());
             Ok(Detached::Child(DetachNotice { pipe: Some(writer) }))
         }
-        child => {
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            let child = child.as_raw();
             drop(writer);
             let mut byte = [0u8; 1];
             let started = loop {

@@ -19,12 +19,13 @@ pub mod tools;
 
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
+    rustix::process::geteuid().is_root()
 }
 
 /// The running kernel's release (`6.18.44-...`).
 pub fn kernel_release() -> String {
-    nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
+    rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned()
 }

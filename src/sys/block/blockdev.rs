@@ -132,7 +132,7 @@ pub fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
         return f;
     }
     let rdev = meta.rdev();
-    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
     f.devt = Some((major, minor));
     f.name = dev_name(root, major, minor);
     let sysdir = f

@@ -533,7 +533,10 @@ pub fn device_ref(root: &SysRoot, arg: &str) -> Result<DeviceRef> {
             fs::metadata(arg).map_err(|e| Error::from_io(&e, "cannot use", Path::new(arg)))?;
         let ft = meta.file_type();
         if ft.is_block_device() {
-            let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
+            let (major, minor) = (
+                rustix::fs::major(meta.rdev()),
+                rustix::fs::minor(meta.rdev()),
+            );
             let dev = resolve(root, &root.sys(&format!("dev/block/{major}:{minor}")))
                 .ok_or_else(not_found)?;
             return file_name(&dev).map(DeviceRef::Block).ok_or_else(not_found);

@@ -174,12 +174,13 @@ pub struct Progress {
 
 // ---------------------------------------------------------------------
 // Signals: SIGINT, SIGTERM and SIGHUP (a dropped SSH session) all stop
-// the bench at the next safe point (`sys::kernel::signals::install`, the one scheme
-// of every command that changes something): fio's process group is killed,
-// the test directory removed, exit status 130. A second signal exits at once.
+// the bench at the next safe point (`signals::Mode::CleanupFirst`): fio's
+// process group is killed, the test directory (and the sandbox) removed,
+// exit status 130. A second signal does not exit early: that would leave
+// them (docs/bench.md).
 
 pub(crate) fn install_signals() -> Result<()> {
-    signals::install()
+    signals::install_mode(signals::Mode::CleanupFirst)
 }
 
 /// `Err(interrupted)` once a signal arrived.
@@ -1179,13 +1180,8 @@ fn size_test_file(
             .set_len(size)
             .map_err(|e| Error::from_io(&e, "cannot size", path));
     }
-    rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size).map_err(|e| {
-        Error::from_errno(
-            nix::errno::Errno::from_raw(e.raw_os_error()),
-            "cannot fallocate",
-            path,
-        )
-    })
+    rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size)
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot fallocate", path))
 }
 
 /// The best sequential read of the suite (what --members compares each

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
-use crate::parse::mountinfo::parse_mountinfo;
 use crate::sys::block::topology::{self, DeviceRef, LoopLayer};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs;
+use crate::sys::proc::mountinfo;
 
 pub use crate::hw::CAPTURED_SMART_DIR;
 use crate::hw::analysis::{MemberPath, array_ceiling, shared_uplinks};
@@ -66,11 +66,10 @@ fn is_mount(root: &SysRoot, target: &str) -> bool {
     if root.is_host() {
         return Path::new(target).is_dir();
     }
-    let Ok(text) = root.read_table(&root.proc("self/mountinfo")) else {
+    let Ok(table) = mountinfo::mount_table(root) else {
         return false;
     };
-    let want = normalize(target);
-    parse_mountinfo(&text).iter().any(|m| m.mount_point == want)
+    mountinfo::at_mount_point(&table, &normalize(target)).is_some()
 }
 
 /// `/mnt/x/` and `/mnt//x` as `/mnt/x`, without touching the filesystem.
@@ -124,15 +123,9 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
             members,
         });
     }
-    let mountinfo = root.proc("self/mountinfo");
-    let text = root
-        .read_table(&mountinfo)
-        .map_err(|e| Error::from_io(&e, "cannot read", &mountinfo))?;
-    let want = normalize(mount);
-    let entry = parse_mountinfo(&text)
-        .into_iter()
-        .rev()
-        .find(|m| m.mount_point == want)
+    let table = mountinfo::mount_table(root)?;
+    let entry = mountinfo::at_mount_point(&table, &normalize(mount))
+        .cloned()
         .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("{mount} is not mounted")))?;
     if entry.fs_type != "btrfs" {
         return Err(Error::new(
@@ -223,7 +216,7 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
                     ErrorKind::NotFound,
                     format!(
                         "{t} is not a mount point of the captured tree ({})",
-                        root.proc("self/mountinfo").display()
+                        mountinfo::table_path(root, mountinfo::Of::This).display()
                     ),
                 )
                 .with_hint(

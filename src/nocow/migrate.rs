@@ -647,7 +647,7 @@ fn swap_in(
             name,
             rustix::fs::RenameFlags::EXCHANGE,
         )
-        .map_err(|e| Error::from_errno(Errno::from_raw(e.raw_os_error()), what, path))
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, what, path))
     };
     exchange("cannot swap the copy with")?;
     // The test hook waits for a SIGKILL here; a SIGINT, SIGTERM or SIGHUP

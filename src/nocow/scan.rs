@@ -23,7 +23,7 @@ use crate::sys::fs::beneath::{self, HeldDir};
 use crate::sys::fs::filesystem;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
-use crate::sys::{fs::mounts, kernel::btrfs, kernel::xattrs, proc::procs};
+use crate::sys::{kernel::btrfs, kernel::xattrs, proc::procs};
 
 /// What the walk found below one path.
 #[derive(Debug, Clone)]
@@ -227,7 +227,7 @@ fn walk_held(
     shown: &str,
     scan: &mut Scan,
 ) -> Result<()> {
-    let mount_points: HashSet<PathBuf> = mounts::mount_table(sysroot)?
+    let mount_points: HashSet<PathBuf> = crate::sys::proc::mountinfo::mount_table(sysroot)?
         .into_iter()
         .map(|m| m.mount_point)
         .collect();
@@ -287,8 +287,8 @@ pub fn open_beneath(
                 return Err(dir_changed(shown));
             }
             Err(e) => {
-                return Err(Error::from_errno(
-                    nix::errno::Errno::from_raw(e.raw_os_error()),
+                return Err(crate::sys::kernel::errno::to_error(
+                    e,
                     "cannot open directory",
                     shown,
                 ));
@@ -329,11 +329,7 @@ fn walk(
     let mut names = match listing {
         Ok(n) => n,
         Err(e) => {
-            let err = Error::from_errno(
-                nix::errno::Errno::from_raw(e.raw_os_error()),
-                "cannot list",
-                dir_path,
-            );
+            let err = crate::sys::kernel::errno::to_error(e, "cannot list", dir_path);
             scan.skipped.push(err.message().to_owned());
             return;
         }

@@ -22,10 +22,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
-use crate::parse::mountinfo::parse_mountinfo;
+use crate::parse::mountinfo::MountEntry;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::proc::counters::{self, page_size};
 use crate::sys::proc::fdinfo::{self, OpenFile};
+use crate::sys::proc::mountinfo;
 use crate::sys::proc::tracefs;
 use crate::sys::{fs::filesystem, kernel::btrfs, kernel::ioctl, kernel::signals};
 
@@ -237,15 +238,14 @@ pub(crate) fn file_verdict(
     }
 }
 
-fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &str) -> Watched {
+fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &[MountEntry]) -> Watched {
     let first = &group[0];
     let o_direct = group.iter().any(|f| f.info.direct());
     let mixed = o_direct && group.iter().any(|f| !f.info.direct());
-    let mount = first.info.mnt_id.and_then(|id| {
-        parse_mountinfo(mounts)
-            .into_iter()
-            .find(|m| u64::from(m.id) == id)
-    });
+    let mount = first
+        .info
+        .mnt_id
+        .and_then(|id| mountinfo::by_id(mounts, id).cloned());
     let mut note = None;
     let handle = match fdinfo::reopen(root, pid, first.fd, first.dev, first.ino) {
         Ok(f) => Some(f),
@@ -402,10 +402,8 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
     for f in open.into_iter().filter(|f| f.info.writable()) {
         groups.entry((f.dev, f.ino)).or_default().push(f);
     }
-    let mounts = opts
-        .sysroot
-        .read_table(&opts.sysroot.proc(&format!("{pid}/mountinfo")))
-        .unwrap_or_default();
+    let mounts =
+        mountinfo::mount_table_of(&opts.sysroot, mountinfo::Of::Pid(pid)).unwrap_or_default();
     let mut watched: Vec<Watched> = groups
         .values()
         .map(|g| describe(&opts.sysroot, pid, g, &mounts))

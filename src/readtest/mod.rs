@@ -36,9 +36,7 @@ use crate::sys::kernel::direct_io::AlignedBuffer;
 use crate::sys::kernel::extents::{self, Layout};
 use crate::sys::kernel::memio::{self, MappedBuffer, RingBuffer};
 use crate::sys::proc::diskstats::{self, BlockDevice};
-use crate::sys::{
-    fs::filesystem, fs::mounts, is_root, kernel::pagecache, kernel::signals, kernel_release,
-};
+use crate::sys::{fs::filesystem, is_root, kernel::pagecache, kernel::signals, kernel_release};
 
 use analysis::{CacheState, CheckContext, MethodSummary, Run, Situation};
 use digest::{Digest, VerifyMode};
@@ -778,7 +776,7 @@ fn inspect(opts: &ReadTestOptions) -> Result<Found> {
     let methods = opts.method_list();
     let path = opts.path.as_path();
     let t = open_target(path)?;
-    let table = mounts::mount_table(&opts.sysroot)?;
+    let table = crate::sys::proc::mountinfo::mount_table(&opts.sysroot)?;
     let mount = mount_containing(&table, &t.canonical)
         .cloned()
         .ok_or_else(|| {

@@ -513,7 +513,7 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
         }
     }
     // Our devices mounted somewhere else were mounted by someone else.
-    let table = mounts::mount_table(&root)?;
+    let table = crate::sys::proc::mountinfo::mount_table(&root)?;
     if let Some(m) = table.iter().find(|m| our_names.contains(&m.source)) {
         return Err(Error::new(
             ErrorKind::Busy,

@@ -330,13 +330,8 @@ fn name_taken(name: &str) -> Error {
 fn read_record(dir: &TrustedDir, file: &str, stem: &str) -> Result<SandboxRecord> {
     let path = dir.join(file);
     let mut f = dir.open_file(file, false)?;
-    let st = rustix::fs::fstat(&f).map_err(|e| {
-        Error::from_errno(
-            nix::errno::Errno::from_raw(e.raw_os_error()),
-            "cannot stat",
-            &path,
-        )
-    })?;
+    let st = rustix::fs::fstat(&f)
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot stat", &path))?;
     let me = nix::unistd::geteuid().as_raw();
     if st.st_uid != me || st.st_mode & 0o022 != 0 {
         return Err(Error::new(

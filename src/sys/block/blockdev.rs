@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::parse::wipefs::{Signature, parse_wipefs_json};
 use crate::sys::fs::root::SysRoot;
-use crate::sys::{fs::mounts, tools};
+use crate::sys::{proc::mountinfo, tools};
 
 /// Everything the device preflight looks at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -132,7 +132,7 @@ pub fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
         return f;
     }
     let rdev = meta.rdev();
-    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
     f.devt = Some((major, minor));
     f.name = dev_name(root, major, minor);
     let sysdir = f
@@ -157,7 +157,7 @@ pub fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
     // its device number is a mount's (non-btrfs filesystems).
     let mut names: Vec<String> = f.partitions.iter().map(|p| format!("/dev/{p}")).collect();
     names.push(path.display().to_string());
-    if let Ok(table) = mounts::mount_table(root) {
+    if let Ok(table) = mountinfo::mount_table(root) {
         for m in table {
             let source = fs::canonicalize(&m.source)
                 .map(|p| p.display().to_string())

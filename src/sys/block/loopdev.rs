@@ -247,7 +247,7 @@ fn open_loop_node(path: &Path) -> std::result::Result<File, Errno> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
                 thread::sleep(Duration::from_millis(20));
             }
-            Err(e) => return Err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))),
+            Err(e) => return Err(crate::sys::kernel::errno::of_io(&e)),
         }
     }
 }

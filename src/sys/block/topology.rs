@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
-use crate::parse::mountinfo::{MountEntry, mount_containing, parse_mountinfo};
+use crate::parse::mountinfo::{MountEntry, mount_containing};
 use crate::parse::pcie::{
     Generation, parse_hex_id, parse_link_speed, parse_link_width, parse_pci_address,
 };
@@ -399,10 +399,9 @@ pub fn block_targets_traced(
 /// The block devices of the filesystem holding `file`, with its type and
 /// mount point, from the mount table under `root`.
 fn filesystem_devices(root: &SysRoot, file: &str) -> (Option<MountEntry>, Vec<String>) {
-    let Ok(text) = root.read_table(&root.proc("self/mountinfo")) else {
+    let Ok(table) = crate::sys::proc::mountinfo::mount_table(root) else {
         return (None, Vec::new());
     };
-    let table = parse_mountinfo(&text);
     let Some(m) = mount_containing(&table, Path::new(file)).cloned() else {
         return (None, Vec::new());
     };
@@ -534,7 +533,10 @@ pub fn device_ref(root: &SysRoot, arg: &str) -> Result<DeviceRef> {
             fs::metadata(arg).map_err(|e| Error::from_io(&e, "cannot use", Path::new(arg)))?;
         let ft = meta.file_type();
         if ft.is_block_device() {
-            let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
+            let (major, minor) = (
+                rustix::fs::major(meta.rdev()),
+                rustix::fs::minor(meta.rdev()),
+            );
             let dev = resolve(root, &root.sys(&format!("dev/block/{major}:{minor}")))
                 .ok_or_else(not_found)?;
             return file_name(&dev).map(DeviceRef::Block).ok_or_else(not_found);

@@ -62,7 +62,7 @@ pub enum Removal {
 }
 
 fn errno(e: RErrno) -> nix::errno::Errno {
-    nix::errno::Errno::from_raw(e.raw_os_error())
+    crate::sys::kernel::errno::to_nix(e)
 }
 
 fn err(e: RErrno, doing: &str, path: &Path) -> Error {
@@ -808,15 +808,7 @@ impl HeldDir {
         &self,
         sysroot: &crate::sys::fs::root::SysRoot,
     ) -> Result<crate::sys::fs::filesystem::DirFs> {
-        let table = crate::sys::fs::mounts::mount_table(sysroot)?;
-        let mount = crate::parse::mountinfo::mount_containing(&table, &self.path)
-            .cloned()
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::State,
-                    format!("no mount contains {}", self.path.display()),
-                )
-            })?;
+        let mount = crate::sys::proc::mountinfo::containing(sysroot, &self.path)?;
         let vfs = rfs::fstatvfs(&self.fd).map_err(|e| err(e, "cannot statvfs", &self.path))?;
         Ok(crate::sys::fs::filesystem::DirFs {
             read_only: vfs.f_flag.contains(rfs::StatVfsMountFlags::RDONLY) || mount.is_read_only(),

@@ -8,12 +8,11 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use nix::errno::Errno;
-use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, PosixFadviseAdvice, openat, posix_fadvise};
-use nix::sys::stat::Mode;
-use nix::unistd::{Whence, linkat, lseek};
+use rustix::fs::{Advice, AtFlags, CWD, Mode, OFlags, SeekFrom, fadvise, linkat, openat, seek};
+use rustix::io::Errno;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::kernel::errno::to_error;
 
 /// Bytes per read and write.
 pub const CHUNK: usize = 4 << 20;
@@ -25,12 +24,12 @@ pub fn create_unnamed(dir: &File, dir_path: &Path) -> Result<Option<File>> {
     match openat(
         dir.as_fd(),
         ".",
-        OFlag::O_TMPFILE | OFlag::O_RDWR | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o600),
+        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
     ) {
         Ok(fd) => Ok(Some(File::from(fd))),
-        Err(Errno::EOPNOTSUPP | Errno::EISDIR | Errno::EINVAL) => Ok(None),
-        Err(e) => Err(Error::from_errno(e, "cannot create a file in", dir_path)),
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Ok(None),
+        Err(e) => Err(to_error(e, "cannot create a file in", dir_path)),
     }
 }
 
@@ -43,10 +42,10 @@ pub fn create_exclusive(dir: &File, dir_path: &Path, name: &str) -> Result<File>
     let fd = openat(
         dir.as_fd(),
         name,
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_RDWR | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o600),
+        OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
     )
-    .map_err(|e| Error::from_errno(e, "cannot create a file in", dir_path))?;
+    .map_err(|e| to_error(e, "cannot create a file in", dir_path))?;
     Ok(File::from(fd))
 }
 
@@ -54,21 +53,21 @@ pub fn create_exclusive(dir: &File, dir_path: &Path, name: &str) -> Result<File>
 /// anything).
 pub fn link_into(file: &File, dir: &File, dir_path: &Path, name: &str) -> Result<()> {
     // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd works for anyone.
-    let direct = linkat(file.as_fd(), "", dir.as_fd(), name, AtFlags::AT_EMPTY_PATH);
+    let direct = linkat(file.as_fd(), "", dir.as_fd(), name, AtFlags::EMPTY_PATH);
     let result = match direct {
-        Err(Errno::ENOENT | Errno::EPERM | Errno::EINVAL) => {
+        Err(Errno::NOENT | Errno::PERM | Errno::INVAL) => {
             let via_proc = format!("/proc/self/fd/{}", file.as_raw_fd());
             linkat(
-                AT_FDCWD,
+                CWD,
                 via_proc.as_str(),
                 dir.as_fd(),
                 name,
-                AtFlags::AT_SYMLINK_FOLLOW,
+                AtFlags::SYMLINK_FOLLOW,
             )
         }
         other => other,
     };
-    result.map_err(|e| Error::from_errno(e, "cannot name a file in", dir_path))
+    result.map_err(|e| to_error(e, "cannot name a file in", dir_path))
 }
 
 /// fsync, with the path in the error.
@@ -79,7 +78,7 @@ pub fn sync(file: &File, path: &Path) -> Result<()> {
 
 /// Drops the file's clean cached pages, so the next read comes from the disk.
 pub fn drop_cached_pages(file: &File) {
-    let _ = posix_fadvise(file.as_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED);
+    let _ = fadvise(file, 0, None, Advice::DontNeed);
 }
 
 /// The data regions of `file` below `len`, as (start, end): what SEEK_DATA
@@ -88,21 +87,22 @@ pub(crate) fn data_regions(file: &File, len: u64, path: &Path) -> Result<Vec<(u6
     let mut regions = Vec::new();
     let mut pos: u64 = 0;
     while pos < len {
-        let offset = i64::try_from(pos).map_err(|_| Error::new(ErrorKind::Io, "file too large"))?;
-        let start = match lseek(file.as_fd(), offset, Whence::SeekData) {
-            Ok(s) => s.cast_unsigned(),
-            Err(Errno::ENXIO) => break,
-            Err(Errno::EINVAL) if regions.is_empty() => return Ok(vec![(0, len)]),
-            Err(e) => return Err(Error::from_errno(e, "cannot look for data in", path)),
+        if i64::try_from(pos).is_err() {
+            return Err(Error::new(ErrorKind::Io, "file too large"));
+        }
+        let start = match seek(file, SeekFrom::Data(pos)) {
+            Ok(s) => s,
+            Err(Errno::NXIO) => break,
+            Err(Errno::INVAL) if regions.is_empty() => return Ok(vec![(0, len)]),
+            Err(e) => return Err(to_error(e, "cannot look for data in", path)),
         };
         if start >= len {
             break;
         }
-        let start_off = start.cast_signed();
-        let end = match lseek(file.as_fd(), start_off, Whence::SeekHole) {
-            Ok(e) => e.cast_unsigned().min(len),
-            Err(Errno::ENXIO) => len,
-            Err(e) => return Err(Error::from_errno(e, "cannot look for holes in", path)),
+        let end = match seek(file, SeekFrom::Hole(start)) {
+            Ok(e) => e.min(len),
+            Err(Errno::NXIO) => len,
+            Err(e) => return Err(to_error(e, "cannot look for holes in", path)),
         };
         if end <= start {
             break;
@@ -126,7 +126,7 @@ pub fn copy_data(
     len: u64,
     progress: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<u64> {
-    let _ = posix_fadvise(src.as_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_SEQUENTIAL);
+    let _ = fadvise(src, 0, None, Advice::Sequential);
     let mut buf = vec![0u8; CHUNK];
     let mut copied = 0u64;
     for (start, end) in data_regions(src, len, src_path)? {

@@ -7,12 +7,12 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::sys::statvfs::{FsFlags, statvfs};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::parse::mountinfo::{MountEntry, mount_containing, parse_mountinfo};
+use crate::parse::mountinfo::MountEntry;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::ioctl::{self, IFlags};
+use crate::sys::proc::mountinfo;
 
 /// A directory and the filesystem it lives on.
 #[derive(Debug, Clone)]
@@ -47,21 +47,13 @@ pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
         .with_hint("give a directory on the filesystem to test"));
     }
     let dir = fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
-    let mountinfo_path = root.proc("self/mountinfo");
-    let text = root
-        .read_table(&mountinfo_path)
-        .map_err(|e| Error::from_io(&e, "cannot read", &mountinfo_path))?;
-    let mounts = parse_mountinfo(&text);
-    let mount = mount_containing(&mounts, &dir).cloned().ok_or_else(|| {
-        Error::new(
-            ErrorKind::State,
-            format!("no mount contains {}", dir.display()),
-        )
-    })?;
-    let vfs = statvfs(&dir).map_err(|e| Error::from_errno(e, "cannot statvfs", &dir))?;
+    let mount = mountinfo::containing(root, &dir)?;
+    let vfs = rustix::fs::statvfs(&dir)
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &dir))?;
     Ok(DirFs {
-        read_only: vfs.flags().contains(FsFlags::ST_RDONLY) || mount.is_read_only(),
-        available_bytes: vfs.blocks_available().saturating_mul(vfs.fragment_size()),
+        read_only: vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
+            || mount.is_read_only(),
+        available_bytes: vfs.f_bavail.saturating_mul(vfs.f_frsize),
         dir,
         mount,
     })
@@ -73,20 +65,9 @@ pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
 pub fn inspect_held(root: &SysRoot, dir: &crate::sys::fs::beneath::HeldDir) -> Result<DirFs> {
     let real = fs::read_link(format!("/proc/self/fd/{}", dir.fd().as_raw_fd()))
         .map_err(|e| Error::from_io(&e, "cannot resolve", dir.path()))?;
-    let mountinfo_path = root.proc("self/mountinfo");
-    let text = root
-        .read_table(&mountinfo_path)
-        .map_err(|e| Error::from_io(&e, "cannot read", &mountinfo_path))?;
-    let mounts = parse_mountinfo(&text);
-    let mount = mount_containing(&mounts, &real).cloned().ok_or_else(|| {
-        Error::new(
-            ErrorKind::State,
-            format!("no mount contains {}", real.display()),
-        )
-    })?;
-    let vfs = rustix::fs::fstatvfs(dir.fd()).map_err(|e| {
-        Error::from_errno(Errno::from_raw(e.raw_os_error()), "cannot statvfs", &real)
-    })?;
+    let mount = mountinfo::containing(root, &real)?;
+    let vfs = rustix::fs::fstatvfs(dir.fd())
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &real))?;
     Ok(DirFs {
         read_only: vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
             || mount.is_read_only(),

@@ -1,26 +1,16 @@
-//! Mounting and unmounting, and the mount table.
+//! Mounting and unmounting (the mount table is [`crate::sys::proc::mountinfo`]).
 
-use std::fs;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 
 use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
 use rustix::mount::{MountFlags, UnmountFlags};
 
-use nix::errno::Errno;
-use nix::mount::{MntFlags, MsFlags, mount, umount2};
-
 use crate::error::{Error, ErrorKind, Result};
-use crate::parse::mountinfo::{MountEntry, parse_mountinfo};
+use crate::parse::mountinfo::MountEntry;
 use crate::sys::fs::beneath::TrustedDir;
 use crate::sys::fs::root::SysRoot;
-
-/// The mount table of this process.
-pub fn mount_table(root: &SysRoot) -> Result<Vec<MountEntry>> {
-    let p = root.proc("self/mountinfo");
-    let text = fs::read_to_string(&p).map_err(|e| Error::from_io(&e, "cannot read", &p))?;
-    Ok(parse_mountinfo(&text))
-}
+use crate::sys::proc::mountinfo;
 
 /// Mounts `source` (a block device) of type `fs_type` at `target`.
 pub fn mount_device(
@@ -29,26 +19,30 @@ pub fn mount_device(
     fs_type: &str,
     options: Option<&str>,
 ) -> Result<()> {
-    mount(
-        Some(source),
+    let data = options
+        .map(std::ffi::CString::new)
+        .transpose()
+        .map_err(|_| Error::usage(format!("mount options {options:?} hold a NUL byte")))?;
+    rustix::mount::mount(
+        source,
         target,
-        Some(fs_type),
-        MsFlags::empty(),
-        options,
+        fs_type,
+        MountFlags::empty(),
+        data.as_deref(),
     )
-    .map_err(|e| Error::from_errno(e, &format!("cannot mount {} at", source.display()), target))
+    .map_err(|e| errno_err(e, &format!("cannot mount {} at", source.display()), target))
 }
 
 /// Unmounts `target` (never lazily: a busy mount is reported, not hidden).
 pub fn unmount(target: &Path) -> Result<()> {
-    match umount2(target, MntFlags::empty()) {
+    match rustix::mount::unmount(target, UnmountFlags::empty()) {
         Ok(()) => Ok(()),
-        Err(Errno::EBUSY) => Err(Error::new(
+        Err(rustix::io::Errno::BUSY) => Err(Error::new(
             ErrorKind::Busy,
             format!("{} is busy: a process is using it", target.display()),
         )
         .with_hint(format!("find it with: fuser -vm {}", target.display()))),
-        Err(e) => Err(Error::from_errno(e, "cannot unmount", target)),
+        Err(e) => Err(errno_err(e, "cannot unmount", target)),
     }
 }
 
@@ -106,9 +100,8 @@ pub fn mount_rooted_at(
         .with_hint("Linux 5.8 or newer is needed"));
     }
     let id = sx.stx_mnt_id;
-    let entry = mount_table(root)?
-        .into_iter()
-        .find(|m| u64::from(m.id) == id);
+    let table = mountinfo::mount_table(root)?;
+    let entry = mountinfo::by_id(&table, id).cloned();
     Ok(entry.filter(|_| known))
 }
 
@@ -166,6 +159,4 @@ pub fn unmount_beneath(
     Ok(Unmounted::Unmounted(entry))
 }
 
-fn errno_err(e: rustix::io::Errno, doing: &str, path: &Path) -> Error {
-    Error::from_errno(Errno::from_raw(e.raw_os_error()), doing, path)
-}
+use crate::sys::kernel::errno::to_error as errno_err;

@@ -27,7 +27,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fs::beneath::HeldDir;
 
 fn err(e: RErrno, doing: &str, path: &Path) -> Error {
-    Error::from_errno(nix::errno::Errno::from_raw(e.raw_os_error()), doing, path)
+    crate::sys::kernel::errno::to_error(e, doing, path)
 }
 
 /// A user-named output directory, held by descriptor.

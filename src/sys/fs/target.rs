@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::MountEntry;
 use crate::sys::fs::root::SysRoot;
-use crate::sys::{fs::filesystem, fs::mounts, kernel::btrfs};
+use crate::sys::{fs::filesystem, kernel::btrfs, proc::mountinfo};
 
 /// A mounted btrfs that a command was pointed at.
 #[derive(Debug, Clone)]
@@ -56,7 +56,7 @@ pub fn features(root: &SysRoot, fsid: &str) -> Vec<String> {
 /// Every mounted btrfs, one entry per filesystem (the first mount of each).
 pub fn mounted_btrfs(root: &SysRoot) -> Result<Vec<BtrfsTarget>> {
     let mut seen: Vec<BtrfsTarget> = Vec::new();
-    for m in mounts::mount_table(root)?
+    for m in mountinfo::mount_table(root)?
         .into_iter()
         .filter(|m| m.fs_type == "btrfs")
     {

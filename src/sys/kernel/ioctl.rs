@@ -173,12 +173,12 @@ pub const FS_NOCOMP_FL: IFlags = IFlags::from_bits_retain(0x0000_0400);
 
 /// Reads the inode flags of an open file or directory.
 pub fn get_inode_flags(fd: BorrowedFd<'_>) -> Result<IFlags, Errno> {
-    rustix::fs::ioctl_getflags(fd).map_err(|e| Errno::from_raw(e.raw_os_error()))
+    rustix::fs::ioctl_getflags(fd).map_err(super::errno::to_nix)
 }
 
 /// Sets the inode flags of an open file or directory.
 pub fn set_inode_flags(fd: BorrowedFd<'_>, flags: IFlags) -> Result<(), Errno> {
-    rustix::fs::ioctl_setflags(fd, flags).map_err(|e| Errno::from_raw(e.raw_os_error()))
+    rustix::fs::ioctl_setflags(fd, flags).map_err(super::errno::to_nix)
 }
 
 #[cfg(test)]

@@ -21,8 +21,6 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, LazyLock};
 
 use nix::errno::Errno;
 
@@ -45,19 +43,6 @@ impl LeaseKind {
     }
 }
 
-/// Set when a lease break signal arrived (for information only).
-static BROKEN_SIGNAL: LazyLock<Arc<AtomicBool>> =
-    LazyLock::new(|| Arc::new(AtomicBool::new(false)));
-
-fn catch_sigio() -> Result<(), Errno> {
-    static INSTALLED: LazyLock<Result<(), Errno>> = LazyLock::new(|| {
-        signal_hook::flag::register(signal_hook::consts::SIGIO, Arc::clone(&BROKEN_SIGNAL))
-            .map(|_| ())
-            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EINVAL)))
-    });
-    *INSTALLED
-}
-
 /// A lease on an open file, released when dropped (or when the file is
 /// closed, whichever comes first).
 #[derive(Debug)]
@@ -71,7 +56,7 @@ pub struct Lease<'a> {
 /// `EACCES` when not the owner and not CAP_LEASE, `EINVAL` where leases are
 /// not supported (or disabled: `/proc/sys/fs/leases-enable`).
 pub fn take(file: &File, kind: LeaseKind) -> Result<Lease<'_>, Errno> {
-    catch_sigio()?;
+    super::signals::catch_lease_breaks()?;
     // SAFETY: F_SETLEASE takes an int argument and only changes the lease
     // state of the open file description behind this valid descriptor.
     let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, kind.raw()) };

@@ -1,16 +1,23 @@
-//! Memory and read interfaces that have no safe wrapper in nix (or whose
-//! nix wrapper is not enabled here): anonymous huge-page buffers, a ring of
-//! slots handed out to reader threads, read-only file mappings, `mincore`,
-//! `statx` DIO alignment, `preadv2(RWF_DONTCACHE)` and `getrusage`.
+//! Memory and read interfaces: anonymous huge-page buffers, a ring of slots
+//! handed out to reader threads, read-only file mappings (rustix `mm`),
+//! `mincore` (libc: neither rustix nor nix has it), reads of our own mapping
+//! through the kernel (nix `process_vm_readv`), `statx` DIO alignment and
+//! `preadv2(RWF_DONTCACHE)` (rustix, with libc's constants for the flags
+//! rustix does not name) and `getrusage` (nix).
 //!
 //! Every `unsafe` block says why it is sound. What leaves this module is a
 //! safe API: slices only exist while the protocol below makes them exclusive.
 #![allow(unsafe_code)]
 
+use std::ffi::c_void;
 use std::fs::File;
 use std::io;
 use std::ops::{Deref, DerefMut};
-use std::os::fd::AsRawFd;
+
+use nix::sys::uio::RemoteIoVec;
+use rustix::fs::{AtFlags, StatxFlags};
+use rustix::io::ReadWriteFlags;
+use rustix::mm::{self, Advice, MapFlags, ProtFlags};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -51,20 +58,15 @@ impl MappedBuffer {
         let mapped = round_up(len.max(1), HUGE_PAGE);
         let over = mapped + HUGE_PAGE;
         // SAFETY: a fresh private anonymous mapping; no existing memory is
-        // touched. The result is checked against MAP_FAILED.
+        // touched (the kernel picks the address). A failure is an error.
         let raw = unsafe {
-            libc::mmap(
+            mm::mmap_anonymous(
                 std::ptr::null_mut(),
                 over,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
             )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        }?;
         let start = raw as usize;
         let aligned = round_up(start, HUGE_PAGE);
         let head = aligned - start;
@@ -73,10 +75,10 @@ impl MappedBuffer {
         // used again: we keep exactly [aligned, aligned + mapped).
         unsafe {
             if head > 0 {
-                libc::munmap(raw, head);
+                let _ = mm::munmap(raw, head);
             }
             if tail > 0 {
-                libc::munmap((aligned + mapped) as *mut libc::c_void, tail);
+                let _ = mm::munmap((aligned + mapped) as *mut c_void, tail);
             }
         }
         let ptr = NonNull::new(aligned as *mut u8).ok_or_else(io::Error::last_os_error)?;
@@ -84,7 +86,7 @@ impl MappedBuffer {
         // SAFETY: advice on our own mapping; it changes no memory contents.
         // EINVAL (THP compiled out or disabled) only means no huge pages.
         unsafe {
-            libc::madvise(ptr.as_ptr().cast(), mapped, libc::MADV_HUGEPAGE);
+            let _ = mm::madvise(ptr.as_ptr().cast(), mapped, Advice::LinuxHugepage);
         }
         buf.prefault()?;
         Ok(buf)
@@ -94,18 +96,16 @@ impl MappedBuffer {
         // SAFETY: MADV_POPULATE_WRITE (Linux 5.14) faults in our own mapping
         // writable without changing its contents (zeros).
         let r = unsafe {
-            libc::madvise(
+            mm::madvise(
                 self.ptr.as_ptr().cast(),
                 self.mapped,
-                libc::MADV_POPULATE_WRITE,
+                Advice::LinuxPopulateWrite,
             )
         };
-        if r == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINVAL) {
-            return Err(err);
+        match r {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => return Err(e.into()),
         }
         // Older kernel: write one byte per page ourselves.
         let page = page_size();
@@ -145,7 +145,7 @@ impl Drop for MappedBuffer {
         // SAFETY: we own exactly this mapping; no slice into it outlives
         // `self` (they borrow it).
         unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.mapped);
+            let _ = mm::munmap(self.ptr.as_ptr().cast(), self.mapped);
         }
     }
 }
@@ -328,23 +328,18 @@ impl FileMap {
         if len == 0 {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let offset = libc::off_t::try_from(offset)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: a new shared read-only mapping of a file we hold open; the
-        // result is checked against MAP_FAILED.
+        // SAFETY: a new shared read-only mapping of a file we hold open (the
+        // kernel picks the address); a failure is an error.
         let raw = unsafe {
-            libc::mmap(
+            mm::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
+                ProtFlags::READ,
+                MapFlags::SHARED,
+                file,
                 offset,
             )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        }?;
         let ptr = NonNull::new(raw.cast()).ok_or_else(io::Error::last_os_error)?;
         Ok(Self { ptr, len })
     }
@@ -354,7 +349,7 @@ impl FileMap {
     pub fn advise_sequential(&self) {
         // SAFETY: advice on our own mapping; contents are unchanged.
         unsafe {
-            libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_SEQUENTIAL);
+            let _ = mm::madvise(self.ptr.as_ptr().cast(), self.len, Advice::Sequential);
         }
     }
 
@@ -384,19 +379,16 @@ impl FileMap {
         // to a page, madvise needs an aligned address); POPULATE_READ only
         // faults pages in, it changes no contents and no mapping.
         let r = unsafe {
-            libc::madvise(
+            mm::madvise(
                 self.ptr.as_ptr().add(start).cast(),
                 end - start,
-                libc::MADV_POPULATE_READ,
+                Advice::LinuxPopulateRead,
             )
         };
-        if r == 0 {
-            return Ok(true);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINVAL) => Ok(false),
-            _ => Err(e),
+        match r {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::INVAL) => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -416,11 +408,11 @@ impl FileMap {
         let mut off = start;
         while off < end {
             let n = (end - off).div_ceil(page).min(BATCH);
-            let remote: Vec<libc::iovec> = (0..n)
-                .map(|i| libc::iovec {
-                    // A pointer into our mapping, only passed to the kernel.
-                    iov_base: self.ptr.as_ptr().wrapping_add(off + i * page).cast(),
-                    iov_len: 1,
+            let remote: Vec<RemoteIoVec> = (0..n)
+                .map(|i| RemoteIoVec {
+                    // An address in our mapping, only passed to the kernel.
+                    base: self.ptr.as_ptr() as usize + off + i * page,
+                    len: 1,
                 })
                 .collect();
             self.read_remote(&remote, &mut sink[..n])?;
@@ -440,9 +432,9 @@ impl FileMap {
         if n == 0 {
             return Ok(());
         }
-        let remote = [libc::iovec {
-            iov_base: self.ptr.as_ptr().wrapping_add(offset).cast(),
-            iov_len: n,
+        let remote = [RemoteIoVec {
+            base: self.ptr.as_ptr() as usize + offset,
+            len: n,
         }];
         self.read_remote(&remote, &mut dst[..n])
     }
@@ -450,32 +442,19 @@ impl FileMap {
     /// Copies the bytes `remote` (ranges inside our mapping) name into
     /// `dst`, whose length is their total, with `process_vm_readv` on our
     /// own process. Anything short of all of them is `EFAULT`.
-    fn read_remote(&self, remote: &[libc::iovec], dst: &mut [u8]) -> io::Result<()> {
-        let want: usize = remote.iter().map(|v| v.iov_len).sum();
+    fn read_remote(&self, remote: &[RemoteIoVec], dst: &mut [u8]) -> io::Result<()> {
+        let want: usize = remote.iter().map(|v| v.len).sum();
         debug_assert_eq!(want, dst.len());
-        let mut local = libc::iovec {
-            iov_base: dst.as_mut_ptr().cast(),
-            iov_len: dst.len(),
-        };
-        // SAFETY: `local` is one writable buffer of ours of exactly the
-        // length given; `remote` only names addresses inside our own
-        // read-only mapping, which the kernel reads with its own fault
-        // handling (an unbacked page is an error, not a signal). No Rust
-        // reference to the mapped bytes is made.
-        let r = unsafe {
-            libc::process_vm_readv(
-                libc::getpid(),
-                &raw mut local,
-                1,
-                remote.as_ptr(),
-                remote.len() as libc::c_ulong,
-                0,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if r as usize != want {
+        // The kernel reads `remote` (addresses inside our own read-only
+        // mapping) with its own fault handling: an unbacked page is an
+        // error, not a signal. No Rust reference to the mapped bytes is made.
+        let r = nix::sys::uio::process_vm_readv(
+            nix::unistd::getpid(),
+            &mut [io::IoSliceMut::new(dst)],
+            remote,
+        )
+        .map_err(io::Error::from)?;
+        if r != want {
             return Err(io::Error::from_raw_os_error(libc::EFAULT));
         }
         Ok(())
@@ -486,7 +465,7 @@ impl Drop for FileMap {
     fn drop(&mut self) {
         // SAFETY: we own exactly this mapping and no pointer into it escapes.
         unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+            let _ = mm::munmap(self.ptr.as_ptr().cast(), self.len);
         }
     }
 }
@@ -533,23 +512,19 @@ pub struct DioAlign {
 /// The DIO alignment of `file`, or `None` if the filesystem does not say
 /// (btrfs, tmpfs) or says O_DIRECT is unsupported (both values 0).
 pub fn dio_alignment(file: &File) -> Option<DioAlign> {
-    // SAFETY: statx is a plain-old-data struct for which all zeros is valid.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: the empty C string with AT_EMPTY_PATH makes statx describe the
-    // open fd; the kernel writes into `stx`, which we own.
-    let r = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN | libc::STATX_DIO_READ_ALIGN,
-            &mut stx,
-        )
-    };
-    if r != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 {
+    // rustix names STATX_DIOALIGN, not STATX_DIO_READ_ALIGN (libc's constant).
+    let read_align = StatxFlags::from_bits_retain(libc::STATX_DIO_READ_ALIGN);
+    let stx = rustix::fs::statx(
+        file,
+        "",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::DIOALIGN | read_align,
+    )
+    .ok()?;
+    if stx.stx_mask & StatxFlags::DIOALIGN.bits() == 0 {
         return None;
     }
-    let read = if stx.stx_mask & libc::STATX_DIO_READ_ALIGN != 0 {
+    let read = if stx.stx_mask & read_align.bits() != 0 {
         stx.stx_dio_read_offset_align
     } else {
         0
@@ -570,26 +545,14 @@ pub fn dio_alignment(file: &File) -> Option<DioAlign> {
 /// `preadv2(RWF_DONTCACHE)` (Linux 6.14+): a buffered read whose pages are
 /// dropped once read. EOPNOTSUPP where the kernel or filesystem lacks it.
 pub fn pread_dontcache(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: one iovec describing `buf`, which we borrow mutably for the
-    // call; the kernel writes at most iov_len bytes into it.
-    let n = unsafe {
-        libc::preadv2(
-            file.as_raw_fd(),
-            &iov,
-            1,
-            offset as libc::off_t,
-            libc::RWF_DONTCACHE,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    // rustix does not name RWF_DONTCACHE (libc's constant).
+    let flags = ReadWriteFlags::from_bits_retain(libc::RWF_DONTCACHE as u32);
+    Ok(rustix::io::preadv2(
+        file,
+        &mut [io::IoSliceMut::new(buf)],
+        offset,
+        flags,
+    )?)
 }
 
 // ---------------------------------------------------------------- getrusage
@@ -597,15 +560,12 @@ pub fn pread_dontcache(file: &File, buf: &mut [u8], offset: u64) -> io::Result<u
 /// CPU time (user + system) used so far by this process, all threads
 /// included (`getrusage(RUSAGE_SELF)`), in seconds.
 pub fn process_cpu_seconds() -> f64 {
-    // SAFETY: rusage is plain old data; all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: the kernel fills `usage`, which we own.
-    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    if r != 0 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
         return 0.0;
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
+    };
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    secs(usage.user_time()) + secs(usage.system_time())
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! The crate's `unsafe` lives here, each block with a SAFETY comment.
 
 pub mod btrfs;
+pub(crate) mod child;
 pub(crate) mod direct_io;
+pub mod errno;
 pub(crate) mod extents;
 pub mod ioctl;
 pub(crate) mod lease;

@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::Path;
 
 use nix::errno::Errno;
-use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::kernel::memio;
@@ -20,8 +19,8 @@ pub fn evict(file: &File, path: &Path) -> Result<()> {
         Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS | libc::EINVAL)) => {}
         Err(e) => return Err(Error::from_io(&e, "cannot write back", path)),
     }
-    posix_fadvise(file, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED)
-        .map_err(|e| Error::from_errno(e, "cannot drop the cached pages of", path))
+    rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed)
+        .map_err(|e| super::errno::to_error(e, "cannot drop the cached pages of", path))
 }
 
 /// Bytes of the file's first `size` bytes in the page cache (mincore).
@@ -57,7 +56,7 @@ pub fn load(file: &File, size: u64, path: &Path) -> Result<()> {
 /// Writes back everything and drops the whole page cache, dentries and
 /// inodes (`/proc/sys/vm/drop_caches`). Root only.
 pub fn drop_all_caches() -> Result<()> {
-    nix::unistd::sync();
+    rustix::fs::sync();
     let p = Path::new("/proc/sys/vm/drop_caches");
     OpenOptions::new()
         .write(true)

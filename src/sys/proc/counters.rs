@@ -6,13 +6,12 @@ use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
+use rustix::mount::{MountFlags, MountPropagationFlags, mount, mount_change};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::counters::{bdi_dirtied_bytes, vmstat_nr_dirtied};
-use crate::parse::mountinfo::parse_mountinfo;
 use crate::sys::fs::root::{SysRoot, TABLE_CAP};
 
 /// Which counter was used.
@@ -118,20 +117,12 @@ pub(crate) fn open_bdi(debugfs: &Path, bdi: &str) -> Result<DirtyCounter> {
 
 /// The system page size.
 pub fn page_size() -> u64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .and_then(|v| u64::try_from(v).ok())
-        .unwrap_or(4096)
+    rustix::param::page_size() as u64
 }
 
 /// Where debugfs is mounted in this process's view, if anywhere.
 pub(crate) fn find_debugfs(root: &SysRoot) -> Option<PathBuf> {
-    let text = root.read_table(&root.proc("self/mountinfo")).ok()?;
-    parse_mountinfo(&text)
-        .into_iter()
-        .find(|m| m.fs_type == "debugfs")
-        .map(|m| m.mount_point)
+    crate::sys::proc::mountinfo::find_type(root, "debugfs")
 }
 
 /// Whether this process is in the private mount namespace of
@@ -157,14 +148,13 @@ pub fn enter_private_mount_namespace() -> Result<()> {
             Path::new("/"),
         )
     })?;
-    mount(
-        None::<&str>,
+    mount_change(
         "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
+        MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
     )
-    .map_err(|e| Error::from_errno(e, "cannot make mounts private under", Path::new("/")))?;
+    .map_err(|e| {
+        crate::sys::kernel::errno::to_error(e, "cannot make mounts private under", Path::new("/"))
+    })?;
     *done = true;
     Ok(())
 }
@@ -175,14 +165,8 @@ pub fn enter_private_mount_namespace() -> Result<()> {
 pub(crate) fn mount_private_debugfs() -> Result<PathBuf> {
     let target = PathBuf::from("/sys/kernel/debug");
     enter_private_mount_namespace()?;
-    mount(
-        Some("debugfs"),
-        &target,
-        Some("debugfs"),
-        MsFlags::empty(),
-        None::<&str>,
-    )
-    .map_err(|e| Error::from_errno(e, "cannot mount debugfs at", &target))?;
+    mount("debugfs", &target, "debugfs", MountFlags::empty(), None)
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot mount debugfs at", &target))?;
     Ok(target)
 }
 
@@ -205,7 +189,10 @@ fn with_private_debugfs<T>(f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let home = File::open("/proc/self/ns/mnt")
         .map_err(|e| Error::from_io(&e, "cannot open", Path::new("/proc/self/ns/mnt")))?;
     let result = mount_private_debugfs().and_then(|d| f(&d));
-    let back = nix::sched::setns(&home, CloneFlags::CLONE_NEWNS);
+    let back = rustix::thread::move_into_link_name_space(
+        std::os::fd::AsFd::as_fd(&home),
+        Some(rustix::thread::LinkNameSpaceType::Mount),
+    );
     *PRIVATE_NS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = back.is_err();
@@ -230,7 +217,7 @@ pub fn open_counter(
         let bdi = bdi.ok_or("the backing device of this filesystem is unknown")?;
         let debugfs = match find_debugfs(root) {
             Some(p) => p,
-            None if !nix::unistd::geteuid().is_root() => {
+            None if !rustix::process::geteuid().is_root() => {
                 return Err("the per-device counter is in debugfs, which needs root".into());
             }
             None if allow_private_debugfs && root.is_host() => {

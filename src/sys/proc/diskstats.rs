@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use nix::sys::stat::{major, minor, stat};
+use rustix::fs::{major, minor, stat};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -51,9 +51,7 @@ pub fn by_number(stats: &[DiskStat], maj: u32, min: u32) -> Option<BlockDevice> 
 /// `/dev/mapper/x`): by its device number, else by its kernel name.
 pub fn by_path(stats: &[DiskStat], path: &Path) -> Option<BlockDevice> {
     let found = match stat(path) {
-        Ok(st) if st.st_rdev != 0 => {
-            by_number(stats, major(st.st_rdev) as u32, minor(st.st_rdev) as u32)
-        }
+        Ok(st) if st.st_rdev != 0 => by_number(stats, major(st.st_rdev), minor(st.st_rdev)),
         _ => None,
     }
     .or_else(|| {

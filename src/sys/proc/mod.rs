@@ -1,9 +1,12 @@
-//! What the kernel tells through /proc, /sys and tracefs: I/O counters,
-//! diskstats, processes and their open files, cgroups, private trace instances.
+//! What the kernel tells through /proc, /sys and tracefs: the mount table
+//! (one reader: [`mountinfo`]), I/O counters (vmstat, bdi), diskstats (one
+//! reader: `diskstats`), processes and their open files, cgroups, private
+//! trace instances.
 
 pub mod cgroup;
 pub mod counters;
 pub(crate) mod diskstats;
 pub(crate) mod fdinfo;
+pub mod mountinfo;
 pub(crate) mod procs;
 pub(crate) mod tracefs;

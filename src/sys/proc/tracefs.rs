@@ -24,10 +24,9 @@ use std::io::{ErrorKind as IoKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use nix::mount::{MsFlags, mount};
+use rustix::mount::{MountFlags, mount};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::parse::mountinfo::parse_mountinfo;
 use crate::sys::fs::root::SysRoot;
 
 /// Every instance we make is named `btrfs-lab-<pid>-<6 hex>`.
@@ -41,11 +40,7 @@ const FILTER_MAX: usize = 3500;
 
 /// Where tracefs is mounted in this process's view, if anywhere.
 pub(crate) fn find_tracefs(root: &SysRoot) -> Option<PathBuf> {
-    let text = root.read_table(&root.proc("self/mountinfo")).ok()?;
-    parse_mountinfo(&text)
-        .into_iter()
-        .find(|m| m.fs_type == "tracefs")
-        .map(|m| m.mount_point)
+    crate::sys::proc::mountinfo::find_type(root, "tracefs")
 }
 
 /// Mounts tracefs at /sys/kernel/tracing in the private mount namespace of
@@ -53,21 +48,15 @@ pub(crate) fn find_tracefs(root: &SysRoot) -> Option<PathBuf> {
 pub(crate) fn mount_private_tracefs() -> Result<PathBuf> {
     let target = PathBuf::from("/sys/kernel/tracing");
     crate::sys::proc::counters::enter_private_mount_namespace()?;
-    mount(
-        Some("tracefs"),
-        &target,
-        Some("tracefs"),
-        MsFlags::empty(),
-        None::<&str>,
-    )
-    .map_err(|e| Error::from_errno(e, "cannot mount tracefs at", &target))?;
+    mount("tracefs", &target, "tracefs", MountFlags::empty(), None)
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot mount tracefs at", &target))?;
     Ok(target)
 }
 
 /// A tracefs to use: the mounted one, else (root, host, allowed) a private
 /// mount. `Err` says why there is none, in words for the report.
 pub fn locate(root: &SysRoot, allow_private_mount: bool) -> std::result::Result<PathBuf, String> {
-    if !nix::unistd::geteuid().is_root() {
+    if !rustix::process::geteuid().is_root() {
         return Err("the per-file tracepoint is in tracefs, which needs root".into());
     }
     let dir = match find_tracefs(root) {

@@ -5,7 +5,6 @@ pub mod fio;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
-use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -76,27 +75,7 @@ pub(crate) fn spawn_in_group(
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0);
-    let dir_fd = dir.map(|d| d.fd().as_raw_fd());
-    let parent = rustix::process::getpid();
-    // SAFETY: the closure runs in the forked child before exec and makes only
-    // async-signal-safe system calls (fchdir, prctl, getppid) through rustix,
-    // allocating nothing. `dir_fd` is a descriptor the caller keeps open for
-    // the whole call (the child's copy lives until exec; it is close-on-exec).
-    #[allow(unsafe_code)]
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(fd) = dir_fd {
-                rustix::process::fchdir(BorrowedFd::borrow_raw(fd))?;
-            }
-            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-            // The parent may have died before the prctl: no signal would come.
-            if rustix::process::getppid() != Some(parent) {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
+    crate::sys::kernel::child::spawn_with_parent_death(&mut cmd, dir.map(|d| d.fd()))
 }
 
 /// The processes whose parent is `pid` (from /proc/PID/stat).

@@ -15,7 +15,7 @@ use super::output::{Output, Paint, wrap};
 
 pub const AFTER_HELP: &str = "\
 Read-only unless --deep: no writes, no probes. Findings have stable codes
-(docs/json.md lists them).
+(docs/findings.md lists them).
 
 Exit status (as monitoring plugins):
   0  no finding worse than info
@@ -183,7 +183,7 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
             t.push_str(&format!(
                 "  {} {}: {}\n",
                 label(x.severity, paint),
-                esc(&x.code),
+                esc(x.code.as_str()),
                 esc(&x.title)
             ));
             for e in &x.evidence {

@@ -42,7 +42,7 @@ fn findings(r: &DoctorReport) -> Vec<(String, Severity)> {
     r.filesystems[0]
         .findings
         .iter()
-        .map(|f| (f.code.clone(), f.severity))
+        .map(|f| (f.code.to_string(), f.severity))
         .collect()
 }
 

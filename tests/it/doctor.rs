@@ -29,6 +29,17 @@ fn write_file(path: &Path, mib: usize, seed: u32) -> std::io::Result<()> {
     f.sync_all()
 }
 
+/// A healthy sandbox: two 1 GiB devices, data and metadata raid1.
+fn raid1_pair(env: &TestEnv) -> btrfs_lab::sandbox::Sandbox {
+    env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    })
+}
+
 /// `doctor --json MOUNT`: exit status and the typed report.
 fn doctor(env: &TestEnv, m: &Path) -> (i32, DoctorReport) {
     let (code, stdout, stderr) = run(env.cmd().args(["--json", "doctor"]).arg(m));
@@ -121,13 +132,7 @@ fn healthy_filesystem_gives_no_warning_and_valid_metrics() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: 1 << 30,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
+    let sbx = raid1_pair(&env);
     let m = sbx.mount_point().to_path_buf();
     write_file(&m.join("file"), 64, 1).unwrap();
     let (code, r) = doctor(&env, &m);
@@ -512,13 +517,7 @@ fn one_mount_doctor_cannot_look_at_does_not_abort_the_others() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: 1 << 30,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
+    let sbx = raid1_pair(&env);
     let m = sbx.mount_point().to_path_buf();
     let bad = Path::new("/nonexistent/btrfs-lab");
     let prom = env.path().join("btrfs.prom");
@@ -737,13 +736,7 @@ fn degraded_mount_with_a_missing_device_is_critical() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: 1 << 30,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
+    let sbx = raid1_pair(&env);
     let m = sbx.mount_point().to_path_buf();
     write_file(&m.join("file"), 16, 5).unwrap();
     let devs = sbx.devices();
@@ -796,13 +789,7 @@ fn deep_probes_o_direct_and_leaves_nothing_behind() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: 1 << 30,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
+    let sbx = raid1_pair(&env);
     let m = sbx.mount_point().to_path_buf();
     // A database directory whose file is copy-on-write.
     let mysql = m.join("var/lib/mysql");

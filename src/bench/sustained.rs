@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::finding::{Finding, Severity};
+use crate::model::finding::{Code, Finding};
 use crate::model::profile::Profile;
 use crate::parse::fio::parse_bw_log;
 use crate::parse::size::format_iec;
@@ -264,8 +264,7 @@ pub fn verdict(
             let before = a.bytes_before.unwrap_or(0) as f64;
             let (rb, ra) = (a.rate_before.unwrap_or(0.0), a.rate_after.unwrap_or(0.0));
             let mut f = Finding::new(
-                "sustained-write-cliff",
-                Severity::Info,
+                Code::SustainedWriteCliff,
                 format!(
                     "the write rate dropped from {} to {} after {}",
                     mbps(rb),
@@ -307,8 +306,7 @@ pub fn verdict(
             let (rb, ra) = (a.rate_before.unwrap_or(0.0), a.rate_after.unwrap_or(0.0));
             findings.push(
                 Finding::new(
-                    "sustained-write-decline",
-                    Severity::Info,
+                    Code::SustainedWriteDecline,
                     format!("the write rate sank gradually from {} to {}", mbps(rb), mbps(ra)),
                     "no single step: a gradual decline is more often heat (thermal throttling) than a cache filling",
                 )

@@ -1,28 +1,28 @@
 //! `btrfs-lab doctor [MOUNT...]`: what is wrong with each btrfs, worst first.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use btrfs_lab::doctor::{self, DoctorReport, FsDiagnosis, TextfileState, prometheus};
-use btrfs_lab::error::{Error, ErrorKind, Result};
+use btrfs_lab::doctor::{self, DoctorOptions, DoctorReport, FsDiagnosis, Outcome, prometheus};
+use btrfs_lab::error::{Error, Result};
 use btrfs_lab::model::finding::Severity;
 use btrfs_lab::model::text::escape_control as esc;
 use btrfs_lab::sys::fs::root::SysRoot;
-use btrfs_lab::sys::kernel::signals;
 
 use super::output::{Output, Paint, wrap};
 
 pub const AFTER_HELP: &str = "\
 Read-only unless --deep: no writes, no probes. Findings have stable codes
-(docs/json.md lists them).
+(docs/findings.md lists them).
 
 Exit status (as monitoring plugins):
   0  no finding worse than info
   1  the worst finding is a warning
   2  a critical finding
-  3  doctor could not look (not a btrfs, not root, ...), or could not
-     write its output or the textfile with nothing worse to report (a
+  3  doctor could not look (not a btrfs, not root, ...), could not look
+     at one of the filesystems given (the others are still examined), or
+     could not write its output or the textfile, with nothing worse to report (a
      warning or critical finding keeps 1 or 2; the textfile then says
      btrfs_lab_doctor_success 0)
   130 --deep interrupted (SIGINT, SIGTERM, SIGHUP): test files removed
@@ -69,32 +69,30 @@ pub fn run(args: DoctorArgs, out: &Output) -> Result<u8> {
             ),
         );
     }
-    if args.deep {
-        // The probe stops at its next safe point on SIGINT, SIGTERM or
-        // SIGHUP, removes its test files and trace instance, and doctor
-        // exits 130 (a second signal exits at once).
-        signals::install()?;
-    }
-    let root = SysRoot::from_option(args.sysroot.as_deref(), out);
-    let report = match doctor::examine(&root, &args.mounts, args.deep) {
-        Ok(r) => r,
-        Err(e) => {
-            if matches!(e.kind(), ErrorKind::Usage | ErrorKind::Interrupted) {
-                return Err(e);
+    let opts = DoctorOptions {
+        sysroot: SysRoot::from_option(args.sysroot.as_deref(), out),
+        mounts: args.mounts,
+        deep: args.deep,
+        textfile: args.textfile,
+    };
+    let (report, textfile_error) = match doctor::run(&opts)? {
+        Outcome::Unknown(errors) => {
+            for e in &errors {
+                out.error(e);
             }
-            out.error(&match &args.textfile {
-                Some(path) => with_textfile_state(e, path),
-                None => e,
-            });
             return Ok(doctor::EXIT_UNKNOWN);
         }
+        Outcome::Report {
+            report,
+            textfile_error,
+        } => (report, textfile_error),
     };
-    let mut could_not_write = false;
-    if let Some(path) = &args.textfile
-        && let Err(e) = doctor::write_textfile(path, &prometheus::render(&report))
-    {
-        out.error(&with_textfile_state(e, path));
-        could_not_write = true;
+    for n in &report.not_examined {
+        out.error(&doctor::not_examined_error(n));
+    }
+    let mut could_not_write = textfile_error.is_some();
+    if let Some(e) = &textfile_error {
+        out.error(e);
     }
     out.report(&report, |r| match args.format {
         Format::Prometheus => prometheus::render(r),
@@ -106,41 +104,10 @@ pub fn run(args: DoctorArgs, out: &Output) -> Result<u8> {
         out.error(&e);
         could_not_write = true;
     }
-    Ok(status(report.exit_status, could_not_write))
-}
-
-/// The exit status: the worst finding's; when the textfile or stdout could
-/// not be written and nothing is worse than info, UNKNOWN (3), so that
-/// monitoring notices the failure. A warning or a critical finding is never
-/// hidden behind it (the critical `data-nearly-full` of the very filesystem
-/// that could not take the textfile must reach monitoring).
-pub fn status(findings: u8, could_not_write: bool) -> u8 {
-    if could_not_write && findings == doctor::EXIT_OK {
-        doctor::EXIT_UNKNOWN
-    } else {
-        findings
-    }
-}
-
-/// After a failed run or write: the textfile is made to say `success 0`
-/// if it can be, and the one error line says what it holds now.
-fn with_textfile_state(e: Error, path: &Path) -> Error {
-    let p = path.display();
-    let state = match doctor::mark_textfile_failed(path, doctor::now_unix()) {
-        TextfileState::MarkedFailed => format!("{p} now says btrfs_lab_doctor_success 0"),
-        TextfileState::MarkedFailedInPlace => format!(
-            "the textfile is stale: {p} now says btrfs_lab_doctor_success 0 (rewritten in place)"
-        ),
-        TextfileState::Stale(why) => {
-            format!("the textfile is stale: {p} still holds an earlier run's metrics ({why})")
-        }
-    };
-    let hint = e.hint().map(str::to_owned);
-    let out = Error::new(e.kind(), format!("{}; {state}", e.message()));
-    match hint {
-        Some(h) => out.with_hint(h),
-        None => out,
-    }
+    Ok(doctor::status_with_failure(
+        report.exit_status,
+        could_not_write,
+    ))
 }
 
 fn label(s: Severity, paint: Paint) -> String {
@@ -154,7 +121,7 @@ fn label(s: Severity, paint: Paint) -> String {
 
 /// The findings of every filesystem, worst first.
 pub fn render(r: &DoctorReport, paint: Paint) -> String {
-    if r.filesystems.is_empty() {
+    if r.filesystems.is_empty() && r.not_examined.is_empty() {
         return "no mounted btrfs\n".to_owned();
     }
     let mut t = String::new();
@@ -183,7 +150,7 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
             t.push_str(&format!(
                 "  {} {}: {}\n",
                 label(x.severity, paint),
-                esc(&x.code),
+                esc(x.code.as_str()),
                 esc(&x.title)
             ));
             for e in &x.evidence {
@@ -195,6 +162,16 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
             }
         }
     }
+    for n in &r.not_examined {
+        t.push_str(&format!(
+            "\n{}\n  {}\n",
+            paint.bold(&format!(
+                "{}: not examined",
+                esc(&n.path.display().to_string())
+            )),
+            esc(&n.error)
+        ));
+    }
     let worst = r.worst.filter(|w| *w != Severity::Info);
     t.push_str(&format!(
         "\n{}\n",
@@ -204,7 +181,11 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
                 label(w, paint).trim_end(),
                 r.exit_status
             ),
-            None => "no warning (exit status 0)".to_owned(),
+            None if r.exit_status == doctor::EXIT_OK => "no warning (exit status 0)".to_owned(),
+            None => format!(
+                "no warning, but not every filesystem was examined (exit status {})",
+                r.exit_status
+            ),
         }
     ));
     t

@@ -8,9 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorKind, Result};
 use crate::links::{self, LinksOptions};
-use crate::model::finding::{Finding, Severity};
-use crate::probe::verdict::Verdict;
-use crate::probe::{self, ProbeOptions};
+use crate::model::finding::{Code, Finding};
+use crate::probe::{self, ProbeOptions, Verdict};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::signals;
 use crate::sys::tools::display_argv;
@@ -79,8 +78,7 @@ pub fn nocow_findings(
         argv.extend(names.iter().map(String::as_str));
         out.push(
             Finding::new(
-                "nocow-missing",
-                Severity::Warning,
+                Code::NocowMissing,
                 format!(
                     "{} VM image or database file(s) are copy-on-write",
                     s.needs_migration_files + s.blocked_files
@@ -109,8 +107,7 @@ pub fn nocow_findings(
         .collect();
     if !compressed.is_empty() {
         let mut fi = Finding::new(
-            "nocow-with-compression",
-            Severity::Warning,
+            Code::NocowWithCompression,
             format!(
                 "{} NOCOW or database path(s) carry the compression attribute",
                 compressed.len()
@@ -123,6 +120,16 @@ pub fn nocow_findings(
         out.push(fi.with_command(format!("chattr -c {}", compressed[0])));
     }
     out
+}
+
+/// The catalog code of a probe-dio verdict (none: direct, nothing to say).
+pub fn verdict_code(v: Verdict) -> Option<Code> {
+    match v {
+        Verdict::Direct => None,
+        Verdict::BufferedFallback => Some(Code::OdirectBufferedFallback),
+        Verdict::ProfileForced => Some(Code::OdirectProfileForced),
+        Verdict::Inconclusive => Some(Code::OdirectInconclusive),
+    }
 }
 
 /// Runs the deep checks on one filesystem: findings, and the facts. A
@@ -141,14 +148,8 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> Result<(Vec<Finding>, DeepFacts)> {
     match probe::run(&opts, &mut |_, _| {}) {
         Ok(r) => {
             facts.probe_verdict = Some(r.verdict.name().to_owned());
-            let (code, severity) = match r.verdict {
-                Verdict::Direct => ("", Severity::Info),
-                Verdict::BufferedFallback => ("odirect-buffered-fallback", Severity::Warning),
-                Verdict::ProfileForced => ("odirect-profile-forced", Severity::Warning),
-                Verdict::Inconclusive => ("odirect-inconclusive", Severity::Info),
-            };
-            if !code.is_empty() {
-                let mut fi = Finding::new(code, severity, r.summary.clone(), r.explanation.clone())
+            if let Some(code) = verdict_code(r.verdict) {
+                let mut fi = Finding::new(code, r.summary.clone(), r.explanation.clone())
                     .with_evidence("probe-dio verdict", r.verdict.name());
                 for reason in &r.reasons {
                     fi = fi.with_evidence("reason", reason.clone());
@@ -164,8 +165,7 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> Result<(Vec<Finding>, DeepFacts)> {
             facts.probe_error = Some(e.to_string());
             out.push(
                 Finding::new(
-                    "deep-probe-failed",
-                    Severity::Info,
+                    Code::DeepProbeFailed,
                     "the O_DIRECT probe could not run",
                     "doctor --deep writes two small test files to find out whether O_DIRECT writes are direct",
                 )
@@ -182,31 +182,7 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> Result<(Vec<Finding>, DeepFacts)> {
         thermal: true,
     };
     match links::run(&lopts) {
-        Ok(r) => {
-            for l in r.all_findings() {
-                let kind = serde_json::to_value(l.kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_else(|| "finding".to_owned());
-                let severity = match l.severity {
-                    links::model::Severity::Warning => Severity::Warning,
-                    links::model::Severity::Info => Severity::Info,
-                };
-                let mut fi = Finding::new(
-                    &format!("link-{kind}"),
-                    severity,
-                    l.message.clone(),
-                    "a PCIe link below what the drive can do, or a drive that throttles, caps the array's throughput",
-                )
-                .with_evidence("devices", l.devices.join(", "));
-                fi = fi.with_command(
-                    l.hint
-                        .clone()
-                        .unwrap_or_else(|| display_argv(&["btrfs-lab", "links", "--thermal", &m])),
-                );
-                out.push(fi);
-            }
-        }
+        Ok(r) => out.extend(r.all_findings().map(|l| links::catalog_finding(l, &m))),
         Err(e) => facts.links_error = Some(e.to_string()),
     }
     signals::check()?;
@@ -217,8 +193,7 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> Result<(Vec<Finding>, DeepFacts)> {
             Err(e) if e.kind() == ErrorKind::Interrupted => return Err(e),
             Err(e) => out.push(
                 Finding::new(
-                    "deep-nocow-failed",
-                    Severity::Info,
+                    Code::DeepNocowFailed,
                     "the NOCOW audit could not run",
                     "doctor --deep audits the VM image and database directories for NOCOW",
                 )

@@ -13,13 +13,14 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 
 use crate::bench::WORK_DIR_PREFIX;
-use crate::model::finding::{Finding, Severity};
+use crate::model::finding::{Code, Finding, rules};
 use crate::model::units::{UnitMode, pretty_size};
 use crate::sys::fs::beneath::{HeldDir, open_dir_beneath};
 use crate::sys::tools::display_argv;
 
-/// Leftovers at or above this size are a warning, below it an info.
-pub const WARN_BYTES: u64 = 1 << 30;
+/// Leftovers at or above this size are a warning, below it an info (the
+/// catalog's rule, [`rules::bench_leftovers`]).
+pub use crate::model::finding::rules::BENCH_LEFTOVERS_WARN_BYTES as WARN_BYTES;
 
 /// Most entries counted in one leftover (a huge tree is still named, its
 /// size then a lower bound).
@@ -176,14 +177,8 @@ pub fn findings(leftovers: &[BenchLeftover]) -> Vec<Finding> {
             pretty_size(b, UnitMode::default())
         )
     };
-    let severity = if total >= WARN_BYTES {
-        Severity::Warning
-    } else {
-        Severity::Info
-    };
     let mut fi = Finding::new(
-        "bench-leftovers",
-        severity,
+        Code::BenchLeftovers,
         format!(
             "{} work director{} of bench runs that died hold {}",
             leftovers.len(),
@@ -192,6 +187,7 @@ pub fn findings(leftovers: &[BenchLeftover]) -> Vec<Finding> {
         ),
         "a bench run that was killed (SIGKILL, a crash, a power cut) leaves its test files behind; they hold space until removed (a later bench run in the same directory removes them too)",
     );
+    fi = fi.with_severity(rules::bench_leftovers(total));
     for l in leftovers {
         fi = fi.with_evidence(
             "directory",
@@ -215,6 +211,7 @@ pub fn findings(leftovers: &[BenchLeftover]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::finding::Severity;
 
     #[test]
     fn names_of_bench_work_dirs() {

@@ -54,25 +54,108 @@ pub struct FsDiagnosis {
     pub deep: Option<deep::DeepFacts>,
 }
 
-/// The whole report.
+/// A filesystem doctor was asked to examine and could not (ripgrep's
+/// non-fatal errors: the others are still examined and reported).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NotExamined {
+    /// The path given (or the mount point found).
+    pub path: PathBuf,
+    /// What went wrong, one line.
+    pub error: String,
+    /// What to do, when known.
+    pub hint: Option<String>,
+}
+
+impl NotExamined {
+    fn new(path: &Path, e: &crate::error::Error) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            error: e.message().to_owned(),
+            hint: e.hint().map(str::to_owned),
+        }
+    }
+}
+
+/// The whole report. Who wrote it, on which host and when is the JSON
+/// envelope's (`btrfs_lab`, docs/json.md); the older top-level `tool`,
+/// `version`, `hostname` and `timestamp` fields are written from the same
+/// sources when the report is serialized ([`wire`]), not kept twice here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(into = "wire::DoctorReport", from = "wire::DoctorReport")]
 pub struct DoctorReport {
-    /// `btrfs-lab`.
-    pub tool: String,
-    /// Its version.
-    pub version: String,
-    /// The host examined.
-    pub hostname: String,
-    /// When, UTC (RFC 3339).
-    pub timestamp: String,
-    /// When, seconds since the epoch.
+    /// When the filesystems were examined, seconds since the epoch.
     pub timestamp_unix: u64,
     /// Each filesystem examined.
     pub filesystems: Vec<FsDiagnosis>,
+    /// The filesystems that could not be examined (the others still were).
+    pub not_examined: Vec<NotExamined>,
     /// The worst finding over all filesystems.
     pub worst: Option<Severity>,
-    /// The exit status: 0 ok (or info only), 1 warning, 2 critical.
+    /// The exit status: 0 ok (or info only), 1 warning, 2 critical; 3 when
+    /// a filesystem could not be examined and nothing is worse than info.
     pub exit_status: u8,
+}
+
+/// The JSON shape of `doctor --json` (docs/json.md, docs/schema/
+/// doctor.schema.json), unchanged: the report's fields and the older
+/// `tool`/`version`/`hostname`/`timestamp` beside the envelope.
+pub mod wire {
+    use super::*;
+
+    /// `doctor --json`.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+    pub struct DoctorReport {
+        /// `btrfs-lab`.
+        pub tool: String,
+        /// Its version (as the envelope's `version`).
+        pub version: String,
+        /// The host examined (uname's nodename, as the envelope's `host`).
+        pub hostname: String,
+        /// When the filesystems were examined, UTC (RFC 3339).
+        pub timestamp: String,
+        /// When, seconds since the epoch.
+        pub timestamp_unix: u64,
+        /// Each filesystem examined.
+        pub filesystems: Vec<FsDiagnosis>,
+        /// The filesystems that could not be examined (the others still
+        /// were): path, error, hint.
+        #[serde(default)]
+        pub not_examined: Vec<NotExamined>,
+        /// The worst finding over all filesystems.
+        pub worst: Option<Severity>,
+        /// The exit status: 0 ok (or info only), 1 warning, 2 critical; 3
+        /// when a filesystem could not be examined and nothing is worse
+        /// than info.
+        pub exit_status: u8,
+    }
+
+    impl From<super::DoctorReport> for DoctorReport {
+        fn from(r: super::DoctorReport) -> Self {
+            Self {
+                tool: "btrfs-lab".to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                hostname: hostname(),
+                timestamp: rfc3339_seconds(r.timestamp_unix),
+                timestamp_unix: r.timestamp_unix,
+                filesystems: r.filesystems,
+                not_examined: r.not_examined,
+                worst: r.worst,
+                exit_status: r.exit_status,
+            }
+        }
+    }
+
+    impl From<DoctorReport> for super::DoctorReport {
+        fn from(r: DoctorReport) -> Self {
+            Self {
+                timestamp_unix: r.timestamp_unix,
+                filesystems: r.filesystems,
+                not_examined: r.not_examined,
+                worst: r.worst,
+                exit_status: r.exit_status,
+            }
+        }
+    }
 }
 
 /// The exit status for a worst severity.
@@ -81,6 +164,20 @@ pub fn exit_status(worst: Option<Severity>) -> u8 {
         Some(Severity::Critical) => EXIT_CRITICAL,
         Some(Severity::Warning) => EXIT_WARNING,
         _ => EXIT_OK,
+    }
+}
+
+/// The exit status when something could not be done (a filesystem not
+/// examined, the output or the textfile not written): UNKNOWN (3) when
+/// nothing is worse than info, so that monitoring notices; a warning or a
+/// critical finding is never hidden behind it (the critical
+/// `data-nearly-full` of the very filesystem that could not take the
+/// textfile must reach monitoring).
+pub fn status_with_failure(findings: u8, failed: bool) -> u8 {
+    if failed && findings == EXIT_OK {
+        EXIT_UNKNOWN
+    } else {
+        findings
     }
 }
 
@@ -110,23 +207,143 @@ pub fn add_findings(d: &mut FsDiagnosis, findings: Vec<Finding>) {
     d.worst = d.findings.iter().map(|f| f.severity).min();
 }
 
-/// Builds the report from diagnoses.
-pub fn report(filesystems: Vec<FsDiagnosis>, hostname: String, now: u64) -> DoctorReport {
+/// Builds the report from diagnoses and the filesystems that could not be
+/// examined.
+pub fn report(
+    filesystems: Vec<FsDiagnosis>,
+    not_examined: Vec<NotExamined>,
+    now: u64,
+) -> DoctorReport {
     let worst = filesystems.iter().filter_map(|f| f.worst).min();
+    let exit_status = status_with_failure(exit_status(worst), !not_examined.is_empty());
     DoctorReport {
-        tool: "btrfs-lab".to_owned(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        hostname,
-        timestamp: rfc3339_seconds(now),
         timestamp_unix: now,
         filesystems,
+        not_examined,
         worst,
-        exit_status: exit_status(worst),
+        exit_status,
+    }
+}
+
+/// What `doctor` looks at.
+#[derive(Debug, Clone)]
+pub struct DoctorOptions {
+    /// Where sysfs and procfs are read (`--sysroot`).
+    pub sysroot: SysRoot,
+    /// Paths inside mounted btrfs filesystems; empty: every mounted btrfs.
+    pub mounts: Vec<PathBuf>,
+    /// Also run the checks that cost time or write a little ([`deep`]).
+    pub deep: bool,
+    /// Also write the Prometheus metrics there (`--textfile`).
+    pub textfile: Option<PathBuf>,
+}
+
+/// What a doctor run ends with (an interruption is the `Err` of [`run`]).
+#[derive(Debug)]
+pub enum Outcome {
+    /// The report. `textfile_error`: the `--textfile` could not be written
+    /// (its message says what the file holds now).
+    Report {
+        /// The report.
+        report: DoctorReport,
+        /// Why the textfile could not be written.
+        textfile_error: Option<crate::error::Error>,
+    },
+    /// Doctor could not look at anything (UNKNOWN, [`EXIT_UNKNOWN`]): one
+    /// error per filesystem given (the last says what the textfile holds
+    /// now). Nothing goes to stdout.
+    Unknown(Vec<crate::error::Error>),
+}
+
+/// Runs doctor with its error policy: a filesystem that cannot be examined
+/// is reported ([`NotExamined`], exit status 3 when nothing is worse) and
+/// the others are still examined; when none could be, the outcome is
+/// [`Outcome::Unknown`]; either way a `--textfile` is written (or made to
+/// say `btrfs_lab_doctor_success 0`). `Err` only for an interruption
+/// (SIGINT, SIGTERM, SIGHUP during `--deep`: exit 130).
+pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
+    if opts.deep {
+        // The probe stops at its next safe point on SIGINT, SIGTERM or
+        // SIGHUP, removes its test files and trace instance, and doctor
+        // exits 130 (a second signal exits at once).
+        crate::sys::kernel::signals::install()?;
+    }
+    let report = match examine(&opts.sysroot, &opts.mounts, opts.deep) {
+        Ok(r) if r.filesystems.is_empty() && !r.not_examined.is_empty() => {
+            let errors = r.not_examined.iter().map(not_examined_error).collect();
+            return Ok(Outcome::Unknown(fail_textfile(errors, opts)));
+        }
+        Ok(r) => r,
+        Err(e) if e.kind() == crate::error::ErrorKind::Interrupted => return Err(e),
+        Err(e) => return Ok(Outcome::Unknown(fail_textfile(vec![e], opts))),
+    };
+    let textfile_error = opts.textfile.as_deref().and_then(|path| {
+        write_textfile(path, &prometheus::render(&report))
+            .err()
+            .map(|e| with_textfile_state(e, path))
+    });
+    Ok(Outcome::Report {
+        report,
+        textfile_error,
+    })
+}
+
+/// A filesystem not examined, as the one error line it prints (naming the
+/// path when the message does not).
+pub fn not_examined_error(n: &NotExamined) -> crate::error::Error {
+    let path = n.path.display().to_string();
+    let message = if n.error.contains(&path) {
+        n.error.clone()
+    } else {
+        format!("{path}: {}", n.error)
+    };
+    let e = crate::error::Error::new(crate::error::ErrorKind::WrongTarget, message);
+    match &n.hint {
+        Some(h) => e.with_hint(h.clone()),
+        None => e,
+    }
+}
+
+/// The errors of a run that could not look, the last one saying what the
+/// textfile holds now.
+fn fail_textfile(
+    mut errors: Vec<crate::error::Error>,
+    opts: &DoctorOptions,
+) -> Vec<crate::error::Error> {
+    if let Some(path) = &opts.textfile
+        && let Some(last) = errors.pop()
+    {
+        errors.push(with_textfile_state(last, path));
+    }
+    errors
+}
+
+/// After a failed run or write: the textfile is made to say `success 0`
+/// if it can be, and the one error line says what it holds now.
+pub fn with_textfile_state(e: crate::error::Error, path: &Path) -> crate::error::Error {
+    let p = path.display();
+    let state = match mark_textfile_failed(path, now_unix()) {
+        TextfileState::MarkedFailed => format!("{p} now says btrfs_lab_doctor_success 0"),
+        TextfileState::MarkedFailedInPlace => format!(
+            "the textfile is stale: {p} now says btrfs_lab_doctor_success 0 (rewritten in place)"
+        ),
+        TextfileState::Stale(why) => {
+            format!("the textfile is stale: {p} still holds an earlier run's metrics ({why})")
+        }
+    };
+    let hint = e.hint().map(str::to_owned);
+    let out = crate::error::Error::new(e.kind(), format!("{}; {state}", e.message()));
+    match hint {
+        Some(h) => out.with_hint(h),
+        None => out,
     }
 }
 
 /// Examines the filesystems at `mounts` (every mounted btrfs when empty);
-/// `deep` adds the checks that cost time or write a little ([`deep`]).
+/// `deep` adds the checks that cost time or write a little ([`deep`]). A
+/// filesystem that cannot be resolved or read is in `not_examined` and the
+/// others are still examined; `Err` when doctor cannot look at all (not
+/// root, the mount table unreadable) or was interrupted.
 pub fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorReport> {
     // Without root the error counters and the balance state cannot be read:
     // a report would call a corrupted filesystem healthy.
@@ -137,31 +354,48 @@ pub fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorR
         )
         .with_hint("run it as root (sudo btrfs-lab doctor), as the systemd unit and the playbooks do"));
     }
-    let targets = if mounts.is_empty() {
+    let mut not_examined = Vec::new();
+    let targets: Vec<BtrfsTarget> = if mounts.is_empty() {
         space::mounted_btrfs(root)?
     } else {
         mounts
             .iter()
-            .map(|m| space::resolve(root, m))
-            .collect::<Result<Vec<_>>>()?
+            .filter_map(|m| match space::resolve(root, m) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    not_examined.push(NotExamined::new(m, &e));
+                    None
+                }
+            })
+            .collect()
     };
     let now = now_unix();
     let mut out = Vec::new();
     for t in &targets {
-        let mut d = diagnose(gather(root, t)?, now);
-        // Work directories of dead bench runs: at the top level and in the
-        // VM image and database directories doctor looks at.
-        let mut places = vec![d.facts.mount_point.clone()];
-        places.extend(deep::usual_dirs(&d.facts));
-        add_findings(&mut d, leftovers::findings(&leftovers::scan(&places)));
-        if deep {
-            crate::sys::kernel::signals::check()?;
-            let (findings, facts) = deep::deep(root, &d.facts)?;
-            add_deep(&mut d, findings, facts);
+        match examine_one(root, t, deep, now) {
+            Ok(d) => out.push(d),
+            Err(e) if e.kind() == crate::error::ErrorKind::Interrupted => return Err(e),
+            Err(e) => not_examined.push(NotExamined::new(&t.mount.mount_point, &e)),
         }
-        out.push(d);
     }
-    Ok(report(out, hostname(), now))
+    Ok(report(out, not_examined, now))
+}
+
+/// One filesystem: its facts, findings, bench leftovers and (`deep`) the
+/// deep checks.
+fn examine_one(root: &SysRoot, t: &BtrfsTarget, deep: bool, now: u64) -> Result<FsDiagnosis> {
+    let mut d = diagnose(gather(root, t)?, now);
+    // Work directories of dead bench runs: at the top level and in the
+    // VM image and database directories doctor looks at.
+    let mut places = vec![d.facts.mount_point.clone()];
+    places.extend(deep::usual_dirs(&d.facts));
+    add_findings(&mut d, leftovers::findings(&leftovers::scan(&places)));
+    if deep {
+        crate::sys::kernel::signals::check()?;
+        let (findings, facts) = deep::deep(root, &d.facts)?;
+        add_deep(&mut d, findings, facts);
+    }
+    Ok(d)
 }
 
 /// Reads the facts of one mounted btrfs (ioctls, sysfs, the scrub record).
@@ -318,6 +552,36 @@ mod tests {
         assert_eq!(exit_status(Some(Severity::Info)), 0);
         assert_eq!(exit_status(Some(Severity::Warning)), 1);
         assert_eq!(exit_status(Some(Severity::Critical)), 2);
+    }
+
+    #[test]
+    fn a_filesystem_not_examined_is_unknown_unless_something_is_worse() {
+        let bad = || {
+            vec![NotExamined {
+                path: "/x".into(),
+                error: "not a btrfs".into(),
+                hint: None,
+            }]
+        };
+        assert_eq!(report(Vec::new(), Vec::new(), 7).exit_status, EXIT_OK);
+        assert_eq!(report(Vec::new(), bad(), 7).exit_status, EXIT_UNKNOWN);
+        assert_eq!(status_with_failure(EXIT_WARNING, true), EXIT_WARNING);
+        assert_eq!(status_with_failure(EXIT_CRITICAL, true), EXIT_CRITICAL);
+        assert_eq!(status_with_failure(EXIT_OK, false), EXIT_OK);
+        // The JSON keeps its shape: the older fields beside the report's.
+        let v = serde_json::to_value(report(Vec::new(), bad(), 1_796_082_666)).unwrap();
+        assert_eq!(v["tool"], "btrfs-lab");
+        assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(v["hostname"], hostname());
+        assert_eq!(v["timestamp"], "2026-11-30T23:51:06Z");
+        assert_eq!(v["not_examined"][0]["path"], "/x");
+        let back: DoctorReport = serde_json::from_value(v).unwrap();
+        assert_eq!(back, report(Vec::new(), bad(), 1_796_082_666));
+        assert_eq!(not_examined_error(&bad()[0]).message(), "/x: not a btrfs");
+        assert!(
+            prometheus::render(&report(Vec::new(), bad(), 7))
+                .contains("btrfs_lab_doctor_success 0\n")
+        );
     }
 
     #[test]

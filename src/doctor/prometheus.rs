@@ -88,7 +88,9 @@ pub fn render(r: &DoctorReport) -> String {
         "gauge",
         "Whether btrfs-lab doctor could examine the filesystems (1) or failed (0).",
         &[],
-        1.0,
+        // A filesystem that could not be examined fails the run for
+        // alerting, though the others' figures follow.
+        if r.not_examined.is_empty() { 1.0 } else { 0.0 },
     );
     m.add(
         "btrfs_lab_doctor_last_run_timestamp_seconds",
@@ -101,7 +103,7 @@ pub fn render(r: &DoctorReport) -> String {
         "btrfs_lab_doctor_info",
         "gauge",
         "The btrfs-lab version that wrote these metrics (always 1).",
-        &[("version", &r.version)],
+        &[("version", env!("CARGO_PKG_VERSION"))],
         1.0,
     );
     m.add(

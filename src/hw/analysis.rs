@@ -15,9 +15,36 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::model::{
     ArrayCeiling, Bandwidth, Ceiling, Finding, FindingKind, Hop, HopRole, Severity,
 };
+use crate::model::finding::{Code, rules};
 use crate::model::profile::Profile;
 use crate::parse::pcie::{Generation, format_gbps, link_bytes_per_sec, parse_pci_address};
 use crate::sys::block::topology::{LinkAttrs, PciFunction};
+
+/// The findings catalog's code of a link finding's kind (`doctor --deep`
+/// reports link findings under it; docs/findings.md lists them).
+pub fn code(kind: FindingKind) -> Code {
+    match kind {
+        FindingKind::Degraded => Code::LinkDegraded,
+        FindingKind::CappedByPort => Code::LinkCappedByPort,
+        FindingKind::CappedUpstream => Code::LinkCappedUpstream,
+        FindingKind::BehindChipset => Code::LinkBehindChipset,
+        FindingKind::SharedUplink => Code::LinkSharedUplink,
+    }
+}
+
+/// A catalog severity in the links report's two levels (`links` reports,
+/// it does not judge: nothing is critical there).
+pub fn hw_severity(s: crate::model::finding::Severity) -> Severity {
+    match s {
+        crate::model::finding::Severity::Info => Severity::Info,
+        _ => Severity::Warning,
+    }
+}
+
+/// The catalog's severity of a kind whose severity is fixed.
+fn severity_of(kind: FindingKind) -> Severity {
+    hw_severity(code(kind).default_severity())
+}
 
 const AMD: u32 = 0x1022;
 const INTEL: u32 = 0x8086;
@@ -313,7 +340,7 @@ fn degraded_finding(name: &str, hops: &[Hop], l: &LinkView) -> Option<Finding> {
     };
     Some(Finding {
         kind: FindingKind::Degraded,
-        severity: Severity::Warning,
+        severity: severity_of(FindingKind::Degraded),
         devices: vec![name.to_owned()],
         message: format!(
             "{what} trained at {} though {ends} both support {}{figures}",
@@ -374,7 +401,7 @@ pub fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
         };
         out.findings.push(Finding {
             kind: FindingKind::CappedByPort,
-            severity: Severity::Warning,
+            severity: severity_of(FindingKind::CappedByPort),
             devices: vec![name.to_owned()],
             message: format!(
                 "{} is {port}, the drive {drive}{figures}",
@@ -423,7 +450,7 @@ pub fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
             };
             out.findings.push(Finding {
                 kind: FindingKind::CappedUpstream,
-                severity: Severity::Warning,
+                severity: severity_of(FindingKind::CappedUpstream),
                 devices: vec![name.to_owned()],
                 message: format!(
                     "{} ({}, {}) is narrower than the drive's own link ({}, {}): it limits the drive to {}",
@@ -465,7 +492,7 @@ pub fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
             .unwrap_or_default();
         out.findings.push(Finding {
             kind: FindingKind::BehindChipset,
-            severity: Severity::Info,
+            severity: severity_of(FindingKind::BehindChipset),
             devices: vec![name.to_owned()],
             message: format!(
                 "behind the chipset (AMD switch {}): its uplink{figures}{via} is shared with everything else on the chipset: USB, SATA, network and other M.2 sockets",
@@ -479,7 +506,7 @@ pub fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
     {
         out.findings.push(Finding {
             kind: FindingKind::BehindChipset,
-            severity: Severity::Info,
+            severity: severity_of(FindingKind::BehindChipset),
             devices: vec![name.to_owned()],
             message: format!(
                 "on a chipset (Intel PCH) root port {}: everything on the chipset shares its DMI link to the CPU: USB, SATA, network and other M.2 sockets",
@@ -580,7 +607,7 @@ pub fn shared_uplinks(members: &[MemberPath]) -> Vec<Finding> {
             match (l.bytes_per_sec, together) {
                 (Some(cap), Some(sum)) if sum > cap * (1.0 + EPS) => Finding {
                     kind: FindingKind::SharedUplink,
-                    severity: Severity::Warning,
+                    severity: hw_severity(rules::shared_uplink(true)),
                     devices: names,
                     message: format!(
                         "{list} share {}, {}{port_note}: their own links could move {} together, so used at once they get at most {}",
@@ -593,7 +620,7 @@ pub fn shared_uplinks(members: &[MemberPath]) -> Vec<Finding> {
                 },
                 (Some(cap), sum) => Finding {
                     kind: FindingKind::SharedUplink,
-                    severity: Severity::Info,
+                    severity: hw_severity(rules::shared_uplink(false)),
                     devices: names,
                     message: format!(
                         "{list} share {}, {}{port_note}{}",
@@ -606,7 +633,8 @@ pub fn shared_uplinks(members: &[MemberPath]) -> Vec<Finding> {
                 },
                 (None, _) => Finding {
                     kind: FindingKind::SharedUplink,
-                    severity: Severity::Info,
+                    // Unknown capacity: not known to be oversubscribed.
+                    severity: hw_severity(rules::shared_uplink(false)),
                     devices: names,
                     message: format!(
                         "{list} are on the chipset and share {} with its USB, SATA and network ports; used together they may be limited by it",

@@ -157,6 +157,27 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
     })
 }
 
+/// A link finding as a finding of the shared catalog (`doctor --deep`): its
+/// code is `link-KIND` ([`analysis::code`]), its severity the one the link
+/// analysis gave it, the command its hint or `links --thermal MOUNT`.
+pub fn catalog_finding(l: &Finding, mount: &str) -> crate::model::finding::Finding {
+    use crate::model::finding::{Finding as CatalogFinding, Severity as CatalogSeverity};
+    let severity = match l.severity {
+        Severity::Warning => CatalogSeverity::Warning,
+        Severity::Info => CatalogSeverity::Info,
+    };
+    CatalogFinding::new(
+        analysis::code(l.kind),
+        l.message.clone(),
+        "a PCIe link below what the drive can do, or a drive that throttles, caps the array's throughput",
+    )
+    .with_severity(severity)
+    .with_evidence("devices", l.devices.join(", "))
+    .with_command(l.hint.clone().unwrap_or_else(|| {
+        crate::sys::tools::display_argv(&["btrfs-lab", "links", "--thermal", mount])
+    }))
+}
+
 /// Looks at the links (see the module documentation).
 pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
     let root = &opts.sysroot;

@@ -323,8 +323,9 @@ pub const PAGES: &[Page] = &[
             row(
                 UNKNOWN,
                 "doctor could not look (UNKNOWN): not a mounted btrfs, no root for the ioctls; \
-                 or its output or --textfile could not be written and no finding is worse \
-                 than info.",
+                 or one of the filesystems given could not be examined (the others are, and \
+                 are reported; the path is in not_examined), or its output or --textfile \
+                 could not be written, and no finding is worse than info.",
             ),
             row(
                 INTERRUPTED,

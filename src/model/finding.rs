@@ -3,8 +3,17 @@
 //! matters and the exact command that fixes or investigates it. `doctor`
 //! ranks them; `df`/`usage` (and their `--parse`) show the same ones, so a
 //! finding is computed once, by pure code, and rendered everywhere.
+//!
+//! Every code is in one catalog ([`catalog`]: its meaning, default severity
+//! and emitters; `docs/findings.md` is generated from it), and every
+//! severity that depends on figures is decided in one place ([`rules`]).
+
+pub mod catalog;
+pub mod rules;
 
 use serde::{Deserialize, Serialize};
+
+pub use catalog::Code;
 
 /// How bad a finding is. Ordered worst first, so sorting puts the worst on
 /// top; the exit status of `doctor` follows the worst (0 ok / 1 warning /
@@ -48,8 +57,9 @@ impl Severity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Finding {
     /// Stable identifier (`metadata-nearly-full`, `device-errors`, ...):
-    /// alerting rules and playbooks match on it; never renamed.
-    pub code: String,
+    /// alerting rules and playbooks match on it; never renamed
+    /// (docs/findings.md lists them).
+    pub code: Code,
     /// How bad.
     pub severity: Severity,
     /// One line: what is wrong.
@@ -72,21 +82,23 @@ pub struct Evidence {
 }
 
 impl Finding {
-    /// A finding with no evidence and no command yet.
-    pub fn new(
-        code: &str,
-        severity: Severity,
-        title: impl Into<String>,
-        why: impl Into<String>,
-    ) -> Self {
+    /// A finding of `code` with its default severity, no evidence and no
+    /// command yet.
+    pub fn new(code: Code, title: impl Into<String>, why: impl Into<String>) -> Self {
         Self {
-            code: code.to_owned(),
-            severity,
+            code,
+            severity: code.default_severity(),
             title: title.into(),
             evidence: Vec::new(),
             why: why.into(),
             command: None,
         }
+    }
+
+    /// Sets the severity a rule of [`rules`] decided from the figures.
+    pub fn with_severity(mut self, severity: Severity) -> Self {
+        self.severity = severity;
+        self
     }
 
     /// Adds a figure.
@@ -117,14 +129,22 @@ mod tests {
     #[test]
     fn worst_first_and_stable() {
         let mut v = vec![
-            Finding::new("a", Severity::Info, "a", ""),
-            Finding::new("b", Severity::Critical, "b", ""),
-            Finding::new("c", Severity::Warning, "c", ""),
-            Finding::new("d", Severity::Critical, "d", ""),
+            Finding::new(Code::ScrubNeverRun, "a", ""),
+            Finding::new(Code::DeviceMissing, "b", ""),
+            Finding::new(Code::ScrubOld, "c", ""),
+            Finding::new(Code::MountDegraded, "d", ""),
         ];
         rank(&mut v);
         let codes: Vec<&str> = v.iter().map(|f| f.code.as_str()).collect();
-        assert_eq!(codes, ["b", "d", "c", "a"]);
+        assert_eq!(
+            codes,
+            [
+                "device-missing",
+                "mount-degraded",
+                "scrub-old",
+                "scrub-never-run"
+            ]
+        );
         let json = serde_json::to_string(&v[0]).unwrap();
         assert!(json.contains("\"severity\":\"critical\""), "{json}");
         let back: Finding = serde_json::from_str(&json).unwrap();

@@ -6,13 +6,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::finding::{Finding, Severity, rank};
+use crate::model::finding::rules::{self, MetadataRoom};
+use crate::model::finding::{Code, Finding, Severity, rank};
 use crate::model::profile::Profile;
 use crate::model::space::{BgProfile, BgType, SpaceRecord, mixed_profiles};
 use crate::model::units::{UnitBase, UnitMode, pretty_size};
 
-/// Metadata this full (used / allocated) is "nearly full".
-pub const METADATA_FULL_PERCENT: f64 = 90.0;
+/// Metadata this full (used / allocated) is "nearly full" (the catalog's
+/// threshold, [`rules::METADATA_FULL_PERCENT`]).
+pub use crate::model::finding::rules::METADATA_FULL_PERCENT;
 
 /// The smallest metadata chunk btrfs allocates (filesystems under 50GiB;
 /// larger ones use 1GiB): what a new metadata chunk needs on each device
@@ -152,10 +154,9 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                     size(free)
                 )
             };
-            let base = |sev, title: String| {
+            let base = |room, title: String| {
                 Finding::new(
-                    "metadata-nearly-full",
-                    sev,
+                    Code::MetadataNearlyFull,
                     title,
                     "btrfs writes metadata (file names, extents, checksums) only into metadata chunks; when they are full and no new chunk can be allocated, writes fail with ENOSPC (No space left on device) while `df` still shows free space",
                 )
@@ -164,6 +165,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                     format!("{:.1}% of {} ({} used)", p, size(total), size(used)),
                 )
                 .with_evidence("metadata free in its chunks", size(free))
+                .with_severity(rules::metadata_allocated_full(room))
             };
             let mut finding = match &f.unallocated {
                 Some(unalloc) => {
@@ -183,7 +185,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                         .collect();
                     if fit < need_devs {
                         base(
-                            Severity::Critical,
+                            MetadataRoom::NoRoom,
                             format!(
                                 "ENOSPC is near: {what} and no device has room for a new {} metadata chunk",
                                 profile.progs_name()
@@ -197,7 +199,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                         .with_command(format!("btrfs balance start -dusage=10 {mount}"))
                     } else {
                         base(
-                            Severity::Info,
+                            MetadataRoom::Fits,
                             format!(
                                 "metadata is {p:.1}% used; there is room for new metadata chunks"
                             ),
@@ -206,7 +208,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                     }
                 }
                 None => base(
-                    Severity::Warning,
+                    MetadataRoom::Unknown,
                     format!(
                         "{what}: ENOSPC is near unless there is unallocated space for a new metadata chunk"
                     ),
@@ -260,16 +262,12 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
     if let Some(r) = reserve.filter(|r| r.used_bytes > 0) {
         findings.push(
             Finding::new(
-                "global-reserve-used",
-                if metadata_full {
-                    Severity::Critical
-                } else {
-                    Severity::Warning
-                },
+                Code::GlobalReserveUsed,
                 format!("the global reserve is in use ({} of {})", size(r.used_bytes), size(r.total_bytes)),
                 "btrfs dips into its emergency metadata reserve only when ordinary metadata space ran out; operations that need it next fail with ENOSPC",
             )
             .with_evidence("global reserve used", format!("{} of {}", size(r.used_bytes), size(r.total_bytes)))
+            .with_severity(rules::global_reserve_used(r.used_bytes, r.total_bytes, metadata_full))
             .with_command(format!("btrfs filesystem usage -T {mount}")),
         );
     }
@@ -336,8 +334,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
         if leftovers_only {
             findings.push(
                 Finding::new(
-                    "empty-leftover-chunks",
-                    Severity::Info,
+                    Code::EmptyLeftoverChunks,
                     format!("empty chunks in a second profile: {}", names.join("; ")),
                     "mkfs of old btrfs-progs left small empty single chunks next to the real profile; they hold nothing and a balance with usage=0 removes them",
                 )
@@ -355,8 +352,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                 cmd.push_str(&format!(" --metadata {m}"));
             }
             let mut finding = Finding::new(
-                "unfinished-conversion",
-                Severity::Warning,
+                Code::UnfinishedConversion,
                 format!("more than one profile for one type: {}", names.join("; ")),
                 "a conversion (balance with a convert filter) did not finish: part of the data has the old profile's redundancy. The command finishes it towards the profile another type already has alone (or the one every mixed type has), else the one that holds the most; if the conversion was going the other way, give that profile instead",
             )
@@ -394,8 +390,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
         let total: u64 = bare.iter().map(|r| r.used_bytes).sum();
         findings.push(
             Finding::new(
-                "data-without-redundancy",
-                Severity::Warning,
+                Code::DataNoRedundancy,
                 format!("data has no redundancy on a filesystem of {devices} devices"),
                 "with single or RAID0 data, losing any one device loses the files with extents on it; with several devices a redundant profile is possible",
             )
@@ -416,8 +411,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
     if f.ambiguous_units {
         findings.push(
             Finding::new(
-                "ask-for-raw-bytes",
-                Severity::Info,
+                Code::AskForRawBytes,
                 "the units of this paste are ambiguous (old binary MB/GB or --si)",
                 "the figures were read as binary with bounds that cover the decimal reading; raw bytes settle it",
             )
@@ -433,8 +427,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
         if data_full {
             findings.push(
                 Finding::new(
-                    "ask-for-usage",
-                    Severity::Info,
+                    Code::AskForUsage,
                     "data chunks are nearly full; whether new ones fit is not in this output",
                     "`btrfs filesystem df` shows only allocated chunks; `btrfs filesystem usage -T` shows the unallocated space per device that new chunks come from",
                 )
@@ -489,15 +482,17 @@ mod tests {
             records: &records,
             ..Default::default()
         });
+        // 96KiB of a 512MiB reserve with metadata tight: a warning (the
+        // catalog's rule, as doctor's; it was critical here before).
         assert_eq!(
             codes(&df),
             [
-                ("global-reserve-used", Severity::Critical),
-                ("metadata-nearly-full", Severity::Warning)
+                ("metadata-nearly-full", Severity::Warning),
+                ("global-reserve-used", Severity::Warning)
             ]
         );
         assert_eq!(
-            df.findings[1].command.as_deref(),
+            df.findings[0].command.as_deref(),
             Some("btrfs filesystem usage -T MOUNT")
         );
         let full = interpret(&SpaceFacts {
@@ -597,7 +592,8 @@ mod tests {
             records: &raid0,
             ..Default::default()
         });
-        assert_eq!(codes(&i), [("data-without-redundancy", Severity::Warning)]);
+        // A deliberate RAID0 is info, as in doctor.
+        assert_eq!(codes(&i), [("data-no-redundancy", Severity::Info)]);
         // One device, single data: nothing to say.
         let one = [
             rec(BgType::Data, Profile::Single, 4 * G, 3 * G),

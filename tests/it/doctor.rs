@@ -14,7 +14,7 @@ use btrfs_lab::model::finding::Severity;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
 
-use crate::common::{TestEnv, require_root, run, typed};
+use crate::common::{TestEnv, json, require_root, run, typed};
 
 const MIB: u64 = 1 << 20;
 
@@ -27,6 +27,17 @@ fn write_file(path: &Path, mib: usize, seed: u32) -> std::io::Result<()> {
         f.write_all(&block)?;
     }
     f.sync_all()
+}
+
+/// A healthy sandbox: two 1 GiB devices, data and metadata raid1.
+fn raid1_pair(env: &TestEnv) -> btrfs_lab::sandbox::Sandbox {
+    env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    })
 }
 
 /// `doctor --json MOUNT`: exit status and the typed report.
@@ -42,7 +53,7 @@ fn findings(r: &DoctorReport) -> Vec<(String, Severity)> {
     r.filesystems[0]
         .findings
         .iter()
-        .map(|f| (f.code.clone(), f.severity))
+        .map(|f| (f.code.to_string(), f.severity))
         .collect()
 }
 
@@ -121,13 +132,7 @@ fn healthy_filesystem_gives_no_warning_and_valid_metrics() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: 1 << 30,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
+    let sbx = raid1_pair(&env);
     let m = sbx.mount_point().to_path_buf();
     write_file(&m.join("file"), 64, 1).unwrap();
     let (code, r) = doctor(&env, &m);
@@ -140,9 +145,16 @@ fn healthy_filesystem_gives_no_warning_and_valid_metrics() {
         findings(&r)
     );
     assert!(has(&r, "scrub-never-run", Severity::Info));
-    assert_eq!(r.version, env!("CARGO_PKG_VERSION"));
-    assert!(!r.hostname.is_empty());
-    assert!(r.timestamp.ends_with('Z') && r.timestamp_unix > 1_600_000_000);
+    // Who, where and when is the envelope's; the older top-level fields
+    // are written from the same sources (DoctorReport no longer keeps them).
+    let (_, stdout, _) = run(env.cmd().args(["--json", "doctor"]).arg(&m));
+    let v = json(&stdout);
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(v["version"], v["btrfs_lab"]["version"]);
+    assert_eq!(v["hostname"], v["btrfs_lab"]["host"]);
+    assert!(!v["hostname"].as_str().unwrap().is_empty());
+    assert!(v["timestamp"].as_str().unwrap().ends_with('Z') && r.timestamp_unix > 1_600_000_000);
+    assert_eq!(v["not_examined"], serde_json::json!([]));
     let fs0 = &r.filesystems[0];
     assert_eq!(fs0.facts.devices.len(), 2);
     assert_eq!(fs0.facts.total_devices, 2);
@@ -493,6 +505,71 @@ fn doctor_that_cannot_look_exits_3() {
     assert_eq!(code, 2, "{stderr}");
 }
 
+/// One mount doctor cannot look at does not abort the others (ripgrep's
+/// non-fatal errors): the healthy sandbox is still examined and reported,
+/// the bad path is an entry of `not_examined` and one error line, the
+/// textfile carries the sandbox's metrics with `btrfs_lab_doctor_success 0`,
+/// and the exit status is 3 (UNKNOWN: nothing worse than info to report).
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn one_mount_doctor_cannot_look_at_does_not_abort_the_others() {
+    if !require_root("doctor with one bad mount") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = raid1_pair(&env);
+    let m = sbx.mount_point().to_path_buf();
+    let bad = Path::new("/nonexistent/btrfs-lab");
+    let prom = env.path().join("btrfs.prom");
+    for args in [[bad, m.as_path()], [m.as_path(), bad]] {
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["--json", "doctor", "--textfile"])
+            .arg(&prom)
+            .args(args));
+        assert_eq!(code, 3, "{args:?}: {stderr}");
+        let r: DoctorReport = typed(&stdout);
+        assert_eq!(r.exit_status, 3);
+        assert_eq!(r.filesystems.len(), 1, "{args:?}: {stdout}");
+        assert_eq!(r.filesystems[0].mount_point, m);
+        assert!(has(&r, "scrub-never-run", Severity::Info));
+        assert_eq!(r.not_examined.len(), 1, "{stdout}");
+        assert_eq!(r.not_examined[0].path, bad);
+        assert!(!r.not_examined[0].error.is_empty());
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("btrfs-lab: error: "))
+            .collect();
+        assert_eq!(errors.len(), 1, "{stderr}");
+        assert!(errors[0].contains("/nonexistent/btrfs-lab"), "{stderr}");
+        let text = fs::read_to_string(&prom).unwrap();
+        assert!(text.contains("btrfs_lab_doctor_success 0\n"), "{text}");
+        assert!(
+            text.contains(&format!("uuid=\"{}\"", r.filesystems[0].uuid)),
+            "{text}"
+        );
+    }
+    // Text: the sandbox's findings, then the path not examined.
+    let (code, stdout, stderr) = run(env.cmd().arg("doctor").arg(&m).arg(bad));
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stdout.contains("0 critical, 0 warning, 1 info"), "{stdout}");
+    assert!(
+        stdout.contains("/nonexistent/btrfs-lab: not examined"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("(exit status 3)"), "{stdout}");
+    // Every path bad: as before, UNKNOWN with nothing on stdout, one error
+    // line per path.
+    let (code, stdout, stderr) = run(env.cmd().args([
+        "doctor",
+        "/nonexistent/btrfs-lab",
+        "/nonexistent/btrfs-lab-2",
+    ]));
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(stdout, "");
+    assert_eq!(stderr.matches("btrfs-lab: error: ").count(), 2, "{stderr}");
+}
+
 /// `promtool check rules` and `promtool test rules` on the shipped alerting
 /// rules (no root needed).
 #[test]
@@ -659,13 +736,7 @@ fn degraded_mount_with_a_missing_device_is_critical() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: 1 << 30,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
+    let sbx = raid1_pair(&env);
     let m = sbx.mount_point().to_path_buf();
     write_file(&m.join("file"), 16, 5).unwrap();
     let devs = sbx.devices();
@@ -718,13 +789,7 @@ fn deep_probes_o_direct_and_leaves_nothing_behind() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: 1 << 30,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
+    let sbx = raid1_pair(&env);
     let m = sbx.mount_point().to_path_buf();
     // A database directory whose file is copy-on-write.
     let mysql = m.join("var/lib/mysql");

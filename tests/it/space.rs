@@ -885,7 +885,8 @@ fn df_parse_warns_once_and_names_impossible_rows() {
         .iter()
         .map(|f| f["code"].as_str().unwrap())
         .collect();
-    assert_eq!(codes, ["unfinished-conversion", "data-without-redundancy"]);
+    // data-no-redundancy: the merged code (was data-without-redundancy).
+    assert_eq!(codes, ["unfinished-conversion", "data-no-redundancy"]);
 }
 
 /// A root-only file (shadow-like) that a user links to from a sticky

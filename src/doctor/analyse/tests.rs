@@ -61,10 +61,7 @@ fn healthy() -> FsFacts {
 }
 
 fn codes(v: &[Finding]) -> Vec<(&'static str, Severity)> {
-    // Codes are static strings in the analyser; leak the few test copies.
-    v.iter()
-        .map(|f| (&*f.code.clone().leak(), f.severity))
-        .collect()
+    v.iter().map(|f| (f.code.as_str(), f.severity)).collect()
 }
 
 #[test]
@@ -274,4 +271,87 @@ fn growth_estimates() {
     assert_eq!(growth(Profile::Raid1c3, &[10, 10]), 0);
     assert_eq!(growth(Profile::Dup, &[10, 10]), 10);
     assert_eq!(growth(Profile::Raid0, &[10, 20]), 30);
+}
+
+/// The same numbers through `df`'s analyser (`space::findings::interpret`,
+/// which `usage` and both `--parse` share) and doctor's: the codes both
+/// emit get the same severity, from the catalog's one rule.
+#[test]
+fn df_and_doctor_give_the_same_severity_for_the_same_numbers() {
+    use crate::model::finding::Code;
+    use crate::model::space::{BgProfile, SpaceRecord};
+    use crate::space::findings::{SpaceFacts, interpret};
+
+    fn severity(v: &[Finding], code: Code) -> Option<Severity> {
+        v.iter().find(|f| f.code == code).map(|f| f.severity)
+    }
+    // The facts as doctor reads them, and as `df` records of two devices.
+    let both = |spaces: Vec<SpaceUse>, code: Code| -> (Option<Severity>, Option<Severity>) {
+        let mut f = healthy();
+        f.devices.truncate(2);
+        f.total_devices = 2;
+        f.spaces = spaces;
+        let records: Vec<SpaceRecord> = f
+            .spaces
+            .iter()
+            .map(|s| {
+                SpaceRecord::exact(
+                    s.bg_type,
+                    BgProfile::Known(s.profile),
+                    s.total_bytes,
+                    s.used_bytes,
+                    None,
+                )
+            })
+            .collect();
+        let unallocated: Vec<i64> = f.present().map(|d| d.unallocated_bytes() as i64).collect();
+        let df = interpret(&SpaceFacts {
+            records: &records,
+            unallocated: Some(unallocated),
+            devices: Some(2),
+            ..Default::default()
+        });
+        (
+            severity(&df.findings, code),
+            severity(&analyse(&f, NOW), code),
+        )
+    };
+    let meta = |used| space(BgType::Metadata, Profile::Raid1, GIB, used);
+    let reserve = |used| space(BgType::GlobalReserve, Profile::Single, 512 * MIB, used);
+    let data = |p| space(BgType::Data, p, 5 * GIB, 4 * GIB);
+
+    // A deliberate RAID0 (and single data over two devices): info in both,
+    // never a warning that `df` printed before while doctor said info.
+    for p in [Profile::Raid0, Profile::Single] {
+        let (df, doctor) = both(
+            vec![data(p), meta(100 * MIB), reserve(0)],
+            Code::DataNoRedundancy,
+        );
+        assert_eq!(df, Some(Severity::Info), "{p}");
+        assert_eq!(doctor, df, "{p}");
+    }
+    // The global reserve in use: a few KiB (info), a quarter (warning),
+    // half (critical), and a little with metadata tight (warning).
+    for (meta_used, used, want) in [
+        (100 * MIB, 96 << 10, Severity::Info),
+        (100 * MIB, 128 * MIB, Severity::Warning),
+        (100 * MIB, 300 * MIB, Severity::Critical),
+        (950 * MIB, 96 << 10, Severity::Warning),
+    ] {
+        let (df, doctor) = both(
+            vec![data(Profile::Raid1), meta(meta_used), reserve(used)],
+            Code::GlobalReserveUsed,
+        );
+        assert_eq!(df, Some(want), "metadata {meta_used}, reserve {used}");
+        assert_eq!(doctor, df, "metadata {meta_used}, reserve {used}");
+    }
+    // No redundancy anywhere on one device: nothing in either.
+    let mut one = healthy();
+    one.devices.truncate(1);
+    one.total_devices = 1;
+    one.spaces = vec![
+        space(BgType::Data, Profile::Single, 5 * GIB, 4 * GIB),
+        space(BgType::Metadata, Profile::Dup, GIB, 100 * MIB),
+    ];
+    assert_eq!(severity(&analyse(&one, NOW), Code::DataNoRedundancy), None);
 }

@@ -1,0 +1,86 @@
+//! Devices: missing members, a degraded mount, error counters.
+
+use crate::model::finding::{Code, Finding};
+
+use super::{Cx, cmd};
+
+/// The device findings.
+pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    let f = cx.f;
+    let m = &cx.m;
+    // Missing devices, degraded mount.
+    let missing = cx.missing;
+    if missing > 0 {
+        let mut fi = Finding::new(
+            Code::DeviceMissing,
+            format!("{missing} device(s) of {} missing", f.total_devices),
+            "every chunk that had a copy on the missing device now has one copy fewer (none, on profiles without redundancy); another failure loses data",
+        )
+        .with_evidence("devices", format!("{} of {}", cx.present.len(), f.total_devices))
+        .with_command(format!(
+            "btrfs replace start <missing devid> <new device> {m}  (or: btrfs device add <new device> {m}; btrfs device remove missing {m})"
+        ));
+        for d in f.devices.iter().filter(|d| d.missing) {
+            fi = fi.with_evidence("missing devid", d.devid.to_string());
+        }
+        out.push(fi);
+    }
+    if f.mount_options.split(',').any(|o| o == "degraded") {
+        out.push(
+            Finding::new(
+                Code::MountDegraded,
+                "mounted with -o degraded",
+                "a degraded mount writes new chunks without their usual redundancy (single) and hides a missing device; repair the array, then remount without `degraded`",
+            )
+            .with_evidence("mount options", f.mount_options.clone())
+            .with_command(cmd(&["btrfs", "filesystem", "show"], &cx.m)),
+        );
+    }
+
+    // Device error counters.
+    for d in &f.devices {
+        let Some(e) = d.errors else { continue };
+        if e.total() == 0 {
+            continue;
+        }
+        let damaging = e.read + e.write + e.corruption + e.generation;
+        let unrepairable = damaging > 0 && !cx.without_redundancy.is_empty();
+        let mut fi = if unrepairable {
+            Finding::new(
+                Code::DeviceErrorsNoRedundancy,
+                format!(
+                    "device {} ({}) has errors on a filesystem with {} chunks",
+                    d.devid,
+                    d.path,
+                    cx.without_redundancy
+                        .iter()
+                        .map(|p| p.name())
+                        .collect::<Vec<_>>()
+                        .join("/")
+                ),
+                "a block in a chunk without redundancy has no good copy: scrub cannot repair it; the files it names in the kernel log are damaged and must be restored from a backup, and the drive checked",
+            )
+            .with_command(format!(
+                "{}  (then dmesg | grep -i 'checksum error' names the files; btrfs device stats -z {m} once dealt with)",
+                cmd(&["btrfs", "scrub", "start", "-Bd"], &cx.m)
+            ))
+        } else {
+            Finding::new(
+                Code::DeviceErrors,
+                format!("device {} ({}) has errors", d.devid, d.path),
+                "the counters only grow: a drive, cable or controller problem, or silent corruption; on a redundant profile scrub repairs bad copies from the good ones",
+            )
+            .with_command(format!(
+                "{}  (then btrfs device stats -z {m}; check the drive: smartctl -a {})",
+                cmd(&["btrfs", "scrub", "start", "-Bd"], &cx.m),
+                d.path
+            ))
+        };
+        for (kind, n) in e.kinds() {
+            if n > 0 {
+                fi = fi.with_evidence(&format!("{kind} errors"), n.to_string());
+            }
+        }
+        out.push(fi);
+    }
+}

@@ -1,0 +1,135 @@
+//! Layout: balances and conversions, mixed profiles, redundancy of data and
+//! metadata for the number of devices.
+
+use crate::model::finding::{Code, Finding};
+use crate::model::profile::Profile;
+use crate::model::space::BgType;
+
+use super::space::alloc_profile;
+use super::{Cx, cmd, size};
+
+/// The layout findings.
+pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    let f = cx.f;
+    // Conversions and balances.
+    if let Some(b) = f.balance {
+        let targets = [
+            b.data_target.map(|p| format!("data to {p}")),
+            b.metadata_target.map(|p| format!("metadata to {p}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ");
+        let what = if targets.is_empty() {
+            "a balance".to_owned()
+        } else {
+            format!("a conversion ({targets})")
+        };
+        let fi = if b.running {
+            Finding::new(
+                Code::BalanceRunning,
+                format!("{what} is running"),
+                "it relocates chunks; throughput is lower until it ends",
+            )
+            .with_command(cmd(&["btrfs-lab", "convert", "--status"], &cx.m))
+        } else {
+            Finding::new(
+                Code::BalancePaused,
+                format!("{what} is paused"),
+                "until it finishes, part of the filesystem keeps the old profiles (and their redundancy); a paused balance resumes at the next mount unless skip_balance is given",
+            )
+            .with_command(cmd(&["btrfs-lab", "convert", "--resume"], &cx.m))
+        };
+        out.push(fi.with_evidence(
+            "chunks relocated",
+            format!("{} of {}", b.completed, b.expected),
+        ));
+    }
+    for (kind, profiles) in [
+        (BgType::Data, &cx.data),
+        (BgType::Metadata, &cx.meta),
+        (BgType::System, &f.profiles(BgType::System)),
+    ] {
+        if profiles.len() < 2 {
+            continue;
+        }
+        let names: Vec<&str> = profiles.iter().map(|p| p.name()).collect();
+        let mut fi = Finding::new(
+            Code::MixedProfiles,
+            format!(
+                "{} has several profiles: {}",
+                kind.json_name(),
+                names.join(", ")
+            ),
+            "an unfinished conversion: the redundancy is that of the weakest profile, and new chunks may go to either",
+        );
+        for s in f.spaces.iter().filter(|s| s.bg_type == kind) {
+            fi = fi.with_evidence(
+                &format!("{} {}", kind.json_name(), s.profile),
+                format!("{} used of {}", size(s.used_bytes), size(s.total_bytes)),
+            );
+        }
+        let target = alloc_profile(f, kind).unwrap_or(Profile::Single);
+        let flag = match kind {
+            BgType::Data => "--data",
+            _ => "--metadata",
+        };
+        out.push(fi.with_command(if f.balance.is_some() {
+            cmd(&["btrfs-lab", "convert", "--status"], &cx.m)
+        } else {
+            cmd(&["btrfs-lab", "convert", flag, target.name()], &cx.m)
+        }));
+    }
+
+    // Layout.
+    let devices = cx.present.len() as u64 + cx.missing;
+    if devices >= 2 {
+        for p in cx
+            .meta
+            .iter()
+            .filter(|p| matches!(p, Profile::Single | Profile::Dup))
+        {
+            let better = if devices >= 3 { "raid1c3" } else { "raid1" };
+            out.push(
+                Finding::new(
+                    Code::MetadataOneDevice,
+                    format!("metadata is {p} on a filesystem of {devices} devices"),
+                    "each metadata chunk lives on one device: losing any one device loses the whole filesystem, not only the data on it",
+                )
+                .with_evidence("metadata profile", p.name())
+                .with_evidence("devices", devices.to_string())
+                .with_command(cmd(&["btrfs-lab", "convert", "--metadata", better], &cx.m)),
+            );
+        }
+        for p in cx
+            .data
+            .iter()
+            .filter(|p| matches!(p, Profile::Single | Profile::Raid0))
+        {
+            out.push(
+                Finding::new(
+                    Code::DataNoRedundancy,
+                    format!("data is {p} over {devices} devices"),
+                    "one copy of each block: a device failure loses the files with blocks on it, and scrub can detect but not repair corruption; fine for a scratch or cache array with backups",
+                )
+                .with_evidence("data profile", p.name()),
+            );
+        }
+    }
+    for p in cx
+        .meta
+        .iter()
+        .filter(|p| matches!(p, Profile::Raid5 | Profile::Raid6))
+    {
+        out.push(
+            Finding::new(
+                Code::MetadataRaid56,
+                format!("metadata is {p}"),
+                "the btrfs developers advise against RAID5/6 for metadata (write hole, slow scrub and rebuild); use raid1 or raid1c3",
+            )
+            .with_evidence("metadata profile", p.name())
+            .with_command(cmd(&["btrfs-lab", "convert", "--metadata", "raid1c3"], &cx.m)),
+        );
+    }
+}

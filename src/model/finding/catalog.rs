@@ -1,0 +1,357 @@
+//! The findings catalog: every stable code, its one-line meaning, its
+//! default severity, the rule that decides the severity when it depends on
+//! figures ([`super::rules`]) and the commands that emit it. The table in
+//! `docs/findings.md` is generated from it
+//! (`BTRFS_LAB_WRITE_FINDINGS=1 cargo test --lib model::finding::`), and a
+//! test fails while the committed file differs.
+
+use serde::{Deserialize, Serialize};
+
+use super::Severity;
+
+/// How a code's severity is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Always the default severity.
+    Fixed,
+    /// From the figures, by the named function of [`super::rules`]; the
+    /// text says the rule in words.
+    Numbers(&'static str, &'static str),
+}
+
+/// One code of the catalog.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    /// The code.
+    pub code: Code,
+    /// Its stable string.
+    pub name: &'static str,
+    /// Older strings still accepted when reading JSON.
+    pub aliases: &'static [&'static str],
+    /// The severity it has unless its rule says otherwise.
+    pub severity: Severity,
+    /// How its severity is decided.
+    pub rule: Rule,
+    /// The commands that emit it.
+    pub commands: &'static [&'static str],
+    /// What it means, one line.
+    pub meaning: &'static str,
+}
+
+macro_rules! catalog {
+    ($(
+        $variant:ident = $name:literal $(alias $alias:literal)?,
+        $sev:ident, $rule:expr, [$($cmd:literal),* $(,)?],
+        $meaning:literal;
+    )*) => {
+        /// A finding's stable code: alerting rules and playbooks match on
+        /// its string, which is never renamed (a merged duplicate stays
+        /// readable as an alias).
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord,
+            Serialize, Deserialize, schemars::JsonSchema,
+        )]
+        pub enum Code {
+            $(
+                #[doc = $meaning]
+                #[serde(rename = $name $(, alias = $alias)?)]
+                $variant,
+            )*
+        }
+
+        /// Every code, in the order of `docs/findings.md`.
+        pub const CATALOG: &[Entry] = &[
+            $(
+                Entry {
+                    code: Code::$variant,
+                    name: $name,
+                    aliases: &[$($alias)?],
+                    severity: Severity::$sev,
+                    rule: $rule,
+                    commands: &[$($cmd),*],
+                    meaning: $meaning,
+                },
+            )*
+        ];
+    };
+}
+
+use Rule::{Fixed, Numbers};
+
+catalog! {
+    // Space (`df`, `usage`, both `--parse`, and `doctor`).
+    MetadataNearlyFull = "metadata-nearly-full", Warning,
+        Numbers("metadata_allocated_full, capacity_full",
+            "df/usage (allocated chunks ≥ 90% used, or the reserve larger than what is free in them): critical when no new metadata chunk fits, info when one does, warning when unallocated space is not known; doctor (used with the reserve over what metadata can grow to): warning above 90%, critical from 95%"),
+        ["df", "usage", "df --parse", "usage --parse", "doctor"],
+        "metadata chunks are (nearly) full: ENOSPC while df still shows free space";
+    GlobalReserveUsed = "global-reserve-used", Warning,
+        Numbers("global_reserve_used",
+            "critical from half the reserve used; warning from a quarter, or any use while metadata is tight (nearly full or no room for a chunk); else info (a commit takes a few KiB)"),
+        ["df", "usage", "df --parse", "usage --parse", "doctor"],
+        "btrfs is taking from its emergency metadata reserve";
+    DataNoRedundancy = "data-no-redundancy" alias "data-without-redundancy", Info, Fixed,
+        ["df", "usage", "df --parse", "usage --parse", "doctor"],
+        "data is single or RAID0 over several devices: one failed device loses files (info everywhere: a deliberate RAID0 is never paged)";
+    UnfinishedConversion = "unfinished-conversion", Warning, Fixed,
+        ["df", "usage", "df --parse", "usage --parse"],
+        "one type has chunks of more than one profile: a conversion did not finish";
+    EmptyLeftoverChunks = "empty-leftover-chunks", Info, Fixed,
+        ["df", "usage", "df --parse", "usage --parse"],
+        "empty single chunks that old mkfs left next to the real profile";
+    AskForRawBytes = "ask-for-raw-bytes", Info, Fixed,
+        ["df --parse", "usage --parse"],
+        "the units of a paste are ambiguous: raw bytes (-b) settle them";
+    AskForUsage = "ask-for-usage", Info, Fixed,
+        ["df", "df --parse"],
+        "data chunks are nearly full and `btrfs filesystem df` cannot tell whether new ones fit";
+    // doctor: devices and layout.
+    DeviceMissing = "device-missing", Critical, Fixed, ["doctor"],
+        "a member device is missing: every chunk lost a copy";
+    MountDegraded = "mount-degraded", Critical, Fixed, ["doctor"],
+        "mounted with -o degraded: new chunks are written without redundancy";
+    DeviceErrorsNoRedundancy = "device-errors-no-redundancy", Critical, Fixed, ["doctor"],
+        "a device has read/write/corruption errors and some chunks have no second copy";
+    DeviceErrors = "device-errors", Warning, Fixed, ["doctor"],
+        "a device's error counters are not zero (scrub repairs from the good copy)";
+    MetadataChunkNoRoom = "metadata-chunk-no-room", Warning,
+        Numbers("metadata_no_room",
+            "critical when metadata with the reserve is at least 80% full or the reserve is in use, else warning"),
+        ["doctor"],
+        "no device set has room for a new metadata chunk";
+    DataNearlyFull = "data-nearly-full", Warning,
+        Numbers("capacity_full",
+            "data used over what it can grow to: warning above 90%, critical from 98%"),
+        ["doctor"],
+        "data is nearly full: writes fail with ENOSPC soon";
+    BalancePaused = "balance-paused", Warning, Fixed, ["doctor"],
+        "a balance or conversion is paused: part of the filesystem keeps its old profiles";
+    BalanceRunning = "balance-running", Info, Fixed, ["doctor"],
+        "a balance or conversion is running: throughput is lower until it ends";
+    MixedProfiles = "mixed-profiles", Warning, Fixed, ["doctor"],
+        "a type has several profiles: an unfinished conversion";
+    MetadataOneDevice = "metadata-one-device", Warning, Fixed, ["doctor"],
+        "metadata is single or DUP on several devices: losing one loses the filesystem";
+    MetadataRaid56 = "metadata-raid56", Warning, Fixed, ["doctor"],
+        "metadata is RAID5/6, which the btrfs developers advise against";
+    // doctor: scrub and kernel.
+    ScrubNeverRun = "scrub-never-run", Info, Fixed, ["doctor"],
+        "no scrub on record";
+    ScrubOld = "scrub-old", Warning, Fixed, ["doctor"],
+        "the last scrub ended more than 31 days ago";
+    ScrubErrors = "scrub-errors", Warning,
+        Numbers("scrub_errors", "critical when an error could not be repaired, else warning"),
+        ["doctor"],
+        "the last scrub found errors";
+    ScrubInterrupted = "scrub-interrupted", Info, Fixed, ["doctor"],
+        "the last scrub was cancelled or interrupted";
+    KernelTooOld = "kernel-too-old", Warning, Fixed, ["doctor"],
+        "a feature in use needs a newer kernel than the running one";
+    BenchLeftovers = "bench-leftovers", Info,
+        Numbers("bench_leftovers", "warning from 1 GiB held, else info"),
+        ["doctor"],
+        "work directories of bench runs that died hold space";
+    // doctor --deep.
+    OdirectBufferedFallback = "odirect-buffered-fallback", Warning, Fixed, ["doctor --deep"],
+        "O_DIRECT writes to checksummed files become buffered writes (probe-dio)";
+    OdirectProfileForced = "odirect-profile-forced", Warning, Fixed, ["doctor --deep"],
+        "the profile (DUP, RAID5/6 data) forces O_DIRECT writes through the page cache (probe-dio)";
+    OdirectInconclusive = "odirect-inconclusive", Info, Fixed, ["doctor --deep"],
+        "probe-dio could not tell whether O_DIRECT writes are direct";
+    DeepProbeFailed = "deep-probe-failed", Info, Fixed, ["doctor --deep"],
+        "the O_DIRECT probe could not run";
+    NocowMissing = "nocow-missing", Warning, Fixed, ["doctor --deep"],
+        "VM image or database files are copy-on-write";
+    NocowWithCompression = "nocow-with-compression", Warning, Fixed, ["doctor --deep"],
+        "NOCOW or database paths carry the compression attribute";
+    DeepNocowFailed = "deep-nocow-failed", Info, Fixed, ["doctor --deep"],
+        "the NOCOW audit could not run";
+    // PCIe links (`links` reports them by kind, `doctor --deep` as link-KIND).
+    LinkDegraded = "link-degraded", Warning, Fixed, ["links", "doctor --deep"],
+        "a PCIe link trained below what both of its ends support";
+    LinkCappedByPort = "link-capped-by-port", Warning, Fixed, ["links", "doctor --deep"],
+        "the port above the drive is narrower or slower than the drive";
+    LinkCappedUpstream = "link-capped-upstream", Warning, Fixed, ["links", "doctor --deep"],
+        "a link further up is narrower than the drive's own link";
+    LinkBehindChipset = "link-behind-chipset", Info, Fixed, ["links", "doctor --deep"],
+        "the drive hangs off the chipset, whose uplink it shares";
+    LinkSharedUplink = "link-shared-uplink", Info,
+        Numbers("shared_uplink",
+            "warning when the drives' own links together could move more than the shared link, else info"),
+        ["links", "doctor --deep"],
+        "several of the drives share one uplink";
+    // bench.
+    SustainedWriteCliff = "sustained-write-cliff", Info, Fixed, ["bench --sustained"],
+        "the write rate dropped in one step: the drives' write cache filled";
+    SustainedWriteDecline = "sustained-write-decline", Info, Fixed, ["bench --sustained"],
+        "the write rate sank gradually (more often heat than a cache)";
+}
+
+impl Code {
+    /// Its catalog entry.
+    pub fn entry(self) -> &'static Entry {
+        // CATALOG holds every variant in declaration order.
+        &CATALOG[self as usize]
+    }
+
+    /// Its stable string (`metadata-nearly-full`).
+    pub fn as_str(self) -> &'static str {
+        self.entry().name
+    }
+
+    /// The severity it has unless its rule says otherwise.
+    pub fn default_severity(self) -> Severity {
+        self.entry().severity
+    }
+
+    /// Its one-line meaning.
+    pub fn meaning(self) -> &'static str {
+        self.entry().meaning
+    }
+
+    /// The code of a stable string (aliases included).
+    pub fn from_name(s: &str) -> Option<Code> {
+        CATALOG
+            .iter()
+            .find(|e| e.name == s || e.aliases.contains(&s))
+            .map(|e| e.code)
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Code {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<Code> for &str {
+    fn eq(&self, other: &Code) -> bool {
+        *self == other.as_str()
+    }
+}
+
+/// `docs/findings.md`: the table of every code.
+pub fn markdown() -> String {
+    let mut t = String::from(
+        "# Findings\n\n\
+         Every finding btrfs-lab reports has a stable `code` (what alerting rules and\n\
+         playbooks match on; never renamed), a `severity` (`critical`, `warning`,\n\
+         `info`) and the numbers behind it. One catalog (`src/model/finding/catalog.rs`)\n\
+         holds them and one module (`src/model/finding/rules.rs`) decides every\n\
+         severity that depends on figures, so `df`, `usage`, `doctor`, `links` and\n\
+         `bench` agree. `doctor` exits with the worst severity (docs/exit-codes.md).\n\n\
+         This file is generated: `BTRFS_LAB_WRITE_FINDINGS=1 cargo test --lib model::finding::`\n\
+         writes it, and `cargo test` fails while it is stale.\n\n\
+         | code | severity | meaning | emitted by |\n\
+         | --- | --- | --- | --- |\n",
+    );
+    for e in CATALOG {
+        let severity = match e.rule {
+            Rule::Fixed => e.severity.name().to_owned(),
+            Rule::Numbers(_, words) => format!("{} by default; {words}", e.severity.name()),
+        };
+        let name = if e.aliases.is_empty() {
+            format!("`{}`", e.name)
+        } else {
+            let old: Vec<String> = e.aliases.iter().map(|a| format!("`{a}`")).collect();
+            format!("`{}` (read also as {})", e.name, old.join(", "))
+        };
+        let cmds: Vec<String> = e.commands.iter().map(|c| format!("`{c}`")).collect();
+        t.push_str(&format!(
+            "| {name} | {severity} | {} | {} |\n",
+            e.meaning.replace('|', "\\|"),
+            cmds.join(", ")
+        ));
+    }
+    t.push_str(
+        "\n`links --json` reports the `link-*` findings by kind (`degraded`,\n\
+         `capped-by-port`, ...) in its own finding objects; `doctor --deep` carries them\n\
+         with the codes above. `bench`'s honesty checks of a figure (`checks[].code` in\n\
+         `bench --json`) are flags on a measurement, not findings.\n\n\
+         `data-no-redundancy` is info everywhere: RAID0 (or single) data over several\n\
+         devices is a choice people make on purpose (scratch and model-loading arrays),\n\
+         and a `doctor` run by monitoring must not page, or stay yellow, for it.\n",
+    );
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_has_one_entry_a_rule_and_a_doc_line() {
+        for (i, e) in CATALOG.iter().enumerate() {
+            assert_eq!(e.code as usize, i, "{} out of order", e.name);
+            assert!(
+                !e.meaning.is_empty() && !e.meaning.contains('\n'),
+                "{}",
+                e.name
+            );
+            assert!(!e.commands.is_empty(), "{} has no command", e.name);
+            if let Rule::Numbers(f, words) = e.rule {
+                assert!(!f.is_empty() && !words.is_empty(), "{}", e.name);
+            }
+            // The string is the serde name, and reads back.
+            let json = serde_json::to_string(&e.code).unwrap();
+            assert_eq!(json, format!("\"{}\"", e.name));
+            assert_eq!(serde_json::from_str::<Code>(&json).unwrap(), e.code);
+            assert_eq!(Code::from_name(e.name), Some(e.code));
+            for a in e.aliases {
+                let back: Code = serde_json::from_str(&format!("\"{a}\"")).unwrap();
+                assert_eq!(back, e.code);
+            }
+            // Kebab-case, unique.
+            assert!(
+                e.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{}",
+                e.name
+            );
+            assert_eq!(
+                CATALOG
+                    .iter()
+                    .filter(|x| x.name == e.name || x.aliases.contains(&e.name))
+                    .count(),
+                1,
+                "{} twice",
+                e.name
+            );
+        }
+        assert_eq!(
+            serde_json::from_str::<Code>("\"data-without-redundancy\"").unwrap(),
+            Code::DataNoRedundancy
+        );
+        assert!(serde_json::from_str::<Code>("\"no-such-code\"").is_err());
+    }
+
+    #[test]
+    fn findings_md_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/findings.md");
+        let want = markdown();
+        if std::env::var_os("BTRFS_LAB_WRITE_FINDINGS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/findings.md is stale: run BTRFS_LAB_WRITE_FINDINGS=1 cargo test --lib model::finding::"
+        );
+        for e in CATALOG {
+            assert!(have.contains(&format!("`{}`", e.name)), "{}", e.name);
+        }
+    }
+}

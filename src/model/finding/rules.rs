@@ -1,0 +1,157 @@
+//! The one place that decides a finding's severity from the numbers. Every
+//! command that makes a finding whose severity depends on figures (`df`,
+//! `usage`, `show`, both `--parse`, `doctor`, `links`, `bench`) calls these
+//! functions; the thresholds are the named constants below, and
+//! `docs/findings.md` states each rule. A code whose severity never depends
+//! on figures has its severity in the catalog alone: `data-no-redundancy`
+//! is info everywhere, because a RAID0 made on purpose (scratch and
+//! model-loading arrays) must not page, nor keep monitoring yellow.
+
+use super::Severity;
+
+/// Metadata this full (used / allocated, percent) is "nearly full" for
+/// `df`/`usage` (which see allocated chunks only).
+pub const METADATA_FULL_PERCENT: f64 = 90.0;
+/// Data or metadata used above this fraction of what it can grow to (its
+/// chunks plus the unallocated space new chunks can take): warning.
+pub const FULL_WARNING: f64 = 0.90;
+/// Data used at or above this fraction of what it can grow to: critical.
+pub const DATA_FULL_CRITICAL: f64 = 0.98;
+/// Metadata (with the global reserve) used at or above this fraction of
+/// what it can grow to: critical.
+pub const METADATA_FULL_CRITICAL: f64 = 0.95;
+/// No room for a new metadata chunk is critical when metadata (with the
+/// global reserve) is this full, or the reserve is in use.
+pub const NO_ROOM_CRITICAL_FILL: f64 = 0.80;
+/// A scrub older than this is a warning (seconds: 31 days).
+pub const SCRUB_MAX_AGE: u64 = 31 * 86_400;
+/// Leftovers of dead bench runs holding this many bytes or more: warning.
+pub const BENCH_LEFTOVERS_WARN_BYTES: u64 = 1 << 30;
+
+/// What is known about the room for new metadata chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetadataRoom {
+    /// Unallocated space is not known (`df`, a `btrfs filesystem df` paste).
+    Unknown,
+    /// A new metadata chunk of the profile in use fits.
+    Fits,
+    /// No device set has room for a new metadata chunk.
+    NoRoom,
+}
+
+/// `metadata-nearly-full` as `df`/`usage` see it: allocated metadata at
+/// least [`METADATA_FULL_PERCENT`] used (or the reserve larger than what is
+/// free in it). Critical only when no new chunk fits (ENOSPC is near),
+/// info when one fits (full chunks are normal then), warning when the
+/// unallocated space is not known.
+pub fn metadata_allocated_full(room: MetadataRoom) -> Severity {
+    match room {
+        MetadataRoom::NoRoom => Severity::Critical,
+        MetadataRoom::Unknown => Severity::Warning,
+        MetadataRoom::Fits => Severity::Info,
+    }
+}
+
+/// `data-nearly-full` / `metadata-nearly-full` as `doctor` sees it: the
+/// fraction used of what the type can grow to. `None` at or below
+/// [`FULL_WARNING`] (no finding).
+pub fn capacity_full(metadata: bool, fill: f64) -> Option<Severity> {
+    let critical = if metadata {
+        METADATA_FULL_CRITICAL
+    } else {
+        DATA_FULL_CRITICAL
+    };
+    if fill <= FULL_WARNING {
+        None
+    } else if fill >= critical {
+        Some(Severity::Critical)
+    } else {
+        Some(Severity::Warning)
+    }
+}
+
+/// `metadata-chunk-no-room`: critical when metadata (with the reserve) is
+/// at least [`NO_ROOM_CRITICAL_FILL`] full or the reserve is in use, else a
+/// warning (it will bite, but not yet).
+pub fn metadata_no_room(fill: f64, reserve_used: bool) -> Severity {
+    if fill >= NO_ROOM_CRITICAL_FILL || reserve_used {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    }
+}
+
+/// `global-reserve-used`, the same for `df`, `usage` and `doctor`: a few
+/// KiB taken during a commit (a scrub, a balance) are normal (info); a
+/// quarter of the reserve, or any of it while metadata is tight (nearly
+/// full, or no room for a new chunk), is a warning; half of it is critical
+/// (the next step is ENOSPC on every write).
+pub fn global_reserve_used(used: u64, total: u64, metadata_tight: bool) -> Severity {
+    if used.saturating_mul(2) >= total {
+        Severity::Critical
+    } else if used.saturating_mul(4) >= total || metadata_tight {
+        Severity::Warning
+    } else {
+        Severity::Info
+    }
+}
+
+/// `scrub-errors`: critical when an error could not be repaired (no good
+/// copy), else a warning.
+pub fn scrub_errors(uncorrectable: u64) -> Severity {
+    if uncorrectable > 0 {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    }
+}
+
+/// `bench-leftovers`: a warning from [`BENCH_LEFTOVERS_WARN_BYTES`] on.
+pub fn bench_leftovers(bytes: u64) -> Severity {
+    if bytes >= BENCH_LEFTOVERS_WARN_BYTES {
+        Severity::Warning
+    } else {
+        Severity::Info
+    }
+}
+
+/// `link-shared-uplink`: a warning when the drives' own links together
+/// could move more than the shared link carries, else info.
+pub fn shared_uplink(oversubscribed: bool) -> Severity {
+    if oversubscribed {
+        Severity::Warning
+    } else {
+        Severity::Info
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds() {
+        assert_eq!(
+            global_reserve_used(96 << 10, 512 << 20, false),
+            Severity::Info
+        );
+        assert_eq!(
+            global_reserve_used(96 << 10, 512 << 20, true),
+            Severity::Warning
+        );
+        assert_eq!(
+            global_reserve_used(128 << 20, 512 << 20, false),
+            Severity::Warning
+        );
+        assert_eq!(
+            global_reserve_used(256 << 20, 512 << 20, false),
+            Severity::Critical
+        );
+        assert_eq!(capacity_full(false, 0.90), None);
+        assert_eq!(capacity_full(false, 0.97), Some(Severity::Warning));
+        assert_eq!(capacity_full(true, 0.97), Some(Severity::Critical));
+        assert_eq!(metadata_no_room(0.5, false), Severity::Warning);
+        assert_eq!(metadata_no_room(0.5, true), Severity::Critical);
+        assert_eq!(bench_leftovers(1 << 30), Severity::Warning);
+    }
+}

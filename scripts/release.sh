@@ -9,12 +9,24 @@
 #
 #   scripts/release.sh            build, check, package
 #   scripts/release.sh --no-build package the binary already in the target dir
+#   scripts/release.sh --build-only
+#       only build the static binary (the same target and RUSTFLAGS, so a
+#       later full run reuses the build), check that `file` says static and
+#       print its path on the last line of stdout; dist/ is not touched.
+#       scripts/test.sh runs it for the QEMU rig (docs/rig.md), which boots
+#       this binary, not the debug test build. Needs no root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 die() { echo "release: $*" >&2; exit 1; }
-[ "$(id -u)" -eq 0 ] || die "run as root (the empty-chroot check and root-owned package files need it)"
+mode=${1:-}
+case $mode in
+    "" | --no-build | --build-only) ;;
+    *) echo "release: unknown option '$mode': use --no-build or --build-only (or nothing)" >&2; exit 2 ;;
+esac
+[ "$mode" = --build-only ] || [ "$(id -u)" -eq 0 ] \
+    || die "run as root (the empty-chroot check and root-owned package files need it)"
 
 target=x86_64-unknown-linux-gnu
 arch=$(dpkg --print-architecture)
@@ -25,9 +37,18 @@ target_dir=${CARGO_TARGET_DIR:-target}
 # 1. The static binary. crt-static links glibc statically: glibc's memcpy and
 # malloc (this is an I/O tool), and a target every Rust toolchain has
 # (musl needs `rustup target add`, which CI machines may not reach).
-if [ "${1:-}" != "--no-build" ]; then
+if [ "$mode" != "--no-build" ]; then
     RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
         cargo build --locked --release --target "$target"
+fi
+if [ "$mode" = --build-only ]; then
+    built=$(realpath "$target_dir/$target/release/btrfs-lab")
+    kind=$(file -b "$built")
+    grep -Eq 'statically linked|static-pie linked' <<<"$kind" \
+        || die "$built is not statically linked: $kind"
+    echo "release: built $built ($kind)" >&2
+    echo "$built"
+    exit 0
 fi
 rm -rf dist
 mkdir -p dist

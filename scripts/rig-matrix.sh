@@ -18,11 +18,16 @@ suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(bookworm trixie trixie-backports sid)
 logs=${BTRFS_LAB_RIG_LOGS:-${CARGO_TARGET_DIR:-target}/rig-matrix}
 mkdir -p "$logs"
-# Build once, then run the rig tests per suite.
+# Build once (the tests, and the static binary the guests run: scripts/
+# release.sh --build-only), then run the rig tests per suite.
 cargo test --locked --features test-hooks --test it --no-run
+BTRFS_LAB_RIG_BINARY=$(scripts/release.sh --build-only | tail -n1)
+export BTRFS_LAB_RIG_BINARY
+echo "rig-matrix: the guests run $BTRFS_LAB_RIG_BINARY"
 failed=()
 for s in "${suites[@]}"; do
     echo "rig-matrix: $s"
+    t0=$(date +%s)
     if BTRFS_LAB_RIG_KERNELS=$s cargo test --locked --features test-hooks --test it rig:: \
         -- --test-threads=1 --nocapture >"$logs/$s.log" 2>&1; then
         echo "rig-matrix: $s passed"
@@ -30,7 +35,8 @@ for s in "${suites[@]}"; do
         echo "rig-matrix: $s FAILED (see $logs/$s.log)"
         failed+=("$s")
     fi
-    grep '^rig: ' "$logs/$s.log" || true
+    echo "rig-matrix: $s took $(($(date +%s) - t0)) s"
+    grep -E '^rig: |^test .* (ok|FAILED|ignored)$' "$logs/$s.log" || true
 done
 if [ ${#failed[@]} -gt 0 ]; then
     echo "rig-matrix: failed on: ${failed[*]}" >&2

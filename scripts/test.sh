@@ -18,4 +18,12 @@ else
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
 fi
+# The QEMU rig (docs/rig.md) boots the static release binary, not the debug
+# test build: build it first (scripts/release.sh --build-only; .ci/run's
+# later full release reuses the build) and name it to the rig tests. Only as
+# root: for anyone else the rig tests are ignored.
+if [ "$(id -u)" -eq 0 ]; then
+    BTRFS_LAB_RIG_BINARY=$(scripts/release.sh --build-only | tail -n1)
+    export BTRFS_LAB_RIG_BINARY
+fi
 cargo test --locked --all-targets --features test-hooks "$@"

@@ -71,6 +71,7 @@ pub fn require_rig(test: &str) -> bool {
         "fio",
         "chattr",
         "flock",
+        "file",
     ] {
         if find(tool).is_none() {
             missing.push(tool.to_owned());
@@ -298,15 +299,132 @@ fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Kills and reaps the qemu this test started, on every path.
+/// Kills and reaps the qemu this test started, on every path: on drop
+/// (a return or a panic) its whole process group (qemu is its group's
+/// leader, see [`spawn_qemu`]), then the child itself.
 struct QemuChild(Option<Child>);
+
+impl QemuChild {
+    fn kill_group(c: &mut Child) {
+        if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        let _ = c.kill();
+    }
+}
 
 impl Drop for QemuChild {
     fn drop(&mut self) {
         if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
+            Self::kill_group(&mut c);
             let _ = c.wait();
         }
+    }
+}
+
+/// Starts qemu so that it never outlives this test process: in its own
+/// process group (killed whole on drop), and with PR_SET_PDEATHSIG =
+/// SIGKILL, so that a test process killed with SIGKILL (which runs no
+/// drop) takes qemu with it. The death signal follows the thread that
+/// forked (the test's thread), which waits for qemu before it returns.
+fn spawn_qemu(cmd: &mut Command) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    cmd.process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes two async-signal-safe system calls (prctl, getppid) through
+    // rustix, allocating nothing and taking no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            // The parent may have died between fork and prctl: then no
+            // signal will come, so do not start at all.
+            let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+            if ppid != Some(parent as i32) {
+                return Err(std::io::Error::other("the test process is gone"));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// The btrfs-lab the guest runs: the static release binary
+/// (`scripts/release.sh --build-only`), never the debug test build.
+/// `BTRFS_LAB_RIG_BINARY` names it (scripts/test.sh builds it and sets
+/// it); unset, this builds it the same way once per test process, into
+/// this build's target dir. Either way `file` must say it is static.
+pub fn rig_binary() -> Result<PathBuf, String> {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    let path = match std::env::var_os("BTRFS_LAB_RIG_BINARY").filter(|v| !v.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => match built.as_ref() {
+            Some(p) => p.clone(),
+            None => {
+                // target/debug/btrfs-lab -> target
+                let target = bin()
+                    .parent()
+                    .and_then(Path::parent)
+                    .map(Path::to_path_buf)
+                    .ok_or("no target dir above the test binary")?;
+                eprintln!(
+                    "rig: BTRFS_LAB_RIG_BINARY is unset: building the static binary \
+                     (scripts/release.sh --build-only, CARGO_TARGET_DIR={})",
+                    target.display()
+                );
+                let out =
+                    Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/release.sh"))
+                        .arg("--build-only")
+                        .env("CARGO_TARGET_DIR", &target)
+                        .stdin(Stdio::null())
+                        .stderr(Stdio::inherit())
+                        .output()
+                        .map_err(|e| format!("scripts/release.sh --build-only: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "building the rig's static binary failed: scripts/release.sh --build-only exited {:?} (its messages are above)",
+                        out.status.code()
+                    ));
+                }
+                let p = String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .last()
+                    .map(|l| PathBuf::from(l.trim()))
+                    .ok_or("scripts/release.sh --build-only printed no path")?;
+                *built = Some(p.clone());
+                p
+            }
+        },
+    };
+    check_static(&path)?;
+    Ok(path)
+}
+
+/// `file -b PATH` must say "statically linked" (or "static-pie linked").
+fn check_static(path: &Path) -> Result<(), String> {
+    if !path.is_file() {
+        return Err(format!(
+            "the rig's binary {} does not exist: build it with scripts/release.sh --build-only \
+             and name it in BTRFS_LAB_RIG_BINARY (or leave that unset to have the test build it)",
+            path.display()
+        ));
+    }
+    let file = find("file").ok_or("file not found: install file (scripts/install-rig-deps.sh)")?;
+    let out = Command::new(file)
+        .arg("-b")
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("file {}: {e}", path.display()))?;
+    let kind = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if kind.contains("statically linked") || kind.contains("static-pie linked") {
+        Ok(())
+    } else {
+        Err(format!(
+            "the rig's binary {} is not static (file: {kind}): use scripts/release.sh --build-only's",
+            path.display()
+        ))
     }
 }
 
@@ -552,10 +670,11 @@ impl Guest {
         let _one = one_at_a_time();
         let t0 = Instant::now();
         let base = work.join("base.cpio");
+        let lab = rig_binary().map_err(|e| format!("[{}] {e}", kernel.describe()))?;
         shell_out(
             Command::new(rig_dir().join("build-initramfs.sh"))
                 .arg(&kernel.dir)
-                .arg(bin())
+                .arg(&lab)
                 .arg(&base),
             "tests/rig/build-initramfs.sh",
         )?;
@@ -669,13 +788,14 @@ impl Guest {
             ]);
             images.push(img);
         }
-        let child = Command::new(&qemu)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("{}: {e}", qemu.display()))?;
+        let child = spawn_qemu(
+            Command::new(&qemu)
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        )
+        .map_err(|e| format!("{}: {e}", qemu.display()))?;
         let mut child = QemuChild(Some(child));
         let deadline = Instant::now() + self.timeout;
         let mut acted = 0usize;
@@ -719,7 +839,7 @@ impl Guest {
         let stderr = match child.0.take() {
             Some(mut c) => {
                 if status.is_none() {
-                    let _ = c.kill();
+                    QemuChild::kill_group(&mut c);
                 }
                 let _ = c.wait();
                 let mut s = String::new();

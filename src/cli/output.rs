@@ -357,6 +357,12 @@ impl Progress for Bar {
     fn finish(&self) {
         self.0.finish_and_clear();
     }
+    fn shown(&self) -> bool {
+        !self.0.is_hidden()
+    }
+    fn println(&self, line: &str) {
+        self.0.println(line);
+    }
 }
 
 /// The terminal side of the jobs' `Ui` port: colour on stderr, `--quiet`,
@@ -405,6 +411,9 @@ impl Ui for Output {
     }
     fn started(&self) {
         Output::started(self);
+    }
+    fn size(&self, bytes: u64) -> String {
+        super::units::size(bytes)
     }
 }
 

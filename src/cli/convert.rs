@@ -18,7 +18,7 @@ use clap::Args;
 
 use super::output::{Output, confirm};
 use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profile_arg, size};
-use btrfs_lab::ui::Ui;
+use btrfs_lab::ui::{self, Ui};
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
@@ -95,8 +95,11 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
     }
     let (fs, state) = open_state(&root, &a.mount)?;
     let plan = plan_convert(&state, &req);
-    if out.json || plan.blocking(req.force).is_empty() {
-        show_plan(&plan, out);
+    // The plan: a JSON Lines record even when refused; as text only when
+    // not (the refusal is the error line).
+    ui::emit(out, &plan_record(&plan));
+    if plan.blocking(req.force).is_empty() {
+        out.status(&render_plan(&plan, out));
     }
     refuse_if_blocked(&plan, req.force)?;
     if plan.nothing_to_do {
@@ -179,13 +182,12 @@ pub fn refuse_if_blocked(plan: &ConvertPlan, force: bool) -> Result<()> {
     plan.check(force)
 }
 
-/// The plan, as text (stdout) or a JSON line.
-pub fn show_plan(plan: &ConvertPlan, out: &Output) {
-    let record = ConvertRecord::Plan {
+/// The plan's JSON Lines record.
+fn plan_record(plan: &ConvertPlan) -> ConvertRecord {
+    ConvertRecord::Plan {
         plan: Some(PlanDoc::Convert(Box::new(plan.clone()))),
         resume: None,
-    };
-    out.report_line(&record, |_| render_plan(plan, out));
+    }
 }
 
 pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {

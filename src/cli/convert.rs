@@ -247,16 +247,15 @@ pub fn execute(
     detached: Option<signals::DetachNotice>,
     out: &Output,
 ) -> Result<u8> {
-    let finished = exec::execute_with_ui(
+    let job = exec::Conversion {
         root,
         fs,
         mount_point,
         start,
         targets,
         signals,
-        detached,
-        out,
-    )?;
+    };
+    let finished = exec::execute_with_ui(job, detached, out)?;
     let m = mount_point.display();
     match &finished {
         Finished::Completed(records) => {

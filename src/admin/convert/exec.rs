@@ -124,27 +124,43 @@ fn duration(secs: f64) -> String {
     }
 }
 
+/// What to convert, on which open filesystem, under which signals.
+pub struct Conversion<'a> {
+    /// Where /sys and /proc are read.
+    pub root: &'a SysRoot,
+    /// The filesystem held open since the plan.
+    pub fs: &'a FsHandle,
+    /// Its mount point (messages, the state read after).
+    pub mount_point: &'a Path,
+    /// A new conversion or a resume.
+    pub start: Start,
+    /// The target profiles.
+    pub targets: Targets,
+    /// Signals pause the balance from here on.
+    pub signals: &'a OperationSignals,
+}
+
 /// Runs the conversion on `fs` ([`super::execute`]) and tells `ui` how it
 /// goes: the operation has started, progress, pausing, notices, and the
 /// result as the last JSON Lines record. `detached` (a `--background`
 /// run) is told once the balance runs. Rendering the [`Finished`] it
 /// returns is the caller's.
-#[allow(clippy::too_many_arguments)]
 pub fn execute_with_ui(
-    root: &SysRoot,
-    fs: &FsHandle,
-    mount_point: &Path,
-    start: Start,
-    targets: Targets,
-    signals: &OperationSignals,
+    c: Conversion<'_>,
     detached: Option<DetachNotice>,
     ui: &dyn Ui,
 ) -> Result<Finished> {
     ui.started();
     let mut sink = Sink::new(ui, detached);
-    let finished = super::execute(root, fs, mount_point, start, targets, signals, &mut |e| {
-        sink.event(e)
-    });
+    let finished = super::execute(
+        c.root,
+        c.fs,
+        c.mount_point,
+        c.start,
+        c.targets,
+        c.signals,
+        &mut |e| sink.event(e),
+    );
     sink.bar.finish();
     let finished = finished?;
     ui::emit(ui, &ConvertRecord::Result(finished.record()));

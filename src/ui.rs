@@ -28,6 +28,14 @@ pub trait Progress {
     fn set_message(&self, message: String);
     /// Removes the indicator (the job is done with it).
     fn finish(&self);
+    /// Whether it is drawn (a hidden one is not: the job then says its
+    /// progress some other way, if at all).
+    fn shown(&self) -> bool {
+        false
+    }
+    /// A line printed above the indicator while it is drawn (a drawn one
+    /// must not be overwritten by a plain write to its stream).
+    fn println(&self, _line: &str) {}
 }
 
 /// What a job may say while it runs. Every method is cheap and never
@@ -66,6 +74,10 @@ pub trait Ui {
     /// later records go out at once, and an error ends the stream with an
     /// error record.
     fn started(&self);
+    /// A size as the person asked to see sizes (`--units`); IEC by default.
+    fn size(&self, bytes: u64) -> String {
+        crate::parse::size::format_iec(bytes)
+    }
 }
 
 /// Sends `record` as one JSON Lines event through `ui`, in its envelope.

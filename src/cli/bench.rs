@@ -393,14 +393,12 @@ fn run_compare_profiles(
         size(plan.device_size_bytes)
     );
     if args.yes {
-        if !out.json {
-            out.note(&format!(
-                "{} sandboxes of {} × {} loop devices, one after the other (--dry-run shows the steps)",
-                plan.runs.len(),
-                plan.devices,
-                size(plan.device_size_bytes)
-            ));
-        }
+        out.text_note(&format!(
+            "{} sandboxes of {} × {} loop devices, one after the other (--dry-run shows the steps)",
+            plan.runs.len(),
+            plan.devices,
+            size(plan.device_size_bytes)
+        ));
     } else {
         confirm(out, &question, false)?;
     }

@@ -2,23 +2,19 @@
 //! `convert MOUNT --status | --pause | --resume | --cancel`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use btrfs_lab::admin::convert::{
-    self, ConvertPlan, ConvertRequest, Event, Finished, Progress, Start, Targets, manage,
-    plan_convert,
+    ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage, plan_convert,
 };
 use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc, StatusReport};
 use btrfs_lab::admin::state::open_state;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::parse::size::format_rate;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::btrfs::FsHandle;
 use btrfs_lab::sys::{is_root, kernel::signals};
 use clap::Args;
-use indicatif::ProgressBar;
 
 use super::output::{Output, confirm};
 use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profile_arg, size};
@@ -99,8 +95,11 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
     }
     let (fs, state) = open_state(&root, &a.mount)?;
     let plan = plan_convert(&state, &req);
-    if out.json || plan.blocking(req.force).is_empty() {
-        show_plan(&plan, out);
+    // The plan: a JSON Lines record even when refused; as text only when
+    // not (the refusal is the error line).
+    ui::emit(out, &plan_record(&plan));
+    if plan.blocking(req.force).is_empty() {
+        out.status(&render_plan(&plan, out));
     }
     refuse_if_blocked(&plan, req.force)?;
     if plan.nothing_to_do {
@@ -183,13 +182,12 @@ pub fn refuse_if_blocked(plan: &ConvertPlan, force: bool) -> Result<()> {
     plan.check(force)
 }
 
-/// The plan, as text (stdout) or a JSON line.
-pub fn show_plan(plan: &ConvertPlan, out: &Output) {
-    let record = ConvertRecord::Plan {
+/// The plan's JSON Lines record.
+fn plan_record(plan: &ConvertPlan) -> ConvertRecord {
+    ConvertRecord::Plan {
         plan: Some(PlanDoc::Convert(Box::new(plan.clone()))),
         resume: None,
-    };
-    out.report_line(&record, |_| render_plan(plan, out));
+    }
 }
 
 pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
@@ -236,116 +234,8 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
     t
 }
 
-/// Where progress goes: a bar on a terminal, plain lines otherwise, JSON
-/// lines with --json.
-struct Sink<'a> {
-    out: &'a Output,
-    detached: Option<signals::DetachNotice>,
-    bar: Option<ProgressBar>,
-    last_line: Instant,
-}
-
-impl<'a> Sink<'a> {
-    fn new(out: &'a Output) -> Self {
-        let bar = out
-            .show_progress()
-            .then(|| out.byte_progress("converting {bar:30} {pos}/{len} chunks  {msg}"));
-        Self {
-            out,
-            detached: None,
-            bar,
-            last_line: Instant::now() - Duration::from_secs(60),
-        }
-    }
-
-    fn describe(p: &Progress) -> String {
-        let eta = p
-            .eta_seconds
-            .map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
-        format!(
-            "{} converted, {} left, {}, {eta}",
-            size(p.bytes_done),
-            size(p.bytes_remaining),
-            format_rate(p.rate_bytes_per_sec)
-        )
-    }
-
-    fn event(&mut self, e: Event) {
-        match e {
-            Event::Progress(p) => {
-                if self.out.json {
-                    self.out.json_line(&ConvertRecord::Progress { progress: p });
-                } else if let Some(b) = &self.bar {
-                    b.set_length(p.chunks_expected);
-                    b.set_position(p.chunks_done);
-                    b.set_message(Self::describe(&p));
-                } else if self.last_line.elapsed() >= Duration::from_secs(5) {
-                    self.last_line = Instant::now();
-                    self.out.say(&format!(
-                        "progress: {}/{} chunks, {}\n",
-                        p.chunks_done,
-                        p.chunks_expected,
-                        Self::describe(&p)
-                    ));
-                }
-            }
-            Event::Pausing(which) => {
-                let why = match which {
-                    Some(signals::Received::Hangup) => "the terminal went away (SIGHUP)",
-                    Some(signals::Received::Terminate) => "terminated (SIGTERM)",
-                    _ => "interrupted",
-                };
-                let msg = format!(
-                    "{why}: pausing the balance after the current chunk (it is paused, never cancelled; this waits until the kernel has paused it)"
-                );
-                ui::emit(self.out, &ConvertRecord::Pausing);
-                self.say(&msg);
-            }
-            Event::Running => {
-                if let Some(mut n) = self.detached.take() {
-                    n.started();
-                }
-            }
-            Event::StillPausing => {
-                self.say("pausing, please wait: the kernel finishes the current chunk first");
-            }
-            Event::Notice(msg) => {
-                ui::emit(
-                    self.out,
-                    &ConvertRecord::Notice {
-                        message: msg.clone(),
-                    },
-                );
-                self.say(&msg);
-            }
-        }
-    }
-
-    fn say(&self, msg: &str) {
-        match &self.bar {
-            Some(b) => b.println(msg),
-            None => self.out.say(&format!("{msg}\n")),
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(b) = &self.bar {
-            b.finish_and_clear();
-        }
-    }
-}
-
-fn duration(secs: f64) -> String {
-    let s = secs.round() as u64;
-    if s >= 3600 {
-        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
-    } else {
-        format!("{}m{:02}s", s / 60, s % 60)
-    }
-}
-
-/// Runs the conversion (admin::convert::execute) with a progress display,
-/// and prints the result.
+/// Runs the conversion job (admin::convert::exec, progress through the
+/// Ui) and renders how it finished.
 #[allow(clippy::too_many_arguments)]
 pub fn execute(
     root: &SysRoot,
@@ -357,15 +247,15 @@ pub fn execute(
     detached: Option<signals::DetachNotice>,
     out: &Output,
 ) -> Result<u8> {
-    out.started();
-    let mut sink = Sink::new(out);
-    sink.detached = detached;
-    let finished = convert::execute(root, fs, mount_point, start, targets, signals, &mut |e| {
-        sink.event(e)
-    });
-    sink.finish();
-    let finished = finished?;
-    ui::emit(out, &ConvertRecord::Result(finished.record()));
+    let job = exec::Conversion {
+        root,
+        fs,
+        mount_point,
+        start,
+        targets,
+        signals,
+    };
+    let finished = exec::execute_with_ui(job, detached, out)?;
     let m = mount_point.display();
     match &finished {
         Finished::Completed(records) => {

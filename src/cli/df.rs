@@ -89,14 +89,14 @@ pub fn run(args: DfArgs, out: &Output) -> Result<u8> {
     {
         out.note(&format!("units: {}", u.rule));
     }
-    if !out.json && report.records.iter().any(|r| !r.exact) {
-        out.note(
+    if report.records.iter().any(|r| !r.exact) {
+        out.text_note(
             "the input was rounded (human-readable units); --json gives each value's error bound",
         );
     }
-    if !args.parse || out.json {
-        findings_to_stderr(out, &report.interpretation);
-    }
+    out.aside(args.parse, |out| {
+        findings_to_stderr(out, &report.interpretation)
+    });
     for row in &report.inconsistencies {
         out.warning_with_hint(
             &format!("{row}: the input is inconsistent"),

@@ -161,9 +161,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         });
         return Ok(exit::OK);
     }
-    if !out.json || !args.yes {
-        out.say(&render_plan(&report, out.paint_err));
-    }
+    out.say_plan(&render_plan(&report, out.paint_err), args.yes);
     confirm(out, "Proceed?", args.yes)?;
     // A signal while the plan was made or shown: nothing was done.
     signals::check()?;

@@ -327,6 +327,32 @@ impl Output {
         );
     }
 
+    /// What the text report shows itself (`in_text_report`) but the JSON
+    /// report does not as text (findings as warnings): `say` runs on a
+    /// JSON run, and on a text run whose report leaves it out.
+    pub fn aside(&self, in_text_report: bool, say: impl FnOnce(&Self)) {
+        if self.json || !in_text_report {
+            say(self);
+        }
+    }
+
+    /// A note that repeats what the text report leaves out and the JSON
+    /// report holds (error bounds, the plan a `--yes` run carries out):
+    /// on stderr in a text run, nothing with `--json` or `--quiet`.
+    pub fn text_note(&self, message: &str) {
+        if !self.json {
+            self.note(message);
+        }
+    }
+
+    /// The plan before its confirmation, on stderr; left out when `--json
+    /// --yes` (nobody is asked, and the JSON report holds the plan).
+    pub fn say_plan(&self, text: &str, yes: bool) {
+        if !(self.json && yes) {
+            self.say(text);
+        }
+    }
+
     /// A note on stderr (something not shown, and why).
     pub fn note(&self, message: &str) {
         if self.quiet {
@@ -356,6 +382,12 @@ impl Progress for Bar {
     }
     fn finish(&self) {
         self.0.finish_and_clear();
+    }
+    fn shown(&self) -> bool {
+        !self.0.is_hidden()
+    }
+    fn println(&self, line: &str) {
+        self.0.println(line);
     }
 }
 
@@ -405,6 +437,9 @@ impl Ui for Output {
     }
     fn started(&self) {
         Output::started(self);
+    }
+    fn size(&self, bytes: u64) -> String {
+        super::units::size(bytes)
     }
 }
 

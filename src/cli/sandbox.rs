@@ -319,8 +319,8 @@ fn forget(a: &DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
     if !a.yes {
         out.say(&text);
         confirm(out, &format!("Forget sandbox {name}?"), false)?;
-    } else if !out.json {
-        out.note(text.trim_end());
+    } else {
+        out.text_note(text.trim_end());
     }
     store.remove(name)?;
     let result = DownResult {

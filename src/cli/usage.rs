@@ -90,15 +90,15 @@ fn run_parse(args: &UsageArgs, out: &Output) -> Result<u8> {
     if doc.units.basis == UnitBasis::Si {
         out.note(&format!("units: {}", doc.units.rule));
     }
-    if !out.json && !doc.exact {
-        out.note(&format!(
+    if !doc.exact {
+        out.text_note(&format!(
             "the input was rounded (human-readable units): each size is within {} of the figure shown",
             pretty_size(doc.max_error_bytes, UnitMode::default())
         ));
     }
-    if out.json {
-        super::df::findings_to_stderr(out, &doc.interpretation);
-    }
+    out.aside(true, |out| {
+        super::df::findings_to_stderr(out, &doc.interpretation)
+    });
     Ok(exit::OK)
 }
 

@@ -1,6 +1,7 @@
 //! Profile conversion: the plan (pure), the progress and outcome types, and
 //! the verification; carrying it out is in [`run`].
 
+pub mod exec;
 pub mod manage;
 pub mod run;
 

@@ -96,7 +96,7 @@ impl Error {
 
     /// Turns an errno from an operation on `path` into a user sentence.
     /// `doing` reads like "cannot create a file in".
-    pub fn from_errno(errno: Errno, doing: &str, path: &Path) -> Self {
+    pub(crate) fn from_errno(errno: Errno, doing: &str, path: &Path) -> Self {
         let what = format!("{doing} {}", path.display());
         let (kind, reason, hint) = match errno {
             Errno::ENOENT => (ErrorKind::NotFound, "no such file or directory", None),
@@ -134,7 +134,7 @@ impl Error {
     }
 
     /// Same as [`Error::from_errno`] for a `std::io::Error`.
-    pub fn from_io(err: &std::io::Error, doing: &str, path: &Path) -> Self {
+    pub(crate) fn from_io(err: &std::io::Error, doing: &str, path: &Path) -> Self {
         match err.raw_os_error() {
             Some(code) => Self::from_errno(Errno::from_raw(code), doing, path),
             None => Self::new(ErrorKind::Io, format!("{doing} {}: {err}", path.display())),

@@ -83,7 +83,7 @@ impl Switch {
     }
 
     /// True when a test set the switch ([`Switch::value`]).
-    pub fn is_on(self) -> bool {
+    pub(crate) fn is_on(self) -> bool {
         self.value().is_some()
     }
 }

@@ -6,6 +6,7 @@
 //! [`parse`], plain types in [`model`], and one module per job
 //! ([`sandbox`], [`probe`]) whose reports are serde models.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod admin;
 pub mod bench;
@@ -13,7 +14,7 @@ pub mod demo;
 pub mod doctor;
 pub mod error;
 pub mod hooks;
-pub mod hw;
+pub(crate) mod hw;
 pub mod links;
 pub mod model;
 pub mod nocow;

@@ -35,7 +35,7 @@ macro_rules! documents {
             }
         )*
         /// Every document, in the order of docs/json.md.
-        pub const DOCUMENTS: &[DocumentKind] = &[
+        pub(crate) const DOCUMENTS: &[DocumentKind] = &[
             $(
                 DocumentKind {
                     name: $name,
@@ -160,7 +160,8 @@ fn envelope_schema_value() -> Value {
 }
 
 /// The schema of the envelope alone (`docs/schema/envelope.schema.json`).
-pub fn envelope_schema() -> Value {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) fn envelope_schema() -> Value {
     with_header(
         envelope_schema_value(),
         "envelope",
@@ -170,7 +171,8 @@ pub fn envelope_schema() -> Value {
 }
 
 /// Every published schema: `(file name, schema)`, envelope first.
-pub fn all_schemas() -> Vec<(String, Value)> {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) fn all_schemas() -> Vec<(String, Value)> {
     let mut out = vec![("envelope.schema.json".to_owned(), envelope_schema())];
     out.extend(
         DOCUMENTS

@@ -87,7 +87,7 @@ pub fn emit<T: Document>(ui: &dyn Ui, record: &T) {
 
 /// A progress indicator that draws nothing.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct HiddenProgress;
+pub(crate) struct HiddenProgress;
 
 impl Progress for HiddenProgress {
     fn set_length(&self, _: u64) {}
@@ -101,7 +101,7 @@ impl Progress for HiddenProgress {
 /// asks only on a terminal. For guards that must report from `Drop` when
 /// nobody gave them a `Ui`.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct StderrUi {
+pub(crate) struct StderrUi {
     /// Leave out notes, warnings and plans.
     pub quiet: bool,
 }
@@ -201,7 +201,8 @@ pub fn confirm_on_terminal(question: &str, yes: bool, quiet: bool) -> Result<()>
 
 /// One thing a job said, as a [`RecordingUi`] keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Said {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) enum Said {
     /// [`Ui::note`].
     Note(String),
     /// [`Ui::warn`]: message and hint.
@@ -225,16 +226,18 @@ pub enum Said {
 /// A `Ui` for tests: keeps everything a job says, answers confirmations
 /// with a fixed answer, draws nothing.
 #[derive(Debug, Default)]
-pub struct RecordingUi {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) struct RecordingUi {
     /// What `quiet()` answers.
     pub quiet: bool,
     /// What `json()` answers.
     pub json: bool,
     /// What an unanswered `confirm` (without `yes`) returns: confirm or refuse.
-    pub answer_yes: bool,
+    pub(crate) answer_yes: bool,
     said: Mutex<Vec<Said>>,
 }
 
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
 impl RecordingUi {
     /// A recording Ui that refuses confirmations.
     pub fn new() -> Self {

@@ -132,7 +132,7 @@ pub fn nothing_to_add(fs: &FsState, plan: &AddPlan) -> Option<NothingToAdd> {
 }
 
 /// Plans adding `facts` to `fs` (pure).
-pub fn plan_add(
+pub(crate) fn plan_add(
     fs: &FsState,
     facts: &[BlockDeviceFacts],
     opts: AddOptions,
@@ -361,7 +361,7 @@ pub fn prepare(
 /// After the add: the conversion planned again on the filesystem as it is
 /// now (read through the handle). `Ok(None)`: nothing left to convert.
 /// A refusal says that the devices were added.
-pub fn replan_convert(
+pub(crate) fn replan_convert(
     root: &SysRoot,
     fs: &FsHandle,
     mount_point: &Path,
@@ -436,7 +436,7 @@ pub fn add_then_replan(
 /// `btrfs device add` is given the filesystem as `/proc/PID/fd/N`, the
 /// directory this process holds open, never the mount path again: a path
 /// swapped after the plan was shown cannot redirect it.
-pub fn execute_add(
+pub(crate) fn execute_add(
     root: &SysRoot,
     fs: &FsHandle,
     mount_point: &Path,

@@ -39,7 +39,7 @@ impl Reason {
     }
 
     /// A reason about the filesystem or the request, not a device.
-    pub fn general(code: &'static str, message: String, force_overrides: bool) -> Self {
+    pub(crate) fn general(code: &'static str, message: String, force_overrides: bool) -> Self {
         Self {
             device: None,
             code: Cow::Borrowed(code),
@@ -55,7 +55,7 @@ impl Reason {
 }
 
 /// `member` (a member's path) is the device `candidate` (resolved).
-pub fn same_device(member: &str, candidate: &Path) -> bool {
+pub(crate) fn same_device(member: &str, candidate: &Path) -> bool {
     !member.is_empty()
         && std::fs::canonicalize(member)
             .map_or_else(|_| Path::new(member) == candidate, |m| m == candidate)
@@ -64,7 +64,7 @@ pub fn same_device(member: &str, candidate: &Path) -> bool {
 /// Every reason why `f` must not become a new device of `fs`. Reasons that
 /// `--overwrite` lifts (signatures, partitions, another unmounted btrfs) are
 /// included; the caller decides with [`Reason::blocks`].
-pub fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> {
+pub(crate) fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> {
     let p = &f.given;
     let mut r = Vec::new();
     if !f.exists {

@@ -66,7 +66,7 @@ impl BalanceInfo {
     }
 
     /// From the kernel's report.
-    pub fn from_status(s: &BalanceStatus) -> Self {
+    pub(crate) fn from_status(s: &BalanceStatus) -> Self {
         Self {
             running: s.state.contains(BalanceState::RUNNING),
             paused: !s.state.contains(BalanceState::RUNNING),
@@ -95,7 +95,7 @@ pub struct FsState {
     pub spaces: Vec<SpaceEntry>,
     /// The exclusive operation running (`none`, `balance`, `balance paused`,
     /// `device add`, `replace`, `resize`, ...), from sysfs.
-    pub exclusive_operation: Option<String>,
+    pub(crate) exclusive_operation: Option<String>,
     /// A balance that exists.
     pub balance: Option<BalanceInfo>,
     /// Running kernel.
@@ -128,7 +128,7 @@ pub struct DeviceErrors {
 impl DeviceErrors {
     /// Errors that make reading every chunk (what a balance does) fail:
     /// read and corruption errors.
-    pub fn unreadable(&self) -> u64 {
+    pub(crate) fn unreadable(&self) -> u64 {
         self.read + self.corruption
     }
 }
@@ -158,7 +158,7 @@ impl FsState {
 
     /// Logical bytes allocated to block groups of a type that are not in
     /// `target` (what a soft conversion to `target` relocates).
-    pub fn allocated_outside(&self, kind: BgType, target: Profile) -> u64 {
+    pub(crate) fn allocated_outside(&self, kind: BgType, target: Profile) -> u64 {
         self.spaces
             .iter()
             .filter(|s| matches_kind(bg_type_of(s.flags), kind) && profile_of(s.flags) != target)
@@ -166,23 +166,13 @@ impl FsState {
             .sum()
     }
 
-    /// Logical bytes used in block groups of a type that are not in
-    /// `target`: the data a conversion still has to move.
-    pub fn used_outside(&self, kind: BgType, target: Profile) -> u64 {
-        self.spaces
-            .iter()
-            .filter(|s| matches_kind(bg_type_of(s.flags), kind) && profile_of(s.flags) != target)
-            .map(|s| s.used_bytes)
-            .sum()
-    }
-
     /// Sum of device sizes.
-    pub fn raw_size(&self) -> u64 {
+    pub(crate) fn raw_size(&self) -> u64 {
         self.devices.iter().map(|d| d.size).sum()
     }
 
     /// Mixed block groups (data and metadata share chunks).
-    pub fn mixed_block_groups(&self) -> bool {
+    pub(crate) fn mixed_block_groups(&self) -> bool {
         self.spaces
             .iter()
             .any(|s| bg_type_of(s.flags) == BgType::DataMetadata)
@@ -201,7 +191,7 @@ fn read_sysfs(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
 }
 
 /// Reads the state of the btrfs at `path` (read-only callers: doctor).
-pub fn read_state(root: &SysRoot, path: &Path) -> Result<FsState> {
+pub(crate) fn read_state(root: &SysRoot, path: &Path) -> Result<FsState> {
     Ok(open_state(root, path)?.1)
 }
 
@@ -227,7 +217,7 @@ pub fn open_state(root: &SysRoot, path: &Path) -> Result<(FsHandle, FsState)> {
 }
 
 /// Reads the state again through an open handle (never through a path).
-pub fn read_state_at(root: &SysRoot, h: &FsHandle, mount_point: &Path) -> Result<FsState> {
+pub(crate) fn read_state_at(root: &SysRoot, h: &FsHandle, mount_point: &Path) -> Result<FsState> {
     let fsid = h.fsid().to_owned();
     let infos = h.devices()?;
     let devices = infos

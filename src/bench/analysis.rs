@@ -7,52 +7,52 @@ use crate::parse::size::{format_iec, format_rate};
 
 /// fio may claim this much more than the devices moved (counters are taken
 /// a little before and after fio's own clock) before a figure is flagged.
-pub const DEVICE_TOLERANCE: f64 = 0.05;
+pub(crate) const DEVICE_TOLERANCE: f64 = 0.05;
 /// And this many bytes on top (a few requests in flight at the edges).
-pub const DEVICE_SLACK_BYTES: u64 = 1 << 20;
+pub(crate) const DEVICE_SLACK_BYTES: u64 = 1 << 20;
 /// A thread at this fraction of a core or more is limited by the CPU.
-pub const CPU_BOUND_CORES: f64 = 0.85;
+pub(crate) const CPU_BOUND_CORES: f64 = 0.85;
 /// A write run that dirtied at least this fraction of what it wrote went
 /// through the page cache.
-pub const DIRTIED_FRACTION: f64 = 0.10;
+pub(crate) const DIRTIED_FRACTION: f64 = 0.10;
 /// A read run with at least this fraction of the file cached beforehand
 /// may have read from memory.
-pub const RESIDENT_FRACTION: f64 = 0.01;
+pub(crate) const RESIDENT_FRACTION: f64 = 0.01;
 /// Compressed extents above this fraction of the file change the figures.
-pub const ENCODED_FRACTION: f64 = 0.01;
+pub(crate) const ENCODED_FRACTION: f64 = 0.01;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// What the checks know about the bench as a whole.
 #[derive(Debug, Clone, Default)]
-pub struct CheckContext {
+pub(crate) struct CheckContext {
     /// Test file size.
     pub size_bytes: u64,
     /// Every member's counters are visible: the device check can run.
-    pub devices_known: bool,
+    pub(crate) devices_known: bool,
     /// The test file's layout before the read tests.
     pub layout: Option<FileLayout>,
     /// The test file's layout after the write tests (compression of what
     /// the writes stored).
-    pub layout_after_writes: Option<FileLayout>,
+    pub(crate) layout_after_writes: Option<FileLayout>,
     /// The compression mount option.
     pub compression_option: Option<String>,
     /// The array's ceiling for one reader, bytes per second.
-    pub ceiling_one_reader: Option<f64>,
+    pub(crate) ceiling_one_reader: Option<f64>,
     /// The array's ceiling for many readers, bytes per second.
-    pub ceiling_many_readers: Option<f64>,
+    pub(crate) ceiling_many_readers: Option<f64>,
     /// `--cow`.
     pub cow: bool,
     /// The most bytes the members write per byte of data written (the data
     /// profile's copies, `Profile::max_write_factor`; 1 when unknown).
-    pub write_factor: f64,
+    pub(crate) write_factor: f64,
 }
 
 /// What one run measured, before the checks.
 #[derive(Debug, Clone, Default)]
 pub struct Sample {
     /// fio's error code.
-    pub fio_error: i64,
+    pub(crate) fio_error: i64,
     /// Bytes fio claims.
     pub claimed_bytes: u64,
     /// fio's runtime, seconds.
@@ -64,11 +64,11 @@ pub struct Sample {
     /// Mean latency, µs.
     pub lat_mean_us: f64,
     /// Median completion latency, µs.
-    pub clat_p50_us: Option<f64>,
+    pub(crate) clat_p50_us: Option<f64>,
     /// p99 completion latency, µs.
-    pub clat_p99_us: Option<f64>,
+    pub(crate) clat_p99_us: Option<f64>,
     /// Cores per thread.
-    pub cores_per_thread: f64,
+    pub(crate) cores_per_thread: f64,
     /// CPU seconds, all threads.
     pub cpu_seconds: f64,
     /// Bytes the members read.
@@ -103,7 +103,7 @@ fn pct(part: u64, whole: u64) -> f64 {
 
 /// What the members may move beyond fio's own bytes before the run counts
 /// as contaminated by other I/O: a quarter more, and the slack.
-pub const OTHER_IO_FRACTION: f64 = 0.25;
+pub(crate) const OTHER_IO_FRACTION: f64 = 0.25;
 
 /// Flags a run during which the members moved clearly more than fio's I/O
 /// explains: in the run's direction more than fio's bytes (times the
@@ -145,7 +145,7 @@ fn other_io(d: Direction, s: &Sample, ctx: &CheckContext) -> Option<Check> {
 }
 
 /// The checks of one run.
-pub fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckContext) -> Vec<Check> {
+pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckContext) -> Vec<Check> {
     let mut checks = Vec::new();
     if s.fio_error != 0 {
         checks.push(flag(
@@ -295,7 +295,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
 }
 
 /// A run's report entry.
-pub fn run_result(run: u32, s: &Sample, checks: Vec<Check>) -> RunResult {
+pub(crate) fn run_result(run: u32, s: &Sample, checks: Vec<Check>) -> RunResult {
     RunResult {
         run,
         claimed_bytes: s.claimed_bytes,
@@ -319,7 +319,7 @@ pub fn run_result(run: u32, s: &Sample, checks: Vec<Check>) -> RunResult {
 /// One test's result from its runs: medians, spread, findings (each code
 /// once, with in how many runs it was seen). A flag in any run flags the
 /// figure: it is then not given as a result.
-pub fn summarize(
+pub(crate) fn summarize(
     t: TestSpec,
     d: Direction,
     runs: Vec<RunResult>,

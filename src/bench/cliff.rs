@@ -21,19 +21,19 @@
 use serde::{Deserialize, Serialize};
 
 /// A cliff: the rate after is at most this fraction of the rate before.
-pub const CLIFF_RATIO: f64 = 0.8;
+pub(crate) const CLIFF_RATIO: f64 = 0.8;
 /// Samples needed on each side of a cliff.
-pub const MIN_SIDE: usize = 3;
+pub(crate) const MIN_SIDE: usize = 3;
 /// Samples needed for any verdict.
-pub const MIN_SAMPLES: usize = 2 * MIN_SIDE;
+pub(crate) const MIN_SAMPLES: usize = 2 * MIN_SIDE;
 /// A decline: the fitted line ends at most this fraction of where it starts.
-pub const DECLINE_RATIO: f64 = 0.8;
+pub(crate) const DECLINE_RATIO: f64 = 0.8;
 
 /// One second of the series.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Point {
     /// Seconds from the start, at the end of the interval.
-    pub t_secs: f64,
+    pub(crate) t_secs: f64,
     /// Bytes per second over the interval.
     pub bytes_per_sec: f64,
 }
@@ -62,9 +62,9 @@ pub struct CliffAnalysis {
     /// Bytes the series accounts for.
     pub total_bytes: u64,
     /// Median rate over the whole series.
-    pub median_bytes_per_sec: f64,
+    pub(crate) median_bytes_per_sec: f64,
     /// Cliff: seconds from the start when the rate dropped.
-    pub at_secs: Option<f64>,
+    pub(crate) at_secs: Option<f64>,
     /// Cliff: bytes written before it.
     pub bytes_before: Option<u64>,
     /// Cliff: median rate before it; decline: the fitted start.
@@ -90,7 +90,7 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// Running median over `2 * half + 1` samples (shorter at the ends).
-pub fn running_median(v: &[f64], half: usize) -> Vec<f64> {
+pub(crate) fn running_median(v: &[f64], half: usize) -> Vec<f64> {
     (0..v.len())
         .map(|i| {
             let lo = i.saturating_sub(half);
@@ -159,7 +159,7 @@ fn durations(series: &[Point]) -> Vec<f64> {
 }
 
 /// Finds the cliff (see the module documentation).
-pub fn analyse(series: &[Point]) -> CliffAnalysis {
+pub(crate) fn analyse(series: &[Point]) -> CliffAnalysis {
     let raw: Vec<f64> = series.iter().map(|p| p.bytes_per_sec.max(0.0)).collect();
     let dt = durations(series);
     let bytes: Vec<f64> = raw.iter().zip(&dt).map(|(r, d)| r * d).collect();

@@ -25,9 +25,9 @@ pub struct CompareRow {
     /// B / A.
     pub ratio: Option<f64>,
     /// A's IOPS.
-    pub a_iops: Option<f64>,
+    pub(crate) a_iops: Option<f64>,
     /// B's IOPS.
-    pub b_iops: Option<f64>,
+    pub(crate) b_iops: Option<f64>,
     /// Why there is no ratio, if there is none.
     pub note: Option<String>,
 }
@@ -47,7 +47,7 @@ pub struct Comparison {
 
 /// Reads a saved `bench --json` report.
 /// Largest report read (a suite report is tens of KiB).
-pub const MAX_REPORT: u64 = 16 << 20;
+pub(crate) const MAX_REPORT: u64 = 16 << 20;
 
 /// Reads a saved `bench --json` suite report: a regular file of at most
 /// [`MAX_REPORT`] bytes (`sys::fs::beneath::read_input_file`: no FIFO, device
@@ -55,6 +55,7 @@ pub const MAX_REPORT: u64 = 16 << 20;
 /// document is named ("a bench --sustained report"), not parsed as a suite.
 const HINT: &str = "save suite reports with: btrfs-lab bench --json DIR > FILE.json";
 
+/// Reads a saved suite report (bounded, a regular file only) for `--compare`.
 pub fn load(path: &Path) -> Result<BenchReport> {
     let shown = escape_path(path);
     let bytes = read_input_file(path, MAX_REPORT, "a bench report")?;

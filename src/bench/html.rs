@@ -233,7 +233,7 @@ pub fn render(r: &BenchReport) -> String {
 
 /// The SVG line chart of a sustained write's series (MB/s over seconds),
 /// with the cliff marked and the two levels drawn dashed.
-pub fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
+pub(crate) fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
     let (w, h, left, bottom, top) = (720.0, 300.0, 60.0, 30.0, 20.0);
     let pw = w - left - 20.0;
     let ph = h - top - bottom;

@@ -34,7 +34,7 @@ use std::fmt::Write as _;
 use super::profile::{Direction, Pattern, TestSpec};
 
 /// The I/O engine.
-pub const IOENGINE: &str = "libaio";
+pub(crate) const IOENGINE: &str = "libaio";
 
 /// What a job file needs to know.
 #[derive(Debug, Clone)]
@@ -74,12 +74,12 @@ fn global(s: &JobSettings<'_>) -> String {
 }
 
 /// Bytes each thread of `t` covers: the file split evenly, whole blocks.
-pub fn range_per_thread(t: &TestSpec, size_bytes: u64) -> u64 {
+pub(crate) fn range_per_thread(t: &TestSpec, size_bytes: u64) -> u64 {
     (size_bytes / u64::from(t.threads.max(1))) / t.block_bytes * t.block_bytes
 }
 
 /// The section of one test in one direction.
-pub fn test_section(t: &TestSpec, d: Direction, s: &JobSettings<'_>) -> String {
+pub(crate) fn test_section(t: &TestSpec, d: Direction, s: &JobSettings<'_>) -> String {
     let rw = match (t.pattern, d) {
         (Pattern::Seq, Direction::Read) => "read",
         (Pattern::Seq, Direction::Write) => "write",
@@ -103,7 +103,7 @@ pub fn test_section(t: &TestSpec, d: Direction, s: &JobSettings<'_>) -> String {
 }
 
 /// The fill: every byte of the file written once, sequentially, synced.
-pub fn fill_section(s: &JobSettings<'_>) -> String {
+pub(crate) fn fill_section(s: &JobSettings<'_>) -> String {
     format!(
         "[fill]\nrw=write\nbs=1048576\niodepth=8\nnumjobs=1\nsize={}\nend_fsync=1\n",
         s.size_bytes
@@ -117,7 +117,7 @@ fn header(what: &str) -> String {
 }
 
 /// The job file of one run of one test.
-pub fn test_job(t: &TestSpec, d: Direction, s: &JobSettings<'_>) -> String {
+pub(crate) fn test_job(t: &TestSpec, d: Direction, s: &JobSettings<'_>) -> String {
     format!(
         "{}{}\n{}",
         header(&format!("{t} {}", d.as_str())),
@@ -127,7 +127,7 @@ pub fn test_job(t: &TestSpec, d: Direction, s: &JobSettings<'_>) -> String {
 }
 
 /// The job file of the fill.
-pub fn fill_job(s: &JobSettings<'_>) -> String {
+pub(crate) fn fill_job(s: &JobSettings<'_>) -> String {
     format!("{}{}\n{}", header("fill"), global(s), fill_section(s))
 }
 

@@ -27,7 +27,7 @@ fn section(i: usize, dev: &MemberDevice, duration: u64) -> String {
 
 /// The job file: O_DIRECT sequential 1 MiB reads at queue depth 8 over the
 /// whole device; run it with `fio --readonly` (then fio refuses any write).
-pub fn member_job(devices: &[(usize, &MemberDevice)], duration: u64) -> String {
+pub(crate) fn member_job(devices: &[(usize, &MemberDevice)], duration: u64) -> String {
     let mut j = String::from(
         "; btrfs-lab bench --members: O_DIRECT reads of the member devices\n; run it with: fio --readonly --output-format=json THIS_FILE\n[global]\nioengine=libaio\ndirect=1\nrw=read\nbs=1048576\niodepth=8\nallow_file_create=0\n\n",
     );
@@ -48,7 +48,7 @@ fn rate_of(out: &FioOutput, i: usize, dev: &MemberDevice) -> Result<f64> {
 }
 
 /// Pure: the figures from the rates alone and together.
-pub fn analyse(alone: Vec<MemberRate>, together: Vec<MemberRate>) -> MemberScaling {
+pub(crate) fn analyse(alone: Vec<MemberRate>, together: Vec<MemberRate>) -> MemberScaling {
     let n = alone.len().max(1) as f64;
     let slowest = alone
         .iter()
@@ -89,7 +89,7 @@ pub fn analyse(alone: Vec<MemberRate>, together: Vec<MemberRate>) -> MemberScali
 
 /// Checks that a member's path is `/dev/NAME` with a name fio reads back
 /// exactly (`sys::tools::fio::check_value`) and that it is a block device.
-pub fn check_member(d: &MemberDevice) -> Result<()> {
+pub(crate) fn check_member(d: &MemberDevice) -> Result<()> {
     crate::sys::tools::fio::check_value("member device", d.path.as_bytes())?;
     let plain = d
         .path

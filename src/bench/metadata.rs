@@ -30,9 +30,9 @@ pub const DEFAULT_FILES: u64 = 200_000;
 /// Default threads.
 pub const DEFAULT_THREADS: u32 = 4;
 /// Files per directory.
-pub const FILES_PER_DIR: u64 = 1000;
+pub(crate) const FILES_PER_DIR: u64 = 1000;
 /// Report version.
-pub const REPORT_VERSION: u32 = 1;
+pub(crate) const REPORT_VERSION: u32 = 1;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -79,7 +79,7 @@ impl MetadataOptions {
 
     /// Free space asked for: ~2 KiB of metadata per file (inode, names,
     /// twice with a mirrored profile) and a margin.
-    pub fn needed_space(&self) -> u64 {
+    pub(crate) fn needed_space(&self) -> u64 {
         self.files * 2048 + (64 << 20)
     }
 }
@@ -120,7 +120,7 @@ pub struct MemberBytes {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MetadataReport {
     /// Format version.
-    pub report_version: u32,
+    pub(crate) report_version: u32,
     /// Always `metadata`.
     pub mode: String,
     /// 0.

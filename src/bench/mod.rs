@@ -19,7 +19,7 @@ pub mod metadata;
 pub mod profile;
 pub mod profiles;
 pub mod report;
-pub mod sensors;
+pub(crate) mod sensors;
 pub mod sustained;
 
 use std::ffi::OsString;
@@ -47,13 +47,13 @@ use report::{CheckCode, FileLayout, Severity, Status, TestResult};
 use sensors::Sensors;
 
 /// Default test file size.
-pub const DEFAULT_SIZE: u64 = 1 << 30;
+pub(crate) const DEFAULT_SIZE: u64 = 1 << 30;
 /// Default runs per test.
 pub const DEFAULT_RUNS: u32 = 5;
 /// Default seconds per run.
 pub const DEFAULT_DURATION: u64 = 5;
 /// Smallest test file.
-pub const MIN_SIZE: u64 = 16 << 20;
+pub(crate) const MIN_SIZE: u64 = 16 << 20;
 /// The directory btrfs-lab makes under DIR starts with this.
 pub const WORK_DIR_PREFIX: &str = ".btrfs-lab-bench-";
 /// The test file's name in it.
@@ -148,7 +148,7 @@ impl BenchOptions {
     /// Free space DIR needs: the file, plus a margin (with --cow the
     /// writes may allocate the file's size again before the old extents
     /// are freed).
-    pub fn needed_space(&self) -> u64 {
+    pub(crate) fn needed_space(&self) -> u64 {
         let size = self.size_bytes();
         let margin = (size / 10).max(64 << 20);
         if self.cow {
@@ -184,7 +184,7 @@ pub(crate) fn install_signals() -> Result<()> {
 }
 
 /// `Err(interrupted)` once a signal arrived.
-pub fn check_stop() -> Result<()> {
+pub(crate) fn check_stop() -> Result<()> {
     signals::check()
 }
 
@@ -210,7 +210,7 @@ fn pause(secs: u64) -> Result<()> {
 /// only what is inside it, then the directory itself if its name in DIR is
 /// still that directory (by identity).
 #[derive(Debug)]
-pub struct WorkDir {
+pub(crate) struct WorkDir {
     parent: HeldDir,
     name: OsString,
     identity: FileIdentity,
@@ -257,11 +257,6 @@ impl WorkDir {
     /// Its path when it was made (for messages; never opened again).
     pub fn path(&self) -> &Path {
         self.dir().path()
-    }
-
-    /// DIR, held.
-    pub fn parent(&self) -> &HeldDir {
-        &self.parent
     }
 
     /// Removes it now. Everything in it goes, or the error says what could
@@ -334,7 +329,7 @@ fn empty_tree(dir: &TrustedDir, depth: u32) -> Result<()> {
 
 /// The pid in the name of a work directory (`.btrfs-lab-bench-PID-…`, and
 /// the older `.btrfs-lab-bench-meta-PID-N`).
-pub fn work_dir_pid(name: &str) -> Option<u32> {
+pub(crate) fn work_dir_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix(WORK_DIR_PREFIX)?;
     let rest = rest.strip_prefix("meta-").unwrap_or(rest);
     let (pid, tail) = rest.split_once('-')?;
@@ -348,7 +343,7 @@ pub fn work_dir_pid(name: &str) -> Option<u32> {
 /// were killed (SIGKILL, a crash, a power cut): named like ours, with the
 /// pid of a process that no longer runs, root's alone (so what is in them
 /// is ours). Returns one note per directory removed (or left, and why).
-pub fn sweep_stale(parent: &HeldDir) -> Vec<String> {
+pub(crate) fn sweep_stale(parent: &HeldDir) -> Vec<String> {
     let mut notes = Vec::new();
     let Ok(names) = parent.names() else {
         return notes;
@@ -419,6 +414,8 @@ pub struct OutputFile {
 }
 
 impl OutputFile {
+    /// Checks before the run that `path` can be created: its directory is
+    /// held (no user's link followed) and the name is free.
     pub fn prepare(path: &Path) -> Result<Self> {
         let abs = std::path::absolute(path)
             .map_err(|e| Error::usage(format!("invalid file name {}: {e}", escape_path(path))))?;
@@ -438,6 +435,7 @@ impl OutputFile {
         Ok(f)
     }
 
+    /// Checks again, after the run, that the name is still free.
     pub fn check_free(&self) -> Result<()> {
         if self.dir.stat(&self.name)?.is_some() {
             return Err(Error::new(
@@ -470,6 +468,7 @@ impl OutputFile {
         })
     }
 
+    /// Writes `text` to a new file (O_EXCL) in the held directory.
     pub fn write(&self, text: &str) -> Result<()> {
         use std::io::Write;
         let path = self.dir.join(&self.name);
@@ -546,7 +545,7 @@ pub fn open_target(sysroot: &SysRoot, dir: &Path, what: &str) -> Result<Target> 
 
 /// What the loop needs.
 #[derive(Clone)]
-pub struct SuiteConfig<'a> {
+pub(crate) struct SuiteConfig<'a> {
     /// The tests.
     pub tests: &'a [TestSpec],
     /// Job settings.
@@ -556,7 +555,7 @@ pub struct SuiteConfig<'a> {
     /// Seconds between runs.
     pub interval_secs: u64,
     /// Where job files go (fio's working directory).
-    pub work_dir: &'a TrustedDir,
+    pub(crate) work_dir: &'a TrustedDir,
     /// The test file's identity.
     pub test_file: FileIdentity,
     /// Called after each fio run: checks that fio worked on our test file
@@ -567,12 +566,12 @@ pub struct SuiteConfig<'a> {
     /// Evict the test file before each read run.
     pub evict: bool,
     /// Multiply fio's claims (test hook).
-    pub scale_claimed: f64,
+    pub(crate) scale_claimed: f64,
 }
 
 /// How the test file gets its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FillMode {
+pub(crate) enum FillMode {
     /// btrfs-lab writes it: O_DIRECT, 1 MiB writes of BLAKE3 output
     /// (fio's own buffers are a multiplicative hash chain whose low bits
     /// repeat: 1-2% compressible, enough for compress-force to compress
@@ -588,7 +587,7 @@ pub enum FillMode {
 /// random key) into the test file `name` of the held work directory (which
 /// must still be the file `expected`), O_DIRECT where the filesystem
 /// allows, then syncs.
-pub fn fill_incompressible(
+pub(crate) fn fill_incompressible(
     dir: &TrustedDir,
     name: &str,
     expected: FileIdentity,
@@ -653,9 +652,9 @@ fn nanos_seed() -> u32 {
 
 /// What the loop measured.
 #[derive(Debug, Clone, Default)]
-pub struct Measured {
+pub(crate) struct Measured {
     /// Seconds the fill took.
-    pub fill_seconds: f64,
+    pub(crate) fill_seconds: f64,
     /// Bytes the members wrote during the fill.
     pub fill_device_write_bytes: Option<u64>,
     /// Layout after the fill.
@@ -695,7 +694,7 @@ fn sample_of(job: &FioJob, d: Direction, scale: f64) -> Sample {
 
 /// Fills the file, then runs every test `runs` times (reads first), with
 /// the counters read around each run.
-pub fn run_suite(
+pub(crate) fn run_suite(
     cfg: &SuiteConfig<'_>,
     fio: &mut dyn FioRunner,
     sensors: &mut dyn Sensors,
@@ -811,7 +810,7 @@ pub fn run_suite(
 }
 
 /// Checks every run and summarizes each test.
-pub fn analyse(measured: &Measured, ctx: &CheckContext) -> Vec<TestResult> {
+pub(crate) fn analyse(measured: &Measured, ctx: &CheckContext) -> Vec<TestResult> {
     measured
         .samples
         .iter()

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 /// Sequential or random.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Pattern {
+pub(crate) enum Pattern {
     /// Sequential.
     Seq,
     /// Random.
@@ -53,11 +53,11 @@ impl Direction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestSpec {
     /// Sequential or random.
-    pub pattern: Pattern,
+    pub(crate) pattern: Pattern,
     /// Bytes per I/O.
     pub block_bytes: u64,
     /// I/Os in flight per thread.
-    pub queue_depth: u32,
+    pub(crate) queue_depth: u32,
     /// Threads (fio jobs), each on its own range of the file.
     pub threads: u32,
 }
@@ -139,7 +139,7 @@ impl TestSpec {
 }
 
 /// CrystalDiskMark's default set.
-pub const DEFAULT_TESTS: [TestSpec; 4] = [
+pub(crate) const DEFAULT_TESTS: [TestSpec; 4] = [
     TestSpec::new(Pattern::Seq, 1 << 20, 8, 1),
     TestSpec::new(Pattern::Seq, 1 << 20, 1, 1),
     TestSpec::new(Pattern::Rnd, 4 << 10, 32, 1),
@@ -147,7 +147,7 @@ pub const DEFAULT_TESTS: [TestSpec; 4] = [
 ];
 
 /// CrystalDiskMark's NVMe SSD set.
-pub const NVME_TESTS: [TestSpec; 4] = [
+pub(crate) const NVME_TESTS: [TestSpec; 4] = [
     TestSpec::new(Pattern::Seq, 1 << 20, 8, 1),
     TestSpec::new(Pattern::Seq, 128 << 10, 32, 1),
     TestSpec::new(Pattern::Rnd, 4 << 10, 32, 16),

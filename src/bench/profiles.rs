@@ -32,14 +32,14 @@ use super::check_stop;
 use super::metadata::{self, MetadataOptions, MetadataReport, Phase};
 
 /// Report version.
-pub const REPORT_VERSION: u32 = 1;
+pub(crate) const REPORT_VERSION: u32 = 1;
 /// Sandbox names start with this (`bench-3f9a1c-raid1c3`): how a later run
 /// recognises what an earlier, killed run left.
-pub const SANDBOX_PREFIX: &str = "bench-";
+pub(crate) const SANDBOX_PREFIX: &str = "bench-";
 /// The data profile of every sandbox.
-pub const DATA_PROFILE: Profile = Profile::Single;
+pub(crate) const DATA_PROFILE: Profile = Profile::Single;
 /// The most profiles one run compares.
-pub const MAX_PROFILES: usize = 9;
+pub(crate) const MAX_PROFILES: usize = 9;
 /// Smallest device of a sandbox.
 const MIN_DEVICE_SIZE: u64 = 1 << 30;
 
@@ -113,7 +113,7 @@ pub struct ProfilesPlan {
 }
 
 /// Devices every sandbox gets: the most any of the profiles needs.
-pub fn devices_for(profiles: &[Profile]) -> u32 {
+pub(crate) fn devices_for(profiles: &[Profile]) -> u32 {
     profiles.iter().map(|p| p.min_devices()).max().unwrap_or(1)
 }
 
@@ -121,7 +121,7 @@ pub fn devices_for(profiles: &[Profile]) -> u32 {
 /// device (DUP puts two copies on one), plus 512 MiB for the system and
 /// data chunks; at least 1 GiB (below that mkfs picks mixed block groups
 /// on some versions). Sparse: only what btrfs writes takes space.
-pub fn device_size_for(files: u64) -> u64 {
+pub(crate) fn device_size_for(files: u64) -> u64 {
     let want = files.saturating_mul(2048).saturating_add(512 << 20);
     want.max(MIN_DEVICE_SIZE).div_ceil(1 << 20) * (1 << 20)
 }
@@ -206,7 +206,7 @@ impl ProfilesPlan {
 
     /// Bytes the images may take on the disk that holds them, at most:
     /// every device filled to the metadata estimate.
-    pub fn needed_space(&self) -> u64 {
+    pub(crate) fn needed_space(&self) -> u64 {
         u64::from(self.devices)
             .saturating_mul(self.files.saturating_mul(2048))
             .saturating_add(256 << 20)
@@ -251,7 +251,7 @@ pub struct ProfileRun {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProfilesReport {
     /// Format version.
-    pub report_version: u32,
+    pub(crate) report_version: u32,
     /// Always `compare-profiles`.
     pub mode: String,
     /// 0.

@@ -9,16 +9,16 @@ use super::profile::{Direction, TestSpec};
 use crate::model::profile::Profile;
 
 /// Exit status when at least one figure was flagged.
-pub const EXIT_FLAGGED: u8 = crate::model::exit::FLAGGED.code;
+pub(crate) const EXIT_FLAGGED: u8 = crate::model::exit::FLAGGED.code;
 
 /// Version of this report's layout; `--compare` refuses other versions.
-pub const REPORT_VERSION: u32 = 1;
+pub(crate) const REPORT_VERSION: u32 = 1;
 
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BenchReport {
     /// Layout version ([`REPORT_VERSION`]).
-    pub report_version: u32,
+    pub(crate) report_version: u32,
     /// 0: every figure checked out; 3: some figure is flagged.
     pub exit_code: u8,
     /// One sentence.
@@ -53,7 +53,7 @@ pub struct SystemInfo {
     /// Host name.
     pub hostname: String,
     /// Online CPUs.
-    pub cpus: u32,
+    pub(crate) cpus: u32,
     /// `fio --version`.
     pub fio_version: String,
     /// The fio binary used.
@@ -142,7 +142,7 @@ pub struct FileLayout {
     /// Bytes in holes.
     pub hole_bytes: u64,
     /// Bytes not yet allocated (dirty).
-    pub delalloc_bytes: u64,
+    pub(crate) delalloc_bytes: u64,
 }
 
 impl FileLayout {
@@ -163,13 +163,13 @@ pub struct TestFileInfo {
     /// The file carried the NOCOW attribute (no checksums: O_DIRECT is direct).
     pub nocow: bool,
     /// Seconds the fill took.
-    pub fill_seconds: f64,
+    pub(crate) fill_seconds: f64,
     /// Bytes the members wrote during the fill.
     pub fill_device_write_bytes: Option<u64>,
     /// Layout after the fill, before the first read test.
     pub layout_after_fill: Option<FileLayout>,
     /// Layout after the last test.
-    pub layout_at_end: Option<FileLayout>,
+    pub(crate) layout_at_end: Option<FileLayout>,
     /// The file was removed at the end.
     pub removed: bool,
 }
@@ -260,13 +260,13 @@ pub struct RunResult {
     /// Mean latency, microseconds.
     pub lat_mean_us: f64,
     /// Median completion latency, microseconds.
-    pub clat_p50_us: Option<f64>,
+    pub(crate) clat_p50_us: Option<f64>,
     /// 99th percentile completion latency, microseconds.
-    pub clat_p99_us: Option<f64>,
+    pub(crate) clat_p99_us: Option<f64>,
     /// CPU use per fio thread, in cores (usr + sys).
-    pub cores_per_thread: f64,
+    pub(crate) cores_per_thread: f64,
     /// CPU seconds per GiB moved (all threads).
-    pub cpu_seconds_per_gib: Option<f64>,
+    pub(crate) cpu_seconds_per_gib: Option<f64>,
     /// Bytes the members read during the run.
     pub device_read_bytes: Option<u64>,
     /// Bytes the members wrote during the run.
@@ -303,9 +303,9 @@ pub struct TestResult {
     /// The same median, checked or not (to show what was claimed).
     pub claimed_bytes_per_sec: f64,
     /// Median CPU seconds per GiB.
-    pub cpu_seconds_per_gib: Option<f64>,
+    pub(crate) cpu_seconds_per_gib: Option<f64>,
     /// Median cores per thread.
-    pub cores_per_thread: f64,
+    pub(crate) cores_per_thread: f64,
     /// The result as a fraction of the array's one-reader ceiling
     /// (sequential reads, when known).
     pub ceiling_fraction: Option<f64>,
@@ -321,7 +321,7 @@ pub struct CeilingInfo {
     /// One reader, one large sequential read, encoded rate (bytes/s).
     pub one_reader_bytes_per_sec: Option<f64>,
     /// Many readers at once (bytes/s).
-    pub many_readers_bytes_per_sec: Option<f64>,
+    pub(crate) many_readers_bytes_per_sec: Option<f64>,
     /// Members that hold the array back.
     pub held_back_by: Vec<String>,
     /// Members without PCIe information.

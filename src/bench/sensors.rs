@@ -19,7 +19,7 @@ use crate::sys::proc::counters::{self, CounterChoice, DirtyCounter};
 use crate::sys::{kernel::btrfs, kernel::extents, kernel::pagecache, proc::diskstats};
 
 /// The counters the measuring loop reads.
-pub trait Sensors {
+pub(crate) trait Sensors {
     /// Bytes (read, written) by all members so far; `None` when no
     /// device counts this filesystem.
     fn device_bytes(&mut self) -> Result<Option<(u64, u64)>>;
@@ -35,7 +35,7 @@ pub trait Sensors {
 
 /// (read, written) sectors per `major:minor` from /proc/diskstats text
 /// (fields 6 and 10, see Documentation/admin-guide/iostats.rst).
-pub fn parse_io_sectors(text: &str) -> Vec<(u32, u32, u64, u64)> {
+pub(crate) fn parse_io_sectors(text: &str) -> Vec<(u32, u32, u64, u64)> {
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -52,7 +52,7 @@ pub fn parse_io_sectors(text: &str) -> Vec<(u32, u32, u64, u64)> {
 /// The block devices of the filesystem under `dir`: every btrfs member
 /// (from /sys/fs/btrfs/<fsid>/devices, no root needed), else the mount's
 /// own device. The second list names members diskstats does not show.
-pub fn member_devices(
+pub(crate) fn member_devices(
     root: &SysRoot,
     dir: &HeldDir,
     mount: &MountEntry,
@@ -95,12 +95,12 @@ pub fn member_devices(
 }
 
 /// The real counters.
-pub struct RealSensors {
+pub(crate) struct RealSensors {
     root: SysRoot,
     devices: Vec<MemberDevice>,
     counter: Option<DirtyCounter>,
     /// Why the per-device dirtied counter is not used, if it is not.
-    pub counter_note: Option<String>,
+    pub(crate) counter_note: Option<String>,
     file: Option<(File, PathBuf, u64)>,
 }
 
@@ -139,7 +139,7 @@ impl RealSensors {
     }
 
     /// The test file, once it exists.
-    pub fn set_file(&mut self, file: File, path: &Path, size: u64) {
+    pub(crate) fn set_file(&mut self, file: File, path: &Path, size: u64) {
         self.file = Some((file, path.to_path_buf(), size));
     }
 }
@@ -216,7 +216,7 @@ pub fn ceiling(
 }
 
 /// The NVMe controller of a block device name (`nvme0n1p2` → `nvme0`).
-pub fn nvme_controller(block: &str) -> Option<String> {
+pub(crate) fn nvme_controller(block: &str) -> Option<String> {
     let rest = block.strip_prefix("nvme")?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     if digits.is_empty() || !rest[digits.len()..].starts_with('n') {
@@ -226,7 +226,7 @@ pub fn nvme_controller(block: &str) -> Option<String> {
 }
 
 /// Thermal readings of every NVMe member's controller.
-pub fn thermal_read(
+pub(crate) fn thermal_read(
     root: &SysRoot,
     devices: &[MemberDevice],
 ) -> Vec<(String, std::result::Result<SmartThermal, String>)> {
@@ -246,7 +246,7 @@ pub fn thermal_read(
 }
 
 /// Per drive: what changed between the two readings.
-pub fn thermal_delta(
+pub(crate) fn thermal_delta(
     before: Vec<(String, std::result::Result<SmartThermal, String>)>,
     after: Vec<(String, std::result::Result<SmartThermal, String>)>,
 ) -> Vec<ThermalInfo> {

@@ -23,9 +23,9 @@ use super::report::{MemberDevice, SystemInfo, TargetInfo};
 use super::{WorkDir, check_stop, jobs::IOENGINE};
 
 /// Smallest sustained write worth running.
-pub const MIN_SIZE: u64 = 256 << 20;
+pub(crate) const MIN_SIZE: u64 = 256 << 20;
 /// Without SIZE or --fill: this percent of the free space.
-pub const DEFAULT_FILL_PERCENT: u32 = 80;
+pub(crate) const DEFAULT_FILL_PERCENT: u32 = 80;
 /// The test file's name.
 pub const TEST_FILE: &str = "sustained.dat";
 
@@ -35,9 +35,9 @@ const LOG_PREFIX: &str = "bw";
 /// Seconds without the test file growing before the write counts as stuck.
 const STALL_SECS: f64 = 120.0;
 /// Report version.
-pub const REPORT_VERSION: u32 = 1;
+pub(crate) const REPORT_VERSION: u32 = 1;
 /// Exit status when a signal stopped the write (the report is still given).
-pub const EXIT_STOPPED: u8 = crate::model::exit::INTERRUPTED.code;
+pub(crate) const EXIT_STOPPED: u8 = crate::model::exit::INTERRUPTED.code;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -100,7 +100,7 @@ pub fn margin(available: u64) -> u64 {
 
 /// The bytes to write given the free space, or a refusal that says how
 /// much is needed.
-pub fn plan_size(opts: &SustainedOptions, available: u64, dir: &Path) -> Result<u64> {
+pub(crate) fn plan_size(opts: &SustainedOptions, available: u64, dir: &Path) -> Result<u64> {
     let mib = |x: u64| x / (1 << 20) * (1 << 20);
     let room = available.saturating_sub(margin(available));
     let size = match opts.size {
@@ -176,7 +176,7 @@ pub struct MemberSeries {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SustainedReport {
     /// Format version.
-    pub report_version: u32,
+    pub(crate) report_version: u32,
     /// Always `sustained`.
     pub mode: String,
     /// The exit status the CLI gives (0, or 130 when stopped early).
@@ -232,7 +232,7 @@ pub fn job_file(file: &str, size: u64, time_limit_secs: Option<u64>, log_prefix:
 }
 
 /// The points of fio's write bandwidth log.
-pub fn series_of_log(text: &str) -> Vec<Point> {
+pub(crate) fn series_of_log(text: &str) -> Vec<Point> {
     parse_bw_log(text)
         .into_iter()
         .filter(|e| e.direction == 1)

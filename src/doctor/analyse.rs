@@ -19,10 +19,8 @@ use crate::sys::tools::display_argv;
 
 use super::facts::{DeviceFacts, FsFacts};
 
-pub use crate::model::finding::rules::{
-    DATA_FULL_CRITICAL, FULL_WARNING, METADATA_FULL_CRITICAL, SCRUB_MAX_AGE,
-};
-pub use space::{alloc_profile, chunk_room, growth};
+#[cfg(test)]
+use space::growth;
 
 fn size(b: u64) -> String {
     pretty_size(b, UnitMode::default())
@@ -94,7 +92,7 @@ impl<'a> Cx<'a> {
 
 /// Every finding about one filesystem, worst first. `now` is seconds since
 /// the epoch.
-pub fn analyse(f: &FsFacts, now: u64) -> Vec<Finding> {
+pub(crate) fn analyse(f: &FsFacts, now: u64) -> Vec<Finding> {
     let cx = Cx::new(f);
     let mut out = Vec::new();
     devices::findings(&cx, &mut out);

@@ -18,7 +18,7 @@ use super::facts::FsFacts;
 
 /// Bytes per file per round of the deep probe (probe-dio's default is
 /// 256 MiB; a quarter keeps doctor quick and still far above noise).
-pub const PROBE_BYTES: u64 = 64 << 20;
+pub(crate) const PROBE_BYTES: u64 = 64 << 20;
 
 /// What the deep checks found out.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -29,7 +29,7 @@ pub struct DeepFacts {
     /// Why the probe could not run.
     pub probe_error: Option<String>,
     /// Why the links could not be read (not NVMe, ...).
-    pub links_error: Option<String>,
+    pub(crate) links_error: Option<String>,
     /// The VM image and database directories audited for NOCOW.
     #[serde(default)]
     pub nocow_audited: Vec<std::path::PathBuf>,
@@ -38,7 +38,7 @@ pub struct DeepFacts {
 /// Where VM images and databases usually live (as `nocow --for` advises),
 /// relative to `/`; looked for at `/` when that is this filesystem, and
 /// under the mount point (a filesystem mounted for `/var/lib` or a chroot).
-pub const USUAL_NOCOW_DIRS: [&str; 4] = [
+pub(crate) const USUAL_NOCOW_DIRS: [&str; 4] = [
     "var/lib/libvirt/images",
     "var/lib/postgresql",
     "var/lib/pgsql",
@@ -46,7 +46,7 @@ pub const USUAL_NOCOW_DIRS: [&str; 4] = [
 ];
 
 /// The usual directories that exist on the filesystem `f`.
-pub fn usual_dirs(f: &FsFacts) -> Vec<std::path::PathBuf> {
+pub(crate) fn usual_dirs(f: &FsFacts) -> Vec<std::path::PathBuf> {
     let mut v = Vec::new();
     for rel in USUAL_NOCOW_DIRS {
         for base in [std::path::Path::new("/"), f.mount_point.as_path()] {
@@ -62,7 +62,7 @@ pub fn usual_dirs(f: &FsFacts) -> Vec<std::path::PathBuf> {
 }
 
 /// Findings of a NOCOW audit (pure).
-pub fn nocow_findings(
+pub(crate) fn nocow_findings(
     report: &crate::nocow::CheckReport,
     dirs: &[std::path::PathBuf],
 ) -> Vec<Finding> {
@@ -123,7 +123,7 @@ pub fn nocow_findings(
 }
 
 /// The catalog code of a probe-dio verdict (none: direct, nothing to say).
-pub fn verdict_code(v: Verdict) -> Option<Code> {
+pub(crate) fn verdict_code(v: Verdict) -> Option<Code> {
     match v {
         Verdict::Direct => None,
         Verdict::BufferedFallback => Some(Code::OdirectBufferedFallback),

@@ -63,7 +63,7 @@ pub struct DeviceFacts {
 
 impl DeviceFacts {
     /// Bytes not allocated to any chunk.
-    pub fn unallocated_bytes(&self) -> u64 {
+    pub(crate) fn unallocated_bytes(&self) -> u64 {
         if self.missing {
             0
         } else {
@@ -123,7 +123,7 @@ pub struct FsFacts {
     pub spaces: Vec<SpaceUse>,
     /// Size of a new metadata chunk (logical bytes): sysfs `chunk_size`,
     /// capped at 10% of the devices' size as the allocator does.
-    pub metadata_chunk_bytes: u64,
+    pub(crate) metadata_chunk_bytes: u64,
     /// A balance that exists.
     pub balance: Option<BalanceFacts>,
     /// The last scrub of each device (empty: never scrubbed, or the record is gone).
@@ -159,7 +159,7 @@ impl FsFacts {
 
     /// Missing devices: listed as missing, plus those the superblock counts
     /// but the kernel does not list.
-    pub fn missing_count(&self) -> u64 {
+    pub(crate) fn missing_count(&self) -> u64 {
         let listed = self.devices.iter().filter(|d| d.missing).count() as u64;
         let absent = self.total_devices.saturating_sub(self.devices.len() as u64);
         listed + absent

@@ -18,10 +18,6 @@ use crate::model::units::{UnitMode, pretty_size};
 use crate::sys::fs::beneath::{HeldDir, open_dir_beneath};
 use crate::sys::tools::display_argv;
 
-/// Leftovers at or above this size are a warning, below it an info (the
-/// catalog's rule, [`rules::bench_leftovers`]).
-pub use crate::model::finding::rules::BENCH_LEFTOVERS_WARN_BYTES as WARN_BYTES;
-
 /// Most entries counted in one leftover (a huge tree is still named, its
 /// size then a lower bound).
 const MAX_ENTRIES: usize = 1_000_000;
@@ -41,7 +37,7 @@ pub struct BenchLeftover {
 
 /// The pid in a bench work directory's name: `PREFIX PID-XXXXXXXX` (the
 /// run's directory) or `PREFIX meta-PID-N` (`--small-files`).
-pub fn pid_of(name: &OsStr) -> Option<u32> {
+pub(crate) fn pid_of(name: &OsStr) -> Option<u32> {
     let rest = name.as_bytes().strip_prefix(WORK_DIR_PREFIX.as_bytes())?;
     let rest = std::str::from_utf8(rest).ok()?;
     let rest = rest.strip_prefix("meta-").unwrap_or(rest);

@@ -4,7 +4,7 @@
 //! ([`analyse::analyse`]), and the report rendered as text, JSON or
 //! Prometheus metrics ([`prometheus`]).
 
-pub mod analyse;
+pub(crate) mod analyse;
 pub mod deep;
 pub mod facts;
 pub mod leftovers;
@@ -29,9 +29,9 @@ pub use facts::FsFacts;
 /// Exit status: no warning or critical finding.
 pub const EXIT_OK: u8 = crate::model::exit::HEALTHY.code;
 /// Exit status: the worst finding is a warning.
-pub const EXIT_WARNING: u8 = crate::model::exit::WARNING.code;
+pub(crate) const EXIT_WARNING: u8 = crate::model::exit::WARNING.code;
 /// Exit status: a critical finding.
-pub const EXIT_CRITICAL: u8 = crate::model::exit::CRITICAL.code;
+pub(crate) const EXIT_CRITICAL: u8 = crate::model::exit::CRITICAL.code;
 /// Exit status: doctor could not look (not a btrfs, not root, ...), as
 /// monitoring plugins' UNKNOWN.
 pub const EXIT_UNKNOWN: u8 = crate::model::exit::UNKNOWN.code;
@@ -99,7 +99,7 @@ pub struct DoctorReport {
 /// The JSON shape of `doctor --json` (docs/json.md, docs/schema/
 /// doctor.schema.json), unchanged: the report's fields and the older
 /// `tool`/`version`/`hostname`/`timestamp` beside the envelope.
-pub mod wire {
+pub(crate) mod wire {
     use super::*;
 
     /// `doctor --json`.
@@ -182,7 +182,7 @@ pub fn status_with_failure(findings: u8, failed: bool) -> u8 {
 }
 
 /// Diagnoses one filesystem from its facts.
-pub fn diagnose(facts: FsFacts, now: u64) -> FsDiagnosis {
+pub(crate) fn diagnose(facts: FsFacts, now: u64) -> FsDiagnosis {
     let findings = analyse::analyse(&facts, now);
     FsDiagnosis {
         mount_point: facts.mount_point.clone(),
@@ -195,13 +195,13 @@ pub fn diagnose(facts: FsFacts, now: u64) -> FsDiagnosis {
 }
 
 /// Adds the `--deep` findings to a diagnosis.
-pub fn add_deep(d: &mut FsDiagnosis, findings: Vec<Finding>, facts: deep::DeepFacts) {
+pub(crate) fn add_deep(d: &mut FsDiagnosis, findings: Vec<Finding>, facts: deep::DeepFacts) {
     add_findings(d, findings);
     d.deep = Some(facts);
 }
 
 /// Adds findings to a diagnosis, keeping it ranked.
-pub fn add_findings(d: &mut FsDiagnosis, findings: Vec<Finding>) {
+pub(crate) fn add_findings(d: &mut FsDiagnosis, findings: Vec<Finding>) {
     d.findings.extend(findings);
     crate::model::finding::rank(&mut d.findings);
     d.worst = d.findings.iter().map(|f| f.severity).min();
@@ -320,7 +320,7 @@ fn fail_textfile(
 
 /// After a failed run or write: the textfile is made to say `success 0`
 /// if it can be, and the one error line says what it holds now.
-pub fn with_textfile_state(e: crate::error::Error, path: &Path) -> crate::error::Error {
+pub(crate) fn with_textfile_state(e: crate::error::Error, path: &Path) -> crate::error::Error {
     let p = path.display();
     let state = match mark_textfile_failed(path, now_unix()) {
         TextfileState::MarkedFailed => format!("{p} now says btrfs_lab_doctor_success 0"),
@@ -344,7 +344,7 @@ pub fn with_textfile_state(e: crate::error::Error, path: &Path) -> crate::error:
 /// filesystem that cannot be resolved or read is in `not_examined` and the
 /// others are still examined; `Err` when doctor cannot look at all (not
 /// root, the mount table unreadable) or was interrupted.
-pub fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorReport> {
+pub(crate) fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorReport> {
     // Without root the error counters and the balance state cannot be read:
     // a report would call a corrupted filesystem healthy.
     if !crate::sys::is_root() {
@@ -399,7 +399,7 @@ fn examine_one(root: &SysRoot, t: &BtrfsTarget, deep: bool, now: u64) -> Result<
 }
 
 /// Reads the facts of one mounted btrfs (ioctls, sysfs, the scrub record).
-pub fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
+pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
     let state = crate::admin::state::read_state(root, &target.path)?;
     let info = btrfs::fs_info(&target.path)?;
     let devices = state
@@ -484,7 +484,7 @@ pub fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
 }
 
 /// Seconds since the epoch.
-pub fn now_unix() -> u64 {
+pub(crate) fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -498,7 +498,7 @@ const TEXTFILE_HINT: &str = "the directory must exist and be writable, with spac
 /// by descriptor (a link another user planted in it is refused), the new
 /// content is a file unique to this run, synced, renamed over `path`.
 /// Temporary files that killed runs left are removed first.
-pub fn write_textfile(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_textfile(path: &Path, text: &str) -> Result<()> {
     let (dir, name) = outfile::split(path)?;
     let dir = outfile::OutputDir::open(&dir).map_err(|e| e.with_hint(TEXTFILE_HINT))?;
     let _ = dir.remove_stale_temps(&name);
@@ -509,7 +509,7 @@ pub fn write_textfile(path: &Path, text: &str) -> Result<()> {
 
 /// What a failed `--textfile` holds now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TextfileState {
+pub(crate) enum TextfileState {
     /// Replaced by `btrfs_lab_doctor_success 0` (a new file).
     MarkedFailed,
     /// `btrfs_lab_doctor_success 0` written into the old file in place: a
@@ -522,7 +522,7 @@ pub enum TextfileState {
 /// After a failure, makes the `--textfile` say `btrfs_lab_doctor_success 0`:
 /// a new file if one can be made, else the old one rewritten in place, so
 /// that monitoring does not keep reading an earlier run's healthy metrics.
-pub fn mark_textfile_failed(path: &Path, now: u64) -> TextfileState {
+pub(crate) fn mark_textfile_failed(path: &Path, now: u64) -> TextfileState {
     let text = prometheus::render_failure(now);
     let attempt = || -> Result<TextfileState> {
         let (dir, name) = outfile::split(path)?;

@@ -121,7 +121,7 @@ pub fn render(r: &DoctorReport) -> String {
 
 /// The metrics written when doctor could not look at all: alerting sees
 /// `btrfs_lab_doctor_success 0` instead of stale figures.
-pub fn render_failure(now: u64) -> String {
+pub(crate) fn render_failure(now: u64) -> String {
     let mut m = Metrics::default();
     m.add(
         "btrfs_lab_doctor_success",

@@ -16,9 +16,9 @@ pub struct ScrubDevice {
     /// It ran to the end.
     pub finished: bool,
     /// It was cancelled (or interrupted).
-    pub canceled: bool,
+    pub(crate) canceled: bool,
     /// Read, checksum, verify and superblock errors found.
-    pub errors_found: u64,
+    pub(crate) errors_found: u64,
     /// Errors repaired from a good copy.
     pub corrected: u64,
     /// Errors that could not be repaired (no good copy).
@@ -27,7 +27,7 @@ pub struct ScrubDevice {
 
 /// Parses a `scrub.status` file; lines of other filesystems and malformed
 /// lines are skipped.
-pub fn parse_status(text: &str, fsid: &str) -> Vec<ScrubDevice> {
+pub(crate) fn parse_status(text: &str, fsid: &str) -> Vec<ScrubDevice> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut fields = line.split('|');

@@ -34,7 +34,7 @@ pub fn code(kind: FindingKind) -> Code {
 
 /// A catalog severity in the links report's two levels (`links` reports,
 /// it does not judge: nothing is critical there).
-pub fn hw_severity(s: crate::model::finding::Severity) -> Severity {
+pub(crate) fn hw_severity(s: crate::model::finding::Severity) -> Severity {
     match s {
         crate::model::finding::Severity::Info => Severity::Info,
         _ => Severity::Warning,
@@ -127,15 +127,15 @@ pub struct LinkView {
     /// Index of the lower end (drive or switch upstream port) in the path.
     pub lower: usize,
     /// Index of the port above, if there is one.
-    pub upper: Option<usize>,
+    pub(crate) upper: Option<usize>,
     /// Current generation (from the lower end; the upper's if unknown).
     pub generation: Option<Generation>,
     /// Current width.
     pub width: Option<u8>,
     /// What the lower end supports.
-    pub lower_max: (Option<Generation>, Option<u8>),
+    pub(crate) lower_max: (Option<Generation>, Option<u8>),
     /// What the upper end supports.
-    pub upper_max: (Option<Generation>, Option<u8>),
+    pub(crate) upper_max: (Option<Generation>, Option<u8>),
 }
 
 impl LinkView {
@@ -200,7 +200,7 @@ pub(crate) fn gen_width(generation: Option<Generation>, width: Option<u8>) -> St
 
 /// A link's capacity and identity, as the array arithmetic needs it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LinkCap {
+pub(crate) struct LinkCap {
     /// Unique per physical link (the lower end's PCI address; a pseudo id
     /// for a chipset's DMI link).
     pub id: String,
@@ -210,13 +210,13 @@ pub struct LinkCap {
     pub bytes_per_sec: Option<f64>,
     /// Set when the upper end allows less than the lower end could run
     /// (a x16 switch card in a x8 slot).
-    pub narrower_port: Option<String>,
+    pub(crate) narrower_port: Option<String>,
 }
 
 /// A member of an array (or a listed device) for the arithmetic: its links
 /// from its own upwards, and what its own link could carry at its best.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MemberPath {
+pub(crate) struct MemberPath {
     /// Block device (array members) or controller (listed devices) name.
     pub name: String,
     /// `None` when there is no PCIe link information.
@@ -238,7 +238,7 @@ impl MemberPath {
 
 /// Everything about one PCIe device.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeviceAnalysis {
+pub(crate) struct DeviceAnalysis {
     /// The hops for the report.
     pub hops: Vec<Hop>,
     /// The ceiling, when every link's state is known.
@@ -249,7 +249,7 @@ pub struct DeviceAnalysis {
     pub findings: Vec<Finding>,
     /// Degraded links above the drive's own, keyed by link id, for the
     /// caller to report once for all devices below them.
-    pub upstream_findings: Vec<(String, Finding)>,
+    pub(crate) upstream_findings: Vec<(String, Finding)>,
     /// The links for the array arithmetic; `None` without link state.
     pub links: Option<Vec<LinkCap>>,
     /// Why there are no figures.
@@ -355,7 +355,7 @@ fn degraded_finding(name: &str, hops: &[Hop], l: &LinkView) -> Option<Finding> {
 }
 
 /// Analyses one PCIe device from its path (its own function first).
-pub fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
+pub(crate) fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
     let hops = hops(path);
     let links = links(path);
     let mut out = DeviceAnalysis {
@@ -558,7 +558,7 @@ const CHIPSET_HINT: &str = "for an array's full speed put its drives in sockets 
 /// Links shared by several of `members`, reported once per group of
 /// members (the narrowest link of the group): oversubscribed ones as
 /// warnings.
-pub fn shared_uplinks(members: &[MemberPath]) -> Vec<Finding> {
+pub(crate) fn shared_uplinks(members: &[MemberPath]) -> Vec<Finding> {
     let mut by_link: BTreeMap<String, (LinkCap, BTreeSet<String>, usize)> = BTreeMap::new();
     for m in members {
         for (depth, l) in m.links.iter().flatten().enumerate() {
@@ -684,7 +684,7 @@ fn profile_label(p: Profile) -> String {
 
 /// The array's ceiling for `profile` over `members`. Shared links are
 /// respected: members behind one uplink split it.
-pub fn array_ceiling(profile: Profile, members: &[MemberPath]) -> ArrayCeiling {
+pub(crate) fn array_ceiling(profile: Profile, members: &[MemberPath]) -> ArrayCeiling {
     let n = members.len();
     let unknown: Vec<String> = members
         .iter()

@@ -22,7 +22,7 @@ pub struct Bandwidth {
 
 impl Bandwidth {
     /// From an encoded rate in bytes per second.
-    pub fn from_encoded(bytes_per_sec: f64) -> Self {
+    pub(crate) fn from_encoded(bytes_per_sec: f64) -> Self {
         let round = |v: f64| {
             if v.is_finite() && v > 0.0 {
                 v.round() as u64
@@ -290,7 +290,7 @@ pub struct LinksReport {
 
 impl LinksReport {
     /// Every finding, the devices' and the shared ones.
-    pub fn all_findings(&self) -> impl Iterator<Item = &Finding> {
+    pub(crate) fn all_findings(&self) -> impl Iterator<Item = &Finding> {
         self.devices
             .iter()
             .flat_map(|d| d.findings.iter())

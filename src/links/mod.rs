@@ -160,7 +160,7 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
 /// A link finding as a finding of the shared catalog (`doctor --deep`): its
 /// code is `link-KIND` ([`analysis::code`]), its severity the one the link
 /// analysis gave it, the command its hint or `links --thermal MOUNT`.
-pub fn catalog_finding(l: &Finding, mount: &str) -> crate::model::finding::Finding {
+pub(crate) fn catalog_finding(l: &Finding, mount: &str) -> crate::model::finding::Finding {
     use crate::model::finding::{Finding as CatalogFinding, Severity as CatalogSeverity};
     let severity = match l.severity {
         Severity::Warning => CatalogSeverity::Warning,

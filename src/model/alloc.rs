@@ -45,26 +45,30 @@ pub enum ChunkKind {
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 /// The unit stripes are aligned to (BTRFS_STRIPE_LEN).
-pub const STRIPE_LEN: u64 = 64 << 10;
+pub(crate) const STRIPE_LEN: u64 = 64 << 10;
 /// Above this much raw space metadata chunks grow from 256 MiB to 1 GiB.
-pub const LARGE_FS_BYTES: u64 = 50 * GIB;
+pub(crate) const LARGE_FS_BYTES: u64 = 50 * GIB;
 /// A stripe cut down to the chunk cap is rounded up to this.
 const STRIPE_ROUND: u64 = 16 * MIB;
 /// Since this kernel system chunks are at most 32 MiB (64 MiB before).
-pub const SYSTEM_CHUNK_32M: KernelVersion = KernelVersion::new(6, 0);
+pub(crate) const SYSTEM_CHUNK_32M: KernelVersion = KernelVersion::new(6, 0);
 
 /// The largest stripe and chunk the kernel allocates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkLimits {
+pub(crate) struct ChunkLimits {
     /// Bytes of one stripe on one device.
-    pub max_stripe: u64,
+    pub(crate) max_stripe: u64,
     /// Logical bytes of one chunk (after the 10% cap).
-    pub max_chunk: u64,
+    pub(crate) max_chunk: u64,
 }
 
 /// The limits for `kind` on a filesystem whose devices hold `total_bytes`
 /// (the kernel's `total_rw_bytes`).
-pub fn chunk_limits(kind: ChunkKind, total_bytes: u64, kernel: KernelVersion) -> ChunkLimits {
+pub(crate) fn chunk_limits(
+    kind: ChunkKind,
+    total_bytes: u64,
+    kernel: KernelVersion,
+) -> ChunkLimits {
     let (max_stripe, max_chunk) = match kind {
         ChunkKind::Data => (GIB, 10 * GIB),
         ChunkKind::Metadata if total_bytes > LARGE_FS_BYTES => (GIB, GIB),
@@ -146,7 +150,7 @@ pub fn next_chunk(
 /// Allocates one chunk ([`next_chunk`]): takes its stripes from `free` and
 /// returns its logical size, or `None` when the profile cannot be allocated
 /// any more.
-pub fn allocate_chunk(
+pub(crate) fn allocate_chunk(
     free: &mut [u64],
     p: Profile,
     kind: ChunkKind,
@@ -182,7 +186,7 @@ pub fn reserve(
 }
 
 /// Logical bytes that chunks of `p` could still take on devices with `free`.
-pub fn capacity(
+pub(crate) fn capacity(
     free: &[u64],
     p: Profile,
     kind: ChunkKind,

@@ -92,7 +92,7 @@ pub fn hostname() -> String {
 
 /// `t` as RFC 3339 in UTC with milliseconds: `2026-12-01T01:37:11.123Z`.
 /// A time before 1970 (a clock set wrong) prints as the epoch.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let seconds = rfc3339_seconds(d.as_secs());
     let whole = seconds.strip_suffix('Z').unwrap_or(&seconds);
@@ -101,7 +101,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 
 /// `secs` since the epoch as RFC 3339 in UTC, whole seconds:
 /// `2026-11-30T23:41:07Z` (doctor's `timestamp`).
-pub fn rfc3339_seconds(secs: u64) -> String {
+pub(crate) fn rfc3339_seconds(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, day) = civil_from_days(days);
     format!(

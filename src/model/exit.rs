@@ -53,42 +53,42 @@ pub const INTERRUPTED: Status = Status {
     meaning: "interrupted (SIGINT or SIGTERM); clean-up was done (convert: the balance is paused)",
 };
 /// `probe-dio`: the O_DIRECT writes bypassed the page cache.
-pub const DIRECT: Status = Status {
+pub(crate) const DIRECT: Status = Status {
     code: 0,
     name: "direct",
     commands: "probe-dio",
     meaning: "O_DIRECT writes are direct",
 };
 /// `probe-dio`: the kernel turned the O_DIRECT writes buffered.
-pub const BUFFERED_FALLBACK: Status = Status {
+pub(crate) const BUFFERED_FALLBACK: Status = Status {
     code: 3,
     name: "buffered-fallback",
     commands: "probe-dio",
     meaning: "buffered-fallback",
 };
 /// `probe-dio`: the data profile makes every O_DIRECT write buffered.
-pub const PROFILE_FORCED: Status = Status {
+pub(crate) const PROFILE_FORCED: Status = Status {
     code: 4,
     name: "profile-forced",
     commands: "probe-dio",
     meaning: "profile-forced",
 };
 /// `probe-dio`: the measurement cannot tell.
-pub const INCONCLUSIVE: Status = Status {
+pub(crate) const INCONCLUSIVE: Status = Status {
     code: 5,
     name: "inconclusive",
     commands: "probe-dio",
     meaning: "inconclusive",
 };
 /// `read-test`: the methods read different bytes.
-pub const CHECKSUM_MISMATCH: Status = Status {
+pub(crate) const CHECKSUM_MISMATCH: Status = Status {
     code: 3,
     name: "checksum-mismatch",
     commands: "read-test",
     meaning: "the methods read different bytes",
 };
 /// `bench`: at least one figure is flagged.
-pub const FLAGGED: Status = Status {
+pub(crate) const FLAGGED: Status = Status {
     code: 3,
     name: "flagged",
     commands: "bench",
@@ -103,14 +103,14 @@ pub const NOT_NOCOW: Status = Status {
 };
 /// `show`: a device's error counters are not all zero (bit 6, as
 /// `btrfs device stats --check`).
-pub const DEVICE_ERRORS: Status = Status {
+pub(crate) const DEVICE_ERRORS: Status = Status {
     code: 64,
     name: "device-errors",
     commands: "show",
     meaning: "a device's error counters are not all zero",
 };
 /// `doctor`: no finding worse than info (monitoring plugins' OK).
-pub const HEALTHY: Status = Status {
+pub(crate) const HEALTHY: Status = Status {
     code: 0,
     name: "healthy",
     commands: "doctor",
@@ -194,7 +194,7 @@ const FAIL: Row = row(
 
 /// The commands that have statuses of their own; any other has
 /// [`DEFAULT`]'s, and btrfs-lab itself lists them all ([`summary`]).
-pub const PAGES: &[Page] = &[
+pub(crate) const PAGES: &[Page] = &[
     Page {
         command: "probe-dio",
         rows: &[
@@ -431,7 +431,7 @@ const CONVERT: &[Row] = &[
 ];
 
 /// The statuses of a command without a page of its own.
-pub const DEFAULT: Page = Page {
+pub(crate) const DEFAULT: Page = Page {
     command: "*",
     rows: &[row(OK, "success."), FAIL, BAD, INT],
 };
@@ -521,15 +521,18 @@ fn wrap(lead: &str, text: &str, width: usize) -> String {
 }
 
 /// Where the generated part of `docs/exit-codes.md` begins.
-pub const DOC_BEGIN: &str = "<!-- BEGIN generated from src/model/exit.rs: \
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) const DOC_BEGIN: &str = "<!-- BEGIN generated from src/model/exit.rs: \
 BTRFS_LAB_WRITE_EXIT_CODES=1 cargo test --features test-hooks --lib model::exit:: \
 rewrites it; edit the registry, not this -->";
 /// Where it ends.
-pub const DOC_END: &str = "<!-- END generated -->";
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) const DOC_END: &str = "<!-- END generated -->";
 
 /// The generated part of `docs/exit-codes.md`, markers included: every
 /// status, then each command's table.
-pub fn markdown() -> String {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) fn markdown() -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     let mut out = format!("{DOC_BEGIN}\n\n## Every status\n\n");
     out.push_str("| status | name | commands | meaning |\n|---|---|---|---|\n");
@@ -571,7 +574,8 @@ pub fn markdown() -> String {
 
 /// `doc` with its generated part replaced by [`markdown`] (or put first,
 /// after the title, when it has none).
-pub fn with_generated(doc: &str) -> String {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) fn with_generated(doc: &str) -> String {
     match (doc.find(DOC_BEGIN), doc.find(DOC_END)) {
         (Some(b), Some(e)) if e > b => {
             format!("{}{}{}", &doc[..b], markdown(), &doc[e + DOC_END.len()..])

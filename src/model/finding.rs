@@ -96,13 +96,13 @@ impl Finding {
     }
 
     /// Sets the severity a rule of [`rules`] decided from the figures.
-    pub fn with_severity(mut self, severity: Severity) -> Self {
+    pub(crate) fn with_severity(mut self, severity: Severity) -> Self {
         self.severity = severity;
         self
     }
 
     /// Adds a figure.
-    pub fn with_evidence(mut self, name: &str, value: impl Into<String>) -> Self {
+    pub(crate) fn with_evidence(mut self, name: &str, value: impl Into<String>) -> Self {
         self.evidence.push(Evidence {
             name: name.to_owned(),
             value: value.into(),
@@ -111,14 +111,14 @@ impl Finding {
     }
 
     /// Sets the command to run.
-    pub fn with_command(mut self, command: impl Into<String>) -> Self {
+    pub(crate) fn with_command(mut self, command: impl Into<String>) -> Self {
         self.command = Some(command.into());
         self
     }
 }
 
 /// Sorts worst first (stable, so equal findings keep their order).
-pub fn rank(findings: &mut [Finding]) {
+pub(crate) fn rank(findings: &mut [Finding]) {
     findings.sort_by_key(|f| f.severity);
 }
 

@@ -63,9 +63,9 @@ impl<'de> Deserialize<'de> for KernelVersion {
 }
 
 /// RAID1C3 and RAID1C4 exist since Linux 5.5.
-pub const RAID1C34: KernelVersion = KernelVersion::new(5, 5);
+pub(crate) const RAID1C34: KernelVersion = KernelVersion::new(5, 5);
 /// Since Linux 5.15 RAID0 and RAID10 work with fewer devices (1 and 2).
-pub const DEGENERATE_RAID: KernelVersion = KernelVersion::new(5, 15);
+pub(crate) const DEGENERATE_RAID: KernelVersion = KernelVersion::new(5, 15);
 
 #[cfg(test)]
 mod tests {

@@ -66,17 +66,17 @@ pub struct Geometry {
     /// Stripes a chunk puts on each device it uses (DUP: 2).
     pub dev_stripes: u32,
     /// Most devices a chunk spans; 0: as many as have room.
-    pub devs_max: u32,
+    pub(crate) devs_max: u32,
     /// Fewest devices a chunk needs (current kernels: 5.15 and later).
-    pub devs_min: u32,
+    pub(crate) devs_min: u32,
     /// Devices that may fail without losing data.
-    pub tolerated_failures: u32,
+    pub(crate) tolerated_failures: u32,
     /// A chunk uses a multiple of this many devices.
-    pub devs_increment: u32,
+    pub(crate) devs_increment: u32,
     /// Copies of each byte.
-    pub ncopies: u32,
+    pub(crate) ncopies: u32,
     /// Parity stripes per stripe set (RAID5: 1, RAID6: 2).
-    pub nparity: u32,
+    pub(crate) nparity: u32,
 }
 
 /// A row in `btrfs_raid_array`'s field order: sub_stripes, dev_stripes,
@@ -149,7 +149,7 @@ impl Profile {
 
     /// The fewest devices `kernel` accepts for this profile: RAID0 and
     /// RAID10 needed 2 and 4 before Linux 5.15.
-    pub fn min_devices_on(self, kernel: KernelVersion) -> u32 {
+    pub(crate) fn min_devices_on(self, kernel: KernelVersion) -> u32 {
         match self {
             Profile::Raid0 if kernel < DEGENERATE_RAID => 2,
             Profile::Raid10 if kernel < DEGENERATE_RAID => 4,
@@ -177,17 +177,18 @@ impl Profile {
     }
 
     /// Parity stripes (RAID5: 1, RAID6: 2).
-    pub const fn parity(self) -> u32 {
+    #[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+    pub(crate) const fn parity(self) -> u32 {
         self.geometry().nparity
     }
 
     /// Devices that may be lost without losing data.
-    pub const fn tolerated_failures(self) -> u32 {
+    pub(crate) const fn tolerated_failures(self) -> u32 {
         self.geometry().tolerated_failures
     }
 
     /// RAID5 or RAID6.
-    pub const fn is_parity(self) -> bool {
+    pub(crate) const fn is_parity(self) -> bool {
         self.geometry().nparity > 0
     }
 
@@ -218,7 +219,7 @@ impl Profile {
     /// Bytes each stripe of a chunk of logical length `length` and
     /// `num_stripes` stripes takes on its device (btrfs-progs'
     /// `calc_chunk_size`).
-    pub const fn stripe_length(self, length: u64, num_stripes: u32) -> u64 {
+    pub(crate) const fn stripe_length(self, length: u64, num_stripes: u32) -> u64 {
         length / self.data_stripes(num_stripes) as u64
     }
 
@@ -226,7 +227,7 @@ impl Profile {
     /// profile: its copies (DUP, RAID1: 2; RAID1C3: 3; RAID1C4: 4), and for
     /// RAID5/6 the worst case of a partial-stripe write (data plus one or
     /// two parity blocks).
-    pub const fn max_write_factor(self) -> u32 {
+    pub(crate) const fn max_write_factor(self) -> u32 {
         let g = self.geometry();
         g.ncopies + g.nparity
     }
@@ -235,13 +236,13 @@ impl Profile {
     /// Current kernels turn O_DIRECT writes buffered on such data profiles,
     /// even for NOCOW files, so the copies cannot diverge under a racing
     /// writer.
-    pub const fn duplicates_data(self) -> bool {
+    pub(crate) const fn duplicates_data(self) -> bool {
         self.redundant()
     }
 
     /// The kernel's "redundancy" of a profile (`btrfs_balance`: `ncopies >= 2
     /// || tolerated_failures >= 1`): two copies or parity.
-    pub const fn redundant(self) -> bool {
+    pub(crate) const fn redundant(self) -> bool {
         let g = self.geometry();
         g.ncopies >= 2 || g.tolerated_failures >= 1
     }

@@ -40,7 +40,7 @@ pub fn format_both(bytes_per_sec: f64) -> String {
 
 /// `1.17 GiB/s (1.26 GB/s{note})`: [`format_both`] with more inside the
 /// brackets (`, range 1.10–1.20`); `-` for no figure.
-pub fn format_both_noted(bytes_per_sec: f64, note: &str) -> String {
+pub(crate) fn format_both_noted(bytes_per_sec: f64, note: &str) -> String {
     if !bytes_per_sec.is_finite() || bytes_per_sec < 0.0 {
         return "-".to_owned();
     }
@@ -68,7 +68,7 @@ pub fn format_rate(bytes_per_sec: f64) -> String {
 
 /// Decimal gigabytes with two decimals (`7.88 GB/s`), the unit drive makers
 /// and PCIe tables use; `-` for no figure.
-pub fn format_gb(bytes_per_sec: f64) -> String {
+pub(crate) fn format_gb(bytes_per_sec: f64) -> String {
     if !bytes_per_sec.is_finite() || bytes_per_sec < 0.0 {
         return "-".to_owned();
     }
@@ -77,12 +77,12 @@ pub fn format_gb(bytes_per_sec: f64) -> String {
 
 /// Decimal megabytes with one decimal (`3550.0 MB/s`), as CrystalDiskMark
 /// and `bench` show them.
-pub fn format_mb(bytes_per_sec: f64) -> String {
+pub(crate) fn format_mb(bytes_per_sec: f64) -> String {
     format!("{:.1} MB/s", bytes_per_sec / 1e6)
 }
 
 /// `rate` as a percentage of `ceiling`; `None` without a positive ceiling.
-pub fn percent_of(rate: f64, ceiling: f64) -> Option<f64> {
+pub(crate) fn percent_of(rate: f64, ceiling: f64) -> Option<f64> {
     (rate.is_finite() && ceiling.is_finite() && ceiling > 0.0).then(|| 100.0 * rate / ceiling)
 }
 

@@ -61,7 +61,7 @@ impl BgType {
     }
 
     /// Parses a JSON name (`global_reserve`).
-    pub fn from_json_name(s: &str) -> Option<Self> {
+    pub(crate) fn from_json_name(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.json_name() == s)
     }
 
@@ -260,7 +260,7 @@ pub fn mixed_profiles(records: &[SpaceRecord]) -> Vec<MixedProfiles> {
 }
 
 /// `Data: single, raid0` for a warning.
-pub fn describe_mixed(m: &MixedProfiles) -> String {
+pub(crate) fn describe_mixed(m: &MixedProfiles) -> String {
     let names: Vec<String> = m.profiles.iter().map(ToString::to_string).collect();
     format!("{}: {}", m.bg_type.progs_name(), names.join(", "))
 }

@@ -47,7 +47,7 @@ fn needs_escape(c: char) -> bool {
 
 /// An `OsStr` for display: invalid UTF-8 replaced (U+FFFD), then
 /// [`escape_control`].
-pub fn escape_os(s: &OsStr) -> String {
+pub(crate) fn escape_os(s: &OsStr) -> String {
     escape_control(&s.to_string_lossy()).into_owned()
 }
 
@@ -59,7 +59,7 @@ pub fn escape_path(p: &Path) -> String {
 
 /// The raw bytes of `p` when they are not UTF-8 (for a report's
 /// `path_bytes` field next to the lossy `path`); `None` for a UTF-8 path.
-pub fn non_utf8_bytes(p: &Path) -> Option<Vec<u8>> {
+pub(crate) fn non_utf8_bytes(p: &Path) -> Option<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
     p.to_str()
         .is_none()
@@ -69,12 +69,12 @@ pub fn non_utf8_bytes(p: &Path) -> Option<Vec<u8>> {
 /// Serializes a path as a string, lossily (U+FFFD for bytes that are not
 /// UTF-8) instead of failing: `#[serde(serialize_with = "lossy_path")]`.
 /// A report that must keep the exact name has a `path_bytes` field too.
-pub fn lossy_path<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn lossy_path<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&p.to_string_lossy())
 }
 
 /// [`lossy_path`] for an optional path.
-pub fn lossy_opt_path<S: serde::Serializer, P: AsRef<Path>>(
+pub(crate) fn lossy_opt_path<S: serde::Serializer, P: AsRef<Path>>(
     p: &Option<P>,
     s: S,
 ) -> Result<S::Ok, S::Error> {
@@ -85,7 +85,10 @@ pub fn lossy_opt_path<S: serde::Serializer, P: AsRef<Path>>(
 }
 
 /// [`lossy_path`] for a list of paths.
-pub fn lossy_paths<S: serde::Serializer, P: AsRef<Path>>(v: &[P], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn lossy_paths<S: serde::Serializer, P: AsRef<Path>>(
+    v: &[P],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeSeq;
     let mut seq = s.serialize_seq(Some(v.len()))?;
     for p in v {

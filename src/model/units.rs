@@ -107,7 +107,7 @@ pub fn unit_bytes(suffix: &str) -> Option<u64> {
 /// number btrfs-progs printed with two decimals in `unit`: half of the last
 /// digit, what the human mode truncated before dividing (one unit/1000 or
 /// /1024), and the float's relative error (2^-23, to be safe).
-pub fn rounding_error(value: f64, unit: u64) -> u64 {
+pub(crate) fn rounding_error(value: f64, unit: u64) -> u64 {
     if unit == 1 {
         return 0;
     }

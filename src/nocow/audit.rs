@@ -57,7 +57,7 @@ impl EntryState {
 
 /// The facts about one file or directory that the audit decides from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Facts {
+pub(crate) struct Facts {
     /// File or directory.
     pub kind: EntryKind,
     /// Inode flags (FS_IOC_GETFLAGS).
@@ -67,13 +67,13 @@ pub struct Facts {
     /// `st_nlink`.
     pub links: u64,
     /// The name starts with btrfs-lab's temporary prefix.
-    pub temp_name: bool,
+    pub(crate) temp_name: bool,
     /// btrfs-lab's marker attribute is set.
     pub marker: bool,
 }
 
 /// Decides what an entry needs, and why when it cannot get it.
-pub fn classify(f: &Facts) -> (EntryState, Option<String>) {
+pub(crate) fn classify(f: &Facts) -> (EntryState, Option<String>) {
     let nocow = f.flags.intersects(FS_NOCOW_FL);
     if f.kind == EntryKind::Directory {
         return match (nocow, f.flags.intersects(FS_COMPR_FL)) {
@@ -168,7 +168,7 @@ pub struct Entry {
     pub id: FileIdentity,
     /// Device and inode of the directory it is in.
     #[serde(skip)]
-    pub dir_id: FileIdentity,
+    pub(crate) dir_id: FileIdentity,
     /// Inode flags.
     #[serde(skip, default = "IFlags::empty")]
     pub flags: IFlags,
@@ -218,7 +218,7 @@ impl RootInfo {
     }
 
     /// The data profiles that keep more than one copy of data.
-    pub fn duplicating_profiles(&self) -> Vec<Profile> {
+    pub(crate) fn duplicating_profiles(&self) -> Vec<Profile> {
         self.data_profiles
             .iter()
             .copied()
@@ -260,7 +260,7 @@ pub struct Summary {
 }
 
 /// Adds up the entries.
-pub fn summarize(entries: &[Entry]) -> Summary {
+pub(crate) fn summarize(entries: &[Entry]) -> Summary {
     let mut s = Summary::default();
     for e in entries {
         if e.kind == EntryKind::Directory {

@@ -168,7 +168,7 @@ fn open_planned(dir: &File, dir_path: &Path, name: &OsStr, id: FileIdentity) -> 
 /// Removes a temporary file an interrupted migration left, after checking
 /// it is still that file and still carries the marker (or is the swapped-out
 /// original the audit identified).
-pub fn remove_leftover(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
+pub(crate) fn remove_leftover(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
     if !name.to_string_lossy().starts_with(TEMP_PREFIX) {
         return Err(changed(path));
@@ -188,7 +188,7 @@ pub fn remove_leftover(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
 }
 
 /// Removes the marker attribute from a migrated file.
-pub fn clear_marker(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
+pub(crate) fn clear_marker(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
     let dir = lock_dir(dir, dir_path)?;
     let file = open_planned(&dir, dir_path, name, id)?;
@@ -197,7 +197,7 @@ pub fn clear_marker(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
 }
 
 /// Sets NOCOW on a file that is still empty.
-pub fn switch_empty(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
+pub(crate) fn switch_empty(dir: File, path: &Path, id: FileIdentity) -> Result<()> {
     let (dir_path, name) = split(path)?;
     let dir = lock_dir(dir, dir_path)?;
     let file = open_planned(&dir, dir_path, name, id)?;
@@ -269,7 +269,7 @@ fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
 /// lease and the swap does not happen (or is undone); a writer who changed
 /// it before makes the comparison fail. Either way the file is copied again
 /// (a few times), then refused, and nothing it wrote is lost.
-pub fn migrate_file(
+pub(crate) fn migrate_file(
     dir: File,
     path: &Path,
     id: FileIdentity,

@@ -15,7 +15,7 @@ use crate::sys::proc::procs::{self, Opener};
 
 /// Free space kept beyond the largest copy: metadata of the copy, and the
 /// estimate btrfs gives for free space.
-pub const SPACE_MARGIN: u64 = 64 << 20;
+pub(crate) const SPACE_MARGIN: u64 = 64 << 20;
 
 /// What the user asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,11 +55,11 @@ pub struct Observed {
     /// The files and directories below it (empty when missing).
     pub entries: Vec<Entry>,
     /// Running as root.
-    pub as_root: bool,
+    pub(crate) as_root: bool,
     /// The effective user id (without root, only own files keep their owner).
-    pub euid: u32,
+    pub(crate) euid: u32,
     /// The identity of the existing directory (walked by descriptor).
-    pub root_id: Option<FileIdentity>,
+    pub(crate) root_id: Option<FileIdentity>,
     /// The existing directory, held open since it was walked: the plan is
     /// carried out from it.
     pub root_dir: Option<std::sync::Arc<super::scan::DirHandle>>,

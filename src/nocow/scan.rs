@@ -36,7 +36,7 @@ pub struct Scan {
     /// What was not looked at, and why.
     pub skipped: Vec<String>,
     /// Processes whose open files could not be read (not root).
-    pub unreadable_processes: usize,
+    pub(crate) unreadable_processes: usize,
     /// The directory walked, held open (a directory root only).
     pub root_dir: Option<std::sync::Arc<DirHandle>>,
 }
@@ -59,7 +59,7 @@ pub enum Held {
 
 impl Held {
     /// The canonical path (the walk's, for messages and the report).
-    pub fn canonical(&self) -> PathBuf {
+    pub(crate) fn canonical(&self) -> PathBuf {
         match self {
             Held::Dir(d) => d.path().to_path_buf(),
             Held::File { parent, name } => parent.join(name),
@@ -95,7 +95,7 @@ pub fn hold(path: &Path) -> Result<Held> {
 /// Looks at a held path and the filesystem it is on, through the
 /// descriptors only (the mount is looked up by the walk's path, for its
 /// name and options).
-pub fn inspect_held(sysroot: &SysRoot, path: &Path, held: &Held) -> Result<RootInfo> {
+pub(crate) fn inspect_held(sysroot: &SysRoot, path: &Path, held: &Held) -> Result<RootInfo> {
     let canonical = held.canonical();
     let (dir, target) = match held {
         Held::Dir(d) => (d, d.file()?),
@@ -163,7 +163,7 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
 }
 
 /// [`scan`] of a path already held.
-pub fn scan_held(sysroot: &SysRoot, path: &Path, held: Held) -> Result<Scan> {
+pub(crate) fn scan_held(sysroot: &SysRoot, path: &Path, held: Held) -> Result<Scan> {
     let root = inspect_held(sysroot, path, &held)?;
     let mut scan = Scan {
         root,
@@ -200,7 +200,7 @@ pub fn scan_held(sysroot: &SysRoot, path: &Path, held: Held) -> Result<Scan> {
 
 /// The entries below a directory held open (after a change, to verify it):
 /// walked as [`scan`] walks, with the processes that have them open.
-pub fn rescan_dir(
+pub(crate) fn rescan_dir(
     sysroot: &SysRoot,
     handle: &DirHandle,
     dir: &Path,
@@ -265,7 +265,7 @@ fn identity_of(file: &File, path: &Path) -> Result<FileIdentity> {
 /// Opens `rel` below the held `root` without leaving it and without
 /// following any link (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), and
 /// checks it is still the directory `want` found by the walk.
-pub fn open_beneath(
+pub(crate) fn open_beneath(
     root: &DirHandle,
     rel: &Path,
     want: FileIdentity,

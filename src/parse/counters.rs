@@ -1,7 +1,7 @@
 //! Dirtied-page counters: `/proc/vmstat` and debugfs `bdi/<name>/stats`.
 
 /// `nr_dirtied` from `/proc/vmstat`: pages dirtied since boot, machine-wide.
-pub fn vmstat_nr_dirtied(text: &str) -> Option<u64> {
+pub(crate) fn vmstat_nr_dirtied(text: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let (key, value) = l.split_once(' ')?;
         (key == "nr_dirtied").then(|| value.trim().parse().ok())?
@@ -10,7 +10,7 @@ pub fn vmstat_nr_dirtied(text: &str) -> Option<u64> {
 
 /// `BdiDirtied` from debugfs `bdi/<name>/stats`, in bytes (the kernel prints
 /// kB): data dirtied on this backing device since it was registered.
-pub fn bdi_dirtied_bytes(text: &str) -> Option<u64> {
+pub(crate) fn bdi_dirtied_bytes(text: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let rest = l.trim_start().strip_prefix("BdiDirtied:")?;
         let kb: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;

@@ -3,7 +3,7 @@
 
 /// The kernel counts diskstats sectors in 512-byte units whatever the
 /// device's logical block size.
-pub const SECTOR: u64 = 512;
+pub(crate) const SECTOR: u64 = 512;
 
 /// One line of `/proc/diskstats`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,9 +15,9 @@ pub struct DiskStat {
     /// Kernel name (`nvme0n1p2`, `loop3`, `dm-0`).
     pub name: String,
     /// Sectors read (field 6), in 512-byte units.
-    pub sectors_read: u64,
+    pub(crate) sectors_read: u64,
     /// Sectors written (field 10), in 512-byte units.
-    pub sectors_written: u64,
+    pub(crate) sectors_written: u64,
 }
 
 impl DiskStat {

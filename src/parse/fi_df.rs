@@ -658,7 +658,7 @@ fn parse_fields(
 
 /// At most this many characters of an input line are quoted in a note or
 /// an error (the input may be someone else's file: never a whole line).
-pub const EXCERPT_CHARS: usize = 60;
+pub(crate) const EXCERPT_CHARS: usize = 60;
 
 /// A short, printable excerpt of input text for notes and errors: control
 /// characters escaped ([`crate::model::text::escape_control`]), cut to [`EXCERPT_CHARS`]

@@ -16,7 +16,7 @@ use crate::model::usage::{BlockGroupUsage, DeviceShare, Overall, UsageReport};
 
 /// A parsed `btrfs filesystem usage` capture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct ParsedUsage {
+pub(crate) struct ParsedUsage {
     /// The figures, as `usage --json` has them where the paste has them.
     pub report: UsageReport,
     /// True when every figure was printed in bytes (`-b`).
@@ -203,7 +203,7 @@ const OVERALL_KEYS: [&str; 12] = [
 ];
 
 /// Parses a capture of `btrfs filesystem usage` (any version, `-T` too).
-pub fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
+pub(crate) fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
     let mut sizes = Sizes::default();
     let mut skipped = Vec::new();
     let mut notes = Vec::new();

@@ -15,20 +15,20 @@ use crate::error::{Error, ErrorKind, Result};
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FioDirection {
     /// Bytes moved (`io_bytes`).
-    pub io_bytes: u64,
+    pub(crate) io_bytes: u64,
     /// Bytes per second (`bw_bytes`).
-    pub bw_bytes: f64,
+    pub(crate) bw_bytes: f64,
     /// I/O operations per second.
     pub iops: f64,
     /// Runtime of this direction in milliseconds.
-    pub runtime_ms: u64,
+    pub(crate) runtime_ms: u64,
     /// Mean total latency (submission to completion) in nanoseconds.
-    pub lat_mean_ns: f64,
+    pub(crate) lat_mean_ns: f64,
     /// Median completion latency in nanoseconds, when fio computed
     /// percentiles.
-    pub clat_p50_ns: Option<f64>,
+    pub(crate) clat_p50_ns: Option<f64>,
     /// 99th percentile completion latency in nanoseconds.
-    pub clat_p99_ns: Option<f64>,
+    pub(crate) clat_p99_ns: Option<f64>,
 }
 
 /// One job entry (all threads of a job section with `group_reporting`).
@@ -43,11 +43,11 @@ pub struct FioJob {
     /// Writes.
     pub write: FioDirection,
     /// User CPU in percent of the job's runtime (per thread, averaged).
-    pub usr_cpu: f64,
+    pub(crate) usr_cpu: f64,
     /// System CPU in percent of the job's runtime (per thread, averaged).
-    pub sys_cpu: f64,
+    pub(crate) sys_cpu: f64,
     /// Runtime summed over the job's threads, in milliseconds.
-    pub job_runtime_ms: u64,
+    pub(crate) job_runtime_ms: u64,
 }
 
 impl FioJob {
@@ -57,7 +57,7 @@ impl FioJob {
     }
 
     /// CPU use of one thread, in cores (1.0: one core busy all the time).
-    pub fn cores_per_thread(&self) -> f64 {
+    pub(crate) fn cores_per_thread(&self) -> f64 {
         (self.usr_cpu + self.sys_cpu) / 100.0
     }
 }
@@ -131,7 +131,7 @@ impl From<RawDirection> for FioDirection {
 /// Parses fio's JSON output. fio may print notes before the document
 /// (`fio: ...` lines on some versions): the document starts at the first
 /// line that is exactly `{`.
-pub fn parse_fio_json(text: &str) -> Result<FioOutput> {
+pub(crate) fn parse_fio_json(text: &str) -> Result<FioOutput> {
     let start = if text.starts_with('{') {
         0
     } else {
@@ -169,9 +169,9 @@ pub fn parse_fio_json(text: &str) -> Result<FioOutput> {
 /// One entry of fio's bandwidth log (`write_bw_log` with `log_avg_msec`):
 /// `msec, value, direction, bs, offset[, prio]`, the value in KiB/s.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BwLogEntry {
+pub(crate) struct BwLogEntry {
     /// Milliseconds since the job started (end of the averaging window).
-    pub msec: u64,
+    pub(crate) msec: u64,
     /// Bytes per second over the window.
     pub bytes_per_sec: f64,
     /// 0 read, 1 write, 2 trim.
@@ -180,7 +180,7 @@ pub struct BwLogEntry {
 
 /// Parses a fio bandwidth log; lines that are not log entries are
 /// skipped (fio writes nothing else, but a stop may cut the last line).
-pub fn parse_bw_log(text: &str) -> Vec<BwLogEntry> {
+pub(crate) fn parse_bw_log(text: &str) -> Vec<BwLogEntry> {
     text.lines()
         .filter_map(|l| {
             let mut f = l.split(',').map(str::trim);

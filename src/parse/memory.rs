@@ -3,7 +3,7 @@
 //! (see proc(5)).
 
 /// `MemAvailable` in bytes (the kernel prints kB).
-pub fn mem_available_bytes(meminfo: &str) -> Option<u64> {
+pub(crate) fn mem_available_bytes(meminfo: &str) -> Option<u64> {
     kb_field(meminfo, "MemAvailable:")
 }
 
@@ -17,7 +17,7 @@ fn kb_field(text: &str, key: &str) -> Option<u64> {
 
 /// `AnonHugePages` of the mapping that starts at `start` in a
 /// `/proc/self/smaps` text, in bytes; `None` if no mapping starts there.
-pub fn anon_huge_bytes(smaps: &str, start: usize) -> Option<u64> {
+pub(crate) fn anon_huge_bytes(smaps: &str, start: usize) -> Option<u64> {
     let mut in_mapping = false;
     for line in smaps.lines() {
         let first = line.split_whitespace().next().unwrap_or("");

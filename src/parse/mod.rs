@@ -3,12 +3,12 @@
 pub mod counters;
 pub mod diskstats;
 pub mod fi_df;
-pub mod fi_usage;
+pub(crate) mod fi_usage;
 pub mod fio;
 pub mod memory;
 pub mod mountinfo;
 pub mod nvme_smart;
 pub mod pcie;
-pub mod proc_maps;
+pub(crate) mod proc_maps;
 pub mod size;
 pub mod wipefs;

@@ -22,7 +22,7 @@ pub struct MountEntry {
     /// Source (`/dev/loop3`).
     pub source: String,
     /// Per-superblock options (`rw,compress=zstd:3,space_cache=v2`).
-    pub super_options: String,
+    pub(crate) super_options: String,
 }
 
 impl MountEntry {
@@ -39,12 +39,12 @@ impl MountEntry {
     }
 
     /// [`MountEntry::options`] joined with commas (`rw,relatime,ssd,...`).
-    pub fn options_text(&self) -> String {
+    pub(crate) fn options_text(&self) -> String {
         self.options().collect::<Vec<_>>().join(",")
     }
 
     /// True if mounted read-only (per mount or per superblock).
-    pub fn is_read_only(&self) -> bool {
+    pub(crate) fn is_read_only(&self) -> bool {
         self.options().any(|o| o == "ro")
     }
 }
@@ -106,7 +106,10 @@ fn unescape(s: &str) -> String {
 
 /// The mount that contains `path` (already canonical): the last-mounted entry
 /// with the longest mount point that is a prefix of `path`.
-pub fn mount_containing<'a>(mounts: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
+pub(crate) fn mount_containing<'a>(
+    mounts: &'a [MountEntry],
+    path: &Path,
+) -> Option<&'a MountEntry> {
     mounts
         .iter()
         .enumerate()
@@ -116,7 +119,7 @@ pub fn mount_containing<'a>(mounts: &'a [MountEntry], path: &Path) -> Option<&'a
 }
 
 /// Options of a mount that change how btrfs writes data.
-pub fn relevant_mount_options<'a>(options: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn relevant_mount_options<'a>(options: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = options
         .filter(|o| {
             let key = o.split('=').next().unwrap_or("");

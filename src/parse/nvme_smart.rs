@@ -26,36 +26,36 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Length of the log page.
-pub const SMART_LOG_LEN: usize = 512;
+pub(crate) const SMART_LOG_LEN: usize = 512;
 /// Its log identifier for Get Log Page.
-pub const SMART_LOG_ID: u8 = 0x02;
+pub(crate) const SMART_LOG_ID: u8 = 0x02;
 
 /// Byte offsets of the decoded fields.
 pub mod offset {
     /// Critical warning bits.
-    pub const CRITICAL_WARNING: usize = 0;
+    pub(crate) const CRITICAL_WARNING: usize = 0;
     /// Composite temperature (u16, kelvin).
-    pub const COMPOSITE_TEMPERATURE: usize = 1;
+    pub(crate) const COMPOSITE_TEMPERATURE: usize = 1;
     /// Available spare (%).
-    pub const AVAILABLE_SPARE: usize = 3;
+    pub(crate) const AVAILABLE_SPARE: usize = 3;
     /// Percentage used.
-    pub const PERCENTAGE_USED: usize = 5;
+    pub(crate) const PERCENTAGE_USED: usize = 5;
     /// Power-on hours (u128).
-    pub const POWER_ON_HOURS: usize = 128;
+    pub(crate) const POWER_ON_HOURS: usize = 128;
     /// Warning composite temperature time (u32, minutes).
-    pub const WARNING_TEMPERATURE_TIME: usize = 192;
+    pub(crate) const WARNING_TEMPERATURE_TIME: usize = 192;
     /// Critical composite temperature time (u32, minutes).
-    pub const CRITICAL_TEMPERATURE_TIME: usize = 196;
+    pub(crate) const CRITICAL_TEMPERATURE_TIME: usize = 196;
     /// Temperature sensor 1 (eight u16, kelvin).
-    pub const TEMPERATURE_SENSORS: usize = 200;
+    pub(crate) const TEMPERATURE_SENSORS: usize = 200;
     /// Thermal management temperature 1 transition count (u32).
-    pub const TMT1_TRANSITIONS: usize = 216;
+    pub(crate) const TMT1_TRANSITIONS: usize = 216;
     /// Thermal management temperature 2 transition count (u32).
-    pub const TMT2_TRANSITIONS: usize = 220;
+    pub(crate) const TMT2_TRANSITIONS: usize = 220;
     /// Total time for thermal management temperature 1 (u32, seconds).
-    pub const TMT1_TOTAL_TIME: usize = 224;
+    pub(crate) const TMT1_TOTAL_TIME: usize = 224;
     /// Total time for thermal management temperature 2 (u32, seconds).
-    pub const TMT2_TOTAL_TIME: usize = 228;
+    pub(crate) const TMT2_TOTAL_TIME: usize = 228;
 }
 
 /// Critical warning bit: a temperature is above an over-temperature
@@ -121,7 +121,7 @@ fn celsius(kelvin: u16) -> Option<i32> {
 
 /// Decodes a SMART / Health log page. Anything but exactly 512 bytes is
 /// refused: a short read or a different log would decode into nonsense.
-pub fn decode_smart_log(page: &[u8]) -> Result<SmartThermal> {
+pub(crate) fn decode_smart_log(page: &[u8]) -> Result<SmartThermal> {
     if page.len() != SMART_LOG_LEN {
         return Err(Error::new(
             ErrorKind::WrongTarget,
@@ -160,7 +160,7 @@ pub fn decode_smart_log(page: &[u8]) -> Result<SmartThermal> {
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]
-pub struct ThermalDelta {
+pub(crate) struct ThermalDelta {
     /// New light-throttling transitions and seconds.
     pub tmt1: ThrottleCounter,
     /// New heavy-throttling transitions and seconds.
@@ -192,6 +192,7 @@ impl ThermalDelta {
     }
 
     /// True when the drive throttled (either level) in between.
+    #[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
     pub fn throttled(&self) -> bool {
         self.tmt1.transitions > 0
             || self.tmt2.transitions > 0
@@ -203,27 +204,28 @@ impl ThermalDelta {
 /// Builds a log page with the given thermal values at their documented
 /// offsets (tests and fixtures).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SmartPageBuilder {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) struct SmartPageBuilder {
     /// Composite temperature, kelvin.
-    pub composite_kelvin: u16,
+    pub(crate) composite_kelvin: u16,
     /// Critical warning byte.
-    pub critical_warning: u8,
+    pub(crate) critical_warning: u8,
     /// Warning temperature time, minutes.
-    pub warning_minutes: u32,
+    pub(crate) warning_minutes: u32,
     /// Critical temperature time, minutes.
-    pub critical_minutes: u32,
+    pub(crate) critical_minutes: u32,
     /// Sensor temperatures, kelvin (0: not implemented).
-    pub sensors_kelvin: [u16; 8],
+    pub(crate) sensors_kelvin: [u16; 8],
     /// TMT1 transitions.
-    pub tmt1_transitions: u32,
+    pub(crate) tmt1_transitions: u32,
     /// TMT2 transitions.
-    pub tmt2_transitions: u32,
+    pub(crate) tmt2_transitions: u32,
     /// TMT1 total seconds.
     pub tmt1_seconds: u32,
     /// TMT2 total seconds.
     pub tmt2_seconds: u32,
     /// Available spare %.
-    pub available_spare: u8,
+    pub(crate) available_spare: u8,
     /// Percentage used.
     pub percentage_used: u8,
     /// Power-on hours.
@@ -232,6 +234,7 @@ pub struct SmartPageBuilder {
 
 impl SmartPageBuilder {
     /// The 512-byte page.
+    #[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
     pub fn build(&self) -> [u8; SMART_LOG_LEN] {
         use offset::*;
         let mut p = [0u8; SMART_LOG_LEN];

@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 /// Share of the encoded bandwidth a drive gets after protocol overhead
 /// (TLP/DLLP headers, flow control): the reference machine measured 3.55
 /// GB/s on Gen4 x2 (0.90 of 3.94) and 6.6 GB/s on Gen4 x4 (0.84 of 7.88).
-pub const PRACTICAL_LOW: f64 = 0.85;
+pub(crate) const PRACTICAL_LOW: f64 = 0.85;
 /// Upper end of the practical share, see [`PRACTICAL_LOW`].
-pub const PRACTICAL_HIGH: f64 = 0.90;
+pub(crate) const PRACTICAL_HIGH: f64 = 0.90;
 
 /// A PCIe generation: the signalling rate of a link.
 #[derive(
@@ -34,9 +34,9 @@ pub struct Generation(u8);
 
 impl Generation {
     /// The lowest and highest generation btrfs-lab knows.
-    pub const FIRST: u8 = 1;
+    pub(crate) const FIRST: u8 = 1;
     /// See [`Generation::FIRST`].
-    pub const LAST: u8 = 7;
+    pub(crate) const LAST: u8 = 7;
 
     /// Generation `n` (1 to 7).
     pub fn new(n: u8) -> Option<Self> {
@@ -64,7 +64,7 @@ impl Generation {
     /// Bytes per second one lane carries after line encoding: 8b/10b up to
     /// Gen2, 128b/130b for Gen3-5, 256-byte FLITs with 236 payload bytes for
     /// Gen6 (and Gen7, which keeps the FLIT format).
-    pub fn lane_bytes_per_sec(self) -> f64 {
+    pub(crate) fn lane_bytes_per_sec(self) -> f64 {
         let bits = self.gts() * 1e9;
         let efficiency = match self.0 {
             1 | 2 => 8.0 / 10.0,
@@ -83,13 +83,13 @@ impl fmt::Display for Generation {
 
 /// Bytes per second a link of `width` lanes at `generation` carries after
 /// encoding.
-pub fn link_bytes_per_sec(generation: Generation, width: u8) -> f64 {
+pub(crate) fn link_bytes_per_sec(generation: Generation, width: u8) -> f64 {
     generation.lane_bytes_per_sec() * f64::from(width)
 }
 
 /// Parses a link speed attribute (`16.0 GT/s PCIe`, `8 GT/s`). `Unknown`,
 /// an empty value or a rate that is no PCIe generation give `None`.
-pub fn parse_link_speed(text: &str) -> Option<Generation> {
+pub(crate) fn parse_link_speed(text: &str) -> Option<Generation> {
     let number = text.split_whitespace().next()?;
     let gts: f64 = number.parse().ok()?;
     (Generation::FIRST..=Generation::LAST)
@@ -99,7 +99,7 @@ pub fn parse_link_speed(text: &str) -> Option<Generation> {
 
 /// Parses a link width attribute (`4`; `x4` is accepted too). A width of 0
 /// (no link trained) and anything above x32 give `None`.
-pub fn parse_link_width(text: &str) -> Option<u8> {
+pub(crate) fn parse_link_width(text: &str) -> Option<u8> {
     let t = text.trim();
     let t = t.strip_prefix(['x', 'X']).unwrap_or(t);
     let w: u8 = t.parse().ok()?;
@@ -110,9 +110,9 @@ pub fn parse_link_width(text: &str) -> Option<u8> {
 /// `DDDD:BB:DD.F` (domain, bus, device, function; VMD domains have five
 /// hex digits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PciAddress {
+pub(crate) struct PciAddress {
     /// PCI domain (segment).
-    pub domain: u32,
+    pub(crate) domain: u32,
     /// Bus number.
     pub bus: u8,
     /// Device number (0-31).
@@ -123,7 +123,7 @@ pub struct PciAddress {
 
 /// Parses a PCI function address (`0000:01:00.0`), or `None` for anything
 /// else (`pci0000:00`, `nvme`, ...).
-pub fn parse_pci_address(text: &str) -> Option<PciAddress> {
+pub(crate) fn parse_pci_address(text: &str) -> Option<PciAddress> {
     let (domain, rest) = text.split_once(':')?;
     let (bus, rest) = rest.split_once(':')?;
     let (device, function) = rest.split_once('.')?;
@@ -147,7 +147,7 @@ pub fn parse_pci_address(text: &str) -> Option<PciAddress> {
 }
 
 /// Parses a hexadecimal sysfs id (`0x144d`, as in `vendor` and `device`).
-pub fn parse_hex_id(text: &str) -> Option<u32> {
+pub(crate) fn parse_hex_id(text: &str) -> Option<u32> {
     let t = text.trim();
     let t = t.strip_prefix("0x").unwrap_or(t);
     if t.is_empty() || t.len() > 8 {

@@ -2,7 +2,7 @@
 
 /// One mapping of a file: its inode number and path as the kernel shows them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileMapping<'a> {
+pub(crate) struct FileMapping<'a> {
     /// `st_ino` of the mapped file.
     pub inode: u64,
     /// Its path; ` (deleted)` is kept, so a replaced file does not match.
@@ -11,7 +11,7 @@ pub struct FileMapping<'a> {
 
 /// Parses one line: `address perms offset dev inode   pathname`. Anonymous
 /// mappings (inode 0) and lines that do not parse give `None`.
-pub fn parse_maps_line(line: &str) -> Option<FileMapping<'_>> {
+pub(crate) fn parse_maps_line(line: &str) -> Option<FileMapping<'_>> {
     let mut rest = line;
     let mut fields = [""; 5];
     for f in &mut fields {

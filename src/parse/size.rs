@@ -59,7 +59,7 @@ pub fn parse_size(text: &str) -> Result<u64> {
 /// Formats bytes with IEC units and two decimals, as btrfs-progs does
 /// (`256.00MiB`, `1.50GiB`, `0.00B`): the one formatter, btrfs-progs' own
 /// algorithm ([`pretty_size`]).
-pub fn format_iec(bytes: u64) -> String {
+pub(crate) fn format_iec(bytes: u64) -> String {
     pretty_size(bytes, UnitMode::Human(UnitBase::Binary))
 }
 

@@ -26,7 +26,7 @@ struct Doc {
 }
 
 /// Parses wipefs' JSON. No output at all means no signatures.
-pub fn parse_wipefs_json(text: &str) -> Result<Vec<Signature>, String> {
+pub(crate) fn parse_wipefs_json(text: &str) -> Result<Vec<Signature>, String> {
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }

@@ -34,7 +34,7 @@ pub use verdict::{Analysis, Round, Verdict};
 
 /// Default bytes written per file per round: large enough that metadata and
 /// stray writers are small next to it.
-pub const DEFAULT_SIZE: u64 = 256 << 20;
+pub(crate) const DEFAULT_SIZE: u64 = 256 << 20;
 /// Default size of each O_DIRECT write.
 pub(crate) const DEFAULT_BLOCK_SIZE: u64 = 1 << 20;
 /// Default number of rounds.

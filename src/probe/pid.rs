@@ -91,13 +91,13 @@ pub enum FallbackReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Activity {
     /// Size before and after.
-    pub size_before: u64,
+    pub(crate) size_before: u64,
     /// Size after.
-    pub size_after: u64,
+    pub(crate) size_after: u64,
     /// The modification time changed.
     pub mtime_changed: bool,
     /// A descriptor's position moved (sequential write calls).
-    pub position_moved: bool,
+    pub(crate) position_moved: bool,
 }
 
 impl Activity {
@@ -122,7 +122,7 @@ pub struct PidFile {
     /// Opened with O_DIRECT (by at least one descriptor).
     pub o_direct: bool,
     /// Some descriptors with O_DIRECT, some without.
-    pub mixed_flags: bool,
+    pub(crate) mixed_flags: bool,
     /// Device (`major:minor`) and inode.
     pub device: String,
     /// Inode number.

@@ -76,7 +76,7 @@ pub fn tag(pid: u32, nonce: &str) -> String {
 /// directory is held ([`HeldDir`]: another user may own it), the control
 /// directory is made private in it ([`HeldDir::mkdir_private`]), and every
 /// entry is removed only while it is still the one made (device, inode).
-pub struct Scratch {
+pub(crate) struct Scratch {
     held: HeldDir,
     dir: File,
     shown: PathBuf,
@@ -97,11 +97,6 @@ impl Scratch {
         })
     }
 
-    /// The probed directory.
-    pub fn dir(&self) -> &File {
-        &self.dir
-    }
-
     /// Where `name` is shown (in the control directory or not).
     pub fn shown(&self, in_control: bool, name: &str) -> PathBuf {
         match (&self.control, in_control) {
@@ -112,7 +107,7 @@ impl Scratch {
 
     /// Creates the control directory `name` (ours alone, mode 0700) and
     /// opens it.
-    pub fn make_control_dir(&mut self, name: &str) -> Result<&File> {
+    pub(crate) fn make_control_dir(&mut self, name: &str) -> Result<&File> {
         let made = self.held.mkdir_private(name, 0o700)?;
         let id = made.identity()?;
         let file = made.open_dir_file()?;
@@ -247,7 +242,7 @@ fn remove_control_dir(dir: &File, name: &OsStr, uid: u32) -> bool {
 
 /// Removes what killed probes left in `dir` (see the module documentation).
 /// Returns the names removed, sorted.
-pub fn remove_stale(dir: &File) -> Vec<String> {
+pub(crate) fn remove_stale(dir: &File) -> Vec<String> {
     let uid = rustix::process::geteuid().as_raw();
     let me = std::process::id();
     let Ok(entries) = rustix::fs::Dir::read_from(dir) else {

@@ -265,7 +265,7 @@ pub fn analyze_per_file(rounds: &[Round], ctx: &Context, page_size: u64) -> Opti
 }
 
 /// Analyses the rounds. `rounds` must not be empty.
-pub fn analyze(rounds: &[Round], ctx: &Context) -> Analysis {
+pub(crate) fn analyze(rounds: &[Round], ctx: &Context) -> Analysis {
     let test_samples: Vec<(WriteSample, IdleSample)> =
         rounds.iter().map(|r| (r.test, r.idle)).collect();
     let control_samples: Vec<(WriteSample, IdleSample)> = rounds

@@ -99,19 +99,19 @@ impl Run {
     }
 
     /// CPU seconds per GiB read.
-    pub fn cpu_per_gib(&self) -> Option<f64> {
+    pub(crate) fn cpu_per_gib(&self) -> Option<f64> {
         (self.bytes_read > 0).then(|| self.cpu_seconds / (self.bytes_read as f64 / GIB))
     }
 }
 
 /// What the cross-check knows besides the devices' counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckContext {
+pub(crate) struct CheckContext {
     /// Some device counts this filesystem's reads.
-    pub devices_known: bool,
+    pub(crate) devices_known: bool,
     /// Bytes a complete read gets without the device moving as many:
     /// holes, unwritten and inline extents, compressed extents.
-    pub layout_allowance: u64,
+    pub(crate) layout_allowance: u64,
 }
 
 /// Bytes a run may read beyond what is explained before it is flagged:
@@ -241,7 +241,7 @@ pub fn median(values: &mut [f64]) -> Option<f64> {
 }
 
 /// Summarises a method's runs, flagging them first.
-pub fn summarize(
+pub(crate) fn summarize(
     method: Method,
     mut runs: Vec<Run>,
     o_direct: Option<bool>,
@@ -384,10 +384,10 @@ pub struct Verdict {
     /// Its median bytes per second.
     pub rate_bytes_per_sec: Option<f64>,
     /// In a tie, the other methods whose range overlaps the fastest one's.
-    pub tied_with: Vec<Method>,
+    pub(crate) tied_with: Vec<Method>,
     /// In a tie, the pick has the least CPU seconds per GiB of the tied
     /// methods (else the fastest median).
-    pub tie_broken_by_cpu: bool,
+    pub(crate) tie_broken_by_cpu: bool,
     /// One sentence.
     pub text: String,
 }
@@ -589,9 +589,9 @@ pub struct Hedge {
     /// Its threads.
     pub threads: Option<u32>,
     /// Its worst shortfall, percent below the best of a situation.
-    pub worst_loss_percent: f64,
+    pub(crate) worst_loss_percent: f64,
     /// The situation where it loses that much.
-    pub worst_in: Situation,
+    pub(crate) worst_in: Situation,
 }
 
 /// The hedge over the situations measured (`None` unless a method has a
@@ -705,7 +705,7 @@ pub struct ChecksumCheck {
 }
 
 /// Compares every run's checksum with the reference's.
-pub fn check_checksums(
+pub(crate) fn check_checksums(
     mode: super::digest::VerifyMode,
     blocks: u64,
     methods: &[MethodSummary],

@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Bytes per block.
-pub const BLOCK: u64 = 4096;
+pub(crate) const BLOCK: u64 = 4096;
 /// Sampled mode: one block in every span of this many bytes.
 pub(crate) const SAMPLE_SPAN: u64 = 1 << 20;
 const BLOCKS_PER_SPAN: u64 = SAMPLE_SPAN / BLOCK;
@@ -108,7 +108,7 @@ impl Digest {
 
     /// The blocks that start in `[start, end)`, in order. With `sampled`,
     /// the file's first and last block and one per span.
-    pub fn blocks_in(&self, start: u64, end: u64) -> Vec<u64> {
+    pub(crate) fn blocks_in(&self, start: u64, end: u64) -> Vec<u64> {
         let end = end.min(self.size);
         if start >= end {
             return Vec::new();
@@ -137,20 +137,20 @@ impl Digest {
     }
 
     /// The file range of block `index` (shorter at the end of the file).
-    pub fn block_range(&self, index: u64) -> (u64, u64) {
+    pub(crate) fn block_range(&self, index: u64) -> (u64, u64) {
         let start = index * BLOCK;
         (start, (start + BLOCK).min(self.size))
     }
 
     /// Folds in block `index` whose bytes are `bytes`.
-    pub fn add_block(&mut self, index: u64, bytes: &[u8]) {
+    pub(crate) fn add_block(&mut self, index: u64, bytes: &[u8]) {
         self.sum = self.sum.wrapping_add(hash_block(index, bytes));
         self.blocks += 1;
     }
 
     /// Folds in the bytes read at file offset `offset` (a multiple of 4
     /// KiB): every chosen block that lies wholly inside them.
-    pub fn feed(&mut self, offset: u64, bytes: &[u8]) {
+    pub(crate) fn feed(&mut self, offset: u64, bytes: &[u8]) {
         let end = offset + bytes.len() as u64;
         for b in self.blocks_in(offset, end) {
             let (s, e) = self.block_range(b);
@@ -162,7 +162,7 @@ impl Digest {
     }
 
     /// Adds another part of the same read (another thread's blocks).
-    pub fn merge(&mut self, other: &Digest) {
+    pub(crate) fn merge(&mut self, other: &Digest) {
         self.sum = self.sum.wrapping_add(other.sum);
         self.blocks += other.blocks;
     }
@@ -178,12 +178,12 @@ impl Digest {
     }
 
     /// The blocks a complete read folds in.
-    pub fn expected_blocks(&self) -> u64 {
+    pub(crate) fn expected_blocks(&self) -> u64 {
         self.blocks_in(0, self.size).len() as u64
     }
 
     /// True when every chosen block was folded in exactly once.
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         self.blocks == self.expected_blocks()
     }
 }

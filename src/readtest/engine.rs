@@ -27,7 +27,7 @@ pub(crate) const READ_CALL: usize = 1 << 20;
 const MMAP_WINDOW: u64 = 2 << 20;
 
 /// What a pass reads and how.
-pub struct Pass<'a> {
+pub(crate) struct Pass<'a> {
     /// The file, for messages.
     pub path: &'a Path,
     /// Its size.
@@ -39,14 +39,14 @@ pub struct Pass<'a> {
     /// Worker threads of direct and direct-copy.
     pub threads: usize,
     /// O_DIRECT offset and length alignment.
-    pub align: usize,
+    pub(crate) align: usize,
     /// How much to checksum.
     pub verify: VerifyMode,
 }
 
 /// What a pass measured.
 #[derive(Debug, Clone, Copy)]
-pub struct PassResult {
+pub(crate) struct PassResult {
     /// Bytes read.
     pub bytes: u64,
     /// Wall time.
@@ -60,7 +60,7 @@ pub struct PassResult {
 /// Runs one timed pass of `method`. `ring` is the destination (reset here);
 /// `bounce` holds one buffer per thread for direct-copy. `progress(done)`
 /// is called from this thread a few times a second.
-pub fn run_pass(
+pub(crate) fn run_pass(
     method: Method,
     pass: &Pass<'_>,
     ring: &mut RingBuffer,

@@ -54,12 +54,12 @@ impl Method {
     }
 
     /// True for the methods that open the file with O_DIRECT.
-    pub fn uses_o_direct(self) -> bool {
+    pub(crate) fn uses_o_direct(self) -> bool {
         matches!(self, Method::Direct | Method::DirectCopy)
     }
 
     /// True for the methods that run the worker threads.
-    pub fn is_threaded(self) -> bool {
+    pub(crate) fn is_threaded(self) -> bool {
         self.uses_o_direct()
     }
 }
@@ -74,7 +74,7 @@ impl fmt::Display for Method {
 /// one each round, so that no method always runs first, right after the
 /// destination was faulted in, or right after another method's cache was
 /// dropped.
-pub fn round_order<T: Copy>(units: &[T], round: usize) -> Vec<T> {
+pub(crate) fn round_order<T: Copy>(units: &[T], round: usize) -> Vec<T> {
     if units.is_empty() {
         return Vec::new();
     }

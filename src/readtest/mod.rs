@@ -10,7 +10,7 @@
 
 pub mod analysis;
 pub mod digest;
-pub mod engine;
+pub(crate) mod engine;
 pub mod method;
 mod plan;
 pub mod report;
@@ -192,7 +192,7 @@ impl ReadTestOptions {
     }
 
     /// The largest thread count.
-    pub fn max_threads(&self) -> u32 {
+    pub(crate) fn max_threads(&self) -> u32 {
         self.threads
             .iter()
             .copied()
@@ -210,7 +210,7 @@ impl ReadTestOptions {
     }
 
     /// The methods, without duplicates, in the given order.
-    pub fn method_list(&self) -> Vec<Method> {
+    pub(crate) fn method_list(&self) -> Vec<Method> {
         let mut seen = Vec::new();
         for m in &self.methods {
             if !seen.contains(m) {

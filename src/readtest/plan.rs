@@ -13,7 +13,7 @@ pub(crate) struct Plan {
     /// The methods asked for, in the report's order.
     pub methods: Vec<Method>,
     /// Those that can run here (dontcache only where the kernel has it).
-    pub runnable: Vec<Method>,
+    pub(crate) runnable: Vec<Method>,
     /// The thread counts of the threaded methods (one, or the sweep).
     pub counts: Vec<u32>,
     /// One unit per method and thread count; rounds rotate over them.
@@ -23,13 +23,13 @@ pub(crate) struct Plan {
     /// Bytes per read of one thread.
     pub chunk: u64,
     /// The destination ring.
-    pub ring_len: u64,
+    pub(crate) ring_len: u64,
     /// direct-copy's bounce buffers, all of them (0 without direct-copy).
-    pub bounce_len: u64,
+    pub(crate) bounce_len: u64,
     /// How many bounce buffers (one per thread of the largest count).
-    pub bounce_buffers: usize,
+    pub(crate) bounce_buffers: usize,
     /// What direct keeps in flight (threads × chunk).
-    pub in_flight: u64,
+    pub(crate) in_flight: u64,
     /// Cold, warm or both; [`Plan::with_cache`] sets it.
     pub cache: CacheMode,
 }
@@ -88,7 +88,7 @@ pub(crate) fn plan(opts: &ReadTestOptions, size: u64, dontcache_works: bool) -> 
 
 impl Plan {
     /// The same plan measuring `cache`.
-    pub fn with_cache(self, cache: CacheMode) -> Plan {
+    pub(crate) fn with_cache(self, cache: CacheMode) -> Plan {
         Plan { cache, ..self }
     }
 
@@ -117,7 +117,7 @@ impl Plan {
     }
 
     /// True when a threaded method runs.
-    pub fn any_threaded(&self) -> bool {
+    pub(crate) fn any_threaded(&self) -> bool {
         self.runnable.iter().any(|m| m.is_threaded())
     }
 }

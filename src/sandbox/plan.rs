@@ -85,7 +85,7 @@ impl Default for SandboxRequest {
 }
 
 /// Default size of each backing file.
-pub const DEFAULT_SIZE: u64 = 2 << 30;
+pub(crate) const DEFAULT_SIZE: u64 = 2 << 30;
 /// The most devices a sandbox may have.
 pub(crate) const MAX_DEVICES: u32 = 16;
 /// Smallest device mkfs.btrfs reliably accepts with DUP metadata.
@@ -119,7 +119,7 @@ pub struct SandboxPlan {
     /// True when the directory was given (`--dir`): its parent may then be
     /// a sticky shared directory; the default parent must be root's alone.
     #[serde(skip)]
-    pub dir_given: bool,
+    pub(crate) dir_given: bool,
 }
 
 /// Checks a sandbox name: short, lowercase letters, digits, `-` and `_`.
@@ -226,7 +226,7 @@ fn absolute(p: &Path) -> Result<PathBuf> {
 
 impl SandboxPlan {
     /// mkfs arguments before the device list.
-    pub fn mkfs_arguments(&self) -> Vec<String> {
+    pub(crate) fn mkfs_arguments(&self) -> Vec<String> {
         let mut args = Vec::new();
         match self.fs {
             FsKind::Btrfs => {

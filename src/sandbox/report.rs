@@ -161,7 +161,7 @@ pub fn select(
 }
 
 /// What removing the sandbox of `r` (looking like `s` now) would do.
-pub fn down_plan(s: &SandboxStatus, r: &SandboxRecord) -> DownPlan {
+pub(crate) fn down_plan(s: &SandboxStatus, r: &SandboxRecord) -> DownPlan {
     let mut steps = Vec::new();
     if s.mounted {
         steps.push(format!(

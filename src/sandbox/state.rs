@@ -16,7 +16,7 @@ use crate::sys::fs::beneath::{Leaf, TrustedDir};
 /// root: use `--state-dir`).
 pub const STATE_DIR_ENV: &str = "BTRFS_LAB_STATE_DIR";
 /// Default place for records (survives reboots, like the backing files).
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/btrfs-lab/sandboxes";
+pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/btrfs-lab/sandboxes";
 const VERSION: u32 = 1;
 
 /// One backing file and the loop device it was attached to.
@@ -56,7 +56,7 @@ pub struct SandboxRecord {
     pub mount_point_created: bool,
     /// Identity of the mount point directory `up` created.
     #[serde(default)]
-    pub mount_point_identity: Option<FileIdentity>,
+    pub(crate) mount_point_identity: Option<FileIdentity>,
     /// True once mounted.
     pub mounted: bool,
     /// Size of each device.
@@ -72,7 +72,7 @@ pub struct SandboxRecord {
     /// Process that ran `up`.
     pub pid: u32,
     /// Seconds since the epoch when `up` started.
-    pub created_unix: u64,
+    pub(crate) created_unix: u64,
 }
 
 impl SandboxRecord {
@@ -147,7 +147,7 @@ impl SandboxRecord {
     }
 
     /// The loop devices recorded as attached.
-    pub fn loop_devices(&self) -> impl Iterator<Item = &Path> {
+    pub(crate) fn loop_devices(&self) -> impl Iterator<Item = &Path> {
         self.devices.iter().filter_map(|d| d.loop_device.as_deref())
     }
 }
@@ -173,11 +173,6 @@ impl StateStore {
     /// A store in `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self { dir: dir.into() }
-    }
-
-    /// The default store.
-    pub fn default_store() -> Self {
-        Self::new(DEFAULT_STATE_DIR)
     }
 
     /// Where the records are.

@@ -14,12 +14,12 @@ use crate::model::units::{UnitBase, UnitMode, pretty_size};
 
 /// Metadata this full (used / allocated) is "nearly full" (the catalog's
 /// threshold, [`rules::METADATA_FULL_PERCENT`]).
-pub use crate::model::finding::rules::METADATA_FULL_PERCENT;
+pub(crate) use crate::model::finding::rules::METADATA_FULL_PERCENT;
 
 /// The smallest metadata chunk btrfs allocates (filesystems under 50GiB;
 /// larger ones use 1GiB): what a new metadata chunk needs on each device
 /// it stripes over, at least.
-pub const METADATA_CHUNK_BYTES: u64 = 256 << 20;
+pub(crate) const METADATA_CHUNK_BYTES: u64 = 256 << 20;
 
 /// What the interpretation is computed from.
 #[derive(Debug, Clone, Default)]

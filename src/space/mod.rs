@@ -132,7 +132,7 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
 }
 
 /// Input larger than this is not a `fi df` or `fi usage` capture.
-pub const MAX_INPUT: u64 = 16 << 20;
+pub(crate) const MAX_INPUT: u64 = 16 << 20;
 
 /// The text of a capture to parse: `-` is stdin, anything else a file read
 /// through [`crate::sys::fs::beneath::read_input_file`] (a regular file only, so
@@ -240,7 +240,7 @@ pub struct ParsedUsageDocument {
 
 /// The df-like records and the per-device unallocated space of a usage
 /// report, for the interpretation.
-pub fn usage_facts(
+pub(crate) fn usage_facts(
     report: &UsageReport,
     device_count: Option<usize>,
     error: u64,
@@ -343,7 +343,7 @@ pub fn inconsistencies(records: &[SpaceRecord]) -> Vec<String> {
 
 /// Size of a block device from sysfs (`/sys/class/block/NAME/size`, in
 /// 512-byte sectors), readable without root.
-pub fn block_device_size(root: &SysRoot, dev: &Path) -> Option<u64> {
+pub(crate) fn block_device_size(root: &SysRoot, dev: &Path) -> Option<u64> {
     let real = fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
     let name = real.file_name()?.to_str()?.to_owned();
     let sectors: u64 = root

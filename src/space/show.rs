@@ -12,7 +12,7 @@ use crate::sys::kernel::btrfs;
 /// A device's error counters (GET_DEV_STATS), as `btrfs device stats`.
 /// Exit status of `show` when a device has a non-zero error counter (bit 6,
 /// as `btrfs device stats --check`).
-pub const DEVICE_ERRORS: u8 = crate::model::exit::DEVICE_ERRORS.code;
+pub(crate) const DEVICE_ERRORS: u8 = crate::model::exit::DEVICE_ERRORS.code;
 
 /// `show --json`: every filesystem asked about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -41,6 +41,7 @@ impl ShowReport {
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]
+/// A device's error counters (`btrfs device stats`).
 pub struct ErrorCounters {
     /// Write errors.
     pub write_io_errs: u64,

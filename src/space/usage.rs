@@ -31,6 +31,7 @@ pub struct UsageDocument {
     pub interpretation: Option<super::findings::Interpretation>,
 }
 
+/// One member device as the kernel reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceFacts {
     /// btrfs device id.
@@ -47,7 +48,7 @@ pub struct DeviceFacts {
 
 /// What `usage` reads from the system.
 #[derive(Debug, Clone, PartialEq)]
-pub struct UsageInput {
+pub(crate) struct UsageInput {
     /// SPACE_INFO entries.
     pub spaces: Vec<SpaceEntry>,
     /// Devices, any order.
@@ -55,7 +56,7 @@ pub struct UsageInput {
     /// The chunk tree summary; `None` without root.
     pub chunks: Option<Vec<ChunkInfo>>,
     /// statvfs f_bavail × f_bsize.
-    pub statfs_free: u64,
+    pub(crate) statfs_free: u64,
 }
 
 pub use crate::model::usage::{BlockGroupUsage, DeviceShare, Overall, UsageReport};
@@ -93,7 +94,7 @@ fn cmp_block_group(a: BlockGroupFlags, b: BlockGroupFlags) -> Ordering {
 }
 
 /// Raw bytes a chunk summary occupies on its device (`calc_chunk_size`).
-pub fn chunk_size_on_device(c: &ChunkInfo) -> u64 {
+pub(crate) fn chunk_size_on_device(c: &ChunkInfo) -> u64 {
     profile_of(c.flags).stripe_length(c.size, u32::from(c.num_stripes))
 }
 
@@ -286,7 +287,7 @@ fn finite(v: f64) -> f64 {
 }
 
 /// Computes the whole report.
-pub fn compute(input: &UsageInput) -> UsageReport {
+pub(crate) fn compute(input: &UsageInput) -> UsageReport {
     let mut notes = Vec::new();
     let mut devices = input.devices.clone();
     devices.sort_by_key(|d| d.devid);

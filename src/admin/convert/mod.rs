@@ -59,7 +59,7 @@ mod bg_type_name {
         t.serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BgType, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BgType, D::Error> {
         let name = String::deserialize(d)?;
         BgType::from_json_name(&name)
             .ok_or_else(|| serde::de::Error::custom(format!("unknown block-group type {name}")))
@@ -483,7 +483,7 @@ pub struct Progress {
     /// Logical bytes used outside the target profiles: still to move.
     pub bytes_remaining: u64,
     /// Logical bytes converted since this run started.
-    pub bytes_done: u64,
+    pub(crate) bytes_done: u64,
     /// Bytes per second since this run started.
     pub rate_bytes_per_sec: f64,
     /// Estimated seconds left (`null` until there is a rate).
@@ -545,7 +545,7 @@ impl From<ConvertRequest> for Targets {
 
 /// Logical bytes used in block groups not yet in the target profiles: what
 /// the conversion still has to move.
-pub fn remaining_bytes(h: &FsHandle, t: Targets) -> u64 {
+pub(crate) fn remaining_bytes(h: &FsHandle, t: Targets) -> u64 {
     h.space_entries()
         .map_or(0, |spaces| remaining_in(&spaces, t))
 }

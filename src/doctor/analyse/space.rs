@@ -11,7 +11,7 @@ use crate::doctor::facts::FsFacts;
 /// The profile the kernel gives new chunks of a type: a convert target
 /// when a balance exists, else the most redundant profile in use (as
 /// `btrfs_reduce_alloc_profile`).
-pub fn alloc_profile(f: &FsFacts, kind: BgType) -> Option<Profile> {
+pub(crate) fn alloc_profile(f: &FsFacts, kind: BgType) -> Option<Profile> {
     let target = f.balance.and_then(|b| match kind {
         BgType::Data => b.data_target,
         BgType::Metadata => b.metadata_target,
@@ -45,7 +45,7 @@ fn mirrored(unalloc: &[u64], copies: usize) -> u64 {
 
 /// Logical bytes new chunks of `p` can still get from the unallocated space
 /// of the devices (an estimate, as `btrfs filesystem usage` makes).
-pub fn growth(p: Profile, unalloc: &[u64]) -> u64 {
+pub(crate) fn growth(p: Profile, unalloc: &[u64]) -> u64 {
     let sum: u64 = unalloc.iter().sum();
     let n = unalloc.iter().filter(|&&u| u >= 1 << 20).count() as u64;
     match p {
@@ -62,7 +62,7 @@ pub fn growth(p: Profile, unalloc: &[u64]) -> u64 {
 
 /// Devices (and bytes on each) a full-size chunk of `p` of `chunk` logical
 /// bytes needs, given the devices' unallocated bytes: `(needed, have)`.
-pub fn chunk_room(p: Profile, chunk: u64, unalloc: &[u64]) -> (usize, usize, u64) {
+pub(crate) fn chunk_room(p: Profile, chunk: u64, unalloc: &[u64]) -> (usize, usize, u64) {
     let count = |need: u64| unalloc.iter().filter(|&&u| u >= need).count();
     match p {
         Profile::Single => (1, count(chunk), chunk),

@@ -27,7 +27,8 @@ pub struct Entry {
     /// Its stable string.
     pub name: &'static str,
     /// Older strings still accepted when reading JSON.
-    pub aliases: &'static [&'static str],
+    #[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+    pub(crate) aliases: &'static [&'static str],
     /// The severity it has unless its rule says otherwise.
     pub severity: Severity,
     /// How its severity is decided.
@@ -60,7 +61,7 @@ macro_rules! catalog {
         }
 
         /// Every code, in the order of `docs/findings.md`.
-        pub const CATALOG: &[Entry] = &[
+        pub(crate) const CATALOG: &[Entry] = &[
             $(
                 Entry {
                     code: Code::$variant,
@@ -200,7 +201,7 @@ impl Code {
     }
 
     /// The severity it has unless its rule says otherwise.
-    pub fn default_severity(self) -> Severity {
+    pub(crate) fn default_severity(self) -> Severity {
         self.entry().severity
     }
 
@@ -210,7 +211,8 @@ impl Code {
     }
 
     /// The code of a stable string (aliases included).
-    pub fn from_name(s: &str) -> Option<Code> {
+    #[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+    pub(crate) fn from_name(s: &str) -> Option<Code> {
         CATALOG
             .iter()
             .find(|e| e.name == s || e.aliases.contains(&s))
@@ -243,7 +245,8 @@ impl PartialEq<Code> for &str {
 }
 
 /// `docs/findings.md`: the table of every code.
-pub fn markdown() -> String {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) fn markdown() -> String {
     let mut t = String::from(
         "# Findings\n\n\
          Every finding btrfs-lab reports has a stable `code` (what alerting rules and\n\

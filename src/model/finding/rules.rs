@@ -11,26 +11,26 @@ use super::Severity;
 
 /// Metadata this full (used / allocated, percent) is "nearly full" for
 /// `df`/`usage` (which see allocated chunks only).
-pub const METADATA_FULL_PERCENT: f64 = 90.0;
+pub(crate) const METADATA_FULL_PERCENT: f64 = 90.0;
 /// Data or metadata used above this fraction of what it can grow to (its
 /// chunks plus the unallocated space new chunks can take): warning.
-pub const FULL_WARNING: f64 = 0.90;
+pub(crate) const FULL_WARNING: f64 = 0.90;
 /// Data used at or above this fraction of what it can grow to: critical.
-pub const DATA_FULL_CRITICAL: f64 = 0.98;
+pub(crate) const DATA_FULL_CRITICAL: f64 = 0.98;
 /// Metadata (with the global reserve) used at or above this fraction of
 /// what it can grow to: critical.
-pub const METADATA_FULL_CRITICAL: f64 = 0.95;
+pub(crate) const METADATA_FULL_CRITICAL: f64 = 0.95;
 /// No room for a new metadata chunk is critical when metadata (with the
 /// global reserve) is this full, or the reserve is in use.
-pub const NO_ROOM_CRITICAL_FILL: f64 = 0.80;
+pub(crate) const NO_ROOM_CRITICAL_FILL: f64 = 0.80;
 /// A scrub older than this is a warning (seconds: 31 days).
-pub const SCRUB_MAX_AGE: u64 = 31 * 86_400;
+pub(crate) const SCRUB_MAX_AGE: u64 = 31 * 86_400;
 /// Leftovers of dead bench runs holding this many bytes or more: warning.
-pub const BENCH_LEFTOVERS_WARN_BYTES: u64 = 1 << 30;
+pub(crate) const BENCH_LEFTOVERS_WARN_BYTES: u64 = 1 << 30;
 
 /// What is known about the room for new metadata chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetadataRoom {
+pub(crate) enum MetadataRoom {
     /// Unallocated space is not known (`df`, a `btrfs filesystem df` paste).
     Unknown,
     /// A new metadata chunk of the profile in use fits.
@@ -44,7 +44,7 @@ pub enum MetadataRoom {
 /// free in it). Critical only when no new chunk fits (ENOSPC is near),
 /// info when one fits (full chunks are normal then), warning when the
 /// unallocated space is not known.
-pub fn metadata_allocated_full(room: MetadataRoom) -> Severity {
+pub(crate) fn metadata_allocated_full(room: MetadataRoom) -> Severity {
     match room {
         MetadataRoom::NoRoom => Severity::Critical,
         MetadataRoom::Unknown => Severity::Warning,
@@ -55,7 +55,7 @@ pub fn metadata_allocated_full(room: MetadataRoom) -> Severity {
 /// `data-nearly-full` / `metadata-nearly-full` as `doctor` sees it: the
 /// fraction used of what the type can grow to. `None` at or below
 /// [`FULL_WARNING`] (no finding).
-pub fn capacity_full(metadata: bool, fill: f64) -> Option<Severity> {
+pub(crate) fn capacity_full(metadata: bool, fill: f64) -> Option<Severity> {
     let critical = if metadata {
         METADATA_FULL_CRITICAL
     } else {
@@ -73,7 +73,7 @@ pub fn capacity_full(metadata: bool, fill: f64) -> Option<Severity> {
 /// `metadata-chunk-no-room`: critical when metadata (with the reserve) is
 /// at least [`NO_ROOM_CRITICAL_FILL`] full or the reserve is in use, else a
 /// warning (it will bite, but not yet).
-pub fn metadata_no_room(fill: f64, reserve_used: bool) -> Severity {
+pub(crate) fn metadata_no_room(fill: f64, reserve_used: bool) -> Severity {
     if fill >= NO_ROOM_CRITICAL_FILL || reserve_used {
         Severity::Critical
     } else {
@@ -98,7 +98,7 @@ pub fn global_reserve_used(used: u64, total: u64, metadata_tight: bool) -> Sever
 
 /// `scrub-errors`: critical when an error could not be repaired (no good
 /// copy), else a warning.
-pub fn scrub_errors(uncorrectable: u64) -> Severity {
+pub(crate) fn scrub_errors(uncorrectable: u64) -> Severity {
     if uncorrectable > 0 {
         Severity::Critical
     } else {
@@ -107,7 +107,7 @@ pub fn scrub_errors(uncorrectable: u64) -> Severity {
 }
 
 /// `bench-leftovers`: a warning from [`BENCH_LEFTOVERS_WARN_BYTES`] on.
-pub fn bench_leftovers(bytes: u64) -> Severity {
+pub(crate) fn bench_leftovers(bytes: u64) -> Severity {
     if bytes >= BENCH_LEFTOVERS_WARN_BYTES {
         Severity::Warning
     } else {
@@ -117,7 +117,7 @@ pub fn bench_leftovers(bytes: u64) -> Severity {
 
 /// `link-shared-uplink`: a warning when the drives' own links together
 /// could move more than the shared link carries, else info.
-pub fn shared_uplink(oversubscribed: bool) -> Severity {
+pub(crate) fn shared_uplink(oversubscribed: bool) -> Severity {
     if oversubscribed {
         Severity::Warning
     } else {

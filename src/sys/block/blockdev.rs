@@ -15,7 +15,7 @@ use crate::sys::{proc::mountinfo, tools};
 
 /// Everything the device preflight looks at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct BlockDeviceFacts {
+pub(crate) struct BlockDeviceFacts {
     /// The path as given.
     pub given: PathBuf,
     /// The path with symlinks resolved (`/dev/disk/by-id/...` → `/dev/nvme1n1`).
@@ -23,11 +23,11 @@ pub struct BlockDeviceFacts {
     /// It exists.
     pub exists: bool,
     /// It is a block device.
-    pub is_block: bool,
+    pub(crate) is_block: bool,
     /// Kernel name (`nvme1n1`, `loop3`).
     pub name: Option<String>,
     /// `major:minor`.
-    pub devt: Option<(u32, u32)>,
+    pub(crate) devt: Option<(u32, u32)>,
     /// Size in bytes.
     pub size: Option<u64>,
     /// Read-only block device.
@@ -35,9 +35,9 @@ pub struct BlockDeviceFacts {
     /// Partitions on it (`nvme1n1p1`).
     pub partitions: Vec<String>,
     /// Devices stacked on it (device-mapper, md).
-    pub holders: Vec<String>,
+    pub(crate) holders: Vec<String>,
     /// Where it (or one of its partitions) is mounted.
-    pub mounted_at: Vec<PathBuf>,
+    pub(crate) mounted_at: Vec<PathBuf>,
     /// It (or one of its partitions) is active swap.
     pub swap: bool,
     /// Opening it exclusively failed: something in the kernel holds it.
@@ -45,9 +45,9 @@ pub struct BlockDeviceFacts {
     /// Signatures found by wipefs.
     pub signatures: Vec<Signature>,
     /// Why the signatures could not be read, if they could not.
-    pub signature_error: Option<String>,
+    pub(crate) signature_error: Option<String>,
     /// fsid from a btrfs superblock on it.
-    pub btrfs_fsid: Option<String>,
+    pub(crate) btrfs_fsid: Option<String>,
 }
 
 impl BlockDeviceFacts {
@@ -81,7 +81,7 @@ fn dev_name(root: &SysRoot, major: u32, minor: u32) -> Option<String> {
 }
 
 /// The names in a directory, sorted; empty if it cannot be read.
-pub fn list_dir(p: &Path) -> Vec<String> {
+pub(crate) fn list_dir(p: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(p)
         .map(|d| {
             d.flatten()
@@ -120,7 +120,7 @@ fn read_btrfs_fsid(path: &Path) -> Option<String> {
 
 /// Gathers the facts about `given`. Never fails: what cannot be read is
 /// recorded as such.
-pub fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
+pub(crate) fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
     let path = fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
     let mut f = BlockDeviceFacts::unknown(given, &path);
     let Ok(meta) = fs::metadata(&path) else {

@@ -75,7 +75,7 @@ const ATTACH_ATTEMPTS: u32 = 32;
 /// disk sequence number of this attachment (Linux 5.15+; a re-attach of
 /// the same device, even to the same file, gets a new one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Binding {
+pub(crate) struct Binding {
     /// Backing file identity.
     pub identity: FileIdentity,
     /// `BLKGETDISKSEQ`, when the kernel has it.
@@ -90,7 +90,7 @@ pub struct Attached {
     /// The device.
     pub device: LoopDevice,
     /// What it is bound to (verified to be the file we passed).
-    pub binding: Binding,
+    pub(crate) binding: Binding,
     node: File,
 }
 
@@ -208,7 +208,7 @@ fn binding_of(node: &File, path: &Path) -> Result<Option<Binding>> {
 }
 
 /// The current binding of the loop device at `dev`; `None` when free or absent.
-pub fn binding(dev: &Path) -> Result<Option<Binding>> {
+pub(crate) fn binding(dev: &Path) -> Result<Option<Binding>> {
     let file = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
@@ -223,7 +223,7 @@ pub fn binding(dev: &Path) -> Result<Option<Binding>> {
 
 /// Whether `found` is the binding recorded as `identity` (+ `diskseq` when
 /// one was recorded and the kernel reports one).
-pub fn same_binding(found: Binding, identity: FileIdentity, diskseq: Option<u64>) -> bool {
+pub(crate) fn same_binding(found: Binding, identity: FileIdentity, diskseq: Option<u64>) -> bool {
     found.identity == identity
         && match (diskseq, found.diskseq) {
             (Some(want), Some(have)) => want == have,
@@ -282,7 +282,7 @@ pub fn detach_if_ours(root: &SysRoot, dev: &Path, ours: FileIdentity) -> Result<
 /// Detaches `dev` if, and only if, it is bound to the file `ours` and (when
 /// `diskseq` is given) is still the very attachment that was recorded. The
 /// check and the detach use the same open descriptor of the device.
-pub fn detach_exact(
+pub(crate) fn detach_exact(
     root: &SysRoot,
     dev: &Path,
     ours: FileIdentity,
@@ -338,7 +338,7 @@ pub fn detach_exact(
 }
 
 /// N of `/dev/loopN`.
-pub fn loop_index(dev: &Path) -> Option<u32> {
+pub(crate) fn loop_index(dev: &Path) -> Option<u32> {
     dev.file_name()?
         .to_str()?
         .strip_prefix("loop")?
@@ -348,7 +348,7 @@ pub fn loop_index(dev: &Path) -> Option<u32> {
 
 /// Whether the loop driver really does direct I/O on the backing file
 /// (it silently keeps buffered I/O when the backing filesystem cannot).
-pub fn direct_io_enabled(root: &SysRoot, dev: &LoopDevice) -> Result<bool> {
+pub(crate) fn direct_io_enabled(root: &SysRoot, dev: &LoopDevice) -> Result<bool> {
     let p = root.sys(&format!("block/loop{}/loop/dio", dev.index));
     let text = fs::read_to_string(&p).map_err(|e| Error::from_io(&e, "cannot read", &p))?;
     Ok(text.trim() == "1")
@@ -356,7 +356,7 @@ pub fn direct_io_enabled(root: &SysRoot, dev: &LoopDevice) -> Result<bool> {
 
 /// Loop devices whose backing file path is `image` (as sysfs reports it,
 /// including the " (deleted)" suffix the kernel adds for unlinked files).
-pub fn find_by_backing_file(root: &SysRoot, image: &Path) -> Vec<PathBuf> {
+pub(crate) fn find_by_backing_file(root: &SysRoot, image: &Path) -> Vec<PathBuf> {
     let Ok(entries) = fs::read_dir(root.sys("block")) else {
         return Vec::new();
     };

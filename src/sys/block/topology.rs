@@ -45,7 +45,7 @@ pub struct LinkAttrs {
     /// Current width (lanes).
     pub width: Option<u8>,
     /// Highest speed the function supports.
-    pub max_speed: Option<Generation>,
+    pub(crate) max_speed: Option<Generation>,
     /// Widest width the function supports.
     pub max_width: Option<u8>,
 }
@@ -68,7 +68,7 @@ pub struct PciFunction {
 
 /// An NVMe controller as sysfs shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NvmeController {
+pub(crate) struct NvmeController {
     /// `nvme0`.
     pub name: String,
     /// Model number, trimmed.
@@ -81,7 +81,7 @@ pub struct NvmeController {
     pub transport: Option<String>,
     /// The PCI functions from the controller's own (first) up to its root
     /// port (last); empty when it is not on PCI.
-    pub pci_path: Vec<PciFunction>,
+    pub(crate) pci_path: Vec<PciFunction>,
 }
 
 /// What kind of device a drive is: an NVMe controller, or a disk that has
@@ -113,7 +113,7 @@ pub enum DeviceKind {
 
 /// What a block device rests on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BlockTarget {
+pub(crate) enum BlockTarget {
     /// An NVMe controller (`nvme0`).
     Controller(String),
     /// A disk that is not NVMe (`vda`, `loop0`, `sda`).
@@ -144,7 +144,7 @@ pub struct LoopLayer {
 
 /// What a command-line name or path refers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeviceRef {
+pub(crate) enum DeviceRef {
     /// A block device (`nvme0n1p2`, `dm-0`, `vda`).
     Block(String),
     /// An NVMe controller (`nvme0`).
@@ -205,7 +205,7 @@ fn is_controller_name(name: &str) -> bool {
 }
 
 /// Checks that a captured tree looks like one.
-pub fn check_root(root: &SysRoot) -> Result<()> {
+pub(crate) fn check_root(root: &SysRoot) -> Result<()> {
     if root.is_host() {
         return Ok(());
     }
@@ -232,7 +232,7 @@ pub fn check_root(root: &SysRoot) -> Result<()> {
 /// The NVMe controllers, in natural order (`nvme0`, `nvme1`, `nvme10`).
 /// No `/sys/class/nvme` (no NVMe driver loaded) means none; an entry whose
 /// link leads nowhere (a controller going away) is skipped.
-pub fn list_controllers(root: &SysRoot) -> Vec<String> {
+pub(crate) fn list_controllers(root: &SysRoot) -> Vec<String> {
     sorted_entries(&root.sys("class/nvme"))
         .into_iter()
         .filter(|n| is_controller_name(n))
@@ -265,7 +265,7 @@ pub(crate) fn read_pci_function(root: &SysRoot, dir: &Path) -> PciFunction {
 /// The PCI functions from `function_dir` (a controller's PCI function) up
 /// to the last one below the host bridge (`pci0000:00`), which is the root
 /// port.
-pub fn pci_path(root: &SysRoot, function_dir: &Path) -> Vec<PciFunction> {
+pub(crate) fn pci_path(root: &SysRoot, function_dir: &Path) -> Vec<PciFunction> {
     let mut out = Vec::new();
     let mut cur = Some(function_dir);
     while let Some(dir) = cur {
@@ -280,7 +280,7 @@ pub fn pci_path(root: &SysRoot, function_dir: &Path) -> Vec<PciFunction> {
 }
 
 /// Reads a controller: its identity, transport and PCI path.
-pub fn read_controller(root: &SysRoot, name: &str) -> Result<NvmeController> {
+pub(crate) fn read_controller(root: &SysRoot, name: &str) -> Result<NvmeController> {
     if !is_controller_name(name) {
         return Err(Error::usage(format!(
             "{name} is not an NVMe controller name"
@@ -377,7 +377,7 @@ fn disk_kind(disk_dir: &Path, name: &str) -> DeviceKind {
 /// What the block device `name` rests on: a partition is followed to its
 /// disk, device-mapper and md devices to their slaves (LUKS on NVMe is
 /// common), an NVMe namespace to its controller(s).
-pub fn block_targets(root: &SysRoot, name: &str) -> Result<Vec<BlockTarget>> {
+pub(crate) fn block_targets(root: &SysRoot, name: &str) -> Result<Vec<BlockTarget>> {
     Ok(block_targets_traced(root, name)?.0)
 }
 
@@ -386,7 +386,7 @@ pub fn block_targets(root: &SysRoot, name: &str) -> Result<Vec<BlockTarget>> {
 /// its backing file (`loop/backing_file`, then the mount table: the
 /// filesystem's own device, or every member of a btrfs), so a btrfs on
 /// loop devices names the disk behind them.
-pub fn block_targets_traced(
+pub(crate) fn block_targets_traced(
     root: &SysRoot,
     name: &str,
 ) -> Result<(Vec<BlockTarget>, Vec<LoopLayer>)> {
@@ -514,7 +514,7 @@ fn collect_targets(
 /// `/dev/mapper/root`, `dm-0`) into a block device or controller name.
 /// On the running system a path is resolved through its device number; in
 /// a captured tree through its name.
-pub fn device_ref(root: &SysRoot, arg: &str) -> Result<DeviceRef> {
+pub(crate) fn device_ref(root: &SysRoot, arg: &str) -> Result<DeviceRef> {
     let not_found = || {
         Error::new(
             ErrorKind::NotFound,
@@ -585,7 +585,7 @@ fn find_dm(root: &SysRoot, dm_name: &str) -> Option<String> {
 
 /// The fsid of the btrfs whose sysfs `devices/` lists the block device
 /// `name` (captured trees, where no ioctl can ask).
-pub fn btrfs_fsid_of_member(root: &SysRoot, name: &str) -> Option<String> {
+pub(crate) fn btrfs_fsid_of_member(root: &SysRoot, name: &str) -> Option<String> {
     sorted_entries(&root.sys("fs/btrfs"))
         .into_iter()
         .find(|fsid| {
@@ -595,13 +595,13 @@ pub fn btrfs_fsid_of_member(root: &SysRoot, name: &str) -> Option<String> {
 }
 
 /// The member block devices sysfs lists for a btrfs.
-pub fn btrfs_members(root: &SysRoot, fsid: &str) -> Vec<String> {
+pub(crate) fn btrfs_members(root: &SysRoot, fsid: &str) -> Vec<String> {
     sorted_entries(&root.sys(&format!("fs/btrfs/{fsid}/devices")))
 }
 
 /// The data profiles with allocated space, from
 /// `allocation/data/<profile>/total_bytes`.
-pub fn btrfs_data_profiles(root: &SysRoot, fsid: &str) -> Vec<Profile> {
+pub(crate) fn btrfs_data_profiles(root: &SysRoot, fsid: &str) -> Vec<Profile> {
     let dir = root.sys(&format!("fs/btrfs/{fsid}/allocation/data"));
     let mut v: Vec<Profile> = sorted_entries(&dir)
         .into_iter()

@@ -70,7 +70,7 @@ fn err(e: RErrno, doing: &str, path: &Path) -> Error {
 }
 
 /// The identity of a `stat` result.
-pub fn identity_of(st: &Stat) -> FileIdentity {
+pub(crate) fn identity_of(st: &Stat) -> FileIdentity {
     FileIdentity {
         dev: st.st_dev,
         ino: st.st_ino,
@@ -244,7 +244,7 @@ impl TrustedDir {
     }
 
     /// The directory as a `File` (a duplicate descriptor), for ioctls.
-    pub fn open_dir_file(&self) -> Result<File> {
+    pub(crate) fn open_dir_file(&self) -> Result<File> {
         self.fd
             .try_clone()
             .map(File::from)
@@ -267,7 +267,7 @@ impl TrustedDir {
     }
 
     /// Opens the subdirectory `name`, which must be root's alone too.
-    pub fn open_dir(&self, name: impl AsRef<OsStr>) -> Result<TrustedDir> {
+    pub(crate) fn open_dir(&self, name: impl AsRef<OsStr>) -> Result<TrustedDir> {
         let name = component(name.as_ref())?;
         let path = self.join(name);
         let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
@@ -294,7 +294,7 @@ impl TrustedDir {
 
     /// Creates a new regular file `name` (`O_CREAT | O_EXCL | O_NOFOLLOW`),
     /// open for reading and writing, with exactly `mode`.
-    pub fn create_file(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<File> {
+    pub(crate) fn create_file(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<File> {
         let name = component(name.as_ref())?;
         let path = self.join(name);
         let fd = open_beneath(
@@ -309,7 +309,7 @@ impl TrustedDir {
     }
 
     /// Opens the existing regular file `name` without following links.
-    pub fn open_file(&self, name: impl AsRef<OsStr>, write: bool) -> Result<File> {
+    pub(crate) fn open_file(&self, name: impl AsRef<OsStr>, write: bool) -> Result<File> {
         let name = component(name.as_ref())?;
         let path = self.join(name);
         let flags = if write { OFlags::RDWR } else { OFlags::RDONLY };
@@ -326,7 +326,7 @@ impl TrustedDir {
     }
 
     /// Opens `name` as `O_PATH` (no following), for identity and mount checks.
-    pub fn open_path(&self, name: impl AsRef<OsStr>) -> Result<OwnedFd> {
+    pub(crate) fn open_path(&self, name: impl AsRef<OsStr>) -> Result<OwnedFd> {
         let name = component(name.as_ref())?;
         open_beneath(self.fd(), name, OFlags::PATH, Mode::empty())
             .map_err(|e| err(e, "cannot open", &self.join(name)))
@@ -373,7 +373,11 @@ impl TrustedDir {
 
     /// Renames `from` to `to` inside this directory, never replacing an
     /// existing `to` (`RENAME_NOREPLACE`).
-    pub fn rename_noreplace(&self, from: impl AsRef<OsStr>, to: impl AsRef<OsStr>) -> Result<()> {
+    pub(crate) fn rename_noreplace(
+        &self,
+        from: impl AsRef<OsStr>,
+        to: impl AsRef<OsStr>,
+    ) -> Result<()> {
         let from = component(from.as_ref())?;
         let to = component(to.as_ref())?;
         rfs::renameat_with(&self.fd, from, &self.fd, to, rfs::RenameFlags::NOREPLACE)
@@ -381,7 +385,11 @@ impl TrustedDir {
     }
 
     /// Renames `from` to `to` inside this directory, replacing `to`.
-    pub fn rename_replace(&self, from: impl AsRef<OsStr>, to: impl AsRef<OsStr>) -> Result<()> {
+    pub(crate) fn rename_replace(
+        &self,
+        from: impl AsRef<OsStr>,
+        to: impl AsRef<OsStr>,
+    ) -> Result<()> {
         let from = component(from.as_ref())?;
         let to = component(to.as_ref())?;
         rfs::renameat(&self.fd, from, &self.fd, to)
@@ -390,7 +398,7 @@ impl TrustedDir {
 
     /// Deletes the regular file `name` of this (trusted) directory if there
     /// is one: for files this directory holds for us, such as records.
-    pub fn remove_entry_file(&self, name: impl AsRef<OsStr>) -> Result<()> {
+    pub(crate) fn remove_entry_file(&self, name: impl AsRef<OsStr>) -> Result<()> {
         let name = name.as_ref();
         match self.stat(name)? {
             Some(st) => match self.remove_file(name, identity_of(&st))? {
@@ -636,7 +644,7 @@ impl HeldDir {
     /// anything that exists. Other users may rename the new directory inside
     /// this one, but cannot change what is in it: from now on it is reached
     /// only through the returned descriptor.
-    pub fn mkdir_private(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<TrustedDir> {
+    pub(crate) fn mkdir_private(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<TrustedDir> {
         let name = component(name.as_ref())?;
         let path = self.join(name);
         let mode = mode & 0o755;
@@ -653,7 +661,7 @@ impl HeldDir {
     /// Creates the new regular file `name` in it (`O_CREAT | O_EXCL |
     /// O_NOFOLLOW`, beneath the descriptor) with `mode`: never an existing
     /// file, never through a link, wherever the directory was moved.
-    pub fn create_new_file(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<File> {
+    pub(crate) fn create_new_file(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<File> {
         let name = component(name.as_ref())?;
         let path = self.join(name);
         open_beneath(
@@ -668,7 +676,7 @@ impl HeldDir {
 
     /// Whether we may create files in it: `Err` with the reason (read-only
     /// filesystem, permission) otherwise.
-    pub fn check_writable(&self) -> Result<()> {
+    pub(crate) fn check_writable(&self) -> Result<()> {
         rfs::accessat(
             self.fd(),
             ".",
@@ -681,7 +689,7 @@ impl HeldDir {
     /// Opens the subdirectory `name` without following a link, if it is
     /// root's alone (owned by us, no group or other write bits): then nobody
     /// else can change what is in it, whoever owns this directory.
-    pub fn open_private_subdir(&self, name: impl AsRef<OsStr>) -> Result<TrustedDir> {
+    pub(crate) fn open_private_subdir(&self, name: impl AsRef<OsStr>) -> Result<TrustedDir> {
         let name = component(name.as_ref())?;
         let path = self.join(name);
         let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
@@ -693,7 +701,7 @@ impl HeldDir {
 
     /// Opens the subdirectory `name` without following a link, and holds it
     /// (any owner).
-    pub fn open_subdir(&self, name: impl AsRef<OsStr>) -> Result<HeldDir> {
+    pub(crate) fn open_subdir(&self, name: impl AsRef<OsStr>) -> Result<HeldDir> {
         let name = component(name.as_ref())?;
         let path = self.join(name);
         let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
@@ -705,7 +713,7 @@ impl HeldDir {
     /// identity, checked just before). Only empty directories can be removed
     /// this way, so a swap in the window between the check and the removal
     /// can at worst remove someone's empty directory, never data.
-    pub fn remove_empty_dir(
+    pub(crate) fn remove_empty_dir(
         &self,
         name: impl AsRef<OsStr>,
         expected: FileIdentity,
@@ -738,7 +746,7 @@ impl HeldDir {
     /// Nothing that is found is opened yet: open it with
     /// [`HeldDir::open_entry_file`] or [`HeldDir::open_subdir`], which never
     /// follow a link, and compare identities when it matters.
-    pub fn resolve_entry(path: &Path) -> Result<Option<(HeldDir, OsString, Stat)>> {
+    pub(crate) fn resolve_entry(path: &Path) -> Result<Option<(HeldDir, OsString, Stat)>> {
         // Messages name the path as given until a link is followed.
         let mut shown = path.to_path_buf();
         let mut path = std::path::absolute(path)
@@ -789,7 +797,7 @@ impl HeldDir {
     /// Opens the entry `name` (not a directory: a file, opened with
     /// `flags` plus `O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`) without following
     /// a link and without leaving this directory.
-    pub fn open_entry_file(&self, name: impl AsRef<OsStr>, flags: OFlags) -> Result<File> {
+    pub(crate) fn open_entry_file(&self, name: impl AsRef<OsStr>, flags: OFlags) -> Result<File> {
         let name = component(name.as_ref())?;
         open_beneath(
             self.fd(),
@@ -819,7 +827,7 @@ impl HeldDir {
     }
 
     /// The fsid of the btrfs it is on (FS_INFO on the descriptor).
-    pub fn btrfs_fsid(&self) -> Result<String> {
+    pub(crate) fn btrfs_fsid(&self) -> Result<String> {
         btrfs_uapi::filesystem::filesystem_info(self.fd())
             .map(|i| i.uuid.as_hyphenated().to_string())
             .map_err(|e| Error::from_errno(e, "cannot query btrfs at", &self.path))
@@ -827,7 +835,7 @@ impl HeldDir {
 
     /// The profiles that hold data on the btrfs it is on (SPACE_INFO on the
     /// descriptor).
-    pub fn btrfs_data_profiles(&self) -> Result<Vec<crate::model::profile::Profile>> {
+    pub(crate) fn btrfs_data_profiles(&self) -> Result<Vec<crate::model::profile::Profile>> {
         use btrfs_uapi::space::BlockGroupFlags;
         let spaces = btrfs_uapi::space::space_info(self.fd())
             .map_err(|e| Error::from_errno(e, "cannot query btrfs at", &self.path))?;
@@ -846,7 +854,7 @@ impl HeldDir {
     }
 
     /// Every device of the btrfs it is on (DEV_INFO on the descriptor).
-    pub fn btrfs_devices(&self) -> Result<Vec<btrfs_uapi::device::DeviceInfo>> {
+    pub(crate) fn btrfs_devices(&self) -> Result<Vec<btrfs_uapi::device::DeviceInfo>> {
         let info = btrfs_uapi::filesystem::filesystem_info(self.fd())
             .map_err(|e| Error::from_errno(e, "cannot query btrfs at", &self.path))?;
         btrfs_uapi::device::device_info_all(self.fd(), &info)
@@ -861,7 +869,7 @@ impl HeldDir {
 /// [`HeldDir::open`] and a symbolic link, anywhere, is followed only if root
 /// (or the running user) owns it. `what` names the input in messages
 /// ("the captured output").
-pub fn read_input_file(path: &Path, max_bytes: u64, what: &str) -> Result<Vec<u8>> {
+pub(crate) fn read_input_file(path: &Path, max_bytes: u64, what: &str) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut path = std::path::absolute(path)
         .map_err(|e| Error::usage(format!("invalid file name {}: {e}", path.display())))?;

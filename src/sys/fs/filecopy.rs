@@ -15,12 +15,12 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::kernel::errno::to_error;
 
 /// Bytes per read and write.
-pub const CHUNK: usize = 4 << 20;
+pub(crate) const CHUNK: usize = 4 << 20;
 
 /// Creates an unnamed regular file in `dir` (O_TMPFILE, mode 0600): if the
 /// process dies, the kernel frees it; nothing is left to clean up. `None`
 /// when the filesystem cannot do it.
-pub fn create_unnamed(dir: &File, dir_path: &Path) -> Result<Option<File>> {
+pub(crate) fn create_unnamed(dir: &File, dir_path: &Path) -> Result<Option<File>> {
     match openat(
         dir.as_fd(),
         ".",
@@ -38,7 +38,7 @@ pub fn create_unnamed(dir: &File, dir_path: &Path) -> Result<Option<File>> {
 /// (nocow no longer names a copy before it carries its marker: only the
 /// tests use it.)
 #[cfg(test)]
-pub fn create_exclusive(dir: &File, dir_path: &Path, name: &str) -> Result<File> {
+pub(crate) fn create_exclusive(dir: &File, dir_path: &Path, name: &str) -> Result<File> {
     let fd = openat(
         dir.as_fd(),
         name,
@@ -51,7 +51,7 @@ pub fn create_exclusive(dir: &File, dir_path: &Path, name: &str) -> Result<File>
 
 /// Gives the unnamed file `file` the name `name` in `dir` (never replacing
 /// anything).
-pub fn link_into(file: &File, dir: &File, dir_path: &Path, name: &str) -> Result<()> {
+pub(crate) fn link_into(file: &File, dir: &File, dir_path: &Path, name: &str) -> Result<()> {
     // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd works for anyone.
     let direct = linkat(file.as_fd(), "", dir.as_fd(), name, AtFlags::EMPTY_PATH);
     let result = match direct {
@@ -77,7 +77,7 @@ pub fn sync(file: &File, path: &Path) -> Result<()> {
 }
 
 /// Drops the file's clean cached pages, so the next read comes from the disk.
-pub fn drop_cached_pages(file: &File) {
+pub(crate) fn drop_cached_pages(file: &File) {
     let _ = fadvise(file, 0, None, Advice::DontNeed);
 }
 
@@ -118,7 +118,7 @@ pub(crate) fn data_regions(file: &File, len: u64, path: &Path) -> Result<Vec<(u6
 /// bytes copied. `progress` is called after each chunk with its size; an
 /// error from it stops the copy. copy_file_range is not used on purpose: on
 /// btrfs it clones extents, which a NOCOW file would share with the original.
-pub fn copy_data(
+pub(crate) fn copy_data(
     src: &File,
     src_path: &Path,
     dst: &File,
@@ -170,7 +170,7 @@ fn read_full_at(file: &File, buf: &mut [u8], mut pos: u64, path: &Path) -> Resul
 
 /// BLAKE3 of the whole content of `file` (holes read as zeros), which must
 /// be exactly `len` bytes long.
-pub fn hash_contents(
+pub(crate) fn hash_contents(
     file: &File,
     path: &Path,
     len: u64,

@@ -29,7 +29,7 @@ pub struct DirFs {
 
 /// Filesystems that keep file data in memory: O_DIRECT means nothing there
 /// (tmpfs accepts the flag since Linux 6.6 and copies into page cache).
-pub fn is_memory_backed(fs_type: &str) -> bool {
+pub(crate) fn is_memory_backed(fs_type: &str) -> bool {
     matches!(
         fs_type,
         "tmpfs" | "ramfs" | "hugetlbfs" | "devtmpfs" | "proc" | "sysfs"
@@ -37,7 +37,7 @@ pub fn is_memory_backed(fs_type: &str) -> bool {
 }
 
 /// Resolves `path`, checks it is a directory, and finds its filesystem.
-pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
+pub(crate) fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
     let meta = fs::metadata(path).map_err(|e| Error::from_io(&e, "cannot use", path))?;
     if !meta.is_dir() {
         return Err(Error::new(
@@ -62,7 +62,10 @@ pub fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
 /// [`inspect_dir`] of a directory held open (`sys::fs::beneath::HeldDir`):
 /// its real path is read from the descriptor, its free space with
 /// `fstatvfs`, so a path swapped after the open changes nothing.
-pub fn inspect_held(root: &SysRoot, dir: &crate::sys::fs::beneath::HeldDir) -> Result<DirFs> {
+pub(crate) fn inspect_held(
+    root: &SysRoot,
+    dir: &crate::sys::fs::beneath::HeldDir,
+) -> Result<DirFs> {
     let real = fs::read_link(format!("/proc/self/fd/{}", dir.fd().as_raw_fd()))
         .map_err(|e| Error::from_io(&e, "cannot resolve", dir.path()))?;
     let mount = mountinfo::containing(root, &real)?;
@@ -78,7 +81,7 @@ pub fn inspect_held(root: &SysRoot, dir: &crate::sys::fs::beneath::HeldDir) -> R
 }
 
 /// Opens a directory without following a symbolic link in its last component.
-pub fn open_dir(path: &Path) -> Result<File> {
+pub(crate) fn open_dir(path: &Path) -> Result<File> {
     OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -94,11 +97,6 @@ pub fn inode_flags(path: &Path) -> Result<Option<IFlags>> {
         .open(path)
         .map_err(|e| Error::from_io(&e, "cannot open", path))?;
     inode_flags_of(&f, path)
-}
-
-/// True if `path` carries the NOCOW attribute (`lsattr` shows `C`).
-pub fn is_nocow(path: &Path) -> Result<bool> {
-    Ok(inode_flags(path)?.is_some_and(|f| f.intersects(ioctl::FS_NOCOW_FL)))
 }
 
 /// Inode flags of an open file or directory; `None` if the filesystem has none.
@@ -135,7 +133,7 @@ pub fn set_nocow_dir(path: &Path, clear_compression: bool) -> Result<()> {
 /// Sets NOCOW on an open directory or empty file and reads it back. btrfs
 /// silently ignores the flag on a file that already holds data; the read-back
 /// turns that into an error.
-pub fn set_nocow(file: &File, path: &Path, clear_compression: bool) -> Result<()> {
+pub(crate) fn set_nocow(file: &File, path: &Path, clear_compression: bool) -> Result<()> {
     let mut flags = ioctl::get_inode_flags(file.as_fd())
         .map_err(|e| Error::from_errno(e, "cannot read inode flags of", path))?;
     if clear_compression {
@@ -168,7 +166,7 @@ pub fn set_nocow(file: &File, path: &Path, clear_compression: bool) -> Result<()
 
 /// The error for a path with the compression attribute, which btrfs does not
 /// combine with NOCOW.
-pub fn compression_conflict(path: &Path) -> Error {
+pub(crate) fn compression_conflict(path: &Path) -> Error {
     Error::new(
         ErrorKind::WrongTarget,
         format!(

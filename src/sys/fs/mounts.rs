@@ -50,7 +50,12 @@ pub fn unmount(target: &Path) -> Result<()> {
 /// trusted directory `dir`, `nosuid,nodev`: the target is the descriptor
 /// opened without following links (through `/proc/self/fd`), so a path
 /// swapped under us cannot redirect the mount.
-pub fn mount_beneath(source: &Path, dir: &TrustedDir, name: &str, fs_type: &str) -> Result<()> {
+pub(crate) fn mount_beneath(
+    source: &Path,
+    dir: &TrustedDir,
+    name: &str,
+    fs_type: &str,
+) -> Result<()> {
     let target = dir.join(name);
     let fd = dir.open_path(name)?;
     let st = rustix::fs::fstat(&fd).map_err(|e| errno_err(e, "cannot stat", &target))?;
@@ -73,7 +78,7 @@ pub fn mount_beneath(source: &Path, dir: &TrustedDir, name: &str, fs_type: &str)
 
 /// The mount whose root `fd` is, by its mount ID; `None` when `fd` is not
 /// the root of a mount.
-pub fn mount_rooted_at(
+pub(crate) fn mount_rooted_at(
     root: &SysRoot,
     fd: BorrowedFd<'_>,
     path: &Path,
@@ -107,7 +112,7 @@ pub fn mount_rooted_at(
 
 /// What [`unmount_beneath`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unmounted {
+pub(crate) enum Unmounted {
     /// Nothing is mounted there.
     NotMounted,
     /// This mount was unmounted.
@@ -117,7 +122,7 @@ pub enum Unmounted {
 /// Unmounts what is mounted on `name` inside the trusted directory `dir`,
 /// after checking, by the mount ID of the descriptor (not by path), that it
 /// is a mount `is_ours` accepts; `UMOUNT_NOFOLLOW`, never lazily.
-pub fn unmount_beneath(
+pub(crate) fn unmount_beneath(
     root: &SysRoot,
     dir: &TrustedDir,
     name: &str,

@@ -240,7 +240,11 @@ impl OutputDir {
     /// filesystem), so that what a collector reads is at least not the old
     /// content. Never follows a link; refuses anything but a regular file
     /// with a single link, owned by the running user.
-    pub fn rewrite_in_place(&self, name: impl AsRef<OsStr>, bytes: &[u8]) -> Result<PathBuf> {
+    pub(crate) fn rewrite_in_place(
+        &self,
+        name: impl AsRef<OsStr>,
+        bytes: &[u8],
+    ) -> Result<PathBuf> {
         let name = plain(name.as_ref())?;
         let path = self.dir.join(name);
         let fd = open_beneath(
@@ -278,7 +282,7 @@ impl OutputDir {
     /// alive left behind (a SIGKILL between the link and the rename, or
     /// older versions' `.NAME.PID.tmp`): only regular files of the running
     /// user with one link, whose pid is dead. Returns the names removed.
-    pub fn remove_stale_temps(&self, name: impl AsRef<OsStr>) -> Result<Vec<OsString>> {
+    pub(crate) fn remove_stale_temps(&self, name: impl AsRef<OsStr>) -> Result<Vec<OsString>> {
         let name = plain(name.as_ref())?;
         let me = rustix::process::geteuid().as_raw();
         let mut removed = Vec::new();
@@ -316,7 +320,8 @@ impl OutputDir {
 /// Writes `bytes` to the file `path` (its directory must exist), replacing
 /// it atomically with exactly `mode`; stale temporary files of dead runs
 /// are removed first. The one way for root to write a file a user named.
-pub fn write_output_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) fn write_output_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let (dir, name) = split(path)?;
     let dir = OutputDir::open(&dir)?;
     let _ = dir.remove_stale_temps(&name);

@@ -18,10 +18,10 @@ use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 /// Largest sysfs attribute read (sysfs hands out at most a page; 64 KiB
 /// leaves room for binary attributes and captured trees).
-pub const ATTR_CAP: usize = 64 << 10;
+pub(crate) const ATTR_CAP: usize = 64 << 10;
 /// Largest procfs table read (`mountinfo`, `diskstats`, `vmstat`,
 /// `meminfo`): thousands of mounts still fit.
-pub const TABLE_CAP: usize = 16 << 20;
+pub(crate) const TABLE_CAP: usize = 16 << 20;
 
 /// Environment variable that sets the default root prefix.
 pub(crate) const SYSROOT_ENV: &str = "BTRFS_LAB_SYSROOT";
@@ -62,7 +62,7 @@ impl SysRoot {
     }
 
     /// What [`SysRoot::from_option`] picks, and the note it prints.
-    pub fn choose(
+    pub(crate) fn choose(
         opt: Option<&Path>,
         env: Option<&std::ffi::OsStr>,
         is_root: bool,
@@ -87,7 +87,7 @@ impl SysRoot {
     }
 
     /// True when reading the running system.
-    pub fn is_host(&self) -> bool {
+    pub(crate) fn is_host(&self) -> bool {
         self.prefix == Path::new("/")
     }
 
@@ -109,18 +109,18 @@ impl SysRoot {
     /// Reads a sysfs attribute at `path` (under the prefix), at most
     /// [`ATTR_CAP`] bytes. See the module documentation for what is
     /// refused.
-    pub fn read_attr(&self, path: &Path) -> io::Result<String> {
+    pub(crate) fn read_attr(&self, path: &Path) -> io::Result<String> {
         self.read_text(path, ATTR_CAP)
     }
 
     /// Reads a procfs table at `path` (under the prefix), at most
     /// [`TABLE_CAP`] bytes.
-    pub fn read_table(&self, path: &Path) -> io::Result<String> {
+    pub(crate) fn read_table(&self, path: &Path) -> io::Result<String> {
         self.read_text(path, TABLE_CAP)
     }
 
     /// [`SysRoot::read_bytes`] as text (invalid UTF-8 replaced).
-    pub fn read_text(&self, path: &Path, cap: usize) -> io::Result<String> {
+    pub(crate) fn read_text(&self, path: &Path, cap: usize) -> io::Result<String> {
         let bytes = self.read_bytes(path, cap)?;
         Ok(String::from_utf8(bytes)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
@@ -144,7 +144,7 @@ impl SysRoot {
     /// Opens `path` (under the prefix) for reading as
     /// [`SysRoot::read_bytes`] does, for a file read again and again
     /// (`/proc/vmstat`): a regular file, or an error.
-    pub fn open_file(&self, path: &Path) -> io::Result<File> {
+    pub(crate) fn open_file(&self, path: &Path) -> io::Result<File> {
         let file = File::from(self.open_attr(path)?);
         if !file.metadata()?.is_file() {
             return Err(io::Error::new(

@@ -40,7 +40,7 @@ pub fn fsid(path: &Path) -> Result<String> {
 
 /// The fsid of the btrfs that holds the open file or directory `fd`
 /// (`path` is for messages).
-pub fn fsid_of(fd: BorrowedFd<'_>, path: &Path) -> Result<String> {
+pub(crate) fn fsid_of(fd: BorrowedFd<'_>, path: &Path) -> Result<String> {
     let info = btrfs_uapi::filesystem::filesystem_info(fd).map_err(|e| not_btrfs(e, path))?;
     Ok(info.uuid.as_hyphenated().to_string())
 }
@@ -81,7 +81,10 @@ pub fn block_group_profiles(path: &Path) -> Result<BlockGroupProfiles> {
 }
 
 /// [`block_group_profiles`] of the btrfs that holds the open `fd`.
-pub fn block_group_profiles_of(fd: BorrowedFd<'_>, path: &Path) -> Result<BlockGroupProfiles> {
+pub(crate) fn block_group_profiles_of(
+    fd: BorrowedFd<'_>,
+    path: &Path,
+) -> Result<BlockGroupProfiles> {
     let spaces = btrfs_uapi::space::space_info(fd).map_err(|e| not_btrfs(e, path))?;
     let pick = |kind: BlockGroupFlags| {
         let mut v: Vec<Profile> = spaces
@@ -127,7 +130,7 @@ pub fn forget_device(dev: &Path) {
 /// True if the directory at `path` is the root of a btrfs subvolume: its
 /// inode number is BTRFS_FIRST_FREE_OBJECTID (256), which only subvolume
 /// roots have.
-pub fn is_subvolume_root(meta: &std::fs::Metadata) -> bool {
+pub(crate) fn is_subvolume_root(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
     meta.is_dir() && meta.ino() == 256
 }
@@ -144,7 +147,7 @@ pub struct SpaceEntry {
 }
 
 /// The SPACE_INFO ioctl, in the kernel's order. Needs no privileges.
-pub fn space_entries(path: &Path) -> Result<Vec<SpaceEntry>> {
+pub(crate) fn space_entries(path: &Path) -> Result<Vec<SpaceEntry>> {
     let f = open_any(path)?;
     let spaces = btrfs_uapi::space::space_info(f.as_fd()).map_err(|e| not_btrfs(e, path))?;
     Ok(spaces
@@ -158,7 +161,7 @@ pub fn space_entries(path: &Path) -> Result<Vec<SpaceEntry>> {
 }
 
 /// The block-group type of SPACE_INFO flags.
-pub fn bg_type_of(flags: BlockGroupFlags) -> BgType {
+pub(crate) fn bg_type_of(flags: BlockGroupFlags) -> BgType {
     if flags.contains(BlockGroupFlags::GLOBAL_RSV) {
         return BgType::GlobalReserve;
     }
@@ -174,7 +177,7 @@ pub fn bg_type_of(flags: BlockGroupFlags) -> BgType {
 }
 
 /// Filesystem facts from the FS_INFO ioctl. Needs no privileges.
-pub fn fs_info(path: &Path) -> Result<btrfs_uapi::filesystem::FilesystemInfo> {
+pub(crate) fn fs_info(path: &Path) -> Result<btrfs_uapi::filesystem::FilesystemInfo> {
     let f = open_any(path)?;
     btrfs_uapi::filesystem::filesystem_info(f.as_fd()).map_err(|e| not_btrfs(e, path))
 }
@@ -189,7 +192,7 @@ pub fn devices(path: &Path) -> Result<Vec<btrfs_uapi::device::DeviceInfo>> {
 }
 
 /// The error counters of device `devid` (GET_DEV_STATS, read-only).
-pub fn device_stats(path: &Path, devid: u64) -> Result<btrfs_uapi::device::DeviceStats> {
+pub(crate) fn device_stats(path: &Path, devid: u64) -> Result<btrfs_uapi::device::DeviceStats> {
     let f = open_any(path)?;
     btrfs_uapi::device::device_stats(f.as_fd(), devid, false)
         .map_err(|e| Error::from_errno(e, "cannot read device stats of", path))
@@ -198,7 +201,7 @@ pub fn device_stats(path: &Path, devid: u64) -> Result<btrfs_uapi::device::Devic
 /// Logical bytes of chunks with one kind of flags that have a stripe on one
 /// device, as btrfs-progs accumulates them (`load_chunk_info`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkInfo {
+pub(crate) struct ChunkInfo {
     /// Chunk type and profile flags.
     pub flags: BlockGroupFlags,
     /// Device.
@@ -262,7 +265,7 @@ pub fn chunk_records(path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
 /// Reads the chunk tree (TREE_SEARCH: root only), summed per type, device
 /// and stripe count. `Ok(None)` when not permitted, so callers can show
 /// what they can without it.
-pub fn chunk_infos(path: &Path) -> Result<Option<Vec<ChunkInfo>>> {
+pub(crate) fn chunk_infos(path: &Path) -> Result<Option<Vec<ChunkInfo>>> {
     let Some(records) = chunk_records(path)? else {
         return Ok(None);
     };
@@ -303,12 +306,12 @@ pub(crate) fn convert_target_bits(p: Profile) -> u64 {
 }
 
 /// The profile of convert target bits.
-pub fn profile_of_target(bits: u64) -> Profile {
+pub(crate) fn profile_of_target(bits: u64) -> Profile {
     profile_of(BlockGroupFlags::from_bits_truncate(bits))
 }
 
 /// The convert targets of a request (system follows metadata).
-pub fn convert_targets(
+pub(crate) fn convert_targets(
     data: Option<Profile>,
     metadata: Option<Profile>,
 ) -> crate::sys::kernel::ioctl::ConvertTargets {
@@ -317,12 +320,6 @@ pub fn convert_targets(
         metadata: metadata.map(convert_target_bits),
         system: metadata.map(convert_target_bits),
     }
-}
-
-/// Pauses (blocks until paused) or cancels the running balance.
-pub fn balance_control(path: &Path, pause: bool) -> std::result::Result<(), Errno> {
-    let f = open_any(path).map_err(|_| Errno::EBADF)?;
-    crate::sys::kernel::ioctl::balance_ctl(f.as_fd(), pause)
 }
 
 /// The running or paused balance, if any (root only).
@@ -374,7 +371,7 @@ impl FsHandle {
 
     /// `/proc/PID/fd/N`: a path that leads to exactly the directory held
     /// open, for a program run on it (`btrfs device add ... PATH`).
-    pub fn proc_path(&self) -> std::path::PathBuf {
+    pub(crate) fn proc_path(&self) -> std::path::PathBuf {
         use std::os::fd::AsRawFd;
         std::path::PathBuf::from(format!(
             "/proc/{}/fd/{}",
@@ -446,7 +443,7 @@ impl FsHandle {
     }
 
     /// SPACE_INFO.
-    pub fn space_entries(&self) -> Result<Vec<SpaceEntry>> {
+    pub(crate) fn space_entries(&self) -> Result<Vec<SpaceEntry>> {
         let fd = self
             .fd()
             .map_err(|e| self.err(e, "cannot query btrfs at"))?;
@@ -473,7 +470,7 @@ impl FsHandle {
     }
 
     /// The error counters of device `devid` (GET_DEV_STATS, read-only).
-    pub fn device_stats(&self, devid: u64) -> Result<btrfs_uapi::device::DeviceStats> {
+    pub(crate) fn device_stats(&self, devid: u64) -> Result<btrfs_uapi::device::DeviceStats> {
         let fd = self
             .fd()
             .map_err(|e| self.err(e, "cannot read device stats of"))?;
@@ -504,7 +501,7 @@ impl FsHandle {
     }
 
     /// Pauses (blocks until paused) or cancels the balance. ENOTCONN: none runs.
-    pub fn balance_control(&self, pause: bool) -> std::result::Result<(), Errno> {
+    pub(crate) fn balance_control(&self, pause: bool) -> std::result::Result<(), Errno> {
         crate::sys::kernel::ioctl::balance_ctl(self.fd()?, pause)
     }
 }
@@ -512,7 +509,7 @@ impl FsHandle {
 /// The last kernel log lines (from /dev/kmsg, root only) that mention btrfs
 /// and one of `devices` (kernel names such as `loop3`, `nvme0n1`): what the
 /// kernel said about a failed balance. At most `max` lines, oldest first.
-pub fn kernel_log_about(devices: &[String], max: usize) -> Vec<String> {
+pub(crate) fn kernel_log_about(devices: &[String], max: usize) -> Vec<String> {
     use std::io::Read;
     let Ok(mut f) = OpenOptions::new()
         .read(true)
@@ -553,7 +550,7 @@ pub fn kernel_log_about(devices: &[String], max: usize) -> Vec<String> {
 }
 
 /// SPACE_INFO entries as `fi df` records.
-pub fn space_records(spaces: &[SpaceEntry]) -> Vec<crate::model::space::SpaceRecord> {
+pub(crate) fn space_records(spaces: &[SpaceEntry]) -> Vec<crate::model::space::SpaceRecord> {
     spaces
         .iter()
         .map(|s| {

@@ -8,7 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// A heap buffer whose start is aligned for O_DIRECT. Built from an
 /// over-sized `Vec`, so no unsafe allocation is needed.
-pub struct AlignedBuffer {
+pub(crate) struct AlignedBuffer {
     storage: Vec<u8>,
     offset: usize,
     len: usize,
@@ -30,7 +30,7 @@ impl AlignedBuffer {
     /// Fills the buffer with pseudo-random bytes (xorshift64*) so neither
     /// compression nor zero detection can shrink the write; touching every
     /// byte also faults every page in before any timing starts.
-    pub fn fill_random(&mut self, seed: u64) {
+    pub(crate) fn fill_random(&mut self, seed: u64) {
         let mut x = seed | 1;
         for chunk in self.as_mut_slice().chunks_mut(8) {
             x ^= x >> 12;
@@ -47,7 +47,7 @@ impl AlignedBuffer {
     }
 
     /// The aligned bytes, mutable.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.storage[self.offset..self.offset + self.len]
     }
 }
@@ -56,7 +56,7 @@ impl AlignedBuffer {
 /// writing, as [`create_direct`] does, relative to the descriptor: a
 /// directory swapped for a link after it was opened cannot redirect it.
 /// `shown` names the file in messages.
-pub fn create_direct_at(dir: &File, name: &str, shown: &Path) -> Result<File> {
+pub(crate) fn create_direct_at(dir: &File, name: &str, shown: &Path) -> Result<File> {
     use rustix::fs::{Mode, OFlags};
     rustix::fs::openat(
         dir,

@@ -9,17 +9,17 @@ use crate::error::Error;
 
 /// A system call's errno as the crate's error: `doing` reads like "cannot
 /// stat", `path` is what it was done to (see [`Error::from_errno`]).
-pub fn to_error(e: rustix::io::Errno, doing: &str, path: &Path) -> Error {
+pub(crate) fn to_error(e: rustix::io::Errno, doing: &str, path: &Path) -> Error {
     Error::from_errno(to_nix(e), doing, path)
 }
 
 /// rustix's errno as nix's, for the functions whose error type is nix's.
-pub fn to_nix(e: rustix::io::Errno) -> nix::errno::Errno {
+pub(crate) fn to_nix(e: rustix::io::Errno) -> nix::errno::Errno {
     nix::errno::Errno::from_raw(e.raw_os_error())
 }
 
 /// The errno of an I/O error, `EIO` when it carries none.
-pub fn of_io(e: &std::io::Error) -> nix::errno::Errno {
+pub(crate) fn of_io(e: &std::io::Error) -> nix::errno::Errno {
     nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
 

@@ -68,17 +68,17 @@ pub struct Layout {
     /// Number of extents.
     pub extents: u64,
     /// Bytes covered by extents (up to the file size).
-    pub mapped_bytes: u64,
+    pub(crate) mapped_bytes: u64,
     /// Bytes in compressed (encoded) extents.
     pub encoded_bytes: u64,
     /// Bytes in preallocated, never-written extents (read as zeros).
     pub unwritten_bytes: u64,
     /// Bytes stored inline in metadata.
-    pub inline_bytes: u64,
+    pub(crate) inline_bytes: u64,
     /// Bytes in holes (read as zeros, no extent at all).
     pub hole_bytes: u64,
     /// Bytes in extents not yet allocated (dirty, not written back).
-    pub delalloc_bytes: u64,
+    pub(crate) delalloc_bytes: u64,
 }
 
 /// Maps the first `size` bytes of `file`. ENOTTY/EOPNOTSUPP mean the

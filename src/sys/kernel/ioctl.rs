@@ -15,9 +15,9 @@ use nix::errno::Errno;
 // <linux/loop.h>
 
 /// `LOOP_SET_FD`-era flag: the loop device bypasses the backing file's page cache.
-pub const LO_FLAGS_DIRECT_IO: u32 = 16;
+pub(crate) const LO_FLAGS_DIRECT_IO: u32 = 16;
 /// Flag: detach automatically on last close. btrfs-lab does not set it.
-pub const LO_FLAGS_AUTOCLEAR: u32 = 4;
+pub(crate) const LO_FLAGS_AUTOCLEAR: u32 = 4;
 
 const LO_NAME_SIZE: usize = 64;
 const LO_KEY_SIZE: usize = 32;
@@ -25,20 +25,20 @@ const LO_KEY_SIZE: usize = 32;
 /// `struct loop_info64` from <linux/loop.h>.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct LoopInfo64 {
-    pub lo_device: u64,
-    pub lo_inode: u64,
-    pub lo_rdevice: u64,
-    pub lo_offset: u64,
-    pub lo_sizelimit: u64,
-    pub lo_number: u32,
-    pub lo_encrypt_type: u32,
-    pub lo_encrypt_key_size: u32,
-    pub lo_flags: u32,
-    pub lo_file_name: [u8; LO_NAME_SIZE],
-    pub lo_crypt_name: [u8; LO_NAME_SIZE],
-    pub lo_encrypt_key: [u8; LO_KEY_SIZE],
-    pub lo_init: [u64; 2],
+pub(crate) struct LoopInfo64 {
+    pub(crate) lo_device: u64,
+    pub(crate) lo_inode: u64,
+    pub(crate) lo_rdevice: u64,
+    pub(crate) lo_offset: u64,
+    pub(crate) lo_sizelimit: u64,
+    pub(crate) lo_number: u32,
+    pub(crate) lo_encrypt_type: u32,
+    pub(crate) lo_encrypt_key_size: u32,
+    pub(crate) lo_flags: u32,
+    pub(crate) lo_file_name: [u8; LO_NAME_SIZE],
+    pub(crate) lo_crypt_name: [u8; LO_NAME_SIZE],
+    pub(crate) lo_encrypt_key: [u8; LO_KEY_SIZE],
+    pub(crate) lo_init: [u64; 2],
 }
 
 impl Default for LoopInfo64 {
@@ -68,7 +68,7 @@ pub(crate) struct LoopConfig {
     pub fd: u32,
     pub block_size: u32,
     pub info: LoopInfo64,
-    pub reserved: [u64; 8],
+    pub(crate) reserved: [u64; 8],
 }
 
 const LOOP_CLR_FD: u64 = 0x4C01;
@@ -77,25 +77,31 @@ const LOOP_GET_STATUS64: u64 = 0x4C05;
 const LOOP_CONFIGURE: u64 = 0x4C0A;
 const LOOP_CTL_GET_FREE: u64 = 0x4C82;
 
-nix::ioctl_write_ptr_bad!(loop_configure_raw, LOOP_CONFIGURE, LoopConfig);
-nix::ioctl_read_bad!(loop_get_status64_raw, LOOP_GET_STATUS64, LoopInfo64);
-nix::ioctl_write_ptr_bad!(loop_set_status64_raw, LOOP_SET_STATUS64, LoopInfo64);
-// BLKGETDISKSEQ = _IOR(0x12, 128, __u64) (Linux 5.15): a number the kernel
-// bumps each time a loop device is (re)attached.
-nix::ioctl_read!(blk_get_diskseq_raw, 0x12, 128, u64);
-nix::ioctl_none_bad!(loop_clr_fd_raw, LOOP_CLR_FD);
-nix::ioctl_none_bad!(loop_ctl_get_free_raw, LOOP_CTL_GET_FREE);
+/// The raw ioctls nix's macros generate (`pub unsafe fn`s): kept in a
+/// private module so only this file's safe wrappers reach them.
+mod raw {
+    use super::*;
+    nix::ioctl_write_ptr_bad!(loop_configure_raw, LOOP_CONFIGURE, LoopConfig);
+    nix::ioctl_read_bad!(loop_get_status64_raw, LOOP_GET_STATUS64, LoopInfo64);
+    nix::ioctl_write_ptr_bad!(loop_set_status64_raw, LOOP_SET_STATUS64, LoopInfo64);
+    // BLKGETDISKSEQ = _IOR(0x12, 128, __u64) (Linux 5.15): a number the kernel
+    // bumps each time a loop device is (re)attached.
+    nix::ioctl_read!(blk_get_diskseq_raw, 0x12, 128, u64);
+    nix::ioctl_none_bad!(loop_clr_fd_raw, LOOP_CLR_FD);
+    nix::ioctl_none_bad!(loop_ctl_get_free_raw, LOOP_CTL_GET_FREE);
+}
+use raw::*;
 
 /// Asks `/dev/loop-control` for the index of a free loop device (creating
 /// one if needed).
-pub fn loop_ctl_get_free(control: BorrowedFd<'_>) -> Result<u32, Errno> {
+pub(crate) fn loop_ctl_get_free(control: BorrowedFd<'_>) -> Result<u32, Errno> {
     // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns an index.
     let n = unsafe { loop_ctl_get_free_raw(control.as_raw_fd()) }?;
     u32::try_from(n).map_err(|_| Errno::EINVAL)
 }
 
 /// Binds `backing` to the loop device `dev` in one step (LOOP_CONFIGURE).
-pub fn loop_configure(
+pub(crate) fn loop_configure(
     dev: BorrowedFd<'_>,
     backing: BorrowedFd<'_>,
     flags: u32,
@@ -115,7 +121,7 @@ pub fn loop_configure(
 
 /// Reads a loop device's status: backing file identity and flags.
 /// ENXIO means the device is not bound.
-pub fn loop_get_status64(dev: BorrowedFd<'_>) -> Result<LoopInfo64, Errno> {
+pub(crate) fn loop_get_status64(dev: BorrowedFd<'_>) -> Result<LoopInfo64, Errno> {
     let mut info = LoopInfo64::default();
     // SAFETY: the kernel fills `info`, which is a valid loop_info64.
     unsafe { loop_get_status64_raw(dev.as_raw_fd(), &mut info) }?;
@@ -124,7 +130,7 @@ pub fn loop_get_status64(dev: BorrowedFd<'_>) -> Result<LoopInfo64, Errno> {
 
 /// Writes a loop device's status (only the settable flags, such as
 /// `LO_FLAGS_AUTOCLEAR`, change for a bound device).
-pub fn loop_set_status64(dev: BorrowedFd<'_>, info: &LoopInfo64) -> Result<(), Errno> {
+pub(crate) fn loop_set_status64(dev: BorrowedFd<'_>, info: &LoopInfo64) -> Result<(), Errno> {
     // SAFETY: `info` is a valid loop_info64 that lives for the call.
     unsafe { loop_set_status64_raw(dev.as_raw_fd(), info) }?;
     Ok(())
@@ -132,7 +138,7 @@ pub fn loop_set_status64(dev: BorrowedFd<'_>, info: &LoopInfo64) -> Result<(), E
 
 /// The disk sequence number of a block device (Linux 5.15): it changes each
 /// time a loop device is attached, so it tells one binding from the next.
-pub fn blk_get_diskseq(dev: BorrowedFd<'_>) -> Result<u64, Errno> {
+pub(crate) fn blk_get_diskseq(dev: BorrowedFd<'_>) -> Result<u64, Errno> {
     let mut seq: u64 = 0;
     // SAFETY: the kernel writes one u64 through the pointer.
     unsafe { blk_get_diskseq_raw(dev.as_raw_fd(), &raw mut seq) }?;
@@ -140,7 +146,7 @@ pub fn blk_get_diskseq(dev: BorrowedFd<'_>) -> Result<u64, Errno> {
 }
 
 /// Unbinds the loop device's backing file.
-pub fn loop_clr_fd(dev: BorrowedFd<'_>) -> Result<(), Errno> {
+pub(crate) fn loop_clr_fd(dev: BorrowedFd<'_>) -> Result<(), Errno> {
     // SAFETY: LOOP_CLR_FD takes no argument.
     unsafe { loop_clr_fd_raw(dev.as_raw_fd()) }?;
     Ok(())
@@ -159,25 +165,25 @@ pub const FS_NOCOW_FL: IFlags = IFlags::NOCOW;
 /// `FS_COMPR_FL` ('c' in lsattr): compress data.
 pub const FS_COMPR_FL: IFlags = IFlags::COMPRESSED;
 /// `FS_SYNC_FL` ('S'): synchronous updates.
-pub const FS_SYNC_FL: IFlags = IFlags::SYNC;
+pub(crate) const FS_SYNC_FL: IFlags = IFlags::SYNC;
 /// `FS_IMMUTABLE_FL` ('i'): the file cannot be changed, renamed or replaced.
-pub const FS_IMMUTABLE_FL: IFlags = IFlags::IMMUTABLE;
+pub(crate) const FS_IMMUTABLE_FL: IFlags = IFlags::IMMUTABLE;
 /// `FS_APPEND_FL` ('a'): append only; cannot be replaced.
-pub const FS_APPEND_FL: IFlags = IFlags::APPEND;
+pub(crate) const FS_APPEND_FL: IFlags = IFlags::APPEND;
 /// `FS_NODUMP_FL` ('d'): skipped by dump.
-pub const FS_NODUMP_FL: IFlags = IFlags::NODUMP;
+pub(crate) const FS_NODUMP_FL: IFlags = IFlags::NODUMP;
 /// `FS_NOATIME_FL` ('A'): no atime updates.
-pub const FS_NOATIME_FL: IFlags = IFlags::NOATIME;
+pub(crate) const FS_NOATIME_FL: IFlags = IFlags::NOATIME;
 /// `FS_NOCOMP_FL` ('m'): never compress (rustix has no name for it).
-pub const FS_NOCOMP_FL: IFlags = IFlags::from_bits_retain(0x0000_0400);
+pub(crate) const FS_NOCOMP_FL: IFlags = IFlags::from_bits_retain(0x0000_0400);
 
 /// Reads the inode flags of an open file or directory.
-pub fn get_inode_flags(fd: BorrowedFd<'_>) -> Result<IFlags, Errno> {
+pub(crate) fn get_inode_flags(fd: BorrowedFd<'_>) -> Result<IFlags, Errno> {
     rustix::fs::ioctl_getflags(fd).map_err(super::errno::to_nix)
 }
 
 /// Sets the inode flags of an open file or directory.
-pub fn set_inode_flags(fd: BorrowedFd<'_>, flags: IFlags) -> Result<(), Errno> {
+pub(crate) fn set_inode_flags(fd: BorrowedFd<'_>, flags: IFlags) -> Result<(), Errno> {
     rustix::fs::ioctl_setflags(fd, flags).map_err(super::errno::to_nix)
 }
 
@@ -206,13 +212,13 @@ pub struct BalanceStatus {
     /// Convert target of data (block-group profile bits), if converting.
     pub data_target: Option<u64>,
     /// Convert target of metadata.
-    pub meta_target: Option<u64>,
+    pub(crate) meta_target: Option<u64>,
     /// Convert target of system.
-    pub sys_target: Option<u64>,
+    pub(crate) sys_target: Option<u64>,
     /// Chunks expected to be relocated.
     pub expected: u64,
     /// Chunks considered.
-    pub considered: u64,
+    pub(crate) considered: u64,
     /// Chunks relocated.
     pub completed: u64,
 }
@@ -278,7 +284,7 @@ pub struct ConvertTargets {
 /// resume of the paused one. Blocks until the balance ends; `Err(ECANCELED)`
 /// when it was paused or cancelled. Unlike `btrfs_uapi::balance::balance`
 /// this keeps the kernel's positive return codes, which are failures.
-pub fn balance_v2(
+pub(crate) fn balance_v2(
     fd: BorrowedFd<'_>,
     targets: ConvertTargets,
     force: bool,
@@ -325,7 +331,7 @@ pub fn balance_v2(
 
 /// BTRFS_IOC_BALANCE_CTL: pause (blocks until the balance stopped after its
 /// current chunk) or cancel. ENOTCONN: no balance runs.
-pub fn balance_ctl(fd: BorrowedFd<'_>, pause: bool) -> Result<(), Errno> {
+pub(crate) fn balance_ctl(fd: BorrowedFd<'_>, pause: bool) -> Result<(), Errno> {
     use btrfs_uapi::raw::btrfs_ioc_balance_ctl;
     // BTRFS_BALANCE_CTL_PAUSE 1, BTRFS_BALANCE_CTL_CANCEL 2.
     let cmd: u64 = if pause { 1 } else { 2 };

@@ -26,7 +26,7 @@ use nix::errno::Errno;
 
 /// What a lease guards against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseKind {
+pub(crate) enum LeaseKind {
     /// Broken by another open for writing. Needs a descriptor opened
     /// read-only, and nobody else writing.
     Read,
@@ -46,7 +46,7 @@ impl LeaseKind {
 /// A lease on an open file, released when dropped (or when the file is
 /// closed, whichever comes first).
 #[derive(Debug)]
-pub struct Lease<'a> {
+pub(crate) struct Lease<'a> {
     file: &'a File,
     kind: LeaseKind,
 }

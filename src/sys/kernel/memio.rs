@@ -29,7 +29,7 @@ fn round_up(n: usize, to: usize) -> usize {
 }
 
 /// The system page size.
-pub fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     crate::sys::proc::counters::page_size() as usize
 }
 
@@ -37,7 +37,7 @@ pub fn page_size() -> usize {
 
 /// Anonymous memory aligned to 2 MiB with transparent huge pages requested,
 /// and faulted in before use, so a timed read never pays for page faults.
-pub struct MappedBuffer {
+pub(crate) struct MappedBuffer {
     ptr: NonNull<u8>,
     len: usize,
     mapped: usize,
@@ -122,18 +122,13 @@ impl MappedBuffer {
         self.len
     }
 
-    /// True when the usable length is zero.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Start address (to find the mapping in /proc/self/smaps).
     pub fn address(&self) -> usize {
         self.ptr.as_ptr() as usize
     }
 
     /// The bytes, exclusively.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: [ptr, ptr + len) is inside our live read-write mapping and
         // `&mut self` makes this the only reference to it.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
@@ -156,7 +151,7 @@ impl Drop for MappedBuffer {
 /// lands in slot `i % slots`. Reader threads take slots through
 /// [`RingBuffer::claim`], which hands chunk `i` its slot only after chunk
 /// `i - slots` released it, so every slice handed out is exclusive.
-pub struct RingBuffer {
+pub(crate) struct RingBuffer {
     buf: MappedBuffer,
     slot_len: usize,
     /// Per slot: the chunk whose turn it is, or `BUSY` while held.
@@ -190,7 +185,7 @@ impl RingBuffer {
     }
 
     /// Bytes per slot.
-    pub fn slot_len(&self) -> usize {
+    pub(crate) fn slot_len(&self) -> usize {
         self.slot_len
     }
 
@@ -202,11 +197,6 @@ impl RingBuffer {
     /// Total bytes.
     pub fn len(&self) -> usize {
         self.buf.len()
-    }
-
-    /// True when the ring holds no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
     }
 
     /// Start address of the buffer.
@@ -221,14 +211,14 @@ impl RingBuffer {
     }
 
     /// True after [`RingBuffer::abort`].
-    pub fn is_aborted(&self) -> bool {
+    pub(crate) fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::SeqCst)
     }
 
     /// The slot of `chunk`, exclusively, once the chunk before it in that
     /// slot is done. `None` after an abort, or if `chunk` was already
     /// claimed (each chunk is claimed once per pass).
-    pub fn claim(&self, chunk: u64) -> Option<SlotGuard<'_>> {
+    pub(crate) fn claim(&self, chunk: u64) -> Option<SlotGuard<'_>> {
         let slot = (chunk % self.turns.len() as u64) as usize;
         let turn = &self.turns[slot];
         let mut spins = 0u32;
@@ -264,7 +254,7 @@ impl RingBuffer {
 }
 
 /// Exclusive access to one slot of a [`RingBuffer`]; released on drop.
-pub struct SlotGuard<'a> {
+pub(crate) struct SlotGuard<'a> {
     ring: &'a RingBuffer,
     slot: usize,
     chunk: u64,
@@ -346,7 +336,7 @@ impl FileMap {
 
     /// Tells the kernel the mapping will be read front to back (more
     /// readahead, pages dropped behind).
-    pub fn advise_sequential(&self) {
+    pub(crate) fn advise_sequential(&self) {
         // SAFETY: advice on our own mapping; contents are unchanged.
         unsafe {
             let _ = mm::madvise(self.ptr.as_ptr().cast(), self.len, Advice::Sequential);
@@ -427,7 +417,7 @@ impl FileMap {
     /// Copies `dst.len()` bytes from `offset` out of the mapping (fewer at
     /// its end), through the kernel like [`FileMap::touch_pages`]: `EFAULT`
     /// when the file no longer reaches that far.
-    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) -> io::Result<()> {
+    pub(crate) fn copy_out(&self, offset: usize, dst: &mut [u8]) -> io::Result<()> {
         let n = dst.len().min(self.len.saturating_sub(offset));
         if n == 0 {
             return Ok(());
@@ -472,7 +462,7 @@ impl Drop for FileMap {
 
 /// Bytes of the first `size` bytes of `file` that are in the page cache
 /// (`mincore` over a temporary mapping, 1 GiB at a time).
-pub fn resident_bytes(file: &File, size: u64) -> io::Result<u64> {
+pub(crate) fn resident_bytes(file: &File, size: u64) -> io::Result<u64> {
     const WINDOW: u64 = 1 << 30;
     let page = page_size() as u64;
     let mut resident_pages = 0u64;
@@ -502,7 +492,7 @@ pub fn resident_bytes(file: &File, size: u64) -> io::Result<u64> {
 /// O_DIRECT alignment a file asks for (`statx` STATX_DIOALIGN, and
 /// STATX_DIO_READ_ALIGN where the kernel has it, 6.14+).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DioAlign {
+pub(crate) struct DioAlign {
     /// Alignment of the memory buffer.
     pub memory: u32,
     /// Alignment of file offsets and lengths for reads.
@@ -511,7 +501,7 @@ pub struct DioAlign {
 
 /// The DIO alignment of `file`, or `None` if the filesystem does not say
 /// (btrfs, tmpfs) or says O_DIRECT is unsupported (both values 0).
-pub fn dio_alignment(file: &File) -> Option<DioAlign> {
+pub(crate) fn dio_alignment(file: &File) -> Option<DioAlign> {
     // rustix names STATX_DIOALIGN, not STATX_DIO_READ_ALIGN (libc's constant).
     let read_align = StatxFlags::from_bits_retain(libc::STATX_DIO_READ_ALIGN);
     let stx = rustix::fs::statx(
@@ -544,7 +534,7 @@ pub fn dio_alignment(file: &File) -> Option<DioAlign> {
 
 /// `preadv2(RWF_DONTCACHE)` (Linux 6.14+): a buffered read whose pages are
 /// dropped once read. EOPNOTSUPP where the kernel or filesystem lacks it.
-pub fn pread_dontcache(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+pub(crate) fn pread_dontcache(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     // rustix does not name RWF_DONTCACHE (libc's constant).
     let flags = ReadWriteFlags::from_bits_retain(libc::RWF_DONTCACHE as u32);
     Ok(rustix::io::preadv2(
@@ -559,7 +549,7 @@ pub fn pread_dontcache(file: &File, buf: &mut [u8], offset: u64) -> io::Result<u
 
 /// CPU time (user + system) used so far by this process, all threads
 /// included (`getrusage(RUSAGE_SELF)`), in seconds.
-pub fn process_cpu_seconds() -> f64 {
+pub(crate) fn process_cpu_seconds() -> f64 {
     use nix::sys::resource::{UsageWho, getrusage};
     let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
         return 0.0;

@@ -22,23 +22,23 @@ use crate::parse::nvme_smart::{SMART_LOG_ID, SMART_LOG_LEN};
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct NvmePassthruCmd {
-    pub opcode: u8,
+    pub(crate) opcode: u8,
     pub flags: u8,
-    pub rsvd1: u16,
-    pub nsid: u32,
-    pub cdw2: u32,
-    pub cdw3: u32,
+    pub(crate) rsvd1: u16,
+    pub(crate) nsid: u32,
+    pub(crate) cdw2: u32,
+    pub(crate) cdw3: u32,
     pub metadata: u64,
-    pub addr: u64,
-    pub metadata_len: u32,
-    pub data_len: u32,
-    pub cdw10: u32,
-    pub cdw11: u32,
-    pub cdw12: u32,
-    pub cdw13: u32,
-    pub cdw14: u32,
-    pub cdw15: u32,
-    pub timeout_ms: u32,
+    pub(crate) addr: u64,
+    pub(crate) metadata_len: u32,
+    pub(crate) data_len: u32,
+    pub(crate) cdw10: u32,
+    pub(crate) cdw11: u32,
+    pub(crate) cdw12: u32,
+    pub(crate) cdw13: u32,
+    pub(crate) cdw14: u32,
+    pub(crate) cdw15: u32,
+    pub(crate) timeout_ms: u32,
     pub result: u32,
 }
 
@@ -121,7 +121,7 @@ pub(crate) fn open_controller(dev: &Path) -> Result<File> {
 
 /// Reads the SMART / Health log page of the controller at `dev`
 /// (`/dev/nvme0`).
-pub fn read_smart_log(dev: &Path) -> Result<[u8; SMART_LOG_LEN]> {
+pub(crate) fn read_smart_log(dev: &Path) -> Result<[u8; SMART_LOG_LEN]> {
     let f = open_controller(dev)?;
     let mut page = [0u8; SMART_LOG_LEN];
     use std::os::fd::AsFd;

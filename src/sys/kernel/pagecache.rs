@@ -24,7 +24,7 @@ pub fn evict(file: &File, path: &Path) -> Result<()> {
 }
 
 /// Bytes of the file's first `size` bytes in the page cache (mincore).
-pub fn resident_bytes(file: &File, size: u64, path: &Path) -> Result<u64> {
+pub(crate) fn resident_bytes(file: &File, size: u64, path: &Path) -> Result<u64> {
     memio::resident_bytes(file, size)
         .map_err(|e| Error::from_io(&e, "cannot check the cached pages of", path))
 }
@@ -55,7 +55,7 @@ pub fn load(file: &File, size: u64, path: &Path) -> Result<()> {
 
 /// Writes back everything and drops the whole page cache, dentries and
 /// inodes (`/proc/sys/vm/drop_caches`). Root only.
-pub fn drop_all_caches() -> Result<()> {
+pub(crate) fn drop_all_caches() -> Result<()> {
     rustix::fs::sync();
     let p = Path::new("/proc/sys/vm/drop_caches");
     OpenOptions::new()

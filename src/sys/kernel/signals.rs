@@ -114,7 +114,7 @@ fn handler_error(e: &dyn std::fmt::Display) -> Error {
 /// module documentation). Call it first thing, before anything is read or
 /// planned. Safe to call more than once: the handler is registered once
 /// (registered twice, one signal would count twice), the last mode applies.
-pub fn install_mode(mode: Mode) -> Result<()> {
+pub(crate) fn install_mode(mode: Mode) -> Result<()> {
     if PIPE.get().is_none() {
         let (reader, writer) = UnixStream::pair().map_err(|e| handler_error(&e))?;
         writer

@@ -10,11 +10,11 @@ use xattr::FileExt;
 use crate::error::{Error, Result};
 
 /// Name and value of each extended attribute, sorted by name.
-pub type Xattrs = Vec<(OsString, Vec<u8>)>;
+pub(crate) type Xattrs = Vec<(OsString, Vec<u8>)>;
 
 /// Every extended attribute this process can see on `file`. Without
 /// CAP_SYS_ADMIN the kernel hides `trusted.*`.
-pub fn read_all(file: &File, path: &Path) -> Result<Xattrs> {
+pub(crate) fn read_all(file: &File, path: &Path) -> Result<Xattrs> {
     let names = file
         .list_xattr()
         .map_err(|e| Error::from_io(&e, "cannot list extended attributes of", path))?;

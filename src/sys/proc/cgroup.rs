@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Where the v1 blkio hierarchy is mounted on this kind of machine.
-pub const BLKIO_ROOT: &str = "/sys/fs/cgroup/blkio";
+pub(crate) const BLKIO_ROOT: &str = "/sys/fs/cgroup/blkio";
 
 /// Is a cgroup v1 blkio hierarchy with throttling there?
 pub fn blkio_available() -> bool {

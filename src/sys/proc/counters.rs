@@ -37,7 +37,7 @@ pub enum CounterChoice {
 
 /// An open dirtied-bytes counter.
 #[derive(Debug)]
-pub struct DirtyCounter {
+pub(crate) struct DirtyCounter {
     kind: CounterKind,
     label: String,
     file: File,
@@ -116,7 +116,7 @@ pub(crate) fn open_bdi(debugfs: &Path, bdi: &str) -> Result<DirtyCounter> {
 }
 
 /// The system page size.
-pub fn page_size() -> u64 {
+pub(crate) fn page_size() -> u64 {
     rustix::param::page_size() as u64
 }
 
@@ -134,7 +134,7 @@ static PRIVATE_NS: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
 /// what it mounts (debugfs, tracefs) vanishes when it exits. Needs root;
 /// must be called before the process starts threads (the kernel refuses
 /// otherwise).
-pub fn enter_private_mount_namespace() -> Result<()> {
+pub(crate) fn enter_private_mount_namespace() -> Result<()> {
     let mut done = PRIVATE_NS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -201,7 +201,7 @@ fn with_private_debugfs<T>(f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
 
 /// Opens the best counter allowed by `choice` for the backing device `bdi`.
 /// Returns the counter and, when it is not the per-device one, why.
-pub fn open_counter(
+pub(crate) fn open_counter(
     root: &SysRoot,
     choice: CounterChoice,
     bdi: Option<&str>,
@@ -246,7 +246,7 @@ pub fn open_counter(
 
 /// The name of the backing device (bdi) that a filesystem on the block
 /// device `major:minor` writes through: the whole disk's, for a partition.
-pub fn block_bdi_name(root: &SysRoot, major: u32, minor: u32) -> Option<String> {
+pub(crate) fn block_bdi_name(root: &SysRoot, major: u32, minor: u32) -> Option<String> {
     let dev = root.sys(&format!("dev/block/{major}:{minor}"));
     if let Ok(mut real) = fs::canonicalize(&dev) {
         if real.join("partition").exists() {
@@ -262,7 +262,7 @@ pub fn block_bdi_name(root: &SysRoot, major: u32, minor: u32) -> Option<String> 
 }
 
 /// The bdi of a mounted btrfs, from `/sys/fs/btrfs/<fsid>/bdi`.
-pub fn btrfs_bdi_name(root: &SysRoot, fsid: &str) -> Option<String> {
+pub(crate) fn btrfs_bdi_name(root: &SysRoot, fsid: &str) -> Option<String> {
     let link = fs::read_link(root.sys(&format!("fs/btrfs/{fsid}/bdi"))).ok()?;
     link.file_name().map(|n| n.to_string_lossy().into_owned())
 }

@@ -26,7 +26,7 @@ pub struct BlockDevice {
 }
 
 /// The current `/proc/diskstats`.
-pub fn read_stats(root: &SysRoot) -> Result<Vec<DiskStat>> {
+pub(crate) fn read_stats(root: &SysRoot) -> Result<Vec<DiskStat>> {
     let p = root.proc("diskstats");
     let text = root
         .read_table(&p)
@@ -35,7 +35,7 @@ pub fn read_stats(root: &SysRoot) -> Result<Vec<DiskStat>> {
 }
 
 /// The device `major:minor`, if diskstats counts it.
-pub fn by_number(stats: &[DiskStat], maj: u32, min: u32) -> Option<BlockDevice> {
+pub(crate) fn by_number(stats: &[DiskStat], maj: u32, min: u32) -> Option<BlockDevice> {
     stats
         .iter()
         .find(|s| s.major == maj && s.minor == min)
@@ -49,7 +49,7 @@ pub fn by_number(stats: &[DiskStat], maj: u32, min: u32) -> Option<BlockDevice> 
 
 /// The diskstats entry of a device node path (`/dev/loop3`,
 /// `/dev/mapper/x`): by its device number, else by its kernel name.
-pub fn by_path(stats: &[DiskStat], path: &Path) -> Option<BlockDevice> {
+pub(crate) fn by_path(stats: &[DiskStat], path: &Path) -> Option<BlockDevice> {
     let found = match stat(path) {
         Ok(st) if st.st_rdev != 0 => by_number(stats, major(st.st_rdev), minor(st.st_rdev)),
         _ => None,

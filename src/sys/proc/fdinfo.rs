@@ -16,13 +16,13 @@ pub(crate) const O_ACCMODE: u32 = libc::O_ACCMODE as u32;
 
 /// The fields of one `/proc/PID/fdinfo/N` that matter here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FdInfo {
+pub(crate) struct FdInfo {
     /// File position.
     pub pos: u64,
     /// Open flags (octal in the file).
     pub flags: u32,
     /// Mount id (matches `/proc/PID/mountinfo`).
-    pub mnt_id: Option<u64>,
+    pub(crate) mnt_id: Option<u64>,
 }
 
 impl FdInfo {
@@ -63,7 +63,7 @@ pub(crate) fn parse_fdinfo(text: &str) -> Option<FdInfo> {
 
 /// One regular file open in a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenFile {
+pub(crate) struct OpenFile {
     /// Descriptor number.
     pub fd: u32,
     /// Where the link in /proc/PID/fd points (may end in " (deleted)").
@@ -141,7 +141,7 @@ pub fn open_files(root: &SysRoot, pid: u32) -> Result<Vec<OpenFile>> {
 /// it is still the regular file `dev`/`ino` (descriptors can be closed and
 /// reused at any time). Non-blocking and without becoming a controlling
 /// terminal, in case the descriptor now names something else.
-pub fn reopen(root: &SysRoot, pid: u32, fd: u32, dev: u64, ino: u64) -> Result<File> {
+pub(crate) fn reopen(root: &SysRoot, pid: u32, fd: u32, dev: u64, ino: u64) -> Result<File> {
     let link = root.proc(&format!("{pid}/fd/{fd}"));
     let f = OpenOptions::new()
         .read(true)
@@ -162,7 +162,7 @@ pub fn reopen(root: &SysRoot, pid: u32, fd: u32, dev: u64, ino: u64) -> Result<F
 
 /// `wchar` (bytes passed to write calls) and `write_bytes` (bytes sent to
 /// storage) of `/proc/PID/io`.
-pub fn process_io(root: &SysRoot, pid: u32) -> Option<(u64, u64)> {
+pub(crate) fn process_io(root: &SysRoot, pid: u32) -> Option<(u64, u64)> {
     let text = root
         .read_text(&root.proc(&format!("{pid}/io")), 64 << 10)
         .ok()?;
@@ -175,14 +175,14 @@ pub fn process_io(root: &SysRoot, pid: u32) -> Option<(u64, u64)> {
 }
 
 /// The command name of `pid` (`comm`), or `?`.
-pub fn comm(root: &SysRoot, pid: u32) -> String {
+pub(crate) fn comm(root: &SysRoot, pid: u32) -> String {
     root.read_attr(&root.proc(&format!("{pid}/comm")))
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "?".to_owned())
 }
 
 /// `major:minor` of a device number.
-pub fn dev_name(dev: u64) -> String {
+pub(crate) fn dev_name(dev: u64) -> String {
     format!(
         "{}:{}",
         rustix::fs::major(dev as _),

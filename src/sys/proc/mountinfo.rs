@@ -15,7 +15,7 @@ use crate::sys::fs::root::SysRoot;
 /// process's (`/proc/PID/mountinfo`: what that process sees, in its own
 /// mount namespace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Of {
+pub(crate) enum Of {
     /// `/proc/self/mountinfo`.
     This,
     /// `/proc/PID/mountinfo`.
@@ -23,7 +23,7 @@ pub enum Of {
 }
 
 /// The path of the table `of` under `root`.
-pub fn table_path(root: &SysRoot, of: Of) -> PathBuf {
+pub(crate) fn table_path(root: &SysRoot, of: Of) -> PathBuf {
     match of {
         Of::This => root.proc("self/mountinfo"),
         Of::Pid(pid) => root.proc(&format!("{pid}/mountinfo")),
@@ -31,13 +31,13 @@ pub fn table_path(root: &SysRoot, of: Of) -> PathBuf {
 }
 
 /// The mount table of this process (`<prefix>/proc/self/mountinfo`).
-pub fn mount_table(root: &SysRoot) -> Result<Vec<MountEntry>> {
+pub(crate) fn mount_table(root: &SysRoot) -> Result<Vec<MountEntry>> {
     mount_table_of(root, Of::This)
 }
 
 /// The mount table `of` (see [`Of`]); an unreadable table is an error that
 /// names it.
-pub fn mount_table_of(root: &SysRoot, of: Of) -> Result<Vec<MountEntry>> {
+pub(crate) fn mount_table_of(root: &SysRoot, of: Of) -> Result<Vec<MountEntry>> {
     let p = table_path(root, of);
     let text = root
         .read_table(&p)
@@ -46,18 +46,21 @@ pub fn mount_table_of(root: &SysRoot, of: Of) -> Result<Vec<MountEntry>> {
 }
 
 /// The mount with mount ID `id` (statx `STATX_MNT_ID`, fdinfo `mnt_id`).
-pub fn by_id(table: &[MountEntry], id: u64) -> Option<&MountEntry> {
+pub(crate) fn by_id(table: &[MountEntry], id: u64) -> Option<&MountEntry> {
     table.iter().find(|m| u64::from(m.id) == id)
 }
 
 /// The mount on `mount_point` (the last one listed: the one on top when
 /// mounts are stacked).
-pub fn at_mount_point<'a>(table: &'a [MountEntry], mount_point: &Path) -> Option<&'a MountEntry> {
+pub(crate) fn at_mount_point<'a>(
+    table: &'a [MountEntry],
+    mount_point: &Path,
+) -> Option<&'a MountEntry> {
     table.iter().rev().find(|m| m.mount_point == mount_point)
 }
 
 /// Where the first mount of type `fs_type` (`debugfs`, `tracefs`) is.
-pub fn first_of_type(table: &[MountEntry], fs_type: &str) -> Option<PathBuf> {
+pub(crate) fn first_of_type(table: &[MountEntry], fs_type: &str) -> Option<PathBuf> {
     table
         .iter()
         .find(|m| m.fs_type == fs_type)
@@ -66,13 +69,13 @@ pub fn first_of_type(table: &[MountEntry], fs_type: &str) -> Option<PathBuf> {
 
 /// Where a filesystem of type `fs_type` is mounted in this process's view,
 /// if anywhere (an unreadable table counts as none).
-pub fn find_type(root: &SysRoot, fs_type: &str) -> Option<PathBuf> {
+pub(crate) fn find_type(root: &SysRoot, fs_type: &str) -> Option<PathBuf> {
     first_of_type(&mount_table(root).ok()?, fs_type)
 }
 
 /// The mount of this process's table that contains `path` (the deepest
 /// mount point above it), or an error naming the path.
-pub fn containing(root: &SysRoot, path: &Path) -> Result<MountEntry> {
+pub(crate) fn containing(root: &SysRoot, path: &Path) -> Result<MountEntry> {
     let table = mount_table(root)?;
     mount_containing(&table, path).cloned().ok_or_else(|| {
         Error::new(

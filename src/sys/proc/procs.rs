@@ -25,16 +25,16 @@ pub struct Opener {
 
 /// The result of one walk over the processes.
 #[derive(Debug, Clone, Default)]
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     /// Openers per file identity.
-    pub by_file: HashMap<FileIdentity, Vec<Opener>>,
+    pub(crate) by_file: HashMap<FileIdentity, Vec<Opener>>,
     /// Processes whose descriptors could not be read (not root).
-    pub unreadable: usize,
+    pub(crate) unreadable: usize,
 }
 
 impl OpenFiles {
     /// The processes that hold `id` open.
-    pub fn openers(&self, id: FileIdentity) -> &[Opener] {
+    pub(crate) fn openers(&self, id: FileIdentity) -> &[Opener] {
         self.by_file.get(&id).map_or(&[], Vec::as_slice)
     }
 }

@@ -32,7 +32,7 @@ use crate::sys::fs::root::SysRoot;
 /// Every instance we make is named `btrfs-lab-<pid>-<6 hex>`.
 pub(crate) const INSTANCE_PREFIX: &str = "btrfs-lab-";
 /// The event, relative to an instance's `events/`.
-pub const EVENT: &str = "writeback/writeback_dirty_folio";
+pub(crate) const EVENT: &str = "writeback/writeback_dirty_folio";
 /// Per-CPU ring buffer of our instance, KiB (one event is ~60 bytes).
 const BUFFER_KB: u32 = 4096;
 /// Longest filter we write (the kernel accepts a page).
@@ -55,7 +55,10 @@ pub(crate) fn mount_private_tracefs() -> Result<PathBuf> {
 
 /// A tracefs to use: the mounted one, else (root, host, allowed) a private
 /// mount. `Err` says why there is none, in words for the report.
-pub fn locate(root: &SysRoot, allow_private_mount: bool) -> std::result::Result<PathBuf, String> {
+pub(crate) fn locate(
+    root: &SysRoot,
+    allow_private_mount: bool,
+) -> std::result::Result<PathBuf, String> {
     if !rustix::process::geteuid().is_root() {
         return Err("the per-file tracepoint is in tracefs, which needs root".into());
     }
@@ -92,7 +95,7 @@ pub(crate) fn instance_pid(name: &str) -> Option<u32> {
 /// Removes the instances of ours whose pid is no longer running (a run
 /// killed with SIGKILL); returns their names. Other instances, and ours of
 /// live processes, are left alone.
-pub fn remove_stale(tracefs: &Path, alive: impl Fn(u32) -> bool) -> Vec<String> {
+pub(crate) fn remove_stale(tracefs: &Path, alive: impl Fn(u32) -> bool) -> Vec<String> {
     let Ok(entries) = fs::read_dir(tracefs.join("instances")) else {
         return Vec::new();
     };
@@ -140,7 +143,7 @@ pub(crate) fn filter_for(watch: &[(String, Vec<u64>)]) -> Result<String> {
 
 /// The backing device and inode of one trace_pipe line of the event
 /// (`...: writeback_dirty_folio: bdi btrfs-3: ino=258 index=17`).
-pub fn parse_line(line: &str) -> Option<(&str, u64)> {
+pub(crate) fn parse_line(line: &str) -> Option<(&str, u64)> {
     let rest = &line[line.find(" bdi ")? + 5..];
     let (bdi, rest) = rest.split_once(": ino=")?;
     let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
@@ -161,7 +164,7 @@ pub(crate) fn lost_in_stats(text: &str) -> u64 {
 
 /// A private trace instance counting dirtied folios per inode.
 #[derive(Debug)]
-pub struct FolioTrace {
+pub(crate) struct FolioTrace {
     dir: PathBuf,
     name: String,
     pipe: Option<File>,

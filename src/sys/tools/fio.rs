@@ -18,7 +18,6 @@
 //!   killed and reported (a stuck device), never waited for forever.
 
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::thread;
@@ -42,7 +41,7 @@ pub fn watchdog(expected: Duration) -> Duration {
 /// Checks a name btrfs-lab gives fio (a job file, a test file, a log
 /// prefix): one plain component of `[A-Za-z0-9._-]`, not starting with `.`
 /// or `-`.
-pub fn check_name(name: &str) -> Result<&str> {
+pub(crate) fn check_name(name: &str) -> Result<&str> {
     let ok = !name.is_empty()
         && name.len() <= 200
         && !name.starts_with(['.', '-'])
@@ -66,7 +65,7 @@ pub fn check_name(name: &str) -> Result<&str> {
 /// escapes and separators, control bytes and non-UTF-8 are lossy) is
 /// refused with the reason: root never writes a byte fio could read as
 /// something else.
-pub fn check_value<'a>(what: &str, value: &'a [u8]) -> Result<&'a str> {
+pub(crate) fn check_value<'a>(what: &str, value: &'a [u8]) -> Result<&'a str> {
     let bad = value
         .iter()
         .find(|&&b| !(b.is_ascii_alphanumeric() || b"._/+-".contains(&b)));
@@ -468,24 +467,13 @@ impl RealFio {
     }
 }
 
-/// Writes `text` to a new file at `path` (O_EXCL, no symlink followed).
-pub fn write_new_file(path: &Path, text: &str) -> Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| Error::from_io(&e, "cannot create", path))?;
-    f.write_all(text.as_bytes())
-        .map_err(|e| Error::from_io(&e, "cannot write", path))
-}
-
 /// A scripted fio: returns the outputs it was given, one per run, and
 /// remembers the job files it was asked to run.
 #[derive(Debug, Default)]
-pub struct MockFio {
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
+pub(crate) struct MockFio {
     /// Outputs still to return, in order.
-    pub outputs: std::collections::VecDeque<FioOutput>,
+    pub(crate) outputs: std::collections::VecDeque<FioOutput>,
     /// Job files received.
     pub jobs: Vec<String>,
 }

@@ -149,7 +149,7 @@ impl Tool {
 
     /// Like [`Tool::run`], but the tool (its whole process group) is killed
     /// and the run reported as stuck once it has run for `limit`.
-    pub fn run_limited(&self, args: &[String], limit: Duration) -> Result<RunOutput> {
+    pub(crate) fn run_limited(&self, args: &[String], limit: Duration) -> Result<RunOutput> {
         let mut child = spawn_in_group(&self.path, args, None, Stdio::piped(), Stdio::piped())
             .map_err(|e| Error::from_io(&e, "cannot run", &self.path))?;
         let drain = |r: Option<Box<dyn Read + Send>>| {

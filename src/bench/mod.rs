@@ -709,7 +709,6 @@ pub(crate) fn run_suite(
         seq += 1;
         format!("{seq:03}-{}.fio", what.replace(' ', "-"))
     };
-    let limit = fio::watchdog(Duration::from_secs(cfg.settings.duration_secs));
     if cfg.fill != FillMode::Skip {
         progress(&Progress {
             what: "fill".into(),
@@ -717,36 +716,12 @@ pub(crate) fn run_suite(
             runs: 0,
             eta_secs: total_runs * per_run,
         });
-        let before = sensors.device_bytes()?;
-        let start = Instant::now();
-        if cfg.fill == FillMode::Own {
-            fill_incompressible(
-                cfg.work_dir,
-                cfg.settings.file,
-                cfg.test_file,
-                cfg.settings.size_bytes,
-            )?;
-        } else {
-            // A size-based job: allow 1 MB/s at the least.
-            let fill_limit = fio::watchdog(Duration::from_secs(cfg.settings.size_bytes >> 20));
-            let out = fio.run(
-                cfg.work_dir,
-                &job_name("fill"),
-                &jobs::fill_job(&cfg.settings),
-                fill_limit,
-                &check_stop,
-            )?;
-            let job = job_of(&out, "fill")?;
-            if job.error != 0 {
-                return Err(Error::new(
-                    ErrorKind::Tool,
-                    format!("fio could not fill the test file (error {})", job.error),
-                ));
-            }
-        }
-        measured.fill_seconds = start.elapsed().as_secs_f64();
-        let after = sensors.device_bytes()?;
-        measured.fill_device_write_bytes = before.zip(after).map(|(b, a)| a.1.saturating_sub(b.1));
+        // Only a fio fill takes a job file (and a number).
+        let name = match cfg.fill {
+            FillMode::Fio => job_name("fill"),
+            _ => String::new(),
+        };
+        fill_test_file(cfg, fio, sensors, &name, &mut measured)?;
     }
     measured.layout_after_fill = sensors.layout()?;
     let mut done = 0u64;
@@ -764,49 +739,107 @@ pub(crate) fn run_suite(
                 runs: cfg.runs,
                 eta_secs: (total_runs - done) * per_run,
             });
-            let resident = if d == Direction::Read {
-                if cfg.evict {
-                    sensors.evict()?;
-                }
-                sensors.resident()?
-            } else {
-                None
-            };
-            let dirty_before = if d == Direction::Write {
-                sensors.dirtied()?
-            } else {
-                None
-            };
-            let before = sensors.device_bytes()?;
-            let out = fio.run(
-                cfg.work_dir,
-                &job_name(&section),
-                &jobs::test_job(&t, d, &cfg.settings),
-                limit,
-                &check_stop,
-            )?;
-            let after = sensors.device_bytes()?;
-            (cfg.verify)(d)?;
-            let dirty_after = if d == Direction::Write {
-                sensors.dirtied()?
-            } else {
-                None
-            };
-            let mut s = sample_of(&job_of(&out, &section)?, d, cfg.scale_claimed);
-            if let Some((b, a)) = before.zip(after) {
-                s.device_read_bytes = Some(a.0.saturating_sub(b.0));
-                s.device_write_bytes = Some(a.1.saturating_sub(b.1));
-            }
-            s.resident_before_bytes = resident;
-            s.dirtied_bytes = dirty_before
-                .zip(dirty_after)
-                .map(|(b, a)| a.saturating_sub(b));
-            samples.push(s);
+            let job = job_name(&section);
+            samples.push(one_run(cfg, fio, sensors, (&t, d), &section, &job)?);
             done += 1;
         }
         measured.samples.push((t, d, samples));
     }
     Ok(measured)
+}
+
+/// Fills the test file (our own incompressible writer, or fio for
+/// compressible data) and records how long it took and what the members
+/// wrote.
+fn fill_test_file(
+    cfg: &SuiteConfig<'_>,
+    fio: &mut dyn FioRunner,
+    sensors: &mut dyn Sensors,
+    job_name: &str,
+    measured: &mut Measured,
+) -> Result<()> {
+    let before = sensors.device_bytes()?;
+    let start = Instant::now();
+    if cfg.fill == FillMode::Own {
+        fill_incompressible(
+            cfg.work_dir,
+            cfg.settings.file,
+            cfg.test_file,
+            cfg.settings.size_bytes,
+        )?;
+    } else {
+        // A size-based job: allow 1 MB/s at the least.
+        let fill_limit = fio::watchdog(Duration::from_secs(cfg.settings.size_bytes >> 20));
+        let out = fio.run(
+            cfg.work_dir,
+            job_name,
+            &jobs::fill_job(&cfg.settings),
+            fill_limit,
+            &check_stop,
+        )?;
+        let job = job_of(&out, "fill")?;
+        if job.error != 0 {
+            return Err(Error::new(
+                ErrorKind::Tool,
+                format!("fio could not fill the test file (error {})", job.error),
+            ));
+        }
+    }
+    measured.fill_seconds = start.elapsed().as_secs_f64();
+    let after = sensors.device_bytes()?;
+    measured.fill_device_write_bytes = before.zip(after).map(|(b, a)| a.1.saturating_sub(b.1));
+    Ok(())
+}
+
+/// One run of one test: the cache state before it, fio, the members'
+/// bytes and the pages dirtied around it, and the test file checked after.
+fn one_run(
+    cfg: &SuiteConfig<'_>,
+    fio: &mut dyn FioRunner,
+    sensors: &mut dyn Sensors,
+    (t, d): (&TestSpec, Direction),
+    section: &str,
+    job_name: &str,
+) -> Result<Sample> {
+    let limit = fio::watchdog(Duration::from_secs(cfg.settings.duration_secs));
+    let resident = if d == Direction::Read {
+        if cfg.evict {
+            sensors.evict()?;
+        }
+        sensors.resident()?
+    } else {
+        None
+    };
+    let dirty_before = if d == Direction::Write {
+        sensors.dirtied()?
+    } else {
+        None
+    };
+    let before = sensors.device_bytes()?;
+    let out = fio.run(
+        cfg.work_dir,
+        job_name,
+        &jobs::test_job(t, d, &cfg.settings),
+        limit,
+        &check_stop,
+    )?;
+    let after = sensors.device_bytes()?;
+    (cfg.verify)(d)?;
+    let dirty_after = if d == Direction::Write {
+        sensors.dirtied()?
+    } else {
+        None
+    };
+    let mut s = sample_of(&job_of(&out, section)?, d, cfg.scale_claimed);
+    if let Some((b, a)) = before.zip(after) {
+        s.device_read_bytes = Some(a.0.saturating_sub(b.0));
+        s.device_write_bytes = Some(a.1.saturating_sub(b.1));
+    }
+    s.resident_before_bytes = resident;
+    s.dirtied_bytes = dirty_before
+        .zip(dirty_after)
+        .map(|(b, a)| a.saturating_sub(b));
+    Ok(s)
 }
 
 /// Checks every run and summarizes each test.
@@ -964,6 +997,25 @@ pub fn run(
     fio_path: &Path,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<BenchReport> {
+    let mut sens = sensors::RealSensors::open(
+        &opts.sysroot,
+        &target.held,
+        &target.info.mount,
+        &target.devices,
+        opts.allow_private_debugfs,
+    )?;
+    install_signals()?;
+    check_stop()?;
+    let ceiling = sensors::ceiling(
+        &opts.sysroot,
+        &target.devices,
+        target.data_profiles.first().copied(),
+    );
+    let thermal_before = sensors::thermal_read(&opts.sysroot, &target.devices);
+
+    // From here on the system changes: leftovers of killed runs go, and the
+    // test directory is made.
+    let notes = sweep_stale(&target.held);
     let Target {
         held,
         info,
@@ -973,79 +1025,21 @@ pub fn run(
         devices,
         devices_missing,
     } = target;
-    let fs_type = info.mount.fs_type.clone();
-    let compression = compression_option(&mount_options);
-
-    let mut sens = sensors::RealSensors::open(
-        &opts.sysroot,
-        &held,
-        &info.mount,
-        &devices,
-        opts.allow_private_debugfs,
-    )?;
-    install_signals()?;
-    check_stop()?;
-    let ceiling = sensors::ceiling(&opts.sysroot, &devices, data_profiles.first().copied());
-    let thermal_before = sensors::thermal_read(&opts.sysroot, &devices);
-
-    // From here on the system changes: leftovers of killed runs go, and the
-    // test directory is made.
-    let mut notes = sweep_stale(&held);
     let work = WorkDir::create(held)?;
-    set_dir_mode(&work, opts.cow, is_btrfs)?;
-    let file_path = work.dir().join(TEST_FILE);
-    let (file, file_id) = create_test_file(&work)?;
-    let nocow = is_btrfs
-        && filesystem::inode_flags_of(&file, &file_path)?
-            .is_some_and(|f| f.intersects(crate::sys::kernel::ioctl::FS_NOCOW_FL));
-    let size = opts.size_bytes();
-    let fallocate_only = Switch::BenchFallocateOnly.is_on();
-    size_test_file(&file, &file_path, size, fallocate_only)?;
-    let buffered = Switch::BenchBuffered.is_on();
-    let settings = JobSettings {
-        file: TEST_FILE,
-        size_bytes: size,
-        duration_secs: opts.duration_secs,
-        direct: !buffered,
-        compress_percentage: Switch::BenchCompressible
-            .value()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-            .min(99),
-    };
-    let job_file = jobs::suite_job(&opts.tests, &settings);
+    let (setup, file) = TestFileSetup::create(&work, opts, is_btrfs)?;
+    let job_file = jobs::suite_job(&opts.tests, &setup.settings);
     let check_file = file
         .try_clone()
-        .map_err(|e| Error::from_io(&e, "cannot open", &file_path))?;
-    sens.set_file(file, &file_path, size);
+        .map_err(|e| Error::from_io(&e, "cannot open", &setup.path))?;
+    sens.set_file(file, &setup.path, setup.size);
     let mtime = std::cell::Cell::new(mtime_of(&check_file));
     let verify = |d: Direction| {
         let before = (d == Direction::Write).then(|| mtime.get()).flatten();
-        let r = check_test_file(work.dir(), &check_file, file_id, size, before);
+        let r = check_test_file(work.dir(), &check_file, setup.id, setup.size, before);
         mtime.set(mtime_of(&check_file));
         r
     };
-    let cfg = SuiteConfig {
-        tests: &opts.tests,
-        settings: settings.clone(),
-        runs: opts.runs,
-        interval_secs: opts.interval_secs,
-        work_dir: work.dir(),
-        test_file: file_id,
-        verify: &verify,
-        fill: if fallocate_only {
-            FillMode::Skip
-        } else if settings.compress_percentage > 0 {
-            FillMode::Fio
-        } else {
-            FillMode::Own
-        },
-        evict: !buffered,
-        scale_claimed: Switch::BenchScaleClaimed
-            .value()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1.0),
-    };
+    let cfg = setup.suite_config(opts, work.dir(), &verify);
     let measured = run_suite(&cfg, fio, &mut sens, progress)?;
     let layout_at_end = sens.layout()?;
     let thermal_after = sensors::thermal_read(&opts.sysroot, &devices);
@@ -1066,36 +1060,171 @@ pub fn run(
     drop(check_file);
     let removal_note = work.remove()?;
 
+    let fs_type = info.mount.fs_type.clone();
+    let compression = compression_option(&mount_options);
+    let target = report::TargetInfo {
+        dir: info.dir.clone(),
+        dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
+        mount_point: info.mount.mount_point.clone(),
+        fs_type,
+        source: info.mount.source.clone(),
+        mount_options,
+        data_profiles,
+        devices,
+        devices_missing,
+        compression_option: compression,
+    };
+    let finished = Finished {
+        measured,
+        layout_at_end,
+        thermal: sensors::thermal_delta(thermal_before, thermal_after),
+        members_scaling,
+        counter_note,
+        removal_note,
+        ceiling,
+        notes,
+        job_file,
+    };
+    Ok(assemble_report(
+        opts, is_btrfs, target, &setup, finished, fio, fio_path,
+    ))
+}
+
+/// The test file of a suite run, made and sized in the work directory.
+struct TestFileSetup {
+    id: FileIdentity,
+    path: PathBuf,
+    nocow: bool,
+    size: u64,
+    fallocate_only: bool,
+    buffered: bool,
+    settings: JobSettings<'static>,
+}
+
+impl TestFileSetup {
+    /// Sets the directory's COW mode, makes the test file and sizes it;
+    /// returns it open.
+    fn create(work: &WorkDir, opts: &BenchOptions, is_btrfs: bool) -> Result<(Self, File)> {
+        set_dir_mode(work, opts.cow, is_btrfs)?;
+        let path = work.dir().join(TEST_FILE);
+        let (file, id) = create_test_file(work)?;
+        let nocow = is_btrfs
+            && filesystem::inode_flags_of(&file, &path)?
+                .is_some_and(|f| f.intersects(crate::sys::kernel::ioctl::FS_NOCOW_FL));
+        let size = opts.size_bytes();
+        let fallocate_only = Switch::BenchFallocateOnly.is_on();
+        size_test_file(&file, &path, size, fallocate_only)?;
+        let buffered = Switch::BenchBuffered.is_on();
+        let settings = JobSettings {
+            file: TEST_FILE,
+            size_bytes: size,
+            duration_secs: opts.duration_secs,
+            direct: !buffered,
+            compress_percentage: Switch::BenchCompressible
+                .value()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+                .min(99),
+        };
+        let setup = Self {
+            id,
+            path,
+            nocow,
+            size,
+            fallocate_only,
+            buffered,
+            settings,
+        };
+        Ok((setup, file))
+    }
+
+    /// What the suite runs with this file.
+    fn suite_config<'a>(
+        &self,
+        opts: &'a BenchOptions,
+        work_dir: &'a TrustedDir,
+        verify: &'a dyn Fn(Direction) -> Result<()>,
+    ) -> SuiteConfig<'a> {
+        SuiteConfig {
+            tests: &opts.tests,
+            settings: self.settings.clone(),
+            runs: opts.runs,
+            interval_secs: opts.interval_secs,
+            work_dir,
+            test_file: self.id,
+            verify,
+            fill: if self.fallocate_only {
+                FillMode::Skip
+            } else if self.settings.compress_percentage > 0 {
+                FillMode::Fio
+            } else {
+                FillMode::Own
+            },
+            evict: !self.buffered,
+            scale_claimed: Switch::BenchScaleClaimed
+                .value()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1.0),
+        }
+    }
+}
+
+/// What a suite run measured and noted, once the test directory is gone.
+struct Finished {
+    measured: Measured,
+    layout_at_end: Option<FileLayout>,
+    thermal: Vec<report::ThermalInfo>,
+    members_scaling: Option<report::MemberScaling>,
+    counter_note: Option<String>,
+    removal_note: Option<String>,
+    ceiling: Option<report::CeilingInfo>,
+    notes: Vec<String>,
+    job_file: String,
+}
+
+/// The honesty checks over what was measured, and the report (pure).
+fn assemble_report(
+    opts: &BenchOptions,
+    is_btrfs: bool,
+    target: report::TargetInfo,
+    setup: &TestFileSetup,
+    f: Finished,
+    fio: &mut dyn FioRunner,
+    fio_path: &Path,
+) -> BenchReport {
     let ctx = CheckContext {
-        size_bytes: size,
-        devices_known: !devices.is_empty() && devices_missing.is_empty(),
-        layout: measured.layout_after_fill,
-        layout_after_writes: layout_at_end,
-        compression_option: compression.clone(),
-        ceiling_one_reader: ceiling.as_ref().and_then(|c| c.one_reader_bytes_per_sec),
-        ceiling_many_readers: ceiling.as_ref().and_then(|c| c.many_readers_bytes_per_sec),
+        size_bytes: setup.size,
+        devices_known: !target.devices.is_empty() && target.devices_missing.is_empty(),
+        layout: f.measured.layout_after_fill,
+        layout_after_writes: f.layout_at_end,
+        compression_option: target.compression_option.clone(),
+        ceiling_one_reader: f.ceiling.as_ref().and_then(|c| c.one_reader_bytes_per_sec),
+        ceiling_many_readers: f
+            .ceiling
+            .as_ref()
+            .and_then(|c| c.many_readers_bytes_per_sec),
         cow: opts.cow,
-        write_factor: data_profiles
+        write_factor: target
+            .data_profiles
             .iter()
             .map(|p| f64::from(p.max_write_factor()))
             .fold(1.0, f64::max),
     };
-    let results = analyse(&measured, &ctx);
-    let thermal = sensors::thermal_delta(thermal_before, thermal_after);
-    let mut members_scaling = members_scaling;
+    let results = analyse(&f.measured, &ctx);
+    let mut members_scaling = f.members_scaling;
     if let Some(m) = members_scaling.as_mut() {
         m.array_bytes_per_sec = best_sequential_read(&results);
     }
-
-    notes.extend(removal_note);
+    let mut notes = f.notes;
+    notes.extend(f.removal_note);
     notes.extend(run_notes(
         opts,
         is_btrfs,
-        &devices,
-        &devices_missing,
-        counter_note,
-        ceiling.as_ref(),
-        &thermal,
+        &target.devices,
+        &target.devices_missing,
+        f.counter_note,
+        f.ceiling.as_ref(),
+        &f.thermal,
     ));
     let flagged = results
         .iter()
@@ -1103,41 +1232,30 @@ pub fn run(
         .count();
     let summary = summary_sentence(&results, flagged);
     let exit_code = if flagged > 0 { report::EXIT_FLAGGED } else { 0 };
-    Ok(BenchReport {
+    BenchReport {
         report_version: report::REPORT_VERSION,
         exit_code,
         summary,
         system: system_info(fio, fio_path),
-        target: report::TargetInfo {
-            dir: info.dir.clone(),
-            dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
-            mount_point: info.mount.mount_point.clone(),
-            fs_type,
-            source: info.mount.source.clone(),
-            mount_options,
-            data_profiles,
-            devices,
-            devices_missing,
-            compression_option: compression,
-        },
-        parameters: parameters(opts, size),
+        target,
+        parameters: parameters(opts, setup.size),
         test_file: report::TestFileInfo {
-            path: file_path,
-            size_bytes: size,
-            nocow,
-            fill_seconds: measured.fill_seconds,
-            fill_device_write_bytes: measured.fill_device_write_bytes,
-            layout_after_fill: measured.layout_after_fill,
-            layout_at_end,
+            path: setup.path.clone(),
+            size_bytes: setup.size,
+            nocow: setup.nocow,
+            fill_seconds: f.measured.fill_seconds,
+            fill_device_write_bytes: f.measured.fill_device_write_bytes,
+            layout_after_fill: f.measured.layout_after_fill,
+            layout_at_end: f.layout_at_end,
             removed: true,
         },
         results,
-        ceiling,
-        thermal,
+        ceiling: f.ceiling,
+        thermal: f.thermal,
         members_scaling,
         notes,
-        job_file,
-    })
+        job_file: f.job_file,
+    }
 }
 
 /// The machine the suite ran on.

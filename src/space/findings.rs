@@ -75,13 +75,15 @@ fn size(v: u64) -> String {
 }
 
 /// Devices a new chunk of this profile needs, and raw bytes on each.
+/// From the profile's geometry (`model::profile`): its device minimum, and
+/// a whole chunk on each (DUP: both copies on one device).
 fn chunk_needs(p: BgProfile) -> (usize, u64) {
     let c = METADATA_CHUNK_BYTES;
     match p {
-        BgProfile::Known(Profile::Dup) => (1, 2 * c),
-        BgProfile::Known(Profile::Raid1 | Profile::Raid10 | Profile::Raid5) => (2, c),
-        BgProfile::Known(Profile::Raid1c3 | Profile::Raid6) => (3, c),
-        BgProfile::Known(Profile::Raid1c4) => (4, c),
+        BgProfile::Known(p) => (
+            p.min_devices() as usize,
+            c * u64::from(p.geometry().dev_stripes),
+        ),
         _ => (1, c),
     }
 }

@@ -44,44 +44,42 @@ fn mirrored(unalloc: &[u64], copies: usize) -> u64 {
 }
 
 /// Logical bytes new chunks of `p` can still get from the unallocated space
-/// of the devices (an estimate, as `btrfs filesystem usage` makes).
+/// of the devices (an estimate, as `btrfs filesystem usage` makes), from the
+/// profile's geometry (`model::profile`).
 pub(crate) fn growth(p: Profile, unalloc: &[u64]) -> u64 {
+    let g = p.geometry();
     let sum: u64 = unalloc.iter().sum();
-    let n = unalloc.iter().filter(|&&u| u >= 1 << 20).count() as u64;
-    match p {
-        Profile::Single | Profile::Raid0 => sum,
-        Profile::Dup => unalloc.iter().map(|u| u / 2).sum(),
-        Profile::Raid1 | Profile::Raid10 => mirrored(unalloc, 2),
-        Profile::Raid1c3 => mirrored(unalloc, 3),
-        Profile::Raid1c4 => mirrored(unalloc, 4),
-        Profile::Raid5 if n >= 2 => sum / n * (n - 1),
-        Profile::Raid6 if n >= 3 => sum / n * (n - 2),
-        Profile::Raid5 | Profile::Raid6 => 0,
+    if p.is_parity() {
+        let n = unalloc.iter().filter(|&&u| u >= 1 << 20).count() as u64;
+        if n < u64::from(p.min_devices()) {
+            return 0;
+        }
+        return sum / n * (n - u64::from(g.nparity));
     }
+    if g.dev_stripes > 1 {
+        return unalloc.iter().map(|u| u / u64::from(g.dev_stripes)).sum();
+    }
+    if g.ncopies > 1 {
+        return mirrored(unalloc, g.ncopies as usize);
+    }
+    sum
 }
 
 /// Devices (and bytes on each) a full-size chunk of `p` of `chunk` logical
 /// bytes needs, given the devices' unallocated bytes: `(needed, have)`.
 pub(crate) fn chunk_room(p: Profile, chunk: u64, unalloc: &[u64]) -> (usize, usize, u64) {
+    let g = p.geometry();
     let count = |need: u64| unalloc.iter().filter(|&&u| u >= need).count();
-    match p {
-        Profile::Single => (1, count(chunk), chunk),
-        Profile::Dup => (1, count(chunk * 2), chunk * 2),
-        Profile::Raid1 => (2, count(chunk), chunk),
-        Profile::Raid1c3 => (3, count(chunk), chunk),
-        Profile::Raid1c4 => (4, count(chunk), chunk),
-        Profile::Raid0 | Profile::Raid10 | Profile::Raid5 | Profile::Raid6 => {
-            let n = count(1 << 20).max(1) as u64;
-            let data_stripes = match p {
-                Profile::Raid10 => (n / 2).max(1),
-                Profile::Raid5 => n.saturating_sub(1).max(1),
-                Profile::Raid6 => n.saturating_sub(2).max(1),
-                _ => n,
-            };
-            let per = chunk.div_ceil(data_stripes);
-            (p.min_devices() as usize, count(per), per)
-        }
+    if g.devs_max != 0 {
+        // A fixed number of stripes (single, DUP, RAID1*): each a whole
+        // copy of the chunk, DUP's two on one device.
+        let per = chunk * u64::from(g.dev_stripes);
+        return (p.min_devices() as usize, count(per), per);
     }
+    // Striped over every device with room (RAID0/10/5/6).
+    let n = count(1 << 20).max(1) as u32;
+    let per = chunk.div_ceil(u64::from(p.data_stripes(n)));
+    (p.min_devices() as usize, count(per), per)
 }
 
 /// The space findings.

@@ -1297,9 +1297,13 @@ mod compare_profiles {
             r.runs[1].ratios[0].files_per_sec.unwrap()
         );
         // 3 copies instead of 2 is ×1.5 for the tree blocks; the superblock
-        // writes of the commit (one per device, the same for both) pull the
-        // ratio below 1.5.
-        assert!(ratio > 1.2 && ratio <= 1.6, "raid1 {w1}, raid1c3 {w3}");
+        // writes of a commit (one per device, the same for both) pull the
+        // ratio below 1.5, but how many commits (and COWed roots) fall in
+        // the phase depends on the machine's timing, not on btrfs-lab: CI
+        // saw ×1.618 under load (raid1 4907008 B, raid1c3 7938048 B). The
+        // bounds keep what the profiles decide: clearly more, and less than
+        // twice (a wrong member set or a double count would exceed it).
+        assert!(ratio > 1.2 && ratio < 2.0, "raid1 {w1}, raid1c3 {w3}");
         assert_eq!(r.runs[0].ratios[0].device_write_bytes, Some(1.0));
     }
 

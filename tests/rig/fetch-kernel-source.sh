@@ -3,11 +3,15 @@
 # linux-source-X.Y package of the same version as the kernel in
 # CACHE/SUITE/kernel.env (fetch-kernel.sh first), with the same private apt
 # state (CACHE/SUITE/apt: never the machine's apt configuration), and keeps
-# only fs/btrfs/ (Debian's patches applied, as Debian builds the kernel):
+# only what decides what an O_DIRECT write on btrfs does and what can be
+# traced of it: fs/btrfs/, fs/iomap/, mm/page-writeback.c and the trace
+# event headers include/trace/events/{btrfs,writeback,filemap}.h with
+# include/linux/iomap.h (Debian's
+# patches applied, as Debian builds the kernel):
 #
 #   tests/rig/fetch-kernel-source.sh SUITE CACHE
 #
-# On success CACHE/SUITE/src/ holds fs/btrfs/ and SOURCE.env (PACKAGE=,
+# On success CACHE/SUITE/src/ holds those files and SOURCE.env (PACKAGE=,
 # VERSION=). Used to check the rig's expected probe-dio verdicts
 # (tests/it/rig/scenarios.rs, docs/rig.md); not run by the tests.
 # Exit 2: bad usage; 3: no linux-source of that version; 1: anything else.
@@ -49,9 +53,12 @@ if [ -z "$deb" ]; then
         || { cat "$out/src.tmp/download.log" >&2; die "apt-get download $pkg=$version failed"; }
     deb=$(ls "$out/src.tmp"/"${pkg}_"*.deb)
 fi
-rm -rf -- "$out/src.tmp/fs"
+rm -rf -- "$out/src.tmp/fs" "$out/src.tmp/mm" "$out/src.tmp/include"
 dpkg-deb --fsys-tarfile "$deb" | tar -xO --wildcards '*usr/src/linux-source-*.tar.*' \
-    | tar -xJ -C "$out/src.tmp" --wildcards --strip-components=1 '*/fs/btrfs/*'
+    | tar -xJ -C "$out/src.tmp" --wildcards --strip-components=1 \
+        '*/fs/btrfs/*' '*/fs/iomap/*' '*/mm/page-writeback.c' \
+        '*/include/trace/events/btrfs.h' '*/include/trace/events/writeback.h' \
+        '*/include/trace/events/filemap.h' '*/include/linux/iomap.h'
 rm -f -- "$deb" "$out/src.tmp/download.log"
 printf 'PACKAGE=%s\nVERSION=%s\n' "$pkg" "$version" >"$out/src.tmp/SOURCE.env"
 mv "$out/src.tmp" "$out/src"

@@ -57,15 +57,10 @@ pub struct ProbeDioArgs {
     /// With --pid: how long to watch, in seconds [default: 10].
     #[arg(long, value_name = "N")]
     seconds: Option<u32>,
-    /// Size of each test file.
-    #[arg(
-        long = "file-size",
-        alias = "size",
-        default_value = "256M",
-        value_parser = size_arg,
-        value_name = "SIZE"
-    )]
-    file_size: u64,
+    /// Size of each test file [default: 32M when the per-file tracepoints
+    /// are used (root, tracefs), else 256M].
+    #[arg(long = "file-size", alias = "size", value_parser = size_arg, value_name = "SIZE")]
+    file_size: Option<u64>,
     /// Bytes per write call.
     #[arg(long, default_value = "1M", value_parser = size_arg, value_name = "SIZE")]
     block_size: u64,
@@ -135,17 +130,24 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
 
 fn verdict_painted(v: Verdict, paint: Paint) -> String {
     match v {
-        Verdict::Direct => paint.good(v.name()),
+        Verdict::Direct | Verdict::DirectBounced => paint.good(v.name()),
         Verdict::Inconclusive => paint.warn(v.name()),
         _ => paint.bad(v.name()),
     }
 }
 
-fn column(s: &FileSummary) -> [String; 4] {
+fn column(s: &FileSummary) -> [String; 5] {
+    let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    let path = match (s.direct_share, s.bounced_share) {
+        (None, _) => "not traced".to_owned(),
+        (Some(d), Some(b)) if b > 0.0 => format!("{}, {} bounced", pct(d), pct(b)),
+        (Some(d), _) => pct(d),
+    };
     [
         size(s.bytes_written),
         size(s.dirtied_bytes_median),
         format!("{:.2}", s.ratio_median),
+        path,
         format_rate(s.throughput_bytes_per_sec),
     ]
 }
@@ -157,16 +159,20 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
         paint.bold("probe-dio"),
         escape_path(&r.filesystem.dir)
     );
+    let cost = r
+        .cost_sentence()
+        .map_or(String::new(), |c| format!(" — {c}"));
     t.push_str(&format!(
-        "verdict: {}  {}\n\n",
+        "verdict: {}{cost}\n{}\n\n",
         verdict_painted(r.verdict, paint),
         r.summary
     ));
 
     let labels = [
         "written per round",
-        "dirtied (median)",
-        "dirtied / written",
+        "page cache (median)",
+        "page cache / written",
+        "direct-I/O path",
         "throughput",
     ];
     let test = column(&r.test);
@@ -228,6 +234,7 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
         ));
     }
     t.push_str(&format!("  kernel      {}\n", r.kernel));
+    t.push_str(&wrap(&r.expectation_sentence(), 88, "              "));
     for name in &r.removed_trace_instances {
         t.push_str(&format!(
             "  leftover    {}\n",
@@ -237,7 +244,7 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
     match r.evidence.source {
         EvidenceKind::Tracepoint => {
             t.push_str(&format!(
-                "  evidence    per-file: folios each test file dirtied ({}; exact, other writers do not count)\n",
+                "  evidence    per-file: page cache and direct-I/O calls of each test file ({}; exact, other writers do not count)\n",
                 r.evidence.label
             ));
             if let Some(c) = &r.evidence.cross_check {
@@ -275,11 +282,24 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
         t.push_str(&format!("  control     {}\n", paint.dim(note)));
     }
     t.push_str(&format!(
-        "  rounds      {} × {} per file in {} writes, fsync at the end\n\n",
+        "  rounds      {} × {} per file in {} writes, fsync at the end\n",
         r.parameters.rounds,
         size(r.parameters.size_bytes),
         size(r.parameters.block_size)
     ));
+    t.push_str(&format!(
+        "  spent       {:.2} s, {} written\n",
+        r.effort.seconds,
+        size(r.effort.bytes_written)
+    ));
+    for reason in r
+        .reasons
+        .iter()
+        .filter(|_| r.verdict != Verdict::Inconclusive)
+    {
+        t.push_str(&format!("  note        {}\n", paint.dim(reason)));
+    }
+    t.push('\n');
     t.push_str(&format!("{}\n", paint.bold("why")));
     t.push_str(&wrap(&r.explanation, 88, "  "));
     if let Some(fix) = &r.fix {
@@ -291,7 +311,7 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
 
 fn file_verdict_painted(v: FileVerdict, paint: Paint) -> String {
     match v {
-        FileVerdict::Direct => paint.good(v.name()),
+        FileVerdict::Direct | FileVerdict::DirectBounced => paint.good(v.name()),
         FileVerdict::BufferedFallback => paint.bad(v.name()),
         FileVerdict::Unknown => paint.warn(v.name()),
         _ => v.name().to_owned(),
@@ -357,7 +377,12 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
             }
             None => "nothing seen".to_owned(),
         };
-        t.push_str(&format!("    dirtied {dirtied}; written {written}\n"));
+        let path = match (f.direct_calls, f.bounced_calls) {
+            (Some(d), Some(b)) if b > 0 => format!("; direct-I/O calls {d} ({b} bounced)"),
+            (Some(d), _) => format!("; direct-I/O calls {d}"),
+            (None, _) => String::new(),
+        };
+        t.push_str(&format!("    dirtied {dirtied}{path}; written {written}\n"));
         if let Some(n) = &f.note {
             t.push_str(&format!("    {}\n", paint.dim(&escape_control(n))));
         }

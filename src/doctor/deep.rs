@@ -126,6 +126,7 @@ pub(crate) fn nocow_findings(
 pub(crate) fn verdict_code(v: Verdict) -> Option<Code> {
     match v {
         Verdict::Direct => None,
+        Verdict::DirectBounced => Some(Code::OdirectBounced),
         Verdict::BufferedFallback => Some(Code::OdirectBufferedFallback),
         Verdict::ProfileForced => Some(Code::OdirectProfileForced),
         Verdict::Inconclusive => Some(Code::OdirectInconclusive),
@@ -143,7 +144,7 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> Result<(Vec<Finding>, DeepFacts)> {
     let m = f.mount_point.display().to_string();
 
     let mut opts = ProbeOptions::new(&f.mount_point);
-    opts.size_bytes = PROBE_BYTES;
+    opts.size_bytes = Some(PROBE_BYTES);
     opts.sysroot = root.clone();
     match probe::run(&opts, &mut |_, _| {}) {
         Ok(r) => {
@@ -153,6 +154,9 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> Result<(Vec<Finding>, DeepFacts)> {
                     .with_evidence("probe-dio verdict", r.verdict.name());
                 for reason in &r.reasons {
                     fi = fi.with_evidence("reason", reason.clone());
+                }
+                if let Some(cost) = r.cost_sentence() {
+                    fi = fi.with_evidence("cost", cost);
                 }
                 if let Some(fix) = &r.fix {
                     fi = fi.with_evidence("what to do", fix.clone());

@@ -59,6 +59,14 @@ pub(crate) const DIRECT: Status = Status {
     commands: "probe-dio",
     meaning: "O_DIRECT writes are direct",
 };
+/// `probe-dio`: the O_DIRECT writes bypassed the page cache through a
+/// bounce buffer (a copy paid, checksums kept).
+pub(crate) const DIRECT_BOUNCED: Status = Status {
+    code: 6,
+    name: "direct-bounced",
+    commands: "probe-dio",
+    meaning: "direct-bounced: not through the page cache, but copied through a bounce buffer",
+};
 /// `probe-dio`: the kernel turned the O_DIRECT writes buffered.
 pub(crate) const BUFFERED_FALLBACK: Status = Status {
     code: 3,
@@ -148,6 +156,7 @@ pub const ALL: &[Status] = &[
     BUFFERED_FALLBACK,
     PROFILE_FORCED,
     INCONCLUSIVE,
+    DIRECT_BOUNCED,
     CHECKSUM_MISMATCH,
     FLAGGED,
     NOT_NOCOW,
@@ -217,6 +226,12 @@ pub(crate) const PAGES: &[Page] = &[
                 INCONCLUSIVE,
                 "inconclusive: background writes or an in-between ratio made the measurement \
                  unreliable; the report says why.",
+            ),
+            row(
+                DIRECT_BOUNCED,
+                "direct-bounced: the writes bypassed the page cache, but the kernel copied each \
+                 through a bounce buffer (7.3 and later: checksummed files, profiles with \
+                 copies); with --pid: a file's writes were bounced and none fell back.",
             ),
             FAIL,
             BAD,
@@ -627,6 +642,7 @@ mod tests {
                 ("probe-dio", "buffered-fallback", 3),
                 ("probe-dio", "profile-forced", 4),
                 ("probe-dio", "inconclusive", 5),
+                ("probe-dio", "direct-bounced", 6),
                 ("read-test", "checksum-mismatch", 3),
                 ("bench", "flagged", 3),
                 ("nocow --check", "not-nocow", 6),

@@ -6,6 +6,7 @@
 //! fallback, a profile-forced one and background noise can be told apart.
 //! The verdict comes from measurements, never from the kernel version.
 
+pub mod expect;
 pub mod pid;
 pub mod report;
 pub mod scratch;
@@ -22,7 +23,7 @@ use crate::sys::fs::beneath::HeldDir;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::direct_io::{AlignedBuffer, write_all_at};
 use crate::sys::proc::counters::{self, CounterChoice, DirtyCounter};
-use crate::sys::proc::tracefs::{self, FolioTrace};
+use crate::sys::proc::tracefs::{self, FileCounts, FolioTrace, Watch};
 use crate::sys::{fs::filesystem, kernel::signals, kernel_release};
 
 use scratch::Scratch;
@@ -32,9 +33,13 @@ pub use report::{
 };
 pub use verdict::{Analysis, Round, Verdict};
 
-/// Default bytes written per file per round: large enough that metadata and
-/// stray writers are small next to it.
+/// Default bytes written per file per round when only a counter measures:
+/// large enough that metadata and stray writers are small next to it.
 pub(crate) const DEFAULT_SIZE: u64 = 256 << 20;
+/// Default bytes per file per round when the per-file tracepoints measure:
+/// they see only the probe's own files, written by its own thread, so
+/// other writers cannot disturb the count and a small file is exact.
+pub(crate) const DEFAULT_SIZE_TRACED: u64 = 32 << 20;
 /// Default size of each O_DIRECT write.
 pub(crate) const DEFAULT_BLOCK_SIZE: u64 = 1 << 20;
 /// Default number of rounds.
@@ -49,8 +54,9 @@ const SPACE_MARGIN: u64 = 16 << 20;
 pub struct ProbeOptions {
     /// Directory to test.
     pub path: PathBuf,
-    /// Bytes per file per round.
-    pub size_bytes: u64,
+    /// Bytes per file per round; `None`: [`DEFAULT_SIZE_TRACED`] when the
+    /// per-file tracepoints can be used, else [`DEFAULT_SIZE`].
+    pub size_bytes: Option<u64>,
     /// Bytes per write call.
     pub block_size: u64,
     /// Rounds.
@@ -69,13 +75,22 @@ impl ProbeOptions {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
-            size_bytes: DEFAULT_SIZE,
+            size_bytes: None,
             block_size: DEFAULT_BLOCK_SIZE,
             rounds: DEFAULT_ROUNDS,
             counter: CounterChoice::Auto,
             allow_private_mounts: false,
             sysroot: SysRoot::host(),
         }
+    }
+
+    /// The size per file per round, given whether the tracepoints measure.
+    pub(crate) fn size_for(&self, traced: bool) -> u64 {
+        self.size_bytes.unwrap_or(if traced {
+            DEFAULT_SIZE_TRACED.max(self.block_size)
+        } else {
+            DEFAULT_SIZE.max(self.block_size)
+        })
     }
 
     /// Checks the numbers.
@@ -87,15 +102,17 @@ impl ProbeOptions {
                 format_iec(bs)
             )));
         }
-        if self.size_bytes < bs || !self.size_bytes.is_multiple_of(bs) {
-            return Err(Error::usage(format!(
-                "--file-size {} must be a multiple of --block-size {}",
-                format_iec(self.size_bytes),
-                format_iec(bs)
-            )));
-        }
-        if self.size_bytes > (64 << 30) {
-            return Err(Error::usage("--file-size is limited to 64GiB"));
+        if let Some(size) = self.size_bytes {
+            if size < bs || !size.is_multiple_of(bs) {
+                return Err(Error::usage(format!(
+                    "--file-size {} must be a multiple of --block-size {}",
+                    format_iec(size),
+                    format_iec(bs)
+                )));
+            }
+            if size > (64 << 30) {
+                return Err(Error::usage("--file-size is limited to 64GiB"));
+            }
         }
         if !(1..=50).contains(&self.rounds) {
             return Err(Error::usage("--rounds must be between 1 and 50"));
@@ -104,8 +121,36 @@ impl ProbeOptions {
     }
 }
 
+/// What [`inspect`] found besides the report's context.
+struct Inspected {
+    ctx: FsContext,
+    /// The backing device as the writeback tracepoint names it.
+    bdi: Option<String>,
+    /// The superblock's device, as the filemap and iomap tracepoints name it.
+    sb_dev: (u32, u32),
+    available_bytes: u64,
+}
+
+/// Refuses a probe that would not fit.
+fn check_space(ctx: &FsContext, available: u64, size: u64) -> Result<()> {
+    let needed = size + SPACE_MARGIN;
+    if available < needed && !Switch::ProbeSkipSpaceCheck.is_on() {
+        return Err(Error::new(
+            ErrorKind::NoSpace,
+            format!(
+                "not enough free space in {}: the probe needs {}, {} is available",
+                ctx.dir.display(),
+                format_iec(needed),
+                format_iec(available)
+            ),
+        )
+        .with_hint("free some space or use a smaller --file-size"));
+    }
+    Ok(())
+}
+
 /// Looks at `opts.path` and its filesystem; refuses what cannot be probed.
-fn inspect(opts: &ProbeOptions, held: &HeldDir) -> Result<(FsContext, Option<String>)> {
+fn inspect(opts: &ProbeOptions, held: &HeldDir) -> Result<Inspected> {
     let info = held.filesystem(&opts.sysroot)?;
     let fs_type = info.mount.fs_type.clone();
     if filesystem::is_memory_backed(&fs_type) {
@@ -124,19 +169,6 @@ fn inspect(opts: &ProbeOptions, held: &HeldDir) -> Result<(FsContext, Option<Str
             format!("{} is on a read-only filesystem", info.dir.display()),
         )
         .with_hint("the probe writes test files: remount read-write or choose another directory"));
-    }
-    let needed = opts.size_bytes + SPACE_MARGIN;
-    if info.available_bytes < needed && !Switch::ProbeSkipSpaceCheck.is_on() {
-        return Err(Error::new(
-            ErrorKind::NoSpace,
-            format!(
-                "not enough free space in {}: the probe needs {}, {} is available",
-                info.dir.display(),
-                format_iec(needed),
-                format_iec(info.available_bytes)
-            ),
-        )
-        .with_hint("free some space or use a smaller --file-size"));
     }
     let is_btrfs = fs_type == "btrfs";
     let (data_profiles, bdi) = if is_btrfs {
@@ -167,7 +199,12 @@ fn inspect(opts: &ProbeOptions, held: &HeldDir) -> Result<(FsContext, Option<Str
         dir_device: String::new(),
         dir_inode: 0,
     };
-    Ok((ctx, bdi))
+    Ok(Inspected {
+        ctx,
+        bdi,
+        sb_dev: (info.mount.major, info.mount.minor),
+        available_bytes: info.available_bytes,
+    })
 }
 
 /// A private trace instance counting the folios the probe's own files
@@ -228,21 +265,20 @@ fn open_dir(path: &Path) -> Result<HeldDir> {
 /// Runs the probe. `progress(done, total)` is called as bytes are written.
 pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<ProbeReport> {
     opts.validate()?;
+    let started = Instant::now();
     // The directory is opened once, following only root's links (a link
     // another user planted on the way is refused here, before anything is
     // written); everything after goes through this descriptor.
     let held = open_dir(&opts.path)?;
-    let (mut ctx, bdi) = inspect(opts, &held)?;
+    let Inspected {
+        mut ctx,
+        bdi,
+        sb_dev,
+        available_bytes,
+    } = inspect(opts, &held)?;
     let (device, inode) = scratch::identity(&held.file()?)?;
     ctx.dir_device = device;
     ctx.dir_inode = inode;
-    let removed_leftovers = scratch::remove_stale(&held.file()?);
-    let (mut counter, counter_note) = counters::open_counter(
-        &opts.sysroot,
-        opts.counter,
-        bdi.as_deref(),
-        opts.allow_private_mounts,
-    )?;
     let (mut trace, mut trace_note, removed_trace_instances) = match &bdi {
         Some(_) => open_trace(&opts.sysroot, opts.allow_private_mounts),
         None => (
@@ -251,13 +287,16 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
             Vec::new(),
         ),
     };
-    let trace_label = trace.as_ref().map(|t| {
-        format!(
-            "tracepoint {}, instance {}",
-            tracefs::EVENT.replace('/', ":"),
-            t.name()
-        )
-    });
+    let size = opts.size_for(trace.is_some());
+    check_space(&ctx, available_bytes, size)?;
+    let removed_leftovers = scratch::remove_stale(&held.file()?);
+    let (mut counter, counter_note) = counters::open_counter(
+        &opts.sysroot,
+        opts.counter,
+        bdi.as_deref(),
+        opts.allow_private_mounts,
+    )?;
+    let trace_label = trace.as_ref().map(FolioTrace::label);
 
     let mut scratch = Scratch::new(held)?;
     let tag = scratch::tag(std::process::id(), &crate::sys::fs::nonce::nonce());
@@ -282,12 +321,15 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
     let mut buffer = AlignedBuffer::new(opts.block_size as usize, ALIGN);
     buffer.fill_random(u64::from(std::process::id()) ^ 0x9E37_79B9_7F4A_7C15);
     let files_per_round = if control_dir.is_some() { 2 } else { 1 };
-    let total = opts.size_bytes * u64::from(opts.rounds) * files_per_round;
+    let total = size * u64::from(opts.rounds) * files_per_round;
     let mut done = 0u64;
     let mut on_bytes = |n: u64| {
         done += n;
         progress(done, total);
     };
+    // With per-file evidence the idle window only serves the counter's
+    // cross-check, so it is kept short.
+    let idle_min = if trace.is_some() { 0.02 } else { 0.2 };
 
     let mut rounds = Vec::new();
     for r in 0..opts.rounds {
@@ -299,7 +341,9 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
                 name,
                 buffer: &buffer,
                 opts,
+                size,
                 bdi: bdi.as_deref(),
+                sb_dev,
             };
             let mut probes = Probes {
                 counter: &mut counter,
@@ -320,7 +364,7 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
             None => (write(false, &test_name, &mut scratch)?, None),
         };
         let busy = test.seconds + control.map_or(test.seconds, |c| c.seconds);
-        let idle = idle_sample(&mut counter, (busy / 2.0).clamp(0.2, 10.0))?;
+        let idle = idle_sample(&mut counter, (busy / 2.0).clamp(idle_min, 10.0))?;
         rounds.push(Round {
             test,
             control,
@@ -370,6 +414,10 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
             },
         ),
     };
+    let bytes_written = rounds
+        .iter()
+        .map(|r| r.test.bytes_written + r.control.map_or(0, |c| c.bytes_written))
+        .sum();
     let mut report = ProbeReport::new(
         opts,
         ctx,
@@ -386,6 +434,11 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         analysis,
         rounds,
     );
+    report.parameters.size_bytes = size;
+    report.effort = report::Effort {
+        seconds: started.elapsed().as_secs_f64(),
+        bytes_written,
+    };
     report.removed_leftovers = removed_leftovers;
     report.removed_trace_instances = removed_trace_instances;
     Ok(report)
@@ -397,8 +450,12 @@ struct Sample<'a> {
     name: &'a str,
     buffer: &'a AlignedBuffer,
     opts: &'a ProbeOptions,
-    /// The backing device, as the tracepoint names it.
+    /// Bytes to write.
+    size: u64,
+    /// The backing device, as the writeback tracepoint names it.
     bdi: Option<&'a str>,
+    /// The superblock's device, as the filemap and iomap ones name it.
+    sb_dev: (u32, u32),
 }
 
 /// What measures the dirtied pages.
@@ -422,11 +479,20 @@ fn write_sample(
             .metadata()
             .map_err(|e| Error::from_io(&e, "cannot stat", path))?,
     );
-    // The filter is set before the first byte is written.
+    // The filter is set before the first byte is written: this file, and
+    // only what this thread does to it (the writes happen here).
     let traced = match (probes.trace.as_deref_mut(), s.bdi) {
         (Some(t), Some(bdi)) => {
-            t.watch(&[(bdi.to_owned(), vec![ino])])?;
-            Some((bdi, t.count(bdi, ino)))
+            let watch = Watch {
+                bdi: bdi.to_owned(),
+                dev: s.sb_dev,
+                inodes: vec![ino],
+            };
+            t.watch(
+                &[watch],
+                Some(rustix::thread::gettid().as_raw_nonzero().get() as u32),
+            )?;
+            Some(t.counts(s.sb_dev, ino))
         }
         _ => None,
     };
@@ -434,12 +500,14 @@ fn write_sample(
     let before = counter.read_bytes()?;
     let start = Instant::now();
     let mut offset = 0u64;
-    while offset < opts.size_bytes {
+    let mut calls = 0u64;
+    while offset < s.size {
         signals::check()?;
-        let n = opts.block_size.min(opts.size_bytes - offset);
+        let n = opts.block_size.min(s.size - offset);
         write_all_at(&file, &buffer.as_slice()[..n as usize], offset, path)
-            .map_err(|e| no_space_note(e, opts))?;
+            .map_err(|e| no_space_note(e, s.size))?;
         offset += n;
+        calls += 1;
         on_bytes(n);
         if let Some(t) = probes.trace.as_deref_mut() {
             t.drain()?;
@@ -447,27 +515,39 @@ fn write_sample(
         Pause::ProbeWritten.here(" after its first write", &|| false)?;
     }
     file.sync_all()
-        .map_err(|e| no_space_note(Error::from_io(&e, "cannot fsync", path), opts))?;
+        .map_err(|e| no_space_note(Error::from_io(&e, "cannot fsync", path), s.size))?;
     let seconds = start.elapsed().as_secs_f64();
     let after = probes.counter.read_bytes()?;
-    let dirtied_folios = match (probes.trace.as_deref_mut(), traced) {
-        (Some(t), Some((bdi, was))) => {
+    let seen = match (probes.trace.as_deref_mut(), traced) {
+        (Some(t), Some(was)) => {
             t.drain()?;
-            Some(t.count(bdi, ino).saturating_sub(was))
+            let now = t.counts(s.sb_dev, ino);
+            Some((t.events(), now, was))
         }
         _ => None,
     };
     drop(file);
     scratch.remove(s.in_control, s.name)?;
+    let page = counters::page_size();
+    let delta =
+        |f: fn(&FileCounts) -> u64| seen.map(|(_, now, was)| f(&now).saturating_sub(f(&was)));
+    let has = |f: fn(&tracefs::Events) -> bool| seen.is_some_and(|(e, _, _)| f(&e));
     Ok(verdict::WriteSample {
-        bytes_written: opts.size_bytes,
+        bytes_written: s.size,
         dirtied_bytes: after.saturating_sub(before),
-        dirtied_folios,
+        dirtied_folios: delta(|c| c.dirtied_folios),
+        cached_bytes: delta(|c| c.cached_pages)
+            .filter(|_| has(|e| e.cache))
+            .map(|p| p.saturating_mul(page)),
+        write_calls: calls,
+        direct_calls: delta(|c| c.dio_calls).filter(|_| has(|e| e.dio)),
+        bounced_calls: delta(|c| c.bounced_calls)
+            .filter(|_| has(|e| e.dio && e.bounce != tracefs::BounceRule::Unknown)),
         seconds,
     })
 }
 
-fn no_space_note(e: Error, opts: &ProbeOptions) -> Error {
+fn no_space_note(e: Error, size: u64) -> Error {
     if e.kind() == ErrorKind::NoSpace {
         Error::new(
             ErrorKind::NoSpace,
@@ -475,7 +555,7 @@ fn no_space_note(e: Error, opts: &ProbeOptions) -> Error {
         )
         .with_hint(format!(
             "free some space or use a smaller --file-size than {}",
-            format_iec(opts.size_bytes)
+            format_iec(size)
         ))
     } else {
         e
@@ -516,11 +596,11 @@ mod tests {
                 ..ok.clone()
             },
             ProbeOptions {
-                size_bytes: 4096,
+                size_bytes: Some(4096),
                 ..ok.clone()
             },
             ProbeOptions {
-                size_bytes: (1 << 20) + 4096,
+                size_bytes: Some((1 << 20) + 4096),
                 ..ok.clone()
             },
             ProbeOptions {
@@ -528,7 +608,7 @@ mod tests {
                 ..ok.clone()
             },
             ProbeOptions {
-                size_bytes: 1 << 40,
+                size_bytes: Some(1 << 40),
                 ..ok.clone()
             },
         ] {

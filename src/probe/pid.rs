@@ -52,6 +52,9 @@ pub struct PidOptions {
 pub enum FileVerdict {
     /// Opened with O_DIRECT, written, and no page-cache folio dirtied.
     Direct,
+    /// Opened with O_DIRECT, written without dirtying the page cache, but
+    /// the kernel bounced the writes (copied them into its own pages).
+    DirectBounced,
     /// Opened with O_DIRECT, yet its writes dirtied page-cache folios.
     BufferedFallback,
     /// Opened without O_DIRECT: buffered by the program's choice.
@@ -67,6 +70,7 @@ impl FileVerdict {
     pub fn name(self) -> &'static str {
         match self {
             FileVerdict::Direct => "direct",
+            FileVerdict::DirectBounced => "direct-bounced",
             FileVerdict::BufferedFallback => "buffered-fallback",
             FileVerdict::BufferedByChoice => "buffered-by-choice",
             FileVerdict::Idle => "idle",
@@ -139,8 +143,18 @@ pub struct PidFile {
     pub mount_options: Vec<String>,
     /// Folios of this file dirtied while watched (null: not watched).
     pub dirtied_folios: Option<u64>,
-    /// The same in bytes, at the page size.
+    /// Bytes that went through the page cache: the folios added to it at
+    /// their sizes, or the dirtied folios at the page size, whichever is
+    /// more (with large folios one dirtied folio is many pages).
     pub dirtied_bytes: Option<u64>,
+    /// O_DIRECT calls (reads or writes) of this file that entered the
+    /// kernel's direct-I/O path (iomap tracepoint; null: not traced).
+    #[serde(default)]
+    pub direct_calls: Option<u64>,
+    /// Of those, writes the kernel bounced through its own pages (null: not
+    /// traced, or this kernel's trace cannot show it).
+    #[serde(default)]
+    pub bounced_calls: Option<u64>,
     /// Bytes the process wrote to this file, when that is known: the
     /// process's write calls (`wchar`), attributed only when this is the
     /// one file of the process that changed.
@@ -166,7 +180,7 @@ pub struct PidReport {
     pub seconds: f64,
     /// One sentence.
     pub summary: String,
-    /// 3 when an O_DIRECT file fell back to buffered writes, else 0.
+    /// 3 when an O_DIRECT file fell back to buffered writes, else 6 when one was bounced, else 0.
     pub exit_code: u8,
     /// What was read: the tracepoint and the instance.
     pub evidence: String,
@@ -194,6 +208,9 @@ struct Watched {
     positions: Vec<(u32, u64)>,
     /// The tracepoint watches it ([`choose_watched`]).
     traced: bool,
+    /// Its filesystem's superblock device, as the filemap and iomap
+    /// tracepoints name it (mountinfo's `major:minor`).
+    sb_dev: Option<(u32, u32)>,
 }
 
 fn mtime(m: &std::fs::Metadata) -> (i64, i64) {
@@ -223,16 +240,19 @@ pub(crate) fn fallback_reasons(
     r
 }
 
-/// The verdict for one file from what was seen.
+/// The verdict for one file from what was seen: folios dirtied, writes
+/// bounced (null: not traced).
 pub(crate) fn file_verdict(
     o_direct: bool,
     folios: Option<u64>,
+    bounced: Option<u64>,
     activity: &Activity,
 ) -> FileVerdict {
     match (o_direct, folios) {
         (false, _) => FileVerdict::BufferedByChoice,
         (true, None) => FileVerdict::Unknown,
         (true, Some(n)) if n > 0 => FileVerdict::BufferedFallback,
+        (true, Some(_)) if bounced.unwrap_or(0) > 0 => FileVerdict::DirectBounced,
         (true, Some(_)) if activity.written() => FileVerdict::Direct,
         (true, Some(_)) => FileVerdict::Idle,
     }
@@ -291,6 +311,7 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &[MountEntry])
     };
     Watched {
         traced: false,
+        sb_dev: mount.as_ref().map(|m| (m.major, m.minor)),
         mtime_before: meta.as_ref().map_or((0, 0), mtime),
         positions: group.iter().map(|f| (f.fd, f.info.pos)).collect(),
         handle,
@@ -309,6 +330,8 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &[MountEntry])
             mount_options,
             dirtied_folios: None,
             dirtied_bytes: None,
+            direct_calls: None,
+            bounced_calls: None,
             bytes_written: None,
             activity: Activity {
                 size_before: size,
@@ -333,23 +356,31 @@ const FILTER_BUDGET: usize = 3400;
 /// then the largest, as many as fit. Bounded work: one pass over the files,
 /// the length of the filter counted as it grows. The others get a note.
 /// Returns the watch list and how many files were left out.
-fn choose_watched(watched: &mut [Watched]) -> (Vec<(String, Vec<u64>)>, usize) {
+fn choose_watched(watched: &mut [Watched]) -> (Vec<tracefs::Watch>, usize) {
     let mut order: Vec<usize> = (0..watched.len())
-        .filter(|&i| watched[i].file.bdi.is_some() && watched[i].handle.is_some())
+        .filter(|&i| {
+            let w = &watched[i];
+            w.file.bdi.is_some() && w.handle.is_some() && w.sb_dev.is_some()
+        })
         .collect();
     order.sort_by_key(|&i| {
         let f = &watched[i].file;
         (!f.o_direct, std::cmp::Reverse(f.activity.size_before))
     });
-    let mut watch: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut watch: BTreeMap<(String, (u32, u32)), Vec<u64>> = BTreeMap::new();
     let mut len = 0usize;
     let mut left_out = 0;
     for i in order {
         let f = &watched[i].file;
-        let bdi = f.bdi.clone().unwrap_or_default();
-        // `(name == "BDI" && (ino == N || ...)) || ...`
-        let add = format!("ino == {}", f.inode).len()
-            + match watch.get(&bdi) {
+        let key = (
+            f.bdi.clone().unwrap_or_default(),
+            watched[i].sb_dev.unwrap_or_default(),
+        );
+        let bdi = &key.0;
+        // `(name == "BDI" && (ino == N || ...)) || ...`, counted with the
+        // longest field name of the three filters (`i_ino`).
+        let add = format!("i_ino == {}", f.inode).len()
+            + match watch.get(&key) {
                 Some(_) => 4,
                 None => format!("(name == \"{bdi}\" && ())").len() + 4,
             };
@@ -366,10 +397,14 @@ fn choose_watched(watched: &mut [Watched]) -> (Vec<(String, Vec<u64>)>, usize) {
             continue;
         }
         len += add;
-        watch.entry(bdi).or_default().push(f.inode);
+        watch.entry(key).or_default().push(f.inode);
         watched[i].traced = true;
     }
-    (watch.into_iter().collect(), left_out)
+    let watch = watch
+        .into_iter()
+        .map(|((bdi, dev), inodes)| tracefs::Watch { bdi, dev, inodes })
+        .collect();
+    (watch, left_out)
 }
 
 fn not_root() -> Error {
@@ -422,15 +457,11 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
             "run as root on a kernel with tracefs and the writeback_dirty_folio tracepoint",
         ));
     };
-    let evidence = format!(
-        "tracepoint {}, instance {}",
-        tracefs::EVENT.replace('/', ":"),
-        trace.name()
-    );
+    let evidence = trace.label();
     let (watch, unwatched) = choose_watched(&mut watched);
     let io_before = fdinfo::process_io(&opts.sysroot, pid);
     if !watch.is_empty() {
-        trace.watch(&watch)?;
+        trace.watch(&watch, None)?;
     }
     let start = Instant::now();
     let total = Duration::from_secs(u64::from(opts.seconds));
@@ -446,10 +477,18 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
     let lost = trace.lost_events();
     let page = page_size();
     for w in &mut watched {
-        if let (Some(bdi), Some(_), true) = (&w.file.bdi, &w.handle, w.traced) {
-            let n = trace.count(bdi, w.file.inode);
-            w.file.dirtied_folios = Some(n);
-            w.file.dirtied_bytes = Some(n.saturating_mul(page));
+        if let (Some(dev), Some(_), true) = (w.sb_dev, &w.handle, w.traced) {
+            let c = trace.counts(dev, w.file.inode);
+            let events = trace.events();
+            w.file.dirtied_folios = Some(c.dirtied_folios);
+            w.file.dirtied_bytes = Some(
+                c.dirtied_folios
+                    .saturating_mul(page)
+                    .max(c.cached_pages.saturating_mul(page)),
+            );
+            w.file.direct_calls = events.dio.then_some(c.dio_calls);
+            w.file.bounced_calls = (events.dio && events.bounce != tracefs::BounceRule::Unknown)
+                .then_some(c.bounced_calls);
         }
     }
     drop(trace);
@@ -469,7 +508,7 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
                     && o.info.pos != *pos
             })
         });
-        f.verdict = file_verdict(f.o_direct, f.dirtied_folios, &f.activity);
+        f.verdict = file_verdict(f.o_direct, f.dirtied_folios, f.bounced_calls, &f.activity);
         if f.verdict != FileVerdict::BufferedFallback {
             f.reasons.clear();
         } else if f.reasons.is_empty() && f.fs_type == "btrfs" {
@@ -504,6 +543,10 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
         .iter()
         .filter(|f| f.verdict == FileVerdict::BufferedFallback)
         .count();
+    let bounced = files
+        .iter()
+        .filter(|f| f.verdict == FileVerdict::DirectBounced)
+        .count();
     let summary = if files.is_empty() {
         format!("pid {pid} ({command}) has no regular file open for writing.")
     } else if direct_files == 0 {
@@ -514,6 +557,10 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
     } else if fallbacks > 0 {
         format!(
             "{fallbacks} of the {direct_files} file(s) pid {pid} ({command}) opened with O_DIRECT went through the page cache."
+        )
+    } else if bounced > 0 {
+        format!(
+            "No file pid {pid} ({command}) opened with O_DIRECT dirtied the page cache in {seconds:.0} s; the kernel bounced the writes of {bounced} of them (a copy into its own pages, checksums kept)."
         )
     } else {
         format!(
@@ -536,6 +583,8 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
         summary,
         exit_code: if fallbacks > 0 {
             crate::model::exit::BUFFERED_FALLBACK.code
+        } else if bounced > 0 {
+            crate::model::exit::DIRECT_BOUNCED.code
         } else {
             crate::model::exit::OK.code
         },
@@ -565,11 +614,22 @@ mod tests {
     #[test]
     fn verdicts_per_file() {
         use FileVerdict::*;
-        assert_eq!(file_verdict(true, Some(0), &act(true)), Direct);
-        assert_eq!(file_verdict(true, Some(0), &act(false)), Idle);
-        assert_eq!(file_verdict(true, Some(12), &act(true)), BufferedFallback);
-        assert_eq!(file_verdict(false, Some(12), &act(true)), BufferedByChoice);
-        assert_eq!(file_verdict(true, None, &act(true)), Unknown);
+        assert_eq!(file_verdict(true, Some(0), None, &act(true)), Direct);
+        assert_eq!(file_verdict(true, Some(0), Some(0), &act(true)), Direct);
+        assert_eq!(
+            file_verdict(true, Some(0), Some(9), &act(true)),
+            DirectBounced
+        );
+        assert_eq!(file_verdict(true, Some(0), None, &act(false)), Idle);
+        assert_eq!(
+            file_verdict(true, Some(12), Some(9), &act(true)),
+            BufferedFallback
+        );
+        assert_eq!(
+            file_verdict(false, Some(12), None, &act(true)),
+            BufferedByChoice
+        );
+        assert_eq!(file_verdict(true, None, None, &act(true)), Unknown);
         let grown = Activity {
             size_before: 1,
             size_after: 2,

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::ProbeOptions;
-use super::verdict::{Analysis, FileSummary, NoiseSummary, Round, Verdict};
+use super::expect::{Expectation, expect};
+use super::verdict::{Analysis, Behaviour, FileSummary, NoiseSummary, Round, Verdict};
 use crate::model::profile::Profile;
 use crate::model::profile::profile_list;
 use crate::sys::proc::counters::CounterKind;
@@ -110,6 +111,15 @@ pub struct Parameters {
     pub rounds: u32,
 }
 
+/// What the probe spent to reach its verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Effort {
+    /// Wall time of the whole probe, seconds (opening to verdict).
+    pub seconds: f64,
+    /// Bytes written, test and control files of every round.
+    pub bytes_written: u64,
+}
+
 /// Everything `probe-dio` found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeReport {
@@ -126,10 +136,21 @@ pub struct ProbeReport {
     pub explanation: String,
     /// What to do, when something should be done.
     pub fix: Option<String>,
-    /// Reasons behind an inconclusive verdict.
+    /// Reasons behind an inconclusive verdict (and what else the verdict
+    /// needs said: a bounced control).
     pub reasons: Vec<String>,
+    /// The test file's O_DIRECT throughput over the NOCOW control's, in the
+    /// same run (null: no control): what checksummed O_DIRECT costs here.
+    #[serde(default)]
+    pub nocow_ratio: Option<f64>,
     /// Kernel release.
     pub kernel: String,
+    /// What the kernel version would lead one to expect (never what
+    /// decided the verdict).
+    pub expected: Expectation,
+    /// Time and bytes to the verdict.
+    #[serde(default)]
+    pub effort: Effort,
     /// The filesystem.
     pub filesystem: FsContext,
     /// The evidence that decided the verdict, and the cross-check.
@@ -165,6 +186,13 @@ impl ProbeReport {
         rounds: Vec<Round>,
     ) -> Self {
         let words = explain(analysis.verdict, &fs, &analysis);
+        let expected = expect(
+            &kernel,
+            &fs.fs_type,
+            &fs.data_profiles,
+            fs.target_nocow == Some(true),
+            analysis.verdict,
+        );
         Self {
             path: opts.path.clone(),
             verdict: analysis.verdict,
@@ -173,12 +201,15 @@ impl ProbeReport {
             explanation: words.explanation,
             fix: words.fix,
             reasons: analysis.reasons,
+            nocow_ratio: analysis.nocow_ratio,
             kernel,
+            expected,
+            effort: Effort::default(),
             filesystem: fs,
             evidence,
             counter,
             parameters: Parameters {
-                size_bytes: opts.size_bytes,
+                size_bytes: opts.size_for(analysis.test.bytes_written > 0),
                 block_size: opts.block_size,
                 rounds: opts.rounds,
             },
@@ -189,6 +220,48 @@ impl ProbeReport {
             rounds,
             removed_leftovers: Vec::new(),
             removed_trace_instances: Vec::new(),
+        }
+    }
+}
+
+impl ProbeReport {
+    /// "checksummed O_DIRECT runs at 62% of NOCOW here", when there was a
+    /// NOCOW control.
+    pub fn cost_sentence(&self) -> Option<String> {
+        let ratio = self.nocow_ratio?;
+        let pct = (ratio * 100.0).round();
+        let what = if self.filesystem.target_nocow == Some(true) {
+            "O_DIRECT in this NOCOW directory"
+        } else {
+            "checksummed O_DIRECT"
+        };
+        let how = match self.verdict {
+            Verdict::DirectBounced => " (the bounce copy)",
+            Verdict::BufferedFallback => " (through the page cache)",
+            Verdict::ProfileForced => " (NOCOW is buffered too on this profile)",
+            _ => "",
+        };
+        Some(format!("{what} runs at {pct:.0}% of NOCOW here{how}"))
+    }
+
+    /// "7.3.4 expects direct-bounced" with the agreement, for the text.
+    pub fn expectation_sentence(&self) -> String {
+        let x = &self.expected;
+        match (x.verdict, x.agrees) {
+            (Some(_), Some(true)) => {
+                format!("as the kernel version leads one to expect ({})", x.basis)
+            }
+            (Some(v), Some(false)) => format!(
+                "NOT what the kernel version leads one to expect ({}: {}): a backport or a distribution patch?",
+                v.name(),
+                x.basis
+            ),
+            (Some(v), None) => format!(
+                "the kernel version leads one to expect {} ({})",
+                v.name(),
+                x.basis
+            ),
+            (None, _) => format!("the kernel version does not tell ({})", x.basis),
         }
     }
 }
@@ -224,6 +297,35 @@ fn explain(verdict: Verdict, fs: &FsContext, analysis: &Analysis) -> Words {
                 summary: "O_DIRECT writes here are direct: they bypass the page cache.".to_owned(),
                 explanation: why,
                 fix: None,
+            }
+        }
+        Verdict::DirectBounced => {
+            let nocow_too = analysis
+                .control
+                .is_some_and(|c| c.behaviour == Behaviour::Bounced);
+            let mut explanation = "This kernel (7.3 and later) keeps O_DIRECT writes out of the page cache but \
+                 copies each one into a bounce buffer of its own before it computes the checksums \
+                 (IOMAP_DIO_BOUNCE), so a buffer changed during the write cannot leave a wrong checksum. \
+                 Nothing was dirtied; the copy costs CPU and memory bandwidth."
+                .to_owned();
+            if nocow_too {
+                explanation.push_str(&format!(
+                    " The NOCOW control was bounced too: with the {profiles} data profile the copies must not \
+                     differ, so every O_DIRECT write is bounced, NOCOW included."
+                ));
+            } else if analysis.control.is_some() {
+                explanation.push_str(" The NOCOW control was written without a copy.");
+            }
+            Words {
+                summary: "O_DIRECT writes here bypass the page cache, copied through a bounce buffer."
+                    .to_owned(),
+                explanation,
+                fix: (!nocow_too && btrfs).then(|| {
+                    "Usually nothing: checksums are kept and the page cache is not used. If the copy's cost \
+                     (the ratio to NOCOW above) matters more than data checksums, create the files in a NOCOW \
+                     directory (a new empty directory with `chattr +C`)."
+                        .to_owned()
+                }),
             }
         }
         Verdict::BufferedFallback if btrfs => {

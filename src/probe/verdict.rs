@@ -31,6 +31,22 @@ pub struct WriteSample {
     /// Folios of this very file dirtied during the write (and fsync), from
     /// the writeback_dirty_folio tracepoint; null when it was not traced.
     pub dirtied_folios: Option<u64>,
+    /// Bytes of the folios this file's write added to the page cache, each
+    /// at its own size (filemap tracepoint: right with large folios, where
+    /// one dirtied folio is many pages); null when it was not traced.
+    #[serde(default)]
+    pub cached_bytes: Option<u64>,
+    /// O_DIRECT write calls made.
+    #[serde(default)]
+    pub write_calls: u64,
+    /// Of those, calls that entered the kernel's direct-I/O path (iomap
+    /// tracepoint, 6.2 and later); null when it was not traced.
+    #[serde(default)]
+    pub direct_calls: Option<u64>,
+    /// Of those, calls the kernel bounced: copied into its own pages so the
+    /// checksums (or the copies) stay true; null when it was not traced.
+    #[serde(default)]
+    pub bounced_calls: Option<u64>,
     /// Wall time of the write and fsync.
     pub seconds: f64,
 }
@@ -61,6 +77,9 @@ pub struct Round {
 pub enum Behaviour {
     /// Dirtied (almost) nothing.
     Direct,
+    /// Dirtied (almost) nothing, but the kernel copied the data into a
+    /// bounce buffer on the way (checksums kept, one copy paid).
+    Bounced,
     /// Dirtied about what it wrote.
     Buffered,
     /// In between.
@@ -73,6 +92,10 @@ pub enum Behaviour {
 pub enum Verdict {
     /// O_DIRECT writes are direct.
     Direct,
+    /// O_DIRECT writes bypass the page cache, but the kernel copies them
+    /// through a bounce buffer (7.3 and later, for checksummed files and for
+    /// profiles with copies): checksums kept, a copy paid.
+    DirectBounced,
     /// The kernel turns O_DIRECT writes to these (checksummed) files into
     /// buffered writes; NOCOW files are not affected.
     BufferedFallback,
@@ -88,6 +111,7 @@ impl Verdict {
         use crate::model::exit;
         match self {
             Verdict::Direct => exit::DIRECT,
+            Verdict::DirectBounced => exit::DIRECT_BOUNCED,
             Verdict::BufferedFallback => exit::BUFFERED_FALLBACK,
             Verdict::ProfileForced => exit::PROFILE_FORCED,
             Verdict::Inconclusive => exit::INCONCLUSIVE,
@@ -99,6 +123,7 @@ impl Verdict {
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Direct => "direct",
+            Verdict::DirectBounced => "direct-bounced",
             Verdict::BufferedFallback => "buffered-fallback",
             Verdict::ProfileForced => "profile-forced",
             Verdict::Inconclusive => "inconclusive",
@@ -130,6 +155,14 @@ pub struct FileSummary {
     pub ratio_max: f64,
     /// Median write throughput, bytes per second (fsync included).
     pub throughput_bytes_per_sec: f64,
+    /// Share of the O_DIRECT write calls that entered the kernel's
+    /// direct-I/O path, over all rounds (null: not traced).
+    #[serde(default)]
+    pub direct_share: Option<f64>,
+    /// Share of those the kernel bounced (null: not traced, or none
+    /// entered the direct path).
+    #[serde(default)]
+    pub bounced_share: Option<f64>,
     /// What the median says.
     pub behaviour: Behaviour,
 }
@@ -156,7 +189,12 @@ pub struct Analysis {
     pub control: Option<FileSummary>,
     /// Background noise.
     pub noise: NoiseSummary,
-    /// Why the verdict is what it is when that needs saying (inconclusive).
+    /// The test file's median throughput over the NOCOW control's, in the
+    /// same run: what checksummed O_DIRECT costs here (null: no control).
+    #[serde(default)]
+    pub nocow_ratio: Option<f64>,
+    /// Why the verdict is what it is when that needs saying (inconclusive,
+    /// a bounced control).
     pub reasons: Vec<String>,
 }
 
@@ -223,6 +261,23 @@ fn summarize(samples: &[(WriteSample, IdleSample)]) -> FileSummary {
         })
         .collect();
     let ratio_median = median(&mut corrected);
+    let sum = |f: fn(&WriteSample) -> Option<u64>| -> Option<u64> {
+        samples.iter().map(|(s, _)| f(s)).sum()
+    };
+    let calls: u64 = samples.iter().map(|(s, _)| s.write_calls).sum();
+    let direct = sum(|s| s.direct_calls);
+    let bounced = sum(|s| s.bounced_calls);
+    let direct_share = direct
+        .filter(|_| calls > 0)
+        .map(|d| d as f64 / calls as f64);
+    let bounced_share = match (direct, bounced) {
+        (Some(d), Some(b)) if d > 0 => Some(b as f64 / d as f64),
+        _ => None,
+    };
+    let mut behaviour = behaviour_of(ratio_median);
+    if behaviour == Behaviour::Direct && bounced_share.is_some_and(|b| b >= 0.5) {
+        behaviour = Behaviour::Bounced;
+    }
     FileSummary {
         bytes_written: samples.first().map_or(0, |(s, _)| s.bytes_written),
         dirtied_bytes_median: median(&mut dirtied).round() as u64,
@@ -231,17 +286,23 @@ fn summarize(samples: &[(WriteSample, IdleSample)]) -> FileSummary {
         ratio_min: corrected.first().copied().unwrap_or(0.0),
         ratio_max: corrected.last().copied().unwrap_or(0.0),
         throughput_bytes_per_sec: median(&mut speed),
-        behaviour: behaviour_of(ratio_median),
+        direct_share,
+        bounced_share,
+        behaviour,
     }
 }
 
 /// Analyses the rounds from the per-file tracepoint counts: each file's
-/// own dirtied folios (times the page size), with no background to
-/// subtract. `None` unless every sample was traced.
+/// own page-cache bytes, with no background to subtract: the folios its
+/// write added to the page cache at their sizes, or its dirtied folios
+/// times the page size, whichever is more (with large folios the second
+/// undercounts; a kernel without the filemap event has only it). `None`
+/// unless every sample was traced.
 pub fn analyze_per_file(rounds: &[Round], ctx: &Context, page_size: u64) -> Option<Analysis> {
     let exact = |s: &WriteSample| -> Option<WriteSample> {
+        let folios = s.dirtied_folios?.saturating_mul(page_size);
         Some(WriteSample {
-            dirtied_bytes: s.dirtied_folios?.saturating_mul(page_size),
+            dirtied_bytes: folios.max(s.cached_bytes.unwrap_or(0)),
             ..*s
         })
     };
@@ -311,11 +372,16 @@ pub(crate) fn analyze(rounds: &[Round], ctx: &Context) -> Analysis {
     } else {
         decide(&test, control.as_ref(), ctx, &mut reasons)
     };
+    let nocow_ratio = control
+        .as_ref()
+        .filter(|c| c.throughput_bytes_per_sec > 0.0)
+        .map(|c| test.throughput_bytes_per_sec / c.throughput_bytes_per_sec);
     Analysis {
         verdict,
         test,
         control,
         noise,
+        nocow_ratio,
         reasons,
     }
 }
@@ -336,20 +402,38 @@ fn decide(
     let Some(control) = control else {
         return match test.behaviour {
             Behaviour::Direct => Verdict::Direct,
+            Behaviour::Bounced => Verdict::DirectBounced,
             _ => Verdict::BufferedFallback,
         };
     };
+    use Behaviour::{Bounced, Buffered, Direct, Unclear};
     match (test.behaviour, control.behaviour) {
-        (_, Behaviour::Unclear) => {
+        (_, Unclear) => {
             reasons.push(format!(
                 "the NOCOW control dirtied {:.2} of what it wrote, which is neither direct nor buffered",
                 control.ratio_median
             ));
             Verdict::Inconclusive
         }
-        (Behaviour::Direct, Behaviour::Direct) => Verdict::Direct,
-        (Behaviour::Buffered, Behaviour::Direct) => Verdict::BufferedFallback,
-        (Behaviour::Buffered, Behaviour::Buffered) => {
+        (Direct, Direct) => Verdict::Direct,
+        (Bounced, Direct) => Verdict::DirectBounced,
+        (Bounced, Bounced) => {
+            reasons.push(format!(
+                "the NOCOW control was bounced too: the data profile ({}) keeps its copies stable the same way",
+                crate::model::profile::profile_list(&ctx.data_profiles)
+            ));
+            Verdict::DirectBounced
+        }
+        (Direct, Bounced) => {
+            reasons.push(
+                "the NOCOW control was bounced while the test file was written directly, which no kernel \
+                 known here does"
+                    .to_owned(),
+            );
+            Verdict::Inconclusive
+        }
+        (Buffered, Direct | Bounced) => Verdict::BufferedFallback,
+        (Buffered, Buffered) => {
             if ctx.data_profiles.iter().any(|p| p.duplicates_data()) {
                 Verdict::ProfileForced
             } else {
@@ -360,14 +444,14 @@ fn decide(
                 Verdict::Inconclusive
             }
         }
-        (Behaviour::Direct, Behaviour::Buffered) => {
+        (Direct | Bounced, Buffered) => {
             reasons.push(
                 "the NOCOW control looked buffered while the test file did not: another writer on this filesystem?"
                     .to_owned(),
             );
             Verdict::Inconclusive
         }
-        (Behaviour::Unclear, _) => Verdict::Inconclusive,
+        (Unclear, _) => Verdict::Inconclusive,
     }
 }
 
@@ -382,6 +466,10 @@ mod tests {
             bytes_written: written_mib * MIB,
             dirtied_bytes: (dirtied_mib * MIB as f64) as u64,
             dirtied_folios: None,
+            cached_bytes: None,
+            write_calls: written_mib,
+            direct_calls: None,
+            bounced_calls: None,
             seconds,
         }
     }
@@ -515,8 +603,90 @@ mod tests {
             Verdict::BufferedFallback,
             Verdict::ProfileForced,
             Verdict::Inconclusive,
+            Verdict::DirectBounced,
         ]
         .map(Verdict::exit_code);
-        assert_eq!(codes, [0, 3, 4, 5]);
+        assert_eq!(codes, [0, 3, 4, 5, 6]);
+    }
+
+    /// Rounds as the tracepoints see them: per file, dirtied folios, bytes
+    /// added to the page cache, calls that entered the direct path and
+    /// calls bounced; 32 MiB in 1 MiB calls.
+    fn traced(
+        test: (u64, u64, u64, u64),
+        control: (u64, u64, u64, u64),
+        secs: (f64, f64),
+    ) -> Vec<Round> {
+        let s = |(folios, cached, direct, bounced): (u64, u64, u64, u64), seconds| WriteSample {
+            bytes_written: 32 * MIB,
+            dirtied_bytes: 0,
+            dirtied_folios: Some(folios),
+            cached_bytes: Some(cached),
+            write_calls: 32,
+            direct_calls: Some(direct),
+            bounced_calls: Some(bounced),
+            seconds,
+        };
+        (0..3)
+            .map(|_| Round {
+                test: s(test, secs.0),
+                control: Some(s(control, secs.1)),
+                idle: idle(0.0, 0.05),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn large_folios_count_by_their_size_not_their_number() {
+        // 7.2 dirties 2 MiB folios: 16 dirtied-folio events for 32 MiB,
+        // which at the page size look direct; the page cache got 32 MiB.
+        let r = traced((16, 32 * MIB, 0, 0), (0, 0, 32, 0), (0.2, 0.1));
+        let a = analyze_per_file(&r, &btrfs(Profile::Single), 4096).unwrap();
+        assert_eq!(a.verdict, Verdict::BufferedFallback, "{a:?}");
+        assert_eq!(a.test.ratio_median, 1.0);
+        assert_eq!(a.test.direct_share, Some(0.0));
+        assert_eq!(a.control.unwrap().direct_share, Some(1.0));
+        // A kernel without the filemap event: the folio count is all there is.
+        let mut old = traced((8192, 0, 32, 0), (0, 0, 32, 0), (0.2, 0.1));
+        for round in &mut old {
+            round.test.cached_bytes = None;
+        }
+        let a = analyze_per_file(&old, &btrfs(Profile::Single), 4096).unwrap();
+        assert_eq!(a.verdict, Verdict::BufferedFallback);
+    }
+
+    #[test]
+    fn bounced_writes_are_their_own_verdict_with_their_cost() {
+        // 7.3: the checksummed file bounced, the NOCOW one direct, at half
+        // its speed.
+        let r = traced((0, 0, 32, 32), (0, 0, 32, 0), (0.2, 0.1));
+        let a = analyze_per_file(&r, &btrfs(Profile::Single), 4096).unwrap();
+        assert_eq!(a.verdict, Verdict::DirectBounced, "{a:?}");
+        assert_eq!(a.test.behaviour, Behaviour::Bounced);
+        assert_eq!(a.control.unwrap().behaviour, Behaviour::Direct);
+        assert!((a.nocow_ratio.unwrap() - 0.5).abs() < 1e-9);
+        assert!(a.reasons.is_empty());
+        // DUP on 7.3: NOCOW bounced too, and it is said why.
+        let r = traced((0, 0, 32, 32), (0, 0, 32, 32), (0.2, 0.2));
+        let a = analyze_per_file(&r, &btrfs(Profile::Dup), 4096).unwrap();
+        assert_eq!(a.verdict, Verdict::DirectBounced);
+        assert!(a.reasons[0].contains("dup"), "{:?}", a.reasons);
+        // Bounced NOCOW next to a direct checksummed file: no kernel does it.
+        let r = traced((0, 0, 32, 0), (0, 0, 32, 32), (0.1, 0.1));
+        let a = analyze_per_file(&r, &btrfs(Profile::Single), 4096).unwrap();
+        assert_eq!(a.verdict, Verdict::Inconclusive);
+        // A few bounced calls among direct ones do not make it bounced.
+        let r = traced((0, 0, 32, 3), (0, 0, 32, 0), (0.1, 0.1));
+        let a = analyze_per_file(&r, &btrfs(Profile::Single), 4096).unwrap();
+        assert_eq!(a.verdict, Verdict::Direct);
+        // Without the dio event, a bounce cannot be told from direct.
+        let mut r = traced((0, 0, 32, 32), (0, 0, 32, 0), (0.2, 0.1));
+        for round in &mut r {
+            round.test.direct_calls = None;
+            round.test.bounced_calls = None;
+        }
+        let a = analyze_per_file(&r, &btrfs(Profile::Single), 4096).unwrap();
+        assert_eq!(a.verdict, Verdict::Direct);
+        assert_eq!(a.test.bounced_share, None);
     }
 }

@@ -157,6 +157,8 @@ catalog! {
         "O_DIRECT writes to checksummed files become buffered writes (probe-dio)";
     OdirectProfileForced = "odirect-profile-forced", Warning, Fixed, ["doctor --deep"],
         "the profile (DUP, RAID5/6 data) forces O_DIRECT writes through the page cache (probe-dio)";
+    OdirectBounced = "odirect-bounced", Info, Fixed, ["doctor --deep"],
+        "O_DIRECT writes bypass the page cache through a bounce buffer: checksums kept, a copy paid (probe-dio)";
     OdirectInconclusive = "odirect-inconclusive", Info, Fixed, ["doctor --deep"],
         "probe-dio could not tell whether O_DIRECT writes are direct";
     DeepProbeFailed = "deep-probe-failed", Info, Fixed, ["doctor --deep"],

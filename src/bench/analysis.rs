@@ -197,7 +197,7 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
         && dirtied > DEVICE_SLACK_BYTES
     {
         let why = if ctx.cow {
-            "the test file has data checksums (--cow), and since Linux 6.15 btrfs turns O_DIRECT writes to such files into buffered writes"
+            "the test file has data checksums (--cow), and from Linux 6.15 to 7.2 btrfs turns O_DIRECT writes to such files into buffered writes (7.3 bounces them instead)"
         } else {
             "O_DIRECT was not honoured"
         };

@@ -1326,10 +1326,10 @@ fn run_notes(
 ) -> Vec<String> {
     let mut notes = Vec::new();
     if is_btrfs && !opts.cow {
-        notes.push("the test file is NOCOW (no data checksums), so O_DIRECT is direct; --cow measures the checksummed path instead".to_owned());
+        notes.push("the test file is NOCOW (no data checksums), so O_DIRECT is direct unless the data profile keeps copies (DUP, RAID1*: buffered on 6.18 to 7.2, bounced from 7.3); --cow measures the checksummed path instead".to_owned());
     }
     if opts.cow {
-        notes.push("--cow: the test file has data checksums; since Linux 6.15 btrfs turns O_DIRECT writes to it into buffered writes, which the dirtied-page check shows".to_owned());
+        notes.push("--cow: the test file has data checksums; btrfs writes O_DIRECT to it directly before 6.15, through the page cache from 6.15 to 7.2 (the dirtied-page check shows it) and through a bounce buffer from 7.3 (no page cache, a copy: slower, not flagged); `btrfs-lab probe-dio` says which this kernel does".to_owned());
     }
     if !devices_missing.is_empty() {
         notes.push(format!(

@@ -19,10 +19,12 @@ use super::output::{Output, Paint, wrap};
 use super::units::{SYSROOT_HELP, UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
-Writes test files in PATH with O_DIRECT and measures the page-cache data the
-writes dirtied. On btrfs a control file in a fresh NOCOW directory of the same
-filesystem is written the same way, interleaved. Test files are created with
-O_EXCL under unique names and removed on every exit path.
+Writes test files in PATH with O_DIRECT and measures, per file (kernel
+tracepoints, as root) or with a counter, the data the writes put through the
+page cache, and whether the kernel bounced them. On btrfs a control file in a
+fresh NOCOW directory of the same filesystem is written the same way,
+interleaved; the verdict line gives the cost against it. Test files are
+created with O_EXCL under unique names and removed on every exit path.
 
 Verdicts and exit status:
   direct             0  the writes bypassed the page cache
@@ -31,6 +33,8 @@ Verdicts and exit status:
   profile-forced     4  the data profile (DUP, RAID1, ...) makes every
                         O_DIRECT write buffered
   inconclusive       5  too much noise to tell; the report says why
+  direct-bounced     6  not through the page cache, but copied through a
+                        bounce buffer (7.3 and later)
 Errors exit 1, bad arguments 2, an interrupt 130.";
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -83,7 +83,7 @@ pub(crate) fn nocow_findings(
                     "{} VM image or database file(s) are copy-on-write",
                     s.needs_migration_files + s.blocked_files
                 ),
-                "files rewritten in place (VM images, databases) fragment under copy-on-write and their O_DIRECT writes are buffered; a NOCOW directory and a migration of the files fix both (btrfs-lab nocow DIR)",
+                "files rewritten in place (VM images, databases) fragment under copy-on-write, and their O_DIRECT writes are buffered (kernels 6.15 to 7.2) or copied through a bounce buffer (7.3 and later); a NOCOW directory and a migration of the files fix both (btrfs-lab nocow DIR)",
             )
             .with_evidence("directories", names.join(", "))
             .with_evidence(

@@ -478,9 +478,10 @@ fn warnings(req: &Request, obs: &Observed, plan: &Plan) -> Vec<String> {
     if !dup.is_empty() {
         w.push(format!(
             "The data profile is {}: on profiles that keep several copies (DUP, RAID1, RAID1C3/4, \
-             RAID10, RAID5/6) current kernels turn O_DIRECT writes buffered even for NOCOW files, \
-             so databases and VMs using O_DIRECT stay buffered here (btrfs-lab probe-dio {} \
-             measures it).",
+             RAID10, RAID5/6) kernels from 6.18 (and 6.12.117) to 7.2 turn O_DIRECT writes buffered \
+             even for NOCOW files, and 7.3 copies them through a bounce buffer, so NOCOW does not \
+             make databases and VMs using O_DIRECT direct here (btrfs-lab probe-dio {} measures \
+             what this kernel does).",
             profile_list(&dup),
             req.dir.display()
         ));

@@ -328,8 +328,13 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         progress(done, total);
     };
     // With per-file evidence the idle window only serves the counter's
-    // cross-check, so it is kept short.
-    let idle_min = if trace.is_some() { 0.02 } else { 0.2 };
+    // cross-check, so it is kept short: a quarter of the round's writing,
+    // at most 0.25 s.
+    let (idle_share, idle_min, idle_max) = if trace.is_some() {
+        (0.25, 0.02, 0.25)
+    } else {
+        (0.5, 0.2, 10.0)
+    };
 
     let mut rounds = Vec::new();
     for r in 0..opts.rounds {
@@ -364,7 +369,7 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
             None => (write(false, &test_name, &mut scratch)?, None),
         };
         let busy = test.seconds + control.map_or(test.seconds, |c| c.seconds);
-        let idle = idle_sample(&mut counter, (busy / 2.0).clamp(idle_min, 10.0))?;
+        let idle = idle_sample(&mut counter, (busy * idle_share).clamp(idle_min, idle_max))?;
         rounds.push(Round {
             test,
             control,

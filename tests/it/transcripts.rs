@@ -676,6 +676,18 @@ const DECIDED: &[Decided] = &[
     ),
     (
         "probe-dio.md",
+        "192.00MiB written",
+        Fixed,
+        "3 rounds (the default) of a 32M test and a 32M control file",
+    ),
+    (
+        "probe-dio.md",
+        "96.00MiB written",
+        Fixed,
+        "3 rounds (the default) of a 32M test file, no control on ext4",
+    ),
+    (
+        "probe-dio.md",
         "1.00MiB writes",
         Fixed,
         "probe-dio's default --block-size (1M)",

@@ -83,16 +83,19 @@ fn expected(
     let copies = profiles.iter().any(|p| p.duplicates_data());
     let csum = !target_nocow;
     let named = format!("{}.{}.{}", v.0, v.1, v.2);
-    if v >= (7, 3, 0) {
-        if csum || copies {
-            return (
-                Some(Verdict::DirectBounced),
-                format!("{named} has {BOUNCE}"),
-            );
-        }
+    if !csum && !copies {
         return (
             Some(Verdict::Direct),
-            format!("{named}: NOCOW files on a profile without copies are written directly"),
+            format!(
+                "NOCOW files on a profile without copies are written directly by every kernel \
+                 known here ({named} included)"
+            ),
+        );
+    }
+    if v >= (7, 3, 0) {
+        return (
+            Some(Verdict::DirectBounced),
+            format!("{named} has {BOUNCE}"),
         );
     }
     // 6.12.117 (Debian 6.12.117-1) has both fallbacks, read in its source;
@@ -196,6 +199,8 @@ mod tests {
         assert_eq!(e("6.16.2", Dup, true), None);
         assert_eq!(e("6.12.30", Single, false), None);
         assert_eq!(e("6.6.80", Single, true), Some(Direct));
+        let nocow = expect("7.2.13", "btrfs", &[Single], true, Direct);
+        assert!(nocow.basis.starts_with("NOCOW files"), "{}", nocow.basis);
         assert_eq!(e("weird", Single, false), None);
     }
 

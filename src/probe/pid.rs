@@ -143,9 +143,8 @@ pub struct PidFile {
     pub mount_options: Vec<String>,
     /// Folios of this file dirtied while watched (null: not watched).
     pub dirtied_folios: Option<u64>,
-    /// Bytes that went through the page cache: the folios added to it at
-    /// their sizes, or the dirtied folios at the page size, whichever is
-    /// more (with large folios one dirtied folio is many pages).
+    /// The dirtied folios at the page size: with large folios (btrfs on
+    /// 7.x) one folio is many pages, so this is a lower bound.
     pub dirtied_bytes: Option<u64>,
     /// O_DIRECT calls (reads or writes) of this file that entered the
     /// kernel's direct-I/O path (iomap tracepoint; null: not traced).
@@ -457,6 +456,10 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
             "run as root on a kernel with tracefs and the writeback_dirty_folio tracepoint",
         ));
     };
+    // Files of a running program may be rewritten in place (pages already
+    // cached: dirtied, never added), so the dirtied folios are the evidence
+    // here, and the filemap event would only double the events to format.
+    trace.without_cache_event();
     let evidence = trace.label();
     let (watch, unwatched) = choose_watched(&mut watched);
     let io_before = fdinfo::process_io(&opts.sysroot, pid);
@@ -469,7 +472,9 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
         signals::check()?;
         trace.drain()?;
         tick(start.elapsed().as_secs_f64(), total.as_secs_f64());
-        thread::sleep(Duration::from_millis(50).min(total.saturating_sub(start.elapsed())));
+        // Drained often: a program dirtying folios at full speed fills
+        // the ring buffer in well under a second.
+        thread::sleep(Duration::from_millis(10).min(total.saturating_sub(start.elapsed())));
     }
     trace.drain()?;
     let seconds = start.elapsed().as_secs_f64();

@@ -91,14 +91,49 @@ fn assert_report_shape(r: &Value) {
             ("rounds.0.test.seconds", "number"),
             ("rounds.0.idle.dirtied_bytes", "number"),
             ("rounds.0.idle.seconds", "number"),
+            ("rounds.0.test.write_calls", "number"),
+            ("rounds.0.test.cached_bytes", "number|null"),
+            ("rounds.0.test.direct_calls", "number|null"),
+            ("rounds.0.test.bounced_calls", "number|null"),
+            ("test.direct_share", "number|null"),
+            ("test.bounced_share", "number|null"),
+            ("nocow_ratio", "number|null"),
+            ("expected.verdict", "string|null"),
+            ("expected.basis", "string"),
+            ("expected.agrees", "bool|null"),
+            ("effort.seconds", "number"),
+            ("effort.bytes_written", "number"),
         ],
     );
     let verdicts = [
         "direct",
+        "direct-bounced",
         "buffered-fallback",
         "profile-forced",
         "inconclusive",
     ];
+    // The time and bytes to the verdict are the probe's own: every round's
+    // test file, and its control when there is one.
+    let files = if r["control"].is_null() { 1 } else { 2 };
+    assert_eq!(
+        r["effort"]["bytes_written"].as_u64().unwrap(),
+        r["parameters"]["size_bytes"].as_u64().unwrap()
+            * r["parameters"]["rounds"].as_u64().unwrap()
+            * files
+    );
+    assert!(r["effort"]["seconds"].as_f64().unwrap() > 0.0);
+    // The cost is the test file's throughput over the control's.
+    match r["control"]["throughput_bytes_per_sec"].as_f64() {
+        Some(c) => {
+            let t = r["test"]["throughput_bytes_per_sec"].as_f64().unwrap();
+            let ratio = r["nocow_ratio"].as_f64().unwrap();
+            assert!((ratio - t / c).abs() < 1e-9, "{r:#}");
+        }
+        None => assert!(r["nocow_ratio"].is_null()),
+    }
+    // The report reads back as its type.
+    let back: btrfs_lab::probe::ProbeReport = serde_json::from_value(r.clone()).unwrap();
+    assert_eq!(back.verdict.name(), r["verdict"].as_str().unwrap());
     assert!(verdicts.contains(&r["verdict"].as_str().unwrap()));
     assert!(["bdi", "vmstat"].contains(&r["counter"]["source"].as_str().unwrap()));
     assert_eq!(
@@ -135,6 +170,17 @@ fn checksummed_and_nocow_directories_on_single_btrfs() {
     );
     assert_eq!(r["control"]["behaviour"], "direct");
     assert!(r["test"]["ratio_median"].as_f64().unwrap() > 0.9, "{r:#}");
+    // The direct sign of the path, where the kernel traces it: the
+    // checksummed writes never reached the direct-I/O path, the NOCOW
+    // control's all did, and none was bounced.
+    if let Some(share) = r["test"]["direct_share"].as_f64() {
+        assert!(share < 0.5, "{r:#}");
+        assert!(
+            r["control"]["direct_share"].as_f64().unwrap() > 0.5,
+            "{r:#}"
+        );
+        assert_eq!(r["control"]["bounced_share"].as_f64().unwrap_or(0.0), 0.0);
+    }
 
     let nocow = mnt.join("db");
     fs::create_dir(&nocow).unwrap();
@@ -146,14 +192,66 @@ fn checksummed_and_nocow_directories_on_single_btrfs() {
     assert_eq!(r["filesystem"]["target_nocow"], true);
     assert!(r["test"]["ratio_median"].as_f64().unwrap() < 0.1);
 
-    // The text report says the same, with an explanation and a fix.
+    // The text report says the same, with the cost in the verdict line,
+    // the version's expectation, an explanation and a fix.
     let (code, text) = text_probe(&env, &mnt);
     assert_eq!(code, 3);
-    assert!(text.contains("verdict: buffered-fallback"), "{text}");
+    assert!(
+        text.starts_with(&format!(
+            "probe-dio {}\nverdict: buffered-fallback — checksummed O_DIRECT runs at ",
+            mnt.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("% of NOCOW here (through the page cache)\n"),
+        "{text}"
+    );
+    assert!(text.contains("kernel version"), "{text}");
     assert!(text.contains("968f19c5b1b7"));
     assert!(text.contains("chattr +C"));
     drop(sbx);
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn the_default_size_is_small_when_the_tracepoints_measure() {
+    if !require_root("probe-dio default size") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--json"])
+        .arg(sbx.mount_point()));
+    assert!(matches!(code, 0 | 3 | 6), "{stderr}");
+    let r = json(&stdout);
+    let size = r["parameters"]["size_bytes"].as_u64().unwrap();
+    match r["evidence"]["source"].as_str().unwrap() {
+        "tracepoint" => assert_eq!(size, 32 << 20, "{r:#}"),
+        _ => assert_eq!(size, 256 << 20, "{r:#}"),
+    }
+    assert_eq!(r["rounds"][0]["test"]["bytes_written"].as_u64(), Some(size));
+    assert_eq!(
+        r["rounds"][0]["test"]["write_calls"].as_u64(),
+        Some(size >> 20)
+    );
+    // Without the tracepoints the counter decides, from bigger files.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .env("BTRFS_LAB_PROBE_NO_TRACE", "1")
+        .args(["probe-dio", "--json"])
+        .arg(sbx.mount_point()));
+    assert!(matches!(code, 0 | 3 | 6), "{stderr}");
+    let r = json(&stdout);
+    assert_ne!(r["evidence"]["source"], "tracepoint", "{r:#}");
+    assert_eq!(
+        r["parameters"]["size_bytes"].as_u64(),
+        Some(256 << 20),
+        "{r:#}"
+    );
 }
 
 #[test]

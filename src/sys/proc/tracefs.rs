@@ -55,8 +55,18 @@ pub(crate) const DIO_EVENT: &str = "iomap/iomap_dio_rw_begin";
 /// the leftover `0x10`; a kernel whose format names bit 4 otherwise, or
 /// names `BOUNCE`, is read by the names ([`BounceRule`]).
 const DIO_BOUNCE_BIT: u32 = 1 << 4;
-/// Per-CPU ring buffer of our instance, KiB (one event is ~60 bytes).
-const BUFFER_KB: u32 = 4096;
+/// Per-CPU ring buffer of our instance, KiB (one event is ~60 bytes): up
+/// to 16 MiB per CPU, 64 MiB in all ([`buffer_kb`]).
+const BUFFER_KB_MAX: u64 = 16 << 10;
+/// The instance's ring buffers together, KiB, at most.
+const BUFFER_KB_TOTAL: u64 = 64 << 10;
+
+/// The per-CPU buffer size for `cpus` CPUs: a program dirtying folios at
+/// full speed must not overrun it between two drains, and the kernel
+/// memory it takes stays bounded on many-CPU machines.
+pub(crate) fn buffer_kb(cpus: u64) -> u64 {
+    (BUFFER_KB_TOTAL / cpus.max(1)).clamp(1 << 10, BUFFER_KB_MAX)
+}
 /// Longest filter we write (the kernel accepts a page).
 const FILTER_MAX: usize = 3500;
 
@@ -372,13 +382,22 @@ impl FolioTrace {
             counts: HashMap::new(),
         };
         // A bigger buffer is a convenience; the default works too.
-        let _ = fs::write(t.dir.join("buffer_size_kb"), BUFFER_KB.to_string());
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let _ = fs::write(t.dir.join("buffer_size_kb"), buffer_kb(cpus).to_string());
         Ok(t)
     }
 
     /// The events this kernel has besides the writeback one.
     pub fn events(&self) -> Events {
         self.events
+    }
+
+    /// Leaves the filemap event out (before [`Self::watch`]): a program
+    /// writing buffered at full speed makes it and the writeback event
+    /// together more than trace_pipe can format, and events are lost; the
+    /// dirtied folios alone are then the evidence.
+    pub fn without_cache_event(&mut self) {
+        self.events.cache = false;
     }
 
     /// The tracepoints used, as the report names them.
@@ -472,7 +491,7 @@ impl FolioTrace {
         if self.pipe.is_none() {
             return Ok(());
         }
-        let mut buf = vec![0u8; 64 << 10];
+        let mut buf = vec![0u8; 256 << 10];
         loop {
             let read = self.pipe.as_mut().map_or(Ok(0), |p| p.read(&mut buf));
             match read {
@@ -600,6 +619,14 @@ mod tests {
         assert_eq!(parse_line("# tracer: nop"), None);
         let stats = "entries: 1280\noverrun: 3\ncommit overrun: 0\nbytes: 76800\ndropped events: 2\nread events: 0\n";
         assert_eq!(lost_in_stats(stats), 5);
+    }
+
+    #[test]
+    fn buffers_are_bounded_in_all() {
+        assert_eq!(buffer_kb(2), 16 << 10);
+        assert_eq!(buffer_kb(8), 8 << 10);
+        assert_eq!(buffer_kb(256), 1 << 10);
+        assert_eq!(buffer_kb(0), 16 << 10);
     }
 
     #[test]

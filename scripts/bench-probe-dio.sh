@@ -9,7 +9,8 @@
 #   (a) fio, the reference: the probe's writes without the probe: for each of
 #       its ROUNDS_PROBE rounds a SIZE file in DIR and one in a NOCOW
 #       directory beside it, written sequentially with O_DIRECT in 1M
-#       requests (psync, iodepth 1, as the probe writes), fsync at the end;
+#       requests (psync, iodepth 1, no preallocation, as the probe writes),
+#       fsync at the end, in one fio process;
 #   (b) btrfs-lab probe-dio --json DIR (default size: 32M per file when its
 #       per-file tracepoints measure);
 #   (c) with BUSY=1, (b) again while fio writes buffered (4 jobs, 1M,
@@ -20,9 +21,11 @@
 # A round whose two references differ by more than TOLERANCE percent is
 # discarded (this VM's disk slows for 5-15 s after several GiB of memory is
 # freed); rounds go on until ROUNDS are kept or MAX_ROUNDS were run. The
-# result: per round the probe's wall time (its own `effort.seconds`), bytes
-# written, the verdict and evidence, fio's time for the same bytes; then the
-# median probe/fio time ratio and the median seconds to a verdict, idle and
+# result: per round the probe's wall time (its own `effort.seconds`: start to
+# verdict, idle windows and trace set-up included), bytes written, the
+# verdict and evidence, and fio's I/O time for the same bytes (the sum of its
+# jobs' runtimes: the cost of the writing itself); then the median probe/fio
+# time ratio (the probe's overhead over just writing the bytes) and the median seconds to a verdict, idle and
 # busy. The goal (issue 28): the right verdict in <= 0.5 s writing <= 32 MiB
 # per file on an idle NVMe-class device, the same verdict under a buffered
 # writer.
@@ -72,20 +75,20 @@ trap 'exit 130' INT TERM HUP
 mkdir "$WORK/csum" "$WORK/nocow" "$WORK/noise"
 chattr +C "$WORK/nocow"
 
-# (a): the same files, sizes and requests as the probe, one after another.
+# (a): the same files, sizes and requests as the probe, one after another,
+# in one fio process (its start-up paid once, as the probe's).
 reference() {
-    local start end r
-    start=$(date +%s.%N)
+    local start end r d args=(--rw=write --bs=1M --size="$SIZE" --direct=1 --ioengine=psync
+        --end_fsync=1 --fallocate=none --output-format=json)
     for r in $(seq 1 "$ROUNDS_PROBE"); do
         for d in csum nocow; do
-            fio --name=ref --directory="$WORK/$d" --filename="r$r" --rw=write --bs=1M \
-                --size="$SIZE" --direct=1 --ioengine=psync --end_fsync=1 \
-                --output-format=json >/dev/null
-            rm -f -- "$WORK/$d/r$r"
+            args+=(--name="r$r-$d" --directory="$WORK/$d" --filename="r$r" --stonewall)
         done
     done
-    end=$(date +%s.%N)
-    awk -v a="$start" -v b="$end" 'BEGIN { printf "%.6f\n", b - a }'
+    # fio's own I/O time (the jobs' runtimes, fsync included): its wall
+    # time is mostly its start-up and the status thread, not the writing.
+    fio "${args[@]}" | jq '[.jobs[].job_runtime] | add / 1000'
+    rm -f -- "$WORK"/csum/r* "$WORK"/nocow/r*
 }
 
 probe() { # $1: output file

@@ -349,6 +349,8 @@ pub(crate) fn lost_in_stats(text: &str) -> u64 {
 #[derive(Debug)]
 pub(crate) struct FolioTrace {
     dir: PathBuf,
+    /// Per-CPU buffer size asked for, KiB.
+    buffer_kb: u64,
     name: String,
     pipe: Option<File>,
     pending: String,
@@ -372,8 +374,10 @@ impl FolioTrace {
             dio: format(DIO_EVENT).is_some_and(|f| f.contains("dio_flags")),
             bounce: format(DIO_EVENT).map_or(BounceRule::Unknown, |f| BounceRule::from_format(&f)),
         };
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
         let t = Self {
             dir,
+            buffer_kb: buffer_kb(cpus),
             name,
             pipe: None,
             pending: String::new(),
@@ -382,9 +386,15 @@ impl FolioTrace {
             counts: HashMap::new(),
         };
         // A bigger buffer is a convenience; the default works too.
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-        let _ = fs::write(t.dir.join("buffer_size_kb"), buffer_kb(cpus).to_string());
+        let _ = fs::write(t.dir.join("buffer_size_kb"), t.buffer_kb.to_string());
         Ok(t)
+    }
+
+    /// How many bytes one thread may write between two [`Self::drain`]s
+    /// without overrunning its CPU's buffer: at most two events (~64 bytes
+    /// each) per 4 KiB page, with a factor of two to spare, at most 64 MiB.
+    pub fn bytes_between_drains(&self) -> u64 {
+        (self.buffer_kb * 1024 / (2 * 64) * 4096 / 2).clamp(1 << 20, 64 << 20)
     }
 
     /// The events this kernel has besides the writeback one.

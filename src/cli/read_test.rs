@@ -87,10 +87,10 @@ pub struct ReadTestArgs {
     #[arg(long, value_name = "PID", conflicts_with_all = ["file", "methods", "rounds", "threads", "cache", "chunk", "buffer", "drop_caches", "verify"])]
     pid: Option<u32>,
     /// With --pid: how long to watch, in seconds [default: 10].
-    #[arg(long, value_name = "N", requires = "pid")]
+    #[arg(long, value_name = "N")]
     seconds: Option<u32>,
     /// With --pid: a saved `read-test FILE --json` of the same file to compare with.
-    #[arg(long, value_name = "SAVED.json", requires = "pid")]
+    #[arg(long, value_name = "SAVED.json")]
     compare: Option<PathBuf>,
     /// Methods to compare, comma-separated [default: all].
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
@@ -125,6 +125,11 @@ pub struct ReadTestArgs {
 pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     signals::install()?;
     args.units.select();
+    if args.pid.is_none() && (args.seconds.is_some() || args.compare.is_some()) {
+        return Err(btrfs_lab::error::Error::usage(
+            "--seconds and --compare go with --pid: a read-test of a file is sized with --rounds",
+        ));
+    }
     let sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
     let Some(file) = args.file else {
         let opts = WatchOptions {

@@ -262,6 +262,13 @@ fn four_loaders_method_threads_and_rate_match_their_own_measurement() {
         &["--compare", saved_arg],
     );
     assert_loader(&r, own, &file, ReadWay::Buffered, 1);
+    assert!(r.page_cache_share.unwrap() < 0.2, "{r:#?}");
+    // Not the devices' limit: the advice is O_DIRECT with threads.
+    assert!(
+        r.settings.iter().any(|s| s.change.contains("O_DIRECT")),
+        "{:?}",
+        r.settings
+    );
     let s = r.saved_run.as_ref().expect("the saved run compared");
     assert_eq!(s.method.name(), "direct");
     assert!(s.rate_bytes_per_sec > 0.0);
@@ -279,6 +286,9 @@ fn four_loaders_method_threads_and_rate_match_their_own_measurement() {
     let d = r.devices.as_ref().expect("the btrfs members");
     assert_eq!(d.devices.len(), 3);
     assert!(within(d.rate_bytes_per_sec, own), "{d:#?} vs {own}");
+    // Four threads waiting on the devices, nothing copied: storage-bound.
+    assert_eq!(r.bottleneck, Bottleneck::Storage, "{}", r.summary);
+    assert!(r.settings.is_empty(), "{:?}", r.settings);
 
     let (r, own) = watched(&env, &exe, "buffered", &file, 4, "cold", &[]);
     assert_loader(&r, own, &file, ReadWay::Buffered, 4);

@@ -150,15 +150,13 @@ pub(crate) fn bottleneck(o: &Observed<'_>) -> Bottleneck {
     if cpu >= CPU_BOUND_PERCENT && wait < IO_BOUND_PERCENT {
         return Bottleneck::Cpu;
     }
-    if wait >= IO_BOUND_PERCENT || cpu < CPU_BOUND_PERCENT / 2.0 {
-        // Waiting on storage (or idle between requests) below the ceiling:
-        // one reader, or readahead, keeps too little in flight.
-        let few = readers.len() <= 1 || way != Some(ReadWay::Direct);
-        return if few {
-            Bottleneck::TooFewReaders
-        } else {
-            Bottleneck::Storage
-        };
+    // Not CPU-bound, below the ceiling: one reader, or readahead behind
+    // buffered reads and faults, keeps too little in flight.
+    if readers.len() <= 1 || way != Some(ReadWay::Direct) {
+        return Bottleneck::TooFewReaders;
+    }
+    if wait >= IO_BOUND_PERCENT {
+        return Bottleneck::Storage;
     }
     Bottleneck::Unclear
 }
@@ -259,7 +257,7 @@ pub(crate) fn verdict(o: &Observed<'_>) -> Verdict {
                     "the devices deliver their ceiling: storage-bound at the limit".to_owned()
                 }
                 Bottleneck::TooFewReaders => {
-                    "waiting on storage with too little in flight: too few readers".to_owned()
+                    "waiting on storage with too little in flight (one reader, or the readahead of buffered reads and faults): not the devices' limit".to_owned()
                 }
                 Bottleneck::Storage => "storage-bound below the ceiling".to_owned(),
                 Bottleneck::Unclear | Bottleneck::NotReading => {

@@ -38,6 +38,8 @@ use report::{DeviceWindow, ReadWay, SavedRun, WatchReport, WatchedFile, WindowEn
 pub const DEFAULT_SECONDS: u32 = 10;
 /// Time between samples.
 const SAMPLE: Duration = Duration::from_millis(50);
+/// Shortest time between two looks at the mappings and positions.
+const FOLLOW_MIN: Duration = Duration::from_millis(5);
 /// Largest saved report `--compare` reads.
 const MAX_SAVED: u64 = 64 << 20;
 
@@ -65,9 +67,11 @@ struct Candidate {
     handle: Option<File>,
     size: u64,
     resident_before: Option<u64>,
-    /// Resident bytes of its mappings at the last sample, and the growth
-    /// summed over samples (a remap starts again from its own base).
-    rss_last: u64,
+    /// Resident bytes of each of its mappings (by start address) at the
+    /// last look, and the growth summed over looks: a mapping that shrank
+    /// (unmapped, and mapped again at the same address) counts from zero;
+    /// one that vanished adds nothing more.
+    rss_last: BTreeMap<u64, u64>,
     rss_growth: u64,
     /// Position per fd at the last sample, and the forward moves summed
     /// over samples (a rewind starts again from the start of the file).
@@ -132,7 +136,7 @@ fn open_mapping(root: &SysRoot, pid: u32, start: u64, end: u64, inode: u64) -> O
 /// that are not code (no `x`), merged by inode and path.
 fn candidates(root: &SysRoot, pid: u32) -> Result<(Vec<Candidate>, Vec<String>)> {
     let open = fdinfo::open_files(root, pid)?;
-    let maps = task::file_mappings(root, pid);
+    let maps = task::file_mappings(root, pid).unwrap_or_default();
     let mapped_paths: Vec<String> = maps.iter().map(|m| m.path.clone()).collect();
     let mut by_key: BTreeMap<(u64, PathBuf), Candidate> = BTreeMap::new();
     let mut handles: Vec<(u64, PathBuf, u32, u64, u64)> = Vec::new();
@@ -147,7 +151,7 @@ fn candidates(root: &SysRoot, pid: u32) -> Result<(Vec<Candidate>, Vec<String>)>
                 handle: None,
                 size: 0,
                 resident_before: None,
-                rss_last: 0,
+                rss_last: BTreeMap::new(),
                 rss_growth: 0,
                 pos_last: BTreeMap::new(),
                 pos_growth: BTreeMap::new(),
@@ -167,13 +171,13 @@ fn candidates(root: &SysRoot, pid: u32) -> Result<(Vec<Candidate>, Vec<String>)>
                 handle: None,
                 size: 0,
                 resident_before: None,
-                rss_last: 0,
+                rss_last: BTreeMap::new(),
                 rss_growth: 0,
                 pos_last: BTreeMap::new(),
                 pos_growth: BTreeMap::new(),
             });
         c.maps.push((m.start, m.end));
-        c.rss_last += m.rss_bytes;
+        c.rss_last.insert(m.start, m.rss_bytes);
     }
     for (ino, path, fd, dev, ino2) in handles {
         if let Some(c) = by_key.get_mut(&(ino, path)) {
@@ -212,19 +216,24 @@ fn sample(root: &SysRoot, pid: u32) -> Option<Sample> {
 
 /// Updates the candidates' mapping growth and positions from the process now.
 fn follow(root: &SysRoot, pid: u32, cands: &mut [Candidate]) {
-    let maps = task::file_mappings(root, pid);
+    // Unreadable (the process is exiting): nothing learnt, nothing reset.
+    let Some(maps) = task::file_mappings(root, pid) else {
+        return;
+    };
     for c in cands.iter_mut() {
-        if !c.maps.is_empty() || maps.iter().any(|m| m.inode == c.inode) {
-            let now: u64 = maps
-                .iter()
-                .filter(|m| {
-                    m.inode == c.inode && Path::new(&m.path) == c.path && !m.perms.contains('x')
-                })
-                .map(|m| m.rss_bytes)
-                .sum();
-            c.rss_growth += now.saturating_sub(c.rss_last);
-            c.rss_last = now;
+        let mut now = BTreeMap::new();
+        for m in maps.iter().filter(|m| {
+            m.inode == c.inode && Path::new(&m.path) == c.path && !m.perms.contains('x')
+        }) {
+            let before = c.rss_last.get(&m.start).copied().unwrap_or(0);
+            c.rss_growth += if m.rss_bytes >= before {
+                m.rss_bytes - before
+            } else {
+                m.rss_bytes
+            };
+            now.insert(m.start, m.rss_bytes);
         }
+        c.rss_last = now;
         for (fd, _) in &c.fds {
             let p = root.proc(&format!("{pid}/fdinfo/{fd}"));
             if let Some(info) = root
@@ -367,16 +376,27 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
     let mut last_good: Option<Sample> = None;
     let mut d_counts: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
     let mut end = WindowEnd::Complete;
+    let mut next_full = first.at + SAMPLE;
     loop {
         signals::check()?;
         let elapsed = first.at.elapsed();
         tick(elapsed.as_secs_f64(), total.as_secs_f64());
-        if elapsed >= total {
-            break;
-        }
-        thread::sleep(SAMPLE.min(total.saturating_sub(elapsed)));
-        let s = sample(root, pid);
+        // The window ends with a full sample, taken right after a look at
+        // the mappings, so both end at the same moment.
+        let done = elapsed >= total;
+        // Mappings and positions are followed more often than the rest (a
+        // loader that unmaps and maps again loses the growth since the last
+        // look): every FOLLOW_MIN, or ten times what a look costs.
+        let t = Instant::now();
         follow(root, pid, &mut cands);
+        let fast = (t.elapsed() * 10).clamp(FOLLOW_MIN, SAMPLE);
+        let now = Instant::now();
+        if now < next_full && !done {
+            thread::sleep(fast.min(next_full - now).min(total.saturating_sub(elapsed)));
+            continue;
+        }
+        next_full += SAMPLE;
+        let s = sample(root, pid);
         // The sample counts only if the process is still the same one.
         match task::still(root, &id) {
             Liveness::Running => {}
@@ -401,6 +421,13 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
             }
         }
         last_good = Some(s);
+        if done {
+            break;
+        }
+        let elapsed = first.at.elapsed();
+        if elapsed < total {
+            thread::sleep(fast.min(total - elapsed));
+        }
     }
     let last = last_good.unwrap_or_else(|| Sample {
         at: first.at,

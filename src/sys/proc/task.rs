@@ -289,11 +289,12 @@ pub(crate) fn parse_smaps(text: &str) -> Vec<FileMappingRss> {
     out
 }
 
-/// The file mappings of `pid` with their resident bytes.
-pub(crate) fn file_mappings(root: &SysRoot, pid: u32) -> Vec<FileMappingRss> {
+/// The file mappings of `pid` with their resident bytes; None when
+/// `smaps` cannot be read (the process is gone, or not ours).
+pub(crate) fn file_mappings(root: &SysRoot, pid: u32) -> Option<Vec<FileMappingRss>> {
     root.read_text(&root.proc(&format!("{pid}/smaps")), SMAPS_CAP)
+        .ok()
         .map(|t| parse_smaps(&t))
-        .unwrap_or_default()
 }
 
 /// Clock ticks per second (`stat`'s times are counted in them).

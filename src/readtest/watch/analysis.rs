@@ -142,10 +142,11 @@ pub(crate) fn bottleneck(o: &Observed<'_>) -> Bottleneck {
     if way != Some(ReadWay::Direct) && o.page_cache_share.is_some_and(|s| s >= WARM_SHARE) {
         return Bottleneck::PageCache;
     }
-    if let (Some(d), Some(c)) = (o.devices, o.ceiling) {
-        if c.bytes_per_sec > 0 && d.rate_bytes_per_sec >= AT_CEILING * c.bytes_per_sec as f64 {
-            return Bottleneck::StorageCeiling;
-        }
+    if let (Some(d), Some(c)) = (o.devices, o.ceiling)
+        && c.bytes_per_sec > 0
+        && d.rate_bytes_per_sec >= AT_CEILING * c.bytes_per_sec as f64
+    {
+        return Bottleneck::StorageCeiling;
     }
     if cpu >= CPU_BOUND_PERCENT && wait < IO_BOUND_PERCENT {
         return Bottleneck::Cpu;
@@ -210,7 +211,7 @@ fn file_name(f: &WatchedFile) -> String {
     let name = f
         .path
         .file_name()
-        .map_or_else(|| f.path.as_os_str(), |n| n)
+        .unwrap_or(f.path.as_os_str())
         .to_string_lossy()
         .into_owned();
     crate::model::text::escape_control(&name).into_owned()

@@ -180,18 +180,18 @@ fn candidates(root: &SysRoot, pid: u32) -> Result<(Vec<Candidate>, Vec<String>)>
         c.rss_last.insert(m.start, m.rss_bytes);
     }
     for (ino, path, fd, dev, ino2) in handles {
-        if let Some(c) = by_key.get_mut(&(ino, path)) {
-            if c.handle.is_none() {
-                c.handle = fdinfo::reopen(root, pid, fd, dev, ino2).ok();
-            }
+        if let Some(c) = by_key.get_mut(&(ino, path))
+            && c.handle.is_none()
+        {
+            c.handle = fdinfo::reopen(root, pid, fd, dev, ino2).ok();
         }
     }
     let mut out: Vec<Candidate> = by_key.into_values().collect();
     for c in &mut out {
-        if c.handle.is_none() {
-            if let Some(&(s, e)) = c.maps.first() {
-                c.handle = open_mapping(root, pid, s, e, c.inode);
-            }
+        if c.handle.is_none()
+            && let Some(&(s, e)) = c.maps.first()
+        {
+            c.handle = open_mapping(root, pid, s, e, c.inode);
         }
         if let Some(h) = &c.handle {
             c.size = h.metadata().map(|m| m.len()).unwrap_or(0);
@@ -548,10 +548,10 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
             Some(ReadWay::Mmap) => "resident bytes of its mappings (smaps Rss growth)",
             _ => sources[i],
         };
-        if main_handle.is_none() {
-            if let Some(h) = c.handle.take() {
-                main_handle = Some((h, fs_type.clone(), profiles.clone()));
-            }
+        if main_handle.is_none()
+            && let Some(h) = c.handle.take()
+        {
+            main_handle = Some((h, fs_type.clone(), profiles.clone()));
         }
         files.push(WatchedFile {
             path: c.path.clone(),

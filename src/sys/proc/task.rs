@@ -262,23 +262,23 @@ pub(crate) fn parse_smaps(text: &str) -> Vec<FileMappingRss> {
     let mut current: Option<FileMappingRss> = None;
     for line in text.lines() {
         let head = line.split_ascii_whitespace().next().unwrap_or("");
-        if let Some((a, b)) = head.split_once('-') {
-            if let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
-                out.extend(current.take());
-                current = crate::parse::proc_maps::parse_maps_line(line).map(|m| FileMappingRss {
-                    start,
-                    end,
-                    perms: line
-                        .split_ascii_whitespace()
-                        .nth(1)
-                        .unwrap_or("")
-                        .to_owned(),
-                    inode: m.inode,
-                    path: m.path.to_owned(),
-                    rss_bytes: 0,
-                });
-                continue;
-            }
+        if let Some((a, b)) = head.split_once('-')
+            && let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
+        {
+            out.extend(current.take());
+            current = crate::parse::proc_maps::parse_maps_line(line).map(|m| FileMappingRss {
+                start,
+                end,
+                perms: line
+                    .split_ascii_whitespace()
+                    .nth(1)
+                    .unwrap_or("")
+                    .to_owned(),
+                inode: m.inode,
+                path: m.path.to_owned(),
+                rss_bytes: 0,
+            });
+            continue;
         }
         if let (Some(m), Some(v)) = (current.as_mut(), line.strip_prefix("Rss:")) {
             let kb: u64 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);

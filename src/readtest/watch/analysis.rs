@@ -270,7 +270,7 @@ pub(crate) fn verdict(o: &Observed<'_>) -> Verdict {
                 file_name(f),
                 rate::format_both(o.rate)
             );
-            if let Some(d) = o.devices {
+            if let Some(d) = o.devices.filter(|_| b != Bottleneck::PageCache) {
                 s.push_str(&format!(
                     "; its devices delivered {}",
                     rate::format_both(d.rate_bytes_per_sec)

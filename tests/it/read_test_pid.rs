@@ -73,6 +73,26 @@ fn raid0_with_model(env: &TestEnv) -> (Sandbox, PathBuf) {
     (sbx, file)
 }
 
+/// The world of a loader test: the environment, the compiled loader, the
+/// btrfs and its file (None only where `require_root` lets a test return).
+fn loader_setup(test: &str) -> Option<(TestEnv, PathBuf, Sandbox, PathBuf)> {
+    if !require_root(test) {
+        return None;
+    }
+    let env = TestEnv::new();
+    let exe = loader_exe(&env);
+    let (sbx, file) = raid0_with_model(&env);
+    Some((env, exe, sbx, file))
+}
+
+/// The report of a `read-test --pid --json` started in the background.
+fn report_of(watcher: Child) -> WatchReport {
+    let out = watcher.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    typed(&String::from_utf8_lossy(&out.stdout))
+}
+
 /// A running loader; killed if the test ends early.
 struct Loader {
     child: Child,
@@ -147,19 +167,38 @@ fn loader_rate(log: &[(u64, u64)], r: &WatchReport) -> f64 {
 }
 
 fn watch(env: &TestEnv, pid: u32, extra: &[&str]) -> WatchReport {
-    let (code, stdout, stderr) = run(env
-        .cmd()
-        .args([
-            "--json",
-            "read-test",
-            "--pid",
-            &pid.to_string(),
-            "--seconds",
-        ])
-        .arg(WINDOW_SECONDS)
-        .args(extra));
+    watch_with(env.cmd(), pid, WINDOW_SECONDS, extra)
+}
+
+/// `--json read-test --pid PID --seconds N`.
+fn pid_args(pid: u32, seconds: &str) -> Vec<String> {
+    [
+        "--json",
+        "read-test",
+        "--pid",
+        &pid.to_string(),
+        "--seconds",
+        seconds,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// `read-test --json --pid PID --seconds N` run by `c` (root or nobody).
+fn watch_with(mut c: Command, pid: u32, seconds: &str, extra: &[&str]) -> WatchReport {
+    let (code, stdout, stderr) = run(c.args(pid_args(pid, seconds)).args(extra));
     assert_eq!(code, 0, "read-test --pid failed: {stderr}");
     typed(&stdout)
+}
+
+/// A child killed when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn within(a: f64, b: f64) -> bool {
@@ -218,17 +257,11 @@ fn assert_loader(r: &WatchReport, own: f64, file: &Path, way: ReadWay, threads: 
 }
 
 #[test]
-#[cfg_attr(
-    root_tests_ignored,
-    ignore = "needs root: loop devices, mounts (scripts/test.sh runs it as root)"
-)]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn four_loaders_method_threads_and_rate_match_their_own_measurement() {
-    if !require_root("read-test --pid on a RAID0 btrfs") {
+    let Some((env, exe, _sbx, file)) = loader_setup("read-test --pid on a RAID0 btrfs") else {
         return;
-    }
-    let env = TestEnv::new();
-    let exe = loader_exe(&env);
-    let (_sbx, file) = raid0_with_model(&env);
+    };
 
     let (r, own) = watched(&env, &exe, "mmap", &file, 1, "cold", &[]);
     assert_loader(&r, own, &file, ReadWay::Mmap, 1);
@@ -295,17 +328,11 @@ fn four_loaders_method_threads_and_rate_match_their_own_measurement() {
 }
 
 #[test]
-#[cfg_attr(
-    root_tests_ignored,
-    ignore = "needs root: loop devices, mounts (scripts/test.sh runs it as root)"
-)]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn page_cache_share_tells_a_warm_run_from_a_cold_one() {
-    if !require_root("read-test --pid warm and cold") {
+    let Some((env, exe, _sbx, file)) = loader_setup("read-test --pid warm and cold") else {
         return;
-    }
-    let env = TestEnv::new();
-    let exe = loader_exe(&env);
-    let (_sbx, file) = raid0_with_model(&env);
+    };
     for (mode, way) in [("fread", ReadWay::Buffered), ("mmap", ReadWay::Mmap)] {
         let (cold, own) = watched(&env, &exe, mode, &file, 1, "cold", &[]);
         assert_loader(&cold, own, &file, way, 1);
@@ -323,29 +350,16 @@ fn page_cache_share_tells_a_warm_run_from_a_cold_one() {
 }
 
 #[test]
-#[cfg_attr(
-    root_tests_ignored,
-    ignore = "needs root: loop devices, mounts (scripts/test.sh runs it as root)"
-)]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn a_loader_that_exits_mid_window_is_reported_until_then() {
-    if !require_root("read-test --pid, a loader that exits") {
+    let Some((env, exe, _sbx, file)) = loader_setup("read-test --pid, a loader that exits") else {
         return;
-    }
-    let env = TestEnv::new();
-    let exe = loader_exe(&env);
-    let (_sbx, file) = raid0_with_model(&env);
+    };
     let l = Loader::start(&exe, "fread", &file, 1, "cold", env.path().join("exit.log"));
     let pid = l.pid();
     let watcher = env
         .cmd()
-        .args([
-            "--json",
-            "read-test",
-            "--pid",
-            &pid.to_string(),
-            "--seconds",
-            "30",
-        ])
+        .args(pid_args(pid, "30"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -353,14 +367,7 @@ fn a_loader_that_exits_mid_window_is_reported_until_then() {
     // Let it see some reading, then stop the loader.
     thread::sleep(Duration::from_secs(2));
     let _ = l.finish();
-    let out = watcher.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: WatchReport = typed(&String::from_utf8_lossy(&out.stdout));
+    let r = report_of(watcher);
     assert_eq!(r.window_end, WindowEnd::Exited, "{r:#?}");
     assert!(r.seconds < 30.0);
     assert!(r.summary.contains("exited"), "{}", r.summary);
@@ -373,10 +380,7 @@ fn a_loader_that_exits_mid_window_is_reported_until_then() {
 }
 
 #[test]
-#[cfg_attr(
-    root_tests_ignored,
-    ignore = "needs root: another user's process, kernel threads (scripts/test.sh runs it as root)"
-)]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn bad_pids_are_one_line_each() {
     if !require_root("read-test --pid bad input") {
         return;
@@ -432,17 +436,8 @@ fn bad_pids_are_one_line_each() {
     one_line(code, 1, &out, &err, "is not a `read-test --json` report");
 
     // A process that reads nothing (not a loader: it only waits).
-    let mut idle = Command::new("sleep").arg("60").spawn().unwrap();
-    let (code, stdout, stderr) = run(env.cmd().args([
-        "--json",
-        "read-test",
-        "--pid",
-        &idle.id().to_string(),
-        "--seconds",
-        "1",
-    ]));
-    assert_eq!(code, 0, "{stderr}");
-    let r: WatchReport = typed(&stdout);
+    let idle = Reaped(Command::new("sleep").arg("60").spawn().unwrap());
+    let r = watch_with(env.cmd(), idle.0.id(), "1", &[]);
     assert_eq!(r.bottleneck, Bottleneck::NotReading);
     assert!(r.summary.contains("read nothing"), "{}", r.summary);
     assert!(r.files.is_empty());
@@ -451,25 +446,27 @@ fn bad_pids_are_one_line_each() {
     let (code, out, err) = run(env.as_nobody(&[]).args([
         "read-test",
         "--pid",
-        &idle.id().to_string(),
+        &idle.0.id().to_string(),
         "--seconds",
         "1",
     ]));
     one_line(code, 1, &out, &err, "another user's process needs root");
-    let mut own = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sleep",
-            "60",
-        ])
-        .spawn()
-        .unwrap();
+    let own = Reaped(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sleep",
+                "60",
+            ])
+            .spawn()
+            .unwrap(),
+    );
     // setpriv execs sleep: wait until the pid's owner is 65534.
     let mut owned = false;
     for _ in 0..200 {
-        let status = fs::read_to_string(format!("/proc/{}/status", own.id())).unwrap_or_default();
+        let status = fs::read_to_string(format!("/proc/{}/status", own.0.id())).unwrap_or_default();
         if status.lines().any(|l| l.starts_with("Uid:\t65534")) && status.contains("Name:\tsleep") {
             owned = true;
             break;
@@ -477,21 +474,8 @@ fn bad_pids_are_one_line_each() {
         thread::sleep(Duration::from_millis(10));
     }
     assert!(owned, "setpriv did not become sleep as 65534");
-    let (code, stdout, stderr) = run(env.as_nobody(&[]).args([
-        "--json",
-        "read-test",
-        "--pid",
-        &own.id().to_string(),
-        "--seconds",
-        "1",
-    ]));
-    assert_eq!(code, 0, "{stderr}");
-    let r: WatchReport = typed(&stdout);
+    let r = watch_with(env.as_nobody(&[]), own.0.id(), "1", &[]);
     assert_eq!(r.bottleneck, Bottleneck::NotReading);
-    let _ = own.kill();
-    let _ = own.wait();
-    let _ = idle.kill();
-    let _ = idle.wait();
 }
 
 /// A /proc fixture of one process whose start time the test changes while
@@ -541,14 +525,7 @@ fn a_reused_pid_is_detected_by_its_start_time() {
     // Another process got pid 4242: a later start time.
     fs::write(p.join("stat.new"), stat(99_999)).unwrap();
     fs::rename(p.join("stat.new"), p.join("stat")).unwrap();
-    let out = watcher.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: WatchReport = typed(&String::from_utf8_lossy(&out.stdout));
+    let r = report_of(watcher);
     assert_eq!(r.window_end, WindowEnd::PidReused, "{r:#?}");
     assert!(r.seconds < 20.0 && r.seconds > 0.5, "{}", r.seconds);
     assert!(

@@ -79,6 +79,24 @@ struct Candidate {
     pos_growth: BTreeMap<u32, u64>,
 }
 
+impl Candidate {
+    fn new(path: PathBuf, inode: u64) -> Self {
+        Candidate {
+            path,
+            inode,
+            fds: Vec::new(),
+            maps: Vec::new(),
+            handle: None,
+            size: 0,
+            resident_before: None,
+            rss_last: BTreeMap::new(),
+            rss_growth: 0,
+            pos_last: BTreeMap::new(),
+            pos_growth: BTreeMap::new(),
+        }
+    }
+}
+
 /// One sample of the process.
 struct Sample {
     at: Instant,
@@ -143,19 +161,7 @@ fn candidates(root: &SysRoot, pid: u32) -> Result<(Vec<Candidate>, Vec<String>)>
     for f in &open {
         let c = by_key
             .entry((f.ino, f.path.clone()))
-            .or_insert_with(|| Candidate {
-                path: f.path.clone(),
-                inode: f.ino,
-                fds: Vec::new(),
-                maps: Vec::new(),
-                handle: None,
-                size: 0,
-                resident_before: None,
-                rss_last: BTreeMap::new(),
-                rss_growth: 0,
-                pos_last: BTreeMap::new(),
-                pos_growth: BTreeMap::new(),
-            });
+            .or_insert_with(|| Candidate::new(f.path.clone(), f.ino));
         c.fds.push((f.fd, f.info.direct()));
         c.pos_last.insert(f.fd, f.info.pos);
         handles.push((f.ino, f.path.clone(), f.fd, f.dev, f.ino));
@@ -163,19 +169,7 @@ fn candidates(root: &SysRoot, pid: u32) -> Result<(Vec<Candidate>, Vec<String>)>
     for m in maps.iter().filter(|m| !m.perms.contains('x')) {
         let c = by_key
             .entry((m.inode, PathBuf::from(&m.path)))
-            .or_insert_with(|| Candidate {
-                path: PathBuf::from(&m.path),
-                inode: m.inode,
-                fds: Vec::new(),
-                maps: Vec::new(),
-                handle: None,
-                size: 0,
-                resident_before: None,
-                rss_last: BTreeMap::new(),
-                rss_growth: 0,
-                pos_last: BTreeMap::new(),
-                pos_growth: BTreeMap::new(),
-            });
+            .or_insert_with(|| Candidate::new(PathBuf::from(&m.path), m.inode));
         c.maps.push((m.start, m.end));
         c.rss_last.insert(m.start, m.rss_bytes);
     }

@@ -77,7 +77,7 @@ enum VerifyArg {
 
 #[derive(Debug, Args)]
 #[command(override_usage = "btrfs-lab read-test [OPTIONS] <FILE>
-       btrfs-lab read-test --pid <PID> [--seconds <N>] [--compare <SAVED.json>]")]
+       btrfs-lab read-test --pid <PID> [--seconds <N>] [--saved <SAVED.json>]")]
 pub struct ReadTestArgs {
     /// The file to read (a model file, a disk image); symbolic links are followed.
     #[arg(required_unless_present = "pid")]
@@ -89,9 +89,9 @@ pub struct ReadTestArgs {
     /// With --pid: how long to watch, in seconds [default: 10].
     #[arg(long, value_name = "N")]
     seconds: Option<u32>,
-    /// With --pid: a saved `read-test FILE --json` of the same file to compare with.
+    /// With --pid: a saved `read-test FILE --json` run of the same file, set beside the loader's rate.
     #[arg(long, value_name = "SAVED.json")]
-    compare: Option<PathBuf>,
+    saved: Option<PathBuf>,
     /// Methods to compare, comma-separated [default: all].
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     methods: Vec<MethodArg>,
@@ -125,9 +125,9 @@ pub struct ReadTestArgs {
 pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     signals::install()?;
     args.units.select();
-    if args.pid.is_none() && (args.seconds.is_some() || args.compare.is_some()) {
+    if args.pid.is_none() && (args.seconds.is_some() || args.saved.is_some()) {
         return Err(btrfs_lab::error::Error::usage(
-            "--seconds and --compare go with --pid: a read-test of a file is sized with --rounds",
+            "--seconds and --saved go with --pid: a read-test of a file is sized with --rounds",
         ));
     }
     let sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
@@ -135,7 +135,7 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
         let opts = WatchOptions {
             pid: args.pid.unwrap_or(0),
             seconds: args.seconds.unwrap_or(watch::DEFAULT_SECONDS),
-            compare: args.compare,
+            saved: args.saved,
             sysroot,
         };
         let bar = out.byte_progress("read-test --pid {bar:30} {pos}/{len} s");

@@ -292,7 +292,7 @@ fn four_loaders_method_threads_and_rate_match_their_own_measurement() {
         &file,
         1,
         "cold",
-        &["--compare", saved_arg],
+        &["--saved", saved_arg],
     );
     assert_loader(&r, own, &file, ReadWay::Buffered, 1);
     assert!(r.page_cache_share.unwrap() < 0.2, "{r:#?}");
@@ -431,7 +431,7 @@ fn bad_pids_are_one_line_each() {
     let me = std::process::id().to_string();
     let (code, out, err) = run(env
         .cmd()
-        .args(["read-test", "--pid", &me, "--seconds", "1", "--compare"])
+        .args(["read-test", "--pid", &me, "--seconds", "1", "--saved"])
         .arg(&garbage));
     one_line(code, 1, &out, &err, "is not a `read-test --json` report");
 

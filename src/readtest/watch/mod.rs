@@ -40,7 +40,7 @@ pub const DEFAULT_SECONDS: u32 = 10;
 const SAMPLE: Duration = Duration::from_millis(50);
 /// Shortest time between two looks at the mappings and positions.
 const FOLLOW_MIN: Duration = Duration::from_millis(5);
-/// Largest saved report `--compare` reads.
+/// Largest saved report `--saved` reads.
 const MAX_SAVED: u64 = 64 << 20;
 
 /// What to watch.
@@ -51,7 +51,7 @@ pub struct WatchOptions {
     /// How long to watch.
     pub seconds: u32,
     /// A saved `read-test --json` of the same file.
-    pub compare: Option<PathBuf>,
+    pub saved: Option<PathBuf>,
     /// Where /sys and /proc are read.
     pub sysroot: SysRoot,
 }
@@ -124,7 +124,7 @@ fn other_users(pid: u32, uid: u32) -> Error {
     ))
 }
 
-/// The saved run of `--compare`.
+/// The saved run of `--saved`.
 fn load_saved(path: &Path) -> Result<crate::readtest::ReadTestReport> {
     let bytes =
         crate::sys::fs::beneath::read_input_file(path, MAX_SAVED, "saved read-test report")?;
@@ -348,7 +348,7 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
     if !is_root() && id.uid != rustix::process::getuid().as_raw() {
         return Err(other_users(pid, id.uid));
     }
-    let saved_report = opts.compare.as_deref().map(load_saved).transpose()?;
+    let saved_report = opts.saved.as_deref().map(load_saved).transpose()?;
     let command_line = crate::sys::proc::procs::command_of(root, pid);
     let (mut cands, mapped_paths) = candidates(root, pid)?;
     let mut notes = Vec::new();
@@ -604,7 +604,7 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
             return None;
         }
         Some(SavedRun {
-            report: opts.compare.clone().unwrap_or_default(),
+            report: opts.saved.clone().unwrap_or_default(),
             method: w.method,
             threads,
             rate_bytes_per_sec: w.rate_bytes_per_sec,
@@ -682,7 +682,7 @@ mod tests {
         let mut opts = WatchOptions {
             pid: std::process::id(),
             seconds: 0,
-            compare: None,
+            saved: None,
             sysroot: SysRoot::host(),
         };
         let mut tick = |_: f64, _: f64| {};

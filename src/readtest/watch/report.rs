@@ -249,7 +249,7 @@ pub struct WatchReport {
     pub settings: Vec<Setting>,
     /// btrfs traps that apply.
     pub traps: Vec<Trap>,
-    /// The saved `read-test` run given with `--compare`.
+    /// The saved `read-test` run given with `--saved`.
     pub saved_run: Option<SavedRun>,
     /// Things to know.
     pub notes: Vec<String>,

@@ -57,20 +57,35 @@ fn raid0_with_model(env: &TestEnv) -> (Sandbox, PathBuf) {
         ..SandboxRequest::default()
     });
     let file = sbx.mount_point().join("model.gguf");
-    let mut f = fs::File::create(&file).unwrap();
+    write_model(&file, FILE_BYTES, false);
+    (sbx, file)
+}
+
+/// Writes `len` bytes to a new file, synced: pseudo-random (xorshift64*,
+/// incompressible), or, `compressible`, the same random KiB over and over.
+fn write_model(file: &Path, len: u64, compressible: bool) {
+    let mut f = fs::File::create(file).unwrap();
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut block = vec![0u8; MIB as usize];
-    for _ in 0..FILE_BYTES / MIB {
-        for w in block.chunks_exact_mut(8) {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            w.copy_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    for i in 0..len / MIB {
+        if i == 0 || !compressible {
+            for w in block.chunks_exact_mut(8) {
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                w.copy_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+            }
+            if compressible {
+                let (head, _) = block.split_at(1024);
+                let kib = head.to_vec();
+                for c in block.chunks_exact_mut(1024) {
+                    c.copy_from_slice(&kib);
+                }
+            }
         }
         f.write_all(&block).unwrap();
     }
     f.sync_all().unwrap();
-    (sbx, file)
 }
 
 /// The world of a loader test: the environment, the compiled loader, the
@@ -534,4 +549,48 @@ fn a_reused_pid_is_detected_by_its_start_time() {
         r.summary
     );
     assert_eq!(r.command, "loader");
+}
+
+/// RAID1 with one reading thread, and a file in compressed extents: the
+/// traps are named.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn btrfs_traps_one_raid1_reader_and_compressed_extents() {
+    if !require_root("read-test --pid, btrfs traps") {
+        return;
+    }
+    let env = TestEnv::new();
+    let exe = loader_exe(&env);
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let plain = sbx.mount_point().join("model.gguf");
+    write_model(&plain, 256 * MIB, false);
+    let (r, _) = watched(&env, &exe, "fread", &plain, 1, "cold", &[]);
+    assert_eq!(r.files[0].data_profiles, vec![Profile::Raid1]);
+    assert_eq!(r.reading_threads, 1);
+    assert!(
+        r.traps.iter().any(|t| t.name == "raid1-read-policy"),
+        "{:?}",
+        r.traps
+    );
+    assert!(r.traps.iter().all(|t| t.name != "compressed"));
+    // A directory with the compression attribute: new files are compressed.
+    let dir = sbx.mount_point().join("zdir");
+    fs::create_dir(&dir).unwrap();
+    let (code, _, err) = run(Command::new("chattr").arg("+c").arg(&dir));
+    assert_eq!(code, 0, "chattr +c: {err}");
+    let packed = dir.join("model.gguf");
+    write_model(&packed, 256 * MIB, true);
+    let (r, _) = watched(&env, &exe, "fread", &packed, 1, "cold", &[]);
+    let layout = r.files[0].layout.expect("FIEMAP of the file");
+    assert!(layout.encoded_bytes > 0, "{layout:?}");
+    assert!(
+        r.traps.iter().any(|t| t.name == "compressed"),
+        "{:?}",
+        r.traps
+    );
 }

@@ -59,6 +59,7 @@ documents! {
     "probe-dio", false, crate::probe::report::ProbeReport, "probe-dio --json";
     "probe-dio-pid", false, crate::probe::pid::PidReport, "probe-dio --pid PID --json";
     "read-test", false, crate::readtest::ReadTestReport, "read-test --json";
+    "read-test-pid", false, crate::readtest::watch::report::WatchReport, "read-test --pid PID --json";
     "nocow", false, crate::nocow::NocowReport, "nocow --json (plan and result)";
     "nocow-check", false, crate::nocow::CheckDocument, "nocow --check --json";
     "nocow-advice", false, crate::nocow::advice::Advice, "nocow --for SERVICE --json";

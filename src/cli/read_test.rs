@@ -9,6 +9,8 @@ use btrfs_lab::model::profile::profile_list;
 use btrfs_lab::model::rate;
 use btrfs_lab::readtest::analysis::{MethodSummary, Status};
 use btrfs_lab::readtest::digest::VerifyMode;
+use btrfs_lab::readtest::watch::report::WatchReport;
+use btrfs_lab::readtest::watch::{self, WatchOptions};
 use btrfs_lab::readtest::{self, CacheMode, Method, ReadTestOptions, ReadTestReport};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
@@ -74,9 +76,22 @@ enum VerifyArg {
 }
 
 #[derive(Debug, Args)]
+#[command(override_usage = "btrfs-lab read-test [OPTIONS] <FILE>
+       btrfs-lab read-test --pid <PID> [--seconds <N>] [--saved <SAVED.json>]")]
 pub struct ReadTestArgs {
     /// The file to read (a model file, a disk image); symbolic links are followed.
-    file: PathBuf,
+    #[arg(required_unless_present = "pid")]
+    file: Option<PathBuf>,
+    /// Watch a running program instead: how it reads the files it loads,
+    /// what holds it back, and which of its settings to change (read-only).
+    #[arg(long, value_name = "PID", conflicts_with_all = ["file", "methods", "rounds", "threads", "cache", "chunk", "buffer", "drop_caches", "verify"])]
+    pid: Option<u32>,
+    /// With --pid: how long to watch, in seconds [default: 10].
+    #[arg(long, value_name = "N")]
+    seconds: Option<u32>,
+    /// With --pid: a saved `read-test FILE --json` run of the same file, set beside the loader's rate.
+    #[arg(long, value_name = "SAVED.json")]
+    saved: Option<PathBuf>,
     /// Methods to compare, comma-separated [default: all].
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     methods: Vec<MethodArg>,
@@ -110,7 +125,30 @@ pub struct ReadTestArgs {
 pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     signals::install()?;
     args.units.select();
-    let mut opts = ReadTestOptions::new(args.file);
+    if args.pid.is_none() && (args.seconds.is_some() || args.saved.is_some()) {
+        return Err(btrfs_lab::error::Error::usage(
+            "--seconds and --saved go with --pid: a read-test of a file is sized with --rounds",
+        ));
+    }
+    let sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
+    let Some(file) = args.file else {
+        let opts = WatchOptions {
+            pid: args.pid.unwrap_or(0),
+            seconds: args.seconds.unwrap_or(watch::DEFAULT_SECONDS),
+            saved: args.saved,
+            sysroot,
+        };
+        let bar = out.byte_progress("read-test --pid {bar:30} {pos}/{len} s");
+        let result = watch::run(&opts, &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        });
+        bar.finish_and_clear();
+        let report = result?;
+        out.report(&report, |r| render_watch(r, out.paint));
+        return Ok(report.exit_code);
+    };
+    let mut opts = ReadTestOptions::new(file);
     if !args.methods.is_empty() {
         opts.methods = args.methods.into_iter().map(Method::from).collect();
     }
@@ -128,7 +166,7 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
         VerifyArg::Sampled => VerifyMode::Sampled,
         VerifyArg::Full => VerifyMode::Full,
     };
-    opts.sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
+    opts.sysroot = sysroot;
 
     let bar =
         out.byte_progress("read-test {msg:22} {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
@@ -445,4 +483,139 @@ fn wrap_labelled(label: &str, text: &str) -> String {
 fn wrap_item(text: &str) -> String {
     let body = wrap(text, 88, "    ");
     format!("  -{}", body.strip_prefix("   ").unwrap_or(&body))
+}
+
+fn percent(share: f64) -> String {
+    format!("{:.0} %", 100.0 * share)
+}
+
+/// The text report of `--pid`.
+pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
+    use btrfs_lab::model::text::{escape_control, escape_path};
+    let mut t = format!(
+        "{} --pid {} ({})  {:.1} s\n{}\n\n",
+        paint.bold("read-test"),
+        r.pid,
+        escape_control(&r.command_line),
+        r.seconds,
+        escape_control(&r.summary)
+    );
+    t.push_str(&format!(
+        "  process      read calls {}, from storage {}, mapped in {}: {}\n",
+        size(r.read_call_bytes),
+        size(r.storage_read_bytes),
+        size(r.mapped_in_bytes),
+        rate::format_both(r.rate_bytes_per_sec)
+    ));
+    if let Some(s) = r.page_cache_share {
+        t.push_str(&format!(
+            "  page cache   supplied {} of what it read\n",
+            percent(s)
+        ));
+    }
+    for f in &r.files {
+        let ways: Vec<&str> = f.ways.iter().map(|w| w.name()).collect();
+        t.push_str(&format!(
+            "  file         {}  {}, {}\n",
+            escape_path(&f.path),
+            size(f.size_bytes),
+            f.fs_type.as_deref().unwrap_or("?")
+        ));
+        t.push_str(&format!(
+            "               {} read by {}: {} ({})\n",
+            size(f.bytes_read),
+            ways.join(" + "),
+            rate::format_both(f.rate_bytes_per_sec),
+            f.bytes_source
+        ));
+        if let (Some(a), Some(b)) = (f.resident_bytes_before, f.resident_bytes_after) {
+            t.push_str(&format!(
+                "               in the page cache: {} before, {} after\n",
+                size(a),
+                size(b)
+            ));
+        }
+        if let Some(l) = &f.layout {
+            t.push_str(&format!(
+                "               layout: {} extents, {} compressed{}\n",
+                l.extents,
+                size(l.encoded_bytes),
+                if f.data_profiles.is_empty() {
+                    String::new()
+                } else {
+                    format!(", data {}", profile_list(&f.data_profiles))
+                }
+            ));
+        }
+        if let Some(n) = &f.note {
+            t.push_str(&format!("               {}\n", paint.dim(n)));
+        }
+    }
+    if r.idle_files > 0 {
+        t.push_str(&format!(
+            "  idle         {} other file(s) open or mapped, not read in the window\n",
+            r.idle_files
+        ));
+    }
+    t.push_str(&format!(
+        "  threads      {} of {} reading\n",
+        r.reading_threads,
+        r.threads.len()
+    ));
+    for th in r.threads.iter().filter(|th| th.reading) {
+        t.push_str(&format!(
+            "    {:>7} {:<16} read calls {:>10}  storage {:>10}  CPU {:>4.0} %  I/O wait {:>4.0} %\n",
+            th.tid,
+            escape_control(&th.name),
+            size(th.read_call_bytes),
+            size(th.storage_read_bytes),
+            th.cpu_percent,
+            th.io_wait_percent
+        ));
+    }
+    if let Some(d) = &r.devices {
+        let names: Vec<&str> = d.devices.iter().map(|x| x.name.as_str()).collect();
+        t.push_str(&format!(
+            "  devices      {} read {} in the window: {}\n",
+            names.join(", "),
+            size(d.bytes),
+            rate::format_both(d.rate_bytes_per_sec)
+        ));
+    }
+    if let Some(c) = &r.ceiling {
+        t.push_str(&format!(
+            "  ceiling      {} for one reader ({}, from links)\n",
+            rate::format_both(c.bytes_per_sec as f64),
+            c.profile
+        ));
+    }
+    if let Some(s) = &r.saved_run {
+        let th = s.threads.map_or_else(String::new, |n| format!(" × {n}"));
+        t.push_str(&format!(
+            "  read-test    {}{th}: {} (saved in {})\n",
+            s.method.name(),
+            rate::format_both(s.rate_bytes_per_sec),
+            escape_path(&s.report)
+        ));
+    }
+    t.push_str(&wrap_labelled("bottleneck", r.bottleneck.name()));
+    if let Some(k) = &r.known_program {
+        t.push_str(&format!("  program      {k} (docs/loaders.md)\n"));
+    }
+    for s in &r.settings {
+        t.push_str(&wrap_labelled(
+            "change",
+            &format!("{}: {} [{}]", s.program, s.change, s.source),
+        ));
+    }
+    for tr in &r.traps {
+        t.push_str(&wrap_labelled(
+            "btrfs",
+            &format!("{}: {}", tr.name, tr.text),
+        ));
+    }
+    for n in &r.notes {
+        t.push_str(&wrap_item(n));
+    }
+    t
 }

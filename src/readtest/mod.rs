@@ -14,6 +14,7 @@ pub(crate) mod engine;
 pub mod method;
 mod plan;
 pub mod report;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -672,7 +673,7 @@ fn warm_possible(
 
 /// The read ceiling `links` computes for the file's devices (one reader,
 /// the data profile), when it knows one (PCIe NVMe members).
-fn read_ceiling(
+pub(crate) fn read_ceiling(
     root: &SysRoot,
     devices: &[BlockDevice],
     profiles: &[crate::model::profile::Profile],

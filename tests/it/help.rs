@@ -20,7 +20,11 @@ const GLOBALS: [&str; 5] = [
 ];
 
 /// Flag names that may carry two texts, and why (the meaning is the same).
-const SAME_NAME_OTHER_TEXT: [(&str, &str); 2] = [
+const SAME_NAME_OTHER_TEXT: [(&str, &str); 3] = [
+    (
+        "--pid",
+        "watch a running process instead of running a test: probe-dio its writes, read-test its reads",
+    ),
     (
         "--threads",
         "the number of I/O threads in both; read-test also takes a list to sweep",

@@ -17,6 +17,7 @@ mod parse_corpus;
 mod probe_dio;
 mod quiet;
 mod read_test;
+mod read_test_pid;
 mod repo;
 mod rig;
 mod sandbox;

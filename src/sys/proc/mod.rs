@@ -9,4 +9,5 @@ pub(crate) mod diskstats;
 pub(crate) mod fdinfo;
 pub mod mountinfo;
 pub(crate) mod procs;
+pub(crate) mod task;
 pub(crate) mod tracefs;

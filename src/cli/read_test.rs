@@ -547,6 +547,21 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
                 }
             ));
         }
+        if let Some(m) = &f.members {
+            let held: Vec<String> = m
+                .iter()
+                .map(|s| {
+                    let name = s.device.rsplit('/').next().unwrap_or(&s.device);
+                    format!("{name} {}", size(s.bytes))
+                })
+                .collect();
+            let held = if held.is_empty() {
+                "none (no extent on a data chunk yet)".to_owned()
+            } else {
+                held.join(", ")
+            };
+            t.push_str(&format!("               on members: {held}\n"));
+        }
         if let Some(n) = &f.note {
             t.push_str(&format!("               {}\n", paint.dim(n)));
         }

@@ -260,6 +260,26 @@ fn assert_loader(r: &WatchReport, own: f64, file: &Path, way: ReadWay, threads: 
     assert_eq!(f.o_direct, way == ReadWay::Direct, "{r:#?}");
     assert_eq!(f.fs_type.as_deref(), Some("btrfs"));
     assert_eq!(f.data_profiles, vec![Profile::Raid0]);
+    // RAID0 over three: every member holds a third of the file, in 64 KiB
+    // units in turn (its bytes once: no copies), named by its device.
+    let members = f
+        .members
+        .as_ref()
+        .expect("members (root reads the chunk tree)");
+    assert_eq!(members.len(), 3, "{members:?}");
+    assert_eq!(
+        members.iter().map(|m| m.bytes).sum::<u64>(),
+        f.size_bytes,
+        "{members:?}"
+    );
+    for m in members {
+        assert!(m.device.starts_with("/dev/loop"), "{members:?}");
+        let third = f.size_bytes as f64 / 3.0;
+        assert!(
+            (m.bytes as f64 - third).abs() <= 0.05 * third,
+            "{members:?}"
+        );
+    }
     assert_eq!(r.reading_threads, threads, "{:#?}", r.threads);
     assert!(
         within(r.rate_bytes_per_sec, own),
@@ -571,6 +591,10 @@ fn btrfs_traps_one_raid1_reader_and_compressed_extents() {
     write_model(&plain, 256 * MIB, false);
     let (r, _) = watched(&env, &exe, "fread", &plain, 1, "cold", &[]);
     assert_eq!(r.files[0].data_profiles, vec![Profile::Raid1]);
+    // RAID1: each of the two members holds a whole copy.
+    let members = r.files[0].members.clone().expect("members");
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert!(members.iter().all(|m| m.bytes == 256 * MIB), "{members:?}");
     assert_eq!(r.reading_threads, 1);
     assert!(
         r.traps.iter().any(|t| t.name == "raid1-read-policy"),

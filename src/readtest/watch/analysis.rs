@@ -325,6 +325,7 @@ mod tests {
             resident_bytes_before: None,
             resident_bytes_after: None,
             layout: None,
+            members: None,
             note: None,
         }
     }

@@ -12,6 +12,7 @@
 
 pub mod analysis;
 pub(crate) mod loaders;
+mod members;
 pub mod report;
 
 use std::collections::BTreeMap;
@@ -32,7 +33,7 @@ use crate::sys::proc::task::{self, IoCounters, Liveness, ThreadSample};
 use crate::sys::{fs::filesystem, is_root};
 
 use analysis::{MIN_READ_BYTES, Observed, ThreadDelta};
-use report::{DeviceWindow, ReadWay, SavedRun, WatchReport, WatchedFile, WindowEnd};
+use report::{DeviceWindow, MemberShare, ReadWay, SavedRun, WatchReport, WatchedFile, WindowEnd};
 
 /// Default watch length, seconds.
 pub const DEFAULT_SECONDS: u32 = 10;
@@ -263,6 +264,40 @@ fn fs_name(f: &File) -> Option<String> {
 }
 
 /// The block devices of the file's filesystem (every btrfs member).
+/// The members holding `f`'s bytes, most first (btrfs, root: the chunk
+/// tree); `None` when they cannot be read.
+fn members_of(f: &File, via: &Path, size: u64) -> Option<Vec<MemberShare>> {
+    let chunks = btrfs::chunk_records(via).ok().flatten()?;
+    let extents = extents::physical_extents(f, size).ok()?;
+    let paths: BTreeMap<u64, String> = btrfs::devices(via)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| {
+            (
+                d.devid,
+                if d.path.is_empty() {
+                    "missing".to_owned()
+                } else {
+                    d.path
+                },
+            )
+        })
+        .collect();
+    let mut out: Vec<MemberShare> = members::bytes_per_devid(&extents, &chunks)
+        .into_iter()
+        .map(|(devid, bytes)| MemberShare {
+            devid,
+            device: paths
+                .get(&devid)
+                .cloned()
+                .unwrap_or_else(|| "missing".to_owned()),
+            bytes,
+        })
+        .collect();
+    out.sort_by_key(|m| (std::cmp::Reverse(m.bytes), m.devid));
+    Some(out)
+}
+
 fn devices_of(root: &SysRoot, f: &File, fs: Option<&str>, stats: &[DiskStat]) -> Vec<BlockDevice> {
     let via = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
     if fs == Some("btrfs") {
@@ -524,6 +559,7 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
         ways.sort_by_key(|(b, _)| std::cmp::Reverse(*b));
         let (mut fs_type, mut profiles, mut nocow, mut layout, mut resident_after) =
             (None, Vec::new(), None, None, None);
+        let mut held_by = None;
         if let Some(h) = &c.handle {
             let via = PathBuf::from(format!("/proc/self/fd/{}", h.as_raw_fd()));
             fs_type = fs_name(h);
@@ -535,6 +571,9 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
                     .map(|f| f.intersects(ioctl::FS_NOCOW_FL));
             }
             layout = extents::layout(h, c.size).ok();
+            if fs_type.as_deref() == Some("btrfs") {
+                held_by = members_of(h, &via, c.size);
+            }
             resident_after = pagecache::resident_bytes(h, c.size, &c.path).ok();
         }
         let opened = c.handle.is_some();
@@ -564,6 +603,7 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
             resident_bytes_before: c.resident_before,
             resident_bytes_after: resident_after,
             layout,
+            members: held_by,
             note: (!opened)
                 .then(|| "could not be opened here: layout and residency unknown".to_owned()),
         });

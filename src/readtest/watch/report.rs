@@ -75,8 +75,24 @@ pub struct WatchedFile {
     pub resident_bytes_after: Option<u64>,
     /// How the bytes are stored (FIEMAP); null where unavailable.
     pub layout: Option<Layout>,
+    /// Which members of the btrfs hold its bytes (FIEMAP addresses mapped
+    /// through the chunk tree, a copy on each mirror counted on each), most
+    /// first; null elsewhere, or without root (the chunk tree is root's).
+    #[serde(default)]
+    pub members: Option<Vec<MemberShare>>,
     /// Anything else worth saying.
     pub note: Option<String>,
+}
+
+/// The bytes of a file one member holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MemberShare {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Its device path (`/dev/nvme0n1p2`; `missing` when absent).
+    pub device: String,
+    /// Bytes of the file on it.
+    pub bytes: u64,
 }
 
 /// One thread of the process in the window.

@@ -217,8 +217,12 @@ pub(crate) struct ChunkInfo {
 pub struct ChunkRecord {
     /// Chunk type and profile flags.
     pub flags: BlockGroupFlags,
+    /// Logical start (the chunk item's key offset).
+    pub logical: u64,
     /// Logical length.
     pub length: u64,
+    /// Bytes of one stripe unit (64 KiB).
+    pub stripe_len: u64,
     /// Stripes.
     pub num_stripes: u16,
     /// RAID10's mirrors per stripe set.
@@ -246,7 +250,9 @@ pub fn chunk_records(path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
             if let Some(chunk) = btrfs_disk::items::ChunkItem::parse(data) {
                 records.push(ChunkRecord {
                     flags: BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits()),
+                    logical: hdr.offset,
                     length: chunk.length,
+                    stripe_len: chunk.stripe_len,
                     num_stripes: chunk.num_stripes,
                     sub_stripes: chunk.sub_stripes,
                     devids: chunk.stripes.iter().map(|s| s.devid).collect(),

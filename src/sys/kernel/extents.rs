@@ -85,6 +85,49 @@ pub struct Layout {
 /// filesystem has no FIEMAP (tmpfs, NFS).
 pub fn layout(file: &File, size: u64) -> Result<Layout, Errno> {
     let mut out = Layout::default();
+    walk(file, size, |e, _, len| {
+        out.extents += 1;
+        out.mapped_bytes += len;
+        if e.fe_flags & FIEMAP_EXTENT_ENCODED != 0 {
+            out.encoded_bytes += len;
+        }
+        if e.fe_flags & FIEMAP_EXTENT_UNWRITTEN != 0 {
+            out.unwritten_bytes += len;
+        }
+        if e.fe_flags & FIEMAP_EXTENT_DATA_INLINE != 0 {
+            out.inline_bytes += len;
+        }
+        if e.fe_flags & FIEMAP_EXTENT_DELALLOC != 0 {
+            out.delalloc_bytes += len;
+        }
+    })?;
+    out.hole_bytes = size.saturating_sub(out.mapped_bytes);
+    Ok(out)
+}
+
+/// The filesystem addresses of the first `size` bytes of `file`: each
+/// extent's `fe_physical` (on btrfs a logical address of the filesystem,
+/// which the chunk tree maps to devices) and its length. Inline, delalloc
+/// and encoded extents are left out (no address, or not one of the file's
+/// bytes per byte).
+pub fn physical_extents(file: &File, size: u64) -> Result<Vec<(u64, u64)>, Errno> {
+    let mut out = Vec::new();
+    let skip = FIEMAP_EXTENT_DATA_INLINE | FIEMAP_EXTENT_DELALLOC | FIEMAP_EXTENT_ENCODED;
+    walk(file, size, |e, begin, len| {
+        if e.fe_flags & skip == 0 && len > 0 {
+            out.push((e.fe_physical + (begin - e.fe_logical), len));
+        }
+    })?;
+    Ok(out)
+}
+
+/// Calls `each(extent, first file offset used, bytes used)` for every
+/// extent, clipped to the first `size` bytes.
+fn walk(
+    file: &File,
+    size: u64,
+    mut each: impl FnMut(&FiemapExtent, u64, u64),
+) -> Result<(), Errno> {
     let mut start = 0u64;
     let mut flags = FIEMAP_FLAG_SYNC;
     'outer: while start < size {
@@ -110,29 +153,14 @@ pub fn layout(file: &File, size: u64) -> Result<Layout, Errno> {
         for e in &req.extents[..n] {
             let begin = e.fe_logical.max(start);
             let end = e.fe_logical.saturating_add(e.fe_length).min(size);
-            let len = end.saturating_sub(begin);
-            out.extents += 1;
-            out.mapped_bytes += len;
-            if e.fe_flags & FIEMAP_EXTENT_ENCODED != 0 {
-                out.encoded_bytes += len;
-            }
-            if e.fe_flags & FIEMAP_EXTENT_UNWRITTEN != 0 {
-                out.unwritten_bytes += len;
-            }
-            if e.fe_flags & FIEMAP_EXTENT_DATA_INLINE != 0 {
-                out.inline_bytes += len;
-            }
-            if e.fe_flags & FIEMAP_EXTENT_DELALLOC != 0 {
-                out.delalloc_bytes += len;
-            }
+            each(e, begin, end.saturating_sub(begin));
             start = start.max(e.fe_logical.saturating_add(e.fe_length));
             if e.fe_flags & FIEMAP_EXTENT_LAST != 0 {
                 break 'outer;
             }
         }
     }
-    out.hole_bytes = size.saturating_sub(out.mapped_bytes);
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

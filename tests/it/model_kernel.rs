@@ -123,10 +123,24 @@ fn check_chunks(p: Profile, n: usize, kernel: KernelVersion, chunks: &[ChunkReco
 /// accepted one the kernel's chunks. Returns whether mkfs accepted.
 fn one_case(env: &TestEnv, p: Profile, devices: &[PathBuf], kernel: KernelVersion) -> bool {
     let n = devices.len();
-    let (code, _, stderr) = run(Command::new(tool("mkfs.btrfs"))
-        .args(["-f", "-q", "-d", p.name(), "-m", p.name()])
-        .args(devices)
-        .stdin(Stdio::null()));
+    // The same loop devices are made anew for every case, right after the
+    // previous case's unmount: for a moment after it the kernel (or udev's
+    // probe of the new superblock) may still hold one, and mkfs's exclusive
+    // open says "Device or resource busy" (seen under load). That is not
+    // the model's business: wait for the device, a bounded number of times.
+    let mut attempt = 0;
+    let (code, stderr) = loop {
+        attempt += 1;
+        let (code, _, stderr) = run(Command::new(tool("mkfs.btrfs"))
+            .args(["-f", "-q", "-d", p.name(), "-m", p.name()])
+            .args(devices)
+            .stdin(Stdio::null()));
+        if code != 0 && stderr.contains("Device or resource busy") && attempt < 20 {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            continue;
+        }
+        break (code, stderr);
+    };
     let enough = n as u32 >= p.min_devices();
     if !enough {
         assert!(

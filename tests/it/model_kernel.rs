@@ -52,8 +52,23 @@ fn progs_version() -> KernelVersion {
 struct Mounted(PathBuf);
 
 impl Drop for Mounted {
+    /// Unmounts, waiting while the mount is busy: other tests running in
+    /// parallel list every btrfs of the machine (`show`, `doctor`) and may
+    /// hold the mount point open for a moment; an unmount that failed then
+    /// left the filesystem mounted and every later case's mkfs refused with
+    /// "Device or resource busy". A mount still busy after 10 s is detached
+    /// (it goes when its last user closes it).
     fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::empty());
+        use nix::mount::{MntFlags, umount2};
+        for _ in 0..40 {
+            match umount2(&self.0, MntFlags::empty()) {
+                Err(nix::errno::Errno::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(250))
+                }
+                _ => return,
+            }
+        }
+        let _ = umount2(&self.0, MntFlags::MNT_DETACH);
     }
 }
 
@@ -124,10 +139,10 @@ fn check_chunks(p: Profile, n: usize, kernel: KernelVersion, chunks: &[ChunkReco
 fn one_case(env: &TestEnv, p: Profile, devices: &[PathBuf], kernel: KernelVersion) -> bool {
     let n = devices.len();
     // The same loop devices are made anew for every case, right after the
-    // previous case's unmount: for a moment after it the kernel (or udev's
-    // probe of the new superblock) may still hold one, and mkfs's exclusive
-    // open says "Device or resource busy" (seen under load). That is not
-    // the model's business: wait for the device, a bounded number of times.
+    // previous case's unmount: a filesystem another test held open a moment
+    // longer (see `Mounted`) may still claim them, and mkfs's exclusive open
+    // says "Device or resource busy" (seen under load). That is not the
+    // model's business: wait for the devices, at most 10 s.
     let mut attempt = 0;
     let (code, stderr) = loop {
         attempt += 1;
@@ -135,7 +150,7 @@ fn one_case(env: &TestEnv, p: Profile, devices: &[PathBuf], kernel: KernelVersio
             .args(["-f", "-q", "-d", p.name(), "-m", p.name()])
             .args(devices)
             .stdin(Stdio::null()));
-        if code != 0 && stderr.contains("Device or resource busy") && attempt < 20 {
+        if code != 0 && stderr.contains("Device or resource busy") && attempt < 40 {
             std::thread::sleep(std::time::Duration::from_millis(250));
             continue;
         }

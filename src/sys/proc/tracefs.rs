@@ -412,14 +412,7 @@ impl FolioTrace {
 
     /// The tracepoints used, as the report names them.
     pub fn label(&self) -> String {
-        let mut names = vec![EVENT];
-        if self.events.cache {
-            names.push(CACHE_EVENT);
-        }
-        if self.events.dio {
-            names.push(DIO_EVENT);
-        }
-        let names: Vec<String> = names.iter().map(|n| n.replace('/', ":")).collect();
+        let names: Vec<String> = self.used().iter().map(|n| n.replace('/', ":")).collect();
         format!(
             "tracepoint{} {}, instance {}",
             if names.len() > 1 { "s" } else { "" },

@@ -6,5 +6,9 @@ pub mod add;
 pub mod checks;
 pub mod convert;
 pub mod hooks;
+pub mod redundancy;
+/// `device remove`.
+pub mod remove;
+pub mod replace;
 pub mod report;
 pub mod state;

@@ -187,8 +187,82 @@ pub fn devices(path: &Path) -> Result<Vec<btrfs_uapi::device::DeviceInfo>> {
     let f = open_any(path)?;
     let info =
         btrfs_uapi::filesystem::filesystem_info(f.as_fd()).map_err(|e| not_btrfs(e, path))?;
-    btrfs_uapi::device::device_info_all(f.as_fd(), &info)
-        .map_err(|e| Error::from_errno(e, "cannot read device info of", path))
+    let mut all = btrfs_uapi::device::device_info_all(f.as_fd(), &info)
+        .map_err(|e| Error::from_errno(e, "cannot read device info of", path))?;
+    mark_missing(&info, &mut all);
+    Ok(all)
+}
+
+/// What DEV_INFO gives as the path of a missing device on kernels that name
+/// it (`btrfs_dev_name()`, 6.2 and later); older ones give an empty path.
+const MISSING_NAME: &str = "<missing disk>";
+
+/// Gives every missing device an empty path, whatever the kernel calls it:
+/// DEV_INFO says `<missing disk>` (6.2+) or nothing (older), and sysfs
+/// `devinfo/N/missing` (5.9+) flags a device that went missing after the
+/// mount while its old name is still reported. Everyone downstream then
+/// knows a missing member by its empty path.
+fn mark_missing(
+    info: &btrfs_uapi::filesystem::FilesystemInfo,
+    devices: &mut [btrfs_uapi::device::DeviceInfo],
+) {
+    let fsid = info.uuid.as_hyphenated().to_string();
+    for d in devices {
+        let flagged =
+            std::fs::read_to_string(format!("/sys/fs/btrfs/{fsid}/devinfo/{}/missing", d.devid))
+                .is_ok_and(|s| s.trim() == "1");
+        if flagged || d.path == MISSING_NAME {
+            d.path.clear();
+        }
+    }
+}
+
+/// One device extent of the device tree: where one stripe of a chunk lies
+/// on a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevExtent {
+    /// The device.
+    pub devid: u64,
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// Bytes.
+    pub length: u64,
+    /// Logical start of the chunk it belongs to.
+    pub chunk_logical: u64,
+}
+
+/// Every device extent (TREE_SEARCH of the device tree: root only), by
+/// device and offset. `Ok(None)` when not permitted.
+fn dev_extents_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<DevExtent>>> {
+    use btrfs_uapi::raw::{BTRFS_DEV_EXTENT_KEY, BTRFS_DEV_TREE_OBJECTID};
+    use btrfs_uapi::tree_search::{SearchFilter, tree_search};
+    let mut out = Vec::new();
+    let result = tree_search(
+        fd,
+        SearchFilter::for_type(u64::from(BTRFS_DEV_TREE_OBJECTID), BTRFS_DEV_EXTENT_KEY),
+        |hdr, data| {
+            if hdr.item_type != BTRFS_DEV_EXTENT_KEY {
+                return Ok(());
+            }
+            if let Some(e) = btrfs_disk::items::DeviceExtent::parse(data) {
+                out.push(DevExtent {
+                    devid: hdr.objectid,
+                    offset: hdr.offset,
+                    length: e.length,
+                    chunk_logical: e.chunk_offset,
+                });
+            }
+            Ok(())
+        },
+    );
+    match result {
+        Ok(()) => {
+            out.sort_by_key(|e| (e.devid, e.offset));
+            Ok(Some(out))
+        }
+        Err(Errno::EPERM | Errno::EACCES) => Ok(None),
+        Err(e) => Err(Error::from_errno(e, "cannot read the device tree of", path)),
+    }
 }
 
 /// The error counters of device `devid` (GET_DEV_STATS, read-only).
@@ -234,12 +308,16 @@ pub struct ChunkRecord {
 /// Reads every chunk of the chunk tree (TREE_SEARCH: root only). `Ok(None)`
 /// when not permitted.
 pub fn chunk_records(path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
+    let f = open_any(path)?;
+    chunk_records_of(f.as_fd(), path)
+}
+
+fn chunk_records_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
     use btrfs_uapi::raw::{BTRFS_CHUNK_ITEM_KEY, BTRFS_CHUNK_TREE_OBJECTID};
     use btrfs_uapi::tree_search::{SearchFilter, tree_search};
-    let f = open_any(path)?;
     let mut records = Vec::new();
     let result = tree_search(
-        f.as_fd(),
+        fd,
         SearchFilter::for_type(u64::from(BTRFS_CHUNK_TREE_OBJECTID), BTRFS_CHUNK_ITEM_KEY),
         |hdr, data| {
             // The key range also spans the device items (type 216 under
@@ -471,8 +549,62 @@ impl FsHandle {
             .map_err(|e| self.err(e, "cannot query btrfs at"))?;
         let info =
             btrfs_uapi::filesystem::filesystem_info(fd).map_err(|e| not_btrfs(e, &self.path))?;
-        btrfs_uapi::device::device_info_all(fd, &info)
+        let mut all = btrfs_uapi::device::device_info_all(fd, &info)
+            .map_err(|e| Error::from_errno(e, "cannot read device info of", &self.path))?;
+        mark_missing(&info, &mut all);
+        Ok(all)
+    }
+
+    /// Mounted read-only (fstatvfs on the descriptor).
+    pub fn read_only(&self) -> bool {
+        rustix::fs::fstatvfs(&self.dir)
+            .is_ok_and(|v| v.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
+    }
+
+    /// The target of a running device replace (the kernel gives it devid 0
+    /// until the replace ends), if any.
+    pub fn replace_target(&self) -> Result<Option<btrfs_uapi::device::DeviceInfo>> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot query btrfs at"))?;
+        btrfs_uapi::device::device_info(fd, 0)
             .map_err(|e| Error::from_errno(e, "cannot read device info of", &self.path))
+    }
+
+    /// Every device extent, by device and offset (root only: `None`
+    /// without the permission).
+    pub fn dev_extents(&self) -> Result<Option<Vec<DevExtent>>> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot read the device tree of"))?;
+        dev_extents_of(fd, &self.path)
+    }
+
+    /// Every chunk of the chunk tree (root only: `None` without the
+    /// permission).
+    pub fn chunk_records(&self) -> Result<Option<Vec<ChunkRecord>>> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot read the chunk tree of"))?;
+        chunk_records_of(fd, &self.path)
+    }
+
+    /// The state of the device replace (DEV_REPLACE status: root only).
+    pub fn replace_status(&self) -> Result<btrfs_uapi::replace::ReplaceStatus> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot read the replace status of"))?;
+        btrfs_uapi::replace::replace_status(fd)
+            .map_err(|e| Error::from_errno(e, "cannot read the replace status of", &self.path))
+    }
+
+    /// Cancels the running device replace; `false`: none was running.
+    pub fn replace_cancel(&self) -> Result<bool> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot cancel the replace on"))?;
+        btrfs_uapi::replace::replace_cancel(fd)
+            .map_err(|e| Error::from_errno(e, "cannot cancel the replace on", &self.path))
     }
 
     /// The error counters of device `devid` (GET_DEV_STATS, read-only).

@@ -42,6 +42,45 @@ pub(crate) fn spawn_with_parent_death(
     cmd.spawn()
 }
 
+/// Spawns `program args` in a session of its own (`setsid` in the child
+/// before exec): no terminal signal (Ctrl-C, a hang-up) reaches it, and it
+/// outlives this process: for an operation the kernel carries on in the
+/// program's system call (`btrfs replace start -B`), which a Ctrl-C here
+/// must leave running. stdin and stdout are /dev/null, stderr a pipe
+/// ([`read_stderr`] after it ended).
+pub(crate) fn spawn_in_new_session(
+    program: &std::path::Path,
+    args: &[String],
+) -> std::io::Result<Child> {
+    use std::process::Stdio;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: the closure runs in the forked child before exec and makes one
+    // async-signal-safe system call (setsid) through rustix, allocating
+    // nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid()?;
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// What a child started by [`spawn_in_new_session`] wrote on stderr, once
+/// it has ended (at most 64 KiB).
+pub(crate) fn read_stderr(child: &mut Child) -> String {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Some(e) = child.stderr.as_mut() {
+        let _ = e.take(64 << 10).read_to_end(&mut out);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,905 @@
+//! `device remove MOUNT DEV...`: the plan (pure: the profiles' minimum
+//! device counts, whether the data fits on the devices that stay, and the
+//! order that moves the fewest bytes twice), carrying it out one device at
+//! a time through `btrfs device remove`, progress from the bytes left on
+//! the device, and on a signal a stop that leaves the device a member (the
+//! kernel cancels the relocation when the remove's process gets a fatal
+//! signal) so that a re-run continues.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::checks::{Reason, same_device};
+use super::redundancy::RedundancyCheck;
+use super::state::FsState;
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::alloc::{ChunkKind, reserve};
+use crate::model::profile::Profile;
+use crate::model::space::BgType;
+use crate::parse::size::format_iec;
+use crate::sys::kernel::btrfs::{ChunkRecord, DevExtent, FsHandle, bg_type_of, profile_of};
+use crate::sys::kernel::signals::OperationSignals;
+use crate::sys::tools::{self, display_argv};
+
+/// A device to remove, as the user named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoveSpec {
+    /// A btrfs device id.
+    Devid(u64),
+    /// `missing`: the devices that are not there.
+    Missing,
+    /// A block device path.
+    Path(PathBuf),
+}
+
+impl RemoveSpec {
+    /// A number is a devid, `missing` the missing ones, anything else a path.
+    pub fn parse(s: &str) -> Self {
+        if s == "missing" {
+            return RemoveSpec::Missing;
+        }
+        match s.parse::<u64>() {
+            Ok(n) => RemoveSpec::Devid(n),
+            Err(_) => RemoveSpec::Path(PathBuf::from(s)),
+        }
+    }
+}
+
+/// One device to remove, in the order they will go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Leaving {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Path; empty when missing.
+    pub path: String,
+    /// Size btrfs uses on it.
+    pub size: u64,
+    /// Bytes of chunks on it now.
+    pub allocated: u64,
+    /// Bytes the plan expects to move off it at its turn (its own, and
+    /// what the earlier removals are expected to put on it).
+    pub expected_move: u64,
+}
+
+/// The plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RemovePlan {
+    /// Mount point.
+    pub mount_point: PathBuf,
+    /// The devices, in the order they go.
+    pub devices: Vec<Leaving>,
+    /// Devices that stay.
+    pub remaining: Vec<u64>,
+    /// Bytes the plan expects to move in all (an estimate from the kernel's
+    /// allocator: what lands on a device removed later moves twice).
+    pub expected_move: u64,
+    /// Of that, what moves twice.
+    pub moved_twice: u64,
+    /// Exactly the commands that will run, in order.
+    pub commands: Vec<Vec<String>>,
+    /// What the user should know.
+    pub notes: Vec<String>,
+    /// Why it cannot go ahead.
+    pub refusals: Vec<Reason>,
+}
+
+/// What the planner reads besides the filesystem's state.
+#[derive(Debug, Clone, Default)]
+pub struct RemoveFacts {
+    /// The chunk tree.
+    pub chunks: Vec<ChunkRecord>,
+    /// The device extents.
+    pub dev_extents: Vec<DevExtent>,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// Root.
+    pub is_root: bool,
+}
+
+fn kind_of(t: BgType) -> ChunkKind {
+    match t {
+        BgType::Metadata | BgType::GlobalReserve => ChunkKind::Metadata,
+        BgType::System => ChunkKind::System,
+        _ => ChunkKind::Data,
+    }
+}
+
+/// The profile with the most redundancy that `devices` devices allow,
+/// never more than `p` has: what to convert to before removing (the
+/// RAID1 family: RAID5/6 and RAID10 fall back to the mirror with as many
+/// copies as they tolerate failures).
+fn fallback(
+    p: Profile,
+    devices: u32,
+    kind: BgType,
+    kernel: crate::model::kernel::KernelVersion,
+) -> Profile {
+    let t = p.geometry().tolerated_failures;
+    if t == 0 {
+        return if p == Profile::Raid0 {
+            Profile::Raid0
+        } else {
+            Profile::Single
+        };
+    }
+    for q in [Profile::Raid1c4, Profile::Raid1c3, Profile::Raid1] {
+        if q.geometry().tolerated_failures <= t
+            && devices >= q.min_devices_on(kernel)
+            && q.supported_on(kernel)
+        {
+            return q;
+        }
+    }
+    if kind == BgType::Data {
+        Profile::Single
+    } else {
+        Profile::Dup
+    }
+}
+
+/// Bytes moved when `order` (indexes into `members`) goes in turn, and how
+/// much of it twice; per step the bytes taken off that device. `None`: the
+/// data does not fit. Pure: the kernel's allocator model places what each
+/// removal relocates on the devices still there (most free first).
+fn simulate(
+    fs: &FsState,
+    facts: &RemoveFacts,
+    order: &[u64],
+) -> std::result::Result<(u64, u64, Vec<u64>), String> {
+    // Used bytes per (type, profile), to scale chunk lengths to their data.
+    let ratio = |kind: BgType, p: Profile| -> f64 {
+        let (mut total, mut used) = (0u64, 0u64);
+        for s in &fs.spaces {
+            if crate::admin::state::matches_kind(bg_type_of(s.flags), kind)
+                && profile_of(s.flags) == p
+            {
+                total += s.total_bytes;
+                used += s.used_bytes;
+            }
+        }
+        if total == 0 {
+            1.0
+        } else {
+            used as f64 / total as f64
+        }
+    };
+    let mut alloc: Vec<(u64, u64)> = fs.devices.iter().map(|d| (d.devid, d.allocated)).collect();
+    let mut live: Vec<u64> = fs.devices.iter().map(|d| d.devid).collect();
+    let size_of = |id: u64| {
+        fs.devices
+            .iter()
+            .find(|d| d.devid == id)
+            .map_or(0, |d| d.size)
+    };
+    let mut moved = 0u64;
+    let mut twice = 0u64;
+    let mut per_step = Vec::new();
+    let mut landed: Vec<(u64, u64)> = Vec::new();
+    for &gone in order {
+        let own = alloc.iter().find(|a| a.0 == gone).map_or(0, |a| a.1);
+        per_step.push(own);
+        moved += own;
+        twice += landed
+            .iter()
+            .filter(|l| l.0 == gone)
+            .map(|l| l.1)
+            .sum::<u64>();
+        live.retain(|&d| d != gone);
+        let mut free: Vec<u64> = live
+            .iter()
+            .map(|&d| size_of(d).saturating_sub(alloc.iter().find(|a| a.0 == d).map_or(0, |a| a.1)))
+            .collect();
+        let total: u64 = live.iter().map(|&d| size_of(d)).sum();
+        // What sits on `gone`, per type and profile, scaled to its data.
+        let mut groups: Vec<(BgType, Profile, u64)> = Vec::new();
+        let extents_here = facts.dev_extents.iter().filter(|e| e.devid == gone);
+        for e in extents_here {
+            let Some(c) = facts.chunks.iter().find(|c| c.logical == e.chunk_logical) else {
+                continue;
+            };
+            let k = bg_type_of(c.flags);
+            let p = profile_of(c.flags);
+            match groups.iter_mut().find(|g| g.0 == k && g.1 == p) {
+                Some(g) => g.2 += c.length,
+                None => groups.push((k, p, c.length)),
+            }
+        }
+        // Chunks moved in earlier steps onto `gone` are not in the tree
+        // read: their share is scaled in as data of the first group.
+        let before: Vec<u64> = free.clone();
+        for (k, p, len) in groups {
+            let need = (len as f64 * ratio(k, p)).ceil() as u64;
+            let target = if p.stripes_on(live.len() as u32, fs.kernel).is_some() {
+                p
+            } else {
+                fallback(p, live.len() as u32, k, fs.kernel)
+            };
+            if !reserve(&mut free, target, kind_of(k), need, total, fs.kernel) {
+                return Err(format!(
+                    "the {} {} on device {gone} ({} in use) does not fit on the devices that stay ({} unallocated)",
+                    k.json_name(),
+                    p.name(),
+                    format_iec(need),
+                    format_iec(before.iter().sum())
+                ));
+            }
+        }
+        for (i, &d) in live.iter().enumerate() {
+            let put = before[i] - free[i];
+            if let Some(a) = alloc.iter_mut().find(|a| a.0 == d) {
+                a.1 += put;
+            }
+            if put > 0 {
+                landed.push((d, put));
+            }
+        }
+    }
+    Ok((moved + twice, twice, per_step))
+}
+
+/// Every order of `ids` (up to 5 devices; more keep the given order).
+fn orders(ids: &[u64]) -> Vec<Vec<u64>> {
+    if ids.len() <= 1 || ids.len() > 5 {
+        return vec![ids.to_vec()];
+    }
+    let mut out = Vec::new();
+    for (i, &first) in ids.iter().enumerate() {
+        let mut rest = ids.to_vec();
+        rest.remove(i);
+        for mut tail in orders(&rest) {
+            tail.insert(0, first);
+            out.push(tail);
+        }
+    }
+    out
+}
+
+/// Plans removing `specs` from `fs` (pure).
+pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> RemovePlan {
+    let mut refusals = Vec::new();
+    let mut notes = Vec::new();
+    let m = fs.mount_point.display().to_string();
+    if !facts.is_root {
+        refusals.push(Reason::general(
+            "not-root",
+            "removing a device needs root".into(),
+            false,
+        ));
+    }
+    if facts.read_only {
+        refusals.push(Reason::general(
+            "read-only",
+            format!(
+                "{m} is mounted read-only; a remove relocates data: remount it read-write first"
+            ),
+            false,
+        ));
+    }
+    match fs.exclusive_operation.as_deref() {
+        None | Some("none") | Some("device remove") => {}
+        Some(op) => refusals.push(Reason::general(
+            "exclusive-operation",
+            format!("another operation is running on this filesystem ({op}); wait until it ends"),
+            false,
+        )),
+    }
+    if specs.is_empty() {
+        refusals.push(Reason::general(
+            "no-device",
+            "give at least one device to remove".into(),
+            false,
+        ));
+    }
+    let mut ids: Vec<u64> = Vec::new();
+    let mut missing_spec = false;
+    for s in specs {
+        let found: Vec<u64> = match s {
+            RemoveSpec::Devid(id) => fs
+                .devices
+                .iter()
+                .filter(|d| d.devid == *id)
+                .map(|d| d.devid)
+                .collect(),
+            RemoveSpec::Missing => {
+                missing_spec = true;
+                fs.devices
+                    .iter()
+                    .filter(|d| d.path.is_empty())
+                    .map(|d| d.devid)
+                    .collect()
+            }
+            RemoveSpec::Path(p) => {
+                let r = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+                fs.devices
+                    .iter()
+                    .filter(|d| same_device(&d.path, &r))
+                    .map(|d| d.devid)
+                    .collect()
+            }
+        };
+        if found.is_empty() {
+            let what = match s {
+                RemoveSpec::Devid(id) => format!("device id {id} is not a device of {m}"),
+                RemoveSpec::Missing => format!("no device of {m} is missing"),
+                RemoveSpec::Path(p) => format!("{} is not a device of {m}", p.display()),
+            };
+            let list: Vec<String> = fs
+                .devices
+                .iter()
+                .map(|d| {
+                    if d.path.is_empty() {
+                        format!("{} (missing)", d.devid)
+                    } else {
+                        format!("{} {}", d.devid, d.path)
+                    }
+                })
+                .collect();
+            refusals.push(Reason::general(
+                "not-member",
+                format!("{what}; its devices: {}", list.join(", ")),
+                false,
+            ));
+        }
+        for id in found {
+            if ids.contains(&id) {
+                refusals.push(Reason::general(
+                    "duplicate",
+                    format!("device {id} is given twice"),
+                    false,
+                ));
+            } else {
+                ids.push(id);
+            }
+        }
+    }
+    let remaining: Vec<u64> = fs
+        .devices
+        .iter()
+        .map(|d| d.devid)
+        .filter(|d| !ids.contains(d))
+        .collect();
+    if !ids.is_empty() && remaining.is_empty() {
+        refusals.push(Reason::general(
+            "last-device",
+            "a filesystem keeps at least one device: these are all of them".into(),
+            false,
+        ));
+    }
+    // Every profile in use must allow the devices that stay.
+    let left = remaining.len() as u32;
+    let mut too_few: Vec<(BgType, Profile)> = Vec::new();
+    for c in &facts.chunks {
+        let k = bg_type_of(c.flags);
+        let p = profile_of(c.flags);
+        if left > 0 && left < p.min_devices_on(fs.kernel) && !too_few.contains(&(k, p)) {
+            too_few.push((k, p));
+        }
+    }
+    if !too_few.is_empty() {
+        let data = too_few
+            .iter()
+            .find(|t| t.0 == BgType::Data)
+            .map(|t| fallback(t.1, left, t.0, fs.kernel));
+        let meta = too_few
+            .iter()
+            .find(|t| matches!(t.0, BgType::Metadata | BgType::System))
+            .map(|t| fallback(t.1, left, BgType::Metadata, fs.kernel));
+        let mut cmd = format!("btrfs-lab convert {m}");
+        if let Some(d) = data {
+            cmd.push_str(&format!(" --data {}", d.name()));
+        }
+        if let Some(md) = meta {
+            cmd.push_str(&format!(" --metadata {}", md.name()));
+        }
+        let names: Vec<String> = too_few
+            .iter()
+            .map(|(k, p)| {
+                format!(
+                    "{} {} needs {}",
+                    k.json_name(),
+                    p.name(),
+                    p.min_devices_on(fs.kernel)
+                )
+            })
+            .collect();
+        refusals.push(Reason::general(
+            "too-few-devices",
+            format!(
+                "{left} device(s) would stay, and {}; convert first: {cmd}",
+                names.join(", ")
+            ),
+            false,
+        ));
+    }
+
+    // Order and space.
+    let mut best: Option<(Vec<u64>, u64, u64, Vec<u64>)> = None;
+    let mut space_error = None;
+    if refusals.is_empty() {
+        for o in orders(&ids) {
+            match simulate(fs, facts, &o) {
+                Ok((moved, twice, steps)) => {
+                    if best.as_ref().is_none_or(|b| (twice, moved) < (b.2, b.1)) {
+                        best = Some((o, moved, twice, steps));
+                    }
+                }
+                Err(e) => {
+                    space_error.get_or_insert(e);
+                }
+            }
+        }
+        if best.is_none() {
+            refusals.push(Reason::general(
+                "no-space",
+                format!(
+                    "{}: free space first (delete data, a filtered balance) or add a device (btrfs-lab device add {m} DEV)",
+                    space_error.unwrap_or_else(|| "the data does not fit".into())
+                ),
+                false,
+            ));
+        }
+    }
+    let (order, expected_move, moved_twice, steps) =
+        best.unwrap_or_else(|| (ids.clone(), 0, 0, vec![0; ids.len()]));
+    let devices: Vec<Leaving> = order
+        .iter()
+        .zip(steps.iter().chain(std::iter::repeat(&0)))
+        .filter_map(|(id, step)| {
+            fs.devices.iter().find(|d| d.devid == *id).map(|d| Leaving {
+                devid: d.devid,
+                path: d.path.clone(),
+                size: d.size,
+                allocated: d.allocated,
+                expected_move: *step,
+            })
+        })
+        .collect();
+    if devices.len() > 1 {
+        notes.push(if moved_twice == 0 {
+            "the order is the one in which nothing moves twice (no relocated data lands on a device removed later)".to_owned()
+        } else {
+            format!(
+                "the order is the one that moves the least twice: about {} lands on a device removed later and moves again (the kernel cannot be told to avoid it)",
+                format_iec(moved_twice)
+            )
+        });
+    }
+    if devices.iter().any(|d| d.path.is_empty()) {
+        notes.push("a missing device's chunks are rebuilt from their other copies; chunks without one (single, RAID0) make the remove fail: copy out what is left first (btrfs-lab rescue)".to_owned());
+    }
+    notes.push("Ctrl-C stops the remove after the chunk in progress: the device stays a member, and the same command again continues".to_owned());
+    let commands = devices
+        .iter()
+        .map(|d| {
+            vec![
+                "btrfs".to_owned(),
+                "device".to_owned(),
+                "remove".to_owned(),
+                if d.path.is_empty() && missing_spec {
+                    "missing".to_owned()
+                } else {
+                    d.devid.to_string()
+                },
+                m.clone(),
+            ]
+        })
+        .collect();
+    RemovePlan {
+        mount_point: fs.mount_point.clone(),
+        devices,
+        remaining,
+        expected_move,
+        moved_twice,
+        commands,
+        notes,
+        refusals,
+    }
+}
+
+/// Where a remove is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RemoveProgress {
+    /// The device being removed.
+    pub devid: u64,
+    /// Its place in the plan (1-based) and the count.
+    pub step: usize,
+    /// Steps.
+    pub steps: usize,
+    /// Bytes on it when its removal began.
+    pub bytes_start: u64,
+    /// Bytes still on it.
+    pub bytes_left: u64,
+    /// Bytes per second.
+    pub rate_bytes_per_sec: f64,
+    /// Seconds left for this device; `null` until it can be trusted.
+    pub eta_seconds: Option<f64>,
+}
+
+/// One device removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Removed {
+    /// Its devid.
+    pub devid: u64,
+    /// Its path.
+    pub path: String,
+    /// Bytes moved off it.
+    pub bytes_moved: u64,
+    /// Seconds.
+    pub seconds: f64,
+}
+
+/// What the remove did, verified.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RemoveResult {
+    /// The devices removed, in order.
+    pub removed: Vec<Removed>,
+    /// The devices now, by devid.
+    pub devices: Vec<super::state::MemberDevice>,
+    /// Every chunk's redundancy after it.
+    pub redundancy: RedundancyCheck,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub enum RemoveEnd {
+    /// Done and verified.
+    Done(RemoveResult),
+    /// A signal stopped it: the device in progress is still a member.
+    Stopped {
+        /// Which signal.
+        signal: &'static str,
+        /// Removed before it.
+        removed: Vec<Removed>,
+        /// The device still a member.
+        devid: u64,
+        /// Bytes still on it.
+        bytes_left: u64,
+    },
+}
+
+/// Carries out the plan, one device at a time.
+pub fn execute_remove(
+    fs: &FsHandle,
+    plan: &RemovePlan,
+    signals: &OperationSignals,
+    progress: &mut dyn FnMut(&RemoveProgress),
+) -> Result<RemoveEnd> {
+    let mut removed = Vec::new();
+    let steps = plan.commands.len();
+    for (i, (shown, dev)) in plan.commands.iter().zip(&plan.devices).enumerate() {
+        let mut argv = shown.clone();
+        if let Some(last) = argv.last_mut() {
+            *last = fs.proc_path().display().to_string();
+        }
+        let tool = tools::find("btrfs", "btrfs-progs")?;
+        let start_bytes = fs
+            .devices()?
+            .iter()
+            .find(|d| d.devid == dev.devid)
+            .map_or(dev.allocated, |d| d.bytes_used);
+        let t0 = Instant::now();
+        let mut child =
+            tools::spawn_in_group(&tool.path, &argv[1..], None, Stdio::null(), Stdio::piped())
+                .map_err(|e| {
+                    Error::new(
+                        ErrorKind::Tool,
+                        format!("cannot start {}: {e}", display_argv(shown)),
+                    )
+                })?;
+        let mut signal: Option<&'static str> = None;
+        let status = loop {
+            if let Some(st) = child
+                .try_wait()
+                .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?
+            {
+                break st;
+            }
+            let left = fs
+                .devices()?
+                .iter()
+                .find(|d| d.devid == dev.devid)
+                .map_or(0, |d| d.bytes_used);
+            let secs = t0.elapsed().as_secs_f64();
+            let done = start_bytes.saturating_sub(left);
+            let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+            progress(&RemoveProgress {
+                devid: dev.devid,
+                step: i + 1,
+                steps,
+                bytes_start: start_bytes,
+                bytes_left: left,
+                rate_bytes_per_sec: rate,
+                eta_seconds: (secs >= 2.0 && rate > 0.0).then(|| left as f64 / rate),
+            });
+            let (n, which) = signals.wait(Duration::from_millis(500));
+            if n > 0 && signal.is_none() {
+                signal = Some(which.map_or("a signal", |w| w.name()));
+                // A fatal signal makes the kernel cancel the relocation
+                // after the current extent; the device stays a member.
+                tools::kill_group(&child, rustix::process::Signal::INT);
+            }
+        };
+        let stderr = crate::sys::kernel::child::read_stderr(&mut child);
+        let still = fs.devices()?.into_iter().find(|d| d.devid == dev.devid);
+        match (status.success(), still) {
+            (true, None) => removed.push(Removed {
+                devid: dev.devid,
+                path: dev.path.clone(),
+                bytes_moved: start_bytes,
+                seconds: t0.elapsed().as_secs_f64(),
+            }),
+            (_, Some(d)) if signal.is_some() => {
+                return Ok(RemoveEnd::Stopped {
+                    signal: signal.unwrap_or("a signal"),
+                    removed,
+                    devid: dev.devid,
+                    bytes_left: d.bytes_used,
+                });
+            }
+            (_, None) => removed.push(Removed {
+                devid: dev.devid,
+                path: dev.path.clone(),
+                bytes_moved: start_bytes,
+                seconds: t0.elapsed().as_secs_f64(),
+            }),
+            (_, Some(_)) => {
+                let why = stderr
+                    .trim()
+                    .lines()
+                    .last()
+                    .unwrap_or("no message")
+                    .to_owned();
+                let hint = if why.contains("No space") || why.contains("ENOSPC") {
+                    "the devices that stay have too little room: free space or add a device, then run it again"
+                } else {
+                    "the device is still a member; what moved stays moved (a consistent filesystem); see the kernel log"
+                };
+                return Err(Error::new(
+                    ErrorKind::Tool,
+                    format!(
+                        "removing device {} failed: {why} (while running: {})",
+                        dev.devid,
+                        display_argv(shown)
+                    ),
+                )
+                .with_hint(format!(
+                    "{hint}{}",
+                    if removed.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; removed before it: {}",
+                            removed
+                                .iter()
+                                .map(|r: &Removed| r.devid.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }
+                )));
+            }
+        }
+    }
+    let infos = fs.devices()?;
+    for r in &removed {
+        if infos.iter().any(|d| d.devid == r.devid) {
+            return Err(Error::new(
+                ErrorKind::State,
+                format!("device {} is still a member after its removal", r.devid),
+            ));
+        }
+    }
+    let present: Vec<u64> = infos
+        .iter()
+        .filter(|d| !d.path.is_empty())
+        .map(|d| d.devid)
+        .collect();
+    let chunks = fs.chunk_records()?.unwrap_or_default();
+    let redundancy =
+        super::redundancy::check(&chunks, &present, &plan.mount_point.display().to_string());
+    Ok(RemoveEnd::Done(RemoveResult {
+        removed,
+        devices: infos
+            .iter()
+            .map(|d| super::state::MemberDevice {
+                devid: d.devid,
+                path: d.path.clone(),
+                size: d.total_bytes,
+                allocated: d.bytes_used,
+            })
+            .collect(),
+        redundancy,
+    }))
+}
+
+/// Reads what the planner needs through the handle.
+pub fn read_facts(fs: &FsHandle) -> Result<RemoveFacts> {
+    Ok(RemoveFacts {
+        chunks: fs.chunk_records()?.unwrap_or_default(),
+        dev_extents: fs.dev_extents()?.unwrap_or_default(),
+        read_only: fs.read_only(),
+        is_root: crate::sys::is_root(),
+    })
+}
+
+/// Plans on the filesystem at `path`.
+pub fn prepare(
+    root: &crate::sys::fs::root::SysRoot,
+    path: &Path,
+    specs: &[RemoveSpec],
+) -> Result<(FsHandle, FsState, RemovePlan)> {
+    let (fs, state) = super::state::open_state(root, path)?;
+    let facts = read_facts(&fs)?;
+    let plan = plan_remove(&state, specs, &facts);
+    Ok((fs, state, plan))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::state::MemberDevice;
+    use crate::model::kernel::KernelVersion;
+    use crate::sys::kernel::btrfs::SpaceEntry;
+    use btrfs_uapi::space::BlockGroupFlags as F;
+
+    const GIB: u64 = 1 << 30;
+
+    /// `n` devices of 10 GiB; data RAID0 (1 GiB per device), metadata as given.
+    fn fs(n: u64, meta: F) -> (FsState, RemoveFacts) {
+        let devices: Vec<MemberDevice> = (1..=n)
+            .map(|i| MemberDevice {
+                devid: i,
+                path: format!("/dev/test-none-{i}"),
+                size: 10 * GIB,
+                allocated: GIB + GIB / 4,
+            })
+            .collect();
+        let all: Vec<u64> = (1..=n).collect();
+        let mut chunks = vec![ChunkRecord {
+            flags: F::DATA | F::RAID0,
+            logical: 100 * GIB,
+            length: n * GIB,
+            stripe_len: 64 << 10,
+            num_stripes: n as u16,
+            sub_stripes: 1,
+            devids: all.clone(),
+        }];
+        let mcopies: Vec<u64> = if meta.contains(F::RAID1C3) {
+            all[..3].to_vec()
+        } else {
+            all[..2].to_vec()
+        };
+        chunks.push(ChunkRecord {
+            flags: F::METADATA | meta,
+            logical: 200 * GIB,
+            length: GIB / 4,
+            stripe_len: 64 << 10,
+            num_stripes: mcopies.len() as u16,
+            sub_stripes: 1,
+            devids: mcopies.clone(),
+        });
+        let mut dev_extents = Vec::new();
+        for &d in &all {
+            dev_extents.push(DevExtent {
+                devid: d,
+                offset: GIB,
+                length: GIB,
+                chunk_logical: 100 * GIB,
+            });
+            if mcopies.contains(&d) {
+                dev_extents.push(DevExtent {
+                    devid: d,
+                    offset: 2 * GIB,
+                    length: GIB / 4,
+                    chunk_logical: 200 * GIB,
+                });
+            }
+        }
+        (
+            FsState {
+                path: "/mnt".into(),
+                mount_point: "/mnt".into(),
+                fsid: "x".into(),
+                devices,
+                spaces: vec![
+                    SpaceEntry {
+                        flags: F::DATA | F::RAID0,
+                        total_bytes: n * GIB,
+                        used_bytes: n * GIB / 2,
+                    },
+                    SpaceEntry {
+                        flags: F::METADATA | meta,
+                        total_bytes: GIB / 4,
+                        used_bytes: 1 << 20,
+                    },
+                ],
+                exclusive_operation: Some("none".into()),
+                balance: None,
+                kernel: KernelVersion::new(6, 18),
+                features: Vec::new(),
+                device_errors: Vec::new(),
+            },
+            RemoveFacts {
+                chunks,
+                dev_extents,
+                read_only: false,
+                is_root: true,
+            },
+        )
+    }
+
+    #[test]
+    fn raid1c3_needs_three_and_the_refusal_names_the_convert() {
+        let (f, x) = fs(3, F::RAID1C3);
+        let p = plan_remove(&f, &[RemoveSpec::Devid(3)], &x);
+        assert_eq!(p.refusals.len(), 1, "{:?}", p.refusals);
+        assert_eq!(p.refusals[0].code, "too-few-devices");
+        assert!(
+            p.refusals[0].message.contains("metadata raid1c3 needs 3"),
+            "{}",
+            p.refusals[0].message
+        );
+        assert!(
+            p.refusals[0]
+                .message
+                .contains("btrfs-lab convert /mnt --metadata raid1"),
+            "{}",
+            p.refusals[0].message
+        );
+        let (f, x) = fs(4, F::RAID1C3);
+        let p = plan_remove(&f, &[RemoveSpec::Devid(4)], &x);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(
+            p.commands,
+            vec![vec!["btrfs", "device", "remove", "4", "/mnt"]]
+        );
+    }
+
+    #[test]
+    fn two_devices_in_the_order_that_moves_least_twice() {
+        let (f, x) = fs(4, F::RAID1);
+        let p = plan_remove(&f, &[RemoveSpec::Devid(3), RemoveSpec::Devid(1)], &x);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(p.devices.len(), 2);
+        assert_eq!(p.remaining, [2, 4]);
+        // Device 1 holds metadata too: whichever order, the plan's choice
+        // moves no more twice than the other order would.
+        let other: Vec<u64> = p.devices.iter().rev().map(|d| d.devid).collect();
+        let (_, twice_other, _) = simulate(&f, &x, &other).unwrap();
+        assert!(p.moved_twice <= twice_other);
+        assert!(p.expected_move >= 2 * GIB);
+    }
+
+    #[test]
+    fn refusals_for_bad_names_and_space() {
+        let (f, x) = fs(3, F::RAID1);
+        let p = plan_remove(&f, &[RemoveSpec::Devid(9), RemoveSpec::Missing], &x);
+        let codes: Vec<&str> = p.refusals.iter().map(|r| &*r.code).collect();
+        assert_eq!(codes, ["not-member", "not-member"]);
+        assert!(p.refusals[0].message.contains("1 /dev/test-none-1"));
+        let p = plan_remove(
+            &f,
+            &[
+                RemoveSpec::Devid(1),
+                RemoveSpec::Devid(2),
+                RemoveSpec::Devid(3),
+            ],
+            &x,
+        );
+        assert!(p.refusals.iter().any(|r| r.code == "last-device"));
+        // Full devices: the data on the one removed does not fit.
+        let (mut f, mut x) = fs(3, F::RAID1);
+        for d in &mut f.devices {
+            d.size = GIB + GIB / 4;
+        }
+        for s in &mut f.spaces {
+            s.used_bytes = s.total_bytes;
+        }
+        x.is_root = true;
+        let p = plan_remove(&f, &[RemoveSpec::Devid(2)], &x);
+        assert_eq!(p.refusals[0].code, "no-space", "{:?}", p.refusals);
+    }
+}

@@ -80,6 +80,9 @@ documents! {
     "convert-pause", false, crate::admin::report::PauseReport, "convert --pause --json";
     "convert-cancel", false, crate::admin::report::CancelReport, "convert --cancel --json";
     "device-add", false, crate::admin::report::AddReport, "device add --json";
+    "device-replace", false, crate::admin::replace::ReplaceReport, "device replace --json";
+    "device-replace-status", false, crate::admin::replace::ReplaceStatusReport, "device replace MOUNT --status --json";
+    "device-remove", false, crate::admin::remove::RemoveReport, "device remove --json";
     "device-add-nothing", false, crate::admin::add::NothingToAdd, "device add --json (every device already a member)";
     "error", true, crate::error::ErrorEvent, "the last JSON Lines record of a stream that failed after it started";
 }

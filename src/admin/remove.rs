@@ -148,6 +148,7 @@ fn simulate(
     fs: &FsState,
     facts: &RemoveFacts,
     order: &[u64],
+    tight: &mut bool,
 ) -> std::result::Result<(u64, u64, Vec<u64>), String> {
     // Used bytes per (type, profile), to scale chunk lengths to their data.
     let ratio = |kind: BgType, p: Profile| -> f64 {
@@ -207,24 +208,71 @@ fn simulate(
                 None => groups.push((k, p, c.length)),
             }
         }
-        // Chunks moved in earlier steps onto `gone` are not in the tree
-        // read: their share is scaled in as data of the first group.
+        // A relocated chunk frees its stripes on the devices that stay as
+        // well (one chunk after the other, so that room is reused).
+        let relocated: Vec<u64> = facts
+            .chunks
+            .iter()
+            .filter(|c| c.devids.contains(&gone))
+            .map(|c| c.logical)
+            .collect();
+        for e in facts
+            .dev_extents
+            .iter()
+            .filter(|e| e.devid != gone && relocated.contains(&e.chunk_logical))
+        {
+            if let Some(i) = live.iter().position(|&d| d == e.devid) {
+                free[i] += e.length;
+                if let Some(a) = alloc.iter_mut().find(|a| a.0 == e.devid) {
+                    a.1 = a.1.saturating_sub(e.length);
+                }
+            }
+        }
         let before: Vec<u64> = free.clone();
         for (k, p, len) in groups {
-            let need = (len as f64 * ratio(k, p)).ceil() as u64;
+            // Room left in the chunks of the same kind that stay takes
+            // some of it first, as the relocation fills them before it
+            // allocates new chunks.
+            let kept: u64 = facts
+                .chunks
+                .iter()
+                .filter(|c| {
+                    bg_type_of(c.flags) == k
+                        && profile_of(c.flags) == p
+                        && c.devids.iter().all(|d| live.contains(d))
+                })
+                .map(|c| c.length)
+                .sum();
+            let r = ratio(k, p);
+            let room = (kept as f64 * (1.0 - r)) as u64;
+            let need = ((len as f64 * r).ceil() as u64).saturating_sub(room);
             let target = if p.stripes_on(live.len() as u32, fs.kernel).is_some() {
                 p
             } else {
                 fallback(p, live.len() as u32, k, fs.kernel)
             };
-            if !reserve(&mut free, target, kind_of(k), need, total, fs.kernel) {
+            // Raw bytes the data needs on the devices that stay: beyond
+            // what they have unallocated, it cannot fit, whatever the
+            // kernel does.
+            let n = target.stripes_on(live.len() as u32, fs.kernel).unwrap_or(1);
+            let raw = need.saturating_mul(u64::from(n)) / u64::from(target.data_stripes(n));
+            let unallocated: u64 = free.iter().sum();
+            if raw > unallocated {
                 return Err(format!(
-                    "the {} {} on device {gone} ({} in use) does not fit on the devices that stay ({} unallocated)",
+                    "the {} {} on device {gone} ({} in use, {} raw as {}) does not fit on the devices that stay ({} unallocated)",
                     k.json_name(),
                     p.name(),
                     format_iec(need),
-                    format_iec(before.iter().sum())
+                    format_iec(raw),
+                    target.name(),
+                    format_iec(unallocated)
                 ));
+            }
+            // The chunk-by-chunk model (full-size chunks) may not fit where
+            // the kernel, which allocates smaller chunks when room is
+            // short, still does: said, not refused.
+            if !reserve(&mut free, target, kind_of(k), need, total, fs.kernel) {
+                *tight = true;
             }
         }
         for (i, &d) in live.iter().enumerate() {
@@ -417,13 +465,16 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
 
     // Order and space.
     let mut best: Option<(Vec<u64>, u64, u64, Vec<u64>)> = None;
+    let mut tight = false;
     let mut space_error = None;
     if refusals.is_empty() {
         for o in orders(&ids) {
-            match simulate(fs, facts, &o) {
+            let mut t = false;
+            match simulate(fs, facts, &o, &mut t) {
                 Ok((moved, twice, steps)) => {
                     if best.as_ref().is_none_or(|b| (twice, moved) < (b.2, b.1)) {
                         best = Some((o, moved, twice, steps));
+                        tight = t;
                     }
                 }
                 Err(e) => {
@@ -466,6 +517,22 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
                 format_iec(moved_twice)
             )
         });
+    }
+    // Every metadata chunk has a stripe on a device that goes: while the
+    // last of them is relocated, metadata needs a new chunk at once.
+    let meta_all_leaving = {
+        let meta: Vec<&ChunkRecord> = facts
+            .chunks
+            .iter()
+            .filter(|c| bg_type_of(c.flags) == BgType::Metadata)
+            .collect();
+        !meta.is_empty() && meta.iter().all(|c| c.devids.iter().any(|d| ids.contains(d)))
+    };
+    if meta_all_leaving {
+        notes.push("every metadata chunk has a copy on a device that goes: relocating the last of them needs a new metadata chunk on the devices that stay at once; on a nearly full filesystem the kernel has aborted that with ENOSPC and forced the filesystem read-only (seen on 6.18; nothing committed is lost: unmount, mount, free space, run again)".to_owned());
+    }
+    if tight {
+        notes.push("space is tight: the devices that stay have room for the data, but not in full-size chunks; the kernel allocates smaller ones then, and if it still runs out the remove stops with ENOSPC (the device stays a member, nothing is lost)".to_owned());
     }
     if devices.iter().any(|d| d.path.is_empty()) {
         notes.push("a missing device's chunks are rebuilt from their other copies; chunks without one (single, RAID0) make the remove fail: copy out what is left first (btrfs-lab rescue)".to_owned());
@@ -540,6 +607,33 @@ pub struct RemoveResult {
     pub devices: Vec<super::state::MemberDevice>,
     /// Every chunk's redundancy after it.
     pub redundancy: RedundancyCheck,
+}
+
+/// `device remove --json`: the plan, and what was done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RemoveReport {
+    /// The plan.
+    pub plan: RemovePlan,
+    /// What was done and verified (absent with `--dry-run`, a refusal, or
+    /// when a signal stopped it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<RemoveResult>,
+    /// A signal stopped it: the device in progress is still a member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<RemoveStopped>,
+}
+
+/// A remove a signal stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RemoveStopped {
+    /// `SIGINT`, `SIGTERM`, `SIGHUP`.
+    pub signal: String,
+    /// Removed before it.
+    pub removed: Vec<Removed>,
+    /// The device that is still a member.
+    pub devid: u64,
+    /// Bytes still on it.
+    pub bytes_left: u64,
 }
 
 /// How a run ended.
@@ -652,7 +746,9 @@ pub fn execute_remove(
                     .last()
                     .unwrap_or("no message")
                     .to_owned();
-                let hint = if why.contains("No space") || why.contains("ENOSPC") {
+                let hint = if why.contains("Read-only file system") {
+                    "the kernel aborted a transaction (see dmesg: 'Transaction aborted (error -28)': it ran out of metadata space while relocating) and forced the filesystem read-only; what was committed is intact: unmount and mount it again, free space (or add a device), then run this again"
+                } else if why.contains("No space") || why.contains("ENOSPC") {
                     "the devices that stay have too little room: free space or add a device, then run it again"
                 } else {
                     "the device is still a member; what moved stays moved (a consistent filesystem); see the kernel log"
@@ -868,7 +964,7 @@ mod tests {
         // Device 1 holds metadata too: whichever order, the plan's choice
         // moves no more twice than the other order would.
         let other: Vec<u64> = p.devices.iter().rev().map(|d| d.devid).collect();
-        let (_, twice_other, _) = simulate(&f, &x, &other).unwrap();
+        let (_, twice_other, _) = simulate(&f, &x, &other, &mut false).unwrap();
         assert!(p.moved_twice <= twice_other);
         assert!(p.expected_move >= 2 * GIB);
     }

@@ -151,6 +151,8 @@ pub struct ReplaceFacts {
     pub replace_running: bool,
     /// The path of the running replace's target (devid 0), if one runs.
     pub running_target: Option<String>,
+    /// The last replace since the mount finished.
+    pub last_finished: bool,
     /// systemd-inhibit is there and logind runs.
     pub systemd_inhibit: Option<PathBuf>,
     /// Root.
@@ -219,7 +221,16 @@ pub(crate) fn plan_replace(
             false,
         ));
     }
-    let following = facts.replace_running;
+    // NEW already took over (the replace ended while nobody followed it):
+    // what is left is the resize and the checks.
+    let finished_onto = (facts.last_finished && !facts.replace_running)
+        .then(|| fs.devices.iter().find(|d| same_device(&d.path, &new.path)))
+        .flatten()
+        .filter(|d| match old {
+            OldSpec::Devid(id) => *id == d.devid,
+            OldSpec::Path(_) => find_old(fs, old).is_none(),
+        });
+    let following = facts.replace_running || finished_onto.is_some();
     match fs.exclusive_operation.as_deref() {
         None | Some("none") => {}
         Some("dev_replace") | Some("replace") if following => {}
@@ -236,7 +247,7 @@ pub(crate) fn plan_replace(
             false,
         ));
     }
-    let member = find_old(fs, old);
+    let member = finished_onto.or_else(|| find_old(fs, old));
     let old_dev = member.map(|d| OldDevice {
         devid: d.devid,
         path: d.path.clone(),
@@ -310,7 +321,12 @@ pub(crate) fn plan_replace(
             false,
         ));
     }
-    if following {
+    if finished_onto.is_some() {
+        notes.push(format!(
+            "the replace onto {} has finished: this run does the steps after it",
+            new.given.display()
+        ));
+    } else if following {
         match (&facts.running_target, new.exists) {
             (Some(t), true) if !same_device(t, &new.path) => refusals.push(Reason::general(
                 "other-replace-running",
@@ -578,6 +594,29 @@ pub struct ReplaceResult {
     pub scrub_command: Vec<String>,
     /// Seconds the copy took (this run's share, when it followed).
     pub seconds: f64,
+}
+
+/// `device replace --json`: the plan, and what was done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplaceReport {
+    /// The plan.
+    pub plan: ReplacePlan,
+    /// What was done and verified (absent with `--dry-run`, a refusal, or
+    /// when a signal detached the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<ReplaceResult>,
+    /// A signal detached the run: the replace goes on in the kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detached: Option<ReplaceDetached>,
+}
+
+/// A run that a signal detached from the replace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReplaceDetached {
+    /// `SIGINT`, `SIGTERM`, `SIGHUP`.
+    pub signal: String,
+    /// Where it was.
+    pub progress: Option<ReplaceProgress>,
 }
 
 /// How a run ended.
@@ -858,17 +897,18 @@ pub fn prepare(
 ) -> Result<(FsHandle, FsState, ReplacePlan)> {
     let (fs, state) = super::state::open_state(root, path)?;
     let is_root = crate::sys::is_root();
-    let (running, target) = if is_root {
+    let (running, target, last_finished) = if is_root {
         let s = fs.replace_status()?;
         let running = s.state == btrfs_uapi::replace::ReplaceState::Started;
+        let finished = s.state == btrfs_uapi::replace::ReplaceState::Finished;
         let target = if running {
             fs.replace_target()?.map(|t| t.path)
         } else {
             None
         };
-        (running, target)
+        (running, target, finished)
     } else {
-        (false, None)
+        (false, None, false)
     };
     let facts = ReplaceFacts {
         dev_extents: fs.dev_extents()?.unwrap_or_default(),
@@ -876,6 +916,7 @@ pub fn prepare(
         read_only: fs.read_only(),
         replace_running: running,
         running_target: target,
+        last_finished,
         systemd_inhibit: find_systemd_inhibit(),
         is_root,
     };
@@ -961,6 +1002,7 @@ mod tests {
             read_only: false,
             replace_running: false,
             running_target: None,
+            last_finished: false,
             systemd_inhibit: None,
             is_root: true,
         }

@@ -3,6 +3,14 @@
 use std::path::PathBuf;
 
 use btrfs_lab::admin::add::{self, AddOptions, AddPlan, AddResult};
+use btrfs_lab::admin::remove::{
+    self, RemoveEnd, RemovePlan, RemoveReport, RemoveSpec, RemoveStopped,
+};
+use btrfs_lab::admin::replace::{
+    self, OldSpec, ReadFrom, ReplaceDetached, ReplaceEnd, ReplaceOptions, ReplacePlan,
+    ReplaceReport, ReplaceStateName,
+};
+use btrfs_lab::model::rate::{duration, format_rate};
 use btrfs_lab::admin::convert::{ConvertRequest, Start};
 use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
@@ -18,6 +26,9 @@ use super::output::{Output, confirm};
 use super::units::{UnitArgs, profile_arg, size};
 use btrfs_lab::ui::{self, Ui};
 
+/// Done, but chunks lack their redundancy or blocks were lost.
+const NOT_REDUNDANT: u8 = btrfs_lab::model::exit::NOT_REDUNDANT.code;
+
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
     #[command(subcommand)]
@@ -28,6 +39,74 @@ pub struct DeviceArgs {
 enum DeviceCommand {
     /// Add devices to a mounted btrfs, after checking they are safe to overwrite.
     Add(AddArgs),
+    /// Replace a member (failing, missing or just old) by a new device, and check the result.
+    Replace(ReplaceArgs),
+    /// Remove members, moving their data to the devices that stay.
+    Remove(RemoveArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReplaceArgs {
+    /// A path inside the mounted btrfs.
+    #[arg(value_name = "MOUNT")]
+    mount: PathBuf,
+    /// The member to replace: its devid (the only way to name a missing one) or its path.
+    #[arg(value_name = "OLD", required_unless_present_any = ["status", "cancel"])]
+    old: Option<String>,
+    /// The new block device (at least OLD's size).
+    #[arg(value_name = "NEW", required_unless_present_any = ["status", "cancel"])]
+    new: Option<PathBuf>,
+    /// Overwrite signatures on NEW (the plan names them).
+    #[arg(long, alias = "force")]
+    overwrite: bool,
+    /// Where the copy reads from: auto (other copies when OLD has read errors), others, old.
+    #[arg(long, value_enum, default_value_t = ReadFromArg::Auto, value_name = "WHERE")]
+    read_from: ReadFromArg,
+    /// Leave NEW at OLD's size instead of growing it to its own.
+    #[arg(long)]
+    no_resize: bool,
+    /// After the replace, scrub the new device (reads every block it holds against its checksum).
+    #[arg(long)]
+    scrub: bool,
+    /// Show the running (or last) replace and exit.
+    #[arg(long, conflicts_with_all = ["cancel", "old", "new", "dry_run"])]
+    status: bool,
+    /// Cancel the running replace (OLD stays a member, unchanged).
+    #[arg(long, conflicts_with_all = ["old", "new"])]
+    cancel: bool,
+    /// Show the plan and do nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+    #[command(flatten)]
+    units: UnitArgs,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ReadFromArg {
+    Auto,
+    Others,
+    Old,
+}
+
+#[derive(Debug, Args)]
+struct RemoveArgs {
+    /// A path inside the mounted btrfs.
+    #[arg(value_name = "MOUNT")]
+    mount: PathBuf,
+    /// Members to remove: devids, paths, or `missing` (the devices that are not there).
+    #[arg(value_name = "DEV", required = true)]
+    devices: Vec<String>,
+    /// Show the plan and do nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+    #[command(flatten)]
+    units: UnitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -67,6 +146,426 @@ struct AddArgs {
 pub fn run(args: DeviceArgs, out: &Output) -> Result<u8> {
     match args.command {
         DeviceCommand::Add(a) => add(a, out),
+        DeviceCommand::Replace(a) => replace(a, out),
+        DeviceCommand::Remove(a) => remove(a, out),
+    }
+}
+
+fn refused(what: &str, refusals: &[btrfs_lab::admin::checks::Reason]) -> Error {
+    let mut messages: Vec<String> = refusals.iter().map(|r| r.message.clone()).collect();
+    let first = messages.remove(0);
+    let mut e = Error::new(ErrorKind::Refused, format!("cannot {what}: {first}"));
+    if !messages.is_empty() {
+        e = e.with_hint(format!("also: {}", messages.join("; also: ")));
+    } else if refusals[0].force_overrides {
+        e = e.with_hint("--overwrite overwrites it");
+    }
+    e
+}
+
+fn render_replace(plan: &ReplacePlan, out: &Output) -> String {
+    let p = out.paint;
+    let mut t = String::new();
+    match (&plan.old, &plan.new) {
+        (Some(o), Some(n)) => t.push_str(&format!(
+            "{} device {} ({}, {}) with {} ({}) on {}\n",
+            p.bold(if plan.following { "Follow: replace of" } else { "Plan: replace" }),
+            o.devid,
+            if o.missing { "missing".to_owned() } else { o.path.clone() },
+            size(o.size),
+            n.path.display(),
+            size(n.size),
+            plan.mount_point.display()
+        )),
+        _ => t.push_str(&format!("{} on {}\n", p.bold("Plan: replace"), plan.mount_point.display())),
+    }
+    t.push_str(&format!(
+        "  copies  {} of chunks{}\n",
+        size(plan.bytes_to_copy),
+        if plan.read_from_others { ", read from the other copies where they exist (-r)" } else { "" }
+    ));
+    for h in &plan.on_old {
+        t.push_str(&format!(
+            "          {} {} {}{}\n",
+            size(h.bytes),
+            h.kind.json_name(),
+            h.profile.name(),
+            if h.other_copy { "" } else { "  (no other copy)" }
+        ));
+    }
+    if let Some(n) = &plan.new {
+        for s in &n.wipes {
+            t.push_str(&format!(
+                "  {} {} signature on {} at {}\n",
+                p.bad("destroys"),
+                s.kind,
+                n.path.display(),
+                s.offset
+            ));
+        }
+    }
+    if !plan.commands.is_empty() {
+        t.push_str("  runs:\n");
+        for c in &plan.commands {
+            t.push_str(&format!("    {}\n", display_argv(c)));
+        }
+    }
+    for note in &plan.notes {
+        t.push_str(&format!("  - {note}\n"));
+    }
+    t
+}
+
+fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
+    signals::install_pausable()?;
+    a.units.select();
+    let root = SysRoot::host();
+    if a.status {
+        let (fs, state) = replace::open(&root, &a.mount)?;
+        let st = replace::status_of(&fs, &state.mount_point)?;
+        out.report(&st, |s| {
+            let mut t = format!("replace on {}: {}", s.mount_point.display(), match s.state {
+                ReplaceStateName::NeverStarted => "none since the mount".to_owned(),
+                ReplaceStateName::Running => format!("running, {:.1}% of the old device's size passed", s.device_permille as f64 / 10.0),
+                ReplaceStateName::Finished => "the last one finished".to_owned(),
+                ReplaceStateName::Cancelled => "the last one was cancelled".to_owned(),
+                ReplaceStateName::Suspended => "suspended (it continues at the next mount)".to_owned(),
+            });
+            if let Some(tg) = &s.target {
+                t.push_str(&format!(", onto {tg}"));
+            }
+            t.push('\n');
+            if s.write_errors + s.uncorrectable_read_errors > 0 {
+                t.push_str(&format!(
+                    "  errors: {} write, {} uncorrectable read (blocks no copy could be read of: their files are damaged)\n",
+                    s.write_errors, s.uncorrectable_read_errors
+                ));
+            }
+            t
+        });
+        return Ok(exit::OK);
+    }
+    if a.cancel {
+        let (fs, state) = replace::open(&root, &a.mount)?;
+        let st = replace::status_of(&fs, &state.mount_point)?;
+        if st.state != ReplaceStateName::Running {
+            return Err(Error::new(
+                ErrorKind::State,
+                format!("no replace is running on {}", state.mount_point.display()),
+            ));
+        }
+        if a.dry_run {
+            out.status(&format!(
+                "would cancel the replace on {} (the old device stays a member, unchanged)\n(dry run: nothing was done)\n",
+                state.mount_point.display()
+            ));
+            return Ok(exit::OK);
+        }
+        out.status(&format!(
+            "The replace on {} is {:.1}% through; cancelling it throws the copy away (the old device stays a member).\n",
+            state.mount_point.display(),
+            st.device_permille as f64 / 10.0
+        ));
+        confirm(out, "Cancel the replace?", a.yes)?;
+        let was = replace::cancel(&fs, &a.mount)?;
+        let st = replace::status_of(&fs, &state.mount_point)?;
+        out.report(&st, |_| {
+            if was {
+                "cancelled: the old device is still a member\n".to_owned()
+            } else {
+                "nothing to cancel: the replace had ended\n".to_owned()
+            }
+        });
+        return Ok(exit::OK);
+    }
+    let (Some(old), Some(new)) = (a.old.as_deref(), a.new.as_deref()) else {
+        return Err(Error::usage("give OLD and NEW (or --status, --cancel)"));
+    };
+    let opts = ReplaceOptions {
+        overwrite: a.overwrite,
+        read_from: match a.read_from {
+            ReadFromArg::Auto => ReadFrom::Auto,
+            ReadFromArg::Others => ReadFrom::Others,
+            ReadFromArg::Old => ReadFrom::Old,
+        },
+        no_resize: a.no_resize,
+    };
+    let (fs, _state, plan) = replace::prepare(&root, &a.mount, &OldSpec::parse(old), new, opts)?;
+    let doc = ReplaceReport {
+        plan: plan.clone(),
+        result: None,
+        detached: None,
+    };
+    if !plan.refusals.is_empty() {
+        out.report(&doc, |_| String::new());
+        return Err(refused("replace", &plan.refusals));
+    }
+    if a.dry_run {
+        out.report(&doc, |p| render_replace(&p.plan, out));
+        out.status("(dry run: nothing was done)\n");
+        return Ok(exit::OK);
+    }
+    out.status(&render_replace(&plan, out));
+    if !plan.following {
+        confirm(out, "Replace the device?", a.yes)?;
+    }
+    hooks::pause_point("device-replace-confirmed");
+    fs.check_path_still_here(&a.mount)?;
+    let signals = signals::begin_operation()?;
+    out.started();
+    let bar = out.byte_progress("replacing {bar:30} {bytes}/{total_bytes}  {msg}");
+    let mut last_line = std::time::Instant::now() - std::time::Duration::from_secs(60);
+    let end = replace::execute_replace(&fs, &plan, &signals, &mut |p| {
+        let eta = p.eta_seconds.map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
+        let msg = format!("{}, {eta}", format_rate(p.rate_bytes_per_sec));
+        if !bar.is_hidden() {
+            bar.set_length(p.bytes_total);
+            bar.set_position(p.bytes_done);
+            bar.set_message(msg);
+        } else if last_line.elapsed().as_secs() >= 5 && !out.json {
+            last_line = std::time::Instant::now();
+            out.say(&format!(
+                "progress: {} of {} copied, {msg}\n",
+                size(p.bytes_done),
+                size(p.bytes_total)
+            ));
+        }
+    });
+    bar.finish_and_clear();
+    match end? {
+        ReplaceEnd::Detached { signal, progress } => {
+            let m = plan.mount_point.display();
+            let done = ReplaceReport {
+                plan: plan.clone(),
+                result: None,
+                detached: Some(ReplaceDetached {
+                    signal: signal.to_owned(),
+                    progress,
+                }),
+            };
+            out.report(&done, |_| String::new());
+            Err(Error::new(
+                ErrorKind::Interrupted,
+                format!("{signal}: left the replace running in the kernel{}", progress.map_or(String::new(), |p| format!(" ({} of {} copied)", size(p.bytes_done), size(p.bytes_total)))),
+            )
+            .with_hint(format!(
+                "follow it: btrfs-lab device replace {m} --status; stop it: --cancel; the same command again follows it and then resizes and verifies"
+            )))
+        }
+        ReplaceEnd::Done(r) => {
+            let mut code = exit::OK;
+            let mut scrubbed = None;
+            if a.scrub && !r.path.is_empty() {
+                let tool = btrfs_lab::sys::tools::find("btrfs", "btrfs-progs")?;
+                out.say(&format!("scrubbing the new device: {}\n", display_argv(&r.scrub_command)));
+                scrubbed = Some(tool.run(&r.scrub_command[1..]).map(|_| ()));
+            }
+            let done = ReplaceReport {
+                plan: plan.clone(),
+                result: Some(r.clone()),
+                detached: None,
+            };
+            out.report(&done, |_| {
+                let p = out.paint;
+                let mut t = format!(
+                    "{} device {} is now {} ({}), in {:.0} s\n",
+                    p.good("replaced:"),
+                    r.devid,
+                    r.path,
+                    size(r.size),
+                    r.seconds
+                );
+                if r.write_errors + r.uncorrectable_read_errors > 0 {
+                    t.push_str(&format!(
+                        "  {} {} write error(s), {} block(s) no copy could be read of: the files holding them are damaged (dmesg names them)\n",
+                        p.bad("errors:"),
+                        r.write_errors,
+                        r.uncorrectable_read_errors
+                    ));
+                }
+                if r.redundancy.ok {
+                    t.push_str("  verified: every chunk has its profile's copies, on devices that are there\n");
+                } else {
+                    for w in &r.redundancy.weak {
+                        t.push_str(&format!(
+                            "  {} {} {} chunk(s) of {} ({}) {}\n",
+                            p.bad("not redundant:"),
+                            w.chunks,
+                            w.kind.json_name(),
+                            w.profile.name(),
+                            size(w.bytes),
+                            if w.reason == "missing-device" { "have a stripe on a missing device" } else { "have fewer copies than the rest of their type (written while degraded?)" }
+                        ));
+                    }
+                    if let Some(f) = &r.redundancy.fix {
+                        t.push_str(&format!("  fix: {} (converts only those chunks)\n", display_argv(f)));
+                    }
+                }
+                match &scrubbed {
+                    Some(Ok(())) => t.push_str("  scrub of the new device: clean\n"),
+                    Some(Err(e)) => t.push_str(&format!("  scrub of the new device failed: {}\n", e.message())),
+                    None => t.push_str(&format!("  next: scrub the new device: {}\n", display_argv(&r.scrub_command))),
+                }
+                t
+            });
+            if !r.redundancy.ok || r.uncorrectable_read_errors > 0 || matches!(scrubbed, Some(Err(_))) {
+                code = NOT_REDUNDANT;
+            }
+            Ok(code)
+        }
+    }
+}
+
+fn render_remove(plan: &RemovePlan, out: &Output) -> String {
+    let p = out.paint;
+    let mut t = format!(
+        "{} {} device{} from {}\n",
+        p.bold("Plan: remove"),
+        plan.devices.len(),
+        if plan.devices.len() == 1 { "" } else { "s" },
+        plan.mount_point.display()
+    );
+    for (i, d) in plan.devices.iter().enumerate() {
+        t.push_str(&format!(
+            "  {}. device {} ({}): {} on it, about {} to move\n",
+            i + 1,
+            d.devid,
+            if d.path.is_empty() { "missing" } else { &d.path },
+            size(d.allocated),
+            size(d.expected_move)
+        ));
+    }
+    t.push_str(&format!(
+        "  stay: device{} {}\n",
+        if plan.remaining.len() == 1 { "" } else { "s" },
+        plan.remaining.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+    ));
+    t.push_str("  runs:\n");
+    for c in &plan.commands {
+        t.push_str(&format!("    {}\n", display_argv(c)));
+    }
+    for note in &plan.notes {
+        t.push_str(&format!("  - {note}\n"));
+    }
+    t
+}
+
+fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
+    signals::install_pausable()?;
+    a.units.select();
+    let root = SysRoot::host();
+    let specs: Vec<RemoveSpec> = a.devices.iter().map(|d| RemoveSpec::parse(d)).collect();
+    let (fs, _state, plan) = remove::prepare(&root, &a.mount, &specs)?;
+    let doc = RemoveReport {
+        plan: plan.clone(),
+        result: None,
+        stopped: None,
+    };
+    if !plan.refusals.is_empty() {
+        out.report(&doc, |_| String::new());
+        return Err(refused("remove", &plan.refusals));
+    }
+    if a.dry_run {
+        out.report(&doc, |p| render_remove(&p.plan, out));
+        out.status("(dry run: nothing was done)\n");
+        return Ok(exit::OK);
+    }
+    out.status(&render_remove(&plan, out));
+    confirm(
+        out,
+        if plan.devices.len() == 1 { "Remove the device?" } else { "Remove the devices?" },
+        a.yes,
+    )?;
+    hooks::pause_point("device-remove-confirmed");
+    fs.check_path_still_here(&a.mount)?;
+    let signals = signals::begin_operation()?;
+    out.started();
+    let bar = out.byte_progress("removing {prefix} {bar:30} {bytes}/{total_bytes}  {msg}");
+    let mut last_line = std::time::Instant::now() - std::time::Duration::from_secs(60);
+    let end = remove::execute_remove(&fs, &plan, &signals, &mut |p| {
+        let eta = p.eta_seconds.map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
+        let msg = format!("{} left, {}, {eta}", size(p.bytes_left), format_rate(p.rate_bytes_per_sec));
+        if !bar.is_hidden() {
+            bar.set_prefix(format!("device {} ({}/{})", p.devid, p.step, p.steps));
+            bar.set_length(p.bytes_start);
+            bar.set_position(p.bytes_start.saturating_sub(p.bytes_left));
+            bar.set_message(msg);
+        } else if last_line.elapsed().as_secs() >= 5 && !out.json {
+            last_line = std::time::Instant::now();
+            out.say(&format!("progress: device {} ({}/{}): {msg}\n", p.devid, p.step, p.steps));
+        }
+    });
+    bar.finish_and_clear();
+    match end? {
+        RemoveEnd::Stopped { signal, removed, devid, bytes_left } => {
+            let done = RemoveReport {
+                plan: plan.clone(),
+                result: None,
+                stopped: Some(RemoveStopped {
+                    signal: signal.to_owned(),
+                    removed: removed.clone(),
+                    devid,
+                    bytes_left,
+                }),
+            };
+            out.report(&done, |_| String::new());
+            Err(Error::new(
+                ErrorKind::Interrupted,
+                format!(
+                    "{signal}: stopped; device {devid} is still a member ({} left on it){}",
+                    size(bytes_left),
+                    if removed.is_empty() { String::new() } else { format!("; removed before it: {}", removed.iter().map(|r| r.devid.to_string()).collect::<Vec<_>>().join(", ")) }
+                ),
+            )
+            .with_hint("the filesystem is consistent; the same command again continues"))
+        }
+        RemoveEnd::Done(r) => {
+            let done = RemoveReport {
+                plan: plan.clone(),
+                result: Some(r.clone()),
+                stopped: None,
+            };
+            out.report(&done, |_| {
+                let p = out.paint;
+                let mut t = String::new();
+                for d in &r.removed {
+                    t.push_str(&format!(
+                        "{} device {} ({}), {} moved in {:.0} s\n",
+                        p.good("removed:"),
+                        d.devid,
+                        if d.path.is_empty() { "missing" } else { &d.path },
+                        size(d.bytes_moved),
+                        d.seconds
+                    ));
+                }
+                t.push_str(&format!(
+                    "  {} device{} now: {}\n",
+                    r.devices.len(),
+                    if r.devices.len() == 1 { "" } else { "s" },
+                    r.devices.iter().map(|d| format!("{} {}", d.devid, d.path)).collect::<Vec<_>>().join(", ")
+                ));
+                if r.redundancy.ok {
+                    t.push_str("  verified: every chunk has its profile's copies, on devices that are there\n");
+                } else {
+                    for w in &r.redundancy.weak {
+                        t.push_str(&format!(
+                            "  {} {} {} chunk(s) of {} ({}): {}\n",
+                            p.bad("not redundant:"),
+                            w.chunks,
+                            w.kind.json_name(),
+                            w.profile.name(),
+                            size(w.bytes),
+                            w.reason
+                        ));
+                    }
+                    if let Some(f) = &r.redundancy.fix {
+                        t.push_str(&format!("  fix: {}\n", display_argv(f)));
+                    }
+                }
+                t
+            });
+            Ok(if r.redundancy.ok { exit::OK } else { NOT_REDUNDANT })
+        }
     }
 }
 

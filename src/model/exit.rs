@@ -109,6 +109,15 @@ pub const NOT_NOCOW: Status = Status {
     commands: "nocow --check",
     meaning: "files that are not NOCOW",
 };
+/// `device replace`, `device remove`: done, but some chunks lack their
+/// profile's redundancy, or blocks could not be read (their files are
+/// damaged); the report says which and how to fix it.
+pub const NOT_REDUNDANT: Status = Status {
+    code: 4,
+    name: "not-redundant",
+    commands: "device replace, device remove",
+    meaning: "done, but chunks lack their redundancy or blocks were lost",
+};
 /// `show`: a device's error counters are not all zero (bit 6, as
 /// `btrfs device stats --check`).
 pub(crate) const DEVICE_ERRORS: Status = Status {
@@ -160,6 +169,7 @@ pub const ALL: &[Status] = &[
     CHECKSUM_MISMATCH,
     FLAGGED,
     NOT_NOCOW,
+    NOT_REDUNDANT,
     DEVICE_ERRORS,
     HEALTHY,
     WARNING,
@@ -236,6 +246,52 @@ pub(crate) const PAGES: &[Page] = &[
             FAIL,
             BAD,
             INT,
+        ],
+    },
+    Page {
+        command: "device replace",
+        rows: &[
+            row(
+                OK,
+                "replaced and verified (--status, --cancel: reported, cancelled).",
+            ),
+            row(
+                NOT_REDUNDANT,
+                "replaced, but chunks lack their profile's copies (the report names the \
+                 convert that fixes them), blocks no copy could be read of were lost, or the \
+                 scrub asked for failed.",
+            ),
+            row(
+                ERROR,
+                "refused or failed; nothing was changed (OLD is still a member).",
+            ),
+            BAD,
+            row(
+                INTERRUPTED,
+                "SIGINT, SIGTERM or SIGHUP: the replace goes on in the kernel; --status follows \
+                 it, the same command again finishes the steps after it.",
+            ),
+        ],
+    },
+    Page {
+        command: "device remove",
+        rows: &[
+            row(OK, "removed and verified."),
+            row(
+                NOT_REDUNDANT,
+                "removed, but chunks lack their profile's copies (the report names the convert \
+                 that fixes them).",
+            ),
+            row(
+                ERROR,
+                "refused or failed; what moved stays moved, the device is still a member.",
+            ),
+            BAD,
+            row(
+                INTERRUPTED,
+                "SIGINT, SIGTERM or SIGHUP: stopped after the chunk in progress; the device is \
+                 still a member and the same command again continues.",
+            ),
         ],
     },
     Page {

@@ -86,8 +86,25 @@ pub(crate) fn percent_of(rate: f64, ceiling: f64) -> Option<f64> {
     (rate.is_finite() && ceiling.is_finite() && ceiling > 0.0).then(|| 100.0 * rate / ceiling)
 }
 
+/// A time left, as progress lines print it: `90` → `1m30s`, `3720` →
+/// `1h02m`.
+pub fn duration(secs: f64) -> String {
+    let s = secs.round() as u64;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations() {
+        assert_eq!(super::duration(90.0), "1m30s");
+        assert_eq!(super::duration(3720.0), "1h02m");
+    }
+
     use super::*;
 
     #[test]

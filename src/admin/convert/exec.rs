@@ -114,15 +114,7 @@ impl<'a> Sink<'a> {
     }
 }
 
-/// `90` → `1m30s`, `3720` → `1h02m`.
-fn duration(secs: f64) -> String {
-    let s = secs.round() as u64;
-    if s >= 3600 {
-        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
-    } else {
-        format!("{}m{:02}s", s / 60, s % 60)
-    }
-}
+use crate::model::rate::duration;
 
 /// What to convert, on which open filesystem, under which signals.
 pub struct Conversion<'a> {
@@ -228,9 +220,4 @@ mod tests {
         );
     }
 
-    #[test]
-    fn durations() {
-        assert_eq!(duration(90.0), "1m30s");
-        assert_eq!(duration(3720.0), "1h02m");
-    }
 }

@@ -526,7 +526,10 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
             .iter()
             .filter(|c| bg_type_of(c.flags) == BgType::Metadata)
             .collect();
-        !meta.is_empty() && meta.iter().all(|c| c.devids.iter().any(|d| ids.contains(d)))
+        !meta.is_empty()
+            && meta
+                .iter()
+                .all(|c| c.devids.iter().any(|d| ids.contains(d)))
     };
     if meta_all_leaving {
         notes.push("every metadata chunk has a copy on a device that goes: relocating the last of them needs a new metadata chunk on the devices that stay at once; on a nearly full filesystem the kernel has aborted that with ENOSPC and forced the filesystem read-only (seen on 6.18; nothing committed is lost: unmount, mount, free space, run again)".to_owned());

@@ -233,7 +233,7 @@ pub(crate) fn plan_replace(
     let following = facts.replace_running || finished_onto.is_some();
     match fs.exclusive_operation.as_deref() {
         None | Some("none") => {}
-        Some("dev_replace") | Some("replace") if following => {}
+        Some("device replace") if following => {}
         Some(op) => refusals.push(Reason::general(
             "exclusive-operation",
             format!("another operation is running on this filesystem ({op}); wait until it ends, or see btrfs-lab convert {m} --status"),

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 
 use btrfs_lab::admin::add::{self, AddOptions, AddPlan, AddResult};
+use btrfs_lab::admin::convert::{ConvertRequest, Start};
+use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::remove::{
     self, RemoveEnd, RemovePlan, RemoveReport, RemoveSpec, RemoveStopped,
 };
@@ -10,12 +12,10 @@ use btrfs_lab::admin::replace::{
     self, OldSpec, ReadFrom, ReplaceDetached, ReplaceEnd, ReplaceOptions, ReplacePlan,
     ReplaceReport, ReplaceStateName,
 };
-use btrfs_lab::model::rate::{duration, format_rate};
-use btrfs_lab::admin::convert::{ConvertRequest, Start};
-use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
+use btrfs_lab::model::rate::{duration, format_rate};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::tools::display_argv;
@@ -169,20 +169,36 @@ fn render_replace(plan: &ReplacePlan, out: &Output) -> String {
     match (&plan.old, &plan.new) {
         (Some(o), Some(n)) => t.push_str(&format!(
             "{} device {} ({}, {}) with {} ({}) on {}\n",
-            p.bold(if plan.following { "Follow: replace of" } else { "Plan: replace" }),
+            p.bold(if plan.following {
+                "Follow: replace of"
+            } else {
+                "Plan: replace"
+            }),
             o.devid,
-            if o.missing { "missing".to_owned() } else { o.path.clone() },
+            if o.missing {
+                "missing".to_owned()
+            } else {
+                o.path.clone()
+            },
             size(o.size),
             n.path.display(),
             size(n.size),
             plan.mount_point.display()
         )),
-        _ => t.push_str(&format!("{} on {}\n", p.bold("Plan: replace"), plan.mount_point.display())),
+        _ => t.push_str(&format!(
+            "{} on {}\n",
+            p.bold("Plan: replace"),
+            plan.mount_point.display()
+        )),
     }
     t.push_str(&format!(
         "  copies  {} of chunks{}\n",
         size(plan.bytes_to_copy),
-        if plan.read_from_others { ", read from the other copies where they exist (-r)" } else { "" }
+        if plan.read_from_others {
+            ", read from the other copies where they exist (-r)"
+        } else {
+            ""
+        }
     ));
     for h in &plan.on_old {
         t.push_str(&format!(
@@ -190,7 +206,11 @@ fn render_replace(plan: &ReplacePlan, out: &Output) -> String {
             size(h.bytes),
             h.kind.json_name(),
             h.profile.name(),
-            if h.other_copy { "" } else { "  (no other copy)" }
+            if h.other_copy {
+                ""
+            } else {
+                "  (no other copy)"
+            }
         ));
     }
     if let Some(n) = &plan.new {
@@ -316,7 +336,9 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
     let bar = out.byte_progress("replacing {bar:30} {bytes}/{total_bytes}  {msg}");
     let mut last_line = std::time::Instant::now() - std::time::Duration::from_secs(60);
     let end = replace::execute_replace(&fs, &plan, &signals, &mut |p| {
-        let eta = p.eta_seconds.map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
+        let eta = p
+            .eta_seconds
+            .map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
         let msg = format!("{}, {eta}", format_rate(p.rate_bytes_per_sec));
         if !bar.is_hidden() {
             bar.set_length(p.bytes_total);
@@ -357,7 +379,10 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
             let mut scrubbed = None;
             if a.scrub && !r.path.is_empty() {
                 let tool = btrfs_lab::sys::tools::find("btrfs", "btrfs-progs")?;
-                out.say(&format!("scrubbing the new device: {}\n", display_argv(&r.scrub_command)));
+                out.say(&format!(
+                    "scrubbing the new device: {}\n",
+                    display_argv(&r.scrub_command)
+                ));
                 scrubbed = Some(tool.run(&r.scrub_command[1..]).map(|_| ()));
             }
             let done = ReplaceReport {
@@ -408,7 +433,10 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
                 }
                 t
             });
-            if !r.redundancy.ok || r.uncorrectable_read_errors > 0 || matches!(scrubbed, Some(Err(_))) {
+            if !r.redundancy.ok
+                || r.uncorrectable_read_errors > 0
+                || matches!(scrubbed, Some(Err(_)))
+            {
                 code = NOT_REDUNDANT;
             }
             Ok(code)
@@ -430,7 +458,11 @@ fn render_remove(plan: &RemovePlan, out: &Output) -> String {
             "  {}. device {} ({}): {} on it, about {} to move\n",
             i + 1,
             d.devid,
-            if d.path.is_empty() { "missing" } else { &d.path },
+            if d.path.is_empty() {
+                "missing"
+            } else {
+                &d.path
+            },
             size(d.allocated),
             size(d.expected_move)
         ));
@@ -438,7 +470,11 @@ fn render_remove(plan: &RemovePlan, out: &Output) -> String {
     t.push_str(&format!(
         "  stay: device{} {}\n",
         if plan.remaining.len() == 1 { "" } else { "s" },
-        plan.remaining.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+        plan.remaining
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     t.push_str("  runs:\n");
     for c in &plan.commands {
@@ -473,7 +509,11 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
     out.status(&render_remove(&plan, out));
     confirm(
         out,
-        if plan.devices.len() == 1 { "Remove the device?" } else { "Remove the devices?" },
+        if plan.devices.len() == 1 {
+            "Remove the device?"
+        } else {
+            "Remove the devices?"
+        },
         a.yes,
     )?;
     hooks::pause_point("device-remove-confirmed");
@@ -483,8 +523,14 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
     let bar = out.byte_progress("removing {prefix} {bar:30} {bytes}/{total_bytes}  {msg}");
     let mut last_line = std::time::Instant::now() - std::time::Duration::from_secs(60);
     let end = remove::execute_remove(&fs, &plan, &signals, &mut |p| {
-        let eta = p.eta_seconds.map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
-        let msg = format!("{} left, {}, {eta}", size(p.bytes_left), format_rate(p.rate_bytes_per_sec));
+        let eta = p
+            .eta_seconds
+            .map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
+        let msg = format!(
+            "{} left, {}, {eta}",
+            size(p.bytes_left),
+            format_rate(p.rate_bytes_per_sec)
+        );
         if !bar.is_hidden() {
             bar.set_prefix(format!("device {} ({}/{})", p.devid, p.step, p.steps));
             bar.set_length(p.bytes_start);
@@ -492,12 +538,20 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
             bar.set_message(msg);
         } else if last_line.elapsed().as_secs() >= 5 && !out.json {
             last_line = std::time::Instant::now();
-            out.say(&format!("progress: device {} ({}/{}): {msg}\n", p.devid, p.step, p.steps));
+            out.say(&format!(
+                "progress: device {} ({}/{}): {msg}\n",
+                p.devid, p.step, p.steps
+            ));
         }
     });
     bar.finish_and_clear();
     match end? {
-        RemoveEnd::Stopped { signal, removed, devid, bytes_left } => {
+        RemoveEnd::Stopped {
+            signal,
+            removed,
+            devid,
+            bytes_left,
+        } => {
             let done = RemoveReport {
                 plan: plan.clone(),
                 result: None,
@@ -514,7 +568,18 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
                 format!(
                     "{signal}: stopped; device {devid} is still a member ({} left on it){}",
                     size(bytes_left),
-                    if removed.is_empty() { String::new() } else { format!("; removed before it: {}", removed.iter().map(|r| r.devid.to_string()).collect::<Vec<_>>().join(", ")) }
+                    if removed.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; removed before it: {}",
+                            removed
+                                .iter()
+                                .map(|r| r.devid.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }
                 ),
             )
             .with_hint("the filesystem is consistent; the same command again continues"))
@@ -564,7 +629,11 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
                 }
                 t
             });
-            Ok(if r.redundancy.ok { exit::OK } else { NOT_REDUNDANT })
+            Ok(if r.redundancy.ok {
+                exit::OK
+            } else {
+                NOT_REDUNDANT
+            })
         }
     }
 }

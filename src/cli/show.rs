@@ -71,10 +71,11 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
     for d in &f.devices {
         if d.missing {
             t.push_str(&format!(
-                "\tdevid {:>4} size 0 used 0 path {} {}\n",
+                "\tdevid {:>4} size {} used {} path <missing disk> {}\n",
                 d.devid,
-                esc(&d.path),
-                paint.bad("MISSING")
+                pretty_size(d.size_bytes, mode),
+                pretty_size(d.used_bytes, mode),
+                paint.bad("MISSING (btrfs-lab doctor says what it costs and what to do)")
             ));
             continue;
         }

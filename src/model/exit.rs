@@ -115,7 +115,7 @@ pub const NOT_NOCOW: Status = Status {
 pub const NOT_REDUNDANT: Status = Status {
     code: 4,
     name: "not-redundant",
-    commands: "device replace, device remove",
+    commands: "device replace",
     meaning: "done, but chunks lack their redundancy or blocks were lost",
 };
 /// `show`: a device's error counters are not all zero (bit 6, as
@@ -702,6 +702,7 @@ mod tests {
                 ("read-test", "checksum-mismatch", 3),
                 ("bench", "flagged", 3),
                 ("nocow --check", "not-nocow", 6),
+                ("device replace", "not-redundant", 4),
                 ("show", "device-errors", 64),
                 ("doctor", "healthy", 0),
                 ("doctor", "warning", 1),
@@ -785,7 +786,8 @@ mod tests {
         assert_eq!(page(&[]).command, "*");
         assert_eq!(page(&["sandbox", "up"]).command, "sandbox");
         assert_eq!(page(&["device", "add"]).command, "device add");
-        assert_eq!(page(&["device", "remove"]).command, "*");
+        assert_eq!(page(&["device", "remove"]).command, "device remove");
+        assert_eq!(page(&["sandbox", "list"]).command, "sandbox");
         assert_eq!(page(&["usage"]).rows, page(&["df"]).rows);
         assert!(page(&["show"]).rows.iter().any(|r| r.status.code == 64));
     }

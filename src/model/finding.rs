@@ -122,6 +122,54 @@ pub(crate) fn rank(findings: &mut [Finding]) {
     findings.sort_by_key(|f| f.severity);
 }
 
+/// `device-missing`: `missing` devices (their devids, when listed) of
+/// `total` are gone; what each profile in use loses and what to do, for
+/// every command that sees it (doctor, usage).
+pub(crate) fn device_missing(
+    missing: u32,
+    devids: &[u64],
+    total: u64,
+    data: &[crate::model::profile::Profile],
+    meta: &[crate::model::profile::Profile],
+    mount: &str,
+) -> Finding {
+    let lossy = data
+        .iter()
+        .chain(meta)
+        .any(|p| p.geometry().tolerated_failures < missing);
+    let why = if lossy {
+        "a profile in use has no copy of what the missing device held: mount it read-only (mount -o degraded,ro DEVICE MOUNT) and copy out what is intact with btrfs-lab rescue; never put degraded in fstab, and do not convert while a device is missing"
+    } else {
+        "every byte still has a copy, but one failure more loses data: replace the device (or remove it, when the others have room) now; a degraded mount writes new chunks without redundancy, so never put degraded in fstab, and do not convert while a device is missing (replace or remove it)"
+    };
+    let mut fi = Finding::new(
+        Code::DeviceMissing,
+        format!("{missing} device(s) of {total} missing"),
+        why,
+    )
+    .with_evidence(
+        "devices",
+        format!("{} of {total}", total.saturating_sub(u64::from(missing))),
+    );
+    for d in devids {
+        fi = fi.with_evidence("missing devid", d.to_string());
+    }
+    for (kind, list) in [("data", data), ("metadata", meta)] {
+        for p in list {
+            fi = fi.with_evidence(
+                &format!("{kind} {}", p.name()),
+                p.loss_when_missing(missing),
+            );
+        }
+    }
+    let devid = devids.first().map_or("DEVID".to_owned(), u64::to_string);
+    fi.with_command(if lossy {
+        format!("btrfs-lab rescue {mount} --copy-to DIR")
+    } else {
+        format!("btrfs-lab device replace {mount} {devid} NEW  (or, when the others have room: btrfs-lab device remove {mount} missing)")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -140,6 +140,26 @@ impl Profile {
         }
     }
 
+    /// What chunks of this profile lose when `missing` of their devices
+    /// are gone, in a few words (doctor, show, usage say it).
+    pub fn loss_when_missing(self, missing: u32) -> String {
+        let t = self.geometry().tolerated_failures;
+        if missing > t {
+            match self {
+                Profile::Single | Profile::Raid0 => "files with any block on the missing device are damaged; the others can be copied out (btrfs-lab rescue)".to_owned(),
+                Profile::Dup => "the chunks on the missing device are lost with both their copies".to_owned(),
+                _ => format!("more devices are missing than {} survives ({t}): chunks with stripes on them are lost", self.name()),
+            }
+        } else {
+            let spare = t - missing;
+            if spare == 0 {
+                "still readable, but redundancy is gone: one more failure loses data".to_owned()
+            } else {
+                format!("still readable with one copy fewer: {spare} more failure(s) survivable")
+            }
+        }
+    }
+
     /// The fewest devices current kernels (5.15 and later) and mkfs.btrfs
     /// (btrfs-progs 5.14 and later) accept for this profile. On a known
     /// kernel use [`Profile::min_devices_on`].

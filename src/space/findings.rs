@@ -35,6 +35,8 @@ pub struct SpaceFacts<'a> {
     pub mount: Option<String>,
     /// The sizes' units could not be decided (old binary or SI).
     pub ambiguous_units: bool,
+    /// Devids of missing devices (`usage`), and the device count with them.
+    pub missing: Vec<u64>,
 }
 
 /// used / total of one record, with the bounds its rounding allows.
@@ -109,6 +111,33 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
         })
         .collect();
     let mut findings = Vec::new();
+    if !f.missing.is_empty() {
+        let profiles = |kinds: &[BgType]| -> Vec<Profile> {
+            let mut v: Vec<Profile> = f
+                .records
+                .iter()
+                .filter(|r| kinds.contains(&r.bg_type) && r.total_bytes > 0)
+                .filter_map(|r| match r.profile {
+                    BgProfile::Known(p) => Some(p),
+                    BgProfile::Unknown => None,
+                })
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let total = f
+            .devices
+            .map_or(f.missing.len(), |d| d.max(f.missing.len()));
+        findings.push(crate::model::finding::device_missing(
+            f.missing.len() as u32,
+            &f.missing,
+            total as u64,
+            &profiles(&[BgType::Data, BgType::DataMetadata]),
+            &profiles(&[BgType::Metadata, BgType::DataMetadata]),
+            &mount,
+        ));
+    }
     let reserve = f
         .records
         .iter()

@@ -364,8 +364,14 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
     let interpretation = interpret(&SpaceFacts {
         records: &records,
         unallocated,
-        devices: count,
+        devices: Some(report.devices.len()).filter(|&n| n > 0).or(count),
         mount: Some(target.mount.mount_point.display().to_string()),
+        missing: report
+            .devices
+            .iter()
+            .filter(|d| d.path == "missing")
+            .map(|d| d.devid)
+            .collect(),
         ..Default::default()
     });
     Ok(usage::UsageDocument {

@@ -6,6 +6,7 @@ mod bench;
 mod bench_lifecycle;
 mod bench_security;
 mod common;
+mod device;
 mod doctor;
 mod help;
 mod links;

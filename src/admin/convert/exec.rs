@@ -219,5 +219,4 @@ mod tests {
             "no JSON records without --json"
         );
     }
-
 }

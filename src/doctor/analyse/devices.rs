@@ -11,19 +11,20 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
     // Missing devices, degraded mount.
     let missing = cx.missing;
     if missing > 0 {
-        let mut fi = Finding::new(
-            Code::DeviceMissing,
-            format!("{missing} device(s) of {} missing", f.total_devices),
-            "every chunk that had a copy on the missing device now has one copy fewer (none, on profiles without redundancy); another failure loses data",
-        )
-        .with_evidence("devices", format!("{} of {}", cx.present.len(), f.total_devices))
-        .with_command(format!(
-            "btrfs replace start <missing devid> <new device> {m}  (or: btrfs device add <new device> {m}; btrfs device remove missing {m})"
+        let devids: Vec<u64> = f
+            .devices
+            .iter()
+            .filter(|d| d.missing)
+            .map(|d| d.devid)
+            .collect();
+        out.push(crate::model::finding::device_missing(
+            missing as u32,
+            &devids,
+            f.total_devices,
+            &cx.data,
+            &cx.meta,
+            m,
         ));
-        for d in f.devices.iter().filter(|d| d.missing) {
-            fi = fi.with_evidence("missing devid", d.devid.to_string());
-        }
-        out.push(fi);
     }
     if f.mount_options.split(',').any(|o| o == "degraded") {
         out.push(

@@ -107,8 +107,8 @@ catalog! {
         ["df", "df --parse"],
         "data chunks are nearly full and `btrfs filesystem df` cannot tell whether new ones fit";
     // doctor: devices and layout.
-    DeviceMissing = "device-missing", Critical, Fixed, ["doctor"],
-        "a member device is missing: every chunk lost a copy";
+    DeviceMissing = "device-missing", Critical, Fixed, ["doctor", "usage"],
+        "a member device is missing: every chunk lost a copy (profiles without one lost data)";
     MountDegraded = "mount-degraded", Critical, Fixed, ["doctor"],
         "mounted with -o degraded: new chunks are written without redundancy";
     DeviceErrorsNoRedundancy = "device-errors-no-redundancy", Critical, Fixed, ["doctor"],

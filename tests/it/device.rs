@@ -1,0 +1,427 @@
+//! `device replace` and `device remove` on real sandboxes: the data
+//! survives, a corrupted source is read around, Ctrl-C detaches a replace
+//! (the kernel goes on) and stops a remove (the device stays a member), a
+//! re-run finishes, chunks written without redundancy are found (btrfs-progs
+//! #1077), refusals change nothing.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use btrfs_lab::admin::remove::RemoveReport;
+use btrfs_lab::admin::replace::ReplaceReport;
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::sandbox::SandboxRequest;
+use btrfs_lab::sys::kernel::btrfs::FsHandle;
+
+use crate::common::{TestEnv, json, require_root, run, typed, validate};
+
+const GIB: u64 = 1 << 30;
+
+/// Writes `count` files of `mib` MiB of pseudo-random bytes, then syncs.
+fn fill(dir: &Path, count: usize, mib: usize) {
+    for n in 0..count {
+        let mut f = fs::File::create(dir.join(format!("file{n}"))).unwrap();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (n as u64 + 1);
+        let mut block = vec![0u8; 1 << 20];
+        for _ in 0..mib {
+            for chunk in block.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                chunk.copy_from_slice(&x.to_le_bytes());
+            }
+            f.write_all(&block).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    rustix::fs::syncfs(fs::File::open(dir).unwrap()).unwrap();
+}
+
+/// sha256 of every file, by name.
+fn hashes(dir: &Path) -> BTreeMap<String, String> {
+    let mut names: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    names.sort();
+    let out = Command::new("sha256sum").args(&names).output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (h, n) = l.split_once("  ").unwrap();
+            (n.to_owned(), h.to_owned())
+        })
+        .collect()
+}
+
+fn btrfs(args: &[&str], m: &Path) -> Output {
+    Command::new("btrfs").args(args).arg(m).output().unwrap()
+}
+
+fn scrub_clean(m: &Path) {
+    let out = btrfs(&["scrub", "start", "-B"], m);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("no errors found"),
+        "scrub: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// devid → path, as the kernel lists the members.
+fn members(m: &Path) -> BTreeMap<u64, String> {
+    btrfs_lab::sys::kernel::btrfs::devices(m)
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.devid, d.path))
+        .collect()
+}
+
+fn spawn(env: &TestEnv, args: &[&str]) -> Child {
+    env.cmd()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn sigint(child: &Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+}
+
+fn finish(child: Child) -> (i32, String, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Waits (at most 60 s) until `ready` holds.
+fn wait_for(mut ready: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if ready() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Overwrites the first MiB of device `devid`'s first data stripe behind
+/// btrfs' back, then lets a read-only scrub count the checksum errors.
+fn corrupt(m: &Path, devid: u64, dev: &Path) {
+    let h = FsHandle::open(m).unwrap();
+    let chunks = h.chunk_records().unwrap().unwrap();
+    let extents = h.dev_extents().unwrap().unwrap();
+    let e = extents
+        .iter()
+        .find(|e| {
+            e.devid == devid
+                && chunks.iter().any(|c| {
+                    c.logical == e.chunk_logical
+                        && c.flags.contains(btrfs_uapi::space::BlockGroupFlags::DATA)
+                })
+        })
+        .expect("a data stripe on the device");
+    let out = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=65536",
+            "count=16",
+            "oflag=direct",
+            "conv=notrunc",
+        ])
+        .arg(format!("of={}", dev.display()))
+        .arg(format!("seek={}", e.offset / 65536))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = btrfs(&["scrub", "start", "-B", "-r"], m);
+    let stats = h.devices().unwrap();
+    assert!(stats.iter().any(|d| d.devid == devid));
+}
+
+/// Cancels a replace still running when the test ends (a failed assertion
+/// while the detached replace runs would leave the mount busy).
+struct CancelReplace(PathBuf);
+
+impl Drop for CancelReplace {
+    fn drop(&mut self) {
+        if let Ok(h) = FsHandle::open(&self.0) {
+            let _ = h.replace_cancel();
+            wait_for(|| {
+                h.replace_status()
+                    .is_ok_and(|s| s.state != btrfs_uapi::replace::ReplaceState::Started)
+            });
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn replace_reads_around_a_corrupted_source_survives_ctrl_c_and_verifies() {
+    if !require_root("device replace") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: 2 * GIB,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let ms = m.to_str().unwrap();
+    fill(&m, 6, 128);
+    let before = hashes(&m);
+    let devs = members(&m);
+    let old_path = PathBuf::from(&devs[&2]);
+    corrupt(&m, 2, &old_path);
+    let new = env.spare_device("new", 3 * GIB);
+    let news = new.to_str().unwrap();
+
+    // The plan reads from the other copies, and grows NEW to its size.
+    let (code, stdout, stderr) =
+        run(env
+            .cmd()
+            .args(["--json", "device", "replace", ms, "2", news, "--dry-run"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(validate(&json(&stdout), &stdout), "device-replace");
+    let plan: ReplaceReport = typed(&stdout);
+    let plan = plan.plan;
+    assert!(plan.refusals.is_empty(), "{:?}", plan.refusals);
+    assert!(plan.read_from_others, "{plan:?}");
+    assert!(
+        plan.commands[0].contains(&"-r".to_owned()),
+        "{:?}",
+        plan.commands
+    );
+    assert!(
+        plan.commands
+            .iter()
+            .any(|c| c.contains(&"2:max".to_owned())),
+        "{:?}",
+        plan.commands
+    );
+    assert_eq!(members(&m), devs, "a dry run changes nothing");
+
+    // Ctrl-C once the kernel runs it: the replace goes on.
+    let _cancel = CancelReplace(m.clone());
+    let child = spawn(&env, &["device", "replace", ms, "2", news, "--yes"]);
+    let h = FsHandle::open(&m).unwrap();
+    let started = wait_for(|| {
+        h.replace_status()
+            .is_ok_and(|s| s.state != btrfs_uapi::replace::ReplaceState::NeverStarted)
+    });
+    assert!(started, "the replace never started");
+    sigint(&child);
+    let (code, _, stderr) = finish(child);
+    if code == 130 {
+        assert!(
+            stderr.contains("left the replace running in the kernel"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("--status"), "{stderr}");
+    } else {
+        // It ended before the signal was read: the run finished normally.
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let (code, stdout, _) = run(env
+        .cmd()
+        .args(["--json", "device", "replace", ms, "--status"]));
+    assert_eq!(code, 0);
+    assert_eq!(validate(&json(&stdout), &stdout), "device-replace-status");
+
+    // A re-run follows it (or finds it finished) and does the rest.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["--json", "device", "replace", ms, "2", news, "--yes"]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let done: ReplaceReport = typed(&stdout);
+    let r = done.result.expect("a result");
+    assert_eq!(r.devid, 2);
+    assert_eq!(Path::new(&r.path), new);
+    assert_eq!(r.size, 3 * GIB, "NEW was grown to its size");
+    assert!(r.redundancy.ok, "{:?}", r.redundancy);
+    assert_eq!(r.uncorrectable_read_errors, 0);
+    let now = members(&m);
+    assert_eq!(now[&2], news);
+    assert!(!now.values().any(|p| Path::new(p) == old_path));
+    assert_eq!(hashes(&m), before);
+    scrub_clean(&m);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn replace_finds_chunks_written_without_redundancy_and_names_the_fix() {
+    if !require_root("device replace #1077") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 2 * GIB,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let ms = m.to_str().unwrap();
+    // Enough for several data chunks (at most 10% of the devices each).
+    fill(&m, 6, 128);
+    // What a degraded mount leaves behind: data chunks in SINGLE next to
+    // the RAID1 ones.
+    let out = btrfs(&["balance", "start", "-dconvert=single,soft,limit=1"], &m);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = hashes(&m);
+    let new = env.spare_device("new", 2 * GIB);
+    let (code, stdout, stderr) = run(env.cmd().args([
+        "--json",
+        "device",
+        "replace",
+        ms,
+        "1",
+        new.to_str().unwrap(),
+        "--yes",
+    ]));
+    assert_eq!(code, 4, "not-redundant: {stdout}{stderr}");
+    let r = typed::<ReplaceReport>(&stdout).result.unwrap();
+    assert!(!r.redundancy.ok);
+    let weak = &r.redundancy.weak[0];
+    assert_eq!(weak.profile, Profile::Single);
+    assert_eq!(weak.reason, "fewer-copies");
+    let fix = r.redundancy.fix.clone().unwrap();
+    assert_eq!(fix, ["btrfs-lab", "convert", ms, "--data", "raid1"]);
+    // The fix works and then the check is clean.
+    let (code, _, stderr) = run(env.cmd().args(&fix[1..]).arg("--yes"));
+    assert_eq!(code, 0, "{stderr}");
+    let h = FsHandle::open(&m).unwrap();
+    let check = btrfs_lab::admin::redundancy::check(
+        &h.chunk_records().unwrap().unwrap(),
+        &members(&m).keys().copied().collect::<Vec<_>>(),
+        ms,
+    );
+    assert!(check.ok, "{check:?}");
+    assert_eq!(hashes(&m), before);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn remove_refuses_below_the_minimum_stops_on_ctrl_c_and_a_rerun_finishes() {
+    if !require_root("device remove") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 4,
+        size_bytes: 2 * GIB,
+        data: Some(Profile::Raid0),
+        metadata: Some(Profile::Raid1c3),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let ms = m.to_str().unwrap();
+    fill(&m, 6, 128);
+    let before = hashes(&m);
+    let devs = members(&m);
+
+    // Refusals: one line each, nothing changed.
+    let (code, _, stderr) = run(env.cmd().args(["device", "remove", ms, "1", "2"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("raid1c3 needs 3"), "{stderr}");
+    assert!(stderr.contains("btrfs-lab convert"), "{stderr}");
+    assert!(stderr.contains("--metadata raid1"), "{stderr}");
+    let (code, _, stderr) = run(env.cmd().args(["device", "remove", ms, "9"]));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("device id 9 is not a device of"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(env.cmd().args(["device", "remove", ms, "missing"]));
+    assert_eq!(code, 1);
+    assert!(stderr.contains("no device of"), "{stderr}");
+    let (code, _, stderr) =
+        run(env
+            .as_nobody(&[])
+            .args(["device", "remove", ms, "4", "--dry-run"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("btrfs-lab:"))
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(members(&m), devs);
+
+    // Ctrl-C while the kernel relocates: the device stays a member.
+    let child = spawn(&env, &["device", "remove", ms, "4", "--yes"]);
+    let fsid = btrfs_lab::sys::kernel::btrfs::fsid(&m).unwrap();
+    let op = format!("/sys/fs/btrfs/{fsid}/exclusive_operation");
+    let started = wait_for(|| fs::read_to_string(&op).is_ok_and(|s| s.trim() != "none"));
+    assert!(started, "the remove never started");
+    sigint(&child);
+    let (code, _, stderr) = finish(child);
+    if code == 130 {
+        assert!(stderr.contains("device 4 is still a member"), "{stderr}");
+        assert!(members(&m).contains_key(&4));
+    } else {
+        assert_eq!(code, 0, "{stderr}");
+    }
+    // A re-run continues (or finds nothing left of device 4).
+    if members(&m).contains_key(&4) {
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["--json", "device", "remove", ms, "4", "--yes"]));
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        assert_eq!(validate(&json(&stdout), &stdout), "device-remove");
+        let r = typed::<RemoveReport>(&stdout).result.unwrap();
+        assert!(r.redundancy.ok, "{:?}", r.redundancy);
+        assert_eq!(r.devices.len(), 3);
+    }
+    assert!(!members(&m).contains_key(&4));
+    assert_eq!(hashes(&m), before);
+
+    // Two at once, after lowering metadata to what one device allows.
+    let (code, _, stderr) =
+        run(env
+            .cmd()
+            .args(["convert", ms, "--metadata", "dup", "--yes", "--force"]));
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["--json", "device", "remove", ms, "1", "3", "--yes"]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let r = typed::<RemoveReport>(&stdout);
+    assert_eq!(r.plan.devices.len(), 2);
+    let done = r.result.unwrap();
+    assert_eq!(done.removed.len(), 2);
+    assert_eq!(members(&m).keys().copied().collect::<Vec<_>>(), [2]);
+    assert_eq!(hashes(&m), before);
+    scrub_clean(&m);
+}

@@ -33,7 +33,7 @@ pub struct ConvertArgs {
     /// or RAID5/6 (btrfs balance's --force).
     #[arg(long = "allow-weaker-metadata", alias = "force")]
     force: bool,
-    /// Show the running or paused conversion.
+    /// Show the running (or paused, or last) operation and exit.
     #[arg(long, conflicts_with_all = ["pause", "resume", "cancel"])]
     status: bool,
     /// Pause the running conversion after the current chunk.
@@ -42,7 +42,7 @@ pub struct ConvertArgs {
     /// Resume a paused conversion.
     #[arg(long, conflicts_with = "cancel")]
     resume: bool,
-    /// Cancel the conversion (what was converted stays converted).
+    /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).
     #[arg(long)]
     cancel: bool,
     /// Show the plan and do nothing.

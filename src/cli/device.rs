@@ -56,7 +56,8 @@ struct ReplaceArgs {
     /// The new block device (at least OLD's size).
     #[arg(value_name = "NEW", required_unless_present_any = ["status", "cancel"])]
     new: Option<PathBuf>,
-    /// Overwrite signatures on NEW (the plan names them).
+    /// Overwrite devices that carry filesystem or partition-table signatures
+    /// (the plan names what is destroyed).
     #[arg(long, alias = "force")]
     overwrite: bool,
     /// Where the copy reads from: auto (other copies when OLD has read errors), others, old.
@@ -68,10 +69,10 @@ struct ReplaceArgs {
     /// After the replace, scrub the new device (reads every block it holds against its checksum).
     #[arg(long)]
     scrub: bool,
-    /// Show the running (or last) replace and exit.
+    /// Show the running (or paused, or last) operation and exit.
     #[arg(long, conflicts_with_all = ["cancel", "old", "new", "dry_run"])]
     status: bool,
-    /// Cancel the running replace (OLD stays a member, unchanged).
+    /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).
     #[arg(long, conflicts_with_all = ["old", "new"])]
     cancel: bool,
     /// Show the plan and do nothing.

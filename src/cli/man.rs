@@ -365,6 +365,30 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
                 "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
             ),
         ],
+        ["device", "replace"] => &[
+            (
+                "The plan for replacing device 2 (failing, or missing) by /dev/nvme3n1.",
+                "btrfs-lab device replace --dry-run /mnt/data 2 /dev/nvme3n1",
+            ),
+            (
+                "Replace it, then scrub the new device; Ctrl-C leaves it running.",
+                "btrfs-lab device replace --scrub /mnt/data 2 /dev/nvme3n1",
+            ),
+            (
+                "Where it is.",
+                "btrfs-lab device replace /mnt/data --status",
+            ),
+        ],
+        ["device", "remove"] => &[
+            (
+                "The plan (order, space, what moves) for removing two devices.",
+                "btrfs-lab device remove --dry-run /mnt/data 3 /dev/nvme4n1",
+            ),
+            (
+                "Drop a device that is gone, on a filesystem mounted -o degraded.",
+                "btrfs-lab device remove /mnt/data missing",
+            ),
+        ],
         ["convert"] => &[
             (
                 "The plan only.",

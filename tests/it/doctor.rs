@@ -780,6 +780,16 @@ fn degraded_mount_with_a_missing_device_is_critical() {
             .title
             .starts_with("1 device(s) of 2 missing")
     );
+    // What it costs per profile and what to do, named.
+    let f = r.filesystems[0]
+        .findings
+        .iter()
+        .find(|f| f.code == "device-missing")
+        .unwrap();
+    let text = serde_json::to_string(f).unwrap();
+    assert!(text.contains("redundancy is gone"), "{text}");
+    assert!(text.contains("btrfs-lab device replace"), "{text}");
+    assert!(text.contains("never put degraded in fstab"), "{text}");
 }
 
 #[test]

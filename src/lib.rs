@@ -21,6 +21,7 @@ pub mod nocow;
 pub mod parse;
 pub mod probe;
 pub mod readtest;
+pub mod rescue;
 pub mod sandbox;
 pub mod schema;
 pub mod space;

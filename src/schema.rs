@@ -84,6 +84,8 @@ documents! {
     "device-replace-status", false, crate::admin::replace::ReplaceStatusReport, "device replace MOUNT --status --json";
     "device-remove", false, crate::admin::remove::RemoveReport, "device remove --json";
     "device-add-nothing", false, crate::admin::add::NothingToAdd, "device add --json (every device already a member)";
+    "rescue", false, crate::rescue::report::RescueReport, "rescue MOUNT --json";
+    "rescue-file", true, crate::rescue::report::FileRecord, "rescue MOUNT --list --json (JSON Lines: one per file, then the rescue report)";
     "error", true, crate::error::ErrorEvent, "the last JSON Lines record of a stream that failed after it started";
 }
 

@@ -467,6 +467,16 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
                 "btrfs-lab doctor --format prometheus /mnt/data",
             ),
         ],
+        ["rescue"] => &[
+            (
+                "Which files of a degraded, read-only mount are intact.",
+                "btrfs-lab rescue /mnt/data",
+            ),
+            (
+                "Copy them out, with the readable parts of the damaged ones.",
+                "btrfs-lab rescue /mnt/data --copy-to /media/usb/rescued --partial",
+            ),
+        ],
         ["man"] => &[
             ("Read the df page.", "btrfs-lab man df"),
             (
@@ -498,6 +508,7 @@ fn see_also(words: &[String]) -> &'static [&'static str] {
         ["nocow"] => &["chattr(1)", "lsattr(1)"],
         ["bench"] | ["read-test"] => &["fio(1)"],
         ["probe-dio"] => &["open(2)"],
+        ["rescue"] => &["btrfs-rescue(8)", "btrfs-restore(8)", "mount(8)"],
         ["sandbox", ..] => &["losetup(8)", "mkfs.btrfs(8)"],
         ["completions"] | ["man"] => &["man(1)"],
         _ => &[],

@@ -15,6 +15,7 @@ mod nocow;
 mod output;
 mod probe_dio;
 mod read_test;
+mod rescue;
 mod sandbox;
 mod show;
 mod units;
@@ -100,6 +101,9 @@ enum Command {
     /// A CrystalDiskMark-style suite on fio, every figure checked against the devices.
     #[command(after_long_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
+    /// After a lost drive: which files are intact, copy them out verified, say what is lost.
+    #[command(after_long_help = rescue::AFTER_HELP)]
+    Rescue(rescue::RescueArgs),
     /// What is wrong with each btrfs, worst first (read-only; for monitoring too).
     #[command(after_long_help = doctor::AFTER_HELP)]
     Doctor(doctor::DoctorArgs),
@@ -135,6 +139,7 @@ pub fn run() -> ExitCode {
         Command::ReadTest(args) => read_test::run(args, &out),
         Command::Bench(args) => bench::run(args, &out, places),
         Command::Doctor(args) => doctor::run(args, &out),
+        Command::Rescue(args) => rescue::run(args, &out),
         Command::Completions(args) => completions::run(args, &out),
         Command::Man(args) => man::run(args, &out),
     };

@@ -155,6 +155,15 @@ pub const UNKNOWN: Status = Status {
     meaning: "it could not look (UNKNOWN)",
 };
 
+/// `rescue`: a file is damaged, unknown or failed (or could not be read):
+/// not everything could be rescued.
+pub const FILES_LOST: Status = Status {
+    code: 3,
+    name: "files-lost",
+    commands: "rescue",
+    meaning: "some files are damaged or lost",
+};
+
 /// Every status, the shared ones first.
 pub const ALL: &[Status] = &[
     OK,
@@ -175,6 +184,7 @@ pub const ALL: &[Status] = &[
     WARNING,
     CRITICAL,
     UNKNOWN,
+    FILES_LOST,
 ];
 
 /// One line of a command's table: a status and what it means there.
@@ -451,6 +461,33 @@ pub(crate) const PAGES: &[Page] = &[
         ],
     },
     Page {
+        command: "rescue",
+        rows: &[
+            row(
+                OK,
+                "every file is intact (and, with --copy-to, copied and verified).",
+            ),
+            row(
+                ERROR,
+                "refused or failed: not root, not a read-only btrfs, a target directory on the \
+                 same filesystem or not empty; a full target (what was saved is in the manifest: \
+                 the same command resumes).",
+            ),
+            BAD,
+            row(
+                FILES_LOST,
+                "files-lost: some files are damaged (bytes on a missing device), unknown or \
+                 failed (read errors); the report lists them.",
+            ),
+            row(
+                INTERRUPTED,
+                "interrupted by SIGINT, SIGTERM or SIGHUP: stopped after the current file, the \
+                 manifest is consistent, the same command resumes (a second signal stops at \
+                 once; the file being copied had no name yet).",
+            ),
+        ],
+    },
+    Page {
         command: "man",
         rows: &[
             row(OK, "the page was printed or the pages written."),
@@ -708,6 +745,7 @@ mod tests {
                 ("doctor", "warning", 1),
                 ("doctor", "critical", 2),
                 ("doctor", "unknown", 3),
+                ("rescue", "files-lost", 3),
             ]
         );
         // One name means one status.

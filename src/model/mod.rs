@@ -11,6 +11,7 @@ pub mod kernel;
 pub mod profile;
 pub mod rate;
 pub mod space;
+pub mod stripes;
 pub mod text;
 pub mod units;
 pub mod usage;

@@ -1,15 +1,11 @@
 //! Which members hold a file: its extents' filesystem addresses (FIEMAP)
-//! mapped through the chunk tree to devices, as btrfs maps them
-//! (`btrfs_map_block`): SINGLE and DUP on their one device, RAID1* on every
-//! copy's, RAID0 and RAID10 by 64 KiB stripe units in turn, RAID5/6 by data
-//! stripe units with the stripe set rotated by one device per full stripe.
-//! Pure code.
+//! mapped through the chunk tree to devices by the one mapping,
+//! [`crate::model::stripes`] (as btrfs' `btrfs_map_block` does). Pure code.
 
 use std::collections::BTreeMap;
 
-use crate::model::profile::Profile;
-use crate::sys::kernel::btrfs::ChunkRecord;
-use crate::sys::kernel::btrfs::profile_of;
+use crate::model::stripes::Mapped;
+use crate::sys::kernel::btrfs::{ChunkRecord, data_chunk_map};
 
 /// Bytes of the file each device holds (a copy on each mirror counts on
 /// each), by devid. Addresses outside every data chunk are left out.
@@ -17,77 +13,18 @@ pub(crate) fn bytes_per_devid(
     extents: &[(u64, u64)],
     chunks: &[ChunkRecord],
 ) -> BTreeMap<u64, u64> {
-    let mut data: Vec<&ChunkRecord> = chunks
-        .iter()
-        .filter(|c| c.flags.contains(btrfs_uapi::space::BlockGroupFlags::DATA))
-        .collect();
-    data.sort_by_key(|c| c.logical);
+    let map = data_chunk_map(chunks);
     let mut out = BTreeMap::new();
-    for &(mut addr, mut len) in extents {
-        while len > 0 {
-            let i = data.partition_point(|c| c.logical <= addr);
-            let Some(c) = i.checked_sub(1).map(|i| data[i]) else {
-                break;
-            };
-            if addr >= c.logical + c.length {
-                break;
+    for &(addr, len) in extents {
+        map.pieces(addr, len, |m| {
+            if let Mapped::Piece(p) = m {
+                for &d in p.holders {
+                    *out.entry(d).or_default() += p.len;
+                }
             }
-            let take = len.min(c.logical + c.length - addr);
-            place(c, addr - c.logical, take, &mut out);
-            addr += take;
-            len -= take;
-        }
+        });
     }
     out
-}
-
-/// Adds `len` bytes at `offset` into chunk `c` to the devices holding them.
-fn place(c: &ChunkRecord, mut offset: u64, mut len: u64, out: &mut BTreeMap<u64, u64>) {
-    let n = c.devids.len();
-    if n == 0 {
-        return;
-    }
-    let mut add = |devid: u64, b: u64| *out.entry(devid).or_default() += b;
-    let profile = profile_of(c.flags);
-    let unit = c.stripe_len.max(4096);
-    match profile {
-        Profile::Single | Profile::Dup => add(c.devids[0], len),
-        Profile::Raid1 | Profile::Raid1c3 | Profile::Raid1c4 => {
-            for &d in &c.devids {
-                add(d, len);
-            }
-        }
-        Profile::Raid0 | Profile::Raid10 | Profile::Raid5 | Profile::Raid6 => {
-            let sub = if profile == Profile::Raid10 {
-                usize::from(c.sub_stripes.max(1))
-            } else {
-                1
-            };
-            let parity = match profile {
-                Profile::Raid5 => 1,
-                Profile::Raid6 => 2,
-                _ => 0,
-            };
-            let groups = (n / sub).max(1);
-            let data_stripes = groups.saturating_sub(parity).max(1);
-            while len > 0 {
-                let nr = offset / unit;
-                let take = len.min(unit - offset % unit);
-                if parity == 0 {
-                    let g = (nr % groups as u64) as usize;
-                    for &d in &c.devids[g * sub..(g * sub + sub).min(n)] {
-                        add(d, take);
-                    }
-                } else {
-                    let full = nr / data_stripes as u64;
-                    let index = (nr % data_stripes as u64 + full) % n as u64;
-                    add(c.devids[index as usize], take);
-                }
-                offset += take;
-                len -= take;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -624,6 +624,23 @@ impl HeldDir {
         identity_at(self.fd(), &self.path)
     }
 
+    /// A second handle on the same directory (a duplicated descriptor).
+    pub(crate) fn try_clone(&self) -> Result<HeldDir> {
+        let fd = self
+            .fd
+            .try_clone()
+            .map_err(|e| Error::from_io(&e, "cannot open", &self.path))?;
+        Ok(HeldDir {
+            fd,
+            path: self.path.clone(),
+        })
+    }
+
+    /// `fstat` of the directory itself.
+    pub(crate) fn fstat(&self) -> Result<Stat> {
+        rfs::fstat(&self.fd).map_err(|e| err(e, "cannot stat", &self.path))
+    }
+
     /// The path of an entry (for messages).
     pub fn join(&self, name: impl AsRef<OsStr>) -> PathBuf {
         self.path.join(name.as_ref())

@@ -305,6 +305,36 @@ pub struct ChunkRecord {
     pub devids: Vec<u64>,
 }
 
+impl ChunkRecord {
+    /// Whether it holds data (a data or mixed block group).
+    pub fn is_data(&self) -> bool {
+        self.flags.contains(BlockGroupFlags::DATA)
+    }
+
+    /// Its geometry, as the one mapping of addresses to devices takes it.
+    pub fn geometry(&self) -> crate::model::stripes::Chunk {
+        crate::model::stripes::Chunk {
+            profile: profile_of(self.flags),
+            logical: self.logical,
+            length: self.length,
+            stripe_len: self.stripe_len,
+            sub_stripes: self.sub_stripes,
+            devids: self.devids.clone(),
+        }
+    }
+}
+
+/// The map of the data chunks among `records`.
+pub fn data_chunk_map(records: &[ChunkRecord]) -> crate::model::stripes::ChunkMap {
+    crate::model::stripes::ChunkMap::new(
+        records
+            .iter()
+            .filter(|c| c.is_data())
+            .map(ChunkRecord::geometry)
+            .collect(),
+    )
+}
+
 /// Reads every chunk of the chunk tree (TREE_SEARCH: root only). `Ok(None)`
 /// when not permitted.
 pub fn chunk_records(path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
@@ -312,7 +342,8 @@ pub fn chunk_records(path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
     chunk_records_of(f.as_fd(), path)
 }
 
-fn chunk_records_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
+/// [`chunk_records`] through a held descriptor (`path` is for messages).
+pub fn chunk_records_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
     use btrfs_uapi::raw::{BTRFS_CHUNK_ITEM_KEY, BTRFS_CHUNK_TREE_OBJECTID};
     use btrfs_uapi::tree_search::{SearchFilter, tree_search};
     let mut records = Vec::new();

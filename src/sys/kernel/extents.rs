@@ -121,6 +121,58 @@ pub fn physical_extents(file: &File, size: u64) -> Result<Vec<(u64, u64)>, Errno
     Ok(out)
 }
 
+/// FIEMAP_EXTENT_SHARED: the extent is shared with another file or snapshot.
+const FIEMAP_EXTENT_SHARED: u32 = 0x2000;
+
+/// One extent of a file as FIEMAP reports it, clipped to the file size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// First byte of the file it holds.
+    pub file_offset: u64,
+    /// Bytes of the file it holds (after clipping).
+    pub length: u64,
+    /// On btrfs the filesystem (logical) address of `file_offset`'s byte;
+    /// for an encoded extent the address where its disk extent begins
+    /// (FIEMAP gives no on-disk length for it).
+    pub address: u64,
+    /// Compressed (or otherwise encoded): `address` is the disk extent's start.
+    pub encoded: bool,
+    /// Stored inline in metadata (no address).
+    pub inline: bool,
+    /// Preallocated, never written (reads as zeros).
+    pub unwritten: bool,
+    /// Not yet allocated (dirty, not written back).
+    pub delalloc: bool,
+    /// Shared with another file or a snapshot.
+    pub shared: bool,
+}
+
+/// Calls `each` for every extent of the first `size` bytes of `file`, in
+/// file order, without collecting them (a file may have millions).
+pub fn for_each_extent(file: &File, size: u64, mut each: impl FnMut(&Extent)) -> Result<(), Errno> {
+    walk(file, size, |e, begin, len| {
+        if len == 0 {
+            return;
+        }
+        let encoded = e.fe_flags & FIEMAP_EXTENT_ENCODED != 0;
+        let address = if encoded {
+            e.fe_physical
+        } else {
+            e.fe_physical + (begin - e.fe_logical)
+        };
+        each(&Extent {
+            file_offset: begin,
+            length: len,
+            address,
+            encoded,
+            inline: e.fe_flags & FIEMAP_EXTENT_DATA_INLINE != 0,
+            unwritten: e.fe_flags & FIEMAP_EXTENT_UNWRITTEN != 0,
+            delalloc: e.fe_flags & FIEMAP_EXTENT_DELALLOC != 0,
+            shared: e.fe_flags & FIEMAP_EXTENT_SHARED != 0,
+        });
+    })
+}
+
 /// Calls `each(extent, first file offset used, bytes used)` for every
 /// extent, clipped to the first `size` bytes.
 fn walk(

@@ -1,0 +1,200 @@
+//! `btrfs-lab rescue MOUNT [--copy-to DIR [--partial]] [--list]`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use btrfs_lab::error::Result;
+use btrfs_lab::model::text::escape_control as esc;
+use btrfs_lab::model::units::{UnitMode, pretty_size};
+use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
+use btrfs_lab::rescue::{self, RescueRequest};
+
+use super::output::{Output, Paint};
+use super::units::UnitArgs;
+
+pub const AFTER_HELP: &str = "\
+For a btrfs whose data is RAID0 (or single) and a device of which is gone:
+mirrored metadata keeps the file list, so the files with no byte on the lost
+device are whole. MOUNT must be mounted read-only:
+  mount -o degraded,ro DEVICE MOUNT   (never put degraded in /etc/fstab)
+Every file of every subvolume below MOUNT is mapped (FIEMAP, the chunk
+tree) and reported intact, damaged (the byte ranges) or unknown; with
+--copy-to every byte copied is read back through btrfs' checksums, and a
+re-run with the same arguments resumes (rescue-manifest.jsonl in DIR).
+
+Exit status: 0 every file intact; 3 some files damaged, unknown or failed;
+1 refused or failed (a full target: the same command resumes); 2 bad
+command line; 130 interrupted (the manifest is consistent; re-run resumes).";
+
+#[derive(Debug, Args)]
+pub struct RescueArgs {
+    /// A directory of the degraded, read-only btrfs (its mount point).
+    #[arg(value_name = "MOUNT")]
+    mount: PathBuf,
+    /// Copy the intact files into DIR (on another filesystem; empty, or an earlier rescue's to resume).
+    #[arg(long = "copy-to", value_name = "DIR")]
+    copy_to: Option<PathBuf>,
+    /// With --copy-to: also the readable parts of damaged files, as NAME.partial (holes for the rest).
+    #[arg(long, requires = "copy_to")]
+    partial: bool,
+    /// Every file's record as it is judged (JSON Lines with --json), then the summary.
+    #[arg(long)]
+    list: bool,
+    #[command(flatten)]
+    units: UnitArgs,
+}
+
+/// Files not intact that the text output names before it counts the rest.
+const TEXT_LISTED: usize = 20;
+/// The same in the JSON report (`--list` streams every file).
+const JSON_LISTED: usize = 1000;
+
+pub fn run(args: RescueArgs, out: &Output) -> Result<u8> {
+    let req = RescueRequest {
+        mount: args.mount.clone(),
+        copy_to: args.copy_to.clone(),
+        partial: args.partial,
+        listed_limit: if out.json { JSON_LISTED } else { TEXT_LISTED },
+    };
+    let mode = args.units.mode();
+    let list = args.list;
+    let mut each = |r: &FileRecord| {
+        if list {
+            out.report_line(r, |r| file_line(r, mode, out.paint));
+        }
+    };
+    let report = rescue::run(&req, out, &mut each)?;
+    if list && out.json {
+        out.json_line(&report);
+    } else {
+        out.report(&report, |r| render(r, mode, out.paint, !list));
+    }
+    Ok(report.exit_status())
+}
+
+fn state_word(s: FileState, paint: Paint) -> String {
+    match s {
+        FileState::Intact => paint.good("intact"),
+        FileState::Damaged => paint.bad("damaged"),
+        FileState::Unknown => paint.warn("unknown"),
+        FileState::Failed => paint.bad("failed"),
+    }
+}
+
+/// One file: state, path, and for a damaged one what is lost.
+fn file_line(r: &FileRecord, mode: UnitMode, paint: Paint) -> String {
+    let mut t = format!("{:<8} {}", state_word(r.state, paint), esc(&r.path));
+    if r.damaged_bytes > 0 {
+        let ranges: Vec<String> = r
+            .damaged_ranges
+            .iter()
+            .take(4)
+            .map(|x| format!("{}+{}", x.offset, x.length))
+            .collect();
+        let more = r.damaged_ranges.len().saturating_sub(4);
+        t.push_str(&format!(
+            "  ({} of {} lost: {}{})",
+            pretty_size(r.damaged_bytes, mode),
+            pretty_size(r.size, mode),
+            ranges.join(", "),
+            if more > 0 {
+                format!(", {more} more ranges")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if let Some(s) = &r.saved
+        && r.state != FileState::Intact
+    {
+        t.push_str(&format!("  saved as {}", esc(&s.path)));
+    }
+    if let Some(e) = &r.error {
+        t.push_str(&format!("  [{}]", esc(e)));
+    }
+    if r.state == FileState::Unknown
+        && let Some(j) = r.judged.iter().find(|j| j.contains("may reach"))
+    {
+        t.push_str(&format!("  [{}]", esc(j)));
+    }
+    t.push('\n');
+    t
+}
+
+fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> String {
+    let mut t = String::new();
+    let missing: Vec<String> = r
+        .devices
+        .iter()
+        .filter(|d| d.missing)
+        .map(|d| format!("devid {}", d.devid))
+        .collect();
+    let profiles = |v: &[btrfs_lab::model::profile::Profile]| {
+        v.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join("+")
+    };
+    t.push_str(&format!(
+        "{} ({}): data {}, metadata {}; missing: {}\n",
+        esc(&r.mount),
+        r.fsid,
+        profiles(&r.data_profiles),
+        profiles(&r.metadata_profiles),
+        if missing.is_empty() {
+            "none".to_owned()
+        } else {
+            paint.bad(&missing.join(", "))
+        }
+    ));
+    if with_files && !r.listed.is_empty() {
+        t.push('\n');
+        for f in &r.listed {
+            t.push_str(&file_line(f, mode, paint));
+        }
+        if r.not_listed > 0 {
+            t.push_str(&format!(
+                "... and {} more files not intact (--list shows every file)\n",
+                r.not_listed
+            ));
+        }
+        t.push('\n');
+    }
+    t.push_str(&format!(
+        "files: {} intact, {} damaged, {} unknown, {} failed ({} symlinks, {} directories, {} subvolumes)\n",
+        r.files.intact,
+        r.files.damaged,
+        r.files.unknown,
+        r.files.failed,
+        r.walked.symlinks,
+        r.walked.directories,
+        r.walked.subvolumes
+    ));
+    t.push_str(&format!(
+        "bytes: {} in files, {} intact, {} lost, {} unknown\n",
+        pretty_size(r.bytes.total, mode),
+        pretty_size(r.bytes.intact, mode),
+        pretty_size(r.bytes.lost, mode),
+        pretty_size(r.bytes.unknown, mode)
+    ));
+    match &r.copy {
+        Some(c) => t.push_str(&format!(
+            "copied to {}: {} files ({} partial), {} already there from an earlier run, {} saved; manifest {}\n",
+            esc(&c.dir),
+            c.copied,
+            c.partial_copies,
+            c.resumed,
+            pretty_size(r.bytes.saved, mode),
+            esc(&c.manifest)
+        )),
+        None if r.not_intact() > 0 || r.files.intact > 0 => t.push_str(
+            "nothing copied: --copy-to DIR copies the intact files (--partial also what is readable of the others)\n",
+        ),
+        None => {}
+    }
+    for n in &r.notes {
+        t.push_str(&format!("note: {}\n", esc(n)));
+    }
+    t
+}

@@ -1,0 +1,352 @@
+//! Reading a file with every byte checked by btrfs (a read that returns EIO
+//! is a range that cannot be read, never data), and writing what was read
+//! into the target directory: an anonymous `O_TMPFILE` (or, where the
+//! target has none, a temporary name removed on every path that runs)
+//! linked under its name only once it is complete and synced.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps};
+use rustix::io::Errno as RErrno;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::rescue::classify::Ranges;
+use crate::sys::fs::beneath::HeldDir;
+
+/// Bytes per read.
+const BLOCK: u64 = 1 << 20;
+/// Bytes per read after an error inside a block (the sector size btrfs
+/// checksums).
+const SECTOR: u64 = 4096;
+
+fn rerr(e: RErrno, doing: &str, path: &Path) -> Error {
+    crate::sys::kernel::errno::to_error(e, doing, path)
+}
+
+/// What reading a file found.
+#[derive(Debug, Default)]
+pub(crate) struct ReadOutcome {
+    /// Ranges that returned EIO.
+    pub bad: Ranges,
+    /// Bytes read successfully.
+    pub read_bytes: u64,
+    /// blake3 of the content written (zeros where nothing could be read).
+    pub hash: String,
+    /// Reading stopped at the first unreadable byte (not `keep_going`).
+    pub stopped_early: bool,
+}
+
+/// Where the bytes go: a file being written, or nowhere (a verification).
+pub(crate) trait Sink {
+    /// Writes `data` at `offset`.
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()>;
+}
+
+/// Reads `size` bytes of `src` in order, skipping `skip` (zeros in the
+/// output, never read); a block that fails with EIO is read again sector by
+/// sector, and each sector that fails is a bad range (zeros in the output).
+/// Without `keep_going` the first bad sector ends the read. All-zero blocks
+/// are not written (the target stays sparse). `progress` gets the bytes
+/// done after each block.
+pub(crate) fn read_file(
+    src: &File,
+    size: u64,
+    skip: &Ranges,
+    keep_going: bool,
+    sink: &mut dyn Sink,
+    progress: &mut dyn FnMut(u64),
+    path: &Path,
+) -> Result<ReadOutcome> {
+    let mut out = ReadOutcome::default();
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; BLOCK as usize];
+    let zeros = vec![0u8; BLOCK as usize];
+    let mut off = 0u64;
+    while off < size {
+        let len = BLOCK.min(size - off);
+        let mut n = 0u64;
+        // Split at the skipped ranges: a skipped byte is never read.
+        while n < len {
+            let at = off + n;
+            let end = off + len;
+            let (run, skipped) = match skip.first_overlap(at, end - at) {
+                Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
+                Some(r) => (r.offset - at, false),
+                None => (end - at, false),
+            };
+            let piece = &mut buf[n as usize..(n + run) as usize];
+            if skipped {
+                piece.fill(0);
+                n += run;
+                continue;
+            }
+            match read_exact_at(src, piece, at) {
+                Ok(()) => out.read_bytes += run,
+                Err(RErrno::IO) => {
+                    // Sector by sector.
+                    let mut s = 0u64;
+                    while s < run {
+                        let sl = (SECTOR - (at + s) % SECTOR).min(run - s);
+                        let sector = &mut piece[s as usize..(s + sl) as usize];
+                        match read_exact_at(src, sector, at + s) {
+                            Ok(()) => out.read_bytes += sl,
+                            Err(RErrno::IO) => {
+                                sector.fill(0);
+                                out.bad.add(at + s, sl);
+                                if !keep_going {
+                                    out.stopped_early = true;
+                                    return Ok(out);
+                                }
+                            }
+                            Err(e) => return Err(rerr(e, "cannot read", path)),
+                        }
+                        s += sl;
+                    }
+                }
+                Err(e) => return Err(rerr(e, "cannot read", path)),
+            }
+            n += run;
+        }
+        let block = &buf[..len as usize];
+        hasher.update(block);
+        if block != &zeros[..len as usize] {
+            sink.write_at(off, block)?;
+        }
+        off += len;
+        progress(len);
+    }
+    out.hash = hasher.finalize().to_hex().to_string();
+    Ok(out)
+}
+
+/// pread until `buf` is full; EOF early is EIO (the file shrank: cannot
+/// happen on a read-only mount, never taken for data).
+fn read_exact_at(f: &File, buf: &mut [u8], mut at: u64) -> std::result::Result<(), RErrno> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], at) {
+            Ok(0) => return Err(RErrno::IO),
+            Ok(n) => {
+                done += n;
+                at += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(RErrno::from_raw_os_error(e.raw_os_error().unwrap_or(5))),
+        }
+    }
+    Ok(())
+}
+
+/// A new file in a target directory that gets its name only when complete.
+pub(crate) struct NewFile<'a> {
+    dir: &'a HeldDir,
+    file: File,
+    /// The temporary name, when the target has no O_TMPFILE.
+    temp: Option<OsString>,
+    path: std::path::PathBuf,
+}
+
+impl Sink for NewFile<'_> {
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| Error::from_io(&e, "cannot write", &self.path))
+    }
+}
+
+impl<'a> NewFile<'a> {
+    /// A new anonymous file in `dir`, to become `name`.
+    pub(crate) fn create(dir: &'a HeldDir, name: &OsStr) -> Result<NewFile<'a>> {
+        let path = dir.join(name);
+        match rfs::openat(
+            dir.fd(),
+            ".",
+            OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        ) {
+            Ok(fd) => Ok(NewFile {
+                dir,
+                file: File::from(fd),
+                temp: None,
+                path,
+            }),
+            Err(RErrno::OPNOTSUPP | RErrno::ISDIR | RErrno::INVAL | RErrno::NOENT) => {
+                let mut t = OsString::from(".");
+                t.push(name);
+                t.push(".btrfs-lab-rescue.tmp");
+                let _ = remove_regular(dir, &t);
+                let file = dir.create_new_file(&t, 0o600)?;
+                Ok(NewFile {
+                    dir,
+                    file,
+                    temp: Some(t),
+                    path,
+                })
+            }
+            Err(e) => Err(rerr(e, "cannot create a file in", dir.path())),
+        }
+    }
+
+    /// Sets the size, owner (as root), mode and times of `st`, syncs, and
+    /// links it as `name` (replacing a regular file of that name).
+    pub(crate) fn commit(
+        mut self,
+        name: &OsStr,
+        size: u64,
+        st: &Stat,
+        as_root: bool,
+    ) -> Result<()> {
+        let path = self.dir.join(name);
+        let e = |e: std::io::Error| Error::from_io(&e, "cannot write", &path);
+        self.file.set_len(size).map_err(e)?;
+        apply_meta(self.file.as_fd(), st, as_root, &path)?;
+        self.file.sync_all().map_err(e)?;
+        let _ = remove_regular(self.dir, name);
+        let linked = match &self.temp {
+            Some(t) => rfs::renameat(self.dir.fd(), t.as_os_str(), self.dir.fd(), name),
+            None => link_anonymous(&self.file, self.dir, name),
+        };
+        linked.map_err(|e| rerr(e, "cannot write", &path))?;
+        self.temp = None;
+        Ok(())
+    }
+}
+
+impl Drop for NewFile<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.temp.take() {
+            let _ = rfs::unlinkat(self.dir.fd(), t.as_os_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// linkat of an O_TMPFILE (AT_EMPTY_PATH, or /proc/self/fd where that
+/// needs a capability we lack).
+fn link_anonymous(f: &File, dir: &HeldDir, name: &OsStr) -> rustix::io::Result<()> {
+    match rfs::linkat(f, "", dir.fd(), name, AtFlags::EMPTY_PATH) {
+        Err(RErrno::NOENT | RErrno::PERM) => {
+            let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(f));
+            rfs::linkat(
+                rfs::CWD,
+                proc_path.as_str(),
+                dir.fd(),
+                name,
+                AtFlags::SYMLINK_FOLLOW,
+            )
+        }
+        other => other,
+    }
+}
+
+/// Removes `name` from `dir` if it is a regular file (or a symlink): what an
+/// earlier run left and no manifest line vouches for.
+pub(crate) fn remove_regular(dir: &HeldDir, name: &OsStr) -> Result<bool> {
+    let Some(st) = dir.stat(name)? else {
+        return Ok(false);
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile | FileType::Symlink => {
+            match rfs::unlinkat(dir.fd(), name, AtFlags::empty()) {
+                Ok(()) | Err(RErrno::NOENT) => Ok(true),
+                Err(e) => Err(rerr(e, "cannot delete", &dir.join(name))),
+            }
+        }
+        _ => Ok(false),
+    }
+}
+
+fn ts(sec: i64, nsec: i64) -> Timespec {
+    Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec as _,
+    }
+}
+
+fn times(st: &Stat) -> Timestamps {
+    Timestamps {
+        last_access: ts(st.st_atime as i64, st.st_atime_nsec as i64),
+        last_modification: ts(st.st_mtime as i64, st.st_mtime_nsec as i64),
+    }
+}
+
+/// Owner (as root; before the mode, which a chown would strip of setuid),
+/// mode and times of `st` on the open file or directory `fd`.
+pub(crate) fn apply_meta(
+    fd: std::os::fd::BorrowedFd<'_>,
+    st: &Stat,
+    as_root: bool,
+    path: &Path,
+) -> Result<()> {
+    if as_root {
+        rfs::fchown(
+            fd,
+            Some(rustix::process::Uid::from_raw(st.st_uid)),
+            Some(rustix::process::Gid::from_raw(st.st_gid)),
+        )
+        .map_err(|e| rerr(e, "cannot set the owner of", path))?;
+    }
+    rfs::fchmod(fd, Mode::from_raw_mode(st.st_mode & 0o7777))
+        .map_err(|e| rerr(e, "cannot set the mode of", path))?;
+    rfs::futimens(fd, &times(st)).map_err(|e| rerr(e, "cannot set the times of", path))
+}
+
+/// Creates (or opens, when an earlier run made it) the directory `name` in
+/// `dst`; never through a link.
+pub(crate) fn make_dir(dst: &HeldDir, name: &OsStr) -> Result<HeldDir> {
+    match rfs::mkdirat(dst.fd(), name, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(RErrno::EXIST) => {}
+        Err(e) => return Err(rerr(e, "cannot create the directory", &dst.join(name))),
+    }
+    dst.open_subdir(name)
+}
+
+/// Makes the symbolic link `name` in `dst` pointing where the source's link
+/// `name` in `src` points (an existing link or file of that name from an
+/// earlier run is replaced), with its owner (as root) and times.
+pub(crate) fn copy_symlink(
+    src: &HeldDir,
+    dst: &HeldDir,
+    name: &OsStr,
+    st: &Stat,
+    as_root: bool,
+) -> Result<()> {
+    let target = rfs::readlinkat(src.fd(), name, Vec::new())
+        .map_err(|e| rerr(e, "cannot read the link", &src.join(name)))?;
+    let path = dst.join(name);
+    if let Some(old) = dst.stat(name)? {
+        if FileType::from_raw_mode(old.st_mode) == FileType::Symlink
+            && rfs::readlinkat(dst.fd(), name, Vec::new())
+                .is_ok_and(|t| t.as_bytes() == target.as_bytes())
+        {
+            return Ok(());
+        }
+        remove_regular(dst, name)?;
+    }
+    rfs::symlinkat(OsStr::from_bytes(target.as_bytes()), dst.fd(), name)
+        .map_err(|e| rerr(e, "cannot create the link", &path))?;
+    if as_root {
+        let _ = rfs::chownat(
+            dst.fd(),
+            name,
+            Some(rustix::process::Uid::from_raw(st.st_uid)),
+            Some(rustix::process::Gid::from_raw(st.st_gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        );
+    }
+    let _ = rfs::utimensat(dst.fd(), name, &times(st), AtFlags::SYMLINK_NOFOLLOW);
+    Ok(())
+}
+
+/// Opens the regular file `name` of `dir` for reading without changing its
+/// access time (O_NOATIME; without it where the kernel refuses it).
+pub(crate) fn open_source(dir: &HeldDir, name: &OsStr) -> Result<File> {
+    match dir.open_entry_file(name, OFlags::RDONLY | OFlags::NOATIME) {
+        Err(e) if e.kind() == ErrorKind::Permission => dir.open_entry_file(name, OFlags::RDONLY),
+        other => other,
+    }
+}

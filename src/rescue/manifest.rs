@@ -1,0 +1,377 @@
+//! The manifest in the target directory, `rescue-manifest.jsonl`: a header
+//! line, one line per regular file in walk order (a [`FileRecord`]), an end
+//! line. It is what makes a copy resumable with bounded memory:
+//!
+//! - The walk order is fixed (depth first, names sorted by bytes, which is
+//!   the order of paths compared by components), and the source is a
+//!   read-only mount, so a re-run meets the files in the order an earlier
+//!   run wrote them: the old manifest is read alongside the walk (a merge),
+//!   never loaded whole.
+//! - A run writes its lines to `.rescue-manifest.jsonl.new` as it goes (one
+//!   line after each file is linked into place) and renames it over the
+//!   manifest when it ends; stopped early it first carries over the old
+//!   lines it did not reach. A run killed outright leaves the `.new` file:
+//!   the next run merges it (everything it has, then the old lines past its
+//!   last path) before it starts, so nothing saved is forgotten.
+
+use std::cmp::Ordering;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::rescue::report::FileRecord;
+use crate::sys::fs::beneath::HeldDir;
+
+/// The manifest's name in the target directory.
+pub const MANIFEST: &str = "rescue-manifest.jsonl";
+/// The lines of the run in progress.
+pub(crate) const NEW: &str = ".rescue-manifest.jsonl.new";
+/// A merge in progress (recovering a killed run's lines).
+pub(crate) const MERGE: &str = ".rescue-manifest.jsonl.merge";
+
+/// The first line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Header {
+    /// `btrfs-lab`.
+    pub tool: String,
+    /// The version that wrote it.
+    pub version: String,
+    /// The filesystem rescued from (a resume must be from the same one).
+    pub fsid: String,
+    /// MOUNT as given.
+    pub mount: String,
+}
+
+/// The last line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct End {
+    /// Every file was visited (false: a re-run resumes).
+    pub complete: bool,
+    /// When the run ended (RFC 3339, UTC).
+    pub time: String,
+}
+
+/// One line of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "record", rename_all = "lowercase")]
+#[allow(clippy::large_enum_variant)]
+pub enum Line {
+    /// The first line.
+    Header(Header),
+    /// A regular file.
+    File(FileRecord),
+    /// The last line.
+    End(End),
+}
+
+/// A file record's path bytes.
+pub(crate) fn key_of(r: &FileRecord) -> Vec<u8> {
+    match &r.path_hex {
+        Some(h) => unhex(h).unwrap_or_else(|| r.path.as_bytes().to_vec()),
+        None => r.path.as_bytes().to_vec(),
+    }
+}
+
+/// The walk order: paths compared component by component.
+pub(crate) fn walk_order(a: &[u8], b: &[u8]) -> Ordering {
+    Path::new(OsStr::from_bytes(a)).cmp(Path::new(OsStr::from_bytes(b)))
+}
+
+/// Hex of bytes.
+pub(crate) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn rerr(e: rustix::io::Errno, doing: &str, path: &Path) -> Error {
+    crate::sys::kernel::errno::to_error(e, doing, path)
+}
+
+/// The lines of a manifest file, read one at a time. A line that does not
+/// parse (the last one of a run killed mid-write) ends it.
+struct Lines {
+    reader: BufReader<File>,
+}
+
+impl Lines {
+    fn next(&mut self) -> Option<Line> {
+        let mut buf = Vec::new();
+        match self.reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => None,
+            Ok(_) if buf.last() != Some(&b'\n') => None,
+            Ok(_) => serde_json::from_slice(&buf).ok(),
+        }
+    }
+}
+
+/// The file records of an earlier run, read alongside the walk.
+pub(crate) struct OldRecords {
+    lines: Option<Lines>,
+    peeked: Option<FileRecord>,
+}
+
+impl OldRecords {
+    fn none() -> Self {
+        Self {
+            lines: None,
+            peeked: None,
+        }
+    }
+
+    fn next_file(&mut self) -> Option<FileRecord> {
+        if let Some(p) = self.peeked.take() {
+            return Some(p);
+        }
+        loop {
+            match self.lines.as_mut()?.next()? {
+                Line::File(f) => return Some(f),
+                Line::Header(_) => {}
+                Line::End(_) => return None,
+            }
+        }
+    }
+
+    /// The old record of the file `key`, if there is one; records of paths
+    /// before it are dropped (the walk did not meet them).
+    pub(crate) fn take(&mut self, key: &[u8]) -> Option<FileRecord> {
+        while let Some(r) = self.next_file() {
+            match walk_order(&key_of(&r), key) {
+                Ordering::Less => {}
+                Ordering::Equal => return Some(r),
+                Ordering::Greater => {
+                    self.peeked = Some(r);
+                    return None;
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The manifest of a run: the new lines being written, the old ones read.
+pub(crate) struct Manifest {
+    dir_path: std::path::PathBuf,
+    dir: std::os::fd::OwnedFd,
+    out: BufWriter<File>,
+    pub(crate) old: OldRecords,
+    written: u64,
+}
+
+fn open_read(dir: &HeldDir, name: &str) -> Result<Option<Lines>> {
+    match dir.open_entry_file(name, OFlags::RDONLY) {
+        Ok(f) => {
+            let st = rfs::fstat(&f).map_err(|e| rerr(e, "cannot stat", &dir.join(name)))?;
+            if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
+                return Err(Error::new(
+                    ErrorKind::WrongTarget,
+                    format!("{} is not a regular file", dir.join(name).display()),
+                ));
+            }
+            Ok(Some(Lines {
+                reader: BufReader::new(f),
+            }))
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn create(dir: &HeldDir, name: &str) -> Result<BufWriter<File>> {
+    match rfs::unlinkat(dir.fd(), name, AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(rerr(e, "cannot delete", &dir.join(name))),
+    }
+    dir.create_new_file(name, 0o600).map(BufWriter::new)
+}
+
+fn write_line(out: &mut BufWriter<File>, line: &Line, path: &Path) -> Result<()> {
+    let mut text = serde_json::to_vec(line)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot serialize a line: {e}")))?;
+    text.push(b'\n');
+    out.write_all(&text)
+        .map_err(|e| Error::from_io(&e, "cannot write", path))
+}
+
+fn sync_and_rename(dir: &HeldDir, mut out: BufWriter<File>, from: &str, to: &str) -> Result<()> {
+    let path = dir.join(to);
+    out.flush()
+        .map_err(|e| Error::from_io(&e, "cannot write", &path))?;
+    out.get_ref()
+        .sync_all()
+        .map_err(|e| Error::from_io(&e, "cannot write", &path))?;
+    rfs::renameat(dir.fd(), from, dir.fd(), to).map_err(|e| rerr(e, "cannot write", &path))?;
+    let _ = rfs::fsync(dir.fd());
+    Ok(())
+}
+
+/// The header of the manifest in `dir`, if there is one (`Err` when it is
+/// there but not ours).
+pub(crate) fn existing_header(dir: &HeldDir) -> Result<Option<Header>> {
+    for name in [MANIFEST, NEW] {
+        if let Some(mut lines) = open_read(dir, name)? {
+            return match lines.next() {
+                Some(Line::Header(h)) => Ok(Some(h)),
+                _ => Err(Error::new(
+                    ErrorKind::WrongTarget,
+                    format!(
+                        "{} is not a btrfs-lab rescue manifest",
+                        dir.join(name).display()
+                    ),
+                )
+                .with_hint("choose an empty target directory")),
+            };
+        }
+    }
+    Ok(None)
+}
+
+impl Manifest {
+    /// Starts the manifest of a run in `dir` (recovering the lines of a
+    /// killed run first).
+    pub(crate) fn begin(dir: &HeldDir, header: Header) -> Result<Manifest> {
+        if let Some(mut killed) = open_read(dir, NEW)? {
+            let mut out = create(dir, MERGE)?;
+            let merge_path = dir.join(MERGE);
+            write_line(&mut out, &Line::Header(header.clone()), &merge_path)?;
+            let mut last: Option<Vec<u8>> = None;
+            while let Some(line) = killed.next() {
+                if let Line::File(f) = line {
+                    last = Some(key_of(&f));
+                    write_line(&mut out, &Line::File(f), &merge_path)?;
+                }
+            }
+            let mut old = OldRecords {
+                lines: open_read(dir, MANIFEST)?,
+                peeked: None,
+            };
+            while let Some(f) = old.next_file() {
+                if last
+                    .as_deref()
+                    .is_none_or(|l| walk_order(&key_of(&f), l) == Ordering::Greater)
+                {
+                    write_line(&mut out, &Line::File(f), &merge_path)?;
+                }
+            }
+            write_line(
+                &mut out,
+                &Line::End(End {
+                    complete: false,
+                    time: now(),
+                }),
+                &merge_path,
+            )?;
+            sync_and_rename(dir, out, MERGE, MANIFEST)?;
+            let _ = rfs::unlinkat(dir.fd(), NEW, AtFlags::empty());
+        }
+        let old = OldRecords {
+            lines: open_read(dir, MANIFEST)?,
+            peeked: None,
+        };
+        let mut out = create(dir, NEW)?;
+        write_line(&mut out, &Line::Header(header), &dir.join(NEW))?;
+        let fd = rfs::openat(
+            dir.fd(),
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| rerr(e, "cannot open", dir.path()))?;
+        Ok(Manifest {
+            dir_path: dir.path().to_path_buf(),
+            dir: fd,
+            out,
+            old,
+            written: 0,
+        })
+    }
+
+    /// Appends a file's line (pushed to the kernel at once: a killed run
+    /// keeps it).
+    pub(crate) fn record(&mut self, r: &FileRecord) -> Result<()> {
+        let path = self.dir_path.join(NEW);
+        write_line(&mut self.out, &Line::File(r.clone()), &path)?;
+        self.out
+            .flush()
+            .map_err(|e| Error::from_io(&e, "cannot write", &path))?;
+        self.written += 1;
+        Ok(())
+    }
+
+    /// Ends the run: the old lines not reached are carried over when it
+    /// stopped early, the end line written, the file synced and renamed
+    /// over the manifest.
+    pub(crate) fn finish(mut self, complete: bool) -> Result<()> {
+        let path = self.dir_path.join(NEW);
+        if !complete {
+            while let Some(f) = self.old.next_file() {
+                write_line(&mut self.out, &Line::File(f), &path)?;
+            }
+        }
+        self.old = OldRecords::none();
+        write_line(
+            &mut self.out,
+            &Line::End(End {
+                complete,
+                time: now(),
+            }),
+            &path,
+        )?;
+        let target = self.dir_path.join(MANIFEST);
+        self.out
+            .flush()
+            .map_err(|e| Error::from_io(&e, "cannot write", &target))?;
+        self.out
+            .get_ref()
+            .sync_all()
+            .map_err(|e| Error::from_io(&e, "cannot write", &target))?;
+        rfs::renameat(&self.dir, NEW, &self.dir, MANIFEST)
+            .map_err(|e| rerr(e, "cannot write", &target))?;
+        let _ = rfs::fsync(&self.dir);
+        Ok(())
+    }
+}
+
+fn now() -> String {
+    crate::model::envelope::rfc3339(std::time::SystemTime::now())
+}
+
+/// Reads every line of a manifest file (tests and tools; a run never does).
+pub fn read_lines(text: &str) -> Vec<Line> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walk_order_is_depth_first_with_sorted_names() {
+        let mut v: Vec<&[u8]> = vec![b"a-c", b"a/b", b"a", b"b", b"a/b/c", b"a.x"];
+        v.sort_by(|a, b| walk_order(a, b));
+        assert_eq!(v, vec![&b"a"[..], b"a/b", b"a/b/c", b"a-c", b"a.x", b"b"]);
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let b = [0u8, 0xff, b'a'];
+        assert_eq!(unhex(&hex(&b)).unwrap(), b);
+        assert!(unhex("abc").is_none());
+    }
+}

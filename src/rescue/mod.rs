@@ -1,0 +1,765 @@
+//! `rescue MOUNT`: on a degraded, read-only btrfs whose data is RAID0 or
+//! single and a device of which is missing, which files are intact (no byte
+//! on a missing device), which are damaged (which ranges), and, with
+//! `--copy-to DIR`, a verified copy of the intact ones (and with
+//! `--partial` the readable parts of the damaged ones), resumable.
+//!
+//! inspect (root, read-only btrfs, devices, chunk tree, target) → walk
+//! (classify each file: [`classify`]) → copy ([`copy`]) → report
+//! ([`report`]); the manifest ([`manifest`]) makes a copy resumable.
+
+pub mod classify;
+mod copy;
+pub mod manifest;
+pub mod report;
+mod walk;
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{self as rfs, Stat};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::profile::Profile;
+use crate::model::stripes::ChunkMap;
+use crate::sys::fs::beneath::HeldDir;
+use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::btrfs;
+use crate::sys::kernel::extents;
+use crate::sys::kernel::signals;
+use crate::ui::{Progress, Ui};
+
+use classify::Classifier;
+use copy::{NewFile, Sink};
+use manifest::{Header, MANIFEST, Manifest};
+use report::{
+    Bytes, CopySummary, FileRecord, FileState, RescueDevice, RescueReport, Saved, StateCounts,
+    Walked,
+};
+use walk::Event;
+
+/// What to rescue.
+#[derive(Debug, Clone)]
+pub struct RescueRequest {
+    /// A directory of the read-only btrfs (its mount point, usually).
+    pub mount: PathBuf,
+    /// `--copy-to DIR`.
+    pub copy_to: Option<PathBuf>,
+    /// `--partial`: damaged files' readable parts as `NAME.partial`.
+    pub partial: bool,
+    /// How many files that are not intact the report lists.
+    pub listed_limit: usize,
+}
+
+/// The line that tells how to get a read-only mount.
+fn ro_hint(mount: &Path) -> String {
+    format!(
+        "mount it read-only first: mount -o degraded,ro DEVICE {} (never put degraded in /etc/fstab)",
+        mount.display()
+    )
+}
+
+/// Runs the rescue; `each` sees every file's record in walk order (for
+/// `--list`).
+pub fn run(
+    req: &RescueRequest,
+    ui: &dyn Ui,
+    each: &mut dyn FnMut(&FileRecord),
+) -> Result<RescueReport> {
+    signals::install()?;
+    if !rustix::process::geteuid().is_root() {
+        return Err(Error::new(
+            ErrorKind::Permission,
+            "rescue needs root: it reads the chunk tree (TREE_SEARCH) to map every file to its devices",
+        )
+        .with_hint(format!(
+            "run it as root: sudo btrfs-lab rescue {}",
+            req.mount.display()
+        )));
+    }
+    let src = HeldDir::open(&req.mount)?;
+    let st = src.fstat()?;
+    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Directory {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is not a directory", req.mount.display()),
+        ));
+    }
+    let fsid = btrfs::fsid_of(src.fd(), &req.mount).map_err(|e| {
+        if e.kind() == ErrorKind::WrongTarget {
+            Error::new(
+                ErrorKind::WrongTarget,
+                format!("{} is not on a btrfs filesystem", req.mount.display()),
+            )
+            .with_hint(ro_hint(&req.mount))
+        } else {
+            e
+        }
+    })?;
+    let vfs = rfs::fstatvfs(src.fd())
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &req.mount))?;
+    if !vfs.f_flag.contains(rfs::StatVfsMountFlags::RDONLY) {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!(
+                "{} is mounted read-write; rescue reads only a read-only mount",
+                req.mount.display()
+            ),
+        )
+        .with_hint(ro_hint(&req.mount)));
+    }
+    let records = btrfs::chunk_records_of(src.fd(), &req.mount)?.ok_or_else(|| {
+        Error::new(
+            ErrorKind::Permission,
+            format!("cannot read the chunk tree of {}", req.mount.display()),
+        )
+    })?;
+    let map = btrfs::data_chunk_map(&records);
+    let devices = find_devices(&src, &fsid, &map)?;
+    let missing: BTreeSet<u64> = devices
+        .iter()
+        .filter(|d| d.missing)
+        .map(|d| d.devid)
+        .collect();
+    let mut notes = Vec::new();
+    if missing.is_empty() {
+        notes.push(
+            "no device is missing: every file should be intact (each is still mapped, and read with --copy-to)"
+                .to_owned(),
+        );
+    }
+    notes.extend(scope_notes(&req.mount, &st));
+    let profiles = |data: bool| {
+        let mut v: Vec<Profile> = records
+            .iter()
+            .filter(|c| {
+                if data {
+                    c.is_data()
+                } else {
+                    c.flags
+                        .contains(btrfs_uapi::space::BlockGroupFlags::METADATA)
+                }
+            })
+            .map(|c| btrfs::profile_of(c.flags))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let copy = match &req.copy_to {
+        Some(dir) => Some(open_target(dir, &src, &st, &fsid, &req.mount, req.partial)?),
+        None => None,
+    };
+    let mut report = RescueReport {
+        mount: req.mount.display().to_string(),
+        fsid: fsid.clone(),
+        data_profiles: profiles(true),
+        metadata_profiles: profiles(false),
+        devices,
+        missing_devids: missing.iter().copied().collect(),
+        walked: Walked::default(),
+        files: StateCounts::default(),
+        bytes: Bytes::default(),
+        listed: Vec::new(),
+        not_listed: 0,
+        notes,
+        copy: None,
+    };
+    ui.started();
+    let classifier = Classifier::new(&map, &missing);
+    let bar = ui.progress(if copy.is_some() {
+        "rescue {bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}"
+    } else {
+        "rescue {pos} files {msg}"
+    });
+    if copy.is_some() && bar.shown() {
+        // The total for the rate and ETA: one walk over the metadata.
+        let mut total = 0u64;
+        walk::walk(&src, &fsid, &mut |e| {
+            if let Event::File { st, .. } = e {
+                total += st.st_size as u64;
+            }
+            signals::check()
+        })?;
+        bar.set_length(total);
+    }
+    let mut job = Job {
+        classifier,
+        ui,
+        each,
+        report: &mut report,
+        limit: req.listed_limit,
+        copy,
+        bar: &*bar,
+        done: 0,
+        as_root: true,
+    };
+    let result = walk::walk(&src, &fsid, &mut |e| job.event(e));
+    bar.finish();
+    let copy = job.copy.take();
+    match (result, copy) {
+        (Ok(()), Some(c)) => {
+            let summary = c.summary(true);
+            c.manifest.finish(true)?;
+            report.copy = Some(summary);
+            Ok(report)
+        }
+        (Ok(()), None) => Ok(report),
+        (Err(e), Some(c)) => {
+            let summary = c.summary(false);
+            let dir = c.dir_shown.clone();
+            c.manifest.finish(false)?;
+            Err(stopped(e, &summary, &report, &dir, req))
+        }
+        (Err(e), None) => Err(e),
+    }
+}
+
+/// The error of a copy that stopped early: what was saved, how to resume.
+fn stopped(e: Error, c: &CopySummary, r: &RescueReport, dir: &Path, req: &RescueRequest) -> Error {
+    let saved = format!(
+        "{} files saved so far ({} bytes), listed in {}",
+        c.copied + c.resumed,
+        r.bytes.saved,
+        dir.join(MANIFEST).display()
+    );
+    let resume = format!(
+        "run the same command again to resume: btrfs-lab rescue {} --copy-to {}{}",
+        req.mount.display(),
+        dir.display(),
+        if req.partial { " --partial" } else { "" }
+    );
+    match e.kind() {
+        ErrorKind::NoSpace => Error::new(
+            ErrorKind::NoSpace,
+            format!("{} is full: the copy stopped; {saved}", dir.display()),
+        )
+        .with_hint(format!(
+            "free space there (or copy it elsewhere), then {resume}"
+        )),
+        ErrorKind::Interrupted => Error::new(
+            ErrorKind::Interrupted,
+            format!("interrupted: the copy stopped after the current file; {saved}"),
+        )
+        .with_hint(resume),
+        _ => Error::new(e.kind(), format!("{}; {saved}", e.message())).with_hint(resume),
+    }
+}
+
+/// Every device (DEV_INFO), and which are missing: no path in DEV_INFO,
+/// sysfs `devinfo/N/missing`, or named by the chunk tree and unknown to
+/// DEV_INFO.
+fn find_devices(src: &HeldDir, fsid: &str, map: &ChunkMap) -> Result<Vec<RescueDevice>> {
+    let sys = SysRoot::host();
+    let mut out: Vec<RescueDevice> = src
+        .btrfs_devices()?
+        .into_iter()
+        .map(|d| {
+            let flag = sys
+                .read_attr(&sys.sys(&format!("fs/btrfs/{fsid}/devinfo/{}/missing", d.devid)))
+                .is_ok_and(|v| v.trim() == "1");
+            let why = if d.path.is_empty() {
+                Some("DEV_INFO has no path for it".to_owned())
+            } else if flag {
+                Some(format!(
+                    "sysfs fs/btrfs/{fsid}/devinfo/{}/missing is 1",
+                    d.devid
+                ))
+            } else {
+                None
+            };
+            RescueDevice {
+                devid: d.devid,
+                path: d.path,
+                missing: why.is_some(),
+                why_missing: why,
+            }
+        })
+        .collect();
+    for devid in map.devids() {
+        if !out.iter().any(|d| d.devid == devid) {
+            out.push(RescueDevice {
+                devid,
+                path: String::new(),
+                missing: true,
+                why_missing: Some(
+                    "the chunk tree has stripes on it and DEV_INFO does not know it".to_owned(),
+                ),
+            });
+        }
+    }
+    out.sort_by_key(|d| d.devid);
+    Ok(out)
+}
+
+/// What is out of the walk's reach: subvolumes not below MOUNT.
+fn scope_notes(mount: &Path, st: &Stat) -> Vec<String> {
+    let mut notes = Vec::new();
+    let sys = SysRoot::host();
+    if let Ok(m) = crate::sys::proc::mountinfo::containing(&sys, mount) {
+        let subvolid = m
+            .options()
+            .find_map(|o| o.strip_prefix("subvolid="))
+            .and_then(|v| v.parse::<u64>().ok());
+        let at_root = std::path::absolute(mount).is_ok_and(|p| p == m.mount_point);
+        if subvolid.is_some_and(|id| id != 5) || !at_root || st.st_ino != 256 {
+            notes.push(format!(
+                "only what is below {} is walked (mount root {}{}); subvolumes not reachable there are out of scope: mount the top level (-o subvolid=5) to rescue them",
+                mount.display(),
+                m.root.display(),
+                subvolid.map_or(String::new(), |id| format!(", subvolid={id}"))
+            ));
+        }
+    }
+    notes
+}
+
+/// `--copy-to`: the target directory, held, checked, with its manifest.
+struct CopyState {
+    dir_shown: PathBuf,
+    dirs: Vec<HeldDir>,
+    manifest: Manifest,
+    partial: bool,
+    copied: u64,
+    partial_copies: u64,
+    resumed: u64,
+    symlinks: u64,
+}
+
+impl CopyState {
+    fn summary(&self, complete: bool) -> CopySummary {
+        CopySummary {
+            dir: self.dir_shown.display().to_string(),
+            manifest: self.dir_shown.join(MANIFEST).display().to_string(),
+            partial: self.partial,
+            copied: self.copied,
+            partial_copies: self.partial_copies,
+            resumed: self.resumed,
+            symlinks: self.symlinks,
+            complete,
+        }
+    }
+}
+
+fn open_target(
+    dir: &Path,
+    src: &HeldDir,
+    src_st: &Stat,
+    fsid: &str,
+    mount: &Path,
+    partial: bool,
+) -> Result<CopyState> {
+    let held = match HeldDir::open(dir) {
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            let abs = std::path::absolute(dir)
+                .map_err(|e| Error::usage(format!("invalid directory {}: {e}", dir.display())))?;
+            let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+                return Err(e);
+            };
+            let parent = HeldDir::open(parent)?;
+            copy::make_dir(&parent, name)?
+        }
+        other => other?,
+    };
+    let st = held.fstat()?;
+    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Directory {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!("{} is not a directory", dir.display()),
+        ));
+    }
+    let same = st.st_dev == src_st.st_dev || held.btrfs_fsid().is_ok_and(|f| f == fsid);
+    if same {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!(
+                "{} is on the filesystem being rescued ({fsid}); copy to another disk",
+                dir.display()
+            ),
+        )
+        .with_hint("choose a directory on another filesystem (a USB disk, a network share)"));
+    }
+    let _ = src;
+    held.check_writable()?;
+    match manifest::existing_header(&held)? {
+        Some(h) if h.fsid != fsid => {
+            return Err(Error::new(
+                ErrorKind::WrongTarget,
+                format!(
+                    "{} holds the manifest of a rescue of another filesystem ({})",
+                    dir.display(),
+                    h.fsid
+                ),
+            )
+            .with_hint("choose an empty target directory"));
+        }
+        Some(_) => {}
+        None if !held.names()?.is_empty() => {
+            return Err(Error::new(
+                ErrorKind::WrongTarget,
+                format!(
+                    "{} is not empty and holds no rescue manifest",
+                    dir.display()
+                ),
+            )
+            .with_hint(
+                "choose an empty directory (or the one an earlier rescue wrote, to resume)",
+            ));
+        }
+        None => {}
+    }
+    let manifest = Manifest::begin(
+        &held,
+        Header {
+            tool: "btrfs-lab".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            fsid: fsid.to_owned(),
+            mount: mount.display().to_string(),
+        },
+    )?;
+    Ok(CopyState {
+        dir_shown: dir.to_path_buf(),
+        dirs: vec![held],
+        manifest,
+        partial,
+        copied: 0,
+        partial_copies: 0,
+        resumed: 0,
+        symlinks: 0,
+    })
+}
+
+struct Job<'a, 'b> {
+    classifier: Classifier<'a>,
+    ui: &'b dyn Ui,
+    each: &'b mut dyn FnMut(&FileRecord),
+    report: &'b mut RescueReport,
+    limit: usize,
+    copy: Option<CopyState>,
+    bar: &'b dyn Progress,
+    done: u64,
+    as_root: bool,
+}
+
+fn is_stop(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::NoSpace | ErrorKind::Interrupted)
+}
+
+impl Job<'_, '_> {
+    fn event(&mut self, e: Event<'_>) -> Result<()> {
+        match e {
+            Event::Enter { rel, subvolume, .. } => {
+                self.report.walked.directories += 1;
+                if subvolume {
+                    self.report.walked.subvolumes += 1;
+                }
+                if let Some(c) = &mut self.copy
+                    && !rel.as_os_str().is_empty()
+                {
+                    let parent = c.dirs.last().expect("the target");
+                    let name = rel.file_name().unwrap_or(OsStr::new(""));
+                    let d = copy::make_dir(parent, name)?;
+                    c.dirs.push(d);
+                }
+                Ok(())
+            }
+            Event::Leave { rel, st } => {
+                if let Some(c) = &mut self.copy
+                    && !rel.as_os_str().is_empty()
+                {
+                    let d = c.dirs.pop().expect("a target directory");
+                    copy::apply_meta(d.fd(), st, self.as_root, d.path())?;
+                }
+                Ok(())
+            }
+            Event::File { rel, dir, name, st } => {
+                signals::check()?;
+                self.report.walked.files += 1;
+                let record = self.file(rel, dir, name, st)?;
+                self.account(&record);
+                (self.each)(&record);
+                if let Some(c) = &mut self.copy {
+                    c.manifest.record(&record)?;
+                }
+                self.bar.set_message(record.path.clone());
+                if self.copy.is_none() {
+                    self.bar.set_position(self.report.walked.files);
+                }
+                Ok(())
+            }
+            Event::Symlink { dir, name, st, rel } => {
+                self.report.walked.symlinks += 1;
+                if let Some(c) = &mut self.copy {
+                    let dst = c.dirs.last().expect("the target");
+                    match copy::copy_symlink(dir, dst, name, st, self.as_root) {
+                        Ok(()) => c.symlinks += 1,
+                        Err(e) if is_stop(&e) => return Err(e),
+                        Err(e) => {
+                            self.report.walked.unreadable += 1;
+                            self.ui.error(&Error::new(
+                                e.kind(),
+                                format!("{}: {}", rel.display(), e.message()),
+                            ));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Event::Other => {
+                self.report.walked.other += 1;
+                Ok(())
+            }
+            Event::OtherFilesystem { rel } => {
+                self.report.walked.other_filesystems += 1;
+                self.report.notes.push(format!(
+                    "{} is another filesystem mounted below MOUNT: not walked",
+                    rel.display()
+                ));
+                Ok(())
+            }
+            Event::Unreadable { rel, error } => {
+                self.report.walked.unreadable += 1;
+                self.ui.error(&Error::new(
+                    error.kind(),
+                    format!("{}: {}", rel.display(), error.message()),
+                ));
+                Ok(())
+            }
+        }
+    }
+
+    fn account(&mut self, r: &FileRecord) {
+        let b = &mut self.report.bytes;
+        b.total += r.size;
+        match r.state {
+            FileState::Intact => {
+                self.report.files.intact += 1;
+                b.intact += r.size;
+            }
+            FileState::Damaged => {
+                self.report.files.damaged += 1;
+                b.lost += r.damaged_bytes;
+            }
+            FileState::Unknown => {
+                self.report.files.unknown += 1;
+                b.unknown += r.size;
+            }
+            FileState::Failed => {
+                self.report.files.failed += 1;
+                b.lost += r.damaged_bytes;
+            }
+        }
+        if let Some(s) = &r.saved {
+            b.saved += s.bytes_rescued;
+        }
+        if r.state != FileState::Intact {
+            if self.report.listed.len() < self.limit {
+                self.report.listed.push(r.clone());
+            } else {
+                self.report.not_listed += 1;
+            }
+        }
+    }
+
+    /// One regular file: resumed, or judged (and read and saved).
+    fn file(&mut self, rel: &Path, dir: &HeldDir, name: &OsStr, st: &Stat) -> Result<FileRecord> {
+        let key = rel.as_os_str().as_bytes();
+        let size = st.st_size as u64;
+        let mut r = FileRecord {
+            path: rel.to_string_lossy().into_owned(),
+            path_hex: std::str::from_utf8(key)
+                .is_err()
+                .then(|| manifest::hex(key)),
+            size,
+            state: FileState::Unknown,
+            damaged_ranges: Vec::new(),
+            damaged_bytes: 0,
+            judged: Vec::new(),
+            saved: None,
+            error: None,
+        };
+        if let Some(c) = &mut self.copy {
+            if rel.parent() == Some(Path::new(""))
+                && [MANIFEST, manifest::NEW, manifest::MERGE]
+                    .iter()
+                    .any(|m| name == OsStr::new(m))
+            {
+                r.error = Some("its name is the rescue manifest's: not copied".to_owned());
+                let old = c.manifest.old.take(key);
+                drop(old);
+                return Ok(self.judge_only(r, dir, name));
+            }
+            if let Some(old) = c.manifest.old.take(key) {
+                let dst = c.dirs.last().expect("the target");
+                if old.size == size
+                    && let Some(s) = &old.saved
+                    && let Some(fname) = Path::new(&s.path).file_name()
+                    && dst.stat(fname)?.is_some_and(|t| {
+                        rfs::FileType::from_raw_mode(t.st_mode) == rfs::FileType::RegularFile
+                            && t.st_size as u64 == s.bytes
+                    })
+                {
+                    c.resumed += 1;
+                    self.done += size;
+                    self.bar.set_position(self.done);
+                    return Ok(old);
+                }
+            }
+        }
+        let src = match copy::open_source(dir, name) {
+            Ok(f) => f,
+            Err(e) => {
+                r.state = FileState::Failed;
+                r.error = Some(e.message().to_owned());
+                return Ok(r);
+            }
+        };
+        let mut fj = self.classifier.file(size);
+        if let Err(e) = extents::for_each_extent(&src, size, |x| fj.extent(x)) {
+            let j = fj.finish();
+            r.judged = j.judged;
+            r.state = FileState::Unknown;
+            r.error = Some(format!("FIEMAP failed: {}", e.desc()));
+            return Ok(r);
+        }
+        let j = fj.finish();
+        r.state = j.state();
+        r.judged = j.judged.clone();
+        let mut damaged = j.damaged.clone();
+        let Some(c) = &mut self.copy else {
+            r.damaged_bytes = damaged.bytes();
+            r.damaged_ranges = damaged.0;
+            return Ok(r);
+        };
+        let map_state = r.state;
+        let wanted = match map_state {
+            FileState::Intact | FileState::Unknown => true,
+            FileState::Damaged | FileState::Failed => c.partial,
+        };
+        if !wanted {
+            r.damaged_bytes = damaged.bytes();
+            r.damaged_ranges = damaged.0;
+            self.done += size;
+            self.bar.set_position(self.done);
+            return Ok(r);
+        }
+        let dst = c.dirs.last().expect("the target");
+        let mut out = NewFile::create(dst, name)?;
+        let bar = self.bar;
+        let start = self.done;
+        let mut progressed = 0u64;
+        let read = copy::read_file(
+            &src,
+            size,
+            &damaged,
+            c.partial,
+            &mut out as &mut dyn Sink,
+            &mut |n| {
+                progressed += n;
+                bar.set_position(start + progressed);
+            },
+            &dir.join(name),
+        );
+        self.done = start + size;
+        let read = match read {
+            Ok(x) => x,
+            Err(e) if is_stop(&e) => return Err(e),
+            Err(e) => {
+                r.state = FileState::Failed;
+                r.error = Some(e.message().to_owned());
+                r.damaged_bytes = damaged.bytes();
+                r.damaged_ranges = damaged.0;
+                return Ok(r);
+            }
+        };
+        let had_errors = !read.bad.is_empty();
+        for b in &read.bad.0 {
+            damaged.add(b.offset, b.length);
+        }
+        r.state = match (map_state, had_errors) {
+            (FileState::Intact, true) => {
+                r.judged.push(
+                    "read back: EIO on a range the map puts on a present device (is another device failing?)"
+                        .to_owned(),
+                );
+                FileState::Failed
+            }
+            (FileState::Unknown, true) => {
+                r.judged
+                    .push("read back: EIO (checksum or device error)".to_owned());
+                FileState::Damaged
+            }
+            (FileState::Unknown, false) | (FileState::Intact, false) => {
+                r.judged
+                    .push("read back: every byte verified by btrfs' checksums".to_owned());
+                FileState::Intact
+            }
+            (s, _) => s,
+        };
+        if read.stopped_early {
+            r.judged
+                .push("reading stopped at the first unreadable byte (no --partial)".to_owned());
+        }
+        r.damaged_bytes = damaged.bytes();
+        r.damaged_ranges = damaged.0.clone();
+        let saved_name = if r.state == FileState::Intact {
+            name.to_os_string()
+        } else if c.partial {
+            let mut n = name.to_os_string();
+            n.push(".partial");
+            n
+        } else {
+            // Not good: the temporary file is dropped, nothing is named.
+            drop(out);
+            return Ok(r);
+        };
+        match out.commit(&saved_name, size, st, self.as_root) {
+            Ok(()) => {}
+            Err(e) if is_stop(&e) => return Err(e),
+            Err(e) => {
+                r.error = Some(e.message().to_owned());
+                return Ok(r);
+            }
+        }
+        // An intact copy replaces a partial one of an earlier run, and the
+        // other way round.
+        let mut other = name.to_os_string();
+        if r.state != FileState::Intact {
+            other = name.to_os_string();
+        } else {
+            other.push(".partial");
+        }
+        if other != saved_name {
+            let _ = copy::remove_regular(dst, &other);
+        }
+        c.copied += 1;
+        if r.state != FileState::Intact {
+            c.partial_copies += 1;
+        }
+        let rel_saved = rel.with_file_name(&saved_name);
+        r.saved = Some(Saved {
+            path: rel_saved.to_string_lossy().into_owned(),
+            bytes: size,
+            bytes_rescued: read.read_bytes,
+            blake3: read.hash,
+        });
+        Ok(r)
+    }
+
+    /// The map's judgement only (a file that is not copied).
+    fn judge_only(&self, mut r: FileRecord, dir: &HeldDir, name: &OsStr) -> FileRecord {
+        if let Ok(src) = copy::open_source(dir, name) {
+            let mut fj = self.classifier.file(r.size);
+            if extents::for_each_extent(&src, r.size, |x| fj.extent(x)).is_ok() {
+                let j = fj.finish();
+                r.state = j.state();
+                r.damaged_bytes = j.damaged.bytes();
+                r.damaged_ranges = j.damaged.0;
+                r.judged = j.judged;
+            }
+        }
+        r
+    }
+}

@@ -225,16 +225,55 @@ fn render_replace(plan: &ReplacePlan, out: &Output) -> String {
             ));
         }
     }
-    if !plan.commands.is_empty() {
+    runs_and_notes(&mut t, &plan.commands, &plan.notes);
+    t
+}
+
+/// A plan's commands (`runs:`) and notes, as every device plan shows them.
+fn runs_and_notes(t: &mut String, commands: &[Vec<String>], notes: &[String]) {
+    if !commands.is_empty() {
         t.push_str("  runs:\n");
-        for c in &plan.commands {
+        for c in commands {
             t.push_str(&format!("    {}\n", display_argv(c)));
         }
     }
-    for note in &plan.notes {
+    for note in notes {
         t.push_str(&format!("  - {note}\n"));
     }
-    t
+}
+
+/// The redundancy verdict after a replace or remove.
+fn render_redundancy(
+    t: &mut String,
+    r: &btrfs_lab::admin::redundancy::RedundancyCheck,
+    out: &Output,
+) {
+    let p = out.paint;
+    if r.ok {
+        t.push_str("  verified: every chunk has its profile's copies, on devices that are there\n");
+        return;
+    }
+    for w in &r.weak {
+        t.push_str(&format!(
+            "  {} {} {} chunk(s) of {} ({}) {}\n",
+            p.bad("not redundant:"),
+            w.chunks,
+            w.kind.json_name(),
+            w.profile.name(),
+            size(w.bytes),
+            if w.reason == "missing-device" {
+                "have a stripe on a missing device"
+            } else {
+                "have fewer copies than the rest of their type (written while degraded?)"
+            }
+        ));
+    }
+    if let Some(f) = &r.fix {
+        t.push_str(&format!(
+            "  fix: {} (converts only those chunks)\n",
+            display_argv(f)
+        ));
+    }
 }
 
 fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
@@ -409,24 +448,7 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
                         r.uncorrectable_read_errors
                     ));
                 }
-                if r.redundancy.ok {
-                    t.push_str("  verified: every chunk has its profile's copies, on devices that are there\n");
-                } else {
-                    for w in &r.redundancy.weak {
-                        t.push_str(&format!(
-                            "  {} {} {} chunk(s) of {} ({}) {}\n",
-                            p.bad("not redundant:"),
-                            w.chunks,
-                            w.kind.json_name(),
-                            w.profile.name(),
-                            size(w.bytes),
-                            if w.reason == "missing-device" { "have a stripe on a missing device" } else { "have fewer copies than the rest of their type (written while degraded?)" }
-                        ));
-                    }
-                    if let Some(f) = &r.redundancy.fix {
-                        t.push_str(&format!("  fix: {} (converts only those chunks)\n", display_argv(f)));
-                    }
-                }
+                render_redundancy(&mut t, &r.redundancy, out);
                 match &scrubbed {
                     Some(Ok(())) => t.push_str("  scrub of the new device: clean\n"),
                     Some(Err(e)) => t.push_str(&format!("  scrub of the new device failed: {}\n", e.message())),
@@ -477,13 +499,7 @@ fn render_remove(plan: &RemovePlan, out: &Output) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    t.push_str("  runs:\n");
-    for c in &plan.commands {
-        t.push_str(&format!("    {}\n", display_argv(c)));
-    }
-    for note in &plan.notes {
-        t.push_str(&format!("  - {note}\n"));
-    }
+    runs_and_notes(&mut t, &plan.commands, &plan.notes);
     t
 }
 
@@ -599,7 +615,11 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
                         "{} device {} ({}), {} moved in {:.0} s\n",
                         p.good("removed:"),
                         d.devid,
-                        if d.path.is_empty() { "missing" } else { &d.path },
+                        if d.path.is_empty() {
+                            "missing"
+                        } else {
+                            &d.path
+                        },
                         size(d.bytes_moved),
                         d.seconds
                     ));
@@ -608,26 +628,13 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
                     "  {} device{} now: {}\n",
                     r.devices.len(),
                     if r.devices.len() == 1 { "" } else { "s" },
-                    r.devices.iter().map(|d| format!("{} {}", d.devid, d.path)).collect::<Vec<_>>().join(", ")
+                    r.devices
+                        .iter()
+                        .map(|d| format!("{} {}", d.devid, d.path))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ));
-                if r.redundancy.ok {
-                    t.push_str("  verified: every chunk has its profile's copies, on devices that are there\n");
-                } else {
-                    for w in &r.redundancy.weak {
-                        t.push_str(&format!(
-                            "  {} {} {} chunk(s) of {} ({}): {}\n",
-                            p.bad("not redundant:"),
-                            w.chunks,
-                            w.kind.json_name(),
-                            w.profile.name(),
-                            size(w.bytes),
-                            w.reason
-                        ));
-                    }
-                    if let Some(f) = &r.redundancy.fix {
-                        t.push_str(&format!("  fix: {}\n", display_argv(f)));
-                    }
-                }
+                render_redundancy(&mut t, &r.redundancy, out);
                 t
             });
             Ok(if r.redundancy.ok {

@@ -269,8 +269,8 @@ fn ts(sec: i64, nsec: i64) -> Timespec {
 
 fn times(st: &Stat) -> Timestamps {
     Timestamps {
-        last_access: ts(st.st_atime as i64, st.st_atime_nsec as i64),
-        last_modification: ts(st.st_mtime as i64, st.st_mtime_nsec as i64),
+        last_access: ts(st.st_atime, st.st_atime_nsec as i64),
+        last_modification: ts(st.st_mtime, st.st_mtime_nsec as i64),
     }
 }
 

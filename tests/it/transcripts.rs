@@ -385,6 +385,7 @@ transcript_tests! {
     root nocow => "nocow.md",
     root probe_dio => "probe-dio.md",
     root read_test => "read-test.md",
+    root rescue => "rescue.md",
     root sandbox => "sandbox.md",
     root show => "show.md",
     root usage => "usage.md",
@@ -492,6 +493,13 @@ enum Source {
 type Decided = (&'static str, &'static str, Source, &'static str);
 use Source::{Device, Fixed};
 const DECIDED: &[Decided] = &[
+    // rescue.md
+    (
+        "rescue.md",
+        "bytes: 0.00B in files, 0.00B intact, 0.00B lost, 0.00B unknown",
+        Fixed,
+        "the transcript's sandbox holds no file",
+    ),
     // bench.md
     (
         "bench.md",

@@ -932,7 +932,7 @@ fn rig_doctor_and_show_after_device_del_and_degraded_boot() {
     let text = &o2.run("doctor-degraded-text").stdout;
     assert!(text.contains("missing devid: 3"), "[{k}] {text}");
     assert!(
-        text.contains("btrfs replace start"),
+        text.contains("btrfs-lab device replace") || text.contains("btrfs-lab rescue"),
         "[{k}] what to do: {text}"
     );
     eprintln!(

@@ -108,10 +108,13 @@ pub enum Pause {
     ConvertConfirmed,
     /// `device add`: confirmed, before anything is done.
     DeviceAddConfirmed,
+    /// `rescue --copy-to`: the first file is judged, copied and in the
+    /// manifest (a test interrupts the copy there and resumes it).
+    RescueCopied,
 }
 
 /// Every pause point, for [`Pause::named`].
-const PAUSES: [Pause; 7] = [
+const PAUSES: [Pause; 8] = [
     Pause::ProbeWritten,
     Pause::ReadTestMmap,
     Pause::NocowCopy,
@@ -119,6 +122,7 @@ const PAUSES: [Pause; 7] = [
     Pause::NocowSwapped,
     Pause::ConvertConfirmed,
     Pause::DeviceAddConfirmed,
+    Pause::RescueCopied,
 ];
 
 impl Pause {
@@ -132,6 +136,7 @@ impl Pause {
             Pause::NocowSwapped => "nocow-swapped",
             Pause::ConvertConfirmed => "convert-confirmed",
             Pause::DeviceAddConfirmed => "device-add-confirmed",
+            Pause::RescueCopied => "rescue-copied",
         }
     }
 

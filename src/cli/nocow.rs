@@ -6,7 +6,7 @@ use clap::Args;
 
 use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::model::profile::profile_list;
-use btrfs_lab::model::text::{escape_control, escape_path};
+use btrfs_lab::model::text::{count, escape_control, escape_path};
 use btrfs_lab::nocow::advice::{Advice, Service, advice};
 use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
 use btrfs_lab::nocow::migrate::ExecOptions;
@@ -339,17 +339,13 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
     t
 }
 
-fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 fn summary_sentence(s: &Summary) -> String {
     if s.files == 0 && s.directories == 0 && s.leftovers == 0 {
         return "no files".to_owned();
     }
     let mut parts = vec![format!(
         "{}: {} NOCOW ({})",
-        plural(s.files, "file", "files"),
+        count(s.files, "file", "files"),
         s.nocow_files,
         size(s.nocow_bytes)
     )];
@@ -380,13 +376,13 @@ fn summary_sentence(s: &Summary) -> String {
         text.push_str(&format!(
             "; {} of {} below NOCOW",
             s.nocow_directories,
-            plural(s.directories, "directory", "directories")
+            count(s.directories, "directory", "directories")
         ));
     }
     if s.leftovers > 0 {
         text.push_str(&format!(
             "; {} left by an interrupted migration",
-            plural(s.leftovers, "temporary file", "temporary files")
+            count(s.leftovers, "temporary file", "temporary files")
         ));
     }
     text
@@ -482,7 +478,7 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
         if r.summary.open_files > 0 {
             t.push_str(&format!(
                 "        {} open by running processes\n",
-                plural(r.summary.open_files, "file is", "files are")
+                count(r.summary.open_files, "file is", "files are")
             ));
         }
         if r.summary.needs_migration_files + r.summary.switchable_files > 0 {

@@ -20,8 +20,10 @@ device are whole. MOUNT must be mounted read-only:
   mount -o degraded,ro DEVICE MOUNT   (never put degraded in /etc/fstab)
 Every file of every subvolume below MOUNT is mapped (FIEMAP, the chunk
 tree) and reported intact, damaged (the byte ranges) or unknown; with
---copy-to every byte copied is read back through btrfs' checksums, and a
-re-run with the same arguments resumes (rescue-manifest.jsonl in DIR).
+--copy-to every byte copied is read from the disk and checked against the
+checksum tree (by the kernel, and again by rescue: a sector that does not
+match is never copied as good); a re-run with the same arguments resumes
+(rescue-manifest.jsonl in DIR).
 
 Exit status: 0 every file intact; 3 some files damaged, unknown or failed;
 1 refused or failed (a full target: the same command resumes); 2 bad

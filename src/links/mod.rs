@@ -439,9 +439,5 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
 }
 
 fn plural(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
+    crate::model::text::count(n as u64, what, &format!("{what}s"))
 }

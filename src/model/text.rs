@@ -1,7 +1,8 @@
 //! Text that came from other users (file names, process names, labels)
 //! rendered safely on root's terminal: control characters are escaped the
 //! way `ls` and GNU quoting do it, so a name cannot move the cursor, change
-//! colours, set the window title or hide itself.
+//! colours, set the window title or hide itself. And counted nouns
+//! ([`count`]): "1 file", "2 files", never "1 files".
 
 use std::borrow::Cow;
 use std::ffi::OsStr;
@@ -95,6 +96,13 @@ pub(crate) fn lossy_paths<S: serde::Serializer, P: AsRef<Path>>(
         seq.serialize_element(&*p.as_ref().to_string_lossy())?;
     }
     seq.end()
+}
+
+/// `n` and the noun in its number: `count(1, "file", "files")` is
+/// "1 file", `count(2, ...)` "2 files".
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 #[cfg(test)]

@@ -16,13 +16,16 @@ use rustix::io::Errno as RErrno;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::rescue::classify::Ranges;
+use crate::rescue::verify::{Check, Csums};
 use crate::sys::fs::beneath::HeldDir;
+use crate::sys::kernel::direct_io::AlignedBuffer;
+use crate::sys::kernel::extents::Extent;
 
 /// Bytes per read.
 const BLOCK: u64 = 1 << 20;
 /// Bytes per read after an error inside a block (the sector size btrfs
 /// checksums).
-const SECTOR: u64 = 4096;
+pub(crate) const SECTOR: u64 = 4096;
 
 fn rerr(e: RErrno, doing: &str, path: &Path) -> Error {
     crate::sys::kernel::errno::to_error(e, doing, path)
@@ -39,6 +42,14 @@ pub(crate) struct ReadOutcome {
     pub hash: String,
     /// Reading stopped at the first unreadable byte (not `keep_going`).
     pub stopped_early: bool,
+    /// Bytes read without error that did not match btrfs' checksums
+    /// (rescue's own check; they are in `bad` too).
+    pub mismatched: u64,
+    /// Bytes read and checked by rescue against the checksum tree.
+    pub verified: u64,
+    /// Bytes read that only the kernel could check (compressed, inline,
+    /// without checksums, or no checksum check here).
+    pub unchecked: u64,
 }
 
 /// Where the bytes go: a file being written, or nowhere (a verification).
@@ -53,8 +64,21 @@ pub(crate) trait Sink {
 /// Without `keep_going` the first bad sector ends the read. All-zero blocks
 /// are not written (the target stays sparse). `progress` gets the bytes
 /// done after each block.
+///
+/// Every byte comes from the disk, never from the page cache: through
+/// `direct` (the same file opened `O_DIRECT`) where btrfs gives it, else
+/// buffered after the range's cached pages are dropped. A cached page is
+/// not checked again, and after a checksum failure 6.18 was seen to serve
+/// the failed block's bytes from the cache on the next read, without EIO
+/// (tests/it/rescue.rs): a copy that trusted it would be corrupt. So each
+/// sector read is also checked by rescue against the checksum tree
+/// (`check`: the checksums and the file's extents); a sector that does not
+/// match is a bad range like an EIO.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_file(
     src: &File,
+    direct: Option<&File>,
+    mut check: Option<(&mut Csums, &[Extent])>,
     size: u64,
     skip: &Ranges,
     keep_going: bool,
@@ -62,6 +86,12 @@ pub(crate) fn read_file(
     progress: &mut dyn FnMut(u64),
     path: &Path,
 ) -> Result<ReadOutcome> {
+    let mut reader = Reader {
+        src,
+        direct,
+        size,
+        scratch: AlignedBuffer::new((BLOCK + SECTOR) as usize, SECTOR as usize),
+    };
     let mut out = ReadOutcome::default();
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; BLOCK as usize];
@@ -85,7 +115,7 @@ pub(crate) fn read_file(
                 n += run;
                 continue;
             }
-            match read_exact_at(src, piece, at) {
+            match reader.read_exact_at(piece, at) {
                 Ok(()) => out.read_bytes += run,
                 Err(RErrno::IO) => {
                     // Sector by sector.
@@ -93,7 +123,7 @@ pub(crate) fn read_file(
                     while s < run {
                         let sl = (SECTOR - (at + s) % SECTOR).min(run - s);
                         let sector = &mut piece[s as usize..(s + sl) as usize];
-                        match read_exact_at(src, sector, at + s) {
+                        match reader.read_exact_at(sector, at + s) {
                             Ok(()) => out.read_bytes += sl,
                             Err(RErrno::IO) => {
                                 sector.fill(0);
@@ -112,6 +142,34 @@ pub(crate) fn read_file(
             }
             n += run;
         }
+        // Rescue's own check of every sector read.
+        let mut s = 0u64;
+        while s < len {
+            let at = off + s;
+            let sl = SECTOR.min(len - s);
+            if !skip.overlaps(at, sl) && !out.bad.overlaps(at, sl) {
+                let sector = &mut buf[s as usize..(s + sl) as usize];
+                let verdict = match &mut check {
+                    Some((sums, exts)) => sums.check(exts, at, sector)?,
+                    None => Check::Unchecked,
+                };
+                match verdict {
+                    Check::Verified => out.verified += sl,
+                    Check::Unchecked => out.unchecked += sl,
+                    Check::Mismatch => {
+                        sector.fill(0);
+                        out.bad.add(at, sl);
+                        out.read_bytes -= sl;
+                        out.mismatched += sl;
+                        if !keep_going {
+                            out.stopped_early = true;
+                            return Ok(out);
+                        }
+                    }
+                }
+            }
+            s += sl;
+        }
         let block = &buf[..len as usize];
         hasher.update(block);
         if block != &zeros[..len as usize] {
@@ -124,22 +182,76 @@ pub(crate) fn read_file(
     Ok(out)
 }
 
-/// pread until `buf` is full; EOF early is EIO (the file shrank: cannot
-/// happen on a read-only mount, never taken for data).
-fn read_exact_at(f: &File, buf: &mut [u8], mut at: u64) -> std::result::Result<(), RErrno> {
-    let mut done = 0usize;
-    while done < buf.len() {
-        match f.read_at(&mut buf[done..], at) {
-            Ok(0) => return Err(RErrno::IO),
-            Ok(n) => {
-                done += n;
-                at += n as u64;
+/// A source file's two descriptors and the aligned memory of its direct
+/// reads.
+struct Reader<'a> {
+    src: &'a File,
+    direct: Option<&'a File>,
+    size: u64,
+    scratch: AlignedBuffer,
+}
+
+impl Reader<'_> {
+    /// Fills `buf` with the bytes at `at`, read from the disk: `O_DIRECT`
+    /// when the offset is sector-aligned (a tail shorter than a sector is
+    /// read whole and cut at EOF), else buffered after dropping the cached
+    /// pages of the range. EOF early is EIO (the file shrank: cannot happen
+    /// on a read-only mount, never taken for data).
+    fn read_exact_at(&mut self, buf: &mut [u8], at: u64) -> std::result::Result<(), RErrno> {
+        if let Some(d) = self.direct
+            && at.is_multiple_of(SECTOR)
+            && buf.len() as u64 <= BLOCK
+        {
+            let want = (buf.len() as u64).div_ceil(SECTOR) * SECTOR;
+            let scratch = &mut self.scratch.as_mut_slice()[..want as usize];
+            let mut done = 0usize;
+            while done < buf.len() {
+                match d.read_at(&mut scratch[done..], at + done as u64) {
+                    Ok(0) => return Err(RErrno::IO),
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // btrfs refused O_DIRECT here after all: buffered.
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        self.direct = None;
+                        return self.read_exact_at(buf, at);
+                    }
+                    Err(e) => {
+                        return Err(RErrno::from_raw_os_error(e.raw_os_error().unwrap_or(5)));
+                    }
+                }
+                // A direct read ends at a sector boundary or at EOF.
+                if done < buf.len() && !(done as u64).is_multiple_of(SECTOR) {
+                    break;
+                }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(RErrno::from_raw_os_error(e.raw_os_error().unwrap_or(5))),
+            if done < buf.len() || at + (buf.len() as u64) > self.size {
+                return Err(RErrno::IO);
+            }
+            buf.copy_from_slice(&scratch[..buf.len()]);
+            return Ok(());
         }
+        // Not from the cache: its pages of this range dropped first.
+        let _ = rfs::fadvise(
+            self.src,
+            at,
+            std::num::NonZeroU64::new(buf.len() as u64),
+            rfs::Advice::DontNeed,
+        );
+        let mut done = 0usize;
+        let mut at = at;
+        while done < buf.len() {
+            match self.src.read_at(&mut buf[done..], at) {
+                Ok(0) => return Err(RErrno::IO),
+                Ok(n) => {
+                    done += n;
+                    at += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(RErrno::from_raw_os_error(e.raw_os_error().unwrap_or(5))),
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A new file in a target directory that gets its name only when complete.
@@ -344,6 +456,17 @@ pub(crate) fn copy_symlink(
 
 /// Opens the regular file `name` of `dir` for reading without changing its
 /// access time (O_NOATIME; without it where the kernel refuses it).
+/// The same file opened `O_DIRECT` for reading, when the filesystem allows
+/// it and the name still leads to `file` (same device and inode).
+pub(crate) fn open_direct(dir: &HeldDir, name: &OsStr, file: &File) -> Option<File> {
+    let d = dir
+        .open_entry_file(name, OFlags::RDONLY | OFlags::NOATIME | OFlags::DIRECT)
+        .or_else(|_| dir.open_entry_file(name, OFlags::RDONLY | OFlags::DIRECT))
+        .ok()?;
+    let (a, b) = (rfs::fstat(&d).ok()?, rfs::fstat(file).ok()?);
+    (a.st_dev == b.st_dev && a.st_ino == b.st_ino).then_some(d)
+}
+
 pub(crate) fn open_source(dir: &HeldDir, name: &OsStr) -> Result<File> {
     match dir.open_entry_file(name, OFlags::RDONLY | OFlags::NOATIME) {
         Err(e) if e.kind() == ErrorKind::Permission => dir.open_entry_file(name, OFlags::RDONLY),

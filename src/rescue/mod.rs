@@ -12,6 +12,7 @@ pub mod classify;
 mod copy;
 pub mod manifest;
 pub mod report;
+mod verify;
 mod walk;
 
 use std::collections::BTreeSet;
@@ -149,7 +150,21 @@ pub fn run(
         v
     };
     let copy = match &req.copy_to {
-        Some(dir) => Some(open_target(dir, &src, &st, &fsid, &req.mount, req.partial)?),
+        Some(dir) => {
+            let mut c = open_target(dir, &src, &st, &fsid, &req.mount, req.partial)?;
+            match verify::Csums::open(&src.fd(), &req.mount, &fsid) {
+                Ok(sums) if sums.sector() == copy::SECTOR => c.csums = Some(sums),
+                Ok(sums) => notes.push(format!(
+                    "the bytes copied are checked by the kernel only: rescue checks {}-byte sectors, this filesystem's are {}",
+                    copy::SECTOR,
+                    sums.sector()
+                )),
+                Err(why) => notes.push(format!(
+                    "the bytes copied are checked by the kernel only, not again by rescue: {why}"
+                )),
+            }
+            Some(c)
+        }
         None => None,
     };
     let mut report = RescueReport {
@@ -217,11 +232,18 @@ pub fn run(
     }
 }
 
+/// The judgement of bytes the kernel returned that btrfs' checksums reject.
+fn mismatch_note(bytes: u64) -> String {
+    format!(
+        "read back: {bytes} bytes the kernel returned without an error do not match btrfs' checksums (rescue checks every sector against the checksum tree): not copied as good"
+    )
+}
+
 /// The error of a copy that stopped early: what was saved, how to resume.
 fn stopped(e: Error, c: &CopySummary, r: &RescueReport, dir: &Path, req: &RescueRequest) -> Error {
     let saved = format!(
-        "{} files saved so far ({} bytes), listed in {}",
-        c.copied + c.resumed,
+        "{} saved so far ({} bytes), listed in {}",
+        crate::model::text::count(c.copied + c.resumed, "file", "files"),
         r.bytes.saved,
         dir.join(MANIFEST).display()
     );
@@ -326,6 +348,9 @@ struct CopyState {
     partial_copies: u64,
     resumed: u64,
     symlinks: u64,
+    /// btrfs' data checksums, for rescue's own check of every sector read
+    /// (`None`: the kernel's check only, said in the notes).
+    csums: Option<verify::Csums>,
 }
 
 impl CopyState {
@@ -428,6 +453,7 @@ fn open_target(
         partial_copies: 0,
         resumed: 0,
         symlinks: 0,
+        csums: None,
     })
 }
 
@@ -482,6 +508,10 @@ impl Job<'_, '_> {
                 (self.each)(&record);
                 if let Some(c) = &mut self.copy {
                     c.manifest.record(&record)?;
+                    if record.saved.is_some() {
+                        crate::hooks::Pause::RescueCopied
+                            .here(&format!(" of {}", record.path), &|| false)?;
+                    }
                 }
                 self.bar.set_message(record.path.clone());
                 if self.copy.is_none() {
@@ -593,10 +623,16 @@ impl Job<'_, '_> {
             }
             if let Some(old) = c.manifest.old.take(key) {
                 let dst = c.dirs.last().expect("the target");
+                // The name it was saved under, from the name's own bytes
+                // (the manifest's path is lossy for a name that is not
+                // UTF-8): NAME when intact, NAME.partial otherwise.
+                let mut fname = name.to_os_string();
+                if old.state != FileState::Intact {
+                    fname.push(".partial");
+                }
                 if old.size == size
                     && let Some(s) = &old.saved
-                    && let Some(fname) = Path::new(&s.path).file_name()
-                    && dst.stat(fname)?.is_some_and(|t| {
+                    && dst.stat(&fname)?.is_some_and(|t| {
                         rfs::FileType::from_raw_mode(t.st_mode) == rfs::FileType::RegularFile
                             && t.st_size as u64 == s.bytes
                     })
@@ -617,7 +653,14 @@ impl Job<'_, '_> {
             }
         };
         let mut fj = self.classifier.file(size);
-        if let Err(e) = extents::for_each_extent(&src, size, |x| fj.extent(x)) {
+        let mut exts: Vec<extents::Extent> = Vec::new();
+        let keep = self.copy.is_some();
+        if let Err(e) = extents::for_each_extent(&src, size, |x| {
+            if keep {
+                exts.push(*x);
+            }
+            fj.extent(x);
+        }) {
             let j = fj.finish();
             r.judged = j.judged;
             r.state = FileState::Unknown;
@@ -650,8 +693,11 @@ impl Job<'_, '_> {
         let bar = self.bar;
         let start = self.done;
         let mut progressed = 0u64;
+        let direct = copy::open_direct(dir, name, &src);
         let read = copy::read_file(
             &src,
+            direct.as_ref(),
+            c.csums.as_mut().map(|s| (s, exts.as_slice())),
             size,
             &damaged,
             c.partial,
@@ -680,20 +726,36 @@ impl Job<'_, '_> {
         }
         r.state = match (map_state, had_errors) {
             (FileState::Intact, true) => {
-                r.judged.push(
-                    "read back: EIO on a range the map puts on a present device (is another device failing?)"
-                        .to_owned(),
-                );
+                if read.bad.bytes() > read.mismatched {
+                    r.judged.push(
+                        "read back: EIO on a range the map puts on a present device (is another device failing?)"
+                            .to_owned(),
+                    );
+                }
+                if read.mismatched > 0 {
+                    r.judged.push(mismatch_note(read.mismatched));
+                }
                 FileState::Failed
             }
             (FileState::Unknown, true) => {
-                r.judged
-                    .push("read back: EIO (checksum or device error)".to_owned());
+                r.judged.push(if read.mismatched > 0 {
+                    mismatch_note(read.mismatched)
+                } else {
+                    "read back: EIO (checksum or device error)".to_owned()
+                });
                 FileState::Damaged
             }
             (FileState::Unknown, false) | (FileState::Intact, false) => {
-                r.judged
-                    .push("read back: every byte verified by btrfs' checksums".to_owned());
+                r.judged.push(if read.unchecked == 0 {
+                    "read back: every byte matches btrfs' checksums (checked by the kernel, and again by rescue against the checksum tree)".to_owned()
+                } else if read.verified == 0 {
+                    "read back: no read error; its bytes (compressed, inline, or without checksums) are checked by the kernel only".to_owned()
+                } else {
+                    format!(
+                        "read back: no read error; {} bytes checked again by rescue against the checksum tree, {} (compressed, inline, or without checksums) by the kernel only",
+                        read.verified, read.unchecked
+                    )
+                });
                 FileState::Intact
             }
             (s, _) => s,

@@ -66,7 +66,8 @@ pub struct FileRecord {
     /// How the state was decided, one reason per kind of extent met
     /// ("extents mapped through the chunk tree", "inline in metadata",
     /// "compressed extent: its disk extent's first byte on missing devid 3",
-    /// "read back: every byte verified by btrfs' checksums", ...).
+    /// "read back: every byte matches btrfs' checksums (checked by the kernel,
+    /// and again by rescue against the checksum tree)", ...).
     pub judged: Vec<String>,
     /// What was written under `--copy-to` (null: nothing).
     pub saved: Option<Saved>,

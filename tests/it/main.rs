@@ -20,6 +20,7 @@ mod quiet;
 mod read_test;
 mod read_test_pid;
 mod repo;
+mod rescue;
 mod rig;
 mod sandbox;
 mod space;

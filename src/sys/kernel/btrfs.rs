@@ -377,6 +377,66 @@ pub fn chunk_records_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<Ch
     }
 }
 
+/// One item of the checksum tree: the data checksums of consecutive sectors
+/// from a logical address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsumItem {
+    /// Logical address of the first sector it covers.
+    pub logical: u64,
+    /// The checksums, `csum_size` bytes per sector, in order.
+    pub sums: Vec<u8>,
+}
+
+/// The data checksum items of the checksum tree whose key lies in
+/// `[from, to]` (TREE_SEARCH: root only), in logical order. `Ok(None)` when
+/// not permitted.
+pub fn csum_items_of(
+    fd: BorrowedFd<'_>,
+    from: u64,
+    to: u64,
+    path: &Path,
+) -> Result<Option<Vec<CsumItem>>> {
+    use btrfs_uapi::raw::{
+        BTRFS_CSUM_TREE_OBJECTID, BTRFS_EXTENT_CSUM_KEY, BTRFS_EXTENT_CSUM_OBJECTID,
+    };
+    use btrfs_uapi::tree_search::{Key, SearchFilter, tree_search};
+    let objectid = i64::from(BTRFS_EXTENT_CSUM_OBJECTID) as u64;
+    let filter = SearchFilter {
+        tree_id: u64::from(BTRFS_CSUM_TREE_OBJECTID),
+        start: Key {
+            objectid,
+            item_type: BTRFS_EXTENT_CSUM_KEY,
+            offset: from,
+        },
+        end: Key {
+            objectid,
+            item_type: BTRFS_EXTENT_CSUM_KEY,
+            offset: to,
+        },
+        min_transid: 0,
+        max_transid: u64::MAX,
+    };
+    let mut items = Vec::new();
+    let result = tree_search(fd, filter, |hdr, data| {
+        if hdr.objectid == objectid && hdr.item_type == BTRFS_EXTENT_CSUM_KEY {
+            items.push(CsumItem {
+                logical: hdr.offset,
+                sums: data.to_vec(),
+            });
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => Ok(Some(items)),
+        Err(Errno::EPERM | Errno::EACCES) => Ok(None),
+        Err(e) => Err(Error::from_errno(
+            e,
+            "cannot read the checksum tree of",
+            path,
+        )),
+    }
+}
+
 /// Reads the chunk tree (TREE_SEARCH: root only), summed per type, device
 /// and stripe count. `Ok(None)` when not permitted, so callers can show
 /// what they can without it.

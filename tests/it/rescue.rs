@@ -1,0 +1,662 @@
+//! `rescue` on a real array that lost a device: three loop devices, data
+//! RAID0 (64 KiB stripes), metadata RAID1C3, files of many sizes below
+//! and above the stripe; one device forgotten, the rest mounted
+//! `degraded,ro`. The truth is what reading each file through btrfs gives
+//! (a stripe on the missing device is an EIO): every file `rescue` calls
+//! intact must read whole and match the hash taken before, every file that
+//! cannot be read must be reported damaged (or failed) and never copied as
+//! good. A block of an intact file overwritten on a present device stands
+//! for a second device failing mid-rescue. Then Ctrl-C and a full target,
+//! both resumed, and the refusals.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use btrfs_lab::hooks::{PAUSE_ENV, Pause};
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
+use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
+
+use crate::common::{TestEnv, require_root, run, typed};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+/// Pseudo-random bytes (xorshift), different for every seed.
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ seed.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn hash(b: &[u8]) -> String {
+    blake3::hash(b).to_hex().to_string()
+}
+
+/// The array after the loss: its sandbox (torn down on drop), the mount
+/// point, the loop devices still present, and every regular file's
+/// original contents by path relative to the mount.
+struct Degraded {
+    _sbx: Sandbox,
+    m: PathBuf,
+    present: Vec<PathBuf>,
+    originals: BTreeMap<PathBuf, Vec<u8>>,
+}
+
+fn ok(c: &mut Command) {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the array, writes the files, checks the refusals a healthy
+/// read-write mount gets, then loses device 3.
+fn degraded_array(env: &TestEnv) -> Degraded {
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid0),
+        metadata: Some(Profile::Raid1c3),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let mut originals = BTreeMap::new();
+    let mut seed = 1u64;
+    let mut put = |rel: PathBuf, data: Vec<u8>| {
+        let p = m.join(&rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, &data).unwrap();
+        originals.insert(rel, data);
+    };
+    // Empty and inline-sized files (they live in the RAID1C3 metadata).
+    for size in [0, 1, 100, 1000] {
+        put(format!("small/s{size}").into(), bytes(size, seed));
+        seed += 1;
+    }
+    // Around the 64 KiB stripe and a few stripes: three of each.
+    for size in [
+        3000,
+        4 * KIB,
+        5000,
+        16 * KIB,
+        40_000,
+        64 * KIB,
+        64 * KIB + 1,
+        100_000,
+        128 * KIB,
+        200_000,
+    ] {
+        for n in 0..3 {
+            put(format!("mid/m{size}-{n}").into(), bytes(size, seed));
+            seed += 1;
+        }
+    }
+    // Many stripes: these cross every device.
+    for (n, size) in [MIB, 3 * MIB + 123, 16 * MIB].into_iter().enumerate() {
+        put(format!("big/b{n}").into(), bytes(size, seed));
+        seed += 1;
+    }
+    put("a/b/c/deep".into(), bytes(30_000, seed));
+    seed += 1;
+    // A name that is not UTF-8 (rescue keeps its bytes: path_hex).
+    let latin1 = PathBuf::from(OsString::from_vec(b"names/caf\xe9".to_vec()));
+    put(latin1, bytes(20_000, seed));
+    // A compressed file: the map alone cannot place its bytes exactly.
+    let z = m.join("zstd");
+    fs::create_dir(&z).unwrap();
+    ok(Command::new("btrfs")
+        .args(["property", "set"])
+        .arg(&z)
+        .args(["compression", "zstd"]));
+    let text: Vec<u8> = b"btrfs-lab rescue: compressible line of text\n"
+        .iter()
+        .copied()
+        .cycle()
+        .take(2 * MIB)
+        .collect();
+    put("zstd/text".into(), text);
+    // A reflinked copy (shared extents) and a second name (hard link).
+    ok(Command::new("cp")
+        .arg("--reflink=always")
+        .arg(m.join("mid/m100000-0"))
+        .arg(m.join("mid/reflinked")));
+    originals.insert(
+        "mid/reflinked".into(),
+        originals[Path::new("mid/m100000-0")].clone(),
+    );
+    fs::hard_link(m.join("mid/m40000-0"), m.join("mid/hardlinked")).unwrap();
+    originals.insert(
+        "mid/hardlinked".into(),
+        originals[Path::new("mid/m40000-0")].clone(),
+    );
+    std::os::unix::fs::symlink("big/b0", m.join("link")).unwrap();
+    rustix::fs::syncfs(fs::File::open(&m).unwrap()).unwrap();
+
+    // Healthy and read-write: rescue refuses (and changes nothing).
+    let (code, _, err) = run(env.cmd().arg("rescue").arg(&m));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is mounted read-write"), "{err}");
+    assert!(err.contains("mount -o degraded,ro"), "{err}");
+    // Not as root: one line, no panic.
+    let (code, _, err) = run(env.as_nobody(&[]).arg("rescue").arg(&m));
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("rescue needs root"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    // Lose device 3: unmount, make the kernel forget it, mount the rest.
+    let devs = sbx.devices();
+    ok(Command::new("umount").arg(&m));
+    ok(Command::new("btrfs")
+        .args(["device", "scan", "--forget"])
+        .arg(&devs[2]));
+    ok(Command::new("mount")
+        .args(["-t", "btrfs", "-o", "degraded,ro"])
+        .arg(&devs[0])
+        .arg(&m));
+    Degraded {
+        present: devs[..2].to_vec(),
+        _sbx: sbx,
+        m,
+        originals,
+    }
+}
+
+/// The truth: whether each file reads whole through btrfs and matches its
+/// original. Not readable: an EIO, or other bytes than were written (Linux
+/// 6.18 was seen to return a sector that had failed its checksum on a later
+/// read, without EIO).
+fn readable(m: &Path, rel: &Path, original: &[u8]) -> bool {
+    match fs::read(m.join(rel)) {
+        Ok(b) => hash(&b) == hash(original),
+        Err(e) if e.raw_os_error() == Some(libc::EIO) => false,
+        Err(e) => panic!("{}: {e}", rel.display()),
+    }
+}
+
+/// A record's path as bytes (path_hex for a name that is not UTF-8).
+fn record_path(r: &FileRecord) -> PathBuf {
+    match &r.path_hex {
+        Some(h) => {
+            let b: Vec<u8> = (0..h.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+                .collect();
+            PathBuf::from(OsString::from_vec(b))
+        }
+        None => PathBuf::from(&r.path),
+    }
+}
+
+/// `rescue --list --json ...`: exit status, every file's record, the report.
+fn rescue(env: &TestEnv, args: &[&std::ffi::OsStr]) -> (i32, Vec<FileRecord>, RescueReport) {
+    let (code, out, err) = run(env.cmd().args(["--json", "rescue", "--list"]).args(args));
+    assert!(!err.contains("panicked"), "{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    let last = lines.pop().unwrap_or_else(|| panic!("no output: {err}"));
+    let records = lines.into_iter().map(typed::<FileRecord>).collect();
+    (code, records, typed::<RescueReport>(last))
+}
+
+/// Finds the 4 KiB block that holds `block` on one of `devices` (file data
+/// is 4 KiB aligned on disk) by reading them whole: its device and offset.
+fn find_block(devices: &[PathBuf], block: &[u8]) -> (PathBuf, u64) {
+    assert_eq!(block.len(), 4 * KIB);
+    let mut buf = vec![0u8; 4 * MIB];
+    for d in devices {
+        let mut f = fs::File::open(d).unwrap();
+        let mut at = 0u64;
+        loop {
+            let n = f.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            let whole = n - n % (4 * KIB);
+            if let Some(i) = buf[..whole].chunks(4 * KIB).position(|c| c == block) {
+                return (d.clone(), at + (i * 4 * KIB) as u64);
+            }
+            at += whole as u64;
+            if whole != n {
+                f.seek(SeekFrom::Start(at)).unwrap();
+            }
+        }
+    }
+    panic!("the block is on no present device");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
+    if !require_root("rescue") {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let arr = degraded_array(&env);
+    let m = arr.m.clone();
+
+    // The map alone (no data is read): every file judged.
+    let (code, map_only, report) = rescue(&env, &[m.as_os_str()]);
+    assert_eq!(code, 3, "{report:#?}");
+    assert_eq!(report.missing_devids, [3]);
+    assert_eq!(report.data_profiles, [Profile::Raid0]);
+    assert!(report.metadata_profiles.contains(&Profile::Raid1c3));
+    assert_eq!(map_only.len(), arr.originals.len());
+    assert_eq!(report.walked.files, arr.originals.len() as u64);
+    assert_eq!(report.walked.symlinks, 1);
+    let zstd = map_only.iter().find(|r| r.path == "zstd/text").unwrap();
+    assert!(
+        zstd.state != FileState::Intact || zstd.judged.iter().any(|j| j.contains("compress")),
+        "{zstd:#?}"
+    );
+
+    // A second device failing: one block of a file the map calls intact
+    // (and that nothing has read yet) overwritten on its present device.
+    let victim = map_only
+        .iter()
+        .filter(|r| r.state == FileState::Intact && r.size >= 16 * KIB as u64)
+        .filter(|r| !r.path.contains("link") && !r.path.starts_with("zstd"))
+        .filter(|r| r.path != "mid/m40000-0" && r.path != "mid/m100000-0")
+        .map(record_path)
+        .next()
+        .expect("a file of 16 KiB or more with no byte on the lost device");
+    let (dev, at) = find_block(&arr.present, &arr.originals[&victim][..4 * KIB]);
+    // (fsync writes the device's cache back; BLKFLSBUF would not, as
+    // btrfs holds the device.)
+    let f = fs::OpenOptions::new().write(true).open(&dev).unwrap();
+    f.write_all_at(&[0x5a; 4 * KIB], at).unwrap();
+    f.sync_all().unwrap();
+
+    // The copy: every byte read back through btrfs' checksums.
+    let target = env.tmpfs("target");
+    let (code, records, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
+    );
+    assert_eq!(code, 3, "{report:#?}");
+    let copy = report.copy.clone().expect("a copy summary");
+    assert!(copy.complete);
+
+    // Never a copy of bytes other than the file's, whatever the kernel
+    // returned.
+    for r in &records {
+        if let Some(s) = &r.saved
+            && r.state == FileState::Intact
+        {
+            assert_eq!(s.blake3, hash(&arr.originals[&record_path(r)]), "{r:#?}");
+        }
+    }
+    // The truth, file by file.
+    let mut truth_readable = 0;
+    let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
+    assert_eq!(records.len(), arr.originals.len());
+    for r in &records {
+        let rel = record_path(r);
+        let original = &arr.originals[&rel];
+        assert_eq!(r.size, original.len() as u64, "{r:#?}");
+        let good = readable(&m, &rel, original);
+        truth_readable += usize::from(good);
+        *by_state
+            .entry(match r.state {
+                FileState::Intact => "intact",
+                FileState::Damaged => "damaged",
+                FileState::Unknown => "unknown",
+                FileState::Failed => "failed",
+            })
+            .or_default() += 1;
+        let copied = target.join(&rel);
+        if good {
+            // Readable files are intact and saved whole.
+            assert_eq!(
+                r.state,
+                FileState::Intact,
+                "{} reads whole: {r:#?}",
+                rel.display()
+            );
+            let saved = r.saved.as_ref().expect("saved");
+            assert_eq!(saved.blake3, hash(original), "{r:#?}");
+            assert_eq!(hash(&fs::read(&copied).unwrap()), hash(original));
+        } else {
+            // Unreadable: damaged (or failed), never copied as good.
+            assert!(
+                matches!(r.state, FileState::Damaged | FileState::Failed),
+                "{} cannot be read: {r:#?}",
+                rel.display()
+            );
+            assert!(r.damaged_bytes > 0 && r.damaged_bytes <= r.size, "{r:#?}");
+            assert!(r.saved.is_none(), "{r:#?}");
+            assert!(!copied.exists(), "{} copied", copied.display());
+        }
+    }
+    let victim_record = records.iter().find(|r| record_path(r) == victim).unwrap();
+    assert_eq!(victim_record.state, FileState::Failed, "{victim_record:#?}");
+    assert!(
+        victim_record.judged.iter().any(|j| {
+            j.contains("another device failing") || j.contains("do not match btrfs' checksums")
+        }),
+        "{victim_record:#?}"
+    );
+    // Every other intact file was checked by rescue itself.
+    for r in records.iter().filter(|r| r.state == FileState::Intact) {
+        if r.size > 2048 && !r.path.starts_with("zstd") {
+            assert!(
+                r.judged.iter().any(|j| j.contains("again by rescue")),
+                "{r:#?}"
+            );
+        }
+    }
+    // Both kinds are there, the small ones are whole, the big ones lost.
+    assert!(truth_readable >= 4 && truth_readable < records.len());
+    for s in ["small/s0", "small/s1", "small/s100", "small/s1000"] {
+        assert!(target.join(s).is_file(), "{s}");
+    }
+    for b in ["big/b0", "big/b1", "big/b2"] {
+        assert!(!target.join(b).exists(), "{b}");
+    }
+    assert_eq!(copy.copied as usize, truth_readable);
+    assert_eq!(copy.symlinks, 1);
+    assert_eq!(
+        fs::read_link(target.join("link")).unwrap(),
+        Path::new("big/b0")
+    );
+    assert_eq!(report.files.intact as usize, truth_readable);
+    assert_eq!(
+        (report.files.damaged + report.files.failed) as usize,
+        records.len() - truth_readable
+    );
+    assert_eq!(report.files.unknown, 0, "every unknown file was read back");
+    eprintln!(
+        "rescue numbers: {} files ({} bytes); truth: {truth_readable} readable, {} not; rescue: {by_state:?}, {} bytes saved, {} lost",
+        records.len(),
+        report.bytes.total,
+        records.len() - truth_readable,
+        report.bytes.saved,
+        report.bytes.lost,
+    );
+
+    // --partial: the readable parts of the damaged files, and a zero-filled
+    // hole exactly where the report says bytes are lost.
+    let partial = env.tmpfs("partial");
+    let (code, records, report) = rescue(
+        &env,
+        &[
+            m.as_os_str(),
+            "--copy-to".as_ref(),
+            partial.as_os_str(),
+            "--partial".as_ref(),
+        ],
+    );
+    assert_eq!(code, 3, "{report:#?}");
+    let mut partials = 0;
+    for r in records.iter().filter(|r| r.state != FileState::Intact) {
+        let rel = record_path(r);
+        let mut name = rel.file_name().unwrap().to_os_string();
+        name.push(".partial");
+        let p = partial.join(rel.with_file_name(&name));
+        let got = fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let original = &arr.originals[&rel];
+        assert_eq!(got.len(), original.len());
+        let mut lost = vec![false; got.len()];
+        for x in &r.damaged_ranges {
+            for b in &mut lost[x.offset as usize..(x.offset + x.length) as usize] {
+                *b = true;
+            }
+        }
+        for (i, (&g, &o)) in got.iter().zip(original.iter()).enumerate() {
+            if lost[i] {
+                assert_eq!(g, 0, "{}: byte {i} of a lost range", rel.display());
+            } else {
+                assert_eq!(g, o, "{}: byte {i} outside every lost range", rel.display());
+            }
+        }
+        let saved = r.saved.as_ref().expect("a partial copy is recorded");
+        assert_eq!(saved.bytes_rescued, r.size - r.damaged_bytes, "{r:#?}");
+        partials += 1;
+        assert!(!partial.join(&rel).exists());
+    }
+    assert_eq!(report.copy.as_ref().unwrap().partial_copies, partials);
+    assert!(partials > 0);
+
+    // The same command again resumes: nothing is copied twice.
+    let inodes = |d: &Path| -> BTreeMap<PathBuf, u64> {
+        use std::os::unix::fs::MetadataExt;
+        walk_files(d)
+            .into_iter()
+            .map(|f| {
+                let ino = fs::symlink_metadata(d.join(&f)).unwrap().ino();
+                (f, ino)
+            })
+            .collect()
+    };
+    let before = inodes(&partial);
+    let (code, _, again) = rescue(
+        &env,
+        &[
+            m.as_os_str(),
+            "--copy-to".as_ref(),
+            partial.as_os_str(),
+            "--partial".as_ref(),
+        ],
+    );
+    assert_eq!(code, 3);
+    let c = again.copy.unwrap();
+    let after = inodes(&partial);
+    let changed: Vec<&PathBuf> = after
+        .keys()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .collect();
+    assert_eq!(c.copied, 0, "{c:#?} {changed:?}");
+    assert_eq!(c.resumed, report.copy.unwrap().copied);
+    drop(arr);
+    drop(env);
+}
+
+/// Reads `child`'s stderr until `line` appears (what a pause prints).
+fn wait_line(stderr: &mut impl BufRead, line: &str) -> String {
+    let mut seen = String::new();
+    for l in stderr.lines() {
+        let l = l.unwrap();
+        seen.push_str(&l);
+        seen.push('\n');
+        if l.contains(line) {
+            return seen;
+        }
+    }
+    panic!("never printed {line:?}:\n{seen}");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
+    if !require_root("rescue") {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let arr = degraded_array(&env);
+    let m = arr.m.clone();
+    let (_, map_only, _) = rescue(&env, &[m.as_os_str()]);
+    // No block is corrupted here: what the map cannot judge (compressed)
+    // reads back whole, so it is copied too.
+    let intact: Vec<&FileRecord> = map_only
+        .iter()
+        .filter(|r| matches!(r.state, FileState::Intact | FileState::Unknown))
+        .collect();
+    let intact_bytes: u64 = intact.iter().map(|r| r.size).sum();
+    assert!(intact.len() >= 4, "{map_only:#?}");
+
+    // Targets that are refused, changing nothing.
+    let (code, _, err) = run(env
+        .cmd()
+        .arg("rescue")
+        .arg(&m)
+        .arg("--copy-to")
+        .arg(m.join("mid")));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is on the filesystem being rescued"), "{err}");
+    let busy = env.path().join("busy");
+    fs::create_dir(&busy).unwrap();
+    fs::write(busy.join("photo.jpg"), b"mine").unwrap();
+    let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(&busy));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("is not empty and holds no rescue manifest"),
+        "{err}"
+    );
+    assert_eq!(fs::read_dir(&busy).unwrap().count(), 1);
+    let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--partial"));
+    assert_eq!(code, 2, "{err}");
+
+    // Ctrl-C after the first file: exit 130, the manifest says what was
+    // saved, no temporary file is left; the same command resumes.
+    let target = env.tmpfs("target");
+    let mut child = env
+        .cmd()
+        .arg("rescue")
+        .arg(&m)
+        .arg("--copy-to")
+        .arg(&target)
+        .env(PAUSE_ENV, Pause::RescueCopied.name())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    wait_line(&mut stderr, &Pause::RescueCopied.message());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(
+        rest.contains("interrupted: the copy stopped after the current file; 1 file saved so far"),
+        "{rest}"
+    );
+    assert!(
+        rest.contains("run the same command again to resume"),
+        "{rest}"
+    );
+    let saved = walk_files(&target);
+    assert_eq!(saved.len(), 2, "the manifest and one file: {saved:?}");
+    assert!(
+        saved.contains(&PathBuf::from("rescue-manifest.jsonl")),
+        "{saved:?}"
+    );
+    let (code, _, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
+    );
+    assert_eq!(code, 3);
+    let c = report.copy.unwrap();
+    assert!(c.complete);
+    assert_eq!(c.resumed, 1, "{c:#?}");
+    assert_eq!((c.copied + c.resumed) as usize, intact.len());
+    for r in &intact {
+        let rel = record_path(r);
+        assert_eq!(
+            hash(&fs::read(target.join(&rel)).unwrap()),
+            hash(&arr.originals[&rel])
+        );
+    }
+
+    // A target too small for what is intact: one line, what was saved, how
+    // to resume; after room is made, the same command finishes.
+    let small = env.tmpfs("small");
+    let half = (intact_bytes / 2).max(4096);
+    nix::mount::mount(
+        None::<&str>,
+        &small,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT,
+        Some(format!("size={half}").as_str()),
+    )
+    .unwrap();
+    let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(&small));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is full: the copy stopped;"), "{err}");
+    assert!(err.contains("free space there"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let before: u64 = err
+        .split("; ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of saved files: {err}"));
+    nix::mount::mount(
+        None::<&str>,
+        &small,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT,
+        Some("size=64m"),
+    )
+    .unwrap();
+    let (code, _, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), small.as_os_str()],
+    );
+    assert_eq!(code, 3);
+    let c = report.copy.unwrap();
+    assert!(c.complete);
+    assert_eq!(c.resumed, before, "{c:#?}");
+    assert_eq!((c.copied + c.resumed) as usize, intact.len());
+    for r in &intact {
+        let rel = record_path(r);
+        assert_eq!(
+            hash(&fs::read(small.join(&rel)).unwrap()),
+            hash(&arr.originals[&rel]),
+            "{}",
+            rel.display()
+        );
+    }
+    // A resumed copy of another filesystem's rescue is refused.
+    let manifest = fs::read_to_string(small.join("rescue-manifest.jsonl")).unwrap();
+    let other = env.tmpfs("other");
+    fs::write(
+        other.join("rescue-manifest.jsonl"),
+        manifest.replacen(&report.fsid, "00000000-0000-0000-0000-000000000000", 1),
+    )
+    .unwrap();
+    let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(&other));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("rescue of another filesystem"), "{err}");
+    drop(arr);
+    drop(env);
+}
+
+/// Every regular file below `dir`, relative, sorted.
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(p);
+            } else if t.is_file() {
+                out.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -952,6 +952,127 @@ fn rig_doctor_and_show_after_device_del_and_degraded_boot() {
     );
 }
 
+/// RAID0 data on three NVMe drives, one pulled out with QMP `device_del`
+/// while mounted, the rest mounted `degraded,ro`: rescue's verdicts against
+/// what reading each file gives (issue 29).
+const RESCUE: &str = r#"
+rig_run mkfs mkfs.btrfs -f -d raid0 -m raid1c3 $(rig_dev 0) $(rig_dev 1) $(rig_dev 2)
+rig_run mount mount -t btrfs $(rig_dev 0) /mnt
+mkdir /mnt/d
+for s in 1000 3000 4096 40000 40001 40002 65536 65537 100000 100001 131072 200000 1048576 4194304; do
+    head -c $s /dev/urandom >/mnt/d/f$s
+done
+sync
+rig_run sums sh -c 'cd /mnt/d && sha256sum f*'
+rig_run refuse-rw btrfs-lab rescue /mnt
+gone=/sys/block/$(basename $(rig_dev 2))
+rig_wait pull-nvme2
+i=0
+while [ -e $gone ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+rig_note "$gone gone after $i polls: $([ -e $gone ] && echo no || echo yes)"
+umount /mnt
+rig_run mount-ro mount -t btrfs -o degraded,ro $(rig_dev 0) /mnt
+rig_run rescue btrfs-lab --json rescue --list /mnt --copy-to /tmp/out
+rig_run truth sh -c 'cd /mnt/d && for f in f*; do sha256sum "$f" 2>/dev/null || echo "unreadable  $f"; done'
+rig_run copied sh -c 'cd /tmp/out/d && sha256sum f*'
+umount /mnt
+"#;
+
+/// `sha256sum` lines: name → sum.
+fn sums(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once("  "))
+        .map(|(h, n)| (n.trim().to_owned(), h.to_owned()))
+        .collect()
+}
+
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root and qemu (scripts/install-rig-deps.sh)"
+)]
+fn rig_rescue_after_a_drive_is_pulled_out_of_a_raid0() {
+    use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
+    let test = "rig_rescue_after_a_drive_is_pulled_out_of_a_raid0";
+    if !require_rig(test) {
+        return;
+    }
+    let suite = kernels().remove(0);
+    let kern = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let work = workdir();
+    let guest = Guest::new(vec![Drive::new(GIB); 3], RESCUE)
+        .action("pull-nvme2", super::Action::DeviceDel(2));
+    let o = guest
+        .boot(&kern, work.path())
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let k = o.kernel.describe();
+    for step in ["mkfs", "mount", "sums", "mount-ro"] {
+        assert_eq!(o.run(step).rc, 0, "[{k}] {step}: {}", o.run(step).stderr);
+    }
+    assert!(
+        o.notes
+            .iter()
+            .any(|n| n.contains("gone after") && n.ends_with("yes")),
+        "[{k}] the drive did not leave the guest: {:?}",
+        o.notes
+    );
+    let r = o.run("refuse-rw");
+    assert_eq!(r.rc, 1, "[{k}] rescue of a read-write mount: {}", r.stderr);
+    assert!(
+        r.stderr.contains("mount -o degraded,ro"),
+        "[{k}] {}",
+        r.stderr
+    );
+
+    let original = sums(&o.run("sums").stdout);
+    assert_eq!(original.len(), 14, "[{k}] {original:?}");
+    let r = o.run("rescue");
+    assert_eq!(r.rc, 3, "[{k}] rescue: {}", r.stderr);
+    let mut lines: Vec<&str> = r.stdout.lines().collect();
+    let report: RescueReport = crate::common::typed(lines.pop().expect("a report"));
+    let records: Vec<FileRecord> = lines.into_iter().map(crate::common::typed).collect();
+    assert_eq!(report.missing_devids, [3], "[{k}] {report:#?}");
+    assert!(report.copy.as_ref().is_some_and(|c| c.complete), "[{k}]");
+    let truth = o.run("truth").stdout.clone();
+    let copied = sums(&o.run("copied").stdout);
+    let (mut intact, mut lost) = (0, 0);
+    for (name, sum) in &original {
+        let rec = records
+            .iter()
+            .find(|r| r.path == format!("d/{name}"))
+            .unwrap_or_else(|| panic!("[{k}] no record of {name}"));
+        let readable = truth
+            .lines()
+            .any(|l| l.split_once("  ") == Some((sum.as_str(), name.as_str())));
+        if readable {
+            intact += 1;
+            assert_eq!(
+                rec.state,
+                FileState::Intact,
+                "[{k}] {name} reads whole: {rec:#?}"
+            );
+            assert_eq!(copied.get(name), Some(sum), "[{k}] the copy of {name}");
+        } else {
+            lost += 1;
+            assert!(
+                matches!(rec.state, FileState::Damaged | FileState::Failed),
+                "[{k}] {name} cannot be read: {rec:#?}"
+            );
+            assert!(!copied.contains_key(name), "[{k}] {name} copied");
+        }
+    }
+    eprintln!(
+        "rig: [{k}] rescue after device_del: {} files, {intact} readable and called intact, {lost} unreadable and called damaged or failed; {} bytes saved, {} lost",
+        original.len(),
+        report.bytes.saved,
+        report.bytes.lost
+    );
+    assert!(
+        intact >= 1 && lost >= 1,
+        "[{k}] {intact} intact, {lost} lost"
+    );
+}
+
 #[test]
 #[cfg_attr(
     root_tests_ignored,

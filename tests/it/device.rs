@@ -425,3 +425,149 @@ fn remove_refuses_below_the_minimum_stops_on_ctrl_c_and_a_rerun_finishes() {
     assert_eq!(hashes(&m), before);
     scrub_clean(&m);
 }
+
+/// Unmounts `m`, makes the kernel forget `gone`, mounts `first` alone with
+/// `-o degraded` (read-write): a member lost.
+fn lose_device(m: &Path, first: &Path, gone: &Path) {
+    for c in [
+        Command::new("umount").arg(m),
+        Command::new("btrfs")
+            .args(["device", "scan", "--forget"])
+            .arg(gone),
+        Command::new("mount")
+            .args(["-t", "btrfs", "-o", "degraded"])
+            .arg(first)
+            .arg(m),
+    ] {
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{c:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_missing_device_is_replaced_by_devid_and_redundancy_comes_back() {
+    if !require_root("device replace of a missing device") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: GIB,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let ms = m.to_str().unwrap();
+    fill(&m, 3, 64);
+    let before = hashes(&m);
+    let devs = sbx.devices();
+    lose_device(&m, &devs[0], &devs[1]);
+    assert_eq!(members(&m)[&2], "", "devid 2 is missing");
+    let new = env.spare_device("new", GIB);
+    let news = new.to_str().unwrap();
+
+    // Named by path it is not found (it has none): the devid is the way.
+    let gone = devs[1].to_str().unwrap();
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["device", "replace", ms, gone, news, "--dry-run"]));
+    assert_ne!(code, 0, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let (code, stdout, stderr) =
+        run(env
+            .cmd()
+            .args(["--json", "device", "replace", ms, "2", news, "--dry-run"]));
+    assert_eq!(code, 0, "{stderr}");
+    let plan = typed::<ReplaceReport>(&stdout).plan;
+    assert!(plan.refusals.is_empty(), "{:?}", plan.refusals);
+
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["--json", "device", "replace", ms, "2", news, "--yes"]));
+    let r = typed::<ReplaceReport>(&stdout).result.expect("a result");
+    assert_eq!(r.devid, 2);
+    assert_eq!(Path::new(&r.path), new);
+    // The degraded read-write mount may have allocated chunks with one copy
+    // (the kernel cannot place a second): found, exit 4, and the soft
+    // conversion named that fixes only them (btrfs-progs #1077).
+    if code == 4 {
+        assert!(!r.redundancy.ok);
+        assert!(
+            r.redundancy
+                .weak
+                .iter()
+                .all(|w| w.profile == Profile::Single),
+            "{:?}",
+            r.redundancy
+        );
+        let fix = r.redundancy.fix.clone().expect("the fix");
+        assert_eq!(fix[..3], ["btrfs-lab", "convert", ms]);
+        let (code, out, err) = run(env.cmd().args(&fix[1..]).arg("--yes"));
+        assert_eq!(code, 0, "{fix:?}: {out}{err}");
+        let chunks = FsHandle::open(&m)
+            .unwrap()
+            .chunk_records()
+            .unwrap()
+            .unwrap();
+        assert!(
+            chunks
+                .iter()
+                .all(|c| btrfs_lab::sys::kernel::btrfs::profile_of(c.flags) == Profile::Raid1),
+            "{chunks:?}"
+        );
+    } else {
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        assert!(r.redundancy.ok, "{:?}", r.redundancy);
+    }
+    let now = members(&m);
+    assert_eq!(now[&2], news);
+    assert!(now.values().all(|p| !p.is_empty()), "{now:?}");
+    assert_eq!(hashes(&m), before);
+    scrub_clean(&m);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn remove_missing_drops_the_lost_member_and_keeps_every_byte() {
+    if !require_root("device remove missing") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: GIB,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let ms = m.to_str().unwrap();
+    fill(&m, 3, 64);
+    let before = hashes(&m);
+    let devs = sbx.devices();
+    lose_device(&m, &devs[0], &devs[2]);
+    assert_eq!(members(&m)[&3], "", "devid 3 is missing");
+
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["--json", "device", "remove", ms, "missing", "--yes"]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let r = typed::<RemoveReport>(&stdout).result.expect("a result");
+    assert!(r.redundancy.ok, "{:?}", r.redundancy);
+    let now = members(&m);
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(now.values().all(|p| !p.is_empty()), "{now:?}");
+    assert_eq!(hashes(&m), before);
+    scrub_clean(&m);
+
+    // Nothing is missing any more: `missing` is refused, nothing changes.
+    let (code, _, stderr) = run(env.cmd().args(["device", "remove", ms, "missing", "--yes"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(members(&m), now);
+}

@@ -448,3 +448,31 @@ fn a_real_document_that_lost_a_field_fails_its_schema() {
     // removed fields, not the harness.
     assert!(!fails(&doc));
 }
+
+/// Runs `c` and fails the test, with its output, unless it succeeds.
+pub fn must(c: &mut Command) {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A member lost: unmounts `m`, makes the kernel forget `gone`, mounts
+/// `first` alone with `options` (`degraded`, `degraded,ro`).
+pub fn lose_member(m: &Path, first: &Path, gone: &Path, options: &str) {
+    must(Command::new("umount").arg(m));
+    must(
+        Command::new("btrfs")
+            .args(["device", "scan", "--forget"])
+            .arg(gone),
+    );
+    must(
+        Command::new("mount")
+            .args(["-t", "btrfs", "-o", options])
+            .arg(first)
+            .arg(m),
+    );
+}

@@ -18,7 +18,7 @@ use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
 use btrfs_lab::sys::kernel::btrfs::FsHandle;
 
-use crate::common::{TestEnv, json, require_root, run, typed, validate};
+use crate::common::{TestEnv, json, lose_member, require_root, run, typed, validate};
 
 const GIB: u64 = 1 << 30;
 
@@ -426,26 +426,36 @@ fn remove_refuses_below_the_minimum_stops_on_ctrl_c_and_a_rerun_finishes() {
     scrub_clean(&m);
 }
 
-/// Unmounts `m`, makes the kernel forget `gone`, mounts `first` alone with
-/// `-o degraded` (read-write): a member lost.
-fn lose_device(m: &Path, first: &Path, gone: &Path) {
-    for c in [
-        Command::new("umount").arg(m),
-        Command::new("btrfs")
-            .args(["device", "scan", "--forget"])
-            .arg(gone),
-        Command::new("mount")
-            .args(["-t", "btrfs", "-o", "degraded"])
-            .arg(first)
-            .arg(m),
-    ] {
-        let out = c.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{c:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+/// A RAID1 sandbox of `devices` 1 GiB members with three 64 MiB files,
+/// mounted `-o degraded` with its last member lost: the sandbox, the
+/// mount, the files' hashes, the loop devices.
+fn raid1_that_lost_a_member(
+    env: &TestEnv,
+    devices: u32,
+) -> (
+    btrfs_lab::sandbox::Sandbox,
+    PathBuf,
+    BTreeMap<String, String>,
+    Vec<PathBuf>,
+) {
+    let sbx = env.sandbox(SandboxRequest {
+        devices,
+        size_bytes: GIB,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    fill(&m, 3, 64);
+    let before = hashes(&m);
+    let devs = sbx.devices();
+    lose_member(&m, &devs[0], &devs[devices as usize - 1], "degraded");
+    assert_eq!(
+        members(&m)[&(devices as u64)],
+        "",
+        "the last devid is missing"
+    );
+    (sbx, m, before, devs)
 }
 
 #[test]
@@ -455,20 +465,8 @@ fn a_missing_device_is_replaced_by_devid_and_redundancy_comes_back() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: GIB,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
-    let m = sbx.mount_point().to_path_buf();
+    let (_sbx, m, before, devs) = raid1_that_lost_a_member(&env, 2);
     let ms = m.to_str().unwrap();
-    fill(&m, 3, 64);
-    let before = hashes(&m);
-    let devs = sbx.devices();
-    lose_device(&m, &devs[0], &devs[1]);
-    assert_eq!(members(&m)[&2], "", "devid 2 is missing");
     let new = env.spare_device("new", GIB);
     let news = new.to_str().unwrap();
 
@@ -539,20 +537,8 @@ fn remove_missing_drops_the_lost_member_and_keeps_every_byte() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 3,
-        size_bytes: GIB,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
-    let m = sbx.mount_point().to_path_buf();
+    let (_sbx, m, before, _) = raid1_that_lost_a_member(&env, 3);
     let ms = m.to_str().unwrap();
-    fill(&m, 3, 64);
-    let before = hashes(&m);
-    let devs = sbx.devices();
-    lose_device(&m, &devs[0], &devs[2]);
-    assert_eq!(members(&m)[&3], "", "devid 3 is missing");
 
     let (code, stdout, stderr) = run(env
         .cmd()

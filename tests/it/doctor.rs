@@ -741,22 +741,7 @@ fn degraded_mount_with_a_missing_device_is_critical() {
     write_file(&m.join("file"), 16, 5).unwrap();
     let devs = sbx.devices();
     // Unmount, make the kernel forget device 2, mount device 1 alone.
-    let ok = |c: &mut Command| {
-        let out = c.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{c:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    ok(Command::new("umount").arg(&m));
-    ok(Command::new("btrfs")
-        .args(["device", "scan", "--forget"])
-        .arg(&devs[1]));
-    ok(Command::new("mount")
-        .args(["-t", "btrfs", "-o", "degraded"])
-        .arg(&devs[0])
-        .arg(&m));
+    crate::common::lose_member(&m, &devs[0], &devs[1], "degraded");
     let (code, r) = doctor(&env, &m);
     eprintln!("{:#?}", findings(&r));
     assert_eq!(code, 2, "{:?}", findings(&r));

@@ -23,7 +23,7 @@ use btrfs_lab::model::profile::Profile;
 use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
 use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
 
-use crate::common::{TestEnv, require_root, run, typed};
+use crate::common::{TestEnv, lose_member, must, require_root, run, typed};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -54,16 +54,6 @@ struct Degraded {
     m: PathBuf,
     present: Vec<PathBuf>,
     originals: BTreeMap<PathBuf, Vec<u8>>,
-}
-
-fn ok(c: &mut Command) {
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{c:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Builds the array, writes the files, checks the refusals a healthy
@@ -121,10 +111,12 @@ fn degraded_array(env: &TestEnv) -> Degraded {
     // A compressed file: the map alone cannot place its bytes exactly.
     let z = m.join("zstd");
     fs::create_dir(&z).unwrap();
-    ok(Command::new("btrfs")
-        .args(["property", "set"])
-        .arg(&z)
-        .args(["compression", "zstd"]));
+    must(
+        Command::new("btrfs")
+            .args(["property", "set"])
+            .arg(&z)
+            .args(["compression", "zstd"]),
+    );
     let text: Vec<u8> = b"btrfs-lab rescue: compressible line of text\n"
         .iter()
         .copied()
@@ -133,10 +125,12 @@ fn degraded_array(env: &TestEnv) -> Degraded {
         .collect();
     put("zstd/text".into(), text);
     // A reflinked copy (shared extents) and a second name (hard link).
-    ok(Command::new("cp")
-        .arg("--reflink=always")
-        .arg(m.join("mid/m100000-0"))
-        .arg(m.join("mid/reflinked")));
+    must(
+        Command::new("cp")
+            .arg("--reflink=always")
+            .arg(m.join("mid/m100000-0"))
+            .arg(m.join("mid/reflinked")),
+    );
     originals.insert(
         "mid/reflinked".into(),
         originals[Path::new("mid/m100000-0")].clone(),
@@ -162,14 +156,7 @@ fn degraded_array(env: &TestEnv) -> Degraded {
 
     // Lose device 3: unmount, make the kernel forget it, mount the rest.
     let devs = sbx.devices();
-    ok(Command::new("umount").arg(&m));
-    ok(Command::new("btrfs")
-        .args(["device", "scan", "--forget"])
-        .arg(&devs[2]));
-    ok(Command::new("mount")
-        .args(["-t", "btrfs", "-o", "degraded,ro"])
-        .arg(&devs[0])
-        .arg(&m));
+    lose_member(&m, &devs[0], &devs[2], "degraded,ro");
     Degraded {
         present: devs[..2].to_vec(),
         _sbx: sbx,

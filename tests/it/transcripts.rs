@@ -610,7 +610,7 @@ const DECIDED: &[Decided] = &[
         "device.md",
         "2.00GiB",
         Device,
-        "--device-size 2G and the 2G spare.img the transcript makes",
+        "--device-size 2G and the 2G images (spare.img, old.img, new.img) the transcript makes",
     ),
     (
         "device.md",

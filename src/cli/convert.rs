@@ -17,7 +17,7 @@ use btrfs_lab::sys::{is_root, kernel::signals};
 use clap::Args;
 
 use super::output::{Output, confirm};
-use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profile_arg, size};
+use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profiles, size};
 use btrfs_lab::ui::{self, Ui};
 
 #[derive(Debug, Args)]
@@ -25,9 +25,9 @@ pub struct ConvertArgs {
     /// A path inside a mounted btrfs.
     #[arg(value_name = "MOUNT")]
     mount: PathBuf,
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", help = DATA_HELP, conflicts_with_all = ["status", "pause", "resume", "cancel"])]
+    #[arg(long, value_parser = profiles(), hide_possible_values = true, value_name = "PROFILE", help = DATA_HELP, conflicts_with_all = ["status", "pause", "resume", "cancel"])]
     data: Option<Profile>,
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", help = METADATA_HELP, conflicts_with_all = ["status", "pause", "resume", "cancel"])]
+    #[arg(long, value_parser = profiles(), hide_possible_values = true, value_name = "PROFILE", help = METADATA_HELP, conflicts_with_all = ["status", "pause", "resume", "cancel"])]
     metadata: Option<Profile>,
     /// Allow a metadata profile that protects less: fewer copies than now,
     /// or RAID5/6 (btrfs balance's --force).

@@ -23,7 +23,7 @@ use clap::{Args, Subcommand};
 
 use super::convert::{execute, refuse_if_blocked, render_plan};
 use super::output::{Output, confirm};
-use super::units::{UnitArgs, profile_arg, size};
+use super::units::{UnitArgs, profiles, size};
 use btrfs_lab::ui::{self, Ui};
 
 /// Done, but chunks lack their redundancy or blocks were lost.
@@ -129,10 +129,10 @@ struct AddArgs {
     #[arg(long)]
     then_convert: bool,
     /// With --then-convert: data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6.
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", requires = "then_convert")]
+    #[arg(long, value_parser = profiles(), hide_possible_values = true, value_name = "PROFILE", requires = "then_convert")]
     data: Option<Profile>,
     /// With --then-convert: metadata profile, as --data (system chunks follow it).
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", requires = "then_convert")]
+    #[arg(long, value_parser = profiles(), hide_possible_values = true, value_name = "PROFILE", requires = "then_convert")]
     metadata: Option<Profile>,
     /// Show the plan and do nothing.
     #[arg(long)]

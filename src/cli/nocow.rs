@@ -63,7 +63,7 @@ pub struct NocowArgs {
     #[arg(long = "include-open", alias = "force", requires = "migrate")]
     force: bool,
     /// Also print where SERVICE keeps its files and its settings that matter: vm, postgres, mysql.
-    #[arg(long = "for", value_name = "SERVICE", value_parser = service_arg)]
+    #[arg(long = "for", value_name = "SERVICE", value_parser = super::units::named(&["vm", "postgres", "mysql"], service_arg), hide_possible_values = true)]
     service: Option<Service>,
     /// Show the plan and do nothing.
     #[arg(long, conflicts_with = "check")]

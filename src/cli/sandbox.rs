@@ -16,7 +16,7 @@ use btrfs_lab::sandbox::{
 use btrfs_lab::sys::{kernel::btrfs, kernel::signals};
 
 use super::output::{Output, confirm};
-use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profile_arg, size, size_arg};
+use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profiles, size, size_arg};
 
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
@@ -66,9 +66,9 @@ struct UpArgs {
     /// Filesystem to create (ext4 is for comparisons: one device, no profiles).
     #[arg(long, value_enum, default_value = "btrfs")]
     fs: FsArg,
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", help = DATA_HELP)]
+    #[arg(long, value_parser = profiles(), hide_possible_values = true, value_name = "PROFILE", help = DATA_HELP)]
     data: Option<Profile>,
-    #[arg(long, value_parser = profile_arg, value_name = "PROFILE", help = METADATA_HELP)]
+    #[arg(long, value_parser = profiles(), hide_possible_values = true, value_name = "PROFILE", help = METADATA_HELP)]
     metadata: Option<Profile>,
     /// Extra argument for mkfs, passed as is (repeat for several).
     #[arg(long = "mkfs-arg", value_name = "ARG", allow_hyphen_values = true)]

@@ -109,9 +109,70 @@ pub fn profile_arg(s: &str) -> std::result::Result<Profile, String> {
         .map_err(|e| format!("{} ({})", e.message(), e.hint().unwrap_or_default()))
 }
 
+/// A value parser that offers a fixed list of names to shell completion
+/// (clap_complete reads `possible_values`; the arg hides them from
+/// `--help`, whose text lists them) and parses with `parse`, whose error
+/// clap shows as it is.
+#[derive(Clone, Copy)]
+pub struct Named<T> {
+    names: &'static [&'static str],
+    parse: fn(&str) -> std::result::Result<T, String>,
+}
+
+impl<T: Clone + Send + Sync + 'static> clap::builder::TypedValueParser for Named<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<T, clap::Error> {
+        self.parse.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            self.names
+                .iter()
+                .map(|n| clap::builder::PossibleValue::new(*n)),
+        ))
+    }
+}
+
+/// The profile names, in [`Profile::ALL`]'s order.
+const PROFILE_NAMES: [&str; 9] = [
+    "single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6",
+];
+
+/// `--data` / `--metadata` values: [`profile_arg`], completed from the
+/// profile names.
+pub fn profiles() -> Named<Profile> {
+    Named {
+        names: &PROFILE_NAMES,
+        parse: profile_arg,
+    }
+}
+
+/// A value parser of `parse` that completes `names`.
+pub const fn named<T>(
+    names: &'static [&'static str],
+    parse: fn(&str) -> std::result::Result<T, String>,
+) -> Named<T> {
+    Named { names, parse }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completed_profile_names_are_the_profiles() {
+        let names: Vec<&str> = Profile::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(names, PROFILE_NAMES);
+    }
     use clap::Parser;
 
     #[derive(Debug, Parser)]

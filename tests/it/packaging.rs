@@ -276,6 +276,40 @@ fn bash_completion_completes_nested_subcommands_and_their_flags() {
     for s in ["bash", "zsh", "fish"] {
         assert!(shells.iter().any(|x| x == s), "{shells:?}");
     }
+    // The values users type most: profile names, not file names.
+    for words in [
+        &["btrfs-lab", "convert", "/mnt", "--data", "raid1"][..],
+        &["btrfs-lab", "convert", "/mnt", "--metadata", "raid1"],
+        &["btrfs-lab", "sandbox", "up", "--data", "raid1"],
+        &[
+            "btrfs-lab",
+            "device",
+            "add",
+            "/mnt",
+            "/dev/x",
+            "--then-convert",
+            "--data",
+            "raid1",
+        ],
+    ] {
+        assert_eq!(
+            bash_complete(&file, words),
+            ["raid1", "raid1c3", "raid1c4", "raid10"],
+            "{words:?}"
+        );
+    }
+    assert_eq!(
+        bash_complete(&file, &["btrfs-lab", "convert", "/mnt", "--data", ""]).len(),
+        9
+    );
+    assert_eq!(
+        bash_complete(&file, &["btrfs-lab", "bench", "/mnt", "--profile", ""]),
+        ["default", "nvme"]
+    );
+    assert_eq!(
+        bash_complete(&file, &["btrfs-lab", "nocow", "/srv/db", "--for", "p"]),
+        ["postgres"]
+    );
 }
 
 #[test]
@@ -310,6 +344,15 @@ fn fish_completion_completes_nested_subcommands_and_their_flags() {
     }
     assert_eq!(complete("btrfs-lab completions fi"), ["fish"]);
     assert!(complete("btrfs-lab completions fish ").is_empty());
+    assert_eq!(
+        complete("btrfs-lab convert /mnt --data raid1c"),
+        ["raid1c3", "raid1c4"]
+    );
+    assert_eq!(
+        complete("btrfs-lab bench /mnt --profile "),
+        ["default", "nvme"]
+    );
+    assert_eq!(complete("btrfs-lab nocow /srv --for po"), ["postgres"]);
 }
 
 #[test]
@@ -351,6 +394,14 @@ zpty -d z
     assert_eq!(complete("btrfs-lab df --pars"), "df --parse");
     assert_eq!(complete("btrfs-lab sandbox up --dat"), "sandbox up --data");
     assert_eq!(complete("btrfs-lab completions fi"), "completions fish");
+    assert_eq!(
+        complete("btrfs-lab convert /mnt --data raid0 --metadata si"),
+        "convert /mnt --data raid0 --metadata single"
+    );
+    assert_eq!(
+        complete("btrfs-lab bench /mnt --profile nv"),
+        "bench /mnt --profile nvme"
+    );
     // Ambiguous: nothing is completed.
     assert_eq!(complete("btrfs-lab s"), "s");
 }

@@ -152,16 +152,50 @@ pub fn run(args: DeviceArgs, out: &Output) -> Result<u8> {
     }
 }
 
+/// Every reason at once. Each reason `--overwrite` lifts says so itself;
+/// when another reason stands anyway, that offer is left out (it would not
+/// help) and the hint says what `--overwrite` cannot lift.
 fn refused(what: &str, refusals: &[btrfs_lab::admin::checks::Reason]) -> Error {
-    let mut messages: Vec<String> = refusals.iter().map(|r| r.message.clone()).collect();
+    let all_liftable = refusals.iter().all(|r| r.force_overrides);
+    let mut messages: Vec<String> = refusals
+        .iter()
+        .map(|r| {
+            if all_liftable || !r.force_overrides {
+                r.message.clone()
+            } else {
+                without_overwrite_offer(&r.message)
+            }
+        })
+        .collect();
     let first = messages.remove(0);
     let mut e = Error::new(ErrorKind::Refused, format!("cannot {what}: {first}"));
-    if !messages.is_empty() {
-        e = e.with_hint(format!("also: {}", messages.join("; also: ")));
-    } else if refusals[0].force_overrides {
-        e = e.with_hint("--overwrite overwrites it");
+    let mut hint: Vec<String> = messages.iter().map(|m| format!("also: {m}")).collect();
+    if !all_liftable && refusals.iter().any(|r| r.force_overrides) {
+        let stands: Vec<&str> = refusals
+            .iter()
+            .filter(|r| !r.force_overrides)
+            .map(|r| r.code.as_ref())
+            .collect();
+        hint.push(format!(
+            "--overwrite would not help: it never lifts {}",
+            stands.join(", ")
+        ));
+    }
+    if !hint.is_empty() {
+        e = e.with_hint(hint.join("; "));
     }
     e
+}
+
+/// A reason's sentence without its "; --overwrite ..." offer.
+fn without_overwrite_offer(message: &str) -> String {
+    match message
+        .find("; --overwrite")
+        .or_else(|| message.find(", or --overwrite"))
+    {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
 }
 
 fn render_replace(plan: &ReplacePlan, out: &Output) -> String {
@@ -812,15 +846,7 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         out.status(&plan_text());
     }
     if !plan.refusals.is_empty() {
-        let mut messages: Vec<String> = plan.refusals.iter().map(|r| r.message.clone()).collect();
-        let first = messages.remove(0);
-        let mut e = Error::new(ErrorKind::Refused, format!("cannot add: {first}"));
-        if !messages.is_empty() {
-            e = e.with_hint(format!("also: {}", messages.join("; also: ")));
-        } else if plan.refusals[0].force_overrides {
-            e = e.with_hint("--overwrite overwrites it");
-        }
-        return Err(e);
+        return Err(refused("add", &plan.refusals));
     }
     if let Some(c) = &plan.then_convert {
         refuse_if_blocked(c, a.overwrite)?;

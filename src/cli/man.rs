@@ -7,6 +7,7 @@
 //! below (docs/exit-codes.md and subcommands/*.md say the same); a test
 //! parses every example with the real command line.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -229,7 +230,20 @@ pub fn run(args: ManArgs, out: &Output) -> Result<u8> {
     match args.dir {
         None => {
             // One page: the first selected (the named one, or btrfs-lab's).
-            out.text(&selected[0].render());
+            // On a terminal it is formatted and paged by man(1), as
+            // `man btrfs-lab-df` would; piped, it is the roff source.
+            let roff = selected[0].render();
+            if std::io::stdout().is_terminal() {
+                match btrfs_lab::sys::tools::find("man", "man-db") {
+                    Ok(man) => man.run_on_terminal(&["-l".into(), "-".into()], roff.as_bytes())?,
+                    Err(_) => {
+                        out.note("man(1) is not installed (apt-get install man-db): printing the page's roff source");
+                        out.text(&roff);
+                    }
+                }
+            } else {
+                out.text(&roff);
+            }
         }
         Some(dir) => {
             // Held once, by descriptor: a link another user planted in the

@@ -101,9 +101,21 @@ fn zone_unusable(
     .ok()
 }
 
+/// A path not on btrfs, for the commands that also read captures: the hint
+/// names `--parse` (only they have it).
+fn or_parse(e: Error, tool: &str) -> Error {
+    if e.kind() == ErrorKind::WrongTarget && e.message().contains("is not on btrfs") {
+        e.with_hint(format!(
+            "give a path inside a mounted btrfs; to read captured `btrfs filesystem {tool}` text use --parse"
+        ))
+    } else {
+        e
+    }
+}
+
 /// `df MOUNT`: the kernel's space info.
 pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
-    let target = resolve(root, path)?;
+    let target = resolve(root, path).map_err(|e| or_parse(e, "df"))?;
     let entries = btrfs::space_entries(&target.path)?;
     let mut records = btrfs::space_records(&entries);
     for (r, e) in records.iter_mut().zip(&entries) {
@@ -385,7 +397,7 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
 
 /// `usage MOUNT`: gathers what the computation needs and runs it.
 pub fn usage(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, UsageReport)> {
-    let target = resolve(root, path)?;
+    let target = resolve(root, path).map_err(|e| or_parse(e, "usage"))?;
     let spaces = btrfs::space_entries(&target.path)?;
     let devices = btrfs::devices(&target.path)?
         .into_iter()

@@ -405,3 +405,26 @@ zpty -d z
     // Ambiguous: nothing is completed.
     assert_eq!(complete("btrfs-lab s"), "s");
 }
+
+#[test]
+fn man_on_a_terminal_is_formatted_and_paged_piped_it_is_roff() {
+    let test = "man_on_a_terminal_is_formatted_and_paged_piped_it_is_roff";
+    let (Some(script), Some(_man)) = (tool("script", test), tool("man", test)) else {
+        return;
+    };
+    // util-linux script(1) gives the command a pseudo-terminal; MANPAGER=cat
+    // stands for the user's pager.
+    let (code, stdout, stderr) = run(Command::new(script)
+        .args(["-qec"])
+        .arg(format!("{} man df", bin().display()))
+        .arg("/dev/null")
+        .env("MANPAGER", "cat")
+        .env("TERM", "dumb")
+        .env("MANWIDTH", "80"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("BTRFS-LAB-DF(1)"), "{stdout}");
+    assert!(!stdout.contains(".TH "), "raw roff on a terminal: {stdout}");
+    let (code, stdout, _) = run(Command::new(bin()).args(["man", "df"]));
+    assert_eq!(code, 0);
+    assert!(stdout.contains(".TH BTRFS-LAB-DF 1"), "{stdout}");
+}

@@ -38,7 +38,7 @@ pub fn resolve(root: &SysRoot, path: &Path) -> Result<BtrfsTarget> {
             ErrorKind::WrongTarget,
             format!("{} is not on btrfs (it is on {}, mounted at {})", path.display(), info.mount.fs_type, info.mount.mount_point.display()),
         )
-        .with_hint("give a path inside a mounted btrfs; to read captured `btrfs filesystem df` text use --parse"));
+        .with_hint("give a path inside a mounted btrfs (its mount point or any directory in it; findmnt -t btrfs lists them)"));
     }
     let fsid = btrfs::fsid(&info.dir)?;
     Ok(BtrfsTarget {

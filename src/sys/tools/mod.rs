@@ -202,6 +202,33 @@ impl Tool {
         self.outcome(args, status, &stdout, &stderr)
     }
 
+    /// Runs the tool with `args` on the terminal (stdout and stderr
+    /// inherited, as a pager needs them) with `input` on its stdin, and
+    /// waits for it; a non-zero exit is an error.
+    pub fn run_on_terminal(&self, args: &[String], input: &[u8]) -> Result<()> {
+        use std::io::Write;
+        let mut child = Command::new(&self.path)
+            .args(args.iter().map(OsString::from))
+            .stdin(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::from_io(&e, "cannot run", &self.path))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A pager that quits early closes its end: not an error.
+            let _ = stdin.write_all(input);
+        }
+        let status = child
+            .wait()
+            .map_err(|e| Error::from_io(&e, "cannot wait for", &self.path))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::Tool,
+                format!("{} failed ({status})", display_argv(&self.argv(args))),
+            ))
+        }
+    }
+
     /// Runs the tool with `args`, stdin closed; a non-zero exit becomes an
     /// error that quotes the tool's last stderr line.
     pub fn run(&self, args: &[String]) -> Result<RunOutput> {

@@ -138,9 +138,9 @@ pub fn render(r: &BenchReport) -> String {
         (
             "profile",
             format!(
-                "{}: {} runs × {} s, test file {} ({})",
+                "{}: {} × {} s, test file {} ({})",
                 r.parameters.profile,
-                r.parameters.runs,
+                crate::model::text::count(r.parameters.runs, "run", "runs"),
                 r.parameters.duration_secs,
                 format_iec(r.parameters.size_bytes),
                 if r.test_file.nocow {

@@ -630,7 +630,7 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         }
     ));
     s.push_str(&format!(
-        "  {} test file {} ({}), {} runs × {} s, {} {}, kernel {}\n\n",
+        "  {} test file {} ({}), {} × {} s, {} {}, kernel {}\n\n",
         r.parameters.profile,
         size(r.parameters.size_bytes),
         if r.test_file.nocow {
@@ -638,7 +638,7 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         } else {
             "checksummed"
         },
-        r.parameters.runs,
+        btrfs_lab::model::text::count(r.parameters.runs, "run", "runs"),
         r.parameters.duration_secs,
         r.system.fio_version,
         r.parameters.ioengine,

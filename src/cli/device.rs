@@ -37,9 +37,9 @@ pub struct DeviceArgs {
 
 #[derive(Debug, Subcommand)]
 enum DeviceCommand {
-    /// Add devices to a mounted btrfs, after checking they are safe to overwrite.
+    /// Add devices to a mounted btrfs, once they are checked safe to use.
     Add(AddArgs),
-    /// Replace a member (failing, missing or just old) by a new device, and check the result.
+    /// Replace a failing, missing or old member by a new device.
     Replace(ReplaceArgs),
     /// Remove members, moving their data to the devices that stay.
     Remove(RemoveArgs),

@@ -72,42 +72,42 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Throwaway filesystems on loop devices (with direct I/O), for tests and rehearsals.
+    /// Throwaway btrfs on loop devices, for tests and rehearsals.
     Sandbox(sandbox::SandboxArgs),
-    /// Find out whether O_DIRECT writes in a directory really bypass the page cache.
+    /// Find out whether O_DIRECT writes in a directory bypass the cache.
     #[command(after_long_help = probe_dio::AFTER_HELP)]
     ProbeDio(probe_dio::ProbeDioArgs),
-    /// Show the O_DIRECT trap on a sandbox btrfs: checksummed vs NOCOW, side by side.
+    /// Show the O_DIRECT trap on a sandbox: checksummed vs NOCOW.
     Demo(demo::DemoArgs),
-    /// Space per type and profile, from the kernel or parsed from `btrfs fi df` text.
+    /// Space per type and profile, from the kernel or `btrfs fi df` text.
     Df(df::DfArgs),
-    /// Overall, per-profile and per-device allocation, like `btrfs filesystem usage`.
+    /// Allocation overall, per profile and per device, like fi usage.
     Usage(usage::UsageArgs),
     /// Filesystems, their features and devices with error counters.
     Show(show::ShowArgs),
-    /// Add devices safely (`device add`).
+    /// Add, replace and remove devices safely, plan first.
     Device(device::DeviceArgs),
     /// Convert data/metadata profiles with progress, pause and resume.
     Convert(convert::ConvertArgs),
-    /// PCIe links of the NVMe drives up to the root port; the ceiling of each drive and array.
+    /// PCIe links of NVMe drives, and the drives' and array's ceilings.
     #[command(after_long_help = links::AFTER_HELP)]
     Links(links::LinksArgs),
-    /// NOCOW directories for VM images and databases: set up, audit, migrate existing files.
+    /// NOCOW directories for VMs and databases: set up, audit, migrate.
     #[command(after_long_help = nocow::AFTER_HELP)]
     Nocow(nocow::NocowArgs),
-    /// Which way of reading a big file is fastest here, cold cache, checked by the devices.
+    /// Which way of reading a big file is fastest here (cold cache).
     #[command(after_long_help = read_test::AFTER_HELP)]
     ReadTest(read_test::ReadTestArgs),
-    /// A CrystalDiskMark-style suite on fio, every figure checked against the devices.
+    /// A CrystalDiskMark-style suite on fio, checked against the devices.
     #[command(after_long_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
-    /// After a lost drive: which files are intact, copy them out verified, say what is lost.
+    /// After a lost drive: find the intact files, copy them out verified.
     #[command(after_long_help = rescue::AFTER_HELP)]
     Rescue(rescue::RescueArgs),
-    /// What is wrong with each btrfs, worst first (read-only; for monitoring too).
+    /// What is wrong with each btrfs, worst first (read-only).
     #[command(after_long_help = doctor::AFTER_HELP)]
     Doctor(doctor::DoctorArgs),
-    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    /// Shell completion script: bash, zsh, fish, elvish or powershell.
     Completions(completions::CompletionsArgs),
     /// Print a manual page, or write one per subcommand into a directory.
     Man(man::ManArgs),

@@ -26,7 +26,7 @@ pub struct SandboxArgs {
 
 #[derive(Debug, Subcommand)]
 enum SandboxCommand {
-    /// Create sparse files, attach them as loop devices with direct I/O, mkfs, mount.
+    /// Sparse files as loop devices (direct I/O), mkfs, mount.
     Up(UpArgs),
     /// Unmount, detach and delete exactly what `up` made.
     Down(DownArgs),

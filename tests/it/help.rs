@@ -277,6 +277,23 @@ fn every_help_is_complete_consistent_and_fits_80_columns() {
                 ));
             }
         }
+        // A command list is read down its first column: an entry never
+        // wraps (at 80 columns, nor at 100, where clap stops widening).
+        for columns in ["80", "100"] {
+            let help = help_of(&p, columns);
+            let mut inside = false;
+            for line in help.lines() {
+                if line == "Commands:" {
+                    inside = true;
+                } else if inside && !line.starts_with("  ") {
+                    inside = false;
+                } else if inside && line.starts_with("   ") {
+                    problems.push(format!(
+                        "{where_} --help at {columns} columns wraps a command's line: {line:?}"
+                    ));
+                }
+            }
+        }
         for (name, desc) in commands(&help) {
             if name == "help" {
                 continue;

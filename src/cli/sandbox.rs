@@ -96,9 +96,13 @@ struct DownArgs {
         value_name = "MOUNT|NAME"
     )]
     target: Option<String>,
-    /// Remove every sandbox.
+    /// Remove every sandbox you made (the same user, through sudo too).
     #[arg(long)]
     all: bool,
+    /// With --all: every user's sandboxes, and records that do not say who
+    /// made them.
+    #[arg(long, requires = "all")]
+    everyone: bool,
     /// Show the plan and do nothing.
     #[arg(long)]
     dry_run: bool,
@@ -199,7 +203,7 @@ fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
     let record = sandbox.keep();
     let state_file = store.dir().join(format!("{}.json", record.name));
     let report = UpReport::new(&record, state_file, data, metadata);
-    out.report(&report, |r| render_up(r, out));
+    out.report(&report, |r| render_up(r, store, out));
     Ok(exit::OK)
 }
 
@@ -207,7 +211,7 @@ fn list_names(p: &[Profile]) -> String {
     p.iter().map(|p| p.name()).collect::<Vec<_>>().join("+")
 }
 
-fn render_up(r: &UpReport, out: &Output) -> String {
+fn render_up(r: &UpReport, store: &StateStore, out: &Output) -> String {
     let n = r.devices.len();
     let mut profile = String::new();
     if r.fs == FsKind::Btrfs {
@@ -238,8 +242,8 @@ fn render_up(r: &UpReport, out: &Output) -> String {
         ));
     }
     text.push_str(&format!(
-        "remove it with: btrfs-lab sandbox down --yes {}\n",
-        r.mount_point.display()
+        "remove it with: {}\n",
+        store.down_command(&r.mount_point.display().to_string())
     ));
     text
 }
@@ -341,12 +345,17 @@ fn forget(a: &DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
 }
 
 fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
+    if a.everyone && !a.all {
+        return Err(Error::usage("--everyone goes with --all")
+            .with_hint("btrfs-lab sandbox down --all --everyone removes every user's sandboxes; one is removed by its name"));
+    }
     if a.forget {
         return forget(&a, store, out);
     }
     let req = DownRequest {
         target: a.target.as_deref(),
         all: a.all,
+        everyone: a.everyone,
         dry_run: a.dry_run,
         yes: a.yes,
     };

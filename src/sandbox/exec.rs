@@ -331,8 +331,10 @@ pub struct DownReport {
 pub struct DownRequest<'a> {
     /// The sandbox: its name, mount point or directory.
     pub target: Option<&'a str>,
-    /// Every sandbox.
+    /// Every sandbox this user made.
     pub all: bool,
+    /// With `all`: every user's, and records that do not say who made them.
+    pub everyone: bool,
     /// Only the plan.
     pub dry_run: bool,
     /// Do not ask.
@@ -373,7 +375,22 @@ pub fn down(
         ui.error(e);
     }
     let bad = loaded.bad.len();
-    let records = select(loaded.records, req.target, req.all)?;
+    let mut records = select(loaded.records, req.target, req.all)?;
+    if req.all && !req.everyone {
+        let me = super::state::Maker::current().user();
+        let (mine, others): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .partition(|r| r.made_by.as_ref().is_some_and(|m| m.user() == me));
+        if !others.is_empty() {
+            let names: Vec<&str> = others.iter().map(|r| r.name.as_str()).collect();
+            ui.note(&format!(
+                "left {}, made by another user or by an earlier version ({}): --all --everyone removes them too",
+                crate::model::text::count(others.len() as u64, "sandbox", "sandboxes"),
+                names.join(", ")
+            ));
+        }
+        records = mine;
+    }
     let plans: Vec<DownPlan> = records.iter().map(|r| down_plan(&status(r), r)).collect();
     if req.dry_run {
         return Ok(DownOutcome::DryRun(DownDryRun {
@@ -499,6 +516,30 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
     }
     let ours = our_loop_devices(record);
     let our_names: Vec<String> = ours.iter().map(|o| o.path.display().to_string()).collect();
+    // Devices added to the sandbox's btrfs after `up` (`device add`) are
+    // not ours: left as they are, and said so.
+    if record.fs == FsKind::Btrfs && dir.is_some() {
+        let table = crate::sys::proc::mountinfo::mount_table(&root)?;
+        let mounted_here = table
+            .iter()
+            .any(|m| m.mount_point == record.mount_point && our_names.contains(&m.source));
+        if mounted_here && let Ok(members) = btrfs::devices(&record.mount_point) {
+            for m in members
+                .iter()
+                .filter(|m| !m.path.is_empty() && !our_names.contains(&m.path))
+            {
+                let loop_hint = if m.path.starts_with("/dev/loop") {
+                    format!("; if it is yours: losetup -d {}", m.path)
+                } else {
+                    String::new()
+                };
+                report.left.push(format!(
+                    "{} was added to the sandbox's filesystem after up (device {}): not made by up, left attached{loop_hint}",
+                    m.path, m.devid
+                ));
+            }
+        }
+    }
 
     // 1. Unmount, if what is mounted on DIR/mnt is ours (repeat for mounts
     //    stacked there by us; stop at the first that is not ours).
@@ -590,9 +631,9 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
             ),
         )
         .with_hint(format!(
-            "detach it if it is yours (losetup -d {}), then run: btrfs-lab sandbox down --yes {}",
+            "detach it if it is yours (losetup -d {}), then run: {}",
             names.join(" "),
-            record.name
+            store.down_command(&record.name)
         )));
     }
 
@@ -794,6 +835,8 @@ pub struct SandboxStatus {
     pub data: Option<Profile>,
     /// Requested metadata profile.
     pub metadata: Option<Profile>,
+    /// Who made it (`null`: a record of an earlier version).
+    pub made_by: Option<super::state::Maker>,
 }
 
 /// One device of a [`SandboxStatus`].
@@ -848,6 +891,7 @@ pub fn status(record: &SandboxRecord) -> SandboxStatus {
         size_bytes: record.size_bytes,
         data: record.data,
         metadata: record.metadata,
+        made_by: record.made_by.clone(),
     }
 }
 

@@ -34,6 +34,60 @@ pub struct DeviceRecord {
     pub diskseq: Option<u64>,
 }
 
+/// Who made a sandbox: what `down --all` goes by (only the same user's,
+/// unless `--everyone`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Maker {
+    /// The real user id of `up`.
+    pub uid: u32,
+    /// `SUDO_UID` when `up` ran through sudo (root for several people).
+    pub sudo_uid: Option<u32>,
+    /// The audit login session (`/proc/self/sessionid`), when there is one.
+    pub session: Option<u32>,
+    /// The command line of `up`.
+    pub command: Vec<String>,
+}
+
+impl Maker {
+    /// This process.
+    pub fn current() -> Self {
+        let sudo_uid = std::env::var("SUDO_UID")
+            .ok()
+            .and_then(|v| v.trim().parse().ok());
+        let session = std::fs::read_to_string("/proc/self/sessionid")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|&s| s != u32::MAX);
+        Self {
+            uid: rustix::process::getuid().as_raw(),
+            sudo_uid,
+            session,
+            command: std::env::args().collect(),
+        }
+    }
+
+    /// The person: the sudo user, else the real user.
+    pub fn user(&self) -> u32 {
+        self.sudo_uid.unwrap_or(self.uid)
+    }
+
+    /// One line: `uid 1000 (through sudo), session 3: btrfs-lab sandbox up`.
+    pub fn describe(&self) -> String {
+        format!(
+            "uid {}{}{}: {}",
+            self.user(),
+            if self.sudo_uid.is_some() {
+                " (through sudo)"
+            } else {
+                ""
+            },
+            self.session
+                .map_or(String::new(), |s| format!(", session {s}")),
+            self.command.join(" ")
+        )
+    }
+}
+
 /// Everything a sandbox consists of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SandboxRecord {
@@ -73,6 +127,9 @@ pub struct SandboxRecord {
     pub pid: u32,
     /// Seconds since the epoch when `up` started.
     pub(crate) created_unix: u64,
+    /// Who ran `up` (absent in records of earlier versions).
+    #[serde(default)]
+    pub made_by: Option<Maker>,
 }
 
 impl SandboxRecord {
@@ -98,6 +155,7 @@ impl SandboxRecord {
             created_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            made_by: Some(Maker::current()),
         }
     }
 
@@ -175,6 +233,24 @@ impl StateStore {
         Self { dir: dir.into() }
     }
 
+    /// The command that removes sandbox `target` from this store, with
+    /// `--state-dir` when the store is not the default one (a command
+    /// printed for copying must work as printed).
+    pub fn down_command(&self, target: &str) -> String {
+        let flag = if self.dir == Path::new(DEFAULT_STATE_DIR) {
+            String::new()
+        } else {
+            format!(
+                "--state-dir {} ",
+                crate::sys::tools::display_argv(&[self.dir.display().to_string()])
+            )
+        };
+        format!(
+            "btrfs-lab {flag}sandbox down --yes {}",
+            crate::sys::tools::display_argv(&[target])
+        )
+    }
+
     /// Where the records are.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -204,7 +280,7 @@ impl StateStore {
         super::plan::validate_name(&record.name)?;
         let dir = self.open(true)?.expect("created");
         let name = Self::file_name(&record.name);
-        let exists = || name_taken(&record.name);
+        let exists = || name_taken(self, &record.name);
         if dir.stat(&name)?.is_some() {
             return Err(exists());
         }
@@ -238,7 +314,7 @@ impl StateStore {
     /// `up` asks first, before it looks at anything else.
     pub fn check_free(&self, name: &str) -> Result<()> {
         if self.has_record_file(name)? {
-            Err(name_taken(name))
+            Err(name_taken(self, name))
         } else {
             Ok(())
         }
@@ -314,12 +390,15 @@ impl StateStore {
     }
 }
 
-fn name_taken(name: &str) -> Error {
+fn name_taken(store: &StateStore, name: &str) -> Error {
     Error::new(
         ErrorKind::Busy,
         format!("a sandbox named '{name}' already exists"),
     )
-    .with_hint("choose another --name, or remove it with: btrfs-lab sandbox down --yes NAME")
+    .with_hint(format!(
+        "choose another --name, or remove it with: {}",
+        store.down_command(name)
+    ))
 }
 
 fn read_record(dir: &TrustedDir, file: &str, stem: &str) -> Result<SandboxRecord> {

@@ -183,6 +183,20 @@ impl Default for TestEnv {
 
 /// Loop devices backed by files under `dir`, and mounts under it.
 pub fn leftovers_under(dir: &Path) -> Vec<String> {
+    // A detached loop device with autoclear is freed when its last opener
+    // closes it (udev's blkid, another test's scan): give that a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let found = leftovers_now(dir);
+        if found.is_empty() || std::time::Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// [`leftovers_under`] as it is this instant (for a test that expects some).
+pub fn leftovers_now(dir: &Path) -> Vec<String> {
     let prefix = dir.display().to_string();
     let mut found = Vec::new();
     if let Ok(entries) = fs::read_dir("/sys/block") {
@@ -241,7 +255,7 @@ impl Drop for TestEnv {
         }
         // Loop devices bound to files under this directory were attached by
         // the test: detach them (only while still bound to that very file).
-        for line in leftovers_under(self.path()) {
+        for line in leftovers_now(self.path()) {
             if let Some(rest) = line.strip_prefix("loop device ")
                 && let Some((name, backing)) = rest.split_once(" -> ")
                 && let Ok(f) = fs::File::open(backing)

@@ -282,7 +282,7 @@ fn every_profile_and_device_count_against_mkfs_and_the_kernel() {
 /// Nothing of the cases is still mounted (the loop devices stay until the
 /// environment drops).
 fn mnt_free(dir: &Path) -> bool {
-    !crate::common::leftovers_under(dir)
+    !crate::common::leftovers_now(dir)
         .iter()
         .any(|l| l.starts_with("mount "))
 }

@@ -106,7 +106,11 @@ fn up_list_down_through_the_cli() {
     let (code, _, stderr) = run(env.cmd().args(["sandbox", "down"]).arg(&mnt));
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("--yes"));
-    assert!(env.leftovers().iter().any(|l| l.starts_with("mount")));
+    assert!(
+        crate::common::leftovers_now(env.path())
+            .iter()
+            .any(|l| l.starts_with("mount"))
+    );
 
     let (code, stdout, stderr) = run(env
         .cmd()
@@ -172,7 +176,7 @@ fn down_cleans_up_after_a_crashed_up() {
     });
     env.store().create(&record).unwrap();
     let attached = loopdev::attach_file(&f, image, true).unwrap();
-    assert_eq!(env.leftovers().len(), 1);
+    assert_eq!(crate::common::leftovers_now(env.path()).len(), 1);
     // The crash: the process's descriptors close.
     drop(attached);
     drop(f);
@@ -235,7 +239,9 @@ fn down_never_touches_what_it_did_not_make() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("did not mount"), "{stderr}");
     assert!(
-        env.leftovers().iter().any(|l| l.starts_with("mount")),
+        crate::common::leftovers_now(env.path())
+            .iter()
+            .any(|l| l.starts_with("mount")),
         "the foreign mount must stay"
     );
 
@@ -1188,7 +1194,8 @@ fn forget_removes_only_the_record_of_a_sandbox_down_cannot_act_on() {
     assert!(record_files(&env).is_empty(), "{:?}", record_files(&env));
     // Nothing else was touched: the loop device is still attached to the
     // moved image, the other directory keeps its file.
-    assert_eq!(env.leftovers().len(), 1, "{:?}", env.leftovers());
+    let now = crate::common::leftovers_now(env.path());
+    assert_eq!(now.len(), 1, "{now:?}");
     assert!(moved.join("dev0.img").exists());
     assert_eq!(fs::read_to_string(dir.join("keep")).unwrap(), "x");
     let (code, stdout, _) = run(env.cmd().args(["sandbox", "down", "--yes", "--all"]));
@@ -1373,5 +1380,135 @@ fn signals_during_up_clean_up_and_exit_130() {
         interrupted, 12,
         "only {interrupted} runs were interrupted in 36 ({finished_first} finished first, \
          {before_handlers} before the handlers)"
+    );
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn down_all_removes_only_this_users_sandboxes_and_says_what_else_it_left() {
+    if !require_root("sandbox down --all and its owners") {
+        return;
+    }
+    let env = TestEnv::new();
+    let up = |name: &str, sudo_uid: Option<&str>| {
+        let mut c = env.cmd();
+        c.args(["sandbox", "up", "--name", name, "--device-size", "256M"])
+            .env_remove("SUDO_UID");
+        if let Some(u) = sudo_uid {
+            c.env("SUDO_UID", u);
+        }
+        let (code, stdout, stderr) = run(&mut c);
+        assert_eq!(code, 0, "{stderr}");
+        stdout
+    };
+    let printed = up("mine", None);
+    up("theirs", Some("4242"));
+    // The record says who made it.
+    let (_, stdout, _) = run(env.cmd().args(["--json", "sandbox", "list"]));
+    let list = json(&stdout);
+    let by = |name: &str| {
+        list["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap()["made_by"]
+            .clone()
+    };
+    assert_eq!(by("mine")["uid"], 0);
+    assert_eq!(by("mine")["sudo_uid"], serde_json::Value::Null);
+    assert_eq!(by("theirs")["sudo_uid"], 4242);
+    assert_eq!(by("theirs")["command"][1], "--state-dir");
+
+    // The command `up` printed works as printed: it names --state-dir.
+    let line = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("remove it with: "))
+        .unwrap_or_else(|| panic!("{printed}"));
+    let argv: Vec<&str> = line.split(' ').collect();
+    assert_eq!(
+        argv[..3],
+        [
+            "btrfs-lab",
+            "--state-dir",
+            env.store().dir().to_str().unwrap()
+        ]
+    );
+
+    // --all: only this user's; the other is left, and named.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["sandbox", "down", "--yes", "--all"])
+        .env_remove("SUDO_UID"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("left 1 sandbox, made by another user"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("theirs"), "{stderr}");
+    let names = |env: &TestEnv| -> Vec<String> {
+        env.store()
+            .load_all()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect()
+    };
+    assert_eq!(names(&env), ["theirs"]);
+    // The same user through sudo is the same user.
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["sandbox", "down", "--yes", "--all", "--dry-run"])
+        .env("SUDO_UID", "4242"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("left 1 sandbox"), "{stderr}");
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["sandbox", "down", "--yes", "--all", "--everyone"])
+        .env_remove("SUDO_UID"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(names(&env).is_empty());
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+    let (code, _, stderr) = run(env.cmd().args(["sandbox", "down", "--everyone", "x"]));
+    assert_eq!(code, 2, "--everyone without --all: {stderr}");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn down_names_a_device_added_to_the_sandbox_later_and_leaves_it() {
+    if !require_root("sandbox down with a device added later") {
+        return;
+    }
+    let env = TestEnv::new();
+    let (code, _, stderr) =
+        run(env
+            .cmd()
+            .args(["sandbox", "up", "--name", "grown", "--device-size", "512M"]));
+    assert_eq!(code, 0, "{stderr}");
+    let spare = env.spare_device("spare", 512 << 20);
+    let m = env.store().load_all().unwrap()[0].mount_point.clone();
+    let (code, _, stderr) = run(env
+        .cmd()
+        .args(["device", "add", "--yes"])
+        .arg(&m)
+        .arg(&spare));
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "grown"]));
+    assert_eq!(code, 0, "{stderr}");
+    let all = format!("{stdout}{stderr}");
+    assert!(
+        all.contains(&format!(
+            "{} was added to the sandbox's filesystem after up (device 2): not made by up, left attached; if it is yours: losetup -d {}",
+            spare.display(),
+            spare.display()
+        )),
+        "{all}"
+    );
+    // Left attached (the environment detaches it).
+    let name = spare.file_name().unwrap().to_str().unwrap();
+    assert!(
+        Path::new(&format!("/sys/block/{name}/loop/backing_file")).exists(),
+        "{} was detached",
+        spare.display()
     );
 }

@@ -281,7 +281,7 @@ fn df_usage_show_agree_with_btrfs_progs() {
         }
     }
     assert!(
-        env.leftovers()
+        crate::common::leftovers_now(env.path())
             .iter()
             .all(|l| l.starts_with("loop") || l.starts_with("mount"))
     );

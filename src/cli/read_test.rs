@@ -259,10 +259,14 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
             c.profile
         ));
     }
+    // Each sentence once: what the headline says is not repeated.
+    let said = |text: &str| r.summary.to_lowercase().contains(&text.to_lowercase());
     for v in &r.verdicts {
-        t.push_str(&wrap_labelled("verdict", &v.text));
+        if !said(&v.text) {
+            t.push_str(&wrap_labelled("verdict", &v.text));
+        }
     }
-    if r.verdicts.len() > 1 {
+    if r.verdicts.len() > 1 && !said(&r.advice) {
         t.push_str(&wrap_labelled("advice", &r.advice));
     }
     let c = &r.checksum;

@@ -416,11 +416,24 @@ fn cpu_word(m: &MethodSummary) -> String {
         .map_or_else(|| "unknown".to_owned(), |c| format!("{c:.3}"))
 }
 
-/// The fair verdict among `methods` (all of one cache situation): a method
-/// wins only when its slowest round beats the runner-up's fastest; when the
-/// ranges overlap it is a tie, and of the tied methods the one that costs
-/// the least CPU per GiB is picked, and the text says so. One method with
-/// a result is not a winner.
+/// The noise rule: medians closer than this share of the faster one are
+/// the same speed (a tie needs that *and* overlapping ranges).
+pub const NOISE: f64 = 0.10;
+
+/// Whether `m`'s median is within the noise of `first`'s.
+fn within_noise(m: &MethodSummary, first: &MethodSummary) -> bool {
+    let a = first.rate_bytes_per_sec_median.unwrap_or(0.0);
+    let b = m.rate_bytes_per_sec_median.unwrap_or(0.0);
+    a <= 0.0 || b >= a * (1.0 - NOISE)
+}
+
+/// The fair verdict among `methods` (all of one cache situation), from the
+/// rounds' medians: a method wins when its slowest round beats the
+/// runner-up's fastest, or when the medians differ by more than the noise
+/// ([`NOISE`]: one slow round widens a range, it does not make a tie); a
+/// tie needs both the ranges to overlap and the medians within the noise,
+/// and of the tied methods the one that costs the least CPU per GiB is
+/// picked, and the text says so. One method with a result is not a winner.
 pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
     let mut ranked: Vec<&MethodSummary> = methods
         .iter()
@@ -473,6 +486,22 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
         );
         return v;
     }
+    if ranged && !within_noise(second, first) {
+        pick(&mut v, first);
+        v.kind = VerdictKind::Win;
+        v.text = format!(
+            "{}: {} wins at {}, {:.2}× {} {}; the ranges overlap, but the medians differ by more than the {:.0}% noise",
+            cache.name(),
+            with_threads(first),
+            rate_word(first),
+            first.rate_bytes_per_sec_median.unwrap_or(0.0)
+                / second.rate_bytes_per_sec_median.unwrap_or(1.0),
+            with_threads(second),
+            rate_word(second),
+            NOISE * 100.0
+        );
+        return v;
+    }
     tie(v, &ranked, ranged)
 }
 
@@ -503,11 +532,12 @@ fn pick(v: &mut Verdict, m: &MethodSummary) {
 fn tie(mut v: Verdict, ranked: &[&MethodSummary], ranged: bool) -> Verdict {
     let cache = v.cache;
     let first = ranked[0];
-    // Every method whose range reaches the fastest one's slowest round.
+    // Every method whose range reaches the fastest one's slowest round and
+    // whose median is within the noise of the fastest one's.
     let tied: Vec<&MethodSummary> = ranked
         .iter()
         .copied()
-        .filter(|m| !ranged || high(m) >= low(first))
+        .filter(|m| !ranged || (high(m) >= low(first) && within_noise(m, first)))
         .collect();
     let by_cpu = tied.iter().all(|m| m.cpu_seconds_per_gib_median.is_some());
     let chosen = if by_cpu {
@@ -550,7 +580,10 @@ fn tie(mut v: Verdict, ranked: &[&MethodSummary], ranged: bool) -> Verdict {
         format!("{} has the fastest median", chosen.method)
     };
     let what = if ranged {
-        "the ranges overlap"
+        &*format!(
+            "the ranges overlap and the medians are within {:.0}%",
+            NOISE * 100.0
+        )
     } else {
         "one round gives no range to compare (use --rounds 3 or more)"
     };
@@ -966,6 +999,58 @@ mod tests {
         assert!(v.text.contains("range 0.93–1.42"), "{}", v.text);
         // Buffered's range does not reach direct-copy's slowest round.
         assert!(!v.tied_with.contains(&Method::Buffered));
+    }
+
+    #[test]
+    fn one_slow_round_does_not_make_a_tie_of_medians_twice_apart() {
+        // The warm-cache runs of issue 26: buffered 3.39 GiB/s with one
+        // slow round whose range reaches direct's 1.70.
+        let methods = [
+            recorded(Method::Buffered, &[3.39, 1.65, 3.41], 0.30),
+            recorded(Method::Direct, &[1.68, 1.70, 1.72], 0.04),
+        ];
+        let v = verdict(Situation::Warm, &methods);
+        assert_eq!(v.kind, VerdictKind::Win, "{v:?}");
+        assert_eq!(v.method, Some(Method::Buffered));
+        assert!(
+            v.text
+                .contains("the ranges overlap, but the medians differ by more than the 10% noise"),
+            "{}",
+            v.text
+        );
+    }
+
+    #[test]
+    fn a_tie_needs_overlapping_ranges_and_medians_within_the_noise() {
+        // Overlapping, medians 5% apart: a tie, taken on CPU.
+        let methods = [
+            recorded(Method::Buffered, &[2.00, 2.10, 2.30], 0.30),
+            recorded(Method::Direct, &[1.90, 2.00, 2.05], 0.04),
+        ];
+        let v = verdict(Situation::Cold, &methods);
+        assert_eq!(v.kind, VerdictKind::Tie, "{v:?}");
+        assert_eq!(v.method, Some(Method::Direct));
+        assert!(v.text.contains("the medians are within 10%"), "{}", v.text);
+        // Medians 5% apart but ranges apart: a win.
+        let methods = [
+            recorded(Method::Buffered, &[2.10, 2.10, 2.11], 0.30),
+            recorded(Method::Direct, &[1.99, 2.00, 2.01], 0.04),
+        ];
+        assert_eq!(verdict(Situation::Cold, &methods).kind, VerdictKind::Win);
+        // Three methods: the one within the noise is tied, the other not.
+        let methods = [
+            recorded(Method::Buffered, &[1.00, 2.00, 2.10], 0.30),
+            recorded(Method::Direct, &[1.90, 1.95, 2.05], 0.04),
+            recorded(Method::Mmap, &[1.10, 1.20, 1.95], 0.20),
+        ];
+        let v = verdict(Situation::Cold, &methods);
+        assert_eq!(v.kind, VerdictKind::Tie, "{v:?}");
+        assert_eq!(v.method, Some(Method::Direct), "{v:?}");
+        assert_eq!(
+            v.tied_with,
+            vec![Method::Buffered],
+            "mmap's median is 40% below: {v:?}"
+        );
     }
 
     #[test]

@@ -1240,7 +1240,11 @@ fn report(
     let checksum = analysis::check_checksums(opts.verify, blocks, &all_runs);
     let verdicts: Vec<analysis::Verdict> = per_situation
         .iter()
-        .map(|(sit, l)| analysis::verdict(*sit, l))
+        .map(|(sit, l)| {
+            let mut v = analysis::verdict(*sit, l);
+            report::sweep_verdict(&mut v, &knees);
+            v
+        })
         .collect();
     let pairs: Vec<(Situation, &[MethodSummary])> = per_situation
         .iter()

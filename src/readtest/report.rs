@@ -235,6 +235,30 @@ pub fn summary_sentence(
     }
 }
 
+/// A verdict with one method measured, when that method was swept over
+/// thread counts: the sweep compared those, so its result is the verdict
+/// ("cold: direct with 4 threads (…), the fewest threads within 5% of the
+/// sweep's best (…)") instead of "nothing to compare it with".
+pub fn sweep_verdict(v: &mut Verdict, knees: &[Knee]) {
+    if v.kind != super::analysis::VerdictKind::Only {
+        return;
+    }
+    if let Some(k) = knees
+        .iter()
+        .find(|k| k.cache == v.cache && Some(k.method) == v.method)
+    {
+        use crate::model::rate::{format_both, gib_per_s, number};
+        v.text = format!(
+            "{}: {} with {}, {}: the fewest threads within 5% of the thread sweep's best, {} GiB/s",
+            v.cache.name(),
+            k.method,
+            crate::model::text::count(u64::from(k.threads), "thread", "threads"),
+            format_both(k.rate_bytes_per_sec),
+            number(gib_per_s(k.best_rate_bytes_per_sec))
+        );
+    }
+}
+
 fn capitalise(s: &str) -> String {
     let mut c = s.chars();
     match c.next() {

@@ -475,10 +475,18 @@ fn refusals_change_nothing() {
     assert_eq!(code, 1);
     // A refused --json run prints nothing on stdout; every reason is on stderr.
     assert_eq!(stdout, "", "a refused --json device add printed on stdout");
+    // With reasons --overwrite cannot lift, the signature's reason no longer
+    // offers it; the hint says what it would not lift.
     for (_, want) in &cases {
+        let want = want.split("; --overwrite").next().unwrap();
         assert!(stderr.contains(want), "{want}: {stderr}");
     }
     assert!(stderr.contains("also:"), "{stderr}");
+    assert!(!stderr.contains("--overwrite wipes them"), "{stderr}");
+    assert!(
+        stderr.contains("--overwrite would not help: it never lifts"),
+        "{stderr}"
+    );
     // --overwrite lifts only what it may: the ext4 signature, named in the plan.
     let (code, stdout, _) = run(env
         .cmd()

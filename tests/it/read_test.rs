@@ -1182,9 +1182,21 @@ fn a_thread_sweep_reports_a_row_per_count_and_names_the_knee() {
         assert!(text.contains(row), "{row}: {text}");
     }
     assert!(text.contains("← knee"), "{text}");
-    // One method measured: no winner wording.
-    assert!(text.contains("only direct"), "{text}");
+    // One method measured: no winner wording, and the sweep's result is the
+    // headline, said once (not "nothing to compare it with").
     assert!(!text.contains("wins"), "{text}");
+    assert!(!text.contains("nothing to compare"), "{text}");
+    let headline = text.lines().nth(1).unwrap_or_default();
+    assert!(
+        headline.starts_with("Cold: direct with ")
+            && headline.contains("the fewest threads within 5% of the thread sweep's best"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("the fewest threads within 5%").count(),
+        1,
+        "{text}"
+    );
 }
 
 /// Runs `f` as uid/gid 65534 in a thread of its own.

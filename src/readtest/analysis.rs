@@ -471,11 +471,23 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
     };
     // One round is a point, not a range: no win can be called from it.
     let ranged = first.runs.len() >= 2 && second.runs.len() >= 2;
-    if ranged && low(first) > high(second) {
+    let why = if !ranged {
+        None
+    } else if low(first) > high(second) {
+        Some("their ranges do not overlap".to_owned())
+    } else if !within_noise(second, first) {
+        Some(format!(
+            "the ranges overlap, but the medians differ by more than the {:.0}% noise",
+            NOISE * 100.0
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
         pick(&mut v, first);
         v.kind = VerdictKind::Win;
         v.text = format!(
-            "{}: {} wins at {}, {:.2}× {} {}; their ranges do not overlap",
+            "{}: {} wins at {}, {:.2}× {} {}; {why}",
             cache.name(),
             with_threads(first),
             rate_word(first),
@@ -483,22 +495,6 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
                 / second.rate_bytes_per_sec_median.unwrap_or(1.0),
             with_threads(second),
             rate_word(second)
-        );
-        return v;
-    }
-    if ranged && !within_noise(second, first) {
-        pick(&mut v, first);
-        v.kind = VerdictKind::Win;
-        v.text = format!(
-            "{}: {} wins at {}, {:.2}× {} {}; the ranges overlap, but the medians differ by more than the {:.0}% noise",
-            cache.name(),
-            with_threads(first),
-            rate_word(first),
-            first.rate_bytes_per_sec_median.unwrap_or(0.0)
-                / second.rate_bytes_per_sec_median.unwrap_or(1.0),
-            with_threads(second),
-            rate_word(second),
-            NOISE * 100.0
         );
         return v;
     }

@@ -80,6 +80,46 @@ pub trait Ui {
     }
 }
 
+/// Progress as log lines, where no bar is drawn (no terminal): the first
+/// state at once, then at most one line every `every`, and the last state
+/// once more at the end when it was not the last line written, so a log
+/// always ends with where the work ended (not with the 0 % of its start).
+#[derive(Debug)]
+pub struct LogLines {
+    every: std::time::Duration,
+    last: Option<std::time::Instant>,
+    pending: Option<String>,
+}
+
+impl LogLines {
+    /// Lines at most every `every`.
+    pub fn new(every: std::time::Duration) -> Self {
+        Self {
+            every,
+            last: None,
+            pending: None,
+        }
+    }
+
+    /// The line to write now, if one is due; otherwise `line` is kept as
+    /// the latest state, for [`LogLines::finish`].
+    pub fn update(&mut self, line: String) -> Option<String> {
+        if self.last.is_none_or(|t| t.elapsed() >= self.every) {
+            self.last = Some(std::time::Instant::now());
+            self.pending = None;
+            Some(line)
+        } else {
+            self.pending = Some(line);
+            None
+        }
+    }
+
+    /// The latest state, if it was not written.
+    pub fn finish(&mut self) -> Option<String> {
+        self.pending.take()
+    }
+}
+
 /// Sends `record` as one JSON Lines event through `ui`, in its envelope.
 pub fn emit<T: Document>(ui: &dyn Ui, record: &T) {
     ui.event_line(serde_json::to_string(&Enveloped::new(record)));
@@ -304,6 +344,21 @@ impl Ui for RecordingUi {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn log_lines_end_with_the_last_state() {
+        let mut l = LogLines::new(std::time::Duration::from_secs(3600));
+        assert_eq!(l.update("0%".into()), Some("0%".into()));
+        assert_eq!(l.update("50%".into()), None);
+        assert_eq!(l.update("100%".into()), None);
+        assert_eq!(l.finish(), Some("100%".into()));
+        assert_eq!(l.finish(), None);
+        let mut l = LogLines::new(std::time::Duration::ZERO);
+        assert_eq!(l.update("a".into()), Some("a".into()));
+        assert_eq!(l.update("b".into()), Some("b".into()));
+        assert_eq!(l.finish(), None, "the last state was written");
+    }
+
     use super::*;
 
     #[test]

@@ -721,6 +721,23 @@ pub fn execute_remove(
         };
         let stderr = crate::sys::kernel::child::read_stderr(&mut child);
         let still = fs.devices()?.into_iter().find(|d| d.devid == dev.devid);
+        if still.is_none() {
+            // Gone: the last state is nothing left on it.
+            let secs = t0.elapsed().as_secs_f64();
+            progress(&RemoveProgress {
+                devid: dev.devid,
+                step: i + 1,
+                steps,
+                bytes_start: start_bytes,
+                bytes_left: 0,
+                rate_bytes_per_sec: if secs > 0.0 {
+                    start_bytes as f64 / secs
+                } else {
+                    0.0
+                },
+                eta_seconds: None,
+            });
+        }
         match (status.success(), still) {
             (true, None) => removed.push(Removed {
                 devid: dev.devid,

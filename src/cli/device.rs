@@ -408,7 +408,7 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
     let signals = signals::begin_operation()?;
     out.started();
     let bar = out.byte_progress("replacing {bar:30} {bytes}/{total_bytes}  {msg}");
-    let mut last_line = std::time::Instant::now() - std::time::Duration::from_secs(60);
+    let mut lines = btrfs_lab::ui::LogLines::new(std::time::Duration::from_secs(5));
     let end = replace::execute_replace(&fs, &plan, &signals, &mut |p| {
         let eta = p
             .eta_seconds
@@ -418,16 +418,20 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
             bar.set_length(p.bytes_total);
             bar.set_position(p.bytes_done);
             bar.set_message(msg);
-        } else if last_line.elapsed().as_secs() >= 5 && !out.json {
-            last_line = std::time::Instant::now();
-            out.say(&format!(
+        } else if !out.json
+            && let Some(line) = lines.update(format!(
                 "progress: {} of {} copied, {msg}\n",
                 size(p.bytes_done),
                 size(p.bytes_total)
-            ));
+            ))
+        {
+            out.say(&line);
         }
     });
     bar.finish_and_clear();
+    if let Some(line) = lines.finish() {
+        out.say(&line);
+    }
     match end? {
         ReplaceEnd::Detached { signal, progress } => {
             let m = plan.mount_point.display();
@@ -572,7 +576,7 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
     let signals = signals::begin_operation()?;
     out.started();
     let bar = out.byte_progress("removing {prefix} {bar:30} {bytes}/{total_bytes}  {msg}");
-    let mut last_line = std::time::Instant::now() - std::time::Duration::from_secs(60);
+    let mut lines = btrfs_lab::ui::LogLines::new(std::time::Duration::from_secs(5));
     let end = remove::execute_remove(&fs, &plan, &signals, &mut |p| {
         let eta = p
             .eta_seconds
@@ -587,15 +591,19 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
             bar.set_length(p.bytes_start);
             bar.set_position(p.bytes_start.saturating_sub(p.bytes_left));
             bar.set_message(msg);
-        } else if last_line.elapsed().as_secs() >= 5 && !out.json {
-            last_line = std::time::Instant::now();
-            out.say(&format!(
+        } else if !out.json
+            && let Some(line) = lines.update(format!(
                 "progress: device {} ({}/{}): {msg}\n",
                 p.devid, p.step, p.steps
-            ));
+            ))
+        {
+            out.say(&line);
         }
     });
     bar.finish_and_clear();
+    if let Some(line) = lines.finish() {
+        out.say(&line);
+    }
     match end? {
         RemoveEnd::Stopped {
             signal,

@@ -5,7 +5,7 @@
 //! [`Finished`] it returns.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Event, Finished, Progress, Start, Targets};
 use crate::admin::report::ConvertRecord;
@@ -27,7 +27,7 @@ struct Sink<'a> {
     ui: &'a dyn Ui,
     detached: Option<DetachNotice>,
     bar: Box<dyn ui::Progress>,
-    last_line: Instant,
+    lines: ui::LogLines,
 }
 
 impl<'a> Sink<'a> {
@@ -36,9 +36,7 @@ impl<'a> Sink<'a> {
             ui,
             detached,
             bar: ui.progress(TEMPLATE),
-            last_line: Instant::now()
-                .checked_sub(LINE_EVERY * 12)
-                .unwrap_or_else(Instant::now),
+            lines: ui::LogLines::new(LINE_EVERY),
         }
     }
 
@@ -63,14 +61,13 @@ impl<'a> Sink<'a> {
                     self.bar.set_length(p.chunks_expected);
                     self.bar.set_position(p.chunks_done);
                     self.bar.set_message(self.describe(&p));
-                } else if self.last_line.elapsed() >= LINE_EVERY {
-                    self.last_line = Instant::now();
-                    self.ui.say(&format!(
-                        "progress: {}/{} chunks, {}\n",
-                        p.chunks_done,
-                        p.chunks_expected,
-                        self.describe(&p)
-                    ));
+                } else if let Some(line) = self.lines.update(format!(
+                    "progress: {}/{} chunks, {}\n",
+                    p.chunks_done,
+                    p.chunks_expected,
+                    self.describe(&p)
+                )) {
+                    self.ui.say(&line);
                 }
             }
             Event::Pausing(which) => {
@@ -154,6 +151,9 @@ pub fn execute_with_ui(
         &mut |e| sink.event(e),
     );
     sink.bar.finish();
+    if let Some(line) = sink.lines.finish() {
+        ui.say(&line);
+    }
     let finished = finished?;
     ui::emit(ui, &ConvertRecord::Result(finished.record()));
     Ok(finished)
@@ -217,6 +217,11 @@ mod tests {
         assert!(
             text.said().iter().all(|s| !matches!(s, Said::Event(_))),
             "no JSON records without --json"
+        );
+        // The log ends with the last state.
+        assert_eq!(
+            sink.lines.finish().as_deref(),
+            Some("progress: 2/4 chunks, 2.00MiB converted, 2.00MiB left, 1.00MiB/s, ETA 1m30s\n")
         );
     }
 }

@@ -215,6 +215,15 @@ fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
         stdout.contains("WARNING: raid1c3 turns on the raid1c34 feature"),
         "{stdout}"
     );
+    // Without a terminal, progress is log lines, and the last one is where
+    // the conversion ended.
+    let last = format!("{stdout}{stderr}")
+        .lines()
+        .filter(|l| l.starts_with("progress: "))
+        .last()
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no progress line: {stdout}{stderr}"));
+    assert!(last.contains(" converted, 0.00B left"), "{last}");
     assert_eq!(profiles(&env, &m), expect("raid0", "raid1c3"));
     assert_eq!(hashes(&m), before);
     scrub_clean(&m);

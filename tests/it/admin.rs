@@ -219,8 +219,7 @@ fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
     // the conversion ended.
     let last = format!("{stdout}{stderr}")
         .lines()
-        .filter(|l| l.starts_with("progress: "))
-        .last()
+        .rfind(|l| l.starts_with("progress: "))
         .map(str::to_owned)
         .unwrap_or_else(|| panic!("no progress line: {stdout}{stderr}"));
     assert!(last.contains(" converted, 0.00B left"), "{last}");

@@ -86,6 +86,7 @@ documents! {
     "device-add-nothing", false, crate::admin::add::NothingToAdd, "device add --json (every device already a member)";
     "rescue", false, crate::rescue::report::RescueReport, "rescue MOUNT --json";
     "rescue-file", true, crate::rescue::report::FileRecord, "rescue MOUNT --list --json (JSON Lines: one per file, then the rescue report)";
+    "progress", true, crate::model::progress::ProgressRecord, "device replace --json, device remove --json, rescue --copy-to --json (JSON Lines: progress at most once a second, then the report)";
     "error", true, crate::error::ErrorEvent, "the last JSON Lines record of a stream that failed after it started";
 }
 

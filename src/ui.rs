@@ -16,6 +16,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::envelope::{Document, Enveloped};
+use crate::model::progress::{Meter, ProgressEvent, ProgressRecord, Reading, pace_words};
 use crate::model::text::escape_control;
 
 /// A progress indicator a job updates; drawn (or not) by the `Ui` that made it.
@@ -89,6 +90,7 @@ pub struct LogLines {
     every: std::time::Duration,
     last: Option<std::time::Instant>,
     pending: Option<String>,
+    written: Option<String>,
 }
 
 impl LogLines {
@@ -98,18 +100,21 @@ impl LogLines {
             every,
             last: None,
             pending: None,
+            written: None,
         }
     }
 
     /// The line to write now, if one is due; otherwise `line` is kept as
-    /// the latest state, for [`LogLines::finish`].
+    /// the latest state, for [`LogLines::finish`] (unless it is the line
+    /// last written: the log does not end with the same line twice).
     pub fn update(&mut self, line: String) -> Option<String> {
         if self.last.is_none_or(|t| t.elapsed() >= self.every) {
             self.last = Some(std::time::Instant::now());
             self.pending = None;
+            self.written = Some(line.clone());
             Some(line)
         } else {
-            self.pending = Some(line);
+            self.pending = (self.written.as_ref() != Some(&line)).then_some(line);
             None
         }
     }
@@ -117,6 +122,223 @@ impl LogLines {
     /// The latest state, if it was not written.
     pub fn finish(&mut self) -> Option<String> {
         self.pending.take()
+    }
+}
+
+/// A job's progress as the person (or the script) sees it: a bar on a
+/// terminal (bytes as the measure, the words after it fitted to the
+/// width), a log line every few seconds without one (ending with the last
+/// state), and with `--json` a [`ProgressRecord`] JSON Lines record at most
+/// once a second (when the job streams its own records instead, it says so
+/// with [`Track::records`]`(false)`). The one renderer of
+/// [`crate::model::progress`]'s readings.
+pub struct Track<'a> {
+    ui: &'a dyn Ui,
+    label: String,
+    operation: Option<&'static str>,
+    bar: Box<dyn Progress>,
+    lines: LogLines,
+    records: LogLines,
+}
+
+/// How often a log line is written when no bar is drawn.
+const TRACK_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl<'a> Track<'a> {
+    /// The progress of `operation` (its name in JSON records), drawn after
+    /// `label` (`converting`, `replacing`).
+    pub fn new(ui: &'a dyn Ui, operation: &'static str, label: &str) -> Self {
+        let bar = if ui.json() || ui.quiet() {
+            Box::new(HiddenProgress) as Box<dyn Progress>
+        } else {
+            ui.progress(&format!("{label} {{bar:20}} {{percent:>3}}% {{wide_msg}}"))
+        };
+        Self {
+            ui,
+            label: label.to_owned(),
+            operation: Some(operation),
+            bar,
+            lines: LogLines::new(TRACK_LINE_EVERY),
+            records: LogLines::new(std::time::Duration::from_secs(1)),
+        }
+    }
+
+    /// Whether this track writes the JSON records itself (the default) or
+    /// the job streams records of its own (`convert`).
+    pub fn records(mut self, own: bool) -> Self {
+        if !own {
+            self.operation = None;
+        }
+        self
+    }
+
+    /// The words after the bar: `1.20GiB of 4.00GiB, 250.00MiB/s, ETA 0m12s
+    /// (STEP)` (sizes as `--units` asks). The step comes last: where the
+    /// width is short, the detail is cut, not the rate or the ETA.
+    pub fn words(&self, r: &Reading, step: Option<&str>) -> String {
+        let sizes = if r.total_bytes > 0 {
+            format!(
+                "{} of {}",
+                self.ui.size(r.done_bytes),
+                self.ui.size(r.total_bytes)
+            )
+        } else {
+            self.ui.size(r.done_bytes)
+        };
+        let pace = pace_words(r, |b| format!("{}/s", self.ui.size(b.round() as u64)));
+        match step {
+            Some(s) if !s.is_empty() => format!("{sizes}, {pace} ({})", escape_control(s)),
+            _ => format!("{sizes}, {pace}"),
+        }
+    }
+
+    /// Shows `r` (on `step`, when the work has steps).
+    pub fn show(&mut self, r: &Reading, step: Option<&str>) {
+        if self.ui.json() {
+            if let Some(operation) = self.operation {
+                let record = ProgressRecord {
+                    event: ProgressEvent::Progress,
+                    operation: operation.to_owned(),
+                    step: step.map(str::to_owned),
+                    reading: *r,
+                };
+                let line = serde_json::to_string(&Enveloped::new(&record));
+                match line {
+                    Ok(line) => {
+                        if let Some(l) = self.records.update(line) {
+                            self.ui.event_line(Ok(l));
+                        }
+                    }
+                    Err(e) => self.ui.event_line(Err(e)),
+                }
+            }
+            return;
+        }
+        let words = self.words(r, step);
+        if self.bar.shown() {
+            self.bar.set_length(r.total_bytes.max(1));
+            self.bar
+                .set_position(r.done_bytes.min(r.total_bytes.max(1)));
+            self.bar.set_message(words);
+        } else if let Some(line) = self.lines.update(format!("{}: {words}\n", self.label)) {
+            self.ui.say(&line);
+        }
+    }
+
+    /// A line above the bar, or on its own when no bar is drawn.
+    pub fn println(&self, line: &str) {
+        if self.bar.shown() {
+            self.bar.println(line);
+        } else {
+            self.ui.say(&format!("{line}\n"));
+        }
+    }
+
+    /// Whether a bar is drawn.
+    pub fn drawn(&self) -> bool {
+        self.bar.shown()
+    }
+
+    /// Removes the bar (nothing of it stays on the screen) and writes the
+    /// last state when it was not the last line or record written.
+    pub fn finish(mut self) {
+        self.bar.finish();
+        if let Some(line) = self.lines.finish() {
+            self.ui.say(&line);
+        }
+        if let Some(record) = self.records.finish() {
+            self.ui.event_line(Ok(record));
+        }
+    }
+}
+
+/// A [`Track`] with its [`Meter`], behind the [`Progress`] trait: for a job
+/// that counts bytes with `set_length`/`set_position` and names its step
+/// with `set_message` (a file's name). Observes at most ten times a second.
+pub struct TrackedBar<'a> {
+    state: std::cell::RefCell<TrackedState<'a>>,
+}
+
+struct TrackedState<'a> {
+    track: Option<Track<'a>>,
+    meter: Meter,
+    total: u64,
+    done: u64,
+    step: Option<String>,
+    last: Option<std::time::Instant>,
+}
+
+impl<'a> TrackedBar<'a> {
+    /// See [`Track::new`].
+    pub fn new(ui: &'a dyn Ui, operation: &'static str, label: &str) -> Self {
+        Self {
+            state: std::cell::RefCell::new(TrackedState {
+                track: Some(Track::new(ui, operation, label)),
+                meter: Meter::new(),
+                total: 0,
+                done: 0,
+                step: None,
+                last: None,
+            }),
+        }
+    }
+
+    /// See [`Track::records`]: `false` for a command whose `--json` output
+    /// is one document (probe-dio, read-test).
+    pub fn records(self, own: bool) -> Self {
+        {
+            let mut st = self.state.borrow_mut();
+            st.track = st.track.take().map(|t| t.records(own));
+        }
+        self
+    }
+
+    fn update(&self, force: bool) {
+        let mut st = self.state.borrow_mut();
+        if !force
+            && st
+                .last
+                .is_some_and(|t| t.elapsed() < std::time::Duration::from_millis(100))
+        {
+            return;
+        }
+        st.last = Some(std::time::Instant::now());
+        let (done, total) = (st.done, st.total);
+        let r = st.meter.observe(done, total);
+        let step = st.step.clone();
+        if let Some(t) = st.track.as_mut() {
+            t.show(&r, step.as_deref());
+        }
+    }
+}
+
+impl Progress for TrackedBar<'_> {
+    fn set_length(&self, total: u64) {
+        self.state.borrow_mut().total = total;
+    }
+    fn set_position(&self, done: u64) {
+        self.state.borrow_mut().done = done;
+        self.update(false);
+    }
+    fn set_message(&self, message: String) {
+        self.state.borrow_mut().step = Some(message);
+    }
+    fn finish(&self) {
+        if self.state.borrow().track.is_none() {
+            return;
+        }
+        self.update(true);
+        if let Some(t) = self.state.borrow_mut().track.take() {
+            t.finish();
+        }
+    }
+    fn shown(&self) -> bool {
+        self.state.borrow().track.as_ref().is_some_and(Track::drawn)
+    }
+    fn println(&self, line: &str) {
+        if let Some(t) = self.state.borrow().track.as_ref() {
+            t.println(line);
+        }
     }
 }
 
@@ -357,6 +579,11 @@ mod tests {
         assert_eq!(l.update("a".into()), Some("a".into()));
         assert_eq!(l.update("b".into()), Some("b".into()));
         assert_eq!(l.finish(), None, "the last state was written");
+        // A state that did not change since the line written is not repeated.
+        let mut l = LogLines::new(std::time::Duration::from_secs(3600));
+        assert_eq!(l.update("pausing".into()), Some("pausing".into()));
+        assert_eq!(l.update("pausing".into()), None);
+        assert_eq!(l.finish(), None);
     }
 
     use super::*;

@@ -582,10 +582,33 @@ pub struct RemoveProgress {
     pub bytes_start: u64,
     /// Bytes still on it.
     pub bytes_left: u64,
-    /// Bytes per second.
+    /// Bytes per second over the last moves (20 s window); 0 while the
+    /// rate is measured, stalled or stopping.
     pub rate_bytes_per_sec: f64,
-    /// Seconds left for this device; `null` until it can be trusted.
+    /// Seconds left for this device; `null` until the estimate is stable.
     pub eta_seconds: Option<f64>,
+    /// What the relocation is doing, as far as the counts tell.
+    #[serde(default = "crate::model::progress::running")]
+    pub pace: crate::model::progress::Pace,
+}
+
+impl RemoveProgress {
+    /// As the one progress renderer reads it: bytes moved off the device.
+    pub fn reading(&self) -> crate::model::progress::Reading {
+        crate::model::progress::Reading {
+            done_bytes: self.bytes_start.saturating_sub(self.bytes_left),
+            total_bytes: self.bytes_start,
+            rate_bytes_per_sec: (self.rate_bytes_per_sec > 0.0).then_some(self.rate_bytes_per_sec),
+            eta_seconds: self.eta_seconds,
+            pace: self.pace,
+            idle_seconds: 0.0,
+        }
+    }
+
+    /// Which device of the plan: `device 3, 1 of 2`.
+    pub fn step(&self) -> String {
+        format!("device {}, {} of {}", self.devid, self.step, self.steps)
+    }
 }
 
 /// One device removed.
@@ -687,6 +710,7 @@ pub fn execute_remove(
                     )
                 })?;
         let mut signal: Option<&'static str> = None;
+        let mut meter = crate::model::progress::Meter::new();
         let status = loop {
             if let Some(st) = child
                 .try_wait()
@@ -699,21 +723,21 @@ pub fn execute_remove(
                 .iter()
                 .find(|d| d.devid == dev.devid)
                 .map_or(0, |d| d.bytes_used);
-            let secs = t0.elapsed().as_secs_f64();
-            let done = start_bytes.saturating_sub(left);
-            let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+            let r = meter.observe(start_bytes.saturating_sub(left), start_bytes);
             progress(&RemoveProgress {
                 devid: dev.devid,
                 step: i + 1,
                 steps,
                 bytes_start: start_bytes,
                 bytes_left: left,
-                rate_bytes_per_sec: rate,
-                eta_seconds: (secs >= 2.0 && rate > 0.0).then(|| left as f64 / rate),
+                rate_bytes_per_sec: r.rate_bytes_per_sec.unwrap_or(0.0),
+                eta_seconds: r.eta_seconds,
+                pace: r.pace,
             });
             let (n, which) = signals.wait(Duration::from_millis(500));
             if n > 0 && signal.is_none() {
                 signal = Some(which.map_or("a signal", |w| w.name()));
+                meter.pausing();
                 // A fatal signal makes the kernel cancel the relocation
                 // after the current extent; the device stays a member.
                 tools::kill_group(&child, rustix::process::Signal::INT);
@@ -735,7 +759,8 @@ pub fn execute_remove(
                 } else {
                     0.0
                 },
-                eta_seconds: None,
+                eta_seconds: Some(0.0),
+                pace: crate::model::progress::Pace::Done,
             });
         }
         match (status.success(), still) {

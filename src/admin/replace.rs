@@ -481,10 +481,28 @@ pub struct ReplaceProgress {
     pub bytes_done: u64,
     /// The kernel's own figure: the share of OLD's size passed, in ‰.
     pub device_permille: u64,
-    /// Bytes per second since this run began following.
+    /// Bytes per second over the last moves (20 s window); 0 while the
+    /// rate is measured or stalled.
     pub rate_bytes_per_sec: f64,
-    /// Seconds left at that rate; `null` until it can be trusted.
+    /// Seconds left at that rate; `null` until the estimate is stable.
     pub eta_seconds: Option<f64>,
+    /// What the copy is doing, as far as the counts tell.
+    #[serde(default = "crate::model::progress::running")]
+    pub pace: crate::model::progress::Pace,
+}
+
+impl ReplaceProgress {
+    /// As the one progress renderer reads it.
+    pub fn reading(&self) -> crate::model::progress::Reading {
+        crate::model::progress::Reading {
+            done_bytes: self.bytes_done,
+            total_bytes: self.bytes_total,
+            rate_bytes_per_sec: (self.rate_bytes_per_sec > 0.0).then_some(self.rate_bytes_per_sec),
+            eta_seconds: self.eta_seconds,
+            pace: self.pace,
+            idle_seconds: 0.0,
+        }
+    }
 }
 
 /// The bytes of `extents` (OLD's, by offset) below `cursor`: what the
@@ -733,7 +751,7 @@ pub fn execute_replace(
         std::thread::sleep(Duration::from_millis(50));
     }
     // Follow.
-    let mut first_done: Option<(Instant, u64)> = None;
+    let mut meter = crate::model::progress::Meter::new();
     loop {
         let s = fs.replace_status()?;
         let cursor = (u128::from(s.progress_1000) * u128::from(old.size) / 1000) as u64;
@@ -742,20 +760,14 @@ pub fn execute_replace(
         } else {
             copied_below(&extents, cursor).min(total)
         };
-        let (t0, d0) = *first_done.get_or_insert((Instant::now(), done));
-        let secs = t0.elapsed().as_secs_f64();
-        let rate = if secs > 0.0 {
-            done.saturating_sub(d0) as f64 / secs
-        } else {
-            0.0
-        };
-        let eta = (secs >= 2.0 && rate > 0.0).then(|| total.saturating_sub(done) as f64 / rate);
+        let r = meter.observe(done, total);
         let p = ReplaceProgress {
             bytes_total: total,
             bytes_done: done,
             device_permille: s.progress_1000,
-            rate_bytes_per_sec: rate,
-            eta_seconds: eta,
+            rate_bytes_per_sec: r.rate_bytes_per_sec.unwrap_or(0.0),
+            eta_seconds: r.eta_seconds,
+            pace: r.pace,
         };
         progress(&p);
         use btrfs_uapi::replace::ReplaceState as S;

@@ -266,6 +266,13 @@ pub fn execute(
             ));
             Ok(exit::OK)
         }
+        Finished::Paused { bytes_remaining: 0 } => {
+            out.warning_with_hint(
+                "the conversion is paused with no data left to move (its last chunk finished as it paused); data is intact",
+                &format!("let the kernel finish it with: btrfs-lab convert {m} --resume (running the same convert again also resumes it); or cancel it with: btrfs-lab convert {m} --cancel"),
+            );
+            Ok(exit::INTERRUPTED)
+        }
         Finished::Paused { bytes_remaining } => {
             out.warning_with_hint(
                 &format!("the conversion is paused with {} left to convert; data is intact", size(*bytes_remaining)),

@@ -15,7 +15,6 @@ use btrfs_lab::admin::replace::{
 use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::model::rate::{duration, format_rate};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::tools::display_argv;
@@ -407,31 +406,11 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
     fs.check_path_still_here(&a.mount)?;
     let signals = signals::begin_operation()?;
     out.started();
-    let bar = out.byte_progress("replacing {bar:30} {bytes}/{total_bytes}  {msg}");
-    let mut lines = btrfs_lab::ui::LogLines::new(std::time::Duration::from_secs(5));
+    let mut track = btrfs_lab::ui::Track::new(out, "device-replace", "replacing");
     let end = replace::execute_replace(&fs, &plan, &signals, &mut |p| {
-        let eta = p
-            .eta_seconds
-            .map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
-        let msg = format!("{}, {eta}", format_rate(p.rate_bytes_per_sec));
-        if !bar.is_hidden() {
-            bar.set_length(p.bytes_total);
-            bar.set_position(p.bytes_done);
-            bar.set_message(msg);
-        } else if !out.json
-            && let Some(line) = lines.update(format!(
-                "progress: {} of {} copied, {msg}\n",
-                size(p.bytes_done),
-                size(p.bytes_total)
-            ))
-        {
-            out.say(&line);
-        }
+        track.show(&p.reading(), None);
     });
-    bar.finish_and_clear();
-    if let Some(line) = lines.finish() {
-        out.say(&line);
-    }
+    track.finish();
     match end? {
         ReplaceEnd::Detached { signal, progress } => {
             let m = plan.mount_point.display();
@@ -443,7 +422,7 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
                     progress,
                 }),
             };
-            out.report(&done, |_| String::new());
+            out.report_line(&done, |_| String::new());
             Err(Error::new(
                 ErrorKind::Interrupted,
                 format!("{signal}: left the replace running in the kernel{}", progress.map_or(String::new(), |p| format!(" ({} of {} copied)", size(p.bytes_done), size(p.bytes_total)))),
@@ -468,7 +447,7 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
                 result: Some(r.clone()),
                 detached: None,
             };
-            out.report(&done, |_| {
+            out.report_line(&done, |_| {
                 let p = out.paint;
                 let mut t = format!(
                     "{} device {} is now {} ({}), in {:.0} s\n",
@@ -575,35 +554,11 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
     fs.check_path_still_here(&a.mount)?;
     let signals = signals::begin_operation()?;
     out.started();
-    let bar = out.byte_progress("removing {prefix} {bar:30} {bytes}/{total_bytes}  {msg}");
-    let mut lines = btrfs_lab::ui::LogLines::new(std::time::Duration::from_secs(5));
+    let mut track = btrfs_lab::ui::Track::new(out, "device-remove", "removing");
     let end = remove::execute_remove(&fs, &plan, &signals, &mut |p| {
-        let eta = p
-            .eta_seconds
-            .map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
-        let msg = format!(
-            "{} left, {}, {eta}",
-            size(p.bytes_left),
-            format_rate(p.rate_bytes_per_sec)
-        );
-        if !bar.is_hidden() {
-            bar.set_prefix(format!("device {} ({}/{})", p.devid, p.step, p.steps));
-            bar.set_length(p.bytes_start);
-            bar.set_position(p.bytes_start.saturating_sub(p.bytes_left));
-            bar.set_message(msg);
-        } else if !out.json
-            && let Some(line) = lines.update(format!(
-                "progress: device {} ({}/{}): {msg}\n",
-                p.devid, p.step, p.steps
-            ))
-        {
-            out.say(&line);
-        }
+        track.show(&p.reading(), Some(&p.step()));
     });
-    bar.finish_and_clear();
-    if let Some(line) = lines.finish() {
-        out.say(&line);
-    }
+    track.finish();
     match end? {
         RemoveEnd::Stopped {
             signal,
@@ -621,7 +576,7 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
                     bytes_left,
                 }),
             };
-            out.report(&done, |_| String::new());
+            out.report_line(&done, |_| String::new());
             Err(Error::new(
                 ErrorKind::Interrupted,
                 format!(
@@ -649,7 +604,7 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
                 result: Some(r.clone()),
                 stopped: None,
             };
-            out.report(&done, |_| {
+            out.report_line(&done, |_| {
                 let p = out.paint;
                 let mut t = String::new();
                 for d in &r.removed {

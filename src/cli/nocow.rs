@@ -165,8 +165,14 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     confirm(out, "Proceed?", args.yes)?;
     // A signal while the plan was made or shown: nothing was done.
     signals::check()?;
-    let bar = out.byte_progress("nocow {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
-    bar.set_length(nocow::progress_total(&report.plan));
+    // Counted in the files' bytes (each is read, written and read back:
+    // the passes are scaled to one).
+    let passes_total = nocow::progress_total(&report.plan);
+    let files_total = nocow::files_total(&report.plan);
+    let mut track = btrfs_lab::ui::Track::new(out, "nocow-migrate", "migrating").records(false);
+    let mut meter = btrfs_lab::model::progress::Meter::new();
+    let (mut passes, mut file) = (0u64, None::<String>);
+    let mut last = None::<std::time::Instant>;
     let mut opts = ExecOptions::new(req.force);
     opts.root = observed
         .root_dir
@@ -179,12 +185,29 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         &report.filesystem,
         &report.plan,
         &mut opts,
-        &mut |n| {
-            bar.inc(n);
+        &mut |tick| {
+            match tick {
+                nocow::Tick::File(p) => file = Some(p.display().to_string()),
+                nocow::Tick::Bytes(n) => passes += n,
+            }
+            if last.is_some_and(|t: std::time::Instant| t.elapsed().as_millis() < 100) {
+                return Ok(());
+            }
+            last = Some(std::time::Instant::now());
+            let done = if passes_total == 0 {
+                0
+            } else {
+                (u128::from(passes.min(passes_total)) * u128::from(files_total)
+                    / u128::from(passes_total)) as u64
+            };
+            track.show(&meter.observe(done, files_total), file.as_deref());
             Ok(())
         },
     );
-    bar.finish_and_clear();
+    if result.is_ok() && files_total > 0 {
+        track.show(&meter.observe(files_total, files_total), None);
+    }
+    track.finish();
     report.result = Some(result?);
     out.report(&report, |report| {
         let mut text = render_result(report, out.paint);

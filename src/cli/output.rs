@@ -148,7 +148,11 @@ impl Output {
         if !self.show_progress() {
             return ProgressBar::hidden();
         }
-        let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        let target = ProgressDrawTarget::term_like_with_hz(
+            Box::new(NarrowStderr(console::Term::buffered_stderr())),
+            20,
+        );
+        let b = ProgressBar::with_draw_target(Some(0), target);
         b.set_style(
             ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
@@ -387,7 +391,12 @@ impl Progress for Bar {
         !self.0.is_hidden()
     }
     fn println(&self, line: &str) {
-        self.0.println(line);
+        // Not indicatif's println: it pads the line to the width it was told
+        // (two columns short, see NarrowStderr) and writes the bar right
+        // after it; the terminal wraps the line at its own width.
+        self.0.suspend(|| {
+            let _ = writeln!(io::stderr().lock(), "{line}");
+        });
     }
 }
 
@@ -590,5 +599,48 @@ mod tests {
         assert!(ColorChoice::Always.enabled(false));
         assert!(!ColorChoice::Never.enabled(true));
         assert!(!ColorChoice::Auto.enabled(false));
+    }
+}
+
+/// The terminal on stderr as the bar sees it: two columns narrower than it
+/// is. indicatif pads the bar to the full width, which leaves the cursor in
+/// the terminal's pending-wrap state; the `^C` a terminal echoes on Ctrl-C
+/// then wraps onto a row the next redraw does not know of, and the bar's
+/// old row stays on the screen (tests/it/admin.rs replays it on a pty at 80
+/// columns). Two columns leave room for the echo, which the next redraw's
+/// clear removes. Lines above the bar are written by [`Bar::println`].
+#[derive(Debug)]
+struct NarrowStderr(console::Term);
+
+impl indicatif::TermLike for NarrowStderr {
+    fn width(&self) -> u16 {
+        self.0.size().1.saturating_sub(2).max(1)
+    }
+    fn height(&self) -> u16 {
+        self.0.size().0
+    }
+    fn move_cursor_up(&self, n: usize) -> io::Result<()> {
+        self.0.move_cursor_up(n)
+    }
+    fn move_cursor_down(&self, n: usize) -> io::Result<()> {
+        self.0.move_cursor_down(n)
+    }
+    fn move_cursor_right(&self, n: usize) -> io::Result<()> {
+        self.0.move_cursor_right(n)
+    }
+    fn move_cursor_left(&self, n: usize) -> io::Result<()> {
+        self.0.move_cursor_left(n)
+    }
+    fn write_line(&self, s: &str) -> io::Result<()> {
+        self.0.write_line(s)
+    }
+    fn write_str(&self, s: &str) -> io::Result<()> {
+        self.0.write_str(s)
+    }
+    fn clear_line(&self) -> io::Result<()> {
+        self.0.clear_line()
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.0.flush()
     }
 }

@@ -14,6 +14,7 @@ use btrfs_lab::probe::{self, EvidenceKind, ProbeOptions, ProbeReport};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::proc::counters::{CounterChoice, CounterKind};
+use btrfs_lab::ui::Progress as _;
 
 use super::output::{Output, Paint, wrap};
 use super::units::{SYSROOT_HELP, UnitArgs, size, size_arg};
@@ -121,12 +122,12 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
         allow_private_mounts: true,
         sysroot,
     };
-    let bar = out.byte_progress("probe-dio {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
+    let bar = btrfs_lab::ui::TrackedBar::new(out, "probe-dio", "probe-dio").records(false);
     let result = probe::run(&opts, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     });
-    bar.finish_and_clear();
+    bar.finish();
     let report = result?;
     out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)

@@ -14,6 +14,7 @@ use btrfs_lab::readtest::watch::{self, WatchOptions};
 use btrfs_lab::readtest::{self, CacheMode, Method, ReadTestOptions, ReadTestReport};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
+use btrfs_lab::ui::Progress as _;
 
 use super::output::{Output, Paint, wrap};
 use super::units::{UnitArgs, size, size_arg};
@@ -168,8 +169,7 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     };
     opts.sysroot = sysroot;
 
-    let bar =
-        out.byte_progress("read-test {msg:22} {bar:30} {bytes}/{total_bytes} {bytes_per_sec}");
+    let bar = btrfs_lab::ui::TrackedBar::new(out, "read-test", "read-test").records(false);
     let result = readtest::run(&opts, &mut |p| {
         let who = match p.threads {
             Some(t) => format!("{}×{t}", p.method),
@@ -179,7 +179,7 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
         bar.set_length(p.total);
         bar.set_position(p.done);
     });
-    bar.finish_and_clear();
+    bar.finish();
     let report = result?;
     out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)

@@ -67,7 +67,9 @@ pub fn run(args: RescueArgs, out: &Output) -> Result<u8> {
         }
     };
     let report = rescue::run(&req, out, &mut each)?;
-    if list && out.json {
+    // --list and --copy-to stream JSON Lines (file records, progress
+    // records): the report is their last line.
+    if (list || req.copy_to.is_some()) && out.json {
         out.json_line(&report);
     } else {
         out.report(&report, |r| render(r, mode, out.paint, !list));

@@ -59,6 +59,11 @@ pub struct DeviceFacts {
     pub allocated_bytes: u64,
     /// Error counters (absent when they could not be read).
     pub errors: Option<ErrorCounts>,
+    /// The drives it rests on, the ones to check with `smartctl`: the NVMe
+    /// controller (`/dev/nvme0`), the whole disk of a partition, the disk
+    /// that holds a loop device's backing file. Empty when not known.
+    #[serde(default)]
+    pub drives: Vec<String>,
 }
 
 impl DeviceFacts {

@@ -398,6 +398,26 @@ fn examine_one(root: &SysRoot, t: &BtrfsTarget, deep: bool, now: u64) -> Result<
     Ok(d)
 }
 
+/// The drives `path` rests on, as device paths `smartctl` takes: an NVMe
+/// controller, a whole disk, the disk behind a loop device (empty when the
+/// topology cannot be read: the finding then names the device itself).
+fn drives_behind(root: &SysRoot, path: &str) -> Vec<String> {
+    use crate::sys::block::topology::{self, BlockTarget, DeviceRef};
+    let Ok(DeviceRef::Block(block)) = topology::device_ref(root, path) else {
+        return Vec::new();
+    };
+    let mut drives: Vec<String> = topology::block_targets(root, &block)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| match t {
+            BlockTarget::Controller(c) => format!("/dev/{c}"),
+            BlockTarget::Disk { name, .. } => format!("/dev/{name}"),
+        })
+        .collect();
+    drives.dedup();
+    drives
+}
+
 /// Reads the facts of one mounted btrfs (ioctls, sysfs, the scrub record).
 pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
     let state = crate::admin::state::read_state(root, &target.path)?;
@@ -428,6 +448,11 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
                         corruption: e.corruption,
                         generation: e.generation,
                     }),
+                drives: if missing {
+                    Vec::new()
+                } else {
+                    drives_behind(root, &d.path)
+                },
             }
         })
         .collect::<Vec<_>>();

@@ -29,6 +29,7 @@ pub fn code(kind: FindingKind) -> Code {
         FindingKind::CappedUpstream => Code::LinkCappedUpstream,
         FindingKind::BehindChipset => Code::LinkBehindChipset,
         FindingKind::SharedUplink => Code::LinkSharedUplink,
+        FindingKind::SharedDisk => Code::LinkSharedDisk,
     }
 }
 

@@ -146,6 +146,9 @@ pub enum FindingKind {
     BehindChipset,
     /// Several of the listed drives share one uplink.
     SharedUplink,
+    /// Several members of the array are one drive: loop devices whose
+    /// backing files are on one disk, partitions of one drive.
+    SharedDisk,
 }
 
 /// Something the links show that the user should know.

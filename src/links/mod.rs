@@ -169,7 +169,14 @@ pub(crate) fn catalog_finding(l: &Finding, mount: &str) -> crate::model::finding
     CatalogFinding::new(
         analysis::code(l.kind),
         l.message.clone(),
-        "a PCIe link below what the drive can do, or a drive that throttles, caps the array's throughput",
+        match l.kind {
+            model::FindingKind::SharedDisk => {
+                "members on one drive share its bandwidth and fail together: redundancy across them is not redundancy"
+            }
+            _ => {
+                "a PCIe link below what the drive can do, or a drive that throttles, caps the array's throughput"
+            }
+        },
     )
     .with_severity(severity)
     .with_evidence("devices", l.devices.join(", "))
@@ -397,6 +404,9 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
         }
         _ => None,
     };
+    if let Some(a) = &array {
+        findings.extend(shared_disks(&a.members, &a.data_profiles));
+    }
 
     let nvme = devices
         .iter()
@@ -438,6 +448,103 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
     })
 }
 
+/// Members that rest on the same drives (every loop device of a test array
+/// on one disk, two partitions of one NVMe drive): they share its bandwidth
+/// and fail together, so a redundant profile is not redundant there.
+fn shared_disks(members: &[ArrayMember], profiles: &[Profile]) -> Vec<Finding> {
+    let mut groups: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
+    for m in members {
+        if m.rests_on.is_empty() {
+            continue;
+        }
+        let mut key = m.rests_on.clone();
+        key.sort();
+        key.dedup();
+        let name = m.block_device.clone().unwrap_or_else(|| m.device.clone());
+        groups.entry(key).or_default().push(name);
+    }
+    let redundant: Vec<&Profile> = profiles
+        .iter()
+        .filter(|p| p.tolerated_failures() > 0)
+        .collect();
+    groups
+        .into_iter()
+        .filter(|(_, names)| names.len() > 1)
+        .map(|(drives, names)| {
+            let one = if drives.len() == 1 {
+                format!("one drive ({})", drives[0])
+            } else {
+                format!("the same drives ({})", drives.join(", "))
+            };
+            let mut message = format!(
+                "{} are {one}: they share its bandwidth and fail together",
+                names.join(", ")
+            );
+            if let Some(p) = redundant.first() {
+                message.push_str(&format!(
+                    "; {}'s copies of the data are all on it, so losing it loses every copy",
+                    p.name()
+                ));
+            }
+            Finding {
+                kind: model::FindingKind::SharedDisk,
+                severity: analysis::hw_severity(crate::model::finding::rules::shared_disk(
+                    !redundant.is_empty(),
+                )),
+                devices: names,
+                message,
+                hint: Some(
+                    "give each member its own drive for redundancy or bandwidth (a test array on loop devices is fine as it is)"
+                        .to_owned(),
+                ),
+            }
+        })
+        .collect()
+}
+
 fn plural(n: usize, what: &str) -> String {
     crate::model::text::count(n as u64, what, &format!("{what}s"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(block: &str, on: &[&str]) -> ArrayMember {
+        ArrayMember {
+            device: format!("/dev/{block}"),
+            block_device: Some(block.to_owned()),
+            rests_on: on.iter().map(|s| (*s).to_owned()).collect(),
+            ceiling: None,
+        }
+    }
+
+    #[test]
+    fn members_on_one_drive_are_named_and_a_warning_when_copies_are_lost() {
+        let members = [
+            member("nvme0n1p1", &["nvme0"]),
+            member("nvme0n1p2", &["nvme0"]),
+            member("nvme1n1", &["nvme1"]),
+            member("loop7", &[]),
+        ];
+        let f = shared_disks(&members, &[Profile::Raid1]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].devices, ["nvme0n1p1", "nvme0n1p2"]);
+        assert!(
+            f[0].message
+                .starts_with("nvme0n1p1, nvme0n1p2 are one drive (nvme0)")
+                && f[0]
+                    .message
+                    .contains("raid1's copies of the data are all on it"),
+            "{}",
+            f[0].message
+        );
+        // Striping over one drive loses nothing more: worth knowing only.
+        let f = shared_disks(&members, &[Profile::Raid0]);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(!f[0].message.contains("copies"), "{}", f[0].message);
+        // Every member on its own drive, or unknown: nothing said.
+        assert!(shared_disks(&members[2..], &[Profile::Raid1]).is_empty());
+    }
 }

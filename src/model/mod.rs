@@ -9,6 +9,7 @@ pub mod exit;
 pub mod finding;
 pub mod kernel;
 pub mod profile;
+pub mod progress;
 pub mod rate;
 pub mod space;
 pub mod stripes;

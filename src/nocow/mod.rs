@@ -241,6 +241,27 @@ pub fn target_dir(obs: &Observed) -> PathBuf {
     }
 }
 
+/// What [`execute`] tells its progress callback.
+#[derive(Debug, Clone, Copy)]
+pub enum Tick<'p> {
+    /// A file's migration begins (its path as planned).
+    File(&'p Path),
+    /// Bytes copied or hashed (of [`progress_total`]).
+    Bytes(u64),
+}
+
+/// The bytes of the files a plan migrates: what a person counts (the
+/// progress callback's [`progress_total`] counts each byte for every pass).
+pub fn files_total(plan: &Plan) -> u64 {
+    plan.steps
+        .iter()
+        .map(|s| match s {
+            Step::Migrate { size_bytes, .. } => *size_bytes,
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Bytes the progress callback will be told about for `plan`: the data
 /// copied plus the original and the copy read back.
 pub fn progress_total(plan: &Plan) -> u64 {
@@ -270,7 +291,7 @@ pub fn execute(
     root: &RootInfo,
     plan: &Plan,
     opts: &mut ExecOptions,
-    progress: &mut dyn FnMut(u64) -> Result<()>,
+    progress: &mut dyn FnMut(Tick<'_>) -> Result<()>,
 ) -> Result<Outcome> {
     let mut out = Outcome::default();
     let total = plan.steps.len();
@@ -419,7 +440,7 @@ fn parent_dir(opts: &ExecOptions, path: &Path, id: FileIdentity) -> Result<fs::F
 fn run_step(
     step: &Step,
     opts: &mut ExecOptions,
-    progress: &mut dyn FnMut(u64) -> Result<()>,
+    progress: &mut dyn FnMut(Tick<'_>) -> Result<()>,
     out: &mut Outcome,
 ) -> Result<()> {
     signals::check()?;
@@ -472,7 +493,9 @@ fn run_step(
             path, id, dir_id, ..
         } => {
             let dir = parent_dir(opts, path, *dir_id)?;
-            if let Some(m) = migrate::migrate_file(dir, path, *id, opts, progress)? {
+            progress(Tick::File(path))?;
+            let mut bytes = |n| progress(Tick::Bytes(n));
+            if let Some(m) = migrate::migrate_file(dir, path, *id, opts, &mut bytes)? {
                 out.migrated.push(m);
             }
         }

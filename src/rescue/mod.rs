@@ -184,12 +184,12 @@ pub fn run(
     };
     ui.started();
     let classifier = Classifier::new(&map, &missing);
-    let bar = ui.progress(if copy.is_some() {
-        "rescue {bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}"
+    let bar: Box<dyn Progress + '_> = if copy.is_some() {
+        Box::new(crate::ui::TrackedBar::new(ui, "rescue", "rescuing"))
     } else {
-        "rescue {pos} files {msg}"
-    });
-    if copy.is_some() && bar.shown() {
+        ui.progress("rescue {pos} files {msg}")
+    };
+    if copy.is_some() {
         // The total for the rate and ETA: one walk over the metadata.
         let mut total = 0u64;
         walk::walk(&src, &fsid, &mut |e| {
@@ -503,6 +503,9 @@ impl Job<'_, '_> {
             Event::File { rel, dir, name, st } => {
                 signals::check()?;
                 self.report.walked.files += 1;
+                if self.copy.is_some() {
+                    self.bar.set_message(rel.to_string_lossy().into_owned());
+                }
                 let record = self.file(rel, dir, name, st)?;
                 self.account(&record);
                 (self.each)(&record);
@@ -513,8 +516,8 @@ impl Job<'_, '_> {
                             .here(&format!(" of {}", record.path), &|| false)?;
                     }
                 }
-                self.bar.set_message(record.path.clone());
                 if self.copy.is_none() {
+                    self.bar.set_message(record.path.clone());
                     self.bar.set_position(self.report.walked.files);
                 }
                 Ok(())

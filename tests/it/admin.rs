@@ -219,10 +219,18 @@ fn grow_one_disk_to_three_and_convert_without_losing_a_byte() {
     // the conversion ended.
     let last = format!("{stdout}{stderr}")
         .lines()
-        .rfind(|l| l.starts_with("progress: "))
+        .rfind(|l| l.starts_with("converting: "))
         .map(str::to_owned)
         .unwrap_or_else(|| panic!("no progress line: {stdout}{stderr}"));
-    assert!(last.contains(" converted, 0.00B left"), "{last}");
+    // `converting: A of A, done (chunk N of N)`: bytes are the measure.
+    let sizes = last
+        .trim_start_matches("converting: ")
+        .split(", ")
+        .next()
+        .unwrap_or_default();
+    let (done, total) = sizes.split_once(" of ").unwrap_or_else(|| panic!("{last}"));
+    assert_eq!(done, total, "{last}");
+    assert!(last.contains(", done (chunk "), "{last}");
     assert_eq!(profiles(&env, &m), expect("raid0", "raid1c3"));
     assert_eq!(hashes(&m), before);
     scrub_clean(&m);
@@ -328,6 +336,101 @@ fn ctrl_c_pauses_and_resume_completes() {
     assert_eq!(profiles(&env, &m), expect("raid1", "raid1"));
     assert_eq!(hashes(&m), before);
     scrub_clean(&m);
+}
+
+/// A bar row: the label and the bar's cells (indicatif's `█░`).
+fn bar_row(row: &str) -> bool {
+    row.starts_with("converting ") || row.contains('█') || row.contains('░')
+}
+
+/// Checks, after every write, that at most one bar is on the screen and
+/// that it fits on its row; returns the final screen's rows.
+fn watch_screen(bytes: &[u8], cols: u16, rows: u16) -> Vec<(String, bool)> {
+    let mut most = 0;
+    let screen = crate::pty::replay(bytes, cols, rows, |s| {
+        let rows = crate::pty::rows(s);
+        let bars: Vec<_> = rows.iter().filter(|(r, _)| bar_row(r)).collect();
+        most = most.max(bars.len());
+        assert!(bars.len() <= 1, "two bars on the screen: {rows:#?}");
+        for (r, wrapped) in bars {
+            assert!(!wrapped, "the bar wraps at {cols} columns: {r:?}");
+            assert!(r.chars().count() <= cols as usize, "{r:?}");
+        }
+    });
+    assert_eq!(most, 1, "the bar was never drawn");
+    crate::pty::rows(&screen)
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn the_progress_line_fits_80_columns_and_ctrl_c_leaves_nothing_of_it() {
+    if !require_root("convert on a terminal") {
+        return;
+    }
+    let env = TestEnv::new();
+    let (_sbx, m, before) = three_device_sandbox(&env);
+    let mut args = env.location_args();
+    args.extend(["convert", "--yes", "--data", "raid1"].map(std::ffi::OsString::from));
+    args.push(m.clone().into());
+    // Tall enough that nothing scrolls away unchecked: every row stays visible.
+    let mut term = crate::pty::PtyRun::spawn(&crate::common::bin(), &args, 80, 200);
+    assert!(wait_running(&m), "the balance never started");
+    // Let the bar draw a few times with a rate, then type Ctrl-C.
+    thread::sleep(Duration::from_millis(1500));
+    term.type_bytes(b"\x03");
+    let (code, bytes) = term.wait();
+    let screen = watch_screen(&bytes, 80, 200);
+    let text: Vec<&str> = screen.iter().map(|(r, _)| r.as_str()).collect();
+    let all = text.join("\n");
+    eprintln!("the terminal after Ctrl-C (80 columns):\n{all}");
+    let joined: String = screen
+        .iter()
+        .map(|(r, wrapped)| {
+            if *wrapped {
+                r.clone()
+            } else {
+                format!("{r}\n")
+            }
+        })
+        .collect();
+    for line in joined.lines() {
+        assert!(!bar_row(line), "the bar stayed on the screen: {all}");
+        // A fragment: the bar's words, or text after a run of padding (a
+        // line overwritten in part by a bar drawn on the wrong row).
+        let padded_then_text = line
+            .trim_end()
+            .split(&" ".repeat(16)[..])
+            .skip(1)
+            .any(|rest| !rest.trim().is_empty());
+        assert!(
+            !line.contains("ETA") && !line.contains("/s,") && !padded_then_text,
+            "a fragment of the progress line stayed: {line:?}\n{all}"
+        );
+    }
+    if code == Some(0) {
+        eprintln!("note: the conversion completed before the pause took effect");
+        assert_eq!(profiles(&env, &m)["data"], vec!["raid1"]);
+        return;
+    }
+    assert_eq!(code, Some(130), "{all}");
+    assert!(joined.contains("pausing the balance"), "{joined}");
+    assert!(joined.contains("--resume"), "{joined}");
+
+    // The resume, on a narrower terminal, runs to the end: the bar is gone.
+    let mut args = env.location_args();
+    args.extend(["convert", "--resume", "--yes"].map(std::ffi::OsString::from));
+    args.push(m.clone().into());
+    let term = crate::pty::PtyRun::spawn(&crate::common::bin(), &args, 60, 200);
+    let (code, bytes) = term.wait();
+    let screen = crate::pty::rows(&crate::pty::replay(&bytes, 60, 200, |_| {}));
+    let all: Vec<&str> = screen.iter().map(|(r, _)| r.as_str()).collect();
+    let all = all.join("\n");
+    assert_eq!(code, Some(0), "{all}");
+    for (r, _) in &screen {
+        assert!(!bar_row(r), "the bar stayed on the screen: {all}");
+    }
+    assert_eq!(profiles(&env, &m), expect("raid1", "raid1"));
+    assert_eq!(hashes(&m), before);
 }
 
 #[test]

@@ -330,6 +330,54 @@ pub fn typed<T: serde::de::DeserializeOwned + Document>(stdout: &str) -> T {
 /// checked against the schema of the document it names (a record of `T`,
 /// or the `error` record that ends a stream that failed; that one fails
 /// here, as it is not a `T`).
+/// A JSON Lines stream of a job that reports progress (`device replace
+/// --json`, ...): every line but the last a `progress` record (validated,
+/// its counts consistent), the last the job's own document.
+pub fn streamed<T: serde::de::DeserializeOwned + Document>(
+    stdout: &str,
+) -> (Vec<btrfs_lab::model::progress::ProgressRecord>, T) {
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    let (last, progress) = lines
+        .split_last()
+        .unwrap_or_else(|| panic!("no JSON on stdout:\n{stdout}"));
+    let records: Vec<btrfs_lab::model::progress::ProgressRecord> =
+        progress.iter().map(|l| typed(l)).collect();
+    for r in &records {
+        let reading = &r.reading;
+        assert!(
+            reading.total_bytes == 0 || reading.done_bytes <= reading.total_bytes,
+            "{r:?}"
+        );
+        assert!(reading.rate_bytes_per_sec.is_none_or(|v| v > 0.0), "{r:?}");
+    }
+    (records, typed(last))
+}
+
+/// A JSON Lines stream of records `T` with `progress` records among them
+/// (`rescue --list --copy-to --json`), ending with a document `L`.
+pub fn records_and_last<T, L>(
+    stdout: &str,
+) -> (Vec<T>, Vec<btrfs_lab::model::progress::ProgressRecord>, L)
+where
+    T: serde::de::DeserializeOwned + Document,
+    L: serde::de::DeserializeOwned + Document,
+{
+    let mut lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    let last = lines
+        .pop()
+        .unwrap_or_else(|| panic!("no JSON on stdout:\n{stdout}"));
+    let (mut records, mut progress) = (Vec::new(), Vec::new());
+    for l in lines {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        if v["btrfs_lab"]["document"] == "progress" {
+            progress.push(typed(l));
+        } else {
+            records.push(typed(l));
+        }
+    }
+    (records, progress, typed(last))
+}
+
 pub fn typed_lines<T: serde::de::DeserializeOwned + Document>(stdout: &str) -> Vec<T> {
     stdout.lines().map(typed).collect()
 }

@@ -18,7 +18,7 @@ use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
 use btrfs_lab::sys::kernel::btrfs::FsHandle;
 
-use crate::common::{TestEnv, json, lose_member, require_root, run, typed, validate};
+use crate::common::{TestEnv, json, lose_member, require_root, run, streamed, typed, validate};
 
 const GIB: u64 = 1 << 30;
 
@@ -257,7 +257,7 @@ fn replace_reads_around_a_corrupted_source_survives_ctrl_c_and_verifies() {
         .cmd()
         .args(["--json", "device", "replace", ms, "2", news, "--yes"]));
     assert_eq!(code, 0, "{stdout}{stderr}");
-    let done: ReplaceReport = typed(&stdout);
+    let (_, done): (_, ReplaceReport) = streamed(&stdout);
     let r = done.result.expect("a result");
     assert_eq!(r.devid, 2);
     assert_eq!(Path::new(&r.path), new);
@@ -309,7 +309,7 @@ fn replace_finds_chunks_written_without_redundancy_and_names_the_fix() {
         "--yes",
     ]));
     assert_eq!(code, 4, "not-redundant: {stdout}{stderr}");
-    let r = typed::<ReplaceReport>(&stdout).result.unwrap();
+    let r = streamed::<ReplaceReport>(&stdout).1.result.unwrap();
     assert!(!r.redundancy.ok);
     let weak = &r.redundancy.weak[0];
     assert_eq!(weak.profile, Profile::Single);
@@ -399,8 +399,9 @@ fn remove_refuses_below_the_minimum_stops_on_ctrl_c_and_a_rerun_finishes() {
             .cmd()
             .args(["--json", "device", "remove", ms, "4", "--yes"]));
         assert_eq!(code, 0, "{stdout}{stderr}");
-        assert_eq!(validate(&json(&stdout), &stdout), "device-remove");
-        let r = typed::<RemoveReport>(&stdout).result.unwrap();
+        let (progress, r) = streamed::<RemoveReport>(&stdout);
+        assert!(progress.iter().all(|p| p.operation == "device-remove"));
+        let r = r.result.unwrap();
         assert!(r.redundancy.ok, "{:?}", r.redundancy);
         assert_eq!(r.devices.len(), 3);
     }
@@ -417,7 +418,7 @@ fn remove_refuses_below_the_minimum_stops_on_ctrl_c_and_a_rerun_finishes() {
         .cmd()
         .args(["--json", "device", "remove", ms, "1", "3", "--yes"]));
     assert_eq!(code, 0, "{stdout}{stderr}");
-    let r = typed::<RemoveReport>(&stdout);
+    let (_, r) = streamed::<RemoveReport>(&stdout);
     assert_eq!(r.plan.devices.len(), 2);
     let done = r.result.unwrap();
     assert_eq!(done.removed.len(), 2);
@@ -488,7 +489,10 @@ fn a_missing_device_is_replaced_by_devid_and_redundancy_comes_back() {
     let (code, stdout, stderr) = run(env
         .cmd()
         .args(["--json", "device", "replace", ms, "2", news, "--yes"]));
-    let r = typed::<ReplaceReport>(&stdout).result.expect("a result");
+    let r = streamed::<ReplaceReport>(&stdout)
+        .1
+        .result
+        .expect("a result");
     assert_eq!(r.devid, 2);
     assert_eq!(Path::new(&r.path), new);
     // The degraded read-write mount may have allocated chunks with one copy
@@ -544,7 +548,10 @@ fn remove_missing_drops_the_lost_member_and_keeps_every_byte() {
         .cmd()
         .args(["--json", "device", "remove", ms, "missing", "--yes"]));
     assert_eq!(code, 0, "{stdout}{stderr}");
-    let r = typed::<RemoveReport>(&stdout).result.expect("a result");
+    let r = streamed::<RemoveReport>(&stdout)
+        .1
+        .result
+        .expect("a result");
     assert!(r.redundancy.ok, "{:?}", r.redundancy);
     let now = members(&m);
     assert_eq!(now.len(), 2, "{now:?}");

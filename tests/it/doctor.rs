@@ -332,6 +332,21 @@ fn corruption_on_raid0_is_critical_and_on_raid1_a_warning() {
             .map(|e| e.value.parse().unwrap())
             .unwrap_or_else(|| panic!("{data}: {f:?}"));
         assert!(corruption >= 1, "{data}: {corruption}");
+        if want_code == "device-errors" {
+            // smartctl is pointed at the drive: the disk holding the loop
+            // device's backing file, never the loop device itself.
+            let run = f.command.as_deref().unwrap_or_default();
+            let facts = &r.filesystems[0].facts.devices;
+            let drives = &facts
+                .iter()
+                .find(|d| d.path == dev.display().to_string())
+                .unwrap()
+                .drives;
+            assert!(!run.contains("smartctl -a /dev/loop"), "{run}");
+            for d in drives {
+                assert!(run.contains(&format!("smartctl -a {d}")), "{run}");
+            }
+        }
         // The scrub record: unrepairable on raid0, repaired on raid1.
         let scrub_sev = if data == Profile::Raid0 {
             Severity::Critical

@@ -804,6 +804,18 @@ fn a_real_btrfs_on_loop_devices_lists_its_members_without_link_information() {
         behind.iter().any(Option::is_some) || devices.iter().all(|d| d["kind"] == "loop"),
         "{r:#}"
     );
+    // Both images on one disk (found independently above): links says so.
+    if let [Some(a), Some(b)] = &behind[..]
+        && a == b
+    {
+        let f = r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "shared-disk")
+            .unwrap_or_else(|| panic!("two members on {a}, not said: {r:#}"));
+        assert_eq!(f["devices"], serde_json::json!(loops), "{f}");
+    }
     assert!(a["ceilings"][0]["one_reader"].is_null());
     assert_eq!(
         a["ceilings"][0]["without_link_info"]
@@ -866,6 +878,24 @@ fn loop_devices_are_followed_to_the_virtio_disk_behind_them() {
     for m in members {
         assert_eq!(m["rests_on"], serde_json::json!(["vda"]), "{m}");
     }
+    // Two members on one disk: said, as a note for RAID0 (no copies lost).
+    let shared: Vec<&Value> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "shared-disk")
+        .collect();
+    assert_eq!(shared.len(), 1, "{r:#}");
+    assert_eq!(shared[0]["devices"], serde_json::json!(["loop0", "loop1"]));
+    assert_eq!(shared[0]["severity"], "info");
+    assert!(
+        shared[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("loop0, loop1 are one drive (vda)"),
+        "{}",
+        shared[0]
+    );
     // A loop over a file in memory: nothing behind it to follow.
     let r = report("loop-on-virtio", &["loop2"]);
     let lp = device(&r, "loop2");

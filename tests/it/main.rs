@@ -16,6 +16,7 @@ mod output;
 mod packaging;
 mod parse_corpus;
 mod probe_dio;
+mod pty;
 mod quiet;
 mod read_test;
 mod read_test_pid;

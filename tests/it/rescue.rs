@@ -23,7 +23,7 @@ use btrfs_lab::model::profile::Profile;
 use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
 use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
 
-use crate::common::{TestEnv, lose_member, must, require_root, run, typed};
+use crate::common::{TestEnv, lose_member, must, records_and_last, require_root, run};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -195,10 +195,13 @@ fn record_path(r: &FileRecord) -> PathBuf {
 fn rescue(env: &TestEnv, args: &[&std::ffi::OsStr]) -> (i32, Vec<FileRecord>, RescueReport) {
     let (code, out, err) = run(env.cmd().args(["--json", "rescue", "--list"]).args(args));
     assert!(!err.contains("panicked"), "{err}");
-    let mut lines: Vec<&str> = out.lines().collect();
-    let last = lines.pop().unwrap_or_else(|| panic!("no output: {err}"));
-    let records = lines.into_iter().map(typed::<FileRecord>).collect();
-    (code, records, typed::<RescueReport>(last))
+    assert!(!out.trim().is_empty(), "no output: {err}");
+    let (records, progress, report) = records_and_last::<FileRecord, RescueReport>(&out);
+    assert!(
+        progress.iter().all(|p| p.operation == "rescue"),
+        "{progress:?}"
+    );
+    (code, records, report)
 }
 
 /// Finds the 4 KiB block that holds `block` on one of `devices` (file data

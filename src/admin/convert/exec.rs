@@ -5,29 +5,21 @@
 //! [`Finished`] it returns.
 
 use std::path::Path;
-use std::time::Duration;
 
 use super::{Event, Finished, Progress, Start, Targets};
 use crate::admin::report::ConvertRecord;
 use crate::error::Result;
-use crate::parse::size::format_rate;
+use crate::model::progress::Reading;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs::FsHandle;
 use crate::sys::kernel::signals::{self, DetachNotice, OperationSignals};
 use crate::ui::{self, Ui};
 
-/// The progress template of a conversion (chunks relocated of expected).
-const TEMPLATE: &str = "converting {bar:30} {pos}/{len} chunks  {msg}";
-
-/// How often a progress line is written when no bar is drawn.
-const LINE_EVERY: Duration = Duration::from_secs(5);
-
 /// Where the events of a running conversion go.
 struct Sink<'a> {
     ui: &'a dyn Ui,
     detached: Option<DetachNotice>,
-    bar: Box<dyn ui::Progress>,
-    lines: ui::LogLines,
+    track: ui::Track<'a>,
 }
 
 impl<'a> Sink<'a> {
@@ -35,21 +27,9 @@ impl<'a> Sink<'a> {
         Self {
             ui,
             detached,
-            bar: ui.progress(TEMPLATE),
-            lines: ui::LogLines::new(LINE_EVERY),
+            // convert streams its own records (convert-record).
+            track: ui::Track::new(ui, "convert", "converting").records(false),
         }
-    }
-
-    fn describe(&self, p: &Progress) -> String {
-        let eta = p
-            .eta_seconds
-            .map_or("ETA unknown".to_owned(), |s| format!("ETA {}", duration(s)));
-        format!(
-            "{} converted, {} left, {}, {eta}",
-            self.ui.size(p.bytes_done),
-            self.ui.size(p.bytes_remaining),
-            format_rate(p.rate_bytes_per_sec)
-        )
     }
 
     fn event(&mut self, e: Event) {
@@ -57,17 +37,9 @@ impl<'a> Sink<'a> {
             Event::Progress(p) => {
                 if self.ui.json() {
                     ui::emit(self.ui, &ConvertRecord::Progress { progress: p });
-                } else if self.bar.shown() {
-                    self.bar.set_length(p.chunks_expected);
-                    self.bar.set_position(p.chunks_done);
-                    self.bar.set_message(self.describe(&p));
-                } else if let Some(line) = self.lines.update(format!(
-                    "progress: {}/{} chunks, {}\n",
-                    p.chunks_done,
-                    p.chunks_expected,
-                    self.describe(&p)
-                )) {
-                    self.ui.say(&line);
+                } else {
+                    let chunks = format!("chunk {} of {}", p.chunks_done, p.chunks_expected);
+                    self.track.show(&reading(&p), Some(&chunks));
                 }
             }
             Event::Pausing(which) => {
@@ -77,7 +49,7 @@ impl<'a> Sink<'a> {
                     _ => "interrupted",
                 };
                 ui::emit(self.ui, &ConvertRecord::Pausing);
-                self.say(&format!(
+                self.track.println(&format!(
                     "{why}: pausing the balance after the current chunk (it is paused, never cancelled; this waits until the kernel has paused it)"
                 ));
             }
@@ -87,7 +59,8 @@ impl<'a> Sink<'a> {
                 }
             }
             Event::StillPausing => {
-                self.say("pausing, please wait: the kernel finishes the current chunk first");
+                self.track
+                    .println("pausing, please wait: the kernel finishes the current chunk first");
             }
             Event::Notice(message) => {
                 ui::emit(
@@ -96,22 +69,24 @@ impl<'a> Sink<'a> {
                         message: message.clone(),
                     },
                 );
-                self.say(&message);
+                self.track.println(&message);
             }
-        }
-    }
-
-    /// A line above the bar, or on its own when no bar is drawn.
-    fn say(&self, message: &str) {
-        if self.bar.shown() {
-            self.bar.println(message);
-        } else {
-            self.ui.say(&format!("{message}\n"));
         }
     }
 }
 
-use crate::model::rate::duration;
+/// A conversion's progress as the one progress renderer reads it: the
+/// bytes converted by this run of the bytes it found to convert.
+fn reading(p: &Progress) -> Reading {
+    Reading {
+        done_bytes: p.bytes_done,
+        total_bytes: p.bytes_done + p.bytes_remaining,
+        rate_bytes_per_sec: (p.rate_bytes_per_sec > 0.0).then_some(p.rate_bytes_per_sec),
+        eta_seconds: p.eta_seconds,
+        pace: p.pace,
+        idle_seconds: 0.0,
+    }
+}
 
 /// What to convert, on which open filesystem, under which signals.
 pub struct Conversion<'a> {
@@ -150,10 +125,7 @@ pub fn execute_with_ui(
         c.signals,
         &mut |e| sink.event(e),
     );
-    sink.bar.finish();
-    if let Some(line) = sink.lines.finish() {
-        ui.say(&line);
-    }
+    sink.track.finish();
     let finished = finished?;
     ui::emit(ui, &ConvertRecord::Result(finished.record()));
     Ok(finished)
@@ -172,6 +144,7 @@ mod tests {
             bytes_remaining: (4 - done) << 20,
             rate_bytes_per_sec: 1048576.0,
             eta_seconds: Some(90.0),
+            pace: crate::model::progress::Pace::Running,
         }
     }
 
@@ -210,8 +183,7 @@ mod tests {
         assert_eq!(
             lines,
             vec![Said::Say(
-                "progress: 1/4 chunks, 1.00MiB converted, 3.00MiB left, 1.00MiB/s, ETA 1m30s\n"
-                    .into()
+                "converting: 1.00MiB of 4.00MiB, 1.00MiB/s, ETA 1m30s (chunk 1 of 4)\n".into()
             )]
         );
         assert!(
@@ -219,9 +191,12 @@ mod tests {
             "no JSON records without --json"
         );
         // The log ends with the last state.
+        sink.track.finish();
         assert_eq!(
-            sink.lines.finish().as_deref(),
-            Some("progress: 2/4 chunks, 2.00MiB converted, 2.00MiB left, 1.00MiB/s, ETA 1m30s\n")
+            text.said().last(),
+            Some(&Said::Say(
+                "converting: 2.00MiB of 4.00MiB, 1.00MiB/s, ETA 1m30s (chunk 2 of 4)\n".into()
+            ))
         );
     }
 }

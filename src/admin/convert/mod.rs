@@ -484,10 +484,15 @@ pub struct Progress {
     pub bytes_remaining: u64,
     /// Logical bytes converted since this run started.
     pub(crate) bytes_done: u64,
-    /// Bytes per second since this run started.
+    /// Bytes per second over the last moves (20 s window); 0 while the
+    /// rate is measured, stalled or pausing.
     pub rate_bytes_per_sec: f64,
-    /// Estimated seconds left (`null` until there is a rate).
+    /// Estimated seconds left: `null` until the estimate is stable, and
+    /// while stalled or pausing.
     pub eta_seconds: Option<f64>,
+    /// What the balance is doing, as far as the counts tell.
+    #[serde(default = "crate::model::progress::running")]
+    pub pace: crate::model::progress::Pace,
 }
 
 /// What happened to the balance.

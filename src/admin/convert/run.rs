@@ -14,6 +14,7 @@ use super::{ConvertRequest, Event, Existing, Outcome, Progress, Targets, remaini
 use crate::admin::report::ResultRecord;
 use crate::admin::state::{BalanceInfo, read_state_at};
 use crate::error::{Error, ErrorKind, Result};
+use crate::model::progress;
 use crate::parse::size::format_iec;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs::{self, FsHandle};
@@ -30,31 +31,15 @@ pub enum Start {
     Resume,
 }
 
-/// How far the progress counters can be trusted for an ETA: at least one
-/// chunk relocated and some bytes moved by this run.
-fn eta(
-    done_chunks_this_run: u64,
-    bytes_done: u64,
-    remaining: u64,
-    secs: f64,
-) -> (f64, Option<f64>) {
-    let rate = if secs > 0.0 {
-        bytes_done as f64 / secs
-    } else {
-        0.0
-    };
-    let trusted = done_chunks_this_run >= 1 && bytes_done > 0 && secs >= 1.0 && rate > 0.0;
-    (rate, trusted.then(|| remaining as f64 / rate))
-}
-
 /// Progress bookkeeping of one run.
 struct Meter {
     targets: Targets,
     initial: u64,
-    started: Instant,
     first_done: Option<u64>,
     expected: u64,
     done: u64,
+    /// Rate and ETA of the bytes converted (model::progress's rules).
+    meter: progress::Meter,
 }
 
 impl Meter {
@@ -62,10 +47,10 @@ impl Meter {
         Self {
             targets,
             initial: remaining_bytes(h, targets),
-            started: Instant::now(),
             first_done: None,
             expected: 0,
             done: 0,
+            meter: progress::Meter::new(),
         }
     }
 
@@ -80,6 +65,11 @@ impl Meter {
         self.done = done;
     }
 
+    /// A pause was asked for: no ETA from now on.
+    fn pausing(&mut self) {
+        self.meter.pausing();
+    }
+
     fn sample(&mut self, h: &FsHandle) -> Progress {
         if let Ok(Some(s)) = h.balance_status() {
             self.counters(s.expected, s.completed);
@@ -87,24 +77,17 @@ impl Meter {
         self.progress(remaining_bytes(h, self.targets))
     }
 
-    fn progress(&self, remaining: u64) -> Progress {
+    fn progress(&mut self, remaining: u64) -> Progress {
         let bytes_done = self.initial.saturating_sub(remaining);
-        let this_run = self
-            .done
-            .saturating_sub(self.first_done.unwrap_or(self.done));
-        let (rate, eta_seconds) = eta(
-            this_run,
-            bytes_done,
-            remaining,
-            self.started.elapsed().as_secs_f64(),
-        );
+        let r = self.meter.observe(bytes_done, self.initial);
         Progress {
             chunks_expected: self.expected.max(self.done),
             chunks_done: self.done,
             bytes_remaining: remaining,
             bytes_done,
-            rate_bytes_per_sec: rate,
-            eta_seconds,
+            rate_bytes_per_sec: r.rate_bytes_per_sec.unwrap_or(0.0),
+            eta_seconds: r.eta_seconds,
+            pace: r.pace,
         }
     }
 }
@@ -272,6 +255,7 @@ pub fn run_balance(
                 signalled += n;
                 if !pause_requested {
                     pause_requested = true;
+                    meter.pausing();
                     pauser.pause();
                     on_event(Event::Pausing(which));
                     if signalled > 1 {
@@ -538,25 +522,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn no_eta_until_a_chunk_is_done_and_counters_never_end_below_done() {
-        // Before the first chunk: a rate from a few bytes would promise hours.
-        assert_eq!(eta(0, 4096, 1 << 30, 2.0).1, None);
-        assert_eq!(eta(1, 0, 1 << 30, 2.0).1, None);
-        assert_eq!(eta(1, 1 << 20, 1 << 30, 0.5).1, None);
-        let (rate, e) = eta(1, 256 << 20, 512 << 20, 2.0);
-        assert_eq!(rate, (128 << 20) as f64);
-        assert_eq!(e, Some(4.0));
+    fn counters_never_end_below_done_and_no_eta_at_the_start() {
         let mut m = Meter {
             targets: Targets {
                 data: None,
                 metadata: None,
             },
             initial: 100,
-            started: Instant::now(),
             first_done: None,
             expected: 0,
             done: 0,
+            meter: progress::Meter::new(),
         };
+        let p = m.progress(100);
+        assert_eq!((p.eta_seconds, p.pace), (None, progress::Pace::Measuring));
         m.counters(4, 1);
         m.counters(4, 2);
         // The kernel's final copy of the counters can say more done than expected.

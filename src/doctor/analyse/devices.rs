@@ -1,5 +1,6 @@
 //! Devices: missing members, a degraded mount, error counters.
 
+use crate::doctor::facts::DeviceFacts;
 use crate::model::finding::{Code, Finding};
 
 use super::{Cx, cmd};
@@ -72,9 +73,10 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
                 "the counters only grow: a drive, cable or controller problem, or silent corruption; on a redundant profile scrub repairs bad copies from the good ones",
             )
             .with_command(format!(
-                "{}  (then btrfs device stats -z {m}; check the drive: smartctl -a {})",
+                "{}  (then btrfs device stats -z {m}; check the {}: {})",
                 cmd(&["btrfs", "scrub", "start", "-Bd"], &cx.m),
-                d.path
+                if d.drives.len() > 1 { "drives" } else { "drive" },
+                smartctl(d)
             ))
         };
         for (kind, n) in e.kinds() {
@@ -84,4 +86,20 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
         }
         out.push(fi);
     }
+}
+
+/// `smartctl -a` on the drives behind `d` (the disk behind a loop device,
+/// the controller of an NVMe namespace), or on `d` itself when they are not
+/// known.
+fn smartctl(d: &DeviceFacts) -> String {
+    let drives: Vec<&str> = if d.drives.is_empty() {
+        vec![d.path.as_str()]
+    } else {
+        d.drives.iter().map(String::as_str).collect()
+    };
+    drives
+        .iter()
+        .map(|p| crate::sys::tools::display_argv(&["smartctl", "-a", p]))
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -15,6 +15,7 @@ fn dev(devid: u64, size: u64, allocated: u64) -> DeviceFacts {
         size_bytes: size,
         allocated_bytes: allocated,
         errors: Some(ErrorCounts::default()),
+        drives: Vec::new(),
     }
 }
 
@@ -90,6 +91,24 @@ fn corruption_is_critical_without_redundancy_and_a_warning_with_it() {
     f.spaces[0].profile = Profile::Raid1;
     let v = analyse(&f, NOW);
     assert_eq!(codes(&v), [("device-errors", Severity::Warning)]);
+    // A loop device is not a drive: smartctl is pointed at the disk behind it.
+    let run = v[0].command.as_deref().unwrap();
+    assert!(run.contains("smartctl -a /dev/loop2"), "{run}");
+    f.devices[1].drives = vec!["/dev/vda".into()];
+    let v = analyse(&f, NOW);
+    let run = v[0].command.as_deref().unwrap();
+    assert!(
+        run.contains("check the drive: smartctl -a /dev/vda")
+            && !run.contains("smartctl -a /dev/loop"),
+        "{run}"
+    );
+    f.devices[1].drives = vec!["/dev/sda".into(), "/dev/sdb".into()];
+    let v = analyse(&f, NOW);
+    let run = v[0].command.as_deref().unwrap();
+    assert!(
+        run.contains("check the drives: smartctl -a /dev/sda; smartctl -a /dev/sdb"),
+        "{run}"
+    );
 }
 
 #[test]

@@ -183,6 +183,11 @@ catalog! {
             "warning when the drives' own links together could move more than the shared link, else info"),
         ["links", "doctor --deep"],
         "several of the drives share one uplink";
+    LinkSharedDisk = "link-shared-disk", Info,
+        Numbers("shared_disk",
+            "warning when the data profile keeps copies or parity (one drive failing loses them all), else info"),
+        ["links", "doctor --deep"],
+        "several members of the array are one drive (loop devices on one disk, partitions of one drive)";
     // bench.
     SustainedWriteCliff = "sustained-write-cliff", Info, Fixed, ["bench --sustained"],
         "the write rate dropped in one step: the drives' write cache filled";

@@ -125,6 +125,17 @@ pub(crate) fn shared_uplink(oversubscribed: bool) -> Severity {
     }
 }
 
+/// Members that are one drive: a warning when the profile's redundancy is
+/// thereby gone (its copies or parity on the same drive), else info (a
+/// stripe over one drive adds no bandwidth, but loses nothing more).
+pub(crate) fn shared_disk(redundant: bool) -> Severity {
+    if redundant {
+        Severity::Warning
+    } else {
+        Severity::Info
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

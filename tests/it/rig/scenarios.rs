@@ -1028,9 +1028,8 @@ fn rig_rescue_after_a_drive_is_pulled_out_of_a_raid0() {
     assert_eq!(original.len(), 14, "[{k}] {original:?}");
     let r = o.run("rescue");
     assert_eq!(r.rc, 3, "[{k}] rescue: {}", r.stderr);
-    let mut lines: Vec<&str> = r.stdout.lines().collect();
-    let report: RescueReport = crate::common::typed(lines.pop().expect("a report"));
-    let records: Vec<FileRecord> = lines.into_iter().map(crate::common::typed).collect();
+    let (records, _, report) =
+        crate::common::records_and_last::<FileRecord, RescueReport>(&r.stdout);
     assert_eq!(report.missing_devids, [3], "[{k}] {report:#?}");
     assert!(report.copy.as_ref().is_some_and(|c| c.complete), "[{k}]");
     let truth = o.run("truth").stdout.clone();

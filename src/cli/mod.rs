@@ -207,12 +207,35 @@ fn below_top(cmd: clap::Command, globals: &[Arg]) -> clap::Command {
     for g in globals {
         cmd = cmd.arg(g.clone().hide(true));
     }
+    // The unit options (the same nine on every command that prints sizes)
+    // as one short table instead of thirty lines in each --help; they still
+    // parse and complete.
+    let mut pointer = GLOBAL_OPTIONS_POINTER.to_owned();
+    if cmd.get_arguments().any(|a| a.get_id() == "tbytes") {
+        for id in units::UNIT_IDS {
+            cmd = cmd.mut_arg(id, |a| a.hide_long_help(true).hide_short_help(true));
+        }
+        // Options declared after the flattened units (--sysroot) would go
+        // under its heading: they are ordinary options.
+        let strays: Vec<clap::Id> = cmd
+            .get_arguments()
+            .filter(|a| {
+                a.get_help_heading() == Some(units::UNITS_HEADING)
+                    && !units::UNIT_IDS.contains(&a.get_id().as_str())
+            })
+            .map(|a| a.get_id().clone())
+            .collect();
+        for id in strays {
+            cmd = cmd.mut_arg(id, |a| a.help_heading(None));
+        }
+        pointer = format!("{}\n\n{pointer}", units::UNITS_HELP);
+    }
     let short = match cmd.get_after_help() {
-        Some(t) => format!("{t}\n\n{GLOBAL_OPTIONS_POINTER}"),
-        None => GLOBAL_OPTIONS_POINTER.to_owned(),
+        Some(t) => format!("{t}\n\n{pointer}"),
+        None => pointer.clone(),
     };
     let long = match cmd.get_after_long_help() {
-        Some(t) => format!("{t}\n\n{GLOBAL_OPTIONS_POINTER}"),
+        Some(t) => format!("{t}\n\n{pointer}"),
         None => short.clone(),
     };
     cmd.after_help(short)

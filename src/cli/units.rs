@@ -16,7 +16,7 @@ use btrfs_lab::parse::size::parse_size;
 /// the base of a mode that has one, so `-b` refuses both and `-H` (base
 /// 1000 already) refuses `--iec`.
 #[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Size units (text output; JSON is always in bytes)")]
+#[command(next_help_heading = UNITS_HEADING)]
 pub struct UnitArgs {
     /// Plain bytes.
     #[arg(short = 'b', long = "raw", group = "unit_mode", conflicts_with_all = ["iec", "si"])]
@@ -86,6 +86,32 @@ static SELECTED: OnceLock<UnitMode> = OnceLock::new();
 pub fn size(bytes: u64) -> String {
     pretty_size(bytes, SELECTED.get().copied().unwrap_or_default())
 }
+
+/// The help heading of [`UnitArgs`]' options.
+pub const UNITS_HEADING: &str = "Size units (text output; JSON is always in bytes)";
+
+/// The ids of [`UnitArgs`]' options (their own lines are hidden from
+/// `--help`, which shows [`UNITS_HELP`] instead).
+pub const UNIT_IDS: [&str; 9] = [
+    "raw",
+    "human_readable",
+    "si_human",
+    "iec",
+    "si",
+    "kbytes",
+    "mbytes",
+    "gbytes",
+    "tbytes",
+];
+
+/// The unit options in a few lines, once at the end of each `--help` that
+/// has them (as btrfs-progs' own commands take them).
+pub const UNITS_HELP: &str = "\
+Size units (text output; JSON is always in bytes), as btrfs-progs takes them:
+  -b, --raw             plain bytes
+  -h, --human-readable  1024-based units, the default (-H: 1000-based)
+  --iec, --si           1024-based (KiB, MiB, ...) or 1000-based (kB, MB, ...)
+  -k, -m, -g, -t        every size in KiB, MiB, GiB or TiB (kB ... with --si)";
 
 /// `--sysroot`, the same on every command that has it.
 pub const SYSROOT_HELP: &str = "Read /sys, /proc and /var/lib under DIR instead of / \

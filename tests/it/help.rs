@@ -117,6 +117,10 @@ fn options(help: &str) -> Vec<Opt> {
     };
     let mut blank = true;
     for line in help.lines() {
+        if line.starts_with("Size units (") {
+            // The unit table after the options (checked on its own).
+            break;
+        }
         if is_flag_line(line) {
             finish(&mut opts, current.take(), &mut paragraphs);
             let t = line.trim();
@@ -397,7 +401,8 @@ fn every_help_is_complete_consistent_and_fits_80_columns() {
             meanings[name]
         );
     }
-    // The unit flags are on every command that prints sizes.
+    // The unit flags are on every command that prints sizes: parsed, and
+    // summed up once at the end of its help (not thirty lines of options).
     for cmd in [
         "df",
         "usage",
@@ -413,22 +418,38 @@ fn every_help_is_complete_consistent_and_fits_80_columns() {
         "demo",
     ] {
         let w = format!("btrfs-lab {cmd}");
+        let path: Vec<&str> = cmd.split(' ').collect();
+        let help = help_of(&path, "80");
+        let block = help
+            .find("Size units (text output; JSON is always in bytes), as btrfs-progs takes them:")
+            .unwrap_or_else(|| panic!("{w}: no unit table:\n{help}"));
+        let table: Vec<&str> = help[block..].lines().skip(1).take(4).collect();
         for flag in [
-            "--raw",
-            "--human-readable",
+            "-b, --raw",
+            "-h, --human-readable",
             "-H",
-            "--si",
-            "--iec",
-            "--kbytes",
-            "--tbytes",
+            "--iec, --si",
+            "-k, -m, -g, -t",
         ] {
             assert!(
-                meanings
-                    .get(flag)
-                    .is_some_and(|t| t.values().flatten().any(|x| *x == w)),
-                "{w} lacks {flag}"
+                table.iter().any(|l| l.contains(flag)),
+                "{w}: the unit table lacks {flag}:\n{help}"
             );
         }
+        for flag in ["--raw", "--human-readable", "--iec"] {
+            assert_eq!(
+                help.matches(flag).count(),
+                1,
+                "{w} lists {flag} outside the unit table:\n{help}"
+            );
+        }
+        assert!(!help.contains("--tbytes"), "{w}:\n{help}");
+        // Hidden from --help, not from the parser: `-b` is still taken.
+        let mut args = path.clone();
+        args.extend(["-b", "--si", "--help"]);
+        let (code, _, stderr) =
+            crate::common::run(std::process::Command::new(crate::common::bin()).args(&args));
+        assert_eq!(code, 0, "{w} -b --si --help: {stderr}");
     }
     assert!(
         problems.is_empty(),

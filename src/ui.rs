@@ -139,6 +139,7 @@ pub struct Track<'a> {
     bar: Box<dyn Progress>,
     lines: LogLines,
     records: LogLines,
+    log: bool,
 }
 
 /// How often a log line is written when no bar is drawn.
@@ -160,7 +161,16 @@ impl<'a> Track<'a> {
             bar,
             lines: LogLines::new(TRACK_LINE_EVERY),
             records: LogLines::new(std::time::Duration::from_secs(1)),
+            log: true,
         }
+    }
+
+    /// Whether log lines are written when no bar is drawn (the default);
+    /// `false` for a measurement whose report is the only output a script
+    /// wants (probe-dio, read-test: a bar on a terminal, nothing in a log).
+    pub fn log_lines(mut self, on: bool) -> Self {
+        self.log = on;
+        self
     }
 
     /// Whether this track writes the JSON records itself (the default) or
@@ -220,7 +230,9 @@ impl<'a> Track<'a> {
             self.bar
                 .set_position(r.done_bytes.min(r.total_bytes.max(1)));
             self.bar.set_message(words);
-        } else if let Some(line) = self.lines.update(format!("{}: {words}\n", self.label)) {
+        } else if self.log
+            && let Some(line) = self.lines.update(format!("{}: {words}\n", self.label))
+        {
             self.ui.say(&line);
         }
     }
@@ -293,6 +305,15 @@ impl<'a> TrackedBar<'a> {
         self
     }
 
+    /// See [`Track::log_lines`].
+    pub fn log_lines(self, on: bool) -> Self {
+        {
+            let mut st = self.state.borrow_mut();
+            st.track = st.track.take().map(|t| t.log_lines(on));
+        }
+        self
+    }
+
     fn update(&self, force: bool) {
         let mut st = self.state.borrow_mut();
         if !force
@@ -327,7 +348,11 @@ impl Progress for TrackedBar<'_> {
         if self.state.borrow().track.is_none() {
             return;
         }
-        self.update(true);
+        // The last state, when there was one (a job refused before it began
+        // has none to show).
+        if self.state.borrow().last.is_some() {
+            self.update(true);
+        }
         if let Some(t) = self.state.borrow_mut().track.take() {
             t.finish();
         }

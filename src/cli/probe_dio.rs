@@ -122,7 +122,9 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
         allow_private_mounts: true,
         sysroot,
     };
-    let bar = btrfs_lab::ui::TrackedBar::new(out, "probe-dio", "probe-dio").records(false);
+    let bar = btrfs_lab::ui::TrackedBar::new(out, "probe-dio", "probe-dio")
+        .records(false)
+        .log_lines(false);
     let result = probe::run(&opts, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);

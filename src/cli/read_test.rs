@@ -169,7 +169,9 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     };
     opts.sysroot = sysroot;
 
-    let bar = btrfs_lab::ui::TrackedBar::new(out, "read-test", "read-test").records(false);
+    let bar = btrfs_lab::ui::TrackedBar::new(out, "read-test", "read-test")
+        .records(false)
+        .log_lines(false);
     let result = readtest::run(&opts, &mut |p| {
         let who = match p.threads {
             Some(t) => format!("{}×{t}", p.method),

@@ -212,6 +212,22 @@ impl Drop for Sandbox {
     }
 }
 
+/// `f` again while it fails as busy, for up to three seconds: a mount or
+/// loop device just used is held for a moment by short-lived openers (udev's
+/// blkid probe after a change, a writeback flush). Each try checks again
+/// from the start; a holder that stays is reported.
+fn while_busy<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        match f() {
+            Err(e) if e.kind() == ErrorKind::Busy && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// The mount point's name inside the sandbox directory.
 const MOUNT_DIR: &str = "mnt";
 
@@ -545,7 +561,10 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
     //    stacked there by us; stop at the first that is not ours).
     if let Some(d) = &dir {
         for _ in 0..8 {
-            match mounts::unmount_beneath(&root, d, MOUNT_DIR, |m| mount_is_ours(m, &our_names))? {
+            let unmounted = while_busy(|| {
+                mounts::unmount_beneath(&root, d, MOUNT_DIR, |m| mount_is_ours(m, &our_names))
+            })?;
+            match unmounted {
                 mounts::Unmounted::NotMounted => break,
                 mounts::Unmounted::Unmounted(_) => {
                     report.unmounted = Some(record.mount_point.clone())

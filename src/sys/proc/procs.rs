@@ -163,6 +163,14 @@ mod tests {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
+        // Until exec has run, the child's command line is not yet `sleep 30`.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while fs::read(format!("/proc/{}/cmdline", child.id()))
+            .is_ok_and(|c| !c.starts_with(b"sleep"))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let id = |p: &Path| FileIdentity::of(&fs::File::open(p).unwrap()).unwrap();
         let found = open_files(&[(id(&f), f.clone()), (id(&other), other.clone())]);
         child.kill().unwrap();

@@ -152,7 +152,7 @@ impl<'a> Track<'a> {
         let bar = if ui.json() || ui.quiet() {
             Box::new(HiddenProgress) as Box<dyn Progress>
         } else {
-            ui.progress(&format!("{label} {{bar:20}} {{percent:>3}}% {{wide_msg}}"))
+            ui.progress(&format!("{label} {{bar:12}} {{percent:>3}}% {{wide_msg}}"))
         };
         Self {
             ui,

@@ -347,10 +347,17 @@ fn bar_row(row: &str) -> bool {
 /// that it fits on its row; returns the final screen's rows.
 fn watch_screen(bytes: &[u8], cols: u16, rows: u16) -> Vec<(String, bool)> {
     let mut most = 0;
+    let mut widest = String::new();
     let screen = crate::pty::replay(bytes, cols, rows, |s| {
         let rows = crate::pty::rows(s);
         let bars: Vec<_> = rows.iter().filter(|(r, _)| bar_row(r)).collect();
         most = most.max(bars.len());
+        if let Some((r, _)) = bars.first()
+            && r.contains("/s")
+            && r.len() >= widest.len()
+        {
+            widest = r.clone();
+        }
         assert!(bars.len() <= 1, "two bars on the screen: {rows:#?}");
         for (r, wrapped) in bars {
             assert!(!wrapped, "the bar wraps at {cols} columns: {r:?}");
@@ -358,6 +365,7 @@ fn watch_screen(bytes: &[u8], cols: u16, rows: u16) -> Vec<(String, bool)> {
         }
     });
     assert_eq!(most, 1, "the bar was never drawn");
+    eprintln!("the bar at {cols} columns: {widest}");
     crate::pty::rows(&screen)
 }
 

@@ -76,6 +76,7 @@ fn documented_files_exist() {
         .next()
         .unwrap()
         .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
         .filter_map(|l| l.split('=').next())
         .map(str::trim)
         .filter(|d| !d.is_empty())

@@ -19,15 +19,8 @@ use crate::sys::tools::display_argv;
 
 use super::facts::{DeviceFacts, FsFacts};
 
-#[cfg(test)]
-use space::growth;
-
 fn size(b: u64) -> String {
     pretty_size(b, UnitMode::default())
-}
-
-fn pct(f: f64) -> String {
-    format!("{:.1}%", f * 100.0)
 }
 
 fn cmd(words: &[&str], mount: &str) -> String {

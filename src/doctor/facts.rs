@@ -133,6 +133,10 @@ pub struct FsFacts {
     pub balance: Option<BalanceFacts>,
     /// The last scrub of each device (empty: never scrubbed, or the record is gone).
     pub scrub: Vec<ScrubDevice>,
+    /// Length and used bytes of every data chunk (block group items: root
+    /// only), for the `-dusage` value a suggestion names.
+    #[serde(default)]
+    pub data_chunks: Option<Vec<crate::model::reclaim::ChunkUse>>,
 }
 
 impl FsFacts {

@@ -505,6 +505,16 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
             completed: b.completed,
         }),
         scrub,
+        data_chunks: std::fs::File::open(&target.path).ok().and_then(|d| {
+            use std::os::fd::AsFd;
+            btrfs::data_chunk_usage_of(
+                d.as_fd(),
+                state.features.iter().any(|x| x == "block_group_tree"),
+                &target.path,
+            )
+            .ok()
+            .flatten()
+        }),
     })
 }
 

@@ -11,6 +11,7 @@ pub mod kernel;
 pub mod profile;
 pub mod progress;
 pub mod rate;
+pub mod reclaim;
 pub mod space;
 pub mod stripes;
 pub mod text;

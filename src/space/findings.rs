@@ -37,6 +37,12 @@ pub struct SpaceFacts<'a> {
     pub ambiguous_units: bool,
     /// Devids of missing devices (`usage`), and the device count with them.
     pub missing: Vec<u64>,
+    /// Sum of the devices' sizes, when known (`usage`: "Device size").
+    pub devices_bytes: Option<u64>,
+    /// The kernel, when known (a live filesystem).
+    pub kernel: Option<crate::model::kernel::KernelVersion>,
+    /// Usage of every data chunk, when read (root, a live filesystem).
+    pub data_chunks: Option<Vec<crate::model::reclaim::ChunkUse>>,
 }
 
 /// used / total of one record, with the bounds its rounding allows.
@@ -159,9 +165,66 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
         .unwrap_or(1);
     let devices = f.devices.unwrap_or(implied_devices).max(implied_devices);
 
-    // Metadata nearly full, and whether a new metadata chunk still fits.
+    // With the unallocated space of each device known (`usage`, its
+    // `--parse`): the room computation doctor makes too.
+    if let Some(unalloc) = &f.unallocated {
+        let unalloc: Vec<u64> = unalloc.iter().map(|&u| u.max(0) as u64).collect();
+        let known = |kinds: &[BgType]| -> Vec<Profile> {
+            f.records
+                .iter()
+                .filter(|r| kinds.contains(&r.bg_type) && r.total_bytes > 0)
+                .filter_map(|r| match r.profile {
+                    BgProfile::Known(p) => Some(p),
+                    BgProfile::Unknown => None,
+                })
+                .collect()
+        };
+        let totals = |kinds: &[BgType]| -> (u64, u64) {
+            f.records
+                .iter()
+                .filter(|r| kinds.contains(&r.bg_type))
+                .fold((0, 0), |(t, u), r| (t + r.total_bytes, u + r.used_bytes))
+        };
+        let mixed = f.records.iter().any(|r| r.bg_type == BgType::DataMetadata);
+        let raw_allocated: u64 = f
+            .records
+            .iter()
+            .filter(|r| r.bg_type != BgType::GlobalReserve)
+            .map(|r| match r.profile {
+                BgProfile::Known(p) => r.total_bytes.saturating_mul(u64::from(p.copies())),
+                BgProfile::Unknown => r.total_bytes,
+            })
+            .sum();
+        findings.extend(super::room::findings(&super::room::RoomFacts {
+            mount: &mount,
+            data_profile: super::room::new_chunk_profile(&known(&[
+                BgType::Data,
+                BgType::DataMetadata,
+            ])),
+            metadata_profile: if mixed {
+                None
+            } else {
+                super::room::new_chunk_profile(&known(&[BgType::Metadata]))
+            },
+            data: totals(&[BgType::Data, BgType::DataMetadata]),
+            metadata: totals(&[BgType::Metadata]),
+            reserve: reserve.map(|r| (r.used_bytes, r.total_bytes)),
+            unalloc: &unalloc,
+            devices_bytes: f
+                .devices_bytes
+                .unwrap_or(raw_allocated + unalloc.iter().sum::<u64>()),
+            metadata_chunk_bytes: 0,
+            kernel: f
+                .kernel
+                .unwrap_or(crate::model::kernel::KernelVersion::new(6, 18)),
+            data_chunks: f.data_chunks.as_deref(),
+        }));
+    }
+
+    // From `df` alone (no unallocated space): metadata nearly full, with
+    // the room for a new chunk unknown.
     let mut metadata_full = false;
-    if !meta.is_empty() {
+    if !meta.is_empty() && f.unallocated.is_none() {
         let total: u64 = meta.iter().map(|r| r.total_bytes).sum();
         let used: u64 = meta.iter().map(|r| r.used_bytes).sum();
         let free = total.saturating_sub(used);
@@ -289,8 +352,8 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
         }
     }
 
-    // The global reserve in use.
-    if let Some(r) = reserve.filter(|r| r.used_bytes > 0) {
+    // The global reserve in use (`df` alone: room unknown).
+    if let Some(r) = reserve.filter(|r| r.used_bytes > 0 && f.unallocated.is_none()) {
         findings.push(
             Finding::new(
                 Code::GlobalReserveUsed,
@@ -533,17 +596,31 @@ mod tests {
             mount: Some("/mnt".into()),
             ..Default::default()
         });
-        assert_eq!(full.findings[0].code, "metadata-nearly-full");
+        // The room computation doctor makes: no full chunk, 0.5 MiB in a
+        // smaller DUP one; the data chunks' usage is not in a paste, so the
+        // -dusage value comes from their average (83% used: 90), limited
+        // to the chunks the goal needs (2GiB in 1GiB data chunks, and one
+        // more).
+        assert_eq!(full.findings[0].code, "metadata-chunk-no-room");
         assert_eq!(full.findings[0].severity, Severity::Critical);
-        assert!(full.findings[0].title.contains("ENOSPC is near"));
+        assert!(full.findings[0].title.contains("no room for a full dup"));
         assert_eq!(
             full.findings[0].command.as_deref(),
-            Some("btrfs balance start -dusage=10 /mnt")
+            Some("btrfs balance start -dusage=90,limit=3 /mnt")
         );
-        // DUP needs 512MiB on one device: 600MiB is enough.
+        assert!(
+            !full
+                .findings
+                .iter()
+                .any(|f| f.code == "metadata-nearly-full"),
+            "one situation, one finding: {:?}",
+            codes(&full)
+        );
+        // 512GiB of devices: metadata chunks of 1GiB, DUP needs 2GiB on one
+        // device: 3GiB is enough.
         let room = interpret(&SpaceFacts {
             records: &records,
-            unallocated: Some(vec![600 * M as i64]),
+            unallocated: Some(vec![3 * G as i64]),
             devices: Some(1),
             ..Default::default()
         });

@@ -4,6 +4,7 @@
 //! models.
 
 pub mod findings;
+pub(crate) mod room;
 pub mod usage;
 
 /// Which btrfs is at a path: shared with the other jobs through `sys`.
@@ -122,11 +123,18 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
         r.zone_unusable_bytes = zone_unusable(root, &target.fsid, e.flags);
         r.zone_unusable_error_bytes = r.zone_unusable_bytes.map(|_| 0);
     }
-    let interpretation = interpret(&SpaceFacts {
+    let mut interpretation = interpret(&SpaceFacts {
         records: &records,
         mount: Some(target.mount.mount_point.display().to_string()),
         ..Default::default()
     });
+    // A live filesystem's unallocated space is known: the findings are
+    // `usage`'s (the same situation, the same finding), the table df's.
+    if let Ok(doc) = usage_document(root, path)
+        && let Some(i) = doc.interpretation
+    {
+        interpretation.findings = i.findings;
+    }
     Ok(DfReport {
         source: DfSource::Kernel {
             path: path.to_path_buf(),
@@ -315,6 +323,12 @@ pub fn usage_from_text(text: &str, input_name: &str) -> Result<ParsedUsageDocume
         records: &records,
         unallocated,
         devices: count,
+        devices_bytes: parsed
+            .report
+            .overall
+            .as_ref()
+            .map(|o| o.device_size)
+            .filter(|&b| b > 0),
         ..Default::default()
     });
     Ok(ParsedUsageDocument {
@@ -384,6 +398,25 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
             .filter(|d| d.path == "missing")
             .map(|d| d.devid)
             .collect(),
+        devices_bytes: report
+            .overall
+            .as_ref()
+            .map(|o| o.device_size)
+            .filter(|&b| b > 0),
+        kernel: crate::model::kernel::KernelVersion::parse(&crate::sys::kernel_release()),
+        // Each data chunk's usage (root only) names the -dusage value.
+        data_chunks: std::fs::File::open(&target.path).ok().and_then(|d| {
+            use std::os::fd::AsFd;
+            btrfs::data_chunk_usage_of(
+                d.as_fd(),
+                features(root, &target.fsid)
+                    .iter()
+                    .any(|x| x == "block_group_tree"),
+                &target.path,
+            )
+            .ok()
+            .flatten()
+        }),
         ..Default::default()
     });
     Ok(usage::UsageDocument {

@@ -568,7 +568,7 @@ fn findings_of_real_usage_pastes() {
     assert_eq!(
         codes,
         [
-            ("metadata-nearly-full", Severity::Critical),
+            ("metadata-chunk-no-room", Severity::Critical),
             // A little of the reserve with metadata tight: a warning (the
             // catalog's rule; the metadata finding carries the critical).
             ("global-reserve-used", Severity::Warning)
@@ -576,15 +576,30 @@ fn findings_of_real_usage_pastes() {
     );
     assert_eq!(
         b.interpretation.findings[0].command.as_deref(),
-        Some("btrfs balance start -dusage=10 MOUNT")
+        Some("btrfs balance start -dusage=90,limit=3 MOUNT"),
+        "data chunks 83% used on average (a paste has no per-chunk usage): \
+         some are below 90%; 2GiB for a 1GiB DUP chunk takes two 1GiB data \
+         chunks, and one more"
     );
     // btrfs-progs #467: a 512MiB reserve larger than all free metadata.
+    // With 119MiB of data slack, less than a full DUP chunk: no balance
+    // makes the room, a device does.
     let r = usage("btrfs-progs-467-reserve-512m.txt");
-    assert_eq!(r.interpretation.findings[0].code, "metadata-nearly-full");
+    let m = &r.interpretation.findings[0];
+    assert_eq!(
+        (m.code.as_str(), m.severity),
+        ("metadata-chunk-no-room", Severity::Critical)
+    );
     assert!(
-        r.interpretation.findings[0]
-            .title
-            .contains("global reserve")
+        m.evidence
+            .iter()
+            .any(|e| e.name == "with the global reserve"
+                && e.value == "512.14MiB of 482.00MiB metadata can grow to (106.3%)"),
+        "{m:?}"
+    );
+    assert_eq!(
+        m.command.as_deref(),
+        Some("btrfs-lab device add MOUNT NEW_DEVICE")
     );
     // Two devices with 77GiB unallocated each: nothing wrong.
     assert!(
@@ -649,5 +664,8 @@ fn cli_reads_real_pastes_and_says_what_it_skipped() {
     let u: btrfs_lab::space::ParsedUsageDocument = typed(&String::from_utf8_lossy(&o.stdout));
     assert_eq!(u.interpretation.findings[0].severity, Severity::Critical);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("critical: ENOSPC is near"), "{err}");
+    assert!(
+        err.contains("critical: no room for a full dup metadata chunk"),
+        "{err}"
+    );
 }

@@ -58,6 +58,7 @@ fn healthy() -> FsFacts {
             finished: true,
             ..ScrubDevice::default()
         }],
+        data_chunks: None,
     }
 }
 
@@ -121,7 +122,11 @@ fn no_room_for_a_metadata_chunk_is_found_per_profile() {
         .iter()
         .find(|x| x.code == "metadata-chunk-no-room")
         .unwrap();
-    assert_eq!(fi.severity, Severity::Warning);
+    // The kernel makes a smaller chunk from the 100 MiB, and metadata is
+    // 11% used of what it can grow to: info, and nothing to run.
+    assert_eq!(fi.severity, Severity::Info);
+    assert!(fi.command.is_none(), "{fi:?}");
+    assert!(fi.why.contains("smaller chunk"), "{}", fi.why);
     assert!(
         fi.title.contains("3 device(s)") && fi.title.contains("2 have it"),
         "{}",
@@ -162,10 +167,8 @@ fn nearly_full_metadata_with_the_reserve_in_use_is_critical() {
         c.contains(&("metadata-chunk-no-room", Severity::Critical)),
         "{c:?}"
     );
-    assert!(
-        c.contains(&("metadata-nearly-full", Severity::Critical)),
-        "{c:?}"
-    );
+    // One situation, one finding: no second "nearly full" beside it.
+    assert!(!c.iter().any(|x| x.0 == "metadata-nearly-full"), "{c:?}");
     assert!(
         c.contains(&("global-reserve-used", Severity::Critical)),
         "{c:?}"
@@ -282,16 +285,6 @@ fn scrub_age_and_errors() {
     assert!(codes(&analyse(&f, NOW)).contains(&("scrub-errors", Severity::Critical)));
 }
 
-#[test]
-fn growth_estimates() {
-    assert_eq!(growth(Profile::Raid1, &[10, 10]), 10);
-    assert_eq!(growth(Profile::Raid1, &[30, 10]), 10);
-    assert_eq!(growth(Profile::Raid1c3, &[10, 10, 10]), 10);
-    assert_eq!(growth(Profile::Raid1c3, &[10, 10]), 0);
-    assert_eq!(growth(Profile::Dup, &[10, 10]), 10);
-    assert_eq!(growth(Profile::Raid0, &[10, 20]), 30);
-}
-
 /// The same numbers through `df`'s analyser (`space::findings::interpret`,
 /// which `usage` and both `--parse` share) and doctor's: the codes both
 /// emit get the same severity, from the catalog's one rule.
@@ -350,12 +343,13 @@ fn df_and_doctor_give_the_same_severity_for_the_same_numbers() {
         assert_eq!(doctor, df, "{p}");
     }
     // The global reserve in use: a few KiB (info), a quarter (warning),
-    // half (critical), and a little with metadata tight (warning).
+    // half (critical); a little with the metadata chunks full but 8 GiB
+    // unallocated for new ones is not tight (info).
     for (meta_used, used, want) in [
         (100 * MIB, 96 << 10, Severity::Info),
         (100 * MIB, 128 * MIB, Severity::Warning),
         (100 * MIB, 300 * MIB, Severity::Critical),
-        (950 * MIB, 96 << 10, Severity::Warning),
+        (950 * MIB, 96 << 10, Severity::Info),
     ] {
         let (df, doctor) = both(
             vec![data(Profile::Raid1), meta(meta_used), reserve(used)],

@@ -83,12 +83,12 @@ catalog! {
     // Space (`df`, `usage`, both `--parse`, and `doctor`).
     MetadataNearlyFull = "metadata-nearly-full", Warning,
         Numbers("metadata_allocated_full, capacity_full",
-            "df/usage (allocated chunks ≥ 90% used, or the reserve larger than what is free in them): critical when no new metadata chunk fits, info when one does, warning when unallocated space is not known; doctor (used with the reserve over what metadata can grow to): warning above 90%, critical from 95%"),
+            "with unallocated space known (usage, usage --parse, doctor): used with the reserve over what metadata can grow to (smaller chunks counted), warning above 90%, critical from 95%; info when only the allocated chunks are ≥ 90% used and new ones fit (a full-size chunk that does not fit is metadata-chunk-no-room instead); df alone (no unallocated space): warning when the chunks are ≥ 90% used or the reserve is larger than what is free in them"),
         ["df", "usage", "df --parse", "usage --parse", "doctor"],
         "metadata chunks are (nearly) full: ENOSPC while df still shows free space";
     GlobalReserveUsed = "global-reserve-used", Warning,
         Numbers("global_reserve_used",
-            "critical from half the reserve used; warning from a quarter, or any use while metadata is tight (nearly full or no room for a chunk); else info (a commit takes a few KiB)"),
+            "critical from half the reserve used; warning from a quarter, or any use while metadata is tight (over 90% of what it can grow to, or a metadata finding that is not info); else info (a commit takes a few KiB)"),
         ["df", "usage", "df --parse", "usage --parse", "doctor"],
         "btrfs is taking from its emergency metadata reserve";
     DataNoRedundancy = "data-no-redundancy" alias "data-without-redundancy", Info, Fixed,
@@ -117,13 +117,13 @@ catalog! {
         "a device's error counters are not zero (scrub repairs from the good copy)";
     MetadataChunkNoRoom = "metadata-chunk-no-room", Warning,
         Numbers("metadata_no_room",
-            "critical when metadata with the reserve is at least 80% full or the reserve is in use, else warning"),
-        ["doctor"],
-        "no device set has room for a new metadata chunk";
+            "used metadata with the reserve over what metadata can grow to (the kernel's smaller chunks counted): critical from 80% or a quarter of the global reserve in use, warning from 50%, else info (nothing to run)"),
+        ["usage", "usage --parse", "doctor"],
+        "no device set has room for a full-size metadata chunk";
     DataNearlyFull = "data-nearly-full", Warning,
         Numbers("capacity_full",
             "data used over what it can grow to: warning above 90%, critical from 98%"),
-        ["doctor"],
+        ["usage", "usage --parse", "doctor"],
         "data is nearly full: writes fail with ENOSPC soon";
     BalancePaused = "balance-paused", Warning, Fixed, ["doctor"],
         "a balance or conversion is paused: part of the filesystem keeps its old profiles";

@@ -21,8 +21,13 @@ pub(crate) const DATA_FULL_CRITICAL: f64 = 0.98;
 /// what it can grow to: critical.
 pub(crate) const METADATA_FULL_CRITICAL: f64 = 0.95;
 /// No room for a new metadata chunk is critical when metadata (with the
-/// global reserve) is this full, or the reserve is in use.
+/// global reserve) is this full, or a quarter of the reserve is in use.
 pub(crate) const NO_ROOM_CRITICAL_FILL: f64 = 0.80;
+/// No room for a new metadata chunk is a warning from this fill on; below
+/// it the allocated metadata has room for a long while (a filesystem whose
+/// data chunks took every byte, as one filled with large files does), and
+/// the finding is info.
+pub(crate) const NO_ROOM_WARNING_FILL: f64 = 0.50;
 /// A scrub older than this is a warning (seconds: 31 days).
 pub(crate) const SCRUB_MAX_AGE: u64 = 31 * 86_400;
 /// Leftovers of dead bench runs holding this many bytes or more: warning.
@@ -70,14 +75,23 @@ pub(crate) fn capacity_full(metadata: bool, fill: f64) -> Option<Severity> {
     }
 }
 
-/// `metadata-chunk-no-room`: critical when metadata (with the reserve) is
-/// at least [`NO_ROOM_CRITICAL_FILL`] full or the reserve is in use, else a
-/// warning (it will bite, but not yet).
-pub(crate) fn metadata_no_room(fill: f64, reserve_used: bool) -> Severity {
-    if fill >= NO_ROOM_CRITICAL_FILL || reserve_used {
+/// `metadata-chunk-no-room`: no device set has room for a full-size
+/// metadata chunk. `fill` is used metadata (with the global reserve)
+/// against what metadata can still grow to, the kernel's smaller chunks
+/// counted (`decide_stripe_size_regular` takes what the devices have, down
+/// to a 64 KiB stripe). Critical from [`NO_ROOM_CRITICAL_FILL`] or a quarter
+/// of the global reserve in use, a warning from [`NO_ROOM_WARNING_FILL`],
+/// else info: the allocated metadata has room for a long while (a
+/// filesystem whose data chunks took every byte looks like this), and a few
+/// KiB of the reserve taken during a commit do not change that.
+pub(crate) fn metadata_no_room(fill: f64, reserve_used: u64, reserve_total: u64) -> Severity {
+    let reserve_drawn = reserve_total > 0 && reserve_used.saturating_mul(4) >= reserve_total;
+    if fill >= NO_ROOM_CRITICAL_FILL || reserve_drawn {
         Severity::Critical
-    } else {
+    } else if fill >= NO_ROOM_WARNING_FILL {
         Severity::Warning
+    } else {
+        Severity::Info
     }
 }
 
@@ -161,8 +175,10 @@ mod tests {
         assert_eq!(capacity_full(false, 0.90), None);
         assert_eq!(capacity_full(false, 0.97), Some(Severity::Warning));
         assert_eq!(capacity_full(true, 0.97), Some(Severity::Critical));
-        assert_eq!(metadata_no_room(0.5, false), Severity::Warning);
-        assert_eq!(metadata_no_room(0.5, true), Severity::Critical);
+        assert_eq!(metadata_no_room(0.06, 16 << 10, 5 << 20), Severity::Info);
+        assert_eq!(metadata_no_room(0.5, 0, 5 << 20), Severity::Warning);
+        assert_eq!(metadata_no_room(0.8, 0, 5 << 20), Severity::Critical);
+        assert_eq!(metadata_no_room(0.1, 2 << 20, 5 << 20), Severity::Critical);
         assert_eq!(bench_leftovers(1 << 30), Severity::Warning);
     }
 }

@@ -377,6 +377,76 @@ pub fn chunk_records_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<Ch
     }
 }
 
+/// Length and used bytes of every data chunk (TREE_SEARCH: root only): the
+/// chunk tree for the chunks, one lookup of each block group item in the
+/// block group tree (`block_group_tree` feature) or else the extent tree,
+/// as btrfs-progs' `btrfs inspect-internal list-chunks` reads them. `Ok(None)`
+/// when not permitted.
+pub(crate) fn data_chunk_usage_of(
+    fd: BorrowedFd<'_>,
+    block_group_tree: bool,
+    path: &Path,
+) -> Result<Option<Vec<crate::model::reclaim::ChunkUse>>> {
+    use btrfs_uapi::raw::{
+        BTRFS_BLOCK_GROUP_ITEM_KEY, BTRFS_BLOCK_GROUP_TREE_OBJECTID, BTRFS_EXTENT_TREE_OBJECTID,
+    };
+    use btrfs_uapi::tree_search::{Key, SearchFilter, tree_search};
+    let Some(chunks) = chunk_records_of(fd, path)? else {
+        return Ok(None);
+    };
+    let tree_id = if block_group_tree {
+        u64::from(BTRFS_BLOCK_GROUP_TREE_OBJECTID)
+    } else {
+        u64::from(BTRFS_EXTENT_TREE_OBJECTID)
+    };
+    let mut out = Vec::new();
+    for c in chunks.iter().filter(|c| c.is_data()) {
+        let key = |offset| Key {
+            objectid: c.logical,
+            item_type: BTRFS_BLOCK_GROUP_ITEM_KEY,
+            offset,
+        };
+        let filter = SearchFilter {
+            tree_id,
+            start: key(0),
+            end: key(u64::MAX),
+            min_transid: 0,
+            max_transid: u64::MAX,
+        };
+        let mut used = None;
+        let result = tree_search(fd, filter, |hdr, data| {
+            if hdr.objectid == c.logical
+                && hdr.item_type == BTRFS_BLOCK_GROUP_ITEM_KEY
+                && let Some(bg) = btrfs_disk::items::BlockGroupItem::parse(data)
+            {
+                used = Some(bg.used);
+            }
+            Ok(())
+        });
+        match result {
+            Ok(()) => {}
+            Err(Errno::EPERM | Errno::EACCES) => return Ok(None),
+            Err(e) => {
+                return Err(Error::from_errno(
+                    e,
+                    "cannot read the block groups of",
+                    path,
+                ));
+            }
+        }
+        // A chunk without its block group item: the trees disagree (or
+        // moved under us); no usage rather than a wrong one.
+        let Some(used) = used else {
+            return Ok(None);
+        };
+        out.push(crate::model::reclaim::ChunkUse {
+            length: c.length,
+            used,
+        });
+    }
+    Ok(Some(out))
+}
+
 /// One item of the checksum tree: the data checksums of consecutive sectors
 /// from a logical address.
 #[derive(Debug, Clone, PartialEq, Eq)]

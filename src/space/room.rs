@@ -1,0 +1,626 @@
+//! Room to grow: the one computation of `data-nearly-full`,
+//! `metadata-chunk-no-room`, `metadata-nearly-full` and
+//! `global-reserve-used` wherever the unallocated space of each device is
+//! known (`usage`, `usage --parse`, `doctor`), so each situation gets the
+//! same finding, code and severity from every command. Pure: figures in,
+//! findings out.
+//!
+//! What the kernel does, and the rules follow: a new chunk takes the
+//! devices with the most room and stripes as large as the smallest of them
+//! allows, down to 64 KiB (`decide_stripe_size_regular`), so "no room for a
+//! full-size metadata chunk" is not "no room": [`alloc::capacity`] counts
+//! the smaller chunks too. Severities come from used metadata (with the
+//! global reserve) against what metadata can still grow to, and from the
+//! reserve's real use (a few KiB during a commit are normal). Every
+//! command given changes the situation: a `-dusage` value computed from the
+//! data chunks' usage ([`reclaim`]), or adding a device when no balance can
+//! free enough.
+
+use crate::model::alloc::{self, ChunkKind};
+use crate::model::finding::{Code, Finding, Severity, rules};
+use crate::model::kernel::KernelVersion;
+use crate::model::profile::Profile;
+use crate::model::reclaim::{self, ChunkUse};
+use crate::model::units::{UnitBase, UnitMode, pretty_size};
+use crate::sys::tools::display_argv;
+
+/// The figures the findings are computed from.
+#[derive(Debug, Clone)]
+pub(crate) struct RoomFacts<'a> {
+    /// The mount point for the commands (`MOUNT` when unknown).
+    pub(crate) mount: &'a str,
+    /// The profile new data chunks get (a conversion's target first).
+    pub(crate) data_profile: Option<Profile>,
+    /// The profile new metadata chunks get; `None` for mixed block groups.
+    pub(crate) metadata_profile: Option<Profile>,
+    /// Data (allocated, used), logical bytes.
+    pub(crate) data: (u64, u64),
+    /// Metadata (allocated, used), logical bytes.
+    pub(crate) metadata: (u64, u64),
+    /// The global reserve (used, size), when reported.
+    pub(crate) reserve: Option<(u64, u64)>,
+    /// Unallocated bytes of each present device.
+    pub(crate) unalloc: &'a [u64],
+    /// Sum of the devices' sizes (the allocator's `total_rw_bytes`).
+    pub(crate) devices_bytes: u64,
+    /// Size of a full metadata chunk (sysfs `chunk_size`, capped at 10%);
+    /// 0: the kernel's rule from the devices' size.
+    pub(crate) metadata_chunk_bytes: u64,
+    /// The running kernel (a recent one for a paste).
+    pub(crate) kernel: KernelVersion,
+    /// Usage of every data chunk (the block group items), when read.
+    pub(crate) data_chunks: Option<&'a [ChunkUse]>,
+}
+
+fn size(v: u64) -> String {
+    pretty_size(v, UnitMode::Human(UnitBase::Binary))
+}
+
+fn pct(f: f64) -> String {
+    format!("{:.1}%", f * 100.0)
+}
+
+fn cmd(words: &[&str], mount: &str) -> String {
+    let mut v: Vec<&str> = words.to_vec();
+    v.push(mount);
+    display_argv(&v)
+}
+
+fn ratio(used: u64, capacity: u64) -> f64 {
+    if capacity == 0 {
+        if used == 0 { 0.0 } else { 1.0 }
+    } else {
+        used as f64 / capacity as f64
+    }
+}
+
+/// Raw bytes the devices give per logical byte of a new chunk of `p`.
+fn raw_per_logical(p: Profile, devices: usize, kernel: KernelVersion) -> f64 {
+    let n = u32::try_from(devices).unwrap_or(u32::MAX);
+    let stripes = p
+        .stripes_on(n, kernel)
+        .unwrap_or(p.geometry().ncopies.max(1));
+    f64::from(stripes) / f64::from(p.data_stripes(stripes))
+}
+
+/// The suggestion that makes `goal_raw` raw bytes of room: the smallest
+/// `-dusage` value that frees enough, else a device to add. `(command,
+/// evidence)`.
+fn make_room(f: &RoomFacts<'_>, goal_raw: u64) -> (String, Vec<(String, String)>) {
+    let add = (
+        display_argv(&["btrfs-lab", "device", "add", f.mount, "NEW_DEVICE"]),
+        Vec::new(),
+    );
+    let Some(dp) = f.data_profile else {
+        return add;
+    };
+    let r = raw_per_logical(dp, f.unalloc.len(), f.kernel);
+    let goal = (goal_raw as f64 / r).ceil() as u64;
+    let (alloc, used) = f.data;
+    match f.data_chunks {
+        Some(chunks) => match reclaim::first_reaching(chunks, goal) {
+            Some(s) => (
+                cmd(
+                    &["btrfs", "balance", "start", &format!("-dusage={}", s.usage)],
+                    f.mount,
+                ),
+                vec![(
+                    format!("-dusage={} (from each data chunk's usage)", s.usage),
+                    format!(
+                        "relocates {} chunk{}, moves {}, frees at least {} of data chunks",
+                        s.chunks,
+                        if s.chunks == 1 { "" } else { "s" },
+                        size(s.moves_bytes),
+                        size(s.frees_bytes)
+                    ),
+                )],
+            ),
+            None => {
+                let mut a = add;
+                a.1.push((
+                    "a filtered data balance".to_owned(),
+                    format!(
+                        "frees less than the {} needed at every -dusage up to {} (the data chunks are full)",
+                        size(goal),
+                        reclaim::USAGE_STEPS[reclaim::USAGE_STEPS.len() - 1]
+                    ),
+                ));
+                a
+            }
+        },
+        None => {
+            // Without the chunks' usage (a paste): the average says at
+            // least one chunk is that full or less.
+            let slack = alloc.saturating_sub(used);
+            if slack < goal {
+                let mut a = add;
+                a.1.push((
+                    "data allocated but unused".to_owned(),
+                    format!(
+                        "{}: less than the {} needed, no balance can free it",
+                        size(slack),
+                        size(goal)
+                    ),
+                ));
+                return a;
+            }
+            let avg = (ratio(used, alloc) * 100.0).ceil() as u8;
+            let n = reclaim::USAGE_STEPS
+                .iter()
+                .copied()
+                .find(|&s| s > avg)
+                .unwrap_or(90);
+            // As many chunks as the goal needs, and one more: each
+            // relocated chunk is freed whole while the others' free space
+            // takes its data (the slack covers the goal).
+            let lim = alloc::chunk_limits(ChunkKind::Data, f.devices_bytes, f.kernel);
+            let n_dev = u32::try_from(f.unalloc.len()).unwrap_or(u32::MAX);
+            let stripes = dp.stripes_on(n_dev, f.kernel).unwrap_or(1);
+            let chunk = (lim.max_stripe * u64::from(dp.data_stripes(stripes)))
+                .min(lim.max_chunk)
+                .max(1 << 20);
+            let limit = goal.div_ceil(chunk) + 1;
+            (
+                cmd(
+                    &[
+                        "btrfs",
+                        "balance",
+                        "start",
+                        &format!("-dusage={n},limit={limit}"),
+                    ],
+                    f.mount,
+                ),
+                vec![(
+                    format!("-dusage={n},limit={limit} (from the average data chunk)"),
+                    format!(
+                        "data chunks are {} used on average, so some are below {n}%; {limit} of them (up to {} each) free about {} while {} allocated but unused takes their data",
+                        pct(ratio(used, alloc)),
+                        size(chunk),
+                        size(goal),
+                        size(slack)
+                    ),
+                )],
+            )
+        }
+    }
+}
+
+/// Mirrored copies on distinct devices: the largest logical size that fits
+/// `unalloc` (no device holds two copies of a chunk).
+fn mirrored(unalloc: &[u64], copies: usize) -> u64 {
+    let mut v = unalloc.to_vec();
+    v.sort_unstable_by(|a, b| b.cmp(a));
+    if v.len() < copies {
+        return 0;
+    }
+    let sum: u64 = v.iter().sum();
+    let mut best = sum / copies as u64;
+    for j in 1..copies {
+        let rest: u64 = v.iter().skip(j).sum();
+        best = best.min(rest / (copies - j) as u64);
+    }
+    best
+}
+
+/// Logical bytes new chunks of `p` can still get from the unallocated space
+/// of the devices, smaller chunks included (the closed form of repeated
+/// [`alloc::next_chunk`], as `btrfs filesystem usage` estimates it; linear
+/// in the devices, so a paste of hundreds of them stays fast).
+pub(crate) fn growth(p: Profile, unalloc: &[u64]) -> u64 {
+    let g = p.geometry();
+    let sum: u64 = unalloc.iter().sum();
+    if p.is_parity() {
+        let n = unalloc.iter().filter(|&&u| u >= 1 << 20).count() as u64;
+        if n < u64::from(p.min_devices()) {
+            return 0;
+        }
+        return sum / n * (n - u64::from(g.nparity));
+    }
+    if g.dev_stripes > 1 {
+        return unalloc.iter().map(|u| u / u64::from(g.dev_stripes)).sum();
+    }
+    if g.ncopies > 1 {
+        return mirrored(unalloc, g.ncopies as usize);
+    }
+    sum
+}
+
+/// Devices (and raw bytes on each) a full-size chunk of `p` of `chunk`
+/// logical bytes needs, and how many have it: `(needed, have, per)`.
+pub(crate) fn chunk_room(p: Profile, chunk: u64, unalloc: &[u64]) -> (usize, usize, u64) {
+    let g = p.geometry();
+    let count = |need: u64| unalloc.iter().filter(|&&u| u >= need).count();
+    if g.devs_max != 0 {
+        // A fixed number of stripes (single, DUP, RAID1*): each a whole
+        // copy of the chunk, DUP's two on one device.
+        let per = chunk * u64::from(g.dev_stripes);
+        return (p.min_devices() as usize, count(per), per);
+    }
+    // Striped over every device with room (RAID0/10/5/6).
+    let n = count(1 << 20).max(1) as u32;
+    let per = chunk.div_ceil(u64::from(p.data_stripes(n)));
+    (p.min_devices() as usize, count(per), per)
+}
+
+/// The profile the kernel gives new chunks of a type from the profiles its
+/// chunks have: the most redundant one (`btrfs_reduce_alloc_profile`).
+pub(crate) fn new_chunk_profile(used: &[Profile]) -> Option<Profile> {
+    use Profile::*;
+    [
+        Raid6, Raid1c4, Raid5, Raid1c3, Raid10, Raid1, Dup, Raid0, Single,
+    ]
+    .into_iter()
+    .find(|p| used.contains(p))
+}
+
+/// The room findings, unranked.
+pub(crate) fn findings(f: &RoomFacts<'_>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let (reserve_used, reserve_total) = f.reserve.unwrap_or((0, 0));
+
+    // Data against what it can grow to.
+    if let Some(p) = f.data_profile {
+        let (alloc, used) = f.data;
+        let grow = growth(p, f.unalloc);
+        let fill = ratio(used, alloc + grow);
+        if alloc + grow > 0
+            && let Some(severity) = rules::capacity_full(false, fill)
+        {
+            out.push(
+                Finding::new(
+                    Code::DataNearlyFull,
+                    format!("data is {} full", pct(fill)),
+                    "new writes fail with ENOSPC when data is full; delete files (and snapshots holding them) or add a device (a balance cannot help: free space in data chunks is already usable)",
+                )
+                .with_evidence("data used", size(used))
+                .with_evidence("data allocated", size(alloc))
+                .with_evidence(&format!("room for new {p} chunks"), size(grow))
+                .with_severity(severity)
+                .with_command(display_argv(&[
+                    "btrfs-lab",
+                    "device",
+                    "add",
+                    f.mount,
+                    "NEW_DEVICE",
+                ])),
+            );
+        }
+    }
+
+    // Metadata: a full-size chunk, smaller ones, what it can grow to.
+    let mut tight = false;
+    let mut metadata_command = false;
+    if let Some(p) = f.metadata_profile {
+        let (alloc, used) = f.metadata;
+        let grow = growth(p, f.unalloc);
+        let need_bytes = used + reserve_total;
+        let fill = ratio(need_bytes, alloc + grow);
+        let alloc_fill = ratio(need_bytes, alloc);
+        let chunk = if f.metadata_chunk_bytes > 0 {
+            f.metadata_chunk_bytes
+        } else {
+            alloc::chunk_limits(ChunkKind::Metadata, f.devices_bytes, f.kernel).max_chunk
+        }
+        .max(1 << 20);
+        let (need, have, per) = chunk_room(p, chunk, f.unalloc);
+        let list = f
+            .unalloc
+            .iter()
+            .map(|&u| size(u))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut finding = if have < need {
+            let severity = rules::metadata_no_room(fill, reserve_used, reserve_total);
+            let why = if severity == Severity::Info {
+                if grow >= 1 << 20 {
+                    format!(
+                        "the kernel allocates a smaller chunk when less than a full one is free (about {} more metadata here), and {} of the allocated metadata is free: nothing to do now (a filesystem whose data took every byte, as one filled with large files, looks like this)",
+                        size(grow),
+                        pct(1.0 - alloc_fill.min(1.0))
+                    )
+                } else {
+                    format!(
+                        "metadata cannot grow, but {} of its allocated space is free: nothing to do now (a filesystem whose data took every byte, as one filled with large files, looks like this); it matters from {} used",
+                        pct(1.0 - alloc_fill.min(1.0)),
+                        pct(rules::NO_ROOM_WARNING_FILL)
+                    )
+                }
+            } else {
+                format!(
+                    "metadata is {} used of what it can grow to ({} allocated{}): when it is full every write (even a delete) fails with ENOSPC; freeing data chunks or adding a device makes room",
+                    pct(fill),
+                    size(alloc),
+                    if grow > 0 {
+                        format!(", about {} more in smaller chunks", size(grow))
+                    } else {
+                        String::new()
+                    }
+                )
+            };
+            Some(
+                Finding::new(
+                    Code::MetadataChunkNoRoom,
+                    format!(
+                        "no room for a full {p} metadata chunk: it needs {need} device(s) with {} unallocated, {have} have it",
+                        size(per)
+                    ),
+                    why,
+                )
+                .with_severity(severity)
+                .with_evidence("room for smaller metadata chunks", size(grow)),
+            )
+        } else if let Some(severity) = rules::capacity_full(true, fill) {
+            Some(
+                Finding::new(
+                    Code::MetadataNearlyFull,
+                    format!("metadata is {} full", pct(fill)),
+                    "when metadata is full every change fails with ENOSPC, even deleting files; make room now",
+                )
+                .with_severity(severity)
+                .with_evidence(&format!("room for new {p} chunks"), size(grow)),
+            )
+        } else if alloc_fill * 100.0 >= rules::METADATA_FULL_PERCENT {
+            Some(
+                Finding::new(
+                    Code::MetadataNearlyFull,
+                    format!(
+                        "metadata chunks are {} used; there is room for new ones",
+                        pct(alloc_fill)
+                    ),
+                    "full metadata chunks are normal while the kernel can allocate new ones",
+                )
+                .with_severity(rules::metadata_allocated_full(rules::MetadataRoom::Fits))
+                .with_evidence(&format!("room for new {p} chunks"), size(grow)),
+            )
+        } else {
+            None
+        };
+        if let Some(x) = finding.take() {
+            let mut x = x
+                .with_evidence("metadata profile", p.name())
+                .with_evidence(
+                    "metadata used",
+                    format!(
+                        "{} of {} allocated ({})",
+                        size(used),
+                        size(alloc),
+                        pct(ratio(used, alloc))
+                    ),
+                )
+                .with_evidence(
+                    "with the global reserve",
+                    format!(
+                        "{} of {} metadata can grow to ({})",
+                        size(need_bytes),
+                        size(alloc + grow),
+                        pct(fill)
+                    ),
+                )
+                .with_evidence("unallocated per device", list);
+            tight = x.severity != Severity::Info;
+            if tight {
+                let (command, evidence) = make_room(f, need as u64 * per);
+                for (n, v) in evidence {
+                    x = x.with_evidence(&n, v);
+                }
+                x = x.with_command(command);
+                metadata_command = true;
+            }
+            out.push(x);
+        }
+        tight |= fill >= rules::FULL_WARNING;
+    }
+
+    // The global reserve in use.
+    if reserve_used > 0 {
+        let severity = rules::global_reserve_used(reserve_used, reserve_total, tight);
+        let mut x = Finding::new(
+            Code::GlobalReserveUsed,
+            format!(
+                "the global reserve is in use: {} of {}",
+                size(reserve_used),
+                size(reserve_total)
+            ),
+            if severity == Severity::Info {
+                "a few KiB of the emergency metadata reserve taken during a commit (a scrub, a balance, a burst of writes) are normal; it is given back when the transaction ends"
+            } else {
+                "btrfs takes from its emergency reserve when ordinary metadata space runs out; when it is gone, every write fails with ENOSPC"
+            },
+        )
+        .with_evidence("global reserve used", size(reserve_used))
+        .with_evidence("global reserve size", size(reserve_total))
+        .with_severity(severity);
+        if severity != Severity::Info && !metadata_command {
+            let (command, evidence) = make_room(f, reserve_total.max(1 << 20));
+            for (n, v) in evidence {
+                x = x.with_evidence(&n, v);
+            }
+            x = x.with_command(command);
+        }
+        out.push(x);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = 1 << 20;
+    const G: u64 = 1 << 30;
+    const K: KernelVersion = KernelVersion::new(6, 18);
+
+    fn facts<'a>(unalloc: &'a [u64], data: (u64, u64), meta: (u64, u64)) -> RoomFacts<'a> {
+        RoomFacts {
+            mount: "/mnt",
+            data_profile: Some(Profile::Raid1),
+            metadata_profile: Some(Profile::Raid1),
+            data,
+            metadata: meta,
+            reserve: Some((0, 5 * M + M / 2)),
+            unalloc,
+            devices_bytes: 2 * G,
+            metadata_chunk_bytes: 0,
+            kernel: K,
+            data_chunks: None,
+        }
+    }
+
+    fn codes(v: &[Finding]) -> Vec<(&str, Severity)> {
+        v.iter().map(|f| (f.code.as_str(), f.severity)).collect()
+    }
+
+    #[test]
+    fn a_healthy_raid1_whose_data_took_the_space_is_info() {
+        // The issue's case: 2 × 1 GiB RAID1, one 600 MiB file, scrubbed:
+        // data 600 of 892 MiB, metadata 800 KiB of 102 MiB, 16 KiB of the
+        // reserve in use, about 2 MiB unallocated per device.
+        let un = [2 * M, 2 * M];
+        let mut f = facts(&un, (892 * M, 600 * M), (102 * M, 800 << 10));
+        f.reserve = Some((16 << 10, 5 * M + M / 2));
+        let v = findings(&f);
+        assert!(
+            v.iter().all(|x| x.severity == Severity::Info),
+            "{:?}",
+            codes(&v)
+        );
+        assert!(v.iter().all(|x| x.command.is_none()), "{v:?}");
+    }
+
+    #[test]
+    fn full_data_chunks_and_nearly_empty_metadata_do_not_warn() {
+        // A RAID0 filled with large files: data chunks took everything.
+        let un = [0, 0, 0];
+        let mut f = facts(&un, (3 * G - 300 * M, 3 * G - 301 * M), (256 * M, 3 * M));
+        f.data_profile = Some(Profile::Raid0);
+        f.devices_bytes = 3 * G;
+        let v = findings(&f);
+        let c = codes(&v);
+        assert!(
+            c.contains(&("metadata-chunk-no-room", Severity::Info)),
+            "{c:?}"
+        );
+        assert!(
+            c.contains(&("data-nearly-full", Severity::Critical)),
+            "{c:?}"
+        );
+        let data = v.iter().find(|x| x.code == Code::DataNearlyFull).unwrap();
+        assert_eq!(
+            data.command.as_deref(),
+            Some("btrfs-lab device add /mnt NEW_DEVICE"),
+            "a full filesystem needs room, not a usage report"
+        );
+    }
+
+    #[test]
+    fn starved_metadata_is_critical_and_names_the_balance_that_frees_a_chunk() {
+        let un = [0, 0];
+        let mut f = facts(&un, (1600 * M, 900 * M), (200 * M, 190 * M));
+        let g = 256 * M;
+        let chunks: Vec<ChunkUse> = [0.9, 0.9, 0.1, 0.95, 0.5, 0.2, 0.9]
+            .iter()
+            .map(|&u| ChunkUse {
+                length: g,
+                used: (g as f64 * u) as u64,
+            })
+            .collect();
+        f.data_chunks = Some(&chunks);
+        let v = findings(&f);
+        let x = v
+            .iter()
+            .find(|x| x.code == Code::MetadataChunkNoRoom)
+            .unwrap();
+        assert_eq!(x.severity, Severity::Critical);
+        // A full RAID1 metadata chunk (10% of 2 GiB: 204.8 MiB) on each of
+        // two devices: relocating the 10% and 20% chunks moves 77 MiB into
+        // one new chunk and frees at least 256 MiB of data chunks;
+        // -dusage=15 would move the 10% one only, into a chunk of its own.
+        assert_eq!(
+            x.command.as_deref(),
+            Some("btrfs balance start -dusage=30 /mnt"),
+            "{x:?}"
+        );
+        // The reserve finding does not repeat the command.
+        f.reserve = Some((2 * M, 5 * M + M / 2));
+        let v = findings(&f);
+        let r = v
+            .iter()
+            .find(|x| x.code == Code::GlobalReserveUsed)
+            .unwrap();
+        assert_eq!(r.severity, Severity::Warning, "2 MiB is over a quarter");
+        assert!(r.command.is_none());
+    }
+
+    #[test]
+    fn full_data_chunks_cannot_make_room_for_metadata() {
+        let un = [0, 0];
+        let mut f = facts(&un, (1600 * M, 1599 * M), (200 * M, 190 * M));
+        let chunks = vec![
+            ChunkUse {
+                length: 256 * M,
+                used: 256 * M - (100 << 10)
+            };
+            6
+        ];
+        f.data_chunks = Some(&chunks);
+        let v = findings(&f);
+        let x = v
+            .iter()
+            .find(|x| x.code == Code::MetadataChunkNoRoom)
+            .unwrap();
+        assert_eq!(
+            x.command.as_deref(),
+            Some("btrfs-lab device add /mnt NEW_DEVICE")
+        );
+        // A paste (no chunk usage): the same from the totals.
+        f.data_chunks = None;
+        let v = findings(&f);
+        let x = v
+            .iter()
+            .find(|x| x.code == Code::MetadataChunkNoRoom)
+            .unwrap();
+        assert_eq!(
+            x.command.as_deref(),
+            Some("btrfs-lab device add /mnt NEW_DEVICE")
+        );
+    }
+
+    #[test]
+    fn growth_estimates() {
+        assert_eq!(growth(Profile::Raid1, &[10, 10]), 10);
+        assert_eq!(growth(Profile::Raid1, &[30, 10]), 10);
+        assert_eq!(growth(Profile::Raid1c3, &[10, 10, 10]), 10);
+        assert_eq!(growth(Profile::Raid1c3, &[10, 10]), 0);
+        assert_eq!(growth(Profile::Dup, &[10, 10]), 10);
+        assert_eq!(growth(Profile::Raid0, &[10, 20]), 30);
+        // The same as the allocator model, chunk by chunk.
+        for (p, un) in [
+            (Profile::Raid1, vec![3 * G, G, 2 * G]),
+            (Profile::Dup, vec![G + 5 * M]),
+            (Profile::Raid1c3, vec![G, G, 2 * G]),
+        ] {
+            let total = 10 * G;
+            assert_eq!(
+                growth(p, &un) >> 20,
+                alloc::capacity(&un, p, ChunkKind::Metadata, total, K) >> 20,
+                "{p} {un:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn smaller_chunks_count_as_room() {
+        // 100 MiB per device: no full 208 MiB chunk, but the kernel makes a
+        // 100 MiB one; metadata 60% of its chunks is then 30% of what it
+        // can grow to.
+        let un = [100 * M, 100 * M];
+        let f = facts(&un, (1500 * M, 1400 * M), (100 * M, 55 * M));
+        let v = findings(&f);
+        let x = v
+            .iter()
+            .find(|x| x.code == Code::MetadataChunkNoRoom)
+            .unwrap();
+        assert_eq!(x.severity, Severity::Info, "{x:?}");
+        assert!(x.why.contains("smaller chunk"), "{}", x.why);
+    }
+}

@@ -43,6 +43,9 @@ pub struct SpaceFacts<'a> {
     pub kernel: Option<crate::model::kernel::KernelVersion>,
     /// Usage of every data chunk, when read (root, a live filesystem).
     pub data_chunks: Option<Vec<crate::model::reclaim::ChunkUse>>,
+    /// A balance that exists (a live filesystem): a paused conversion is
+    /// resumed, not started again towards a guessed profile.
+    pub balance: Option<crate::admin::state::BalanceInfo>,
 }
 
 /// used / total of one record, with the bounds its rounding allows.
@@ -436,21 +439,59 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                 .with_command(format!("btrfs balance start -musage=0 -dusage=0 {mount}")),
             );
         } else {
-            let data = target_of(BgType::Data).or_else(|| target_of(BgType::DataMetadata));
-            let metadata = target_of(BgType::Metadata);
-            let mut cmd = format!("btrfs-lab convert {mount}");
-            if let Some(d) = data {
-                cmd.push_str(&format!(" --data {d}"));
-            }
-            if let Some(m) = metadata {
-                cmd.push_str(&format!(" --metadata {m}"));
-            }
-            let mut finding = Finding::new(
-                Code::UnfinishedConversion,
-                format!("more than one profile for one type: {}", names.join("; ")),
-                "a conversion (balance with a convert filter) did not finish: part of the data has the old profile's redundancy. The command finishes it towards the profile another type already has alone (or the one every mixed type has), else the one that holds the most; if the conversion was going the other way, give that profile instead",
-            )
-            .with_command(cmd);
+            let is_mixed = |t: BgType| mixed.iter().any(|m| m.bg_type == t);
+            let data = target_of(BgType::Data)
+                .or_else(|| target_of(BgType::DataMetadata))
+                .filter(|_| is_mixed(BgType::Data) || is_mixed(BgType::DataMetadata));
+            // System chunks convert with metadata.
+            let metadata = target_of(BgType::Metadata)
+                .filter(|_| is_mixed(BgType::Metadata) || is_mixed(BgType::System));
+            let mut finding = match f
+                .balance
+                .filter(|b| b.data_target.is_some() || b.metadata_target.is_some())
+            {
+                // The kernel knows where the conversion goes: one
+                // suggestion, the one that continues it.
+                Some(b) => {
+                    let targets = [
+                        b.data_target.map(|p| format!("data to {p}")),
+                        b.metadata_target.map(|p| format!("metadata to {p}")),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                    let (state, words) = if b.running {
+                        ("running", vec!["btrfs-lab", "convert", "--status", &mount])
+                    } else {
+                        ("paused", vec!["btrfs-lab", "convert", "--resume", &mount])
+                    };
+                    Finding::new(
+                        Code::UnfinishedConversion,
+                        format!(
+                            "a conversion ({targets}) is {state}: {}",
+                            names.join("; ")
+                        ),
+                        "until it finishes, part of the filesystem keeps the old profile's redundancy",
+                    )
+                    .with_command(crate::sys::tools::display_argv(&words))
+                }
+                None => {
+                    let mut cmd = format!("btrfs-lab convert {mount}");
+                    if let Some(d) = data {
+                        cmd.push_str(&format!(" --data {d}"));
+                    }
+                    if let Some(m) = metadata {
+                        cmd.push_str(&format!(" --metadata {m}"));
+                    }
+                    Finding::new(
+                        Code::UnfinishedConversion,
+                        format!("more than one profile for one type: {}", names.join("; ")),
+                        "a conversion (balance with a convert filter) did not finish: part of the data has the old profile's redundancy. The command finishes it towards the profile another type already has alone (or the one every mixed type has), else the one that holds the most; if the conversion was going the other way, give that profile instead",
+                    )
+                    .with_command(cmd)
+                }
+            };
             for m in &mixed {
                 for r in f.records.iter().filter(|r| r.bg_type == m.bg_type) {
                     finding = finding.with_evidence(
@@ -497,8 +538,16 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                     format!("at least {devices} (implied by the profiles)")
                 },
             )
-            .with_command(format!("btrfs-lab convert {mount} --data raid1")),
+            ,
         );
+        // A conversion under way has its own command: not a second one.
+        if !findings
+            .iter()
+            .any(|x| x.code == Code::UnfinishedConversion)
+            && let Some(last) = findings.last_mut()
+        {
+            last.command = Some(format!("btrfs-lab convert {mount} --data raid1"));
+        }
     }
 
     // What to ask for next when the paste cannot tell.
@@ -688,10 +737,34 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(codes(&i), [("unfinished-conversion", Severity::Warning)]);
+        // Metadata is raid1 alone: only data is named.
         assert_eq!(
             i.findings[0].command.as_deref(),
-            Some("btrfs-lab convert MOUNT --data raid1 --metadata raid1")
+            Some("btrfs-lab convert MOUNT --data raid1")
         );
+        // A paused conversion the kernel knows about: resumed, never
+        // started again towards a guessed profile.
+        let paused = crate::admin::state::BalanceInfo {
+            running: false,
+            paused: true,
+            data_target: Some(Profile::Raid1),
+            metadata_target: None,
+            cancelling: false,
+            expected: 4,
+            completed: 3,
+        };
+        let i = interpret(&SpaceFacts {
+            records: &conv_empty,
+            balance: Some(paused),
+            mount: Some("/mnt".into()),
+            ..Default::default()
+        });
+        assert_eq!(codes(&i), [("unfinished-conversion", Severity::Warning)]);
+        assert_eq!(
+            i.findings[0].command.as_deref(),
+            Some("btrfs-lab convert --resume /mnt")
+        );
+        assert!(i.findings[0].title.contains("(data to raid1) is paused"));
         let raid0 = [
             rec(BgType::Data, Profile::Raid0, 4 * G, 3 * G),
             rec(BgType::Metadata, Profile::Raid1, G, G / 10),

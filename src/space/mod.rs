@@ -404,6 +404,10 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
             .map(|o| o.device_size)
             .filter(|&b| b > 0),
         kernel: crate::model::kernel::KernelVersion::parse(&crate::sys::kernel_release()),
+        balance: btrfs::balance_status(&target.path)
+            .ok()
+            .flatten()
+            .map(|b| crate::admin::state::BalanceInfo::from_status(&b)),
         // Each data chunk's usage (root only) names the -dusage value.
         data_chunks: std::fs::File::open(&target.path).ok().and_then(|d| {
             use std::os::fd::AsFd;

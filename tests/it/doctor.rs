@@ -389,6 +389,13 @@ fn corruption_on_raid0_is_critical_and_on_raid1_a_warning() {
     }
 }
 
+/// Data profiles with chunks now (the kernel's space info).
+fn data_profiles_now(m: &Path) -> usize {
+    btrfs_lab::sys::kernel::btrfs::data_profiles(m)
+        .unwrap()
+        .len()
+}
+
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn paused_conversion_then_mixed_profiles_after_cancel() {
@@ -437,6 +444,34 @@ fn paused_conversion_then_mixed_profiles_after_cancel() {
     let b = r.filesystems[0].facts.balance.expect("the paused balance");
     assert!(!b.running);
     assert!(b.data_target.is_some());
+    // One situation, one suggestion: no second finding naming another
+    // command (before: mixed-profiles with `convert --status` beside it),
+    // and df/usage continue the conversion instead of starting one
+    // towards a guessed profile.
+    let commands: Vec<&str> = r.filesystems[0]
+        .findings
+        .iter()
+        .filter(|f| f.severity != Severity::Info)
+        .filter_map(|f| f.command.as_deref())
+        .collect();
+    assert_eq!(commands.len(), 1, "{commands:?}");
+    assert!(!has(&r, "mixed-profiles", Severity::Warning));
+    let resume = format!("btrfs-lab convert --resume {}", m.display());
+    for args in [&["--json", "df"][..], &["--json", "usage"][..]] {
+        let (code, out, err) = run(env.cmd().args(args).arg(&m));
+        assert_eq!(code, 0, "{err}");
+        let v = json(&out);
+        let cmds: Vec<String> = v["interpretation"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["command"].as_str().map(str::to_owned))
+            .filter(|c| c.contains("convert"))
+            .collect();
+        if data_profiles_now(&m) >= 2 {
+            assert_eq!(cmds, std::slice::from_ref(&resume), "{args:?}");
+        }
+    }
 
     // Cancel it: the filesystem is left with two data profiles.
     let (code, text) = btrfs(&["balance", "cancel"], &m);

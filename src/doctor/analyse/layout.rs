@@ -41,17 +41,41 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
             )
             .with_command(cmd(&["btrfs-lab", "convert", "--resume"], &cx.m))
         };
-        out.push(fi.with_evidence(
+        let mut fi = fi.with_evidence(
             "chunks relocated",
             format!("{} of {}", b.completed, b.expected),
-        ));
+        );
+        // The profiles it leaves mixed are this situation: their figures
+        // here, no second finding with another command.
+        for (kind, target) in [
+            (BgType::Data, b.data_target),
+            (BgType::Metadata, b.metadata_target),
+            (BgType::System, b.metadata_target),
+        ] {
+            if target.is_some() && f.profiles(kind).len() > 1 {
+                for s in f.spaces.iter().filter(|s| s.bg_type == kind) {
+                    fi = fi.with_evidence(
+                        &format!("{} {}", kind.json_name(), s.profile),
+                        format!("{} used of {}", size(s.used_bytes), size(s.total_bytes)),
+                    );
+                }
+            }
+        }
+        out.push(fi);
     }
+    // A type the balance converts is covered by its finding.
+    let converting = |kind: BgType| {
+        f.balance.is_some_and(|b| match kind {
+            BgType::Data => b.data_target.is_some(),
+            _ => b.metadata_target.is_some(),
+        })
+    };
     for (kind, profiles) in [
         (BgType::Data, &cx.data),
         (BgType::Metadata, &cx.meta),
         (BgType::System, &f.profiles(BgType::System)),
     ] {
-        if profiles.len() < 2 {
+        if profiles.len() < 2 || converting(kind) {
             continue;
         }
         let names: Vec<&str> = profiles.iter().map(|p| p.name()).collect();

@@ -57,6 +57,11 @@ pub struct DoctorArgs {
     /// SMART thermal counters of its drives.
     #[arg(long)]
     deep: bool,
+    /// Audit this fstab instead of /etc/fstab (entries of the filesystems
+    /// examined: device names instead of UUID, degraded, no device timeout
+    /// for a multi-device root).
+    #[arg(long, value_name = "FILE")]
+    fstab: Option<PathBuf>,
     #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
@@ -74,6 +79,7 @@ pub fn run(args: DoctorArgs, out: &Output) -> Result<u8> {
         mounts: args.mounts,
         deep: args.deep,
         textfile: args.textfile,
+        fstab: args.fstab,
     };
     let (report, textfile_error) = match doctor::run(&opts)? {
         Outcome::Unknown(errors) => {

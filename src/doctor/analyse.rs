@@ -6,6 +6,7 @@
 //! codes and every severity that depends on figures come from the catalog
 //! ([`crate::model::finding`]).
 
+mod audit;
 mod devices;
 mod health;
 mod layout;
@@ -92,6 +93,7 @@ pub(crate) fn analyse(f: &FsFacts, now: u64) -> Vec<Finding> {
     space::findings(&cx, &mut out);
     layout::findings(&cx, &mut out);
     health::findings(&cx, now, &mut out);
+    audit::findings(&cx, &mut out);
     rank(&mut out);
     out
 }

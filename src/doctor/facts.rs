@@ -137,6 +137,12 @@ pub struct FsFacts {
     /// only), for the `-dusage` value a suggestion names.
     #[serde(default)]
     pub data_chunks: Option<Vec<crate::model::reclaim::ChunkUse>>,
+    /// The fstab entries of this filesystem (`None`: no fstab read).
+    #[serde(default)]
+    pub fstab: Option<super::fstab::FstabFacts>,
+    /// An fstrim timer is enabled (systemd's `fstrim.timer`).
+    #[serde(default)]
+    pub fstrim_timer: bool,
 }
 
 impl FsFacts {

@@ -7,6 +7,7 @@
 pub(crate) mod analyse;
 pub mod deep;
 pub mod facts;
+pub mod fstab;
 pub mod leftovers;
 pub mod prometheus;
 pub mod scrub;
@@ -236,6 +237,9 @@ pub struct DoctorOptions {
     pub deep: bool,
     /// Also write the Prometheus metrics there (`--textfile`).
     pub textfile: Option<PathBuf>,
+    /// The fstab to audit (`--fstab FILE`); `None`: `/etc/fstab` when it
+    /// exists.
+    pub fstab: Option<PathBuf>,
 }
 
 /// What a doctor run ends with (an interruption is the `Err` of [`run`]).
@@ -268,7 +272,27 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
         // exits 130 (a second signal exits at once).
         crate::sys::kernel::signals::install()?;
     }
-    let report = match examine(&opts.sysroot, &opts.mounts, opts.deep) {
+    // The fstab is read once: an explicit one that cannot be read is an
+    // error, a missing /etc/fstab only means no audit of it.
+    let fstab = match &opts.fstab {
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(text) => Some((p.display().to_string(), text)),
+            // A failure like any other: UNKNOWN, the textfile says so.
+            Err(e) => {
+                let e = crate::error::Error::from_io(&e, "cannot read the fstab", p)
+                    .with_hint("--fstab takes a file in fstab(5) format");
+                return Ok(Outcome::Unknown(fail_textfile(vec![e], opts)));
+            }
+        },
+        None => {
+            let p = opts.sysroot.prefix().join("etc/fstab");
+            opts.sysroot
+                .read_text(&p, 1 << 20)
+                .ok()
+                .map(|t| ("/etc/fstab".to_owned(), t))
+        }
+    };
+    let report = match examine(&opts.sysroot, &opts.mounts, opts.deep, fstab.as_ref()) {
         Ok(r) if r.filesystems.is_empty() && !r.not_examined.is_empty() => {
             let errors = r.not_examined.iter().map(not_examined_error).collect();
             return Ok(Outcome::Unknown(fail_textfile(errors, opts)));
@@ -344,7 +368,12 @@ pub(crate) fn with_textfile_state(e: crate::error::Error, path: &Path) -> crate:
 /// filesystem that cannot be resolved or read is in `not_examined` and the
 /// others are still examined; `Err` when doctor cannot look at all (not
 /// root, the mount table unreadable) or was interrupted.
-pub(crate) fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<DoctorReport> {
+pub(crate) fn examine(
+    root: &SysRoot,
+    mounts: &[PathBuf],
+    deep: bool,
+    fstab: Option<&(String, String)>,
+) -> Result<DoctorReport> {
     // Without root the error counters and the balance state cannot be read:
     // a report would call a corrupted filesystem healthy.
     if !crate::sys::is_root() {
@@ -372,7 +401,7 @@ pub(crate) fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<
     let now = now_unix();
     let mut out = Vec::new();
     for t in &targets {
-        match examine_one(root, t, deep, now) {
+        match examine_one(root, t, deep, now, fstab) {
             Ok(d) => out.push(d),
             Err(e) if e.kind() == crate::error::ErrorKind::Interrupted => return Err(e),
             Err(e) => not_examined.push(NotExamined::new(&t.mount.mount_point, &e)),
@@ -383,8 +412,16 @@ pub(crate) fn examine(root: &SysRoot, mounts: &[PathBuf], deep: bool) -> Result<
 
 /// One filesystem: its facts, findings, bench leftovers and (`deep`) the
 /// deep checks.
-fn examine_one(root: &SysRoot, t: &BtrfsTarget, deep: bool, now: u64) -> Result<FsDiagnosis> {
-    let mut d = diagnose(gather(root, t)?, now);
+fn examine_one(
+    root: &SysRoot,
+    t: &BtrfsTarget,
+    deep: bool,
+    now: u64,
+    fstab: Option<&(String, String)>,
+) -> Result<FsDiagnosis> {
+    let mut facts = gather(root, t)?;
+    facts.fstab = fstab.map(|(path, text)| fstab_facts(root, &facts, path, text));
+    let mut d = diagnose(facts, now);
     // Work directories of dead bench runs: at the top level and in the
     // VM image and database directories doctor looks at.
     let mut places = vec![d.facts.mount_point.clone()];
@@ -416,6 +453,39 @@ fn drives_behind(root: &SysRoot, path: &str) -> Vec<String> {
         .collect();
     drives.dedup();
     drives
+}
+
+/// The entries of an fstab text that are this filesystem's (a device path
+/// is compared with the members' as the host resolves both).
+fn fstab_facts(root: &SysRoot, f: &FsFacts, path: &str, text: &str) -> fstab::FstabFacts {
+    let canon = |p: &str| -> Option<String> {
+        if !root.is_host() || !p.starts_with("/dev/") {
+            return None;
+        }
+        std::fs::canonicalize(p)
+            .ok()
+            .map(|c| c.display().to_string())
+    };
+    let mut members: Vec<String> = f.present().map(|d| d.path.clone()).collect();
+    members.extend(f.present().filter_map(|d| canon(&d.path)));
+    let mount = f.mount_point.display().to_string();
+    fstab::FstabFacts {
+        path: path.to_owned(),
+        entries: fstab::parse(text)
+            .into_iter()
+            .filter(|e| {
+                let resolved = canon(&e.spec);
+                fstab::is_for(
+                    e,
+                    &f.uuid,
+                    f.label.as_deref(),
+                    &mount,
+                    &members,
+                    resolved.as_deref(),
+                )
+            })
+            .collect(),
+    }
 }
 
 /// Reads the facts of one mounted btrfs (ioctls, sysfs, the scrub record).
@@ -505,6 +575,11 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
             completed: b.completed,
         }),
         scrub,
+        fstab: None,
+        fstrim_timer: root
+            .prefix()
+            .join("etc/systemd/system/timers.target.wants/fstrim.timer")
+            .exists(),
         data_chunks: std::fs::File::open(&target.path).ok().and_then(|d| {
             use std::os::fd::AsFd;
             btrfs::data_chunk_usage_of(

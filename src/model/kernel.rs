@@ -62,6 +62,77 @@ impl<'de> Deserialize<'de> for KernelVersion {
     }
 }
 
+/// The kernel each incompat on-disk feature (sysfs `features/` names)
+/// needs to be mounted at all, from the kernel's fs/btrfs history (the
+/// release that added each flag).
+pub(crate) const MOUNT_FLOORS: [(&str, KernelVersion); 11] = [
+    ("mixed_backref", KernelVersion::new(2, 6)),
+    ("compress_lzo", KernelVersion::new(2, 6)),
+    ("big_metadata", KernelVersion::new(3, 4)),
+    ("extended_iref", KernelVersion::new(3, 7)),
+    ("raid56", KernelVersion::new(3, 9)),
+    ("skinny_metadata", KernelVersion::new(3, 10)),
+    ("no_holes", KernelVersion::new(3, 14)),
+    ("compress_zstd", KernelVersion::new(4, 14)),
+    ("metadata_uuid", KernelVersion::new(5, 0)),
+    ("raid1c34", KernelVersion::new(5, 5)),
+    ("zoned", KernelVersion::new(5, 12)),
+];
+
+/// compat_ro features: an older kernel mounts read-only.
+pub(crate) const MOUNT_FLOORS_RO: [(&str, KernelVersion); 3] = [
+    ("free_space_tree", KernelVersion::new(4, 5)),
+    ("verity", KernelVersion::new(5, 15)),
+    ("block_group_tree", KernelVersion::new(6, 1)),
+];
+
+/// Incompat features of newer kernels.
+pub(crate) const MOUNT_FLOORS_NEW: [(&str, KernelVersion); 2] = [
+    ("raid_stripe_tree", KernelVersion::new(6, 7)),
+    ("simple_quota", KernelVersion::new(6, 7)),
+];
+
+/// A rescue system this old (Ubuntu 20.04's 5.4, an LTS still in wide use)
+/// is what `oldest-kernel` compares with.
+pub(crate) const RESCUE_KERNEL: KernelVersion = KernelVersion::new(5, 4);
+
+/// The oldest kernel that mounts a filesystem with `features` read-write,
+/// and the features that decide it.
+pub(crate) fn oldest_read_write(features: &[String]) -> (KernelVersion, Vec<&'static str>) {
+    let has = |f: &str| features.iter().any(|x| x == f);
+    let all = MOUNT_FLOORS
+        .iter()
+        .copied()
+        .chain(MOUNT_FLOORS_RO)
+        .chain(MOUNT_FLOORS_NEW)
+        .filter(|(f, _)| has(f));
+    let mut best = KernelVersion::new(2, 6);
+    let mut why = Vec::new();
+    for (f, k) in all {
+        if k > best {
+            best = k;
+            why.clear();
+        }
+        if k == best {
+            why.push(f);
+        }
+    }
+    (best, why)
+}
+
+/// The oldest kernel that mounts it read-only (compat_ro features left out).
+pub(crate) fn oldest_read_only(features: &[String]) -> KernelVersion {
+    let has = |f: &str| features.iter().any(|x| x == f);
+    MOUNT_FLOORS
+        .iter()
+        .copied()
+        .chain(MOUNT_FLOORS_NEW)
+        .filter(|(f, _)| has(f))
+        .map(|(_, k)| k)
+        .max()
+        .unwrap_or(KernelVersion::new(2, 6))
+}
+
 /// RAID1C3 and RAID1C4 exist since Linux 5.5.
 pub(crate) const RAID1C34: KernelVersion = KernelVersion::new(5, 5);
 /// Since Linux 5.15 RAID0 and RAID10 work with fewer devices (1 and 2).

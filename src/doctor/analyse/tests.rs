@@ -59,6 +59,8 @@ fn healthy() -> FsFacts {
             ..ScrubDevice::default()
         }],
         data_chunks: None,
+        fstab: None,
+        fstrim_timer: false,
     }
 }
 
@@ -69,7 +71,14 @@ fn codes(v: &[Finding]) -> Vec<(&'static str, Severity)> {
 #[test]
 fn healthy_raid0_only_says_data_has_no_redundancy() {
     let v = analyse(&healthy(), NOW);
-    assert_eq!(codes(&v), [("data-no-redundancy", Severity::Info)]);
+    // And that its raid1c3 metadata needs Linux 5.5 to mount.
+    assert_eq!(
+        codes(&v),
+        [
+            ("data-no-redundancy", Severity::Info),
+            ("oldest-kernel", Severity::Info)
+        ]
+    );
 }
 
 #[test]
@@ -91,7 +100,13 @@ fn corruption_is_critical_without_redundancy_and_a_warning_with_it() {
 
     f.spaces[0].profile = Profile::Raid1;
     let v = analyse(&f, NOW);
-    assert_eq!(codes(&v), [("device-errors", Severity::Warning)]);
+    assert_eq!(
+        codes(&v),
+        [
+            ("device-errors", Severity::Warning),
+            ("oldest-kernel", Severity::Info)
+        ]
+    );
     // A loop device is not a drive: smartctl is pointed at the disk behind it.
     let run = v[0].command.as_deref().unwrap();
     assert!(run.contains("smartctl -a /dev/loop2"), "{run}");
@@ -367,4 +382,167 @@ fn df_and_doctor_give_the_same_severity_for_the_same_numbers() {
         space(BgType::Metadata, Profile::Dup, GIB, 100 * MIB),
     ];
     assert_eq!(severity(&analyse(&one, NOW), Code::DataNoRedundancy), None);
+}
+
+/// The fstab fixtures (real reports, `tests/fixtures/fstab/PROVENANCE.md`)
+/// as doctor audits them for a filesystem of their UUID or device.
+fn with_fstab(uuid: &str, members: &[&str], file: &str, devices: u64) -> Vec<Finding> {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/fstab")
+            .join(file),
+    )
+    .unwrap();
+    let mut f = healthy();
+    f.uuid = uuid.into();
+    f.devices.truncate(devices as usize);
+    for (d, m) in f.devices.iter_mut().zip(members) {
+        d.path = (*m).into();
+    }
+    f.total_devices = devices;
+    f.spaces[1].profile = Profile::Raid1;
+    f.spaces[2].profile = Profile::Raid1;
+    let members: Vec<String> = members.iter().map(|m| (*m).to_owned()).collect();
+    let entries = crate::doctor::fstab::parse(&text)
+        .into_iter()
+        .filter(|e| crate::doctor::fstab::is_for(e, uuid, None, "/nowhere", &members, None))
+        .collect();
+    f.fstab = Some(crate::doctor::fstab::FstabFacts {
+        path: "/etc/fstab".into(),
+        entries,
+    });
+    analyse(&f, NOW)
+}
+
+#[test]
+fn fstab_audits_on_real_reports() {
+    // systemd 6605: a two-device btrfs named by one member's kernel name.
+    let v = with_fstab(
+        "u-6605",
+        &["/dev/sda5", "/dev/sdb5"],
+        "systemd-6605-device-name.fstab",
+        2,
+    );
+    let x = v.iter().find(|x| x.code == "fstab-device-name").unwrap();
+    assert_eq!(x.severity, Severity::Warning);
+    assert!(x.why.contains("systemd issue 6605"), "{}", x.why);
+    assert!(
+        x.evidence.iter().any(|e| e.name == "write instead"
+            && e.value == "UUID=u-6605\t/srv\tbtrfs\tnoatime,nodiratime\t0\t0"),
+        "{x:?}"
+    );
+    // systemd 795 and 36886: degraded in fstab, by UUID.
+    for (uuid, file) in [
+        (
+            "f6794702-6f65-4bd0-b117-a400cc6c0139",
+            "systemd-795-degraded-nofail.fstab",
+        ),
+        (
+            "9ad861cc-3eac-42b9-b446-a82525d6369f",
+            "systemd-36886-degraded.fstab",
+        ),
+    ] {
+        let v = with_fstab(uuid, &["/dev/vdb1", "/dev/vdc1"], file, 2);
+        let c = codes(&v);
+        assert!(
+            c.contains(&("fstab-degraded", Severity::Warning)),
+            "{file}: {c:?}"
+        );
+        assert!(
+            !c.iter().any(|x| x.0 == "fstab-device-name"),
+            "{file}: {c:?}"
+        );
+        let d = v.iter().find(|x| x.code == "fstab-degraded").unwrap();
+        assert!(
+            d.evidence
+                .iter()
+                .any(|e| e.name == "options without it" && !e.value.contains("degraded")),
+            "{d:?}"
+        );
+    }
+    // Another filesystem's entries are not this one's.
+    let v = with_fstab(
+        "someone-else",
+        &["/dev/vdb1"],
+        "systemd-36886-degraded.fstab",
+        1,
+    );
+    assert!(!codes(&v).iter().any(|x| x.0.starts_with("fstab-")));
+    // The generated multi-device root: no timeout is info, /home is fine,
+    // ext4 /boot and swap are not looked at.
+    let v = with_fstab(
+        "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0",
+        &["/dev/nvme0n1p2", "/dev/nvme1n1p2"],
+        "generated-raid1-root.fstab",
+        2,
+    );
+    let fstab: Vec<_> = codes(&v)
+        .into_iter()
+        .filter(|x| x.0.starts_with("fstab-"))
+        .collect();
+    assert_eq!(fstab, [("fstab-no-device-timeout", Severity::Info)]);
+    // A single-device root needs no timeout.
+    let v = with_fstab(
+        "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0",
+        &["/dev/nvme0n1p2"],
+        "generated-raid1-root.fstab",
+        1,
+    );
+    assert!(!codes(&v).iter().any(|x| x.0.starts_with("fstab-")));
+}
+
+#[test]
+fn mount_option_and_kernel_audits() {
+    let mut f = healthy();
+    // discard=async and the timer: fstrim skips what async discard
+    // trimmed, nothing to say; synchronous discard and the timer: info.
+    f.mount_options = "rw,relatime,ssd,discard=async,space_cache=v2,subvolid=5,subvol=/".into();
+    f.fstrim_timer = true;
+    let v = analyse(&f, NOW);
+    assert!(!codes(&v).iter().any(|x| x.0 == "discard-twice"));
+    assert!(!codes(&v).iter().any(|x| x.0 == "space-cache-v1"));
+    f.mount_options = "rw,relatime,ssd,discard,space_cache=v2,subvolid=5,subvol=/".into();
+    let v = analyse(&f, NOW);
+    let d = v.iter().find(|x| x.code == "discard-twice").unwrap();
+    assert_eq!(d.severity, Severity::Info);
+    assert_eq!(
+        d.command.as_deref(),
+        Some("mount -o remount,discard=async /mnt")
+    );
+    f.fstrim_timer = false;
+    assert!(
+        !codes(&analyse(&f, NOW))
+            .iter()
+            .any(|x| x.0 == "discard-twice")
+    );
+    f.fstrim_timer = true;
+    f.mount_options = "rw,relatime,ssd_spread,space_cache,subvolid=5,subvol=/".into();
+    let c = codes(&analyse(&f, NOW));
+    assert!(c.contains(&("ssd-spread", Severity::Info)), "{c:?}");
+    assert!(c.contains(&("space-cache-v1", Severity::Warning)), "{c:?}");
+    assert!(
+        !c.iter().any(|x| x.0 == "discard-twice"),
+        "nodiscard: {c:?}"
+    );
+    // raid1c34 (the fixture's metadata): Linux 5.5, newer than a 5.4
+    // rescue system; block_group_tree: 6.1, 5.5 still mounts it read-only.
+    let v = analyse(&healthy(), NOW);
+    let k = v.iter().find(|x| x.code == "oldest-kernel").unwrap();
+    assert!(k.title.contains("Linux 5.5"), "{}", k.title);
+    let mut f = healthy();
+    f.features = vec![
+        "raid1c34".into(),
+        "block_group_tree".into(),
+        "no_holes".into(),
+    ];
+    let v = analyse(&f, NOW);
+    let k = v.iter().find(|x| x.code == "oldest-kernel").unwrap();
+    assert!(k.title.contains("Linux 6.1"), "{}", k.title);
+    assert!(k.why.contains("Linux 5.5 mounts it read-only"), "{}", k.why);
+    f.features = vec!["no_holes".into(), "free_space_tree".into()];
+    assert!(
+        !codes(&analyse(&f, NOW))
+            .iter()
+            .any(|x| x.0 == "oldest-kernel")
+    );
 }

@@ -148,6 +148,21 @@ catalog! {
         "the last scrub was cancelled or interrupted";
     KernelTooOld = "kernel-too-old", Warning, Fixed, ["doctor"],
         "a feature in use needs a newer kernel than the running one";
+    // doctor: audits of fstab and the mount options.
+    FstabDeviceName = "fstab-device-name", Warning, Fixed, ["doctor"],
+        "fstab names a member by its kernel device name (`/dev/nvme1n1`), which can change between boots, instead of the filesystem's UUID";
+    FstabDegraded = "fstab-degraded", Warning, Fixed, ["doctor"],
+        "fstab mounts with `degraded`: a missing device then goes unnoticed and new chunks are written without redundancy";
+    FstabNoDeviceTimeout = "fstab-no-device-timeout", Info, Fixed, ["doctor"],
+        "a multi-device root in fstab has no `x-systemd.device-timeout=`: with a member missing, boot waits for it without end";
+    DiscardTwice = "discard-twice", Info, Fixed, ["doctor"],
+        "mounted with synchronous discard and an fstrim timer enabled: every delete waits for its trim, and fstrim trims again (not for discard=async, whose trimmed ranges fstrim skips)";
+    SsdSpread = "ssd-spread", Info, Fixed, ["doctor"],
+        "mounted with ssd_spread: allocation only into wholly free areas, more chunks and ENOSPC sooner";
+    SpaceCacheV1 = "space-cache-v1", Warning, Fixed, ["doctor"],
+        "the free space cache v1 is in use: deprecated, slower on large filesystems; the free space tree (v2) replaces it";
+    OldestKernel = "oldest-kernel", Info, Fixed, ["doctor"],
+        "the oldest kernel that can mount this filesystem is newer than an older rescue system's (5.4)";
     BenchLeftovers = "bench-leftovers", Info,
         Numbers("bench_leftovers", "warning from 1 GiB held, else info"),
         ["doctor"],

@@ -64,6 +64,10 @@ pub struct DeviceFacts {
     /// that holds a loop device's backing file. Empty when not known.
     #[serde(default)]
     pub drives: Vec<String>,
+    /// The largest discard the device takes (sysfs `queue/discard_max_bytes`;
+    /// 0: it does not support discard; absent when not known).
+    #[serde(default)]
+    pub discard_max_bytes: Option<u64>,
 }
 
 impl DeviceFacts {
@@ -143,6 +147,10 @@ pub struct FsFacts {
     /// An fstrim timer is enabled (systemd's `fstrim.timer`).
     #[serde(default)]
     pub fstrim_timer: bool,
+    /// How RAID1 mirrors are chosen for reads (sysfs `read_policy`, as the
+    /// kernel writes it: `[pid] round-robin devid:1`).
+    #[serde(default)]
+    pub read_policy: Option<String>,
 }
 
 impl FsFacts {

@@ -488,6 +488,20 @@ fn fstab_facts(root: &SysRoot, f: &FsFacts, path: &str, text: &str) -> fstab::Fs
     }
 }
 
+/// The largest discard a block device takes (its queue, or its disk's for
+/// a partition); `None` when sysfs does not say.
+fn discard_max_bytes(root: &SysRoot, path: &str) -> Option<u64> {
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
+    let name = real.file_name()?.to_str()?.to_owned();
+    ["queue", "../queue"].iter().find_map(|q| {
+        root.read_attr(&root.sys(&format!("class/block/{name}/{q}/discard_max_bytes")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// Reads the facts of one mounted btrfs (ioctls, sysfs, the scrub record).
 pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
     let state = crate::admin::state::read_state(root, &target.path)?;
@@ -522,6 +536,11 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
                     Vec::new()
                 } else {
                     drives_behind(root, &d.path)
+                },
+                discard_max_bytes: if missing {
+                    None
+                } else {
+                    discard_max_bytes(root, &d.path)
                 },
             }
         })
@@ -576,6 +595,7 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
         }),
         scrub,
         fstab: None,
+        read_policy: sysfs("read_policy"),
         fstrim_timer: root
             .prefix()
             .join("etc/systemd/system/timers.target.wants/fstrim.timer")

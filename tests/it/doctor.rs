@@ -1609,6 +1609,15 @@ fn audits_of_fstab_and_mount_options_on_a_real_filesystem() {
     );
     let member = r.filesystems[0].facts.devices[0].path.clone();
     let uuid = r.filesystems[0].uuid.clone();
+    // RAID1 data: the read policy as this kernel states it.
+    let policy =
+        fs::read_to_string(format!("/sys/fs/btrfs/{uuid}/read_policy")).unwrap_or_default();
+    assert_eq!(
+        has(&r, "raid1-read-policy", Severity::Info),
+        policy.split_whitespace().any(|w| w == "[pid]"),
+        "read_policy {policy:?}: {:?}",
+        findings(&r)
+    );
     let tab = env.path().join("fstab");
     fs::write(
         &tab,

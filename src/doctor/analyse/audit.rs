@@ -136,6 +136,69 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
         );
     }
 
+    // RAID1 reads: the kernel's default picks the mirror by pid, so one
+    // reading thread stays on one device.
+    let mirrored = cx.data.iter().any(|p| {
+        matches!(
+            p,
+            crate::model::profile::Profile::Raid1
+                | crate::model::profile::Profile::Raid1c3
+                | crate::model::profile::Profile::Raid1c4
+                | crate::model::profile::Profile::Raid10
+        )
+    });
+    if let Some(policy) = f.read_policy.as_deref()
+        && mirrored
+        && policy.split_whitespace().any(|w| w == "[pid]")
+    {
+        let others: Vec<&str> = policy
+            .split_whitespace()
+            .filter(|w| !w.starts_with('['))
+            .map(|w| w.split(':').next().unwrap_or(w))
+            .collect();
+        let mut fi = Finding::new(
+            Code::Raid1ReadPolicy,
+            "RAID1 reads choose the mirror by process id (read_policy pid)",
+            if others.contains(&"round-robin") {
+                "one process reads from one mirror only: a single-threaded loader gets one device's bandwidth; round-robin (this kernel has it) spreads its reads over the mirrors. It lasts until the next mount"
+            } else {
+                "one process reads from one mirror only: a single-threaded loader gets one device's bandwidth; this kernel has no other policy (round-robin needs Linux 6.15 built with CONFIG_BTRFS_EXPERIMENTAL): read with several threads (read-test --threads) or use RAID0 for a scratch copy"
+            },
+        )
+        .with_evidence("read_policy", policy);
+        if others.contains(&"round-robin") {
+            fi = fi.with_evidence(
+                "to change it (as root)",
+                format!("write round-robin to /sys/fs/btrfs/{}/read_policy", f.uuid),
+            );
+        }
+        out.push(fi);
+    }
+
+    // discard on members that take none.
+    if opts.iter().any(|x| x.starts_with("discard")) {
+        let none: Vec<&str> = f
+            .present()
+            .filter(|d| d.discard_max_bytes == Some(0))
+            .map(|d| d.path.as_str())
+            .collect();
+        if !none.is_empty() {
+            out.push(
+                Finding::new(
+                    Code::DiscardUnsupported,
+                    format!(
+                        "{} {} not support discard",
+                        none.join(", "),
+                        if none.len() == 1 { "does" } else { "do" }
+                    ),
+                    "the discard option does nothing on a device that takes no discard (its queue says discard_max_bytes 0); the others are trimmed as usual",
+                )
+                .with_evidence("mount options", f.mount_options.clone())
+                .with_evidence("without discard", none.join(", ")),
+            );
+        }
+    }
+
     // The oldest kernel that mounts it (a rescue stick's).
     let (rw, why) = kernel::oldest_read_write(&f.features);
     if rw > kernel::RESCUE_KERNEL {

@@ -16,6 +16,7 @@ fn dev(devid: u64, size: u64, allocated: u64) -> DeviceFacts {
         allocated_bytes: allocated,
         errors: Some(ErrorCounts::default()),
         drives: Vec::new(),
+        discard_max_bytes: None,
     }
 }
 
@@ -61,6 +62,7 @@ fn healthy() -> FsFacts {
         data_chunks: None,
         fstab: None,
         fstrim_timer: false,
+        read_policy: None,
     }
 }
 
@@ -544,5 +546,54 @@ fn mount_option_and_kernel_audits() {
         !codes(&analyse(&f, NOW))
             .iter()
             .any(|x| x.0 == "oldest-kernel")
+    );
+}
+
+#[test]
+fn read_policy_and_discard_support_audits() {
+    let mut f = healthy();
+    f.spaces[0].profile = Profile::Raid1;
+    f.read_policy = Some("[pid] round-robin devid:1".into());
+    let v = analyse(&f, NOW);
+    let r = v.iter().find(|x| x.code == "raid1-read-policy").unwrap();
+    assert_eq!(r.severity, Severity::Info);
+    assert!(r.command.is_none(), "a sysfs write, not a command: {r:?}");
+    assert!(
+        r.evidence.iter().any(|e| e.name == "to change it (as root)"
+            && e.value == "write round-robin to /sys/fs/btrfs/u/read_policy"),
+        "{r:?}"
+    );
+    // Already round-robin, or RAID0 data: nothing to say.
+    f.read_policy = Some("pid [round-robin] devid:1".into());
+    assert!(
+        !codes(&analyse(&f, NOW))
+            .iter()
+            .any(|x| x.0 == "raid1-read-policy")
+    );
+    f.read_policy = Some("[pid]".into());
+    let v = analyse(&f, NOW);
+    let r = v.iter().find(|x| x.code == "raid1-read-policy").unwrap();
+    assert!(r.why.contains("no other policy"), "{r:?}");
+    f.spaces[0].profile = Profile::Raid0;
+    assert!(
+        !codes(&analyse(&f, NOW))
+            .iter()
+            .any(|x| x.0 == "raid1-read-policy")
+    );
+
+    // discard on a member that takes none: info, naming it.
+    let mut f = healthy();
+    f.mount_options = "rw,relatime,discard=async,space_cache=v2".into();
+    f.devices[1].discard_max_bytes = Some(0);
+    f.devices[2].discard_max_bytes = Some(2 << 30);
+    let v = analyse(&f, NOW);
+    let d = v.iter().find(|x| x.code == "discard-unsupported").unwrap();
+    assert!(d.title.contains("/dev/loop2"), "{}", d.title);
+    assert!(!d.title.contains("/dev/loop3"), "{}", d.title);
+    f.mount_options = "rw,relatime,nodiscard,space_cache=v2".into();
+    assert!(
+        !codes(&analyse(&f, NOW))
+            .iter()
+            .any(|x| x.0 == "discard-unsupported")
     );
 }

@@ -161,6 +161,10 @@ catalog! {
         "mounted with ssd_spread: allocation only into wholly free areas, more chunks and ENOSPC sooner";
     SpaceCacheV1 = "space-cache-v1", Warning, Fixed, ["doctor"],
         "the free space cache v1 is in use: deprecated, slower on large filesystems; the free space tree (v2) replaces it";
+    Raid1ReadPolicy = "raid1-read-policy", Info, Fixed, ["doctor"],
+        "RAID1 reads choose the mirror by process id: a single-threaded reader (a model loader) reads one device only";
+    DiscardUnsupported = "discard-unsupported", Info, Fixed, ["doctor"],
+        "mounted with discard, but a member does not support discard (the option does nothing there)";
     OldestKernel = "oldest-kernel", Info, Fixed, ["doctor"],
         "the oldest kernel that can mount this filesystem is newer than an older rescue system's (5.4)";
     BenchLeftovers = "bench-leftovers", Info,

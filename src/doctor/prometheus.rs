@@ -164,6 +164,7 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
     for f in &d.findings {
         *by_code.entry((f.code.as_str(), f.severity)).or_default() += 1;
     }
+    let mut worst_by_code: BTreeMap<&str, Severity> = BTreeMap::new();
     for ((code, sev), n) in by_code {
         m.add(
             "btrfs_lab_doctor_finding",
@@ -171,6 +172,20 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
             "Findings of a filesystem by stable code and severity (how many).",
             &[fs[0], fs[1], ("code", code), ("severity", sev.name())],
             n as f64,
+        );
+        let w = worst_by_code.entry(code).or_insert(sev);
+        *w = (*w).min(sev);
+    }
+    // The severity as the value: a finding whose severity changes (info to
+    // warning as metadata fills) stays one series, so a graph and an alert
+    // rule (`> 0`) follow it.
+    for (code, sev) in worst_by_code {
+        m.add(
+            "btrfs_lab_doctor_finding_severity",
+            "gauge",
+            "Each finding code present on a filesystem, its worst severity as the value: 0 info, 1 warning, 2 critical.",
+            &[fs[0], fs[1], ("code", code)],
+            severity_value(Some(sev)),
         );
     }
     let facts = &d.facts;

@@ -200,6 +200,13 @@ fn healthy_filesystem_gives_no_warning_and_valid_metrics() {
         )),
         "{metrics}"
     );
+    assert!(
+        metrics.contains(&format!(
+            "btrfs_lab_doctor_finding_severity{{mountpoint=\"{mp}\",uuid=\"{}\",code=\"scrub-never-run\"}} 0",
+            fs0.uuid
+        )),
+        "{metrics}"
+    );
 
     // --textfile writes the same metrics atomically, nothing left beside it.
     let dir = env.path().join("textfile");

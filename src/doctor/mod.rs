@@ -421,6 +421,9 @@ fn examine_one(
 ) -> Result<FsDiagnosis> {
     let mut facts = gather(root, t)?;
     facts.fstab = fstab.map(|(path, text)| fstab_facts(root, &facts, path, text));
+    if crate::space::room::wants_chunk_usage(&analyse::analyse(&facts, now)) {
+        facts.data_chunks = data_chunks(t, &facts.features);
+    }
     let mut d = diagnose(facts, now);
     // Work directories of dead bench runs: at the top level and in the
     // VM image and database directories doctor looks at.
@@ -600,17 +603,25 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
             .prefix()
             .join("etc/systemd/system/timers.target.wants/fstrim.timer")
             .exists(),
-        data_chunks: std::fs::File::open(&target.path).ok().and_then(|d| {
-            use std::os::fd::AsFd;
-            btrfs::data_chunk_usage_of(
-                d.as_fd(),
-                state.features.iter().any(|x| x == "block_group_tree"),
-                &target.path,
-            )
-            .ok()
-            .flatten()
-        }),
+        // Read by examine_one only when a finding suggests a balance.
+        data_chunks: None,
     })
+}
+
+/// Each data chunk's usage (root only), for the exact `-dusage` value.
+fn data_chunks(
+    target: &BtrfsTarget,
+    features: &[String],
+) -> Option<Vec<crate::model::reclaim::ChunkUse>> {
+    use std::os::fd::AsFd;
+    let d = std::fs::File::open(&target.path).ok()?;
+    btrfs::data_chunk_usage_of(
+        d.as_fd(),
+        features.iter().any(|x| x == "block_group_tree"),
+        &target.path,
+    )
+    .ok()
+    .flatten()
 }
 
 /// Seconds since the epoch.

@@ -387,7 +387,7 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
     let (target, report) = usage(root, path)?;
     let count = report.unallocated.as_ref().map(Vec::len).filter(|&n| n > 0);
     let (records, unallocated) = usage_facts(&report, count, 0);
-    let interpretation = interpret(&SpaceFacts {
+    let mut facts = SpaceFacts {
         records: &records,
         unallocated,
         devices: Some(report.devices.len()).filter(|&n| n > 0).or(count),
@@ -408,8 +408,13 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
             .ok()
             .flatten()
             .map(|b| crate::admin::state::BalanceInfo::from_status(&b)),
-        // Each data chunk's usage (root only) names the -dusage value.
-        data_chunks: std::fs::File::open(&target.path).ok().and_then(|d| {
+        ..Default::default()
+    };
+    let mut interpretation = interpret(&facts);
+    // Each data chunk's usage (root only) names the exact -dusage value,
+    // read only when a finding suggests a balance.
+    if room::wants_chunk_usage(&interpretation.findings) {
+        facts.data_chunks = std::fs::File::open(&target.path).ok().and_then(|d| {
             use std::os::fd::AsFd;
             btrfs::data_chunk_usage_of(
                 d.as_fd(),
@@ -420,9 +425,11 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
             )
             .ok()
             .flatten()
-        }),
-        ..Default::default()
-    });
+        });
+        if facts.data_chunks.is_some() {
+            interpretation = interpret(&facts);
+        }
+    }
     Ok(usage::UsageDocument {
         path: target.path,
         mount_point: target.mount.mount_point,

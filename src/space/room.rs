@@ -253,6 +253,17 @@ pub(crate) fn new_chunk_profile(used: &[Profile]) -> Option<Profile> {
     .find(|p| used.contains(p))
 }
 
+/// Whether a finding names a `-dusage` balance that each data chunk's
+/// usage would make exact: the callers read the block group items (one
+/// lookup per data chunk) only then, so `df` and `doctor` stay cheap.
+pub(crate) fn wants_chunk_usage(findings: &[Finding]) -> bool {
+    findings.iter().any(|f| {
+        f.command
+            .as_deref()
+            .is_some_and(|c| c.contains(" -dusage="))
+    })
+}
+
 /// The room findings, unranked.
 pub(crate) fn findings(f: &RoomFacts<'_>) -> Vec<Finding> {
     let mut out = Vec::new();

@@ -1700,3 +1700,75 @@ fn audits_of_fstab_and_mount_options_on_a_real_filesystem() {
         "{err}"
     );
 }
+
+/// Metadata really starved: data took every byte, then small inline files
+/// until the kernel refuses one (ENOSPC). doctor, asked every 1000 files,
+/// must have said critical before that refusal, and never more than info
+/// while metadata was under half of what it can grow to.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn starved_metadata_is_critical_before_the_kernel_refuses() {
+    if !require_root("starved metadata") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = raid1_pair(&env);
+    let m = sbx.mount_point().to_path_buf();
+    let mut i = 0;
+    while write_file(&m.join(format!("big{i}")), 64, i).is_ok() {
+        i += 1;
+        assert!(i < 64, "a 1 GiB RAID1 took more than 4 GiB");
+    }
+    let _ = fs::remove_file(m.join(format!("big{i}")));
+    btrfs(&["filesystem", "sync"], &m);
+    let small = vec![0x33u8; 1500];
+    let mut made = 0usize;
+    let mut seen: Vec<(usize, Severity, f64)> = Vec::new();
+    let refused = 'fill: loop {
+        let d = m.join(format!("d{}", made / 1000));
+        if let Err(e) = fs::create_dir_all(&d) {
+            break 'fill e;
+        }
+        for k in 0..1000 {
+            if let Err(e) = fs::write(d.join(format!("f{k}")), &small) {
+                break 'fill e;
+            }
+            made += 1;
+        }
+        btrfs(&["filesystem", "sync"], &m);
+        let (_, r) = doctor(&env, &m);
+        let f = &r.filesystems[0].facts;
+        let (alloc, used) = f.totals(btrfs_lab::model::space::BgType::Metadata);
+        let reserve = f
+            .spaces
+            .iter()
+            .find(|s| s.bg_type == btrfs_lab::model::space::BgType::GlobalReserve)
+            .map_or(0, |s| s.total_bytes);
+        let fill = (used + reserve) as f64 / alloc.max(1) as f64;
+        let sev = r.filesystems[0]
+            .findings
+            .iter()
+            .filter(|x| x.code == "metadata-chunk-no-room" || x.code == "metadata-nearly-full")
+            .map(|x| x.severity)
+            .min()
+            .unwrap_or(Severity::Info);
+        seen.push((made, sev, fill));
+        assert!(made < 400_000, "the kernel never refused: {seen:?}");
+    };
+    eprintln!("refused after {made} files ({refused}); doctor said {seen:?}");
+    assert_eq!(
+        refused.raw_os_error(),
+        Some(libc::ENOSPC),
+        "the refusal is ENOSPC: {refused}"
+    );
+    assert!(
+        seen.iter().any(|(_, s, _)| *s == Severity::Critical),
+        "never critical before the kernel refused: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .filter(|(_, _, fill)| *fill < 0.45)
+            .all(|(_, s, _)| *s == Severity::Info),
+        "a warning while metadata had room: {seen:?}"
+    );
+}

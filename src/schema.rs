@@ -73,6 +73,7 @@ documents! {
     "bench-compare", false, crate::bench::compare::Comparison, "bench --compare A B --json";
     "bench-sustained", false, crate::bench::sustained::SustainedReport, "bench --sustained --json";
     "bench-metadata", false, crate::bench::metadata::MetadataReport, "bench --small-files --json";
+    "bench-plan", false, crate::bench::plan::BenchPlan, "bench DIR --dry-run --json (also --sustained, --small-files)";
     "bench-profiles-plan", false, crate::bench::profiles::ProfilesPlan, "bench --small-files --compare-profiles LIST --dry-run --json";
     "bench-profiles", false, crate::bench::profiles::ProfilesReport, "bench --small-files --compare-profiles LIST --json";
     "convert-record", true, crate::admin::report::ConvertRecord, "convert --json, device add --then-convert --json (JSON Lines)";

@@ -16,6 +16,7 @@ pub mod html;
 pub mod jobs;
 pub mod members;
 pub mod metadata;
+pub mod plan;
 pub mod profile;
 pub mod profiles;
 pub mod report;

@@ -46,6 +46,9 @@ them cold, deletes them and syncs: files/s per phase.
 --small-files --compare-profiles raid1,raid1c3 runs it on throwaway sandboxes
 (loop devices, one per profile, the same devices and size), never on your
 filesystem; DIR, if given, is where their images go (--dry-run, --yes).
+--dry-run in every mode makes every check of a real run (DIR, space, fio),
+then prints the steps, the bytes it would write and (the suite) the fio job
+file with --json; nothing is written.
 
 Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
 2 bad arguments, 130 interrupted (the test directory is removed).";
@@ -126,7 +129,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "LIST", requires = "metadata")]
     compare_profiles: Option<String>,
     /// Show the plan and do nothing.
-    #[arg(long, requires = "compare_profiles")]
+    #[arg(long, conflicts_with_all = ["compare", "show_jobs"])]
     dry_run: bool,
     /// Do not ask for confirmation.
     #[arg(long)]
@@ -194,6 +197,11 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     let target = bench::open_target(&opts.sysroot, dir, "--sustained writes a test file")?;
     let plan = sustained::plan(&opts, target)?;
     let mut fio = RealFio::find()?;
+    if args.dry_run {
+        let p = bench::plan::sustained(&opts, &plan);
+        out.report(&p, bench::plan::BenchPlan::describe);
+        return Ok(0);
+    }
     plan.confirm(args.yes, out)?;
     let fio_path = fio.path().to_path_buf();
     let bar = out.byte_progress("bench --sustained {msg}");
@@ -277,6 +285,17 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
     opts.threads = args.threads;
     opts.sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
     opts.validate()?;
+    if args.dry_run {
+        // The refusals of a real run (DIR held, not tmpfs, writable).
+        drop(bench::open_target(
+            &opts.sysroot,
+            dir,
+            "--small-files creates files",
+        )?);
+        let p = bench::plan::small_files(&opts, btrfs_lab::sys::is_root());
+        out.report(&p, bench::plan::BenchPlan::describe);
+        return Ok(0);
+    }
     let bar = out.byte_progress("bench --small-files {msg}");
     let files = opts.files;
     let result = bench::metadata::run(&opts, &mut || {}, &mut |p| {
@@ -555,6 +574,19 @@ pub fn run(
     let target = bench::prepare(&opts)?;
     let mut fio = RealFio::find()?;
     let fio_path = fio.path().to_path_buf();
+    if args.dry_run {
+        drop(target);
+        let settings = jobs::JobSettings {
+            file: bench::TEST_FILE,
+            size_bytes: opts.size_bytes(),
+            duration_secs: opts.duration_secs,
+            direct: true,
+            compress_percentage: 0,
+        };
+        let plan = bench::plan::suite(&opts, &fio_path, jobs::suite_job(&opts.tests, &settings));
+        out.report(&plan, bench::plan::BenchPlan::describe);
+        return Ok(0);
+    }
     let bar = out.byte_progress("bench {msg}");
     // One document, printed only on success: a failed or interrupted run
     // leaves stdout empty (docs/json.md), whatever it had begun.

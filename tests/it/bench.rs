@@ -1496,3 +1496,82 @@ mod compare_profiles_refusals {
         assert_eq!(env.leftovers(), Vec::<String>::new());
     }
 }
+
+/// `--dry-run` in every mode: the checks of a real run, the plan as the
+/// typed document, and nothing written (before: "required arguments were
+/// not provided: --small-files").
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn dry_run_in_every_mode_plans_and_writes_nothing() {
+    use btrfs_lab::bench::plan::BenchPlan;
+    if !require_root("bench --dry-run") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = raid0(&env);
+    let m = sbx.mount_point().to_path_buf();
+    let before = listing(&m);
+    let plan = |extra: &[&str]| -> BenchPlan {
+        let (code, out, err) = run(env
+            .cmd()
+            .args(["--json", "bench", "--dry-run"])
+            .args(extra)
+            .arg(&m));
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        crate::common::typed(&out)
+    };
+    let suite = plan(&[
+        "--tests",
+        "SEQ1M-Q8T1,RND4K-Q1T1",
+        "--rounds",
+        "3",
+        "--duration",
+        "2",
+        "--file-size",
+        "64M",
+    ]);
+    assert_eq!(suite.mode, "suite");
+    assert_eq!(suite.writes_bytes, 64 * MIB);
+    assert_eq!(suite.estimated_seconds, Some(2 * 3 * 2));
+    assert!(
+        suite
+            .job_file
+            .as_deref()
+            .is_some_and(|j| j.contains("[SEQ1M")),
+        "{suite:?}"
+    );
+    let small = plan(&["--small-files", "--files", "1000"]);
+    assert_eq!(small.mode, "small-files");
+    assert!(
+        small
+            .steps
+            .iter()
+            .any(|s| s.contains("create 1000 empty files")),
+        "{small:?}"
+    );
+    assert!(
+        small
+            .steps
+            .iter()
+            .any(|s| s.contains("drop the kernel's page, dentry and inode caches")),
+        "the plan says what root's cold stat costs the machine: {small:?}"
+    );
+    let sustained = plan(&["--sustained", "300M"]);
+    assert_eq!(sustained.mode, "sustained");
+    assert_eq!(sustained.writes_bytes, 300 * MIB);
+    assert_eq!(listing(&m), before, "a dry run wrote something");
+    // Text: the steps, and the refusals of a real run still come first.
+    let (code, out, err) = run(env
+        .cmd()
+        .args(["bench", "--dry-run", "--file-size", "64M"])
+        .arg(&m));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("nothing was written (--dry-run)"), "{out}");
+    let (code, out, err) = run(env
+        .cmd()
+        .args(["bench", "--dry-run", "--file-size", "100G"])
+        .arg(&m));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("not enough free space"), "{err}");
+    assert_eq!(listing(&m), before);
+}

@@ -833,13 +833,20 @@ const DECIDED: &[Decided] = &[
         "--device-size 1G",
     ),
     // usage.md
+    // (in context: the bees paste's 2.00GiB and 1.00GiB are its own)
     (
         "usage.md",
-        "2.00GiB",
+        "   2.00GiB",
         Device,
         "2 devices of --device-size 1G",
     ),
-    ("usage.md", "1.00GiB", Device, "--device-size 1G"),
+    (
+        "usage.md",
+        "2.00GiB 0.00B",
+        Device,
+        "2 devices of --device-size 1G",
+    ),
+    ("usage.md", "1.00GiB     -", Device, "--device-size 1G"),
     (
         "usage.md",
         "\"device_size\": 2147483648",

@@ -52,6 +52,18 @@ pub enum Shape {
     TooShort,
 }
 
+impl Shape {
+    /// In words, for the reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Shape::Steady => "steady",
+            Shape::Cliff => "a cliff",
+            Shape::Decline => "a gradual decline",
+            Shape::TooShort => "too short a series to tell",
+        }
+    }
+}
+
 /// The verdict on a series.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CliffAnalysis {

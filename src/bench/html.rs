@@ -312,21 +312,35 @@ pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
     s.push_str(&sustained_chart(r));
     let _ = writeln!(
         s,
-        "<table><tr><th>written</th><td>{}</td></tr><tr><th>seconds</th><td>{:.1}</td></tr><tr><th>median</th><td>{:.1} MB/s</td></tr><tr><th>stopped early</th><td>{}</td></tr></table>",
+        "<table><tr><th>written</th><td>{}</td></tr><tr><th>seconds</th><td>{:.1}</td></tr><tr><th>{}</th><td>{:.1} MB/s</td></tr><tr><th>stopped early</th><td>{}</td></tr></table>",
         esc(&format_iec(r.bytes_written)),
         r.seconds,
-        mbps(r.analysis.median_bytes_per_sec),
-        r.stopped_early
+        // A series too short for a median: the run's average, never 0.0.
+        if r.analysis.shape == super::cliff::Shape::TooShort {
+            "average"
+        } else {
+            "median"
+        },
+        if r.analysis.shape == super::cliff::Shape::TooShort {
+            mbps(if r.seconds > 0.0 {
+                r.bytes_written as f64 / r.seconds
+            } else {
+                0.0
+            })
+        } else {
+            mbps(r.analysis.median_bytes_per_sec)
+        },
+        if r.stopped_early { "yes" } else { "no" }
     );
     if !r.members.is_empty() {
         s.push_str("<h2>Members (diskstats)</h2><table><tr><th>device</th><th>written</th><th>shape</th></tr>");
         for m in &r.members {
             let _ = write!(
                 s,
-                "<tr><td>{}</td><td>{}</td><td>{:?}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&m.device),
                 esc(&format_iec(m.write_bytes)),
-                m.analysis.shape
+                m.analysis.shape.describe()
             );
         }
         s.push_str("</table>\n");

@@ -257,6 +257,7 @@ pub fn verdict(
     members: &[MemberSeries],
     data_profiles: &[Profile],
     bytes_written: u64,
+    seconds: f64,
 ) -> (String, Vec<Finding>) {
     let mut findings = Vec::new();
     let summary = match a.shape {
@@ -326,9 +327,16 @@ pub fn verdict(
             mbps(a.median_bytes_per_sec)
         ),
         Shape::TooShort => format!(
-            "{} written in {} s: too short a series to tell a cliff",
+            "{} written in {:.1} s ({} on average): too short a series ({} sample{}) to tell a cliff; a larger SIZE writes for longer",
             gb(bytes_written as f64),
-            a.samples
+            seconds,
+            mbps(if seconds > 0.0 {
+                bytes_written as f64 / seconds
+            } else {
+                0.0
+            }),
+            a.samples,
+            if a.samples == 1 { "" } else { "s" }
         ),
     };
     (summary, findings)
@@ -546,7 +554,8 @@ pub fn run(
 
     let members = member_series(&names, &samples);
     let analysis = cliff::analyse(&series);
-    let (mut summary, findings) = verdict(&analysis, &members, &data_profiles, bytes_written);
+    let (mut summary, findings) =
+        verdict(&analysis, &members, &data_profiles, bytes_written, seconds);
     if watched.stopped {
         summary = format!(
             "stopped early after {}: {summary}",
@@ -692,16 +701,24 @@ mod tests {
             &[m("nvme0n1"), m("nvme1n1")],
             &[Profile::Raid0],
             12_000_000_000,
+            30.0,
         );
         assert!(s.contains("2 × 4.00 GB per drive"), "{s}");
         assert_eq!(f[0].code, "sustained-write-cliff");
-        let (s, f) = verdict(&a, &[], &[Profile::Single], 12_000_000_000);
+        let (s, f) = verdict(&a, &[], &[Profile::Single], 12_000_000_000, 30.0);
         assert!(s.starts_with("cliff after 8.00 GB"), "{s}");
         assert!(!s.contains("per drive"));
         assert_eq!(f.len(), 1);
         let steady = cliff::analyse(&mk(800e6, 800e6));
-        let (s, f) = verdict(&steady, &[], &[], 16_000_000_000);
+        let (s, f) = verdict(&steady, &[], &[], 16_000_000_000, 20.0);
         assert_eq!(s, "no cliff within 16.00 GB: 800.0 MB/s sustained (median)");
         assert!(f.is_empty());
+        // Too short: the seconds of the run and its average, never "0 s".
+        let short = cliff::analyse(&[]);
+        let (s, _) = verdict(&short, &[], &[], 1_000_000_000, 1.25);
+        assert_eq!(
+            s,
+            "1.00 GB written in 1.2 s (800.0 MB/s on average): too short a series (0 samples) to tell a cliff; a larger SIZE writes for longer"
+        );
     }
 }

@@ -250,11 +250,24 @@ pub fn render_sustained(r: &SustainedReport) -> String {
             ""
         }
     ));
-    s.push_str(&format!(
-        "  MB/s  {}  peak {:.1}\n",
-        cliff::sparkline(&rates, 72),
-        peak / 1e6
-    ));
+    if rates.is_empty() || peak <= 0.0 {
+        // No series: the run's average, never "peak 0.0".
+        let avg = if r.seconds > 0.0 {
+            r.bytes_written as f64 / r.seconds
+        } else {
+            0.0
+        };
+        s.push_str(&format!(
+            "  MB/s  no rate series; {:.1} on average\n",
+            avg / 1e6
+        ));
+    } else {
+        s.push_str(&format!(
+            "  MB/s  {}  peak {:.1}\n",
+            cliff::sparkline(&rates, 72),
+            peak / 1e6
+        ));
+    }
     for m in &r.members {
         let mr: Vec<f64> = m.series.iter().map(|p| p.bytes_per_sec).collect();
         s.push_str(&format!(

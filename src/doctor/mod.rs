@@ -275,8 +275,12 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
     // The fstab is read once: an explicit one that cannot be read is an
     // error, a missing /etc/fstab only means no audit of it.
     let fstab = match &opts.fstab {
-        Some(p) => match std::fs::read_to_string(p) {
-            Ok(text) => Some((p.display().to_string(), text)),
+        // Bytes, not UTF-8: a path in fstab may be in another encoding.
+        Some(p) => match std::fs::read(p) {
+            Ok(bytes) => Some((
+                p.display().to_string(),
+                String::from_utf8_lossy(&bytes).into_owned(),
+            )),
             // A failure like any other: UNKNOWN, the textfile says so.
             Err(e) => {
                 let e = crate::error::Error::from_io(&e, "cannot read the fstab", p)
@@ -286,10 +290,12 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
         },
         None => {
             let p = opts.sysroot.prefix().join("etc/fstab");
-            opts.sysroot
-                .read_text(&p, 1 << 20)
-                .ok()
-                .map(|t| ("/etc/fstab".to_owned(), t))
+            opts.sysroot.read_bytes(&p, 1 << 20).ok().map(|b| {
+                (
+                    "/etc/fstab".to_owned(),
+                    String::from_utf8_lossy(&b).into_owned(),
+                )
+            })
         }
     };
     let report = match examine(&opts.sysroot, &opts.mounts, opts.deep, fstab.as_ref()) {

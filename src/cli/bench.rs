@@ -555,15 +555,20 @@ pub fn run(
         return run_sustained(&args, &dir, size, out);
     }
     let opts = options(&args, &dir, out)?;
+    let job_file = || {
+        jobs::suite_job(
+            &opts.tests,
+            &jobs::JobSettings {
+                file: bench::TEST_FILE,
+                size_bytes: opts.size_bytes(),
+                duration_secs: opts.duration_secs,
+                direct: true,
+                compress_percentage: 0,
+            },
+        )
+    };
     if args.show_jobs {
-        let settings = jobs::JobSettings {
-            file: bench::TEST_FILE,
-            size_bytes: opts.size_bytes(),
-            duration_secs: opts.duration_secs,
-            direct: true,
-            compress_percentage: 0,
-        };
-        out.text(&jobs::suite_job(&opts.tests, &settings));
+        out.text(&job_file());
         return Ok(0);
     }
     // Every refusal before the run: output files, DIR, space, then fio.
@@ -589,14 +594,7 @@ pub fn run(
     let fio_path = fio.path().to_path_buf();
     if args.dry_run {
         drop(target);
-        let settings = jobs::JobSettings {
-            file: bench::TEST_FILE,
-            size_bytes: opts.size_bytes(),
-            duration_secs: opts.duration_secs,
-            direct: true,
-            compress_percentage: 0,
-        };
-        let plan = bench::plan::suite(&opts, &fio_path, jobs::suite_job(&opts.tests, &settings));
+        let plan = bench::plan::suite(&opts, &fio_path, job_file());
         out.report(&plan, bench::plan::BenchPlan::describe);
         return Ok(0);
     }

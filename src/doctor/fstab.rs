@@ -43,26 +43,7 @@ pub struct FstabFacts {
     pub entries: Vec<FstabEntry>,
 }
 
-/// fstab(5)'s escapes: `\NNN` octal (`\040` space, `\011` tab, `\134` backslash).
-fn unescape(field: &str) -> String {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+use crate::parse::mountinfo::unescape;
 
 /// Every entry of an fstab text (comments and blank lines skipped; a line
 /// of fewer than three fields is not an entry).

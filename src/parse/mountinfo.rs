@@ -82,7 +82,9 @@ fn parse_line(line: &str) -> Option<MountEntry> {
 }
 
 /// Undoes the kernel's octal escapes (`\040` for a space, `\134` for `\`).
-fn unescape(s: &str) -> String {
+/// The octal escapes of /proc/self/mountinfo and fstab(5) (`\040` a
+/// space, `\011` a tab, `\134` a backslash) taken off.
+pub(crate) fn unescape(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

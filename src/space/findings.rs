@@ -453,14 +453,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                 // The kernel knows where the conversion goes: one
                 // suggestion, the one that continues it.
                 Some(b) => {
-                    let targets = [
-                        b.data_target.map(|p| format!("data to {p}")),
-                        b.metadata_target.map(|p| format!("metadata to {p}")),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                    let targets = b.targets().in_words();
                     let (state, words) = if b.running {
                         ("running", vec!["btrfs-lab", "convert", "--status", &mount])
                     } else {

@@ -537,6 +537,18 @@ impl Targets {
         let tg = |p: Option<Profile>| p.map_or("unchanged".to_owned(), |p| p.name().to_owned());
         format!("data → {}, metadata → {}", tg(self.data), tg(self.metadata))
     }
+
+    /// `data to raid1, metadata to raid1c3`: the targets that are set.
+    pub fn in_words(&self) -> String {
+        [
+            self.data.map(|p| format!("data to {p}")),
+            self.metadata.map(|p| format!("metadata to {p}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
 }
 
 impl From<ConvertRequest> for Targets {

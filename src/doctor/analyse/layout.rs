@@ -13,14 +13,11 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
     let f = cx.f;
     // Conversions and balances.
     if let Some(b) = f.balance {
-        let targets = [
-            b.data_target.map(|p| format!("data to {p}")),
-            b.metadata_target.map(|p| format!("metadata to {p}")),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join(", ");
+        let targets = crate::admin::convert::Targets {
+            data: b.data_target,
+            metadata: b.metadata_target,
+        }
+        .in_words();
         let what = if targets.is_empty() {
             "a balance".to_owned()
         } else {

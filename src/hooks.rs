@@ -108,13 +108,16 @@ pub enum Pause {
     ConvertConfirmed,
     /// `device add`: confirmed, before anything is done.
     DeviceAddConfirmed,
+    /// `reclaim`: a step has ended without reaching the goal, before the
+    /// next one starts (a test interrupts the run there and runs it again).
+    ReclaimStepped,
     /// `rescue --copy-to`: the first file is judged, copied and in the
     /// manifest (a test interrupts the copy there and resumes it).
     RescueCopied,
 }
 
 /// Every pause point, for [`Pause::named`].
-const PAUSES: [Pause; 8] = [
+const PAUSES: [Pause; 9] = [
     Pause::ProbeWritten,
     Pause::ReadTestMmap,
     Pause::NocowCopy,
@@ -122,6 +125,7 @@ const PAUSES: [Pause; 8] = [
     Pause::NocowSwapped,
     Pause::ConvertConfirmed,
     Pause::DeviceAddConfirmed,
+    Pause::ReclaimStepped,
     Pause::RescueCopied,
 ];
 
@@ -136,6 +140,7 @@ impl Pause {
             Pause::NocowSwapped => "nocow-swapped",
             Pause::ConvertConfirmed => "convert-confirmed",
             Pause::DeviceAddConfirmed => "device-add-confirmed",
+            Pause::ReclaimStepped => "reclaim-stepped",
             Pause::RescueCopied => "rescue-copied",
         }
     }

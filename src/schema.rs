@@ -80,6 +80,7 @@ documents! {
     "convert-status", false, crate::admin::report::StatusReport, "convert --status --json";
     "convert-pause", false, crate::admin::report::PauseReport, "convert --pause --json";
     "convert-cancel", false, crate::admin::report::CancelReport, "convert --cancel --json";
+    "reclaim-record", true, crate::admin::reclaim::ReclaimRecord, "reclaim --json (JSON Lines: the plan, each step, progress, the result; with --dry-run the plan only)";
     "device-add", false, crate::admin::report::AddReport, "device add --json";
     "device-replace", false, crate::admin::replace::ReplaceReport, "device replace --json";
     "device-replace-status", false, crate::admin::replace::ReplaceStatusReport, "device replace MOUNT --status --json";

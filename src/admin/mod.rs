@@ -6,6 +6,7 @@ pub mod add;
 pub mod checks;
 pub mod convert;
 pub mod hooks;
+pub mod reclaim;
 pub mod redundancy;
 /// `device remove`.
 pub mod remove;

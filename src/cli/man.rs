@@ -403,6 +403,20 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
                 "btrfs-lab device remove /mnt/data missing",
             ),
         ],
+        ["reclaim"] => &[
+            (
+                "The plan only: each step, the data it moves, the room it leaves.",
+                "btrfs-lab reclaim --dry-run /mnt/data",
+            ),
+            (
+                "Make room for a metadata chunk without asking.",
+                "btrfs-lab reclaim --yes /mnt/data",
+            ),
+            (
+                "Free 20 GiB of unallocated space, relocating chunks up to 50% used.",
+                "btrfs-lab reclaim --yes /mnt/data --goal 20G --max-usage 50",
+            ),
+        ],
         ["convert"] => &[
             (
                 "The plan only.",
@@ -518,7 +532,7 @@ fn see_also(words: &[String]) -> &'static [&'static str] {
         ["usage"] => &["btrfs-filesystem(8)"],
         ["show"] => &["btrfs-filesystem(8)", "btrfs-device(8)"],
         ["device", ..] => &["btrfs-device(8)", "btrfs-balance(8)"],
-        ["convert"] => &["btrfs-balance(8)"],
+        ["convert"] | ["reclaim"] => &["btrfs-balance(8)"],
         ["nocow"] => &["chattr(1)", "lsattr(1)"],
         ["bench"] | ["read-test"] => &["fio(1)"],
         ["probe-dio"] => &["open(2)"],

@@ -15,6 +15,7 @@ mod nocow;
 mod output;
 mod probe_dio;
 mod read_test;
+mod reclaim;
 mod rescue;
 mod sandbox;
 mod show;
@@ -89,6 +90,9 @@ enum Command {
     Device(device::DeviceArgs),
     /// Convert data/metadata profiles with progress, pause and resume.
     Convert(convert::ConvertArgs),
+    /// Relocate little-used data chunks to end ENOSPC, plan first.
+    #[command(after_long_help = reclaim::AFTER_HELP)]
+    Reclaim(reclaim::ReclaimArgs),
     /// PCIe links of NVMe drives, and the drives' and array's ceilings.
     #[command(after_long_help = links::AFTER_HELP)]
     Links(links::LinksArgs),
@@ -134,6 +138,7 @@ pub fn run() -> ExitCode {
         Command::Show(args) => show::run(args, &out),
         Command::Device(args) => device::run(args, &out),
         Command::Convert(args) => convert::run(args, &out),
+        Command::Reclaim(args) => reclaim::run(args, &out),
         Command::Links(args) => links::run(args, &out),
         Command::Nocow(args) => nocow::run(args, &out),
         Command::ReadTest(args) => read_test::run(args, &out),

@@ -570,12 +570,10 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
             .map(|s| s.trim().to_owned())
     };
     let raw: u64 = devices.iter().map(|d| d.size_bytes).sum();
-    let metadata_chunk_bytes = sysfs("allocation/metadata/chunk_size")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if raw > 50 << 30 { 1 << 30 } else { 256 << 20 })
-        // The allocator caps a chunk at 10% of the writable space.
-        .min(raw / 10)
-        .max(1 << 20);
+    let metadata_chunk_bytes = crate::space::room::metadata_chunk_size(
+        sysfs("allocation/metadata/chunk_size").and_then(|s| s.parse().ok()),
+        raw,
+    );
     let scrub_file = root
         .prefix()
         .join(format!("var/lib/btrfs/scrub.status.{}", target.fsid));

@@ -164,6 +164,15 @@ pub const FILES_LOST: Status = Status {
     meaning: "some files are damaged or lost",
 };
 
+/// `reclaim`: the steps ran (or none could help) and the goal is not
+/// reached; what was freed stays freed.
+pub const GOAL_NOT_REACHED: Status = Status {
+    code: 3,
+    name: "goal-not-reached",
+    commands: "reclaim",
+    meaning: "the goal was not reached: add a device or delete files",
+};
+
 /// Every status, the shared ones first.
 pub const ALL: &[Status] = &[
     OK,
@@ -185,6 +194,7 @@ pub const ALL: &[Status] = &[
     CRITICAL,
     UNKNOWN,
     FILES_LOST,
+    GOAL_NOT_REACHED,
 ];
 
 /// One line of a command's table: a status and what it means there.
@@ -488,6 +498,32 @@ pub(crate) const PAGES: &[Page] = &[
         ],
     },
     Page {
+        command: "reclaim",
+        rows: &[
+            row(
+                OK,
+                "the goal is reached (or was already): the unallocated space the plan showed.",
+            ),
+            row(
+                ERROR,
+                "refused or failed: not root, not a btrfs, read-only, a missing device, a \
+                 balance or another exclusive operation running; nothing was changed (a \
+                 kernel failure mid-way: what was relocated stays relocated).",
+            ),
+            BAD,
+            row(
+                GOAL_NOT_REACHED,
+                "goal-not-reached: every step ran, a step ran out of space, or no chunk is \
+                 used little enough; what was freed stays freed; add a device or delete files.",
+            ),
+            row(
+                INTERRUPTED,
+                "interrupted by SIGINT, SIGTERM or SIGHUP: the balance was cancelled after its \
+                 current chunk; what was freed stays freed; the same command goes on.",
+            ),
+        ],
+    },
+    Page {
         command: "man",
         rows: &[
             row(OK, "the page was printed or the pages written."),
@@ -746,6 +782,7 @@ mod tests {
                 ("doctor", "critical", 2),
                 ("doctor", "unknown", 3),
                 ("rescue", "files-lost", 3),
+                ("reclaim", "goal-not-reached", 3),
             ]
         );
         // One name means one status.

@@ -75,7 +75,7 @@ fn ratio(used: u64, capacity: u64) -> f64 {
 }
 
 /// Raw bytes the devices give per logical byte of a new chunk of `p`.
-fn raw_per_logical(p: Profile, devices: usize, kernel: KernelVersion) -> f64 {
+pub(crate) fn raw_per_logical(p: Profile, devices: usize, kernel: KernelVersion) -> f64 {
     let n = u32::try_from(devices).unwrap_or(u32::MAX);
     let stripes = p
         .stripes_on(n, kernel)
@@ -107,7 +107,7 @@ fn make_room(f: &RoomFacts<'_>, goal_raw: u64) -> (String, Vec<(String, String)>
                 vec![(
                     format!("-dusage={} (from each data chunk's usage)", s.usage),
                     format!(
-                        "relocates {} chunk{}, moves {}, frees at least {} of data chunks",
+                        "relocates {} chunk{}, moves {}, frees about {} of data chunks",
                         s.chunks,
                         if s.chunks == 1 { "" } else { "s" },
                         size(s.moves_bytes),
@@ -223,6 +223,21 @@ pub(crate) fn growth(p: Profile, unalloc: &[u64]) -> u64 {
         return mirrored(unalloc, g.ncopies as usize);
     }
     sum
+}
+
+/// Size of a full metadata chunk: sysfs `allocation/metadata/chunk_size`
+/// when the kernel has it, else the kernel's default (1 GiB above 50 GiB of
+/// writable space, else 256 MiB), capped at 10% of the writable space as
+/// the allocator caps it.
+pub(crate) fn metadata_chunk_size(sysfs: Option<u64>, devices_bytes: u64) -> u64 {
+    sysfs
+        .unwrap_or(if devices_bytes > 50 << 30 {
+            1 << 30
+        } else {
+            256 << 20
+        })
+        .min(devices_bytes / 10)
+        .max(1 << 20)
 }
 
 /// Devices (and raw bytes on each) a full-size chunk of `p` of `chunk`

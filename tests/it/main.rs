@@ -20,6 +20,7 @@ mod pty;
 mod quiet;
 mod read_test;
 mod read_test_pid;
+mod reclaim;
 mod repo;
 mod rescue;
 mod rig;

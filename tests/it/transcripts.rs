@@ -385,6 +385,7 @@ transcript_tests! {
     root nocow => "nocow.md",
     root probe_dio => "probe-dio.md",
     root read_test => "read-test.md",
+    root reclaim => "reclaim.md",
     root rescue => "rescue.md",
     root sandbox => "sandbox.md",
     root show => "show.md",
@@ -493,6 +494,13 @@ enum Source {
 type Decided = (&'static str, &'static str, Source, &'static str);
 use Source::{Device, Fixed};
 const DECIDED: &[Decided] = &[
+    // reclaim.md
+    (
+        "reclaim.md",
+        "goal: 1000.00GiB unallocated over all devices",
+        Fixed,
+        "the transcript's --goal 1000G",
+    ),
     // rescue.md
     (
         "rescue.md",

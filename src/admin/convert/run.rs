@@ -92,18 +92,24 @@ impl Meter {
     }
 }
 
-/// Asks the kernel to pause the balance on a thread of its own, at once
-/// when asked (BALANCE_CTL PAUSE blocks until the current chunk is done),
-/// retrying while no balance runs yet (the ioctl thread may not have
+/// Asks the kernel to pause (or cancel) the balance on a thread of its
+/// own, at once when asked (BALANCE_CTL blocks until the current chunk is
+/// done), retrying while no balance runs yet (the ioctl thread may not have
 /// entered the kernel).
-struct Pauser {
+pub(crate) struct Pauser {
     request: Option<mpsc::Sender<()>>,
     ended: Arc<AtomicBool>,
     thread: Option<thread::JoinHandle<std::result::Result<(), Errno>>>,
 }
 
 impl Pauser {
+    /// Pauses when asked ([`Pauser::pause`]).
     fn new(h: &FsHandle) -> Result<Self> {
+        Self::with(h, true)
+    }
+
+    /// Pauses (`pause` true) or cancels when asked.
+    pub(crate) fn with(h: &FsHandle, pause: bool) -> Result<Self> {
         let h = h.try_clone()?;
         let (tx, rx) = mpsc::channel::<()>();
         let ended = Arc::new(AtomicBool::new(false));
@@ -113,7 +119,7 @@ impl Pauser {
                 return Ok(());
             }
             loop {
-                match h.balance_control(true) {
+                match h.balance_control(pause) {
                     Ok(()) => return Ok(()),
                     Err(Errno::ENOTCONN) if !seen_end.load(Ordering::SeqCst) => {
                         thread::sleep(Duration::from_millis(10));
@@ -130,14 +136,15 @@ impl Pauser {
         })
     }
 
-    fn pause(&self) {
+    /// Asks for it (once is enough).
+    pub(crate) fn pause(&self) {
         if let Some(tx) = &self.request {
             let _ = tx.send(());
         }
     }
 
     /// After the balance ended: stops retrying and joins the thread.
-    fn finish(mut self) -> std::result::Result<(), Errno> {
+    pub(crate) fn finish(mut self) -> std::result::Result<(), Errno> {
         self.ended.store(true, Ordering::SeqCst);
         self.request = None;
         self.thread
@@ -349,7 +356,7 @@ pub fn run_balance(
                     format!("{} is no longer the filesystem {} that was planned on", h.path().display(), h.fsid()),
                 ));
             }
-            Waited::Own(Err(e)) => return Err(kernel_failure(h, e)),
+            Waited::Own(Err(e)) => return Err(kernel_failure(h, e, "convert")),
             Waited::Paused => return Ok(Outcome::Paused),
             Waited::Gone => {
                 let left = remaining_bytes(h, targets);
@@ -383,7 +390,8 @@ enum Phase {
 
 /// A balance the kernel failed (EINVAL, EIO, ...): what the kernel logged,
 /// and for I/O errors which device's error counters rose.
-fn kernel_failure(h: &FsHandle, e: Errno) -> Error {
+/// `command` is what to run again (`convert`, `reclaim`).
+pub(crate) fn kernel_failure(h: &FsHandle, e: Errno, command: &str) -> Error {
     let devices: Vec<String> = h
         .devices()
         .unwrap_or_default()
@@ -422,7 +430,7 @@ fn kernel_failure(h: &FsHandle, e: Errno) -> Error {
             .collect();
         if !bad.is_empty() {
             hint = format!(
-                "{hint}; {}; run a scrub (btrfs scrub start -B {}) to find and repair or name the damaged files, restore or delete them, then run the same convert again",
+                "{hint}; {}; run a scrub (btrfs scrub start -B {}) to find and repair or name the damaged files, restore or delete them, then run the same {command} again",
                 bad.join(", "),
                 h.path().display()
             );

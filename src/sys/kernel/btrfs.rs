@@ -387,6 +387,17 @@ pub(crate) fn data_chunk_usage_of(
     block_group_tree: bool,
     path: &Path,
 ) -> Result<Option<Vec<crate::model::reclaim::ChunkUse>>> {
+    chunk_usage_of(fd, block_group_tree, path, false)
+}
+
+/// The usage of every data chunk (mixed included; `metadata` false) or of
+/// every metadata chunk (`metadata` true), as [`data_chunk_usage_of`].
+pub(crate) fn chunk_usage_of(
+    fd: BorrowedFd<'_>,
+    block_group_tree: bool,
+    path: &Path,
+    metadata: bool,
+) -> Result<Option<Vec<crate::model::reclaim::ChunkUse>>> {
     use btrfs_uapi::raw::{
         BTRFS_BLOCK_GROUP_ITEM_KEY, BTRFS_BLOCK_GROUP_TREE_OBJECTID, BTRFS_EXTENT_TREE_OBJECTID,
     };
@@ -400,7 +411,14 @@ pub(crate) fn data_chunk_usage_of(
         u64::from(BTRFS_EXTENT_TREE_OBJECTID)
     };
     let mut out = Vec::new();
-    for c in chunks.iter().filter(|c| c.is_data()) {
+    let wanted = |c: &&ChunkRecord| {
+        if metadata {
+            !c.is_data() && c.flags.contains(BlockGroupFlags::METADATA)
+        } else {
+            c.is_data()
+        }
+    };
+    for c in chunks.iter().filter(wanted) {
         let key = |offset| Key {
             objectid: c.logical,
             item_type: BTRFS_BLOCK_GROUP_ITEM_KEY,
@@ -797,6 +815,29 @@ impl FsHandle {
         resume: bool,
     ) -> std::result::Result<crate::sys::kernel::ioctl::BalanceEnd, Errno> {
         crate::sys::kernel::ioctl::balance_v2(self.fd()?, targets, force, resume)
+    }
+
+    /// A usage-filtered balance of data and/or metadata (`-dusage=N`,
+    /// `-musage=N`); blocks until it ends ([`crate::sys::kernel::ioctl::balance_usage_v2`]).
+    pub(crate) fn balance_usage(
+        &self,
+        data: Option<u8>,
+        metadata: Option<u8>,
+    ) -> std::result::Result<crate::sys::kernel::ioctl::BalanceEnd, Errno> {
+        crate::sys::kernel::ioctl::balance_usage_v2(self.fd()?, data, metadata)
+    }
+
+    /// The usage of every data chunk (`metadata` false) or metadata chunk
+    /// (true) from the block group items ([`chunk_usage_of`]).
+    pub(crate) fn chunk_usage(
+        &self,
+        block_group_tree: bool,
+        metadata: bool,
+    ) -> Result<Option<Vec<crate::model::reclaim::ChunkUse>>> {
+        let fd = self
+            .fd()
+            .map_err(|e| Error::from_errno(e, "cannot read the block groups of", self.path()))?;
+        chunk_usage_of(fd, block_group_tree, self.path(), metadata)
     }
 
     /// Pauses (blocks until paused) or cancels the balance. ENOTCONN: none runs.

@@ -329,6 +329,50 @@ pub(crate) fn balance_v2(
     })
 }
 
+const BALANCE_ARGS_USAGE: u64 = 1 << 1;
+
+/// Runs BTRFS_IOC_BALANCE_V2 with the `usage` filter (`btrfs balance start
+/// -dusage=N` / `-musage=N`): relocates the chunks of the chosen types
+/// whose used bytes are below N% of their length (N = 0: the empty ones).
+/// System chunks go with metadata, as btrfs-progs sends them (the kernel
+/// refuses system alone without force). Blocks until the balance ends;
+/// `Err(ECANCELED)` when it was paused or cancelled.
+pub(crate) fn balance_usage_v2(
+    fd: BorrowedFd<'_>,
+    data: Option<u8>,
+    metadata: Option<u8>,
+) -> Result<BalanceEnd, Errno> {
+    use btrfs_uapi::raw::{btrfs_ioc_balance_v2, btrfs_ioctl_balance_args};
+    // SAFETY: all-zero is a valid btrfs_ioctl_balance_args (plain integers).
+    let mut args: btrfs_ioctl_balance_args = unsafe { std::mem::zeroed() };
+    if let Some(u) = data {
+        args.flags |= BalanceFlags::DATA.bits();
+        args.data.flags = BALANCE_ARGS_USAGE;
+        args.data.__bindgen_anon_1.usage = u64::from(u.min(100));
+    }
+    if let Some(u) = metadata {
+        args.flags |= BalanceFlags::METADATA.bits() | BalanceFlags::SYSTEM.bits();
+        args.meta.flags = BALANCE_ARGS_USAGE;
+        args.meta.__bindgen_anon_1.usage = u64::from(u.min(100));
+        args.sys.flags = BALANCE_ARGS_USAGE;
+        args.sys.__bindgen_anon_1.usage = u64::from(u.min(100));
+    }
+    if args.flags == 0 {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: `args` is a valid btrfs_ioctl_balance_args that lives for the
+    // call; the kernel reads it and writes the counters back.
+    let ret = unsafe { btrfs_ioc_balance_v2(fd.as_raw_fd(), &raw mut args) }?;
+    if ret > 0 {
+        return Ok(BalanceEnd::BtrfsError(ret));
+    }
+    let stat = args.stat;
+    Ok(BalanceEnd::Finished {
+        expected: stat.expected,
+        completed: stat.completed,
+    })
+}
+
 /// BTRFS_IOC_BALANCE_CTL: pause (blocks until the balance stopped after its
 /// current chunk) or cancel. ENOTCONN: no balance runs.
 pub(crate) fn balance_ctl(fd: BorrowedFd<'_>, pause: bool) -> Result<(), Errno> {

@@ -151,6 +151,11 @@ pub struct FsFacts {
     /// kernel writes it: `[pid] round-robin devid:1`).
     #[serde(default)]
     pub read_policy: Option<String>,
+    /// The exclusive operation running (sysfs `exclusive_operation`, 5.10
+    /// and later: `none`, `balance`, `balance paused`, `device add`,
+    /// `device remove`, `device replace`, `resize`, `swap activate`).
+    #[serde(default)]
+    pub exclusive_operation: Option<String>,
 }
 
 impl FsFacts {

@@ -603,6 +603,7 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
         scrub,
         fstab: None,
         read_policy: sysfs("read_policy"),
+        exclusive_operation: sysfs("exclusive_operation"),
         fstrim_timer: root
             .prefix()
             .join("etc/systemd/system/timers.target.wants/fstrim.timer")

@@ -267,6 +267,25 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
         &fs,
         f64::from(u8::from(paused)),
     );
+    // One series per operation the kernel names, 0 or 1: which one runs
+    // is the value, never a label that changes (sysfs, 5.10 and later).
+    if let Some(op) = facts.exclusive_operation.as_deref() {
+        for name in [
+            "device add",
+            "device remove",
+            "device replace",
+            "resize",
+            "swap activate",
+        ] {
+            m.add(
+                "btrfs_lab_exclusive_operation_running",
+                "gauge",
+                "The kernel's exclusive operation (sysfs exclusive_operation) running on a filesystem: 1 for the one that runs, 0 for the others (balances: btrfs_lab_balance_running).",
+                &[fs[0], fs[1], ("operation", name)],
+                f64::from(u8::from(op.trim() == name)),
+            );
+        }
+    }
     if let Some(last) = facts
         .scrub
         .iter()

@@ -186,6 +186,17 @@ fn healthy_filesystem_gives_no_warning_and_valid_metrics() {
     assert!(lint.trim().is_empty(), "promtool lint: {lint}");
     assert!(metrics.contains("btrfs_lab_doctor_status 0\n"), "{metrics}");
     let mp = m.display().to_string();
+    // The exclusive operations as stable series, none running (sysfs has
+    // them from 5.10).
+    if std::path::Path::new(&format!("/sys/fs/btrfs/{}/exclusive_operation", fs0.uuid)).exists() {
+        assert!(
+            metrics.contains(&format!(
+                "btrfs_lab_exclusive_operation_running{{mountpoint=\"{mp}\",uuid=\"{}\",operation=\"device replace\"}} 0\n",
+                fs0.uuid
+            )),
+            "{metrics}"
+        );
+    }
     assert!(
         metrics.contains(&format!(
             "btrfs_lab_device_errors_total{{mountpoint=\"{mp}\",uuid=\"{}\",devid=\"1\"",

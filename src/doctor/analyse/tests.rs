@@ -63,6 +63,7 @@ fn healthy() -> FsFacts {
         fstab: None,
         fstrim_timer: false,
         read_policy: None,
+        exclusive_operation: None,
     }
 }
 

@@ -17,6 +17,7 @@ mod probe_dio;
 mod read_test;
 mod rescue;
 mod sandbox;
+mod scrub;
 mod show;
 mod units;
 mod usage;
@@ -89,6 +90,9 @@ enum Command {
     Device(device::DeviceArgs),
     /// Convert data/metadata profiles with progress, pause and resume.
     Convert(convert::ConvertArgs),
+    /// Verify every block's checksum, repair from copies; resumable.
+    #[command(after_long_help = scrub::AFTER_HELP)]
+    Scrub(scrub::ScrubArgs),
     /// PCIe links of NVMe drives, and the drives' and array's ceilings.
     #[command(after_long_help = links::AFTER_HELP)]
     Links(links::LinksArgs),
@@ -134,6 +138,7 @@ pub fn run() -> ExitCode {
         Command::Show(args) => show::run(args, &out),
         Command::Device(args) => device::run(args, &out),
         Command::Convert(args) => convert::run(args, &out),
+        Command::Scrub(args) => scrub::run(args, &out, places.0.clone()),
         Command::Links(args) => links::run(args, &out),
         Command::Nocow(args) => nocow::run(args, &out),
         Command::ReadTest(args) => read_test::run(args, &out),

@@ -411,6 +411,7 @@ fn every_help_is_complete_consistent_and_fits_80_columns() {
         "sandbox list",
         "device add",
         "convert",
+        "scrub",
         "nocow",
         "probe-dio",
         "read-test",

@@ -134,6 +134,7 @@ fn failed_json_runs_print_nothing_on_stdout() {
             "--data".into(),
             "raid1".into(),
         ],
+        vec!["scrub".into(), missing.clone(), "--status".into()],
         vec!["links".into(), missing.clone()],
         vec!["nocow".into(), "/dev/null".into()],
         vec!["nocow".into(), "--check".into(), missing.clone()],

@@ -804,3 +804,202 @@ pub fn execute(
         missing: plan.missing.clone(),
     })
 }
+
+/// The report as Prometheus text (node_exporter's textfile collector):
+/// series labelled by fsid and devid only, values never in a label.
+pub fn metrics(r: &ScrubReport) -> String {
+    let fsid = &r.fsid;
+    let mut t = String::new();
+    let mut family = |name: &str, help: &str, rows: Vec<(String, f64)>| {
+        t.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for (labels, v) in rows {
+            t.push_str(&format!("{name}{{{labels}}} {v}\n"));
+        }
+    };
+    let fs = format!("fsid=\"{fsid}\"");
+    family(
+        "btrfs_lab_scrub_last_start_timestamp_seconds",
+        "When the last btrfs-lab scrub run started, seconds since the epoch.",
+        vec![(fs.clone(), r.started_at as f64)],
+    );
+    family(
+        "btrfs_lab_scrub_duration_seconds",
+        "How long the last btrfs-lab scrub run took.",
+        vec![(fs.clone(), r.duration_seconds)],
+    );
+    family(
+        "btrfs_lab_scrub_finished",
+        "Whether the last run scrubbed every device to its end (1) or was interrupted (0).",
+        vec![(
+            fs.clone(),
+            f64::from(u8::from(r.outcome == Outcome::Finished)),
+        )],
+    );
+    family(
+        "btrfs_lab_scrub_running",
+        "Whether btrfs-lab scrub runs (0 once this file is written at its end).",
+        vec![(fs.clone(), 0.0)],
+    );
+    let per = |f: fn(&DeviceScrub) -> u64| -> Vec<(String, f64)> {
+        r.devices
+            .iter()
+            .map(|d| (format!("{fs},devid=\"{}\"", d.devid), f(d) as f64))
+            .collect()
+    };
+    family(
+        "btrfs_lab_scrub_bytes_scrubbed",
+        "Bytes the last run read per device.",
+        per(|d| d.bytes_scrubbed),
+    );
+    let mut errors = Vec::new();
+    for d in &r.devices {
+        for (kind, v) in [
+            ("read", d.read_errors),
+            ("csum", d.csum_errors),
+            ("verify", d.verify_errors),
+            ("super", d.super_errors),
+        ] {
+            errors.push((
+                format!("{fs},devid=\"{}\",kind=\"{kind}\"", d.devid),
+                v as f64,
+            ));
+        }
+    }
+    family(
+        "btrfs_lab_scrub_errors",
+        "Errors the last run found per device and kind.",
+        errors,
+    );
+    family(
+        "btrfs_lab_scrub_corrected_errors",
+        "Errors the last run repaired per device.",
+        per(|d| d.corrected),
+    );
+    family(
+        "btrfs_lab_scrub_uncorrectable_errors",
+        "Errors the last run found no good copy for, per device.",
+        per(|d| d.uncorrectable),
+    );
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(devid: u64, path: &str, used: u64) -> (u64, String, u64, Option<PathBuf>) {
+        (devid, path.to_owned(), used, None)
+    }
+
+    fn saved(finished: bool, last: &[(u64, u64, bool)]) -> SavedScrub {
+        SavedScrub {
+            fsid: "f".into(),
+            started_at: 1,
+            saved_at: 2,
+            finished,
+            readonly: false,
+            devices: last
+                .iter()
+                .map(|&(devid, last_physical, finished)| DeviceScrub {
+                    devid,
+                    last_physical,
+                    finished,
+                    bytes_to_read: 100,
+                    ..DeviceScrub::default()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_new_scrub_starts_every_present_device_at_zero() {
+        let devs = [dev(1, "/dev/a", 100), dev(2, "", 100), dev(3, "/dev/c", 50)];
+        let p = plan_from(Path::new("/m"), "f", &devs, None, Request::default()).unwrap();
+        assert_eq!(
+            p.devices.iter().map(|d| d.devid).collect::<Vec<_>>(),
+            [1, 3]
+        );
+        assert!(p.devices.iter().all(|d| d.start == 0));
+        assert_eq!(p.missing, [2]);
+        assert_eq!(p.bytes_left(), 150);
+    }
+
+    #[test]
+    fn a_resume_starts_at_last_physical_and_skips_finished_devices() {
+        let devs = [dev(1, "/dev/a", 100), dev(2, "/dev/b", 100)];
+        let s = saved(false, &[(1, 40, false), (2, 100, true)]);
+        let req = Request {
+            resume: true,
+            ..Request::default()
+        };
+        let p = plan_from(Path::new("/m"), "f", &devs, Some(&s), req).unwrap();
+        assert!(p.resume);
+        assert_eq!(p.devices.len(), 1);
+        assert_eq!((p.devices[0].devid, p.devices[0].start), (1, 40));
+        assert_eq!(p.bytes_left(), 60);
+    }
+
+    #[test]
+    fn nothing_to_resume_is_refused() {
+        let devs = [dev(1, "/dev/a", 100)];
+        let req = Request {
+            resume: true,
+            ..Request::default()
+        };
+        for s in [None, Some(saved(true, &[(1, 100, true)]))] {
+            let e = plan_from(Path::new("/m"), "f", &devs, s.as_ref(), req).unwrap_err();
+            assert!(
+                e.message().contains("no interrupted scrub"),
+                "{}",
+                e.message()
+            );
+        }
+    }
+
+    #[test]
+    fn state_file_round_trips_and_garbage_is_a_parse_error() {
+        let s = saved(false, &[(1, 40, false)]);
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(SavedScrub::parse(&text, Path::new("x")).unwrap(), s);
+        let e = SavedScrub::parse("{", Path::new("x")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Parse);
+    }
+
+    #[test]
+    fn outcome_decides_the_exit_status() {
+        let mut d = DeviceScrub {
+            devid: 1,
+            csum_errors: 2,
+            corrected: 2,
+            finished: true,
+            ..DeviceScrub::default()
+        };
+        let mut r = ScrubReport {
+            mount_point: "/m".into(),
+            fsid: "f".into(),
+            outcome: Outcome::Finished,
+            resumed: false,
+            readonly: false,
+            started_at: 0,
+            duration_seconds: 1.0,
+            devices: vec![d.clone()],
+            totals: Totals::of(std::slice::from_ref(&d)),
+            missing: vec![],
+        };
+        assert_eq!(r.exit_code(), exit::SCRUB_CORRECTED.code);
+        d.uncorrectable = 1;
+        r.totals = Totals::of(std::slice::from_ref(&d));
+        assert_eq!(r.exit_code(), exit::SCRUB_UNCORRECTABLE.code);
+        r.outcome = Outcome::Interrupted;
+        assert_eq!(r.exit_code(), exit::INTERRUPTED.code);
+        r.devices.clear();
+        r.totals = Totals::default();
+        r.outcome = Outcome::Finished;
+        assert_eq!(r.exit_code(), exit::OK.code);
+        let m = metrics(&r);
+        assert!(
+            m.contains("btrfs_lab_scrub_duration_seconds{fsid=\"f\"} 1\n"),
+            "{m}"
+        );
+    }
+}

@@ -9,6 +9,7 @@ use btrfs_lab::admin::scrub::{
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::rate::{duration, format_rate};
 use btrfs_lab::parse::size::parse_size;
+use btrfs_lab::sys::fs::outfile::{OutputDir, split};
 use btrfs_lab::sys::{is_root, kernel::signals};
 use btrfs_lab::ui::{self, Ui};
 use clap::Args;
@@ -46,6 +47,10 @@ pub struct ScrubArgs {
     /// run (the kernel's scrub_speed_max, 5.14 and later).
     #[arg(long, value_name = "RATE")]
     limit: Option<String>,
+    /// Also write the Prometheus metrics to FILE atomically (a temporary file
+    /// in its directory, then rename), for node_exporter's textfile collector.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["status", "cancel"])]
+    textfile: Option<PathBuf>,
     /// Show the plan and do nothing.
     #[arg(long)]
     dry_run: bool,
@@ -137,6 +142,10 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
     out.started();
     let report = scrub::execute(&plan, saved, &store, &signals, out)?;
     let code = report.exit_code();
+    if let Some(file) = &a.textfile {
+        let (dir, name) = split(file)?;
+        OutputDir::open(&dir)?.write(name, scrub::metrics(&report).as_bytes(), 0o644)?;
+    }
     out.report_line(
         &ScrubRecord::Result {
             report: report.clone(),

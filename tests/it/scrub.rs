@@ -104,9 +104,21 @@ fn raid1_corruption_is_found_and_corrected() {
     write_file(&file, 16, 3).unwrap();
     let want = fs::read(&file).unwrap();
     corrupt(&m, &file, &sbx.devices()[0]);
-    let (code, records, err) = scrub(&env, &m, &["--yes"]);
+    let prom = env.path().join("scrub.prom");
+    let (code, records, err) = scrub(&env, &m, &["--yes", "--textfile", prom.to_str().unwrap()]);
     let r = report(&records, &err);
     assert_eq!(r.outcome, Outcome::Finished, "{err}");
+    let text = fs::read_to_string(&prom).unwrap();
+    for name in [
+        "btrfs_lab_scrub_last_start_timestamp_seconds{",
+        "btrfs_lab_scrub_duration_seconds{",
+        "btrfs_lab_scrub_errors{",
+        "btrfs_lab_scrub_corrected_errors{",
+        "btrfs_lab_scrub_uncorrectable_errors{",
+        "btrfs_lab_scrub_running{",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
     assert!(r.totals.errors > 0, "{r:?}");
     assert!(r.totals.corrected > 0, "{r:?}");
     assert_eq!(r.totals.uncorrectable, 0, "{r:?}");

@@ -387,6 +387,7 @@ transcript_tests! {
     root read_test => "read-test.md",
     root rescue => "rescue.md",
     root sandbox => "sandbox.md",
+    root scrub => "scrub.md",
     root show => "show.md",
     root usage => "usage.md",
 }

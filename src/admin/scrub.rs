@@ -22,6 +22,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::exit;
 use crate::sys::fs::outfile::OutputDir;
 use crate::sys::kernel::{btrfs, ioctl, signals};
+use crate::sys::tools::inhibit::SleepInhibitor;
 use crate::ui::{self, Ui};
 
 /// One device's counters (this run's, or the sum of the runs of a resumed
@@ -211,6 +212,9 @@ pub struct ScrubReport {
     /// Devices not scrubbed (missing).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<u64>,
+    /// A systemd-logind sleep inhibitor was held while it ran.
+    #[serde(default)]
+    pub suspend_held_off: bool,
 }
 
 impl ScrubReport {
@@ -591,6 +595,25 @@ pub fn execute(
         )));
     }
     let _limit = LimitGuard::set(plan, ui)?;
+    let inhibitor = match SleepInhibitor::hold(&format!("scrub of {}", mount.display())) {
+        Ok(i) => Some(i),
+        Err(why) => {
+            let message = format!(
+                "suspend is not held off while the scrub runs ({why}); a suspend pauses it, \
+                 and kernels 6.19 and later cancel it: btrfs-lab scrub {} --resume then continues",
+                mount.display()
+            );
+            ui::emit(
+                ui,
+                &ScrubRecord::Notice {
+                    message: message.clone(),
+                },
+            );
+            ui.note(&message);
+            None
+        }
+    };
+    let suspend_held_off = inhibitor.is_some();
     let started_at = now_secs();
     let t0 = Instant::now();
     let mut workers: Vec<(PlannedDevice, Option<Worker>)> = Vec::new();
@@ -743,6 +766,7 @@ pub fn execute(
         }
     }
     bar.finish();
+    drop(inhibitor);
     let devices: Vec<DeviceScrub> = results
         .into_iter()
         .zip(last_seen)
@@ -802,6 +826,7 @@ pub fn execute(
         devices,
         totals,
         missing: plan.missing.clone(),
+        suspend_held_off,
     })
 }
 
@@ -985,6 +1010,7 @@ mod tests {
             devices: vec![d.clone()],
             totals: Totals::of(std::slice::from_ref(&d)),
             missing: vec![],
+            suspend_held_off: false,
         };
         assert_eq!(r.exit_code(), exit::SCRUB_CORRECTED.code);
         d.uncorrectable = 1;

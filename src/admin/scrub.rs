@@ -33,7 +33,8 @@ pub struct DeviceScrub {
     pub devid: u64,
     /// Its block device (empty when missing).
     pub path: String,
-    /// Bytes to read: the device's used bytes (DEV_INFO bytes_used).
+    /// The device's allocated bytes (DEV_INFO bytes_used): the most a
+    /// scrub reads (it reads only the used blocks of each chunk).
     pub bytes_to_read: u64,
     /// Data and tree bytes scrubbed.
     pub bytes_scrubbed: u64,

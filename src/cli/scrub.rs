@@ -177,7 +177,7 @@ fn render_plan(plan: &ScrubPlan, out: &Output) -> String {
     );
     for d in &plan.devices {
         t.push_str(&format!(
-            "  devid {} {}: {} to read{}\n",
+            "  devid {} {}: {} allocated (what it reads at most){}\n",
             d.devid,
             d.path,
             out.size(d.bytes_to_read),
@@ -202,7 +202,7 @@ fn render_plan(plan: &ScrubPlan, out: &Output) -> String {
 
 fn device_line(d: &DeviceScrub, out: &Output) -> String {
     format!(
-        "  devid {} {}: {} of {} read, {} errors (read {}, csum {}, verify {}, super {}), {} corrected, {} uncorrectable\n",
+        "  devid {} {}: {} read of {} allocated, {} errors (read {}, csum {}, verify {}, super {}), {} corrected, {} uncorrectable\n",
         d.devid,
         d.path,
         out.size(d.bytes_scrubbed),

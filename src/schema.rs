@@ -81,6 +81,9 @@ documents! {
     "convert-pause", false, crate::admin::report::PauseReport, "convert --pause --json";
     "convert-cancel", false, crate::admin::report::CancelReport, "convert --cancel --json";
     "reclaim-record", true, crate::admin::reclaim::ReclaimRecord, "reclaim --json (JSON Lines: the plan, each step, progress, the result; with --dry-run the plan only)";
+    "scrub-record", true, crate::admin::scrub::ScrubRecord, "scrub --json (JSON Lines)";
+    "scrub-status", false, crate::admin::scrub::ScrubStatus, "scrub --status --json";
+    "scrub-cancel", false, crate::admin::scrub::ScrubCancel, "scrub --cancel --json";
     "device-add", false, crate::admin::report::AddReport, "device add --json";
     "device-replace", false, crate::admin::replace::ReplaceReport, "device replace --json";
     "device-replace-status", false, crate::admin::replace::ReplaceStatusReport, "device replace MOUNT --status --json";

@@ -12,4 +12,5 @@ pub mod redundancy;
 pub mod remove;
 pub mod replace;
 pub mod report;
+pub mod scrub;
 pub mod state;

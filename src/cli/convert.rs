@@ -39,7 +39,7 @@ pub struct ConvertArgs {
     /// Pause the running conversion after the current chunk.
     #[arg(long, conflicts_with_all = ["resume", "cancel"])]
     pause: bool,
-    /// Resume a paused conversion.
+    /// Continue the paused or interrupted operation.
     #[arg(long, conflicts_with = "cancel")]
     resume: bool,
     /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).

@@ -14,7 +14,8 @@ use super::output::{Output, Paint, wrap};
 
 pub const AFTER_HELP: &str = "\
 Read-only unless --deep: no writes, no probes. Findings have stable codes
-(docs/findings.md lists them).
+(docs/findings.md lists them). On failure the --textfile says
+btrfs_lab_doctor_success 0 (rewritten in place if no new file can be made).
 
 Exit status (as monitoring plugins):
   0  no finding worse than info
@@ -48,8 +49,6 @@ pub struct DoctorArgs {
     format: Format,
     /// Also write the Prometheus metrics to FILE atomically (a temporary file
     /// in its directory, then rename), for node_exporter's textfile collector.
-    /// On failure the file says `btrfs_lab_doctor_success 0` (rewritten in
-    /// place if no new file can be made).
     #[arg(long, value_name = "FILE")]
     textfile: Option<PathBuf>,
     /// Also run what costs time or writes a little: probe-dio on the

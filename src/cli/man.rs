@@ -417,6 +417,21 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
                 "btrfs-lab reclaim --yes /mnt/data --goal 20G --max-usage 50",
             ),
         ],
+        ["scrub"] => &[
+            ("The plan only.", "btrfs-lab scrub --dry-run /mnt/data"),
+            (
+                "Scrub at most 200 MB/s per device, without asking.",
+                "btrfs-lab scrub --yes --limit 200M /mnt/data",
+            ),
+            (
+                "Where a scrub stands (btrfs scrub start's too).",
+                "btrfs-lab scrub --status /mnt/data",
+            ),
+            (
+                "Continue an interrupted scrub.",
+                "btrfs-lab scrub --resume --yes /mnt/data",
+            ),
+        ],
         ["convert"] => &[
             (
                 "The plan only.",
@@ -533,6 +548,7 @@ fn see_also(words: &[String]) -> &'static [&'static str] {
         ["show"] => &["btrfs-filesystem(8)", "btrfs-device(8)"],
         ["device", ..] => &["btrfs-device(8)", "btrfs-balance(8)"],
         ["convert"] | ["reclaim"] => &["btrfs-balance(8)"],
+        ["scrub"] => &["btrfs-scrub(8)"],
         ["nocow"] => &["chattr(1)", "lsattr(1)"],
         ["bench"] | ["read-test"] => &["fio(1)"],
         ["probe-dio"] => &["open(2)"],

@@ -18,6 +18,7 @@ mod read_test;
 mod reclaim;
 mod rescue;
 mod sandbox;
+mod scrub;
 mod show;
 mod units;
 mod usage;
@@ -93,6 +94,9 @@ enum Command {
     /// Relocate little-used data chunks to end ENOSPC, plan first.
     #[command(after_long_help = reclaim::AFTER_HELP)]
     Reclaim(reclaim::ReclaimArgs),
+    /// Verify every block's checksum, repair from copies; resumable.
+    #[command(after_long_help = scrub::AFTER_HELP)]
+    Scrub(scrub::ScrubArgs),
     /// PCIe links of NVMe drives, and the drives' and array's ceilings.
     #[command(after_long_help = links::AFTER_HELP)]
     Links(links::LinksArgs),
@@ -139,6 +143,7 @@ pub fn run() -> ExitCode {
         Command::Device(args) => device::run(args, &out),
         Command::Convert(args) => convert::run(args, &out),
         Command::Reclaim(args) => reclaim::run(args, &out),
+        Command::Scrub(args) => scrub::run(args, &out, places.0.clone()),
         Command::Links(args) => links::run(args, &out),
         Command::Nocow(args) => nocow::run(args, &out),
         Command::ReadTest(args) => read_test::run(args, &out),

@@ -173,6 +173,22 @@ pub const GOAL_NOT_REACHED: Status = Status {
     meaning: "the goal was not reached: add a device or delete files",
 };
 
+/// `scrub`: errors were found and every one was corrected.
+pub const SCRUB_CORRECTED: Status = Status {
+    code: 3,
+    name: "errors-corrected",
+    commands: "scrub",
+    meaning: "errors were found, all corrected",
+};
+
+/// `scrub`: errors no good copy was found for (damaged files).
+pub const SCRUB_UNCORRECTABLE: Status = Status {
+    code: 4,
+    name: "errors-uncorrectable",
+    commands: "scrub",
+    meaning: "uncorrectable errors: files are damaged",
+};
+
 /// Every status, the shared ones first.
 pub const ALL: &[Status] = &[
     OK,
@@ -195,6 +211,8 @@ pub const ALL: &[Status] = &[
     UNKNOWN,
     FILES_LOST,
     GOAL_NOT_REACHED,
+    SCRUB_CORRECTED,
+    SCRUB_UNCORRECTABLE,
 ];
 
 /// One line of a command's table: a status and what it means there.
@@ -524,6 +542,36 @@ pub(crate) const PAGES: &[Page] = &[
         ],
     },
     Page {
+        command: "scrub",
+        rows: &[
+            row(
+                OK,
+                "scrubbed, no error found (--status, --cancel, --dry-run: done).",
+            ),
+            row(
+                SCRUB_CORRECTED,
+                "errors-corrected: errors were found and every one was repaired from another \
+                 copy (with --readonly: errors were found, none was repaired).",
+            ),
+            row(
+                SCRUB_UNCORRECTABLE,
+                "errors-uncorrectable: no good copy of some blocks: files are damaged \
+                 (btrfs-lab rescue copies out the intact ones).",
+            ),
+            row(
+                ERROR,
+                "refused or failed: not a btrfs, not root, a scrub already runs, --cancel \
+                 with no scrub running, --resume with nothing to resume.",
+            ),
+            BAD,
+            row(
+                INTERRUPTED,
+                "SIGINT, SIGTERM or SIGHUP: the scrub was cancelled after every device's scrub \
+                 returned; its progress is saved and `scrub MOUNT --resume` continues it.",
+            ),
+        ],
+    },
+    Page {
         command: "man",
         rows: &[
             row(OK, "the page was printed or the pages written."),
@@ -783,6 +831,8 @@ mod tests {
                 ("doctor", "unknown", 3),
                 ("rescue", "files-lost", 3),
                 ("reclaim", "goal-not-reached", 3),
+                ("scrub", "errors-corrected", 3),
+                ("scrub", "errors-uncorrectable", 4),
             ]
         );
         // One name means one status.

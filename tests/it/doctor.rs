@@ -18,7 +18,7 @@ use crate::common::{TestEnv, json, require_root, run, typed};
 
 const MIB: u64 = 1 << 20;
 
-fn write_file(path: &Path, mib: usize, seed: u32) -> std::io::Result<()> {
+pub(crate) fn write_file(path: &Path, mib: usize, seed: u32) -> std::io::Result<()> {
     let mut f = fs::File::create(path)?;
     let block: Vec<u8> = (0..1u32 << 20)
         .map(|i| ((i ^ seed).wrapping_mul(2_654_435_761) >> 13) as u8)
@@ -235,7 +235,7 @@ fn healthy_filesystem_gives_no_warning_and_valid_metrics() {
 }
 
 /// Where the first extent of `file` lies: (device, physical byte offset).
-fn first_extent(file: &Path, any_member: &Path) -> (PathBuf, u64) {
+pub(crate) fn first_extent(file: &Path, any_member: &Path) -> (PathBuf, u64) {
     let out = Command::new("filefrag")
         .args(["-v", "-b4096"])
         .arg(file)

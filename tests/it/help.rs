@@ -412,6 +412,7 @@ fn every_help_is_complete_consistent_and_fits_80_columns() {
         "device add",
         "convert",
         "reclaim",
+        "scrub",
         "nocow",
         "probe-dio",
         "read-test",

@@ -25,5 +25,6 @@ mod repo;
 mod rescue;
 mod rig;
 mod sandbox;
+mod scrub;
 mod space;
 mod transcripts;

@@ -135,6 +135,7 @@ fn failed_json_runs_print_nothing_on_stdout() {
             "raid1".into(),
         ],
         vec!["reclaim".into(), missing.clone()],
+        vec!["scrub".into(), missing.clone(), "--status".into()],
         vec!["links".into(), missing.clone()],
         vec!["nocow".into(), "/dev/null".into()],
         vec!["nocow".into(), "--check".into(), missing.clone()],

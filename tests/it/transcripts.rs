@@ -388,6 +388,7 @@ transcript_tests! {
     root reclaim => "reclaim.md",
     root rescue => "rescue.md",
     root sandbox => "sandbox.md",
+    root scrub => "scrub.md",
     root show => "show.md",
     root usage => "usage.md",
 }

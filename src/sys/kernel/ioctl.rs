@@ -383,3 +383,57 @@ pub(crate) fn balance_ctl(fd: BorrowedFd<'_>, pause: bool) -> Result<(), Errno> 
     unsafe { btrfs_ioc_balance_ctl(fd.as_raw_fd(), cmd) }?;
     Ok(())
 }
+
+// ---------------------------------------------------------------- scrub
+// BTRFS_IOC_SCRUB with a start offset: btrfs-uapi's `scrub_start` always
+// starts at 0, a resumed scrub starts where the last one stopped (as
+// btrfs-progs' `scrub resume` passes `start = last_physical`).
+
+/// Scrubs device `devid` of the filesystem `fd` is open on, from physical
+/// byte `start` to the end; blocks until it is done or cancelled
+/// (`ECANCELED`): the counters, and whether it was cancelled.
+pub fn scrub_device(
+    fd: BorrowedFd<'_>,
+    devid: u64,
+    start: u64,
+    readonly: bool,
+) -> std::result::Result<(btrfs_uapi::scrub::ScrubProgress, bool), Errno> {
+    use btrfs_uapi::raw::{BTRFS_SCRUB_READONLY, btrfs_ioc_scrub, btrfs_ioctl_scrub_args};
+    // SAFETY: btrfs_ioctl_scrub_args is a plain C struct of integers, for
+    // which all-zero bytes are a valid value.
+    let mut args: btrfs_ioctl_scrub_args = unsafe { std::mem::zeroed() };
+    args.devid = devid;
+    args.start = start;
+    args.end = u64::MAX;
+    if readonly {
+        args.flags = u64::from(BTRFS_SCRUB_READONLY);
+    }
+    // SAFETY: `fd` is an open descriptor for the whole call, `args` is a
+    // valid, exclusively borrowed btrfs_ioctl_scrub_args of the size the
+    // request number encodes; the kernel writes only inside it.
+    let cancelled = match unsafe { btrfs_ioc_scrub(fd.as_raw_fd(), &raw mut args) } {
+        Ok(_) => false,
+        // The kernel copies the counters back on a cancel too.
+        Err(Errno::ECANCELED) => true,
+        Err(e) => return Err(e),
+    };
+    let p = &args.progress;
+    let progress = btrfs_uapi::scrub::ScrubProgress {
+        data_extents_scrubbed: p.data_extents_scrubbed,
+        tree_extents_scrubbed: p.tree_extents_scrubbed,
+        data_bytes_scrubbed: p.data_bytes_scrubbed,
+        tree_bytes_scrubbed: p.tree_bytes_scrubbed,
+        read_errors: p.read_errors,
+        csum_errors: p.csum_errors,
+        verify_errors: p.verify_errors,
+        no_csum: p.no_csum,
+        csum_discards: p.csum_discards,
+        super_errors: p.super_errors,
+        malloc_errors: p.malloc_errors,
+        uncorrectable_errors: p.uncorrectable_errors,
+        corrected_errors: p.corrected_errors,
+        last_physical: p.last_physical,
+        unverified_errors: p.unverified_errors,
+    };
+    Ok((progress, cancelled))
+}

@@ -2,6 +2,7 @@
 //! an argv (never a shell), their stderr kept in the error.
 
 pub mod fio;
+pub mod inhibit;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;

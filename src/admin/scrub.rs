@@ -1,0 +1,1032 @@
+//! `scrub MOUNT`: read every block of every device, verify its checksum and
+//! repair from another copy where the profile has one.
+//!
+//! The kernel scrubs one device per `BTRFS_IOC_SCRUB` (blocking), so a run
+//! has one thread per device (as btrfs-progs) and the calling thread polls
+//! `SCRUB_PROGRESS` for progress and waits for signals. The first SIGINT,
+//! SIGTERM or SIGHUP cancels the scrub (the kernel keeps `last_physical`
+//! per device); the process returns only once every scrub ioctl did.
+//! What was done is saved (atomically) under the state directory, and a
+//! later `scrub MOUNT --resume` starts each device at its `last_physical`,
+//! as `btrfs scrub resume` does.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::exit;
+use crate::sys::fs::outfile::OutputDir;
+use crate::sys::kernel::{btrfs, ioctl, signals};
+use crate::sys::tools::inhibit::SleepInhibitor;
+use crate::ui::{self, Ui};
+
+/// One device's counters (this run's, or the sum of the runs of a resumed
+/// scrub in the saved state).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DeviceScrub {
+    /// The btrfs device id.
+    pub devid: u64,
+    /// Its block device (empty when missing).
+    pub path: String,
+    /// The device's allocated bytes (DEV_INFO bytes_used): the most a
+    /// scrub reads (it reads only the used blocks of each chunk).
+    pub bytes_to_read: u64,
+    /// Data and tree bytes scrubbed.
+    pub bytes_scrubbed: u64,
+    /// Data extents scrubbed.
+    pub data_extents: u64,
+    /// Tree (metadata) extents scrubbed.
+    pub tree_extents: u64,
+    /// Read errors.
+    pub read_errors: u64,
+    /// Checksum mismatches.
+    pub csum_errors: u64,
+    /// Tree blocks that failed verification.
+    pub verify_errors: u64,
+    /// Bad superblock copies.
+    pub super_errors: u64,
+    /// Errors repaired from another copy.
+    pub corrected: u64,
+    /// Errors no good copy was found for.
+    pub uncorrectable: u64,
+    /// Errors that went away on a re-read.
+    pub unverified: u64,
+    /// Where on the device the scrub got to (the resume point).
+    pub last_physical: u64,
+    /// The device's scrub ran to its end.
+    pub finished: bool,
+}
+
+impl DeviceScrub {
+    /// Read, checksum, verify and superblock errors.
+    pub fn errors(&self) -> u64 {
+        self.read_errors + self.csum_errors + self.verify_errors + self.super_errors
+    }
+
+    /// The kernel's counters of one run (`p`) added to these.
+    fn add(&mut self, p: &btrfs_uapi::scrub::ScrubProgress) {
+        self.bytes_scrubbed += p.data_bytes_scrubbed + p.tree_bytes_scrubbed;
+        self.data_extents += p.data_extents_scrubbed;
+        self.tree_extents += p.tree_extents_scrubbed;
+        self.read_errors += p.read_errors;
+        self.csum_errors += p.csum_errors;
+        self.verify_errors += p.verify_errors;
+        self.super_errors += p.super_errors;
+        self.corrected += p.corrected_errors;
+        self.uncorrectable += p.uncorrectable_errors;
+        self.unverified += p.unverified_errors;
+        self.last_physical = self.last_physical.max(p.last_physical);
+    }
+
+    /// This device's counters of one run: the kernel's `p`.
+    fn of(
+        devid: u64,
+        path: &str,
+        bytes_to_read: u64,
+        p: &btrfs_uapi::scrub::ScrubProgress,
+    ) -> Self {
+        let mut d = DeviceScrub {
+            devid,
+            path: path.to_owned(),
+            bytes_to_read,
+            ..DeviceScrub::default()
+        };
+        d.add(p);
+        d.last_physical = p.last_physical;
+        d
+    }
+}
+
+/// The sums over the devices.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Totals {
+    /// Bytes to read on every device scrubbed.
+    pub bytes_to_read: u64,
+    /// Bytes scrubbed (in this run).
+    pub bytes_scrubbed: u64,
+    /// Errors found (read, checksum, verify, superblock).
+    pub errors: u64,
+    /// Errors corrected.
+    pub corrected: u64,
+    /// Errors that could not be corrected.
+    pub uncorrectable: u64,
+}
+
+impl Totals {
+    /// The sums of `devices`.
+    pub fn of(devices: &[DeviceScrub]) -> Self {
+        let mut t = Totals::default();
+        for d in devices {
+            t.bytes_to_read += d.bytes_to_read;
+            t.bytes_scrubbed += d.bytes_scrubbed;
+            t.errors += d.errors();
+            t.corrected += d.corrected;
+            t.uncorrectable += d.uncorrectable;
+        }
+        t
+    }
+}
+
+/// One device of the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PlannedDevice {
+    /// The btrfs device id.
+    pub devid: u64,
+    /// Its block device (empty when missing: it is not scrubbed).
+    pub path: String,
+    /// Its used bytes.
+    pub bytes_to_read: u64,
+    /// Where the scrub starts (0, or the saved last_physical on a resume).
+    pub start: u64,
+    /// Its scrub_speed_max setting file, when the kernel has it (5.14+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_max_file: Option<PathBuf>,
+}
+
+/// What a run would do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ScrubPlan {
+    /// The mount point given.
+    pub mount_point: PathBuf,
+    /// The filesystem's UUID.
+    pub fsid: String,
+    /// `--readonly`: report, repair nothing.
+    pub readonly: bool,
+    /// Continues a scrub that was interrupted.
+    pub resume: bool,
+    /// `--limit`: bytes per second per device, for this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// The devices to scrub (those already finished in a resume are left out).
+    pub devices: Vec<PlannedDevice>,
+    /// Devices not scrubbed: missing (degraded mount).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<u64>,
+}
+
+impl ScrubPlan {
+    /// Bytes left to read.
+    pub fn bytes_left(&self) -> u64 {
+        self.devices
+            .iter()
+            .map(|d| d.bytes_to_read.saturating_sub(d.start.min(d.bytes_to_read)))
+            .sum()
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Every device was scrubbed to its end.
+    Finished,
+    /// Cancelled by a signal; `--resume` continues.
+    Interrupted,
+}
+
+/// The result of `scrub MOUNT`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ScrubReport {
+    /// The mount point given.
+    pub mount_point: PathBuf,
+    /// The filesystem's UUID.
+    pub fsid: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// It continued an interrupted scrub.
+    pub resumed: bool,
+    /// Nothing was repaired (`--readonly`).
+    pub readonly: bool,
+    /// Start, seconds since the epoch.
+    pub started_at: u64,
+    /// How long this run took, seconds.
+    pub duration_seconds: f64,
+    /// This run's counters per device.
+    pub devices: Vec<DeviceScrub>,
+    /// Their sums.
+    pub totals: Totals,
+    /// Devices not scrubbed (missing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<u64>,
+    /// A systemd-logind sleep inhibitor was held while it ran.
+    #[serde(default)]
+    pub suspend_held_off: bool,
+}
+
+impl ScrubReport {
+    /// The documented exit status of this report.
+    pub fn exit_code(&self) -> u8 {
+        if self.outcome == Outcome::Interrupted {
+            exit::INTERRUPTED.code
+        } else if self.totals.uncorrectable > 0 {
+            exit::SCRUB_UNCORRECTABLE.code
+        } else if self.totals.errors > 0 || self.totals.corrected > 0 {
+            exit::SCRUB_CORRECTED.code
+        } else {
+            exit::OK.code
+        }
+    }
+}
+
+/// `scrub --json`'s JSON Lines records, tagged by `event`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum ScrubRecord {
+    /// The plan.
+    Plan {
+        /// What will be scrubbed.
+        plan: ScrubPlan,
+    },
+    /// About once a second.
+    Progress {
+        /// Bytes to read (every device).
+        bytes_to_read: u64,
+        /// Bytes read so far (earlier runs of a resumed scrub included).
+        bytes_scrubbed: u64,
+        /// Bytes per second in this run.
+        rate: f64,
+        /// Seconds left at that rate, when it can be said.
+        eta_seconds: Option<u64>,
+        /// Errors found so far.
+        errors: u64,
+    },
+    /// A signal arrived: the scrub is being cancelled.
+    Stopping {
+        /// SIGINT, SIGTERM or SIGHUP.
+        signal: String,
+    },
+    /// A sentence about the run (suspend not held off, a limit not set).
+    Notice {
+        /// One sentence.
+        message: String,
+    },
+    /// The last record.
+    Result {
+        /// The report.
+        report: ScrubReport,
+    },
+}
+
+/// `scrub --status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ScrubStatus {
+    /// The mount point given.
+    pub mount_point: PathBuf,
+    /// The filesystem's UUID.
+    pub fsid: String,
+    /// A scrub runs now (ours or `btrfs scrub start`'s).
+    pub running: bool,
+    /// The running scrub's counters per device (from SCRUB_PROGRESS).
+    pub devices: Vec<DeviceScrub>,
+    /// What btrfs-lab saved of its last scrub of this filesystem.
+    pub last: Option<SavedScrub>,
+}
+
+/// `scrub --cancel`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ScrubCancel {
+    /// The mount point given.
+    pub mount_point: PathBuf,
+    /// The scrub was cancelled (the kernel keeps its progress).
+    pub cancelled: bool,
+}
+
+/// The state file: what was done of the last scrub, per device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SavedScrub {
+    /// The filesystem's UUID.
+    pub fsid: String,
+    /// When the scrub (its first run) started, seconds since the epoch.
+    pub started_at: u64,
+    /// When it was last saved, seconds since the epoch.
+    pub saved_at: u64,
+    /// Every device ran to its end.
+    pub finished: bool,
+    /// `--readonly`.
+    pub readonly: bool,
+    /// The sums of every run per device.
+    pub devices: Vec<DeviceScrub>,
+}
+
+impl SavedScrub {
+    /// Parses a state file.
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        serde_json::from_str(text).map_err(|e| {
+            Error::new(
+                ErrorKind::Parse,
+                format!(
+                    "{} is not a btrfs-lab scrub state file: {e}",
+                    path.display()
+                ),
+            )
+            .with_hint("remove it to start the next scrub from the beginning")
+        })
+    }
+
+    /// The device `devid`'s saved counters.
+    pub fn device(&self, devid: u64) -> Option<&DeviceScrub> {
+        self.devices.iter().find(|d| d.devid == devid)
+    }
+}
+
+/// Where the state of `fsid`'s scrub is kept.
+pub struct StateStore {
+    dir: PathBuf,
+}
+
+impl StateStore {
+    /// `state_dir`/scrub.
+    pub fn new(state_dir: &Path) -> Self {
+        StateStore {
+            dir: state_dir.join("scrub"),
+        }
+    }
+
+    fn name(fsid: &str) -> String {
+        format!("{fsid}.json")
+    }
+
+    /// The saved state of `fsid`, if any.
+    pub fn load(&self, fsid: &str) -> Result<Option<SavedScrub>> {
+        let path = self.dir.join(Self::name(fsid));
+        match std::fs::read_to_string(&path) {
+            Ok(t) => SavedScrub::parse(&t, &path).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::from_io(&e, "cannot read", &path)),
+        }
+    }
+
+    /// Replaces the saved state atomically.
+    pub fn save(&self, s: &SavedScrub) -> Result<()> {
+        let dir = OutputDir::create(&self.dir, 0o755)?;
+        let text = serde_json::to_string_pretty(s)
+            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot serialize: {e}")))?;
+        dir.write(Self::name(&s.fsid), text.as_bytes(), 0o644)?;
+        Ok(())
+    }
+}
+
+/// What the user asked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Request {
+    /// Report only (`btrfs scrub start -r`).
+    pub readonly: bool,
+    /// Bytes per second per device.
+    pub limit: Option<u64>,
+    /// Continue an interrupted scrub.
+    pub resume: bool,
+}
+
+/// The sysfs file of a device's scrub speed limit (kernel 5.14+).
+fn speed_max_file(fsid: &str, devid: u64) -> Option<PathBuf> {
+    let p = PathBuf::from(format!(
+        "/sys/fs/btrfs/{fsid}/devinfo/{devid}/scrub_speed_max"
+    ));
+    p.exists().then_some(p)
+}
+
+/// Pure: the plan from the devices and the saved state.
+pub fn plan_from(
+    mount_point: &Path,
+    fsid: &str,
+    devices: &[(u64, String, u64, Option<PathBuf>)],
+    saved: Option<&SavedScrub>,
+    req: Request,
+) -> Result<ScrubPlan> {
+    let resumable = saved.filter(|s| !s.finished && s.fsid == fsid);
+    if req.resume && resumable.is_none() {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "no interrupted scrub of {} to resume",
+                mount_point.display()
+            ),
+        )
+        .with_hint("start one without --resume"));
+    }
+    let resume = req.resume;
+    let mut planned = Vec::new();
+    let mut missing = Vec::new();
+    for (devid, path, used, speed) in devices {
+        if path.is_empty() {
+            missing.push(*devid);
+            continue;
+        }
+        let prior = if resume {
+            resumable.and_then(|s| s.device(*devid))
+        } else {
+            None
+        };
+        if prior.is_some_and(|p| p.finished) {
+            continue;
+        }
+        planned.push(PlannedDevice {
+            devid: *devid,
+            path: path.clone(),
+            bytes_to_read: *used,
+            start: prior.map_or(0, |p| p.last_physical),
+            speed_max_file: speed.clone(),
+        });
+    }
+    Ok(ScrubPlan {
+        mount_point: mount_point.to_path_buf(),
+        fsid: fsid.to_owned(),
+        readonly: req.readonly,
+        resume,
+        limit: req.limit,
+        devices: planned,
+        missing,
+    })
+}
+
+/// Reads the filesystem and the saved state and plans the run.
+pub fn plan(
+    mount: &Path,
+    store: &StateStore,
+    req: Request,
+) -> Result<(ScrubPlan, Option<SavedScrub>)> {
+    let fsid = btrfs::fsid(mount)?;
+    let devs: Vec<_> = btrfs::devices(mount)?
+        .into_iter()
+        .map(|d| {
+            let f = speed_max_file(&fsid, d.devid);
+            (d.devid, d.path, d.bytes_used, f)
+        })
+        .collect();
+    let saved = store.load(&fsid)?;
+    let p = plan_from(mount, &fsid, &devs, saved.as_ref(), req)?;
+    Ok((p, saved))
+}
+
+/// The scrub counters of each device of `mount` while a scrub runs
+/// (empty when none runs).
+pub fn running(mount: &Path) -> Result<Vec<DeviceScrub>> {
+    let f = open_dir(mount)?;
+    let mut out = Vec::new();
+    for d in btrfs::devices(mount)? {
+        if d.path.is_empty() {
+            continue;
+        }
+        match btrfs_uapi::scrub::scrub_progress(f.as_fd(), d.devid) {
+            Ok(Some(p)) => out.push(DeviceScrub::of(d.devid, &d.path, d.bytes_used, &p)),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(Error::from_errno(
+                    e,
+                    "cannot read the scrub progress of",
+                    mount,
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `--status`.
+pub fn status(mount: &Path, store: &StateStore) -> Result<ScrubStatus> {
+    let fsid = btrfs::fsid(mount)?;
+    let devices = running(mount)?;
+    Ok(ScrubStatus {
+        mount_point: mount.to_path_buf(),
+        fsid: fsid.clone(),
+        running: !devices.is_empty(),
+        devices,
+        last: store.load(&fsid)?,
+    })
+}
+
+/// `--cancel`: ENOTCONN (nothing runs) is an error of kind `State`.
+pub fn cancel(mount: &Path) -> Result<ScrubCancel> {
+    btrfs::fsid(mount)?;
+    let f = open_dir(mount)?;
+    match btrfs_uapi::scrub::scrub_cancel(f.as_fd()) {
+        Ok(()) => Ok(ScrubCancel {
+            mount_point: mount.to_path_buf(),
+            cancelled: true,
+        }),
+        Err(Errno::ENOTCONN) => Err(Error::new(
+            ErrorKind::State,
+            format!("no scrub runs on {}", mount.display()),
+        )
+        .with_hint(format!(
+            "btrfs-lab scrub {} --status shows the last one",
+            mount.display()
+        ))),
+        Err(e) => Err(Error::from_errno(e, "cannot cancel the scrub of", mount)),
+    }
+}
+
+fn open_dir(mount: &Path) -> Result<File> {
+    File::open(mount).map_err(|e| Error::from_io(&e, "cannot open", mount))
+}
+
+/// Sets `--limit` on every planned device and puts the old values back
+/// when dropped (every exit path, a panic too).
+struct LimitGuard {
+    restore: Vec<(PathBuf, String)>,
+}
+
+impl LimitGuard {
+    fn set(plan: &ScrubPlan, ui: &dyn Ui) -> Result<Self> {
+        let mut g = LimitGuard {
+            restore: Vec::new(),
+        };
+        let Some(limit) = plan.limit else {
+            return Ok(g);
+        };
+        for d in &plan.devices {
+            let Some(file) = &d.speed_max_file else {
+                ui.note(&format!(
+                    "device {} has no scrub_speed_max (kernel older than 5.14): --limit does not apply to it",
+                    d.devid
+                ));
+                continue;
+            };
+            let old = std::fs::read_to_string(file)
+                .map_err(|e| Error::from_io(&e, "cannot read", file))?;
+            std::fs::write(file, limit.to_string())
+                .map_err(|e| Error::from_io(&e, "cannot write", file))?;
+            g.restore.push((file.clone(), old.trim().to_owned()));
+        }
+        Ok(g)
+    }
+}
+
+impl Drop for LimitGuard {
+    fn drop(&mut self) {
+        for (file, old) in &self.restore {
+            let _ = std::fs::write(file, old);
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+type Worker =
+    std::thread::JoinHandle<std::result::Result<(btrfs_uapi::scrub::ScrubProgress, bool), Errno>>;
+
+/// Runs the plan: one thread per device; progress, signals and the saved
+/// state from this one. Returns once every scrub ioctl returned.
+pub fn execute(
+    plan: &ScrubPlan,
+    saved: Option<SavedScrub>,
+    store: &StateStore,
+    signals: &signals::OperationSignals,
+    ui: &dyn Ui,
+) -> Result<ScrubReport> {
+    let mount = &plan.mount_point;
+    let dir = open_dir(mount)?;
+    if !running(mount)?.is_empty() {
+        return Err(Error::new(
+            ErrorKind::Busy,
+            format!("a scrub already runs on {}", mount.display()),
+        )
+        .with_hint(format!(
+            "follow it with btrfs-lab scrub {} --status, or cancel it with --cancel",
+            mount.display()
+        )));
+    }
+    let _limit = LimitGuard::set(plan, ui)?;
+    let inhibitor = match SleepInhibitor::hold(&format!("scrub of {}", mount.display())) {
+        Ok(i) => Some(i),
+        Err(why) => {
+            let message = format!(
+                "suspend is not held off while the scrub runs ({why}); a suspend pauses it, \
+                 and kernels 6.19 and later cancel it: btrfs-lab scrub {} --resume then continues",
+                mount.display()
+            );
+            ui::emit(
+                ui,
+                &ScrubRecord::Notice {
+                    message: message.clone(),
+                },
+            );
+            ui.note(&message);
+            None
+        }
+    };
+    let suspend_held_off = inhibitor.is_some();
+    let started_at = now_secs();
+    let t0 = Instant::now();
+    let mut workers: Vec<(PlannedDevice, Option<Worker>)> = Vec::new();
+    for d in &plan.devices {
+        let f = dir
+            .try_clone()
+            .map_err(|e| Error::from_io(&e, "cannot open", mount))?;
+        let (devid, start, ro) = (d.devid, d.start, plan.readonly);
+        let h = std::thread::spawn(move || ioctl::scrub_device(f.as_fd(), devid, start, ro));
+        workers.push((d.clone(), Some(h)));
+    }
+    let prior: Vec<DeviceScrub> = if plan.resume {
+        saved
+            .as_ref()
+            .map(|s| s.devices.clone())
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let prior_done: u64 = prior.iter().map(|d| d.bytes_scrubbed).sum();
+    let total: u64 = plan.devices.iter().map(|d| d.bytes_to_read).sum::<u64>()
+        + prior
+            .iter()
+            .filter(|d| d.finished)
+            .map(|d| d.bytes_to_read)
+            .sum::<u64>();
+    let bar = ui.progress("{bar:30} {percent:>3}% {msg}");
+    bar.set_length(total.max(1));
+    let mut results: Vec<Option<DeviceScrub>> = vec![None; workers.len()];
+    let mut last_seen: Vec<DeviceScrub> = plan
+        .devices
+        .iter()
+        .map(|d| DeviceScrub {
+            devid: d.devid,
+            path: d.path.clone(),
+            bytes_to_read: d.bytes_to_read,
+            last_physical: d.start,
+            ..DeviceScrub::default()
+        })
+        .collect();
+    let mut cancelling = false;
+    let mut failure: Option<Error> = None;
+    let mut last_event = Instant::now() - Duration::from_secs(10);
+    loop {
+        let (n, sig) = signals.wait(Duration::from_millis(250));
+        if n > 0 {
+            let name = sig.map_or("a signal", |s| s.name()).to_owned();
+            if cancelling {
+                ui.note(
+                    "still stopping: waiting until the kernel's scrub of every device returned",
+                );
+            } else {
+                ui::emit(
+                    ui,
+                    &ScrubRecord::Stopping {
+                        signal: name.clone(),
+                    },
+                );
+                ui.note(&format!(
+                    "{name}: cancelling the scrub; what was done is kept, btrfs-lab scrub {} --resume continues",
+                    mount.display()
+                ));
+            }
+            cancelling = true;
+        }
+        for (i, (d, h)) in workers.iter_mut().enumerate() {
+            if h.as_ref().is_some_and(|h| h.is_finished())
+                && let Some(h) = h.take()
+            {
+                match h.join() {
+                    Ok(Ok((p, cancelled))) => {
+                        let mut r = DeviceScrub::of(d.devid, &d.path, d.bytes_to_read, &p);
+                        r.finished = !cancelled;
+                        results[i] = Some(r);
+                    }
+                    Ok(Err(e)) => {
+                        if failure.is_none() {
+                            failure = Some(Error::from_errno(
+                                e,
+                                &format!("cannot scrub device {} of", d.devid),
+                                mount,
+                            ));
+                        }
+                        let mut r = last_seen[i].clone();
+                        r.finished = false;
+                        results[i] = Some(r);
+                        cancelling = true;
+                    }
+                    Err(_) => {
+                        failure.get_or_insert_with(|| {
+                            Error::new(ErrorKind::Io, "a scrub thread panicked")
+                        });
+                        results[i] = Some(last_seen[i].clone());
+                        cancelling = true;
+                    }
+                }
+            }
+        }
+        let alive = workers.iter().any(|(_, h)| h.is_some());
+        if !alive {
+            break;
+        }
+        if cancelling {
+            // Again on every turn: a thread may not have entered the
+            // ioctl yet when the first cancel came (ENOTCONN then).
+            let _ = btrfs_uapi::scrub::scrub_cancel(dir.as_fd());
+        }
+        for (i, (d, h)) in workers.iter().enumerate() {
+            if h.is_some()
+                && let Ok(Some(p)) = btrfs_uapi::scrub::scrub_progress(dir.as_fd(), d.devid)
+            {
+                last_seen[i] = DeviceScrub::of(d.devid, &d.path, d.bytes_to_read, &p);
+            }
+        }
+        let now_done: u64 = (0..workers.len())
+            .map(|i| results[i].as_ref().unwrap_or(&last_seen[i]).bytes_scrubbed)
+            .sum();
+        let done = prior_done + now_done;
+        bar.set_position(done.min(total));
+        if last_event.elapsed() >= Duration::from_secs(1) {
+            last_event = Instant::now();
+            let secs = t0.elapsed().as_secs_f64();
+            let rate = if secs > 0.0 {
+                now_done as f64 / secs
+            } else {
+                0.0
+            };
+            let eta = (rate > 0.0).then(|| (total.saturating_sub(done) as f64 / rate) as u64);
+            let errors: u64 = last_seen.iter().map(DeviceScrub::errors).sum();
+            bar.set_message(format!(
+                "{} of {}, {}{}",
+                ui.size(done),
+                ui.size(total),
+                crate::model::rate::format_rate(rate),
+                eta.map_or(String::new(), |e| format!(
+                    ", {} left",
+                    crate::model::rate::duration(e as f64)
+                ))
+            ));
+            ui::emit(
+                ui,
+                &ScrubRecord::Progress {
+                    bytes_to_read: total,
+                    bytes_scrubbed: done,
+                    rate,
+                    eta_seconds: eta,
+                    errors,
+                },
+            );
+        }
+    }
+    bar.finish();
+    drop(inhibitor);
+    let devices: Vec<DeviceScrub> = results
+        .into_iter()
+        .zip(last_seen)
+        .map(|(r, l)| r.unwrap_or(l))
+        .collect();
+    let all_finished = devices.iter().all(|d| d.finished);
+    // The saved state: the sums of every run per device.
+    let mut sums: Vec<DeviceScrub> = prior.clone();
+    for d in &devices {
+        match sums.iter_mut().find(|s| s.devid == d.devid) {
+            Some(s) => {
+                let mut merged = d.clone();
+                merged.bytes_scrubbed += s.bytes_scrubbed;
+                merged.data_extents += s.data_extents;
+                merged.tree_extents += s.tree_extents;
+                merged.read_errors += s.read_errors;
+                merged.csum_errors += s.csum_errors;
+                merged.verify_errors += s.verify_errors;
+                merged.super_errors += s.super_errors;
+                merged.corrected += s.corrected;
+                merged.uncorrectable += s.uncorrectable;
+                merged.unverified += s.unverified;
+                *s = merged;
+            }
+            None => sums.push(d.clone()),
+        }
+    }
+    let state = SavedScrub {
+        fsid: plan.fsid.clone(),
+        started_at: if plan.resume {
+            saved.as_ref().map_or(started_at, |s| s.started_at)
+        } else {
+            started_at
+        },
+        saved_at: now_secs(),
+        finished: all_finished && sums.iter().all(|d| d.finished),
+        readonly: plan.readonly,
+        devices: sums,
+    };
+    store.save(&state)?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let totals = Totals::of(&devices);
+    Ok(ScrubReport {
+        mount_point: mount.clone(),
+        fsid: plan.fsid.clone(),
+        outcome: if all_finished {
+            Outcome::Finished
+        } else {
+            Outcome::Interrupted
+        },
+        resumed: plan.resume,
+        readonly: plan.readonly,
+        started_at,
+        duration_seconds: t0.elapsed().as_secs_f64(),
+        devices,
+        totals,
+        missing: plan.missing.clone(),
+        suspend_held_off,
+    })
+}
+
+/// The report as Prometheus text (node_exporter's textfile collector):
+/// series labelled by fsid and devid only, values never in a label.
+pub fn metrics(r: &ScrubReport) -> String {
+    let fsid = &r.fsid;
+    let mut t = String::new();
+    let mut family = |name: &str, help: &str, rows: Vec<(String, f64)>| {
+        t.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for (labels, v) in rows {
+            t.push_str(&format!("{name}{{{labels}}} {v}\n"));
+        }
+    };
+    let fs = format!("fsid=\"{fsid}\"");
+    family(
+        "btrfs_lab_scrub_last_start_timestamp_seconds",
+        "When the last btrfs-lab scrub run started, seconds since the epoch.",
+        vec![(fs.clone(), r.started_at as f64)],
+    );
+    family(
+        "btrfs_lab_scrub_duration_seconds",
+        "How long the last btrfs-lab scrub run took.",
+        vec![(fs.clone(), r.duration_seconds)],
+    );
+    family(
+        "btrfs_lab_scrub_finished",
+        "Whether the last run scrubbed every device to its end (1) or was interrupted (0).",
+        vec![(
+            fs.clone(),
+            f64::from(u8::from(r.outcome == Outcome::Finished)),
+        )],
+    );
+    family(
+        "btrfs_lab_scrub_running",
+        "Whether btrfs-lab scrub runs (0 once this file is written at its end).",
+        vec![(fs.clone(), 0.0)],
+    );
+    let per = |f: fn(&DeviceScrub) -> u64| -> Vec<(String, f64)> {
+        r.devices
+            .iter()
+            .map(|d| (format!("{fs},devid=\"{}\"", d.devid), f(d) as f64))
+            .collect()
+    };
+    family(
+        "btrfs_lab_scrub_bytes_scrubbed",
+        "Bytes the last run read per device.",
+        per(|d| d.bytes_scrubbed),
+    );
+    let mut errors = Vec::new();
+    for d in &r.devices {
+        for (kind, v) in [
+            ("read", d.read_errors),
+            ("csum", d.csum_errors),
+            ("verify", d.verify_errors),
+            ("super", d.super_errors),
+        ] {
+            errors.push((
+                format!("{fs},devid=\"{}\",kind=\"{kind}\"", d.devid),
+                v as f64,
+            ));
+        }
+    }
+    family(
+        "btrfs_lab_scrub_errors",
+        "Errors the last run found per device and kind.",
+        errors,
+    );
+    family(
+        "btrfs_lab_scrub_corrected_errors",
+        "Errors the last run repaired per device.",
+        per(|d| d.corrected),
+    );
+    family(
+        "btrfs_lab_scrub_uncorrectable_errors",
+        "Errors the last run found no good copy for, per device.",
+        per(|d| d.uncorrectable),
+    );
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(devid: u64, path: &str, used: u64) -> (u64, String, u64, Option<PathBuf>) {
+        (devid, path.to_owned(), used, None)
+    }
+
+    fn saved(finished: bool, last: &[(u64, u64, bool)]) -> SavedScrub {
+        SavedScrub {
+            fsid: "f".into(),
+            started_at: 1,
+            saved_at: 2,
+            finished,
+            readonly: false,
+            devices: last
+                .iter()
+                .map(|&(devid, last_physical, finished)| DeviceScrub {
+                    devid,
+                    last_physical,
+                    finished,
+                    bytes_to_read: 100,
+                    ..DeviceScrub::default()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_new_scrub_starts_every_present_device_at_zero() {
+        let devs = [dev(1, "/dev/a", 100), dev(2, "", 100), dev(3, "/dev/c", 50)];
+        let p = plan_from(Path::new("/m"), "f", &devs, None, Request::default()).unwrap();
+        assert_eq!(
+            p.devices.iter().map(|d| d.devid).collect::<Vec<_>>(),
+            [1, 3]
+        );
+        assert!(p.devices.iter().all(|d| d.start == 0));
+        assert_eq!(p.missing, [2]);
+        assert_eq!(p.bytes_left(), 150);
+    }
+
+    #[test]
+    fn a_resume_starts_at_last_physical_and_skips_finished_devices() {
+        let devs = [dev(1, "/dev/a", 100), dev(2, "/dev/b", 100)];
+        let s = saved(false, &[(1, 40, false), (2, 100, true)]);
+        let req = Request {
+            resume: true,
+            ..Request::default()
+        };
+        let p = plan_from(Path::new("/m"), "f", &devs, Some(&s), req).unwrap();
+        assert!(p.resume);
+        assert_eq!(p.devices.len(), 1);
+        assert_eq!((p.devices[0].devid, p.devices[0].start), (1, 40));
+        assert_eq!(p.bytes_left(), 60);
+    }
+
+    #[test]
+    fn nothing_to_resume_is_refused() {
+        let devs = [dev(1, "/dev/a", 100)];
+        let req = Request {
+            resume: true,
+            ..Request::default()
+        };
+        for s in [None, Some(saved(true, &[(1, 100, true)]))] {
+            let e = plan_from(Path::new("/m"), "f", &devs, s.as_ref(), req).unwrap_err();
+            assert!(
+                e.message().contains("no interrupted scrub"),
+                "{}",
+                e.message()
+            );
+        }
+    }
+
+    #[test]
+    fn state_file_round_trips_and_garbage_is_a_parse_error() {
+        let s = saved(false, &[(1, 40, false)]);
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(SavedScrub::parse(&text, Path::new("x")).unwrap(), s);
+        let e = SavedScrub::parse("{", Path::new("x")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Parse);
+    }
+
+    #[test]
+    fn outcome_decides_the_exit_status() {
+        let mut d = DeviceScrub {
+            devid: 1,
+            csum_errors: 2,
+            corrected: 2,
+            finished: true,
+            ..DeviceScrub::default()
+        };
+        let mut r = ScrubReport {
+            mount_point: "/m".into(),
+            fsid: "f".into(),
+            outcome: Outcome::Finished,
+            resumed: false,
+            readonly: false,
+            started_at: 0,
+            duration_seconds: 1.0,
+            devices: vec![d.clone()],
+            totals: Totals::of(std::slice::from_ref(&d)),
+            missing: vec![],
+            suspend_held_off: false,
+        };
+        assert_eq!(r.exit_code(), exit::SCRUB_CORRECTED.code);
+        d.uncorrectable = 1;
+        r.totals = Totals::of(std::slice::from_ref(&d));
+        assert_eq!(r.exit_code(), exit::SCRUB_UNCORRECTABLE.code);
+        r.outcome = Outcome::Interrupted;
+        assert_eq!(r.exit_code(), exit::INTERRUPTED.code);
+        r.devices.clear();
+        r.totals = Totals::default();
+        r.outcome = Outcome::Finished;
+        assert_eq!(r.exit_code(), exit::OK.code);
+        let m = metrics(&r);
+        assert!(
+            m.contains("btrfs_lab_scrub_duration_seconds{fsid=\"f\"} 1\n"),
+            "{m}"
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! `scrub` on real sandboxes: corruption planted behind btrfs' back is
+//! found and corrected on RAID1 and uncorrectable on single; a scrub
+//! interrupted by SIGINT resumes from the saved last_physical; --status,
+//! --cancel and --dry-run.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use btrfs_lab::admin::scrub::{
+    Outcome, SavedScrub, ScrubCancel, ScrubRecord, ScrubReport, ScrubStatus,
+};
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
+
+use crate::common::{TestEnv, require_root, run, typed, typed_lines};
+use crate::doctor::{first_extent, write_file};
+
+fn sandbox(env: &TestEnv, devices: u32, data: Profile, metadata: Profile) -> Sandbox {
+    env.sandbox(SandboxRequest {
+        devices,
+        size_bytes: 1 << 30,
+        data: Some(data),
+        metadata: Some(metadata),
+        ..SandboxRequest::default()
+    })
+}
+
+/// Overwrites 1 MiB of `file`'s first extent on one device (one copy on
+/// RAID1), then drops the file's cache so the next read goes to the disk.
+fn corrupt(m: &Path, file: &Path, member: &Path) {
+    let out = Command::new("btrfs")
+        .args(["filesystem", "sync"])
+        .arg(m)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (dev, physical) = first_extent(file, member);
+    let out = Command::new("dd")
+        .args([
+            "if=/dev/urandom",
+            "bs=4096",
+            "count=256",
+            "oflag=direct",
+            "conv=notrunc",
+        ])
+        .arg(format!("of={}", dev.display()))
+        .arg(format!("seek={}", physical / 4096))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop_cache(file);
+}
+
+/// POSIX_FADV_DONTNEED on one file (never the machine's caches).
+fn drop_cache(file: &Path) {
+    let f = fs::File::open(file).unwrap();
+    nix::fcntl::posix_fadvise(
+        &f,
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .unwrap();
+}
+
+fn scrub(env: &TestEnv, m: &Path, extra: &[&str]) -> (i32, Vec<ScrubRecord>, String) {
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(m).args(extra).arg("--json"));
+    let lines = if out.trim().is_empty() {
+        Vec::new()
+    } else {
+        typed_lines::<ScrubRecord>(&out)
+    };
+    (code, lines, err)
+}
+
+fn report(records: &[ScrubRecord], err: &str) -> ScrubReport {
+    match records.last() {
+        Some(ScrubRecord::Result { report }) => report.clone(),
+        other => panic!("no result record: {other:?}\n{err}"),
+    }
+}
+
+fn state_file(env: &TestEnv, m: &Path) -> PathBuf {
+    let fsid = btrfs_lab::sys::kernel::btrfs::fsid(m).unwrap();
+    env.store().dir().join("scrub").join(format!("{fsid}.json"))
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn raid1_corruption_is_found_and_corrected() {
+    if !require_root("scrub raid1 corruption") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = sandbox(&env, 2, Profile::Raid1, Profile::Raid1);
+    let m = sbx.mount_point().to_path_buf();
+    let file = m.join("file");
+    write_file(&file, 16, 3).unwrap();
+    let want = fs::read(&file).unwrap();
+    corrupt(&m, &file, &sbx.devices()[0]);
+    let prom = env.path().join("scrub.prom");
+    let (code, records, err) = scrub(&env, &m, &["--yes", "--textfile", prom.to_str().unwrap()]);
+    let r = report(&records, &err);
+    assert_eq!(r.outcome, Outcome::Finished, "{err}");
+    let text = fs::read_to_string(&prom).unwrap();
+    for name in [
+        "btrfs_lab_scrub_last_start_timestamp_seconds{",
+        "btrfs_lab_scrub_duration_seconds{",
+        "btrfs_lab_scrub_errors{",
+        "btrfs_lab_scrub_corrected_errors{",
+        "btrfs_lab_scrub_uncorrectable_errors{",
+        "btrfs_lab_scrub_running{",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    assert!(r.totals.errors > 0, "{r:?}");
+    assert!(r.totals.corrected > 0, "{r:?}");
+    assert_eq!(r.totals.uncorrectable, 0, "{r:?}");
+    assert_eq!(
+        code,
+        i32::from(btrfs_lab::model::exit::SCRUB_CORRECTED.code),
+        "{err}"
+    );
+    drop_cache(&file);
+    assert_eq!(
+        fs::read(&file).unwrap(),
+        want,
+        "the file is intact after the repair"
+    );
+    // Saved as finished: nothing to resume.
+    let saved: SavedScrub =
+        serde_json::from_str(&fs::read_to_string(state_file(&env, &m)).unwrap()).unwrap();
+    assert!(saved.finished);
+    let (code, _, err) = scrub(&env, &m, &["--yes", "--resume"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no interrupted scrub"), "{err}");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn single_corruption_is_uncorrectable() {
+    if !require_root("scrub single corruption") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = sandbox(&env, 1, Profile::Single, Profile::Dup);
+    let m = sbx.mount_point().to_path_buf();
+    let file = m.join("file");
+    write_file(&file, 16, 5).unwrap();
+    corrupt(&m, &file, &sbx.devices()[0]);
+    let (code, records, err) = scrub(&env, &m, &["--yes"]);
+    let r = report(&records, &err);
+    assert!(r.totals.uncorrectable > 0, "{r:?}");
+    assert_eq!(
+        code,
+        i32::from(btrfs_lab::model::exit::SCRUB_UNCORRECTABLE.code),
+        "{err}"
+    );
+    // The text names rescue.
+    let (_, out, _) = run(env.cmd().arg("scrub").arg(&m).arg("--yes"));
+    assert!(out.contains("btrfs-lab rescue"), "{out}");
+}
+
+/// Starts `scrub MOUNT --json` with `args` and returns the child once a
+/// progress record with bytes read came out.
+fn start_slow(env: &TestEnv, m: &Path, args: &[&str]) -> (std::process::Child, Vec<String>) {
+    let mut child = env
+        .cmd()
+        .arg("scrub")
+        .arg(m)
+        .args(args)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = Vec::new();
+    let mut reader = BufReader::new(stdout);
+    loop {
+        let mut l = String::new();
+        let n = reader.read_line(&mut l).unwrap();
+        assert!(n > 0, "scrub ended before progress: {lines:?}");
+        let rec: ScrubRecord = typed(&l);
+        lines.push(l);
+        if let ScrubRecord::Progress { bytes_scrubbed, .. } = rec
+            && bytes_scrubbed > 0
+        {
+            break;
+        }
+    }
+    // The rest of stdout, read on a thread, so the child never blocks.
+    let rest = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        for l in reader.lines() {
+            v.push(l.unwrap());
+        }
+        v
+    });
+    REST.with(|r| r.borrow_mut().push(rest));
+    (child, lines)
+}
+
+thread_local! {
+    static REST: std::cell::RefCell<Vec<std::thread::JoinHandle<Vec<String>>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn rest_of_stdout() -> Vec<String> {
+    REST.with(|r| r.borrow_mut().pop().unwrap().join().unwrap())
+}
+
+/// Cancels a scrub still running on the sandbox when the test ends.
+struct CancelScrub(PathBuf);
+
+impl Drop for CancelScrub {
+    fn drop(&mut self) {
+        let _ = btrfs_lab::admin::scrub::cancel(&self.0);
+    }
+}
+
+fn speed_max(m: &Path) -> Vec<String> {
+    let fsid = btrfs_lab::sys::kernel::btrfs::fsid(m).unwrap();
+    let mut v = Vec::new();
+    if let Ok(rd) = fs::read_dir(format!("/sys/fs/btrfs/{fsid}/devinfo")) {
+        for e in rd.flatten() {
+            if let Ok(s) = fs::read_to_string(e.path().join("scrub_speed_max")) {
+                v.push(s);
+            }
+        }
+    }
+    v
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn interrupted_scrub_resumes_where_it_stopped() {
+    if !require_root("scrub interrupted and resumed") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = sandbox(&env, 1, Profile::Single, Profile::Dup);
+    let m = sbx.mount_point().to_path_buf();
+    let _cancel = CancelScrub(m.clone());
+    write_file(&m.join("big"), 300, 9).unwrap();
+    let limits_before = speed_max(&m);
+    let (child, _) = start_slow(&env, &m, &["--yes", "--limit", "20M"]);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let rest = rest_of_stdout();
+    let last: ScrubRecord = typed(rest.last().expect("a result"));
+    let ScrubRecord::Result { report: first } = last else {
+        panic!("{rest:?}")
+    };
+    assert_eq!(first.outcome, Outcome::Interrupted);
+    assert!(
+        btrfs_lab::admin::scrub::running(&m).unwrap().is_empty(),
+        "no scrub runs after the command returned"
+    );
+    assert_eq!(speed_max(&m), limits_before, "scrub_speed_max restored");
+    let saved: SavedScrub =
+        serde_json::from_str(&fs::read_to_string(state_file(&env, &m)).unwrap()).unwrap();
+    assert!(!saved.finished);
+    assert!(
+        saved.devices.iter().any(|d| d.last_physical > 0),
+        "{saved:?}"
+    );
+    // --status says what was saved.
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).args(["--status", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let st: ScrubStatus = typed(&out);
+    assert!(!st.running);
+    assert_eq!(st.last.as_ref().map(|l| l.finished), Some(false));
+    // Resume.
+    let (code, records, err) = scrub(&env, &m, &["--yes", "--resume"]);
+    let r = report(&records, &err);
+    assert_eq!(code, 0, "{err}");
+    assert!(r.resumed);
+    assert_eq!(r.outcome, Outcome::Finished);
+    let ScrubRecord::Plan { plan } = &records[0] else {
+        panic!("{records:?}")
+    };
+    assert!(plan.devices.iter().any(|d| d.start > 0), "{plan:?}");
+    assert!(
+        r.totals.bytes_scrubbed < r.totals.bytes_to_read,
+        "the second run read less than the whole: {r:?}"
+    );
+    assert_eq!(r.totals.errors, 0);
+    let saved: SavedScrub =
+        serde_json::from_str(&fs::read_to_string(state_file(&env, &m)).unwrap()).unwrap();
+    assert!(saved.finished);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn status_cancel_and_dry_run() {
+    if !require_root("scrub status cancel dry-run") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = sandbox(&env, 1, Profile::Single, Profile::Dup);
+    let m = sbx.mount_point().to_path_buf();
+    let _cancel = CancelScrub(m.clone());
+    write_file(&m.join("big"), 200, 11).unwrap();
+    // --dry-run: the plan, nothing done.
+    let limits_before = speed_max(&m);
+    let (code, records, err) = scrub(&env, &m, &["--dry-run", "--limit", "1M"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        matches!(records.as_slice(), [ScrubRecord::Plan { .. }]),
+        "{records:?}"
+    );
+    assert!(!state_file(&env, &m).exists());
+    assert_eq!(speed_max(&m), limits_before);
+    assert!(btrfs_lab::admin::scrub::running(&m).unwrap().is_empty());
+    // Nothing to cancel.
+    let (code, _, err) = run(env.cmd().arg("scrub").arg(&m).arg("--cancel"));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no scrub runs on"), "{err}");
+    // A running scrub: --status sees it, --cancel stops it.
+    let (child, _) = start_slow(&env, &m, &["--yes", "--limit", "20M"]);
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).args(["--status", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let st: ScrubStatus = typed(&out);
+    assert!(st.running, "{st:?}");
+    assert!(st.devices.iter().any(|d| d.bytes_scrubbed > 0), "{st:?}");
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).args(["--cancel", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let c: ScrubCancel = typed(&out);
+    assert!(c.cancelled);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = rest_of_stdout();
+    assert!(btrfs_lab::admin::scrub::running(&m).unwrap().is_empty());
+    assert_eq!(speed_max(&m), limits_before, "scrub_speed_max restored");
+}

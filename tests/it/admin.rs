@@ -1086,57 +1086,6 @@ fn as_nobody_ln(to: &Path, link: &Path) {
     );
 }
 
-/// Runs `args` with the run paused at `point` (test hook); while it waits
-/// there `meanwhile` runs; then the run goes on. Returns its output.
-#[cfg(feature = "test-hooks")]
-fn with_pause_at(
-    env: &TestEnv,
-    point: &str,
-    args: &[&std::ffi::OsStr],
-    meanwhile: impl FnOnce(),
-) -> (i32, String, String) {
-    use std::io::{BufRead, BufReader, Read};
-    let pause = btrfs_lab::hooks::Pause::named(point).unwrap();
-    let go = env.path().join(format!("go-{point}"));
-    let mut child = env
-        .cmd()
-        .env(btrfs_lab::hooks::PAUSE_ENV, pause.until(&go))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // stdout is drained meanwhile, so the run never blocks on a full pipe.
-    let mut stdout = child.stdout.take().unwrap();
-    let drain = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    // stderr up to the pause line (or its end, when the run never got there).
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut err = String::new();
-    let reached = loop {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-            break false;
-        }
-        err.push_str(&line);
-        if line.contains(&pause.message()) {
-            break true;
-        }
-    };
-    if reached {
-        meanwhile();
-    }
-    fs::write(&go, "").unwrap();
-    let _ = stderr.read_to_string(&mut err);
-    let status = child.wait().unwrap();
-    let out = drain.join().unwrap();
-    assert!(reached, "the run never reached {point}: {err}");
-    (status.code().unwrap_or(-1), out, err)
-}
-
 #[cfg(feature = "test-hooks")]
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
@@ -1161,7 +1110,7 @@ fn a_symlink_swapped_at_the_prompt_never_redirects_convert_or_device_add() {
     let (pa, pb) = (profiles(&env, &ma), profiles(&env, &mb));
 
     // convert: planned on A (through the link), the link now leads to B.
-    let (code, stdout, stderr) = with_pause_at(
+    let (code, stdout, stderr) = crate::common::with_pause_at(
         &env,
         "convert-confirmed",
         &[
@@ -1174,7 +1123,7 @@ fn a_symlink_swapped_at_the_prompt_never_redirects_convert_or_device_add() {
             "single".as_ref(),
             link.as_os_str(),
         ],
-        || as_nobody_ln(&mb, &link),
+        |_| as_nobody_ln(&mb, &link),
     );
     assert!(
         stdout.contains(&format!("Plan: convert {}", ma.display())),
@@ -1203,7 +1152,7 @@ fn a_symlink_swapped_at_the_prompt_never_redirects_convert_or_device_add() {
             .unwrap()
             .len()
     };
-    let (code, _, stderr) = with_pause_at(
+    let (code, _, stderr) = crate::common::with_pause_at(
         &env,
         "device-add-confirmed",
         &[
@@ -1213,7 +1162,7 @@ fn a_symlink_swapped_at_the_prompt_never_redirects_convert_or_device_add() {
             link.as_os_str(),
             spare.as_os_str(),
         ],
-        || as_nobody_ln(&mb, &link),
+        |_| as_nobody_ln(&mb, &link),
     );
     assert_eq!(code, 1, "{stderr}");
     assert!(

@@ -538,3 +538,55 @@ pub fn lose_member(m: &Path, first: &Path, gone: &Path, options: &str) {
             .arg(m),
     );
 }
+
+/// Runs `args` with the run paused at `point` (test hook); while it waits
+/// there `meanwhile` runs (given the run's pid: it may signal it); then the
+/// run goes on. Returns its output.
+#[cfg(feature = "test-hooks")]
+pub fn with_pause_at(
+    env: &TestEnv,
+    point: &str,
+    args: &[&std::ffi::OsStr],
+    meanwhile: impl FnOnce(u32),
+) -> (i32, String, String) {
+    use std::io::{BufRead, BufReader, Read};
+    let pause = btrfs_lab::hooks::Pause::named(point).unwrap();
+    let go = env.path().join(format!("go-{point}"));
+    let mut child = env
+        .cmd()
+        .env(btrfs_lab::hooks::PAUSE_ENV, pause.until(&go))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // stdout is drained meanwhile, so the run never blocks on a full pipe.
+    let mut stdout = child.stdout.take().unwrap();
+    let drain = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    // stderr up to the pause line (or its end, when the run never got there).
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    let reached = loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            break false;
+        }
+        err.push_str(&line);
+        if line.contains(&pause.message()) {
+            break true;
+        }
+    };
+    if reached {
+        meanwhile(child.id());
+    }
+    fs::write(&go, "").unwrap();
+    let _ = stderr.read_to_string(&mut err);
+    let status = child.wait().unwrap();
+    let out = drain.join().unwrap();
+    assert!(reached, "the run never reached {point}: {err}");
+    (status.code().unwrap_or(-1), out, err)
+}

@@ -205,8 +205,6 @@ fn reclaim_gives_a_fragmented_filesystem_room_for_metadata_and_data_stays_intact
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn reclaim_interrupted_between_steps_stops_and_the_same_command_goes_on() {
-    use std::io::{BufRead, BufReader, Read};
-    use std::process::Stdio;
     if !require_root("reclaim interrupted and run again") {
         return;
     }
@@ -236,45 +234,22 @@ fn reclaim_interrupted_between_steps_stops_and_the_same_command_goes_on() {
     );
 
     // Paused after the first step; SIGINT there.
-    let pause = btrfs_lab::hooks::Pause::named("reclaim-stepped").unwrap();
-    let mut c = env.cmd();
-    args(&mut c);
-    let mut child = c
-        .env(btrfs_lab::hooks::PAUSE_ENV, pause.name())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let drain = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut err = String::new();
-    let reached = loop {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-            break false;
-        }
-        err.push_str(&line);
-        if line.contains(&pause.message()) {
-            break true;
-        }
-    };
-    if reached {
+    let argv: Vec<std::ffi::OsString> = ["reclaim", "--yes", "--goal", "100G"]
+        .iter()
+        .map(Into::into)
+        .chain([m.clone().into_os_string()])
+        .collect();
+    let argv: Vec<&std::ffi::OsStr> = std::iter::once("--json".as_ref())
+        .chain(argv.iter().map(|a| a.as_os_str()))
+        .collect();
+    let (code, out, err) = crate::common::with_pause_at(&env, "reclaim-stepped", &argv, |pid| {
         nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::unistd::Pid::from_raw(pid as i32),
             nix::sys::signal::Signal::SIGINT,
         )
         .unwrap();
-    }
-    let _ = stderr.read_to_string(&mut err);
-    let status = child.wait().unwrap();
-    let out = drain.join().unwrap();
-    assert!(reached, "the run never reached {}: {err}", pause.name());
-    assert_eq!(status.code(), Some(130), "{err}\n{out}");
+    });
+    assert_eq!(code, 130, "{err}\n{out}");
     let first = result_of(&typed_lines::<ReclaimRecord>(&out));
     assert_eq!(first.outcome, ReclaimOutcome::Interrupted);
     assert_eq!(

@@ -290,7 +290,7 @@ pub(crate) fn balance_v2(
     force: bool,
     resume: bool,
 ) -> Result<BalanceEnd, Errno> {
-    use btrfs_uapi::raw::{btrfs_ioc_balance_v2, btrfs_ioctl_balance_args};
+    use btrfs_uapi::raw::btrfs_ioctl_balance_args;
     // SAFETY: all-zero is a valid btrfs_ioctl_balance_args (plain integers).
     let mut args: btrfs_ioctl_balance_args = unsafe { std::mem::zeroed() };
     if resume {
@@ -316,6 +316,16 @@ pub(crate) fn balance_v2(
             args.flags |= BalanceFlags::FORCE.bits();
         }
     }
+    run_balance_v2(fd, args)
+}
+
+/// BTRFS_IOC_BALANCE_V2 with `args`: blocks until the balance ends; a
+/// positive return is the kernel's `btrfs_err_code`.
+fn run_balance_v2(
+    fd: BorrowedFd<'_>,
+    mut args: btrfs_uapi::raw::btrfs_ioctl_balance_args,
+) -> Result<BalanceEnd, Errno> {
+    use btrfs_uapi::raw::btrfs_ioc_balance_v2;
     // SAFETY: `args` is a valid btrfs_ioctl_balance_args that lives for the
     // call; the kernel reads it and writes the counters back.
     let ret = unsafe { btrfs_ioc_balance_v2(fd.as_raw_fd(), &raw mut args) }?;
@@ -342,7 +352,7 @@ pub(crate) fn balance_usage_v2(
     data: Option<u8>,
     metadata: Option<u8>,
 ) -> Result<BalanceEnd, Errno> {
-    use btrfs_uapi::raw::{btrfs_ioc_balance_v2, btrfs_ioctl_balance_args};
+    use btrfs_uapi::raw::btrfs_ioctl_balance_args;
     // SAFETY: all-zero is a valid btrfs_ioctl_balance_args (plain integers).
     let mut args: btrfs_ioctl_balance_args = unsafe { std::mem::zeroed() };
     if let Some(u) = data {
@@ -360,17 +370,7 @@ pub(crate) fn balance_usage_v2(
     if args.flags == 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: `args` is a valid btrfs_ioctl_balance_args that lives for the
-    // call; the kernel reads it and writes the counters back.
-    let ret = unsafe { btrfs_ioc_balance_v2(fd.as_raw_fd(), &raw mut args) }?;
-    if ret > 0 {
-        return Ok(BalanceEnd::BtrfsError(ret));
-    }
-    let stat = args.stat;
-    Ok(BalanceEnd::Finished {
-        expected: stat.expected,
-        completed: stat.completed,
-    })
+    run_balance_v2(fd, args)
 }
 
 /// BTRFS_IOC_BALANCE_CTL: pause (blocks until the balance stopped after its

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::exit;
+use crate::model::metrics::Metrics;
 use crate::sys::fs::outfile::OutputDir;
 use crate::sys::kernel::{btrfs, ioctl, signals};
 use crate::sys::tools::inhibit::SleepInhibitor;
@@ -33,8 +34,11 @@ pub struct DeviceScrub {
     pub devid: u64,
     /// Its block device (empty when missing).
     pub path: String,
-    /// The device's allocated bytes (DEV_INFO bytes_used): the most a
-    /// scrub reads (it reads only the used blocks of each chunk).
+    /// The bytes a scrub reads on this device: the used bytes of each chunk
+    /// with a stripe on it (both copies of DUP, a share of a striped
+    /// chunk), read from the chunk tree and the block group items at the
+    /// start of the run; the device's allocated bytes when they cannot be
+    /// read. Written data can make the real figure a little larger.
     pub bytes_to_read: u64,
     /// Data and tree bytes scrubbed.
     pub bytes_scrubbed: u64,
@@ -139,8 +143,12 @@ pub struct PlannedDevice {
     pub devid: u64,
     /// Its block device (empty when missing: it is not scrubbed).
     pub path: String,
-    /// Its used bytes.
+    /// The bytes the scrub reads on it (see [`DeviceScrub::bytes_to_read`]).
     pub bytes_to_read: u64,
+    /// `bytes_to_read` is the device's allocated bytes (the usage of its
+    /// chunks could not be read): the most it reads.
+    #[serde(default)]
+    pub allocated_only: bool,
     /// Where the scrub starts (0, or the saved last_physical on a resume).
     pub start: u64,
     /// Its scrub_speed_max setting file, when the kernel has it (5.14+).
@@ -216,6 +224,119 @@ pub struct ScrubReport {
     /// A systemd-logind sleep inhibitor was held while it ran.
     #[serde(default)]
     pub suspend_held_off: bool,
+    /// The files the kernel named for errors no good copy was found for
+    /// (its log during the run: `checksum error at logical ... (path: ...)`
+    /// and `unable to fixup ... at logical ...`); empty when none, or when
+    /// the log could not be read (not root).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub damaged_files: Vec<DamagedFile>,
+}
+
+/// A file with blocks a scrub could not repair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DamagedFile {
+    /// The subvolume (tree) id the path is in (5: the top level).
+    pub subvolume: u64,
+    /// The inode number.
+    pub inode: u64,
+    /// The path inside that subvolume, as the kernel resolved it.
+    pub path: String,
+    /// The damaged blocks' offsets in the file, sorted.
+    pub offsets: Vec<u64>,
+}
+
+/// What the kernel logs of one scrub error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LogEvent {
+    /// An error at `logical` in a file (`checksum error at logical L on
+    /// dev D, physical P[,] root R[,] inode I[,] offset O ... (path: X)`).
+    Named {
+        logical: u64,
+        root: u64,
+        inode: u64,
+        offset: u64,
+        path: String,
+    },
+    /// No good copy of `logical` (`unable to fixup (regular) error at
+    /// logical L on dev D ...`).
+    Unfixed { logical: u64 },
+}
+
+/// Pure: one kernel log message about a device in `devices`, read as a
+/// scrub error (the 6.1 and 6.4+ scrub wordings), or `None`.
+fn parse_log(msg: &str, devices: &[String]) -> Option<LogEvent> {
+    let ours = devices.iter().any(|d| {
+        !d.is_empty()
+            && (msg.ends_with(&format!(" on dev {d}"))
+                || [",", " ", ":"]
+                    .iter()
+                    .any(|end| msg.contains(&format!(" on dev {d}{end}"))))
+    });
+    if !ours {
+        return None;
+    }
+    let (_, rest) = msg.split_once("error at logical ")?;
+    let logical: u64 = rest.split([' ', ',']).next()?.parse().ok()?;
+    if msg.contains("unable to fixup") {
+        return Some(LogEvent::Unfixed { logical });
+    }
+    let (fields, path) = rest.split_once("(path: ")?;
+    let path = path.strip_suffix(')').unwrap_or(path).to_owned();
+    let words: Vec<&str> = fields.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+    let after = |name: &str| -> Option<u64> {
+        let i = words.iter().position(|w| *w == name)?;
+        words.get(i + 1)?.parse().ok()
+    };
+    Some(LogEvent::Named {
+        logical,
+        root: after("root")?,
+        inode: after("inode")?,
+        offset: after("offset")?,
+        path,
+    })
+}
+
+/// The damaged files among the log's events: those named for a logical
+/// address the kernel could not fix up. At most 1000.
+fn damaged_from(events: &[LogEvent]) -> Vec<DamagedFile> {
+    let unfixed: std::collections::BTreeSet<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            LogEvent::Unfixed { logical } => Some(*logical),
+            LogEvent::Named { .. } => None,
+        })
+        .collect();
+    let mut files: std::collections::BTreeMap<(u64, u64), DamagedFile> =
+        std::collections::BTreeMap::new();
+    for e in events {
+        if let LogEvent::Named {
+            logical,
+            root,
+            inode,
+            offset,
+            path,
+        } = e
+            && unfixed.contains(logical)
+        {
+            if files.len() >= 1000 && !files.contains_key(&(*root, *inode)) {
+                continue;
+            }
+            let f = files.entry((*root, *inode)).or_insert_with(|| DamagedFile {
+                subvolume: *root,
+                inode: *inode,
+                path: path.clone(),
+                offsets: Vec::new(),
+            });
+            if !f.offsets.contains(offset) {
+                f.offsets.push(*offset);
+            }
+        }
+    }
+    let mut v: Vec<DamagedFile> = files.into_values().collect();
+    for f in &mut v {
+        f.offsets.sort_unstable();
+    }
+    v
 }
 
 impl ScrubReport {
@@ -244,14 +365,19 @@ pub enum ScrubRecord {
     },
     /// About once a second.
     Progress {
-        /// Bytes to read (every device).
+        /// Bytes to read (every device; earlier runs of a resumed scrub
+        /// included).
         bytes_to_read: u64,
         /// Bytes read so far (earlier runs of a resumed scrub included).
         bytes_scrubbed: u64,
-        /// Bytes per second in this run.
-        rate: f64,
-        /// Seconds left at that rate, when it can be said.
-        eta_seconds: Option<u64>,
+        /// Bytes per second over the last seconds (the one meter of every
+        /// job, `model::progress`); `null` while measuring, stalled or
+        /// stopping.
+        rate_bytes_per_sec: Option<f64>,
+        /// Seconds left, once the rate is stable.
+        eta_seconds: Option<f64>,
+        /// What the scrub is doing, as far as the counts tell.
+        pace: crate::model::progress::Pace,
         /// Errors found so far.
         errors: u64,
     },
@@ -297,7 +423,7 @@ pub struct ScrubCancel {
 }
 
 /// The state file: what was done of the last scrub, per device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SavedScrub {
     /// The filesystem's UUID.
     pub fsid: String,
@@ -309,6 +435,9 @@ pub struct SavedScrub {
     pub finished: bool,
     /// `--readonly`.
     pub readonly: bool,
+    /// How long its runs took together, seconds.
+    #[serde(default)]
+    pub duration_seconds: f64,
     /// The sums of every run per device.
     pub devices: Vec<DeviceScrub>,
 }
@@ -382,19 +511,26 @@ pub struct Request {
     pub resume: bool,
 }
 
-/// The sysfs file of a device's scrub speed limit (kernel 5.14+).
-fn speed_max_file(fsid: &str, devid: u64) -> Option<PathBuf> {
-    let p = PathBuf::from(format!(
-        "/sys/fs/btrfs/{fsid}/devinfo/{devid}/scrub_speed_max"
-    ));
-    p.exists().then_some(p)
+/// One device as the planner takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInput {
+    /// The btrfs device id.
+    pub devid: u64,
+    /// Its block device (empty when missing).
+    pub path: String,
+    /// Its allocated bytes (DEV_INFO).
+    pub allocated: u64,
+    /// What a scrub reads on it (chunk usage), when it could be read.
+    pub used: Option<u64>,
+    /// Its scrub_speed_max file.
+    pub speed_max_file: Option<PathBuf>,
 }
 
 /// Pure: the plan from the devices and the saved state.
 pub fn plan_from(
     mount_point: &Path,
     fsid: &str,
-    devices: &[(u64, String, u64, Option<PathBuf>)],
+    devices: &[DeviceInput],
     saved: Option<&SavedScrub>,
     req: Request,
 ) -> Result<ScrubPlan> {
@@ -412,13 +548,13 @@ pub fn plan_from(
     let resume = req.resume;
     let mut planned = Vec::new();
     let mut missing = Vec::new();
-    for (devid, path, used, speed) in devices {
-        if path.is_empty() {
-            missing.push(*devid);
+    for d in devices {
+        if d.path.is_empty() {
+            missing.push(d.devid);
             continue;
         }
         let prior = if resume {
-            resumable.and_then(|s| s.device(*devid))
+            resumable.and_then(|s| s.device(d.devid))
         } else {
             None
         };
@@ -426,11 +562,12 @@ pub fn plan_from(
             continue;
         }
         planned.push(PlannedDevice {
-            devid: *devid,
-            path: path.clone(),
-            bytes_to_read: *used,
+            devid: d.devid,
+            path: d.path.clone(),
+            bytes_to_read: d.used.unwrap_or(d.allocated),
+            allocated_only: d.used.is_none(),
             start: prior.map_or(0, |p| p.last_physical),
-            speed_max_file: speed.clone(),
+            speed_max_file: d.speed_max_file.clone(),
         });
     }
     Ok(ScrubPlan {
@@ -451,11 +588,17 @@ pub fn plan(
     req: Request,
 ) -> Result<(ScrubPlan, Option<SavedScrub>)> {
     let fsid = btrfs::fsid(mount)?;
+    let used = bytes_to_read(mount, &fsid)?;
     let devs: Vec<_> = btrfs::devices(mount)?
         .into_iter()
-        .map(|d| {
-            let f = speed_max_file(&fsid, d.devid);
-            (d.devid, d.path, d.bytes_used, f)
+        .map(|d| DeviceInput {
+            devid: d.devid,
+            speed_max_file: btrfs::scrub_speed_max_file(&fsid, d.devid),
+            used: used
+                .as_ref()
+                .map(|u| u.iter().find(|(id, _)| *id == d.devid).map_or(0, |x| x.1)),
+            path: d.path,
+            allocated: d.bytes_used,
         })
         .collect();
     let saved = store.load(&fsid)?;
@@ -463,17 +606,37 @@ pub fn plan(
     Ok((p, saved))
 }
 
+/// What a scrub reads on each device of `mount` (by devid), when the chunk
+/// tree can be read.
+fn bytes_to_read(mount: &Path, fsid: &str) -> Result<Option<Vec<(u64, u64)>>> {
+    let f = open_dir(mount)?;
+    let bgt = crate::sys::fs::target::features(&crate::sys::fs::root::SysRoot::host(), fsid)
+        .iter()
+        .any(|x| x == "block_group_tree");
+    btrfs::scrub_bytes_per_device_of(f.as_fd(), bgt, mount)
+}
+
 /// The scrub counters of each device of `mount` while a scrub runs
 /// (empty when none runs).
 pub fn running(mount: &Path) -> Result<Vec<DeviceScrub>> {
     let f = open_dir(mount)?;
     let mut out = Vec::new();
+    let mut used = None;
     for d in btrfs::devices(mount)? {
         if d.path.is_empty() {
             continue;
         }
         match btrfs_uapi::scrub::scrub_progress(f.as_fd(), d.devid) {
-            Ok(Some(p)) => out.push(DeviceScrub::of(d.devid, &d.path, d.bytes_used, &p)),
+            Ok(Some(p)) => {
+                if used.is_none() {
+                    used = Some(bytes_to_read(mount, &btrfs::fsid(mount)?)?.unwrap_or_default());
+                }
+                let to_read = used
+                    .as_ref()
+                    .and_then(|u| u.iter().find(|(id, _)| *id == d.devid))
+                    .map_or(d.bytes_used, |x| x.1);
+                out.push(DeviceScrub::of(d.devid, &d.path, to_read, &p));
+            }
             Ok(None) => {}
             Err(e) => {
                 return Err(Error::from_errno(
@@ -525,44 +688,23 @@ fn open_dir(mount: &Path) -> Result<File> {
     File::open(mount).map_err(|e| Error::from_io(&e, "cannot open", mount))
 }
 
-/// Sets `--limit` on every planned device and puts the old values back
-/// when dropped (every exit path, a panic too).
-struct LimitGuard {
-    restore: Vec<(PathBuf, String)>,
-}
-
-impl LimitGuard {
-    fn set(plan: &ScrubPlan, ui: &dyn Ui) -> Result<Self> {
-        let mut g = LimitGuard {
-            restore: Vec::new(),
-        };
-        let Some(limit) = plan.limit else {
-            return Ok(g);
-        };
-        for d in &plan.devices {
-            let Some(file) = &d.speed_max_file else {
-                ui.note(&format!(
-                    "device {} has no scrub_speed_max (kernel older than 5.14): --limit does not apply to it",
-                    d.devid
-                ));
-                continue;
-            };
-            let old = std::fs::read_to_string(file)
-                .map_err(|e| Error::from_io(&e, "cannot read", file))?;
-            std::fs::write(file, limit.to_string())
-                .map_err(|e| Error::from_io(&e, "cannot write", file))?;
-            g.restore.push((file.clone(), old.trim().to_owned()));
-        }
-        Ok(g)
-    }
-}
-
-impl Drop for LimitGuard {
-    fn drop(&mut self) {
-        for (file, old) in &self.restore {
-            let _ = std::fs::write(file, old);
+/// Sets `--limit` on every planned device (restored when dropped: every
+/// exit path, a panic too), or says which device the kernel cannot limit.
+fn set_limit(plan: &ScrubPlan, ui: &dyn Ui) -> Result<btrfs::ScrubSpeedGuard> {
+    let Some(limit) = plan.limit else {
+        return Ok(btrfs::ScrubSpeedGuard::none());
+    };
+    let mut files = Vec::new();
+    for d in &plan.devices {
+        match &d.speed_max_file {
+            Some(f) => files.push(f.clone()),
+            None => ui.note(&format!(
+                "device {} has no scrub_speed_max (kernel older than 5.14): --limit does not apply to it",
+                d.devid
+            )),
         }
     }
+    btrfs::ScrubSpeedGuard::set(&files, limit)
 }
 
 fn now_secs() -> u64 {
@@ -595,7 +737,7 @@ pub fn execute(
             mount.display()
         )));
     }
-    let _limit = LimitGuard::set(plan, ui)?;
+    let _limit = set_limit(plan, ui)?;
     let inhibitor = match SleepInhibitor::hold(&format!("scrub of {}", mount.display())) {
         Ok(i) => Some(i),
         Err(why) => {
@@ -615,6 +757,19 @@ pub fn execute(
         }
     };
     let suspend_held_off = inhibitor.is_some();
+    // Opened before the first scrub ioctl: every message of this run.
+    let mut log = btrfs::KernelLogFollower::open();
+    let dev_paths: Vec<String> = plan.devices.iter().map(|d| d.path.clone()).collect();
+    let mut events: Vec<LogEvent> = Vec::new();
+    let mut read_log = |events: &mut Vec<LogEvent>| {
+        log.drain(100_000, |msg| {
+            if events.len() < 100_000
+                && let Some(e) = parse_log(msg, &dev_paths)
+            {
+                events.push(e);
+            }
+        });
+    };
     let started_at = now_secs();
     let t0 = Instant::now();
     let mut workers: Vec<(PlannedDevice, Option<Worker>)> = Vec::new();
@@ -641,8 +796,8 @@ pub fn execute(
             .filter(|d| d.finished)
             .map(|d| d.bytes_to_read)
             .sum::<u64>();
-    let bar = ui.progress("{bar:30} {percent:>3}% {msg}");
-    bar.set_length(total.max(1));
+    let mut track = ui::Track::new(ui, "scrub", "scrubbing").records(false);
+    let mut meter = crate::model::progress::Meter::new();
     let mut results: Vec<Option<DeviceScrub>> = vec![None; workers.len()];
     let mut last_seen: Vec<DeviceScrub> = plan
         .devices
@@ -679,6 +834,7 @@ pub fn execute(
                 ));
             }
             cancelling = true;
+            meter.pausing();
         }
         for (i, (d, h)) in workers.iter_mut().enumerate() {
             if h.as_ref().is_some_and(|h| h.is_finished())
@@ -733,40 +889,27 @@ pub fn execute(
             .map(|i| results[i].as_ref().unwrap_or(&last_seen[i]).bytes_scrubbed)
             .sum();
         let done = prior_done + now_done;
-        bar.set_position(done.min(total));
+        read_log(&mut events);
+        let reading = meter.observe(done.min(total), total);
+        track.show(&reading, None);
         if last_event.elapsed() >= Duration::from_secs(1) {
             last_event = Instant::now();
-            let secs = t0.elapsed().as_secs_f64();
-            let rate = if secs > 0.0 {
-                now_done as f64 / secs
-            } else {
-                0.0
-            };
-            let eta = (rate > 0.0).then(|| (total.saturating_sub(done) as f64 / rate) as u64);
             let errors: u64 = last_seen.iter().map(DeviceScrub::errors).sum();
-            bar.set_message(format!(
-                "{} of {}, {}{}",
-                ui.size(done),
-                ui.size(total),
-                crate::model::rate::format_rate(rate),
-                eta.map_or(String::new(), |e| format!(
-                    ", {} left",
-                    crate::model::rate::duration(e as f64)
-                ))
-            ));
             ui::emit(
                 ui,
                 &ScrubRecord::Progress {
                     bytes_to_read: total,
                     bytes_scrubbed: done,
-                    rate,
-                    eta_seconds: eta,
+                    rate_bytes_per_sec: reading.rate_bytes_per_sec,
+                    eta_seconds: reading.eta_seconds,
+                    pace: reading.pace,
                     errors,
                 },
             );
         }
     }
-    bar.finish();
+    track.finish();
+    read_log(&mut events);
     drop(inhibitor);
     let devices: Vec<DeviceScrub> = results
         .into_iter()
@@ -805,6 +948,12 @@ pub fn execute(
         saved_at: now_secs(),
         finished: all_finished && sums.iter().all(|d| d.finished),
         readonly: plan.readonly,
+        duration_seconds: t0.elapsed().as_secs_f64()
+            + if plan.resume {
+                saved.as_ref().map_or(0.0, |s| s.duration_seconds)
+            } else {
+                0.0
+            },
         devices: sums,
     };
     store.save(&state)?;
@@ -828,93 +977,113 @@ pub fn execute(
         totals,
         missing: plan.missing.clone(),
         suspend_held_off,
+        damaged_files: damaged_from(&events),
     })
 }
 
-/// The report as Prometheus text (node_exporter's textfile collector):
-/// series labelled by fsid and devid only, values never in a label.
-pub fn metrics(r: &ScrubReport) -> String {
-    let fsid = &r.fsid;
-    let mut t = String::new();
-    let mut family = |name: &str, help: &str, rows: Vec<(String, f64)>| {
-        t.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
-        for (labels, v) in rows {
-            t.push_str(&format!("{name}{{{labels}}} {v}\n"));
-        }
-    };
-    let fs = format!("fsid=\"{fsid}\"");
-    family(
-        "btrfs_lab_scrub_last_start_timestamp_seconds",
-        "When the last btrfs-lab scrub run started, seconds since the epoch.",
-        vec![(fs.clone(), r.started_at as f64)],
-    );
-    family(
-        "btrfs_lab_scrub_duration_seconds",
-        "How long the last btrfs-lab scrub run took.",
-        vec![(fs.clone(), r.duration_seconds)],
-    );
-    family(
-        "btrfs_lab_scrub_finished",
-        "Whether the last run scrubbed every device to its end (1) or was interrupted (0).",
-        vec![(
-            fs.clone(),
-            f64::from(u8::from(r.outcome == Outcome::Finished)),
-        )],
-    );
-    family(
+/// The metrics of the last scrub of a filesystem (`last`: what btrfs-lab
+/// saved of it, the sums of every run of a resumed scrub) and whether one
+/// runs now, as Prometheus text for node_exporter's textfile collector.
+/// Labelled as doctor's (`mountpoint`, `uuid`, then `devid`), and with
+/// names of their own (doctor's `btrfs_lab_scrub_errors` and
+/// `btrfs_lab_scrub_last_end_timestamp_seconds` are the record of any
+/// scrub, btrfs-progs' too): both files can sit in one collector directory.
+pub fn metrics(mount_point: &Path, fsid: &str, last: Option<&SavedScrub>, running: bool) -> String {
+    let mp = mount_point.display().to_string();
+    let fs: [(&str, &str); 2] = [("mountpoint", &mp), ("uuid", fsid)];
+    let mut m = Metrics::default();
+    m.add(
         "btrfs_lab_scrub_running",
-        "Whether btrfs-lab scrub runs (0 once this file is written at its end).",
-        vec![(fs.clone(), 0.0)],
+        "gauge",
+        "Whether btrfs-lab scrub runs on the filesystem (1 from its start, 0 once it ended).",
+        &fs,
+        f64::from(u8::from(running)),
     );
-    let per = |f: fn(&DeviceScrub) -> u64| -> Vec<(String, f64)> {
-        r.devices
-            .iter()
-            .map(|d| (format!("{fs},devid=\"{}\"", d.devid), f(d) as f64))
-            .collect()
+    let Some(last) = last else {
+        return m.render();
     };
-    family(
-        "btrfs_lab_scrub_bytes_scrubbed",
-        "Bytes the last run read per device.",
-        per(|d| d.bytes_scrubbed),
+    m.add(
+        "btrfs_lab_scrub_last_start_timestamp_seconds",
+        "gauge",
+        "When the last btrfs-lab scrub started (its first run when resumed), seconds since the epoch.",
+        &fs,
+        last.started_at as f64,
     );
-    let mut errors = Vec::new();
-    for d in &r.devices {
+    m.add(
+        "btrfs_lab_scrub_last_saved_timestamp_seconds",
+        "gauge",
+        "When the last btrfs-lab scrub run ended (finished or interrupted), seconds since the epoch.",
+        &fs,
+        last.saved_at as f64,
+    );
+    m.add(
+        "btrfs_lab_scrub_last_duration_seconds",
+        "gauge",
+        "How long the runs of the last btrfs-lab scrub took together.",
+        &fs,
+        last.duration_seconds,
+    );
+    m.add(
+        "btrfs_lab_scrub_last_finished",
+        "gauge",
+        "Whether the last btrfs-lab scrub read every device to its end (1) or was interrupted (0: --resume continues it).",
+        &fs,
+        f64::from(u8::from(last.finished)),
+    );
+    for d in &last.devices {
+        let devid = d.devid.to_string();
+        let dev = [fs[0], fs[1], ("devid", devid.as_str())];
+        m.add(
+            "btrfs_lab_scrub_device_bytes_scrubbed",
+            "gauge",
+            "Bytes the last btrfs-lab scrub read on a device.",
+            &dev,
+            d.bytes_scrubbed as f64,
+        );
         for (kind, v) in [
             ("read", d.read_errors),
             ("csum", d.csum_errors),
             ("verify", d.verify_errors),
             ("super", d.super_errors),
         ] {
-            errors.push((
-                format!("{fs},devid=\"{}\",kind=\"{kind}\"", d.devid),
+            m.add(
+                "btrfs_lab_scrub_device_errors",
+                "gauge",
+                "Errors the last btrfs-lab scrub found on a device, by kind.",
+                &[dev[0], dev[1], dev[2], ("kind", kind)],
                 v as f64,
-            ));
+            );
         }
+        m.add(
+            "btrfs_lab_scrub_device_corrected_errors",
+            "gauge",
+            "Errors the last btrfs-lab scrub repaired on a device.",
+            &dev,
+            d.corrected as f64,
+        );
+        m.add(
+            "btrfs_lab_scrub_device_uncorrectable_errors",
+            "gauge",
+            "Errors the last btrfs-lab scrub found no good copy for on a device.",
+            &dev,
+            d.uncorrectable as f64,
+        );
     }
-    family(
-        "btrfs_lab_scrub_errors",
-        "Errors the last run found per device and kind.",
-        errors,
-    );
-    family(
-        "btrfs_lab_scrub_corrected_errors",
-        "Errors the last run repaired per device.",
-        per(|d| d.corrected),
-    );
-    family(
-        "btrfs_lab_scrub_uncorrectable_errors",
-        "Errors the last run found no good copy for, per device.",
-        per(|d| d.uncorrectable),
-    );
-    t
+    m.render()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn dev(devid: u64, path: &str, used: u64) -> (u64, String, u64, Option<PathBuf>) {
-        (devid, path.to_owned(), used, None)
+    fn dev(devid: u64, path: &str, used: u64) -> DeviceInput {
+        DeviceInput {
+            devid,
+            path: path.to_owned(),
+            allocated: used * 2,
+            used: Some(used),
+            speed_max_file: None,
+        }
     }
 
     fn saved(finished: bool, last: &[(u64, u64, bool)]) -> SavedScrub {
@@ -924,6 +1093,7 @@ mod tests {
             saved_at: 2,
             finished,
             readonly: false,
+            duration_seconds: 1.0,
             devices: last
                 .iter()
                 .map(|&(devid, last_physical, finished)| DeviceScrub {
@@ -1012,6 +1182,7 @@ mod tests {
             totals: Totals::of(std::slice::from_ref(&d)),
             missing: vec![],
             suspend_held_off: false,
+            damaged_files: vec![],
         };
         assert_eq!(r.exit_code(), exit::SCRUB_CORRECTED.code);
         d.uncorrectable = 1;
@@ -1023,10 +1194,61 @@ mod tests {
         r.totals = Totals::default();
         r.outcome = Outcome::Finished;
         assert_eq!(r.exit_code(), exit::OK.code);
-        let m = metrics(&r);
+        let s = saved(false, &[(1, 40, false)]);
+        let m = metrics(Path::new("/m"), "f", Some(&s), true);
         assert!(
-            m.contains("btrfs_lab_scrub_duration_seconds{fsid=\"f\"} 1\n"),
+            m.contains("btrfs_lab_scrub_running{mountpoint=\"/m\",uuid=\"f\"} 1\n"),
             "{m}"
         );
+        assert!(
+            m.contains("btrfs_lab_scrub_last_finished{mountpoint=\"/m\",uuid=\"f\"} 0\n"),
+            "{m}"
+        );
+        let first = metrics(Path::new("/m"), "f", None, true);
+        assert_eq!(
+            first.lines().filter(|l| !l.starts_with('#')).count(),
+            1,
+            "{first}"
+        );
+    }
+
+    /// Logged by Linux 6.18 during `scrub::single_corruption_is_uncorrectable`
+    /// (a 16 MiB file on a single-profile sandbox, blocks overwritten on the
+    /// loop device), and the 6.1 wording (commas between the fields).
+    const LOG: [&str; 6] = [
+        "scrub: checksum error at logical 84148224 on dev /dev/loop1, physical 146210816 root 5 inode 257 offset 65536 length 4096 links 1 (path: file)",
+        "scrub: unable to fixup (regular) error at logical 84148224 on dev /dev/loop1 physical 146210816",
+        "scrub: checksum error at logical 84082688 on dev /dev/loop1, physical 146145280 root 5 inode 257 offset 0 length 4096 links 1 (path: file)",
+        "checksum error at logical 99 on dev /dev/loop1, physical 7, root 256, inode 300, offset 8192, length 4096, links 1 (path: dir/a b)",
+        "unable to fixup (regular) error at logical 99 on dev /dev/loop1",
+        "scrub: checksum error at logical 5 on dev /dev/loop12, physical 5 root 5 inode 9 offset 0 length 4096 links 1 (path: other-fs)",
+    ];
+
+    #[test]
+    fn damaged_files_are_those_the_kernel_could_not_fix_up() {
+        let devs = vec!["/dev/loop1".to_owned()];
+        let events: Vec<LogEvent> = LOG.iter().filter_map(|m| parse_log(m, &devs)).collect();
+        assert_eq!(events.len(), 5, "the other filesystem's line is not ours");
+        let v = damaged_from(&events);
+        assert_eq!(
+            v,
+            [
+                DamagedFile {
+                    subvolume: 5,
+                    inode: 257,
+                    path: "file".into(),
+                    offsets: vec![65536],
+                },
+                DamagedFile {
+                    subvolume: 256,
+                    inode: 300,
+                    path: "dir/a b".into(),
+                    offsets: vec![8192],
+                },
+            ],
+            "the block at 0 was named but fixed up (no unable-to-fixup line)"
+        );
+        assert!(parse_log("BTRFS info: nothing here", &devs).is_none());
+        assert!(parse_log("error at logical x on dev /dev/loop1,", &devs).is_none());
     }
 }

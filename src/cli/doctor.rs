@@ -65,7 +65,7 @@ pub struct DoctorArgs {
     sysroot: Option<PathBuf>,
 }
 
-pub fn run(args: DoctorArgs, out: &Output) -> Result<u8> {
+pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>) -> Result<u8> {
     if out.json && args.format == Format::Prometheus {
         return Err(
             Error::usage("--json and --format prometheus exclude each other").with_hint(
@@ -79,6 +79,7 @@ pub fn run(args: DoctorArgs, out: &Output) -> Result<u8> {
         deep: args.deep,
         textfile: args.textfile,
         fstab: args.fstab,
+        state_dir,
     };
     let (report, textfile_error) = match doctor::run(&opts)? {
         Outcome::Unknown(errors) => {

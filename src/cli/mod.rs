@@ -60,7 +60,7 @@ struct Cli {
     )]
     color: ColorChoice,
 
-    /// Sandbox records directory (sandbox, demo) [default: /var/lib/btrfs-lab/sandboxes].
+    /// State directory: sandbox records (sandbox, demo) [default: /var/lib/btrfs-lab/sandboxes]; scrub state in DIR/scrub (scrub, doctor) [default: /var/lib/btrfs-lab/scrub].
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<std::path::PathBuf>,
 
@@ -148,7 +148,7 @@ pub fn run() -> ExitCode {
         Command::Nocow(args) => nocow::run(args, &out),
         Command::ReadTest(args) => read_test::run(args, &out),
         Command::Bench(args) => bench::run(args, &out, places),
-        Command::Doctor(args) => doctor::run(args, &out),
+        Command::Doctor(args) => doctor::run(args, &out, places.0.clone()),
         Command::Rescue(args) => rescue::run(args, &out),
         Command::Completions(args) => completions::run(args, &out),
         Command::Man(args) => man::run(args, &out),

@@ -8,8 +8,11 @@ use btrfs_lab::admin::scrub::{
 };
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::rate::{duration, format_rate};
+use btrfs_lab::model::text::escape_control;
 use btrfs_lab::parse::size::parse_size;
 use btrfs_lab::sys::fs::outfile::{OutputDir, split};
+use btrfs_lab::sys::fs::root::SysRoot;
+use btrfs_lab::sys::fs::target::resolve;
 use btrfs_lab::sys::{is_root, kernel::signals};
 use btrfs_lab::ui::{self, Ui};
 use clap::Args;
@@ -138,14 +141,35 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
         "Start the scrub (it repairs what it can)?"
     };
     confirm(out, question, a.yes)?;
+    // The metrics file says "running" from the start (with the last
+    // scrub's figures), and is written again at the end on every path.
+    let textfile = match &a.textfile {
+        Some(file) => {
+            let (dir, name) = split(file)?;
+            let target = resolve(&SysRoot::host(), &a.mount)?;
+            Some((OutputDir::open(&dir)?, name, target.mount.mount_point))
+        }
+        None => None,
+    };
+    let write_metrics = |last: Option<&scrub::SavedScrub>, running: bool| -> Result<()> {
+        if let Some((dir, name, mp)) = &textfile {
+            dir.write(
+                name.clone(),
+                scrub::metrics(mp, &plan.fsid, last, running).as_bytes(),
+                0o644,
+            )?;
+        }
+        Ok(())
+    };
+    write_metrics(saved.as_ref(), true)?;
     let signals = signals::begin_operation()?;
     out.started();
-    let report = scrub::execute(&plan, saved, &store, &signals, out)?;
+    let result = scrub::execute(&plan, saved.clone(), &store, &signals, out);
+    let last = store.load(&plan.fsid).ok().flatten().or(saved);
+    let written = write_metrics(last.as_ref(), false);
+    let report = result?;
+    written?;
     let code = report.exit_code();
-    if let Some(file) = &a.textfile {
-        let (dir, name) = split(file)?;
-        OutputDir::open(&dir)?.write(name, scrub::metrics(&report).as_bytes(), 0o644)?;
-    }
     out.report_line(
         &ScrubRecord::Result {
             report: report.clone(),
@@ -177,12 +201,17 @@ fn render_plan(plan: &ScrubPlan, out: &Output) -> String {
     );
     for d in &plan.devices {
         t.push_str(&format!(
-            "  devid {} {}: {} allocated (what it reads at most){}\n",
+            "  devid {} {}: reads {}{}{}\n",
             d.devid,
             d.path,
             out.size(d.bytes_to_read),
+            if d.allocated_only {
+                " at most (allocated: the usage of its chunks could not be read)"
+            } else {
+                " (the blocks in use on it)"
+            },
             if d.start > 0 {
-                format!(", from {}", out.size(d.start))
+                format!(", from physical offset {}", out.size(d.start))
             } else {
                 String::new()
             }
@@ -202,7 +231,7 @@ fn render_plan(plan: &ScrubPlan, out: &Output) -> String {
 
 fn device_line(d: &DeviceScrub, out: &Output) -> String {
     format!(
-        "  devid {} {}: {} read of {} allocated, {} errors (read {}, csum {}, verify {}, super {}), {} corrected, {} uncorrectable\n",
+        "  devid {} {}: {} read of {}, {} errors (read {}, csum {}, verify {}, super {}), {} corrected, {} uncorrectable\n",
         d.devid,
         d.path,
         out.size(d.bytes_scrubbed),
@@ -243,9 +272,41 @@ fn render_report(r: &ScrubReport, out: &Output) -> String {
     }
     if r.outcome == Outcome::Interrupted {
         t.push_str(&format!("continue it with: btrfs-lab scrub {m} --resume\n"));
-    } else if r.totals.uncorrectable > 0 {
+    }
+    if !r.damaged_files.is_empty() {
         t.push_str(&format!(
-            "files are damaged (the kernel log names them: \"checksum error at ... path:\"); btrfs-lab rescue {m} lists and copies out the intact ones\n"
+            "{} (no good copy of some blocks; restore them from a backup):\n",
+            p.bad("damaged files")
+        ));
+        for f in &r.damaged_files {
+            let offsets: Vec<String> = f.offsets.iter().take(8).map(|o| out.size(*o)).collect();
+            t.push_str(&format!(
+                "  {} (subvolume {}, inode {}): at {}{}\n",
+                escape_control(&f.path),
+                f.subvolume,
+                f.inode,
+                offsets.join(", "),
+                if f.offsets.len() > 8 {
+                    format!(" and {} more", f.offsets.len() - 8)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
+    let named: u64 = r.damaged_files.iter().map(|f| f.offsets.len() as u64).sum();
+    if r.totals.uncorrectable > named {
+        t.push_str(&format!(
+            "{}: the kernel rate-limits its messages (about 10 in 5 s), so not every damaged file may be named here; btrfs-lab rescue {m} reads every file and copies out the intact ones\n",
+            if r.damaged_files.is_empty() {
+                "files are damaged".to_owned()
+            } else {
+                format!("{} uncorrectable errors, {named} named", r.totals.uncorrectable)
+            }
+        ));
+    } else if !r.damaged_files.is_empty() {
+        t.push_str(&format!(
+            "btrfs-lab rescue {m} copies out the intact files\n"
         ));
     }
     t

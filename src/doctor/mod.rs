@@ -240,6 +240,9 @@ pub struct DoctorOptions {
     /// The fstab to audit (`--fstab FILE`); `None`: `/etc/fstab` when it
     /// exists.
     pub fstab: Option<PathBuf>,
+    /// btrfs-lab's state directory (`--state-dir`: its `scrub/` holds what
+    /// `btrfs-lab scrub` saved); `None`: the sysroot's `/var/lib/btrfs-lab`.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// What a doctor run ends with (an interruption is the `Err` of [`run`]).
@@ -298,7 +301,17 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
             })
         }
     };
-    let report = match examine(&opts.sysroot, &opts.mounts, opts.deep, fstab.as_ref()) {
+    let scrub_dir = opts.state_dir.as_ref().map_or_else(
+        || opts.sysroot.prefix().join("var/lib/btrfs-lab/scrub"),
+        |d| d.join("scrub"),
+    );
+    let report = match examine(
+        &opts.sysroot,
+        &scrub_dir,
+        &opts.mounts,
+        opts.deep,
+        fstab.as_ref(),
+    ) {
         Ok(r) if r.filesystems.is_empty() && !r.not_examined.is_empty() => {
             let errors = r.not_examined.iter().map(not_examined_error).collect();
             return Ok(Outcome::Unknown(fail_textfile(errors, opts)));
@@ -376,6 +389,7 @@ pub(crate) fn with_textfile_state(e: crate::error::Error, path: &Path) -> crate:
 /// root, the mount table unreadable) or was interrupted.
 pub(crate) fn examine(
     root: &SysRoot,
+    scrub_dir: &Path,
     mounts: &[PathBuf],
     deep: bool,
     fstab: Option<&(String, String)>,
@@ -407,7 +421,7 @@ pub(crate) fn examine(
     let now = now_unix();
     let mut out = Vec::new();
     for t in &targets {
-        match examine_one(root, t, deep, now, fstab) {
+        match examine_one(root, scrub_dir, t, deep, now, fstab) {
             Ok(d) => out.push(d),
             Err(e) if e.kind() == crate::error::ErrorKind::Interrupted => return Err(e),
             Err(e) => not_examined.push(NotExamined::new(&t.mount.mount_point, &e)),
@@ -420,12 +434,13 @@ pub(crate) fn examine(
 /// deep checks.
 fn examine_one(
     root: &SysRoot,
+    scrub_dir: &Path,
     t: &BtrfsTarget,
     deep: bool,
     now: u64,
     fstab: Option<&(String, String)>,
 ) -> Result<FsDiagnosis> {
-    let mut facts = gather(root, t)?;
+    let mut facts = gather(root, t, scrub_dir)?;
     facts.fstab = fstab.map(|(path, text)| fstab_facts(root, &facts, path, text));
     if crate::space::room::wants_chunk_usage(&analyse::analyse(&facts, now)) {
         facts.data_chunks = data_chunks(t, &facts.features);
@@ -512,7 +527,7 @@ fn discard_max_bytes(root: &SysRoot, path: &str) -> Option<u64> {
 }
 
 /// Reads the facts of one mounted btrfs (ioctls, sysfs, the scrub record).
-pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
+pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget, scrub_dir: &Path) -> Result<FsFacts> {
     let state = crate::admin::state::read_state(root, &target.path)?;
     let info = btrfs::fs_info(&target.path)?;
     let devices = state
@@ -577,10 +592,20 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget) -> Result<FsFacts> {
     let scrub_file = root
         .prefix()
         .join(format!("var/lib/btrfs/scrub.status.{}", target.fsid));
-    let scrub = root
+    let progs = root
         .read_text(&scrub_file, 1 << 20)
         .map(|t| scrub::parse_status(&t, &target.fsid))
         .unwrap_or_default();
+    // btrfs-lab scrub's own state (a file it cannot parse is no record).
+    let lab_file = scrub_dir.join(format!("{}.json", target.fsid));
+    let lab = root
+        .read_text(&lab_file, 1 << 20)
+        .ok()
+        .and_then(|t| crate::admin::scrub::SavedScrub::parse(&t, &lab_file).ok())
+        .filter(|s| s.fsid == target.fsid)
+        .map(|s| scrub::from_saved(&s))
+        .unwrap_or_default();
+    let scrub = scrub::newest(progs, lab);
     Ok(FsFacts {
         mount_point: target.mount.mount_point.clone(),
         uuid: target.fsid.clone(),

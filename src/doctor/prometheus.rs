@@ -4,77 +4,11 @@
 //! ending in `_total`.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use crate::model::finding::Severity;
+use crate::model::metrics::Metrics;
 
 use super::{DoctorReport, FsDiagnosis};
-
-/// One metric family being built.
-struct Family {
-    help: &'static str,
-    kind: &'static str,
-    samples: Vec<String>,
-}
-
-#[derive(Default)]
-struct Metrics {
-    order: Vec<&'static str>,
-    families: BTreeMap<&'static str, Family>,
-}
-
-impl Metrics {
-    fn add(
-        &mut self,
-        name: &'static str,
-        kind: &'static str,
-        help: &'static str,
-        labels: &[(&str, &str)],
-        value: f64,
-    ) {
-        let fam = self.families.entry(name).or_insert_with(|| {
-            self.order.push(name);
-            Family {
-                help,
-                kind,
-                samples: Vec::new(),
-            }
-        });
-        let mut s = name.to_owned();
-        if !labels.is_empty() {
-            s.push('{');
-            let parts: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-                .collect();
-            s.push_str(&parts.join(","));
-            s.push('}');
-        }
-        let _ = write!(s, " {value}");
-        fam.samples.push(s);
-    }
-
-    fn render(&self) -> String {
-        let mut out = String::new();
-        for name in &self.order {
-            let f = &self.families[name];
-            let _ = writeln!(out, "# HELP {name} {}", f.help);
-            let _ = writeln!(out, "# TYPE {name} {}", f.kind);
-            for s in &f.samples {
-                out.push_str(s);
-                out.push('\n');
-            }
-        }
-        out
-    }
-}
-
-/// A label value as the text format wants it.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
 
 fn severity_value(s: Option<Severity>) -> f64 {
     f64::from(super::exit_status(s))

@@ -23,6 +23,42 @@ pub struct ScrubDevice {
     pub corrected: u64,
     /// Errors that could not be repaired (no good copy).
     pub uncorrectable: u64,
+    /// Recorded by `btrfs-lab scrub` (its state file), not btrfs-progs.
+    #[serde(default)]
+    pub by_btrfs_lab: bool,
+}
+
+/// The devices of what `btrfs-lab scrub` saved of its last scrub.
+pub(crate) fn from_saved(s: &crate::admin::scrub::SavedScrub) -> Vec<ScrubDevice> {
+    s.devices
+        .iter()
+        .map(|d| ScrubDevice {
+            devid: d.devid,
+            started: s.started_at,
+            duration: s.saved_at.saturating_sub(s.started_at),
+            finished: d.finished,
+            canceled: !d.finished,
+            errors_found: d.errors(),
+            corrected: d.corrected,
+            uncorrectable: d.uncorrectable,
+            by_btrfs_lab: true,
+        })
+        .collect()
+}
+
+/// When the last scrub of a record ended (0: none).
+fn end(v: &[ScrubDevice]) -> u64 {
+    v.iter()
+        .filter(|d| d.started > 0)
+        .map(|d| d.started + d.duration)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The newer of btrfs-progs' record and btrfs-lab's: one scrub, whole
+/// (the devices of two scrubs are not mixed).
+pub(crate) fn newest(progs: Vec<ScrubDevice>, lab: Vec<ScrubDevice>) -> Vec<ScrubDevice> {
+    if end(&lab) > end(&progs) { lab } else { progs }
 }
 
 /// Parses a `scrub.status` file; lines of other filesystems and malformed
@@ -91,5 +127,33 @@ other-fs:1|t_start:5|finished:1
         assert_eq!(v[0].started, 1_764_543_000);
         assert_eq!(v[1].errors_found, 0);
         assert!(parse_status("garbage\n|||\n", "x").is_empty());
+    }
+
+    #[test]
+    fn the_newer_record_wins_whole() {
+        let progs = parse_status(STATUS, "5f0c1a8e-1111-2222-3333-444455556666");
+        let saved = crate::admin::scrub::SavedScrub {
+            fsid: "5f0c1a8e-1111-2222-3333-444455556666".into(),
+            started_at: 1_764_600_000,
+            saved_at: 1_764_600_050,
+            finished: false,
+            readonly: false,
+            duration_seconds: 50.0,
+            devices: vec![crate::admin::scrub::DeviceScrub {
+                devid: 1,
+                csum_errors: 2,
+                corrected: 2,
+                ..Default::default()
+            }],
+        };
+        let lab = from_saved(&saved);
+        let v = newest(progs.clone(), lab.clone());
+        assert_eq!(v, lab);
+        assert!(v[0].by_btrfs_lab && v[0].canceled && !v[0].finished);
+        assert_eq!((v[0].errors_found, v[0].duration), (2, 50));
+        assert_eq!(newest(progs.clone(), Vec::new()), progs);
+        let mut old = lab;
+        old[0].started = 5;
+        assert_eq!(newest(progs.clone(), old), progs);
     }
 }

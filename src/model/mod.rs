@@ -8,6 +8,7 @@ pub mod envelope;
 pub mod exit;
 pub mod finding;
 pub mod kernel;
+pub mod metrics;
 pub mod profile;
 pub mod progress;
 pub mod rate;

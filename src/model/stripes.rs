@@ -188,6 +188,26 @@ fn place<'a>(c: &'a Chunk, addr: u64, mut len: u64, each: &mut impl FnMut(Mapped
     }
 }
 
+/// The bytes a scrub reads on each device: for each chunk (any type) and
+/// its used bytes, every stripe holds `used / data_stripes` of them (the
+/// kernel scrubs only the extents in use, on each stripe: both copies of
+/// DUP, each mirror of RAID1*, a share of RAID0/10, data and parity of
+/// RAID5/6). Sorted by devid.
+pub fn used_per_device<'a>(chunks: impl IntoIterator<Item = (&'a Chunk, u64)>) -> Vec<(u64, u64)> {
+    let mut per: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    for (c, used) in chunks {
+        let n = u32::try_from(c.devids.len()).unwrap_or(u32::MAX);
+        if n == 0 {
+            continue;
+        }
+        let share = used / u64::from(c.profile.data_stripes(n));
+        for d in &c.devids {
+            *per.entry(*d).or_default() += share;
+        }
+    }
+    per.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,5 +306,33 @@ mod tests {
             }
         });
         assert_eq!(r, [true, false]);
+    }
+
+    #[test]
+    fn a_scrub_reads_each_copy_and_a_share_of_each_stripe() {
+        let chunk = |profile, devids: &[u64]| Chunk {
+            profile,
+            logical: 0,
+            length: 1 << 30,
+            stripe_len: 64 << 10,
+            sub_stripes: if profile == Profile::Raid10 { 2 } else { 1 },
+            devids: devids.to_vec(),
+        };
+        let raid1 = chunk(Profile::Raid1, &[1, 2]);
+        let dup = chunk(Profile::Dup, &[1, 1]);
+        let raid0 = chunk(Profile::Raid0, &[1, 2, 3, 4]);
+        let raid10 = chunk(Profile::Raid10, &[1, 2, 3, 4]);
+        let raid5 = chunk(Profile::Raid5, &[1, 2, 3]);
+        assert_eq!(used_per_device([(&raid1, 600)]), [(1, 600), (2, 600)]);
+        assert_eq!(used_per_device([(&dup, 100)]), [(1, 200)]);
+        assert_eq!(
+            used_per_device([(&raid0, 400), (&raid10, 400)]),
+            [(1, 300), (2, 300), (3, 300), (4, 300)]
+        );
+        assert_eq!(
+            used_per_device([(&raid5, 200)]),
+            [(1, 100), (2, 100), (3, 100)]
+        );
+        assert!(used_per_device([]).is_empty());
     }
 }

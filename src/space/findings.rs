@@ -640,15 +640,15 @@ mod tests {
         });
         // The room computation doctor makes: no full chunk, 0.5 MiB in a
         // smaller DUP one; the data chunks' usage is not in a paste, so the
-        // -dusage value comes from their average (83% used: 90), limited
-        // to the chunks the goal needs (2GiB in 1GiB data chunks, and one
-        // more).
+        // reclaim's last -dusage value comes from their average (83% used:
+        // 90; the evidence adds the chunks the goal needs: 2GiB in 1GiB
+        // data chunks, and one more).
         assert_eq!(full.findings[0].code, "metadata-chunk-no-room");
         assert_eq!(full.findings[0].severity, Severity::Critical);
         assert!(full.findings[0].title.contains("no room for a full dup"));
         assert_eq!(
             full.findings[0].command.as_deref(),
-            Some("btrfs balance start -dusage=90,limit=3 /mnt")
+            Some("btrfs-lab reclaim /mnt --max-usage 90")
         );
         assert!(
             !full

@@ -60,12 +60,6 @@ fn pct(f: f64) -> String {
     format!("{:.1}%", f * 100.0)
 }
 
-fn cmd(words: &[&str], mount: &str) -> String {
-    let mut v: Vec<&str> = words.to_vec();
-    v.push(mount);
-    display_argv(&v)
-}
-
 fn ratio(used: u64, capacity: u64) -> f64 {
     if capacity == 0 {
         if used == 0 { 0.0 } else { 1.0 }
@@ -86,6 +80,20 @@ pub(crate) fn raw_per_logical(p: Profile, devices: usize, kernel: KernelVersion)
 /// The suggestion that makes `goal_raw` raw bytes of room: the smallest
 /// `-dusage` value that frees enough, else a device to add. `(command,
 /// evidence)`.
+/// `btrfs-lab reclaim MOUNT --max-usage N`: the filtered data balances up
+/// to the `-dusage` value the chunks' usage says frees enough, stopping as
+/// soon as a metadata chunk fits (planned, confirmed, resumable), instead
+/// of a hand-run `btrfs balance`.
+fn reclaim_command(mount: &str, usage: u8) -> String {
+    display_argv(&[
+        "btrfs-lab",
+        "reclaim",
+        mount,
+        "--max-usage",
+        &usage.max(1).to_string(),
+    ])
+}
+
 fn make_room(f: &RoomFacts<'_>, goal_raw: u64) -> (String, Vec<(String, String)>) {
     let add = (
         display_argv(&["btrfs-lab", "device", "add", f.mount, "NEW_DEVICE"]),
@@ -100,10 +108,7 @@ fn make_room(f: &RoomFacts<'_>, goal_raw: u64) -> (String, Vec<(String, String)>
     match f.data_chunks {
         Some(chunks) => match reclaim::first_reaching(chunks, goal) {
             Some(s) => (
-                cmd(
-                    &["btrfs", "balance", "start", &format!("-dusage={}", s.usage)],
-                    f.mount,
-                ),
+                reclaim_command(f.mount, s.usage),
                 vec![(
                     format!("-dusage={} (from each data chunk's usage)", s.usage),
                     format!(
@@ -161,15 +166,7 @@ fn make_room(f: &RoomFacts<'_>, goal_raw: u64) -> (String, Vec<(String, String)>
                 .max(1 << 20);
             let limit = goal.div_ceil(chunk) + 1;
             (
-                cmd(
-                    &[
-                        "btrfs",
-                        "balance",
-                        "start",
-                        &format!("-dusage={n},limit={limit}"),
-                    ],
-                    f.mount,
-                ),
+                reclaim_command(f.mount, n),
                 vec![(
                     format!("-dusage={n},limit={limit} (from the average data chunk)"),
                     format!(
@@ -268,14 +265,14 @@ pub(crate) fn new_chunk_profile(used: &[Profile]) -> Option<Profile> {
     .find(|p| used.contains(p))
 }
 
-/// Whether a finding names a `-dusage` balance that each data chunk's
+/// Whether a finding names a reclaim (a `-dusage` balance) that each data chunk's
 /// usage would make exact: the callers read the block group items (one
 /// lookup per data chunk) only then, so `df` and `doctor` stay cheap.
 pub(crate) fn wants_chunk_usage(findings: &[Finding]) -> bool {
     findings.iter().any(|f| {
         f.command
             .as_deref()
-            .is_some_and(|c| c.contains(" -dusage="))
+            .is_some_and(|c| c.starts_with("btrfs-lab reclaim "))
     })
 }
 
@@ -563,7 +560,7 @@ mod tests {
         // -dusage=15 would move the 10% one only, into a chunk of its own.
         assert_eq!(
             x.command.as_deref(),
-            Some("btrfs balance start -dusage=30 /mnt"),
+            Some("btrfs-lab reclaim /mnt --max-usage 30"),
             "{x:?}"
         );
         // The reserve finding does not repeat the command.

@@ -576,7 +576,7 @@ fn findings_of_real_usage_pastes() {
     );
     assert_eq!(
         b.interpretation.findings[0].command.as_deref(),
-        Some("btrfs balance start -dusage=90,limit=3 MOUNT"),
+        Some("btrfs-lab reclaim MOUNT --max-usage 90"),
         "data chunks 83% used on average (a paste has no per-chunk usage): \
          some are below 90%; 2GiB for a 1GiB DUP chunk takes two 1GiB data \
          chunks, and one more"

@@ -5,6 +5,7 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -111,10 +112,11 @@ fn raid1_corruption_is_found_and_corrected() {
     let text = fs::read_to_string(&prom).unwrap();
     for name in [
         "btrfs_lab_scrub_last_start_timestamp_seconds{",
-        "btrfs_lab_scrub_duration_seconds{",
-        "btrfs_lab_scrub_errors{",
-        "btrfs_lab_scrub_corrected_errors{",
-        "btrfs_lab_scrub_uncorrectable_errors{",
+        "btrfs_lab_scrub_last_duration_seconds{",
+        "btrfs_lab_scrub_last_finished{",
+        "btrfs_lab_scrub_device_errors{",
+        "btrfs_lab_scrub_device_corrected_errors{",
+        "btrfs_lab_scrub_device_uncorrectable_errors{",
         "btrfs_lab_scrub_running{",
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
@@ -122,6 +124,11 @@ fn raid1_corruption_is_found_and_corrected() {
     assert!(r.totals.errors > 0, "{r:?}");
     assert!(r.totals.corrected > 0, "{r:?}");
     assert_eq!(r.totals.uncorrectable, 0, "{r:?}");
+    assert!(
+        r.damaged_files.is_empty(),
+        "repaired: {:?}",
+        r.damaged_files
+    );
     assert_eq!(
         code,
         i32::from(btrfs_lab::model::exit::SCRUB_CORRECTED.code),
@@ -162,7 +169,31 @@ fn single_corruption_is_uncorrectable() {
         i32::from(btrfs_lab::model::exit::SCRUB_UNCORRECTABLE.code),
         "{err}"
     );
-    // The text names rescue.
+    // The kernel's log names the file: the damaged blocks are in it.
+    assert_eq!(r.damaged_files.len(), 1, "{:?}", r.damaged_files);
+    let d = &r.damaged_files[0];
+    assert_eq!((d.subvolume, d.path.as_str()), (5, "file"), "{d:?}");
+    assert_eq!(d.inode, fs::metadata(&file).unwrap().ino());
+    assert!(
+        !d.offsets.is_empty() && d.offsets.iter().all(|&o| o < 16 << 20),
+        "{d:?}"
+    );
+    // doctor reads btrfs-lab's record (btrfs-progs has none here) and
+    // points at it.
+    let (_, out, err) = run(env.cmd().args(["--json", "doctor"]).arg(&m));
+    let dr: btrfs_lab::doctor::DoctorReport = typed(&out);
+    let f = dr.filesystems[0]
+        .findings
+        .iter()
+        .find(|f| f.code == "scrub-errors")
+        .unwrap_or_else(|| panic!("{out}\n{err}"));
+    assert_eq!(f.severity, btrfs_lab::model::finding::Severity::Critical);
+    assert_eq!(
+        f.command.as_deref(),
+        Some(format!("btrfs-lab scrub --status {}", m.display()).as_str())
+    );
+    // The text names rescue (the kernel rate-limits these messages: a
+    // second scrub this soon finds the errors and may see no names).
     let (_, out, _) = run(env.cmd().arg("scrub").arg(&m).arg("--yes"));
     assert!(out.contains("btrfs-lab rescue"), "{out}");
 }

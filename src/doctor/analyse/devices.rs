@@ -63,8 +63,8 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
                 "a block in a chunk without redundancy has no good copy: scrub cannot repair it; the files it names in the kernel log are damaged and must be restored from a backup, and the drive checked",
             )
             .with_command(format!(
-                "{}  (then dmesg | grep -i 'checksum error' names the files; btrfs device stats -z {m} once dealt with)",
-                cmd(&["btrfs", "scrub", "start", "-Bd"], &cx.m)
+                "{}  (it names the damaged files; btrfs device stats -z {m} once dealt with)",
+                cmd(&["btrfs-lab", "scrub"], &cx.m)
             ))
         } else {
             Finding::new(
@@ -74,7 +74,7 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
             )
             .with_command(format!(
                 "{}  (then btrfs device stats -z {m}; check the {}: {})",
-                cmd(&["btrfs", "scrub", "start", "-Bd"], &cx.m),
+                cmd(&["btrfs-lab", "scrub"], &cx.m),
                 if d.drives.len() > 1 { "drives" } else { "drive" },
                 smartctl(d)
             ))

@@ -35,6 +35,10 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
     let uncorrectable: u64 = f.scrub.iter().map(|s| s.uncorrectable).sum();
     let corrected: u64 = f.scrub.iter().map(|s| s.corrected).sum();
     let found: u64 = f.scrub.iter().map(|s| s.errors_found).sum();
+    let ours = f.scrub.iter().any(|s| s.by_btrfs_lab);
+    // btrfs-lab scrub follows the run (progress, rate, ETA), holds off
+    // suspend and resumes after an interruption.
+    let start = cmd(&["btrfs-lab", "scrub"], &cx.m);
     match last {
         None => out.push(
             Finding::new(
@@ -42,7 +46,7 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
                 "no scrub on record",
                 "a scrub reads every copy and checks it against its checksum: it finds silent corruption while a good copy still exists",
             )
-            .with_command(cmd(&["btrfs", "scrub", "start"], &cx.m)),
+            .with_command(start.clone()),
         ),
         Some(t) if now.saturating_sub(t) > rules::SCRUB_MAX_AGE => out.push(
             Finding::new(
@@ -51,7 +55,8 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
                 "corruption found late may have spread to the other copy, or to backups; scrub monthly (btrfs-progs ships btrfs-scrub@.timer)",
             )
             .with_evidence("last scrub ended", format!("{t} (seconds since the epoch)"))
-            .with_command(cmd(&["btrfs", "scrub", "start"], &cx.m)),
+            .with_evidence("recorded by", if ours { "btrfs-lab scrub" } else { "btrfs-progs" })
+            .with_command(start.clone()),
         ),
         Some(_) => {}
     }
@@ -74,8 +79,13 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
             .with_evidence("errors found", found.to_string())
             .with_evidence("corrected", corrected.to_string())
             .with_evidence("uncorrectable", uncorrectable.to_string())
+            .with_evidence("recorded by", if ours { "btrfs-lab scrub" } else { "btrfs-progs" })
             .with_severity(rules::scrub_errors(uncorrectable))
-            .with_command(cmd(&["btrfs", "scrub", "status", "-d"], &cx.m)),
+            .with_command(if ours {
+                cmd(&["btrfs-lab", "scrub", "--status"], &cx.m)
+            } else {
+                cmd(&["btrfs", "scrub", "status", "-d"], &cx.m)
+            }),
         );
     }
     if f.scrub.iter().any(|s| s.canceled && !s.finished) {
@@ -85,7 +95,11 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
                 "the last scrub was cancelled or interrupted",
                 "part of the filesystem was not checked",
             )
-            .with_command(cmd(&["btrfs", "scrub", "resume"], &cx.m)),
+            .with_command(if ours {
+                cmd(&["btrfs-lab", "scrub", "--resume"], &cx.m)
+            } else {
+                cmd(&["btrfs", "scrub", "resume"], &cx.m)
+            }),
         );
     }
 

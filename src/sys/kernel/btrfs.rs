@@ -398,6 +398,48 @@ pub(crate) fn chunk_usage_of(
     path: &Path,
     metadata: bool,
 ) -> Result<Option<Vec<crate::model::reclaim::ChunkUse>>> {
+    let wanted = |c: &ChunkRecord| {
+        if metadata {
+            !c.is_data() && c.flags.contains(BlockGroupFlags::METADATA)
+        } else {
+            c.is_data()
+        }
+    };
+    Ok(
+        block_group_usage_of(fd, block_group_tree, path, wanted)?.map(|v| {
+            v.into_iter()
+                .map(|(c, used)| crate::model::reclaim::ChunkUse {
+                    length: c.length,
+                    used,
+                })
+                .collect()
+        }),
+    )
+}
+
+/// The bytes a scrub reads on each device (chunk tree and block group
+/// items, every chunk type; [`crate::model::stripes::used_per_device`]),
+/// by devid. `Ok(None)` when not permitted.
+pub(crate) fn scrub_bytes_per_device_of(
+    fd: BorrowedFd<'_>,
+    block_group_tree: bool,
+    path: &Path,
+) -> Result<Option<Vec<(u64, u64)>>> {
+    Ok(
+        block_group_usage_of(fd, block_group_tree, path, |_| true)?.map(|v| {
+            let geo: Vec<_> = v.iter().map(|(c, u)| (c.geometry(), *u)).collect();
+            crate::model::stripes::used_per_device(geo.iter().map(|(c, u)| (c, *u)))
+        }),
+    )
+}
+
+/// Each chunk `wanted` keeps, with the used bytes of its block group.
+fn block_group_usage_of(
+    fd: BorrowedFd<'_>,
+    block_group_tree: bool,
+    path: &Path,
+    wanted: impl Fn(&ChunkRecord) -> bool,
+) -> Result<Option<Vec<(ChunkRecord, u64)>>> {
     use btrfs_uapi::raw::{
         BTRFS_BLOCK_GROUP_ITEM_KEY, BTRFS_BLOCK_GROUP_TREE_OBJECTID, BTRFS_EXTENT_TREE_OBJECTID,
     };
@@ -411,14 +453,7 @@ pub(crate) fn chunk_usage_of(
         u64::from(BTRFS_EXTENT_TREE_OBJECTID)
     };
     let mut out = Vec::new();
-    let wanted = |c: &&ChunkRecord| {
-        if metadata {
-            !c.is_data() && c.flags.contains(BlockGroupFlags::METADATA)
-        } else {
-            c.is_data()
-        }
-    };
-    for c in chunks.iter().filter(wanted) {
+    for c in chunks.into_iter().filter(|c| wanted(c)) {
         let key = |offset| Key {
             objectid: c.logical,
             item_type: BTRFS_BLOCK_GROUP_ITEM_KEY,
@@ -457,10 +492,7 @@ pub(crate) fn chunk_usage_of(
         let Some(used) = used else {
             return Ok(None);
         };
-        out.push(crate::model::reclaim::ChunkUse {
-            length: c.length,
-            used,
-        });
+        out.push((c, used));
     }
     Ok(Some(out))
 }
@@ -889,6 +921,49 @@ pub(crate) fn kernel_log_about(devices: &[String], max: usize) -> Vec<String> {
     lines.split_off(skip)
 }
 
+/// The kernel log from the moment it was opened on (`/dev/kmsg`, read
+/// without blocking): what the kernel says while a job runs. Nothing when
+/// it cannot be read (not root, no /dev/kmsg).
+pub(crate) struct KernelLogFollower {
+    f: Option<std::fs::File>,
+}
+
+impl KernelLogFollower {
+    /// Opens the log after its last record.
+    pub(crate) fn open() -> Self {
+        use std::io::Seek;
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open("/dev/kmsg")
+            .ok()
+            .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)).ok().map(|_| f));
+        KernelLogFollower { f }
+    }
+
+    /// Each message logged since the last call (its text, without the
+    /// record's prefix), at most `max`.
+    pub(crate) fn drain(&mut self, max: usize, mut each: impl FnMut(&str)) {
+        use std::io::Read;
+        let Some(f) = self.f.as_mut() else { return };
+        let mut buf = vec![0u8; 8192];
+        for _ in 0..max {
+            match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let rec = String::from_utf8_lossy(&buf[..n]);
+                    if let Some((_, msg)) = rec.split_once(';') {
+                        each(msg.lines().next().unwrap_or("").trim());
+                    }
+                }
+                // A record overwritten before it was read.
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+                Err(_) => break,
+            }
+        }
+    }
+}
+
 /// SPACE_INFO entries as `fi df` records.
 pub(crate) fn space_records(spaces: &[SpaceEntry]) -> Vec<crate::model::space::SpaceRecord> {
     spaces
@@ -903,6 +978,52 @@ pub(crate) fn space_records(spaces: &[SpaceEntry]) -> Vec<crate::model::space::S
             )
         })
         .collect()
+}
+
+/// The sysfs file of a device's scrub speed limit (kernel 5.14+), when the
+/// kernel has it.
+pub(crate) fn scrub_speed_max_file(fsid: &str, devid: u64) -> Option<std::path::PathBuf> {
+    let p = std::path::PathBuf::from(format!(
+        "/sys/fs/btrfs/{fsid}/devinfo/{devid}/scrub_speed_max"
+    ));
+    p.exists().then_some(p)
+}
+
+/// Scrub speed limits set for one run: the old value of each file is put
+/// back when this is dropped (every exit path, a panic too).
+pub(crate) struct ScrubSpeedGuard {
+    restore: Vec<(std::path::PathBuf, String)>,
+}
+
+impl ScrubSpeedGuard {
+    /// Nothing set.
+    pub(crate) fn none() -> Self {
+        ScrubSpeedGuard {
+            restore: Vec::new(),
+        }
+    }
+
+    /// Writes `limit` (bytes per second) to each `scrub_speed_max` file;
+    /// on a failure the files already set are restored.
+    pub(crate) fn set(files: &[std::path::PathBuf], limit: u64) -> Result<Self> {
+        let mut g = Self::none();
+        for file in files {
+            let old = std::fs::read_to_string(file)
+                .map_err(|e| Error::from_io(&e, "cannot read", file))?;
+            std::fs::write(file, limit.to_string())
+                .map_err(|e| Error::from_io(&e, "cannot write", file))?;
+            g.restore.push((file.clone(), old.trim().to_owned()));
+        }
+        Ok(g)
+    }
+}
+
+impl Drop for ScrubSpeedGuard {
+    fn drop(&mut self) {
+        for (file, old) in &self.restore {
+            let _ = std::fs::write(file, old);
+        }
+    }
 }
 
 #[cfg(test)]

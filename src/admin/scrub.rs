@@ -588,6 +588,16 @@ pub fn plan(
     req: Request,
 ) -> Result<(ScrubPlan, Option<SavedScrub>)> {
     let fsid = btrfs::fsid(mount)?;
+    if !req.readonly && btrfs::FsHandle::open(mount)?.read_only() {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "{} is mounted read-only: a scrub that repairs cannot write the good copies back",
+                mount.display()
+            ),
+        )
+        .with_hint("add --readonly to only find the errors, or remount it read-write (mount -o remount,rw)"));
+    }
     let used = bytes_to_read(mount, &fsid)?;
     let devs: Vec<_> = btrfs::devices(mount)?
         .into_iter()

@@ -96,15 +96,25 @@ pub(crate) fn nocow_findings(
             .with_command(display_argv(&argv)),
         );
     }
-    let compressed: Vec<String> = report
-        .entries
+    // The audited directories themselves, then what is in them: (path,
+    // compressed by the property alone).
+    let hits: Vec<(&std::path::Path, bool)> = report
+        .roots
         .iter()
-        .filter(|e| {
-            e.state == EntryState::Compressed
-                || (e.kind == EntryKind::File && e.nocow && e.compression_attr)
-        })
-        .map(|e| e.path.display().to_string())
+        .filter(|r| r.is_dir && r.compression_attr == Some(true) && r.nocow != Some(true))
+        .map(|r| (r.path.as_path(), r.compression_property.is_some()))
+        .chain(
+            report
+                .entries
+                .iter()
+                .filter(|e| {
+                    e.state == EntryState::Compressed
+                        || (e.kind == EntryKind::File && e.nocow && e.compression_attr)
+                })
+                .map(|e| (e.path.as_path(), e.compression_property.is_some())),
+        )
         .collect();
+    let compressed: Vec<String> = hits.iter().map(|h| h.0.display().to_string()).collect();
     if !compressed.is_empty() {
         let mut fi = Finding::new(
             Code::NocowWithCompression,
@@ -112,12 +122,16 @@ pub(crate) fn nocow_findings(
                 "{} NOCOW or database path(s) carry the compression attribute",
                 compressed.len()
             ),
-            "compression and NOCOW exclude each other: a NOCOW file is never compressed, and files created in a compressed directory do not get NOCOW",
+            "compression and NOCOW exclude each other: a NOCOW file is never compressed, and files created in a directory with the compression attribute or property are compressed and copy-on-write (nocow refuses to set NOCOW there)",
         );
         for p in compressed.iter().take(5) {
             fi = fi.with_evidence("path", p.clone());
         }
-        out.push(fi.with_command(format!("chattr -c {}", compressed[0])));
+        out.push(
+            fi.with_command(crate::sys::fs::filesystem::uncompress_command(
+                hits[0].0, hits[0].1,
+            )),
+        );
     }
     out
 }

@@ -140,8 +140,13 @@ pub struct Entry {
     pub state: EntryState,
     /// Carries NOCOW.
     pub nocow: bool,
-    /// Carries the compression attribute.
+    /// Carries the compression attribute (`chattr +c`), or for a directory
+    /// the `btrfs.compression` property (`btrfs property set`).
     pub compression_attr: bool,
+    /// A directory's `btrfs.compression` property (the algorithm), when it
+    /// is set without the attribute (which sets it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression_property: Option<String>,
     /// `st_size` (0 for directories).
     pub size_bytes: u64,
     /// Bytes allocated (`st_blocks` × 512; 0 for directories).
@@ -201,8 +206,12 @@ pub struct RootInfo {
     pub mount_options: Vec<String>,
     /// The path itself carries NOCOW (null when not btrfs).
     pub nocow: Option<bool>,
-    /// The path carries the compression attribute.
+    /// The path carries the compression attribute (or, a directory, the
+    /// `btrfs.compression` property).
     pub compression_attr: Option<bool>,
+    /// A directory's `btrfs.compression` property, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression_property: Option<String>,
     /// The root of a btrfs subvolume.
     pub subvolume: bool,
     /// Bytes free for new data (statvfs f_bavail; an estimate on btrfs).
@@ -371,6 +380,7 @@ mod tests {
             state,
             nocow: state == EntryState::Nocow,
             compression_attr: false,
+            compression_property: None,
             size_bytes: size,
             allocated_bytes: alloc,
             sparse: alloc < size,

@@ -292,7 +292,10 @@ pub fn plan(req: &Request, obs: &Observed) -> Result<Plan> {
         }
         Target::Existing => {
             if root.compression_attr == Some(true) {
-                return Err(crate::sys::fs::filesystem::compression_conflict(&root.dir));
+                return Err(crate::sys::fs::filesystem::compression_conflict(
+                    &root.dir,
+                    root.compression_property.is_some(),
+                ));
             }
             if req.subvolume && !root.subvolume {
                 return Err(Error::new(
@@ -356,7 +359,10 @@ fn plan_contents(req: &Request, obs: &Observed, plan: &mut Plan) -> Result<()> {
         };
         match (e.kind, e.state) {
             (EntryKind::Directory, EntryState::Compressed) if req.migrate => {
-                return Err(crate::sys::fs::filesystem::compression_conflict(&e.path));
+                return Err(crate::sys::fs::filesystem::compression_conflict(
+                    &e.path,
+                    e.compression_property.is_some(),
+                ));
             }
             (EntryKind::Directory, EntryState::NotNocow) if req.migrate => {
                 plan.steps.push(Step::SetNocow {
@@ -539,6 +545,7 @@ mod tests {
             mount_options: Vec::new(),
             nocow: Some(false),
             compression_attr: Some(false),
+            compression_property: None,
             subvolume: false,
             available_bytes: 10 << 30,
             note: None,
@@ -563,6 +570,7 @@ mod tests {
             state,
             nocow: flags.intersects(FS_NOCOW_FL),
             compression_attr: false,
+            compression_property: None,
             size_bytes: size,
             allocated_bytes: alloc,
             sparse: false,

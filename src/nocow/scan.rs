@@ -124,6 +124,13 @@ pub(crate) fn inspect_held(sysroot: &SysRoot, path: &Path, held: &Held) -> Resul
     } else {
         (Vec::new(), None)
     };
+    // The property alone (the attribute sets it too: chattr -c removes both).
+    let property = if is_btrfs && meta.is_dir() && !flags.is_some_and(|f| f.intersects(FS_COMPR_FL))
+    {
+        filesystem::compression_property_of(&target, &canonical)?
+    } else {
+        None
+    };
     let note = (!is_btrfs).then(|| {
         format!(
             "{} is on {}, not btrfs: it does not copy on write, so there is nothing to do",
@@ -141,7 +148,8 @@ pub(crate) fn inspect_held(sysroot: &SysRoot, path: &Path, held: &Held) -> Resul
         data_profiles,
         mount_options: crate::parse::mountinfo::relevant_mount_options(mount.options()),
         nocow: flags.map(|f| f.intersects(FS_NOCOW_FL)),
-        compression_attr: flags.map(|f| f.intersects(FS_COMPR_FL)),
+        compression_attr: flags.map(|f| f.intersects(FS_COMPR_FL) || property.is_some()),
+        compression_property: property,
         subvolume: is_btrfs && btrfs::is_subvolume_root(&meta),
         available_bytes,
         note,
@@ -498,7 +506,18 @@ fn look_at_seen(
     } else {
         EntryKind::File
     };
-    let flags = filesystem::inode_flags_of(&file, path)?.unwrap_or(IFlags::empty());
+    let mut flags = filesystem::inode_flags_of(&file, path)?.unwrap_or(IFlags::empty());
+    // A directory's compression property is inherited by the files made in
+    // it as the attribute is: the audit takes it as the attribute (one more
+    // system call per directory, none per file).
+    let property = if kind == EntryKind::Directory && !flags.intersects(FS_COMPR_FL) {
+        filesystem::compression_property_of(&file, path)?
+    } else {
+        None
+    };
+    if property.is_some() {
+        flags |= FS_COMPR_FL;
+    }
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
     let marker_value = if kind == EntryKind::File {
         xattrs::get(&file, path, MARKER_XATTR)?
@@ -535,6 +554,7 @@ fn look_at_seen(
             state,
             nocow: flags.intersects(FS_NOCOW_FL),
             compression_attr: flags.intersects(FS_COMPR_FL),
+            compression_property: property,
             size_bytes: size,
             allocated_bytes: allocated,
             sparse: kind == EntryKind::File && allocated < size.div_ceil(4096) * 4096,

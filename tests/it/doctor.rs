@@ -859,6 +859,15 @@ fn deep_probes_o_direct_and_leaves_nothing_behind() {
     let mysql = m.join("var/lib/mysql");
     fs::create_dir_all(&mysql).unwrap();
     write_file(&mysql.join("ibdata1"), 8, 9).unwrap();
+    // A VM image directory given the compression property (issue 30's
+    // audit: compression where files should be NOCOW).
+    let images = m.join("var/lib/libvirt/images");
+    fs::create_dir_all(&images).unwrap();
+    let (c, out) = btrfs(
+        &["property", "set", images.to_str().unwrap(), "compression"],
+        Path::new("zstd"),
+    );
+    assert_eq!(c, 0, "{out}");
     let (code, stdout, stderr) = run(env.cmd().args(["--json", "doctor", "--deep"]).arg(&m));
     let r: DoctorReport = typed(&stdout);
     eprintln!("{:#?}", r.filesystems[0].deep);
@@ -871,7 +880,24 @@ fn deep_probes_o_direct_and_leaves_nothing_behind() {
         ["profile-forced", "inconclusive"].contains(&verdict.as_str()),
         "{verdict}"
     );
-    assert_eq!(deep.nocow_audited, std::slice::from_ref(&mysql));
+    assert_eq!(deep.nocow_audited, [images.clone(), mysql.clone()]);
+    let c = r.filesystems[0]
+        .findings
+        .iter()
+        .find(|f| f.code == "nocow-with-compression")
+        .unwrap_or_else(|| panic!("{:?}", findings(&r)));
+    assert_eq!(c.severity, Severity::Warning);
+    // The kernel sets the attribute with the property (6.x): chattr -c
+    // then takes both off; the property alone is named as such.
+    let command = c.command.clone().unwrap();
+    assert!(
+        [
+            format!("chattr -c {}", images.display()),
+            format!("btrfs property set {} compression ''", images.display())
+        ]
+        .contains(&command),
+        "{command}"
+    );
     let f = r.filesystems[0]
         .findings
         .iter()
@@ -897,6 +923,26 @@ fn deep_probes_o_direct_and_leaves_nothing_behind() {
             findings(&r)
         );
     }
+    // What it names takes the compression off.
+    let argv: Vec<&str> = command
+        .split(' ')
+        .map(|w| if w == "''" { "" } else { w })
+        .collect();
+    let st = Command::new(argv[0]).args(&argv[1..]).status().unwrap();
+    assert!(st.success(), "{command}");
+    let d = fs::File::open(&images).unwrap();
+    assert!(
+        !btrfs_lab::sys::fs::filesystem::inode_flags_of(&d, &images)
+            .unwrap()
+            .unwrap()
+            .intersects(btrfs_lab::sys::kernel::ioctl::FS_COMPR_FL),
+        "{command}"
+    );
+    assert_eq!(
+        btrfs_lab::sys::fs::filesystem::compression_property_of(&d, &images).unwrap(),
+        None,
+        "{command}"
+    );
     // The probe's scratch files are gone.
     let left: Vec<_> = fs::read_dir(&m)
         .unwrap()

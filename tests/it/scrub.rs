@@ -382,3 +382,56 @@ fn status_cancel_and_dry_run() {
     assert!(btrfs_lab::admin::scrub::running(&m).unwrap().is_empty());
     assert_eq!(speed_max(&m), limits_before, "scrub_speed_max restored");
 }
+
+/// A read-only mount: a repairing scrub is refused before anything starts
+/// (no state saved), `--readonly` works; stdout on a full disk is one
+/// error line and a failure, the state still saved.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn read_only_mount_and_a_full_stdout() {
+    if !require_root("scrub on a read-only mount") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = sandbox(&env, 1, Profile::Single, Profile::Dup);
+    let m = sbx.mount_point().to_path_buf();
+    write_file(&m.join("file"), 8, 1).unwrap();
+    let status = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&m)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).arg("--yes"));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("is mounted read-only") && err.contains("--readonly"),
+        "{err}"
+    );
+    assert!(!out.contains("Plan:"), "refused before the plan: {out}");
+    assert!(!state_file(&env, &m).exists(), "a refusal saves nothing");
+    let (code, records, err) = scrub(&env, &m, &["--yes", "--readonly"]);
+    assert_eq!(code, 0, "{err}");
+    let r = report(&records, &err);
+    assert!(r.readonly && r.outcome == Outcome::Finished, "{r:?}");
+    assert!(r.totals.bytes_scrubbed > 0, "{r:?}");
+    let full = fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = env
+        .cmd()
+        .arg("scrub")
+        .arg(&m)
+        .args(["--yes", "--readonly"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write the output"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let saved: SavedScrub =
+        serde_json::from_str(&fs::read_to_string(state_file(&env, &m)).unwrap()).unwrap();
+    assert!(saved.finished && saved.readonly, "{saved:?}");
+}

@@ -140,7 +140,19 @@ pub(crate) fn set_nocow(file: &File, path: &Path, clear_compression: bool) -> Re
         flags &= !ioctl::FS_COMPR_FL;
     }
     if flags.intersects(ioctl::FS_COMPR_FL) {
-        return Err(compression_conflict(path));
+        return Err(compression_conflict(path, false));
+    }
+    // The property alone (a directory made in one with it inherits it; the
+    // attribute, checked above, sets it too).
+    let is_dir = file
+        .metadata()
+        .map_err(|e| Error::from_io(&e, "cannot stat", path))?
+        .is_dir();
+    if is_dir && compression_property_of(file, path)?.is_some() {
+        if !clear_compression {
+            return Err(compression_conflict(path, true));
+        }
+        crate::sys::kernel::xattrs::remove(file, path, "btrfs.compression")?;
     }
     set_inode_flags_of(file, path, flags | ioctl::FS_NOCOW_FL).map_err(|e| {
         if e.kind() == ErrorKind::Unsupported {
@@ -166,15 +178,44 @@ pub(crate) fn set_nocow(file: &File, path: &Path, clear_compression: bool) -> Re
 
 /// The error for a path with the compression attribute, which btrfs does not
 /// combine with NOCOW.
-pub(crate) fn compression_conflict(path: &Path) -> Error {
+pub(crate) fn compression_conflict(path: &Path, property: bool) -> Error {
     Error::new(
         ErrorKind::WrongTarget,
         format!(
-            "{} has the compression attribute, which cannot be combined with NOCOW",
-            path.display()
+            "{} has the compression {}, which cannot be combined with NOCOW",
+            path.display(),
+            if property { "property" } else { "attribute" }
         ),
     )
-    .with_hint(format!("remove it first: chattr -c {}", path.display()))
+    .with_hint(format!(
+        "remove it first: {}",
+        uncompress_command(path, property)
+    ))
+}
+
+/// The command that takes compression off `path`: `chattr -c PATH`, or for
+/// the `btrfs.compression` property `btrfs property set PATH compression ''`.
+pub(crate) fn uncompress_command(path: &Path, property: bool) -> String {
+    let p = path.display().to_string();
+    if property {
+        crate::sys::tools::display_argv(&["btrfs", "property", "set", &p, "compression", ""])
+    } else {
+        crate::sys::tools::display_argv(&["chattr", "-c", &p])
+    }
+}
+
+/// The `btrfs.compression` property of an open file or directory (`btrfs
+/// property set PATH compression ALGO`): the algorithm, `None` when it is
+/// not set or says no compression (`no`, `none`).
+pub fn compression_property_of(file: &File, path: &Path) -> Result<Option<String>> {
+    let v = crate::sys::kernel::xattrs::get(file, path, "btrfs.compression")?;
+    Ok(v.map(|b| {
+        String::from_utf8_lossy(&b)
+            .trim_end_matches('\0')
+            .trim()
+            .to_owned()
+    })
+    .filter(|s| !s.is_empty() && s != "no" && s != "none"))
 }
 
 #[cfg(test)]

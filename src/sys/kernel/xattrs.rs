@@ -32,10 +32,13 @@ pub(crate) fn read_all(file: &File, path: &Path) -> Result<Xattrs> {
     Ok(out)
 }
 
-/// One attribute's value, `None` when it is not set.
+/// One attribute's value, `None` when it is not set (or the filesystem has
+/// no such attribute namespace).
 pub fn get(file: &File, path: &Path, name: &str) -> Result<Option<Vec<u8>>> {
-    file.get_xattr(name)
-        .map_err(|e| Error::from_io(&e, "cannot read extended attributes of", path))
+    match file.get_xattr(name) {
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(None),
+        r => r.map_err(|e| Error::from_io(&e, "cannot read extended attributes of", path)),
+    }
 }
 
 /// Sets one attribute.

@@ -270,6 +270,11 @@ fn render_report(r: &ScrubReport, out: &Output) -> String {
     for d in &r.devices {
         t.push_str(&device_line(d, out));
     }
+    for m in &r.missing {
+        t.push_str(&format!(
+            "  devid {m}: missing, not scrubbed (btrfs-lab device replace brings its copies back)\n"
+        ));
+    }
     if r.outcome == Outcome::Interrupted {
         t.push_str(&format!("continue it with: btrfs-lab scrub {m} --resume\n"));
     }

@@ -435,3 +435,34 @@ fn read_only_mount_and_a_full_stdout() {
         serde_json::from_str(&fs::read_to_string(state_file(&env, &m)).unwrap()).unwrap();
     assert!(saved.finished && saved.readonly, "{saved:?}");
 }
+
+/// A degraded mount: the missing member is named and left out, the present
+/// one is scrubbed to its end and its data checks out.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn degraded_mount_scrubs_the_members_present() {
+    if !require_root("scrub on a degraded mount") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = sandbox(&env, 2, Profile::Raid1, Profile::Raid1);
+    let m = sbx.mount_point().to_path_buf();
+    write_file(&m.join("file"), 16, 4).unwrap();
+    let devs = sbx.devices();
+    crate::common::lose_member(&m, &devs[0], &devs[1], "degraded");
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).arg("--dry-run"));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("devid 2: missing, not scrubbed"), "{out}");
+    let (code, records, err) = scrub(&env, &m, &["--yes"]);
+    assert_eq!(code, 0, "{err}");
+    let r = report(&records, &err);
+    assert_eq!(r.missing, [2], "{r:?}");
+    assert_eq!(r.devices.len(), 1, "{r:?}");
+    assert!(
+        r.devices[0].finished && r.devices[0].bytes_scrubbed >= 16 << 20,
+        "{r:?}"
+    );
+    assert_eq!(r.totals.errors, 0, "{r:?}");
+    let (_, out, _) = run(env.cmd().arg("scrub").arg(&m).arg("--yes"));
+    assert!(out.contains("devid 2: missing, not scrubbed"), "{out}");
+}

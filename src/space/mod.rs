@@ -123,9 +123,16 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
         r.zone_unusable_bytes = zone_unusable(root, &target.fsid, e.flags);
         r.zone_unusable_error_bytes = r.zone_unusable_bytes.map(|_| 0);
     }
+    // FS_INFO (no root needed): the device count itself, not the fewest
+    // the profiles imply (issue 33: "a filesystem of 2 devices" on 3).
+    let devices = btrfs::fs_info(&target.path)
+        .ok()
+        .and_then(|i| usize::try_from(i.num_devices).ok())
+        .filter(|&n| n > 0);
     let mut interpretation = interpret(&SpaceFacts {
         records: &records,
         mount: Some(target.mount.mount_point.display().to_string()),
+        devices,
         ..Default::default()
     });
     // A live filesystem's unallocated space is known: the findings are

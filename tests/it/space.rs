@@ -1069,3 +1069,47 @@ fn a_label_with_escape_sequences_never_reaches_the_terminal_raw() {
         );
     }
 }
+
+/// `df MOUNT` counts the devices (FS_INFO), as root and without root: a
+/// 3-device filesystem whose profiles imply two (single data, RAID1
+/// metadata) is "a filesystem of 3 devices" (issue 33), as `usage` says.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn df_counts_the_devices_not_what_the_profiles_imply() {
+    if !require_root("df's device count") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: 512 << 20,
+        data: Some(btrfs_lab::model::profile::Profile::Single),
+        metadata: Some(btrfs_lab::model::profile::Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    write_file(sbx.mount_point(), "data", 16);
+    let dir = sbx.record().dir.clone();
+    let title = |v: &Value| -> String {
+        v["interpretation"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["code"] == "data-no-redundancy")
+            .unwrap_or_else(|| panic!("{v}"))["title"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (code, stdout, stderr) = run(env.cmd().args(["df", "--json"]).arg(sbx.mount_point()));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(title(&json(&stdout)).ends_with("of 3 devices"), "{stdout}");
+    let (code, stdout, stderr) = run(env
+        .as_nobody(&[&dir])
+        .args(["df", "--json"])
+        .arg(sbx.mount_point()));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(title(&json(&stdout)).ends_with("of 3 devices"), "{stdout}");
+    let (code, stdout, stderr) = run(env.cmd().args(["usage", "--json"]).arg(sbx.mount_point()));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(title(&json(&stdout)).ends_with("of 3 devices"), "{stdout}");
+}

@@ -243,6 +243,10 @@ pub struct DamagedFile {
     pub path: String,
     /// The damaged blocks' offsets in the file, sorted.
     pub offsets: Vec<u64>,
+    /// The uncorrectable errors the kernel reported in it (it may report
+    /// several bad sectors of one range at the range's first offset).
+    #[serde(default)]
+    pub errors: u64,
 }
 
 /// What the kernel logs of one scrub error.
@@ -299,15 +303,16 @@ fn parse_log(msg: &str, devices: &[String]) -> Option<LogEvent> {
 /// The damaged files among the log's events: those named for a logical
 /// address the kernel could not fix up. At most 1000.
 fn damaged_from(events: &[LogEvent]) -> Vec<DamagedFile> {
-    let unfixed: std::collections::BTreeSet<u64> = events
-        .iter()
-        .filter_map(|e| match e {
-            LogEvent::Unfixed { logical } => Some(*logical),
-            LogEvent::Named { .. } => None,
-        })
-        .collect();
+    let mut unfixed: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    for e in events {
+        if let LogEvent::Unfixed { logical } = e {
+            *unfixed.entry(*logical).or_default() += 1;
+        }
+    }
     let mut files: std::collections::BTreeMap<(u64, u64), DamagedFile> =
         std::collections::BTreeMap::new();
+    let mut counted: std::collections::BTreeSet<(u64, u64, u64)> =
+        std::collections::BTreeSet::new();
     for e in events {
         if let LogEvent::Named {
             logical,
@@ -316,7 +321,7 @@ fn damaged_from(events: &[LogEvent]) -> Vec<DamagedFile> {
             offset,
             path,
         } = e
-            && unfixed.contains(logical)
+            && let Some(&n) = unfixed.get(logical)
         {
             if files.len() >= 1000 && !files.contains_key(&(*root, *inode)) {
                 continue;
@@ -326,9 +331,13 @@ fn damaged_from(events: &[LogEvent]) -> Vec<DamagedFile> {
                 inode: *inode,
                 path: path.clone(),
                 offsets: Vec::new(),
+                errors: 0,
             });
             if !f.offsets.contains(offset) {
                 f.offsets.push(*offset);
+            }
+            if counted.insert((*root, *inode, *logical)) {
+                f.errors += n;
             }
         }
     }
@@ -1248,12 +1257,14 @@ mod tests {
                     inode: 257,
                     path: "file".into(),
                     offsets: vec![65536],
+                    errors: 1,
                 },
                 DamagedFile {
                     subvolume: 256,
                     inode: 300,
                     path: "dir/a b".into(),
                     offsets: vec![8192],
+                    errors: 1,
                 },
             ],
             "the block at 0 was named but fixed up (no unable-to-fixup line)"

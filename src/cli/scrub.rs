@@ -299,7 +299,7 @@ fn render_report(r: &ScrubReport, out: &Output) -> String {
             ));
         }
     }
-    let named: u64 = r.damaged_files.iter().map(|f| f.offsets.len() as u64).sum();
+    let named: u64 = r.damaged_files.iter().map(|f| f.errors).sum();
     if r.totals.uncorrectable > named {
         t.push_str(&format!(
             "{}: the kernel rate-limits its messages (about 10 in 5 s), so not every damaged file may be named here; btrfs-lab rescue {m} reads every file and copies out the intact ones\n",

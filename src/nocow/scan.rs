@@ -328,10 +328,17 @@ fn walk(
     mount_points: &HashSet<PathBuf>,
     scan: &mut Scan,
 ) {
+    // With each name its type from the directory itself (d_type): no stat
+    // per entry to tell files, directories and the rest apart.
     let listing = rustix::fs::Dir::read_from(dir).map(|d| {
         d.filter_map(|e| e.ok())
-            .map(|e| OsString::from_vec(e.file_name().to_bytes().to_vec()))
-            .filter(|n| n != "." && n != "..")
+            .map(|e| {
+                (
+                    OsString::from_vec(e.file_name().to_bytes().to_vec()),
+                    e.file_type(),
+                )
+            })
+            .filter(|(n, _)| n != "." && n != "..")
             .collect::<Vec<_>>()
     });
     let mut names = match listing {
@@ -342,7 +349,13 @@ fn walk(
             return;
         }
     };
-    names.sort();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    // btrfs-lab's marker is read only where a migration left a temporary
+    // name (a copy, or an original swapped out beside the marked copy):
+    // elsewhere a file is opened, stat'ed and its flags read, as lsattr does.
+    let markers = names
+        .iter()
+        .any(|(n, _)| n.as_encoded_bytes().starts_with(TEMP_PREFIX.as_bytes()));
     let mut others = 0;
     // Copies (by the inode they were made of), and files under a temporary
     // name that is their own inode: an original swapped out by a migration
@@ -350,16 +363,22 @@ fn walk(
     let mut copies: std::collections::HashMap<u64, (u64, (i64, i64))> =
         std::collections::HashMap::new();
     let mut swapped_out: Vec<(usize, u64, Seen)> = Vec::new();
-    for name in names {
+    for (name, d_type) in names {
         if crate::sys::kernel::signals::interrupted() {
             return; // scan_held reports it
         }
         let path = dir_path.join(&name);
         let display = format!("{shown}/{}", name.to_string_lossy());
-        let Ok(st) = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
-            continue; // removed meanwhile
+        let kind = if d_type == FileType::Unknown {
+            // A filesystem without d_type (btrfs always has it).
+            let Ok(st) = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
+            else {
+                continue; // removed meanwhile
+            };
+            FileType::from_raw_mode(st.st_mode)
+        } else {
+            d_type
         };
-        let kind = FileType::from_raw_mode(st.st_mode);
         if kind == FileType::Directory && mount_points.contains(&path) {
             scan.skipped.push(format!(
                 "{}: another filesystem is mounted there",
@@ -371,7 +390,7 @@ fn walk(
             others += 1;
             continue;
         }
-        match look_at_seen(dir, dir_id, &name, &path, display.clone()) {
+        match look_at_seen(dir, dir_id, &name, &path, display.clone(), markers) {
             Ok(Some((entry, seen))) => {
                 if let Some(n) = seen.copy_of {
                     copies.insert(n, (seen.size, seen.mtime));
@@ -474,15 +493,18 @@ fn look_at(
     path: &Path,
     display: String,
 ) -> Result<Option<Entry>> {
-    look_at_seen(dir, dir_id, name, path, display).map(|o| o.map(|(e, _)| e))
+    look_at_seen(dir, dir_id, name, path, display, true).map(|o| o.map(|(e, _)| e))
 }
 
+/// [`look_at`], with what else it saw; `markers`: read btrfs-lab's marker
+/// attribute of a file (else it is taken as absent).
 fn look_at_seen(
     dir: &File,
     dir_id: FileIdentity,
     name: &OsStr,
     path: &Path,
     display: String,
+    markers: bool,
 ) -> Result<Option<(Entry, Seen)>> {
     let fd = match openat(
         dir.as_fd(),
@@ -519,7 +541,7 @@ fn look_at_seen(
         flags |= FS_COMPR_FL;
     }
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let marker_value = if kind == EntryKind::File {
+    let marker_value = if kind == EntryKind::File && markers {
         xattrs::get(&file, path, MARKER_XATTR)?
     } else {
         None

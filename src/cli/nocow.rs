@@ -445,19 +445,34 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
                 "NOCOW", "SIZE", "ALLOCATED", "STATE", "PATH"
             ))
         ));
+        // Written straight into the text (one listing line per file of a
+        // tree of any size: no String per column).
+        use std::fmt::Write as _;
         for e in &r.entries {
-            let (size, alloc, path) = match e.kind {
+            let (sz, alloc) = match e.kind {
                 EntryKind::Directory => (
-                    "-".to_owned(),
-                    "-".to_owned(),
-                    format!("{}/", escape_control(&e.display)),
+                    std::borrow::Cow::Borrowed("-"),
+                    std::borrow::Cow::Borrowed("-"),
                 ),
-                EntryKind::File => (
-                    size(e.size_bytes),
-                    size(e.allocated_bytes),
-                    escape_control(&e.display).into_owned(),
-                ),
+                EntryKind::File => (size(e.size_bytes).into(), size(e.allocated_bytes).into()),
             };
+            let state = e.state.label();
+            let state = match e.state {
+                btrfs_lab::nocow::audit::EntryState::Nocow => paint.good(&format!("{state:<15}")),
+                btrfs_lab::nocow::audit::EntryState::Switchable => format!("{state:<15}"),
+                _ => paint.warn(&format!("{state:<15}")),
+            };
+            let _ = write!(
+                t,
+                "{:<5}  {sz:>10}  {alloc:>10}  {state}  {}{}",
+                if e.nocow { "yes" } else { "no" },
+                escape_control(&e.display),
+                if e.kind == EntryKind::Directory {
+                    "/"
+                } else {
+                    ""
+                }
+            );
             let mut notes = Vec::new();
             if e.sparse && e.kind == EntryKind::File {
                 notes.push("sparse".to_owned());
@@ -472,23 +487,9 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
             if let Some(why) = &e.reason {
                 notes.push(escape_control(why).into_owned());
             }
-            let state = e.state.label();
-            let state = match e.state {
-                btrfs_lab::nocow::audit::EntryState::Nocow => paint.good(&format!("{state:<15}")),
-                btrfs_lab::nocow::audit::EntryState::Switchable => format!("{state:<15}"),
-                _ => paint.warn(&format!("{state:<15}")),
-            };
-            let mut line = format!(
-                "{:<5}  {size:>10}  {alloc:>10}  {state}  {path}",
-                if e.nocow { "yes" } else { "no" }
-            );
             if !notes.is_empty() {
-                line.push_str(&format!(
-                    "  {}",
-                    paint.dim(&format!("({})", notes.join("; ")))
-                ));
+                let _ = write!(t, "  {}", paint.dim(&format!("({})", notes.join("; "))));
             }
-            t.push_str(&line);
             t.push('\n');
         }
     }

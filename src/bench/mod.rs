@@ -687,6 +687,7 @@ fn sample_of(job: &FioJob, d: Direction, scale: f64) -> Sample {
         lat_mean_us: us(dir.lat_mean_ns),
         clat_p50_us: dir.clat_p50_ns.map(us),
         clat_p99_us: dir.clat_p99_ns.map(us),
+        clat_p999_us: dir.clat_p999_ns.map(us),
         cores_per_thread: job.cores_per_thread(),
         cpu_seconds: job.cpu_seconds(),
         ..Sample::default()

@@ -119,6 +119,19 @@ fn raid0_figures_agree_with_the_member_devices() {
         assert_eq!(t.runs.len(), 2);
         let med = t.bytes_per_sec.unwrap();
         assert!(med > 0.0 && t.bytes_per_sec_min <= med && med <= t.bytes_per_sec_max);
+        // Best of N (CrystalDiskMark's figure): the fastest run, and the
+        // highest IOPS of a run.
+        assert_eq!(t.best_bytes_per_sec, Some(t.bytes_per_sec_max));
+        let best_iops = t.runs.iter().map(|x| x.iops).fold(0.0, f64::max);
+        assert_eq!(t.best_iops, Some(best_iops));
+        assert!(t.iops.unwrap() <= best_iops);
+        // fio's completion-latency percentiles of the test's direction.
+        let (p50, p99, p999) = (
+            t.clat_p50_us.unwrap(),
+            t.clat_p99_us.unwrap(),
+            t.clat_p999_us.unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{t:#?}");
         for run in &t.runs {
             assert!(run.claimed_bytes > 0);
             let moved = if t.direction == btrfs_lab::bench::profile::Direction::Read {
@@ -148,6 +161,7 @@ fn raid0_figures_agree_with_the_member_devices() {
     assert!(r.job_file.contains("[RND4K-Q32T2-read]\nstonewall\n"));
     assert!(r.job_file.contains("offset_increment=33554432"));
     assert!(r.job_file.contains("allow_file_create=0"));
+    assert!(r.job_file.contains("percentile_list=50:99:99.9\n"));
 
     // --members: each member alone and together, the slowest named.
     let m = r.members_scaling.as_ref().unwrap();

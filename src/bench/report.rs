@@ -90,6 +90,10 @@ pub struct TargetInfo {
     pub mount_point: PathBuf,
     /// Filesystem type.
     pub fs_type: String,
+    /// The filesystem's UUID (btrfs: its fsid); null for other
+    /// filesystems or when it could not be read.
+    #[serde(default)]
+    pub uuid: Option<String>,
     /// The mount's source.
     pub source: String,
     /// Mount options (superblock and mount point).

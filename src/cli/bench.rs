@@ -15,6 +15,7 @@ use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
 use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
+use btrfs_lab::sys::fs::outfile::{OutputDir, split};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::tools::fio::RealFio;
 
@@ -94,6 +95,10 @@ pub struct BenchArgs {
     /// Save the fio job file here.
     #[arg(long, value_name = "FILE")]
     save_jobs: Option<PathBuf>,
+    /// Also write the Prometheus metrics to FILE atomically (a temporary file
+    /// in its directory, then rename), for node_exporter's textfile collector.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "show_jobs", "sustained", "metadata"])]
+    textfile: Option<PathBuf>,
     /// Compare two saved `bench --json` reports instead of running.
     #[arg(long, num_args = 2, value_names = ["A.json", "B.json"], conflicts_with_all = ["dir", "members", "show_jobs", "report"])]
     compare: Option<Vec<PathBuf>>,
@@ -589,6 +594,13 @@ pub fn run(
         }
         None => None,
     };
+    let textfile = match &args.textfile {
+        Some(file) => {
+            let (dir, name) = split(file)?;
+            Some((OutputDir::open(&dir)?, name))
+        }
+        None => None,
+    };
     let target = bench::prepare(&opts)?;
     let mut fio = RealFio::find()?;
     let fio_path = fio.path().to_path_buf();
@@ -620,6 +632,13 @@ pub fn run(
         if let Some(j) = &report_jobs {
             j.write(&report.job_file)?;
         }
+    }
+    if let Some((dir, name)) = &textfile {
+        dir.write(
+            name.clone(),
+            bench::metrics::render(&report).as_bytes(),
+            0o644,
+        )?;
     }
     out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)

@@ -80,14 +80,25 @@ fn raid0_figures_agree_with_the_member_devices() {
     let env = TestEnv::new();
     let sb = raid0(&env);
     let mnt = sb.mount_point().to_path_buf();
+    let prom = env.path().join("bench.prom");
     let (code, r) = bench(
         &env,
         &mnt,
-        &["--members", "--tests", "SEQ1M-Q8T1,RND4K-Q32T2"],
+        &[
+            "--members",
+            "--tests",
+            "SEQ1M-Q8T1,RND4K-Q32T2",
+            "--textfile",
+            prom.to_str().unwrap(),
+        ],
         &[],
     );
     assert_eq!(code, 0, "{r:#?}");
     assert_eq!(r.target.fs_type, "btrfs");
+    assert_eq!(
+        r.target.uuid.as_deref(),
+        Some(btrfs_lab::sys::kernel::btrfs::fsid(&mnt).unwrap().as_str())
+    );
     assert_eq!(r.target.data_profiles, vec![Profile::Raid0]);
     assert_eq!(r.target.devices.len(), 3);
     assert!(r.target.devices_missing.is_empty());
@@ -157,6 +168,68 @@ fn raid0_figures_agree_with_the_member_devices() {
             }
         }
     }
+    // --textfile: the same figures as metrics, one series per test.
+    let text = fs::read_to_string(&prom).unwrap();
+    let labels = format!(
+        "{{mountpoint=\"{}\",uuid=\"{}\",test=\"SEQ1M Q8T1 read\"}}",
+        mnt.display(),
+        r.target.uuid.as_deref().unwrap()
+    );
+    let seq = result(&r, "SEQ1M-Q8T1-read");
+    for (name, value) in [
+        ("btrfs_lab_bench_flagged", 0.0),
+        (
+            "btrfs_lab_bench_bytes_per_second",
+            seq.bytes_per_sec.unwrap(),
+        ),
+        (
+            "btrfs_lab_bench_best_bytes_per_second",
+            seq.best_bytes_per_sec.unwrap(),
+        ),
+        (
+            "btrfs_lab_bench_completion_latency_p99_9_seconds",
+            seq.clat_p999_us.unwrap() / 1e6,
+        ),
+    ] {
+        // The values went through JSON in the report: equal to 1e-12.
+        let series = format!("{name}{labels} ");
+        let got: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .parse()
+            .unwrap();
+        assert!(
+            (got - value).abs() <= value.abs() * 1e-12,
+            "{series}{got}, report {value}"
+        );
+    }
+    if let Ok(tool) = btrfs_lab::sys::tools::find("promtool", "prometheus") {
+        let mut child = Command::new(&tool.path)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // No temporary file is left next to it.
+    assert_eq!(
+        listing(env.path())
+            .iter()
+            .filter(|n| n.contains("bench.prom"))
+            .collect::<Vec<_>>(),
+        ["bench.prom"]
+    );
+
     // The job file is there to re-run by hand, threads on separate ranges.
     assert!(r.job_file.contains("[RND4K-Q32T2-read]\nstonewall\n"));
     assert!(r.job_file.contains("offset_increment=33554432"));

@@ -67,6 +67,8 @@ pub struct Sample {
     pub(crate) clat_p50_us: Option<f64>,
     /// p99 completion latency, µs.
     pub(crate) clat_p99_us: Option<f64>,
+    /// p99.9 completion latency, µs.
+    pub(crate) clat_p999_us: Option<f64>,
     /// Cores per thread.
     pub(crate) cores_per_thread: f64,
     /// CPU seconds, all threads.
@@ -305,6 +307,7 @@ pub(crate) fn run_result(run: u32, s: &Sample, checks: Vec<Check>) -> RunResult 
         lat_mean_us: s.lat_mean_us,
         clat_p50_us: s.clat_p50_us,
         clat_p99_us: s.clat_p99_us,
+        clat_p999_us: s.clat_p999_us,
         cores_per_thread: s.cores_per_thread,
         cpu_seconds_per_gib: (s.claimed_bytes > 0)
             .then(|| s.cpu_seconds / (s.claimed_bytes as f64 / GIB)),
@@ -316,9 +319,22 @@ pub(crate) fn run_result(run: u32, s: &Sample, checks: Vec<Check>) -> RunResult 
     }
 }
 
-/// One test's result from its runs: medians, spread, findings (each code
-/// once, with in how many runs it was seen). A flag in any run flags the
-/// figure: it is then not given as a result.
+/// The median of the runs that have the value (None when none has it).
+fn median_of(runs: &[RunResult], f: impl Fn(&RunResult) -> Option<f64>) -> Option<f64> {
+    median(&runs.iter().filter_map(f).collect::<Vec<_>>())
+}
+
+/// The largest value (None for no values).
+fn best(values: impl Iterator<Item = f64>) -> Option<f64> {
+    values.fold(None, |acc: Option<f64>, x| {
+        Some(acc.map_or(x, |a| a.max(x)))
+    })
+}
+
+/// One test's result from its runs: medians, the best run (as
+/// CrystalDiskMark reports it), spread, findings (each code once, with in
+/// how many runs it was seen). A flag in any run flags the figure: it is
+/// then not given as a result.
 pub(crate) fn summarize(
     t: TestSpec,
     d: Direction,
@@ -366,6 +382,11 @@ pub(crate) fn summarize(
         bytes_per_sec: (!flagged).then_some(med),
         iops: (!flagged).then_some(iops),
         lat_mean_us: (!flagged).then_some(lat),
+        best_bytes_per_sec: best(rates.iter().copied()).filter(|_| !flagged),
+        best_iops: best(runs.iter().map(|r| r.iops)).filter(|_| !flagged),
+        clat_p50_us: median_of(&runs, |r| r.clat_p50_us).filter(|_| !flagged),
+        clat_p99_us: median_of(&runs, |r| r.clat_p99_us).filter(|_| !flagged),
+        clat_p999_us: median_of(&runs, |r| r.clat_p999_us).filter(|_| !flagged),
         bytes_per_sec_min: rates.iter().copied().fold(f64::INFINITY, f64::min).min(med),
         bytes_per_sec_max: rates.iter().copied().fold(0.0, f64::max),
         claimed_bytes_per_sec: med,
@@ -628,5 +649,71 @@ mod tests {
         assert_eq!(r.claimed_bytes_per_sec, 1000.0 * MIB as f64);
         assert_eq!(r.checks[0].message, "x (in 1 of 3 runs)");
         assert_eq!(r.ceiling_fraction, None);
+    }
+
+    #[test]
+    fn best_of_three_runs_and_the_medians_beside_it() {
+        let t = DEFAULT_TESTS[2];
+        let c = ctx();
+        // Three runs whose best bandwidth, best IOPS and latencies are in
+        // different runs: the best is each figure's own maximum, the medians
+        // each figure's own middle value.
+        let figures = [
+            (1100.0, 250_000.0, (90.0, 400.0, 900.0)),
+            (900.0, 270_000.0, (110.0, 300.0, 1200.0)),
+            (1000.0, 260_000.0, (100.0, 500.0, 700.0)),
+        ];
+        let runs: Vec<RunResult> = figures
+            .iter()
+            .enumerate()
+            .map(|(i, &(mb, iops, (p50, p99, p999)))| {
+                let s = Sample {
+                    bytes_per_sec: mb * 1e6,
+                    iops,
+                    clat_p50_us: Some(p50),
+                    clat_p99_us: Some(p99),
+                    clat_p999_us: Some(p999),
+                    ..honest_read()
+                };
+                run_result(i as u32 + 1, &s, check_run(&t, Direction::Read, &s, &c))
+            })
+            .collect();
+        let r = summarize(t, Direction::Read, runs.clone(), &c);
+        assert_eq!(r.status, Status::Ok, "{:?}", r.checks);
+        assert_eq!(r.bytes_per_sec, Some(1000e6));
+        assert_eq!(r.best_bytes_per_sec, Some(1100e6));
+        assert_eq!(r.iops, Some(260_000.0));
+        assert_eq!(r.best_iops, Some(270_000.0));
+        assert_eq!(r.clat_p50_us, Some(100.0));
+        assert_eq!(r.clat_p99_us, Some(400.0));
+        assert_eq!(r.clat_p999_us, Some(900.0));
+        assert_eq!(r.runs[1].clat_p999_us, Some(1200.0));
+        // A run without percentiles (an older fio) does not count; none: null.
+        let mut partial = runs.clone();
+        partial[0].clat_p99_us = None;
+        let r = summarize(t, Direction::Read, partial, &c);
+        assert_eq!(r.clat_p99_us, Some(400.0));
+        let mut none = runs.clone();
+        for x in &mut none {
+            x.clat_p50_us = None;
+        }
+        assert_eq!(summarize(t, Direction::Read, none, &c).clat_p50_us, None);
+        // Flagged: no best and no percentiles either, only what was claimed.
+        let mut bad = runs;
+        bad[0]
+            .checks
+            .push(flag(CheckCode::PageCacheRead, "x".into()));
+        let r = summarize(t, Direction::Read, bad, &c);
+        assert_eq!(r.status, Status::Flagged);
+        assert_eq!(
+            (
+                r.best_bytes_per_sec,
+                r.best_iops,
+                r.clat_p50_us,
+                r.clat_p999_us
+            ),
+            (None, None, None, None)
+        );
+        assert_eq!(r.bytes_per_sec_max, 1100e6);
     }
 }

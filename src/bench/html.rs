@@ -172,7 +172,8 @@ pub fn render(r: &BenchReport) -> String {
         h.push_str(&chart(n, &rows));
         h.push_str("</div>\n");
     }
-    h.push_str("</div>\n<table id=\"results\"><tr><th class=\"l\">test</th><th>MB/s</th><th>IOPS</th><th>latency µs</th><th>slowest–fastest MB/s</th><th>CPU s/GiB</th><th class=\"l\">status</th></tr>");
+    h.push_str("</div>\n<table id=\"results\"><tr><th class=\"l\">test</th><th>MB/s</th><th>best MB/s</th><th>IOPS</th><th>best IOPS</th><th>latency µs</th><th>clat p50 µs</th><th>clat p99 µs</th><th>clat p99.9 µs</th><th>slowest–fastest MB/s</th><th>CPU s/GiB</th><th class=\"l\">status</th></tr>");
+    let dash = |v: Option<f64>, digits: usize| v.map_or("—".into(), |v| format!("{v:.digits$}"));
     for x in &r.results {
         let status = if x.status == Status::Flagged {
             "flagged"
@@ -181,20 +182,26 @@ pub fn render(r: &BenchReport) -> String {
         };
         let _ = write!(
             h,
-            "<tr><td class=\"l\">{} {}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}–{:.1}</td><td>{}</td><td class=\"l\">{status}</td></tr>",
+            "<tr data-figure=\"{} {}\"><td class=\"l\">{} {}</td><td>{}</td><td class=\"best\">{}</td><td>{}</td><td class=\"best\">{}</td><td>{}</td><td class=\"p50\">{}</td><td class=\"p99\">{}</td><td class=\"p999\">{}</td><td>{:.1}–{:.1}</td><td>{}</td><td class=\"l\">{status}</td></tr>",
             esc(&x.name),
             x.direction.as_str(),
-            x.bytes_per_sec
-                .map_or("—".into(), |b| format!("{:.1}", mbps(b))),
-            x.iops.map_or("—".into(), |b| format!("{b:.0}")),
-            x.lat_mean_us.map_or("—".into(), |b| format!("{b:.1}")),
+            esc(&x.name),
+            x.direction.as_str(),
+            dash(x.bytes_per_sec.map(mbps), 1),
+            dash(x.best_bytes_per_sec.map(mbps), 1),
+            dash(x.iops, 0),
+            dash(x.best_iops, 0),
+            dash(x.lat_mean_us, 1),
+            dash(x.clat_p50_us, 1),
+            dash(x.clat_p99_us, 1),
+            dash(x.clat_p999_us, 1),
             mbps(x.bytes_per_sec_min),
             mbps(x.bytes_per_sec_max),
-            x.cpu_seconds_per_gib
-                .map_or("—".into(), |c| format!("{c:.3}")),
+            dash(x.cpu_seconds_per_gib, 3),
         );
     }
-    h.push_str("</table>\n<h2>Checks</h2><ul id=\"flags\">");
+    h.push_str("</table>\n<p class=\"note\">MB/s, IOPS and latency: the median of the runs; best: the fastest run, as CrystalDiskMark reports the best of N; clat: fio's completion-latency percentiles (p50, p99, p99.9), the median of the runs.</p>\n");
+    h.push_str("<h2>Checks</h2><ul id=\"flags\">");
     for x in &r.results {
         for c in &x.checks {
             let class = if c.severity == Severity::Flag {

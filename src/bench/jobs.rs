@@ -21,6 +21,9 @@
 //!   therefore written by btrfs-lab itself with BLAKE3 output
 //!   ([`super::fill_incompressible`]); the suite file's `[fill]` section
 //!   stands in for it when the jobs are re-run by hand.
+//! - the completion-latency percentiles the report gives (p50, p99,
+//!   p99.9) are asked for by name (`percentile_list`, [`PERCENTILES`]):
+//!   fio's JSON then carries exactly those keys in `clat_ns.percentile`.
 
 //!
 //! What keeps root safe: a job file holds no byte a user chose. The test
@@ -35,6 +38,9 @@ use super::profile::{Direction, Pattern, TestSpec};
 
 /// The I/O engine.
 pub(crate) const IOENGINE: &str = "libaio";
+
+/// The completion-latency percentiles fio reports (`percentile_list`).
+pub(crate) const PERCENTILES: &str = "50:99:99.9";
 
 /// What a job file needs to know.
 #[derive(Debug, Clone)]
@@ -67,6 +73,7 @@ fn global(s: &JobSettings<'_>) -> String {
     let _ = writeln!(g, "norandommap=1");
     let _ = writeln!(g, "refill_buffers=0");
     let _ = writeln!(g, "scramble_buffers=0");
+    let _ = writeln!(g, "percentile_list={PERCENTILES}");
     if s.compress_percentage > 0 {
         let _ = writeln!(g, "buffer_compress_percentage={}", s.compress_percentage);
     }
@@ -214,6 +221,7 @@ mod tests {
         assert_eq!(value(&j, "direct"), Some("1"));
         assert_eq!(value(&j, "rw"), Some("write"));
         assert_eq!(value(&j, "buffer_compress_percentage"), None);
+        assert_eq!(value(&j, "percentile_list"), Some("50:99:99.9"));
         let f = fill_job(&s);
         assert_eq!(value(&f, "size"), Some("1073741824"));
         assert_eq!(value(&f, "end_fsync"), Some("1"));
@@ -232,5 +240,25 @@ mod tests {
         assert!(sections[1..5].iter().all(|s| s.ends_with("-read]")));
         assert!(sections[5..].iter().all(|s| s.ends_with("-write]")));
         assert_eq!(suite.matches("stonewall").count(), 8);
+    }
+
+    #[test]
+    fn the_percentile_fixtures_were_made_from_these_job_files() {
+        // tests/fixtures/bench/PROVENANCE.md: fio ran exactly what bench writes.
+        let s = JobSettings {
+            size_bytes: 64 << 20,
+            duration_secs: 2,
+            ..settings("bench.dat")
+        };
+        let rnd = TestSpec::parse("RND4K-Q32T2").unwrap();
+        let seq = TestSpec::parse("SEQ1M-Q1T1").unwrap();
+        assert_eq!(
+            test_job(&rnd, Direction::Read, &s),
+            include_str!("../../tests/fixtures/bench/pct-rnd-read.fio")
+        );
+        assert_eq!(
+            test_job(&seq, Direction::Write, &s),
+            include_str!("../../tests/fixtures/bench/pct-seq-write.fio")
+        );
     }
 }

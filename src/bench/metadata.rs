@@ -305,6 +305,7 @@ pub fn run(
     opts.validate()?;
     let target = super::open_target(&opts.sysroot, &opts.dir, "--small-files creates files")?;
     let info = target.info;
+    let uuid = target.uuid;
     let fs_type = info.mount.fs_type.clone();
     let need = opts.needed_space();
     if info.available_bytes < need {
@@ -458,6 +459,7 @@ pub fn run(
             dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
             mount_point: info.mount.mount_point.clone(),
             fs_type,
+            uuid,
             source: info.mount.source.clone(),
             compression_option: super::compression_option(&mount_options),
             mount_options,

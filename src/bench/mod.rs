@@ -16,6 +16,7 @@ pub mod html;
 pub mod jobs;
 pub mod members;
 pub mod metadata;
+pub mod metrics;
 pub mod plan;
 pub mod profile;
 pub mod profiles;
@@ -490,6 +491,8 @@ pub struct Target {
     pub info: filesystem::DirFs,
     /// btrfs?
     pub is_btrfs: bool,
+    /// The filesystem's UUID (btrfs: the fsid, read through the descriptor).
+    pub uuid: Option<String>,
     /// The mount's options.
     pub mount_options: Vec<String>,
     /// Data profiles (btrfs).
@@ -528,11 +531,15 @@ pub fn open_target(sysroot: &SysRoot, dir: &Path, what: &str) -> Result<Target> 
     } else {
         Vec::new()
     };
+    let uuid = is_btrfs
+        .then(|| btrfs::fsid_of(held.fd(), &info.dir).ok())
+        .flatten();
     let (devices, devices_missing) = sensors::member_devices(sysroot, &held, &info.mount)?;
     Ok(Target {
         held,
         info,
         is_btrfs,
+        uuid,
         mount_options,
         data_profiles,
         devices,
@@ -687,6 +694,7 @@ fn sample_of(job: &FioJob, d: Direction, scale: f64) -> Sample {
         lat_mean_us: us(dir.lat_mean_ns),
         clat_p50_us: dir.clat_p50_ns.map(us),
         clat_p99_us: dir.clat_p99_ns.map(us),
+        clat_p999_us: dir.clat_p999_ns.map(us),
         cores_per_thread: job.cores_per_thread(),
         cpu_seconds: job.cpu_seconds(),
         ..Sample::default()
@@ -1021,6 +1029,7 @@ pub fn run(
         held,
         info,
         is_btrfs,
+        uuid,
         mount_options,
         data_profiles,
         devices,
@@ -1068,6 +1077,7 @@ pub fn run(
         dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
         mount_point: info.mount.mount_point.clone(),
         fs_type,
+        uuid,
         source: info.mount.source.clone(),
         mount_options,
         data_profiles,

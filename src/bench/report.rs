@@ -90,6 +90,10 @@ pub struct TargetInfo {
     pub mount_point: PathBuf,
     /// Filesystem type.
     pub fs_type: String,
+    /// The filesystem's UUID (btrfs: its fsid); null for other
+    /// filesystems or when it could not be read.
+    #[serde(default)]
+    pub uuid: Option<String>,
     /// The mount's source.
     pub source: String,
     /// Mount options (superblock and mount point).
@@ -263,6 +267,8 @@ pub struct RunResult {
     pub(crate) clat_p50_us: Option<f64>,
     /// 99th percentile completion latency, microseconds.
     pub(crate) clat_p99_us: Option<f64>,
+    /// 99.9th percentile completion latency, microseconds.
+    pub(crate) clat_p999_us: Option<f64>,
     /// CPU use per fio thread, in cores (usr + sys).
     pub(crate) cores_per_thread: f64,
     /// CPU seconds per GiB moved (all threads).
@@ -296,6 +302,21 @@ pub struct TestResult {
     pub iops: Option<f64>,
     /// Median mean latency, microseconds; null when flagged.
     pub lat_mean_us: Option<f64>,
+    /// Best of the runs: the fastest run's bandwidth, bytes per second, as
+    /// CrystalDiskMark reports it (the best of N); null when flagged.
+    pub best_bytes_per_sec: Option<f64>,
+    /// Best of the runs: the highest IOPS of a run (CrystalDiskMark's
+    /// convention); null when flagged.
+    pub best_iops: Option<f64>,
+    /// Median over the runs of fio's median completion latency (p50),
+    /// microseconds; null when flagged or fio gave no percentiles.
+    pub clat_p50_us: Option<f64>,
+    /// Median over the runs of fio's p99 completion latency, microseconds;
+    /// null when flagged or fio gave no percentiles.
+    pub clat_p99_us: Option<f64>,
+    /// Median over the runs of fio's p99.9 completion latency,
+    /// microseconds; null when flagged or fio gave no percentiles.
+    pub clat_p999_us: Option<f64>,
     /// Slowest run, bytes per second.
     pub bytes_per_sec_min: f64,
     /// Fastest run, bytes per second.

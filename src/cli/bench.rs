@@ -15,6 +15,7 @@ use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
 use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
+use btrfs_lab::sys::fs::outfile::{OutputDir, split};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::tools::fio::RealFio;
 
@@ -94,6 +95,10 @@ pub struct BenchArgs {
     /// Save the fio job file here.
     #[arg(long, value_name = "FILE")]
     save_jobs: Option<PathBuf>,
+    /// Also write the Prometheus metrics to FILE atomically (a temporary file
+    /// in its directory, then rename), for node_exporter's textfile collector.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "show_jobs", "sustained", "metadata"])]
+    textfile: Option<PathBuf>,
     /// Compare two saved `bench --json` reports instead of running.
     #[arg(long, num_args = 2, value_names = ["A.json", "B.json"], conflicts_with_all = ["dir", "members", "show_jobs", "report"])]
     compare: Option<Vec<PathBuf>>,
@@ -589,6 +594,13 @@ pub fn run(
         }
         None => None,
     };
+    let textfile = match &args.textfile {
+        Some(file) => {
+            let (dir, name) = split(file)?;
+            Some((OutputDir::open(&dir)?, name))
+        }
+        None => None,
+    };
     let target = bench::prepare(&opts)?;
     let mut fio = RealFio::find()?;
     let fio_path = fio.path().to_path_buf();
@@ -621,6 +633,13 @@ pub fn run(
             j.write(&report.job_file)?;
         }
     }
+    if let Some((dir, name)) = &textfile {
+        dir.write(
+            name.clone(),
+            bench::metrics::render(&report).as_bytes(),
+            0o644,
+        )?;
+    }
     out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)
 }
@@ -629,17 +648,19 @@ fn mbps(b: f64) -> String {
     format!("{:.1}", b / 1e6)
 }
 
-fn cells(r: Option<&TestResult>) -> [String; 4] {
+fn cells(r: Option<&TestResult>) -> [String; 5] {
     match r {
-        None => ["-".into(), "".into(), "".into(), "".into()],
+        None => ["-".into(), "".into(), "".into(), "".into(), "".into()],
         Some(r) if r.status == Status::Flagged => [
             "flagged".into(),
+            String::new(),
             String::new(),
             String::new(),
             format!("claimed {}", mbps(r.claimed_bytes_per_sec)),
         ],
         Some(r) => [
             r.bytes_per_sec.map_or("-".into(), mbps),
+            r.best_bytes_per_sec.map_or("-".into(), mbps),
             r.iops.map_or("-".into(), |i| format!("{i:.0}")),
             r.lat_mean_us.map_or("-".into(), |l| format!("{l:.1}")),
             format!(
@@ -648,6 +669,17 @@ fn cells(r: Option<&TestResult>) -> [String; 4] {
                 mbps(r.bytes_per_sec_max)
             ),
         ],
+    }
+}
+
+/// The completion-latency percentiles of one figure, µs (blank when
+/// flagged or absent).
+fn latency_cells(r: Option<&TestResult>) -> [String; 3] {
+    let us = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+    match r {
+        None => ["-".into(), "".into(), "".into()],
+        Some(r) if r.status == Status::Flagged => ["flagged".into(), "".into(), "".into()],
+        Some(r) => [us(r.clat_p50_us), us(r.clat_p99_us), us(r.clat_p999_us)],
     }
 }
 
@@ -688,13 +720,15 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         r.system.kernel
     ));
     let header = format!(
-        "  {:<14}{:>10}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>10}  {}\n",
+        "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>9}{:>10}  {}\n",
         "test",
         "read MB/s",
+        "best",
         "IOPS",
         "lat µs",
         "slowest–fastest",
         "write MB/s",
+        "best",
         "IOPS",
         "lat µs",
         "slowest–fastest"
@@ -706,8 +740,8 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
             names.push(&x.name);
         }
     }
-    for n in names {
-        let find = |d| r.results.iter().find(|x| x.name == n && x.direction == d);
+    for n in &names {
+        let find = |d| r.results.iter().find(|x| x.name == *n && x.direction == d);
         let rd = cells(find(Direction::Read));
         let wr = cells(find(Direction::Write));
         let paint = |c: &str| {
@@ -718,19 +752,51 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
             }
         };
         s.push_str(&format!(
-            "  {:<14}{:>10}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>10}  {}\n",
+            "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>9}{:>10}  {}\n",
             n,
             paint(&rd[0]),
             rd[1],
             rd[2],
             rd[3],
+            rd[4],
             paint(&wr[0]),
             wr[1],
             wr[2],
-            wr[3]
+            wr[3],
+            wr[4]
         ));
     }
-    s.push_str("  (MB/s = 10^6 bytes/s; median of the runs; latency: mean)\n");
+    s.push_str("  (MB/s = 10^6 bytes/s; median of the runs; best = the fastest run, as CrystalDiskMark reports the best of N; latency: mean)\n");
+    let latency_header = format!(
+        "\n  {:<14}{:>10}{:>10}{:>10}  {:>10}{:>10}{:>10}\n",
+        "clat µs", "read p50", "p99", "p99.9", "write p50", "p99", "p99.9"
+    );
+    s.push_str(&p.bold(&latency_header));
+    for n in &names {
+        let find = |d| r.results.iter().find(|x| x.name == *n && x.direction == d);
+        let rd = latency_cells(find(Direction::Read));
+        let wr = latency_cells(find(Direction::Write));
+        let paint = |c: &str| {
+            if c == "flagged" {
+                p.bad(c)
+            } else {
+                c.to_owned()
+            }
+        };
+        let row = format!(
+            "  {:<14}{:>10}{:>10}{:>10}  {:>10}{:>10}{:>10}",
+            n,
+            paint(&rd[0]),
+            rd[1],
+            rd[2],
+            paint(&wr[0]),
+            wr[1],
+            wr[2]
+        );
+        s.push_str(row.trim_end());
+        s.push('\n');
+    }
+    s.push_str("  (completion latency percentiles from fio, median of the runs)\n");
     let mut findings = String::new();
     for x in &r.results {
         for c in &x.checks {

@@ -492,6 +492,10 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
                 "btrfs-lab bench --file-size 2G /mnt/data",
             ),
             (
+                "The figures for node_exporter's textfile collector too.",
+                "btrfs-lab bench --textfile /var/lib/prometheus/node-exporter/btrfs-lab-bench.prom /mnt/data",
+            ),
+            (
                 "Sustained writes until the drive's cache is full.",
                 "btrfs-lab bench --sustained 4G --yes /mnt/data",
             ),

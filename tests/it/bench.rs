@@ -80,14 +80,25 @@ fn raid0_figures_agree_with_the_member_devices() {
     let env = TestEnv::new();
     let sb = raid0(&env);
     let mnt = sb.mount_point().to_path_buf();
+    let prom = env.path().join("bench.prom");
     let (code, r) = bench(
         &env,
         &mnt,
-        &["--members", "--tests", "SEQ1M-Q8T1,RND4K-Q32T2"],
+        &[
+            "--members",
+            "--tests",
+            "SEQ1M-Q8T1,RND4K-Q32T2",
+            "--textfile",
+            prom.to_str().unwrap(),
+        ],
         &[],
     );
     assert_eq!(code, 0, "{r:#?}");
     assert_eq!(r.target.fs_type, "btrfs");
+    assert_eq!(
+        r.target.uuid.as_deref(),
+        Some(btrfs_lab::sys::kernel::btrfs::fsid(&mnt).unwrap().as_str())
+    );
     assert_eq!(r.target.data_profiles, vec![Profile::Raid0]);
     assert_eq!(r.target.devices.len(), 3);
     assert!(r.target.devices_missing.is_empty());
@@ -119,6 +130,19 @@ fn raid0_figures_agree_with_the_member_devices() {
         assert_eq!(t.runs.len(), 2);
         let med = t.bytes_per_sec.unwrap();
         assert!(med > 0.0 && t.bytes_per_sec_min <= med && med <= t.bytes_per_sec_max);
+        // Best of N (CrystalDiskMark's figure): the fastest run, and the
+        // highest IOPS of a run.
+        assert_eq!(t.best_bytes_per_sec, Some(t.bytes_per_sec_max));
+        let best_iops = t.runs.iter().map(|x| x.iops).fold(0.0, f64::max);
+        assert_eq!(t.best_iops, Some(best_iops));
+        assert!(t.iops.unwrap() <= best_iops);
+        // fio's completion-latency percentiles of the test's direction.
+        let (p50, p99, p999) = (
+            t.clat_p50_us.unwrap(),
+            t.clat_p99_us.unwrap(),
+            t.clat_p999_us.unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{t:#?}");
         for run in &t.runs {
             assert!(run.claimed_bytes > 0);
             let moved = if t.direction == btrfs_lab::bench::profile::Direction::Read {
@@ -144,10 +168,73 @@ fn raid0_figures_agree_with_the_member_devices() {
             }
         }
     }
+    // --textfile: the same figures as metrics, one series per test.
+    let text = fs::read_to_string(&prom).unwrap();
+    let labels = format!(
+        "{{mountpoint=\"{}\",uuid=\"{}\",test=\"SEQ1M Q8T1 read\"}}",
+        mnt.display(),
+        r.target.uuid.as_deref().unwrap()
+    );
+    let seq = result(&r, "SEQ1M-Q8T1-read");
+    for (name, value) in [
+        ("btrfs_lab_bench_flagged", 0.0),
+        (
+            "btrfs_lab_bench_bytes_per_second",
+            seq.bytes_per_sec.unwrap(),
+        ),
+        (
+            "btrfs_lab_bench_best_bytes_per_second",
+            seq.best_bytes_per_sec.unwrap(),
+        ),
+        (
+            "btrfs_lab_bench_completion_latency_p99_9_seconds",
+            seq.clat_p999_us.unwrap() / 1e6,
+        ),
+    ] {
+        // The values went through JSON in the report: equal to 1e-12.
+        let series = format!("{name}{labels} ");
+        let got: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .parse()
+            .unwrap();
+        assert!(
+            (got - value).abs() <= value.abs() * 1e-12,
+            "{series}{got}, report {value}"
+        );
+    }
+    if let Ok(tool) = btrfs_lab::sys::tools::find("promtool", "prometheus") {
+        let mut child = Command::new(&tool.path)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // No temporary file is left next to it.
+    assert_eq!(
+        listing(env.path())
+            .iter()
+            .filter(|n| n.contains("bench.prom"))
+            .collect::<Vec<_>>(),
+        ["bench.prom"]
+    );
+
     // The job file is there to re-run by hand, threads on separate ranges.
     assert!(r.job_file.contains("[RND4K-Q32T2-read]\nstonewall\n"));
     assert!(r.job_file.contains("offset_increment=33554432"));
     assert!(r.job_file.contains("allow_file_create=0"));
+    assert!(r.job_file.contains("percentile_list=50:99:99.9\n"));
 
     // --members: each member alone and together, the slowest named.
     let m = r.members_scaling.as_ref().unwrap();

@@ -1,0 +1,204 @@
+//! `bench --textfile FILE`: the suite's figures as Prometheus metrics for
+//! node_exporter's textfile collector (docs/fleet.md), through the one
+//! builder ([`crate::model::metrics::Metrics`]). Every series is labelled
+//! `mountpoint`, `uuid` (the filesystem's) and `test` (`SEQ1M Q8T1 read`);
+//! the value is always the figure, in base units (bytes per second,
+//! seconds). A flagged figure has only `btrfs_lab_bench_flagged 1`: it is
+//! not a result, so no rate or latency is written for it.
+
+use super::report::{BenchReport, Status, TestResult};
+use crate::model::metrics::Metrics;
+
+/// A metric of one figure: name, help, and the figure (None: no series).
+type Gauge = (&'static str, &'static str, fn(&TestResult) -> Option<f64>);
+
+/// The report as Prometheus text.
+pub fn render(r: &BenchReport) -> String {
+    let mp = r.target.mount_point.display().to_string();
+    let uuid = r.target.uuid.clone().unwrap_or_default();
+    let mut m = Metrics::default();
+    let gauges: [Gauge; 7] = [
+        (
+            "btrfs_lab_bench_bytes_per_second",
+            "Bandwidth of a btrfs-lab bench test, the median of its runs (bytes per second).",
+            |t| t.bytes_per_sec,
+        ),
+        (
+            "btrfs_lab_bench_best_bytes_per_second",
+            "Bandwidth of the fastest run of a btrfs-lab bench test, as CrystalDiskMark reports the best of N (bytes per second).",
+            |t| t.best_bytes_per_sec,
+        ),
+        (
+            "btrfs_lab_bench_io_operations_per_second",
+            "I/O operations per second of a btrfs-lab bench test, the median of its runs.",
+            |t| t.iops,
+        ),
+        (
+            "btrfs_lab_bench_best_io_operations_per_second",
+            "I/O operations per second of the best run of a btrfs-lab bench test (CrystalDiskMark's best of N).",
+            |t| t.best_iops,
+        ),
+        (
+            "btrfs_lab_bench_completion_latency_p50_seconds",
+            "Median completion latency of a btrfs-lab bench test (fio clat p50, the median of its runs).",
+            |t| t.clat_p50_us.map(|us| us / 1e6),
+        ),
+        (
+            "btrfs_lab_bench_completion_latency_p99_seconds",
+            "99th percentile completion latency of a btrfs-lab bench test (fio clat p99, the median of its runs).",
+            |t| t.clat_p99_us.map(|us| us / 1e6),
+        ),
+        (
+            "btrfs_lab_bench_completion_latency_p99_9_seconds",
+            "99.9th percentile completion latency of a btrfs-lab bench test (fio clat p99.9, the median of its runs).",
+            |t| t.clat_p999_us.map(|us| us / 1e6),
+        ),
+    ];
+    for t in &r.results {
+        let test = format!("{} {}", t.name, t.direction.as_str());
+        let labels: [(&str, &str); 3] = [("mountpoint", &mp), ("uuid", &uuid), ("test", &test)];
+        m.add(
+            "btrfs_lab_bench_flagged",
+            "gauge",
+            "Whether a btrfs-lab bench figure failed a check (1: not a result, no other series for it) or checked out (0).",
+            &labels,
+            f64::from(u8::from(t.status == Status::Flagged)),
+        );
+        for (name, help, value) in &gauges {
+            if let Some(v) = value(t) {
+                m.add(name, "gauge", help, &labels, v);
+            }
+        }
+    }
+    m.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::analysis::{CheckContext, Sample, check_run, run_result, summarize};
+    use crate::bench::profile::{DEFAULT_TESTS, Direction};
+    use crate::bench::report::{Check, CheckCode, Severity};
+
+    fn report() -> BenchReport {
+        let ctx = CheckContext {
+            size_bytes: 1 << 30,
+            ..CheckContext::default()
+        };
+        let figure = |d: Direction, rates: &[f64], flag: bool| {
+            let t = DEFAULT_TESTS[0];
+            let runs = rates
+                .iter()
+                .enumerate()
+                .map(|(i, &mb)| {
+                    let s = Sample {
+                        claimed_bytes: (mb * 1e6) as u64,
+                        seconds: 1.0,
+                        bytes_per_sec: mb * 1e6,
+                        iops: mb,
+                        lat_mean_us: 8000.0,
+                        clat_p50_us: Some(7000.0 + i as f64),
+                        clat_p99_us: Some(9000.0),
+                        clat_p999_us: Some(12_500.0),
+                        ..Sample::default()
+                    };
+                    let mut checks = check_run(&t, d, &s, &ctx);
+                    if flag {
+                        checks.push(Check {
+                            code: CheckCode::PageCacheWrite,
+                            severity: Severity::Flag,
+                            message: "buffered".into(),
+                        });
+                    }
+                    run_result(i as u32 + 1, &s, checks)
+                })
+                .collect();
+            summarize(t, d, runs, &ctx)
+        };
+        let json = serde_json::json!({
+            "report_version": 1, "exit_code": 3, "summary": "s",
+            "system": {"kernel": "6.18", "hostname": "h", "cpus": 2, "fio_version": "fio-3.33", "fio_path": "/usr/bin/fio"},
+            "target": {"dir": "/mnt/a b", "mount_point": "/mnt/a \"b\"", "fs_type": "btrfs",
+                "uuid": "4a1d7c52-0f3e-4c1b-9b7e-2f7d3c1e9a10", "source": "/dev/loop0",
+                "mount_options": [], "data_profiles": [], "devices": [], "devices_missing": [],
+                "compression_option": null},
+            "parameters": {"profile": "default", "tests": [], "size_bytes": 1, "runs": 3,
+                "duration_secs": 1, "interval_secs": 0, "cow": false, "ioengine": "libaio"},
+            "test_file": {"path": "/x", "size_bytes": 1, "nocow": true, "fill_seconds": 0.0,
+                "fill_device_write_bytes": null, "layout_after_fill": null, "layout_at_end": null,
+                "removed": true},
+            "results": [], "ceiling": null, "thermal": [], "members_scaling": null,
+            "notes": [], "job_file": ""
+        });
+        let mut r: BenchReport = serde_json::from_value(json).unwrap();
+        r.results = vec![
+            figure(Direction::Read, &[2100.0, 2000.0, 2300.0], false),
+            figure(Direction::Write, &[900.0, 1000.0, 950.0], true),
+        ];
+        r
+    }
+
+    #[test]
+    fn figures_are_values_in_base_units_labelled_by_filesystem_and_test() {
+        let text = render(&report());
+        let l = r#"{mountpoint="/mnt/a \"b\"",uuid="4a1d7c52-0f3e-4c1b-9b7e-2f7d3c1e9a10",test="SEQ1M Q8T1 read"}"#;
+        let w = r#"{mountpoint="/mnt/a \"b\"",uuid="4a1d7c52-0f3e-4c1b-9b7e-2f7d3c1e9a10",test="SEQ1M Q8T1 write"}"#;
+        for line in [
+            format!("btrfs_lab_bench_flagged{l} 0"),
+            format!("btrfs_lab_bench_bytes_per_second{l} 2100000000"),
+            format!("btrfs_lab_bench_best_bytes_per_second{l} 2300000000"),
+            format!("btrfs_lab_bench_io_operations_per_second{l} 2100"),
+            format!("btrfs_lab_bench_best_io_operations_per_second{l} 2300"),
+            format!("btrfs_lab_bench_completion_latency_p50_seconds{l} 0.007001"),
+            format!("btrfs_lab_bench_completion_latency_p99_seconds{l} 0.009"),
+            format!("btrfs_lab_bench_completion_latency_p99_9_seconds{l} 0.0125"),
+            // The flagged write: the flag, and no figure.
+            format!("btrfs_lab_bench_flagged{w} 1"),
+        ] {
+            assert!(text.lines().any(|x| x == line), "missing {line} in\n{text}");
+        }
+        assert!(!text.contains(&format!("per_second{w}")), "{text}");
+        assert!(!text.contains(&format!("seconds{w}")), "{text}");
+        // One HELP and TYPE per family, every family a gauge.
+        assert_eq!(text.matches("# TYPE ").count(), 8, "{text}");
+        assert_eq!(text.matches(" gauge\n").count(), 8);
+        assert!(
+            text.lines()
+                .filter(|x| !x.starts_with('#'))
+                .all(|x| x.starts_with("btrfs_lab_bench_"))
+        );
+        // promtool, when installed, accepts it with no lint.
+        if let Ok(tool) = crate::sys::tools::find("promtool", "prometheus") {
+            use std::io::Write;
+            use std::process::{Command, Stdio};
+            let mut child = Command::new(&tool.path)
+                .args(["check", "metrics"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "promtool: {said}\n{text}");
+            assert!(said.trim().is_empty(), "promtool lint: {said}\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_filesystem_without_uuid_has_an_empty_label() {
+        let mut r = report();
+        r.target.uuid = None;
+        assert!(render(&r).contains(",uuid=\"\",test="));
+    }
+}

@@ -168,29 +168,8 @@ mod tests {
                 .all(|x| x.starts_with("btrfs_lab_bench_"))
         );
         // promtool, when installed, accepts it with no lint.
-        if let Ok(tool) = crate::sys::tools::find("promtool", "prometheus") {
-            use std::io::Write;
-            use std::process::{Command, Stdio};
-            let mut child = Command::new(&tool.path)
-                .args(["check", "metrics"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(text.as_bytes())
-                .unwrap();
-            let out = child.wait_with_output().unwrap();
-            let said = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(out.status.success(), "promtool: {said}\n{text}");
+        if let Ok((ok, said)) = crate::sys::tools::promtool_check_metrics(&text) {
+            assert!(ok, "promtool: {said}\n{text}");
             assert!(said.trim().is_empty(), "promtool lint: {said}\n{text}");
         }
     }

@@ -204,23 +204,11 @@ fn raid0_figures_agree_with_the_member_devices() {
             "{series}{got}, report {value}"
         );
     }
-    if let Ok(tool) = btrfs_lab::sys::tools::find("promtool", "prometheus") {
-        let mut child = Command::new(&tool.path)
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-            "promtool check metrics: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let (ok, said) = crate::common::promtool_check_metrics(&text);
+    assert!(
+        ok && said.trim().is_empty(),
+        "promtool check metrics: {said}"
+    );
     // No temporary file is left next to it.
     assert_eq!(
         listing(env.path())

@@ -590,3 +590,9 @@ pub fn with_pause_at(
     assert!(reached, "the run never reached {point}: {err}");
     (status.code().unwrap_or(-1), out, err)
 }
+
+/// `promtool check metrics` on a text: (success, its output).
+pub fn promtool_check_metrics(text: &str) -> (bool, String) {
+    btrfs_lab::sys::tools::promtool_check_metrics(text)
+        .expect("promtool (Debian package prometheus; scripts/install-deps.sh installs it)")
+}

@@ -14,7 +14,7 @@ use btrfs_lab::model::finding::Severity;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
 
-use crate::common::{TestEnv, json, require_root, run, typed};
+use crate::common::{TestEnv, json, promtool_check_metrics, require_root, run, typed};
 
 const MIB: u64 = 1 << 20;
 
@@ -95,34 +95,6 @@ impl Drop for ScrubRecord {
                 .trim_start_matches("scrub.status.")
         )));
     }
-}
-
-/// `promtool check metrics` on a text: (success, its output).
-fn promtool_check_metrics(text: &str) -> (bool, String) {
-    let promtool = btrfs_lab::sys::tools::find("promtool", "prometheus")
-        .expect("promtool (Debian package prometheus; scripts/install-deps.sh installs it)");
-    let mut child = Command::new(&promtool.path)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 #[test]

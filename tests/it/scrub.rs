@@ -121,6 +121,18 @@ fn raid1_corruption_is_found_and_corrected() {
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
+    // Beside doctor's file in one collector directory: no family twice,
+    // promtool accepts both together.
+    let (dcode, doctor_text, derr) =
+        run(env.cmd().args(["doctor", "--format", "prometheus"]).arg(&m));
+    assert!(dcode <= 2, "{derr}");
+    let both = format!("{doctor_text}{text}");
+    let (ok, said) = crate::common::promtool_check_metrics(&both);
+    assert!(ok && said.trim().is_empty(), "promtool: {said}\n{both}");
+    assert!(
+        doctor_text.contains("btrfs_lab_scrub_errors{"),
+        "{doctor_text}"
+    );
     assert!(r.totals.errors > 0, "{r:?}");
     assert!(r.totals.corrected > 0, "{r:?}");
     assert_eq!(r.totals.uncorrectable, 0, "{r:?}");

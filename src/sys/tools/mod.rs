@@ -26,6 +26,37 @@ pub struct Tool {
     pub path: PathBuf,
 }
 
+/// `promtool check metrics` of a Prometheus text (stdin): whether it
+/// passed, and what it said (lint included). The one check of every
+/// `--textfile` and `--format prometheus` in the tests.
+pub fn promtool_check_metrics(text: &str) -> Result<(bool, String)> {
+    use std::io::Write;
+    let tool = find("promtool", "prometheus")?;
+    let mut child = Command::new(&tool.path)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::new(ErrorKind::Tool, format!("cannot run promtool: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| Error::new(ErrorKind::Tool, format!("cannot feed promtool: {e}")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::new(ErrorKind::Tool, format!("promtool: {e}")))?;
+    Ok((
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
 /// Finds `name` on PATH (and in the sbin directories, which a non-login root
 /// shell may lack); the error names the Debian package that provides it.
 ///

@@ -522,6 +522,15 @@ pub fn must(c: &mut Command) {
     );
 }
 
+/// `mount -o remount,OPTIONS M` of a test's own mount.
+pub fn remount(m: &Path, options: &str) {
+    must(
+        Command::new("mount")
+            .args(["-o", &format!("remount,{options}")])
+            .arg(m),
+    );
+}
+
 /// A member lost: unmounts `m`, makes the kernel forget `gone`, mounts
 /// `first` alone with `options` (`degraded`, `degraded,ro`).
 pub fn lose_member(m: &Path, first: &Path, gone: &Path, options: &str) {

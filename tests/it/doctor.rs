@@ -1697,12 +1697,7 @@ fn audits_of_fstab_and_mount_options_on_a_real_filesystem() {
     );
 
     // Remounted with ssd_spread: said, as info.
-    let st = Command::new("mount")
-        .args(["-o", "remount,ssd_spread"])
-        .arg(&m)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    crate::common::remount(&m, "ssd_spread");
     let (_, r) = doctor(&env, &m);
     assert!(has(&r, "ssd-spread", Severity::Info), "{:?}", findings(&r));
 

@@ -408,12 +408,7 @@ fn read_only_mount_and_a_full_stdout() {
     let sbx = sandbox(&env, 1, Profile::Single, Profile::Dup);
     let m = sbx.mount_point().to_path_buf();
     write_file(&m.join("file"), 8, 1).unwrap();
-    let status = Command::new("mount")
-        .args(["-o", "remount,ro"])
-        .arg(&m)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    crate::common::remount(&m, "ro");
     let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).arg("--yes"));
     assert_eq!(code, 1, "{out}{err}");
     assert!(

@@ -472,6 +472,10 @@ impl SavedScrub {
     }
 }
 
+/// btrfs-lab's state directory when `--state-dir` is not given (the scrub
+/// state is in its `scrub/`).
+pub const STATE_DIR: &str = "/var/lib/btrfs-lab";
+
 /// Where the state of `fsid`'s scrub is kept.
 pub struct StateStore {
     dir: PathBuf,
@@ -489,9 +493,14 @@ impl StateStore {
         format!("{fsid}.json")
     }
 
+    /// The state file of `fsid`.
+    pub fn file(&self, fsid: &str) -> PathBuf {
+        self.dir.join(Self::name(fsid))
+    }
+
     /// The saved state of `fsid`, if any.
     pub fn load(&self, fsid: &str) -> Result<Option<SavedScrub>> {
-        let path = self.dir.join(Self::name(fsid));
+        let path = self.file(fsid);
         match std::fs::read_to_string(&path) {
             Ok(t) => SavedScrub::parse(&t, &path).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

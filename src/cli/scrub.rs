@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use btrfs_lab::admin::scrub::{
-    self, DeviceScrub, Outcome, Request, ScrubPlan, ScrubRecord, ScrubReport, ScrubStatus,
-    StateStore,
+    self, DeviceScrub, Outcome, Request, STATE_DIR, ScrubPlan, ScrubRecord, ScrubReport,
+    ScrubStatus, StateStore,
 };
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::rate::{duration, format_rate};
@@ -19,9 +19,6 @@ use clap::Args;
 
 use super::output::{Output, confirm};
 use super::units::UnitArgs;
-
-/// The default state directory (`--state-dir` replaces it).
-const STATE_DIR: &str = "/var/lib/btrfs-lab";
 
 pub const AFTER_HELP: &str = "\
 The kernel scrubs each device in turn of its own thread; the first SIGINT,

@@ -301,13 +301,15 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
             })
         }
     };
-    let scrub_dir = opts.state_dir.as_ref().map_or_else(
-        || opts.sysroot.prefix().join("var/lib/btrfs-lab/scrub"),
-        |d| d.join("scrub"),
-    );
+    let scrub_store =
+        crate::admin::scrub::StateStore::new(&opts.state_dir.clone().unwrap_or_else(|| {
+            opts.sysroot
+                .prefix()
+                .join(crate::admin::scrub::STATE_DIR.trim_start_matches('/'))
+        }));
     let report = match examine(
         &opts.sysroot,
-        &scrub_dir,
+        &scrub_store,
         &opts.mounts,
         opts.deep,
         fstab.as_ref(),
@@ -389,7 +391,7 @@ pub(crate) fn with_textfile_state(e: crate::error::Error, path: &Path) -> crate:
 /// root, the mount table unreadable) or was interrupted.
 pub(crate) fn examine(
     root: &SysRoot,
-    scrub_dir: &Path,
+    scrub_store: &crate::admin::scrub::StateStore,
     mounts: &[PathBuf],
     deep: bool,
     fstab: Option<&(String, String)>,
@@ -421,7 +423,7 @@ pub(crate) fn examine(
     let now = now_unix();
     let mut out = Vec::new();
     for t in &targets {
-        match examine_one(root, scrub_dir, t, deep, now, fstab) {
+        match examine_one(root, scrub_store, t, deep, now, fstab) {
             Ok(d) => out.push(d),
             Err(e) if e.kind() == crate::error::ErrorKind::Interrupted => return Err(e),
             Err(e) => not_examined.push(NotExamined::new(&t.mount.mount_point, &e)),
@@ -434,13 +436,13 @@ pub(crate) fn examine(
 /// deep checks.
 fn examine_one(
     root: &SysRoot,
-    scrub_dir: &Path,
+    scrub_store: &crate::admin::scrub::StateStore,
     t: &BtrfsTarget,
     deep: bool,
     now: u64,
     fstab: Option<&(String, String)>,
 ) -> Result<FsDiagnosis> {
-    let mut facts = gather(root, t, scrub_dir)?;
+    let mut facts = gather(root, t, scrub_store)?;
     facts.fstab = fstab.map(|(path, text)| fstab_facts(root, &facts, path, text));
     if crate::space::room::wants_chunk_usage(&analyse::analyse(&facts, now)) {
         facts.data_chunks = data_chunks(t, &facts.features);
@@ -527,7 +529,11 @@ fn discard_max_bytes(root: &SysRoot, path: &str) -> Option<u64> {
 }
 
 /// Reads the facts of one mounted btrfs (ioctls, sysfs, the scrub record).
-pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget, scrub_dir: &Path) -> Result<FsFacts> {
+pub(crate) fn gather(
+    root: &SysRoot,
+    target: &BtrfsTarget,
+    scrub_store: &crate::admin::scrub::StateStore,
+) -> Result<FsFacts> {
     let state = crate::admin::state::read_state(root, &target.path)?;
     let info = btrfs::fs_info(&target.path)?;
     let devices = state
@@ -597,7 +603,7 @@ pub(crate) fn gather(root: &SysRoot, target: &BtrfsTarget, scrub_dir: &Path) -> 
         .map(|t| scrub::parse_status(&t, &target.fsid))
         .unwrap_or_default();
     // btrfs-lab scrub's own state (a file it cannot parse is no record).
-    let lab_file = scrub_dir.join(format!("{}.json", target.fsid));
+    let lab_file = scrub_store.file(&target.fsid);
     let lab = root
         .read_text(&lab_file, 1 << 20)
         .ok()

@@ -70,7 +70,8 @@ documents! {
     "sandbox-list", false, crate::sandbox::report::ListReport, "sandbox list --json";
     "demo", false, crate::demo::DemoReport, "demo --json";
     "bench", false, crate::bench::report::BenchReport, "bench --json";
-    "bench-compare", false, crate::bench::compare::Comparison, "bench --compare A B --json";
+    "bench-compare", false, crate::bench::compare::Comparison, "bench --compare RUN RUN... --json";
+    "bench-history", false, crate::bench::history::HistoryReport, "bench --history [DIR] --json";
     "bench-sustained", false, crate::bench::sustained::SustainedReport, "bench --sustained --json";
     "bench-metadata", false, crate::bench::metadata::MetadataReport, "bench --small-files --json";
     "bench-plan", false, crate::bench::plan::BenchPlan, "bench DIR --dry-run --json (also --sustained, --small-files)";

@@ -12,6 +12,7 @@
 pub mod analysis;
 pub mod cliff;
 pub mod compare;
+pub mod history;
 pub mod html;
 pub mod jobs;
 pub mod members;
@@ -23,6 +24,8 @@ pub mod profiles;
 pub mod report;
 pub(crate) mod sensors;
 pub mod sustained;
+#[cfg(test)]
+pub(crate) mod testdata;
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -501,6 +504,25 @@ pub struct Target {
     pub devices: Vec<report::MemberDevice>,
     /// Members /proc/diskstats does not show.
     pub devices_missing: Vec<String>,
+}
+
+/// The UUID of the filesystem under DIR (btrfs: its fsid), for `bench
+/// --history DIR`; DIR held, any filesystem, read-only ones too.
+pub fn filesystem_uuid(dir: &Path) -> Result<String> {
+    let held = HeldDir::open(dir)?;
+    let info = filesystem::inspect_held(&SysRoot::host(), &held)?;
+    if info.mount.fs_type != "btrfs" {
+        return Err(Error::new(
+            ErrorKind::WrongTarget,
+            format!(
+                "{} is on {}, not btrfs: the history is kept per btrfs filesystem",
+                escape_path(&info.dir),
+                info.mount.fs_type
+            ),
+        )
+        .with_hint("bench --history without DIR shows every filesystem's runs"));
+    }
+    btrfs::fsid_of(held.fd(), &info.dir)
 }
 
 /// Opens DIR for a bench mode and refuses, before anything changes, what
@@ -1266,6 +1288,7 @@ fn assemble_report(
         members_scaling,
         notes,
         job_file: f.job_file,
+        history: None,
     }
 }
 

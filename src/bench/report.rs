@@ -43,6 +43,20 @@ pub struct BenchReport {
     pub notes: Vec<String>,
     /// The fio job file (fill and every test once), as saved.
     pub job_file: String,
+    /// Where the run was saved in the bench history (null: not saved,
+    /// `--no-history`, or a report read back from the history itself).
+    #[serde(default)]
+    pub history: Option<HistoryEntry>,
+}
+
+/// A run's place in the bench history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HistoryEntry {
+    /// The database.
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    pub db: PathBuf,
+    /// The run's id (`bench --compare ID ...`).
+    pub id: i64,
 }
 
 /// The machine and its software.

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use btrfs_lab::admin::scrub::STATE_DIR;
 use btrfs_lab::bench::compare::{self, Comparison};
+use btrfs_lab::bench::history::{self, History, HistoryReport, Machine};
+use btrfs_lab::bench::report::HistoryEntry;
 use btrfs_lab::bench::metadata::{MetadataOptions, MetadataReport};
 use btrfs_lab::bench::profile::{self, Direction};
 use btrfs_lab::bench::profiles::{self, ProfilesOptions, ProfilesReport};
@@ -56,10 +59,11 @@ Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
 
 #[derive(Debug, Args)]
 #[command(override_usage = "btrfs-lab bench [OPTIONS] <DIR>
-       btrfs-lab bench --compare <A.json> <B.json>")]
+       btrfs-lab bench --compare <RUN> <RUN>...
+       btrfs-lab bench --history [DIR]")]
 pub struct BenchArgs {
     /// Directory on the filesystem to measure (the test directory is made in it).
-    #[arg(required_unless_present_any = ["compare", "compare_profiles"])]
+    #[arg(required_unless_present_any = ["compare", "compare_profiles", "history"])]
     dir: Option<PathBuf>,
     /// Test set: default or nvme.
     #[arg(long, default_value = "default", value_name = "NAME", value_parser = super::units::named(&["default", "nvme"], bench_profile), hide_possible_values = true)]
@@ -99,9 +103,25 @@ pub struct BenchArgs {
     /// in its directory, then rename), for node_exporter's textfile collector.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "show_jobs", "sustained", "metadata"])]
     textfile: Option<PathBuf>,
-    /// Compare two saved `bench --json` reports instead of running.
-    #[arg(long, num_args = 2, value_names = ["A.json", "B.json"], conflicts_with_all = ["dir", "members", "show_jobs", "report"])]
-    compare: Option<Vec<PathBuf>>,
+    /// Compare two or more saved runs instead of running: `bench --json`
+    /// files or history ids (`12`, `#12`; a file named like a number is
+    /// `./12`), the first the baseline; says which differences are beyond
+    /// the runs' own noise.
+    #[arg(long, num_args = 2.., value_name = "RUN", conflicts_with_all = ["dir", "members", "show_jobs", "report", "history"])]
+    compare: Option<Vec<String>>,
+    /// Show the stored runs' trend instead of running: each test over the
+    /// runs, the changes beyond the runs' noise and what changed in the
+    /// set-up beside them (kernel, mount options, members, profile). With
+    /// DIR, only its filesystem's runs.
+    #[arg(long, conflicts_with_all = ["members", "show_jobs", "report", "textfile", "sustained", "metadata", "dry_run", "no_history"])]
+    history: bool,
+    /// The history database [default: /var/lib/btrfs-lab/bench.sqlite,
+    /// or DIR/bench.sqlite with --state-dir DIR].
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// Do not save this run in the history.
+    #[arg(long, conflicts_with_all = ["compare"])]
+    no_history: bool,
     /// One long sequential write instead of the suite: SIZE (default: 80% of
     /// the free space, or --fill), the rate each second, and the cliff where it
     /// drops and stays down (an SSD's write cache filling).
@@ -542,12 +562,18 @@ pub fn run(
     if let Some(list) = &args.compare_profiles {
         return run_compare_profiles(&args, list, out, super::sandbox::locations(places, out));
     }
-    if let Some(pair) = &args.compare {
-        let a = compare::load(&pair[0])?;
-        let b = compare::load(&pair[1])?;
-        let c = compare::compare(&a, &b, &escape_path(&pair[0]), &escape_path(&pair[1]));
-        out.report(&c, render_compare);
-        return Ok(0);
+    let db = args.db.clone().unwrap_or_else(|| {
+        places
+            .0
+            .as_deref()
+            .unwrap_or(Path::new(STATE_DIR))
+            .join(history::DB_FILE)
+    });
+    if args.history {
+        return run_history(&args, &db, out);
+    }
+    if let Some(list) = &args.compare {
+        return run_compare(list, &db, out);
     }
     let dir = args
         .dir
@@ -604,12 +630,38 @@ pub fn run(
     let target = bench::prepare(&opts)?;
     let mut fio = RealFio::find()?;
     let fio_path = fio.path().to_path_buf();
+    let keep = keep_history(&args, places.0.is_some());
     if args.dry_run {
         drop(target);
-        let plan = bench::plan::suite(&opts, &fio_path, job_file());
+        let mut plan = bench::plan::suite(&opts, &fio_path, job_file());
+        if let Keep::Save = keep {
+            plan.steps.push(format!(
+                "save the run in the bench history {} (--no-history skips it)",
+                escape_path(&db)
+            ));
+        }
+        if let Some(t) = &args.textfile {
+            plan.steps.push(format!(
+                "write its Prometheus metrics to {} (a temporary file, then rename)",
+                escape_path(t)
+            ));
+        }
         out.report(&plan, bench::plan::BenchPlan::describe);
         return Ok(0);
     }
+    // The history is opened (made, migrated) before minutes of I/O: a
+    // database that cannot be written is said now, not after the run.
+    let mut saved_in = match keep {
+        Keep::Save => Some(History::open(&db, true)?),
+        Keep::No => None,
+        Keep::NotRoot => {
+            out.text_note(&format!(
+                "this run is not saved in the history: {} is root's (--db PATH keeps your own)",
+                escape_path(&db)
+            ));
+            None
+        }
+    };
     let bar = out.byte_progress("bench {msg}");
     // One document, printed only on success: a failed or interrupted run
     // leaves stdout empty (docs/json.md), whatever it had begun.
@@ -623,7 +675,21 @@ pub fn run(
         bar.tick();
     });
     bar.finish_and_clear();
-    let report = result?;
+    let mut report = result?;
+    if let Some(h) = saved_in.as_mut() {
+        match h.save(&report, &Machine::current()) {
+            Ok(id) => {
+                report.history = Some(HistoryEntry {
+                    db: h.path().to_path_buf(),
+                    id,
+                })
+            }
+            Err(e) => out.warning_with_hint(
+                &format!("the run was not saved in the history: {}", e.message()),
+                e.hint().unwrap_or("--no-history runs without it"),
+            ),
+        }
+    }
     if let Some(f) = &save_jobs {
         f.write(&report.job_file)?;
     }
@@ -881,30 +947,195 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
     s
 }
 
-fn render_compare(c: &Comparison) -> String {
-    let mut s = format!(
-        "bench compare  A = {}\n               B = {}\n",
-        escape_control(&c.a),
-        escape_control(&c.b)
-    );
-    for d in &c.differences {
-        s.push_str(&format!("  {}\n", escape_control(d)));
+/// Whether a suite run is saved in the history.
+enum Keep {
+    Save,
+    No,
+    /// Not root, and the default database is root's: said, not saved.
+    NotRoot,
+}
+
+fn keep_history(args: &BenchArgs, state_dir_given: bool) -> Keep {
+    if args.no_history {
+        Keep::No
+    } else if args.db.is_some() || state_dir_given || btrfs_lab::sys::is_root() {
+        Keep::Save
+    } else {
+        Keep::NotRoot
     }
-    s.push_str(&format!(
-        "\n  {:<20}{:>12}{:>12}{:>9}\n",
-        "test", "A MB/s", "B MB/s", "B/A"
-    ));
-    for r in &c.rows {
-        let f = |v: Option<f64>| v.map_or("-".into(), mbps);
+}
+
+/// `bench --history [DIR]`.
+fn run_history(args: &BenchArgs, db: &Path, out: &Output) -> Result<u8> {
+    let h = History::open(db, false)?;
+    let uuid = match &args.dir {
+        Some(dir) => Some(bench::filesystem_uuid(dir)?),
+        None => None,
+    };
+    let runs = h.runs(uuid.as_deref())?;
+    let r = history::trend(db, args.dir.as_deref(), &runs);
+    out.report(&r, render_history);
+    Ok(0)
+}
+
+/// A `--compare` argument: a history id (`12`, `#12`) or a saved file.
+fn history_id(arg: &str) -> Option<i64> {
+    let digits = arg.strip_prefix('#').unwrap_or(arg);
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// `bench --compare RUN RUN...`.
+fn run_compare(list: &[String], db: &Path, out: &Output) -> Result<u8> {
+    let mut h: Option<History> = None;
+    let mut inputs = Vec::with_capacity(list.len());
+    for arg in list {
+        match history_id(arg) {
+            Some(id) => {
+                if h.is_none() {
+                    h = Some(History::open(db, false)?);
+                }
+                inputs.push(h.as_ref().expect("opened above").input(id)?);
+            }
+            None => inputs.push(compare::load_input(Path::new(arg))?),
+        }
+    }
+    let c = compare::compare_many(&inputs);
+    out.report(&c, render_compare);
+    Ok(0)
+}
+
+/// The text of `bench --history`: per filesystem its runs, then each test
+/// over them with its ratio to the run before and, beyond the noise, what
+/// changed in the set-up.
+pub fn render_history(r: &HistoryReport) -> String {
+    let mut s = format!("bench history  {}
+", escape_path(&r.db));
+    for fs in &r.filesystems {
         s.push_str(&format!(
-            "  {:<20}{:>12}{:>12}{:>9}{}\n",
-            format!("{} {}", escape_control(&r.name), r.direction.as_str()),
-            f(r.a_bytes_per_sec),
-            f(r.b_bytes_per_sec),
-            r.ratio.map_or("-".into(), |x| format!("×{x:.2}")),
-            r.note
-                .as_ref()
-                .map_or(String::new(), |n| format!("  ({})", escape_control(n)))
+            "
+{} on {} ({})
+",
+            fs.fs_uuid.as_deref().map_or("a filesystem".to_owned(), |u| format!("filesystem {u}")),
+            escape_control(&fs.mount_point),
+            escape_control(&fs.hostname)
+        ));
+        for run in &fs.runs {
+            let setup = run.setup.as_ref().map_or("(a report this btrfs-lab cannot read)".to_owned(), |x| {
+                format!(
+                    "{}  {}  {}  {}",
+                    x.kernel,
+                    x.data_profiles.join("+"),
+                    x.profile,
+                    x.members.join(",")
+                )
+            });
+            s.push_str(&format!(
+                "  #{:<5}{}  {}
+",
+                run.id,
+                run.time.replace('T', " ").trim_end_matches('Z'),
+                escape_control(&setup)
+            ));
+            for c in &run.changes {
+                s.push_str(&format!("         changed: {}
+", escape_control(c)));
+            }
+        }
+        for t in &fs.tests {
+            s.push_str(&format!("
+  {} {}
+", escape_control(&t.test), t.direction.as_str()));
+            for p in &t.points {
+                let fig = match (p.status, p.bytes_per_sec) {
+                    (Status::Ok, Some(b)) => format!("{:>10} MB/s", mbps(b)),
+                    _ => format!("{:>15}", "flagged"),
+                };
+                let spread = p
+                    .spread
+                    .map_or(String::new(), |x| format!("  spread {:.0}%", x * 100.0));
+                let change = p.change.as_ref().map_or(String::new(), |c| {
+                    if c.beyond_noise {
+                        let why = if c.setup_changes.is_empty() {
+                            "nothing in the set-up changed".to_owned()
+                        } else {
+                            c.setup_changes.join("; ")
+                        };
+                        format!(
+                            "  ×{:.2} beyond the noise ({:.0}%): {}",
+                            c.ratio,
+                            c.noise * 100.0,
+                            escape_control(&why)
+                        )
+                    } else {
+                        format!("  ×{:.2}", c.ratio)
+                    }
+                });
+                s.push_str(&format!("    #{:<5}{fig}{spread}{change}
+", p.run_id));
+            }
+        }
+    }
+    s.push('\n');
+    s.push_str(&wrap(&r.summary, 96, ""));
+    s
+}
+
+fn render_compare(c: &Comparison) -> String {
+    let mut s = String::from("bench compare");
+    for (i, r) in c.reports.iter().enumerate() {
+        s.push_str(&format!(
+            "{}#{} = {}{}\n",
+            if i == 0 { "  " } else { "               " },
+            i + 1,
+            escape_control(&r.name),
+            r.time
+                .as_deref()
+                .map_or(String::new(), |t| format!("  ({})", escape_control(t)))
+        ));
+    }
+    for (i, r) in c.reports.iter().enumerate().skip(1) {
+        for d in &r.changes {
+            s.push_str(&format!("  #{} vs #1: {}\n", i + 1, escape_control(d)));
+        }
+    }
+    s.push_str(&format!("\n  {:<20}", "test"));
+    for i in 0..c.reports.len() {
+        s.push_str(&format!(
+            "{:>12}{}",
+            format!("#{} MB/s", i + 1),
+            if i == 0 { "" } else { "       " }
+        ));
+    }
+    s.push('\n');
+    for r in &c.rows {
+        s.push_str(&format!(
+            "  {:<20}",
+            format!("{} {}", escape_control(&r.name), r.direction.as_str())
+        ));
+        for (i, f) in r.figures.iter().enumerate() {
+            let value = f
+                .bytes_per_sec
+                .map_or_else(|| f.note.clone().unwrap_or_else(|| "-".into()), mbps);
+            let ratio = match (f.ratio, f.beyond_noise) {
+                (Some(x), Some(true)) => format!(" ×{x:.2}!"),
+                (Some(x), _) => format!(" ×{x:.2} "),
+                (None, _) if i > 0 => "       ".into(),
+                (None, _) => String::new(),
+            };
+            s.push_str(&format!(
+                "{:>w$}{ratio}",
+                escape_control(&value),
+                w = 12
+            ));
+        }
+        s.push('\n');
+    }
+    if c.reports.len() > 1 {
+        s.push_str(&format!(
+            "\n  ×: to #1; ! beyond the noise of both runs (their rounds do not overlap and differ by more than their spread, at least {:.0}%)\n",
+            c.min_noise * 100.0
         ));
     }
     s

@@ -393,7 +393,7 @@ fn compare_is_bounded_typed_and_escaped() {
     let (code, _, stderr) = run(env.cmd().args(["bench", "--compare"]).arg(&a).arg(&s));
     assert_eq!(code, 1);
     assert!(
-        stderr.contains("is a bench --sustained report; --compare compares two suite reports"),
+        stderr.contains("is a bench --sustained report; --compare compares suite reports"),
         "{stderr}"
     );
 }

@@ -3,6 +3,7 @@
 
 mod admin;
 mod bench;
+mod bench_history;
 mod bench_lifecycle;
 mod bench_security;
 mod common;

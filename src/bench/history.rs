@@ -233,6 +233,9 @@ impl Machine {
     }
 }
 
+/// id, saved_at, machine_id, setup, exit_code.
+type RunRow = (i64, i64, Option<String>, Option<String>, i64);
+
 /// An open history database.
 pub struct History {
     conn: Connection,
@@ -296,12 +299,14 @@ impl StoredFigure {
         if self.status != Status::Ok {
             return None;
         }
-        self.bytes_per_sec.filter(|m| *m > 0.0).map(|median| Figure {
-            median,
-            min: self.bytes_per_sec_min,
-            max: self.bytes_per_sec_max,
-            rounds: self.rounds,
-        })
+        self.bytes_per_sec
+            .filter(|m| *m > 0.0)
+            .map(|median| Figure {
+                median,
+                min: self.bytes_per_sec_min,
+                max: self.bytes_per_sec_max,
+                rounds: self.rounds,
+            })
     }
 }
 
@@ -311,14 +316,18 @@ impl History {
     pub fn open(path: &Path, create: bool) -> Result<History> {
         let shown = escape_path(path);
         let (parent, name) = match (path.parent(), path.file_name()) {
-            (Some(p), Some(n)) => (if p.as_os_str().is_empty() { Path::new(".") } else { p }, n),
-            _ => {
-                return Err(Error::usage(format!(
-                    "--db {shown} is not a file path"
-                )))
-            }
+            (Some(p), Some(n)) => (
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                },
+                n,
+            ),
+            _ => return Err(Error::usage(format!("--db {shown} is not a file path"))),
         };
-        if !create && matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        if !create
+            && matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
         {
             return Err(no_history(&shown));
         }
@@ -421,7 +430,7 @@ impl History {
                  WHERE ?1 IS NULL OR fs_uuid = ?1 ORDER BY saved_at, id",
             )
             .map_err(e)?;
-        let rows: Vec<(i64, i64, Option<String>, Option<String>, i64)> = q
+        let rows: Vec<RunRow> = q
             .query_map(params![fs_uuid], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
             })
@@ -449,7 +458,11 @@ impl History {
                         } else {
                             Direction::Read
                         },
-                        status: if s == "ok" { Status::Ok } else { Status::Flagged },
+                        status: if s == "ok" {
+                            Status::Ok
+                        } else {
+                            Status::Flagged
+                        },
                         bytes_per_sec: r.get(3)?,
                         bytes_per_sec_min: r.get(4)?,
                         bytes_per_sec_max: r.get(5)?,

@@ -63,4 +63,3 @@ pub(crate) fn report(read: &[f64], write: &[f64], write_flagged: bool) -> BenchR
     ];
     r
 }
-

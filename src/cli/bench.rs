@@ -8,10 +8,10 @@ use clap::Args;
 use btrfs_lab::admin::scrub::STATE_DIR;
 use btrfs_lab::bench::compare::{self, Comparison};
 use btrfs_lab::bench::history::{self, History, HistoryReport, Machine};
-use btrfs_lab::bench::report::HistoryEntry;
 use btrfs_lab::bench::metadata::{MetadataOptions, MetadataReport};
 use btrfs_lab::bench::profile::{self, Direction};
 use btrfs_lab::bench::profiles::{self, ProfilesOptions, ProfilesReport};
+use btrfs_lab::bench::report::HistoryEntry;
 use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
@@ -53,6 +53,15 @@ filesystem; DIR, if given, is where their images go (--dry-run, --yes).
 --dry-run in every mode makes every check of a real run (DIR, space, fio),
 then prints the steps, the bytes it would write and (the suite) the fio job
 file with --json; nothing is written.
+
+Every suite run is saved in the bench history (SQLite; /var/lib/btrfs-lab/
+bench.sqlite, --state-dir DIR/bench.sqlite or --db PATH; --no-history skips
+it). --history [DIR] shows each test over the runs and names what changed in
+the set-up (kernel, mount options, members, profile) beside every change
+beyond the runs' noise. --compare RUN RUN... compares saved --json files or
+history ids (12, #12) with the first one; ! marks a difference beyond the
+noise of both runs (rounds that do not overlap, more than their spread, at
+least 5%).
 
 Exit status: 0 every figure checked out, 3 some figure is flagged, 1 error,
 2 bad arguments, 130 interrupted (the test directory is removed).";
@@ -1010,27 +1019,35 @@ fn run_compare(list: &[String], db: &Path, out: &Output) -> Result<u8> {
 /// over them with its ratio to the run before and, beyond the noise, what
 /// changed in the set-up.
 pub fn render_history(r: &HistoryReport) -> String {
-    let mut s = format!("bench history  {}
-", escape_path(&r.db));
+    let mut s = format!(
+        "bench history  {}
+",
+        escape_path(&r.db)
+    );
     for fs in &r.filesystems {
         s.push_str(&format!(
             "
 {} on {} ({})
 ",
-            fs.fs_uuid.as_deref().map_or("a filesystem".to_owned(), |u| format!("filesystem {u}")),
+            fs.fs_uuid
+                .as_deref()
+                .map_or("a filesystem".to_owned(), |u| format!("filesystem {u}")),
             escape_control(&fs.mount_point),
             escape_control(&fs.hostname)
         ));
         for run in &fs.runs {
-            let setup = run.setup.as_ref().map_or("(a report this btrfs-lab cannot read)".to_owned(), |x| {
-                format!(
-                    "{}  {}  {}  {}",
-                    x.kernel,
-                    x.data_profiles.join("+"),
-                    x.profile,
-                    x.members.join(",")
-                )
-            });
+            let setup = run.setup.as_ref().map_or(
+                "(a report this btrfs-lab cannot read)".to_owned(),
+                |x| {
+                    format!(
+                        "{}  {}  {}  {}",
+                        x.kernel,
+                        x.data_profiles.join("+"),
+                        x.profile,
+                        x.members.join(",")
+                    )
+                },
+            );
             s.push_str(&format!(
                 "  #{:<5}{}  {}
 ",
@@ -1039,14 +1056,21 @@ pub fn render_history(r: &HistoryReport) -> String {
                 escape_control(&setup)
             ));
             for c in &run.changes {
-                s.push_str(&format!("         changed: {}
-", escape_control(c)));
+                s.push_str(&format!(
+                    "         changed: {}
+",
+                    escape_control(c)
+                ));
             }
         }
         for t in &fs.tests {
-            s.push_str(&format!("
+            s.push_str(&format!(
+                "
   {} {}
-", escape_control(&t.test), t.direction.as_str()));
+",
+                escape_control(&t.test),
+                t.direction.as_str()
+            ));
             for p in &t.points {
                 let fig = match (p.status, p.bytes_per_sec) {
                     (Status::Ok, Some(b)) => format!("{:>10} MB/s", mbps(b)),
@@ -1072,8 +1096,11 @@ pub fn render_history(r: &HistoryReport) -> String {
                         format!("  ×{:.2}", c.ratio)
                     }
                 });
-                s.push_str(&format!("    #{:<5}{fig}{spread}{change}
-", p.run_id));
+                s.push_str(&format!(
+                    "    #{:<5}{fig}{spread}{change}
+",
+                    p.run_id
+                ));
             }
         }
     }
@@ -1124,11 +1151,7 @@ fn render_compare(c: &Comparison) -> String {
                 (None, _) if i > 0 => "       ".into(),
                 (None, _) => String::new(),
             };
-            s.push_str(&format!(
-                "{:>w$}{ratio}",
-                escape_control(&value),
-                w = 12
-            ));
+            s.push_str(&format!("{:>w$}{ratio}", escape_control(&value), w = 12));
         }
         s.push('\n');
     }

@@ -503,6 +503,14 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
                 "Metadata operations.",
                 "btrfs-lab bench --small-files --files 3000 --threads 2 /mnt/data",
             ),
+            (
+                "Each test's trend over the saved runs of this filesystem.",
+                "btrfs-lab bench --history /mnt/data",
+            ),
+            (
+                "Two saved runs and a saved file against the first.",
+                "btrfs-lab bench --compare 12 15 before.json",
+            ),
         ],
         ["doctor"] => &[
             (

@@ -116,10 +116,7 @@ fn three_runs_stored_and_a_planted_regression_named_beside_the_kernel_change() {
         .unwrap();
     }
 
-    let (code, stdout, stderr) = run(env
-        .cmd()
-        .args(["bench", "--json", "--history"])
-        .arg(&mnt));
+    let (code, stdout, stderr) = run(env.cmd().args(["bench", "--json", "--history"]).arg(&mnt));
     assert_eq!(code, 0, "{stderr}");
     let h: HistoryReport = typed(&stdout);
     assert_eq!(h.runs, 3, "{h:#?}");
@@ -149,7 +146,10 @@ fn three_runs_stored_and_a_planted_regression_named_beside_the_kernel_change() {
     assert_eq!(c.since_run_id, 2);
     assert!(c.beyond_noise, "{c:#?}");
     assert!((c.ratio - 0.5).abs() < 1e-6, "{}", c.ratio);
-    assert_eq!(c.setup_changes, [format!("kernel: {kernel} → 7.3.0-planted")]);
+    assert_eq!(
+        c.setup_changes,
+        [format!("kernel: {kernel} → 7.3.0-planted")]
+    );
     assert!(
         fs_h.changes_beyond_noise.contains(&format!(
             "SEQ1M Q8T1 read ×0.50 at #3 since #2 (kernel: {kernel} → 7.3.0-planted)"

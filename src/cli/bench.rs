@@ -953,6 +953,12 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
     }
     s.push('\n');
     s.push_str(&wrap(&r.summary, 96, ""));
+    if let Some(h) = &r.history {
+        s.push_str(&format!(
+            "saved in the bench history as #{} (bench --history DIR: each test over the runs)\n",
+            h.id
+        ));
+    }
     s
 }
 

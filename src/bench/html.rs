@@ -1,11 +1,19 @@
 //! `--report FILE.html`: one self-contained page (inline CSS, SVG bar
 //! charts, no script, nothing loaded from the network) rendered from the
 //! report.
+//!
+//! The suite's page has one chart per direction: every read bar on one
+//! scale, every write bar on another, each scale a labelled MB/s axis with
+//! round ticks ([`nice_axis`]). A flagged figure is drawn grey and hatched
+//! and says why; in the table its median and range read "flagged", never
+//! the number. The header says when the bench ran, on what (kernel, fio,
+//! btrfs-lab) and with what (profile, members, mount options). A print
+//! stylesheet keeps the colours and avoids splitting a chart.
 
 use std::fmt::Write as _;
 
 use super::profile::Direction;
-use super::report::{BenchReport, Severity, Status, TestResult};
+use super::report::{BenchReport, CheckCode, Severity, Status, TestResult};
 use crate::parse::size::format_iec;
 
 /// Escapes text for HTML and XML (SVG) alike.
@@ -28,60 +36,243 @@ fn mbps(b: f64) -> f64 {
     b / 1e6
 }
 
-/// The SVG chart of one test: a bar per direction, MB/s; a flagged figure
-/// is drawn hatched grey with "flagged".
-pub fn chart(name: &str, rows: &[&TestResult]) -> String {
-    let max = rows
+/// `v` with `digits` decimals and thin groups of three (`2,062.3`).
+pub(crate) fn grouped(v: f64, digits: usize) -> String {
+    let s = format!("{:.digits$}", v.abs());
+    let (int, frac) = s.split_once('.').map_or((s.as_str(), ""), |(i, f)| (i, f));
+    let mut out = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if !frac.is_empty() {
+        out.push('.');
+        out.push_str(frac);
+    }
+    if v < 0.0 && out.chars().any(|c| c.is_ascii_digit() && c != '0') {
+        out.insert(0, '-');
+    }
+    out
+}
+
+/// A value axis from 0: round ticks every `step`, up to `max` (a multiple
+/// of `step`, at or above the largest value).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Axis {
+    /// Distance between ticks: 1, 2, 2.5 or 5 times a power of ten.
+    pub(crate) step: f64,
+    /// The axis' end, the last tick.
+    pub(crate) max: f64,
+}
+
+impl Axis {
+    /// The tick values, 0 to `max`.
+    pub(crate) fn ticks(&self) -> Vec<f64> {
+        let n = (self.max / self.step).round() as usize;
+        (0..=n).map(|i| i as f64 * self.step).collect()
+    }
+
+    /// Decimals a tick label needs (0 for steps of 1 and more).
+    fn digits(&self) -> usize {
+        let mut d = 0;
+        while d < 6 && (self.step * 10f64.powi(d as i32)).fract().abs() > 1e-6 {
+            d += 1;
+        }
+        d
+    }
+
+    /// A tick's label (`2,500`, `0.25`).
+    pub(crate) fn label(&self, v: f64) -> String {
+        grouped(v, self.digits())
+    }
+}
+
+/// The axis for values up to `max`: about five round ticks (steps of 1, 2,
+/// 2.5 or 5 times a power of ten), the last one at or above `max`.
+pub(crate) fn nice_axis(max: f64) -> Axis {
+    let max = if max.is_finite() && max > 0.0 {
+        max
+    } else {
+        1.0
+    };
+    let raw = max / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * mag);
+    let mut n = (max / step - 1e-9).ceil().max(1.0);
+    if n * step < max {
+        n += 1.0;
+    }
+    Axis {
+        step,
+        max: n * step,
+    }
+}
+
+/// The short reason a figure is flagged (its first flag), for the chart's
+/// label and the table.
+fn flag_reason(r: &TestResult) -> &'static str {
+    let code = r
+        .checks
         .iter()
+        .find(|c| c.severity == Severity::Flag)
+        .map(|c| c.code);
+    match code {
+        Some(CheckCode::DeviceMismatch) => "devices moved less",
+        Some(CheckCode::PageCacheRead) => "page-cache read",
+        Some(CheckCode::PageCacheWrite) => "buffered write",
+        Some(CheckCode::Compression) => "compressed",
+        Some(CheckCode::CpuBound) => "CPU-bound",
+        Some(CheckCode::AboveCeiling) => "above PCIe ceiling",
+        Some(CheckCode::NeverWritten) => "never-written extents",
+        Some(CheckCode::Thermal) => "drives throttled",
+        Some(CheckCode::FioError) => "fio error",
+        Some(CheckCode::OtherIo) => "other I/O on the devices",
+        None => "a check failed",
+    }
+}
+
+const READ_FILL: &str = "#2f7ed8";
+const WRITE_FILL: &str = "#e4572e";
+const FLAGGED_FILL: &str = "#d9d9d9";
+
+/// Geometry of a direction chart (pixels).
+const CHART_W: f64 = 860.0;
+const LABEL_W: f64 = 120.0;
+const PLOT_X: f64 = 130.0;
+const PLOT_W: f64 = 450.0;
+const BAR_H: f64 = 22.0;
+const BAR_GAP: f64 = 12.0;
+const CHART_TOP: f64 = 30.0;
+
+/// The figures of one direction on one scale: the axis runs to the largest
+/// figure that checked out (a flagged figure does not set the scale; one
+/// past the axis is cut at its end and says so).
+pub(crate) fn direction_axis(rows: &[&TestResult]) -> Axis {
+    let ok = rows
+        .iter()
+        .filter(|r| r.status == Status::Ok)
         .map(|r| r.claimed_bytes_per_sec)
-        .fold(1.0, f64::max);
-    let (w, bar_h, gap, label_w) = (520.0, 26.0, 10.0, 60.0);
-    let h = 30.0 + rows.len() as f64 * (bar_h + gap);
+        .fold(0.0, f64::max);
+    let max = if ok > 0.0 {
+        ok
+    } else {
+        rows.iter()
+            .map(|r| r.claimed_bytes_per_sec)
+            .fold(0.0, f64::max)
+    };
+    nice_axis(mbps(max))
+}
+
+/// The SVG bar chart of one direction: a bar per test at its median MB/s,
+/// every bar on the same scale, a labelled axis with round ticks. A
+/// flagged figure is drawn grey and hatched with "flagged: why".
+pub fn direction_chart(direction: Direction, rows: &[&TestResult], runs: u32) -> String {
+    let axis = direction_axis(rows);
+    let scale = PLOT_W / axis.max;
+    let plot_h = rows.len() as f64 * (BAR_H + BAR_GAP);
+    let axis_y = CHART_TOP + plot_h;
+    let h = axis_y + 42.0;
+    let dir = direction.as_str();
+    let title = match direction {
+        Direction::Read => "Read",
+        Direction::Write => "Write",
+    };
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-test="{}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{} MB/s">"#,
-        esc(name),
-        esc(name)
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-direction="{dir}" data-axis-max="{}" data-px-per-mbps="{scale:.6}" width="{CHART_W}" height="{h}" viewBox="0 0 {CHART_W} {h}" role="img" aria-label="{title}: median MB/s of each test, one scale">"#,
+        axis.max
     );
     let _ = write!(
         s,
-        r#"<text x="0" y="16" font-size="14" font-weight="bold">{}</text>"#,
-        esc(name)
+        r#"<text x="0" y="18" font-size="15" font-weight="bold">{title}</text>"#
+    );
+    // Grid and ticks first: the bars cover them.
+    for v in axis.ticks() {
+        let x = PLOT_X + v * scale;
+        let _ = write!(
+            s,
+            r##"<line class="tick" data-mbps="{:.*}" x1="{x:.2}" y1="{CHART_TOP}" x2="{x:.2}" y2="{:.1}" stroke="#dddddd" stroke-width="1"/><text x="{x:.2}" y="{:.1}" font-size="11" text-anchor="middle" fill="#444444">{}</text>"##,
+            axis.digits(),
+            v,
+            axis_y + 5.0,
+            axis_y + 18.0,
+            axis.label(v)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<line class="axis" x1="{PLOT_X}" y1="{axis_y}" x2="{:.2}" y2="{axis_y}" stroke="#666666" stroke-width="1"/><text class="axis-title" x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle" fill="#444444">MB/s (10⁶ bytes/s), median of {}</text>"##,
+        PLOT_X + PLOT_W,
+        PLOT_X + PLOT_W / 2.0,
+        axis_y + 34.0,
+        crate::model::text::count(runs, "run", "runs")
     );
     for (i, r) in rows.iter().enumerate() {
-        let y = 26.0 + i as f64 * (bar_h + gap);
+        let y = CHART_TOP + BAR_GAP / 2.0 + i as f64 * (BAR_H + BAR_GAP);
         let flagged = r.status == Status::Flagged;
-        let value = r.claimed_bytes_per_sec;
-        let len = ((w - label_w - 150.0) * value / max).max(1.0);
-        let fill = match (flagged, r.direction) {
-            (true, _) => "#bbbbbb",
-            (false, Direction::Read) => "#2f7ed8",
-            (false, Direction::Write) => "#e4572e",
+        let value = mbps(r.claimed_bytes_per_sec);
+        let full = value * scale;
+        let clipped = full > PLOT_W + 0.005;
+        let len = full.min(PLOT_W);
+        let fill = match (flagged, direction) {
+            (true, _) => FLAGGED_FILL,
+            (false, Direction::Read) => READ_FILL,
+            (false, Direction::Write) => WRITE_FILL,
         };
+        let ty = y + BAR_H * 0.7;
         let _ = write!(
             s,
-            r#"<text x="0" y="{:.1}" font-size="12">{}</text>"#,
-            y + bar_h * 0.7,
-            r.direction.as_str()
+            r#"<text x="{LABEL_W}" y="{ty:.1}" font-size="12" text-anchor="end">{}</text>"#,
+            esc(&r.name)
         );
         let _ = write!(
             s,
-            r#"<rect class="bar" data-direction="{}" data-mbps="{:.3}" data-status="{}" x="{label_w}" y="{y:.1}" width="{len:.1}" height="{bar_h}" fill="{fill}"/>"#,
-            r.direction.as_str(),
-            mbps(value),
-            if flagged { "flagged" } else { "ok" }
+            r#"<rect class="bar" data-test="{}" data-direction="{dir}" data-mbps="{value:.3}" data-status="{}" data-clipped="{clipped}" x="{PLOT_X}" y="{y}" width="{len:.2}" height="{BAR_H}" fill="{fill}"/>"#,
+            esc(&r.name),
+            if flagged { "flagged" } else { "ok" },
         );
+        if flagged {
+            s.push_str(&hatch(PLOT_X, y, len, BAR_H));
+        }
         let label = if flagged {
-            format!("{:.1} MB/s claimed — flagged", mbps(value))
+            format!(
+                "flagged: {} (claimed {} MB/s{})",
+                flag_reason(r),
+                grouped(value, 1),
+                if clipped { ", off the scale" } else { "" }
+            )
         } else {
-            format!("{:.1} MB/s", mbps(value))
+            match r.best_bytes_per_sec {
+                Some(b) if runs > 1 => {
+                    format!("{} MB/s (best {})", grouped(value, 1), grouped(mbps(b), 1))
+                }
+                _ => format!("{} MB/s", grouped(value, 1)),
+            }
+        };
+        // Beside the bar when it fits (about 6.8 px a character at 12 px),
+        // else over the bar's end, right-aligned on a white halo.
+        let outside = PLOT_X + len + 6.0 + 6.8 * label.chars().count() as f64 <= CHART_W;
+        let (x, anchor, halo) = if outside || len < 12.0 {
+            (PLOT_X + len + 6.0, "start", "")
+        } else {
+            (
+                PLOT_X + len - 6.0,
+                "end",
+                r##" stroke="#ffffff" stroke-width="4" stroke-linejoin="round" paint-order="stroke""##,
+            )
         };
         let _ = write!(
             s,
-            r#"<text x="{:.1}" y="{:.1}" font-size="12">{}</text>"#,
-            label_w + len + 6.0,
-            y + bar_h * 0.7,
+            r##"<text class="{}" x="{x:.2}" y="{ty:.1}" font-size="12" text-anchor="{anchor}" fill="{}"{halo}>{}</text>"##,
+            if flagged { "flagged" } else { "value" },
+            if flagged { "#a00000" } else { "#222222" },
             esc(&label)
         );
     }
@@ -89,105 +280,230 @@ pub fn chart(name: &str, rows: &[&TestResult]) -> String {
     s
 }
 
-/// The whole page.
-pub fn render(r: &BenchReport) -> String {
-    let mut h = String::new();
+/// Diagonal hatching over a flagged bar: 45° lines every 6 px, cut at the
+/// rectangle's edges (no pattern, so no `url(...)` reference in the page).
+fn hatch(x0: f64, y0: f64, w: f64, h: f64) -> String {
+    let mut s = String::new();
+    if w <= 0.0 {
+        return s;
+    }
+    s.push_str(r##"<g class="hatch" stroke="#7a7a7a" stroke-width="1">"##);
+    let mut c = 6.0;
+    while c < w + h {
+        // Points (u, v) from the bottom-left corner with u + v = c.
+        let u1 = (c - h).max(0.0);
+        let u2 = c.min(w);
+        let _ = write!(
+            s,
+            r#"<line x1="{:.2}" y1="{:.2}" x2="{:.2}" y2="{:.2}"/>"#,
+            x0 + u1,
+            y0 + h - (c - u1),
+            x0 + u2,
+            y0 + h - (c - u2)
+        );
+        c += 6.0;
+    }
+    s.push_str("</g>");
+    s
+}
+
+/// The report's start as a person reads it (`2026-12-04 21:40:12 UTC`).
+fn run_date(r: &BenchReport) -> String {
+    r.started_at.as_deref().map_or_else(
+        || "not recorded".to_owned(),
+        |t| match t.strip_suffix('Z') {
+            Some(t) => format!("{} UTC", t.replacen('T', " ", 1)),
+            None => t.to_owned(),
+        },
+    )
+}
+
+/// Each option once, in order (a mount and its superblock may both say it).
+fn options_once(options: &[String]) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for o in options {
+        if !seen.contains(&o.as_str()) {
+            seen.push(o);
+        }
+    }
+    if seen.is_empty() {
+        "—".to_owned()
+    } else {
+        seen.join(",")
+    }
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:64em;color:#222}\
+h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.4em}\
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+th{background:#eee}td.l,th.l{text-align:left}.flag,td.flagged{color:#a00000}.note{color:#666}\
+pre{background:#f4f4f4;padding:1em;overflow:auto}#setup th{width:9em}\
+#results{font-size:.8em}#results td{white-space:nowrap}#results td,#results th{padding:2px 5px}#results th{vertical-align:bottom}svg.chart{display:block;margin:.6em 0}\
+@media print{@page{margin:1.5cm}body{margin:0;max-width:none;font-size:9.5pt}\
+*{-webkit-print-color-adjust:exact;print-color-adjust:exact}\
+svg.chart,table,h2{break-inside:avoid;page-break-inside:avoid}h2{break-after:avoid;page-break-after:avoid}\
+svg.chart{max-width:100%;height:auto}pre{white-space:pre-wrap;background:none;border:1px solid #ccc;font-size:8pt}\
+td,th{padding:2px 5px}}";
+
+fn head(h: &mut String, title: &str) {
     h.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
     // No network, no script: a CSP that forbids both, in the page itself.
     h.push_str("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">");
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<title>btrfs-lab bench {}</title>",
-        esc(&r.target.dir.display().to_string())
+        "<title>{}</title><style>{STYLE}</style></head><body>",
+        esc(title)
     );
-    h.push_str("<style>body{font-family:sans-serif;margin:2em;max-width:60em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}td.l,th.l{text-align:left}.flag{color:#b00}.note{color:#666}pre{background:#f4f4f4;padding:1em;overflow:auto}</style></head><body>\n");
-    let _ = write!(
-        h,
-        "<h1>btrfs-lab bench</h1><p id=\"summary\">{}</p>",
-        esc(&r.summary)
-    );
-    h.push_str("<h2>Set-up</h2><table id=\"setup\">");
-    let profiles: Vec<String> = r
-        .target
-        .data_profiles
-        .iter()
-        .map(|p| format!("{p:?}").to_lowercase())
-        .collect();
-    let devs: Vec<&str> = r.target.devices.iter().map(|d| d.path.as_str()).collect();
-    let rows = [
+}
+
+/// The run's header rows: when, on what, with what.
+fn setup_rows(
+    started: Option<String>,
+    system: &super::report::SystemInfo,
+    target: &super::report::TargetInfo,
+) -> Vec<(&'static str, String)> {
+    let devs: Vec<&str> = target.devices.iter().map(|d| d.path.as_str()).collect();
+    let mut members = if devs.is_empty() {
+        "—".to_owned()
+    } else {
+        format!(
+            "{}: {}",
+            crate::model::text::count(devs.len() as u32, "device", "devices"),
+            devs.join(", ")
+        )
+    };
+    if !target.devices_missing.is_empty() {
+        let _ = write!(
+            members,
+            " (not in /proc/diskstats: {})",
+            target.devices_missing.join(", ")
+        );
+    }
+    let mut rows = Vec::new();
+    if let Some(d) = started {
+        rows.push(("date", d));
+    }
+    rows.extend([
         (
             "machine",
-            format!("{} ({} CPUs)", r.system.hostname, r.system.cpus),
+            format!("{} ({} CPUs)", system.hostname, system.cpus),
         ),
-        ("kernel", r.system.kernel.clone()),
+        ("kernel", system.kernel.clone()),
         (
             "fio",
-            format!("{} ({})", r.system.fio_version, r.system.fio_path.display()),
+            format!("{} ({})", system.fio_version, system.fio_path.display()),
         ),
-        ("directory", r.target.dir.display().to_string()),
+        ("btrfs-lab", env!("CARGO_PKG_VERSION").to_owned()),
+        ("directory", target.dir.display().to_string()),
         (
             "filesystem",
             format!(
-                "{} {} on {}",
-                r.target.fs_type,
-                profiles.join("+"),
-                devs.join(", ")
+                "{}, data {}",
+                target.fs_type,
+                crate::model::profile::profile_list(&target.data_profiles)
             ),
         ),
-        ("mount options", r.target.mount_options.join(",")),
-        (
-            "profile",
-            format!(
-                "{}: {} × {} s, test file {} ({})",
-                r.parameters.profile,
-                crate::model::text::count(r.parameters.runs, "run", "runs"),
-                r.parameters.duration_secs,
-                format_iec(r.parameters.size_bytes),
-                if r.test_file.nocow {
-                    "NOCOW"
-                } else {
-                    "checksummed"
-                }
-            ),
-        ),
-    ];
+        ("members", members),
+        ("mount options", options_once(&target.mount_options)),
+    ]);
+    rows
+}
+
+fn setup_table(h: &mut String, rows: &[(&str, String)]) {
+    h.push_str("<table id=\"setup\">");
     for (k, v) in rows {
         let _ = write!(
             h,
-            "<tr><th class=\"l\">{}</th><td class=\"l\">{}</td></tr>",
+            "<tr data-key=\"{}\"><th class=\"l\">{}</th><td class=\"l\">{}</td></tr>",
             esc(k),
-            esc(&v)
+            esc(k),
+            esc(v)
         );
     }
-    h.push_str("</table>\n<h2>Results (MB/s = 10<sup>6</sup> bytes/s, median of the runs)</h2>\n<div id=\"charts\">");
-    let mut names: Vec<&str> = Vec::new();
-    for x in &r.results {
-        if !names.contains(&x.name.as_str()) {
-            names.push(&x.name);
+    h.push_str("</table>\n");
+}
+
+/// The whole page.
+pub fn render(r: &BenchReport) -> String {
+    let mut h = String::new();
+    head(
+        &mut h,
+        &format!("btrfs-lab bench {}", r.target.dir.display()),
+    );
+    let _ = writeln!(
+        h,
+        "<h1>btrfs-lab bench: {}</h1><p id=\"summary\">{}</p>",
+        esc(&r.target.dir.display().to_string()),
+        esc(&r.summary)
+    );
+    let mut rows = setup_rows(Some(run_date(r)), &r.system, &r.target);
+    rows.push((
+        "profile",
+        format!(
+            "{}: {} × {} s, test file {} ({})",
+            r.parameters.profile,
+            crate::model::text::count(r.parameters.runs, "run", "runs"),
+            r.parameters.duration_secs,
+            format_iec(r.parameters.size_bytes),
+            if r.test_file.nocow {
+                "NOCOW"
+            } else {
+                "checksummed"
+            }
+        ),
+    ));
+    setup_table(&mut h, &rows);
+    let runs = r.parameters.runs;
+    let _ = write!(
+        h,
+        "<h2>Results</h2>\n<p class=\"note\">Bars: the median of {} in MB/s (10<sup>6</sup> bytes/s), every read on one scale and every write on another. Best: the fastest run, the best of {} as CrystalDiskMark reports it. A flagged figure is not a result: it is drawn grey and hatched, with what the checks found.</p>\n<div id=\"charts\">",
+        crate::model::text::count(runs, "run", "runs"),
+        runs
+    );
+    for d in [Direction::Read, Direction::Write] {
+        let rows: Vec<&TestResult> = r.results.iter().filter(|x| x.direction == d).collect();
+        if !rows.is_empty() {
+            h.push_str(&direction_chart(d, &rows, runs));
+            h.push('\n');
         }
     }
-    for n in &names {
-        let rows: Vec<&TestResult> = r.results.iter().filter(|x| x.name == *n).collect();
-        h.push_str("<div>");
-        h.push_str(&chart(n, &rows));
-        h.push_str("</div>\n");
-    }
-    h.push_str("</div>\n<table id=\"results\"><tr><th class=\"l\">test</th><th>MB/s</th><th>best MB/s</th><th>IOPS</th><th>best IOPS</th><th>latency µs</th><th>clat p50 µs</th><th>clat p99 µs</th><th>clat p99.9 µs</th><th>slowest–fastest MB/s</th><th>CPU s/GiB</th><th class=\"l\">status</th></tr>");
-    let dash = |v: Option<f64>, digits: usize| v.map_or("—".into(), |v| format!("{v:.digits$}"));
+    let _ = write!(
+        h,
+        "</div>\n<table id=\"results\"><tr><th class=\"l\">test</th><th>median MB/s</th><th>best of {runs} MB/s</th><th>median IOPS</th><th>best of {runs} IOPS</th><th>mean latency µs</th><th>p50 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>slowest–fastest MB/s</th><th>CPU s/GiB</th><th class=\"l\">status</th></tr>"
+    );
+    let dash = |v: Option<f64>, digits: usize| v.map_or("—".into(), |v| grouped(v, digits));
     for x in &r.results {
-        let status = if x.status == Status::Flagged {
-            "flagged"
+        let flagged = x.status == Status::Flagged;
+        let (median, range, status) = if flagged {
+            (
+                "<td class=\"median flagged\">flagged</td>".to_owned(),
+                "<td class=\"range flagged\">flagged</td>".to_owned(),
+                format!(
+                    "<td class=\"l status flagged\">flagged: {}</td>",
+                    esc(flag_reason(x))
+                ),
+            )
         } else {
-            "ok"
+            (
+                format!(
+                    "<td class=\"median\">{}</td>",
+                    dash(x.bytes_per_sec.map(mbps), 1)
+                ),
+                format!(
+                    "<td class=\"range\">{}–{}</td>",
+                    grouped(mbps(x.bytes_per_sec_min), 1),
+                    grouped(mbps(x.bytes_per_sec_max), 1)
+                ),
+                "<td class=\"l status\">ok</td>".to_owned(),
+            )
         };
         let _ = write!(
             h,
-            "<tr data-figure=\"{} {}\"><td class=\"l\">{} {}</td><td>{}</td><td class=\"best\">{}</td><td>{}</td><td class=\"best\">{}</td><td>{}</td><td class=\"p50\">{}</td><td class=\"p99\">{}</td><td class=\"p999\">{}</td><td>{:.1}–{:.1}</td><td>{}</td><td class=\"l\">{status}</td></tr>",
+            "<tr data-figure=\"{} {}\"><td class=\"l\">{} {}</td>{median}<td class=\"best\">{}</td><td class=\"iops\">{}</td><td class=\"best-iops\">{}</td><td class=\"lat\">{}</td><td class=\"p50\">{}</td><td class=\"p99\">{}</td><td class=\"p999\">{}</td>{range}<td class=\"cpu\">{}</td>{status}</tr>",
             esc(&x.name),
             x.direction.as_str(),
             esc(&x.name),
             x.direction.as_str(),
-            dash(x.bytes_per_sec.map(mbps), 1),
             dash(x.best_bytes_per_sec.map(mbps), 1),
             dash(x.iops, 0),
             dash(x.best_iops, 0),
@@ -195,12 +511,14 @@ pub fn render(r: &BenchReport) -> String {
             dash(x.clat_p50_us, 1),
             dash(x.clat_p99_us, 1),
             dash(x.clat_p999_us, 1),
-            mbps(x.bytes_per_sec_min),
-            mbps(x.bytes_per_sec_max),
             dash(x.cpu_seconds_per_gib, 3),
         );
     }
-    h.push_str("</table>\n<p class=\"note\">MB/s, IOPS and latency: the median of the runs; best: the fastest run, as CrystalDiskMark reports the best of N; clat: fio's completion-latency percentiles (p50, p99, p99.9), the median of the runs.</p>\n");
+    let _ = write!(
+        h,
+        "</table>\n<p class=\"note\">Median: the middle run of {}, the result. Best of {runs}: the fastest run, CrystalDiskMark's convention. Latency: fio's completion latency (p50, p99, p99.9 percentiles), the median of the runs. A flagged figure has no median, best or range: the checks below say why.</p>\n",
+        crate::model::text::count(runs, "run", "runs"),
+    );
     h.push_str("<h2>Checks</h2><ul id=\"flags\">");
     for x in &r.results {
         for c in &x.checks {
@@ -238,53 +556,101 @@ pub fn render(r: &BenchReport) -> String {
     h
 }
 
+/// The rate a sustained run shows in its table: the series' median, or
+/// the run's average when the series is too short for one (never 0 for a
+/// run that wrote data).
+fn sustained_rate(r: &super::sustained::SustainedReport) -> (&'static str, f64) {
+    let median = r.analysis.median_bytes_per_sec;
+    if r.analysis.shape == super::cliff::Shape::TooShort || r.series.is_empty() || median <= 0.0 {
+        let avg = if r.seconds > 0.0 {
+            r.bytes_written as f64 / r.seconds
+        } else {
+            0.0
+        };
+        ("average", avg)
+    } else {
+        ("median", median)
+    }
+}
+
 /// The SVG line chart of a sustained write's series (MB/s over seconds),
 /// with the cliff marked and the two levels drawn dashed.
 pub(crate) fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
-    let (w, h, left, bottom, top) = (720.0, 300.0, 60.0, 30.0, 20.0);
+    let (w, h, left, bottom, top) = (720.0, 300.0, 60.0, 36.0, 20.0);
     let pw = w - left - 20.0;
     let ph = h - top - bottom;
-    let tmax = r.series.last().map_or(1.0, |p| p.t_secs).max(1.0);
-    let vmax = r.series.iter().map(|p| p.bytes_per_sec).fold(1.0, f64::max) * 1.1;
-    let x = |t: f64| left + t / tmax * pw;
-    let y = |v: f64| top + ph - v / vmax * ph;
+    let tmax = r.series.last().map_or(r.seconds, |p| p.t_secs).max(1.0);
+    let peak = r
+        .series
+        .iter()
+        .map(|p| p.bytes_per_sec)
+        .fold(sustained_rate(r).1, f64::max);
+    let vaxis = nice_axis(mbps(peak));
+    let taxis = nice_axis(tmax);
+    let x = |t: f64| left + t / taxis.max * pw;
+    let y = |v: f64| top + ph - mbps(v) / vaxis.max * ph;
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="write rate over time">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="write rate over time">"#
     );
-    let _ = write!(
-        s,
-        r##"<line x1="{left}" y1="{b}" x2="{r}" y2="{b}" stroke="#888"/><line x1="{left}" y1="{top}" x2="{left}" y2="{b}" stroke="#888"/>"##,
-        b = top + ph,
-        r = left + pw
-    );
-    for i in 0..=4 {
-        let v = vmax * f64::from(i) / 4.0;
+    for v in vaxis.ticks() {
         let _ = write!(
             s,
-            r##"<text x="{tx}" y="{ty}" font-size="11" text-anchor="end" fill="#444">{:.0}</text>"##,
-            mbps(v),
+            r##"<line class="tick" x1="{left}" y1="{yy:.1}" x2="{r}" y2="{yy:.1}" stroke="#e4e4e4"/><text x="{tx}" y="{ty:.1}" font-size="11" text-anchor="end" fill="#444444">{}</text>"##,
+            vaxis.label(v),
+            yy = y(v * 1e6),
+            r = left + pw,
             tx = left - 4.0,
-            ty = y(v) + 4.0
+            ty = y(v * 1e6) + 4.0
+        );
+    }
+    for t in taxis.ticks() {
+        let _ = write!(
+            s,
+            r##"<text x="{tx:.1}" y="{ty}" font-size="11" text-anchor="middle" fill="#444444">{}</text>"##,
+            taxis.label(t),
+            tx = x(t),
+            ty = top + ph + 14.0
         );
     }
     let _ = write!(
         s,
-        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle" fill="#444">seconds (0–{tmax:.0}); MB/s</text>"##,
-        left + pw / 2.0,
-        h - 8.0
+        r##"<line x1="{left}" y1="{b}" x2="{r}" y2="{b}" stroke="#888888"/><line x1="{left}" y1="{top}" x2="{left}" y2="{b}" stroke="#888888"/>"##,
+        b = top + ph,
+        r = left + pw
     );
-    let pts: Vec<String> =
-        std::iter::once((0.0, r.series.first().map_or(0.0, |p| p.bytes_per_sec)))
-            .chain(r.series.iter().map(|p| (p.t_secs, p.bytes_per_sec)))
-            .map(|(t, v)| format!("{:.1},{:.1}", x(t), y(v)))
-            .collect();
     let _ = write!(
         s,
-        r##"<polyline fill="none" stroke="#2b6cb0" stroke-width="2" points="{}"/>"##,
-        pts.join(" ")
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle" fill="#444444">seconds; MB/s (10⁶ bytes/s)</text>"##,
+        left + pw / 2.0,
+        h - 6.0
     );
+    if r.series.len() >= 2 {
+        let pts: Vec<String> =
+            std::iter::once((0.0, r.series.first().map_or(0.0, |p| p.bytes_per_sec)))
+                .chain(r.series.iter().map(|p| (p.t_secs, p.bytes_per_sec)))
+                .map(|(t, v)| format!("{:.1},{:.1}", x(t), y(v)))
+                .collect();
+        let _ = write!(
+            s,
+            r##"<polyline fill="none" stroke="#2b6cb0" stroke-width="2" points="{}"/>"##,
+            pts.join(" ")
+        );
+    } else {
+        let (what, rate) = sustained_rate(r);
+        let _ = write!(
+            s,
+            r##"<text x="{}" y="{}" font-size="13" text-anchor="middle" fill="#444444">{}</text>"##,
+            left + pw / 2.0,
+            top + ph / 2.0,
+            esc(&format!(
+                "too short a series to draw: {:.1} s, {what} {} MB/s",
+                r.seconds,
+                grouped(mbps(rate), 1)
+            ))
+        );
+    }
     let a = &r.analysis;
     if let (Some(at), Some(rb), Some(ra)) = (a.at_secs, a.rate_before, a.rate_after) {
         let _ = write!(
@@ -307,44 +673,35 @@ pub(crate) fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
 
 /// The HTML page of `bench --sustained --report`.
 pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
-    let mut s = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>btrfs-lab bench --sustained</title>\n<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}td,th{padding:2px 8px;text-align:left}</style></head><body>\n",
+    let mut s = String::new();
+    head(
+        &mut s,
+        &format!("btrfs-lab bench --sustained {}", r.target.dir.display()),
     );
     let _ = writeln!(
         s,
-        "<h1>Sustained write: {}</h1>\n<p>{}</p>",
+        "<h1>Sustained write: {}</h1>\n<p id=\"summary\">{}</p>",
         esc(&r.target.dir.display().to_string()),
         esc(&r.summary)
     );
+    setup_table(&mut s, &setup_rows(None, &r.system, &r.target));
     s.push_str(&sustained_chart(r));
+    let (what, rate) = sustained_rate(r);
     let _ = writeln!(
         s,
-        "<table><tr><th>written</th><td>{}</td></tr><tr><th>seconds</th><td>{:.1}</td></tr><tr><th>{}</th><td>{:.1} MB/s</td></tr><tr><th>stopped early</th><td>{}</td></tr></table>",
+        "<table id=\"sustained\"><tr><th class=\"l\">written</th><td>{}</td></tr><tr><th class=\"l\">seconds</th><td>{:.1}</td></tr><tr><th class=\"l\">{what} rate</th><td>{} MB/s</td></tr><tr><th class=\"l\">shape</th><td>{}</td></tr><tr><th class=\"l\">stopped early</th><td>{}</td></tr></table>",
         esc(&format_iec(r.bytes_written)),
         r.seconds,
-        // A series too short for a median: the run's average, never 0.0.
-        if r.analysis.shape == super::cliff::Shape::TooShort {
-            "average"
-        } else {
-            "median"
-        },
-        if r.analysis.shape == super::cliff::Shape::TooShort {
-            mbps(if r.seconds > 0.0 {
-                r.bytes_written as f64 / r.seconds
-            } else {
-                0.0
-            })
-        } else {
-            mbps(r.analysis.median_bytes_per_sec)
-        },
+        grouped(mbps(rate), 1),
+        r.analysis.shape.describe(),
         if r.stopped_early { "yes" } else { "no" }
     );
     if !r.members.is_empty() {
-        s.push_str("<h2>Members (diskstats)</h2><table><tr><th>device</th><th>written</th><th>shape</th></tr>");
+        s.push_str("<h2>Members (diskstats)</h2><table><tr><th class=\"l\">device</th><th>written</th><th class=\"l\">shape</th></tr>");
         for m in &r.members {
             let _ = write!(
                 s,
-                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
                 esc(&m.device),
                 esc(&format_iec(m.write_bytes)),
                 m.analysis.shape.describe()
@@ -363,6 +720,9 @@ pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::analysis::{CheckContext, Sample, check_run, run_result, summarize};
+    use crate::bench::profile::DEFAULT_TESTS;
+    use crate::bench::report::Check;
 
     #[test]
     fn escapes_markup() {
@@ -370,5 +730,343 @@ mod tests {
             esc("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+    }
+
+    #[test]
+    fn numbers_are_grouped_by_thousands() {
+        assert_eq!(grouped(2062.34, 1), "2,062.3");
+        assert_eq!(grouped(1_234_567.0, 0), "1,234,567");
+        assert_eq!(grouped(999.96, 1), "1,000.0");
+        assert_eq!(grouped(0.25, 2), "0.25");
+        assert_eq!(grouped(-1500.0, 0), "-1,500");
+    }
+
+    #[test]
+    fn axes_end_on_a_round_tick_at_or_above_the_largest_value() {
+        for (max, step, end) in [
+            (2062.0, 500.0, 2500.0),
+            (40.0, 10.0, 40.0),
+            (41.0, 10.0, 50.0),
+            (7300.0, 2000.0, 8000.0),
+            (0.7, 0.2, 0.8),
+            (12.0, 2.5, 12.5),
+            (100.0, 20.0, 100.0),
+            (0.0, 0.2, 1.0),
+            (f64::NAN, 0.2, 1.0),
+        ] {
+            let a = nice_axis(max);
+            assert!((a.step - step).abs() < 1e-9, "{max}: {a:?}");
+            assert!((a.max - end).abs() < 1e-9, "{max}: {a:?}");
+        }
+        // Any value: 4 to 10 steps, every tick a round multiple of the step.
+        for i in 1..2000 {
+            let max = f64::from(i) * 3.7;
+            let a = nice_axis(max);
+            let t = a.ticks();
+            assert!(a.max >= max && (4..=11).contains(&t.len()), "{max}: {a:?}");
+            let m = a.step / 10f64.powf(a.step.log10().floor());
+            assert!(
+                [1.0, 2.0, 2.5, 5.0].iter().any(|x| (x - m).abs() < 1e-9),
+                "{a:?}"
+            );
+        }
+        let a = nice_axis(2062.0);
+        assert_eq!(a.ticks(), [0.0, 500.0, 1000.0, 1500.0, 2000.0, 2500.0]);
+        assert_eq!(a.label(2500.0), "2,500");
+        assert_eq!(nice_axis(0.7).label(0.4), "0.4");
+        assert_eq!(nice_axis(12.0).label(7.5), "7.5");
+    }
+
+    /// A result of `rates` MB/s per run, flagged (buffered) when asked.
+    fn figure(name_test: usize, d: Direction, rates: &[f64], flag: bool) -> TestResult {
+        let ctx = CheckContext {
+            size_bytes: 1 << 30,
+            ..CheckContext::default()
+        };
+        let t = DEFAULT_TESTS[name_test];
+        let runs = rates
+            .iter()
+            .enumerate()
+            .map(|(i, &mb)| {
+                let s = Sample {
+                    claimed_bytes: (mb * 1e6) as u64,
+                    seconds: 1.0,
+                    bytes_per_sec: mb * 1e6,
+                    iops: mb,
+                    lat_mean_us: 80.0,
+                    clat_p50_us: Some(70.0),
+                    clat_p99_us: Some(90.0),
+                    clat_p999_us: Some(125.0),
+                    ..Sample::default()
+                };
+                let mut checks = check_run(&t, d, &s, &ctx);
+                if flag {
+                    checks.push(Check {
+                        code: CheckCode::PageCacheWrite,
+                        severity: Severity::Flag,
+                        message: "buffered".into(),
+                    });
+                }
+                run_result(i as u32 + 1, &s, checks)
+            })
+            .collect();
+        summarize(t, d, runs, &ctx)
+    }
+
+    fn report() -> BenchReport {
+        let json = serde_json::json!({
+            "report_version": 1, "exit_code": 3, "summary": "s",
+            "started_at": "2026-12-04T21:40:12Z",
+            "system": {"kernel": "6.18.1", "hostname": "h", "cpus": 2, "fio_version": "fio-3.33", "fio_path": "/usr/bin/fio"},
+            "target": {"dir": "/mnt/a", "mount_point": "/mnt/a", "fs_type": "btrfs",
+                "uuid": null, "source": "/dev/loop0",
+                "mount_options": ["rw", "relatime", "rw", "space_cache=v2"], "data_profiles": ["raid0"],
+                "devices": [{"path": "/dev/loop0", "name": "loop0", "major": 7, "minor": 0},
+                            {"path": "/dev/loop1", "name": "loop1", "major": 7, "minor": 1}],
+                "devices_missing": [], "compression_option": null},
+            "parameters": {"profile": "default", "tests": [], "size_bytes": 1, "runs": 3,
+                "duration_secs": 5, "interval_secs": 0, "cow": false, "ioengine": "libaio"},
+            "test_file": {"path": "/x", "size_bytes": 1, "nocow": true, "fill_seconds": 0.0,
+                "fill_device_write_bytes": null, "layout_after_fill": null, "layout_at_end": null,
+                "removed": true},
+            "results": [], "ceiling": null, "thermal": [], "members_scaling": null,
+            "notes": [], "job_file": ""
+        });
+        let mut r: BenchReport = serde_json::from_value(json).unwrap();
+        r.results = vec![
+            figure(0, Direction::Read, &[2062.0, 2000.0, 2100.0], false),
+            figure(0, Direction::Write, &[900.0, 1000.0, 950.0], false),
+            figure(3, Direction::Read, &[40.0, 41.0, 39.0], false),
+            // A buffered write far above the real ones: off the scale.
+            figure(3, Direction::Write, &[5000.0, 5100.0, 4900.0], true),
+        ];
+        r
+    }
+
+    /// `attr="..."` of each `<rect class="bar"` in `page`.
+    fn bars(page: &str) -> Vec<std::collections::HashMap<String, String>> {
+        page.match_indices("<rect class=\"bar\"")
+            .map(|(i, _)| {
+                let tag = &page[i..i + page[i..].find("/>").unwrap()];
+                tag.split("\" ")
+                    .filter_map(|kv| {
+                        let (k, v) = kv.split_once("=\"")?;
+                        Some((
+                            k.rsplit(' ').next().unwrap().to_owned(),
+                            v.trim_end_matches('"').to_owned(),
+                        ))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_bar_of_a_direction_is_on_one_scale() {
+        let page = render(&report());
+        let b = bars(&page);
+        assert_eq!(b.len(), 4);
+        let num = |m: &std::collections::HashMap<String, String>, k: &str| -> f64 {
+            m[k].parse().unwrap()
+        };
+        // Reads: 2,062 and 40 MB/s on an axis to 2,500 over 450 px.
+        let reads: Vec<_> = b.iter().filter(|m| m["data-direction"] == "read").collect();
+        assert_eq!(reads.len(), 2);
+        for m in &reads {
+            let want = num(m, "data-mbps") * PLOT_W / 2500.0;
+            assert!((num(m, "width") - want).abs() < 0.01, "{m:?}");
+        }
+        assert!((num(reads[0], "width") / num(reads[1], "width") - 2062.0 / 40.0).abs() < 0.01);
+        // Writes: the scale is the ok write's (1,000 MB/s → axis 1,000);
+        // the flagged 5,000 is cut at the axis' end and says so.
+        let writes: Vec<_> = b
+            .iter()
+            .filter(|m| m["data-direction"] == "write")
+            .collect();
+        assert_eq!(num(writes[0], "width"), 950.0 * PLOT_W / 1000.0);
+        assert_eq!(writes[1]["data-status"], "flagged");
+        assert_eq!(writes[1]["data-clipped"], "true");
+        assert_eq!(num(writes[1], "width"), PLOT_W);
+        assert_eq!(writes[1]["fill"], FLAGGED_FILL);
+        assert!(page.contains("flagged: buffered write (claimed 5,000.0 MB/s, off the scale)"));
+        assert!(page.contains("<g class=\"hatch\""));
+        // Too long to fit beside a full-length bar: over its end, on a halo,
+        // inside the chart; the others beside their bars.
+        assert!(page.contains(&format!(
+            r##"<text class="flagged" x="{:.2}" y="85.4" font-size="12" text-anchor="end" fill="#a00000" stroke="#ffffff""##,
+            PLOT_X + PLOT_W - 6.0
+        )), "{page}");
+        assert_eq!(page.matches(r#"<text class="value""#).count(), 3);
+        assert_eq!(
+            page.matches(r##"text-anchor="start" fill="#222222">"##)
+                .count(),
+            3
+        );
+        // The axes: round ticks, labelled.
+        assert!(page.contains(r#"data-direction="read" data-axis-max="2500""#));
+        assert!(page.contains(r#"data-direction="write" data-axis-max="1000""#));
+        for t in ["0", "500", "1,000", "1,500", "2,000", "2,500"] {
+            assert!(page.contains(&format!(">{t}</text>")), "tick {t}");
+        }
+        assert_eq!(
+            page.matches("MB/s (10⁶ bytes/s), median of 3 runs").count(),
+            2
+        );
+        // The best of N beside the median.
+        assert!(page.contains("2,062.0 MB/s (best 2,100.0)"), "{page}");
+    }
+
+    #[test]
+    fn a_flagged_figure_shows_no_number_in_the_table() {
+        let page = render(&report());
+        let row = page
+            .split("<tr data-figure=\"RND4K Q1T1 write\">")
+            .nth(1)
+            .unwrap()
+            .split("</tr>")
+            .next()
+            .unwrap();
+        assert!(
+            row.contains("<td class=\"median flagged\">flagged</td>"),
+            "{row}"
+        );
+        assert!(
+            row.contains("<td class=\"range flagged\">flagged</td>"),
+            "{row}"
+        );
+        assert!(row.contains("flagged: buffered write"), "{row}");
+        assert!(!row.contains("5,000") && !row.contains("4,900"), "{row}");
+        let ok = page
+            .split("<tr data-figure=\"SEQ1M Q8T1 read\">")
+            .nth(1)
+            .unwrap();
+        assert!(ok.contains("<td class=\"median\">2,062.0</td><td class=\"best\">2,100.0</td>"));
+        assert!(ok.contains("<td class=\"range\">2,000.0–2,100.0</td>"));
+        assert!(ok.contains(
+            "<td class=\"p50\">70.0</td><td class=\"p99\">90.0</td><td class=\"p999\">125.0</td>"
+        ));
+    }
+
+    #[test]
+    fn the_header_says_when_on_what_and_with_what() {
+        let page = render(&report());
+        for want in [
+            "<th class=\"l\">date</th><td class=\"l\">2026-12-04 21:40:12 UTC</td>",
+            "<th class=\"l\">kernel</th><td class=\"l\">6.18.1</td>",
+            "<td class=\"l\">fio-3.33 (/usr/bin/fio)</td>",
+            &format!(
+                "<th class=\"l\">btrfs-lab</th><td class=\"l\">{}</td>",
+                env!("CARGO_PKG_VERSION")
+            ),
+            "<td class=\"l\">btrfs, data raid0</td>",
+            "<td class=\"l\">2 devices: /dev/loop0, /dev/loop1</td>",
+            "<th class=\"l\">mount options</th><td class=\"l\">rw,relatime,space_cache=v2</td>",
+            "<td class=\"l\">default: 3 runs × 5 s",
+        ] {
+            assert!(page.contains(want), "missing {want}");
+        }
+        // Self-contained, no script, a print stylesheet, no Debug names.
+        assert!(page.contains("default-src 'none'") && page.contains("@media print"));
+        for bad in [
+            "<script", " src=", " href=", "url(", "Raid0", "TooShort", "Some(",
+        ] {
+            assert!(!page.contains(bad), "{bad}");
+        }
+        let mut old = report();
+        old.started_at = None;
+        assert!(render(&old).contains("<td class=\"l\">not recorded</td>"));
+    }
+
+    #[test]
+    fn hatching_stays_inside_the_bar() {
+        let s = hatch(10.0, 20.0, 50.0, 22.0);
+        for l in s.split("<line ").skip(1) {
+            let v: Vec<f64> = l
+                .split('"')
+                .skip(1)
+                .step_by(2)
+                .take(4)
+                .map(|x| x.parse().unwrap())
+                .collect();
+            assert!(v[0] >= 10.0 && v[2] <= 60.0 + 1e-9, "{l}");
+            assert!(v[1] <= 42.0 + 1e-9 && v[3] >= 20.0 - 1e-9, "{l}");
+        }
+        assert!(hatch(0.0, 0.0, 0.0, 22.0).is_empty());
+    }
+
+    fn sustained(
+        series: Vec<crate::bench::cliff::Point>,
+    ) -> crate::bench::sustained::SustainedReport {
+        use crate::bench::cliff::analyse;
+        let b = report();
+        crate::bench::sustained::SustainedReport {
+            report_version: 1,
+            mode: "sustained".into(),
+            exit_code: 0,
+            summary: "s".into(),
+            system: b.system,
+            target: b.target,
+            size_bytes: 300_000_000,
+            time_limit_secs: None,
+            bytes_written: 300_000_000,
+            seconds: 2.5,
+            stopped_early: false,
+            test_file_removed: true,
+            analysis: analyse(&series),
+            series,
+            members: vec![crate::bench::sustained::MemberSeries {
+                device: "loop0".into(),
+                write_bytes: 150_000_000,
+                series: Vec::new(),
+                analysis: analyse(&[]),
+            }],
+            findings: Vec::new(),
+            notes: Vec::new(),
+            job_file: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_short_sustained_run_shows_its_average_in_words() {
+        let p = |t: f64, mb: f64| crate::bench::cliff::Point {
+            t_secs: t,
+            bytes_per_sec: mb * 1e6,
+        };
+        let page = render_sustained(&sustained(vec![p(1.0, 118.0)]));
+        assert!(
+            page.contains("<th class=\"l\">average rate</th><td>120.0 MB/s</td>"),
+            "{page}"
+        );
+        assert!(page.contains("too short a series to draw: 2.5 s, average 120.0 MB/s"));
+        assert!(page.contains("<td>too short a series to tell</td>"));
+        assert!(
+            page.contains("<td class=\"l\">6.18.1</td>") && page.contains("default-src 'none'")
+        );
+        for bad in [
+            " 0.0 MB/s",
+            ">0.0 MB/s",
+            "TooShort",
+            "Steady",
+            "Raid0",
+            "<script",
+            "NaN",
+            "inf",
+        ] {
+            assert!(!page.contains(bad), "{bad} in {page}");
+        }
+        // A long series: its median, the line, round ticks.
+        let series: Vec<_> = (1..=30)
+            .map(|t| p(f64::from(t), 100.0 + f64::from(t % 3)))
+            .collect();
+        let page = render_sustained(&sustained(series));
+        assert!(
+            page.contains("<th class=\"l\">median rate</th><td>101.0 MB/s</td>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<polyline") && page.contains(">125</text>"),
+            "{page}"
+        );
+        assert!(!page.contains(" 0.0 MB/s") && !page.contains(">0.0 MB/s"));
     }
 }

@@ -1028,6 +1028,11 @@ pub fn run(
     fio_path: &Path,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<BenchReport> {
+    let started_at = crate::model::envelope::rfc3339_seconds(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    );
     let mut sens = sensors::RealSensors::open(
         &opts.sysroot,
         &target.held,
@@ -1117,6 +1122,7 @@ pub fn run(
         ceiling,
         notes,
         job_file,
+        started_at,
     };
     Ok(assemble_report(
         opts, is_btrfs, target, &setup, finished, fio, fio_path,
@@ -1213,6 +1219,7 @@ struct Finished {
     ceiling: Option<report::CeilingInfo>,
     notes: Vec<String>,
     job_file: String,
+    started_at: String,
 }
 
 /// The honesty checks over what was measured, and the report (pure).
@@ -1269,6 +1276,7 @@ fn assemble_report(
         report_version: report::REPORT_VERSION,
         exit_code,
         summary,
+        started_at: Some(f.started_at),
         system: system_info(fio, fio_path),
         target,
         parameters: parameters(opts, setup.size),

@@ -23,6 +23,11 @@ pub struct BenchReport {
     pub exit_code: u8,
     /// One sentence.
     pub summary: String,
+    /// When the bench started: RFC 3339, UTC, whole seconds
+    /// (`2026-12-04T21:40:12Z`); null in reports written before it was
+    /// recorded.
+    #[serde(default)]
+    pub started_at: Option<String>,
     /// The machine.
     pub system: SystemInfo,
     /// Where the test ran.

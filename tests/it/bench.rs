@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
+use btrfs_lab::bench::profile::Direction;
 use btrfs_lab::bench::report::{BenchReport, CheckCode, Severity, Status, TestResult};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
@@ -700,7 +701,7 @@ fn attrs<'a>(text: &'a str, attr: &str) -> Vec<&'a str> {
 
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
-fn html_report_renders_one_chart_per_test_with_the_values() {
+fn html_report_draws_each_direction_on_one_scale_in_a_real_browser() {
     if !require_root("bench --report") {
         return;
     }
@@ -728,42 +729,181 @@ fn html_report_renders_one_chart_per_test_with_the_values() {
         r.job_file
     );
     let page = fs::read_to_string(&html).unwrap();
-    // Self-contained: no script, no external resource, a CSP that forbids loads.
+    // Self-contained: no script, no external resource, a CSP that forbids
+    // loads; a print stylesheet.
     for bad in [
         "<script", "<link", " src=", " href=", "url(", "https://", "@import",
     ] {
         assert!(!page.contains(bad), "the page contains {bad}");
     }
     assert!(page.contains("default-src 'none'"));
+    assert!(page.contains("@media print"));
 
     let home = env.path().join("chromium-home");
     fs::create_dir_all(&home).unwrap();
     let dom = headless(&chromium, &home, &["--dump-dom"], &html);
-    // One chart per test, each with a bar per direction at the report's value.
-    assert_eq!(
-        attrs(&dom, "data-test"),
-        ["SEQ1M Q8T1", "RND4K Q32T1", "RND4K Q1T1"]
-    );
-    let mbps: Vec<f64> = attrs(&dom, "data-mbps")
-        .iter()
-        .map(|v| v.parse().unwrap())
-        .collect();
-    let mut want: Vec<(String, f64)> = Vec::new();
-    for name in ["SEQ1M Q8T1", "RND4K Q32T1", "RND4K Q1T1"] {
-        for t in r.results.iter().filter(|t| t.name == name) {
-            want.push((
-                format!("{} {}", t.name, t.direction.as_str()),
-                t.claimed_bytes_per_sec / 1e6,
-            ));
+
+    // (a) What the browser holds: one chart per direction, a bar per test
+    // at the report's value, every bar of a direction on one scale.
+    let charts: Vec<&str> = dom.split("<svg").skip(1).collect();
+    assert_eq!(charts.len(), 2, "a read chart and a write chart");
+    let mut bars_seen = 0;
+    let mut shapes: Vec<(Direction, Vec<Bar>)> = Vec::new();
+    for (chart, d) in charts.iter().zip([Direction::Read, Direction::Write]) {
+        let chart = &chart[..chart.find("</svg>").unwrap()];
+        assert_eq!(attrs(chart, "data-direction")[0], d.as_str());
+        let want: Vec<&TestResult> = r.results.iter().filter(|t| t.direction == d).collect();
+        let bars: Vec<Bar> = tags(chart, "<rect class=\"bar\"")
+            .iter()
+            .map(|t| Bar::of(t))
+            .collect();
+        assert_eq!(
+            bars.iter().map(|b| b.test.as_str()).collect::<Vec<_>>(),
+            ["SEQ1M Q8T1", "RND4K Q32T1", "RND4K Q1T1"]
+        );
+        for (b, t) in bars.iter().zip(&want) {
+            assert_eq!(b.test, t.name);
+            assert_eq!(b.direction, d.as_str());
+            let w = t.claimed_bytes_per_sec / 1e6;
+            assert!(
+                (b.mbps - w).abs() < 0.001,
+                "{}: chart {b:?}, report {w}",
+                t.name
+            );
+            let flagged = t.status == Status::Flagged;
+            assert_eq!(b.status, if flagged { "flagged" } else { "ok" }, "{b:?}");
         }
-    }
-    assert_eq!(mbps.len(), want.len());
-    for (got, (what, w)) in mbps.iter().zip(&want) {
+        bars_seen += bars.len();
+        // The axis: from 0 in round steps to its end, which is the width
+        // of the plot; one factor (px per MB/s) for every bar.
+        let axis_max: f64 = attrs(chart, "data-axis-max")[0].parse().unwrap();
+        let axis = tags(chart, "<line class=\"axis\"");
+        assert_eq!(axis.len(), 1, "{chart}");
+        let x0: f64 = attrs(axis[0], "x1")[0].parse().unwrap();
+        let plot_w = attrs(axis[0], "x2")[0].parse::<f64>().unwrap() - x0;
+        let factor = plot_w / axis_max;
+        let ticks: Vec<(f64, f64)> = tags(chart, "<line class=\"tick\"")
+            .iter()
+            .map(|t| {
+                (
+                    attrs(t, "data-mbps")[0].parse().unwrap(),
+                    attrs(t, "x1")[0].parse().unwrap(),
+                )
+            })
+            .collect();
+        assert!((3..=12).contains(&ticks.len()), "{ticks:?}");
+        let step = ticks[1].0;
+        assert_eq!(ticks[0].0, 0.0);
+        assert!((ticks.last().unwrap().0 - axis_max).abs() < 1e-9);
+        let mantissa = step / 10f64.powf(step.log10().floor());
+        // Decimals the labels need: those of the step.
+        let digits = (0..6)
+            .find(|d| (step * 10f64.powi(*d)).fract().abs() < 1e-6)
+            .unwrap_or(6) as usize;
         assert!(
-            (got - w).abs() < 0.001,
-            "{what}: chart {got} MB/s, report {w}"
+            [1.0, 2.0, 2.5, 5.0]
+                .iter()
+                .any(|m| (m - mantissa).abs() < 1e-9),
+            "step {step}"
+        );
+        for (i, (v, x)) in ticks.iter().enumerate() {
+            assert!((v - i as f64 * step).abs() < 1e-9, "{ticks:?}");
+            assert!((x - (x0 + v * factor)).abs() < 0.01, "{ticks:?}");
+            // Each tick is labelled.
+            let label = format!(">{}</text>", group(*v, digits));
+            assert!(chart.contains(&label), "no tick label {label}");
+        }
+        assert!(chart.contains("MB/s (10⁶ bytes/s), median of 2 runs"));
+        // Bars on the same scale: width = MB/s × factor (within rounding),
+        // a figure past the axis (only a flagged one) cut at its end.
+        let ok_max = bars
+            .iter()
+            .filter(|b| b.status == "ok")
+            .map(|b| b.mbps)
+            .fold(0.0, f64::max);
+        assert!(ok_max <= axis_max, "{ok_max} > {axis_max}");
+        for b in &bars {
+            assert_eq!(b.x, x0, "{b:?}");
+            if b.clipped {
+                assert_eq!(b.status, "flagged", "{b:?}");
+                assert!(
+                    b.mbps > axis_max && (b.width - plot_w).abs() < 0.01,
+                    "{b:?}"
+                );
+            } else {
+                assert!((b.width - b.mbps * factor).abs() <= 1.0, "{b:?} × {factor}");
+            }
+        }
+        shapes.push((d, bars));
+    }
+    assert_eq!(bars_seen, r.results.len());
+    // The table: a flagged figure shows "flagged", not its number.
+    for t in r.results.iter().filter(|t| t.status == Status::Flagged) {
+        let row = dom
+            .split(&format!(
+                "<tr data-figure=\"{} {}\">",
+                t.name,
+                t.direction.as_str()
+            ))
+            .nth(1)
+            .unwrap();
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(
+            row.contains("<td class=\"median flagged\">flagged</td>"),
+            "{row}"
+        );
+        assert!(
+            row.contains("<td class=\"range flagged\">flagged</td>"),
+            "{row}"
         );
     }
+    for t in r.results.iter().filter(|t| t.status == Status::Ok) {
+        let row = dom
+            .split(&format!(
+                "<tr data-figure=\"{} {}\">",
+                t.name,
+                t.direction.as_str()
+            ))
+            .nth(1)
+            .unwrap();
+        assert!(
+            row.contains(&format!(
+                "<td class=\"median\">{}</td>",
+                group(t.bytes_per_sec.unwrap() / 1e6, 1)
+            )),
+            "{row}"
+        );
+    }
+    // The header: when, on what, with what.
+    let started = r.started_at.as_deref().expect("started_at");
+    let date = format!(
+        "{} UTC",
+        started.trim_end_matches('Z').replacen('T', " ", 1)
+    );
+    let setup = &dom[dom.find("<table id=\"setup\">").unwrap()..];
+    let setup = &setup[..setup.find("</table>").unwrap()];
+    let row = |k: &str| -> String {
+        let at = setup
+            .find(&format!("<tr data-key=\"{k}\">"))
+            .unwrap_or_else(|| panic!("no {k} in {setup}"));
+        let td = &setup[at..];
+        let td = &td[td.find("<td class=\"l\">").unwrap() + 14..];
+        td[..td.find("</td>").unwrap()].to_owned()
+    };
+    assert_eq!(row("date"), date);
+    assert_eq!(row("kernel"), r.system.kernel);
+    assert!(row("fio").starts_with(&r.system.fio_version));
+    assert_eq!(row("btrfs-lab"), env!("CARGO_PKG_VERSION"));
+    assert!(row("filesystem").contains("raid0"), "{setup}");
+    for d in &r.target.devices {
+        assert!(row("members").contains(&d.path), "{setup}");
+    }
+    let options = row("mount options");
+    let words: Vec<&str> = options.split(',').collect();
+    for w in &words {
+        assert_eq!(words.iter().filter(|x| *x == w).count(), 1, "{options}");
+    }
+    assert!(row("profile").starts_with("custom: 2 runs"), "{setup}");
     assert!(
         dom.contains(&r.summary.replace('&', "&amp;")),
         "summary missing from the DOM"
@@ -793,20 +933,343 @@ fn html_report_renders_one_chart_per_test_with_the_values() {
         charts += 1;
         rest = &rest[end..];
     }
-    assert_eq!(charts, 3);
-    // A screenshot for the record (BTRFS_LAB_SCREENSHOT=path keeps it).
-    if let Ok(shot) = std::env::var("BTRFS_LAB_SCREENSHOT") {
-        headless(
-            &chromium,
-            &home,
-            &[
-                &format!("--screenshot={shot}"),
-                "--window-size=1000,1500",
-                "--hide-scrollbars",
-            ],
-            &html,
+    assert_eq!(charts, 2);
+
+    // (b) What a person sees: a real screenshot, its pixels. Each bar that
+    // checked out is a run of its direction's colour as long as its width,
+    // all starting at one column, at the rows the chart puts them.
+    let shot = env.path().join("report.png");
+    let (w, h) = (1000, 1400);
+    headless(
+        &chromium,
+        &home,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            &format!("--window-size={w},{h}"),
+            "--force-device-scale-factor=1",
+            "--hide-scrollbars",
+        ],
+        &html,
+    );
+    let img = Image::read(&shot);
+    assert_eq!((img.width, img.height), (w, h), "screenshot size");
+    // BTRFS_LAB_SCREENSHOT=FILE.png keeps the screenshot (and the page
+    // beside it, FILE.html) to look at.
+    if let Ok(keep) = std::env::var("BTRFS_LAB_SCREENSHOT") {
+        fs::copy(&shot, &keep).unwrap();
+        fs::copy(&html, Path::new(&keep).with_extension("html")).unwrap();
+    }
+    let mut checked = 0;
+    for (d, bars) in &shapes {
+        let colour = match d {
+            Direction::Read => [0x2f, 0x7e, 0xd8],
+            Direction::Write => [0xe4, 0x57, 0x2e],
+        };
+        let bands = img.bands(colour);
+        let ok: Vec<&Bar> = bars.iter().filter(|b| b.status == "ok").collect();
+        let Some(longest) = ok.iter().max_by(|a, b| a.width.total_cmp(&b.width)) else {
+            eprintln!(
+                "every {} figure flagged: no {} bar to measure",
+                d.as_str(),
+                d.as_str()
+            );
+            continue;
+        };
+        // The longest bar is the longest run of the colour.
+        let top = bands
+            .iter()
+            .max_by_key(|b| b.len)
+            .unwrap_or_else(|| panic!("no {} bar in the screenshot", d.as_str()));
+        assert!(
+            (top.len as f64 - longest.width).abs() <= 2.0,
+            "{longest:?}: {} px on screen",
+            top.len
         );
-        assert!(fs::metadata(&shot).unwrap().len() > 1000);
+        let offset = top.top as f64 - longest.y;
+        for b in ok.iter().filter(|b| b.width >= 3.0) {
+            let band = bands
+                .iter()
+                .find(|x| (x.top as f64 - (offset + b.y)).abs() <= 1.0)
+                .unwrap_or_else(|| panic!("{b:?} not on screen: {bands:?}"));
+            assert!(
+                (band.rows as f64 - b.height).abs() <= 1.0,
+                "{b:?}: {band:?}"
+            );
+            assert!((band.len as f64 - b.width).abs() <= 2.0, "{b:?}: {band:?}");
+            assert!(band.left.abs_diff(top.left) <= 1, "{b:?}: {band:?}");
+            if band.len >= 50 {
+                // Lengths in proportion to the figures: within 3%.
+                let seen = top.len as f64 / band.len as f64;
+                let figures = longest.mbps / b.mbps;
+                assert!(
+                    (seen / figures - 1.0).abs() <= 0.03,
+                    "{} vs {}: {seen:.3} on screen, {figures:.3} in figures",
+                    longest.test,
+                    b.test
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "no bar checked out: {:#?}", r.results);
+    // It prints: the print stylesheet gives Chromium a PDF with pages.
+    let pdf = env.path().join("report.pdf");
+    headless(
+        &chromium,
+        &home,
+        &[
+            &format!("--print-to-pdf={}", pdf.display()),
+            "--no-pdf-header-footer",
+        ],
+        &html,
+    );
+    let pdf = fs::read(&pdf).unwrap();
+    assert!(pdf.starts_with(b"%PDF-"), "not a PDF");
+    assert!(
+        pdf.windows(10).any(|w| w == b"/Type /Pag"),
+        "a PDF without pages"
+    );
+    eprintln!("screenshot: {} ({checked} bars measured)", shot.display());
+    #[cfg(feature = "test-hooks")]
+    flagged_bars_in_a_real_browser(&env, &mnt, &chromium, &home);
+}
+
+/// A planted lie (fio's bytes ×2, the devices disagree): both bars grey
+/// and hatched with the reason, no bar in a figure's colour, and the table
+/// says "flagged" where the numbers were.
+#[cfg(feature = "test-hooks")]
+fn flagged_bars_in_a_real_browser(env: &TestEnv, mnt: &Path, chromium: &Path, home: &Path) {
+    let html = env.path().join("flagged.html");
+    let (code, r) = bench(
+        env,
+        mnt,
+        &["--tests", "SEQ1M-Q8T1", "--report", html.to_str().unwrap()],
+        &[(btrfs_lab::hooks::Switch::BenchScaleClaimed.env(), "2")],
+    );
+    assert_eq!(code, 3);
+    assert!(r.results.iter().all(|t| t.status == Status::Flagged));
+    let dom = headless(chromium, home, &["--dump-dom"], &html);
+    let bars: Vec<Bar> = tags(&dom, "<rect class=\"bar\"")
+        .iter()
+        .map(|t| Bar::of(t))
+        .collect();
+    assert_eq!(bars.len(), 2);
+    for b in &bars {
+        assert_eq!(b.status, "flagged", "{b:?}");
+        assert!(b.width > 100.0, "{b:?}");
+    }
+    assert_eq!(
+        dom.matches("flagged: devices moved less (claimed ").count(),
+        2,
+        "{dom}"
+    );
+    assert_eq!(dom.matches("<g class=\"hatch\"").count(), 2);
+    for t in &r.results {
+        let row = dom
+            .split(&format!(
+                "<tr data-figure=\"{} {}\">",
+                t.name,
+                t.direction.as_str()
+            ))
+            .nth(1)
+            .unwrap();
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(
+            row.contains("<td class=\"median flagged\">flagged</td>"),
+            "{row}"
+        );
+        assert!(
+            row.contains("<td class=\"range flagged\">flagged</td>"),
+            "{row}"
+        );
+        let claimed = group(t.claimed_bytes_per_sec / 1e6, 1);
+        assert!(!row.contains(&claimed), "{claimed} in {row}");
+    }
+    let shot = env.path().join("flagged.png");
+    headless(
+        chromium,
+        home,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1000,1000",
+            "--force-device-scale-factor=1",
+            "--hide-scrollbars",
+        ],
+        &html,
+    );
+    if let Ok(keep) = std::env::var("BTRFS_LAB_SCREENSHOT") {
+        fs::copy(&shot, Path::new(&keep).with_extension("flagged.png")).unwrap();
+    }
+    let img = Image::read(&shot);
+    assert!(
+        img.bands([0x2f, 0x7e, 0xd8]).is_empty(),
+        "a read bar in colour"
+    );
+    assert!(
+        img.bands([0xe4, 0x57, 0x2e]).is_empty(),
+        "a write bar in colour"
+    );
+    // Grey between the hatching: at least a fifth of each bar's area.
+    let grey = img.count([0xd9, 0xd9, 0xd9]);
+    let area: f64 = bars.iter().map(|b| b.width * b.height).sum();
+    assert!(
+        grey as f64 > area / 5.0,
+        "{grey} grey pixels for {area} px² of bars"
+    );
+}
+
+/// One `<rect class="bar">` of the DOM.
+#[derive(Debug)]
+struct Bar {
+    test: String,
+    direction: String,
+    status: String,
+    mbps: f64,
+    clipped: bool,
+    x: f64,
+    y: f64,
+    width: f64,
+    height: f64,
+}
+
+impl Bar {
+    fn of(tag: &str) -> Bar {
+        let num = |a: &str| -> f64 { attrs(tag, a)[0].parse().unwrap() };
+        Bar {
+            test: attrs(tag, "data-test")[0].to_owned(),
+            direction: attrs(tag, "data-direction")[0].to_owned(),
+            status: attrs(tag, "data-status")[0].to_owned(),
+            mbps: num("data-mbps"),
+            clipped: attrs(tag, "data-clipped")[0] == "true",
+            x: num("x"),
+            y: num("y"),
+            width: num("width"),
+            height: num("height"),
+        }
+    }
+}
+
+/// Each tag of `text` that starts with `start`, up to its `>`.
+fn tags<'a>(text: &'a str, start: &str) -> Vec<&'a str> {
+    text.match_indices(start)
+        .map(|(i, _)| &text[i..i + text[i..].find('>').unwrap()])
+        .collect()
+}
+
+/// `v` as the page prints it: `digits` decimals, grouped by thousands
+/// (`2,500`, `2,062.3`).
+fn group(v: f64, digits: usize) -> String {
+    let s = format!("{v:.digits$}");
+    let (int, frac) = s
+        .split_once('.')
+        .map_or((s.as_str(), None), |(i, f)| (i, Some(f)));
+    let mut out = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if let Some(f) = frac {
+        out.push('.');
+        out.push_str(f);
+    }
+    out
+}
+
+/// A decoded screenshot, 8-bit RGB(A).
+struct Image {
+    width: u32,
+    height: u32,
+    channels: usize,
+    data: Vec<u8>,
+}
+
+/// A bar as seen on screen: rows of one colour, each as long.
+#[derive(Debug)]
+struct Band {
+    top: usize,
+    rows: usize,
+    left: usize,
+    len: usize,
+}
+
+impl Image {
+    fn read(path: &Path) -> Image {
+        let bytes = fs::read(path).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+        let mut dec = png::Decoder::new(std::io::Cursor::new(bytes));
+        dec.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+        let mut reader = dec.read_info().unwrap();
+        let mut data = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut data).unwrap();
+        let channels = info.color_type.samples();
+        assert!(channels >= 3, "{:?}", info.color_type);
+        data.truncate(info.buffer_size());
+        Image {
+            width: info.width,
+            height: info.height,
+            channels,
+            data,
+        }
+    }
+
+    /// The longest run of `colour` (±4 per channel) in row `y`: (start, length).
+    fn run(&self, y: usize, colour: [u8; 3]) -> (usize, usize) {
+        let row = &self.data[y * self.width as usize * self.channels..]
+            [..self.width as usize * self.channels];
+        let (mut best, mut cur) = ((0, 0), (0, 0));
+        for (x, px) in row.chunks(self.channels).enumerate() {
+            if px.iter().zip(colour).all(|(a, b)| a.abs_diff(b) <= 4) {
+                if cur.1 == 0 {
+                    cur.0 = x;
+                }
+                cur.1 += 1;
+                if cur.1 > best.1 {
+                    best = cur;
+                }
+            } else {
+                cur = (0, 0);
+            }
+        }
+        best
+    }
+
+    /// Pixels of `colour` (±4 per channel).
+    #[cfg(feature = "test-hooks")]
+    fn count(&self, colour: [u8; 3]) -> usize {
+        self.data
+            .chunks(self.channels)
+            .filter(|px| px.iter().zip(colour).all(|(a, b)| a.abs_diff(b) <= 4))
+            .count()
+    }
+
+    /// Consecutive rows with a run of `colour` at least 2 px long.
+    fn bands(&self, colour: [u8; 3]) -> Vec<Band> {
+        let mut out: Vec<Band> = Vec::new();
+        let mut open = false;
+        for y in 0..self.height as usize {
+            let (left, len) = self.run(y, colour);
+            if len >= 2 {
+                match out.last_mut() {
+                    Some(b) if open => {
+                        b.rows += 1;
+                        b.len = b.len.max(len);
+                        b.left = b.left.min(left);
+                    }
+                    _ => out.push(Band {
+                        top: y,
+                        rows: 1,
+                        left,
+                        len,
+                    }),
+                }
+                open = true;
+            } else {
+                open = false;
+            }
+        }
+        out
     }
 }
 

@@ -55,6 +55,10 @@ pub struct Sample {
     pub(crate) fio_error: i64,
     /// Bytes fio claims.
     pub claimed_bytes: u64,
+    /// Of a mix: the bytes fio read (None for a read or write run).
+    pub claimed_read_bytes: Option<u64>,
+    /// Of a mix: the bytes fio wrote.
+    pub claimed_write_bytes: Option<u64>,
     /// fio's runtime, seconds.
     pub seconds: f64,
     /// fio's bandwidth.
@@ -81,6 +85,18 @@ pub struct Sample {
     pub resident_before_bytes: Option<u64>,
     /// Page cache dirtied during a write run.
     pub dirtied_bytes: Option<u64>,
+}
+
+impl Sample {
+    /// The bytes fio moved in direction `part` (read or write): all of them
+    /// for a read or write run, its share for a mix.
+    pub(crate) fn claimed_in(&self, part: Direction) -> u64 {
+        match (part, self.claimed_read_bytes, self.claimed_write_bytes) {
+            (Direction::Read, Some(r), _) => r,
+            (Direction::Write, _, Some(w)) => w,
+            _ => self.claimed_bytes,
+        }
+    }
 }
 
 fn flag(code: CheckCode, message: String) -> Check {
@@ -111,30 +127,28 @@ pub(crate) const OTHER_IO_FRACTION: f64 = 0.25;
 /// explains: in the run's direction more than fio's bytes (times the
 /// profile's copies for writes) plus a quarter, or during a read run writes
 /// of more than a quarter of what was read. Two benches on one filesystem,
-/// or a scrub or backup beside one, halve the figures without this.
+/// or a scrub or backup beside one, halve the figures without this. A mix
+/// is checked per direction, against fio's reads and writes of it.
 fn other_io(d: Direction, s: &Sample, ctx: &CheckContext) -> Option<Check> {
     let slack = DEVICE_SLACK_BYTES as f64 * 4.0;
     let claimed = s.claimed_bytes as f64;
-    let (moved, expected, what) = match d {
-        Direction::Read => (s.device_read_bytes?, claimed, "read"),
-        Direction::Write => (
-            s.device_write_bytes?,
-            claimed * ctx.write_factor.max(1.0),
-            "wrote",
-        ),
-    };
-    let limit = expected * (1.0 + OTHER_IO_FRACTION) + slack;
+    let read = s.claimed_in(Direction::Read) as f64;
+    let written = s.claimed_in(Direction::Write) as f64;
+    let limit = |expected: f64| expected * (1.0 + OTHER_IO_FRACTION) + slack;
+    let too_much_read = s
+        .device_read_bytes
+        .filter(|&m| d.reads() && m as f64 > limit(read))
+        .map(|m| (m, "read"));
+    let too_much_written = s
+        .device_write_bytes
+        .filter(|&m| d.writes() && m as f64 > limit(written * ctx.write_factor.max(1.0)))
+        .map(|m| (m, "wrote"));
     let extra_writes = (d == Direction::Read)
         .then_some(s.device_write_bytes)
         .flatten()
-        .filter(|&w| w as f64 > claimed * OTHER_IO_FRACTION + slack);
-    let (moved, what) = if moved as f64 > limit {
-        (moved, what)
-    } else if let Some(w) = extra_writes {
-        (w, "wrote")
-    } else {
-        return None;
-    };
+        .filter(|&w| w as f64 > claimed * OTHER_IO_FRACTION + slack)
+        .map(|w| (w, "wrote"));
+    let (moved, what) = too_much_read.or(too_much_written).or(extra_writes)?;
     Some(flag(
         CheckCode::OtherIo,
         format!(
@@ -155,24 +169,34 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
             format!("fio reported error {} for this job", s.fio_error),
         ));
     }
-    let moved = match d {
-        Direction::Read => s.device_read_bytes,
-        Direction::Write => s.device_write_bytes,
+    // Each direction the run moved, against the members' own counters (a
+    // mix: its reads and its writes apart).
+    let parts: &[Direction] = match d {
+        Direction::Read => &[Direction::Read],
+        Direction::Write => &[Direction::Write],
+        Direction::Mix => &[Direction::Read, Direction::Write],
     };
-    if ctx.devices_known
-        && let Some(moved) = moved
-    {
+    for &part in parts {
+        let moved = match part {
+            Direction::Read => s.device_read_bytes,
+            _ => s.device_write_bytes,
+        };
+        let claimed = s.claimed_in(part);
+        let Some(moved) = moved.filter(|_| ctx.devices_known) else {
+            continue;
+        };
         let limit = moved as f64 * (1.0 + DEVICE_TOLERANCE) + DEVICE_SLACK_BYTES as f64;
-        if s.claimed_bytes as f64 > limit {
+        if claimed as f64 > limit {
+            let reads = part == Direction::Read;
             checks.push(flag(
                 CheckCode::DeviceMismatch,
                 format!(
                     "fio claims {} {} but the member devices {} only {} ({:.0}%): the rest did not come from the drives",
-                    format_iec(s.claimed_bytes),
-                    if d == Direction::Read { "read" } else { "written" },
-                    if d == Direction::Read { "read" } else { "wrote" },
+                    format_iec(claimed),
+                    if reads { "read" } else { "written" },
+                    if reads { "read" } else { "wrote" },
                     format_iec(moved),
-                    pct(moved, s.claimed_bytes)
+                    pct(moved, claimed)
                 ),
             ));
         }
@@ -180,7 +204,7 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
     if ctx.devices_known {
         checks.extend(other_io(d, s, ctx));
     }
-    if d == Direction::Read
+    if d.reads()
         && let Some(resident) = s.resident_before_bytes
         && resident as f64 > ctx.size_bytes as f64 * RESIDENT_FRACTION
     {
@@ -193,9 +217,9 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
             ),
         ));
     }
-    if d == Direction::Write
+    if d.writes()
         && let Some(dirtied) = s.dirtied_bytes
-        && dirtied as f64 >= s.claimed_bytes as f64 * DIRTIED_FRACTION
+        && dirtied as f64 >= s.claimed_in(Direction::Write) as f64 * DIRTIED_FRACTION
         && dirtied > DEVICE_SLACK_BYTES
     {
         let why = if ctx.cow {
@@ -208,13 +232,13 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
             format!(
                 "the write went through the page cache: it dirtied {} of page cache for {} written; {why}. This measures buffered writes plus writeback, not direct I/O",
                 format_iec(dirtied),
-                format_iec(s.claimed_bytes)
+                format_iec(s.claimed_in(Direction::Write))
             ),
         ));
     }
     let layout_now = match d {
         Direction::Read => ctx.layout,
-        Direction::Write => ctx.layout_after_writes.or(ctx.layout),
+        Direction::Write | Direction::Mix => ctx.layout_after_writes.or(ctx.layout),
     };
     if let Some(layout) = layout_now {
         let never = layout.never_written_bytes();
@@ -432,6 +456,60 @@ mod tests {
 
     fn codes(c: &[Check]) -> Vec<(CheckCode, Severity)> {
         c.iter().map(|c| (c.code, c.severity)).collect()
+    }
+
+    /// A 70/30 mix: 700 MiB read, 300 MiB written, as the devices moved.
+    fn honest_mix() -> Sample {
+        Sample {
+            claimed_bytes: 1000 * MIB,
+            claimed_read_bytes: Some(700 * MIB),
+            claimed_write_bytes: Some(300 * MIB),
+            device_read_bytes: Some(701 * MIB),
+            device_write_bytes: Some(302 * MIB),
+            dirtied_bytes: Some(0),
+            ..honest_read()
+        }
+    }
+
+    #[test]
+    fn a_mix_is_checked_per_direction() {
+        let t = DEFAULT_TESTS[2];
+        assert_eq!(check_run(&t, Direction::Mix, &honest_mix(), &ctx()), vec![]);
+        // Reads that the devices did not serve (from memory).
+        let cached = Sample {
+            device_read_bytes: Some(100 * MIB),
+            ..honest_mix()
+        };
+        let c = check_run(&t, Direction::Mix, &cached, &ctx());
+        assert_eq!(codes(&c), [(CheckCode::DeviceMismatch, Severity::Flag)]);
+        assert!(c[0].message.contains("700.00MiB read"), "{}", c[0].message);
+        // Writes that never reached them.
+        let unwritten = Sample {
+            device_write_bytes: Some(10 * MIB),
+            ..honest_mix()
+        };
+        let c = check_run(&t, Direction::Mix, &unwritten, &ctx());
+        assert_eq!(codes(&c), [(CheckCode::DeviceMismatch, Severity::Flag)]);
+        assert!(
+            c[0].message.contains("300.00MiB written"),
+            "{}",
+            c[0].message
+        );
+        // Its writes through the page cache: as much dirtied as it wrote.
+        let buffered = Sample {
+            dirtied_bytes: Some(300 * MIB),
+            ..honest_mix()
+        };
+        let c = check_run(&t, Direction::Mix, &buffered, &ctx());
+        assert_eq!(codes(&c), [(CheckCode::PageCacheWrite, Severity::Flag)]);
+        // The writes of a mix are its own, not other I/O; twice its reads
+        // on the devices are.
+        let busy = Sample {
+            device_read_bytes: Some(1400 * MIB),
+            ..honest_mix()
+        };
+        let c = check_run(&t, Direction::Mix, &busy, &ctx());
+        assert_eq!(codes(&c), [(CheckCode::OtherIo, Severity::Flag)]);
     }
 
     #[test]

@@ -453,11 +453,7 @@ impl History {
                     let s: String = r.get(2)?;
                     Ok(StoredFigure {
                         test: r.get(0)?,
-                        direction: if d == "write" {
-                            Direction::Write
-                        } else {
-                            Direction::Read
-                        },
+                        direction: Direction::parse(&d).unwrap_or(Direction::Read),
                         status: if s == "ok" {
                             Status::Ok
                         } else {

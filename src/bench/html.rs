@@ -139,6 +139,7 @@ fn flag_reason(r: &TestResult) -> &'static str {
 
 const READ_FILL: &str = "#2f7ed8";
 const WRITE_FILL: &str = "#e4572e";
+const MIX_FILL: &str = "#6a994e";
 const FLAGGED_FILL: &str = "#d9d9d9";
 
 /// Geometry of a direction chart (pixels).
@@ -182,6 +183,7 @@ pub fn direction_chart(direction: Direction, rows: &[&TestResult], runs: u32) ->
     let title = match direction {
         Direction::Read => "Read",
         Direction::Write => "Write",
+        Direction::Mix => "Mix (70% reads)",
     };
     let mut s = String::new();
     let _ = write!(
@@ -225,6 +227,7 @@ pub fn direction_chart(direction: Direction, rows: &[&TestResult], runs: u32) ->
             (true, _) => FLAGGED_FILL,
             (false, Direction::Read) => READ_FILL,
             (false, Direction::Write) => WRITE_FILL,
+            (false, Direction::Mix) => MIX_FILL,
         };
         let ty = y + BAR_H * 0.7;
         let _ = write!(
@@ -460,7 +463,7 @@ pub fn render(r: &BenchReport) -> String {
         crate::model::text::count(runs, "run", "runs"),
         runs
     );
-    for d in [Direction::Read, Direction::Write] {
+    for d in [Direction::Read, Direction::Write, Direction::Mix] {
         let rows: Vec<&TestResult> = r.results.iter().filter(|x| x.direction == d).collect();
         if !rows.is_empty() {
             h.push_str(&direction_chart(d, &rows, runs));

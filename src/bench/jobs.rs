@@ -34,7 +34,7 @@
 
 use std::fmt::Write as _;
 
-use super::profile::{Direction, Pattern, TestSpec};
+use super::profile::{Direction, MIX_READ_PERCENT, Pattern, TestSpec};
 
 /// The I/O engine.
 pub(crate) const IOENGINE: &str = "libaio";
@@ -90,13 +90,21 @@ pub(crate) fn test_section(t: &TestSpec, d: Direction, s: &JobSettings<'_>) -> S
     let rw = match (t.pattern, d) {
         (Pattern::Seq, Direction::Read) => "read",
         (Pattern::Seq, Direction::Write) => "write",
+        (Pattern::Seq, Direction::Mix) => "rw",
         (Pattern::Rnd, Direction::Read) => "randread",
         (Pattern::Rnd, Direction::Write) => "randwrite",
+        (Pattern::Rnd, Direction::Mix) => "randrw",
     };
     let range = range_per_thread(t, s.size_bytes);
     let mut j = String::new();
     let _ = writeln!(j, "[{}]", t.section(d));
     let _ = writeln!(j, "rw={rw}");
+    if d == Direction::Mix {
+        // One figure for the mix, with percentiles over all its I/Os, and
+        // the reads and writes apart for the device cross-check.
+        let _ = writeln!(j, "rwmixread={MIX_READ_PERCENT}");
+        let _ = writeln!(j, "unified_rw_reporting=both");
+    }
     let _ = writeln!(j, "bs={}", t.block_bytes);
     let _ = writeln!(j, "iodepth={}", t.queue_depth);
     let _ = writeln!(j, "numjobs={}", t.threads);
@@ -139,15 +147,15 @@ pub(crate) fn fill_job(s: &JobSettings<'_>) -> String {
 }
 
 /// The whole suite in one file: the fill, then each test once, reads
-/// before writes, one after the other (`stonewall`).
-pub fn suite_job(tests: &[TestSpec], s: &JobSettings<'_>) -> String {
+/// before writes (then the mixes), one after the other (`stonewall`).
+pub fn suite_job(tests: &[TestSpec], mix: bool, s: &JobSettings<'_>) -> String {
     let mut out = header(
         "the whole suite (one run of each test); btrfs-lab fills the file itself with BLAKE3 data, [fill] stands in for that",
     );
     out.push_str(&global(s));
     out.push('\n');
     out.push_str(&fill_section(s));
-    for (t, d) in order(tests) {
+    for (t, d) in order(tests, mix) {
         out.push('\n');
         out.push_str(&test_section(&t, d, s).replacen('\n', "\nstonewall\n", 1));
     }
@@ -155,9 +163,15 @@ pub fn suite_job(tests: &[TestSpec], s: &JobSettings<'_>) -> String {
 }
 
 /// The order the tests run in: every read test first (btrfs CoW writes
-/// fragment the file and would change later reads), then the writes.
-pub fn order(tests: &[TestSpec]) -> Vec<(TestSpec, Direction)> {
-    [Direction::Read, Direction::Write]
+/// fragment the file and would change later reads), then the writes, then
+/// (`mix`) the 70/30 mixes, as CrystalDiskMark runs them.
+pub fn order(tests: &[TestSpec], mix: bool) -> Vec<(TestSpec, Direction)> {
+    let directions: &[Direction] = if mix {
+        &[Direction::Read, Direction::Write, Direction::Mix]
+    } else {
+        &[Direction::Read, Direction::Write]
+    };
+    directions
         .iter()
         .flat_map(|&d| tests.iter().map(move |&t| (t, d)))
         .collect()
@@ -230,7 +244,7 @@ mod tests {
     #[test]
     fn suite_runs_reads_first_one_after_another() {
         let p = "bench.dat";
-        let suite = suite_job(&DEFAULT_TESTS, &settings(p));
+        let suite = suite_job(&DEFAULT_TESTS, false, &settings(p));
         let sections: Vec<&str> = suite
             .lines()
             .filter(|l| l.starts_with('[') && *l != "[global]")
@@ -260,5 +274,33 @@ mod tests {
             test_job(&seq, Direction::Write, &s),
             include_str!("../../tests/fixtures/bench/pct-seq-write.fio")
         );
+        assert_eq!(
+            test_job(&rnd, Direction::Mix, &s),
+            include_str!("../../tests/fixtures/bench/mix-rnd.fio")
+        );
+    }
+
+    #[test]
+    fn mixes_run_after_the_writes_when_asked() {
+        let tests = &DEFAULT_TESTS[..2];
+        assert_eq!(order(tests, false).len(), 4);
+        let o = order(tests, true);
+        let ds: Vec<Direction> = o.iter().map(|(_, d)| *d).collect();
+        assert_eq!(
+            ds,
+            [
+                Direction::Read,
+                Direction::Read,
+                Direction::Write,
+                Direction::Write,
+                Direction::Mix,
+                Direction::Mix
+            ]
+        );
+        let j = test_section(&DEFAULT_TESTS[0], Direction::Mix, &settings("bench.dat"));
+        assert_eq!(value(&j, "rw"), Some("rw"));
+        assert_eq!(value(&j, "rwmixread"), Some("70"));
+        assert_eq!(value(&j, "unified_rw_reporting"), Some("both"));
+        assert!(suite_job(tests, true, &settings("bench.dat")).contains("[SEQ1M-Q1T1-mix]"));
     }
 }

@@ -85,6 +85,8 @@ pub struct BenchOptions {
     pub cow: bool,
     /// Also read each member device alone and all at once.
     pub members: bool,
+    /// Also run every test as a 70/30 read/write mix (after the writes).
+    pub mix: bool,
     /// May mount debugfs in a private mount namespace for the per-device
     /// dirtied counter (root).
     pub allow_private_debugfs: bool,
@@ -105,6 +107,7 @@ impl BenchOptions {
             interval_secs: 0,
             cow: false,
             members: false,
+            mix: false,
             allow_private_debugfs: false,
             sysroot: SysRoot::host(),
         }
@@ -597,6 +600,8 @@ pub(crate) struct SuiteConfig<'a> {
     pub evict: bool,
     /// Multiply fio's claims (test hook).
     pub(crate) scale_claimed: f64,
+    /// Also the 70/30 mixes.
+    pub mix: bool,
 }
 
 /// How the test file gets its data.
@@ -702,14 +707,37 @@ fn job_of(out: &FioOutput, name: &str) -> Result<FioJob> {
 }
 
 fn sample_of(job: &FioJob, d: Direction, scale: f64) -> Sample {
+    let summed;
     let dir = match d {
         Direction::Read => &job.read,
         Direction::Write => &job.write,
+        Direction::Mix => match &job.mixed {
+            Some(m) => m,
+            None => {
+                // fio without unified reporting: the sum, no percentiles.
+                summed = crate::parse::fio::FioDirection {
+                    io_bytes: job.read.io_bytes + job.write.io_bytes,
+                    bw_bytes: job.read.bw_bytes + job.write.bw_bytes,
+                    iops: job.read.iops + job.write.iops,
+                    runtime_ms: job.read.runtime_ms.max(job.write.runtime_ms),
+                    lat_mean_ns: (job.read.lat_mean_ns * job.read.iops
+                        + job.write.lat_mean_ns * job.write.iops)
+                        / (job.read.iops + job.write.iops).max(1e-9),
+                    clat_p50_ns: None,
+                    clat_p99_ns: None,
+                    clat_p999_ns: None,
+                };
+                &summed
+            }
+        },
     };
     let us = |ns: f64| ns / 1000.0;
+    let part = |io: u64| (d == Direction::Mix).then_some((io as f64 * scale) as u64);
     Sample {
         fio_error: job.error,
         claimed_bytes: (dir.io_bytes as f64 * scale) as u64,
+        claimed_read_bytes: part(job.read.io_bytes),
+        claimed_write_bytes: part(job.write.io_bytes),
         seconds: dir.runtime_ms as f64 / 1000.0,
         bytes_per_sec: dir.bw_bytes * scale,
         iops: dir.iops * scale,
@@ -731,7 +759,7 @@ pub(crate) fn run_suite(
     sensors: &mut dyn Sensors,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Measured> {
-    let order = jobs::order(cfg.tests);
+    let order = jobs::order(cfg.tests, cfg.mix);
     let per_run = cfg.settings.duration_secs + cfg.interval_secs;
     let total_runs = order.len() as u64 * u64::from(cfg.runs);
     let mut measured = Measured::default();
@@ -1064,7 +1092,7 @@ pub fn run(
     } = target;
     let work = WorkDir::create(held)?;
     let (setup, file) = TestFileSetup::create(&work, opts, is_btrfs)?;
-    let job_file = jobs::suite_job(&opts.tests, &setup.settings);
+    let job_file = jobs::suite_job(&opts.tests, opts.mix, &setup.settings);
     let check_file = file
         .try_clone()
         .map_err(|e| Error::from_io(&e, "cannot open", &setup.path))?;
@@ -1204,6 +1232,7 @@ impl TestFileSetup {
                 .value()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1.0),
+            mix: opts.mix,
         }
     }
 }
@@ -1322,6 +1351,7 @@ fn parameters(opts: &BenchOptions, size: u64) -> report::Parameters {
         interval_secs: opts.interval_secs,
         cow: opts.cow,
         ioengine: jobs::IOENGINE.to_owned(),
+        mix_read_percent: opts.mix.then_some(profile::MIX_READ_PERCENT),
     }
 }
 
@@ -1526,6 +1556,7 @@ mod tests {
                 } else {
                     FioDirection::default()
                 },
+                mixed: None,
                 usr_cpu: 5.0,
                 sys_cpu: 10.0,
                 job_runtime_ms: 1000,
@@ -1537,7 +1568,7 @@ mod tests {
         let mut fio = MockFio::default();
         fio.outputs
             .push_back(output("fill", Direction::Write, 64 * MIB));
-        for (t, d) in jobs::order(tests) {
+        for (t, d) in jobs::order(tests, false) {
             for _ in 0..runs {
                 fio.outputs.push_back(output(&t.section(d), d, bytes));
             }
@@ -1577,7 +1608,36 @@ mod tests {
             fill: FillMode::Fio,
             evict: true,
             scale_claimed: scale,
+            mix: false,
         }
+    }
+
+    #[test]
+    fn a_mix_is_one_figure_from_fios_unified_report() {
+        // tests/fixtures/bench/PROVENANCE.md: fio 3.33, rwmixread=70.
+        let out = crate::parse::fio::parse_fio_json(include_str!(
+            "../../tests/fixtures/bench/fio-3.33-mix-rnd.json"
+        ))
+        .unwrap();
+        let s = sample_of(&out.jobs[0], Direction::Mix, 1.0);
+        assert_eq!(s.claimed_bytes, 1_139_138_560);
+        assert_eq!(s.claimed_read_bytes, Some(799_924_224));
+        assert_eq!(s.claimed_write_bytes, Some(339_214_336));
+        assert_eq!(s.bytes_per_sec, 569_284_637.0);
+        assert_eq!(s.clat_p50_us, Some(407.552));
+        assert_eq!(s.clat_p99_us, Some(1548.288));
+        assert_eq!(s.clat_p999_us, Some(3686.4));
+        // Without the unified report: the sum, and no percentiles.
+        let mut job = out.jobs[0].clone();
+        job.mixed = None;
+        let s = sample_of(&job, Direction::Mix, 1.0);
+        assert_eq!(s.claimed_bytes, 1_139_138_560);
+        assert_eq!(s.clat_p99_us, None);
+        // A read run of the same job is its read side only.
+        assert_eq!(
+            sample_of(&out.jobs[0], Direction::Read, 1.0).claimed_read_bytes,
+            None
+        );
     }
 
     #[test]

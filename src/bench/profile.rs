@@ -37,15 +37,43 @@ pub enum Direction {
     Read,
     /// Writes.
     Write,
+    /// Reads and writes at once, [`MIX_READ_PERCENT`] of the I/Os reads
+    /// (CrystalDiskMark's "Mix"), measured as one figure.
+    Mix,
 }
 
+/// The share of reads in a [`Direction::Mix`] run, percent (CrystalDiskMark's
+/// default mix, 7:3).
+pub const MIX_READ_PERCENT: u32 = 70;
+
 impl Direction {
-    /// `read` / `write`.
+    /// `read` / `write` / `mix`.
     pub fn as_str(self) -> &'static str {
         match self {
             Direction::Read => "read",
             Direction::Write => "write",
+            Direction::Mix => "mix",
         }
+    }
+
+    /// From [`Direction::as_str`].
+    pub fn parse(s: &str) -> Option<Direction> {
+        match s {
+            "read" => Some(Direction::Read),
+            "write" => Some(Direction::Write),
+            "mix" => Some(Direction::Mix),
+            _ => None,
+        }
+    }
+
+    /// The run writes.
+    pub fn writes(self) -> bool {
+        self != Direction::Read
+    }
+
+    /// The run reads.
+    pub fn reads(self) -> bool {
+        self != Direction::Write
     }
 }
 
@@ -154,13 +182,30 @@ pub(crate) const NVME_TESTS: [TestSpec; 4] = [
     TestSpec::new(Pattern::Rnd, 4 << 10, 1, 1),
 ];
 
+/// CrystalDiskMark 8's "Peak Performance" profile: the deepest queues.
+pub(crate) const PEAK_TESTS: [TestSpec; 2] = [
+    TestSpec::new(Pattern::Seq, 1 << 20, 8, 1),
+    TestSpec::new(Pattern::Rnd, 4 << 10, 32, 16),
+];
+
+/// CrystalDiskMark 8's "Real World Performance" profile: one I/O at a time.
+pub(crate) const REAL_WORLD_TESTS: [TestSpec; 2] = [
+    TestSpec::new(Pattern::Seq, 1 << 20, 1, 1),
+    TestSpec::new(Pattern::Rnd, 4 << 10, 1, 1),
+];
+
+/// The profile names, in the order `--help` lists them.
+pub const PROFILES: [&str; 4] = ["default", "nvme", "peak", "real-world"];
+
 /// The tests of a profile name.
 pub fn profile_tests(name: &str) -> Result<Vec<TestSpec>> {
     match name {
         "default" => Ok(DEFAULT_TESTS.to_vec()),
         "nvme" => Ok(NVME_TESTS.to_vec()),
+        "peak" => Ok(PEAK_TESTS.to_vec()),
+        "real-world" => Ok(REAL_WORLD_TESTS.to_vec()),
         _ => Err(Error::usage(format!("unknown profile {name:?}"))
-            .with_hint("use --profile default or --profile nvme, or pick with --tests")),
+            .with_hint("use --profile default, nvme, peak or real-world, or pick with --tests")),
     }
 }
 

@@ -149,6 +149,10 @@ pub struct Parameters {
     pub cow: bool,
     /// fio's I/O engine.
     pub ioengine: String,
+    /// `--mix`: every test also ran as a read/write mix with this percent
+    /// of reads (null: no mix).
+    #[serde(default)]
+    pub mix_read_percent: Option<u32>,
 }
 
 /// Bytes by how a file stores them (FIEMAP).

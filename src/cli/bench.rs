@@ -27,8 +27,13 @@ use super::units::{UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
 Profiles (each test is run for reads, then for writes; all reads first):
-  default  SEQ1M Q8T1, SEQ1M Q1T1, RND4K Q32T1, RND4K Q1T1
-  nvme     SEQ1M Q8T1, SEQ128K Q32T1, RND4K Q32T16, RND4K Q1T1
+  default     SEQ1M Q8T1, SEQ1M Q1T1, RND4K Q32T1, RND4K Q1T1
+  nvme        SEQ1M Q8T1, SEQ128K Q32T1, RND4K Q32T16, RND4K Q1T1
+  peak        SEQ1M Q8T1, RND4K Q32T16 (CrystalDiskMark's Peak Performance)
+  real-world  SEQ1M Q1T1, RND4K Q1T1 (CrystalDiskMark's Real World Performance)
+--mix also runs each test as a 70/30 mix of reads and writes at once, after
+the writes (CrystalDiskMark's Mix): one figure for both, checked against the
+devices' reads and writes apart.
 
 fio does the I/O on a test file in a fresh directory under DIR, made NOCOW (so
 O_DIRECT is direct) unless --cow, and fully written with incompressible data
@@ -74,9 +79,13 @@ pub struct BenchArgs {
     /// Directory on the filesystem to measure (the test directory is made in it).
     #[arg(required_unless_present_any = ["compare", "compare_profiles", "history"])]
     dir: Option<PathBuf>,
-    /// Test set: default or nvme.
-    #[arg(long, default_value = "default", value_name = "NAME", value_parser = super::units::named(&["default", "nvme"], bench_profile), hide_possible_values = true)]
+    /// Test set: default, nvme, peak or real-world (CrystalDiskMark's).
+    #[arg(long, default_value = "default", value_name = "NAME", value_parser = super::units::named(&profile::PROFILES, bench_profile), hide_possible_values = true)]
     profile: String,
+    /// Also run every test as a mix of reads and writes at once (70% reads,
+    /// CrystalDiskMark's Mix), after the writes.
+    #[arg(long)]
+    mix: bool,
     /// Tests to run instead of a profile, comma-separated (SEQ1M-Q8T1,RND4K-Q32T16,...).
     #[arg(long, value_name = "LIST")]
     tests: Option<String>,
@@ -192,6 +201,7 @@ fn options(args: &BenchArgs, dir: &Path, out: &Output) -> Result<BenchOptions> {
     opts.interval_secs = args.interval;
     opts.cow = args.cow;
     opts.members = args.members;
+    opts.mix = args.mix;
     // This process has no threads yet: it may unshare its mount namespace
     // to read the per-device dirtied counter in debugfs.
     opts.allow_private_debugfs = true;
@@ -598,6 +608,7 @@ pub fn run(
     let job_file = || {
         jobs::suite_job(
             &opts.tests,
+            opts.mix,
             &jobs::JobSettings {
                 file: bench::TEST_FILE,
                 size_bytes: opts.size_bytes(),
@@ -872,6 +883,46 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         s.push('\n');
     }
     s.push_str("  (completion latency percentiles from fio, median of the runs)\n");
+    if let Some(pct) = r.parameters.mix_read_percent {
+        let header = format!(
+            "\n  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}\n",
+            format!("mix {pct}/{}", 100 - pct),
+            "MB/s",
+            "best",
+            "IOPS",
+            "lat µs",
+            "slowest–fastest",
+            "clat p50",
+            "p99",
+            "p99.9"
+        );
+        s.push_str(&p.bold(&header));
+        for n in &names {
+            let Some(m) = r
+                .results
+                .iter()
+                .find(|x| x.name == *n && x.direction == Direction::Mix)
+            else {
+                continue;
+            };
+            let c = cells(Some(m));
+            let l = latency_cells(Some(m));
+            let first = if c[0] == "flagged" {
+                p.bad(&c[0])
+            } else {
+                c[0].clone()
+            };
+            let row = format!(
+                "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}",
+                n, first, c[1], c[2], c[3], c[4], l[0], l[1], l[2]
+            );
+            s.push_str(row.trim_end());
+            s.push('\n');
+        }
+        s.push_str(&format!(
+            "  (reads and writes at once, {pct}% of the I/Os reads, as CrystalDiskMark's Mix; MB/s and IOPS of both together)\n"
+        ));
+    }
     let mut findings = String::new();
     for x in &r.results {
         for c in &x.checks {

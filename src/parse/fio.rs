@@ -44,6 +44,10 @@ pub struct FioJob {
     pub read: FioDirection,
     /// Writes.
     pub write: FioDirection,
+    /// Reads and writes together (`unified_rw_reporting=both`: a mixed
+    /// job's one figure, with percentiles over every I/O); None when fio
+    /// did not report it.
+    pub mixed: Option<FioDirection>,
     /// User CPU in percent of the job's runtime (per thread, averaged).
     pub(crate) usr_cpu: f64,
     /// System CPU in percent of the job's runtime (per thread, averaged).
@@ -87,6 +91,8 @@ struct RawJob {
     error: i64,
     read: RawDirection,
     write: RawDirection,
+    #[serde(default)]
+    mixed: Option<RawDirection>,
     usr_cpu: f64,
     sys_cpu: f64,
     #[serde(default)]
@@ -161,6 +167,7 @@ pub(crate) fn parse_fio_json(text: &str) -> Result<FioOutput> {
                 error: j.error,
                 read: j.read.into(),
                 write: j.write.into(),
+                mixed: j.mixed.map(Into::into),
                 usr_cpu: j.usr_cpu,
                 sys_cpu: j.sys_cpu,
                 job_runtime_ms: j.job_runtime,

@@ -718,6 +718,7 @@ fn html_report_draws_each_direction_on_one_scale_in_a_real_browser() {
         &[
             "--tests",
             "SEQ1M-Q8T1,RND4K-Q32T1,RND4K-Q1T1",
+            "--mix",
             "--report",
             html.to_str().unwrap(),
         ],
@@ -746,10 +747,13 @@ fn html_report_draws_each_direction_on_one_scale_in_a_real_browser() {
     // (a) What the browser holds: one chart per direction, a bar per test
     // at the report's value, every bar of a direction on one scale.
     let charts: Vec<&str> = dom.split("<svg").skip(1).collect();
-    assert_eq!(charts.len(), 2, "a read chart and a write chart");
+    assert_eq!(charts.len(), 3, "a read, a write and a mix chart");
     let mut bars_seen = 0;
     let mut shapes: Vec<(Direction, Vec<Bar>)> = Vec::new();
-    for (chart, d) in charts.iter().zip([Direction::Read, Direction::Write]) {
+    for (chart, d) in charts
+        .iter()
+        .zip([Direction::Read, Direction::Write, Direction::Mix])
+    {
         let chart = &chart[..chart.find("</svg>").unwrap()];
         assert_eq!(attrs(chart, "data-direction")[0], d.as_str());
         let want: Vec<&TestResult> = r.results.iter().filter(|t| t.direction == d).collect();
@@ -933,7 +937,7 @@ fn html_report_draws_each_direction_on_one_scale_in_a_real_browser() {
         charts += 1;
         rest = &rest[end..];
     }
-    assert_eq!(charts, 2);
+    assert_eq!(charts, 3);
 
     // (b) What a person sees: a real screenshot, its pixels. Each bar that
     // checked out is a run of its direction's colour as long as its width,
@@ -964,6 +968,7 @@ fn html_report_draws_each_direction_on_one_scale_in_a_real_browser() {
         let colour = match d {
             Direction::Read => [0x2f, 0x7e, 0xd8],
             Direction::Write => [0xe4, 0x57, 0x2e],
+            Direction::Mix => [0x6a, 0x99, 0x4e],
         };
         let bands = img.bands(colour);
         let ok: Vec<&Bar> = bars.iter().filter(|b| b.status == "ok").collect();

@@ -244,7 +244,7 @@ pub(crate) fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
     let (w, h, left, bottom, top) = (720.0, 300.0, 60.0, 30.0, 20.0);
     let pw = w - left - 20.0;
     let ph = h - top - bottom;
-    let tmax = r.series.last().map_or(1.0, |p| p.t_secs).max(1.0);
+    let tmax = r.series.last().map_or(r.seconds, |p| p.t_secs).max(0.1);
     let vmax = r.series.iter().map(|p| p.bytes_per_sec).fold(1.0, f64::max) * 1.1;
     let x = |t: f64| left + t / tmax * pw;
     let y = |v: f64| top + ph - v / vmax * ph;
@@ -271,7 +271,7 @@ pub(crate) fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
     }
     let _ = write!(
         s,
-        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle" fill="#444">seconds (0–{tmax:.0}); MB/s</text>"##,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="middle" fill="#444">seconds (0–{tmax:.1}); MB/s</text>"##,
         left + pw / 2.0,
         h - 8.0
     );
@@ -319,9 +319,10 @@ pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
     s.push_str(&sustained_chart(r));
     let _ = writeln!(
         s,
-        "<table><tr><th>written</th><td>{}</td></tr><tr><th>seconds</th><td>{:.1}</td></tr><tr><th>{}</th><td>{:.1} MB/s</td></tr><tr><th>stopped early</th><td>{}</td></tr></table>",
+        "<table><tr><th>written</th><td>{}</td></tr><tr><th>seconds</th><td>{}</td></tr><tr><th>sampled every</th><td>{} ms</td></tr><tr><th>{}</th><td>{:.1} MB/s</td></tr><tr><th>stopped early</th><td>{}</td></tr></table>",
         esc(&format_iec(r.bytes_written)),
-        r.seconds,
+        super::sustained::format_secs(r.seconds).trim_end_matches(" s"),
+        r.sample_period_msec,
         // A series too short for a median: the run's average, never 0.0.
         if r.analysis.shape == super::cliff::Shape::TooShort {
             "average"

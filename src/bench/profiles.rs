@@ -437,7 +437,7 @@ pub fn run(
         let mopts = MetadataOptions {
             files: plan.files,
             threads: plan.threads,
-            cold: true,
+            cold: metadata::ColdMethod::OwnCgroup,
             sysroot: sysroot.clone(),
             ..MetadataOptions::new(sbx.mount_point())
         };

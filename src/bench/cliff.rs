@@ -491,9 +491,9 @@ mod tests {
             assert_ne!(a.shape, Shape::Cliff, "slow second at {at}: {a:?}");
         }
         // A second of samples is too short; three seconds are enough.
-        let a = analyse(&series_at(&vec![800.0 * MB; 10], 0.1));
+        let a = analyse(&series_at(&[800.0 * MB; 10], 0.1));
         assert_eq!(a.shape, Shape::TooShort);
-        let a = analyse(&series_at(&vec![800.0 * MB; 30], 0.1));
+        let a = analyse(&series_at(&[800.0 * MB; 30], 0.1));
         assert_eq!(a.shape, Shape::Steady);
     }
 

@@ -758,7 +758,7 @@ mod tests {
         assert_eq!(sample_period_msec(8_000_000_000_000, Some(60)), 100);
         for size in [1u64 << 20, 1 << 36, 1 << 40, 1 << 44] {
             let p = sample_period_msec(size, None);
-            assert!((MIN_SAMPLE_MSEC..=MAX_SAMPLE_MSEC).contains(&p) && p % 50 == 0);
+            assert!((MIN_SAMPLE_MSEC..=MAX_SAMPLE_MSEC).contains(&p) && p.is_multiple_of(50));
         }
         let j = job_file("f", 1 << 30, None, "bw", 100);
         assert!(j.lines().any(|l| l == "log_avg_msec=100"), "{j}");

@@ -95,6 +95,31 @@ pub(crate) fn locate(mountinfo: &str, cgroup: &str) -> Option<(PathBuf, bool)> {
     None
 }
 
+/// The name of every scratch cgroup starts so, then the PID.
+const PREFIX: &str = "btrfs-lab-cold-";
+
+/// The PID in a scratch cgroup's name.
+fn pid_of(name: &str) -> Option<u32> {
+    name.strip_prefix(PREFIX)?.split('-').next()?.parse().ok()
+}
+
+/// Removes the scratch cgroups of processes that are gone (a SIGKILL left
+/// them; empty, as their process is gone). Best effort.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(pid_of) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir(e.path());
+        }
+    }
+}
+
 fn write(path: &Path, what: &str) -> io::Result<()> {
     fs::write(path, what)
 }
@@ -127,8 +152,9 @@ impl ScratchCgroup {
         } else {
             own.clone()
         };
+        sweep_stale(&parent);
         let name = format!(
-            "btrfs-lab-cold-{}-{}",
+            "{PREFIX}{}-{}",
             std::process::id(),
             crate::sys::fs::nonce::nonce()
         );
@@ -234,8 +260,17 @@ impl ScratchCgroup {
 impl Drop for ScratchCgroup {
     fn drop(&mut self) {
         let _ = self.leave();
-        // Charges left are moved to the parent when it goes.
-        let _ = fs::remove_dir(&self.dir);
+        // Charges left are moved to the parent when it goes. Just after
+        // the process left, the kernel may still count it (EBUSY): a few
+        // tries.
+        for _ in 0..20 {
+            match fs::remove_dir(&self.dir) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                _ => break,
+            }
+        }
     }
 }
 
@@ -282,5 +317,8 @@ mod tests {
         );
         assert_eq!(locate("", "0::/\n"), None);
         assert_eq!(unescape("/a\\040b"), "/a b");
+        assert_eq!(pid_of("btrfs-lab-cold-123-abcdef"), Some(123));
+        assert_eq!(pid_of("btrfs-lab-cold-x"), None);
+        assert_eq!(pid_of("other"), None);
     }
 }

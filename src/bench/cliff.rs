@@ -1,4 +1,4 @@
-//! The cliff of a sustained write, pure: where the per-second rate drops
+//! The cliff of a sustained write, pure: where the sampled rate drops
 //! and stays down (an SLC cache filling), told apart from one slow second
 //! (noise) and from a gradual decline (a drive heating up).
 //!

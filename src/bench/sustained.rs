@@ -146,20 +146,20 @@ pub fn warning(size: u64, time_limit_secs: Option<u64>, dir: &Path) -> String {
     )
 }
 
-/// What the progress display shows, about once a second.
+/// What the progress display shows, once each sampling period.
 #[derive(Debug, Clone)]
 pub struct SustainedProgress {
     /// Bytes written so far.
     pub bytes_written: u64,
     /// Of.
     pub size_bytes: u64,
-    /// Rate over the last second.
+    /// Rate over the last sampling period.
     pub bytes_per_sec: f64,
     /// Seconds left, estimated.
     pub eta_secs: u64,
 }
 
-/// One member device's write rate, second by second.
+/// One member device's write rate, sample by sample.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemberSeries {
     /// Kernel name.
@@ -479,7 +479,7 @@ impl SustainedPlan {
 }
 
 /// Runs the planned sustained write (see the module documentation).
-/// `progress` is called about once a second while fio writes; `started`
+/// `progress` is called once each sampling period (100-250 ms) while fio writes; `started`
 /// just before the test directory is made.
 pub fn run(
     opts: &SustainedOptions,

@@ -13,7 +13,9 @@
 //! The cgroup is a child of the process's own memory cgroup (v1), or a
 //! sibling of it (v2: a cgroup with processes cannot have children with
 //! controllers), named `btrfs-lab-cold-PID-NONCE`; the process goes back
-//! and the cgroup is removed when the guard is dropped.
+//! and the cgroup is removed when the guard is dropped (those of killed
+//! runs by the next one). On v2 the sibling is out of the process's own
+//! cgroup's limits for that while (its parent's still apply).
 
 use std::fs;
 use std::io;

@@ -453,7 +453,7 @@ pub fn run(
             Ok(()) if before > 0 && after.saturating_mul(2) > before => {
                 method = ColdMethod::Warm;
                 detail = format!(
-                    "warm: reclaiming the storm's memory cgroup freed only {} of the {} of kernel memory charged to it (its dentries and inodes are mostly still cached)",
+                    "warm: reclaiming the storm's memory cgroup freed only {} of the {} of kernel memory charged to it, less than half: many of its dentries and inodes are still cached (the kernel's slab shrinkers leave several thousand of them; a storm of 50000 files or more is mostly evicted)",
                     format_iec(before - after),
                     format_iec(before)
                 );

@@ -1,16 +1,22 @@
-//! The cliff of a sustained write, pure: where the per-second rate drops
+//! The cliff of a sustained write, pure: where the sampled rate drops
 //! and stays down (an SLC cache filling), told apart from one slow second
 //! (noise) and from a gradual decline (a drive heating up).
 //!
-//! The method:
-//! 1. a running median of 5 samples takes out isolated slow (or fast)
-//!    seconds;
+//! The series is sampled every 100 to 250 ms (fio's `log_avg_msec`), or
+//! every second (older reports); the windows below are in seconds and
+//! become samples by the series' own period (the median sample length),
+//! never fewer than the counts named:
+//!
+//! 1. a running median over about a second ([`SMOOTH_SECS`] each side, at
+//!    least 2 samples each side) takes out isolated slow (or fast)
+//!    samples;
 //! 2. the split of the smoothed series into two constant levels with the
 //!    least squared error (prefix sums, O(n)) is the candidate step; a
 //!    straight line is fitted as well;
 //! 3. the levels are the *medians* of the raw samples on each side; a step
 //!    is a cliff when the rate after is at most [`CLIFF_RATIO`] of the rate
-//!    before, each side has at least [`MIN_SIDE`] samples, at least 80% of
+//!    before, each side has at least [`MIN_SIDE_SECS`] of samples (and
+//!    [`MIN_SIDE`] samples), at least 80% of
 //!    the samples on each side are on their side of the midpoint ("stays
 //!    down"), and the two levels fit the series clearly better than the
 //!    line (else it is a decline);
@@ -22,14 +28,28 @@ use serde::{Deserialize, Serialize};
 
 /// A cliff: the rate after is at most this fraction of the rate before.
 pub(crate) const CLIFF_RATIO: f64 = 0.8;
-/// Samples needed on each side of a cliff.
+/// Samples needed on each side of a cliff, at least.
 pub(crate) const MIN_SIDE: usize = 3;
-/// Samples needed for any verdict.
+/// Seconds of samples needed on each side of a cliff: the last samples of
+/// a write (fio's end_fsync) or one slow stretch are not a cliff.
+pub(crate) const MIN_SIDE_SECS: f64 = 1.5;
+/// Seconds each side of the running median.
+pub(crate) const SMOOTH_SECS: f64 = 0.5;
+/// Samples needed for any verdict, at least.
 pub(crate) const MIN_SAMPLES: usize = 2 * MIN_SIDE;
+
+/// The windows, in samples, for a series sampled every `period` seconds:
+/// (half-width of the running median, samples each side of a cliff).
+pub(crate) fn windows(period: f64) -> (usize, usize) {
+    let p = if period > 0.0 { period } else { 1.0 };
+    let half = ((SMOOTH_SECS / p).round() as usize).max(2);
+    let side = ((MIN_SIDE_SECS / p).ceil() as usize).max(MIN_SIDE);
+    (half, side)
+}
 /// A decline: the fitted line ends at most this fraction of where it starts.
 pub(crate) const DECLINE_RATIO: f64 = 0.8;
 
-/// One second of the series.
+/// One sample of the series.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Point {
     /// Seconds from the start, at the end of the interval.
@@ -186,13 +206,14 @@ pub(crate) fn analyse(series: &[Point]) -> CliffAnalysis {
         rate_after: None,
         ratio: None,
     };
-    if raw.len() < MIN_SAMPLES {
+    let (half, side) = windows(median(&dt));
+    if raw.len() < MIN_SAMPLES.max(2 * side) {
         return a;
     }
     a.shape = Shape::Steady;
-    let smooth = running_median(&raw, 2);
+    let smooth = running_median(&raw, half);
     let (icpt, slope, line_sse) = line_fit(&smooth);
-    let Some((k, step_sse)) = best_split(&smooth, MIN_SIDE) else {
+    let Some((k, step_sse)) = best_split(&smooth, side) else {
         return a;
     };
     let before = median(&raw[..k]);
@@ -418,6 +439,62 @@ mod tests {
         let a = analyse(&series(&[1.0, 2.0, 3.0]));
         assert_eq!(a.shape, Shape::TooShort);
         assert_eq!(a.total_bytes, 6);
+    }
+
+    fn series_at(rates: &[f64], period: f64) -> Vec<Point> {
+        rates
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Point {
+                t_secs: (i + 1) as f64 * period,
+                bytes_per_sec: *r,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_windows_are_seconds_made_samples() {
+        assert_eq!(windows(1.0), (2, 3), "one-second series: as before");
+        assert_eq!(windows(0.1), (5, 15));
+        assert_eq!(windows(0.25), (2, 6));
+        assert_eq!(windows(0.0), (2, 3));
+    }
+
+    #[test]
+    fn sub_second_samples_find_the_cliff_of_a_short_fast_run() {
+        // 2.5 s at 3000 MB/s, then 2 s at 1000 MB/s, every 100 ms: 45
+        // samples of a run a one-second series would call too short.
+        let v = noisy(&step(25, 3000.0 * MB, 20, 1000.0 * MB), 0.05, 3);
+        let a = analyse(&series_at(&v, 0.1));
+        assert_eq!(a.shape, Shape::Cliff, "{a:?}");
+        assert_eq!(a.samples, 45);
+        let b = a.bytes_before.unwrap() as f64;
+        assert!((b / 7.5e9 - 1.0).abs() < 0.05, "bytes before {b}");
+        assert!((a.at_secs.unwrap() - 2.5).abs() < 0.15, "{a:?}");
+        // At 250 ms.
+        let v = noisy(&step(24, 2000.0 * MB, 16, 700.0 * MB), 0.05, 4);
+        let a = analyse(&series_at(&v, 0.25));
+        assert_eq!(a.shape, Shape::Cliff, "{a:?}");
+        assert!((a.at_secs.unwrap() - 6.0).abs() < 0.3, "{a:?}");
+    }
+
+    #[test]
+    fn a_slow_second_of_100ms_samples_is_not_a_cliff() {
+        // Ten slow samples in a row (one second), anywhere, the end too (a
+        // flush): no cliff.
+        for at in [0, 20, 45, 50] {
+            let mut v = noisy(&vec![800.0 * MB; 60], 0.05, at as u64 + 1);
+            for x in &mut v[at..at + 10] {
+                *x = 100.0 * MB;
+            }
+            let a = analyse(&series_at(&v, 0.1));
+            assert_ne!(a.shape, Shape::Cliff, "slow second at {at}: {a:?}");
+        }
+        // A second of samples is too short; three seconds are enough.
+        let a = analyse(&series_at(&[800.0 * MB; 10], 0.1));
+        assert_eq!(a.shape, Shape::TooShort);
+        let a = analyse(&series_at(&[800.0 * MB; 30], 0.1));
+        assert_eq!(a.shape, Shape::Steady);
     }
 
     #[test]

@@ -582,7 +582,7 @@ pub(crate) fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
     let (w, h, left, bottom, top) = (720.0, 300.0, 60.0, 36.0, 20.0);
     let pw = w - left - 20.0;
     let ph = h - top - bottom;
-    let tmax = r.series.last().map_or(r.seconds, |p| p.t_secs).max(1.0);
+    let tmax = r.series.last().map_or(r.seconds, |p| p.t_secs).max(0.1);
     let peak = r
         .series
         .iter()
@@ -692,9 +692,10 @@ pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
     let (what, rate) = sustained_rate(r);
     let _ = writeln!(
         s,
-        "<table id=\"sustained\"><tr><th class=\"l\">written</th><td>{}</td></tr><tr><th class=\"l\">seconds</th><td>{:.1}</td></tr><tr><th class=\"l\">{what} rate</th><td>{} MB/s</td></tr><tr><th class=\"l\">shape</th><td>{}</td></tr><tr><th class=\"l\">stopped early</th><td>{}</td></tr></table>",
+        "<table id=\"sustained\"><tr><th class=\"l\">written</th><td>{}</td></tr><tr><th class=\"l\">seconds</th><td>{}</td></tr><tr><th class=\"l\">sampled every</th><td>{} ms</td></tr><tr><th class=\"l\">{what} rate</th><td>{} MB/s</td></tr><tr><th class=\"l\">shape</th><td>{}</td></tr><tr><th class=\"l\">stopped early</th><td>{}</td></tr></table>",
         esc(&format_iec(r.bytes_written)),
-        r.seconds,
+        super::sustained::format_secs(r.seconds).trim_end_matches(" s"),
+        r.sample_period_msec,
         grouped(mbps(rate), 1),
         r.analysis.shape.describe(),
         if r.stopped_early { "yes" } else { "no" }
@@ -1014,6 +1015,7 @@ mod tests {
             bytes_written: 300_000_000,
             seconds: 2.5,
             stopped_early: false,
+            sample_period_msec: 100,
             test_file_removed: true,
             analysis: analyse(&series),
             series,

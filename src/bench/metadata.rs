@@ -1,6 +1,15 @@
 //! `bench --small-files`: the small-file storm. N empty files created over
 //! directories by T threads, then `syncfs`; all of them stat'ed cold; all
-//! deleted, then `syncfs`. Files per second for each phase, the sync
+//! deleted, then `syncfs`.
+//!
+//! Cold, by default, for the storm's own files only: the creates run in a
+//! memory cgroup of the process's own ([`crate::sys::kernel::memcg`]), and
+//! reclaiming it before the stat phase evicts the dentries and inodes they
+//! made and nothing else of the machine's (btrfs's metadata blocks stay in
+//! memory: btrfs charges them to no cgroup). `--drop-caches`
+//! ([`ColdMethod::DropCaches`]) drops every filesystem's caches instead,
+//! the blocks included. Without root, or without a memory cgroup, the stat
+//! phase is warm, and the report says so and why. Files per second for each phase, the sync
 //! times, and what each member device wrote (diskstats): the metadata
 //! profile (RAID1 vs RAID1C3) shows in those bytes and times.
 //!
@@ -43,8 +52,8 @@ pub struct MetadataOptions {
     pub files: u64,
     /// Threads.
     pub threads: u32,
-    /// Drop the kernel's caches before the stat phase (root).
-    pub cold: bool,
+    /// How the stat phase is made cold.
+    pub cold: ColdMethod,
     /// Where /proc and /sys are read.
     pub sysroot: SysRoot,
 }
@@ -56,7 +65,7 @@ impl MetadataOptions {
             dir: dir.into(),
             files: DEFAULT_FILES,
             threads: DEFAULT_THREADS,
-            cold: true,
+            cold: ColdMethod::OwnCgroup,
             sysroot: SysRoot::host(),
         }
     }
@@ -82,6 +91,23 @@ impl MetadataOptions {
     pub(crate) fn needed_space(&self) -> u64 {
         self.files * 2048 + (64 << 20)
     }
+}
+
+/// How the stat phase was made cold, or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ColdMethod {
+    /// Nothing evicted: the stat phase finds the storm's dentries and
+    /// inodes in memory.
+    Warm,
+    /// The default (root): the storm is created in a memory cgroup of its
+    /// own, reclaimed before the stat phase, which evicts the storm's
+    /// dentries and inodes and nothing else; the filesystem's metadata
+    /// blocks stay in memory.
+    OwnCgroup,
+    /// `--drop-caches` (root): sync, then `drop_caches=3`: the page,
+    /// dentry and inode caches of every filesystem of the machine.
+    DropCaches,
 }
 
 /// One phase.
@@ -139,8 +165,12 @@ pub struct MetadataReport {
     pub dirs: u64,
     /// Threads.
     pub threads: u32,
-    /// The kernel's dentry/inode caches were dropped before the stat phase.
+    /// The storm's dentries and inodes were evicted before the stat phase.
     pub stat_cold: bool,
+    /// How (`warm` when they were not).
+    pub stat_cold_method: ColdMethod,
+    /// One sentence: how the stat phase was made cold, or why it is warm.
+    pub stat_cold_detail: String,
     /// create, stat, delete.
     pub phases: Vec<Phase>,
     /// The directory was removed.
@@ -327,7 +357,36 @@ pub fn run(
         None
     };
     let (devices, devices_missing) = (target.devices, target.devices_missing);
-    let cold = opts.cold && crate::sys::is_root();
+    let root_user = crate::sys::is_root();
+    if opts.cold == ColdMethod::DropCaches && !root_user {
+        return Err(Error::new(
+            ErrorKind::Permission,
+            "--drop-caches needs root: cannot write /proc/sys/vm/drop_caches",
+        )
+        .with_hint("run as root, or leave out --drop-caches"));
+    }
+    // The storm's own memory cgroup, made before anything is written.
+    let mut method = opts.cold;
+    let mut detail = String::new();
+    let mut cgroup = None;
+    if method == ColdMethod::OwnCgroup {
+        if !root_user {
+            method = ColdMethod::Warm;
+            detail = "warm: not root, so the storm's dentries and inodes could not be evicted (a memory cgroup of its own needs root)".to_owned();
+        } else {
+            match crate::sys::kernel::memcg::ScratchCgroup::create() {
+                Ok(c) => cgroup = Some(c),
+                Err(why) => {
+                    method = ColdMethod::Warm;
+                    detail = format!(
+                        "warm: {why}, so the storm's dentries and inodes could not be evicted alone (--drop-caches drops the whole machine's caches instead)"
+                    );
+                }
+            }
+        }
+    } else if method == ColdMethod::Warm {
+        detail = "warm: nothing was evicted before the stat phase".to_owned();
+    }
     super::install_signals()?;
     check_stop()?;
 
@@ -344,6 +403,16 @@ pub fn run(
 
     // create: the directories, then the files.
     progress("create");
+    if let Some(c) = cgroup.as_mut()
+        && let Err(e) = c.enter()
+    {
+        detail = format!(
+            "warm: cannot move into the memory cgroup {} ({e}), so the storm's dentries and inodes could not be evicted alone",
+            c.path().display()
+        );
+        method = ColdMethod::Warm;
+        cgroup = None;
+    }
     let b = counters(&devices, &opts.sysroot);
     let t = Instant::now();
     for d in 0..opts.dirs() {
@@ -367,9 +436,42 @@ pub fn run(
     phases.push(phase("create", n, secs, Some(sync), &devices, &b, &a));
 
     // stat, cold.
-    if cold {
-        crate::sys::kernel::pagecache::drop_all_caches()?;
+    if let Some(mut c) = cgroup.take() {
+        c.leave()
+            .map_err(|e| Error::from_io(&e, "cannot leave the memory cgroup", c.path()))?;
+        let before = c.kernel_charged().unwrap_or(0);
+        let r = c.reclaim();
+        let after = c.kernel_charged().unwrap_or(before);
+        match r {
+            Err(e) => {
+                method = ColdMethod::Warm;
+                detail = format!(
+                    "warm: the memory cgroup {} could not be reclaimed ({e})",
+                    c.path().display()
+                );
+            }
+            Ok(()) if before > 0 && after.saturating_mul(2) > before => {
+                method = ColdMethod::Warm;
+                detail = format!(
+                    "warm: reclaiming the storm's memory cgroup freed only {} of the {} of kernel memory charged to it, less than half: many of its dentries and inodes are still cached (the kernel's slab shrinkers leave several thousand of them; a storm of 50000 files or more is mostly evicted)",
+                    format_iec(before - after),
+                    format_iec(before)
+                );
+            }
+            Ok(()) => {
+                detail = format!(
+                    "cold for the storm's files alone: they were created in a memory cgroup of their own, reclaimed before the stat phase ({} of the {} of kernel memory charged to it freed: their dentries and inodes); the rest of the machine's caches were left alone, and the filesystem's metadata blocks stayed in memory (btrfs charges them to no cgroup), so the devices read little",
+                    format_iec(before - after),
+                    format_iec(before)
+                );
+            }
+        }
     }
+    if method == ColdMethod::DropCaches {
+        crate::sys::kernel::pagecache::drop_all_caches()?;
+        detail = "cold: sync, then the kernel's page, dentry and inode caches of every filesystem of this machine were dropped (--drop-caches)".to_owned();
+    }
+    let cold = method != ColdMethod::Warm;
     progress("stat");
     let b = counters(&devices, &opts.sysroot);
     let t = Instant::now();
@@ -402,16 +504,6 @@ pub fn run(
     drop(root);
     notes.extend(work.remove()?);
 
-    if !cold {
-        notes.push(if opts.cold {
-            "not root: the dentry and inode caches could not be dropped, so the stat phase is warm"
-                .to_owned()
-        } else {
-            "the stat phase is warm (caches not dropped)".to_owned()
-        });
-    } else {
-        notes.push("the kernel's page, dentry and inode caches were dropped (all filesystems) before the stat phase".to_owned());
-    }
     if !devices_missing.is_empty() {
         notes.push(format!(
             "/proc/diskstats does not show {}: their bytes are not counted",
@@ -472,6 +564,8 @@ pub fn run(
         dirs: opts.dirs(),
         threads: opts.threads,
         stat_cold: cold,
+        stat_cold_method: method,
+        stat_cold_detail: detail,
         phases,
         work_dir_removed: true,
         notes,
@@ -510,7 +604,7 @@ mod tests {
         let mut o = MetadataOptions::new(t.path());
         o.files = 2500;
         o.threads = 3;
-        o.cold = false;
+        o.cold = ColdMethod::Warm;
         let mut seen = Vec::new();
         let r = run(&o, &mut || {}, &mut |p| seen.push(p.to_owned())).unwrap();
         assert_eq!(seen, ["create", "stat", "delete"]);
@@ -520,6 +614,8 @@ mod tests {
         assert!(r.phases.iter().all(|p| p.files == 2500), "{r:#?}");
         assert!(r.phases[0].sync_seconds.is_some() && r.phases[1].sync_seconds.is_none());
         assert!(!r.stat_cold);
+        assert_eq!(r.stat_cold_method, ColdMethod::Warm);
+        assert!(r.stat_cold_detail.starts_with("warm"), "{r:#?}");
         assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
     }
 }

@@ -113,25 +113,31 @@ pub fn sustained(
 }
 
 /// `--small-files`; `root` says whether the stat phase would be cold (the
-/// caches dropped, which needs root).
+/// storm's own memory cgroup, or `--drop-caches`, need root).
 pub fn small_files(opts: &super::metadata::MetadataOptions, root: bool) -> BenchPlan {
-    let cold = opts.cold && root;
+    use super::metadata::ColdMethod;
+    let own = opts.cold == ColdMethod::OwnCgroup && root;
     BenchPlan {
         mode: "small-files".into(),
         dir: opts.dir.clone(),
         steps: vec![
             WORK_DIR.to_owned(),
             format!(
-                "create {} empty files with {} thread{}, then syncfs",
+                "create {} empty files with {} thread{}{}, then syncfs",
                 opts.files,
                 opts.threads,
-                if opts.threads == 1 { "" } else { "s" }
+                if opts.threads == 1 { "" } else { "s" },
+                if own {
+                    " in a memory cgroup of the storm's own (when one can be made)"
+                } else {
+                    ""
+                }
             ),
-            if cold {
-                "sync and drop the kernel's page, dentry and inode caches (all filesystems of this machine), so the stat phase is cold".to_owned()
-            } else {
-                "keep the caches (not root: they cannot be dropped), so the stat phase is warm"
-                    .to_owned()
+            match opts.cold {
+                ColdMethod::DropCaches => "sync and drop the kernel's page, dentry and inode caches of every filesystem of this machine (--drop-caches), so the stat phase is cold".to_owned(),
+                ColdMethod::OwnCgroup if root => "reclaim that memory cgroup: the storm's own dentries and inodes are evicted, nothing else of the machine's, so the stat phase is cold (btrfs's metadata blocks stay in memory); without one it is warm".to_owned(),
+                ColdMethod::OwnCgroup => "evict nothing (not root), so the stat phase is warm".to_owned(),
+                ColdMethod::Warm => "evict nothing, so the stat phase is warm".to_owned(),
             },
             format!("stat the {} files", opts.files),
             "delete them, then syncfs".to_owned(),

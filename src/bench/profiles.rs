@@ -190,7 +190,7 @@ impl ProfilesPlan {
             ));
             steps.extend(r.sandbox.describe().into_iter().map(|s| format!("  {s}")));
             steps.push(format!(
-                "  in a new directory under {}: create {} empty files in {dirs} directories by {} threads, syncfs; drop the caches, stat them all; delete them, syncfs",
+                "  in a new directory under {}: create {} empty files in {dirs} directories by {} threads, syncfs; evict their own dentries and inodes (a memory cgroup of their own, reclaimed), stat them all; delete them, syncfs",
                 r.sandbox.mount_point.display(),
                 self.files,
                 self.threads
@@ -437,7 +437,7 @@ pub fn run(
         let mopts = MetadataOptions {
             files: plan.files,
             threads: plan.threads,
-            cold: true,
+            cold: metadata::ColdMethod::OwnCgroup,
             sysroot: sysroot.clone(),
             ..MetadataOptions::new(sbx.mount_point())
         };

@@ -146,20 +146,20 @@ pub fn warning(size: u64, time_limit_secs: Option<u64>, dir: &Path) -> String {
     )
 }
 
-/// What the progress display shows, about once a second.
+/// What the progress display shows, once each sampling period.
 #[derive(Debug, Clone)]
 pub struct SustainedProgress {
     /// Bytes written so far.
     pub bytes_written: u64,
     /// Of.
     pub size_bytes: u64,
-    /// Rate over the last second.
+    /// Rate over the last sampling period.
     pub bytes_per_sec: f64,
     /// Seconds left, estimated.
     pub eta_secs: u64,
 }
 
-/// One member device's write rate, second by second.
+/// One member device's write rate, sample by sample.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemberSeries {
     /// Kernel name.
@@ -199,7 +199,10 @@ pub struct SustainedReport {
     pub stopped_early: bool,
     /// The test file and its directory were removed.
     pub test_file_removed: bool,
-    /// fio's bandwidth log, one point a second.
+    /// The sampling period of the series, ms (fio's `log_avg_msec`, and
+    /// the members' counters): 100 to 250, scaled to the run.
+    pub sample_period_msec: u64,
+    /// fio's bandwidth log, one point each sampling period.
     pub series: Vec<Point>,
     /// The cliff on it.
     pub analysis: CliffAnalysis,
@@ -213,10 +216,37 @@ pub struct SustainedReport {
     pub job_file: String,
 }
 
+/// Shortest sampling period, ms: a short run of a fast device still makes
+/// a series.
+pub const MIN_SAMPLE_MSEC: u64 = 100;
+/// Longest, ms (long runs: fewer points).
+pub const MAX_SAMPLE_MSEC: u64 = 250;
+
+/// The sampling period of fio's bandwidth log and of the member counters,
+/// scaled to the run: [`MIN_SAMPLE_MSEC`] for a run of up to two minutes,
+/// [`MAX_SAMPLE_MSEC`] from ten minutes on, in 50 ms steps between. The
+/// run's length is not known before it: the longest it can be at a fast
+/// drive's 2000 MB/s (a slower drive writes longer, so has more samples),
+/// or `--time`.
+pub fn sample_period_msec(size: u64, time_limit_secs: Option<u64>) -> u64 {
+    let est = size as f64 / 2e9;
+    let est = time_limit_secs.map_or(est, |t| est.min(t as f64));
+    let (lo, hi) = (120.0, 600.0);
+    let f = ((est - lo) / (hi - lo)).clamp(0.0, 1.0);
+    let ms = MIN_SAMPLE_MSEC as f64 + f * (MAX_SAMPLE_MSEC - MIN_SAMPLE_MSEC) as f64;
+    ((ms / 50.0).round() as u64 * 50).clamp(MIN_SAMPLE_MSEC, MAX_SAMPLE_MSEC)
+}
+
 /// The fio job of the sustained write.
 /// The job file. `file` and `log_prefix` are names relative to fio's
 /// working directory (the held work directory), chosen by btrfs-lab.
-pub fn job_file(file: &str, size: u64, time_limit_secs: Option<u64>, log_prefix: &str) -> String {
+pub fn job_file(
+    file: &str,
+    size: u64,
+    time_limit_secs: Option<u64>,
+    log_prefix: &str,
+    period_msec: u64,
+) -> String {
     let mut j = String::from(
         "; btrfs-lab bench --sustained: one sequential O_DIRECT write\n; run it by hand, in an empty directory on the filesystem to test: fio THIS_FILE\n[sustained]\n",
     );
@@ -227,7 +257,9 @@ pub fn job_file(file: &str, size: u64, time_limit_secs: Option<u64>, log_prefix:
     if let Some(t) = time_limit_secs {
         j.push_str(&format!("runtime={t}\n"));
     }
-    j.push_str(&format!("write_bw_log={log_prefix}\nlog_avg_msec=1000\n"));
+    j.push_str(&format!(
+        "write_bw_log={log_prefix}\nlog_avg_msec={period_msec}\n"
+    ));
     j
 }
 
@@ -243,12 +275,35 @@ pub(crate) fn series_of_log(text: &str) -> Vec<Point> {
         .collect()
 }
 
+/// Seconds as the reports show them: one decimal, two below 0.1 s, so a
+/// run that took time never reads "0.0 s".
+pub fn format_secs(s: f64) -> String {
+    if s > 0.0 && s < 0.1 {
+        format!("{s:.2} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// MB/s (10^6), one decimal, more below 0.1 MB/s, so a rate that moved
+/// data never reads "0.0".
+pub fn format_mb(bytes_per_sec: f64) -> String {
+    let m = bytes_per_sec / 1e6;
+    if m > 0.0 && m < 0.001 {
+        "<0.001".to_owned()
+    } else if m > 0.0 && m < 0.1 {
+        format!("{m:.3}")
+    } else {
+        format!("{m:.1}")
+    }
+}
+
 fn gb(b: f64) -> String {
     format!("{:.2} GB", b / 1e9)
 }
 
 fn mbps(b: f64) -> String {
-    format!("{:.1} MB/s", b / 1e6)
+    format!("{} MB/s", format_mb(b))
 }
 
 /// The findings and the sentence for an analysis.
@@ -327,9 +382,9 @@ pub fn verdict(
             mbps(a.median_bytes_per_sec)
         ),
         Shape::TooShort => format!(
-            "{} written in {:.1} s ({} on average): too short a series ({} sample{}) to tell a cliff; a larger SIZE writes for longer",
+            "{} written in {} ({} on average): too short a series ({} sample{}) to tell a cliff; a larger SIZE writes for longer",
             gb(bytes_written as f64),
-            seconds,
+            format_secs(seconds),
             mbps(if seconds > 0.0 {
                 bytes_written as f64 / seconds
             } else {
@@ -424,7 +479,7 @@ impl SustainedPlan {
 }
 
 /// Runs the planned sustained write (see the module documentation).
-/// `progress` is called about once a second while fio writes; `started`
+/// `progress` is called once each sampling period (100-250 ms) while fio writes; `started`
 /// just before the test directory is made.
 pub fn run(
     opts: &SustainedOptions,
@@ -457,7 +512,15 @@ pub fn run(
     let work = WorkDir::create(held)?;
     super::set_dir_mode(&work, false, is_btrfs)?;
     let file = work.dir().create_file(TEST_FILE, 0o600)?;
-    let job = job_file(TEST_FILE, size, opts.time_limit_secs, LOG_PREFIX);
+    let period_msec = sample_period_msec(size, opts.time_limit_secs);
+    let period = period_msec as f64 / 1000.0;
+    let job = job_file(
+        TEST_FILE,
+        size,
+        opts.time_limit_secs,
+        LOG_PREFIX,
+        period_msec,
+    );
     let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
 
     let start = Instant::now();
@@ -474,7 +537,7 @@ pub fn run(
     };
     let mut tick = || {
         let t = start.elapsed().as_secs_f64();
-        if t - samples.last().map_or(0.0, |s| s.0) >= 1.0 {
+        if t - samples.last().map_or(0.0, |s| s.0) >= period {
             samples.push((t, written_by(&devices, &opts.sysroot)));
             // fio may replace the (empty) file it is given by its own: read
             // the size by name, in the held work directory.
@@ -600,6 +663,7 @@ pub fn run(
         },
         size_bytes: size,
         time_limit_secs: opts.time_limit_secs,
+        sample_period_msec: period_msec,
         bytes_written,
         seconds,
         stopped_early: watched.stopped,
@@ -661,7 +725,7 @@ mod tests {
 
     #[test]
     fn the_job_logs_bandwidth_each_second_and_the_log_becomes_the_series() {
-        let j = job_file("f", 1 << 30, Some(60), "bw");
+        let j = job_file("f", 1 << 30, Some(60), "bw", 1000);
         for l in [
             "filename=f",
             "thread",
@@ -679,6 +743,36 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s[1].t_secs, 2.0);
         assert_eq!(s[1].bytes_per_sec, 512000.0);
+    }
+
+    #[test]
+    fn the_period_is_scaled_to_the_run_and_a_100ms_log_is_a_series() {
+        // Up to two minutes at 2000 MB/s: 100 ms; ten minutes and more: 250.
+        assert_eq!(sample_period_msec(1 << 30, None), 100);
+        assert_eq!(sample_period_msec(240_000_000_000, None), 100);
+        // Six minutes: between (175 ms, in 50 ms steps).
+        assert_eq!(sample_period_msec(720_000_000_000, None), 200);
+        assert_eq!(sample_period_msec(1_200_000_000_000, None), 250);
+        assert_eq!(sample_period_msec(8_000_000_000_000, None), 250);
+        // --time bounds the run.
+        assert_eq!(sample_period_msec(8_000_000_000_000, Some(60)), 100);
+        for size in [1u64 << 20, 1 << 36, 1 << 40, 1 << 44] {
+            let p = sample_period_msec(size, None);
+            assert!((MIN_SAMPLE_MSEC..=MAX_SAMPLE_MSEC).contains(&p) && p.is_multiple_of(50));
+        }
+        let j = job_file("f", 1 << 30, None, "bw", 100);
+        assert!(j.lines().any(|l| l == "log_avg_msec=100"), "{j}");
+        // fio's write_bw_log with log_avg_msec=100: msec, KiB/s, direction,
+        // block size, offset (fio 3.33 columns).
+        let log = "100, 1953125, 1, 0, 0\n200, 1950000, 1, 0, 0\n300, 976562, 1, 0, 0\n";
+        let s = series_of_log(log);
+        assert_eq!(s.len(), 3);
+        assert!((s[0].t_secs - 0.1).abs() < 1e-9 && (s[2].t_secs - 0.3).abs() < 1e-9);
+        assert_eq!(s[0].bytes_per_sec, 1953125.0 * 1024.0);
+        // The bytes the analysis counts are rate × 100 ms, not × 1 s.
+        let a = cliff::analyse(&s);
+        let want = (1953125.0 + 1950000.0 + 976562.0) * 1024.0 * 0.1;
+        assert!((a.total_bytes as f64 - want).abs() < 1024.0, "{a:?}");
     }
 
     #[test]

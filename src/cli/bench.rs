@@ -8,7 +8,7 @@ use clap::Args;
 use btrfs_lab::admin::scrub::STATE_DIR;
 use btrfs_lab::bench::compare::{self, Comparison};
 use btrfs_lab::bench::history::{self, History, HistoryReport, Machine};
-use btrfs_lab::bench::metadata::{MetadataOptions, MetadataReport};
+use btrfs_lab::bench::metadata::{ColdMethod as MetadataCold, MetadataOptions, MetadataReport};
 use btrfs_lab::bench::profile::{self, Direction};
 use btrfs_lab::bench::profiles::{self, ProfilesOptions, ProfilesReport};
 use btrfs_lab::bench::report::HistoryEntry;
@@ -51,7 +51,14 @@ the free space; --fill PERCENT, --time LIMIT) and finds the cliff where the
 rate drops and stays down (an SSD's write cache filling); it asks first
 (--yes). Ctrl-C stops it early and still prints the report (status 130).
 --small-files creates --files empty files by --threads threads, syncs, stats
-them cold, deletes them and syncs: files/s per phase.
+them cold, deletes them and syncs: files/s per phase. Cold for its own files
+alone: as root the files are created in a memory cgroup of their own, which is
+reclaimed before the stat phase, evicting their dentries and inodes and nothing
+else of the machine's (btrfs's metadata blocks stay in memory). Without root,
+or without a memory cgroup, the stat phase is warm, and the report says so and
+why. --drop-caches (root) drops the page, dentry and inode caches of every
+filesystem of the machine instead (sync, drop_caches=3): it warns, and asks
+unless --yes; without root it is refused (status 1).
 --small-files --compare-profiles raid1,raid1c3 runs it on throwaway sandboxes
 (loop devices, one per profile, the same devices and size), never on your
 filesystem; DIR, if given, is where their images go (--dry-run, --yes).
@@ -160,6 +167,12 @@ pub struct BenchArgs {
         conflicts_with_all = ["compare", "members", "show_jobs", "sustained"]
     )]
     metadata: bool,
+    /// With --small-files: make the stat phase cold by dropping the page,
+    /// dentry and inode caches of every filesystem of this machine (sync,
+    /// drop_caches=3; root; asks unless --yes), instead of evicting the
+    /// storm's own dentries and inodes alone.
+    #[arg(long, requires = "metadata", conflicts_with = "compare_profiles")]
+    drop_caches: bool,
     /// With --small-files: how many files.
     #[arg(long, value_name = "N", default_value_t = bench::metadata::DEFAULT_FILES, requires = "metadata")]
     files: u64,
@@ -285,31 +298,33 @@ pub fn render_sustained(r: &SustainedReport) -> String {
     let rates: Vec<f64> = r.series.iter().map(|p| p.bytes_per_sec).collect();
     let peak = rates.iter().copied().fold(0.0, f64::max);
     s.push_str(&format!(
-        "  {} written in {:.1} s{}\n",
+        "  {} written in {}{}, sampled every {} ms\n",
         size(r.bytes_written),
-        r.seconds,
+        sustained::format_secs(r.seconds),
         if r.stopped_early {
             " (stopped early)"
         } else {
             ""
-        }
+        },
+        r.sample_period_msec
     ));
+    let avg = if r.seconds > 0.0 {
+        r.bytes_written as f64 / r.seconds
+    } else {
+        0.0
+    };
     if rates.is_empty() || peak <= 0.0 {
         // No series: the run's average, never "peak 0.0".
-        let avg = if r.seconds > 0.0 {
-            r.bytes_written as f64 / r.seconds
-        } else {
-            0.0
-        };
         s.push_str(&format!(
-            "  MB/s  no rate series; {:.1} on average\n",
-            avg / 1e6
+            "  MB/s  no rate series; {} on average\n",
+            sustained::format_mb(avg)
         ));
     } else {
         s.push_str(&format!(
-            "  MB/s  {}  peak {:.1}\n",
+            "  MB/s  {}  peak {}, {} on average\n",
             cliff::sparkline(&rates, 72),
-            peak / 1e6
+            sustained::format_mb(peak),
+            sustained::format_mb(avg)
         ));
     }
     for m in &r.members {
@@ -340,18 +355,40 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
     let mut opts = MetadataOptions::new(dir);
     opts.files = args.files;
     opts.threads = args.threads;
+    if args.drop_caches {
+        opts.cold = bench::metadata::ColdMethod::DropCaches;
+    }
     opts.sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
     opts.validate()?;
+    let root = btrfs_lab::sys::is_root();
+    if args.drop_caches && !root {
+        return Err(btrfs_lab::error::Error::new(
+            btrfs_lab::error::ErrorKind::Permission,
+            "--drop-caches needs root: cannot write /proc/sys/vm/drop_caches",
+        )
+        .with_hint("run as root, or leave out --drop-caches (as root the stat phase is then cold for the storm's own files alone)"));
+    }
+    // The refusals of a real run (DIR held, not tmpfs, writable).
+    drop(bench::open_target(
+        &opts.sysroot,
+        dir,
+        "--small-files creates files",
+    )?);
     if args.dry_run {
-        // The refusals of a real run (DIR held, not tmpfs, writable).
-        drop(bench::open_target(
-            &opts.sysroot,
-            dir,
-            "--small-files creates files",
-        )?);
-        let p = bench::plan::small_files(&opts, btrfs_lab::sys::is_root());
+        let p = bench::plan::small_files(&opts, root);
         out.report(&p, bench::plan::BenchPlan::describe);
         return Ok(0);
+    }
+    if args.drop_caches {
+        out.warning_with_hint(
+            "--drop-caches drops the page, dentry and inode caches of every filesystem of this machine before the stat phase, not only the storm's: other programs read from disk again afterwards",
+            "leave it out to evict the storm's own dentries and inodes alone",
+        );
+        confirm(
+            out,
+            "Drop the whole machine's caches before the stat phase?",
+            args.yes,
+        )?;
     }
     let bar = out.byte_progress("bench --small-files {msg}");
     let files = opts.files;
@@ -409,9 +446,15 @@ pub fn render_metadata(r: &MetadataReport) -> String {
             size(p.device_write_bytes)
         ));
     }
-    if r.stat_cold {
-        s.push_str("  (* cold: caches dropped first)\n");
-    }
+    s.push_str(&wrap(
+        &format!(
+            "{}stat phase {})",
+            if r.stat_cold { "(* " } else { "(" },
+            r.stat_cold_detail.trim_end_matches('.')
+        ),
+        96,
+        "  ",
+    ));
     if r.phases.first().is_some_and(|p| p.per_member.len() > 1) {
         s.push_str("\n  written per member (create, delete)\n");
         for (i, m) in r.phases[0].per_member.iter().enumerate() {
@@ -546,8 +589,16 @@ pub fn render_profiles(r: &ProfilesReport) -> String {
             ));
         }
     }
+    let cold = match r.runs.first().map(|x| &x.report) {
+        Some(m) if m.stat_cold_method == MetadataCold::OwnCgroup => {
+            "* cold: the storm's own dentries and inodes were evicted first, its memory cgroup reclaimed".to_owned()
+        }
+        Some(m) if m.stat_cold => "* cold: caches dropped first".to_owned(),
+        Some(m) => format!("stat {}", m.stat_cold_detail),
+        None => String::new(),
+    };
     s.push_str(&format!(
-        "  (× = against {}; * cold: caches dropped first; wrote = bytes the member devices wrote, the sync included)\n",
+        "  (× = against {}; {cold}; wrote = bytes the member devices wrote, the sync included)\n",
         r.baseline
     ));
     s.push_str("\n  written per member during the creates and their sync\n");

@@ -20,7 +20,11 @@ const GLOBALS: [&str; 5] = [
 ];
 
 /// Flag names that may carry two texts, and why (the meaning is the same).
-const SAME_NAME_OTHER_TEXT: [(&str, &str); 3] = [
+const SAME_NAME_OTHER_TEXT: [(&str, &str); 4] = [
+    (
+        "--drop-caches",
+        "drops the whole machine's caches (drop_caches, root) in both: read-test before each run, bench --small-files before its stat phase",
+    ),
     (
         "--pid",
         "watch a running process instead of running a test: probe-dio its writes, read-test its reads",

@@ -462,7 +462,7 @@ impl Drop for FileMap {
 
 /// Bytes of the first `size` bytes of `file` that are in the page cache
 /// (`mincore` over a temporary mapping, 1 GiB at a time).
-pub(crate) fn resident_bytes(file: &File, size: u64) -> io::Result<u64> {
+pub fn resident_bytes(file: &File, size: u64) -> io::Result<u64> {
     const WINDOW: u64 = 1 << 30;
     let page = page_size() as u64;
     let mut resident_pages = 0u64;

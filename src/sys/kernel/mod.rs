@@ -10,6 +10,7 @@ pub mod errno;
 pub(crate) mod extents;
 pub mod ioctl;
 pub(crate) mod lease;
+pub mod memcg;
 pub mod memio;
 pub(crate) mod nvme;
 pub(crate) mod pagecache;

@@ -87,6 +87,9 @@ pub struct BenchOptions {
     pub members: bool,
     /// Also run every test as a 70/30 read/write mix (after the writes).
     pub mix: bool,
+    /// `--hugepages`: reserve the huge pages the sequential tests' buffers
+    /// need when too few are free (asked first), give them back after.
+    pub hugepages: bool,
     /// May mount debugfs in a private mount namespace for the per-device
     /// dirtied counter (root).
     pub allow_private_debugfs: bool,
@@ -108,6 +111,7 @@ impl BenchOptions {
             cow: false,
             members: false,
             mix: false,
+            hugepages: false,
             allow_private_debugfs: false,
             sysroot: SysRoot::host(),
         }
@@ -507,6 +511,81 @@ pub struct Target {
     pub devices: Vec<report::MemberDevice>,
     /// Members /proc/diskstats does not show.
     pub devices_missing: Vec<String>,
+}
+
+/// How the sequential tests' I/O buffers are backed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Buffers {
+    /// Huge pages (`iomem=mmaphuge`): the true ceiling of large I/O.
+    Huge {
+        /// Bytes of one.
+        page_bytes: u64,
+        /// How many the tests need at once.
+        pages: u64,
+        /// `--hugepages`: `vm.nr_hugepages` now and during the run, when
+        /// more must be reserved.
+        reserve: Option<(u64, u64)>,
+    },
+    /// Ordinary pages, and why.
+    Ordinary {
+        /// Why not huge pages (empty: no sequential test).
+        why: String,
+    },
+}
+
+/// Huge pages when enough are free, or reserved with `--hugepages`;
+/// otherwise ordinary buffers and why.
+pub fn buffers(opts: &BenchOptions) -> Buffers {
+    let Some(hp) = crate::sys::kernel::hugepages::read(&opts.sysroot) else {
+        return Buffers::Ordinary {
+            why: "this kernel has no huge pages".into(),
+        };
+    };
+    let pages = jobs::huge_pages_needed(&opts.tests, hp.page_bytes);
+    if pages == 0 {
+        return Buffers::Ordinary { why: String::new() };
+    }
+    // Pages another bench reserved for itself are not this one's.
+    let available = if crate::sys::kernel::hugepages::reserved_by_another_run() {
+        0
+    } else {
+        hp.available()
+    };
+    if available >= pages {
+        return Buffers::Huge {
+            page_bytes: hp.page_bytes,
+            pages,
+            reserve: None,
+        };
+    }
+    if opts.hugepages {
+        let now = std::fs::read_to_string(opts.sysroot.proc("sys/vm/nr_hugepages"))
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(hp.total);
+        return Buffers::Huge {
+            page_bytes: hp.page_bytes,
+            pages,
+            reserve: Some((now, now + (pages - available))),
+        };
+    }
+    Buffers::Ordinary {
+        why: format!(
+            "{available} huge page{} of {} free, {pages} needed",
+            if available == 1 { "" } else { "s" },
+            crate::parse::size::format_iec(hp.page_bytes)
+        ),
+    }
+}
+
+/// The note of a run whose sequential tests used ordinary buffers.
+fn ordinary_buffers_note(why: &str, pages: Option<u64>) -> String {
+    format!(
+        "fio's I/O buffers for the sequential tests were ordinary 4 KiB pages ({why}): large sequential figures can be below the drives' ceiling (on a VM, SEQ1M reached 0.60-0.65 of the same jobs with huge-page buffers); --hugepages reserves {} for the run and gives them back",
+        pages.map_or("the huge pages they need".to_owned(), |p| format!(
+            "the {p} huge pages they need"
+        ))
+    )
 }
 
 /// The UUID of the filesystem under DIR (btrfs: its fsid), for `bench
@@ -1079,7 +1158,34 @@ pub fn run(
 
     // From here on the system changes: leftovers of killed runs go, and the
     // test directory is made.
-    let notes = sweep_stale(&target.held);
+    let mut notes = sweep_stale(&target.held);
+    let buffers = buffers(opts);
+    // Given back when this drops: at the end, on an error, a panic or a
+    // signal (the run then returns through here).
+    let _reserved = match &buffers {
+        Buffers::Huge {
+            pages,
+            reserve: Some((now, _)),
+            ..
+        } => {
+            let avail =
+                crate::sys::kernel::hugepages::read(&opts.sysroot).map_or(0, |h| h.available());
+            let r =
+                crate::sys::kernel::hugepages::reserve(&opts.sysroot, pages.saturating_sub(avail))?;
+            notes.push(format!(
+                "--hugepages: vm.nr_hugepages was raised from {now} to {} for the run and put back to {now} at its end",
+                r.during
+            ));
+            Some(r)
+        }
+        _ => None,
+    };
+    match &buffers {
+        Buffers::Ordinary { why } if !why.is_empty() => {
+            notes.push(ordinary_buffers_note(why, None));
+        }
+        _ => {}
+    }
     let Target {
         held,
         info,
@@ -1091,7 +1197,10 @@ pub fn run(
         devices_missing,
     } = target;
     let work = WorkDir::create(held)?;
-    let (setup, file) = TestFileSetup::create(&work, opts, is_btrfs)?;
+    let (mut setup, file) = TestFileSetup::create(&work, opts, is_btrfs)?;
+    if let Buffers::Huge { page_bytes, .. } = &buffers {
+        setup.settings.huge_page_bytes = Some(*page_bytes);
+    }
     let job_file = jobs::suite_job(&opts.tests, opts.mix, &setup.settings);
     let check_file = file
         .try_clone()
@@ -1099,7 +1208,7 @@ pub fn run(
     sens.set_file(file, &setup.path, setup.size);
     let mtime = std::cell::Cell::new(mtime_of(&check_file));
     let verify = |d: Direction| {
-        let before = (d == Direction::Write).then(|| mtime.get()).flatten();
+        let before = d.writes().then(|| mtime.get()).flatten();
         let r = check_test_file(work.dir(), &check_file, setup.id, setup.size, before);
         mtime.set(mtime_of(&check_file));
         r
@@ -1192,6 +1301,7 @@ impl TestFileSetup {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0)
                 .min(99),
+            huge_page_bytes: None,
         };
         let setup = Self {
             id,
@@ -1308,7 +1418,10 @@ fn assemble_report(
         started_at: Some(f.started_at),
         system: system_info(fio, fio_path),
         target,
-        parameters: parameters(opts, setup.size),
+        parameters: report::Parameters {
+            huge_page_buffers: setup.settings.huge_page_bytes.is_some(),
+            ..parameters(opts, setup.size)
+        },
         test_file: report::TestFileInfo {
             path: setup.path.clone(),
             size_bytes: setup.size,
@@ -1352,6 +1465,7 @@ fn parameters(opts: &BenchOptions, size: u64) -> report::Parameters {
         cow: opts.cow,
         ioengine: jobs::IOENGINE.to_owned(),
         mix_read_percent: opts.mix.then_some(profile::MIX_READ_PERCENT),
+        huge_page_buffers: false,
     }
 }
 
@@ -1599,6 +1713,7 @@ mod tests {
                 duration_secs: 1,
                 direct: true,
                 compress_percentage: 0,
+                huge_page_bytes: None,
             },
             runs: 3,
             interval_secs: 0,

@@ -153,6 +153,11 @@ pub struct Parameters {
     /// of reads (null: no mix).
     #[serde(default)]
     pub mix_read_percent: Option<u32>,
+    /// The sequential tests' fio buffers were huge pages (`iomem=mmaphuge`),
+    /// the true ceiling of large I/O; false: ordinary pages (the notes say
+    /// what that may cost).
+    #[serde(default)]
+    pub huge_page_buffers: bool,
 }
 
 /// Bytes by how a file stores them (FIEMAP).

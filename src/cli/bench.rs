@@ -66,6 +66,11 @@ filesystem; DIR, if given, is where their images go (--dry-run, --yes).
 then prints the steps, the bytes it would write and (the suite) the fio job
 file with --json; nothing is written.
 
+The sequential tests' fio buffers are huge pages when enough are free (the
+true ceiling of large I/O; with 4 KiB pages a note says what that may cost);
+--hugepages reserves them for the run (vm.nr_hugepages, asks first) and puts
+the setting back after.
+
 Every suite run is saved in the bench history (SQLite; /var/lib/btrfs-lab/
 bench.sqlite, --state-dir DIR/bench.sqlite or --db PATH; --no-history skips
 it). --history [DIR] shows each test over the runs and names what changed in
@@ -93,6 +98,11 @@ pub struct BenchArgs {
     /// CrystalDiskMark's Mix), after the writes.
     #[arg(long)]
     mix: bool,
+    /// Reserve the huge pages the sequential tests' fio buffers need when
+    /// too few are free (vm.nr_hugepages, root; asks first), and put the
+    /// setting back after the run.
+    #[arg(long)]
+    hugepages: bool,
     /// Tests to run instead of a profile, comma-separated (SEQ1M-Q8T1,RND4K-Q32T16,...).
     #[arg(long, value_name = "LIST")]
     tests: Option<String>,
@@ -215,6 +225,7 @@ fn options(args: &BenchArgs, dir: &Path, out: &Output) -> Result<BenchOptions> {
     opts.cow = args.cow;
     opts.members = args.members;
     opts.mix = args.mix;
+    opts.hugepages = args.hugepages;
     // This process has no threads yet: it may unshare its mount namespace
     // to read the per-device dirtied counter in debugfs.
     opts.allow_private_debugfs = true;
@@ -656,11 +667,17 @@ pub fn run(
         return run_sustained(&args, &dir, size, out);
     }
     let opts = options(&args, &dir, out)?;
+    let buffers = bench::buffers(&opts);
+    let huge_page_bytes = match &buffers {
+        bench::Buffers::Huge { page_bytes, .. } => Some(*page_bytes),
+        bench::Buffers::Ordinary { .. } => None,
+    };
     let job_file = || {
         jobs::suite_job(
             &opts.tests,
             opts.mix,
             &jobs::JobSettings {
+                huge_page_bytes,
                 file: bench::TEST_FILE,
                 size_bytes: opts.size_bytes(),
                 duration_secs: opts.duration_secs,
@@ -702,9 +719,22 @@ pub fn run(
     let mut fio = RealFio::find()?;
     let fio_path = fio.path().to_path_buf();
     let keep = keep_history(&args, places.0.is_some());
+    let reserve = match &buffers {
+        bench::Buffers::Huge {
+            pages,
+            reserve: Some((now, during)),
+            ..
+        } => Some(format!(
+            "reserve huge pages for the sequential tests' buffers ({pages} needed): vm.nr_hugepages {now} → {during} for the run, then back to {now} (sysctl vm.nr_hugepages={now} after a kill)"
+        )),
+        _ => None,
+    };
     if args.dry_run {
         drop(target);
         let mut plan = bench::plan::suite(&opts, &fio_path, job_file());
+        if let Some(r) = &reserve {
+            plan.steps.insert(0, r.clone());
+        }
         if let Keep::Save = keep {
             plan.steps.push(format!(
                 "save the run in the bench history {} (--no-history skips it)",
@@ -719,6 +749,15 @@ pub fn run(
         }
         out.report(&plan, bench::plan::BenchPlan::describe);
         return Ok(0);
+    }
+    if let Some(r) = &reserve {
+        // A setting of the whole machine: asked first (--yes).
+        let question = format!("bench will {r}.\nContinue?");
+        if args.yes {
+            out.text_note(&format!("bench will {r}"));
+        } else {
+            confirm(out, &question, false)?;
+        }
     }
     // The history is opened (made, migrated) before minutes of I/O: a
     // database that cannot be written is said now, not after the run.
@@ -853,7 +892,11 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         btrfs_lab::model::text::count(r.parameters.runs, "run", "runs"),
         r.parameters.duration_secs,
         r.system.fio_version,
-        r.parameters.ioengine,
+        if r.parameters.huge_page_buffers {
+            format!("{} (huge-page buffers)", r.parameters.ioengine)
+        } else {
+            r.parameters.ioengine.clone()
+        },
         r.system.kernel
     ));
     let header = format!(

@@ -4,6 +4,7 @@
 mod admin;
 mod bench;
 mod bench_history;
+mod bench_hugepages;
 mod bench_lifecycle;
 mod bench_security;
 mod common;

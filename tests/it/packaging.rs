@@ -304,7 +304,7 @@ fn bash_completion_completes_nested_subcommands_and_their_flags() {
     );
     assert_eq!(
         bash_complete(&file, &["btrfs-lab", "bench", "/mnt", "--profile", ""]),
-        ["default", "nvme"]
+        ["default", "nvme", "peak", "real-world"]
     );
     assert_eq!(
         bash_complete(&file, &["btrfs-lab", "nocow", "/srv/db", "--for", "p"]),
@@ -350,7 +350,7 @@ fn fish_completion_completes_nested_subcommands_and_their_flags() {
     );
     assert_eq!(
         complete("btrfs-lab bench /mnt --profile "),
-        ["default", "nvme"]
+        ["default", "nvme", "peak", "real-world"]
     );
     assert_eq!(complete("btrfs-lab nocow /srv --for po"), ["postgres"]);
 }

@@ -8,6 +8,7 @@ pub(crate) mod child;
 pub(crate) mod direct_io;
 pub mod errno;
 pub(crate) mod extents;
+pub mod hugepages;
 pub mod ioctl;
 pub(crate) mod lease;
 pub mod memcg;

@@ -1,0 +1,132 @@
+//! `bench --hugepages` on a real loop-device btrfs: the sequential tests'
+//! fio buffers in huge pages reserved for the run (vm.nr_hugepages raised,
+//! then put back on every exit path), or, when the kernel cannot find the
+//! pages, a refusal that changes nothing; without it, a note says what
+//! ordinary buffers may cost.
+
+use std::fs;
+
+use btrfs_lab::bench::report::BenchReport;
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::sandbox::SandboxRequest;
+
+use crate::common::{TestEnv, listing, require_root, run, typed};
+
+const QUICK: [&str; 9] = [
+    "--file-size",
+    "64M",
+    "--duration",
+    "1",
+    "--rounds",
+    "1",
+    "--tests",
+    "SEQ1M-Q8T1,RND4K-Q1T1",
+    "--no-history",
+];
+
+fn nr_hugepages() -> u64 {
+    fs::read_to_string("/proc/sys/vm/nr_hugepages")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn hugepages_are_reserved_for_the_run_and_given_back() {
+    if !require_root("bench --hugepages") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 256 << 20,
+        data: Some(Profile::Raid0),
+        ..SandboxRequest::default()
+    });
+    let mnt = sb.mount_point().to_path_buf();
+    let before = nr_hugepages();
+
+    // --dry-run names the setting and its way back, and changes nothing.
+    let (code, out, err) = run(env
+        .cmd()
+        .args(["bench", "--hugepages", "--dry-run"])
+        .args(QUICK)
+        .arg(&mnt));
+    assert_eq!(code, 0, "{err}");
+    if btrfs_lab::sys::kernel::hugepages::read(&btrfs_lab::sys::fs::root::SysRoot::host())
+        .is_some_and(|h| h.available() < 7)
+    {
+        assert!(
+            out.contains(&format!("vm.nr_hugepages {before} → ")),
+            "{out}"
+        );
+    }
+    assert_eq!(nr_hugepages(), before);
+
+    // No terminal, no --yes: a setting of the whole machine is not
+    // changed without asking.
+    let (code, _, err) = run(env
+        .cmd()
+        .args(["bench", "--hugepages"])
+        .args(QUICK)
+        .arg(&mnt));
+    if err.contains("reserve huge pages") {
+        assert_eq!(code, 1, "{err}");
+        assert_eq!(nr_hugepages(), before);
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+    }
+
+    let (code, out, err) = run(env
+        .cmd()
+        .args(["bench", "--json", "--hugepages", "--yes"])
+        .args(QUICK)
+        .arg(&mnt));
+    // Given back whatever happened.
+    assert_eq!(nr_hugepages(), before, "vm.nr_hugepages not put back");
+    assert_eq!(listing(&mnt), Vec::<String>::new());
+    if code == 1 {
+        // The kernel found too few free pages (memory fragmented): said,
+        // and nothing changed.
+        assert!(err.contains("the kernel could reserve only"), "{err}");
+        eprintln!("the kernel could not reserve the pages here: {err}");
+        return;
+    }
+    assert!(code == 0 || code == 3, "{err}");
+    let r: BenchReport = typed(&out);
+    assert!(r.parameters.huge_page_buffers, "{:#?}", r.parameters);
+    // The sequential job's buffers are huge pages, the random one's not.
+    let seq = r.job_file.split("[SEQ1M-Q8T1-read]").nth(1).unwrap();
+    let seq = &seq[..seq.find("\n\n").unwrap_or(seq.len())];
+    assert!(seq.contains("iomem=mmaphuge"), "{}", r.job_file);
+    let rnd = r.job_file.split("[RND4K-Q1T1-read]").nth(1).unwrap();
+    let rnd = &rnd[..rnd.find("\n\n").unwrap_or(rnd.len())];
+    assert!(!rnd.contains("iomem="), "{}", r.job_file);
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.starts_with("--hugepages: vm.nr_hugepages was raised from")),
+        "{:#?}",
+        r.notes
+    );
+
+    // Without --hugepages on a machine without free huge pages: ordinary
+    // buffers, and the note says what they may cost.
+    if btrfs_lab::sys::kernel::hugepages::read(&btrfs_lab::sys::fs::root::SysRoot::host())
+        .is_some_and(|h| h.available() == 0)
+    {
+        let (code, out, err) = run(env.cmd().args(["bench", "--json"]).args(QUICK).arg(&mnt));
+        assert!(code == 0 || code == 3, "{err}");
+        let r: BenchReport = typed(&out);
+        assert!(!r.parameters.huge_page_buffers);
+        assert!(!r.job_file.contains("iomem="), "{}", r.job_file);
+        assert!(
+            r.notes.iter().any(|n| n.starts_with(
+                "fio's I/O buffers for the sequential tests were ordinary 4 KiB pages"
+            )),
+            "{:#?}",
+            r.notes
+        );
+    }
+}

@@ -443,7 +443,7 @@ pub fn render(r: &BenchReport) -> String {
     rows.push((
         "profile",
         format!(
-            "{}: {} × {} s, test file {} ({})",
+            "{}: {} × {} s, test file {} ({}){}{}",
             r.parameters.profile,
             crate::model::text::count(r.parameters.runs, "run", "runs"),
             r.parameters.duration_secs,
@@ -452,6 +452,14 @@ pub fn render(r: &BenchReport) -> String {
                 "NOCOW"
             } else {
                 "checksummed"
+            },
+            r.parameters
+                .mix_read_percent
+                .map_or(String::new(), |p| format!(", mix {p}/{}", 100 - p)),
+            if r.parameters.huge_page_buffers {
+                ", sequential buffers in huge pages"
+            } else {
+                ""
             }
         ),
     ));
@@ -459,7 +467,7 @@ pub fn render(r: &BenchReport) -> String {
     let runs = r.parameters.runs;
     let _ = write!(
         h,
-        "<h2>Results</h2>\n<p class=\"note\">Bars: the median of {} in MB/s (10<sup>6</sup> bytes/s), every read on one scale and every write on another. Best: the fastest run, the best of {} as CrystalDiskMark reports it. A flagged figure is not a result: it is drawn grey and hatched, with what the checks found.</p>\n<div id=\"charts\">",
+        "<h2>Results</h2>\n<p class=\"note\">Bars: the median of {} in MB/s (10<sup>6</sup> bytes/s), every bar of a direction (read, write, mix) on one scale. Best: the fastest run, the best of {} as CrystalDiskMark reports it. A flagged figure is not a result: it is drawn grey and hatched, with what the checks found.</p>\n<div id=\"charts\">",
         crate::model::text::count(runs, "run", "runs"),
         runs
     );

@@ -85,8 +85,9 @@ pub struct BenchOptions {
     pub cow: bool,
     /// Also read each member device alone and all at once.
     pub members: bool,
-    /// May mount debugfs in a private mount namespace for the per-device
-    /// dirtied counter (root).
+    /// May mount debugfs (the per-device dirtied counter) and tracefs (the
+    /// test file's own dirtied pages) in a private mount namespace while
+    /// they are opened (root; the process returns to its own namespace).
     pub allow_private_debugfs: bool,
     /// Where /proc and /sys are read.
     pub sysroot: SysRoot,

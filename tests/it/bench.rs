@@ -393,6 +393,49 @@ fn cow_writes_are_flagged_as_buffered() {
         );
     }
     assert!(w.checks[0].message.contains("--cow"));
+    assert!(
+        w.runs
+            .iter()
+            .all(|r| r.dirtied_source == Some(DirtiedSource::InodeTrace))
+    );
+}
+
+/// Without the per-file trace the counter is the evidence, and the report
+/// says so.
+#[test]
+#[cfg(feature = "test-hooks")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn without_the_trace_the_counter_judges_and_a_note_says_so() {
+    if !require_root("bench --cow without the trace") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    let (_, r) = bench(
+        &env,
+        &mnt,
+        &["--cow", "--tests", "SEQ1M-Q8T1"],
+        &[("BTRFS_LAB_PROBE_NO_TRACE", "1")],
+    );
+    let w = result(&r, "SEQ1M-Q8T1-write");
+    for run in &w.runs {
+        assert!(
+            matches!(
+                run.dirtied_source,
+                Some(DirtiedSource::BdiCounter | DirtiedSource::Vmstat)
+            ),
+            "{run:#?}"
+        );
+        assert_eq!(run.counter_dirtied_bytes, None);
+    }
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("not traced (the tracepoint was turned off by a test hook)")),
+        "{:?}",
+        r.notes
+    );
 }
 
 /// The (test, direction, code) of every flag in a report.

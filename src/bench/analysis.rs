@@ -2,7 +2,9 @@
 //! claimed and what the kernel counted around each run.
 
 use super::profile::{Direction, Pattern, TestSpec};
-use super::report::{Check, CheckCode, FileLayout, RunResult, Severity, Status, TestResult};
+use super::report::{
+    Check, CheckCode, DirtiedSource, FileLayout, RunResult, Severity, Status, TestResult,
+};
 use crate::parse::size::{format_iec, format_rate};
 
 /// fio may claim this much more than the devices moved (counters are taken
@@ -15,6 +17,20 @@ pub(crate) const CPU_BOUND_CORES: f64 = 0.85;
 /// A write run that dirtied at least this fraction of what it wrote went
 /// through the page cache.
 pub(crate) const DIRTIED_FRACTION: f64 = 0.10;
+/// A counter that other writers move (the backing device's, the
+/// machine's) must also exceed this before a write counts as buffered; the
+/// test file's own dirtied pages (inode-trace) need no slack.
+pub(crate) const DIRTIED_COUNTER_SLACK_BYTES: u64 = DEVICE_SLACK_BYTES;
+
+/// Whether a write run that wrote `claimed` bytes and dirtied `dirtied`
+/// (counted by `source`) went through the page cache.
+pub(crate) fn buffered_write(claimed: u64, dirtied: u64, source: Option<DirtiedSource>) -> bool {
+    let slack = match source {
+        Some(DirtiedSource::InodeTrace) => 0,
+        _ => DIRTIED_COUNTER_SLACK_BYTES,
+    };
+    dirtied > 0 && dirtied as f64 >= claimed as f64 * DIRTIED_FRACTION && dirtied > slack
+}
 /// A read run with at least this fraction of the file cached beforehand
 /// may have read from memory.
 pub(crate) const RESIDENT_FRACTION: f64 = 0.01;
@@ -85,6 +101,10 @@ pub struct Sample {
     pub resident_before_bytes: Option<u64>,
     /// Page cache dirtied during a write run.
     pub dirtied_bytes: Option<u64>,
+    /// What counted `dirtied_bytes`.
+    pub dirtied_source: Option<DirtiedSource>,
+    /// The counter over the same run, when `dirtied_bytes` is per-inode.
+    pub counter_dirtied_bytes: Option<u64>,
 }
 
 impl Sample {
@@ -219,8 +239,7 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
     }
     if d.writes()
         && let Some(dirtied) = s.dirtied_bytes
-        && dirtied as f64 >= s.claimed_in(Direction::Write) as f64 * DIRTIED_FRACTION
-        && dirtied > DEVICE_SLACK_BYTES
+        && buffered_write(s.claimed_in(Direction::Write), dirtied, s.dirtied_source)
     {
         let why = if ctx.cow {
             "the test file has data checksums (--cow), and from Linux 6.15 to 7.2 btrfs turns O_DIRECT writes to such files into buffered writes (7.3 bounces them instead)"
@@ -230,8 +249,12 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
         checks.push(flag(
             CheckCode::PageCacheWrite,
             format!(
-                "the write went through the page cache: it dirtied {} of page cache for {} written; {why}. This measures buffered writes plus writeback, not direct I/O",
+                "the write went through the page cache: it dirtied {} of page cache{} for {} written; {why}. This measures buffered writes plus writeback, not direct I/O",
                 format_iec(dirtied),
+                match s.dirtied_source {
+                    Some(DirtiedSource::InodeTrace) => " (the test file's own pages, traced)",
+                    _ => "",
+                },
                 format_iec(s.claimed_in(Direction::Write))
             ),
         ));
@@ -339,6 +362,8 @@ pub(crate) fn run_result(run: u32, s: &Sample, checks: Vec<Check>) -> RunResult 
         device_write_bytes: s.device_write_bytes,
         resident_before_bytes: s.resident_before_bytes,
         dirtied_bytes: s.dirtied_bytes,
+        dirtied_source: s.dirtied_source,
+        counter_dirtied_bytes: s.counter_dirtied_bytes,
         checks,
     }
 }
@@ -625,6 +650,58 @@ mod tests {
             ..buffered
         };
         assert!(check_run(&t, Direction::Write, &direct, &cow).is_empty());
+    }
+
+    #[test]
+    fn the_test_files_own_dirtied_pages_need_no_slack() {
+        let t = DEFAULT_TESTS[3];
+        let cow = CheckContext { cow: true, ..ctx() };
+        // A slow tiny write (0.26 MB/s for a second) that dirtied more than
+        // it wrote: under the counter's slack, yet its own pages say buffered.
+        let slow = Sample {
+            claimed_bytes: 260_000,
+            seconds: 1.0,
+            device_write_bytes: Some(300_000),
+            dirtied_bytes: Some(266_240),
+            dirtied_source: Some(DirtiedSource::InodeTrace),
+            ..honest_read()
+        };
+        let c = check_run(&t, Direction::Write, &slow, &cow);
+        assert_eq!(codes(&c), vec![(CheckCode::PageCacheWrite, Severity::Flag)]);
+        assert!(c[0].message.contains("the test file's own pages"));
+        // The same numbers from a counter other writers move stay under
+        // its slack.
+        for source in [
+            Some(DirtiedSource::BdiCounter),
+            Some(DirtiedSource::Vmstat),
+            None,
+        ] {
+            let counted = Sample {
+                dirtied_source: source,
+                ..slow.clone()
+            };
+            assert!(check_run(&t, Direction::Write, &counted, &cow).is_empty());
+        }
+        // A NOCOW direct write whose file dirtied nothing is ok, however
+        // much the backing device's counter moved meanwhile.
+        let direct = Sample {
+            claimed_bytes: 100 * MIB,
+            device_write_bytes: Some(101 * MIB),
+            dirtied_bytes: Some(0),
+            dirtied_source: Some(DirtiedSource::InodeTrace),
+            counter_dirtied_bytes: Some(80 * MIB),
+            ..honest_read()
+        };
+        assert!(check_run(&t, Direction::Write, &direct, &ctx()).is_empty());
+        // Below the fraction is not buffered either (a few pages of 100 MiB).
+        let few = Sample {
+            dirtied_bytes: Some(64 << 10),
+            ..direct.clone()
+        };
+        assert!(check_run(&t, Direction::Write, &few, &ctx()).is_empty());
+        assert!(buffered_write(4096, 4096, Some(DirtiedSource::InodeTrace)));
+        assert!(!buffered_write(4096, 0, Some(DirtiedSource::InodeTrace)));
+        assert!(!buffered_write(0, 0, Some(DirtiedSource::InodeTrace)));
     }
 
     #[test]

@@ -90,8 +90,9 @@ pub struct BenchOptions {
     /// `--hugepages`: reserve the huge pages the sequential tests' buffers
     /// need when too few are free (asked first), give them back after.
     pub hugepages: bool,
-    /// May mount debugfs in a private mount namespace for the per-device
-    /// dirtied counter (root).
+    /// May mount debugfs (the per-device dirtied counter) and tracefs (the
+    /// test file's own dirtied pages) in a private mount namespace while
+    /// they are opened (root; the process returns to its own namespace).
     pub allow_private_debugfs: bool,
     /// Where /proc and /sys are read.
     pub sysroot: SysRoot,
@@ -940,7 +941,7 @@ fn one_run(
     job_name: &str,
 ) -> Result<Sample> {
     let limit = fio::watchdog(Duration::from_secs(cfg.settings.duration_secs));
-    let resident = if d == Direction::Read {
+    let resident = if d.reads() {
         if cfg.evict {
             sensors.evict()?;
         }
@@ -948,25 +949,38 @@ fn one_run(
     } else {
         None
     };
-    let dirty_before = if d == Direction::Write {
+    let dirty_before = if d.writes() {
+        sensors.watch_file()?;
         sensors.dirtied()?
     } else {
         None
     };
     let before = sensors.device_bytes()?;
-    let out = fio.run(
-        cfg.work_dir,
-        job_name,
-        &jobs::test_job(t, d, &cfg.settings),
-        limit,
-        &check_stop,
-    )?;
+    let out = {
+        // The per-file trace is read while fio runs (its buffer must not
+        // overrun); `stop` is polled about every 20 ms.
+        let polled = std::cell::RefCell::new(&mut *sensors);
+        let stop = || {
+            check_stop()?;
+            if d.writes() {
+                polled.borrow_mut().poll();
+            }
+            Ok(())
+        };
+        fio.run(
+            cfg.work_dir,
+            job_name,
+            &jobs::test_job(t, d, &cfg.settings),
+            limit,
+            &stop,
+        )?
+    };
     let after = sensors.device_bytes()?;
     (cfg.verify)(d)?;
-    let dirty_after = if d == Direction::Write {
-        sensors.dirtied()?
+    let (dirty_after, own_dirtied) = if d.writes() {
+        (sensors.dirtied()?, sensors.file_dirtied()?)
     } else {
-        None
+        (None, None)
     };
     let mut s = sample_of(&job_of(&out, section)?, d, cfg.scale_claimed);
     if let Some((b, a)) = before.zip(after) {
@@ -974,9 +988,14 @@ fn one_run(
         s.device_write_bytes = Some(a.1.saturating_sub(b.1));
     }
     s.resident_before_bytes = resident;
-    s.dirtied_bytes = dirty_before
+    let counted = dirty_before
         .zip(dirty_after)
         .map(|(b, a)| a.saturating_sub(b));
+    // The test file's own dirtied pages when traced; else the counter.
+    (s.dirtied_bytes, s.dirtied_source, s.counter_dirtied_bytes) = match own_dirtied {
+        Some(own) => (Some(own), Some(report::DirtiedSource::InodeTrace), counted),
+        None => (counted, counted.and(sensors.counter_source()), None),
+    };
     Ok(s)
 }
 
@@ -1230,6 +1249,13 @@ pub fn run(
         None
     };
     let counter_note = sens.counter_note.take();
+    let mut notes = notes;
+    if let Some(label) = sens.trace_label() {
+        notes.push(format!(
+            "page_cache_write judges each write run by the page cache the test file itself dirtied ({label}), not by a counter other writers move"
+        ));
+    }
+    notes.append(&mut sens.trace_notes);
     drop(sens);
     drop(check_file);
     let removal_note = work.remove()?;

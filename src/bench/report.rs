@@ -265,6 +265,31 @@ pub enum CheckCode {
     OtherIo,
 }
 
+/// What a write run's dirtied bytes counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirtiedSource {
+    /// The test file's own dirtied folios (tracepoint
+    /// writeback:writeback_dirty_folio, with filemap's folios added to the
+    /// page cache when the kernel has it, filtered on the file's inode in
+    /// a private trace instance): nothing else on the machine counts.
+    InodeTrace,
+    /// The filesystem's backing device counter (debugfs BdiDirtied): other
+    /// writers on the filesystem and writeback timing move it.
+    BdiCounter,
+    /// The machine-wide counter (/proc/vmstat nr_dirtied).
+    Vmstat,
+}
+
+impl From<crate::sys::proc::counters::CounterKind> for DirtiedSource {
+    fn from(k: crate::sys::proc::counters::CounterKind) -> Self {
+        match k {
+            crate::sys::proc::counters::CounterKind::Bdi => DirtiedSource::BdiCounter,
+            crate::sys::proc::counters::CounterKind::Vmstat => DirtiedSource::Vmstat,
+        }
+    }
+}
+
 /// One finding about a figure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Check {
@@ -307,8 +332,19 @@ pub struct RunResult {
     pub device_write_bytes: Option<u64>,
     /// Bytes of the test file in the page cache before a read run.
     pub resident_before_bytes: Option<u64>,
-    /// Bytes of page cache dirtied during a write run.
+    /// Bytes of page cache dirtied during a write run (what the
+    /// page_cache_write check judges; where from: `dirtied_source`).
     pub dirtied_bytes: Option<u64>,
+    /// What `dirtied_bytes` counted (null: not a write run, or nothing
+    /// counted; older reports: not recorded).
+    #[serde(default)]
+    pub dirtied_source: Option<DirtiedSource>,
+    /// The backing device's (or the machine's) dirtied counter over the
+    /// same run, when `dirtied_bytes` is the test file's own (inode-trace):
+    /// shown for comparison, not judged (other writers and writeback
+    /// timing move it).
+    #[serde(default)]
+    pub counter_dirtied_bytes: Option<u64>,
     /// Checks that failed or noted something for this run.
     pub checks: Vec<Check>,
 }

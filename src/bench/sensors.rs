@@ -8,7 +8,7 @@ use crate::sys::fs::beneath::HeldDir;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
-use super::report::{CeilingInfo, FileLayout, MemberDevice, ThermalInfo};
+use super::report::{CeilingInfo, DirtiedSource, FileLayout, MemberDevice, ThermalInfo};
 use crate::error::{Error, Result};
 use crate::model::profile::Profile;
 use crate::parse::diskstats::SECTOR;
@@ -16,6 +16,7 @@ use crate::parse::mountinfo::MountEntry;
 use crate::parse::nvme_smart::{SmartThermal, ThermalDelta};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::proc::counters::{self, CounterChoice, DirtyCounter};
+use crate::sys::proc::tracefs::{self, FileCounts, FolioTrace, Watch};
 use crate::sys::{kernel::btrfs, kernel::extents, kernel::pagecache, proc::diskstats};
 
 /// The counters the measuring loop reads.
@@ -29,6 +30,24 @@ pub(crate) trait Sensors {
     fn resident(&mut self) -> Result<Option<u64>>;
     /// Page-cache bytes dirtied so far (a running counter).
     fn dirtied(&mut self) -> Result<Option<u64>>;
+    /// What [`Sensors::dirtied`] counts (null: nothing).
+    fn counter_source(&self) -> Option<DirtiedSource> {
+        None
+    }
+    /// Starts counting the page cache the test file itself dirties (just
+    /// before a write run's fio starts).
+    fn watch_file(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Called while fio runs (about every 20 ms): reads what the trace
+    /// recorded so far, so its buffer does not overrun.
+    fn poll(&mut self) {}
+    /// Bytes of page cache the test file itself dirtied since
+    /// [`Sensors::watch_file`]; `None` when that is not known (no trace,
+    /// or events were lost: the counter is the evidence then).
+    fn file_dirtied(&mut self) -> Result<Option<u64>> {
+        Ok(None)
+    }
     /// The test file's layout.
     fn layout(&mut self) -> Result<Option<FileLayout>>;
 }
@@ -102,6 +121,65 @@ pub(crate) struct RealSensors {
     /// Why the per-device dirtied counter is not used, if it is not.
     pub(crate) counter_note: Option<String>,
     file: Option<(File, PathBuf, u64)>,
+    /// The per-file trace of the test file's own dirtied pages.
+    trace: Option<FileTrace>,
+    /// Why there is no per-file trace, or what went wrong with it.
+    pub(crate) trace_notes: Vec<String>,
+}
+
+/// The trace instance counting what the test file dirties.
+struct FileTrace {
+    trace: FolioTrace,
+    /// Its backing device as the writeback tracepoint names it, and the
+    /// superblock's device.
+    bdi: String,
+    sb_dev: (u32, u32),
+    /// The test file's inode, once it exists.
+    ino: Option<u64>,
+    /// Counts and lost events when the current write run started.
+    start: Option<(FileCounts, u64)>,
+    /// A drain failed during this run (its message).
+    failed: Option<String>,
+}
+
+/// What a write run's own counts come to: the dirtied folios at the page
+/// size, or the pages added to the page cache when more (a large folio is
+/// many pages, and each is dirtied once it is added for a write), as
+/// probe-dio counts them.
+pub(crate) fn own_dirtied_bytes(before: FileCounts, after: FileCounts, page: u64) -> u64 {
+    let folios = after.dirtied_folios.saturating_sub(before.dirtied_folios);
+    let pages = after.cached_pages.saturating_sub(before.cached_pages);
+    folios.max(pages).saturating_mul(page)
+}
+
+/// Opens the per-file trace for the filesystem (bdi `bdi`, superblock
+/// device `sb_dev`), removing instances of killed runs; `Err`: why not.
+fn open_file_trace(
+    root: &SysRoot,
+    bdi: Option<&str>,
+    sb_dev: (u32, u32),
+    allow_private_mount: bool,
+) -> std::result::Result<(FileTrace, Vec<String>), String> {
+    let bdi = bdi.ok_or("the backing device of this filesystem is unknown")?;
+    if crate::hooks::Switch::ProbeNoTrace.is_on() {
+        return Err("the tracepoint was turned off by a test hook".into());
+    }
+    let (dir, held) = tracefs::locate_held(root, allow_private_mount)?;
+    let removed = tracefs::remove_stale(&dir, crate::probe::scratch::pid_alive);
+    let mut trace = FolioTrace::create(&dir, &crate::sys::fs::nonce::nonce())
+        .map_err(|e| e.message().to_owned())?;
+    trace.hold(held);
+    Ok((
+        FileTrace {
+            trace,
+            bdi: bdi.to_owned(),
+            sb_dev,
+            ino: None,
+            start: None,
+            failed: None,
+        },
+        removed,
+    ))
 }
 
 impl RealSensors {
@@ -129,18 +207,55 @@ impl RealSensors {
             Ok((c, note)) => (Some(c), note),
             Err(e) => (None, Some(e.message().to_owned())),
         };
+        let mut trace_notes = Vec::new();
+        let trace = match open_file_trace(
+            root,
+            bdi.as_deref(),
+            (mount.major, mount.minor),
+            allow_private_debugfs,
+        ) {
+            Ok((t, removed)) => {
+                if !removed.is_empty() {
+                    trace_notes.push(format!(
+                        "removed trace instances of killed runs: {}",
+                        removed.join(", ")
+                    ));
+                }
+                Some(t)
+            }
+            Err(why) => {
+                trace_notes.push(format!(
+                    "the test file's own dirtied pages are not traced ({why}): the write runs are judged by the {} counter, which other writers and writeback timing move",
+                    counter.as_ref().map_or("dirtied", |c| c.label())
+                ));
+                None
+            }
+        };
         Ok(Self {
             root: root.clone(),
             devices: devices.to_vec(),
             counter,
             counter_note,
             file: None,
+            trace,
+            trace_notes,
         })
     }
 
     /// The test file, once it exists.
     pub(crate) fn set_file(&mut self, file: File, path: &Path, size: u64) {
+        if let Some(t) = self.trace.as_mut() {
+            t.ino = file
+                .metadata()
+                .ok()
+                .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+        }
         self.file = Some((file, path.to_path_buf(), size));
+    }
+
+    /// The trace's label, when the write runs were traced.
+    pub(crate) fn trace_label(&self) -> Option<String> {
+        self.trace.as_ref().map(|t| t.trace.label())
     }
 }
 
@@ -181,6 +296,72 @@ impl Sensors for RealSensors {
             Some(c) => c.read_bytes().map(Some),
             None => Ok(None),
         }
+    }
+
+    fn counter_source(&self) -> Option<DirtiedSource> {
+        self.counter.as_ref().map(|c| c.kind().into())
+    }
+
+    fn watch_file(&mut self) -> Result<()> {
+        let Some(t) = self.trace.as_mut() else {
+            return Ok(());
+        };
+        let Some(ino) = t.ino else {
+            return Ok(());
+        };
+        let watch = Watch {
+            bdi: t.bdi.clone(),
+            dev: t.sb_dev,
+            inodes: vec![ino],
+        };
+        // fio is another process: the filter is the file, not a thread.
+        t.trace.watch(&[watch], None)?;
+        t.start = Some((t.trace.counts(t.sb_dev, ino), t.trace.lost_events()));
+        t.failed = None;
+        Ok(())
+    }
+
+    fn poll(&mut self) {
+        if let Some(t) = self.trace.as_mut()
+            && t.start.is_some()
+            && t.failed.is_none()
+            && let Err(e) = t.trace.drain()
+        {
+            t.failed = Some(e.message().to_owned());
+        }
+    }
+
+    fn file_dirtied(&mut self) -> Result<Option<u64>> {
+        let Some(t) = self.trace.as_mut() else {
+            return Ok(None);
+        };
+        let (Some(ino), Some((before, lost_before))) = (t.ino, t.start.take()) else {
+            return Ok(None);
+        };
+        if t.failed.is_none()
+            && let Err(e) = t.trace.pause()
+        {
+            t.failed = Some(e.message().to_owned());
+        }
+        if let Some(why) = t.failed.take() {
+            self.trace_notes.push(format!(
+                "reading the per-file trace failed during a write run ({why}): that run is judged by the dirtied counter"
+            ));
+            return Ok(None);
+        }
+        let lost = t.trace.lost_events().saturating_sub(lost_before);
+        if lost > 0 {
+            self.trace_notes.push(format!(
+                "the per-file trace lost {lost} events during a write run (its buffer overran): that run is judged by the dirtied counter"
+            ));
+            return Ok(None);
+        }
+        let after = t.trace.counts(t.sb_dev, ino);
+        Ok(Some(own_dirtied_bytes(
+            before,
+            after,
+            counters::page_size(),
+        )))
     }
 
     fn layout(&mut self) -> Result<Option<FileLayout>> {
@@ -301,6 +482,22 @@ mod tests {
         let text = "   7       3 loop3 1128 2 38614 124 4118 16501 3130488 6313 0 1804 6538 26 0 41943044 2 318 98\n";
         assert_eq!(parse_io_sectors(text), vec![(7, 3, 38614, 3130488)]);
         assert!(parse_io_sectors("garbage\n7 3\n").is_empty());
+    }
+
+    #[test]
+    fn own_dirtied_bytes_are_folios_or_added_pages_whichever_is_more() {
+        let c = |dirtied_folios, cached_pages| FileCounts {
+            dirtied_folios,
+            cached_pages,
+            ..FileCounts::default()
+        };
+        // Small folios: one event per 4 KiB page.
+        assert_eq!(own_dirtied_bytes(c(10, 0), c(110, 100), 4096), 100 * 4096);
+        // A large folio (order 4) dirtied once is 16 pages.
+        assert_eq!(own_dirtied_bytes(c(0, 0), c(1, 16), 4096), 16 * 4096);
+        // No filemap event on this kernel: the folios.
+        assert_eq!(own_dirtied_bytes(c(0, 0), c(3, 0), 4096), 3 * 4096);
+        assert_eq!(own_dirtied_bytes(c(5, 5), c(5, 5), 4096), 0);
     }
 
     #[test]

@@ -39,7 +39,8 @@ fio does the I/O on a test file in a fresh directory under DIR, made NOCOW (so
 O_DIRECT is direct) unless --cow, and fully written with incompressible data
 before any read. Around every run btrfs-lab reads what fio cannot know: the
 member devices' counters (/proc/diskstats), the test file's page cache
-(mincore) and the page cache dirtied by writes, compressed or never-written
+(mincore) and the page cache the test file's writes dirtied (its own pages,
+traced per inode as root), compressed or never-written
 extents (FIEMAP), the array's PCIe ceiling (links) and the NVMe thermal
 counters. A figure that fails a check is flagged with the reason instead of
 being reported. The directory is removed on every exit path.

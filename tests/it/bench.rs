@@ -8,7 +8,9 @@ use std::thread;
 use std::time::Duration;
 
 use btrfs_lab::bench::profile::Direction;
-use btrfs_lab::bench::report::{BenchReport, CheckCode, Severity, Status, TestResult};
+use btrfs_lab::bench::report::{
+    BenchReport, CheckCode, DirtiedSource, Severity, Status, TestResult,
+};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
 
@@ -391,6 +393,212 @@ fn cow_writes_are_flagged_as_buffered() {
         );
     }
     assert!(w.checks[0].message.contains("--cow"));
+    assert!(
+        w.runs
+            .iter()
+            .all(|r| r.dirtied_source == Some(DirtiedSource::InodeTrace))
+    );
+}
+
+/// Without the per-file trace the counter is the evidence, and the report
+/// says so.
+#[test]
+#[cfg(feature = "test-hooks")]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn without_the_trace_the_counter_judges_and_a_note_says_so() {
+    if !require_root("bench --cow without the trace") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    let (_, r) = bench(
+        &env,
+        &mnt,
+        &["--cow", "--tests", "SEQ1M-Q8T1"],
+        &[("BTRFS_LAB_PROBE_NO_TRACE", "1")],
+    );
+    let w = result(&r, "SEQ1M-Q8T1-write");
+    for run in &w.runs {
+        assert!(
+            matches!(
+                run.dirtied_source,
+                Some(DirtiedSource::BdiCounter | DirtiedSource::Vmstat)
+            ),
+            "{run:#?}"
+        );
+        assert_eq!(run.counter_dirtied_bytes, None);
+    }
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("not traced (the tracepoint was turned off by a test hook)")),
+        "{:?}",
+        r.notes
+    );
+}
+
+/// The (test, direction, code) of every flag in a report.
+fn flag_set(r: &BenchReport) -> std::collections::BTreeSet<(String, String, String)> {
+    r.results
+        .iter()
+        .flat_map(|t| {
+            flags(t).into_iter().map(move |c| {
+                (
+                    t.name.clone(),
+                    t.direction.as_str().to_owned(),
+                    format!("{c:?}"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The trace instances in tracefs (mounted in a private namespace of a
+/// child, so nothing changes for the rest of the system).
+fn trace_instances() -> Vec<String> {
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tracefs tracefs /sys/kernel/tracing && ls -1 /sys/kernel/tracing/instances",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 31: the page_cache_write flag is decided from the page cache the
+/// test file itself dirtied (its inode, traced), so identical runs flag
+/// the same figures, whatever else writes on the machine and however slow
+/// the write.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn cow_flags_come_from_the_files_own_pages_and_repeat() {
+    if !require_root("bench --cow, per-inode trace") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sb = raid0(&env);
+    let mnt = sb.mount_point().to_path_buf();
+    // What this kernel does with checksummed O_DIRECT, by probe-dio's
+    // measurement (not by the kernel version).
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["probe-dio", "--json", "--rounds", "1", "--file-size", "32M"])
+        .arg(&mnt));
+    assert!([0, 3].contains(&code), "probe-dio {code}: {stderr}");
+    let probe: btrfs_lab::probe::ProbeReport = crate::common::typed(&stdout);
+    let buffers = probe.verdict == btrfs_lab::probe::Verdict::BufferedFallback;
+    assert!(
+        buffers
+            || probe.verdict == btrfs_lab::probe::Verdict::Direct
+            || probe.verdict == btrfs_lab::probe::Verdict::DirectBounced,
+        "{:?}",
+        probe.verdict
+    );
+    let args = [
+        "--file-size",
+        "64M",
+        "--duration",
+        "1",
+        "--rounds",
+        "1",
+        "--tests",
+        "SEQ1M-Q8T1,RND4K-Q32T1",
+    ];
+    let once = |cow: bool| {
+        let mut c = env.cmd();
+        c.args(["bench", "--json"]).args(args);
+        if cow {
+            c.arg("--cow");
+        }
+        let (code, stdout, stderr) = run(c.arg(&mnt));
+        assert!(code == 0 || code == 3, "bench failed ({code}): {stderr}");
+        let r: BenchReport = crate::common::typed(&stdout);
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+        for w in r.results.iter().filter(|t| t.direction == Direction::Write) {
+            for run in &w.runs {
+                assert_eq!(
+                    run.dirtied_source,
+                    Some(DirtiedSource::InodeTrace),
+                    "{r:#?}"
+                );
+            }
+        }
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("the test file itself dirtied")),
+            "{:?}",
+            r.notes
+        );
+        r
+    };
+    let reports: Vec<BenchReport> = (0..5).map(|_| once(true)).collect();
+    let sets: Vec<_> = reports.iter().map(flag_set).collect();
+    for (i, s) in sets.iter().enumerate() {
+        eprintln!("--cow run {}: {s:?}", i + 1);
+        for w in reports[i]
+            .results
+            .iter()
+            .filter(|t| t.direction == Direction::Write)
+        {
+            for run in &w.runs {
+                eprintln!(
+                    "  {} write: {} written, own dirtied {:?}, counter {:?}",
+                    w.name, run.claimed_bytes, run.dirtied_bytes, run.counter_dirtied_bytes
+                );
+            }
+        }
+    }
+    assert!(sets.iter().all(|s| *s == sets[0]), "{sets:#?}");
+    for r in &reports {
+        for w in r.results.iter().filter(|t| t.direction == Direction::Write) {
+            assert_eq!(
+                flags(w).contains(&CheckCode::PageCacheWrite),
+                buffers,
+                "probe-dio says {:?}: {w:#?}",
+                probe.verdict
+            );
+        }
+    }
+    // NOCOW (the default): the file's writes are direct, whatever the
+    // backing device's counter did meanwhile.
+    let nocow = once(false);
+    for w in nocow
+        .results
+        .iter()
+        .filter(|t| t.direction == Direction::Write)
+    {
+        assert!(!flags(w).contains(&CheckCode::PageCacheWrite), "{w:#?}");
+    }
+    // Every bench removed its trace instance.
+    let left: Vec<String> = trace_instances()
+        .into_iter()
+        .filter(|n| n.starts_with("btrfs-lab-"))
+        .filter(|n| {
+            let pid: u32 = n["btrfs-lab-".len()..]
+                .split('-')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        })
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
 }
 
 pub(crate) fn remount(mnt: &Path, data: Option<&str>, flags: nix::mount::MsFlags) {
@@ -506,8 +714,13 @@ fn interrupted_runs_leave_nothing_behind() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
         let child = c.spawn().unwrap();
+        let instance = format!("btrfs-lab-{}-", child.id());
         let work = wait_for_test_job(&mnt);
         assert!(work.join("bench.dat").exists());
+        assert!(
+            trace_instances().iter().any(|n| n.starts_with(&instance)),
+            "no per-file trace instance {instance}*"
+        );
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -526,6 +739,12 @@ fn interrupted_runs_leave_nothing_behind() {
             Vec::<u32>::new(),
             "fio still running after {sig}"
         );
+        // Its per-file trace instance went with it.
+        let left: Vec<String> = trace_instances()
+            .into_iter()
+            .filter(|n| n.starts_with(&instance))
+            .collect();
+        assert_eq!(left, Vec::<String>::new(), "{sig} left a trace instance");
     }
 }
 

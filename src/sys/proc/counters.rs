@@ -179,16 +179,32 @@ pub(crate) fn mount_private_debugfs() -> Result<PathBuf> {
 /// busy after their owners unmounted them. Must be called before the
 /// process starts threads.
 fn with_private_debugfs<T>(f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    with_private_ns(|| mount_private_debugfs().and_then(|d| f(&d)))
+}
+
+/// Runs `f` in a private mount namespace (what it mounts there, see
+/// [`mount_private_debugfs`], [`crate::sys::proc::tracefs::mount_private_tracefs`],
+/// is seen by nobody else), then returns this process to the mount namespace
+/// it was in, when it was not in a private one already; see
+/// [`with_private_debugfs`] for why. Files `f` opened stay usable, and paths
+/// through them (`/proc/self/fd/N/...`) still resolve. Must be called
+/// before the process starts threads.
+pub(crate) fn with_private_ns<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     let already = *PRIVATE_NS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if already {
-        let d = mount_private_debugfs()?;
-        return f(&d);
+        return f();
     }
     let home = File::open("/proc/self/ns/mnt")
         .map_err(|e| Error::from_io(&e, "cannot open", Path::new("/proc/self/ns/mnt")))?;
-    let result = mount_private_debugfs().and_then(|d| f(&d));
+    let result = f();
+    let entered = *PRIVATE_NS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !entered {
+        return result;
+    }
     let back = rustix::thread::move_into_link_name_space(
         std::os::fd::AsFd::as_fd(&home),
         Some(rustix::thread::LinkNameSpaceType::Mount),

@@ -101,6 +101,12 @@ pub(crate) fn locate(
         }
         None => return Err("tracefs is not mounted".into()),
     };
+    usable(&dir)?;
+    Ok(dir)
+}
+
+/// Whether the tracefs at `dir` has the needed event and instances.
+fn usable(dir: &Path) -> std::result::Result<(), String> {
     if !dir.join("events").join(EVENT).join("format").exists() {
         return Err(format!(
             "this kernel has no {EVENT} tracepoint (or its tracefs lacks instances)"
@@ -109,7 +115,46 @@ pub(crate) fn locate(
     if !dir.join("instances").is_dir() {
         return Err("this kernel's tracefs has no instances directory".into());
     }
-    Ok(dir)
+    Ok(())
+}
+
+/// Like [`locate`], for a process that must not stay in a private mount
+/// namespace (bench: the copies of every mount it holds keep other
+/// filesystems' devices busy): when tracefs is not mounted, it is mounted
+/// in a private namespace only while its root is opened, and reached
+/// afterwards through that descriptor (`/proc/self/fd/N`), which is
+/// returned to be held as long as the path is used
+/// ([`FolioTrace::hold`]). Must be called before the process starts
+/// threads.
+pub(crate) fn locate_held(
+    root: &SysRoot,
+    allow_private_mount: bool,
+) -> std::result::Result<(PathBuf, Option<File>), String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("the per-file tracepoint is in tracefs, which needs root".into());
+    }
+    if let Some(dir) = find_tracefs(root) {
+        usable(&dir)?;
+        return Ok((dir, None));
+    }
+    if !(allow_private_mount && root.is_host()) {
+        return Err("tracefs is not mounted".into());
+    }
+    let held = crate::sys::proc::counters::with_private_ns(|| {
+        let dir = mount_private_tracefs()?;
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(&dir)
+            .map_err(|e| Error::from_io(&e, "cannot open", &dir))
+    })
+    .map_err(|e| e.message().to_owned())?;
+    let dir = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&held)
+    ));
+    usable(&dir)?;
+    Ok((dir, Some(held)))
 }
 
 /// The pid an instance name of ours carries; `None` for any other name.
@@ -358,6 +403,9 @@ pub(crate) struct FolioTrace {
     /// Backing device name → superblock device, of every watch so far.
     bdis: HashMap<String, (u32, u32)>,
     counts: HashMap<((u32, u32), u64), FileCounts>,
+    /// The tracefs root `dir` is reached through, when it is not mounted
+    /// in this namespace ([`locate_held`]); dropped after the instance.
+    held: Option<File>,
 }
 
 impl FolioTrace {
@@ -384,6 +432,7 @@ impl FolioTrace {
             events,
             bdis: HashMap::new(),
             counts: HashMap::new(),
+            held: None,
         };
         // A bigger buffer is a convenience; the default works too.
         let _ = fs::write(t.dir.join("buffer_size_kb"), t.buffer_kb.to_string());
@@ -395,6 +444,21 @@ impl FolioTrace {
     /// each) per 4 KiB page, with a factor of two to spare, at most 64 MiB.
     pub fn bytes_between_drains(&self) -> u64 {
         (self.buffer_kb * 1024 / (2 * 64) * 4096 / 2).clamp(1 << 20, 64 << 20)
+    }
+
+    /// Keeps `root` (the tracefs root this instance's path goes through,
+    /// [`locate_held`]) open as long as the instance.
+    pub fn hold(&mut self, root: Option<File>) {
+        self.held = root;
+    }
+
+    /// Stops counting until the next [`Self::watch`] (the events off);
+    /// what was recorded until then is read and kept.
+    pub fn pause(&mut self) -> Result<()> {
+        for event in self.used() {
+            self.control(event, "enable", "0")?;
+        }
+        self.drain()
     }
 
     /// The events this kernel has besides the writeback one.
@@ -557,6 +621,7 @@ impl Drop for FolioTrace {
                 _ => break,
             }
         }
+        self.held = None;
     }
 }
 

@@ -732,9 +732,6 @@ pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::analysis::{CheckContext, Sample, check_run, run_result, summarize};
-    use crate::bench::profile::DEFAULT_TESTS;
-    use crate::bench::report::Check;
 
     #[test]
     fn escapes_markup() {
@@ -789,41 +786,7 @@ mod tests {
         assert_eq!(nice_axis(12.0).label(7.5), "7.5");
     }
 
-    /// A result of `rates` MB/s per run, flagged (buffered) when asked.
-    fn figure(name_test: usize, d: Direction, rates: &[f64], flag: bool) -> TestResult {
-        let ctx = CheckContext {
-            size_bytes: 1 << 30,
-            ..CheckContext::default()
-        };
-        let t = DEFAULT_TESTS[name_test];
-        let runs = rates
-            .iter()
-            .enumerate()
-            .map(|(i, &mb)| {
-                let s = Sample {
-                    claimed_bytes: (mb * 1e6) as u64,
-                    seconds: 1.0,
-                    bytes_per_sec: mb * 1e6,
-                    iops: mb,
-                    lat_mean_us: 80.0,
-                    clat_p50_us: Some(70.0),
-                    clat_p99_us: Some(90.0),
-                    clat_p999_us: Some(125.0),
-                    ..Sample::default()
-                };
-                let mut checks = check_run(&t, d, &s, &ctx);
-                if flag {
-                    checks.push(Check {
-                        code: CheckCode::PageCacheWrite,
-                        severity: Severity::Flag,
-                        message: "buffered".into(),
-                    });
-                }
-                run_result(i as u32 + 1, &s, checks)
-            })
-            .collect();
-        summarize(t, d, runs, &ctx)
-    }
+    use crate::bench::testdata::figure;
 
     fn report() -> BenchReport {
         let json = serde_json::json!({
@@ -955,7 +918,7 @@ mod tests {
         assert!(ok.contains("<td class=\"median\">2,062.0</td><td class=\"best\">2,100.0</td>"));
         assert!(ok.contains("<td class=\"range\">2,000.0–2,100.0</td>"));
         assert!(ok.contains(
-            "<td class=\"p50\">70.0</td><td class=\"p99\">90.0</td><td class=\"p999\">125.0</td>"
+            "<td class=\"p50\">7,001.0</td><td class=\"p99\">9,000.0</td><td class=\"p999\">12,500.0</td>"
         ));
     }
 

@@ -1249,7 +1249,6 @@ pub fn run(
         None
     };
     let counter_note = sens.counter_note.take();
-    let mut notes = notes;
     if let Some(label) = sens.trace_label() {
         notes.push(format!(
             "page_cache_write judges each write run by the page cache the test file itself dirtied ({label}), not by a counter other writers move"

@@ -17,6 +17,9 @@
 #      every buffer with random data before each write) against bench's
 #      write job (refill_buffers=0): CPU seconds per GiB, usr+sys of fio's
 #      own JSON. Ratio bench/refill (goal ≤ 0.5).
+#   4. bench's own fill of the test file against fio's [fill] section on a
+#      file of the same size, interleaved: MB/s from wall time, fsync
+#      included on both sides. Ratio bench/fio (goal ≥ 1.0).
 #
 #   MODE=metadata: runs scripts/bench-metadata.sh DIR instead (the create
 #   phase of `bench --small-files` against a C reference).
@@ -107,3 +110,27 @@ ours=$(for r in $(seq "$RUNS"); do fio --output-format=json "$TMP/$w.fio" >"$TMP
 refill=$(for r in $(seq "$RUNS"); do fio --output-format=json "$TMP/refill.fio" >"$TMP/r.json"; cpu_per_gib "$TMP/r.json"; done | median)
 printf "write CPU s/GiB (%s): bench %.4f, refill_buffers=1 %.4f, ratio %.3f (goal <= 0.5)\n" \
     "$w" "$ours" "$refill" "$(echo "$ours / $refill" | bc -l)"
+
+# 4. The fill: bench's own (BLAKE3 data, FILL_WRITERS threads, O_DIRECT,
+# then fsync) against fio's [fill] section of bench's job file (1 MiB
+# writes, iodepth=8, end_fsync=1) on a fresh NOCOW file of the same size,
+# interleaved RUNS times; rates from wall time, fsync included on both
+# sides (bench: size / fill_seconds; fio: size / (write runtime)). Goal >= 1.0.
+awk '/^\[fill\]/{p=1; print; next} /^\[/{p=0} p && $0!=""' "$TMP/suite.fio" >"$TMP/fill-section.fio"
+{ cat "$TMP/global.fio"; echo; cat "$TMP/fill-section.fio"; } >"$TMP/fill.fio"
+ours_fill=()
+fio_fill=()
+for r in $(seq "$RUNS"); do
+    "$BIN" bench --json --no-history --tests RND4K-Q1T1 --file-size "$SIZE" --rounds 1 --duration 1 "$DIR" >"$TMP/f.json" || true
+    ours_fill+=("$(jq "$bytes / .test_file.fill_seconds" "$TMP/f.json")")
+    rm -f "$FILE"
+    truncate -s "$bytes" "$FILE"
+    t0=$(now)
+    fio --output-format=json --output="$TMP/fill.json" "$TMP/fill.fio"
+    t1=$(now)
+    fio_fill+=("$(echo "$bytes / ($t1 - $t0)" | bc -l)")
+done
+of=$(printf '%s\n' "${ours_fill[@]}" | median)
+ff=$(printf '%s\n' "${fio_fill[@]}" | median)
+printf "fill MB/s (%s, %s rounds interleaved): bench %.1f, fio [fill] %.1f, ratio %.3f (goal >= 1.0)\n" \
+    "$SIZE" "$RUNS" "$(echo "$of / 1000000" | bc -l)" "$(echo "$ff / 1000000" | bc -l)" "$(echo "$of / $ff" | bc -l)"

@@ -698,6 +698,9 @@ pub(crate) enum FillMode {
     Skip,
 }
 
+/// Threads that fill the test file at once.
+const FILL_WRITERS: u64 = 8;
+
 /// Writes `size` bytes of incompressible data (BLAKE3 XOF output under a
 /// random key) into the test file `name` of the held work directory (which
 /// must still be the file `expected`), O_DIRECT where the filesystem
@@ -745,15 +748,44 @@ pub(crate) fn fill_incompressible(
         Instant::now()
     );
     key.copy_from_slice(blake3::hash(seed.as_bytes()).as_bytes());
-    let mut xof = blake3::Hasher::new_keyed(&key).finalize_xof();
-    let mut buf = AlignedBuffer::new(CHUNK, 4096);
-    let mut off = 0u64;
-    while off < size {
-        check_stop()?;
-        let n = CHUNK.min((size - off) as usize);
-        xof.fill(&mut buf.as_mut_slice()[..n]);
-        write_all_at(&f, &buf.as_slice()[..n], off, &path)?;
-        off += n as u64;
+    let xof = blake3::Hasher::new_keyed(&key).finalize_xof();
+    // FILL_WRITERS threads, each generating and writing every
+    // FILL_WRITERS-th chunk: the data is made on every core while
+    // FILL_WRITERS writes are in flight, as fio's fill keeps iodepth=8.
+    let chunks = size.div_ceil(CHUNK as u64);
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..FILL_WRITERS {
+            scope.spawn(|| {
+                let mut xof = xof.clone();
+                let mut buf = AlignedBuffer::new(CHUNK, 4096);
+                let result = (|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if i >= chunks || failed.lock().map(|g| g.is_some()).unwrap_or(true) {
+                            return Ok(());
+                        }
+                        check_stop()?;
+                        let off = i * CHUNK as u64;
+                        let n = CHUNK.min((size - off) as usize);
+                        // The stream at this offset: the same bytes as one
+                        // writer would have written there.
+                        xof.set_position(off);
+                        xof.fill(&mut buf.as_mut_slice()[..n]);
+                        write_all_at(&f, &buf.as_slice()[..n], off, &path)?;
+                    }
+                })();
+                if let Err(e) = result
+                    && let Ok(mut g) = failed.lock()
+                {
+                    g.get_or_insert(e);
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().ok().flatten() {
+        return Err(e);
     }
     f.sync_all()
         .map_err(|e| Error::from_io(&e, "cannot sync", &path))

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use btrfs_lab::admin::convert::{
-    ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage, plan_convert_on, read_layout,
+    ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage, plan_convert_on,
+    read_layout,
 };
 use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc, StatusReport};

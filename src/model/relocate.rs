@@ -20,10 +20,18 @@
 //!   to 128 MiB): when no chunk has such a range, a new chunk is allocated,
 //!   and when that fails the balance stops with ENOSPC, although the free
 //!   space summed over the chunks could have held the extent;
+//! - the tree blocks the relocation writes go to chunks of the target
+//!   metadata profile: when metadata is converted, the first step
+//!   allocates a metadata chunk of the target profile, and the forced
+//!   allocation when the metadata chunks are relocated is a second one;
 //! - metadata and system chunks hold tree blocks of a few KiB: they fill
 //!   any free space, new chunks are allocated as needed;
-//! - only then is the old chunk freed and its stripes return to their
-//!   devices.
+//! - only then is the old chunk freed; its stripes return to their
+//!   devices at the next commit (`find_free_dev_extent` searches the
+//!   device tree's commit root), which comes during the next chunk's
+//!   relocation, after that chunk's forced allocation: the last system
+//!   chunk cannot be made read-only when only the metadata chunk just
+//!   relocated left room for a system chunk of the target profile.
 //!
 //! Simplifications: each chunk's free space is one range at its end (new
 //! chunks are filled from their start; an existing chunk's free space is
@@ -123,6 +131,7 @@ pub fn simulate(
     };
     let mut free = layout.free.clone();
     let mut pool: Vec<Target> = Vec::new();
+    let mut pending: Vec<(usize, u64)> = Vec::new();
     let mut by_logical: Vec<&LayoutChunk> = layout.chunks.iter().collect();
     by_logical.sort_by_key(|c| c.logical);
     // Chunks already in their target profile take the relocated bytes too.
@@ -145,6 +154,22 @@ pub fn simulate(
     let (total, kernel) = (layout.total_bytes, layout.kernel);
     for (i, c) in order.iter().enumerate() {
         let to = target_of(c.kind).expect("filtered");
+        // Tree blocks written while relocating (any chunk) are allocated in
+        // the target metadata profile: the first step allocates a chunk of
+        // it when none exists.
+        if let Some(m) = metadata
+            && order.iter().any(|c| c.kind == ChunkKind::Metadata)
+            && !pool
+                .iter()
+                .any(|t| t.kind == ChunkKind::Metadata && t.profile == m)
+            && let Some(n) = alloc::allocate_chunk(&mut free, m, ChunkKind::Metadata, total, kernel)
+        {
+            pool.push(Target {
+                kind: ChunkKind::Metadata,
+                profile: m,
+                room: n,
+            });
+        }
         // btrfs_inc_block_group_ro: a forced chunk of the target profile.
         if let Some(n) = alloc::allocate_chunk(&mut free, to, c.kind, total, kernel) {
             pool.push(Target {
@@ -152,6 +177,12 @@ pub fn simulate(
                 profile: to,
                 room: n,
             });
+        }
+        // The relocation commits: the previous chunk's stripes are free.
+        for (d, b) in pending.drain(..) {
+            if let Some(f) = free.get_mut(d) {
+                *f += b;
+            }
         }
         let short = |wanted: u64, pool: &[Target], free: &[u64]| {
             let mine = pool.iter().filter(|t| t.kind == c.kind && t.profile == to);
@@ -222,12 +253,10 @@ pub fn simulate(
                 }
             }
         }
-        // The old chunk goes: its stripes return to their devices.
-        for &(d, b) in &c.stripes {
-            if let Some(f) = free.get_mut(d) {
-                *f += b;
-            }
-        }
+        // The old chunk goes: its stripes return to their devices at the
+        // next commit (the allocator searches the device tree's commit
+        // root), after the next step's forced allocation.
+        pending = c.stripes.clone();
     }
     Ok(steps)
 }
@@ -271,8 +300,22 @@ mod tests {
         let size = 2 * GIB;
         let mut free = vec![size, size];
         let mut chunks = vec![
-            chunk(ChunkKind::System, Profile::Raid1, 1 << 20, 8 * MIB, 16 << 10, &[0, 1]),
-            chunk(ChunkKind::Metadata, Profile::Raid1, 30 * MIB, 256 * MIB, 2 * MIB, &[0, 1]),
+            chunk(
+                ChunkKind::System,
+                Profile::Raid1,
+                1 << 20,
+                8 * MIB,
+                16 << 10,
+                &[0, 1],
+            ),
+            chunk(
+                ChunkKind::Metadata,
+                Profile::Raid1,
+                30 * MIB,
+                256 * MIB,
+                2 * MIB,
+                &[0, 1],
+            ),
         ];
         for f in &mut free {
             *f -= 8 * MIB + 256 * MIB;
@@ -357,7 +400,7 @@ mod tests {
         l.chunks[1].profile = Profile::Single;
         l.chunks[1].stripes = vec![(0, 256 * MIB)];
         l.free[1] += 256 * MIB;
-        assert_eq!(simulate(&l, None, Some(Profile::Raid1c3)).map(|_| ()).is_err(), true);
+        assert!(simulate(&l, None, Some(Profile::Raid1c3)).is_err());
         assert_eq!(simulate(&l, None, Some(Profile::Raid1)), Ok(1));
     }
 

@@ -271,20 +271,30 @@ fn kind_name(k: ChunkKind) -> &'static str {
 
 /// The smallest device (of a few sizes) whose addition lets the replay
 /// finish, if any.
-fn device_that_fits(layout: &Layout, data: Option<Profile>, metadata: Option<Profile>) -> Option<u64> {
+fn device_that_fits(
+    layout: &Layout,
+    data: Option<Profile>,
+    metadata: Option<Profile>,
+) -> Option<u64> {
     let largest = layout.free.iter().copied().max().unwrap_or(0).max(1 << 30);
-    (0..8).map(|i| (256u64 << 20) << i).filter(|&s| s <= 4 * largest).find(|&size| {
-        let mut l = layout.clone();
-        l.free.push(size);
-        l.total_bytes += size;
-        relocate::simulate(&l, data, metadata).is_ok()
-    })
+    (0..8)
+        .map(|i| (256u64 << 20) << i)
+        .filter(|&s| s <= 4 * largest)
+        .find(|&size| {
+            let mut l = layout.clone();
+            l.free.push(size);
+            l.total_bytes += size;
+            relocate::simulate(&l, data, metadata).is_ok()
+        })
 }
 
 /// The refusal when the replay runs out of space.
 fn shortfall_reason(layout: &Layout, req: &ConvertRequest, s: &Shortfall) -> Reason {
     let what = if s.kind == ChunkKind::Data {
-        format!("its {} extent finds no free range that large", format_iec(s.wanted))
+        format!(
+            "its {} extent finds no free range that large",
+            format_iec(s.wanted)
+        )
     } else {
         format!("{} of its tree blocks find no room", format_iec(s.wanted))
     };
@@ -828,6 +838,34 @@ mod tests {
             p.equivalent_command.join(" "),
             "btrfs balance start -dconvert=raid0,soft -mconvert=raid1,soft -sconvert=raid1,soft /mnt"
         );
+    }
+
+    #[test]
+    fn the_replay_refuses_where_it_runs_out() {
+        let f = fs(2, 8 * GIB);
+        let layout = Layout {
+            free: vec![0, 0],
+            chunks: vec![LayoutChunk {
+                kind: ChunkKind::Data,
+                profile: Profile::Single,
+                logical: GIB,
+                length: GIB,
+                used: GIB / 2,
+                stripes: vec![(0, GIB)],
+                extents: None,
+            }],
+            total_bytes: 4 * GIB,
+            kernel: KernelVersion::new(6, 18),
+        };
+        let r = req(Some(Profile::Raid1), None);
+        let p = plan_convert_on(&f, &r, Some(&layout));
+        let r = p
+            .refusals
+            .iter()
+            .find(|r| r.code == "no-space-during-conversion")
+            .unwrap_or_else(|| panic!("{:?}", p.refusals));
+        assert!(r.message.contains("chunk 1 of 1"), "{}", r.message);
+        assert!(r.message.contains("ENOSPC"), "{}", r.message);
     }
 
     #[test]

@@ -20,10 +20,13 @@
 //!   to 128 MiB): when no chunk has such a range, a new chunk is allocated,
 //!   and when that fails the balance stops with ENOSPC, although the free
 //!   space summed over the chunks could have held the extent;
-//! - the tree blocks the relocation writes go to chunks of the target
-//!   metadata profile: when metadata is converted, the first step
-//!   allocates a metadata chunk of the target profile, and the forced
-//!   allocation when the metadata chunks are relocated is a second one;
+//! - a metadata or system chunk must then be made read-only, which needs
+//!   room for the reservations elsewhere: in other chunks of its type, or
+//!   by overcommitting on unallocated space (`btrfs_can_overcommit`:
+//!   what the target profile gets from it, less one data chunk, halved);
+//!   system chunks are never force-allocated (`btrfs_chunk_alloc` refuses
+//!   them), so the last system chunk fails there when the devices are
+//!   nearly full although a system chunk would fit;
 //! - metadata and system chunks hold tree blocks of a few KiB: they fill
 //!   any free space, new chunks are allocated as needed;
 //! - only then is the old chunk freed; its stripes return to their
@@ -81,6 +84,8 @@ pub struct Layout {
     pub total_bytes: u64,
     /// Running kernel.
     pub kernel: KernelVersion,
+    /// The global block reserve (metadata that must stay reservable).
+    pub global_reserve: u64,
 }
 
 /// Where a conversion runs out of space.
@@ -107,6 +112,9 @@ pub struct Shortfall {
     pub free_in_target: u64,
     /// Unallocated bytes on the devices then.
     pub unallocated: u64,
+    /// The chunk could not be made read-only (metadata, system): nothing
+    /// else could take its reservations.
+    pub read_only: bool,
 }
 
 /// A chunk of the target profile during the replay.
@@ -152,31 +160,59 @@ pub fn simulate(
     order.reverse();
     let steps = order.len();
     let (total, kernel) = (layout.total_bytes, layout.kernel);
+    // calc_effective_data_chunk_size: what overcommitting must leave.
+    let data_chunk = (total / 10).min(1 << 30);
     for (i, c) in order.iter().enumerate() {
         let to = target_of(c.kind).expect("filtered");
-        // Tree blocks written while relocating (any chunk) are allocated in
-        // the target metadata profile: the first step allocates a chunk of
-        // it when none exists.
-        if let Some(m) = metadata
-            && order.iter().any(|c| c.kind == ChunkKind::Metadata)
-            && !pool
-                .iter()
-                .any(|t| t.kind == ChunkKind::Metadata && t.profile == m)
-            && let Some(n) = alloc::allocate_chunk(&mut free, m, ChunkKind::Metadata, total, kernel)
+        // btrfs_inc_block_group_ro: a forced chunk of the target profile
+        // (never a system chunk: btrfs_chunk_alloc refuses those, they
+        // come from check_system_chunk when system space runs short).
+        if c.kind != ChunkKind::System
+            && let Some(n) = alloc::allocate_chunk(&mut free, to, c.kind, total, kernel)
         {
-            pool.push(Target {
-                kind: ChunkKind::Metadata,
-                profile: m,
-                room: n,
-            });
-        }
-        // btrfs_inc_block_group_ro: a forced chunk of the target profile.
-        if let Some(n) = alloc::allocate_chunk(&mut free, to, c.kind, total, kernel) {
             pool.push(Target {
                 kind: c.kind,
                 profile: to,
                 room: n,
             });
+        }
+        // Then the chunk must be made read-only: metadata and system need
+        // room elsewhere, in chunks of their type or by overcommitting on
+        // unallocated space (btrfs_can_overcommit, NO_FLUSH: what the
+        // profile gets from it less a data chunk kept in reserve, halved).
+        if c.kind != ChunkKind::Data {
+            let elsewhere: u64 = pool
+                .iter()
+                .filter(|t| t.kind == c.kind)
+                .map(|t| t.room)
+                .sum::<u64>()
+                + order[i + 1..]
+                    .iter()
+                    .filter(|o| o.kind == c.kind)
+                    .map(|o| o.length.saturating_sub(o.used))
+                    .sum::<u64>();
+            let copies = u64::from(to.geometry().ncopies.max(1));
+            let avail = (free.iter().sum::<u64>() / copies).saturating_sub(data_chunk) / 2;
+            let reserved = if c.kind == ChunkKind::Metadata {
+                layout.global_reserve
+            } else {
+                0
+            };
+            if elsewhere + avail <= reserved {
+                return Err(Shortfall {
+                    step: i + 1,
+                    steps,
+                    kind: c.kind,
+                    logical: c.logical,
+                    from: c.profile,
+                    to,
+                    wanted: c.used.max(1),
+                    largest_free: 0,
+                    free_in_target: elsewhere,
+                    unallocated: free.iter().sum(),
+                    read_only: true,
+                });
+            }
         }
         // The relocation commits: the previous chunk's stripes are free.
         for (d, b) in pending.drain(..) {
@@ -197,6 +233,7 @@ pub fn simulate(
                 largest_free: mine.clone().map(|t| t.room).max().unwrap_or(0),
                 free_in_target: mine.map(|t| t.room).sum(),
                 unallocated: free.iter().sum(),
+                read_only: false,
             }
         };
         if c.kind == ChunkKind::Data {
@@ -337,6 +374,7 @@ mod tests {
             chunks,
             total_bytes: 2 * size,
             kernel: K,
+            global_reserve: 5 * MIB,
         }
     }
 
@@ -402,6 +440,26 @@ mod tests {
         l.free[1] += 256 * MIB;
         assert!(simulate(&l, None, Some(Profile::Raid1c3)).is_err());
         assert_eq!(simulate(&l, None, Some(Profile::Raid1)), Ok(1));
+    }
+
+    #[test]
+    fn the_last_system_chunk_needs_room_to_overcommit() {
+        // `-m single`: the one system chunk is relocated last; nothing else
+        // holds system space, so making it read-only needs the unallocated
+        // space less a data chunk (409.6 MiB on 4 GiB) to be left over.
+        let single = |l: &mut Layout| {
+            l.chunks[0].profile = Profile::Single;
+            l.chunks[0].stripes = vec![(0, 8 * MIB)];
+            l.free[1] += 8 * MIB;
+        };
+        let mut roomy = two_by_two(1, 100 * MIB);
+        single(&mut roomy);
+        assert!(simulate(&roomy, None, Some(Profile::Raid1)).is_ok());
+        let mut tight = two_by_two(1, 100 * MIB);
+        single(&mut tight);
+        tight.free = vec![300 * MIB, 300 * MIB];
+        let s = simulate(&tight, None, Some(Profile::Raid1)).unwrap_err();
+        assert!(s.read_only && s.kind == ChunkKind::System, "{s:?}");
     }
 
     #[test]

@@ -258,6 +258,12 @@ pub(crate) fn layout_of(fs: &FsState, records: btrfs::ChunkLayout) -> Option<Lay
         chunks,
         total_bytes: fs.raw_size(),
         kernel: fs.kernel,
+        global_reserve: fs
+            .spaces
+            .iter()
+            .filter(|s| btrfs::bg_type_of(s.flags) == BgType::GlobalReserve)
+            .map(|s| s.total_bytes)
+            .sum(),
     })
 }
 
@@ -290,13 +296,29 @@ fn device_that_fits(
 
 /// The refusal when the replay runs out of space.
 fn shortfall_reason(layout: &Layout, req: &ConvertRequest, s: &Shortfall) -> Reason {
-    let what = if s.kind == ChunkKind::Data {
+    let what = if s.read_only {
         format!(
-            "its {} extent finds no free range that large",
-            format_iec(s.wanted)
+            "it cannot be made read-only: nothing else takes its reservations ({} free in other {} chunks, {} unallocated is too little to overcommit)",
+            format_iec(s.free_in_target),
+            kind_name(s.kind),
+            format_iec(s.unallocated),
         )
     } else {
-        format!("{} of its tree blocks find no room", format_iec(s.wanted))
+        let part = if s.kind == ChunkKind::Data {
+            format!(
+                "its {} extent finds no free range that large",
+                format_iec(s.wanted)
+            )
+        } else {
+            format!("{} of its tree blocks find no room", format_iec(s.wanted))
+        };
+        format!(
+            "{part} in the {to} chunks (largest free range {}, {} free in all) and the {} unallocated does not take a new {to} chunk",
+            format_iec(s.largest_free),
+            format_iec(s.free_in_target),
+            format_iec(s.unallocated),
+            to = s.to,
+        )
     };
     let fix = match device_that_fits(layout, req.data, req.metadata) {
         Some(size) => format!(
@@ -308,17 +330,12 @@ fn shortfall_reason(layout: &Layout, req: &ConvertRequest, s: &Shortfall) -> Rea
     Reason::general(
         "no-space-during-conversion",
         format!(
-            "not enough space to convert: relocating chunk {} of {} ({} {} at {}) to {}, {what} in the {} chunks (largest free range {}, {} free in all) and the {} unallocated does not take a new {} chunk; the kernel's balance stops there with ENOSPC (no space left on device); {fix}",
+            "not enough space to convert: relocating chunk {} of {} ({} {} at {}) to {}, {what}; the kernel's balance stops there with ENOSPC (no space left on device); {fix}",
             s.step,
             s.steps,
             kind_name(s.kind),
             s.from,
             s.logical,
-            s.to,
-            s.to,
-            format_iec(s.largest_free),
-            format_iec(s.free_in_target),
-            format_iec(s.unallocated),
             s.to,
         ),
         false,
@@ -856,6 +873,7 @@ mod tests {
             }],
             total_bytes: 4 * GIB,
             kernel: KernelVersion::new(6, 18),
+            global_reserve: 8 << 20,
         };
         let r = req(Some(Profile::Raid1), None);
         let p = plan_convert_on(&f, &r, Some(&layout));

@@ -29,12 +29,11 @@
 //!   nearly full although a system chunk would fit;
 //! - metadata and system chunks hold tree blocks of a few KiB: they fill
 //!   any free space, new chunks are allocated as needed;
-//! - only then is the old chunk freed; its stripes return to their
-//!   devices at the next commit (`find_free_dev_extent` searches the
-//!   device tree's commit root), which comes during the next chunk's
-//!   relocation, after that chunk's forced allocation: the last system
-//!   chunk cannot be made read-only when only the metadata chunk just
-//!   relocated left room for a system chunk of the target profile.
+//! - only then is the old chunk freed; its device space is taken again
+//!   only after the next chunk was relocated (the chunk allocator searches
+//!   the device tree's commit root, `find_free_dev_extent`; measured: a
+//!   model that reuses it at once predicts conversions that the kernel
+//!   fails).
 //!
 //! Simplifications: each chunk's free space is one range at its end (new
 //! chunks are filled from their start; an existing chunk's free space is
@@ -42,8 +41,10 @@
 //! metadata the relocation itself writes (reloc trees, extent-tree updates)
 //! is not counted; free space per device is a total, not holes
 //! ([`super::alloc`]); the kernel picks among chunks with room by its own
-//! hints (the model: lowest address first). It is an estimate that errs on
-//! the side the kernel errs: the numbers at the failing step are given.
+//! hints (the model: lowest address first). It is an estimate, checked
+//! against the kernel on loop devices (tests/it/admin.rs,
+//! `the_conversion_plan_predicts_the_kernels_enospc`); a refusal gives the
+//! step and the numbers.
 
 use crate::model::alloc::{self, ChunkKind};
 use crate::model::kernel::KernelVersion;
@@ -76,7 +77,8 @@ pub struct LayoutChunk {
 /// The filesystem the conversion starts from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
-    /// Unallocated bytes of each device.
+    /// Allocatable bytes of each device (unallocated, less the first MiB
+    /// the kernel never allocates).
     pub free: Vec<u64>,
     /// Every chunk.
     pub chunks: Vec<LayoutChunk>,
@@ -214,12 +216,6 @@ pub fn simulate(
                 });
             }
         }
-        // The relocation commits: the previous chunk's stripes are free.
-        for (d, b) in pending.drain(..) {
-            if let Some(f) = free.get_mut(d) {
-                *f += b;
-            }
-        }
         let short = |wanted: u64, pool: &[Target], free: &[u64]| {
             let mine = pool.iter().filter(|t| t.kind == c.kind && t.profile == to);
             Shortfall {
@@ -290,9 +286,14 @@ pub fn simulate(
                 }
             }
         }
-        // The old chunk goes: its stripes return to their devices at the
-        // next commit (the allocator searches the device tree's commit
-        // root), after the next step's forced allocation.
+        // The old chunk goes: the previous one's stripes are free now, its
+        // own after the next chunk (the allocator searches the device
+        // tree's commit root).
+        for (d, b) in pending.drain(..) {
+            if let Some(f) = free.get_mut(d) {
+                *f += b;
+            }
+        }
         pending = c.stripes.clone();
     }
     Ok(steps)

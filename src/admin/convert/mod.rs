@@ -254,7 +254,13 @@ pub(crate) fn layout_of(fs: &FsState, records: btrfs::ChunkLayout) -> Option<Lay
         });
     }
     Some(Layout {
-        free: fs.devices.iter().map(|d| d.unallocated()).collect(),
+        // The first MiB of every device is never allocated
+        // (BTRFS_DEVICE_RANGE_RESERVED).
+        free: fs
+            .devices
+            .iter()
+            .map(|d| d.unallocated().saturating_sub(1 << 20))
+            .collect(),
         chunks,
         total_bytes: fs.raw_size(),
         kernel: fs.kernel,

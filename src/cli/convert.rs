@@ -4,8 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use btrfs_lab::admin::convert::{
-    ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage, plan_convert_on,
-    read_layout,
+    ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage, plan_convert,
 };
 use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc, StatusReport};
@@ -95,8 +94,7 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
         ));
     }
     let (fs, state) = open_state(&root, &a.mount)?;
-    let layout = read_layout(&fs, &state);
-    let plan = plan_convert_on(&state, &req, layout.as_ref());
+    let plan = plan_convert(&state, &req);
     // The plan: a JSON Lines record even when refused; as text only when
     // not (the refusal is the error line).
     ui::emit(out, &plan_record(&plan));

@@ -108,9 +108,9 @@ pub struct ReadTestArgs {
     /// Bytes per pread of a thread [default: 8M, more below 4 threads so that 32M are in flight].
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     chunk: Option<u64>,
-    /// Destination buffer; reused as a ring when the file is larger.
-    #[arg(long, default_value = "1G", value_parser = size_arg, value_name = "SIZE")]
-    buffer: u64,
+    /// Destination buffer; reused as a ring when the file is larger [default: 2 × threads × chunk, 64M].
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    buffer: Option<u64>,
     /// Also drop the whole page cache before each run (root).
     #[arg(long)]
     drop_caches: bool,
@@ -330,7 +330,7 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
     let dest = &r.destination;
     let huge = dest.huge_page_bytes.map_or_else(
         || "huge pages unknown".to_owned(),
-        |h| format!("{} in huge pages", size(h)),
+        |h| format!("{} in huge pages ({})", size(h), dest.backing.describe()),
     );
     let kind = if dest.bytes < f.size_bytes {
         format!("ring of {} slots", dest.slots)
@@ -338,19 +338,24 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
         "holds the whole file".to_owned()
     };
     t.push_str(&format!(
-        "  destination  {} ({kind}), {huge}, prefaulted\n",
-        size(dest.bytes)
+        "  destination  {} ({kind}), {huge}, prefaulted in {:.2} s\n",
+        size(dest.bytes),
+        dest.prefault_seconds
     ));
-    let checked = if r.cache.verified_by.is_some() {
+    let checked = if let Some(by) = &r.cache.verified_by {
         match (r.methods.is_empty(), r.warm_methods.is_empty()) {
-            (_, true) => "mincore found it cold",
-            (true, false) => "warm runs: the file read in first, mincore found every page resident",
+            (_, true) => format!("{by} found it cold"),
+            (true, false) => {
+                format!("warm runs: the file read in first, {by} found every page resident")
+            }
             (false, false) => {
-                "mincore found it cold (warm runs: read in first, mincore found every page resident)"
+                format!(
+                    "{by} found it cold (warm runs: read in first, {by} found every page resident)"
+                )
             }
         }
     } else {
-        "NOT checked (see notes)"
+        "NOT checked (see notes)".to_owned()
     };
     let cache = match r.cache.eviction.as_str() {
         "none" => "nothing to evict: the file lives in memory".to_owned(),

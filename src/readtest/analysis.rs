@@ -13,7 +13,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheState {
-    /// Evicted, and mincore found no page of the file resident.
+    /// Evicted, and cachestat (or mincore) found no page of the file resident.
     Cold,
     /// Pages stayed resident after eviction (another process maps them?).
     Warm,
@@ -21,7 +21,7 @@ pub enum CacheState {
     Memory,
     /// Eviction and its check were skipped (test hook).
     Unverified,
-    /// A warm run: mincore found every page of the file in the page cache.
+    /// A warm run: cachestat (or mincore) found every page of the file in the page cache.
     Resident,
     /// A warm run whose file was not wholly in the page cache even after
     /// it was read in (memory pressure): flagged.

@@ -35,6 +35,7 @@ use crate::sys::fs::beneath::HeldDir;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::direct_io::AlignedBuffer;
 use crate::sys::kernel::extents::{self, Layout};
+use crate::sys::kernel::hugepages;
 use crate::sys::kernel::memio::{self, MappedBuffer, RingBuffer};
 use crate::sys::proc::diskstats::{self, BlockDevice};
 use crate::sys::{fs::filesystem, is_root, kernel::pagecache, kernel::signals, kernel_release};
@@ -44,7 +45,7 @@ use digest::{Digest, VerifyMode};
 use engine::Pass;
 pub use method::Method;
 pub use report::ReadTestReport;
-use report::{CacheInfo, Destination, DirectIo, FileInfo, Parameters};
+use report::{Backing, CacheInfo, Destination, DirectIo, FileInfo, Parameters};
 
 /// Default rounds.
 pub const DEFAULT_ROUNDS: u32 = 3;
@@ -55,8 +56,11 @@ pub(crate) const DEFAULT_CHUNK: u64 = 8 << 20;
 /// Bytes direct keeps in flight at least, when the chunk is not given:
 /// less leaves a fast array idle between requests.
 pub(crate) const MIN_IN_FLIGHT: u64 = 32 << 20;
-/// Default destination size.
-pub(crate) const DEFAULT_BUFFER: u64 = 1 << 30;
+/// The default destination is a ring of this many slots per reader thread:
+/// one being read into while the thread's previous chunk is checked, so no
+/// thread waits for another's slot, and nothing is mapped or prefaulted
+/// that the reads will not touch (threads × chunk × 2: 64 MiB by default).
+pub(crate) const RING_SLOTS_PER_THREAD: u64 = 2;
 /// Alignment when the filesystem does not say (btrfs, tmpfs).
 pub(crate) const DEFAULT_ALIGN: u64 = 4096;
 
@@ -157,8 +161,9 @@ pub struct ReadTestOptions {
     pub cache: Option<CacheMode>,
     /// Chunk size; `None`: 8 MiB, raised so threads × chunk ≥ 32 MiB.
     pub chunk: Option<u64>,
-    /// Destination size.
-    pub buffer: u64,
+    /// Destination size; `None`: [`RING_SLOTS_PER_THREAD`] slots of one
+    /// chunk per thread of the largest count.
+    pub buffer: Option<u64>,
     /// Also drop the whole page cache before each run (root).
     pub drop_caches: bool,
     /// Checksum mode.
@@ -177,7 +182,7 @@ impl ReadTestOptions {
             threads: vec![DEFAULT_THREADS],
             cache: None,
             chunk: None,
-            buffer: DEFAULT_BUFFER,
+            buffer: None,
             drop_caches: false,
             verify: VerifyMode::Sampled,
             sysroot: SysRoot::host(),
@@ -207,6 +212,13 @@ impl ReadTestOptions {
         self.chunk.unwrap_or_else(|| {
             let per_thread = MIN_IN_FLIGHT.div_ceil(u64::from(self.max_threads().max(1)));
             DEFAULT_CHUNK.max(per_thread.div_ceil(1 << 20) << 20)
+        })
+    }
+
+    /// The destination's size: `--buffer`, or two chunks per thread.
+    pub fn buffer_bytes(&self) -> u64 {
+        self.buffer.unwrap_or_else(|| {
+            self.chunk_bytes() * u64::from(self.max_threads().max(1)) * RING_SLOTS_PER_THREAD
         })
     }
 
@@ -253,10 +265,11 @@ impl ReadTestOptions {
             )));
         }
         let needed = chunk * u64::from(self.max_threads());
-        if self.buffer < needed {
+        let buffer = self.buffer_bytes();
+        if buffer < needed {
             return Err(Error::usage(format!(
                 "--buffer {} is smaller than --threads × --chunk ({}): every thread needs a slot",
-                format_iec(self.buffer),
+                format_iec(buffer),
                 format_iec(needed)
             ))
             .with_hint(format!(
@@ -877,6 +890,20 @@ fn choose_cache(opts: &ReadTestOptions, f: &Found, plan: &plan::Plan) -> Result<
 
 type RunKey = (Situation, Method, u32);
 
+/// The size of the kernel's huge pages when its pool has enough free now
+/// for a destination of `len` bytes (and no other btrfs-lab run holds them
+/// reserved for itself): the ring then lives there, as fio's
+/// `iomem=mmaphuge` buffers do. Read from this machine, never a sysroot:
+/// the mapping is made here.
+fn huge_page_pool(len: u64) -> Option<usize> {
+    let pool = hugepages::read(&SysRoot::host())?;
+    if pool.page_bytes == 0 || hugepages::reserved_by_another_run() {
+        return None;
+    }
+    let need = len.div_ceil(pool.page_bytes);
+    (pool.available() >= need).then(|| usize::try_from(pool.page_bytes).ok())?
+}
+
 /// What the runs measured, and the destination they read into.
 struct Measured {
     runs: BTreeMap<RunKey, Vec<Run>>,
@@ -902,15 +929,27 @@ fn execute(
         )
         .with_hint("use a smaller --buffer")
     };
-    let mut ring =
-        RingBuffer::new((plan.ring_len / chunk) as usize, chunk as usize).map_err(alloc_error)?;
+    let mapping = std::time::Instant::now();
+    let mut ring = RingBuffer::with_pool(
+        (plan.ring_len / chunk) as usize,
+        chunk as usize,
+        huge_page_pool(plan.ring_len),
+    )
+    .map_err(alloc_error)?;
     let mut bounce: Vec<MappedBuffer> = (0..plan.bounce_buffers)
         .map(|_| MappedBuffer::new(chunk as usize))
         .collect::<std::io::Result<_>>()
         .map_err(alloc_error)?;
-    let huge_page_bytes = fs::read_to_string("/proc/self/smaps")
-        .ok()
-        .and_then(|s| anon_huge_bytes(&s, ring.address()));
+    let prefault_seconds = mapping.elapsed().as_secs_f64();
+    let (backing, huge_page_bytes) = match ring.backing() {
+        memio::Backing::Hugetlb => (Backing::HugePagePool, Some(ring.mapped_len() as u64)),
+        memio::Backing::Transparent => (
+            Backing::TransparentHugePages,
+            fs::read_to_string("/proc/self/smaps")
+                .ok()
+                .and_then(|s| anon_huge_bytes(&s, ring.address())),
+        ),
+    };
     let read_devices = || -> Result<Option<u64>> {
         if f.devices.is_empty() {
             Ok(None)
@@ -978,7 +1017,9 @@ fn execute(
         destination: Destination {
             bytes: ring.len() as u64,
             slots: ring.slots() as u64,
+            backing,
             huge_page_bytes,
+            prefault_seconds,
             bounce_bytes: plan.bounce_len,
         },
     })
@@ -1306,7 +1347,7 @@ fn parameters(opts: &ReadTestOptions, plan: plan::Plan, cache: &CacheChoice) -> 
         threads: opts.max_threads(),
         chunk_bytes: plan.chunk,
         in_flight_bytes: plan.in_flight,
-        buffer_bytes: opts.buffer,
+        buffer_bytes: opts.buffer_bytes(),
         verify: opts.verify,
         drop_caches: opts.drop_caches,
         thread_counts: plan.counts,
@@ -1340,7 +1381,7 @@ fn cache_info(opts: &ReadTestOptions, f: &Found, cache: CacheChoice) -> CacheInf
         }
         .to_owned(),
         verified_by: (!f.memory_backed && cache.unverifiable.is_none())
-            .then(|| "mincore".to_owned()),
+            .then(|| memio::residency_source(&f.t.file).to_owned()),
         note: cache.unverifiable,
     }
 }
@@ -1419,7 +1460,7 @@ mod tests {
                 ..ok.clone()
             },
             ReadTestOptions {
-                buffer: 16 << 20,
+                buffer: Some(16 << 20),
                 ..ok.clone()
             },
             ReadTestOptions {
@@ -1431,7 +1472,7 @@ mod tests {
             assert_eq!(b.validate().unwrap_err().exit_code(), 2, "{b:?}");
         }
         let e = ReadTestOptions {
-            buffer: 16 << 20,
+            buffer: Some(16 << 20),
             ..ok.clone()
         }
         .validate()

@@ -68,7 +68,7 @@ pub(crate) fn plan(opts: &ReadTestOptions, size: u64, dontcache_works: bool) -> 
     let direct_copy = methods.contains(&Method::DirectCopy);
     let max_threads = opts.max_threads();
     Plan {
-        ring_len: ring_bytes(opts.buffer, size, chunk),
+        ring_len: ring_bytes(opts.buffer_bytes(), size, chunk),
         bounce_len: if direct_copy {
             chunk * u64::from(max_threads)
         } else {

@@ -128,16 +128,42 @@ pub struct DirectIo {
 }
 
 /// The destination buffer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Destination {
     /// Bytes (a ring when smaller than the file).
     pub bytes: u64,
     /// Slots of one chunk each.
     pub slots: u64,
-    /// Bytes of it backed by transparent huge pages; null if unknown.
+    /// What backs it: pages of the kernel's huge page pool when it had
+    /// enough free (as fio's `iomem=mmaphuge`), else transparent huge pages.
+    pub backing: Backing,
+    /// Bytes of it in huge pages (the pool's, or transparent ones); null if
+    /// unknown.
     pub huge_page_bytes: Option<u64>,
+    /// Seconds it took to map and fault in, before any timing.
+    pub prefault_seconds: f64,
     /// Bounce buffers of direct-copy, all threads together.
     pub bounce_bytes: u64,
+}
+
+/// What backs the destination buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backing {
+    /// `MAP_HUGETLB`: pages of the pool `vm.nr_hugepages` reserves.
+    HugePagePool,
+    /// `MADV_HUGEPAGE` on ordinary memory: huge where the kernel found them.
+    TransparentHugePages,
+}
+
+impl Backing {
+    /// As said in text.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Backing::HugePagePool => "the huge page pool",
+            Backing::TransparentHugePages => "transparent",
+        }
+    }
 }
 
 /// How the cache was made cold.
@@ -147,7 +173,8 @@ pub struct CacheInfo {
     /// /proc/sys/vm/drop_caches), `none` (memory-backed file) or `skipped`
     /// (test hook).
     pub eviction: String,
-    /// `mincore` when residency was checked before each run, else null.
+    /// `cachestat` (Linux 6.5+) or `mincore` when residency was checked
+    /// before each run, else null.
     pub verified_by: Option<String>,
     /// Why it was not checked, when it was not (and not memory-backed).
     pub note: Option<String>,

@@ -24,6 +24,9 @@ const QUICK: [&str; 9] = [
     "--no-history",
 ];
 
+/// The tests here change vm.nr_hugepages: one at a time.
+static POOL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn nr_hugepages() -> u64 {
     fs::read_to_string("/proc/sys/vm/nr_hugepages")
         .unwrap()
@@ -38,6 +41,7 @@ fn hugepages_are_reserved_for_the_run_and_given_back() {
     if !require_root("bench --hugepages") {
         return;
     }
+    let _pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
     let env = TestEnv::new();
     let sb = env.sandbox(SandboxRequest {
         devices: 2,
@@ -127,6 +131,91 @@ fn hugepages_are_reserved_for_the_run_and_given_back() {
             )),
             "{:#?}",
             r.notes
+        );
+    }
+}
+
+/// Puts vm.nr_hugepages back when dropped (panics included).
+struct PoolSetting(u64);
+
+impl Drop for PoolSetting {
+    fn drop(&mut self) {
+        let _ = fs::write("/proc/sys/vm/nr_hugepages", self.0.to_string());
+    }
+}
+
+fn available_huge_pages() -> u64 {
+    btrfs_lab::sys::kernel::hugepages::read(&btrfs_lab::sys::fs::root::SysRoot::host())
+        .map_or(0, |h| h.available())
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn read_test_takes_its_ring_from_the_huge_page_pool_when_it_has_pages_free() {
+    if !require_root("read-test's ring from the huge page pool") {
+        return;
+    }
+    let _pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = TestEnv::new();
+    let sb = env.sandbox(SandboxRequest {
+        size_bytes: 512 << 20,
+        ..SandboxRequest::default()
+    });
+    let file = sb.mount_point().join("model.bin");
+    fs::write(&file, vec![7u8; 100 << 20]).unwrap();
+    let read_test = || {
+        let (code, out, err) = run(env
+            .cmd()
+            .args(["read-test", "--json", "--cache", "cold", "--rounds", "1"])
+            .args(["--methods", "direct"])
+            .arg(&file));
+        assert!(code == 0 || code == 3, "{err}");
+        let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(r["destination"]["bytes"], 64 << 20, "{r:#}");
+        r
+    };
+
+    // The pool given 64 MiB more than is free (and two pages to spare).
+    let before = nr_hugepages();
+    let setting = PoolSetting(before);
+    let want = before + 34 - available_huge_pages().min(34);
+    fs::write("/proc/sys/vm/nr_hugepages", want.to_string()).unwrap();
+    if available_huge_pages() < 32 {
+        drop(setting);
+        eprintln!("the kernel could not reserve 32 huge pages (memory fragmented): not checked");
+        return;
+    }
+    let r = read_test();
+    assert_eq!(r["destination"]["backing"], "huge-page-pool", "{r:#}");
+    assert_eq!(r["destination"]["huge_page_bytes"], 64 << 20, "{r:#}");
+    // Given back when read-test ended.
+    assert!(available_huge_pages() >= 32);
+
+    // Pages another btrfs-lab run reserved for itself (its flock) are not
+    // taken: transparent huge pages instead.
+    {
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open("/run/btrfs-lab-hugepages.lock")
+            .unwrap();
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        let r = read_test();
+        assert_eq!(
+            r["destination"]["backing"], "transparent-huge-pages",
+            "{r:#}"
+        );
+    }
+
+    // With the pool back as it was and nothing free: transparent.
+    drop(setting);
+    assert_eq!(nr_hugepages(), before);
+    if available_huge_pages() < 32 {
+        let r = read_test();
+        assert_eq!(
+            r["destination"]["backing"], "transparent-huge-pages",
+            "{r:#}"
         );
     }
 }

@@ -35,12 +35,25 @@ pub(crate) fn page_size() -> usize {
 
 // ------------------------------------------------------------ anonymous memory
 
-/// Anonymous memory aligned to 2 MiB with transparent huge pages requested,
-/// and faulted in before use, so a timed read never pays for page faults.
+/// What backs a [`MappedBuffer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backing {
+    /// Pages of the kernel's huge page pool (`MAP_HUGETLB`): every byte in
+    /// huge pages, reserved when mapped.
+    Hugetlb,
+    /// Ordinary anonymous memory with transparent huge pages requested
+    /// (`MADV_HUGEPAGE`): huge where the kernel found them.
+    Transparent,
+}
+
+/// Anonymous memory aligned to 2 MiB (huge pages of the pool, or
+/// transparent huge pages requested), faulted in before use, so a timed
+/// read never pays for page faults.
 pub(crate) struct MappedBuffer {
     ptr: NonNull<u8>,
     len: usize,
     mapped: usize,
+    backing: Backing,
 }
 
 // SAFETY: the buffer owns its mapping exclusively; moving it between threads
@@ -52,6 +65,46 @@ unsafe impl Send for MappedBuffer {}
 unsafe impl Sync for MappedBuffer {}
 
 impl MappedBuffer {
+    /// `len` usable bytes in pages of the huge page pool (`huge_page`
+    /// bytes each, the pool's size), prefaulted; `None` when the pool cannot
+    /// give them now (the kernel reserves them when mapping: `ENOMEM` is
+    /// "not enough free"), so the caller falls back to [`MappedBuffer::new`].
+    pub fn new_hugetlb(len: usize, huge_page: usize) -> io::Result<Option<Self>> {
+        if huge_page == 0 || !huge_page.is_power_of_two() {
+            return Ok(None);
+        }
+        let mapped = round_up(len.max(1), huge_page);
+        // SAFETY: a fresh private anonymous mapping of the default huge page
+        // size; no existing memory is touched (the kernel picks the address,
+        // aligned to the huge page). A failure is returned, nothing mapped.
+        let raw = unsafe {
+            mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                mapped,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::HUGETLB,
+            )
+        };
+        let raw = match raw {
+            Ok(p) => p,
+            // Too few free pages (ENOMEM), no hugetlb support (EINVAL), or
+            // a pool of another size than asked.
+            Err(rustix::io::Errno::NOMEM | rustix::io::Errno::INVAL) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
+        let buf = Self {
+            ptr,
+            len,
+            mapped,
+            backing: Backing::Hugetlb,
+        };
+        // The pages were reserved by mmap: faulting them in cannot fail for
+        // want of pages, only zeroes them.
+        buf.prefault()?;
+        Ok(Some(buf))
+    }
+
     /// `len` usable bytes (the mapping is rounded up to 2 MiB), 2 MiB-aligned,
     /// `MADV_HUGEPAGE` requested, every page written once (prefaulted).
     pub fn new(len: usize) -> io::Result<Self> {
@@ -82,7 +135,12 @@ impl MappedBuffer {
             }
         }
         let ptr = NonNull::new(aligned as *mut u8).ok_or_else(io::Error::last_os_error)?;
-        let buf = Self { ptr, len, mapped };
+        let buf = Self {
+            ptr,
+            len,
+            mapped,
+            backing: Backing::Transparent,
+        };
         // SAFETY: advice on our own mapping; it changes no memory contents.
         // EINVAL (THP compiled out or disabled) only means no huge pages.
         unsafe {
@@ -127,6 +185,16 @@ impl MappedBuffer {
         self.ptr.as_ptr() as usize
     }
 
+    /// Bytes mapped (`len` rounded up to whole huge pages).
+    pub fn mapped_len(&self) -> usize {
+        self.mapped
+    }
+
+    /// What backs it.
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
     /// The bytes, exclusively.
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: [ptr, ptr + len) is inside our live read-write mapping and
@@ -162,10 +230,27 @@ pub(crate) struct RingBuffer {
 const BUSY: u64 = u64::MAX;
 
 impl RingBuffer {
-    /// `slots` slots of `slot_len` bytes, prefaulted, huge pages requested.
+    /// `slots` slots of `slot_len` bytes, prefaulted, transparent huge
+    /// pages requested.
+    #[cfg(test)]
     pub fn new(slots: usize, slot_len: usize) -> io::Result<Self> {
+        Self::with_pool(slots, slot_len, None)
+    }
+
+    /// As [`RingBuffer::new`], in pages of the huge page pool (pages of
+    /// `huge_page` bytes) when given and the pool has them now, else in
+    /// transparent huge pages.
+    pub fn with_pool(slots: usize, slot_len: usize, huge_page: Option<usize>) -> io::Result<Self> {
         let slots = slots.max(1);
-        let buf = MappedBuffer::new(slots * slot_len)?;
+        let len = slots * slot_len;
+        let pooled = match huge_page {
+            Some(h) => MappedBuffer::new_hugetlb(len, h)?,
+            None => None,
+        };
+        let buf = match pooled {
+            Some(b) => b,
+            None => MappedBuffer::new(len)?,
+        };
         let mut ring = Self {
             buf,
             slot_len,
@@ -202,6 +287,16 @@ impl RingBuffer {
     /// Start address of the buffer.
     pub fn address(&self) -> usize {
         self.buf.address()
+    }
+
+    /// What backs the buffer.
+    pub fn backing(&self) -> Backing {
+        self.buf.backing()
+    }
+
+    /// Bytes mapped.
+    pub fn mapped_len(&self) -> usize {
+        self.buf.mapped_len()
     }
 
     /// Makes every waiting and future `claim` return `None` (a reader failed
@@ -460,9 +555,67 @@ impl Drop for FileMap {
     }
 }
 
-/// Bytes of the first `size` bytes of `file` that are in the page cache
-/// (`mincore` over a temporary mapping, 1 GiB at a time).
+/// Bytes of the first `size` bytes of `file` that are in the page cache:
+/// `cachestat` where the kernel has it (6.5+: it walks only the pages that
+/// are cached, so a cold 80 GB file costs next to nothing), else `mincore`
+/// over a temporary mapping, 1 GiB at a time (every page of the file, each
+/// call).
 pub fn resident_bytes(file: &File, size: u64) -> io::Result<u64> {
+    match cachestat_bytes(file, size)? {
+        Some(b) => Ok(b.min(size)),
+        None => mincore_bytes(file, size),
+    }
+}
+
+/// `cachestat(2)` over `[0, size)`: the bytes cached, or `None` where it
+/// cannot answer (a kernel before 6.5, a filesystem without a page cache,
+/// or, since 6.16, a file the caller neither owns nor may write: mincore
+/// then answers, with the same rule).
+fn cachestat_bytes(file: &File, size: u64) -> io::Result<Option<u64>> {
+    use linux_raw_sys::general::{__NR_cachestat, cachestat, cachestat_range};
+    use std::os::fd::AsRawFd;
+    if size == 0 {
+        return Ok(Some(0));
+    }
+    let range = cachestat_range { off: 0, len: size };
+    let mut stat = std::mem::MaybeUninit::<cachestat>::zeroed();
+    // SAFETY: cachestat(fd, range, stat, flags) reads `range` (a live
+    // struct of the kernel's layout, from linux-raw-sys) and writes one
+    // `cachestat` into `stat` (ours, zeroed, the right size); flags must be
+    // 0. The fd is borrowed from `file` for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::c_long::from(__NR_cachestat as i32),
+            file.as_raw_fd(),
+            &range as *const cachestat_range,
+            stat.as_mut_ptr(),
+            0 as libc::c_uint,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EPERM | libc::EBADF) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: the call succeeded, so the kernel filled it in (and it was
+    // zeroed before: every bit pattern is a valid `cachestat`).
+    let stat = unsafe { stat.assume_init() };
+    Ok(Some(stat.nr_cache.saturating_mul(page_size() as u64)))
+}
+
+/// Which call [`resident_bytes`] answers with for `file`: `cachestat`,
+/// or `mincore` where the kernel cannot use it.
+pub fn residency_source(file: &File) -> &'static str {
+    match cachestat_bytes(file, 1) {
+        Ok(Some(_)) => "cachestat",
+        _ => "mincore",
+    }
+}
+
+/// `resident_bytes` by `mincore`.
+pub(crate) fn mincore_bytes(file: &File, size: u64) -> io::Result<u64> {
     const WINDOW: u64 = 1 << 30;
     let page = page_size() as u64;
     let mut resident_pages = 0u64;
@@ -625,6 +778,40 @@ mod tests {
         assert_eq!(resident, data.len() as u64);
         assert_eq!(resident_bytes(&f, 0).unwrap(), 0);
         assert!(FileMap::new(&f, 0).is_err());
+    }
+
+    #[test]
+    fn cachestat_and_mincore_count_the_same_pages() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![3u8; 4 << 20]).unwrap();
+        let f = File::open(&p).unwrap();
+        f.sync_all().unwrap();
+        let size = 4 << 20;
+        // Just written: all of it; then the second half dropped.
+        assert_eq!(resident_bytes(&f, size).unwrap(), size);
+        assert_eq!(mincore_bytes(&f, size).unwrap(), size);
+        rustix::fs::fadvise(
+            &f,
+            2 << 20,
+            std::num::NonZeroU64::new(2 << 20),
+            rustix::fs::Advice::DontNeed,
+        )
+        .unwrap();
+        let by_mincore = mincore_bytes(&f, size).unwrap();
+        assert_eq!(resident_bytes(&f, size).unwrap(), by_mincore);
+        assert!(by_mincore <= 2 << 20, "{by_mincore}");
+        assert!(["cachestat", "mincore"].contains(&residency_source(&f)));
+    }
+
+    #[test]
+    fn a_pool_page_size_that_is_not_a_power_of_two_maps_nothing() {
+        assert!(
+            MappedBuffer::new_hugetlb(1 << 20, 3 << 20)
+                .unwrap()
+                .is_none()
+        );
+        assert!(MappedBuffer::new_hugetlb(1 << 20, 0).unwrap().is_none());
     }
 
     #[test]

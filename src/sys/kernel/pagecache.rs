@@ -23,7 +23,8 @@ pub fn evict(file: &File, path: &Path) -> Result<()> {
         .map_err(|e| super::errno::to_error(e, "cannot drop the cached pages of", path))
 }
 
-/// Bytes of the file's first `size` bytes in the page cache (mincore).
+/// Bytes of the file's first `size` bytes in the page cache (cachestat,
+/// or mincore before Linux 6.5).
 pub(crate) fn resident_bytes(file: &File, size: u64, path: &Path) -> Result<u64> {
     memio::resident_bytes(file, size)
         .map_err(|e| Error::from_io(&e, "cannot check the cached pages of", path))

@@ -463,6 +463,18 @@ pub fn render(r: &BenchReport) -> String {
             }
         ),
     ));
+    if let Some(c) = &r.buffer_cost {
+        rows.push((
+            "I/O buffers",
+            format!(
+                "ordinary 4 KiB pages for the sequential tests: here they reach {:.0}% of huge-page buffers ({} reads, {} in flight, {} pairs measured on the test file)",
+                c.ratio * 100.0,
+                format_iec(c.request_bytes),
+                c.in_flight,
+                c.pairs
+            ),
+        ));
+    }
     setup_table(&mut h, &rows);
     let runs = r.parameters.runs;
     let _ = write!(
@@ -834,6 +846,28 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    #[test]
+    fn the_measured_cost_of_ordinary_buffers_is_in_the_header() {
+        let mut r = report();
+        assert!(!render(&r).contains("I/O buffers"));
+        r.buffer_cost = Some(crate::bench::buffers::BufferCost {
+            base_pages_bytes_per_sec: 1.3e9,
+            huge_pages_bytes_per_sec: 2.0e9,
+            ratio: 0.65,
+            ratio_min: 0.6,
+            ratio_max: 0.7,
+            pairs: 3,
+            pass_bytes: 256 << 20,
+            request_bytes: 1 << 20,
+            in_flight: 8,
+        });
+        assert!(
+            render(&r).contains("ordinary 4 KiB pages for the sequential tests: here they reach 65% of huge-page buffers"),
+            "{}",
+            render(&r)
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! is not given as a result.
 
 pub mod analysis;
+pub mod buffers;
 pub mod cliff;
 pub mod compare;
 pub mod history;
@@ -579,13 +580,18 @@ pub fn buffers(opts: &BenchOptions) -> Buffers {
     }
 }
 
-/// The note of a run whose sequential tests used ordinary buffers.
-fn ordinary_buffers_note(why: &str, pages: Option<u64>) -> String {
+/// The note of a run whose sequential tests used ordinary buffers, with
+/// what they cost here (or why that could not be measured).
+fn ordinary_buffers_note(
+    why: &str,
+    cost: std::result::Result<&buffers::BufferCost, &buffers::Unmeasured>,
+) -> String {
+    let measured = match cost {
+        Ok(c) => c.describe(),
+        Err(e) => format!("what that costs here could not be measured: {e}"),
+    };
     format!(
-        "fio's I/O buffers for the sequential tests were ordinary 4 KiB pages ({why}): large sequential figures can be below the drives' ceiling (on a VM, SEQ1M reached 0.60-0.65 of the same jobs with huge-page buffers); --hugepages reserves {} for the run and gives them back",
-        pages.map_or("the huge pages they need".to_owned(), |p| format!(
-            "the {p} huge pages they need"
-        ))
+        "fio's I/O buffers for the sequential tests were ordinary 4 KiB pages ({why}): large sequential figures can be below the drives' ceiling; {measured}; --hugepages reserves the huge pages they need for the run and gives them back"
     )
 }
 
@@ -1231,12 +1237,6 @@ pub fn run(
         }
         _ => None,
     };
-    match &buffers {
-        Buffers::Ordinary { why } if !why.is_empty() => {
-            notes.push(ordinary_buffers_note(why, None));
-        }
-        _ => {}
-    }
     let Target {
         held,
         info,
@@ -1266,6 +1266,20 @@ pub fn run(
     };
     let cfg = setup.suite_config(opts, work.dir(), &verify);
     let measured = run_suite(&cfg, fio, &mut sens, progress)?;
+    // Ordinary buffers for lack of huge pages: what they cost here,
+    // measured once on the test file just used.
+    let buffer_cost = match &buffers {
+        Buffers::Ordinary { why } if !why.is_empty() => {
+            let cost = if setup.fallocate_only || setup.buffered {
+                Err("the test file was not written through O_DIRECT (test hook)".to_owned())
+            } else {
+                buffers::measure(work.dir(), TEST_FILE, setup.id, setup.size)?
+            };
+            notes.push(ordinary_buffers_note(why, cost.as_ref()));
+            cost.ok()
+        }
+        _ => None,
+    };
     let layout_at_end = sens.layout()?;
     let thermal_after = sensors::thermal_read(&opts.sysroot, &devices);
     let members_scaling = if opts.members {
@@ -1308,6 +1322,7 @@ pub fn run(
     };
     let finished = Finished {
         measured,
+        buffer_cost,
         layout_at_end,
         thermal: sensors::thermal_delta(thermal_before, thermal_after),
         members_scaling,
@@ -1407,6 +1422,7 @@ impl TestFileSetup {
 /// What a suite run measured and noted, once the test directory is gone.
 struct Finished {
     measured: Measured,
+    buffer_cost: Option<buffers::BufferCost>,
     layout_at_end: Option<FileLayout>,
     thermal: Vec<report::ThermalInfo>,
     members_scaling: Option<report::MemberScaling>,
@@ -1496,6 +1512,7 @@ fn assemble_report(
         notes,
         job_file: f.job_file,
         history: None,
+        buffer_cost: f.buffer_cost,
     }
 }
 

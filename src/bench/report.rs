@@ -52,6 +52,11 @@ pub struct BenchReport {
     /// `--no-history`, or a report read back from the history itself).
     #[serde(default)]
     pub history: Option<HistoryEntry>,
+    /// When the sequential tests' buffers were ordinary 4 KiB pages: what
+    /// that costs here, measured once on the test file (null: huge-page
+    /// buffers, no sequential test, or not measurable; the notes say why).
+    #[serde(default)]
+    pub buffer_cost: Option<super::buffers::BufferCost>,
 }
 
 /// A run's place in the bench history.

@@ -943,7 +943,7 @@ fn execute(
     let prefault_seconds = mapping.elapsed().as_secs_f64();
     let (backing, huge_page_bytes) = match ring.backing() {
         memio::Backing::Hugetlb => (Backing::HugePagePool, Some(ring.mapped_len() as u64)),
-        memio::Backing::Transparent => (
+        memio::Backing::Transparent | memio::Backing::Base => (
             Backing::TransparentHugePages,
             fs::read_to_string("/proc/self/smaps")
                 .ok()

@@ -44,6 +44,8 @@ pub(crate) enum Backing {
     /// Ordinary anonymous memory with transparent huge pages requested
     /// (`MADV_HUGEPAGE`): huge where the kernel found them.
     Transparent,
+    /// Ordinary anonymous memory kept in base pages (`MADV_NOHUGEPAGE`).
+    Base,
 }
 
 /// Anonymous memory aligned to 2 MiB (huge pages of the pool, or
@@ -108,6 +110,19 @@ impl MappedBuffer {
     /// `len` usable bytes (the mapping is rounded up to 2 MiB), 2 MiB-aligned,
     /// `MADV_HUGEPAGE` requested, every page written once (prefaulted).
     pub fn new(len: usize) -> io::Result<Self> {
+        let buf = Self::map_aligned(len)?;
+        // SAFETY: advice on our own mapping; it changes no memory contents.
+        // EINVAL (THP compiled out or disabled) only means no huge pages.
+        unsafe {
+            let _ = mm::madvise(buf.ptr.as_ptr().cast(), buf.mapped, Advice::LinuxHugepage);
+        }
+        buf.prefault()?;
+        Ok(buf)
+    }
+
+    /// A private anonymous mapping of `len` bytes rounded up to 2 MiB,
+    /// starting on a 2 MiB boundary, not yet faulted in.
+    fn map_aligned(len: usize) -> io::Result<Self> {
         let mapped = round_up(len.max(1), HUGE_PAGE);
         let over = mapped + HUGE_PAGE;
         // SAFETY: a fresh private anonymous mapping; no existing memory is
@@ -135,16 +150,23 @@ impl MappedBuffer {
             }
         }
         let ptr = NonNull::new(aligned as *mut u8).ok_or_else(io::Error::last_os_error)?;
-        let buf = Self {
+        Ok(Self {
             ptr,
             len,
             mapped,
             backing: Backing::Transparent,
-        };
-        // SAFETY: advice on our own mapping; it changes no memory contents.
-        // EINVAL (THP compiled out or disabled) only means no huge pages.
+        })
+    }
+
+    /// `len` usable bytes in ordinary base pages (`MADV_NOHUGEPAGE`: no
+    /// transparent huge page backs any of it), 2 MiB-aligned, prefaulted:
+    /// the buffers a program gets that asks for nothing.
+    pub fn new_base_pages(len: usize) -> io::Result<Self> {
+        let mut buf = Self::map_aligned(len)?;
+        buf.backing = Backing::Base;
+        // SAFETY: advice on our own mapping; it changes no contents.
         unsafe {
-            let _ = mm::madvise(ptr.as_ptr().cast(), mapped, Advice::LinuxHugepage);
+            mm::madvise(buf.ptr.as_ptr().cast(), buf.mapped, Advice::LinuxNoHugepage)?;
         }
         buf.prefault()?;
         Ok(buf)

@@ -15,6 +15,7 @@ use super::state::FsState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::alloc::{self, ChunkKind};
 use crate::model::profile::Profile;
+use crate::model::relocate::{self, Layout, LayoutChunk, Shortfall};
 use crate::model::space::BgType;
 use crate::parse::size::format_iec;
 use crate::sys::kernel::btrfs::{self, FsHandle};
@@ -201,6 +202,156 @@ fn error_warnings(fs: &FsState) -> Vec<String> {
 
 /// Plans a conversion on `fs` (pure: everything comes from `fs`).
 pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
+    plan_convert_on(fs, req, None)
+}
+
+/// Extents read at most for the replay; beyond, chunks are taken as full
+/// of the largest extents.
+const MAX_EXTENTS_READ: usize = 1_000_000;
+
+/// The chunks of the filesystem held open, for the replay of a conversion
+/// ([`relocate::simulate`]); `None` when they cannot be read (not root) or
+/// the filesystem has mixed block groups (not modelled).
+pub fn read_layout(fs: &FsHandle, state: &FsState) -> Option<Layout> {
+    if state.mixed_block_groups() {
+        return None;
+    }
+    let bgt = state.features.iter().any(|f| f == "block_group_tree");
+    let records = fs.chunk_layout(bgt, MAX_EXTENTS_READ).ok()??;
+    layout_of(state, records)
+}
+
+/// The replay's view of `records` on the devices of `fs`.
+pub(crate) fn layout_of(fs: &FsState, records: btrfs::ChunkLayout) -> Option<Layout> {
+    let mut chunks = Vec::with_capacity(records.len());
+    for (c, used, extents) in records {
+        let kind = match btrfs::bg_type_of(c.flags) {
+            BgType::Data => ChunkKind::Data,
+            BgType::Metadata => ChunkKind::Metadata,
+            BgType::System => ChunkKind::System,
+            _ => return None,
+        };
+        let profile = btrfs::profile_of(c.flags);
+        let stripe = c.length / u64::from(profile.data_stripes(u32::from(c.num_stripes)));
+        let stripes = c
+            .devids
+            .iter()
+            .map(|id| {
+                fs.devices
+                    .iter()
+                    .position(|d| d.devid == *id)
+                    .map(|i| (i, stripe))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        chunks.push(LayoutChunk {
+            kind,
+            profile,
+            logical: c.logical,
+            length: c.length,
+            used,
+            stripes,
+            extents,
+        });
+    }
+    Some(Layout {
+        // The first MiB of every device is never allocated
+        // (BTRFS_DEVICE_RANGE_RESERVED).
+        free: fs
+            .devices
+            .iter()
+            .map(|d| d.unallocated().saturating_sub(1 << 20))
+            .collect(),
+        chunks,
+        total_bytes: fs.raw_size(),
+        kernel: fs.kernel,
+        global_reserve: fs
+            .spaces
+            .iter()
+            .filter(|s| btrfs::bg_type_of(s.flags) == BgType::GlobalReserve)
+            .map(|s| s.total_bytes)
+            .sum(),
+    })
+}
+
+fn kind_name(k: ChunkKind) -> &'static str {
+    match k {
+        ChunkKind::Data => "data",
+        ChunkKind::Metadata => "metadata",
+        ChunkKind::System => "system",
+    }
+}
+
+/// The smallest device (of a few sizes) whose addition lets the replay
+/// finish, if any.
+fn device_that_fits(
+    layout: &Layout,
+    data: Option<Profile>,
+    metadata: Option<Profile>,
+) -> Option<u64> {
+    let largest = layout.free.iter().copied().max().unwrap_or(0).max(1 << 30);
+    (0..8)
+        .map(|i| (256u64 << 20) << i)
+        .filter(|&s| s <= 4 * largest)
+        .find(|&size| {
+            let mut l = layout.clone();
+            l.free.push(size);
+            l.total_bytes += size;
+            relocate::simulate(&l, data, metadata).is_ok()
+        })
+}
+
+/// The refusal when the replay runs out of space.
+fn shortfall_reason(layout: &Layout, req: &ConvertRequest, s: &Shortfall) -> Reason {
+    let what = if s.read_only {
+        format!(
+            "it cannot be made read-only: nothing else takes its reservations ({} free in other {} chunks, {} unallocated is too little to overcommit)",
+            format_iec(s.free_in_target),
+            kind_name(s.kind),
+            format_iec(s.unallocated),
+        )
+    } else {
+        let part = if s.kind == ChunkKind::Data {
+            format!(
+                "its {} extent finds no free range that large",
+                format_iec(s.wanted)
+            )
+        } else {
+            format!("{} of its tree blocks find no room", format_iec(s.wanted))
+        };
+        format!(
+            "{part} in the {to} chunks (largest free range {}, {} free in all) and the {} unallocated does not take a new {to} chunk",
+            format_iec(s.largest_free),
+            format_iec(s.free_in_target),
+            format_iec(s.unallocated),
+            to = s.to,
+        )
+    };
+    let fix = match device_that_fits(layout, req.data, req.metadata) {
+        Some(size) => format!(
+            "add a device of at least {} (btrfs-lab device add) or delete data first",
+            format_iec(size)
+        ),
+        None => "add devices (btrfs-lab device add) or delete data first".to_owned(),
+    };
+    Reason::general(
+        "no-space-during-conversion",
+        format!(
+            "not enough space to convert: relocating chunk {} of {} ({} {} at {}) to {}, {what}; the kernel's balance stops there with ENOSPC (no space left on device); {fix}",
+            s.step,
+            s.steps,
+            kind_name(s.kind),
+            s.from,
+            s.logical,
+            s.to,
+        ),
+        false,
+    )
+}
+
+/// [`plan_convert`] with the chunks of the filesystem ([`read_layout`]):
+/// the conversion is replayed chunk by chunk as the kernel relocates them
+/// and refused where the replay runs out of space.
+pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layout>) -> ConvertPlan {
     let mut refusals = Vec::new();
     let mut risks = Vec::new();
     let mut warnings = Vec::new();
@@ -439,6 +590,14 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
                 ));
             }
         }
+    }
+
+    if !nothing_to_do
+        && refusals.is_empty()
+        && let Some(layout) = layout
+        && let Err(s) = relocate::simulate(layout, req.data, req.metadata)
+    {
+        refusals.push(shortfall_reason(layout, req, &s));
     }
 
     warnings.extend(error_warnings(fs));
@@ -702,6 +861,35 @@ mod tests {
             p.equivalent_command.join(" "),
             "btrfs balance start -dconvert=raid0,soft -mconvert=raid1,soft -sconvert=raid1,soft /mnt"
         );
+    }
+
+    #[test]
+    fn the_replay_refuses_where_it_runs_out() {
+        let f = fs(2, 8 * GIB);
+        let layout = Layout {
+            free: vec![0, 0],
+            chunks: vec![LayoutChunk {
+                kind: ChunkKind::Data,
+                profile: Profile::Single,
+                logical: GIB,
+                length: GIB,
+                used: GIB / 2,
+                stripes: vec![(0, GIB)],
+                extents: None,
+            }],
+            total_bytes: 4 * GIB,
+            kernel: KernelVersion::new(6, 18),
+            global_reserve: 8 << 20,
+        };
+        let r = req(Some(Profile::Raid1), None);
+        let p = plan_convert_on(&f, &r, Some(&layout));
+        let r = p
+            .refusals
+            .iter()
+            .find(|r| r.code == "no-space-during-conversion")
+            .unwrap_or_else(|| panic!("{:?}", p.refusals));
+        assert!(r.message.contains("chunk 1 of 1"), "{}", r.message);
+        assert!(r.message.contains("ENOSPC"), "{}", r.message);
     }
 
     #[test]

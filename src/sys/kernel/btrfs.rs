@@ -953,6 +953,15 @@ impl FsHandle {
         chunk_layout_of(fd, block_group_tree, self.path(), max_extents)
     }
 
+    /// Commits the running transaction (syncfs): the block group items
+    /// read after it count what was freed before it.
+    pub(crate) fn sync(&self) -> Result<()> {
+        let fd = self.fd().map_err(|e| self.err(e, "cannot sync"))?;
+        rustix::fs::syncfs(fd).map_err(|e| {
+            Error::from_errno(Errno::from_raw(e.raw_os_error()), "cannot sync", &self.path)
+        })
+    }
+
     /// Pauses (blocks until paused) or cancels the balance. ENOTCONN: none runs.
     pub(crate) fn balance_control(&self, pause: bool) -> std::result::Result<(), Errno> {
         crate::sys::kernel::ioctl::balance_ctl(self.fd()?, pause)

@@ -1365,6 +1365,22 @@ fn a_cancelled_json_stream_ends_with_its_result_and_an_error_record() {
     assert_eq!(hashes(&m), before, "data intact after the cancel");
 }
 
+/// How a case of the conversion space matrix is interrupted before the
+/// conversion that is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interrupt {
+    /// Not: the conversion starts from the filesystem as filled.
+    Not,
+    /// The kernel's balance with the same targets runs until it has
+    /// relocated at least one chunk, then is paused (`btrfs balance pause`:
+    /// after the chunk it is on); the checked `convert` resumes it.
+    Pause,
+    /// Likewise, but cancelled (`btrfs balance cancel`: mid-chunk, the
+    /// relocation's partial copy is freed); the checked `convert` starts a
+    /// new balance on the partly converted filesystem.
+    Cancel,
+}
+
 /// One case of the conversion space matrix.
 struct SpaceCase {
     devices: u32,
@@ -1373,31 +1389,97 @@ struct SpaceCase {
     fill_mib: usize,
     to_data: &'static str,
     to_metadata: &'static str,
+    interrupt: Interrupt,
+}
+
+/// `btrfs balance start -f` with the conversion's targets, as the kernel's
+/// own tool runs it.
+fn kernel_convert(m: &Path, data: &str, metadata: &str) -> Command {
+    let mut c = Command::new("btrfs");
+    c.args(["balance", "start", "-f"])
+        .arg(format!("-dconvert={data},soft"))
+        .arg(format!("-mconvert={metadata},soft"))
+        .arg(format!("-sconvert={metadata},soft"))
+        .arg(m);
+    c
+}
+
+/// Interrupts a conversion of `c` by the kernel's own balance as
+/// `c.interrupt` says, once it has relocated a chunk; what happened, for
+/// the case's name (the balance may also have ended first: done, or out of
+/// space, which leaves a partly converted filesystem too).
+fn interrupt(m: &Path, c: &SpaceCase) -> String {
+    let child = kernel_convert(m, c.to_data, c.to_metadata)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ran = wait_running(m);
+    let (verb, done) = if c.interrupt == Interrupt::Pause {
+        ("pause", "paused")
+    } else {
+        ("cancel", "cancelled")
+    };
+    // Relocated before the pause or cancel (a cancel takes effect mid-chunk).
+    let before = btrfs_lab::sys::kernel::btrfs::balance_status(m)
+        .unwrap()
+        .map_or(0, |s| s.completed);
+    let stop = Command::new("btrfs")
+        .args(["balance", verb])
+        .arg(m)
+        .output()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if ran && stop.status.success() {
+        format!("{done} with {before} or more chunks relocated")
+    } else if err.contains("No space left on device") {
+        "the interrupted balance ran out of space first".to_owned()
+    } else {
+        format!(
+            "the interrupted balance ended first ({})",
+            if out.status.success() {
+                "done"
+            } else {
+                "failed"
+            }
+        )
+    }
 }
 
 /// The conversion planner predicts the kernel: on 2 GiB loop devices, for
 /// each case `convert --yes` either completes, or refuses with "not enough
 /// space to convert" (changing nothing), and then the kernel's own balance
 /// with the same targets (`btrfs balance start -dconvert=...,soft
-/// -mconvert=...,soft -sconvert=...,soft`) must fail with ENOSPC. The data
-/// is one file written in 1 MiB blocks (128 MiB extents). The test asserts
-/// the agreement, not the verdicts (they depend on the kernel and mkfs);
-/// it needs at least one case of each kind to mean something.
+/// -mconvert=...,soft -sconvert=...,soft`, or `btrfs balance resume` of a
+/// paused one) must fail with ENOSPC. The data is one file written in 1 MiB
+/// blocks (128 MiB extents). Some cases start from a partly converted
+/// filesystem: the kernel's balance with the same targets paused or
+/// cancelled after it has relocated a chunk (where it stops depends on
+/// timing; the assertion holds wherever it stops). The test asserts the
+/// agreement, not the verdicts (they depend on the kernel and mkfs); it
+/// needs at least one case of each kind to mean something. Each case's
+/// verdicts are printed (`--nocapture`).
 ///
 /// Measured on Linux 6.18, btrfs-progs 6.2 (plan verdict / kernel):
 ///
-/// | devices | mkfs -d/-m    | data     | → data/metadata | plan       | kernel |
-/// |---------|---------------|----------|-----------------|------------|--------|
-/// | 2       | single/raid1  | 1229 MiB | raid1/raid1     | refused    | ENOSPC (4th data chunk: no 128 MiB free range) |
-/// | 2       | single/raid1  | 1536 MiB | raid1/raid1     | refused    | ENOSPC (same) |
-/// | 2       | single/single | 768 MiB  | raid1/raid1     | refused    | ENOSPC (system chunk cannot be made read-only) |
-/// | 2       | single/single | 1024 MiB | raid1/raid1     | refused    | ENOSPC (same) |
-/// | 2       | single/single | 640 MiB  | raid1/raid1     | refused    | ENOSPC (same) |
-/// | 2       | single/single | 512 MiB  | raid1/raid1     | fits       | done |
-/// | 2       | single/raid1  | 300 MiB  | raid1/raid1     | fits       | done |
-/// | 2       | single/raid1  | 1100 MiB | raid1/raid1     | fits       | done |
-/// | 3       | raid1/raid1   | 600 MiB  | raid1c3/raid1c3 | fits       | done |
-/// | 2       | raid0/raid1   | 1100 MiB | raid1/raid1     | fits       | done |
+/// | devices | mkfs -d/-m    | data     | → data/metadata | interrupted | plan       | kernel |
+/// |---------|---------------|----------|-----------------|-------------|------------|--------|
+/// | 2       | single/raid1  | 1229 MiB | raid1/raid1     | no          | refused    | ENOSPC (4th data chunk: no 128 MiB free range) |
+/// | 2       | single/raid1  | 1536 MiB | raid1/raid1     | no          | refused    | ENOSPC (same) |
+/// | 2       | single/single | 768 MiB  | raid1/raid1     | no          | refused    | ENOSPC (system chunk cannot be made read-only) |
+/// | 2       | single/single | 1024 MiB | raid1/raid1     | no          | refused    | ENOSPC (same) |
+/// | 2       | single/single | 640 MiB  | raid1/raid1     | no          | refused    | ENOSPC (same) |
+/// | 2       | single/single | 512 MiB  | raid1/raid1     | no          | fits       | done |
+/// | 2       | single/raid1  | 300 MiB  | raid1/raid1     | no          | fits       | done |
+/// | 2       | single/raid1  | 1100 MiB | raid1/raid1     | no          | fits       | done |
+/// | 3       | raid1/raid1   | 600 MiB  | raid1c3/raid1c3 | no          | fits       | done |
+/// | 2       | raid0/raid1   | 1100 MiB | raid1/raid1     | no          | fits       | done |
+/// | 3       | raid0/raid1   | 1536 MiB | raid1/raid1     | cancelled   | fits       | done |
+/// | 3       | raid0/raid1   | 1536 MiB | raid1/raid1     | paused      | fits       | done |
+/// | 2       | single/raid1  | 1229 MiB | raid1/raid1     | paused      | refused    | ENOSPC (resumed) |
+/// | 2       | single/raid1  | 1100 MiB | raid1/raid1     | cancelled   | fits       | done |
+/// | 2       | single/single | 768 MiB  | raid1/raid1     | paused      | refused    | ENOSPC (resumed) |
 ///
 /// Every run of these cases gave the same kernel outcome (none was seen to
 /// depend on timing). The refusal's hint was checked by hand: after adding
@@ -1409,31 +1491,39 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
     if !require_root("convert space matrix") {
         return;
     }
+    use Interrupt::{Cancel, Not, Pause};
     use Profile::{Raid0, Raid1, Single};
-    let case = |devices, data, metadata, fill_mib, to_data, to_metadata| SpaceCase {
+    let case = |devices, data, metadata, fill_mib, to_data, to_metadata, interrupt| SpaceCase {
         devices,
         data,
         metadata,
         fill_mib,
         to_data,
         to_metadata,
+        interrupt,
     };
     let cases = [
-        case(2, Single, Raid1, 1229, "raid1", "raid1"),
-        case(2, Single, Raid1, 1536, "raid1", "raid1"),
-        case(2, Single, Single, 768, "raid1", "raid1"),
-        case(2, Single, Single, 1024, "raid1", "raid1"),
-        case(2, Single, Single, 640, "raid1", "raid1"),
-        case(2, Single, Single, 512, "raid1", "raid1"),
-        case(2, Single, Raid1, 300, "raid1", "raid1"),
-        case(2, Single, Raid1, 1100, "raid1", "raid1"),
-        case(3, Raid1, Raid1, 600, "raid1c3", "raid1c3"),
-        case(2, Raid0, Raid1, 1100, "raid1", "raid1"),
+        case(2, Single, Raid1, 1229, "raid1", "raid1", Not),
+        case(2, Single, Raid1, 1536, "raid1", "raid1", Not),
+        case(2, Single, Single, 768, "raid1", "raid1", Not),
+        case(2, Single, Single, 1024, "raid1", "raid1", Not),
+        case(2, Single, Single, 640, "raid1", "raid1", Not),
+        case(2, Single, Single, 512, "raid1", "raid1", Not),
+        case(2, Single, Raid1, 300, "raid1", "raid1", Not),
+        case(2, Single, Raid1, 1100, "raid1", "raid1", Not),
+        case(3, Raid1, Raid1, 600, "raid1c3", "raid1c3", Not),
+        case(2, Raid0, Raid1, 1100, "raid1", "raid1", Not),
+        // Partly converted.
+        case(3, Raid0, Raid1, 1536, "raid1", "raid1", Cancel),
+        case(3, Raid0, Raid1, 1536, "raid1", "raid1", Pause),
+        case(2, Single, Raid1, 1229, "raid1", "raid1", Pause),
+        case(2, Single, Raid1, 1100, "raid1", "raid1", Cancel),
+        case(2, Single, Single, 768, "raid1", "raid1", Pause),
     ];
     let env = TestEnv::new();
     let (mut fits, mut refused) = (0, 0);
     for c in &cases {
-        let what = format!(
+        let mut what = format!(
             "{} × 2 GiB {}/{} with {} MiB → {}/{}",
             c.devices, c.data, c.metadata, c.fill_mib, c.to_data, c.to_metadata
         );
@@ -1446,6 +1536,9 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
         });
         let m = sbx.mount_point().to_path_buf();
         fill(&m, 1, c.fill_mib);
+        if c.interrupt != Interrupt::Not {
+            what = format!("{what}, {}", interrupt(&m, c));
+        }
         let before = profiles(&env, &m);
         let (code, stdout, stderr) = run(env
             .cmd()
@@ -1465,6 +1558,7 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
                 expect(c.to_data, c.to_metadata),
                 "{what}: {stdout}{stderr}"
             );
+            eprintln!("{what}: plan fits, the conversion completed");
             continue;
         }
         refused += 1;
@@ -1478,20 +1572,27 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
             before,
             "{what}: the refusal changed something"
         );
-        let out = Command::new("btrfs")
-            .args(["balance", "start", "-f"])
-            .arg(format!("-dconvert={},soft", c.to_data))
-            .arg(format!("-mconvert={},soft", c.to_metadata))
-            .arg(format!("-sconvert={},soft", c.to_metadata))
-            .arg(&m)
-            .output()
-            .unwrap();
+        let paused = btrfs_lab::sys::kernel::btrfs::balance_status(&m)
+            .unwrap()
+            .is_some();
+        let out = if paused {
+            Command::new("btrfs")
+                .args(["balance", "resume"])
+                .arg(&m)
+                .output()
+                .unwrap()
+        } else {
+            kernel_convert(&m, c.to_data, c.to_metadata)
+                .output()
+                .unwrap()
+        };
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success() && err.contains("No space left on device"),
             "{what}: refused, but the kernel's balance did not run out of space: {}{err}",
             String::from_utf8_lossy(&out.stdout)
         );
+        eprintln!("{what}: plan refused, the kernel's balance ran out of space (ENOSPC)");
     }
     assert!(
         fits > 0 && refused > 0,

@@ -41,10 +41,25 @@
 //! metadata the relocation itself writes (reloc trees, extent-tree updates)
 //! is not counted; free space per device is a total, not holes
 //! ([`super::alloc`]); the kernel picks among chunks with room by its own
-//! hints (the model: lowest address first). It is an estimate, checked
-//! against the kernel on loop devices (tests/it/admin.rs,
-//! `the_conversion_plan_predicts_the_kernels_enospc`); a refusal gives the
-//! step and the numbers.
+//! hints (the model: lowest address first); empty chunks the cleaner may
+//! delete meanwhile are taken as they are. The extents of the kernel's
+//! relocation were checked in its source: `prealloc_file_extent_cluster`
+//! preallocates each extent with `btrfs_prealloc_file_range(.., num_bytes,
+//! min_size = num_bytes, ..)`, and `btrfs_reserve_extent` never goes below
+//! `min_size` when it retries smaller after ENOSPC, so an extent is never
+//! split. It is an estimate, checked against the kernel on loop devices
+//! (tests/it/admin.rs, `the_conversion_plan_predicts_the_kernels_enospc`,
+//! from freshly filled and from partly converted filesystems); a refusal
+//! gives the step and the numbers.
+//!
+//! When the replay may refuse (the callers, `admin::convert`): only from a
+//! state it reads whole and settled. While a balance runs or is being
+//! cancelled the chunk being relocated and its partial copy in the target
+//! chunks both hold its data (the copy is freed when a cancel ends): no
+//! replay then, it is made once that balance has ended. Data chunks whose
+//! extents were not read (beyond a budget) are replayed both with the
+//! largest and with the smallest extents ([`Unread`]): a refusal only when
+//! even the smallest run out, a warning when only the largest do.
 
 use crate::model::alloc::{self, ChunkKind};
 use crate::model::kernel::KernelVersion;
@@ -127,13 +142,45 @@ struct Target {
     room: u64,
 }
 
+/// What the replay takes for the extents of a data chunk that were not
+/// read ([`LayoutChunk::extents`] `None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unread {
+    /// The largest ([`MAX_EXTENT`]): the least favourable.
+    Largest,
+    /// The smallest: they fill any free range, the most favourable.
+    Smallest,
+}
+
 /// Replays the conversion of `layout` to `data` and `metadata` (system
-/// follows metadata; `None`: that type stays). `Ok(chunks relocated)` or
-/// where it runs out of space.
+/// follows metadata; `None`: that type stays), taking extents that were not
+/// read as the largest. `Ok(chunks relocated)` or where it runs out of
+/// space.
 pub fn simulate(
     layout: &Layout,
     data: Option<Profile>,
     metadata: Option<Profile>,
+) -> Result<usize, Shortfall> {
+    simulate_with(layout, data, metadata, Unread::Largest)
+}
+
+/// Whether a data chunk the conversion relocates has extents that were not
+/// read: the replay then depends on [`Unread`].
+pub fn has_unread_extents(layout: &Layout, data: Option<Profile>) -> bool {
+    data.is_some_and(|to| {
+        layout
+            .chunks
+            .iter()
+            .any(|c| c.kind == ChunkKind::Data && c.profile != to && c.extents.is_none())
+    })
+}
+
+/// [`simulate`], taking the extents that were not read as `unread` says.
+pub fn simulate_with(
+    layout: &Layout,
+    data: Option<Profile>,
+    metadata: Option<Profile>,
+    unread: Unread,
 ) -> Result<usize, Shortfall> {
     let target_of = |k: ChunkKind| match k {
         ChunkKind::Data => data,
@@ -232,7 +279,7 @@ pub fn simulate(
                 read_only: false,
             }
         };
-        if c.kind == ChunkKind::Data {
+        if c.kind == ChunkKind::Data && (c.extents.is_some() || unread == Unread::Largest) {
             let pieces: Vec<u64> = match &c.extents {
                 Some(e) => e.clone(),
                 None => {
@@ -263,6 +310,8 @@ pub fn simulate(
                 }
             }
         } else {
+            // Tree blocks, or data extents taken as the smallest: they
+            // fill any room.
             let mut left = c.used;
             loop {
                 for t in pool
@@ -420,6 +469,31 @@ mod tests {
         if let Err(s) = &small {
             assert!(s.step >= big.unwrap_err().step);
         }
+    }
+
+    #[test]
+    fn unread_extents_are_refused_only_when_even_the_smallest_run_out() {
+        // Extents not read: taken as the largest the replay runs out (300
+        // MiB in 416 MiB chunks: two 128 MiB extents and a 44 MiB one, a
+        // 416 MiB raid1 chunk takes three 128 MiB ones only), as the
+        // smallest it fits (the caller warns instead of refusing).
+        let l = two_by_two(4, 300 * MIB);
+        assert!(has_unread_extents(&l, Some(Profile::Raid1)));
+        assert!(simulate(&l, Some(Profile::Raid1), None).is_err());
+        assert!(simulate_with(&l, Some(Profile::Raid1), None, Unread::Smallest).is_ok());
+        // Read: both the same.
+        let mut read = l.clone();
+        for c in &mut read.chunks {
+            if c.kind == ChunkKind::Data {
+                c.extents = Some(vec![MAX_EXTENT, MAX_EXTENT, 44 * MIB]);
+            }
+        }
+        assert!(!has_unread_extents(&read, Some(Profile::Raid1)));
+        assert!(simulate_with(&read, Some(Profile::Raid1), None, Unread::Smallest).is_err());
+        // No room at all: even the smallest extents run out.
+        let mut full = l.clone();
+        full.free = vec![0, 0];
+        assert!(simulate_with(&full, Some(Profile::Raid1), None, Unread::Smallest).is_err());
     }
 
     #[test]

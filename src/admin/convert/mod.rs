@@ -637,7 +637,27 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
         } else if let Some(layout) = layout
             && let Err(s) = relocate::simulate(layout, req.data, req.metadata)
         {
-            refusals.push(shortfall_reason(layout, req, &s));
+            // Extents not read are taken as the largest; refused only when
+            // even the smallest would run out.
+            let sure = !relocate::has_unread_extents(layout, req.data)
+                || relocate::simulate_with(
+                    layout,
+                    req.data,
+                    req.metadata,
+                    relocate::Unread::Smallest,
+                )
+                .is_err();
+            if sure {
+                refusals.push(shortfall_reason(layout, req, &s));
+            } else {
+                warnings.push(format!(
+                    "the conversion may run out of space at chunk {} of {} ({} {}): the space check did not read the sizes of every data extent (too many) and runs out if they are large, not if they are small; if the kernel stops with ENOSPC, what was converted stays converted and the same convert resumes after freeing space",
+                    s.step,
+                    s.steps,
+                    kind_name(s.kind),
+                    s.from,
+                ));
+            }
         }
     }
 
@@ -931,6 +951,49 @@ mod tests {
             .unwrap_or_else(|| panic!("{:?}", p.refusals));
         assert!(r.message.contains("chunk 1 of 1"), "{}", r.message);
         assert!(r.message.contains("ENOSPC"), "{}", r.message);
+
+        // Extents not read: refused only if even the smallest run out
+        // (above: no space at all); 2 × 2 GiB with four single chunks of
+        // 416 MiB holding 300 MiB each runs out with 128 MiB extents, not
+        // with small ones: a warning. Read, and large, it is refused.
+        const MIB: u64 = 1 << 20;
+        let per_dev = 2 * GIB - 264 * MIB - 2 * 416 * MIB;
+        let unread = Layout {
+            free: vec![per_dev, per_dev],
+            chunks: (0..4u64)
+                .map(|i| LayoutChunk {
+                    kind: ChunkKind::Data,
+                    profile: Profile::Single,
+                    logical: GIB + i * 416 * MIB,
+                    length: 416 * MIB,
+                    used: 300 * MIB,
+                    stripes: vec![((i % 2) as usize, 416 * MIB)],
+                    extents: None,
+                })
+                .collect(),
+            total_bytes: 4 * GIB,
+            kernel: KernelVersion::new(6, 18),
+            global_reserve: 8 << 20,
+        };
+        let p = plan_convert_on(&f, &req(Some(Profile::Raid1), None), Some(&unread));
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert!(
+            p.warnings.iter().any(|w| w.contains("may run out")),
+            "{:?}",
+            p.warnings
+        );
+        let mut read = unread.clone();
+        for c in &mut read.chunks {
+            c.extents = Some(vec![128 * MIB, 128 * MIB, 44 * MIB]);
+        }
+        let p = plan_convert_on(&f, &req(Some(Profile::Raid1), None), Some(&read));
+        assert!(
+            p.refusals
+                .iter()
+                .any(|r| r.code == "no-space-during-conversion"),
+            "{:?}",
+            p.refusals
+        );
 
         // A balance running or being cancelled (its relocation's copy is
         // in flux): no refusal from the replay, a warning; a paused one

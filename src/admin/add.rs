@@ -368,7 +368,8 @@ pub(crate) fn replan_convert(
     req: &ConvertRequest,
 ) -> Result<Option<ConvertPlan>> {
     let state = read_state_at(root, fs, mount_point)?;
-    let plan = plan_convert(&state, req);
+    let layout = super::convert::read_layout(fs, &state);
+    let plan = super::convert::plan_convert_on(&state, req, layout.as_ref());
     if let Some(first) = plan.blocking(req.force).first() {
         let rest: Vec<String> = plan
             .blocking(req.force)

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use btrfs_lab::admin::convert::{
-    ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage, plan_convert,
+    ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage, plan_convert_on,
+    read_layout,
 };
 use btrfs_lab::admin::hooks;
 use btrfs_lab::admin::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc, StatusReport};
@@ -94,7 +95,8 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
         ));
     }
     let (fs, state) = open_state(&root, &a.mount)?;
-    let plan = plan_convert(&state, &req);
+    let layout = read_layout(&fs, &state);
+    let plan = plan_convert_on(&state, &req, layout.as_ref());
     // The plan: a JSON Lines record even when refused; as text only when
     // not (the refusal is the error line).
     ui::emit(out, &plan_record(&plan));

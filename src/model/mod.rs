@@ -13,6 +13,7 @@ pub mod profile;
 pub mod progress;
 pub mod rate;
 pub mod reclaim;
+pub mod relocate;
 pub mod space;
 pub mod stripes;
 pub mod text;

@@ -15,9 +15,11 @@ use super::state::FsState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::alloc::{self, ChunkKind};
 use crate::model::profile::Profile;
+use crate::model::relocate::{self, Layout, LayoutChunk, Shortfall};
 use crate::model::space::BgType;
 use crate::parse::size::format_iec;
 use crate::sys::kernel::btrfs::{self, FsHandle};
+use crate::sys::kernel::ioctl::BalanceState;
 use crate::sys::kernel::signals::Received;
 
 /// What the user asked for. System chunks follow metadata.
@@ -201,6 +203,187 @@ fn error_warnings(fs: &FsState) -> Vec<String> {
 
 /// Plans a conversion on `fs` (pure: everything comes from `fs`).
 pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
+    plan_convert_on(fs, req, None)
+}
+
+/// Extents read at most for the replay; beyond, chunks are taken as full
+/// of the largest extents.
+const MAX_EXTENTS_READ: usize = 1_000_000;
+
+/// The chunks of the filesystem held open, for the replay of a conversion
+/// ([`relocate::simulate`]); `None` when they cannot be read (not root),
+/// the filesystem has mixed block groups (not modelled), or a balance runs
+/// (then or by the time they were read: see [`balance_in_flux`]).
+pub fn read_layout(fs: &FsHandle, state: &FsState) -> Option<Layout> {
+    if state.mixed_block_groups() || balance_in_flux(state) {
+        return None;
+    }
+    let bgt = state.features.iter().any(|f| f == "block_group_tree");
+    let records = fs.chunk_layout(bgt, MAX_EXTENTS_READ).ok()??;
+    // One that started while they were read: they may be mid-relocation.
+    let running = fs
+        .balance_status()
+        .map(|s| {
+            s.is_some_and(|s| {
+                s.state
+                    .intersects(BalanceState::RUNNING | BalanceState::CANCEL_REQ)
+            })
+        })
+        .unwrap_or(true);
+    if running {
+        return None;
+    }
+    layout_of(state, records)
+}
+
+/// A balance runs, or is being cancelled, on `fs` (not one that is
+/// paused): the chunks are not in a state the replay can start from. While
+/// the kernel relocates a chunk, its data is both in the chunk and, partly
+/// or wholly, in the copy the relocation is writing into chunks of the
+/// target profile; a cancelled relocation (`btrfs balance cancel`, or the
+/// process running the balance killed) frees that copy when it ends.
+/// Measured (3 × 2 GiB, raid0 → raid1 data, the convert process killed
+/// after the first chunk): read right after the kill, a second raid1 chunk
+/// showed 512 MiB used by the copy of the chunk being relocated, and the
+/// replay, counting that data twice, ran out of space; once the kernel had
+/// ended the balance that chunk was empty again, the replay fitted and the
+/// kernel completed the conversion. A paused balance stops between chunks:
+/// its state is settled.
+pub fn balance_in_flux(state: &FsState) -> bool {
+    state.balance.is_some_and(|b| b.running || b.cancelling)
+}
+
+/// The replay's view of `records` on the devices of `fs`.
+pub(crate) fn layout_of(fs: &FsState, records: btrfs::ChunkLayout) -> Option<Layout> {
+    let mut chunks = Vec::with_capacity(records.len());
+    for (c, used, extents) in records {
+        let kind = match btrfs::bg_type_of(c.flags) {
+            BgType::Data => ChunkKind::Data,
+            BgType::Metadata => ChunkKind::Metadata,
+            BgType::System => ChunkKind::System,
+            _ => return None,
+        };
+        let profile = btrfs::profile_of(c.flags);
+        let stripe = c.length / u64::from(profile.data_stripes(u32::from(c.num_stripes)));
+        let stripes = c
+            .devids
+            .iter()
+            .map(|id| {
+                fs.devices
+                    .iter()
+                    .position(|d| d.devid == *id)
+                    .map(|i| (i, stripe))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        chunks.push(LayoutChunk {
+            kind,
+            profile,
+            logical: c.logical,
+            length: c.length,
+            used,
+            stripes,
+            extents,
+        });
+    }
+    Some(Layout {
+        // The first MiB of every device is never allocated
+        // (BTRFS_DEVICE_RANGE_RESERVED).
+        free: fs
+            .devices
+            .iter()
+            .map(|d| d.unallocated().saturating_sub(1 << 20))
+            .collect(),
+        chunks,
+        total_bytes: fs.raw_size(),
+        kernel: fs.kernel,
+        global_reserve: fs
+            .spaces
+            .iter()
+            .filter(|s| btrfs::bg_type_of(s.flags) == BgType::GlobalReserve)
+            .map(|s| s.total_bytes)
+            .sum(),
+    })
+}
+
+fn kind_name(k: ChunkKind) -> &'static str {
+    match k {
+        ChunkKind::Data => "data",
+        ChunkKind::Metadata => "metadata",
+        ChunkKind::System => "system",
+    }
+}
+
+/// The smallest device (of a few sizes) whose addition lets the replay
+/// finish, if any.
+fn device_that_fits(
+    layout: &Layout,
+    data: Option<Profile>,
+    metadata: Option<Profile>,
+) -> Option<u64> {
+    let largest = layout.free.iter().copied().max().unwrap_or(0).max(1 << 30);
+    (0..8)
+        .map(|i| (256u64 << 20) << i)
+        .filter(|&s| s <= 4 * largest)
+        .find(|&size| {
+            let mut l = layout.clone();
+            l.free.push(size);
+            l.total_bytes += size;
+            relocate::simulate(&l, data, metadata).is_ok()
+        })
+}
+
+/// The refusal when the replay runs out of space.
+fn shortfall_reason(layout: &Layout, req: &ConvertRequest, s: &Shortfall) -> Reason {
+    let what = if s.read_only {
+        format!(
+            "it cannot be made read-only: nothing else takes its reservations ({} free in other {} chunks, {} unallocated is too little to overcommit)",
+            format_iec(s.free_in_target),
+            kind_name(s.kind),
+            format_iec(s.unallocated),
+        )
+    } else {
+        let part = if s.kind == ChunkKind::Data {
+            format!(
+                "its {} extent finds no free range that large",
+                format_iec(s.wanted)
+            )
+        } else {
+            format!("{} of its tree blocks find no room", format_iec(s.wanted))
+        };
+        format!(
+            "{part} in the {to} chunks (largest free range {}, {} free in all) and the {} unallocated does not take a new {to} chunk",
+            format_iec(s.largest_free),
+            format_iec(s.free_in_target),
+            format_iec(s.unallocated),
+            to = s.to,
+        )
+    };
+    let fix = match device_that_fits(layout, req.data, req.metadata) {
+        Some(size) => format!(
+            "add a device of at least {} (btrfs-lab device add) or delete data first",
+            format_iec(size)
+        ),
+        None => "add devices (btrfs-lab device add) or delete data first".to_owned(),
+    };
+    Reason::general(
+        "no-space-during-conversion",
+        format!(
+            "not enough space to convert: relocating chunk {} of {} ({} {} at {}) to {}, {what}; the kernel's balance stops there with ENOSPC (no space left on device); {fix}",
+            s.step,
+            s.steps,
+            kind_name(s.kind),
+            s.from,
+            s.logical,
+            s.to,
+        ),
+        false,
+    )
+}
+
+/// [`plan_convert`] with the chunks of the filesystem ([`read_layout`]):
+/// the conversion is replayed chunk by chunk as the kernel relocates them
+/// and refused where the replay runs out of space.
+pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layout>) -> ConvertPlan {
     let mut refusals = Vec::new();
     let mut risks = Vec::new();
     let mut warnings = Vec::new();
@@ -436,6 +619,43 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
                         fs.mount_point.display()
                     ),
                     false,
+                ));
+            }
+        }
+    }
+
+    // The replay: only on a settled filesystem (no balance running or
+    // being cancelled: [`balance_in_flux`]); a balance that is followed is
+    // replayed once it has ended, before anything is started
+    // ([`run::execute`]). A refusal only where the replay, from a state it
+    // reads whole, runs out.
+    if !nothing_to_do && refusals.is_empty() {
+        if balance_in_flux(fs) {
+            warnings.push(
+                "a balance is running or being cancelled: the space check that replays the conversion chunk by chunk is made when it has ended (what it relocates is in flux until then), before anything is started".to_owned(),
+            );
+        } else if let Some(layout) = layout
+            && let Err(s) = relocate::simulate(layout, req.data, req.metadata)
+        {
+            // Extents not read are taken as the largest; refused only when
+            // even the smallest would run out.
+            let sure = !relocate::has_unread_extents(layout, req.data)
+                || relocate::simulate_with(
+                    layout,
+                    req.data,
+                    req.metadata,
+                    relocate::Unread::Smallest,
+                )
+                .is_err();
+            if sure {
+                refusals.push(shortfall_reason(layout, req, &s));
+            } else {
+                warnings.push(format!(
+                    "the conversion may run out of space at chunk {} of {} ({} {}): the space check did not read the sizes of every data extent (too many) and runs out if they are large, not if they are small; if the kernel stops with ENOSPC, what was converted stays converted and the same convert resumes after freeing space",
+                    s.step,
+                    s.steps,
+                    kind_name(s.kind),
+                    s.from,
                 ));
             }
         }
@@ -701,6 +921,107 @@ mod tests {
         assert_eq!(
             p.equivalent_command.join(" "),
             "btrfs balance start -dconvert=raid0,soft -mconvert=raid1,soft -sconvert=raid1,soft /mnt"
+        );
+    }
+
+    #[test]
+    fn the_replay_refuses_where_it_runs_out() {
+        let f = fs(2, 8 * GIB);
+        let layout = Layout {
+            free: vec![0, 0],
+            chunks: vec![LayoutChunk {
+                kind: ChunkKind::Data,
+                profile: Profile::Single,
+                logical: GIB,
+                length: GIB,
+                used: GIB / 2,
+                stripes: vec![(0, GIB)],
+                extents: None,
+            }],
+            total_bytes: 4 * GIB,
+            kernel: KernelVersion::new(6, 18),
+            global_reserve: 8 << 20,
+        };
+        let r = req(Some(Profile::Raid1), None);
+        let p = plan_convert_on(&f, &r, Some(&layout));
+        let r = p
+            .refusals
+            .iter()
+            .find(|r| r.code == "no-space-during-conversion")
+            .unwrap_or_else(|| panic!("{:?}", p.refusals));
+        assert!(r.message.contains("chunk 1 of 1"), "{}", r.message);
+        assert!(r.message.contains("ENOSPC"), "{}", r.message);
+
+        // Extents not read: refused only if even the smallest run out
+        // (above: no space at all); 2 × 2 GiB with four single chunks of
+        // 416 MiB holding 300 MiB each runs out with 128 MiB extents, not
+        // with small ones: a warning. Read, and large, it is refused.
+        const MIB: u64 = 1 << 20;
+        let per_dev = 2 * GIB - 264 * MIB - 2 * 416 * MIB;
+        let unread = Layout {
+            free: vec![per_dev, per_dev],
+            chunks: (0..4u64)
+                .map(|i| LayoutChunk {
+                    kind: ChunkKind::Data,
+                    profile: Profile::Single,
+                    logical: GIB + i * 416 * MIB,
+                    length: 416 * MIB,
+                    used: 300 * MIB,
+                    stripes: vec![((i % 2) as usize, 416 * MIB)],
+                    extents: None,
+                })
+                .collect(),
+            total_bytes: 4 * GIB,
+            kernel: KernelVersion::new(6, 18),
+            global_reserve: 8 << 20,
+        };
+        let p = plan_convert_on(&f, &req(Some(Profile::Raid1), None), Some(&unread));
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert!(
+            p.warnings.iter().any(|w| w.contains("may run out")),
+            "{:?}",
+            p.warnings
+        );
+        let mut read = unread.clone();
+        for c in &mut read.chunks {
+            c.extents = Some(vec![128 * MIB, 128 * MIB, 44 * MIB]);
+        }
+        let p = plan_convert_on(&f, &req(Some(Profile::Raid1), None), Some(&read));
+        assert!(
+            p.refusals
+                .iter()
+                .any(|r| r.code == "no-space-during-conversion"),
+            "{:?}",
+            p.refusals
+        );
+
+        // A balance running or being cancelled (its relocation's copy is
+        // in flux): no refusal from the replay, a warning; a paused one
+        // (settled between chunks) is replayed.
+        let mut f = fs(2, 8 * GIB);
+        f.exclusive_operation = Some("balance".into());
+        for cancelling in [false, true] {
+            let mut b = balance(true, Some(Profile::Raid1));
+            b.cancelling = cancelling;
+            f.balance = Some(b);
+            let p = plan_convert_on(&f, &req(Some(Profile::Raid1), None), Some(&layout));
+            assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+            assert!(
+                p.warnings.iter().any(|w| w.contains("when it has ended")),
+                "{:?}",
+                p.warnings
+            );
+        }
+        f.exclusive_operation = Some("balance paused".into());
+        f.balance = Some(balance(false, Some(Profile::Raid1)));
+        let p = plan_convert_on(&f, &req(Some(Profile::Raid1), None), Some(&layout));
+        assert_eq!(p.existing, Some(Existing::Resume));
+        assert!(
+            p.refusals
+                .iter()
+                .any(|r| r.code == "no-space-during-conversion"),
+            "{:?}",
+            p.refusals
         );
     }
 

@@ -167,13 +167,18 @@ enum Waited {
 /// open filesystem `h`, reports progress, and on SIGINT/SIGTERM/SIGHUP asks
 /// the kernel to pause it at once, then waits until the balance has
 /// stopped: the process never exits while the balance ioctl runs in it (the
-/// kernel would cancel the balance), whatever signals follow.
+/// kernel would cancel the balance), whatever signals follow. When a
+/// followed balance ends without finishing, `replan` decides whether the
+/// rest may start (the plan made while it ran could not replay the
+/// conversion: [`super::balance_in_flux`]); its error ends the run with
+/// nothing started.
 pub fn run_balance(
     h: &FsHandle,
     start: Start,
     targets: Targets,
     signals: &OperationSignals,
     on_event: &mut dyn FnMut(Event),
+    replan: &mut dyn FnMut(&ConvertRequest) -> Result<()>,
 ) -> Result<Outcome> {
     let mut phase = match start {
         Start::Resume | Start::Convert(_, Some(Existing::Resume)) => Phase::Own { resume: true },
@@ -370,9 +375,10 @@ pub fn run_balance(
                         format_iec(left)
                     )));
                 }
-                if req.is_none() {
+                let Some(r) = req else {
                     return Ok(Outcome::Cancelled);
-                }
+                };
+                replan(&r)?;
                 on_event(Event::Notice(
                     "the balance that was running has ended without finishing (it was cancelled): starting the conversion".to_owned(),
                 ));
@@ -498,6 +504,31 @@ impl Finished {
     }
 }
 
+/// The conversion planned again once the balance it followed has ended
+/// without finishing, now with the replay of [`super::plan_convert_on`] (a
+/// settled filesystem: the transaction is committed first, so the block
+/// groups' usage no longer counts what a cancelled relocation had copied).
+/// `Err`: a refusal; nothing was started.
+fn replan_after_follow(
+    root: &SysRoot,
+    fs: &FsHandle,
+    mount_point: &Path,
+    req: &ConvertRequest,
+) -> Result<()> {
+    fs.sync()?;
+    let state = read_state_at(root, fs, mount_point)?;
+    let layout = super::read_layout(fs, &state);
+    let plan = super::plan_convert_on(&state, req, layout.as_ref());
+    plan.check(req.force).map_err(|e| {
+        let why = "the balance that was running ended without finishing; nothing else was started";
+        let hint = match e.hint() {
+            Some(h) => format!("{why}; {h}"),
+            None => why.to_owned(),
+        };
+        e.with_hint(hint)
+    })
+}
+
 /// Runs the conversion on the open filesystem `fs` ([`run_balance`]), then
 /// verifies a completed one from the kernel and reads the new `df`.
 pub fn execute(
@@ -509,7 +540,8 @@ pub fn execute(
     signals: &OperationSignals,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<Finished> {
-    match run_balance(fs, start, targets, signals, on_event)? {
+    let mut replan = |req: &ConvertRequest| replan_after_follow(root, fs, mount_point, req);
+    match run_balance(fs, start, targets, signals, on_event, &mut replan)? {
         Outcome::Completed => {
             let state = read_state_at(root, fs, mount_point)?;
             super::verify(&state, targets)?;

@@ -433,6 +433,75 @@ pub(crate) fn scrub_bytes_per_device_of(
     )
 }
 
+/// Every chunk with the used bytes of its block group and, for data
+/// chunks, the sizes of their extents in address order (TREE_SEARCH of the
+/// extent tree: root only), what a conversion's replay needs
+/// ([`crate::model::relocate`]). Extents are read for at most
+/// `max_extents` in all; the chunks beyond have `None`. `Ok(None)` when not
+/// permitted.
+pub(crate) type ChunkLayout = Vec<(ChunkRecord, u64, Option<Vec<u64>>)>;
+
+/// See [`ChunkLayout`].
+pub(crate) fn chunk_layout_of(
+    fd: BorrowedFd<'_>,
+    block_group_tree: bool,
+    path: &Path,
+    max_extents: usize,
+) -> Result<Option<ChunkLayout>> {
+    use btrfs_uapi::raw::{BTRFS_EXTENT_ITEM_KEY, BTRFS_EXTENT_TREE_OBJECTID};
+    use btrfs_uapi::tree_search::{Key, SearchFilter, tree_search};
+    let Some(chunks) = block_group_usage_of(fd, block_group_tree, path, |_| true)? else {
+        return Ok(None);
+    };
+    let mut budget = max_extents;
+    let mut out = Vec::with_capacity(chunks.len());
+    for (c, used) in chunks {
+        if !c.is_data() || budget == 0 {
+            out.push((c, used, None));
+            continue;
+        }
+        let filter = SearchFilter {
+            tree_id: u64::from(BTRFS_EXTENT_TREE_OBJECTID),
+            start: Key {
+                objectid: c.logical,
+                item_type: BTRFS_EXTENT_ITEM_KEY,
+                offset: 0,
+            },
+            end: Key {
+                objectid: c.logical + c.length.saturating_sub(1),
+                item_type: BTRFS_EXTENT_ITEM_KEY,
+                offset: u64::MAX,
+            },
+            min_transid: 0,
+            max_transid: u64::MAX,
+        };
+        let mut extents = Vec::new();
+        let result = tree_search(fd, filter, |hdr, _| {
+            if hdr.item_type == BTRFS_EXTENT_ITEM_KEY
+                && hdr.objectid >= c.logical
+                && hdr.objectid < c.logical + c.length
+            {
+                extents.push((hdr.objectid, hdr.offset));
+            }
+            Ok(())
+        });
+        match result {
+            Ok(()) => {}
+            Err(Errno::EPERM | Errno::EACCES) => return Ok(None),
+            Err(e) => return Err(Error::from_errno(e, "cannot read the extents of", path)),
+        }
+        extents.sort_unstable();
+        if extents.len() > budget {
+            budget = 0;
+            out.push((c, used, None));
+        } else {
+            budget -= extents.len();
+            out.push((c, used, Some(extents.into_iter().map(|e| e.1).collect())));
+        }
+    }
+    Ok(Some(out))
+}
+
 /// Each chunk `wanted` keeps, with the used bytes of its block group.
 fn block_group_usage_of(
     fd: BorrowedFd<'_>,
@@ -870,6 +939,27 @@ impl FsHandle {
             .fd()
             .map_err(|e| Error::from_errno(e, "cannot read the block groups of", self.path()))?;
         chunk_usage_of(fd, block_group_tree, self.path(), metadata)
+    }
+
+    /// Every chunk with its usage and data extents ([`chunk_layout_of`]).
+    pub(crate) fn chunk_layout(
+        &self,
+        block_group_tree: bool,
+        max_extents: usize,
+    ) -> Result<Option<ChunkLayout>> {
+        let fd = self
+            .fd()
+            .map_err(|e| Error::from_errno(e, "cannot read the block groups of", self.path()))?;
+        chunk_layout_of(fd, block_group_tree, self.path(), max_extents)
+    }
+
+    /// Commits the running transaction (syncfs): the block group items
+    /// read after it count what was freed before it.
+    pub(crate) fn sync(&self) -> Result<()> {
+        let fd = self.fd().map_err(|e| self.err(e, "cannot sync"))?;
+        rustix::fs::syncfs(fd).map_err(|e| {
+            Error::from_errno(Errno::from_raw(e.raw_os_error()), "cannot sync", &self.path)
+        })
     }
 
     /// Pauses (blocks until paused) or cancels the balance. ENOTCONN: none runs.

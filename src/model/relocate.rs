@@ -1,0 +1,547 @@
+//! A profile conversion replayed chunk by chunk, as the kernel's balance
+//! does it (fs/btrfs/volumes.c `__btrfs_balance`, relocation.c
+//! `btrfs_relocate_block_group`, block-group.c `btrfs_inc_block_group_ro`),
+//! over the chunk allocator of [`super::alloc`]. Whether the converted
+//! chunks fit *at the end* is not enough: relocation needs room while both
+//! the old and the new copies exist, and the kernel wastes some of it.
+//!
+//! What the kernel does, and the model replays:
+//! - balance walks the chunk tree from the highest logical address down and
+//!   relocates each chunk its filters select (soft conversion: those not in
+//!   the target profile yet), data, metadata and system in one walk;
+//! - before relocating a chunk whose profile is not the target,
+//!   `btrfs_inc_block_group_ro` *forces* the allocation of a new chunk of the
+//!   target profile (an ENOSPC there is ignored), whether or not the chunks
+//!   of the target profile still have room: each converted chunk allocates
+//!   one chunk of the target profile while there is unallocated space;
+//! - the data of the chunk is copied extent by extent, each extent into one
+//!   contiguous free range of a chunk of the target profile
+//!   (`prealloc_file_extent_cluster` asks for the whole extent at once, up
+//!   to 128 MiB): when no chunk has such a range, a new chunk is allocated,
+//!   and when that fails the balance stops with ENOSPC, although the free
+//!   space summed over the chunks could have held the extent;
+//! - a metadata or system chunk must then be made read-only, which needs
+//!   room for the reservations elsewhere: in other chunks of its type, or
+//!   by overcommitting on unallocated space (`btrfs_can_overcommit`:
+//!   what the target profile gets from it, less one data chunk, halved);
+//!   system chunks are never force-allocated (`btrfs_chunk_alloc` refuses
+//!   them), so the last system chunk fails there when the devices are
+//!   nearly full although a system chunk would fit;
+//! - metadata and system chunks hold tree blocks of a few KiB: they fill
+//!   any free space, new chunks are allocated as needed;
+//! - only then is the old chunk freed; its device space is taken again
+//!   only after the next chunk was relocated (the chunk allocator searches
+//!   the device tree's commit root, `find_free_dev_extent`; measured: a
+//!   model that reuses it at once predicts conversions that the kernel
+//!   fails).
+//!
+//! Simplifications: each chunk's free space is one range at its end (new
+//! chunks are filled from their start; an existing chunk's free space is
+//! taken as one range, which overestimates room in a fragmented one); the
+//! metadata the relocation itself writes (reloc trees, extent-tree updates)
+//! is not counted; free space per device is a total, not holes
+//! ([`super::alloc`]); the kernel picks among chunks with room by its own
+//! hints (the model: lowest address first); empty chunks the cleaner may
+//! delete meanwhile are taken as they are. The extents of the kernel's
+//! relocation were checked in its source: `prealloc_file_extent_cluster`
+//! preallocates each extent with `btrfs_prealloc_file_range(.., num_bytes,
+//! min_size = num_bytes, ..)`, and `btrfs_reserve_extent` never goes below
+//! `min_size` when it retries smaller after ENOSPC, so an extent is never
+//! split. It is an estimate, checked against the kernel on loop devices
+//! (tests/it/admin.rs, `the_conversion_plan_predicts_the_kernels_enospc`,
+//! from freshly filled and from partly converted filesystems); a refusal
+//! gives the step and the numbers.
+//!
+//! When the replay may refuse (the callers, `admin::convert`): only from a
+//! state it reads whole and settled. While a balance runs or is being
+//! cancelled the chunk being relocated and its partial copy in the target
+//! chunks both hold its data (the copy is freed when a cancel ends): no
+//! replay then, it is made once that balance has ended. Data chunks whose
+//! extents were not read (beyond a budget) are replayed both with the
+//! largest and with the smallest extents ([`Unread`]): a refusal only when
+//! even the smallest run out, a warning when only the largest do.
+
+use crate::model::alloc::{self, ChunkKind};
+use crate::model::kernel::KernelVersion;
+use crate::model::profile::Profile;
+
+/// The largest data extent btrfs writes (`BTRFS_MAX_EXTENT_SIZE`).
+pub const MAX_EXTENT: u64 = 128 << 20;
+
+/// One chunk as it is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutChunk {
+    /// Its type.
+    pub kind: ChunkKind,
+    /// Its profile.
+    pub profile: Profile,
+    /// Logical start.
+    pub logical: u64,
+    /// Logical length.
+    pub length: u64,
+    /// Bytes used in it.
+    pub used: u64,
+    /// Raw bytes of each of its stripes, by device index (a device holding
+    /// two stripes, as DUP does, appears twice).
+    pub stripes: Vec<(usize, u64)>,
+    /// Data chunks: the sizes of its extents in address order, when known
+    /// (`None`: taken as pieces of [`MAX_EXTENT`], the largest).
+    pub extents: Option<Vec<u64>>,
+}
+
+/// The filesystem the conversion starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Allocatable bytes of each device (unallocated, less the first MiB
+    /// the kernel never allocates).
+    pub free: Vec<u64>,
+    /// Every chunk.
+    pub chunks: Vec<LayoutChunk>,
+    /// The devices' total size (the chunk size caps).
+    pub total_bytes: u64,
+    /// Running kernel.
+    pub kernel: KernelVersion,
+    /// The global block reserve (metadata that must stay reservable).
+    pub global_reserve: u64,
+}
+
+/// Where a conversion runs out of space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortfall {
+    /// 1-based number of the chunk being relocated.
+    pub step: usize,
+    /// Chunks the conversion relocates.
+    pub steps: usize,
+    /// The chunk being relocated.
+    pub kind: ChunkKind,
+    /// Its logical start.
+    pub logical: u64,
+    /// Its profile and the target.
+    pub from: Profile,
+    /// The target profile.
+    pub to: Profile,
+    /// Bytes that did not find room: the extent (data) or the tree blocks
+    /// left (metadata, system).
+    pub wanted: u64,
+    /// The largest free range in a chunk of the target profile then.
+    pub largest_free: u64,
+    /// Free bytes summed over the chunks of the target profile then.
+    pub free_in_target: u64,
+    /// Unallocated bytes on the devices then.
+    pub unallocated: u64,
+    /// The chunk could not be made read-only (metadata, system): nothing
+    /// else could take its reservations.
+    pub read_only: bool,
+}
+
+/// A chunk of the target profile during the replay.
+#[derive(Debug, Clone)]
+struct Target {
+    kind: ChunkKind,
+    profile: Profile,
+    room: u64,
+}
+
+/// What the replay takes for the extents of a data chunk that were not
+/// read ([`LayoutChunk::extents`] `None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unread {
+    /// The largest ([`MAX_EXTENT`]): the least favourable.
+    Largest,
+    /// The smallest: they fill any free range, the most favourable.
+    Smallest,
+}
+
+/// Replays the conversion of `layout` to `data` and `metadata` (system
+/// follows metadata; `None`: that type stays), taking extents that were not
+/// read as the largest. `Ok(chunks relocated)` or where it runs out of
+/// space.
+pub fn simulate(
+    layout: &Layout,
+    data: Option<Profile>,
+    metadata: Option<Profile>,
+) -> Result<usize, Shortfall> {
+    simulate_with(layout, data, metadata, Unread::Largest)
+}
+
+/// Whether a data chunk the conversion relocates has extents that were not
+/// read: the replay then depends on [`Unread`].
+pub fn has_unread_extents(layout: &Layout, data: Option<Profile>) -> bool {
+    data.is_some_and(|to| {
+        layout
+            .chunks
+            .iter()
+            .any(|c| c.kind == ChunkKind::Data && c.profile != to && c.extents.is_none())
+    })
+}
+
+/// [`simulate`], taking the extents that were not read as `unread` says.
+pub fn simulate_with(
+    layout: &Layout,
+    data: Option<Profile>,
+    metadata: Option<Profile>,
+    unread: Unread,
+) -> Result<usize, Shortfall> {
+    let target_of = |k: ChunkKind| match k {
+        ChunkKind::Data => data,
+        ChunkKind::Metadata | ChunkKind::System => metadata,
+    };
+    let mut free = layout.free.clone();
+    let mut pool: Vec<Target> = Vec::new();
+    let mut pending: Vec<(usize, u64)> = Vec::new();
+    let mut by_logical: Vec<&LayoutChunk> = layout.chunks.iter().collect();
+    by_logical.sort_by_key(|c| c.logical);
+    // Chunks already in their target profile take the relocated bytes too.
+    for c in &by_logical {
+        if target_of(c.kind) == Some(c.profile) {
+            pool.push(Target {
+                kind: c.kind,
+                profile: c.profile,
+                room: c.length.saturating_sub(c.used),
+            });
+        }
+    }
+    let mut order: Vec<&LayoutChunk> = by_logical
+        .iter()
+        .copied()
+        .filter(|c| target_of(c.kind).is_some_and(|t| t != c.profile))
+        .collect();
+    order.reverse();
+    let steps = order.len();
+    let (total, kernel) = (layout.total_bytes, layout.kernel);
+    // calc_effective_data_chunk_size: what overcommitting must leave.
+    let data_chunk = (total / 10).min(1 << 30);
+    for (i, c) in order.iter().enumerate() {
+        let to = target_of(c.kind).expect("filtered");
+        // btrfs_inc_block_group_ro: a forced chunk of the target profile
+        // (never a system chunk: btrfs_chunk_alloc refuses those, they
+        // come from check_system_chunk when system space runs short).
+        if c.kind != ChunkKind::System
+            && let Some(n) = alloc::allocate_chunk(&mut free, to, c.kind, total, kernel)
+        {
+            pool.push(Target {
+                kind: c.kind,
+                profile: to,
+                room: n,
+            });
+        }
+        // Then the chunk must be made read-only: metadata and system need
+        // room elsewhere, in chunks of their type or by overcommitting on
+        // unallocated space (btrfs_can_overcommit, NO_FLUSH: what the
+        // profile gets from it less a data chunk kept in reserve, halved).
+        if c.kind != ChunkKind::Data {
+            let elsewhere: u64 = pool
+                .iter()
+                .filter(|t| t.kind == c.kind)
+                .map(|t| t.room)
+                .sum::<u64>()
+                + order[i + 1..]
+                    .iter()
+                    .filter(|o| o.kind == c.kind)
+                    .map(|o| o.length.saturating_sub(o.used))
+                    .sum::<u64>();
+            let copies = u64::from(to.geometry().ncopies.max(1));
+            let avail = (free.iter().sum::<u64>() / copies).saturating_sub(data_chunk) / 2;
+            let reserved = if c.kind == ChunkKind::Metadata {
+                layout.global_reserve
+            } else {
+                0
+            };
+            if elsewhere + avail <= reserved {
+                return Err(Shortfall {
+                    step: i + 1,
+                    steps,
+                    kind: c.kind,
+                    logical: c.logical,
+                    from: c.profile,
+                    to,
+                    wanted: c.used.max(1),
+                    largest_free: 0,
+                    free_in_target: elsewhere,
+                    unallocated: free.iter().sum(),
+                    read_only: true,
+                });
+            }
+        }
+        let short = |wanted: u64, pool: &[Target], free: &[u64]| {
+            let mine = pool.iter().filter(|t| t.kind == c.kind && t.profile == to);
+            Shortfall {
+                step: i + 1,
+                steps,
+                kind: c.kind,
+                logical: c.logical,
+                from: c.profile,
+                to,
+                wanted,
+                largest_free: mine.clone().map(|t| t.room).max().unwrap_or(0),
+                free_in_target: mine.map(|t| t.room).sum(),
+                unallocated: free.iter().sum(),
+                read_only: false,
+            }
+        };
+        if c.kind == ChunkKind::Data && (c.extents.is_some() || unread == Unread::Largest) {
+            let pieces: Vec<u64> = match &c.extents {
+                Some(e) => e.clone(),
+                None => {
+                    let mut v = vec![MAX_EXTENT; (c.used / MAX_EXTENT) as usize];
+                    if c.used % MAX_EXTENT > 0 {
+                        v.push(c.used % MAX_EXTENT);
+                    }
+                    v
+                }
+            };
+            for e in pieces {
+                loop {
+                    if let Some(t) = pool
+                        .iter_mut()
+                        .find(|t| t.kind == c.kind && t.profile == to && t.room >= e)
+                    {
+                        t.room -= e;
+                        break;
+                    }
+                    match alloc::allocate_chunk(&mut free, to, c.kind, total, kernel) {
+                        Some(n) => pool.push(Target {
+                            kind: c.kind,
+                            profile: to,
+                            room: n,
+                        }),
+                        None => return Err(short(e, &pool, &free)),
+                    }
+                }
+            }
+        } else {
+            // Tree blocks, or data extents taken as the smallest: they
+            // fill any room.
+            let mut left = c.used;
+            loop {
+                for t in pool
+                    .iter_mut()
+                    .filter(|t| t.kind == c.kind && t.profile == to)
+                {
+                    let n = t.room.min(left);
+                    t.room -= n;
+                    left -= n;
+                }
+                if left == 0 {
+                    break;
+                }
+                match alloc::allocate_chunk(&mut free, to, c.kind, total, kernel) {
+                    Some(n) => pool.push(Target {
+                        kind: c.kind,
+                        profile: to,
+                        room: n,
+                    }),
+                    None => return Err(short(left, &pool, &free)),
+                }
+            }
+        }
+        // The old chunk goes: the previous one's stripes are free now, its
+        // own after the next chunk (the allocator searches the device
+        // tree's commit root).
+        for (d, b) in pending.drain(..) {
+            if let Some(f) = free.get_mut(d) {
+                *f += b;
+            }
+        }
+        pending = c.stripes.clone();
+    }
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    const K: KernelVersion = KernelVersion::new(6, 18);
+
+    fn chunk(
+        kind: ChunkKind,
+        profile: Profile,
+        logical: u64,
+        length: u64,
+        used: u64,
+        devs: &[usize],
+    ) -> LayoutChunk {
+        let per = match profile {
+            Profile::Single | Profile::Dup => length,
+            Profile::Raid0 => length / devs.len() as u64,
+            _ => length,
+        };
+        LayoutChunk {
+            kind,
+            profile,
+            logical,
+            length,
+            used,
+            stripes: devs.iter().map(|&d| (d, per)).collect(),
+            extents: None,
+        }
+    }
+
+    /// 2 × 2 GiB made with `-d single -m raid1`, `n` single data chunks of
+    /// 416 MiB (what the kernel allocates there) each holding `used`, in
+    /// extents of 128 MiB; the device free space as allocated.
+    fn two_by_two(n: usize, used: u64) -> Layout {
+        let size = 2 * GIB;
+        let mut free = vec![size, size];
+        let mut chunks = vec![
+            chunk(
+                ChunkKind::System,
+                Profile::Raid1,
+                1 << 20,
+                8 * MIB,
+                16 << 10,
+                &[0, 1],
+            ),
+            chunk(
+                ChunkKind::Metadata,
+                Profile::Raid1,
+                30 * MIB,
+                256 * MIB,
+                2 * MIB,
+                &[0, 1],
+            ),
+        ];
+        for f in &mut free {
+            *f -= 8 * MIB + 256 * MIB;
+        }
+        for i in 0..n {
+            let d = i % 2;
+            free[d] -= 416 * MIB;
+            chunks.push(chunk(
+                ChunkKind::Data,
+                Profile::Single,
+                GIB + i as u64 * 416 * MIB,
+                416 * MIB,
+                used,
+                &[d],
+            ));
+        }
+        Layout {
+            free,
+            chunks,
+            total_bytes: 2 * size,
+            kernel: K,
+            global_reserve: 5 * MIB,
+        }
+    }
+
+    #[test]
+    fn the_one_point_two_gib_case_runs_out_mid_way() {
+        // 1.2 GiB of data: four chunks of 384 MiB (three 128 MiB extents):
+        // every raid1 chunk of 416 MiB holds three extents and wastes
+        // 32 MiB, forced chunks eat the rest, and the last chunks are too
+        // small for an extent.
+        let l = two_by_two(4, 384 * MIB);
+        let s = simulate(&l, Some(Profile::Raid1), Some(Profile::Raid1)).unwrap_err();
+        assert_eq!(s.kind, ChunkKind::Data);
+        assert_eq!(s.wanted, MAX_EXTENT);
+        assert!(s.largest_free < MAX_EXTENT, "{s:?}");
+        assert!(s.step > 1 && s.step <= s.steps, "{s:?}");
+        // The sum of free space would have held it: the summed check says
+        // it fits.
+        assert!(s.free_in_target + s.unallocated > MAX_EXTENT, "{s:?}");
+    }
+
+    #[test]
+    fn little_data_fits() {
+        let l = two_by_two(1, 300 * MIB);
+        assert_eq!(
+            simulate(&l, Some(Profile::Raid1), Some(Profile::Raid1)),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn small_extents_pack_where_large_ones_do_not() {
+        let mut l = two_by_two(4, 384 * MIB);
+        for c in &mut l.chunks {
+            if c.kind == ChunkKind::Data {
+                c.extents = Some(vec![MIB; 384]);
+            }
+        }
+        let big = simulate(&two_by_two(4, 384 * MIB), Some(Profile::Raid1), None);
+        let small = simulate(&l, Some(Profile::Raid1), None);
+        assert!(big.is_err());
+        // Small extents fill every range: never worse than large ones.
+        if let Err(s) = &small {
+            assert!(s.step >= big.unwrap_err().step);
+        }
+    }
+
+    #[test]
+    fn unread_extents_are_refused_only_when_even_the_smallest_run_out() {
+        // Extents not read: taken as the largest the replay runs out (300
+        // MiB in 416 MiB chunks: two 128 MiB extents and a 44 MiB one, a
+        // 416 MiB raid1 chunk takes three 128 MiB ones only), as the
+        // smallest it fits (the caller warns instead of refusing).
+        let l = two_by_two(4, 300 * MIB);
+        assert!(has_unread_extents(&l, Some(Profile::Raid1)));
+        assert!(simulate(&l, Some(Profile::Raid1), None).is_err());
+        assert!(simulate_with(&l, Some(Profile::Raid1), None, Unread::Smallest).is_ok());
+        // Read: both the same.
+        let mut read = l.clone();
+        for c in &mut read.chunks {
+            if c.kind == ChunkKind::Data {
+                c.extents = Some(vec![MAX_EXTENT, MAX_EXTENT, 44 * MIB]);
+            }
+        }
+        assert!(!has_unread_extents(&read, Some(Profile::Raid1)));
+        assert!(simulate_with(&read, Some(Profile::Raid1), None, Unread::Smallest).is_err());
+        // No room at all: even the smallest extents run out.
+        let mut full = l.clone();
+        full.free = vec![0, 0];
+        assert!(simulate_with(&full, Some(Profile::Raid1), None, Unread::Smallest).is_err());
+    }
+
+    #[test]
+    fn chunks_in_the_target_profile_are_not_relocated() {
+        let l = two_by_two(2, 100 * MIB);
+        // Only the data changes; metadata and system are raid1 already.
+        assert_eq!(
+            simulate(&l, Some(Profile::Raid1), Some(Profile::Raid1)),
+            Ok(2)
+        );
+        assert_eq!(simulate(&l, None, Some(Profile::Raid1)), Ok(0));
+    }
+
+    #[test]
+    fn metadata_fills_any_room() {
+        let mut l = two_by_two(0, 0);
+        l.chunks[1].profile = Profile::Single;
+        l.chunks[1].stripes = vec![(0, 256 * MIB)];
+        l.free[1] += 256 * MIB;
+        assert!(simulate(&l, None, Some(Profile::Raid1c3)).is_err());
+        assert_eq!(simulate(&l, None, Some(Profile::Raid1)), Ok(1));
+    }
+
+    #[test]
+    fn the_last_system_chunk_needs_room_to_overcommit() {
+        // `-m single`: the one system chunk is relocated last; nothing else
+        // holds system space, so making it read-only needs the unallocated
+        // space less a data chunk (409.6 MiB on 4 GiB) to be left over.
+        let single = |l: &mut Layout| {
+            l.chunks[0].profile = Profile::Single;
+            l.chunks[0].stripes = vec![(0, 8 * MIB)];
+            l.free[1] += 8 * MIB;
+        };
+        let mut roomy = two_by_two(1, 100 * MIB);
+        single(&mut roomy);
+        assert!(simulate(&roomy, None, Some(Profile::Raid1)).is_ok());
+        let mut tight = two_by_two(1, 100 * MIB);
+        single(&mut tight);
+        tight.free = vec![300 * MIB, 300 * MIB];
+        let s = simulate(&tight, None, Some(Profile::Raid1)).unwrap_err();
+        assert!(s.read_only && s.kind == ChunkKind::System, "{s:?}");
+    }
+
+    #[test]
+    fn no_unallocated_space_at_all_fails_at_the_first_step() {
+        let mut l = two_by_two(2, 400 * MIB);
+        l.free = vec![0, 0];
+        let s = simulate(&l, Some(Profile::Raid1), None).unwrap_err();
+        assert_eq!((s.step, s.unallocated, s.free_in_target), (1, 0, 0));
+    }
+}

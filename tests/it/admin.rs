@@ -1390,21 +1390,38 @@ enum Interrupt {
 /// One case of the conversion space matrix.
 struct SpaceCase {
     devices: u32,
+    /// Size of each device, GiB.
+    gib: u64,
     data: Profile,
     metadata: Profile,
     fill_mib: usize,
-    to_data: &'static str,
+    /// `None`: data is not converted (no `--data`, no `-dconvert`).
+    to_data: Option<&'static str>,
     to_metadata: &'static str,
     interrupt: Interrupt,
 }
 
+impl SpaceCase {
+    /// The targets as `convert` takes them.
+    fn convert_args(&self) -> Vec<&'static str> {
+        let mut a = Vec::new();
+        if let Some(d) = self.to_data {
+            a.extend(["--data", d]);
+        }
+        a.extend(["--metadata", self.to_metadata]);
+        a
+    }
+}
+
 /// `btrfs balance start -f` with the conversion's targets, as the kernel's
 /// own tool runs it.
-fn kernel_convert(m: &Path, data: &str, metadata: &str) -> Command {
+fn kernel_convert(m: &Path, data: Option<&str>, metadata: &str) -> Command {
     let mut c = Command::new("btrfs");
-    c.args(["balance", "start", "-f"])
-        .arg(format!("-dconvert={data},soft"))
-        .arg(format!("-mconvert={metadata},soft"))
+    c.args(["balance", "start", "-f"]);
+    if let Some(data) = data {
+        c.arg(format!("-dconvert={data},soft"));
+    }
+    c.arg(format!("-mconvert={metadata},soft"))
         .arg(format!("-sconvert={metadata},soft"))
         .arg(m);
     c
@@ -1470,14 +1487,8 @@ fn convert_following_a_killed_balance(
     let ran = wait_running(m);
     let mut conv = env
         .cmd()
-        .args([
-            "convert",
-            "--yes",
-            "--data",
-            c.to_data,
-            "--metadata",
-            c.to_metadata,
-        ])
+        .args(["convert", "--yes"])
+        .args(c.convert_args())
         .arg(m)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1525,9 +1536,9 @@ fn convert_following_a_killed_balance(
     )
 }
 
-/// The conversion planner predicts the kernel: on 2 GiB loop devices, for
-/// each case `convert --yes` either completes, or refuses with "not enough
-/// space to convert" (changing nothing), and then the kernel's own balance
+/// The conversion planner predicts the kernel: on loop devices (2 GiB, some
+/// 1 GiB to keep the test short), for each case `convert --yes` either
+/// completes, or refuses with "not enough space" (changing nothing), and then the kernel's own balance
 /// with the same targets (`btrfs balance start -dconvert=...,soft
 /// -mconvert=...,soft -sconvert=...,soft`, or `btrfs balance resume` of a
 /// paused one) must fail with ENOSPC. The data is one file written in 1 MiB
@@ -1561,6 +1572,23 @@ fn convert_following_a_killed_balance(
 /// | 2       | single/raid1  | 1229 MiB | raid1/raid1     | killed      | refused    | ENOSPC |
 /// | 3       | raid0/raid1   | 1536 MiB | raid1/raid1     | killed      | fits       | done |
 ///
+/// On 1 GiB devices unless said (measured as above; "—": data unchanged):
+///
+/// | devices | mkfs -d/-m    | data     | → data/metadata | plan       | kernel |
+/// |---------|---------------|----------|-----------------|------------|--------|
+/// | 1 (2 GiB) | single/dup  | 400 MiB  | dup/dup         | fits       | done |
+/// | 1 (2 GiB) | single/dup  | 500 MiB  | dup/dup         | refused    | ENOSPC (dup holds too little data) |
+/// | 2       | dup/dup       | 200 MiB  | raid1/raid1     | fits       | done |
+/// | 2       | single/dup    | 500 MiB  | —/raid1         | fits       | done |
+/// | 2       | single/dup    | 1000 MiB | —/raid1         | refused    | ENOSPC |
+/// | 3       | raid1/raid1   | 1000 MiB | —/raid1c3       | refused    | ENOSPC |
+/// | 4       | single/raid1  | 1000 MiB | raid10/raid10   | fits       | done |
+/// | 4       | single/raid1  | 1200 MiB | raid10/raid10   | refused    | ENOSPC |
+/// | 2       | raid1/raid1   | 400 MiB  | single/raid1    | fits       | done |
+/// | 2       | raid1/raid1   | 550 MiB  | single/raid1    | refused    | ENOSPC |
+/// | 2       | raid1/raid1   | 550 MiB  | raid0/raid1     | refused    | ENOSPC |
+/// | 3 (2 GiB) | raid0/raid1 | 2200 MiB | raid1/raid1     | refused    | ENOSPC |
+///
 /// (killed: the convert started while the kernel's balance ran, followed
 /// it, its process was killed, and the convert replayed what was left once
 /// the kernel had cancelled it.)
@@ -1577,15 +1605,28 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
         return;
     }
     use Interrupt::{Cancel, Kill, Not, Pause};
-    use Profile::{Raid0, Raid1, Single};
+    use Profile::{Dup, Raid0, Raid1, Single};
+    // On 2 GiB devices, data and metadata converted.
     let case = |devices, data, metadata, fill_mib, to_data, to_metadata, interrupt| SpaceCase {
         devices,
+        gib: 2,
+        data,
+        metadata,
+        fill_mib,
+        to_data: Some(to_data),
+        to_metadata,
+        interrupt,
+    };
+    // Any device size; `to_data` `None`: only metadata (and system) converted.
+    let on = |devices, gib, data, metadata, fill_mib, to_data, to_metadata| SpaceCase {
+        devices,
+        gib,
         data,
         metadata,
         fill_mib,
         to_data,
         to_metadata,
-        interrupt,
+        interrupt: Not,
     };
     let cases = [
         case(2, Single, Raid1, 1229, "raid1", "raid1", Not),
@@ -1606,17 +1647,40 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
         case(2, Single, Single, 768, "raid1", "raid1", Pause),
         case(2, Single, Raid1, 1229, "raid1", "raid1", Kill),
         case(3, Raid0, Raid1, 1536, "raid1", "raid1", Kill),
+        // DUP on one device, and DUP data on two devices to raid1.
+        on(1, 2, Single, Dup, 400, Some("dup"), "dup"),
+        on(1, 2, Single, Dup, 500, Some("dup"), "dup"),
+        on(2, 1, Dup, Dup, 200, Some("raid1"), "raid1"),
+        // Metadata only: data stays.
+        on(2, 1, Single, Dup, 500, None, "raid1"),
+        on(2, 1, Single, Dup, 1000, None, "raid1"),
+        on(3, 1, Raid1, Raid1, 1000, None, "raid1c3"),
+        // RAID10.
+        on(4, 1, Single, Raid1, 1000, Some("raid10"), "raid10"),
+        on(4, 1, Single, Raid1, 1200, Some("raid10"), "raid10"),
+        // Down from raid1.
+        on(2, 1, Raid1, Raid1, 400, Some("single"), "raid1"),
+        on(2, 1, Raid1, Raid1, 550, Some("single"), "raid1"),
+        on(2, 1, Raid1, Raid1, 550, Some("raid0"), "raid1"),
+        // 3-device raid0 to raid1, nearly full.
+        on(3, 2, Raid0, Raid1, 2200, Some("raid1"), "raid1"),
     ];
     let env = TestEnv::new();
     let (mut fits, mut refused) = (0, 0);
     for c in &cases {
         let mut what = format!(
-            "{} × 2 GiB {}/{} with {} MiB → {}/{}",
-            c.devices, c.data, c.metadata, c.fill_mib, c.to_data, c.to_metadata
+            "{} × {} GiB {}/{} with {} MiB → {}/{}",
+            c.devices,
+            c.gib,
+            c.data,
+            c.metadata,
+            c.fill_mib,
+            c.to_data.unwrap_or("(data unchanged)"),
+            c.to_metadata
         );
         let sbx = env.sandbox(SandboxRequest {
             devices: c.devices,
-            size_bytes: 2 * GIB,
+            size_bytes: c.gib * GIB,
             data: Some(c.data),
             metadata: Some(c.metadata),
             ..SandboxRequest::default()
@@ -1634,21 +1698,18 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
         } else {
             run(env
                 .cmd()
-                .args([
-                    "convert",
-                    "--yes",
-                    "--data",
-                    c.to_data,
-                    "--metadata",
-                    c.to_metadata,
-                ])
+                .args(["convert", "--yes"])
+                .args(c.convert_args())
                 .arg(&m))
         };
         if code == 0 {
             fits += 1;
+            let data = c
+                .to_data
+                .map_or_else(|| before["data"][0].clone(), str::to_owned);
             assert_eq!(
                 profiles(&env, &m),
-                expect(c.to_data, c.to_metadata),
+                expect(&data, c.to_metadata),
                 "{what}: {stdout}{stderr}"
             );
             eprintln!("{what}: plan fits, the conversion completed");
@@ -1656,10 +1717,10 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
         }
         refused += 1;
         assert_eq!(code, 1, "{what}: {stdout}{stderr}");
-        assert!(
-            stderr.contains("not enough space to convert"),
-            "{what}: {stderr}"
-        );
+        // The replay's refusal ("not enough space to convert: relocating
+        // chunk ...") or the converted layout's ("not enough space: ... of
+        // data needs more than ...").
+        assert!(stderr.contains("not enough space"), "{what}: {stderr}");
         // (Killed: the kernel's own balance converted chunks before.)
         if c.interrupt != Interrupt::Kill {
             assert_eq!(

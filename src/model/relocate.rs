@@ -30,17 +30,23 @@
 //! - metadata and system chunks hold tree blocks of a few KiB: they fill
 //!   any free space, new chunks are allocated as needed;
 //! - only then is the old chunk freed; its device space is taken again
-//!   only after the next chunk was relocated (the chunk allocator searches
-//!   the device tree's commit root, `find_free_dev_extent`; measured: a
-//!   model that reuses it at once predicts conversions that the kernel
-//!   fails).
+//!   only once a transaction commit has come (the chunk allocator searches
+//!   the device tree's commit root, `find_free_dev_extent`): not by the next
+//!   chunk's forced allocation, by its extents, after the relocation's first
+//!   commit ([`Reuse::AfterForced`]; measured: a model that reuses it at
+//!   once predicts conversions that the kernel fails, one that reuses it
+//!   only after the next chunk refuses conversions the kernel completes);
+//! - every stripe is one contiguous range of its device, and a DUP chunk
+//!   takes both its stripes from one: the space a relocated chunk frees is
+//!   a range of its own ([`Free::Holes`]).
 //!
 //! Simplifications: each chunk's free space is one range at its end (new
 //! chunks are filled from their start; an existing chunk's free space is
 //! taken as one range, which overestimates room in a fragmented one); the
 //! metadata the relocation itself writes (reloc trees, extent-tree updates)
-//! is not counted; free space per device is a total, not holes
-//! ([`super::alloc`]); the kernel picks among chunks with room by its own
+//! is not counted; free space per device is a total ([`super::alloc`]),
+//! except for DUP targets (ranges: what was unallocated at the start as
+//! one, each relocated chunk's as another, never merged); the kernel picks among chunks with room by its own
 //! hints (the model: lowest address first); empty chunks the cleaner may
 //! delete meanwhile are taken as they are. The extents of the kernel's
 //! relocation were checked in its source: `prealloc_file_extent_cluster`
@@ -59,7 +65,11 @@
 //! replay then, it is made once that balance has ended. Data chunks whose
 //! extents were not read (beyond a budget) are replayed both with the
 //! largest and with the smallest extents ([`Unread`]): a refusal only when
-//! even the smallest run out, a warning when only the largest do.
+//! even the smallest run out, a warning when only the largest do. In
+//! general the replay takes what it cannot know as the least favourable
+//! ([`Assume::WORST`]: extents not read, where free space lies for DUP,
+//! when freed space is reused), and the callers refuse only when it runs
+//! out under every combination ([`Assume::all`]), warn otherwise.
 
 use crate::model::alloc::{self, ChunkKind};
 use crate::model::kernel::KernelVersion;
@@ -153,9 +163,9 @@ pub enum Unread {
 }
 
 /// Replays the conversion of `layout` to `data` and `metadata` (system
-/// follows metadata; `None`: that type stays), taking extents that were not
-/// read as the largest. `Ok(chunks relocated)` or where it runs out of
-/// space.
+/// follows metadata; `None`: that type stays), taking what it cannot know
+/// as the least favourable ([`Assume::WORST`]). `Ok(chunks relocated)` or
+/// where it runs out of space.
 pub fn simulate(
     layout: &Layout,
     data: Option<Profile>,
@@ -175,6 +185,167 @@ pub fn has_unread_extents(layout: &Layout, data: Option<Profile>) -> bool {
     })
 }
 
+/// How the replay takes the devices' unallocated space when a chunk of
+/// the target profile is allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Free {
+    /// As contiguous ranges, when a target is DUP: a DUP chunk takes both
+    /// its stripes from one free range of its device (`gather_device_info`
+    /// sizes a device by its largest hole, `find_free_dev_extent`, and
+    /// `decide_stripe_size_regular` halves it for the two stripes), and the
+    /// ranges the relocated chunks free are not contiguous with the rest
+    /// (the new chunks were allocated between them), nor, here, with each
+    /// other (where they are on the device is not read): the least
+    /// favourable. Measured (1 × 1 GiB, single data with 200 MiB in 64 and
+    /// 72 MiB extents → dup): the third forced dup chunk was 56 MiB, half of
+    /// the 112 MiB range the first relocated chunk freed, although 225 MiB
+    /// were unallocated, the next two as small, and the kernel's balance
+    /// ran out of space where the model counting totals converted it all.
+    /// Other targets: as [`Free::Total`] (their stripes are as large as
+    /// the ones the relocated chunks free).
+    Holes,
+    /// As a total per device ([`super::alloc`]): the most favourable.
+    Total,
+}
+
+/// The devices' unallocated space during a replay.
+struct Space {
+    /// Bytes of each device.
+    free: Vec<u64>,
+    /// The contiguous free ranges of each device, when tracked
+    /// ([`Free::Holes`]): all that is unallocated at the start is taken as
+    /// one range.
+    holes: Option<Vec<Vec<u64>>>,
+}
+
+impl Space {
+    /// Allocates a chunk of `p` ([`alloc::allocate_chunk`]); its logical
+    /// size, or `None`.
+    fn allocate(
+        &mut self,
+        p: Profile,
+        kind: ChunkKind,
+        total: u64,
+        kernel: KernelVersion,
+    ) -> Option<u64> {
+        let Some(holes) = &mut self.holes else {
+            return alloc::allocate_chunk(&mut self.free, p, kind, total, kernel);
+        };
+        let largest: Vec<u64> = holes
+            .iter()
+            .map(|h| h.iter().copied().max().unwrap_or(0))
+            .collect();
+        let c = alloc::next_chunk(&largest, p, kind, total, kernel)?;
+        let per_device = c.stripe * u64::from(p.geometry().dev_stripes);
+        for &d in &c.devices {
+            // The largest range (no range holds the largest chunk wanted
+            // when the largest is what sized it).
+            let h = holes[d].iter_mut().max()?;
+            *h -= per_device;
+            self.free[d] -= per_device;
+        }
+        Some(c.length)
+    }
+
+    /// The stripes of a relocated chunk are free again: one range on each
+    /// of its devices (DUP's two stripes are contiguous).
+    fn release(&mut self, stripes: &[(usize, u64)]) {
+        let mut by_device: Vec<(usize, u64)> = Vec::new();
+        for &(d, b) in stripes {
+            let Some(f) = self.free.get_mut(d) else {
+                continue;
+            };
+            *f += b;
+            match by_device.iter_mut().find(|(e, _)| *e == d) {
+                Some((_, n)) => *n += b,
+                None => by_device.push((d, b)),
+            }
+        }
+        if let Some(holes) = &mut self.holes {
+            for (d, b) in by_device {
+                holes[d].push(b);
+            }
+        }
+    }
+
+    /// Unallocated bytes in all.
+    fn total(&self) -> u64 {
+        self.free.iter().sum()
+    }
+}
+
+/// When the device space of a relocated chunk can be allocated again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reuse {
+    /// Once the next chunk was relocated: the least favourable (no
+    /// replay of the space matrix needed it).
+    AfterNext,
+    /// After the next chunk's forced allocation, before its extents are
+    /// copied: the allocator searches the device tree's commit root
+    /// (`find_free_dev_extent`), the old chunk is removed in a transaction
+    /// that is not committed, the next chunk's forced allocation
+    /// (`btrfs_inc_block_group_ro`) comes before the relocation's first
+    /// commit (`prepare_to_relocate` commits before the extents are
+    /// copied). Measured: 4 × 1 GiB raid1 data with 1000 MiB → raid10,
+    /// and 3 × 2 GiB raid0 with 2000 MiB → raid1, which the kernel
+    /// converts and [`Reuse::AfterNext`] ran out of; every case of the
+    /// space matrix agrees.
+    AfterForced,
+    /// At once, as if a transaction commit came between the two chunks
+    /// (the transaction kthread commits every 30 s whatever the balance
+    /// does): the most favourable.
+    AtOnce,
+}
+
+/// What a replay takes for what it cannot know: the least favourable
+/// ([`Assume::WORST`], the model's prediction) or others ([`Assume::all`]:
+/// a conversion that runs out under every one of them is a sure refusal;
+/// they are not ordered, a replay that fits under one may run out under a
+/// "more favourable" one, as chunks sized differently pack differently).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Assume {
+    /// Extents that were not read.
+    pub unread: Unread,
+    /// Unallocated space.
+    pub free: Free,
+    /// Space relocated chunks free.
+    pub reuse: Reuse,
+}
+
+impl Assume {
+    /// The least favourable.
+    pub const WORST: Assume = Assume {
+        unread: Unread::Largest,
+        free: Free::Holes,
+        reuse: Reuse::AfterForced,
+    };
+    /// The most favourable.
+    pub const BEST: Assume = Assume {
+        unread: Unread::Smallest,
+        free: Free::Total,
+        reuse: Reuse::AtOnce,
+    };
+
+    /// Every combination.
+    pub fn all() -> impl Iterator<Item = Assume> {
+        [Unread::Largest, Unread::Smallest]
+            .into_iter()
+            .flat_map(|unread| {
+                [Free::Holes, Free::Total]
+                    .into_iter()
+                    .flat_map(move |free| {
+                        [Reuse::AfterNext, Reuse::AfterForced, Reuse::AtOnce]
+                            .into_iter()
+                            .map(move |reuse| Assume {
+                                unread,
+                                free,
+                                reuse,
+                            })
+                    })
+            })
+    }
+}
+
 /// [`simulate`], taking the extents that were not read as `unread` says.
 pub fn simulate_with(
     layout: &Layout,
@@ -182,11 +353,41 @@ pub fn simulate_with(
     metadata: Option<Profile>,
     unread: Unread,
 ) -> Result<usize, Shortfall> {
+    simulate_in(
+        layout,
+        data,
+        metadata,
+        Assume {
+            unread,
+            ..Assume::WORST
+        },
+    )
+}
+
+/// [`simulate`], with what it cannot know taken as `assume` says.
+pub fn simulate_in(
+    layout: &Layout,
+    data: Option<Profile>,
+    metadata: Option<Profile>,
+    assume: Assume,
+) -> Result<usize, Shortfall> {
+    let Assume {
+        unread,
+        free,
+        reuse,
+    } = assume;
     let target_of = |k: ChunkKind| match k {
         ChunkKind::Data => data,
         ChunkKind::Metadata | ChunkKind::System => metadata,
     };
-    let mut free = layout.free.clone();
+    let dup = [data, metadata]
+        .into_iter()
+        .flatten()
+        .any(|p| p.geometry().dev_stripes > 1);
+    let mut space = Space {
+        free: layout.free.clone(),
+        holes: (free == Free::Holes && dup).then(|| layout.free.iter().map(|&f| vec![f]).collect()),
+    };
     let mut pool: Vec<Target> = Vec::new();
     let mut pending: Vec<(usize, u64)> = Vec::new();
     let mut by_logical: Vec<&LayoutChunk> = layout.chunks.iter().collect();
@@ -217,13 +418,17 @@ pub fn simulate_with(
         // (never a system chunk: btrfs_chunk_alloc refuses those, they
         // come from check_system_chunk when system space runs short).
         if c.kind != ChunkKind::System
-            && let Some(n) = alloc::allocate_chunk(&mut free, to, c.kind, total, kernel)
+            && let Some(n) = space.allocate(to, c.kind, total, kernel)
         {
             pool.push(Target {
                 kind: c.kind,
                 profile: to,
                 room: n,
             });
+        }
+        if reuse == Reuse::AfterForced {
+            space.release(&pending);
+            pending.clear();
         }
         // Then the chunk must be made read-only: metadata and system need
         // room elsewhere, in chunks of their type or by overcommitting on
@@ -241,7 +446,7 @@ pub fn simulate_with(
                     .map(|o| o.length.saturating_sub(o.used))
                     .sum::<u64>();
             let copies = u64::from(to.geometry().ncopies.max(1));
-            let avail = (free.iter().sum::<u64>() / copies).saturating_sub(data_chunk) / 2;
+            let avail = (space.total() / copies).saturating_sub(data_chunk) / 2;
             let reserved = if c.kind == ChunkKind::Metadata {
                 layout.global_reserve
             } else {
@@ -258,12 +463,12 @@ pub fn simulate_with(
                     wanted: c.used.max(1),
                     largest_free: 0,
                     free_in_target: elsewhere,
-                    unallocated: free.iter().sum(),
+                    unallocated: space.total(),
                     read_only: true,
                 });
             }
         }
-        let short = |wanted: u64, pool: &[Target], free: &[u64]| {
+        let short = |wanted: u64, pool: &[Target], space: &Space| {
             let mine = pool.iter().filter(|t| t.kind == c.kind && t.profile == to);
             Shortfall {
                 step: i + 1,
@@ -275,7 +480,7 @@ pub fn simulate_with(
                 wanted,
                 largest_free: mine.clone().map(|t| t.room).max().unwrap_or(0),
                 free_in_target: mine.map(|t| t.room).sum(),
-                unallocated: free.iter().sum(),
+                unallocated: space.total(),
                 read_only: false,
             }
         };
@@ -299,13 +504,13 @@ pub fn simulate_with(
                         t.room -= e;
                         break;
                     }
-                    match alloc::allocate_chunk(&mut free, to, c.kind, total, kernel) {
+                    match space.allocate(to, c.kind, total, kernel) {
                         Some(n) => pool.push(Target {
                             kind: c.kind,
                             profile: to,
                             room: n,
                         }),
-                        None => return Err(short(e, &pool, &free)),
+                        None => return Err(short(e, &pool, &space)),
                     }
                 }
             }
@@ -325,25 +530,27 @@ pub fn simulate_with(
                 if left == 0 {
                     break;
                 }
-                match alloc::allocate_chunk(&mut free, to, c.kind, total, kernel) {
+                match space.allocate(to, c.kind, total, kernel) {
                     Some(n) => pool.push(Target {
                         kind: c.kind,
                         profile: to,
                         room: n,
                     }),
-                    None => return Err(short(left, &pool, &free)),
+                    None => return Err(short(left, &pool, &space)),
                 }
             }
         }
         // The old chunk goes: the previous one's stripes are free now, its
         // own after the next chunk (the allocator searches the device
         // tree's commit root).
-        for (d, b) in pending.drain(..) {
-            if let Some(f) = free.get_mut(d) {
-                *f += b;
+        match reuse {
+            Reuse::AtOnce => space.release(&c.stripes),
+            Reuse::AfterForced => pending = c.stripes.clone(),
+            Reuse::AfterNext => {
+                space.release(&pending);
+                pending = c.stripes.clone();
             }
         }
-        pending = c.stripes.clone();
     }
     Ok(steps)
 }
@@ -473,11 +680,11 @@ mod tests {
 
     #[test]
     fn unread_extents_are_refused_only_when_even_the_smallest_run_out() {
-        // Extents not read: taken as the largest the replay runs out (300
-        // MiB in 416 MiB chunks: two 128 MiB extents and a 44 MiB one, a
+        // Extents not read: taken as the largest the replay runs out (340
+        // MiB in 416 MiB chunks: two 128 MiB extents and an 84 MiB one, a
         // 416 MiB raid1 chunk takes three 128 MiB ones only), as the
         // smallest it fits (the caller warns instead of refusing).
-        let l = two_by_two(4, 300 * MIB);
+        let l = two_by_two(4, 340 * MIB);
         assert!(has_unread_extents(&l, Some(Profile::Raid1)));
         assert!(simulate(&l, Some(Profile::Raid1), None).is_err());
         assert!(simulate_with(&l, Some(Profile::Raid1), None, Unread::Smallest).is_ok());
@@ -485,7 +692,7 @@ mod tests {
         let mut read = l.clone();
         for c in &mut read.chunks {
             if c.kind == ChunkKind::Data {
-                c.extents = Some(vec![MAX_EXTENT, MAX_EXTENT, 44 * MIB]);
+                c.extents = Some(vec![MAX_EXTENT, MAX_EXTENT, 84 * MIB]);
             }
         }
         assert!(!has_unread_extents(&read, Some(Profile::Raid1)));
@@ -494,6 +701,91 @@ mod tests {
         let mut full = l.clone();
         full.free = vec![0, 0];
         assert!(simulate_with(&full, Some(Profile::Raid1), None, Unread::Smallest).is_err());
+    }
+
+    #[test]
+    fn the_space_of_a_relocated_chunk_serves_the_next_ones_extents() {
+        // Freed after the next chunk's forced allocation, before its
+        // extents are copied: the 4 × 300 MiB case above fits.
+        let l = two_by_two(4, 300 * MIB);
+        assert!(simulate(&l, Some(Profile::Raid1), None).is_ok());
+        let after_next = Assume {
+            reuse: Reuse::AfterNext,
+            ..Assume::WORST
+        };
+        assert!(simulate_in(&l, Some(Profile::Raid1), None, after_next).is_err());
+    }
+
+    /// One 1 GiB device: single data chunks of 112 MiB holding one extent
+    /// each (72, 64, 64 MiB) and an empty 8 MiB one, dup metadata, 560 MiB
+    /// unallocated (as mkfs and 200 MiB written make it).
+    fn one_device_single_data() -> Layout {
+        let mut chunks = vec![
+            chunk(
+                ChunkKind::System,
+                Profile::Dup,
+                22 * MIB,
+                8 * MIB,
+                16 << 10,
+                &[0, 0],
+            ),
+            chunk(
+                ChunkKind::Metadata,
+                Profile::Dup,
+                30 * MIB,
+                51 * MIB,
+                MIB,
+                &[0, 0],
+            ),
+            chunk(ChunkKind::Data, Profile::Single, 13 * MIB, 8 * MIB, 0, &[0]),
+        ];
+        for (i, e) in [64, 64, 72].into_iter().enumerate() {
+            let mut c = chunk(
+                ChunkKind::Data,
+                Profile::Single,
+                84 * MIB + i as u64 * 112 * MIB,
+                112 * MIB,
+                e * MIB,
+                &[0],
+            );
+            c.extents = Some(vec![e * MIB]);
+            chunks.push(c);
+        }
+        Layout {
+            free: vec![560 * MIB],
+            chunks,
+            total_bytes: GIB,
+            kernel: K,
+            global_reserve: 5 * MIB,
+        }
+    }
+
+    #[test]
+    fn dup_chunks_take_both_stripes_from_one_free_range() {
+        // The kernel: two 112 MiB dup chunks from the unallocated range,
+        // then 56 MiB ones (half of the 112 MiB range the first relocated
+        // chunk freed, half of what is left of the first range): the last
+        // 64 MiB extent finds no room, ENOSPC.
+        let l = one_device_single_data();
+        let dup = Some(Profile::Dup);
+        let s = simulate(&l, dup, None).unwrap_err();
+        assert_eq!((s.step, s.kind, s.wanted), (3, ChunkKind::Data, 64 * MIB));
+        // Counting the free space as one total, it fits: the caller warns.
+        let total = Assume {
+            free: Free::Total,
+            ..Assume::WORST
+        };
+        assert!(simulate_in(&l, dup, None, total).is_ok());
+        assert!(simulate_in(&l, dup, None, Assume::BEST).is_ok());
+        // Other targets are not affected.
+        let mut two = l.clone();
+        two.free.push(GIB);
+        two.total_bytes += GIB;
+        let raid1 = Some(Profile::Raid1);
+        assert_eq!(
+            simulate(&two, raid1, None),
+            simulate_in(&two, raid1, None, total)
+        );
     }
 
     #[test]

@@ -637,21 +637,27 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
         } else if let Some(layout) = layout
             && let Err(s) = relocate::simulate(layout, req.data, req.metadata)
         {
-            // Extents not read are taken as the largest; refused only when
-            // even the smallest would run out.
-            let sure = !relocate::has_unread_extents(layout, req.data)
-                || relocate::simulate_with(
-                    layout,
-                    req.data,
-                    req.metadata,
-                    relocate::Unread::Smallest,
-                )
-                .is_err();
-            if sure {
+            // The replay takes what it cannot know as the least favourable
+            // (extents not read as the largest, free space as the ranges
+            // DUP chunks need, the space of relocated chunks reused late);
+            // refused only when it runs out whatever it takes.
+            use relocate::{Assume, Free, Unread};
+            let fits =
+                |a: &Assume| relocate::simulate_in(layout, req.data, req.metadata, *a).is_ok();
+            // Fits only where `f` holds.
+            let only = |f: fn(&Assume) -> bool| !Assume::all().filter(|a| !f(a)).any(|a| fits(&a));
+            if !Assume::all().any(|a| fits(&a)) {
                 refusals.push(shortfall_reason(layout, req, &s));
             } else {
+                let why = if only(|a| a.unread == Unread::Smallest) {
+                    "the space check did not read the sizes of every data extent (too many) and runs out if they are large, not if they are small"
+                } else if only(|a| a.free == Free::Total) {
+                    "dup chunks need both their copies in one contiguous free range of a device, and the space check does not know whether the ranges the relocated chunks free are contiguous: it runs out if they are not, not if they are"
+                } else {
+                    "whether the space of each converted chunk can be used for the next one depends on when the kernel commits its transaction (timing): the space check runs out if it cannot, not if it can"
+                };
                 warnings.push(format!(
-                    "the conversion may run out of space at chunk {} of {} ({} {}): the space check did not read the sizes of every data extent (too many) and runs out if they are large, not if they are small; if the kernel stops with ENOSPC, what was converted stays converted and the same convert resumes after freeing space",
+                    "the conversion may run out of space at chunk {} of {} ({} {}): {why}; if the kernel stops with ENOSPC, what was converted stays converted and the same convert resumes after freeing space",
                     s.step,
                     s.steps,
                     kind_name(s.kind),
@@ -954,7 +960,7 @@ mod tests {
 
         // Extents not read: refused only if even the smallest run out
         // (above: no space at all); 2 × 2 GiB with four single chunks of
-        // 416 MiB holding 300 MiB each runs out with 128 MiB extents, not
+        // 416 MiB holding 340 MiB each runs out with 128 MiB extents, not
         // with small ones: a warning. Read, and large, it is refused.
         const MIB: u64 = 1 << 20;
         let per_dev = 2 * GIB - 264 * MIB - 2 * 416 * MIB;
@@ -966,7 +972,7 @@ mod tests {
                     profile: Profile::Single,
                     logical: GIB + i * 416 * MIB,
                     length: 416 * MIB,
-                    used: 300 * MIB,
+                    used: 340 * MIB,
                     stripes: vec![((i % 2) as usize, 416 * MIB)],
                     extents: None,
                 })
@@ -984,7 +990,7 @@ mod tests {
         );
         let mut read = unread.clone();
         for c in &mut read.chunks {
-            c.extents = Some(vec![128 * MIB, 128 * MIB, 44 * MIB]);
+            c.extents = Some(vec![128 * MIB, 128 * MIB, 84 * MIB]);
         }
         let p = plan_convert_on(&f, &req(Some(Profile::Raid1), None), Some(&read));
         assert!(

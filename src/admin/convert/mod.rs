@@ -642,11 +642,27 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
             // DUP chunks need, the space of relocated chunks reused late);
             // refused only when it runs out whatever it takes.
             use relocate::{Assume, Free, Unread};
-            let fits =
-                |a: &Assume| relocate::simulate_in(layout, req.data, req.metadata, *a).is_ok();
+            // Each replay once; an assumption that changes nothing here
+            // (no extents unread, no dup target) is left out.
+            let unread = relocate::has_unread_extents(layout, req.data);
+            let dup = [req.data, req.metadata]
+                .into_iter()
+                .flatten()
+                .any(|p| p.geometry().dev_stripes > 1);
+            let replays: Vec<(Assume, bool)> = Assume::all()
+                .filter(|a| {
+                    (unread || a.unread == Unread::Largest) && (dup || a.free == Free::Holes)
+                })
+                .map(|a| {
+                    (
+                        a,
+                        relocate::simulate_in(layout, req.data, req.metadata, a).is_ok(),
+                    )
+                })
+                .collect();
             // Fits only where `f` holds.
-            let only = |f: fn(&Assume) -> bool| !Assume::all().filter(|a| !f(a)).any(|a| fits(&a));
-            if !Assume::all().any(|a| fits(&a)) {
+            let only = |f: fn(&Assume) -> bool| !replays.iter().any(|(a, ok)| *ok && !f(a));
+            if !replays.iter().any(|(_, ok)| *ok) {
                 refusals.push(shortfall_reason(layout, req, &s));
             } else {
                 let why = if only(|a| a.unread == Unread::Smallest) {

@@ -62,8 +62,8 @@ pub struct ProbeDioArgs {
     /// With --pid: how long to watch, in seconds [default: 10].
     #[arg(long, value_name = "N")]
     seconds: Option<u32>,
-    /// Size of each test file [default: 32M when the per-file tracepoints
-    /// are used (root, tracefs), else 256M].
+    /// Size of each test file [default: 4M when the per-file tracepoints
+    /// are used (root, tracefs), else 64M].
     #[arg(long = "file-size", alias = "size", value_parser = size_arg, value_name = "SIZE")]
     file_size: Option<u64>,
     /// Bytes per write call.

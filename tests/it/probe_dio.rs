@@ -230,8 +230,8 @@ fn the_default_size_is_small_when_the_tracepoints_measure() {
     let r = json(&stdout);
     let size = r["parameters"]["size_bytes"].as_u64().unwrap();
     match r["evidence"]["source"].as_str().unwrap() {
-        "tracepoint" => assert_eq!(size, 32 << 20, "{r:#}"),
-        _ => assert_eq!(size, 256 << 20, "{r:#}"),
+        "tracepoint" => assert_eq!(size, 4 << 20, "{r:#}"),
+        _ => assert_eq!(size, 64 << 20, "{r:#}"),
     }
     assert_eq!(r["rounds"][0]["test"]["bytes_written"].as_u64(), Some(size));
     assert_eq!(
@@ -249,7 +249,7 @@ fn the_default_size_is_small_when_the_tracepoints_measure() {
     assert_ne!(r["evidence"]["source"], "tracepoint", "{r:#}");
     assert_eq!(
         r["parameters"]["size_bytes"].as_u64(),
-        Some(256 << 20),
+        Some(64 << 20),
         "{r:#}"
     );
 }

@@ -15,7 +15,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, openat};
@@ -29,7 +29,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::Pause;
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::filecopy::{
-    self, copy_data, create_unnamed, drop_cached_pages, hash_contents, link_into,
+    self, Compared, compare_contents, copy_data, create_unnamed, drop_cached_pages, link_into,
 };
 use crate::sys::fs::filesystem;
 use crate::sys::kernel::ioctl::{
@@ -55,7 +55,20 @@ pub struct ExecOptions {
     pub root: Option<(PathBuf, std::sync::Arc<super::scan::DirHandle>)>,
     /// Directories this run created, and their identities.
     pub created: Vec<(PathBuf, FileIdentity)>,
+    /// The files the run migrates, for one walk of /proc that covers them
+    /// all ([`Self::set_migrating`]).
+    migrating: Vec<(FileIdentity, PathBuf)>,
+    /// The last walk of /proc over `migrating`, and when it was made.
+    openers: Option<(Instant, procs::OpenFiles)>,
 }
+
+/// How long one walk of /proc answers "who has it open" for the files it
+/// covered: long enough that a run of many small files walks /proc about
+/// once a second instead of once a file (a walk reads every process's
+/// descriptors and mappings, tens of milliseconds), short enough that every
+/// file is looked at within a second of its copy. Writers who open a file
+/// after the walk are caught by the lease and the comparison, as before.
+const OPENERS_FRESH: Duration = Duration::from_secs(1);
 
 impl ExecOptions {
     /// Options.
@@ -64,7 +77,37 @@ impl ExecOptions {
             force,
             root: None,
             created: Vec::new(),
+            migrating: Vec::new(),
+            openers: None,
         }
+    }
+
+    /// The files this run will migrate: one walk of /proc looks for all of
+    /// them ([`OPENERS_FRESH`]).
+    pub(crate) fn set_migrating(&mut self, files: Vec<(FileIdentity, PathBuf)>) {
+        self.migrating = files;
+        self.openers = None;
+    }
+
+    /// Who has `id` open, from a walk of /proc made at most
+    /// [`OPENERS_FRESH`] ago that covered it (else a new one).
+    fn openers_now(&mut self, id: FileIdentity, path: &Path) -> Vec<procs::Opener> {
+        let covered = self.migrating.iter().any(|(i, _)| *i == id);
+        let fresh = self
+            .openers
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < OPENERS_FRESH);
+        if !(covered && fresh) {
+            let mut targets = self.migrating.clone();
+            if !covered {
+                targets.push((id, path.to_path_buf()));
+            }
+            self.openers = Some((Instant::now(), procs::open_files(&targets)));
+        }
+        self.openers
+            .as_ref()
+            .map(|(_, found)| found.openers(id).to_vec())
+            .unwrap_or_default()
     }
 
     /// The test hook at `point` ([`crate::hooks`]): waits for a signal
@@ -238,12 +281,11 @@ fn timespec(sec: i64, nsec: i64) -> TimeSpec {
     TimeSpec::new(sec, nsec)
 }
 
-fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
+fn openers_of(opts: &mut ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
     if opts.force {
         return Ok(());
     }
-    let found = procs::open_files(&[(id, path.to_path_buf())]);
-    let who = found.openers(id);
+    let who = opts.openers_now(id, path);
     if who.is_empty() {
         return Ok(());
     }
@@ -252,7 +294,7 @@ fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
         format!(
             "{} is open by {}; it was left as it is",
             path.display(),
-            procs::describe(who)
+            procs::describe(&who)
         ),
     )
     .with_hint(
@@ -289,8 +331,9 @@ pub(crate) fn migrate_file(
     if links > 1 {
         return Err(changed(path));
     }
-    // Nobody may have it open (the plan looked before; this walk of /proc
-    // covers the time since). The lease below covers writers from then on.
+    // Nobody may have it open (the plan looked before; a walk of /proc made
+    // at most OPENERS_FRESH ago covers the time since). The lease below
+    // covers writers from then on.
     openers_of(opts, id, path)?;
     let file = Planned {
         dir: &dir,
@@ -383,8 +426,10 @@ impl Planned<'_> {
         };
         let tmp_path = dir_path.join(format!("{TEMP_PREFIX}{}", id.ino));
         filesystem::set_nocow(&tmp.file, &tmp_path, true)?;
+        // Reading the copy back must not change the access time it gets.
+        filecopy::read_without_atime(&tmp.file, &tmp_path)?;
 
-        // 2. The data, holes kept; then flushed.
+        // 2. The data, holes kept.
         let mut first_chunk = true;
         let copied = copy_data(src, path, &tmp.file, &tmp_path, size, &mut |n| {
             signals::check()?;
@@ -400,18 +445,12 @@ impl Planned<'_> {
             ErrorKind::State => Attempt::Again(e),
             _ => Attempt::Fail(e),
         })?;
-        filecopy::sync(&tmp.file, &tmp_path)?;
 
-        // 3. The copy, read back from the disk in full (holes as zeros, so
-        // a wrong SEEK_DATA answer would show).
-        drop_cached_pages(&tmp.file);
-        let got = hash_contents(&tmp.file, &tmp_path, size, &mut |n| {
-            signals::check()?;
-            progress(n)
-        })?;
-
-        // 4. Owner, attributes, mode, flags, times: in this order, because
+        // 3. Owner, attributes, mode, flags, times: in this order, because
         // chown clears file capabilities and setting an ACL changes the mode.
+        // Then data and metadata are flushed at once (one fsync), and the
+        // metadata is read back (the copy is read with O_NOATIME, so reading
+        // it back below keeps the access time just set).
         std::os::unix::fs::fchown(&tmp.file, Some(before.st_uid), Some(before.st_gid)).map_err(
             |e| {
                 Error::from_io(&e, "cannot give the copy the owner of", path)
@@ -439,10 +478,13 @@ impl Planned<'_> {
         filecopy::sync(&tmp.file, &tmp_path)?;
         verify_metadata(&tmp.file, &before, flags, &src_xattrs, path)?;
 
-        // 5. The original under a lease: from now on nobody can open it for
+        // 4. The original under a lease: from now on nobody can open it for
         // writing without us knowing. It must still be what was copied: the
-        // same size, times and content (read in full, after the lease, so
-        // nothing written before it is missed).
+        // same size and times, and the same content as the copy, both read
+        // in full after the lease (so nothing written before it is missed)
+        // and compared byte for byte: the copy back from the disk (its
+        // cached pages dropped; holes as zeros, so a wrong SEEK_DATA answer
+        // would show), hashed (BLAKE3) on a second thread meanwhile.
         let src_lease = lease_original(src, path, opts.force)?;
         let now = nix::sys::stat::fstat(src.as_fd())
             .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
@@ -452,7 +494,8 @@ impl Planned<'_> {
         if !same {
             return Err(Attempt::Again(changed_while_copied(path)));
         }
-        let want = hash_contents(src, path, size, &mut |n| {
+        drop_cached_pages(&tmp.file);
+        let compared = compare_contents(&tmp.file, &tmp_path, src, path, size, &mut |n| {
             signals::check()?;
             progress(n)
         })
@@ -460,29 +503,30 @@ impl Planned<'_> {
             ErrorKind::State => Attempt::Again(changed_while_copied(path)),
             _ => Attempt::Fail(e),
         })?;
-        if want != got {
-            return Err(Attempt::Again(
-                Error::new(
-                    ErrorKind::Io,
-                    format!(
-                        "the copy of {} does not match the original (BLAKE3 {} vs {}); the original was left as it is",
-                        path.display(),
-                        want.to_hex(),
-                        got.to_hex()
+        let got = match compared {
+            Compared::Same(hash) => hash,
+            Compared::DifferAt(at) => {
+                return Err(Attempt::Again(
+                    Error::new(
+                        ErrorKind::Io,
+                        format!(
+                            "the copy of {} does not match the original (from byte {at} on); the original was left as it is",
+                            path.display(),
+                        ),
+                    )
+                    .with_hint(
+                        "if nothing writes to it, check the filesystem (btrfs device stats, dmesg) \
+                         before trying again",
                     ),
-                )
-                .with_hint(
-                    "if nothing writes to it, check the filesystem (btrfs device stats, dmesg) \
-                     before trying again",
-                ),
-            ));
-        }
+                ));
+            }
+        };
         still_unwritten(src_lease.as_ref(), path).map_err(Attempt::Again)?;
         if identity(&stat_at(dir, name, dir_path)?) != id {
             return Err(Attempt::Fail(changed(path)));
         }
 
-        // 6. A name (with the marker), then the swap.
+        // 5. A name (with the marker), then the swap.
         if tmp.name.is_none() {
             set_marker(&mut tmp, id, path)?;
             let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::sys::fs::nonce::nonce());
@@ -506,7 +550,7 @@ impl Planned<'_> {
         filecopy::sync(&tmp.file, path)?;
         filecopy::sync(dir, dir_path)?;
 
-        // 7. The name now holds the NOCOW copy.
+        // 6. The name now holds the NOCOW copy.
         let final_stat = stat_at(dir, name, dir_path)?;
         let copy_meta = tmp
             .file

@@ -295,6 +295,15 @@ pub fn execute(
 ) -> Result<Outcome> {
     let mut out = Outcome::default();
     let total = plan.steps.len();
+    opts.set_migrating(
+        plan.steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Migrate { path, id, .. } => Some((*id, path.clone())),
+                _ => None,
+            })
+            .collect(),
+    );
     for (done, step) in plan.steps.iter().enumerate() {
         run_step(step, opts, progress, &mut out).map_err(|e| {
             if done == 0 || e.kind() == ErrorKind::Interrupted {

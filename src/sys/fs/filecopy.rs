@@ -33,6 +33,15 @@ pub(crate) fn create_unnamed(dir: &File, dir_path: &Path) -> Result<Option<File>
     }
 }
 
+/// Reads of `file` no longer update its access time (O_NOATIME on the open
+/// file description; allowed to the file's owner and to CAP_FOWNER).
+pub(crate) fn read_without_atime(file: &File, path: &Path) -> Result<()> {
+    let flags = rustix::fs::fcntl_getfl(file)
+        .map_err(|e| to_error(e, "cannot read the descriptor flags of", path))?;
+    rustix::fs::fcntl_setfl(file, flags | OFlags::NOATIME)
+        .map_err(|e| to_error(e, "cannot stop access-time updates on", path))
+}
+
 /// Creates `name` in `dir`, failing if anything of that name exists (a
 /// symbolic link included), mode 0600.
 /// (nocow no longer names a copy before it carries its marker: only the
@@ -168,8 +177,132 @@ fn read_full_at(file: &File, buf: &mut [u8], mut pos: u64, path: &Path) -> Resul
     Ok(done)
 }
 
+/// What [`compare_contents`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compared {
+    /// Byte for byte the same; the BLAKE3 of that content.
+    Same(blake3::Hash),
+    /// Different from this byte offset on (at most `len` bytes compared).
+    DifferAt(u64),
+}
+
+/// Compares the whole content of `copy` and `original` byte for byte (holes
+/// read as zeros), both of which must be exactly `len` bytes long, and
+/// hashes it (BLAKE3) on a second thread while the next chunks are read.
+/// An `original` of another length is an error of kind `State` (it
+/// changed); a `copy` of another length one of kind `Io`. `progress` gets
+/// the bytes read from both.
+pub(crate) fn compare_contents(
+    copy: &File,
+    copy_path: &Path,
+    original: &File,
+    original_path: &Path,
+    len: u64,
+    progress: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<Compared> {
+    let _ = fadvise(copy, 0, None, Advice::Sequential);
+    // Chunks of the copy go to the hashing thread and come back to be
+    // filled again: three in all.
+    let (to_hasher, hasher_in) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(2);
+    let (to_reader, spare) = std::sync::mpsc::channel::<Vec<u8>>();
+    for _ in 0..3 {
+        let _ = to_reader.send(vec![0u8; CHUNK]);
+    }
+    std::thread::scope(|scope| {
+        let hashing = scope.spawn(move || {
+            let mut hasher = blake3::Hasher::new();
+            for (buf, n) in hasher_in {
+                hasher.update(&buf[..n]);
+                // The reader may have stopped (an error): nothing to return.
+                let _ = to_reader.send(buf);
+            }
+            hasher.finalize()
+        });
+        let stopped = || Error::new(ErrorKind::Io, "the hashing thread stopped");
+        let mut other = vec![0u8; CHUNK];
+        let mut pos = 0u64;
+        // Where each ended, when it did: (copy, original).
+        let outcome = loop {
+            let Ok(mut buf) = spare.recv() else {
+                break Err(stopped());
+            };
+            let n = match read_full_at(copy, &mut buf, pos, copy_path) {
+                Ok(n) => n,
+                Err(e) => break Err(e),
+            };
+            let m = match read_full_at(original, &mut other, pos, original_path) {
+                Ok(m) => m,
+                Err(e) => break Err(e),
+            };
+            let both = n.min(m);
+            if let Some(i) = buf[..both]
+                .iter()
+                .zip(&other[..both])
+                .position(|(a, b)| a != b)
+            {
+                break Ok(Err(pos + i as u64));
+            }
+            if let Err(e) = progress(2 * both as u64) {
+                break Err(e);
+            }
+            if to_hasher.send((buf, both)).is_err() {
+                break Err(stopped());
+            }
+            let ends = (
+                (n < CHUNK).then_some(pos + n as u64),
+                (m < CHUNK).then_some(pos + m as u64),
+            );
+            pos += both as u64;
+            if ends != (None, None) {
+                break Ok(Ok(ends));
+            }
+        };
+        drop(to_hasher);
+        let hash = hashing.join();
+        let (copy_end, original_end) = match outcome? {
+            Err(at) => return Ok(Compared::DifferAt(at)),
+            Ok(ends) => ends,
+        };
+        // Not ended: longer than what was compared, as long as it says.
+        let size_of = |f: &File, p: &Path| -> Result<u64> {
+            f.metadata()
+                .map(|m| m.len())
+                .map_err(|e| Error::from_io(&e, "cannot stat", p))
+        };
+        let original_end = match original_end {
+            Some(e) => e,
+            None => size_of(original, original_path)?.max(pos + 1),
+        };
+        if original_end != len {
+            return Err(Error::new(
+                ErrorKind::State,
+                format!(
+                    "{} holds {original_end} bytes, expected {len}: it changed while it was copied",
+                    original_path.display()
+                ),
+            ));
+        }
+        if copy_end != Some(len) {
+            let holds = match copy_end {
+                Some(e) => e,
+                None => size_of(copy, copy_path)?.max(pos + 1),
+            };
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "{} reads back {holds} bytes, expected {len}",
+                    copy_path.display()
+                ),
+            ));
+        }
+        hash.map(Compared::Same)
+            .map_err(|_| Error::new(ErrorKind::Io, "the hashing thread failed"))
+    })
+}
+
 /// BLAKE3 of the whole content of `file` (holes read as zeros), which must
 /// be exactly `len` bytes long.
+#[cfg(test)]
 pub(crate) fn hash_contents(
     file: &File,
     path: &Path,
@@ -246,6 +379,50 @@ mod tests {
         let e = hash_contents(&dst, &dst_path, len + 1, &mut |_| Ok(())).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::State);
         link_into(&dst, &dir, t.path(), "named").unwrap_or(());
+    }
+
+    #[test]
+    fn compare_finds_the_first_difference_and_a_wrong_length() {
+        let t = scratch();
+        let len = CHUNK * 2 + 12345;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let write = |name: &str, bytes: &[u8]| {
+            let p = t.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            (File::open(&p).unwrap(), p)
+        };
+        let (a, ap) = write("a", &data);
+        let (b, bp) = write("b", &data);
+        let mut seen = 0;
+        let got = compare_contents(&a, &ap, &b, &bp, len as u64, &mut |n| {
+            seen += n;
+            Ok(())
+        })
+        .unwrap();
+        let want = hash_contents(&b, &bp, len as u64, &mut |_| Ok(())).unwrap();
+        assert_eq!(got, Compared::Same(want));
+        assert_eq!(seen, 2 * len as u64);
+        let mut other = data.clone();
+        other[CHUNK + 5] ^= 1;
+        let (c, cp) = write("c", &other);
+        let got = compare_contents(&a, &ap, &c, &cp, len as u64, &mut |_| Ok(())).unwrap();
+        assert_eq!(got, Compared::DifferAt((CHUNK + 5) as u64));
+        // The original longer (or shorter) than planned: it changed.
+        let (d, dp) = write("d", &[&data[..], b"more"].concat());
+        let e = compare_contents(&a, &ap, &d, &dp, len as u64, &mut |_| Ok(())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::State);
+        let (f, fp) = write("f", &data[..CHUNK]);
+        let e = compare_contents(&a, &ap, &f, &fp, len as u64, &mut |_| Ok(())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::State);
+        // The copy short: an I/O error, not a change of the original.
+        let e = compare_contents(&f, &fp, &a, &ap, len as u64, &mut |_| Ok(())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io);
+        // An error from progress stops it.
+        let e = compare_contents(&a, &ap, &b, &bp, len as u64, &mut |_| {
+            Err(Error::interrupted())
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Interrupted);
     }
 
     #[test]

@@ -16,10 +16,6 @@ use crate::sys::tools::display_argv;
 
 use super::facts::FsFacts;
 
-/// Bytes per file per round of the deep probe (probe-dio's default is
-/// 256 MiB; a quarter keeps doctor quick and still far above noise).
-pub(crate) const PROBE_BYTES: u64 = 64 << 20;
-
 /// What the deep checks found out.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeepFacts {
@@ -157,8 +153,9 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> Result<(Vec<Finding>, DeepFacts)> {
     let mut facts = DeepFacts::default();
     let m = f.mount_point.display().to_string();
 
+    // probe-dio's own defaults: 4 MiB files where the kernel's tracepoints
+    // count each file's pages, 64 MiB where only a counter can.
     let mut opts = ProbeOptions::new(&f.mount_point);
-    opts.size_bytes = Some(PROBE_BYTES);
     opts.sysroot = root.clone();
     match probe::run(&opts, &mut |_, _| {}) {
         Ok(r) => {

@@ -1583,6 +1583,7 @@ fn convert_following_a_killed_balance(
 /// | 2       | single/dup    | 500 MiB  | —/raid1         | fits       | done |
 /// | 2       | single/dup    | 1000 MiB | —/raid1         | refused    | ENOSPC |
 /// | 3       | raid1/raid1   | 1000 MiB | —/raid1c3       | refused    | ENOSPC |
+/// | 3       | raid1/raid1   | 450 MiB  | —/raid1c3       | warned     | done (the kernel made a raid1c3 system chunk by itself; refused before) |
 /// | 4       | single/raid1  | 1000 MiB | raid10/raid10   | fits       | done |
 /// | 4       | single/raid1  | 1500 MiB | raid10/raid10   | refused    | ENOSPC |
 /// | 4       | raid1/raid1   | 1000 MiB | raid10/raid10   | fits       | done |
@@ -1663,6 +1664,10 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
         on(2, 1, Single, Dup, 500, None, "raid1"),
         on(2, 1, Single, Dup, 1000, None, "raid1"),
         on(3, 1, Raid1, Raid1, 1000, None, "raid1c3"),
+        // The kernel makes a raid1c3 system chunk by itself on the way
+        // (reserve_chunk_space): the last system chunk then has room; a
+        // replay without it ran out (a false refusal before).
+        on(3, 1, Raid1, Raid1, 450, None, "raid1c3"),
         // RAID10.
         on(4, 1, Single, Raid1, 1000, Some("raid10"), "raid10"),
         on(4, 1, Single, Raid1, 1500, Some("raid10"), "raid10"),

@@ -649,9 +649,19 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
                 .into_iter()
                 .flatten()
                 .any(|p| p.geometry().dev_stripes > 1);
+            // System chunks to relocate: the kernel may give them a new one
+            // along the way ([`Assume::early_system`]).
+            let system = req.metadata.is_some_and(|to| {
+                layout
+                    .chunks
+                    .iter()
+                    .any(|c| c.kind == crate::model::alloc::ChunkKind::System && c.profile != to)
+            });
             let replays: Vec<(Assume, bool)> = Assume::all()
                 .filter(|a| {
-                    (unread || a.unread == Unread::Largest) && (dup || a.free == Free::Holes)
+                    (unread || a.unread == Unread::Largest)
+                        && (dup || a.free == Free::Holes)
+                        && (system || !a.early_system)
                 })
                 .map(|a| {
                     (
@@ -665,7 +675,9 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
             if !replays.iter().any(|(_, ok)| *ok) {
                 refusals.push(shortfall_reason(layout, req, &s));
             } else {
-                let why = if only(|a| a.unread == Unread::Smallest) {
+                let why = if only(|a| a.early_system) {
+                    "the last system chunk can only be moved if the kernel has made a system chunk of the new profile by then, which it does by itself when system space runs short while it converts, and the space check cannot tell whether it will: it runs out if not, not if it does"
+                } else if only(|a| a.unread == Unread::Smallest) {
                     "the space check did not read the sizes of every data extent (too many) and runs out if they are large, not if they are small"
                 } else if only(|a| a.free == Free::Total) {
                     "dup chunks need both their copies in one contiguous free range of a device, and the space check does not know whether the ranges the relocated chunks free are contiguous: it runs out if they are not, not if they are"

@@ -247,6 +247,27 @@ impl Space {
         Some(c.length)
     }
 
+    /// Allocates a chunk of `p` for `kind` and adds it to `pool` as a
+    /// target with all its room; false when it does not fit.
+    fn grow(
+        &mut self,
+        pool: &mut Vec<Target>,
+        p: Profile,
+        kind: ChunkKind,
+        total: u64,
+        kernel: KernelVersion,
+    ) -> bool {
+        let Some(room) = self.allocate(p, kind, total, kernel) else {
+            return false;
+        };
+        pool.push(Target {
+            kind,
+            profile: p,
+            room,
+        });
+        true
+    }
+
     /// The stripes of a relocated chunk are free again: one range on each
     /// of its devices (DUP's two stripes are contiguous).
     fn release(&mut self, stripes: &[(usize, u64)]) {
@@ -448,24 +469,12 @@ pub fn simulate_in(
         // (never a system chunk: btrfs_chunk_alloc refuses those, they
         // come from check_system_chunk when system space runs short).
         if c.kind != ChunkKind::System
-            && let Some(n) = space.allocate(to, c.kind, total, kernel)
+            && space.grow(&mut pool, to, c.kind, total, kernel)
+            && early_system
+            && let Some(sys) = metadata
+            && space.grow(&mut pool, sys, ChunkKind::System, total, kernel)
         {
-            pool.push(Target {
-                kind: c.kind,
-                profile: to,
-                room: n,
-            });
-            if early_system
-                && let Some(sys) = metadata
-                && let Some(n) = space.allocate(sys, ChunkKind::System, total, kernel)
-            {
-                pool.push(Target {
-                    kind: ChunkKind::System,
-                    profile: sys,
-                    room: n,
-                });
-                early_system = false;
-            }
+            early_system = false;
         }
         if reuse == Reuse::AfterForced {
             space.release(&pending);
@@ -545,13 +554,8 @@ pub fn simulate_in(
                         t.room -= e;
                         break;
                     }
-                    match space.allocate(to, c.kind, total, kernel) {
-                        Some(n) => pool.push(Target {
-                            kind: c.kind,
-                            profile: to,
-                            room: n,
-                        }),
-                        None => return Err(short(e, &pool, &space)),
+                    if !space.grow(&mut pool, to, c.kind, total, kernel) {
+                        return Err(short(e, &pool, &space));
                     }
                 }
             }
@@ -571,13 +575,8 @@ pub fn simulate_in(
                 if left == 0 {
                     break;
                 }
-                match space.allocate(to, c.kind, total, kernel) {
-                    Some(n) => pool.push(Target {
-                        kind: c.kind,
-                        profile: to,
-                        room: n,
-                    }),
-                    None => return Err(short(left, &pool, &space)),
+                if !space.grow(&mut pool, to, c.kind, total, kernel) {
+                    return Err(short(left, &pool, &space));
                 }
             }
         }

@@ -480,6 +480,22 @@ pub fn simulate_in(
             space.release(&pending);
             pending.clear();
         }
+        let short = |wanted: u64, pool: &[Target], space: &Space| {
+            let mine = pool.iter().filter(|t| t.kind == c.kind && t.profile == to);
+            Shortfall {
+                step: i + 1,
+                steps,
+                kind: c.kind,
+                logical: c.logical,
+                from: c.profile,
+                to,
+                wanted,
+                largest_free: mine.clone().map(|t| t.room).max().unwrap_or(0),
+                free_in_target: mine.map(|t| t.room).sum(),
+                unallocated: space.total(),
+                read_only: false,
+            }
+        };
         // Then the chunk must be made read-only: metadata and system need
         // room elsewhere, in chunks of their type or by overcommitting on
         // unallocated space (btrfs_can_overcommit, NO_FLUSH: what the
@@ -504,36 +520,13 @@ pub fn simulate_in(
             };
             if elsewhere + avail <= reserved {
                 return Err(Shortfall {
-                    step: i + 1,
-                    steps,
-                    kind: c.kind,
-                    logical: c.logical,
-                    from: c.profile,
-                    to,
-                    wanted: c.used.max(1),
                     largest_free: 0,
                     free_in_target: elsewhere,
-                    unallocated: space.total(),
                     read_only: true,
+                    ..short(c.used.max(1), &pool, &space)
                 });
             }
         }
-        let short = |wanted: u64, pool: &[Target], space: &Space| {
-            let mine = pool.iter().filter(|t| t.kind == c.kind && t.profile == to);
-            Shortfall {
-                step: i + 1,
-                steps,
-                kind: c.kind,
-                logical: c.logical,
-                from: c.profile,
-                to,
-                wanted,
-                largest_free: mine.clone().map(|t| t.room).max().unwrap_or(0),
-                free_in_target: mine.map(|t| t.room).sum(),
-                unallocated: space.total(),
-                read_only: false,
-            }
-        };
         if c.kind == ChunkKind::Data && (c.extents.is_some() || unread == Unread::Largest) {
             let pieces: Vec<u64> = match &c.extents {
                 Some(e) => e.clone(),

@@ -282,8 +282,16 @@ fn render_plan(r: &NocowReport, paint: Paint) -> String {
             t.push_str(&format!("  {}. {}\n", i + 1, escape_control(&s.describe())));
         }
         if p.space_needed_bytes > 0 {
+            let copies = if p.parallel_migrations > 1 {
+                format!(
+                    "{} files copied at once: room for the {} largest copies and a margin",
+                    p.parallel_migrations, p.parallel_migrations
+                )
+            } else {
+                "one file copied at a time: room for the largest copy and a margin".to_owned()
+            };
             t.push_str(&format!(
-                "  free space: {} needed at once (the largest copy and a margin), {} available\n",
+                "  free space: {} needed at once ({copies}), {} available\n",
                 size(p.space_needed_bytes),
                 size(p.space_available_bytes)
             ));
@@ -524,7 +532,7 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
                 .collect();
             t.push_str(&format!(
                 "{} {} copies the files that need it into NOCOW files \
-                 (one copy at a time: {} free needed, plus a margin)\n",
+                 (at least {} free: the largest file's copy, plus a margin)\n",
                 paint.dim("hint:"),
                 dirs.join(", "),
                 size(r.summary.largest_migration_bytes)

@@ -9,11 +9,13 @@
 //! original is atomic. Until that rename the original is untouched. A re-run
 //! removes a leftover (prefix and marker) and carries on.
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Permissions};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -45,8 +47,9 @@ const KEPT_FLAGS: IFlags = FS_NOATIME_FL
     .union(FS_SYNC_FL)
     .union(FS_NOCOMP_FL);
 
-/// How steps are carried out.
-#[derive(Debug, Clone)]
+/// How steps are carried out. Shared by the threads that migrate files at
+/// once ([`crate::nocow::plan::Plan::parallel_migrations`]).
+#[derive(Debug)]
 pub struct ExecOptions {
     /// Migrate files that a process has open.
     pub force: bool,
@@ -59,7 +62,10 @@ pub struct ExecOptions {
     /// all ([`Self::set_migrating`]).
     migrating: Vec<(FileIdentity, PathBuf)>,
     /// The last walk of /proc over `migrating`, and when it was made.
-    openers: Option<(Instant, procs::OpenFiles)>,
+    openers: Mutex<Option<(Instant, procs::OpenFiles)>>,
+    /// The directories files are migrated in now, locked once for all the
+    /// files being migrated in each ([`Self::lock_dir`]).
+    locked: Mutex<HashMap<FileIdentity, Weak<Flock<File>>>>,
 }
 
 /// How long one walk of /proc answers "who has it open" for the files it
@@ -78,7 +84,8 @@ impl ExecOptions {
             root: None,
             created: Vec::new(),
             migrating: Vec::new(),
-            openers: None,
+            openers: Mutex::new(None),
+            locked: Mutex::new(HashMap::new()),
         }
     }
 
@@ -86,15 +93,15 @@ impl ExecOptions {
     /// them ([`OPENERS_FRESH`]).
     pub(crate) fn set_migrating(&mut self, files: Vec<(FileIdentity, PathBuf)>) {
         self.migrating = files;
-        self.openers = None;
+        *self.openers.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Who has `id` open, from a walk of /proc made at most
     /// [`OPENERS_FRESH`] ago that covered it (else a new one).
-    fn openers_now(&mut self, id: FileIdentity, path: &Path) -> Vec<procs::Opener> {
+    fn openers_now(&self, id: FileIdentity, path: &Path) -> Vec<procs::Opener> {
+        let mut openers = self.openers.lock().unwrap_or_else(|e| e.into_inner());
         let covered = self.migrating.iter().any(|(i, _)| *i == id);
-        let fresh = self
-            .openers
+        let fresh = openers
             .as_ref()
             .is_some_and(|(at, _)| at.elapsed() < OPENERS_FRESH);
         if !(covered && fresh) {
@@ -102,12 +109,29 @@ impl ExecOptions {
             if !covered {
                 targets.push((id, path.to_path_buf()));
             }
-            self.openers = Some((Instant::now(), procs::open_files(&targets)));
+            *openers = Some((Instant::now(), procs::open_files(&targets)));
         }
-        self.openers
+        openers
             .as_ref()
             .map(|(_, found)| found.openers(id).to_vec())
             .unwrap_or_default()
+    }
+
+    /// The directory `dir` (opened from the held tree), locked against
+    /// another btrfs-lab working in it: this run's lock on it when another
+    /// of its files is being migrated now (an flock is per opened
+    /// directory, so a second one of this run would refuse the first), a new
+    /// one otherwise. The lock goes when the last file using it is done.
+    fn lock_dir(&self, dir: File, dir_path: &Path) -> Result<Arc<Flock<File>>> {
+        let id = FileIdentity::of(&dir).map_err(|e| Error::from_io(&e, "cannot stat", dir_path))?;
+        let mut locked = self.locked.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = locked.get(&id).and_then(Weak::upgrade) {
+            return Ok(held);
+        }
+        let held = Arc::new(lock_dir(dir, dir_path)?);
+        locked.retain(|_, w| w.strong_count() > 0);
+        locked.insert(id, Arc::downgrade(&held));
+        Ok(held)
     }
 
     /// The test hook at `point` ([`crate::hooks`]): waits for a signal
@@ -281,7 +305,7 @@ fn timespec(sec: i64, nsec: i64) -> TimeSpec {
     TimeSpec::new(sec, nsec)
 }
 
-fn openers_of(opts: &mut ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
+fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
     if opts.force {
         return Ok(());
     }
@@ -315,11 +339,11 @@ pub(crate) fn migrate_file(
     dir: File,
     path: &Path,
     id: FileIdentity,
-    opts: &mut ExecOptions,
+    opts: &ExecOptions,
     progress: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<Option<Migrated>> {
     let (dir_path, name) = split(path)?;
-    let dir = lock_dir(dir, dir_path)?;
+    let dir = opts.lock_dir(dir, dir_path)?;
     let src = open_planned(&dir, dir_path, name, id)?;
     let src_flags = filesystem::inode_flags_of(&src, path)?.unwrap_or(IFlags::empty());
     if src_flags.intersects(FS_NOCOW_FL) {
@@ -386,7 +410,7 @@ struct Planned<'a> {
 impl Planned<'_> {
     fn attempt(
         &self,
-        opts: &mut ExecOptions,
+        opts: &ExecOptions,
         progress: &mut dyn FnMut(u64) -> Result<()>,
     ) -> std::result::Result<Migrated, Attempt> {
         let Planned {
@@ -546,9 +570,13 @@ impl Planned<'_> {
             opts,
         )?;
         drop(src_lease);
+        // The marker goes; the swap, the removal and this are made durable
+        // for all the run's files at once by one commit at the end
+        // ([`crate::nocow::execute`]). Until then a crash leaves one of the
+        // states a re-run completes: the copy under its temporary name with
+        // the marker (removed), the original swapped out with its copy in
+        // place (removed), or the copy in place with the marker (cleared).
         xattrs::remove(&tmp.file, path, MARKER_XATTR)?;
-        filecopy::sync(&tmp.file, path)?;
-        filecopy::sync(dir, dir_path)?;
 
         // 6. The name now holds the NOCOW copy.
         let final_stat = stat_at(dir, name, dir_path)?;
@@ -669,7 +697,7 @@ fn swap_in(
     path: &Path,
     id: FileIdentity,
     src_lease: Option<&Lease<'_>>,
-    opts: &mut ExecOptions,
+    opts: &ExecOptions,
 ) -> std::result::Result<(), Attempt> {
     let temp_name = tmp.name.clone().unwrap_or_default();
     // Anyone who opens the copy once it has the name breaks this one.

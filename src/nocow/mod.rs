@@ -23,11 +23,12 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::beneath::HeldDir;
 use crate::sys::fs::root::SysRoot;
-use crate::sys::{fs::beneath, fs::filesystem, kernel::signals};
+use crate::sys::{fs::beneath, fs::filesystem, kernel::btrfs, kernel::signals};
 use advice::Advice;
 use audit::{Entry, EntryKind, EntryState, RootInfo, Summary, summarize};
 use migrate::{ExecOptions, Migrated};
 use plan::{Observed, Plan, Request, Staying, Step, Target};
+use std::os::fd::AsFd;
 
 /// Names of btrfs-lab's temporary copies start with this.
 pub const TEMP_PREFIX: &str = ".btrfs-lab-nocow-";
@@ -304,21 +305,27 @@ pub fn execute(
             })
             .collect(),
     );
-    for (done, step) in plan.steps.iter().enumerate() {
-        run_step(step, opts, progress, &mut out).map_err(|e| {
-            if done == 0 || e.kind() == ErrorKind::Interrupted {
-                return e;
-            }
-            let msg = format!(
-                "{} ({done} of {total} steps were done before; running the command again continues)",
-                e.message()
-            );
-            let new = Error::new(e.kind(), msg);
-            match e.hint() {
-                Some(h) => new.with_hint(h),
-                None => new,
-            }
-        })?;
+    let mut done = 0;
+    while done < total {
+        // The files to migrate come last, in a run: several at once.
+        let files: Vec<&Step> = plan.steps[done..]
+            .iter()
+            .take_while(|s| matches!(s, Step::Migrate { .. }))
+            .collect();
+        let ran = if files.is_empty() {
+            run_step(&plan.steps[done], opts, progress, &mut out)
+                .map(|()| 1)
+                .map_err(|e| (0, e))
+        } else {
+            let parallel = usize::try_from(plan.parallel_migrations)
+                .unwrap_or(1)
+                .max(1);
+            migrate_files(&files, parallel, opts, progress, &mut out)
+        };
+        match ran {
+            Ok(n) => done += n,
+            Err((n, e)) => return Err(steps_done_before(e, done + n, total)),
+        }
     }
     // Verified through the descriptors held since the plan: the path is
     // never resolved again.
@@ -377,6 +384,128 @@ pub fn execute(
         .collect();
     out.after = summarize(&after.entries);
     Ok(out)
+}
+
+/// `e`, saying that `done` of the plan's `total` steps were done before it
+/// (a re-run goes on from there); as it is when nothing was done or it was
+/// an interruption.
+fn steps_done_before(e: Error, done: usize, total: usize) -> Error {
+    if done == 0 || e.kind() == ErrorKind::Interrupted {
+        return e;
+    }
+    let msg = format!(
+        "{} ({done} of {total} steps were done before; running the command again continues)",
+        e.message()
+    );
+    let new = Error::new(e.kind(), msg);
+    match e.hint() {
+        Some(h) => new.with_hint(h),
+        None => new,
+    }
+}
+
+/// What a thread migrating files tells the one that reports.
+enum Migrating {
+    /// It begins the file at this index of the run.
+    File(usize),
+    /// Bytes copied or compared.
+    Bytes(u64),
+    /// It is done with the file at this index.
+    Done(usize, Result<Option<Migrated>>),
+}
+
+/// Migrates `files` (Migrate steps), `parallel` at once: each thread takes
+/// the next file not taken yet and carries it out alone, as
+/// [`migrate::migrate_file`] does it (every file's migration is complete,
+/// or leaves the original as it was). The progress callback is called on
+/// this thread only. After a failure no file is begun; those under way are
+/// finished. `Ok(files done)`, or the first failure with the number done.
+fn migrate_files(
+    files: &[&Step],
+    parallel: usize,
+    opts: &ExecOptions,
+    progress: &mut dyn FnMut(Tick<'_>) -> Result<()>,
+    out: &mut Outcome,
+) -> std::result::Result<usize, (usize, Error)> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let mut done = 0;
+    let mut migrated: Vec<(usize, Migrated)> = Vec::new();
+    let mut failure: Option<Error> = None;
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<Migrating>();
+        for _ in 0..parallel.min(files.len()) {
+            let tx = tx.clone();
+            let (next, stop) = (&next, &stop);
+            scope.spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(Step::Migrate {
+                        path, id, dir_id, ..
+                    }) = files.get(i)
+                    else {
+                        break;
+                    };
+                    let _ = tx.send(Migrating::File(i));
+                    let mut bytes = |n| {
+                        let _ = tx.send(Migrating::Bytes(n));
+                        Ok(())
+                    };
+                    let r = parent_dir(opts, path, *dir_id)
+                        .and_then(|dir| migrate::migrate_file(dir, path, *id, opts, &mut bytes));
+                    if r.is_err() {
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                    let _ = tx.send(Migrating::Done(i, r));
+                }
+            });
+        }
+        drop(tx);
+        for event in rx {
+            let told = match event {
+                Migrating::File(i) => match files[i] {
+                    Step::Migrate { path, .. } => progress(Tick::File(path)),
+                    _ => Ok(()),
+                },
+                Migrating::Bytes(n) => progress(Tick::Bytes(n)),
+                Migrating::Done(i, Ok(m)) => {
+                    done += 1;
+                    if let Some(m) = m {
+                        migrated.push((i, m));
+                    }
+                    Ok(())
+                }
+                Migrating::Done(_, Err(e)) => Err(e),
+            };
+            if let Err(e) = told {
+                stop.store(true, Ordering::SeqCst);
+                // An interruption says more than what it interrupted.
+                if failure.is_none()
+                    || (e.kind() == ErrorKind::Interrupted
+                        && failure
+                            .as_ref()
+                            .is_some_and(|f| f.kind() != ErrorKind::Interrupted))
+                {
+                    failure = Some(e);
+                }
+            }
+        }
+    });
+    migrated.sort_by_key(|(i, _)| *i);
+    out.migrated.extend(migrated.into_iter().map(|(_, m)| m));
+    // One commit makes every finished swap durable (each copy's data was
+    // flushed before its swap), also when another file failed.
+    if done > 0
+        && let Some((root_path, root)) = &opts.root
+        && let Err(e) = btrfs::commit(root.file.as_fd(), root_path)
+    {
+        return Err((done, failure.unwrap_or(e)));
+    }
+    match failure {
+        Some(e) => Err((done, e)),
+        None => Ok(done),
+    }
 }
 
 /// The planned directory `dir`, opened from the directory the walk held
@@ -498,15 +627,8 @@ fn run_step(
             migrate::switch_empty(parent_dir(opts, path, *dir_id)?, path, *id)?;
             out.switched.push(path.clone());
         }
-        Step::Migrate {
-            path, id, dir_id, ..
-        } => {
-            let dir = parent_dir(opts, path, *dir_id)?;
-            progress(Tick::File(path))?;
-            let mut bytes = |n| progress(Tick::Bytes(n));
-            if let Some(m) = migrate::migrate_file(dir, path, *id, opts, &mut bytes)? {
-                out.migrated.push(m);
-            }
+        Step::Migrate { .. } => {
+            migrate_files(&[step], 1, opts, progress, out).map_err(|(_, e)| e)?;
         }
     }
     Ok(())

@@ -319,6 +319,7 @@ fn assert_nocow_shape(r: &Value) {
             ("plan.steps", "array"),
             ("plan.staying", "array"),
             ("plan.space_needed_bytes", "number"),
+            ("plan.parallel_migrations", "number"),
             ("plan.space_available_bytes", "number"),
             ("plan.warnings", "array"),
             ("plan.nothing_to_do", "string|null"),
@@ -528,6 +529,74 @@ fn check_then_migrate_keeps_everything_and_probe_dio_is_direct() {
     assert_eq!(p["verdict"], "direct", "{p:#}");
     assert_eq!(code, 0);
     assert_eq!(p["filesystem"]["target_nocow"], true);
+}
+
+/// Many small files in several directories: migrated many at a time (the
+/// plan says how many and the room that takes), each one complete, with its
+/// content and metadata, nothing left behind, and a second run finds
+/// nothing to do.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn many_files_are_migrated_at_once_and_each_is_complete() {
+    if !require_root("nocow --migrate of many files") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("mail");
+    for d in ["cur", "new", "tmp"] {
+        fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let mut files = Vec::new();
+    for i in 0..60u64 {
+        let sub = ["cur", "new", "tmp", "."][(i % 4) as usize];
+        let p = dir.join(sub).join(format!("m{i}"));
+        // Sizes from a few bytes to a few MiB, some not a multiple of a
+        // page or of the copy's buffer.
+        let len = [17usize, 4096, 70_001, 1 << 20, (3 << 20) + 5][(i % 5) as usize];
+        fs::write(&p, random_bytes(len, 100 + i)).unwrap();
+        set_times(&p, (1_600_000_000 + i as i64, 7), (1_500_000_000 + i as i64, 9));
+        files.push(p);
+    }
+    let before = snapshot(&dir);
+
+    let (code, stdout, stderr) = nocow(
+        &env,
+        &[os("--migrate"), os("--yes"), os("--json"), dir.as_os_str()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let r = json(&stdout);
+    let plan = &r["plan"];
+    let at_once = plan["parallel_migrations"].as_u64().unwrap();
+    assert!(at_once > 1, "{plan:#}");
+    assert!(at_once <= 16, "{plan:#}");
+    // The room asked for is that of the largest copies made at once.
+    let mut sizes: Vec<u64> = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["allocated_bytes"].as_u64())
+        .collect();
+    assert_eq!(sizes.len(), files.len());
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let largest: u64 = sizes.iter().take(at_once as usize).sum();
+    let needed = plan["space_needed_bytes"].as_u64().unwrap();
+    assert!(needed > largest, "{needed} for {largest} of copies");
+    assert_eq!(
+        r["result"]["migrated"].as_array().unwrap().len(),
+        files.len()
+    );
+    for p in &files {
+        assert!(flags_of(p).contains(FS_NOCOW_FL), "{}", p.display());
+    }
+    assert_eq!(snapshot(&dir), before);
+    no_temp_files(&dir);
+    for d in ["cur", "new", "tmp"] {
+        no_temp_files(&dir.join(d));
+    }
+    let (code, stdout, _) = nocow(&env, &[os("--check"), os("--json"), dir.as_os_str()]);
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(json(&stdout)["summary"]["nocow_files"], files.len());
 }
 
 #[cfg(feature = "test-hooks")]

@@ -15,7 +15,16 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::kernel::errno::to_error;
 
 /// Bytes per read and write.
-pub(crate) const CHUNK: usize = 4 << 20;
+pub(crate) const CHUNK: usize = 1 << 20;
+
+/// The buffer size for a file of `len` bytes: [`CHUNK`], or less for a
+/// smaller file (one page more than it holds, so one read also sees its
+/// end). Several files are migrated at once, each with a few buffers.
+fn chunk_for(len: u64) -> usize {
+    usize::try_from(len.saturating_add(1).next_multiple_of(4096))
+        .unwrap_or(CHUNK)
+        .min(CHUNK)
+}
 
 /// Creates an unnamed regular file in `dir` (O_TMPFILE, mode 0600): if the
 /// process dies, the kernel frees it; nothing is left to clean up. `None`
@@ -136,12 +145,14 @@ pub(crate) fn copy_data(
     progress: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<u64> {
     let _ = fadvise(src, 0, None, Advice::Sequential);
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = vec![0u8; chunk_for(len)];
     let mut copied = 0u64;
     for (start, end) in data_regions(src, len, src_path)? {
         let mut pos = start;
         while pos < end {
-            let want = usize::try_from(end - pos).unwrap_or(CHUNK).min(CHUNK);
+            let want = usize::try_from(end - pos)
+                .unwrap_or(buf.len())
+                .min(buf.len());
             let n = read_full_at(src, &mut buf[..want], pos, src_path)?;
             if n < want {
                 return Err(Error::new(
@@ -201,12 +212,13 @@ pub(crate) fn compare_contents(
     progress: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<Compared> {
     let _ = fadvise(copy, 0, None, Advice::Sequential);
+    let chunk = chunk_for(len);
     // Chunks of the copy go to the hashing thread and come back to be
     // filled again: three in all.
     let (to_hasher, hasher_in) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(2);
     let (to_reader, spare) = std::sync::mpsc::channel::<Vec<u8>>();
     for _ in 0..3 {
-        let _ = to_reader.send(vec![0u8; CHUNK]);
+        let _ = to_reader.send(vec![0u8; chunk]);
     }
     std::thread::scope(|scope| {
         let hashing = scope.spawn(move || {
@@ -219,7 +231,7 @@ pub(crate) fn compare_contents(
             hasher.finalize()
         });
         let stopped = || Error::new(ErrorKind::Io, "the hashing thread stopped");
-        let mut other = vec![0u8; CHUNK];
+        let mut other = vec![0u8; chunk];
         let mut pos = 0u64;
         // Where each ended, when it did: (copy, original).
         let outcome = loop {
@@ -249,8 +261,8 @@ pub(crate) fn compare_contents(
                 break Err(stopped());
             }
             let ends = (
-                (n < CHUNK).then_some(pos + n as u64),
-                (m < CHUNK).then_some(pos + m as u64),
+                (n < chunk).then_some(pos + n as u64),
+                (m < chunk).then_some(pos + m as u64),
             );
             pos += both as u64;
             if ends != (None, None) {

@@ -31,7 +31,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::Pause;
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::filecopy::{
-    self, Compared, compare_contents, copy_data, create_unnamed, drop_cached_pages, link_into,
+    self, Compared, Verified, compare_contents, copy_data, copy_verified, create_unnamed,
+    drop_cached_pages, link_into,
 };
 use crate::sys::fs::filesystem;
 use crate::sys::kernel::ioctl::{
@@ -453,9 +454,15 @@ impl Planned<'_> {
         // Reading the copy back must not change the access time it gets.
         filecopy::read_without_atime(&tmp.file, &tmp_path)?;
 
-        // 2. The data, holes kept.
+        // 2. The data, holes kept. A large file is copied under the
+        // original's lease and verified as it is copied ([`copy_verified`]:
+        // each chunk read back from the disk and compared with the
+        // original's bytes as read), so the original is read once; the lease
+        // intact to the end proves nobody could have written to it since. A
+        // smaller file (or one without O_DIRECT, or with --include-open) is
+        // copied first and compared whole under the lease afterwards (4.).
         let mut first_chunk = true;
-        let copied = copy_data(src, path, &tmp.file, &tmp_path, size, &mut |n| {
+        let mut ticks = |n| {
             signals::check()?;
             progress(n)?;
             if first_chunk {
@@ -463,12 +470,42 @@ impl Planned<'_> {
                 opts.pause_at(Pause::NocowCopy, path)?;
             }
             Ok(())
-        })
-        .map_err(|e| match e.kind() {
-            // Shorter than it was: written to meanwhile.
-            ErrorKind::State => Attempt::Again(e),
-            _ => Attempt::Fail(e),
-        })?;
+        };
+        let mut verified: Option<(Option<Lease<'_>>, u64, blake3::Hash)> = None;
+        if size >= filecopy::LARGE && !opts.force {
+            let src_lease = lease_original(src, path, false)?;
+            still_what_was_planned(src, &before, path)?;
+            let lease = src_lease.as_ref();
+            match copy_verified(
+                src,
+                path,
+                &tmp.file,
+                &tmp_path,
+                size,
+                &mut || still_unwritten(lease, path),
+                &mut ticks,
+            ) {
+                Ok(Verified::Same { copied, hash }) => verified = Some((src_lease, copied, hash)),
+                Ok(Verified::DifferAt(at)) => return Err(Attempt::Again(differs(path, at))),
+                Err(e) if e.kind() == ErrorKind::Unsupported => {}
+                Err(e) if matches!(e.kind(), ErrorKind::State | ErrorKind::Busy) => {
+                    return Err(Attempt::Again(e));
+                }
+                Err(e) => return Err(Attempt::Fail(e)),
+            }
+        }
+        let copied = match &verified {
+            Some((_, copied, _)) => *copied,
+            None => {
+                copy_data(src, path, &tmp.file, &tmp_path, size, &mut ticks).map_err(|e| match e
+                    .kind()
+                {
+                    // Shorter than it was: written to meanwhile.
+                    ErrorKind::State => Attempt::Again(e),
+                    _ => Attempt::Fail(e),
+                })?
+            }
+        };
 
         // 3. Owner, attributes, mode, flags, times: in this order, because
         // chown clears file capabilities and setting an ACL changes the mode.
@@ -508,41 +545,26 @@ impl Planned<'_> {
         // in full after the lease (so nothing written before it is missed)
         // and compared byte for byte: the copy back from the disk (its
         // cached pages dropped; holes as zeros, so a wrong SEEK_DATA answer
-        // would show), hashed (BLAKE3) on a second thread meanwhile.
-        let src_lease = lease_original(src, path, opts.force)?;
-        let now = nix::sys::stat::fstat(src.as_fd())
-            .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
-        let same = now.st_size == before.st_size
-            && (now.st_mtime, now.st_mtime_nsec) == (before.st_mtime, before.st_mtime_nsec)
-            && (now.st_ctime, now.st_ctime_nsec) == (before.st_ctime, before.st_ctime_nsec);
-        if !same {
-            return Err(Attempt::Again(changed_while_copied(path)));
-        }
-        drop_cached_pages(&tmp.file);
-        let compared = compare_contents(&tmp.file, &tmp_path, src, path, size, &mut |n| {
-            signals::check()?;
-            progress(n)
-        })
-        .map_err(|e| match e.kind() {
-            ErrorKind::State => Attempt::Again(changed_while_copied(path)),
-            _ => Attempt::Fail(e),
-        })?;
-        let got = match compared {
-            Compared::Same(hash) => hash,
-            Compared::DifferAt(at) => {
-                return Err(Attempt::Again(
-                    Error::new(
-                        ErrorKind::Io,
-                        format!(
-                            "the copy of {} does not match the original (from byte {at} on); the original was left as it is",
-                            path.display(),
-                        ),
-                    )
-                    .with_hint(
-                        "if nothing writes to it, check the filesystem (btrfs device stats, dmesg) \
-                         before trying again",
-                    ),
-                ));
+        // would show), hashed (BLAKE3) on a second thread meanwhile. A large
+        // file was verified so while it was copied, under its lease (2.).
+        let (src_lease, got) = match verified {
+            Some((src_lease, _, hash)) => (src_lease, hash),
+            None => {
+                let src_lease = lease_original(src, path, opts.force)?;
+                still_what_was_planned(src, &before, path)?;
+                drop_cached_pages(&tmp.file);
+                let compared = compare_contents(&tmp.file, &tmp_path, src, path, size, &mut |n| {
+                    signals::check()?;
+                    progress(n)
+                })
+                .map_err(|e| match e.kind() {
+                    ErrorKind::State => Attempt::Again(changed_while_copied(path)),
+                    _ => Attempt::Fail(e),
+                })?;
+                match compared {
+                    Compared::Same(hash) => (src_lease, hash),
+                    Compared::DifferAt(at) => return Err(Attempt::Again(differs(path, at))),
+                }
             }
         };
         still_unwritten(src_lease.as_ref(), path).map_err(Attempt::Again)?;
@@ -602,6 +624,40 @@ impl Planned<'_> {
             compression_dropped,
         })
     }
+}
+
+/// `Err(Again)` unless `src` still has the size and times of `before`
+/// (taken before the copy): what a write since would have changed.
+fn still_what_was_planned(
+    src: &File,
+    before: &FileStat,
+    path: &Path,
+) -> std::result::Result<(), Attempt> {
+    let now = nix::sys::stat::fstat(src.as_fd())
+        .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
+    let same = now.st_size == before.st_size
+        && (now.st_mtime, now.st_mtime_nsec) == (before.st_mtime, before.st_mtime_nsec)
+        && (now.st_ctime, now.st_ctime_nsec) == (before.st_ctime, before.st_ctime_nsec);
+    if same {
+        Ok(())
+    } else {
+        Err(Attempt::Again(changed_while_copied(path)))
+    }
+}
+
+/// The copy of `path` read back differently from byte `at` on.
+fn differs(path: &Path, at: u64) -> Error {
+    Error::new(
+        ErrorKind::Io,
+        format!(
+            "the copy of {} does not match the original (from byte {at} on); the original was left as it is",
+            path.display(),
+        ),
+    )
+    .with_hint(
+        "if nothing writes to it, check the filesystem (btrfs device stats, dmesg) \
+         before trying again",
+    )
 }
 
 fn changed_while_copied(path: &Path) -> Error {

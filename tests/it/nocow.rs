@@ -555,7 +555,11 @@ fn many_files_are_migrated_at_once_and_each_is_complete() {
         // page or of the copy's buffer.
         let len = [17usize, 4096, 70_001, 1 << 20, (3 << 20) + 5][(i % 5) as usize];
         fs::write(&p, random_bytes(len, 100 + i)).unwrap();
-        set_times(&p, (1_600_000_000 + i as i64, 7), (1_500_000_000 + i as i64, 9));
+        set_times(
+            &p,
+            (1_600_000_000 + i as i64, 7),
+            (1_500_000_000 + i as i64, 9),
+        );
         files.push(p);
     }
     let before = snapshot(&dir);

@@ -4,14 +4,15 @@
 # `chattr +C` directory, `sync` of the copies and `cmp` of each with its
 # original (what a careful admin types). Both start from fresh reflink clones
 # of the same random files, so both read them from the disk. btrfs-lab also
-# reads each copy back from the disk (its cached pages dropped) where cmp
-# mostly reads the page cache, takes a lease on each original, compares it
-# once more after the lease, swaps the copy in atomically, and keeps owner,
-# times and attributes.
+# reads each copy back from the disk where cmp mostly reads the page cache,
+# takes a lease on each original (and compares a small file once more under
+# it; a large one is copied under it), swaps the copy in atomically, keeps
+# owner, times and attributes, and commits the filesystem at the end.
 #
-#   scripts/bench-nocow.sh [COUNTxSIZE_MIB ...]     (default: 2x1024 200x4)
+#   scripts/bench-nocow.sh [COUNTxSIZE_MIB ...]  (default: 2x1024 200x4 1x1024)
 #
-# 2x1024 measures the throughput, 200x4 a fixed cost per file. Each round:
+# 2x1024 measures the throughput, 200x4 a fixed cost per file, 1x1024 one
+# large file alone (no other file to overlap with). Each round:
 # the reference (a), btrfs-lab, the reference again (b); a round whose two
 # references differ by more than TOLERANCE percent is discarded (this VM's
 # disk slows for 5-15 s after several GiB of memory is freed) and reported;
@@ -26,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 configs=("$@")
-[ ${#configs[@]} -gt 0 ] || configs=(2x1024 200x4)
+[ ${#configs[@]} -gt 0 ] || configs=(2x1024 200x4 1x1024)
 ROUNDS=${ROUNDS:-5}
 MAX_ROUNDS=${MAX_ROUNDS:-$((ROUNDS * 2))}
 TOLERANCE=${TOLERANCE:-25}

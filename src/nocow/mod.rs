@@ -435,10 +435,10 @@ fn migrate_files(
     let mut failure: Option<Error> = None;
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::channel::<Migrating>();
-        for _ in 0..parallel.min(files.len()) {
+        for started in 0..parallel.min(files.len()) {
             let tx = tx.clone();
             let (next, stop) = (&next, &stop);
-            scope.spawn(move || {
+            let worker = move || {
                 while !stop.load(Ordering::SeqCst) {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(Step::Migrate {
@@ -459,7 +459,18 @@ fn migrate_files(
                     }
                     let _ = tx.send(Migrating::Done(i, r));
                 }
-            });
+            };
+            // Fewer threads when no more can be made (a process limit);
+            // none at all is a failure that changed nothing.
+            if let Err(e) = std::thread::Builder::new().spawn_scoped(scope, worker) {
+                if started == 0 {
+                    failure = Some(Error::new(
+                        ErrorKind::Io,
+                        format!("cannot start a thread to migrate files: {e}"),
+                    ));
+                }
+                break;
+            }
         }
         drop(tx);
         for event in rx {

@@ -239,13 +239,17 @@ pub(crate) fn copy_verified(
     intact: &mut dyn FnMut() -> Result<()>,
     progress: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<Verified> {
-    const PAGE: u64 = 4096;
+    let block = dio_block(dst);
     let unsupported = || {
         Error::new(
             ErrorKind::Unsupported,
             format!("{} cannot be written with O_DIRECT", dst_path.display()),
         )
     };
+    if !(CHUNK as u64).is_multiple_of(block) {
+        return Err(unsupported());
+    }
+    let page = block as usize;
     let _ = fadvise(src, 0, None, Advice::Sequential);
     let regions = data_regions(src, len, src_path)?;
     // The length first: the chunks read back end in holes, not at the end
@@ -268,14 +272,16 @@ pub(crate) fn copy_verified(
     }
     std::thread::scope(|scope| {
         let to_hasher = to_hasher;
-        let hashing = scope.spawn(move || {
-            let mut hasher = blake3::Hasher::new();
-            for (mut buf, n) in hasher_in {
-                hasher.update(&buf.as_mut_slice()[..n]);
-                let _ = to_reader.send(buf);
-            }
-            hasher.finalize()
-        });
+        let hashing = std::thread::Builder::new()
+            .spawn_scoped(scope, move || {
+                let mut hasher = blake3::Hasher::new();
+                for (mut buf, n) in hasher_in {
+                    hasher.update(&buf.as_mut_slice()[..n]);
+                    let _ = to_reader.send(buf);
+                }
+                hasher.finalize()
+            })
+            .map_err(|e| Error::from_io(&e, "cannot start the thread that hashes", src_path))?;
         let stopped = || Error::new(ErrorKind::Io, "the hashing thread stopped");
         type Pending = std::collections::VecDeque<(u64, MappedBuffer, usize)>;
         let mut pending = Pending::new();
@@ -287,9 +293,9 @@ pub(crate) fn copy_verified(
             let Some((pos, mut buf, n)) = pending.pop_front() else {
                 return Ok(None);
             };
-            let want = n.next_multiple_of(PAGE as usize).min(CHUNK);
+            let want = n.next_multiple_of(page).min(CHUNK);
             let back = back.as_mut_slice();
-            let read = read_direct_at(dst, &mut back[..want], pos, dst_path)?;
+            let read = read_direct_at(dst, &mut back[..want], pos, page, dst_path)?;
             let (got, expected) = (&back[..read.min(n)], &buf.as_mut_slice()[..read.min(n)]);
             if got != expected {
                 let i = got.iter().zip(expected).position(|(a, b)| a != b);
@@ -327,13 +333,13 @@ pub(crate) fn copy_verified(
                     ));
                 }
                 intact()?;
-                // An O_DIRECT write is whole pages: the tail of the last
+                // An O_DIRECT write is whole blocks: the tail of the last
                 // chunk is padded with zeros (cut off again at the end).
-                let padded = n.next_multiple_of(PAGE as usize).min(CHUNK);
+                let padded = n.next_multiple_of(page).min(CHUNK);
                 buf[n..padded].fill(0);
                 let end = pos + n as u64;
                 // The data regions within [pos, end), each widened to whole
-                // pages (btrfs's are already), written; holes skipped.
+                // blocks (btrfs's are already), written; holes skipped.
                 while next_region < regions.len() && regions[next_region].1 <= pos {
                     next_region += 1;
                 }
@@ -341,11 +347,11 @@ pub(crate) fn copy_verified(
                 let mut wrote = 0u64;
                 let mut written_to = pos;
                 while r < regions.len() && regions[r].0 < end {
-                    let a = (regions[r].0.max(pos) / PAGE * PAGE).max(written_to);
+                    let a = (regions[r].0.max(pos) / block * block).max(written_to);
                     let b = regions[r]
                         .1
                         .min(end)
-                        .next_multiple_of(PAGE)
+                        .next_multiple_of(block)
                         .min(pos + padded as u64);
                     if a < b {
                         let range = usize::try_from(a - pos).unwrap_or(0)
@@ -379,7 +385,7 @@ pub(crate) fn copy_verified(
                     format!("{} became longer while it was copied", src_path.display()),
                 ));
             }
-            // The padding of the last page off again.
+            // The padding of the last block off again.
             dst.set_len(len)
                 .map_err(|e| Error::from_io(&e, "cannot set the length of", dst_path))?;
             while !pending.is_empty() {
@@ -459,10 +465,26 @@ impl Drop for DirectReads<'_> {
     }
 }
 
+/// The unit of O_DIRECT offsets and lengths on `file`'s filesystem: its
+/// block size (btrfs: the sector size; statx's STATX_DIOALIGN says nothing
+/// there), at least 4 KiB.
+fn dio_block(file: &File) -> u64 {
+    rustix::fs::fstatvfs(file)
+        .map(|v| v.f_bsize)
+        .unwrap_or(4096)
+        .max(4096)
+}
+
 /// [`read_full_at`] for a file opened with O_DIRECT into an aligned
-/// buffer at an aligned `pos`: a read that ends short of a page boundary is
+/// buffer at an aligned `pos`: a read that ends short of a `block` boundary is
 /// the end of the file (another read from there would not be aligned).
-fn read_direct_at(file: &File, buf: &mut [u8], mut pos: u64, path: &Path) -> Result<usize> {
+fn read_direct_at(
+    file: &File,
+    buf: &mut [u8],
+    mut pos: u64,
+    block: usize,
+    path: &Path,
+) -> Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(&mut buf[done..], pos) {
@@ -470,7 +492,7 @@ fn read_direct_at(file: &File, buf: &mut [u8], mut pos: u64, path: &Path) -> Res
             Ok(n) => {
                 done += n;
                 pos += n as u64;
-                if n % 4096 != 0 {
+                if n % block != 0 {
                     break;
                 }
             }
@@ -510,7 +532,8 @@ pub(crate) fn compare_contents(
     // construction, at the device's rate, without filling the page cache
     // (the cached pages were dropped all the same, for what btrfs reads
     // through the cache even then: inline extents).
-    let direct = len >= LARGE && DirectReads::start(copy);
+    let block = usize::try_from(dio_block(copy)).unwrap_or(CHUNK);
+    let direct = len >= LARGE && CHUNK.is_multiple_of(block) && DirectReads::start(copy);
     let _direct = direct.then_some(DirectReads(copy));
     // Chunks of the copy go to the hashing thread and come back to be
     // filled again: three in all (page-aligned when read with O_DIRECT).
@@ -520,15 +543,17 @@ pub(crate) fn compare_contents(
         let _ = to_reader.send(Buffer::new(chunk, direct)?);
     }
     std::thread::scope(|scope| {
-        let hashing = scope.spawn(move || {
-            let mut hasher = blake3::Hasher::new();
-            for (mut buf, n) in hasher_in {
-                hasher.update(&buf.bytes()[..n]);
-                // The reader may have stopped (an error): nothing to return.
-                let _ = to_reader.send(buf);
-            }
-            hasher.finalize()
-        });
+        let hashing = std::thread::Builder::new()
+            .spawn_scoped(scope, move || {
+                let mut hasher = blake3::Hasher::new();
+                for (mut buf, n) in hasher_in {
+                    hasher.update(&buf.bytes()[..n]);
+                    // The reader may have stopped (an error): nothing to return.
+                    let _ = to_reader.send(buf);
+                }
+                hasher.finalize()
+            })
+            .map_err(|e| Error::from_io(&e, "cannot start the thread that hashes", copy_path))?;
         let stopped = || Error::new(ErrorKind::Io, "the hashing thread stopped");
         let mut other = vec![0u8; chunk];
         let mut pos = 0u64;
@@ -539,7 +564,7 @@ pub(crate) fn compare_contents(
             };
             let buf = held.bytes();
             let read = if direct {
-                read_direct_at(copy, buf, pos, copy_path)
+                read_direct_at(copy, buf, pos, block, copy_path)
             } else {
                 read_full_at(copy, buf, pos, copy_path)
             };

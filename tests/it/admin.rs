@@ -1613,7 +1613,7 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
         return;
     }
     use Interrupt::{Cancel, Kill, Not, Pause};
-    use Profile::{Dup, Raid0, Raid1, Single};
+    use Profile::{Dup, Raid0, Raid1, Raid5, Single};
     // On 2 GiB devices, data and metadata converted.
     let case = |devices, data, metadata, fill_mib, to_data, to_metadata, interrupt| SpaceCase {
         devices,
@@ -1679,6 +1679,15 @@ fn the_conversion_plan_predicts_the_kernels_enospc() {
         // 3-device raid0 to raid1, nearly full.
         on(3, 2, Raid0, Raid1, 2000, Some("raid1"), "raid1"),
         on(3, 2, Raid0, Raid1, 2200, Some("raid1"), "raid1"),
+        // RAID5 and RAID6, to and from. The replay's "fits" is only a
+        // warning there (4 × 1 GiB → raid6 with 900 MiB was replayed as
+        // fitting and ran out of space); its refusals are sure.
+        on(3, 1, Single, Raid1, 800, Some("raid5"), "raid1"),
+        on(3, 1, Single, Raid1, 1000, Some("raid5"), "raid1"),
+        on(4, 1, Single, Raid1, 900, Some("raid6"), "raid1c3"),
+        on(4, 1, Raid5, Raid1, 800, Some("raid6"), "raid1c3"),
+        on(4, 1, Raid5, Raid1, 1200, Some("raid6"), "raid1c3"),
+        on(3, 1, Raid5, Raid1, 700, Some("raid1"), "raid1"),
     ];
     let env = TestEnv::new();
     let (mut fits, mut refused, mut unsure) = (0, 0, 0);

@@ -272,16 +272,13 @@ pub(crate) fn copy_verified(
     }
     std::thread::scope(|scope| {
         let to_hasher = to_hasher;
-        let hashing = std::thread::Builder::new()
-            .spawn_scoped(scope, move || {
-                let mut hasher = blake3::Hasher::new();
-                for (mut buf, n) in hasher_in {
-                    hasher.update(&buf.as_mut_slice()[..n]);
-                    let _ = to_reader.send(buf);
-                }
-                hasher.finalize()
-            })
-            .map_err(|e| Error::from_io(&e, "cannot start the thread that hashes", src_path))?;
+        let hashing = spawn_hasher(
+            scope,
+            hasher_in,
+            to_reader,
+            MappedBuffer::as_mut_slice,
+            src_path,
+        )?;
         let stopped = || Error::new(ErrorKind::Io, "the hashing thread stopped");
         type Pending = std::collections::VecDeque<(u64, MappedBuffer, usize)>;
         let mut pending = Pending::new();
@@ -410,6 +407,29 @@ pub(crate) fn copy_verified(
             other => Ok(other),
         }
     })
+}
+
+/// Starts the thread that hashes (BLAKE3) the first `n` bytes of each
+/// buffer `from` sends, in order, and gives each back on `back` to be
+/// filled again; it returns the hash once `from` is closed.
+fn spawn_hasher<'scope, B: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    from: std::sync::mpsc::Receiver<(B, usize)>,
+    back: std::sync::mpsc::Sender<B>,
+    bytes: fn(&mut B) -> &mut [u8],
+    path: &Path,
+) -> Result<std::thread::ScopedJoinHandle<'scope, blake3::Hash>> {
+    std::thread::Builder::new()
+        .spawn_scoped(scope, move || {
+            let mut hasher = blake3::Hasher::new();
+            for (mut buf, n) in from {
+                hasher.update(&bytes(&mut buf)[..n]);
+                // The reader may have stopped (an error): nothing to return.
+                let _ = back.send(buf);
+            }
+            hasher.finalize()
+        })
+        .map_err(|e| Error::from_io(&e, "cannot start the thread that hashes", path))
 }
 
 /// A buffer [`compare_contents`] reads the copy into: page-aligned
@@ -543,17 +563,7 @@ pub(crate) fn compare_contents(
         let _ = to_reader.send(Buffer::new(chunk, direct)?);
     }
     std::thread::scope(|scope| {
-        let hashing = std::thread::Builder::new()
-            .spawn_scoped(scope, move || {
-                let mut hasher = blake3::Hasher::new();
-                for (mut buf, n) in hasher_in {
-                    hasher.update(&buf.bytes()[..n]);
-                    // The reader may have stopped (an error): nothing to return.
-                    let _ = to_reader.send(buf);
-                }
-                hasher.finalize()
-            })
-            .map_err(|e| Error::from_io(&e, "cannot start the thread that hashes", copy_path))?;
+        let hashing = spawn_hasher(scope, hasher_in, to_reader, Buffer::bytes, copy_path)?;
         let stopped = || Error::new(ErrorKind::Io, "the hashing thread stopped");
         let mut other = vec![0u8; chunk];
         let mut pos = 0u64;

@@ -187,20 +187,8 @@ pub(crate) fn copy_data(
     Ok(copied)
 }
 
-fn read_full_at(file: &File, buf: &mut [u8], mut pos: u64, path: &Path) -> Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], pos) {
-            Ok(0) => break,
-            Ok(n) => {
-                done += n;
-                pos += n as u64;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::from_io(&e, "cannot read", path)),
-        }
-    }
-    Ok(done)
+fn read_full_at(file: &File, buf: &mut [u8], pos: u64, path: &Path) -> Result<usize> {
+    read_direct_at(file, buf, pos, 1, path)
 }
 
 /// What [`copy_verified`] found.
@@ -495,9 +483,10 @@ fn dio_block(file: &File) -> u64 {
         .max(4096)
 }
 
-/// [`read_full_at`] for a file opened with O_DIRECT into an aligned
-/// buffer at an aligned `pos`: a read that ends short of a `block` boundary is
-/// the end of the file (another read from there would not be aligned).
+/// Reads `buf` full from `pos` on, or up to the end of the file: the bytes
+/// read. With O_DIRECT (an aligned buffer at an aligned `pos`), a read that
+/// ends short of a `block` boundary is the end of the file (another read
+/// from there would not be aligned); `block` 1 for any other file.
 fn read_direct_at(
     file: &File,
     buf: &mut [u8],

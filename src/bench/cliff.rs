@@ -198,7 +198,7 @@ pub(crate) fn analyse(series: &[Point]) -> CliffAnalysis {
     let mut a = CliffAnalysis {
         shape: Shape::TooShort,
         samples: raw.len(),
-        total_bytes: bytes.iter().sum::<f64>() as u64,
+        total_bytes: bytes.iter().sum::<f64>().round() as u64,
         median_bytes_per_sec: median(&raw),
         at_secs: None,
         bytes_before: None,

@@ -712,12 +712,26 @@ pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
     let (what, rate) = sustained_rate(r);
     let _ = writeln!(
         s,
-        "<table id=\"sustained\"><tr><th class=\"l\">written</th><td>{}</td></tr><tr><th class=\"l\">seconds</th><td>{}</td></tr><tr><th class=\"l\">sampled every</th><td>{} ms</td></tr><tr><th class=\"l\">{what} rate</th><td>{} MB/s</td></tr><tr><th class=\"l\">shape</th><td>{}</td></tr><tr><th class=\"l\">stopped early</th><td>{}</td></tr></table>",
+        "<table id=\"sustained\"><tr><th class=\"l\">written</th><td>{}</td></tr><tr><th class=\"l\">seconds</th><td>{}</td></tr><tr><th class=\"l\">sampled every</th><td>{} ms</td></tr><tr><th class=\"l\">{what} rate</th><td>{} MB/s</td></tr><tr><th class=\"l\">series</th><td>{}</td></tr><tr><th class=\"l\">shape</th><td>{}</td></tr><tr><th class=\"l\">stopped early</th><td>{}</td></tr></table>",
         esc(&format_iec(r.bytes_written)),
         super::sustained::format_secs(r.seconds).trim_end_matches(" s"),
         r.sample_period_msec,
         grouped(mbps(rate), 1),
-        r.analysis.shape.describe(),
+        esc(&format!(
+            "{} of {}{}",
+            format_iec(r.series_check.series_bytes),
+            format_iec(r.series_check.bytes_written),
+            if r.series_check.reconciled {
+                ""
+            } else {
+                " (flagged: no shape is called)"
+            }
+        )),
+        if r.series_check.reconciled {
+            r.analysis.shape.describe()
+        } else {
+            "not called"
+        },
         if r.stopped_early { "yes" } else { "no" }
     );
     if !r.members.is_empty() {
@@ -1021,6 +1035,12 @@ mod tests {
             seconds: 2.5,
             stopped_early: false,
             sample_period_msec: 100,
+            series_check: crate::bench::sustained::check_series(
+                300_000_000,
+                300_000_000,
+                None,
+                &[],
+            ),
             test_file_removed: true,
             analysis: analyse(&series),
             series,

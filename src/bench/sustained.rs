@@ -1,6 +1,21 @@
-//! `bench --sustained`: one long sequential O_DIRECT write, its rate second
-//! by second (fio's bandwidth log, and each member's diskstats), and the
-//! cliff where it drops and stays down ([`super::cliff`]).
+//! `bench --sustained`: one long sequential O_DIRECT write, its rate over
+//! time, and the cliff where it drops and stays down ([`super::cliff`]).
+//!
+//! The rate series is built from cumulative bytes at real timestamps, so
+//! that it cannot count a byte twice: fio logs every completed I/O with
+//! its completion time and size (`write_iops_log` without averaging), the
+//! cumulative bytes are interpolated between completions at each sampling
+//! boundary, and each sample is the difference of two of them. Its
+//! integral is the bytes fio wrote by construction; a stall is a stretch of
+//! low samples, never hidden under the next window's rate. (fio's averaged
+//! bandwidth log, used before, writes an entry only for a window in which
+//! I/O completed, averaged over that window alone: read as covering the
+//! time since the entry before, a burst after a stall counted as if it
+//! had lasted the stall, up to 1.9× the bytes written.) Each member's
+//! series comes from its `/proc/diskstats` counters, sampled by btrfs-lab
+//! at real timestamps too. The report reconciles the series with fio's
+//! byte count and the members' counters ([`SeriesCheck`]); a series that
+//! does not add up is flagged and its cliff not called.
 
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -11,7 +26,6 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::finding::{Code, Finding};
 use crate::model::profile::Profile;
-use crate::parse::fio::parse_bw_log;
 use crate::parse::size::format_iec;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::proc::diskstats;
@@ -29,13 +43,17 @@ pub(crate) const DEFAULT_FILL_PERCENT: u32 = 80;
 /// The test file's name.
 pub const TEST_FILE: &str = "sustained.dat";
 
-/// fio's bandwidth log prefix (fio writes `bw_bw.1.log`).
-const LOG_PREFIX: &str = "bw";
+/// fio's per-I/O log prefix (fio writes `io_iops.1.log`).
+const LOG_PREFIX: &str = "io";
+/// The series must account for the bytes written within this share.
+pub(crate) const RECONCILE_TOLERANCE: f64 = 0.02;
 
 /// Seconds without the test file growing before the write counts as stuck.
 const STALL_SECS: f64 = 120.0;
 /// Report version.
-pub(crate) const REPORT_VERSION: u32 = 1;
+/// 2: the series from completed I/Os (was fio's averaged bandwidth log),
+/// `series_check`.
+pub(crate) const REPORT_VERSION: u32 = 2;
 /// Exit status when a signal stopped the write (the report is still given).
 pub(crate) const EXIT_STOPPED: u8 = crate::model::exit::INTERRUPTED.code;
 
@@ -199,11 +217,15 @@ pub struct SustainedReport {
     pub stopped_early: bool,
     /// The test file and its directory were removed.
     pub test_file_removed: bool,
-    /// The sampling period of the series, ms (fio's `log_avg_msec`, and
-    /// the members' counters): 100 to 250, scaled to the run.
+    /// The sampling period of the series, ms (the test file's and the
+    /// members'): 100 to 250, scaled to the run.
     pub sample_period_msec: u64,
-    /// fio's bandwidth log, one point each sampling period.
+    /// The test file's write rate, one point each sampling period: from
+    /// fio's per-I/O completion log (cumulative bytes at real timestamps).
     pub series: Vec<Point>,
+    /// The series reconciled with the bytes written and the members'
+    /// counters.
+    pub series_check: SeriesCheck,
     /// The cliff on it.
     pub analysis: CliffAnalysis,
     /// Each member's series (diskstats).
@@ -214,6 +236,162 @@ pub struct SustainedReport {
     pub notes: Vec<String>,
     /// The fio job file.
     pub job_file: String,
+}
+
+/// The series against what else counted the bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SeriesCheck {
+    /// Bytes the series accounts for (Σ rate × its interval).
+    pub series_bytes: u64,
+    /// Bytes fio wrote (its JSON `io_bytes`).
+    pub bytes_written: u64,
+    /// Bytes the member devices wrote during the run (`/proc/diskstats`),
+    /// when every member was seen; metadata and other writers to the same
+    /// devices included.
+    pub device_bytes: Option<u64>,
+    /// The least the members must have written for `bytes_written`: the
+    /// data profile's copies (RAID1: 2, RAID1C3: 3, ...; 1 off btrfs).
+    pub device_bytes_expected: Option<u64>,
+    /// The series adds up (within 2%) and the members wrote at least what
+    /// was expected: its shape can be trusted.
+    pub reconciled: bool,
+    /// Why not, when not.
+    pub reason: Option<String>,
+}
+
+/// The least bytes the devices write for `bytes` of data in `profiles`
+/// (the smallest copy count among them; 1 without a btrfs profile).
+pub(crate) fn least_device_bytes(bytes: u64, profiles: &[Profile]) -> u64 {
+    let copies = profiles
+        .iter()
+        .map(|p| p.geometry().ncopies)
+        .min()
+        .unwrap_or(1)
+        .max(1);
+    bytes.saturating_mul(u64::from(copies))
+}
+
+/// Reconciles the series (its total `series_bytes`) with fio's count and
+/// the members' counters.
+pub(crate) fn check_series(
+    series_bytes: u64,
+    bytes_written: u64,
+    device_bytes: Option<u64>,
+    profiles: &[Profile],
+) -> SeriesCheck {
+    let expected = device_bytes.map(|_| least_device_bytes(bytes_written, profiles));
+    let off = |a: u64, b: u64| (a as f64 - b as f64).abs() / (b.max(1)) as f64;
+    let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+    let reason = if bytes_written == 0 {
+        None
+    } else if series_bytes == 0 {
+        Some("fio logged no completed write: there is no series".to_owned())
+    } else if off(series_bytes, bytes_written) > RECONCILE_TOLERANCE {
+        Some(format!(
+            "the series accounts for {} but fio wrote {} ({:+.1}%)",
+            mb(series_bytes),
+            mb(bytes_written),
+            100.0 * (series_bytes as f64 / bytes_written as f64 - 1.0)
+        ))
+    } else {
+        match (device_bytes, expected) {
+            (Some(d), Some(e)) if (d as f64) < (1.0 - RECONCILE_TOLERANCE) * e as f64 => {
+                Some(format!(
+                    "the member devices wrote {} where the {} written needed at least {}: the write did not reach the drives as measured",
+                    mb(d),
+                    mb(bytes_written),
+                    mb(e)
+                ))
+            }
+            _ => None,
+        }
+    };
+    SeriesCheck {
+        series_bytes,
+        bytes_written,
+        device_bytes,
+        device_bytes_expected: expected,
+        reconciled: reason.is_none(),
+        reason,
+    }
+}
+
+/// The write-rate series of completed I/Os (see the module
+/// documentation): `completions` are (milliseconds since the start,
+/// bytes) in completion order; one point every `period_ms`, the last one
+/// at the last completion. Returns the series and the bytes it accounts
+/// for.
+pub(crate) fn series_of_completions(
+    completions: impl IntoIterator<Item = (u64, u64)>,
+    period_ms: u64,
+) -> (Vec<Point>, u64) {
+    /// The series so far: its points, and the last boundary (ms) with
+    /// the cumulative bytes there.
+    struct Acc {
+        points: Vec<Point>,
+        at: f64,
+        bytes: f64,
+    }
+    impl Acc {
+        fn push(&mut self, b: f64, c: f64) {
+            let dt = (b - self.at) / 1000.0;
+            if dt > 0.0 {
+                self.points.push(Point {
+                    t_secs: b / 1000.0,
+                    bytes_per_sec: ((c - self.bytes) / dt).max(0.0),
+                });
+            }
+            self.at = b;
+            self.bytes = c;
+        }
+    }
+    let period = period_ms.max(1) as f64;
+    let mut acc = Acc {
+        points: Vec::new(),
+        at: 0.0,
+        bytes: 0.0,
+    };
+    // The last completion seen: ms, cumulative bytes.
+    let (mut tp, mut cp) = (0.0f64, 0u64);
+    for (msec, bytes) in completions {
+        // fio's clock is monotonic; a line out of order counts at the
+        // time already reached.
+        let t = (msec as f64).max(tp);
+        let c = cp.saturating_add(bytes);
+        let mut b = acc.at + period;
+        while b <= t {
+            // t > tp here, as b > acc.at >= tp.
+            acc.push(b, cp as f64 + (c - cp) as f64 * (b - tp) / (t - tp));
+            b += period;
+        }
+        tp = t;
+        cp = c;
+    }
+    if (cp as f64) > acc.bytes {
+        if tp > acc.at {
+            acc.push(tp, cp as f64);
+        } else if let Some(last) = acc.points.last_mut() {
+            // Completions in the millisecond of the last boundary, after
+            // it was reached: they belong to that sample.
+            last.bytes_per_sec += (cp as f64 - acc.bytes) / (period / 1000.0);
+        } else {
+            // Everything completed in the first millisecond.
+            acc.push(1.0, cp as f64);
+        }
+    }
+    (acc.points, cp)
+}
+
+/// The write series of fio's per-I/O log, read line by line (memory in
+/// the number of samples, not of I/Os).
+pub(crate) fn series_of_log(log: impl std::io::BufRead, period_ms: u64) -> (Vec<Point>, u64) {
+    let completions = log
+        .lines()
+        .map_while(std::result::Result::ok)
+        .filter_map(|l| crate::parse::fio::parse_io_log_line(&l))
+        .filter(|e| e.direction == 1)
+        .map(|e| (e.msec, e.bytes));
+    series_of_completions(completions, period_ms)
 }
 
 /// Shortest sampling period, ms: a short run of a fast device still makes
@@ -240,13 +418,7 @@ pub fn sample_period_msec(size: u64, time_limit_secs: Option<u64>) -> u64 {
 /// The fio job of the sustained write.
 /// The job file. `file` and `log_prefix` are names relative to fio's
 /// working directory (the held work directory), chosen by btrfs-lab.
-pub fn job_file(
-    file: &str,
-    size: u64,
-    time_limit_secs: Option<u64>,
-    log_prefix: &str,
-    period_msec: u64,
-) -> String {
+pub fn job_file(file: &str, size: u64, time_limit_secs: Option<u64>, log_prefix: &str) -> String {
     let mut j = String::from(
         "; btrfs-lab bench --sustained: one sequential O_DIRECT write\n; run it by hand, in an empty directory on the filesystem to test: fio THIS_FILE\n[sustained]\n",
     );
@@ -257,22 +429,10 @@ pub fn job_file(
     if let Some(t) = time_limit_secs {
         j.push_str(&format!("runtime={t}\n"));
     }
-    j.push_str(&format!(
-        "write_bw_log={log_prefix}\nlog_avg_msec={period_msec}\n"
-    ));
+    // Every completed I/O with its time and size (no log_avg_msec): the
+    // series is built from them.
+    j.push_str(&format!("write_iops_log={log_prefix}\n"));
     j
-}
-
-/// The points of fio's write bandwidth log.
-pub(crate) fn series_of_log(text: &str) -> Vec<Point> {
-    parse_bw_log(text)
-        .into_iter()
-        .filter(|e| e.direction == 1)
-        .map(|e| Point {
-            t_secs: e.msec as f64 / 1000.0,
-            bytes_per_sec: e.bytes_per_sec,
-        })
-        .collect()
 }
 
 /// Seconds as the reports show them: one decimal, two below 0.1 s, so a
@@ -309,12 +469,40 @@ fn mbps(b: f64) -> String {
 /// The findings and the sentence for an analysis.
 pub fn verdict(
     a: &CliffAnalysis,
+    check: &SeriesCheck,
     members: &[MemberSeries],
     data_profiles: &[Profile],
     bytes_written: u64,
     seconds: f64,
 ) -> (String, Vec<Finding>) {
     let mut findings = Vec::new();
+    let average = mbps(if seconds > 0.0 {
+        bytes_written as f64 / seconds
+    } else {
+        0.0
+    });
+    if let Some(reason) = check.reason.as_deref() {
+        let mut f = Finding::new(
+            Code::SustainedSeriesMismatch,
+            format!("the write-rate series does not add up: {reason}"),
+            "a curve that counts bytes the drives did not write (or misses bytes they did) puts a cliff where there is none: no cliff, decline or steady rate is called from it",
+        )
+        .with_evidence("series", gb(check.series_bytes as f64))
+        .with_evidence("written (fio)", gb(check.bytes_written as f64));
+        if let (Some(d), Some(e)) = (check.device_bytes, check.device_bytes_expected) {
+            f = f
+                .with_evidence("members wrote", gb(d as f64))
+                .with_evidence("members needed at least", gb(e as f64));
+        }
+        findings.push(f);
+        let summary = format!(
+            "{} written in {} ({} on average); the rate series is flagged, no cliff is called: {reason}",
+            gb(bytes_written as f64),
+            format_secs(seconds),
+            average
+        );
+        return (summary, findings);
+    }
     let summary = match a.shape {
         Shape::Cliff => {
             let before = a.bytes_before.unwrap_or(0) as f64;
@@ -385,11 +573,7 @@ pub fn verdict(
             "{} written in {} ({} on average): too short a series ({} sample{}) to tell a cliff; a larger SIZE writes for longer",
             gb(bytes_written as f64),
             format_secs(seconds),
-            mbps(if seconds > 0.0 {
-                bytes_written as f64 / seconds
-            } else {
-                0.0
-            }),
+            average,
             a.samples,
             if a.samples == 1 { "" } else { "s" }
         ),
@@ -514,13 +698,7 @@ pub fn run(
     let file = work.dir().create_file(TEST_FILE, 0o600)?;
     let period_msec = sample_period_msec(size, opts.time_limit_secs);
     let period = period_msec as f64 / 1000.0;
-    let job = job_file(
-        TEST_FILE,
-        size,
-        opts.time_limit_secs,
-        LOG_PREFIX,
-        period_msec,
-    );
+    let job = job_file(TEST_FILE, size, opts.time_limit_secs, LOG_PREFIX);
     let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
 
     let start = Instant::now();
@@ -573,17 +751,20 @@ pub fn run(
     let watched = fio.run_watched(work.dir(), "sustained.fio", &job, &mut tick)?;
     let seconds = start.elapsed().as_secs_f64();
     samples.push((seconds, written_by(&devices, &opts.sysroot)));
-    // fio names its log PREFIX_bw.1.log, in its working directory.
+    // fio names its log PREFIX_iops.1.log, in its working directory; it
+    // is read line by line (a line per I/O: 30 MB per TB written).
     let mut series = Vec::new();
+    let mut series_bytes = 0;
+    let mut logged = false;
     for n in work.dir().names().unwrap_or_default() {
         let n = n.to_string_lossy().into_owned();
-        if n.starts_with(&format!("{LOG_PREFIX}_bw")) && n.ends_with(".log") {
-            let mut text = String::new();
-            if let Ok(f) = work.dir().open_file(&n, false) {
-                use std::io::Read;
-                let _ = f.take(256 << 20).read_to_string(&mut text);
-            }
-            series = series_of_log(&text);
+        if n.starts_with(&format!("{LOG_PREFIX}_iops"))
+            && n.ends_with(".log")
+            && let Ok(f) = work.dir().open_file(&n, false)
+        {
+            (series, series_bytes) =
+                series_of_log(std::io::BufReader::with_capacity(1 << 20, f), period_msec);
+            logged = true;
         }
     }
     let bytes_written = watched
@@ -617,17 +798,26 @@ pub fn run(
     }
 
     let members = member_series(&names, &samples);
+    let device_bytes = (devices_missing.is_empty() && !members.is_empty())
+        .then(|| members.iter().map(|m| m.write_bytes).sum());
+    let series_check = check_series(series_bytes, bytes_written, device_bytes, &data_profiles);
     let analysis = cliff::analyse(&series);
-    let (mut summary, findings) =
-        verdict(&analysis, &members, &data_profiles, bytes_written, seconds);
+    let (mut summary, findings) = verdict(
+        &analysis,
+        &series_check,
+        &members,
+        &data_profiles,
+        bytes_written,
+        seconds,
+    );
     if watched.stopped {
         summary = format!(
             "stopped early after {}: {summary}",
             format_iec(bytes_written)
         );
     }
-    if series.is_empty() {
-        notes.push("fio left no bandwidth log: no series to analyse".to_owned());
+    if !logged {
+        notes.push("fio left no per-I/O log: no series to analyse".to_owned());
     }
     if !devices_missing.is_empty() {
         notes.push(format!(
@@ -639,7 +829,13 @@ pub fn run(
     Ok(SustainedReport {
         report_version: REPORT_VERSION,
         mode: "sustained".into(),
-        exit_code: if watched.stopped { EXIT_STOPPED } else { 0 },
+        exit_code: if watched.stopped {
+            EXIT_STOPPED
+        } else if !series_check.reconciled {
+            crate::model::exit::FLAGGED.code
+        } else {
+            0
+        },
         summary,
         system: SystemInfo {
             kernel: crate::sys::kernel_release(),
@@ -664,6 +860,7 @@ pub fn run(
         size_bytes: size,
         time_limit_secs: opts.time_limit_secs,
         sample_period_msec: period_msec,
+        series_check,
         bytes_written,
         seconds,
         stopped_early: watched.stopped,
@@ -724,8 +921,8 @@ mod tests {
     }
 
     #[test]
-    fn the_job_logs_bandwidth_each_second_and_the_log_becomes_the_series() {
-        let j = job_file("f", 1 << 30, Some(60), "bw", 1000);
+    fn the_job_logs_every_completed_io_and_the_log_becomes_the_series() {
+        let j = job_file("f", 1 << 30, Some(60), "io");
         for l in [
             "filename=f",
             "thread",
@@ -733,20 +930,26 @@ mod tests {
             "rw=write",
             "size=1073741824",
             "runtime=60",
-            "write_bw_log=bw",
-            "log_avg_msec=1000",
+            "write_iops_log=io",
         ] {
             assert!(j.lines().any(|x| x == l), "{l} missing in\n{j}");
         }
+        // No averaging: one line per I/O, at its completion.
+        assert!(!j.contains("log_avg_msec") && !j.contains("bw_log"), "{j}");
         assert!(!j.contains("time_based"));
-        let s = series_of_log("1000, 1000, 1, 0, 0\n1000, 5, 0, 0, 0\n2000, 500, 1, 0, 0\n");
+        // fio 3.33's per-I/O log: msec, 1, direction, bytes, prio; a read
+        // line and a cut line are left out.
+        let log = "50, 1, 1, 1048576, 0\n100, 1, 1, 1048576, 0\n120, 1, 0, 4096, 0\n200, 1, 1, 2097152, 0\n210, 1, 1, 10";
+        let (s, total) = series_of_log(log.as_bytes(), 100);
+        assert_eq!(total, 4 << 20);
         assert_eq!(s.len(), 2);
-        assert_eq!(s[1].t_secs, 2.0);
-        assert_eq!(s[1].bytes_per_sec, 512000.0);
+        assert!((s[0].t_secs - 0.1).abs() < 1e-9 && (s[1].t_secs - 0.2).abs() < 1e-9);
+        assert!((s[0].bytes_per_sec - 2.0 * 1048576.0 / 0.1).abs() < 1e-3);
+        assert!((s[1].bytes_per_sec - 2.0 * 1048576.0 / 0.1).abs() < 1e-3);
     }
 
     #[test]
-    fn the_period_is_scaled_to_the_run_and_a_100ms_log_is_a_series() {
+    fn the_period_is_scaled_to_the_run() {
         // Up to two minutes at 2000 MB/s: 100 ms; ten minutes and more: 250.
         assert_eq!(sample_period_msec(1 << 30, None), 100);
         assert_eq!(sample_period_msec(240_000_000_000, None), 100);
@@ -760,19 +963,113 @@ mod tests {
             let p = sample_period_msec(size, None);
             assert!((MIN_SAMPLE_MSEC..=MAX_SAMPLE_MSEC).contains(&p) && p.is_multiple_of(50));
         }
-        let j = job_file("f", 1 << 30, None, "bw", 100);
-        assert!(j.lines().any(|l| l == "log_avg_msec=100"), "{j}");
-        // fio's write_bw_log with log_avg_msec=100: msec, KiB/s, direction,
-        // block size, offset (fio 3.33 columns).
-        let log = "100, 1953125, 1, 0, 0\n200, 1950000, 1, 0, 0\n300, 976562, 1, 0, 0\n";
-        let s = series_of_log(log);
-        assert_eq!(s.len(), 3);
-        assert!((s[0].t_secs - 0.1).abs() < 1e-9 && (s[2].t_secs - 0.3).abs() < 1e-9);
-        assert_eq!(s[0].bytes_per_sec, 1953125.0 * 1024.0);
-        // The bytes the analysis counts are rate × 100 ms, not × 1 s.
-        let a = cliff::analyse(&s);
-        let want = (1953125.0 + 1950000.0 + 976562.0) * 1024.0 * 0.1;
-        assert!((a.total_bytes as f64 - want).abs() < 1024.0, "{a:?}");
+    }
+
+    /// Σ rate × interval of a series, as the analysis counts it.
+    fn integral(s: &[Point]) -> f64 {
+        let mut prev = 0.0;
+        s.iter()
+            .map(|p| {
+                let b = p.bytes_per_sec * (p.t_secs - prev);
+                prev = p.t_secs;
+                b
+            })
+            .sum()
+    }
+
+    #[test]
+    fn the_series_adds_up_to_the_bytes_written_whatever_the_stalls() {
+        // 1 MiB completions: 40 a second for 3 s, a 2 s stall, a burst of
+        // 16 in 10 ms, then 10 a second for 3 s; irregular milliseconds.
+        let mut c = Vec::new();
+        let mut t = 0u64;
+        for i in 0..120 {
+            t += 25 + (i % 3) as u64 - 1;
+            c.push((t, 1u64 << 20));
+        }
+        t += 2000;
+        for _ in 0..16 {
+            c.push((t, 1 << 20));
+        }
+        t += 10;
+        for i in 0..30 {
+            t += 100 + (i % 5) as u64;
+            c.push((t, 1 << 20));
+        }
+        let written: u64 = c.iter().map(|x| x.1).sum();
+        for period in [100, 150, 250] {
+            let (s, total) = series_of_completions(c.iter().copied(), period);
+            assert_eq!(total, written);
+            let i = integral(&s);
+            assert!(
+                (i - written as f64).abs() < 1.0,
+                "{period}: {i} of {written}"
+            );
+            // No gap: one sample per period, the last at the last completion.
+            assert!((s.last().unwrap().t_secs - t as f64 / 1000.0).abs() < 1e-9);
+            for w in s.windows(2) {
+                assert!(w[1].t_secs - w[0].t_secs <= period as f64 / 1000.0 + 1e-9);
+            }
+            // The stall is low samples, not the burst's rate spread over it.
+            let stalled: Vec<&Point> = s
+                .iter()
+                .filter(|p| p.t_secs > 3.2 && p.t_secs < 4.8)
+                .collect();
+            assert!(!stalled.is_empty());
+            assert!(
+                stalled.iter().all(|p| p.bytes_per_sec < 2e6),
+                "{period}: {stalled:?}"
+            );
+            assert_eq!(cliff::analyse(&s).total_bytes, written);
+        }
+        // Completions in one millisecond, and none at all.
+        let (s, total) = series_of_completions([(0, 5), (0, 5)], 100);
+        assert_eq!((s.len(), total), (1, 10));
+        assert!((integral(&s) - 10.0).abs() < 1e-9);
+        let (s, total) = series_of_completions([(100, 5), (100, 5)], 100);
+        assert_eq!((s.len(), total), (1, 10));
+        assert!((integral(&s) - 10.0).abs() < 1e-9);
+        assert_eq!(series_of_completions([], 100), (vec![], 0));
+    }
+
+    #[test]
+    fn a_series_that_does_not_add_up_is_flagged_and_no_cliff_is_called() {
+        let mb = 1_000_000u64;
+        // Within 2%, the members at least the copies: reconciled.
+        let c = check_series(400 * mb, 401 * mb, Some(802 * mb), &[Profile::Raid1]);
+        assert!(c.reconciled, "{c:?}");
+        assert_eq!(c.device_bytes_expected, Some(802 * mb));
+        let c = check_series(400 * mb, 400 * mb, None, &[]);
+        assert!(c.reconciled && c.device_bytes_expected.is_none());
+        // The old bandwidth log's 1.70×.
+        let c = check_series(680 * mb, 400 * mb, Some(401 * mb), &[Profile::Raid0]);
+        assert!(!c.reconciled);
+        assert!(
+            c.reason.as_deref().unwrap().contains("+70.0%"),
+            "{:?}",
+            c.reason
+        );
+        // Members that wrote less than the copies need: the bytes did not
+        // reach the drives.
+        let c = check_series(400 * mb, 400 * mb, Some(500 * mb), &[Profile::Raid1c3]);
+        assert!(!c.reconciled);
+        assert!(c.reason.as_deref().unwrap().contains("at least 1200.0 MB"));
+        assert!(!check_series(0, 400 * mb, None, &[]).reconciled);
+        // The verdict: a mismatch finding, no cliff, whatever the shape.
+        let cliffy: Vec<Point> = (0..40)
+            .map(|i| Point {
+                t_secs: (i + 1) as f64,
+                bytes_per_sec: if i < 20 { 40e6 } else { 10e6 },
+            })
+            .collect();
+        let a = cliff::analyse(&cliffy);
+        assert_eq!(a.shape, Shape::Cliff);
+        let bad = check_series(680 * mb, 400 * mb, None, &[]);
+        let (s, f) = verdict(&a, &bad, &[], &[Profile::Raid0], 400 * mb, 20.0);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].code, "sustained-series-mismatch");
+        assert!(!s.contains("cliff after"), "{s}");
+        assert!(s.contains("no cliff is called"), "{s}");
     }
 
     #[test]
@@ -792,8 +1089,10 @@ mod tests {
             series: mk(400e6, 200e6),
             analysis: cliff::analyse(&mk(400e6, 200e6)),
         };
+        let ok = check_series(12_000_000_000, 12_000_000_000, None, &[]);
         let (s, f) = verdict(
             &a,
+            &ok,
             &[m("nvme0n1"), m("nvme1n1")],
             &[Profile::Raid0],
             12_000_000_000,
@@ -801,17 +1100,17 @@ mod tests {
         );
         assert!(s.contains("2 × 4.00 GB per drive"), "{s}");
         assert_eq!(f[0].code, "sustained-write-cliff");
-        let (s, f) = verdict(&a, &[], &[Profile::Single], 12_000_000_000, 30.0);
+        let (s, f) = verdict(&a, &ok, &[], &[Profile::Single], 12_000_000_000, 30.0);
         assert!(s.starts_with("cliff after 8.00 GB"), "{s}");
         assert!(!s.contains("per drive"));
         assert_eq!(f.len(), 1);
         let steady = cliff::analyse(&mk(800e6, 800e6));
-        let (s, f) = verdict(&steady, &[], &[], 16_000_000_000, 20.0);
+        let (s, f) = verdict(&steady, &ok, &[], &[], 16_000_000_000, 20.0);
         assert_eq!(s, "no cliff within 16.00 GB: 800.0 MB/s sustained (median)");
         assert!(f.is_empty());
         // Too short: the seconds of the run and its average, never "0 s".
         let short = cliff::analyse(&[]);
-        let (s, _) = verdict(&short, &[], &[], 1_000_000_000, 1.25);
+        let (s, _) = verdict(&short, &ok, &[], &[], 1_000_000_000, 1.25);
         assert_eq!(
             s,
             "1.00 GB written in 1.2 s (800.0 MB/s on average): too short a series (0 samples) to tell a cliff; a larger SIZE writes for longer"

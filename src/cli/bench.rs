@@ -339,6 +339,15 @@ pub fn render_sustained(r: &SustainedReport) -> String {
             sustained::format_mb(avg)
         ));
     }
+    let c = &r.series_check;
+    s.push_str(&format!(
+        "  series {} of {} written{}{}\n",
+        size(c.series_bytes),
+        size(c.bytes_written),
+        c.device_bytes
+            .map_or(String::new(), |d| format!("; members wrote {}", size(d))),
+        if c.reconciled { "" } else { " (flagged)" }
+    ));
     for m in &r.members {
         let mr: Vec<f64> = m.series.iter().map(|p| p.bytes_per_sec).collect();
         s.push_str(&format!(

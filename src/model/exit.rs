@@ -393,13 +393,14 @@ pub(crate) const PAGES: &[Page] = &[
             row(
                 OK,
                 "every figure checked out against the devices, the page cache and the file's \
-                 extents (--sustained: whatever the series shows; --compare: the files are \
-                 bench reports).",
+                 extents (--sustained: whatever shape the series shows, once it adds up to \
+                 the bytes written; --compare: the files are bench reports).",
             ),
             row(
                 FLAGGED,
                 "at least one figure is flagged (results[].status = flagged, the reasons in \
-                 checks): it is not a result.",
+                 checks; --sustained: the series does not add up to the bytes written or the \
+                 members' counters, series_check.reason): it is not a result.",
             ),
             row(
                 ERROR,

@@ -176,35 +176,34 @@ pub(crate) fn parse_fio_json(text: &str) -> Result<FioOutput> {
     })
 }
 
-/// One entry of fio's bandwidth log (`write_bw_log` with `log_avg_msec`):
-/// `msec, value, direction, bs, offset[, prio]`, the value in KiB/s.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct BwLogEntry {
-    /// Milliseconds since the job started (end of the averaging window).
+/// One line of fio's per-I/O log (`write_iops_log` without
+/// `log_avg_msec`): one completed I/O, `msec, 1, direction, bytes,
+/// offset-or-prio`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IoLogEntry {
+    /// Milliseconds since the job started, when the I/O completed.
     pub(crate) msec: u64,
-    /// Bytes per second over the window.
-    pub bytes_per_sec: f64,
     /// 0 read, 1 write, 2 trim.
     pub direction: u8,
+    /// Bytes the I/O moved.
+    pub bytes: u64,
 }
 
-/// Parses a fio bandwidth log; lines that are not log entries are
-/// skipped (fio writes nothing else, but a stop may cut the last line).
-pub(crate) fn parse_bw_log(text: &str) -> Vec<BwLogEntry> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split(',').map(str::trim);
-            let msec = f.next()?.parse().ok()?;
-            let kib: f64 = f.next()?.parse().ok()?;
-            let direction = f.next()?.parse().ok()?;
-            f.next()?;
-            Some(BwLogEntry {
-                msec,
-                bytes_per_sec: kib * 1024.0,
-                direction,
-            })
-        })
-        .collect()
+/// Parses one line of a fio per-I/O log; `None` for anything else (fio
+/// writes nothing else, but a stop may cut the last line).
+pub(crate) fn parse_io_log_line(line: &str) -> Option<IoLogEntry> {
+    let mut f = line.split(',').map(str::trim);
+    let msec = f.next()?.parse().ok()?;
+    f.next()?.parse::<u64>().ok()?;
+    let direction = f.next()?.parse().ok()?;
+    let bytes = f.next()?.parse().ok()?;
+    // A whole line has its fifth field; a cut one may not.
+    f.next()?;
+    Some(IoLogEntry {
+        msec,
+        direction,
+        bytes,
+    })
 }
 
 #[cfg(test)]
@@ -301,15 +300,23 @@ mod tests {
     }
 
     #[test]
-    fn bandwidth_logs_are_read_in_bytes_per_second() {
-        // fio 3.33, write_bw_log with log_avg_msec=1000 (the last line cut
-        // by a stop).
-        let log = "1000, 143360, 1, 0, 0\n2000, 49152, 1, 0, 0\n4001, 13312, 1, 0, 0\n5000, 10";
-        let e = parse_bw_log(log);
-        assert_eq!(e.len(), 3);
-        assert_eq!(e[0].msec, 1000);
-        assert_eq!(e[0].bytes_per_sec, 143360.0 * 1024.0);
-        assert_eq!(e[2].msec, 4001);
-        assert_eq!(e[2].direction, 1);
+    fn per_io_logs_give_each_completion_and_its_bytes() {
+        // fio 3.33, `write_iops_log=io` without log_avg_msec, a 1 MiB
+        // O_DIRECT write at depth 8 (captured on the development VM); the
+        // last line cut by a stop.
+        let log = "2, 1, 1, 1048576, 0\n3, 1, 1, 1048576, 0\n4, 1, 1, 1048576, 0\n4, 1, 0, 4096, 0\n5, 1, 1, 10";
+        let e: Vec<IoLogEntry> = log.lines().filter_map(parse_io_log_line).collect();
+        assert_eq!(e.len(), 4);
+        assert_eq!(
+            e[0],
+            IoLogEntry {
+                msec: 2,
+                direction: 1,
+                bytes: 1 << 20
+            }
+        );
+        assert_eq!(e[3].direction, 0);
+        assert_eq!(e[3].bytes, 4096);
+        assert_eq!(parse_io_log_line("garbage"), None);
     }
 }

@@ -1715,6 +1715,114 @@ mod sustained {
         cg.remove().unwrap();
     }
 
+    /// Σ rate × interval of a series: what the analysis counts.
+    fn integral(series: &[btrfs_lab::bench::cliff::Point]) -> f64 {
+        let v = serde_json::to_value(series).unwrap();
+        let mut prev = 0.0;
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let t = p["t_secs"].as_f64().unwrap();
+                let b = p["bytes_per_sec"].as_f64().unwrap() * (t - prev);
+                prev = t;
+                b
+            })
+            .sum()
+    }
+
+    #[test]
+    #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+    fn the_series_adds_up_while_another_writer_comes_and_goes_on_another_device() {
+        if !require_root("bench --sustained beside another writer") {
+            return;
+        }
+        let Some(cg) = cgroup_for_test("busy") else {
+            return;
+        };
+        let env = TestEnv::new();
+        let sb = raid0(&env);
+        let mnt = sb.mount_point().to_path_buf();
+        let devs = sb.devices();
+        // Another filesystem on another loop device, written in bursts of
+        // 64 MiB with pauses (a writer that comes and goes), unthrottled,
+        // for as long as the measured write runs.
+        let other = env.sandbox(SandboxRequest {
+            devices: 1,
+            size_bytes: 512 << 20,
+            ..SandboxRequest::default()
+        });
+        let fio = btrfs_lab::sys::tools::find("fio", "").expect("fio");
+        let busy = Reaped(Some(
+            Command::new(&fio.path)
+                .current_dir(other.mount_point())
+                .args([
+                    "--name=busy",
+                    // One process: killing it ends the writer.
+                    "--thread",
+                    "--filename=busy.dat",
+                    "--direct=1",
+                    "--rw=write",
+                    "--bs=1M",
+                    "--size=256M",
+                    "--ioengine=psync",
+                    "--thinktime=300ms",
+                    "--thinktime_blocks=64",
+                    "--time_based",
+                    "--runtime=600",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start the other writer"),
+        ));
+        throttle(&cg, &devs, 20 * MB);
+        let dev0 = device_written(&devs);
+        let child = spawn(&env, &mnt, "300M", Some(&cg));
+        let (code, r, stderr) = finish(child);
+        let devices = device_written(&devs) - dev0;
+        drop(busy);
+        assert_eq!(code, 0, "{stderr}\n{:?}", r.series_check);
+        assert_eq!(r.bytes_written, 300 << 20);
+        let c = &r.series_check;
+        assert!(c.reconciled, "{c:?}");
+        assert_eq!(c.bytes_written, r.bytes_written);
+        let i = integral(&r.series);
+        let off = (i - r.bytes_written as f64).abs() / r.bytes_written as f64;
+        eprintln!(
+            "series integral {i:.0} of {} written ({:+.3}%), {} samples; members wrote {devices}",
+            r.bytes_written,
+            100.0 * (i / r.bytes_written as f64 - 1.0),
+            r.series.len()
+        );
+        assert!(off <= 0.02, "series {i} of {}", r.bytes_written);
+        assert_eq!(r.analysis.total_bytes, c.series_bytes);
+        // The members' counters: at least the bytes written, and what the
+        // report says they wrote is what the test saw (give or take the
+        // filesystem's own writes around the run).
+        let d = c.device_bytes.expect("both members seen");
+        assert!(d >= r.bytes_written, "{c:?}");
+        assert!(d <= devices, "{d} > {devices}");
+        for m in &r.members {
+            let mi = integral(&m.series);
+            assert!(
+                (mi - m.write_bytes as f64).abs() <= 0.02 * m.write_bytes as f64,
+                "{}: {mi} of {}",
+                m.device,
+                m.write_bytes
+            );
+        }
+        assert!(
+            r.findings
+                .iter()
+                .all(|f| f.code != "sustained-series-mismatch")
+        );
+        assert_eq!(listing(&mnt), Vec::<String>::new());
+        drop(other);
+        drop(sb);
+        cg.remove().unwrap();
+    }
+
     #[test]
     #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
     fn a_steady_rate_reports_no_cliff_and_sigint_still_reports() {

@@ -212,6 +212,8 @@ catalog! {
         "the write rate dropped in one step: the drives' write cache filled";
     SustainedWriteDecline = "sustained-write-decline", Info, Fixed, ["bench --sustained"],
         "the write rate sank gradually (more often heat than a cache)";
+    SustainedSeriesMismatch = "sustained-series-mismatch", Warning, Fixed, ["bench --sustained"],
+        "the write-rate series does not add up to the bytes written: its shape is not a result";
 }
 
 impl Code {

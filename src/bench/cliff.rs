@@ -46,8 +46,14 @@ pub(crate) fn windows(period: f64) -> (usize, usize) {
     let side = ((MIN_SIDE_SECS / p).ceil() as usize).max(MIN_SIDE);
     (half, side)
 }
-/// A decline: the fitted line ends at most this fraction of where it starts.
+/// A decline: the rate at the end is at most this fraction of the rate
+/// at the start (each the median of the smoothed samples there), and the
+/// fitted line falls.
 pub(crate) const DECLINE_RATIO: f64 = 0.8;
+/// A stall: samples below this share of the series' median, that the rate
+/// recovers from (writeback, another process's I/O, a drive folding its
+/// cache): a gap for the detector, not a level.
+pub(crate) const STALL_SHARE: f64 = 0.1;
 
 /// One sample of the series.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -190,16 +196,33 @@ fn durations(series: &[Point]) -> Vec<f64> {
         .collect()
 }
 
+/// Samples of a stall: maximal runs below [`STALL_SHARE`] of the series'
+/// median that the rate recovers from (a sample at or above it follows).
+/// A run that lasts to the end is a level, not a stall.
+fn stalls(raw: &[f64]) -> Vec<bool> {
+    let floor = STALL_SHARE * median(raw);
+    let mut out = vec![false; raw.len()];
+    let mut run_start = None;
+    for (i, &x) in raw.iter().enumerate() {
+        if x < floor {
+            run_start.get_or_insert(i);
+        } else if let Some(s) = run_start.take() {
+            out[s..i].iter_mut().for_each(|m| *m = true);
+        }
+    }
+    out
+}
+
 /// Finds the cliff (see the module documentation).
 pub(crate) fn analyse(series: &[Point]) -> CliffAnalysis {
-    let raw: Vec<f64> = series.iter().map(|p| p.bytes_per_sec.max(0.0)).collect();
+    let all: Vec<f64> = series.iter().map(|p| p.bytes_per_sec.max(0.0)).collect();
     let dt = durations(series);
-    let bytes: Vec<f64> = raw.iter().zip(&dt).map(|(r, d)| r * d).collect();
+    let bytes: Vec<f64> = all.iter().zip(&dt).map(|(r, d)| r * d).collect();
     let mut a = CliffAnalysis {
         shape: Shape::TooShort,
-        samples: raw.len(),
+        samples: all.len(),
         total_bytes: bytes.iter().sum::<f64>().round() as u64,
-        median_bytes_per_sec: median(&raw),
+        median_bytes_per_sec: median(&all),
         at_secs: None,
         bytes_before: None,
         rate_before: None,
@@ -207,12 +230,16 @@ pub(crate) fn analyse(series: &[Point]) -> CliffAnalysis {
         ratio: None,
     };
     let (half, side) = windows(median(&dt));
+    // The levels are judged without the stalls; `idx` maps back.
+    let stalled = stalls(&all);
+    let idx: Vec<usize> = (0..all.len()).filter(|&i| !stalled[i]).collect();
+    let raw: Vec<f64> = idx.iter().map(|&i| all[i]).collect();
     if raw.len() < MIN_SAMPLES.max(2 * side) {
         return a;
     }
     a.shape = Shape::Steady;
     let smooth = running_median(&raw, half);
-    let (icpt, slope, line_sse) = line_fit(&smooth);
+    let (_, slope, line_sse) = line_fit(&smooth);
     let Some((k, step_sse)) = best_split(&smooth, side) else {
         return a;
     };
@@ -236,16 +263,20 @@ pub(crate) fn analyse(series: &[Point]) -> CliffAnalysis {
         } else {
             (k, None)
         };
-        let mut b: f64 = bytes[..whole].iter().sum();
-        let mut at = if whole == 0 {
+        // Up to the end of the last whole sample before the step, in the
+        // series' own samples (a stall on the way included).
+        let end = if whole == 0 { 0 } else { idx[whole - 1] + 1 };
+        let mut b: f64 = bytes[..end].iter().sum();
+        let mut at = if end == 0 {
             0.0
         } else {
-            series[whole - 1].t_secs
+            series[end - 1].t_secs
         };
         if let Some(j) = part {
-            let f = ((raw[j] - after) / (before - after)).clamp(0.0, 1.0);
+            let j = idx[j];
+            let f = ((all[j] - after) / (before - after)).clamp(0.0, 1.0);
             b += f * before * dt[j];
-            at += f * dt[j];
+            at = series[j].t_secs - dt[j] + f * dt[j];
         }
         a.shape = Shape::Cliff;
         a.at_secs = Some(at);
@@ -255,13 +286,16 @@ pub(crate) fn analyse(series: &[Point]) -> CliffAnalysis {
         a.ratio = Some(after / before);
         return a;
     }
-    let start = icpt;
-    let end = icpt + slope * (smooth.len() - 1) as f64;
+    // A decline: the line falls, and the rates at its two ends, read from
+    // the smoothed samples there (never the line's own ends, which no
+    // sample may have shown), fall by DECLINE_RATIO.
+    let start = median(&smooth[..side]);
+    let end = median(&smooth[smooth.len() - side..]);
     if start > 0.0 && slope < 0.0 && end <= DECLINE_RATIO * start {
         a.shape = Shape::Decline;
         a.rate_before = Some(start);
-        a.rate_after = Some(end.max(0.0));
-        a.ratio = Some(end.max(0.0) / start);
+        a.rate_after = Some(end);
+        a.ratio = Some(end / start);
     }
     a
 }
@@ -495,6 +529,81 @@ mod tests {
         assert_eq!(a.shape, Shape::TooShort);
         let a = analyse(&series_at(&[800.0 * MB; 30], 0.1));
         assert_eq!(a.shape, Shape::Steady);
+    }
+
+    #[test]
+    fn a_stall_before_a_step_is_a_gap_not_a_decline() {
+        // 3 s at 142.5 MB/s, a 2-second stall (writeback, another
+        // process's I/O), 2 s more at 142.5, then 40 MB/s for 10 s: every
+        // 100 ms. Judged on the raw samples this was "a gradual decline
+        // from 113 to 17.8 MB/s".
+        let mut v = vec![142.5 * MB; 30];
+        v.extend(vec![0.3 * MB; 20]);
+        v.extend(vec![142.5 * MB; 20]);
+        v.extend(vec![40.0 * MB; 100]);
+        let a = analyse(&series_at(&v, 0.1));
+        assert_eq!(a.shape, Shape::Cliff, "{a:?}");
+        assert_eq!(a.rate_before, Some(142.5 * MB));
+        assert_eq!(a.rate_after, Some(40.0 * MB));
+        // The step is at 7.0 s; the bytes before it include the stall's.
+        assert!((a.at_secs.unwrap() - 7.0).abs() < 0.05, "{a:?}");
+        let want = 50.0 * 0.1 * 142.5 * MB + 20.0 * 0.1 * 0.3 * MB;
+        let b = a.bytes_before.unwrap() as f64;
+        assert!(
+            (b / want - 1.0).abs() < 0.01,
+            "bytes before {b}, want {want}"
+        );
+        // A stall of nothing at all (no completions in 3 s) in the same place.
+        let mut v = vec![142.5 * MB; 40];
+        v.extend(vec![0.0; 30]);
+        v.extend(vec![142.5 * MB; 10]);
+        v.extend(vec![40.0 * MB; 100]);
+        let a = analyse(&series_at(&v, 0.1));
+        assert_eq!(a.shape, Shape::Cliff, "{a:?}");
+        assert!((a.at_secs.unwrap() - 8.0).abs() < 0.05, "{a:?}");
+        let b = a.bytes_before.unwrap() as f64;
+        assert!((b / (5.0 * 142.5 * MB) - 1.0).abs() < 0.01, "{b}");
+    }
+
+    #[test]
+    fn a_burst_after_a_stall_moves_nothing() {
+        // The completions a stall held back land at once: a burst of 5x
+        // right after it. Still the step at 20 s, its rates the levels.
+        let mut v = vec![1000.0 * MB; 10];
+        v.extend(vec![0.0; 3]);
+        v.push(4000.0 * MB);
+        v.extend(vec![1000.0 * MB; 6]);
+        v.extend(vec![500.0 * MB; 15]);
+        let a = analyse(&series(&v));
+        assert_eq!(a.shape, Shape::Cliff, "{a:?}");
+        assert_eq!(a.at_secs, Some(20.0));
+        assert_eq!(a.rate_before, Some(1000.0 * MB));
+        assert_eq!(a.rate_after, Some(500.0 * MB));
+    }
+
+    #[test]
+    fn a_stall_that_lasts_to_the_end_is_a_level() {
+        // The drive stops for good: the step is to (almost) nothing.
+        let v = step(20, 900.0 * MB, 15, 0.5 * MB);
+        let a = analyse(&series(&v));
+        assert_eq!(a.shape, Shape::Cliff, "{a:?}");
+        assert_eq!(a.at_secs, Some(20.0));
+    }
+
+    #[test]
+    fn a_decline_reports_rates_its_samples_showed() {
+        // A decline with stalls on the way: the rates at its ends lie
+        // within what the samples showed, never a fitted line's ends.
+        let mut lin: Vec<f64> = (0..60).map(|i| (1000.0 - 7.5 * i as f64) * MB).collect();
+        lin[10] = 0.0;
+        lin[11] = 0.0;
+        lin[40] = 1.0 * MB;
+        let a = analyse(&series(&lin));
+        assert_eq!(a.shape, Shape::Decline, "{a:?}");
+        let shown = |r: f64| lin.iter().any(|&x| x >= r) && lin.iter().any(|&x| x <= r);
+        let (b, e) = (a.rate_before.unwrap(), a.rate_after.unwrap());
+        assert!(shown(b) && shown(e), "{a:?}");
+        assert!(b > 900.0 * MB && e < 650.0 * MB && e > 557.0 * MB, "{a:?}");
     }
 
     #[test]

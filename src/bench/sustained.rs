@@ -554,8 +554,8 @@ pub fn verdict(
                     format!("the write rate sank gradually from {} to {}", mbps(rb), mbps(ra)),
                     "no single step: a gradual decline is more often heat (thermal throttling) than a cache filling",
                 )
-                .with_evidence("start (fitted)", mbps(rb))
-                .with_evidence("end (fitted)", mbps(ra)),
+                .with_evidence("start (smoothed)", mbps(rb))
+                .with_evidence("end (smoothed)", mbps(ra)),
             );
             format!(
                 "no cliff within {}, but a gradual decline from {} to {} (heat?)",

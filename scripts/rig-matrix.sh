@@ -2,7 +2,7 @@
 # Runs the QEMU rig's scenarios (tests/it/rig/, docs/rig.md) on every kernel
 # of the matrix, one kernel after the other (a TCG guest takes both cores):
 #
-#   scripts/rig-matrix.sh                  bookworm trixie trixie-backports sid
+#   scripts/rig-matrix.sh        bookworm bookworm-backports trixie trixie-backports sid
 #   scripts/rig-matrix.sh sid trixie       only these suites
 #
 # As root, after scripts/install-rig-deps.sh. The kernels are cached in
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 [ "$(id -u)" -eq 0 ] || { echo "rig-matrix: run as root" >&2; exit 1; }
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(bookworm trixie trixie-backports sid)
+[ ${#suites[@]} -gt 0 ] || suites=(bookworm bookworm-backports trixie trixie-backports sid)
 logs=${BTRFS_LAB_RIG_LOGS:-${CARGO_TARGET_DIR:-target}/rig-matrix}
 mkdir -p "$logs"
 # Build once (the tests, and the static binary the guests run: scripts/

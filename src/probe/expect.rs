@@ -98,20 +98,21 @@ fn expected(
             format!("{named} has {BOUNCE}"),
         );
     }
-    // 6.12.117 (Debian 6.12.117-1) has both fallbacks, read in its source;
-    // which 6.12.y and 6.6.y updates brought them is not recorded here.
-    let stable_unknown = (v.0, v.1) == (6, 6) || ((v.0, v.1) == (6, 12) && v.2 < 117);
-    let stable_known = (v.0, v.1) == (6, 12) && v.2 >= 117;
+    // 6.12.95 (Debian 6.12.95-1~bpo12+1, bookworm-backports) and 6.12.117
+    // (Debian 6.12.117-1) have both fallbacks, read in their sources; which
+    // earlier 6.12.y and which 6.6.y updates brought them is not recorded.
+    let stable_unknown = (v.0, v.1) == (6, 6) || ((v.0, v.1) == (6, 12) && v.2 < 95);
+    let stable_known = (v.0, v.1) == (6, 12) && v.2 >= 95;
     if stable_unknown && (csum || copies) {
         return (
             None,
             format!(
                 "{named} is a stable series that got {CSUM_FALLBACK} in an update; which update is not \
-                 recorded here (6.12.117 has it and {PROFILE_FALLBACK})"
+                 recorded here (6.12.95 has it and {PROFILE_FALLBACK})"
             ),
         );
     }
-    // The profile fallback: in 6.12.117's tree and in 7.2 (read in Debian's
+    // The profile fallback: in 6.12.95's and 6.12.117's trees and in 7.2 (read in Debian's
     // sources), and measured on this project's 6.18.44 host; its first
     // mainline release is not identified here, so only kernels from 6.18 on
     // are expected to have it.
@@ -156,9 +157,18 @@ mod tests {
     fn the_rig_kernels_expect_what_their_sources_do() {
         use Profile::{Dup, Raid1, Single};
         use Verdict::*;
-        // docs/rig.md: 6.1.176-1, 6.12.117-1, 7.2.13-1, 7.3.4-1~bpo13+1.
+        // docs/rig.md: 6.1.176-1, 6.12.95-1~bpo12+1, 6.12.117-1, 7.2.13-1,
+        // 7.3.4-1~bpo13+1.
         let rig = [
             ("6.1.0-50-amd64", [Some(Direct), Some(Direct), Some(Direct)]),
+            (
+                "6.12.95+deb12-amd64",
+                [
+                    Some(BufferedFallback),
+                    Some(ProfileForced),
+                    Some(ProfileForced),
+                ],
+            ),
             (
                 "6.12.117+deb13-amd64",
                 [
@@ -198,6 +208,7 @@ mod tests {
         assert_eq!(e("6.18.44-fc-v1045", Dup, true), Some(ProfileForced));
         assert_eq!(e("6.16.2", Dup, true), None);
         assert_eq!(e("6.12.30", Single, false), None);
+        assert_eq!(e("6.12.94", Single, false), None);
         assert_eq!(e("6.6.80", Single, true), Some(Direct));
         let nocow = expect("7.2.13", "btrfs", &[Single], true, Direct);
         assert!(nocow.basis.starts_with("NOCOW files"), "{}", nocow.basis);

@@ -5,7 +5,7 @@
 #
 #   tests/rig/fetch-kernel.sh SUITE CACHE
 #
-# SUITE: bookworm | trixie | trixie-backports | sid
+# SUITE: bookworm | bookworm-backports | trixie | trixie-backports | sid
 # On success CACHE/SUITE/ holds:
 #   kernel.env   PACKAGE=, VERSION= (the exact Debian version), KREL= (uname -r),
 #                PACKAGES= (every package fetched, NAME=VERSION), VMLINUZ=
@@ -19,8 +19,8 @@ die() { echo "rig: fetch-kernel: $1" >&2; exit "${2:-1}"; }
 [ $# -eq 2 ] || die "usage: fetch-kernel.sh SUITE CACHE" 2
 suite=$1 cache=$2
 case $suite in
-    bookworm | trixie | trixie-backports | sid) ;;
-    *) die "unknown suite '$suite': use bookworm, trixie, trixie-backports or sid" 2 ;;
+    bookworm | bookworm-backports | trixie | trixie-backports | sid) ;;
+    *) die "unknown suite '$suite': use bookworm, bookworm-backports, trixie, trixie-backports or sid" 2 ;;
 esac
 out=$cache/$suite
 mkdir -p "$cache"
@@ -71,7 +71,7 @@ mv "$apt_dir/etc/rig.sources" "$apt_dir/etc/sources.d/rig.sources"
 apt-get "${apt_opts[@]}" -q update >"$apt_dir/update.log" 2>&1 \
     || { cat "$apt_dir/update.log" >&2; die "apt-get update for $suite failed (see above)"; }
 # linux-image-amd64 is the metapackage; the versioned image it depends on is
-# the kernel. In trixie-backports the metapackage is in the suite too.
+# the kernel. In the backports suites the metapackage is in the suite too.
 image=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null \
     | sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*-amd64\(-unsigned\)\?\)$/\1/p' | head -n1)
 [ -n "$image" ] || die "no linux-image-amd64 in $suite at $uri (apt-cache found no kernel)" 3

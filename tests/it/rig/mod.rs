@@ -31,10 +31,17 @@ use std::time::{Duration, Instant};
 
 use crate::common::bin;
 
-/// The suites CI boots on every run (one kernel: the time budget).
-pub const DEFAULT_KERNELS: &str = "trixie";
+/// The suites CI boots on every run: the oldest and the newest kernel of
+/// the matrix (the scenarios other than probe-dio's run on the first).
+pub const DEFAULT_KERNELS: &str = "bookworm,trixie-backports";
 /// Every suite the rig knows (`scripts/rig-matrix.sh`).
-pub const ALL_KERNELS: &[&str] = &["bookworm", "trixie", "trixie-backports", "sid"];
+pub const ALL_KERNELS: &[&str] = &[
+    "bookworm",
+    "bookworm-backports",
+    "trixie",
+    "trixie-backports",
+    "sid",
+];
 
 fn rig_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rig")

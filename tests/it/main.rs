@@ -13,6 +13,7 @@ mod doctor;
 mod help;
 mod links;
 mod model_kernel;
+mod mount_symlink;
 mod nocow;
 mod output;
 mod packaging;

@@ -86,11 +86,11 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
         );
     }
     // MOUNT is opened once and held (a symbolic link another user planted
-    // on the way is refused, as every command does); what follows uses the
-    // real path of the held directory, and the plan is checked against the
-    // fsid held.
+    // on the way is refused, as every command does), and the plan is
+    // checked against the fsid held. The scrub ioctls still take the path
+    // (shown as given); a swap after this check is caught by that fsid.
     let (target, held) = resolve_held(&SysRoot::host(), &a.mount)?;
-    let mount = target.path.clone();
+    let mount = a.mount.clone();
     if a.status {
         let st = scrub::status(&mount, &store)?;
         out.report(&st, |st| render_status(st, out));

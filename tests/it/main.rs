@@ -12,6 +12,7 @@ mod device;
 mod doctor;
 mod help;
 mod links;
+mod loop_owner;
 mod model_kernel;
 mod mount_symlink;
 mod nocow;

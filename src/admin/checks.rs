@@ -188,6 +188,18 @@ pub(crate) fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> 
             true,
         ));
     }
+    if let Some((file, uid)) = &f.loop_backing_owner {
+        r.push(Reason::device(
+            p,
+            "loop-file-user-owned",
+            format!(
+                "{} is a loop device over {}, a file uid {uid} owns: that user could rewrite this member under the filesystem; --overwrite (--force) to use it anyway",
+                p.display(),
+                file.display()
+            ),
+            true,
+        ));
+    }
     if let Some(other) = f.btrfs_fsid.as_deref().filter(|id| *id != fs.fsid) {
         r.push(Reason::device(
             p,

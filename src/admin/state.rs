@@ -198,8 +198,9 @@ pub(crate) fn read_state(root: &SysRoot, path: &Path) -> Result<FsState> {
 /// Resolves `path` once, opens the mounted filesystem there (a descriptor
 /// every later ioctl goes through) and reads its state through it.
 pub fn open_state(root: &SysRoot, path: &Path) -> Result<(FsHandle, FsState)> {
-    let target: BtrfsTarget = target::resolve(root, path)?;
-    let handle = FsHandle::open(&target.path)?;
+    // Opened once and held: a symbolic link another user planted on the
+    // way is refused, and the plan is for the filesystem held.
+    let (target, handle): (BtrfsTarget, FsHandle) = target::resolve_held(root, path)?;
     if handle.fsid() != target.fsid {
         return Err(crate::error::Error::new(
             crate::error::ErrorKind::State,

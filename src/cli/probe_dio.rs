@@ -400,6 +400,18 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
             r.read_only_files
         ));
     }
+    for d in r
+        .skipped_descriptors
+        .iter()
+        .filter(|d| d.kind == btrfs_lab::sys::proc::pidfd::FdKind::OPath || d.path.is_absolute())
+    {
+        t.push_str(&format!(
+            "  fd {} {}: {}, not read\n",
+            d.fd,
+            escape_control(&d.path.display().to_string()),
+            d.kind.describe()
+        ));
+    }
     t.push('\n');
     let per = |b: Option<u64>| b.map_or("unknown".to_owned(), size);
     t.push_str(&format!(

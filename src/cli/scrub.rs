@@ -12,7 +12,7 @@ use btrfs_lab::model::text::escape_control;
 use btrfs_lab::parse::size::parse_size;
 use btrfs_lab::sys::fs::outfile::{OutputDir, split};
 use btrfs_lab::sys::fs::root::SysRoot;
-use btrfs_lab::sys::fs::target::resolve;
+use btrfs_lab::sys::fs::target::resolve_held;
 use btrfs_lab::sys::{is_root, kernel::signals};
 use btrfs_lab::ui::{self, Ui};
 use clap::Args;
@@ -85,8 +85,14 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
                 .with_hint("run it as root, e.g. with sudo"),
         );
     }
+    // MOUNT is opened once and held (a symbolic link another user planted
+    // on the way is refused, as every command does), and the plan is
+    // checked against the fsid held. The scrub ioctls still take the path
+    // (shown as given); a swap after this check is caught by that fsid.
+    let (target, held) = resolve_held(&SysRoot::host(), &a.mount)?;
+    let mount = a.mount.clone();
     if a.status {
-        let st = scrub::status(&a.mount, &store)?;
+        let st = scrub::status(&mount, &store)?;
         out.report(&st, |st| render_status(st, out));
         return Ok(exit::OK);
     }
@@ -95,7 +101,7 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
             out.status("(dry run: would cancel the running scrub)\n");
             return Ok(exit::OK);
         }
-        let c = scrub::cancel(&a.mount)?;
+        let c = scrub::cancel(&mount)?;
         out.report(&c, |c| {
             format!(
                 "scrub of {} cancelled; btrfs-lab scrub {} --resume continues it\n",
@@ -110,7 +116,19 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
         limit,
         resume: a.resume,
     };
-    let (plan, saved) = scrub::plan(&a.mount, &store, req)?;
+    let (plan, saved) = scrub::plan(&mount, &store, req)?;
+    if plan.fsid != held.fsid() {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "{} changed while it was being read (filesystem {} then {})",
+                a.mount.display(),
+                held.fsid(),
+                plan.fsid
+            ),
+        )
+        .with_hint("something is replacing the path (a symlink or a mount); check it"));
+    }
     if !a.resume
         && let Some(s) = &saved
         && !s.finished
@@ -143,8 +161,11 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
     let textfile = match &a.textfile {
         Some(file) => {
             let (dir, name) = split(file)?;
-            let target = resolve(&SysRoot::host(), &a.mount)?;
-            Some((OutputDir::open(&dir)?, name, target.mount.mount_point))
+            Some((
+                OutputDir::open(&dir)?,
+                name,
+                target.mount.mount_point.clone(),
+            ))
         }
         None => None,
     };

@@ -2,7 +2,8 @@
 //!
 //! Nothing is written. The files the process has open for writing are read
 //! from `/proc/PID/fd` and `/proc/PID/fdinfo` (the octal `flags:` tell
-//! O_DIRECT), and for N seconds a private trace instance counts the folios
+//! O_DIRECT; each descriptor is taken with `pidfd_getfd`, never reopened
+//! by name: `sys::proc::pidfd`), and for N seconds a private trace instance counts the folios
 //! each of them dirties (tracepoint `writeback:writeback_dirty_folio`,
 //! filtered in the kernel by backing device and inode). A file opened with
 //! O_DIRECT that dirtied folios went through the page cache: a fallback,
@@ -25,7 +26,7 @@ use crate::model::profile::Profile;
 use crate::parse::mountinfo::MountEntry;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::proc::counters::{self, page_size};
-use crate::sys::proc::fdinfo::{self, OpenFile};
+use crate::sys::proc::fdinfo::{self, OpenFile, SkippedFd};
 use crate::sys::proc::mountinfo;
 use crate::sys::proc::tracefs;
 use crate::sys::{fs::filesystem, kernel::btrfs, kernel::ioctl, kernel::signals};
@@ -197,6 +198,10 @@ pub struct PidReport {
     pub lost_events: u64,
     /// Trace instances of killed runs (dead pids) that were removed.
     pub removed_trace_instances: Vec<String>,
+    /// Descriptors that are not regular files (FIFOs, devices, sockets)
+    /// or were opened with `O_PATH`: named, never opened nor read.
+    #[serde(default)]
+    pub skipped_descriptors: Vec<SkippedFd>,
 }
 
 /// A file being watched, with what we hold to look at it.
@@ -266,7 +271,7 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &[MountEntry])
         .mnt_id
         .and_then(|id| mountinfo::by_id(mounts, id).cloned());
     let mut note = None;
-    let handle = match fdinfo::reopen(root, pid, first.fd, first.dev, first.ino) {
+    let handle = match fdinfo::reopen(pid, first.fd, first.dev, first.ino) {
         Ok(f) => Some(f),
         Err(e) => {
             note = Some(e.message().to_owned());
@@ -429,7 +434,7 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
     if !crate::sys::is_root() {
         return Err(not_root());
     }
-    let open = fdinfo::open_files(&opts.sysroot, pid)?;
+    let (open, skipped_descriptors) = fdinfo::open_files_and_skipped(&opts.sysroot, pid)?;
     let command = fdinfo::comm(&opts.sysroot, pid);
     let read_only_files = open.iter().filter(|f| !f.info.writable()).count();
     let mut groups: BTreeMap<(u64, u64), Vec<OpenFile>> = BTreeMap::new();
@@ -600,6 +605,7 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
         read_only_files,
         lost_events: lost,
         removed_trace_instances: removed,
+        skipped_descriptors,
     })
 }
 
@@ -682,6 +688,7 @@ mod tests {
             read_only_files: 2,
             lost_events: 0,
             removed_trace_instances: vec![],
+            skipped_descriptors: vec![],
         };
         let back: PidReport = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);

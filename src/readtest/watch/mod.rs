@@ -16,9 +16,9 @@ mod members;
 pub mod report;
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -29,6 +29,7 @@ use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::{btrfs, extents, ioctl, pagecache, signals};
 use crate::sys::proc::diskstats::{self, BlockDevice};
 use crate::sys::proc::fdinfo;
+use crate::sys::proc::pidfd::{self, FdKind};
 use crate::sys::proc::task::{self, IoCounters, Liveness, ThreadSample};
 use crate::sys::{fs::filesystem, is_root};
 
@@ -138,23 +139,23 @@ fn load_saved(path: &Path) -> Result<crate::readtest::ReadTestReport> {
     })
 }
 
-/// Opens a mapped file through `/proc/PID/map_files/START-END` (root) and
-/// checks it is the inode the mapping names.
+/// Opens a mapped file through `/proc/PID/map_files/START-END` (root),
+/// checked on an `O_PATH` descriptor before anything is opened for
+/// reading: a device the process mapped is never opened
+/// ([`pidfd::open_regular_via`]).
 fn open_mapping(root: &SysRoot, pid: u32, start: u64, end: u64, inode: u64) -> Option<File> {
     let link = root.proc(&format!("{pid}/map_files/{start:x}-{end:x}"));
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(link)
-        .ok()?;
-    let m = f.metadata().ok()?;
-    (m.file_type().is_file() && m.ino() == inode).then_some(f)
+    let (f, _dev, ino) = pidfd::open_regular_via(&link).ok()??;
+    (ino == inode).then_some(f)
 }
 
 /// The candidates: regular files open by descriptor, and file mappings
 /// that are not code (no `x`), merged by inode and path.
-fn candidates(root: &SysRoot, pid: u32) -> Result<(Vec<Candidate>, Vec<String>)> {
-    let open = fdinfo::open_files(root, pid)?;
+fn candidates(
+    root: &SysRoot,
+    pid: u32,
+) -> Result<(Vec<Candidate>, Vec<String>, Vec<fdinfo::SkippedFd>)> {
+    let (open, skipped) = fdinfo::open_files_and_skipped(root, pid)?;
     let maps = task::file_mappings(root, pid).unwrap_or_default();
     let mapped_paths: Vec<String> = maps.iter().map(|m| m.path.clone()).collect();
     let mut by_key: BTreeMap<(u64, PathBuf), Candidate> = BTreeMap::new();
@@ -178,7 +179,7 @@ fn candidates(root: &SysRoot, pid: u32) -> Result<(Vec<Candidate>, Vec<String>)>
         if let Some(c) = by_key.get_mut(&(ino, path))
             && c.handle.is_none()
         {
-            c.handle = fdinfo::reopen(root, pid, fd, dev, ino2).ok();
+            c.handle = fdinfo::reopen(pid, fd, dev, ino2).ok();
         }
     }
     let mut out: Vec<Candidate> = by_key.into_values().collect();
@@ -195,7 +196,7 @@ fn candidates(root: &SysRoot, pid: u32) -> Result<(Vec<Candidate>, Vec<String>)>
             }
         }
     }
-    Ok((out, mapped_paths))
+    Ok((out, mapped_paths, skipped))
 }
 
 fn sample(root: &SysRoot, pid: u32) -> Option<Sample> {
@@ -385,8 +386,19 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
     }
     let saved_report = opts.saved.as_deref().map(load_saved).transpose()?;
     let command_line = crate::sys::proc::procs::command_of(root, pid);
-    let (mut cands, mapped_paths) = candidates(root, pid)?;
+    let (mut cands, mapped_paths, skipped_descriptors) = candidates(root, pid)?;
     let mut notes = Vec::new();
+    let named: Vec<String> = skipped_descriptors
+        .iter()
+        .filter(|s| s.kind == FdKind::OPath || s.path.is_absolute())
+        .map(|s| format!("fd {} ({}): {}", s.fd, s.path.display(), s.kind.describe()))
+        .collect();
+    if !named.is_empty() {
+        notes.push(format!(
+            "descriptors not read (not regular files, or O_PATH): {}",
+            named.join("; ")
+        ));
+    }
     if !is_root() {
         notes.push("not root: files the process only maps cannot be opened (map_files), so their layout and cache residency are unknown".to_owned());
     }
@@ -710,6 +722,7 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
         traps: v.traps,
         saved_run,
         notes,
+        skipped_descriptors,
     })
 }
 
@@ -766,6 +779,7 @@ mod tests {
             traps: vec![],
             saved_run: None,
             notes: vec![],
+            skipped_descriptors: vec![],
         };
         let back: WatchReport = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);

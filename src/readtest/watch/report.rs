@@ -269,4 +269,8 @@ pub struct WatchReport {
     pub saved_run: Option<SavedRun>,
     /// Things to know.
     pub notes: Vec<String>,
+    /// Descriptors that are not regular files (FIFOs, devices, sockets)
+    /// or were opened with `O_PATH`: named, never opened nor read.
+    #[serde(default)]
+    pub skipped_descriptors: Vec<crate::sys::proc::fdinfo::SkippedFd>,
 }

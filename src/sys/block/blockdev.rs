@@ -48,6 +48,9 @@ pub(crate) struct BlockDeviceFacts {
     pub(crate) signature_error: Option<String>,
     /// fsid from a btrfs superblock on it.
     pub(crate) btrfs_fsid: Option<String>,
+    /// A loop device whose backing file a user other than root owns (what
+    /// `udisksctl loop-setup` gives): that file and its owner's uid.
+    pub(crate) loop_backing_owner: Option<(PathBuf, u32)>,
 }
 
 impl BlockDeviceFacts {
@@ -71,6 +74,7 @@ impl BlockDeviceFacts {
             signatures: Vec::new(),
             signature_error: None,
             btrfs_fsid: None,
+            loop_backing_owner: None,
         }
     }
 }
@@ -120,6 +124,37 @@ fn read_btrfs_fsid(path: &Path) -> Option<String> {
 
 /// Gathers the facts about `given`. Never fails: what cannot be read is
 /// recorded as such.
+/// The backing file of the loop device held open as `dev` and its owner,
+/// when the owner is not root: the file named by
+/// `/sys/block/loopN/loop/backing_file`, checked (`lstat`, nothing opened)
+/// to be the very inode the device reports (`LOOP_GET_STATUS64`). A file
+/// renamed or replaced since is not claimed.
+fn loop_backing_owner(
+    root: &SysRoot,
+    dev: &fs::File,
+    name: Option<&str>,
+) -> Option<(PathBuf, u32)> {
+    let info = crate::sys::kernel::ioctl::loop_get_status64(dev.as_fd()).ok()?;
+    let backing = root
+        .read_attr(&root.sys(&format!("block/{}/loop/backing_file", name?)))
+        .ok()?;
+    let backing = PathBuf::from(backing.trim_end_matches('\n'));
+    let st = rustix::fs::statat(
+        rustix::fs::CWD,
+        &backing,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .ok()?;
+    let same = crate::sys::block::loopdev::FileIdentity {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    } == crate::sys::block::loopdev::FileIdentity {
+        dev: info.lo_device,
+        ino: info.lo_inode,
+    };
+    (same && st.st_uid != 0).then_some((backing, st.st_uid))
+}
+
 pub(crate) fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
     let path = fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
     let mut f = BlockDeviceFacts::unknown(given, &path);
@@ -189,6 +224,9 @@ pub(crate) fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
         Ok(file) => {
             if f.size.is_none() {
                 f.size = btrfs_uapi::blkdev::device_size(file.as_fd()).ok();
+            }
+            if f.name.as_deref().is_some_and(|n| n.starts_with("loop")) {
+                f.loop_backing_owner = loop_backing_owner(root, &file, f.name.as_deref());
             }
         }
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => f.busy = true,

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::mountinfo::MountEntry;
+use crate::sys::fs::beneath::HeldDir;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::{fs::filesystem, kernel::btrfs, proc::mountinfo};
 
@@ -19,20 +20,32 @@ pub struct BtrfsTarget {
     pub fsid: String,
 }
 
-/// Resolves `path` to a mounted btrfs, or says clearly why not.
+/// Resolves `path` to a mounted btrfs, or says clearly why not
+/// ([`resolve_held`], the handle dropped).
 pub fn resolve(root: &SysRoot, path: &Path) -> Result<BtrfsTarget> {
-    let info = filesystem::inspect_dir(root, path).or_else(|e| {
+    resolve_held(root, path).map(|(t, _)| t)
+}
+
+/// Opens `path` once and holds it ([`HeldDir::open`]: reached from `/`
+/// without following a symbolic link another user owns; such a link is
+/// refused with the reason), then finds its mount and fsid from that
+/// descriptor: the plan and every ioctl are for the filesystem held, never
+/// for a name resolved again. A file inside the filesystem is fine too (its
+/// directory is held).
+pub fn resolve_held(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, btrfs::FsHandle)> {
+    let held = HeldDir::open(path).or_else(|e| {
         // A file inside the filesystem is fine too.
         if e.kind() == ErrorKind::WrongTarget {
             let parent = path
                 .parent()
                 .filter(|p| !p.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-            filesystem::inspect_dir(root, parent)
+            HeldDir::open(parent)
         } else {
             Err(e)
         }
     })?;
+    let info = filesystem::inspect_held(root, &held)?;
     if info.mount.fs_type != "btrfs" {
         return Err(Error::new(
             ErrorKind::WrongTarget,
@@ -40,12 +53,15 @@ pub fn resolve(root: &SysRoot, path: &Path) -> Result<BtrfsTarget> {
         )
         .with_hint("give a path inside a mounted btrfs (its mount point or any directory in it; findmnt -t btrfs lists them)"));
     }
-    let fsid = btrfs::fsid(&info.dir)?;
-    Ok(BtrfsTarget {
-        path: info.dir,
-        mount: info.mount,
-        fsid,
-    })
+    let handle = btrfs::FsHandle::from_held(held.file()?, &info.dir)?;
+    Ok((
+        BtrfsTarget {
+            path: info.dir,
+            mount: info.mount,
+            fsid: handle.fsid().to_owned(),
+        },
+        handle,
+    ))
 }
 
 /// Features enabled on a mounted btrfs (`/sys/fs/btrfs/<fsid>/features/`), sorted.

@@ -735,6 +735,18 @@ impl FsHandle {
         })
     }
 
+    /// A directory already held open (`sys::fs::target::resolve_held`),
+    /// `path` its real path (for messages): records its fsid.
+    pub fn from_held(dir: File, path: &Path) -> Result<Self> {
+        let info =
+            btrfs_uapi::filesystem::filesystem_info(dir.as_fd()).map_err(|e| not_btrfs(e, path))?;
+        Ok(Self {
+            dir,
+            path: path.to_path_buf(),
+            fsid: info.uuid.as_hyphenated().to_string(),
+        })
+    }
+
     /// The path it was opened at (for messages).
     pub fn path(&self) -> &Path {
         &self.path

@@ -1,12 +1,16 @@
 //! The files a process has open: `/proc/PID/fd/*` (what they are) and
-//! `/proc/PID/fdinfo/*` (`flags:` in octal, `pos:`, `mnt_id:`).
+//! `/proc/PID/fdinfo/*` (`flags:` in octal, `pos:`, `mnt_id:`); each
+//! descriptor is looked at through `pidfd_getfd` ([`super::pidfd`]), never
+//! by opening `/proc/PID/fd/N`.
 
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs::{self, File};
 use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fs::root::SysRoot;
+use crate::sys::proc::pidfd::{FdKind, Held, ProcessFds};
 
 /// O_DIRECT as the kernel reports it in `flags:` (0o40000 on x86_64;
 /// other architectures differ, libc knows).
@@ -89,9 +93,25 @@ fn may_not_look(pid: u32) -> Error {
     .with_hint("run as root (sudo); processes of other users cannot be traced otherwise")
 }
 
-/// The regular files `pid` has open. Descriptors that close while they are
-/// listed are skipped.
-pub fn open_files(root: &SysRoot, pid: u32) -> Result<Vec<OpenFile>> {
+/// A descriptor of the process that is not a regular file, or an `O_PATH`
+/// one: named, never opened, never read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SkippedFd {
+    /// Descriptor number.
+    pub fd: u32,
+    /// Where the link in /proc/PID/fd points (a path, `pipe:[N]`, `socket:[N]`).
+    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    pub path: PathBuf,
+    /// What it is.
+    pub kind: FdKind,
+}
+
+/// The descriptors of `pid`: its regular files, and the others (skipped,
+/// named). Each descriptor is taken with `pidfd_getfd` and only that
+/// duplicate is looked at ([`pidfd`](super::pidfd)); `/proc/PID/fd/N` is
+/// listed and its link read, never opened nor followed. Descriptors that
+/// close while they are listed are left out.
+pub fn open_files_and_skipped(root: &SysRoot, pid: u32) -> Result<(Vec<OpenFile>, Vec<SkippedFd>)> {
     let base = root.proc(&pid.to_string());
     if !base.exists() {
         return Err(no_such_process(pid));
@@ -102,20 +122,31 @@ pub fn open_files(root: &SysRoot, pid: u32) -> Result<Vec<OpenFile>> {
         Some(libc::EACCES | libc::EPERM) => may_not_look(pid),
         _ => Error::from_io(&e, "cannot list", &fd_dir),
     })?;
+    let mut fds: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .collect();
+    fds.sort_unstable();
+    // A /proc fixture (BTRFS_LAB_SYSROOT) names no descriptor this process
+    // could take: the pid there is not a process here.
+    if fds.is_empty() || !root.is_host() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let process = ProcessFds::open(pid)?;
     let mut files = Vec::new();
-    for e in entries.flatten() {
-        let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+    let mut skipped = Vec::new();
+    for fd in fds {
+        let Some(held) = process.take(fd)? else {
             continue;
         };
         let link = fd_dir.join(fd.to_string());
-        let Ok(meta) = fs::metadata(&link) else {
-            continue;
-        };
-        if !meta.file_type().is_file() {
-            continue;
-        }
-        let Ok(path) = fs::read_link(&link) else {
-            continue;
+        let path = fs::read_link(&link).unwrap_or_default();
+        let (dev, ino) = match held {
+            Held::Skipped(kind) => {
+                skipped.push(SkippedFd { fd, path, kind });
+                continue;
+            }
+            Held::Regular { dev, ino, .. } => (dev, ino),
         };
         let info_path = base.join("fdinfo").join(fd.to_string());
         let Some(info) = root
@@ -128,36 +159,42 @@ pub fn open_files(root: &SysRoot, pid: u32) -> Result<Vec<OpenFile>> {
         files.push(OpenFile {
             fd,
             path,
-            dev: meta.dev(),
-            ino: meta.ino(),
+            dev,
+            ino,
             info,
         });
     }
-    files.sort_by_key(|f| f.fd);
-    Ok(files)
+    Ok((files, skipped))
 }
 
-/// Opens, read-only, the file behind descriptor `fd` of `pid`, and checks
-/// it is still the regular file `dev`/`ino` (descriptors can be closed and
-/// reused at any time). Non-blocking and without becoming a controlling
-/// terminal, in case the descriptor now names something else.
-pub(crate) fn reopen(root: &SysRoot, pid: u32, fd: u32, dev: u64, ino: u64) -> Result<File> {
-    let link = root.proc(&format!("{pid}/fd/{fd}"));
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(&link)
-        .map_err(|e| Error::from_io(&e, "cannot open", &link))?;
-    let meta = f
-        .metadata()
-        .map_err(|e| Error::from_io(&e, "cannot stat", &link))?;
-    if !meta.file_type().is_file() || meta.dev() != dev || meta.ino() != ino {
-        return Err(Error::new(
+/// The regular files `pid` has open ([`open_files_and_skipped`]).
+pub fn open_files(root: &SysRoot, pid: u32) -> Result<Vec<OpenFile>> {
+    open_files_and_skipped(root, pid).map(|(f, _)| f)
+}
+
+/// The file behind descriptor `fd` of `pid`, read-only, if it is still the
+/// regular file `dev`/`ino` (descriptors can be closed and reused at any
+/// time): taken with `pidfd_getfd` and checked on that very descriptor
+/// before anything is opened ([`pidfd`](super::pidfd)).
+pub(crate) fn reopen(pid: u32, fd: u32, dev: u64, ino: u64) -> Result<File> {
+    let changed = || {
+        Error::new(
             ErrorKind::State,
-            format!("{} changed while it was looked at", link.display()),
-        ));
+            format!("descriptor {fd} of pid {pid} changed while it was looked at"),
+        )
+    };
+    match ProcessFds::open(pid)?.take(fd)? {
+        Some(Held::Regular {
+            file,
+            dev: d,
+            ino: i,
+        }) if d == dev && i == ino => Ok(file),
+        Some(Held::Skipped(FdKind::OPath)) => Err(Error::new(
+            ErrorKind::State,
+            format!("descriptor {fd} of pid {pid} is now an O_PATH descriptor: not read"),
+        )),
+        _ => Err(changed()),
     }
-    Ok(f)
 }
 
 /// `wchar` (bytes passed to write calls) and `write_bytes` (bytes sent to

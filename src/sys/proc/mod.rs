@@ -8,6 +8,7 @@ pub mod counters;
 pub(crate) mod diskstats;
 pub(crate) mod fdinfo;
 pub mod mountinfo;
+pub mod pidfd;
 pub(crate) mod procs;
 pub(crate) mod task;
 pub(crate) mod tracefs;

@@ -1049,7 +1049,7 @@ fn dup_metadata_to_single_needs_force_and_then_works() {
     assert_eq!(profiles(&env, &m), expect("single", "single"));
 }
 
-/// Makes a directory owned by `nobody` holding the symlink `link` → `to`,
+/// Makes a directory owned by `nobody` holding root's symlink `link` → `to`,
 /// and returns the link.
 #[cfg(feature = "test-hooks")]
 fn nobody_symlink(env: &TestEnv, to: &Path) -> PathBuf {
@@ -1059,8 +1059,17 @@ fn nobody_symlink(env: &TestEnv, to: &Path) -> PathBuf {
     nix::unistd::chown(&dir, Some(65534.into()), Some(65534.into())).unwrap();
     fs::set_permissions(env.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let link = dir.join("link");
-    as_nobody_ln(to, &link);
+    root_ln(to, &link);
     link
+}
+
+/// `ln -sfn to link` as root: a link root follows (a user's own link is
+/// refused before any plan, tests/it/mount_symlink.rs), in a directory the
+/// user owns, so the user can swap it.
+#[cfg(feature = "test-hooks")]
+fn root_ln(to: &Path, link: &Path) {
+    let _ = fs::remove_file(link);
+    std::os::unix::fs::symlink(to, link).unwrap();
 }
 
 /// `ln -sfn to link` as user nobody: the swap an unprivileged user can do.
@@ -1143,7 +1152,7 @@ fn a_symlink_swapped_at_the_prompt_never_redirects_convert_or_device_add() {
     assert!(!stdout.contains("done"), "{stdout}");
 
     // device add: the same.
-    as_nobody_ln(&ma, &link);
+    root_ln(&ma, &link);
     let spare = env.spare_device("swap-spare", GIB);
     let devices = |m: &Path| {
         let (_, show, _) = run(env.cmd().args(["show", "--json"]).arg(m));

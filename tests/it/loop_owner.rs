@@ -11,6 +11,7 @@ use crate::common::{TestEnv, require_root, run};
 const GIB: u64 = 1 << 30;
 
 #[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn a_loop_device_over_another_users_file_is_refused_without_overwrite() {
     if !require_root("device add/replace, a user's loop file") {
         return;

@@ -36,6 +36,7 @@ fn planted(dir: &Path, to: &Path) -> std::path::PathBuf {
 }
 
 #[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn a_planted_symlink_to_a_btrfs_is_refused_by_every_changing_command() {
     if !require_root("MOUNT through another user's symlink") {
         return;

@@ -181,6 +181,7 @@ fn reachable(env: &TestEnv, dir: &Path) {
 }
 
 #[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn an_o_path_descriptor_to_a_root_only_file_is_named_and_never_opened() {
     if !require_root("--pid, O_PATH descriptor") {
         return;
@@ -248,6 +249,7 @@ fn an_o_path_descriptor_to_a_root_only_file_is_named_and_never_opened() {
 }
 
 #[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn a_descriptor_swapped_between_a_file_a_fifo_and_a_device_is_never_opened() {
     if !require_root("--pid, descriptor swaps") {
         return;

@@ -30,3 +30,4 @@ mod sandbox;
 mod scrub;
 mod space;
 mod transcripts;
+mod untrusted_targets;

@@ -226,6 +226,9 @@ pub fn report(
     }
 }
 
+/// The largest fstab read (`--fstab FILE`, /etc/fstab): 1 MiB.
+const FSTAB_CAP: u64 = 1 << 20;
+
 /// What `doctor` looks at.
 #[derive(Debug, Clone)]
 pub struct DoctorOptions {
@@ -282,26 +285,28 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
     // error, a missing /etc/fstab only means no audit of it.
     let fstab = match &opts.fstab {
         // Bytes, not UTF-8: a path in fstab may be in another encoding.
-        Some(p) => match std::fs::read(p) {
+        Some(p) => match crate::sys::fs::input::read_user_file(p, FSTAB_CAP) {
             Ok(bytes) => Some((
                 p.display().to_string(),
                 String::from_utf8_lossy(&bytes).into_owned(),
             )),
             // A failure like any other: UNKNOWN, the textfile says so.
             Err(e) => {
-                let e = crate::error::Error::from_io(&e, "cannot read the fstab", p)
-                    .with_hint("--fstab takes a file in fstab(5) format");
+                let e = e.with_hint("--fstab takes a regular file in fstab(5) format");
                 return Ok(Outcome::Unknown(fail_textfile(vec![e], opts)));
             }
         },
         None => {
             let p = opts.sysroot.prefix().join("etc/fstab");
-            opts.sysroot.read_bytes(&p, 1 << 20).ok().map(|b| {
-                (
-                    "/etc/fstab".to_owned(),
-                    String::from_utf8_lossy(&b).into_owned(),
-                )
-            })
+            opts.sysroot
+                .read_bytes(&p, FSTAB_CAP as usize)
+                .ok()
+                .map(|b| {
+                    (
+                        "/etc/fstab".to_owned(),
+                        String::from_utf8_lossy(&b).into_owned(),
+                    )
+                })
         }
     };
     let scrub_store =

@@ -129,3 +129,114 @@ fn textfile_replaces_only_regular_files_in_root_directories() {
         assert!(text.contains("btrfs_lab_doctor_success 0\n"), "{text}");
     }
 }
+
+/// Runs `cmd`, killing it (and failing) if it has not ended in 120 s: a
+/// guard against a hang, not a measure of speed.
+fn run_or_kill(cmd: &mut std::process::Command) -> (i32, String, String) {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut waited = 0;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if waited >= 1200 {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        waited += 1;
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.code().unwrap_or(-1), out, err)
+}
+
+/// `doctor --fstab FILE` as root: a symbolic link user nobody owns to a
+/// root-only file is not followed (the file's content appears nowhere), a
+/// FIFO is refused without blocking, a device node (the test's own 1:5,
+/// like /dev/zero) and a file over 1 MiB are refused before being read.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn doctor_fstab_reads_only_bounded_regular_files() {
+    if !require_root("doctor --fstab at a FIFO") {
+        return;
+    }
+    let env = TestEnv::new();
+    let dir = env.path().join("fstabs");
+    fs::create_dir(&dir).unwrap();
+    let secret = dir.join("secret");
+    fs::write(&secret, "UUID=SECRET-4a1f / btrfs defaults 0 0\n").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    let fifo = dir.join("fifo");
+    mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        FileType::Fifo,
+        Mode::from_raw_mode(0o666),
+        0,
+    )
+    .unwrap();
+    let zero = dir.join("zero");
+    mknodat(
+        rustix::fs::CWD,
+        &zero,
+        FileType::CharacterDevice,
+        Mode::from_raw_mode(0o666),
+        makedev(1, 5),
+    )
+    .unwrap();
+    let big = dir.join("big");
+    fs::File::create_new(&big)
+        .unwrap()
+        .set_len((1 << 20) + 1)
+        .unwrap();
+    for (path, why) in [
+        (&link, "it is a symbolic link owned by uid 65534".to_owned()),
+        (&fifo, "it is a FIFO, not a regular file".to_owned()),
+        (
+            &zero,
+            "it is a character device, not a regular file".to_owned(),
+        ),
+        (&big, format!("it is larger than {} bytes", 1 << 20)),
+    ] {
+        for json in [false, true] {
+            let mut cmd = env.cmd();
+            if json {
+                cmd.arg("--json");
+            }
+            cmd.args(["doctor", "--fstab"]).arg(path).arg("/");
+            let (code, stdout, stderr) = run_or_kill(&mut cmd);
+            assert_eq!(code, 3, "{stderr}");
+            assert!(
+                stderr.contains(&format!("not reading {}: {why}", path.display())),
+                "{stderr}"
+            );
+            assert!(!stdout.contains("SECRET") && !stderr.contains("SECRET"));
+        }
+    }
+    // Root's own link is followed.
+    let own = dir.join("own");
+    std::os::unix::fs::symlink(&secret, &own).unwrap();
+    let (_, _, stderr) = run_or_kill(env.cmd().args(["doctor", "--fstab"]).arg(&own).arg("/"));
+    assert!(!stderr.contains("not reading"), "{stderr}");
+}

@@ -17,6 +17,7 @@ mod nocow;
 mod output;
 mod packaging;
 mod parse_corpus;
+mod path_guard;
 mod probe_dio;
 mod pty;
 mod quiet;

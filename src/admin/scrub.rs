@@ -498,13 +498,15 @@ impl StateStore {
         self.dir.join(Self::name(fsid))
     }
 
-    /// The saved state of `fsid`, if any.
+    /// The saved state of `fsid`, if any (read by the safe reader,
+    /// [`crate::sys::fs::input`]).
     pub fn load(&self, fsid: &str) -> Result<Option<SavedScrub>> {
         let path = self.file(fsid);
-        match std::fs::read_to_string(&path) {
+        // A state file is small; --state-dir may be a user's directory.
+        match crate::sys::fs::input::read_user_text(&path, STATE_FILE_CAP) {
             Ok(t) => SavedScrub::parse(&t, &path).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::from_io(&e, "cannot read", &path)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -517,6 +519,9 @@ impl StateStore {
         Ok(())
     }
 }
+
+/// The largest scrub state file read (they are a few KiB).
+const STATE_FILE_CAP: u64 = 1 << 20;
 
 /// What the user asked.
 #[derive(Debug, Clone, Copy, Default)]
@@ -1103,6 +1108,33 @@ pub fn metrics(mount_point: &Path, fsid: &str, last: Option<&SavedScrub>, runnin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_file_that_is_not_a_bounded_regular_file_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let store = StateStore::new(t.path());
+        assert!(
+            store.load("abc").unwrap().is_none(),
+            "no state directory yet"
+        );
+        std::fs::create_dir_all(store.file("abc").parent().unwrap()).unwrap();
+        assert!(store.load("abc").unwrap().is_none(), "none yet");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            store.file("abc"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let e = store.load("abc").unwrap_err();
+        assert!(e.message().contains("it is a FIFO"), "{}", e.message());
+        std::os::unix::fs::symlink("/dev/zero", store.file("def")).unwrap();
+        assert!(store.load("def").is_err());
+        std::fs::write(store.file("big"), vec![b' '; (STATE_FILE_CAP + 1) as usize]).unwrap();
+        let e = store.load("big").unwrap_err();
+        assert!(e.message().contains("larger than"), "{}", e.message());
+    }
 
     fn dev(devid: u64, path: &str, used: u64) -> DeviceInput {
         DeviceInput {

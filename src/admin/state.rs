@@ -1,7 +1,6 @@
 //! What the administration planners know about a mounted btrfs: read once,
 //! then planned on by pure code.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -185,7 +184,7 @@ pub(crate) fn matches_kind(t: BgType, kind: BgType) -> bool {
 }
 
 fn read_sysfs(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
-    fs::read_to_string(root.sys(&format!("fs/btrfs/{fsid}/{name}")))
+    root.read_attr(&root.sys(&format!("fs/btrfs/{fsid}/{name}")))
         .ok()
         .map(|s| s.trim().to_owned())
 }

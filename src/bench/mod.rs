@@ -561,7 +561,9 @@ pub fn buffers(opts: &BenchOptions) -> Buffers {
         };
     }
     if opts.hugepages {
-        let now = std::fs::read_to_string(opts.sysroot.proc("sys/vm/nr_hugepages"))
+        let now = opts
+            .sysroot
+            .read_attr(&opts.sysroot.proc("sys/vm/nr_hugepages"))
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(hp.total);

@@ -265,7 +265,10 @@ impl Sensors for RealSensors {
             return Ok(None);
         }
         let p = self.root.proc("diskstats");
-        let text = fs::read_to_string(&p).map_err(|e| Error::from_io(&e, "cannot read", &p))?;
+        let text = self
+            .root
+            .read_table(&p)
+            .map_err(|e| Error::from_io(&e, "cannot read", &p))?;
         let io = parse_io_sectors(&text);
         let (mut r, mut w) = (0u64, 0u64);
         for d in &self.devices {

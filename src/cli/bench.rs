@@ -139,6 +139,8 @@ pub struct BenchArgs {
     /// in its directory, then rename), for node_exporter's textfile collector.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "show_jobs", "sustained", "metadata"])]
     textfile: Option<PathBuf>,
+    #[command(flatten)]
+    target: super::output::TargetArgs,
     /// Compare two or more saved runs instead of running: `bench --json`
     /// files or history ids (`12`, `#12`; a file named like a number is
     /// `./12`), the first the baseline; says which differences are beyond
@@ -721,7 +723,10 @@ pub fn run(
     let textfile = match &args.textfile {
         Some(file) => {
             let (dir, name) = split(file)?;
-            Some((OutputDir::open(&dir)?, name))
+            Some((
+                OutputDir::open(&dir)?.allow_untrusted(args.target.allow_untrusted_target),
+                name,
+            ))
         }
         None => None,
     };

@@ -51,6 +51,8 @@ pub struct DoctorArgs {
     /// in its directory, then rename), for node_exporter's textfile collector.
     #[arg(long, value_name = "FILE")]
     textfile: Option<PathBuf>,
+    #[command(flatten)]
+    target: super::output::TargetArgs,
     /// Also run what costs time or writes a little: probe-dio on the
     /// filesystem (two small test files, removed), the PCIe links and NVMe
     /// SMART thermal counters of its drives.
@@ -78,6 +80,7 @@ pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>
         mounts: args.mounts,
         deep: args.deep,
         textfile: args.textfile,
+        allow_untrusted_target: args.target.allow_untrusted_target,
         fstab: args.fstab,
         state_dir,
     };

@@ -51,6 +51,8 @@ pub struct ScrubArgs {
     /// in its directory, then rename), for node_exporter's textfile collector.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["status", "cancel"])]
     textfile: Option<PathBuf>,
+    #[command(flatten)]
+    target: super::output::TargetArgs,
     /// Show the plan and do nothing.
     #[arg(long)]
     dry_run: bool,
@@ -162,7 +164,7 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
         Some(file) => {
             let (dir, name) = split(file)?;
             Some((
-                OutputDir::open(&dir)?,
+                OutputDir::open(&dir)?.allow_untrusted(a.target.allow_untrusted_target),
                 name,
                 target.mount.mount_point.clone(),
             ))

@@ -226,6 +226,9 @@ pub fn report(
     }
 }
 
+/// The largest fstab read (`--fstab FILE`, /etc/fstab): 1 MiB.
+const FSTAB_CAP: u64 = 1 << 20;
+
 /// What `doctor` looks at.
 #[derive(Debug, Clone)]
 pub struct DoctorOptions {
@@ -237,6 +240,9 @@ pub struct DoctorOptions {
     pub deep: bool,
     /// Also write the Prometheus metrics there (`--textfile`).
     pub textfile: Option<PathBuf>,
+    /// `--allow-untrusted-target`: write the textfile even where another
+    /// user can change it ([`outfile::OutputDir::allow_untrusted`]).
+    pub allow_untrusted_target: bool,
     /// The fstab to audit (`--fstab FILE`); `None`: `/etc/fstab` when it
     /// exists.
     pub fstab: Option<PathBuf>,
@@ -279,26 +285,28 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
     // error, a missing /etc/fstab only means no audit of it.
     let fstab = match &opts.fstab {
         // Bytes, not UTF-8: a path in fstab may be in another encoding.
-        Some(p) => match std::fs::read(p) {
+        Some(p) => match crate::sys::fs::input::read_user_file(p, FSTAB_CAP) {
             Ok(bytes) => Some((
                 p.display().to_string(),
                 String::from_utf8_lossy(&bytes).into_owned(),
             )),
             // A failure like any other: UNKNOWN, the textfile says so.
             Err(e) => {
-                let e = crate::error::Error::from_io(&e, "cannot read the fstab", p)
-                    .with_hint("--fstab takes a file in fstab(5) format");
+                let e = e.with_hint("--fstab takes a regular file in fstab(5) format");
                 return Ok(Outcome::Unknown(fail_textfile(vec![e], opts)));
             }
         },
         None => {
             let p = opts.sysroot.prefix().join("etc/fstab");
-            opts.sysroot.read_bytes(&p, 1 << 20).ok().map(|b| {
-                (
-                    "/etc/fstab".to_owned(),
-                    String::from_utf8_lossy(&b).into_owned(),
-                )
-            })
+            opts.sysroot
+                .read_bytes(&p, FSTAB_CAP as usize)
+                .ok()
+                .map(|b| {
+                    (
+                        "/etc/fstab".to_owned(),
+                        String::from_utf8_lossy(&b).into_owned(),
+                    )
+                })
         }
     };
     let scrub_store =
@@ -323,9 +331,13 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
         Err(e) => return Ok(Outcome::Unknown(fail_textfile(vec![e], opts))),
     };
     let textfile_error = opts.textfile.as_deref().and_then(|path| {
-        write_textfile(path, &prometheus::render(&report))
-            .err()
-            .map(|e| with_textfile_state(e, path))
+        write_textfile(
+            path,
+            opts.allow_untrusted_target,
+            &prometheus::render(&report),
+        )
+        .err()
+        .map(|e| with_textfile_state(e, path, opts.allow_untrusted_target))
     });
     Ok(Outcome::Report {
         report,
@@ -358,16 +370,23 @@ fn fail_textfile(
     if let Some(path) = &opts.textfile
         && let Some(last) = errors.pop()
     {
-        errors.push(with_textfile_state(last, path));
+        errors.push(with_textfile_state(last, path, opts.allow_untrusted_target));
     }
     errors
 }
 
 /// After a failed run or write: the textfile is made to say `success 0`
 /// if it can be, and the one error line says what it holds now.
-pub(crate) fn with_textfile_state(e: crate::error::Error, path: &Path) -> crate::error::Error {
+pub(crate) fn with_textfile_state(
+    e: crate::error::Error,
+    path: &Path,
+    allow_untrusted: bool,
+) -> crate::error::Error {
     let p = path.display();
-    let state = match mark_textfile_failed(path, now_unix()) {
+    let state = match mark_textfile_failed(path, allow_untrusted, now_unix()) {
+        // The refusal itself says why; nothing was written.
+        TextfileState::Refused(_) if e.message().starts_with("not writing ") => return e,
+        TextfileState::Refused(why) => why,
         TextfileState::MarkedFailed => format!("{p} now says btrfs_lab_doctor_success 0"),
         TextfileState::MarkedFailedInPlace => format!(
             "the textfile is stale: {p} now says btrfs_lab_doctor_success 0 (rewritten in place)"
@@ -675,9 +694,11 @@ const TEXTFILE_HINT: &str = "the directory must exist and be writable, with spac
 /// by descriptor (a link another user planted in it is refused), the new
 /// content is a file unique to this run, synced, renamed over `path`.
 /// Temporary files that killed runs left are removed first.
-pub(crate) fn write_textfile(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_textfile(path: &Path, allow_untrusted: bool, text: &str) -> Result<()> {
     let (dir, name) = outfile::split(path)?;
-    let dir = outfile::OutputDir::open(&dir).map_err(|e| e.with_hint(TEXTFILE_HINT))?;
+    let dir = outfile::OutputDir::open(&dir)
+        .map_err(|e| e.with_hint(TEXTFILE_HINT))?
+        .allow_untrusted(allow_untrusted);
     let _ = dir.remove_stale_temps(&name);
     dir.write(&name, text.as_bytes(), 0o644)
         .map(|_| ())
@@ -694,16 +715,22 @@ pub(crate) enum TextfileState {
     MarkedFailedInPlace,
     /// Neither worked: the file still holds an earlier run's metrics.
     Stale(String),
+    /// Not touched: the destination is not one btrfs-lab writes (not a
+    /// regular file, or another user's without `--allow-untrusted-target`).
+    Refused(String),
 }
 
 /// After a failure, makes the `--textfile` say `btrfs_lab_doctor_success 0`:
 /// a new file if one can be made, else the old one rewritten in place, so
 /// that monitoring does not keep reading an earlier run's healthy metrics.
-pub(crate) fn mark_textfile_failed(path: &Path, now: u64) -> TextfileState {
+pub(crate) fn mark_textfile_failed(path: &Path, allow_untrusted: bool, now: u64) -> TextfileState {
     let text = prometheus::render_failure(now);
     let attempt = || -> Result<TextfileState> {
         let (dir, name) = outfile::split(path)?;
-        let dir = outfile::OutputDir::open(&dir)?;
+        let dir = outfile::OutputDir::open(&dir)?.allow_untrusted(allow_untrusted);
+        if let Err(e) = dir.check_destination(&name) {
+            return Ok(TextfileState::Refused(e.message().to_owned()));
+        }
         let _ = dir.remove_stale_temps(&name);
         match dir.write(&name, text.as_bytes(), 0o644) {
             Ok(_) => Ok(TextfileState::MarkedFailed),
@@ -766,21 +793,24 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path();
         let p = dir.join("btrfs.prom");
-        write_textfile(&p, "a 1\n").unwrap();
-        write_textfile(&p, "a 2\n").unwrap();
+        write_textfile(&p, false, "a 1\n").unwrap();
+        write_textfile(&p, false, "a 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "a 2\n");
         let names: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
-        let e = write_textfile(&dir.join("nope/x.prom"), "").unwrap_err();
+        let e = write_textfile(&dir.join("nope/x.prom"), false, "").unwrap_err();
         assert!(e.hint().is_some_and(|h| h.contains("textfile")));
-        assert_eq!(mark_textfile_failed(&p, 7), TextfileState::MarkedFailed);
+        assert_eq!(
+            mark_textfile_failed(&p, false, 7),
+            TextfileState::MarkedFailed
+        );
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(text.contains("btrfs_lab_doctor_success 0\n"), "{text}");
         assert!(matches!(
-            mark_textfile_failed(&dir.join("nope/x.prom"), 7),
+            mark_textfile_failed(&dir.join("nope/x.prom"), false, 7),
             TextfileState::Stale(_)
         ));
     }

@@ -163,16 +163,52 @@ pub(crate) fn device_missing(
         }
     }
     let devid = devids.first().map_or("DEVID".to_owned(), u64::to_string);
+    use crate::sys::tools::display_argv;
     fi.with_command(if lossy {
-        format!("btrfs-lab rescue {mount} --copy-to DIR")
+        display_argv(&["btrfs-lab", "rescue", mount, "--copy-to", "DIR"])
     } else {
-        format!("btrfs-lab device replace {mount} {devid} NEW  (or, when the others have room: btrfs-lab device remove {mount} missing)")
+        format!(
+            "{}  (or, when the others have room: {})",
+            display_argv(&["btrfs-lab", "device", "replace", mount, &devid, "NEW"]),
+            display_argv(&["btrfs-lab", "device", "remove", mount, "missing"])
+        )
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn suggested_commands_quote_the_mount_point() {
+        use crate::model::profile::Profile;
+        use crate::sys::tools::tests::{HOSTILE, shell_reads_back};
+        for m in HOSTILE.iter().filter(|m| !m.is_empty()) {
+            let f = device_missing(1, &[2], 2, &[Profile::Single], &[Profile::Dup], m);
+            let printed = f.command.clone().unwrap();
+            assert_eq!(
+                shell_reads_back(&printed),
+                ["btrfs-lab", "rescue", m, "--copy-to", "DIR"],
+                "{printed}"
+            );
+            // JSON carries the same text.
+            let json = serde_json::to_value(&f).unwrap();
+            assert_eq!(json["command"], printed.as_str());
+            let f = device_missing(1, &[2], 2, &[Profile::Raid1], &[Profile::Raid1], m);
+            let printed = f.command.unwrap();
+            let (replace, rest) = printed
+                .split_once("  (or, when the others have room: ")
+                .unwrap();
+            assert_eq!(
+                shell_reads_back(replace),
+                ["btrfs-lab", "device", "replace", m, "2", "NEW"]
+            );
+            assert_eq!(
+                shell_reads_back(rest.strip_suffix(')').unwrap()),
+                ["btrfs-lab", "device", "remove", m, "missing"]
+            );
+        }
+    }
 
     #[test]
     fn worst_first_and_stable() {

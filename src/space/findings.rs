@@ -11,6 +11,7 @@ use crate::model::finding::{Code, Finding, Severity, rank};
 use crate::model::profile::Profile;
 use crate::model::space::{BgProfile, BgType, SpaceRecord, mixed_profiles};
 use crate::model::units::{UnitBase, UnitMode, pretty_size};
+use crate::sys::tools::display_argv;
 
 /// Metadata this full (used / allocated) is "nearly full" (the catalog's
 /// threshold, [`rules::METADATA_FULL_PERCENT`]).
@@ -293,7 +294,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                             "a new metadata chunk needs",
                             format!("{} on {need_devs} device(s)", size(need_each)),
                         )
-                        .with_command(format!("btrfs balance start -dusage=10 {mount}"))
+                        .with_command(display_argv(&["btrfs", "balance", "start", "-dusage=10", &mount]))
                     } else {
                         base(
                             MetadataRoom::Fits,
@@ -318,7 +319,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                         profile.progs_name()
                     ),
                 )
-                .with_command(format!("btrfs filesystem usage -T {mount}")),
+                .with_command(display_argv(&["btrfs", "filesystem", "usage", "-T", &mount])),
             };
             if reserve_eats_rest {
                 finding = finding.with_evidence(
@@ -365,7 +366,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
             )
             .with_evidence("global reserve used", format!("{} of {}", size(r.used_bytes), size(r.total_bytes)))
             .with_severity(rules::global_reserve_used(r.used_bytes, r.total_bytes, metadata_full))
-            .with_command(format!("btrfs filesystem usage -T {mount}")),
+            .with_command(display_argv(&["btrfs", "filesystem", "usage", "-T", &mount])),
         );
     }
 
@@ -436,7 +437,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                     "mkfs of old btrfs-progs left small empty single chunks next to the real profile; they hold nothing and a balance with usage=0 removes them",
                 )
                 .with_evidence("types", names.join("; "))
-                .with_command(format!("btrfs balance start -musage=0 -dusage=0 {mount}")),
+                .with_command(display_argv(&["btrfs", "balance", "start", "-musage=0", "-dusage=0", &mount])),
             );
         } else {
             let is_mixed = |t: BgType| mixed.iter().any(|m| m.bg_type == t);
@@ -470,13 +471,15 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                     .with_command(crate::sys::tools::display_argv(&words))
                 }
                 None => {
-                    let mut cmd = format!("btrfs-lab convert {mount}");
+                    let mut words =
+                        vec!["btrfs-lab".to_owned(), "convert".to_owned(), mount.clone()];
                     if let Some(d) = data {
-                        cmd.push_str(&format!(" --data {d}"));
+                        words.extend(["--data".to_owned(), d.to_string()]);
                     }
                     if let Some(m) = metadata {
-                        cmd.push_str(&format!(" --metadata {m}"));
+                        words.extend(["--metadata".to_owned(), m.to_string()]);
                     }
+                    let cmd = display_argv(&words);
                     Finding::new(
                         Code::UnfinishedConversion,
                         format!("more than one profile for one type: {}", names.join("; ")),
@@ -551,7 +554,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                 "the units of this paste are ambiguous (old binary MB/GB or --si)",
                 "the figures were read as binary with bounds that cover the decimal reading; raw bytes settle it",
             )
-            .with_command(format!("btrfs filesystem df -b {mount}")),
+            .with_command(display_argv(&["btrfs", "filesystem", "df", "-b", &mount])),
         );
     }
     if f.unallocated.is_none() && !meta.is_empty() && !metadata_full {
@@ -567,7 +570,7 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                     "data chunks are nearly full; whether new ones fit is not in this output",
                     "`btrfs filesystem df` shows only allocated chunks; `btrfs filesystem usage -T` shows the unallocated space per device that new chunks come from",
                 )
-                .with_command(format!("btrfs filesystem usage -T {mount}")),
+                .with_command(display_argv(&["btrfs", "filesystem", "usage", "-T", &mount])),
             );
         }
     }

@@ -63,8 +63,9 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
                 "a block in a chunk without redundancy has no good copy: scrub cannot repair it; the files it names in the kernel log are damaged and must be restored from a backup, and the drive checked",
             )
             .with_command(format!(
-                "{}  (it names the damaged files; btrfs device stats -z {m} once dealt with)",
-                cmd(&["btrfs-lab", "scrub"], &cx.m)
+                "{}  (it names the damaged files; {} once dealt with)",
+                cmd(&["btrfs-lab", "scrub"], &cx.m),
+                cmd(&["btrfs", "device", "stats", "-z"], m)
             ))
         } else {
             Finding::new(
@@ -73,8 +74,9 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
                 "the counters only grow: a drive, cable or controller problem, or silent corruption; on a redundant profile scrub repairs bad copies from the good ones",
             )
             .with_command(format!(
-                "{}  (then btrfs device stats -z {m}; check the {}: {})",
+                "{}  (then {}; check the {}: {})",
                 cmd(&["btrfs-lab", "scrub"], &cx.m),
+                cmd(&["btrfs", "device", "stats", "-z"], m),
                 if d.drives.len() > 1 { "drives" } else { "drive" },
                 smartctl(d)
             ))

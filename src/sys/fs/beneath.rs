@@ -131,7 +131,7 @@ fn open_dir_flags() -> OFlags {
 /// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, or `openat` with
 /// `O_NOFOLLOW` on kernels without openat2 (before 5.6). `name` is a single
 /// component, so both resolve the same way.
-fn open_beneath(
+pub(crate) fn open_beneath(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     flags: OFlags,

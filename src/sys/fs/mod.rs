@@ -4,6 +4,7 @@
 pub(crate) mod beneath;
 pub(crate) mod filecopy;
 pub mod filesystem;
+pub mod input;
 pub mod mounts;
 pub mod nonce;
 pub mod outfile;

@@ -12,6 +12,17 @@
 //! is replaced, never written through; and a run killed before the rename
 //! leaves at most one temporary name, which the next run removes
 //! ([`OutputDir::remove_stale_temps`]).
+//!
+//! What is replaced is checked first ([`OutputDir::write`]): only a regular
+//! file, or nothing, is ever renamed over (`doctor --textfile /dev/null` as
+//! root must not turn the machine's `/dev/null` into a file; a FIFO, a
+//! socket, a device node, a directory or a symbolic link at the name is
+//! refused). And the directory, and the file being replaced, must be ones no
+//! other user can change: owned by root (or the running user), writable by
+//! nobody else (a sticky world-writable `/tmp` included), the rule of
+//! [`check_dir`]; a user who means to write into someone else's directory
+//! passes `--allow-untrusted-target` ([`OutputDir::allow_untrusted`]) and is
+//! told why it was refused without it.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -24,7 +35,11 @@ use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno as RErrno;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::fs::beneath::HeldDir;
+use crate::sys::fs::beneath::{HeldDir, Leaf, check_dir};
+
+/// The flag that lets root write into a directory (or over a file) another
+/// user can change; named in every refusal.
+pub const ALLOW_UNTRUSTED_FLAG: &str = "--allow-untrusted-target";
 
 fn err(e: RErrno, doing: &str, path: &Path) -> Error {
     crate::sys::kernel::errno::to_error(e, doing, path)
@@ -34,6 +49,9 @@ fn err(e: RErrno, doing: &str, path: &Path) -> Error {
 #[derive(Debug)]
 pub struct OutputDir {
     dir: HeldDir,
+    /// `--allow-untrusted-target`: skip the owner and mode checks (never
+    /// the file-type check).
+    allow_untrusted: bool,
 }
 
 /// Checks that `name` is one plain path component.
@@ -66,6 +84,34 @@ fn open_beneath(
     ) {
         Err(RErrno::NOSYS) => rfs::openat(dir, name, flags, mode),
         other => other,
+    }
+}
+
+/// "is owned by uid N (mode M)" or "is writable by other users (...)".
+fn describe_owner(st: &rfs::Stat) -> String {
+    let me = rustix::process::geteuid().as_raw();
+    let mode = st.st_mode & 0o7777;
+    if st.st_uid != 0 && st.st_uid != me {
+        format!("is owned by uid {} (mode {mode:04o})", st.st_uid)
+    } else {
+        format!(
+            "is writable by other users (owner uid {}, mode {mode:04o})",
+            st.st_uid
+        )
+    }
+}
+
+/// What a file type is called in a refusal.
+pub(crate) fn kind_name(kind: FileType) -> &'static str {
+    match kind {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symbolic link",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Unknown => "of an unknown type",
     }
 }
 
@@ -113,16 +159,79 @@ fn is_dead(pid: i32) -> bool {
 }
 
 impl OutputDir {
+    fn held(dir: HeldDir) -> OutputDir {
+        OutputDir {
+            dir,
+            allow_untrusted: false,
+        }
+    }
+
+    /// With `yes` (`--allow-untrusted-target`), [`OutputDir::write`] writes
+    /// into a directory, or over a regular file, that another user owns or
+    /// can write. A non-regular destination is refused all the same.
+    pub fn allow_untrusted(mut self, yes: bool) -> OutputDir {
+        self.allow_untrusted = yes;
+        self
+    }
+
+    /// Whether `name` may be replaced: nothing there, or a regular file; and
+    /// (without [`OutputDir::allow_untrusted`]) the directory and that file
+    /// are not another user's to change. One line saying why otherwise.
+    pub(crate) fn check_destination(&self, name: &OsStr) -> Result<()> {
+        let path = self.dir.join(name);
+        let untrusted = |why: String| {
+            Error::new(
+                ErrorKind::Permission,
+                format!(
+                    "not writing {}: {why}, so another user could change what is written there; pass {ALLOW_UNTRUSTED_FLAG} to write it anyway",
+                    path.display()
+                ),
+            )
+            .with_hint("write into a directory owned by root and writable only by root (install -d -o root -m 0755 DIR)")
+        };
+        if !self.allow_untrusted {
+            let st = self.dir.fstat()?;
+            check_dir(&st, self.dir.path(), Leaf::Private).map_err(|_| {
+                untrusted(format!(
+                    "its directory {} {}",
+                    self.dir.path().display(),
+                    describe_owner(&st)
+                ))
+            })?;
+        }
+        let Some(st) = self.dir.stat(name)? else {
+            return Ok(());
+        };
+        let kind = FileType::from_raw_mode(st.st_mode);
+        if kind != FileType::RegularFile {
+            return Err(Error::new(
+                ErrorKind::WrongTarget,
+                format!(
+                    "not writing {}: it is {}, not a regular file, and btrfs-lab replaces only regular files",
+                    path.display(),
+                    kind_name(kind)
+                ),
+            )
+            .with_hint("name a new file or an existing regular file"));
+        }
+        let me = rustix::process::geteuid().as_raw();
+        if !self.allow_untrusted && ((st.st_uid != 0 && st.st_uid != me) || st.st_mode & 0o022 != 0)
+        {
+            return Err(untrusted(format!("the file {}", describe_owner(&st))));
+        }
+        Ok(())
+    }
+
     /// Opens the existing directory `path` (see [`HeldDir::open`]).
     pub fn open(path: &Path) -> Result<OutputDir> {
-        HeldDir::open(path).map(|dir| OutputDir { dir })
+        HeldDir::open(path).map(OutputDir::held)
     }
 
     /// Like [`OutputDir::open`], making the missing directories on the way
     /// (mode `mode`, less the umask), each inside the held one above it.
     pub fn create(path: &Path, mode: u32) -> Result<OutputDir> {
         match HeldDir::open(path) {
-            Ok(dir) => return Ok(OutputDir { dir }),
+            Ok(dir) => return Ok(OutputDir::held(dir)),
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
@@ -141,7 +250,7 @@ impl OutputDir {
             Ok(()) | Err(RErrno::EXIST) => {}
             Err(e) => return Err(err(e, "cannot create the directory", path)),
         }
-        parent.dir.open_subdir(name).map(|dir| OutputDir { dir })
+        parent.dir.open_subdir(name).map(OutputDir::held)
     }
 
     /// The path it was reached by (for messages).
@@ -155,6 +264,7 @@ impl OutputDir {
     /// left and `name` is as it was.
     pub fn write(&self, name: impl AsRef<OsStr>, bytes: &[u8], mode: u32) -> Result<PathBuf> {
         let name = plain(name.as_ref())?;
+        self.check_destination(name)?;
         let path = self.dir.join(name);
         let tmp = temp_name(name);
         let mut made = false;
@@ -403,16 +513,93 @@ mod tests {
     }
 
     #[test]
-    fn a_link_at_the_name_is_replaced_not_followed() {
+    fn a_link_at_the_name_is_refused_not_followed() {
         let t = tempfile::tempdir().unwrap();
         let victim = t.path().join("victim");
         std::fs::write(&victim, "keep\n").unwrap();
         let page = t.path().join("page.1");
         std::os::unix::fs::symlink(&victim, &page).unwrap();
-        write_output_file(&page, b".TH X 1\n", 0o644).unwrap();
+        let e = write_output_file(&page, b".TH X 1\n", 0o644).unwrap_err();
+        assert!(
+            e.message()
+                .contains("it is a symbolic link, not a regular file"),
+            "{}",
+            e.message()
+        );
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
-        assert!(!std::fs::symlink_metadata(&page).unwrap().is_symlink());
+        assert!(std::fs::symlink_metadata(&page).unwrap().is_symlink());
         assert_eq!(names(t.path()), ["page.1", "victim"]);
+    }
+
+    #[test]
+    fn only_a_regular_file_is_replaced() {
+        let t = tempfile::tempdir().unwrap();
+        let d = OutputDir::open(t.path()).unwrap().allow_untrusted(true);
+        rfs::mknodat(
+            rfs::CWD,
+            t.path().join("fifo"),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        std::fs::create_dir(t.path().join("dir")).unwrap();
+        for (name, what) in [("fifo", "a FIFO"), ("dir", "a directory")] {
+            let e = d.write(name, b"x 1\n", 0o644).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::WrongTarget);
+            assert!(
+                e.message()
+                    .contains(&format!("it is {what}, not a regular file")),
+                "{}",
+                e.message()
+            );
+        }
+        assert_eq!(
+            rfs::lstat(t.path().join("fifo")).unwrap().st_mode & libc_ifmt(),
+            FileType::Fifo.as_raw_mode()
+        );
+        assert_eq!(names(t.path()), ["dir", "fifo"]);
+        d.write("new.prom", b"x 1\n", 0o644).unwrap();
+        d.write("new.prom", b"x 2\n", 0o644).unwrap();
+    }
+
+    fn libc_ifmt() -> u32 {
+        0o170000
+    }
+
+    #[test]
+    fn a_directory_others_can_write_is_refused_unless_allowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        for mode in [0o777, 0o1777, 0o775] {
+            std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = write_output_file(&t.path().join("x.prom"), b"x 1\n", 0o644).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Permission);
+            let m = e.message();
+            assert!(m.contains("is writable by other users"), "{m}");
+            assert!(m.contains(&format!("mode {mode:04o}")), "{m}");
+            assert!(m.contains(ALLOW_UNTRUSTED_FLAG), "{m}");
+            assert!(!m.contains('\n'), "one line: {m}");
+            assert_eq!(names(t.path()), Vec::<String>::new());
+            OutputDir::open(t.path())
+                .unwrap()
+                .allow_untrusted(true)
+                .write("x.prom", b"x 1\n", 0o644)
+                .unwrap();
+            std::fs::remove_file(t.path().join("x.prom")).unwrap();
+        }
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A file others can write is refused too.
+        let p = t.path().join("x.prom");
+        std::fs::write(&p, "old\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = write_output_file(&p, b"x 1\n", 0o644).unwrap_err();
+        assert!(
+            e.message().contains("the file is writable by other users"),
+            "{}",
+            e.message()
+        );
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "old\n");
     }
 
     #[test]

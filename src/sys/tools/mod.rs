@@ -143,7 +143,12 @@ pub(crate) fn kill_group(child: &Child, sig: Signal) {
 }
 
 /// An argv shown to the user: words quoted only where a shell would need it,
-/// so it can be copied and run as printed.
+/// so it can be copied and run as printed. THE shell quoting of btrfs-lab:
+/// every suggested command (findings' `command`, hints, plans) is built as
+/// an argv and printed by it, text and JSON alike (issue 48). A word with
+/// a control character (a newline in a mount point) is ANSI-C quoted
+/// (`$'a\nb'`, bash, zsh, ksh, busybox sh): nothing raw reaches the
+/// terminal and the shell reads back the very bytes.
 pub fn display_argv<S: AsRef<str>>(argv: &[S]) -> String {
     argv.iter()
         .map(|a| quote_word(a.as_ref()))
@@ -157,6 +162,25 @@ fn quote_word(w: &str) -> String {
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
     if safe {
         w.to_owned()
+    } else if w.chars().any(char::is_control) {
+        let mut out = String::from("$'");
+        for c in w.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_control() => {
+                    let mut b = [0; 4];
+                    for byte in c.encode_utf8(&mut b).bytes() {
+                        out.push_str(&format!("\\x{byte:02x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+        out
     } else {
         format!("'{}'", w.replace('\'', "'\\''"))
     }
@@ -308,7 +332,7 @@ fn last_meaningful_line(text: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -318,6 +342,53 @@ mod tests {
             "mkfs.btrfs -d raid0 /dev/loop1"
         );
         assert_eq!(display_argv(&["a b", "it's", ""]), "'a b' 'it'\\''s' ''");
+    }
+
+    /// Hostile words (a mount point named after a USB label): what is
+    /// printed, read back by a real shell, is the exact argv.
+    pub(crate) fn shell_reads_back(printed: &str) -> Vec<String> {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("printf '%s\\0' {printed}"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{printed}");
+        let mut v: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .split('\0')
+            .map(str::to_owned)
+            .collect();
+        v.pop();
+        v
+    }
+
+    pub(crate) const HOSTILE: &[&str] = &[
+        "/mnt/usb disk",
+        "/mnt/$(touch /tmp/pwned)",
+        "/mnt/`id`",
+        "/mnt/it's \"quoted\"",
+        "/mnt/a\nb",
+        "/mnt/tab\there\\",
+        "/mnt/esc\u{1b}[31m\u{9b}x",
+        "/mnt/semi;colon|pipe&amp*?[x]~",
+        "",
+    ];
+
+    #[test]
+    fn a_shell_reads_back_the_exact_argv() {
+        for w in HOSTILE {
+            let argv = ["btrfs", "device", "stats", "-z", w];
+            let printed = display_argv(&argv);
+            assert!(
+                !printed.contains('\n'),
+                "no raw control character: {printed}"
+            );
+            assert!(
+                !printed.chars().any(char::is_control),
+                "no raw control character: {printed:?}"
+            );
+            assert_eq!(shell_reads_back(&printed), argv, "{printed}");
+        }
     }
 
     #[test]

@@ -105,6 +105,10 @@ fn degraded_array(env: &TestEnv) -> Degraded {
     }
     put("a/b/c/deep".into(), bytes(30_000, seed));
     seed += 1;
+    // A top-level directory named like the manifest (once kept in the
+    // target): copied like any other.
+    put("rescue-manifest.jsonl/inside".into(), bytes(5000, seed));
+    seed += 1;
     // A name that is not UTF-8 (rescue keeps its bytes: path_hex).
     let latin1 = PathBuf::from(OsString::from_vec(b"names/caf\xe9".to_vec()));
     put(latin1, bytes(20_000, seed));
@@ -273,7 +277,7 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
     f.sync_all().unwrap();
 
     // The copy: every byte read back through btrfs' checksums.
-    let target = env.tmpfs("target");
+    let target = root_tmpfs(&mut env, "target");
     let (code, records, report) = rescue(
         &env,
         &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
@@ -381,7 +385,7 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
 
     // --partial: the readable parts of the damaged files, and a zero-filled
     // hole exactly where the report says bytes are lost.
-    let partial = env.tmpfs("partial");
+    let partial = root_tmpfs(&mut env, "partial");
     let (code, records, report) = rescue(
         &env,
         &[
@@ -504,7 +508,7 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
     let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(&busy));
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("is not empty and holds no rescue manifest"),
+        err.contains("is not empty and no rescue into it is recorded"),
         "{err}"
     );
     assert_eq!(fs::read_dir(&busy).unwrap().count(), 1);
@@ -513,7 +517,7 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
 
     // Ctrl-C after the first file: exit 130, the manifest says what was
     // saved, no temporary file is left; the same command resumes.
-    let target = env.tmpfs("target");
+    let target = root_tmpfs(&mut env, "target");
     let mut child = env
         .cmd()
         .arg("rescue")
@@ -545,11 +549,8 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
         "{rest}"
     );
     let saved = walk_files(&target);
-    assert_eq!(saved.len(), 2, "the manifest and one file: {saved:?}");
-    assert!(
-        saved.contains(&PathBuf::from("rescue-manifest.jsonl")),
-        "{saved:?}"
-    );
+    assert_eq!(saved.len(), 1, "one file, no manifest: {saved:?}");
+    assert!(env.store().dir().join("rescue").is_dir());
     let (code, _, report) = rescue(
         &env,
         &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
@@ -569,7 +570,7 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
 
     // A target too small for what is intact: one line, what was saved, how
     // to resume; after room is made, the same command finishes.
-    let small = env.tmpfs("small");
+    let small = root_tmpfs(&mut env, "small");
     let half = (intact_bytes / 2).max(4096);
     nix::mount::mount(
         None::<&str>,
@@ -616,19 +617,31 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
             rel.display()
         );
     }
-    // A resumed copy of another filesystem's rescue is refused.
-    let manifest = fs::read_to_string(small.join("rescue-manifest.jsonl")).unwrap();
-    let other = env.tmpfs("other");
-    fs::write(
-        other.join("rescue-manifest.jsonl"),
-        manifest.replacen(&report.fsid, "00000000-0000-0000-0000-000000000000", 1),
-    )
-    .unwrap();
+    // The manifest is in root's state directory, not in the target.
+    assert!(!small.join("rescue-manifest.jsonl").is_file());
+    let manifest = fs::read_to_string(&c.manifest).unwrap();
+    assert!(c.manifest.contains("/rescue/"), "{}", c.manifest);
+    // A manifest forged in another target is not trusted: that target is
+    // just not empty.
+    let other = root_tmpfs(&mut env, "other");
+    fs::write(other.join("rescue-manifest.jsonl"), &manifest).unwrap();
     let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(&other));
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("rescue of another filesystem"), "{err}");
+    assert!(
+        err.contains("is not empty and no rescue into it is recorded"),
+        "{err}"
+    );
     drop(arr);
     drop(env);
+}
+
+/// A tmpfs the test mounts, root's alone (a tmpfs' root is sticky and
+/// world-writable: refused as a target without --allow-untrusted-target).
+fn root_tmpfs(env: &mut TestEnv, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = env.tmpfs(name);
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o700)).unwrap();
+    p
 }
 
 /// Every regular file below `dir`, relative, sorted.
@@ -649,4 +662,156 @@ fn walk_files(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// Every file and directory below `dir` with its owner, mode and bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u32, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let md = fs::symlink_metadata(&d).unwrap();
+        out.push((d.clone(), md.uid(), md.mode(), Vec::new()));
+        if !md.is_dir() {
+            continue;
+        }
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let md = fs::symlink_metadata(&p).unwrap();
+            if md.is_dir() {
+                stack.push(p);
+            } else {
+                let data = if md.is_file() {
+                    fs::read(&p).unwrap()
+                } else {
+                    fs::read_link(&p).unwrap().into_os_string().into_vec()
+                };
+                out.push((p, md.uid(), md.mode(), data));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `--copy-to` into directories a user controls (issue 48): a target the
+/// user pre-created (with a forged manifest and a link to a root-only
+/// directory), a root-owned one below the user's directory, a sticky
+/// world-writable one: refused with the reason, nothing read or written
+/// there. A new directory below a sticky one (/tmp) is made root's own.
+/// With --allow-untrusted-target a link the user plants between runs is
+/// never followed and a manifest there never trusted.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn rescue_copies_into_no_directory_a_user_controls() {
+    use std::os::unix::fs::{PermissionsExt, chown, symlink};
+    if !require_root("rescue") {
+        return;
+    }
+    let env = TestEnv::new();
+    let arr = degraded_array(&env);
+    let m = arr.m.clone();
+    let _ = env.as_nobody(&[]);
+    let nobody = Some(65534);
+    let secret = env.path().join("secret");
+    fs::create_dir(&secret).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::write(secret.join("shadow"), b"root only").unwrap();
+    let user = env.path().join("user");
+    fs::create_dir(&user).unwrap();
+    chown(&user, nobody, nobody).unwrap();
+    // What the user prepared: their target, a manifest claiming every
+    // file is copied, a directory of the source's that is a link to the
+    // root-only one.
+    let target = user.join("target");
+    fs::create_dir(&target).unwrap();
+    let (_, records, _) = rescue(&env, &[m.as_os_str()]);
+    let mut forged = String::new();
+    for r in &records {
+        forged.push_str(&serde_json::to_string(r).unwrap());
+        forged.push('\n');
+    }
+    fs::write(target.join("rescue-manifest.jsonl"), forged).unwrap();
+    symlink(&secret, target.join("mid")).unwrap();
+    for p in [&target, &target.join("rescue-manifest.jsonl")] {
+        std::os::unix::fs::lchown(p, nobody, nobody).unwrap();
+    }
+    std::os::unix::fs::lchown(target.join("mid"), nobody, nobody).unwrap();
+    let root_below_user = user.join("rootowned");
+    fs::create_dir(&root_below_user).unwrap();
+    fs::set_permissions(&root_below_user, fs::Permissions::from_mode(0o700)).unwrap();
+    let sticky = env.path().join("sticky");
+    fs::create_dir(&sticky).unwrap();
+    fs::set_permissions(&sticky, fs::Permissions::from_mode(0o1777)).unwrap();
+    let before = (snapshot(&secret), snapshot(&user), snapshot(&sticky));
+
+    for (dir, why) in [
+        (&target, "is not owned by root (owner uid 65534"),
+        (&root_below_user, "is not owned by root (owner uid 65534"),
+        (&sticky, "is writable by other users"),
+    ] {
+        let (code, out, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(dir));
+        assert_eq!(code, 1, "{}: {err}", dir.display());
+        assert!(err.contains("refusing to copy into"), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(err.contains("--allow-untrusted-target"), "{err}");
+        assert!(out.is_empty(), "{out}");
+    }
+    // Allowed, the user's target still is not empty: nothing there is
+    // taken for a manifest.
+    let (code, _, err) = run(env
+        .cmd()
+        .arg("rescue")
+        .arg(&m)
+        .arg("--copy-to")
+        .arg(&target)
+        .arg("--allow-untrusted-target"));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is not empty and no rescue into it is recorded"), "{err}");
+    assert_eq!(
+        (snapshot(&secret), snapshot(&user), snapshot(&sticky)),
+        before
+    );
+
+    // A new directory below a sticky one: made root's, the copy completes.
+    let fresh = sticky.join("fresh");
+    let (code, _, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), fresh.as_os_str()],
+    );
+    assert_eq!(code, 3, "{report:#?}");
+    assert!(report.copy.as_ref().unwrap().complete);
+    let md = fs::metadata(&fresh).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((md.uid(), md.mode() & 0o7777), (0, 0o700));
+    assert!(fresh.join("rescue-manifest.jsonl").is_dir());
+
+    // Allowed into an empty directory the user owns; then the user swaps a
+    // copied directory for a link to the root-only one and forges a
+    // manifest: the re-run neither follows nor trusts them.
+    let theirs = user.join("empty");
+    fs::create_dir(&theirs).unwrap();
+    chown(&theirs, nobody, nobody).unwrap();
+    let allowed = |env: &TestEnv| {
+        run(env
+            .cmd()
+            .arg("rescue")
+            .arg(&m)
+            .arg("--copy-to")
+            .arg(&theirs)
+            .arg("--allow-untrusted-target"))
+    };
+    let (code, _, err) = allowed(&env);
+    assert_eq!(code, 3, "{err}");
+    fs::rename(theirs.join("mid"), theirs.join("mid.old")).unwrap();
+    symlink(&secret, theirs.join("mid")).unwrap();
+    fs::write(theirs.join("rescue-manifest.jsonl"), b"{}\n").unwrap();
+    let secret_before = snapshot(&secret);
+    let (code, _, err) = allowed(&env);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(code, 0, "{err}");
+    assert_eq!(snapshot(&secret), secret_before);
+    assert_eq!(fs::read(theirs.join("rescue-manifest.jsonl")).unwrap(), b"{}\n");
+    drop(arr);
+    drop(env);
 }

@@ -190,15 +190,24 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
         pretty_size(r.bytes.unknown, mode)
     ));
     match &r.copy {
-        Some(c) => t.push_str(&format!(
-            "copied to {}: {} files ({} partial), {} already there from an earlier run, {} saved; manifest {}\n",
-            esc(&c.dir),
-            c.copied,
-            c.partial_copies,
-            c.resumed,
-            pretty_size(r.bytes.saved, mode),
-            esc(&c.manifest)
-        )),
+        Some(c) => {
+            t.push_str(&format!(
+                "copied to {}: {} files ({} partial), {} already there from an earlier run, {} saved; manifest {}\n",
+                esc(&c.dir),
+                c.copied,
+                c.partial_copies,
+                c.resumed,
+                pretty_size(r.bytes.saved, mode),
+                esc(&c.manifest)
+            ));
+            if !c.not_fitted.is_empty() {
+                t.push_str(&format!(
+                    "did not fit in {} (not saved; free space there, then run the same command again): {}\n",
+                    esc(&c.dir),
+                    c.not_fitted.iter().map(|p| esc(p)).collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
         None if r.not_intact() > 0 || r.files.intact > 0 => t.push_str(
             "nothing copied: --copy-to DIR copies the intact files (--partial also what is readable of the others)\n",
         ),

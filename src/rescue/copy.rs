@@ -129,7 +129,7 @@ pub(crate) fn hash_file(f: &File, size: u64, path: &Path) -> Result<String> {
     let mut off = 0u64;
     while off < size {
         crate::sys::kernel::signals::check()?;
-        let data = match rfs::seek(f, rfs::SeekFrom::Data(off as i64)) {
+        let data = match rfs::seek(f, rfs::SeekFrom::Data(off)) {
             Ok(d) => d.min(size),
             Err(RErrno::NXIO) => size,
             Err(_) => off,

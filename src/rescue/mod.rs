@@ -10,6 +10,7 @@
 
 pub mod classify;
 mod copy;
+pub use copy::{ContentHash, content_hash};
 pub mod manifest;
 pub mod report;
 mod verify;
@@ -344,6 +345,28 @@ fn scope_notes(mount: &Path, st: &Stat) -> Vec<String> {
     notes
 }
 
+/// Whether the copy `name` in `dst` an earlier run saved is still what it
+/// saved: a regular file (never through a link) of its size whose content
+/// hash is the manifest's (read again, holes skipped).
+fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
+    let Ok(f) = dst.open_entry_file(name, rustix::fs::OFlags::RDONLY) else {
+        return Ok(false);
+    };
+    let Ok(t) = rfs::fstat(&f) else {
+        return Ok(false);
+    };
+    if rfs::FileType::from_raw_mode(t.st_mode) != rfs::FileType::RegularFile
+        || t.st_size as u64 != s.bytes
+    {
+        return Ok(false);
+    }
+    match copy::hash_file(&f, s.bytes, &dst.join(name)) {
+        Ok(h) => Ok(h == s.blake3),
+        Err(e) if e.kind() == ErrorKind::Interrupted => Err(e),
+        Err(_) => Ok(false),
+    }
+}
+
 /// `--copy-to`: the target directory, held, checked, with its manifest.
 struct CopyState {
     dir_shown: PathBuf,
@@ -359,9 +382,28 @@ struct CopyState {
     /// btrfs' data checksums, for rescue's own check of every sector read
     /// (`None`: the kernel's check only, said in the notes).
     csums: Option<verify::Csums>,
+    /// Files that did not fit (ENOSPC), in walk order.
+    not_fitted: Vec<String>,
 }
 
 impl CopyState {
+    /// A file the target had no room for: not saved (its temporary file is
+    /// gone), named at the end; the copy goes on with the next file.
+    fn did_not_fit(
+        &mut self,
+        mut r: FileRecord,
+        e: &Error,
+        damaged: &classify::Ranges,
+    ) -> FileRecord {
+        self.not_fitted.push(r.path.clone());
+        r.error = Some(format!("did not fit: {}", e.message()));
+        if r.damaged_bytes == 0 {
+            r.damaged_bytes = damaged.bytes();
+            r.damaged_ranges = damaged.0.clone();
+        }
+        r
+    }
+
     fn summary(&self, complete: bool) -> CopySummary {
         CopySummary {
             dir: self.dir_shown.display().to_string(),
@@ -372,6 +414,7 @@ impl CopyState {
             resumed: self.resumed,
             symlinks: self.symlinks,
             complete,
+            not_fitted: self.not_fitted.clone(),
         }
     }
 }
@@ -462,7 +505,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
             .with_hint("choose an empty target directory"));
         }
         Some(_) => {}
-        None if !held.names()?.is_empty() => {
+        None if !manifest::recorded(&mdir)? && !held.names()?.is_empty() => {
             return Err(Error::new(
                 ErrorKind::WrongTarget,
                 format!(
@@ -498,6 +541,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
         resumed: 0,
         symlinks: 0,
         csums: None,
+        not_fitted: Vec::new(),
     })
 }
 
@@ -669,10 +713,7 @@ impl Job<'_, '_> {
                 }
                 if old.size == size
                     && let Some(s) = &old.saved
-                    && dst.stat(&fname)?.is_some_and(|t| {
-                        rfs::FileType::from_raw_mode(t.st_mode) == rfs::FileType::RegularFile
-                            && t.st_size as u64 == s.bytes
-                    })
+                    && same_copy(dst, &fname, s)?
                 {
                     c.resumed += 1;
                     self.done += size;
@@ -725,6 +766,7 @@ impl Job<'_, '_> {
             self.bar.set_position(self.done);
             return Ok(r);
         }
+        let holes = copy::holes_of(&exts, size);
         let dst = c.dirs.last().expect("the target");
         let mut out = NewFile::create(dst, name)?;
         let bar = self.bar;
@@ -737,6 +779,7 @@ impl Job<'_, '_> {
             c.csums.as_mut().map(|s| (s, exts.as_slice())),
             size,
             &damaged,
+            &holes,
             c.partial,
             &mut out as &mut dyn Sink,
             &mut |n| {
@@ -748,6 +791,10 @@ impl Job<'_, '_> {
         self.done = start + size;
         let read = match read {
             Ok(x) => x,
+            Err(e) if e.kind() == ErrorKind::NoSpace => {
+                drop(out);
+                return Ok(c.did_not_fit(r, &e, &damaged));
+            }
             Err(e) if is_stop(&e) => return Err(e),
             Err(e) => {
                 r.state = FileState::Failed;
@@ -814,8 +861,17 @@ impl Job<'_, '_> {
             drop(out);
             return Ok(r);
         };
+        if read.holes > 0 {
+            r.judged.push(format!(
+                "sparse: {} bytes of holes, not read (holes in the copy too)",
+                read.holes
+            ));
+        }
         match out.commit(&saved_name, size, st, self.as_root) {
             Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NoSpace => {
+                return Ok(c.did_not_fit(r, &e, &Default::default()));
+            }
             Err(e) if is_stop(&e) => return Err(e),
             Err(e) => {
                 r.error = Some(e.message().to_owned());

@@ -234,7 +234,9 @@ pub(crate) fn read_file(
             && h.offset <= off
             && h.offset + h.length >= off + len
         {
-            let to = ((h.offset + h.length) / BLOCK * BLOCK).max(off + len).min(size);
+            let to = ((h.offset + h.length) / BLOCK * BLOCK)
+                .max(off + len)
+                .min(size);
             hasher.zeros(to - off);
             out.holes += to - off;
             progress(to - off);

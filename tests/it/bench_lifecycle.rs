@@ -536,7 +536,8 @@ fn a_killed_benchs_leftover_is_swept_before_the_space_is_judged() {
         "the test file was not laid out whole"
     );
     let _ = survivors(&work);
-    let (code, stdout, stderr) = run(bench(&["--json", "--duration", "1", "--rounds", "1"]).arg("--no-history"));
+    let (code, stdout, stderr) =
+        run(bench(&["--json", "--duration", "1", "--rounds", "1"]).arg("--no-history"));
     assert!(code == 0 || code == 3, "{stderr}");
     assert!(!stderr.contains("not enough free space"), "{stderr}");
     let r: BenchReport = crate::common::typed(&stdout);

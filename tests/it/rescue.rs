@@ -24,9 +24,7 @@ use btrfs_lab::rescue::content_hash;
 use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
 use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
 
-use crate::common::{
-    TestEnv, lose_member, must, records_and_last, remount, require_root, run,
-};
+use crate::common::{TestEnv, lose_member, must, records_and_last, remount, require_root, run};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -789,7 +787,10 @@ fn rescue_copies_into_no_directory_a_user_controls() {
         .arg(&target)
         .arg("--allow-untrusted-target"));
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("is not empty and no rescue into it is recorded"), "{err}");
+    assert!(
+        err.contains("is not empty and no rescue into it is recorded"),
+        "{err}"
+    );
     assert_eq!(
         (snapshot(&secret), snapshot(&user), snapshot(&sticky)),
         before
@@ -927,21 +928,14 @@ fn rescue_skips_holes_copies_past_what_does_not_fit_and_reverifies() {
     assert_eq!(code, 0, "{report:#?}");
     let c2 = report.copy.clone().unwrap();
     assert_eq!((c2.copied, c2.resumed), (2, 4), "big and small1: {c2:#?}");
-    assert_eq!(
-        fs::read(target.join("small1")).unwrap(),
-        bytes(100_000, 11)
-    );
+    assert_eq!(fs::read(target.join("small1")).unwrap(), bytes(100_000, 11));
     assert_eq!(fs::read(target.join("big")).unwrap(), bytes(48 * MIB, 8));
 
     // A run killed before its first file: an empty .new beside no
     // manifest. The next run is not refused.
     let manifest = PathBuf::from(&c2.manifest);
     fs::remove_file(&manifest).unwrap();
-    fs::write(
-        manifest.with_file_name(".rescue-manifest.jsonl.new"),
-        b"",
-    )
-    .unwrap();
+    fs::write(manifest.with_file_name(".rescue-manifest.jsonl.new"), b"").unwrap();
     let (code, _, report) = rescue(
         &env,
         &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],

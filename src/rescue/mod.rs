@@ -701,25 +701,25 @@ impl Job<'_, '_> {
             saved: None,
             error: None,
         };
-        if let Some(c) = &mut self.copy {
-            if let Some(old) = c.manifest.old.take(key) {
-                let dst = c.dirs.last().expect("the target");
-                // The name it was saved under, from the name's own bytes
-                // (the manifest's path is lossy for a name that is not
-                // UTF-8): NAME when intact, NAME.partial otherwise.
-                let mut fname = name.to_os_string();
-                if old.state != FileState::Intact {
-                    fname.push(".partial");
-                }
-                if old.size == size
-                    && let Some(s) = &old.saved
-                    && same_copy(dst, &fname, s)?
-                {
-                    c.resumed += 1;
-                    self.done += size;
-                    self.bar.set_position(self.done);
-                    return Ok(old);
-                }
+        if let Some(c) = &mut self.copy
+            && let Some(old) = c.manifest.old.take(key)
+        {
+            let dst = c.dirs.last().expect("the target");
+            // The name it was saved under, from the name's own bytes
+            // (the manifest's path is lossy for a name that is not
+            // UTF-8): NAME when intact, NAME.partial otherwise.
+            let mut fname = name.to_os_string();
+            if old.state != FileState::Intact {
+                fname.push(".partial");
+            }
+            if old.size == size
+                && let Some(s) = &old.saved
+                && same_copy(dst, &fname, s)?
+            {
+                c.resumed += 1;
+                self.done += size;
+                self.bar.set_position(self.done);
+                return Ok(old);
             }
         }
         let src = match copy::open_source(dir, name) {

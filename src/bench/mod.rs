@@ -513,6 +513,9 @@ pub struct Target {
     pub devices: Vec<report::MemberDevice>,
     /// Members /proc/diskstats does not show.
     pub devices_missing: Vec<String>,
+    /// What [`prepare`] swept (killed runs' work directories) to judge the
+    /// free space: notes for the report.
+    pub swept: Vec<String>,
 }
 
 /// How the sequential tests' I/O buffers are backed.
@@ -657,6 +660,7 @@ pub fn open_target(sysroot: &SysRoot, dir: &Path, what: &str) -> Result<Target> 
         data_profiles,
         devices,
         devices_missing,
+        swept: Vec::new(),
     })
 }
 
@@ -1166,9 +1170,22 @@ fn mtime_of(file: &File) -> Option<(i64, i64)> {
 /// [`open_target`]), and that the test fits.
 pub fn prepare(opts: &BenchOptions) -> Result<Target> {
     opts.validate()?;
-    let target = open_target(&opts.sysroot, &opts.dir, "bench writes a test file")?;
+    let mut target = open_target(&opts.sysroot, &opts.dir, "bench writes a test file")?;
     let need = opts.needed_space();
+    // A killed run's work directory holds its test file: swept before the
+    // space is judged (and named), never counted against this run.
     if target.info.available_bytes < need {
+        target.swept = sweep_stale(&target.held);
+        if !target.swept.is_empty() {
+            target.info = target.held.filesystem(&opts.sysroot)?;
+        }
+    }
+    if target.info.available_bytes < need {
+        let left: Vec<&String> = target
+            .swept
+            .iter()
+            .filter(|n| !n.starts_with("removed "))
+            .collect();
         return Err(Error::new(
             ErrorKind::NoSpace,
             format!(
@@ -1177,7 +1194,7 @@ pub fn prepare(opts: &BenchOptions) -> Result<Target> {
                 format_iec(need),
                 format_iec(opts.size_bytes()),
                 format_iec(target.info.available_bytes)
-            ),
+            ) + &left.iter().map(|n| format!("; {n}")).collect::<String>(),
         )
         .with_hint("free some space or use a smaller --file-size"));
     }
@@ -1189,7 +1206,7 @@ pub fn prepare(opts: &BenchOptions) -> Result<Target> {
 /// of each run.
 pub fn run(
     opts: &BenchOptions,
-    target: Target,
+    mut target: Target,
     fio: &mut dyn FioRunner,
     fio_path: &Path,
     progress: &mut dyn FnMut(&Progress),
@@ -1217,7 +1234,8 @@ pub fn run(
 
     // From here on the system changes: leftovers of killed runs go, and the
     // test directory is made.
-    let mut notes = sweep_stale(&target.held);
+    let mut notes = std::mem::take(&mut target.swept);
+    notes.extend(sweep_stale(&target.held));
     let buffers = buffers(opts);
     // Given back when this drops: at the end, on an error, a panic or a
     // signal (the run then returns through here).
@@ -1248,6 +1266,7 @@ pub fn run(
         data_profiles,
         devices,
         devices_missing,
+        swept: _,
     } = target;
     let work = WorkDir::create(held)?;
     let (mut setup, file) = TestFileSetup::create(&work, opts, is_btrfs)?;

@@ -683,6 +683,7 @@ pub fn run(
         data_profiles,
         devices,
         devices_missing,
+        swept: _,
     } = target;
     let fs_type = info.mount.fs_type.clone();
     super::install_signals()?;

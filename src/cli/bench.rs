@@ -132,7 +132,7 @@ pub struct BenchArgs {
     /// Write an HTML report (SVG charts, no scripts); the fio job file is saved next to it as FILE.fio.
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
-    /// Save the fio job file here.
+    /// Save the fio job file here (with --show-jobs too: printed and saved, nothing run).
     #[arg(long, value_name = "FILE")]
     save_jobs: Option<PathBuf>,
     /// Also write the Prometheus metrics to FILE atomically (a temporary file
@@ -699,7 +699,17 @@ pub fn run(
         )
     };
     if args.show_jobs {
-        out.text(&job_file());
+        // --save-jobs FILE with it: the same job file saved there too.
+        let save = args
+            .save_jobs
+            .as_deref()
+            .map(bench::OutputFile::prepare)
+            .transpose()?;
+        let text = job_file();
+        if let Some(f) = &save {
+            f.write(&text)?;
+        }
+        out.text(&text);
         return Ok(0);
     }
     // Every refusal before the run: output files, DIR, space, then fio.

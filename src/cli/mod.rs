@@ -149,7 +149,7 @@ pub fn run() -> ExitCode {
         Command::ReadTest(args) => read_test::run(args, &out),
         Command::Bench(args) => bench::run(args, &out, places),
         Command::Doctor(args) => doctor::run(args, &out, places.0.clone()),
-        Command::Rescue(args) => rescue::run(args, &out),
+        Command::Rescue(args) => rescue::run(args, &out, places.0.clone()),
         Command::Completions(args) => completions::run(args, &out),
         Command::Man(args) => man::run(args, &out),
     };

@@ -23,7 +23,9 @@ tree) and reported intact, damaged (the byte ranges) or unknown; with
 --copy-to every byte copied is read from the disk and checked against the
 checksum tree (by the kernel, and again by rescue: a sector that does not
 match is never copied as good); a re-run with the same arguments resumes
-(rescue-manifest.jsonl in DIR).
+(rescue-manifest.jsonl in root's state directory, never in DIR). DIR must
+be root's alone (no other user owns or can write it or a directory on its
+path) unless --allow-untrusted-target.
 
 Exit status: 0 every file intact; 3 some files damaged, unknown or failed;
 1 refused or failed (a full target: the same command resumes); 2 bad
@@ -40,6 +42,9 @@ pub struct RescueArgs {
     /// With --copy-to: also the readable parts of damaged files, as NAME.partial (holes for the rest).
     #[arg(long, requires = "copy_to")]
     partial: bool,
+    /// With --copy-to: accept a DIR (or a directory on its path) that another user owns or can write; refused otherwise, as that user could read or swap what is copied.
+    #[arg(long = "allow-untrusted-target", requires = "copy_to")]
+    allow_untrusted_target: bool,
     /// Every file's record as it is judged (JSON Lines with --json), then the summary.
     #[arg(long)]
     list: bool,
@@ -52,12 +57,14 @@ const TEXT_LISTED: usize = 20;
 /// The same in the JSON report (`--list` streams every file).
 const JSON_LISTED: usize = 1000;
 
-pub fn run(args: RescueArgs, out: &Output) -> Result<u8> {
+pub fn run(args: RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8> {
     let req = RescueRequest {
         mount: args.mount.clone(),
         copy_to: args.copy_to.clone(),
         partial: args.partial,
         listed_limit: if out.json { JSON_LISTED } else { TEXT_LISTED },
+        state_dir: state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::admin::scrub::STATE_DIR)),
+        allow_untrusted_target: args.allow_untrusted_target,
     };
     let mode = args.units.mode();
     let list = args.list;
@@ -183,15 +190,24 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
         pretty_size(r.bytes.unknown, mode)
     ));
     match &r.copy {
-        Some(c) => t.push_str(&format!(
-            "copied to {}: {} files ({} partial), {} already there from an earlier run, {} saved; manifest {}\n",
-            esc(&c.dir),
-            c.copied,
-            c.partial_copies,
-            c.resumed,
-            pretty_size(r.bytes.saved, mode),
-            esc(&c.manifest)
-        )),
+        Some(c) => {
+            t.push_str(&format!(
+                "copied to {}: {} files ({} partial), {} already there from an earlier run, {} saved; manifest {}\n",
+                esc(&c.dir),
+                c.copied,
+                c.partial_copies,
+                c.resumed,
+                pretty_size(r.bytes.saved, mode),
+                esc(&c.manifest)
+            ));
+            if !c.not_fitted.is_empty() {
+                t.push_str(&format!(
+                    "did not fit in {} (not saved; free space there, then run the same command again): {}\n",
+                    esc(&c.dir),
+                    c.not_fitted.iter().map(|p| esc(p)).collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
         None if r.not_intact() > 0 || r.files.intact > 0 => t.push_str(
             "nothing copied: --copy-to DIR copies the intact files (--partial also what is readable of the others)\n",
         ),

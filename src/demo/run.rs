@@ -31,6 +31,12 @@ pub struct DemoOptions {
 /// the report. Its story ("creating a sandbox...", "probing ...") goes to
 /// `ui` as status lines; with `--quiet` the probes are quiet too.
 pub fn run(opts: &DemoOptions, places: &Locations, ui: &dyn Ui) -> Result<DemoReport> {
+    // The probes' numbers checked before anything is made (a --file-size
+    // probe-dio refuses would otherwise fail after the sandbox was built).
+    let mut check = crate::probe::ProbeOptions::new(".");
+    check.size_bytes = Some(opts.file_size);
+    check.rounds = opts.rounds;
+    check.validate()?;
     let exe = std::env::current_exe().map_err(|e| {
         Error::new(
             ErrorKind::Io,

@@ -499,14 +499,17 @@ pub(crate) const PAGES: &[Page] = &[
             row(
                 ERROR,
                 "refused or failed: not root, not a read-only btrfs, a target directory on the \
-                 same filesystem or not empty; a full target (what was saved is in the manifest: \
-                 the same command resumes).",
+                 same filesystem or not empty, or that another user owns or can write (or a \
+                 directory on its path; without --allow-untrusted-target); a target where no \
+                 directory can be made (what was saved is in the manifest: the same command \
+                 resumes).",
             ),
             BAD,
             row(
                 FILES_LOST,
                 "files-lost: some files are damaged (bytes on a missing device), unknown or \
-                 failed (read errors); the report lists them.",
+                 failed (read errors), or did not fit in the target (named at the end, the copy \
+                 went on past them); the report lists them.",
             ),
             row(
                 INTERRUPTED,

@@ -38,8 +38,11 @@ pub(crate) struct ReadOutcome {
     pub bad: Ranges,
     /// Bytes read successfully.
     pub read_bytes: u64,
-    /// blake3 of the content written (zeros where nothing could be read).
+    /// The content hash of what was written ([`ContentHash`]; zeros where
+    /// nothing could be read, and in holes).
     pub hash: String,
+    /// Bytes in holes of the source (never read).
+    pub holes: u64,
     /// Reading stopped at the first unreadable byte (not `keep_going`).
     pub stopped_early: bool,
     /// Bytes read without error that did not match btrfs' checksums
@@ -50,6 +53,122 @@ pub(crate) struct ReadOutcome {
     /// Bytes read that only the kernel could check (compressed, inline,
     /// without checksums, or no checksum check here).
     pub unchecked: u64,
+}
+
+/// The hash of a copy's content that never needs a hole read: blake3 over
+/// the content in [`BLOCK`]s, where each block that holds data is hashed
+/// as its length and bytes, and a run of all-zero blocks (holes, or
+/// zeros) as its length only. It depends only on the content.
+pub struct ContentHash {
+    hasher: blake3::Hasher,
+    zeros: u64,
+}
+
+impl Default for ContentHash {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ContentHash {
+    /// An empty hash.
+    pub fn new() -> Self {
+        ContentHash {
+            hasher: blake3::Hasher::new(),
+            zeros: 0,
+        }
+    }
+
+    /// `n` zero bytes (whole blocks, or the file's tail).
+    fn zeros(&mut self, n: u64) {
+        self.zeros += n;
+    }
+
+    fn flush(&mut self) {
+        if self.zeros > 0 {
+            self.hasher.update(b"Z");
+            self.hasher.update(&self.zeros.to_le_bytes());
+            self.zeros = 0;
+        }
+    }
+
+    /// One block (at a [`BLOCK`] boundary; shorter only at the end).
+    fn block(&mut self, b: &[u8]) {
+        if b.iter().all(|&x| x == 0) {
+            self.zeros(b.len() as u64);
+            return;
+        }
+        self.flush();
+        self.hasher.update(b"D");
+        self.hasher.update(&(b.len() as u64).to_le_bytes());
+        self.hasher.update(b);
+    }
+
+    /// The hash, hex.
+    pub fn finish(mut self) -> String {
+        self.flush();
+        self.hasher.finalize().to_hex().to_string()
+    }
+}
+
+/// The [`ContentHash`] of `bytes` (what a manifest records for them).
+pub fn content_hash(bytes: &[u8]) -> String {
+    let mut h = ContentHash::new();
+    for b in bytes.chunks(BLOCK as usize) {
+        h.block(b);
+    }
+    h.finish()
+}
+
+/// The [`ContentHash`] of the regular file `f` of `size` bytes, holes
+/// skipped (SEEK_DATA), checking for signals between blocks: what a
+/// resumed run compares with the manifest before it keeps a copy.
+pub(crate) fn hash_file(f: &File, size: u64, path: &Path) -> Result<String> {
+    let mut h = ContentHash::new();
+    let mut buf = vec![0u8; BLOCK as usize];
+    let mut off = 0u64;
+    while off < size {
+        crate::sys::kernel::signals::check()?;
+        let data = match rfs::seek(f, rfs::SeekFrom::Data(off)) {
+            Ok(d) => d.min(size),
+            Err(RErrno::NXIO) => size,
+            Err(_) => off,
+        };
+        let skip_to = (data / BLOCK * BLOCK).max(off);
+        if skip_to > off {
+            h.zeros(skip_to - off);
+            off = skip_to;
+            continue;
+        }
+        let len = BLOCK.min(size - off) as usize;
+        f.read_exact_at(&mut buf[..len], off)
+            .map_err(|e| Error::from_io(&e, "cannot read", path))?;
+        h.block(&buf[..len]);
+        off += len as u64;
+    }
+    Ok(h.finish())
+}
+
+/// The holes of a file of `size` bytes: what no extent (or only an
+/// unwritten, preallocated one) covers. They read as zeros and are never
+/// read.
+pub(crate) fn holes_of(exts: &[Extent], size: u64) -> Ranges {
+    let mut data = Ranges::default();
+    for x in exts.iter().filter(|x| !x.unwritten) {
+        data.add(x.file_offset, x.length);
+    }
+    let mut holes = Ranges::default();
+    let mut at = 0u64;
+    for r in &data.0 {
+        if r.offset > at {
+            holes.add(at, r.offset.min(size) - at);
+        }
+        at = at.max(r.offset + r.length);
+    }
+    if at < size {
+        holes.add(at, size - at);
+    }
+    holes
 }
 
 /// Where the bytes go: a file being written, or nowhere (a verification).
@@ -81,6 +200,7 @@ pub(crate) fn read_file(
     mut check: Option<(&mut Csums, &[Extent])>,
     size: u64,
     skip: &Ranges,
+    holes: &Ranges,
     keep_going: bool,
     sink: &mut dyn Sink,
     progress: &mut dyn FnMut(u64),
@@ -93,18 +213,42 @@ pub(crate) fn read_file(
         scratch: AlignedBuffer::new((BLOCK + SECTOR) as usize, SECTOR as usize),
     };
     let mut out = ReadOutcome::default();
-    let mut hasher = blake3::Hasher::new();
+    let mut hasher = ContentHash::new();
     let mut buf = vec![0u8; BLOCK as usize];
-    let zeros = vec![0u8; BLOCK as usize];
     let mut off = 0u64;
+    // Neither skipped (damaged) nor hole bytes are ever read.
+    let mut noread = Ranges::default();
+    {
+        let mut all: Vec<_> = skip.0.iter().chain(holes.0.iter()).copied().collect();
+        all.sort_by_key(|r| r.offset);
+        for r in all {
+            noread.add(r.offset, r.length);
+        }
+    }
     while off < size {
+        // Between blocks: the first Ctrl-C is seen at once.
+        crate::sys::kernel::signals::check()?;
         let len = BLOCK.min(size - off);
+        // Whole blocks in a hole: not read, not written, hashed as zeros.
+        if let Some(h) = holes.first_overlap(off, len)
+            && h.offset <= off
+            && h.offset + h.length >= off + len
+        {
+            let to = ((h.offset + h.length) / BLOCK * BLOCK)
+                .max(off + len)
+                .min(size);
+            hasher.zeros(to - off);
+            out.holes += to - off;
+            progress(to - off);
+            off = to;
+            continue;
+        }
         let mut n = 0u64;
-        // Split at the skipped ranges: a skipped byte is never read.
+        // Split at the ranges not read.
         while n < len {
             let at = off + n;
             let end = off + len;
-            let (run, skipped) = match skip.first_overlap(at, end - at) {
+            let (run, skipped) = match noread.first_overlap(at, end - at) {
                 Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
                 Some(r) => (r.offset - at, false),
                 None => (end - at, false),
@@ -112,6 +256,8 @@ pub(crate) fn read_file(
             let piece = &mut buf[n as usize..(n + run) as usize];
             if skipped {
                 piece.fill(0);
+                let h = intersect(holes, at, run);
+                out.holes += h;
                 n += run;
                 continue;
             }
@@ -147,7 +293,7 @@ pub(crate) fn read_file(
         while s < len {
             let at = off + s;
             let sl = SECTOR.min(len - s);
-            if !skip.overlaps(at, sl) && !out.bad.overlaps(at, sl) {
+            if !noread.overlaps(at, sl) && !out.bad.overlaps(at, sl) {
                 let sector = &mut buf[s as usize..(s + sl) as usize];
                 let verdict = match &mut check {
                     Some((sums, exts)) => sums.check(exts, at, sector)?,
@@ -171,15 +317,48 @@ pub(crate) fn read_file(
             s += sl;
         }
         let block = &buf[..len as usize];
-        hasher.update(block);
-        if block != &zeros[..len as usize] {
-            sink.write_at(off, block)?;
+        hasher.block(block);
+        // Only what was read is written: holes stay holes, and so do the
+        // ranges that could not be read (and all-zero runs).
+        let mut at = off;
+        while at < off + len {
+            let end = off + len;
+            let (run, gap) = match noread
+                .first_overlap(at, end - at)
+                .or_else(|| out.bad.first_overlap(at, end - at))
+                .map(|r| {
+                    let b = out.bad.first_overlap(at, end - at);
+                    match b {
+                        Some(b) if b.offset < r.offset => b,
+                        _ => r,
+                    }
+                }) {
+                Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
+                Some(r) => (r.offset - at, false),
+                None => (end - at, false),
+            };
+            let piece = &block[(at - off) as usize..(at - off + run) as usize];
+            if !gap && piece.iter().any(|&x| x != 0) {
+                sink.write_at(at, piece)?;
+            }
+            at += run;
         }
         off += len;
         progress(len);
     }
-    out.hash = hasher.finalize().to_hex().to_string();
+    out.hash = hasher.finish();
     Ok(out)
+}
+
+/// Bytes of `r` inside `[at, at + len)`.
+fn intersect(r: &Ranges, at: u64, len: u64) -> u64 {
+    let end = at + len;
+    let i = r.0.partition_point(|x| x.offset + x.length <= at);
+    r.0[i..]
+        .iter()
+        .take_while(|x| x.offset < end)
+        .map(|x| (x.offset + x.length).min(end) - x.offset.max(at))
+        .sum()
 }
 
 /// A source file's two descriptors and the aligned memory of its direct

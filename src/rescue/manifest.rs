@@ -219,13 +219,21 @@ fn sync_and_rename(dir: &HeldDir, mut out: BufWriter<File>, from: &str, to: &str
     Ok(())
 }
 
+/// Whether a run into the target of `dir` left anything (a manifest, or
+/// the lines of a run killed early, even before its header was written).
+pub(crate) fn recorded(dir: &HeldDir) -> Result<bool> {
+    Ok(dir.stat(MANIFEST)?.is_some() || dir.stat(NEW)?.is_some())
+}
+
 /// The header of the manifest in `dir`, if there is one (`Err` when it is
-/// there but not ours).
+/// there but not ours). The `.new` lines of a run killed before it wrote
+/// its header (empty, or half a line) have none: ignored.
 pub(crate) fn existing_header(dir: &HeldDir) -> Result<Option<Header>> {
     for name in [MANIFEST, NEW] {
         if let Some(mut lines) = open_read(dir, name)? {
             return match lines.next() {
                 Some(Line::Header(h)) => Ok(Some(h)),
+                _ if name == NEW => Ok(None),
                 _ => Err(Error::new(
                     ErrorKind::WrongTarget,
                     format!(

@@ -10,6 +10,7 @@
 
 pub mod classify;
 mod copy;
+pub use copy::{ContentHash, content_hash};
 pub mod manifest;
 pub mod report;
 mod verify;
@@ -25,7 +26,7 @@ use rustix::fs::{self as rfs, Stat};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::stripes::ChunkMap;
-use crate::sys::fs::beneath::HeldDir;
+use crate::sys::fs::beneath::{HeldDir, Leaf, TrustedDir};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs;
 use crate::sys::kernel::extents;
@@ -52,6 +53,12 @@ pub struct RescueRequest {
     pub partial: bool,
     /// How many files that are not intact the report lists.
     pub listed_limit: usize,
+    /// btrfs-lab's state directory: the manifest of a copy lives in its
+    /// `rescue/` (root's alone), never among the copied files.
+    pub state_dir: PathBuf,
+    /// `--allow-untrusted-target`: copy into a directory another user owns
+    /// or can write (refused otherwise).
+    pub allow_untrusted_target: bool,
 }
 
 /// The line that tells how to get a read-only mount.
@@ -151,7 +158,7 @@ pub fn run(
     };
     let copy = match &req.copy_to {
         Some(dir) => {
-            let mut c = open_target(dir, &src, &st, &fsid, &req.mount, req.partial)?;
+            let mut c = open_target(dir, &st, &fsid, req)?;
             match verify::Csums::open(&src.fd(), &req.mount, &fsid) {
                 Ok(sums) if sums.sector() == copy::SECTOR => c.csums = Some(sums),
                 Ok(sums) => notes.push(format!(
@@ -245,7 +252,7 @@ fn stopped(e: Error, c: &CopySummary, r: &RescueReport, dir: &Path, req: &Rescue
         "{} saved so far ({} bytes), listed in {}",
         crate::model::text::count(c.copied + c.resumed, "file", "files"),
         r.bytes.saved,
-        dir.join(MANIFEST).display()
+        c.manifest
     );
     let resume = format!(
         "run the same command again to resume: btrfs-lab rescue {} --copy-to {}{}",
@@ -338,9 +345,33 @@ fn scope_notes(mount: &Path, st: &Stat) -> Vec<String> {
     notes
 }
 
+/// Whether the copy `name` in `dst` an earlier run saved is still what it
+/// saved: a regular file (never through a link) of its size whose content
+/// hash is the manifest's (read again, holes skipped).
+fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
+    let Ok(f) = dst.open_entry_file(name, rustix::fs::OFlags::RDONLY) else {
+        return Ok(false);
+    };
+    let Ok(t) = rfs::fstat(&f) else {
+        return Ok(false);
+    };
+    if rfs::FileType::from_raw_mode(t.st_mode) != rfs::FileType::RegularFile
+        || t.st_size as u64 != s.bytes
+    {
+        return Ok(false);
+    }
+    match copy::hash_file(&f, s.bytes, &dst.join(name)) {
+        Ok(h) => Ok(h == s.blake3),
+        Err(e) if e.kind() == ErrorKind::Interrupted => Err(e),
+        Err(_) => Ok(false),
+    }
+}
+
 /// `--copy-to`: the target directory, held, checked, with its manifest.
 struct CopyState {
     dir_shown: PathBuf,
+    /// The manifest's path (in the state directory).
+    manifest_path: PathBuf,
     dirs: Vec<HeldDir>,
     manifest: Manifest,
     partial: bool,
@@ -351,42 +382,94 @@ struct CopyState {
     /// btrfs' data checksums, for rescue's own check of every sector read
     /// (`None`: the kernel's check only, said in the notes).
     csums: Option<verify::Csums>,
+    /// Files that did not fit (ENOSPC), in walk order.
+    not_fitted: Vec<String>,
 }
 
 impl CopyState {
+    /// A file the target had no room for: not saved (its temporary file is
+    /// gone), named at the end; the copy goes on with the next file.
+    fn did_not_fit(
+        &mut self,
+        mut r: FileRecord,
+        e: &Error,
+        damaged: &classify::Ranges,
+    ) -> FileRecord {
+        self.not_fitted.push(r.path.clone());
+        r.error = Some(format!("did not fit: {}", e.message()));
+        if r.damaged_bytes == 0 {
+            r.damaged_bytes = damaged.bytes();
+            r.damaged_ranges = damaged.0.clone();
+        }
+        r
+    }
+
     fn summary(&self, complete: bool) -> CopySummary {
         CopySummary {
             dir: self.dir_shown.display().to_string(),
-            manifest: self.dir_shown.join(MANIFEST).display().to_string(),
+            manifest: self.manifest_path.display().to_string(),
             partial: self.partial,
             copied: self.copied,
             partial_copies: self.partial_copies,
             resumed: self.resumed,
             symlinks: self.symlinks,
             complete,
+            not_fitted: self.not_fitted.clone(),
         }
     }
 }
 
-fn open_target(
-    dir: &Path,
-    src: &HeldDir,
-    src_st: &Stat,
-    fsid: &str,
-    mount: &Path,
-    partial: bool,
-) -> Result<CopyState> {
-    let held = match HeldDir::open(dir) {
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            let abs = std::path::absolute(dir)
-                .map_err(|e| Error::usage(format!("invalid directory {}: {e}", dir.display())))?;
-            let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
-                return Err(e);
-            };
-            let parent = HeldDir::open(parent)?;
-            copy::make_dir(&parent, name)?
+/// Where the manifest of a copy into `target` lives: root's own directory
+/// `STATE/rescue/KEY`, KEY from the target's absolute path (a resume names
+/// the same target).
+fn manifest_dir(state_dir: &Path, target: &Path) -> Result<HeldDir> {
+    let abs = std::path::absolute(target)
+        .map_err(|e| Error::usage(format!("invalid directory {}: {e}", target.display())))?;
+    let key = blake3::hash(abs.as_os_str().as_bytes()).to_hex();
+    let path = state_dir.join("rescue").join(&key.as_str()[..32]);
+    let (held, _) = TrustedDir::create(&path, Leaf::Private, 0o700)?;
+    HeldDir::open(held.path())
+}
+
+/// The refusal of a target another user owns or can write.
+fn untrusted(dir: &Path, why: &Error) -> Error {
+    Error::new(
+        ErrorKind::Permission,
+        format!(
+            "refusing to copy into {}: {} (its owner, or whoever can write there, could read what rescue copies, or swap directories and files under it)",
+            dir.display(),
+            why.message()
+        ),
+    )
+    .with_hint(
+        "copy into a directory only root can change (install -d -o root -m 0700 DIR), or pass --allow-untrusted-target if you trust that user",
+    )
+}
+
+/// Opens (or creates) the target: root's alone, checked on every component
+/// of its path (a directory another user owns or can write, sticky ones
+/// included, is refused unless `--allow-untrusted-target`); held from then
+/// on, and nothing in it followed through a link.
+fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Result<CopyState> {
+    let held = match TrustedDir::create(dir, Leaf::Private, 0o700) {
+        Ok((t, _)) => HeldDir::open(t.path())?,
+        Err(e) if e.kind() == ErrorKind::Permission && !req.allow_untrusted_target => {
+            return Err(untrusted(dir, &e));
         }
-        other => other?,
+        Err(e) if e.kind() == ErrorKind::Permission => match HeldDir::open(dir) {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let abs = std::path::absolute(dir).map_err(|e| {
+                    Error::usage(format!("invalid directory {}: {e}", dir.display()))
+                })?;
+                let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+                    return Err(e);
+                };
+                let parent = HeldDir::open(parent)?;
+                copy::make_dir(&parent, name)?
+            }
+            other => other?,
+        },
+        Err(e) => return Err(e),
     };
     let st = held.fstat()?;
     if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Directory {
@@ -406,27 +489,29 @@ fn open_target(
         )
         .with_hint("choose a directory on another filesystem (a USB disk, a network share)"));
     }
-    let _ = src;
     held.check_writable()?;
-    match manifest::existing_header(&held)? {
+    let mdir = manifest_dir(&req.state_dir, dir)?;
+    match manifest::existing_header(&mdir)? {
         Some(h) if h.fsid != fsid => {
             return Err(Error::new(
                 ErrorKind::WrongTarget,
                 format!(
-                    "{} holds the manifest of a rescue of another filesystem ({})",
+                    "{} holds a rescue of another filesystem ({}, manifest {})",
                     dir.display(),
-                    h.fsid
+                    h.fsid,
+                    mdir.join(MANIFEST).display()
                 ),
             )
             .with_hint("choose an empty target directory"));
         }
         Some(_) => {}
-        None if !held.names()?.is_empty() => {
+        None if !manifest::recorded(&mdir)? && !held.names()?.is_empty() => {
             return Err(Error::new(
                 ErrorKind::WrongTarget,
                 format!(
-                    "{} is not empty and holds no rescue manifest",
-                    dir.display()
+                    "{} is not empty and no rescue into it is recorded in {}",
+                    dir.display(),
+                    mdir.path().display()
                 ),
             )
             .with_hint(
@@ -435,25 +520,28 @@ fn open_target(
         }
         None => {}
     }
+    let manifest_path = mdir.join(MANIFEST);
     let manifest = Manifest::begin(
-        &held,
+        &mdir,
         Header {
             tool: "btrfs-lab".to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             fsid: fsid.to_owned(),
-            mount: mount.display().to_string(),
+            mount: req.mount.display().to_string(),
         },
     )?;
     Ok(CopyState {
         dir_shown: dir.to_path_buf(),
+        manifest_path,
         dirs: vec![held],
         manifest,
-        partial,
+        partial: req.partial,
         copied: 0,
         partial_copies: 0,
         resumed: 0,
         symlinks: 0,
         csums: None,
+        not_fitted: Vec::new(),
     })
 }
 
@@ -613,38 +701,25 @@ impl Job<'_, '_> {
             saved: None,
             error: None,
         };
-        if let Some(c) = &mut self.copy {
-            if rel.parent() == Some(Path::new(""))
-                && [MANIFEST, manifest::NEW, manifest::MERGE]
-                    .iter()
-                    .any(|m| name == OsStr::new(m))
-            {
-                r.error = Some("its name is the rescue manifest's: not copied".to_owned());
-                let old = c.manifest.old.take(key);
-                drop(old);
-                return Ok(self.judge_only(r, dir, name));
+        if let Some(c) = &mut self.copy
+            && let Some(old) = c.manifest.old.take(key)
+        {
+            let dst = c.dirs.last().expect("the target");
+            // The name it was saved under, from the name's own bytes
+            // (the manifest's path is lossy for a name that is not
+            // UTF-8): NAME when intact, NAME.partial otherwise.
+            let mut fname = name.to_os_string();
+            if old.state != FileState::Intact {
+                fname.push(".partial");
             }
-            if let Some(old) = c.manifest.old.take(key) {
-                let dst = c.dirs.last().expect("the target");
-                // The name it was saved under, from the name's own bytes
-                // (the manifest's path is lossy for a name that is not
-                // UTF-8): NAME when intact, NAME.partial otherwise.
-                let mut fname = name.to_os_string();
-                if old.state != FileState::Intact {
-                    fname.push(".partial");
-                }
-                if old.size == size
-                    && let Some(s) = &old.saved
-                    && dst.stat(&fname)?.is_some_and(|t| {
-                        rfs::FileType::from_raw_mode(t.st_mode) == rfs::FileType::RegularFile
-                            && t.st_size as u64 == s.bytes
-                    })
-                {
-                    c.resumed += 1;
-                    self.done += size;
-                    self.bar.set_position(self.done);
-                    return Ok(old);
-                }
+            if old.size == size
+                && let Some(s) = &old.saved
+                && same_copy(dst, &fname, s)?
+            {
+                c.resumed += 1;
+                self.done += size;
+                self.bar.set_position(self.done);
+                return Ok(old);
             }
         }
         let src = match copy::open_source(dir, name) {
@@ -691,6 +766,7 @@ impl Job<'_, '_> {
             self.bar.set_position(self.done);
             return Ok(r);
         }
+        let holes = copy::holes_of(&exts, size);
         let dst = c.dirs.last().expect("the target");
         let mut out = NewFile::create(dst, name)?;
         let bar = self.bar;
@@ -703,6 +779,7 @@ impl Job<'_, '_> {
             c.csums.as_mut().map(|s| (s, exts.as_slice())),
             size,
             &damaged,
+            &holes,
             c.partial,
             &mut out as &mut dyn Sink,
             &mut |n| {
@@ -714,6 +791,10 @@ impl Job<'_, '_> {
         self.done = start + size;
         let read = match read {
             Ok(x) => x,
+            Err(e) if e.kind() == ErrorKind::NoSpace => {
+                drop(out);
+                return Ok(c.did_not_fit(r, &e, &damaged));
+            }
             Err(e) if is_stop(&e) => return Err(e),
             Err(e) => {
                 r.state = FileState::Failed;
@@ -780,8 +861,17 @@ impl Job<'_, '_> {
             drop(out);
             return Ok(r);
         };
+        if read.holes > 0 {
+            r.judged.push(format!(
+                "sparse: {} bytes of holes, not read (holes in the copy too)",
+                read.holes
+            ));
+        }
         match out.commit(&saved_name, size, st, self.as_root) {
             Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NoSpace => {
+                return Ok(c.did_not_fit(r, &e, &Default::default()));
+            }
             Err(e) if is_stop(&e) => return Err(e),
             Err(e) => {
                 r.error = Some(e.message().to_owned());
@@ -811,20 +901,5 @@ impl Job<'_, '_> {
             blake3: read.hash,
         });
         Ok(r)
-    }
-
-    /// The map's judgement only (a file that is not copied).
-    fn judge_only(&self, mut r: FileRecord, dir: &HeldDir, name: &OsStr) -> FileRecord {
-        if let Ok(src) = copy::open_source(dir, name) {
-            let mut fj = self.classifier.file(r.size);
-            if extents::for_each_extent(&src, r.size, |x| fj.extent(x)).is_ok() {
-                let j = fj.finish();
-                r.state = j.state();
-                r.damaged_bytes = j.damaged.bytes();
-                r.damaged_ranges = j.damaged.0;
-                r.judged = j.judged;
-            }
-        }
-        r
     }
 }

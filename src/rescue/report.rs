@@ -161,9 +161,13 @@ pub struct CopySummary {
     pub resumed: u64,
     /// Symbolic links made.
     pub symlinks: u64,
-    /// The copy went through every file (false: stopped by a signal or a
-    /// full target; a re-run with the same arguments resumes).
+    /// The copy went through every file (false: stopped by a signal or an
+    /// error; a re-run with the same arguments resumes).
     pub complete: bool,
+    /// Files the target had no room for (ENOSPC), not saved; the copy went
+    /// on past them, and a re-run tries them again.
+    #[serde(default)]
+    pub not_fitted: Vec<String>,
 }
 
 /// `btrfs-lab rescue MOUNT`: which files survive a lost device, and what
@@ -209,7 +213,10 @@ impl RescueReport {
     /// The exit status: `files-lost` when a file is not intact, otherwise
     /// ok.
     pub fn exit_status(&self) -> u8 {
-        if self.not_intact() > 0 || self.walked.unreadable > 0 {
+        if self.not_intact() > 0
+            || self.walked.unreadable > 0
+            || self.copy.as_ref().is_some_and(|c| !c.not_fitted.is_empty())
+        {
             crate::model::exit::FILES_LOST.code
         } else {
             crate::model::exit::OK.code

@@ -46,9 +46,12 @@ pub fn resolve_locations(
     as_root: bool,
 ) -> Locations {
     let mut notes = Vec::new();
+    // Made absolute as given (a relative sandbox root would be recorded
+    // relative to wherever `up` ran: `list` skipped it, `down` refused it).
+    let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
     let mut pick = |flag: Option<PathBuf>, var: &str, option: &str, default: &str| {
         if let Some(f) = flag {
-            return f;
+            return abs(f);
         }
         match env(var).filter(|v| !v.is_empty()) {
             Some(v) if as_root => {
@@ -58,7 +61,7 @@ pub fn resolve_locations(
                 ));
                 PathBuf::from(default)
             }
-            Some(v) => PathBuf::from(v),
+            Some(v) => abs(PathBuf::from(v)),
             None => PathBuf::from(default),
         }
     };
@@ -128,5 +131,15 @@ mod tests {
             std::path::Path::new("/planted/BTRFS_LAB_STATE_DIR")
         );
         assert!(l.notes.is_empty());
+    }
+
+    #[test]
+    fn relative_locations_are_made_absolute() {
+        let l = resolve_locations(Some("s".into()), Some("r/x".into()), |_| None, true);
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(l.store.dir(), cwd.join("s"));
+        assert_eq!(l.sandbox_root, cwd.join("r/x"));
+        let l = resolve_locations(None, None, |_| Some(OsString::from("rel")), false);
+        assert_eq!(l.sandbox_root, cwd.join("rel"));
     }
 }

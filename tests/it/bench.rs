@@ -864,6 +864,18 @@ fn bad_arguments_are_one_line() {
             .iter()
             .any(|n| n.starts_with(".btrfs-lab-bench"))
     );
+    // With --save-jobs FILE the same job file is saved there (issue 49).
+    let saved = env.path().join("jobs.fio");
+    let (code, stdout2, stderr) = run(env
+        .cmd()
+        .args(["bench", "--show-jobs", "--profile", "nvme", "--save-jobs"])
+        .arg(&saved)
+        .arg(env.path()));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        fs::read_to_string(&saved).unwrap().trim_end(),
+        stdout2.trim_end()
+    );
 }
 
 /// Headless Chromium (Debian's `chromium`), or None (skipped locally,

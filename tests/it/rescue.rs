@@ -20,10 +20,11 @@ use std::process::{Command, Stdio};
 
 use btrfs_lab::hooks::{PAUSE_ENV, Pause};
 use btrfs_lab::model::profile::Profile;
+use btrfs_lab::rescue::content_hash;
 use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
 use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
 
-use crate::common::{TestEnv, lose_member, must, records_and_last, require_root, run};
+use crate::common::{TestEnv, lose_member, must, records_and_last, remount, require_root, run};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -104,6 +105,10 @@ fn degraded_array(env: &TestEnv) -> Degraded {
         seed += 1;
     }
     put("a/b/c/deep".into(), bytes(30_000, seed));
+    seed += 1;
+    // A top-level directory named like the manifest (once kept in the
+    // target): copied like any other.
+    put("rescue-manifest.jsonl/inside".into(), bytes(5000, seed));
     seed += 1;
     // A name that is not UTF-8 (rescue keeps its bytes: path_hex).
     let latin1 = PathBuf::from(OsString::from_vec(b"names/caf\xe9".to_vec()));
@@ -273,7 +278,7 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
     f.sync_all().unwrap();
 
     // The copy: every byte read back through btrfs' checksums.
-    let target = env.tmpfs("target");
+    let target = root_tmpfs(&mut env, "target");
     let (code, records, report) = rescue(
         &env,
         &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
@@ -288,7 +293,11 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
         if let Some(s) = &r.saved
             && r.state == FileState::Intact
         {
-            assert_eq!(s.blake3, hash(&arr.originals[&record_path(r)]), "{r:#?}");
+            assert_eq!(
+                s.blake3,
+                content_hash(&arr.originals[&record_path(r)]),
+                "{r:#?}"
+            );
         }
     }
     // The truth, file by file.
@@ -319,7 +328,7 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
                 rel.display()
             );
             let saved = r.saved.as_ref().expect("saved");
-            assert_eq!(saved.blake3, hash(original), "{r:#?}");
+            assert_eq!(saved.blake3, content_hash(original), "{r:#?}");
             assert_eq!(hash(&fs::read(&copied).unwrap()), hash(original));
         } else {
             // Unreadable: damaged (or failed), never copied as good.
@@ -381,7 +390,7 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
 
     // --partial: the readable parts of the damaged files, and a zero-filled
     // hole exactly where the report says bytes are lost.
-    let partial = env.tmpfs("partial");
+    let partial = root_tmpfs(&mut env, "partial");
     let (code, records, report) = rescue(
         &env,
         &[
@@ -416,6 +425,19 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
         }
         let saved = r.saved.as_ref().expect("a partial copy is recorded");
         assert_eq!(saved.bytes_rescued, r.size - r.damaged_bytes, "{r:#?}");
+        // Holes where bytes are lost, not written zeros (issue 49): no
+        // more is allocated than was read, to a page per range.
+        {
+            use std::os::unix::fs::MetadataExt;
+            let allocated = fs::metadata(&p).unwrap().blocks() * 512;
+            let slack = 4096 * (r.damaged_ranges.len() as u64 + 2);
+            assert!(
+                allocated <= saved.bytes_rescued + slack,
+                "{}: {allocated} bytes allocated for {} read",
+                rel.display(),
+                saved.bytes_rescued
+            );
+        }
         partials += 1;
         assert!(!partial.join(&rel).exists());
     }
@@ -504,7 +526,7 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
     let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(&busy));
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("is not empty and holds no rescue manifest"),
+        err.contains("is not empty and no rescue into it is recorded"),
         "{err}"
     );
     assert_eq!(fs::read_dir(&busy).unwrap().count(), 1);
@@ -513,7 +535,7 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
 
     // Ctrl-C after the first file: exit 130, the manifest says what was
     // saved, no temporary file is left; the same command resumes.
-    let target = env.tmpfs("target");
+    let target = root_tmpfs(&mut env, "target");
     let mut child = env
         .cmd()
         .arg("rescue")
@@ -545,11 +567,8 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
         "{rest}"
     );
     let saved = walk_files(&target);
-    assert_eq!(saved.len(), 2, "the manifest and one file: {saved:?}");
-    assert!(
-        saved.contains(&PathBuf::from("rescue-manifest.jsonl")),
-        "{saved:?}"
-    );
+    assert_eq!(saved.len(), 1, "one file, no manifest: {saved:?}");
+    assert!(env.store().dir().join("rescue").is_dir());
     let (code, _, report) = rescue(
         &env,
         &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
@@ -569,7 +588,7 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
 
     // A target too small for what is intact: one line, what was saved, how
     // to resume; after room is made, the same command finishes.
-    let small = env.tmpfs("small");
+    let small = root_tmpfs(&mut env, "small");
     let half = (intact_bytes / 2).max(4096);
     nix::mount::mount(
         None::<&str>,
@@ -579,17 +598,19 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
         Some(format!("size={half}").as_str()),
     )
     .unwrap();
-    let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(&small));
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains("is full: the copy stopped;"), "{err}");
-    assert!(err.contains("free space there"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    let before: u64 = err
-        .split("; ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count of saved files: {err}"));
+    // The copy goes on past what does not fit, and names it (issue 49).
+    let (code, _, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), small.as_os_str()],
+    );
+    assert_eq!(code, 3);
+    let c = report.copy.unwrap();
+    assert!(c.complete, "{c:#?}");
+    assert!(!c.not_fitted.is_empty(), "{c:#?}");
+    let before = c.copied;
+    let (code, out, _) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(&small));
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("did not fit in"), "{out}");
     nix::mount::mount(
         None::<&str>,
         &small,
@@ -616,19 +637,31 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
             rel.display()
         );
     }
-    // A resumed copy of another filesystem's rescue is refused.
-    let manifest = fs::read_to_string(small.join("rescue-manifest.jsonl")).unwrap();
-    let other = env.tmpfs("other");
-    fs::write(
-        other.join("rescue-manifest.jsonl"),
-        manifest.replacen(&report.fsid, "00000000-0000-0000-0000-000000000000", 1),
-    )
-    .unwrap();
+    // The manifest is in root's state directory, not in the target.
+    assert!(!small.join("rescue-manifest.jsonl").is_file());
+    let manifest = fs::read_to_string(&c.manifest).unwrap();
+    assert!(c.manifest.contains("/rescue/"), "{}", c.manifest);
+    // A manifest forged in another target is not trusted: that target is
+    // just not empty.
+    let other = root_tmpfs(&mut env, "other");
+    fs::write(other.join("rescue-manifest.jsonl"), &manifest).unwrap();
     let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(&other));
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("rescue of another filesystem"), "{err}");
+    assert!(
+        err.contains("is not empty and no rescue into it is recorded"),
+        "{err}"
+    );
     drop(arr);
     drop(env);
+}
+
+/// A tmpfs the test mounts, root's alone (a tmpfs' root is sticky and
+/// world-writable: refused as a target without --allow-untrusted-target).
+fn root_tmpfs(env: &mut TestEnv, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = env.tmpfs(name);
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o700)).unwrap();
+    p
 }
 
 /// Every regular file below `dir`, relative, sorted.
@@ -649,4 +682,266 @@ fn walk_files(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// Every file and directory below `dir` with its owner, mode and bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u32, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let md = fs::symlink_metadata(&d).unwrap();
+        out.push((d.clone(), md.uid(), md.mode(), Vec::new()));
+        if !md.is_dir() {
+            continue;
+        }
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let md = fs::symlink_metadata(&p).unwrap();
+            if md.is_dir() {
+                stack.push(p);
+            } else {
+                let data = if md.is_file() {
+                    fs::read(&p).unwrap()
+                } else {
+                    fs::read_link(&p).unwrap().into_os_string().into_vec()
+                };
+                out.push((p, md.uid(), md.mode(), data));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `--copy-to` into directories a user controls (issue 48): a target the
+/// user pre-created (with a forged manifest and a link to a root-only
+/// directory), a root-owned one below the user's directory, a sticky
+/// world-writable one: refused with the reason, nothing read or written
+/// there. A new directory below a sticky one (/tmp) is made root's own.
+/// With --allow-untrusted-target a link the user plants between runs is
+/// never followed and a manifest there never trusted.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn rescue_copies_into_no_directory_a_user_controls() {
+    use std::os::unix::fs::{PermissionsExt, chown, symlink};
+    if !require_root("rescue") {
+        return;
+    }
+    let env = TestEnv::new();
+    let arr = degraded_array(&env);
+    let m = arr.m.clone();
+    let _ = env.as_nobody(&[]);
+    let nobody = Some(65534);
+    let secret = env.path().join("secret");
+    fs::create_dir(&secret).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::write(secret.join("shadow"), b"root only").unwrap();
+    let user = env.path().join("user");
+    fs::create_dir(&user).unwrap();
+    chown(&user, nobody, nobody).unwrap();
+    // What the user prepared: their target, a manifest claiming every
+    // file is copied, a directory of the source's that is a link to the
+    // root-only one.
+    let target = user.join("target");
+    fs::create_dir(&target).unwrap();
+    let (_, records, _) = rescue(&env, &[m.as_os_str()]);
+    let mut forged = String::new();
+    for r in &records {
+        forged.push_str(&serde_json::to_string(r).unwrap());
+        forged.push('\n');
+    }
+    fs::write(target.join("rescue-manifest.jsonl"), forged).unwrap();
+    symlink(&secret, target.join("mid")).unwrap();
+    for p in [&target, &target.join("rescue-manifest.jsonl")] {
+        std::os::unix::fs::lchown(p, nobody, nobody).unwrap();
+    }
+    std::os::unix::fs::lchown(target.join("mid"), nobody, nobody).unwrap();
+    let root_below_user = user.join("rootowned");
+    fs::create_dir(&root_below_user).unwrap();
+    fs::set_permissions(&root_below_user, fs::Permissions::from_mode(0o700)).unwrap();
+    let sticky = env.path().join("sticky");
+    fs::create_dir(&sticky).unwrap();
+    fs::set_permissions(&sticky, fs::Permissions::from_mode(0o1777)).unwrap();
+    let before = (snapshot(&secret), snapshot(&user), snapshot(&sticky));
+
+    for (dir, why) in [
+        (&target, "is not owned by root (owner uid 65534"),
+        (&root_below_user, "is not owned by root (owner uid 65534"),
+        (&sticky, "is writable by other users"),
+    ] {
+        let (code, out, err) = run(env.cmd().arg("rescue").arg(&m).arg("--copy-to").arg(dir));
+        assert_eq!(code, 1, "{}: {err}", dir.display());
+        assert!(err.contains("refusing to copy into"), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(err.contains("--allow-untrusted-target"), "{err}");
+        assert!(out.is_empty(), "{out}");
+    }
+    // Allowed, the user's target still is not empty: nothing there is
+    // taken for a manifest.
+    let (code, _, err) = run(env
+        .cmd()
+        .arg("rescue")
+        .arg(&m)
+        .arg("--copy-to")
+        .arg(&target)
+        .arg("--allow-untrusted-target"));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("is not empty and no rescue into it is recorded"),
+        "{err}"
+    );
+    assert_eq!(
+        (snapshot(&secret), snapshot(&user), snapshot(&sticky)),
+        before
+    );
+
+    // A new directory below a sticky one: made root's, the copy completes.
+    let fresh = sticky.join("fresh");
+    let (code, _, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), fresh.as_os_str()],
+    );
+    assert_eq!(code, 3, "{report:#?}");
+    assert!(report.copy.as_ref().unwrap().complete);
+    let md = fs::metadata(&fresh).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((md.uid(), md.mode() & 0o7777), (0, 0o700));
+    assert!(fresh.join("rescue-manifest.jsonl").is_dir());
+
+    // Allowed into an empty directory the user owns; then the user swaps a
+    // copied directory for a link to the root-only one and forges a
+    // manifest: the re-run neither follows nor trusts them.
+    let theirs = user.join("empty");
+    fs::create_dir(&theirs).unwrap();
+    chown(&theirs, nobody, nobody).unwrap();
+    let allowed = |env: &TestEnv| {
+        run(env
+            .cmd()
+            .arg("rescue")
+            .arg(&m)
+            .arg("--copy-to")
+            .arg(&theirs)
+            .arg("--allow-untrusted-target"))
+    };
+    let (code, _, err) = allowed(&env);
+    assert_eq!(code, 3, "{err}");
+    fs::rename(theirs.join("mid"), theirs.join("mid.old")).unwrap();
+    symlink(&secret, theirs.join("mid")).unwrap();
+    fs::write(theirs.join(".rescue-manifest.jsonl.new"), b"{}\n").unwrap();
+    let secret_before = snapshot(&secret);
+    let (code, _, err) = allowed(&env);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(code, 0, "{err}");
+    assert_eq!(snapshot(&secret), secret_before);
+    assert_eq!(
+        fs::read(theirs.join(".rescue-manifest.jsonl.new")).unwrap(),
+        b"{}\n"
+    );
+    drop(arr);
+    drop(env);
+}
+
+/// A healthy single-device btrfs mounted read-only (rescue reads any
+/// read-only mount): a 4 EiB sparse file with 4 KiB of data, a file too
+/// big for the target, small ones (issues 48, 49). The sparse file's holes
+/// are never read (its counters), the big one is named as not fitting and
+/// the copy goes on; the resume re-reads what it keeps (a copy changed
+/// since is copied again); a `.new` manifest left empty by a run killed
+/// before its first file does not stop the next one.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn rescue_skips_holes_copies_past_what_does_not_fit_and_reverifies() {
+    if !require_root("rescue") {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 1,
+        size_bytes: 1 << 30,
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    fs::create_dir(m.join("sparse")).unwrap();
+    let huge = fs::File::create_new(m.join("sparse/huge")).unwrap();
+    huge.set_len(4 << 60).unwrap();
+    let block = bytes(4 * KIB, 7);
+    huge.write_all_at(&block, 1 << 30).unwrap();
+    drop(huge);
+    fs::write(m.join("big"), bytes(48 * MIB, 8)).unwrap();
+    for n in 0..4 {
+        fs::write(m.join(format!("small{n}")), bytes(100_000, 10 + n)).unwrap();
+    }
+    remount(&m, "ro");
+
+    let target = root_tmpfs(&mut env, "target");
+    nix::mount::mount(
+        None::<&str>,
+        &target,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT,
+        Some("size=24m"),
+    )
+    .unwrap();
+    let (code, records, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
+    );
+    let c = report.copy.clone().unwrap();
+    assert_eq!(code, 3, "{report:#?}");
+    assert!(c.complete, "{c:#?}");
+    assert_eq!(c.not_fitted, ["big"], "{c:#?}");
+    assert!(!target.join("big").exists());
+    assert_eq!(c.copied, 5, "{c:#?}");
+    let h = records.iter().find(|r| r.path == "sparse/huge").unwrap();
+    let saved = h.saved.as_ref().expect("the sparse file is saved");
+    assert_eq!(saved.bytes, 4 << 60);
+    // Its holes were not read: what was read is its data, to a block.
+    assert!(saved.bytes_rescued <= 1 << 20, "{h:#?}");
+    assert!(h.judged.iter().any(|j| j.starts_with("sparse:")), "{h:#?}");
+    let copy = fs::File::open(target.join("sparse/huge")).unwrap();
+    let mut got = vec![0u8; 4 * KIB];
+    copy.read_exact_at(&mut got, 1 << 30).unwrap();
+    assert_eq!(got, block);
+    drop(copy);
+
+    // Room made; a kept copy changed since (same size): copied again, the
+    // others kept after their hashes were read back.
+    nix::mount::mount(
+        None::<&str>,
+        &target,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT,
+        Some("size=128m"),
+    )
+    .unwrap();
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(target.join("small1"))
+        .unwrap();
+    f.write_all_at(b"X", 500).unwrap();
+    drop(f);
+    let (code, _, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
+    );
+    assert_eq!(code, 0, "{report:#?}");
+    let c2 = report.copy.clone().unwrap();
+    assert_eq!((c2.copied, c2.resumed), (2, 4), "big and small1: {c2:#?}");
+    assert_eq!(fs::read(target.join("small1")).unwrap(), bytes(100_000, 11));
+    assert_eq!(fs::read(target.join("big")).unwrap(), bytes(48 * MIB, 8));
+
+    // A run killed before its first file: an empty .new beside no
+    // manifest. The next run is not refused.
+    let manifest = PathBuf::from(&c2.manifest);
+    fs::remove_file(&manifest).unwrap();
+    fs::write(manifest.with_file_name(".rescue-manifest.jsonl.new"), b"").unwrap();
+    let (code, _, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
+    );
+    assert_eq!(code, 0, "{report:#?}");
+    assert!(report.copy.unwrap().complete);
+    drop(sbx);
+    drop(env);
 }

@@ -374,6 +374,14 @@ fn refusals_are_one_line_and_change_nothing() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("needs root"), "{stderr}");
     assert!(!env.path().join("nope").exists());
+    // demo with a --file-size the probes refuse: refused before a sandbox
+    // is made (issue 49).
+    let (code, stdout, stderr) = run(env.cmd().args(["demo", "--file-size", "1K"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("--file-size"), "{stderr}");
+    assert!(!stderr.contains("creating a sandbox"), "{stderr}");
+    assert_eq!(env.store().load_all().unwrap().len(), 1, "only dup");
 }
 
 #[test]

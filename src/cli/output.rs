@@ -646,14 +646,16 @@ impl indicatif::TermLike for NarrowStderr {
 }
 
 /// The one definition of `--allow-untrusted-target`, flattened into every
-/// command that writes a file a user named (`--textfile`).
+/// command that writes into a place a user named (`--textfile`, rescue's
+/// `--copy-to`).
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct TargetArgs {
-    /// Write the file even into a directory (or over a file) that a user
-    /// other than root owns or can write, a sticky world-writable /tmp
-    /// included: that user could change what is written there. Without it
-    /// such a target is refused with the reason. A destination that is not a
-    /// regular file (a device, a FIFO, a link) is refused all the same.
+    /// Write even into a directory (or over a file) that a user other than
+    /// root owns or can write, a sticky world-writable /tmp included (or one
+    /// on its path): that user could read or change what is written there.
+    /// Without it such a target is refused with the reason. A destination
+    /// that is not a regular file (a device, a FIFO, a link) is refused all
+    /// the same.
     #[arg(long)]
     pub allow_untrusted_target: bool,
 }

@@ -10,7 +10,7 @@ use btrfs_lab::model::units::{UnitMode, pretty_size};
 use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
 use btrfs_lab::rescue::{self, RescueRequest};
 
-use super::output::{Output, Paint};
+use super::output::{Output, Paint, TargetArgs};
 use super::units::UnitArgs;
 
 pub const AFTER_HELP: &str = "\
@@ -42,9 +42,8 @@ pub struct RescueArgs {
     /// With --copy-to: also the readable parts of damaged files, as NAME.partial (holes for the rest).
     #[arg(long, requires = "copy_to")]
     partial: bool,
-    /// With --copy-to: accept a DIR (or a directory on its path) that another user owns or can write; refused otherwise, as that user could read or swap what is copied.
-    #[arg(long = "allow-untrusted-target", requires = "copy_to")]
-    allow_untrusted_target: bool,
+    #[command(flatten)]
+    target: TargetArgs,
     /// Every file's record as it is judged (JSON Lines with --json), then the summary.
     #[arg(long)]
     list: bool,
@@ -58,13 +57,18 @@ const TEXT_LISTED: usize = 20;
 const JSON_LISTED: usize = 1000;
 
 pub fn run(args: RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8> {
+    if args.target.allow_untrusted_target && args.copy_to.is_none() {
+        return Err(btrfs_lab::error::Error::usage(
+            "--allow-untrusted-target is about the directory of --copy-to: give --copy-to DIR too",
+        ));
+    }
     let req = RescueRequest {
         mount: args.mount.clone(),
         copy_to: args.copy_to.clone(),
         partial: args.partial,
         listed_limit: if out.json { JSON_LISTED } else { TEXT_LISTED },
         state_dir: state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::admin::scrub::STATE_DIR)),
-        allow_untrusted_target: args.allow_untrusted_target,
+        allow_untrusted_target: args.target.allow_untrusted_target,
     };
     let mode = args.units.mode();
     let list = args.list;

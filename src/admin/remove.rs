@@ -992,12 +992,14 @@ pub fn execute_remove(
                     .last()
                     .unwrap_or("no message")
                     .to_owned();
-                let hint = if why.contains("Read-only file system") {
-                    "the kernel aborted a transaction (see dmesg: 'Transaction aborted (error -28)': it ran out of metadata space while relocating) and forced the filesystem read-only; what was committed is intact: unmount and mount it again, free space (or add a device), then run this again"
-                } else if why.contains("No space") || why.contains("ENOSPC") {
-                    "the devices that stay have too little room: free space or add a device, then run it again"
-                } else {
-                    "the device is still a member; what moved stays moved (a consistent filesystem); see the kernel log"
+                let failure = super::checks::kernel_failure(&why);
+                let hint = failure.map_or(
+                    "the device is still a member; what moved stays moved (a consistent filesystem); see the kernel log",
+                    |(_, next)| next,
+                );
+                let why = match failure {
+                    Some((errno, _)) => format!("the kernel stopped it with {errno} ({why})"),
+                    None => why,
                 };
                 return Err(Error::new(
                     ErrorKind::Tool,

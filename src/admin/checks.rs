@@ -346,3 +346,50 @@ mod tests {
         );
     }
 }
+
+/// The kernel's errno in a failed relocating operation's message (btrfs-progs
+/// prints `strerror`), named, with what to do next: ENOSPC, EIO, EROFS.
+/// `None` for anything else (ECANCELED included: that is a cancel, not a
+/// failure).
+pub fn kernel_failure(message: &str) -> Option<(&'static str, &'static str)> {
+    if message.contains("No space left on device") || message.contains("ENOSPC") {
+        Some((
+            "ENOSPC (no space left on device)",
+            "the devices ran out of space for it: add a device (btrfs-lab device add) or free space, then run it again; the same command as is fails the same way",
+        ))
+    } else if message.contains("Input/output error") || message.contains("EIO") {
+        Some((
+            "EIO (input/output error)",
+            "a device could not be read or written: see the kernel log (dmesg) and btrfs-lab doctor for the device's errors; replace or remove the failing device, or copy out what is readable (btrfs-lab rescue)",
+        ))
+    } else if message.contains("Read-only file system") || message.contains("EROFS") {
+        Some((
+            "EROFS (read-only file system)",
+            "the kernel aborted a transaction (see dmesg: 'Transaction aborted', error -28 is ENOSPC) and forced the filesystem read-only; what was committed is intact: unmount and mount it again, add a device or free space, then run it again",
+        ))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod kernel_failure_tests {
+    use super::kernel_failure;
+
+    #[test]
+    fn errnos_are_named_and_a_cancel_is_not_a_failure() {
+        let enospc = kernel_failure(
+            "ERROR: ioctl(DEV_REPLACE_START) failed on \"/mnt\": No space left on device",
+        );
+        assert!(enospc.is_some_and(|(e, _)| e.starts_with("ENOSPC")));
+        assert!(
+            kernel_failure("ERROR: error removing devid 2: Read-only file system")
+                .is_some_and(|(e, _)| e.starts_with("EROFS"))
+        );
+        assert!(
+            kernel_failure("... failed: Input/output error")
+                .is_some_and(|(e, _)| e.starts_with("EIO"))
+        );
+        assert_eq!(kernel_failure("... failed: Operation canceled"), None);
+    }
+}

@@ -18,6 +18,7 @@ use super::state::FsState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::alloc::{ChunkKind, reserve};
 use crate::model::profile::Profile;
+use crate::model::relocate::{self, Assume, Layout, Shortfall};
 use crate::model::space::BgType;
 use crate::parse::size::format_iec;
 use crate::sys::kernel::btrfs::{ChunkRecord, DevExtent, FsHandle, bg_type_of, profile_of};
@@ -84,6 +85,29 @@ pub struct RemovePlan {
     pub notes: Vec<String>,
     /// Why it cannot go ahead.
     pub refusals: Vec<Reason>,
+    /// The replay of the relocation onto the devices that stay, chunk by
+    /// chunk with the kernel's allocator rules (as `convert`'s).
+    #[serde(default)]
+    pub space_check: SpaceCheck,
+}
+
+/// What the replay of a remove's relocation says.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpaceCheck {
+    /// It fits under every assumption the replay makes.
+    Fits,
+    /// It fits under some assumptions and runs out under others: the
+    /// kernel may stop with ENOSPC (the device stays a member).
+    MayRunOut,
+    /// It runs out under every assumption: refused.
+    WillRunOut,
+    /// Not replayed (not root, mixed block groups, a balance running,
+    /// or the plan is refused for another reason).
+    #[default]
+    NotChecked,
 }
 
 /// What the planner reads besides the filesystem's state.
@@ -97,6 +121,8 @@ pub struct RemoveFacts {
     pub read_only: bool,
     /// Root.
     pub is_root: bool,
+    /// The chunks as the replay reads them ([`crate::admin::convert::read_layout`]).
+    pub layout: Option<Layout>,
 }
 
 fn kind_of(t: BgType) -> ChunkKind {
@@ -519,7 +545,8 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
         });
     }
     // Every metadata chunk has a stripe on a device that goes: while the
-    // last of them is relocated, metadata needs a new chunk at once.
+    // last of them is relocated, metadata has room only by overcommitting
+    // until a new chunk comes.
     let meta_all_leaving = {
         let meta: Vec<&ChunkRecord> = facts
             .chunks
@@ -531,10 +558,50 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
                 .iter()
                 .all(|c| c.devids.iter().any(|d| ids.contains(d)))
     };
-    if meta_all_leaving {
-        notes.push("every metadata chunk has a copy on a device that goes: relocating the last of them needs a new metadata chunk on the devices that stay at once; on a nearly full filesystem the kernel has aborted that with ENOSPC and forced the filesystem read-only (seen on 6.18; nothing committed is lost: unmount, mount, free space, run again)".to_owned());
+    let mut space_check = SpaceCheck::NotChecked;
+    if refusals.is_empty()
+        && let Some(layout) = &facts.layout
+    {
+        let replay = RemoveReplay::new(fs, facts, &order);
+        match replay.verdict(layout) {
+            Ok(n) if meta_all_leaving => {
+                // Measured on 6.18 (3 × 1 GiB raid1 holding 400 MiB,
+                // removing the device with the one metadata chunk; the
+                // replay fits): the kernel made that chunk read-only by
+                // overcommitting, then failed to allocate a tree block
+                // (ENOSPC in __btrfs_free_extent), aborted the transaction
+                // and forced the filesystem read-only; with 100 MiB, or on
+                // 1.5 GiB devices, the same remove completed. The replay
+                // cannot tell these apart.
+                space_check = SpaceCheck::MayRunOut;
+                notes.push(format!(
+                    "space: may run out — the relocation of the {n} chunk(s), replayed chunk by chunk onto the devices that stay, finds room, but every metadata chunk has a copy on a device that goes: while the last of them is relocated the kernel has no metadata chunk to write to until it allocates one, and it has aborted the transaction there with ENOSPC and forced the filesystem read-only (seen on 6.18 with 3 × 1 GiB raid1 at 40% full). Nothing committed is lost then: unmount, mount, add a device (btrfs-lab device add {m} DEV), run it again. To avoid it, add a device first, or free space"
+                ));
+            }
+            Ok(n) => {
+                space_check = SpaceCheck::Fits;
+                notes.push(format!(
+                    "space: fits — the relocation of the {n} chunk(s) on the device(s) that go, replayed chunk by chunk onto the devices that stay with the kernel's allocator rules, finds room for every extent"
+                ));
+            }
+            Err((s, sure)) if sure => {
+                space_check = SpaceCheck::WillRunOut;
+                refusals.push(shortfall_reason(fs, layout, &replay, &s));
+            }
+            Err((s, _)) => {
+                space_check = SpaceCheck::MayRunOut;
+                notes.push(format!(
+                    "space: may run out — replayed with the least favourable assumptions, {}; with others it fits. If the kernel stops with ENOSPC the device stays a member and nothing is lost: add a device (btrfs-lab device add {m} DEV) or free space, then run it again",
+                    shortfall_text(&s)
+                ));
+            }
+        }
     }
-    if tight {
+    if meta_all_leaving && space_check == SpaceCheck::NotChecked {
+        notes.push("every metadata chunk has a copy on a device that goes: relocating the last of them needs a new metadata chunk on the devices that stay at once; the kernel has aborted that with ENOSPC and forced the filesystem read-only (seen on 6.18; nothing committed is lost: unmount, mount, add a device or free space, run again)".to_owned());
+    }
+    // The replay says it better than the full-size-chunk estimate.
+    if tight && space_check == SpaceCheck::NotChecked {
         notes.push("space is tight: the devices that stay have room for the data, but not in full-size chunks; the kernel allocates smaller ones then, and if it still runs out the remove stops with ENOSPC (the device stays a member, nothing is lost)".to_owned());
     }
     if devices.iter().any(|d| d.path.is_empty()) {
@@ -566,7 +633,141 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
         commands,
         notes,
         refusals,
+        space_check,
     }
+}
+
+/// What [`relocate::simulate_remove`] takes for removing `order`
+/// (devids) from `fs`.
+struct RemoveReplay {
+    gone: Vec<usize>,
+    gone_bytes: u64,
+    /// The chunks' logical starts in the order the kernel relocates them.
+    chunks: Vec<u64>,
+}
+
+impl RemoveReplay {
+    fn new(fs: &FsState, facts: &RemoveFacts, order: &[u64]) -> Self {
+        let leaving = || {
+            order
+                .iter()
+                .filter_map(|&id| fs.devices.iter().position(|d| d.devid == id))
+        };
+        // btrfs_shrink_device: each device's extents from the highest
+        // offset down, the devices in the plan's order.
+        let mut chunks: Vec<u64> = Vec::new();
+        for &id in order {
+            let mut here: Vec<_> = facts.dev_extents.iter().filter(|e| e.devid == id).collect();
+            here.sort_by_key(|e| std::cmp::Reverse(e.offset));
+            for e in here {
+                if !chunks.contains(&e.chunk_logical) {
+                    chunks.push(e.chunk_logical);
+                }
+            }
+        }
+        RemoveReplay {
+            gone: leaving().collect(),
+            gone_bytes: leaving().map(|i| fs.devices[i].size).sum(),
+            chunks,
+        }
+    }
+
+    fn run(&self, layout: &Layout, assume: Assume) -> std::result::Result<usize, Shortfall> {
+        relocate::simulate_remove(layout, &self.gone, self.gone_bytes, &self.chunks, assume)
+    }
+
+    /// `Ok(chunks relocated)` when it fits under the least favourable
+    /// assumptions, else where it runs out and whether it does under every
+    /// assumption (a sure refusal).
+    fn verdict(&self, layout: &Layout) -> std::result::Result<usize, (Shortfall, bool)> {
+        // A refusal only where data runs out under every assumption: the
+        // kernel sizes the metadata and system chunks it makes on the way
+        // in ways the replay does not follow (3 × 1 GiB, single data with
+        // 1100 MiB, removing device 3: the replay ran out at the system
+        // chunk, the kernel made a 155 MiB metadata and a 12 MiB system
+        // chunk and completed). Every data refusal tried was a real ENOSPC.
+        self.run(layout, Assume::WORST).map_err(|s| {
+            let sure =
+                s.kind == ChunkKind::Data && !Assume::all().any(|a| self.run(layout, a).is_ok());
+            (s, sure)
+        })
+    }
+
+    /// The smallest device (of a few sizes) whose addition lets the replay
+    /// finish, if any.
+    fn device_that_fits(&self, layout: &Layout) -> Option<u64> {
+        (0..8).map(|i| (256u64 << 20) << i).find(|&size| {
+            let mut l = layout.clone();
+            l.free.push(size);
+            l.total_bytes += size;
+            self.run(&l, Assume::WORST).is_ok()
+        })
+    }
+}
+
+fn kind_name(k: ChunkKind) -> &'static str {
+    match k {
+        ChunkKind::Data => "data",
+        ChunkKind::Metadata => "metadata",
+        ChunkKind::System => "system",
+    }
+}
+
+/// Where the replay runs out, with the numbers.
+fn shortfall_text(s: &Shortfall) -> String {
+    let what = if s.read_only {
+        format!(
+            "it cannot be made read-only: nothing else takes its reservations ({} free in other {} chunks, {} unallocated is too little to overcommit)",
+            format_iec(s.free_in_target),
+            kind_name(s.kind),
+            format_iec(s.unallocated),
+        )
+    } else {
+        let part = if s.kind == ChunkKind::Data {
+            format!(
+                "its {} extent finds no free range that large",
+                format_iec(s.wanted)
+            )
+        } else {
+            format!("{} of its tree blocks find no room", format_iec(s.wanted))
+        };
+        format!(
+            "{part} in the {to} chunks (largest free range {}, {} free in all) and the {} unallocated on the devices that stay does not take a new {to} chunk",
+            format_iec(s.largest_free),
+            format_iec(s.free_in_target),
+            format_iec(s.unallocated),
+            to = s.to,
+        )
+    };
+    format!(
+        "relocating chunk {} of {} ({} {} at {}), {what}",
+        s.step,
+        s.steps,
+        kind_name(s.kind),
+        s.from,
+        s.logical,
+    )
+}
+
+/// The refusal when the replay runs out under every assumption.
+fn shortfall_reason(fs: &FsState, layout: &Layout, r: &RemoveReplay, s: &Shortfall) -> Reason {
+    let m = fs.mount_point.display();
+    let fits_with = r.device_that_fits(layout);
+    let fix = match fits_with {
+        Some(size) => format!(
+            "add a device of at least {} first (btrfs-lab device add {m} DEV) or delete data",
+            format_iec(size)
+        ),
+        None => format!("add devices first (btrfs-lab device add {m} DEV) or delete data"),
+    };
+    Reason::general(
+        "no-space-during-remove",
+        format!(
+            "not enough space to remove: {}; the kernel's relocation stops there with ENOSPC (and has aborted the transaction and forced the filesystem read-only when it was metadata); {fix}",
+            shortfall_text(s)
+        ),
+        false,
+    )
 }
 
 /// Where a remove is.
@@ -791,12 +992,14 @@ pub fn execute_remove(
                     .last()
                     .unwrap_or("no message")
                     .to_owned();
-                let hint = if why.contains("Read-only file system") {
-                    "the kernel aborted a transaction (see dmesg: 'Transaction aborted (error -28)': it ran out of metadata space while relocating) and forced the filesystem read-only; what was committed is intact: unmount and mount it again, free space (or add a device), then run this again"
-                } else if why.contains("No space") || why.contains("ENOSPC") {
-                    "the devices that stay have too little room: free space or add a device, then run it again"
-                } else {
-                    "the device is still a member; what moved stays moved (a consistent filesystem); see the kernel log"
+                let failure = super::checks::kernel_failure(&why);
+                let hint = failure.map_or(
+                    "the device is still a member; what moved stays moved (a consistent filesystem); see the kernel log",
+                    |(_, next)| next,
+                );
+                let why = match failure {
+                    Some((errno, _)) => format!("the kernel stopped it with {errno} ({why})"),
+                    None => why,
                 };
                 return Err(Error::new(
                     ErrorKind::Tool,
@@ -857,12 +1060,13 @@ pub fn execute_remove(
 }
 
 /// Reads what the planner needs through the handle.
-pub fn read_facts(fs: &FsHandle) -> Result<RemoveFacts> {
+pub fn read_facts(fs: &FsHandle, state: &FsState) -> Result<RemoveFacts> {
     Ok(RemoveFacts {
         chunks: fs.chunk_records()?.unwrap_or_default(),
         dev_extents: fs.dev_extents()?.unwrap_or_default(),
         read_only: fs.read_only(),
         is_root: crate::sys::is_root(),
+        layout: super::convert::read_layout(fs, state),
     })
 }
 
@@ -873,7 +1077,7 @@ pub fn prepare(
     specs: &[RemoveSpec],
 ) -> Result<(FsHandle, FsState, RemovePlan)> {
     let (fs, state) = super::state::open_state(root, path)?;
-    let facts = read_facts(&fs)?;
+    let facts = read_facts(&fs, &state)?;
     let plan = plan_remove(&state, specs, &facts);
     Ok((fs, state, plan))
 }
@@ -968,6 +1172,7 @@ mod tests {
                 dev_extents,
                 read_only: false,
                 is_root: true,
+                layout: None,
             },
         )
     }

@@ -775,14 +775,47 @@ pub fn execute_replace(
             S::Started => {}
             S::Finished => break,
             S::Canceled => {
+                // The kernel ends a replace that failed (ENOSPC, EIO, ...)
+                // as "canceled" too: its errno is in what the starting
+                // command printed.
+                let said = child.as_mut().map(|(c, _)| {
+                    let _ = c.wait();
+                    crate::sys::kernel::child::read_stderr(c)
+                });
+                let last = said
+                    .as_deref()
+                    .and_then(|t| t.trim().lines().last())
+                    .unwrap_or("")
+                    .to_owned();
+                if let Some((errno, next)) = super::checks::kernel_failure(&last) {
+                    return Err(Error::new(
+                        ErrorKind::Tool,
+                        format!(
+                            "the replace of device {} failed: the kernel stopped it with {errno}; device {} is still a member ({last})",
+                            old.devid, old.devid
+                        ),
+                    )
+                    .with_hint(next));
+                }
+                let (what, hint) = if child.is_some() {
+                    (
+                        "was cancelled (--cancel, a suspend or a freeze)",
+                        "run the same command again to start it anew",
+                    )
+                } else {
+                    (
+                        "ended without finishing: cancelled, or failed (this run followed a replace started elsewhere, whose error it cannot read)",
+                        "see the kernel log (dmesg) for the reason; run the same command again to start it anew once it is dealt with",
+                    )
+                };
                 return Err(Error::new(
                     ErrorKind::State,
                     format!(
-                        "the replace of device {} was cancelled (--cancel, a suspend or a freeze); device {} is still a member, unchanged",
+                        "the replace of device {} {what}; device {} is still a member, unchanged",
                         old.devid, old.devid
                     ),
                 )
-                .with_hint("run the same command again to start it anew"));
+                .with_hint(hint));
             }
             S::Suspended | S::NeverStarted => {
                 return Err(Error::new(

@@ -416,62 +416,192 @@ pub fn simulate_in(
     metadata: Option<Profile>,
     assume: Assume,
 ) -> Result<usize, Shortfall> {
+    let target_of = |k: ChunkKind| match k {
+        ChunkKind::Data => data,
+        ChunkKind::Metadata | ChunkKind::System => metadata,
+    };
+    let mut by_logical: Vec<&LayoutChunk> = layout.chunks.iter().collect();
+    by_logical.sort_by_key(|c| c.logical);
+    // Chunks already in their target profile take the relocated bytes too.
+    let pool = by_logical
+        .iter()
+        .filter(|c| target_of(c.kind) == Some(c.profile))
+        .map(|c| Target {
+            kind: c.kind,
+            profile: c.profile,
+            room: c.length.saturating_sub(c.used),
+        })
+        .collect();
+    let mut order: Vec<(&LayoutChunk, Profile)> = by_logical
+        .iter()
+        .filter_map(|c| {
+            target_of(c.kind)
+                .filter(|&t| t != c.profile)
+                .map(|t| (*c, t))
+        })
+        .collect();
+    order.reverse();
+    replay(
+        layout,
+        Job {
+            order,
+            pool,
+            forced: true,
+            gone: Vec::new(),
+            total: layout.total_bytes,
+            system: metadata,
+        },
+        assume,
+    )
+}
+
+/// Replays `btrfs device remove` of the devices `gone` (indexes into
+/// [`Layout::free`], together `gone_bytes` of the devices' total size):
+/// the kernel (`btrfs_rm_device`, `btrfs_shrink_device`) takes them out of
+/// the allocator first (no new chunk on them, the total size the chunk
+/// caps come from shrinks), then relocates every chunk with a stripe on
+/// them, one after the other, from the highest device offset down
+/// (`order`: their logical starts in that order), into chunks of the same
+/// profile on the devices that stay. A relocation in the same profile
+/// forces no new chunk (`btrfs_inc_block_group_ro` allocates one only when
+/// the profile changes, or when the chunk cannot be made read-only
+/// otherwise, never a system chunk); a relocated chunk frees its stripes on
+/// the devices that stay (when [`Assume::reuse`] says). Several devices are
+/// replayed as one removal (the devices removed later take no chunk of the
+/// earlier ones: what would move twice is not counted). `Ok(chunks
+/// relocated)` or where it runs out of space.
+pub fn simulate_remove(
+    layout: &Layout,
+    gone: &[usize],
+    gone_bytes: u64,
+    order: &[u64],
+    assume: Assume,
+) -> Result<usize, Shortfall> {
+    let on_gone = |c: &LayoutChunk| c.stripes.iter().any(|(d, _)| gone.contains(d));
+    let mut by_logical: Vec<&LayoutChunk> = layout.chunks.iter().collect();
+    by_logical.sort_by_key(|c| c.logical);
+    let pool = by_logical
+        .iter()
+        .filter(|c| !on_gone(c))
+        .map(|c| Target {
+            kind: c.kind,
+            profile: c.profile,
+            room: c.length.saturating_sub(c.used),
+        })
+        .collect();
+    let mut order: Vec<(&LayoutChunk, Profile)> = order
+        .iter()
+        .filter_map(|l| layout.chunks.iter().find(|c| c.logical == *l))
+        .filter(|c| on_gone(c))
+        .map(|c| (c, c.profile))
+        .collect();
+    // Chunks on a device that goes that `order` did not name: last.
+    for c in by_logical.iter().rev() {
+        if on_gone(c) && !order.iter().any(|(o, _)| o.logical == c.logical) {
+            order.push((c, c.profile));
+        }
+    }
+    let system = order
+        .iter()
+        .find(|(c, _)| c.kind == ChunkKind::System)
+        .map(|(c, _)| c.profile);
+    let mut l = layout.clone();
+    for &g in gone {
+        if let Some(f) = l.free.get_mut(g) {
+            *f = 0;
+        }
+    }
+    replay(
+        &l,
+        Job {
+            order,
+            pool,
+            forced: false,
+            gone: gone.to_vec(),
+            total: layout.total_bytes.saturating_sub(gone_bytes),
+            system,
+        },
+        assume,
+    )
+}
+
+/// What a replay relocates, and how.
+struct Job<'a> {
+    /// The chunks in the order the kernel relocates them, each with the
+    /// profile it is relocated into.
+    order: Vec<(&'a LayoutChunk, Profile)>,
+    /// The chunks that take relocated bytes from the start, by address.
+    pool: Vec<Target>,
+    /// Each relocation forces a chunk of its target profile first (a
+    /// conversion: `btrfs_inc_block_group_ro` when the profile changes).
+    forced: bool,
+    /// Devices that go: their stripes are not freed for reuse.
+    gone: Vec<usize>,
+    /// The devices' total size during the replay (the chunk size caps).
+    total: u64,
+    /// The profile of the system chunks the kernel may make on the way
+    /// ([`Assume::early_system`]).
+    system: Option<Profile>,
+}
+
+/// The replay of `job` on `layout`.
+fn replay(layout: &Layout, job: Job<'_>, assume: Assume) -> Result<usize, Shortfall> {
     let Assume {
         unread,
         free,
         reuse,
         early_system,
     } = assume;
-    let target_of = |k: ChunkKind| match k {
-        ChunkKind::Data => data,
-        ChunkKind::Metadata | ChunkKind::System => metadata,
-    };
-    let dup = [data, metadata]
-        .into_iter()
-        .flatten()
-        .any(|p| p.geometry().dev_stripes > 1);
+    let Job {
+        order,
+        mut pool,
+        forced,
+        gone,
+        total,
+        system,
+    } = job;
+    let dup = order.iter().any(|(_, p)| p.geometry().dev_stripes > 1)
+        || system.is_some_and(|p| p.geometry().dev_stripes > 1);
     let mut space = Space {
         free: layout.free.clone(),
         holes: (free == Free::Holes && dup).then(|| layout.free.iter().map(|&f| vec![f]).collect()),
     };
-    let mut pool: Vec<Target> = Vec::new();
+    let staying = |stripes: &[(usize, u64)]| -> Vec<(usize, u64)> {
+        stripes
+            .iter()
+            .copied()
+            .filter(|(d, _)| !gone.contains(d))
+            .collect()
+    };
     let mut pending: Vec<(usize, u64)> = Vec::new();
-    let mut by_logical: Vec<&LayoutChunk> = layout.chunks.iter().collect();
-    by_logical.sort_by_key(|c| c.logical);
-    // Chunks already in their target profile take the relocated bytes too.
-    for c in &by_logical {
-        if target_of(c.kind) == Some(c.profile) {
-            pool.push(Target {
-                kind: c.kind,
-                profile: c.profile,
-                room: c.length.saturating_sub(c.used),
-            });
-        }
-    }
-    let mut order: Vec<&LayoutChunk> = by_logical
-        .iter()
-        .copied()
-        .filter(|c| target_of(c.kind).is_some_and(|t| t != c.profile))
-        .collect();
-    order.reverse();
+    // What relocated chunks freed on the devices that go: never allocated
+    // again, but counted by the kernel's `free_chunk_space`
+    // (`btrfs_remove_chunk` adds every freed device extent to it, the
+    // removed device's too), which overcommitting reads. Measured (3 ×
+    // 1 GiB, single data with 1100 MiB, raid1 metadata, removing device 3):
+    // the last system chunk was made read-only with 320 MiB unallocated on
+    // the devices that stay, too little without the 896 MiB freed on the
+    // device that went.
+    let mut freed_on_gone = 0u64;
     let steps = order.len();
-    let (total, kernel) = (layout.total_bytes, layout.kernel);
+    let kernel = layout.kernel;
     // calc_effective_data_chunk_size: what overcommitting must leave.
     let data_chunk = (total / 10).min(1 << 30);
     // Old system chunks to relocate: [`Assume::early_system`] may give
     // them a target chunk along the way.
     let mut early_system = early_system
-        && order.iter().any(|c| c.kind == ChunkKind::System)
+        && order.iter().any(|(c, _)| c.kind == ChunkKind::System)
         && !pool.iter().any(|t| t.kind == ChunkKind::System);
-    for (i, c) in order.iter().enumerate() {
-        let to = target_of(c.kind).expect("filtered");
+    for (i, &(c, to)) in order.iter().enumerate() {
         // btrfs_inc_block_group_ro: a forced chunk of the target profile
         // (never a system chunk: btrfs_chunk_alloc refuses those, they
         // come from check_system_chunk when system space runs short).
-        if c.kind != ChunkKind::System
-            && space.grow(&mut pool, to, c.kind, total, kernel)
+        let grown = forced
+            && c.kind != ChunkKind::System
+            && space.grow(&mut pool, to, c.kind, total, kernel);
+        if grown
             && early_system
-            && let Some(sys) = metadata
+            && let Some(sys) = system
             && space.grow(&mut pool, sys, ChunkKind::System, total, kernel)
         {
             early_system = false;
@@ -500,25 +630,39 @@ pub fn simulate_in(
         // room elsewhere, in chunks of their type or by overcommitting on
         // unallocated space (btrfs_can_overcommit, NO_FLUSH: what the
         // profile gets from it less a data chunk kept in reserve, halved).
+        // Without a conversion's forced chunk, the kernel forces one of
+        // metadata when that fails, and tries again.
         if c.kind != ChunkKind::Data {
-            let elsewhere: u64 = pool
-                .iter()
-                .filter(|t| t.kind == c.kind)
-                .map(|t| t.room)
-                .sum::<u64>()
-                + order[i + 1..]
-                    .iter()
-                    .filter(|o| o.kind == c.kind)
-                    .map(|o| o.length.saturating_sub(o.used))
-                    .sum::<u64>();
             let copies = u64::from(to.geometry().ncopies.max(1));
-            let avail = (space.total() / copies).saturating_sub(data_chunk) / 2;
             let reserved = if c.kind == ChunkKind::Metadata {
                 layout.global_reserve
             } else {
                 0
             };
-            if elsewhere + avail <= reserved {
+            let fails = |pool: &[Target], space: &Space| {
+                let elsewhere: u64 = pool
+                    .iter()
+                    .filter(|t| t.kind == c.kind)
+                    .map(|t| t.room)
+                    .sum::<u64>()
+                    + order[i + 1..]
+                        .iter()
+                        .filter(|(o, _)| o.kind == c.kind)
+                        .map(|(o, _)| o.length.saturating_sub(o.used))
+                        .sum::<u64>();
+                let avail =
+                    ((space.total() + freed_on_gone) / copies).saturating_sub(data_chunk) / 2;
+                (elsewhere + avail <= reserved).then_some(elsewhere)
+            };
+            let mut failed = fails(&pool, &space);
+            if failed.is_some()
+                && !forced
+                && c.kind == ChunkKind::Metadata
+                && space.grow(&mut pool, to, c.kind, total, kernel)
+            {
+                failed = fails(&pool, &space);
+            }
+            if let Some(elsewhere) = failed {
                 return Err(Shortfall {
                     largest_free: 0,
                     free_in_target: elsewhere,
@@ -575,13 +719,20 @@ pub fn simulate_in(
         }
         // The old chunk goes: the previous one's stripes are free now, its
         // own after the next chunk (the allocator searches the device
-        // tree's commit root).
+        // tree's commit root); those on a device that goes never are.
+        let freed = staying(&c.stripes);
+        freed_on_gone += c
+            .stripes
+            .iter()
+            .filter(|(d, _)| gone.contains(d))
+            .map(|(_, b)| b)
+            .sum::<u64>();
         match reuse {
-            Reuse::AtOnce => space.release(&c.stripes),
-            Reuse::AfterForced => pending = c.stripes.clone(),
+            Reuse::AtOnce => space.release(&freed),
+            Reuse::AfterForced => pending = freed,
             Reuse::AfterNext => {
                 space.release(&pending);
-                pending = c.stripes.clone();
+                pending = freed;
             }
         }
     }
@@ -881,6 +1032,60 @@ mod tests {
         tight.free = vec![0, 0];
         assert!(simulate_in(&tight, None, Some(Profile::Raid1), early).is_err());
         assert!(Assume::all().any(|a| a.early_system) && Assume::all().count() == 24);
+    }
+
+    /// 3 × 1 GiB raid1: system and metadata on devices 1 and 2, a 320
+    /// MiB data chunk on 0 and 1 holding `used`; removing device 1.
+    fn three_raid1(used: u64) -> Layout {
+        let mut c = chunk(
+            ChunkKind::Data,
+            Profile::Raid1,
+            GIB,
+            320 * MIB,
+            used,
+            &[0, 1],
+        );
+        c.extents = Some(vec![MAX_EXTENT; (used / MAX_EXTENT) as usize]);
+        Layout {
+            free: vec![703 * MIB, 439 * MIB, 759 * MIB],
+            chunks: vec![
+                chunk(
+                    ChunkKind::System,
+                    Profile::Raid1,
+                    MIB,
+                    8 * MIB,
+                    16 << 10,
+                    &[1, 2],
+                ),
+                chunk(
+                    ChunkKind::Metadata,
+                    Profile::Raid1,
+                    30 * MIB,
+                    256 * MIB,
+                    MIB,
+                    &[1, 2],
+                ),
+                c,
+            ],
+            total_bytes: 3 * GIB,
+            kernel: K,
+            global_reserve: 5 * MIB,
+        }
+    }
+
+    #[test]
+    fn a_remove_relocates_onto_the_devices_that_stay_only() {
+        let order = [GIB, 30 * MIB, MIB];
+        // 256 MiB of data: a new raid1 chunk on devices 0 and 2 takes it.
+        let l = three_raid1(256 * MIB);
+        assert_eq!(simulate_remove(&l, &[1], GIB, &order, Assume::WORST), Ok(3));
+        // Devices 0 and 2 nearly full: the data's extent finds no chunk,
+        // although device 1 (going) has room.
+        let mut full = l.clone();
+        full.free = vec![100 * MIB, 900 * MIB, 100 * MIB];
+        let s = simulate_remove(&full, &[1], GIB, &order, Assume::WORST).unwrap_err();
+        assert_eq!((s.step, s.kind, s.wanted), (1, ChunkKind::Data, MAX_EXTENT));
+        assert!(Assume::all().all(|a| simulate_remove(&full, &[1], GIB, &order, a).is_err()));
     }
 
     #[test]

@@ -564,3 +564,134 @@ fn remove_missing_drops_the_lost_member_and_keeps_every_byte() {
     assert_eq!(code, 1, "{stderr}");
     assert_eq!(members(&m), now);
 }
+
+/// One case of the remove space matrix: `removals` (devids) one after the
+/// other, each planned by btrfs-lab and judged against the kernel.
+struct RemoveCase {
+    devices: u32,
+    /// Size of each device, MiB.
+    mib: u64,
+    data: Profile,
+    metadata: Profile,
+    fill_mib: usize,
+    removals: &'static [u64],
+}
+
+/// `device remove`'s space check (the relocation replayed chunk by chunk
+/// onto the devices that stay) against the kernel (issue 49): every
+/// "fits" completes, every refusal is a real ENOSPC when the kernel's own
+/// `btrfs device remove` is forced; a "may run out" may go either way.
+/// 4 × 1.5 GiB RAID1 with 649 MiB, device 3 then device 1: the second ran
+/// the kernel out of space before.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn the_remove_plan_predicts_the_kernels_enospc() {
+    if !require_root("remove space matrix") {
+        return;
+    }
+    use Profile::{Raid1, Single};
+    let case = |devices, mib, data, metadata, fill_mib, removals| RemoveCase {
+        devices,
+        mib,
+        data,
+        metadata,
+        fill_mib,
+        removals,
+    };
+    let cases = [
+        case(4, 1536, Raid1, Raid1, 649, &[3, 1]),
+        case(4, 1536, Raid1, Raid1, 649, &[1, 3]),
+        case(3, 1024, Raid1, Raid1, 700, &[1]),
+        case(3, 1024, Raid1, Raid1, 400, &[2]),
+        case(3, 1024, Raid1, Raid1, 100, &[2]),
+        case(3, 1024, Single, Raid1, 1500, &[1]),
+        case(3, 1024, Single, Raid1, 1100, &[3]),
+    ];
+    let env = TestEnv::new();
+    let (mut fits, mut refused, mut unsure) = (0, 0, 0);
+    for c in &cases {
+        let sbx = env.sandbox(SandboxRequest {
+            devices: c.devices,
+            size_bytes: c.mib << 20,
+            data: Some(c.data),
+            metadata: Some(c.metadata),
+            ..SandboxRequest::default()
+        });
+        let m = sbx.mount_point().to_path_buf();
+        fill(&m, 1, c.fill_mib);
+        let before = hashes(&m);
+        for &id in c.removals {
+            let what = format!(
+                "{} × {} MiB {}/{} with {} MiB, remove {id} (of {:?})",
+                c.devices, c.mib, c.data, c.metadata, c.fill_mib, c.removals
+            );
+            let (code, stdout, stderr) = run(env
+                .cmd()
+                .args(["device", "remove", "--yes"])
+                .arg(&m)
+                .arg(id.to_string()));
+            let warned = format!("{stdout}{stderr}").contains("space: may run out");
+            if code == 0 {
+                assert!(!members(&m).contains_key(&id), "{what}: still a member");
+                if warned {
+                    unsure += 1;
+                } else {
+                    fits += 1;
+                }
+                eprintln!(
+                    "{what}: plan {}, the remove completed",
+                    if warned { "warned" } else { "fits" }
+                );
+                continue;
+            }
+            if warned {
+                unsure += 1;
+                // ENOSPC, or the transaction aborted with ENOSPC and the
+                // filesystem forced read-only (the metadata case).
+                assert!(
+                    stderr.contains("No space left on device")
+                        || stderr.contains("Read-only file system"),
+                    "{what}: warned, but the remove failed otherwise: {stdout}{stderr}"
+                );
+                eprintln!(
+                    "{what}: plan warned, the kernel ran out of space: {}",
+                    stderr.lines().next().unwrap_or("")
+                );
+                break;
+            }
+            refused += 1;
+            assert_eq!(code, 1, "{what}: {stdout}{stderr}");
+            assert!(
+                stderr.contains("not enough space to remove"),
+                "{what}: {stderr}"
+            );
+            assert!(
+                members(&m).contains_key(&id),
+                "{what}: the refusal changed something"
+            );
+            let out = btrfs(&["device", "remove", &id.to_string()], &m);
+            let err = String::from_utf8_lossy(&out.stderr);
+            // ENOSPC, or (where metadata ran out) the transaction aborted
+            // with ENOSPC and the filesystem forced read-only: the remove
+            // fails with EROFS.
+            assert!(
+                !out.status.success()
+                    && (err.contains("No space left on device")
+                        || err.contains("Read-only file system")),
+                "{what}: refused, but the kernel's remove did not run out of space: {}{err}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            eprintln!(
+                "{what}: plan refused, the kernel ran out of space: {}",
+                err.trim()
+            );
+            break;
+        }
+        assert_eq!(hashes(&m), before, "{c:?}", c = c.removals);
+    }
+    assert!(
+        fits > 0 && refused > 0,
+        "the matrix needs both outcomes to test anything: {fits} fit, {refused} refused ({unsure} warned)"
+    );
+    eprintln!("{fits} fit, {refused} refused, {unsure} warned");
+}

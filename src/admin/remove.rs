@@ -705,45 +705,14 @@ impl RemoveReplay {
     }
 }
 
-fn kind_name(k: ChunkKind) -> &'static str {
-    match k {
-        ChunkKind::Data => "data",
-        ChunkKind::Metadata => "metadata",
-        ChunkKind::System => "system",
-    }
-}
-
 /// Where the replay runs out, with the numbers.
 fn shortfall_text(s: &Shortfall) -> String {
-    let what = if s.read_only {
-        format!(
-            "it cannot be made read-only: nothing else takes its reservations ({} free in other {} chunks, {} unallocated is too little to overcommit)",
-            format_iec(s.free_in_target),
-            kind_name(s.kind),
-            format_iec(s.unallocated),
-        )
-    } else {
-        let part = if s.kind == ChunkKind::Data {
-            format!(
-                "its {} extent finds no free range that large",
-                format_iec(s.wanted)
-            )
-        } else {
-            format!("{} of its tree blocks find no room", format_iec(s.wanted))
-        };
-        format!(
-            "{part} in the {to} chunks (largest free range {}, {} free in all) and the {} unallocated on the devices that stay does not take a new {to} chunk",
-            format_iec(s.largest_free),
-            format_iec(s.free_in_target),
-            format_iec(s.unallocated),
-            to = s.to,
-        )
-    };
+    let what = s.why(" on the devices that stay");
     format!(
         "relocating chunk {} of {} ({} {} at {}), {what}",
         s.step,
         s.steps,
-        kind_name(s.kind),
+        s.kind.name(),
         s.from,
         s.logical,
     )

@@ -42,6 +42,17 @@ pub enum ChunkKind {
     System,
 }
 
+impl ChunkKind {
+    /// Its name in messages: `data`, `metadata`, `system`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChunkKind::Data => "data",
+            ChunkKind::Metadata => "metadata",
+            ChunkKind::System => "system",
+        }
+    }
+}
+
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 /// The unit stripes are aligned to (BTRFS_STRIPE_LEN).

@@ -144,6 +144,41 @@ pub struct Shortfall {
     pub read_only: bool,
 }
 
+impl Shortfall {
+    /// Why the replay stops at this chunk, with the numbers (the text of
+    /// convert's and remove's refusals); `unallocated_on` says where the
+    /// unallocated space was counted ("" for every device).
+    pub fn why(&self, unallocated_on: &str) -> String {
+        use crate::parse::size::format_iec;
+        if self.read_only {
+            return format!(
+                "it cannot be made read-only: nothing else takes its reservations ({} free in other {} chunks, {} unallocated is too little to overcommit)",
+                format_iec(self.free_in_target),
+                self.kind.name(),
+                format_iec(self.unallocated),
+            );
+        }
+        let part = if self.kind == ChunkKind::Data {
+            format!(
+                "its {} extent finds no free range that large",
+                format_iec(self.wanted)
+            )
+        } else {
+            format!(
+                "{} of its tree blocks find no room",
+                format_iec(self.wanted)
+            )
+        };
+        format!(
+            "{part} in the {to} chunks (largest free range {}, {} free in all) and the {} unallocated{unallocated_on} does not take a new {to} chunk",
+            format_iec(self.largest_free),
+            format_iec(self.free_in_target),
+            format_iec(self.unallocated),
+            to = self.to,
+        )
+    }
+}
+
 /// A chunk of the target profile during the replay.
 #[derive(Debug, Clone)]
 struct Target {

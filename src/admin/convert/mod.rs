@@ -305,14 +305,6 @@ pub(crate) fn layout_of(fs: &FsState, records: btrfs::ChunkLayout) -> Option<Lay
     })
 }
 
-fn kind_name(k: ChunkKind) -> &'static str {
-    match k {
-        ChunkKind::Data => "data",
-        ChunkKind::Metadata => "metadata",
-        ChunkKind::System => "system",
-    }
-}
-
 /// The smallest device (of a few sizes) whose addition lets the replay
 /// finish, if any.
 fn device_that_fits(
@@ -334,30 +326,7 @@ fn device_that_fits(
 
 /// The refusal when the replay runs out of space.
 fn shortfall_reason(layout: &Layout, req: &ConvertRequest, s: &Shortfall) -> Reason {
-    let what = if s.read_only {
-        format!(
-            "it cannot be made read-only: nothing else takes its reservations ({} free in other {} chunks, {} unallocated is too little to overcommit)",
-            format_iec(s.free_in_target),
-            kind_name(s.kind),
-            format_iec(s.unallocated),
-        )
-    } else {
-        let part = if s.kind == ChunkKind::Data {
-            format!(
-                "its {} extent finds no free range that large",
-                format_iec(s.wanted)
-            )
-        } else {
-            format!("{} of its tree blocks find no room", format_iec(s.wanted))
-        };
-        format!(
-            "{part} in the {to} chunks (largest free range {}, {} free in all) and the {} unallocated does not take a new {to} chunk",
-            format_iec(s.largest_free),
-            format_iec(s.free_in_target),
-            format_iec(s.unallocated),
-            to = s.to,
-        )
-    };
+    let what = s.why("");
     let fix = match device_that_fits(layout, req.data, req.metadata) {
         Some(size) => format!(
             "add a device of at least {} (btrfs-lab device add) or delete data first",
@@ -371,7 +340,7 @@ fn shortfall_reason(layout: &Layout, req: &ConvertRequest, s: &Shortfall) -> Rea
             "not enough space to convert: relocating chunk {} of {} ({} {} at {}) to {}, {what}; the kernel's balance stops there with ENOSPC (no space left on device); {fix}",
             s.step,
             s.steps,
-            kind_name(s.kind),
+            s.kind.name(),
             s.from,
             s.logical,
             s.to,
@@ -688,7 +657,7 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
                     "the conversion may run out of space at chunk {} of {} ({} {}): {why}; if the kernel stops with ENOSPC, what was converted stays converted and the same convert resumes after freeing space",
                     s.step,
                     s.steps,
-                    kind_name(s.kind),
+                    s.kind.name(),
                     s.from,
                 ));
             }

@@ -726,13 +726,7 @@ impl FsHandle {
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| Error::from_io(&e, "cannot open", path))?;
-        let info =
-            btrfs_uapi::filesystem::filesystem_info(dir.as_fd()).map_err(|e| not_btrfs(e, path))?;
-        Ok(Self {
-            dir,
-            path: path.to_path_buf(),
-            fsid: info.uuid.as_hyphenated().to_string(),
-        })
+        Self::from_held(dir, path)
     }
 
     /// A directory already held open (`sys::fs::target::resolve_held`),

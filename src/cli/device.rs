@@ -44,16 +44,34 @@ enum DeviceCommand {
     Remove(RemoveArgs),
 }
 
+/// A device named on the command line: never empty (an empty argument,
+/// as from an unset shell variable, is a usage error, not a device).
+fn named(s: &str) -> std::result::Result<String, String> {
+    if s.is_empty() {
+        Err("an empty name is not a device: give a path (/dev/...) or a devid".to_owned())
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
+fn named_path(s: &str) -> std::result::Result<PathBuf, String> {
+    if s.is_empty() {
+        Err("an empty name is not a device: give its path (/dev/...)".to_owned())
+    } else {
+        Ok(PathBuf::from(s))
+    }
+}
+
 #[derive(Debug, Args)]
 struct ReplaceArgs {
     /// A path inside the mounted btrfs.
     #[arg(value_name = "MOUNT")]
     mount: PathBuf,
     /// The member to replace: its devid (the only way to name a missing one) or its path.
-    #[arg(value_name = "OLD", required_unless_present_any = ["status", "cancel"])]
+    #[arg(value_name = "OLD", required_unless_present_any = ["status", "cancel"], value_parser = named)]
     old: Option<String>,
     /// The new block device (at least OLD's size).
-    #[arg(value_name = "NEW", required_unless_present_any = ["status", "cancel"])]
+    #[arg(value_name = "NEW", required_unless_present_any = ["status", "cancel"], value_parser = named_path)]
     new: Option<PathBuf>,
     /// Overwrite devices that carry filesystem or partition-table signatures
     /// (the plan names what is destroyed).
@@ -97,7 +115,7 @@ struct RemoveArgs {
     #[arg(value_name = "MOUNT")]
     mount: PathBuf,
     /// Members to remove: devids, paths, or `missing` (the devices that are not there).
-    #[arg(value_name = "DEV", required = true)]
+    #[arg(value_name = "DEV", required = true, value_parser = named)]
     devices: Vec<String>,
     /// Show the plan and do nothing.
     #[arg(long)]
@@ -115,7 +133,7 @@ struct AddArgs {
     #[arg(value_name = "MOUNT")]
     mount: PathBuf,
     /// Block devices to add.
-    #[arg(value_name = "DEVICE", required = true)]
+    #[arg(value_name = "DEVICE", required = true, value_parser = named_path)]
     devices: Vec<PathBuf>,
     /// Overwrite devices that carry filesystem or partition-table signatures
     /// (the plan names what is destroyed).

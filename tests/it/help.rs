@@ -672,3 +672,24 @@ fn near_misses_name_the_accepted_values_and_the_likely_one() {
         assert!(lines[1].starts_with(hint), "{args:?}: {}", lines[1]);
     }
 }
+
+/// An empty device name (an unset shell variable) is a usage error in one
+/// line, before anything is opened, for every device command.
+#[test]
+fn an_empty_device_name_is_a_usage_error() {
+    for args in [
+        &["device", "replace", "/", "1", ""][..],
+        &["device", "replace", "/", "", "/dev/null"],
+        &["device", "remove", "/", ""],
+        &["device", "add", "/", ""],
+    ] {
+        let (code, stdout, stderr) = run(Command::new(bin()).args(args));
+        assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert!(
+            stderr.contains("an empty name is not a device"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 2, "{args:?}: {stderr}");
+    }
+}

@@ -188,6 +188,10 @@ pub struct ReclaimPlan {
     pub predicted_to_reach_goal: bool,
     /// What the plan adds in words (why not metadata, what else would help).
     pub notes: Vec<String>,
+    /// Steps an earlier run ran on these very chunks for nothing: their
+    /// chunks count as full in this plan (not moved again for nothing).
+    #[serde(default)]
+    pub set_aside: Vec<FruitlessStep>,
 }
 
 /// One step as it ran.
@@ -238,6 +242,11 @@ pub struct ReclaimResult {
     pub unallocated_after: u64,
     /// Each device after it.
     pub devices: Vec<DeviceRoom>,
+    /// The steps that ran to their end and freed nothing: remembered in
+    /// the state directory, so the next run does not move the same data
+    /// again for nothing ([`ReclaimPlan::set_aside`]).
+    #[serde(default)]
+    pub fruitless: Vec<FruitlessStep>,
 }
 
 /// One JSON Lines record of `reclaim --json`, tagged by `event`.
@@ -297,6 +306,156 @@ pub struct Facts {
     pub metadata_chunks: Vec<ChunkUse>,
     /// sysfs' metadata chunk size.
     pub metadata_chunk_sysfs: Option<u64>,
+    /// Steps an earlier run ran here for nothing ([`Memory`]): set by the
+    /// caller from the state directory, empty when there is none.
+    pub fruitless: Vec<FruitlessStep>,
+}
+
+/// A step that ran to its end and gave nothing back to the unallocated
+/// pool (the moved data took new chunks as large as those it left:
+/// typically large extents that fit no other chunk's holes). Remembered
+/// in the state directory so that the next run does not move the same
+/// data again for nothing while the chunks are as it left them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FruitlessStep {
+    /// Data or metadata.
+    pub kind: StepKind,
+    /// The filter's value.
+    pub usage: u8,
+    /// Chunks it relocated.
+    pub chunks_relocated: u64,
+    /// Unallocated bytes (all devices) it gained: 0 or less.
+    pub gained_bytes: i64,
+    /// The chunks below `usage` right after it (length and used bytes,
+    /// sorted): the next run recognizes them by these.
+    pub chunks_after: Vec<ChunkUse>,
+    /// When it ended (seconds since the epoch).
+    pub at: u64,
+}
+
+/// What `reclaim` remembers of a filesystem between runs (in the state
+/// directory's `reclaim/FSID.json`): the steps of the last run that freed
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Memory {
+    /// Filesystem UUID.
+    pub fsid: String,
+    /// The last run's fruitless steps.
+    pub fruitless: Vec<FruitlessStep>,
+}
+
+/// Where [`Memory`] is kept: `STATE_DIR/reclaim/FSID.json`, read by the
+/// safe reader and written by the safe writer (a directory root holds).
+pub struct MemoryStore {
+    dir: PathBuf,
+}
+
+/// The largest memory file read (a few KiB in practice).
+const MEMORY_CAP: u64 = 1 << 20;
+
+impl MemoryStore {
+    /// `state_dir`/reclaim.
+    pub fn new(state_dir: &std::path::Path) -> Self {
+        MemoryStore {
+            dir: state_dir.join("reclaim"),
+        }
+    }
+
+    fn name(fsid: &str) -> String {
+        format!("{fsid}.json")
+    }
+
+    /// What was remembered of `fsid` (nothing when there is no file; a
+    /// file that does not parse is set aside with a warning by the caller).
+    pub fn load(&self, fsid: &str) -> Result<Memory> {
+        let path = self.dir.join(Self::name(fsid));
+        match crate::sys::fs::input::read_user_text(&path, MEMORY_CAP) {
+            Ok(t) => serde_json::from_str::<Memory>(&t)
+                .ok()
+                .filter(|m| m.fsid == fsid)
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Parse,
+                        format!("{} is not a reclaim memory of {fsid}", path.display()),
+                    )
+                    .with_hint("remove it; the next reclaim plans as if it had never run")
+                }),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(Memory {
+                fsid: fsid.to_owned(),
+                fruitless: Vec::new(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces what is remembered of `m.fsid` atomically.
+    pub fn save(&self, m: &Memory) -> Result<()> {
+        let dir = crate::sys::fs::outfile::OutputDir::create(&self.dir, 0o755)?;
+        let text = serde_json::to_string_pretty(m)
+            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot serialize: {e}")))?;
+        dir.write(Self::name(&m.fsid), text.as_bytes(), 0o644)?;
+        Ok(())
+    }
+}
+
+/// The chunks below `usage`, sorted: what a [`FruitlessStep`] is
+/// recognized by.
+fn below_sorted(chunks: &[ChunkUse], usage: u8) -> Vec<ChunkUse> {
+    let mut v: Vec<ChunkUse> = chunks
+        .iter()
+        .filter(|c| reclaim::step(std::slice::from_ref(c), usage).chunks == 1)
+        .copied()
+        .collect();
+    v.sort_unstable_by_key(|c| (c.length, c.used));
+    v
+}
+
+/// The step of `run` remembered as fruitless, given the chunks after it
+/// (pure): one that ran to its end and gained nothing. A step stopped by a
+/// signal, cancelled or out of space is not judged.
+pub fn fruitless(
+    run: &StepRun,
+    ended_normally: bool,
+    chunks_after: &[ChunkUse],
+    at: u64,
+) -> Option<FruitlessStep> {
+    let gained = run.unallocated_after as i128 - run.unallocated_before as i128;
+    (ended_normally && !run.skipped && run.chunks_relocated > 0 && gained <= 0).then(|| {
+        FruitlessStep {
+            kind: run.kind,
+            usage: run.usage,
+            chunks_relocated: run.chunks_relocated,
+            gained_bytes: gained.clamp(i128::from(i64::MIN), 0) as i64,
+            chunks_after: below_sorted(chunks_after, run.usage),
+            at,
+        }
+    })
+}
+
+/// The chunks as the estimate takes them: those of a remembered fruitless
+/// step count as full while they are exactly as it left them (the same
+/// chunks below its value), so no step is planned for them alone and no
+/// step counts on them to free space. Returns the steps that applied.
+fn set_aside(
+    chunks: &[ChunkUse],
+    kind: StepKind,
+    fruitless: &[FruitlessStep],
+) -> (Vec<ChunkUse>, Vec<FruitlessStep>) {
+    let mut out = chunks.to_vec();
+    let mut applied = Vec::new();
+    for f in fruitless.iter().filter(|f| f.kind == kind) {
+        if f.chunks_after.is_empty() || below_sorted(chunks, f.usage) != f.chunks_after {
+            continue;
+        }
+        for c in out
+            .iter_mut()
+            .filter(|c| reclaim::step(std::slice::from_ref(*c), f.usage).chunks == 1)
+        {
+            c.used = c.length;
+        }
+        applied.push(f.clone());
+    }
+    (out, applied)
 }
 
 fn unallocated(state: &FsState) -> Vec<u64> {
@@ -405,6 +564,7 @@ pub fn open(root: &SysRoot, path: &std::path::Path, metadata: bool) -> Result<(F
             data_chunks,
             metadata_chunks,
             metadata_chunk_sysfs,
+            fruitless: Vec::new(),
         },
     ))
 }
@@ -457,10 +617,15 @@ pub fn plan(facts: &Facts, req: &ReclaimRequest) -> ReclaimPlan {
     let mut steps = Vec::new();
     let mut notes = Vec::new();
     let mut freed = 0u64;
+    let (data_chunks, mut set_aside_steps) =
+        set_aside(&facts.data_chunks, StepKind::Data, &facts.fruitless);
+    let (metadata_chunks, applied) =
+        set_aside(&facts.metadata_chunks, StepKind::Metadata, &facts.fruitless);
+    set_aside_steps.extend(applied);
     if !goal_reached {
         if let Some(dp) = data_profile {
             let r = room::raw_per_logical(dp, n, s.kernel);
-            for st in reclaim::plan_steps(&facts.data_chunks, req.max_usage, r, missing) {
+            for st in reclaim::plan_steps(&data_chunks, req.max_usage, r, missing) {
                 freed = reclaim::raw_of(st.frees_bytes, r);
                 steps.push(PlannedStep {
                     kind: StepKind::Data,
@@ -476,8 +641,7 @@ pub fn plan(facts: &Facts, req: &ReclaimRequest) -> ReclaimPlan {
             if let Some(mp) = metadata_profile {
                 let r = room::raw_per_logical(mp, n, s.kernel);
                 let before = freed;
-                for st in
-                    reclaim::plan_steps(&facts.metadata_chunks, req.max_usage, r, missing - before)
+                for st in reclaim::plan_steps(&metadata_chunks, req.max_usage, r, missing - before)
                 {
                     freed = before + reclaim::raw_of(st.frees_bytes, r);
                     steps.push(PlannedStep {
@@ -492,6 +656,19 @@ pub fn plan(facts: &Facts, req: &ReclaimRequest) -> ReclaimPlan {
             }
         } else if !req.metadata {
             notes.push("metadata chunks are left alone (--with-metadata relocates them too): their free space is where new metadata goes, relocating them needs metadata space itself, and the kernel allocates new ones soon after".to_owned());
+        }
+    }
+    if !goal_reached {
+        for f in &set_aside_steps {
+            notes.push(format!(
+                "{}={} ran here before and freed nothing ({} chunk{} relocated, their data took new chunks as large): its {} chunk{} are as it left them and count as full in this plan (moved again only by a higher step)",
+                f.kind.flag(),
+                f.usage,
+                f.chunks_relocated,
+                if f.chunks_relocated == 1 { "" } else { "s" },
+                f.chunks_after.len(),
+                if f.chunks_after.len() == 1 { "" } else { "s" },
+            ));
         }
     }
     let predicted_to_reach_goal = goal_reached || freed >= missing;
@@ -525,6 +702,11 @@ pub fn plan(facts: &Facts, req: &ReclaimRequest) -> ReclaimPlan {
         predicted_unallocated_bytes: now + freed,
         predicted_to_reach_goal,
         notes,
+        set_aside: if goal_reached {
+            Vec::new()
+        } else {
+            set_aside_steps
+        },
     }
 }
 
@@ -675,6 +857,7 @@ pub fn execute(
     let (start, _) = unallocated_now(fs)?;
     let before_all: u64 = start.iter().sum();
     let mut runs = Vec::new();
+    let mut fruitless_steps = Vec::new();
     let mut stopping = false;
     let mut outcome = if plan.goal.reached(&start) {
         ReclaimOutcome::Reached
@@ -748,6 +931,11 @@ pub fn execute(
                 unallocated_after: after,
             };
             on_event(Event::Record(ReclaimRecord::StepDone { step: run.clone() }));
+            let ended_normally = matches!(end, StepEnd::Done(_)) && !stopping;
+            if ended_normally && after <= before {
+                let chunks_after = chunk_usage(fs, &facts.state, st.kind == StepKind::Metadata)?;
+                fruitless_steps.extend(fruitless(&run, true, &chunks_after, epoch_now()));
+            }
             runs.push(run);
             if plan.goal.reached(&u) {
                 outcome = ReclaimOutcome::Reached;
@@ -786,6 +974,23 @@ pub fn execute(
         unallocated_before: before_all,
         unallocated_after: u.iter().sum(),
         devices,
+        fruitless: fruitless_steps,
+    })
+}
+
+fn epoch_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Remembers `result`'s fruitless steps for the next run (replacing what
+/// was remembered: an earlier run's steps were planned again by this one).
+/// An interrupted run remembers what it had learnt and keeps nothing older.
+pub fn remember(store: &MemoryStore, fsid: &str, result: &ReclaimResult) -> Result<()> {
+    store.save(&Memory {
+        fsid: fsid.to_owned(),
+        fruitless: result.fruitless.clone(),
     })
 }
 
@@ -976,6 +1181,7 @@ mod tests {
             data_chunks: data,
             metadata_chunks: vec![],
             metadata_chunk_sysfs: Some(256 * M),
+            fruitless: vec![],
         }
     }
 
@@ -1042,5 +1248,114 @@ mod tests {
         assert_eq!(p.goal, Goal::Unallocated { bytes: 5 * G });
         assert!(!p.predicted_to_reach_goal, "{p:?}");
         assert!(p.notes.iter().any(|n| n.contains("an estimate")));
+    }
+
+    fn run(usage: u8, relocated: u64, before: u64, after: u64) -> StepRun {
+        StepRun {
+            kind: StepKind::Data,
+            usage,
+            chunks_relocated: relocated,
+            skipped: false,
+            unallocated_before: before,
+            unallocated_after: after,
+        }
+    }
+
+    #[test]
+    fn a_step_that_freed_nothing_is_remembered_and_its_chunks_are_not_planned_again() {
+        let c = |used| ChunkUse { length: G, used };
+        // Two chunks a third full (their data in large extents) and two full.
+        let chunks = vec![c(G), c(G / 3), c(G / 3), c(G)];
+        let r = ReclaimRequest {
+            goal_bytes: Some(9 * G),
+            ..req()
+        };
+        let f = facts(&[M, M], chunks.clone());
+        let first = plan(&f, &r);
+        assert_eq!(
+            first.steps.iter().map(|s| s.usage).collect::<Vec<_>>(),
+            vec![40]
+        );
+        assert!(first.set_aside.is_empty());
+
+        // What execute remembers: only a step that ran to its end and
+        // gained nothing, with the chunks below its value after it.
+        let after = vec![c(G), c(G), c(G / 3), c(G / 3)];
+        assert!(fruitless(&run(40, 2, 2 * M, 2 * M), false, &after, 7).is_none());
+        assert!(fruitless(&run(40, 2, 2 * M, 2 * M + G), true, &after, 7).is_none());
+        assert!(fruitless(&run(40, 0, 2 * M, 2 * M), true, &after, 7).is_none());
+        let f40 = fruitless(&run(40, 2, 2 * M, 2 * M), true, &after, 7).unwrap();
+        assert_eq!(f40.chunks_after, vec![c(G / 3), c(G / 3)]);
+        assert_eq!((f40.gained_bytes, f40.at), (0, 7));
+
+        // The next plan on the same chunks: nothing to move for nothing,
+        // and it says why.
+        let mut again = facts(&[M, M], after.clone());
+        again.fruitless = vec![f40.clone()];
+        let p = plan(&again, &r);
+        assert!(p.steps.is_empty(), "{:?}", p.steps);
+        assert_eq!(p.set_aside, vec![f40.clone()]);
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("-dusage=40 ran here before and freed nothing")),
+            "{:?}",
+            p.notes
+        );
+
+        // Chunks that changed since (a file deleted): planned as usual.
+        let mut changed = facts(&[M, M], vec![c(G), c(G), c(G / 3), c(G / 4)]);
+        changed.fruitless = vec![f40.clone()];
+        let p = plan(&changed, &r);
+        assert!(p.set_aside.is_empty());
+        assert_eq!(
+            p.steps.iter().map(|s| s.usage).collect::<Vec<_>>(),
+            vec![40]
+        );
+
+        // A chunk that could help besides them is still planned, without
+        // counting on the remembered ones.
+        let mut more = facts(
+            &[M, M],
+            vec![c(G), c(G), c(G / 3), c(G / 3), c(G / 2), c(G / 2)],
+        );
+        more.fruitless = vec![f40];
+        let p = plan(&more, &r);
+        assert_eq!(p.set_aside.len(), 1);
+        assert_eq!(
+            p.steps.iter().map(|s| s.usage).collect::<Vec<_>>(),
+            vec![60]
+        );
+        assert_eq!(p.steps[0].chunks, 2, "{:?}", p.steps);
+    }
+
+    #[test]
+    fn the_memory_is_kept_per_filesystem_and_a_foreign_file_is_not_trusted() {
+        let t = tempfile::tempdir().unwrap();
+        let store = MemoryStore::new(t.path());
+        assert_eq!(store.load("abc").unwrap().fruitless, vec![]);
+        let step = fruitless(
+            &run(30, 1, 0, 0),
+            true,
+            &[ChunkUse {
+                length: G,
+                used: G / 4,
+            }],
+            1,
+        )
+        .unwrap();
+        let m = Memory {
+            fsid: "abc".into(),
+            fruitless: vec![step],
+        };
+        store.save(&m).unwrap();
+        assert_eq!(store.load("abc").unwrap(), m);
+        assert_eq!(store.load("other").unwrap().fruitless, vec![]);
+        std::fs::write(
+            t.path().join("reclaim/def.json"),
+            "{\"fsid\":\"abc\",\"fruitless\":[]}",
+        )
+        .unwrap();
+        assert!(store.load("def").is_err());
     }
 }

@@ -60,7 +60,7 @@ struct Cli {
     )]
     color: ColorChoice,
 
-    /// State directory: sandbox records (sandbox, demo) [default: /var/lib/btrfs-lab/sandboxes]; scrub state in DIR/scrub (scrub, doctor) [default: /var/lib/btrfs-lab/scrub].
+    /// State directory: sandbox records (sandbox, demo) [default: /var/lib/btrfs-lab/sandboxes]; scrub state in DIR/scrub (scrub, doctor) [default: /var/lib/btrfs-lab/scrub]; what reclaim learnt in DIR/reclaim.
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<std::path::PathBuf>,
 
@@ -142,7 +142,7 @@ pub fn run() -> ExitCode {
         Command::Show(args) => show::run(args, &out),
         Command::Device(args) => device::run(args, &out),
         Command::Convert(args) => convert::run(args, &out),
-        Command::Reclaim(args) => reclaim::run(args, &out),
+        Command::Reclaim(args) => reclaim::run(args, &out, places.0.clone()),
         Command::Scrub(args) => scrub::run(args, &out, places.0.clone()),
         Command::Links(args) => links::run(args, &out),
         Command::Nocow(args) => nocow::run(args, &out),

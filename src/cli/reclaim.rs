@@ -4,8 +4,10 @@
 use std::path::PathBuf;
 
 use btrfs_lab::admin::reclaim::{
-    self, Goal, ReclaimOutcome, ReclaimPlan, ReclaimRecord, ReclaimRequest, ReclaimResult,
+    self, Goal, MemoryStore, ReclaimOutcome, ReclaimPlan, ReclaimRecord, ReclaimRequest,
+    ReclaimResult,
 };
+use btrfs_lab::admin::scrub::STATE_DIR;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::exit::GOAL_NOT_REACHED;
 use btrfs_lab::sys::fs::root::SysRoot;
@@ -57,7 +59,7 @@ pub struct ReclaimArgs {
     units: UnitArgs,
 }
 
-pub fn run(a: ReclaimArgs, out: &Output) -> Result<u8> {
+pub fn run(a: ReclaimArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8> {
     // Until the first balance starts a signal exits at once (nothing was
     // changed); from then on it cancels the running step.
     signals::install_pausable()?;
@@ -77,7 +79,15 @@ pub fn run(a: ReclaimArgs, out: &Output) -> Result<u8> {
         max_usage: a.max_usage,
         metadata: a.metadata,
     };
-    let (fs, facts) = reclaim::open(&root, &a.mount, a.metadata)?;
+    let (fs, mut facts) = reclaim::open(&root, &a.mount, a.metadata)?;
+    let memory = MemoryStore::new(&state_dir.unwrap_or_else(|| PathBuf::from(STATE_DIR)));
+    match memory.load(&facts.state.fsid) {
+        Ok(m) => facts.fruitless = m.fruitless,
+        Err(e) => out.warning_with_hint(
+            &format!("{}: planning as if reclaim had never run here", e.message()),
+            e.hint().unwrap_or(""),
+        ),
+    }
     let plan = reclaim::plan(&facts, &req);
     ui::emit(out, &ReclaimRecord::Plan { plan: plan.clone() });
     out.status(&render_plan(&plan, out));
@@ -112,6 +122,15 @@ pub fn run(a: ReclaimArgs, out: &Output) -> Result<u8> {
     }
     let signals = signals::begin_operation()?;
     let result = reclaim::execute_with_ui(&fs, &facts, &plan, &signals, out)?;
+    if let Err(e) = reclaim::remember(&memory, &plan.fsid, &result) {
+        out.warning_with_hint(
+            &format!(
+                "{}: the next run may plan the same fruitless steps again",
+                e.message()
+            ),
+            e.hint().unwrap_or(""),
+        );
+    }
     Ok(render_result(&result, &plan, out))
 }
 

@@ -290,6 +290,122 @@ fn reclaim_interrupted_between_steps_stops_and_the_same_command_goes_on() {
     intact(&m, &kept);
 }
 
+/// A step that a run ran for nothing is remembered in the state directory,
+/// and the next plan on the same chunks does not move them again for
+/// nothing (issue 49: `reclaim --goal` beyond reach re-relocated the same
+/// chunks on every run). The record is written here as a run that ended
+/// with these very chunks would have written it (which steps of a real run
+/// free nothing is the kernel's choice); the real run after it must leave
+/// behind exactly the steps its result calls fruitless.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_step_that_freed_nothing_is_not_planned_again_on_the_same_chunks() {
+    use btrfs_lab::admin::reclaim::{self, Memory, MemoryStore, StepKind, StepRun};
+    if !require_root("reclaim's memory of fruitless steps") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = raid1(&env);
+    let m = sbx.mount_point().to_path_buf();
+    let kept = fill_and_fragment(&m, 4, 4);
+    let goal = ["--goal", "100G"];
+    let plan_of = |env: &TestEnv| {
+        let (code, out, err) = run(env
+            .cmd()
+            .args(["--json", "reclaim", "--dry-run"])
+            .args(goal)
+            .arg(&m));
+        assert_eq!(code, 0, "{err}");
+        match typed_lines::<ReclaimRecord>(&out).as_slice() {
+            [ReclaimRecord::Plan { plan }] => (plan.clone(), err),
+            other => panic!("--dry-run --json prints the plan only: {other:?}"),
+        }
+    };
+    let (first, _) = plan_of(&env);
+    assert!(first.set_aside.is_empty(), "{first:?}");
+    let step = first
+        .steps
+        .first()
+        .expect("the fragmented fill plans a step")
+        .clone();
+
+    // "A run ran that step, it gained nothing, and left these chunks."
+    let (_, facts) = reclaim::open(&btrfs_lab::sys::fs::root::SysRoot::host(), &m, false).unwrap();
+    let ran = StepRun {
+        kind: StepKind::Data,
+        usage: step.usage,
+        chunks_relocated: step.chunks as u64,
+        skipped: false,
+        unallocated_before: 5 << 20,
+        unallocated_after: 5 << 20,
+    };
+    let f = reclaim::fruitless(&ran, true, &facts.data_chunks, 1).unwrap();
+    assert_eq!(f.chunks_after.len(), step.chunks, "{f:?}");
+    let store = MemoryStore::new(env.store().dir());
+    store
+        .save(&Memory {
+            fsid: first.fsid.clone(),
+            fruitless: vec![f.clone()],
+        })
+        .unwrap();
+
+    let (again, _) = plan_of(&env);
+    assert_eq!(again.set_aside, vec![f.clone()]);
+    assert!(
+        again.steps.iter().all(|s| s.usage > step.usage),
+        "no step moves only the chunks that gave nothing: {again:?}"
+    );
+    assert!(
+        again.notes.iter().any(|n| n.contains(&format!(
+            "-dusage={} ran here before and freed nothing",
+            step.usage
+        ))),
+        "{:?}",
+        again.notes
+    );
+    let (code, text, err) = run(env.cmd().args(["reclaim", "--dry-run"]).args(goal).arg(&m));
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("ran here before and freed nothing"), "{text}");
+
+    // A memory file that is not ours: a warning, and planned as if new.
+    fs::write(
+        env.store()
+            .dir()
+            .join(format!("reclaim/{}.json", first.fsid)),
+        "{\"fsid\": \"someone-else\", \"fruitless\": []}",
+    )
+    .unwrap();
+    let (plain, err) = plan_of(&env);
+    assert!(plain.set_aside.is_empty());
+    assert!(err.contains("is not a reclaim memory of"), "{err}");
+    assert_eq!(plain.steps, first.steps);
+
+    // A real run beyond reach: what it leaves behind is what its result
+    // calls fruitless, and the files are intact.
+    let (_, out, err) = run(env
+        .cmd()
+        .args(["--json", "reclaim", "--yes"])
+        .args(goal)
+        .arg(&m));
+    let result = result_of(&typed_lines(&out));
+    assert_ne!(result.outcome, ReclaimOutcome::Reached, "{err}");
+    let remembered = store.load(&first.fsid).unwrap();
+    assert_eq!(remembered.fruitless, result.fruitless, "{result:?}");
+    for f in &result.fruitless {
+        let s = result.steps.iter().find(|s| s.usage == f.usage).unwrap();
+        assert!(
+            !s.skipped && s.unallocated_after <= s.unallocated_before,
+            "{s:?}"
+        );
+    }
+    eprintln!(
+        "reclaim beyond reach: {:?}; remembered {:?}",
+        result.steps, result.fruitless
+    );
+    no_balance(&m);
+    intact(&m, &kept);
+}
+
 #[test]
 fn reclaim_refuses_bad_input_with_one_line() {
     let env = TestEnv::new();

@@ -668,15 +668,12 @@ fn data_chunks(
     target: &BtrfsTarget,
     features: &[String],
 ) -> Option<Vec<crate::model::reclaim::ChunkUse>> {
-    use std::os::fd::AsFd;
-    let d = std::fs::File::open(&target.path).ok()?;
-    btrfs::data_chunk_usage_of(
-        d.as_fd(),
-        features.iter().any(|x| x == "block_group_tree"),
-        &target.path,
-    )
-    .ok()
-    .flatten()
+    // Opened through the safe layer (no link another user owns followed).
+    btrfs::FsHandle::open(&target.path)
+        .ok()?
+        .chunk_usage(features.iter().any(|x| x == "block_group_tree"), false)
+        .ok()
+        .flatten()
 }
 
 /// Seconds since the epoch.

@@ -421,14 +421,13 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
     // Each data chunk's usage (root only) names the exact -dusage value,
     // read only when a finding suggests a balance.
     if room::wants_chunk_usage(&interpretation.findings) {
-        facts.data_chunks = std::fs::File::open(&target.path).ok().and_then(|d| {
-            use std::os::fd::AsFd;
-            btrfs::data_chunk_usage_of(
-                d.as_fd(),
+        // Opened through the safe layer (no link another user owns followed).
+        facts.data_chunks = btrfs::FsHandle::open(&target.path).ok().and_then(|h| {
+            h.chunk_usage(
                 features(root, &target.fsid)
                     .iter()
                     .any(|x| x == "block_group_tree"),
-                &target.path,
+                false,
             )
             .ok()
             .flatten()

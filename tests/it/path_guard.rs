@@ -106,17 +106,7 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ),
     // Being replaced by the MOUNT-holding work of issue 48.
     (
-        "src/doctor/mod.rs",
-        "File::open(",
-        "issue 48: being replaced (MOUNT opened once and held)",
-    ),
-    (
         "src/admin/scrub.rs",
-        "File::open(",
-        "issue 48: being replaced (MOUNT opened once and held)",
-    ),
-    (
-        "src/space/mod.rs",
         "File::open(",
         "issue 48: being replaced (MOUNT opened once and held)",
     ),

@@ -389,21 +389,12 @@ pub fn chunk_records_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<Ch
     }
 }
 
-/// Length and used bytes of every data chunk (TREE_SEARCH: root only): the
+/// Length and used bytes of every data chunk (mixed included; `metadata`
+/// false) or of every metadata chunk (`metadata` true) (TREE_SEARCH: root only): the
 /// chunk tree for the chunks, one lookup of each block group item in the
 /// block group tree (`block_group_tree` feature) or else the extent tree,
 /// as btrfs-progs' `btrfs inspect-internal list-chunks` reads them. `Ok(None)`
 /// when not permitted.
-pub(crate) fn data_chunk_usage_of(
-    fd: BorrowedFd<'_>,
-    block_group_tree: bool,
-    path: &Path,
-) -> Result<Option<Vec<crate::model::reclaim::ChunkUse>>> {
-    chunk_usage_of(fd, block_group_tree, path, false)
-}
-
-/// The usage of every data chunk (mixed included; `metadata` false) or of
-/// every metadata chunk (`metadata` true), as [`data_chunk_usage_of`].
 pub(crate) fn chunk_usage_of(
     fd: BorrowedFd<'_>,
     block_group_tree: bool,

@@ -838,6 +838,60 @@ fn rescue_copies_into_no_directory_a_user_controls() {
         fs::read(theirs.join(".rescue-manifest.jsonl.new")).unwrap(),
         b"{}\n"
     );
+
+    // The race: while the copy runs (paused after its first file), the
+    // user renames the target away and puts a link to the root-only
+    // directory in its place, and turns every directory copied so far
+    // into such a link. The copy goes on into the directories it holds
+    // (or stops), and never writes through the links.
+    let race = user.join("race");
+    fs::create_dir(&race).unwrap();
+    chown(&race, nobody, nobody).unwrap();
+    let go = env.path().join("go-race");
+    let mut child = env
+        .cmd()
+        .arg("rescue")
+        .arg(&m)
+        .arg("--copy-to")
+        .arg(&race)
+        .arg("--allow-untrusted-target")
+        .env(PAUSE_ENV, Pause::RescueCopied.until(&go))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    wait_line(&mut stderr, &Pause::RescueCopied.message());
+    let moved = user.join("race.moved");
+    fs::rename(&race, &moved).unwrap();
+    symlink(&secret, &race).unwrap();
+    std::os::unix::fs::lchown(&race, nobody, nobody).unwrap();
+    for e in fs::read_dir(&moved).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            let p = e.path();
+            fs::rename(&p, p.with_extension("old")).unwrap();
+            symlink(&secret, &p).unwrap();
+            std::os::unix::fs::lchown(&p, nobody, nobody).unwrap();
+        }
+    }
+    let secret_before = snapshot(&secret);
+    fs::write(&go, b"").unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!rest.contains("panicked"), "{rest}");
+    assert!(matches!(status.code(), Some(1 | 3)), "{status:?}: {rest}");
+    assert_eq!(
+        snapshot(&secret),
+        secret_before,
+        "nothing written through the links: {rest}"
+    );
+    assert!(
+        walk_files(&moved).len() >= 2,
+        "the copy went on into the directory it holds: {:?}\n{rest}",
+        walk_files(&moved)
+    );
     drop(arr);
     drop(env);
 }

@@ -114,10 +114,14 @@ pub enum Pause {
     /// `rescue --copy-to`: the first file is judged, copied and in the
     /// manifest (a test interrupts the copy there and resumes it).
     RescueCopied,
+    /// `rescue --copy-to`: the first block of a file larger than a block
+    /// is copied, the rest not yet (a test sends Ctrl-C in the middle of a
+    /// file: it must be seen before the next block).
+    RescueBlock,
 }
 
 /// Every pause point, for [`Pause::named`].
-const PAUSES: [Pause; 9] = [
+const PAUSES: [Pause; 10] = [
     Pause::ProbeWritten,
     Pause::ReadTestMmap,
     Pause::NocowCopy,
@@ -127,6 +131,7 @@ const PAUSES: [Pause; 9] = [
     Pause::DeviceAddConfirmed,
     Pause::ReclaimStepped,
     Pause::RescueCopied,
+    Pause::RescueBlock,
 ];
 
 impl Pause {
@@ -142,6 +147,7 @@ impl Pause {
             Pause::DeviceAddConfirmed => "device-add-confirmed",
             Pause::ReclaimStepped => "reclaim-stepped",
             Pause::RescueCopied => "rescue-copied",
+            Pause::RescueBlock => "rescue-block",
         }
     }
 

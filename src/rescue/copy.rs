@@ -345,6 +345,12 @@ pub(crate) fn read_file(
         }
         off += len;
         progress(len);
+        if off < size {
+            // A test's Ctrl-C in the middle of a file: the pause only
+            // ends, and the check between blocks above must see it.
+            let _ = crate::hooks::Pause::RescueBlock
+                .here(&format!(" of {}", path.display()), &|| false);
+        }
     }
     out.hash = hasher.finish();
     Ok(out)

@@ -996,6 +996,60 @@ fn rescue_skips_holes_copies_past_what_does_not_fit_and_reverifies() {
     );
     assert_eq!(code, 0, "{report:#?}");
     assert!(report.copy.unwrap().complete);
+
+    // Ctrl-C in the middle of a file (after its first block): seen before
+    // the next block, not when the file ends: exit 130, the file neither
+    // in the target nor in a temporary file, and the same command then
+    // copies it whole.
+    let target = root_tmpfs(&mut env, "ctrlc");
+    let mut child = env
+        .cmd()
+        .arg("rescue")
+        .arg(&m)
+        .arg("--copy-to")
+        .arg(&target)
+        .env(PAUSE_ENV, Pause::RescueBlock.name())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let seen = wait_line(&mut stderr, &Pause::RescueBlock.message());
+    let paused = seen
+        .lines()
+        .last()
+        .and_then(|l| l.split_once(" of "))
+        .map(|(_, p)| PathBuf::from(p))
+        .expect("the pause names the file");
+    let rel = paused.strip_prefix(&m).unwrap().to_path_buf();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(
+        !walk_files(&target)
+            .iter()
+            .any(|f| f.starts_with(&rel) || f.to_string_lossy().contains(".rescue-")),
+        "{} was stopped in its middle, nothing of it left: {:?}",
+        rel.display(),
+        walk_files(&target)
+    );
+    let (code, _, report) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
+    );
+    assert_eq!(code, 0, "{report:#?}");
+    let copied = fs::File::open(target.join(&rel)).unwrap();
+    assert_eq!(
+        copied.metadata().unwrap().len(),
+        fs::metadata(&paused).unwrap().len()
+    );
+    drop(copied);
     drop(sbx);
     drop(env);
 }

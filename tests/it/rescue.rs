@@ -492,6 +492,53 @@ fn wait_line(stderr: &mut impl BufRead, line: &str) -> String {
     panic!("never printed {line:?}:\n{seen}");
 }
 
+/// A rescue of `m` into `target` (with `extra` arguments) paused at `pause`
+/// (`PAUSE_ENV` = `pause_value`): the child, its stderr, and what it
+/// printed up to the pause.
+fn paused_rescue(
+    env: &TestEnv,
+    m: &Path,
+    target: &Path,
+    extra: &[&str],
+    pause: Pause,
+    pause_value: &str,
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStderr>,
+    String,
+) {
+    let mut child = env
+        .cmd()
+        .arg("rescue")
+        .arg(m)
+        .arg("--copy-to")
+        .arg(target)
+        .args(extra)
+        .env(PAUSE_ENV, pause_value)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let seen = wait_line(&mut stderr, &pause.message());
+    (child, stderr, seen)
+}
+
+/// Sends SIGINT to `child`; its exit status and the rest of its stderr.
+fn interrupt(
+    mut child: std::process::Child,
+    mut stderr: BufReader<std::process::ChildStderr>,
+) -> (Option<i32>, String) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    (child.wait().unwrap().code(), rest)
+}
+
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
@@ -536,28 +583,10 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
     // Ctrl-C after the first file: exit 130, the manifest says what was
     // saved, no temporary file is left; the same command resumes.
     let target = root_tmpfs(&mut env, "target");
-    let mut child = env
-        .cmd()
-        .arg("rescue")
-        .arg(&m)
-        .arg("--copy-to")
-        .arg(&target)
-        .env(PAUSE_ENV, Pause::RescueCopied.name())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    wait_line(&mut stderr, &Pause::RescueCopied.message());
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let mut rest = String::new();
-    stderr.read_to_string(&mut rest).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "{rest}");
+    let p = Pause::RescueCopied;
+    let (child, stderr, _) = paused_rescue(&env, &m, &target, &[], p, p.name());
+    let (code, rest) = interrupt(child, stderr);
+    assert_eq!(code, Some(130), "{rest}");
     assert!(
         rest.contains("interrupted: the copy stopped after the current file; 1 file saved so far"),
         "{rest}"
@@ -848,20 +877,15 @@ fn rescue_copies_into_no_directory_a_user_controls() {
     fs::create_dir(&race).unwrap();
     chown(&race, nobody, nobody).unwrap();
     let go = env.path().join("go-race");
-    let mut child = env
-        .cmd()
-        .arg("rescue")
-        .arg(&m)
-        .arg("--copy-to")
-        .arg(&race)
-        .arg("--allow-untrusted-target")
-        .env(PAUSE_ENV, Pause::RescueCopied.until(&go))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    wait_line(&mut stderr, &Pause::RescueCopied.message());
+    let p = Pause::RescueCopied;
+    let (mut child, mut stderr, _) = paused_rescue(
+        &env,
+        &m,
+        &race,
+        &["--allow-untrusted-target"],
+        p,
+        &p.until(&go),
+    );
     let moved = user.join("race.moved");
     fs::rename(&race, &moved).unwrap();
     symlink(&secret, &race).unwrap();
@@ -1002,19 +1026,8 @@ fn rescue_skips_holes_copies_past_what_does_not_fit_and_reverifies() {
     // in the target nor in a temporary file, and the same command then
     // copies it whole.
     let target = root_tmpfs(&mut env, "ctrlc");
-    let mut child = env
-        .cmd()
-        .arg("rescue")
-        .arg(&m)
-        .arg("--copy-to")
-        .arg(&target)
-        .env(PAUSE_ENV, Pause::RescueBlock.name())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let seen = wait_line(&mut stderr, &Pause::RescueBlock.message());
+    let p = Pause::RescueBlock;
+    let (child, stderr, seen) = paused_rescue(&env, &m, &target, &[], p, p.name());
     let paused = seen
         .lines()
         .last()
@@ -1022,15 +1035,8 @@ fn rescue_skips_holes_copies_past_what_does_not_fit_and_reverifies() {
         .map(|(_, p)| PathBuf::from(p))
         .expect("the pause names the file");
     let rel = paused.strip_prefix(&m).unwrap().to_path_buf();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let mut rest = String::new();
-    stderr.read_to_string(&mut rest).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "{rest}");
+    let (code, rest) = interrupt(child, stderr);
+    assert_eq!(code, Some(130), "{rest}");
     assert!(
         !walk_files(&target)
             .iter()

@@ -342,3 +342,26 @@ fn a_report_lost_after_the_change_is_report_not_written() {
     assert_done_not_written("sandbox down", code, &stderr, "btrfs-lab sandbox list");
     assert_eq!(env.store().load_all().unwrap().len(), before);
 }
+
+/// reclaim with chunks to relocate (a fragmented RAID1, as
+/// tests/it/reclaim.rs makes it), `--yes --json > /dev/full`: its plan is
+/// written before the first balance, the write fails, exit 1 and not a
+/// chunk moved.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn reclaim_into_dev_full_moves_nothing() {
+    if !require_root("reclaim into /dev/full") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = crate::reclaim::raid1(&env);
+    let m = sbx.mount_point().to_path_buf();
+    crate::reclaim::fill_and_fragment(&m, 4, 4);
+    let alloc = allocation(&m);
+    let (code, stderr) = run_into(
+        env.cmd().args(["--json", "reclaim"]).arg(&m).arg("--yes"),
+        dev_full(),
+    );
+    assert_refused("reclaim", code, &stderr);
+    assert_eq!(allocation(&m), alloc, "reclaim moved chunks");
+}

@@ -303,6 +303,20 @@ fn a_report_lost_after_the_change_is_report_not_written() {
     assert_done_not_written("device remove", code, &stderr, &show);
     assert_eq!(members(&m).len(), 2);
 
+    // device replace: device 2 is the second spare now, 74 (its progress
+    // records fail too).
+    let spare2 = env.spare_device("spare2", 512 << 20);
+    let (_, f) = out_file("replace");
+    let (code, stderr) = run_into(
+        env.cmd()
+            .args(["--json", "device", "replace", &ms, "2"])
+            .arg(&spare2)
+            .arg("--yes"),
+        f,
+    );
+    assert_done_not_written("device replace", code, &stderr, &show);
+    assert_eq!(Path::new(&members(&m)[&2]), spare2);
+
     // nocow: the directory is NOCOW, 74.
     let dir = m.join("vm");
     fs::create_dir(&dir).unwrap();

@@ -162,6 +162,8 @@ fn changing_commands_into_dev_full_change_nothing() {
         vec!["nocow", &dir.display().to_string()],
         vec!["sandbox", "up", "--devices", "1", "--device-size", "512M"],
         vec!["sandbox", "down", &sbx.record().name],
+        vec!["sandbox", "down", &sbx.record().name, "--forget"],
+        vec!["scrub", &ms, "--cancel"],
         vec!["bench", &bench_dir.display().to_string(), "--small-files"],
     ]
     .iter()

@@ -274,6 +274,7 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
         return Ok(0);
     }
     plan.confirm(args.yes, out)?;
+    out.before_change(NOTHING_KEPT)?;
     let fio_path = fio.path().to_path_buf();
     let bar = out.byte_progress("bench --sustained {msg}");
     let result = sustained::run(&opts, plan, &mut fio, &fio_path, &mut || {}, &mut |p| {
@@ -413,6 +414,7 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
             args.yes,
         )?;
     }
+    out.before_change(NOTHING_KEPT)?;
     let bar = out.byte_progress("bench --small-files {msg}");
     let files = opts.files;
     let result = bench::metadata::run(&opts, &mut || {}, &mut |p| {
@@ -424,6 +426,11 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
     out.report(&report, render_metadata);
     Ok(report.exit_code)
 }
+
+/// Where a bench run that changed nothing lasting is seen when its report
+/// could not be written ([`Output::before_change`]).
+const NOTHING_KEPT: &str =
+    "nothing (the settings it changed are put back, its test files removed): run it again";
 
 /// The text of `bench --small-files`: one row per phase.
 pub fn render_metadata(r: &MetadataReport) -> String {
@@ -544,6 +551,7 @@ fn run_compare_profiles(
     } else {
         confirm(out, &question, false)?;
     }
+    out.before_change(NOTHING_KEPT)?;
     let bar = out.byte_progress("bench --compare-profiles {msg}");
     let files = plan.files;
     let result = profiles::run(
@@ -784,6 +792,10 @@ pub fn run(
             confirm(out, &question, false)?;
         }
     }
+    out.before_change(match keep {
+        Keep::Save => format!("btrfs-lab bench --history {}", escape_path(&dir)),
+        _ => NOTHING_KEPT.to_owned(),
+    })?;
     // The history is opened (made, migrated) before minutes of I/O: a
     // database that cannot be written is said now, not after the run.
     let mut saved_in = match keep {

@@ -117,6 +117,7 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
     // The plan was shown for the filesystem held open; the path must still
     // lead there, or the user would have confirmed something else.
     fs.check_path_still_here(&a.mount)?;
+    out.before_change(look(&state.mount_point))?;
     let detached = match background(a.background, &state.mount_point, out)? {
         Some(Ok(code)) => return Ok(code),
         Some(Err(notice)) => Some(notice),
@@ -366,7 +367,13 @@ fn render_status(st: &StatusReport, out: &Output) -> String {
     t
 }
 
+/// Where a convert's change is seen when its report could not be written.
+fn look(mount_point: &Path) -> String {
+    format!("btrfs-lab convert {} --status", mount_point.display())
+}
+
 fn pause(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
+    out.before_change(look(mount))?;
     let (done, state) = manage::pause(root, mount)?;
     let m = state.mount_point.display();
     out.report(&done.report(), |_| {
@@ -389,6 +396,7 @@ fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) 
     }
     out.say(&format!("This will {what}.\n"));
     confirm(out, "Cancel the balance?", yes)?;
+    out.before_change(look(mount))?;
     manage::cancel(&fs, mount)?;
     out.report(&CancelReport { cancelled: true }, |_| {
         "cancelled\n".to_owned()
@@ -423,6 +431,7 @@ fn resume(
     }
     confirm(out, "Resume?", yes)?;
     fs.check_path_still_here(mount)?;
+    out.before_change(look(&state.mount_point))?;
     let detached = match background(bg, &state.mount_point, out)? {
         Some(Ok(code)) => return Ok(code),
         Some(Err(notice)) => Some(notice),

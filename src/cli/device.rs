@@ -378,6 +378,10 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
             st.device_permille as f64 / 10.0
         ));
         confirm(out, "Cancel the replace?", a.yes)?;
+        out.before_change(format!(
+            "btrfs-lab device replace {} --status",
+            state.mount_point.display()
+        ))?;
         let was = replace::cancel(&fs, &a.mount)?;
         let st = replace::status_of(&fs, &state.mount_point)?;
         out.report(&st, |_| {
@@ -422,6 +426,7 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
     }
     hooks::pause_point("device-replace-confirmed");
     fs.check_path_still_here(&a.mount)?;
+    out.before_change(format!("btrfs-lab show {}", plan.mount_point.display()))?;
     let signals = signals::begin_operation()?;
     out.started();
     let mut track = btrfs_lab::ui::Track::new(out, "device-replace", "replacing");
@@ -570,6 +575,7 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
     )?;
     hooks::pause_point("device-remove-confirmed");
     fs.check_path_still_here(&a.mount)?;
+    out.before_change(format!("btrfs-lab show {}", plan.mount_point.display()))?;
     let signals = signals::begin_operation()?;
     out.started();
     let mut track = btrfs_lab::ui::Track::new(out, "device-remove", "removing");
@@ -853,6 +859,7 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
     )?;
     hooks::pause_point("device-add-confirmed");
     fs.check_path_still_here(&a.mount)?;
+    out.before_change(format!("btrfs-lab show {}", state.mount_point.display()))?;
     let signals = signals::begin_operation()?;
     out.started();
     let added_text = |r: &AddResult| {

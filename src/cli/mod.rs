@@ -159,9 +159,9 @@ pub fn run() -> ExitCode {
             out.error(&e);
             ExitCode::from(e.exit_code())
         }
-        (Ok(_), Some(e)) => {
-            out.error(&e);
-            ExitCode::from(e.exit_code())
+        (Ok(_), Some(failed)) => {
+            out.error(&failed.error);
+            ExitCode::from(failed.status.code)
         }
         (Ok(code), None) => ExitCode::from(code),
     }

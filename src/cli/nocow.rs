@@ -163,6 +163,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     }
     out.say_plan(&render_plan(&report, out.paint_err), args.yes);
     confirm(out, "Proceed?", args.yes)?;
+    out.before_change(format!("btrfs-lab nocow --check {}", report.dir.display()))?;
     // A signal while the plan was made or shown: nothing was done.
     signals::check()?;
     // Counted in the files' bytes (each is read, written and read back:

@@ -2,6 +2,7 @@
 //! errors as one line, confirmation prompts.
 
 use std::io::{self, IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::sync::Mutex;
 
 use clap::ValueEnum;
@@ -10,6 +11,7 @@ use owo_colors::OwoColorize;
 
 use btrfs_lab::error::{Error, ErrorEvent, ErrorKind, Result};
 use btrfs_lab::model::envelope::{Document, Enveloped};
+use btrfs_lab::model::exit::{REPORT_NOT_WRITTEN, Status};
 use btrfs_lab::model::text::escape_control;
 use btrfs_lab::ui::{self, Progress, Ui};
 
@@ -239,9 +241,11 @@ impl Output {
     /// Ends the run: on success the held JSON is printed; on an error it is
     /// dropped (stdout stays empty), or, when a JSON Lines stream had
     /// started, an `{"event":"error"}` record ends it. Then stdout is
-    /// flushed. Returns the write error to report, if stdout could not be
-    /// written (a closed pipe is not one).
-    pub fn finish(&self, error: Option<&Error>) -> Option<Error> {
+    /// flushed. Returns the write error to report and its exit status, if
+    /// stdout could not be written (a closed pipe is not one): after
+    /// [`Output::before_change`] on a run that succeeded,
+    /// [`REPORT_NOT_WRITTEN`] with a line that says the change was made.
+    pub fn finish(&self, error: Option<&Error>) -> Option<WriteFailure> {
         let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
         let pending = std::mem::take(&mut state.pending);
         match error {
@@ -261,13 +265,89 @@ impl Output {
         {
             state.record(e);
         }
-        if let Some(e) = state.unserializable.take() {
-            return Some(e);
-        }
-        state.failed.take().map(|e| {
-            Error::new(ErrorKind::Io, format!("cannot write the output: {e}"))
-                .with_hint("stdout is full or unwritable; write to another file or disk")
+        let failure = match state.unserializable.take() {
+            Some(e) => e,
+            None => Error::new(
+                ErrorKind::Io,
+                format!("cannot write the output: {}", state.failed.take()?),
+            )
+            .with_hint("stdout is full or unwritable; write to another file or disk"),
+        };
+        Some(match state.changed.take() {
+            // The run changed the system: that it did is the news, and
+            // where to see it (the command's own status is lost with its
+            // report).
+            Some(look) if error.is_none() => WriteFailure {
+                error: Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "the change WAS made, but its report could not be written ({}); see what was done: {look}",
+                        failure.message()
+                    ),
+                )
+                .with_hint(
+                    "stdout became full or unwritable after the change; do not run the command \
+                     again to get the report, look with the command above",
+                ),
+                status: REPORT_NOT_WRITTEN,
+            },
+            _ => WriteFailure {
+                status: failure.status(),
+                error: failure,
+            },
         })
+    }
+
+    /// The one step between a changing command's confirmation and its
+    /// first change: what is held (the plan) is written ([`Output::started`])
+    /// and stdout flushed,
+    /// then probed with an empty write (which `/dev/full` and a descriptor
+    /// not open for writing refuse), so that an unwritable stdout refuses
+    /// the command while nothing was changed (exit 1). From here on a write
+    /// error means "done, but the report could not be written"
+    /// ([`REPORT_NOT_WRITTEN`], from [`Output::finish`]); `look` is the
+    /// command that shows what was done (`btrfs-lab show /mnt`), named in
+    /// that error. A closed pipe is not an error, before or after.
+    pub fn before_change(&self, look: impl Into<String>) -> Result<()> {
+        // Held JSON (a plan record) goes out now: the stream has begun, and
+        // a failure from here on ends it with an error record.
+        let held = !STDOUT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pending
+            .is_empty();
+        if held {
+            self.started();
+        }
+        if let Some(e) = self.flush_now() {
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!("{}; nothing was changed", e.message()),
+            )
+            .with_hint(
+                "stdout is full or unwritable: write the output to another file or disk, then run \
+                 the same command again",
+            ));
+        }
+        let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
+        if !state.closed
+            && let Err(e) = rustix::io::write(io::stdout().as_fd(), &[])
+        {
+            state.record(e.into());
+            if let Some(e) = state.failed.take() {
+                state.closed = true;
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    format!("cannot write the output: {e}; nothing was changed"),
+                )
+                .with_hint(
+                    "stdout is full or unwritable: write the output to another file or disk, \
+                     then run the same command again",
+                ));
+            }
+        }
+        state.changed = Some(look.into());
+        Ok(())
     }
 
     /// Writes what is held and flushes stdout now, for a command whose
@@ -452,6 +532,15 @@ impl Ui for Output {
     }
 }
 
+/// stdout could not be written: the error line and the exit status.
+#[derive(Debug)]
+pub struct WriteFailure {
+    /// What to print.
+    pub error: Error,
+    /// The registry's status for it.
+    pub status: Status,
+}
+
 /// What happened to stdout in this run.
 struct StdoutState {
     /// JSON held back until success or the start of an operation.
@@ -465,6 +554,9 @@ struct StdoutState {
     /// A report that could not be serialized (a bug, never a panic): the
     /// run ends with this error and nothing of that report on stdout.
     unserializable: Option<Error>,
+    /// The run has passed [`Output::before_change`]: where to see what it
+    /// did, for the error when stdout fails after that.
+    changed: Option<String>,
 }
 
 static STDOUT: Mutex<StdoutState> = Mutex::new(StdoutState {
@@ -473,6 +565,7 @@ static STDOUT: Mutex<StdoutState> = Mutex::new(StdoutState {
     closed: false,
     failed: None,
     unserializable: None,
+    changed: None,
 });
 
 /// A JSON document or record that cannot be serialized: what was held is
@@ -584,8 +677,8 @@ mod tests {
         };
         out.json_doc(&bad);
         out.json_line(&bad);
-        let e = out.finish(None).expect("an error");
-        assert_eq!(e.exit_code(), 1);
+        let WriteFailure { error: e, status } = out.finish(None).expect("an error");
+        assert_eq!(status.code, 1);
         assert!(
             e.message().starts_with("cannot write the JSON output"),
             "{}",

@@ -117,9 +117,7 @@ pub fn run(a: ReclaimArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u
     fs.check_path_still_here(&a.mount)?;
     // The plan must have reached the user (and stdout be writable) before
     // anything is changed.
-    if let Some(e) = out.flush_now() {
-        return Err(e);
-    }
+    out.before_change(format!("btrfs-lab usage {}", plan.mount_point.display()))?;
     let signals = signals::begin_operation()?;
     let result = reclaim::execute_with_ui(&fs, &facts, &plan, &signals, out)?;
     if let Err(e) = reclaim::remember(&memory, &plan.fsid, &result) {

@@ -77,6 +77,12 @@ pub fn run(args: RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> Result
             out.report_line(r, |r| file_line(r, mode, out.paint));
         }
     };
+    if let Some(dir) = &req.copy_to {
+        out.before_change(format!(
+            "{} (the files copied and verified)",
+            dir.join(btrfs_lab::rescue::manifest::MANIFEST).display()
+        ))?;
+    }
     let report = rescue::run(&req, out, &mut each)?;
     // --list and --copy-to stream JSON Lines (file records, progress
     // records): the report is their last line.

@@ -189,6 +189,7 @@ fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
         });
         return Ok(exit::OK);
     }
+    out.before_change("btrfs-lab sandbox list")?;
     let sandbox = sandbox::Sandbox::up(&plan, store)?;
     let (data, metadata) = match plan.fs {
         FsKind::Btrfs => {
@@ -326,6 +327,7 @@ fn forget(a: &DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
     } else {
         out.text_note(text.trim_end());
     }
+    out.before_change("btrfs-lab sandbox list")?;
     store.remove(name)?;
     let result = DownResult {
         removed: vec![DownReport {
@@ -360,6 +362,11 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
         yes: a.yes,
     };
     let describe = |plans: &[DownPlan]| render_plans(plans, out);
+    if !a.dry_run {
+        // Before the question (asked inside `down`): nothing is written
+        // on stdout between the two.
+        out.before_change("btrfs-lab sandbox list")?;
+    }
     match sandbox::down(store, &req, out, &describe)? {
         DownOutcome::DryRun(dry) => {
             out.report(&dry, |d| {

@@ -103,6 +103,7 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
             out.status("(dry run: would cancel the running scrub)\n");
             return Ok(exit::OK);
         }
+        out.before_change(format!("btrfs-lab scrub {} --status", mount.display()))?;
         let c = scrub::cancel(&mount)?;
         out.report(&c, |c| {
             format!(
@@ -158,6 +159,7 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
         "Start the scrub (it repairs what it can)?"
     };
     confirm(out, question, a.yes)?;
+    out.before_change(format!("btrfs-lab scrub {} --status", mount.display()))?;
     // The metrics file says "running" from the start (with the last
     // scrub's figures), and is written again at the end on every path.
     let textfile = match &a.textfile {

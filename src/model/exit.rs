@@ -189,12 +189,27 @@ pub const SCRUB_UNCORRECTABLE: Status = Status {
     meaning: "uncorrectable errors: files are damaged",
 };
 
+/// A command that changes the system made its change, and then its report
+/// could not be written (stdout full or unwritable after the change): not
+/// [`ERROR`], which says nothing was changed. As sysexits' `EX_IOERR`.
+/// Before a change the output is checked (an unwritable stdout refuses
+/// with [`ERROR`] while nothing was changed); this status is what a write
+/// error after it gives, in place of the command's own.
+pub const REPORT_NOT_WRITTEN: Status = Status {
+    code: 74,
+    name: "report-not-written",
+    commands: "",
+    meaning: "done (a command that changes the system made its change), but its report could \
+              not be written (stdout full or unwritable)",
+};
+
 /// Every status, the shared ones first.
 pub const ALL: &[Status] = &[
     OK,
     ERROR,
     USAGE,
     INTERRUPTED,
+    REPORT_NOT_WRITTEN,
     DIRECT,
     BUFFERED_FALLBACK,
     PROFILE_FORCED,
@@ -242,6 +257,14 @@ const BAD: Row = row(USAGE, "bad command line (unknown option, invalid value).")
 const INT: Row = row(
     INTERRUPTED,
     "interrupted by SIGINT or SIGTERM; clean-up was done (a second signal exits at once).",
+);
+/// The row of every command that changes the system.
+const NOT_WRITTEN: Row = row(
+    REPORT_NOT_WRITTEN,
+    "report-not-written: the change was made, but the report could not be written \
+     (stdout became full or unwritable after it; an unwritable stdout before it refuses \
+     with 1); the error line says where to see what was done. It takes the place of the \
+     command's own status.",
 );
 const FAIL: Row = row(
     ERROR,
@@ -304,6 +327,7 @@ pub(crate) const PAGES: &[Page] = &[
                 "refused or failed; nothing was changed (OLD is still a member).",
             ),
             BAD,
+            NOT_WRITTEN,
             row(
                 INTERRUPTED,
                 "SIGINT, SIGTERM or SIGHUP: the replace goes on in the kernel; --status follows \
@@ -325,6 +349,7 @@ pub(crate) const PAGES: &[Page] = &[
                 "refused or failed; what moved stays moved, the device is still a member.",
             ),
             BAD,
+            NOT_WRITTEN,
             row(
                 INTERRUPTED,
                 "SIGINT, SIGTERM or SIGHUP: stopped after the chunk in progress; the device is \
@@ -411,6 +436,7 @@ pub(crate) const PAGES: &[Page] = &[
                 USAGE,
                 "bad command line (--sustained SIZE under 256 MiB, --fill outside 1-95, ...).",
             ),
+            NOT_WRITTEN,
             row(
                 INTERRUPTED,
                 "interrupted by SIGINT, SIGTERM or SIGHUP: fio is killed and the test directory \
@@ -462,6 +488,7 @@ pub(crate) const PAGES: &[Page] = &[
                  refused after three copies; a re-run continues).",
             ),
             BAD,
+            NOT_WRITTEN,
             INT,
         ],
     },
@@ -483,6 +510,7 @@ pub(crate) const PAGES: &[Page] = &[
                  else attached, a record file that is corrupt or not written by btrfs-lab.",
             ),
             BAD,
+            NOT_WRITTEN,
             row(
                 INTERRUPTED,
                 "interrupted (SIGINT, SIGTERM, SIGHUP); what up had made is removed.",
@@ -505,6 +533,7 @@ pub(crate) const PAGES: &[Page] = &[
                  resumes).",
             ),
             BAD,
+            NOT_WRITTEN,
             row(
                 FILES_LOST,
                 "files-lost: some files are damaged (bytes on a missing device), unknown or \
@@ -533,6 +562,7 @@ pub(crate) const PAGES: &[Page] = &[
                  kernel failure mid-way: what was relocated stays relocated).",
             ),
             BAD,
+            NOT_WRITTEN,
             row(
                 GOAL_NOT_REACHED,
                 "goal-not-reached: every step ran, a step ran out of space, or no chunk is \
@@ -568,6 +598,7 @@ pub(crate) const PAGES: &[Page] = &[
                  with no scrub running, --resume with nothing to resume.",
             ),
             BAD,
+            NOT_WRITTEN,
             row(
                 INTERRUPTED,
                 "SIGINT, SIGTERM or SIGHUP: the scrub was cancelled after every device's scrub \
@@ -619,6 +650,7 @@ const CONVERT: &[Row] = &[
          the one planned on is refused).",
     ),
     BAD,
+    NOT_WRITTEN,
     row(
         INTERRUPTED,
         "SIGINT, SIGTERM or SIGHUP: the balance is paused, never cancelled; `convert MOUNT \
@@ -819,6 +851,7 @@ mod tests {
                 ("", "error", 1),
                 ("", "usage", 2),
                 ("", "interrupted", 130),
+                ("", "report-not-written", 74),
                 ("probe-dio", "direct", 0),
                 ("probe-dio", "buffered-fallback", 3),
                 ("probe-dio", "profile-forced", 4),

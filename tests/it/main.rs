@@ -10,6 +10,7 @@ mod bench_security;
 mod common;
 mod device;
 mod doctor;
+mod exit_after_change;
 mod help;
 mod links;
 mod loop_owner;

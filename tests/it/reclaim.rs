@@ -35,7 +35,7 @@ fn write(m: &Path, seed: u32) -> std::io::Result<()> {
 /// data chunk keeps some data: of the first half of the files one in
 /// `first` stays, of the second half one in `second`. Returns the files
 /// kept.
-fn fill_and_fragment(m: &Path, first: u32, second: u32) -> Vec<u32> {
+pub(crate) fn fill_and_fragment(m: &Path, first: u32, second: u32) -> Vec<u32> {
     let mut n = 0u32;
     let err = loop {
         match write(m, n) {
@@ -104,7 +104,7 @@ fn result_of(records: &[ReclaimRecord]) -> ReclaimResult {
     }
 }
 
-fn raid1(env: &TestEnv) -> btrfs_lab::sandbox::Sandbox {
+pub(crate) fn raid1(env: &TestEnv) -> btrfs_lab::sandbox::Sandbox {
     env.sandbox(SandboxRequest {
         devices: 2,
         size_bytes: 1 << 30,

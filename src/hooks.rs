@@ -114,10 +114,13 @@ pub enum Pause {
     /// `rescue --copy-to`: the first file is judged, copied and in the
     /// manifest (a test interrupts the copy there and resumes it).
     RescueCopied,
+    /// `device replace --scrub`: the replace is done and verified, the
+    /// scrub of the new device about to start (a test interrupts it there).
+    DeviceReplaceScrubbing,
 }
 
 /// Every pause point, for [`Pause::named`].
-const PAUSES: [Pause; 9] = [
+const PAUSES: [Pause; 10] = [
     Pause::ProbeWritten,
     Pause::ReadTestMmap,
     Pause::NocowCopy,
@@ -127,6 +130,7 @@ const PAUSES: [Pause; 9] = [
     Pause::DeviceAddConfirmed,
     Pause::ReclaimStepped,
     Pause::RescueCopied,
+    Pause::DeviceReplaceScrubbing,
 ];
 
 impl Pause {
@@ -142,6 +146,7 @@ impl Pause {
             Pause::DeviceAddConfirmed => "device-add-confirmed",
             Pause::ReclaimStepped => "reclaim-stepped",
             Pause::RescueCopied => "rescue-copied",
+            Pause::DeviceReplaceScrubbing => "device-replace-scrubbing",
         }
     }
 

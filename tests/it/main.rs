@@ -11,6 +11,7 @@ mod common;
 mod device;
 mod doctor;
 mod help;
+mod idempotent;
 mod links;
 mod loop_owner;
 mod model_kernel;

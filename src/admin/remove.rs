@@ -737,7 +737,11 @@ fn removed_before(fs: &FsState, facts: &RemoveFacts, spec: &RemoveSpec) -> Optio
     };
     let (e, device) = match spec {
         RemoveSpec::Devid(id) => (
-            started.devices.iter().filter(gone).find(|e| e.devid == *id)?,
+            started
+                .devices
+                .iter()
+                .filter(gone)
+                .find(|e| e.devid == *id)?,
             id.to_string(),
         ),
         RemoveSpec::Path(p) => {

@@ -984,10 +984,12 @@ pub fn scrub_new(r: &ReplaceResult, signals: &OperationSignals) -> Result<ScrubA
         let _ = tool.run(&["scrub".into(), "cancel".into(), r.path.clone()]);
         return Ok(ScrubAfter::Interrupted(sig));
     }
-    Ok(match tool.outcome(args, out.status, &out.stdout, &out.stderr) {
-        Ok(_) => ScrubAfter::Clean,
-        Err(e) => ScrubAfter::Failed(e),
-    })
+    Ok(
+        match tool.outcome(args, out.status, &out.stdout, &out.stderr) {
+            Ok(_) => ScrubAfter::Clean,
+            Err(e) => ScrubAfter::Failed(e),
+        },
+    )
 }
 
 /// Checks that NEW took OLD's devid and size, and every chunk's redundancy.

@@ -12,8 +12,8 @@ use btrfs_lab::admin::replace::{
     self, OldSpec, ReadFrom, ReplaceDetached, ReplaceEnd, ReplaceOptions, ReplacePlan,
     ReplaceReport, ReplaceStateName, ScrubAfter,
 };
-use btrfs_lab::admin::started::StartedStore;
 use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
+use btrfs_lab::admin::started::StartedStore;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sys::fs::root::SysRoot;
@@ -407,7 +407,8 @@ fn replace(a: ReplaceArgs, out: &Output, started: &StartedStore) -> Result<u8> {
         },
         no_resize: a.no_resize,
     };
-    let (fs, _state, plan) = replace::prepare(&root, &a.mount, &OldSpec::parse(old), new, opts, started)?;
+    let (fs, _state, plan) =
+        replace::prepare(&root, &a.mount, &OldSpec::parse(old), new, opts, started)?;
     let doc = ReplaceReport {
         plan: plan.clone(),
         result: None,

@@ -781,7 +781,10 @@ pub fn forget_leaves(record: &SandboxRecord) -> Vec<String> {
     }
     if std::fs::symlink_metadata(&record.dir).is_ok() {
         let d = record.dir.display().to_string();
-        left.push(format!("{d} ({} once the rest is gone)", shown(&["rmdir", &d])));
+        left.push(format!(
+            "{d} ({} once the rest is gone)",
+            shown(&["rmdir", &d])
+        ));
     }
     left
 }

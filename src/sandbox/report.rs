@@ -187,7 +187,12 @@ pub(crate) fn down_plan(s: &SandboxStatus, r: &SandboxRecord) -> DownPlan {
             ));
         }
     }
-    for d in r.devices.iter().map(|d| &d.image).chain(s.extra_devices.iter().map(|d| &d.image)) {
+    for d in r
+        .devices
+        .iter()
+        .map(|d| &d.image)
+        .chain(s.extra_devices.iter().map(|d| &d.image))
+    {
         if d.exists() {
             steps.push(format!("delete {}", d.display()));
         }

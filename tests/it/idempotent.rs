@@ -220,7 +220,10 @@ fn remove_rerun_after_sigkill_follows_the_kernel_then_has_nothing_to_do() {
     // A device that never was a member is still refused.
     let (code, _, stderr) = run(env.cmd().args(["device", "remove", ms, "9", "--yes"]));
     assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("device id 9 is not a device of"), "{stderr}");
+    assert!(
+        stderr.contains("device id 9 is not a device of"),
+        "{stderr}"
+    );
 }
 
 #[cfg(feature = "test-hooks")]
@@ -301,10 +304,7 @@ fn down_takes_down_a_sandbox_used_to_rehearse_add_replace_and_remove() {
     // Devices for the rehearsal, made in the sandbox's own directory.
     let attach = |name: &str| {
         let image = dir.join(name);
-        fs::File::create_new(&image)
-            .unwrap()
-            .set_len(GIB)
-            .unwrap();
+        fs::File::create_new(&image).unwrap().set_len(GIB).unwrap();
         btrfs_lab::sys::block::loopdev::attach(&image, true)
             .unwrap()
             .path
@@ -327,13 +327,10 @@ fn down_takes_down_a_sandbox_used_to_rehearse_add_replace_and_remove() {
     }
 
     // --forget says what it would leave, and how to remove each.
-    let (code, stdout, stderr) = run(env.cmd().args([
-        "sandbox",
-        "down",
-        "--forget",
-        "--dry-run",
-        &record.name,
-    ]));
+    let (code, stdout, stderr) =
+        run(env
+            .cmd()
+            .args(["sandbox", "down", "--forget", "--dry-run", &record.name]));
     assert_eq!(code, 0, "{stderr}");
     let all = format!("{stdout}{stderr}");
     assert!(all.contains(&format!("(umount {ms})")), "{all}");
@@ -347,9 +344,7 @@ fn down_takes_down_a_sandbox_used_to_rehearse_add_replace_and_remove() {
     );
     assert!(all.contains("sandbox down --yes"), "{all}");
 
-    let (code, stdout, stderr) = run(env
-        .cmd()
-        .args(["sandbox", "down", "--yes", &record.name]));
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", &record.name]));
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains(&format!("unmounted {ms}")), "{stdout}");
     for l in [&added, &new] {

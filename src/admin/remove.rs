@@ -1023,7 +1023,7 @@ pub fn execute_remove(
             .find(|d| d.devid == dev.devid)
             .map_or(dev.allocated, |d| d.bytes_used);
         let t0 = Instant::now();
-        if let Some(signal) = wait_for_running_remove(fs, dev.devid, signals, &mut |left| {
+        let interrupted = wait_for_running_remove(fs, dev.devid, signals, &mut |left| {
             progress(&RemoveProgress {
                 devid: dev.devid,
                 step: i + 1,
@@ -1034,15 +1034,16 @@ pub fn execute_remove(
                 eta_seconds: None,
                 pace: crate::model::progress::Pace::Running,
             })
-        })? {
-            if let Some(d) = fs.devices()?.into_iter().find(|d| d.devid == dev.devid) {
-                return Ok(RemoveEnd::Stopped {
-                    signal,
-                    removed,
-                    devid: dev.devid,
-                    bytes_left: d.bytes_used,
-                });
-            }
+        })?;
+        if let Some(signal) = interrupted
+            && let Some(d) = fs.devices()?.into_iter().find(|d| d.devid == dev.devid)
+        {
+            return Ok(RemoveEnd::Stopped {
+                signal,
+                removed,
+                devid: dev.devid,
+                bytes_left: d.bytes_used,
+            });
         }
         if !fs.devices()?.iter().any(|d| d.devid == dev.devid) {
             // The remove that ran took it out.

@@ -182,7 +182,7 @@ fn remove_rerun_after_sigkill_follows_the_kernel_then_has_nothing_to_do() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_for(|| running()), "the remove never started");
+    assert!(wait_for(&running), "the remove never started");
     child.kill().unwrap();
     child.wait().unwrap();
 

@@ -762,12 +762,16 @@ fn removed_before(fs: &FsState, facts: &RemoveFacts, spec: &RemoveSpec) -> Optio
                 .iter()
                 .filter(gone)
                 .find(|e| e.device.path.is_empty())?,
-            "missing".to_owned(),
+            String::new(),
         ),
     };
     Some(AlreadyRemoved {
         devid: e.devid,
-        device,
+        device: if device.is_empty() {
+            format!("device {} (missing)", e.devid)
+        } else {
+            device
+        },
     })
 }
 

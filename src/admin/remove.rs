@@ -1414,6 +1414,61 @@ mod tests {
     }
 
     #[test]
+    fn a_running_remove_is_followed_and_a_finished_one_has_nothing_to_do() {
+        // The kernel removes device 4 now (its size reads 0): followed, first.
+        let (mut f, x) = fs(4, F::RAID1);
+        f.exclusive_operation = Some("device remove".into());
+        f.devices[3].size = 0;
+        let p = plan_remove(&f, &[RemoveSpec::Devid(3), RemoveSpec::Devid(4)], &x);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(p.following, Some(4));
+        assert_eq!(p.devices[0].devid, 4);
+        // Another device's remove runs: refused, named.
+        let p = plan_remove(&f, &[RemoveSpec::Devid(2)], &x);
+        assert_eq!(p.refusals[0].code, "other-remove-running");
+        assert!(p.refusals[0].message.contains("device 4 is being removed"));
+
+        // Device 4 is gone. With the record of the remove this tool
+        // started: nothing to do; without it: not a member.
+        let (mut f, mut x) = fs(4, F::RAID1);
+        f.devices.retain(|d| d.devid != 4);
+        let p = plan_remove(&f, &[RemoveSpec::Devid(4)], &x);
+        assert_eq!(p.refusals[0].code, "not-member");
+        assert_eq!(p.nothing_to_do(), None);
+        x.started = Some(StartedRemove {
+            fsid: "x".into(),
+            devices: vec![RemovingDevice {
+                devid: 4,
+                device: DeviceAt {
+                    path: "/dev/test-none-4".into(),
+                    devt: None,
+                },
+            }],
+            started_unix: 1,
+        });
+        let p = plan_remove(&f, &[RemoveSpec::Devid(4)], &x);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert!(p.devices.is_empty() && p.commands.is_empty());
+        assert_eq!(
+            p.nothing_to_do().as_deref(),
+            Some("nothing to do: 4 is no longer a member of /mnt")
+        );
+        // Another device named with it is removed; 4 is said to be done.
+        let p = plan_remove(&f, &[RemoveSpec::Devid(4), RemoveSpec::Devid(3)], &x);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(p.devices.len(), 1);
+        assert_eq!(p.nothing_to_do(), None);
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("4 is no longer a member"))
+        );
+        // A devid never removed by us is still refused.
+        let p = plan_remove(&f, &[RemoveSpec::Devid(9)], &x);
+        assert_eq!(p.refusals[0].code, "not-member");
+    }
+
+    #[test]
     fn refusals_for_bad_names_and_space() {
         let (f, x) = fs(3, F::RAID1);
         let p = plan_remove(&f, &[RemoveSpec::Devid(9), RemoveSpec::Missing], &x);

@@ -1308,6 +1308,91 @@ mod tests {
     }
 
     #[test]
+    fn new_already_that_device_is_done_only_with_the_record_of_our_replace() {
+        // NEW (/dev/test-none-2) already is device 2; the kernel says the
+        // last replace finished: without a record that ties it, refused.
+        let member = BlockDeviceFacts {
+            exists: true,
+            is_block: true,
+            size: Some(4 * GIB),
+            devt: Some((7, 2)),
+            ..BlockDeviceFacts::unknown(
+                Path::new("/dev/test-none-2"),
+                Path::new("/dev/test-none-2"),
+            )
+        };
+        let mut x = facts();
+        x.last_finished = true;
+        let p = plan_replace(
+            &fs(),
+            &OldSpec::Devid(2),
+            &member,
+            ReplaceOptions::default(),
+            &x,
+        );
+        let codes: Vec<&str> = p.refusals.iter().map(|r| &*r.code).collect();
+        assert_eq!(codes, ["already-that-device"]);
+        assert!(
+            p.refusals[0]
+                .message
+                .starts_with("/dev/test-none-2 already is device 2 of /mnt: nothing to replace"),
+            "{}",
+            p.refusals[0].message
+        );
+        assert!(!p.following);
+        // The record of the replace this tool started onto it: followed.
+        let record = StartedReplace {
+            fsid: "x".into(),
+            devid: 2,
+            old_path: "/dev/test-none-old".into(),
+            new: DeviceAt {
+                path: "/dev/test-none-2".into(),
+                devt: Some((7, 2)),
+            },
+            started_unix: 1,
+        };
+        x.started = Some(record.clone());
+        let p = plan_replace(
+            &fs(),
+            &OldSpec::Devid(2),
+            &member,
+            ReplaceOptions::default(),
+            &x,
+        );
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert!(p.following);
+        assert!(p.notes.iter().any(|n| n.contains("has finished")));
+        // A record of another filesystem, devid or device number ties nothing.
+        for bad in [
+            StartedReplace {
+                fsid: "y".into(),
+                ..record.clone()
+            },
+            StartedReplace {
+                devid: 3,
+                ..record.clone()
+            },
+            StartedReplace {
+                new: DeviceAt {
+                    path: "/dev/test-none-2".into(),
+                    devt: Some((7, 99)),
+                },
+                ..record.clone()
+            },
+        ] {
+            x.started = Some(bad);
+            let p = plan_replace(
+                &fs(),
+                &OldSpec::Devid(2),
+                &member,
+                ReplaceOptions::default(),
+                &x,
+            );
+            assert_eq!(p.refusals[0].code, "already-that-device");
+        }
+    }
+
+    #[test]
     fn progress_is_a_share_of_the_data_not_of_the_device() {
         let e = facts().dev_extents;
         let on2: Vec<DevExtent> = e.into_iter().filter(|e| e.devid == 2).collect();

@@ -118,10 +118,13 @@ pub enum Pause {
     /// is copied, the rest not yet (a test sends Ctrl-C in the middle of a
     /// file: it must be seen before the next block).
     RescueBlock,
+    /// `device replace --scrub`: the replace is done and verified, the
+    /// scrub of the new device about to start (a test interrupts it there).
+    DeviceReplaceScrubbing,
 }
 
 /// Every pause point, for [`Pause::named`].
-const PAUSES: [Pause; 10] = [
+const PAUSES: [Pause; 11] = [
     Pause::ProbeWritten,
     Pause::ReadTestMmap,
     Pause::NocowCopy,
@@ -132,6 +135,7 @@ const PAUSES: [Pause; 10] = [
     Pause::ReclaimStepped,
     Pause::RescueCopied,
     Pause::RescueBlock,
+    Pause::DeviceReplaceScrubbing,
 ];
 
 impl Pause {
@@ -148,6 +152,7 @@ impl Pause {
             Pause::ReclaimStepped => "reclaim-stepped",
             Pause::RescueCopied => "rescue-copied",
             Pause::RescueBlock => "rescue-block",
+            Pause::DeviceReplaceScrubbing => "device-replace-scrubbing",
         }
     }
 

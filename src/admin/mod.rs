@@ -13,4 +13,5 @@ pub mod remove;
 pub mod replace;
 pub mod report;
 pub mod scrub;
+pub mod started;
 pub mod state;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checks::{Reason, same_device};
 use super::redundancy::RedundancyCheck;
+use super::started::{DeviceAt, RemovingDevice, StartedRemove, StartedStore};
 use super::state::FsState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::alloc::{ChunkKind, reserve};
@@ -89,6 +90,46 @@ pub struct RemovePlan {
     /// chunk with the kernel's allocator rules (as `convert`'s).
     #[serde(default)]
     pub space_check: SpaceCheck,
+    /// A remove of this device already runs in the kernel (its command was
+    /// killed, or runs elsewhere): this run follows it instead of starting
+    /// one, then goes on with the plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub following: Option<u64>,
+    /// Devices named that an earlier remove of this tool (on record)
+    /// already took out: nothing to do for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub already_removed: Vec<AlreadyRemoved>,
+}
+
+/// A device named that is no longer a member because a remove this tool
+/// started took it out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AlreadyRemoved {
+    /// Its devid then.
+    pub devid: u64,
+    /// The device as named.
+    pub device: String,
+}
+
+impl RemovePlan {
+    /// `nothing to do: DEVICE is no longer a member of M` when every device
+    /// named is already out (by a remove on record), else `None`.
+    pub fn nothing_to_do(&self) -> Option<String> {
+        (self.devices.is_empty() && !self.already_removed.is_empty() && self.refusals.is_empty())
+            .then(|| {
+                let names: Vec<&str> = self
+                    .already_removed
+                    .iter()
+                    .map(|a| a.device.as_str())
+                    .collect();
+                format!(
+                    "nothing to do: {} {} no longer a member of {}",
+                    names.join(", "),
+                    if names.len() == 1 { "is" } else { "are" },
+                    self.mount_point.display()
+                )
+            })
+    }
 }
 
 /// What the replay of a remove's relocation says.
@@ -123,6 +164,10 @@ pub struct RemoveFacts {
     pub is_root: bool,
     /// The chunks as the replay reads them ([`crate::admin::convert::read_layout`]).
     pub layout: Option<Layout>,
+    /// The last remove this tool started on the filesystem (its record in
+    /// the state directory): what ties a device that is no longer a member
+    /// to a remove that finished.
+    pub started: Option<StartedRemove>,
 }
 
 fn kind_of(t: BgType) -> ChunkKind {
@@ -352,14 +397,6 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
             false,
         ));
     }
-    match fs.exclusive_operation.as_deref() {
-        None | Some("none") | Some("device remove") => {}
-        Some(op) => refusals.push(Reason::general(
-            "exclusive-operation",
-            format!("another operation is running on this filesystem ({op}); wait until it ends"),
-            false,
-        )),
-    }
     if specs.is_empty() {
         refusals.push(Reason::general(
             "no-device",
@@ -368,6 +405,7 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
         ));
     }
     let mut ids: Vec<u64> = Vec::new();
+    let mut already_removed: Vec<AlreadyRemoved> = Vec::new();
     let mut missing_spec = false;
     for s in specs {
         let found: Vec<u64> = match s {
@@ -394,6 +432,16 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
                     .collect()
             }
         };
+        if found.is_empty()
+            && let Some(a) = removed_before(fs, facts, s)
+        {
+            notes.push(format!(
+                "{} is no longer a member of {m}: a remove btrfs-lab started took it out (device {}); nothing to do for it",
+                a.device, a.devid
+            ));
+            already_removed.push(a);
+            continue;
+        }
         if found.is_empty() {
             let what = match s {
                 RemoveSpec::Devid(id) => format!("device id {id} is not a device of {m}"),
@@ -428,6 +476,36 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
                 ids.push(id);
             }
         }
+    }
+    // A remove the kernel runs now (its command killed, or run elsewhere):
+    // the device it takes out shows a size of 0 (btrfs_shrink_device).
+    let mut following = None;
+    match fs.exclusive_operation.as_deref() {
+        None | Some("none") => {}
+        Some("device remove") => {
+            match fs.devices.iter().find(|d| d.size == 0).map(|d| d.devid) {
+                Some(id) if ids.contains(&id) => {
+                    following = Some(id);
+                    notes.push(format!(
+                        "a remove of device {id} already runs in the kernel (its command was interrupted, or runs elsewhere): this run follows it to its end, then goes on"
+                    ));
+                }
+                Some(id) => refusals.push(Reason::general(
+                    "other-remove-running",
+                    format!("device {id} is being removed from {m} by another command; wait until it ends, or follow it: btrfs-lab device remove {m} {id}"),
+                    false,
+                )),
+                None if ids.is_empty() => {}
+                None => notes.push(
+                    "a device remove is running on this filesystem: this run waits until it ends, then goes on".to_owned(),
+                ),
+            }
+        }
+        Some(op) => refusals.push(Reason::general(
+            "exclusive-operation",
+            format!("another operation is running on this filesystem ({op}); wait until it ends"),
+            false,
+        )),
     }
     let remaining: Vec<u64> = fs
         .devices
@@ -493,8 +571,12 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
     let mut best: Option<(Vec<u64>, u64, u64, Vec<u64>)> = None;
     let mut tight = false;
     let mut space_error = None;
-    if refusals.is_empty() {
-        for o in orders(&ids) {
+    if refusals.is_empty() && !ids.is_empty() {
+        // The device the kernel removes now goes first.
+        for o in orders(&ids)
+            .into_iter()
+            .filter(|o| following.is_none_or(|f| o.first() == Some(&f)))
+        {
             let mut t = false;
             match simulate(fs, facts, &o, &mut t) {
                 Ok((moved, twice, steps)) => {
@@ -560,6 +642,7 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
     };
     let mut space_check = SpaceCheck::NotChecked;
     if refusals.is_empty()
+        && !ids.is_empty()
         && let Some(layout) = &facts.layout
     {
         let replay = RemoveReplay::new(fs, facts, &order);
@@ -607,7 +690,9 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
     if devices.iter().any(|d| d.path.is_empty()) {
         notes.push("a missing device's chunks are rebuilt from their other copies; chunks without one (single, RAID0) make the remove fail: copy out what is left first (btrfs-lab rescue)".to_owned());
     }
-    notes.push("Ctrl-C stops the remove after the chunk in progress: the device stays a member, and the same command again continues".to_owned());
+    if !ids.is_empty() {
+        notes.push("Ctrl-C stops the remove after the chunk in progress: the device stays a member, and the same command again continues".to_owned());
+    }
     let commands = devices
         .iter()
         .map(|d| {
@@ -634,7 +719,60 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
         notes,
         refusals,
         space_check,
+        following,
+        already_removed,
     }
+}
+
+/// The device `spec` names, when it is not a member because the last
+/// remove this tool started on `fs` (its record) took it out: the same
+/// devid, or the same path and device number; and nothing of it is a
+/// member now.
+fn removed_before(fs: &FsState, facts: &RemoveFacts, spec: &RemoveSpec) -> Option<AlreadyRemoved> {
+    let started = facts.started.as_ref().filter(|r| r.fsid == fs.fsid)?;
+    let gone = |e: &&RemovingDevice| {
+        !fs.devices
+            .iter()
+            .any(|d| d.devid == e.devid || (!e.device.path.is_empty() && d.path == e.device.path))
+    };
+    let (e, device) = match spec {
+        RemoveSpec::Devid(id) => (
+            started
+                .devices
+                .iter()
+                .filter(gone)
+                .find(|e| e.devid == *id)?,
+            id.to_string(),
+        ),
+        RemoveSpec::Path(p) => {
+            let r = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            let devt = crate::sys::block::blockdev::devt_of(&r);
+            (
+                started
+                    .devices
+                    .iter()
+                    .filter(gone)
+                    .find(|e| e.device.is(&r, devt))?,
+                p.display().to_string(),
+            )
+        }
+        RemoveSpec::Missing => (
+            started
+                .devices
+                .iter()
+                .filter(gone)
+                .find(|e| e.device.path.is_empty())?,
+            String::new(),
+        ),
+    };
+    Some(AlreadyRemoved {
+        devid: e.devid,
+        device: if device.is_empty() {
+            format!("device {} (missing)", e.devid)
+        } else {
+            device
+        },
+    })
 }
 
 /// What [`relocate::simulate_remove`] takes for removing `order`
@@ -854,23 +992,78 @@ pub enum RemoveEnd {
 pub fn execute_remove(
     fs: &FsHandle,
     plan: &RemovePlan,
+    store: &StartedStore,
     signals: &OperationSignals,
     progress: &mut dyn FnMut(&RemoveProgress),
 ) -> Result<RemoveEnd> {
     let mut removed = Vec::new();
     let steps = plan.commands.len();
+    if !plan.devices.is_empty() {
+        // Recorded before the kernel is asked: a re-run ties a device that
+        // is no longer a member to this remove, and to nothing else.
+        store.save_remove(&StartedRemove {
+            fsid: fs.fsid().to_owned(),
+            devices: plan
+                .devices
+                .iter()
+                .map(|d| RemovingDevice {
+                    devid: d.devid,
+                    device: DeviceAt {
+                        path: d.path.clone(),
+                        devt: crate::sys::block::blockdev::devt_of(Path::new(&d.path)),
+                    },
+                })
+                .collect(),
+            started_unix: super::started::now_unix(),
+        })?;
+    }
     for (i, (shown, dev)) in plan.commands.iter().zip(&plan.devices).enumerate() {
-        let mut argv = shown.clone();
-        if let Some(last) = argv.last_mut() {
-            *last = fs.proc_path().display().to_string();
-        }
-        let tool = tools::find("btrfs", "btrfs-progs")?;
+        // A remove the kernel runs already (this device's, whose command
+        // was killed, or another's): follow it to its end first; starting
+        // one now would only fail ("another exclusive operation").
         let start_bytes = fs
             .devices()?
             .iter()
             .find(|d| d.devid == dev.devid)
             .map_or(dev.allocated, |d| d.bytes_used);
         let t0 = Instant::now();
+        let interrupted = wait_for_running_remove(fs, dev.devid, signals, &mut |left| {
+            progress(&RemoveProgress {
+                devid: dev.devid,
+                step: i + 1,
+                steps,
+                bytes_start: start_bytes,
+                bytes_left: left,
+                rate_bytes_per_sec: 0.0,
+                eta_seconds: None,
+                pace: crate::model::progress::Pace::Running,
+            })
+        })?;
+        if let Some(signal) = interrupted
+            && let Some(d) = fs.devices()?.into_iter().find(|d| d.devid == dev.devid)
+        {
+            return Ok(RemoveEnd::Stopped {
+                signal,
+                removed,
+                devid: dev.devid,
+                bytes_left: d.bytes_used,
+            });
+        }
+        if !fs.devices()?.iter().any(|d| d.devid == dev.devid) {
+            // The remove that ran took it out.
+            removed.push(Removed {
+                devid: dev.devid,
+                path: dev.path.clone(),
+                bytes_moved: start_bytes,
+                seconds: t0.elapsed().as_secs_f64(),
+            });
+            continue;
+        }
+        let mut argv = shown.clone();
+        if let Some(last) = argv.last_mut() {
+            *last = fs.proc_path().display().to_string();
+        }
+        let tool = tools::find("btrfs", "btrfs-progs")?;
         let mut child =
             tools::spawn_in_group(&tool.path, &argv[1..], None, Stdio::null(), Stdio::piped())
                 .map_err(|e| {
@@ -1028,6 +1221,34 @@ pub fn execute_remove(
     }))
 }
 
+/// While the kernel runs a `device remove` on `fs` (an earlier run's,
+/// whose command outlived it), waits for its end, telling `progress` the
+/// bytes left on `devid`. `Some(signal)` when a signal came first (the
+/// kernel's remove goes on: it is not ours to stop).
+fn wait_for_running_remove(
+    fs: &FsHandle,
+    devid: u64,
+    signals: &OperationSignals,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Option<&'static str>> {
+    let root = crate::sys::fs::root::SysRoot::host();
+    while super::state::read_sysfs(&root, fs.fsid(), "exclusive_operation").as_deref()
+        == Some("device remove")
+    {
+        let left = fs
+            .devices()?
+            .iter()
+            .find(|d| d.devid == devid)
+            .map_or(0, |d| d.bytes_used);
+        progress(left);
+        let (n, which) = signals.wait(Duration::from_millis(500));
+        if n > 0 {
+            return Ok(Some(which.map_or("a signal", |w| w.name())));
+        }
+    }
+    Ok(None)
+}
+
 /// Reads what the planner needs through the handle.
 pub fn read_facts(fs: &FsHandle, state: &FsState) -> Result<RemoveFacts> {
     Ok(RemoveFacts {
@@ -1036,6 +1257,7 @@ pub fn read_facts(fs: &FsHandle, state: &FsState) -> Result<RemoveFacts> {
         read_only: fs.read_only(),
         is_root: crate::sys::is_root(),
         layout: super::convert::read_layout(fs, state),
+        started: None,
     })
 }
 
@@ -1044,9 +1266,11 @@ pub fn prepare(
     root: &crate::sys::fs::root::SysRoot,
     path: &Path,
     specs: &[RemoveSpec],
+    store: &StartedStore,
 ) -> Result<(FsHandle, FsState, RemovePlan)> {
     let (fs, state) = super::state::open_state(root, path)?;
-    let facts = read_facts(&fs, &state)?;
+    let mut facts = read_facts(&fs, &state)?;
+    facts.started = store.remove(&state.fsid);
     let plan = plan_remove(&state, specs, &facts);
     Ok((fs, state, plan))
 }
@@ -1142,6 +1366,7 @@ mod tests {
                 read_only: false,
                 is_root: true,
                 layout: None,
+                started: None,
             },
         )
     }
@@ -1186,6 +1411,61 @@ mod tests {
         let (_, twice_other, _) = simulate(&f, &x, &other, &mut false).unwrap();
         assert!(p.moved_twice <= twice_other);
         assert!(p.expected_move >= 2 * GIB);
+    }
+
+    #[test]
+    fn a_running_remove_is_followed_and_a_finished_one_has_nothing_to_do() {
+        // The kernel removes device 4 now (its size reads 0): followed, first.
+        let (mut f, x) = fs(4, F::RAID1);
+        f.exclusive_operation = Some("device remove".into());
+        f.devices[3].size = 0;
+        let p = plan_remove(&f, &[RemoveSpec::Devid(3), RemoveSpec::Devid(4)], &x);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(p.following, Some(4));
+        assert_eq!(p.devices[0].devid, 4);
+        // Another device's remove runs: refused, named.
+        let p = plan_remove(&f, &[RemoveSpec::Devid(2)], &x);
+        assert_eq!(p.refusals[0].code, "other-remove-running");
+        assert!(p.refusals[0].message.contains("device 4 is being removed"));
+
+        // Device 4 is gone. With the record of the remove this tool
+        // started: nothing to do; without it: not a member.
+        let (mut f, mut x) = fs(4, F::RAID1);
+        f.devices.retain(|d| d.devid != 4);
+        let p = plan_remove(&f, &[RemoveSpec::Devid(4)], &x);
+        assert_eq!(p.refusals[0].code, "not-member");
+        assert_eq!(p.nothing_to_do(), None);
+        x.started = Some(StartedRemove {
+            fsid: "x".into(),
+            devices: vec![RemovingDevice {
+                devid: 4,
+                device: DeviceAt {
+                    path: "/dev/test-none-4".into(),
+                    devt: None,
+                },
+            }],
+            started_unix: 1,
+        });
+        let p = plan_remove(&f, &[RemoveSpec::Devid(4)], &x);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert!(p.devices.is_empty() && p.commands.is_empty());
+        assert_eq!(
+            p.nothing_to_do().as_deref(),
+            Some("nothing to do: 4 is no longer a member of /mnt")
+        );
+        // Another device named with it is removed; 4 is said to be done.
+        let p = plan_remove(&f, &[RemoveSpec::Devid(4), RemoveSpec::Devid(3)], &x);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(p.devices.len(), 1);
+        assert_eq!(p.nothing_to_do(), None);
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("4 is no longer a member"))
+        );
+        // A devid never removed by us is still refused.
+        let p = plan_remove(&f, &[RemoveSpec::Devid(9)], &x);
+        assert_eq!(p.refusals[0].code, "not-member");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::add::NewDevice;
 use super::checks::{Reason, device_reasons, same_device};
 use super::redundancy::RedundancyCheck;
+use super::started::{DeviceAt, StartedReplace, StartedStore};
 use super::state::{DeviceErrors, FsState};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
@@ -151,8 +152,13 @@ pub struct ReplaceFacts {
     pub replace_running: bool,
     /// The path of the running replace's target (devid 0), if one runs.
     pub running_target: Option<String>,
-    /// The last replace since the mount finished.
+    /// The kernel reports the last replace since the mount finished (which
+    /// one, it does not say).
     pub last_finished: bool,
+    /// The last replace this tool started on the filesystem (its record in
+    /// the state directory): what ties NEW already being device N to a
+    /// replace that finished.
+    pub started: Option<StartedReplace>,
     /// systemd-inhibit is there and logind runs.
     pub systemd_inhibit: Option<PathBuf>,
     /// Root.
@@ -222,15 +228,45 @@ pub(crate) fn plan_replace(
         ));
     }
     // NEW already took over (the replace ended while nobody followed it):
-    // what is left is the resize and the checks.
-    let finished_onto = (facts.last_finished && !facts.replace_running)
-        .then(|| fs.devices.iter().find(|d| same_device(&d.path, &new.path)))
-        .flatten()
-        .filter(|d| match old {
-            OldSpec::Devid(id) => *id == d.devid,
-            OldSpec::Path(_) => find_old(fs, old).is_none(),
+    // what is left is the resize and the checks. Only for the replace this
+    // tool recorded starting (filesystem, devid, NEW's path and device
+    // number): NEW being device N tells nothing by itself (it may always
+    // have been).
+    let finished_onto = facts
+        .started
+        .as_ref()
+        .filter(|r| !facts.replace_running && r.fsid == fs.fsid && r.new.is(&new.path, new.devt))
+        .filter(|r| match old {
+            OldSpec::Devid(id) => *id == r.devid,
+            OldSpec::Path(p) => {
+                let p = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+                !r.old_path.is_empty() && Path::new(&r.old_path) == p
+            }
+        })
+        .and_then(|r| {
+            fs.devices
+                .iter()
+                .find(|d| d.devid == r.devid && same_device(&d.path, &new.path))
         });
     let following = facts.replace_running || finished_onto.is_some();
+    // NEW already is the device to replace, and no replace of ours put it
+    // there: nothing to replace.
+    let already = (!following)
+        .then(|| find_old(fs, old))
+        .flatten()
+        .filter(|d| same_device(&d.path, &new.path));
+    if let Some(d) = already {
+        refusals.push(Reason::general(
+            "already-that-device",
+            format!(
+                "{} already is device {} of {m}: nothing to replace (no replace onto it that btrfs-lab started is on record{})",
+                new.given.display(),
+                d.devid,
+                if facts.last_finished { "; the replace that finished since the mount was another one" } else { "" }
+            ),
+            false,
+        ));
+    }
     match fs.exclusive_operation.as_deref() {
         None | Some("none") => {}
         Some("device replace") if following => {}
@@ -294,7 +330,7 @@ pub(crate) fn plan_replace(
     let bytes_to_copy = old_dev.as_ref().map_or(0, |o| o.allocated);
 
     // NEW.
-    let new_reasons: Vec<Reason> = if following {
+    let new_reasons: Vec<Reason> = if following || already.is_some() {
         Vec::new()
     } else {
         device_reasons(new, fs)
@@ -667,6 +703,7 @@ pub fn find_systemd_inhibit() -> Option<PathBuf> {
 pub fn execute_replace(
     fs: &FsHandle,
     plan: &ReplacePlan,
+    store: &StartedStore,
     signals: &OperationSignals,
     progress: &mut dyn FnMut(&ReplaceProgress),
 ) -> Result<ReplaceEnd> {
@@ -689,6 +726,22 @@ pub fn execute_replace(
             .split_first()
             .ok_or_else(|| Error::new(ErrorKind::State, "the plan has no command"))?;
         rest = more;
+        // Recorded before the kernel is asked: a re-run ties NEW being
+        // device N to this replace, and to nothing else.
+        let new = plan
+            .new
+            .as_ref()
+            .ok_or_else(|| Error::new(ErrorKind::State, "no new device in the plan"))?;
+        store.save_replace(&StartedReplace {
+            fsid: fs.fsid().to_owned(),
+            devid: old.devid,
+            old_path: old.path.clone(),
+            new: DeviceAt {
+                path: new.resolved.display().to_string(),
+                devt: crate::sys::block::blockdev::devt_of(&new.resolved),
+            },
+            started_unix: super::started::now_unix(),
+        })?;
         let mut argv = first.clone();
         if let Some(last) = argv.last_mut() {
             *last = fs.proc_path().display().to_string();
@@ -874,6 +927,71 @@ pub fn execute_replace(
     verify(fs, plan, old.devid, &s, started.elapsed().as_secs_f64())
 }
 
+/// How the scrub of NEW after the replace (`--scrub`) ended.
+#[derive(Debug)]
+pub enum ScrubAfter {
+    /// It read everything and found no error.
+    Clean,
+    /// It found errors, or could not run.
+    Failed(Error),
+    /// A signal came while it ran: it was cancelled (the replace is done;
+    /// `btrfs scrub resume` continues the scrub where it stopped).
+    Interrupted(&'static str),
+}
+
+/// Scrubs NEW (`r.scrub_command`) in a process group of its own, so that a
+/// signal to this run is seen here: the scrub is then cancelled (SIGINT to
+/// btrfs-progs' `scrub start -B` cancels it and saves where it was) and the
+/// run says so, never "failed".
+pub fn scrub_new(r: &ReplaceResult, signals: &OperationSignals) -> Result<ScrubAfter> {
+    let tool = tools::find("btrfs", "btrfs-progs")?;
+    let args = &r.scrub_command[1..];
+    let mut child = tools::spawn_in_group(
+        &tool.path,
+        args,
+        None,
+        std::process::Stdio::piped(),
+        std::process::Stdio::piped(),
+    )
+    .map_err(|e| {
+        Error::new(
+            ErrorKind::Tool,
+            format!("cannot start {}: {e}", display_argv(&r.scrub_command)),
+        )
+    })?;
+    let mut signal = None;
+    loop {
+        // A signal that came before (while the replace ended) counts too.
+        let (n, which) = signals.wait(Duration::from_millis(200));
+        if n > 0 && signal.is_none() {
+            signal = Some(which.map_or("a signal", |w| w.name()));
+            tools::kill_group(&child, rustix::process::Signal::INT);
+        }
+        if child
+            .try_wait()
+            .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?
+            .is_some()
+        {
+            break;
+        }
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
+    if let Some(sig) = signal {
+        // The signal may have come before btrfs-progs could catch it: no
+        // scrub of NEW is left running either way.
+        let _ = tool.run(&["scrub".into(), "cancel".into(), r.path.clone()]);
+        return Ok(ScrubAfter::Interrupted(sig));
+    }
+    Ok(
+        match tool.outcome(args, out.status, &out.stdout, &out.stderr) {
+            Ok(_) => ScrubAfter::Clean,
+            Err(e) => ScrubAfter::Failed(e),
+        },
+    )
+}
+
 /// Checks that NEW took OLD's devid and size, and every chunk's redundancy.
 fn verify(
     fs: &FsHandle,
@@ -939,6 +1057,7 @@ pub fn prepare(
     old: &OldSpec,
     new: &Path,
     opts: ReplaceOptions,
+    store: &StartedStore,
 ) -> Result<(FsHandle, FsState, ReplacePlan)> {
     let (fs, state) = super::state::open_state(root, path)?;
     let is_root = crate::sys::is_root();
@@ -962,6 +1081,7 @@ pub fn prepare(
         replace_running: running,
         running_target: target,
         last_finished,
+        started: store.replace(&state.fsid),
         systemd_inhibit: find_systemd_inhibit(),
         is_root,
     };
@@ -1048,6 +1168,7 @@ mod tests {
             replace_running: false,
             running_target: None,
             last_finished: false,
+            started: None,
             systemd_inhibit: None,
             is_root: true,
         }
@@ -1184,6 +1305,91 @@ mod tests {
             &facts(),
         );
         assert_eq!(p.refusals[0].code, "member");
+    }
+
+    #[test]
+    fn new_already_that_device_is_done_only_with_the_record_of_our_replace() {
+        // NEW (/dev/test-none-2) already is device 2; the kernel says the
+        // last replace finished: without a record that ties it, refused.
+        let member = BlockDeviceFacts {
+            exists: true,
+            is_block: true,
+            size: Some(4 * GIB),
+            devt: Some((7, 2)),
+            ..BlockDeviceFacts::unknown(
+                Path::new("/dev/test-none-2"),
+                Path::new("/dev/test-none-2"),
+            )
+        };
+        let mut x = facts();
+        x.last_finished = true;
+        let p = plan_replace(
+            &fs(),
+            &OldSpec::Devid(2),
+            &member,
+            ReplaceOptions::default(),
+            &x,
+        );
+        let codes: Vec<&str> = p.refusals.iter().map(|r| &*r.code).collect();
+        assert_eq!(codes, ["already-that-device"]);
+        assert!(
+            p.refusals[0]
+                .message
+                .starts_with("/dev/test-none-2 already is device 2 of /mnt: nothing to replace"),
+            "{}",
+            p.refusals[0].message
+        );
+        assert!(!p.following);
+        // The record of the replace this tool started onto it: followed.
+        let record = StartedReplace {
+            fsid: "x".into(),
+            devid: 2,
+            old_path: "/dev/test-none-old".into(),
+            new: DeviceAt {
+                path: "/dev/test-none-2".into(),
+                devt: Some((7, 2)),
+            },
+            started_unix: 1,
+        };
+        x.started = Some(record.clone());
+        let p = plan_replace(
+            &fs(),
+            &OldSpec::Devid(2),
+            &member,
+            ReplaceOptions::default(),
+            &x,
+        );
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert!(p.following);
+        assert!(p.notes.iter().any(|n| n.contains("has finished")));
+        // A record of another filesystem, devid or device number ties nothing.
+        for bad in [
+            StartedReplace {
+                fsid: "y".into(),
+                ..record.clone()
+            },
+            StartedReplace {
+                devid: 3,
+                ..record.clone()
+            },
+            StartedReplace {
+                new: DeviceAt {
+                    path: "/dev/test-none-2".into(),
+                    devt: Some((7, 99)),
+                },
+                ..record.clone()
+            },
+        ] {
+            x.started = Some(bad);
+            let p = plan_replace(
+                &fs(),
+                &OldSpec::Devid(2),
+                &member,
+                ReplaceOptions::default(),
+                &x,
+            );
+            assert_eq!(p.refusals[0].code, "already-that-device");
+        }
     }
 
     #[test]

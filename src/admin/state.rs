@@ -183,7 +183,8 @@ pub(crate) fn matches_kind(t: BgType, kind: BgType) -> bool {
     t == kind || (t == BgType::DataMetadata && matches!(kind, BgType::Data | BgType::Metadata))
 }
 
-fn read_sysfs(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
+/// `/sys/fs/btrfs/FSID/NAME`, trimmed.
+pub(crate) fn read_sysfs(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
     root.read_attr(&root.sys(&format!("fs/btrfs/{fsid}/{name}")))
         .ok()
         .map(|s| s.trim().to_owned())

@@ -10,9 +10,10 @@ use btrfs_lab::admin::remove::{
 };
 use btrfs_lab::admin::replace::{
     self, OldSpec, ReadFrom, ReplaceDetached, ReplaceEnd, ReplaceOptions, ReplacePlan,
-    ReplaceReport, ReplaceStateName,
+    ReplaceReport, ReplaceStateName, ScrubAfter,
 };
 use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
+use btrfs_lab::admin::started::StartedStore;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sys::fs::root::SysRoot;
@@ -161,11 +162,16 @@ struct AddArgs {
     units: UnitArgs,
 }
 
-pub fn run(args: DeviceArgs, out: &Output) -> Result<u8> {
+pub fn run(args: DeviceArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8> {
+    // What replace and remove started is recorded there (a re-run ties
+    // "already done" to it).
+    let started = StartedStore::new(
+        &state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::admin::scrub::STATE_DIR)),
+    );
     match args.command {
         DeviceCommand::Add(a) => add(a, out),
-        DeviceCommand::Replace(a) => replace(a, out),
-        DeviceCommand::Remove(a) => remove(a, out),
+        DeviceCommand::Replace(a) => replace(a, out, &started),
+        DeviceCommand::Remove(a) => remove(a, out, &started),
     }
 }
 
@@ -327,7 +333,7 @@ fn render_redundancy(
     }
 }
 
-fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
+fn replace(a: ReplaceArgs, out: &Output, started: &StartedStore) -> Result<u8> {
     signals::install_pausable()?;
     a.units.select();
     let root = SysRoot::host();
@@ -405,7 +411,8 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
         },
         no_resize: a.no_resize,
     };
-    let (fs, _state, plan) = replace::prepare(&root, &a.mount, &OldSpec::parse(old), new, opts)?;
+    let (fs, _state, plan) =
+        replace::prepare(&root, &a.mount, &OldSpec::parse(old), new, opts, started)?;
     let doc = ReplaceReport {
         plan: plan.clone(),
         result: None,
@@ -430,7 +437,7 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
     let signals = signals::begin_operation()?;
     out.started();
     let mut track = btrfs_lab::ui::Track::new(out, "device-replace", "replacing");
-    let end = replace::execute_replace(&fs, &plan, &signals, &mut |p| {
+    let end = replace::execute_replace(&fs, &plan, started, &signals, &mut |p| {
         track.show(&p.reading(), None);
     });
     track.finish();
@@ -457,19 +464,26 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
         ReplaceEnd::Done(r) => {
             let mut code = exit::OK;
             let mut scrubbed = None;
-            if a.scrub && !r.path.is_empty() {
-                let tool = btrfs_lab::sys::tools::find("btrfs", "btrfs-progs")?;
-                out.say(&format!(
-                    "scrubbing the new device: {}\n",
-                    display_argv(&r.scrub_command)
-                ));
-                scrubbed = Some(tool.run(&r.scrub_command[1..]).map(|_| ()));
-            }
             let done = ReplaceReport {
                 plan: plan.clone(),
                 result: Some(r.clone()),
                 detached: None,
             };
+            if a.scrub && !r.path.is_empty() {
+                out.say(&format!(
+                    "scrubbing the new device: {}\n",
+                    display_argv(&r.scrub_command)
+                ));
+                hooks::pause_point("device-replace-scrubbing");
+                scrubbed = Some(match replace::scrub_new(&r, &signals)? {
+                    ScrubAfter::Clean => Ok(()),
+                    ScrubAfter::Failed(e) => Err(e),
+                    ScrubAfter::Interrupted(signal) => {
+                        out.report_line(&done, |_| String::new());
+                        return Err(scrub_interrupted(signal, &r));
+                    }
+                });
+            }
             out.report_line(&done, |_| {
                 let p = out.paint;
                 let mut t = format!(
@@ -505,6 +519,23 @@ fn replace(a: ReplaceArgs, out: &Output) -> Result<u8> {
             Ok(code)
         }
     }
+}
+
+/// A signal during `--scrub`: the replace is done and verified, the scrub
+/// was cancelled; how to run it again.
+fn scrub_interrupted(signal: &str, r: &btrfs_lab::admin::replace::ReplaceResult) -> Error {
+    Error::new(
+        ErrorKind::Interrupted,
+        format!(
+            "{signal}: the replace is done (device {} is now {}, verified); the scrub of it was cancelled",
+            r.devid, r.path
+        ),
+    )
+    .with_hint(format!(
+        "continue the scrub where it stopped: btrfs scrub resume -B {}; or scrub it anew: {}",
+        r.path,
+        display_argv(&r.scrub_command)
+    ))
 }
 
 fn render_remove(plan: &RemovePlan, out: &Output) -> String {
@@ -543,12 +574,12 @@ fn render_remove(plan: &RemovePlan, out: &Output) -> String {
     t
 }
 
-fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
+fn remove(a: RemoveArgs, out: &Output, started: &StartedStore) -> Result<u8> {
     signals::install_pausable()?;
     a.units.select();
     let root = SysRoot::host();
     let specs: Vec<RemoveSpec> = a.devices.iter().map(|d| RemoveSpec::parse(d)).collect();
-    let (fs, _state, plan) = remove::prepare(&root, &a.mount, &specs)?;
+    let (fs, _state, plan) = remove::prepare(&root, &a.mount, &specs, started)?;
     let doc = RemoveReport {
         plan: plan.clone(),
         result: None,
@@ -557,6 +588,10 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
     if !plan.refusals.is_empty() {
         out.report(&doc, |_| String::new());
         return Err(refused("remove", &plan.refusals));
+    }
+    if let Some(done) = plan.nothing_to_do() {
+        out.report(&doc, |_| format!("{done}\n"));
+        return Ok(exit::OK);
     }
     if a.dry_run {
         out.report(&doc, |p| render_remove(&p.plan, out));
@@ -579,7 +614,7 @@ fn remove(a: RemoveArgs, out: &Output) -> Result<u8> {
     let signals = signals::begin_operation()?;
     out.started();
     let mut track = btrfs_lab::ui::Track::new(out, "device-remove", "removing");
-    let end = remove::execute_remove(&fs, &plan, &signals, &mut |p| {
+    let end = remove::execute_remove(&fs, &plan, started, &signals, &mut |p| {
         track.show(&p.reading(), Some(&p.step()));
     });
     track.finish();

@@ -140,7 +140,7 @@ pub fn run() -> ExitCode {
         Command::Df(args) => df::run(args, &out),
         Command::Usage(args) => usage::run(args, &out),
         Command::Show(args) => show::run(args, &out),
-        Command::Device(args) => device::run(args, &out),
+        Command::Device(args) => device::run(args, &out, places.0.clone()),
         Command::Convert(args) => convert::run(args, &out),
         Command::Reclaim(args) => reclaim::run(args, &out, places.0.clone()),
         Command::Scrub(args) => scrub::run(args, &out, places.0.clone()),

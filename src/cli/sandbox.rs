@@ -298,13 +298,20 @@ fn forget(a: &DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
         );
     } else {
         text.push_str(
-            "  left in place (remove them by hand if they are yours):
+            "  left in place (remove them by hand if they are yours, in this order):
 ",
         );
         for l in &left {
             text.push_str(&format!(
                 "  - {l}
 "
+            ));
+        }
+        if record.is_some() {
+            text.push_str(&format!(
+                "  or let down remove them all instead of forgetting: {}
+",
+                store.down_command(name)
             ));
         }
     }

@@ -331,14 +331,19 @@ pub(crate) const PAGES: &[Page] = &[
             row(
                 INTERRUPTED,
                 "SIGINT, SIGTERM or SIGHUP: the replace goes on in the kernel; --status follows \
-                 it, the same command again finishes the steps after it.",
+                 it, the same command again finishes the steps after it. During --scrub: the \
+                 replace is done, the scrub cancelled (btrfs scrub resume continues it).",
             ),
         ],
     },
     Page {
         command: "device remove",
         rows: &[
-            row(OK, "removed and verified."),
+            row(
+                OK,
+                "removed and verified, or nothing to do (an earlier remove of btrfs-lab took \
+                 the devices out).",
+            ),
             row(
                 NOT_REDUNDANT,
                 "removed, but chunks lack their profile's copies (the report names the convert \

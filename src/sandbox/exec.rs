@@ -530,10 +530,20 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
         )
         .with_hint("inspect it by hand; remove the record once it is cleaned up"));
     }
-    let ours = our_loop_devices(record);
+    let mut ours = our_loop_devices(record);
+    // Loop devices bound to files in the sandbox's own directory that `up`
+    // did not record (images made there to rehearse `device add` or
+    // `replace`): the directory is root's alone and was made by `up`, so
+    // they are the sandbox's too; found by their backing files, never by
+    // path alone.
+    let extra = match &dir {
+        Some(d) => loops_on_files_in(&root, d, record, &ours)?,
+        None => Vec::new(),
+    };
+    ours.extend(extra.iter().map(|(_, o)| o.clone()));
     let our_names: Vec<String> = ours.iter().map(|o| o.path.display().to_string()).collect();
-    // Devices added to the sandbox's btrfs after `up` (`device add`) are
-    // not ours: left as they are, and said so.
+    // Devices added to the sandbox's btrfs after `up` (`device add`) from
+    // elsewhere are not ours: left as they are, and said so.
     if record.fs == FsKind::Btrfs && dir.is_some() {
         let table = crate::sys::proc::mountinfo::mount_table(&root)?;
         let mounted_here = table
@@ -677,6 +687,21 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
                 )),
             }
         }
+        // The images in the directory whose loop devices were detached
+        // above (made there for a rehearsal).
+        for (name, o) in &extra {
+            if !report.detached.contains(&o.path) {
+                continue;
+            }
+            match d.remove_file(name, o.identity)? {
+                Removal::Removed => report.removed.push(d.join(name)),
+                Removal::Absent => {}
+                Removal::NotOurs | Removal::NotEmpty => report.left.push(format!(
+                    "{} changed while down ran; left alone",
+                    d.join(name).display()
+                )),
+            }
+        }
         // 4. Directories, only if we created them, they are the ones we
         //    created, and they are empty.
         if record.mount_point_created {
@@ -722,29 +747,44 @@ fn made_nothing(record: &SandboxRecord) -> bool {
 }
 
 /// What `down --forget` leaves in place: the parts of the sandbox that
-/// still exist, as they look now. Pure description; nothing is touched.
+/// still exist, as they look now, each with the command that removes it
+/// (loop devices found by their backing files in the sandbox directory
+/// too). Pure description; nothing is touched.
 pub fn forget_leaves(record: &SandboxRecord) -> Vec<String> {
+    let shown = |argv: &[&str]| tools::display_argv(argv);
     let s = status(record);
     let mut left = Vec::new();
     if s.mounted {
-        left.push(format!("the mount on {}", record.mount_point.display()));
+        let m = record.mount_point.display().to_string();
+        left.push(format!("the mount on {m} ({})", shown(&["umount", &m])));
     }
-    for d in &s.devices {
+    for d in s.devices.iter().chain(&s.extra_devices) {
         if let Some(l) = &d.loop_device {
+            let l = l.display().to_string();
             left.push(format!(
-                "loop device {} (backing file {})",
-                l.display(),
-                d.image.display()
+                "loop device {l} (backing file {}; {})",
+                d.image.display(),
+                shown(&["losetup", "-d", &l])
             ));
         }
     }
-    for d in &record.devices {
-        if std::fs::symlink_metadata(&d.image).is_ok() {
-            left.push(format!("file {}", d.image.display()));
+    for image in record
+        .devices
+        .iter()
+        .map(|d| &d.image)
+        .chain(s.extra_devices.iter().map(|d| &d.image))
+    {
+        if std::fs::symlink_metadata(image).is_ok() {
+            let f = image.display().to_string();
+            left.push(format!("file {f} ({})", shown(&["rm", &f])));
         }
     }
     if std::fs::symlink_metadata(&record.dir).is_ok() {
-        left.push(format!("{}", record.dir.display()));
+        let d = record.dir.display().to_string();
+        left.push(format!(
+            "{d} ({} once the rest is gone)",
+            shown(&["rmdir", &d])
+        ));
     }
     left
 }
@@ -820,6 +860,57 @@ fn our_loop_devices(record: &SandboxRecord) -> Vec<OurLoop> {
     found
 }
 
+/// Loop devices bound to regular files directly in the sandbox directory
+/// `d` that are not the recorded images' attachments in `ours`: each with
+/// its file's name. A device counts only while its binding is that very
+/// file (device and inode), read through the held directory.
+fn loops_on_files_in(
+    root: &SysRoot,
+    d: &TrustedDir,
+    record: &SandboxRecord,
+    ours: &[OurLoop],
+) -> Result<Vec<(std::ffi::OsString, OurLoop)>> {
+    let mut found = Vec::new();
+    for name in d.names()? {
+        let Some(st) = d.stat(&name)? else { continue };
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            continue;
+        }
+        let identity = FileIdentity {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        };
+        let path = d.join(&name);
+        for dev in loopdev::find_by_backing_file(root, &path) {
+            if ours.iter().any(|o| o.path == dev)
+                || found.iter().any(|(_, o): &(_, OurLoop)| o.path == dev)
+            {
+                continue;
+            }
+            let bound = loopdev::binding(&dev).ok().flatten();
+            if bound.is_some_and(|b| b.identity == identity) {
+                found.push((
+                    name.clone(),
+                    OurLoop {
+                        path: dev,
+                        identity,
+                        diskseq: bound.and_then(|b| b.diskseq),
+                    },
+                ));
+            }
+        }
+    }
+    // A recorded image bound by an attachment `up` did not make (someone
+    // ran losetup on it) stays someone else's: the check below says so.
+    found.retain(|(name, _)| {
+        !record
+            .devices
+            .iter()
+            .any(|r| r.image.file_name() == Some(name.as_os_str()))
+    });
+    Ok(found)
+}
+
 /// Whether a sandbox is there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -856,6 +947,11 @@ pub struct SandboxStatus {
     pub metadata: Option<Profile>,
     /// Who made it (`null`: a record of an earlier version).
     pub made_by: Option<super::state::Maker>,
+    /// Loop devices bound to other files in the sandbox's directory (made
+    /// there to rehearse `device add` or `replace`): `down` detaches them
+    /// and deletes their files too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_devices: Vec<DeviceStatus>,
 }
 
 /// One device of a [`SandboxStatus`].
@@ -871,9 +967,17 @@ pub struct DeviceStatus {
 pub fn status(record: &SandboxRecord) -> SandboxStatus {
     let root = SysRoot::host();
     let ours = our_loop_devices(record);
-    let names: Vec<String> = ours.iter().map(|o| o.path.display().to_string()).collect();
-    let mounted = TrustedDir::open(&record.dir, Leaf::Private)
-        .ok()
+    let held = TrustedDir::open(&record.dir, Leaf::Private).ok();
+    let extra = held
+        .as_ref()
+        .and_then(|d| loops_on_files_in(&root, d, record, &ours).ok())
+        .unwrap_or_default();
+    let names: Vec<String> = ours
+        .iter()
+        .chain(extra.iter().map(|(_, o)| o))
+        .map(|o| o.path.display().to_string())
+        .collect();
+    let mounted = held
         .and_then(|d| d.open_path(MOUNT_DIR).ok().map(|fd| (d, fd)))
         .and_then(|(d, fd)| {
             mounts::mount_rooted_at(&root, std::os::fd::AsFd::as_fd(&fd), &d.join(MOUNT_DIR))
@@ -893,9 +997,16 @@ pub fn status(record: &SandboxRecord) -> SandboxStatus {
         })
         .collect();
     let attached = devices.iter().filter(|d| d.loop_device.is_some()).count();
+    let extra_devices: Vec<DeviceStatus> = extra
+        .into_iter()
+        .map(|(name, o)| DeviceStatus {
+            image: record.dir.join(name),
+            loop_device: Some(o.path),
+        })
+        .collect();
     let state = if mounted && record.complete && attached == devices.len() {
         SandboxState::Up
-    } else if mounted || attached > 0 {
+    } else if mounted || attached > 0 || !extra_devices.is_empty() {
         SandboxState::Partial
     } else {
         SandboxState::Down
@@ -911,6 +1022,7 @@ pub fn status(record: &SandboxRecord) -> SandboxStatus {
         data: record.data,
         metadata: record.metadata,
         made_by: record.made_by.clone(),
+        extra_devices,
     }
 }
 

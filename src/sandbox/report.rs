@@ -178,9 +178,23 @@ pub(crate) fn down_plan(s: &SandboxStatus, r: &SandboxRecord) -> DownPlan {
             ));
         }
     }
-    for d in &r.devices {
-        if d.image.exists() {
-            steps.push(format!("delete {}", d.image.display()));
+    for d in &s.extra_devices {
+        if let Some(l) = &d.loop_device {
+            steps.push(format!(
+                "detach {} (backing file {}, made in the sandbox's directory after up)",
+                l.display(),
+                d.image.display()
+            ));
+        }
+    }
+    for d in r
+        .devices
+        .iter()
+        .map(|d| &d.image)
+        .chain(s.extra_devices.iter().map(|d| &d.image))
+    {
+        if d.exists() {
+            steps.push(format!("delete {}", d.display()));
         }
     }
     if r.mount_point_created {

@@ -559,9 +559,23 @@ fn remove_missing_drops_the_lost_member_and_keeps_every_byte() {
     assert_eq!(hashes(&m), before);
     scrub_clean(&m);
 
-    // Nothing is missing any more: `missing` is refused, nothing changes.
-    let (code, _, stderr) = run(env.cmd().args(["device", "remove", ms, "missing", "--yes"]));
+    // Nothing is missing any more: the remove of `missing` that this tool
+    // recorded took it out, so the same command has nothing to do (exit 0,
+    // issue 49); nothing changes.
+    let (code, stdout, stderr) = run(env.cmd().args(["device", "remove", ms, "missing", "--yes"]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("nothing to do: device 3 (missing) is no longer a member of"),
+        "{stdout}"
+    );
+    assert_eq!(members(&m), now);
+    // Without that record (another state directory) `missing` is refused.
+    let (code, _, stderr) = run(std::process::Command::new(crate::common::bin())
+        .arg("--state-dir")
+        .arg(env.path().join("other-state"))
+        .args(["device", "remove", ms, "missing", "--yes"]));
     assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no device of"), "{stderr}");
     assert_eq!(members(&m), now);
 }
 

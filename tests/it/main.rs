@@ -12,6 +12,7 @@ mod device;
 mod doctor;
 mod exit_after_change;
 mod help;
+mod idempotent;
 mod links;
 mod loop_owner;
 mod model_kernel;

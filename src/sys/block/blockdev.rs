@@ -155,6 +155,16 @@ fn loop_backing_owner(
     (same && st.st_uid != 0).then_some((backing, st.st_uid))
 }
 
+/// The `major:minor` of the block device at `path` (links followed), if
+/// it is one.
+pub(crate) fn devt_of(path: &Path) -> Option<(u32, u32)> {
+    let meta = fs::metadata(path).ok()?;
+    meta.file_type().is_block_device().then(|| {
+        let rdev = meta.rdev();
+        (rustix::fs::major(rdev), rustix::fs::minor(rdev))
+    })
+}
+
 pub(crate) fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
     let path = fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
     let mut f = BlockDeviceFacts::unknown(given, &path);

@@ -296,7 +296,7 @@ impl Tool {
         self.outcome(args, out.status, &out.stdout, &out.stderr)
     }
 
-    fn outcome(
+    pub(crate) fn outcome(
         &self,
         args: &[String],
         status: std::process::ExitStatus,

@@ -489,6 +489,12 @@ impl StateStore {
         }
     }
 
+    /// The ledger of kernel settings in the same state directory
+    /// (`STATE/settings`).
+    pub fn ledger(&self) -> crate::sys::kernel::settings::Ledger {
+        crate::sys::kernel::settings::Ledger::new(self.dir.parent().unwrap_or(&self.dir))
+    }
+
     fn name(fsid: &str) -> String {
         format!("{fsid}.json")
     }
@@ -723,21 +729,21 @@ fn open_dir(mount: &Path) -> Result<File> {
 
 /// Sets `--limit` on every planned device (restored when dropped: every
 /// exit path, a panic too), or says which device the kernel cannot limit.
-fn set_limit(plan: &ScrubPlan, ui: &dyn Ui) -> Result<btrfs::ScrubSpeedGuard> {
+fn set_limit(plan: &ScrubPlan, store: &StateStore, ui: &dyn Ui) -> Result<btrfs::ScrubSpeedGuard> {
     let Some(limit) = plan.limit else {
         return Ok(btrfs::ScrubSpeedGuard::none());
     };
-    let mut files = Vec::new();
+    let mut devids = Vec::new();
     for d in &plan.devices {
         match &d.speed_max_file {
-            Some(f) => files.push(f.clone()),
+            Some(_) => devids.push(d.devid),
             None => ui.note(&format!(
                 "device {} has no scrub_speed_max (kernel older than 5.14): --limit does not apply to it",
                 d.devid
             )),
         }
     }
-    btrfs::ScrubSpeedGuard::set(&files, limit)
+    btrfs::ScrubSpeedGuard::set(&store.ledger(), &plan.fsid, &devids, limit)
 }
 
 fn now_secs() -> u64 {
@@ -770,7 +776,7 @@ pub fn execute(
             mount.display()
         )));
     }
-    let _limit = set_limit(plan, ui)?;
+    let _limit = set_limit(plan, store, ui)?;
     let inhibitor = match SleepInhibitor::hold(&format!("scrub of {}", mount.display())) {
         Ok(i) => Some(i),
         Err(why) => {

@@ -91,7 +91,7 @@ impl Setting {
     }
 
     /// The record's file name (one record per setting).
-    fn record_name(&self) -> String {
+    pub fn record_name(&self) -> String {
         match self {
             Setting::ScrubSpeedMax { fsid, devid } => {
                 format!("scrub_speed_max.{fsid}.{devid}.json")

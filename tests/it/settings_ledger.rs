@@ -258,7 +258,29 @@ fn doctor_names_a_scrub_limit_set_by_hand() {
         f["command"].as_str().unwrap(),
         format!("echo 0 > {}", speed_file(&fsid, 1).display())
     );
-    // doctor changed nothing.
+    // The scrub plan and --status name it too.
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).args(["--dry-run", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("\"speed_max_now\":{}", 5u64 << 20)),
+        "{out}"
+    );
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).args(["--dry-run"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("scrub_speed_max is already"), "{out}");
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).args(["--status", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let st: btrfs_lab::admin::scrub::ScrubStatus = serde_json::from_str(&out).unwrap();
+    assert_eq!(st.limits.len(), 1, "{out}");
+    assert_eq!(
+        (
+            st.limits[0].devid,
+            st.limits[0].bytes_per_second,
+            st.limits[0].set_by.as_deref()
+        ),
+        (1, 5 << 20, None)
+    );
+    // None of them changed it.
     assert_eq!(speed_max(&fsid, 1), 5 << 20);
 }
 
@@ -315,4 +337,51 @@ fn a_huge_page_record_of_a_dead_run_is_settled_without_changing_the_machine() {
         .parse()
         .unwrap();
     assert_eq!(after, now, "the machine's setting was not touched");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_record_other_users_could_have_written_is_not_used() {
+    if !require_root("settings ledger: an untrusted record") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let sbx = sandbox(&env);
+    let m = sbx.mount_point().to_path_buf();
+    let fsid = fsid(&m);
+    let before = speed_max(&fsid, 1);
+    let _restore = SpeedGuard(speed_file(&fsid, 1), before);
+    let set = (before + 1) << 20;
+    let record = plant(
+        &env,
+        &Record {
+            setting: Setting::ScrubSpeedMax {
+                fsid: fsid.clone(),
+                devid: 1,
+            },
+            before,
+            set,
+            pid: dead_pid(),
+            start_ticks: 0,
+            time: 0,
+            command: "scrub".into(),
+        },
+    );
+    fs::write(speed_file(&fsid, 1), set.to_string()).unwrap();
+    // The ledger's directory writable by every user: a record there may be
+    // anyone's, and root does not act on it.
+    let dir = ledger_dir(&env);
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, _, err) = run(env.cmd().args(["completions", "bash"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("settings record not used"), "{err}");
+    assert_eq!(speed_max(&fsid, 1), set, "not written");
+    assert!(record.exists());
+    // Root's own directory again: the record is used.
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let (_, _, err) = run(env.cmd().args(["completions", "bash"]));
+    assert!(err.contains("put back scrub_speed_max of devid 1"), "{err}");
+    assert_eq!(speed_max(&fsid, 1), before);
+    assert!(!record.exists());
 }

@@ -385,3 +385,56 @@ fn a_record_other_users_could_have_written_is_not_used() {
     assert_eq!(speed_max(&fsid, 1), before);
     assert!(!record.exists());
 }
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn as_another_user_nothing_is_put_back_and_one_line_says_so() {
+    if !require_root("settings ledger: run by an unprivileged user") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = sandbox(&env);
+    let m = sbx.mount_point().to_path_buf();
+    let fsid = fsid(&m);
+    let before = speed_max(&fsid, 1);
+    let _restore = SpeedGuard(speed_file(&fsid, 1), before);
+    let set = (before + 3) << 20;
+    let record = plant(
+        &env,
+        &Record {
+            setting: Setting::ScrubSpeedMax {
+                fsid: fsid.clone(),
+                devid: 1,
+            },
+            before,
+            set,
+            pid: dead_pid(),
+            start_ticks: 0,
+            time: 0,
+            command: "scrub".into(),
+        },
+    );
+    fs::write(speed_file(&fsid, 1), set.to_string()).unwrap();
+    let state = env.store().dir().to_path_buf();
+    let (code, _, err) = run(env
+        .as_nobody(&[&state, &ledger_dir(&env)])
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["completions", "bash"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        err.lines()
+            .filter(
+                |l| l.contains("kernel settings left by killed btrfs-lab runs are still in place")
+            )
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("scrub_speed_max of devid 1 of {fsid}")),
+        "{err}"
+    );
+    assert_eq!(speed_max(&fsid, 1), set, "not written by another user");
+    assert!(record.exists());
+}

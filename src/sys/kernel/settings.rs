@@ -604,7 +604,7 @@ mod tests {
     }
 
     #[test]
-    fn a_change_is_recorded_before_and_put_back_and_forgotten_after() {
+    fn a_change_of_a_file_the_kernel_lacks_fails_and_leaves_no_record() {
         // The ledger logic on a stand-in: a scrub setting whose file is
         // not there cannot be applied (and leaves no record).
         let tmp = tempfile::tempdir().unwrap();

@@ -22,6 +22,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::exit;
 use crate::model::metrics::Metrics;
 use crate::sys::fs::outfile::OutputDir;
+use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::{btrfs, ioctl, signals};
 use crate::sys::tools::inhibit::SleepInhibitor;
 use crate::ui::{self, Ui};
@@ -154,6 +155,11 @@ pub struct PlannedDevice {
     /// Its scrub_speed_max setting file, when the kernel has it (5.14+).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed_max_file: Option<PathBuf>,
+    /// A scrub speed limit in force before the run (scrub_speed_max, bytes
+    /// per second; absent when there is none): the device scrubs at most
+    /// that fast unless `--limit` replaces it for the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_max_now: Option<u64>,
 }
 
 /// What a run would do.
@@ -420,6 +426,24 @@ pub struct ScrubStatus {
     pub devices: Vec<DeviceScrub>,
     /// What btrfs-lab saved of its last scrub of this filesystem.
     pub last: Option<SavedScrub>,
+    /// The devices whose scrub speed is limited now (scrub_speed_max not
+    /// 0): every scrub of them runs at most that fast.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<SpeedLimit>,
+}
+
+/// A device's scrub speed limit in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SpeedLimit {
+    /// The btrfs device id.
+    pub devid: u64,
+    /// scrub_speed_max, bytes per second.
+    pub bytes_per_second: u64,
+    /// Who set it, when btrfs-lab's settings ledger has a record of it
+    /// (`btrfs-lab scrub (pid 12), running now`); absent: set by hand or
+    /// by another tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<String>,
 }
 
 /// `scrub --cancel`.
@@ -489,6 +513,12 @@ impl StateStore {
         }
     }
 
+    /// The ledger of kernel settings in the same state directory
+    /// (`STATE/settings`).
+    pub fn ledger(&self) -> crate::sys::kernel::settings::Ledger {
+        crate::sys::kernel::settings::Ledger::new(self.dir.parent().unwrap_or(&self.dir))
+    }
+
     fn name(fsid: &str) -> String {
         format!("{fsid}.json")
     }
@@ -547,6 +577,8 @@ pub struct DeviceInput {
     pub used: Option<u64>,
     /// Its scrub_speed_max file.
     pub speed_max_file: Option<PathBuf>,
+    /// Its scrub_speed_max now (None or 0: no limit).
+    pub speed_max_now: Option<u64>,
 }
 
 /// Pure: the plan from the devices and the saved state.
@@ -591,6 +623,7 @@ pub fn plan_from(
             allocated_only: d.used.is_none(),
             start: prior.map_or(0, |p| p.last_physical),
             speed_max_file: d.speed_max_file.clone(),
+            speed_max_now: d.speed_max_now.filter(|v| *v > 0),
         });
     }
     Ok(ScrubPlan {
@@ -627,6 +660,7 @@ pub fn plan(
         .map(|d| DeviceInput {
             devid: d.devid,
             speed_max_file: btrfs::scrub_speed_max_file(&fsid, d.devid),
+            speed_max_now: btrfs::scrub_speed_max(&SysRoot::host(), &fsid, d.devid),
             used: used
                 .as_ref()
                 .map(|u| u.iter().find(|(id, _)| *id == d.devid).map_or(0, |x| x.1)),
@@ -691,9 +725,47 @@ pub fn status(mount: &Path, store: &StateStore) -> Result<ScrubStatus> {
         mount_point: mount.to_path_buf(),
         fsid: fsid.clone(),
         running: !devices.is_empty(),
-        devices,
         last: store.load(&fsid)?,
+        limits: limits(mount, &fsid, store)?,
+        devices,
     })
+}
+
+/// The scrub speed limits in force on `mount`'s devices, with who set them
+/// when the settings ledger knows.
+fn limits(mount: &Path, fsid: &str, store: &StateStore) -> Result<Vec<SpeedLimit>> {
+    use crate::sys::kernel::settings::{self, Setting};
+    let ledger = store.ledger();
+    let mut out = Vec::new();
+    for d in btrfs::devices(mount)? {
+        let Some(v) = btrfs::scrub_speed_max(&SysRoot::host(), fsid, d.devid).filter(|v| *v > 0)
+        else {
+            continue;
+        };
+        let set_by = ledger
+            .find(&Setting::ScrubSpeedMax {
+                fsid: fsid.to_owned(),
+                devid: d.devid,
+            })
+            .map(|r| {
+                format!(
+                    "btrfs-lab {} (pid {}), {}",
+                    r.command,
+                    r.pid,
+                    if settings::owner_running(&r) {
+                        "running now"
+                    } else {
+                        "killed before it put the limit back"
+                    }
+                )
+            });
+        out.push(SpeedLimit {
+            devid: d.devid,
+            bytes_per_second: v,
+            set_by,
+        });
+    }
+    Ok(out)
 }
 
 /// `--cancel`: ENOTCONN (nothing runs) is an error of kind `State`.
@@ -723,21 +795,21 @@ fn open_dir(mount: &Path) -> Result<File> {
 
 /// Sets `--limit` on every planned device (restored when dropped: every
 /// exit path, a panic too), or says which device the kernel cannot limit.
-fn set_limit(plan: &ScrubPlan, ui: &dyn Ui) -> Result<btrfs::ScrubSpeedGuard> {
+fn set_limit(plan: &ScrubPlan, store: &StateStore, ui: &dyn Ui) -> Result<btrfs::ScrubSpeedGuard> {
     let Some(limit) = plan.limit else {
         return Ok(btrfs::ScrubSpeedGuard::none());
     };
-    let mut files = Vec::new();
+    let mut devids = Vec::new();
     for d in &plan.devices {
         match &d.speed_max_file {
-            Some(f) => files.push(f.clone()),
+            Some(_) => devids.push(d.devid),
             None => ui.note(&format!(
                 "device {} has no scrub_speed_max (kernel older than 5.14): --limit does not apply to it",
                 d.devid
             )),
         }
     }
-    btrfs::ScrubSpeedGuard::set(&files, limit)
+    btrfs::ScrubSpeedGuard::set(&store.ledger(), &plan.fsid, &devids, limit)
 }
 
 fn now_secs() -> u64 {
@@ -770,7 +842,7 @@ pub fn execute(
             mount.display()
         )));
     }
-    let _limit = set_limit(plan, ui)?;
+    let _limit = set_limit(plan, store, ui)?;
     let inhibitor = match SleepInhibitor::hold(&format!("scrub of {}", mount.display())) {
         Ok(i) => Some(i),
         Err(why) => {
@@ -1143,6 +1215,7 @@ mod tests {
             allocated: used * 2,
             used: Some(used),
             speed_max_file: None,
+            speed_max_now: None,
         }
     }
 

@@ -97,6 +97,9 @@ pub struct BenchOptions {
     pub allow_private_debugfs: bool,
     /// Where /proc and /sys are read.
     pub sysroot: SysRoot,
+    /// `--state-dir`: where the settings ledger records `vm.nr_hugepages`
+    /// before `--hugepages` raises it (default: btrfs-lab's state directory).
+    pub state_dir: Option<PathBuf>,
 }
 
 impl BenchOptions {
@@ -116,6 +119,7 @@ impl BenchOptions {
             hugepages: false,
             allow_private_debugfs: false,
             sysroot: SysRoot::host(),
+            state_dir: None,
         }
     }
 
@@ -1247,8 +1251,12 @@ pub fn run(
         } => {
             let avail =
                 crate::sys::kernel::hugepages::read(&opts.sysroot).map_or(0, |h| h.available());
-            let r =
-                crate::sys::kernel::hugepages::reserve(&opts.sysroot, pages.saturating_sub(avail))?;
+            let ledger = crate::sys::kernel::settings::Ledger::of(opts.state_dir.as_deref());
+            let r = crate::sys::kernel::hugepages::reserve(
+                &opts.sysroot,
+                &ledger,
+                pages.saturating_sub(avail),
+            )?;
             notes.push(format!(
                 "--hugepages: vm.nr_hugepages was raised from {now} to {} for the run and put back to {now} at its end",
                 r.during

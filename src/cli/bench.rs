@@ -686,7 +686,8 @@ pub fn run(
     if let Some(size) = args.sustained {
         return run_sustained(&args, &dir, size, out);
     }
-    let opts = options(&args, &dir, out)?;
+    let mut opts = options(&args, &dir, out)?;
+    opts.state_dir = places.0.clone();
     let buffers = bench::buffers(&opts);
     let huge_page_bytes = match &buffers {
         bench::Buffers::Huge { page_bytes, .. } => Some(*page_bytes),
@@ -758,7 +759,7 @@ pub fn run(
             reserve: Some((now, during)),
             ..
         } => Some(format!(
-            "reserve huge pages for the sequential tests' buffers ({pages} needed): vm.nr_hugepages {now} → {during} for the run, then back to {now} (sysctl vm.nr_hugepages={now} after a kill)"
+            "reserve huge pages for the sequential tests' buffers ({pages} needed): vm.nr_hugepages {now} → {during} for the run, then back to {now} (after a kill, the next btrfs-lab command run as root puts it back from its record)"
         )),
         _ => None,
     };

@@ -133,6 +133,10 @@ pub fn run() -> ExitCode {
     };
     let out = Output::new(cli.json, cli.color).with_quiet(cli.quiet);
     let places = (cli.state_dir, cli.sandbox_root);
+    // Kernel settings a killed run left changed are put back first.
+    for line in btrfs_lab::sys::kernel::settings::sweep(places.0.as_deref()) {
+        out.note(&line);
+    }
     let result = match cli.command {
         Command::Sandbox(args) => sandbox::run(args, &out, sandbox::locations(places, &out)),
         Command::ProbeDio(args) => probe_dio::run(args, &out),

@@ -244,6 +244,21 @@ fn render_plan(plan: &ScrubPlan, out: &Output) -> String {
                 f.display()
             ));
         }
+        if let (Some(now), Some(f)) = (d.speed_max_now, &d.speed_max_file) {
+            t.push_str(&format!(
+                "    {}: scrub_speed_max is already {} on it{}\n",
+                p.warn("limited"),
+                format_rate(now as f64),
+                if plan.limit.is_some() {
+                    " (--limit replaces it for the run, then puts it back)".to_owned()
+                } else {
+                    format!(
+                        ", so it scrubs at most that fast (echo 0 > {} lifts it)",
+                        f.display()
+                    )
+                }
+            ));
+        }
     }
     for m in &plan.missing {
         t.push_str(&format!("  devid {m}: missing, not scrubbed\n"));
@@ -348,6 +363,16 @@ fn render_status(st: &ScrubStatus, out: &Output) -> String {
     };
     for d in &st.devices {
         t.push_str(&device_line(d, out));
+    }
+    for l in &st.limits {
+        t.push_str(&format!(
+            "devid {}: scrubs at most {} (scrub_speed_max), set by {}\n",
+            l.devid,
+            format_rate(l.bytes_per_second as f64),
+            l.set_by
+                .as_deref()
+                .unwrap_or("hand or another tool (no btrfs-lab record)")
+        ));
     }
     if let Some(l) = &st.last {
         t.push_str(&format!(

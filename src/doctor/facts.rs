@@ -68,6 +68,30 @@ pub struct DeviceFacts {
     /// 0: it does not support discard; absent when not known).
     #[serde(default)]
     pub discard_max_bytes: Option<u64>,
+    /// Its scrub speed limit (sysfs `devinfo/DEVID/scrub_speed_max`, bytes
+    /// per second; 0: none; absent when the kernel has no such file).
+    #[serde(default)]
+    pub scrub_speed_max: Option<u64>,
+    /// The btrfs-lab run that set that limit, when the settings ledger
+    /// holds its record (none: set by hand, or by another tool).
+    #[serde(default)]
+    pub scrub_speed_max_by: Option<SettingLeft>,
+}
+
+/// A kernel setting a btrfs-lab run changed, as the settings ledger
+/// (`STATE/settings`) records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SettingLeft {
+    /// The command that changed it (`scrub`, `bench`).
+    pub command: String,
+    /// Its pid.
+    pub pid: u32,
+    /// It is still running.
+    pub running: bool,
+    /// The value before it.
+    pub before: u64,
+    /// The value it set.
+    pub set: u64,
 }
 
 impl DeviceFacts {
@@ -156,6 +180,11 @@ pub struct FsFacts {
     /// `device remove`, `device replace`, `resize`, `swap activate`).
     #[serde(default)]
     pub exclusive_operation: Option<String>,
+    /// `vm.nr_hugepages` raised by a btrfs-lab bench whose record is in the
+    /// settings ledger, with its value now (a setting of the machine: every
+    /// filesystem's report names it).
+    #[serde(default)]
+    pub hugepages_left: Option<(SettingLeft, u64)>,
 }
 
 impl FsFacts {

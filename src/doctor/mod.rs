@@ -548,6 +548,8 @@ fn discard_max_bytes(root: &SysRoot, path: &str) -> Option<u64> {
 }
 
 /// Reads the facts of one mounted btrfs (ioctls, sysfs, the scrub record).
+use crate::sys::kernel::settings;
+
 pub(crate) fn gather(
     root: &SysRoot,
     target: &BtrfsTarget,
@@ -555,6 +557,24 @@ pub(crate) fn gather(
 ) -> Result<FsFacts> {
     let state = crate::admin::state::read_state(root, &target.path)?;
     let info = btrfs::fs_info(&target.path)?;
+    // What btrfs-lab runs recorded of the kernel settings they changed.
+    let records: Vec<settings::Record> = scrub_store
+        .ledger()
+        .records()
+        .map(|(_, found)| found.into_iter().filter_map(|f| f.record.ok()).collect())
+        .unwrap_or_default();
+    let left = |setting: &settings::Setting| {
+        records
+            .iter()
+            .find(|r| &r.setting == setting)
+            .map(|r| facts::SettingLeft {
+                command: r.command.clone(),
+                pid: r.pid,
+                running: settings::owner_running(r),
+                before: r.before,
+                set: r.set,
+            })
+    };
     let devices = state
         .devices
         .iter()
@@ -591,6 +611,11 @@ pub(crate) fn gather(
                 } else {
                     discard_max_bytes(root, &d.path)
                 },
+                scrub_speed_max: btrfs::scrub_speed_max(root, &target.fsid, d.devid),
+                scrub_speed_max_by: left(&settings::Setting::ScrubSpeedMax {
+                    fsid: target.fsid.clone(),
+                    devid: d.devid,
+                }),
             }
         })
         .collect::<Vec<_>>();
@@ -660,6 +685,14 @@ pub(crate) fn gather(
             .exists(),
         // Read by examine_one only when a finding suggests a balance.
         data_chunks: None,
+        hugepages_left: left(&settings::Setting::NrHugepages).map(|b| {
+            let now = root
+                .read_attr(&root.proc("sys/vm/nr_hugepages"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(b.set);
+            (b, now)
+        }),
     })
 }
 

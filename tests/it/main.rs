@@ -34,6 +34,7 @@ mod rescue;
 mod rig;
 mod sandbox;
 mod scrub;
+mod settings_ledger;
 mod space;
 mod transcripts;
 mod untrusted_targets;

@@ -6,6 +6,7 @@ use crate::model::kernel::KernelVersion;
 use crate::model::profile::Profile;
 
 use super::{Cx, cmd};
+use crate::doctor::facts::SettingLeft;
 
 /// Kernel versions below which a feature in use is known to be risky.
 const KERNEL_FLOORS: [(&str, KernelVersion, &str); 3] = [
@@ -103,6 +104,8 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
         );
     }
 
+    settings(cx, out);
+
     // Kernel.
     if let Some(k) = KernelVersion::parse(&f.kernel) {
         let raid56 = cx
@@ -127,5 +130,92 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
                 );
             }
         }
+    }
+}
+
+/// Who set a setting, in words (`a btrfs-lab scrub (pid 12) that was
+/// killed`).
+fn by(b: &SettingLeft) -> String {
+    format!(
+        "a btrfs-lab {} (pid {}){}",
+        b.command,
+        b.pid,
+        if b.running {
+            ", running now"
+        } else {
+            " that was killed"
+        }
+    )
+}
+
+/// Kernel settings that differ from the kernel's defaults: a device's scrub
+/// speed limit (with or without btrfs-lab's record of it), and huge pages
+/// a btrfs-lab bench reserved (its record).
+fn settings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    let f = cx.f;
+    for d in &cx.present {
+        let Some(limit) = d.scrub_speed_max.filter(|v| *v > 0) else {
+            continue;
+        };
+        let file = format!(
+            "/sys/fs/btrfs/{}/devinfo/{}/scrub_speed_max",
+            f.uuid, d.devid
+        );
+        let left = d.scrub_speed_max_by.as_ref();
+        let why = match left {
+            Some(b) if b.running => format!(
+                "{} set it for its run; it is put back to {} when the run ends",
+                by(b),
+                b.before
+            ),
+            Some(b) => format!(
+                "{} set it and it was not put back: every scrub of this device runs throttled (the next btrfs-lab command run as root puts it back)",
+                by(b)
+            ),
+            None => "set by hand or by another tool; it lasts until the filesystem is unmounted, and every scrub of this device (btrfs scrub too) runs at most this fast".to_owned(),
+        };
+        let mut fi = Finding::new(
+            Code::ScrubSpeedLimited,
+            format!(
+                "device {} ({}) scrubs at most {}/s (scrub_speed_max)",
+                d.devid,
+                d.path,
+                super::size(limit)
+            ),
+            why,
+        )
+        .with_severity(rules::scrub_speed_limited(left.is_some_and(|b| !b.running)))
+        .with_evidence("scrub_speed_max", format!("{limit} bytes per second"))
+        .with_evidence(
+            "set by",
+            left.map_or_else(|| "not btrfs-lab (no record)".to_owned(), by),
+        );
+        if !left.is_some_and(|b| b.running) {
+            let back = left.map_or(0, |b| b.before);
+            fi = fi.with_command(format!("echo {back} > {file}"));
+        }
+        out.push(fi);
+    }
+    if let Some((b, now)) = &f.hugepages_left {
+        out.push(
+            Finding::new(
+                Code::HugepagesLeft,
+                format!(
+                    "vm.nr_hugepages is {now}, raised from {} by {}",
+                    b.before,
+                    by(b)
+                ),
+                if b.running {
+                    "the bench reserved huge pages for its buffers and gives them back when it ends; until then that memory is not available to anything else"
+                } else {
+                    "the bench was killed before it gave the huge pages back: that memory stays reserved (unusable for anything else) until vm.nr_hugepages is put back"
+                },
+            )
+            .with_severity(rules::hugepages_left(!b.running))
+            .with_evidence("vm.nr_hugepages before", b.before.to_string())
+            .with_evidence("set by the bench", b.set.to_string())
+            .with_evidence("now", now.to_string())
+            .with_command(format!("sysctl vm.nr_hugepages={}", b.before)),
+        );
     }
 }

@@ -17,6 +17,8 @@ fn dev(devid: u64, size: u64, allocated: u64) -> DeviceFacts {
         errors: Some(ErrorCounts::default()),
         drives: Vec::new(),
         discard_max_bytes: None,
+        scrub_speed_max: Some(0),
+        scrub_speed_max_by: None,
     }
 }
 
@@ -64,6 +66,7 @@ fn healthy() -> FsFacts {
         fstrim_timer: false,
         read_policy: None,
         exclusive_operation: None,
+        hugepages_left: None,
     }
 }
 

@@ -146,6 +146,16 @@ catalog! {
         "the last scrub found errors";
     ScrubInterrupted = "scrub-interrupted", Info, Fixed, ["doctor"],
         "the last scrub was cancelled or interrupted";
+    ScrubSpeedLimited = "scrub-speed-limited", Info,
+        Numbers("scrub_speed_limited",
+            "warning when a btrfs-lab scrub that was killed set it (its record in the state directory's settings ledger), else info (set by hand, or by a scrub running now)"),
+        ["doctor"],
+        "a device's scrub speed is limited (sysfs scrub_speed_max is not 0): every scrub of it runs at most that fast";
+    HugepagesLeft = "hugepages-left", Info,
+        Numbers("hugepages_left",
+            "warning when the bench that raised it is gone, info while it runs"),
+        ["doctor"],
+        "vm.nr_hugepages was raised by a btrfs-lab bench --hugepages (its record in the settings ledger): that memory stays reserved until it is put back";
     KernelTooOld = "kernel-too-old", Warning, Fixed, ["doctor"],
         "a feature in use needs a newer kernel than the running one";
     // doctor: audits of fstab and the mount options.

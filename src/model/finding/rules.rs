@@ -129,6 +129,23 @@ pub(crate) fn bench_leftovers(bytes: u64) -> Severity {
     }
 }
 
+/// `scrub-speed-limited`: a warning when a btrfs-lab run that is gone left
+/// the limit (its record in the settings ledger), else info (a limit set by
+/// hand may be meant; a running scrub's is put back at its end).
+pub(crate) fn scrub_speed_limited(left_by_a_dead_run: bool) -> Severity {
+    if left_by_a_dead_run {
+        Severity::Warning
+    } else {
+        Severity::Info
+    }
+}
+
+/// `hugepages-left`: a warning when the bench that reserved them is gone,
+/// info while it runs.
+pub(crate) fn hugepages_left(left_by_a_dead_run: bool) -> Severity {
+    scrub_speed_limited(left_by_a_dead_run)
+}
+
 /// `link-shared-uplink`: a warning when the drives' own links together
 /// could move more than the shared link carries, else info.
 pub(crate) fn shared_uplink(oversubscribed: bool) -> Severity {

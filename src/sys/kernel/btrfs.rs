@@ -1088,40 +1088,53 @@ pub(crate) fn scrub_speed_max_file(fsid: &str, devid: u64) -> Option<std::path::
     p.exists().then_some(p)
 }
 
-/// Scrub speed limits set for one run: the old value of each file is put
-/// back when this is dropped (every exit path, a panic too).
+/// A device's scrub speed limit now (bytes per second, 0: none), read
+/// through `root`; None when the kernel has no such file (before 5.14).
+pub fn scrub_speed_max(
+    root: &crate::sys::fs::root::SysRoot,
+    fsid: &str,
+    devid: u64,
+) -> Option<u64> {
+    let p = root.sys(&format!("fs/btrfs/{fsid}/devinfo/{devid}/scrub_speed_max"));
+    root.read_attr(&p).ok()?.trim().parse().ok()
+}
+
+/// Scrub speed limits set for one run, each a
+/// [`Change`](crate::sys::kernel::settings::Change) of the settings ledger:
+/// recorded before it is set, put back (and the record deleted) when this
+/// is dropped (every exit path, a panic too); after a SIGKILL the next run
+/// of any command puts it back from the record.
 pub(crate) struct ScrubSpeedGuard {
-    restore: Vec<(std::path::PathBuf, String)>,
+    _changes: Vec<crate::sys::kernel::settings::Change>,
 }
 
 impl ScrubSpeedGuard {
     /// Nothing set.
     pub(crate) fn none() -> Self {
         ScrubSpeedGuard {
-            restore: Vec::new(),
+            _changes: Vec::new(),
         }
     }
 
-    /// Writes `limit` (bytes per second) to each `scrub_speed_max` file;
-    /// on a failure the files already set are restored.
-    pub(crate) fn set(files: &[std::path::PathBuf], limit: u64) -> Result<Self> {
-        let mut g = Self::none();
-        for file in files {
-            let old = std::fs::read_to_string(file)
-                .map_err(|e| Error::from_io(&e, "cannot read", file))?;
-            std::fs::write(file, limit.to_string())
-                .map_err(|e| Error::from_io(&e, "cannot write", file))?;
-            g.restore.push((file.clone(), old.trim().to_owned()));
+    /// Writes `limit` (bytes per second) to the `scrub_speed_max` of each
+    /// of `devids` of `fsid`, each recorded in `ledger` first; on a failure
+    /// the devices already set are put back.
+    pub(crate) fn set(
+        ledger: &crate::sys::kernel::settings::Ledger,
+        fsid: &str,
+        devids: &[u64],
+        limit: u64,
+    ) -> Result<Self> {
+        use crate::sys::kernel::settings::{Change, Setting};
+        let mut changes = Vec::new();
+        for &devid in devids {
+            let setting = Setting::ScrubSpeedMax {
+                fsid: fsid.to_owned(),
+                devid,
+            };
+            changes.push(Change::apply(ledger, setting, limit, "scrub")?);
         }
-        Ok(g)
-    }
-}
-
-impl Drop for ScrubSpeedGuard {
-    fn drop(&mut self) {
-        for (file, old) in &self.restore {
-            let _ = std::fs::write(file, old);
-        }
+        Ok(ScrubSpeedGuard { _changes: changes })
     }
 }
 

@@ -2,8 +2,9 @@
 //! (`/proc/meminfo`), and a reservation of more for one run
 //! (`/proc/sys/vm/nr_hugepages`, root, asked for first), given back when
 //! the guard drops: on success, error, panic and SIGINT/SIGTERM/SIGHUP
-//! (the jobs stop and return). After a SIGKILL the pages stay reserved;
-//! `sysctl vm.nr_hugepages=N` gives them back (N is in the run's plan).
+//! (the jobs stop and return). The change is recorded in the settings
+//! ledger ([`crate::sys::kernel::settings`]) before it is made: after a
+//! SIGKILL the next btrfs-lab command run as root puts it back.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -74,6 +75,9 @@ pub fn reserved_by_another_run() -> bool {
 #[derive(Debug)]
 pub struct Reservation {
     path: PathBuf,
+    // The ledger's record of the change (on the host; a test's sysroot
+    // keeps none): put back and deleted when dropped.
+    change: Option<crate::sys::kernel::settings::Change>,
     // Held while reserved: see [`reserved_by_another_run`].
     _lock: std::fs::File,
     /// `vm.nr_hugepages` before.
@@ -85,7 +89,11 @@ pub struct Reservation {
 /// Raises `vm.nr_hugepages` by `pages` (root). The kernel may find fewer
 /// free pages (memory fragmented): then the setting is put back and the
 /// error says how many it could reserve.
-pub fn reserve(root: &SysRoot, pages: u64) -> Result<Reservation> {
+pub fn reserve(
+    root: &SysRoot,
+    ledger: &crate::sys::kernel::settings::Ledger,
+    pages: u64,
+) -> Result<Reservation> {
     let path = root.proc("sys/vm/nr_hugepages");
     let before: u64 = std::fs::read_to_string(&path)
         .map_err(|e| Error::from_io(&e, "cannot read", &path))?
@@ -127,9 +135,29 @@ pub fn reserve(root: &SysRoot, pages: u64) -> Result<Reservation> {
                 .with_hint("--hugepages needs root; leave it out to use ordinary buffers")
         })
     };
-    write()?;
+    let (change, before) = if root.prefix() == std::path::Path::new("/") {
+        let c = crate::sys::kernel::settings::Change::apply(
+            ledger,
+            crate::sys::kernel::settings::Setting::NrHugepages,
+            during,
+            "bench",
+        )
+        .map_err(|e| {
+            if e.kind() == ErrorKind::Permission {
+                e.with_hint("--hugepages needs root; leave it out to use ordinary buffers")
+            } else {
+                e
+            }
+        })?;
+        let b = c.before();
+        (Some(c), b)
+    } else {
+        write()?;
+        (None, before)
+    };
     let r = Reservation {
         path: path.clone(),
+        change,
         _lock: lock,
         before,
         during,
@@ -142,7 +170,10 @@ pub fn reserve(root: &SysRoot, pages: u64) -> Result<Reservation> {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
-        write()?;
+        match &r.change {
+            Some(c) => c.rewrite()?,
+            None => write()?,
+        }
         got = read(root).map_or(0, |h| h.available());
     }
     if got < free_before + pages {
@@ -161,9 +192,13 @@ pub fn reserve(root: &SysRoot, pages: u64) -> Result<Reservation> {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        // Best effort: a failure here leaves the pages reserved, and the
-        // plan named the value to restore.
-        let _ = std::fs::write(&self.path, self.before.to_string());
+        // The ledger's change puts it back itself (and keeps its record
+        // when it cannot, for the next run).
+        if self.change.is_none() {
+            // Best effort: a failure here leaves the pages reserved, and
+            // the plan named the value to restore.
+            let _ = std::fs::write(&self.path, self.before.to_string());
+        }
     }
 }
 

@@ -15,5 +15,6 @@ pub mod memcg;
 pub mod memio;
 pub(crate) mod nvme;
 pub(crate) mod pagecache;
+pub mod settings;
 pub mod signals;
 pub(crate) mod xattrs;

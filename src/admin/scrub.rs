@@ -10,8 +10,6 @@
 //! later `scrub MOUNT --resume` starts each device at its `last_physical`,
 //! as `btrfs scrub resume` does.
 
-use std::fs::File;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -639,12 +637,13 @@ pub fn plan_from(
 
 /// Reads the filesystem and the saved state and plans the run.
 pub fn plan(
-    mount: &Path,
+    fs: &btrfs::FsHandle,
     store: &StateStore,
     req: Request,
 ) -> Result<(ScrubPlan, Option<SavedScrub>)> {
-    let fsid = btrfs::fsid(mount)?;
-    if !req.readonly && btrfs::FsHandle::open(mount)?.read_only() {
+    let mount = fs.path();
+    let fsid = fs.fsid().to_owned();
+    if !req.readonly && fs.read_only() {
         return Err(Error::new(
             ErrorKind::State,
             format!(
@@ -654,8 +653,9 @@ pub fn plan(
         )
         .with_hint("add --readonly to only find the errors, or remount it read-write (mount -o remount,rw)"));
     }
-    let used = bytes_to_read(mount, &fsid)?;
-    let devs: Vec<_> = btrfs::devices(mount)?
+    let used = bytes_to_read(fs)?;
+    let devs: Vec<_> = fs
+        .devices()?
         .into_iter()
         .map(|d| DeviceInput {
             devid: d.devid,
@@ -673,30 +673,30 @@ pub fn plan(
     Ok((p, saved))
 }
 
-/// What a scrub reads on each device of `mount` (by devid), when the chunk
-/// tree can be read.
-fn bytes_to_read(mount: &Path, fsid: &str) -> Result<Option<Vec<(u64, u64)>>> {
-    let f = open_dir(mount)?;
-    let bgt = crate::sys::fs::target::features(&crate::sys::fs::root::SysRoot::host(), fsid)
+/// What a scrub reads on each device of the filesystem held (by devid),
+/// when the chunk tree can be read.
+fn bytes_to_read(fs: &btrfs::FsHandle) -> Result<Option<Vec<(u64, u64)>>> {
+    let bgt = crate::sys::fs::target::features(&SysRoot::host(), fs.fsid())
         .iter()
         .any(|x| x == "block_group_tree");
-    btrfs::scrub_bytes_per_device_of(f.as_fd(), bgt, mount)
+    btrfs::scrub_bytes_per_device_of(fs.held_fd()?, bgt, fs.path())
 }
 
 /// The scrub counters of each device of `mount` while a scrub runs
 /// (empty when none runs).
-pub fn running(mount: &Path) -> Result<Vec<DeviceScrub>> {
-    let f = open_dir(mount)?;
+pub fn running(fs: &btrfs::FsHandle) -> Result<Vec<DeviceScrub>> {
+    let mount = fs.path();
+    let f = fs.held_fd()?;
     let mut out = Vec::new();
     let mut used = None;
-    for d in btrfs::devices(mount)? {
+    for d in fs.devices()? {
         if d.path.is_empty() {
             continue;
         }
-        match btrfs_uapi::scrub::scrub_progress(f.as_fd(), d.devid) {
+        match btrfs_uapi::scrub::scrub_progress(f, d.devid) {
             Ok(Some(p)) => {
                 if used.is_none() {
-                    used = Some(bytes_to_read(mount, &btrfs::fsid(mount)?)?.unwrap_or_default());
+                    used = Some(bytes_to_read(fs)?.unwrap_or_default());
                 }
                 let to_read = used
                     .as_ref()
@@ -718,26 +718,26 @@ pub fn running(mount: &Path) -> Result<Vec<DeviceScrub>> {
 }
 
 /// `--status`.
-pub fn status(mount: &Path, store: &StateStore) -> Result<ScrubStatus> {
-    let fsid = btrfs::fsid(mount)?;
-    let devices = running(mount)?;
+pub fn status(fs: &btrfs::FsHandle, store: &StateStore) -> Result<ScrubStatus> {
+    let fsid = fs.fsid().to_owned();
+    let devices = running(fs)?;
     Ok(ScrubStatus {
-        mount_point: mount.to_path_buf(),
+        mount_point: fs.path().to_path_buf(),
         fsid: fsid.clone(),
         running: !devices.is_empty(),
         last: store.load(&fsid)?,
-        limits: limits(mount, &fsid, store)?,
+        limits: limits(fs, &fsid, store)?,
         devices,
     })
 }
 
 /// The scrub speed limits in force on `mount`'s devices, with who set them
 /// when the settings ledger knows.
-fn limits(mount: &Path, fsid: &str, store: &StateStore) -> Result<Vec<SpeedLimit>> {
+fn limits(fs: &btrfs::FsHandle, fsid: &str, store: &StateStore) -> Result<Vec<SpeedLimit>> {
     use crate::sys::kernel::settings::{self, Setting};
     let ledger = store.ledger();
     let mut out = Vec::new();
-    for d in btrfs::devices(mount)? {
+    for d in fs.devices()? {
         let Some(v) = btrfs::scrub_speed_max(&SysRoot::host(), fsid, d.devid).filter(|v| *v > 0)
         else {
             continue;
@@ -769,10 +769,9 @@ fn limits(mount: &Path, fsid: &str, store: &StateStore) -> Result<Vec<SpeedLimit
 }
 
 /// `--cancel`: ENOTCONN (nothing runs) is an error of kind `State`.
-pub fn cancel(mount: &Path) -> Result<ScrubCancel> {
-    btrfs::fsid(mount)?;
-    let f = open_dir(mount)?;
-    match btrfs_uapi::scrub::scrub_cancel(f.as_fd()) {
+pub fn cancel(fs: &btrfs::FsHandle) -> Result<ScrubCancel> {
+    let mount = fs.path();
+    match btrfs_uapi::scrub::scrub_cancel(fs.held_fd()?) {
         Ok(()) => Ok(ScrubCancel {
             mount_point: mount.to_path_buf(),
             cancelled: true,
@@ -787,10 +786,6 @@ pub fn cancel(mount: &Path) -> Result<ScrubCancel> {
         ))),
         Err(e) => Err(Error::from_errno(e, "cannot cancel the scrub of", mount)),
     }
-}
-
-fn open_dir(mount: &Path) -> Result<File> {
-    File::open(mount).map_err(|e| Error::from_io(&e, "cannot open", mount))
 }
 
 /// Sets `--limit` on every planned device (restored when dropped: every
@@ -824,6 +819,7 @@ type Worker =
 /// Runs the plan: one thread per device; progress, signals and the saved
 /// state from this one. Returns once every scrub ioctl returned.
 pub fn execute(
+    fs: &btrfs::FsHandle,
     plan: &ScrubPlan,
     saved: Option<SavedScrub>,
     store: &StateStore,
@@ -831,8 +827,8 @@ pub fn execute(
     ui: &dyn Ui,
 ) -> Result<ScrubReport> {
     let mount = &plan.mount_point;
-    let dir = open_dir(mount)?;
-    if !running(mount)?.is_empty() {
+    let dir = fs.held_fd()?;
+    if !running(fs)?.is_empty() {
         return Err(Error::new(
             ErrorKind::Busy,
             format!("a scrub already runs on {}", mount.display()),
@@ -879,11 +875,10 @@ pub fn execute(
     let t0 = Instant::now();
     let mut workers: Vec<(PlannedDevice, Option<Worker>)> = Vec::new();
     for d in &plan.devices {
-        let f = dir
-            .try_clone()
-            .map_err(|e| Error::from_io(&e, "cannot open", mount))?;
+        let f = fs.try_clone()?;
         let (devid, start, ro) = (d.devid, d.start, plan.readonly);
-        let h = std::thread::spawn(move || ioctl::scrub_device(f.as_fd(), devid, start, ro));
+        let h =
+            std::thread::spawn(move || ioctl::scrub_device(f.held_fd_errno()?, devid, start, ro));
         workers.push((d.clone(), Some(h)));
     }
     let prior: Vec<DeviceScrub> = if plan.resume {
@@ -981,11 +976,11 @@ pub fn execute(
         if cancelling {
             // Again on every turn: a thread may not have entered the
             // ioctl yet when the first cancel came (ENOTCONN then).
-            let _ = btrfs_uapi::scrub::scrub_cancel(dir.as_fd());
+            let _ = btrfs_uapi::scrub::scrub_cancel(dir);
         }
         for (i, (d, h)) in workers.iter().enumerate() {
             if h.is_some()
-                && let Ok(Some(p)) = btrfs_uapi::scrub::scrub_progress(dir.as_fd(), d.devid)
+                && let Ok(Some(p)) = btrfs_uapi::scrub::scrub_progress(dir, d.devid)
             {
                 last_seen[i] = DeviceScrub::of(d.devid, &d.path, d.bytes_to_read, &p);
             }

@@ -88,13 +88,12 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
         );
     }
     // MOUNT is opened once and held (a symbolic link another user planted
-    // on the way is refused, as every command does), and the plan is
-    // checked against the fsid held. The scrub ioctls still take the path
-    // (shown as given); a swap after this check is caught by that fsid.
+    // on the way is refused, as every command does): the plan, the scrub
+    // ioctls, --status and --cancel all act on the directory held.
     let (target, held) = resolve_held(&SysRoot::host(), &a.mount)?;
     let mount = a.mount.clone();
     if a.status {
-        let st = scrub::status(&mount, &store)?;
+        let st = scrub::status(&held, &store)?;
         out.report(&st, |st| render_status(st, out));
         return Ok(exit::OK);
     }
@@ -104,7 +103,7 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
             return Ok(exit::OK);
         }
         out.before_change(format!("btrfs-lab scrub {} --status", mount.display()))?;
-        let c = scrub::cancel(&mount)?;
+        let c = scrub::cancel(&held)?;
         out.report(&c, |c| {
             format!(
                 "scrub of {} cancelled; btrfs-lab scrub {} --resume continues it\n",
@@ -119,19 +118,7 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
         limit,
         resume: a.resume,
     };
-    let (plan, saved) = scrub::plan(&mount, &store, req)?;
-    if plan.fsid != held.fsid() {
-        return Err(Error::new(
-            ErrorKind::State,
-            format!(
-                "{} changed while it was being read (filesystem {} then {})",
-                a.mount.display(),
-                held.fsid(),
-                plan.fsid
-            ),
-        )
-        .with_hint("something is replacing the path (a symlink or a mount); check it"));
-    }
+    let (plan, saved) = scrub::plan(&held, &store, req)?;
     if !a.resume
         && let Some(s) = &saved
         && !s.finished
@@ -186,7 +173,7 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
     write_metrics(saved.as_ref(), true)?;
     let signals = signals::begin_operation()?;
     out.started();
-    let result = scrub::execute(&plan, saved.clone(), &store, &signals, out);
+    let result = scrub::execute(&held, &plan, saved.clone(), &store, &signals, out);
     let last = store.load(&plan.fsid).ok().flatten().or(saved);
     let written = write_metrics(last.as_ref(), false);
     let report = result?;

@@ -104,12 +104,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "renameat",
         "RENAME_EXCHANGE of two names in the held directory, by descriptor",
     ),
-    // Being replaced by the MOUNT-holding work of issue 48.
-    (
-        "src/admin/scrub.rs",
-        "File::open(",
-        "issue 48: being replaced (MOUNT opened once and held)",
-    ),
 ];
 
 fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -264,7 +264,8 @@ struct CancelScrub(PathBuf);
 
 impl Drop for CancelScrub {
     fn drop(&mut self) {
-        let _ = btrfs_lab::admin::scrub::cancel(&self.0);
+        let _ = btrfs_lab::sys::kernel::btrfs::FsHandle::open(&self.0)
+            .map(|h| btrfs_lab::admin::scrub::cancel(&h));
     }
 }
 
@@ -309,7 +310,11 @@ fn interrupted_scrub_resumes_where_it_stopped() {
     };
     assert_eq!(first.outcome, Outcome::Interrupted);
     assert!(
-        btrfs_lab::admin::scrub::running(&m).unwrap().is_empty(),
+        btrfs_lab::admin::scrub::running(
+            &btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap()
+        )
+        .unwrap()
+        .is_empty(),
         "no scrub runs after the command returned"
     );
     assert_eq!(speed_max(&m), limits_before, "scrub_speed_max restored");
@@ -367,7 +372,13 @@ fn status_cancel_and_dry_run() {
     );
     assert!(!state_file(&env, &m).exists());
     assert_eq!(speed_max(&m), limits_before);
-    assert!(btrfs_lab::admin::scrub::running(&m).unwrap().is_empty());
+    assert!(
+        btrfs_lab::admin::scrub::running(
+            &btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap()
+        )
+        .unwrap()
+        .is_empty()
+    );
     // Nothing to cancel.
     let (code, _, err) = run(env.cmd().arg("scrub").arg(&m).arg("--cancel"));
     assert_eq!(code, 1, "{err}");
@@ -391,7 +402,13 @@ fn status_cancel_and_dry_run() {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = rest_of_stdout();
-    assert!(btrfs_lab::admin::scrub::running(&m).unwrap().is_empty());
+    assert!(
+        btrfs_lab::admin::scrub::running(
+            &btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap()
+        )
+        .unwrap()
+        .is_empty()
+    );
     assert_eq!(speed_max(&m), limits_before, "scrub_speed_max restored");
 }
 

@@ -58,7 +58,8 @@ struct CancelScrub(PathBuf);
 
 impl Drop for CancelScrub {
     fn drop(&mut self) {
-        let _ = btrfs_lab::admin::scrub::cancel(&self.0);
+        let _ = btrfs_lab::sys::kernel::btrfs::FsHandle::open(&self.0)
+            .map(|h| btrfs_lab::admin::scrub::cancel(&h));
     }
 }
 
@@ -134,10 +135,13 @@ fn sigkill_during_a_limited_scrub_then_a_plain_scrub_puts_the_limit_back() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let _ = btrfs_lab::admin::scrub::cancel(&m);
+    let _ = btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m)
+        .map(|h| btrfs_lab::admin::scrub::cancel(&h));
     child.wait().unwrap();
     waits("the kernel's scrub stopped", || {
-        btrfs_lab::admin::scrub::running(&m).is_ok_and(|r| r.is_empty())
+        btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m)
+            .and_then(|h| btrfs_lab::admin::scrub::running(&h))
+            .is_ok_and(|r| r.is_empty())
     });
     // The kill left both the limit and its record.
     assert_eq!(speed_max(&fsid, 1), limit);

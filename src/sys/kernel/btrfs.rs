@@ -766,6 +766,18 @@ impl FsHandle {
 
     /// The descriptor, after checking that it is still on the same
     /// filesystem (FS_INFO on it reports the recorded fsid).
+    /// The held directory's descriptor for an ioctl, once it is checked
+    /// to be on the filesystem opened (an error naming the path if not).
+    pub(crate) fn held_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        self.fd()
+            .map_err(|e| Error::from_errno(e, "cannot use the directory held of", &self.path))
+    }
+
+    /// [`Self::held_fd`] with the errno, for a worker thread's ioctl.
+    pub(crate) fn held_fd_errno(&self) -> std::result::Result<std::os::fd::BorrowedFd<'_>, Errno> {
+        self.fd()
+    }
+
     fn fd(&self) -> std::result::Result<std::os::fd::BorrowedFd<'_>, Errno> {
         let info = btrfs_uapi::filesystem::filesystem_info(self.dir.as_fd())?;
         if info.uuid.as_hyphenated().to_string() != self.fsid {

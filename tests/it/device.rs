@@ -23,7 +23,7 @@ use crate::common::{TestEnv, json, lose_member, require_root, run, streamed, typ
 const GIB: u64 = 1 << 30;
 
 /// Writes `count` files of `mib` MiB of pseudo-random bytes, then syncs.
-fn fill(dir: &Path, count: usize, mib: usize) {
+pub(crate) fn fill(dir: &Path, count: usize, mib: usize) {
     for n in 0..count {
         let mut f = fs::File::create(dir.join(format!("file{n}"))).unwrap();
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (n as u64 + 1);
@@ -76,7 +76,7 @@ fn scrub_clean(m: &Path) {
 }
 
 /// devid → path, as the kernel lists the members.
-fn members(m: &Path) -> BTreeMap<u64, String> {
+pub(crate) fn members(m: &Path) -> BTreeMap<u64, String> {
     btrfs_lab::sys::kernel::btrfs::devices(m)
         .unwrap()
         .into_iter()
@@ -110,9 +110,9 @@ fn finish(child: Child) -> (i32, String, String) {
     )
 }
 
-/// Waits (at most 60 s) until `ready` holds.
-fn wait_for(mut ready: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(60);
+/// Waits (at most 120 s: a loaded machine) until `ready` holds.
+pub(crate) fn wait_for(mut ready: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
         if ready() {
             return true;

@@ -6,11 +6,8 @@
 //! to rehearse add/replace/remove is taken down whole.
 
 use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
 
 use btrfs_lab::admin::remove::RemoveReport;
 use btrfs_lab::admin::replace::ReplaceReport;
@@ -18,48 +15,9 @@ use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
 
 use crate::common::{TestEnv, bin, leftovers_now, require_root, run, streamed, typed};
+use crate::device::{fill, members, wait_for};
 
 const GIB: u64 = 1 << 30;
-
-/// `count` files of `mib` MiB of pseudo-random bytes, synced.
-fn fill(dir: &Path, count: usize, mib: usize) {
-    for n in 0..count {
-        let mut f = fs::File::create(dir.join(format!("file{n}"))).unwrap();
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (n as u64 + 1);
-        let mut block = vec![0u8; 1 << 20];
-        for _ in 0..mib {
-            for chunk in block.chunks_mut(8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                chunk.copy_from_slice(&x.to_le_bytes());
-            }
-            f.write_all(&block).unwrap();
-        }
-        f.sync_all().unwrap();
-    }
-}
-
-/// devid → path, as the kernel lists the members.
-fn members(m: &Path) -> std::collections::BTreeMap<u64, String> {
-    btrfs_lab::sys::kernel::btrfs::devices(m)
-        .unwrap()
-        .into_iter()
-        .map(|d| (d.devid, d.path))
-        .collect()
-}
-
-/// Waits (at most 120 s) until `ready` holds.
-fn wait_for(mut ready: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        if ready() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-    false
-}
 
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]

@@ -315,7 +315,8 @@ fn a_step_that_freed_nothing_is_not_planned_again_on_the_same_chunks() {
             .args(["--json", "reclaim", "--dry-run"])
             .args(goal)
             .arg(&m));
-        assert_eq!(code, 0, "{err}");
+        // 3 (goal-not-reached) when no step can help.
+        assert!(code == 0 || code == 3, "{code}: {err}");
         match typed_lines::<ReclaimRecord>(&out).as_slice() {
             [ReclaimRecord::Plan { plan }] => (plan.clone(), err),
             other => panic!("--dry-run --json prints the plan only: {other:?}"),
@@ -402,6 +403,12 @@ fn a_step_that_freed_nothing_is_not_planned_again_on_the_same_chunks() {
         "reclaim beyond reach: {:?}; remembered {:?}",
         result.steps, result.fruitless
     );
+    // When the kernel did free nothing at a step (measured here: a chunk
+    // 3% used whose data took a new chunk), the next plan sets it aside.
+    if !result.fruitless.is_empty() {
+        let (next, _) = plan_of(&env);
+        assert_eq!(next.set_aside, result.fruitless, "{next:?}");
+    }
     no_balance(&m);
     intact(&m, &kept);
 }

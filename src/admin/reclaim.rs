@@ -36,6 +36,7 @@ use crate::model::space::BgType;
 use crate::parse::size::format_iec;
 use crate::space::room;
 use crate::sys::fs::root::SysRoot;
+use crate::sys::fs::state::StateRoom;
 use crate::sys::kernel::btrfs::FsHandle;
 use crate::sys::kernel::ioctl::{BalanceEnd, BalanceState};
 use crate::sys::kernel::signals::{OperationSignals, Received};
@@ -344,20 +345,17 @@ pub struct Memory {
     pub fruitless: Vec<FruitlessStep>,
 }
 
-/// Where [`Memory`] is kept: `STATE_DIR/reclaim/FSID.json`, read by the
-/// safe reader and written by the safe writer (a directory root holds).
+/// Where [`Memory`] is kept: `STATE_DIR/reclaim/FSID.json` (a
+/// [`StateRoom`]).
 pub struct MemoryStore {
-    dir: PathBuf,
+    room: StateRoom,
 }
-
-/// The largest memory file read (a few KiB in practice).
-const MEMORY_CAP: u64 = 1 << 20;
 
 impl MemoryStore {
     /// `state_dir`/reclaim.
     pub fn new(state_dir: &std::path::Path) -> Self {
         MemoryStore {
-            dir: state_dir.join("reclaim"),
+            room: StateRoom::new(state_dir, "reclaim"),
         }
     }
 
@@ -365,22 +363,25 @@ impl MemoryStore {
         format!("{fsid}.json")
     }
 
-    /// What was remembered of `fsid` (nothing when there is no file; a
-    /// file that does not parse is set aside with a warning by the caller).
+    /// What was remembered of `fsid` (nothing when there is no file); a
+    /// file that is not a memory of `fsid` is an error the caller warns of.
     pub fn load(&self, fsid: &str) -> Result<Memory> {
-        let path = self.dir.join(Self::name(fsid));
-        match crate::sys::fs::input::read_user_text(&path, MEMORY_CAP) {
-            Ok(t) => serde_json::from_str::<Memory>(&t)
-                .ok()
-                .filter(|m| m.fsid == fsid)
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Parse,
-                        format!("{} is not a reclaim memory of {fsid}", path.display()),
-                    )
-                    .with_hint("remove it; the next reclaim plans as if it had never run")
-                }),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(Memory {
+        let name = Self::name(fsid);
+        let not_ours = || {
+            Error::new(
+                ErrorKind::Parse,
+                format!(
+                    "{} is not a reclaim memory of {fsid}",
+                    self.room.file(&name).display()
+                ),
+            )
+            .with_hint("remove it; the next reclaim plans as if it had never run")
+        };
+        match self.room.load::<Memory>(&name) {
+            Ok(Some(m)) if m.fsid == fsid => Ok(m),
+            Ok(Some(_)) => Err(not_ours()),
+            Err(e) if e.kind() == ErrorKind::Parse => Err(not_ours()),
+            Ok(None) => Ok(Memory {
                 fsid: fsid.to_owned(),
                 fruitless: Vec::new(),
             }),
@@ -390,11 +391,7 @@ impl MemoryStore {
 
     /// Replaces what is remembered of `m.fsid` atomically.
     pub fn save(&self, m: &Memory) -> Result<()> {
-        let dir = crate::sys::fs::outfile::OutputDir::create(&self.dir, 0o755)?;
-        let text = serde_json::to_string_pretty(m)
-            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot serialize: {e}")))?;
-        dir.write(Self::name(&m.fsid), text.as_bytes(), 0o644)?;
-        Ok(())
+        self.room.save(&Self::name(&m.fsid), m)
     }
 }
 

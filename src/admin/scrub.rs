@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::exit;
 use crate::model::metrics::Metrics;
-use crate::sys::fs::outfile::OutputDir;
 use crate::sys::fs::root::SysRoot;
+use crate::sys::fs::state::StateRoom;
 use crate::sys::kernel::{btrfs, ioctl, signals};
 use crate::sys::tools::inhibit::SleepInhibitor;
 use crate::ui::{self, Ui};
@@ -496,25 +496,27 @@ impl SavedScrub {
 
 /// btrfs-lab's state directory when `--state-dir` is not given (the scrub
 /// state is in its `scrub/`).
-pub const STATE_DIR: &str = "/var/lib/btrfs-lab";
+pub use crate::sys::fs::state::STATE_DIR;
 
-/// Where the state of `fsid`'s scrub is kept.
+/// Where the state of `fsid`'s scrub is kept (`STATE_DIR/scrub/FSID.json`).
 pub struct StateStore {
-    dir: PathBuf,
+    room: StateRoom,
+    state_dir: PathBuf,
 }
 
 impl StateStore {
     /// `state_dir`/scrub.
     pub fn new(state_dir: &Path) -> Self {
         StateStore {
-            dir: state_dir.join("scrub"),
+            room: StateRoom::new(state_dir, "scrub"),
+            state_dir: state_dir.to_path_buf(),
         }
     }
 
     /// The ledger of kernel settings in the same state directory
     /// (`STATE/settings`).
     pub fn ledger(&self) -> crate::sys::kernel::settings::Ledger {
-        crate::sys::kernel::settings::Ledger::new(self.dir.parent().unwrap_or(&self.dir))
+        crate::sys::kernel::settings::Ledger::new(&self.state_dir)
     }
 
     fn name(fsid: &str) -> String {
@@ -523,33 +525,22 @@ impl StateStore {
 
     /// The state file of `fsid`.
     pub fn file(&self, fsid: &str) -> PathBuf {
-        self.dir.join(Self::name(fsid))
+        self.room.file(&Self::name(fsid))
     }
 
-    /// The saved state of `fsid`, if any (read by the safe reader,
-    /// [`crate::sys::fs::input`]).
+    /// The saved state of `fsid`, if any.
     pub fn load(&self, fsid: &str) -> Result<Option<SavedScrub>> {
-        let path = self.file(fsid);
-        // A state file is small; --state-dir may be a user's directory.
-        match crate::sys::fs::input::read_user_text(&path, STATE_FILE_CAP) {
-            Ok(t) => SavedScrub::parse(&t, &path).map(Some),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+        match self.room.read(&Self::name(fsid))? {
+            Some(t) => SavedScrub::parse(&t, &self.file(fsid)).map(Some),
+            None => Ok(None),
         }
     }
 
     /// Replaces the saved state atomically.
     pub fn save(&self, s: &SavedScrub) -> Result<()> {
-        let dir = OutputDir::create(&self.dir, 0o755)?;
-        let text = serde_json::to_string_pretty(s)
-            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot serialize: {e}")))?;
-        dir.write(Self::name(&s.fsid), text.as_bytes(), 0o644)?;
-        Ok(())
+        self.room.save(&Self::name(&s.fsid), s)
     }
 }
-
-/// The largest scrub state file read (they are a few KiB).
-const STATE_FILE_CAP: u64 = 1 << 20;
 
 /// What the user asked.
 #[derive(Debug, Clone, Copy, Default)]
@@ -1198,7 +1189,7 @@ mod tests {
         assert!(e.message().contains("it is a FIFO"), "{}", e.message());
         std::os::unix::fs::symlink("/dev/zero", store.file("def")).unwrap();
         assert!(store.load("def").is_err());
-        std::fs::write(store.file("big"), vec![b' '; (STATE_FILE_CAP + 1) as usize]).unwrap();
+        std::fs::write(store.file("big"), vec![b' '; (1 << 20) + 1]).unwrap();
         let e = store.load("big").unwrap_err();
         assert!(e.message().contains("larger than"), "{}", e.message());
     }

@@ -14,11 +14,8 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::sys::fs::outfile::OutputDir;
-
-/// The largest record read (they are a few hundred bytes).
-const CAP: u64 = 64 << 10;
+use crate::error::{Error, Result};
+use crate::sys::fs::state::StateRoom;
 
 /// A block device as it was when the operation began.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,23 +77,23 @@ pub fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// `STATE/device`: where the records are.
+/// `STATE/device`: where the records are (a [`StateRoom`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartedStore {
-    dir: PathBuf,
+    room: StateRoom,
 }
 
 impl StartedStore {
     /// The records under `state_dir` (btrfs-lab's state directory).
     pub fn new(state_dir: &Path) -> Self {
         Self {
-            dir: state_dir.join("device"),
+            room: StateRoom::new(state_dir, "device"),
         }
     }
 
     /// Where the record of `fsid`'s `what` (replace, remove) is.
     pub fn file(&self, fsid: &str, what: &str) -> PathBuf {
-        self.dir.join(Self::name(fsid, what))
+        self.room.file(&Self::name(fsid, what))
     }
 
     fn name(fsid: &str, what: &str) -> String {
@@ -107,17 +104,13 @@ impl StartedStore {
     /// ours, damaged) ties nothing: the caller then treats what it finds as
     /// it looks, which never claims "done".
     fn load<T: DeserializeOwned>(&self, fsid: &str, what: &str) -> Option<T> {
-        let text = crate::sys::fs::input::read_user_text(&self.file(fsid, what), CAP).ok()?;
-        serde_json::from_str(&text).ok()
+        self.room.load(&Self::name(fsid, what)).ok().flatten()
     }
 
     fn save<T: Serialize>(&self, fsid: &str, what: &str, record: &T) -> Result<()> {
-        let text = serde_json::to_string_pretty(record)
-            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot serialize: {e}")))?;
-        let dir = OutputDir::create(&self.dir, 0o755).map_err(|e| self.unwritable(&e))?;
-        dir.write(Self::name(fsid, what), text.as_bytes(), 0o644)
-            .map_err(|e| self.unwritable(&e))?;
-        Ok(())
+        self.room
+            .save(&Self::name(fsid, what), record)
+            .map_err(|e| self.unwritable(&e))
     }
 
     fn unwritable(&self, e: &Error) -> Error {
@@ -125,7 +118,7 @@ impl StartedStore {
             e.kind(),
             format!(
                 "cannot record the operation in {}: {} (nothing was started)",
-                self.dir.display(),
+                self.room.dir().display(),
                 e.message()
             ),
         )

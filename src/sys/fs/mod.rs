@@ -9,4 +9,5 @@ pub mod mounts;
 pub mod nonce;
 pub mod outfile;
 pub mod root;
+pub mod state;
 pub mod target;

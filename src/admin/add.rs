@@ -1,7 +1,6 @@
 //! `device add`: the plan (pure, from the filesystem's state and each
 //! device's facts) and carrying it out through btrfs-progs.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -464,10 +463,10 @@ pub(crate) fn execute_add(
     }
     let state = read_state_at(root, fs, mount_point)?;
     for d in &plan.devices {
-        let found = state.devices.iter().find(|m| {
-            fs::canonicalize(&m.path)
-                .map_or_else(|_| Path::new(&m.path) == d.resolved, |p| p == d.resolved)
-        });
+        let found = state
+            .devices
+            .iter()
+            .find(|m| crate::admin::checks::same_device(&m.path, &d.resolved));
         match found {
             Some(m) if m.size == d.size => {}
             Some(m) => {

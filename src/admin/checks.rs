@@ -56,9 +56,7 @@ impl Reason {
 
 /// `member` (a member's path) is the device `candidate` (resolved).
 pub(crate) fn same_device(member: &str, candidate: &Path) -> bool {
-    !member.is_empty()
-        && std::fs::canonicalize(member)
-            .map_or_else(|_| Path::new(member) == candidate, |m| m == candidate)
+    !member.is_empty() && crate::sys::block::blockdev::resolved(Path::new(member)) == candidate
 }
 
 /// Every reason why `f` must not become a new device of `fs`. Reasons that

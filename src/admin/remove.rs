@@ -424,7 +424,7 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
                     .collect()
             }
             RemoveSpec::Path(p) => {
-                let r = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+                let r = crate::sys::block::blockdev::resolved(p);
                 fs.devices
                     .iter()
                     .filter(|d| same_device(&d.path, &r))
@@ -745,7 +745,7 @@ fn removed_before(fs: &FsState, facts: &RemoveFacts, spec: &RemoveSpec) -> Optio
             id.to_string(),
         ),
         RemoveSpec::Path(p) => {
-            let r = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            let r = crate::sys::block::blockdev::resolved(p);
             let devt = crate::sys::block::blockdev::devt_of(&r);
             (
                 started

@@ -170,7 +170,7 @@ fn find_old<'a>(fs: &'a FsState, old: &OldSpec) -> Option<&'a super::state::Memb
     match old {
         OldSpec::Devid(id) => fs.devices.iter().find(|d| d.devid == *id),
         OldSpec::Path(p) => {
-            let resolved = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            let resolved = crate::sys::block::blockdev::resolved(p);
             fs.devices.iter().find(|d| same_device(&d.path, &resolved))
         }
     }
@@ -239,7 +239,7 @@ pub(crate) fn plan_replace(
         .filter(|r| match old {
             OldSpec::Devid(id) => *id == r.devid,
             OldSpec::Path(p) => {
-                let p = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+                let p = crate::sys::block::blockdev::resolved(p);
                 !r.old_path.is_empty() && Path::new(&r.old_path) == p
             }
         })

@@ -536,7 +536,7 @@ fn fstab_facts(root: &SysRoot, f: &FsFacts, path: &str, text: &str) -> fstab::Fs
 /// The largest discard a block device takes (its queue, or its disk's for
 /// a partition); `None` when sysfs does not say.
 fn discard_max_bytes(root: &SysRoot, path: &str) -> Option<u64> {
-    let real = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
+    let real = crate::sys::block::blockdev::resolved(Path::new(path));
     let name = real.file_name()?.to_str()?.to_owned();
     ["queue", "../queue"].iter().find_map(|q| {
         root.read_attr(&root.sys(&format!("class/block/{name}/{q}/discard_max_bytes")))

@@ -10,7 +10,6 @@ pub mod usage;
 /// Which btrfs is at a path: shared with the other jobs through `sys`.
 pub use crate::sys::fs::target::{BtrfsTarget, features, mounted_btrfs, resolve};
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -377,7 +376,7 @@ pub fn inconsistencies(records: &[SpaceRecord]) -> Vec<String> {
 /// Size of a block device from sysfs (`/sys/class/block/NAME/size`, in
 /// 512-byte sectors), readable without root.
 pub(crate) fn block_device_size(root: &SysRoot, dev: &Path) -> Option<u64> {
-    let real = fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
+    let real = crate::sys::block::blockdev::resolved(dev);
     let name = real.file_name()?.to_str()?.to_owned();
     let sectors: u64 = root
         .read_attr(&root.sys(&format!("class/block/{name}/size")))

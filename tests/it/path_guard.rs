@@ -59,31 +59,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "a /dev name (by-id, by-uuid link) resolved to compare with sysfs; nothing opened through it",
     ),
     (
-        "src/admin/checks.rs",
-        "canonicalize(",
-        "a member's /dev name resolved to compare with a device; nothing opened through it",
-    ),
-    (
-        "src/admin/remove.rs",
-        "canonicalize(",
-        "the /dev name given resolved to find the member; nothing opened through it",
-    ),
-    (
-        "src/admin/replace.rs",
-        "canonicalize(",
-        "the /dev name given resolved to find the member; nothing opened through it",
-    ),
-    (
-        "src/admin/add.rs",
-        "canonicalize(",
-        "a member's /dev name resolved to compare; nothing opened through it",
-    ),
-    (
-        "src/space/mod.rs",
-        "canonicalize(",
-        "a /dev name resolved to its sysfs name; nothing opened through it",
-    ),
-    (
         "src/sandbox/report.rs",
         "canonicalize(",
         "sandbox paths btrfs-lab made, compared; nothing opened through them",

@@ -165,8 +165,15 @@ pub(crate) fn devt_of(path: &Path) -> Option<(u32, u32)> {
     })
 }
 
+/// A `/dev` name with its links (by-id, by-uuid, mapper) resolved, to
+/// compare with another or to find its sysfs name; the name as given when
+/// it cannot be resolved. Nothing is ever opened through it.
+pub(crate) fn resolved(given: &Path) -> std::path::PathBuf {
+    fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf())
+}
+
 pub(crate) fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
-    let path = fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
+    let path = resolved(given);
     let mut f = BlockDeviceFacts::unknown(given, &path);
     let Ok(meta) = fs::metadata(&path) else {
         return f;

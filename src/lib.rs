@@ -8,9 +8,10 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod admin;
 pub mod bench;
+pub mod convert;
 pub mod demo;
+pub mod device;
 pub mod doctor;
 pub mod error;
 pub mod hooks;
@@ -18,12 +19,15 @@ pub(crate) mod hw;
 pub mod links;
 pub mod model;
 pub mod nocow;
+pub mod operation;
 pub mod parse;
 pub mod probe;
 pub mod readtest;
+pub mod reclaim;
 pub mod rescue;
 pub mod sandbox;
 pub mod schema;
+pub mod scrub;
 pub mod space;
 pub mod sys;
 pub mod ui;

@@ -77,19 +77,19 @@ documents! {
     "bench-plan", false, crate::bench::plan::BenchPlan, "bench DIR --dry-run --json (also --sustained, --small-files)";
     "bench-profiles-plan", false, crate::bench::profiles::ProfilesPlan, "bench --small-files --compare-profiles LIST --dry-run --json";
     "bench-profiles", false, crate::bench::profiles::ProfilesReport, "bench --small-files --compare-profiles LIST --json";
-    "convert-record", true, crate::admin::report::ConvertRecord, "convert --json, device add --then-convert --json (JSON Lines)";
-    "convert-status", false, crate::admin::report::StatusReport, "convert --status --json";
-    "convert-pause", false, crate::admin::report::PauseReport, "convert --pause --json";
-    "convert-cancel", false, crate::admin::report::CancelReport, "convert --cancel --json";
-    "reclaim-record", true, crate::admin::reclaim::ReclaimRecord, "reclaim --json (JSON Lines: the plan, each step, progress, the result; with --dry-run the plan only)";
-    "scrub-record", true, crate::admin::scrub::ScrubRecord, "scrub --json (JSON Lines)";
-    "scrub-status", false, crate::admin::scrub::ScrubStatus, "scrub --status --json";
-    "scrub-cancel", false, crate::admin::scrub::ScrubCancel, "scrub --cancel --json";
-    "device-add", false, crate::admin::report::AddReport, "device add --json";
-    "device-replace", false, crate::admin::replace::ReplaceReport, "device replace --json";
-    "device-replace-status", false, crate::admin::replace::ReplaceStatusReport, "device replace MOUNT --status --json";
-    "device-remove", false, crate::admin::remove::RemoveReport, "device remove --json";
-    "device-add-nothing", false, crate::admin::add::NothingToAdd, "device add --json (every device already a member)";
+    "convert-record", true, crate::convert::report::ConvertRecord, "convert --json, device add --then-convert --json (JSON Lines)";
+    "convert-status", false, crate::convert::report::StatusReport, "convert --status --json";
+    "convert-pause", false, crate::convert::report::PauseReport, "convert --pause --json";
+    "convert-cancel", false, crate::convert::report::CancelReport, "convert --cancel --json";
+    "reclaim-record", true, crate::reclaim::ReclaimRecord, "reclaim --json (JSON Lines: the plan, each step, progress, the result; with --dry-run the plan only)";
+    "scrub-record", true, crate::scrub::ScrubRecord, "scrub --json (JSON Lines)";
+    "scrub-status", false, crate::scrub::ScrubStatus, "scrub --status --json";
+    "scrub-cancel", false, crate::scrub::ScrubCancel, "scrub --cancel --json";
+    "device-add", false, crate::device::add::AddReport, "device add --json";
+    "device-replace", false, crate::device::replace::ReplaceReport, "device replace --json";
+    "device-replace-status", false, crate::device::replace::ReplaceStatusReport, "device replace MOUNT --status --json";
+    "device-remove", false, crate::device::remove::RemoveReport, "device remove --json";
+    "device-add-nothing", false, crate::device::add::NothingToAdd, "device add --json (every device already a member)";
     "rescue", false, crate::rescue::report::RescueReport, "rescue MOUNT --json";
     "rescue-file", true, crate::rescue::report::FileRecord, "rescue MOUNT --list --json (JSON Lines: one per file, then the rescue report)";
     "progress", true, crate::model::progress::ProgressRecord, "device replace --json, device remove --json, rescue --copy-to --json (JSON Lines: progress at most once a second, then the report)";
@@ -311,7 +311,7 @@ mod tests {
     }
 
     fn status_doc() -> Value {
-        use crate::admin::report::{BalanceKind, StatusReport};
+        use crate::convert::report::{BalanceKind, StatusReport};
         let r = StatusReport {
             mount_point: "/mnt/data".into(),
             balance: BalanceKind::Running,
@@ -376,7 +376,7 @@ mod tests {
     /// `result` record without its outcome does not.
     #[test]
     fn convert_records_validate() {
-        use crate::admin::report::{ConvertRecord, ResultRecord};
+        use crate::convert::report::{ConvertRecord, ResultRecord};
         let records = [
             ConvertRecord::Pausing,
             ConvertRecord::Background { pid: 42 },
@@ -384,7 +384,7 @@ mod tests {
                 message: "following the running balance".to_owned(),
             },
             ConvertRecord::Result(ResultRecord {
-                outcome: crate::admin::convert::Outcome::Paused,
+                outcome: crate::convert::Outcome::Paused,
                 records: None,
                 bytes_remaining: Some(4096),
             }),
@@ -413,7 +413,7 @@ mod tests {
         assert_eq!(e.document, "convert-status");
         assert_eq!(e.host, crate::model::envelope::hostname());
         // The report reads back from the enveloped document.
-        let back: crate::admin::report::StatusReport = serde_json::from_value(doc).unwrap();
+        let back: crate::convert::report::StatusReport = serde_json::from_value(doc).unwrap();
         assert_eq!(back.chunks_done, Some(3));
     }
 }

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use btrfs_lab::admin::scrub::STATE_DIR;
 use btrfs_lab::bench::compare::{self, Comparison};
 use btrfs_lab::bench::history::{self, History, HistoryReport, Machine};
 use btrfs_lab::bench::metadata::{ColdMethod as MetadataCold, MetadataOptions, MetadataReport};
@@ -18,6 +17,7 @@ use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
 use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
+use btrfs_lab::scrub::STATE_DIR;
 use btrfs_lab::sys::fs::outfile::{OutputDir, split};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::tools::fio::RealFio;

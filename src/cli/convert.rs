@@ -3,15 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use btrfs_lab::admin::convert::{
+use btrfs_lab::convert::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc, StatusReport};
+use btrfs_lab::convert::{
     ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage, plan_convert_on,
     read_layout,
 };
-use btrfs_lab::admin::hooks;
-use btrfs_lab::admin::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc, StatusReport};
-use btrfs_lab::admin::state::open_state;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
+use btrfs_lab::operation::hooks;
+use btrfs_lab::operation::state::open_state;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::btrfs::FsHandle;
 use btrfs_lab::sys::{is_root, kernel::signals};
@@ -237,7 +237,7 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
     t
 }
 
-/// Runs the conversion job (admin::convert::exec, progress through the
+/// Runs the conversion job (convert::exec, progress through the
 /// Ui) and renders how it finished.
 #[allow(clippy::too_many_arguments)]
 pub fn execute(

@@ -2,20 +2,21 @@
 
 use std::path::PathBuf;
 
-use btrfs_lab::admin::add::{self, AddOptions, AddPlan, AddResult};
-use btrfs_lab::admin::convert::{ConvertRequest, Start};
-use btrfs_lab::admin::hooks;
-use btrfs_lab::admin::remove::{
+use btrfs_lab::convert::report::{ConvertRecord, PlanDoc};
+use btrfs_lab::convert::{ConvertRequest, Start};
+use btrfs_lab::device::add::{self, AddOptions, AddPlan, AddResult};
+use btrfs_lab::device::add::{AddReport, Ceiling, Throughput};
+use btrfs_lab::device::remove::{
     self, RemoveEnd, RemovePlan, RemoveReport, RemoveSpec, RemoveStopped,
 };
-use btrfs_lab::admin::replace::{
+use btrfs_lab::device::replace::{
     self, OldSpec, ReadFrom, ReplaceDetached, ReplaceEnd, ReplaceOptions, ReplacePlan,
     ReplaceReport, ReplaceStateName, ScrubAfter,
 };
-use btrfs_lab::admin::report::{AddReport, Ceiling, ConvertRecord, PlanDoc, Throughput};
-use btrfs_lab::admin::started::StartedStore;
+use btrfs_lab::device::started::StartedStore;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
+use btrfs_lab::operation::hooks;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::tools::display_argv;
@@ -165,9 +166,8 @@ struct AddArgs {
 pub fn run(args: DeviceArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8> {
     // What replace and remove started is recorded there (a re-run ties
     // "already done" to it).
-    let started = StartedStore::new(
-        &state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::admin::scrub::STATE_DIR)),
-    );
+    let started =
+        StartedStore::new(&state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::scrub::STATE_DIR)));
     match args.command {
         DeviceCommand::Add(a) => add(a, out),
         DeviceCommand::Replace(a) => replace(a, out, &started),
@@ -178,7 +178,7 @@ pub fn run(args: DeviceArgs, out: &Output, state_dir: Option<PathBuf>) -> Result
 /// Every reason at once. Each reason `--overwrite` lifts says so itself;
 /// when another reason stands anyway, that offer is left out (it would not
 /// help) and the hint says what `--overwrite` cannot lift.
-fn refused(what: &str, refusals: &[btrfs_lab::admin::checks::Reason]) -> Error {
+fn refused(what: &str, refusals: &[btrfs_lab::device::preflight::Reason]) -> Error {
     let all_liftable = refusals.iter().all(|r| r.force_overrides);
     let mut messages: Vec<String> = refusals
         .iter()
@@ -302,7 +302,7 @@ fn runs_and_notes(t: &mut String, commands: &[Vec<String>], notes: &[String]) {
 /// The redundancy verdict after a replace or remove.
 fn render_redundancy(
     t: &mut String,
-    r: &btrfs_lab::admin::redundancy::RedundancyCheck,
+    r: &btrfs_lab::device::redundancy::RedundancyCheck,
     out: &Output,
 ) {
     let p = out.paint;
@@ -523,7 +523,7 @@ fn replace(a: ReplaceArgs, out: &Output, started: &StartedStore) -> Result<u8> {
 
 /// A signal during `--scrub`: the replace is done and verified, the scrub
 /// was cancelled; how to run it again.
-fn scrub_interrupted(signal: &str, r: &btrfs_lab::admin::replace::ReplaceResult) -> Error {
+fn scrub_interrupted(signal: &str, r: &btrfs_lab::device::replace::ReplaceResult) -> Error {
     Error::new(
         ErrorKind::Interrupted,
         format!(
@@ -711,7 +711,7 @@ fn render(plan: &AddPlan, out: &Output) -> String {
         if n == 1 { "" } else { "s" },
         plan.mount_point.display()
     );
-    let list = |l: &btrfs_lab::admin::add::Layout| {
+    let list = |l: &btrfs_lab::device::add::Layout| {
         l.devices
             .iter()
             .map(|d| {

@@ -3,13 +3,13 @@
 
 use std::path::PathBuf;
 
-use btrfs_lab::admin::reclaim::{
+use btrfs_lab::error::{Error, ErrorKind, Result, exit};
+use btrfs_lab::model::exit::GOAL_NOT_REACHED;
+use btrfs_lab::reclaim::{
     self, Goal, MemoryStore, ReclaimOutcome, ReclaimPlan, ReclaimRecord, ReclaimRequest,
     ReclaimResult,
 };
-use btrfs_lab::admin::scrub::STATE_DIR;
-use btrfs_lab::error::{Error, ErrorKind, Result, exit};
-use btrfs_lab::model::exit::GOAL_NOT_REACHED;
+use btrfs_lab::scrub::STATE_DIR;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::{is_root, kernel::signals};
 use btrfs_lab::ui::{self, Ui};

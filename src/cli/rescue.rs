@@ -67,7 +67,7 @@ pub fn run(args: RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> Result
         copy_to: args.copy_to.clone(),
         partial: args.partial,
         listed_limit: if out.json { JSON_LISTED } else { TEXT_LISTED },
-        state_dir: state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::admin::scrub::STATE_DIR)),
+        state_dir: state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::scrub::STATE_DIR)),
         allow_untrusted_target: args.target.allow_untrusted_target,
     };
     let mode = args.units.mode();

@@ -2,14 +2,14 @@
 
 use std::path::PathBuf;
 
-use btrfs_lab::admin::scrub::{
-    self, DeviceScrub, Outcome, Request, STATE_DIR, ScrubPlan, ScrubRecord, ScrubReport,
-    ScrubStatus, StateStore,
-};
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::rate::{duration, format_rate};
 use btrfs_lab::model::text::escape_control;
 use btrfs_lab::parse::size::parse_size;
+use btrfs_lab::scrub::{
+    self, DeviceScrub, Outcome, Request, STATE_DIR, ScrubPlan, ScrubRecord, ScrubReport,
+    ScrubStatus, StateStore,
+};
 use btrfs_lab::sys::fs::outfile::{OutputDir, split};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::fs::target::resolve_held;

@@ -309,12 +309,11 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
                 })
         }
     };
-    let scrub_store =
-        crate::admin::scrub::StateStore::new(&opts.state_dir.clone().unwrap_or_else(|| {
-            opts.sysroot
-                .prefix()
-                .join(crate::admin::scrub::STATE_DIR.trim_start_matches('/'))
-        }));
+    let scrub_store = crate::scrub::StateStore::new(&opts.state_dir.clone().unwrap_or_else(|| {
+        opts.sysroot
+            .prefix()
+            .join(crate::scrub::STATE_DIR.trim_start_matches('/'))
+    }));
     let report = match examine(
         &opts.sysroot,
         &scrub_store,
@@ -410,7 +409,7 @@ pub(crate) fn with_textfile_state(
 /// root, the mount table unreadable) or was interrupted.
 pub(crate) fn examine(
     root: &SysRoot,
-    scrub_store: &crate::admin::scrub::StateStore,
+    scrub_store: &crate::scrub::StateStore,
     mounts: &[PathBuf],
     deep: bool,
     fstab: Option<&(String, String)>,
@@ -455,7 +454,7 @@ pub(crate) fn examine(
 /// deep checks.
 fn examine_one(
     root: &SysRoot,
-    scrub_store: &crate::admin::scrub::StateStore,
+    scrub_store: &crate::scrub::StateStore,
     t: &BtrfsTarget,
     deep: bool,
     now: u64,
@@ -553,9 +552,9 @@ use crate::sys::kernel::settings;
 pub(crate) fn gather(
     root: &SysRoot,
     target: &BtrfsTarget,
-    scrub_store: &crate::admin::scrub::StateStore,
+    scrub_store: &crate::scrub::StateStore,
 ) -> Result<FsFacts> {
-    let state = crate::admin::state::read_state(root, &target.path)?;
+    let state = crate::operation::state::read_state(root, &target.path)?;
     let info = btrfs::fs_info(&target.path)?;
     // What btrfs-lab runs recorded of the kernel settings they changed.
     let records: Vec<settings::Record> = scrub_store
@@ -651,7 +650,7 @@ pub(crate) fn gather(
     let lab = root
         .read_text(&lab_file, 1 << 20)
         .ok()
-        .and_then(|t| crate::admin::scrub::SavedScrub::parse(&t, &lab_file).ok())
+        .and_then(|t| crate::scrub::SavedScrub::parse(&t, &lab_file).ok())
         .filter(|s| s.fsid == target.fsid)
         .map(|s| scrub::from_saved(&s))
         .unwrap_or_default();

@@ -29,7 +29,7 @@ pub struct ScrubDevice {
 }
 
 /// The devices of what `btrfs-lab scrub` saved of its last scrub.
-pub(crate) fn from_saved(s: &crate::admin::scrub::SavedScrub) -> Vec<ScrubDevice> {
+pub(crate) fn from_saved(s: &crate::scrub::SavedScrub) -> Vec<ScrubDevice> {
     s.devices
         .iter()
         .map(|d| ScrubDevice {
@@ -132,14 +132,14 @@ other-fs:1|t_start:5|finished:1
     #[test]
     fn the_newer_record_wins_whole() {
         let progs = parse_status(STATUS, "5f0c1a8e-1111-2222-3333-444455556666");
-        let saved = crate::admin::scrub::SavedScrub {
+        let saved = crate::scrub::SavedScrub {
             fsid: "5f0c1a8e-1111-2222-3333-444455556666".into(),
             started_at: 1_764_600_000,
             saved_at: 1_764_600_050,
             finished: false,
             readonly: false,
             duration_seconds: 50.0,
-            devices: vec![crate::admin::scrub::DeviceScrub {
+            devices: vec![crate::scrub::DeviceScrub {
                 devid: 1,
                 csum_errors: 2,
                 corrected: 2,

@@ -58,7 +58,7 @@
 //! from freshly filled and from partly converted filesystems); a refusal
 //! gives the step and the numbers.
 //!
-//! When the replay may refuse (the callers, `admin::convert`): only from a
+//! When the replay may refuse (the callers, `convert`): only from a
 //! state it reads whole and settled. While a balance runs or is being
 //! cancelled the chunk being relocated and its partial copy in the target
 //! chunks both hold its data (the copy is freed when a cancel ends): no

@@ -46,7 +46,7 @@ pub struct SpaceFacts<'a> {
     pub data_chunks: Option<Vec<crate::model::reclaim::ChunkUse>>,
     /// A balance that exists (a live filesystem): a paused conversion is
     /// resumed, not started again towards a guessed profile.
-    pub balance: Option<crate::admin::state::BalanceInfo>,
+    pub balance: Option<crate::operation::state::BalanceInfo>,
 }
 
 /// used / total of one record, with the bounds its rounding allows.
@@ -740,7 +740,7 @@ mod tests {
         );
         // A paused conversion the kernel knows about: resumed, never
         // started again towards a guessed profile.
-        let paused = crate::admin::state::BalanceInfo {
+        let paused = crate::operation::state::BalanceInfo {
             running: false,
             paused: true,
             data_target: Some(Profile::Raid1),

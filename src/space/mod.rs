@@ -413,7 +413,7 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
         balance: btrfs::balance_status(&target.path)
             .ok()
             .flatten()
-            .map(|b| crate::admin::state::BalanceInfo::from_status(&b)),
+            .map(|b| crate::operation::state::BalanceInfo::from_status(&b)),
         ..Default::default()
     };
     let mut interpretation = interpret(&facts);

@@ -9,10 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use btrfs_lab::admin::convert::{Outcome, Progress};
-use btrfs_lab::admin::report::{
-    AddReport, BalanceKind, ConvertRecord, PauseReport, PlanDoc, StatusReport,
-};
+use btrfs_lab::convert::report::{BalanceKind, ConvertRecord, PauseReport, PlanDoc, StatusReport};
+use btrfs_lab::convert::{Outcome, Progress};
+use btrfs_lab::device::add::AddReport;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{FsKind, SandboxRequest};
 

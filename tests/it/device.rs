@@ -12,8 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use btrfs_lab::admin::remove::RemoveReport;
-use btrfs_lab::admin::replace::ReplaceReport;
+use btrfs_lab::device::remove::RemoveReport;
+use btrfs_lab::device::replace::ReplaceReport;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
 use btrfs_lab::sys::kernel::btrfs::FsHandle;
@@ -320,7 +320,7 @@ fn replace_finds_chunks_written_without_redundancy_and_names_the_fix() {
     let (code, _, stderr) = run(env.cmd().args(&fix[1..]).arg("--yes"));
     assert_eq!(code, 0, "{stderr}");
     let h = FsHandle::open(&m).unwrap();
-    let check = btrfs_lab::admin::redundancy::check(
+    let check = btrfs_lab::device::redundancy::check(
         &h.chunk_records().unwrap().unwrap(),
         &members(&m).keys().copied().collect::<Vec<_>>(),
         ms,

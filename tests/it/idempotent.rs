@@ -9,8 +9,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use btrfs_lab::admin::remove::RemoveReport;
-use btrfs_lab::admin::replace::ReplaceReport;
+use btrfs_lab::device::remove::RemoveReport;
+use btrfs_lab::device::replace::ReplaceReport;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
 

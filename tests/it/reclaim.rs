@@ -9,8 +9,8 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
-use btrfs_lab::admin::reclaim::{Goal, ReclaimOutcome, ReclaimRecord, ReclaimResult};
 use btrfs_lab::model::profile::Profile;
+use btrfs_lab::reclaim::{Goal, ReclaimOutcome, ReclaimRecord, ReclaimResult};
 use btrfs_lab::sandbox::SandboxRequest;
 
 use crate::common::{TestEnv, require_root, run, typed_lines};
@@ -300,7 +300,7 @@ fn reclaim_interrupted_between_steps_stops_and_the_same_command_goes_on() {
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn a_step_that_freed_nothing_is_not_planned_again_on_the_same_chunks() {
-    use btrfs_lab::admin::reclaim::{self, Memory, MemoryStore, StepKind, StepRun};
+    use btrfs_lab::reclaim::{self, Memory, MemoryStore, StepKind, StepRun};
     if !require_root("reclaim's memory of fruitless steps") {
         return;
     }

@@ -9,11 +9,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use btrfs_lab::admin::scrub::{
-    Outcome, SavedScrub, ScrubCancel, ScrubRecord, ScrubReport, ScrubStatus,
-};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
+use btrfs_lab::scrub::{Outcome, SavedScrub, ScrubCancel, ScrubRecord, ScrubReport, ScrubStatus};
 
 use crate::common::{TestEnv, require_root, run, typed, typed_lines};
 use crate::doctor::{first_extent, write_file};
@@ -265,7 +263,7 @@ struct CancelScrub(PathBuf);
 impl Drop for CancelScrub {
     fn drop(&mut self) {
         let _ = btrfs_lab::sys::kernel::btrfs::FsHandle::open(&self.0)
-            .map(|h| btrfs_lab::admin::scrub::cancel(&h));
+            .map(|h| btrfs_lab::scrub::cancel(&h));
     }
 }
 
@@ -310,11 +308,9 @@ fn interrupted_scrub_resumes_where_it_stopped() {
     };
     assert_eq!(first.outcome, Outcome::Interrupted);
     assert!(
-        btrfs_lab::admin::scrub::running(
-            &btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap()
-        )
-        .unwrap()
-        .is_empty(),
+        btrfs_lab::scrub::running(&btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap())
+            .unwrap()
+            .is_empty(),
         "no scrub runs after the command returned"
     );
     assert_eq!(speed_max(&m), limits_before, "scrub_speed_max restored");
@@ -373,11 +369,9 @@ fn status_cancel_and_dry_run() {
     assert!(!state_file(&env, &m).exists());
     assert_eq!(speed_max(&m), limits_before);
     assert!(
-        btrfs_lab::admin::scrub::running(
-            &btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap()
-        )
-        .unwrap()
-        .is_empty()
+        btrfs_lab::scrub::running(&btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap())
+            .unwrap()
+            .is_empty()
     );
     // Nothing to cancel.
     let (code, _, err) = run(env.cmd().arg("scrub").arg(&m).arg("--cancel"));
@@ -403,11 +397,9 @@ fn status_cancel_and_dry_run() {
     );
     let _ = rest_of_stdout();
     assert!(
-        btrfs_lab::admin::scrub::running(
-            &btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap()
-        )
-        .unwrap()
-        .is_empty()
+        btrfs_lab::scrub::running(&btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap())
+            .unwrap()
+            .is_empty()
     );
     assert_eq!(speed_max(&m), limits_before, "scrub_speed_max restored");
 }

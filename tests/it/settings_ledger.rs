@@ -59,7 +59,7 @@ struct CancelScrub(PathBuf);
 impl Drop for CancelScrub {
     fn drop(&mut self) {
         let _ = btrfs_lab::sys::kernel::btrfs::FsHandle::open(&self.0)
-            .map(|h| btrfs_lab::admin::scrub::cancel(&h));
+            .map(|h| btrfs_lab::scrub::cancel(&h));
     }
 }
 
@@ -135,12 +135,11 @@ fn sigkill_during_a_limited_scrub_then_a_plain_scrub_puts_the_limit_back() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let _ = btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m)
-        .map(|h| btrfs_lab::admin::scrub::cancel(&h));
+    let _ = btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).map(|h| btrfs_lab::scrub::cancel(&h));
     child.wait().unwrap();
     waits("the kernel's scrub stopped", || {
         btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m)
-            .and_then(|h| btrfs_lab::admin::scrub::running(&h))
+            .and_then(|h| btrfs_lab::scrub::running(&h))
             .is_ok_and(|r| r.is_empty())
     });
     // The kill left both the limit and its record.
@@ -274,7 +273,7 @@ fn doctor_names_a_scrub_limit_set_by_hand() {
     assert!(out.contains("scrub_speed_max is already"), "{out}");
     let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).args(["--status", "--json"]));
     assert_eq!(code, 0, "{err}");
-    let st: btrfs_lab::admin::scrub::ScrubStatus = serde_json::from_str(&out).unwrap();
+    let st: btrfs_lab::scrub::ScrubStatus = serde_json::from_str(&out).unwrap();
     assert_eq!(st.limits.len(), 1, "{out}");
     assert_eq!(
         (

@@ -13,7 +13,7 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
     let f = cx.f;
     // Conversions and balances.
     if let Some(b) = f.balance {
-        let targets = crate::admin::convert::Targets {
+        let targets = crate::convert::Targets {
             data: b.data_target,
             metadata: b.metadata_target,
         }

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::{Event, Finished, Progress, Start, Targets};
-use crate::admin::report::ConvertRecord;
+use crate::convert::report::ConvertRecord;
 use crate::error::Result;
 use crate::model::progress::Reading;
 use crate::sys::fs::root::SysRoot;

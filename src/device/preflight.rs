@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use super::state::FsState;
+use crate::operation::state::FsState;
 use crate::parse::size::format_iec;
 use crate::sys::block::blockdev::BlockDeviceFacts;
 
@@ -244,8 +244,8 @@ pub(crate) fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::state::MemberDevice;
     use crate::model::kernel::KernelVersion;
+    use crate::operation::state::MemberDevice;
     use crate::parse::wipefs::Signature;
 
     pub(crate) fn fs() -> FsState {

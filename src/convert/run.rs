@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 use super::{ConvertRequest, Event, Existing, Outcome, Progress, Targets, remaining_bytes};
-use crate::admin::report::ResultRecord;
-use crate::admin::state::{BalanceInfo, read_state_at};
+use crate::convert::report::ResultRecord;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::progress;
+use crate::operation::state::{BalanceInfo, read_state_at};
 use crate::parse::size::format_iec;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs::{self, FsHandle};

@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use serde::{Deserialize, Serialize};
 
-use crate::admin::state::{FsState, open_state};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::reclaim::{self, ChunkUse};
 use crate::model::space::BgType;
+use crate::operation::state::{FsState, open_state};
 use crate::parse::size::format_iec;
 use crate::space::room;
 use crate::sys::fs::root::SysRoot;
@@ -737,7 +737,7 @@ fn run_step(
     stopping: &mut bool,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<StepEnd> {
-    let canceller = crate::admin::convert::run::Pauser::with(fs, false)?;
+    let canceller = crate::convert::run::Pauser::with(fs, false)?;
     let wh = fs.try_clone()?;
     let (tx, rx) = mpsc::channel();
     let (d, m) = match kind {
@@ -822,7 +822,7 @@ fn run_step(
         .with_hint(format!(
             "let it finish (btrfs-lab convert {m} --status), then run reclaim again"
         ))),
-        Err(e) => Err(crate::admin::convert::run::kernel_failure(fs, e, "reclaim")),
+        Err(e) => Err(crate::convert::run::kernel_failure(fs, e, "reclaim")),
     }
 }
 
@@ -864,7 +864,7 @@ pub fn execute(
     if outcome == ReclaimOutcome::NotReached {
         for (i, st) in plan.steps.iter().enumerate() {
             if i > 0 {
-                crate::admin::hooks::pause_point("reclaim-stepped");
+                crate::operation::hooks::pause_point("reclaim-stepped");
                 if signals.wait(Duration::from_millis(1)).0 > 0 && !stopping {
                     stopping = true;
                     on_event(Event::Stopping(None));
@@ -1125,8 +1125,8 @@ pub fn execute_with_ui(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::state::MemberDevice;
     use crate::model::kernel::KernelVersion;
+    use crate::operation::state::MemberDevice;
 
     const M: u64 = 1 << 20;
     const G: u64 = 1 << 30;

@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::checks::{Reason, same_device};
+use super::preflight::{Reason, same_device};
 use super::redundancy::RedundancyCheck;
 use super::started::{DeviceAt, RemovingDevice, StartedRemove, StartedStore};
-use super::state::FsState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::alloc::{ChunkKind, reserve};
 use crate::model::profile::Profile;
 use crate::model::relocate::{self, Assume, Layout, Shortfall};
 use crate::model::space::BgType;
+use crate::operation::state::FsState;
 use crate::parse::size::format_iec;
 use crate::sys::kernel::btrfs::{ChunkRecord, DevExtent, FsHandle, bg_type_of, profile_of};
 use crate::sys::kernel::signals::OperationSignals;
@@ -162,7 +162,7 @@ pub struct RemoveFacts {
     pub read_only: bool,
     /// Root.
     pub is_root: bool,
-    /// The chunks as the replay reads them ([`crate::admin::convert::read_layout`]).
+    /// The chunks as the replay reads them ([`crate::convert::read_layout`]).
     pub layout: Option<Layout>,
     /// The last remove this tool started on the filesystem (its record in
     /// the state directory): what ties a device that is no longer a member
@@ -225,7 +225,7 @@ fn simulate(
     let ratio = |kind: BgType, p: Profile| -> f64 {
         let (mut total, mut used) = (0u64, 0u64);
         for s in &fs.spaces {
-            if crate::admin::state::matches_kind(bg_type_of(s.flags), kind)
+            if crate::operation::state::matches_kind(bg_type_of(s.flags), kind)
                 && profile_of(s.flags) == p
             {
                 total += s.total_bytes;
@@ -938,7 +938,7 @@ pub struct RemoveResult {
     /// The devices removed, in order.
     pub removed: Vec<Removed>,
     /// The devices now, by devid.
-    pub devices: Vec<super::state::MemberDevice>,
+    pub devices: Vec<crate::operation::state::MemberDevice>,
     /// Every chunk's redundancy after it.
     pub redundancy: RedundancyCheck,
 }
@@ -1154,7 +1154,7 @@ pub fn execute_remove(
                     .last()
                     .unwrap_or("no message")
                     .to_owned();
-                let failure = super::checks::kernel_failure(&why);
+                let failure = super::preflight::kernel_failure(&why);
                 let hint = failure.map_or(
                     "the device is still a member; what moved stays moved (a consistent filesystem); see the kernel log",
                     |(_, next)| next,
@@ -1210,7 +1210,7 @@ pub fn execute_remove(
         removed,
         devices: infos
             .iter()
-            .map(|d| super::state::MemberDevice {
+            .map(|d| crate::operation::state::MemberDevice {
                 devid: d.devid,
                 path: d.path.clone(),
                 size: d.total_bytes,
@@ -1232,7 +1232,7 @@ fn wait_for_running_remove(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Option<&'static str>> {
     let root = crate::sys::fs::root::SysRoot::host();
-    while super::state::read_sysfs(&root, fs.fsid(), "exclusive_operation").as_deref()
+    while crate::operation::state::read_sysfs(&root, fs.fsid(), "exclusive_operation").as_deref()
         == Some("device remove")
     {
         let left = fs
@@ -1256,7 +1256,7 @@ pub fn read_facts(fs: &FsHandle, state: &FsState) -> Result<RemoveFacts> {
         dev_extents: fs.dev_extents()?.unwrap_or_default(),
         read_only: fs.read_only(),
         is_root: crate::sys::is_root(),
-        layout: super::convert::read_layout(fs, state),
+        layout: crate::convert::read_layout(fs, state),
         started: None,
     })
 }
@@ -1268,7 +1268,7 @@ pub fn prepare(
     specs: &[RemoveSpec],
     store: &StartedStore,
 ) -> Result<(FsHandle, FsState, RemovePlan)> {
-    let (fs, state) = super::state::open_state(root, path)?;
+    let (fs, state) = crate::operation::state::open_state(root, path)?;
     let mut facts = read_facts(&fs, &state)?;
     facts.started = store.remove(&state.fsid);
     let plan = plan_remove(&state, specs, &facts);
@@ -1278,8 +1278,8 @@ pub fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::state::MemberDevice;
     use crate::model::kernel::KernelVersion;
+    use crate::operation::state::MemberDevice;
     use crate::sys::kernel::btrfs::SpaceEntry;
     use btrfs_uapi::space::BlockGroupFlags as F;
 

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::add::{AddPlan, AddResult};
-use super::convert::{ConvertPlan, Outcome, Progress};
+use super::{ConvertPlan, Outcome, Progress};
+use crate::device::add::{AddPlan, AddResult};
 use crate::model::profile::Profile;
 
 /// One JSON Lines record of `convert --json` (and of `device add --json
@@ -125,7 +125,7 @@ pub struct StatusReport {
     pub metadata_profiles: Vec<Profile>,
     /// Devices with recorded read or corruption errors (absent when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub device_errors: Vec<crate::admin::state::DeviceErrors>,
+    pub device_errors: Vec<crate::operation::state::DeviceErrors>,
 }
 
 /// `convert --pause --json`.
@@ -140,29 +140,6 @@ pub struct PauseReport {
 pub struct CancelReport {
     /// Always true on success.
     pub cancelled: bool,
-}
-
-/// `device add --json` without `--then-convert`: one document.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct AddReport {
-    /// The plan.
-    pub plan: AddPlan,
-    /// What was done (absent with `--dry-run`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<AddResult>,
-}
-
-/// The read ceiling of the array for one data profile (`links`' array
-/// ceiling: the same type, shared through [`crate::hw`]).
-pub use crate::hw::model::ArrayCeiling as Ceiling;
-
-/// The array's read ceiling before and after a `device add`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Throughput {
-    /// Now.
-    pub before: Ceiling,
-    /// After the add (and the conversion, with `--then-convert`).
-    pub after: Ceiling,
 }
 
 #[cfg(test)]

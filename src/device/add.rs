@@ -5,13 +5,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::checks::{Reason, device_reasons};
-use super::convert::{ConvertPlan, ConvertRequest, plan_convert};
-use super::report::Throughput;
-use super::state::{FsState, MemberDevice, read_state_at};
+use super::preflight::{Reason, device_reasons};
+use crate::convert::{ConvertPlan, ConvertRequest, plan_convert};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
+use crate::operation::state::{FsState, MemberDevice, read_state_at};
 use crate::parse::wipefs::Signature;
 use crate::sys::block::blockdev::BlockDeviceFacts;
 use crate::sys::fs::root::SysRoot;
@@ -118,7 +117,7 @@ pub fn nothing_to_add(fs: &FsState, plan: &AddPlan) -> Option<NothingToAdd> {
         let m = fs
             .devices
             .iter()
-            .find(|m| super::checks::same_device(&m.path, &d.resolved))?;
+            .find(|m| super::preflight::same_device(&m.path, &d.resolved))?;
         already_members.push(AlreadyMember {
             path: d.path.clone(),
             devid: m.devid,
@@ -260,7 +259,7 @@ pub(crate) fn plan_add(
     let total_after = fs.devices.len() + devices.len();
     let m = fs.mount_point.display();
     if let Some(req) = convert {
-        let t = super::convert::Targets::from(req);
+        let t = crate::convert::Targets::from(req);
         notes.push(format!(
             "then the conversion below ({}) spreads what is there over all devices",
             t.describe()
@@ -345,7 +344,7 @@ pub fn prepare(
     opts: AddOptions,
     convert: Option<ConvertRequest>,
 ) -> Result<(FsHandle, FsState, AddPlan)> {
-    let (fs, state) = super::state::open_state(root, path)?;
+    let (fs, state) = crate::operation::state::open_state(root, path)?;
     let facts: Vec<_> = devices
         .iter()
         .map(|d| crate::sys::block::blockdev::inspect(root, d))
@@ -367,8 +366,8 @@ pub(crate) fn replan_convert(
     req: &ConvertRequest,
 ) -> Result<Option<ConvertPlan>> {
     let state = read_state_at(root, fs, mount_point)?;
-    let layout = super::convert::read_layout(fs, &state);
-    let plan = super::convert::plan_convert_on(&state, req, layout.as_ref());
+    let layout = crate::convert::read_layout(fs, &state);
+    let plan = crate::convert::plan_convert_on(&state, req, layout.as_ref());
     if let Some(first) = plan.blocking(req.force).first() {
         let rest: Vec<String> = plan
             .blocking(req.force)
@@ -466,7 +465,7 @@ pub(crate) fn execute_add(
         let found = state
             .devices
             .iter()
-            .find(|m| crate::admin::checks::same_device(&m.path, &d.resolved));
+            .find(|m| crate::device::preflight::same_device(&m.path, &d.resolved));
         match found {
             Some(m) if m.size == d.size => {}
             Some(m) => {
@@ -505,6 +504,29 @@ pub(crate) fn execute_add(
         raw_bytes: state.raw_size(),
         devices: state.devices,
     })
+}
+
+/// `device add --json` without `--then-convert`: one document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AddReport {
+    /// The plan.
+    pub plan: AddPlan,
+    /// What was done (absent with `--dry-run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<AddResult>,
+}
+
+/// The read ceiling of the array for one data profile (`links`' array
+/// ceiling: the same type, shared through [`crate::hw`]).
+pub use crate::hw::model::ArrayCeiling as Ceiling;
+
+/// The array's read ceiling before and after a `device add`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Throughput {
+    /// Now.
+    pub before: Ceiling,
+    /// After the add (and the conversion, with `--then-convert`).
+    pub after: Ceiling,
 }
 
 #[cfg(test)]

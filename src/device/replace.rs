@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::add::NewDevice;
-use super::checks::{Reason, device_reasons, same_device};
+use super::preflight::{Reason, device_reasons, same_device};
 use super::redundancy::RedundancyCheck;
 use super::started::{DeviceAt, StartedReplace, StartedStore};
-use super::state::{DeviceErrors, FsState};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
+use crate::operation::state::{DeviceErrors, FsState};
 use crate::parse::size::format_iec;
 use crate::sys::block::blockdev::BlockDeviceFacts;
 use crate::sys::kernel::btrfs::{ChunkRecord, DevExtent, FsHandle, bg_type_of, profile_of};
@@ -166,7 +166,10 @@ pub struct ReplaceFacts {
 }
 
 /// Finds OLD among the members.
-fn find_old<'a>(fs: &'a FsState, old: &OldSpec) -> Option<&'a super::state::MemberDevice> {
+fn find_old<'a>(
+    fs: &'a FsState,
+    old: &OldSpec,
+) -> Option<&'a crate::operation::state::MemberDevice> {
     match old {
         OldSpec::Devid(id) => fs.devices.iter().find(|d| d.devid == *id),
         OldSpec::Path(p) => {
@@ -840,7 +843,7 @@ pub fn execute_replace(
                     .and_then(|t| t.trim().lines().last())
                     .unwrap_or("")
                     .to_owned();
-                if let Some((errno, next)) = super::checks::kernel_failure(&last) {
+                if let Some((errno, next)) = super::preflight::kernel_failure(&last) {
                     return Err(Error::new(
                         ErrorKind::Tool,
                         format!(
@@ -1059,7 +1062,7 @@ pub fn prepare(
     opts: ReplaceOptions,
     store: &StartedStore,
 ) -> Result<(FsHandle, FsState, ReplacePlan)> {
-    let (fs, state) = super::state::open_state(root, path)?;
+    let (fs, state) = crate::operation::state::open_state(root, path)?;
     let is_root = crate::sys::is_root();
     let (running, target, last_finished) = if is_root {
         let s = fs.replace_status()?;
@@ -1092,7 +1095,7 @@ pub fn prepare(
 
 /// Opens the filesystem for `--status` / `--cancel`.
 pub fn open(root: &crate::sys::fs::root::SysRoot, path: &Path) -> Result<(FsHandle, FsState)> {
-    super::state::open_state(root, path)
+    crate::operation::state::open_state(root, path)
 }
 
 /// `--cancel`, confirmed: stops the running replace; OLD stays a member.
@@ -1104,8 +1107,8 @@ pub fn cancel(fs: &FsHandle, path: &Path) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::state::MemberDevice;
     use crate::model::kernel::KernelVersion;
+    use crate::operation::state::MemberDevice;
     use btrfs_uapi::space::BlockGroupFlags as F;
 
     const GIB: u64 = 1 << 30;

@@ -3,6 +3,7 @@
 
 pub mod exec;
 pub mod manage;
+pub mod report;
 pub mod run;
 
 pub use run::{Finished, Start, execute, run_balance};
@@ -10,13 +11,13 @@ pub use run::{Finished, Start, execute, run_balance};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-use super::checks::Reason;
-use super::state::FsState;
+use crate::device::preflight::Reason;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::alloc::{self, ChunkKind};
 use crate::model::profile::Profile;
 use crate::model::relocate::{self, Layout, LayoutChunk, Shortfall};
 use crate::model::space::BgType;
+use crate::operation::state::FsState;
 use crate::parse::size::format_iec;
 use crate::sys::kernel::btrfs::{self, FsHandle};
 use crate::sys::kernel::ioctl::BalanceState;
@@ -169,7 +170,10 @@ fn dominant(fs: &FsState, kind: BgType) -> Option<Profile> {
         .iter()
         .filter(|s| {
             s.total_bytes > 0
-                && super::state::matches_kind(crate::sys::kernel::btrfs::bg_type_of(s.flags), kind)
+                && crate::operation::state::matches_kind(
+                    crate::sys::kernel::btrfs::bg_type_of(s.flags),
+                    kind,
+                )
         })
         .max_by_key(|s| s.total_bytes)
         .map(|s| crate::sys::kernel::btrfs::profile_of(s.flags))
@@ -812,7 +816,7 @@ pub(crate) fn remaining_in(spaces: &[crate::sys::kernel::btrfs::SpaceEntry], t: 
         spaces
             .iter()
             .filter(|s| {
-                super::state::matches_kind(btrfs::bg_type_of(s.flags), kind)
+                crate::operation::state::matches_kind(btrfs::bg_type_of(s.flags), kind)
                     && btrfs::profile_of(s.flags) != target
             })
             .map(|s| s.used_bytes)
@@ -860,8 +864,8 @@ pub fn verify(fs: &FsState, t: Targets) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::state::MemberDevice;
     use crate::model::kernel::KernelVersion;
+    use crate::operation::state::MemberDevice;
     use crate::sys::kernel::btrfs::SpaceEntry;
     use btrfs_uapi::space::BlockGroupFlags as F;
 
@@ -1099,8 +1103,8 @@ mod tests {
         assert!(p.risks.iter().any(|r| r.contains("write hole")));
     }
 
-    fn balance(running: bool, data: Option<Profile>) -> crate::admin::state::BalanceInfo {
-        crate::admin::state::BalanceInfo {
+    fn balance(running: bool, data: Option<Profile>) -> crate::operation::state::BalanceInfo {
+        crate::operation::state::BalanceInfo {
             running,
             paused: !running,
             cancelling: false,
@@ -1155,7 +1159,7 @@ mod tests {
         let p = plan_convert(&f, &req(Some(Profile::Raid1), Some(Profile::Raid1)));
         assert_eq!(codes(&p), ["balance-running"]);
         // Cancel requested: wait for it.
-        f.balance = Some(crate::admin::state::BalanceInfo {
+        f.balance = Some(crate::operation::state::BalanceInfo {
             cancelling: true,
             ..balance(true, Some(Profile::Raid0))
         });
@@ -1200,7 +1204,7 @@ mod tests {
 
     #[test]
     fn device_error_counters_warn_before_a_conversion() {
-        use crate::admin::state::DeviceErrors;
+        use crate::operation::state::DeviceErrors;
         let mut f = fs(3, 8 * GIB);
         f.device_errors = vec![
             DeviceErrors {

@@ -6,10 +6,10 @@ use std::path::Path;
 use nix::errno::Errno;
 
 use super::{Targets, remaining_bytes};
-use crate::admin::report::{BalanceKind, PauseReport, ResumePlan, StatusReport};
-use crate::admin::state::{FsState, open_state};
+use crate::convert::report::{BalanceKind, PauseReport, ResumePlan, StatusReport};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::space::BgType;
+use crate::operation::state::{FsState, open_state};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs::FsHandle;
 use crate::sys::kernel::ioctl::BalanceState;

@@ -1,0 +1,13 @@
+//! The array's members: `device add` (grow it), `device replace` (swap one
+//! drive for another in place) and `device remove` (shrink it), with the
+//! checks they share (a new device's preflight, the profiles' redundancy
+//! after a member leaves) and the records that make a re-run recognise its
+//! own earlier work.
+
+pub mod add;
+pub mod preflight;
+pub mod redundancy;
+/// `device remove`.
+pub mod remove;
+pub mod replace;
+pub mod started;

@@ -75,6 +75,16 @@ pub trait Ui {
     /// later records go out at once, and an error ends the stream with an
     /// error record.
     fn started(&self);
+    /// The step between a confirmation and the first change: what is held
+    /// goes out and stdout is checked, so that an unwritable stdout refuses
+    /// the command while nothing was changed. `look` is the command that
+    /// shows what was done, for the error when the report cannot be
+    /// written afterwards.
+    fn before_change(&self, look: &str) -> Result<()> {
+        let _ = look;
+        self.started();
+        Ok(())
+    }
     /// A size as the person asked to see sizes (`--units`); IEC by default.
     fn size(&self, bytes: u64) -> String {
         crate::parse::size::format_iec(bytes)

@@ -527,6 +527,9 @@ impl Ui for Output {
     fn started(&self) {
         Output::started(self);
     }
+    fn before_change(&self, look: &str) -> Result<()> {
+        Output::before_change(self, look)
+    }
     fn size(&self, bytes: u64) -> String {
         super::units::size(bytes)
     }
@@ -751,4 +754,26 @@ pub struct TargetArgs {
     /// the same.
     #[arg(long)]
     pub allow_untrusted_target: bool,
+}
+
+/// The one definition of `--dry-run` and `--yes`, flattened into every
+/// command that changes a system (the operation driver's
+/// [`btrfs_lab::operation::Confirm`]).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct ConfirmArgs {
+    /// Show the plan and do nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+impl From<ConfirmArgs> for btrfs_lab::operation::Confirm {
+    fn from(a: ConfirmArgs) -> Self {
+        btrfs_lab::operation::Confirm {
+            dry_run: a.dry_run,
+            yes: a.yes,
+        }
+    }
 }

@@ -3,19 +3,16 @@
 
 use std::path::PathBuf;
 
-use btrfs_lab::error::{Error, ErrorKind, Result, exit};
-use btrfs_lab::model::exit::GOAL_NOT_REACHED;
-use btrfs_lab::reclaim::{
-    self, Goal, MemoryStore, ReclaimOutcome, ReclaimPlan, ReclaimRecord, ReclaimRequest,
-    ReclaimResult,
-};
-use btrfs_lab::scrub::STATE_DIR;
-use btrfs_lab::sys::fs::root::SysRoot;
-use btrfs_lab::sys::{is_root, kernel::signals};
-use btrfs_lab::ui::{self, Ui};
+use btrfs_lab::error::{Error, Result};
+use btrfs_lab::operation::{self, View};
+use btrfs_lab::reclaim::operation::Reclaim;
+use btrfs_lab::reclaim::{Goal, ReclaimOutcome, ReclaimPlan, ReclaimRequest, ReclaimResult};
+use btrfs_lab::sys::fs::state::STATE_DIR;
+use btrfs_lab::sys::kernel::signals;
+use btrfs_lab::ui::Ui;
 use clap::Args;
 
-use super::output::{Output, confirm};
+use super::output::{ConfirmArgs, Output};
 use super::units::{UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
@@ -49,12 +46,8 @@ pub struct ReclaimArgs {
     /// does not reach the goal.
     #[arg(long = "with-metadata")]
     metadata: bool,
-    /// Show the plan and do nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    yes: bool,
+    #[command(flatten)]
+    confirm: ConfirmArgs,
     #[command(flatten)]
     units: UnitArgs,
 }
@@ -64,72 +57,29 @@ pub fn run(a: ReclaimArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u
     // changed); from then on it cancels the running step.
     signals::install_pausable()?;
     a.units.select();
-    if !is_root() {
-        return Err(
-            Error::new(ErrorKind::Permission, "reclaiming space needs root")
-                .with_hint("run it as root, e.g. with sudo"),
-        );
-    }
     if a.goal == Some(0) {
         return Err(Error::usage("--goal must be larger than 0"));
     }
-    let root = SysRoot::host();
-    let req = ReclaimRequest {
+    let request = ReclaimRequest {
         goal_bytes: a.goal,
         max_usage: a.max_usage,
         metadata: a.metadata,
     };
-    let (fs, mut facts) = reclaim::open(&root, &a.mount, a.metadata)?;
-    let memory = MemoryStore::new(&state_dir.unwrap_or_else(|| PathBuf::from(STATE_DIR)));
-    match memory.load(&facts.state.fsid) {
-        Ok(m) => facts.fruitless = m.fruitless,
-        Err(e) => out.warning_with_hint(
-            &format!("{}: planning as if reclaim had never run here", e.message()),
-            e.hint().unwrap_or(""),
-        ),
+    let state_dir = state_dir.unwrap_or_else(|| PathBuf::from(STATE_DIR));
+    let mut op = Reclaim::new(a.mount, request, &state_dir);
+    operation::run(&mut op, a.confirm.into(), out, &Text(out))
+}
+
+/// reclaim's plan and result as text.
+struct Text<'a>(&'a Output);
+
+impl View<Reclaim> for Text<'_> {
+    fn plan(&self, plan: &ReclaimPlan) -> String {
+        render_plan(plan, self.0)
     }
-    let plan = reclaim::plan(&facts, &req);
-    ui::emit(out, &ReclaimRecord::Plan { plan: plan.clone() });
-    out.status(&render_plan(&plan, out));
-    if plan.goal_reached {
-        out.status("nothing to do: the goal is reached already\n");
-        return Ok(exit::OK);
+    fn result(&self, plan: &ReclaimPlan, result: &ReclaimResult) {
+        render_result(result, plan, self.0);
     }
-    if plan.steps.is_empty() {
-        out.warning_with_hint(
-            &format!(
-                "no balance up to -dusage={1} is estimated to free space on {0}: the data chunks are fuller, or moving their data takes as much room as it frees; nothing was changed",
-                plan.mount_point.display(),
-                plan.max_usage
-            ),
-            &format!(
-                "add a device (btrfs-lab device add {} NEW_DEVICE) or delete files and the snapshots that hold them",
-                plan.mount_point.display()
-            ),
-        );
-        return Ok(GOAL_NOT_REACHED.code);
-    }
-    if a.dry_run {
-        out.status("(dry run: nothing was done)\n");
-        return Ok(exit::OK);
-    }
-    confirm(out, "Relocate these chunks?", a.yes)?;
-    fs.check_path_still_here(&a.mount)?;
-    // The plan must have reached the user (and stdout be writable) before
-    // anything is changed.
-    out.before_change(format!("btrfs-lab usage {}", plan.mount_point.display()))?;
-    let signals = signals::begin_operation()?;
-    let result = reclaim::execute_with_ui(&fs, &facts, &plan, &signals, out)?;
-    if let Err(e) = reclaim::remember(&memory, &plan.fsid, &result) {
-        out.warning_with_hint(
-            &format!(
-                "{}: the next run may plan the same fruitless steps again",
-                e.message()
-            ),
-            e.hint().unwrap_or(""),
-        );
-    }
-    Ok(render_result(&result, &plan, out))
 }
 
 fn goal_words(g: &Goal) -> String {
@@ -203,7 +153,7 @@ fn render_plan(plan: &ReclaimPlan, out: &Output) -> String {
     t
 }
 
-fn render_result(r: &ReclaimResult, plan: &ReclaimPlan, out: &Output) -> u8 {
+fn render_result(r: &ReclaimResult, plan: &ReclaimPlan, out: &Output) {
     let m = plan.mount_point.display();
     let gained = r.unallocated_after as i128 - r.unallocated_before as i128;
     let summary = format!(
@@ -220,21 +170,18 @@ fn render_result(r: &ReclaimResult, plan: &ReclaimPlan, out: &Output) -> u8 {
                 out.paint.good("done:"),
                 goal_words(&r.goal)
             ));
-            exit::OK
         }
         ReclaimOutcome::NotReached => {
             out.warning_with_hint(
                 &format!("{summary}: every step ran and the goal ({}) is not reached", goal_words(&r.goal)),
                 &format!("add a device (btrfs-lab device add {m} NEW_DEVICE), delete files and the snapshots that hold them, or allow fuller chunks (--max-usage)"),
             );
-            GOAL_NOT_REACHED.code
         }
         ReclaimOutcome::NoSpace => {
             out.warning_with_hint(
                 &format!("{summary}: a step ran out of space (ENOSPC) while relocating; what was relocated stays relocated, data is intact"),
                 &format!("add a device (btrfs-lab device add {m} NEW_DEVICE) or delete files, then run the same reclaim again"),
             );
-            GOAL_NOT_REACHED.code
         }
         ReclaimOutcome::Interrupted => {
             out.warning_with_hint(
@@ -244,7 +191,6 @@ fn render_result(r: &ReclaimResult, plan: &ReclaimPlan, out: &Output) -> u8 {
                     reclaim_args(plan)
                 ),
             );
-            exit::INTERRUPTED
         }
         ReclaimOutcome::Cancelled => {
             out.warning_with_hint(
@@ -254,7 +200,6 @@ fn render_result(r: &ReclaimResult, plan: &ReclaimPlan, out: &Output) -> u8 {
                     reclaim_args(plan)
                 ),
             );
-            exit::ERROR
         }
     }
 }

@@ -1,5 +1,184 @@
-//! What every changing command shares: what it knows of the filesystem it
-//! acts on ([`state`]) and the test hooks' pause points ([`hooks`]).
+//! The one operation driver: every command that changes a system (device
+//! add, replace and remove, convert, reclaim, scrub, nocow --migrate,
+//! rescue) is an [`Operation`] — its plan and result, its refusals as
+//! values, its question — and [`run`] sequences it the same way for all:
+//!
+//! root check → plan → its record → verdict (refused, nothing to do, stop)
+//! → the plan shown → dry run → confirm → the held path checked again →
+//! stdout checked ([`Ui::before_change`]) → signals delivered to the
+//! operation → execute → verify → the result said, its exit status.
+//!
+//! What a command renders (its plan and result as text) stays in the CLI
+//! behind a [`View`]; everything else is here, once. The shared knowledge
+//! of the filesystem acted on is [`state`]; the test hooks' pause points
+//! are [`hooks`].
 
 pub mod hooks;
 pub mod state;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::envelope::Document;
+use crate::sys::kernel::signals::{self, OperationSignals};
+use crate::ui::{self, Ui};
+
+/// The line a dry run ends with: the one place it is written.
+pub const DRY_RUN: &str = "(dry run: nothing was done)\n";
+
+/// `--dry-run` and `--yes`: how far a changing command goes without asking.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Confirm {
+    /// Show the plan and do nothing.
+    pub dry_run: bool,
+    /// Do not ask.
+    pub yes: bool,
+}
+
+/// What a plan allows, decided by the operation from the plan alone.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Go on: show the plan, ask, act.
+    Go,
+    /// Nothing to change: the plan is shown, then `message`; status 0.
+    NothingToDo(String),
+    /// A rule refuses the plan: its record goes out, its text does not;
+    /// the error is the command's (exit status by its kind).
+    Refused(Error),
+    /// Nothing can be done, and that is the news: the plan is shown, then
+    /// a warning with what to do; the run ends with `status`.
+    Stop {
+        /// What cannot be done.
+        warning: String,
+        /// What to do about it.
+        hint: String,
+        /// The exit status (from the registry in `model::exit`).
+        status: u8,
+    },
+}
+
+/// One changing job, as the driver sees it.
+pub trait Operation {
+    /// What it will do (shown before the confirmation, and as a record).
+    type Plan;
+    /// What it did.
+    type Result;
+    /// Its JSON Lines record (one type per command, tagged by `event`).
+    type Record: Document;
+
+    /// Said when the user is not root ("reclaiming space needs root").
+    fn needs_root(&self) -> &'static str;
+    /// Reads what it acts on (held open from here on) and plans.
+    fn plan(&mut self, ui: &dyn Ui) -> Result<Self::Plan>;
+    /// The plan's record (`{"event":"plan",...}`).
+    fn plan_record(&self, plan: &Self::Plan) -> Self::Record;
+    /// Whether the plan may go ahead.
+    fn verdict(&self, _plan: &Self::Plan) -> Verdict {
+        Verdict::Go
+    }
+    /// The confirmation's question.
+    fn question(&self, plan: &Self::Plan) -> String;
+    /// Name of the test hooks' pause point right after the confirmation
+    /// (`convert-confirmed`), if it has one.
+    fn confirmed_pause(&self) -> Option<&'static str> {
+        None
+    }
+    /// After the confirmation: the path the user named still leads to what
+    /// was planned on (or the user confirmed something else).
+    fn recheck(&self) -> Result<()>;
+    /// The command that shows what was done, for the error that says the
+    /// change was made but its report could not be written.
+    fn look(&self, plan: &Self::Plan) -> String;
+    /// Runs in the background, if asked: `Some(status)` in the process the
+    /// user started (it is done), `None` to go on in this one.
+    fn detach(&mut self, _plan: &Self::Plan, _ui: &dyn Ui) -> Result<Option<u8>> {
+        Ok(None)
+    }
+    /// Does it. Signals from here on are delivered through `signals`: the
+    /// job stops at its next safe point and says so in its result.
+    fn execute(
+        &mut self,
+        plan: &Self::Plan,
+        signals: &OperationSignals,
+        ui: &dyn Ui,
+    ) -> Result<Self::Result>;
+    /// After the job: checks and remembers what it did (warnings through
+    /// `ui`; an error here is the run's error).
+    fn verify(&mut self, _plan: &Self::Plan, _result: &Self::Result, _ui: &dyn Ui) -> Result<()> {
+        Ok(())
+    }
+    /// The result's record, when the job did not send it itself.
+    fn result_record(&self, _result: &Self::Result) -> Option<Self::Record> {
+        None
+    }
+    /// The exit status the result stands for.
+    fn status(&self, result: &Self::Result) -> u8;
+}
+
+/// How a command's plan and result read as text (the CLI's part).
+pub trait View<O: Operation + ?Sized> {
+    /// The plan, as shown before the question.
+    fn plan(&self, plan: &O::Plan) -> String;
+    /// Says the result (text, warnings) to the person; nothing to return.
+    fn result(&self, plan: &O::Plan, result: &O::Result);
+}
+
+/// The refusal of a changing command run without root.
+pub fn need_root(what: &str) -> Result<()> {
+    if crate::sys::is_root() {
+        return Ok(());
+    }
+    Err(Error::new(ErrorKind::Permission, what).with_hint("run it as root, e.g. with sudo"))
+}
+
+/// Runs `op` from plan to result (see the module's text); returns the exit
+/// status.
+pub fn run<O: Operation>(
+    op: &mut O,
+    confirm: Confirm,
+    ui: &dyn Ui,
+    view: &dyn View<O>,
+) -> Result<u8> {
+    need_root(op.needs_root())?;
+    let plan = op.plan(ui)?;
+    ui::emit(ui, &op.plan_record(&plan));
+    let verdict = op.verdict(&plan);
+    if !matches!(verdict, Verdict::Refused(_)) {
+        ui.status(&view.plan(&plan));
+    }
+    match verdict {
+        Verdict::Go => {}
+        Verdict::Refused(e) => return Err(e),
+        Verdict::NothingToDo(message) => {
+            ui.status(&message);
+            return Ok(crate::error::exit::OK);
+        }
+        Verdict::Stop {
+            warning,
+            hint,
+            status,
+        } => {
+            ui.warn(&warning, &hint);
+            return Ok(status);
+        }
+    }
+    if confirm.dry_run {
+        ui.status(DRY_RUN);
+        return Ok(crate::error::exit::OK);
+    }
+    ui.confirm(&op.question(&plan), confirm.yes)?;
+    if let Some(point) = op.confirmed_pause() {
+        hooks::pause_point(point);
+    }
+    op.recheck()?;
+    ui.before_change(&op.look(&plan))?;
+    if let Some(status) = op.detach(&plan, ui)? {
+        return Ok(status);
+    }
+    let signals = signals::begin_operation()?;
+    let result = op.execute(&plan, &signals, ui)?;
+    op.verify(&plan, &result, ui)?;
+    if let Some(record) = op.result_record(&result) {
+        ui::emit(ui, &record);
+    }
+    view.result(&plan, &result);
+    Ok(op.status(&result))
+}

@@ -20,6 +20,8 @@
 //! current chunk (BALANCE_CTL CANCEL) and the process waits until the
 //! kernel has stopped: it never exits while the balance ioctl runs in it.
 
+pub mod operation;
+
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread;

@@ -105,6 +105,50 @@ pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// An argv shown to the user: words quoted only where a shell would need it,
+/// so it can be copied and run as printed. THE shell quoting of btrfs-lab:
+/// every suggested command (findings' `command`, hints, plans) is built as
+/// an argv and printed by it, text and JSON alike (issue 48). A word with
+/// a control character (a newline in a mount point) is ANSI-C quoted
+/// (`$'a\nb'`, bash, zsh, ksh, busybox sh): nothing raw reaches the
+/// terminal and the shell reads back the very bytes.
+pub fn display_argv<S: AsRef<str>>(argv: &[S]) -> String {
+    argv.iter()
+        .map(|a| quote_word(a.as_ref()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn quote_word(w: &str) -> String {
+    let safe = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if safe {
+        w.to_owned()
+    } else if w.chars().any(char::is_control) {
+        let mut out = String::from("$'");
+        for c in w.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_control() => {
+                    let mut b = [0; 4];
+                    for byte in c.encode_utf8(&mut b).bytes() {
+                        out.push_str(&format!("\\x{byte:02x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+        out
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

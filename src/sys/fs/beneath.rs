@@ -829,13 +829,10 @@ impl HeldDir {
     /// The filesystem it is on, read through the descriptor (fstatvfs); the
     /// mount is the one of `/proc/self/mountinfo` that contains the walk's
     /// path (for its type, source and options; never opened).
-    pub fn filesystem(
-        &self,
-        sysroot: &crate::sys::fs::root::SysRoot,
-    ) -> Result<crate::sys::fs::filesystem::DirFs> {
+    pub fn filesystem(&self, sysroot: &crate::sys::fs::root::SysRoot) -> Result<DirFs> {
         let mount = crate::sys::proc::mountinfo::containing(sysroot, &self.path)?;
         let vfs = rfs::fstatvfs(&self.fd).map_err(|e| err(e, "cannot statvfs", &self.path))?;
-        Ok(crate::sys::fs::filesystem::DirFs {
+        Ok(DirFs {
             read_only: vfs.f_flag.contains(rfs::StatVfsMountFlags::RDONLY) || mount.is_read_only(),
             available_bytes: vfs.f_bavail.saturating_mul(vfs.f_frsize),
             dir: self.path.clone(),
@@ -994,6 +991,19 @@ fn push_components(queue: &mut VecDeque<OsString>, path: &Path, absolute: bool) 
             Component::Normal(n) => queue.push_back(n.to_os_string()),
         }
     }
+}
+
+/// A directory and the filesystem it lives on.
+#[derive(Debug, Clone)]
+pub struct DirFs {
+    /// The directory, canonical.
+    pub dir: PathBuf,
+    /// The mount that contains it.
+    pub mount: crate::parse::mountinfo::MountEntry,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// Bytes an unprivileged writer may still use (statvfs f_bavail).
+    pub available_bytes: u64,
 }
 
 #[cfg(test)]

@@ -4,28 +4,16 @@ use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nix::errno::Errno;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::parse::mountinfo::MountEntry;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::ioctl::{self, IFlags};
 use crate::sys::proc::mountinfo;
 
-/// A directory and the filesystem it lives on.
-#[derive(Debug, Clone)]
-pub struct DirFs {
-    /// The directory, canonical.
-    pub dir: PathBuf,
-    /// The mount that contains it.
-    pub mount: MountEntry,
-    /// Mounted read-only.
-    pub read_only: bool,
-    /// Bytes an unprivileged writer may still use (statvfs f_bavail).
-    pub available_bytes: u64,
-}
+pub use crate::sys::fs::beneath::DirFs;
 
 /// Filesystems that keep file data in memory: O_DIRECT means nothing there
 /// (tmpfs accepts the flag since Linux 6.6 and copies into page cache).
@@ -198,9 +186,9 @@ pub(crate) fn compression_conflict(path: &Path, property: bool) -> Error {
 pub(crate) fn uncompress_command(path: &Path, property: bool) -> String {
     let p = path.display().to_string();
     if property {
-        crate::sys::tools::display_argv(&["btrfs", "property", "set", &p, "compression", ""])
+        crate::model::text::display_argv(&["btrfs", "property", "set", &p, "compression", ""])
     } else {
-        crate::sys::tools::display_argv(&["chattr", "-c", &p])
+        crate::model::text::display_argv(&["chattr", "-c", &p])
     }
 }
 

@@ -187,7 +187,7 @@ impl Ledger {
 
     /// `--state-dir` if given, else btrfs-lab's state directory.
     pub fn of(state_dir: Option<&Path>) -> Self {
-        Self::new(state_dir.unwrap_or(Path::new(crate::scrub::STATE_DIR)))
+        Self::new(state_dir.unwrap_or(Path::new(crate::sys::fs::state::STATE_DIR)))
     }
 
     /// Its directory.

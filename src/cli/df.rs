@@ -39,19 +39,7 @@ pub struct DfArgs {
 }
 
 pub fn run(args: DfArgs, out: &Output) -> Result<u8> {
-    let report = if args.parse {
-        let input = args.path.as_deref().unwrap_or("-");
-        space::df_from_text(
-            &space::read_input(input, "btrfs filesystem df")?,
-            input,
-            ParseOptions {
-                strict: args.strict,
-            },
-        )?
-    } else {
-        let mount = PathBuf::from(args.path.as_deref().unwrap_or_default());
-        space::df_from_kernel(&SysRoot::from_option(args.sysroot.as_deref(), out), &mount)?
-    };
+    let report = read(&args, out)?;
     let mode = args.units.mode();
     out.report(&report, |r| {
         let mut text = render(r, mode);
@@ -63,6 +51,38 @@ pub fn run(args: DfArgs, out: &Output) -> Result<u8> {
         }
         text
     });
+    say_reading(&report, out);
+    out.aside(args.parse, |out| {
+        findings_to_stderr(out, &report.interpretation)
+    });
+    for row in &report.inconsistencies {
+        out.warning_with_hint(
+            &format!("{row}: the input is inconsistent"),
+            "check that the capture was not edited or cut; the figures of this row mean nothing",
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// The report: parsed from a capture (`--parse`) or read from the kernel.
+fn read(args: &DfArgs, out: &Output) -> Result<DfReport> {
+    if args.parse {
+        let input = args.path.as_deref().unwrap_or("-");
+        return space::df_from_text(
+            &space::read_input(input, "btrfs filesystem df")?,
+            input,
+            ParseOptions {
+                strict: args.strict,
+            },
+        );
+    }
+    let mount = PathBuf::from(args.path.as_deref().unwrap_or_default());
+    space::df_from_kernel(&SysRoot::from_option(args.sysroot.as_deref(), out), &mount)
+}
+
+/// How the input was read: rows skipped, text removed around them, the
+/// units' rule, rounding.
+fn say_reading(report: &DfReport, out: &Output) {
     for s in &report.skipped {
         if s.damaged {
             out.warning_with_hint(
@@ -94,16 +114,6 @@ pub fn run(args: DfArgs, out: &Output) -> Result<u8> {
             "the input was rounded (human-readable units); --json gives each value's error bound",
         );
     }
-    out.aside(args.parse, |out| {
-        findings_to_stderr(out, &report.interpretation)
-    });
-    for row in &report.inconsistencies {
-        out.warning_with_hint(
-            &format!("{row}: the input is inconsistent"),
-            "check that the capture was not edited or cut; the figures of this row mean nothing",
-        );
-    }
-    Ok(exit::OK)
 }
 
 /// Warnings and critical findings as stderr warnings (the command as the

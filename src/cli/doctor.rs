@@ -75,20 +75,10 @@ pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>
             ),
         );
     }
-    let opts = DoctorOptions {
-        sysroot: SysRoot::from_option(args.sysroot.as_deref(), out),
-        mounts: args.mounts,
-        deep: args.deep,
-        textfile: args.textfile,
-        allow_untrusted_target: args.target.allow_untrusted_target,
-        fstab: args.fstab,
-        state_dir,
-    };
-    let (report, textfile_error) = match doctor::run(&opts)? {
+    let format = args.format;
+    let (report, textfile_error) = match doctor::run(&options(args, out, state_dir))? {
         Outcome::Unknown(errors) => {
-            for e in &errors {
-                out.error(e);
-            }
+            errors.iter().for_each(|e| out.error(e));
             return Ok(doctor::EXIT_UNKNOWN);
         }
         Outcome::Report {
@@ -99,24 +89,36 @@ pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>
     for n in &report.not_examined {
         out.error(&doctor::not_examined_error(n));
     }
-    let mut could_not_write = textfile_error.is_some();
-    if let Some(e) = &textfile_error {
-        out.error(e);
-    }
-    out.report(&report, |r| match args.format {
+    textfile_error.iter().for_each(|e| out.error(e));
+    out.report(&report, |r| match format {
         Format::Prometheus => prometheus::render(r),
         Format::Text => render(r, out.paint),
     });
-    // Output that cannot be written is UNKNOWN to monitoring (3), not the
-    // generic error 1 that a plugin reads as WARNING.
-    if let Some(e) = out.flush_now() {
-        out.error(&e);
-        could_not_write = true;
-    }
+    let could_not_write = textfile_error.is_some() | unwritable(out);
     Ok(doctor::status_with_failure(
         report.exit_status,
         could_not_write,
     ))
+}
+
+fn options(args: DoctorArgs, out: &Output, state_dir: Option<PathBuf>) -> DoctorOptions {
+    DoctorOptions {
+        sysroot: SysRoot::from_option(args.sysroot.as_deref(), out),
+        mounts: args.mounts,
+        deep: args.deep,
+        textfile: args.textfile,
+        allow_untrusted_target: args.target.allow_untrusted_target,
+        fstab: args.fstab,
+        state_dir,
+    }
+}
+
+/// Output that cannot be written is UNKNOWN to monitoring (3), not the
+/// generic error 1 that a plugin reads as WARNING: flushed now, and said.
+fn unwritable(out: &Output) -> bool {
+    let e = out.flush_now();
+    e.iter().for_each(|e| out.error(e));
+    e.is_some()
 }
 
 fn label(s: Severity, paint: Paint) -> String {

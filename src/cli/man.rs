@@ -206,45 +206,10 @@ pub fn run(args: ManArgs, out: &Output) -> Result<u8> {
         );
     }
     let all = pages();
-    let selected: Vec<&Page> = if args.subcommand.is_empty() {
-        all.iter().collect()
-    } else {
-        let page = find(&all, &args.subcommand).ok_or_else(|| {
-            Error::usage(format!(
-                "no manual page for `{}`",
-                args.subcommand.join(" ")
-            ))
-            .with_hint(format!(
-                "pages: {}",
-                all.iter()
-                    .filter(|p| !p.words.is_empty())
-                    .map(|p| p.words.join(" "))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
-        all.iter()
-            .filter(|p| p.words.starts_with(&page.words))
-            .collect()
-    };
+    let selected = select(&all, &args.subcommand)?;
     match args.dir {
-        None => {
-            // One page: the first selected (the named one, or btrfs-lab's).
-            // On a terminal it is formatted and paged by man(1), as
-            // `man btrfs-lab-df` would; piped, it is the roff source.
-            let roff = selected[0].render();
-            if std::io::stdout().is_terminal() {
-                match btrfs_lab::sys::tools::find("man", "man-db") {
-                    Ok(man) => man.run_on_terminal(&["-l".into(), "-".into()], roff.as_bytes())?,
-                    Err(_) => {
-                        out.note("man(1) is not installed (apt-get install man-db): printing the page's roff source");
-                        out.text(&roff);
-                    }
-                }
-            } else {
-                out.text(&roff);
-            }
-        }
+        // One page: the first selected (the named one, or btrfs-lab's).
+        None => show(selected[0], out)?,
         Some(dir) => {
             // Held once, by descriptor: a link another user planted in the
             // path is refused, never followed, and every page is written
@@ -258,6 +223,46 @@ pub fn run(args: ManArgs, out: &Output) -> Result<u8> {
         }
     }
     Ok(exit::OK)
+}
+
+/// The pages of `words` and below (all of them when `words` is empty).
+fn select<'a>(all: &'a [Page], words: &[String]) -> Result<Vec<&'a Page>> {
+    if words.is_empty() {
+        return Ok(all.iter().collect());
+    }
+    let page = find(all, words).ok_or_else(|| {
+        let pages: Vec<String> = all
+            .iter()
+            .filter(|p| !p.words.is_empty())
+            .map(|p| p.words.join(" "))
+            .collect();
+        Error::usage(format!("no manual page for `{}`", words.join(" ")))
+            .with_hint(format!("pages: {}", pages.join(", ")))
+    })?;
+    Ok(all
+        .iter()
+        .filter(|p| p.words.starts_with(&page.words))
+        .collect())
+}
+
+/// One page on stdout: on a terminal formatted and paged by man(1), as
+/// `man btrfs-lab-df` would; piped, its roff source.
+fn show(page: &Page, out: &Output) -> Result<()> {
+    let roff = page.render();
+    if !std::io::stdout().is_terminal() {
+        out.text(&roff);
+        return Ok(());
+    }
+    match btrfs_lab::sys::tools::find("man", "man-db") {
+        Ok(man) => man.run_on_terminal(&["-l".into(), "-".into()], roff.as_bytes()),
+        Err(_) => {
+            out.note(
+                "man(1) is not installed (apt-get install man-db): printing the page's roff source",
+            );
+            out.text(&roff);
+            Ok(())
+        }
+    }
 }
 
 /// The exit statuses each page lists, from the registry

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use btrfs_lab::sys::fs::state::STATE_DIR;
 use clap::Args;
 
 use btrfs_lab::error::Result;
@@ -62,14 +63,7 @@ pub fn run(args: RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> Result
             "--allow-untrusted-target is about the directory of --copy-to: give --copy-to DIR too",
         ));
     }
-    let req = RescueRequest {
-        mount: args.mount.clone(),
-        copy_to: args.copy_to.clone(),
-        partial: args.partial,
-        listed_limit: if out.json { JSON_LISTED } else { TEXT_LISTED },
-        state_dir: state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::scrub::STATE_DIR)),
-        allow_untrusted_target: args.target.allow_untrusted_target,
-    };
+    let req = request(&args, out, state_dir);
     let mode = args.units.mode();
     let list = args.list;
     let mut each = |r: &FileRecord| {
@@ -78,9 +72,10 @@ pub fn run(args: RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> Result
         }
     };
     if let Some(dir) = &req.copy_to {
+        let manifest = dir.join(btrfs_lab::rescue::manifest::MANIFEST);
         out.before_change(format!(
             "{} (the files copied and verified)",
-            dir.join(btrfs_lab::rescue::manifest::MANIFEST).display()
+            manifest.display()
         ))?;
     }
     let report = rescue::run(&req, out, &mut each)?;
@@ -92,6 +87,17 @@ pub fn run(args: RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> Result
         out.report(&report, |r| render(r, mode, out.paint, !list));
     }
     Ok(report.exit_status())
+}
+
+fn request(args: &RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> RescueRequest {
+    RescueRequest {
+        mount: args.mount.clone(),
+        copy_to: args.copy_to.clone(),
+        partial: args.partial,
+        listed_limit: if out.json { JSON_LISTED } else { TEXT_LISTED },
+        state_dir: state_dir.unwrap_or_else(|| PathBuf::from(STATE_DIR)),
+        allow_untrusted_target: args.target.allow_untrusted_target,
+    }
 }
 
 fn state_word(s: FileState, paint: Paint) -> String {

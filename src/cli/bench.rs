@@ -1358,3 +1358,36 @@ fn render_compare(c: &Comparison) -> String {
 fn bench_profile(s: &str) -> std::result::Result<String, String> {
     Ok(s.to_owned())
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["bench"],
+    examples: &[
+        (
+            "The suite on a directory.",
+            "btrfs-lab bench --file-size 2G /mnt/data",
+        ),
+        (
+            "The figures for node_exporter's textfile collector too.",
+            "btrfs-lab bench --textfile /var/lib/prometheus/node-exporter/btrfs-lab-bench.prom /mnt/data",
+        ),
+        (
+            "Sustained writes until the drive's cache is full.",
+            "btrfs-lab bench --sustained 4G --yes /mnt/data",
+        ),
+        (
+            "Metadata operations.",
+            "btrfs-lab bench --small-files --files 3000 --threads 2 /mnt/data",
+        ),
+        (
+            "Each test's trend over the saved runs of this filesystem.",
+            "btrfs-lab bench --history /mnt/data",
+        ),
+        (
+            "Two saved runs and a saved file against the first.",
+            "btrfs-lab bench --compare 12 15 before.json",
+        ),
+    ],
+    see_also: &["fio(1)"],
+}];

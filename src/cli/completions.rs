@@ -98,6 +98,20 @@ pub fn run(args: CompletionsArgs, out: &Output) -> Result<u8> {
     Ok(exit::OK)
 }
 
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["completions"],
+    examples: &[
+        (
+            "Bash completion for every user.",
+            "btrfs-lab completions bash",
+        ),
+        ("Zsh completion.", "btrfs-lab completions zsh"),
+    ],
+    see_also: &["man(1)"],
+}];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -449,3 +449,28 @@ fn resume(
         out,
     )
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["convert"],
+    examples: &[
+        (
+            "The plan only.",
+            "btrfs-lab convert --dry-run /mnt/data --data raid0 --metadata raid1",
+        ),
+        (
+            "Convert without asking.",
+            "btrfs-lab convert --yes /mnt/data --data raid0 --metadata raid1",
+        ),
+        (
+            "Where a conversion stands.",
+            "btrfs-lab convert --status /mnt/data",
+        ),
+        (
+            "Continue a paused conversion.",
+            "btrfs-lab convert --resume /mnt/data",
+        ),
+    ],
+    see_also: &["btrfs-balance(8)"],
+}];

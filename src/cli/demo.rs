@@ -133,3 +133,14 @@ fn ansi_len(s: &str) -> usize {
     }
     n
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["demo"],
+    examples: &[(
+        "The O_DIRECT trap on a sandbox, checksummed vs NOCOW.",
+        "btrfs-lab demo --file-size 32M",
+    )],
+    see_also: &[],
+}];

@@ -944,3 +944,68 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         out,
     )
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[
+    super::man::Declared {
+        words: &["device"],
+        examples: &[
+            (
+                "What adding /dev/nvme2n1 would do.",
+                "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
+            ),
+            (
+                "Add it, then convert data to RAID0 and metadata to RAID1.",
+                "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
+            ),
+        ],
+        see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
+    },
+    super::man::Declared {
+        words: &["device", "add"],
+        examples: &[
+            (
+                "What adding /dev/nvme2n1 would do.",
+                "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
+            ),
+            (
+                "Add it, then convert data to RAID0 and metadata to RAID1.",
+                "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
+            ),
+        ],
+        see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
+    },
+    super::man::Declared {
+        words: &["device", "replace"],
+        examples: &[
+            (
+                "The plan for replacing device 2 (failing, or missing) by /dev/nvme3n1.",
+                "btrfs-lab device replace --dry-run /mnt/data 2 /dev/nvme3n1",
+            ),
+            (
+                "Replace it, then scrub the new device; Ctrl-C leaves it running.",
+                "btrfs-lab device replace --scrub /mnt/data 2 /dev/nvme3n1",
+            ),
+            (
+                "Where it is.",
+                "btrfs-lab device replace /mnt/data --status",
+            ),
+        ],
+        see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
+    },
+    super::man::Declared {
+        words: &["device", "remove"],
+        examples: &[
+            (
+                "The plan (order, space, what moves) for removing two devices.",
+                "btrfs-lab device remove --dry-run /mnt/data 3 /dev/nvme4n1",
+            ),
+            (
+                "Drop a device that is gone, on a filesystem mounted -o degraded.",
+                "btrfs-lab device remove /mnt/data missing",
+            ),
+        ],
+        see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
+    },
+];

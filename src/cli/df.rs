@@ -199,3 +199,19 @@ pub fn render_records(records: &[btrfs_lab::model::space::SpaceRecord], mode: Un
     }
     text
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["df"],
+    examples: &[
+        ("Space of a mounted btrfs.", "btrfs-lab df /mnt/data"),
+        ("In bytes.", "btrfs-lab df -b /mnt/data"),
+        (
+            "Read `btrfs filesystem df` output pasted into a ticket.",
+            "btrfs-lab df --parse ticket.txt",
+        ),
+        ("As JSON.", "btrfs-lab df --json /mnt/data"),
+    ],
+    see_also: &["btrfs-filesystem(8)"],
+}];

@@ -201,3 +201,20 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
     ));
     t
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["doctor"],
+    examples: &[
+        (
+            "What is wrong with /mnt/data.",
+            "btrfs-lab doctor /mnt/data",
+        ),
+        (
+            "For Prometheus' node_exporter textfile collector.",
+            "btrfs-lab doctor --format prometheus /mnt/data",
+        ),
+    ],
+    see_also: &[],
+}];

@@ -267,3 +267,21 @@ pub fn render(r: &LinksReport, paint: Paint) -> String {
     t.push('\n');
     t
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["links"],
+    examples: &[
+        ("The PCIe links of every NVMe drive.", "btrfs-lab links"),
+        (
+            "Those behind a filesystem, and its ceiling.",
+            "btrfs-lab links /mnt/data",
+        ),
+        (
+            "From a captured tree instead of this machine.",
+            "btrfs-lab links --sysroot reference /mnt/models",
+        ),
+    ],
+    see_also: &[],
+}];

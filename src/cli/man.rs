@@ -283,11 +283,23 @@ fn exit_statuses(words: &[String]) -> Vec<(u8, String)> {
         .collect()
 }
 
-/// Real command lines for each page: (what it does, the line).
-fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
-    let w: Vec<&str> = words.iter().map(String::as_str).collect();
-    match w.as_slice() {
-        [] => &[
+/// What a subcommand declares for its manual page beside its arguments
+/// (in its own `cli/<cmd>.rs`): real command lines and related pages.
+#[derive(Debug)]
+pub struct Declared {
+    /// The page's words (`["device", "add"]`; `[]` for btrfs-lab(1)).
+    pub words: &'static [&'static str],
+    /// (what it does, the line).
+    pub examples: &'static [(&'static str, &'static str)],
+    /// Other manual pages worth reading next to this one.
+    pub see_also: &'static [&'static str],
+}
+
+/// btrfs-lab(1)'s and man's own declarations.
+const PAGES: &[Declared] = &[
+    Declared {
+        words: &[],
+        examples: &[
             (
                 "Where the throughput of /mnt/data goes: a health check first.",
                 "btrfs-lab doctor /mnt/data",
@@ -298,282 +310,58 @@ fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
             ),
             ("Help of one subcommand.", "btrfs-lab df --help"),
         ],
-        ["sandbox"] => &[(
-            "The sandboxes and whether they are up.",
-            "btrfs-lab sandbox list",
-        )],
-        ["sandbox", "up"] => &[
-            (
-                "Two 1 GiB loop devices, data RAID0, metadata RAID1, mounted at sbx/mnt.",
-                "btrfs-lab sandbox up --name space --dir sbx --devices 2 --device-size 1G --data raid0 --metadata raid1",
-            ),
-            (
-                "Show the plan only.",
-                "btrfs-lab sandbox up --dry-run --name demo --dir sbx --devices 2 --device-size 512M --data raid0 --metadata raid1",
-            ),
-            (
-                "An ext4 one, to compare.",
-                "btrfs-lab sandbox up --name plain --dir e4 --fs ext4 --device-size 256M",
-            ),
-        ],
-        ["sandbox", "down"] => &[
-            (
-                "Remove the sandbox mounted at sbx/mnt.",
-                "btrfs-lab sandbox down --yes sbx/mnt",
-            ),
-            (
-                "Remove every sandbox.",
-                "btrfs-lab sandbox down --yes --all",
-            ),
-        ],
-        ["sandbox", "list"] => &[
-            ("As text.", "btrfs-lab sandbox list"),
-            ("As JSON.", "btrfs-lab sandbox list --json"),
-        ],
-        ["probe-dio"] => &[
-            (
-                "Are O_DIRECT writes in /mnt/data/db direct?",
-                "btrfs-lab probe-dio --file-size 32M /mnt/data/db",
-            ),
-            (
-                "Watch a running database for 3 seconds.",
-                "btrfs-lab probe-dio --pid 1234 --seconds 3",
-            ),
-            (
-                "The verdict as JSON.",
-                "btrfs-lab probe-dio --json --file-size 32M /mnt/data/db",
-            ),
-        ],
-        ["demo"] => &[(
-            "The O_DIRECT trap on a sandbox, checksummed vs NOCOW.",
-            "btrfs-lab demo --file-size 32M",
-        )],
-        ["df"] => &[
-            ("Space of a mounted btrfs.", "btrfs-lab df /mnt/data"),
-            ("In bytes.", "btrfs-lab df -b /mnt/data"),
-            (
-                "Read `btrfs filesystem df` output pasted into a ticket.",
-                "btrfs-lab df --parse ticket.txt",
-            ),
-            ("As JSON.", "btrfs-lab df --json /mnt/data"),
-        ],
-        ["usage"] => &[
-            (
-                "Allocation per profile and device.",
-                "btrfs-lab usage /mnt/data",
-            ),
-            (
-                "Read pasted `btrfs filesystem usage` output.",
-                "btrfs-lab usage --parse usage.txt",
-            ),
-        ],
-        ["show"] => &[
-            (
-                "Every btrfs, its devices and error counters.",
-                "btrfs-lab show",
-            ),
-            ("One filesystem as JSON.", "btrfs-lab show --json /mnt/data"),
-        ],
-        ["device"] | ["device", "add"] => &[
-            (
-                "What adding /dev/nvme2n1 would do.",
-                "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
-            ),
-            (
-                "Add it, then convert data to RAID0 and metadata to RAID1.",
-                "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
-            ),
-        ],
-        ["device", "replace"] => &[
-            (
-                "The plan for replacing device 2 (failing, or missing) by /dev/nvme3n1.",
-                "btrfs-lab device replace --dry-run /mnt/data 2 /dev/nvme3n1",
-            ),
-            (
-                "Replace it, then scrub the new device; Ctrl-C leaves it running.",
-                "btrfs-lab device replace --scrub /mnt/data 2 /dev/nvme3n1",
-            ),
-            (
-                "Where it is.",
-                "btrfs-lab device replace /mnt/data --status",
-            ),
-        ],
-        ["device", "remove"] => &[
-            (
-                "The plan (order, space, what moves) for removing two devices.",
-                "btrfs-lab device remove --dry-run /mnt/data 3 /dev/nvme4n1",
-            ),
-            (
-                "Drop a device that is gone, on a filesystem mounted -o degraded.",
-                "btrfs-lab device remove /mnt/data missing",
-            ),
-        ],
-        ["reclaim"] => &[
-            (
-                "The plan only: each step, the data it moves, the room it leaves.",
-                "btrfs-lab reclaim --dry-run /mnt/data",
-            ),
-            (
-                "Make room for a metadata chunk without asking.",
-                "btrfs-lab reclaim --yes /mnt/data",
-            ),
-            (
-                "Free 20 GiB of unallocated space, relocating chunks up to 50% used.",
-                "btrfs-lab reclaim --yes /mnt/data --goal 20G --max-usage 50",
-            ),
-        ],
-        ["scrub"] => &[
-            ("The plan only.", "btrfs-lab scrub --dry-run /mnt/data"),
-            (
-                "Scrub at most 200 MB/s per device, without asking.",
-                "btrfs-lab scrub --yes --limit 200M /mnt/data",
-            ),
-            (
-                "Where a scrub stands (btrfs scrub start's too).",
-                "btrfs-lab scrub --status /mnt/data",
-            ),
-            (
-                "Continue an interrupted scrub.",
-                "btrfs-lab scrub --resume --yes /mnt/data",
-            ),
-        ],
-        ["convert"] => &[
-            (
-                "The plan only.",
-                "btrfs-lab convert --dry-run /mnt/data --data raid0 --metadata raid1",
-            ),
-            (
-                "Convert without asking.",
-                "btrfs-lab convert --yes /mnt/data --data raid0 --metadata raid1",
-            ),
-            (
-                "Where a conversion stands.",
-                "btrfs-lab convert --status /mnt/data",
-            ),
-            (
-                "Continue a paused conversion.",
-                "btrfs-lab convert --resume /mnt/data",
-            ),
-        ],
-        ["links"] => &[
-            ("The PCIe links of every NVMe drive.", "btrfs-lab links"),
-            (
-                "Those behind a filesystem, and its ceiling.",
-                "btrfs-lab links /mnt/data",
-            ),
-            (
-                "From a captured tree instead of this machine.",
-                "btrfs-lab links --sysroot reference /mnt/models",
-            ),
-        ],
-        ["nocow"] => &[
-            (
-                "What would be done.",
-                "btrfs-lab nocow --dry-run /mnt/data/db",
-            ),
-            (
-                "A NOCOW directory for VM images.",
-                "btrfs-lab nocow --yes /mnt/data/vm",
-            ),
-            ("Audit a directory.", "btrfs-lab nocow --check /mnt/data/db"),
-            (
-                "Migrate existing files.",
-                "btrfs-lab nocow --migrate --yes /mnt/data/db",
-            ),
-        ],
-        ["read-test"] => &[
-            (
-                "Fastest way to read a model file, cold cache.",
-                "btrfs-lab read-test /mnt/models/model.bin",
-            ),
-            (
-                "Two methods, several thread counts.",
-                "btrfs-lab read-test --methods direct,buffered --threads 1,2,4 /mnt/models/model.bin",
-            ),
-        ],
-        ["bench"] => &[
-            (
-                "The suite on a directory.",
-                "btrfs-lab bench --file-size 2G /mnt/data",
-            ),
-            (
-                "The figures for node_exporter's textfile collector too.",
-                "btrfs-lab bench --textfile /var/lib/prometheus/node-exporter/btrfs-lab-bench.prom /mnt/data",
-            ),
-            (
-                "Sustained writes until the drive's cache is full.",
-                "btrfs-lab bench --sustained 4G --yes /mnt/data",
-            ),
-            (
-                "Metadata operations.",
-                "btrfs-lab bench --small-files --files 3000 --threads 2 /mnt/data",
-            ),
-            (
-                "Each test's trend over the saved runs of this filesystem.",
-                "btrfs-lab bench --history /mnt/data",
-            ),
-            (
-                "Two saved runs and a saved file against the first.",
-                "btrfs-lab bench --compare 12 15 before.json",
-            ),
-        ],
-        ["doctor"] => &[
-            (
-                "What is wrong with /mnt/data.",
-                "btrfs-lab doctor /mnt/data",
-            ),
-            (
-                "For Prometheus' node_exporter textfile collector.",
-                "btrfs-lab doctor --format prometheus /mnt/data",
-            ),
-        ],
-        ["rescue"] => &[
-            (
-                "Which files of a degraded, read-only mount are intact.",
-                "btrfs-lab rescue /mnt/data",
-            ),
-            (
-                "Copy them out, with the readable parts of the damaged ones.",
-                "btrfs-lab rescue /mnt/data --copy-to /media/usb/rescued --partial",
-            ),
-        ],
-        ["man"] => &[
+        see_also: &["btrfs(8)", "mkfs.btrfs(8)", "fio(1)"],
+    },
+    Declared {
+        words: &["man"],
+        examples: &[
             ("Read the df page.", "btrfs-lab man df"),
             (
                 "Install every page for man(1).",
                 "btrfs-lab man --out-dir /usr/local/share/man/man1",
             ),
         ],
-        ["completions"] => &[
-            (
-                "Bash completion for every user.",
-                "btrfs-lab completions bash",
-            ),
-            ("Zsh completion.", "btrfs-lab completions zsh"),
-        ],
-        _ => &[],
-    }
+        see_also: &["man(1)"],
+    },
+];
+
+/// Every subcommand's declarations.
+const DECLARED: &[&[Declared]] = &[
+    PAGES,
+    super::sandbox::PAGES,
+    super::probe_dio::PAGES,
+    super::demo::PAGES,
+    super::df::PAGES,
+    super::usage::PAGES,
+    super::show::PAGES,
+    super::device::PAGES,
+    super::convert::PAGES,
+    super::reclaim::PAGES,
+    super::scrub::PAGES,
+    super::links::PAGES,
+    super::nocow::PAGES,
+    super::read_test::PAGES,
+    super::bench::PAGES,
+    super::rescue::PAGES,
+    super::doctor::PAGES,
+    super::completions::PAGES,
+];
+
+fn declared(words: &[String]) -> Option<&'static Declared> {
+    DECLARED
+        .iter()
+        .flat_map(|d| d.iter())
+        .find(|d| d.words.iter().copied().eq(words.iter().map(String::as_str)))
+}
+
+/// Real command lines for each page: (what it does, the line).
+fn examples(words: &[String]) -> &'static [(&'static str, &'static str)] {
+    declared(words).map_or(&[], |d| d.examples)
 }
 
 /// Other manual pages worth reading next to this one.
 fn see_also(words: &[String]) -> &'static [&'static str] {
-    let w: Vec<&str> = words.iter().map(String::as_str).collect();
-    match w.as_slice() {
-        [] => &["btrfs(8)", "mkfs.btrfs(8)", "fio(1)"],
-        ["df"] => &["btrfs-filesystem(8)"],
-        ["usage"] => &["btrfs-filesystem(8)"],
-        ["show"] => &["btrfs-filesystem(8)", "btrfs-device(8)"],
-        ["device", ..] => &["btrfs-device(8)", "btrfs-balance(8)"],
-        ["convert"] | ["reclaim"] => &["btrfs-balance(8)"],
-        ["scrub"] => &["btrfs-scrub(8)"],
-        ["nocow"] => &["chattr(1)", "lsattr(1)"],
-        ["bench"] | ["read-test"] => &["fio(1)"],
-        ["probe-dio"] => &["open(2)"],
-        ["rescue"] => &["btrfs-rescue(8)", "btrfs-restore(8)", "mount(8)"],
-        ["sandbox", ..] => &["losetup(8)", "mkfs.btrfs(8)"],
-        ["completions"] | ["man"] => &["man(1)"],
-        _ => &[],
-    }
+    declared(words).map_or(&[], |d| d.see_also)
 }
 
 #[cfg(test)]

@@ -563,6 +563,28 @@ fn render_advice(a: &Advice, paint: Paint) -> String {
     t
 }
 
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["nocow"],
+    examples: &[
+        (
+            "What would be done.",
+            "btrfs-lab nocow --dry-run /mnt/data/db",
+        ),
+        (
+            "A NOCOW directory for VM images.",
+            "btrfs-lab nocow --yes /mnt/data/vm",
+        ),
+        ("Audit a directory.", "btrfs-lab nocow --check /mnt/data/db"),
+        (
+            "Migrate existing files.",
+            "btrfs-lab nocow --migrate --yes /mnt/data/db",
+        ),
+    ],
+    see_also: &["chattr(1)", "lsattr(1)"],
+}];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -438,3 +438,24 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
     }
     t
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["probe-dio"],
+    examples: &[
+        (
+            "Are O_DIRECT writes in /mnt/data/db direct?",
+            "btrfs-lab probe-dio --file-size 32M /mnt/data/db",
+        ),
+        (
+            "Watch a running database for 3 seconds.",
+            "btrfs-lab probe-dio --pid 1234 --seconds 3",
+        ),
+        (
+            "The verdict as JSON.",
+            "btrfs-lab probe-dio --json --file-size 32M /mnt/data/db",
+        ),
+    ],
+    see_also: &["open(2)"],
+}];

@@ -645,3 +645,20 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
     }
     t
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["read-test"],
+    examples: &[
+        (
+            "Fastest way to read a model file, cold cache.",
+            "btrfs-lab read-test /mnt/models/model.bin",
+        ),
+        (
+            "Two methods, several thread counts.",
+            "btrfs-lab read-test --methods direct,buffered --threads 1,2,4 /mnt/models/model.bin",
+        ),
+    ],
+    see_also: &["fio(1)"],
+}];

@@ -218,3 +218,24 @@ fn reclaim_args(plan: &ReclaimPlan) -> String {
     }
     s
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["reclaim"],
+    examples: &[
+        (
+            "The plan only: each step, the data it moves, the room it leaves.",
+            "btrfs-lab reclaim --dry-run /mnt/data",
+        ),
+        (
+            "Make room for a metadata chunk without asking.",
+            "btrfs-lab reclaim --yes /mnt/data",
+        ),
+        (
+            "Free 20 GiB of unallocated space, relocating chunks up to 50% used.",
+            "btrfs-lab reclaim --yes /mnt/data --goal 20G --max-usage 50",
+        ),
+    ],
+    see_also: &["btrfs-balance(8)"],
+}];

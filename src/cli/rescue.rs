@@ -234,3 +234,20 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
     }
     t
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["rescue"],
+    examples: &[
+        (
+            "Which files of a degraded, read-only mount are intact.",
+            "btrfs-lab rescue /mnt/data",
+        ),
+        (
+            "Copy them out, with the readable parts of the damaged ones.",
+            "btrfs-lab rescue /mnt/data --copy-to /media/usb/rescued --partial",
+        ),
+    ],
+    see_also: &["btrfs-rescue(8)", "btrfs-restore(8)", "mount(8)"],
+}];

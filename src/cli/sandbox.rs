@@ -485,3 +485,56 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
     }
     text
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[
+    super::man::Declared {
+        words: &["sandbox"],
+        examples: &[(
+            "The sandboxes and whether they are up.",
+            "btrfs-lab sandbox list",
+        )],
+        see_also: &["losetup(8)", "mkfs.btrfs(8)"],
+    },
+    super::man::Declared {
+        words: &["sandbox", "up"],
+        examples: &[
+            (
+                "Two 1 GiB loop devices, data RAID0, metadata RAID1, mounted at sbx/mnt.",
+                "btrfs-lab sandbox up --name space --dir sbx --devices 2 --device-size 1G --data raid0 --metadata raid1",
+            ),
+            (
+                "Show the plan only.",
+                "btrfs-lab sandbox up --dry-run --name demo --dir sbx --devices 2 --device-size 512M --data raid0 --metadata raid1",
+            ),
+            (
+                "An ext4 one, to compare.",
+                "btrfs-lab sandbox up --name plain --dir e4 --fs ext4 --device-size 256M",
+            ),
+        ],
+        see_also: &["losetup(8)", "mkfs.btrfs(8)"],
+    },
+    super::man::Declared {
+        words: &["sandbox", "down"],
+        examples: &[
+            (
+                "Remove the sandbox mounted at sbx/mnt.",
+                "btrfs-lab sandbox down --yes sbx/mnt",
+            ),
+            (
+                "Remove every sandbox.",
+                "btrfs-lab sandbox down --yes --all",
+            ),
+        ],
+        see_also: &["losetup(8)", "mkfs.btrfs(8)"],
+    },
+    super::man::Declared {
+        words: &["sandbox", "list"],
+        examples: &[
+            ("As text.", "btrfs-lab sandbox list"),
+            ("As JSON.", "btrfs-lab sandbox list --json"),
+        ],
+        see_also: &["losetup(8)", "mkfs.btrfs(8)"],
+    },
+];

@@ -378,3 +378,25 @@ fn render_status(st: &ScrubStatus, out: &Output) -> String {
     }
     t
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["scrub"],
+    examples: &[
+        ("The plan only.", "btrfs-lab scrub --dry-run /mnt/data"),
+        (
+            "Scrub at most 200 MB/s per device, without asking.",
+            "btrfs-lab scrub --yes --limit 200M /mnt/data",
+        ),
+        (
+            "Where a scrub stands (btrfs scrub start's too).",
+            "btrfs-lab scrub --status /mnt/data",
+        ),
+        (
+            "Continue an interrupted scrub.",
+            "btrfs-lab scrub --resume --yes /mnt/data",
+        ),
+    ],
+    see_also: &["btrfs-scrub(8)"],
+}];

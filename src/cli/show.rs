@@ -132,3 +132,17 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
     }
     t
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["show"],
+    examples: &[
+        (
+            "Every btrfs, its devices and error counters.",
+            "btrfs-lab show",
+        ),
+        ("One filesystem as JSON.", "btrfs-lab show --json /mnt/data"),
+    ],
+    see_also: &["btrfs-filesystem(8)", "btrfs-device(8)"],
+}];

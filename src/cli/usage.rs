@@ -372,3 +372,20 @@ fn dump(table: &[Vec<Cell>], ncols: usize) -> String {
     }
     out
 }
+
+/// What the manual pages of this command add to clap's help: real command
+/// lines and the pages to read next (read by `man`).
+pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+    words: &["usage"],
+    examples: &[
+        (
+            "Allocation per profile and device.",
+            "btrfs-lab usage /mnt/data",
+        ),
+        (
+            "Read pasted `btrfs filesystem usage` output.",
+            "btrfs-lab usage --parse usage.txt",
+        ),
+    ],
+    see_also: &["btrfs-filesystem(8)"],
+}];

@@ -185,36 +185,51 @@ pub(crate) fn catalog_finding(l: &Finding, mount: &str) -> crate::model::finding
     }))
 }
 
-/// Looks at the links (see the module documentation).
-pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
-    let root = &opts.sysroot;
-    topology::check_root(root)?;
-    let mut cache = Cache::default();
+/// What to list, and which block devices (and loop layers) led to each
+/// entry, in the order first seen.
+#[derive(Default)]
+struct Entries(Vec<(Entry, Vec<String>, Vec<LoopLayer>)>);
 
-    // What to list, and which block devices led to each entry.
-    let mut entries: Vec<(Entry, Vec<String>, Vec<LoopLayer>)> = Vec::new();
-    let mut add = |e: Entry, block: Option<&str>, layers: &[LoopLayer]| {
-        let i = match entries.iter().position(|(x, _, _)| *x == e) {
+impl Entries {
+    fn add(&mut self, e: Entry, block: Option<&str>, layers: &[LoopLayer]) {
+        let i = match self.0.iter().position(|(x, _, _)| *x == e) {
             Some(i) => i,
             None => {
-                entries.push((e, Vec::new(), Vec::new()));
-                entries.len() - 1
+                self.0.push((e, Vec::new(), Vec::new()));
+                self.0.len() - 1
             }
         };
+        let (_, blocks, known) = &mut self.0[i];
         if let Some(b) = block
-            && !entries[i].1.iter().any(|x| x == b)
+            && !blocks.iter().any(|x| x == b)
         {
-            entries[i].1.push(b.to_owned());
+            blocks.push(b.to_owned());
         }
         for l in layers {
-            if !entries[i].2.contains(l) {
-                entries[i].2.push(l.clone());
+            if !known.contains(l) {
+                known.push(l.clone());
             }
         }
-    };
-    let mount = opts.targets.iter().find(|t| is_mount(root, t)).cloned();
-    let mut mount_info = None;
-    let scope = if let Some(m) = &mount {
+    }
+
+    /// The devices a block device rests on.
+    fn add_block(&mut self, root: &SysRoot, b: &str) -> Result<()> {
+        let (targets, layers) = topology::block_targets_traced(root, b)?;
+        for t in targets {
+            self.add(t.into(), Some(b), &layers);
+        }
+        Ok(())
+    }
+}
+
+/// The scope of the targets, the entries to list, and the mount with its
+/// members when a mount was given.
+fn gather(
+    root: &SysRoot,
+    opts: &LinksOptions,
+) -> Result<(Scope, Entries, Option<(String, MountInfo)>)> {
+    let mut entries = Entries::default();
+    if let Some(m) = opts.targets.iter().find(|t| is_mount(root, t)) {
         if opts.targets.len() > 1 {
             return Err(Error::usage(format!(
                 "{m} is a mount: give one mounted btrfs, or devices, not both"
@@ -222,77 +237,89 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
             .with_hint("btrfs-lab links MOUNT lists a btrfs's members; btrfs-lab links DEVICE... the named devices"));
         }
         let info = read_mount(root, m)?;
-        for (_, block) in &info.members {
-            if let Some(b) = block {
-                let (targets, layers) = topology::block_targets_traced(root, b)?;
-                for t in targets {
-                    add(t.into(), Some(b), &layers);
-                }
-            }
+        for b in info.members.iter().filter_map(|(_, b)| b.as_deref()) {
+            entries.add_block(root, b)?;
         }
-        mount_info = Some(info);
-        Scope::Mount
-    } else if opts.targets.is_empty() {
+        return Ok((Scope::Mount, entries, Some((m.clone(), info))));
+    }
+    if opts.targets.is_empty() {
         for c in topology::list_controllers(root) {
-            add(Entry::Controller(c), None, &[]);
+            entries.add(Entry::Controller(c), None, &[]);
         }
-        Scope::All
-    } else {
-        for t in &opts.targets {
-            if !root.is_host() && t.starts_with('/') && !t.starts_with("/dev/") {
-                return Err(Error::new(
-                    ErrorKind::NotFound,
-                    format!(
-                        "{t} is not a mount point of the captured tree ({})",
-                        mountinfo::table_path(root, mountinfo::Of::This).display()
-                    ),
-                )
-                .with_hint(
-                    "give the mount point as the captured mountinfo lists it, or a device",
-                ));
-            }
-            match topology::device_ref(root, t)? {
-                DeviceRef::Controller(c) => add(Entry::Controller(c), None, &[]),
-                DeviceRef::Block(b) => {
-                    let (targets, layers) = topology::block_targets_traced(root, &b)?;
-                    for target in targets {
-                        add(target.into(), Some(&b), &layers);
-                    }
-                }
-            }
+        return Ok((Scope::All, entries, None));
+    }
+    for t in &opts.targets {
+        if !root.is_host() && t.starts_with('/') && !t.starts_with("/dev/") {
+            return Err(Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "{t} is not a mount point of the captured tree ({})",
+                    mountinfo::table_path(root, mountinfo::Of::This).display()
+                ),
+            )
+            .with_hint("give the mount point as the captured mountinfo lists it, or a device"));
         }
-        Scope::Devices
-    };
+        match topology::device_ref(root, t)? {
+            DeviceRef::Controller(c) => entries.add(Entry::Controller(c), None, &[]),
+            DeviceRef::Block(b) => entries.add_block(root, &b)?,
+        }
+    }
+    Ok((Scope::Devices, entries, None))
+}
 
+/// A device's report with nothing read yet.
+fn bare_report(
+    name: &str,
+    kind: DeviceKind,
+    blocks: &[String],
+    layers: &[LoopLayer],
+) -> DeviceReport {
+    DeviceReport {
+        name: name.to_owned(),
+        kind,
+        block_devices: blocks.to_vec(),
+        model: None,
+        serial: None,
+        firmware: None,
+        transport: None,
+        pci_address: None,
+        hops: Vec::new(),
+        ceiling: None,
+        potential: None,
+        findings: Vec::new(),
+        note: None,
+        thermal: None,
+        thermal_error: None,
+        through_loops: layers.to_vec(),
+    }
+}
+
+/// The devices' reports; the findings above them (upstream links, with
+/// the link they are about) and the arithmetic's paths go to `upstream`
+/// and `paths`.
+fn device_reports(
+    root: &SysRoot,
+    cache: &mut Cache,
+    entries: &Entries,
+    upstream: &mut Vec<(String, Finding)>,
+    paths: &mut Vec<MemberPath>,
+) -> Result<Vec<DeviceReport>> {
     let mut devices = Vec::new();
-    let mut upstream: Vec<(String, Finding)> = Vec::new();
-    let mut paths = Vec::new();
-    for (entry, blocks, layers) in &entries {
+    for (entry, blocks, layers) in &entries.0 {
         let report = match entry {
             Entry::Controller(name) => {
                 let (c, analysis) = cache.controller(root, name)?;
-                let mut r = DeviceReport {
-                    name: name.clone(),
-                    kind: if is_pcie(c) {
-                        DeviceKind::Nvme
-                    } else {
-                        DeviceKind::NvmeFabrics
-                    },
-                    block_devices: blocks.clone(),
-                    model: c.model.clone(),
-                    serial: c.serial.clone(),
-                    firmware: c.firmware.clone(),
-                    transport: c.transport.clone(),
-                    pci_address: c.pci_path.first().map(|f| f.address.clone()),
-                    hops: Vec::new(),
-                    ceiling: None,
-                    potential: None,
-                    findings: Vec::new(),
-                    note: None,
-                    thermal: None,
-                    thermal_error: None,
-                    through_loops: layers.clone(),
+                let kind = if is_pcie(c) {
+                    DeviceKind::Nvme
+                } else {
+                    DeviceKind::NvmeFabrics
                 };
+                let mut r = bare_report(name, kind, blocks, layers);
+                r.model = c.model.clone();
+                r.serial = c.serial.clone();
+                r.firmware = c.firmware.clone();
+                r.transport = c.transport.clone();
+                r.pci_address = c.pci_path.first().map(|f| f.address.clone());
                 match analysis {
                     Some(a) => {
                         r.hops = a.hops.clone();
@@ -316,44 +343,35 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
                 }
                 r
             }
-            Entry::Disk { name, kind } => DeviceReport {
-                name: name.clone(),
-                kind: *kind,
-                block_devices: blocks.clone(),
-                model: None,
-                serial: None,
-                firmware: None,
-                transport: None,
-                pci_address: None,
-                hops: Vec::new(),
-                ceiling: None,
-                potential: None,
-                findings: Vec::new(),
-                note: Some(disk_note(*kind, name)),
-                thermal: None,
-                thermal_error: None,
-                through_loops: layers.clone(),
-            },
+            Entry::Disk { name, kind } => {
+                let mut r = bare_report(name, *kind, blocks, layers);
+                r.note = Some(disk_note(*kind, name));
+                r
+            }
         };
         devices.push(report);
     }
+    Ok(devices)
+}
 
-    if opts.thermal {
-        for d in devices
-            .iter_mut()
-            .filter(|d| matches!(d.kind, DeviceKind::Nvme | DeviceKind::NvmeFabrics))
-        {
-            match read_thermal(root, &d.name) {
-                Ok(t) => d.thermal = Some(t),
-                // Without the privilege no drive will answer: say so once.
-                Err(e) if e.kind() == ErrorKind::Permission => return Err(e),
-                Err(e) => d.thermal_error = Some(e.message().to_owned()),
-            }
+/// The NVMe devices' thermal counters (`--thermal`).
+fn read_thermals(root: &SysRoot, devices: &mut [DeviceReport]) -> Result<()> {
+    for d in devices
+        .iter_mut()
+        .filter(|d| matches!(d.kind, DeviceKind::Nvme | DeviceKind::NvmeFabrics))
+    {
+        match read_thermal(root, &d.name) {
+            Ok(t) => d.thermal = Some(t),
+            // Without the privilege no drive will answer: say so once.
+            Err(e) if e.kind() == ErrorKind::Permission => return Err(e),
+            Err(e) => d.thermal_error = Some(e.message().to_owned()),
         }
     }
+    Ok(())
+}
 
-    // Findings about several devices: degraded links above a switch (once
-    // per link), shared uplinks.
+/// Degraded links above a switch: once per link, with every device below.
+fn merge_upstream(upstream: Vec<(String, Finding)>) -> Vec<Finding> {
     let mut findings: Vec<Finding> = Vec::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (link, f) in upstream {
@@ -365,49 +383,56 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
             }
         }
     }
-    findings.extend(shared_uplinks(&paths));
+    findings
+}
 
-    let array = match (mount, mount_info) {
-        (Some(m), Some(info)) => {
-            let mut members = Vec::new();
-            let mut arithmetic = Vec::new();
-            for (shown, block) in &info.members {
-                let targets: Vec<Entry> = match block {
-                    Some(b) => topology::block_targets(root, b)?
-                        .into_iter()
-                        .map(Entry::from)
-                        .collect(),
-                    None => Vec::new(),
-                };
-                let name = block.clone().unwrap_or_else(|| shown.clone());
-                let path = cache.member_path(root, &name, &targets);
-                members.push(ArrayMember {
-                    device: shown.clone(),
-                    block_device: block.clone(),
-                    rests_on: targets.iter().map(|t| t.name().to_owned()).collect(),
-                    ceiling: path.alone().map(Bandwidth::from_encoded),
-                });
-                arithmetic.push(path);
-            }
-            let ceilings = info
-                .profiles
-                .iter()
-                .map(|p| array_ceiling(*p, &arithmetic))
-                .collect();
-            Some(ArrayReport {
-                mount: m,
-                fsid: info.fsid,
-                data_profiles: info.profiles,
-                members,
-                ceilings,
-            })
-        }
-        _ => None,
-    };
-    if let Some(a) = &array {
-        findings.extend(shared_disks(&a.members, &a.data_profiles));
+/// A mounted btrfs's members and the ceilings of its data profiles.
+fn array_report(
+    root: &SysRoot,
+    cache: &mut Cache,
+    mount: String,
+    info: MountInfo,
+) -> Result<ArrayReport> {
+    let mut members = Vec::new();
+    let mut arithmetic = Vec::new();
+    for (shown, block) in &info.members {
+        let targets: Vec<Entry> = match block {
+            Some(b) => topology::block_targets(root, b)?
+                .into_iter()
+                .map(Entry::from)
+                .collect(),
+            None => Vec::new(),
+        };
+        let name = block.clone().unwrap_or_else(|| shown.clone());
+        let path = cache.member_path(root, &name, &targets);
+        members.push(ArrayMember {
+            device: shown.clone(),
+            block_device: block.clone(),
+            rests_on: targets.iter().map(|t| t.name().to_owned()).collect(),
+            ceiling: path.alone().map(Bandwidth::from_encoded),
+        });
+        arithmetic.push(path);
     }
+    let ceilings = info
+        .profiles
+        .iter()
+        .map(|p| array_ceiling(*p, &arithmetic))
+        .collect();
+    Ok(ArrayReport {
+        mount,
+        fsid: info.fsid,
+        data_profiles: info.profiles,
+        members,
+        ceilings,
+    })
+}
 
+/// `2 NVMe controllers, 1 other device without PCIe link information, no
+/// warnings`.
+fn summary(devices: &[DeviceReport], findings: &[Finding]) -> String {
+    if devices.is_empty() {
+        return "no NVMe controllers found".to_owned();
+    }
     let nvme = devices
         .iter()
         .filter(|d| matches!(d.kind, DeviceKind::Nvme | DeviceKind::NvmeFabrics))
@@ -419,32 +444,53 @@ pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
         .chain(findings.iter())
         .filter(|f| f.severity == Severity::Warning)
         .count();
-    let summary = if devices.is_empty() {
-        "no NVMe controllers found".to_owned()
-    } else {
-        let mut parts = Vec::new();
-        if nvme > 0 || others == 0 {
-            parts.push(plural(nvme, "NVMe controller"));
-        }
-        if others > 0 {
-            parts.push(format!(
-                "{} without PCIe link information",
-                plural(others, "other device")
-            ));
-        }
-        parts.push(match warnings {
-            0 => "no warnings".to_owned(),
-            n => plural(n, "warning"),
-        });
-        parts.join(", ")
+    let mut parts = Vec::new();
+    if nvme > 0 || others == 0 {
+        parts.push(plural(nvme, "NVMe controller"));
+    }
+    if others > 0 {
+        parts.push(format!(
+            "{} without PCIe link information",
+            plural(others, "other device")
+        ));
+    }
+    parts.push(match warnings {
+        0 => "no warnings".to_owned(),
+        n => plural(n, "warning"),
+    });
+    parts.join(", ")
+}
+
+/// Looks at the links (see the module documentation).
+pub fn run(opts: &LinksOptions) -> Result<LinksReport> {
+    let root = &opts.sysroot;
+    topology::check_root(root)?;
+    let mut cache = Cache::default();
+    let (scope, entries, mount) = gather(root, opts)?;
+    let mut upstream = Vec::new();
+    let mut paths = Vec::new();
+    let mut devices = device_reports(root, &mut cache, &entries, &mut upstream, &mut paths)?;
+    if opts.thermal {
+        read_thermals(root, &mut devices)?;
+    }
+    // Findings about several devices: degraded links above a switch (once
+    // per link), shared uplinks.
+    let mut findings = merge_upstream(upstream);
+    findings.extend(shared_uplinks(&paths));
+    let array = match mount {
+        Some((m, info)) => Some(array_report(root, &mut cache, m, info)?),
+        None => None,
     };
+    if let Some(a) = &array {
+        findings.extend(shared_disks(&a.members, &a.data_profiles));
+    }
     Ok(LinksReport {
         sysroot: root.prefix().display().to_string(),
         scope,
+        summary: summary(&devices, &findings),
         devices,
         findings,
         array,
-        summary,
     })
 }
 

@@ -202,125 +202,102 @@ const OVERALL_KEYS: [&str; 12] = [
     "Multiple profiles",
 ];
 
-/// Parses a capture of `btrfs filesystem usage` (any version, `-T` too).
-pub(crate) fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
-    let mut sizes = Sizes::default();
-    let mut skipped = Vec::new();
-    let mut notes = Vec::new();
-    let mut values: Vec<(usize, String)> = Vec::new();
-    let mut block_groups: Vec<BlockGroupUsage> = Vec::new();
-    let mut unallocated: Option<Vec<DeviceShare>> = None;
-    let mut devices: Vec<String> = Vec::new();
-    let mut chunk_tree = true;
-    #[derive(PartialEq)]
-    enum Sec {
-        None,
-        Overall,
-        Bg,
-        Unalloc,
-    }
-    let mut sec = Sec::None;
-    let lines: Vec<(usize, String)> = input
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, strip_quotes(l.trim_end_matches('\r')).0.to_owned()))
-        .collect();
-    let mut table_types: Vec<String> = Vec::new();
-    let mut table_cols: Vec<String> = Vec::new();
-    let mut table_rows: Vec<(String, Vec<String>)> = Vec::new();
-    let mut table_total: Vec<String> = Vec::new();
-    let mut table_used: Vec<String> = Vec::new();
-    let mut table_line = 0;
-    let mut overall_seen = false;
-    // Device ids in the order the paths first appear: a map beside the
-    // list, so that a paste with many device lines stays linear.
-    let mut ids: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-    let mut devid = |path: &str, devices: &mut Vec<String>| -> u64 {
-        if let Some(id) = ids.get(path) {
+/// The part of the capture a line belongs to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Section {
+    None,
+    Overall,
+    Bg,
+    Unalloc,
+}
+
+/// Device ids in the order the paths first appear: a map beside the list,
+/// so that a paste with many device lines stays linear.
+#[derive(Default)]
+struct DeviceIds {
+    ids: std::collections::HashMap<String, u64>,
+    paths: Vec<String>,
+}
+
+impl DeviceIds {
+    fn id(&mut self, path: &str) -> u64 {
+        if let Some(id) = self.ids.get(path) {
             return *id;
         }
-        devices.push(path.to_owned());
-        let id = devices.len() as u64;
-        ids.insert(path.to_owned(), id);
+        self.paths.push(path.to_owned());
+        let id = self.paths.len() as u64;
+        self.ids.insert(path.to_owned(), id);
         id
-    };
-    for (idx, (n, line)) in lines.iter().enumerate() {
-        let n = *n;
-        let t = line.trim();
-        if t.is_empty() {
-            continue;
+    }
+}
+
+/// The `-T` table as read: type names (the line above the header),
+/// profile columns, one row per device, and the Total and Used rows.
+#[derive(Default)]
+struct Table {
+    types: Vec<String>,
+    cols: Vec<String>,
+    rows: Vec<(String, Vec<String>)>,
+    total: Vec<String>,
+    used: Vec<String>,
+    used_line: usize,
+}
+
+/// What the lines of a capture gave, as they are read.
+struct Scan {
+    sizes: Sizes,
+    skipped: Vec<SkippedLine>,
+    notes: Vec<String>,
+    /// `Overall:` lines: their line and `key\0value`.
+    values: Vec<(usize, String)>,
+    block_groups: Vec<BlockGroupUsage>,
+    unallocated: Option<Vec<DeviceShare>>,
+    devices: DeviceIds,
+    chunk_tree: bool,
+    sec: Section,
+    table: Table,
+    overall_seen: bool,
+}
+
+impl Scan {
+    fn new() -> Self {
+        Scan {
+            sizes: Sizes::default(),
+            skipped: Vec::new(),
+            notes: Vec::new(),
+            values: Vec::new(),
+            block_groups: Vec::new(),
+            unallocated: None,
+            devices: DeviceIds::default(),
+            chunk_tree: true,
+            sec: Section::None,
+            table: Table::default(),
+            overall_seen: false,
         }
-        let skip = |skipped: &mut Vec<SkippedLine>, reason: String, damaged: bool| {
-            skipped.push(SkippedLine {
-                line: n,
-                text: excerpt(t),
-                reason,
-                damaged,
-            });
-        };
-        if let Some(w) = t.strip_prefix("WARNING:") {
-            let w = w.trim();
-            if w.contains("cannot read detailed chunk info") {
-                chunk_tree = false;
-            }
-            notes.push(format!("btrfs-progs warned: {}", excerpt(w)));
-            continue;
+    }
+
+    fn skip(&mut self, n: usize, t: &str, reason: String, damaged: bool) {
+        self.skipped.push(SkippedLine {
+            line: n,
+            text: excerpt(t),
+            reason,
+            damaged,
+        });
+    }
+
+    /// Reads line `idx` (number `n`, trimmed `t`) of `lines`.
+    fn line(&mut self, lines: &[(usize, String)], idx: usize, n: usize, t: &str) {
+        if t.is_empty() || self.header(n, t) {
+            return;
         }
-        if t == "Overall:" {
-            sec = Sec::Overall;
-            overall_seen = true;
-            continue;
+        if let Some(bg) = bg_header(t, &mut self.sizes) {
+            self.block_groups.push(bg);
+            self.sec = Section::Bg;
+            return;
         }
-        if t == "Unallocated:" {
-            sec = Sec::Unalloc;
-            unallocated.get_or_insert_with(Vec::new);
-            continue;
-        }
-        if sec != Sec::Bg
-            && let Some((key, rest)) = t.split_once(':')
-            && let Some(k) = OVERALL_KEYS.iter().find(|k| **k == key.trim())
-        {
-            values.push((n, format!("{k}\u{0}{}", rest.trim())));
-            // Some pastes lose the `Overall:` line.
-            overall_seen = true;
-            sec = Sec::Overall;
-            continue;
-        }
-        if let Some(bg) = bg_header(t, &mut sizes) {
-            block_groups.push(bg);
-            sec = Sec::Bg;
-            continue;
-        }
-        // -T table.
         let words: Vec<&str> = t.split_whitespace().collect();
-        if words.len() >= 3 && words[0] == "Id" && words[1] == "Path" {
-            table_cols = words[2..].iter().map(|w| (*w).to_owned()).collect();
-            // The type names are on the line above.
-            if let Some((_, above)) = idx.checked_sub(1).and_then(|i| lines.get(i)) {
-                table_types = above.split_whitespace().map(str::to_owned).collect();
-            }
-            continue;
-        }
-        if !table_cols.is_empty() {
-            if words.iter().all(|w| w.chars().all(|c| c == '-')) {
-                continue;
-            }
-            if words.len() >= 2 && words[0].chars().all(|c| c.is_ascii_digit()) {
-                table_rows.push((
-                    words[1].to_owned(),
-                    words[2..].iter().map(|w| (*w).to_owned()).collect(),
-                ));
-                continue;
-            }
-            if words[0] == "Total" {
-                table_total = words[1..].iter().map(|w| (*w).to_owned()).collect();
-                continue;
-            }
-            if words[0] == "Used" {
-                table_used = words[1..].iter().map(|w| (*w).to_owned()).collect();
-                table_line = n;
-                continue;
-            }
+        if self.table_line(lines, idx, n, &words) {
+            return;
         }
         if t.split_whitespace()
             .all(|w| BgType::from_progs_name(w).is_some())
@@ -329,45 +306,18 @@ pub(crate) fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
                 .is_some_and(|(_, next)| next.trim_start().starts_with("Id"))
         {
             // The type line above a -T header.
-            continue;
+            return;
         }
-        if matches!(sec, Sec::Bg | Sec::Unalloc)
-            && let Some((path, value)) = device_line(t, &mut sizes)
+        if matches!(self.sec, Section::Bg | Section::Unalloc)
+            && let Some((path, value)) = device_line(t, &mut self.sizes)
         {
-            {
-                let id = devid(&path, &mut devices);
-                match value {
-                    None => skip(
-                        &mut skipped,
-                        format!(
-                            "the size of {} is missing (the paste is cut here)",
-                            excerpt(&path)
-                        ),
-                        true,
-                    ),
-                    Some(v) => {
-                        let share = DeviceShare {
-                            devid: id,
-                            path: path.clone(),
-                            bytes: to_signed(
-                                v,
-                                &mut notes,
-                                &format!("unallocated on {}", excerpt(&path)),
-                            ),
-                        };
-                        if sec == Sec::Unalloc {
-                            unallocated.get_or_insert_with(Vec::new).push(share);
-                        } else if let Some(bg) = block_groups.last_mut() {
-                            bg.devices.get_or_insert_with(Vec::new).push(share);
-                        }
-                    }
-                }
-                continue;
-            }
+            self.device_share(n, t, path, value);
+            return;
         }
         let damaged = t.contains("Size:") || t.contains("Used:");
-        skip(
-            &mut skipped,
+        self.skip(
+            n,
+            t,
             if damaged {
                 "looks like a block group line but does not parse: not read".to_owned()
             } else {
@@ -377,39 +327,155 @@ pub(crate) fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
         );
     }
 
-    // The -T table: pair types (line above) with profile columns.
-    if !table_cols.is_empty() {
-        let ncols = table_types.len().min(table_cols.len());
+    /// A warning of btrfs-progs, a section header or an `Overall:` line:
+    /// true when the line was one.
+    fn header(&mut self, n: usize, t: &str) -> bool {
+        if let Some(w) = t.strip_prefix("WARNING:") {
+            let w = w.trim();
+            if w.contains("cannot read detailed chunk info") {
+                self.chunk_tree = false;
+            }
+            self.notes
+                .push(format!("btrfs-progs warned: {}", excerpt(w)));
+            return true;
+        }
+        if t == "Overall:" {
+            self.sec = Section::Overall;
+            self.overall_seen = true;
+            return true;
+        }
+        if t == "Unallocated:" {
+            self.sec = Section::Unalloc;
+            self.unallocated.get_or_insert_with(Vec::new);
+            return true;
+        }
+        if self.sec != Section::Bg
+            && let Some((key, rest)) = t.split_once(':')
+            && let Some(k) = OVERALL_KEYS.iter().find(|k| **k == key.trim())
+        {
+            self.values.push((n, format!("{k}\u{0}{}", rest.trim())));
+            // Some pastes lose the `Overall:` line.
+            self.overall_seen = true;
+            self.sec = Section::Overall;
+            return true;
+        }
+        false
+    }
+
+    /// A line of the -T table: true when the line was one.
+    fn table_line(
+        &mut self,
+        lines: &[(usize, String)],
+        idx: usize,
+        n: usize,
+        words: &[&str],
+    ) -> bool {
+        let owned = |w: &[&str]| -> Vec<String> { w.iter().map(|w| (*w).to_owned()).collect() };
+        if words.len() >= 3 && words[0] == "Id" && words[1] == "Path" {
+            self.table.cols = owned(&words[2..]);
+            // The type names are on the line above.
+            if let Some((_, above)) = idx.checked_sub(1).and_then(|i| lines.get(i)) {
+                self.table.types = above.split_whitespace().map(str::to_owned).collect();
+            }
+            return true;
+        }
+        if self.table.cols.is_empty() {
+            return false;
+        }
+        if words.iter().all(|w| w.chars().all(|c| c == '-')) {
+            return true;
+        }
+        if words.len() >= 2 && words[0].chars().all(|c| c.is_ascii_digit()) {
+            self.table
+                .rows
+                .push((words[1].to_owned(), owned(&words[2..])));
+            return true;
+        }
+        if words[0] == "Total" {
+            self.table.total = owned(&words[1..]);
+            return true;
+        }
+        if words[0] == "Used" {
+            self.table.used = owned(&words[1..]);
+            self.table.used_line = n;
+            return true;
+        }
+        false
+    }
+
+    /// A device's share under a block group or `Unallocated:`.
+    fn device_share(&mut self, n: usize, t: &str, path: String, value: Option<i128>) {
+        let id = self.devices.id(&path);
+        match value {
+            None => self.skip(
+                n,
+                t,
+                format!(
+                    "the size of {} is missing (the paste is cut here)",
+                    excerpt(&path)
+                ),
+                true,
+            ),
+            Some(v) => {
+                let what = format!("unallocated on {}", excerpt(&path));
+                let share = DeviceShare {
+                    devid: id,
+                    bytes: to_signed(v, &mut self.notes, &what),
+                    path,
+                };
+                if self.sec == Section::Unalloc {
+                    self.unallocated.get_or_insert_with(Vec::new).push(share);
+                } else if let Some(bg) = self.block_groups.last_mut() {
+                    bg.devices.get_or_insert_with(Vec::new).push(share);
+                }
+            }
+        }
+    }
+
+    /// The -T table: pair types (line above) with profile columns.
+    fn table_block_groups(&mut self) {
+        if self.table.cols.is_empty() {
+            return;
+        }
+        let table = std::mem::take(&mut self.table);
+        let ncols = table.types.len().min(table.cols.len());
         for c in 0..ncols {
             let (Some(bg_type), Some(profile)) = (
-                BgType::from_progs_name(&table_types[c]),
-                BgProfile::from_progs_name(&table_cols[c]),
+                BgType::from_progs_name(&table.types[c]),
+                BgProfile::from_progs_name(&table.cols[c]),
             ) else {
                 continue;
             };
-            let size = table_total.get(c).and_then(|v| sizes.read(v)).map(to_u64);
-            let used = table_used.get(c).and_then(|v| sizes.read(v)).map(to_u64);
+            let size = table
+                .total
+                .get(c)
+                .and_then(|v| self.sizes.read(v))
+                .map(to_u64);
+            let used = table
+                .used
+                .get(c)
+                .and_then(|v| self.sizes.read(v))
+                .map(to_u64);
             let mut shares = Vec::new();
-            for (path, vals) in &table_rows {
-                if let Some(v) = vals.get(c).and_then(|v| sizes.read(v)) {
-                    let id = devid(path, &mut devices);
+            for (path, vals) in &table.rows {
+                if let Some(v) = vals.get(c).and_then(|v| self.sizes.read(v)) {
                     shares.push(DeviceShare {
-                        devid: id,
+                        devid: self.devices.id(path),
                         path: path.clone(),
                         bytes: v.clamp(i64::MIN as i128, i64::MAX as i128) as i64,
                     });
                 }
             }
             let (Some(size), Some(used)) = (size, used) else {
-                skipped.push(SkippedLine {
-                    line: table_line,
-                    text: excerpt(&format!("{},{}", table_types[c], table_cols[c])),
+                self.skipped.push(SkippedLine {
+                    line: table.used_line,
+                    text: excerpt(&format!("{},{}", table.types[c], table.cols[c])),
                     reason: "the -T table has no Total or Used figure for this column (the paste is cut?): not read".to_owned(),
                     damaged: true,
                 });
                 continue;
             };
-            block_groups.push(BlockGroupUsage {
+            self.block_groups.push(BlockGroupUsage {
                 bg_type,
                 profile,
                 size_bytes: size,
@@ -422,113 +488,51 @@ pub(crate) fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
                 devices: Some(shares),
             });
         }
-        if let Some(ucol) = table_cols.iter().position(|c| c == "Unallocated") {
+        if let Some(ucol) = table.cols.iter().position(|c| c == "Unallocated") {
             let mut list = Vec::new();
-            for (path, vals) in &table_rows {
-                if let Some(v) = vals.get(ucol).and_then(|v| sizes.read(v)) {
-                    let id = devid(path, &mut devices);
+            for (path, vals) in &table.rows {
+                if let Some(v) = vals.get(ucol).and_then(|v| self.sizes.read(v)) {
+                    let what = format!("unallocated on {}", excerpt(path));
                     list.push(DeviceShare {
-                        devid: id,
+                        devid: self.devices.id(path),
                         path: path.clone(),
-                        bytes: to_signed(
-                            v,
-                            &mut notes,
-                            &format!("unallocated on {}", excerpt(path)),
-                        ),
+                        bytes: to_signed(v, &mut self.notes, &what),
                     });
                 }
             }
-            unallocated = Some(list);
+            self.unallocated = Some(list);
         }
     }
 
-    // Overall.
-    let mut missing = Vec::new();
-    let overall = if overall_seen {
-        let get = |k: &str| {
-            values
-                .iter()
-                .find(|(_, v)| v.split('\u{0}').next() == Some(k))
+    /// The `Overall:` block, from its lines; the keys it lacks go to
+    /// `missing` (shown as 0).
+    fn overall(&mut self, missing: &mut Vec<String>) -> Overall {
+        let mut o = OverallLines {
+            values: &self.values,
+            sizes: &mut self.sizes,
+            missing,
         };
-        let size_of = |k: &str, missing: &mut Vec<String>, sizes: &mut Sizes| -> i128 {
-            match get(k)
-                .and_then(|(_, v)| v.split('\u{0}').nth(1))
-                .and_then(|v| v.split_whitespace().next().map(str::to_owned))
-            {
-                Some(tok) => sizes.read(&tok).unwrap_or_else(|| {
-                    missing.push(format!("{k} (unreadable)"));
-                    0
-                }),
-                None => {
-                    missing.push(k.to_owned());
-                    0
-                }
-            }
-        };
-        let device_size = to_u64(size_of("Device size", &mut missing, &mut sizes));
-        let device_allocated = to_u64(size_of("Device allocated", &mut missing, &mut sizes));
-        let unalloc_raw = size_of("Device unallocated", &mut missing, &mut sizes);
-        let device_unallocated = to_signed(unalloc_raw, &mut notes, "Device unallocated");
-        let device_missing = to_u64(size_of("Device missing", &mut missing, &mut sizes));
-        let device_slack = to_u64(size_of("Device slack", &mut missing, &mut sizes));
-        let used = to_u64(size_of("Used", &mut missing, &mut sizes));
-        let free_estimated = to_u64(size_of("Free (estimated)", &mut missing, &mut sizes));
-        let free_statfs = to_u64(size_of("Free (statfs, df)", &mut missing, &mut sizes));
-        let paren = |k: &str, label: &str| -> Option<String> {
-            let (_, v) = get(k)?;
-            let rest = v.split('\u{0}').nth(1)?;
-            let inner = rest.split_once(&format!("({label}"))?.1;
-            Some(
-                inner
-                    .trim_start_matches(':')
-                    .trim()
-                    .trim_end_matches(')')
-                    .trim()
-                    .to_owned(),
-            )
-        };
-        let free_estimated_min = paren("Free (estimated)", "min")
-            .and_then(|t| sizes.read(&t))
+        let device_size = to_u64(o.size("Device size"));
+        let device_allocated = to_u64(o.size("Device allocated"));
+        let unalloc_raw = o.size("Device unallocated");
+        let device_unallocated = to_signed(unalloc_raw, &mut self.notes, "Device unallocated");
+        let device_missing = to_u64(o.size("Device missing"));
+        let device_slack = to_u64(o.size("Device slack"));
+        let used = to_u64(o.size("Used"));
+        let free_estimated = to_u64(o.size("Free (estimated)"));
+        let free_statfs = to_u64(o.size("Free (statfs, df)"));
+        let free_estimated_min = o
+            .paren_size("Free (estimated)", "min")
             .map_or(free_estimated, to_u64);
-        let ratio = |k: &str, missing: &mut Vec<String>| -> f64 {
-            match get(k)
-                .and_then(|(_, v)| v.split('\u{0}').nth(1))
-                .and_then(|v| v.trim().parse().ok())
-            {
-                Some(r) => r,
-                None => {
-                    missing.push(k.to_owned());
-                    0.0
-                }
-            }
-        };
-        let data_ratio = ratio("Data ratio", &mut missing);
-        let metadata_ratio = ratio("Metadata ratio", &mut missing);
-        let global_reserve = to_u64(size_of("Global reserve", &mut missing, &mut sizes));
-        let global_reserve_used = paren("Global reserve", "used")
-            .and_then(|t| sizes.read(&t))
-            .map_or(0, to_u64);
-        let multi = get("Multiple profiles")
-            .and_then(|(_, v)| v.split('\u{0}').nth(1))
-            .map(str::to_owned);
+        let data_ratio = o.ratio("Data ratio");
+        let metadata_ratio = o.ratio("Metadata ratio");
+        let global_reserve = to_u64(o.size("Global reserve"));
+        let global_reserve_used = o.paren_size("Global reserve", "used").map_or(0, to_u64);
+        let multi = o.get("Multiple profiles").map(str::to_owned);
         if multi.is_none() {
-            missing.push("Multiple profiles".to_owned());
+            o.missing.push("Multiple profiles".to_owned());
         }
-        let multiple_profiles = multi.as_deref().is_some_and(|m| m.starts_with("yes"));
-        let multiple_profile_types = multi
-            .as_deref()
-            .and_then(|m| m.split_once('('))
-            .map(|(_, r)| {
-                r.trim_end_matches(')')
-                    .split(',')
-                    .filter_map(|w| match w.trim() {
-                        "globalreserve" => Some(BgType::GlobalReserve),
-                        o => BgType::from_progs_name(o),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Some(Overall {
+        Overall {
             device_size,
             device_allocated,
             device_unallocated,
@@ -542,14 +546,125 @@ pub(crate) fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
             metadata_ratio,
             global_reserve,
             global_reserve_used,
-            multiple_profiles,
-            multiple_profile_types,
+            multiple_profiles: multi.as_deref().is_some_and(|m| m.starts_with("yes")),
+            multiple_profile_types: multi
+                .as_deref()
+                .map(multiple_profile_types)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// How the sizes were read.
+    fn units(&self) -> UnitReading {
+        if self.sizes.si {
+            UnitReading {
+                basis: UnitBasis::Si,
+                rule: "kB/MB/GB read as powers of 1000 (`usage --si`; `usage` never printed old binary GB)".to_owned(),
+            }
+        } else if self.sizes.any_rounded {
+            UnitReading {
+                basis: UnitBasis::Iec,
+                rule: "IEC units (KiB, MiB, GiB: powers of 1024, as printed)".to_owned(),
+            }
+        } else {
+            UnitReading {
+                basis: UnitBasis::Bytes,
+                rule: "bytes (-b): exact".to_owned(),
+            }
+        }
+    }
+}
+
+/// `Multiple profiles: yes (data, metadata)`: the types named.
+fn multiple_profile_types(m: &str) -> Vec<BgType> {
+    m.split_once('(')
+        .map(|(_, r)| {
+            r.trim_end_matches(')')
+                .split(',')
+                .filter_map(|w| match w.trim() {
+                    "globalreserve" => Some(BgType::GlobalReserve),
+                    o => BgType::from_progs_name(o),
+                })
+                .collect()
         })
-    } else {
-        None
-    };
-    if overall.is_none() && block_groups.is_empty() {
-        let why = skipped
+        .unwrap_or_default()
+}
+
+/// The `Overall:` values by key, and the keys not found.
+struct OverallLines<'a> {
+    values: &'a [(usize, String)],
+    sizes: &'a mut Sizes,
+    missing: &'a mut Vec<String>,
+}
+
+impl OverallLines<'_> {
+    /// The value after `key:`, as printed.
+    fn get(&self, k: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .find(|(_, v)| v.split('\u{0}').next() == Some(k))
+            .and_then(|(_, v)| v.split('\u{0}').nth(1))
+    }
+
+    /// The size first on the line (0, noted missing, when absent).
+    fn size(&mut self, k: &str) -> i128 {
+        match self
+            .get(k)
+            .and_then(|v| v.split_whitespace().next().map(str::to_owned))
+        {
+            Some(tok) => self.sizes.read(&tok).unwrap_or_else(|| {
+                self.missing.push(format!("{k} (unreadable)"));
+                0
+            }),
+            None => {
+                self.missing.push(k.to_owned());
+                0
+            }
+        }
+    }
+
+    /// The size in `(label: SIZE)` after the value, when there.
+    fn paren_size(&mut self, k: &str, label: &str) -> Option<i128> {
+        let rest = self.get(k)?;
+        let inner = rest.split_once(&format!("({label}"))?.1;
+        let token = inner
+            .trim_start_matches(':')
+            .trim()
+            .trim_end_matches(')')
+            .trim()
+            .to_owned();
+        self.sizes.read(&token)
+    }
+
+    /// A ratio (0, noted missing, when absent).
+    fn ratio(&mut self, k: &str) -> f64 {
+        match self.get(k).and_then(|v| v.trim().parse().ok()) {
+            Some(r) => r,
+            None => {
+                self.missing.push(k.to_owned());
+                0.0
+            }
+        }
+    }
+}
+
+/// Parses a capture of `btrfs filesystem usage` (any version, `-T` too).
+pub(crate) fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
+    let lines: Vec<(usize, String)> = input
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, strip_quotes(l.trim_end_matches('\r')).0.to_owned()))
+        .collect();
+    let mut scan = Scan::new();
+    for (idx, (n, line)) in lines.iter().enumerate() {
+        scan.line(&lines, idx, *n, line.trim());
+    }
+    scan.table_block_groups();
+    let mut missing = Vec::new();
+    let overall = scan.overall_seen.then(|| scan.overall(&mut missing));
+    if overall.is_none() && scan.block_groups.is_empty() {
+        let why = scan
+            .skipped
             .iter()
             .find(|s| s.damaged)
             .map(|s| format!(" (line {}: {})", s.line, s.reason))
@@ -559,42 +674,27 @@ pub(crate) fn parse_fi_usage(input: &str) -> Result<ParsedUsage, String> {
         ));
     }
     if !missing.is_empty() {
-        notes.push(format!(
+        scan.notes.push(format!(
             "not in this paste (older btrfs-progs, or cut), shown as 0: {}",
             missing.join(", ")
         ));
     }
-    let units = if sizes.si {
-        UnitReading {
-            basis: UnitBasis::Si,
-            rule: "kB/MB/GB read as powers of 1000 (`usage --si`; `usage` never printed old binary GB)".to_owned(),
-        }
-    } else if sizes.any_rounded {
-        UnitReading {
-            basis: UnitBasis::Iec,
-            rule: "IEC units (KiB, MiB, GiB: powers of 1024, as printed)".to_owned(),
-        }
-    } else {
-        UnitReading {
-            basis: UnitBasis::Bytes,
-            rule: "bytes (-b): exact".to_owned(),
-        }
-    };
+    let units = scan.units();
     Ok(ParsedUsage {
         report: UsageReport {
             overall,
-            block_groups,
-            unallocated,
-            chunk_tree_readable: chunk_tree,
-            notes,
+            block_groups: scan.block_groups,
+            unallocated: scan.unallocated,
+            chunk_tree_readable: scan.chunk_tree,
+            notes: scan.notes,
             devices: Vec::new(),
         },
-        exact: !sizes.any_rounded,
-        max_error_bytes: sizes.max_error,
-        skipped,
+        exact: !scan.sizes.any_rounded,
+        max_error_bytes: scan.sizes.max_error,
+        skipped: scan.skipped,
         units,
         missing_fields: missing,
-        devices,
+        devices: scan.devices.paths,
     })
 }
 

@@ -502,34 +502,7 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
         return Ok(report);
     }
     let (parent_path, dir_name) = split_dir(&record.dir)?;
-    let dir = match TrustedDir::open(&record.dir, Leaf::Private) {
-        Ok(d) => Some(d),
-        Err(e) if e.kind() == ErrorKind::NotFound => None,
-        Err(e) => {
-            return Err(Error::new(
-                e.kind(),
-                format!("{}; not touching sandbox {}", e.message(), record.name),
-            )
-            .with_hint(
-                e.hint()
-                    .unwrap_or("inspect the directory by hand")
-                    .to_owned(),
-            ));
-        }
-    };
-    if let (Some(d), Some(want)) = (&dir, record.dir_identity)
-        && d.identity()? != want
-    {
-        return Err(Error::new(
-            ErrorKind::State,
-            format!(
-                "{} is not the directory sandbox up made for {}; not touching it",
-                record.dir.display(),
-                record.name
-            ),
-        )
-        .with_hint("inspect it by hand; remove the record once it is cleaned up"));
-    }
+    let dir = open_recorded_dir(record)?;
     let mut ours = our_loop_devices(record);
     // Loop devices bound to files in the sandbox's own directory that `up`
     // did not record (images made there to rehearse `device add` or
@@ -542,166 +515,20 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
     };
     ours.extend(extra.iter().map(|(_, o)| o.clone()));
     let our_names: Vec<String> = ours.iter().map(|o| o.path.display().to_string()).collect();
-    // Devices added to the sandbox's btrfs after `up` (`device add`) from
-    // elsewhere are not ours: left as they are, and said so.
     if record.fs == FsKind::Btrfs && dir.is_some() {
-        let table = crate::sys::proc::mountinfo::mount_table(&root)?;
-        let mounted_here = table
-            .iter()
-            .any(|m| m.mount_point == record.mount_point && our_names.contains(&m.source));
-        if mounted_here && let Ok(members) = btrfs::devices(&record.mount_point) {
-            for m in members
-                .iter()
-                .filter(|m| !m.path.is_empty() && !our_names.contains(&m.path))
-            {
-                let loop_hint = if m.path.starts_with("/dev/loop") {
-                    format!("; if it is yours: losetup -d {}", m.path)
-                } else {
-                    String::new()
-                };
-                report.left.push(format!(
-                    "{} was added to the sandbox's filesystem after up (device {}): not made by up, left attached{loop_hint}",
-                    m.path, m.devid
-                ));
-            }
-        }
+        note_added_members(&root, record, &our_names, &mut report)?;
     }
-
-    // 1. Unmount, if what is mounted on DIR/mnt is ours (repeat for mounts
-    //    stacked there by us; stop at the first that is not ours).
+    // 1. Unmount, if what is mounted on DIR/mnt is ours.
     if let Some(d) = &dir {
-        for _ in 0..8 {
-            let unmounted = while_busy(|| {
-                mounts::unmount_beneath(&root, d, MOUNT_DIR, |m| mount_is_ours(m, &our_names))
-            })?;
-            match unmounted {
-                mounts::Unmounted::NotMounted => break,
-                mounts::Unmounted::Unmounted(_) => {
-                    report.unmounted = Some(record.mount_point.clone())
-                }
-            }
-        }
+        unmount_ours(&root, d, record, &our_names, &mut report)?;
     }
-    // Our devices mounted somewhere else were mounted by someone else.
-    let table = crate::sys::proc::mountinfo::mount_table(&root)?;
-    if let Some(m) = table.iter().find(|m| our_names.contains(&m.source)) {
-        return Err(Error::new(
-            ErrorKind::Busy,
-            format!(
-                "{} is also mounted at {}",
-                m.source,
-                m.mount_point.display()
-            ),
-        )
-        .with_hint(format!(
-            "unmount it first: umount {}",
-            m.mount_point.display()
-        )));
-    }
-
+    refuse_mounted_elsewhere(&root, &our_names)?;
     // 2. Forget and detach exactly the loop devices `up` attached.
-    for d in &record.devices {
-        let Some(recorded) = &d.loop_device else {
-            continue;
-        };
-        if !ours.iter().any(|o| &o.path == recorded)
-            && loopdev::binding(recorded).ok().flatten().is_some()
-        {
-            report.left.push(format!(
-                "{} is no longer the attachment sandbox up made; left alone",
-                recorded.display()
-            ));
-        }
-    }
-    for o in &ours {
-        if record.fs == FsKind::Btrfs {
-            btrfs::forget_device(&o.path);
-        }
-        match loopdev::detach_exact(&root, &o.path, o.identity, o.diskseq)? {
-            DetachOutcome::Detached => report.detached.push(o.path.clone()),
-            DetachOutcome::AlreadyFree => {}
-            DetachOutcome::NotOurs => report.left.push(format!(
-                "{} now belongs to another file; left alone",
-                o.path.display()
-            )),
-        }
-    }
-    // Every recorded attachment is now gone or someone else's. Record that
-    // before anything can fail, so a retried `down` does not look at those
-    // loop device numbers again: the kernel hands them to the next user.
-    let mut progress = record.clone();
-    for d in &mut progress.devices {
-        d.loop_device = None;
-        d.diskseq = None;
-    }
-    if progress != *record {
-        store.save(&progress)?;
-    }
-    // Loop devices bound to our images that `up` did not attach (someone
-    // ran losetup by hand): left alone, and the image with them.
-    let mut foreign = Vec::new();
-    for d in &record.devices {
-        let Some(identity) = d.identity else { continue };
-        for dev in loopdev::find_by_backing_file(&root, &d.image) {
-            let bound = loopdev::binding(&dev).ok().flatten();
-            if bound.is_some_and(|b| b.identity == identity) {
-                foreign.push(dev);
-            }
-        }
-    }
-    if !foreign.is_empty() {
-        let names: Vec<String> = foreign.iter().map(|p| p.display().to_string()).collect();
-        return Err(Error::new(
-            ErrorKind::Busy,
-            format!(
-                "{} {} bound to the sandbox's image but was not attached by sandbox up; left alone, and the image with it",
-                names.join(", "),
-                if names.len() == 1 { "is" } else { "are" }
-            ),
-        )
-        .with_hint(format!(
-            "detach it if it is yours (losetup -d {}), then run: {}",
-            names.join(" "),
-            store.down_command(&record.name)
-        )));
-    }
-
+    detach_ours(&root, store, record, &ours, &mut report)?;
+    refuse_foreign_loops(&root, store, record)?;
     // 3. Delete the backing files, by identity, through the held directory.
     if let Some(d) = &dir {
-        for (i, dev) in record.devices.iter().enumerate() {
-            let Some(identity) = dev.identity else {
-                if d.stat(image_name(i))?.is_some() {
-                    report.left.push(format!(
-                        "{} has no recorded identity; left alone",
-                        dev.image.display()
-                    ));
-                }
-                continue;
-            };
-            match d.remove_file(image_name(i), identity)? {
-                Removal::Removed => report.removed.push(dev.image.clone()),
-                Removal::Absent => {}
-                Removal::NotOurs | Removal::NotEmpty => report.left.push(format!(
-                    "{} is not the file sandbox up created; left alone",
-                    dev.image.display()
-                )),
-            }
-        }
-        // The images in the directory whose loop devices were detached
-        // above (made there for a rehearsal).
-        for (name, o) in &extra {
-            if !report.detached.contains(&o.path) {
-                continue;
-            }
-            match d.remove_file(name, o.identity)? {
-                Removal::Removed => report.removed.push(d.join(name)),
-                Removal::Absent => {}
-                Removal::NotOurs | Removal::NotEmpty => report.left.push(format!(
-                    "{} changed while down ran; left alone",
-                    d.join(name).display()
-                )),
-            }
-        }
+        remove_images(d, record, &extra, &mut report)?;
         // 4. Directories, only if we created them, they are the ones we
         //    created, and they are empty.
         if record.mount_point_created {
@@ -735,6 +562,240 @@ pub fn teardown(store: &StateStore, record: &SandboxRecord) -> Result<DownReport
     }
     store.remove(&record.name)?;
     Ok(report)
+}
+
+/// The sandbox directory, held; `None` when it is gone. One that is not
+/// the directory `up` made (its recorded identity) is refused.
+fn open_recorded_dir(record: &SandboxRecord) -> Result<Option<TrustedDir>> {
+    let dir = match TrustedDir::open(&record.dir, Leaf::Private) {
+        Ok(d) => d,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::new(
+                e.kind(),
+                format!("{}; not touching sandbox {}", e.message(), record.name),
+            )
+            .with_hint(
+                e.hint()
+                    .unwrap_or("inspect the directory by hand")
+                    .to_owned(),
+            ));
+        }
+    };
+    if let Some(want) = record.dir_identity
+        && dir.identity()? != want
+    {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!(
+                "{} is not the directory sandbox up made for {}; not touching it",
+                record.dir.display(),
+                record.name
+            ),
+        )
+        .with_hint("inspect it by hand; remove the record once it is cleaned up"));
+    }
+    Ok(Some(dir))
+}
+
+/// Devices added to the sandbox's btrfs after `up` (`device add`) from
+/// elsewhere are not ours: left as they are, and said so.
+fn note_added_members(
+    root: &SysRoot,
+    record: &SandboxRecord,
+    our_names: &[String],
+    report: &mut DownReport,
+) -> Result<()> {
+    let table = crate::sys::proc::mountinfo::mount_table(root)?;
+    let mounted_here = table
+        .iter()
+        .any(|m| m.mount_point == record.mount_point && our_names.contains(&m.source));
+    if !mounted_here {
+        return Ok(());
+    }
+    let Ok(members) = btrfs::devices(&record.mount_point) else {
+        return Ok(());
+    };
+    for m in members
+        .iter()
+        .filter(|m| !m.path.is_empty() && !our_names.iter().any(|n| *n == m.path))
+    {
+        let loop_hint = if m.path.starts_with("/dev/loop") {
+            format!("; if it is yours: losetup -d {}", m.path)
+        } else {
+            String::new()
+        };
+        report.left.push(format!(
+            "{} was added to the sandbox's filesystem after up (device {}): not made by up, left attached{loop_hint}",
+            m.path, m.devid
+        ));
+    }
+    Ok(())
+}
+
+/// Unmounts what is mounted on DIR/mnt if it is ours (repeated for mounts
+/// stacked there by us; stops at the first that is not ours).
+fn unmount_ours(
+    root: &SysRoot,
+    d: &TrustedDir,
+    record: &SandboxRecord,
+    our_names: &[String],
+    report: &mut DownReport,
+) -> Result<()> {
+    for _ in 0..8 {
+        let unmounted = while_busy(|| {
+            mounts::unmount_beneath(root, d, MOUNT_DIR, |m| mount_is_ours(m, our_names))
+        })?;
+        match unmounted {
+            mounts::Unmounted::NotMounted => break,
+            mounts::Unmounted::Unmounted(_) => report.unmounted = Some(record.mount_point.clone()),
+        }
+    }
+    Ok(())
+}
+
+/// Our devices mounted somewhere else were mounted by someone else: refused.
+fn refuse_mounted_elsewhere(root: &SysRoot, our_names: &[String]) -> Result<()> {
+    let table = crate::sys::proc::mountinfo::mount_table(root)?;
+    if let Some(m) = table.iter().find(|m| our_names.contains(&m.source)) {
+        return Err(Error::new(
+            ErrorKind::Busy,
+            format!(
+                "{} is also mounted at {}",
+                m.source,
+                m.mount_point.display()
+            ),
+        )
+        .with_hint(format!(
+            "unmount it first: umount {}",
+            m.mount_point.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Forgets and detaches exactly our loop devices, then records that the
+/// recorded attachments are gone.
+fn detach_ours(
+    root: &SysRoot,
+    store: &StateStore,
+    record: &SandboxRecord,
+    ours: &[OurLoop],
+    report: &mut DownReport,
+) -> Result<()> {
+    for d in &record.devices {
+        let Some(recorded) = &d.loop_device else {
+            continue;
+        };
+        if !ours.iter().any(|o| &o.path == recorded)
+            && loopdev::binding(recorded).ok().flatten().is_some()
+        {
+            report.left.push(format!(
+                "{} is no longer the attachment sandbox up made; left alone",
+                recorded.display()
+            ));
+        }
+    }
+    for o in ours {
+        if record.fs == FsKind::Btrfs {
+            btrfs::forget_device(&o.path);
+        }
+        match loopdev::detach_exact(root, &o.path, o.identity, o.diskseq)? {
+            DetachOutcome::Detached => report.detached.push(o.path.clone()),
+            DetachOutcome::AlreadyFree => {}
+            DetachOutcome::NotOurs => report.left.push(format!(
+                "{} now belongs to another file; left alone",
+                o.path.display()
+            )),
+        }
+    }
+    // Every recorded attachment is now gone or someone else's. Record that
+    // before anything can fail, so a retried `down` does not look at those
+    // loop device numbers again: the kernel hands them to the next user.
+    let mut progress = record.clone();
+    for d in &mut progress.devices {
+        d.loop_device = None;
+        d.diskseq = None;
+    }
+    if progress != *record {
+        store.save(&progress)?;
+    }
+    Ok(())
+}
+
+/// Loop devices bound to our images that `up` did not attach (someone ran
+/// losetup by hand): left alone, and the image with them — refused.
+fn refuse_foreign_loops(root: &SysRoot, store: &StateStore, record: &SandboxRecord) -> Result<()> {
+    let mut foreign = Vec::new();
+    for d in &record.devices {
+        let Some(identity) = d.identity else { continue };
+        for dev in loopdev::find_by_backing_file(root, &d.image) {
+            let bound = loopdev::binding(&dev).ok().flatten();
+            if bound.is_some_and(|b| b.identity == identity) {
+                foreign.push(dev);
+            }
+        }
+    }
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = foreign.iter().map(|p| p.display().to_string()).collect();
+    Err(Error::new(
+        ErrorKind::Busy,
+        format!(
+            "{} {} bound to the sandbox's image but was not attached by sandbox up; left alone, and the image with it",
+            names.join(", "),
+            if names.len() == 1 { "is" } else { "are" }
+        ),
+    )
+    .with_hint(format!(
+        "detach it if it is yours (losetup -d {}), then run: {}",
+        names.join(" "),
+        store.down_command(&record.name)
+    )))
+}
+
+/// Deletes the recorded images, and the images in the directory whose loop
+/// devices were detached (made there for a rehearsal), by identity.
+fn remove_images(
+    d: &TrustedDir,
+    record: &SandboxRecord,
+    extra: &[(std::ffi::OsString, OurLoop)],
+    report: &mut DownReport,
+) -> Result<()> {
+    for (i, dev) in record.devices.iter().enumerate() {
+        let Some(identity) = dev.identity else {
+            if d.stat(image_name(i))?.is_some() {
+                report.left.push(format!(
+                    "{} has no recorded identity; left alone",
+                    dev.image.display()
+                ));
+            }
+            continue;
+        };
+        match d.remove_file(image_name(i), identity)? {
+            Removal::Removed => report.removed.push(dev.image.clone()),
+            Removal::Absent => {}
+            Removal::NotOurs | Removal::NotEmpty => report.left.push(format!(
+                "{} is not the file sandbox up created; left alone",
+                dev.image.display()
+            )),
+        }
+    }
+    for (name, o) in extra {
+        if !report.detached.contains(&o.path) {
+            continue;
+        }
+        match d.remove_file(name, o.identity)? {
+            Removal::Removed => report.removed.push(d.join(name)),
+            Removal::Absent => {}
+            Removal::NotOurs | Removal::NotEmpty => report.left.push(format!(
+                "{} changed while down ran; left alone",
+                d.join(name).display()
+            )),
+        }
+    }
+    Ok(())
 }
 
 /// True if the record shows that `up` made nothing yet.

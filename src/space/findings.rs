@@ -103,60 +103,461 @@ fn chunk_needs(p: BgProfile) -> (usize, u64) {
 /// The interpretation of `df`/`usage` figures.
 pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
     let mount = f.mount.clone().unwrap_or_else(|| "MOUNT".to_owned());
-    let percentages = f
-        .records
-        .iter()
-        .map(|r| UsedPercent {
-            bg_type: r.bg_type,
-            profile: r.profile,
-            used_percent: pct(r.used_bytes, r.total_bytes),
-            used_percent_min: pct(
-                r.used_bytes.saturating_sub(r.used_error_bytes),
-                r.total_bytes.saturating_add(r.total_error_bytes),
-            ),
-            used_percent_max: pct(
-                r.used_bytes.saturating_add(r.used_error_bytes),
-                r.total_bytes.saturating_sub(r.total_error_bytes),
-            ),
-        })
-        .collect();
     let mut findings = Vec::new();
-    if !f.missing.is_empty() {
-        let profiles = |kinds: &[BgType]| -> Vec<Profile> {
-            let mut v: Vec<Profile> = f
-                .records
-                .iter()
-                .filter(|r| kinds.contains(&r.bg_type) && r.total_bytes > 0)
-                .filter_map(|r| match r.profile {
-                    BgProfile::Known(p) => Some(p),
-                    BgProfile::Unknown => None,
-                })
-                .collect();
-            v.sort();
-            v.dedup();
-            v
-        };
-        let total = f
-            .devices
-            .map_or(f.missing.len(), |d| d.max(f.missing.len()));
-        findings.push(crate::model::finding::device_missing(
-            f.missing.len() as u32,
-            &f.missing,
-            total as u64,
-            &profiles(&[BgType::Data, BgType::DataMetadata]),
-            &profiles(&[BgType::Metadata, BgType::DataMetadata]),
-            &mount,
-        ));
+    findings.extend(missing_devices(f, &mount));
+    // With the unallocated space of each device known (`usage`, its
+    // `--parse`): the room computation doctor makes too.
+    if let Some(unalloc) = &f.unallocated {
+        findings.extend(room(f, &mount, unalloc));
     }
-    let reserve = f
+    let metadata_full = f
+        .unallocated
+        .is_none()
+        .then(|| metadata_nearly_full(f, &mount))
+        .flatten();
+    let is_metadata_full = metadata_full.is_some();
+    findings.extend(metadata_full);
+    findings.extend(reserve_used(f, &mount, is_metadata_full));
+    findings.extend(mixed_profiles_finding(f, &mount));
+    if let Some(mut bare) = no_redundancy(f) {
+        // A conversion under way has its own command: not a second one.
+        if !findings
+            .iter()
+            .any(|x| x.code == Code::UnfinishedConversion)
+        {
+            bare.command = Some(format!("btrfs-lab convert {mount} --data raid1"));
+        }
+        findings.push(bare);
+    }
+    findings.extend(what_to_ask_next(f, &mount, is_metadata_full));
+    rank(&mut findings);
+    Interpretation {
+        percentages: f.records.iter().map(used_percent).collect(),
+        findings,
+    }
+}
+
+/// used / total of one record, with its rounding's bounds.
+fn used_percent(r: &SpaceRecord) -> UsedPercent {
+    UsedPercent {
+        bg_type: r.bg_type,
+        profile: r.profile,
+        used_percent: pct(r.used_bytes, r.total_bytes),
+        used_percent_min: pct(
+            r.used_bytes.saturating_sub(r.used_error_bytes),
+            r.total_bytes.saturating_add(r.total_error_bytes),
+        ),
+        used_percent_max: pct(
+            r.used_bytes.saturating_add(r.used_error_bytes),
+            r.total_bytes.saturating_sub(r.total_error_bytes),
+        ),
+    }
+}
+
+/// The known profiles of the records of these types that hold chunks.
+fn known_profiles(records: &[SpaceRecord], kinds: &[BgType]) -> Vec<Profile> {
+    records
+        .iter()
+        .filter(|r| kinds.contains(&r.bg_type) && r.total_bytes > 0)
+        .filter_map(|r| match r.profile {
+            BgProfile::Known(p) => Some(p),
+            BgProfile::Unknown => None,
+        })
+        .collect()
+}
+
+/// The global reserve's record, when there is one.
+fn reserve_record<'r>(f: &SpaceFacts<'r>) -> Option<&'r SpaceRecord> {
+    f.records
+        .iter()
+        .find(|r| r.bg_type == BgType::GlobalReserve)
+}
+
+/// Missing devices (`usage`): what is lost with them.
+fn missing_devices(f: &SpaceFacts<'_>, mount: &str) -> Option<Finding> {
+    if f.missing.is_empty() {
+        return None;
+    }
+    let profiles = |kinds: &[BgType]| -> Vec<Profile> {
+        let mut v = known_profiles(f.records, kinds);
+        v.sort();
+        v.dedup();
+        v
+    };
+    let total = f
+        .devices
+        .map_or(f.missing.len(), |d| d.max(f.missing.len()));
+    Some(crate::model::finding::device_missing(
+        f.missing.len() as u32,
+        &f.missing,
+        total as u64,
+        &profiles(&[BgType::Data, BgType::DataMetadata]),
+        &profiles(&[BgType::Metadata, BgType::DataMetadata]),
+        mount,
+    ))
+}
+
+/// The room for new chunks, from the unallocated space of each device.
+fn room(f: &SpaceFacts<'_>, mount: &str, unalloc: &[i64]) -> Vec<Finding> {
+    let unalloc: Vec<u64> = unalloc.iter().map(|&u| u.max(0) as u64).collect();
+    let totals = |kinds: &[BgType]| -> (u64, u64) {
+        f.records
+            .iter()
+            .filter(|r| kinds.contains(&r.bg_type))
+            .fold((0, 0), |(t, u), r| (t + r.total_bytes, u + r.used_bytes))
+    };
+    let mixed = f.records.iter().any(|r| r.bg_type == BgType::DataMetadata);
+    let raw_allocated: u64 = f
         .records
         .iter()
-        .find(|r| r.bg_type == BgType::GlobalReserve);
-    let meta: Vec<&SpaceRecord> = f
-        .records
+        .filter(|r| r.bg_type != BgType::GlobalReserve)
+        .map(|r| match r.profile {
+            BgProfile::Known(p) => r.total_bytes.saturating_mul(u64::from(p.copies())),
+            BgProfile::Unknown => r.total_bytes,
+        })
+        .sum();
+    super::room::findings(&super::room::RoomFacts {
+        mount,
+        data_profile: super::room::new_chunk_profile(&known_profiles(
+            f.records,
+            &[BgType::Data, BgType::DataMetadata],
+        )),
+        metadata_profile: if mixed {
+            None
+        } else {
+            super::room::new_chunk_profile(&known_profiles(f.records, &[BgType::Metadata]))
+        },
+        data: totals(&[BgType::Data, BgType::DataMetadata]),
+        metadata: totals(&[BgType::Metadata]),
+        reserve: reserve_record(f).map(|r| (r.used_bytes, r.total_bytes)),
+        unalloc: &unalloc,
+        devices_bytes: f
+            .devices_bytes
+            .unwrap_or(raw_allocated + unalloc.iter().sum::<u64>()),
+        metadata_chunk_bytes: 0,
+        kernel: f
+            .kernel
+            .unwrap_or(crate::model::kernel::KernelVersion::new(6, 18)),
+        data_chunks: f.data_chunks.as_deref(),
+    })
+}
+
+/// The metadata records (mixed block groups included).
+fn metadata_records<'r>(f: &SpaceFacts<'r>) -> Vec<&'r SpaceRecord> {
+    f.records
         .iter()
         .filter(|r| matches!(r.bg_type, BgType::Metadata | BgType::DataMetadata))
+        .collect()
+}
+
+/// From `df` alone (no unallocated space): metadata nearly full, with the
+/// room for a new chunk unknown.
+fn metadata_nearly_full(f: &SpaceFacts<'_>, mount: &str) -> Option<Finding> {
+    let meta = metadata_records(f);
+    let reserve = reserve_record(f);
+    let total: u64 = meta.iter().map(|r| r.total_bytes).sum();
+    let used: u64 = meta.iter().map(|r| r.used_bytes).sum();
+    let free = total.saturating_sub(used);
+    let p = pct(used, total);
+    let reserve_total = reserve.map_or(0, |r| r.total_bytes);
+    let reserve_eats_rest = reserve.is_some() && free <= reserve_total;
+    if meta.is_empty() || total == 0 || !(p >= METADATA_FULL_PERCENT || reserve_eats_rest) {
+        return None;
+    }
+    // The profile new metadata chunks get: the largest one.
+    let profile = meta
+        .iter()
+        .max_by_key(|r| r.total_bytes)
+        .map_or(BgProfile::Known(Profile::Single), |r| r.profile);
+    let (need_devs, need_each) = chunk_needs(profile);
+    let what = if p >= METADATA_FULL_PERCENT {
+        format!("metadata is {p:.1}% used")
+    } else {
+        format!(
+            "the global reserve ({}) needs more than the free metadata ({})",
+            size(reserve_total),
+            size(free)
+        )
+    };
+    let base = |room, title: String| {
+        Finding::new(
+            Code::MetadataNearlyFull,
+            title,
+            "btrfs writes metadata (file names, extents, checksums) only into metadata chunks; when they are full and no new chunk can be allocated, writes fail with ENOSPC (No space left on device) while `df` still shows free space",
+        )
+        .with_evidence(
+            "metadata used",
+            format!("{:.1}% of {} ({} used)", p, size(total), size(used)),
+        )
+        .with_evidence("metadata free in its chunks", size(free))
+        .with_severity(rules::metadata_allocated_full(room))
+    };
+    let mut finding = match &f.unallocated {
+        Some(unalloc) => {
+            let fit = unalloc
+                .iter()
+                .filter(|&&u| u >= 0 && u as u64 >= need_each)
+                .count();
+            let list: Vec<String> = unalloc
+                .iter()
+                .map(|&u| {
+                    if u < 0 {
+                        format!("-{}", size(u.unsigned_abs()))
+                    } else {
+                        size(u as u64)
+                    }
+                })
+                .collect();
+            if fit < need_devs {
+                base(
+                    MetadataRoom::NoRoom,
+                    format!(
+                        "ENOSPC is near: {what} and no device has room for a new {} metadata chunk",
+                        profile.progs_name()
+                    ),
+                )
+                .with_evidence("unallocated per device", list.join(", "))
+                .with_evidence(
+                    "a new metadata chunk needs",
+                    format!("{} on {need_devs} device(s)", size(need_each)),
+                )
+                .with_command(display_argv(&[
+                    "btrfs",
+                    "balance",
+                    "start",
+                    "-dusage=10",
+                    mount,
+                ]))
+            } else {
+                base(
+                    MetadataRoom::Fits,
+                    format!("metadata is {p:.1}% used; there is room for new metadata chunks"),
+                )
+                .with_evidence("unallocated per device", list.join(", "))
+            }
+        }
+        None => base(
+            MetadataRoom::Unknown,
+            format!(
+                "{what}: ENOSPC is near unless there is unallocated space for a new metadata chunk"
+            ),
+        )
+        .with_evidence(
+            "a new metadata chunk needs",
+            format!(
+                "{} unallocated on {need_devs} device(s) ({})",
+                size(need_each),
+                profile.progs_name()
+            ),
+        )
+        .with_command(display_argv(&["btrfs", "filesystem", "usage", "-T", mount])),
+    };
+    if reserve_eats_rest {
+        finding = finding.with_evidence(
+            "global reserve",
+            format!(
+                "{} must come out of metadata: the free metadata is {}",
+                size(reserve_total),
+                size(free)
+            ),
+        );
+    }
+    let data_slack: u64 = f
+        .records
+        .iter()
+        .filter(|r| r.bg_type == BgType::Data)
+        .map(|r| r.total_bytes.saturating_sub(r.used_bytes))
+        .sum();
+    if data_slack >= 1 << 30 {
+        finding = finding.with_evidence(
+            "data allocated but unused (a data balance can return it)",
+            size(data_slack),
+        );
+    }
+    if finding.severity == Severity::Warning {
+        finding.why.push_str(
+            "; `btrfs filesystem df` does not show unallocated space: `btrfs filesystem usage -T` shows it per device",
+        );
+    } else if finding.severity == Severity::Critical {
+        finding.why.push_str(
+            "; a balance of nearly empty data chunks returns space to unallocated (or add a device: btrfs-lab device add)",
+        );
+    }
+    Some(finding)
+}
+
+/// The global reserve in use (`df` alone: room unknown).
+fn reserve_used(f: &SpaceFacts<'_>, mount: &str, metadata_full: bool) -> Option<Finding> {
+    let r = reserve_record(f).filter(|r| r.used_bytes > 0 && f.unallocated.is_none())?;
+    Some(
+        Finding::new(
+            Code::GlobalReserveUsed,
+            format!("the global reserve is in use ({} of {})", size(r.used_bytes), size(r.total_bytes)),
+            "btrfs dips into its emergency metadata reserve only when ordinary metadata space ran out; operations that need it next fail with ENOSPC",
+        )
+        .with_evidence("global reserve used", format!("{} of {}", size(r.used_bytes), size(r.total_bytes)))
+        .with_severity(rules::global_reserve_used(r.used_bytes, r.total_bytes, metadata_full))
+        .with_command(display_argv(&["btrfs", "filesystem", "usage", "-T", mount])),
+    )
+}
+
+/// Mixed profiles: an unfinished conversion (or old mkfs leftovers).
+fn mixed_profiles_finding(f: &SpaceFacts<'_>, mount: &str) -> Option<Finding> {
+    let mixed = mixed_profiles(f.records);
+    if mixed.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = mixed
+        .iter()
+        .map(crate::model::space::describe_mixed)
         .collect();
+    if only_mkfs_leftovers(f.records, &mixed) {
+        return Some(
+            Finding::new(
+                Code::EmptyLeftoverChunks,
+                format!("empty chunks in a second profile: {}", names.join("; ")),
+                "mkfs of old btrfs-progs left small empty single chunks next to the real profile; they hold nothing and a balance with usage=0 removes them",
+            )
+            .with_evidence("types", names.join("; "))
+            .with_command(display_argv(&["btrfs", "balance", "start", "-musage=0", "-dusage=0", mount])),
+        );
+    }
+    let mut finding = match f
+        .balance
+        .filter(|b| b.data_target.is_some() || b.metadata_target.is_some())
+    {
+        // The kernel knows where the conversion goes: one suggestion, the
+        // one that continues it.
+        Some(b) => {
+            let targets = b.targets().in_words();
+            let (state, words) = if b.running {
+                ("running", vec!["btrfs-lab", "convert", "--status", mount])
+            } else {
+                ("paused", vec!["btrfs-lab", "convert", "--resume", mount])
+            };
+            Finding::new(
+                Code::UnfinishedConversion,
+                format!("a conversion ({targets}) is {state}: {}", names.join("; ")),
+                "until it finishes, part of the filesystem keeps the old profile's redundancy",
+            )
+            .with_command(crate::sys::tools::display_argv(&words))
+        }
+        None => Finding::new(
+            Code::UnfinishedConversion,
+            format!("more than one profile for one type: {}", names.join("; ")),
+            "a conversion (balance with a convert filter) did not finish: part of the data has the old profile's redundancy. The command finishes it towards the profile another type already has alone (or the one every mixed type has), else the one that holds the most; if the conversion was going the other way, give that profile instead",
+        )
+        .with_command(finish_conversion_command(f.records, &mixed, mount)),
+    };
+    for m in &mixed {
+        for r in f.records.iter().filter(|r| r.bg_type == m.bg_type) {
+            finding = finding.with_evidence(
+                &format!("{}, {}", r.bg_type.progs_name(), r.profile.progs_name()),
+                format!(
+                    "{} allocated, {} used",
+                    size(r.total_bytes),
+                    size(r.used_bytes)
+                ),
+            );
+        }
+    }
+    Some(finding)
+}
+
+/// Empty single chunks next to the real profile: mkfs of btrfs-progs
+/// before 3.x left them (`System: total=4.00MB, used=0.00`).
+fn only_mkfs_leftovers(
+    records: &[SpaceRecord],
+    mixed: &[crate::model::space::MixedProfiles],
+) -> bool {
+    mixed.iter().all(|m| {
+        // Old mkfs left them for metadata and system only.
+        matches!(m.bg_type, BgType::Metadata | BgType::System)
+            && records
+                .iter()
+                .filter(|r| r.bg_type == m.bg_type)
+                .filter(|r| r.used_bytes != 0)
+                .count()
+                <= 1
+            && records.iter().any(|r| {
+                r.bg_type == m.bg_type
+                    && r.used_bytes == 0
+                    && r.exact_or_small()
+                    && r.profile == BgProfile::Known(Profile::Single)
+            })
+    })
+}
+
+/// `btrfs-lab convert MOUNT --data P --metadata Q` towards the profiles an
+/// unfinished conversion most likely had as its targets.
+fn finish_conversion_command(
+    records: &[SpaceRecord],
+    mixed: &[crate::model::space::MixedProfiles],
+    mount: &str,
+) -> String {
+    let is_mixed = |t: BgType| mixed.iter().any(|m| m.bg_type == t);
+    let target_of = |t: BgType| conversion_target(records, mixed, t);
+    let data = target_of(BgType::Data)
+        .or_else(|| target_of(BgType::DataMetadata))
+        .filter(|_| is_mixed(BgType::Data) || is_mixed(BgType::DataMetadata));
+    // System chunks convert with metadata.
+    let metadata = target_of(BgType::Metadata)
+        .filter(|_| is_mixed(BgType::Metadata) || is_mixed(BgType::System));
+    let mut words = vec![
+        "btrfs-lab".to_owned(),
+        "convert".to_owned(),
+        mount.to_owned(),
+    ];
+    if let Some(d) = data {
+        words.extend(["--data".to_owned(), d.to_string()]);
+    }
+    if let Some(m) = metadata {
+        words.extend(["--metadata".to_owned(), m.to_string()]);
+    }
+    display_argv(&words)
+}
+
+/// The target of a conversion for one type: a profile that another type
+/// already has alone (data converted to match metadata), else the profile
+/// that holds the most.
+fn conversion_target(
+    records: &[SpaceRecord],
+    mixed: &[crate::model::space::MixedProfiles],
+    t: BgType,
+) -> Option<BgProfile> {
+    let sole_profiles: Vec<BgProfile> = records
+        .iter()
+        .filter(|r| r.bg_type != BgType::GlobalReserve)
+        .filter(|r| !mixed.iter().any(|m| m.bg_type == r.bg_type))
+        .map(|r| r.profile)
+        .collect();
+    let own: Vec<&SpaceRecord> = records.iter().filter(|r| r.bg_type == t).collect();
+    let matching: Vec<BgProfile> = own
+        .iter()
+        .map(|r| r.profile)
+        .filter(|p| sole_profiles.contains(p))
+        .collect();
+    if own.len() > 1 && matching.len() == 1 {
+        return Some(matching[0]);
+    }
+    // A profile every mixed type has (a convert of all types at once), when
+    // only one is.
+    let common: Vec<BgProfile> = own
+        .iter()
+        .map(|r| r.profile)
+        .filter(|p| mixed.iter().all(|m| m.profiles.contains(p)))
+        .collect();
+    if own.len() > 1 && mixed.len() > 1 && common.len() == 1 {
+        return Some(common[0]);
+    }
+    own.iter()
+        .max_by_key(|r| (r.total_bytes, r.used_bytes))
+        .map(|r| r.profile)
+}
+
+/// Data without redundancy on several devices (its command is set by the
+/// caller: none when a conversion is under way).
+fn no_redundancy(f: &SpaceFacts<'_>) -> Option<Finding> {
     let implied_devices = f
         .records
         .iter()
@@ -168,343 +569,6 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
         .max()
         .unwrap_or(1);
     let devices = f.devices.unwrap_or(implied_devices).max(implied_devices);
-
-    // With the unallocated space of each device known (`usage`, its
-    // `--parse`): the room computation doctor makes too.
-    if let Some(unalloc) = &f.unallocated {
-        let unalloc: Vec<u64> = unalloc.iter().map(|&u| u.max(0) as u64).collect();
-        let known = |kinds: &[BgType]| -> Vec<Profile> {
-            f.records
-                .iter()
-                .filter(|r| kinds.contains(&r.bg_type) && r.total_bytes > 0)
-                .filter_map(|r| match r.profile {
-                    BgProfile::Known(p) => Some(p),
-                    BgProfile::Unknown => None,
-                })
-                .collect()
-        };
-        let totals = |kinds: &[BgType]| -> (u64, u64) {
-            f.records
-                .iter()
-                .filter(|r| kinds.contains(&r.bg_type))
-                .fold((0, 0), |(t, u), r| (t + r.total_bytes, u + r.used_bytes))
-        };
-        let mixed = f.records.iter().any(|r| r.bg_type == BgType::DataMetadata);
-        let raw_allocated: u64 = f
-            .records
-            .iter()
-            .filter(|r| r.bg_type != BgType::GlobalReserve)
-            .map(|r| match r.profile {
-                BgProfile::Known(p) => r.total_bytes.saturating_mul(u64::from(p.copies())),
-                BgProfile::Unknown => r.total_bytes,
-            })
-            .sum();
-        findings.extend(super::room::findings(&super::room::RoomFacts {
-            mount: &mount,
-            data_profile: super::room::new_chunk_profile(&known(&[
-                BgType::Data,
-                BgType::DataMetadata,
-            ])),
-            metadata_profile: if mixed {
-                None
-            } else {
-                super::room::new_chunk_profile(&known(&[BgType::Metadata]))
-            },
-            data: totals(&[BgType::Data, BgType::DataMetadata]),
-            metadata: totals(&[BgType::Metadata]),
-            reserve: reserve.map(|r| (r.used_bytes, r.total_bytes)),
-            unalloc: &unalloc,
-            devices_bytes: f
-                .devices_bytes
-                .unwrap_or(raw_allocated + unalloc.iter().sum::<u64>()),
-            metadata_chunk_bytes: 0,
-            kernel: f
-                .kernel
-                .unwrap_or(crate::model::kernel::KernelVersion::new(6, 18)),
-            data_chunks: f.data_chunks.as_deref(),
-        }));
-    }
-
-    // From `df` alone (no unallocated space): metadata nearly full, with
-    // the room for a new chunk unknown.
-    let mut metadata_full = false;
-    if !meta.is_empty() && f.unallocated.is_none() {
-        let total: u64 = meta.iter().map(|r| r.total_bytes).sum();
-        let used: u64 = meta.iter().map(|r| r.used_bytes).sum();
-        let free = total.saturating_sub(used);
-        let p = pct(used, total);
-        let reserve_total = reserve.map_or(0, |r| r.total_bytes);
-        let reserve_eats_rest = reserve.is_some() && free <= reserve_total;
-        if total > 0 && (p >= METADATA_FULL_PERCENT || reserve_eats_rest) {
-            metadata_full = true;
-            // The profile new metadata chunks get: the largest one.
-            let profile = meta
-                .iter()
-                .max_by_key(|r| r.total_bytes)
-                .map_or(BgProfile::Known(Profile::Single), |r| r.profile);
-            let (need_devs, need_each) = chunk_needs(profile);
-            let what = if p >= METADATA_FULL_PERCENT {
-                format!("metadata is {p:.1}% used")
-            } else {
-                format!(
-                    "the global reserve ({}) needs more than the free metadata ({})",
-                    size(reserve_total),
-                    size(free)
-                )
-            };
-            let base = |room, title: String| {
-                Finding::new(
-                    Code::MetadataNearlyFull,
-                    title,
-                    "btrfs writes metadata (file names, extents, checksums) only into metadata chunks; when they are full and no new chunk can be allocated, writes fail with ENOSPC (No space left on device) while `df` still shows free space",
-                )
-                .with_evidence(
-                    "metadata used",
-                    format!("{:.1}% of {} ({} used)", p, size(total), size(used)),
-                )
-                .with_evidence("metadata free in its chunks", size(free))
-                .with_severity(rules::metadata_allocated_full(room))
-            };
-            let mut finding = match &f.unallocated {
-                Some(unalloc) => {
-                    let fit = unalloc
-                        .iter()
-                        .filter(|&&u| u >= 0 && u as u64 >= need_each)
-                        .count();
-                    let list: Vec<String> = unalloc
-                        .iter()
-                        .map(|&u| {
-                            if u < 0 {
-                                format!("-{}", size(u.unsigned_abs()))
-                            } else {
-                                size(u as u64)
-                            }
-                        })
-                        .collect();
-                    if fit < need_devs {
-                        base(
-                            MetadataRoom::NoRoom,
-                            format!(
-                                "ENOSPC is near: {what} and no device has room for a new {} metadata chunk",
-                                profile.progs_name()
-                            ),
-                        )
-                        .with_evidence("unallocated per device", list.join(", "))
-                        .with_evidence(
-                            "a new metadata chunk needs",
-                            format!("{} on {need_devs} device(s)", size(need_each)),
-                        )
-                        .with_command(display_argv(&["btrfs", "balance", "start", "-dusage=10", &mount]))
-                    } else {
-                        base(
-                            MetadataRoom::Fits,
-                            format!(
-                                "metadata is {p:.1}% used; there is room for new metadata chunks"
-                            ),
-                        )
-                        .with_evidence("unallocated per device", list.join(", "))
-                    }
-                }
-                None => base(
-                    MetadataRoom::Unknown,
-                    format!(
-                        "{what}: ENOSPC is near unless there is unallocated space for a new metadata chunk"
-                    ),
-                )
-                .with_evidence(
-                    "a new metadata chunk needs",
-                    format!(
-                        "{} unallocated on {need_devs} device(s) ({})",
-                        size(need_each),
-                        profile.progs_name()
-                    ),
-                )
-                .with_command(display_argv(&["btrfs", "filesystem", "usage", "-T", &mount])),
-            };
-            if reserve_eats_rest {
-                finding = finding.with_evidence(
-                    "global reserve",
-                    format!(
-                        "{} must come out of metadata: the free metadata is {}",
-                        size(reserve_total),
-                        size(free)
-                    ),
-                );
-            }
-            let data_slack: u64 = f
-                .records
-                .iter()
-                .filter(|r| r.bg_type == BgType::Data)
-                .map(|r| r.total_bytes.saturating_sub(r.used_bytes))
-                .sum();
-            if data_slack >= 1 << 30 {
-                finding = finding.with_evidence(
-                    "data allocated but unused (a data balance can return it)",
-                    size(data_slack),
-                );
-            }
-            if finding.severity == Severity::Warning {
-                finding.why.push_str(
-                    "; `btrfs filesystem df` does not show unallocated space: `btrfs filesystem usage -T` shows it per device",
-                );
-            } else if finding.severity == Severity::Critical {
-                finding.why.push_str(
-                    "; a balance of nearly empty data chunks returns space to unallocated (or add a device: btrfs-lab device add)",
-                );
-            }
-            findings.push(finding);
-        }
-    }
-
-    // The global reserve in use (`df` alone: room unknown).
-    if let Some(r) = reserve.filter(|r| r.used_bytes > 0 && f.unallocated.is_none()) {
-        findings.push(
-            Finding::new(
-                Code::GlobalReserveUsed,
-                format!("the global reserve is in use ({} of {})", size(r.used_bytes), size(r.total_bytes)),
-                "btrfs dips into its emergency metadata reserve only when ordinary metadata space ran out; operations that need it next fail with ENOSPC",
-            )
-            .with_evidence("global reserve used", format!("{} of {}", size(r.used_bytes), size(r.total_bytes)))
-            .with_severity(rules::global_reserve_used(r.used_bytes, r.total_bytes, metadata_full))
-            .with_command(display_argv(&["btrfs", "filesystem", "usage", "-T", &mount])),
-        );
-    }
-
-    // Mixed profiles: an unfinished conversion (or old mkfs leftovers).
-    let mixed = mixed_profiles(f.records);
-    if !mixed.is_empty() {
-        // The target of a conversion: a profile that another type already
-        // has alone (data converted to match metadata), else the profile
-        // that holds the most.
-        let sole_profiles: Vec<BgProfile> = f
-            .records
-            .iter()
-            .filter(|r| r.bg_type != BgType::GlobalReserve)
-            .filter(|r| !mixed.iter().any(|m| m.bg_type == r.bg_type))
-            .map(|r| r.profile)
-            .collect();
-        let target_of = |t: BgType| -> Option<BgProfile> {
-            let own: Vec<&SpaceRecord> = f.records.iter().filter(|r| r.bg_type == t).collect();
-            let matching: Vec<BgProfile> = own
-                .iter()
-                .map(|r| r.profile)
-                .filter(|p| sole_profiles.contains(p))
-                .collect();
-            if own.len() > 1 && matching.len() == 1 {
-                return Some(matching[0]);
-            }
-            // A profile every mixed type has (a convert of all types at
-            // once), when only one is.
-            let common: Vec<BgProfile> = own
-                .iter()
-                .map(|r| r.profile)
-                .filter(|p| mixed.iter().all(|m| m.profiles.contains(p)))
-                .collect();
-            if own.len() > 1 && mixed.len() > 1 && common.len() == 1 {
-                return Some(common[0]);
-            }
-            own.iter()
-                .max_by_key(|r| (r.total_bytes, r.used_bytes))
-                .map(|r| r.profile)
-        };
-        // Empty single chunks next to the real profile: mkfs of btrfs-progs
-        // before 3.x left them (`System: total=4.00MB, used=0.00`).
-        let leftovers_only = mixed.iter().all(|m| {
-            // Old mkfs left them for metadata and system only.
-            matches!(m.bg_type, BgType::Metadata | BgType::System)
-                && f.records
-                    .iter()
-                    .filter(|r| r.bg_type == m.bg_type)
-                    .filter(|r| r.used_bytes != 0)
-                    .count()
-                    <= 1
-                && f.records.iter().any(|r| {
-                    r.bg_type == m.bg_type
-                        && r.used_bytes == 0
-                        && r.exact_or_small()
-                        && r.profile == BgProfile::Known(Profile::Single)
-                })
-        });
-        let names: Vec<String> = mixed
-            .iter()
-            .map(crate::model::space::describe_mixed)
-            .collect();
-        if leftovers_only {
-            findings.push(
-                Finding::new(
-                    Code::EmptyLeftoverChunks,
-                    format!("empty chunks in a second profile: {}", names.join("; ")),
-                    "mkfs of old btrfs-progs left small empty single chunks next to the real profile; they hold nothing and a balance with usage=0 removes them",
-                )
-                .with_evidence("types", names.join("; "))
-                .with_command(display_argv(&["btrfs", "balance", "start", "-musage=0", "-dusage=0", &mount])),
-            );
-        } else {
-            let is_mixed = |t: BgType| mixed.iter().any(|m| m.bg_type == t);
-            let data = target_of(BgType::Data)
-                .or_else(|| target_of(BgType::DataMetadata))
-                .filter(|_| is_mixed(BgType::Data) || is_mixed(BgType::DataMetadata));
-            // System chunks convert with metadata.
-            let metadata = target_of(BgType::Metadata)
-                .filter(|_| is_mixed(BgType::Metadata) || is_mixed(BgType::System));
-            let mut finding = match f
-                .balance
-                .filter(|b| b.data_target.is_some() || b.metadata_target.is_some())
-            {
-                // The kernel knows where the conversion goes: one
-                // suggestion, the one that continues it.
-                Some(b) => {
-                    let targets = b.targets().in_words();
-                    let (state, words) = if b.running {
-                        ("running", vec!["btrfs-lab", "convert", "--status", &mount])
-                    } else {
-                        ("paused", vec!["btrfs-lab", "convert", "--resume", &mount])
-                    };
-                    Finding::new(
-                        Code::UnfinishedConversion,
-                        format!(
-                            "a conversion ({targets}) is {state}: {}",
-                            names.join("; ")
-                        ),
-                        "until it finishes, part of the filesystem keeps the old profile's redundancy",
-                    )
-                    .with_command(crate::sys::tools::display_argv(&words))
-                }
-                None => {
-                    let mut words =
-                        vec!["btrfs-lab".to_owned(), "convert".to_owned(), mount.clone()];
-                    if let Some(d) = data {
-                        words.extend(["--data".to_owned(), d.to_string()]);
-                    }
-                    if let Some(m) = metadata {
-                        words.extend(["--metadata".to_owned(), m.to_string()]);
-                    }
-                    let cmd = display_argv(&words);
-                    Finding::new(
-                        Code::UnfinishedConversion,
-                        format!("more than one profile for one type: {}", names.join("; ")),
-                        "a conversion (balance with a convert filter) did not finish: part of the data has the old profile's redundancy. The command finishes it towards the profile another type already has alone (or the one every mixed type has), else the one that holds the most; if the conversion was going the other way, give that profile instead",
-                    )
-                    .with_command(cmd)
-                }
-            };
-            for m in &mixed {
-                for r in f.records.iter().filter(|r| r.bg_type == m.bg_type) {
-                    finding = finding.with_evidence(
-                        &format!("{}, {}", r.bg_type.progs_name(), r.profile.progs_name()),
-                        format!(
-                            "{} allocated, {} used",
-                            size(r.total_bytes),
-                            size(r.used_bytes)
-                        ),
-                    );
-                }
-            }
-            findings.push(finding);
-        }
-    }
-
-    // Data without redundancy on several devices.
     let bare: Vec<&SpaceRecord> = f
         .records
         .iter()
@@ -517,36 +581,31 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                 && r.used_bytes > 0
         })
         .collect();
-    if devices >= 2 && !bare.is_empty() {
-        let total: u64 = bare.iter().map(|r| r.used_bytes).sum();
-        findings.push(
-            Finding::new(
-                Code::DataNoRedundancy,
-                format!("data has no redundancy on a filesystem of {devices} devices"),
-                "with single or RAID0 data, losing any one device loses the files with extents on it; with several devices a redundant profile is possible",
-            )
-            .with_evidence("data without a second copy", size(total))
-            .with_evidence(
-                "devices",
-                if f.devices.is_some() {
-                    devices.to_string()
-                } else {
-                    format!("at least {devices} (implied by the profiles)")
-                },
-            )
-            ,
-        );
-        // A conversion under way has its own command: not a second one.
-        if !findings
-            .iter()
-            .any(|x| x.code == Code::UnfinishedConversion)
-            && let Some(last) = findings.last_mut()
-        {
-            last.command = Some(format!("btrfs-lab convert {mount} --data raid1"));
-        }
+    if devices < 2 || bare.is_empty() {
+        return None;
     }
+    let total: u64 = bare.iter().map(|r| r.used_bytes).sum();
+    Some(
+        Finding::new(
+            Code::DataNoRedundancy,
+            format!("data has no redundancy on a filesystem of {devices} devices"),
+            "with single or RAID0 data, losing any one device loses the files with extents on it; with several devices a redundant profile is possible",
+        )
+        .with_evidence("data without a second copy", size(total))
+        .with_evidence(
+            "devices",
+            if f.devices.is_some() {
+                devices.to_string()
+            } else {
+                format!("at least {devices} (implied by the profiles)")
+            },
+        ),
+    )
+}
 
-    // What to ask for next when the paste cannot tell.
+/// What to ask for next when the paste cannot tell.
+fn what_to_ask_next(f: &SpaceFacts<'_>, mount: &str, metadata_full: bool) -> Vec<Finding> {
+    let mut findings = Vec::new();
     if f.ambiguous_units {
         findings.push(
             Finding::new(
@@ -554,31 +613,25 @@ pub fn interpret(f: &SpaceFacts<'_>) -> Interpretation {
                 "the units of this paste are ambiguous (old binary MB/GB or --si)",
                 "the figures were read as binary with bounds that cover the decimal reading; raw bytes settle it",
             )
-            .with_command(display_argv(&["btrfs", "filesystem", "df", "-b", &mount])),
+            .with_command(display_argv(&["btrfs", "filesystem", "df", "-b", mount])),
         );
     }
-    if f.unallocated.is_none() && !meta.is_empty() && !metadata_full {
-        let data_full = f
-            .records
-            .iter()
-            .filter(|r| r.bg_type == BgType::Data)
-            .any(|r| pct(r.used_bytes, r.total_bytes) >= METADATA_FULL_PERCENT);
-        if data_full {
-            findings.push(
-                Finding::new(
-                    Code::AskForUsage,
-                    "data chunks are nearly full; whether new ones fit is not in this output",
-                    "`btrfs filesystem df` shows only allocated chunks; `btrfs filesystem usage -T` shows the unallocated space per device that new chunks come from",
-                )
-                .with_command(display_argv(&["btrfs", "filesystem", "usage", "-T", &mount])),
-            );
-        }
+    let data_full = f
+        .records
+        .iter()
+        .filter(|r| r.bg_type == BgType::Data)
+        .any(|r| pct(r.used_bytes, r.total_bytes) >= METADATA_FULL_PERCENT);
+    if f.unallocated.is_none() && !metadata_records(f).is_empty() && !metadata_full && data_full {
+        findings.push(
+            Finding::new(
+                Code::AskForUsage,
+                "data chunks are nearly full; whether new ones fit is not in this output",
+                "`btrfs filesystem df` shows only allocated chunks; `btrfs filesystem usage -T` shows the unallocated space per device that new chunks come from",
+            )
+            .with_command(display_argv(&["btrfs", "filesystem", "usage", "-T", mount])),
+        );
     }
-    rank(&mut findings);
-    Interpretation {
-        percentages,
-        findings,
-    }
+    findings
 }
 
 trait SmallChunk {

@@ -33,8 +33,9 @@ use crate::sys::tools::fio::FioRunner;
 use crate::ui::Ui;
 
 use super::cliff::{self, CliffAnalysis, Point, Shape};
+use super::jobs::IOENGINE;
+use super::kit::{self, WorkDir, check_stop};
 use super::report::{MemberDevice, SystemInfo, TargetInfo};
-use super::{WorkDir, check_stop, jobs::IOENGINE};
 
 /// Smallest sustained write worth running.
 pub(crate) const MIN_SIZE: u64 = 256 << 20;
@@ -630,7 +631,7 @@ fn written_by(devs: &[MemberDevice], root: &SysRoot) -> Vec<u64> {
 #[derive(Debug)]
 pub struct SustainedPlan {
     /// DIR, held, and what was read of it.
-    pub target: super::Target,
+    pub target: kit::Target,
     /// Bytes to write ([`plan_size`] on the target's free space).
     pub size: u64,
     /// What the write costs, for the confirmation ([`warning`]).
@@ -639,7 +640,7 @@ pub struct SustainedPlan {
 
 /// Plans the write on `target`: its size from the free space (or a
 /// refusal that says how much is needed) and the warning.
-pub fn plan(opts: &SustainedOptions, target: super::Target) -> Result<SustainedPlan> {
+pub fn plan(opts: &SustainedOptions, target: kit::Target) -> Result<SustainedPlan> {
     let size = plan_size(opts, target.info.available_bytes, &target.info.dir)?;
     let warning = warning(size, opts.time_limit_secs, &target.info.dir);
     Ok(SustainedPlan {
@@ -674,7 +675,7 @@ pub fn run(
     progress: &mut dyn FnMut(&SustainedProgress),
 ) -> Result<SustainedReport> {
     let SustainedPlan { target, size, .. } = plan;
-    let super::Target {
+    let kit::Target {
         held,
         info,
         is_btrfs,
@@ -686,16 +687,16 @@ pub fn run(
         swept: _,
     } = target;
     let fs_type = info.mount.fs_type.clone();
-    super::install_signals()?;
+    kit::install_signals()?;
     check_stop()?;
     if let Some(cg) = crate::hooks::Switch::BenchCgroup.value() {
         crate::sys::proc::cgroup::join(Path::new(&cg))?;
     }
 
     started();
-    let mut notes = super::sweep_stale(&held);
+    let mut notes = kit::sweep_stale(&held);
     let work = WorkDir::create(held)?;
-    super::set_dir_mode(&work, false, is_btrfs)?;
+    kit::set_dir_mode(&work, false, is_btrfs)?;
     let file = work.dir().create_file(TEST_FILE, 0o600)?;
     let period_msec = sample_period_msec(size, opts.time_limit_secs);
     let period = period_msec as f64 / 1000.0;
@@ -826,7 +827,7 @@ pub fn run(
             devices_missing.join(", ")
         ));
     }
-    let compression = super::compression_option(&mount_options);
+    let compression = kit::compression_option(&mount_options);
     Ok(SustainedReport {
         report_version: REPORT_VERSION,
         mode: "sustained".into(),

@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::finding::{Code, Finding};
 use crate::model::profile::Profile;
+use crate::model::rate::format_mb_fine;
+use crate::model::units::{decimal_gb, decimal_mb};
 use crate::parse::size::format_iec;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::proc::diskstats;
@@ -282,7 +284,7 @@ pub(crate) fn check_series(
 ) -> SeriesCheck {
     let expected = device_bytes.map(|_| least_device_bytes(bytes_written, profiles));
     let off = |a: u64, b: u64| (a as f64 - b as f64).abs() / (b.max(1)) as f64;
-    let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+    let mb = |b: u64| decimal_mb(b as f64);
     let reason = if bytes_written == 0 {
         None
     } else if series_bytes == 0 {
@@ -446,27 +448,6 @@ pub fn format_secs(s: f64) -> String {
     }
 }
 
-/// MB/s (10^6), one decimal, more below 0.1 MB/s, so a rate that moved
-/// data never reads "0.0".
-pub fn format_mb(bytes_per_sec: f64) -> String {
-    let m = bytes_per_sec / 1e6;
-    if m > 0.0 && m < 0.001 {
-        "<0.001".to_owned()
-    } else if m > 0.0 && m < 0.1 {
-        format!("{m:.3}")
-    } else {
-        format!("{m:.1}")
-    }
-}
-
-fn gb(b: f64) -> String {
-    format!("{:.2} GB", b / 1e9)
-}
-
-fn mbps(b: f64) -> String {
-    format!("{} MB/s", format_mb(b))
-}
-
 /// The findings and the sentence for an analysis.
 pub fn verdict(
     a: &CliffAnalysis,
@@ -477,7 +458,7 @@ pub fn verdict(
     seconds: f64,
 ) -> (String, Vec<Finding>) {
     let mut findings = Vec::new();
-    let average = mbps(if seconds > 0.0 {
+    let average = format_mb_fine(if seconds > 0.0 {
         bytes_written as f64 / seconds
     } else {
         0.0
@@ -488,17 +469,17 @@ pub fn verdict(
             format!("the write-rate series does not add up: {reason}"),
             "a curve that counts bytes the drives did not write (or misses bytes they did) puts a cliff where there is none: no cliff, decline or steady rate is called from it",
         )
-        .with_evidence("series", gb(check.series_bytes as f64))
-        .with_evidence("written (fio)", gb(check.bytes_written as f64));
+        .with_evidence("series", decimal_gb(check.series_bytes as f64))
+        .with_evidence("written (fio)", decimal_gb(check.bytes_written as f64));
         if let (Some(d), Some(e)) = (check.device_bytes, check.device_bytes_expected) {
             f = f
-                .with_evidence("members wrote", gb(d as f64))
-                .with_evidence("members needed at least", gb(e as f64));
+                .with_evidence("members wrote", decimal_gb(d as f64))
+                .with_evidence("members needed at least", decimal_gb(e as f64));
         }
         findings.push(f);
         let summary = format!(
             "{} written in {} ({} on average); the rate series is flagged, no cliff is called: {reason}",
-            gb(bytes_written as f64),
+            decimal_gb(bytes_written as f64),
             format_secs(seconds),
             average
         );
@@ -512,15 +493,15 @@ pub fn verdict(
                 Code::SustainedWriteCliff,
                 format!(
                     "the write rate dropped from {} to {} after {}",
-                    mbps(rb),
-                    mbps(ra),
-                    gb(before)
+                    format_mb_fine(rb),
+                    format_mb_fine(ra),
+                    decimal_gb(before)
                 ),
                 "a burst of this size runs at the first rate, anything longer at the second: the drives' write cache (SLC on consumer SSDs) filled",
             )
-            .with_evidence("bytes before the cliff", gb(before))
-            .with_evidence("rate before", mbps(rb))
-            .with_evidence("rate after", mbps(ra))
+            .with_evidence("bytes before the cliff", decimal_gb(before))
+            .with_evidence("rate before", format_mb_fine(rb))
+            .with_evidence("rate after", format_mb_fine(ra))
             .with_evidence("after / before", format!("{:.2}", a.ratio.unwrap_or(0.0)));
             let cliffs: Vec<&MemberSeries> = members
                 .iter()
@@ -529,19 +510,22 @@ pub fn verdict(
             let raid0 = data_profiles.contains(&Profile::Raid0) && members.len() > 1;
             let mut s = format!(
                 "cliff after {}: {} before, {} after (×{:.2})",
-                gb(before),
-                mbps(rb),
-                mbps(ra),
+                decimal_gb(before),
+                format_mb_fine(rb),
+                format_mb_fine(ra),
                 a.ratio.unwrap_or(0.0)
             );
             if raid0 && cliffs.len() == members.len() {
                 let per = before / members.len() as f64;
-                f = f.with_evidence("per drive", format!("{} × {}", members.len(), gb(per)));
+                f = f.with_evidence(
+                    "per drive",
+                    format!("{} × {}", members.len(), decimal_gb(per)),
+                );
                 s.push_str(&format!(
                     "; on this RAID0 of {} drives that is {} × {} per drive: each drive's write cache filled",
                     members.len(),
                     members.len(),
-                    gb(per)
+                    decimal_gb(per)
                 ));
             }
             findings.push(f);
@@ -552,27 +536,27 @@ pub fn verdict(
             findings.push(
                 Finding::new(
                     Code::SustainedWriteDecline,
-                    format!("the write rate sank gradually from {} to {}", mbps(rb), mbps(ra)),
+                    format!("the write rate sank gradually from {} to {}", format_mb_fine(rb), format_mb_fine(ra)),
                     "no single step: a gradual decline is more often heat (thermal throttling) than a cache filling",
                 )
-                .with_evidence("start (smoothed)", mbps(rb))
-                .with_evidence("end (smoothed)", mbps(ra)),
+                .with_evidence("start (smoothed)", format_mb_fine(rb))
+                .with_evidence("end (smoothed)", format_mb_fine(ra)),
             );
             format!(
                 "no cliff within {}, but a gradual decline from {} to {} (heat?)",
-                gb(bytes_written as f64),
-                mbps(rb),
-                mbps(ra)
+                decimal_gb(bytes_written as f64),
+                format_mb_fine(rb),
+                format_mb_fine(ra)
             )
         }
         Shape::Steady => format!(
             "no cliff within {}: {} sustained (median)",
-            gb(bytes_written as f64),
-            mbps(a.median_bytes_per_sec)
+            decimal_gb(bytes_written as f64),
+            format_mb_fine(a.median_bytes_per_sec)
         ),
         Shape::TooShort => format!(
             "{} written in {} ({} on average): too short a series ({} sample{}) to tell a cliff; a larger SIZE writes for longer",
-            gb(bytes_written as f64),
+            decimal_gb(bytes_written as f64),
             format_secs(seconds),
             average,
             a.samples,

@@ -16,6 +16,7 @@ use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
+use btrfs_lab::model::rate::{mb_number, mb_number_fine};
 use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
 use btrfs_lab::sys::fs::outfile::{OutputDir, split};
@@ -279,10 +280,10 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     let bar = out.byte_progress("bench --sustained {msg}");
     let result = sustained::run(&opts, plan, &mut fio, &fio_path, &mut || {}, &mut |p| {
         bar.set_message(format!(
-            "{} of {}  {:.1} MB/s  ETA {}m{:02}s",
+            "{} of {}  {} MB/s  ETA {}m{:02}s",
             super::units::size(p.bytes_written),
             super::units::size(p.size_bytes),
-            p.bytes_per_sec / 1e6,
+            mb_number(p.bytes_per_sec),
             p.eta_secs / 60,
             p.eta_secs % 60
         ));
@@ -332,14 +333,14 @@ pub fn render_sustained(r: &SustainedReport) -> String {
         // No series: the run's average, never "peak 0.0".
         s.push_str(&format!(
             "  MB/s  no rate series; {} on average\n",
-            sustained::format_mb(avg)
+            mb_number_fine(avg)
         ));
     } else {
         s.push_str(&format!(
             "  MB/s  {}  peak {}, {} on average\n",
             cliff::sparkline(&rates, 72),
-            sustained::format_mb(peak),
-            sustained::format_mb(avg)
+            mb_number_fine(peak),
+            mb_number_fine(avg)
         ));
     }
     let c = &r.series_check;
@@ -858,10 +859,6 @@ pub fn run(
     Ok(report.exit_code)
 }
 
-fn mbps(b: f64) -> String {
-    format!("{:.1}", b / 1e6)
-}
-
 fn cells(r: Option<&TestResult>) -> [String; 5] {
     match r {
         None => ["-".into(), "".into(), "".into(), "".into(), "".into()],
@@ -870,17 +867,17 @@ fn cells(r: Option<&TestResult>) -> [String; 5] {
             String::new(),
             String::new(),
             String::new(),
-            format!("claimed {}", mbps(r.claimed_bytes_per_sec)),
+            format!("claimed {}", mb_number(r.claimed_bytes_per_sec)),
         ],
         Some(r) => [
-            r.bytes_per_sec.map_or("-".into(), mbps),
-            r.best_bytes_per_sec.map_or("-".into(), mbps),
+            r.bytes_per_sec.map_or("-".into(), mb_number),
+            r.best_bytes_per_sec.map_or("-".into(), mb_number),
             r.iops.map_or("-".into(), |i| format!("{i:.0}")),
             r.lat_mean_us.map_or("-".into(), |l| format!("{l:.1}")),
             format!(
                 "{}–{}",
-                mbps(r.bytes_per_sec_min),
-                mbps(r.bytes_per_sec_max)
+                mb_number(r.bytes_per_sec_min),
+                mb_number(r.bytes_per_sec_max)
             ),
         ],
     }
@@ -1083,7 +1080,7 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
     {
         s.push_str(&format!(
             "\nceiling  {} MB/s one reader (PCIe links, encoded)\n",
-            mbps(one)
+            mb_number(one)
         ));
         for x in r.results.iter().filter(|x| x.ceiling_fraction.is_some()) {
             s.push_str(&format!(
@@ -1113,18 +1110,18 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
             s.push_str(&format!(
                 "  {:<16} alone {:>10} MB/s  together {:>10} MB/s\n",
                 a.device,
-                mbps(a.bytes_per_sec),
-                mbps(t.bytes_per_sec)
+                mb_number(a.bytes_per_sec),
+                mb_number(t.bytes_per_sec)
             ));
         }
         s.push_str(&format!(
             "  sum {} MB/s, all at once {} MB/s, slowest × {} = {} MB/s{}\n",
-            mbps(m.sum_alone_bytes_per_sec),
-            mbps(m.together_bytes_per_sec),
+            mb_number(m.sum_alone_bytes_per_sec),
+            mb_number(m.together_bytes_per_sec),
             m.alone.len(),
-            mbps(m.slowest_times_n_bytes_per_sec),
+            mb_number(m.slowest_times_n_bytes_per_sec),
             m.array_bytes_per_sec
-                .map_or(String::new(), |a| format!(", array {} MB/s", mbps(a)))
+                .map_or(String::new(), |a| format!(", array {} MB/s", mb_number(a)))
         ));
         s.push_str(&wrap(&m.summary, 96, "  "));
     }
@@ -1262,7 +1259,7 @@ pub fn render_history(r: &HistoryReport) -> String {
             ));
             for p in &t.points {
                 let fig = match (p.status, p.bytes_per_sec) {
-                    (Status::Ok, Some(b)) => format!("{:>10} MB/s", mbps(b)),
+                    (Status::Ok, Some(b)) => format!("{:>10} MB/s", mb_number(b)),
                     _ => format!("{:>15}", "flagged"),
                 };
                 let spread = p
@@ -1333,7 +1330,7 @@ fn render_compare(c: &Comparison) -> String {
         for (i, f) in r.figures.iter().enumerate() {
             let value = f
                 .bytes_per_sec
-                .map_or_else(|| f.note.clone().unwrap_or_else(|| "-".into()), mbps);
+                .map_or_else(|| f.note.clone().unwrap_or_else(|| "-".into()), mb_number);
             let ratio = match (f.ratio, f.beyond_noise) {
                 (Some(x), Some(true)) => format!(" ×{x:.2}!"),
                 (Some(x), _) => format!(" ×{x:.2} "),

@@ -28,6 +28,7 @@ use super::report::{self, BenchReport, CheckCode, FileLayout, Severity, Status, 
 use super::sensors::{self, Sensors as _};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::Switch;
+use crate::model::rate::format_mb;
 use crate::model::text::escape_path;
 use crate::parse::size::format_iec;
 use crate::sys::block::loopdev::FileIdentity;
@@ -787,7 +788,7 @@ fn summary_sentence(results: &[TestResult], flagged: usize) -> String {
         .filter_map(|r| r.bytes_per_sec.map(|b| (r, b)))
         .max_by(|a, b| a.1.total_cmp(&b.1));
     let mut s = match best {
-        Some((r, b)) => format!("best read: {} at {:.1} MB/s", r.name, b / 1e6),
+        Some((r, b)) => format!("best read: {} at {}", r.name, format_mb(b)),
         None => "no read figure checked out".to_owned(),
     };
     if flagged > 0 {

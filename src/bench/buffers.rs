@@ -22,6 +22,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::model::rate::mb_number;
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::beneath::TrustedDir;
 use crate::sys::kernel::memio::MappedBuffer;
@@ -65,12 +66,12 @@ impl BufferCost {
     /// buffers.
     pub fn describe(&self) -> String {
         format!(
-            "measured here: {} O_DIRECT reads of the test file, {} in flight, into 4 KiB-page buffers ran at {:.0}% of the same reads into huge pages ({:.1} vs {:.1} MB/s, {} interleaved pairs, {:.0}-{:.0}%)",
+            "measured here: {} O_DIRECT reads of the test file, {} in flight, into 4 KiB-page buffers ran at {:.0}% of the same reads into huge pages ({} vs {} MB/s, {} interleaved pairs, {:.0}-{:.0}%)",
             crate::parse::size::format_iec(self.request_bytes),
             self.in_flight,
             self.ratio * 100.0,
-            self.base_pages_bytes_per_sec / 1e6,
-            self.huge_pages_bytes_per_sec / 1e6,
+            mb_number(self.base_pages_bytes_per_sec),
+            mb_number(self.huge_pages_bytes_per_sec),
             self.pairs,
             self.ratio_min * 100.0,
             self.ratio_max * 100.0,

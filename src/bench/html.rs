@@ -14,6 +14,8 @@ use std::fmt::Write as _;
 
 use super::profile::Direction;
 use super::report::{BenchReport, CheckCode, Severity, Status, TestResult};
+use crate::model::rate::mb_per_s;
+use crate::model::units::decimal_gb;
 use crate::parse::size::format_iec;
 
 /// Escapes text for HTML and XML (SVG) alike.
@@ -30,10 +32,6 @@ pub fn esc(s: &str) -> String {
         }
     }
     o
-}
-
-fn mbps(b: f64) -> f64 {
-    b / 1e6
 }
 
 /// `v` with `digits` decimals and thin groups of three (`2,062.3`).
@@ -167,7 +165,7 @@ pub(crate) fn direction_axis(rows: &[&TestResult]) -> Axis {
             .map(|r| r.claimed_bytes_per_sec)
             .fold(0.0, f64::max)
     };
-    nice_axis(mbps(max))
+    nice_axis(mb_per_s(max))
 }
 
 /// The SVG bar chart of one direction: a bar per test at its median MB/s,
@@ -219,7 +217,7 @@ pub fn direction_chart(direction: Direction, rows: &[&TestResult], runs: u32) ->
     for (i, r) in rows.iter().enumerate() {
         let y = CHART_TOP + BAR_GAP / 2.0 + i as f64 * (BAR_H + BAR_GAP);
         let flagged = r.status == Status::Flagged;
-        let value = mbps(r.claimed_bytes_per_sec);
+        let value = mb_per_s(r.claimed_bytes_per_sec);
         let full = value * scale;
         let clipped = full > PLOT_W + 0.005;
         let len = full.min(PLOT_W);
@@ -254,7 +252,11 @@ pub fn direction_chart(direction: Direction, rows: &[&TestResult], runs: u32) ->
         } else {
             match r.best_bytes_per_sec {
                 Some(b) if runs > 1 => {
-                    format!("{} MB/s (best {})", grouped(value, 1), grouped(mbps(b), 1))
+                    format!(
+                        "{} MB/s (best {})",
+                        grouped(value, 1),
+                        grouped(mb_per_s(b), 1)
+                    )
                 }
                 _ => format!("{} MB/s", grouped(value, 1)),
             }
@@ -510,12 +512,12 @@ pub fn render(r: &BenchReport) -> String {
             (
                 format!(
                     "<td class=\"median\">{}</td>",
-                    dash(x.bytes_per_sec.map(mbps), 1)
+                    dash(x.bytes_per_sec.map(mb_per_s), 1)
                 ),
                 format!(
                     "<td class=\"range\">{}–{}</td>",
-                    grouped(mbps(x.bytes_per_sec_min), 1),
-                    grouped(mbps(x.bytes_per_sec_max), 1)
+                    grouped(mb_per_s(x.bytes_per_sec_min), 1),
+                    grouped(mb_per_s(x.bytes_per_sec_max), 1)
                 ),
                 "<td class=\"l status\">ok</td>".to_owned(),
             )
@@ -527,7 +529,7 @@ pub fn render(r: &BenchReport) -> String {
             x.direction.as_str(),
             esc(&x.name),
             x.direction.as_str(),
-            dash(x.best_bytes_per_sec.map(mbps), 1),
+            dash(x.best_bytes_per_sec.map(mb_per_s), 1),
             dash(x.iops, 0),
             dash(x.best_iops, 0),
             dash(x.lat_mean_us, 1),
@@ -608,10 +610,10 @@ pub(crate) fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
         .iter()
         .map(|p| p.bytes_per_sec)
         .fold(sustained_rate(r).1, f64::max);
-    let vaxis = nice_axis(mbps(peak));
+    let vaxis = nice_axis(mb_per_s(peak));
     let taxis = nice_axis(tmax);
     let x = |t: f64| left + t / taxis.max * pw;
-    let y = |v: f64| top + ph - mbps(v) / vaxis.max * ph;
+    let y = |v: f64| top + ph - mb_per_s(v) / vaxis.max * ph;
     let mut s = String::new();
     let _ = write!(
         s,
@@ -670,7 +672,7 @@ pub(crate) fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
             esc(&format!(
                 "too short a series to draw: {:.1} s, {what} {} MB/s",
                 r.seconds,
-                grouped(mbps(rate), 1)
+                grouped(mb_per_s(rate), 1)
             ))
         );
     }
@@ -678,8 +680,8 @@ pub(crate) fn sustained_chart(r: &super::sustained::SustainedReport) -> String {
     if let (Some(at), Some(rb), Some(ra)) = (a.at_secs, a.rate_before, a.rate_after) {
         let _ = write!(
             s,
-            r##"<line x1="{x0}" y1="{yb}" x2="{xa}" y2="{yb}" stroke="#2f855a" stroke-dasharray="4 3"/><line x1="{xa}" y1="{ya}" x2="{x1}" y2="{ya}" stroke="#c53030" stroke-dasharray="4 3"/><line x1="{xa}" y1="{top}" x2="{xa}" y2="{b}" stroke="#c53030"/><text x="{tx}" y="{tt}" font-size="12" fill="#c53030">cliff after {:.2} GB</text>"##,
-            a.bytes_before.unwrap_or(0) as f64 / 1e9,
+            r##"<line x1="{x0}" y1="{yb}" x2="{xa}" y2="{yb}" stroke="#2f855a" stroke-dasharray="4 3"/><line x1="{xa}" y1="{ya}" x2="{x1}" y2="{ya}" stroke="#c53030" stroke-dasharray="4 3"/><line x1="{xa}" y1="{top}" x2="{xa}" y2="{b}" stroke="#c53030"/><text x="{tx}" y="{tt}" font-size="12" fill="#c53030">cliff after {}</text>"##,
+            decimal_gb(a.bytes_before.unwrap_or(0) as f64),
             x0 = x(0.0),
             x1 = x(tmax),
             xa = x(at),
@@ -716,7 +718,7 @@ pub fn render_sustained(r: &super::sustained::SustainedReport) -> String {
         esc(&format_iec(r.bytes_written)),
         super::sustained::format_secs(r.seconds).trim_end_matches(" s"),
         r.sample_period_msec,
-        grouped(mbps(rate), 1),
+        grouped(mb_per_s(rate), 1),
         esc(&format!(
             "{} of {}{}",
             format_iec(r.series_check.series_bytes),

@@ -19,7 +19,7 @@
 //!   fio's random buffers are a multiplicative hash chain whose low bits
 //!   repeat (zlib saves ~1.4% per 128 KiB): the fill before the reads is
 //!   therefore written by btrfs-lab itself with BLAKE3 output
-//!   ([`super::fill_incompressible`]); the suite file's `[fill]` section
+//!   ([`super::suite::fill_incompressible`]); the suite file's `[fill]` section
 //!   stands in for it when the jobs are re-run by hand.
 //! - the completion-latency percentiles the report gives (p50, p99,
 //!   p99.9) are asked for by name (`percentile_list`, [`PERCENTILES`]):

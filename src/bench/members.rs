@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::sys::fs::beneath::TrustedDir;
 
+use super::kit::{Progress, check_stop};
 use super::report::{MemberDevice, MemberRate, MemberScaling};
-use super::{Progress, check_stop};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::rate::format_mb;
 use crate::parse::fio::FioOutput;

@@ -31,8 +31,8 @@ use crate::parse::size::format_iec;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::{kernel::btrfs, proc::diskstats};
 
+use super::kit::{self, WorkDir, check_stop};
 use super::report::{MemberDevice, TargetInfo};
-use super::{WorkDir, check_stop};
 
 /// Default number of files (the seed's test).
 pub const DEFAULT_FILES: u64 = 200_000;
@@ -333,7 +333,7 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<MetadataReport> {
     opts.validate()?;
-    let target = super::open_target(&opts.sysroot, &opts.dir, "--small-files creates files")?;
+    let target = kit::open_target(&opts.sysroot, &opts.dir, "--small-files creates files")?;
     let info = target.info;
     let uuid = target.uuid;
     let fs_type = info.mount.fs_type.clone();
@@ -387,11 +387,11 @@ pub fn run(
     } else if method == ColdMethod::Warm {
         detail = "warm: nothing was evicted before the stat phase".to_owned();
     }
-    super::install_signals()?;
+    kit::install_signals()?;
     check_stop()?;
 
     started();
-    let mut notes = super::sweep_stale(&target.held);
+    let mut notes = kit::sweep_stale(&target.held);
     let work = WorkDir::create(target.held)?;
     let root: OwnedFd = work
         .dir()
@@ -553,7 +553,7 @@ pub fn run(
             fs_type,
             uuid,
             source: info.mount.source.clone(),
-            compression_option: super::compression_option(&mount_options),
+            compression_option: kit::compression_option(&mount_options),
             mount_options,
             data_profiles: profiles.map(|p| p.data).unwrap_or_default(),
             devices,

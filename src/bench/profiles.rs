@@ -28,7 +28,7 @@ use crate::sandbox::{
 use crate::sys::fs::root::SysRoot;
 use crate::sys::{fs::filesystem, kernel::btrfs};
 
-use super::check_stop;
+use super::kit::{self, check_stop};
 use super::metadata::{self, MetadataOptions, MetadataReport, Phase};
 
 /// Report version.
@@ -372,7 +372,7 @@ pub fn preflight(plan: &ProfilesPlan, sysroot: &SysRoot) -> Result<()> {
         }
     }
     let info = filesystem::inspect_dir(sysroot, &probe)?;
-    super::refuse_memory_backed(&info.mount.fs_type, &info.dir)?;
+    kit::refuse_memory_backed(&info.mount.fs_type, &info.dir)?;
     let need = plan.needed_space();
     if info.available_bytes < need {
         return Err(Error::new(
@@ -401,7 +401,7 @@ pub fn run(
     progress: &mut dyn FnMut(Profile, &str),
 ) -> Result<ProfilesReport> {
     preflight(plan, sysroot)?;
-    super::install_signals()?;
+    kit::install_signals()?;
     check_stop()?;
     started();
     let mut stale_removed = Vec::new();

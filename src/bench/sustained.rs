@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::finding::{Code, Finding};
 use crate::model::profile::Profile;
+use crate::model::rate::format_mb_fine;
+use crate::model::units::{decimal_gb, decimal_mb};
 use crate::parse::size::format_iec;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::proc::diskstats;
@@ -33,8 +35,9 @@ use crate::sys::tools::fio::FioRunner;
 use crate::ui::Ui;
 
 use super::cliff::{self, CliffAnalysis, Point, Shape};
+use super::jobs::IOENGINE;
+use super::kit::{self, WorkDir, check_stop};
 use super::report::{MemberDevice, SystemInfo, TargetInfo};
-use super::{WorkDir, check_stop, jobs::IOENGINE};
 
 /// Smallest sustained write worth running.
 pub(crate) const MIN_SIZE: u64 = 256 << 20;
@@ -281,7 +284,7 @@ pub(crate) fn check_series(
 ) -> SeriesCheck {
     let expected = device_bytes.map(|_| least_device_bytes(bytes_written, profiles));
     let off = |a: u64, b: u64| (a as f64 - b as f64).abs() / (b.max(1)) as f64;
-    let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+    let mb = |b: u64| decimal_mb(b as f64);
     let reason = if bytes_written == 0 {
         None
     } else if series_bytes == 0 {
@@ -445,27 +448,6 @@ pub fn format_secs(s: f64) -> String {
     }
 }
 
-/// MB/s (10^6), one decimal, more below 0.1 MB/s, so a rate that moved
-/// data never reads "0.0".
-pub fn format_mb(bytes_per_sec: f64) -> String {
-    let m = bytes_per_sec / 1e6;
-    if m > 0.0 && m < 0.001 {
-        "<0.001".to_owned()
-    } else if m > 0.0 && m < 0.1 {
-        format!("{m:.3}")
-    } else {
-        format!("{m:.1}")
-    }
-}
-
-fn gb(b: f64) -> String {
-    format!("{:.2} GB", b / 1e9)
-}
-
-fn mbps(b: f64) -> String {
-    format!("{} MB/s", format_mb(b))
-}
-
 /// The findings and the sentence for an analysis.
 pub fn verdict(
     a: &CliffAnalysis,
@@ -476,7 +458,7 @@ pub fn verdict(
     seconds: f64,
 ) -> (String, Vec<Finding>) {
     let mut findings = Vec::new();
-    let average = mbps(if seconds > 0.0 {
+    let average = format_mb_fine(if seconds > 0.0 {
         bytes_written as f64 / seconds
     } else {
         0.0
@@ -487,17 +469,17 @@ pub fn verdict(
             format!("the write-rate series does not add up: {reason}"),
             "a curve that counts bytes the drives did not write (or misses bytes they did) puts a cliff where there is none: no cliff, decline or steady rate is called from it",
         )
-        .with_evidence("series", gb(check.series_bytes as f64))
-        .with_evidence("written (fio)", gb(check.bytes_written as f64));
+        .with_evidence("series", decimal_gb(check.series_bytes as f64))
+        .with_evidence("written (fio)", decimal_gb(check.bytes_written as f64));
         if let (Some(d), Some(e)) = (check.device_bytes, check.device_bytes_expected) {
             f = f
-                .with_evidence("members wrote", gb(d as f64))
-                .with_evidence("members needed at least", gb(e as f64));
+                .with_evidence("members wrote", decimal_gb(d as f64))
+                .with_evidence("members needed at least", decimal_gb(e as f64));
         }
         findings.push(f);
         let summary = format!(
             "{} written in {} ({} on average); the rate series is flagged, no cliff is called: {reason}",
-            gb(bytes_written as f64),
+            decimal_gb(bytes_written as f64),
             format_secs(seconds),
             average
         );
@@ -511,15 +493,15 @@ pub fn verdict(
                 Code::SustainedWriteCliff,
                 format!(
                     "the write rate dropped from {} to {} after {}",
-                    mbps(rb),
-                    mbps(ra),
-                    gb(before)
+                    format_mb_fine(rb),
+                    format_mb_fine(ra),
+                    decimal_gb(before)
                 ),
                 "a burst of this size runs at the first rate, anything longer at the second: the drives' write cache (SLC on consumer SSDs) filled",
             )
-            .with_evidence("bytes before the cliff", gb(before))
-            .with_evidence("rate before", mbps(rb))
-            .with_evidence("rate after", mbps(ra))
+            .with_evidence("bytes before the cliff", decimal_gb(before))
+            .with_evidence("rate before", format_mb_fine(rb))
+            .with_evidence("rate after", format_mb_fine(ra))
             .with_evidence("after / before", format!("{:.2}", a.ratio.unwrap_or(0.0)));
             let cliffs: Vec<&MemberSeries> = members
                 .iter()
@@ -528,19 +510,22 @@ pub fn verdict(
             let raid0 = data_profiles.contains(&Profile::Raid0) && members.len() > 1;
             let mut s = format!(
                 "cliff after {}: {} before, {} after (×{:.2})",
-                gb(before),
-                mbps(rb),
-                mbps(ra),
+                decimal_gb(before),
+                format_mb_fine(rb),
+                format_mb_fine(ra),
                 a.ratio.unwrap_or(0.0)
             );
             if raid0 && cliffs.len() == members.len() {
                 let per = before / members.len() as f64;
-                f = f.with_evidence("per drive", format!("{} × {}", members.len(), gb(per)));
+                f = f.with_evidence(
+                    "per drive",
+                    format!("{} × {}", members.len(), decimal_gb(per)),
+                );
                 s.push_str(&format!(
                     "; on this RAID0 of {} drives that is {} × {} per drive: each drive's write cache filled",
                     members.len(),
                     members.len(),
-                    gb(per)
+                    decimal_gb(per)
                 ));
             }
             findings.push(f);
@@ -551,27 +536,27 @@ pub fn verdict(
             findings.push(
                 Finding::new(
                     Code::SustainedWriteDecline,
-                    format!("the write rate sank gradually from {} to {}", mbps(rb), mbps(ra)),
+                    format!("the write rate sank gradually from {} to {}", format_mb_fine(rb), format_mb_fine(ra)),
                     "no single step: a gradual decline is more often heat (thermal throttling) than a cache filling",
                 )
-                .with_evidence("start (smoothed)", mbps(rb))
-                .with_evidence("end (smoothed)", mbps(ra)),
+                .with_evidence("start (smoothed)", format_mb_fine(rb))
+                .with_evidence("end (smoothed)", format_mb_fine(ra)),
             );
             format!(
                 "no cliff within {}, but a gradual decline from {} to {} (heat?)",
-                gb(bytes_written as f64),
-                mbps(rb),
-                mbps(ra)
+                decimal_gb(bytes_written as f64),
+                format_mb_fine(rb),
+                format_mb_fine(ra)
             )
         }
         Shape::Steady => format!(
             "no cliff within {}: {} sustained (median)",
-            gb(bytes_written as f64),
-            mbps(a.median_bytes_per_sec)
+            decimal_gb(bytes_written as f64),
+            format_mb_fine(a.median_bytes_per_sec)
         ),
         Shape::TooShort => format!(
             "{} written in {} ({} on average): too short a series ({} sample{}) to tell a cliff; a larger SIZE writes for longer",
-            gb(bytes_written as f64),
+            decimal_gb(bytes_written as f64),
             format_secs(seconds),
             average,
             a.samples,
@@ -630,7 +615,7 @@ fn written_by(devs: &[MemberDevice], root: &SysRoot) -> Vec<u64> {
 #[derive(Debug)]
 pub struct SustainedPlan {
     /// DIR, held, and what was read of it.
-    pub target: super::Target,
+    pub target: kit::Target,
     /// Bytes to write ([`plan_size`] on the target's free space).
     pub size: u64,
     /// What the write costs, for the confirmation ([`warning`]).
@@ -639,7 +624,7 @@ pub struct SustainedPlan {
 
 /// Plans the write on `target`: its size from the free space (or a
 /// refusal that says how much is needed) and the warning.
-pub fn plan(opts: &SustainedOptions, target: super::Target) -> Result<SustainedPlan> {
+pub fn plan(opts: &SustainedOptions, target: kit::Target) -> Result<SustainedPlan> {
     let size = plan_size(opts, target.info.available_bytes, &target.info.dir)?;
     let warning = warning(size, opts.time_limit_secs, &target.info.dir);
     Ok(SustainedPlan {
@@ -674,7 +659,7 @@ pub fn run(
     progress: &mut dyn FnMut(&SustainedProgress),
 ) -> Result<SustainedReport> {
     let SustainedPlan { target, size, .. } = plan;
-    let super::Target {
+    let kit::Target {
         held,
         info,
         is_btrfs,
@@ -686,16 +671,16 @@ pub fn run(
         swept: _,
     } = target;
     let fs_type = info.mount.fs_type.clone();
-    super::install_signals()?;
+    kit::install_signals()?;
     check_stop()?;
     if let Some(cg) = crate::hooks::Switch::BenchCgroup.value() {
         crate::sys::proc::cgroup::join(Path::new(&cg))?;
     }
 
     started();
-    let mut notes = super::sweep_stale(&held);
+    let mut notes = kit::sweep_stale(&held);
     let work = WorkDir::create(held)?;
-    super::set_dir_mode(&work, false, is_btrfs)?;
+    kit::set_dir_mode(&work, false, is_btrfs)?;
     let file = work.dir().create_file(TEST_FILE, 0o600)?;
     let period_msec = sample_period_msec(size, opts.time_limit_secs);
     let period = period_msec as f64 / 1000.0;
@@ -826,7 +811,7 @@ pub fn run(
             devices_missing.join(", ")
         ));
     }
-    let compression = super::compression_option(&mount_options);
+    let compression = kit::compression_option(&mount_options);
     Ok(SustainedReport {
         report_version: REPORT_VERSION,
         mode: "sustained".into(),

@@ -15,6 +15,7 @@ use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
+use btrfs_lab::model::rate::{mb_number, mb_number_fine};
 use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
 use btrfs_lab::scrub::STATE_DIR;
@@ -279,10 +280,10 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     let bar = out.byte_progress("bench --sustained {msg}");
     let result = sustained::run(&opts, plan, &mut fio, &fio_path, &mut || {}, &mut |p| {
         bar.set_message(format!(
-            "{} of {}  {:.1} MB/s  ETA {}m{:02}s",
+            "{} of {}  {} MB/s  ETA {}m{:02}s",
             super::units::size(p.bytes_written),
             super::units::size(p.size_bytes),
-            p.bytes_per_sec / 1e6,
+            mb_number(p.bytes_per_sec),
             p.eta_secs / 60,
             p.eta_secs % 60
         ));
@@ -332,14 +333,14 @@ pub fn render_sustained(r: &SustainedReport) -> String {
         // No series: the run's average, never "peak 0.0".
         s.push_str(&format!(
             "  MB/s  no rate series; {} on average\n",
-            sustained::format_mb(avg)
+            mb_number_fine(avg)
         ));
     } else {
         s.push_str(&format!(
             "  MB/s  {}  peak {}, {} on average\n",
             cliff::sparkline(&rates, 72),
-            sustained::format_mb(peak),
-            sustained::format_mb(avg)
+            mb_number_fine(peak),
+            mb_number_fine(avg)
         ));
     }
     let c = &r.series_check;
@@ -664,11 +665,8 @@ pub fn run(
         return run_compare_profiles(&args, list, out, super::sandbox::locations(places, out));
     }
     let db = args.db.clone().unwrap_or_else(|| {
-        places
-            .0
-            .as_deref()
-            .unwrap_or(Path::new(STATE_DIR))
-            .join(history::DB_FILE)
+        let state = places.0.as_deref().unwrap_or(Path::new(STATE_DIR));
+        state.join(history::DB_FILE)
     });
     if args.history {
         return run_history(&args, &db, out);
@@ -686,74 +684,106 @@ pub fn run(
     if let Some(size) = args.sustained {
         return run_sustained(&args, &dir, size, out);
     }
-    let mut opts = options(&args, &dir, out)?;
-    opts.state_dir = places.0.clone();
-    let buffers = bench::buffers(&opts);
-    let huge_page_bytes = match &buffers {
+    run_suite(&args, &dir, &db, places.0, out)
+}
+
+/// The files a suite run writes besides its report on stdout, each
+/// checked before the run.
+struct SuiteOutputs {
+    save_jobs: Option<bench::OutputFile>,
+    report_file: Option<bench::OutputFile>,
+    report_jobs: Option<bench::OutputFile>,
+    textfile: Option<(OutputDir, std::ffi::OsString)>,
+}
+
+impl SuiteOutputs {
+    /// `--save-jobs`, `--report` (and the job file beside it) and
+    /// `--textfile`: refused now when they cannot be written.
+    fn prepare(args: &BenchArgs) -> Result<Self> {
+        let prepare =
+            |p: &Option<PathBuf>| p.as_deref().map(bench::OutputFile::prepare).transpose();
+        let save_jobs = prepare(&args.save_jobs)?;
+        let report_file = prepare(&args.report)?;
+        let report_jobs = match &report_file {
+            Some(f) => {
+                let s = f.sibling("fio")?;
+                s.check_free().ok().map(|()| s)
+            }
+            None => None,
+        };
+        let textfile = match &args.textfile {
+            Some(file) => {
+                let (dir, name) = split(file)?;
+                let dir =
+                    OutputDir::open(&dir)?.allow_untrusted(args.target.allow_untrusted_target);
+                Some((dir, name))
+            }
+            None => None,
+        };
+        Ok(Self {
+            save_jobs,
+            report_file,
+            report_jobs,
+            textfile,
+        })
+    }
+
+    /// Writes them from the finished report.
+    fn write(&self, report: &BenchReport) -> Result<()> {
+        if let Some(f) = &self.save_jobs {
+            f.write(&report.job_file)?;
+        }
+        if let Some(f) = &self.report_file {
+            f.write(&html::render(report))?;
+            if let Some(j) = &self.report_jobs {
+                j.write(&report.job_file)?;
+            }
+        }
+        if let Some((dir, name)) = &self.textfile {
+            dir.write(
+                name.clone(),
+                bench::metrics::render(report).as_bytes(),
+                0o644,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The suite's fio job file as it would run with these options.
+fn suite_job_file(opts: &BenchOptions, buffers: &bench::Buffers) -> String {
+    let huge_page_bytes = match buffers {
         bench::Buffers::Huge { page_bytes, .. } => Some(*page_bytes),
         bench::Buffers::Ordinary { .. } => None,
     };
-    let job_file = || {
-        jobs::suite_job(
-            &opts.tests,
-            opts.mix,
-            &jobs::JobSettings {
-                huge_page_bytes,
-                file: bench::TEST_FILE,
-                size_bytes: opts.size_bytes(),
-                duration_secs: opts.duration_secs,
-                direct: true,
-                compress_percentage: 0,
-            },
-        )
+    let settings = jobs::JobSettings {
+        huge_page_bytes,
+        file: bench::TEST_FILE,
+        size_bytes: opts.size_bytes(),
+        duration_secs: opts.duration_secs,
+        direct: true,
+        compress_percentage: 0,
     };
-    if args.show_jobs {
-        // --save-jobs FILE with it: the same job file saved there too.
-        let save = args
-            .save_jobs
-            .as_deref()
-            .map(bench::OutputFile::prepare)
-            .transpose()?;
-        let text = job_file();
-        if let Some(f) = &save {
-            f.write(&text)?;
-        }
-        out.text(&text);
-        return Ok(0);
-    }
-    // Every refusal before the run: output files, DIR, space, then fio.
-    let save_jobs = args
+    jobs::suite_job(&opts.tests, opts.mix, &settings)
+}
+
+/// `--show-jobs`: prints the job file (and saves it with `--save-jobs`).
+fn show_jobs(args: &BenchArgs, job_file: String, out: &Output) -> Result<u8> {
+    let save = args
         .save_jobs
         .as_deref()
         .map(bench::OutputFile::prepare)
         .transpose()?;
-    let report_file = args
-        .report
-        .as_deref()
-        .map(bench::OutputFile::prepare)
-        .transpose()?;
-    let report_jobs = match &report_file {
-        Some(f) => {
-            let s = f.sibling("fio")?;
-            s.check_free().ok().map(|()| s)
-        }
-        None => None,
-    };
-    let textfile = match &args.textfile {
-        Some(file) => {
-            let (dir, name) = split(file)?;
-            Some((
-                OutputDir::open(&dir)?.allow_untrusted(args.target.allow_untrusted_target),
-                name,
-            ))
-        }
-        None => None,
-    };
-    let target = bench::prepare(&opts)?;
-    let mut fio = RealFio::find()?;
-    let fio_path = fio.path().to_path_buf();
-    let keep = keep_history(&args, places.0.is_some());
-    let reserve = match &buffers {
+    if let Some(f) = &save {
+        f.write(&job_file)?;
+    }
+    out.text(&job_file);
+    Ok(0)
+}
+
+/// What `--hugepages` will change on the whole machine, when it must.
+fn reserve_step(buffers: &bench::Buffers) -> Option<String> {
+    match buffers {
         bench::Buffers::Huge {
             pages,
             reserve: Some((now, during)),
@@ -762,58 +792,81 @@ pub fn run(
             "reserve huge pages for the sequential tests' buffers ({pages} needed): vm.nr_hugepages {now} → {during} for the run, then back to {now} (after a kill, the next btrfs-lab command run as root puts it back from its record)"
         )),
         _ => None,
-    };
-    if args.dry_run {
-        drop(target);
-        let mut plan = bench::plan::suite(&opts, &fio_path, job_file());
-        if let Some(r) = &reserve {
-            plan.steps.insert(0, r.clone());
-        }
-        if let Keep::Save = keep {
-            plan.steps.push(format!(
-                "save the run in the bench history {} (--no-history skips it)",
-                escape_path(&db)
-            ));
-        }
-        if let Some(t) = &args.textfile {
-            plan.steps.push(format!(
-                "write its Prometheus metrics to {} (a temporary file, then rename)",
-                escape_path(t)
-            ));
-        }
-        out.report(&plan, bench::plan::BenchPlan::describe);
-        return Ok(0);
     }
-    if let Some(r) = &reserve {
-        // A setting of the whole machine: asked first (--yes).
-        let question = format!("bench will {r}.\nContinue?");
-        if args.yes {
-            out.text_note(&format!("bench will {r}"));
-        } else {
-            confirm(out, &question, false)?;
-        }
+}
+
+/// `--dry-run`: the plan, with the reservation, history and metrics steps.
+fn suite_plan(
+    args: &BenchArgs,
+    opts: &BenchOptions,
+    (fio_path, job_file): (&Path, String),
+    reserve: Option<&String>,
+    keep: &Keep,
+    db: &Path,
+) -> bench::plan::BenchPlan {
+    let mut plan = bench::plan::suite(opts, fio_path, job_file);
+    if let Some(r) = reserve {
+        plan.steps.insert(0, r.clone());
     }
-    out.before_change(match keep {
-        Keep::Save => format!("btrfs-lab bench --history {}", escape_path(&dir)),
-        _ => NOTHING_KEPT.to_owned(),
-    })?;
-    // The history is opened (made, migrated) before minutes of I/O: a
-    // database that cannot be written is said now, not after the run.
-    let mut saved_in = match keep {
-        Keep::Save => Some(History::open(&db, true)?),
+    if let Keep::Save = keep {
+        plan.steps.push(format!(
+            "save the run in the bench history {} (--no-history skips it)",
+            escape_path(db)
+        ));
+    }
+    if let Some(t) = &args.textfile {
+        plan.steps.push(format!(
+            "write its Prometheus metrics to {} (a temporary file, then rename)",
+            escape_path(t)
+        ));
+    }
+    plan
+}
+
+/// The history the run is saved in, opened (made, migrated) before
+/// minutes of I/O: a database that cannot be written is said now, not
+/// after the run.
+fn open_history(keep: &Keep, db: &Path, out: &Output) -> Result<Option<History>> {
+    Ok(match keep {
+        Keep::Save => Some(History::open(db, true)?),
         Keep::No => None,
         Keep::NotRoot => {
             out.text_note(&format!(
                 "this run is not saved in the history: {} is root's (--db PATH keeps your own)",
-                escape_path(&db)
+                escape_path(db)
             ));
             None
         }
-    };
+    })
+}
+
+/// Saves the run in the history and notes where in the report; a run
+/// that could not be saved is warned about, not failed.
+fn save_in_history(history: &mut History, report: &mut BenchReport, out: &Output) {
+    match history.save(report, &Machine::current()) {
+        Ok(id) => {
+            report.history = Some(HistoryEntry {
+                db: history.path().to_path_buf(),
+                id,
+            })
+        }
+        Err(e) => out.warning_with_hint(
+            &format!("the run was not saved in the history: {}", e.message()),
+            e.hint().unwrap_or("--no-history runs without it"),
+        ),
+    }
+}
+
+/// The suite, with a progress bar.
+fn measure_suite(
+    opts: &BenchOptions,
+    target: bench::Target,
+    mut fio: RealFio,
+    out: &Output,
+) -> Result<BenchReport> {
+    let fio_path = fio.path().to_path_buf();
     let bar = out.byte_progress("bench {msg}");
-    // One document, printed only on success: a failed or interrupted run
-    // leaves stdout empty (docs/json.md), whatever it had begun.
-    let result = bench::run(&opts, target, &mut fio, &fio_path, &mut |p| {
+    let result = bench::run(opts, target, &mut fio, &fio_path, &mut |p| {
         let eta = format!("ETA {}m{:02}s", p.eta_secs / 60, p.eta_secs % 60);
         if p.runs == 0 {
             bar.set_message(format!("{}  {eta}", p.what));
@@ -823,43 +876,67 @@ pub fn run(
         bar.tick();
     });
     bar.finish_and_clear();
-    let mut report = result?;
-    if let Some(h) = saved_in.as_mut() {
-        match h.save(&report, &Machine::current()) {
-            Ok(id) => {
-                report.history = Some(HistoryEntry {
-                    db: h.path().to_path_buf(),
-                    id,
-                })
-            }
-            Err(e) => out.warning_with_hint(
-                &format!("the run was not saved in the history: {}", e.message()),
-                e.hint().unwrap_or("--no-history runs without it"),
-            ),
-        }
-    }
-    if let Some(f) = &save_jobs {
-        f.write(&report.job_file)?;
-    }
-    if let Some(f) = &report_file {
-        f.write(&html::render(&report))?;
-        if let Some(j) = &report_jobs {
-            j.write(&report.job_file)?;
-        }
-    }
-    if let Some((dir, name)) = &textfile {
-        dir.write(
-            name.clone(),
-            bench::metrics::render(&report).as_bytes(),
-            0o644,
-        )?;
-    }
-    out.report(&report, |r| render(r, out.paint));
-    Ok(report.exit_code)
+    result
 }
 
-fn mbps(b: f64) -> String {
-    format!("{:.1}", b / 1e6)
+/// The suite: every refusal before the run (output files, DIR, space, then
+/// fio), the plan or the question, the run, then its report and files.
+fn run_suite(
+    args: &BenchArgs,
+    dir: &Path,
+    db: &Path,
+    state_dir: Option<PathBuf>,
+    out: &Output,
+) -> Result<u8> {
+    let mut opts = options(args, dir, out)?;
+    let keep = keep_history(args, state_dir.is_some());
+    opts.state_dir = state_dir;
+    let buffers = bench::buffers(&opts);
+    if args.show_jobs {
+        // --save-jobs FILE with it: the same job file saved there too.
+        return show_jobs(args, suite_job_file(&opts, &buffers), out);
+    }
+    let outputs = SuiteOutputs::prepare(args)?;
+    let target = bench::prepare(&opts)?;
+    let fio = RealFio::find()?;
+    let fio_path = fio.path().to_path_buf();
+    let reserve = reserve_step(&buffers);
+    if args.dry_run {
+        drop(target);
+        let job_file = suite_job_file(&opts, &buffers);
+        let plan = suite_plan(
+            args,
+            &opts,
+            (&fio_path, job_file),
+            reserve.as_ref(),
+            &keep,
+            db,
+        );
+        out.report(&plan, bench::plan::BenchPlan::describe);
+        return Ok(0);
+    }
+    if let Some(r) = &reserve {
+        // A setting of the whole machine: asked first (--yes).
+        if args.yes {
+            out.text_note(&format!("bench will {r}"));
+        } else {
+            confirm(out, &format!("bench will {r}.\nContinue?"), false)?;
+        }
+    }
+    out.before_change(match keep {
+        Keep::Save => format!("btrfs-lab bench --history {}", escape_path(dir)),
+        _ => NOTHING_KEPT.to_owned(),
+    })?;
+    let mut history = open_history(&keep, db, out)?;
+    // One document, printed only on success: a failed or interrupted run
+    // leaves stdout empty (docs/json.md), whatever it had begun.
+    let mut report = measure_suite(&opts, target, fio, out)?;
+    if let Some(h) = history.as_mut() {
+        save_in_history(h, &mut report, out);
+    }
+    outputs.write(&report)?;
+    out.report(&report, |r| render(r, out.paint));
+    Ok(report.exit_code)
 }
 
 fn cells(r: Option<&TestResult>) -> [String; 5] {
@@ -870,17 +947,17 @@ fn cells(r: Option<&TestResult>) -> [String; 5] {
             String::new(),
             String::new(),
             String::new(),
-            format!("claimed {}", mbps(r.claimed_bytes_per_sec)),
+            format!("claimed {}", mb_number(r.claimed_bytes_per_sec)),
         ],
         Some(r) => [
-            r.bytes_per_sec.map_or("-".into(), mbps),
-            r.best_bytes_per_sec.map_or("-".into(), mbps),
+            r.bytes_per_sec.map_or("-".into(), mb_number),
+            r.best_bytes_per_sec.map_or("-".into(), mb_number),
             r.iops.map_or("-".into(), |i| format!("{i:.0}")),
             r.lat_mean_us.map_or("-".into(), |l| format!("{l:.1}")),
             format!(
                 "{}–{}",
-                mbps(r.bytes_per_sec_min),
-                mbps(r.bytes_per_sec_max)
+                mb_number(r.bytes_per_sec_min),
+                mb_number(r.bytes_per_sec_max)
             ),
         ],
     }
@@ -899,6 +976,27 @@ fn latency_cells(r: Option<&TestResult>) -> [String; 3] {
 
 /// The CrystalDiskMark-like table and the findings.
 pub fn render(r: &BenchReport, p: Paint) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for x in &r.results {
+        if !names.contains(&x.name.as_str()) {
+            names.push(&x.name);
+        }
+    }
+    let mut s = render_heading(r);
+    render_rates(&mut s, r, p, &names);
+    render_latencies(&mut s, r, p, &names);
+    if let Some(pct) = r.parameters.mix_read_percent {
+        render_mix(&mut s, r, p, &names, pct);
+    }
+    render_checks(&mut s, r, p);
+    render_ceiling_and_thermal(&mut s, r);
+    render_members(&mut s, r);
+    render_notes_and_summary(&mut s, r);
+    s
+}
+
+/// What was measured where, with what.
+fn render_heading(r: &BenchReport) -> String {
     let mut s = String::new();
     let profiles: Vec<String> = r
         .target
@@ -937,6 +1035,11 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         },
         r.system.kernel
     ));
+    s
+}
+
+/// The rate table: each test's read and write, median and best.
+fn render_rates(s: &mut String, r: &BenchReport, p: Paint, names: &[&str]) {
     let header = format!(
         "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>9}{:>10}  {}\n",
         "test",
@@ -952,13 +1055,7 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         "slowest–fastest"
     );
     s.push_str(&p.bold(&header));
-    let mut names: Vec<&str> = Vec::new();
-    for x in &r.results {
-        if !names.contains(&x.name.as_str()) {
-            names.push(&x.name);
-        }
-    }
-    for n in &names {
+    for n in names {
         let find = |d| r.results.iter().find(|x| x.name == *n && x.direction == d);
         let rd = cells(find(Direction::Read));
         let wr = cells(find(Direction::Write));
@@ -985,12 +1082,16 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         ));
     }
     s.push_str("  (MB/s = 10^6 bytes/s; median of the runs; best = the fastest run, as CrystalDiskMark reports the best of N; latency: mean)\n");
+}
+
+/// The completion-latency percentiles of each test.
+fn render_latencies(s: &mut String, r: &BenchReport, p: Paint, names: &[&str]) {
     let latency_header = format!(
         "\n  {:<14}{:>10}{:>10}{:>10}  {:>10}{:>10}{:>10}\n",
         "clat µs", "read p50", "p99", "p99.9", "write p50", "p99", "p99.9"
     );
     s.push_str(&p.bold(&latency_header));
-    for n in &names {
+    for n in names {
         let find = |d| r.results.iter().find(|x| x.name == *n && x.direction == d);
         let rd = latency_cells(find(Direction::Read));
         let wr = latency_cells(find(Direction::Write));
@@ -1015,46 +1116,52 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         s.push('\n');
     }
     s.push_str("  (completion latency percentiles from fio, median of the runs)\n");
-    if let Some(pct) = r.parameters.mix_read_percent {
-        let header = format!(
-            "\n  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}\n",
-            format!("mix {pct}/{}", 100 - pct),
-            "MB/s",
-            "best",
-            "IOPS",
-            "lat µs",
-            "slowest–fastest",
-            "clat p50",
-            "p99",
-            "p99.9"
+}
+
+/// The 70/30 mixes, when they ran.
+fn render_mix(s: &mut String, r: &BenchReport, p: Paint, names: &[&str], pct: u32) {
+    let header = format!(
+        "\n  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}\n",
+        format!("mix {pct}/{}", 100 - pct),
+        "MB/s",
+        "best",
+        "IOPS",
+        "lat µs",
+        "slowest–fastest",
+        "clat p50",
+        "p99",
+        "p99.9"
+    );
+    s.push_str(&p.bold(&header));
+    for n in names {
+        let Some(m) = r
+            .results
+            .iter()
+            .find(|x| x.name == *n && x.direction == Direction::Mix)
+        else {
+            continue;
+        };
+        let c = cells(Some(m));
+        let l = latency_cells(Some(m));
+        let first = if c[0] == "flagged" {
+            p.bad(&c[0])
+        } else {
+            c[0].clone()
+        };
+        let row = format!(
+            "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}",
+            n, first, c[1], c[2], c[3], c[4], l[0], l[1], l[2]
         );
-        s.push_str(&p.bold(&header));
-        for n in &names {
-            let Some(m) = r
-                .results
-                .iter()
-                .find(|x| x.name == *n && x.direction == Direction::Mix)
-            else {
-                continue;
-            };
-            let c = cells(Some(m));
-            let l = latency_cells(Some(m));
-            let first = if c[0] == "flagged" {
-                p.bad(&c[0])
-            } else {
-                c[0].clone()
-            };
-            let row = format!(
-                "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}",
-                n, first, c[1], c[2], c[3], c[4], l[0], l[1], l[2]
-            );
-            s.push_str(row.trim_end());
-            s.push('\n');
-        }
-        s.push_str(&format!(
-            "  (reads and writes at once, {pct}% of the I/Os reads, as CrystalDiskMark's Mix; MB/s and IOPS of both together)\n"
-        ));
+        s.push_str(row.trim_end());
+        s.push('\n');
     }
+    s.push_str(&format!(
+        "  (reads and writes at once, {pct}% of the I/Os reads, as CrystalDiskMark's Mix; MB/s and IOPS of both together)\n"
+    ));
+}
+
+/// What the checks found, figure by figure.
+fn render_checks(s: &mut String, r: &BenchReport, p: Paint) {
     let mut findings = String::new();
     for x in &r.results {
         for c in &x.checks {
@@ -1078,12 +1185,16 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
         s.push_str("\nchecks\n");
         s.push_str(&findings);
     }
+}
+
+/// The PCIe ceiling each figure is judged against, and the drives' heat.
+fn render_ceiling_and_thermal(s: &mut String, r: &BenchReport) {
     if let Some(c) = &r.ceiling
         && let Some(one) = c.one_reader_bytes_per_sec
     {
         s.push_str(&format!(
             "\nceiling  {} MB/s one reader (PCIe links, encoded)\n",
-            mbps(one)
+            mb_number(one)
         ));
         for x in r.results.iter().filter(|x| x.ceiling_fraction.is_some()) {
             s.push_str(&format!(
@@ -1107,27 +1218,35 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
             )),
         }
     }
+}
+
+/// `--members`: each member alone and all at once.
+fn render_members(s: &mut String, r: &BenchReport) {
     if let Some(m) = &r.members_scaling {
         s.push_str("\nmembers (O_DIRECT sequential reads, read-only)\n");
         for (a, t) in m.alone.iter().zip(m.together.iter()) {
             s.push_str(&format!(
                 "  {:<16} alone {:>10} MB/s  together {:>10} MB/s\n",
                 a.device,
-                mbps(a.bytes_per_sec),
-                mbps(t.bytes_per_sec)
+                mb_number(a.bytes_per_sec),
+                mb_number(t.bytes_per_sec)
             ));
         }
         s.push_str(&format!(
             "  sum {} MB/s, all at once {} MB/s, slowest × {} = {} MB/s{}\n",
-            mbps(m.sum_alone_bytes_per_sec),
-            mbps(m.together_bytes_per_sec),
+            mb_number(m.sum_alone_bytes_per_sec),
+            mb_number(m.together_bytes_per_sec),
             m.alone.len(),
-            mbps(m.slowest_times_n_bytes_per_sec),
+            mb_number(m.slowest_times_n_bytes_per_sec),
             m.array_bytes_per_sec
-                .map_or(String::new(), |a| format!(", array {} MB/s", mbps(a)))
+                .map_or(String::new(), |a| format!(", array {} MB/s", mb_number(a)))
         ));
         s.push_str(&wrap(&m.summary, 96, "  "));
     }
+}
+
+/// The notes, the summary sentence and where the run was saved.
+fn render_notes_and_summary(s: &mut String, r: &BenchReport) {
     if !r.notes.is_empty() {
         s.push('\n');
         for n in &r.notes {
@@ -1142,7 +1261,6 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
             h.id
         ));
     }
-    s
 }
 
 /// Whether a suite run is saved in the history.
@@ -1262,7 +1380,7 @@ pub fn render_history(r: &HistoryReport) -> String {
             ));
             for p in &t.points {
                 let fig = match (p.status, p.bytes_per_sec) {
-                    (Status::Ok, Some(b)) => format!("{:>10} MB/s", mbps(b)),
+                    (Status::Ok, Some(b)) => format!("{:>10} MB/s", mb_number(b)),
                     _ => format!("{:>15}", "flagged"),
                 };
                 let spread = p
@@ -1333,7 +1451,7 @@ fn render_compare(c: &Comparison) -> String {
         for (i, f) in r.figures.iter().enumerate() {
             let value = f
                 .bytes_per_sec
-                .map_or_else(|| f.note.clone().unwrap_or_else(|| "-".into()), mbps);
+                .map_or_else(|| f.note.clone().unwrap_or_else(|| "-".into()), mb_number);
             let ratio = match (f.ratio, f.beyond_noise) {
                 (Some(x), Some(true)) => format!(" ×{x:.2}!"),
                 (Some(x), _) => format!(" ×{x:.2} "),

@@ -10,6 +10,7 @@ use super::units::{UnitBase, UnitMode, pretty_size};
 
 const GIB: f64 = (1u64 << 30) as f64;
 const GB: f64 = 1e9;
+const MB: f64 = 1e6;
 
 /// Bytes per second in GiB/s.
 pub fn gib_per_s(bytes_per_sec: f64) -> f64 {
@@ -75,10 +76,41 @@ pub(crate) fn format_gb(bytes_per_sec: f64) -> String {
     format!("{:.2} GB/s", gb_per_s(bytes_per_sec))
 }
 
+/// Bytes per second in decimal MB/s (what `bench` counts in: its tables,
+/// charts and axes).
+pub fn mb_per_s(bytes_per_sec: f64) -> f64 {
+    bytes_per_sec / MB
+}
+
+/// A number of MB/s with one decimal, no unit (`3550.0`): the cells of
+/// `bench`'s tables.
+pub fn mb_number(bytes_per_sec: f64) -> String {
+    format!("{:.1}", mb_per_s(bytes_per_sec))
+}
+
+/// A number of MB/s with one decimal, more below 0.1 MB/s (`0.042`,
+/// `<0.001`), so a rate that moved data never reads "0.0": sustained
+/// writes that stall.
+pub fn mb_number_fine(bytes_per_sec: f64) -> String {
+    let m = mb_per_s(bytes_per_sec);
+    if m > 0.0 && m < 0.001 {
+        "<0.001".to_owned()
+    } else if m > 0.0 && m < 0.1 {
+        format!("{m:.3}")
+    } else {
+        format!("{m:.1}")
+    }
+}
+
 /// Decimal megabytes with one decimal (`3550.0 MB/s`), as CrystalDiskMark
 /// and `bench` show them.
-pub(crate) fn format_mb(bytes_per_sec: f64) -> String {
-    format!("{:.1} MB/s", bytes_per_sec / 1e6)
+pub fn format_mb(bytes_per_sec: f64) -> String {
+    format!("{} MB/s", mb_number(bytes_per_sec))
+}
+
+/// [`mb_number_fine`] with its unit (`0.042 MB/s`).
+pub fn format_mb_fine(bytes_per_sec: f64) -> String {
+    format!("{} MB/s", mb_number_fine(bytes_per_sec))
 }
 
 /// `rate` as a percentage of `ceiling`; `None` without a positive ceiling.
@@ -135,5 +167,19 @@ mod tests {
         assert_eq!(format_gb(f64::INFINITY), "-");
         assert_eq!(format_mb(3.55e9), "3550.0 MB/s");
         assert_eq!(format_mb(123_456.0), "0.1 MB/s");
+        assert_eq!(mb_number(3.55e9), "3550.0");
+        assert_eq!(mb_per_s(2.5e6), 2.5);
+    }
+
+    /// bench --sustained's form, as `bench::sustained::format_mb` printed
+    /// it before it moved here.
+    #[test]
+    fn fine_mb_never_reads_zero_for_a_rate_that_moved_data() {
+        assert_eq!(mb_number_fine(3.55e9), "3550.0");
+        assert_eq!(mb_number_fine(0.0), "0.0");
+        assert_eq!(mb_number_fine(42_000.0), "0.042");
+        assert_eq!(mb_number_fine(500.0), "<0.001");
+        assert_eq!(mb_number_fine(100_000.0), "0.1");
+        assert_eq!(format_mb_fine(42_000.0), "0.042 MB/s");
     }
 }

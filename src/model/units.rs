@@ -47,6 +47,17 @@ impl UnitBase {
     }
 }
 
+/// Bytes in decimal gigabytes, two decimals (`1.07 GB`): how `bench
+/// --sustained` states amounts written next to MB/s rates.
+pub fn decimal_gb(bytes: f64) -> String {
+    format!("{:.2} GB", bytes / 1e9)
+}
+
+/// Bytes in decimal megabytes, one decimal (`268.4 MB`).
+pub fn decimal_mb(bytes: f64) -> String {
+    format!("{:.1} MB", bytes / 1e6)
+}
+
 /// Formats `size` exactly as btrfs-progs does, including its use of a
 /// single-precision float and `%.2f` (which rounds half to even, as Rust's
 /// formatting does).
@@ -132,6 +143,14 @@ pub(crate) fn rounding_error(value: f64, unit: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// bench --sustained's amounts, as it printed them before they moved here.
+    #[test]
+    fn decimal_amounts() {
+        assert_eq!(decimal_gb(1_073_741_824.0), "1.07 GB");
+        assert_eq!(decimal_mb(268_435_456.0), "268.4 MB");
+        assert_eq!(decimal_gb(0.0), "0.00 GB");
+    }
 
     #[test]
     fn two_decimals_is_the_float_formatter() {

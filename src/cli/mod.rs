@@ -35,7 +35,6 @@ use output::{ColorChoice, Output};
 #[command(
     name = "btrfs-lab",
     version,
-    after_long_help = btrfs_lab::model::exit::help_table(),
     max_term_width = 100,
     next_help_heading = "Global options (after any subcommand too)"
 )]
@@ -124,9 +123,14 @@ enum Command {
 /// Parses the command line, runs the command, and turns the outcome into
 /// the documented exit status.
 pub fn run() -> ExitCode {
-    let mut definition = command();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut definition = if may_show_top_help(&argv) {
+        command()
+    } else {
+        definition()
+    };
     let parsed = definition
-        .try_get_matches_from_mut(std::env::args_os())
+        .try_get_matches_from_mut(argv)
         .and_then(|m| Cli::from_arg_matches(&m));
     // The definition is a tree of a few thousand allocations; the process
     // ends after this one command, so it is not freed piece by piece.
@@ -191,6 +195,19 @@ const GLOBAL_OPTIONS_POINTER: &str =
 /// (`Command::build` builds every one). A run of `df` does not pay for the
 /// other seventeen; what a built subcommand looks like is the same.
 pub fn command() -> clap::Command {
+    definition().after_long_help(btrfs_lab::model::exit::help_table())
+}
+
+/// Whether this command line may print the top-level `--help` (`--help`
+/// or `help` anywhere: more often than needed, never less), the only text
+/// that shows the exit-status table.
+fn may_show_top_help(argv: &[std::ffi::OsString]) -> bool {
+    argv.iter().skip(1).any(|a| a == "--help" || a == "help")
+}
+
+/// [`command`] without the exit-status table at the end of the top-level
+/// `--help` (built from the exit registry on every call).
+fn definition() -> clap::Command {
     with_help_flag(Cli::command())
         .disable_version_flag(true)
         .arg(
@@ -389,6 +406,35 @@ mod tests {
         cmd.build();
         walk(&cmd, "btrfs-lab".into(), &mut bad);
         assert!(bad.is_empty(), "lines wider than 80:\n{}", bad.join("\n"));
+    }
+
+    /// The exit-status table is left out only where the top-level
+    /// `--help` cannot be printed; where it is, the definition is
+    /// [`command`]'s.
+    #[test]
+    fn top_help_keeps_its_exit_table() {
+        let argv = |a: &[&str]| -> Vec<std::ffi::OsString> {
+            std::iter::once("btrfs-lab")
+                .chain(a.iter().copied())
+                .map(Into::into)
+                .collect()
+        };
+        for shown in [
+            &["--help"][..],
+            &["help"],
+            &["--json", "--help"],
+            &["help", "df"],
+            &["df", "--help"],
+        ] {
+            assert!(may_show_top_help(&argv(shown)), "{shown:?}");
+        }
+        for not in [&["--version"][..], &["df", "--json", "/mnt"], &[]] {
+            assert!(!may_show_top_help(&argv(not)), "{not:?}");
+        }
+        let help = command().render_long_help().to_string();
+        assert!(help.contains(&btrfs_lab::model::exit::help_table()));
+        let lean = definition().render_long_help().to_string();
+        assert!(!lean.contains("Exit status:"));
     }
 
     fn parse(args: &[&str]) -> String {

@@ -35,7 +35,6 @@ use output::{ColorChoice, Output};
 #[command(
     name = "btrfs-lab",
     version,
-    after_long_help = btrfs_lab::model::exit::help_table(),
     max_term_width = 100,
     next_help_heading = "Global options (after any subcommand too)"
 )]
@@ -124,10 +123,19 @@ enum Command {
 /// Parses the command line, runs the command, and turns the outcome into
 /// the documented exit status.
 pub fn run() -> ExitCode {
-    let cli = match command()
-        .try_get_matches()
-        .and_then(|m| Cli::from_arg_matches(&m))
-    {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut definition = if may_show_top_help(&argv) {
+        command()
+    } else {
+        definition()
+    };
+    let parsed = definition
+        .try_get_matches_from_mut(argv)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    // The definition is a tree of a few thousand allocations; the process
+    // ends after this one command, so it is not freed piece by piece.
+    std::mem::forget(definition);
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(&e)),
     };
@@ -181,14 +189,26 @@ const GLOBAL_OPTIONS_POINTER: &str =
 /// that print sizes, as in btrfs-progs), and the global options shown once,
 /// in the top-level help. Man pages and completions should be generated
 /// from this, not from `Cli::command()`.
+///
+/// Each subcommand is finished ([`below_top`]) only when clap builds it:
+/// when argv names it, or for its help, man page or completions
+/// (`Command::build` builds every one). A run of `df` does not pay for the
+/// other seventeen; what a built subcommand looks like is the same.
 pub fn command() -> clap::Command {
-    let top = Cli::command();
-    let globals: Vec<Arg> = top
-        .get_arguments()
-        .filter(|a| a.is_global_set())
-        .cloned()
-        .collect();
-    with_help_flag(top)
+    definition().after_long_help(btrfs_lab::model::exit::help_table())
+}
+
+/// Whether this command line may print the top-level `--help` (`--help`
+/// or `help` anywhere: more often than needed, never less), the only text
+/// that shows the exit-status table.
+fn may_show_top_help(argv: &[std::ffi::OsString]) -> bool {
+    argv.iter().skip(1).any(|a| a == "--help" || a == "help")
+}
+
+/// [`command`] without the exit-status table at the end of the top-level
+/// `--help` (built from the exit registry on every call).
+fn definition() -> clap::Command {
+    with_help_flag(Cli::command())
         .disable_version_flag(true)
         .arg(
             Arg::new("version")
@@ -198,7 +218,7 @@ pub fn command() -> clap::Command {
                 .help("Print the version.")
                 .help_heading(None),
         )
-        .mut_subcommands(|sc| below_top(sc, &globals))
+        .mut_subcommands(|sc| sc.defer(below_top_when_built))
 }
 
 /// `--help` (long only) instead of clap's `-h/--help`.
@@ -212,6 +232,23 @@ fn with_help_flag(cmd: clap::Command) -> clap::Command {
     )
 }
 
+/// [`below_top`] for a subcommand of the top level, run by clap when it
+/// builds that subcommand. By then clap has copied the global options into
+/// it; they are hidden and moved behind the help flag, where [`below_top`]
+/// puts the copies it adds one level down.
+fn below_top_when_built(cmd: clap::Command) -> clap::Command {
+    let globals: Vec<Arg> = cmd
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .cloned()
+        .collect();
+    let mut cmd = with_help_flag(cmd);
+    for g in &globals {
+        cmd = cmd.mut_arg(g.get_id(), |a| a.hide(true));
+    }
+    finish_below_top(cmd, &globals)
+}
+
 /// A subcommand (at any depth): the help flag, hidden copies of the global
 /// options (clap does not propagate a global option to a command that
 /// already has one with the same id, so these stay hidden and still parse),
@@ -221,6 +258,12 @@ fn below_top(cmd: clap::Command, globals: &[Arg]) -> clap::Command {
     for g in globals {
         cmd = cmd.arg(g.clone().hide(true));
     }
+    finish_below_top(cmd, globals)
+}
+
+/// The rest of [`below_top`]: the unit options folded into one table, the
+/// pointer to the top-level help, and the subcommands one level down.
+fn finish_below_top(mut cmd: clap::Command, globals: &[Arg]) -> clap::Command {
     // The unit options (the same nine on every command that prints sizes)
     // as one short table instead of thirty lines in each --help; they still
     // parse and complete.
@@ -358,8 +401,40 @@ mod tests {
             }
         }
         let mut bad = Vec::new();
-        walk(&command(), "btrfs-lab".into(), &mut bad);
+        // Built: the subcommands' texts are finished when clap builds them.
+        let mut cmd = command();
+        cmd.build();
+        walk(&cmd, "btrfs-lab".into(), &mut bad);
         assert!(bad.is_empty(), "lines wider than 80:\n{}", bad.join("\n"));
+    }
+
+    /// The exit-status table is left out only where the top-level
+    /// `--help` cannot be printed; where it is, the definition is
+    /// [`command`]'s.
+    #[test]
+    fn top_help_keeps_its_exit_table() {
+        let argv = |a: &[&str]| -> Vec<std::ffi::OsString> {
+            std::iter::once("btrfs-lab")
+                .chain(a.iter().copied())
+                .map(Into::into)
+                .collect()
+        };
+        for shown in [
+            &["--help"][..],
+            &["help"],
+            &["--json", "--help"],
+            &["help", "df"],
+            &["df", "--help"],
+        ] {
+            assert!(may_show_top_help(&argv(shown)), "{shown:?}");
+        }
+        for not in [&["--version"][..], &["df", "--json", "/mnt"], &[]] {
+            assert!(!may_show_top_help(&argv(not)), "{not:?}");
+        }
+        let help = command().render_long_help().to_string();
+        assert!(help.contains(&btrfs_lab::model::exit::help_table()));
+        let lean = definition().render_long_help().to_string();
+        assert!(!lean.contains("Exit status:"));
     }
 
     fn parse(args: &[&str]) -> String {
@@ -420,6 +495,7 @@ mod tests {
                 "{sub:?} {old} changed nothing"
             );
             let mut cmd = command();
+            cmd.build();
             let mut c = &mut cmd;
             for name in *sub {
                 c = c.find_subcommand_mut(name).unwrap();

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use btrfs_lab::operation::{DRY_RUN, NOTHING_DONE};
 use clap::{Args, Subcommand, ValueEnum};
 
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
@@ -15,6 +16,7 @@ use btrfs_lab::sandbox::{
 };
 use btrfs_lab::sys::{kernel::btrfs, kernel::signals};
 
+use super::output::ConfirmArgs;
 use super::output::{Output, confirm};
 use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profiles, size, size_arg};
 
@@ -103,12 +105,8 @@ struct DownArgs {
     /// made them.
     #[arg(long, requires = "all")]
     everyone: bool,
-    /// Show the plan and do nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    yes: bool,
+    #[command(flatten)]
+    confirm: ConfirmArgs,
     /// Remove only the record of sandbox NAME (one that `down` cannot act
     /// on, e.g. its directory was replaced), after saying what is left in
     /// place: nothing else is unmounted, detached or deleted.
@@ -178,10 +176,7 @@ fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
             steps,
         };
         out.report(&dry, |d| {
-            let mut text = format!(
-                "{} (nothing was done):\n",
-                out.paint.bold("sandbox up would")
-            );
+            let mut text = format!("{} ({NOTHING_DONE}):\n", out.paint.bold("sandbox up would"));
             for (i, s) in d.steps.iter().enumerate() {
                 text.push_str(&format!("  {}. {s}\n", i + 1));
             }
@@ -315,7 +310,7 @@ fn forget(a: &DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
             ));
         }
     }
-    if a.dry_run {
+    if a.confirm.dry_run {
         out.report(
             &DownDryRun {
                 dry_run: true,
@@ -324,11 +319,11 @@ fn forget(a: &DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
                     steps: vec![format!("delete the record {}", file.display())],
                 }],
             },
-            |_| format!("{text}(dry run: nothing was done)\n"),
+            |_| format!("{text}{DRY_RUN}"),
         );
         return Ok(exit::OK);
     }
-    if !a.yes {
+    if !a.confirm.yes {
         out.say(&text);
         confirm(out, &format!("Forget sandbox {name}?"), false)?;
     } else {
@@ -365,11 +360,11 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
         target: a.target.as_deref(),
         all: a.all,
         everyone: a.everyone,
-        dry_run: a.dry_run,
-        yes: a.yes,
+        dry_run: a.confirm.dry_run,
+        yes: a.confirm.yes,
     };
     let describe = |plans: &[DownPlan]| render_plans(plans, out);
-    if !a.dry_run {
+    if !a.confirm.dry_run {
         // Before the question (asked inside `down`): nothing is written
         // on stdout between the two.
         out.before_change("btrfs-lab sandbox list")?;
@@ -380,7 +375,7 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
                 if d.sandboxes.is_empty() {
                     "no sandboxes; nothing to do\n".to_owned()
                 } else {
-                    format!("{}(dry run: nothing was done)\n", describe(&d.sandboxes))
+                    format!("{}{DRY_RUN}", describe(&d.sandboxes))
                 }
             });
             Ok(exit::OK)

@@ -21,8 +21,18 @@ use crate::model::envelope::Document;
 use crate::sys::kernel::signals::{self, OperationSignals};
 use crate::ui::{self, Ui};
 
-/// The line a dry run ends with: the one place it is written.
-pub const DRY_RUN: &str = "(dry run: nothing was done)\n";
+macro_rules! nothing_done {
+    () => {
+        "nothing was done"
+    };
+}
+
+/// What a dry run (or a plan shown instead of acted on) says it did: the
+/// one place the words are written.
+pub const NOTHING_DONE: &str = nothing_done!();
+
+/// The line a dry run ends with.
+pub const DRY_RUN: &str = concat!("(dry run: ", nothing_done!(), ")\n");
 
 /// `--dry-run` and `--yes`: how far a changing command goes without asking.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

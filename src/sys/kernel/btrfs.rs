@@ -791,7 +791,7 @@ impl FsHandle {
             return Error::new(
                 ErrorKind::State,
                 format!(
-                    "{} is no longer the filesystem {} that was planned on; nothing was done",
+                    "{} is no longer the filesystem {} that was planned on; nothing was changed",
                     self.path.display(),
                     self.fsid
                 ),
@@ -807,7 +807,7 @@ impl FsHandle {
             Error::new(
                 ErrorKind::State,
                 format!(
-                    "{} cannot be read again since the plan was made ({}); nothing was done",
+                    "{} cannot be read again since the plan was made ({}); nothing was changed",
                     path.display(),
                     e.message()
                 ),
@@ -817,7 +817,7 @@ impl FsHandle {
             return Err(Error::new(
                 ErrorKind::State,
                 format!(
-                    "{} now leads to another filesystem ({now}) than the one planned on ({}); nothing was done",
+                    "{} now leads to another filesystem ({now}) than the one planned on ({}); nothing was changed",
                     path.display(),
                     self.fsid
                 ),

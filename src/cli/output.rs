@@ -615,29 +615,8 @@ pub fn confirm(out: &Output, question: &str, yes: bool) -> Result<()> {
     ui::confirm_on_terminal(question, yes, out.quiet)
 }
 
-/// Wraps `text` at `width` columns, each line prefixed by `indent`.
-pub fn wrap(text: &str, width: usize, indent: &str) -> String {
-    let mut out = String::new();
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && indent.len() + line.len() + 1 + word.len() > width {
-            out.push_str(indent);
-            out.push_str(&line);
-            out.push('\n');
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.is_empty() {
-        out.push_str(indent);
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
-}
+/// The one text wrapping ([`btrfs_lab::model::text::wrap`]).
+pub use btrfs_lab::model::text::wrap;
 
 #[cfg(test)]
 mod tests {

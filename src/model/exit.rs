@@ -729,28 +729,12 @@ pub fn help_table() -> String {
     out
 }
 
-/// `text` after `lead`, wrapped at word boundaries to `width` columns,
-/// further lines indented as far as `lead`.
+/// `text` after `lead`, wrapped to `width` columns, further lines
+/// indented as far as `lead` (no newline at the end).
 fn wrap(lead: &str, text: &str, width: usize) -> String {
     let indent = " ".repeat(lead.chars().count());
-    let mut out = String::from(lead);
-    let mut col = out.chars().count();
-    let mut first = true;
-    for word in text.split_whitespace() {
-        let len = word.chars().count();
-        if !first && col + 1 + len > width {
-            out.push('\n');
-            out.push_str(&indent);
-            col = indent.len();
-        } else if !first {
-            out.push(' ');
-            col += 1;
-        }
-        out.push_str(word);
-        col += len;
-        first = false;
-    }
-    out
+    let filled = crate::model::text::fill(text, width, lead, &indent);
+    filled.strip_suffix('\n').unwrap_or(&filled).to_owned()
 }
 
 /// Where the generated part of `docs/exit-codes.md` begins.

@@ -149,6 +149,45 @@ fn quote_word(w: &str) -> String {
     }
 }
 
+/// `text` filled to `width` columns at word boundaries (a word longer than
+/// the line stands alone): the first line begins with `first`, the others
+/// with `rest`; every line ends with a newline; columns are characters.
+/// THE text wrapping of btrfs-lab (plans, findings, help tables).
+pub fn fill(text: &str, width: usize, first: &str, rest: &str) -> String {
+    let mut out = String::new();
+    let mut lead = first;
+    let mut line = String::new();
+    let mut col = 0;
+    for word in text.split_whitespace() {
+        let len = word.chars().count();
+        if !line.is_empty() && lead.chars().count() + col + 1 + len > width {
+            out.push_str(lead);
+            out.push_str(&line);
+            out.push('\n');
+            lead = rest;
+            line.clear();
+            col = 0;
+        }
+        if !line.is_empty() {
+            line.push(' ');
+            col += 1;
+        }
+        line.push_str(word);
+        col += len;
+    }
+    if !line.is_empty() {
+        out.push_str(lead);
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// [`fill`] with every line indented by `indent`.
+pub fn wrap(text: &str, width: usize, indent: &str) -> String {
+    fill(text, width, indent, indent)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -564,13 +564,9 @@ fn too_few_devices(fs: &FsState, facts: &RemoveFacts, left: u32, m: &str) -> Opt
     ))
 }
 
-/// A removal order, what it moves and the relocation steps.
-struct Order {
-    order: Vec<u64>,
-    expected_move: u64,
-    moved_twice: u64,
-    steps: Vec<u64>,
-}
+/// A removal order, the bytes it moves, those moved twice, and the
+/// relocation steps of each device.
+type Order = (Vec<u64>, u64, u64, Vec<u64>);
 
 /// The order that moves the fewest bytes twice (the device the kernel
 /// removes now first), and whether space is tight; refused when no order
@@ -583,7 +579,7 @@ fn best_order(
     m: &str,
     refusals: &mut Vec<Reason>,
 ) -> (Order, bool) {
-    let mut best: Option<(Vec<u64>, u64, u64, Vec<u64>)> = None;
+    let mut best: Option<Order> = None;
     let mut tight = false;
     let mut space_error = None;
     if refusals.is_empty() && !ids.is_empty() {
@@ -616,17 +612,8 @@ fn best_order(
             ));
         }
     }
-    let (order, expected_move, moved_twice, steps) =
-        best.unwrap_or_else(|| (ids.to_vec(), 0, 0, vec![0; ids.len()]));
-    (
-        Order {
-            order,
-            expected_move,
-            moved_twice,
-            steps,
-        },
-        tight,
-    )
+    let best = best.unwrap_or_else(|| (ids.to_vec(), 0, 0, vec![0; ids.len()]));
+    (best, tight)
 }
 
 /// Plans removing `specs` from `fs` (pure).
@@ -677,15 +664,8 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
         refusals.push(r);
     }
     // Order and space.
-    let (
-        Order {
-            order,
-            expected_move,
-            moved_twice,
-            steps,
-        },
-        tight,
-    ) = best_order(fs, facts, &ids, following, &m, &mut refusals);
+    let ((order, expected_move, moved_twice, steps), tight) =
+        best_order(fs, facts, &ids, following, &m, &mut refusals);
     let devices: Vec<Leaving> = order
         .iter()
         .zip(steps.iter().chain(std::iter::repeat(&0)))
@@ -989,6 +969,7 @@ pub fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::started::DeviceAt;
     use crate::model::kernel::KernelVersion;
     use crate::operation::state::MemberDevice;
     use crate::sys::kernel::btrfs::SpaceEntry;

@@ -1,34 +1,31 @@
 //! `btrfs-lab device add MOUNT DEVICE...`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use btrfs_lab::convert::report::{ConvertRecord, PlanDoc};
 use btrfs_lab::convert::{ConvertRequest, Start};
 use btrfs_lab::device::add::{self, AddOptions, AddPlan, AddResult};
 use btrfs_lab::device::add::{AddReport, Ceiling, Throughput};
-use btrfs_lab::device::remove::{
-    self, RemoveEnd, RemovePlan, RemoveReport, RemoveSpec, RemoveStopped,
-};
+use btrfs_lab::device::preflight::refused;
+use btrfs_lab::device::remove::operation::Remove;
+use btrfs_lab::device::remove::{RemovePlan, RemoveReport, RemoveResult};
+use btrfs_lab::device::replace::operation::{Replace, Replaced};
 use btrfs_lab::device::replace::{
-    self, OldSpec, ReadFrom, ReplaceDetached, ReplaceEnd, ReplaceOptions, ReplacePlan,
-    ReplaceReport, ReplaceStateName, ScrubAfter,
+    self, ReadFrom, ReplaceOptions, ReplacePlan, ReplaceStateName, ReplaceStatusReport,
 };
 use btrfs_lab::device::started::StartedStore;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::operation::hooks;
+use btrfs_lab::operation::{self, DRY_RUN, View, hooks};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::tools::display_argv;
 use clap::{Args, Subcommand};
 
 use super::convert::{execute, refuse_if_blocked, render_plan};
-use super::output::{Output, confirm};
+use super::output::{ConfirmArgs, Output, confirm};
 use super::units::{UnitArgs, profiles, size};
 use btrfs_lab::ui::{self, Ui};
-
-/// Done, but chunks lack their redundancy or blocks were lost.
-const NOT_REDUNDANT: u8 = btrfs_lab::model::exit::NOT_REDUNDANT.code;
 
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
@@ -94,12 +91,8 @@ struct ReplaceArgs {
     /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).
     #[arg(long, conflicts_with_all = ["old", "new"])]
     cancel: bool,
-    /// Show the plan and do nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    yes: bool,
+    #[command(flatten)]
+    confirm: ConfirmArgs,
     #[command(flatten)]
     units: UnitArgs,
 }
@@ -119,12 +112,8 @@ struct RemoveArgs {
     /// Members to remove: devids, paths, or `missing` (the devices that are not there).
     #[arg(value_name = "DEV", required = true, value_parser = named)]
     devices: Vec<String>,
-    /// Show the plan and do nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    yes: bool,
+    #[command(flatten)]
+    confirm: ConfirmArgs,
     #[command(flatten)]
     units: UnitArgs,
 }
@@ -170,54 +159,8 @@ pub fn run(args: DeviceArgs, out: &Output, state_dir: Option<PathBuf>) -> Result
         StartedStore::new(&state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::scrub::STATE_DIR)));
     match args.command {
         DeviceCommand::Add(a) => add(a, out),
-        DeviceCommand::Replace(a) => replace(a, out, &started),
-        DeviceCommand::Remove(a) => remove(a, out, &started),
-    }
-}
-
-/// Every reason at once. Each reason `--overwrite` lifts says so itself;
-/// when another reason stands anyway, that offer is left out (it would not
-/// help) and the hint says what `--overwrite` cannot lift.
-fn refused(what: &str, refusals: &[btrfs_lab::device::preflight::Reason]) -> Error {
-    let all_liftable = refusals.iter().all(|r| r.force_overrides);
-    let mut messages: Vec<String> = refusals
-        .iter()
-        .map(|r| {
-            if all_liftable || !r.force_overrides {
-                r.message.clone()
-            } else {
-                without_overwrite_offer(&r.message)
-            }
-        })
-        .collect();
-    let first = messages.remove(0);
-    let mut e = Error::new(ErrorKind::Refused, format!("cannot {what}: {first}"));
-    let mut hint: Vec<String> = messages.iter().map(|m| format!("also: {m}")).collect();
-    if !all_liftable && refusals.iter().any(|r| r.force_overrides) {
-        let stands: Vec<&str> = refusals
-            .iter()
-            .filter(|r| !r.force_overrides)
-            .map(|r| r.code.as_ref())
-            .collect();
-        hint.push(format!(
-            "--overwrite would not help: it never lifts {}",
-            stands.join(", ")
-        ));
-    }
-    if !hint.is_empty() {
-        e = e.with_hint(hint.join("; "));
-    }
-    e
-}
-
-/// A reason's sentence without its "; --overwrite ..." offer.
-fn without_overwrite_offer(message: &str) -> String {
-    match message
-        .find("; --overwrite")
-        .or_else(|| message.find(", or --overwrite"))
-    {
-        Some(i) => message[..i].to_owned(),
-        None => message.to_owned(),
+        DeviceCommand::Replace(a) => replace(a, out, started.clone()),
+        DeviceCommand::Remove(a) => remove(a, out, started),
     }
 }
 
@@ -333,73 +276,16 @@ fn render_redundancy(
     }
 }
 
-fn replace(a: ReplaceArgs, out: &Output, started: &StartedStore) -> Result<u8> {
+fn replace(a: ReplaceArgs, out: &Output, started: StartedStore) -> Result<u8> {
     signals::install_pausable()?;
     a.units.select();
-    let root = SysRoot::host();
     if a.status {
-        let (fs, state) = replace::open(&root, &a.mount)?;
-        let st = replace::status_of(&fs, &state.mount_point)?;
-        out.report(&st, |s| {
-            let mut t = format!("replace on {}: {}", s.mount_point.display(), match s.state {
-                ReplaceStateName::NeverStarted => "none since the mount".to_owned(),
-                ReplaceStateName::Running => format!("running, {:.1}% of the old device's size passed", s.device_permille as f64 / 10.0),
-                ReplaceStateName::Finished => "the last one finished".to_owned(),
-                ReplaceStateName::Cancelled => "the last one was cancelled".to_owned(),
-                ReplaceStateName::Suspended => "suspended (it continues at the next mount)".to_owned(),
-            });
-            if let Some(tg) = &s.target {
-                t.push_str(&format!(", onto {tg}"));
-            }
-            t.push('\n');
-            if s.write_errors + s.uncorrectable_read_errors > 0 {
-                t.push_str(&format!(
-                    "  errors: {} write, {} uncorrectable read (blocks no copy could be read of: their files are damaged)\n",
-                    s.write_errors, s.uncorrectable_read_errors
-                ));
-            }
-            t
-        });
-        return Ok(exit::OK);
+        return replace_status(&a.mount, out);
     }
     if a.cancel {
-        let (fs, state) = replace::open(&root, &a.mount)?;
-        let st = replace::status_of(&fs, &state.mount_point)?;
-        if st.state != ReplaceStateName::Running {
-            return Err(Error::new(
-                ErrorKind::State,
-                format!("no replace is running on {}", state.mount_point.display()),
-            ));
-        }
-        if a.dry_run {
-            out.status(&format!(
-                "would cancel the replace on {} (the old device stays a member, unchanged)\n(dry run: nothing was done)\n",
-                state.mount_point.display()
-            ));
-            return Ok(exit::OK);
-        }
-        out.status(&format!(
-            "The replace on {} is {:.1}% through; cancelling it throws the copy away (the old device stays a member).\n",
-            state.mount_point.display(),
-            st.device_permille as f64 / 10.0
-        ));
-        confirm(out, "Cancel the replace?", a.yes)?;
-        out.before_change(format!(
-            "btrfs-lab device replace {} --status",
-            state.mount_point.display()
-        ))?;
-        let was = replace::cancel(&fs, &a.mount)?;
-        let st = replace::status_of(&fs, &state.mount_point)?;
-        out.report(&st, |_| {
-            if was {
-                "cancelled: the old device is still a member\n".to_owned()
-            } else {
-                "nothing to cancel: the replace had ended\n".to_owned()
-            }
-        });
-        return Ok(exit::OK);
+        return replace_cancel(&a.mount, a.confirm, out);
     }
-    let (Some(old), Some(new)) = (a.old.as_deref(), a.new.as_deref()) else {
+    let (Some(old), Some(new)) = (a.old.as_deref(), a.new) else {
         return Err(Error::usage("give OLD and NEW (or --status, --cancel)"));
     };
     let opts = ReplaceOptions {
@@ -411,131 +297,129 @@ fn replace(a: ReplaceArgs, out: &Output, started: &StartedStore) -> Result<u8> {
         },
         no_resize: a.no_resize,
     };
-    let (fs, _state, plan) =
-        replace::prepare(&root, &a.mount, &OldSpec::parse(old), new, opts, started)?;
-    let doc = ReplaceReport {
-        plan: plan.clone(),
-        result: None,
-        detached: None,
-    };
-    if !plan.refusals.is_empty() {
-        out.report(&doc, |_| String::new());
-        return Err(refused("replace", &plan.refusals));
+    let mut op = Replace::new(a.mount, old, new, opts, a.scrub, started);
+    operation::run(&mut op, a.confirm.into(), out, &ReplaceText(out))
+}
+
+/// `device replace --status`.
+fn replace_status(mount: &Path, out: &Output) -> Result<u8> {
+    let (fs, state) = replace::open(&SysRoot::host(), mount)?;
+    let st = replace::status_of(&fs, &state.mount_point)?;
+    out.report(&st, status_text);
+    Ok(exit::OK)
+}
+
+fn status_text(s: &ReplaceStatusReport) -> String {
+    let mut t = format!(
+        "replace on {}: {}",
+        s.mount_point.display(),
+        match s.state {
+            ReplaceStateName::NeverStarted => "none since the mount".to_owned(),
+            ReplaceStateName::Running => format!(
+                "running, {:.1}% of the old device's size passed",
+                s.device_permille as f64 / 10.0
+            ),
+            ReplaceStateName::Finished => "the last one finished".to_owned(),
+            ReplaceStateName::Cancelled => "the last one was cancelled".to_owned(),
+            ReplaceStateName::Suspended => "suspended (it continues at the next mount)".to_owned(),
+        }
+    );
+    if let Some(tg) = &s.target {
+        t.push_str(&format!(", onto {tg}"));
     }
-    if a.dry_run {
-        out.report(&doc, |p| render_replace(&p.plan, out));
-        out.status("(dry run: nothing was done)\n");
+    t.push('\n');
+    if s.write_errors + s.uncorrectable_read_errors > 0 {
+        t.push_str(&format!(
+            "  errors: {} write, {} uncorrectable read (blocks no copy could be read of: their files are damaged)\n",
+            s.write_errors, s.uncorrectable_read_errors
+        ));
+    }
+    t
+}
+
+/// `device replace --cancel`: stops the running replace, confirmed.
+fn replace_cancel(mount: &Path, ask: ConfirmArgs, out: &Output) -> Result<u8> {
+    let (fs, state) = replace::open(&SysRoot::host(), mount)?;
+    let st = replace::status_of(&fs, &state.mount_point)?;
+    if st.state != ReplaceStateName::Running {
+        return Err(Error::new(
+            ErrorKind::State,
+            format!("no replace is running on {}", state.mount_point.display()),
+        ));
+    }
+    if ask.dry_run {
+        out.status(&format!(
+            "would cancel the replace on {} (the old device stays a member, unchanged)\n{DRY_RUN}",
+            state.mount_point.display()
+        ));
         return Ok(exit::OK);
     }
-    out.status(&render_replace(&plan, out));
-    if !plan.following {
-        confirm(out, "Replace the device?", a.yes)?;
-    }
-    hooks::pause_point("device-replace-confirmed");
-    fs.check_path_still_here(&a.mount)?;
-    out.before_change(format!("btrfs-lab show {}", plan.mount_point.display()))?;
-    let signals = signals::begin_operation()?;
-    out.started();
-    let mut track = btrfs_lab::ui::Track::new(out, "device-replace", "replacing");
-    let end = replace::execute_replace(&fs, &plan, started, &signals, &mut |p| {
-        track.show(&p.reading(), None);
+    out.status(&format!(
+        "The replace on {} is {:.1}% through; cancelling it throws the copy away (the old device stays a member).\n",
+        state.mount_point.display(),
+        st.device_permille as f64 / 10.0
+    ));
+    confirm(out, "Cancel the replace?", ask.yes)?;
+    out.before_change(format!(
+        "btrfs-lab device replace {} --status",
+        state.mount_point.display()
+    ))?;
+    let was = replace::cancel(&fs, mount)?;
+    let st = replace::status_of(&fs, &state.mount_point)?;
+    out.report(&st, |_| {
+        if was {
+            "cancelled: the old device is still a member\n".to_owned()
+        } else {
+            "nothing to cancel: the replace had ended\n".to_owned()
+        }
     });
-    track.finish();
-    match end? {
-        ReplaceEnd::Detached { signal, progress } => {
-            let m = plan.mount_point.display();
-            let done = ReplaceReport {
-                plan: plan.clone(),
-                result: None,
-                detached: Some(ReplaceDetached {
-                    signal: signal.to_owned(),
-                    progress,
-                }),
-            };
-            out.report_line(&done, |_| String::new());
-            Err(Error::new(
-                ErrorKind::Interrupted,
-                format!("{signal}: left the replace running in the kernel{}", progress.map_or(String::new(), |p| format!(" ({} of {} copied)", size(p.bytes_done), size(p.bytes_total)))),
-            )
-            .with_hint(format!(
-                "follow it: btrfs-lab device replace {m} --status; stop it: --cancel; the same command again follows it and then resizes and verifies"
-            )))
-        }
-        ReplaceEnd::Done(r) => {
-            let mut code = exit::OK;
-            let mut scrubbed = None;
-            let done = ReplaceReport {
-                plan: plan.clone(),
-                result: Some(r.clone()),
-                detached: None,
-            };
-            if a.scrub && !r.path.is_empty() {
-                out.say(&format!(
-                    "scrubbing the new device: {}\n",
-                    display_argv(&r.scrub_command)
-                ));
-                hooks::pause_point("device-replace-scrubbing");
-                scrubbed = Some(match replace::scrub_new(&r, &signals)? {
-                    ScrubAfter::Clean => Ok(()),
-                    ScrubAfter::Failed(e) => Err(e),
-                    ScrubAfter::Interrupted(signal) => {
-                        out.report_line(&done, |_| String::new());
-                        return Err(scrub_interrupted(signal, &r));
-                    }
-                });
-            }
-            out.report_line(&done, |_| {
-                let p = out.paint;
-                let mut t = format!(
-                    "{} device {} is now {} ({}), in {:.0} s\n",
-                    p.good("replaced:"),
-                    r.devid,
-                    r.path,
-                    size(r.size),
-                    r.seconds
-                );
-                if r.write_errors + r.uncorrectable_read_errors > 0 {
-                    t.push_str(&format!(
-                        "  {} {} write error(s), {} block(s) no copy could be read of: the files holding them are damaged (dmesg names them)\n",
-                        p.bad("errors:"),
-                        r.write_errors,
-                        r.uncorrectable_read_errors
-                    ));
-                }
-                render_redundancy(&mut t, &r.redundancy, out);
-                match &scrubbed {
-                    Some(Ok(())) => t.push_str("  scrub of the new device: clean\n"),
-                    Some(Err(e)) => t.push_str(&format!("  scrub of the new device failed: {}\n", e.message())),
-                    None => t.push_str(&format!("  next: scrub the new device: {}\n", display_argv(&r.scrub_command))),
-                }
-                t
-            });
-            if !r.redundancy.ok
-                || r.uncorrectable_read_errors > 0
-                || matches!(scrubbed, Some(Err(_)))
-            {
-                code = NOT_REDUNDANT;
-            }
-            Ok(code)
-        }
+    Ok(exit::OK)
+}
+
+/// replace's plan and result as text.
+struct ReplaceText<'a>(&'a Output);
+
+impl View<Replace> for ReplaceText<'_> {
+    fn plan(&self, plan: &ReplacePlan) -> String {
+        render_replace(plan, self.0)
+    }
+    fn result(&self, _plan: &ReplacePlan, done: &Replaced) {
+        self.0.status(&replaced_text(done, self.0));
     }
 }
 
-/// A signal during `--scrub`: the replace is done and verified, the scrub
-/// was cancelled; how to run it again.
-fn scrub_interrupted(signal: &str, r: &btrfs_lab::device::replace::ReplaceResult) -> Error {
-    Error::new(
-        ErrorKind::Interrupted,
-        format!(
-            "{signal}: the replace is done (device {} is now {}, verified); the scrub of it was cancelled",
-            r.devid, r.path
-        ),
-    )
-    .with_hint(format!(
-        "continue the scrub where it stopped: btrfs scrub resume -B {}; or scrub it anew: {}",
+fn replaced_text(done: &Replaced, out: &Output) -> String {
+    let (r, scrubbed) = (done.result(), &done.scrubbed);
+    let p = out.paint;
+    let mut t = format!(
+        "{} device {} is now {} ({}), in {:.0} s\n",
+        p.good("replaced:"),
+        r.devid,
         r.path,
-        display_argv(&r.scrub_command)
-    ))
+        size(r.size),
+        r.seconds
+    );
+    if r.write_errors + r.uncorrectable_read_errors > 0 {
+        t.push_str(&format!(
+            "  {} {} write error(s), {} block(s) no copy could be read of: the files holding them are damaged (dmesg names them)\n",
+            p.bad("errors:"),
+            r.write_errors,
+            r.uncorrectable_read_errors
+        ));
+    }
+    render_redundancy(&mut t, &r.redundancy, out);
+    match &scrubbed {
+        Some(Ok(())) => t.push_str("  scrub of the new device: clean\n"),
+        Some(Err(e)) => t.push_str(&format!(
+            "  scrub of the new device failed: {}\n",
+            e.message()
+        )),
+        None => t.push_str(&format!(
+            "  next: scrub the new device: {}\n",
+            display_argv(&r.scrub_command)
+        )),
+    }
+    t
 }
 
 fn render_remove(plan: &RemovePlan, out: &Output) -> String {
@@ -574,132 +458,56 @@ fn render_remove(plan: &RemovePlan, out: &Output) -> String {
     t
 }
 
-fn remove(a: RemoveArgs, out: &Output, started: &StartedStore) -> Result<u8> {
+fn remove(a: RemoveArgs, out: &Output, started: StartedStore) -> Result<u8> {
     signals::install_pausable()?;
     a.units.select();
-    let root = SysRoot::host();
-    let specs: Vec<RemoveSpec> = a.devices.iter().map(|d| RemoveSpec::parse(d)).collect();
-    let (fs, _state, plan) = remove::prepare(&root, &a.mount, &specs, started)?;
-    let doc = RemoveReport {
-        plan: plan.clone(),
-        result: None,
-        stopped: None,
-    };
-    if !plan.refusals.is_empty() {
-        out.report(&doc, |_| String::new());
-        return Err(refused("remove", &plan.refusals));
+    let mut op = Remove::new(a.mount, &a.devices, started);
+    operation::run(&mut op, a.confirm.into(), out, &RemoveText(out))
+}
+
+/// remove's plan and result as text.
+struct RemoveText<'a>(&'a Output);
+
+impl View<Remove> for RemoveText<'_> {
+    fn plan(&self, plan: &RemovePlan) -> String {
+        render_remove(plan, self.0)
     }
-    if let Some(done) = plan.nothing_to_do() {
-        out.report(&doc, |_| format!("{done}\n"));
-        return Ok(exit::OK);
-    }
-    if a.dry_run {
-        out.report(&doc, |p| render_remove(&p.plan, out));
-        out.status("(dry run: nothing was done)\n");
-        return Ok(exit::OK);
-    }
-    out.status(&render_remove(&plan, out));
-    confirm(
-        out,
-        if plan.devices.len() == 1 {
-            "Remove the device?"
-        } else {
-            "Remove the devices?"
-        },
-        a.yes,
-    )?;
-    hooks::pause_point("device-remove-confirmed");
-    fs.check_path_still_here(&a.mount)?;
-    out.before_change(format!("btrfs-lab show {}", plan.mount_point.display()))?;
-    let signals = signals::begin_operation()?;
-    out.started();
-    let mut track = btrfs_lab::ui::Track::new(out, "device-remove", "removing");
-    let end = remove::execute_remove(&fs, &plan, started, &signals, &mut |p| {
-        track.show(&p.reading(), Some(&p.step()));
-    });
-    track.finish();
-    match end? {
-        RemoveEnd::Stopped {
-            signal,
-            removed,
-            devid,
-            bytes_left,
-        } => {
-            let done = RemoveReport {
-                plan: plan.clone(),
-                result: None,
-                stopped: Some(RemoveStopped {
-                    signal: signal.to_owned(),
-                    removed: removed.clone(),
-                    devid,
-                    bytes_left,
-                }),
-            };
-            out.report_line(&done, |_| String::new());
-            Err(Error::new(
-                ErrorKind::Interrupted,
-                format!(
-                    "{signal}: stopped; device {devid} is still a member ({} left on it){}",
-                    size(bytes_left),
-                    if removed.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; removed before it: {}",
-                            removed
-                                .iter()
-                                .map(|r| r.devid.to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    }
-                ),
-            )
-            .with_hint("the filesystem is consistent; the same command again continues"))
+    fn result(&self, _plan: &RemovePlan, report: &RemoveReport) {
+        if let Some(r) = &report.result {
+            self.0.status(&removed_text(r, self.0));
         }
-        RemoveEnd::Done(r) => {
-            let done = RemoveReport {
-                plan: plan.clone(),
-                result: Some(r.clone()),
-                stopped: None,
-            };
-            out.report_line(&done, |_| {
-                let p = out.paint;
-                let mut t = String::new();
-                for d in &r.removed {
-                    t.push_str(&format!(
-                        "{} device {} ({}), {} moved in {:.0} s\n",
-                        p.good("removed:"),
-                        d.devid,
-                        if d.path.is_empty() {
-                            "missing"
-                        } else {
-                            &d.path
-                        },
-                        size(d.bytes_moved),
-                        d.seconds
-                    ));
-                }
-                t.push_str(&format!(
-                    "  {} device{} now: {}\n",
-                    r.devices.len(),
-                    if r.devices.len() == 1 { "" } else { "s" },
-                    r.devices
-                        .iter()
-                        .map(|d| format!("{} {}", d.devid, d.path))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-                render_redundancy(&mut t, &r.redundancy, out);
-                t
-            });
-            Ok(if r.redundancy.ok {
-                exit::OK
+    }
+}
+
+fn removed_text(r: &RemoveResult, out: &Output) -> String {
+    let p = out.paint;
+    let mut t = String::new();
+    for d in &r.removed {
+        t.push_str(&format!(
+            "{} device {} ({}), {} moved in {:.0} s\n",
+            p.good("removed:"),
+            d.devid,
+            if d.path.is_empty() {
+                "missing"
             } else {
-                NOT_REDUNDANT
-            })
-        }
+                &d.path
+            },
+            size(d.bytes_moved),
+            d.seconds
+        ));
     }
+    t.push_str(&format!(
+        "  {} device{} now: {}\n",
+        r.devices.len(),
+        if r.devices.len() == 1 { "" } else { "s" },
+        r.devices
+            .iter()
+            .map(|d| format!("{} {}", d.devid, d.path))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    render_redundancy(&mut t, &r.redundancy, out);
+    t
 }
 
 fn render(plan: &AddPlan, out: &Output) -> String {

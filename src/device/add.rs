@@ -139,11 +139,7 @@ pub(crate) fn plan_add(
 ) -> AddPlan {
     let mut refusals: Vec<Reason> = Vec::new();
     if !is_root {
-        refusals.push(Reason::general(
-            "not-root",
-            "adding a device needs root".into(),
-            false,
-        ));
+        refusals.push(Reason::not_root("adding a device"));
     }
     if facts.is_empty() {
         refusals.push(Reason::general(

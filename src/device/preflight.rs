@@ -8,6 +8,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, ErrorKind};
 use crate::operation::state::FsState;
 use crate::parse::size::format_iec;
 use crate::sys::block::blockdev::BlockDeviceFacts;
@@ -46,6 +47,11 @@ impl Reason {
             message,
             force_overrides,
         }
+    }
+
+    /// The refusal of a run without root (`doing`: "adding a device").
+    pub(crate) fn not_root(doing: &str) -> Self {
+        Self::general("not-root", format!("{doing} needs root"), false)
     }
 
     /// Whether it still blocks with `--overwrite` given or not.
@@ -239,6 +245,52 @@ pub(crate) fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> 
         ));
     }
     r
+}
+
+/// Every reason at once. Each reason `--overwrite` lifts says so itself;
+/// when another reason stands anyway, that offer is left out (it would not
+/// help) and the hint says what `--overwrite` cannot lift.
+pub fn refused(what: &str, refusals: &[Reason]) -> Error {
+    let all_liftable = refusals.iter().all(|r| r.force_overrides);
+    let mut messages: Vec<String> = refusals
+        .iter()
+        .map(|r| {
+            if all_liftable || !r.force_overrides {
+                r.message.clone()
+            } else {
+                without_overwrite_offer(&r.message)
+            }
+        })
+        .collect();
+    let first = messages.remove(0);
+    let mut e = Error::new(ErrorKind::Refused, format!("cannot {what}: {first}"));
+    let mut hint: Vec<String> = messages.iter().map(|m| format!("also: {m}")).collect();
+    if !all_liftable && refusals.iter().any(|r| r.force_overrides) {
+        let stands: Vec<&str> = refusals
+            .iter()
+            .filter(|r| !r.force_overrides)
+            .map(|r| r.code.as_ref())
+            .collect();
+        hint.push(format!(
+            "--overwrite would not help: it never lifts {}",
+            stands.join(", ")
+        ));
+    }
+    if !hint.is_empty() {
+        e = e.with_hint(hint.join("; "));
+    }
+    e
+}
+
+/// A reason's sentence without its "; --overwrite ..." offer.
+fn without_overwrite_offer(message: &str) -> String {
+    match message
+        .find("; --overwrite")
+        .or_else(|| message.find(", or --overwrite"))
+    {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
 }
 
 #[cfg(test)]

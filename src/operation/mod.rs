@@ -17,7 +17,7 @@ pub mod hooks;
 pub mod state;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::envelope::Document;
+use crate::model::envelope::{Document, Enveloped};
 use crate::sys::kernel::signals::{self, OperationSignals};
 use crate::ui::{self, Ui};
 
@@ -50,6 +50,9 @@ pub enum Verdict {
     Go,
     /// Nothing to change: the plan is shown, then `message`; status 0.
     NothingToDo(String),
+    /// What was asked for is there already (a re-run after it was done):
+    /// `message` alone, not the plan; status 0.
+    AlreadyDone(String),
     /// A rule refuses the plan: its record goes out, its text does not;
     /// the error is the command's (exit status by its kind).
     Refused(Error),
@@ -65,6 +68,17 @@ pub enum Verdict {
     },
 }
 
+/// How a plan's record goes out with `--json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanShape {
+    /// A JSON Lines record, always, before anything else (the default).
+    Record,
+    /// The run's one document (pretty), only when the run ends at the plan
+    /// (refused, nothing to do, dry run); a run that acts sends its result
+    /// record instead.
+    Document,
+}
+
 /// One changing job, as the driver sees it.
 pub trait Operation {
     /// What it will do (shown before the confirmation, and as a record).
@@ -76,6 +90,15 @@ pub trait Operation {
 
     /// Said when the user is not root ("reclaiming space needs root").
     fn needs_root(&self) -> &'static str;
+    /// The plan itself refuses a run without root (with its other reasons,
+    /// in its record): the driver does not check first.
+    fn root_in_plan(&self) -> bool {
+        false
+    }
+    /// How the plan's record goes out.
+    fn plan_shape(&self) -> PlanShape {
+        PlanShape::Record
+    }
     /// Reads what it acts on (held open from here on) and plans.
     fn plan(&mut self, ui: &dyn Ui) -> Result<Self::Plan>;
     /// The plan's record (`{"event":"plan",...}`).
@@ -86,6 +109,10 @@ pub trait Operation {
     }
     /// The confirmation's question.
     fn question(&self, plan: &Self::Plan) -> String;
+    /// Whether to ask at all (no: the plan follows a job already running).
+    fn ask(&self, _plan: &Self::Plan) -> bool {
+        true
+    }
     /// Name of the test hooks' pause point right after the confirmation
     /// (`convert-confirmed`), if it has one.
     fn confirmed_pause(&self) -> Option<&'static str> {
@@ -147,17 +174,27 @@ pub fn run<O: Operation>(
     ui: &dyn Ui,
     view: &dyn View<O>,
 ) -> Result<u8> {
-    need_root(op.needs_root())?;
+    if !op.root_in_plan() {
+        need_root(op.needs_root())?;
+    }
     let plan = op.plan(ui)?;
-    ui::emit(ui, &op.plan_record(&plan));
+    let record = op.plan_record(&plan);
+    let document = op.plan_shape() == PlanShape::Document;
+    if !document {
+        ui::emit(ui, &record);
+    }
     let verdict = op.verdict(&plan);
-    if !matches!(verdict, Verdict::Refused(_)) {
+    let ends_here = confirm.dry_run || !matches!(verdict, Verdict::Go);
+    if document && ends_here {
+        ui.event_line(serde_json::to_string_pretty(&Enveloped::new(&record)));
+    }
+    if !matches!(verdict, Verdict::Refused(_) | Verdict::AlreadyDone(_)) {
         ui.status(&view.plan(&plan));
     }
     match verdict {
         Verdict::Go => {}
         Verdict::Refused(e) => return Err(e),
-        Verdict::NothingToDo(message) => {
+        Verdict::NothingToDo(message) | Verdict::AlreadyDone(message) => {
             ui.status(&message);
             return Ok(crate::error::exit::OK);
         }
@@ -174,7 +211,9 @@ pub fn run<O: Operation>(
         ui.status(DRY_RUN);
         return Ok(crate::error::exit::OK);
     }
-    ui.confirm(&op.question(&plan), confirm.yes)?;
+    if op.ask(&plan) {
+        ui.confirm(&op.question(&plan), confirm.yes)?;
+    }
     if let Some(point) = op.confirmed_pause() {
         hooks::pause_point(point);
     }

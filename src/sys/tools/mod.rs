@@ -2,7 +2,9 @@
 //! an argv (never a shell), their stderr kept in the error.
 
 pub mod fio;
+mod group;
 pub mod inhibit;
+pub(crate) use group::interrupt_group;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;

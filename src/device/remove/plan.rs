@@ -1,21 +1,14 @@
-//! `device remove MOUNT DEV...`: the plan (pure: the profiles' minimum
-//! device counts, whether the data fits on the devices that stay, and the
-//! order that moves the fewest bytes twice), carrying it out one device at
-//! a time through `btrfs device remove`, progress from the bytes left on
-//! the device, and on a signal a stop that leaves the device a member (the
-//! kernel cancels the relocation when the remove's process gets a fatal
-//! signal) so that a re-run continues.
+//! `device remove`'s plan: pure (the profiles' minimum device counts,
+//! whether the data fits on the devices that stay, and the order that moves
+//! the fewest bytes twice), from the facts read through the handle.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::preflight::{Reason, same_device};
-use super::redundancy::RedundancyCheck;
-use super::started::{DeviceAt, RemovingDevice, StartedRemove, StartedStore};
-use crate::error::{Error, ErrorKind, Result};
+use crate::device::preflight::{Reason, same_device};
+use crate::device::started::{RemovingDevice, StartedRemove, StartedStore};
+use crate::error::Result;
 use crate::model::alloc::{ChunkKind, reserve};
 use crate::model::profile::Profile;
 use crate::model::relocate::{self, Assume, Layout, Shortfall};
@@ -23,8 +16,6 @@ use crate::model::space::BgType;
 use crate::operation::state::FsState;
 use crate::parse::size::format_iec;
 use crate::sys::kernel::btrfs::{ChunkRecord, DevExtent, FsHandle, bg_type_of, profile_of};
-use crate::sys::kernel::signals::OperationSignals;
-use crate::sys::tools::{self, display_argv};
 
 /// A device to remove, as the user named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,34 +367,26 @@ fn orders(ids: &[u64]) -> Vec<Vec<u64>> {
     out
 }
 
-/// Plans removing `specs` from `fs` (pure).
-pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> RemovePlan {
-    let mut refusals = Vec::new();
-    let mut notes = Vec::new();
-    let m = fs.mount_point.display().to_string();
-    if !facts.is_root {
-        refusals.push(Reason::general(
-            "not-root",
-            "removing a device needs root".into(),
-            false,
-        ));
-    }
-    if facts.read_only {
-        refusals.push(Reason::general(
-            "read-only",
-            format!(
-                "{m} is mounted read-only; a remove relocates data: remount it read-write first"
-            ),
-            false,
-        ));
-    }
-    if specs.is_empty() {
-        refusals.push(Reason::general(
-            "no-device",
-            "give at least one device to remove".into(),
-            false,
-        ));
-    }
+/// The devices named, resolved.
+struct Named {
+    /// Their devids, in the order named.
+    ids: Vec<u64>,
+    /// Named, but a remove on record took them out already.
+    already_removed: Vec<AlreadyRemoved>,
+    /// `missing` was named.
+    missing_spec: bool,
+}
+
+/// Resolves the devices named to devids; what is not a member (and was
+/// not removed by this tool) or is named twice is refused.
+fn named(
+    fs: &FsState,
+    specs: &[RemoveSpec],
+    facts: &RemoveFacts,
+    m: &str,
+    refusals: &mut Vec<Reason>,
+    notes: &mut Vec<String>,
+) -> Named {
     let mut ids: Vec<u64> = Vec::new();
     let mut already_removed: Vec<AlreadyRemoved> = Vec::new();
     let mut missing_spec = false;
@@ -443,27 +426,7 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
             continue;
         }
         if found.is_empty() {
-            let what = match s {
-                RemoveSpec::Devid(id) => format!("device id {id} is not a device of {m}"),
-                RemoveSpec::Missing => format!("no device of {m} is missing"),
-                RemoveSpec::Path(p) => format!("{} is not a device of {m}", p.display()),
-            };
-            let list: Vec<String> = fs
-                .devices
-                .iter()
-                .map(|d| {
-                    if d.path.is_empty() {
-                        format!("{} (missing)", d.devid)
-                    } else {
-                        format!("{} {}", d.devid, d.path)
-                    }
-                })
-                .collect();
-            refusals.push(Reason::general(
-                "not-member",
-                format!("{what}; its devices: {}", list.join(", ")),
-                false,
-            ));
+            refusals.push(not_member(fs, s, m));
         }
         for id in found {
             if ids.contains(&id) {
@@ -477,6 +440,47 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
             }
         }
     }
+    Named {
+        ids,
+        already_removed,
+        missing_spec,
+    }
+}
+
+/// The refusal of a device named that is not a member, with the members.
+fn not_member(fs: &FsState, s: &RemoveSpec, m: &str) -> Reason {
+    let what = match s {
+        RemoveSpec::Devid(id) => format!("device id {id} is not a device of {m}"),
+        RemoveSpec::Missing => format!("no device of {m} is missing"),
+        RemoveSpec::Path(p) => format!("{} is not a device of {m}", p.display()),
+    };
+    let list: Vec<String> = fs
+        .devices
+        .iter()
+        .map(|d| {
+            if d.path.is_empty() {
+                format!("{} (missing)", d.devid)
+            } else {
+                format!("{} {}", d.devid, d.path)
+            }
+        })
+        .collect();
+    Reason::general(
+        "not-member",
+        format!("{what}; its devices: {}", list.join(", ")),
+        false,
+    )
+}
+
+/// A remove the kernel runs already: the devid this run follows (one it
+/// was asked to remove), else a note or a refusal.
+fn following(
+    fs: &FsState,
+    ids: &[u64],
+    m: &str,
+    refusals: &mut Vec<Reason>,
+    notes: &mut Vec<String>,
+) -> Option<u64> {
     // A remove the kernel runs now (its command killed, or run elsewhere):
     // the device it takes out shows a size of 0 (btrfs_shrink_device).
     let mut following = None;
@@ -507,21 +511,12 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
             false,
         )),
     }
-    let remaining: Vec<u64> = fs
-        .devices
-        .iter()
-        .map(|d| d.devid)
-        .filter(|d| !ids.contains(d))
-        .collect();
-    if !ids.is_empty() && remaining.is_empty() {
-        refusals.push(Reason::general(
-            "last-device",
-            "a filesystem keeps at least one device: these are all of them".into(),
-            false,
-        ));
-    }
-    // Every profile in use must allow the devices that stay.
-    let left = remaining.len() as u32;
+    following
+}
+
+/// The refusal when a profile in use needs more devices than the `left`
+/// that stay, with the convert that makes room.
+fn too_few_devices(fs: &FsState, facts: &RemoveFacts, left: u32, m: &str) -> Option<Reason> {
     let mut too_few: Vec<(BgType, Profile)> = Vec::new();
     for c in &facts.chunks {
         let k = bg_type_of(c.flags);
@@ -530,50 +525,66 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
             too_few.push((k, p));
         }
     }
-    if !too_few.is_empty() {
-        let data = too_few
-            .iter()
-            .find(|t| t.0 == BgType::Data)
-            .map(|t| fallback(t.1, left, t.0, fs.kernel));
-        let meta = too_few
-            .iter()
-            .find(|t| matches!(t.0, BgType::Metadata | BgType::System))
-            .map(|t| fallback(t.1, left, BgType::Metadata, fs.kernel));
-        let mut cmd = format!("btrfs-lab convert {m}");
-        if let Some(d) = data {
-            cmd.push_str(&format!(" --data {}", d.name()));
-        }
-        if let Some(md) = meta {
-            cmd.push_str(&format!(" --metadata {}", md.name()));
-        }
-        let names: Vec<String> = too_few
-            .iter()
-            .map(|(k, p)| {
-                format!(
-                    "{} {} needs {}",
-                    k.json_name(),
-                    p.name(),
-                    p.min_devices_on(fs.kernel)
-                )
-            })
-            .collect();
-        refusals.push(Reason::general(
-            "too-few-devices",
-            format!(
-                "{left} device(s) would stay, and {}; convert first: {cmd}",
-                names.join(", ")
-            ),
-            false,
-        ));
+    if too_few.is_empty() {
+        return None;
     }
+    let data = too_few
+        .iter()
+        .find(|t| t.0 == BgType::Data)
+        .map(|t| fallback(t.1, left, t.0, fs.kernel));
+    let meta = too_few
+        .iter()
+        .find(|t| matches!(t.0, BgType::Metadata | BgType::System))
+        .map(|t| fallback(t.1, left, BgType::Metadata, fs.kernel));
+    let mut cmd = format!("btrfs-lab convert {m}");
+    if let Some(d) = data {
+        cmd.push_str(&format!(" --data {}", d.name()));
+    }
+    if let Some(md) = meta {
+        cmd.push_str(&format!(" --metadata {}", md.name()));
+    }
+    let names: Vec<String> = too_few
+        .iter()
+        .map(|(k, p)| {
+            format!(
+                "{} {} needs {}",
+                k.json_name(),
+                p.name(),
+                p.min_devices_on(fs.kernel)
+            )
+        })
+        .collect();
+    Some(Reason::general(
+        "too-few-devices",
+        format!(
+            "{left} device(s) would stay, and {}; convert first: {cmd}",
+            names.join(", ")
+        ),
+        false,
+    ))
+}
 
-    // Order and space.
-    let mut best: Option<(Vec<u64>, u64, u64, Vec<u64>)> = None;
+/// A removal order, the bytes it moves, those moved twice, and the
+/// relocation steps of each device.
+type Order = (Vec<u64>, u64, u64, Vec<u64>);
+
+/// The order that moves the fewest bytes twice (the device the kernel
+/// removes now first), and whether space is tight; refused when no order
+/// fits. Without a fitting order: the devices as named.
+fn best_order(
+    fs: &FsState,
+    facts: &RemoveFacts,
+    ids: &[u64],
+    following: Option<u64>,
+    m: &str,
+    refusals: &mut Vec<Reason>,
+) -> (Order, bool) {
+    let mut best: Option<Order> = None;
     let mut tight = false;
     let mut space_error = None;
     if refusals.is_empty() && !ids.is_empty() {
         // The device the kernel removes now goes first.
-        for o in orders(&ids)
+        for o in orders(ids)
             .into_iter()
             .filter(|o| following.is_none_or(|f| o.first() == Some(&f)))
         {
@@ -601,8 +612,60 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
             ));
         }
     }
-    let (order, expected_move, moved_twice, steps) =
-        best.unwrap_or_else(|| (ids.clone(), 0, 0, vec![0; ids.len()]));
+    let best = best.unwrap_or_else(|| (ids.to_vec(), 0, 0, vec![0; ids.len()]));
+    (best, tight)
+}
+
+/// Plans removing `specs` from `fs` (pure).
+pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> RemovePlan {
+    let mut refusals = Vec::new();
+    let mut notes = Vec::new();
+    let m = fs.mount_point.display().to_string();
+    if !facts.is_root {
+        refusals.push(Reason::not_root("removing a device"));
+    }
+    if facts.read_only {
+        refusals.push(Reason::general(
+            "read-only",
+            format!(
+                "{m} is mounted read-only; a remove relocates data: remount it read-write first"
+            ),
+            false,
+        ));
+    }
+    if specs.is_empty() {
+        refusals.push(Reason::general(
+            "no-device",
+            "give at least one device to remove".into(),
+            false,
+        ));
+    }
+    let Named {
+        ids,
+        already_removed,
+        missing_spec,
+    } = named(fs, specs, facts, &m, &mut refusals, &mut notes);
+    let following = following(fs, &ids, &m, &mut refusals, &mut notes);
+    let remaining: Vec<u64> = fs
+        .devices
+        .iter()
+        .map(|d| d.devid)
+        .filter(|d| !ids.contains(d))
+        .collect();
+    if !ids.is_empty() && remaining.is_empty() {
+        refusals.push(Reason::general(
+            "last-device",
+            "a filesystem keeps at least one device: these are all of them".into(),
+            false,
+        ));
+    }
+    // Every profile in use must allow the devices that stay.
+    if let Some(r) = too_few_devices(fs, facts, remaining.len() as u32, &m) {
+        refusals.push(r);
+    }
+    // Order and space.
+    let ((order, expected_move, moved_twice, steps), tight) =
+        best_order(fs, facts, &ids, following, &m, &mut refusals);
     let devices: Vec<Leaving> = order
         .iter()
         .zip(steps.iter().chain(std::iter::repeat(&0)))
@@ -877,378 +940,6 @@ fn shortfall_reason(fs: &FsState, layout: &Layout, r: &RemoveReplay, s: &Shortfa
     )
 }
 
-/// Where a remove is.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct RemoveProgress {
-    /// The device being removed.
-    pub devid: u64,
-    /// Its place in the plan (1-based) and the count.
-    pub step: usize,
-    /// Steps.
-    pub steps: usize,
-    /// Bytes on it when its removal began.
-    pub bytes_start: u64,
-    /// Bytes still on it.
-    pub bytes_left: u64,
-    /// Bytes per second over the last moves (20 s window); 0 while the
-    /// rate is measured, stalled or stopping.
-    pub rate_bytes_per_sec: f64,
-    /// Seconds left for this device; `null` until the estimate is stable.
-    pub eta_seconds: Option<f64>,
-    /// What the relocation is doing, as far as the counts tell.
-    #[serde(default = "crate::model::progress::running")]
-    pub pace: crate::model::progress::Pace,
-}
-
-impl RemoveProgress {
-    /// As the one progress renderer reads it: bytes moved off the device.
-    pub fn reading(&self) -> crate::model::progress::Reading {
-        crate::model::progress::Reading {
-            done_bytes: self.bytes_start.saturating_sub(self.bytes_left),
-            total_bytes: self.bytes_start,
-            rate_bytes_per_sec: (self.rate_bytes_per_sec > 0.0).then_some(self.rate_bytes_per_sec),
-            eta_seconds: self.eta_seconds,
-            pace: self.pace,
-            idle_seconds: 0.0,
-        }
-    }
-
-    /// Which device of the plan: `device 3, 1 of 2`.
-    pub fn step(&self) -> String {
-        format!("device {}, {} of {}", self.devid, self.step, self.steps)
-    }
-}
-
-/// One device removed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Removed {
-    /// Its devid.
-    pub devid: u64,
-    /// Its path.
-    pub path: String,
-    /// Bytes moved off it.
-    pub bytes_moved: u64,
-    /// Seconds.
-    pub seconds: f64,
-}
-
-/// What the remove did, verified.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct RemoveResult {
-    /// The devices removed, in order.
-    pub removed: Vec<Removed>,
-    /// The devices now, by devid.
-    pub devices: Vec<crate::operation::state::MemberDevice>,
-    /// Every chunk's redundancy after it.
-    pub redundancy: RedundancyCheck,
-}
-
-/// `device remove --json`: the plan, and what was done.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct RemoveReport {
-    /// The plan.
-    pub plan: RemovePlan,
-    /// What was done and verified (absent with `--dry-run`, a refusal, or
-    /// when a signal stopped it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<RemoveResult>,
-    /// A signal stopped it: the device in progress is still a member.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stopped: Option<RemoveStopped>,
-}
-
-/// A remove a signal stopped.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct RemoveStopped {
-    /// `SIGINT`, `SIGTERM`, `SIGHUP`.
-    pub signal: String,
-    /// Removed before it.
-    pub removed: Vec<Removed>,
-    /// The device that is still a member.
-    pub devid: u64,
-    /// Bytes still on it.
-    pub bytes_left: u64,
-}
-
-/// How a run ended.
-#[derive(Debug)]
-pub enum RemoveEnd {
-    /// Done and verified.
-    Done(RemoveResult),
-    /// A signal stopped it: the device in progress is still a member.
-    Stopped {
-        /// Which signal.
-        signal: &'static str,
-        /// Removed before it.
-        removed: Vec<Removed>,
-        /// The device still a member.
-        devid: u64,
-        /// Bytes still on it.
-        bytes_left: u64,
-    },
-}
-
-/// Carries out the plan, one device at a time.
-pub fn execute_remove(
-    fs: &FsHandle,
-    plan: &RemovePlan,
-    store: &StartedStore,
-    signals: &OperationSignals,
-    progress: &mut dyn FnMut(&RemoveProgress),
-) -> Result<RemoveEnd> {
-    let mut removed = Vec::new();
-    let steps = plan.commands.len();
-    if !plan.devices.is_empty() {
-        // Recorded before the kernel is asked: a re-run ties a device that
-        // is no longer a member to this remove, and to nothing else.
-        store.save_remove(&StartedRemove {
-            fsid: fs.fsid().to_owned(),
-            devices: plan
-                .devices
-                .iter()
-                .map(|d| RemovingDevice {
-                    devid: d.devid,
-                    device: DeviceAt {
-                        path: d.path.clone(),
-                        devt: crate::sys::block::blockdev::devt_of(Path::new(&d.path)),
-                    },
-                })
-                .collect(),
-            started_unix: super::started::now_unix(),
-        })?;
-    }
-    for (i, (shown, dev)) in plan.commands.iter().zip(&plan.devices).enumerate() {
-        // A remove the kernel runs already (this device's, whose command
-        // was killed, or another's): follow it to its end first; starting
-        // one now would only fail ("another exclusive operation").
-        let start_bytes = fs
-            .devices()?
-            .iter()
-            .find(|d| d.devid == dev.devid)
-            .map_or(dev.allocated, |d| d.bytes_used);
-        let t0 = Instant::now();
-        let interrupted = wait_for_running_remove(fs, dev.devid, signals, &mut |left| {
-            progress(&RemoveProgress {
-                devid: dev.devid,
-                step: i + 1,
-                steps,
-                bytes_start: start_bytes,
-                bytes_left: left,
-                rate_bytes_per_sec: 0.0,
-                eta_seconds: None,
-                pace: crate::model::progress::Pace::Running,
-            })
-        })?;
-        if let Some(signal) = interrupted
-            && let Some(d) = fs.devices()?.into_iter().find(|d| d.devid == dev.devid)
-        {
-            return Ok(RemoveEnd::Stopped {
-                signal,
-                removed,
-                devid: dev.devid,
-                bytes_left: d.bytes_used,
-            });
-        }
-        if !fs.devices()?.iter().any(|d| d.devid == dev.devid) {
-            // The remove that ran took it out.
-            removed.push(Removed {
-                devid: dev.devid,
-                path: dev.path.clone(),
-                bytes_moved: start_bytes,
-                seconds: t0.elapsed().as_secs_f64(),
-            });
-            continue;
-        }
-        let mut argv = shown.clone();
-        if let Some(last) = argv.last_mut() {
-            *last = fs.proc_path().display().to_string();
-        }
-        let tool = tools::find("btrfs", "btrfs-progs")?;
-        let mut child =
-            tools::spawn_in_group(&tool.path, &argv[1..], None, Stdio::null(), Stdio::piped())
-                .map_err(|e| {
-                    Error::new(
-                        ErrorKind::Tool,
-                        format!("cannot start {}: {e}", display_argv(shown)),
-                    )
-                })?;
-        let mut signal: Option<&'static str> = None;
-        let mut meter = crate::model::progress::Meter::new();
-        let status = loop {
-            if let Some(st) = child
-                .try_wait()
-                .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?
-            {
-                break st;
-            }
-            let left = fs
-                .devices()?
-                .iter()
-                .find(|d| d.devid == dev.devid)
-                .map_or(0, |d| d.bytes_used);
-            let r = meter.observe(start_bytes.saturating_sub(left), start_bytes);
-            progress(&RemoveProgress {
-                devid: dev.devid,
-                step: i + 1,
-                steps,
-                bytes_start: start_bytes,
-                bytes_left: left,
-                rate_bytes_per_sec: r.rate_bytes_per_sec.unwrap_or(0.0),
-                eta_seconds: r.eta_seconds,
-                pace: r.pace,
-            });
-            let (n, which) = signals.wait(Duration::from_millis(500));
-            if n > 0 && signal.is_none() {
-                signal = Some(which.map_or("a signal", |w| w.name()));
-                meter.pausing();
-                // A fatal signal makes the kernel cancel the relocation
-                // after the current extent; the device stays a member.
-                tools::kill_group(&child, rustix::process::Signal::INT);
-            }
-        };
-        let stderr = crate::sys::kernel::child::read_stderr(&mut child);
-        let still = fs.devices()?.into_iter().find(|d| d.devid == dev.devid);
-        if still.is_none() {
-            // Gone: the last state is nothing left on it.
-            let secs = t0.elapsed().as_secs_f64();
-            progress(&RemoveProgress {
-                devid: dev.devid,
-                step: i + 1,
-                steps,
-                bytes_start: start_bytes,
-                bytes_left: 0,
-                rate_bytes_per_sec: if secs > 0.0 {
-                    start_bytes as f64 / secs
-                } else {
-                    0.0
-                },
-                eta_seconds: Some(0.0),
-                pace: crate::model::progress::Pace::Done,
-            });
-        }
-        match (status.success(), still) {
-            (true, None) => removed.push(Removed {
-                devid: dev.devid,
-                path: dev.path.clone(),
-                bytes_moved: start_bytes,
-                seconds: t0.elapsed().as_secs_f64(),
-            }),
-            (_, Some(d)) if signal.is_some() => {
-                return Ok(RemoveEnd::Stopped {
-                    signal: signal.unwrap_or("a signal"),
-                    removed,
-                    devid: dev.devid,
-                    bytes_left: d.bytes_used,
-                });
-            }
-            (_, None) => removed.push(Removed {
-                devid: dev.devid,
-                path: dev.path.clone(),
-                bytes_moved: start_bytes,
-                seconds: t0.elapsed().as_secs_f64(),
-            }),
-            (_, Some(_)) => {
-                let why = stderr
-                    .trim()
-                    .lines()
-                    .last()
-                    .unwrap_or("no message")
-                    .to_owned();
-                let failure = super::preflight::kernel_failure(&why);
-                let hint = failure.map_or(
-                    "the device is still a member; what moved stays moved (a consistent filesystem); see the kernel log",
-                    |(_, next)| next,
-                );
-                let why = match failure {
-                    Some((errno, _)) => format!("the kernel stopped it with {errno} ({why})"),
-                    None => why,
-                };
-                return Err(Error::new(
-                    ErrorKind::Tool,
-                    format!(
-                        "removing device {} failed: {why} (while running: {})",
-                        dev.devid,
-                        display_argv(shown)
-                    ),
-                )
-                .with_hint(format!(
-                    "{hint}{}",
-                    if removed.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; removed before it: {}",
-                            removed
-                                .iter()
-                                .map(|r: &Removed| r.devid.to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    }
-                )));
-            }
-        }
-    }
-    let infos = fs.devices()?;
-    for r in &removed {
-        if infos.iter().any(|d| d.devid == r.devid) {
-            return Err(Error::new(
-                ErrorKind::State,
-                format!("device {} is still a member after its removal", r.devid),
-            ));
-        }
-    }
-    let present: Vec<u64> = infos
-        .iter()
-        .filter(|d| !d.path.is_empty())
-        .map(|d| d.devid)
-        .collect();
-    let chunks = fs.chunk_records()?.unwrap_or_default();
-    let redundancy =
-        super::redundancy::check(&chunks, &present, &plan.mount_point.display().to_string());
-    Ok(RemoveEnd::Done(RemoveResult {
-        removed,
-        devices: infos
-            .iter()
-            .map(|d| crate::operation::state::MemberDevice {
-                devid: d.devid,
-                path: d.path.clone(),
-                size: d.total_bytes,
-                allocated: d.bytes_used,
-            })
-            .collect(),
-        redundancy,
-    }))
-}
-
-/// While the kernel runs a `device remove` on `fs` (an earlier run's,
-/// whose command outlived it), waits for its end, telling `progress` the
-/// bytes left on `devid`. `Some(signal)` when a signal came first (the
-/// kernel's remove goes on: it is not ours to stop).
-fn wait_for_running_remove(
-    fs: &FsHandle,
-    devid: u64,
-    signals: &OperationSignals,
-    progress: &mut dyn FnMut(u64),
-) -> Result<Option<&'static str>> {
-    let root = crate::sys::fs::root::SysRoot::host();
-    while crate::operation::state::read_sysfs(&root, fs.fsid(), "exclusive_operation").as_deref()
-        == Some("device remove")
-    {
-        let left = fs
-            .devices()?
-            .iter()
-            .find(|d| d.devid == devid)
-            .map_or(0, |d| d.bytes_used);
-        progress(left);
-        let (n, which) = signals.wait(Duration::from_millis(500));
-        if n > 0 {
-            return Ok(Some(which.map_or("a signal", |w| w.name())));
-        }
-    }
-    Ok(None)
-}
-
 /// Reads what the planner needs through the handle.
 pub fn read_facts(fs: &FsHandle, state: &FsState) -> Result<RemoveFacts> {
     Ok(RemoveFacts {
@@ -1278,6 +969,7 @@ pub fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::started::DeviceAt;
     use crate::model::kernel::KernelVersion;
     use crate::operation::state::MemberDevice;
     use crate::sys::kernel::btrfs::SpaceEntry;

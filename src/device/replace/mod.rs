@@ -5,15 +5,17 @@
 //! data to copy, and afterwards: NEW grown to its size, every chunk checked
 //! for the redundancy its type has (btrfs-progs #1077), a scrub offered.
 
+pub mod operation;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::add::NewDevice;
-use super::preflight::{Reason, device_reasons, same_device};
-use super::redundancy::RedundancyCheck;
-use super::started::{DeviceAt, StartedReplace, StartedStore};
+use crate::device::add::NewDevice;
+use crate::device::preflight::{Reason, device_reasons, same_device};
+use crate::device::redundancy::RedundancyCheck;
+use crate::device::started::{DeviceAt, StartedReplace, StartedStore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
@@ -205,6 +207,60 @@ pub(crate) fn holdings(devid: u64, facts: &ReplaceFacts) -> Vec<OnOld> {
     out
 }
 
+/// Whether the copy reads from the other copies (`-r`), with the notes on
+/// OLD's errors and on chunks only OLD holds.
+fn read_from_others(
+    old_dev: Option<&OldDevice>,
+    on_old: &[OnOld],
+    read_from: ReadFrom,
+    notes: &mut Vec<String>,
+) -> bool {
+    let unreadable = old_dev
+        .and_then(|o| o.errors.as_ref())
+        .map_or(0, |e| e.read + e.corruption);
+    let all_copied = on_old.iter().all(|o| o.other_copy);
+    let read_from_others = match read_from {
+        ReadFrom::Others => true,
+        ReadFrom::Old => false,
+        ReadFrom::Auto => unreadable > 0 && all_copied && !on_old.is_empty(),
+    };
+    if let Some(o) = old_dev {
+        if o.missing {
+            notes.push(format!(
+                "device {} is missing: everything is rebuilt from the other copies",
+                o.devid
+            ));
+        } else if unreadable > 0 {
+            notes.push(format!(
+                "device {} has {unreadable} read/checksum error(s): {}",
+                o.devid,
+                if read_from_others {
+                    "the copy reads from the other devices wherever a copy exists (-r)"
+                } else if all_copied {
+                    "it is still read from (--read-from old); the kernel falls back to another copy on an error"
+                } else {
+                    "some of its chunks have no other copy, so it must be read from"
+                }
+            ));
+        }
+        for h in on_old.iter().filter(|h| !h.other_copy) {
+            let lose = if o.missing {
+                "lost: the replace cannot rebuild them, and reports uncorrectable read errors"
+            } else {
+                "read from it: a block it cannot read is lost (the file that holds it is damaged)"
+            };
+            notes.push(format!(
+                "{} of {} {} is only on device {} (no other copy): {lose}",
+                format_iec(h.bytes),
+                h.kind.json_name(),
+                h.profile.name(),
+                o.devid
+            ));
+        }
+    }
+    read_from_others
+}
+
 /// Plans replacing `old` with `new` (pure).
 pub(crate) fn plan_replace(
     fs: &FsState,
@@ -217,11 +273,7 @@ pub(crate) fn plan_replace(
     let mut notes = Vec::new();
     let m = fs.mount_point.display().to_string();
     if !facts.is_root {
-        refusals.push(Reason::general(
-            "not-root",
-            "replacing a device needs root".into(),
-            false,
-        ));
+        refusals.push(Reason::not_root("replacing a device"));
     }
     if facts.read_only {
         refusals.push(Reason::general(
@@ -377,50 +429,7 @@ pub(crate) fn plan_replace(
     }
 
     // Reading from other copies.
-    let unreadable = old_dev
-        .as_ref()
-        .and_then(|o| o.errors.as_ref())
-        .map_or(0, |e| e.read + e.corruption);
-    let all_copied = on_old.iter().all(|o| o.other_copy);
-    let read_from_others = match opts.read_from {
-        ReadFrom::Others => true,
-        ReadFrom::Old => false,
-        ReadFrom::Auto => unreadable > 0 && all_copied && !on_old.is_empty(),
-    };
-    if let Some(o) = &old_dev {
-        if o.missing {
-            notes.push(format!(
-                "device {} is missing: everything is rebuilt from the other copies",
-                o.devid
-            ));
-        } else if unreadable > 0 {
-            notes.push(format!(
-                "device {} has {unreadable} read/checksum error(s): {}",
-                o.devid,
-                if read_from_others {
-                    "the copy reads from the other devices wherever a copy exists (-r)"
-                } else if all_copied {
-                    "it is still read from (--read-from old); the kernel falls back to another copy on an error"
-                } else {
-                    "some of its chunks have no other copy, so it must be read from"
-                }
-            ));
-        }
-        for h in on_old.iter().filter(|h| !h.other_copy) {
-            let lose = if o.missing {
-                "lost: the replace cannot rebuild them, and reports uncorrectable read errors"
-            } else {
-                "read from it: a block it cannot read is lost (the file that holds it is damaged)"
-            };
-            notes.push(format!(
-                "{} of {} {} is only on device {} (no other copy): {lose}",
-                format_iec(h.bytes),
-                h.kind.json_name(),
-                h.profile.name(),
-                o.devid
-            ));
-        }
-    }
+    let read_from_others = read_from_others(old_dev.as_ref(), &on_old, opts.read_from, &mut notes);
 
     // Suspend.
     let inhibit = match &facts.systemd_inhibit {
@@ -682,12 +691,7 @@ pub enum ReplaceEnd {
     /// Done and verified.
     Done(ReplaceResult),
     /// A signal came: the replace goes on in the kernel.
-    Detached {
-        /// Which signal.
-        signal: &'static str,
-        /// Where it was.
-        progress: Option<ReplaceProgress>,
-    },
+    Detached(ReplaceDetached),
 }
 
 /// Finds systemd-inhibit when logind can honour it (systemd is PID 1).
@@ -700,81 +704,61 @@ pub fn find_systemd_inhibit() -> Option<PathBuf> {
         .map(|t| t.path)
 }
 
-/// Carries out the plan: starts the replace (unless it follows one),
-/// follows it to the end (`progress` hears each step), resizes and
-/// verifies. A signal detaches: the replace goes on in the kernel.
-pub fn execute_replace(
+/// Records the replace before the kernel is asked (a re-run ties NEW being
+/// device N to this replace, and to nothing else) and starts `first`.
+fn start_replace(
     fs: &FsHandle,
     plan: &ReplacePlan,
+    old: &OldDevice,
     store: &StartedStore,
-    signals: &OperationSignals,
-    progress: &mut dyn FnMut(&ReplaceProgress),
-) -> Result<ReplaceEnd> {
-    let old = plan
-        .old
+    first: &[String],
+) -> Result<std::process::Child> {
+    let new = plan
+        .new
         .as_ref()
-        .ok_or_else(|| Error::new(ErrorKind::State, "no device to replace"))?;
-    let extents: Vec<DevExtent> = fs
-        .dev_extents()?
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.devid == old.devid)
-        .collect();
-    let total: u64 = extents.iter().map(|e| e.length).sum();
-    let started = Instant::now();
-    let mut child = None;
-    let mut rest = plan.commands.as_slice();
-    if !plan.following {
-        let (first, more) = rest
-            .split_first()
-            .ok_or_else(|| Error::new(ErrorKind::State, "the plan has no command"))?;
-        rest = more;
-        // Recorded before the kernel is asked: a re-run ties NEW being
-        // device N to this replace, and to nothing else.
-        let new = plan
-            .new
-            .as_ref()
-            .ok_or_else(|| Error::new(ErrorKind::State, "no new device in the plan"))?;
-        store.save_replace(&StartedReplace {
-            fsid: fs.fsid().to_owned(),
-            devid: old.devid,
-            old_path: old.path.clone(),
-            new: DeviceAt {
-                path: new.resolved.display().to_string(),
-                devt: crate::sys::block::blockdev::devt_of(&new.resolved),
-            },
-            started_unix: super::started::now_unix(),
-        })?;
-        let mut argv = first.clone();
-        if let Some(last) = argv.last_mut() {
-            *last = fs.proc_path().display().to_string();
-        }
-        let tool = tools::find(
-            &argv[0],
-            if argv[0] == "btrfs" {
-                "btrfs-progs"
-            } else {
-                "systemd"
-            },
-        )?;
-        let c = crate::sys::kernel::child::spawn_in_new_session(&tool.path, &argv[1..]).map_err(
-            |e| {
-                Error::new(
-                    ErrorKind::Tool,
-                    format!("cannot start {}: {e}", display_argv(first)),
-                )
-            },
-        )?;
-        child = Some((c, first.clone()));
+        .ok_or_else(|| Error::new(ErrorKind::State, "no new device in the plan"))?;
+    store.save_replace(&StartedReplace {
+        fsid: fs.fsid().to_owned(),
+        devid: old.devid,
+        old_path: old.path.clone(),
+        new: DeviceAt {
+            path: new.resolved.display().to_string(),
+            devt: crate::sys::block::blockdev::devt_of(&new.resolved),
+        },
+        started_unix: crate::device::started::now_unix(),
+    })?;
+    let mut argv = first.to_vec();
+    if let Some(last) = argv.last_mut() {
+        *last = fs.proc_path().display().to_string();
     }
-    // Until the kernel says it runs (or the command failed).
+    let tool = tools::find(
+        &argv[0],
+        if argv[0] == "btrfs" {
+            "btrfs-progs"
+        } else {
+            "systemd"
+        },
+    )?;
+    crate::sys::kernel::child::spawn_in_new_session(&tool.path, &argv[1..]).map_err(|e| {
+        Error::new(
+            ErrorKind::Tool,
+            format!("cannot start {}: {e}", display_argv(first)),
+        )
+    })
+}
+
+/// Until the kernel says the replace runs (or the command failed).
+fn wait_until_running(
+    fs: &FsHandle,
+    mut child: Option<&mut (std::process::Child, Vec<String>)>,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let s = fs.replace_status()?;
         if s.state == btrfs_uapi::replace::ReplaceState::Started {
             break;
         }
-        if let Some((c, shown)) = child.as_mut()
+        if let Some((c, shown)) = child.as_deref_mut()
             && let Some(status) = c
                 .try_wait()
                 .map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?
@@ -806,6 +790,85 @@ pub fn execute_replace(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
+}
+
+/// The kernel ended the replace as "canceled": cancelled, or failed
+/// (ENOSPC, EIO, ...: its errno is in what the starting command printed).
+fn ended_unfinished(devid: u64, child: Option<&mut (std::process::Child, Vec<String>)>) -> Error {
+    let started_here = child.is_some();
+    let said = child.map(|(c, _)| {
+        let _ = c.wait();
+        crate::sys::kernel::child::read_stderr(c)
+    });
+    let last = said
+        .as_deref()
+        .and_then(|t| t.trim().lines().last())
+        .unwrap_or("")
+        .to_owned();
+    if let Some((errno, next)) = crate::device::preflight::kernel_failure(&last) {
+        return Error::new(
+            ErrorKind::Tool,
+            format!(
+                "the replace of device {} failed: the kernel stopped it with {errno}; device {} is still a member ({last})",
+                devid, devid
+            ),
+        )
+        .with_hint(next);
+    }
+    let (what, hint) = if started_here {
+        (
+            "was cancelled (--cancel, a suspend or a freeze)",
+            "run the same command again to start it anew",
+        )
+    } else {
+        (
+            "ended without finishing: cancelled, or failed (this run followed a replace started elsewhere, whose error it cannot read)",
+            "see the kernel log (dmesg) for the reason; run the same command again to start it anew once it is dealt with",
+        )
+    };
+    Error::new(
+        ErrorKind::State,
+        format!(
+            "the replace of device {} {what}; device {} is still a member, unchanged",
+            devid, devid
+        ),
+    )
+    .with_hint(hint)
+}
+
+/// Carries out the plan: starts the replace (unless it follows one),
+/// follows it to the end (`progress` hears each step), resizes and
+/// verifies. A signal detaches: the replace goes on in the kernel.
+pub fn execute_replace(
+    fs: &FsHandle,
+    plan: &ReplacePlan,
+    store: &StartedStore,
+    signals: &OperationSignals,
+    progress: &mut dyn FnMut(&ReplaceProgress),
+) -> Result<ReplaceEnd> {
+    let old = plan
+        .old
+        .as_ref()
+        .ok_or_else(|| Error::new(ErrorKind::State, "no device to replace"))?;
+    let extents: Vec<DevExtent> = fs
+        .dev_extents()?
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.devid == old.devid)
+        .collect();
+    let total: u64 = extents.iter().map(|e| e.length).sum();
+    let started = Instant::now();
+    let mut child = None;
+    let mut rest = plan.commands.as_slice();
+    if !plan.following {
+        let (first, more) = rest
+            .split_first()
+            .ok_or_else(|| Error::new(ErrorKind::State, "the plan has no command"))?;
+        rest = more;
+        child = Some((start_replace(fs, plan, old, store, first)?, first.clone()));
+    }
+    wait_until_running(fs, child.as_mut())?;
     // Follow.
     let mut meter = crate::model::progress::Meter::new();
     loop {
@@ -830,49 +893,7 @@ pub fn execute_replace(
         match s.state {
             S::Started => {}
             S::Finished => break,
-            S::Canceled => {
-                // The kernel ends a replace that failed (ENOSPC, EIO, ...)
-                // as "canceled" too: its errno is in what the starting
-                // command printed.
-                let said = child.as_mut().map(|(c, _)| {
-                    let _ = c.wait();
-                    crate::sys::kernel::child::read_stderr(c)
-                });
-                let last = said
-                    .as_deref()
-                    .and_then(|t| t.trim().lines().last())
-                    .unwrap_or("")
-                    .to_owned();
-                if let Some((errno, next)) = super::preflight::kernel_failure(&last) {
-                    return Err(Error::new(
-                        ErrorKind::Tool,
-                        format!(
-                            "the replace of device {} failed: the kernel stopped it with {errno}; device {} is still a member ({last})",
-                            old.devid, old.devid
-                        ),
-                    )
-                    .with_hint(next));
-                }
-                let (what, hint) = if child.is_some() {
-                    (
-                        "was cancelled (--cancel, a suspend or a freeze)",
-                        "run the same command again to start it anew",
-                    )
-                } else {
-                    (
-                        "ended without finishing: cancelled, or failed (this run followed a replace started elsewhere, whose error it cannot read)",
-                        "see the kernel log (dmesg) for the reason; run the same command again to start it anew once it is dealt with",
-                    )
-                };
-                return Err(Error::new(
-                    ErrorKind::State,
-                    format!(
-                        "the replace of device {} {what}; device {} is still a member, unchanged",
-                        old.devid, old.devid
-                    ),
-                )
-                .with_hint(hint));
-            }
+            S::Canceled => return Err(ended_unfinished(old.devid, child.as_mut())),
             S::Suspended | S::NeverStarted => {
                 return Err(Error::new(
                     ErrorKind::State,
@@ -883,10 +904,10 @@ pub fn execute_replace(
         let (n, which) = signals.wait(Duration::from_millis(500));
         if n > 0 {
             // The replace runs in its own session: it goes on.
-            return Ok(ReplaceEnd::Detached {
-                signal: which.map_or("a signal", |w| w.name()),
+            return Ok(ReplaceEnd::Detached(ReplaceDetached {
+                signal: which.map_or("a signal", |w| w.name()).to_owned(),
                 progress: Some(p),
-            });
+            }));
         }
     }
     if let Some((mut c, shown)) = child {
@@ -968,7 +989,7 @@ pub fn scrub_new(r: &ReplaceResult, signals: &OperationSignals) -> Result<ScrubA
         let (n, which) = signals.wait(Duration::from_millis(200));
         if n > 0 && signal.is_none() {
             signal = Some(which.map_or("a signal", |w| w.name()));
-            tools::kill_group(&child, rustix::process::Signal::INT);
+            tools::interrupt_group(&child);
         }
         if child
             .try_wait()
@@ -1033,7 +1054,7 @@ fn verify(
         .map(|d| d.devid)
         .collect();
     let chunks = fs.chunk_records()?.unwrap_or_default();
-    let redundancy = super::redundancy::check(&chunks, &present, &m);
+    let redundancy = crate::device::redundancy::check(&chunks, &present, &m);
     Ok(ReplaceEnd::Done(ReplaceResult {
         devid,
         path: now.path.clone(),

@@ -74,6 +74,11 @@ pub trait Operation {
     fn verdict(&self, _plan: &Self::Plan) -> Verdict {
         Verdict::Go
     }
+    /// A refusal shows the plan first, when the plan is why (scrub's "no
+    /// device to scrub": every device is missing or done).
+    fn refusal_shows_plan(&self) -> bool {
+        false
+    }
     /// The confirmation's question.
     fn question(&self, plan: &Self::Plan) -> String;
     /// Name of the test hooks' pause point right after the confirmation
@@ -141,7 +146,7 @@ pub fn run<O: Operation>(
     let plan = op.plan(ui)?;
     ui::emit(ui, &op.plan_record(&plan));
     let verdict = op.verdict(&plan);
-    if !matches!(verdict, Verdict::Refused(_)) {
+    if !matches!(verdict, Verdict::Refused(_)) || op.refusal_shows_plan() {
         ui.status(&view.plan(&plan));
     }
     match verdict {

@@ -14,6 +14,7 @@ mod control;
 mod exec;
 mod log;
 mod metrics;
+pub mod operation;
 mod plan;
 mod report;
 mod state;

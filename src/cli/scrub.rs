@@ -2,22 +2,22 @@
 
 use std::path::PathBuf;
 
-use btrfs_lab::error::{Error, ErrorKind, Result, exit};
+use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::model::rate::{duration, format_rate};
 use btrfs_lab::model::text::escape_control;
+use btrfs_lab::operation::{self, View};
 use btrfs_lab::parse::size::parse_size;
+use btrfs_lab::scrub::operation::{Scrub, Textfile};
 use btrfs_lab::scrub::{
-    self, DeviceScrub, Outcome, Request, STATE_DIR, ScrubPlan, ScrubRecord, ScrubReport,
-    ScrubStatus, StateStore,
+    self, DeviceScrub, Outcome, Request, STATE_DIR, ScrubPlan, ScrubReport, ScrubStatus, StateStore,
 };
-use btrfs_lab::sys::fs::outfile::{OutputDir, split};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::fs::target::resolve_held;
-use btrfs_lab::sys::{is_root, kernel::signals};
-use btrfs_lab::ui::{self, Ui};
+use btrfs_lab::sys::kernel::signals;
+use btrfs_lab::ui::Ui;
 use clap::Args;
 
-use super::output::{Output, confirm};
+use super::output::{ConfirmArgs, Output};
 use super::units::UnitArgs;
 
 pub const AFTER_HELP: &str = "\
@@ -53,12 +53,8 @@ pub struct ScrubArgs {
     textfile: Option<PathBuf>,
     #[command(flatten)]
     target: super::output::TargetArgs,
-    /// Show the plan and do nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    yes: bool,
+    #[command(flatten)]
+    confirm: ConfirmArgs,
     #[command(flatten)]
     units: UnitArgs,
 }
@@ -67,125 +63,75 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
     // Until the scrub starts a signal exits at once (nothing was changed).
     signals::install_pausable()?;
     a.units.select();
-    let store = StateStore::new(&state_dir.unwrap_or_else(|| PathBuf::from(STATE_DIR)));
-    let limit = match a.limit.as_deref() {
-        None => None,
-        Some(t) => {
-            let v = parse_size(t.trim_end_matches("/s"))
-                .map_err(|e| Error::usage(format!("invalid --limit {t}: {}", e.message())))?;
-            if v == 0 {
-                return Err(Error::usage(
-                    "--limit must be more than 0 (no limit: leave it out)",
-                ));
-            }
-            Some(v)
-        }
-    };
-    if !is_root() {
-        return Err(
-            Error::new(ErrorKind::Permission, "scrub needs root (the scrub ioctls)")
-                .with_hint("run it as root, e.g. with sudo"),
-        );
+    let state_dir = state_dir.unwrap_or_else(|| PathBuf::from(STATE_DIR));
+    let limit = limit_arg(a.limit.as_deref())?;
+    if a.status || a.cancel {
+        return status_or_cancel(&a, out, &StateStore::new(&state_dir));
     }
-    // MOUNT is opened once and held (a symbolic link another user planted
-    // on the way is refused, as every command does): the plan, the scrub
-    // ioctls, --status and --cancel all act on the directory held.
-    let (target, held) = resolve_held(&SysRoot::host(), &a.mount)?;
-    let mount = a.mount.clone();
-    if a.status {
-        let st = scrub::status(&held, &store)?;
-        out.report(&st, |st| render_status(st, out));
-        return Ok(exit::OK);
-    }
-    if a.cancel {
-        if a.dry_run {
-            out.status("(dry run: would cancel the running scrub)\n");
-            return Ok(exit::OK);
-        }
-        out.before_change(format!("btrfs-lab scrub {} --status", mount.display()))?;
-        let c = scrub::cancel(&held)?;
-        out.report(&c, |c| {
-            format!(
-                "scrub of {} cancelled; btrfs-lab scrub {} --resume continues it\n",
-                c.mount_point.display(),
-                c.mount_point.display()
-            )
-        });
-        return Ok(exit::OK);
-    }
-    let req = Request {
+    let request = Request {
         readonly: a.readonly,
         limit,
         resume: a.resume,
     };
-    let (plan, saved) = scrub::plan(&held, &store, req)?;
-    if !a.resume
-        && let Some(s) = &saved
-        && !s.finished
-    {
-        out.note(&format!(
-            "the last scrub of {} was interrupted; this one starts over (--resume continues it)",
-            a.mount.display()
+    let textfile = a.textfile.clone().map(|file| Textfile {
+        file,
+        allow_untrusted: a.target.allow_untrusted_target,
+    });
+    let mut op = Scrub::new(a.mount, request, &state_dir, textfile);
+    operation::run(&mut op, a.confirm.into(), out, &Text(out))
+}
+
+/// `--limit RATE` (`200M` or `200M/s`): bytes per second, more than 0.
+fn limit_arg(text: Option<&str>) -> Result<Option<u64>> {
+    let Some(t) = text else {
+        return Ok(None);
+    };
+    let v = parse_size(t.trim_end_matches("/s"))
+        .map_err(|e| Error::usage(format!("invalid --limit {t}: {}", e.message())))?;
+    if v == 0 {
+        return Err(Error::usage(
+            "--limit must be more than 0 (no limit: leave it out)",
         ));
     }
-    ui::emit(out, &ScrubRecord::Plan { plan: plan.clone() });
-    out.status(&render_plan(&plan, out));
-    if plan.devices.is_empty() {
-        return Err(Error::new(
-            ErrorKind::State,
-            format!("no device of {} to scrub", a.mount.display()),
-        ));
-    }
-    if a.dry_run {
-        out.status("(dry run: nothing was done)\n");
+    Ok(Some(v))
+}
+
+/// `--status` and `--cancel`: on the filesystem held (a symbolic link
+/// another user planted on the way is refused, as every command does).
+fn status_or_cancel(a: &ScrubArgs, out: &Output, store: &StateStore) -> Result<u8> {
+    operation::need_root("scrub needs root (the scrub ioctls)")?;
+    let (_, held) = resolve_held(&SysRoot::host(), &a.mount)?;
+    if a.status {
+        let st = scrub::status(&held, store)?;
+        out.report(&st, |st| render_status(st, out));
         return Ok(exit::OK);
     }
-    let question = if plan.readonly {
-        "Start the read-only scrub?"
-    } else {
-        "Start the scrub (it repairs what it can)?"
-    };
-    confirm(out, question, a.yes)?;
-    out.before_change(format!("btrfs-lab scrub {} --status", mount.display()))?;
-    // The metrics file says "running" from the start (with the last
-    // scrub's figures), and is written again at the end on every path.
-    let textfile = match &a.textfile {
-        Some(file) => {
-            let (dir, name) = split(file)?;
-            Some((
-                OutputDir::open(&dir)?.allow_untrusted(a.target.allow_untrusted_target),
-                name,
-                target.mount.mount_point.clone(),
-            ))
-        }
-        None => None,
-    };
-    let write_metrics = |last: Option<&scrub::SavedScrub>, running: bool| -> Result<()> {
-        if let Some((dir, name, mp)) = &textfile {
-            dir.write(
-                name.clone(),
-                scrub::metrics(mp, &plan.fsid, last, running).as_bytes(),
-                0o644,
-            )?;
-        }
-        Ok(())
-    };
-    write_metrics(saved.as_ref(), true)?;
-    let signals = signals::begin_operation()?;
-    out.started();
-    let result = scrub::execute(&held, &plan, saved.clone(), &store, &signals, out);
-    let last = store.load(&plan.fsid).ok().flatten().or(saved);
-    let written = write_metrics(last.as_ref(), false);
-    let report = result?;
-    written?;
-    let code = report.exit_code();
-    out.report_line(
-        &ScrubRecord::Result {
-            report: report.clone(),
-        },
-        |_| render_report(&report, out),
-    );
-    Ok(code)
+    if a.confirm.dry_run {
+        out.status("(dry run: would cancel the running scrub)\n");
+        return Ok(exit::OK);
+    }
+    out.before_change(format!("btrfs-lab scrub {} --status", a.mount.display()))?;
+    let c = scrub::cancel(&held)?;
+    out.report(&c, |c| {
+        format!(
+            "scrub of {} cancelled; btrfs-lab scrub {} --resume continues it\n",
+            c.mount_point.display(),
+            c.mount_point.display()
+        )
+    });
+    Ok(exit::OK)
+}
+
+/// scrub's plan and report as text.
+struct Text<'a>(&'a Output);
+
+impl View<Scrub> for Text<'_> {
+    fn plan(&self, plan: &ScrubPlan) -> String {
+        render_plan(plan, self.0)
+    }
+    fn result(&self, _plan: &ScrubPlan, report: &ScrubReport) {
+        self.0.status(&render_report(report, self.0));
+    }
 }
 
 fn render_plan(plan: &ScrubPlan, out: &Output) -> String {

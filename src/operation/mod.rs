@@ -107,6 +107,11 @@ pub trait Operation {
     fn verdict(&self, _plan: &Self::Plan) -> Verdict {
         Verdict::Go
     }
+    /// A refusal shows the plan first, when the plan is why (scrub's "no
+    /// device to scrub": every device is missing or done).
+    fn refusal_shows_plan(&self) -> bool {
+        false
+    }
     /// The confirmation's question.
     fn question(&self, plan: &Self::Plan) -> String;
     /// Whether to ask at all (no: the plan follows a job already running).
@@ -188,7 +193,12 @@ pub fn run<O: Operation>(
     if document && ends_here {
         ui.event_line(serde_json::to_string_pretty(&Enveloped::new(&record)));
     }
-    if !matches!(verdict, Verdict::Refused(_) | Verdict::AlreadyDone(_)) {
+    let shown = match &verdict {
+        Verdict::Refused(_) => op.refusal_shows_plan(),
+        Verdict::AlreadyDone(_) => false,
+        _ => true,
+    };
+    if shown {
         ui.status(&view.plan(&plan));
     }
     match verdict {

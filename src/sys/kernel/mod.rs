@@ -15,6 +15,7 @@ pub mod memcg;
 pub mod memio;
 pub(crate) mod nvme;
 pub(crate) mod pagecache;
+pub mod scrub;
 pub mod settings;
 pub mod signals;
 pub(crate) mod xattrs;

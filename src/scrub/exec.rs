@@ -1,0 +1,436 @@
+//! Running a scrub: one thread per device, progress, signals, the kernel
+//! log, the saved state.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+
+use btrfs_uapi::scrub::ScrubProgress;
+
+use super::log::{LogEvent, damaged_from, parse_log};
+use super::{
+    DeviceScrub, Outcome, PlannedDevice, SavedScrub, ScrubPlan, ScrubRecord, ScrubReport,
+    StateStore, Totals,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::progress::Meter;
+use crate::sys::kernel::{btrfs, scrub, signals};
+use crate::sys::tools::inhibit::SleepInhibitor;
+use crate::ui::{self, Ui};
+
+/// Sets `--limit` on every planned device (restored when dropped: every
+/// exit path, a panic too), or says which device the kernel cannot limit.
+fn set_limit(plan: &ScrubPlan, store: &StateStore, ui: &dyn Ui) -> Result<btrfs::ScrubSpeedGuard> {
+    let Some(limit) = plan.limit else {
+        return Ok(btrfs::ScrubSpeedGuard::none());
+    };
+    let mut devids = Vec::new();
+    for d in &plan.devices {
+        match &d.speed_max_file {
+            Some(_) => devids.push(d.devid),
+            None => ui.note(&format!(
+                "device {} has no scrub_speed_max (kernel older than 5.14): --limit does not apply to it",
+                d.devid
+            )),
+        }
+    }
+    btrfs::ScrubSpeedGuard::set(&store.ledger(), &plan.fsid, &devids, limit)
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// One device's scrub thread: the kernel's counters and whether it was
+/// cancelled.
+type Worker = std::thread::JoinHandle<Result<(ScrubProgress, bool)>>;
+
+/// Runs the plan: one thread per device; progress, signals and the saved
+/// state from this one. Returns once every scrub ioctl returned.
+pub fn execute(
+    fs: &btrfs::FsHandle,
+    plan: &ScrubPlan,
+    saved: Option<SavedScrub>,
+    store: &StateStore,
+    signals: &signals::OperationSignals,
+    ui: &dyn Ui,
+) -> Result<ScrubReport> {
+    let dir = fs.held_fd()?;
+    refuse_a_running_scrub(fs, &plan.mount_point)?;
+    let _limit = set_limit(plan, store, ui)?;
+    let inhibitor = hold_off_suspend(&plan.mount_point, ui);
+    let suspend_held_off = inhibitor.is_some();
+    // Opened before the first scrub ioctl: every message of this run.
+    let mut log = RunLog::open(plan);
+    let started_at = now_secs();
+    let t0 = Instant::now();
+    let workers = start_workers(fs, plan)?;
+    let prior = prior_runs(plan, saved.as_ref());
+    let mut watch = Watch::new(plan, workers, &prior, ui);
+    watch.until_every_device_returned(dir, signals, &mut log);
+    drop(inhibitor);
+    let (devices, failure) = watch.end();
+    let elapsed = t0.elapsed().as_secs_f64();
+    store.save(&saved_state(
+        plan,
+        saved.as_ref(),
+        prior,
+        &devices,
+        started_at,
+        elapsed,
+    ))?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(ScrubReport {
+        mount_point: plan.mount_point.clone(),
+        fsid: plan.fsid.clone(),
+        outcome: if devices.iter().all(|d| d.finished) {
+            Outcome::Finished
+        } else {
+            Outcome::Interrupted
+        },
+        resumed: plan.resume,
+        readonly: plan.readonly,
+        started_at,
+        duration_seconds: t0.elapsed().as_secs_f64(),
+        totals: Totals::of(&devices),
+        devices,
+        missing: plan.missing.clone(),
+        suspend_held_off,
+        damaged_files: damaged_from(&log.events),
+    })
+}
+
+/// Busy when a scrub (ours or `btrfs scrub start`'s) runs already.
+fn refuse_a_running_scrub(fs: &btrfs::FsHandle, mount: &Path) -> Result<()> {
+    if super::running(fs)?.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Busy,
+        format!("a scrub already runs on {}", mount.display()),
+    )
+    .with_hint(format!(
+        "follow it with btrfs-lab scrub {} --status, or cancel it with --cancel",
+        mount.display()
+    )))
+}
+
+/// A systemd-logind sleep inhibitor for the run, or a notice (record and
+/// note) that suspend is not held off.
+fn hold_off_suspend(mount: &Path, ui: &dyn Ui) -> Option<SleepInhibitor> {
+    match SleepInhibitor::hold(&format!("scrub of {}", mount.display())) {
+        Ok(i) => Some(i),
+        Err(why) => {
+            let message = format!(
+                "suspend is not held off while the scrub runs ({why}); a suspend pauses it, \
+                 and kernels 6.19 and later cancel it: btrfs-lab scrub {} --resume then continues",
+                mount.display()
+            );
+            ui::emit(
+                ui,
+                &ScrubRecord::Notice {
+                    message: message.clone(),
+                },
+            );
+            ui.note(&message);
+            None
+        }
+    }
+}
+
+/// The kernel's messages of this run about the planned devices, read as
+/// scrub errors (at most 100 000).
+struct RunLog {
+    follower: btrfs::KernelLogFollower,
+    devices: Vec<String>,
+    events: Vec<LogEvent>,
+}
+
+impl RunLog {
+    fn open(plan: &ScrubPlan) -> Self {
+        RunLog {
+            follower: btrfs::KernelLogFollower::open(),
+            devices: plan.devices.iter().map(|d| d.path.clone()).collect(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Reads what the kernel logged since the last call.
+    fn read(&mut self) {
+        let (devices, events) = (&self.devices, &mut self.events);
+        self.follower.drain(100_000, |msg| {
+            if events.len() < 100_000
+                && let Some(e) = parse_log(msg, devices)
+            {
+                events.push(e);
+            }
+        });
+    }
+}
+
+/// One thread per planned device, each in its blocking scrub ioctl.
+fn start_workers(
+    fs: &btrfs::FsHandle,
+    plan: &ScrubPlan,
+) -> Result<Vec<(PlannedDevice, Option<Worker>)>> {
+    let mut workers = Vec::new();
+    for d in &plan.devices {
+        let f = fs.try_clone()?;
+        let (devid, start, ro) = (d.devid, d.start, plan.readonly);
+        let h = std::thread::spawn(move || scrub::device(&f, devid, start, ro));
+        workers.push((d.clone(), Some(h)));
+    }
+    Ok(workers)
+}
+
+/// The saved counters of the earlier runs of a resumed scrub (none for a
+/// new one).
+fn prior_runs(plan: &ScrubPlan, saved: Option<&SavedScrub>) -> Vec<DeviceScrub> {
+    if plan.resume {
+        saved.map(|s| s.devices.clone()).unwrap_or_default()
+    } else {
+        Vec::new()
+    }
+}
+
+/// The run as the calling thread follows it: the threads' results, the
+/// counters last seen, signals, progress.
+struct Watch<'a> {
+    mount: PathBuf,
+    ui: &'a dyn Ui,
+    workers: Vec<(PlannedDevice, Option<Worker>)>,
+    results: Vec<Option<DeviceScrub>>,
+    last_seen: Vec<DeviceScrub>,
+    /// Bytes scrubbed by the earlier runs of a resumed scrub.
+    prior_done: u64,
+    /// Bytes to read in all (earlier runs included).
+    total: u64,
+    track: ui::Track<'a>,
+    meter: Meter,
+    cancelling: bool,
+    failure: Option<Error>,
+    last_event: Instant,
+}
+
+impl<'a> Watch<'a> {
+    fn new(
+        plan: &ScrubPlan,
+        workers: Vec<(PlannedDevice, Option<Worker>)>,
+        prior: &[DeviceScrub],
+        ui: &'a dyn Ui,
+    ) -> Self {
+        let total: u64 = plan.devices.iter().map(|d| d.bytes_to_read).sum::<u64>()
+            + prior
+                .iter()
+                .filter(|d| d.finished)
+                .map(|d| d.bytes_to_read)
+                .sum::<u64>();
+        let last_seen = plan
+            .devices
+            .iter()
+            .map(|d| DeviceScrub {
+                devid: d.devid,
+                path: d.path.clone(),
+                bytes_to_read: d.bytes_to_read,
+                last_physical: d.start,
+                ..DeviceScrub::default()
+            })
+            .collect();
+        Watch {
+            mount: plan.mount_point.clone(),
+            ui,
+            results: vec![None; workers.len()],
+            workers,
+            last_seen,
+            prior_done: prior.iter().map(|d| d.bytes_scrubbed).sum(),
+            total,
+            track: ui::Track::new(ui, "scrub", "scrubbing").records(false),
+            meter: Meter::new(),
+            cancelling: false,
+            failure: None,
+            last_event: Instant::now() - Duration::from_secs(10),
+        }
+    }
+
+    /// Waits for signals, collects the threads that returned, cancels when
+    /// asked (or when one failed) and shows progress, until every scrub
+    /// ioctl returned.
+    fn until_every_device_returned(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        signals: &signals::OperationSignals,
+        log: &mut RunLog,
+    ) {
+        loop {
+            let (n, sig) = signals.wait(Duration::from_millis(250));
+            if n > 0 {
+                self.on_signal(sig.map_or("a signal", |s| s.name()));
+            }
+            self.collect_returned();
+            if !self.workers.iter().any(|(_, h)| h.is_some()) {
+                break;
+            }
+            if self.cancelling {
+                // Again on every turn: a thread may not have entered the
+                // ioctl yet when the first cancel came (ENOTCONN then).
+                let _ = scrub::cancel(dir, &self.mount);
+            }
+            self.poll_counters(dir);
+            log.read();
+            self.show_progress();
+        }
+        log.read();
+    }
+
+    /// The first signal cancels the scrub; later ones say it still stops.
+    fn on_signal(&mut self, name: &str) {
+        if self.cancelling {
+            self.ui
+                .note("still stopping: waiting until the kernel's scrub of every device returned");
+        } else {
+            ui::emit(
+                self.ui,
+                &ScrubRecord::Stopping {
+                    signal: name.to_owned(),
+                },
+            );
+            self.ui.note(&format!(
+                "{name}: cancelling the scrub; what was done is kept, btrfs-lab scrub {} --resume continues",
+                self.mount.display()
+            ));
+        }
+        self.cancelling = true;
+        self.meter.pausing();
+    }
+
+    /// Joins the threads that returned: their counters, or the first
+    /// failure (which cancels the others).
+    fn collect_returned(&mut self) {
+        for (i, (d, h)) in self.workers.iter_mut().enumerate() {
+            if !h.as_ref().is_some_and(|h| h.is_finished()) {
+                continue;
+            }
+            let Some(h) = h.take() else { continue };
+            match h.join() {
+                Ok(Ok((p, cancelled))) => {
+                    let mut r = DeviceScrub::of(d.devid, &d.path, d.bytes_to_read, &p);
+                    r.finished = !cancelled;
+                    self.results[i] = Some(r);
+                }
+                Ok(Err(e)) => {
+                    self.failure.get_or_insert(e);
+                    let mut r = self.last_seen[i].clone();
+                    r.finished = false;
+                    self.results[i] = Some(r);
+                    self.cancelling = true;
+                }
+                Err(_) => {
+                    self.failure.get_or_insert_with(|| {
+                        Error::new(ErrorKind::Io, "a scrub thread panicked")
+                    });
+                    self.results[i] = Some(self.last_seen[i].clone());
+                    self.cancelling = true;
+                }
+            }
+        }
+    }
+
+    /// The counters of the devices still scrubbing (SCRUB_PROGRESS).
+    fn poll_counters(&mut self, dir: BorrowedFd<'_>) {
+        for (i, (d, h)) in self.workers.iter().enumerate() {
+            if h.is_some()
+                && let Ok(Some(p)) = scrub::progress(dir, d.devid, &self.mount)
+            {
+                self.last_seen[i] = DeviceScrub::of(d.devid, &d.path, d.bytes_to_read, &p);
+            }
+        }
+    }
+
+    /// The bar (or log line), and a progress record about once a second.
+    fn show_progress(&mut self) {
+        let now_done: u64 = (0..self.workers.len())
+            .map(|i| {
+                self.results[i]
+                    .as_ref()
+                    .unwrap_or(&self.last_seen[i])
+                    .bytes_scrubbed
+            })
+            .sum();
+        let done = self.prior_done + now_done;
+        let reading = self.meter.observe(done.min(self.total), self.total);
+        self.track.show(&reading, None);
+        if self.last_event.elapsed() >= Duration::from_secs(1) {
+            self.last_event = Instant::now();
+            let errors: u64 = self.last_seen.iter().map(DeviceScrub::errors).sum();
+            ui::emit(
+                self.ui,
+                &ScrubRecord::Progress {
+                    bytes_to_read: self.total,
+                    bytes_scrubbed: done,
+                    rate_bytes_per_sec: reading.rate_bytes_per_sec,
+                    eta_seconds: reading.eta_seconds,
+                    pace: reading.pace,
+                    errors,
+                },
+            );
+        }
+    }
+
+    /// This run's counters per device, and the first failure.
+    fn end(self) -> (Vec<DeviceScrub>, Option<Error>) {
+        self.track.finish();
+        let devices = self
+            .results
+            .into_iter()
+            .zip(self.last_seen)
+            .map(|(r, l)| r.unwrap_or(l))
+            .collect();
+        (devices, self.failure)
+    }
+}
+
+/// What is saved of the scrub: the sums of every run per device.
+fn saved_state(
+    plan: &ScrubPlan,
+    saved: Option<&SavedScrub>,
+    prior: Vec<DeviceScrub>,
+    devices: &[DeviceScrub],
+    started_at: u64,
+    elapsed: f64,
+) -> SavedScrub {
+    let mut sums = prior;
+    for d in devices {
+        match sums.iter_mut().find(|s| s.devid == d.devid) {
+            Some(s) => {
+                let mut merged = d.clone();
+                merged.bytes_scrubbed += s.bytes_scrubbed;
+                merged.data_extents += s.data_extents;
+                merged.tree_extents += s.tree_extents;
+                merged.read_errors += s.read_errors;
+                merged.csum_errors += s.csum_errors;
+                merged.verify_errors += s.verify_errors;
+                merged.super_errors += s.super_errors;
+                merged.corrected += s.corrected;
+                merged.uncorrectable += s.uncorrectable;
+                merged.unverified += s.unverified;
+                *s = merged;
+            }
+            None => sums.push(d.clone()),
+        }
+    }
+    let earlier = saved.filter(|_| plan.resume);
+    SavedScrub {
+        fsid: plan.fsid.clone(),
+        started_at: earlier.map_or(started_at, |s| s.started_at),
+        saved_at: now_secs(),
+        finished: devices.iter().all(|d| d.finished) && sums.iter().all(|d| d.finished),
+        readonly: plan.readonly,
+        duration_seconds: elapsed + earlier.map_or(0.0, |s| s.duration_seconds),
+        devices: sums,
+    }
+}

@@ -1,0 +1,55 @@
+//! Where the state of the last scrub of each filesystem is kept.
+
+use std::path::{Path, PathBuf};
+
+use super::SavedScrub;
+use crate::error::Result;
+use crate::sys::fs::state::StateRoom;
+
+/// btrfs-lab's state directory when `--state-dir` is not given (the scrub
+/// state is in its `scrub/`).
+pub use crate::sys::fs::state::STATE_DIR;
+
+/// Where the state of `fsid`'s scrub is kept (`STATE_DIR/scrub/FSID.json`).
+pub struct StateStore {
+    room: StateRoom,
+    state_dir: PathBuf,
+}
+
+impl StateStore {
+    /// `state_dir`/scrub.
+    pub fn new(state_dir: &Path) -> Self {
+        StateStore {
+            room: StateRoom::new(state_dir, "scrub"),
+            state_dir: state_dir.to_path_buf(),
+        }
+    }
+
+    /// The ledger of kernel settings in the same state directory
+    /// (`STATE/settings`).
+    pub fn ledger(&self) -> crate::sys::kernel::settings::Ledger {
+        crate::sys::kernel::settings::Ledger::new(&self.state_dir)
+    }
+
+    fn name(fsid: &str) -> String {
+        format!("{fsid}.json")
+    }
+
+    /// The state file of `fsid`.
+    pub fn file(&self, fsid: &str) -> PathBuf {
+        self.room.file(&Self::name(fsid))
+    }
+
+    /// The saved state of `fsid`, if any.
+    pub fn load(&self, fsid: &str) -> Result<Option<SavedScrub>> {
+        match self.room.read(&Self::name(fsid))? {
+            Some(t) => SavedScrub::parse(&t, &self.file(fsid)).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Replaces the saved state atomically.
+    pub fn save(&self, s: &SavedScrub) -> Result<()> {
+        self.room.save(&Self::name(&s.fsid), s)
+    }
+}

@@ -1,6 +1,7 @@
 //! Running a scrub: one thread per device, progress, signals, the kernel
 //! log, the saved state.
 
+use crate::sys::kernel::settings::ScrubSpeedGuard;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use std::os::fd::BorrowedFd;
@@ -21,9 +22,9 @@ use crate::ui::{self, Ui};
 
 /// Sets `--limit` on every planned device (restored when dropped: every
 /// exit path, a panic too), or says which device the kernel cannot limit.
-fn set_limit(plan: &ScrubPlan, store: &StateStore, ui: &dyn Ui) -> Result<btrfs::ScrubSpeedGuard> {
+fn set_limit(plan: &ScrubPlan, store: &StateStore, ui: &dyn Ui) -> Result<ScrubSpeedGuard> {
     let Some(limit) = plan.limit else {
-        return Ok(btrfs::ScrubSpeedGuard::none());
+        return Ok(ScrubSpeedGuard::none());
     };
     let mut devids = Vec::new();
     for d in &plan.devices {
@@ -35,7 +36,7 @@ fn set_limit(plan: &ScrubPlan, store: &StateStore, ui: &dyn Ui) -> Result<btrfs:
             )),
         }
     }
-    btrfs::ScrubSpeedGuard::set(&store.ledger(), &plan.fsid, &devids, limit)
+    ScrubSpeedGuard::set(&store.ledger(), &plan.fsid, &devids, limit)
 }
 
 fn now_secs() -> u64 {

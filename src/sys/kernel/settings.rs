@@ -525,6 +525,39 @@ pub fn sweep(state_dir: Option<&Path>) -> Vec<String> {
     lines
 }
 
+/// Scrub speed limits set for one run, each a
+/// [`Change`] of the settings ledger:
+/// recorded before it is set, put back (and the record deleted) when this
+/// is dropped (every exit path, a panic too); after a SIGKILL the next run
+/// of any command puts it back from the record.
+pub(crate) struct ScrubSpeedGuard {
+    _changes: Vec<Change>,
+}
+
+impl ScrubSpeedGuard {
+    /// Nothing set.
+    pub(crate) fn none() -> Self {
+        ScrubSpeedGuard {
+            _changes: Vec::new(),
+        }
+    }
+
+    /// Writes `limit` (bytes per second) to the `scrub_speed_max` of each
+    /// of `devids` of `fsid`, each recorded in `ledger` first; on a failure
+    /// the devices already set are put back.
+    pub(crate) fn set(ledger: &Ledger, fsid: &str, devids: &[u64], limit: u64) -> Result<Self> {
+        let mut changes = Vec::new();
+        for &devid in devids {
+            let setting = Setting::ScrubSpeedMax {
+                fsid: fsid.to_owned(),
+                devid,
+            };
+            changes.push(Change::apply(ledger, setting, limit, "scrub")?);
+        }
+        Ok(ScrubSpeedGuard { _changes: changes })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

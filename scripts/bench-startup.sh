@@ -62,18 +62,20 @@ cmds=(
 # Every command must work before it is timed.
 for c in "${cmds[@]}"; do $c >/dev/null || die "failed: $c"; done
 
-# Mean seconds per run of one command, RUNS runs.
+# Mean seconds per run of one command, RUNS runs: wall clock, then CPU
+# (user + system; "-" without hyperfine). On a busy machine the wall clock
+# includes waiting for a CPU; the CPU time is the process's own cost.
 time_loop() {
     local i t0 t1
     t0=$(date +%s%N)
     for ((i = 0; i < runs; i++)); do $1 >/dev/null; done
     t1=$(date +%s%N)
-    echo "scale=9; ($t1 - $t0) / $runs / 1000000000" | bc
+    echo "$(echo "scale=9; ($t1 - $t0) / $runs / 1000000000" | bc) -"
 }
 time_hyperfine() {
     hyperfine -N --style none --warmup 10 --runs "$runs" --export-json "$work/h.json" "$1" \
         >/dev/null 2>"$work/h.err" || { cat "$work/h.err" >&2; return 1; }
-    jq -r '.results[0].mean' "$work/h.json"
+    jq -r '.results[0] | "\(.mean) \(.user + .system)"' "$work/h.json"
 }
 if command -v hyperfine >/dev/null 2>&1; then
     tool=hyperfine timer=time_hyperfine
@@ -84,7 +86,7 @@ fi
 echo "bench-startup: $rounds interleaved rounds, $runs runs per command and round ($tool)"
 echo "bench-startup: kernel $(uname -r), $(nproc) CPUs, $($btrfs --version)"
 
-# One line per round and command: ROUND INDEX SECONDS.
+# One line per round and command: ROUND INDEX WALL CPU (seconds).
 : >"$work/samples"
 for ((r = 1; r <= rounds; r++)); do
     order=$(seq 0 $((${#cmds[@]} - 1)))
@@ -107,7 +109,7 @@ function span(i,   r, lo, hi) {
     for (r = 1; r <= R; r++) if (keep[r]) { if (lo == "" || s[r, i] < lo) lo = s[r, i]; if (hi == "" || s[r, i] > hi) hi = s[r, i] }
     return sprintf("%.3f-%.3f", lo * 1000, hi * 1000)
 }
-{ s[$1, $2] = $3; if ($1 > R) R = $1 }
+{ s[$1, $2] = $3; c[$1, $2] = $4; if ($4 == "-") nocpu = 1; if ($1 > R) R = $1 }
 END {
     split(names, name, " "); split(cmdlist, cmd, "\t")
     for (r = 1; r <= R; r++) keep[r] = 1
@@ -127,6 +129,15 @@ END {
     for (i = 0; i < n; i++) printf "%-16s %9.3f   (%s)   %s\n", name[i + 1], fig(i) * 1000, span(i), cmd[i + 1]
     print "ratios (median of the ratios of the kept rounds):"
     printf "  static --version / dynamic --version       %.2f\n", ratio(0, 1)
+    printf "  static --version / btrfs --version         %.2f\n", ratio(0, 2)
+    printf "  dynamic --version / btrfs --version        %.2f\n", ratio(1, 2)
+    printf "  static df --json / btrfs --format json fi df   %.2f\n", ratio(3, 5)
+    printf "  dynamic df --json / btrfs --format json fi df  %.2f\n", ratio(4, 5)
+    if (nocpu) exit
+    for (r = 1; r <= R; r++) for (i = 0; i < n; i++) s[r, i] = c[r, i]
+    print "CPU (user + system) per run, median ms of the kept rounds:"
+    for (i = 0; i < n; i++) printf "%-16s %9.3f\n", name[i + 1], fig(i) * 1000
+    print "CPU ratios (median of the ratios of the kept rounds):"
     printf "  static --version / btrfs --version         %.2f\n", ratio(0, 2)
     printf "  dynamic --version / btrfs --version        %.2f\n", ratio(1, 2)
     printf "  static df --json / btrfs --format json fi df   %.2f\n", ratio(3, 5)

@@ -92,7 +92,7 @@ pub(crate) fn measure(
     expected: FileIdentity,
     size: u64,
 ) -> Result<std::result::Result<BufferCost, Unmeasured>> {
-    use rustix::fs::{Mode, OFlags};
+    use crate::sys::kernel::measure::files::{DirectOpen, open_direct};
     let span = size.min(PASS_BYTES) / REQUEST_BYTES * REQUEST_BYTES;
     if span < REQUEST_BYTES * u64::from(IN_FLIGHT) {
         return Ok(Err(format!(
@@ -101,13 +101,11 @@ pub(crate) fn measure(
         )));
     }
     let path = dir.join(name);
-    let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let file = match rustix::fs::openat(dir.fd(), name, flags, Mode::empty()) {
-        Ok(fd) => File::from(fd),
-        Err(rustix::io::Errno::INVAL) => {
+    let file = match open_direct(dir.fd(), name, false, &path)? {
+        DirectOpen::Direct(f) => f,
+        DirectOpen::Unsupported => {
             return Ok(Err("O_DIRECT is not supported here".to_owned()));
         }
-        Err(e) => return Err(Error::from_io(&e.into(), "cannot open", &path)),
     };
     if FileIdentity::of(&file).ok() != Some(expected) {
         return Err(Error::new(

@@ -344,7 +344,7 @@ impl History {
         // SQLite reaches the file and its journal by path; what is there
         // now must be a regular file.
         if let Some(st) = dir.stat(name)?
-            && rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+            && !crate::sys::kernel::measure::files::is_regular(&st)
         {
             return Err(Error::new(
                 ErrorKind::WrongTarget,

@@ -496,48 +496,8 @@ pub fn render(r: &BenchReport) -> String {
         h,
         "</div>\n<table id=\"results\"><tr><th class=\"l\">test</th><th>median MB/s</th><th>best of {runs} MB/s</th><th>median IOPS</th><th>best of {runs} IOPS</th><th>mean latency µs</th><th>p50 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>slowest–fastest MB/s</th><th>CPU s/GiB</th><th class=\"l\">status</th></tr>"
     );
-    let dash = |v: Option<f64>, digits: usize| v.map_or("—".into(), |v| grouped(v, digits));
     for x in &r.results {
-        let flagged = x.status == Status::Flagged;
-        let (median, range, status) = if flagged {
-            (
-                "<td class=\"median flagged\">flagged</td>".to_owned(),
-                "<td class=\"range flagged\">flagged</td>".to_owned(),
-                format!(
-                    "<td class=\"l status flagged\">flagged: {}</td>",
-                    esc(flag_reason(x))
-                ),
-            )
-        } else {
-            (
-                format!(
-                    "<td class=\"median\">{}</td>",
-                    dash(x.bytes_per_sec.map(mb_per_s), 1)
-                ),
-                format!(
-                    "<td class=\"range\">{}–{}</td>",
-                    grouped(mb_per_s(x.bytes_per_sec_min), 1),
-                    grouped(mb_per_s(x.bytes_per_sec_max), 1)
-                ),
-                "<td class=\"l status\">ok</td>".to_owned(),
-            )
-        };
-        let _ = write!(
-            h,
-            "<tr data-figure=\"{} {}\"><td class=\"l\">{} {}</td>{median}<td class=\"best\">{}</td><td class=\"iops\">{}</td><td class=\"best-iops\">{}</td><td class=\"lat\">{}</td><td class=\"p50\">{}</td><td class=\"p99\">{}</td><td class=\"p999\">{}</td>{range}<td class=\"cpu\">{}</td>{status}</tr>",
-            esc(&x.name),
-            x.direction.as_str(),
-            esc(&x.name),
-            x.direction.as_str(),
-            dash(x.best_bytes_per_sec.map(mb_per_s), 1),
-            dash(x.iops, 0),
-            dash(x.best_iops, 0),
-            dash(x.lat_mean_us, 1),
-            dash(x.clat_p50_us, 1),
-            dash(x.clat_p99_us, 1),
-            dash(x.clat_p999_us, 1),
-            dash(x.cpu_seconds_per_gib, 3),
-        );
+        result_row(&mut h, x);
     }
     let _ = write!(
         h,
@@ -579,6 +539,52 @@ pub fn render(r: &BenchReport) -> String {
     );
     h.push_str("</body></html>\n");
     h
+}
+
+/// One figure's row of the results table: a flagged figure has no median,
+/// best or range.
+fn result_row(h: &mut String, x: &TestResult) {
+    let dash = |v: Option<f64>, digits: usize| v.map_or("—".into(), |v| grouped(v, digits));
+    let flagged = x.status == Status::Flagged;
+    let (median, range, status) = if flagged {
+        (
+            "<td class=\"median flagged\">flagged</td>".to_owned(),
+            "<td class=\"range flagged\">flagged</td>".to_owned(),
+            format!(
+                "<td class=\"l status flagged\">flagged: {}</td>",
+                esc(flag_reason(x))
+            ),
+        )
+    } else {
+        (
+            format!(
+                "<td class=\"median\">{}</td>",
+                dash(x.bytes_per_sec.map(mb_per_s), 1)
+            ),
+            format!(
+                "<td class=\"range\">{}–{}</td>",
+                grouped(mb_per_s(x.bytes_per_sec_min), 1),
+                grouped(mb_per_s(x.bytes_per_sec_max), 1)
+            ),
+            "<td class=\"l status\">ok</td>".to_owned(),
+        )
+    };
+    let _ = write!(
+        h,
+        "<tr data-figure=\"{} {}\"><td class=\"l\">{} {}</td>{median}<td class=\"best\">{}</td><td class=\"iops\">{}</td><td class=\"best-iops\">{}</td><td class=\"lat\">{}</td><td class=\"p50\">{}</td><td class=\"p99\">{}</td><td class=\"p999\">{}</td>{range}<td class=\"cpu\">{}</td>{status}</tr>",
+        esc(&x.name),
+        x.direction.as_str(),
+        esc(&x.name),
+        x.direction.as_str(),
+        dash(x.best_bytes_per_sec.map(mb_per_s), 1),
+        dash(x.iops, 0),
+        dash(x.best_iops, 0),
+        dash(x.lat_mean_us, 1),
+        dash(x.clat_p50_us, 1),
+        dash(x.clat_p99_us, 1),
+        dash(x.clat_p999_us, 1),
+        dash(x.cpu_seconds_per_gib, 3),
+    );
 }
 
 /// The rate a sustained run shows in its table: the series' median, or

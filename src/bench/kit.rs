@@ -16,6 +16,7 @@ use crate::parse::size::format_iec;
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::beneath::{HeldDir, Removal, TrustedDir, identity_of};
 use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::measure::files;
 use crate::sys::{fs::filesystem, kernel::btrfs, kernel::signals};
 
 /// The directory btrfs-lab makes under DIR starts with this.
@@ -171,8 +172,7 @@ fn empty_tree(dir: &TrustedDir, depth: u32) -> Result<()> {
             continue;
         };
         let id = identity_of(&st);
-        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
-        let removal = if kind == rustix::fs::FileType::Directory && depth > 0 {
+        let removal = if files::is_dir(&st) && depth > 0 {
             empty_tree(&dir.open_dir(&name)?, depth - 1)?;
             dir.remove_dir(&name, id)?
         } else {
@@ -252,7 +252,7 @@ fn tree_size(dir: &TrustedDir, depth: u32) -> (u64, u64) {
         let Ok(Some(st)) = dir.stat(&name) else {
             continue;
         };
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+        if files::is_dir(&st) {
             if depth > 0
                 && let Ok(sub) = dir.open_dir(&name)
             {
@@ -366,6 +366,44 @@ pub struct Target {
     /// What [`prepare`] swept (killed runs' work directories) to judge the
     /// free space: notes for the report.
     pub swept: Vec<String>,
+}
+
+impl Target {
+    /// The held directory, and the report's account of the target (DIR,
+    /// its mount, data profiles and members) once nothing more is read
+    /// through it.
+    pub(crate) fn into_held(self) -> (HeldDir, report::TargetInfo) {
+        let info = self.info;
+        let compression_option = compression_option(&self.mount_options);
+        let target = report::TargetInfo {
+            dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
+            dir: info.dir,
+            mount_point: info.mount.mount_point.clone(),
+            fs_type: info.mount.fs_type.clone(),
+            uuid: self.uuid,
+            source: info.mount.source.clone(),
+            mount_options: self.mount_options,
+            data_profiles: self.data_profiles,
+            devices: self.devices,
+            devices_missing: self.devices_missing,
+            compression_option,
+        };
+        (self.held, target)
+    }
+}
+
+/// The machine a mode ran on, and the fio it ran.
+pub(crate) fn system_info(
+    fio: &dyn crate::sys::tools::fio::FioRunner,
+    fio_path: &Path,
+) -> report::SystemInfo {
+    report::SystemInfo {
+        kernel: crate::sys::kernel_release(),
+        hostname: crate::model::envelope::hostname(),
+        cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        fio_version: fio.version(),
+        fio_path: fio_path.to_path_buf(),
+    }
 }
 
 /// The UUID of the filesystem under DIR (btrfs: its fsid), for `bench

@@ -16,19 +16,19 @@
 //! Everything happens in a fresh directory (mode 0700) under DIR, removed
 //! on every exit path (error, panic, signal).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::Instant;
 
-use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::parse::size::format_iec;
 use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::measure::atfile;
 use crate::sys::{kernel::btrfs, proc::diskstats};
 
 use super::kit::{self, WorkDir, check_stop};
@@ -209,16 +209,6 @@ impl CName {
     }
 }
 
-fn open_dir_at(parent: &OwnedFd, name: &str, path: &Path) -> Result<OwnedFd> {
-    rustix::fs::openat(
-        parent,
-        name,
-        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::from_io(&e.into(), "cannot open", &path.join(name)))
-}
-
 /// Runs `op(dir_fd, file_index)` for every file, the directories split
 /// between `threads` threads; stops early (error) on a signal.
 fn for_all_files(
@@ -243,7 +233,7 @@ fn for_all_files(
                         return;
                     }
                     let name = dir_name(d);
-                    let r = open_dir_at(root, &name, root_path).and_then(|fd| {
+                    let r = atfile::open_dir(root, &name, root_path).and_then(|fd| {
                         let lo = d * FILES_PER_DIR;
                         let hi = (lo + FILES_PER_DIR).min(opts.files);
                         for i in lo..hi {
@@ -286,12 +276,6 @@ fn counters(devs: &[MemberDevice], root: &SysRoot) -> Vec<(u64, u64)> {
         .collect()
 }
 
-fn syncfs(fd: &OwnedFd, path: &Path) -> Result<f64> {
-    let t = Instant::now();
-    rustix::fs::syncfs(fd.as_fd()).map_err(|e| Error::from_io(&e.into(), "cannot sync", path))?;
-    Ok(t.elapsed().as_secs_f64())
-}
-
 #[allow(clippy::too_many_arguments)]
 fn phase(
     name: &str,
@@ -324,19 +308,157 @@ fn phase(
     }
 }
 
-/// Runs the metadata test (see the module documentation). `progress` is
-/// called with the phase's name when it starts; `started` just before the
-/// work directory is made.
-pub fn run(
-    opts: &MetadataOptions,
-    started: &mut dyn FnMut(),
-    progress: &mut dyn FnMut(&str),
-) -> Result<MetadataReport> {
-    opts.validate()?;
-    let target = kit::open_target(&opts.sysroot, &opts.dir, "--small-files creates files")?;
-    let info = target.info;
-    let uuid = target.uuid;
-    let fs_type = info.mount.fs_type.clone();
+/// How the stat phase is made cold, as it turned out: the method asked
+/// for, or warm and why not.
+struct Cold {
+    method: ColdMethod,
+    detail: String,
+    cgroup: Option<crate::sys::kernel::memcg::ScratchCgroup>,
+}
+
+impl Cold {
+    /// The storm's own memory cgroup, made before anything is written
+    /// (root only); or warm, and why.
+    fn prepare(asked: ColdMethod, root_user: bool) -> Self {
+        let mut cold = Self {
+            method: asked,
+            detail: String::new(),
+            cgroup: None,
+        };
+        if asked == ColdMethod::OwnCgroup {
+            if !root_user {
+                cold.warm("warm: not root, so the storm's dentries and inodes could not be evicted (a memory cgroup of its own needs root)".to_owned());
+            } else {
+                match crate::sys::kernel::memcg::ScratchCgroup::create() {
+                    Ok(c) => cold.cgroup = Some(c),
+                    Err(why) => cold.warm(format!(
+                        "warm: {why}, so the storm's dentries and inodes could not be evicted alone (--drop-caches drops the whole machine's caches instead)"
+                    )),
+                }
+            }
+        } else if asked == ColdMethod::Warm {
+            cold.detail = "warm: nothing was evicted before the stat phase".to_owned();
+        }
+        cold
+    }
+
+    fn warm(&mut self, why: String) {
+        self.method = ColdMethod::Warm;
+        self.detail = why;
+    }
+
+    /// Moves into the storm's memory cgroup before the creates.
+    fn enter(&mut self) {
+        if let Some(c) = self.cgroup.as_mut()
+            && let Err(e) = c.enter()
+        {
+            let why = format!(
+                "warm: cannot move into the memory cgroup {} ({e}), so the storm's dentries and inodes could not be evicted alone",
+                c.path().display()
+            );
+            self.warm(why);
+            self.cgroup = None;
+        }
+    }
+
+    /// After the creates: leaves the cgroup and reclaims it, or drops every
+    /// cache (`--drop-caches`); says how cold the stat phase is.
+    fn evict(&mut self) -> Result<()> {
+        if let Some(mut c) = self.cgroup.take() {
+            c.leave()
+                .map_err(|e| Error::from_io(&e, "cannot leave the memory cgroup", c.path()))?;
+            let before = c.kernel_charged().unwrap_or(0);
+            let r = c.reclaim();
+            let after = c.kernel_charged().unwrap_or(before);
+            match r {
+                Err(e) => self.warm(format!(
+                    "warm: the memory cgroup {} could not be reclaimed ({e})",
+                    c.path().display()
+                )),
+                Ok(()) if before > 0 && after.saturating_mul(2) > before => self.warm(format!(
+                    "warm: reclaiming the storm's memory cgroup freed only {} of the {} of kernel memory charged to it, less than half: many of its dentries and inodes are still cached (the kernel's slab shrinkers leave several thousand of them; a storm of 50000 files or more is mostly evicted)",
+                    format_iec(before - after),
+                    format_iec(before)
+                )),
+                Ok(()) => {
+                    self.detail = format!(
+                        "cold for the storm's files alone: they were created in a memory cgroup of their own, reclaimed before the stat phase ({} of the {} of kernel memory charged to it freed: their dentries and inodes); the rest of the machine's caches were left alone, and the filesystem's metadata blocks stayed in memory (btrfs charges them to no cgroup), so the devices read little",
+                        format_iec(before - after),
+                        format_iec(before)
+                    );
+                }
+            }
+        }
+        if self.method == ColdMethod::DropCaches {
+            crate::sys::kernel::pagecache::drop_all_caches()?;
+            self.detail = "cold: sync, then the kernel's page, dentry and inode caches of every filesystem of this machine were dropped (--drop-caches)".to_owned();
+        }
+        Ok(())
+    }
+}
+
+/// The storm's work directory and what each phase is measured with.
+struct Storm<'a> {
+    root: &'a OwnedFd,
+    path: &'a Path,
+    opts: &'a MetadataOptions,
+    devices: &'a [MemberDevice],
+}
+
+impl Storm<'_> {
+    /// One phase: the members' counters around `work` (the files it
+    /// handled), then `syncfs` when `sync`.
+    fn measure(&self, name: &str, sync: bool, work: impl FnOnce() -> Result<u64>) -> Result<Phase> {
+        let b = counters(self.devices, &self.opts.sysroot);
+        let t = Instant::now();
+        let n = work()?;
+        let secs = t.elapsed().as_secs_f64();
+        let sync = if sync {
+            Some(atfile::timed_syncfs(self.root, self.path)?)
+        } else {
+            None
+        };
+        let a = counters(self.devices, &self.opts.sysroot);
+        Ok(phase(name, n, secs, sync, self.devices, &b, &a))
+    }
+
+    /// The directories, then the files; synced.
+    fn create(&self) -> Result<Phase> {
+        self.measure("create", true, || {
+            for d in 0..self.opts.dirs() {
+                atfile::make_private_dir(self.root, dir_name(d).as_str(), self.path)?;
+            }
+            for_all_files(self.root, self.path, self.opts, &|fd, i| {
+                atfile::create_empty(fd, CName::file(i).as_c_str())
+            })
+        })
+    }
+
+    /// Every file stat'ed.
+    fn stat(&self) -> Result<Phase> {
+        self.measure("stat", false, || {
+            for_all_files(self.root, self.path, self.opts, &|fd, i| {
+                atfile::stat(fd, CName::file(i).as_c_str())
+            })
+        })
+    }
+
+    /// The files, then the directories; synced.
+    fn delete(&self) -> Result<Phase> {
+        self.measure("delete", true, || {
+            let n = for_all_files(self.root, self.path, self.opts, &|fd, i| {
+                atfile::unlink(fd, CName::file(i).as_c_str())
+            })?;
+            for d in 0..self.opts.dirs() {
+                atfile::remove_dir(self.root, dir_name(d).as_str(), self.path)?;
+            }
+            Ok(n)
+        })
+    }
+}
+
+/// Refuses a DIR without room for the storm.
+fn check_space(opts: &MetadataOptions, info: &crate::sys::fs::filesystem::DirFs) -> Result<()> {
     let need = opts.needed_space();
     if info.available_bytes < need {
         return Err(Error::new(
@@ -351,12 +473,55 @@ pub fn run(
         )
         .with_hint("free some space or use fewer --files"));
     }
+    Ok(())
+}
+
+/// The report's sentence: the three phases' rates and what the creates
+/// wrote.
+fn summary(opts: &MetadataOptions, phases: &[Phase], cold: bool, metadata: &[Profile]) -> String {
+    let c = &phases[0];
+    format!(
+        "{} files by {} threads: create {:.0} files/s (sync {:.2} s), stat {:.0} files/s{}, delete {:.0} files/s (sync {:.2} s); the devices wrote {} for the creates{}",
+        opts.files,
+        opts.threads,
+        c.files_per_sec,
+        c.sync_seconds.unwrap_or(0.0),
+        phases[1].files_per_sec,
+        if cold { " cold" } else { " warm" },
+        phases[2].files_per_sec,
+        phases[2].sync_seconds.unwrap_or(0.0),
+        format_iec(c.device_write_bytes),
+        if metadata.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (metadata {})",
+                metadata
+                    .iter()
+                    .map(|p| format!("{p:?}").to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join("+")
+            )
+        }
+    )
+}
+
+/// Runs the metadata test (see the module documentation). `progress` is
+/// called with the phase's name when it starts; `started` just before the
+/// work directory is made.
+pub fn run(
+    opts: &MetadataOptions,
+    started: &mut dyn FnMut(),
+    progress: &mut dyn FnMut(&str),
+) -> Result<MetadataReport> {
+    opts.validate()?;
+    let target = kit::open_target(&opts.sysroot, &opts.dir, "--small-files creates files")?;
+    check_space(opts, &target.info)?;
     let profiles = if target.is_btrfs {
-        btrfs::block_group_profiles_of(target.held.fd(), &info.dir).ok()
+        btrfs::block_group_profiles_of(target.held.fd(), &target.info.dir).ok()
     } else {
         None
     };
-    let (devices, devices_missing) = (target.devices, target.devices_missing);
     let root_user = crate::sys::is_root();
     if opts.cold == ColdMethod::DropCaches && !root_user {
         return Err(Error::new(
@@ -365,142 +530,40 @@ pub fn run(
         )
         .with_hint("run as root, or leave out --drop-caches"));
     }
-    // The storm's own memory cgroup, made before anything is written.
-    let mut method = opts.cold;
-    let mut detail = String::new();
-    let mut cgroup = None;
-    if method == ColdMethod::OwnCgroup {
-        if !root_user {
-            method = ColdMethod::Warm;
-            detail = "warm: not root, so the storm's dentries and inodes could not be evicted (a memory cgroup of its own needs root)".to_owned();
-        } else {
-            match crate::sys::kernel::memcg::ScratchCgroup::create() {
-                Ok(c) => cgroup = Some(c),
-                Err(why) => {
-                    method = ColdMethod::Warm;
-                    detail = format!(
-                        "warm: {why}, so the storm's dentries and inodes could not be evicted alone (--drop-caches drops the whole machine's caches instead)"
-                    );
-                }
-            }
-        }
-    } else if method == ColdMethod::Warm {
-        detail = "warm: nothing was evicted before the stat phase".to_owned();
-    }
+    let mut cold = Cold::prepare(opts.cold, root_user);
     kit::install_signals()?;
     check_stop()?;
 
     started();
-    let mut notes = kit::sweep_stale(&target.held);
-    let work = WorkDir::create(target.held)?;
+    let kit::Target {
+        held,
+        info,
+        uuid,
+        devices,
+        devices_missing,
+        ..
+    } = target;
+    let mut notes = kit::sweep_stale(&held);
+    let work = WorkDir::create(held)?;
     let root: OwnedFd = work
         .dir()
         .fd()
         .try_clone_to_owned()
         .map_err(|e| Error::from_io(&e, "cannot open", work.path()))?;
-    let work_path = work.path().to_path_buf();
-    let mut phases = Vec::new();
-
-    // create: the directories, then the files.
+    let storm = Storm {
+        root: &root,
+        path: work.path(),
+        opts,
+        devices: &devices,
+    };
     progress("create");
-    if let Some(c) = cgroup.as_mut()
-        && let Err(e) = c.enter()
-    {
-        detail = format!(
-            "warm: cannot move into the memory cgroup {} ({e}), so the storm's dentries and inodes could not be evicted alone",
-            c.path().display()
-        );
-        method = ColdMethod::Warm;
-        cgroup = None;
-    }
-    let b = counters(&devices, &opts.sysroot);
-    let t = Instant::now();
-    for d in 0..opts.dirs() {
-        rustix::fs::mkdirat(&root, dir_name(d).as_str(), Mode::from_raw_mode(0o700)).map_err(
-            |e| Error::from_io(&e.into(), "cannot create", &work_path.join(dir_name(d))),
-        )?;
-    }
-    let n = for_all_files(&root, &work_path, opts, &|fd, i| {
-        rustix::fs::openat(
-            fd,
-            CName::file(i).as_c_str(),
-            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::from_raw_mode(0o600),
-        )
-        .map(drop)
-        .map_err(std::io::Error::from)
-    })?;
-    let secs = t.elapsed().as_secs_f64();
-    let sync = syncfs(&root, &work_path)?;
-    let a = counters(&devices, &opts.sysroot);
-    phases.push(phase("create", n, secs, Some(sync), &devices, &b, &a));
-
-    // stat, cold.
-    if let Some(mut c) = cgroup.take() {
-        c.leave()
-            .map_err(|e| Error::from_io(&e, "cannot leave the memory cgroup", c.path()))?;
-        let before = c.kernel_charged().unwrap_or(0);
-        let r = c.reclaim();
-        let after = c.kernel_charged().unwrap_or(before);
-        match r {
-            Err(e) => {
-                method = ColdMethod::Warm;
-                detail = format!(
-                    "warm: the memory cgroup {} could not be reclaimed ({e})",
-                    c.path().display()
-                );
-            }
-            Ok(()) if before > 0 && after.saturating_mul(2) > before => {
-                method = ColdMethod::Warm;
-                detail = format!(
-                    "warm: reclaiming the storm's memory cgroup freed only {} of the {} of kernel memory charged to it, less than half: many of its dentries and inodes are still cached (the kernel's slab shrinkers leave several thousand of them; a storm of 50000 files or more is mostly evicted)",
-                    format_iec(before - after),
-                    format_iec(before)
-                );
-            }
-            Ok(()) => {
-                detail = format!(
-                    "cold for the storm's files alone: they were created in a memory cgroup of their own, reclaimed before the stat phase ({} of the {} of kernel memory charged to it freed: their dentries and inodes); the rest of the machine's caches were left alone, and the filesystem's metadata blocks stayed in memory (btrfs charges them to no cgroup), so the devices read little",
-                    format_iec(before - after),
-                    format_iec(before)
-                );
-            }
-        }
-    }
-    if method == ColdMethod::DropCaches {
-        crate::sys::kernel::pagecache::drop_all_caches()?;
-        detail = "cold: sync, then the kernel's page, dentry and inode caches of every filesystem of this machine were dropped (--drop-caches)".to_owned();
-    }
-    let cold = method != ColdMethod::Warm;
+    cold.enter();
+    let mut phases = vec![storm.create()?];
+    cold.evict()?;
     progress("stat");
-    let b = counters(&devices, &opts.sysroot);
-    let t = Instant::now();
-    let n = for_all_files(&root, &work_path, opts, &|fd, i| {
-        rustix::fs::statat(fd, CName::file(i).as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
-            .map(drop)
-            .map_err(std::io::Error::from)
-    })?;
-    let secs = t.elapsed().as_secs_f64();
-    let a = counters(&devices, &opts.sysroot);
-    phases.push(phase("stat", n, secs, None, &devices, &b, &a));
-
-    // delete.
+    phases.push(storm.stat()?);
     progress("delete");
-    let b = counters(&devices, &opts.sysroot);
-    let t = Instant::now();
-    let n = for_all_files(&root, &work_path, opts, &|fd, i| {
-        rustix::fs::unlinkat(fd, CName::file(i).as_c_str(), AtFlags::empty())
-            .map_err(std::io::Error::from)
-    })?;
-    for d in 0..opts.dirs() {
-        rustix::fs::unlinkat(&root, dir_name(d).as_str(), AtFlags::REMOVEDIR).map_err(|e| {
-            Error::from_io(&e.into(), "cannot remove", &work_path.join(dir_name(d)))
-        })?;
-    }
-    let secs = t.elapsed().as_secs_f64();
-    let sync = syncfs(&root, &work_path)?;
-    let a = counters(&devices, &opts.sysroot);
-    phases.push(phase("delete", n, secs, Some(sync), &devices, &b, &a));
+    phases.push(storm.delete()?);
     drop(root);
     notes.extend(work.remove()?);
 
@@ -514,31 +577,8 @@ pub fn run(
         .as_ref()
         .map(|p| p.metadata.clone())
         .unwrap_or_default();
-    let c = &phases[0];
-    let summary = format!(
-        "{} files by {} threads: create {:.0} files/s (sync {:.2} s), stat {:.0} files/s{}, delete {:.0} files/s (sync {:.2} s); the devices wrote {} for the creates{}",
-        opts.files,
-        opts.threads,
-        c.files_per_sec,
-        c.sync_seconds.unwrap_or(0.0),
-        phases[1].files_per_sec,
-        if cold { " cold" } else { " warm" },
-        phases[2].files_per_sec,
-        phases[2].sync_seconds.unwrap_or(0.0),
-        format_iec(c.device_write_bytes),
-        if metadata_profiles.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " (metadata {})",
-                metadata_profiles
-                    .iter()
-                    .map(|p| format!("{p:?}").to_lowercase())
-                    .collect::<Vec<_>>()
-                    .join("+")
-            )
-        }
-    );
+    let stat_cold = cold.method != ColdMethod::Warm;
+    let summary = summary(opts, &phases, stat_cold, &metadata_profiles);
     let mount_options: Vec<String> = info.mount.options().map(str::to_owned).collect();
     Ok(MetadataReport {
         report_version: REPORT_VERSION,
@@ -550,7 +590,7 @@ pub fn run(
             dir: info.dir.clone(),
             dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
             mount_point: info.mount.mount_point.clone(),
-            fs_type,
+            fs_type: info.mount.fs_type.clone(),
             uuid,
             source: info.mount.source.clone(),
             compression_option: kit::compression_option(&mount_options),
@@ -563,9 +603,9 @@ pub fn run(
         files: opts.files,
         dirs: opts.dirs(),
         threads: opts.threads,
-        stat_cold: cold,
-        stat_cold_method: method,
-        stat_cold_detail: detail,
+        stat_cold,
+        stat_cold_method: cold.method,
+        stat_cold_detail: cold.detail,
         phases,
         work_dir_removed: true,
         notes,

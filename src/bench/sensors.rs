@@ -451,27 +451,24 @@ pub(crate) fn thermal_delta(
                         error: None,
                     }
                 }
-                (Err(e), _) | (_, Some(Err(e))) => ThermalInfo {
-                    controller: c,
-                    celsius_before: None,
-                    celsius_after: None,
-                    tmt1_seconds: 0,
-                    tmt2_seconds: 0,
-                    transitions: 0,
-                    error: Some(e),
-                },
-                (Ok(_), None) => ThermalInfo {
-                    controller: c,
-                    celsius_before: None,
-                    celsius_after: None,
-                    tmt1_seconds: 0,
-                    tmt2_seconds: 0,
-                    transitions: 0,
-                    error: Some("no reading after the bench".into()),
-                },
+                (Err(e), _) | (_, Some(Err(e))) => unread_thermal(c, e),
+                (Ok(_), None) => unread_thermal(c, "no reading after the bench".into()),
             }
         })
         .collect()
+}
+
+/// A controller whose thermal counters could not be compared, and why.
+fn unread_thermal(controller: String, error: String) -> ThermalInfo {
+    ThermalInfo {
+        controller,
+        celsius_before: None,
+        celsius_after: None,
+        tmt1_seconds: 0,
+        tmt2_seconds: 0,
+        transitions: 0,
+        error: Some(error),
+    }
 }
 
 #[cfg(test)]

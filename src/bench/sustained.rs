@@ -18,7 +18,6 @@
 //! does not add up is flagged and its cliff not called.
 
 use std::path::{Path, PathBuf};
-use std::thread;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +28,7 @@ use crate::model::profile::Profile;
 use crate::model::rate::format_mb_fine;
 use crate::model::units::{decimal_gb, decimal_mb};
 use crate::parse::size::format_iec;
+use crate::sys::fs::beneath::TrustedDir;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::proc::diskstats;
 use crate::sys::tools::fio::FioRunner;
@@ -659,18 +659,8 @@ pub fn run(
     progress: &mut dyn FnMut(&SustainedProgress),
 ) -> Result<SustainedReport> {
     let SustainedPlan { target, size, .. } = plan;
-    let kit::Target {
-        held,
-        info,
-        is_btrfs,
-        uuid,
-        mount_options,
-        data_profiles,
-        devices,
-        devices_missing,
-        swept: _,
-    } = target;
-    let fs_type = info.mount.fs_type.clone();
+    let is_btrfs = target.is_btrfs;
+    let (held, target) = target.into_held();
     kit::install_signals()?;
     check_stop()?;
     if let Some(cg) = crate::hooks::Switch::BenchCgroup.value() {
@@ -683,15 +673,11 @@ pub fn run(
     kit::set_dir_mode(&work, false, is_btrfs)?;
     let file = work.dir().create_file(TEST_FILE, 0o600)?;
     let period_msec = sample_period_msec(size, opts.time_limit_secs);
-    let period = period_msec as f64 / 1000.0;
     let job = job_file(TEST_FILE, size, opts.time_limit_secs, LOG_PREFIX);
-    let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
+    let names: Vec<String> = target.devices.iter().map(|d| d.name.clone()).collect();
 
-    let start = Instant::now();
-    let mut samples: Vec<(f64, Vec<u64>)> = vec![(0.0, written_by(&devices, &opts.sysroot))];
-    let mut last = (0.0f64, 0u64);
-    let mut last_growth = 0.0f64;
-    let mut stalled = false;
+    // fio may replace the (empty) file it is given by its own: the size is
+    // read by name, in the held work directory.
     let size_now = || {
         work.dir()
             .stat(TEST_FILE)
@@ -699,100 +685,34 @@ pub fn run(
             .flatten()
             .map_or(0, |st| st.st_size as u64)
     };
-    let mut tick = || {
-        let t = start.elapsed().as_secs_f64();
-        if t - samples.last().map_or(0.0, |s| s.0) >= period {
-            samples.push((t, written_by(&devices, &opts.sysroot)));
-            // fio may replace the (empty) file it is given by its own: read
-            // the size by name, in the held work directory.
-            let done = size_now();
-            if done > last.1 {
-                last_growth = t;
-            }
-            let rate = (done.saturating_sub(last.1)) as f64 / (t - last.0).max(1e-3);
-            last = (t, done);
-            let left_bytes = size.saturating_sub(done) as f64;
-            let mut eta = if rate > 0.0 {
-                (left_bytes / rate) as u64
-            } else {
-                0
-            };
-            if let Some(l) = opts.time_limit_secs {
-                eta = eta.min(l.saturating_sub(t as u64));
-            }
-            progress(&SustainedProgress {
-                bytes_written: done,
-                size_bytes: size,
-                bytes_per_sec: rate,
-                eta_secs: eta,
-            });
-            // The watchdog: a write that has not grown the file for
-            // STALL_SECS (fio's start-up included) is stuck.
-            if done < size && t - last_growth > STALL_SECS {
-                stalled = true;
-            }
-        }
-        stalled || check_stop().is_err()
-    };
-    let watched = fio.run_watched(work.dir(), "sustained.fio", &job, &mut tick)?;
-    let seconds = start.elapsed().as_secs_f64();
-    samples.push((seconds, written_by(&devices, &opts.sysroot)));
-    // fio names its log PREFIX_iops.1.log, in its working directory; it
-    // is read line by line (a line per I/O: 30 MB per TB written).
-    let mut series = Vec::new();
-    let mut series_bytes = 0;
-    let mut logged = false;
-    for n in work.dir().names().unwrap_or_default() {
-        let n = n.to_string_lossy().into_owned();
-        if n.starts_with(&format!("{LOG_PREFIX}_iops"))
-            && n.ends_with(".log")
-            && let Ok(f) = work.dir().open_file(&n, false)
-        {
-            (series, series_bytes) =
-                series_of_log(std::io::BufReader::with_capacity(1 << 20, f), period_msec);
-            logged = true;
-        }
-    }
-    let bytes_written = watched
-        .output
-        .as_ref()
-        .and_then(|o| o.jobs.first())
-        .map(|j| j.write.io_bytes)
-        .unwrap_or_else(size_now);
-    let fio_error = watched
-        .output
-        .as_ref()
-        .and_then(|o| o.jobs.first())
-        .map_or(0, |j| j.error);
+    let mut watch = Watch::new(opts, size, period_msec, &target.devices);
+    let watched = fio.run_watched(work.dir(), "sustained.fio", &job, &mut || {
+        watch.tick(&size_now, progress)
+    })?;
+    let seconds = watch.finish();
+    let (series, series_bytes, logged) = read_series(work.dir(), period_msec);
+    let first_job = watched.output.as_ref().and_then(|o| o.jobs.first());
+    let bytes_written = first_job.map(|j| j.write.io_bytes).unwrap_or_else(size_now);
+    let fio_error = first_job.map_or(0, |j| j.error);
     drop(file);
     notes.extend(work.remove()?);
-    if stalled {
-        return Err(Error::new(
-            ErrorKind::Tool,
-            format!(
-                "the write made no progress for {STALL_SECS:.0} s after {}: stopped fio and removed the test file",
-                format_iec(bytes_written)
-            ),
-        )
-        .with_hint("a device may be stuck: look at dmesg and the drives' health before measuring again"));
-    }
-    if fio_error != 0 && !watched.stopped {
-        return Err(Error::new(
-            ErrorKind::Tool,
-            format!("fio's sustained write failed (error {fio_error})"),
-        ));
-    }
+    refuse_failed_write(watch.stalled, bytes_written, fio_error, watched.stopped)?;
 
-    let members = member_series(&names, &samples);
-    let device_bytes = (devices_missing.is_empty() && !members.is_empty())
+    let members = member_series(&names, &watch.samples);
+    let device_bytes = (target.devices_missing.is_empty() && !members.is_empty())
         .then(|| members.iter().map(|m| m.write_bytes).sum());
-    let series_check = check_series(series_bytes, bytes_written, device_bytes, &data_profiles);
+    let series_check = check_series(
+        series_bytes,
+        bytes_written,
+        device_bytes,
+        &target.data_profiles,
+    );
     let analysis = cliff::analyse(&series);
     let (mut summary, findings) = verdict(
         &analysis,
         &series_check,
         &members,
-        &data_profiles,
+        &target.data_profiles,
         bytes_written,
         seconds,
     );
@@ -805,13 +725,12 @@ pub fn run(
     if !logged {
         notes.push("fio left no per-I/O log: no series to analyse".to_owned());
     }
-    if !devices_missing.is_empty() {
+    if !target.devices_missing.is_empty() {
         notes.push(format!(
             "/proc/diskstats does not show {}: no per-member series for them",
-            devices_missing.join(", ")
+            target.devices_missing.join(", ")
         ));
     }
-    let compression = kit::compression_option(&mount_options);
     Ok(SustainedReport {
         report_version: REPORT_VERSION,
         mode: "sustained".into(),
@@ -823,26 +742,8 @@ pub fn run(
             0
         },
         summary,
-        system: SystemInfo {
-            kernel: crate::sys::kernel_release(),
-            hostname: crate::model::envelope::hostname(),
-            cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
-            fio_version: fio.version(),
-            fio_path: fio_path.to_path_buf(),
-        },
-        target: TargetInfo {
-            dir: info.dir.clone(),
-            dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
-            mount_point: info.mount.mount_point.clone(),
-            fs_type,
-            uuid,
-            source: info.mount.source.clone(),
-            mount_options,
-            data_profiles,
-            devices,
-            devices_missing,
-            compression_option: compression,
-        },
+        system: kit::system_info(fio, fio_path),
+        target,
         size_bytes: size,
         time_limit_secs: opts.time_limit_secs,
         sample_period_msec: period_msec,
@@ -858,6 +759,143 @@ pub fn run(
         notes,
         job_file: job,
     })
+}
+
+/// The write watched while fio runs: the members' written bytes sampled
+/// every period, the progress, and the watchdog.
+struct Watch<'a> {
+    start: Instant,
+    period: f64,
+    size: u64,
+    time_limit_secs: Option<u64>,
+    devices: &'a [MemberDevice],
+    sysroot: &'a SysRoot,
+    /// Seconds since the start, and each member's written bytes then.
+    samples: Vec<(f64, Vec<u64>)>,
+    /// The last sample's time and file size.
+    last: (f64, u64),
+    last_growth: f64,
+    /// The file did not grow for [`STALL_SECS`].
+    stalled: bool,
+}
+
+impl<'a> Watch<'a> {
+    fn new(
+        opts: &'a SustainedOptions,
+        size: u64,
+        period_msec: u64,
+        devices: &'a [MemberDevice],
+    ) -> Self {
+        Self {
+            start: Instant::now(),
+            period: period_msec as f64 / 1000.0,
+            size,
+            time_limit_secs: opts.time_limit_secs,
+            devices,
+            sysroot: &opts.sysroot,
+            samples: vec![(0.0, written_by(devices, &opts.sysroot))],
+            last: (0.0, 0),
+            last_growth: 0.0,
+            stalled: false,
+        }
+    }
+
+    /// Called while fio runs: samples once a period passed, reports the
+    /// progress; true to stop fio (stalled, or a signal).
+    fn tick(
+        &mut self,
+        size_now: &dyn Fn() -> u64,
+        progress: &mut dyn FnMut(&SustainedProgress),
+    ) -> bool {
+        let t = self.start.elapsed().as_secs_f64();
+        if t - self.samples.last().map_or(0.0, |s| s.0) >= self.period {
+            self.samples
+                .push((t, written_by(self.devices, self.sysroot)));
+            let done = size_now();
+            if done > self.last.1 {
+                self.last_growth = t;
+            }
+            let rate = (done.saturating_sub(self.last.1)) as f64 / (t - self.last.0).max(1e-3);
+            self.last = (t, done);
+            let left_bytes = self.size.saturating_sub(done) as f64;
+            let mut eta = if rate > 0.0 {
+                (left_bytes / rate) as u64
+            } else {
+                0
+            };
+            if let Some(l) = self.time_limit_secs {
+                eta = eta.min(l.saturating_sub(t as u64));
+            }
+            progress(&SustainedProgress {
+                bytes_written: done,
+                size_bytes: self.size,
+                bytes_per_sec: rate,
+                eta_secs: eta,
+            });
+            // The watchdog: a write that has not grown the file for
+            // STALL_SECS (fio's start-up included) is stuck.
+            if done < self.size && t - self.last_growth > STALL_SECS {
+                self.stalled = true;
+            }
+        }
+        self.stalled || check_stop().is_err()
+    }
+
+    /// The last sample, once fio ended; the seconds the write took.
+    fn finish(&mut self) -> f64 {
+        let seconds = self.start.elapsed().as_secs_f64();
+        self.samples
+            .push((seconds, written_by(self.devices, self.sysroot)));
+        seconds
+    }
+}
+
+/// fio's per-I/O log (PREFIX_iops.1.log, in its working directory) as a
+/// series, read line by line (a line per I/O: 30 MB per TB written): the
+/// series, the bytes it holds, and whether there was a log.
+fn read_series(dir: &TrustedDir, period_msec: u64) -> (Vec<Point>, u64, bool) {
+    let mut series = Vec::new();
+    let mut series_bytes = 0;
+    let mut logged = false;
+    for n in dir.names().unwrap_or_default() {
+        let n = n.to_string_lossy().into_owned();
+        if n.starts_with(&format!("{LOG_PREFIX}_iops"))
+            && n.ends_with(".log")
+            && let Ok(f) = dir.open_file(&n, false)
+        {
+            (series, series_bytes) =
+                series_of_log(std::io::BufReader::with_capacity(1 << 20, f), period_msec);
+            logged = true;
+        }
+    }
+    (series, series_bytes, logged)
+}
+
+/// A write that stalled, or that fio failed (not stopped by the user),
+/// gives no report.
+fn refuse_failed_write(
+    stalled: bool,
+    bytes_written: u64,
+    fio_error: i64,
+    stopped: bool,
+) -> Result<()> {
+    if stalled {
+        return Err(Error::new(
+            ErrorKind::Tool,
+            format!(
+                "the write made no progress for {STALL_SECS:.0} s after {}: stopped fio and removed the test file",
+                format_iec(bytes_written)
+            ),
+        )
+        .with_hint("a device may be stuck: look at dmesg and the drives' health before measuring again"));
+    }
+    if fio_error != 0 && !stopped {
+        return Err(Error::new(
+            ErrorKind::Tool,
+            format!("fio's sustained write failed (error {fio_error})"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -175,6 +175,22 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
         r.summary
     ));
 
+    render_columns(&mut t, r, paint);
+
+    render_filesystem(&mut t, r, paint);
+    render_evidence(&mut t, r, paint);
+    t.push('\n');
+    t.push_str(&format!("{}\n", paint.bold("why")));
+    t.push_str(&wrap(&r.explanation, 88, "  "));
+    if let Some(fix) = &r.fix {
+        t.push_str(&format!("{}\n", paint.bold("fix")));
+        t.push_str(&wrap(fix, 88, "  "));
+    }
+    t
+}
+
+/// The test file's and the control's figures side by side.
+fn render_columns(t: &mut String, r: &ProbeReport, paint: Paint) {
     let labels = [
         "written per round",
         "page cache (median)",
@@ -203,7 +219,10 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
         t.push('\n');
     }
     t.push('\n');
+}
 
+/// The filesystem, the directory, leftovers and the kernel.
+fn render_filesystem(t: &mut String, r: &ProbeReport, paint: Paint) {
     let fs = &r.filesystem;
     let mut fs_line = format!(
         "{} on {}, mounted at {}",
@@ -248,6 +267,11 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
             paint.dim(&format!("removed trace instance {name} (a killed probe's)"))
         ));
     }
+}
+
+/// What the verdict rests on: the evidence, the counter, the rounds and
+/// what they cost.
+fn render_evidence(t: &mut String, r: &ProbeReport, paint: Paint) {
     match r.evidence.source {
         EvidenceKind::Tracepoint => {
             t.push_str(&format!(
@@ -306,14 +330,6 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
     {
         t.push_str(&format!("  note        {}\n", paint.dim(reason)));
     }
-    t.push('\n');
-    t.push_str(&format!("{}\n", paint.bold("why")));
-    t.push_str(&wrap(&r.explanation, 88, "  "));
-    if let Some(fix) = &r.fix {
-        t.push_str(&format!("{}\n", paint.bold("fix")));
-        t.push_str(&wrap(fix, 88, "  "));
-    }
-    t
 }
 
 fn file_verdict_painted(v: FileVerdict, paint: Paint) -> String {

@@ -208,6 +208,15 @@ fn status_painted(m: &MethodSummary, paint: Paint) -> String {
 
 /// The text report.
 pub fn render(r: &ReadTestReport, paint: Paint) -> String {
+    let mut t = render_heading(r, paint);
+    render_tables(&mut t, r, paint);
+    render_setup(&mut t, r, paint);
+    render_problems_and_notes(&mut t, r, paint);
+    t
+}
+
+/// The file, where it lives, and the headline.
+fn render_heading(r: &ReadTestReport, paint: Paint) -> String {
     let f = &r.file;
     let mut where_ = f.fs_type.clone();
     if f.fs_type == "btrfs" {
@@ -230,6 +239,12 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
     };
     t.push_str(&format!("{summary}\n\n"));
 
+    t
+}
+
+/// The method tables (cold, warm), the thread sweep, the ceiling and the
+/// verdicts the headline did not say.
+fn render_tables(t: &mut String, r: &ReadTestReport, paint: Paint) {
     let has_ceiling = r.ceiling.is_some();
     let tables: Vec<(&str, &[MethodSummary])> = [
         ("cold cache", r.methods.as_slice()),
@@ -271,6 +286,12 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
     if r.verdicts.len() > 1 && !said(&r.advice) {
         t.push_str(&wrap_labelled("advice", &r.advice));
     }
+}
+
+/// How the runs were made: checksums, O_DIRECT, threads, destination,
+/// cache, rounds.
+fn render_setup(t: &mut String, r: &ReadTestReport, paint: Paint) {
+    let f = &r.file;
     let c = &r.checksum;
     let checksum = if c.blocks == 0 {
         "nothing to compare (empty file)".to_owned()
@@ -370,7 +391,10 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
         "  rounds       {}, methods in rotating order; kernel {}\n",
         p.rounds, r.kernel
     ));
+}
 
+/// The methods not reported, and the notes.
+fn render_problems_and_notes(t: &mut String, r: &ReadTestReport, paint: Paint) {
     let problems: Vec<String> = r
         .methods
         .iter()
@@ -388,7 +412,6 @@ pub fn render(r: &ReadTestReport, paint: Paint) -> String {
             t.push_str(&wrap_item(&btrfs_lab::model::text::escape_control(n)));
         }
     }
-    t
 }
 
 /// The columns of one method table.

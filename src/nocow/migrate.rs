@@ -414,23 +414,38 @@ impl Planned<'_> {
         opts: &ExecOptions,
         progress: &mut dyn FnMut(u64) -> Result<()>,
     ) -> std::result::Result<Migrated, Attempt> {
-        let Planned {
-            dir,
-            dir_path,
-            name,
-            path,
-            id,
-            src,
-            src_flags,
-        } = *self;
+        let (src, path) = (self.src, self.path);
         let before = nix::sys::stat::fstat(src.as_fd())
             .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
         let size = u64::try_from(before.st_size).unwrap_or(0);
+        let (mut tmp, tmp_path) = self.unnamed_copy()?;
+        let (verified, copied) = self.copy_data(opts, &before, (&tmp.file, &tmp_path), progress)?;
+        let (src_xattrs, compression_dropped) =
+            self.copy_metadata(&tmp.file, &tmp_path, &before)?;
+        let (src_lease, got) = match verified {
+            Some((src_lease, _, hash)) => (src_lease, hash),
+            None => self.lease_and_compare(opts, &before, (&tmp.file, &tmp_path), progress)?,
+        };
+        self.swap(opts, &mut tmp, src_lease)?;
+        let copy_meta = self.check_swapped(&tmp.file)?;
+        Ok(Migrated {
+            path: path.to_path_buf(),
+            size_bytes: size,
+            allocated_before_bytes: u64::try_from(before.st_blocks).unwrap_or(0) * 512,
+            allocated_after_bytes: copy_meta.blocks() * 512,
+            copied_bytes: copied,
+            blake3: got.to_hex().to_string(),
+            xattrs: src_xattrs.len(),
+            compression_dropped,
+        })
+    }
 
-        // 1. An empty NOCOW file nobody else can see.
-        // No named copy ever exists without the marker: the copy is an
-        // O_TMPFILE until it is complete and marked; without O_TMPFILE
-        // (never on btrfs since Linux 3.16) nothing is migrated.
+    /// Step 1: An empty NOCOW file nobody else can see. No named copy ever
+    /// exists without the marker: the copy is an O_TMPFILE until it is
+    /// complete and marked; without O_TMPFILE (never on btrfs since Linux
+    /// 3.16) nothing is migrated.
+    fn unnamed_copy(&self) -> std::result::Result<(TempCopy<'_>, PathBuf), Attempt> {
+        let (dir, dir_path, path) = (self.dir, self.dir_path, self.path);
         let Some(file) = create_unnamed(dir, dir_path)? else {
             return Err(Attempt::Fail(
                 Error::new(
@@ -443,24 +458,37 @@ impl Planned<'_> {
                 .with_hint("use a kernel with O_TMPFILE on btrfs (Linux 3.16 or later)"),
             ));
         };
-        let mut tmp = TempCopy {
+        let tmp = TempCopy {
             file,
             dir,
             name: None,
             committed: false,
         };
-        let tmp_path = dir_path.join(format!("{TEMP_PREFIX}{}", id.ino));
+        let tmp_path = dir_path.join(format!("{TEMP_PREFIX}{}", self.id.ino));
         filesystem::set_nocow(&tmp.file, &tmp_path, true)?;
         // Reading the copy back must not change the access time it gets.
         filecopy::read_without_atime(&tmp.file, &tmp_path)?;
+        Ok((tmp, tmp_path))
+    }
 
-        // 2. The data, holes kept. A large file is copied under the
-        // original's lease and verified as it is copied ([`copy_verified`]:
-        // each chunk read back from the disk and compared with the
-        // original's bytes as read), so the original is read once; the lease
-        // intact to the end proves nobody could have written to it since. A
-        // smaller file (or one without O_DIRECT, or with --include-open) is
-        // copied first and compared whole under the lease afterwards (4.).
+    /// Step 2: The data, holes kept. A large file is copied under the
+    /// original's lease and verified as it is copied ([`copy_verified`]:
+    /// each chunk read back from the disk and compared with the original's
+    /// bytes as read), so the original is read once; the lease intact to
+    /// the end proves nobody could have written to it since. A smaller file
+    /// (or one without O_DIRECT, or with --include-open) is copied first and
+    /// compared whole under the lease afterwards (4.). Returns the verified
+    /// copy's lease and hash, if it was, and the bytes copied.
+    #[allow(clippy::type_complexity)]
+    fn copy_data(
+        &self,
+        opts: &ExecOptions,
+        before: &FileStat,
+        (tmp, tmp_path): (&File, &Path),
+        progress: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> std::result::Result<(Option<(Option<Lease<'_>>, u64, blake3::Hash)>, u64), Attempt> {
+        let (src, path) = (self.src, self.path);
+        let size = u64::try_from(before.st_size).unwrap_or(0);
         let mut first_chunk = true;
         let mut ticks = |n| {
             signals::check()?;
@@ -474,13 +502,13 @@ impl Planned<'_> {
         let mut verified: Option<(Option<Lease<'_>>, u64, blake3::Hash)> = None;
         if size >= filecopy::LARGE && !opts.force {
             let src_lease = lease_original(src, path, false)?;
-            still_what_was_planned(src, &before, path)?;
+            still_what_was_planned(src, before, path)?;
             let lease = src_lease.as_ref();
             match copy_verified(
                 src,
                 path,
-                &tmp.file,
-                &tmp_path,
+                tmp,
+                tmp_path,
                 size,
                 &mut || still_unwritten(lease, path),
                 &mut ticks,
@@ -497,100 +525,120 @@ impl Planned<'_> {
         let copied = match &verified {
             Some((_, copied, _)) => *copied,
             None => {
-                copy_data(src, path, &tmp.file, &tmp_path, size, &mut ticks).map_err(|e| match e
-                    .kind()
-                {
-                    // Shorter than it was: written to meanwhile.
-                    ErrorKind::State => Attempt::Again(e),
-                    _ => Attempt::Fail(e),
+                copy_data(src, path, tmp, tmp_path, size, &mut ticks).map_err(|e| {
+                    match e.kind() {
+                        // Shorter than it was: written to meanwhile.
+                        ErrorKind::State => Attempt::Again(e),
+                        _ => Attempt::Fail(e),
+                    }
                 })?
             }
         };
+        Ok((verified, copied))
+    }
 
-        // 3. Owner, attributes, mode, flags, times: in this order, because
-        // chown clears file capabilities and setting an ACL changes the mode.
-        // Then data and metadata are flushed at once (one fsync), and the
-        // metadata is read back (the copy is read with O_NOATIME, so reading
-        // it back below keeps the access time just set).
-        std::os::unix::fs::fchown(&tmp.file, Some(before.st_uid), Some(before.st_gid)).map_err(
-            |e| {
-                Error::from_io(&e, "cannot give the copy the owner of", path)
-                    .with_hint("run as root to migrate files of other users")
-            },
-        )?;
+    /// Step 3: Owner, attributes, mode, flags, times: in this order, because
+    /// chown clears file capabilities and setting an ACL changes the mode.
+    /// Then data and metadata are flushed at once (one fsync), and the
+    /// metadata is read back (the copy is read with O_NOATIME, so reading
+    /// it back below keeps the access time just set). Returns the
+    /// attributes copied, and whether compression was dropped.
+    fn copy_metadata(
+        &self,
+        tmp: &File,
+        tmp_path: &Path,
+        before: &FileStat,
+    ) -> std::result::Result<(xattrs::Xattrs, bool), Attempt> {
+        let (src, path) = (self.src, self.path);
+        std::os::unix::fs::fchown(tmp, Some(before.st_uid), Some(before.st_gid)).map_err(|e| {
+            Error::from_io(&e, "cannot give the copy the owner of", path)
+                .with_hint("run as root to migrate files of other users")
+        })?;
         let src_xattrs: xattrs::Xattrs = xattrs::read_all(src, path)?
             .into_iter()
             .filter(|(n, _)| n != MARKER_XATTR && !n.to_string_lossy().starts_with("btrfs."))
             .collect();
-        let compression_dropped = src_flags.intersects(FS_COMPR_FL)
+        let compression_dropped = self.src_flags.intersects(FS_COMPR_FL)
             || xattrs::get(src, path, "btrfs.compression")?.is_some();
-        copy_xattrs(&src_xattrs, &tmp.file, path)?;
-        tmp.file
-            .set_permissions(Permissions::from_mode(before.st_mode & 0o7777))
+        copy_xattrs(&src_xattrs, tmp, path)?;
+        tmp.set_permissions(Permissions::from_mode(before.st_mode & 0o7777))
             .map_err(|e| Error::from_io(&e, "cannot set the mode of the copy of", path))?;
-        let flags = (src_flags & KEPT_FLAGS) | FS_NOCOW_FL;
-        filesystem::set_inode_flags_of(&tmp.file, &tmp_path, flags)?;
+        let flags = (self.src_flags & KEPT_FLAGS) | FS_NOCOW_FL;
+        filesystem::set_inode_flags_of(tmp, tmp_path, flags)?;
         futimens(
-            tmp.file.as_fd(),
+            tmp.as_fd(),
             &timespec(before.st_atime, before.st_atime_nsec),
             &timespec(before.st_mtime, before.st_mtime_nsec),
         )
         .map_err(|e| Error::from_errno(e, "cannot set the times of the copy of", path))?;
-        filecopy::sync(&tmp.file, &tmp_path)?;
-        verify_metadata(&tmp.file, &before, flags, &src_xattrs, path)?;
+        filecopy::sync(tmp, tmp_path)?;
+        verify_metadata(tmp, before, flags, &src_xattrs, path)?;
+        Ok((src_xattrs, compression_dropped))
+    }
 
-        // 4. The original under a lease: from now on nobody can open it for
-        // writing without us knowing. It must still be what was copied: the
-        // same size and times, and the same content as the copy, both read
-        // in full after the lease (so nothing written before it is missed)
-        // and compared byte for byte: the copy back from the disk (its
-        // cached pages dropped; holes as zeros, so a wrong SEEK_DATA answer
-        // would show), hashed (BLAKE3) on a second thread meanwhile. A large
-        // file was verified so while it was copied, under its lease (2.).
-        let (src_lease, got) = match verified {
-            Some((src_lease, _, hash)) => (src_lease, hash),
-            None => {
-                let src_lease = lease_original(src, path, opts.force)?;
-                still_what_was_planned(src, &before, path)?;
-                drop_cached_pages(&tmp.file);
-                let compared = compare_contents(&tmp.file, &tmp_path, src, path, size, &mut |n| {
-                    signals::check()?;
-                    progress(n)
-                })
-                .map_err(|e| match e.kind() {
-                    ErrorKind::State => Attempt::Again(changed_while_copied(path)),
-                    _ => Attempt::Fail(e),
-                })?;
-                match compared {
-                    Compared::Same(hash) => (src_lease, hash),
-                    Compared::DifferAt(at) => return Err(Attempt::Again(differs(path, at))),
-                }
-            }
-        };
+    /// Step 4: The original under a lease: from now on nobody can open it for
+    /// writing without us knowing. It must still be what was copied: the
+    /// same size and times, and the same content as the copy, both read in
+    /// full after the lease (so nothing written before it is missed) and
+    /// compared byte for byte: the copy back from the disk (its cached
+    /// pages dropped; holes as zeros, so a wrong SEEK_DATA answer would
+    /// show), hashed (BLAKE3) on a second thread meanwhile. (A large file
+    /// was verified so while it was copied, under its lease: 2.)
+    fn lease_and_compare(
+        &self,
+        opts: &ExecOptions,
+        before: &FileStat,
+        (tmp, tmp_path): (&File, &Path),
+        progress: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> std::result::Result<(Option<Lease<'_>>, blake3::Hash), Attempt> {
+        let (src, path) = (self.src, self.path);
+        let size = u64::try_from(before.st_size).unwrap_or(0);
+        let src_lease = lease_original(src, path, opts.force)?;
+        still_what_was_planned(src, before, path)?;
+        drop_cached_pages(tmp);
+        let compared = compare_contents(tmp, tmp_path, src, path, size, &mut |n| {
+            signals::check()?;
+            progress(n)
+        })
+        .map_err(|e| match e.kind() {
+            ErrorKind::State => Attempt::Again(changed_while_copied(path)),
+            _ => Attempt::Fail(e),
+        })?;
+        match compared {
+            Compared::Same(hash) => Ok((src_lease, hash)),
+            Compared::DifferAt(at) => Err(Attempt::Again(differs(path, at))),
+        }
+    }
+
+    /// Step 5: Still unwritten and still the planned file: a name (with the
+    /// marker), then the swap.
+    fn swap(
+        &self,
+        opts: &ExecOptions,
+        tmp: &mut TempCopy<'_>,
+        src_lease: Option<Lease<'_>>,
+    ) -> std::result::Result<(), Attempt> {
+        let Planned {
+            dir,
+            dir_path,
+            name,
+            path,
+            id,
+            ..
+        } = *self;
         still_unwritten(src_lease.as_ref(), path).map_err(Attempt::Again)?;
         if identity(&stat_at(dir, name, dir_path)?) != id {
             return Err(Attempt::Fail(changed(path)));
         }
-
-        // 5. A name (with the marker), then the swap.
         if tmp.name.is_none() {
-            set_marker(&mut tmp, id, path)?;
+            set_marker(tmp, id, path)?;
             let n = format!("{TEMP_PREFIX}{}-{}", id.ino, crate::sys::fs::nonce::nonce());
             link_into(&tmp.file, dir, dir_path, &n)?;
             tmp.name = Some(n.into());
         }
         opts.pause_at(Pause::NocowLinked, path)?;
         signals::check()?;
-        swap_in(
-            &mut tmp,
-            dir,
-            dir_path,
-            name,
-            path,
-            id,
-            src_lease.as_ref(),
-            opts,
-        )?;
+        swap_in(tmp, dir, dir_path, name, path, id, src_lease.as_ref(), opts)?;
         drop(src_lease);
         // The marker goes; the swap, the removal and this are made durable
         // for all the run's files at once by one commit at the end
@@ -599,30 +647,24 @@ impl Planned<'_> {
         // the marker (removed), the original swapped out with its copy in
         // place (removed), or the copy in place with the marker (cleared).
         xattrs::remove(&tmp.file, path, MARKER_XATTR)?;
+        Ok(())
+    }
 
-        // 6. The name now holds the NOCOW copy.
-        let final_stat = stat_at(dir, name, dir_path)?;
-        let copy_meta = tmp
-            .file
+    /// Step 6: The name now holds the NOCOW copy; its metadata.
+    fn check_swapped(&self, copy: &File) -> std::result::Result<std::fs::Metadata, Attempt> {
+        let path = self.path;
+        let final_stat = stat_at(self.dir, self.name, self.dir_path)?;
+        let copy_meta = copy
             .metadata()
             .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
-        let final_flags = filesystem::inode_flags_of(&tmp.file, path)?.unwrap_or(IFlags::empty());
+        let final_flags = filesystem::inode_flags_of(copy, path)?.unwrap_or(IFlags::empty());
         if final_stat.st_ino != copy_meta.ino() || !final_flags.intersects(FS_NOCOW_FL) {
             return Err(Attempt::Fail(Error::new(
                 ErrorKind::State,
                 format!("{} is not the NOCOW copy after the rename", path.display()),
             )));
         }
-        Ok(Migrated {
-            path: path.to_path_buf(),
-            size_bytes: size,
-            allocated_before_bytes: u64::try_from(before.st_blocks).unwrap_or(0) * 512,
-            allocated_after_bytes: copy_meta.blocks() * 512,
-            copied_bytes: copied,
-            blake3: got.to_hex().to_string(),
-            xattrs: src_xattrs.len(),
-            compression_dropped,
-        })
+        Ok(copy_meta)
     }
 }
 

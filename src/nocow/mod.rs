@@ -104,7 +104,7 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 target: Target::Existing,
                 entries: s.entries,
                 as_root: crate::sys::is_root(),
-                euid: nix::unistd::geteuid().as_raw(),
+                euid: crate::sys::kernel::measure::ids::effective_uid(),
                 root_id: s.root_dir.as_ref().map(|d| d.id),
                 root_dir: s.root_dir,
             })
@@ -145,7 +145,7 @@ pub fn observe(sysroot: &SysRoot, req: &Request) -> Result<Observed> {
                 target: Target::Missing { missing },
                 entries: Vec::new(),
                 as_root: crate::sys::is_root(),
-                euid: nix::unistd::geteuid().as_raw(),
+                euid: crate::sys::kernel::measure::ids::effective_uid(),
                 root_id: handle.as_ref().map(|d| d.id),
                 root_dir: handle,
             })

@@ -254,7 +254,7 @@ fn open_dir(path: &Path) -> Result<HeldDir> {
     let Some((parent, name, st)) = HeldDir::resolve_entry(path)? else {
         return HeldDir::open(path);
     };
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
+    if !crate::sys::kernel::measure::files::is_dir(&st) {
         return Err(not_dir());
     }
     let dir = parent.open_subdir(&name)?;
@@ -308,23 +308,7 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
 
     let mut scratch = Scratch::new(held)?;
     let tag = scratch::tag(std::process::id(), &crate::sys::fs::nonce::nonce());
-    let (control_dir, control_note) = if ctx.fs_type == "btrfs" {
-        let name = format!("{tag}.nocow");
-        let shown = ctx.dir.join(&name);
-        let dir = scratch.make_control_dir(&name)?;
-        match filesystem::set_nocow(dir, &shown, true) {
-            Ok(()) => (Some(shown), None),
-            Err(e) => (None, Some(format!("no NOCOW control: {}", e.message()))),
-        }
-    } else {
-        (
-            None,
-            Some(format!(
-                "no control file: NOCOW is a btrfs attribute, this is {}",
-                ctx.fs_type
-            )),
-        )
-    };
+    let (control_dir, control_note) = make_control(&mut scratch, &ctx, &tag)?;
 
     let mut buffer = AlignedBuffer::new(opts.block_size as usize, ALIGN);
     buffer.fill_random(u64::from(std::process::id()) ^ 0x9E37_79B9_7F4A_7C15);
@@ -335,99 +319,31 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
         done += n;
         progress(done, total);
     };
-    // With per-file evidence the verdict does not use the idle window (the
-    // tracepoints count only the probe's own files): it serves only the
-    // counter's cross-check, so it is kept short: a quarter of the round's
-    // writing, 5 ms to 0.25 s.
-    let (idle_share, idle_min, idle_max) = if trace.is_some() {
-        (0.25, 0.005, 0.25)
-    } else {
-        (0.5, 0.2, 10.0)
+    let writer = RoundWriter {
+        opts,
+        tag: &tag,
+        with_control: control_dir.is_some(),
+        buffer: &buffer,
+        size,
+        bdi: bdi.as_deref(),
+        sb_dev,
     };
-
-    let mut rounds = Vec::new();
-    for r in 0..opts.rounds {
-        let test_name = format!("{tag}-r{r}.test");
-        let control_name = control_dir.as_ref().map(|_| format!("r{r}.control"));
-        let mut write = |in_control: bool, name: &str, scratch: &mut Scratch| {
-            let sample = Sample {
-                in_control,
-                name,
-                buffer: &buffer,
-                opts,
-                size,
-                bdi: bdi.as_deref(),
-                sb_dev,
-            };
-            let mut probes = Probes {
-                counter: &mut counter,
-                trace: trace.as_mut(),
-            };
-            write_sample(&sample, &mut probes, scratch, &mut on_bytes)
-        };
-        // Alternate the order so neither file always runs first.
-        let (test, control) = match &control_name {
-            Some(cn) if r % 2 == 1 => {
-                let c = write(true, cn, &mut scratch)?;
-                (write(false, &test_name, &mut scratch)?, Some(c))
-            }
-            Some(cn) => {
-                let t = write(false, &test_name, &mut scratch)?;
-                (t, Some(write(true, cn, &mut scratch)?))
-            }
-            None => (write(false, &test_name, &mut scratch)?, None),
-        };
-        let busy = test.seconds + control.map_or(test.seconds, |c| c.seconds);
-        let idle = idle_sample(&mut counter, (busy * idle_share).clamp(idle_min, idle_max))?;
-        rounds.push(Round {
-            test,
-            control,
-            idle,
-        });
-    }
+    let rounds = writer.write_rounds(&mut scratch, &mut counter, trace.as_mut(), &mut on_bytes)?;
     drop(scratch);
     let lost = trace.as_ref().map_or(0, FolioTrace::lost_events);
     drop(trace);
-
-    let vctx = verdict::Context {
-        data_profiles: ctx.data_profiles.clone(),
-    };
-    let by_counter = verdict::analyze(&rounds, &vctx);
-    let by_file = if lost > 0 {
+    if lost > 0 {
         trace_note = Some(format!(
             "the trace buffer lost {lost} events, so the per-file counts are incomplete"
         ));
-        None
-    } else {
-        verdict::analyze_per_file(&rounds, &vctx, counters::page_size())
-    };
-    let (analysis, evidence) = match (by_file, trace_label) {
-        (Some(a), Some(label)) => {
-            let cross = CrossCheck {
-                source: counter.kind(),
-                verdict: by_counter.verdict,
-                agrees: by_counter.verdict == a.verdict,
-            };
-            (
-                a,
-                EvidenceInfo {
-                    source: EvidenceKind::Tracepoint,
-                    label,
-                    note: None,
-                    cross_check: Some(cross),
-                },
-            )
-        }
-        _ => (
-            by_counter,
-            EvidenceInfo {
-                source: counter.kind().into(),
-                label: counter.label().to_owned(),
-                note: trace_note.map(|n| format!("per-file tracepoint not used: {n}")),
-                cross_check: None,
-            },
-        ),
-    };
+    }
+    let (analysis, evidence) = judge(
+        &rounds,
+        &ctx,
+        &counter,
+        trace_label.filter(|_| lost == 0),
+        trace_note,
+    );
     let bytes_written = rounds
         .iter()
         .map(|r| r.test.bytes_written + r.control.map_or(0, |c| c.bytes_written))
@@ -456,6 +372,156 @@ pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Pr
     report.removed_leftovers = removed_leftovers;
     report.removed_trace_instances = removed_trace_instances;
     Ok(report)
+}
+
+/// On btrfs, the NOCOW control directory beside the test file (or why
+/// there is none); elsewhere, no control.
+fn make_control(
+    scratch: &mut Scratch,
+    ctx: &FsContext,
+    tag: &str,
+) -> Result<(Option<PathBuf>, Option<String>)> {
+    Ok(if ctx.fs_type == "btrfs" {
+        let name = format!("{tag}.nocow");
+        let shown = ctx.dir.join(&name);
+        let dir = scratch.make_control_dir(&name)?;
+        match filesystem::set_nocow(dir, &shown, true) {
+            Ok(()) => (Some(shown), None),
+            Err(e) => (None, Some(format!("no NOCOW control: {}", e.message()))),
+        }
+    } else {
+        (
+            None,
+            Some(format!(
+                "no control file: NOCOW is a btrfs attribute, this is {}",
+                ctx.fs_type
+            )),
+        )
+    })
+}
+
+/// What every round writes with.
+struct RoundWriter<'a> {
+    opts: &'a ProbeOptions,
+    tag: &'a str,
+    with_control: bool,
+    buffer: &'a AlignedBuffer,
+    size: u64,
+    bdi: Option<&'a str>,
+    sb_dev: (u32, u32),
+}
+
+impl RoundWriter<'_> {
+    /// Every round: the test file and the control (alternating which goes
+    /// first), then an idle window.
+    fn write_rounds(
+        &self,
+        scratch: &mut Scratch,
+        counter: &mut DirtyCounter,
+        mut trace: Option<&mut FolioTrace>,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<Vec<Round>> {
+        let (opts, size, bdi, sb_dev, buffer) =
+            (self.opts, self.size, self.bdi, self.sb_dev, self.buffer);
+        let tag = self.tag;
+        // With per-file evidence the verdict does not use the idle window (the
+        // tracepoints count only the probe's own files): it serves only the
+        // counter's cross-check, so it is kept short: a quarter of the round's
+        // writing, 5 ms to 0.25 s.
+        let (idle_share, idle_min, idle_max) = if trace.is_some() {
+            (0.25, 0.005, 0.25)
+        } else {
+            (0.5, 0.2, 10.0)
+        };
+        let mut rounds = Vec::new();
+        for r in 0..opts.rounds {
+            let test_name = format!("{tag}-r{r}.test");
+            let control_name = self.with_control.then(|| format!("r{r}.control"));
+            let mut write = |in_control: bool, name: &str, scratch: &mut Scratch| {
+                let sample = Sample {
+                    in_control,
+                    name,
+                    buffer,
+                    opts,
+                    size,
+                    bdi,
+                    sb_dev,
+                };
+                let mut probes = Probes {
+                    counter: &mut *counter,
+                    trace: trace.as_deref_mut(),
+                };
+                write_sample(&sample, &mut probes, scratch, &mut *on_bytes)
+            };
+            // Alternate the order so neither file always runs first.
+            let (test, control) = match &control_name {
+                Some(cn) if r % 2 == 1 => {
+                    let c = write(true, cn, scratch)?;
+                    (write(false, &test_name, scratch)?, Some(c))
+                }
+                Some(cn) => {
+                    let t = write(false, &test_name, scratch)?;
+                    (t, Some(write(true, cn, scratch)?))
+                }
+                None => (write(false, &test_name, scratch)?, None),
+            };
+            let busy = test.seconds + control.map_or(test.seconds, |c| c.seconds);
+            let idle = idle_sample(counter, (busy * idle_share).clamp(idle_min, idle_max))?;
+            rounds.push(Round {
+                test,
+                control,
+                idle,
+            });
+        }
+        Ok(rounds)
+    }
+}
+
+/// The verdict: by the per-file tracepoints when they saw every event
+/// (`trace_label`), cross-checked by the counter; else by the counter.
+fn judge(
+    rounds: &[Round],
+    ctx: &FsContext,
+    counter: &DirtyCounter,
+    trace_label: Option<String>,
+    trace_note: Option<String>,
+) -> (verdict::Analysis, EvidenceInfo) {
+    let vctx = verdict::Context {
+        data_profiles: ctx.data_profiles.clone(),
+    };
+    let by_counter = verdict::analyze(rounds, &vctx);
+    let by_file = if trace_label.is_none() {
+        None
+    } else {
+        verdict::analyze_per_file(rounds, &vctx, counters::page_size())
+    };
+    match (by_file, trace_label) {
+        (Some(a), Some(label)) => {
+            let cross = CrossCheck {
+                source: counter.kind(),
+                verdict: by_counter.verdict,
+                agrees: by_counter.verdict == a.verdict,
+            };
+            (
+                a,
+                EvidenceInfo {
+                    source: EvidenceKind::Tracepoint,
+                    label,
+                    note: None,
+                    cross_check: Some(cross),
+                },
+            )
+        }
+        _ => (
+            by_counter,
+            EvidenceInfo {
+                source: counter.kind().into(),
+                label: counter.label().to_owned(),
+                note: trace_note.map(|n| format!("per-file tracepoint not used: {n}")),
+                cross_check: None,
+            },
+        ),
+    }
 }
 
 /// One file to write.
@@ -504,7 +570,7 @@ fn write_sample(
             };
             t.watch(
                 &[watch],
-                Some(rustix::thread::gettid().as_raw_nonzero().get() as u32),
+                Some(crate::sys::kernel::measure::ids::thread_id()),
             )?;
             Some(t.counts(s.sb_dev, ino))
         }

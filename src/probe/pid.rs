@@ -28,7 +28,7 @@ use crate::sys::fs::root::SysRoot;
 use crate::sys::proc::counters::{self, page_size};
 use crate::sys::proc::fdinfo::{self, OpenFile, SkippedFd};
 use crate::sys::proc::mountinfo;
-use crate::sys::proc::tracefs;
+use crate::sys::proc::tracefs::{self, FolioTrace};
 use crate::sys::{fs::filesystem, kernel::btrfs, kernel::ioctl, kernel::signals};
 
 /// Default watch length, seconds.
@@ -471,8 +471,68 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
     if !watch.is_empty() {
         trace.watch(&watch, None)?;
     }
+    let seconds = watch_window(&mut trace, opts.seconds, tick)?;
+    let io_after = fdinfo::process_io(&opts.sysroot, pid);
+    let lost = trace.lost_events();
+    record_trace_counts(&trace, &mut watched);
+    drop(trace);
+
+    judge_files(&opts.sysroot, pid, &mut watched);
+    let write_calls = match (io_before, io_after) {
+        (Some((w0, _)), Some((w1, _))) => Some(w1.saturating_sub(w0)),
+        _ => None,
+    };
+    let storage = match (io_before, io_after) {
+        (Some((_, s0)), Some((_, s1))) => Some(s1.saturating_sub(s0)),
+        _ => None,
+    };
+    let changed: Vec<usize> = watched
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.file.activity.written() || w.file.dirtied_folios.unwrap_or(0) > 0)
+        .map(|(i, _)| i)
+        .collect();
+    if let ([only], Some(b)) = (changed.as_slice(), write_calls) {
+        watched[*only].file.bytes_written = Some(b);
+    }
+    let traced = watched.iter().filter(|w| w.traced).count();
+    let files: Vec<PidFile> = watched.into_iter().map(|w| w.file).collect();
+    let fallbacks = count_verdict(&files, FileVerdict::BufferedFallback);
+    let bounced = count_verdict(&files, FileVerdict::DirectBounced);
+    let summary = summary(pid, &command, seconds, &files, (traced, unwatched));
+    Ok(PidReport {
+        pid,
+        command,
+        seconds,
+        summary,
+        exit_code: if fallbacks > 0 {
+            crate::model::exit::BUFFERED_FALLBACK.code
+        } else if bounced > 0 {
+            crate::model::exit::DIRECT_BOUNCED.code
+        } else {
+            crate::model::exit::OK.code
+        },
+        evidence,
+        process_write_call_bytes: write_calls,
+        process_storage_write_bytes: storage,
+        files,
+        read_only_files,
+        lost_events: lost,
+        removed_trace_instances: removed,
+        skipped_descriptors,
+    })
+}
+
+/// The watch window: the trace drained often (a program dirtying folios
+/// at full speed fills the ring buffer in well under a second) for
+/// `seconds`; returns the seconds watched.
+fn watch_window(
+    trace: &mut FolioTrace,
+    seconds: u32,
+    tick: &mut dyn FnMut(f64, f64),
+) -> Result<f64> {
     let start = Instant::now();
-    let total = Duration::from_secs(u64::from(opts.seconds));
+    let total = Duration::from_secs(u64::from(seconds));
     while start.elapsed() < total {
         signals::check()?;
         trace.drain()?;
@@ -483,10 +543,13 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
     }
     trace.drain()?;
     let seconds = start.elapsed().as_secs_f64();
-    let io_after = fdinfo::process_io(&opts.sysroot, pid);
-    let lost = trace.lost_events();
+    Ok(seconds)
+}
+
+/// Each traced file's dirtied folios and direct/bounced calls.
+fn record_trace_counts(trace: &FolioTrace, watched: &mut [Watched]) {
     let page = page_size();
-    for w in &mut watched {
+    for w in watched.iter_mut() {
         if let (Some(dev), Some(_), true) = (w.sb_dev, &w.handle, w.traced) {
             let c = trace.counts(dev, w.file.inode);
             let events = trace.events();
@@ -501,10 +564,13 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
                 .then_some(c.bounced_calls);
         }
     }
-    drop(trace);
+}
 
-    let now = fdinfo::open_files(&opts.sysroot, pid).unwrap_or_default();
-    for w in &mut watched {
+/// After the window: what each file did (size, mtime, positions) and its
+/// verdict, with the notes that explain it.
+fn judge_files(root: &SysRoot, pid: u32, watched: &mut [Watched]) {
+    let now = fdinfo::open_files(root, pid).unwrap_or_default();
+    for w in watched.iter_mut() {
         let f = &mut w.file;
         if let Some(meta) = w.handle.as_ref().and_then(|h| h.metadata().ok()) {
             f.activity.size_after = meta.len();
@@ -529,34 +595,24 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
             f.note = Some(f.note.take().map_or(n.to_owned(), |m| format!("{m}; {n}")));
         }
     }
-    let write_calls = match (io_before, io_after) {
-        (Some((w0, _)), Some((w1, _))) => Some(w1.saturating_sub(w0)),
-        _ => None,
-    };
-    let storage = match (io_before, io_after) {
-        (Some((_, s0)), Some((_, s1))) => Some(s1.saturating_sub(s0)),
-        _ => None,
-    };
-    let changed: Vec<usize> = watched
-        .iter()
-        .enumerate()
-        .filter(|(_, w)| w.file.activity.written() || w.file.dirtied_folios.unwrap_or(0) > 0)
-        .map(|(i, _)| i)
-        .collect();
-    if let ([only], Some(b)) = (changed.as_slice(), write_calls) {
-        watched[*only].file.bytes_written = Some(b);
-    }
-    let traced = watched.iter().filter(|w| w.traced).count();
-    let files: Vec<PidFile> = watched.into_iter().map(|w| w.file).collect();
+}
+
+fn count_verdict(files: &[PidFile], verdict: FileVerdict) -> usize {
+    files.iter().filter(|f| f.verdict == verdict).count()
+}
+
+/// The report's sentence; `(traced, unwatched)`: files the tracepoint
+/// filter held, and those it could not.
+fn summary(
+    pid: u32,
+    command: &str,
+    seconds: f64,
+    files: &[PidFile],
+    (traced, unwatched): (usize, usize),
+) -> String {
     let direct_files = files.iter().filter(|f| f.o_direct).count();
-    let fallbacks = files
-        .iter()
-        .filter(|f| f.verdict == FileVerdict::BufferedFallback)
-        .count();
-    let bounced = files
-        .iter()
-        .filter(|f| f.verdict == FileVerdict::DirectBounced)
-        .count();
+    let fallbacks = count_verdict(files, FileVerdict::BufferedFallback);
+    let bounced = count_verdict(files, FileVerdict::DirectBounced);
     let summary = if files.is_empty() {
         format!("pid {pid} ({command}) has no regular file open for writing.")
     } else if direct_files == 0 {
@@ -577,7 +633,7 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
             "No file pid {pid} ({command}) opened with O_DIRECT dirtied the page cache in {seconds:.0} s."
         )
     };
-    let summary = if unwatched > 0 {
+    if unwatched > 0 {
         format!(
             "{summary} {} of the {} file(s) open for writing were watched (the tracepoint filter holds only so many: files opened with O_DIRECT first, then the largest); the others are marked not watched.",
             traced,
@@ -585,28 +641,7 @@ pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidRepor
         )
     } else {
         summary
-    };
-    Ok(PidReport {
-        pid,
-        command,
-        seconds,
-        summary,
-        exit_code: if fallbacks > 0 {
-            crate::model::exit::BUFFERED_FALLBACK.code
-        } else if bounced > 0 {
-            crate::model::exit::DIRECT_BOUNCED.code
-        } else {
-            crate::model::exit::OK.code
-        },
-        evidence,
-        process_write_call_bytes: write_calls,
-        process_storage_write_bytes: storage,
-        files,
-        read_only_files,
-        lost_events: lost,
-        removed_trace_instances: removed,
-        skipped_descriptors,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -344,7 +344,7 @@ impl Workers<'_> {
     /// What a failed read of the mapping at `at` means: EFAULT is a page
     /// beyond the end of the file.
     fn mapping_error(&self, e: &io::Error, at: u64) -> Error {
-        if e.raw_os_error() == Some(libc::EFAULT) {
+        if crate::sys::kernel::measure::files::is_bad_address(e) {
             let now = self.pass.plain.metadata().map_or(at, |m| m.len());
             shrank(self.pass.path, now)
         } else {

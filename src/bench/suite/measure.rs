@@ -2,7 +2,6 @@
 //! (both traits, so the pure tests drive it with mocks): the fill, then
 //! every test's runs with the counters read around each, and the checks.
 
-use std::fs::File;
 use std::time::{Duration, Instant};
 
 use crate::bench::analysis::{self, CheckContext, Sample};
@@ -74,25 +73,13 @@ pub(crate) fn fill_incompressible(
     size: u64,
 ) -> Result<()> {
     use crate::sys::kernel::direct_io::{AlignedBuffer, write_all_at};
-    use rustix::fs::{Mode, OFlags};
     const CHUNK: usize = 1 << 20;
     let path = dir.join(name);
-    let open = |direct: bool| {
-        let flags = OFlags::WRONLY
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC
-            | if direct {
-                OFlags::DIRECT
-            } else {
-                OFlags::empty()
-            };
-        rustix::fs::openat(dir.fd(), name, flags, Mode::empty())
-    };
-    let f = File::from(
-        open(true)
-            .or_else(|_| open(false))
-            .map_err(|e| Error::from_io(&e.into(), "cannot open", &path))?,
-    );
+    let f = crate::sys::kernel::measure::files::open_for_writing_direct_if_possible(
+        dir.fd(),
+        name,
+        &path,
+    )?;
     if FileIdentity::of(&f).ok() != Some(expected) {
         return Err(Error::new(
             ErrorKind::State,

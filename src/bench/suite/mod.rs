@@ -13,14 +13,13 @@ mod measure;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::thread;
 
 use super::analysis::CheckContext;
 use super::buffers::{self as buffer_pages, BufferCost, Unmeasured};
 use super::jobs::{self, JobSettings};
 use super::kit::{
-    Progress, TEST_FILE, Target, WorkDir, check_stop, compression_option, install_signals,
-    open_target, set_dir_mode, sweep_stale,
+    self, Progress, TEST_FILE, Target, WorkDir, check_stop, install_signals, open_target,
+    set_dir_mode, sweep_stale,
 };
 use super::members;
 use super::profile::{self, Direction, TestSpec};
@@ -35,6 +34,7 @@ use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::beneath::{TrustedDir, identity_of};
 use crate::sys::fs::filesystem;
 use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::measure::files;
 use crate::sys::tools::fio::FioRunner;
 #[cfg(doc)]
 pub(crate) use measure::fill_incompressible;
@@ -274,8 +274,7 @@ fn check_test_file(
     if identity_of(&st) != expected {
         return Err(wrong("was replaced while fio ran"));
     }
-    let held =
-        rustix::fs::fstat(file).map_err(|e| Error::from_io(&e.into(), "cannot stat", &path))?;
+    let held = files::fstat(file, &path)?;
     if held.st_size as u64 != size {
         return Err(wrong(&format!(
             "has {} bytes instead of {size}",
@@ -283,7 +282,7 @@ fn check_test_file(
         )));
     }
     if let Some(before) = mtime_before
-        && (held.st_mtime, held.st_mtime_nsec as i64) == before
+        && files::mtime(&held) == before
     {
         return Err(wrong("was not written by fio's write run"));
     }
@@ -292,9 +291,9 @@ fn check_test_file(
 
 /// The test file's mtime (seconds, nanoseconds).
 fn mtime_of(file: &File) -> Option<(i64, i64)> {
-    rustix::fs::fstat(file)
+    files::fstat(file, Path::new(""))
         .ok()
-        .map(|st| (st.st_mtime, st.st_mtime_nsec as i64))
+        .map(|st| files::mtime(&st))
 }
 
 /// Checks DIR and everything the run needs before anything changes (see
@@ -370,39 +369,9 @@ pub fn run(
     let buffers = buffers(opts);
     // Given back when this drops: at the end, on an error, a panic or a
     // signal (the run then returns through here).
-    let _reserved = match &buffers {
-        Buffers::Huge {
-            pages,
-            reserve: Some((now, _)),
-            ..
-        } => {
-            let avail =
-                crate::sys::kernel::hugepages::read(&opts.sysroot).map_or(0, |h| h.available());
-            let ledger = crate::sys::kernel::settings::Ledger::of(opts.state_dir.as_deref());
-            let r = crate::sys::kernel::hugepages::reserve(
-                &opts.sysroot,
-                &ledger,
-                pages.saturating_sub(avail),
-            )?;
-            notes.push(format!(
-                "--hugepages: vm.nr_hugepages was raised from {now} to {} for the run and put back to {now} at its end",
-                r.during
-            ));
-            Some(r)
-        }
-        _ => None,
-    };
-    let Target {
-        held,
-        info,
-        is_btrfs,
-        uuid,
-        mount_options,
-        data_profiles,
-        devices,
-        devices_missing,
-        swept: _,
-    } = target;
+    let _reserved = reserve_huge_pages(opts, &buffers, &mut notes)?;
+    let is_btrfs = target.is_btrfs;
+    let (held, target) = target.into_held();
     let work = WorkDir::create(held)?;
     let (mut setup, file) = TestFileSetup::create(&work, opts, is_btrfs)?;
     if let Buffers::Huge { page_bytes, .. } = &buffers {
@@ -422,27 +391,14 @@ pub fn run(
     };
     let cfg = setup.suite_config(opts, work.dir(), &verify);
     let measured = run_suite(&cfg, fio, &mut sens, progress)?;
-    // Ordinary buffers for lack of huge pages: what they cost here,
-    // measured once on the test file just used.
-    let buffer_cost = match &buffers {
-        Buffers::Ordinary { why } if !why.is_empty() => {
-            let cost = if setup.fallocate_only || setup.buffered {
-                Err("the test file was not written through O_DIRECT (test hook)".to_owned())
-            } else {
-                buffer_pages::measure(work.dir(), TEST_FILE, setup.id, setup.size)?
-            };
-            notes.push(ordinary_buffers_note(why, cost.as_ref()));
-            cost.ok()
-        }
-        _ => None,
-    };
+    let buffer_cost = buffer_cost(&buffers, &setup, work.dir(), &mut notes)?;
     let layout_at_end = sens.layout()?;
-    let thermal_after = sensors::thermal_read(&opts.sysroot, &devices);
+    let thermal_after = sensors::thermal_read(&opts.sysroot, &target.devices);
     let members_scaling = if opts.members {
         Some(members::scale(
             fio,
             work.dir(),
-            &devices,
+            &target.devices,
             &opts.sysroot,
             opts.duration_secs,
             progress,
@@ -460,22 +416,6 @@ pub fn run(
     drop(sens);
     drop(check_file);
     let removal_note = work.remove()?;
-
-    let fs_type = info.mount.fs_type.clone();
-    let compression = compression_option(&mount_options);
-    let target = report::TargetInfo {
-        dir: info.dir.clone(),
-        dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
-        mount_point: info.mount.mount_point.clone(),
-        fs_type,
-        uuid,
-        source: info.mount.source.clone(),
-        mount_options,
-        data_profiles,
-        devices,
-        devices_missing,
-        compression_option: compression,
-    };
     let finished = Finished {
         measured,
         buffer_cost,
@@ -492,6 +432,58 @@ pub fn run(
     Ok(assemble_report(
         opts, is_btrfs, target, &setup, finished, fio, fio_path,
     ))
+}
+
+/// `--hugepages`: raises `vm.nr_hugepages` by what the buffers still
+/// need (noted); put back when the reservation drops.
+fn reserve_huge_pages(
+    opts: &BenchOptions,
+    buffers: &Buffers,
+    notes: &mut Vec<String>,
+) -> Result<Option<crate::sys::kernel::hugepages::Reservation>> {
+    let Buffers::Huge {
+        pages,
+        reserve: Some((now, _)),
+        ..
+    } = buffers
+    else {
+        return Ok(None);
+    };
+    let avail = crate::sys::kernel::hugepages::read(&opts.sysroot).map_or(0, |h| h.available());
+    let ledger = crate::sys::kernel::settings::Ledger::of(opts.state_dir.as_deref());
+    let r = crate::sys::kernel::hugepages::reserve(
+        &opts.sysroot,
+        &ledger,
+        pages.saturating_sub(avail),
+    )?;
+    notes.push(format!(
+        "--hugepages: vm.nr_hugepages was raised from {now} to {} for the run and put back to {now} at its end",
+        r.during
+    ));
+    Ok(Some(r))
+}
+
+/// Ordinary buffers for lack of huge pages: what they cost here, measured
+/// once on the test file just used (noted).
+fn buffer_cost(
+    buffers: &Buffers,
+    setup: &TestFileSetup,
+    work: &TrustedDir,
+    notes: &mut Vec<String>,
+) -> Result<Option<BufferCost>> {
+    let Buffers::Ordinary { why } = buffers else {
+        return Ok(None);
+    };
+    if why.is_empty() {
+        return Ok(None);
+    }
+    let cost = if setup.fallocate_only || setup.buffered {
+        Err("the test file was not written through O_DIRECT (test hook)".to_owned())
+    } else {
+        buffer_pages::measure(work, TEST_FILE, setup.id, setup.size)?
+    };
+    notes.push(ordinary_buffers_note(why, cost.as_ref()));
+    Ok(cost.ok())
 }
 
 /// The test file of a suite run, made and sized in the work directory.
@@ -645,7 +637,7 @@ fn assemble_report(
         exit_code,
         summary,
         started_at: Some(f.started_at),
-        system: system_info(fio, fio_path),
+        system: kit::system_info(fio, fio_path),
         target,
         parameters: report::Parameters {
             huge_page_buffers: setup.settings.huge_page_bytes.is_some(),
@@ -669,17 +661,6 @@ fn assemble_report(
         job_file: f.job_file,
         history: None,
         buffer_cost: f.buffer_cost,
-    }
-}
-
-/// The machine the suite ran on.
-fn system_info(fio: &dyn FioRunner, fio_path: &Path) -> report::SystemInfo {
-    report::SystemInfo {
-        kernel: crate::sys::kernel_release(),
-        hostname: crate::model::envelope::hostname(),
-        cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        fio_version: fio.version(),
-        fio_path: fio_path.to_path_buf(),
     }
 }
 
@@ -713,8 +694,7 @@ fn size_test_file(
             .set_len(size)
             .map_err(|e| Error::from_io(&e, "cannot size", path));
     }
-    rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size)
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot fallocate", path))
+    files::fallocate(file, size, path)
 }
 
 /// The best sequential read of the suite (what --members compares each

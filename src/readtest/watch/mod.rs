@@ -250,9 +250,9 @@ fn follow(root: &SysRoot, pid: u32, cands: &mut [Candidate]) {
 }
 
 fn fs_name(f: &File) -> Option<String> {
-    let st = rustix::fs::fstatfs(f).ok()?;
+    let magic = crate::sys::kernel::measure::files::fs_magic(f)?;
     Some(
-        match st.f_type as i64 {
+        match magic {
             0x9123_683E => "btrfs",
             0xEF53 => "ext4",
             0x5846_5342 => "xfs",
@@ -313,11 +313,8 @@ fn devices_of(root: &SysRoot, f: &File, fs: Option<&str>, stats: &[DiskStat]) ->
     f.metadata()
         .ok()
         .and_then(|m| {
-            diskstats::by_number(
-                stats,
-                rustix::fs::major(m.dev() as _),
-                rustix::fs::minor(m.dev() as _),
-            )
+            let (major, minor) = crate::sys::kernel::measure::files::dev_numbers(m.dev());
+            diskstats::by_number(stats, major, minor)
         })
         .into_iter()
         .collect()
@@ -381,14 +378,113 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
     if id.kernel_thread {
         return Err(kernel_thread(pid, &id.comm));
     }
-    if !is_root() && id.uid != rustix::process::getuid().as_raw() {
+    if !is_root() && id.uid != crate::sys::kernel::measure::ids::real_uid() {
         return Err(other_users(pid, id.uid));
     }
     let saved_report = opts.saved.as_deref().map(load_saved).transpose()?;
     let command_line = crate::sys::proc::procs::command_of(root, pid);
     let (mut cands, mapped_paths, skipped_descriptors) = candidates(root, pid)?;
+    let mut notes = descriptor_notes(&skipped_descriptors);
+
+    let total = Duration::from_secs(u64::from(opts.seconds));
+    let Some(first) = sample(root, pid) else {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!("pid {pid} exited before it could be watched"),
+        ));
+    };
+    let started_unix_ms = first
+        .wall
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let (last_good, d_counts, end) = watch_window(root, &id, &first, total, &mut cands, tick)?;
+    let last = last_good.unwrap_or_else(|| Sample {
+        at: first.at,
+        wall: first.wall,
+        io: first.io,
+        threads: first.threads.clone(),
+        disks: first.disks.clone(),
+    });
+    let seconds = last.at.duration_since(first.at).as_secs_f64();
+    let per_sec = |b: u64| {
+        if seconds > 0.0 {
+            b as f64 / seconds
+        } else {
+            0.0
+        }
+    };
+
+    // What the process read.
+    let read_calls = last.io.rchar.saturating_sub(first.io.rchar);
+    let storage = last.io.read_bytes.saturating_sub(first.io.read_bytes);
+    let mapped_in: u64 = cands.iter().map(|c| c.rss_growth).sum();
+    let (bytes, sources) = attribute_reads(&cands, read_calls, &mut notes);
+    let mapping_read = mapped_in >= MIN_READ_BYTES;
+    let d = thread_deltas(&first, &last, &d_counts);
+    let threads: Vec<_> = d
+        .into_iter()
+        .map(|(tid, name, delta)| {
+            analysis::thread_activity(tid, name, &delta, seconds, mapping_read)
+        })
+        .collect();
+    let reading_threads = threads.iter().filter(|t| t.reading).count() as u32;
+    let (files, idle_files, main_handle) = watched_files(&mut cands, &bytes, &sources, &per_sec);
+    let (devices, ceiling) = device_window(root, main_handle.as_ref(), (&first, &last), &per_sec);
+    let saved_run = compare_saved(saved_report.as_ref(), opts, &files, &mut notes);
+
+    let known = loaders::identify(&id.comm, &command_line, &mapped_paths);
+    let logical = read_calls.saturating_add(mapped_in);
+    let share = analysis::page_cache_share(read_calls, mapped_in, storage);
+    let rate = per_sec(logical);
+    let v = analysis::verdict(&Observed {
+        pid,
+        command: &id.comm,
+        files: &files,
+        threads: &threads,
+        rate,
+        logical_bytes: logical,
+        page_cache_share: share,
+        devices: devices.as_ref(),
+        ceiling: ceiling.as_ref(),
+        known,
+        cufile: loaders::uses_cufile(&mapped_paths),
+        saved: saved_run.as_ref(),
+    });
+    let summary = ended_summary(v.summary, end, seconds, pid);
+    Ok(WatchReport {
+        pid,
+        command: id.comm.clone(),
+        command_line,
+        started_unix_ms,
+        seconds,
+        window_end: end,
+        summary,
+        bottleneck: v.bottleneck,
+        exit_code: crate::model::exit::OK.code,
+        read_call_bytes: read_calls,
+        storage_read_bytes: storage,
+        mapped_in_bytes: mapped_in,
+        rate_bytes_per_sec: rate,
+        page_cache_share: share,
+        reading_threads,
+        threads,
+        files,
+        idle_files,
+        devices,
+        ceiling,
+        known_program: known.map(|k| k.name().to_owned()),
+        settings: v.settings,
+        traps: v.traps,
+        saved_run,
+        notes,
+        skipped_descriptors,
+    })
+}
+
+/// The notes about descriptors that were not read.
+fn descriptor_notes(skipped: &[fdinfo::SkippedFd]) -> Vec<String> {
     let mut notes = Vec::new();
-    let named: Vec<String> = skipped_descriptors
+    let named: Vec<String> = skipped
         .iter()
         .filter(|s| s.kind == FdKind::OPath || s.path.is_absolute())
         .map(|s| format!("fd {} ({}): {}", s.fd, s.path.display(), s.kind.describe()))
@@ -402,18 +498,24 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
     if !is_root() {
         notes.push("not root: files the process only maps cannot be opened (map_files), so their layout and cache residency are unknown".to_owned());
     }
+    notes
+}
 
-    let total = Duration::from_secs(u64::from(opts.seconds));
-    let Some(first) = sample(root, pid) else {
-        return Err(Error::new(
-            ErrorKind::NotFound,
-            format!("pid {pid} exited before it could be watched"),
-        ));
-    };
-    let started_unix_ms = first
-        .wall
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+/// Per thread: (samples in D state, samples).
+type DCounts = BTreeMap<u32, (u32, u32)>;
+
+/// The watch window: mappings and positions followed often, a full sample
+/// every [`SAMPLE`], until `total` passed or the process ended. Returns the
+/// last good sample, each thread's D-state counts and how it ended.
+fn watch_window(
+    root: &SysRoot,
+    id: &task::Identity,
+    first: &Sample,
+    total: Duration,
+    cands: &mut [Candidate],
+    tick: &mut dyn FnMut(f64, f64),
+) -> Result<(Option<Sample>, DCounts, WindowEnd)> {
+    let pid = id.pid;
     let mut last_good: Option<Sample> = None;
     let mut d_counts: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
     let mut end = WindowEnd::Complete;
@@ -429,7 +531,7 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
         // loader that unmaps and maps again loses the growth since the last
         // look): every FOLLOW_MIN, or ten times what a look costs.
         let t = Instant::now();
-        follow(root, pid, &mut cands);
+        follow(root, pid, cands);
         let fast = (t.elapsed() * 10).clamp(FOLLOW_MIN, SAMPLE);
         let now = Instant::now();
         if now < next_full && !done {
@@ -439,7 +541,7 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
         next_full += SAMPLE;
         let s = sample(root, pid);
         // The sample counts only if the process is still the same one.
-        match task::still(root, &id) {
+        match task::still(root, id) {
             Liveness::Running => {}
             Liveness::Exited => {
                 end = WindowEnd::Exited;
@@ -470,31 +572,19 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
             thread::sleep(fast.min(total - elapsed));
         }
     }
-    let last = last_good.unwrap_or_else(|| Sample {
-        at: first.at,
-        wall: first.wall,
-        io: first.io,
-        threads: first.threads.clone(),
-        disks: first.disks.clone(),
-    });
-    let seconds = last.at.duration_since(first.at).as_secs_f64();
-    let per_sec = |b: u64| {
-        if seconds > 0.0 {
-            b as f64 / seconds
-        } else {
-            0.0
-        }
-    };
+    Ok((last_good, d_counts, end))
+}
 
-    // What the process read.
-    let read_calls = last.io.rchar.saturating_sub(first.io.rchar);
-    let storage = last.io.read_bytes.saturating_sub(first.io.read_bytes);
-    let mapped_in: u64 = cands.iter().map(|c| c.rss_growth).sum();
-
-    // Read calls per file: all of them to the one big file open by
-    // descriptor when there is one; else descriptor positions (read()),
-    // and what is left to the one file whose position did not move
-    // (pread), when there is exactly one.
+/// Read calls per file: all of them to the one big file open by
+/// descriptor when there is one; else descriptor positions (read()), and
+/// what is left to the one file whose position did not move (pread), when
+/// there is exactly one. Per file (direct, buffered, mapped) bytes and
+/// where the figure comes from.
+fn attribute_reads(
+    cands: &[Candidate],
+    read_calls: u64,
+    notes: &mut Vec<String>,
+) -> (Vec<(u64, u64, u64)>, Vec<&'static str>) {
     let mut bytes: Vec<(u64, u64, u64)> = cands.iter().map(|c| (0, 0, c.rss_growth)).collect();
     let mut sources: Vec<&'static str> = vec!["descriptor positions"; cands.len()];
     let with_fds: Vec<usize> = cands
@@ -539,19 +629,24 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
             }
         }
     }
-    let mapping_read = mapped_in >= MIN_READ_BYTES;
-    let d = thread_deltas(&first, &last, &d_counts);
-    let threads: Vec<_> = d
-        .into_iter()
-        .map(|(tid, name, delta)| {
-            analysis::thread_activity(tid, name, &delta, seconds, mapping_read)
-        })
-        .collect();
-    let reading_threads = threads.iter().filter(|t| t.reading).count() as u32;
+    (bytes, sources)
+}
 
+/// The file this process read most, held, with its filesystem and data
+/// profiles.
+type MainHandle = (File, Option<String>, Vec<crate::model::profile::Profile>);
+
+/// The files read in the window, most read first, with their layout,
+/// residency and members; how many were idle; the main one, held.
+fn watched_files(
+    cands: &mut [Candidate],
+    bytes: &[(u64, u64, u64)],
+    sources: &[&'static str],
+    per_sec: &dyn Fn(u64) -> f64,
+) -> (Vec<WatchedFile>, usize, Option<MainHandle>) {
     let mut files = Vec::new();
     let mut idle_files = 0;
-    let mut main_handle: Option<(File, Option<String>, Vec<crate::model::profile::Profile>)> = None;
+    let mut main_handle: Option<MainHandle> = None;
     let mut order: Vec<usize> = (0..cands.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(bytes[i].0 + bytes[i].1 + bytes[i].2));
     for i in order {
@@ -621,7 +716,21 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
         });
     }
 
-    let (devices, ceiling) = match &main_handle {
+    (files, idle_files, main_handle)
+}
+
+/// The main file's member devices: what they read in the window, and the
+/// ceiling of reading them.
+fn device_window(
+    root: &SysRoot,
+    main_handle: Option<&MainHandle>,
+    (first, last): (&Sample, &Sample),
+    per_sec: &dyn Fn(u64) -> f64,
+) -> (
+    Option<DeviceWindow>,
+    Option<crate::readtest::report::Ceiling>,
+) {
+    match main_handle {
         Some((h, fs, profiles)) => {
             let devs = devices_of(root, h, fs.as_deref(), &last.disks);
             let b =
@@ -638,9 +747,18 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
             )
         }
         None => (None, None),
-    };
+    }
+}
 
-    let saved_run = saved_report.as_ref().and_then(|r| {
+/// `--saved REPORT`: the read-test run of the same file, to compare with;
+/// another file's run is noted and left out.
+fn compare_saved(
+    saved_report: Option<&crate::readtest::ReadTestReport>,
+    opts: &WatchOptions,
+    files: &[WatchedFile],
+    notes: &mut Vec<String>,
+) -> Option<SavedRun> {
+    saved_report.and_then(|r| {
         let w = r.winner.as_ref()?;
         let threads = r.methods.iter().find(|m| m.method == w.method).and_then(|m| m.threads);
         let main = files.first();
@@ -662,27 +780,12 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
             rate_bytes_per_sec: w.rate_bytes_per_sec,
             loader_ratio: main.map(|f| f.rate_bytes_per_sec / w.rate_bytes_per_sec),
         })
-    });
+    })
+}
 
-    let known = loaders::identify(&id.comm, &command_line, &mapped_paths);
-    let logical = read_calls.saturating_add(mapped_in);
-    let share = analysis::page_cache_share(read_calls, mapped_in, storage);
-    let rate = per_sec(logical);
-    let v = analysis::verdict(&Observed {
-        pid,
-        command: &id.comm,
-        files: &files,
-        threads: &threads,
-        rate,
-        logical_bytes: logical,
-        page_cache_share: share,
-        devices: devices.as_ref(),
-        ceiling: ceiling.as_ref(),
-        known,
-        cufile: loaders::uses_cufile(&mapped_paths),
-        saved: saved_run.as_ref(),
-    });
-    let mut summary = v.summary;
+/// The verdict's sentence, with how the window ended early.
+fn ended_summary(summary: String, end: WindowEnd, seconds: f64, pid: u32) -> String {
+    let mut summary = summary;
     match end {
         WindowEnd::Complete => {}
         WindowEnd::Exited => {
@@ -696,34 +799,7 @@ pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchR
             );
         }
     }
-    Ok(WatchReport {
-        pid,
-        command: id.comm.clone(),
-        command_line,
-        started_unix_ms,
-        seconds,
-        window_end: end,
-        summary,
-        bottleneck: v.bottleneck,
-        exit_code: crate::model::exit::OK.code,
-        read_call_bytes: read_calls,
-        storage_read_bytes: storage,
-        mapped_in_bytes: mapped_in,
-        rate_bytes_per_sec: rate,
-        page_cache_share: share,
-        reading_threads,
-        threads,
-        files,
-        idle_files,
-        devices,
-        ceiling,
-        known_program: known.map(|k| k.name().to_owned()),
-        settings: v.settings,
-        traps: v.traps,
-        saved_run,
-        notes,
-        skipped_descriptors,
-    })
+    summary
 }
 
 #[cfg(test)]

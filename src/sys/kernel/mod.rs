@@ -11,6 +11,7 @@ pub(crate) mod extents;
 pub mod hugepages;
 pub mod ioctl;
 pub(crate) mod lease;
+pub(crate) mod measure;
 pub mod memcg;
 pub mod memio;
 pub(crate) mod nvme;

@@ -618,7 +618,7 @@ fn note_added_members(
     };
     for m in members
         .iter()
-        .filter(|m| !m.path.is_empty() && !our_names.iter().any(|n| *n == m.path))
+        .filter(|m| !m.path.is_empty() && !our_names.contains(&m.path))
     {
         let loop_hint = if m.path.starts_with("/dev/loop") {
             format!("; if it is yours: losetup -d {}", m.path)

@@ -227,10 +227,7 @@ impl Entries {
 type Gathered = (Scope, Entries, Option<(String, MountInfo)>);
 
 /// Reads the targets: [`Gathered`].
-fn gather(
-    root: &SysRoot,
-    opts: &LinksOptions,
-) -> Result<Gathered> {
+fn gather(root: &SysRoot, opts: &LinksOptions) -> Result<Gathered> {
     let mut entries = Entries::default();
     if let Some(m) = opts.targets.iter().find(|t| is_mount(root, t)) {
         if opts.targets.len() > 1 {

@@ -597,7 +597,7 @@ fn place(
             Some(e) => e.clone(),
             None => {
                 let mut v = vec![MAX_EXTENT; (c.used / MAX_EXTENT) as usize];
-                if c.used % MAX_EXTENT > 0 {
+                if !c.used.is_multiple_of(MAX_EXTENT) {
                     v.push(c.used % MAX_EXTENT);
                 }
                 v

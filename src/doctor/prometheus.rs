@@ -74,14 +74,26 @@ pub(crate) fn render_failure(now: u64) -> String {
     m.render()
 }
 
+/// The labels that name a filesystem: its mount point and uuid.
+type FsLabels<'a> = [(&'a str, &'a str); 2];
+
 fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
     let mp = d.mount_point.display().to_string();
-    let fs: [(&str, &str); 2] = [("mountpoint", &mp), ("uuid", &d.uuid)];
+    let fs: FsLabels<'_> = [("mountpoint", &mp), ("uuid", &d.uuid)];
+    findings(m, d, &fs);
+    devices(m, &d.facts, &fs);
+    spaces(m, &d.facts, &fs);
+    operations(m, &d.facts, &fs);
+    scrub_and_probe(m, d, &fs);
+}
+
+/// The findings: the worst, counts by severity, by code.
+fn findings(m: &mut Metrics, d: &FsDiagnosis, fs: &FsLabels<'_>) {
     m.add(
         "btrfs_lab_doctor_filesystem_status",
         "gauge",
         "The worst finding of a filesystem: 0 ok or info, 1 warning, 2 critical.",
-        &fs,
+        fs,
         severity_value(d.worst),
     );
     for sev in [Severity::Critical, Severity::Warning, Severity::Info] {
@@ -122,12 +134,15 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
             severity_value(Some(sev)),
         );
     }
-    let facts = &d.facts;
+}
+
+/// The member devices: missing, sizes, error counters.
+fn devices(m: &mut Metrics, facts: &super::FsFacts, fs: &FsLabels<'_>) {
     m.add(
         "btrfs_lab_devices_missing",
         "gauge",
         "Member devices missing.",
-        &fs,
+        fs,
         facts.missing_count() as f64,
     );
     for dev in &facts.devices {
@@ -164,6 +179,10 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
             }
         }
     }
+}
+
+/// Allocated and used bytes by type and profile.
+fn spaces(m: &mut Metrics, facts: &super::FsFacts, fs: &FsLabels<'_>) {
     for s in &facts.spaces {
         let t = s.bg_type.json_name();
         let p = s.profile.name();
@@ -183,6 +202,10 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
             s.used_bytes as f64,
         );
     }
+}
+
+/// A balance, and the kernel's exclusive operation.
+fn operations(m: &mut Metrics, facts: &super::FsFacts, fs: &FsLabels<'_>) {
     let (running, paused) = match facts.balance {
         Some(b) => (b.running, !b.running),
         None => (false, false),
@@ -191,14 +214,14 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
         "btrfs_lab_balance_running",
         "gauge",
         "A balance or conversion is running (1) or not (0).",
-        &fs,
+        fs,
         f64::from(u8::from(running)),
     );
     m.add(
         "btrfs_lab_balance_paused",
         "gauge",
         "A balance or conversion is paused (1) or not (0).",
-        &fs,
+        fs,
         f64::from(u8::from(paused)),
     );
     // One series per operation the kernel names, 0 or 1: which one runs
@@ -220,6 +243,11 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
             );
         }
     }
+}
+
+/// The last scrub (its end, its errors) and probe-dio's verdict.
+fn scrub_and_probe(m: &mut Metrics, d: &FsDiagnosis, fs: &FsLabels<'_>) {
+    let facts = &d.facts;
     if let Some(last) = facts
         .scrub
         .iter()
@@ -231,7 +259,7 @@ fn filesystem(m: &mut Metrics, d: &FsDiagnosis) {
             "btrfs_lab_scrub_last_end_timestamp_seconds",
             "gauge",
             "When the last recorded scrub ended, seconds since the epoch (absent: never).",
-            &fs,
+            fs,
             last as f64,
         );
     }

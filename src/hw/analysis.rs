@@ -355,6 +355,175 @@ fn degraded_finding(name: &str, hops: &[Hop], l: &LinkView) -> Option<Finding> {
     })
 }
 
+/// The drive's own link capped by the port above it.
+fn capped_by_port(
+    name: &str,
+    hops: &[Hop],
+    own: &LinkView,
+    potential: Option<Bandwidth>,
+) -> Option<Finding> {
+    let u = own.upper?;
+    let (port, drive, slower, narrower) = narrower_parts(own.upper_max, own.lower_max)?;
+    let figures = match (own.bytes_per_sec(), potential) {
+        (Some(now), Some(p)) if now + EPS < p.encoded() => format!(
+            ": the link runs {}, {} instead of {}",
+            gen_width(own.generation, own.width),
+            format_gbps(now),
+            format_gbps(p.encoded())
+        ),
+        _ => String::new(),
+    };
+    Some(Finding {
+        kind: FindingKind::CappedByPort,
+        severity: severity_of(FindingKind::CappedByPort),
+        devices: vec![name.to_owned()],
+        message: format!(
+            "{} is {port}, the drive {drive}{figures}",
+            describe_hop(hops, u)
+        ),
+        hint: join_hints(narrower.then_some(LANES_HINT), slower.then_some(SPEED_HINT)),
+    })
+}
+
+/// The narrowest link on the path (every link's speed known), and the
+/// finding when one above the drive is narrower than the drive's own.
+fn ceiling(
+    name: &str,
+    path: &[PciFunction],
+    hops: &[Hop],
+    links: &[LinkView],
+    own: &LinkView,
+) -> (Ceiling, Option<Finding>) {
+    let capacities: Vec<Option<f64>> = links.iter().map(LinkView::bytes_per_sec).collect();
+    let (limit_index, limit) = capacities
+        .iter()
+        .map(|c| c.unwrap_or(f64::INFINITY))
+        .enumerate()
+        .fold((0, f64::INFINITY), |best, (i, c)| {
+            if c + EPS < best.1 { (i, c) } else { best }
+        });
+    let l = &links[limit_index];
+    let ceiling = Ceiling {
+        bandwidth: Bandwidth::from_encoded(limit),
+        generation: l.generation.map_or(0, Generation::number),
+        width: l.width.unwrap_or(0),
+        limited_by: path[l.upper.unwrap_or(l.lower)].address.clone(),
+        limited_by_link: link_label(hops, l),
+    };
+    let own_bytes = capacities[0].unwrap_or(0.0);
+    if limit_index == 0 || limit + EPS >= own_bytes {
+        return (ceiling, None);
+    }
+    let hint = match narrower_parts(l.upper_max, l.lower_max) {
+        Some((port, other, _, _)) => format!(
+            "{} allows {port} where {} could run {other}: the slot gives the switch fewer lanes or a lower speed than it has",
+            l.upper.map_or("the port above".to_owned(), |u| describe_hop(hops, u)),
+            describe_hop(hops, l.lower)
+        ),
+        None => "the switch or chipset above the drive is wired with fewer or slower lanes than the drive; a socket on the CPU gives the drive its whole link".to_owned(),
+    };
+    let capped = Finding {
+        kind: FindingKind::CappedUpstream,
+        severity: severity_of(FindingKind::CappedUpstream),
+        devices: vec![name.to_owned()],
+        message: format!(
+            "{} ({}, {}) is narrower than the drive's own link ({}, {}): it limits the drive to {}",
+            link_label(hops, l),
+            gen_width(l.generation, l.width),
+            format_gbps(limit),
+            gen_width(own.generation, own.width),
+            format_gbps(own_bytes),
+            format_gbps(limit)
+        ),
+        hint: Some(hint),
+    };
+    (ceiling, Some(capped))
+}
+
+/// The chipset the drive is behind (an AMD switch or an Intel PCH root
+/// port), whose uplink everything on it shares.
+fn behind_chipset(name: &str, hops: &[Hop], links: &[LinkView]) -> Option<Finding> {
+    if let Some(up) = hops
+        .iter()
+        .position(|h| h.chipset && h.role == HopRole::SwitchUpstream)
+    {
+        let uplink = links.iter().find(|l| l.lower == up);
+        let figures = uplink
+            .and_then(|l| {
+                Some(format!(
+                    " ({}, {})",
+                    gen_width(l.generation, l.width),
+                    format_gbps(l.bytes_per_sec()?)
+                ))
+            })
+            .unwrap_or_default();
+        let via = uplink
+            .and_then(|l| l.upper)
+            .map(|u| format!(" through {}", describe_hop(hops, u)))
+            .unwrap_or_default();
+        return Some(Finding {
+            kind: FindingKind::BehindChipset,
+            severity: severity_of(FindingKind::BehindChipset),
+            devices: vec![name.to_owned()],
+            message: format!(
+                "behind the chipset (AMD switch {}): its uplink{figures}{via} is shared with everything else on the chipset: USB, SATA, network and other M.2 sockets",
+                hops[up].address
+            ),
+            hint: Some(CHIPSET_HINT.to_owned()),
+        });
+    }
+    let rp = hops
+        .iter()
+        .position(|h| h.chipset && h.role == HopRole::RootPort)?;
+    Some(Finding {
+        kind: FindingKind::BehindChipset,
+        severity: severity_of(FindingKind::BehindChipset),
+        devices: vec![name.to_owned()],
+        message: format!(
+            "on a chipset (Intel PCH) root port {}: everything on the chipset shares its DMI link to the CPU: USB, SATA, network and other M.2 sockets",
+            hops[rp].address
+        ),
+        hint: Some(CHIPSET_HINT.to_owned()),
+    })
+}
+
+/// The links of the path for the array arithmetic (the chipset's DMI link
+/// too, its speed unknown).
+fn link_caps(path: &[PciFunction], hops: &[Hop], links: &[LinkView]) -> Vec<LinkCap> {
+    let mut caps: Vec<LinkCap> = links
+        .iter()
+        .map(|l| LinkCap {
+            id: path[l.lower].address.clone(),
+            label: format!(
+                "{} ({})",
+                link_label(hops, l),
+                gen_width(l.generation, l.width)
+            ),
+            bytes_per_sec: l.bytes_per_sec(),
+            narrower_port: narrower_parts(l.upper_max, l.lower_max).and_then(|(p, o, _, _)| {
+                Some(format!(
+                    "{} could run {o}, {} allows {p}",
+                    describe_hop(hops, l.lower),
+                    describe_hop(hops, l.upper?)
+                ))
+            }),
+        })
+        .collect();
+    if let Some(rp) = hops
+        .iter()
+        .position(|h| h.chipset && h.role == HopRole::RootPort)
+    {
+        let domain = parse_pci_address(&hops[rp].address).map_or(0, |a| a.domain);
+        caps.push(LinkCap {
+            id: format!("pch-dmi:{domain:04x}"),
+            label: "the chipset's DMI link to the CPU".to_owned(),
+            bytes_per_sec: None,
+            narrower_port: None,
+        });
+    }
+    caps
+}
+
 /// Analyses one PCIe device from its path (its own function first).
 pub(crate) fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis {
     let hops = hops(path);
@@ -388,29 +557,8 @@ pub(crate) fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis
     };
 
     // The drive's own link: capped by the port above, or degraded.
-    if let Some(u) = own.upper
-        && let Some((port, drive, slower, narrower)) = narrower_parts(own.upper_max, own.lower_max)
-    {
-        let figures = match (own.bytes_per_sec(), out.potential) {
-            (Some(now), Some(p)) if now + EPS < p.encoded() => format!(
-                ": the link runs {}, {} instead of {}",
-                gen_width(own.generation, own.width),
-                format_gbps(now),
-                format_gbps(p.encoded())
-            ),
-            _ => String::new(),
-        };
-        out.findings.push(Finding {
-            kind: FindingKind::CappedByPort,
-            severity: severity_of(FindingKind::CappedByPort),
-            devices: vec![name.to_owned()],
-            message: format!(
-                "{} is {port}, the drive {drive}{figures}",
-                describe_hop(&hops, u)
-            ),
-            hint: join_hints(narrower.then_some(LANES_HINT), slower.then_some(SPEED_HINT)),
-        });
-    }
+    out.findings
+        .extend(capped_by_port(name, &hops, own, out.potential));
     out.findings.extend(degraded_finding(name, &hops, own));
 
     // Links further up: degraded ones are reported once per link by the
@@ -422,49 +570,10 @@ pub(crate) fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis
         }
     }
 
-    let capacities: Vec<Option<f64>> = links.iter().map(LinkView::bytes_per_sec).collect();
-    if capacities.iter().all(Option::is_some) {
-        let (limit_index, limit) = capacities
-            .iter()
-            .map(|c| c.unwrap_or(f64::INFINITY))
-            .enumerate()
-            .fold((0, f64::INFINITY), |best, (i, c)| {
-                if c + EPS < best.1 { (i, c) } else { best }
-            });
-        let l = &links[limit_index];
-        out.ceiling = Some(Ceiling {
-            bandwidth: Bandwidth::from_encoded(limit),
-            generation: l.generation.map_or(0, Generation::number),
-            width: l.width.unwrap_or(0),
-            limited_by: path[l.upper.unwrap_or(l.lower)].address.clone(),
-            limited_by_link: link_label(&hops, l),
-        });
-        let own_bytes = capacities[0].unwrap_or(0.0);
-        if limit_index != 0 && limit + EPS < own_bytes {
-            let hint = match narrower_parts(l.upper_max, l.lower_max) {
-                Some((port, other, _, _)) => format!(
-                    "{} allows {port} where {} could run {other}: the slot gives the switch fewer lanes or a lower speed than it has",
-                    l.upper.map_or("the port above".to_owned(), |u| describe_hop(&hops, u)),
-                    describe_hop(&hops, l.lower)
-                ),
-                None => "the switch or chipset above the drive is wired with fewer or slower lanes than the drive; a socket on the CPU gives the drive its whole link".to_owned(),
-            };
-            out.findings.push(Finding {
-                kind: FindingKind::CappedUpstream,
-                severity: severity_of(FindingKind::CappedUpstream),
-                devices: vec![name.to_owned()],
-                message: format!(
-                    "{} ({}, {}) is narrower than the drive's own link ({}, {}): it limits the drive to {}",
-                    link_label(&hops, l),
-                    gen_width(l.generation, l.width),
-                    format_gbps(limit),
-                    gen_width(own.generation, own.width),
-                    format_gbps(own_bytes),
-                    format_gbps(limit)
-                ),
-                hint: Some(hint),
-            });
-        }
+    if links.iter().all(|l| l.bytes_per_sec().is_some()) {
+        let (ceiling, capped) = ceiling(name, path, &hops, &links, own);
+        out.ceiling = Some(ceiling);
+        out.findings.extend(capped);
     } else {
         out.note = Some(
             "the link state is unknown (the kernel reports no speed or width): the link may be down"
@@ -473,83 +582,10 @@ pub(crate) fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis
     }
 
     // The chipset, whose uplink everything on it shares.
-    if let Some(up) = hops
-        .iter()
-        .position(|h| h.chipset && h.role == HopRole::SwitchUpstream)
-    {
-        let uplink = links.iter().find(|l| l.lower == up);
-        let figures = uplink
-            .and_then(|l| {
-                Some(format!(
-                    " ({}, {})",
-                    gen_width(l.generation, l.width),
-                    format_gbps(l.bytes_per_sec()?)
-                ))
-            })
-            .unwrap_or_default();
-        let via = uplink
-            .and_then(|l| l.upper)
-            .map(|u| format!(" through {}", describe_hop(&hops, u)))
-            .unwrap_or_default();
-        out.findings.push(Finding {
-            kind: FindingKind::BehindChipset,
-            severity: severity_of(FindingKind::BehindChipset),
-            devices: vec![name.to_owned()],
-            message: format!(
-                "behind the chipset (AMD switch {}): its uplink{figures}{via} is shared with everything else on the chipset: USB, SATA, network and other M.2 sockets",
-                hops[up].address
-            ),
-            hint: Some(CHIPSET_HINT.to_owned()),
-        });
-    } else if let Some(rp) = hops
-        .iter()
-        .position(|h| h.chipset && h.role == HopRole::RootPort)
-    {
-        out.findings.push(Finding {
-            kind: FindingKind::BehindChipset,
-            severity: severity_of(FindingKind::BehindChipset),
-            devices: vec![name.to_owned()],
-            message: format!(
-                "on a chipset (Intel PCH) root port {}: everything on the chipset shares its DMI link to the CPU: USB, SATA, network and other M.2 sockets",
-                hops[rp].address
-            ),
-            hint: Some(CHIPSET_HINT.to_owned()),
-        });
-    }
+    out.findings.extend(behind_chipset(name, &hops, &links));
 
     if out.ceiling.is_some() {
-        let mut caps: Vec<LinkCap> = links
-            .iter()
-            .map(|l| LinkCap {
-                id: path[l.lower].address.clone(),
-                label: format!(
-                    "{} ({})",
-                    link_label(&hops, l),
-                    gen_width(l.generation, l.width)
-                ),
-                bytes_per_sec: l.bytes_per_sec(),
-                narrower_port: narrower_parts(l.upper_max, l.lower_max).and_then(|(p, o, _, _)| {
-                    Some(format!(
-                        "{} could run {o}, {} allows {p}",
-                        describe_hop(&hops, l.lower),
-                        describe_hop(&hops, l.upper?)
-                    ))
-                }),
-            })
-            .collect();
-        if let Some(rp) = hops
-            .iter()
-            .position(|h| h.chipset && h.role == HopRole::RootPort)
-        {
-            let domain = parse_pci_address(&hops[rp].address).map_or(0, |a| a.domain);
-            caps.push(LinkCap {
-                id: format!("pch-dmi:{domain:04x}"),
-                label: "the chipset's DMI link to the CPU".to_owned(),
-                bytes_per_sec: None,
-                narrower_port: None,
-            });
-        }
-        out.links = Some(caps);
+        out.links = Some(link_caps(path, &hops, &links));
     }
     out
 }

@@ -224,10 +224,10 @@ impl Entries {
 
 /// The scope of the targets, the entries to list, and the mount with its
 /// members when a mount was given.
-fn gather(
-    root: &SysRoot,
-    opts: &LinksOptions,
-) -> Result<(Scope, Entries, Option<(String, MountInfo)>)> {
+type Gathered = (Scope, Entries, Option<(String, MountInfo)>);
+
+/// Reads the targets: [`Gathered`].
+fn gather(root: &SysRoot, opts: &LinksOptions) -> Result<Gathered> {
     let mut entries = Entries::default();
     if let Some(m) = opts.targets.iter().find(|t| is_mount(root, t)) {
         if opts.targets.len() > 1 {

@@ -579,6 +579,68 @@ struct Job<'a> {
     system: Option<Profile>,
 }
 
+/// Moves the used bytes of chunk `c` into target chunks of profile `to`,
+/// growing the pool from unallocated space as needed: data extent by
+/// extent (when known, or taken as the largest), tree blocks anywhere.
+/// `Err` holds the bytes that found no room.
+fn place(
+    c: &LayoutChunk,
+    to: Profile,
+    unread: Unread,
+    pool: &mut Vec<Target>,
+    space: &mut Space,
+    total: u64,
+    kernel: KernelVersion,
+) -> Result<(), u64> {
+    if c.kind == ChunkKind::Data && (c.extents.is_some() || unread == Unread::Largest) {
+        let pieces: Vec<u64> = match &c.extents {
+            Some(e) => e.clone(),
+            None => {
+                let mut v = vec![MAX_EXTENT; (c.used / MAX_EXTENT) as usize];
+                if !c.used.is_multiple_of(MAX_EXTENT) {
+                    v.push(c.used % MAX_EXTENT);
+                }
+                v
+            }
+        };
+        for e in pieces {
+            loop {
+                if let Some(t) = pool
+                    .iter_mut()
+                    .find(|t| t.kind == c.kind && t.profile == to && t.room >= e)
+                {
+                    t.room -= e;
+                    break;
+                }
+                if !space.grow(pool, to, c.kind, total, kernel) {
+                    return Err(e);
+                }
+            }
+        }
+    } else {
+        // Tree blocks, or data extents taken as the smallest: they
+        // fill any room.
+        let mut left = c.used;
+        loop {
+            for t in pool
+                .iter_mut()
+                .filter(|t| t.kind == c.kind && t.profile == to)
+            {
+                let n = t.room.min(left);
+                t.room -= n;
+                left -= n;
+            }
+            if left == 0 {
+                break;
+            }
+            if !space.grow(pool, to, c.kind, total, kernel) {
+                return Err(left);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The replay of `job` on `layout`.
 fn replay(layout: &Layout, job: Job<'_>, assume: Assume) -> Result<usize, Shortfall> {
     let Assume {
@@ -706,51 +768,8 @@ fn replay(layout: &Layout, job: Job<'_>, assume: Assume) -> Result<usize, Shortf
                 });
             }
         }
-        if c.kind == ChunkKind::Data && (c.extents.is_some() || unread == Unread::Largest) {
-            let pieces: Vec<u64> = match &c.extents {
-                Some(e) => e.clone(),
-                None => {
-                    let mut v = vec![MAX_EXTENT; (c.used / MAX_EXTENT) as usize];
-                    if c.used % MAX_EXTENT > 0 {
-                        v.push(c.used % MAX_EXTENT);
-                    }
-                    v
-                }
-            };
-            for e in pieces {
-                loop {
-                    if let Some(t) = pool
-                        .iter_mut()
-                        .find(|t| t.kind == c.kind && t.profile == to && t.room >= e)
-                    {
-                        t.room -= e;
-                        break;
-                    }
-                    if !space.grow(&mut pool, to, c.kind, total, kernel) {
-                        return Err(short(e, &pool, &space));
-                    }
-                }
-            }
-        } else {
-            // Tree blocks, or data extents taken as the smallest: they
-            // fill any room.
-            let mut left = c.used;
-            loop {
-                for t in pool
-                    .iter_mut()
-                    .filter(|t| t.kind == c.kind && t.profile == to)
-                {
-                    let n = t.room.min(left);
-                    t.room -= n;
-                    left -= n;
-                }
-                if left == 0 {
-                    break;
-                }
-                if !space.grow(&mut pool, to, c.kind, total, kernel) {
-                    return Err(short(left, &pool, &space));
-                }
-            }
+        if let Err(wanted) = place(c, to, unread, &mut pool, &mut space, total, kernel) {
+            return Err(short(wanted, &pool, &space));
         }
         // The old chunk goes: the previous one's stripes are free now, its
         // own after the next chunk (the allocator searches the device

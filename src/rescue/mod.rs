@@ -69,15 +69,10 @@ fn ro_hint(mount: &Path) -> String {
     )
 }
 
-/// Runs the rescue; `each` sees every file's record in walk order (for
-/// `--list`).
-pub fn run(
-    req: &RescueRequest,
-    ui: &dyn Ui,
-    each: &mut dyn FnMut(&FileRecord),
-) -> Result<RescueReport> {
-    signals::install()?;
-    if !rustix::process::geteuid().is_root() {
+/// The mount, held and checked (root, a directory on btrfs, mounted
+/// read-only), with its status and fsid.
+fn open_mount(req: &RescueRequest) -> Result<(HeldDir, Stat, String)> {
+    if !crate::sys::is_root() {
         return Err(Error::new(
             ErrorKind::Permission,
             "rescue needs root: it reads the chunk tree (TREE_SEARCH) to map every file to its devices",
@@ -118,6 +113,77 @@ pub fn run(
         )
         .with_hint(ro_hint(&req.mount)));
     }
+    Ok((src, st, fsid))
+}
+
+/// The profiles of the data (or metadata) chunks.
+fn chunk_profiles(records: &[btrfs::ChunkRecord], data: bool) -> Vec<Profile> {
+    let mut v: Vec<Profile> = records
+        .iter()
+        .filter(|c| {
+            if data {
+                c.is_data()
+            } else {
+                c.flags
+                    .contains(btrfs_uapi::space::BlockGroupFlags::METADATA)
+            }
+        })
+        .map(|c| btrfs::profile_of(c.flags))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// `--copy-to`: the target, opened and checked, with btrfs' checksums for
+/// rescue's own check when they can be read (else why not, in `notes`).
+fn open_copy(
+    req: &RescueRequest,
+    src: &HeldDir,
+    st: &Stat,
+    fsid: &str,
+    notes: &mut Vec<String>,
+) -> Result<Option<CopyState>> {
+    let Some(dir) = &req.copy_to else {
+        return Ok(None);
+    };
+    let mut c = open_target(dir, st, fsid, req)?;
+    match verify::Csums::open(&src.fd(), &req.mount, fsid) {
+        Ok(sums) if sums.sector() == copy::SECTOR => c.csums = Some(sums),
+        Ok(sums) => notes.push(format!(
+            "the bytes copied are checked by the kernel only: rescue checks {}-byte sectors, this filesystem's are {}",
+            copy::SECTOR,
+            sums.sector()
+        )),
+        Err(why) => notes.push(format!(
+            "the bytes copied are checked by the kernel only, not again by rescue: {why}"
+        )),
+    }
+    Ok(Some(c))
+}
+
+/// The bytes of every file (one walk over the metadata): the total for the
+/// copy's rate and ETA.
+fn total_bytes(src: &HeldDir, fsid: &str) -> Result<u64> {
+    let mut total = 0u64;
+    walk::walk(src, fsid, &mut |e| {
+        if let Event::File { st, .. } = e {
+            total += st.st_size as u64;
+        }
+        signals::check()
+    })?;
+    Ok(total)
+}
+
+/// Runs the rescue; `each` sees every file's record in walk order (for
+/// `--list`).
+pub fn run(
+    req: &RescueRequest,
+    ui: &dyn Ui,
+    each: &mut dyn FnMut(&FileRecord),
+) -> Result<RescueReport> {
+    signals::install()?;
+    let (src, st, fsid) = open_mount(req)?;
     let records = btrfs::chunk_records_of(src.fd(), &req.mount)?.ok_or_else(|| {
         Error::new(
             ErrorKind::Permission,
@@ -139,46 +205,12 @@ pub fn run(
         );
     }
     notes.extend(scope_notes(&req.mount, &st));
-    let profiles = |data: bool| {
-        let mut v: Vec<Profile> = records
-            .iter()
-            .filter(|c| {
-                if data {
-                    c.is_data()
-                } else {
-                    c.flags
-                        .contains(btrfs_uapi::space::BlockGroupFlags::METADATA)
-                }
-            })
-            .map(|c| btrfs::profile_of(c.flags))
-            .collect();
-        v.sort();
-        v.dedup();
-        v
-    };
-    let copy = match &req.copy_to {
-        Some(dir) => {
-            let mut c = open_target(dir, &st, &fsid, req)?;
-            match verify::Csums::open(&src.fd(), &req.mount, &fsid) {
-                Ok(sums) if sums.sector() == copy::SECTOR => c.csums = Some(sums),
-                Ok(sums) => notes.push(format!(
-                    "the bytes copied are checked by the kernel only: rescue checks {}-byte sectors, this filesystem's are {}",
-                    copy::SECTOR,
-                    sums.sector()
-                )),
-                Err(why) => notes.push(format!(
-                    "the bytes copied are checked by the kernel only, not again by rescue: {why}"
-                )),
-            }
-            Some(c)
-        }
-        None => None,
-    };
+    let copy = open_copy(req, &src, &st, &fsid, &mut notes)?;
     let mut report = RescueReport {
         mount: req.mount.display().to_string(),
         fsid: fsid.clone(),
-        data_profiles: profiles(true),
-        metadata_profiles: profiles(false),
+        data_profiles: chunk_profiles(&records, true),
+        metadata_profiles: chunk_profiles(&records, false),
         devices,
         missing_devids: missing.iter().copied().collect(),
         walked: Walked::default(),
@@ -190,25 +222,16 @@ pub fn run(
         copy: None,
     };
     ui.started();
-    let classifier = Classifier::new(&map, &missing);
     let bar: Box<dyn Progress + '_> = if copy.is_some() {
         Box::new(crate::ui::TrackedBar::new(ui, "rescue", "rescuing"))
     } else {
         ui.progress("rescue {pos} files {msg}")
     };
     if copy.is_some() {
-        // The total for the rate and ETA: one walk over the metadata.
-        let mut total = 0u64;
-        walk::walk(&src, &fsid, &mut |e| {
-            if let Event::File { st, .. } = e {
-                total += st.st_size as u64;
-            }
-            signals::check()
-        })?;
-        bar.set_length(total);
+        bar.set_length(total_bytes(&src, &fsid)?);
     }
     let mut job = Job {
-        classifier,
+        classifier: Classifier::new(&map, &missing),
         ui,
         each,
         report: &mut report,
@@ -236,6 +259,52 @@ pub fn run(
             Err(stopped(e, &summary, &report, &dir, req))
         }
         (Err(e), None) => Err(e),
+    }
+}
+
+/// The state of a file once read back: the map's judgement corrected by
+/// what reading found (EIO, checksum mismatches), with the reason added to
+/// `judged`.
+fn read_back_state(
+    map_state: FileState,
+    read: &copy::ReadOutcome,
+    judged: &mut Vec<String>,
+) -> FileState {
+    match (map_state, !read.bad.is_empty()) {
+        (FileState::Intact, true) => {
+            if read.bad.bytes() > read.mismatched {
+                judged.push(
+                    "read back: EIO on a range the map puts on a present device (is another device failing?)"
+                        .to_owned(),
+                );
+            }
+            if read.mismatched > 0 {
+                judged.push(mismatch_note(read.mismatched));
+            }
+            FileState::Failed
+        }
+        (FileState::Unknown, true) => {
+            judged.push(if read.mismatched > 0 {
+                mismatch_note(read.mismatched)
+            } else {
+                "read back: EIO (checksum or device error)".to_owned()
+            });
+            FileState::Damaged
+        }
+        (FileState::Unknown, false) | (FileState::Intact, false) => {
+            judged.push(if read.unchecked == 0 {
+                "read back: every byte matches btrfs' checksums (checked by the kernel, and again by rescue against the checksum tree)".to_owned()
+            } else if read.verified == 0 {
+                "read back: no read error; its bytes (compressed, inline, or without checksums) are checked by the kernel only".to_owned()
+            } else {
+                format!(
+                    "read back: no read error; {} bytes checked again by rescue against the checksum tree, {} (compressed, inline, or without checksums) by the kernel only",
+                    read.verified, read.unchecked
+                )
+            });
+            FileState::Intact
+        }
+        (s, _) => s,
     }
 }
 
@@ -401,6 +470,40 @@ impl CopyState {
             r.damaged_bytes = damaged.bytes();
             r.damaged_ranges = damaged.0.clone();
         }
+        r
+    }
+
+    /// A copy committed under `saved_name`: the other name of an earlier
+    /// run removed (an intact copy replaces a partial one, and the other way
+    /// round), counted, and named in the file's record.
+    fn record_saved(
+        &mut self,
+        mut r: FileRecord,
+        rel: &Path,
+        name: &OsStr,
+        saved_name: &OsStr,
+        size: u64,
+        read: &copy::ReadOutcome,
+    ) -> FileRecord {
+        let dst = self.dirs.last().expect("the target");
+        let mut other = name.to_os_string();
+        if r.state == FileState::Intact {
+            other.push(".partial");
+        }
+        if other != saved_name {
+            let _ = copy::remove_regular(dst, &other);
+        }
+        self.copied += 1;
+        if r.state != FileState::Intact {
+            self.partial_copies += 1;
+        }
+        let rel_saved = rel.with_file_name(saved_name);
+        r.saved = Some(Saved {
+            path: rel_saved.to_string_lossy().into_owned(),
+            bytes: size,
+            bytes_rescued: read.read_bytes,
+            blake3: read.hash.clone(),
+        });
         r
     }
 
@@ -684,6 +787,35 @@ impl Job<'_, '_> {
         }
     }
 
+    /// A file an earlier run saved, unchanged since (same size, the saved
+    /// copy still the one the manifest names): its old record, counted.
+    fn resume(&mut self, key: &[u8], name: &OsStr, size: u64) -> Result<Option<FileRecord>> {
+        let Some(c) = &mut self.copy else {
+            return Ok(None);
+        };
+        let Some(old) = c.manifest.old.take(key) else {
+            return Ok(None);
+        };
+        let dst = c.dirs.last().expect("the target");
+        // The name it was saved under, from the name's own bytes (the
+        // manifest's path is lossy for a name that is not UTF-8): NAME when
+        // intact, NAME.partial otherwise.
+        let mut fname = name.to_os_string();
+        if old.state != FileState::Intact {
+            fname.push(".partial");
+        }
+        if old.size == size
+            && let Some(s) = &old.saved
+            && same_copy(dst, &fname, s)?
+        {
+            c.resumed += 1;
+            self.done += size;
+            self.bar.set_position(self.done);
+            return Ok(Some(old));
+        }
+        Ok(None)
+    }
+
     /// One regular file: resumed, or judged (and read and saved).
     fn file(&mut self, rel: &Path, dir: &HeldDir, name: &OsStr, st: &Stat) -> Result<FileRecord> {
         let key = rel.as_os_str().as_bytes();
@@ -701,26 +833,8 @@ impl Job<'_, '_> {
             saved: None,
             error: None,
         };
-        if let Some(c) = &mut self.copy
-            && let Some(old) = c.manifest.old.take(key)
-        {
-            let dst = c.dirs.last().expect("the target");
-            // The name it was saved under, from the name's own bytes
-            // (the manifest's path is lossy for a name that is not
-            // UTF-8): NAME when intact, NAME.partial otherwise.
-            let mut fname = name.to_os_string();
-            if old.state != FileState::Intact {
-                fname.push(".partial");
-            }
-            if old.size == size
-                && let Some(s) = &old.saved
-                && same_copy(dst, &fname, s)?
-            {
-                c.resumed += 1;
-                self.done += size;
-                self.bar.set_position(self.done);
-                return Ok(old);
-            }
+        if let Some(old) = self.resume(key, name, size)? {
+            return Ok(old);
         }
         let src = match copy::open_source(dir, name) {
             Ok(f) => f,
@@ -804,46 +918,10 @@ impl Job<'_, '_> {
                 return Ok(r);
             }
         };
-        let had_errors = !read.bad.is_empty();
         for b in &read.bad.0 {
             damaged.add(b.offset, b.length);
         }
-        r.state = match (map_state, had_errors) {
-            (FileState::Intact, true) => {
-                if read.bad.bytes() > read.mismatched {
-                    r.judged.push(
-                        "read back: EIO on a range the map puts on a present device (is another device failing?)"
-                            .to_owned(),
-                    );
-                }
-                if read.mismatched > 0 {
-                    r.judged.push(mismatch_note(read.mismatched));
-                }
-                FileState::Failed
-            }
-            (FileState::Unknown, true) => {
-                r.judged.push(if read.mismatched > 0 {
-                    mismatch_note(read.mismatched)
-                } else {
-                    "read back: EIO (checksum or device error)".to_owned()
-                });
-                FileState::Damaged
-            }
-            (FileState::Unknown, false) | (FileState::Intact, false) => {
-                r.judged.push(if read.unchecked == 0 {
-                    "read back: every byte matches btrfs' checksums (checked by the kernel, and again by rescue against the checksum tree)".to_owned()
-                } else if read.verified == 0 {
-                    "read back: no read error; its bytes (compressed, inline, or without checksums) are checked by the kernel only".to_owned()
-                } else {
-                    format!(
-                        "read back: no read error; {} bytes checked again by rescue against the checksum tree, {} (compressed, inline, or without checksums) by the kernel only",
-                        read.verified, read.unchecked
-                    )
-                });
-                FileState::Intact
-            }
-            (s, _) => s,
-        };
+        r.state = read_back_state(map_state, &read, &mut r.judged);
         if read.stopped_early {
             r.judged
                 .push("reading stopped at the first unreadable byte (no --partial)".to_owned());
@@ -878,28 +956,6 @@ impl Job<'_, '_> {
                 return Ok(r);
             }
         }
-        // An intact copy replaces a partial one of an earlier run, and the
-        // other way round.
-        let mut other = name.to_os_string();
-        if r.state != FileState::Intact {
-            other = name.to_os_string();
-        } else {
-            other.push(".partial");
-        }
-        if other != saved_name {
-            let _ = copy::remove_regular(dst, &other);
-        }
-        c.copied += 1;
-        if r.state != FileState::Intact {
-            c.partial_copies += 1;
-        }
-        let rel_saved = rel.with_file_name(&saved_name);
-        r.saved = Some(Saved {
-            path: rel_saved.to_string_lossy().into_owned(),
-            bytes: size,
-            bytes_rescued: read.read_bytes,
-            blake3: read.hash,
-        });
-        Ok(r)
+        Ok(c.record_saved(r, rel, name, &saved_name, size, &read))
     }
 }

@@ -300,7 +300,7 @@ fn existing_dir(parent: &TrustedDir, name: &str) -> Result<Option<TrustedDir>> {
     match parent.stat(name)? {
         None => Ok(None),
         Some(st) => {
-            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
+            if !filesystem::is_directory_mode(st.st_mode) {
                 return Err(Error::new(
                     ErrorKind::WrongTarget,
                     format!("{} exists and is not a directory", path.display()),
@@ -618,7 +618,7 @@ fn note_added_members(
     };
     for m in members
         .iter()
-        .filter(|m| !m.path.is_empty() && !our_names.iter().any(|n| *n == m.path))
+        .filter(|m| !m.path.is_empty() && !our_names.contains(&m.path))
     {
         let loop_hint = if m.path.starts_with("/dev/loop") {
             format!("; if it is yours: losetup -d {}", m.path)
@@ -934,7 +934,7 @@ fn loops_on_files_in(
     let mut found = Vec::new();
     for name in d.names()? {
         let Some(st) = d.stat(&name)? else { continue };
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        if !filesystem::is_regular_mode(st.st_mode) {
             continue;
         }
         let identity = FileIdentity {

@@ -59,7 +59,7 @@ impl Maker {
             .and_then(|v| v.trim().parse::<u32>().ok())
             .filter(|&s| s != u32::MAX);
         Self {
-            uid: rustix::process::getuid().as_raw(),
+            uid: crate::sys::uid(),
             sudo_uid,
             session,
             command: std::env::args().collect(),
@@ -404,17 +404,16 @@ fn name_taken(store: &StateStore, name: &str) -> Error {
 fn read_record(dir: &TrustedDir, file: &str, stem: &str) -> Result<SandboxRecord> {
     let path = dir.join(file);
     let mut f = dir.open_file(file, false)?;
-    let st = rustix::fs::fstat(&f)
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot stat", &path))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if st.st_uid != me || st.st_mode & 0o022 != 0 {
+    let (uid, mode) = crate::sys::fs::filesystem::owner_and_mode(&f, &path)?;
+    let me = crate::sys::euid();
+    if uid != me || mode & 0o022 != 0 {
         return Err(Error::new(
             ErrorKind::State,
             format!(
                 "{} is owned by uid {} with mode {:04o}, not written by btrfs-lab; not acting on it",
                 path.display(),
-                st.st_uid,
-                st.st_mode & 0o7777
+                uid,
+                mode & 0o7777
             ),
         )
         .with_hint("inspect it by hand and remove it if it is not yours"));

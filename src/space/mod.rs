@@ -470,13 +470,12 @@ pub fn usage(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, UsageReport)> 
         })
         .collect();
     let chunks = btrfs::chunk_infos(&target.path)?;
-    let vfs = nix::sys::statvfs::statvfs(&target.path)
-        .map_err(|e| Error::from_errno(e, "cannot statvfs", &target.path))?;
+    let statfs_free = crate::sys::fs::filesystem::available_bytes(&target.path)?;
     let input = UsageInput {
         spaces,
         devices,
         chunks,
-        statfs_free: vfs.blocks_available().saturating_mul(vfs.block_size()),
+        statfs_free,
     };
     Ok((target, usage::compute(&input)))
 }

@@ -279,17 +279,29 @@ pub(crate) fn wants_chunk_usage(findings: &[Finding]) -> bool {
 /// The room findings, unranked.
 pub(crate) fn findings(f: &RoomFacts<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
-    let (reserve_used, reserve_total) = f.reserve.unwrap_or((0, 0));
+    out.extend(data_nearly_full(f));
+    let (metadata, tight) = match f.metadata_profile {
+        Some(p) => metadata(f, p),
+        None => (None, false),
+    };
+    // The metadata finding's command makes room: not a second one.
+    let metadata_command = metadata.as_ref().is_some_and(|x| x.command.is_some());
+    out.extend(metadata);
+    out.extend(reserve_in_use(f, tight, metadata_command));
+    out
+}
 
-    // Data against what it can grow to.
-    if let Some(p) = f.data_profile {
+/// Data against what it can grow to.
+fn data_nearly_full(f: &RoomFacts<'_>) -> Option<Finding> {
+    let p = f.data_profile?;
+    {
         let (alloc, used) = f.data;
         let grow = growth(p, f.unalloc);
         let fill = ratio(used, alloc + grow);
         if alloc + grow > 0
             && let Some(severity) = rules::capacity_full(false, fill)
         {
-            out.push(
+            return Some(
                 Finding::new(
                     Code::DataNearlyFull,
                     format!("data is {} full", pct(fill)),
@@ -309,11 +321,16 @@ pub(crate) fn findings(f: &RoomFacts<'_>) -> Vec<Finding> {
             );
         }
     }
+    None
+}
 
-    // Metadata: a full-size chunk, smaller ones, what it can grow to.
+/// Metadata: a full-size chunk, smaller ones, what it can grow to. With
+/// whether metadata is tight (the global reserve's severity depends on it).
+fn metadata(f: &RoomFacts<'_>, p: Profile) -> (Option<Finding>, bool) {
+    let (reserve_used, reserve_total) = f.reserve.unwrap_or((0, 0));
     let mut tight = false;
-    let mut metadata_command = false;
-    if let Some(p) = f.metadata_profile {
+    let mut found = None;
+    {
         let (alloc, used) = f.metadata;
         let grow = growth(p, f.unalloc);
         let need_bytes = used + reserve_total;
@@ -427,14 +444,17 @@ pub(crate) fn findings(f: &RoomFacts<'_>) -> Vec<Finding> {
                     x = x.with_evidence(&n, v);
                 }
                 x = x.with_command(command);
-                metadata_command = true;
             }
-            out.push(x);
+            found = Some(x);
         }
         tight |= fill >= rules::FULL_WARNING;
     }
+    (found, tight)
+}
 
-    // The global reserve in use.
+/// The global reserve in use.
+fn reserve_in_use(f: &RoomFacts<'_>, tight: bool, metadata_command: bool) -> Option<Finding> {
+    let (reserve_used, reserve_total) = f.reserve.unwrap_or((0, 0));
     if reserve_used > 0 {
         let severity = rules::global_reserve_used(reserve_used, reserve_total, tight);
         let mut x = Finding::new(
@@ -460,9 +480,9 @@ pub(crate) fn findings(f: &RoomFacts<'_>) -> Vec<Finding> {
             }
             x = x.with_command(command);
         }
-        out.push(x);
+        return Some(x);
     }
-    out
+    None
 }
 
 #[cfg(test)]

@@ -22,6 +22,16 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// The real user id of this process.
+pub fn uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+/// The effective user id of this process.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
 /// The running kernel's release (`6.18.44-...`).
 pub fn kernel_release() -> String {
     rustix::system::uname()

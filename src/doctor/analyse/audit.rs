@@ -17,6 +17,15 @@ fn kernel_device_name(spec: &str) -> bool {
 
 /// The audit findings.
 pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    fstab(cx, out);
+    mount_options(cx, out);
+    read_policy(cx, out);
+    discard_unsupported(cx, out);
+    oldest_kernel(cx, out);
+}
+
+/// The fstab entries of the filesystem.
+fn fstab(cx: &Cx<'_>, out: &mut Vec<Finding>) {
     let f = cx.f;
     let devices = f.total_devices.max(f.devices.len() as u64);
     if let Some(tab) = &f.fstab {
@@ -72,8 +81,11 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
             }
         }
     }
+}
 
-    // Mount options, as the kernel shows them.
+/// Mount options, as the kernel shows them.
+fn mount_options(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    let f = cx.f;
     let opts: Vec<&str> = f.mount_options.split(',').collect();
     let has = |o: &str| {
         opts.iter()
@@ -135,9 +147,12 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
             ])),
         );
     }
+}
 
-    // RAID1 reads: the kernel's default picks the mirror by pid, so one
-    // reading thread stays on one device.
+/// RAID1 reads: the kernel's default picks the mirror by pid, so one
+/// reading thread stays on one device.
+fn read_policy(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    let f = cx.f;
     let mirrored = cx.data.iter().any(|p| {
         matches!(
             p,
@@ -174,9 +189,12 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
         }
         out.push(fi);
     }
+}
 
-    // discard on members that take none.
-    if opts.iter().any(|x| x.starts_with("discard")) {
+/// discard on members that take none.
+fn discard_unsupported(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    let f = cx.f;
+    if f.mount_options.split(',').any(|x| x.starts_with("discard")) {
         let none: Vec<&str> = f
             .present()
             .filter(|d| d.discard_max_bytes == Some(0))
@@ -198,8 +216,11 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
             );
         }
     }
+}
 
-    // The oldest kernel that mounts it (a rescue stick's).
+/// The oldest kernel that mounts it (a rescue stick's).
+fn oldest_kernel(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+    let f = cx.f;
     let (rw, why) = kernel::oldest_read_write(&f.features);
     if rw > kernel::RESCUE_KERNEL {
         let ro = kernel::oldest_read_only(&f.features);

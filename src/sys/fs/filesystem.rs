@@ -206,6 +206,31 @@ pub fn compression_property_of(file: &File, path: &Path) -> Result<Option<String
     .filter(|s| !s.is_empty() && s != "no" && s != "none"))
 }
 
+/// A file mode (`st_mode`) of a directory.
+pub(crate) fn is_directory_mode(mode: u32) -> bool {
+    rustix::fs::FileType::from_raw_mode(mode) == rustix::fs::FileType::Directory
+}
+
+/// A file mode (`st_mode`) of a regular file.
+pub(crate) fn is_regular_mode(mode: u32) -> bool {
+    rustix::fs::FileType::from_raw_mode(mode) == rustix::fs::FileType::RegularFile
+}
+
+/// The owner (uid) and mode of an open file.
+pub(crate) fn owner_and_mode(f: &File, path: &Path) -> Result<(u32, u32)> {
+    let st = rustix::fs::fstat(f)
+        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot stat", path))?;
+    Ok((st.st_uid, st.st_mode))
+}
+
+/// Bytes an unprivileged writer may still use on the filesystem of `path`
+/// (statvfs: available blocks × block size).
+pub(crate) fn available_bytes(path: &Path) -> Result<u64> {
+    let vfs = nix::sys::statvfs::statvfs(path)
+        .map_err(|e| Error::from_errno(e, "cannot statvfs", path))?;
+    Ok(vfs.blocks_available().saturating_mul(vfs.block_size()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,7 @@ pub mod parse;
 pub mod probe;
 pub mod readtest;
 pub mod reclaim;
+pub mod report;
 pub mod rescue;
 pub mod sandbox;
 pub mod schema;

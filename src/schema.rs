@@ -7,7 +7,7 @@
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
-use crate::model::envelope::{Document, Envelope, Enveloped, SCHEMA_VERSION};
+use crate::report::envelope::{Document, Envelope, Enveloped, SCHEMA_VERSION};
 
 /// One kind of document: its name, what prints it, its Rust type, its
 /// schema.
@@ -92,7 +92,7 @@ documents! {
     "device-add-nothing", false, crate::device::add::NothingToAdd, "device add --json (every device already a member)";
     "rescue", false, crate::rescue::report::RescueReport, "rescue MOUNT --json";
     "rescue-file", true, crate::rescue::report::FileRecord, "rescue MOUNT --list --json (JSON Lines: one per file, then the rescue report)";
-    "progress", true, crate::model::progress::ProgressRecord, "device replace --json, device remove --json, rescue --copy-to --json (JSON Lines: progress at most once a second, then the report)";
+    "progress", true, crate::report::progress::ProgressRecord, "device replace --json, device remove --json, rescue --copy-to --json (JSON Lines: progress at most once a second, then the report)";
     "error", true, crate::error::ErrorEvent, "the last JSON Lines record of a stream that failed after it started";
 }
 
@@ -411,7 +411,7 @@ mod tests {
         assert_eq!(e.version, env!("CARGO_PKG_VERSION"));
         assert_eq!(e.schema, SCHEMA_VERSION);
         assert_eq!(e.document, "convert-status");
-        assert_eq!(e.host, crate::model::envelope::hostname());
+        assert_eq!(e.host, crate::report::envelope::hostname());
         // The report reads back from the enveloped document.
         let back: crate::convert::report::StatusReport = serde_json::from_value(doc).unwrap();
         assert_eq!(back.chunks_done, Some(3));

@@ -15,9 +15,9 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::envelope::{Document, Enveloped};
-use crate::model::progress::{Meter, ProgressEvent, ProgressRecord, Reading, pace_words};
-use crate::model::text::escape_control;
+use crate::report::envelope::{Document, Enveloped};
+use crate::report::progress::{Meter, ProgressEvent, ProgressRecord, Reading, pace_words};
+use crate::report::text::escape_control;
 
 /// A progress indicator a job updates; drawn (or not) by the `Ui` that made it.
 pub trait Progress {
@@ -141,7 +141,7 @@ impl LogLines {
 /// state), and with `--json` a [`ProgressRecord`] JSON Lines record at most
 /// once a second (when the job streams its own records instead, it says so
 /// with [`Track::records`]`(false)`). The one renderer of
-/// [`crate::model::progress`]'s readings.
+/// [`crate::report::progress`]'s readings.
 pub struct Track<'a> {
     ui: &'a dyn Ui,
     label: String,

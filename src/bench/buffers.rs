@@ -22,7 +22,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::model::rate::mb_number;
+use crate::report::rate::mb_number;
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::beneath::TrustedDir;
 use crate::sys::kernel::memio::MappedBuffer;

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::profile::Direction;
 use super::report::{BenchReport, REPORT_VERSION, Status, TestResult};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::text::{escape_control, escape_path};
 use crate::parse::size::format_iec;
+use crate::report::text::{escape_control, escape_path};
 use crate::sys::fs::beneath::read_input_file;
 
 /// One test in the reports.

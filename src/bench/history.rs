@@ -24,8 +24,8 @@ use super::compare::{self, Figure, Input, Setup, setup_changes};
 use super::profile::Direction;
 use super::report::{BenchReport, Status};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::envelope::rfc3339_seconds;
-use crate::model::text::escape_path;
+use crate::report::envelope::rfc3339_seconds;
+use crate::report::text::escape_path;
 use crate::sys::fs::beneath::{Leaf, TrustedDir};
 
 /// The database's file name in the state directory (`--state-dir`,
@@ -532,10 +532,10 @@ impl History {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HistoryReport {
     /// The database.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub db: PathBuf,
     /// DIR, when the history was limited to its filesystem.
-    #[serde(default, serialize_with = "crate::model::text::lossy_opt_path")]
+    #[serde(default, serialize_with = "crate::report::text::lossy_opt_path")]
     pub dir: Option<PathBuf>,
     /// Runs shown.
     pub runs: usize,

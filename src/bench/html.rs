@@ -14,9 +14,9 @@ use std::fmt::Write as _;
 
 use super::profile::Direction;
 use super::report::{BenchReport, CheckCode, Severity, Status, TestResult};
-use crate::model::rate::mb_per_s;
-use crate::model::units::decimal_gb;
 use crate::parse::size::format_iec;
+use crate::report::rate::mb_per_s;
+use crate::report::units::decimal_gb;
 
 /// Escapes text for HTML and XML (SVG) alike.
 pub fn esc(s: &str) -> String {
@@ -212,7 +212,7 @@ pub fn direction_chart(direction: Direction, rows: &[&TestResult], runs: u32) ->
         PLOT_X + PLOT_W,
         PLOT_X + PLOT_W / 2.0,
         axis_y + 34.0,
-        crate::model::text::count(runs, "run", "runs")
+        crate::report::text::count(runs, "run", "runs")
     );
     for (i, r) in rows.iter().enumerate() {
         let y = CHART_TOP + BAR_GAP / 2.0 + i as f64 * (BAR_H + BAR_GAP);
@@ -373,7 +373,7 @@ fn setup_rows(
     } else {
         format!(
             "{}: {}",
-            crate::model::text::count(devs.len() as u32, "device", "devices"),
+            crate::report::text::count(devs.len() as u32, "device", "devices"),
             devs.join(", ")
         )
     };
@@ -447,7 +447,7 @@ pub fn render(r: &BenchReport) -> String {
         format!(
             "{}: {} × {} s, test file {} ({}){}{}",
             r.parameters.profile,
-            crate::model::text::count(r.parameters.runs, "run", "runs"),
+            crate::report::text::count(r.parameters.runs, "run", "runs"),
             r.parameters.duration_secs,
             format_iec(r.parameters.size_bytes),
             if r.test_file.nocow {
@@ -482,7 +482,7 @@ pub fn render(r: &BenchReport) -> String {
     let _ = write!(
         h,
         "<h2>Results</h2>\n<p class=\"note\">Bars: the median of {} in MB/s (10<sup>6</sup> bytes/s), every bar of a direction (read, write, mix) on one scale. Best: the fastest run, the best of {} as CrystalDiskMark reports it. A flagged figure is not a result: it is drawn grey and hatched, with what the checks found.</p>\n<div id=\"charts\">",
-        crate::model::text::count(runs, "run", "runs"),
+        crate::report::text::count(runs, "run", "runs"),
         runs
     );
     for d in [Direction::Read, Direction::Write, Direction::Mix] {
@@ -502,7 +502,7 @@ pub fn render(r: &BenchReport) -> String {
     let _ = write!(
         h,
         "</table>\n<p class=\"note\">Median: the middle run of {}, the result. Best of {runs}: the fastest run, CrystalDiskMark's convention. Latency: fio's completion latency (p50, p99, p99.9 percentiles), the median of the runs. A flagged figure has no median, best or range: the checks below say why.</p>\n",
-        crate::model::text::count(runs, "run", "runs"),
+        crate::report::text::count(runs, "run", "runs"),
     );
     h.push_str("<h2>Checks</h2><ul id=\"flags\">");
     for x in &r.results {

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::{report, sensors};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::text::escape_path;
 use crate::parse::size::format_iec;
+use crate::report::text::escape_path;
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::beneath::{HeldDir, Removal, TrustedDir, identity_of};
 use crate::sys::fs::root::SysRoot;
@@ -376,7 +376,7 @@ impl Target {
         let info = self.info;
         let compression_option = compression_option(&self.mount_options);
         let target = report::TargetInfo {
-            dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
+            dir_bytes: crate::report::text::non_utf8_bytes(&info.dir),
             dir: info.dir,
             mount_point: info.mount.mount_point.clone(),
             fs_type: info.mount.fs_type.clone(),
@@ -399,7 +399,7 @@ pub(crate) fn system_info(
 ) -> report::SystemInfo {
     report::SystemInfo {
         kernel: crate::sys::kernel_release(),
-        hostname: crate::model::envelope::hostname(),
+        hostname: crate::report::envelope::hostname(),
         cpus: thread::available_parallelism().map_or(1, |n| n.get() as u32),
         fio_version: fio.version(),
         fio_path: fio_path.to_path_buf(),

@@ -12,8 +12,8 @@ use crate::sys::fs::beneath::TrustedDir;
 use super::kit::{Progress, check_stop};
 use super::report::{MemberDevice, MemberRate, MemberScaling};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::rate::format_mb;
 use crate::parse::fio::FioOutput;
+use crate::report::rate::format_mb;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::tools::fio::FioRunner;
 

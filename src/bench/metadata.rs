@@ -588,7 +588,7 @@ pub fn run(
         kernel: crate::sys::kernel_release(),
         target: TargetInfo {
             dir: info.dir.clone(),
-            dir_bytes: crate::model::text::non_utf8_bytes(&info.dir),
+            dir_bytes: crate::report::text::non_utf8_bytes(&info.dir),
             mount_point: info.mount.mount_point.clone(),
             fs_type: info.mount.fs_type.clone(),
             uuid,

@@ -1,13 +1,13 @@
 //! `bench --textfile FILE`: the suite's figures as Prometheus metrics for
 //! node_exporter's textfile collector (docs/fleet.md), through the one
-//! builder ([`crate::model::metrics::Metrics`]). Every series is labelled
+//! builder ([`crate::report::metrics::Metrics`]). Every series is labelled
 //! `mountpoint`, `uuid` (the filesystem's) and `test` (`SEQ1M Q8T1 read`);
 //! the value is always the figure, in base units (bytes per second,
 //! seconds). A flagged figure has only `btrfs_lab_bench_flagged 1`: it is
 //! not a result, so no rate or latency is written for it.
 
 use super::report::{BenchReport, Status, TestResult};
-use crate::model::metrics::Metrics;
+use crate::report::metrics::Metrics;
 
 /// A metric of one figure: name, help, and the figure (None: no series).
 type Gauge = (&'static str, &'static str, fn(&TestResult) -> Option<f64>);

@@ -267,7 +267,7 @@ pub struct ProfilesReport {
     /// Data profile of every sandbox.
     pub data_profile: Profile,
     /// Where the sandboxes' images were.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub images_dir: PathBuf,
     /// Files.
     pub files: u64,
@@ -343,7 +343,7 @@ pub fn check_images_dir(opts: &ProfilesOptions) -> Result<()> {
                     ErrorKind::NotFound,
                     format!(
                         "{} does not exist: --compare-profiles puts the sandboxes' images in an existing directory",
-                        crate::model::text::escape_path(d)
+                        crate::report::text::escape_path(d)
                     ),
                 )
                 .with_hint("create it first, or leave DIR out to use the sandbox root")

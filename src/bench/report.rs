@@ -63,7 +63,7 @@ pub struct BenchReport {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HistoryEntry {
     /// The database.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub db: PathBuf,
     /// The run's id (`bench --compare ID ...`).
     pub id: i64,
@@ -81,7 +81,7 @@ pub struct SystemInfo {
     /// `fio --version`.
     pub fio_version: String,
     /// The fio binary used.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub fio_path: PathBuf,
 }
 
@@ -103,14 +103,14 @@ pub struct MemberDevice {
 pub struct TargetInfo {
     /// DIR, canonical (U+FFFD in place of bytes that are not UTF-8; the
     /// exact bytes are then in `dir_bytes`).
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub dir: PathBuf,
     /// The exact bytes of `dir` (an array of 0-255), present only when they
     /// are not UTF-8.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir_bytes: Option<Vec<u8>>,
     /// Its mount point.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub mount_point: PathBuf,
     /// Filesystem type.
     pub fs_type: String,
@@ -193,7 +193,7 @@ impl FileLayout {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestFileInfo {
     /// Where it was (removed at the end).
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// Bytes.
     pub size_bytes: u64,

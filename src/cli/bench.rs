@@ -15,8 +15,8 @@ use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
-use btrfs_lab::model::rate::{mb_number, mb_number_fine};
-use btrfs_lab::model::text::{escape_control, escape_path};
+use btrfs_lab::report::rate::{mb_number, mb_number_fine};
+use btrfs_lab::report::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
 use btrfs_lab::scrub::STATE_DIR;
 use btrfs_lab::sys::fs::outfile::{OutputDir, split};
@@ -1025,7 +1025,7 @@ fn render_heading(r: &BenchReport) -> String {
         } else {
             "checksummed"
         },
-        btrfs_lab::model::text::count(r.parameters.runs, "run", "runs"),
+        btrfs_lab::report::text::count(r.parameters.runs, "run", "runs"),
         r.parameters.duration_secs,
         r.system.fio_version,
         if r.parameters.huge_page_buffers {

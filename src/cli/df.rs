@@ -6,8 +6,8 @@ use clap::Args;
 
 use btrfs_lab::error::{Result, exit};
 use btrfs_lab::model::finding::Severity;
-use btrfs_lab::model::units::{UnitMode, pretty_size};
 use btrfs_lab::parse::fi_df::{ParseOptions, UnitBasis};
+use btrfs_lab::report::units::{UnitMode, pretty_size};
 use btrfs_lab::space::findings::Interpretation;
 use btrfs_lab::space::{self, DfReport};
 use btrfs_lab::sys::fs::root::SysRoot;

@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use btrfs_lab::doctor::{self, DoctorOptions, DoctorReport, FsDiagnosis, Outcome, prometheus};
 use btrfs_lab::error::{Error, Result};
 use btrfs_lab::model::finding::Severity;
-use btrfs_lab::model::text::escape_control as esc;
+use btrfs_lab::report::text::escape_control as esc;
 use btrfs_lab::sys::fs::root::SysRoot;
 
 use super::output::{Output, Paint, wrap};

@@ -7,9 +7,9 @@ use clap::Args;
 use btrfs_lab::error::{Result, exit};
 use btrfs_lab::links::model::{ArrayReport, Bandwidth, DeviceReport, Finding, Hop, Severity};
 use btrfs_lab::links::{self, LinksOptions, LinksReport};
-use btrfs_lab::model::rate;
 use btrfs_lab::parse::nvme_smart::SmartThermal;
 use btrfs_lab::parse::pcie::format_gbps;
+use btrfs_lab::report::rate;
 use btrfs_lab::sys::fs::root::SysRoot;
 
 use super::output::{Output, Paint, wrap};

@@ -6,12 +6,12 @@ use clap::Args;
 
 use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::model::profile::profile_list;
-use btrfs_lab::model::text::{count, escape_control, escape_path};
 use btrfs_lab::nocow::advice::{Advice, Service, advice};
 use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
 use btrfs_lab::nocow::migrate::ExecOptions;
 use btrfs_lab::nocow::plan::{self, Request, Staying};
 use btrfs_lab::nocow::{self, CheckDocument, CheckReport, NocowReport};
+use btrfs_lab::report::text::{count, escape_control, escape_path};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 
@@ -171,7 +171,7 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
     let passes_total = nocow::progress_total(&report.plan);
     let files_total = nocow::files_total(&report.plan);
     let mut track = btrfs_lab::ui::Track::new(out, "nocow-migrate", "migrating").records(false);
-    let mut meter = btrfs_lab::model::progress::Meter::new();
+    let mut meter = btrfs_lab::report::progress::Meter::new();
     let (mut passes, mut file) = (0u64, None::<String>);
     let mut last = None::<std::time::Instant>;
     let mut opts = ExecOptions::new(req.force);

@@ -10,9 +10,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use owo_colors::OwoColorize;
 
 use btrfs_lab::error::{Error, ErrorEvent, ErrorKind, Result};
-use btrfs_lab::model::envelope::{Document, Enveloped};
 use btrfs_lab::model::exit::{REPORT_NOT_WRITTEN, Status};
-use btrfs_lab::model::text::escape_control;
+use btrfs_lab::report::envelope::{Document, Enveloped};
+use btrfs_lab::report::text::escape_control;
 use btrfs_lab::ui::{self, Progress, Ui};
 
 /// `--color`.
@@ -615,8 +615,8 @@ pub fn confirm(out: &Output, question: &str, yes: bool) -> Result<()> {
     ui::confirm_on_terminal(question, yes, out.quiet)
 }
 
-/// The one text wrapping ([`btrfs_lab::model::text::wrap`]).
-pub use btrfs_lab::model::text::wrap;
+/// The one text wrapping ([`btrfs_lab::report::text::wrap`]).
+pub use btrfs_lab::report::text::wrap;
 
 #[cfg(test)]
 mod tests {

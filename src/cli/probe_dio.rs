@@ -6,11 +6,11 @@ use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
 use btrfs_lab::model::profile::profile_list;
-use btrfs_lab::model::text::{escape_control, escape_path};
 use btrfs_lab::parse::size::format_rate;
 use btrfs_lab::probe::pid::{FileVerdict, PidOptions, PidReport};
 use btrfs_lab::probe::verdict::{FileSummary, Verdict};
 use btrfs_lab::probe::{self, EvidenceKind, ProbeOptions, ProbeReport};
+use btrfs_lab::report::text::{escape_control, escape_path};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::proc::counters::{CounterChoice, CounterKind};

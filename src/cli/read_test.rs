@@ -6,12 +6,12 @@ use clap::{Args, ValueEnum};
 
 use btrfs_lab::error::Result;
 use btrfs_lab::model::profile::profile_list;
-use btrfs_lab::model::rate;
 use btrfs_lab::readtest::analysis::{MethodSummary, Status};
 use btrfs_lab::readtest::digest::VerifyMode;
 use btrfs_lab::readtest::watch::report::WatchReport;
 use btrfs_lab::readtest::watch::{self, WatchOptions};
 use btrfs_lab::readtest::{self, CacheMode, Method, ReadTestOptions, ReadTestReport};
+use btrfs_lab::report::rate;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::ui::Progress as _;
@@ -229,13 +229,13 @@ fn render_heading(r: &ReadTestReport, paint: Paint) -> String {
     let mut t = format!(
         "{} {}  {}, {where_}\n",
         paint.bold("read-test"),
-        btrfs_lab::model::text::escape_path(&f.path),
+        btrfs_lab::report::text::escape_path(&f.path),
         size(f.size_bytes)
     );
     let summary = if r.checksum.agree {
-        btrfs_lab::model::text::escape_control(&r.summary).into_owned()
+        btrfs_lab::report::text::escape_control(&r.summary).into_owned()
     } else {
-        paint.bad(&btrfs_lab::model::text::escape_control(&r.summary))
+        paint.bad(&btrfs_lab::report::text::escape_control(&r.summary))
     };
     t.push_str(&format!("{summary}\n\n"));
 
@@ -409,7 +409,7 @@ fn render_problems_and_notes(t: &mut String, r: &ReadTestReport, paint: Paint) {
     if !r.notes.is_empty() {
         t.push_str(&format!("\n{}\n", paint.bold("notes")));
         for n in &r.notes {
-            t.push_str(&wrap_item(&btrfs_lab::model::text::escape_control(n)));
+            t.push_str(&wrap_item(&btrfs_lab::report::text::escape_control(n)));
         }
     }
 }
@@ -525,7 +525,7 @@ fn percent(share: f64) -> String {
 
 /// The text report of `--pid`.
 pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
-    use btrfs_lab::model::text::{escape_control, escape_path};
+    use btrfs_lab::report::text::{escape_control, escape_path};
     let mut t = format!(
         "{} --pid {} ({})  {:.1} s\n{}\n\n",
         paint.bold("read-test"),

@@ -6,8 +6,8 @@ use btrfs_lab::sys::fs::state::STATE_DIR;
 use clap::Args;
 
 use btrfs_lab::error::Result;
-use btrfs_lab::model::text::escape_control as esc;
-use btrfs_lab::model::units::{UnitMode, pretty_size};
+use btrfs_lab::report::text::escape_control as esc;
+use btrfs_lab::report::units::{UnitMode, pretty_size};
 use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
 use btrfs_lab::rescue::{self, RescueRequest};
 

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use btrfs_lab::error::{Error, Result, exit};
-use btrfs_lab::model::rate::{duration, format_rate};
-use btrfs_lab::model::text::escape_control;
 use btrfs_lab::operation::{self, View};
 use btrfs_lab::parse::size::parse_size;
+use btrfs_lab::report::rate::{duration, format_rate};
+use btrfs_lab::report::text::escape_control;
 use btrfs_lab::scrub::operation::{Scrub, Textfile};
 use btrfs_lab::scrub::{
     self, DeviceScrub, Outcome, Request, STATE_DIR, ScrubPlan, ScrubReport, ScrubStatus, StateStore,

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use btrfs_lab::error::Result;
-use btrfs_lab::model::text::escape_control as esc;
-use btrfs_lab::model::units::{UnitMode, pretty_size};
+use btrfs_lab::report::text::escape_control as esc;
+use btrfs_lab::report::units::{UnitMode, pretty_size};
 use btrfs_lab::space::show::{FsShow, ShowReport, show_one};
 use btrfs_lab::space::{self};
 use btrfs_lab::sys::fs::root::SysRoot;

@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 use clap::Args;
 
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::model::units::{UnitBase, UnitMode, pretty_size};
 use btrfs_lab::parse::size::parse_size;
+use btrfs_lab::report::units::{UnitBase, UnitMode, pretty_size};
 
 /// One unit mode at most (`-b`, `--human-readable`, `-H`, `-k`, `-m`, `-g`,
 /// `-t` are one group of mutually exclusive options); `--iec`/`--si` pick

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use btrfs_lab::error::{Result, exit};
-use btrfs_lab::model::text::escape_control as esc;
-use btrfs_lab::model::units::{UnitMode, pretty_size, pretty_size_signed};
 use btrfs_lab::parse::fi_df::UnitBasis;
+use btrfs_lab::report::text::escape_control as esc;
+use btrfs_lab::report::units::{UnitMode, pretty_size, pretty_size_signed};
 use btrfs_lab::space::usage::{DeviceShare, UsageReport};
 use btrfs_lab::space::{self};
 use btrfs_lab::sys::fs::root::SysRoot;

@@ -9,7 +9,7 @@ use std::path::Path;
 use super::{Event, Finished, Progress, Start, Targets};
 use crate::convert::report::ConvertRecord;
 use crate::error::Result;
-use crate::model::progress::Reading;
+use crate::report::progress::Reading;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs::FsHandle;
 use crate::sys::kernel::signals::{self, DetachNotice, OperationSignals};
@@ -144,7 +144,7 @@ mod tests {
             bytes_remaining: (4 - done) << 20,
             rate_bytes_per_sec: 1048576.0,
             eta_seconds: Some(90.0),
-            pace: crate::model::progress::Pace::Running,
+            pace: crate::report::progress::Pace::Running,
         }
     }
 

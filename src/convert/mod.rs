@@ -734,8 +734,8 @@ pub struct Progress {
     /// while stalled or pausing.
     pub eta_seconds: Option<f64>,
     /// What the balance is doing, as far as the counts tell.
-    #[serde(default = "crate::model::progress::running")]
-    pub pace: crate::model::progress::Pace,
+    #[serde(default = "crate::report::progress::running")]
+    pub pace: crate::report::progress::Pace,
 }
 
 /// What happened to the balance.

@@ -13,7 +13,7 @@ use nix::errno::Errno;
 use super::{ConvertRequest, Event, Existing, Outcome, Progress, Targets, remaining_bytes};
 use crate::convert::report::ResultRecord;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::progress;
+use crate::report::progress;
 use crate::operation::state::{BalanceInfo, read_state_at};
 use crate::parse::size::format_iec;
 use crate::sys::fs::root::SysRoot;

@@ -15,7 +15,7 @@ mod space;
 use crate::model::finding::{Finding, rank};
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
-use crate::model::units::{UnitMode, pretty_size};
+use crate::report::units::{UnitMode, pretty_size};
 use crate::sys::tools::display_argv;
 
 use super::facts::{DeviceFacts, FsFacts};

@@ -84,9 +84,9 @@ pub(crate) fn nocow_findings(
             .with_evidence("directories", names.join(", "))
             .with_evidence(
                 "bytes to migrate",
-                crate::model::units::pretty_size(
+                crate::report::units::pretty_size(
                     s.needs_migration_bytes + s.blocked_bytes,
-                    crate::model::units::UnitMode::default(),
+                    crate::report::units::UnitMode::default(),
                 ),
             )
             .with_command(display_argv(&argv)),

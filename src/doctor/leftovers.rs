@@ -14,7 +14,7 @@ use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 
 use crate::bench::WORK_DIR_PREFIX;
 use crate::model::finding::{Code, Finding, rules};
-use crate::model::units::{UnitMode, pretty_size};
+use crate::report::units::{UnitMode, pretty_size};
 use crate::sys::fs::beneath::{HeldDir, open_dir_beneath};
 use crate::sys::tools::display_argv;
 

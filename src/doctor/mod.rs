@@ -18,8 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::model::envelope::{hostname, rfc3339_seconds};
 use crate::model::finding::{Finding, Severity};
+use crate::report::envelope::{hostname, rfc3339_seconds};
 use crate::space::{self, BtrfsTarget};
 use crate::sys::fs::outfile;
 use crate::sys::fs::root::SysRoot;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::finding::Severity;
-use crate::model::metrics::Metrics;
+use crate::report::metrics::Metrics;
 
 use super::{DoctorReport, FsDiagnosis};
 

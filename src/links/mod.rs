@@ -549,7 +549,7 @@ fn shared_disks(members: &[ArrayMember], profiles: &[Profile]) -> Vec<Finding> {
 }
 
 fn plural(n: usize, what: &str) -> String {
-    crate::model::text::count(n as u64, what, &format!("{what}s"))
+    crate::report::text::count(n as u64, what, &format!("{what}s"))
 }
 
 #[cfg(test)]

@@ -733,7 +733,7 @@ pub fn help_table() -> String {
 /// indented as far as `lead` (no newline at the end).
 fn wrap(lead: &str, text: &str, width: usize) -> String {
     let indent = " ".repeat(lead.chars().count());
-    let filled = crate::model::text::fill(text, width, lead, &indent);
+    let filled = crate::report::text::fill(text, width, lead, &indent);
     filled.strip_suffix('\n').unwrap_or(&filled).to_owned()
 }
 

@@ -4,18 +4,12 @@
 //! depend on ([`kernel`]).
 
 pub mod alloc;
-pub mod envelope;
 pub mod exit;
 pub mod finding;
 pub mod kernel;
-pub mod metrics;
 pub mod profile;
-pub mod progress;
-pub mod rate;
 pub mod reclaim;
 pub mod relocate;
 pub mod space;
 pub mod stripes;
-pub mod text;
-pub mod units;
 pub mod usage;

@@ -125,7 +125,7 @@ pub(crate) fn classify(f: &Facts) -> (EntryState, Option<String>) {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Entry {
     /// Absolute path.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// The exact bytes of `path` (an array of 0-255), present only when
     /// they are not UTF-8 (`path` then shows U+FFFD in their place).
@@ -183,17 +183,17 @@ pub struct Entry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RootInfo {
     /// As given.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// Canonical.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub dir: PathBuf,
     /// A directory (else a single file).
     pub is_dir: bool,
     /// Filesystem type.
     pub fs_type: String,
     /// Its mount point.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub mount_point: PathBuf,
     /// Its source device.
     pub source: String,

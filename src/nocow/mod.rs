@@ -185,24 +185,24 @@ fn existing_ancestor(abs: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Outcome {
     /// Directories created (the subvolume included).
-    #[serde(serialize_with = "crate::model::text::lossy_paths")]
+    #[serde(serialize_with = "crate::report::text::lossy_paths")]
     pub created: Vec<PathBuf>,
     /// The subvolume created, if any.
-    #[serde(serialize_with = "crate::model::text::lossy_opt_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_opt_path")]
     pub subvolume: Option<PathBuf>,
     /// Directories NOCOW was set on.
-    #[serde(serialize_with = "crate::model::text::lossy_paths")]
+    #[serde(serialize_with = "crate::report::text::lossy_paths")]
     pub nocow_set: Vec<PathBuf>,
     /// The directory carries NOCOW, read back through FS_IOC_GETFLAGS.
     pub dir_nocow: bool,
     /// Leftover temporary files removed.
-    #[serde(serialize_with = "crate::model::text::lossy_paths")]
+    #[serde(serialize_with = "crate::report::text::lossy_paths")]
     pub removed_leftovers: Vec<PathBuf>,
     /// Files whose stale marker attribute was removed.
-    #[serde(serialize_with = "crate::model::text::lossy_paths")]
+    #[serde(serialize_with = "crate::report::text::lossy_paths")]
     pub cleared_markers: Vec<PathBuf>,
     /// Empty files set NOCOW in place.
-    #[serde(serialize_with = "crate::model::text::lossy_paths")]
+    #[serde(serialize_with = "crate::report::text::lossy_paths")]
     pub switched: Vec<PathBuf>,
     /// Files copied into NOCOW files.
     pub migrated: Vec<Migrated>,
@@ -216,10 +216,10 @@ pub struct Outcome {
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NocowReport {
     /// The directory as given.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// The directory, absolute.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub dir: PathBuf,
     /// Only the plan was shown.
     pub dry_run: bool,

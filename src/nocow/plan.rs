@@ -72,19 +72,19 @@ pub enum Step {
     /// mkdir.
     CreateDirectory {
         /// Absolute path.
-        #[serde(serialize_with = "crate::model::text::lossy_path")]
+        #[serde(serialize_with = "crate::report::text::lossy_path")]
         path: PathBuf,
     },
     /// A new subvolume (the directory itself).
     CreateSubvolume {
         /// Absolute path.
-        #[serde(serialize_with = "crate::model::text::lossy_path")]
+        #[serde(serialize_with = "crate::report::text::lossy_path")]
         path: PathBuf,
     },
     /// FS_IOC_SETFLAGS with NOCOW on a directory, read back.
     SetNocow {
         /// Absolute path.
-        #[serde(serialize_with = "crate::model::text::lossy_path")]
+        #[serde(serialize_with = "crate::report::text::lossy_path")]
         path: PathBuf,
         /// Drop a compression attribute it inherited (only on directories
         /// btrfs-lab creates).
@@ -97,7 +97,7 @@ pub enum Step {
     /// Removes a temporary file an interrupted migration left.
     RemoveLeftover {
         /// Absolute path.
-        #[serde(serialize_with = "crate::model::text::lossy_path")]
+        #[serde(serialize_with = "crate::report::text::lossy_path")]
         path: PathBuf,
         /// Its identity when planned.
         #[serde(skip)]
@@ -110,7 +110,7 @@ pub enum Step {
     /// interruption right after its rename left it).
     ClearMarker {
         /// Absolute path.
-        #[serde(serialize_with = "crate::model::text::lossy_path")]
+        #[serde(serialize_with = "crate::report::text::lossy_path")]
         path: PathBuf,
         /// Its identity when planned.
         #[serde(skip)]
@@ -122,7 +122,7 @@ pub enum Step {
     /// Sets NOCOW on an empty file in place.
     SwitchEmpty {
         /// Absolute path.
-        #[serde(serialize_with = "crate::model::text::lossy_path")]
+        #[serde(serialize_with = "crate::report::text::lossy_path")]
         path: PathBuf,
         /// Its identity when planned.
         #[serde(skip)]
@@ -134,7 +134,7 @@ pub enum Step {
     /// Copies a file into a new NOCOW file and renames that over it.
     Migrate {
         /// Absolute path.
-        #[serde(serialize_with = "crate::model::text::lossy_path")]
+        #[serde(serialize_with = "crate::report::text::lossy_path")]
         path: PathBuf,
         /// Its size.
         size_bytes: u64,
@@ -200,7 +200,7 @@ impl Step {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Staying {
     /// Absolute path.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// The exact bytes of `path` (an array of 0-255), present only when
     /// they are not UTF-8 (`path` then shows U+FFFD in their place).

@@ -570,7 +570,7 @@ fn look_at_seen(
     Ok(Some((
         Entry {
             path: path.to_path_buf(),
-            path_bytes: crate::model::text::non_utf8_bytes(path),
+            path_bytes: crate::report::text::non_utf8_bytes(path),
             display,
             kind,
             state,

@@ -17,7 +17,7 @@ pub mod hooks;
 pub mod state;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::envelope::{Document, Enveloped};
+use crate::report::envelope::{Document, Enveloped};
 use crate::sys::kernel::signals::{self, OperationSignals};
 use crate::ui::{self, Ui};
 

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::space::{BgProfile, BgType, SpaceRecord};
-use crate::model::units::rounding_error;
+use crate::report::units::rounding_error;
 
 /// What the input was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -661,12 +661,12 @@ fn parse_fields(
 pub(crate) const EXCERPT_CHARS: usize = 60;
 
 /// A short, printable excerpt of input text for notes and errors: control
-/// characters escaped ([`crate::model::text::escape_control`]), cut to [`EXCERPT_CHARS`]
+/// characters escaped ([`crate::report::text::escape_control`]), cut to [`EXCERPT_CHARS`]
 /// characters of the input (`...` marks the cut).
 pub fn excerpt(s: &str) -> String {
     let cut = s.chars().count() > EXCERPT_CHARS;
     let head: String = s.chars().take(EXCERPT_CHARS).collect();
-    let mut out = crate::model::text::escape_control(&head).into_owned();
+    let mut out = crate::report::text::escape_control(&head).into_owned();
     if cut {
         out.push_str("...");
     }
@@ -1504,7 +1504,7 @@ Metadata: total=8.00MB, used=0.00
 
         #[test]
         fn human_lines_round_trip_within_the_error(size in 0u64..(1u64 << 62)) {
-            use crate::model::units::{pretty_size, UnitBase, UnitMode};
+            use crate::report::units::{pretty_size, UnitBase, UnitMode};
             for mode in [UnitMode::Human(UnitBase::Binary), UnitMode::Human(UnitBase::Decimal),
                          UnitMode::Fixed(UnitBase::Binary, 2), UnitMode::Fixed(UnitBase::Decimal, 3)] {
                 let line = format!("Data, single: total={}, used=0.00B\n", pretty_size(size, mode));

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::fi_df::{SkippedLine, UnitBasis, UnitReading, classify_noise, excerpt, strip_quotes};
 use crate::model::space::{BgProfile, BgType};
-use crate::model::units::rounding_error;
 use crate::model::usage::{BlockGroupUsage, DeviceShare, Overall, UsageReport};
+use crate::report::units::rounding_error;
 
 /// A parsed `btrfs filesystem usage` capture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

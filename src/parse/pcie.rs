@@ -159,7 +159,7 @@ pub(crate) fn parse_hex_id(text: &str) -> Option<u32> {
 /// Formats bytes per second in decimal gigabytes (`7.88 GB/s`), the unit
 /// drive makers and PCIe tables use.
 pub fn format_gbps(bytes_per_sec: f64) -> String {
-    crate::model::rate::format_gb(bytes_per_sec)
+    crate::report::rate::format_gb(bytes_per_sec)
 }
 
 #[cfg(test)]

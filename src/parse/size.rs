@@ -1,7 +1,7 @@
 //! Sizes on the command line ("256M", "2GiB", "1.5G") and in output.
 
 use crate::error::{Error, Result};
-use crate::model::units::{UnitBase, UnitMode, pretty_size};
+use crate::report::units::{UnitBase, UnitMode, pretty_size};
 
 /// Parses a size the way coreutils does: a number (decimals allowed) and an
 /// optional suffix. K/M/G/T/P and KiB/MiB/... are powers of 1024; KB/MB/... are
@@ -63,9 +63,9 @@ pub(crate) fn format_iec(bytes: u64) -> String {
     pretty_size(bytes, UnitMode::Human(UnitBase::Binary))
 }
 
-/// The rate formatter lives in [`crate::model::rate`]; re-exported here for
+/// The rate formatter lives in [`crate::report::rate`]; re-exported here for
 /// the callers that import it from this module.
-pub use crate::model::rate::format_rate;
+pub use crate::report::rate::format_rate;
 
 #[cfg(test)]
 mod tests {

@@ -116,7 +116,7 @@ impl Activity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PidFile {
     /// The path (as /proc/PID/fd shows it, in the process's mount view).
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// The exact bytes of `path` (an array of 0-255), present only when
     /// they are not UTF-8 (`path` then shows U+FFFD in their place).
@@ -321,7 +321,7 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &[MountEntry])
         handle,
         file: PidFile {
             path: first.path.clone(),
-            path_bytes: crate::model::text::non_utf8_bytes(&first.path),
+            path_bytes: crate::report::text::non_utf8_bytes(&first.path),
             fds: group.iter().map(|f| f.fd).collect(),
             o_direct,
             mixed_flags: mixed,

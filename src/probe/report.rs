@@ -16,12 +16,12 @@ use crate::sys::proc::counters::CounterKind;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FsContext {
     /// The probed directory, canonical.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub dir: PathBuf,
     /// Filesystem type (`btrfs`, `ext4`).
     pub fs_type: String,
     /// Its mount point.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub mount_point: PathBuf,
     /// Its source device.
     pub source: String,
@@ -124,7 +124,7 @@ pub struct Effort {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeReport {
     /// The directory as given.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// The verdict.
     pub verdict: Verdict,

@@ -394,7 +394,7 @@ pub struct Verdict {
 
 fn rate_word(m: &MethodSummary) -> String {
     let med = m.rate_bytes_per_sec_median.unwrap_or(0.0);
-    use crate::model::rate::{format_both_noted, gib_per_s, number};
+    use crate::report::rate::{format_both_noted, gib_per_s, number};
     let range = match (m.rate_bytes_per_sec_min, m.rate_bytes_per_sec_max) {
         (Some(a), Some(b)) if a < b => {
             format!(", range {}–{}", number(gib_per_s(a)), number(gib_per_s(b)))

@@ -1085,7 +1085,7 @@ fn summarize(
                 s.percent_of_ceiling = s
                     .rate_bytes_per_sec_median
                     .zip(ceiling_rate)
-                    .and_then(|(r, c)| crate::model::rate::percent_of(r, c));
+                    .and_then(|(r, c)| crate::report::rate::percent_of(r, c));
                 s
             };
             if !m.is_threaded() {
@@ -1390,7 +1390,7 @@ fn cache_info(opts: &ReadTestOptions, f: &Found, cache: CacheChoice) -> CacheInf
 fn file_info(f: &Found) -> FileInfo {
     FileInfo {
         path: f.t.canonical.clone(),
-        path_bytes: crate::model::text::non_utf8_bytes(&f.t.canonical),
+        path_bytes: crate::report::text::non_utf8_bytes(&f.t.canonical),
         size_bytes: f.t.size,
         fs_type: f.fs_type.clone(),
         mount_point: f.mount.mount_point.clone(),
@@ -1509,7 +1509,7 @@ mod tests {
             "{c:?}"
         );
         assert_eq!(
-            crate::model::rate::percent_of(c.bytes_per_sec as f64 / 2.0, c.bytes_per_sec as f64),
+            crate::report::rate::percent_of(c.bytes_per_sec as f64 / 2.0, c.bytes_per_sec as f64),
             Some(50.0)
         );
         // One drive on ext4: its own link, Gen4 x4.

@@ -17,7 +17,7 @@ use crate::sys::proc::diskstats::BlockDevice;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileInfo {
     /// Canonical path.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// The exact bytes of `path` (an array of 0-255), present only when
     /// they are not UTF-8 (`path` then shows U+FFFD in their place).
@@ -28,7 +28,7 @@ pub struct FileInfo {
     /// Filesystem type.
     pub fs_type: String,
     /// Its mount point.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub mount_point: PathBuf,
     /// The mount's source.
     pub source: String,
@@ -184,7 +184,7 @@ pub struct CacheInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReadTestReport {
     /// The file as given.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// The process exit status that goes with the report.
     pub exit_code: u8,
@@ -274,12 +274,12 @@ pub fn sweep_verdict(v: &mut Verdict, knees: &[Knee]) {
         .iter()
         .find(|k| k.cache == v.cache && Some(k.method) == v.method)
     {
-        use crate::model::rate::{format_both, gib_per_s, number};
+        use crate::report::rate::{format_both, gib_per_s, number};
         v.text = format!(
             "{}: {} with {}, {}: the fewest threads within 5% of the thread sweep's best, {} GiB/s",
             v.cache.name(),
             k.method,
-            crate::model::text::count(u64::from(k.threads), "thread", "threads"),
+            crate::report::text::count(u64::from(k.threads), "thread", "threads"),
             format_both(k.rate_bytes_per_sec),
             number(gib_per_s(k.best_rate_bytes_per_sec))
         );

@@ -1003,7 +1003,7 @@ pub fn execute_with_ui(
     signals: &OperationSignals,
     ui: &dyn crate::ui::Ui,
 ) -> Result<ReclaimResult> {
-    use crate::model::progress;
+    use crate::report::progress;
     use crate::ui;
     ui.started();
     // One progress line (or bar) per step, ended before the step's result.

@@ -355,7 +355,7 @@ impl Manifest {
 }
 
 fn now() -> String {
-    crate::model::envelope::rfc3339(std::time::SystemTime::now())
+    crate::report::envelope::rfc3339(std::time::SystemTime::now())
 }
 
 /// Reads every line of a manifest file (tests and tools; a run never does).

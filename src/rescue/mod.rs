@@ -319,7 +319,7 @@ fn mismatch_note(bytes: u64) -> String {
 fn stopped(e: Error, c: &CopySummary, r: &RescueReport, dir: &Path, req: &RescueRequest) -> Error {
     let saved = format!(
         "{} saved so far ({} bytes), listed in {}",
-        crate::model::text::count(c.copied + c.resumed, "file", "files"),
+        crate::report::text::count(c.copied + c.resumed, "file", "files"),
         r.bytes.saved,
         c.manifest
     );

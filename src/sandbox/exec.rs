@@ -401,7 +401,7 @@ pub fn down(
             let names: Vec<&str> = others.iter().map(|r| r.name.as_str()).collect();
             ui.note(&format!(
                 "left {}, made by another user or by an earlier version ({}): --all --everyone removes them too",
-                crate::model::text::count(others.len() as u64, "sandbox", "sandboxes"),
+                crate::report::text::count(others.len() as u64, "sandbox", "sandboxes"),
                 names.join(", ")
             ));
         }

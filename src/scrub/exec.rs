@@ -15,7 +15,7 @@ use super::{
     StateStore, Totals,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::progress::Meter;
+use crate::report::progress::Meter;
 use crate::sys::kernel::{btrfs, scrub, signals};
 use crate::sys::tools::inhibit::SleepInhibitor;
 use crate::ui::{self, Ui};

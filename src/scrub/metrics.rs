@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::SavedScrub;
-use crate::model::metrics::Metrics;
+use crate::report::metrics::Metrics;
 
 /// The metrics of the last scrub of a filesystem (`last`: what btrfs-lab
 /// saved of it, the sums of every run of a resumed scrub) and whether one

@@ -274,7 +274,7 @@ pub enum ScrubRecord {
         /// Seconds left, once the rate is stable.
         eta_seconds: Option<f64>,
         /// What the scrub is doing, as far as the counts tell.
-        pace: crate::model::progress::Pace,
+        pace: crate::report::progress::Pace,
         /// Errors found so far.
         errors: u64,
     },

@@ -10,7 +10,7 @@ use crate::model::finding::rules::{self, MetadataRoom};
 use crate::model::finding::{Code, Finding, Severity, rank};
 use crate::model::profile::Profile;
 use crate::model::space::{BgProfile, BgType, SpaceRecord, mixed_profiles};
-use crate::model::units::{UnitBase, UnitMode, pretty_size};
+use crate::report::units::{UnitBase, UnitMode, pretty_size};
 use crate::sys::tools::display_argv;
 
 /// Metadata this full (used / allocated) is "nearly full" (the catalog's

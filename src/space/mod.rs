@@ -314,7 +314,7 @@ fn human_error(bytes: u64) -> u64 {
     while unit < (1 << 60) && bytes >= unit * 1024 {
         unit *= 1024;
     }
-    crate::model::units::rounding_error(bytes as f64 / unit as f64, unit)
+    crate::report::units::rounding_error(bytes as f64 / unit as f64, unit)
 }
 
 /// `usage --parse`.

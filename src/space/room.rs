@@ -21,7 +21,7 @@ use crate::model::finding::{Code, Finding, Severity, rules};
 use crate::model::kernel::KernelVersion;
 use crate::model::profile::Profile;
 use crate::model::reclaim::{self, ChunkUse};
-use crate::model::units::{UnitBase, UnitMode, pretty_size};
+use crate::report::units::{UnitBase, UnitMode, pretty_size};
 use crate::sys::tools::display_argv;
 
 /// The figures the findings are computed from.

@@ -107,7 +107,7 @@ fn records(stdout: &str) -> Vec<ConvertRecord> {
 }
 
 /// A `--json` document read back as its type (checked against its schema).
-fn doc<T: serde::de::DeserializeOwned + btrfs_lab::model::envelope::Document>(stdout: &str) -> T {
+fn doc<T: serde::de::DeserializeOwned + btrfs_lab::report::envelope::Document>(stdout: &str) -> T {
     crate::common::typed(stdout)
 }
 

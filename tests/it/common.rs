@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use btrfs_lab::model::envelope::{Document, Envelope, SCHEMA_VERSION};
+use btrfs_lab::report::envelope::{Document, Envelope, SCHEMA_VERSION};
 use btrfs_lab::sandbox::{self, Sandbox, SandboxRequest, StateStore, plan_up};
 use serde_json::Value;
 
@@ -335,12 +335,12 @@ pub fn typed<T: serde::de::DeserializeOwned + Document>(stdout: &str) -> T {
 /// its counts consistent), the last the job's own document.
 pub fn streamed<T: serde::de::DeserializeOwned + Document>(
     stdout: &str,
-) -> (Vec<btrfs_lab::model::progress::ProgressRecord>, T) {
+) -> (Vec<btrfs_lab::report::progress::ProgressRecord>, T) {
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
     let (last, progress) = lines
         .split_last()
         .unwrap_or_else(|| panic!("no JSON on stdout:\n{stdout}"));
-    let records: Vec<btrfs_lab::model::progress::ProgressRecord> =
+    let records: Vec<btrfs_lab::report::progress::ProgressRecord> =
         progress.iter().map(|l| typed(l)).collect();
     for r in &records {
         let reading = &r.reading;
@@ -357,7 +357,7 @@ pub fn streamed<T: serde::de::DeserializeOwned + Document>(
 /// (`rescue --list --copy-to --json`), ending with a document `L`.
 pub fn records_and_last<T, L>(
     stdout: &str,
-) -> (Vec<T>, Vec<btrfs_lab::model::progress::ProgressRecord>, L)
+) -> (Vec<T>, Vec<btrfs_lab::report::progress::ProgressRecord>, L)
 where
     T: serde::de::DeserializeOwned + Document,
     L: serde::de::DeserializeOwned + Document,
@@ -393,7 +393,7 @@ pub fn validate(value: &Value, text: &str) -> String {
     assert_eq!(envelope.schema, SCHEMA_VERSION, "{text}");
     assert_eq!(
         envelope.host,
-        btrfs_lab::model::envelope::hostname(),
+        btrfs_lab::report::envelope::hostname(),
         "{text}"
     );
     let name = envelope.document;

@@ -235,7 +235,7 @@ fn scaled_bytes(bytes: u64, percent: u64) -> u64 {
 /// `token` (`1.00GiB`, `1073741824`) scaled by `percent`, printed as
 /// btrfs-lab prints it.
 fn scaled_token(token: &str, percent: u64) -> String {
-    use btrfs_lab::model::units::{UnitBase, UnitMode, pretty_size, unit_bytes};
+    use btrfs_lab::report::units::{UnitBase, UnitMode, pretty_size, unit_bytes};
     if let Ok(n) = token.parse::<u64>() {
         return scaled_bytes(n, percent).to_string();
     }

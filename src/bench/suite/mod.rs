@@ -27,9 +27,9 @@ use super::report::{self, BenchReport, CheckCode, FileLayout, Severity, Status, 
 use super::sensors::{self, Sensors as _};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::Switch;
-use crate::model::rate::format_mb;
-use crate::model::text::escape_path;
 use crate::parse::size::format_iec;
+use crate::report::rate::format_mb;
+use crate::report::text::escape_path;
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::beneath::{TrustedDir, identity_of};
 use crate::sys::fs::filesystem;
@@ -341,7 +341,7 @@ pub fn run(
     fio_path: &Path,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<BenchReport> {
-    let started_at = crate::model::envelope::rfc3339_seconds(
+    let started_at = crate::report::envelope::rfc3339_seconds(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),

@@ -46,7 +46,7 @@ pub fn execute_remove(
                 bytes_left: left,
                 rate_bytes_per_sec: 0.0,
                 eta_seconds: None,
-                pace: crate::model::progress::Pace::Running,
+                pace: crate::report::progress::Pace::Running,
             })
         })?;
         if let Some(signal) = interrupted
@@ -83,7 +83,7 @@ pub fn execute_remove(
                     )
                 })?;
         let mut signal: Option<&'static str> = None;
-        let mut meter = crate::model::progress::Meter::new();
+        let mut meter = crate::report::progress::Meter::new();
         let status = loop {
             if let Some(st) = child
                 .try_wait()
@@ -133,7 +133,7 @@ pub fn execute_remove(
                     0.0
                 },
                 eta_seconds: Some(0.0),
-                pace: crate::model::progress::Pace::Done,
+                pace: crate::report::progress::Pace::Done,
             });
         }
         match (status.success(), still) {

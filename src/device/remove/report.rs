@@ -24,14 +24,14 @@ pub struct RemoveProgress {
     /// Seconds left for this device; `null` until the estimate is stable.
     pub eta_seconds: Option<f64>,
     /// What the relocation is doing, as far as the counts tell.
-    #[serde(default = "crate::model::progress::running")]
-    pub pace: crate::model::progress::Pace,
+    #[serde(default = "crate::report::progress::running")]
+    pub pace: crate::report::progress::Pace,
 }
 
 impl RemoveProgress {
     /// As the one progress renderer reads it: bytes moved off the device.
-    pub fn reading(&self) -> crate::model::progress::Reading {
-        crate::model::progress::Reading {
+    pub fn reading(&self) -> crate::report::progress::Reading {
+        crate::report::progress::Reading {
             done_bytes: self.bytes_start.saturating_sub(self.bytes_left),
             total_bytes: self.bytes_start,
             rate_bytes_per_sec: (self.rate_bytes_per_sec > 0.0).then_some(self.rate_bytes_per_sec),

@@ -535,14 +535,14 @@ pub struct ReplaceProgress {
     /// Seconds left at that rate; `null` until the estimate is stable.
     pub eta_seconds: Option<f64>,
     /// What the copy is doing, as far as the counts tell.
-    #[serde(default = "crate::model::progress::running")]
-    pub pace: crate::model::progress::Pace,
+    #[serde(default = "crate::report::progress::running")]
+    pub pace: crate::report::progress::Pace,
 }
 
 impl ReplaceProgress {
     /// As the one progress renderer reads it.
-    pub fn reading(&self) -> crate::model::progress::Reading {
-        crate::model::progress::Reading {
+    pub fn reading(&self) -> crate::report::progress::Reading {
+        crate::report::progress::Reading {
             done_bytes: self.bytes_done,
             total_bytes: self.bytes_total,
             rate_bytes_per_sec: (self.rate_bytes_per_sec > 0.0).then_some(self.rate_bytes_per_sec),
@@ -870,7 +870,7 @@ pub fn execute_replace(
     }
     wait_until_running(fs, child.as_mut())?;
     // Follow.
-    let mut meter = crate::model::progress::Meter::new();
+    let mut meter = crate::report::progress::Meter::new();
     loop {
         let s = fs.replace_status()?;
         let cursor = (u128::from(s.progress_1000) * u128::from(old.size) / 1000) as u64;

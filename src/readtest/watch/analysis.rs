@@ -3,8 +3,8 @@
 //! the page cache's share, what holds the loader back, and what to change.
 
 use crate::model::profile::Profile;
-use crate::model::rate;
 use crate::readtest::report::Ceiling;
+use crate::report::rate;
 
 use super::loaders::{self, Known};
 use super::report::{
@@ -214,7 +214,7 @@ fn file_name(f: &WatchedFile) -> String {
         .unwrap_or(f.path.as_os_str())
         .to_string_lossy()
         .into_owned();
-    crate::model::text::escape_control(&name).into_owned()
+    crate::report::text::escape_control(&name).into_owned()
 }
 
 /// The verdict: bottleneck, sentence, settings, traps.

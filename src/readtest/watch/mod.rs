@@ -768,7 +768,7 @@ fn compare_saved(
         if !same {
             notes.push(format!(
                 "the saved read-test run is of {} ({}), not of the file this process read: not compared",
-                crate::model::text::escape_path(&r.file.path),
+                crate::report::text::escape_path(&r.file.path),
                 crate::parse::size::format_iec(r.file.size_bytes)
             ));
             return None;

@@ -40,7 +40,7 @@ impl ReadWay {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WatchedFile {
     /// The path, as the process sees it (`/proc/PID/fd`, `/proc/PID/maps`).
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// Inode number.
     pub inode: u64,
@@ -190,7 +190,7 @@ pub struct Trap {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SavedRun {
     /// The report it came from.
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub report: PathBuf,
     /// Its fastest method.
     pub method: Method,

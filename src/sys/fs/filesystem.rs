@@ -186,9 +186,9 @@ pub(crate) fn compression_conflict(path: &Path, property: bool) -> Error {
 pub(crate) fn uncompress_command(path: &Path, property: bool) -> String {
     let p = path.display().to_string();
     if property {
-        crate::model::text::display_argv(&["btrfs", "property", "set", &p, "compression", ""])
+        crate::report::text::display_argv(&["btrfs", "property", "set", &p, "compression", ""])
     } else {
-        crate::model::text::display_argv(&["chattr", "-c", &p])
+        crate::report::text::display_argv(&["chattr", "-c", &p])
     }
 }
 

@@ -84,7 +84,7 @@ impl Setting {
             Setting::ScrubSpeedMax { .. } if v == 0 => "0 (unlimited)".to_owned(),
             Setting::ScrubSpeedMax { .. } => format!(
                 "{v} ({}/s)",
-                crate::model::units::pretty_size(v, crate::model::units::UnitMode::default())
+                crate::report::units::pretty_size(v, crate::report::units::UnitMode::default())
             ),
             Setting::NrHugepages => v.to_string(),
         }

@@ -100,7 +100,7 @@ pub struct SkippedFd {
     /// Descriptor number.
     pub fd: u32,
     /// Where the link in /proc/PID/fd points (a path, `pipe:[N]`, `socket:[N]`).
-    #[serde(serialize_with = "crate::model::text::lossy_path")]
+    #[serde(serialize_with = "crate::report::text::lossy_path")]
     pub path: PathBuf,
     /// What it is.
     pub kind: FdKind,

@@ -144,7 +144,7 @@ pub(crate) fn kill_group(child: &Child, sig: Signal) {
     }
 }
 
-pub use crate::model::text::display_argv;
+pub use crate::report::text::display_argv;
 
 /// The result of a successful run.
 #[derive(Debug)]

@@ -688,7 +688,7 @@ impl Guest {
         let mut initrd = fs::read(&base).map_err(|e| format!("{}: {e}", base.display()))?;
         // The host's name, so the documents' envelopes are this build's
         // (tests/it/common.rs checks them as for a run on the host).
-        let host: String = btrfs_lab::model::envelope::hostname()
+        let host: String = btrfs_lab::report::envelope::hostname()
             .chars()
             .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
             .collect();

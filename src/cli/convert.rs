@@ -452,7 +452,7 @@ fn resume(
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["convert"],
     examples: &[
         (

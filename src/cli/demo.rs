@@ -136,7 +136,7 @@ fn ansi_len(s: &str) -> usize {
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["demo"],
     examples: &[(
         "The O_DIRECT trap on a sandbox, checksummed vs NOCOW.",

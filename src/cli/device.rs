@@ -755,8 +755,8 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::man::Declared] = &[
-    super::man::Declared {
+pub const PAGES: &[super::decl::Declared] = &[
+    super::decl::Declared {
         words: &["device"],
         examples: &[
             (
@@ -770,7 +770,7 @@ pub const PAGES: &[super::man::Declared] = &[
         ],
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
-    super::man::Declared {
+    super::decl::Declared {
         words: &["device", "add"],
         examples: &[
             (
@@ -784,7 +784,7 @@ pub const PAGES: &[super::man::Declared] = &[
         ],
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
-    super::man::Declared {
+    super::decl::Declared {
         words: &["device", "replace"],
         examples: &[
             (
@@ -802,7 +802,7 @@ pub const PAGES: &[super::man::Declared] = &[
         ],
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
-    super::man::Declared {
+    super::decl::Declared {
         words: &["device", "remove"],
         examples: &[
             (

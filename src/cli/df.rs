@@ -202,7 +202,7 @@ pub fn render_records(records: &[btrfs_lab::model::space::SpaceRecord], mode: Un
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["df"],
     examples: &[
         ("Space of a mounted btrfs.", "btrfs-lab df /mnt/data"),

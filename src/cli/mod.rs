@@ -5,6 +5,7 @@
 mod bench;
 mod completions;
 mod convert;
+mod decl;
 mod demo;
 mod device;
 mod df;

@@ -671,7 +671,7 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["read-test"],
     examples: &[
         (

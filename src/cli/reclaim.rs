@@ -221,7 +221,7 @@ fn reclaim_args(plan: &ReclaimPlan) -> String {
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["reclaim"],
     examples: &[
         (

@@ -237,7 +237,7 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["rescue"],
     examples: &[
         (

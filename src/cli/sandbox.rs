@@ -483,8 +483,8 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::man::Declared] = &[
-    super::man::Declared {
+pub const PAGES: &[super::decl::Declared] = &[
+    super::decl::Declared {
         words: &["sandbox"],
         examples: &[(
             "The sandboxes and whether they are up.",
@@ -492,7 +492,7 @@ pub const PAGES: &[super::man::Declared] = &[
         )],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
     },
-    super::man::Declared {
+    super::decl::Declared {
         words: &["sandbox", "up"],
         examples: &[
             (
@@ -510,7 +510,7 @@ pub const PAGES: &[super::man::Declared] = &[
         ],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
     },
-    super::man::Declared {
+    super::decl::Declared {
         words: &["sandbox", "down"],
         examples: &[
             (
@@ -524,7 +524,7 @@ pub const PAGES: &[super::man::Declared] = &[
         ],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
     },
-    super::man::Declared {
+    super::decl::Declared {
         words: &["sandbox", "list"],
         examples: &[
             ("As text.", "btrfs-lab sandbox list"),

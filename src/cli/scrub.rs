@@ -327,7 +327,7 @@ fn render_status(st: &ScrubStatus, out: &Output) -> String {
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::man::Declared] = &[super::man::Declared {
+pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["scrub"],
     examples: &[
         ("The plan only.", "btrfs-lab scrub --dry-run /mnt/data"),

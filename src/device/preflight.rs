@@ -2,11 +2,7 @@
 //! takes a device (device add now; replace later), returning every reason
 //! as a value instead of stopping at the first.
 
-use std::path::{Path, PathBuf};
-
-use std::borrow::Cow;
-
-use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 use crate::error::{Error, ErrorKind};
 use crate::operation::state::FsState;
@@ -16,49 +12,7 @@ use crate::sys::block::blockdev::BlockDeviceFacts;
 /// The smallest device btrfs-lab adds.
 pub(crate) const MIN_DEVICE_SIZE: u64 = 256 << 20;
 
-/// Why something may not go ahead.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Reason {
-    /// The device concerned; `null` for the filesystem itself.
-    pub device: Option<PathBuf>,
-    /// A stable code (`mounted`, `signature`, ...).
-    pub code: Cow<'static, str>,
-    /// One sentence.
-    pub message: String,
-    /// `--overwrite` lifts it (and the plan then names what is destroyed).
-    pub force_overrides: bool,
-}
-
-impl Reason {
-    fn device(path: &Path, code: &'static str, message: String, force_overrides: bool) -> Self {
-        Self {
-            device: Some(path.to_path_buf()),
-            code: Cow::Borrowed(code),
-            message,
-            force_overrides,
-        }
-    }
-
-    /// A reason about the filesystem or the request, not a device.
-    pub(crate) fn general(code: &'static str, message: String, force_overrides: bool) -> Self {
-        Self {
-            device: None,
-            code: Cow::Borrowed(code),
-            message,
-            force_overrides,
-        }
-    }
-
-    /// The refusal of a run without root (`doing`: "adding a device").
-    pub(crate) fn not_root(doing: &str) -> Self {
-        Self::general("not-root", format!("{doing} needs root"), false)
-    }
-
-    /// Whether it still blocks with `--overwrite` given or not.
-    pub fn blocks(&self, force: bool) -> bool {
-        !(force && self.force_overrides)
-    }
-}
+pub use crate::operation::reason::Reason;
 
 /// `member` (a member's path) is the device `candidate` (resolved).
 pub(crate) fn same_device(member: &str, candidate: &Path) -> bool {

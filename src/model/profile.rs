@@ -303,6 +303,35 @@ pub fn profile_list(profiles: &[Profile]) -> String {
     }
 }
 
+/// Targets the remaining bytes are counted against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Targets {
+    /// Data target.
+    pub data: Option<Profile>,
+    /// Metadata (and system) target.
+    pub metadata: Option<Profile>,
+}
+
+impl Targets {
+    /// `data → raid1, metadata unchanged`.
+    pub fn describe(&self) -> String {
+        let tg = |p: Option<Profile>| p.map_or("unchanged".to_owned(), |p| p.name().to_owned());
+        format!("data → {}, metadata → {}", tg(self.data), tg(self.metadata))
+    }
+
+    /// `data to raid1, metadata to raid1c3`: the targets that are set.
+    pub fn in_words(&self) -> String {
+        [
+            self.data.map(|p| format!("data to {p}")),
+            self.metadata.map(|p| format!("metadata to {p}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@
 //! are [`hooks`].
 
 pub mod hooks;
+pub mod reason;
 pub mod state;
 
 use crate::error::{Error, ErrorKind, Result};

@@ -57,8 +57,8 @@ pub struct BalanceInfo {
 
 impl BalanceInfo {
     /// Its convert targets.
-    pub fn targets(&self) -> crate::convert::Targets {
-        crate::convert::Targets {
+    pub fn targets(&self) -> crate::model::profile::Targets {
+        crate::model::profile::Targets {
             data: self.data_target,
             metadata: self.metadata_target,
         }

@@ -2,13 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::plan::{FsKind, SandboxPlan};
-use super::report::{DownDryRun, DownPlan, DownResult, down_plan, select};
+use super::report::{
+    DeviceStatus, DownDryRun, DownPlan, DownReport, DownResult, SandboxState, SandboxStatus,
+    down_plan, select,
+};
 use super::state::{DeviceRecord, SandboxRecord, StateStore};
 use crate::error::{Error, ErrorKind, Result, exit};
-use crate::model::profile::Profile;
 use crate::sys::block::loopdev::{self, DetachOutcome, FileIdentity};
 use crate::sys::fs::beneath::{Leaf, Removal, TrustedDir};
 use crate::sys::fs::root::SysRoot;
@@ -324,21 +324,6 @@ fn existing_dir(parent: &TrustedDir, name: &str) -> Result<Option<TrustedDir>> {
             Ok(Some(dir))
         }
     }
-}
-
-/// What `down` did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct DownReport {
-    /// Sandbox name.
-    pub name: String,
-    /// The mount point, if it was unmounted.
-    pub unmounted: Option<PathBuf>,
-    /// Loop devices detached.
-    pub detached: Vec<PathBuf>,
-    /// Files and directories deleted.
-    pub removed: Vec<PathBuf>,
-    /// Things deliberately left alone, with the reason.
-    pub left: Vec<String>,
 }
 
 /// `sandbox down`: which sandboxes (`target` by name, mount point or
@@ -970,58 +955,6 @@ fn loops_on_files_in(
             .any(|r| r.image.file_name() == Some(name.as_os_str()))
     });
     Ok(found)
-}
-
-/// Whether a sandbox is there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum SandboxState {
-    /// Mounted, every device attached.
-    Up,
-    /// Some of it is attached or mounted.
-    Partial,
-    /// Nothing attached or mounted; only files remain.
-    Down,
-}
-
-/// How a recorded sandbox looks right now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct SandboxStatus {
-    /// Name.
-    pub name: String,
-    /// `up` (mounted, all devices attached), `partial`, or `down` (nothing
-    /// attached or mounted; only files remain, e.g. after a reboot).
-    pub state: SandboxState,
-    /// Filesystem.
-    pub fs: FsKind,
-    /// Mount point.
-    pub mount_point: PathBuf,
-    /// Whether it is mounted now.
-    pub mounted: bool,
-    /// Devices and whether each is attached to our image now.
-    pub devices: Vec<DeviceStatus>,
-    /// Size of each device.
-    pub size_bytes: u64,
-    /// Requested data profile.
-    pub data: Option<Profile>,
-    /// Requested metadata profile.
-    pub metadata: Option<Profile>,
-    /// Who made it (`null`: a record of an earlier version).
-    pub made_by: Option<super::state::Maker>,
-    /// Loop devices bound to other files in the sandbox's directory (made
-    /// there to rehearse `device add` or `replace`): `down` detaches them
-    /// and deletes their files too.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub extra_devices: Vec<DeviceStatus>,
-}
-
-/// One device of a [`SandboxStatus`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct DeviceStatus {
-    /// Backing file.
-    pub image: PathBuf,
-    /// Loop device bound to it now, if any.
-    pub loop_device: Option<PathBuf>,
 }
 
 /// The live status of a recorded sandbox.

@@ -8,11 +8,9 @@ pub mod state;
 
 use std::path::PathBuf;
 
-pub use exec::{
-    DownOutcome, DownReport, DownRequest, Sandbox, SandboxState, SandboxStatus, down,
-    forget_leaves, status, teardown,
-};
+pub use exec::{DownOutcome, DownRequest, Sandbox, down, forget_leaves, status, teardown};
 pub use plan::{FsKind, SandboxPlan, SandboxRequest, plan_up};
+pub use report::{DownReport, SandboxState, SandboxStatus};
 pub use state::{STATE_DIR_ENV, SandboxRecord, StateStore};
 
 /// Environment variable overriding where sandboxes are created by default

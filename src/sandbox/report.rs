@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 
-use super::exec::{DownReport, SandboxStatus};
 use super::plan::{FsKind, SandboxPlan};
 use super::state::SandboxRecord;
 
@@ -210,4 +209,70 @@ pub(crate) fn down_plan(s: &SandboxStatus, r: &SandboxRecord) -> DownPlan {
         name: r.name.clone(),
         steps,
     }
+}
+/// What `down` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DownReport {
+    /// Sandbox name.
+    pub name: String,
+    /// The mount point, if it was unmounted.
+    pub unmounted: Option<PathBuf>,
+    /// Loop devices detached.
+    pub detached: Vec<PathBuf>,
+    /// Files and directories deleted.
+    pub removed: Vec<PathBuf>,
+    /// Things deliberately left alone, with the reason.
+    pub left: Vec<String>,
+}
+
+/// Whether a sandbox is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    /// Mounted, every device attached.
+    Up,
+    /// Some of it is attached or mounted.
+    Partial,
+    /// Nothing attached or mounted; only files remain.
+    Down,
+}
+
+/// How a recorded sandbox looks right now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SandboxStatus {
+    /// Name.
+    pub name: String,
+    /// `up` (mounted, all devices attached), `partial`, or `down` (nothing
+    /// attached or mounted; only files remain, e.g. after a reboot).
+    pub state: SandboxState,
+    /// Filesystem.
+    pub fs: FsKind,
+    /// Mount point.
+    pub mount_point: PathBuf,
+    /// Whether it is mounted now.
+    pub mounted: bool,
+    /// Devices and whether each is attached to our image now.
+    pub devices: Vec<DeviceStatus>,
+    /// Size of each device.
+    pub size_bytes: u64,
+    /// Requested data profile.
+    pub data: Option<Profile>,
+    /// Requested metadata profile.
+    pub metadata: Option<Profile>,
+    /// Who made it (`null`: a record of an earlier version).
+    pub made_by: Option<super::state::Maker>,
+    /// Loop devices bound to other files in the sandbox's directory (made
+    /// there to rehearse `device add` or `replace`): `down` detaches them
+    /// and deletes their files too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_devices: Vec<DeviceStatus>,
+}
+
+/// One device of a [`SandboxStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DeviceStatus {
+    /// Backing file.
+    pub image: PathBuf,
+    /// Loop device bound to it now, if any.
+    pub loop_device: Option<PathBuf>,
 }

@@ -103,81 +103,106 @@ fn exit_codes_in_help_match_the_docs() {
     }
 }
 
-/// docs/architecture.md draws the tree as it is: every top-level module it
-/// names (`src/NAME/` or `src/NAME.rs` at the start of a line of its map,
-/// and the rooms of `src/sys/`) exists, and every top-level module of `src/`
-/// and every room of `src/sys/` is in the map.
+/// docs/architecture.md draws the tree as it is: every room and file it
+/// names exists, and every file of `src/` is named in the entry of its room
+/// (`src/NAME.rs` at the start of a line for a file of `src/` itself; a
+/// room is a line `src/NAME/` or an indented `NAME/` under `src/<job>/` or
+/// `src/sys/`, with the lines indented below it; a file of a folder inside
+/// a room is named with its folder: `watch/report.rs`, or `watch/` then
+/// `report.rs` in the same entry).
 #[test]
-fn architecture_map_names_the_modules_that_exist() {
+fn architecture_map_names_every_file_of_every_room() {
     let doc = read("docs/architecture.md");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let map: Vec<&str> = doc
+    let map = doc
         .split("```")
         .nth(1)
-        .expect("docs/architecture.md has no map in a ``` block")
-        .lines()
-        .collect();
-    let mut named = std::collections::BTreeSet::new();
-    let mut rooms = std::collections::BTreeSet::new();
-    let mut in_sys = false;
-    for line in &map {
+        .expect("docs/architecture.md has no map in a ``` block");
+    // Entries: (room path below src/, its text).
+    let mut entries: Vec<(String, String)> = Vec::new();
+    let mut parent = String::new();
+    for line in map.lines() {
         if let Some(rest) = line.strip_prefix("src/") {
             let word = rest.split_whitespace().next().unwrap_or("");
-            in_sys = word == "sys/";
-            if word.contains('<') {
-                continue; // src/<job>/: the jobs are listed below it
+            parent = if word == "sys/" {
+                "sys/".into()
+            } else {
+                String::new()
+            };
+            if !word.contains('<') {
+                assert!(
+                    root.join("src").join(word).exists(),
+                    "docs/architecture.md names src/{word}, which does not exist"
+                );
+                entries.push((word.to_string(), line.to_string()));
+            } else {
+                entries.push((String::new(), String::new()));
             }
-            named.insert(
-                word.trim_end_matches('/')
-                    .trim_end_matches(".rs")
-                    .to_string(),
-            );
-            let p = root.join("src").join(word);
-            assert!(
-                p.exists(),
-                "docs/architecture.md names src/{word}, which does not exist"
-            );
-        } else if let Some(rest) = line.strip_prefix("  ") {
-            let first = rest.split_whitespace().next().unwrap_or("");
-            if rest.starts_with(' ') || first.is_empty() {
-                continue;
-            }
-            // The jobs listed under src/<job>/ and the rooms under src/sys/.
+        } else if let Some(rest) = line.strip_prefix("  ")
+            && !rest.starts_with(' ')
+            && rest
+                .split_whitespace()
+                .next()
+                .is_some_and(|w| w.ends_with('/'))
+        {
             for word in rest.split_whitespace().take_while(|w| w.ends_with('/')) {
-                let name = word.trim_end_matches('/');
-                if in_sys {
-                    assert!(
-                        root.join("src/sys").join(name).is_dir(),
-                        "docs/architecture.md names the room src/sys/{word}, which does not exist"
-                    );
-                    rooms.insert(name.to_string());
-                } else {
-                    assert!(
-                        root.join("src").join(name).is_dir(),
-                        "docs/architecture.md names the job src/{word}, which does not exist"
-                    );
-                    named.insert(name.to_string());
+                let room = format!("{parent}{word}");
+                assert!(
+                    root.join("src").join(&room).is_dir(),
+                    "docs/architecture.md names the room src/{room}, which does not exist"
+                );
+                entries.push((room, line.to_string()));
+            }
+        } else if let Some(last) = entries.last_mut() {
+            last.1.push('\n');
+            last.1.push_str(line);
+        }
+    }
+    let names = |text: &str, name: &str| {
+        text.split(|c: char| c.is_whitespace() || "(),:;".contains(c))
+            .any(|w| w == name)
+    };
+    let mut missing = Vec::new();
+    let mut files = Vec::new();
+    let mut stack = vec![root.join("src")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p.strip_prefix(root.join("src")).unwrap().to_path_buf());
+            }
+        }
+    }
+    for f in &files {
+        let f = f.to_string_lossy().to_string();
+        // The deepest room the file is in.
+        let room = entries
+            .iter()
+            .filter(|(r, _)| r.ends_with('/') && f.starts_with(r.as_str()))
+            .max_by_key(|(r, _)| r.len());
+        let ok = match room {
+            None => entries.iter().any(|(r, _)| *r == f),
+            Some((r, text)) => {
+                let inner = &f[r.len()..];
+                match inner.rsplit_once('/') {
+                    None => names(text, inner),
+                    Some((folder, file)) => {
+                        names(text, inner)
+                            || (names(text, &format!("{folder}/")) && names(text, file))
+                    }
                 }
             }
+        };
+        if !ok {
+            missing.push(format!("src/{f}"));
         }
     }
-    for entry in std::fs::read_dir(root.join("src")).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name().into_string().unwrap();
-        let module = name.trim_end_matches(".rs");
-        assert!(
-            named.contains(module),
-            "src/{name} is not in docs/architecture.md's map"
-        );
-    }
-    for entry in std::fs::read_dir(root.join("src/sys")).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_dir() {
-            let name = entry.file_name().into_string().unwrap();
-            assert!(
-                rooms.contains(&name),
-                "src/sys/{name}/ is not in docs/architecture.md's map"
-            );
-        }
-    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's map does not name these files in their room's entry:\n{}",
+        missing.join("\n")
+    );
 }

@@ -930,6 +930,9 @@ pub fn execute_replace(
         }
     }
     let s = fs.replace_status()?;
+    if !rest.is_empty() {
+        wait_exclusive_released(fs, signals)?;
+    }
     for shown in rest {
         let mut argv = shown.clone();
         if let Some(last) = argv.last_mut() {
@@ -949,6 +952,28 @@ pub fn execute_replace(
         })?;
     }
     verify(fs, plan, old.devid, &s, started.elapsed().as_secs_f64())
+}
+
+/// The kernel marks a replace finished a moment before it lets go of the
+/// filesystem's exclusive operation (a run that follows a replace it did
+/// not start sees the first and not yet the second): what comes after it
+/// (the resize) waits, at most a minute, until sysfs `exclusive_operation`
+/// no longer says `device replace` (5.10 and later; an older kernel has no
+/// such file and nothing is waited for). A signal ends the wait: the
+/// replace is done, the resize is what the error names.
+fn wait_exclusive_released(fs: &FsHandle, signals: &OperationSignals) -> Result<()> {
+    let root = crate::sys::fs::root::SysRoot::host();
+    for _ in 0..600 {
+        match crate::operation::state::read_sysfs(&root, fs.fsid(), "exclusive_operation") {
+            Some(op) if op == "device replace" => {}
+            _ => return Ok(()),
+        }
+        let (n, _) = signals.wait(Duration::from_millis(100));
+        if n > 0 {
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 /// How the scrub of NEW after the replace (`--scrub`) ended.

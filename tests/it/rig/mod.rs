@@ -635,6 +635,9 @@ fn parse_results(text: &str) -> Parsed {
     p
 }
 
+/// How long a guest that said DONE may take to power off.
+const POWER_OFF_GRACE: Duration = Duration::from_secs(30);
+
 impl Guest {
     pub fn new(drives: Vec<Drive>, scenario: &str) -> Self {
         Guest {
@@ -806,6 +809,10 @@ impl Guest {
         let mut child = QemuChild(Some(child));
         let deadline = Instant::now() + self.timeout;
         let mut acted = 0usize;
+        // When the guest said DONE: its results are all out and its drives
+        // synced, so a guest that does not power off soon after is killed
+        // rather than waited for (it has nothing left to tell).
+        let mut done_at: Option<Instant> = None;
         let status = loop {
             let c = child.0.as_mut().unwrap();
             if let Some(st) = c.try_wait().map_err(|e| BootError::Other(e.to_string()))? {
@@ -813,6 +820,18 @@ impl Guest {
             }
             let text = fs::read_to_string(&results).unwrap_or_default();
             let p = parse_results(&text);
+            if p.done {
+                let at = *done_at.get_or_insert_with(Instant::now);
+                if at.elapsed() > POWER_OFF_GRACE {
+                    eprintln!(
+                        "rig: [{}] the guest did not power off {} s after its scenario; killed",
+                        kernel.describe(),
+                        POWER_OFF_GRACE.as_secs()
+                    );
+                    QemuChild::kill_group(c);
+                    break Some(c.wait().map_err(|e| BootError::Other(e.to_string()))?);
+                }
+            }
             while acted < p.waits.len() {
                 let name = &p.waits[acted];
                 match self.actions.get(name) {

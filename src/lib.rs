@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod balance;
 pub mod bench;
 pub mod convert;
 pub mod demo;

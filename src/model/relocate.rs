@@ -251,6 +251,8 @@ struct Space {
     /// ([`Free::Holes`]): all that is unallocated at the start is taken as
     /// one range.
     holes: Option<Vec<Vec<u64>>>,
+    /// The chunks allocated, in order ([`simulate_balance`] reports them).
+    made: Vec<Made>,
 }
 
 impl Space {
@@ -263,23 +265,38 @@ impl Space {
         total: u64,
         kernel: KernelVersion,
     ) -> Option<u64> {
-        let Some(holes) = &mut self.holes else {
-            return alloc::allocate_chunk(&mut self.free, p, kind, total, kernel);
+        let per_device = |c: &alloc::Chunk| c.stripe * u64::from(p.geometry().dev_stripes);
+        let c = match &mut self.holes {
+            None => {
+                let c = alloc::next_chunk(&self.free, p, kind, total, kernel)?;
+                for &d in &c.devices {
+                    self.free[d] -= per_device(&c);
+                }
+                c
+            }
+            Some(holes) => {
+                let largest: Vec<u64> = holes
+                    .iter()
+                    .map(|h| h.iter().copied().max().unwrap_or(0))
+                    .collect();
+                let c = alloc::next_chunk(&largest, p, kind, total, kernel)?;
+                for &d in &c.devices {
+                    // The largest range (no range holds the largest chunk
+                    // wanted when the largest is what sized it).
+                    let h = holes[d].iter_mut().max()?;
+                    *h -= per_device(&c);
+                    self.free[d] -= per_device(&c);
+                }
+                c
+            }
         };
-        let largest: Vec<u64> = holes
-            .iter()
-            .map(|h| h.iter().copied().max().unwrap_or(0))
-            .collect();
-        let c = alloc::next_chunk(&largest, p, kind, total, kernel)?;
-        let per_device = c.stripe * u64::from(p.geometry().dev_stripes);
-        for &d in &c.devices {
-            // The largest range (no range holds the largest chunk wanted
-            // when the largest is what sized it).
-            let h = holes[d].iter_mut().max()?;
-            *h -= per_device;
-            self.free[d] -= per_device;
-        }
-        Some(c.length)
+        let length = c.length;
+        self.made.push(Made {
+            kind,
+            profile: p,
+            chunk: c,
+        });
+        Some(length)
     }
 
     /// Allocates a chunk of `p` for `kind` and adds it to `pool` as a
@@ -560,6 +577,76 @@ pub fn simulate_remove(
     )
 }
 
+/// A chunk a replay allocated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Made {
+    /// Its type.
+    pub kind: ChunkKind,
+    /// Its profile.
+    pub profile: Profile,
+    /// Its size, stripes and devices (indexes into [`Layout::free`]).
+    pub chunk: alloc::Chunk,
+}
+
+/// What a replay that fitted did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    /// Chunks relocated.
+    pub steps: usize,
+    /// Chunks allocated to take their bytes, in order.
+    pub made: Vec<Made>,
+}
+
+/// Replays a balance that relocates the chunks starting at `selected`
+/// (logical addresses), each into chunks of its own profile, on the same
+/// devices: the kernel walks them from the highest address down
+/// (`__btrfs_balance`), forces no chunk first (the profile does not
+/// change: `btrfs_inc_block_group_ro` allocates one only when the chunk
+/// cannot be made read-only otherwise), and the chunks it does not
+/// relocate take bytes first. `Ok` with the chunks it allocated (where the
+/// relocated bytes went: how wide the new chunks are, on which devices) or
+/// where it runs out of space.
+pub fn simulate_balance(
+    layout: &Layout,
+    selected: &[u64],
+    assume: Assume,
+) -> Result<Moved, Shortfall> {
+    let chosen = |c: &LayoutChunk| selected.contains(&c.logical);
+    let mut by_logical: Vec<&LayoutChunk> = layout.chunks.iter().collect();
+    by_logical.sort_by_key(|c| c.logical);
+    let pool = by_logical
+        .iter()
+        .filter(|c| !chosen(c))
+        .map(|c| Target {
+            kind: c.kind,
+            profile: c.profile,
+            room: c.length.saturating_sub(c.used),
+        })
+        .collect();
+    let order: Vec<(&LayoutChunk, Profile)> = by_logical
+        .iter()
+        .rev()
+        .filter(|c| chosen(c))
+        .map(|c| (*c, c.profile))
+        .collect();
+    let system = order
+        .iter()
+        .find(|(c, _)| c.kind == ChunkKind::System)
+        .map(|(c, _)| c.profile);
+    replay_made(
+        layout,
+        Job {
+            order,
+            pool,
+            forced: false,
+            gone: Vec::new(),
+            total: layout.total_bytes,
+            system,
+        },
+        assume,
+    )
+}
+
 /// What a replay relocates, and how.
 struct Job<'a> {
     /// The chunks in the order the kernel relocates them, each with the
@@ -641,8 +728,13 @@ fn place(
     Ok(())
 }
 
-/// The replay of `job` on `layout`.
+/// The replay of `job` on `layout`: the chunks relocated.
 fn replay(layout: &Layout, job: Job<'_>, assume: Assume) -> Result<usize, Shortfall> {
+    replay_made(layout, job, assume).map(|m| m.steps)
+}
+
+/// The replay of `job` on `layout`, with the chunks it allocated.
+fn replay_made(layout: &Layout, job: Job<'_>, assume: Assume) -> Result<Moved, Shortfall> {
     let Assume {
         unread,
         free,
@@ -662,6 +754,7 @@ fn replay(layout: &Layout, job: Job<'_>, assume: Assume) -> Result<usize, Shortf
     let mut space = Space {
         free: layout.free.clone(),
         holes: (free == Free::Holes && dup).then(|| layout.free.iter().map(|&f| vec![f]).collect()),
+        made: Vec::new(),
     };
     let staying = |stripes: &[(usize, u64)]| -> Vec<(usize, u64)> {
         stripes
@@ -790,7 +883,10 @@ fn replay(layout: &Layout, job: Job<'_>, assume: Assume) -> Result<usize, Shortf
             }
         }
     }
-    Ok(steps)
+    Ok(Moved {
+        steps,
+        made: space.made,
+    })
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub fn execute_remove(
     store: &StartedStore,
     signals: &OperationSignals,
     progress: &mut dyn FnMut(&RemoveProgress),
-) -> Result<RemoveEnd> {
+) -> Result<RemoveReport> {
     let mut removed = Vec::new();
     let steps = plan.commands.len();
     record_started(fs, plan, store)?;
@@ -52,12 +52,15 @@ pub fn execute_remove(
         if let Some(signal) = interrupted
             && let Some(d) = fs.devices()?.into_iter().find(|d| d.devid == dev.devid)
         {
-            return Ok(RemoveEnd::Stopped(RemoveStopped {
-                signal: signal.to_owned(),
-                removed,
-                devid: dev.devid,
-                bytes_left: d.bytes_used,
-            }));
+            return Ok(RemoveReport::stopped(
+                plan,
+                RemoveStopped {
+                    signal: signal.to_owned(),
+                    removed,
+                    devid: dev.devid,
+                    bytes_left: d.bytes_used,
+                },
+            ));
         }
         if !fs.devices()?.iter().any(|d| d.devid == dev.devid) {
             // The remove that ran took it out.
@@ -144,12 +147,15 @@ pub fn execute_remove(
                 seconds: t0.elapsed().as_secs_f64(),
             }),
             (_, Some(d)) if signal.is_some() => {
-                return Ok(RemoveEnd::Stopped(RemoveStopped {
-                    signal: signal.unwrap_or("a signal").to_owned(),
-                    removed,
-                    devid: dev.devid,
-                    bytes_left: d.bytes_used,
-                }));
+                return Ok(RemoveReport::stopped(
+                    plan,
+                    RemoveStopped {
+                        signal: signal.unwrap_or("a signal").to_owned(),
+                        removed,
+                        devid: dev.devid,
+                        bytes_left: d.bytes_used,
+                    },
+                ));
             }
             (_, None) => removed.push(Removed {
                 devid: dev.devid,
@@ -160,7 +166,7 @@ pub fn execute_remove(
             (_, Some(_)) => return Err(remove_failed(dev.devid, shown, &stderr, &removed)),
         }
     }
-    verified(fs, plan, removed).map(RemoveEnd::Done)
+    verified(fs, plan, removed).map(|r| RemoveReport::done(plan, r))
 }
 
 /// Records the remove before the kernel is asked: a re-run ties a device

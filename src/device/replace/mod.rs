@@ -685,13 +685,15 @@ pub struct ReplaceDetached {
     pub progress: Option<ReplaceProgress>,
 }
 
-/// How a run ended.
-#[derive(Debug)]
-pub enum ReplaceEnd {
-    /// Done and verified.
-    Done(ReplaceResult),
-    /// A signal came: the replace goes on in the kernel.
-    Detached(ReplaceDetached),
+impl ReplaceReport {
+    /// The plan alone: its record before anything is done.
+    pub fn planned(plan: &ReplacePlan) -> Self {
+        ReplaceReport {
+            plan: plan.clone(),
+            result: None,
+            detached: None,
+        }
+    }
 }
 
 /// Finds systemd-inhibit when logind can honour it (systemd is PID 1).
@@ -846,7 +848,7 @@ pub fn execute_replace(
     store: &StartedStore,
     signals: &OperationSignals,
     progress: &mut dyn FnMut(&ReplaceProgress),
-) -> Result<ReplaceEnd> {
+) -> Result<ReplaceReport> {
     let old = plan
         .old
         .as_ref()
@@ -904,10 +906,13 @@ pub fn execute_replace(
         let (n, which) = signals.wait(Duration::from_millis(500));
         if n > 0 {
             // The replace runs in its own session: it goes on.
-            return Ok(ReplaceEnd::Detached(ReplaceDetached {
-                signal: which.map_or("a signal", |w| w.name()).to_owned(),
-                progress: Some(p),
-            }));
+            return Ok(ReplaceReport {
+                detached: Some(ReplaceDetached {
+                    signal: which.map_or("a signal", |w| w.name()).to_owned(),
+                    progress: Some(p),
+                }),
+                ..ReplaceReport::planned(plan)
+            });
         }
     }
     if let Some((mut c, shown)) = child {
@@ -951,7 +956,11 @@ pub fn execute_replace(
             .with_hint("run it again by hand; the data is on the new device")
         })?;
     }
-    verify(fs, plan, old.devid, &s, started.elapsed().as_secs_f64())
+    let result = verify(fs, plan, old.devid, &s, started.elapsed().as_secs_f64())?;
+    Ok(ReplaceReport {
+        result: Some(result),
+        ..ReplaceReport::planned(plan)
+    })
 }
 
 /// The kernel marks a replace finished a moment before it lets go of the
@@ -983,7 +992,7 @@ fn verify(
     devid: u64,
     s: &btrfs_uapi::replace::ReplaceStatus,
     seconds: f64,
-) -> Result<ReplaceEnd> {
+) -> Result<ReplaceResult> {
     let devices = fs.devices()?;
     let Some(now) = devices.iter().find(|d| d.devid == devid) else {
         return Err(Error::new(
@@ -1015,7 +1024,7 @@ fn verify(
         .collect();
     let chunks = fs.chunk_records()?.unwrap_or_default();
     let redundancy = crate::device::redundancy::check(&chunks, &present, &m);
-    Ok(ReplaceEnd::Done(ReplaceResult {
+    Ok(ReplaceResult {
         devid,
         path: now.path.clone(),
         size: now.total_bytes,
@@ -1030,7 +1039,7 @@ fn verify(
             now.path.clone(),
         ],
         seconds,
-    }))
+    })
 }
 
 /// Opens the filesystem at `path` once, reads it, OLD's chunks and NEW,

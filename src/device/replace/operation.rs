@@ -7,9 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{
-    OldSpec, ReplaceDetached, ReplaceEnd, ReplaceOptions, ReplacePlan, ReplaceReport, ReplaceResult,
-};
+use super::{OldSpec, ReplaceDetached, ReplaceOptions, ReplacePlan, ReplaceReport, ReplaceResult};
 use crate::device::preflight::refused;
 use crate::device::started::StartedStore;
 use crate::error::{Error, ErrorKind, Result, exit};
@@ -247,11 +245,7 @@ impl Operation for Replace {
     }
 
     fn plan_record(&self, plan: &ReplacePlan) -> ReplaceReport {
-        ReplaceReport {
-            plan: plan.clone(),
-            result: None,
-            detached: None,
-        }
+        ReplaceReport::planned(plan)
     }
 
     fn verdict(&self, plan: &ReplacePlan) -> Verdict {
@@ -294,15 +288,14 @@ impl Operation for Replace {
             track.show(&p.reading(), None);
         });
         track.finish();
-        let mut report = self.plan_record(plan);
-        let r = match end? {
-            ReplaceEnd::Detached(d) => {
-                let e = detached_error(plan, &d, ui);
-                report.detached = Some(d);
-                ui::emit(ui, &report);
-                return Err(e);
-            }
-            ReplaceEnd::Done(r) => r,
+        let report = end?;
+        let Some(r) = &report.result else {
+            let e = match &report.detached {
+                Some(d) => detached_error(plan, d, ui),
+                None => Error::new(ErrorKind::State, "the replace ended without a result"),
+            };
+            ui::emit(ui, &report);
+            return Err(e);
         };
         let scrubbed = if self.scrub && !r.path.is_empty() {
             ui.say(&format!("scrubbing the new device: {}\n", r.path));
@@ -312,8 +305,7 @@ impl Operation for Replace {
                     ScrubAfter::Done(s) => Ok(s),
                     ScrubAfter::Failed(e) => Err(e),
                     ScrubAfter::Interrupted { signal, started } => {
-                        let e = scrub_interrupted(&signal, started, plan, &r);
-                        report.result = Some(r);
+                        let e = scrub_interrupted(&signal, started, plan, r);
                         ui::emit(ui, &report);
                         return Err(e);
                     }
@@ -322,7 +314,6 @@ impl Operation for Replace {
         } else {
             None
         };
-        report.result = Some(r);
         Ok(Replaced { report, scrubbed })
     }
 

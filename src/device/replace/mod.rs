@@ -261,7 +261,9 @@ fn read_from_others(
     read_from_others
 }
 
-/// Plans replacing `old` with `new` (pure).
+/// Plans replacing `old` with `new` (pure): the refusals in the order a
+/// person reads them (the run, NEW's tie to a replace of ours, what runs on
+/// the filesystem, OLD, NEW), then how the copy reads, suspend, the commands.
 pub(crate) fn plan_replace(
     fs: &FsState,
     old: &OldSpec,
@@ -269,40 +271,9 @@ pub(crate) fn plan_replace(
     opts: ReplaceOptions,
     facts: &ReplaceFacts,
 ) -> ReplacePlan {
-    let mut refusals = Vec::new();
-    let mut notes = Vec::new();
     let m = fs.mount_point.display().to_string();
-    if !facts.is_root {
-        refusals.push(Reason::not_root("replacing a device"));
-    }
-    if facts.read_only {
-        refusals.push(Reason::general(
-            "read-only",
-            format!("{m} is mounted read-only; a replace writes: remount it read-write (mount -o remount,rw{} {m}); a filesystem whose data has no copy of what the missing device held mounts only read-only: copy out what is left with btrfs-lab rescue {m} --copy-to DIR", if fs.devices.iter().any(|d| d.path.is_empty()) { ",degraded" } else { "" }),
-            false,
-        ));
-    }
-    // NEW already took over (the replace ended while nobody followed it):
-    // what is left is the resize and the checks. Only for the replace this
-    // tool recorded starting (filesystem, devid, NEW's path and device
-    // number): NEW being device N tells nothing by itself (it may always
-    // have been).
-    let finished_onto = facts
-        .started
-        .as_ref()
-        .filter(|r| !facts.replace_running && r.fsid == fs.fsid && r.new.is(&new.path, new.devt))
-        .filter(|r| match old {
-            OldSpec::Devid(id) => *id == r.devid,
-            OldSpec::Path(p) => {
-                let p = crate::sys::block::blockdev::resolved(p);
-                !r.old_path.is_empty() && Path::new(&r.old_path) == p
-            }
-        })
-        .and_then(|r| {
-            fs.devices
-                .iter()
-                .find(|d| d.devid == r.devid && same_device(&d.path, &new.path))
-        });
+    let mut refusals = run_refusals(fs, facts, &m);
+    let finished_onto = finished_onto(fs, old, new, facts);
     let following = facts.replace_running || finished_onto.is_some();
     // NEW already is the device to replace, and no replace of ours put it
     // there: nothing to replace.
@@ -311,107 +282,29 @@ pub(crate) fn plan_replace(
         .flatten()
         .filter(|d| same_device(&d.path, &new.path));
     if let Some(d) = already {
-        refusals.push(Reason::general(
-            "already-that-device",
-            format!(
-                "{} already is device {} of {m}: nothing to replace (no replace onto it that btrfs-lab started is on record{})",
-                new.given.display(),
-                d.devid,
-                if facts.last_finished { "; the replace that finished since the mount was another one" } else { "" }
-            ),
-            false,
-        ));
+        refusals.push(already_that_device(new, d.devid, facts, &m));
     }
-    match fs.exclusive_operation.as_deref() {
-        None | Some("none") => {}
-        Some("device replace") if following => {}
-        Some(op) => refusals.push(Reason::general(
-            "exclusive-operation",
-            format!("another operation is running on this filesystem ({op}); wait until it ends, or see btrfs-lab convert {m} --status"),
-            false,
-        )),
-    }
-    if fs.balance.is_some_and(|b| b.paused) {
-        refusals.push(Reason::general(
-            "balance-paused",
-            format!("a paused balance exists; resume it (btrfs-lab convert {m} --resume) or cancel it (--cancel) first"),
-            false,
-        ));
-    }
+    refusals.extend(busy_refusals(fs, following, &m));
     let member = finished_onto.or_else(|| find_old(fs, old));
-    let old_dev = member.map(|d| OldDevice {
-        devid: d.devid,
-        path: d.path.clone(),
-        missing: d.path.is_empty(),
-        size: d.size,
-        allocated: d.allocated,
-        errors: fs
-            .device_errors
-            .iter()
-            .find(|e| e.devid == d.devid)
-            .cloned(),
-    });
+    let old_dev = member.map(|d| old_device(fs, d));
     if member.is_none() {
-        let (what, hint) = match old {
-            OldSpec::Devid(id) => (format!("device id {id}"), ""),
-            OldSpec::Path(p) => (
-                p.display().to_string(),
-                " (a missing device is named by its devid)",
-            ),
-        };
-        let members: Vec<String> = fs
-            .devices
-            .iter()
-            .map(|d| {
-                if d.path.is_empty() {
-                    format!("{} (missing)", d.devid)
-                } else {
-                    format!("{} {}", d.devid, d.path)
-                }
-            })
-            .collect();
-        refusals.push(Reason::general(
-            "old-not-member",
-            format!(
-                "{what} is not a device of {m}{hint}; its devices: {}",
-                members.join(", ")
-            ),
-            false,
-        ));
+        refusals.push(not_a_member(fs, old, &m));
     }
     let on_old = old_dev
         .as_ref()
         .map_or_else(Vec::new, |o| holdings(o.devid, facts));
     let bytes_to_copy = old_dev.as_ref().map_or(0, |o| o.allocated);
-
-    // NEW.
-    let new_reasons: Vec<Reason> = if following || already.is_some() {
-        Vec::new()
-    } else {
-        device_reasons(new, fs)
-            .into_iter()
-            .filter(|r| r.blocks(opts.overwrite))
-            .collect()
-    };
-    refusals.extend(new_reasons);
-    if let (Some(o), Some(size)) = (&old_dev, new.size)
-        && size < o.size
-        && !following
-    {
-        refusals.push(Reason::general(
-            "new-too-small",
-            format!(
-                "{} has {}, less than the {} btrfs uses of device {}: the kernel copies OLD's whole size; shrink it first when its data fits (btrfs filesystem resize {}:{} {m}), or use a larger device",
-                new.given.display(),
-                format_iec(size),
-                format_iec(o.size),
-                o.devid,
-                o.devid,
-                size
-            ),
-            false,
-        ));
+    if !following && already.is_none() {
+        refusals.extend(
+            device_reasons(new, fs)
+                .into_iter()
+                .filter(|r| r.blocks(opts.overwrite)),
+        );
     }
+    if !following && let Some(r) = too_small(new, old_dev.as_ref(), &m) {
+        refusals.push(r);
+    }
+    let mut notes = Vec::new();
     if finished_onto.is_some() {
         notes.push(format!(
             "the replace onto {} has finished: this run does the steps after it",
@@ -427,51 +320,19 @@ pub(crate) fn plan_replace(
             _ => notes.push("a replace is already running: this run follows it, then resizes and verifies".to_owned()),
         }
     }
-
-    // Reading from other copies.
     let read_from_others = read_from_others(old_dev.as_ref(), &on_old, opts.read_from, &mut notes);
-
-    // Suspend.
-    let inhibit = match &facts.systemd_inhibit {
-        Some(_) => Inhibit {
-            systemd_inhibit: true,
-            note: "suspend and shutdown are held off while the replace runs (systemd-inhibit)".to_owned(),
-        },
-        None => Inhibit {
-            systemd_inhibit: false,
-            note: "nothing holds off suspend here (no systemd-logind): a suspend, hibernation or filesystem freeze cancels a running replace on kernels 6.19 and later, and a re-run starts it again from the beginning".to_owned(),
-        },
-    };
+    let inhibit = inhibit(facts);
     notes.push(inhibit.note.clone());
-
-    // Commands.
     let mut commands = Vec::new();
-    let new_path = new.path.display().to_string();
     if !following {
-        let mut start = Vec::new();
-        if inhibit.systemd_inhibit {
-            start.extend(
-                [
-                    "systemd-inhibit",
-                    "--what=sleep:shutdown",
-                    "--who=btrfs-lab",
-                    "--why=btrfs device replace",
-                    "--mode=block",
-                ]
-                .map(str::to_owned),
-            );
-        }
-        start.extend(["btrfs", "replace", "start", "-B"].map(str::to_owned));
-        if read_from_others {
-            start.push("-r".to_owned());
-        }
-        if opts.overwrite {
-            start.push("-f".to_owned());
-        }
-        start.push(old_dev.as_ref().map_or(0, |o| o.devid).to_string());
-        start.push(new_path.clone());
-        start.push(m.clone());
-        commands.push(start);
+        commands.push(start_command(
+            &inhibit,
+            read_from_others,
+            opts,
+            old_dev.as_ref().map_or(0, |o| o.devid),
+            new,
+            &m,
+        ));
     }
     if let (Some(o), Some(size)) = (&old_dev, new.size)
         && size > o.size
@@ -494,7 +355,6 @@ pub(crate) fn plan_replace(
     notes.push(
         "Ctrl-C leaves the replace running in the kernel: --status follows it, --cancel stops it, a re-run of this command follows it and finishes the steps after it".to_owned(),
     );
-
     ReplacePlan {
         mount_point: fs.mount_point.clone(),
         old: old_dev,
@@ -518,6 +378,209 @@ pub(crate) fn plan_replace(
         notes,
         refusals,
     }
+}
+
+/// What refuses the run itself: no root, a filesystem mounted read-only.
+fn run_refusals(fs: &FsState, facts: &ReplaceFacts, m: &str) -> Vec<Reason> {
+    let mut refusals = Vec::new();
+    if !facts.is_root {
+        refusals.push(Reason::not_root("replacing a device"));
+    }
+    if facts.read_only {
+        refusals.push(Reason::general(
+            "read-only",
+            format!("{m} is mounted read-only; a replace writes: remount it read-write (mount -o remount,rw{} {m}); a filesystem whose data has no copy of what the missing device held mounts only read-only: copy out what is left with btrfs-lab rescue {m} --copy-to DIR", if fs.devices.iter().any(|d| d.path.is_empty()) { ",degraded" } else { "" }),
+            false,
+        ));
+    }
+    refusals
+}
+
+/// NEW already took over (the replace ended while nobody followed it):
+/// what is left is the resize and the checks. Only for the replace this
+/// tool recorded starting (filesystem, devid, NEW's path and device
+/// number): NEW being device N tells nothing by itself (it may always
+/// have been).
+fn finished_onto<'a>(
+    fs: &'a FsState,
+    old: &OldSpec,
+    new: &BlockDeviceFacts,
+    facts: &ReplaceFacts,
+) -> Option<&'a crate::operation::state::MemberDevice> {
+    facts
+        .started
+        .as_ref()
+        .filter(|r| !facts.replace_running && r.fsid == fs.fsid && r.new.is(&new.path, new.devt))
+        .filter(|r| match old {
+            OldSpec::Devid(id) => *id == r.devid,
+            OldSpec::Path(p) => {
+                let p = crate::sys::block::blockdev::resolved(p);
+                !r.old_path.is_empty() && Path::new(&r.old_path) == p
+            }
+        })
+        .and_then(|r| {
+            fs.devices
+                .iter()
+                .find(|d| d.devid == r.devid && same_device(&d.path, &new.path))
+        })
+}
+
+/// NEW already is device `devid`, with no replace of ours on record.
+fn already_that_device(
+    new: &BlockDeviceFacts,
+    devid: u64,
+    facts: &ReplaceFacts,
+    m: &str,
+) -> Reason {
+    Reason::general(
+        "already-that-device",
+        format!(
+            "{} already is device {devid} of {m}: nothing to replace (no replace onto it that btrfs-lab started is on record{})",
+            new.given.display(),
+            if facts.last_finished {
+                "; the replace that finished since the mount was another one"
+            } else {
+                ""
+            }
+        ),
+        false,
+    )
+}
+
+/// Another exclusive operation, or a paused balance, on the filesystem.
+fn busy_refusals(fs: &FsState, following: bool, m: &str) -> Vec<Reason> {
+    let mut refusals = Vec::new();
+    match fs.exclusive_operation.as_deref() {
+        None | Some("none") => {}
+        Some("device replace") if following => {}
+        Some(op) => refusals.push(Reason::general(
+            "exclusive-operation",
+            format!("another operation is running on this filesystem ({op}); wait until it ends, or see btrfs-lab convert {m} --status"),
+            false,
+        )),
+    }
+    if fs.balance.is_some_and(|b| b.paused) {
+        refusals.push(Reason::general(
+            "balance-paused",
+            format!("a paused balance exists; resume it (btrfs-lab convert {m} --resume) or cancel it (--cancel) first"),
+            false,
+        ));
+    }
+    refusals
+}
+
+/// OLD as the plan shows it, with its error counters.
+fn old_device(fs: &FsState, d: &crate::operation::state::MemberDevice) -> OldDevice {
+    OldDevice {
+        devid: d.devid,
+        path: d.path.clone(),
+        missing: d.path.is_empty(),
+        size: d.size,
+        allocated: d.allocated,
+        errors: fs
+            .device_errors
+            .iter()
+            .find(|e| e.devid == d.devid)
+            .cloned(),
+    }
+}
+
+/// OLD is not a member: the refusal names the members.
+fn not_a_member(fs: &FsState, old: &OldSpec, m: &str) -> Reason {
+    let (what, hint) = match old {
+        OldSpec::Devid(id) => (format!("device id {id}"), ""),
+        OldSpec::Path(p) => (
+            p.display().to_string(),
+            " (a missing device is named by its devid)",
+        ),
+    };
+    let members: Vec<String> = fs
+        .devices
+        .iter()
+        .map(|d| {
+            if d.path.is_empty() {
+                format!("{} (missing)", d.devid)
+            } else {
+                format!("{} {}", d.devid, d.path)
+            }
+        })
+        .collect();
+    Reason::general(
+        "old-not-member",
+        format!(
+            "{what} is not a device of {m}{hint}; its devices: {}",
+            members.join(", ")
+        ),
+        false,
+    )
+}
+
+/// NEW smaller than the size btrfs uses of OLD.
+fn too_small(new: &BlockDeviceFacts, old: Option<&OldDevice>, m: &str) -> Option<Reason> {
+    let (o, size) = (old?, new.size?);
+    (size < o.size).then(|| Reason::general(
+        "new-too-small",
+        format!(
+            "{} has {}, less than the {} btrfs uses of device {}: the kernel copies OLD's whole size; shrink it first when its data fits (btrfs filesystem resize {}:{} {m}), or use a larger device",
+            new.given.display(),
+            format_iec(size),
+            format_iec(o.size),
+            o.devid,
+            o.devid,
+            size
+        ),
+        false,
+    ))
+}
+
+/// How suspend is held off while the replace runs, or why it is not.
+fn inhibit(facts: &ReplaceFacts) -> Inhibit {
+    match &facts.systemd_inhibit {
+        Some(_) => Inhibit {
+            systemd_inhibit: true,
+            note: "suspend and shutdown are held off while the replace runs (systemd-inhibit)".to_owned(),
+        },
+        None => Inhibit {
+            systemd_inhibit: false,
+            note: "nothing holds off suspend here (no systemd-logind): a suspend, hibernation or filesystem freeze cancels a running replace on kernels 6.19 and later, and a re-run starts it again from the beginning".to_owned(),
+        },
+    }
+}
+
+/// `btrfs replace start -B [-r] [-f] DEVID NEW MOUNT`, under
+/// systemd-inhibit where it holds off suspend.
+fn start_command(
+    inhibit: &Inhibit,
+    read_from_others: bool,
+    opts: ReplaceOptions,
+    devid: u64,
+    new: &BlockDeviceFacts,
+    m: &str,
+) -> Vec<String> {
+    let mut start = Vec::new();
+    if inhibit.systemd_inhibit {
+        start.extend(
+            [
+                "systemd-inhibit",
+                "--what=sleep:shutdown",
+                "--who=btrfs-lab",
+                "--why=btrfs device replace",
+                "--mode=block",
+            ]
+            .map(str::to_owned),
+        );
+    }
+    start.extend(["btrfs", "replace", "start", "-B"].map(str::to_owned));
+    if read_from_others {
+        start.push("-r".to_owned());
+    }
+    if opts.overwrite {
+        start.push("-f".to_owned());
+    }
+    start.push(devid.to_string());
+    start.push(new.path.display().to_string());
+    start.push(m.to_owned());
+    start
 }
 
 /// Where the replace is, as a share of the data to copy.

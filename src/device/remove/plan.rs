@@ -454,20 +454,9 @@ fn not_member(fs: &FsState, s: &RemoveSpec, m: &str) -> Reason {
         RemoveSpec::Missing => format!("no device of {m} is missing"),
         RemoveSpec::Path(p) => format!("{} is not a device of {m}", p.display()),
     };
-    let list: Vec<String> = fs
-        .devices
-        .iter()
-        .map(|d| {
-            if d.path.is_empty() {
-                format!("{} (missing)", d.devid)
-            } else {
-                format!("{} {}", d.devid, d.path)
-            }
-        })
-        .collect();
     Reason::general(
         "not-member",
-        format!("{what}; its devices: {}", list.join(", ")),
+        format!("{what}; its devices: {}", crate::device::members_listed(fs)),
         false,
     )
 }

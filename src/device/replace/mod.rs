@@ -494,22 +494,11 @@ fn not_a_member(fs: &FsState, old: &OldSpec, m: &str) -> Reason {
             " (a missing device is named by its devid)",
         ),
     };
-    let members: Vec<String> = fs
-        .devices
-        .iter()
-        .map(|d| {
-            if d.path.is_empty() {
-                format!("{} (missing)", d.devid)
-            } else {
-                format!("{} {}", d.devid, d.path)
-            }
-        })
-        .collect();
     Reason::general(
         "old-not-member",
         format!(
             "{what} is not a device of {m}{hint}; its devices: {}",
-            members.join(", ")
+            crate::device::members_listed(fs)
         ),
         false,
     )

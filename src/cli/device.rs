@@ -155,12 +155,11 @@ struct AddArgs {
 pub fn run(args: DeviceArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8> {
     // What replace and remove started is recorded there (a re-run ties
     // "already done" to it).
-    let started =
-        StartedStore::new(&state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::scrub::STATE_DIR)));
+    let state_dir = state_dir.unwrap_or_else(|| PathBuf::from(btrfs_lab::scrub::STATE_DIR));
     match args.command {
         DeviceCommand::Add(a) => add(a, out),
-        DeviceCommand::Replace(a) => replace(a, out, started.clone()),
-        DeviceCommand::Remove(a) => remove(a, out, started),
+        DeviceCommand::Replace(a) => replace(a, out, &state_dir),
+        DeviceCommand::Remove(a) => remove(a, out, StartedStore::new(&state_dir)),
     }
 }
 
@@ -276,7 +275,7 @@ fn render_redundancy(
     }
 }
 
-fn replace(a: ReplaceArgs, out: &Output, started: StartedStore) -> Result<u8> {
+fn replace(a: ReplaceArgs, out: &Output, state_dir: &Path) -> Result<u8> {
     signals::install_pausable()?;
     a.units.select();
     if a.status {
@@ -297,7 +296,7 @@ fn replace(a: ReplaceArgs, out: &Output, started: StartedStore) -> Result<u8> {
         },
         no_resize: a.no_resize,
     };
-    let mut op = Replace::new(a.mount, old, new, opts, a.scrub, started);
+    let mut op = Replace::new(a.mount, old, new, opts, a.scrub, state_dir);
     operation::run(&mut op, a.confirm.into(), out, &ReplaceText(out))
 }
 
@@ -409,7 +408,18 @@ fn replaced_text(done: &Replaced, out: &Output) -> String {
     }
     render_redundancy(&mut t, &r.redundancy, out);
     match &scrubbed {
-        Some(Ok(())) => t.push_str("  scrub of the new device: clean\n"),
+        Some(Ok(s)) if s.totals.uncorrectable > 0 => t.push_str(&format!(
+            "  scrub of the new device failed: {} uncorrectable error(s) of {} found, {} corrected (btrfs-lab scrub {} --status; dmesg names the files)\n",
+            s.totals.uncorrectable,
+            s.totals.errors,
+            s.totals.corrected,
+            s.mount_point.display()
+        )),
+        Some(Ok(s)) if s.totals.errors + s.totals.corrected > 0 => t.push_str(&format!(
+            "  scrub of the new device: {} error(s) found, {} corrected\n",
+            s.totals.errors, s.totals.corrected
+        )),
+        Some(Ok(_)) => t.push_str("  scrub of the new device: clean\n"),
         Some(Err(e)) => t.push_str(&format!(
             "  scrub of the new device failed: {}\n",
             e.message()

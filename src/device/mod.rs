@@ -11,3 +11,21 @@ pub mod redundancy;
 pub mod remove;
 pub mod replace;
 pub mod started;
+
+use crate::operation::state::FsState;
+
+/// The members of `fs` as a refusal lists them: `1 /dev/sda, 2 (missing)`.
+pub(crate) fn members_listed(fs: &FsState) -> String {
+    let members: Vec<String> = fs
+        .devices
+        .iter()
+        .map(|d| {
+            if d.path.is_empty() {
+                format!("{} (missing)", d.devid)
+            } else {
+                format!("{} {}", d.devid, d.path)
+            }
+        })
+        .collect();
+    members.join(", ")
+}

@@ -27,7 +27,6 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -40,7 +39,7 @@ use crate::space::room;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::fs::state::StateRoom;
 use crate::sys::kernel::btrfs::FsHandle;
-use crate::sys::kernel::ioctl::{BalanceEnd, BalanceState};
+use crate::sys::kernel::ioctl::{BalanceEnd, BalanceState, UsageBalanceEnd};
 use crate::sys::kernel::signals::{OperationSignals, Received};
 use crate::sys::tools::display_argv;
 
@@ -747,7 +746,7 @@ fn run_step(
         StepKind::Metadata => (None, Some(usage)),
     };
     let worker = thread::spawn(move || {
-        let _ = tx.send(wh.balance_usage(d, m));
+        let _ = tx.send(UsageBalanceEnd::of(wh.balance_usage(d, m)));
     });
     if *stopping {
         canceller.pause();
@@ -757,7 +756,7 @@ fn run_step(
     let ended = loop {
         match rx.try_recv() {
             Ok(r) => break r,
-            Err(mpsc::TryRecvError::Disconnected) => break Err(Errno::EIO),
+            Err(mpsc::TryRecvError::Disconnected) => break UsageBalanceEnd::lost(),
             Err(mpsc::TryRecvError::Empty) => {}
         }
         let (n, which) = signals.wait(Duration::from_millis(100));
@@ -792,7 +791,7 @@ fn run_step(
     };
     let _ = worker.join();
     let _ = canceller.finish();
-    if let Ok(BalanceEnd::Finished { completed, .. }) = ended {
+    if let UsageBalanceEnd::Ended(BalanceEnd::Finished { completed, .. }) = ended {
         // The log ends with the last state.
         on_event(Event::Record(ReclaimRecord::Progress {
             usage,
@@ -804,27 +803,29 @@ fn run_step(
     }
     let m = fs.path().display();
     match ended {
-        Ok(BalanceEnd::Finished { completed, .. }) => Ok(StepEnd::Done(completed)),
-        Ok(BalanceEnd::BtrfsError(code)) => Err(Error::new(
+        UsageBalanceEnd::Ended(BalanceEnd::Finished { completed, .. }) => {
+            Ok(StepEnd::Done(completed))
+        }
+        UsageBalanceEnd::Ended(BalanceEnd::BtrfsError(code)) => Err(Error::new(
             ErrorKind::Busy,
             format!(
                 "the kernel refused to start the balance on {m}: another exclusive operation (device add or remove, replace, resize) is running (btrfs error {code})"
             ),
         )
         .with_hint("wait until it ends, then run reclaim again")),
-        Err(Errno::ECANCELED) => Ok(StepEnd::Cancelled {
+        UsageBalanceEnd::Cancelled => Ok(StepEnd::Cancelled {
             asked: *stopping,
             done,
         }),
-        Err(Errno::ENOSPC) => Ok(StepEnd::NoSpace),
-        Err(Errno::EINPROGRESS) => Err(Error::new(
+        UsageBalanceEnd::NoSpace => Ok(StepEnd::NoSpace),
+        UsageBalanceEnd::AnotherBalance => Err(Error::new(
             ErrorKind::Busy,
             format!("another balance started on {m} at the same moment"),
         )
         .with_hint(format!(
             "let it finish (btrfs-lab convert {m} --status), then run reclaim again"
         ))),
-        Err(e) => Err(crate::convert::run::kernel_failure(fs, e, "reclaim")),
+        UsageBalanceEnd::Failed(e) => Err(crate::convert::run::kernel_failure(fs, e, "reclaim")),
     }
 }
 

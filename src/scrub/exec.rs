@@ -73,7 +73,7 @@ pub fn execute(
     let mut watch = Watch::new(plan, workers, &prior, ui);
     watch.until_every_device_returned(dir, signals, &mut log);
     drop(inhibitor);
-    let (devices, failure) = watch.end();
+    let (devices, failure, stopped_by) = watch.end();
     let elapsed = t0.elapsed().as_secs_f64();
     store.save(&saved_state(
         plan,
@@ -103,6 +103,7 @@ pub fn execute(
         missing: plan.missing.clone(),
         suspend_held_off,
         damaged_files: damaged_from(&log.events),
+        stopped_by,
     })
 }
 
@@ -214,6 +215,8 @@ struct Watch<'a> {
     track: ui::Track<'a>,
     meter: Meter,
     cancelling: bool,
+    /// The first signal's name.
+    stopped_by: Option<String>,
     failure: Option<Error>,
     last_event: Instant,
 }
@@ -253,6 +256,7 @@ impl<'a> Watch<'a> {
             track: ui::Track::new(ui, "scrub", "scrubbing").records(false),
             meter: Meter::new(),
             cancelling: false,
+            stopped_by: None,
             failure: None,
             last_event: Instant::now() - Duration::from_secs(10),
         }
@@ -294,6 +298,7 @@ impl<'a> Watch<'a> {
             self.ui
                 .note("still stopping: waiting until the kernel's scrub of every device returned");
         } else {
+            self.stopped_by = Some(name.to_owned());
             ui::emit(
                 self.ui,
                 &ScrubRecord::Stopping {
@@ -382,8 +387,9 @@ impl<'a> Watch<'a> {
         }
     }
 
-    /// This run's counters per device, and the first failure.
-    fn end(self) -> (Vec<DeviceScrub>, Option<Error>) {
+    /// This run's counters per device, the first failure, the signal that
+    /// stopped it.
+    fn end(self) -> (Vec<DeviceScrub>, Option<Error>, Option<String>) {
         self.track.finish();
         let devices = self
             .results
@@ -391,7 +397,7 @@ impl<'a> Watch<'a> {
             .zip(self.last_seen)
             .map(|(r, l)| r.unwrap_or(l))
             .collect();
-        (devices, self.failure)
+        (devices, self.failure, self.stopped_by)
     }
 }
 

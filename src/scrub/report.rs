@@ -217,6 +217,11 @@ pub struct ScrubReport {
     /// the log could not be read (not root).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub damaged_files: Vec<DamagedFile>,
+    /// The signal that cancelled it (`SIGINT`, ...), for the words of a
+    /// caller that scrubbed as one step of its own job (`device replace
+    /// --scrub`); not in the document.
+    #[serde(skip)]
+    pub stopped_by: Option<String>,
 }
 
 /// A file with blocks a scrub could not repair.

@@ -138,6 +138,7 @@ fn outcome_decides_the_exit_status() {
         missing: vec![],
         suspend_held_off: false,
         damaged_files: vec![],
+        stopped_by: None,
     };
     assert_eq!(r.exit_code(), exit::SCRUB_CORRECTED.code);
     d.uncorrectable = 1;

@@ -273,6 +273,68 @@ fn replace_reads_around_a_corrupted_source_survives_ctrl_c_and_verifies() {
 
 #[test]
 #[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn replace_then_scrub_runs_btrfs_labs_scrub_of_the_new_device() {
+    if !require_root("device replace --scrub") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: GIB,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let ms = m.to_str().unwrap();
+    fill(&m, 2, 16);
+    let before = hashes(&m);
+    let new = env.spare_device("new", GIB);
+    let news = new.to_str().unwrap();
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["device", "replace", ms, "2", news, "--yes", "--scrub"]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!("scrubbing the new device: {news}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("btrfs scrub start"), "{stderr}");
+    assert!(
+        stdout.contains("scrub of the new device: clean"),
+        "{stdout}"
+    );
+    // btrfs-lab's scrub ran, of the new device alone: its state says so.
+    let (code, stdout, stderr) = run(env.cmd().args(["--json", "scrub", ms, "--status"]));
+    assert_eq!(code, 0, "{stderr}");
+    let st: btrfs_lab::scrub::ScrubStatus = typed(&stdout);
+    let last = st.last.expect("the scrub of the new device is saved");
+    assert!(last.finished, "{last:?}");
+    let devids: Vec<u64> = last.devices.iter().map(|d| d.devid).collect();
+    assert_eq!(devids, [2]);
+    assert!(last.devices[0].bytes_scrubbed > 0, "{last:?}");
+
+    // With --json the stream is the replace's alone: progress, then its
+    // document (no scrub records among them).
+    let newer = env.spare_device("newer", GIB);
+    let (code, stdout, stderr) = run(env.cmd().args([
+        "--json",
+        "device",
+        "replace",
+        ms,
+        "2",
+        newer.to_str().unwrap(),
+        "--yes",
+        "--scrub",
+    ]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (_, done): (_, ReplaceReport) = streamed(&stdout);
+    assert_eq!(Path::new(&done.result.expect("a result").path), newer);
+    assert_eq!(hashes(&m), before);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
 fn replace_finds_chunks_written_without_redundancy_and_names_the_fix() {
     if !require_root("device replace #1077") {
         return;

@@ -224,7 +224,7 @@ fn ctrl_c_during_the_scrub_after_a_replace_is_an_interruption() {
         "{stderr}"
     );
     assert!(
-        stderr.contains(&format!("btrfs scrub resume -B {news}")),
+        stderr.contains(&format!("scrub it: btrfs scrub start -B {news}")),
         "{stderr}"
     );
     assert!(!stderr.contains("failed"), "{stderr}");

@@ -13,6 +13,7 @@ use super::report::*;
 
 use crate::device::started::{DeviceAt, RemovingDevice, StartedRemove, StartedStore};
 use crate::error::{Error, ErrorKind, Result};
+use crate::report::progress::Pace;
 use crate::sys::kernel::btrfs::FsHandle;
 use crate::sys::kernel::signals::OperationSignals;
 use crate::sys::tools::{self, display_argv};
@@ -23,7 +24,7 @@ pub fn execute_remove(
     store: &StartedStore,
     signals: &OperationSignals,
     progress: &mut dyn FnMut(&RemoveProgress),
-) -> Result<RemoveEnd> {
+) -> Result<RemoveReport> {
     let mut removed = Vec::new();
     let steps = plan.commands.len();
     record_started(fs, plan, store)?;
@@ -37,36 +38,37 @@ pub fn execute_remove(
             .find(|d| d.devid == dev.devid)
             .map_or(dev.allocated, |d| d.bytes_used);
         let t0 = Instant::now();
+        let step = Step {
+            devid: dev.devid,
+            step: i + 1,
+            steps,
+            bytes_start: start_bytes,
+        };
+        let gone = || Removed {
+            devid: dev.devid,
+            path: dev.path.clone(),
+            bytes_moved: start_bytes,
+            seconds: t0.elapsed().as_secs_f64(),
+        };
         let interrupted = wait_for_running_remove(fs, dev.devid, signals, &mut |left| {
-            progress(&RemoveProgress {
-                devid: dev.devid,
-                step: i + 1,
-                steps,
-                bytes_start: start_bytes,
-                bytes_left: left,
-                rate_bytes_per_sec: 0.0,
-                eta_seconds: None,
-                pace: crate::report::progress::Pace::Running,
-            })
+            progress(&step.at(left, 0.0, None, Pace::Running))
         })?;
         if let Some(signal) = interrupted
             && let Some(d) = fs.devices()?.into_iter().find(|d| d.devid == dev.devid)
         {
-            return Ok(RemoveEnd::Stopped(RemoveStopped {
-                signal: signal.to_owned(),
-                removed,
-                devid: dev.devid,
-                bytes_left: d.bytes_used,
-            }));
+            return Ok(RemoveReport::stopped(
+                plan,
+                RemoveStopped {
+                    signal: signal.to_owned(),
+                    removed,
+                    devid: dev.devid,
+                    bytes_left: d.bytes_used,
+                },
+            ));
         }
         if !fs.devices()?.iter().any(|d| d.devid == dev.devid) {
             // The remove that ran took it out.
-            removed.push(Removed {
-                devid: dev.devid,
-                path: dev.path.clone(),
-                bytes_moved: start_bytes,
-                seconds: t0.elapsed().as_secs_f64(),
-            });
+            removed.push(gone());
             continue;
         }
         let mut argv = shown.clone();
@@ -97,16 +99,12 @@ pub fn execute_remove(
                 .find(|d| d.devid == dev.devid)
                 .map_or(0, |d| d.bytes_used);
             let r = meter.observe(start_bytes.saturating_sub(left), start_bytes);
-            progress(&RemoveProgress {
-                devid: dev.devid,
-                step: i + 1,
-                steps,
-                bytes_start: start_bytes,
-                bytes_left: left,
-                rate_bytes_per_sec: r.rate_bytes_per_sec.unwrap_or(0.0),
-                eta_seconds: r.eta_seconds,
-                pace: r.pace,
-            });
+            progress(&step.at(
+                left,
+                r.rate_bytes_per_sec.unwrap_or(0.0),
+                r.eta_seconds,
+                r.pace,
+            ));
             let (n, which) = signals.wait(Duration::from_millis(500));
             if n > 0 && signal.is_none() {
                 signal = Some(which.map_or("a signal", |w| w.name()));
@@ -121,46 +119,55 @@ pub fn execute_remove(
         if still.is_none() {
             // Gone: the last state is nothing left on it.
             let secs = t0.elapsed().as_secs_f64();
-            progress(&RemoveProgress {
-                devid: dev.devid,
-                step: i + 1,
-                steps,
-                bytes_start: start_bytes,
-                bytes_left: 0,
-                rate_bytes_per_sec: if secs > 0.0 {
-                    start_bytes as f64 / secs
-                } else {
-                    0.0
-                },
-                eta_seconds: Some(0.0),
-                pace: crate::report::progress::Pace::Done,
-            });
+            let rate = if secs > 0.0 {
+                start_bytes as f64 / secs
+            } else {
+                0.0
+            };
+            progress(&step.at(0, rate, Some(0.0), Pace::Done));
         }
         match (status.success(), still) {
-            (true, None) => removed.push(Removed {
-                devid: dev.devid,
-                path: dev.path.clone(),
-                bytes_moved: start_bytes,
-                seconds: t0.elapsed().as_secs_f64(),
-            }),
+            (true, None) => removed.push(gone()),
             (_, Some(d)) if signal.is_some() => {
-                return Ok(RemoveEnd::Stopped(RemoveStopped {
-                    signal: signal.unwrap_or("a signal").to_owned(),
-                    removed,
-                    devid: dev.devid,
-                    bytes_left: d.bytes_used,
-                }));
+                return Ok(RemoveReport::stopped(
+                    plan,
+                    RemoveStopped {
+                        signal: signal.unwrap_or("a signal").to_owned(),
+                        removed,
+                        devid: dev.devid,
+                        bytes_left: d.bytes_used,
+                    },
+                ));
             }
-            (_, None) => removed.push(Removed {
-                devid: dev.devid,
-                path: dev.path.clone(),
-                bytes_moved: start_bytes,
-                seconds: t0.elapsed().as_secs_f64(),
-            }),
+            (_, None) => removed.push(gone()),
             (_, Some(_)) => return Err(remove_failed(dev.devid, shown, &stderr, &removed)),
         }
     }
-    verified(fs, plan, removed).map(RemoveEnd::Done)
+    verified(fs, plan, removed).map(|r| RemoveReport::done(plan, r))
+}
+
+/// One device's place in the plan, as its progress says it.
+struct Step {
+    devid: u64,
+    step: usize,
+    steps: usize,
+    bytes_start: u64,
+}
+
+impl Step {
+    /// Where it is: `bytes_left` on the device, at `rate` bytes a second.
+    fn at(&self, bytes_left: u64, rate: f64, eta: Option<f64>, pace: Pace) -> RemoveProgress {
+        RemoveProgress {
+            devid: self.devid,
+            step: self.step,
+            steps: self.steps,
+            bytes_start: self.bytes_start,
+            bytes_left,
+            rate_bytes_per_sec: rate,
+            eta_seconds: eta,
+            pace,
+        }
+    }
 }
 
 /// Records the remove before the kernel is asked: a re-run ties a device

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::{RemoveEnd, RemovePlan, RemoveReport, RemoveSpec, RemoveStopped};
+use super::{RemovePlan, RemoveReport, RemoveSpec, RemoveStopped};
 use crate::device::preflight::refused;
 use crate::device::started::StartedStore;
 use crate::error::{Error, ErrorKind, Result, exit};
@@ -87,11 +87,7 @@ impl Operation for Remove {
     }
 
     fn plan_record(&self, plan: &RemovePlan) -> RemoveReport {
-        RemoveReport {
-            plan: plan.clone(),
-            result: None,
-            stopped: None,
-        }
+        RemoveReport::planned(plan)
     }
 
     fn verdict(&self, plan: &RemovePlan) -> Verdict {
@@ -136,19 +132,13 @@ impl Operation for Remove {
             track.show(&p.reading(), Some(&p.step()));
         });
         track.finish();
-        let mut report = self.plan_record(plan);
-        match end? {
-            RemoveEnd::Stopped(stopped) => {
-                let e = stopped_error(&stopped, ui);
-                report.stopped = Some(stopped);
-                ui::emit(ui, &report);
-                Err(e)
-            }
-            RemoveEnd::Done(r) => {
-                report.result = Some(r);
-                Ok(report)
-            }
+        let report = end?;
+        if let Some(stopped) = &report.stopped {
+            let e = stopped_error(stopped, ui);
+            ui::emit(ui, &report);
+            return Err(e);
         }
+        Ok(report)
     }
 
     fn result_record(&self, result: &RemoveReport) -> Option<RemoveReport> {

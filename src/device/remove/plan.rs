@@ -454,20 +454,9 @@ fn not_member(fs: &FsState, s: &RemoveSpec, m: &str) -> Reason {
         RemoveSpec::Missing => format!("no device of {m} is missing"),
         RemoveSpec::Path(p) => format!("{} is not a device of {m}", p.display()),
     };
-    let list: Vec<String> = fs
-        .devices
-        .iter()
-        .map(|d| {
-            if d.path.is_empty() {
-                format!("{} (missing)", d.devid)
-            } else {
-                format!("{} {}", d.devid, d.path)
-            }
-        })
-        .collect();
     Reason::general(
         "not-member",
-        format!("{what}; its devices: {}", list.join(", ")),
+        format!("{what}; its devices: {}", crate::device::members_listed(fs)),
         false,
     )
 }
@@ -616,30 +605,13 @@ fn best_order(
     (best, tight)
 }
 
-/// Plans removing `specs` from `fs` (pure).
+/// Plans removing `specs` from `fs` (pure): the run's refusals, the
+/// devices named, what stays, the order and the space, the notes, the
+/// commands.
 pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> RemovePlan {
-    let mut refusals = Vec::new();
-    let mut notes = Vec::new();
     let m = fs.mount_point.display().to_string();
-    if !facts.is_root {
-        refusals.push(Reason::not_root("removing a device"));
-    }
-    if facts.read_only {
-        refusals.push(Reason::general(
-            "read-only",
-            format!(
-                "{m} is mounted read-only; a remove relocates data: remount it read-write first"
-            ),
-            false,
-        ));
-    }
-    if specs.is_empty() {
-        refusals.push(Reason::general(
-            "no-device",
-            "give at least one device to remove".into(),
-            false,
-        ));
-    }
+    let mut refusals = run_refusals(specs, facts, &m);
+    let mut notes = Vec::new();
     let Named {
         ids,
         already_removed,
@@ -666,112 +638,32 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
     // Order and space.
     let ((order, expected_move, moved_twice, steps), tight) =
         best_order(fs, facts, &ids, following, &m, &mut refusals);
-    let devices: Vec<Leaving> = order
-        .iter()
-        .zip(steps.iter().chain(std::iter::repeat(&0)))
-        .filter_map(|(id, step)| {
-            fs.devices.iter().find(|d| d.devid == *id).map(|d| Leaving {
-                devid: d.devid,
-                path: d.path.clone(),
-                size: d.size,
-                allocated: d.allocated,
-                expected_move: *step,
-            })
-        })
-        .collect();
+    let devices = leaving(fs, &order, &steps);
     if devices.len() > 1 {
-        notes.push(if moved_twice == 0 {
-            "the order is the one in which nothing moves twice (no relocated data lands on a device removed later)".to_owned()
-        } else {
-            format!(
-                "the order is the one that moves the least twice: about {} lands on a device removed later and moves again (the kernel cannot be told to avoid it)",
-                format_iec(moved_twice)
-            )
-        });
+        notes.push(order_note(moved_twice));
     }
-    // Every metadata chunk has a stripe on a device that goes: while the
-    // last of them is relocated, metadata has room only by overcommitting
-    // until a new chunk comes.
-    let meta_all_leaving = {
-        let meta: Vec<&ChunkRecord> = facts
-            .chunks
-            .iter()
-            .filter(|c| bg_type_of(c.flags) == BgType::Metadata)
-            .collect();
-        !meta.is_empty()
-            && meta
-                .iter()
-                .all(|c| c.devids.iter().any(|d| ids.contains(d)))
+    let meta_all_leaving = meta_all_leaving(facts, &ids);
+    let space_check = if refusals.is_empty() && !ids.is_empty() {
+        replayed(
+            fs,
+            facts,
+            &order,
+            meta_all_leaving,
+            &m,
+            &mut refusals,
+            &mut notes,
+        )
+    } else {
+        SpaceCheck::NotChecked
     };
-    let mut space_check = SpaceCheck::NotChecked;
-    if refusals.is_empty()
-        && !ids.is_empty()
-        && let Some(layout) = &facts.layout
-    {
-        let replay = RemoveReplay::new(fs, facts, &order);
-        match replay.verdict(layout) {
-            Ok(n) if meta_all_leaving => {
-                // Measured on 6.18 (3 × 1 GiB raid1 holding 400 MiB,
-                // removing the device with the one metadata chunk; the
-                // replay fits): the kernel made that chunk read-only by
-                // overcommitting, then failed to allocate a tree block
-                // (ENOSPC in __btrfs_free_extent), aborted the transaction
-                // and forced the filesystem read-only; with 100 MiB, or on
-                // 1.5 GiB devices, the same remove completed. The replay
-                // cannot tell these apart.
-                space_check = SpaceCheck::MayRunOut;
-                notes.push(format!(
-                    "space: may run out — the relocation of the {n} chunk(s), replayed chunk by chunk onto the devices that stay, finds room, but every metadata chunk has a copy on a device that goes: while the last of them is relocated the kernel has no metadata chunk to write to until it allocates one, and it has aborted the transaction there with ENOSPC and forced the filesystem read-only (seen on 6.18 with 3 × 1 GiB raid1 at 40% full). Nothing committed is lost then: unmount, mount, add a device (btrfs-lab device add {m} DEV), run it again. To avoid it, add a device first, or free space"
-                ));
-            }
-            Ok(n) => {
-                space_check = SpaceCheck::Fits;
-                notes.push(format!(
-                    "space: fits — the relocation of the {n} chunk(s) on the device(s) that go, replayed chunk by chunk onto the devices that stay with the kernel's allocator rules, finds room for every extent"
-                ));
-            }
-            Err((s, sure)) if sure => {
-                space_check = SpaceCheck::WillRunOut;
-                refusals.push(shortfall_reason(fs, layout, &replay, &s));
-            }
-            Err((s, _)) => {
-                space_check = SpaceCheck::MayRunOut;
-                notes.push(format!(
-                    "space: may run out — replayed with the least favourable assumptions, {}; with others it fits. If the kernel stops with ENOSPC the device stays a member and nothing is lost: add a device (btrfs-lab device add {m} DEV) or free space, then run it again",
-                    shortfall_text(&s)
-                ));
-            }
-        }
-    }
-    if meta_all_leaving && space_check == SpaceCheck::NotChecked {
-        notes.push("every metadata chunk has a copy on a device that goes: relocating the last of them needs a new metadata chunk on the devices that stay at once; the kernel has aborted that with ENOSPC and forced the filesystem read-only (seen on 6.18; nothing committed is lost: unmount, mount, add a device or free space, run again)".to_owned());
-    }
-    // The replay says it better than the full-size-chunk estimate.
-    if tight && space_check == SpaceCheck::NotChecked {
-        notes.push("space is tight: the devices that stay have room for the data, but not in full-size chunks; the kernel allocates smaller ones then, and if it still runs out the remove stops with ENOSPC (the device stays a member, nothing is lost)".to_owned());
-    }
+    space_notes(&mut notes, space_check, meta_all_leaving, tight);
     if devices.iter().any(|d| d.path.is_empty()) {
         notes.push("a missing device's chunks are rebuilt from their other copies; chunks without one (single, RAID0) make the remove fail: copy out what is left first (btrfs-lab rescue)".to_owned());
     }
     if !ids.is_empty() {
         notes.push("Ctrl-C stops the remove after the chunk in progress: the device stays a member, and the same command again continues".to_owned());
     }
-    let commands = devices
-        .iter()
-        .map(|d| {
-            vec![
-                "btrfs".to_owned(),
-                "device".to_owned(),
-                "remove".to_owned(),
-                if d.path.is_empty() && missing_spec {
-                    "missing".to_owned()
-                } else {
-                    d.devid.to_string()
-                },
-                m.clone(),
-            ]
-        })
-        .collect();
+    let commands = commands(&devices, missing_spec, &m);
     RemovePlan {
         mount_point: fs.mount_point.clone(),
         devices,
@@ -785,6 +677,165 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
         following,
         already_removed,
     }
+}
+
+/// What refuses the run itself: no root, a filesystem mounted read-only,
+/// no device named.
+fn run_refusals(specs: &[RemoveSpec], facts: &RemoveFacts, m: &str) -> Vec<Reason> {
+    let mut refusals = Vec::new();
+    if !facts.is_root {
+        refusals.push(Reason::not_root("removing a device"));
+    }
+    if facts.read_only {
+        refusals.push(Reason::general(
+            "read-only",
+            format!(
+                "{m} is mounted read-only; a remove relocates data: remount it read-write first"
+            ),
+            false,
+        ));
+    }
+    if specs.is_empty() {
+        refusals.push(Reason::general(
+            "no-device",
+            "give at least one device to remove".into(),
+            false,
+        ));
+    }
+    refusals
+}
+
+/// The devices that go, in `order`, each with the bytes expected to move
+/// off it.
+fn leaving(fs: &FsState, order: &[u64], steps: &[u64]) -> Vec<Leaving> {
+    order
+        .iter()
+        .zip(steps.iter().chain(std::iter::repeat(&0)))
+        .filter_map(|(id, step)| {
+            fs.devices.iter().find(|d| d.devid == *id).map(|d| Leaving {
+                devid: d.devid,
+                path: d.path.clone(),
+                size: d.size,
+                allocated: d.allocated,
+                expected_move: *step,
+            })
+        })
+        .collect()
+}
+
+/// Why the order is the one chosen.
+fn order_note(moved_twice: u64) -> String {
+    if moved_twice == 0 {
+        "the order is the one in which nothing moves twice (no relocated data lands on a device removed later)".to_owned()
+    } else {
+        format!(
+            "the order is the one that moves the least twice: about {} lands on a device removed later and moves again (the kernel cannot be told to avoid it)",
+            format_iec(moved_twice)
+        )
+    }
+}
+
+/// Every metadata chunk has a stripe on a device that goes: while the
+/// last of them is relocated, metadata has room only by overcommitting
+/// until a new chunk comes.
+fn meta_all_leaving(facts: &RemoveFacts, ids: &[u64]) -> bool {
+    let meta: Vec<&ChunkRecord> = facts
+        .chunks
+        .iter()
+        .filter(|c| bg_type_of(c.flags) == BgType::Metadata)
+        .collect();
+    !meta.is_empty()
+        && meta
+            .iter()
+            .all(|c| c.devids.iter().any(|d| ids.contains(d)))
+}
+
+/// The relocation replayed chunk by chunk onto the devices that stay (when
+/// the layout could be read): fits, may run out (a note), or will run out
+/// (a refusal).
+fn replayed(
+    fs: &FsState,
+    facts: &RemoveFacts,
+    order: &[u64],
+    meta_all_leaving: bool,
+    m: &str,
+    refusals: &mut Vec<Reason>,
+    notes: &mut Vec<String>,
+) -> SpaceCheck {
+    let Some(layout) = &facts.layout else {
+        return SpaceCheck::NotChecked;
+    };
+    let replay = RemoveReplay::new(fs, facts, order);
+    match replay.verdict(layout) {
+        Ok(n) if meta_all_leaving => {
+            // Measured on 6.18 (3 × 1 GiB raid1 holding 400 MiB,
+            // removing the device with the one metadata chunk; the
+            // replay fits): the kernel made that chunk read-only by
+            // overcommitting, then failed to allocate a tree block
+            // (ENOSPC in __btrfs_free_extent), aborted the transaction
+            // and forced the filesystem read-only; with 100 MiB, or on
+            // 1.5 GiB devices, the same remove completed. The replay
+            // cannot tell these apart.
+            notes.push(format!(
+                    "space: may run out — the relocation of the {n} chunk(s), replayed chunk by chunk onto the devices that stay, finds room, but every metadata chunk has a copy on a device that goes: while the last of them is relocated the kernel has no metadata chunk to write to until it allocates one, and it has aborted the transaction there with ENOSPC and forced the filesystem read-only (seen on 6.18 with 3 × 1 GiB raid1 at 40% full). Nothing committed is lost then: unmount, mount, add a device (btrfs-lab device add {m} DEV), run it again. To avoid it, add a device first, or free space"
+                ));
+            SpaceCheck::MayRunOut
+        }
+        Ok(n) => {
+            notes.push(format!(
+                    "space: fits — the relocation of the {n} chunk(s) on the device(s) that go, replayed chunk by chunk onto the devices that stay with the kernel's allocator rules, finds room for every extent"
+                ));
+            SpaceCheck::Fits
+        }
+        Err((s, sure)) if sure => {
+            refusals.push(shortfall_reason(fs, layout, &replay, &s));
+            SpaceCheck::WillRunOut
+        }
+        Err((s, _)) => {
+            notes.push(format!(
+                    "space: may run out — replayed with the least favourable assumptions, {}; with others it fits. If the kernel stops with ENOSPC the device stays a member and nothing is lost: add a device (btrfs-lab device add {m} DEV) or free space, then run it again",
+                    shortfall_text(&s)
+                ));
+            SpaceCheck::MayRunOut
+        }
+    }
+}
+
+/// What the space check leaves to say: every metadata chunk leaving, or
+/// tight space, when no replay said it better.
+fn space_notes(
+    notes: &mut Vec<String>,
+    space_check: SpaceCheck,
+    meta_all_leaving: bool,
+    tight: bool,
+) {
+    if meta_all_leaving && space_check == SpaceCheck::NotChecked {
+        notes.push("every metadata chunk has a copy on a device that goes: relocating the last of them needs a new metadata chunk on the devices that stay at once; the kernel has aborted that with ENOSPC and forced the filesystem read-only (seen on 6.18; nothing committed is lost: unmount, mount, add a device or free space, run again)".to_owned());
+    }
+    // The replay says it better than the full-size-chunk estimate.
+    if tight && space_check == SpaceCheck::NotChecked {
+        notes.push("space is tight: the devices that stay have room for the data, but not in full-size chunks; the kernel allocates smaller ones then, and if it still runs out the remove stops with ENOSPC (the device stays a member, nothing is lost)".to_owned());
+    }
+}
+
+/// `btrfs device remove DEVID|missing MOUNT`, one per device, in order.
+fn commands(devices: &[Leaving], missing_spec: bool, m: &str) -> Vec<Vec<String>> {
+    devices
+        .iter()
+        .map(|d| {
+            vec![
+                "btrfs".to_owned(),
+                "device".to_owned(),
+                "remove".to_owned(),
+                if d.path.is_empty() && missing_spec {
+                    "missing".to_owned()
+                } else {
+                    d.devid.to_string()
+                },
+                m.to_owned(),
+            ]
+        })
+        .collect()
 }
 
 /// The device `spec` names, when it is not a member because the last

@@ -85,6 +85,34 @@ pub struct RemoveReport {
     pub stopped: Option<RemoveStopped>,
 }
 
+impl RemoveReport {
+    /// The plan alone: its record before anything is done.
+    pub fn planned(plan: &RemovePlan) -> Self {
+        RemoveReport {
+            plan: plan.clone(),
+            result: None,
+            stopped: None,
+        }
+    }
+
+    /// How a run ended: done and verified.
+    pub(crate) fn done(plan: &RemovePlan, result: RemoveResult) -> Self {
+        RemoveReport {
+            result: Some(result),
+            ..Self::planned(plan)
+        }
+    }
+
+    /// How a run ended: a signal stopped it (the device in progress is
+    /// still a member).
+    pub(crate) fn stopped(plan: &RemovePlan, stopped: RemoveStopped) -> Self {
+        RemoveReport {
+            stopped: Some(stopped),
+            ..Self::planned(plan)
+        }
+    }
+}
+
 /// A remove a signal stopped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RemoveStopped {
@@ -96,13 +124,4 @@ pub struct RemoveStopped {
     pub devid: u64,
     /// Bytes still on it.
     pub bytes_left: u64,
-}
-
-/// How a run ended.
-#[derive(Debug)]
-pub enum RemoveEnd {
-    /// Done and verified.
-    Done(RemoveResult),
-    /// A signal stopped it: the device in progress is still a member.
-    Stopped(RemoveStopped),
 }

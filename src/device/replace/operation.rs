@@ -1,24 +1,24 @@
 //! `device replace` as an [`Operation`]: plan (its refusals, root among
 //! them, as a verdict; a replace already running is followed without a
-//! question), execute with progress, then the scrub of NEW if asked; a
+//! question), execute with progress, then the scrub of NEW if asked
+//! (btrfs-lab's own scrub of that one device, on the filesystem held); a
 //! signal detaches (the replace goes on in the kernel) and says so.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use super::{
-    OldSpec, ReplaceDetached, ReplaceEnd, ReplaceOptions, ReplacePlan, ReplaceReport,
-    ReplaceResult, ScrubAfter,
-};
+use super::{OldSpec, ReplaceDetached, ReplaceOptions, ReplacePlan, ReplaceReport, ReplaceResult};
 use crate::device::preflight::refused;
 use crate::device::started::StartedStore;
 use crate::error::{Error, ErrorKind, Result, exit};
 use crate::model::exit::NOT_REDUNDANT;
 use crate::operation::{Operation, PlanShape, Verdict, hooks};
+use crate::scrub::{Outcome, Request, ScrubReport, StateStore};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs::FsHandle;
 use crate::sys::kernel::signals::OperationSignals;
 use crate::sys::tools::display_argv;
-use crate::ui::{self, Track, Ui};
+use crate::ui::{self, Progress, Track, Ui};
 
 /// One `device replace MOUNT OLD NEW` run.
 pub struct Replace {
@@ -28,17 +28,18 @@ pub struct Replace {
     opts: ReplaceOptions,
     scrub: bool,
     started: StartedStore,
+    scrubs: StateStore,
     held: Option<FsHandle>,
 }
 
 /// What the run did: its report, and the scrub of NEW when asked
-/// (`Err`: it found errors or could not run).
+/// (`Err`: it could not run).
 #[derive(Debug)]
 pub struct Replaced {
     /// The plan and the verified result.
     pub report: ReplaceReport,
     /// The scrub of NEW (`--scrub`).
-    pub scrubbed: Option<std::result::Result<(), Error>>,
+    pub scrubbed: Option<std::result::Result<ScrubReport, Error>>,
 }
 
 impl Replaced {
@@ -53,14 +54,15 @@ impl Replaced {
 
 impl Replace {
     /// Replace `old` by `new` on the btrfs at `mount` (`scrub`: scrub NEW
-    /// afterwards); `started` records what this tool started.
+    /// afterwards); what this tool started, and the scrub's state, are
+    /// kept under `state_dir`.
     pub fn new(
         mount: PathBuf,
         old: &str,
         new: PathBuf,
         opts: ReplaceOptions,
         scrub: bool,
-        started: StartedStore,
+        state_dir: &Path,
     ) -> Self {
         Replace {
             mount,
@@ -68,7 +70,8 @@ impl Replace {
             new,
             opts,
             scrub,
-            started,
+            started: StartedStore::new(state_dir),
+            scrubs: StateStore::new(state_dir),
             held: None,
         }
     }
@@ -99,9 +102,56 @@ fn detached_error(plan: &ReplacePlan, d: &ReplaceDetached, ui: &dyn Ui) -> Error
     ))
 }
 
+/// How the scrub of NEW after the replace (`--scrub`) ended.
+enum ScrubAfter {
+    /// It ran to its end (its errors found and corrected are in the report).
+    Done(ScrubReport),
+    /// It could not run.
+    Failed(Error),
+    /// A signal came: the scrub was cancelled (`started`: it had begun, and
+    /// what it read is saved for `scrub MOUNT --resume`).
+    Interrupted { signal: String, started: bool },
+}
+
+/// Scrubs device `devid` of the filesystem held, with btrfs-lab's scrub
+/// (its state saved in `store`, its progress shown through `ui`, its JSON
+/// records left out: the replace's document is the run's output). A signal
+/// that came before it (while the replace ended) counts: it does not start.
+fn scrub_new(
+    fs: &FsHandle,
+    devid: u64,
+    store: &StateStore,
+    signals: &OperationSignals,
+    ui: &dyn Ui,
+) -> ScrubAfter {
+    let (n, which) = signals.wait(Duration::ZERO);
+    if n > 0 {
+        return ScrubAfter::Interrupted {
+            signal: which.map_or("a signal", |w| w.name()).to_owned(),
+            started: false,
+        };
+    }
+    let ui = WithoutRecords(ui);
+    let scrubbed =
+        crate::scrub::plan(fs, store, Request::default()).and_then(|(mut plan, saved)| {
+            plan.devices.retain(|d| d.devid == devid);
+            plan.missing.clear();
+            crate::scrub::execute(fs, &plan, saved, store, signals, &ui)
+        });
+    match scrubbed {
+        Ok(r) if r.outcome == Outcome::Interrupted => ScrubAfter::Interrupted {
+            signal: r.stopped_by.unwrap_or_else(|| "a signal".to_owned()),
+            started: true,
+        },
+        Ok(r) => ScrubAfter::Done(r),
+        Err(e) => ScrubAfter::Failed(e),
+    }
+}
+
 /// A signal during `--scrub`: the replace is done and verified, the scrub
 /// was cancelled; how to run it again.
-fn scrub_interrupted(signal: &str, r: &ReplaceResult) -> Error {
+fn scrub_interrupted(signal: &str, started: bool, plan: &ReplacePlan, r: &ReplaceResult) -> Error {
+    let anew = display_argv(&r.scrub_command);
     Error::new(
         ErrorKind::Interrupted,
         format!(
@@ -109,11 +159,59 @@ fn scrub_interrupted(signal: &str, r: &ReplaceResult) -> Error {
             r.devid, r.path
         ),
     )
-    .with_hint(format!(
-        "continue the scrub where it stopped: btrfs scrub resume -B {}; or scrub it anew: {}",
-        r.path,
-        display_argv(&r.scrub_command)
-    ))
+    .with_hint(if started {
+        format!(
+            "continue the scrub where it stopped: btrfs-lab scrub {} --resume (it reads the other devices too); or scrub it anew: {anew}",
+            plan.mount_point.display()
+        )
+    } else {
+        format!("scrub it: {anew}")
+    })
+}
+
+/// The caller's `Ui` without its JSON Lines records: the scrub inside a
+/// replace shows its progress and notes, while `--json` gets the replace's
+/// records alone, as before.
+struct WithoutRecords<'a>(&'a dyn Ui);
+
+impl Ui for WithoutRecords<'_> {
+    fn quiet(&self) -> bool {
+        self.0.quiet()
+    }
+    fn json(&self) -> bool {
+        self.0.json()
+    }
+    fn note(&self, message: &str) {
+        self.0.note(message);
+    }
+    fn warn(&self, message: &str, hint: &str) {
+        self.0.warn(message, hint);
+    }
+    fn error(&self, error: &Error) {
+        self.0.error(error);
+    }
+    fn say(&self, text: &str) {
+        self.0.say(text);
+    }
+    fn status(&self, text: &str) {
+        self.0.status(text);
+    }
+    fn confirm(&self, question: &str, yes: bool) -> Result<()> {
+        self.0.confirm(question, yes)
+    }
+    fn progress(&self, template: &str) -> Box<dyn Progress> {
+        self.0.progress(template)
+    }
+    fn event_line(&self, _line: std::result::Result<String, serde_json::Error>) {}
+    fn started(&self) {
+        self.0.started();
+    }
+    fn before_change(&self, look: &str) -> Result<()> {
+        self.0.before_change(look)
+    }
+    fn size(&self, bytes: u64) -> String {
+        self.0.size(bytes)
+    }
 }
 
 impl Operation for Replace {
@@ -147,11 +245,7 @@ impl Operation for Replace {
     }
 
     fn plan_record(&self, plan: &ReplacePlan) -> ReplaceReport {
-        ReplaceReport {
-            plan: plan.clone(),
-            result: None,
-            detached: None,
-        }
+        ReplaceReport::planned(plan)
     }
 
     fn verdict(&self, plan: &ReplacePlan) -> Verdict {
@@ -194,36 +288,32 @@ impl Operation for Replace {
             track.show(&p.reading(), None);
         });
         track.finish();
-        let mut report = self.plan_record(plan);
-        let r = match end? {
-            ReplaceEnd::Detached(d) => {
-                let e = detached_error(plan, &d, ui);
-                report.detached = Some(d);
-                ui::emit(ui, &report);
-                return Err(e);
-            }
-            ReplaceEnd::Done(r) => r,
+        let report = end?;
+        let Some(r) = &report.result else {
+            let e = match &report.detached {
+                Some(d) => detached_error(plan, d, ui),
+                None => Error::new(ErrorKind::State, "the replace ended without a result"),
+            };
+            ui::emit(ui, &report);
+            return Err(e);
         };
         let scrubbed = if self.scrub && !r.path.is_empty() {
-            ui.say(&format!(
-                "scrubbing the new device: {}\n",
-                display_argv(&r.scrub_command)
-            ));
+            ui.say(&format!("scrubbing the new device: {}\n", r.path));
             hooks::pause_point("device-replace-scrubbing");
-            Some(match super::scrub_new(&r, signals)? {
-                ScrubAfter::Clean => Ok(()),
-                ScrubAfter::Failed(e) => Err(e),
-                ScrubAfter::Interrupted(signal) => {
-                    let e = scrub_interrupted(signal, &r);
-                    report.result = Some(r);
-                    ui::emit(ui, &report);
-                    return Err(e);
-                }
-            })
+            Some(
+                match scrub_new(self.fs(), r.devid, &self.scrubs, signals, ui) {
+                    ScrubAfter::Done(s) => Ok(s),
+                    ScrubAfter::Failed(e) => Err(e),
+                    ScrubAfter::Interrupted { signal, started } => {
+                        let e = scrub_interrupted(&signal, started, plan, r);
+                        ui::emit(ui, &report);
+                        return Err(e);
+                    }
+                },
+            )
         } else {
             None
         };
-        report.result = Some(r);
         Ok(Replaced { report, scrubbed })
     }
 
@@ -233,10 +323,12 @@ impl Operation for Replace {
 
     fn status(&self, result: &Replaced) -> u8 {
         let r = result.result();
-        if !r.redundancy.ok
-            || r.uncorrectable_read_errors > 0
-            || matches!(result.scrubbed, Some(Err(_)))
-        {
+        let scrub_failed = match &result.scrubbed {
+            Some(Ok(s)) => s.totals.uncorrectable > 0,
+            Some(Err(_)) => true,
+            None => false,
+        };
+        if !r.redundancy.ok || r.uncorrectable_read_errors > 0 || scrub_failed {
             NOT_REDUNDANT.code
         } else {
             exit::OK

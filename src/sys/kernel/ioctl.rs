@@ -437,3 +437,37 @@ pub fn scrub_device(
     };
     Ok((progress, cancelled))
 }
+
+/// How a usage-filtered balance ([`balance_usage_v2`], reclaim's step)
+/// ended, its errno read here: the job that runs it names no errno type.
+#[derive(Debug)]
+pub(crate) enum UsageBalanceEnd {
+    /// The kernel answered: finished, or a `btrfs_err_code`.
+    Ended(BalanceEnd),
+    /// Paused or cancelled (`ECANCELED`).
+    Cancelled,
+    /// No room to relocate into (`ENOSPC`).
+    NoSpace,
+    /// Another balance started at the same moment (`EINPROGRESS`).
+    AnotherBalance,
+    /// Any other errno, for the caller's error.
+    Failed(Errno),
+}
+
+impl UsageBalanceEnd {
+    /// What [`balance_usage_v2`] returned.
+    pub(crate) fn of(r: Result<BalanceEnd, Errno>) -> Self {
+        match r {
+            Ok(end) => Self::Ended(end),
+            Err(Errno::ECANCELED) => Self::Cancelled,
+            Err(Errno::ENOSPC) => Self::NoSpace,
+            Err(Errno::EINPROGRESS) => Self::AnotherBalance,
+            Err(e) => Self::Failed(e),
+        }
+    }
+
+    /// The thread that ran the balance went away without an answer (`EIO`).
+    pub(crate) fn lost() -> Self {
+        Self::Failed(Errno::EIO)
+    }
+}

@@ -3,6 +3,7 @@
 
 pub mod exec;
 pub mod manage;
+pub mod operation;
 pub mod report;
 pub mod run;
 

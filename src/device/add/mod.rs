@@ -1,6 +1,9 @@
 //! `device add`: the plan (pure, from the filesystem's state and each
 //! device's facts) and carrying it out through btrfs-progs.
 
+pub mod operation;
+pub mod record;
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -395,34 +398,6 @@ pub struct AddResult {
     pub devices: Vec<MemberDevice>,
     /// Raw capacity now.
     pub raw_bytes: u64,
-}
-
-/// `device add` after the confirmation: adds the devices of `plan`
-/// (`added` hears the result at once), then, when a conversion was asked
-/// for (`convert`) and no signal came meanwhile, plans it again on the
-/// filesystem as it now is. `None`: nothing is left to convert.
-pub fn add_then_replan(
-    root: &SysRoot,
-    fs: &FsHandle,
-    mount_point: &Path,
-    plan: &AddPlan,
-    convert: Option<&ConvertRequest>,
-    signals: &crate::sys::kernel::signals::OperationSignals,
-    added: &mut dyn FnMut(&AddResult),
-) -> Result<Option<ConvertPlan>> {
-    let result = execute_add(root, fs, mount_point, plan)?;
-    added(&result);
-    let Some(req) = convert else {
-        return Ok(None);
-    };
-    if signals.wait(std::time::Duration::ZERO).0 > 0 {
-        return Err(Error::interrupted().with_hint(format!(
-            "the devices were added; the conversion was not started: btrfs-lab convert {} ...",
-            mount_point.display()
-        )));
-    }
-    // Re-planned on the real state: the add is done, the conversion is checked again.
-    replan_convert(root, fs, mount_point, req)
 }
 
 /// Runs the plan's commands, then checks that every new device is a member

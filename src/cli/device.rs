@@ -657,35 +657,29 @@ impl View<AddThenConvert<'_>> for AddText<'_> {
     }
 }
 
+/// device add's examples (btrfs-lab-device(1) shows them too).
+const ADD_EXAMPLES: &[(&str, &str)] = &[
+    (
+        "What adding /dev/nvme2n1 would do.",
+        "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
+    ),
+    (
+        "Add it, then convert data to RAID0 and metadata to RAID1.",
+        "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
+    ),
+];
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[
     super::decl::Declared {
         words: &["device"],
-        examples: &[
-            (
-                "What adding /dev/nvme2n1 would do.",
-                "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
-            ),
-            (
-                "Add it, then convert data to RAID0 and metadata to RAID1.",
-                "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
-            ),
-        ],
+        examples: ADD_EXAMPLES,
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
     super::decl::Declared {
         words: &["device", "add"],
-        examples: &[
-            (
-                "What adding /dev/nvme2n1 would do.",
-                "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
-            ),
-            (
-                "Add it, then convert data to RAID0 and metadata to RAID1.",
-                "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
-            ),
-        ],
+        examples: ADD_EXAMPLES,
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
     super::decl::Declared {

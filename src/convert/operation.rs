@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub use super::exec::Conversion;
 use super::report::{ConvertRecord, ResumePlan};
 use super::{ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage};
 use crate::error::{Error, Result, exit};
@@ -95,25 +96,15 @@ impl Job {
         let detached = self.detached.take();
         let held = self.held();
         let on = Conversion {
+            root: &SysRoot::host(),
             fs: &held.fs,
             mount_point: &held.mount_point,
             start,
             targets,
+            signals,
         };
-        convert_held(on, signals, detached, ui)
+        convert_held(on, detached, ui)
     }
-}
-
-/// A conversion of the filesystem held open.
-pub struct Conversion<'a> {
-    /// The filesystem held open since the plan.
-    pub fs: &'a FsHandle,
-    /// Its mount point.
-    pub mount_point: &'a Path,
-    /// A new conversion or a resume.
-    pub start: Start,
-    /// The target profiles.
-    pub targets: Targets,
 }
 
 /// Runs the balance of `c` ([`exec::execute_with_ui`]: progress through
@@ -122,20 +113,12 @@ pub struct Conversion<'a> {
 /// balance runs. `device add --then-convert` runs its conversion here.
 pub fn convert_held(
     c: Conversion<'_>,
-    signals: &OperationSignals,
     detached: Option<DetachNotice>,
     ui: &dyn Ui,
 ) -> Result<Finished> {
-    let job = exec::Conversion {
-        root: &SysRoot::host(),
-        fs: c.fs,
-        mount_point: c.mount_point,
-        start: c.start,
-        targets: c.targets,
-        signals,
-    };
-    let finished = exec::execute_with_ui(job, detached, ui)?;
-    match finished.error(c.mount_point) {
+    let mount_point = c.mount_point;
+    let finished = exec::execute_with_ui(c, detached, ui)?;
+    match finished.error(mount_point) {
         Some(e) => Err(e),
         None => Ok(finished),
     }

@@ -335,12 +335,14 @@ impl Operation for AddThenConvert<'_> {
         };
         let (fs, state) = self.job.held();
         let on = Conversion {
+            root: &SysRoot::host(),
             fs,
             mount_point: &state.mount_point,
             start: Start::Convert(self.convert, replanned.existing),
             targets: self.convert.into(),
+            signals,
         };
-        convert_held(on, signals, None, ui).map(Some)
+        convert_held(on, None, ui).map(Some)
     }
 
     fn status(&self, finished: &Option<Finished>) -> u8 {

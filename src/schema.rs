@@ -77,7 +77,7 @@ documents! {
     "bench-plan", false, crate::bench::plan::BenchPlan, "bench DIR --dry-run --json (also --sustained, --small-files)";
     "bench-profiles-plan", false, crate::bench::profiles::ProfilesPlan, "bench --small-files --compare-profiles LIST --dry-run --json";
     "bench-profiles", false, crate::bench::profiles::ProfilesReport, "bench --small-files --compare-profiles LIST --json";
-    "convert-record", true, crate::convert::report::ConvertRecord, "convert --json, device add --then-convert --json (JSON Lines)";
+    "convert-record", true, crate::device::add::record::AddConvertRecord, "convert --json, device add --then-convert --json (JSON Lines)";
     "convert-status", false, crate::convert::report::StatusReport, "convert --status --json";
     "convert-pause", false, crate::convert::report::PauseReport, "convert --pause --json";
     "convert-cancel", false, crate::convert::report::CancelReport, "convert --cancel --json";

@@ -3,23 +3,19 @@
 
 use std::path::{Path, PathBuf};
 
-use btrfs_lab::convert::report::{BalanceKind, CancelReport, ConvertRecord, PlanDoc, StatusReport};
-use btrfs_lab::convert::{
-    ConvertPlan, ConvertRequest, Finished, Start, Targets, exec, manage, plan_convert_on,
-    read_layout,
-};
-use btrfs_lab::error::{Error, ErrorKind, Result, exit};
+use btrfs_lab::convert::operation::{Convert, Resumable, Resume, look};
+use btrfs_lab::convert::report::{BalanceKind, CancelReport, StatusReport};
+use btrfs_lab::convert::{ConvertPlan, ConvertRequest, Finished, manage};
+use btrfs_lab::error::{Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::operation::hooks;
-use btrfs_lab::operation::state::open_state;
+use btrfs_lab::operation::{self, DRY_RUN, View};
 use btrfs_lab::sys::fs::root::SysRoot;
-use btrfs_lab::sys::kernel::btrfs::FsHandle;
-use btrfs_lab::sys::{is_root, kernel::signals};
+use btrfs_lab::sys::kernel::signals;
+use btrfs_lab::ui::Ui;
 use clap::Args;
 
-use super::output::{Output, confirm};
+use super::output::{ConfirmArgs, Output, confirm};
 use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profiles, size};
-use btrfs_lab::ui::{self, Ui};
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
@@ -46,12 +42,8 @@ pub struct ConvertArgs {
     /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).
     #[arg(long)]
     cancel: bool,
-    /// Show the plan and do nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    yes: bool,
+    #[command(flatten)]
+    confirm: ConfirmArgs,
     /// Run the conversion detached from the terminal (as `btrfs balance
     /// start --bg`): returns once the balance runs; follow it with --status.
     #[arg(long, conflicts_with_all = ["status", "pause", "cancel", "dry_run"])]
@@ -65,131 +57,61 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
     // was changed); from then on it pauses the balance.
     signals::install_pausable()?;
     a.units.select();
-    let root = SysRoot::host();
-    if a.status {
-        return status(&root, &a.mount, out);
+    if a.status || a.pause || a.cancel {
+        return manage_running(&a, out);
     }
-    if !is_root() {
-        return Err(
-            Error::new(ErrorKind::Permission, "converting profiles needs root")
-                .with_hint("run it as root, e.g. with sudo"),
-        );
-    }
-    if a.pause {
-        return pause(&root, &a.mount, out);
-    }
-    if a.cancel {
-        return cancel(&root, &a.mount, a.dry_run, a.yes, out);
-    }
+    let confirm = a.confirm.into();
     if a.resume {
-        return resume(&root, &a.mount, a.dry_run, a.yes, a.background, out);
+        let mut op = Resume::new(a.mount, a.background);
+        return operation::run(&mut op, confirm, out, &Text(out));
     }
     let req = ConvertRequest {
         data: a.data,
         metadata: a.metadata,
         force: a.force,
     };
-    if req.data.is_none() && req.metadata.is_none() {
-        return Err(Error::usage(
-            "give --data PROFILE, --metadata PROFILE or both (or --status, --pause, --resume, --cancel)",
-        ));
-    }
-    let (fs, state) = open_state(&root, &a.mount)?;
-    let layout = read_layout(&fs, &state);
-    let plan = plan_convert_on(&state, &req, layout.as_ref());
-    // The plan: a JSON Lines record even when refused; as text only when
-    // not (the refusal is the error line).
-    ui::emit(out, &plan_record(&plan));
-    if plan.blocking(req.force).is_empty() {
-        out.status(&render_plan(&plan, out));
-    }
-    refuse_if_blocked(&plan, req.force)?;
-    if plan.nothing_to_do {
-        out.status("nothing to convert: every type is already in its target profile\n");
+    let mut op = Convert::new(a.mount, req, a.background);
+    operation::run(&mut op, confirm, out, &Text(out))
+}
+
+/// `--status`, `--pause` and `--cancel`: on the filesystem held.
+fn manage_running(a: &ConvertArgs, out: &Output) -> Result<u8> {
+    let root = SysRoot::host();
+    if a.status {
+        let st = manage::status(&root, &a.mount)?;
+        out.report(&st, |st| render_status(st, out));
         return Ok(exit::OK);
     }
-    if a.dry_run {
-        out.status("(dry run: nothing was done)\n");
-        return Ok(exit::OK);
+    operation::need_root("converting profiles needs root")?;
+    if a.pause {
+        return pause(&root, &a.mount, out);
     }
-    confirm(out, &confirm_question(&plan), a.yes)?;
-    hooks::pause_point("convert-confirmed");
-    // The plan was shown for the filesystem held open; the path must still
-    // lead there, or the user would have confirmed something else.
-    fs.check_path_still_here(&a.mount)?;
-    out.before_change(look(&state.mount_point))?;
-    let detached = match background(a.background, &state.mount_point, out)? {
-        Some(Ok(code)) => return Ok(code),
-        Some(Err(notice)) => Some(notice),
-        None => None,
-    };
-    let signals = signals::begin_operation()?;
-    execute(
-        &root,
-        &fs,
-        &state.mount_point,
-        Start::Convert(req, plan.existing),
-        req.into(),
-        &signals,
-        detached,
-        out,
-    )
+    cancel(&root, &a.mount, a.confirm, out)
 }
 
-/// `--background`: `None` without it; in the process the user started,
-/// `Some(Ok(exit status))` once the detached one said the balance runs (or
-/// ended early); in the detached process `Some(Err(notice))`.
-fn background(
-    wanted: bool,
-    mount_point: &Path,
-    out: &Output,
-) -> Result<Option<std::result::Result<u8, signals::DetachNotice>>> {
-    if !wanted {
-        return Ok(None);
+/// convert's plans and results as text.
+struct Text<'a>(&'a Output);
+
+impl View<Convert> for Text<'_> {
+    fn plan(&self, plan: &ConvertPlan) -> String {
+        render_plan(plan, self.0)
     }
-    match signals::detach()? {
-        signals::Detached::Child(n) => Ok(Some(Err(n))),
-        signals::Detached::Parent {
-            pid,
-            ended_early: Some(code),
-        } => {
-            let _ = pid;
-            Ok(Some(Ok(u8::try_from(code).unwrap_or(exit::ERROR))))
-        }
-        signals::Detached::Parent {
-            pid,
-            ended_early: None,
-        } => {
-            let m = mount_point.display();
-            out.started();
-            out.report_line(&ConvertRecord::Background { pid }, |_| {
-                format!(
-                    "the conversion runs in the background (process {pid}); follow it with: btrfs-lab convert {m} --status (pause: --pause, cancel: --cancel)\n"
-                )
-            });
-            Ok(Some(Ok(exit::OK)))
-        }
+    fn result(&self, plan: &ConvertPlan, finished: &Finished) {
+        say_finished(finished, &plan.mount_point, self.0);
     }
 }
 
-fn confirm_question(plan: &ConvertPlan) -> String {
-    if plan.risks.is_empty() {
-        "Start the conversion?".to_owned()
-    } else {
-        "Start the conversion, accepting the risk above?".to_owned()
+impl View<Resume> for Text<'_> {
+    fn plan(&self, plan: &Resumable) -> String {
+        format!(
+            "Resume the paused balance on {}: {}, {} left to convert\n",
+            plan.mount_point.display(),
+            plan.targets.describe(),
+            size(plan.plan.bytes_remaining)
+        )
     }
-}
-
-/// Refusals as one error line each (all of them), or Ok.
-pub fn refuse_if_blocked(plan: &ConvertPlan, force: bool) -> Result<()> {
-    plan.check(force)
-}
-
-/// The plan's JSON Lines record.
-fn plan_record(plan: &ConvertPlan) -> ConvertRecord {
-    ConvertRecord::Plan {
-        plan: Some(PlanDoc::Convert(Box::new(plan.clone()))),
-        resume: None,
+    fn result(&self, plan: &Resumable, finished: &Finished) {
+        say_finished(finished, &plan.mount_point, self.0);
     }
 }
 
@@ -237,62 +159,31 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
     t
 }
 
-/// Runs the conversion job (convert::exec, progress through the
-/// Ui) and renders how it finished.
-#[allow(clippy::too_many_arguments)]
-pub fn execute(
-    root: &SysRoot,
-    fs: &FsHandle,
-    mount_point: &Path,
-    start: Start,
-    targets: Targets,
-    signals: &signals::OperationSignals,
-    detached: Option<signals::DetachNotice>,
-    out: &Output,
-) -> Result<u8> {
-    let job = exec::Conversion {
-        root,
-        fs,
-        mount_point,
-        start,
-        targets,
-        signals,
-    };
-    let finished = exec::execute_with_ui(job, detached, out)?;
+/// Says how a conversion finished (a cancelled one is the run's error).
+pub fn say_finished(finished: &Finished, mount_point: &Path, out: &Output) {
     let m = mount_point.display();
-    match &finished {
+    match finished {
         Finished::Completed(records) => {
             out.status(&format!(
                 "{} every type is in its target profile:\n{}",
                 out.paint.good("done:"),
                 super::df::render_records(records, Default::default())
             ));
-            Ok(exit::OK)
         }
         Finished::Paused { bytes_remaining: 0 } => {
             out.warning_with_hint(
                 "the conversion is paused with no data left to move (its last chunk finished as it paused); data is intact",
                 &format!("let the kernel finish it with: btrfs-lab convert {m} --resume (running the same convert again also resumes it); or cancel it with: btrfs-lab convert {m} --cancel"),
             );
-            Ok(exit::INTERRUPTED)
         }
         Finished::Paused { bytes_remaining } => {
             out.warning_with_hint(
                 &format!("the conversion is paused with {} left to convert; data is intact", size(*bytes_remaining)),
                 &format!("resume it with: btrfs-lab convert {m} --resume (running the same convert again also resumes it); or cancel it with: btrfs-lab convert {m} --cancel"),
             );
-            Ok(exit::INTERRUPTED)
         }
-        Finished::Cancelled => Err(finished
-            .error(mount_point)
-            .unwrap_or_else(Error::interrupted)),
+        Finished::Cancelled => {}
     }
-}
-
-fn status(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
-    let st = manage::status(root, mount)?;
-    out.report(&st, |st| render_status(st, out));
-    Ok(exit::OK)
 }
 
 fn render_status(st: &StatusReport, out: &Output) -> String {
@@ -367,11 +258,6 @@ fn render_status(st: &StatusReport, out: &Output) -> String {
     t
 }
 
-/// Where a convert's change is seen when its report could not be written.
-fn look(mount_point: &Path) -> String {
-    format!("btrfs-lab convert {} --status", mount_point.display())
-}
-
 fn pause(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
     out.before_change(look(mount))?;
     let (done, state) = manage::pause(root, mount)?;
@@ -387,67 +273,21 @@ fn pause(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
     Ok(exit::OK)
 }
 
-fn cancel(root: &SysRoot, mount: &Path, dry_run: bool, yes: bool, out: &Output) -> Result<u8> {
+fn cancel(root: &SysRoot, mount: &Path, ask: ConfirmArgs, out: &Output) -> Result<u8> {
     let (fs, _state) = manage::prepare_cancel(root, mount)?;
     let what = "cancel the balance: chunks already converted stay converted, the rest keeps its old profile (mixed profiles until a convert finishes)";
-    if dry_run {
-        out.text(&format!("would {what}\n(dry run: nothing was done)\n"));
+    if ask.dry_run {
+        out.text(&format!("would {what}\n{DRY_RUN}"));
         return Ok(exit::OK);
     }
     out.say(&format!("This will {what}.\n"));
-    confirm(out, "Cancel the balance?", yes)?;
+    confirm(out, "Cancel the balance?", ask.yes)?;
     out.before_change(look(mount))?;
     manage::cancel(&fs, mount)?;
     out.report(&CancelReport { cancelled: true }, |_| {
         "cancelled\n".to_owned()
     });
     Ok(exit::OK)
-}
-
-fn resume(
-    root: &SysRoot,
-    mount: &Path,
-    dry_run: bool,
-    yes: bool,
-    bg: bool,
-    out: &Output,
-) -> Result<u8> {
-    let (fs, state, targets, plan) = manage::prepare_resume(root, mount)?;
-    let record = ConvertRecord::Plan {
-        plan: None,
-        resume: Some(plan.clone()),
-    };
-    out.report_line(&record, |_| {
-        format!(
-            "Resume the paused balance on {}: {}, {} left to convert\n",
-            state.mount_point.display(),
-            targets.describe(),
-            size(plan.bytes_remaining)
-        )
-    });
-    if dry_run {
-        out.status("(dry run: nothing was done)\n");
-        return Ok(exit::OK);
-    }
-    confirm(out, "Resume?", yes)?;
-    fs.check_path_still_here(mount)?;
-    out.before_change(look(&state.mount_point))?;
-    let detached = match background(bg, &state.mount_point, out)? {
-        Some(Ok(code)) => return Ok(code),
-        Some(Err(notice)) => Some(notice),
-        None => None,
-    };
-    let signals = signals::begin_operation()?;
-    execute(
-        root,
-        &fs,
-        &state.mount_point,
-        Start::Resume,
-        targets,
-        &signals,
-        detached,
-        out,
-    )
 }
 
 /// What the manual pages of this command add to clap's help: real command

@@ -2,11 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use btrfs_lab::convert::report::{ConvertRecord, PlanDoc};
-use btrfs_lab::convert::{ConvertRequest, Start};
-use btrfs_lab::device::add::{self, AddOptions, AddPlan, AddResult};
-use btrfs_lab::device::add::{AddReport, Ceiling, Throughput};
-use btrfs_lab::device::preflight::refused;
+use btrfs_lab::convert::{ConvertRequest, Finished};
+use btrfs_lab::device::add::operation::{Add, AddThenConvert};
+use btrfs_lab::device::add::{AddOptions, AddPlan, AddResult, Ceiling, Throughput};
 use btrfs_lab::device::remove::operation::Remove;
 use btrfs_lab::device::remove::{RemovePlan, RemoveReport, RemoveResult};
 use btrfs_lab::device::replace::operation::{Replace, Replaced};
@@ -16,16 +14,16 @@ use btrfs_lab::device::replace::{
 use btrfs_lab::device::started::StartedStore;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
-use btrfs_lab::operation::{self, DRY_RUN, View, hooks};
+use btrfs_lab::operation::{self, DRY_RUN, View};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::tools::display_argv;
 use clap::{Args, Subcommand};
 
-use super::convert::{execute, refuse_if_blocked, render_plan};
+use super::convert::{render_plan, say_finished};
 use super::output::{ConfirmArgs, Output, confirm};
 use super::units::{UnitArgs, profiles, size};
-use btrfs_lab::ui::{self, Ui};
+use btrfs_lab::ui::Ui;
 
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
@@ -142,12 +140,8 @@ struct AddArgs {
     /// With --then-convert: metadata profile, as --data (system chunks follow it).
     #[arg(long, value_parser = profiles(), hide_possible_values = true, value_name = "PROFILE", requires = "then_convert")]
     metadata: Option<Profile>,
-    /// Show the plan and do nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    yes: bool,
+    #[command(flatten)]
+    confirm: ConfirmArgs,
     #[command(flatten)]
     units: UnitArgs,
 }
@@ -618,180 +612,84 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
     // First thing: until the add starts a signal exits at once.
     signals::install_pausable()?;
     a.units.select();
-    let root = SysRoot::host();
-    if a.then_convert && a.data.is_none() && a.metadata.is_none() {
-        return Err(Error::usage(
-            "--then-convert needs --data PROFILE, --metadata PROFILE or both",
-        ));
-    }
-    let convert = a.then_convert.then_some(ConvertRequest {
-        data: a.data,
-        metadata: a.metadata,
-        force: a.overwrite,
-    });
     let opts = AddOptions {
         force: a.overwrite,
         nodiscard: a.nodiscard,
     };
-    let (fs, state, plan) = add::prepare(&root, &a.mount, &a.devices, opts, convert)?;
-    // Every device is already a member: what was asked for is there.
-    if !a.then_convert
-        && let Some(none) = add::nothing_to_add(&state, &plan)
-    {
-        out.report(&none, |n| {
-            n.already_members
-                .iter()
-                .map(|m| {
-                    format!(
-                        "nothing to do: {} is already device {} of this filesystem\n",
-                        m.path.display(),
-                        m.devid
-                    )
-                })
-                .collect()
-        });
-        return Ok(exit::OK);
+    let added = |r: &AddResult| added_text(r, out);
+    if !a.then_convert {
+        let mut op = Add::new(a.mount, a.devices, opts, &added);
+        return operation::run(&mut op, a.confirm.into(), out, &AddText(out));
     }
-    let plan_text = || {
-        let mut t = render(&plan, out);
-        if let Some(c) = &plan.then_convert {
-            t.push_str("then:\n");
-            t.push_str(&render_plan(c, out));
-        }
-        t
+    let convert = ConvertRequest {
+        data: a.data,
+        metadata: a.metadata,
+        force: a.overwrite,
     };
-    // The plan: a JSON Lines record with --then-convert; otherwise a
-    // document now only if the run ends here (a dry run, a refusal); as
-    // text unless refused (the refusal is the error line).
-    let doc = AddReport {
-        plan: plan.clone(),
-        result: None,
-    };
-    if a.then_convert {
-        ui::emit(
-            out,
-            &ConvertRecord::Plan {
-                plan: Some(PlanDoc::Add(Box::new(plan.clone()))),
-                resume: None,
-            },
-        );
-        if plan.refusals.is_empty() {
-            out.status(&plan_text());
-        }
-    } else if !plan.refusals.is_empty() {
-        out.report(&doc, |_| String::new());
-    } else if a.dry_run {
-        out.report(&doc, |_| plan_text());
-    } else {
-        out.status(&plan_text());
-    }
-    if !plan.refusals.is_empty() {
-        return Err(refused("add", &plan.refusals));
-    }
-    if let Some(c) = &plan.then_convert {
-        refuse_if_blocked(c, a.overwrite)?;
-    }
-    if a.dry_run {
-        out.status("(dry run: nothing was done)\n");
-        return Ok(exit::OK);
-    }
-    let risky = plan
-        .then_convert
-        .as_ref()
-        .is_some_and(|c| !c.risks.is_empty());
-    confirm(
-        out,
-        if risky {
-            "Add the devices and convert, accepting the risk above?"
-        } else if a.then_convert {
-            "Add the devices and convert?"
-        } else {
-            "Add the devices?"
-        },
-        a.yes,
-    )?;
-    hooks::pause_point("device-add-confirmed");
-    fs.check_path_still_here(&a.mount)?;
-    out.before_change(format!("btrfs-lab show {}", state.mount_point.display()))?;
-    let signals = signals::begin_operation()?;
-    out.started();
-    let added_text = |r: &AddResult| {
-        format!(
-            "{} {} device{} now, {} raw\n",
-            out.paint.good("added:"),
-            r.devices.len(),
-            if r.devices.len() == 1 { "" } else { "s" },
-            size(r.raw_bytes)
-        )
-    };
-    let replanned = add::add_then_replan(
-        &root,
-        &fs,
-        &state.mount_point,
-        &plan,
-        convert.as_ref(),
-        &signals,
-        &mut |result| {
-            if a.then_convert {
-                out.report_line(
-                    &ConvertRecord::Added {
-                        result: result.clone(),
-                    },
-                    |_| added_text(result),
-                );
-            } else {
-                let done = AddReport {
-                    plan: plan.clone(),
-                    result: Some(result.clone()),
-                };
-                out.report(&done, |_| added_text(result));
-            }
-        },
-    )?;
-    let (Some(req), Some(plan)) = (convert, replanned) else {
-        return Ok(exit::OK);
-    };
-    execute(
-        &root,
-        &fs,
-        &state.mount_point,
-        Start::Convert(req, plan.existing),
-        req.into(),
-        &signals,
-        None,
-        out,
+    let mut op = AddThenConvert::new(a.mount, a.devices, opts, convert, &added);
+    operation::run(&mut op, a.confirm.into(), out, &AddText(out))
+}
+
+fn added_text(r: &AddResult, out: &Output) -> String {
+    format!(
+        "{} {} device{} now, {} raw\n",
+        out.paint.good("added:"),
+        r.devices.len(),
+        if r.devices.len() == 1 { "" } else { "s" },
+        size(r.raw_bytes)
     )
 }
+
+/// device add's plans and results as text (the add's result was said
+/// when it was done).
+struct AddText<'a>(&'a Output);
+
+impl View<Add<'_>> for AddText<'_> {
+    fn plan(&self, plan: &AddPlan) -> String {
+        render(plan, self.0)
+    }
+    fn result(&self, _plan: &AddPlan, _result: &AddResult) {}
+}
+
+impl View<AddThenConvert<'_>> for AddText<'_> {
+    fn plan(&self, plan: &AddPlan) -> String {
+        let mut t = render(plan, self.0);
+        if let Some(c) = &plan.then_convert {
+            t.push_str("then:\n");
+            t.push_str(&render_plan(c, self.0));
+        }
+        t
+    }
+    fn result(&self, plan: &AddPlan, finished: &Option<Finished>) {
+        if let Some(f) = finished {
+            say_finished(f, &plan.mount_point, self.0);
+        }
+    }
+}
+
+/// device add's examples (btrfs-lab-device(1) shows them too).
+const ADD_EXAMPLES: &[(&str, &str)] = &[
+    (
+        "What adding /dev/nvme2n1 would do.",
+        "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
+    ),
+    (
+        "Add it, then convert data to RAID0 and metadata to RAID1.",
+        "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
+    ),
+];
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[
     super::decl::Declared {
         words: &["device"],
-        examples: &[
-            (
-                "What adding /dev/nvme2n1 would do.",
-                "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
-            ),
-            (
-                "Add it, then convert data to RAID0 and metadata to RAID1.",
-                "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
-            ),
-        ],
+        examples: ADD_EXAMPLES,
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
     super::decl::Declared {
         words: &["device", "add"],
-        examples: &[
-            (
-                "What adding /dev/nvme2n1 would do.",
-                "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
-            ),
-            (
-                "Add it, then convert data to RAID0 and metadata to RAID1.",
-                "btrfs-lab device add --then-convert --data raid0 --metadata raid1 /mnt/data /dev/nvme2n1",
-            ),
-        ],
+        examples: ADD_EXAMPLES,
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
     super::decl::Declared {

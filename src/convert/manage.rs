@@ -3,14 +3,13 @@
 
 use std::path::Path;
 
-use nix::errno::Errno;
-
 use super::{Targets, remaining_bytes};
 use crate::convert::report::{BalanceKind, PauseReport, ResumePlan, StatusReport};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::space::BgType;
 use crate::operation::state::{FsState, open_state};
 use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::balance;
 use crate::sys::kernel::btrfs::FsHandle;
 use crate::sys::kernel::ioctl::BalanceState;
 
@@ -86,25 +85,18 @@ pub fn pause(root: &SysRoot, path: &Path) -> Result<(Paused, FsState)> {
     if state.balance.is_some_and(|b| b.paused) {
         return Ok((Paused::Already, state));
     }
-    match fs.balance_control(true) {
-        Ok(()) => Ok((Paused::Now, state)),
-        Err(Errno::ENOTCONN) => {
-            // Paused meanwhile (by the convert itself, or someone else)?
-            let now = fs.balance_status()?;
-            if now.is_some_and(|s| !s.state.contains(BalanceState::RUNNING)) {
-                Ok((Paused::Already, state))
-            } else {
-                Err(Error::new(
-                    ErrorKind::State,
-                    format!("no balance is running on {}", state.mount_point.display()),
-                ))
-            }
-        }
-        Err(e) => Err(Error::from_errno(
-            e,
-            "cannot pause the balance on",
-            &state.path,
-        )),
+    if balance::pause(&fs, &state.path)? {
+        return Ok((Paused::Now, state));
+    }
+    // None ran: paused meanwhile (by the convert itself, or someone else)?
+    let now = fs.balance_status()?;
+    if now.is_some_and(|s| !s.state.contains(BalanceState::RUNNING)) {
+        Ok((Paused::Already, state))
+    } else {
+        Err(Error::new(
+            ErrorKind::State,
+            format!("no balance is running on {}", state.mount_point.display()),
+        ))
     }
 }
 
@@ -127,8 +119,7 @@ pub fn prepare_cancel(root: &SysRoot, path: &Path) -> Result<(FsHandle, FsState)
 /// `--cancel`, confirmed: `path` must still lead to the filesystem held.
 pub fn cancel(fs: &FsHandle, path: &Path) -> Result<()> {
     fs.check_path_still_here(path)?;
-    fs.balance_control(false)
-        .map_err(|e| Error::from_errno(e, "cannot cancel the balance on", fs.path()))
+    balance::cancel(fs)
 }
 
 /// `--resume`, before the confirmation: the paused balance's targets and

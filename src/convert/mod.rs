@@ -3,6 +3,7 @@
 
 pub mod exec;
 pub mod manage;
+pub mod operation;
 pub mod report;
 pub mod run;
 
@@ -353,33 +354,88 @@ fn shortfall_reason(layout: &Layout, req: &ConvertRequest, s: &Shortfall) -> Rea
     )
 }
 
+/// What a plan finds: why it may not go ahead, the dangers to accept, the
+/// things to know.
+#[derive(Default)]
+struct Findings {
+    refusals: Vec<Reason>,
+    risks: Vec<String>,
+    warnings: Vec<String>,
+}
+
 /// [`plan_convert`] with the chunks of the filesystem ([`read_layout`]):
 /// the conversion is replayed chunk by chunk as the kernel relocates them
 /// and refused where the replay runs out of space.
 pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layout>) -> ConvertPlan {
-    let mut refusals = Vec::new();
-    let mut risks = Vec::new();
-    let mut warnings = Vec::new();
-    let n = fs.devices.len();
-    let kernel = fs.kernel;
-
+    let mut f = Findings::default();
     if req.data.is_none() && req.metadata.is_none() {
-        refusals.push(Reason::general(
+        f.refusals.push(Reason::general(
             "no-target",
             "give --data PROFILE, --metadata PROFILE or both".into(),
             false,
         ));
     }
+    let existing = existing_balance(fs, req, &mut f);
+    mixed_block_groups(fs, req, &mut f);
+    let changes = type_changes(fs, req);
+    devices_and_kernel(fs, req, &mut f);
+    if let Some(m) = req.metadata {
+        metadata_redundancy(fs, m, &mut f);
+    }
+    if let Some(d) = req.data {
+        data_risks(fs, d, &mut f);
+    }
+    // Space: the converted layout must fit, and there must be room to start.
+    let sizes: Vec<u64> = fs.devices.iter().map(|d| d.size).collect();
+    let cur_data = dominant(fs, BgType::Data).unwrap_or(Profile::Single);
+    let cur_meta = dominant(fs, BgType::Metadata).unwrap_or(Profile::Dup);
+    let new_data = req.data.unwrap_or(cur_data);
+    let new_meta = req.metadata.unwrap_or(cur_meta);
+    let before = data_capacity(fs, &sizes, cur_data, cur_meta);
+    let after = data_capacity(fs, &sizes, new_data, new_meta);
+    let nothing_to_do = changes.iter().all(|c| c.bytes_to_convert == 0);
+    if !nothing_to_do && f.refusals.iter().all(|r| r.code != "too-few-devices") {
+        space_to_convert(fs, &changes, new_data, after, &mut f);
+    }
+    // The replay: only on a settled filesystem (no balance running or
+    // being cancelled: [`balance_in_flux`]); a balance that is followed is
+    // replayed once it has ended, before anything is started
+    // ([`run::execute`]). A refusal only where the replay, from a state it
+    // reads whole, runs out.
+    if !nothing_to_do && f.refusals.is_empty() {
+        replay(fs, req, layout, &mut f);
+    }
+    f.warnings.extend(error_warnings(fs));
+    ConvertPlan {
+        mount_point: fs.mount_point.clone(),
+        devices: fs.devices.len(),
+        raw_bytes: fs.raw_size(),
+        changes,
+        data_capacity_before: before,
+        data_capacity_after: after,
+        risks: f.risks,
+        warnings: f.warnings,
+        refusals: f.refusals,
+        nothing_to_do: nothing_to_do && existing.is_none(),
+        equivalent_command: equivalent_command(fs, req),
+        existing,
+    }
+}
+
+/// A balance that exists already: one with the same targets is resumed,
+/// followed or waited for; one with others, or another exclusive
+/// operation, refuses.
+fn existing_balance(fs: &FsState, req: &ConvertRequest, f: &mut Findings) -> Option<Existing> {
     let m_disp = fs.mount_point.display();
     let wanted = Targets::from(*req);
     let mut existing = None;
     match fs.balance {
         Some(b) if b.cancelling => {
             existing = Some(Existing::WaitForCancel);
-            warnings.push("a balance is being cancelled on this filesystem: the conversion starts when it has ended".to_owned());
+            f.warnings.push("a balance is being cancelled on this filesystem: the conversion starts when it has ended".to_owned());
         }
         Some(b) if b.paused && b.targets() == wanted => existing = Some(Existing::Resume),
-        Some(b) if b.paused => refusals.push(Reason::general(
+        Some(b) if b.paused => f.refusals.push(Reason::general(
             "balance-paused",
             format!(
                 "a paused balance with other targets ({}) exists: resume it with `btrfs-lab convert {m_disp} --resume`, or cancel it with `btrfs-lab convert {m_disp} --cancel` first",
@@ -388,7 +444,7 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
             false,
         )),
         Some(b) if b.targets() == wanted => existing = Some(Existing::Follow),
-        Some(b) => refusals.push(Reason::general(
+        Some(b) => f.refusals.push(Reason::general(
             "balance-running",
             format!(
                 "a balance with other targets ({}) is running: watch it with `btrfs-lab convert {m_disp} --status`, or pause or cancel it with `btrfs-lab convert {m_disp} --pause` / `--cancel`",
@@ -398,34 +454,42 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
         )),
         None => match fs.exclusive_operation.as_deref() {
             None | Some("none") => {}
-            Some("balance paused") => refusals.push(Reason::general(
+            Some("balance paused") => f.refusals.push(Reason::general(
                 "balance-paused",
                 format!("a paused balance exists: resume it with `btrfs-lab convert {m_disp} --resume`, or cancel it with `btrfs-lab convert {m_disp} --cancel` first"),
                 false,
             )),
-            Some("balance") => refusals.push(Reason::general(
+            Some("balance") => f.refusals.push(Reason::general(
                 "balance-running",
                 format!("a balance is running: watch it with `btrfs-lab convert {m_disp} --status`, or pause or cancel it with `--pause` / `--cancel`"),
                 false,
             )),
-            Some(op) => refusals.push(Reason::general(
+            Some(op) => f.refusals.push(Reason::general(
                 "exclusive-operation",
                 format!("another operation is running on this filesystem ({op}); wait until it ends"),
                 false,
             )),
         },
     }
+    existing
+}
+
+/// A filesystem of mixed block groups takes one profile for both.
+fn mixed_block_groups(fs: &FsState, req: &ConvertRequest, f: &mut Findings) {
     if fs.mixed_block_groups()
         && let (Some(d), Some(m)) = (req.data, req.metadata)
         && d != m
     {
-        refusals.push(Reason::general(
+        f.refusals.push(Reason::general(
             "mixed-block-groups",
             format!("this filesystem mixes data and metadata in the same chunks: give the same profile for both (not {d} and {m})"),
             false,
         ));
     }
+}
 
+/// Each type's change (system follows metadata).
+fn type_changes(fs: &FsState, req: &ConvertRequest) -> Vec<TypeChange> {
     let mut changes = Vec::new();
     let mut add_change = |kind: BgType, to: Profile| {
         changes.push(TypeChange {
@@ -444,11 +508,18 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
         add_change(BgType::System, m);
     }
 
+    changes
+}
+
+/// Each target needs its devices, and its kernel.
+fn devices_and_kernel(fs: &FsState, req: &ConvertRequest, f: &mut Findings) {
+    let n = fs.devices.len();
+    let kernel = fs.kernel;
     for (what, p) in [("data", req.data), ("metadata", req.metadata)] {
         let Some(p) = p else { continue };
         let need = p.min_devices_on(kernel) as usize;
         if n < need {
-            refusals.push(Reason::general(
+            f.refusals.push(Reason::general(
                 "too-few-devices",
                 format!(
                     "{what} profile {p} needs at least {need} devices, this filesystem has {n} (add devices first: btrfs-lab device add)"
@@ -458,235 +529,236 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
         }
         if let Some(min) = p.min_kernel() {
             if kernel < min {
-                refusals.push(Reason::general(
+                f.refusals.push(Reason::general(
                     "kernel-too-old",
                     format!("{p} needs Linux {min} or later; this is {kernel}"),
                     false,
                 ));
             } else if !fs.features.iter().any(|f| f == "raid1c34") {
-                warnings.push(format!(
+                f.warnings.push(format!(
                     "{p} turns on the raid1c34 feature: the filesystem will no longer mount on kernels older than {min}; check that your rescue media are newer"
                 ));
             }
         }
     }
-    if let Some(m) = req.metadata {
-        let current = fs.profiles(BgType::Metadata);
-        let now = current
-            .iter()
-            .map(|p| p.tolerated_failures())
-            .min()
-            .unwrap_or(0);
-        // The kernel's rule (btrfs_balance): metadata or system that has a
-        // redundant profile now (two copies or parity) converted to one
-        // without needs the force flag. DUP → single is one.
-        let kernel_reduces = current
-            .iter()
-            .chain(&fs.profiles(BgType::System))
-            .any(|p| p.redundant())
-            && !m.redundant();
-        if m.tolerated_failures() < now {
-            refusals.push(Reason::general(
-                "lower-metadata-redundancy",
-                format!(
-                    "metadata {} → {m} lowers redundancy (survives {now} → {} failed devices); the kernel needs --force for this, btrfs-lab --allow-weaker-metadata",
-                    names(&current),
-                    m.tolerated_failures()
-                ),
-                true,
-            ));
-        } else if kernel_reduces {
-            refusals.push(Reason::general(
-                "lower-metadata-redundancy",
-                format!(
-                    "metadata {} → {m} lowers redundancy (two copies of every metadata block → one); the kernel needs --force for this, btrfs-lab --allow-weaker-metadata",
-                    names(&current)
-                ),
-                true,
-            ));
-        }
-        if kernel_reduces {
-            risks.push(format!(
-                "metadata {m} keeps one copy of every metadata block: one bad block can make files, or the whole filesystem, unreadable"
-            ));
-        } else if m.tolerated_failures() < now {
-            risks.push(format!(
-                "metadata {m} survives {} failed device(s) instead of {now}: losing a device can make the whole filesystem unreadable",
-                m.tolerated_failures()
-            ));
-        }
-        if m.is_parity() {
-            refusals.push(Reason::general(
-                "raid56-metadata",
-                format!("{m} for metadata is discouraged by the btrfs developers (write hole, slow scrub and repair); use raid1 or raid1c3, or --allow-weaker-metadata"),
-                true,
-            ));
-        }
-    }
-    if let Some(d) = req.data {
-        if !d.duplicates_data() && n > 1 {
-            risks.push(format!(
-                "data {d} keeps one copy of every block: if any one of the {n} devices fails, files lose data (large files are striped over all of them); btrfs and the kernel do not warn about this"
-            ));
-        }
-        let current = fs.profiles(BgType::Data);
-        let now = current
-            .iter()
-            .map(|p| p.tolerated_failures())
-            .min()
-            .unwrap_or(0);
-        if d.tolerated_failures() < now {
-            risks.push(format!(
-                "data {} → {d} lowers redundancy: it survives {} failed device(s) instead of {now}",
-                names(&current),
-                d.tolerated_failures()
-            ));
-        }
-        if d.is_parity() {
-            risks.push(format!(
-                "{d} is discouraged: a crash during a write can leave data and parity inconsistent (write hole), and scrub and rebuild are slow"
-            ));
-        }
-    }
+}
 
-    // Space: the converted layout must fit, and there must be room to start.
-    let sizes: Vec<u64> = fs.devices.iter().map(|d| d.size).collect();
-    let total = fs.raw_size();
-    let cur_data = dominant(fs, BgType::Data).unwrap_or(Profile::Single);
-    let cur_meta = dominant(fs, BgType::Metadata).unwrap_or(Profile::Dup);
-    let new_data = req.data.unwrap_or(cur_data);
-    let new_meta = req.metadata.unwrap_or(cur_meta);
-    let before = data_capacity(fs, &sizes, cur_data, cur_meta);
-    let after = data_capacity(fs, &sizes, new_data, new_meta);
+/// A metadata target that protects less: refused without the force flag,
+/// and a risk.
+fn metadata_redundancy(fs: &FsState, m: Profile, f: &mut Findings) {
+    let current = fs.profiles(BgType::Metadata);
+    let now = current
+        .iter()
+        .map(|p| p.tolerated_failures())
+        .min()
+        .unwrap_or(0);
+    // The kernel's rule (btrfs_balance): metadata or system that has a
+    // redundant profile now (two copies or parity) converted to one
+    // without needs the force flag. DUP → single is one.
+    let kernel_reduces = current
+        .iter()
+        .chain(&fs.profiles(BgType::System))
+        .any(|p| p.redundant())
+        && !m.redundant();
+    if m.tolerated_failures() < now {
+        f.refusals.push(Reason::general(
+            "lower-metadata-redundancy",
+            format!(
+                "metadata {} → {m} lowers redundancy (survives {now} → {} failed devices); the kernel needs --force for this, btrfs-lab --allow-weaker-metadata",
+                names(&current),
+                m.tolerated_failures()
+            ),
+            true,
+        ));
+    } else if kernel_reduces {
+        f.refusals.push(Reason::general(
+            "lower-metadata-redundancy",
+            format!(
+                "metadata {} → {m} lowers redundancy (two copies of every metadata block → one); the kernel needs --force for this, btrfs-lab --allow-weaker-metadata",
+                names(&current)
+            ),
+            true,
+        ));
+    }
+    if kernel_reduces {
+        f.risks.push(format!(
+            "metadata {m} keeps one copy of every metadata block: one bad block can make files, or the whole filesystem, unreadable"
+        ));
+    } else if m.tolerated_failures() < now {
+        f.risks.push(format!(
+            "metadata {m} survives {} failed device(s) instead of {now}: losing a device can make the whole filesystem unreadable",
+            m.tolerated_failures()
+        ));
+    }
+    if m.is_parity() {
+        f.refusals.push(Reason::general(
+            "raid56-metadata",
+            format!("{m} for metadata is discouraged by the btrfs developers (write hole, slow scrub and repair); use raid1 or raid1c3, or --allow-weaker-metadata"),
+            true,
+        ));
+    }
+}
+
+/// The risks of a data target: one copy, less redundancy, parity.
+fn data_risks(fs: &FsState, d: Profile, f: &mut Findings) {
+    let n = fs.devices.len();
+    if !d.duplicates_data() && n > 1 {
+        f.risks.push(format!(
+            "data {d} keeps one copy of every block: if any one of the {n} devices fails, files lose data (large files are striped over all of them); btrfs and the kernel do not warn about this"
+        ));
+    }
+    let current = fs.profiles(BgType::Data);
+    let now = current
+        .iter()
+        .map(|p| p.tolerated_failures())
+        .min()
+        .unwrap_or(0);
+    if d.tolerated_failures() < now {
+        f.risks.push(format!(
+            "data {} → {d} lowers redundancy: it survives {} failed device(s) instead of {now}",
+            names(&current),
+            d.tolerated_failures()
+        ));
+    }
+    if d.is_parity() {
+        f.risks.push(format!(
+            "{d} is discouraged: a crash during a write can leave data and parity inconsistent (write hole), and scrub and rebuild are slow"
+        ));
+    }
+}
+
+/// The data must fit the new profile, and each converted type needs room
+/// for its first chunk.
+fn space_to_convert(
+    fs: &FsState,
+    changes: &[TypeChange],
+    new_data: Profile,
+    after: u64,
+    f: &mut Findings,
+) {
     let data_used = fs.used(BgType::Data);
-    let nothing_to_do = changes.iter().all(|c| c.bytes_to_convert == 0);
-    if !nothing_to_do && refusals.iter().all(|r| r.code != "too-few-devices") {
-        if after < data_used {
-            refusals.push(Reason::general(
-                "no-space",
+    let (total, kernel) = (fs.raw_size(), fs.kernel);
+    if after < data_used {
+        f.refusals.push(Reason::general(
+            "no-space",
+            format!(
+                "not enough space: {} of data needs more than the {} that {new_data} data gives on these devices",
+                format_iec(data_used),
+                format_iec(after)
+            ),
+            false,
+        ));
+    }
+    let mut free: Vec<u64> = fs.devices.iter().map(|d| d.unallocated()).collect();
+    for c in changes
+        .iter()
+        .filter(|c| c.bytes_to_convert > 0 && c.kind != BgType::System)
+    {
+        let kind = if c.kind == BgType::Data {
+            ChunkKind::Data
+        } else {
+            ChunkKind::Metadata
+        };
+        if alloc::allocate_chunk(&mut free, c.to, kind, total, kernel).is_none() {
+            f.refusals.push(Reason::general(
+                "no-room-to-start",
                 format!(
-                    "not enough space: {} of data needs more than the {} that {new_data} data gives on these devices",
-                    format_iec(data_used),
-                    format_iec(after)
+                    "no unallocated space for a first {} {} chunk; free some (btrfs balance start -dusage=10 {}) or add a device",
+                    c.to,
+                    c.kind.json_name(),
+                    fs.mount_point.display()
                 ),
                 false,
             ));
         }
-        let mut free: Vec<u64> = fs.devices.iter().map(|d| d.unallocated()).collect();
-        for c in changes
-            .iter()
-            .filter(|c| c.bytes_to_convert > 0 && c.kind != BgType::System)
-        {
-            let kind = if c.kind == BgType::Data {
-                ChunkKind::Data
+    }
+}
+
+/// The replay of the conversion on `layout` (see [`plan_convert_on`]).
+fn replay(fs: &FsState, req: &ConvertRequest, layout: Option<&Layout>, f: &mut Findings) {
+    if balance_in_flux(fs) {
+        f.warnings.push(
+            "a balance is running or being cancelled: the space check that replays the conversion chunk by chunk is made when it has ended (what it relocates is in flux until then), before anything is started".to_owned(),
+        );
+    } else if let Some(layout) = layout
+        && let Err(s) = relocate::simulate(layout, req.data, req.metadata)
+    {
+        // The replay takes what it cannot know as the least favourable
+        // (extents not read as the largest, free space as the ranges
+        // DUP chunks need, the space of relocated chunks reused late);
+        // refused only when it runs out whatever it takes.
+        use relocate::{Assume, Free, Unread};
+        // Each replay once; an assumption that changes nothing here
+        // (no extents unread, no dup target) is left out.
+        let unread = relocate::has_unread_extents(layout, req.data);
+        let dup = [req.data, req.metadata]
+            .into_iter()
+            .flatten()
+            .any(|p| p.geometry().dev_stripes > 1);
+        // System chunks to relocate: the kernel may give them a new one
+        // along the way ([`Assume::early_system`]).
+        let system = req.metadata.is_some_and(|to| {
+            layout
+                .chunks
+                .iter()
+                .any(|c| c.kind == crate::model::alloc::ChunkKind::System && c.profile != to)
+        });
+        let replays: Vec<(Assume, bool)> = Assume::all()
+            .filter(|a| {
+                (unread || a.unread == Unread::Largest)
+                    && (dup || a.free == Free::Holes)
+                    && (system || !a.early_system)
+            })
+            .map(|a| {
+                (
+                    a,
+                    relocate::simulate_in(layout, req.data, req.metadata, a).is_ok(),
+                )
+            })
+            .collect();
+        // Fits only where `f` holds.
+        let only = |f: fn(&Assume) -> bool| !replays.iter().any(|(a, ok)| *ok && !f(a));
+        if !replays.iter().any(|(_, ok)| *ok) {
+            f.refusals.push(shortfall_reason(layout, req, &s));
+        } else {
+            let why = if only(|a| a.early_system) {
+                "the last system chunk can only be moved if the kernel has made a system chunk of the new profile by then, which it does by itself when system space runs short while it converts, and the space check cannot tell whether it will: it runs out if not, not if it does"
+            } else if only(|a| a.unread == Unread::Smallest) {
+                "the space check did not read the sizes of every data extent (too many) and runs out if they are large, not if they are small"
+            } else if only(|a| a.free == Free::Total) {
+                "dup chunks need both their copies in one contiguous free range of a device, and the space check does not know whether the ranges the relocated chunks free are contiguous: it runs out if they are not, not if they are"
             } else {
-                ChunkKind::Metadata
+                "whether the space of each converted chunk can be used for the next one depends on when the kernel commits its transaction (timing): the space check runs out if it cannot, not if it can"
             };
-            if alloc::allocate_chunk(&mut free, c.to, kind, total, kernel).is_none() {
-                refusals.push(Reason::general(
-                    "no-room-to-start",
-                    format!(
-                        "no unallocated space for a first {} {} chunk; free some (btrfs balance start -dusage=10 {}) or add a device",
-                        c.to,
-                        c.kind.json_name(),
-                        fs.mount_point.display()
-                    ),
-                    false,
-                ));
-            }
+            f.warnings.push(format!(
+                "the conversion may run out of space at chunk {} of {} ({} {}): {why}; if the kernel stops with ENOSPC, what was converted stays converted and the same convert resumes after freeing space",
+                s.step,
+                s.steps,
+                s.kind.name(),
+                s.from,
+            ));
         }
+    } else if let Some(layout) = layout
+        && [req.data, req.metadata]
+            .into_iter()
+            .flatten()
+            .chain(layout.chunks.iter().map(|c| c.profile))
+            .any(Profile::is_parity)
+    {
+        // The replay fits, but its raid5/raid6 chunks are not the
+        // kernel's: on 4 × 1 GiB single with 900 MiB, -dconvert=raid6
+        // replayed as fitting and the kernel ran out of space (its
+        // parity chunks were 299 MiB a device). A refusal above is
+        // sure (every one the matrix tried was a real ENOSPC); a "fits"
+        // is not.
+        f.warnings.push(
+            "the conversion may run out of space: the space check replays how the kernel allocates chunks, and for raid5 and raid6 it does not know that well enough to say it fits; if the kernel stops with ENOSPC, what was converted stays converted and the same convert resumes after freeing space".to_owned(),
+        );
     }
+}
 
-    // The replay: only on a settled filesystem (no balance running or
-    // being cancelled: [`balance_in_flux`]); a balance that is followed is
-    // replayed once it has ended, before anything is started
-    // ([`run::execute`]). A refusal only where the replay, from a state it
-    // reads whole, runs out.
-    if !nothing_to_do && refusals.is_empty() {
-        if balance_in_flux(fs) {
-            warnings.push(
-                "a balance is running or being cancelled: the space check that replays the conversion chunk by chunk is made when it has ended (what it relocates is in flux until then), before anything is started".to_owned(),
-            );
-        } else if let Some(layout) = layout
-            && let Err(s) = relocate::simulate(layout, req.data, req.metadata)
-        {
-            // The replay takes what it cannot know as the least favourable
-            // (extents not read as the largest, free space as the ranges
-            // DUP chunks need, the space of relocated chunks reused late);
-            // refused only when it runs out whatever it takes.
-            use relocate::{Assume, Free, Unread};
-            // Each replay once; an assumption that changes nothing here
-            // (no extents unread, no dup target) is left out.
-            let unread = relocate::has_unread_extents(layout, req.data);
-            let dup = [req.data, req.metadata]
-                .into_iter()
-                .flatten()
-                .any(|p| p.geometry().dev_stripes > 1);
-            // System chunks to relocate: the kernel may give them a new one
-            // along the way ([`Assume::early_system`]).
-            let system = req.metadata.is_some_and(|to| {
-                layout
-                    .chunks
-                    .iter()
-                    .any(|c| c.kind == crate::model::alloc::ChunkKind::System && c.profile != to)
-            });
-            let replays: Vec<(Assume, bool)> = Assume::all()
-                .filter(|a| {
-                    (unread || a.unread == Unread::Largest)
-                        && (dup || a.free == Free::Holes)
-                        && (system || !a.early_system)
-                })
-                .map(|a| {
-                    (
-                        a,
-                        relocate::simulate_in(layout, req.data, req.metadata, a).is_ok(),
-                    )
-                })
-                .collect();
-            // Fits only where `f` holds.
-            let only = |f: fn(&Assume) -> bool| !replays.iter().any(|(a, ok)| *ok && !f(a));
-            if !replays.iter().any(|(_, ok)| *ok) {
-                refusals.push(shortfall_reason(layout, req, &s));
-            } else {
-                let why = if only(|a| a.early_system) {
-                    "the last system chunk can only be moved if the kernel has made a system chunk of the new profile by then, which it does by itself when system space runs short while it converts, and the space check cannot tell whether it will: it runs out if not, not if it does"
-                } else if only(|a| a.unread == Unread::Smallest) {
-                    "the space check did not read the sizes of every data extent (too many) and runs out if they are large, not if they are small"
-                } else if only(|a| a.free == Free::Total) {
-                    "dup chunks need both their copies in one contiguous free range of a device, and the space check does not know whether the ranges the relocated chunks free are contiguous: it runs out if they are not, not if they are"
-                } else {
-                    "whether the space of each converted chunk can be used for the next one depends on when the kernel commits its transaction (timing): the space check runs out if it cannot, not if it can"
-                };
-                warnings.push(format!(
-                    "the conversion may run out of space at chunk {} of {} ({} {}): {why}; if the kernel stops with ENOSPC, what was converted stays converted and the same convert resumes after freeing space",
-                    s.step,
-                    s.steps,
-                    s.kind.name(),
-                    s.from,
-                ));
-            }
-        } else if let Some(layout) = layout
-            && [req.data, req.metadata]
-                .into_iter()
-                .flatten()
-                .chain(layout.chunks.iter().map(|c| c.profile))
-                .any(Profile::is_parity)
-        {
-            // The replay fits, but its raid5/raid6 chunks are not the
-            // kernel's: on 4 × 1 GiB single with 900 MiB, -dconvert=raid6
-            // replayed as fitting and the kernel ran out of space (its
-            // parity chunks were 299 MiB a device). A refusal above is
-            // sure (every one the matrix tried was a real ENOSPC); a "fits"
-            // is not.
-            warnings.push(
-                "the conversion may run out of space: the space check replays how the kernel allocates chunks, and for raid5 and raid6 it does not know that well enough to say it fits; if the kernel stops with ENOSPC, what was converted stays converted and the same convert resumes after freeing space".to_owned(),
-            );
-        }
-    }
-
-    warnings.extend(error_warnings(fs));
-    let nothing_to_do = nothing_to_do && existing.is_none();
-
+/// The btrfs-progs command that does what btrfs-lab's ioctl does.
+fn equivalent_command(fs: &FsState, req: &ConvertRequest) -> Vec<String> {
     let mut cmd = vec!["btrfs".to_owned(), "balance".to_owned(), "start".to_owned()];
     if let Some(d) = req.data {
         cmd.push(format!("-dconvert={d},soft"));
@@ -700,20 +772,7 @@ pub fn plan_convert_on(fs: &FsState, req: &ConvertRequest, layout: Option<&Layou
     }
     cmd.push(fs.mount_point.display().to_string());
 
-    ConvertPlan {
-        mount_point: fs.mount_point.clone(),
-        devices: n,
-        raw_bytes: total,
-        changes,
-        data_capacity_before: before,
-        data_capacity_after: after,
-        risks,
-        warnings,
-        refusals,
-        nothing_to_do,
-        equivalent_command: cmd,
-        existing,
-    }
+    cmd
 }
 
 /// What a running balance reported.

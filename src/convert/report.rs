@@ -11,27 +11,24 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{ConvertPlan, Outcome, Progress};
-use crate::device::add::{AddPlan, AddResult};
 use crate::model::profile::Profile;
+use crate::report::envelope::Document;
 
-/// One JSON Lines record of `convert --json` (and of `device add --json
-/// --then-convert`), tagged by `event`.
+/// One JSON Lines record of `convert --json`, tagged by `event`: the
+/// `convert-record` document, whose schema is that of
+/// `device::add::record::AddConvertRecord` (the same records, and the add's
+/// own of `device add --then-convert`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "lowercase")]
 pub enum ConvertRecord {
-    /// The plan: a conversion's or an add's, or a resume's.
+    /// The plan: a conversion's, or a resume's.
     Plan {
-        /// A new conversion, or `device add --then-convert`.
+        /// A new conversion.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        plan: Option<PlanDoc>,
+        plan: Option<Box<ConvertPlan>>,
         /// `convert --resume`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resume: Option<ResumePlan>,
-    },
-    /// `device add --then-convert`: the add is done.
-    Added {
-        /// What the add did.
-        result: AddResult,
     },
     /// About twice a second.
     Progress {
@@ -54,14 +51,8 @@ pub enum ConvertRecord {
     Result(ResultRecord),
 }
 
-/// The `plan` of a plan record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(untagged)]
-pub enum PlanDoc {
-    /// `device add --then-convert` (its `then_convert` holds the conversion).
-    Add(Box<AddPlan>),
-    /// `convert`.
-    Convert(Box<ConvertPlan>),
+impl Document for ConvertRecord {
+    const NAME: &'static str = "convert-record";
 }
 
 /// `{"event": "plan", "resume": ...}`.

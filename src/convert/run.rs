@@ -3,12 +3,8 @@
 //! once; the process never exits while the balance runs in it.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
-use std::thread;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-use nix::errno::Errno;
 
 use super::{ConvertRequest, Event, Existing, Outcome, Progress, Targets, remaining_bytes};
 use crate::convert::report::ResultRecord;
@@ -17,9 +13,13 @@ use crate::operation::state::{BalanceInfo, read_state_at};
 use crate::parse::size::format_iec;
 use crate::report::progress;
 use crate::sys::fs::root::SysRoot;
+use crate::sys::kernel::balance::{self, Ended, Errno};
 use crate::sys::kernel::btrfs::{self, FsHandle};
 use crate::sys::kernel::ioctl::{BalanceEnd, BalanceState};
 use crate::sys::kernel::signals::OperationSignals;
+
+/// BALANCE_CTL on a thread of its own (reclaim cancels with it).
+pub(crate) use crate::sys::kernel::balance::Pauser;
 
 /// How to start the balance.
 #[derive(Debug, Clone, Copy)]
@@ -92,75 +92,32 @@ impl Meter {
     }
 }
 
-/// Asks the kernel to pause (or cancel) the balance on a thread of its
-/// own, at once when asked (BALANCE_CTL blocks until the current chunk is
-/// done), retrying while no balance runs yet (the ioctl thread may not have
-/// entered the kernel).
-pub(crate) struct Pauser {
-    request: Option<mpsc::Sender<()>>,
-    ended: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<std::result::Result<(), Errno>>>,
-}
-
-impl Pauser {
-    /// Pauses when asked ([`Pauser::pause`]).
-    fn new(h: &FsHandle) -> Result<Self> {
-        Self::with(h, true)
-    }
-
-    /// Pauses (`pause` true) or cancels when asked.
-    pub(crate) fn with(h: &FsHandle, pause: bool) -> Result<Self> {
-        let h = h.try_clone()?;
-        let (tx, rx) = mpsc::channel::<()>();
-        let ended = Arc::new(AtomicBool::new(false));
-        let seen_end = Arc::clone(&ended);
-        let thread = thread::spawn(move || {
-            if rx.recv().is_err() {
-                return Ok(());
-            }
-            loop {
-                match h.balance_control(pause) {
-                    Ok(()) => return Ok(()),
-                    Err(Errno::ENOTCONN) if !seen_end.load(Ordering::SeqCst) => {
-                        thread::sleep(Duration::from_millis(10));
-                    }
-                    Err(Errno::ENOTCONN) => return Ok(()),
-                    Err(e) => return Err(e),
-                }
-            }
-        });
-        Ok(Self {
-            request: Some(tx),
-            ended,
-            thread: Some(thread),
-        })
-    }
-
-    /// Asks for it (once is enough).
-    pub(crate) fn pause(&self) {
-        if let Some(tx) = &self.request {
-            let _ = tx.send(());
-        }
-    }
-
-    /// After the balance ended: stops retrying and joins the thread.
-    pub(crate) fn finish(mut self) -> std::result::Result<(), Errno> {
-        self.ended.store(true, Ordering::SeqCst);
-        self.request = None;
-        self.thread
-            .take()
-            .map_or(Ok(()), |t| t.join().unwrap_or(Ok(())))
-    }
-}
-
 /// How the waiting for a balance ended.
 enum Waited {
     /// Our ioctl returned.
-    Own(std::result::Result<BalanceEnd, Errno>),
+    Own(Ended),
     /// The followed balance is gone (finished or cancelled).
     Gone,
     /// The followed balance is paused.
     Paused,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Own { resume: bool },
+    Follow,
+}
+
+/// One conversion's balance: what it converts, the signals it heeds, where
+/// its events go, and whether a pause was asked for.
+struct Run<'a> {
+    h: &'a FsHandle,
+    targets: Targets,
+    /// `None`: a resume.
+    req: Option<ConvertRequest>,
+    signals: &'a OperationSignals,
+    on_event: &'a mut dyn FnMut(Event),
+    pause_requested: bool,
 }
 
 /// Runs a conversion: starts (or resumes, or follows) the balance on the
@@ -180,54 +137,80 @@ pub fn run_balance(
     on_event: &mut dyn FnMut(Event),
     replan: &mut dyn FnMut(&ConvertRequest) -> Result<()>,
 ) -> Result<Outcome> {
-    let mut phase = match start {
-        Start::Resume | Start::Convert(_, Some(Existing::Resume)) => Phase::Own { resume: true },
+    let mut phase = first_phase(h, start, on_event);
+    let mut run = Run {
+        h,
+        targets,
+        req: match start {
+            Start::Convert(r, _) => Some(r),
+            Start::Resume => None,
+        },
+        signals,
+        on_event,
+        pause_requested: false,
+    };
+    loop {
+        let mut meter = Meter::new(h, targets);
+        let pauser = Pauser::new(h)?;
+        let waited = run.wait(phase, &mut meter, &pauser);
+        let pause_result = pauser.finish();
+        match run.ended(waited?, &mut meter, pause_result.is_err(), replan)? {
+            Next::Done(outcome) => return Ok(outcome),
+            Next::Again(next) => phase = next,
+        }
+    }
+}
+
+/// What a new conversion does first, per the balance that exists (said
+/// through `on_event`).
+fn first_phase(h: &FsHandle, start: Start, on_event: &mut dyn FnMut(Event)) -> Phase {
+    let m = h.path().display();
+    match start {
+        Start::Resume => Phase::Own { resume: true },
+        Start::Convert(_, Some(Existing::Resume)) => {
+            on_event(Event::Notice(format!(
+                "a paused balance with these targets exists on {m}: resuming it"
+            )));
+            Phase::Own { resume: true }
+        }
         Start::Convert(_, Some(Existing::Follow)) => {
             on_event(Event::Notice(format!(
-                "a balance with these targets is already running on {} (another btrfs-lab, or one the kernel is cancelling because its process was killed): following it",
-                h.path().display()
+                "a balance with these targets is already running on {m} (another btrfs-lab, or one the kernel is cancelling because its process was killed): following it"
             )));
             Phase::Follow
         }
         Start::Convert(_, Some(Existing::WaitForCancel)) => {
             on_event(Event::Notice(format!(
-                "a balance is being cancelled on {}: waiting for it to end",
-                h.path().display()
+                "a balance is being cancelled on {m}: waiting for it to end"
             )));
             Phase::Follow
         }
         Start::Convert(_, None) => Phase::Own { resume: false },
-    };
-    if matches!(start, Start::Convert(_, Some(Existing::Resume))) {
-        on_event(Event::Notice(format!(
-            "a paused balance with these targets exists on {}: resuming it",
-            h.path().display()
-        )));
     }
-    let req = match start {
-        Start::Convert(r, _) => Some(r),
-        Start::Resume => None,
-    };
-    let mut pause_requested = false;
-    loop {
-        let mut meter = Meter::new(h, targets);
-        let pauser = Pauser::new(h)?;
+}
+
+/// After a balance ended: the run's outcome, or the phase to go on with.
+enum Next {
+    Done(Outcome),
+    Again(Phase),
+}
+
+impl Run<'_> {
+    /// Starts our balance (or follows the one running) and waits until it
+    /// ends; signals ask the kernel to pause it; progress twice a second.
+    fn wait(&mut self, phase: Phase, meter: &mut Meter, pauser: &Pauser) -> Result<Waited> {
+        let h = self.h;
         let worker = match phase {
             Phase::Own { resume } => {
-                let wh = h.try_clone()?;
-                let (tx, rx) = mpsc::channel();
-                let (conv, force) = match req {
+                let (conv, force) = match self.req {
                     Some(r) if !resume => (btrfs::convert_targets(r.data, r.metadata), r.force),
                     _ => (Default::default(), false),
                 };
-                let t = thread::spawn(move || {
-                    let _ = tx.send(wh.balance(conv, force, resume));
-                });
-                Some((t, rx))
+                Some(balance::start(h, conv, force, resume)?)
             }
             Phase::Follow => None,
         };
-        if pause_requested {
+        if self.pause_requested {
             pauser.pause();
         }
         let mut signalled = 0usize;
@@ -241,12 +224,12 @@ pub fn run_balance(
                     .is_some_and(|s| s.state.contains(BalanceState::RUNNING))
             {
                 running_seen = true;
-                on_event(Event::Running);
+                (self.on_event)(Event::Running);
             }
             if let Some((_, rx)) = &worker {
                 match rx.try_recv() {
                     Ok(r) => break Waited::Own(r),
-                    Err(mpsc::TryRecvError::Disconnected) => break Waited::Own(Err(Errno::EIO)),
+                    Err(mpsc::TryRecvError::Disconnected) => break Waited::Own(Ended::lost()),
                     Err(mpsc::TryRecvError::Empty) => {}
                 }
             } else {
@@ -256,142 +239,162 @@ pub fn run_balance(
                         break Waited::Paused;
                     }
                     Ok(Some(s)) => meter.counters(s.expected, s.completed),
-                    Err(e) => {
-                        let _ = pauser.finish();
-                        return Err(e);
-                    }
+                    Err(e) => return Err(e),
                 }
             }
-            let (n, which) = signals.wait(Duration::from_millis(100));
-            if n > 0 {
-                signalled += n;
-                if !pause_requested {
-                    pause_requested = true;
-                    meter.pausing();
-                    pauser.pause();
-                    on_event(Event::Pausing(which));
-                    if signalled > 1 {
-                        on_event(Event::StillPausing);
-                    }
-                } else {
-                    on_event(Event::StillPausing);
-                }
-            }
+            self.heed_signals(meter, pauser, &mut signalled);
             if last_report.elapsed() >= Duration::from_millis(500) {
                 last_report = Instant::now();
-                on_event(Event::Progress(meter.sample(h)));
+                (self.on_event)(Event::Progress(meter.sample(h)));
             }
         };
         if let Some((t, _)) = worker {
             let _ = t.join();
         }
-        let pause_result = pauser.finish();
+        Ok(waited)
+    }
+
+    /// Waits a moment for signals: the first asks the kernel to pause, the
+    /// others are told to wait.
+    fn heed_signals(&mut self, meter: &mut Meter, pauser: &Pauser, signalled: &mut usize) {
+        let (n, which) = self.signals.wait(Duration::from_millis(100));
+        if n == 0 {
+            return;
+        }
+        *signalled += n;
+        if !self.pause_requested {
+            self.pause_requested = true;
+            meter.pausing();
+            pauser.pause();
+            (self.on_event)(Event::Pausing(which));
+            if *signalled > 1 {
+                (self.on_event)(Event::StillPausing);
+            }
+        } else {
+            (self.on_event)(Event::StillPausing);
+        }
+    }
+
+    /// How the balance ended, as the run's outcome or error, or what to do
+    /// next (follow one that started at the same instant, start once the
+    /// followed one ended unfinished).
+    fn ended(
+        &mut self,
+        waited: Waited,
+        meter: &mut Meter,
+        pause_failed: bool,
+        replan: &mut dyn FnMut(&ConvertRequest) -> Result<()>,
+    ) -> Result<Next> {
+        let h = self.h;
+        let m = h.path().display();
         match waited {
-            Waited::Own(Ok(BalanceEnd::Finished { expected, completed })) => {
+            Waited::Own(Ended::Kernel(BalanceEnd::Finished { expected, completed })) => {
                 meter.counters(expected, completed);
-                on_event(Event::Progress(meter.progress(remaining_bytes(h, targets))));
-                return Ok(Outcome::Completed);
+                (self.on_event)(Event::Progress(
+                    meter.progress(remaining_bytes(h, self.targets)),
+                ));
+                Ok(Next::Done(Outcome::Completed))
             }
-            Waited::Own(Ok(BalanceEnd::BtrfsError(code))) => {
-                return Err(Error::new(
-                    ErrorKind::Busy,
-                    format!(
-                        "the kernel refused to start the balance on {}: another exclusive operation (device add or remove, replace, resize) is running (btrfs error {code})",
-                        h.path().display()
-                    ),
-                )
-                .with_hint("wait until it ends, then run the same convert again"));
-            }
-            Waited::Own(Err(Errno::ECANCELED)) => {
+            Waited::Own(Ended::Kernel(BalanceEnd::BtrfsError(code))) => Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "the kernel refused to start the balance on {m}: another exclusive operation (device add or remove, replace, resize) is running (btrfs error {code})"
+                ),
+            )
+            .with_hint("wait until it ends, then run the same convert again")),
+            Waited::Own(Ended::Stopped) => {
+                // Paused, or cancelled by someone (also while a pause was
+                // asked for).
                 let paused = h
                     .balance_status()
                     .ok()
                     .flatten()
                     .is_some_and(|s| !s.state.contains(BalanceState::RUNNING));
-                return Ok(if paused {
+                Ok(Next::Done(if paused {
                     Outcome::Paused
-                } else if pause_requested {
-                    // Asked to pause, but someone cancelled it meanwhile.
-                    Outcome::Cancelled
                 } else {
                     Outcome::Cancelled
-                });
+                }))
             }
-            Waited::Own(Err(Errno::EINPROGRESS)) => {
-                // Someone else started a balance at the same instant.
-                match h.balance_status()? {
-                    Some(s) if BalanceInfo::from_status(&s).targets() == targets && !pause_requested => {
-                        on_event(Event::Notice(format!(
-                            "another process started a balance with these targets on {} at the same moment: following it",
-                            h.path().display()
-                        )));
-                        phase = Phase::Follow;
-                        continue;
-                    }
-                    Some(s) => {
-                        let b = BalanceInfo::from_status(&s);
-                        let m = h.path().display();
-                        return Err(Error::new(
-                            ErrorKind::Refused,
-                            format!(
-                                "cannot convert: a balance with other targets ({}) is {} on {m}",
-                                b.targets().describe(),
-                                if b.running { "running" } else { "paused" }
-                            ),
-                        )
-                        .with_hint(format!("watch it with `btrfs-lab convert {m} --status`, or `--pause` / `--resume` / `--cancel` it")));
-                    }
-                    None => {
-                        return Err(Error::new(
-                            ErrorKind::Busy,
-                            format!("another balance was running on {} when this one was to start; it has ended since", h.path().display()),
-                        )
-                        .with_hint("run the same convert again"));
-                    }
-                }
-            }
-            Waited::Own(Err(Errno::ENOSPC)) => return Err(Error::new(
+            Waited::Own(Ended::AnotherRuns) => self.another_started(),
+            Waited::Own(Ended::NoSpace) => Err(Error::new(
                 ErrorKind::NoSpace,
-                format!("the conversion ran out of space on {}; what was converted stays converted", h.path().display()),
+                format!("the conversion ran out of space on {m}; what was converted stays converted"),
             )
             .with_hint("free space (delete files, or btrfs balance start -dusage=10) or add a device, then run the same convert again")),
-            Waited::Own(Err(Errno::EXDEV)) => {
-                return Err(Error::new(
-                    ErrorKind::State,
-                    format!("{} is no longer the filesystem {} that was planned on", h.path().display(), h.fsid()),
-                ));
-            }
-            Waited::Own(Err(e)) => return Err(kernel_failure(h, e, "convert")),
-            Waited::Paused => return Ok(Outcome::Paused),
-            Waited::Gone => {
-                let left = remaining_bytes(h, targets);
-                if left == 0 {
-                    on_event(Event::Progress(meter.progress(0)));
-                    return Ok(Outcome::Completed);
-                }
-                if pause_requested || pause_result.is_err() {
-                    return Err(Error::interrupted().with_hint(format!(
-                        "the balance that was followed ended before it was paused; nothing else was started; run the same convert again to finish the {} left",
-                        format_iec(left)
-                    )));
-                }
-                let Some(r) = req else {
-                    return Ok(Outcome::Cancelled);
-                };
-                replan(&r)?;
-                on_event(Event::Notice(
-                    "the balance that was running has ended without finishing (it was cancelled): starting the conversion".to_owned(),
-                ));
-                phase = Phase::Own { resume: false };
-            }
+            Waited::Own(Ended::OtherFilesystem) => Err(Error::new(
+                ErrorKind::State,
+                format!("{m} is no longer the filesystem {} that was planned on", h.fsid()),
+            )),
+            Waited::Own(Ended::Failed(e)) => Err(kernel_failure(h, e, "convert")),
+            Waited::Paused => Ok(Next::Done(Outcome::Paused)),
+            Waited::Gone => self.followed_gone(meter, pause_failed, replan),
         }
     }
-}
 
-#[derive(Debug, Clone, Copy)]
-enum Phase {
-    Own { resume: bool },
-    Follow,
+    /// Someone else started a balance at the same instant: follow it when
+    /// it has our targets.
+    fn another_started(&mut self) -> Result<Next> {
+        let h = self.h;
+        let m = h.path().display();
+        match h.balance_status()? {
+            Some(s)
+                if BalanceInfo::from_status(&s).targets() == self.targets
+                    && !self.pause_requested =>
+            {
+                (self.on_event)(Event::Notice(format!(
+                    "another process started a balance with these targets on {m} at the same moment: following it"
+                )));
+                Ok(Next::Again(Phase::Follow))
+            }
+            Some(s) => {
+                let b = BalanceInfo::from_status(&s);
+                Err(Error::new(
+                    ErrorKind::Refused,
+                    format!(
+                        "cannot convert: a balance with other targets ({}) is {} on {m}",
+                        b.targets().describe(),
+                        if b.running { "running" } else { "paused" }
+                    ),
+                )
+                .with_hint(format!("watch it with `btrfs-lab convert {m} --status`, or `--pause` / `--resume` / `--cancel` it")))
+            }
+            None => Err(Error::new(
+                ErrorKind::Busy,
+                format!("another balance was running on {m} when this one was to start; it has ended since"),
+            )
+            .with_hint("run the same convert again")),
+        }
+    }
+
+    /// The followed balance is gone: finished, or ended unfinished (then
+    /// the rest starts once planned again, unless a pause was asked for).
+    fn followed_gone(
+        &mut self,
+        meter: &mut Meter,
+        pause_failed: bool,
+        replan: &mut dyn FnMut(&ConvertRequest) -> Result<()>,
+    ) -> Result<Next> {
+        let left = remaining_bytes(self.h, self.targets);
+        if left == 0 {
+            (self.on_event)(Event::Progress(meter.progress(0)));
+            return Ok(Next::Done(Outcome::Completed));
+        }
+        if self.pause_requested || pause_failed {
+            return Err(Error::interrupted().with_hint(format!(
+                "the balance that was followed ended before it was paused; nothing else was started; run the same convert again to finish the {} left",
+                format_iec(left)
+            )));
+        }
+        let Some(r) = self.req else {
+            return Ok(Next::Done(Outcome::Cancelled));
+        };
+        replan(&r)?;
+        (self.on_event)(Event::Notice(
+            "the balance that was running has ended without finishing (it was cancelled): starting the conversion".to_owned(),
+        ));
+        Ok(Next::Again(Phase::Own { resume: false }))
+    }
 }
 
 /// A balance the kernel failed (EINVAL, EIO, ...): what the kernel logged,
@@ -419,7 +422,7 @@ pub(crate) fn kernel_failure(h: &FsHandle, e: Errno, command: &str) -> Error {
         Some(last) => format!("the kernel said: \"{last}\"; see `dmesg | grep -i btrfs` for more"),
         None => "see what the kernel said: `dmesg | grep -i btrfs`".to_owned(),
     };
-    if e == Errno::EIO {
+    if balance::is_io(e) {
         let bad: Vec<String> = h
             .devices()
             .unwrap_or_default()

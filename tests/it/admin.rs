@@ -9,9 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use btrfs_lab::convert::report::{BalanceKind, ConvertRecord, PauseReport, PlanDoc, StatusReport};
+use btrfs_lab::convert::report::{BalanceKind, PauseReport, StatusReport};
 use btrfs_lab::convert::{Outcome, Progress};
 use btrfs_lab::device::add::AddReport;
+// The convert-record document's type (a conversion's and an add's records).
+use btrfs_lab::device::add::record::{AddConvertRecord as ConvertRecord, PlanDoc};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{FsKind, SandboxRequest};
 

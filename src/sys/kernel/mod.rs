@@ -3,6 +3,7 @@
 //! process_vm_readv), O_DIRECT, leases, xattrs, page-cache advice and signals.
 //! The crate's `unsafe` lives here, each block with a SAFETY comment.
 
+pub(crate) mod balance;
 pub mod btrfs;
 pub(crate) mod child;
 pub(crate) mod direct_io;

@@ -1,6 +1,9 @@
 //! `device add`: the plan (pure, from the filesystem's state and each
 //! device's facts) and carrying it out through btrfs-progs.
 
+pub mod operation;
+pub mod record;
+
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -137,6 +140,29 @@ pub(crate) fn plan_add(
     is_root: bool,
     convert: Option<ConvertRequest>,
 ) -> AddPlan {
+    let refusals = add_refusals(fs, facts, opts, is_root);
+    let devices = new_devices(facts, opts);
+    let (before, after) = layouts(fs, &devices);
+    AddPlan {
+        mount_point: fs.mount_point.clone(),
+        commands: add_commands(fs, &devices, opts),
+        notes: add_notes(fs, &devices, opts, convert),
+        then_convert: convert.map(|req| convert_after_add(fs, &devices, &req)),
+        devices,
+        before,
+        after,
+        refusals,
+        throughput: None,
+    }
+}
+
+/// Why the add may not go ahead (with `--overwrite` taken into account).
+fn add_refusals(
+    fs: &FsState,
+    facts: &[BlockDeviceFacts],
+    opts: AddOptions,
+    is_root: bool,
+) -> Vec<Reason> {
     let mut refusals: Vec<Reason> = Vec::new();
     if !is_root {
         refusals.push(Reason::not_root("adding a device"));
@@ -174,7 +200,12 @@ pub(crate) fn plan_add(
         );
     }
 
-    let devices: Vec<NewDevice> = facts
+    refusals
+}
+
+/// The devices to add, with what `--overwrite` destroys on them.
+fn new_devices(facts: &[BlockDeviceFacts], opts: AddOptions) -> Vec<NewDevice> {
+    facts
         .iter()
         .map(|f| NewDevice {
             path: f.given.clone(),
@@ -191,8 +222,11 @@ pub(crate) fn plan_add(
                 Vec::new()
             },
         })
-        .collect();
+        .collect()
+}
 
+/// Exactly the commands that will run, in order.
+fn add_commands(fs: &FsState, devices: &[NewDevice], opts: AddOptions) -> Vec<Vec<String>> {
     let mut commands = Vec::new();
     for d in devices
         .iter()
@@ -215,6 +249,11 @@ pub(crate) fn plan_add(
     add.push(fs.mount_point.display().to_string());
     commands.push(add);
 
+    commands
+}
+
+/// The filesystem's devices before and after.
+fn layouts(fs: &FsState, devices: &[NewDevice]) -> (Layout, Layout) {
     let before_devices: Vec<LayoutDevice> = fs
         .devices
         .iter()
@@ -235,6 +274,16 @@ pub(crate) fn plan_add(
         devices,
     };
 
+    (layout(before_devices), layout(after_devices))
+}
+
+/// What the user should know: data stays put, the next step.
+fn add_notes(
+    fs: &FsState,
+    devices: &[NewDevice],
+    opts: AddOptions,
+    convert: Option<ConvertRequest>,
+) -> Vec<String> {
     let mut notes = Vec::new();
     if !opts.nodiscard {
         notes.push(
@@ -269,31 +318,23 @@ pub(crate) fn plan_add(
         notes.push("metadata is DUP (two copies on one device): after the add, RAID1 keeps the copies on different devices".to_owned());
     }
 
-    let then_convert = convert.map(|req| {
-        let mut future = fs.clone();
-        let next_id = fs.devices.iter().map(|d| d.devid).max().unwrap_or(0);
-        for (i, d) in devices.iter().enumerate() {
-            future.devices.push(MemberDevice {
-                devid: next_id + 1 + i as u64,
-                path: d.resolved.display().to_string(),
-                size: d.size,
-                allocated: 0,
-            });
-        }
-        plan_convert(&future, &req)
-    });
+    notes
+}
 
-    AddPlan {
-        mount_point: fs.mount_point.clone(),
-        devices,
-        before: layout(before_devices),
-        after: layout(after_devices),
-        commands,
-        notes,
-        refusals,
-        throughput: None,
-        then_convert,
+/// `--then-convert`: the conversion planned on the filesystem as it will
+/// be after the add.
+fn convert_after_add(fs: &FsState, devices: &[NewDevice], req: &ConvertRequest) -> ConvertPlan {
+    let mut future = fs.clone();
+    let next_id = fs.devices.iter().map(|d| d.devid).max().unwrap_or(0);
+    for (i, d) in devices.iter().enumerate() {
+        future.devices.push(MemberDevice {
+            devid: next_id + 1 + i as u64,
+            path: d.resolved.display().to_string(),
+            size: d.size,
+            allocated: 0,
+        });
     }
+    plan_convert(&future, req)
 }
 
 /// The array's read ceiling before and after, from the PCIe links of the
@@ -395,34 +436,6 @@ pub struct AddResult {
     pub devices: Vec<MemberDevice>,
     /// Raw capacity now.
     pub raw_bytes: u64,
-}
-
-/// `device add` after the confirmation: adds the devices of `plan`
-/// (`added` hears the result at once), then, when a conversion was asked
-/// for (`convert`) and no signal came meanwhile, plans it again on the
-/// filesystem as it now is. `None`: nothing is left to convert.
-pub fn add_then_replan(
-    root: &SysRoot,
-    fs: &FsHandle,
-    mount_point: &Path,
-    plan: &AddPlan,
-    convert: Option<&ConvertRequest>,
-    signals: &crate::sys::kernel::signals::OperationSignals,
-    added: &mut dyn FnMut(&AddResult),
-) -> Result<Option<ConvertPlan>> {
-    let result = execute_add(root, fs, mount_point, plan)?;
-    added(&result);
-    let Some(req) = convert else {
-        return Ok(None);
-    };
-    if signals.wait(std::time::Duration::ZERO).0 > 0 {
-        return Err(Error::interrupted().with_hint(format!(
-            "the devices were added; the conversion was not started: btrfs-lab convert {} ...",
-            mount_point.display()
-        )));
-    }
-    // Re-planned on the real state: the add is done, the conversion is checked again.
-    replan_convert(root, fs, mount_point, req)
 }
 
 /// Runs the plan's commands, then checks that every new device is a member

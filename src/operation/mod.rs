@@ -154,6 +154,39 @@ pub trait Operation {
     }
     /// The exit status the result stands for.
     fn status(&self, result: &Self::Result) -> u8;
+
+    // A command whose one document is its result (nocow, rescue --copy-to;
+    // issue 50): where its plan goes, and its dry run's words.
+    /// Where the plan goes when the run goes on past it.
+    fn plan_shown(&self) -> PlanShown {
+        PlanShown::Stdout
+    }
+    /// The line a dry run ends with.
+    fn dry_run_line(&self) -> &'static str {
+        DRY_RUN
+    }
+}
+
+/// [`View::plan_end`], when there is one.
+fn say_end<O: Operation>(ui: &dyn Ui, view: &dyn View<O>, plan: &O::Plan) {
+    let end = view.plan_end(plan);
+    if !end.is_empty() {
+        ui.status(&end);
+    }
+}
+
+/// Where a plan goes when the run goes on past it (a run that ends at its
+/// plan always says it on stdout, as its story or its document).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanShown {
+    /// On stdout, as the run's story, before anything else (the default).
+    Stdout,
+    /// On stderr, for the person who answers the question (left out with
+    /// `--json --yes`: nobody is asked, and the result's document holds
+    /// the plan); [`View::plan_asked`].
+    Stderr,
+    /// Not at all (the run's document says everything).
+    Not,
 }
 
 /// How a command's plan and result read as text (the CLI's part).
@@ -162,6 +195,17 @@ pub trait View<O: Operation + ?Sized> {
     fn plan(&self, plan: &O::Plan) -> String;
     /// Says the result (text, warnings) to the person; nothing to return.
     fn result(&self, plan: &O::Plan, result: &O::Result);
+
+    // A command whose one document is its result (see [`PlanShown`]).
+    /// The plan as shown on stderr before the question ([`PlanShown::Stderr`]).
+    fn plan_asked(&self, plan: &O::Plan) -> String {
+        self.plan(plan)
+    }
+    /// Text after a plan the run ends at (nothing to do, dry run): `nocow
+    /// --for`'s advice.
+    fn plan_end(&self, _plan: &O::Plan) -> String {
+        String::new()
+    }
 }
 
 /// The refusal of a changing command run without root.
@@ -199,7 +243,7 @@ pub fn run<O: Operation>(
         Verdict::AlreadyDone(_) => false,
         _ => true,
     };
-    if shown {
+    if shown && (ends_here || op.plan_shown() == PlanShown::Stdout) {
         ui.status(&view.plan(&plan));
     }
     match verdict {
@@ -207,6 +251,7 @@ pub fn run<O: Operation>(
         Verdict::Refused(e) => return Err(e),
         Verdict::NothingToDo(message) | Verdict::AlreadyDone(message) => {
             ui.status(&message);
+            say_end(ui, view, &plan);
             return Ok(crate::error::exit::OK);
         }
         Verdict::Stop {
@@ -219,8 +264,12 @@ pub fn run<O: Operation>(
         }
     }
     if confirm.dry_run {
-        ui.status(DRY_RUN);
+        ui.status(op.dry_run_line());
+        say_end(ui, view, &plan);
         return Ok(crate::error::exit::OK);
+    }
+    if op.plan_shown() == PlanShown::Stderr && !(ui.json() && confirm.yes) {
+        ui.say(&view.plan_asked(&plan));
     }
     if op.ask(&plan) {
         ui.confirm(&op.question(&plan), confirm.yes)?;

@@ -12,6 +12,7 @@ pub mod classify;
 mod copy;
 pub use copy::{ContentHash, content_hash};
 pub mod manifest;
+pub mod operation;
 pub mod report;
 mod verify;
 mod walk;
@@ -183,6 +184,23 @@ pub fn run(
     each: &mut dyn FnMut(&FileRecord),
 ) -> Result<RescueReport> {
     signals::install()?;
+    let (mut opened, report) = open(req)?;
+    walk_and_copy(&mut opened, report, req, ui, each)
+}
+
+/// The mount of a rescue, held and mapped, with the target of its copy.
+pub(crate) struct Opened {
+    src: HeldDir,
+    fsid: String,
+    map: ChunkMap,
+    missing: BTreeSet<u64>,
+    copy: Option<CopyState>,
+}
+
+/// Opens and checks the mount (root, a read-only btrfs), maps its chunks
+/// and devices and, with `--copy-to`, opens the target: the report as it
+/// stands before any file is walked.
+pub(crate) fn open(req: &RescueRequest) -> Result<(Opened, RescueReport)> {
     let (src, st, fsid) = open_mount(req)?;
     let records = btrfs::chunk_records_of(src.fd(), &req.mount)?.ok_or_else(|| {
         Error::new(
@@ -206,7 +224,7 @@ pub fn run(
     }
     notes.extend(scope_notes(&req.mount, &st));
     let copy = open_copy(req, &src, &st, &fsid, &mut notes)?;
-    let mut report = RescueReport {
+    let report = RescueReport {
         mount: req.mount.display().to_string(),
         fsid: fsid.clone(),
         data_profiles: chunk_profiles(&records, true),
@@ -221,37 +239,55 @@ pub fn run(
         notes,
         copy: None,
     };
+    let opened = Opened {
+        src,
+        fsid,
+        map,
+        missing,
+        copy,
+    };
+    Ok((opened, report))
+}
+
+/// Walks every file below the mount, judging each (and copying it with
+/// `--copy-to`) with progress; a copy that stops early closes its manifest
+/// and says what was saved and how to resume.
+pub(crate) fn walk_files(
+    opened: &mut Opened,
+    mut report: RescueReport,
+    req: &RescueRequest,
+    ui: &dyn Ui,
+    each: &mut dyn FnMut(&FileRecord),
+) -> Result<RescueReport> {
     ui.started();
-    let bar: Box<dyn Progress + '_> = if copy.is_some() {
+    let copying = opened.copy.is_some();
+    let bar: Box<dyn Progress + '_> = if copying {
         Box::new(crate::ui::TrackedBar::new(ui, "rescue", "rescuing"))
     } else {
         ui.progress("rescue {pos} files {msg}")
     };
-    if copy.is_some() {
-        bar.set_length(total_bytes(&src, &fsid)?);
+    if copying {
+        bar.set_length(total_bytes(&opened.src, &opened.fsid)?);
     }
     let mut job = Job {
-        classifier: Classifier::new(&map, &missing),
+        classifier: Classifier::new(&opened.map, &opened.missing),
         ui,
         each,
         report: &mut report,
         limit: req.listed_limit,
-        copy,
+        copy: opened.copy.take(),
         bar: &*bar,
         done: 0,
         as_root: true,
     };
-    let result = walk::walk(&src, &fsid, &mut |e| job.event(e));
+    let result = walk::walk(&opened.src, &opened.fsid, &mut |e| job.event(e));
     bar.finish();
     let copy = job.copy.take();
     match (result, copy) {
-        (Ok(()), Some(c)) => {
-            let summary = c.summary(true);
-            c.manifest.finish(true)?;
-            report.copy = Some(summary);
+        (Ok(()), copy) => {
+            opened.copy = copy;
             Ok(report)
         }
-        (Ok(()), None) => Ok(report),
         (Err(e), Some(c)) => {
             let summary = c.summary(false);
             let dir = c.dir_shown.clone();
@@ -260,6 +296,23 @@ pub fn run(
         }
         (Err(e), None) => Err(e),
     }
+}
+
+/// [`walk_files`], then a copy that visited every file: its summary in the
+/// report, its manifest closed as complete.
+pub(crate) fn walk_and_copy(
+    opened: &mut Opened,
+    report: RescueReport,
+    req: &RescueRequest,
+    ui: &dyn Ui,
+    each: &mut dyn FnMut(&FileRecord),
+) -> Result<RescueReport> {
+    let mut report = walk_files(opened, report, req, ui, each)?;
+    if let Some(c) = opened.copy.take() {
+        report.copy = Some(c.summary(true));
+        c.manifest.finish(true)?;
+    }
+    Ok(report)
 }
 
 /// The state of a file once read back: the map's judgement corrected by
@@ -437,7 +490,7 @@ fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
 }
 
 /// `--copy-to`: the target directory, held, checked, with its manifest.
-struct CopyState {
+pub(crate) struct CopyState {
     dir_shown: PathBuf,
     /// The manifest's path (in the state directory).
     manifest_path: PathBuf,

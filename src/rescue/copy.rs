@@ -215,134 +215,30 @@ pub(crate) fn read_file(
     let mut out = ReadOutcome::default();
     let mut hasher = ContentHash::new();
     let mut buf = vec![0u8; BLOCK as usize];
+    let noread = not_read(skip, holes);
     let mut off = 0u64;
-    // Neither skipped (damaged) nor hole bytes are ever read.
-    let mut noread = Ranges::default();
-    {
-        let mut all: Vec<_> = skip.0.iter().chain(holes.0.iter()).copied().collect();
-        all.sort_by_key(|r| r.offset);
-        for r in all {
-            noread.add(r.offset, r.length);
-        }
-    }
     while off < size {
         // Between blocks: the first Ctrl-C is seen at once.
         crate::sys::kernel::signals::check()?;
         let len = BLOCK.min(size - off);
         // Whole blocks in a hole: not read, not written, hashed as zeros.
-        if let Some(h) = holes.first_overlap(off, len)
-            && h.offset <= off
-            && h.offset + h.length >= off + len
-        {
-            let to = ((h.offset + h.length) / BLOCK * BLOCK)
-                .max(off + len)
-                .min(size);
+        if let Some(to) = hole_end(holes, off, len, size) {
             hasher.zeros(to - off);
             out.holes += to - off;
             progress(to - off);
             off = to;
             continue;
         }
-        let mut n = 0u64;
-        // Split at the ranges not read.
-        while n < len {
-            let at = off + n;
-            let end = off + len;
-            let (run, skipped) = match noread.first_overlap(at, end - at) {
-                Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
-                Some(r) => (r.offset - at, false),
-                None => (end - at, false),
-            };
-            let piece = &mut buf[n as usize..(n + run) as usize];
-            if skipped {
-                piece.fill(0);
-                let h = intersect(holes, at, run);
-                out.holes += h;
-                n += run;
-                continue;
-            }
-            match reader.read_exact_at(piece, at) {
-                Ok(()) => out.read_bytes += run,
-                Err(RErrno::IO) => {
-                    // Sector by sector.
-                    let mut s = 0u64;
-                    while s < run {
-                        let sl = (SECTOR - (at + s) % SECTOR).min(run - s);
-                        let sector = &mut piece[s as usize..(s + sl) as usize];
-                        match reader.read_exact_at(sector, at + s) {
-                            Ok(()) => out.read_bytes += sl,
-                            Err(RErrno::IO) => {
-                                sector.fill(0);
-                                out.bad.add(at + s, sl);
-                                if !keep_going {
-                                    out.stopped_early = true;
-                                    return Ok(out);
-                                }
-                            }
-                            Err(e) => return Err(rerr(e, "cannot read", path)),
-                        }
-                        s += sl;
-                    }
-                }
-                Err(e) => return Err(rerr(e, "cannot read", path)),
-            }
-            n += run;
+        let block = &mut buf[..len as usize];
+        if read_block(&mut reader, block, off, &noread, holes, keep_going, &mut out, path)?
+            == Flow::Stop
+            || check_block(&mut check, block, off, &noread, keep_going, &mut out)? == Flow::Stop
+        {
+            out.stopped_early = true;
+            return Ok(out);
         }
-        // Rescue's own check of every sector read.
-        let mut s = 0u64;
-        while s < len {
-            let at = off + s;
-            let sl = SECTOR.min(len - s);
-            if !noread.overlaps(at, sl) && !out.bad.overlaps(at, sl) {
-                let sector = &mut buf[s as usize..(s + sl) as usize];
-                let verdict = match &mut check {
-                    Some((sums, exts)) => sums.check(exts, at, sector)?,
-                    None => Check::Unchecked,
-                };
-                match verdict {
-                    Check::Verified => out.verified += sl,
-                    Check::Unchecked => out.unchecked += sl,
-                    Check::Mismatch => {
-                        sector.fill(0);
-                        out.bad.add(at, sl);
-                        out.read_bytes -= sl;
-                        out.mismatched += sl;
-                        if !keep_going {
-                            out.stopped_early = true;
-                            return Ok(out);
-                        }
-                    }
-                }
-            }
-            s += sl;
-        }
-        let block = &buf[..len as usize];
         hasher.block(block);
-        // Only what was read is written: holes stay holes, and so do the
-        // ranges that could not be read (and all-zero runs).
-        let mut at = off;
-        while at < off + len {
-            let end = off + len;
-            let (run, gap) = match noread
-                .first_overlap(at, end - at)
-                .or_else(|| out.bad.first_overlap(at, end - at))
-                .map(|r| {
-                    let b = out.bad.first_overlap(at, end - at);
-                    match b {
-                        Some(b) if b.offset < r.offset => b,
-                        _ => r,
-                    }
-                }) {
-                Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
-                Some(r) => (r.offset - at, false),
-                None => (end - at, false),
-            };
-            let piece = &block[(at - off) as usize..(at - off + run) as usize];
-            if !gap && piece.iter().any(|&x| x != 0) {
-                sink.write_at(at, piece)?;
-            }
-            at += run;
-        }
+        write_read(sink, block, off, &noread, &out.bad)?;
         off += len;
         progress(len);
         if off < size {
@@ -354,6 +250,181 @@ pub(crate) fn read_file(
     }
     out.hash = hasher.finish();
     Ok(out)
+}
+
+/// The ranges never read: the skipped (damaged) ones and the holes.
+fn not_read(skip: &Ranges, holes: &Ranges) -> Ranges {
+    let mut noread = Ranges::default();
+    let mut all: Vec<_> = skip.0.iter().chain(holes.0.iter()).copied().collect();
+    all.sort_by_key(|r| r.offset);
+    for r in all {
+        noread.add(r.offset, r.length);
+    }
+    noread
+}
+
+/// Where the hole that covers the whole block `[off, off + len)` ends (at
+/// a block boundary, or the file's end), if one does.
+fn hole_end(holes: &Ranges, off: u64, len: u64, size: u64) -> Option<u64> {
+    let h = holes.first_overlap(off, len)?;
+    (h.offset <= off && h.offset + h.length >= off + len).then(|| {
+        ((h.offset + h.length) / BLOCK * BLOCK)
+            .max(off + len)
+            .min(size)
+    })
+}
+
+/// Whether reading a file goes on after a step: not after the first bad
+/// sector without `keep_going`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Go,
+    Stop,
+}
+
+/// Reads the block at `off` into `block`, split at the ranges not read
+/// (zeros); a run that fails with EIO is read again sector by sector.
+#[allow(clippy::too_many_arguments)]
+fn read_block(
+    reader: &mut Reader<'_>,
+    block: &mut [u8],
+    off: u64,
+    noread: &Ranges,
+    holes: &Ranges,
+    keep_going: bool,
+    out: &mut ReadOutcome,
+    path: &Path,
+) -> Result<Flow> {
+    let end = off + block.len() as u64;
+    let mut n = 0u64;
+    while off + n < end {
+        let at = off + n;
+        let (run, skipped) = match noread.first_overlap(at, end - at) {
+            Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
+            Some(r) => (r.offset - at, false),
+            None => (end - at, false),
+        };
+        let piece = &mut block[n as usize..(n + run) as usize];
+        n += run;
+        if skipped {
+            piece.fill(0);
+            out.holes += intersect(holes, at, run);
+            continue;
+        }
+        match reader.read_exact_at(piece, at) {
+            Ok(()) => out.read_bytes += run,
+            Err(RErrno::IO) => {
+                if read_sectors(reader, piece, at, keep_going, out, path)? == Flow::Stop {
+                    return Ok(Flow::Stop);
+                }
+            }
+            Err(e) => return Err(rerr(e, "cannot read", path)),
+        }
+    }
+    Ok(Flow::Go)
+}
+
+/// Reads `piece` (at `at`) sector by sector: a sector that returns EIO is
+/// zeros and a bad range.
+fn read_sectors(
+    reader: &mut Reader<'_>,
+    piece: &mut [u8],
+    at: u64,
+    keep_going: bool,
+    out: &mut ReadOutcome,
+    path: &Path,
+) -> Result<Flow> {
+    let run = piece.len() as u64;
+    let mut s = 0u64;
+    while s < run {
+        let sl = (SECTOR - (at + s) % SECTOR).min(run - s);
+        let sector = &mut piece[s as usize..(s + sl) as usize];
+        match reader.read_exact_at(sector, at + s) {
+            Ok(()) => out.read_bytes += sl,
+            Err(RErrno::IO) => {
+                sector.fill(0);
+                out.bad.add(at + s, sl);
+                if !keep_going {
+                    return Ok(Flow::Stop);
+                }
+            }
+            Err(e) => return Err(rerr(e, "cannot read", path)),
+        }
+        s += sl;
+    }
+    Ok(Flow::Go)
+}
+
+/// Rescue's own check of every sector of the block at `off` that was read:
+/// one that does not match btrfs' checksums is zeros and a bad range.
+fn check_block(
+    check: &mut Option<(&mut Csums, &[Extent])>,
+    block: &mut [u8],
+    off: u64,
+    noread: &Ranges,
+    keep_going: bool,
+    out: &mut ReadOutcome,
+) -> Result<Flow> {
+    let len = block.len() as u64;
+    let mut s = 0u64;
+    while s < len {
+        let at = off + s;
+        let sl = SECTOR.min(len - s);
+        if !noread.overlaps(at, sl) && !out.bad.overlaps(at, sl) {
+            let sector = &mut block[s as usize..(s + sl) as usize];
+            let verdict = match check {
+                Some((sums, exts)) => sums.check(exts, at, sector)?,
+                None => Check::Unchecked,
+            };
+            match verdict {
+                Check::Verified => out.verified += sl,
+                Check::Unchecked => out.unchecked += sl,
+                Check::Mismatch => {
+                    sector.fill(0);
+                    out.bad.add(at, sl);
+                    out.read_bytes -= sl;
+                    out.mismatched += sl;
+                    if !keep_going {
+                        return Ok(Flow::Stop);
+                    }
+                }
+            }
+        }
+        s += sl;
+    }
+    Ok(Flow::Go)
+}
+
+/// Writes only what was read of the block at `off`: holes stay holes, and
+/// so do the ranges that could not be read (and all-zero runs).
+fn write_read(
+    sink: &mut dyn Sink,
+    block: &[u8],
+    off: u64,
+    noread: &Ranges,
+    bad: &Ranges,
+) -> Result<()> {
+    let end = off + block.len() as u64;
+    let mut at = off;
+    while at < end {
+        let (run, gap) = match noread
+            .first_overlap(at, end - at)
+            .or_else(|| bad.first_overlap(at, end - at))
+            .map(|r| match bad.first_overlap(at, end - at) {
+                Some(b) if b.offset < r.offset => b,
+                _ => r,
+            }) {
+            Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
+            Some(r) => (r.offset - at, false),
+            None => (end - at, false),
+        };
+        let piece = &block[(at - off) as usize..(at - off + run) as usize];
+        if !gap && piece.iter().any(|&x| x != 0) {
+            sink.write_at(at, piece)?;
+        }
+        at += run;
+    }
+    Ok(())
 }
 
 /// Bytes of `r` inside `[at, at + len)`.

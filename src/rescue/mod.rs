@@ -22,12 +22,11 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{self as rfs, Stat};
-
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::stripes::ChunkMap;
 use crate::sys::fs::beneath::{HeldDir, Leaf, TrustedDir};
+use crate::sys::fs::rescue::{self as fsr, Kind, Stat};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs;
 use crate::sys::kernel::extents;
@@ -35,7 +34,8 @@ use crate::sys::kernel::signals;
 use crate::ui::{Progress, Ui};
 
 use classify::Classifier;
-use copy::{NewFile, Sink};
+use copy::Sink;
+use fsr::NewFile;
 use manifest::{Header, MANIFEST, Manifest};
 use report::{
     Bytes, CopySummary, FileRecord, FileState, RescueDevice, RescueReport, Saved, StateCounts,
@@ -85,7 +85,7 @@ fn open_mount(req: &RescueRequest) -> Result<(HeldDir, Stat, String)> {
     }
     let src = HeldDir::open(&req.mount)?;
     let st = src.fstat()?;
-    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Directory {
+    if fsr::kind(&st) != Kind::Directory {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!("{} is not a directory", req.mount.display()),
@@ -102,9 +102,7 @@ fn open_mount(req: &RescueRequest) -> Result<(HeldDir, Stat, String)> {
             e
         }
     })?;
-    let vfs = rfs::fstatvfs(src.fd())
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &req.mount))?;
-    if !vfs.f_flag.contains(rfs::StatVfsMountFlags::RDONLY) {
+    if !fsr::mounted_read_only(src.fd(), &req.mount)? {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!(
@@ -471,14 +469,13 @@ fn scope_notes(mount: &Path, st: &Stat) -> Vec<String> {
 /// saved: a regular file (never through a link) of its size whose content
 /// hash is the manifest's (read again, holes skipped).
 fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
-    let Ok(f) = dst.open_entry_file(name, rustix::fs::OFlags::RDONLY) else {
+    let Ok(f) = fsr::open_entry_read(dst, name) else {
         return Ok(false);
     };
-    let Ok(t) = rfs::fstat(&f) else {
+    let Ok(t) = fsr::stat_file(&f, &dst.join(name)) else {
         return Ok(false);
     };
-    if rfs::FileType::from_raw_mode(t.st_mode) != rfs::FileType::RegularFile
-        || t.st_size as u64 != s.bytes
+    if fsr::kind(&t) != Kind::Regular || t.st_size as u64 != s.bytes
     {
         return Ok(false);
     }
@@ -544,7 +541,7 @@ impl CopyState {
             other.push(".partial");
         }
         if other != saved_name {
-            let _ = copy::remove_regular(dst, &other);
+            let _ = fsr::remove_regular(dst, &other);
         }
         self.copied += 1;
         if r.state != FileState::Intact {
@@ -621,14 +618,14 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
                     return Err(e);
                 };
                 let parent = HeldDir::open(parent)?;
-                copy::make_dir(&parent, name)?
+                fsr::make_dir(&parent, name)?
             }
             other => other?,
         },
         Err(e) => return Err(e),
     };
     let st = held.fstat()?;
-    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Directory {
+    if fsr::kind(&st) != Kind::Directory {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!("{} is not a directory", dir.display()),
@@ -730,7 +727,7 @@ impl Job<'_, '_> {
                 {
                     let parent = c.dirs.last().expect("the target");
                     let name = rel.file_name().unwrap_or(OsStr::new(""));
-                    let d = copy::make_dir(parent, name)?;
+                    let d = fsr::make_dir(parent, name)?;
                     c.dirs.push(d);
                 }
                 Ok(())
@@ -740,7 +737,7 @@ impl Job<'_, '_> {
                     && !rel.as_os_str().is_empty()
                 {
                     let d = c.dirs.pop().expect("a target directory");
-                    copy::apply_meta(d.fd(), st, self.as_root, d.path())?;
+                    fsr::apply_meta(d.fd(), st, self.as_root, d.path())?;
                 }
                 Ok(())
             }
@@ -770,7 +767,7 @@ impl Job<'_, '_> {
                 self.report.walked.symlinks += 1;
                 if let Some(c) = &mut self.copy {
                     let dst = c.dirs.last().expect("the target");
-                    match copy::copy_symlink(dir, dst, name, st, self.as_root) {
+                    match fsr::copy_symlink(dir, dst, name, st, self.as_root) {
                         Ok(()) => c.symlinks += 1,
                         Err(e) if is_stop(&e) => return Err(e),
                         Err(e) => {
@@ -889,7 +886,7 @@ impl Job<'_, '_> {
         if let Some(old) = self.resume(key, name, size)? {
             return Ok(old);
         }
-        let src = match copy::open_source(dir, name) {
+        let src = match fsr::open_source(dir, name) {
             Ok(f) => f,
             Err(e) => {
                 r.state = FileState::Failed;
@@ -939,7 +936,7 @@ impl Job<'_, '_> {
         let bar = self.bar;
         let start = self.done;
         let mut progressed = 0u64;
-        let direct = copy::open_direct(dir, name, &src);
+        let direct = fsr::open_direct(dir, name, &src);
         let read = copy::read_file(
             &src,
             direct.as_ref(),

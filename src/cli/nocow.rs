@@ -104,7 +104,8 @@ pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
         dry_run: args.dry_run,
         yes: args.yes,
     };
-    operation::run(&mut NocowDir::new(request, advice), confirm, out, &Text(out))
+    let mut op = NocowDir::new(request, advice);
+    operation::run(&mut op, confirm, out, &Text(out))
 }
 
 /// `nocow --check PATH...`: the audit (and `--for`'s advice).

@@ -6,11 +6,11 @@ use btrfs_lab::sys::fs::state::STATE_DIR;
 use clap::Args;
 
 use btrfs_lab::error::Result;
+use btrfs_lab::operation::{self, Confirm, View};
 use btrfs_lab::report::text::escape_control as esc;
 use btrfs_lab::report::units::{UnitMode, pretty_size};
-use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
-use btrfs_lab::operation::{self, Confirm, View};
 use btrfs_lab::rescue::operation::RescueCopy;
+use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
 use btrfs_lab::rescue::{self, RescueRequest};
 
 use super::output::{Output, Paint, TargetArgs};

@@ -116,7 +116,10 @@ impl Operation for NocowDir {
         signals::install()?;
         // A signal while the plan was made or shown: nothing was done.
         signals::check()?;
-        let observed = self.observed.as_ref().expect("nocow: planned before it runs");
+        let observed = self
+            .observed
+            .as_ref()
+            .expect("nocow: planned before it runs");
         let mut opts = ExecOptions::new(self.request.force);
         opts.root = observed
             .root_dir

@@ -9,7 +9,6 @@ use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-
 use super::audit::{Entry, EntryKind, EntryState, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
 use crate::error::{Error, ErrorKind, Result};
@@ -96,10 +95,7 @@ pub(crate) fn inspect_held(sysroot: &SysRoot, path: &Path, held: &Held) -> Resul
     let canonical = held.canonical();
     let (dir, target) = match held {
         Held::Dir(d) => (d, d.file()?),
-        Held::File { parent, name } => (
-            parent,
-            fsr::open_entry_read(parent, name)?,
-        ),
+        Held::File { parent, name } => (parent, fsr::open_entry_read(parent, name)?),
     };
     let meta = target
         .metadata()
@@ -167,16 +163,23 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
     scan_held(sysroot, path, held)
 }
 
+impl Scan {
+    /// Nothing found yet below `root`.
+    fn of(root: RootInfo) -> Self {
+        Scan {
+            root,
+            entries: Vec::new(),
+            skipped: Vec::new(),
+            unreadable_processes: 0,
+            root_dir: None,
+        }
+    }
+}
+
 /// [`scan`] of a path already held.
 pub(crate) fn scan_held(sysroot: &SysRoot, path: &Path, held: Held) -> Result<Scan> {
     let root = inspect_held(sysroot, path, &held)?;
-    let mut scan = Scan {
-        root,
-        entries: Vec::new(),
-        skipped: Vec::new(),
-        unreadable_processes: 0,
-        root_dir: None,
-    };
+    let mut scan = Scan::of(root);
     if !scan.root.is_btrfs() {
         return Ok(scan);
     }
@@ -212,13 +215,7 @@ pub(crate) fn rescan_dir(
     shown: &str,
     root: RootInfo,
 ) -> Result<Scan> {
-    let mut scan = Scan {
-        root,
-        entries: Vec::new(),
-        skipped: Vec::new(),
-        unreadable_processes: 0,
-        root_dir: None,
-    };
+    let mut scan = Scan::of(root);
     walk_held(sysroot, handle, dir, shown, &mut scan)?;
     crate::sys::kernel::signals::check()?;
     find_openers(&mut scan);

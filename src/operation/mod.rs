@@ -291,3 +291,121 @@ pub fn run<O: Operation>(
     view.result(&plan, &result);
     Ok(op.status(&result))
 }
+
+#[cfg(test)]
+mod plan_shown_tests {
+    //! [`PlanShown`], [`Operation::dry_run_line`], [`View::plan_asked`] and
+    //! [`View::plan_end`]: a command whose one document is its result.
+
+    use super::*;
+    use crate::ui::{RecordingUi, Said};
+
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    struct Rec;
+
+    impl Document for Rec {
+        const NAME: &'static str = "test";
+    }
+
+    struct Op(PlanShown);
+
+    impl Operation for Op {
+        type Plan = ();
+        type Result = ();
+        type Record = Rec;
+        fn needs_root(&self) -> &'static str {
+            "never asked"
+        }
+        fn root_in_plan(&self) -> bool {
+            true
+        }
+        fn plan_shape(&self) -> PlanShape {
+            PlanShape::Document
+        }
+        fn plan(&mut self, _ui: &dyn Ui) -> Result<()> {
+            Ok(())
+        }
+        fn plan_record(&self, _plan: &()) -> Rec {
+            Rec
+        }
+        fn question(&self, _plan: &()) -> String {
+            "Go?".into()
+        }
+        fn recheck(&self) -> Result<()> {
+            Ok(())
+        }
+        fn look(&self, _plan: &()) -> String {
+            String::new()
+        }
+        fn execute(&mut self, _: &(), _: &OperationSignals, _: &dyn Ui) -> Result<()> {
+            unreachable!("the tests end before the change")
+        }
+        fn status(&self, _result: &()) -> u8 {
+            0
+        }
+        fn plan_shown(&self) -> PlanShown {
+            self.0
+        }
+        fn dry_run_line(&self) -> &'static str {
+            "(dry run: nothing was changed)\n"
+        }
+    }
+
+    struct Text;
+
+    impl View<Op> for Text {
+        fn plan(&self, _plan: &()) -> String {
+            "plan\n".into()
+        }
+        fn result(&self, _plan: &(), _result: &()) {}
+        fn plan_asked(&self, _plan: &()) -> String {
+            "plan on stderr\n".into()
+        }
+        fn plan_end(&self, _plan: &()) -> String {
+            "advice\n".into()
+        }
+    }
+
+    #[test]
+    fn a_plan_for_the_person_who_answers_goes_to_stderr_only() {
+        let ui = RecordingUi::new();
+        let confirm = Confirm::default();
+        let refused = run(&mut Op(PlanShown::Stderr), confirm, &ui, &Text).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::Refused);
+        assert_eq!(
+            ui.said(),
+            vec![
+                Said::Say("plan on stderr\n".into()),
+                Said::Confirm("Go?".into(), false),
+            ]
+        );
+        let ui = RecordingUi::new();
+        let _ = run(&mut Op(PlanShown::Not), confirm, &ui, &Text);
+        assert_eq!(ui.said(), vec![Said::Confirm("Go?".into(), false)]);
+    }
+
+    #[test]
+    fn a_dry_run_ends_with_its_own_line_then_the_plans_end() {
+        let ui = RecordingUi::new();
+        let confirm = Confirm {
+            dry_run: true,
+            yes: false,
+        };
+        let status = run(&mut Op(PlanShown::Stderr), confirm, &ui, &Text).unwrap();
+        assert_eq!(status, crate::error::exit::OK);
+        let said = ui.said();
+        let statuses: Vec<&Said> = said
+            .iter()
+            .filter(|s| matches!(s, Said::Status(_)))
+            .collect();
+        assert_eq!(
+            statuses,
+            vec![
+                &Said::Status("plan\n".into()),
+                &Said::Status("(dry run: nothing was changed)\n".into()),
+                &Said::Status("advice\n".into()),
+            ]
+        );
+        assert!(!said.iter().any(|s| matches!(s, Said::Say(_))), "{said:?}");
+    }
+}

@@ -208,8 +208,16 @@ pub(crate) fn read_file(
             continue;
         }
         let block = &mut buf[..len as usize];
-        if read_block(&mut reader, block, off, &noread, holes, keep_going, &mut out, path)?
-            == Flow::Stop
+        if read_block(
+            &mut reader,
+            block,
+            off,
+            &noread,
+            holes,
+            keep_going,
+            &mut out,
+            path,
+        )? == Flow::Stop
             || check_block(&mut check, block, off, &noread, keep_going, &mut out)? == Flow::Stop
         {
             out.stopped_early = true;

@@ -475,8 +475,7 @@ fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
     let Ok(t) = fsr::stat_file(&f, &dst.join(name)) else {
         return Ok(false);
     };
-    if fsr::kind(&t) != Kind::Regular || t.st_size as u64 != s.bytes
-    {
+    if fsr::kind(&t) != Kind::Regular || t.st_size as u64 != s.bytes {
         return Ok(false);
     }
     match copy::hash_file(&f, s.bytes, &dst.join(name)) {

@@ -106,7 +106,10 @@ impl Operation for RescueCopy<'_> {
         // The copy stops after the current file on a signal (the manifest
         // consistent); a second one exits at once, as before the copy.
         signals::install()?;
-        let opened = self.opened.as_mut().expect("rescue: planned before it runs");
+        let opened = self
+            .opened
+            .as_mut()
+            .expect("rescue: planned before it runs");
         super::walk_and_copy(opened, plan.clone(), &self.request, ui, self.each)
     }
 

@@ -8,14 +8,15 @@ use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::model::profile::profile_list;
 use btrfs_lab::nocow::advice::{Advice, Service, advice};
 use btrfs_lab::nocow::audit::{EntryKind, RootInfo, Summary};
-use btrfs_lab::nocow::migrate::ExecOptions;
-use btrfs_lab::nocow::plan::{self, Request, Staying};
-use btrfs_lab::nocow::{self, CheckDocument, CheckReport, NocowReport};
+use btrfs_lab::nocow::operation::NocowDir;
+use btrfs_lab::nocow::plan::{Request, Staying};
+use btrfs_lab::nocow::{self, CheckDocument, CheckReport, NocowReport, Outcome};
+use btrfs_lab::operation::{self, Confirm, View};
 use btrfs_lab::report::text::{count, escape_control, escape_path};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 
-use super::output::{Output, Paint, confirm, wrap};
+use super::output::{Output, Paint, wrap};
 use super::units::{UnitArgs, size};
 
 pub const AFTER_HELP: &str = "\
@@ -81,143 +82,109 @@ fn service_arg(s: &str) -> std::result::Result<Service, String> {
 }
 
 pub fn run(args: NocowArgs, out: &Output) -> Result<u8> {
-    // nocow acts on the running system: /proc and /sys are never read under
-    // a root prefix (BTRFS_LAB_SYSROOT), which could hide a process that has
-    // a file open or a mount inside the directory.
-    let sysroot = SysRoot::host();
     // SIGINT, SIGTERM and SIGHUP: stop at the next safe point, clean up,
     // exit 130 (a second one exits at once), on every path of the command.
     signals::install()?;
     args.units.select();
     let advice = args.service.map(advice);
     if args.check {
-        if args.paths.is_empty() {
-            return Err(Error::usage("--check needs at least one PATH")
-                .with_hint("usage: btrfs-lab nocow --check PATH..."));
-        }
-        let doc = CheckDocument {
-            check: nocow::check(&sysroot, &args.paths)?,
-            advice,
-        };
-        out.report(&doc, |d| {
-            let mut text = render_check(&d.check, out.paint);
-            if let Some(a) = &d.advice {
-                text.push_str(&render_advice(a, out.paint));
-            }
-            text
-        });
-        let s = &doc.check.summary;
-        let not_nocow = s.needs_migration_files + s.switchable_files + s.blocked_files;
-        return Ok(if not_nocow > 0 { NOT_NOCOW } else { exit::OK });
+        return check(&args.paths, advice, out);
     }
-    let dir = match args.paths.as_slice() {
-        [] => {
-            return match &advice {
-                Some(a) => {
-                    out.report(a, |a| render_advice(a, out.paint).trim_start().to_owned());
-                    Ok(exit::OK)
-                }
-                None => Err(Error::usage("give the directory to make NOCOW").with_hint(
-                    "usage: btrfs-lab nocow DIR, nocow --check PATH... or nocow --for SERVICE",
-                )),
-            };
-        }
-        [one] => one.clone(),
-        _ => {
-            return Err(Error::usage(
-                "nocow prepares one directory at a time (several paths only with --check)",
-            ));
-        }
+    let Some(dir) = one_dir(&args.paths, advice.as_ref(), out)? else {
+        return Ok(exit::OK);
     };
-    let req = Request {
+    let request = Request {
         dir,
         migrate: args.migrate,
         subvolume: args.subvolume,
         force: args.force,
         dry_run: args.dry_run,
     };
-    let observed = nocow::observe(&sysroot, &req)?;
-    let plan = plan::plan(&req, &observed)?;
-    let mut report = NocowReport {
-        path: req.dir.clone(),
-        dir: nocow::target_dir(&observed),
+    let confirm = Confirm {
         dry_run: args.dry_run,
-        filesystem: observed.root.clone(),
-        plan,
-        result: None,
+        yes: args.yes,
+    };
+    let mut op = NocowDir::new(request, advice);
+    operation::run(&mut op, confirm, out, &Text(out))
+}
+
+/// `nocow --check PATH...`: the audit (and `--for`'s advice).
+fn check(paths: &[PathBuf], advice: Option<Advice>, out: &Output) -> Result<u8> {
+    if paths.is_empty() {
+        return Err(Error::usage("--check needs at least one PATH")
+            .with_hint("usage: btrfs-lab nocow --check PATH..."));
+    }
+    // nocow acts on the running system: /proc and /sys are never read under
+    // a root prefix (BTRFS_LAB_SYSROOT), which could hide a process that has
+    // a file open or a mount inside the directory.
+    let doc = CheckDocument {
+        check: nocow::check(&SysRoot::host(), paths)?,
         advice,
     };
-    let nothing = report.plan.nothing_to_do.is_some() || report.plan.steps.is_empty();
-    if nothing || args.dry_run {
-        out.report(&report, |report| {
-            let mut text = render_plan(report, out.paint);
-            if args.dry_run && !nothing {
-                text.push_str("(dry run: nothing was changed)\n");
+    out.report(&doc, |d| {
+        let mut text = render_check(&d.check, out.paint);
+        if let Some(a) = &d.advice {
+            text.push_str(&render_advice(a, out.paint));
+        }
+        text
+    });
+    let s = &doc.check.summary;
+    let not_nocow = s.needs_migration_files + s.switchable_files + s.blocked_files;
+    Ok(if not_nocow > 0 { NOT_NOCOW } else { exit::OK })
+}
+
+/// The one directory of `nocow DIR`; `None` when there is none and
+/// `--for`'s advice was the whole answer (said here).
+fn one_dir(paths: &[PathBuf], advice: Option<&Advice>, out: &Output) -> Result<Option<PathBuf>> {
+    match paths {
+        [] => match advice {
+            Some(a) => {
+                out.report(a, |a| render_advice(a, out.paint).trim_start().to_owned());
+                Ok(None)
             }
+            None => Err(Error::usage("give the directory to make NOCOW").with_hint(
+                "usage: btrfs-lab nocow DIR, nocow --check PATH... or nocow --for SERVICE",
+            )),
+        },
+        [one] => Ok(Some(one.clone())),
+        _ => Err(Error::usage(
+            "nocow prepares one directory at a time (several paths only with --check)",
+        )),
+    }
+}
+
+/// nocow's plan and result as text: the plan on stdout when the run ends
+/// there, on stderr before the question; the result as the report.
+struct Text<'a>(&'a Output);
+
+impl View<NocowDir> for Text<'_> {
+    fn plan(&self, report: &NocowReport) -> String {
+        render_plan(report, self.0.paint)
+    }
+    fn plan_asked(&self, report: &NocowReport) -> String {
+        render_plan(report, self.0.paint_err)
+    }
+    fn plan_end(&self, report: &NocowReport) -> String {
+        report
+            .advice
+            .as_ref()
+            .map(|a| render_advice(a, self.0.paint))
+            .unwrap_or_default()
+    }
+    fn result(&self, planned: &NocowReport, result: &Outcome) {
+        let out = self.0;
+        let report = NocowReport {
+            result: Some(result.clone()),
+            ..planned.clone()
+        };
+        out.report(&report, |report| {
+            let mut text = render_result(report, out.paint);
             if let Some(a) = &report.advice {
                 text.push_str(&render_advice(a, out.paint));
             }
             text
         });
-        return Ok(exit::OK);
     }
-    out.say_plan(&render_plan(&report, out.paint_err), args.yes);
-    confirm(out, "Proceed?", args.yes)?;
-    out.before_change(format!("btrfs-lab nocow --check {}", report.dir.display()))?;
-    // A signal while the plan was made or shown: nothing was done.
-    signals::check()?;
-    // Counted in the files' bytes (each is read, written and read back:
-    // the passes are scaled to one).
-    let passes_total = nocow::progress_total(&report.plan);
-    let files_total = nocow::files_total(&report.plan);
-    let mut track = btrfs_lab::ui::Track::new(out, "nocow-migrate", "migrating").records(false);
-    let mut meter = btrfs_lab::report::progress::Meter::new();
-    let (mut passes, mut file) = (0u64, None::<String>);
-    let mut last = None::<std::time::Instant>;
-    let mut opts = ExecOptions::new(req.force);
-    opts.root = observed
-        .root_dir
-        .clone()
-        .map(|d| (observed.root.dir.clone(), d));
-    let result = nocow::execute(
-        &sysroot,
-        &report.dir,
-        &report.path,
-        &report.filesystem,
-        &report.plan,
-        &mut opts,
-        &mut |tick| {
-            match tick {
-                nocow::Tick::File(p) => file = Some(p.display().to_string()),
-                nocow::Tick::Bytes(n) => passes += n,
-            }
-            if last.is_some_and(|t: std::time::Instant| t.elapsed().as_millis() < 100) {
-                return Ok(());
-            }
-            last = Some(std::time::Instant::now());
-            let done = if passes_total == 0 {
-                0
-            } else {
-                (u128::from(passes.min(passes_total)) * u128::from(files_total)
-                    / u128::from(passes_total)) as u64
-            };
-            track.show(&meter.observe(done, files_total), file.as_deref());
-            Ok(())
-        },
-    );
-    if result.is_ok() && files_total > 0 {
-        track.show(&meter.observe(files_total, files_total), None);
-    }
-    track.finish();
-    report.result = Some(result?);
-    out.report(&report, |report| {
-        let mut text = render_result(report, out.paint);
-        if let Some(a) = &report.advice {
-            text.push_str(&render_advice(a, out.paint));
-        }
-        text
-    });
-    Ok(exit::OK)
 }
 
 fn fs_line(r: &RootInfo) -> String {

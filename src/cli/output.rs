@@ -429,14 +429,6 @@ impl Output {
         }
     }
 
-    /// The plan before its confirmation, on stderr; left out when `--json
-    /// --yes` (nobody is asked, and the JSON report holds the plan).
-    pub fn say_plan(&self, text: &str, yes: bool) {
-        if !(self.json && yes) {
-            self.say(text);
-        }
-    }
-
     /// A note on stderr (something not shown, and why).
     pub fn note(&self, message: &str) {
         if self.quiet {

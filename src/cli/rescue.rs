@@ -6,8 +6,10 @@ use btrfs_lab::sys::fs::state::STATE_DIR;
 use clap::Args;
 
 use btrfs_lab::error::Result;
+use btrfs_lab::operation::{self, Confirm, View};
 use btrfs_lab::report::text::escape_control as esc;
 use btrfs_lab::report::units::{UnitMode, pretty_size};
+use btrfs_lab::rescue::operation::RescueCopy;
 use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
 use btrfs_lab::rescue::{self, RescueRequest};
 
@@ -64,29 +66,53 @@ pub fn run(args: RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> Result
         ));
     }
     let req = request(&args, out, state_dir);
-    let mode = args.units.mode();
-    let list = args.list;
+    let text = Text {
+        out,
+        mode: args.units.mode(),
+        list: args.list,
+    };
     let mut each = |r: &FileRecord| {
-        if list {
-            out.report_line(r, |r| file_line(r, mode, out.paint));
+        if text.list {
+            out.report_line(r, |r| file_line(r, text.mode, out.paint));
         }
     };
-    if let Some(dir) = &req.copy_to {
-        let manifest = dir.join(btrfs_lab::rescue::manifest::MANIFEST);
-        out.before_change(format!(
-            "{} (the files copied and verified)",
-            manifest.display()
-        ))?;
+    if req.copy_to.is_some() {
+        let mut op = RescueCopy::new(req, &mut each);
+        return operation::run(&mut op, Confirm::default(), out, &text);
     }
     let report = rescue::run(&req, out, &mut each)?;
-    // --list and --copy-to stream JSON Lines (file records, progress
-    // records): the report is their last line.
-    if (list || req.copy_to.is_some()) && out.json {
-        out.json_line(&report);
-    } else {
-        out.report(&report, |r| render(r, mode, out.paint, !list));
-    }
+    text.say(&report);
     Ok(report.exit_status())
+}
+
+/// rescue's report as text (or its JSON).
+struct Text<'a> {
+    out: &'a Output,
+    mode: UnitMode,
+    list: bool,
+}
+
+impl Text<'_> {
+    fn say(&self, report: &RescueReport) {
+        let out = self.out;
+        // --list and --copy-to stream JSON Lines (file records, progress
+        // records): the report is their last line.
+        if (self.list || report.copy.is_some()) && out.json {
+            out.json_line(report);
+        } else {
+            out.report(report, |r| render(r, self.mode, out.paint, !self.list));
+        }
+    }
+}
+
+impl View<RescueCopy<'_>> for Text<'_> {
+    /// Not shown ([`btrfs_lab::operation::PlanShown::Not`]).
+    fn plan(&self, _report: &RescueReport) -> String {
+        String::new()
+    }
+    fn result(&self, _plan: &RescueReport, report: &RescueReport) {
+        self.say(report);
+    }
 }
 
 fn request(args: &RescueArgs, out: &Output, state_dir: Option<PathBuf>) -> RescueRequest {

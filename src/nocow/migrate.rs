@@ -12,18 +12,13 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Permissions};
-use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, openat};
-use nix::sys::stat::{FileStat, Mode, fstatat, futimens};
-use nix::sys::time::TimeSpec;
-use nix::unistd::{UnlinkatFlags, unlinkat};
+use crate::sys::fs::migrate::{self as fsm, DirLock, FileStat, MigrateErrno as Errno};
 use serde::{Deserialize, Serialize};
 
 use super::{MARKER_XATTR, TEMP_PREFIX};
@@ -66,7 +61,7 @@ pub struct ExecOptions {
     openers: Mutex<Option<(Instant, procs::OpenFiles)>>,
     /// The directories files are migrated in now, locked once for all the
     /// files being migrated in each ([`Self::lock_dir`]).
-    locked: Mutex<HashMap<FileIdentity, Weak<Flock<File>>>>,
+    locked: Mutex<HashMap<FileIdentity, Weak<DirLock>>>,
 }
 
 /// How long one walk of /proc answers "who has it open" for the files it
@@ -123,7 +118,7 @@ impl ExecOptions {
     /// of its files is being migrated now (an flock is per opened
     /// directory, so a second one of this run would refuse the first), a new
     /// one otherwise. The lock goes when the last file using it is done.
-    fn lock_dir(&self, dir: File, dir_path: &Path) -> Result<Arc<Flock<File>>> {
+    fn lock_dir(&self, dir: File, dir_path: &Path) -> Result<Arc<DirLock>> {
         let id = FileIdentity::of(&dir).map_err(|e| Error::from_io(&e, "cannot stat", dir_path))?;
         let mut locked = self.locked.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(held) = locked.get(&id).and_then(Weak::upgrade) {
@@ -177,20 +172,18 @@ fn split(path: &Path) -> Result<(&Path, &OsStr)> {
 
 /// The directory of `path`, opened and locked against another btrfs-lab
 /// working in it (the lock goes with the process, SIGKILL included).
-fn lock_dir(f: File, dir: &Path) -> Result<Flock<File>> {
-    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| match e {
-        Errno::EWOULDBLOCK => Error::new(
+fn lock_dir(f: File, dir: &Path) -> Result<DirLock> {
+    fsm::try_lock_dir(f, dir)?.ok_or_else(|| {
+        Error::new(
             ErrorKind::Busy,
             format!("another btrfs-lab is migrating files in {}", dir.display()),
         )
-        .with_hint("wait for it to finish, then run again"),
-        e => Error::from_errno(e, "cannot lock directory", dir),
+        .with_hint("wait for it to finish, then run again")
     })
 }
 
 fn stat_at(dir: &File, name: &OsStr, dir_path: &Path) -> Result<FileStat> {
-    fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
-        .map_err(|e| Error::from_errno(e, "cannot stat", &dir_path.join(name)))
+    fsm::stat_at(dir, name, &dir_path.join(name))
 }
 
 fn identity(st: &FileStat) -> FileIdentity {
@@ -215,15 +208,8 @@ fn changed(path: &Path) -> Error {
 /// is still the planned file.
 fn open_planned(dir: &File, dir_path: &Path, name: &OsStr, id: FileIdentity) -> Result<File> {
     let path = dir_path.join(name);
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-    // O_NOATIME keeps the original's atime as it was; only the owner (or
-    // CAP_FOWNER) may ask for it.
-    let fd = match openat(dir.as_fd(), name, flags | OFlag::O_NOATIME, Mode::empty()) {
-        Err(Errno::EPERM) => openat(dir.as_fd(), name, flags, Mode::empty()),
-        other => other,
-    }
-    .map_err(|e| Error::from_errno(e, "cannot open", &path))?;
-    let file = File::from(fd);
+    // O_NOATIME keeps the original's atime as it was.
+    let file = fsm::open_keeping_atime(dir, name, &path)?;
     let meta = file
         .metadata()
         .map_err(|e| Error::from_io(&e, "cannot stat", &path))?;
@@ -250,8 +236,7 @@ pub(crate) fn remove_leftover(dir: File, path: &Path, id: FileIdentity) -> Resul
     if !swapped_out && xattrs::get(&file, path, MARKER_XATTR)?.is_none() {
         return Err(changed(path));
     }
-    unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
-        .map_err(|e| Error::from_errno(e, "cannot remove", path))?;
+    fsm::unlink_file(&dir, name, "cannot remove", path)?;
     filecopy::sync(&dir, dir_path)
 }
 
@@ -293,17 +278,9 @@ impl Drop for TempCopy<'_> {
         if !self.committed
             && let Some(name) = &self.name
         {
-            let _ = unlinkat(
-                self.dir.as_fd(),
-                name.as_os_str(),
-                UnlinkatFlags::NoRemoveDir,
-            );
+            let _ = fsm::unlink_file(self.dir, name, "cannot remove", Path::new(name));
         }
     }
-}
-
-fn timespec(sec: i64, nsec: i64) -> TimeSpec {
-    TimeSpec::new(sec, nsec)
 }
 
 fn openers_of(opts: &ExecOptions, id: FileIdentity, path: &Path) -> Result<()> {
@@ -350,9 +327,7 @@ pub(crate) fn migrate_file(
     if src_flags.intersects(FS_NOCOW_FL) {
         return Ok(None);
     }
-    let links = nix::sys::stat::fstat(src.as_fd())
-        .map_err(|e| Error::from_errno(e, "cannot stat", path))?
-        .st_nlink;
+    let links = fsm::stat_of(&src, path)?.st_nlink;
     if links > 1 {
         return Err(changed(path));
     }
@@ -415,8 +390,7 @@ impl Planned<'_> {
         progress: &mut dyn FnMut(u64) -> Result<()>,
     ) -> std::result::Result<Migrated, Attempt> {
         let (src, path) = (self.src, self.path);
-        let before = nix::sys::stat::fstat(src.as_fd())
-            .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
+        let before = fsm::stat_of(src, path)?;
         let size = u64::try_from(before.st_size).unwrap_or(0);
         let (mut tmp, tmp_path) = self.unnamed_copy()?;
         let (verified, copied) = self.copy_data(opts, &before, (&tmp.file, &tmp_path), progress)?;
@@ -565,12 +539,7 @@ impl Planned<'_> {
             .map_err(|e| Error::from_io(&e, "cannot set the mode of the copy of", path))?;
         let flags = (self.src_flags & KEPT_FLAGS) | FS_NOCOW_FL;
         filesystem::set_inode_flags_of(tmp, tmp_path, flags)?;
-        futimens(
-            tmp.as_fd(),
-            &timespec(before.st_atime, before.st_atime_nsec),
-            &timespec(before.st_mtime, before.st_mtime_nsec),
-        )
-        .map_err(|e| Error::from_errno(e, "cannot set the times of the copy of", path))?;
+        fsm::set_times_of(tmp, before, "cannot set the times of the copy of", path)?;
         filecopy::sync(tmp, tmp_path)?;
         verify_metadata(tmp, before, flags, &src_xattrs, path)?;
         Ok((src_xattrs, compression_dropped))
@@ -675,8 +644,7 @@ fn still_what_was_planned(
     before: &FileStat,
     path: &Path,
 ) -> std::result::Result<(), Attempt> {
-    let now = nix::sys::stat::fstat(src.as_fd())
-        .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
+    let now = fsm::stat_of(src, path)?;
     let same = now.st_size == before.st_size
         && (now.st_mtime, now.st_mtime_nsec) == (before.st_mtime, before.st_mtime_nsec)
         && (now.st_ctime, now.st_ctime_nsec) == (before.st_ctime, before.st_ctime_nsec);
@@ -809,16 +777,7 @@ fn swap_in(
         }
     };
     still_unwritten(src_lease, path).map_err(Attempt::Again)?;
-    let exchange = |what: &str| {
-        rustix::fs::renameat_with(
-            dir,
-            temp_name.as_os_str(),
-            dir,
-            name,
-            rustix::fs::RenameFlags::EXCHANGE,
-        )
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, what, path))
-    };
+    let exchange = |what: &str| fsm::exchange(dir, &temp_name, name, what, path);
     exchange("cannot swap the copy with")?;
     // The test hook waits for a SIGKILL here; a SIGINT, SIGTERM or SIGHUP
     // only ends the wait (this file is finished, the next check stops).
@@ -829,12 +788,7 @@ fn swap_in(
         .map(|st| st.st_ino == tmp.file.metadata().map(|m| m.ino()).unwrap_or(0));
     let written = src_lease.is_some_and(|l| !l.intact());
     if !written && matches!(original_out, Ok(true)) && matches!(copy_in, Ok(true)) {
-        unlinkat(
-            dir.as_fd(),
-            temp_name.as_os_str(),
-            UnlinkatFlags::NoRemoveDir,
-        )
-        .map_err(|e| Error::from_errno(e, "cannot remove the original of", path))?;
+        fsm::unlink_file(dir, &temp_name, "cannot remove the original of", path)?;
         tmp.committed = true;
         return Ok(());
     }

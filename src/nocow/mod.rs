@@ -11,6 +11,7 @@
 pub mod advice;
 pub mod audit;
 pub mod migrate;
+pub mod operation;
 pub mod plan;
 pub mod scan;
 

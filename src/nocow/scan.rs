@@ -6,14 +6,8 @@
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-
-use nix::fcntl::{OFlag, openat};
-use nix::sys::stat::Mode as NixMode;
-use rustix::fs::{AtFlags, FileType};
 
 use super::audit::{Entry, EntryKind, EntryState, Facts, RootInfo, classify};
 use super::{MARKER_XATTR, TEMP_PREFIX};
@@ -21,6 +15,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::beneath::{self, HeldDir};
 use crate::sys::fs::filesystem;
+use crate::sys::fs::migrate as fsm;
+use crate::sys::fs::rescue::{self as fsr, Kind};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::ioctl::{FS_COMPR_FL, FS_NOCOW_FL, IFlags};
 use crate::sys::{kernel::btrfs, kernel::xattrs, proc::procs};
@@ -72,8 +68,8 @@ pub fn hold(path: &Path) -> Result<Held> {
     let Some((parent, name, st)) = HeldDir::resolve_entry(path)? else {
         return Ok(Held::Dir(HeldDir::open(path)?));
     };
-    match FileType::from_raw_mode(st.st_mode) {
-        FileType::Directory => {
+    match fsr::kind(&st) {
+        Kind::Directory => {
             let dir = parent.open_subdir(&name)?;
             if dir.identity()? != beneath::identity_of(&st) {
                 return Err(Error::new(
@@ -84,7 +80,7 @@ pub fn hold(path: &Path) -> Result<Held> {
             }
             Ok(Held::Dir(dir))
         }
-        FileType::RegularFile => Ok(Held::File { parent, name }),
+        Kind::Regular => Ok(Held::File { parent, name }),
         _ => Err(Error::new(
             ErrorKind::WrongTarget,
             format!("{} is neither a file nor a directory", path.display()),
@@ -99,10 +95,7 @@ pub(crate) fn inspect_held(sysroot: &SysRoot, path: &Path, held: &Held) -> Resul
     let canonical = held.canonical();
     let (dir, target) = match held {
         Held::Dir(d) => (d, d.file()?),
-        Held::File { parent, name } => (
-            parent,
-            parent.open_entry_file(name, rustix::fs::OFlags::RDONLY)?,
-        ),
+        Held::File { parent, name } => (parent, fsr::open_entry_read(parent, name)?),
     };
     let meta = target
         .metadata()
@@ -170,16 +163,23 @@ pub fn scan(sysroot: &SysRoot, path: &Path) -> Result<Scan> {
     scan_held(sysroot, path, held)
 }
 
+impl Scan {
+    /// Nothing found yet below `root`.
+    fn of(root: RootInfo) -> Self {
+        Scan {
+            root,
+            entries: Vec::new(),
+            skipped: Vec::new(),
+            unreadable_processes: 0,
+            root_dir: None,
+        }
+    }
+}
+
 /// [`scan`] of a path already held.
 pub(crate) fn scan_held(sysroot: &SysRoot, path: &Path, held: Held) -> Result<Scan> {
     let root = inspect_held(sysroot, path, &held)?;
-    let mut scan = Scan {
-        root,
-        entries: Vec::new(),
-        skipped: Vec::new(),
-        unreadable_processes: 0,
-        root_dir: None,
-    };
+    let mut scan = Scan::of(root);
     if !scan.root.is_btrfs() {
         return Ok(scan);
     }
@@ -215,13 +215,7 @@ pub(crate) fn rescan_dir(
     shown: &str,
     root: RootInfo,
 ) -> Result<Scan> {
-    let mut scan = Scan {
-        root,
-        entries: Vec::new(),
-        skipped: Vec::new(),
-        unreadable_processes: 0,
-        root_dir: None,
-    };
+    let mut scan = Scan::of(root);
     walk_held(sysroot, handle, dir, shown, &mut scan)?;
     crate::sys::kernel::signals::check()?;
     find_openers(&mut scan);
@@ -284,23 +278,9 @@ pub(crate) fn open_beneath(
             .try_clone()
             .map_err(|e| Error::from_io(&e, "cannot open directory", shown))?
     } else {
-        match beneath::open_dir_beneath(root.file.as_fd(), rel) {
-            Ok(fd) => File::from(fd),
-            Err(e)
-                if e == rustix::io::Errno::LOOP
-                    || e == rustix::io::Errno::XDEV
-                    || e == rustix::io::Errno::NOTDIR
-                    || e == rustix::io::Errno::NOENT =>
-            {
-                return Err(dir_changed(shown));
-            }
-            Err(e) => {
-                return Err(crate::sys::kernel::errno::to_error(
-                    e,
-                    "cannot open directory",
-                    shown,
-                ));
-            }
+        match fsm::open_dir_beneath(&root.file, rel, shown)? {
+            Some(fd) => File::from(fd),
+            None => return Err(dir_changed(shown)),
         }
     };
     if identity_of(&file, shown)? != want {
@@ -330,21 +310,9 @@ fn walk(
 ) {
     // With each name its type from the directory itself (d_type): no stat
     // per entry to tell files, directories and the rest apart.
-    let listing = rustix::fs::Dir::read_from(dir).map(|d| {
-        d.filter_map(|e| e.ok())
-            .map(|e| {
-                (
-                    OsString::from_vec(e.file_name().to_bytes().to_vec()),
-                    e.file_type(),
-                )
-            })
-            .filter(|(n, _)| n != "." && n != "..")
-            .collect::<Vec<_>>()
-    });
-    let mut names = match listing {
+    let mut names = match fsm::names_and_kinds(dir, dir_path) {
         Ok(n) => n,
-        Err(e) => {
-            let err = crate::sys::kernel::errno::to_error(e, "cannot list", dir_path);
+        Err(err) => {
             scan.skipped.push(err.message().to_owned());
             return;
         }
@@ -369,24 +337,18 @@ fn walk(
         }
         let path = dir_path.join(&name);
         let display = format!("{shown}/{}", name.to_string_lossy());
-        let kind = if d_type == FileType::Unknown {
-            // A filesystem without d_type (btrfs always has it).
-            let Ok(st) = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
-            else {
-                continue; // removed meanwhile
-            };
-            FileType::from_raw_mode(st.st_mode)
-        } else {
-            d_type
+        // A filesystem without d_type (btrfs always has it): its status.
+        let Some(kind) = d_type.or_else(|| fsm::kind_at(dir, &name)) else {
+            continue; // removed meanwhile
         };
-        if kind == FileType::Directory && mount_points.contains(&path) {
+        if kind == Kind::Directory && mount_points.contains(&path) {
             scan.skipped.push(format!(
                 "{}: another filesystem is mounted there",
                 path.display()
             ));
             continue;
         }
-        if kind != FileType::Directory && kind != FileType::RegularFile {
+        if kind != Kind::Directory && kind != Kind::Regular {
             others += 1;
             continue;
         }
@@ -442,19 +404,9 @@ fn walk(
 /// Opens the subdirectory `name` of `dir` (never through a link) if it is
 /// still the one looked at.
 fn open_child_dir(dir: &File, name: &OsStr, path: &Path, id: FileIdentity) -> Result<Option<File>> {
-    let fd = match openat(
-        dir.as_fd(),
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        NixMode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR) => {
-            return Ok(None);
-        }
-        Err(e) => return Err(Error::from_errno(e, "cannot open directory", path)),
+    let Some(file) = fsm::open_entry(dir, name, true, path)? else {
+        return Ok(None);
     };
-    let file = File::from(fd);
     Ok((identity_of(&file, path)? == id).then_some(file))
 }
 
@@ -506,17 +458,9 @@ fn look_at_seen(
     display: String,
     markers: bool,
 ) -> Result<Option<(Entry, Seen)>> {
-    let fd = match openat(
-        dir.as_fd(),
-        name,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-        NixMode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ELOOP) => return Ok(None),
-        Err(e) => return Err(Error::from_errno(e, "cannot open", path)),
+    let Some(file) = fsm::open_entry(dir, name, false, path)? else {
+        return Ok(None);
     };
-    let file = File::from(fd);
     let m = file
         .metadata()
         .map_err(|e| Error::from_io(&e, "cannot stat", path))?;

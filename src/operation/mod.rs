@@ -164,6 +164,39 @@ pub trait Operation {
     fn said_already_done(&self, _plan: &Self::Plan, _ui: &dyn Ui) -> bool {
         false
     }
+
+    // A command whose one document is its result (nocow, rescue --copy-to;
+    // issue 50): where its plan goes, and its dry run's words.
+    /// Where the plan goes when the run goes on past it.
+    fn plan_shown(&self) -> PlanShown {
+        PlanShown::Stdout
+    }
+    /// The line a dry run ends with.
+    fn dry_run_line(&self) -> &'static str {
+        DRY_RUN
+    }
+}
+
+/// [`View::plan_end`], when there is one.
+fn say_end<O: Operation>(ui: &dyn Ui, view: &dyn View<O>, plan: &O::Plan) {
+    let end = view.plan_end(plan);
+    if !end.is_empty() {
+        ui.status(&end);
+    }
+}
+
+/// Where a plan goes when the run goes on past it (a run that ends at its
+/// plan always says it on stdout, as its story or its document).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanShown {
+    /// On stdout, as the run's story, before anything else (the default).
+    Stdout,
+    /// On stderr, for the person who answers the question (left out with
+    /// `--json --yes`: nobody is asked, and the result's document holds
+    /// the plan); [`View::plan_asked`].
+    Stderr,
+    /// Not at all (the run's document says everything).
+    Not,
 }
 
 /// How a command's plan and result read as text (the CLI's part).
@@ -172,6 +205,17 @@ pub trait View<O: Operation + ?Sized> {
     fn plan(&self, plan: &O::Plan) -> String;
     /// Says the result (text, warnings) to the person; nothing to return.
     fn result(&self, plan: &O::Plan, result: &O::Result);
+
+    // A command whose one document is its result (see [`PlanShown`]).
+    /// The plan as shown on stderr before the question ([`PlanShown::Stderr`]).
+    fn plan_asked(&self, plan: &O::Plan) -> String {
+        self.plan(plan)
+    }
+    /// Text after a plan the run ends at (nothing to do, dry run): `nocow
+    /// --for`'s advice.
+    fn plan_end(&self, _plan: &O::Plan) -> String {
+        String::new()
+    }
 }
 
 /// The refusal of a changing command run without root.
@@ -212,7 +256,7 @@ pub fn run<O: Operation>(
         Verdict::AlreadyDone(_) => false,
         _ => true,
     };
-    if shown {
+    if shown && (ends_here || op.plan_shown() == PlanShown::Stdout) {
         ui.status(&view.plan(&plan));
     }
     match verdict {
@@ -220,6 +264,7 @@ pub fn run<O: Operation>(
         Verdict::Refused(e) => return Err(e),
         Verdict::NothingToDo(message) | Verdict::AlreadyDone(message) => {
             ui.status(&message);
+            say_end(ui, view, &plan);
             return Ok(crate::error::exit::OK);
         }
         Verdict::Stop {
@@ -232,8 +277,12 @@ pub fn run<O: Operation>(
         }
     }
     if confirm.dry_run {
-        ui.status(DRY_RUN);
+        ui.status(op.dry_run_line());
+        say_end(ui, view, &plan);
         return Ok(crate::error::exit::OK);
+    }
+    if op.plan_shown() == PlanShown::Stderr && !(ui.json() && confirm.yes) {
+        ui.say(&view.plan_asked(&plan));
     }
     if op.ask(&plan) {
         ui.confirm(&op.question(&plan), confirm.yes)?;
@@ -254,4 +303,122 @@ pub fn run<O: Operation>(
     }
     view.result(&plan, &result);
     Ok(op.status(&result))
+}
+
+#[cfg(test)]
+mod plan_shown_tests {
+    //! [`PlanShown`], [`Operation::dry_run_line`], [`View::plan_asked`] and
+    //! [`View::plan_end`]: a command whose one document is its result.
+
+    use super::*;
+    use crate::ui::{RecordingUi, Said};
+
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    struct Rec;
+
+    impl Document for Rec {
+        const NAME: &'static str = "test";
+    }
+
+    struct Op(PlanShown);
+
+    impl Operation for Op {
+        type Plan = ();
+        type Result = ();
+        type Record = Rec;
+        fn needs_root(&self) -> &'static str {
+            "never asked"
+        }
+        fn root_in_plan(&self) -> bool {
+            true
+        }
+        fn plan_shape(&self) -> PlanShape {
+            PlanShape::Document
+        }
+        fn plan(&mut self, _ui: &dyn Ui) -> Result<()> {
+            Ok(())
+        }
+        fn plan_record(&self, _plan: &()) -> Rec {
+            Rec
+        }
+        fn question(&self, _plan: &()) -> String {
+            "Go?".into()
+        }
+        fn recheck(&self) -> Result<()> {
+            Ok(())
+        }
+        fn look(&self, _plan: &()) -> String {
+            String::new()
+        }
+        fn execute(&mut self, _: &(), _: &OperationSignals, _: &dyn Ui) -> Result<()> {
+            unreachable!("the tests end before the change")
+        }
+        fn status(&self, _result: &()) -> u8 {
+            0
+        }
+        fn plan_shown(&self) -> PlanShown {
+            self.0
+        }
+        fn dry_run_line(&self) -> &'static str {
+            "(dry run: nothing was changed)\n"
+        }
+    }
+
+    struct Text;
+
+    impl View<Op> for Text {
+        fn plan(&self, _plan: &()) -> String {
+            "plan\n".into()
+        }
+        fn result(&self, _plan: &(), _result: &()) {}
+        fn plan_asked(&self, _plan: &()) -> String {
+            "plan on stderr\n".into()
+        }
+        fn plan_end(&self, _plan: &()) -> String {
+            "advice\n".into()
+        }
+    }
+
+    #[test]
+    fn a_plan_for_the_person_who_answers_goes_to_stderr_only() {
+        let ui = RecordingUi::new();
+        let confirm = Confirm::default();
+        let refused = run(&mut Op(PlanShown::Stderr), confirm, &ui, &Text).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::Refused);
+        assert_eq!(
+            ui.said(),
+            vec![
+                Said::Say("plan on stderr\n".into()),
+                Said::Confirm("Go?".into(), false),
+            ]
+        );
+        let ui = RecordingUi::new();
+        let _ = run(&mut Op(PlanShown::Not), confirm, &ui, &Text);
+        assert_eq!(ui.said(), vec![Said::Confirm("Go?".into(), false)]);
+    }
+
+    #[test]
+    fn a_dry_run_ends_with_its_own_line_then_the_plans_end() {
+        let ui = RecordingUi::new();
+        let confirm = Confirm {
+            dry_run: true,
+            yes: false,
+        };
+        let status = run(&mut Op(PlanShown::Stderr), confirm, &ui, &Text).unwrap();
+        assert_eq!(status, crate::error::exit::OK);
+        let said = ui.said();
+        let statuses: Vec<&Said> = said
+            .iter()
+            .filter(|s| matches!(s, Said::Status(_)))
+            .collect();
+        assert_eq!(
+            statuses,
+            vec![
+                &Said::Status("plan\n".into()),
+                &Said::Status("(dry run: nothing was changed)\n".into()),
+                &Said::Status("advice\n".into()),
+            ]
+        );
+        assert!(!said.iter().any(|s| matches!(s, Said::Say(_))), "{said:?}");
+    }
 }

@@ -4,32 +4,19 @@
 //! target has none, a temporary name removed on every path that runs)
 //! linked under its name only once it is complete and synced.
 
-use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps};
-use rustix::io::Errno as RErrno;
-
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::rescue::classify::Ranges;
 use crate::rescue::verify::{Check, Csums};
-use crate::sys::fs::beneath::HeldDir;
-use crate::sys::kernel::direct_io::AlignedBuffer;
+pub(crate) use crate::sys::fs::rescue::SECTOR;
+use crate::sys::fs::rescue::{Got, NewFile, Reader, next_data};
 use crate::sys::kernel::extents::Extent;
 
 /// Bytes per read.
 const BLOCK: u64 = 1 << 20;
-/// Bytes per read after an error inside a block (the sector size btrfs
-/// checksums).
-pub(crate) const SECTOR: u64 = 4096;
-
-fn rerr(e: RErrno, doing: &str, path: &Path) -> Error {
-    crate::sys::kernel::errno::to_error(e, doing, path)
-}
 
 /// What reading a file found.
 #[derive(Debug, Default)]
@@ -129,11 +116,7 @@ pub(crate) fn hash_file(f: &File, size: u64, path: &Path) -> Result<String> {
     let mut off = 0u64;
     while off < size {
         crate::sys::kernel::signals::check()?;
-        let data = match rfs::seek(f, rfs::SeekFrom::Data(off)) {
-            Ok(d) => d.min(size),
-            Err(RErrno::NXIO) => size,
-            Err(_) => off,
-        };
+        let data = next_data(f, off, size);
         let skip_to = (data / BLOCK * BLOCK).max(off);
         if skip_to > off {
             h.zeros(skip_to - off);
@@ -206,143 +189,42 @@ pub(crate) fn read_file(
     progress: &mut dyn FnMut(u64),
     path: &Path,
 ) -> Result<ReadOutcome> {
-    let mut reader = Reader {
-        src,
-        direct,
-        size,
-        scratch: AlignedBuffer::new((BLOCK + SECTOR) as usize, SECTOR as usize),
-    };
+    let mut reader = Reader::new(src, direct, size, BLOCK);
     let mut out = ReadOutcome::default();
     let mut hasher = ContentHash::new();
     let mut buf = vec![0u8; BLOCK as usize];
+    let noread = not_read(skip, holes);
     let mut off = 0u64;
-    // Neither skipped (damaged) nor hole bytes are ever read.
-    let mut noread = Ranges::default();
-    {
-        let mut all: Vec<_> = skip.0.iter().chain(holes.0.iter()).copied().collect();
-        all.sort_by_key(|r| r.offset);
-        for r in all {
-            noread.add(r.offset, r.length);
-        }
-    }
     while off < size {
         // Between blocks: the first Ctrl-C is seen at once.
         crate::sys::kernel::signals::check()?;
         let len = BLOCK.min(size - off);
         // Whole blocks in a hole: not read, not written, hashed as zeros.
-        if let Some(h) = holes.first_overlap(off, len)
-            && h.offset <= off
-            && h.offset + h.length >= off + len
-        {
-            let to = ((h.offset + h.length) / BLOCK * BLOCK)
-                .max(off + len)
-                .min(size);
+        if let Some(to) = hole_end(holes, off, len, size) {
             hasher.zeros(to - off);
             out.holes += to - off;
             progress(to - off);
             off = to;
             continue;
         }
-        let mut n = 0u64;
-        // Split at the ranges not read.
-        while n < len {
-            let at = off + n;
-            let end = off + len;
-            let (run, skipped) = match noread.first_overlap(at, end - at) {
-                Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
-                Some(r) => (r.offset - at, false),
-                None => (end - at, false),
-            };
-            let piece = &mut buf[n as usize..(n + run) as usize];
-            if skipped {
-                piece.fill(0);
-                let h = intersect(holes, at, run);
-                out.holes += h;
-                n += run;
-                continue;
-            }
-            match reader.read_exact_at(piece, at) {
-                Ok(()) => out.read_bytes += run,
-                Err(RErrno::IO) => {
-                    // Sector by sector.
-                    let mut s = 0u64;
-                    while s < run {
-                        let sl = (SECTOR - (at + s) % SECTOR).min(run - s);
-                        let sector = &mut piece[s as usize..(s + sl) as usize];
-                        match reader.read_exact_at(sector, at + s) {
-                            Ok(()) => out.read_bytes += sl,
-                            Err(RErrno::IO) => {
-                                sector.fill(0);
-                                out.bad.add(at + s, sl);
-                                if !keep_going {
-                                    out.stopped_early = true;
-                                    return Ok(out);
-                                }
-                            }
-                            Err(e) => return Err(rerr(e, "cannot read", path)),
-                        }
-                        s += sl;
-                    }
-                }
-                Err(e) => return Err(rerr(e, "cannot read", path)),
-            }
-            n += run;
+        let block = &mut buf[..len as usize];
+        if read_block(
+            &mut reader,
+            block,
+            off,
+            &noread,
+            holes,
+            keep_going,
+            &mut out,
+            path,
+        )? == Flow::Stop
+            || check_block(&mut check, block, off, &noread, keep_going, &mut out)? == Flow::Stop
+        {
+            out.stopped_early = true;
+            return Ok(out);
         }
-        // Rescue's own check of every sector read.
-        let mut s = 0u64;
-        while s < len {
-            let at = off + s;
-            let sl = SECTOR.min(len - s);
-            if !noread.overlaps(at, sl) && !out.bad.overlaps(at, sl) {
-                let sector = &mut buf[s as usize..(s + sl) as usize];
-                let verdict = match &mut check {
-                    Some((sums, exts)) => sums.check(exts, at, sector)?,
-                    None => Check::Unchecked,
-                };
-                match verdict {
-                    Check::Verified => out.verified += sl,
-                    Check::Unchecked => out.unchecked += sl,
-                    Check::Mismatch => {
-                        sector.fill(0);
-                        out.bad.add(at, sl);
-                        out.read_bytes -= sl;
-                        out.mismatched += sl;
-                        if !keep_going {
-                            out.stopped_early = true;
-                            return Ok(out);
-                        }
-                    }
-                }
-            }
-            s += sl;
-        }
-        let block = &buf[..len as usize];
         hasher.block(block);
-        // Only what was read is written: holes stay holes, and so do the
-        // ranges that could not be read (and all-zero runs).
-        let mut at = off;
-        while at < off + len {
-            let end = off + len;
-            let (run, gap) = match noread
-                .first_overlap(at, end - at)
-                .or_else(|| out.bad.first_overlap(at, end - at))
-                .map(|r| {
-                    let b = out.bad.first_overlap(at, end - at);
-                    match b {
-                        Some(b) if b.offset < r.offset => b,
-                        _ => r,
-                    }
-                }) {
-                Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
-                Some(r) => (r.offset - at, false),
-                None => (end - at, false),
-            };
-            let piece = &block[(at - off) as usize..(at - off + run) as usize];
-            if !gap && piece.iter().any(|&x| x != 0) {
-                sink.write_at(at, piece)?;
-            }
-            at += run;
-        }
+        write_read(sink, block, off, &noread, &out.bad)?;
         off += len;
         progress(len);
         if off < size {
@@ -356,6 +238,179 @@ pub(crate) fn read_file(
     Ok(out)
 }
 
+/// The ranges never read: the skipped (damaged) ones and the holes.
+fn not_read(skip: &Ranges, holes: &Ranges) -> Ranges {
+    let mut noread = Ranges::default();
+    let mut all: Vec<_> = skip.0.iter().chain(holes.0.iter()).copied().collect();
+    all.sort_by_key(|r| r.offset);
+    for r in all {
+        noread.add(r.offset, r.length);
+    }
+    noread
+}
+
+/// Where the hole that covers the whole block `[off, off + len)` ends (at
+/// a block boundary, or the file's end), if one does.
+fn hole_end(holes: &Ranges, off: u64, len: u64, size: u64) -> Option<u64> {
+    let h = holes.first_overlap(off, len)?;
+    (h.offset <= off && h.offset + h.length >= off + len).then(|| {
+        ((h.offset + h.length) / BLOCK * BLOCK)
+            .max(off + len)
+            .min(size)
+    })
+}
+
+/// Whether reading a file goes on after a step: not after the first bad
+/// sector without `keep_going`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Go,
+    Stop,
+}
+
+/// Reads the block at `off` into `block`, split at the ranges not read
+/// (zeros); a run that fails with EIO is read again sector by sector.
+#[allow(clippy::too_many_arguments)]
+fn read_block(
+    reader: &mut Reader<'_>,
+    block: &mut [u8],
+    off: u64,
+    noread: &Ranges,
+    holes: &Ranges,
+    keep_going: bool,
+    out: &mut ReadOutcome,
+    path: &Path,
+) -> Result<Flow> {
+    let end = off + block.len() as u64;
+    let mut n = 0u64;
+    while off + n < end {
+        let at = off + n;
+        let (run, skipped) = match noread.first_overlap(at, end - at) {
+            Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
+            Some(r) => (r.offset - at, false),
+            None => (end - at, false),
+        };
+        let piece = &mut block[n as usize..(n + run) as usize];
+        n += run;
+        if skipped {
+            piece.fill(0);
+            out.holes += intersect(holes, at, run);
+            continue;
+        }
+        match reader.read_exact_at(piece, at, path)? {
+            Got::Data => out.read_bytes += run,
+            Got::Eio => {
+                if read_sectors(reader, piece, at, keep_going, out, path)? == Flow::Stop {
+                    return Ok(Flow::Stop);
+                }
+            }
+        }
+    }
+    Ok(Flow::Go)
+}
+
+/// Reads `piece` (at `at`) sector by sector: a sector that returns EIO is
+/// zeros and a bad range.
+fn read_sectors(
+    reader: &mut Reader<'_>,
+    piece: &mut [u8],
+    at: u64,
+    keep_going: bool,
+    out: &mut ReadOutcome,
+    path: &Path,
+) -> Result<Flow> {
+    let run = piece.len() as u64;
+    let mut s = 0u64;
+    while s < run {
+        let sl = (SECTOR - (at + s) % SECTOR).min(run - s);
+        let sector = &mut piece[s as usize..(s + sl) as usize];
+        match reader.read_exact_at(sector, at + s, path)? {
+            Got::Data => out.read_bytes += sl,
+            Got::Eio => {
+                sector.fill(0);
+                out.bad.add(at + s, sl);
+                if !keep_going {
+                    return Ok(Flow::Stop);
+                }
+            }
+        }
+        s += sl;
+    }
+    Ok(Flow::Go)
+}
+
+/// Rescue's own check of every sector of the block at `off` that was read:
+/// one that does not match btrfs' checksums is zeros and a bad range.
+fn check_block(
+    check: &mut Option<(&mut Csums, &[Extent])>,
+    block: &mut [u8],
+    off: u64,
+    noread: &Ranges,
+    keep_going: bool,
+    out: &mut ReadOutcome,
+) -> Result<Flow> {
+    let len = block.len() as u64;
+    let mut s = 0u64;
+    while s < len {
+        let at = off + s;
+        let sl = SECTOR.min(len - s);
+        if !noread.overlaps(at, sl) && !out.bad.overlaps(at, sl) {
+            let sector = &mut block[s as usize..(s + sl) as usize];
+            let verdict = match check {
+                Some((sums, exts)) => sums.check(exts, at, sector)?,
+                None => Check::Unchecked,
+            };
+            match verdict {
+                Check::Verified => out.verified += sl,
+                Check::Unchecked => out.unchecked += sl,
+                Check::Mismatch => {
+                    sector.fill(0);
+                    out.bad.add(at, sl);
+                    out.read_bytes -= sl;
+                    out.mismatched += sl;
+                    if !keep_going {
+                        return Ok(Flow::Stop);
+                    }
+                }
+            }
+        }
+        s += sl;
+    }
+    Ok(Flow::Go)
+}
+
+/// Writes only what was read of the block at `off`: holes stay holes, and
+/// so do the ranges that could not be read (and all-zero runs).
+fn write_read(
+    sink: &mut dyn Sink,
+    block: &[u8],
+    off: u64,
+    noread: &Ranges,
+    bad: &Ranges,
+) -> Result<()> {
+    let end = off + block.len() as u64;
+    let mut at = off;
+    while at < end {
+        let (run, gap) = match noread
+            .first_overlap(at, end - at)
+            .or_else(|| bad.first_overlap(at, end - at))
+            .map(|r| match bad.first_overlap(at, end - at) {
+                Some(b) if b.offset < r.offset => b,
+                _ => r,
+            }) {
+            Some(r) if r.offset <= at => ((r.offset + r.length).min(end) - at, true),
+            Some(r) => (r.offset - at, false),
+            None => (end - at, false),
+        };
+        let piece = &block[(at - off) as usize..(at - off + run) as usize];
+        if !gap && piece.iter().any(|&x| x != 0) {
+            sink.write_at(at, piece)?;
+        }
+        at += run;
+    }
+    Ok(())
+}
+
 /// Bytes of `r` inside `[at, at + len)`.
 fn intersect(r: &Ranges, at: u64, len: u64) -> u64 {
     let end = at + len;
@@ -367,294 +422,8 @@ fn intersect(r: &Ranges, at: u64, len: u64) -> u64 {
         .sum()
 }
 
-/// A source file's two descriptors and the aligned memory of its direct
-/// reads.
-struct Reader<'a> {
-    src: &'a File,
-    direct: Option<&'a File>,
-    size: u64,
-    scratch: AlignedBuffer,
-}
-
-impl Reader<'_> {
-    /// Fills `buf` with the bytes at `at`, read from the disk: `O_DIRECT`
-    /// when the offset is sector-aligned (a tail shorter than a sector is
-    /// read whole and cut at EOF), else buffered after dropping the cached
-    /// pages of the range. EOF early is EIO (the file shrank: cannot happen
-    /// on a read-only mount, never taken for data).
-    fn read_exact_at(&mut self, buf: &mut [u8], at: u64) -> std::result::Result<(), RErrno> {
-        if let Some(d) = self.direct
-            && at.is_multiple_of(SECTOR)
-            && buf.len() as u64 <= BLOCK
-        {
-            let want = (buf.len() as u64).div_ceil(SECTOR) * SECTOR;
-            let scratch = &mut self.scratch.as_mut_slice()[..want as usize];
-            let mut done = 0usize;
-            while done < buf.len() {
-                match d.read_at(&mut scratch[done..], at + done as u64) {
-                    Ok(0) => return Err(RErrno::IO),
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    // btrfs refused O_DIRECT here after all: buffered.
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        self.direct = None;
-                        return self.read_exact_at(buf, at);
-                    }
-                    Err(e) => {
-                        return Err(RErrno::from_raw_os_error(e.raw_os_error().unwrap_or(5)));
-                    }
-                }
-                // A direct read ends at a sector boundary or at EOF.
-                if done < buf.len() && !(done as u64).is_multiple_of(SECTOR) {
-                    break;
-                }
-            }
-            if done < buf.len() || at + (buf.len() as u64) > self.size {
-                return Err(RErrno::IO);
-            }
-            buf.copy_from_slice(&scratch[..buf.len()]);
-            return Ok(());
-        }
-        // Not from the cache: its pages of this range dropped first.
-        let _ = rfs::fadvise(
-            self.src,
-            at,
-            std::num::NonZeroU64::new(buf.len() as u64),
-            rfs::Advice::DontNeed,
-        );
-        let mut done = 0usize;
-        let mut at = at;
-        while done < buf.len() {
-            match self.src.read_at(&mut buf[done..], at) {
-                Ok(0) => return Err(RErrno::IO),
-                Ok(n) => {
-                    done += n;
-                    at += n as u64;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(RErrno::from_raw_os_error(e.raw_os_error().unwrap_or(5))),
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A new file in a target directory that gets its name only when complete.
-pub(crate) struct NewFile<'a> {
-    dir: &'a HeldDir,
-    file: File,
-    /// The temporary name, when the target has no O_TMPFILE.
-    temp: Option<OsString>,
-    path: std::path::PathBuf,
-}
-
 impl Sink for NewFile<'_> {
     fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        self.file
-            .write_all_at(data, offset)
-            .map_err(|e| Error::from_io(&e, "cannot write", &self.path))
-    }
-}
-
-impl<'a> NewFile<'a> {
-    /// A new anonymous file in `dir`, to become `name`.
-    pub(crate) fn create(dir: &'a HeldDir, name: &OsStr) -> Result<NewFile<'a>> {
-        let path = dir.join(name);
-        match rfs::openat(
-            dir.fd(),
-            ".",
-            OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        ) {
-            Ok(fd) => Ok(NewFile {
-                dir,
-                file: File::from(fd),
-                temp: None,
-                path,
-            }),
-            Err(RErrno::OPNOTSUPP | RErrno::ISDIR | RErrno::INVAL | RErrno::NOENT) => {
-                let mut t = OsString::from(".");
-                t.push(name);
-                t.push(".btrfs-lab-rescue.tmp");
-                let _ = remove_regular(dir, &t);
-                let file = dir.create_new_file(&t, 0o600)?;
-                Ok(NewFile {
-                    dir,
-                    file,
-                    temp: Some(t),
-                    path,
-                })
-            }
-            Err(e) => Err(rerr(e, "cannot create a file in", dir.path())),
-        }
-    }
-
-    /// Sets the size, owner (as root), mode and times of `st`, syncs, and
-    /// links it as `name` (replacing a regular file of that name).
-    pub(crate) fn commit(
-        mut self,
-        name: &OsStr,
-        size: u64,
-        st: &Stat,
-        as_root: bool,
-    ) -> Result<()> {
-        let path = self.dir.join(name);
-        let e = |e: std::io::Error| Error::from_io(&e, "cannot write", &path);
-        self.file.set_len(size).map_err(e)?;
-        apply_meta(self.file.as_fd(), st, as_root, &path)?;
-        self.file.sync_all().map_err(e)?;
-        let _ = remove_regular(self.dir, name);
-        let linked = match &self.temp {
-            Some(t) => rfs::renameat(self.dir.fd(), t.as_os_str(), self.dir.fd(), name),
-            None => link_anonymous(&self.file, self.dir, name),
-        };
-        linked.map_err(|e| rerr(e, "cannot write", &path))?;
-        self.temp = None;
-        Ok(())
-    }
-}
-
-impl Drop for NewFile<'_> {
-    fn drop(&mut self) {
-        if let Some(t) = self.temp.take() {
-            let _ = rfs::unlinkat(self.dir.fd(), t.as_os_str(), AtFlags::empty());
-        }
-    }
-}
-
-/// linkat of an O_TMPFILE (AT_EMPTY_PATH, or /proc/self/fd where that
-/// needs a capability we lack).
-fn link_anonymous(f: &File, dir: &HeldDir, name: &OsStr) -> rustix::io::Result<()> {
-    match rfs::linkat(f, "", dir.fd(), name, AtFlags::EMPTY_PATH) {
-        Err(RErrno::NOENT | RErrno::PERM) => {
-            let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(f));
-            rfs::linkat(
-                rfs::CWD,
-                proc_path.as_str(),
-                dir.fd(),
-                name,
-                AtFlags::SYMLINK_FOLLOW,
-            )
-        }
-        other => other,
-    }
-}
-
-/// Removes `name` from `dir` if it is a regular file (or a symlink): what an
-/// earlier run left and no manifest line vouches for.
-pub(crate) fn remove_regular(dir: &HeldDir, name: &OsStr) -> Result<bool> {
-    let Some(st) = dir.stat(name)? else {
-        return Ok(false);
-    };
-    match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile | FileType::Symlink => {
-            match rfs::unlinkat(dir.fd(), name, AtFlags::empty()) {
-                Ok(()) | Err(RErrno::NOENT) => Ok(true),
-                Err(e) => Err(rerr(e, "cannot delete", &dir.join(name))),
-            }
-        }
-        _ => Ok(false),
-    }
-}
-
-fn ts(sec: i64, nsec: i64) -> Timespec {
-    Timespec {
-        tv_sec: sec,
-        tv_nsec: nsec as _,
-    }
-}
-
-fn times(st: &Stat) -> Timestamps {
-    Timestamps {
-        last_access: ts(st.st_atime, st.st_atime_nsec as i64),
-        last_modification: ts(st.st_mtime, st.st_mtime_nsec as i64),
-    }
-}
-
-/// Owner (as root; before the mode, which a chown would strip of setuid),
-/// mode and times of `st` on the open file or directory `fd`.
-pub(crate) fn apply_meta(
-    fd: std::os::fd::BorrowedFd<'_>,
-    st: &Stat,
-    as_root: bool,
-    path: &Path,
-) -> Result<()> {
-    if as_root {
-        rfs::fchown(
-            fd,
-            Some(rustix::process::Uid::from_raw(st.st_uid)),
-            Some(rustix::process::Gid::from_raw(st.st_gid)),
-        )
-        .map_err(|e| rerr(e, "cannot set the owner of", path))?;
-    }
-    rfs::fchmod(fd, Mode::from_raw_mode(st.st_mode & 0o7777))
-        .map_err(|e| rerr(e, "cannot set the mode of", path))?;
-    rfs::futimens(fd, &times(st)).map_err(|e| rerr(e, "cannot set the times of", path))
-}
-
-/// Creates (or opens, when an earlier run made it) the directory `name` in
-/// `dst`; never through a link.
-pub(crate) fn make_dir(dst: &HeldDir, name: &OsStr) -> Result<HeldDir> {
-    match rfs::mkdirat(dst.fd(), name, Mode::from_raw_mode(0o700)) {
-        Ok(()) | Err(RErrno::EXIST) => {}
-        Err(e) => return Err(rerr(e, "cannot create the directory", &dst.join(name))),
-    }
-    dst.open_subdir(name)
-}
-
-/// Makes the symbolic link `name` in `dst` pointing where the source's link
-/// `name` in `src` points (an existing link or file of that name from an
-/// earlier run is replaced), with its owner (as root) and times.
-pub(crate) fn copy_symlink(
-    src: &HeldDir,
-    dst: &HeldDir,
-    name: &OsStr,
-    st: &Stat,
-    as_root: bool,
-) -> Result<()> {
-    let target = rfs::readlinkat(src.fd(), name, Vec::new())
-        .map_err(|e| rerr(e, "cannot read the link", &src.join(name)))?;
-    let path = dst.join(name);
-    if let Some(old) = dst.stat(name)? {
-        if FileType::from_raw_mode(old.st_mode) == FileType::Symlink
-            && rfs::readlinkat(dst.fd(), name, Vec::new())
-                .is_ok_and(|t| t.as_bytes() == target.as_bytes())
-        {
-            return Ok(());
-        }
-        remove_regular(dst, name)?;
-    }
-    rfs::symlinkat(OsStr::from_bytes(target.as_bytes()), dst.fd(), name)
-        .map_err(|e| rerr(e, "cannot create the link", &path))?;
-    if as_root {
-        let _ = rfs::chownat(
-            dst.fd(),
-            name,
-            Some(rustix::process::Uid::from_raw(st.st_uid)),
-            Some(rustix::process::Gid::from_raw(st.st_gid)),
-            AtFlags::SYMLINK_NOFOLLOW,
-        );
-    }
-    let _ = rfs::utimensat(dst.fd(), name, &times(st), AtFlags::SYMLINK_NOFOLLOW);
-    Ok(())
-}
-
-/// Opens the regular file `name` of `dir` for reading without changing its
-/// access time (O_NOATIME; without it where the kernel refuses it).
-/// The same file opened `O_DIRECT` for reading, when the filesystem allows
-/// it and the name still leads to `file` (same device and inode).
-pub(crate) fn open_direct(dir: &HeldDir, name: &OsStr, file: &File) -> Option<File> {
-    let d = dir
-        .open_entry_file(name, OFlags::RDONLY | OFlags::NOATIME | OFlags::DIRECT)
-        .or_else(|_| dir.open_entry_file(name, OFlags::RDONLY | OFlags::DIRECT))
-        .ok()?;
-    let (a, b) = (rfs::fstat(&d).ok()?, rfs::fstat(file).ok()?);
-    (a.st_dev == b.st_dev && a.st_ino == b.st_ino).then_some(d)
-}
-
-pub(crate) fn open_source(dir: &HeldDir, name: &OsStr) -> Result<File> {
-    match dir.open_entry_file(name, OFlags::RDONLY | OFlags::NOATIME) {
-        Err(e) if e.kind() == ErrorKind::Permission => dir.open_entry_file(name, OFlags::RDONLY),
-        other => other,
+        NewFile::write_at(self, offset, data)
     }
 }

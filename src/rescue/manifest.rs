@@ -18,15 +18,16 @@ use std::cmp::Ordering;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::rescue::report::FileRecord;
 use crate::sys::fs::beneath::HeldDir;
+use crate::sys::fs::rescue::{self as fsr, Kind};
 
 /// The manifest's name in the target directory.
 pub const MANIFEST: &str = "rescue-manifest.jsonl";
@@ -96,10 +97,6 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
         .collect()
-}
-
-fn rerr(e: rustix::io::Errno, doing: &str, path: &Path) -> Error {
-    crate::sys::kernel::errno::to_error(e, doing, path)
 }
 
 /// The lines of a manifest file, read one at a time. A line that does not
@@ -173,10 +170,10 @@ pub(crate) struct Manifest {
 }
 
 fn open_read(dir: &HeldDir, name: &str) -> Result<Option<Lines>> {
-    match dir.open_entry_file(name, OFlags::RDONLY) {
+    match fsr::open_entry_read(dir, name) {
         Ok(f) => {
-            let st = rfs::fstat(&f).map_err(|e| rerr(e, "cannot stat", &dir.join(name)))?;
-            if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::RegularFile {
+            let st = fsr::stat_file(&f, &dir.join(name))?;
+            if fsr::kind(&st) != Kind::Regular {
                 return Err(Error::new(
                     ErrorKind::WrongTarget,
                     format!("{} is not a regular file", dir.join(name).display()),
@@ -192,10 +189,7 @@ fn open_read(dir: &HeldDir, name: &str) -> Result<Option<Lines>> {
 }
 
 fn create(dir: &HeldDir, name: &str) -> Result<BufWriter<File>> {
-    match rfs::unlinkat(dir.fd(), name, AtFlags::empty()) {
-        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-        Err(e) => return Err(rerr(e, "cannot delete", &dir.join(name))),
-    }
+    fsr::unlink_if_there(dir, name)?;
     dir.create_new_file(name, 0o600).map(BufWriter::new)
 }
 
@@ -207,16 +201,21 @@ fn write_line(out: &mut BufWriter<File>, line: &Line, path: &Path) -> Result<()>
         .map_err(|e| Error::from_io(&e, "cannot write", path))
 }
 
-fn sync_and_rename(dir: &HeldDir, mut out: BufWriter<File>, from: &str, to: &str) -> Result<()> {
-    let path = dir.join(to);
+/// Flushes and syncs `out` (the file `from` in `dir`), then renames it over
+/// `to` (`path`, for the errors).
+fn sync_and_rename(
+    dir: impl AsFd,
+    out: &mut BufWriter<File>,
+    from: &str,
+    to: &str,
+    path: &Path,
+) -> Result<()> {
     out.flush()
-        .map_err(|e| Error::from_io(&e, "cannot write", &path))?;
+        .map_err(|e| Error::from_io(&e, "cannot write", path))?;
     out.get_ref()
         .sync_all()
-        .map_err(|e| Error::from_io(&e, "cannot write", &path))?;
-    rfs::renameat(dir.fd(), from, dir.fd(), to).map_err(|e| rerr(e, "cannot write", &path))?;
-    let _ = rfs::fsync(dir.fd());
-    Ok(())
+        .map_err(|e| Error::from_io(&e, "cannot write", path))?;
+    fsr::rename_synced(dir, from, to, path)
 }
 
 /// Whether a run into the target of `dir` left anything (a manifest, or
@@ -283,8 +282,8 @@ impl Manifest {
                 }),
                 &merge_path,
             )?;
-            sync_and_rename(dir, out, MERGE, MANIFEST)?;
-            let _ = rfs::unlinkat(dir.fd(), NEW, AtFlags::empty());
+            sync_and_rename(dir.fd(), &mut out, MERGE, MANIFEST, &dir.join(MANIFEST))?;
+            let _ = fsr::unlink_if_there(dir, NEW);
         }
         let old = OldRecords {
             lines: open_read(dir, MANIFEST)?,
@@ -292,13 +291,7 @@ impl Manifest {
         };
         let mut out = create(dir, NEW)?;
         write_line(&mut out, &Line::Header(header), &dir.join(NEW))?;
-        let fd = rfs::openat(
-            dir.fd(),
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| rerr(e, "cannot open", dir.path()))?;
+        let fd = fsr::reopen_dir(dir)?;
         Ok(Manifest {
             dir_path: dir.path().to_path_buf(),
             dir: fd,
@@ -340,17 +333,7 @@ impl Manifest {
             &path,
         )?;
         let target = self.dir_path.join(MANIFEST);
-        self.out
-            .flush()
-            .map_err(|e| Error::from_io(&e, "cannot write", &target))?;
-        self.out
-            .get_ref()
-            .sync_all()
-            .map_err(|e| Error::from_io(&e, "cannot write", &target))?;
-        rfs::renameat(&self.dir, NEW, &self.dir, MANIFEST)
-            .map_err(|e| rerr(e, "cannot write", &target))?;
-        let _ = rfs::fsync(&self.dir);
-        Ok(())
+        sync_and_rename(&self.dir, &mut self.out, NEW, MANIFEST, &target)
     }
 }
 

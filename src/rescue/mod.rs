@@ -12,6 +12,7 @@ pub mod classify;
 mod copy;
 pub use copy::{ContentHash, content_hash};
 pub mod manifest;
+pub mod operation;
 pub mod report;
 mod verify;
 mod walk;
@@ -21,12 +22,11 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{self as rfs, Stat};
-
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
 use crate::model::stripes::ChunkMap;
 use crate::sys::fs::beneath::{HeldDir, Leaf, TrustedDir};
+use crate::sys::fs::rescue::{self as fsr, Kind, Stat};
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs;
 use crate::sys::kernel::extents;
@@ -34,7 +34,8 @@ use crate::sys::kernel::signals;
 use crate::ui::{Progress, Ui};
 
 use classify::Classifier;
-use copy::{NewFile, Sink};
+use copy::Sink;
+use fsr::NewFile;
 use manifest::{Header, MANIFEST, Manifest};
 use report::{
     Bytes, CopySummary, FileRecord, FileState, RescueDevice, RescueReport, Saved, StateCounts,
@@ -84,7 +85,7 @@ fn open_mount(req: &RescueRequest) -> Result<(HeldDir, Stat, String)> {
     }
     let src = HeldDir::open(&req.mount)?;
     let st = src.fstat()?;
-    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Directory {
+    if fsr::kind(&st) != Kind::Directory {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!("{} is not a directory", req.mount.display()),
@@ -101,9 +102,7 @@ fn open_mount(req: &RescueRequest) -> Result<(HeldDir, Stat, String)> {
             e
         }
     })?;
-    let vfs = rfs::fstatvfs(src.fd())
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &req.mount))?;
-    if !vfs.f_flag.contains(rfs::StatVfsMountFlags::RDONLY) {
+    if !fsr::mounted_read_only(src.fd(), &req.mount)? {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!(
@@ -183,6 +182,23 @@ pub fn run(
     each: &mut dyn FnMut(&FileRecord),
 ) -> Result<RescueReport> {
     signals::install()?;
+    let (mut opened, report) = open(req)?;
+    walk_and_copy(&mut opened, report, req, ui, each)
+}
+
+/// The mount of a rescue, held and mapped, with the target of its copy.
+pub(crate) struct Opened {
+    src: HeldDir,
+    fsid: String,
+    map: ChunkMap,
+    missing: BTreeSet<u64>,
+    copy: Option<CopyState>,
+}
+
+/// Opens and checks the mount (root, a read-only btrfs), maps its chunks
+/// and devices and, with `--copy-to`, opens the target: the report as it
+/// stands before any file is walked.
+pub(crate) fn open(req: &RescueRequest) -> Result<(Opened, RescueReport)> {
     let (src, st, fsid) = open_mount(req)?;
     let records = btrfs::chunk_records_of(src.fd(), &req.mount)?.ok_or_else(|| {
         Error::new(
@@ -206,7 +222,7 @@ pub fn run(
     }
     notes.extend(scope_notes(&req.mount, &st));
     let copy = open_copy(req, &src, &st, &fsid, &mut notes)?;
-    let mut report = RescueReport {
+    let report = RescueReport {
         mount: req.mount.display().to_string(),
         fsid: fsid.clone(),
         data_profiles: chunk_profiles(&records, true),
@@ -221,37 +237,55 @@ pub fn run(
         notes,
         copy: None,
     };
+    let opened = Opened {
+        src,
+        fsid,
+        map,
+        missing,
+        copy,
+    };
+    Ok((opened, report))
+}
+
+/// Walks every file below the mount, judging each (and copying it with
+/// `--copy-to`) with progress; a copy that stops early closes its manifest
+/// and says what was saved and how to resume.
+pub(crate) fn walk_files(
+    opened: &mut Opened,
+    mut report: RescueReport,
+    req: &RescueRequest,
+    ui: &dyn Ui,
+    each: &mut dyn FnMut(&FileRecord),
+) -> Result<RescueReport> {
     ui.started();
-    let bar: Box<dyn Progress + '_> = if copy.is_some() {
+    let copying = opened.copy.is_some();
+    let bar: Box<dyn Progress + '_> = if copying {
         Box::new(crate::ui::TrackedBar::new(ui, "rescue", "rescuing"))
     } else {
         ui.progress("rescue {pos} files {msg}")
     };
-    if copy.is_some() {
-        bar.set_length(total_bytes(&src, &fsid)?);
+    if copying {
+        bar.set_length(total_bytes(&opened.src, &opened.fsid)?);
     }
     let mut job = Job {
-        classifier: Classifier::new(&map, &missing),
+        classifier: Classifier::new(&opened.map, &opened.missing),
         ui,
         each,
         report: &mut report,
         limit: req.listed_limit,
-        copy,
+        copy: opened.copy.take(),
         bar: &*bar,
         done: 0,
         as_root: true,
     };
-    let result = walk::walk(&src, &fsid, &mut |e| job.event(e));
+    let result = walk::walk(&opened.src, &opened.fsid, &mut |e| job.event(e));
     bar.finish();
     let copy = job.copy.take();
     match (result, copy) {
-        (Ok(()), Some(c)) => {
-            let summary = c.summary(true);
-            c.manifest.finish(true)?;
-            report.copy = Some(summary);
+        (Ok(()), copy) => {
+            opened.copy = copy;
             Ok(report)
         }
-        (Ok(()), None) => Ok(report),
         (Err(e), Some(c)) => {
             let summary = c.summary(false);
             let dir = c.dir_shown.clone();
@@ -260,6 +294,23 @@ pub fn run(
         }
         (Err(e), None) => Err(e),
     }
+}
+
+/// [`walk_files`], then a copy that visited every file: its summary in the
+/// report, its manifest closed as complete.
+pub(crate) fn walk_and_copy(
+    opened: &mut Opened,
+    report: RescueReport,
+    req: &RescueRequest,
+    ui: &dyn Ui,
+    each: &mut dyn FnMut(&FileRecord),
+) -> Result<RescueReport> {
+    let mut report = walk_files(opened, report, req, ui, each)?;
+    if let Some(c) = opened.copy.take() {
+        report.copy = Some(c.summary(true));
+        c.manifest.finish(true)?;
+    }
+    Ok(report)
 }
 
 /// The state of a file once read back: the map's judgement corrected by
@@ -418,15 +469,13 @@ fn scope_notes(mount: &Path, st: &Stat) -> Vec<String> {
 /// saved: a regular file (never through a link) of its size whose content
 /// hash is the manifest's (read again, holes skipped).
 fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
-    let Ok(f) = dst.open_entry_file(name, rustix::fs::OFlags::RDONLY) else {
+    let Ok(f) = fsr::open_entry_read(dst, name) else {
         return Ok(false);
     };
-    let Ok(t) = rfs::fstat(&f) else {
+    let Ok(t) = fsr::stat_file(&f, &dst.join(name)) else {
         return Ok(false);
     };
-    if rfs::FileType::from_raw_mode(t.st_mode) != rfs::FileType::RegularFile
-        || t.st_size as u64 != s.bytes
-    {
+    if fsr::kind(&t) != Kind::Regular || t.st_size as u64 != s.bytes {
         return Ok(false);
     }
     match copy::hash_file(&f, s.bytes, &dst.join(name)) {
@@ -437,7 +486,7 @@ fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
 }
 
 /// `--copy-to`: the target directory, held, checked, with its manifest.
-struct CopyState {
+pub(crate) struct CopyState {
     dir_shown: PathBuf,
     /// The manifest's path (in the state directory).
     manifest_path: PathBuf,
@@ -491,7 +540,7 @@ impl CopyState {
             other.push(".partial");
         }
         if other != saved_name {
-            let _ = copy::remove_regular(dst, &other);
+            let _ = fsr::remove_regular(dst, &other);
         }
         self.copied += 1;
         if r.state != FileState::Intact {
@@ -568,14 +617,14 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
                     return Err(e);
                 };
                 let parent = HeldDir::open(parent)?;
-                copy::make_dir(&parent, name)?
+                fsr::make_dir(&parent, name)?
             }
             other => other?,
         },
         Err(e) => return Err(e),
     };
     let st = held.fstat()?;
-    if rfs::FileType::from_raw_mode(st.st_mode) != rfs::FileType::Directory {
+    if fsr::kind(&st) != Kind::Directory {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!("{} is not a directory", dir.display()),
@@ -677,7 +726,7 @@ impl Job<'_, '_> {
                 {
                     let parent = c.dirs.last().expect("the target");
                     let name = rel.file_name().unwrap_or(OsStr::new(""));
-                    let d = copy::make_dir(parent, name)?;
+                    let d = fsr::make_dir(parent, name)?;
                     c.dirs.push(d);
                 }
                 Ok(())
@@ -687,7 +736,7 @@ impl Job<'_, '_> {
                     && !rel.as_os_str().is_empty()
                 {
                     let d = c.dirs.pop().expect("a target directory");
-                    copy::apply_meta(d.fd(), st, self.as_root, d.path())?;
+                    fsr::apply_meta(d.fd(), st, self.as_root, d.path())?;
                 }
                 Ok(())
             }
@@ -717,7 +766,7 @@ impl Job<'_, '_> {
                 self.report.walked.symlinks += 1;
                 if let Some(c) = &mut self.copy {
                     let dst = c.dirs.last().expect("the target");
-                    match copy::copy_symlink(dir, dst, name, st, self.as_root) {
+                    match fsr::copy_symlink(dir, dst, name, st, self.as_root) {
                         Ok(()) => c.symlinks += 1,
                         Err(e) if is_stop(&e) => return Err(e),
                         Err(e) => {
@@ -836,7 +885,7 @@ impl Job<'_, '_> {
         if let Some(old) = self.resume(key, name, size)? {
             return Ok(old);
         }
-        let src = match copy::open_source(dir, name) {
+        let src = match fsr::open_source(dir, name) {
             Ok(f) => f,
             Err(e) => {
                 r.state = FileState::Failed;
@@ -886,7 +935,7 @@ impl Job<'_, '_> {
         let bar = self.bar;
         let start = self.done;
         let mut progressed = 0u64;
-        let direct = copy::open_direct(dir, name, &src);
+        let direct = fsr::open_direct(dir, name, &src);
         let read = copy::read_file(
             &src,
             direct.as_ref(),

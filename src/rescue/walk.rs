@@ -11,7 +11,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FileType, Stat};
+use crate::sys::fs::rescue::{Kind, Stat, kind};
 
 use crate::error::{Error, Result};
 use crate::sys::fs::beneath::HeldDir;
@@ -89,20 +89,20 @@ pub(crate) fn walk(
                 continue;
             }
         };
-        match FileType::from_raw_mode(st.st_mode) {
-            FileType::RegularFile => visit(Event::File {
+        match kind(&st) {
+            Kind::Regular => visit(Event::File {
                 rel: &rel,
                 dir: &top.dir,
                 name: &name,
                 st: &st,
             })?,
-            FileType::Symlink => visit(Event::Symlink {
+            Kind::Symlink => visit(Event::Symlink {
                 rel: &rel,
                 dir: &top.dir,
                 name: &name,
                 st: &st,
             })?,
-            FileType::Directory => {
+            Kind::Directory => {
                 let sub = match top.dir.open_subdir(&name) {
                     Ok(d) => d,
                     Err(error) => {

@@ -629,32 +629,6 @@ pub fn csum_items_of(
     }
 }
 
-/// Reads the chunk tree (TREE_SEARCH: root only), summed per type, device
-/// and stripe count. `Ok(None)` when not permitted, so callers can show
-/// what they can without it.
-pub(crate) fn chunk_infos(path: &Path) -> Result<Option<Vec<ChunkInfo>>> {
-    let Some(records) = chunk_records(path)? else {
-        return Ok(None);
-    };
-    let mut infos: Vec<ChunkInfo> = Vec::new();
-    for chunk in &records {
-        for &devid in &chunk.devids {
-            match infos.iter_mut().find(|c| {
-                c.flags == chunk.flags && c.devid == devid && c.num_stripes == chunk.num_stripes
-            }) {
-                Some(c) => c.size += chunk.length,
-                None => infos.push(ChunkInfo {
-                    flags: chunk.flags,
-                    devid,
-                    num_stripes: chunk.num_stripes,
-                    size: chunk.length,
-                }),
-            }
-        }
-    }
-    Ok(Some(infos))
-}
-
 /// Profile bits as the balance convert filter takes them (`single` is the
 /// explicit BTRFS_AVAIL_ALLOC_BIT_SINGLE).
 pub(crate) fn convert_target_bits(p: Profile) -> u64 {
@@ -1109,6 +1083,52 @@ pub fn scrub_speed_max(
 ) -> Option<u64> {
     let p = root.sys(&format!("fs/btrfs/{fsid}/devinfo/{devid}/scrub_speed_max"));
     root.read_attr(&p).ok()?.trim().parse().ok()
+}
+
+/// A held filesystem's facts for the space reports (`df`, `usage`): every
+/// read through the one descriptor that was resolved, never the path again.
+impl FsHandle {
+    /// FS_INFO.
+    pub(crate) fn fs_info(&self) -> Result<btrfs_uapi::filesystem::FilesystemInfo> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot query btrfs at"))?;
+        btrfs_uapi::filesystem::filesystem_info(fd).map_err(|e| not_btrfs(e, &self.path))
+    }
+
+    /// The chunk tree (TREE_SEARCH: root only), summed per type, device
+    /// and stripe count. `Ok(None)` when not permitted, so callers can show
+    /// what they can without it.
+    pub(crate) fn chunk_infos(&self) -> Result<Option<Vec<ChunkInfo>>> {
+        let Some(records) = self.chunk_records()? else {
+            return Ok(None);
+        };
+        let mut infos: Vec<ChunkInfo> = Vec::new();
+        for chunk in &records {
+            for &devid in &chunk.devids {
+                match infos.iter_mut().find(|c| {
+                    c.flags == chunk.flags && c.devid == devid && c.num_stripes == chunk.num_stripes
+                }) {
+                    Some(c) => c.size += chunk.length,
+                    None => infos.push(ChunkInfo {
+                        flags: chunk.flags,
+                        devid,
+                        num_stripes: chunk.num_stripes,
+                        size: chunk.length,
+                    }),
+                }
+            }
+        }
+        Ok(Some(infos))
+    }
+
+    /// Bytes an unprivileged writer may still use (fstatvfs on the
+    /// descriptor: available blocks × block size).
+    pub(crate) fn available_bytes(&self) -> Result<u64> {
+        let vfs = rustix::fs::fstatvfs(&self.dir)
+            .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &self.path))?;
+        Ok(vfs.f_bavail.saturating_mul(vfs.f_bsize))
+    }
 }
 
 #[cfg(test)]

@@ -438,7 +438,7 @@ fn document(
             .balance_status()
             .ok()
             .flatten()
-            .map(|b| crate::operation::state::BalanceInfo::from_status(&b)),
+            .map(|b| crate::model::balance::BalanceInfo::from_status(&b)),
         ..Default::default()
     };
     let mut interpretation = interpret(&facts);

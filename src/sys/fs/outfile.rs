@@ -31,11 +31,11 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno as RErrno;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::fs::beneath::{HeldDir, Leaf, check_dir};
+use crate::sys::fs::beneath::{HeldDir, Leaf, check_dir, open_beneath};
 
 /// The flag that lets root write into a directory (or over a file) another
 /// user can change; named in every refusal.
@@ -64,27 +64,6 @@ fn plain(name: &OsStr) -> Result<&OsStr> {
         )));
     }
     Ok(name)
-}
-
-/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` of one component, or
-/// `openat(O_NOFOLLOW)` before Linux 5.6.
-fn open_beneath(
-    dir: std::os::fd::BorrowedFd<'_>,
-    name: &OsStr,
-    flags: OFlags,
-    mode: Mode,
-) -> rustix::io::Result<OwnedFd> {
-    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    match rfs::openat2(
-        dir,
-        name,
-        flags,
-        mode,
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    ) {
-        Err(RErrno::NOSYS) => rfs::openat(dir, name, flags, mode),
-        other => other,
-    }
 }
 
 /// "is owned by uid N (mode M)" or "is writable by other users (...)".

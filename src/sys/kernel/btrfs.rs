@@ -247,33 +247,50 @@ pub struct DevExtent {
 /// device and offset. `Ok(None)` when not permitted.
 fn dev_extents_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<DevExtent>>> {
     use btrfs_uapi::raw::{BTRFS_DEV_EXTENT_KEY, BTRFS_DEV_TREE_OBJECTID};
+    let mut out = search_items(
+        fd,
+        (BTRFS_DEV_TREE_OBJECTID, BTRFS_DEV_EXTENT_KEY),
+        (path, "cannot read the device tree of"),
+        |hdr, data| {
+            btrfs_disk::items::DeviceExtent::parse(data).map(|e| DevExtent {
+                devid: hdr.objectid,
+                offset: hdr.offset,
+                length: e.length,
+                chunk_logical: e.chunk_offset,
+            })
+        },
+    )?;
+    if let Some(out) = &mut out {
+        out.sort_by_key(|e| (e.devid, e.offset));
+    }
+    Ok(out)
+}
+
+/// Every item of type `key` in the tree `tree` (TREE_SEARCH: root only)
+/// that `parse` makes something of, in key order; `Ok(None)` when not
+/// permitted. Items of other types the key range spans (the device items
+/// under the chunk tree's objectid 1) are skipped. `(path, doing)` word the
+/// error.
+fn search_items<T>(
+    fd: BorrowedFd<'_>,
+    (tree, key): (impl Into<u64>, u32),
+    (path, doing): (&Path, &str),
+    mut parse: impl FnMut(&btrfs_uapi::tree_search::SearchHeader, &[u8]) -> Option<T>,
+) -> Result<Option<Vec<T>>> {
     use btrfs_uapi::tree_search::{SearchFilter, tree_search};
     let mut out = Vec::new();
-    let result = tree_search(
-        fd,
-        SearchFilter::for_type(u64::from(BTRFS_DEV_TREE_OBJECTID), BTRFS_DEV_EXTENT_KEY),
-        |hdr, data| {
-            if hdr.item_type != BTRFS_DEV_EXTENT_KEY {
-                return Ok(());
-            }
-            if let Some(e) = btrfs_disk::items::DeviceExtent::parse(data) {
-                out.push(DevExtent {
-                    devid: hdr.objectid,
-                    offset: hdr.offset,
-                    length: e.length,
-                    chunk_logical: e.chunk_offset,
-                });
-            }
-            Ok(())
-        },
-    );
-    match result {
-        Ok(()) => {
-            out.sort_by_key(|e| (e.devid, e.offset));
-            Ok(Some(out))
+    let result = tree_search(fd, SearchFilter::for_type(tree.into(), key), |hdr, data| {
+        if hdr.item_type == key
+            && let Some(item) = parse(hdr, data)
+        {
+            out.push(item);
         }
+        Ok(())
+    });
+    match result {
+        Ok(()) => Ok(Some(out)),
         Err(Errno::EPERM | Errno::EACCES) => Ok(None),
-        Err(e) => Err(Error::from_errno(e, "cannot read the device tree of", path)),
+        Err(e) => Err(Error::from_errno(e, doing, path)),
     }
 }
 
@@ -357,36 +374,22 @@ pub fn chunk_records(path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
 /// [`chunk_records`] through a held descriptor (`path` is for messages).
 pub fn chunk_records_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
     use btrfs_uapi::raw::{BTRFS_CHUNK_ITEM_KEY, BTRFS_CHUNK_TREE_OBJECTID};
-    use btrfs_uapi::tree_search::{SearchFilter, tree_search};
-    let mut records = Vec::new();
-    let result = tree_search(
+    search_items(
         fd,
-        SearchFilter::for_type(u64::from(BTRFS_CHUNK_TREE_OBJECTID), BTRFS_CHUNK_ITEM_KEY),
+        (BTRFS_CHUNK_TREE_OBJECTID, BTRFS_CHUNK_ITEM_KEY),
+        (path, "cannot read the chunk tree of"),
         |hdr, data| {
-            // The key range also spans the device items (type 216 under
-            // objectid 1): only chunk items are chunks.
-            if hdr.item_type != BTRFS_CHUNK_ITEM_KEY {
-                return Ok(());
-            }
-            if let Some(chunk) = btrfs_disk::items::ChunkItem::parse(data) {
-                records.push(ChunkRecord {
-                    flags: BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits()),
-                    logical: hdr.offset,
-                    length: chunk.length,
-                    stripe_len: chunk.stripe_len,
-                    num_stripes: chunk.num_stripes,
-                    sub_stripes: chunk.sub_stripes,
-                    devids: chunk.stripes.iter().map(|s| s.devid).collect(),
-                });
-            }
-            Ok(())
+            btrfs_disk::items::ChunkItem::parse(data).map(|chunk| ChunkRecord {
+                flags: BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits()),
+                logical: hdr.offset,
+                length: chunk.length,
+                stripe_len: chunk.stripe_len,
+                num_stripes: chunk.num_stripes,
+                sub_stripes: chunk.sub_stripes,
+                devids: chunk.stripes.iter().map(|s| s.devid).collect(),
+            })
         },
-    );
-    match result {
-        Ok(()) => Ok(Some(records)),
-        Err(Errno::EPERM | Errno::EACCES) => Ok(None),
-        Err(e) => Err(Error::from_errno(e, "cannot read the chunk tree of", path)),
-    }
+    )
 }
 
 /// Length and used bytes of every data chunk (mixed included; `metadata`

@@ -113,7 +113,7 @@ pub(crate) fn check_dir(st: &Stat, path: &Path, leaf: Leaf) -> Result<()> {
 }
 
 /// Checks that `name` is one plain path component.
-fn component(name: &OsStr) -> Result<&OsStr> {
+pub(crate) fn component(name: &OsStr) -> Result<&OsStr> {
     let b = name.as_bytes();
     if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
         return Err(Error::usage(format!(

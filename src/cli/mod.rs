@@ -124,6 +124,22 @@ enum Command {
 /// Parses the command line, runs the command, and turns the outcome into
 /// the documented exit status.
 pub fn run() -> ExitCode {
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(status) => return status,
+    };
+    let out = Output::new(cli.json, cli.color).with_quiet(cli.quiet);
+    let places = (cli.state_dir, cli.sandbox_root);
+    // Kernel settings a killed run left changed are put back first.
+    for line in btrfs_lab::sys::kernel::settings::sweep(places.0.as_deref()) {
+        out.note(&line);
+    }
+    let result = dispatch(cli.command, &out, places);
+    exit_status(&out, result)
+}
+
+/// The command line, or the status of a usage error (said on stderr).
+fn parse() -> std::result::Result<Cli, ExitCode> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut definition = if may_show_top_help(&argv) {
         command()
@@ -136,36 +152,40 @@ pub fn run() -> ExitCode {
     // The definition is a tree of a few thousand allocations; the process
     // ends after this one command, so it is not freed piece by piece.
     std::mem::forget(definition);
-    let cli = match parsed {
-        Ok(cli) => cli,
-        Err(e) => return ExitCode::from(usage_error(&e)),
-    };
-    let out = Output::new(cli.json, cli.color).with_quiet(cli.quiet);
-    let places = (cli.state_dir, cli.sandbox_root);
-    // Kernel settings a killed run left changed are put back first.
-    for line in btrfs_lab::sys::kernel::settings::sweep(places.0.as_deref()) {
-        out.note(&line);
+    parsed.map_err(|e| ExitCode::from(usage_error(&e)))
+}
+
+/// Runs the subcommand.
+fn dispatch(
+    command: Command,
+    out: &Output,
+    places: (Option<std::path::PathBuf>, Option<std::path::PathBuf>),
+) -> btrfs_lab::error::Result<u8> {
+    match command {
+        Command::Sandbox(args) => sandbox::run(args, out, sandbox::locations(places, out)),
+        Command::ProbeDio(args) => probe_dio::run(args, out),
+        Command::Demo(args) => demo::run(args, out, sandbox::locations(places, out)),
+        Command::Df(args) => df::run(args, out),
+        Command::Usage(args) => usage::run(args, out),
+        Command::Show(args) => show::run(args, out),
+        Command::Device(args) => device::run(args, out, places.0.clone()),
+        Command::Convert(args) => convert::run(args, out),
+        Command::Reclaim(args) => reclaim::run(args, out, places.0.clone()),
+        Command::Scrub(args) => scrub::run(args, out, places.0.clone()),
+        Command::Links(args) => links::run(args, out),
+        Command::Nocow(args) => nocow::run(args, out),
+        Command::ReadTest(args) => read_test::run(args, out),
+        Command::Bench(args) => bench::run(args, out, places),
+        Command::Doctor(args) => doctor::run(args, out, places.0.clone()),
+        Command::Rescue(args) => rescue::run(args, out, places.0.clone()),
+        Command::Completions(args) => completions::run(args, out),
+        Command::Man(args) => man::run(args, out),
     }
-    let result = match cli.command {
-        Command::Sandbox(args) => sandbox::run(args, &out, sandbox::locations(places, &out)),
-        Command::ProbeDio(args) => probe_dio::run(args, &out),
-        Command::Demo(args) => demo::run(args, &out, sandbox::locations(places, &out)),
-        Command::Df(args) => df::run(args, &out),
-        Command::Usage(args) => usage::run(args, &out),
-        Command::Show(args) => show::run(args, &out),
-        Command::Device(args) => device::run(args, &out, places.0.clone()),
-        Command::Convert(args) => convert::run(args, &out),
-        Command::Reclaim(args) => reclaim::run(args, &out, places.0.clone()),
-        Command::Scrub(args) => scrub::run(args, &out, places.0.clone()),
-        Command::Links(args) => links::run(args, &out),
-        Command::Nocow(args) => nocow::run(args, &out),
-        Command::ReadTest(args) => read_test::run(args, &out),
-        Command::Bench(args) => bench::run(args, &out, places),
-        Command::Doctor(args) => doctor::run(args, &out, places.0.clone()),
-        Command::Rescue(args) => rescue::run(args, &out, places.0.clone()),
-        Command::Completions(args) => completions::run(args, &out),
-        Command::Man(args) => man::run(args, &out),
-    };
+}
+
+/// The process's exit status: the command's, or its error's (said on
+/// stderr), or the output's failure when stdout could not be written.
+fn exit_status(out: &Output, result: btrfs_lab::error::Result<u8>) -> ExitCode {
     let write_error = out.finish(result.as_ref().err());
     match (result, write_error) {
         (Err(e), _) => {

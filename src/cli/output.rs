@@ -2,7 +2,6 @@
 //! errors as one line, confirmation prompts.
 
 use std::io::{self, IsTerminal, Write};
-use std::os::fd::AsFd;
 use std::sync::Mutex;
 
 use clap::ValueEnum;
@@ -331,9 +330,9 @@ impl Output {
         }
         let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
         if !state.closed
-            && let Err(e) = rustix::io::write(io::stdout().as_fd(), &[])
+            && let Err(e) = btrfs_lab::sys::stdout_writable()
         {
-            state.record(e.into());
+            state.record(e);
             if let Some(e) = state.failed.take() {
                 state.closed = true;
                 return Err(Error::new(

@@ -14,7 +14,7 @@ use btrfs_lab::sandbox::{
     self, DownOutcome, DownReport, DownRequest, FsKind, Locations, SandboxRecord, SandboxRequest,
     SandboxState, SandboxStatus, StateStore, plan_up,
 };
-use btrfs_lab::sys::{kernel::btrfs, kernel::signals};
+use btrfs_lab::sys::kernel::signals;
 
 use super::output::ConfirmArgs;
 use super::output::{Output, confirm};
@@ -154,7 +154,21 @@ fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
     if a.yes {
         out.note("--yes has no effect on `sandbox up` (it destroys nothing) and will be removed");
     }
-    let request = SandboxRequest {
+    let dry_run = a.dry_run;
+    let plan = plan_up(&request(a), root, &sandbox::random_name())?;
+    if dry_run {
+        show_up_plan(plan, out);
+        return Ok(exit::OK);
+    }
+    out.before_change("btrfs-lab sandbox list")?;
+    let report = sandbox::bring_up(&plan, store)?;
+    out.report(&report, |r| render_up(r, store, out));
+    Ok(exit::OK)
+}
+
+/// What `up` was asked for.
+fn request(a: UpArgs) -> SandboxRequest {
+    SandboxRequest {
         name: a.name,
         devices: a.devices,
         size_bytes: a.device_size,
@@ -166,41 +180,24 @@ fn up(a: UpArgs, store: &StateStore, root: &Path, out: &Output) -> Result<u8> {
         metadata: a.metadata,
         mkfs_args: a.mkfs_args,
         dir: a.dir,
-    };
-    let plan = plan_up(&request, root, &sandbox::random_name())?;
-    if a.dry_run {
-        let steps = plan.describe();
-        let dry = UpDryRun {
-            dry_run: true,
-            plan,
-            steps,
-        };
-        out.report(&dry, |d| {
-            let mut text = format!("{} ({NOTHING_DONE}):\n", out.paint.bold("sandbox up would"));
-            for (i, s) in d.steps.iter().enumerate() {
-                text.push_str(&format!("  {}. {s}\n", i + 1));
-            }
-            text
-        });
-        return Ok(exit::OK);
     }
-    out.before_change("btrfs-lab sandbox list")?;
-    let sandbox = sandbox::Sandbox::up(&plan, store)?;
-    let (data, metadata) = match plan.fs {
-        FsKind::Btrfs => {
-            let p = btrfs::block_group_profiles(sandbox.mount_point())?;
-            (p.data, p.metadata)
-        }
-        FsKind::Ext4 => (Vec::new(), Vec::new()),
+}
+
+/// `up --dry-run`: the steps it would take.
+fn show_up_plan(plan: sandbox::SandboxPlan, out: &Output) {
+    let steps = plan.describe();
+    let dry = UpDryRun {
+        dry_run: true,
+        plan,
+        steps,
     };
-    // A signal that came while the profiles were read: the sandbox is
-    // dropped here, which removes it.
-    signals::check()?;
-    let record = sandbox.keep();
-    let state_file = store.dir().join(format!("{}.json", record.name));
-    let report = UpReport::new(&record, state_file, data, metadata);
-    out.report(&report, |r| render_up(r, store, out));
-    Ok(exit::OK)
+    out.report(&dry, |d| {
+        let mut text = format!("{} ({NOTHING_DONE}):\n", out.paint.bold("sandbox up would"));
+        for (i, s) in d.steps.iter().enumerate() {
+            text.push_str(&format!("  {}. {s}\n", i + 1));
+        }
+        text
+    });
 }
 
 fn list_names(p: &[Profile]) -> String {
@@ -369,16 +366,22 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
         // on stdout between the two.
         out.before_change("btrfs-lab sandbox list")?;
     }
-    match sandbox::down(store, &req, out, &describe)? {
+    let outcome = sandbox::down(store, &req, out, &describe)?;
+    Ok(show_down(outcome, out))
+}
+
+/// What `down` did (or would do, with --dry-run), and its exit status.
+fn show_down(outcome: DownOutcome, out: &Output) -> u8 {
+    match outcome {
         DownOutcome::DryRun(dry) => {
             out.report(&dry, |d| {
                 if d.sandboxes.is_empty() {
                     "no sandboxes; nothing to do\n".to_owned()
                 } else {
-                    format!("{}{DRY_RUN}", describe(&d.sandboxes))
+                    format!("{}{DRY_RUN}", render_plans(&d.sandboxes, out))
                 }
             });
-            Ok(exit::OK)
+            exit::OK
         }
         DownOutcome::Done {
             result,
@@ -386,7 +389,7 @@ fn down(a: DownArgs, store: &StateStore, out: &Output) -> Result<u8> {
             status,
         } => {
             out.report(&result, |r| render_down(r, selected, out));
-            Ok(status)
+            status
         }
     }
 }

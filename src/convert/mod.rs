@@ -1135,8 +1135,8 @@ mod tests {
         assert!(p.risks.iter().any(|r| r.contains("write hole")));
     }
 
-    fn balance(running: bool, data: Option<Profile>) -> crate::operation::state::BalanceInfo {
-        crate::operation::state::BalanceInfo {
+    fn balance(running: bool, data: Option<Profile>) -> crate::model::balance::BalanceInfo {
+        crate::model::balance::BalanceInfo {
             running,
             paused: !running,
             cancelling: false,
@@ -1191,7 +1191,7 @@ mod tests {
         let p = plan_convert(&f, &req(Some(Profile::Raid1), Some(Profile::Raid1)));
         assert_eq!(codes(&p), ["balance-running"]);
         // Cancel requested: wait for it.
-        f.balance = Some(crate::operation::state::BalanceInfo {
+        f.balance = Some(crate::model::balance::BalanceInfo {
             cancelling: true,
             ..balance(true, Some(Profile::Raid0))
         });

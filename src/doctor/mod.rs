@@ -634,7 +634,7 @@ pub(crate) fn gather(
             .map(|s| s.trim().to_owned())
     };
     let raw: u64 = devices.iter().map(|d| d.size_bytes).sum();
-    let metadata_chunk_bytes = crate::space::room::metadata_chunk_size(
+    let metadata_chunk_bytes = crate::model::alloc::metadata_chunk_size(
         sysfs("allocation/metadata/chunk_size").and_then(|s| s.parse().ok()),
         raw,
     );

@@ -212,6 +212,98 @@ pub(crate) fn capacity(
     total
 }
 
+/// Raw bytes the devices give per logical byte of a new chunk of `p`.
+pub(crate) fn raw_per_logical(p: Profile, devices: usize, kernel: KernelVersion) -> f64 {
+    let n = u32::try_from(devices).unwrap_or(u32::MAX);
+    let stripes = p
+        .stripes_on(n, kernel)
+        .unwrap_or(p.geometry().ncopies.max(1));
+    f64::from(stripes) / f64::from(p.data_stripes(stripes))
+}
+
+/// Mirrored copies on distinct devices: the largest logical size that fits
+/// `unalloc` (no device holds two copies of a chunk).
+fn mirrored(unalloc: &[u64], copies: usize) -> u64 {
+    let mut v = unalloc.to_vec();
+    v.sort_unstable_by(|a, b| b.cmp(a));
+    if v.len() < copies {
+        return 0;
+    }
+    let sum: u64 = v.iter().sum();
+    let mut best = sum / copies as u64;
+    for j in 1..copies {
+        let rest: u64 = v.iter().skip(j).sum();
+        best = best.min(rest / (copies - j) as u64);
+    }
+    best
+}
+
+/// Logical bytes new chunks of `p` can still get from the unallocated space
+/// of the devices, smaller chunks included (the closed form of repeated
+/// [`next_chunk`], as `btrfs filesystem usage` estimates it; linear
+/// in the devices, so a paste of hundreds of them stays fast).
+pub(crate) fn growth(p: Profile, unalloc: &[u64]) -> u64 {
+    let g = p.geometry();
+    let sum: u64 = unalloc.iter().sum();
+    if p.is_parity() {
+        let n = unalloc.iter().filter(|&&u| u >= 1 << 20).count() as u64;
+        if n < u64::from(p.min_devices()) {
+            return 0;
+        }
+        return sum / n * (n - u64::from(g.nparity));
+    }
+    if g.dev_stripes > 1 {
+        return unalloc.iter().map(|u| u / u64::from(g.dev_stripes)).sum();
+    }
+    if g.ncopies > 1 {
+        return mirrored(unalloc, g.ncopies as usize);
+    }
+    sum
+}
+
+/// Size of a full metadata chunk: sysfs `allocation/metadata/chunk_size`
+/// when the kernel has it, else the kernel's default (1 GiB above 50 GiB of
+/// writable space, else 256 MiB), capped at 10% of the writable space as
+/// the allocator caps it.
+pub(crate) fn metadata_chunk_size(sysfs: Option<u64>, devices_bytes: u64) -> u64 {
+    sysfs
+        .unwrap_or(if devices_bytes > LARGE_FS_BYTES {
+            1 << 30
+        } else {
+            256 << 20
+        })
+        .min(devices_bytes / 10)
+        .max(1 << 20)
+}
+
+/// Devices (and raw bytes on each) a full-size chunk of `p` of `chunk`
+/// logical bytes needs, and how many have it: `(needed, have, per)`.
+pub(crate) fn chunk_room(p: Profile, chunk: u64, unalloc: &[u64]) -> (usize, usize, u64) {
+    let g = p.geometry();
+    let count = |need: u64| unalloc.iter().filter(|&&u| u >= need).count();
+    if g.devs_max != 0 {
+        // A fixed number of stripes (single, DUP, RAID1*): each a whole
+        // copy of the chunk, DUP's two on one device.
+        let per = chunk * u64::from(g.dev_stripes);
+        return (p.min_devices() as usize, count(per), per);
+    }
+    // Striped over every device with room (RAID0/10/5/6).
+    let n = count(1 << 20).max(1) as u32;
+    let per = chunk.div_ceil(u64::from(p.data_stripes(n)));
+    (p.min_devices() as usize, count(per), per)
+}
+
+/// The profile the kernel gives new chunks of a type from the profiles its
+/// chunks have: the most redundant one (`btrfs_reduce_alloc_profile`).
+pub(crate) fn new_chunk_profile(used: &[Profile]) -> Option<Profile> {
+    use Profile::*;
+    [
+        Raid6, Raid1c4, Raid5, Raid1c3, Raid10, Raid1, Dup, Raid0, Single,
+    ]
+    .into_iter()
+    .find(|p| used.contains(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,6 +486,29 @@ mod tests {
                     proptest::prop_assert_eq!(taken, c.stripe * u64::from(c.num_stripes));
                 }
             }
+        }
+    }
+
+    #[test]
+    fn growth_estimates() {
+        assert_eq!(growth(Profile::Raid1, &[10, 10]), 10);
+        assert_eq!(growth(Profile::Raid1, &[30, 10]), 10);
+        assert_eq!(growth(Profile::Raid1c3, &[10, 10, 10]), 10);
+        assert_eq!(growth(Profile::Raid1c3, &[10, 10]), 0);
+        assert_eq!(growth(Profile::Dup, &[10, 10]), 10);
+        assert_eq!(growth(Profile::Raid0, &[10, 20]), 30);
+        // The same as the allocator model, chunk by chunk.
+        for (p, un) in [
+            (Profile::Raid1, vec![3 * GIB, GIB, 2 * GIB]),
+            (Profile::Dup, vec![GIB + 5 * MIB]),
+            (Profile::Raid1c3, vec![GIB, GIB, 2 * GIB]),
+        ] {
+            let total = 10 * GIB;
+            assert_eq!(
+                growth(p, &un) >> 20,
+                capacity(&un, p, ChunkKind::Metadata, total, K) >> 20,
+                "{p} {un:?}"
+            );
         }
     }
 }

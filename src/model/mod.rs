@@ -4,6 +4,7 @@
 //! depend on ([`kernel`]).
 
 pub mod alloc;
+pub mod balance;
 pub mod exit;
 pub mod finding;
 pub mod kernel;

@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::model::balance::BalanceInfo;
 use crate::model::kernel::KernelVersion;
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::fs::target::{self, BtrfsTarget};
 use crate::sys::kernel::btrfs::FsHandle;
-use crate::sys::kernel::btrfs::{SpaceEntry, bg_type_of, profile_of, profile_of_target};
-use crate::sys::kernel::ioctl::{BalanceState, BalanceStatus};
+use crate::sys::kernel::btrfs::{SpaceEntry, bg_type_of, profile_of};
 use crate::sys::kernel_release;
 
 /// A member device.
@@ -33,48 +33,6 @@ impl MemberDevice {
     /// Bytes not allocated to any chunk.
     pub fn unallocated(&self) -> u64 {
         self.size.saturating_sub(self.allocated)
-    }
-}
-
-/// A balance that exists (running or paused), as the kernel reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct BalanceInfo {
-    /// Running now.
-    pub running: bool,
-    /// Paused (exists, not running).
-    pub paused: bool,
-    /// Data convert target.
-    pub data_target: Option<Profile>,
-    /// Metadata convert target.
-    pub metadata_target: Option<Profile>,
-    /// Someone asked the kernel to cancel it: it ends after the current chunk.
-    pub cancelling: bool,
-    /// Chunks expected (0 after a remount of a paused balance).
-    pub expected: u64,
-    /// Chunks relocated.
-    pub completed: u64,
-}
-
-impl BalanceInfo {
-    /// Its convert targets.
-    pub fn targets(&self) -> crate::model::profile::Targets {
-        crate::model::profile::Targets {
-            data: self.data_target,
-            metadata: self.metadata_target,
-        }
-    }
-
-    /// From the kernel's report.
-    pub(crate) fn from_status(s: &BalanceStatus) -> Self {
-        Self {
-            running: s.state.contains(BalanceState::RUNNING),
-            paused: !s.state.contains(BalanceState::RUNNING),
-            cancelling: s.state.contains(BalanceState::CANCEL_REQ),
-            data_target: s.data_target.map(profile_of_target),
-            metadata_target: s.meta_target.map(profile_of_target),
-            expected: s.expected,
-            completed: s.completed,
-        }
     }
 }
 

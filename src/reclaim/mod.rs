@@ -30,12 +30,12 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::model::alloc;
 use crate::model::profile::Profile;
 use crate::model::reclaim::{self, ChunkUse};
 use crate::model::space::BgType;
 use crate::operation::state::{FsState, open_state};
 use crate::parse::size::format_iec;
-use crate::space::room;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::fs::state::StateRoom;
 use crate::sys::kernel::btrfs::FsHandle;
@@ -591,8 +591,8 @@ fn goal(facts: &Facts, req: &ReclaimRequest, metadata_profile: Option<Profile>) 
         .map(|d| d.size)
         .sum();
     let p = metadata_profile.unwrap_or(Profile::Single);
-    let chunk = room::metadata_chunk_size(facts.metadata_chunk_sysfs, devices_bytes);
-    let (devices, _, per) = room::chunk_room(p, chunk, &unalloc);
+    let chunk = alloc::metadata_chunk_size(facts.metadata_chunk_sysfs, devices_bytes);
+    let (devices, _, per) = alloc::chunk_room(p, chunk, &unalloc);
     Goal::MetadataChunk {
         profile: p,
         devices,
@@ -604,8 +604,8 @@ fn goal(facts: &Facts, req: &ReclaimRequest, metadata_profile: Option<Profile>) 
 pub fn plan(facts: &Facts, req: &ReclaimRequest) -> ReclaimPlan {
     let s = &facts.state;
     let m = s.mount_point.display().to_string();
-    let data_profile = room::new_chunk_profile(&s.profiles(BgType::Data));
-    let metadata_profile = room::new_chunk_profile(&s.profiles(BgType::Metadata));
+    let data_profile = alloc::new_chunk_profile(&s.profiles(BgType::Data));
+    let metadata_profile = alloc::new_chunk_profile(&s.profiles(BgType::Metadata));
     let goal = goal(facts, req, metadata_profile);
     let unalloc = unallocated(s);
     let now: u64 = unalloc.iter().sum();
@@ -622,7 +622,7 @@ pub fn plan(facts: &Facts, req: &ReclaimRequest) -> ReclaimPlan {
     set_aside_steps.extend(applied);
     if !goal_reached {
         if let Some(dp) = data_profile {
-            let r = room::raw_per_logical(dp, n, s.kernel);
+            let r = alloc::raw_per_logical(dp, n, s.kernel);
             for st in reclaim::plan_steps(&data_chunks, req.max_usage, r, missing) {
                 freed = reclaim::raw_of(st.frees_bytes, r);
                 steps.push(PlannedStep {
@@ -637,7 +637,7 @@ pub fn plan(facts: &Facts, req: &ReclaimRequest) -> ReclaimPlan {
         }
         if req.metadata && freed < missing {
             if let Some(mp) = metadata_profile {
-                let r = room::raw_per_logical(mp, n, s.kernel);
+                let r = alloc::raw_per_logical(mp, n, s.kernel);
                 let before = freed;
                 for st in reclaim::plan_steps(&metadata_chunks, req.max_usage, r, missing - before)
                 {

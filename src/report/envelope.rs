@@ -82,13 +82,8 @@ impl<'a, T: Document> Enveloped<'a, T> {
     }
 }
 
-/// uname's nodename (no NSS, no DNS): what `hostname` prints.
-pub fn hostname() -> String {
-    rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned()
-}
+/// uname's nodename: the host an envelope names.
+pub use crate::sys::hostname;
 
 /// `t` as RFC 3339 in UTC with milliseconds: `2026-12-01T01:37:11.123Z`.
 /// A time before 1970 (a clock set wrong) prints as the epoch.

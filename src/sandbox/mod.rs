@@ -98,6 +98,26 @@ pub fn up(
     Sandbox::up(&plan, store)
 }
 
+/// `sandbox up` after its plan: makes the sandbox, reads back the profiles
+/// mkfs gave it, and keeps it (a signal before that removes it: the caller
+/// installed the handlers). The report names its state file.
+pub fn bring_up(plan: &SandboxPlan, store: &StateStore) -> crate::error::Result<report::UpReport> {
+    let sandbox = Sandbox::up(plan, store)?;
+    let (data, metadata) = match plan.fs {
+        FsKind::Btrfs => {
+            let p = crate::sys::kernel::btrfs::block_group_profiles(sandbox.mount_point())?;
+            (p.data, p.metadata)
+        }
+        FsKind::Ext4 => (Vec::new(), Vec::new()),
+    };
+    // A signal that came while the profiles were read: the sandbox is
+    // dropped here, which removes it.
+    crate::sys::kernel::signals::check()?;
+    let record = sandbox.keep();
+    let state_file = store.dir().join(format!("{}.json", record.name));
+    Ok(report::UpReport::new(&record, state_file, data, metadata))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

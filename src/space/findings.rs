@@ -46,7 +46,7 @@ pub struct SpaceFacts<'a> {
     pub data_chunks: Option<Vec<crate::model::reclaim::ChunkUse>>,
     /// A balance that exists (a live filesystem): a paused conversion is
     /// resumed, not started again towards a guessed profile.
-    pub balance: Option<crate::operation::state::BalanceInfo>,
+    pub balance: Option<crate::model::balance::BalanceInfo>,
 }
 
 /// used / total of one record, with the bounds its rounding allows.
@@ -218,14 +218,14 @@ fn room(f: &SpaceFacts<'_>, mount: &str, unalloc: &[i64]) -> Vec<Finding> {
         .sum();
     super::room::findings(&super::room::RoomFacts {
         mount,
-        data_profile: super::room::new_chunk_profile(&known_profiles(
+        data_profile: crate::model::alloc::new_chunk_profile(&known_profiles(
             f.records,
             &[BgType::Data, BgType::DataMetadata],
         )),
         metadata_profile: if mixed {
             None
         } else {
-            super::room::new_chunk_profile(&known_profiles(f.records, &[BgType::Metadata]))
+            crate::model::alloc::new_chunk_profile(&known_profiles(f.records, &[BgType::Metadata]))
         },
         data: totals(&[BgType::Data, BgType::DataMetadata]),
         metadata: totals(&[BgType::Metadata]),
@@ -793,7 +793,7 @@ mod tests {
         );
         // A paused conversion the kernel knows about: resumed, never
         // started again towards a guessed profile.
-        let paused = crate::operation::state::BalanceInfo {
+        let paused = crate::model::balance::BalanceInfo {
             running: false,
             paused: true,
             data_target: Some(Profile::Raid1),

@@ -74,18 +74,19 @@ pub struct DfReport {
     pub interpretation: Box<Interpretation>,
 }
 
+/// A zoned filesystem (its `features/zoned` in sysfs).
+fn zoned(root: &SysRoot, fsid: &str) -> bool {
+    root.sys(&format!("fs/btrfs/{fsid}/features/zoned"))
+        .exists()
+}
+
+/// The bytes a zoned filesystem cannot use in the block groups of `flags`.
 fn zone_unusable(
     root: &SysRoot,
     fsid: &str,
     flags: btrfs_uapi::space::BlockGroupFlags,
 ) -> Option<u64> {
     use crate::model::space::BgType;
-    if !root
-        .sys(&format!("fs/btrfs/{fsid}/features/zoned"))
-        .exists()
-    {
-        return None;
-    }
     let kind = match bg_type_of(flags) {
         BgType::Data | BgType::DataMetadata => "data",
         BgType::Metadata => "metadata",
@@ -113,18 +114,24 @@ fn or_parse(e: Error, tool: &str) -> Error {
     }
 }
 
-/// `df MOUNT`: the kernel's space info.
+/// `df MOUNT`: the kernel's space info. The filesystem is resolved and
+/// opened once ([`held`]); the records, the device count and the usage
+/// document behind the findings are all read through that descriptor.
 pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
-    let target = resolve(root, path).map_err(|e| or_parse(e, "df"))?;
-    let entries = btrfs::space_entries(&target.path)?;
+    let (target, fs) = held(root, path, "df")?;
+    let entries = fs.space_entries()?;
     let mut records = btrfs::space_records(&entries);
+    let zoned = zoned(root, &target.fsid);
     for (r, e) in records.iter_mut().zip(&entries) {
-        r.zone_unusable_bytes = zone_unusable(root, &target.fsid, e.flags);
+        r.zone_unusable_bytes = zoned
+            .then(|| zone_unusable(root, &target.fsid, e.flags))
+            .flatten();
         r.zone_unusable_error_bytes = r.zone_unusable_bytes.map(|_| 0);
     }
     // FS_INFO (no root needed): the device count itself, not the fewest
     // the profiles imply (issue 33: "a filesystem of 2 devices" on 3).
-    let devices = btrfs::fs_info(&target.path)
+    let devices = fs
+        .fs_info()
         .ok()
         .and_then(|i| usize::try_from(i.num_devices).ok())
         .filter(|&n| n > 0);
@@ -136,8 +143,8 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
     });
     // A live filesystem's unallocated space is known: the findings are
     // `usage`'s (the same situation, the same finding), the table df's.
-    if let Ok(doc) = usage_document(root, path)
-        && let Some(i) = doc.interpretation
+    if let Ok(report) = gather_usage(root, &fs, entries)
+        && let Some(i) = document(root, &target, &fs, report).interpretation
     {
         interpretation.findings = i.findings;
     }
@@ -155,6 +162,12 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
         units: None,
         interpretation: Box::new(interpretation),
     })
+}
+
+/// The mounted btrfs at `path`, resolved once and held open; `tool` names
+/// the `btrfs filesystem` command whose capture `--parse` reads.
+fn held(root: &SysRoot, path: &Path, tool: &str) -> Result<(BtrfsTarget, btrfs::FsHandle)> {
+    crate::sys::fs::target::resolve_held(root, path).map_err(|e| or_parse(e, tool))
 }
 
 /// Input larger than this is not a `fi df` or `fi usage` capture.
@@ -390,7 +403,18 @@ pub(crate) fn block_device_size(root: &SysRoot, dev: &Path) -> Option<u64> {
 /// `usage MOUNT --json`: the report with the filesystem it is about and
 /// what the figures mean.
 pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocument> {
-    let (target, report) = usage(root, path)?;
+    let (target, fs) = held(root, path, "usage")?;
+    let report = gather_usage(root, &fs, fs.space_entries()?)?;
+    Ok(document(root, &target, &fs, report))
+}
+
+/// A usage report with the filesystem it is about and its interpretation.
+fn document(
+    root: &SysRoot,
+    target: &BtrfsTarget,
+    fs: &btrfs::FsHandle,
+    report: UsageReport,
+) -> usage::UsageDocument {
     let count = report.unallocated.as_ref().map(Vec::len).filter(|&n| n > 0);
     let (records, unallocated) = usage_facts(&report, count, 0);
     let mut facts = SpaceFacts {
@@ -410,45 +434,43 @@ pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocumen
             .map(|o| o.device_size)
             .filter(|&b| b > 0),
         kernel: crate::model::kernel::KernelVersion::parse(&crate::sys::kernel_release()),
-        balance: btrfs::balance_status(&target.path)
+        balance: fs
+            .balance_status()
             .ok()
             .flatten()
-            .map(|b| crate::operation::state::BalanceInfo::from_status(&b)),
+            .map(|b| crate::model::balance::BalanceInfo::from_status(&b)),
         ..Default::default()
     };
     let mut interpretation = interpret(&facts);
     // Each data chunk's usage (root only) names the exact -dusage value,
     // read only when a finding suggests a balance.
     if room::wants_chunk_usage(&interpretation.findings) {
-        // Opened through the safe layer (no link another user owns followed).
-        facts.data_chunks = btrfs::FsHandle::open(&target.path).ok().and_then(|h| {
-            h.chunk_usage(
-                features(root, &target.fsid)
-                    .iter()
-                    .any(|x| x == "block_group_tree"),
-                false,
-            )
-            .ok()
-            .flatten()
-        });
+        let block_group_tree = features(root, &target.fsid)
+            .iter()
+            .any(|x| x == "block_group_tree");
+        facts.data_chunks = fs.chunk_usage(block_group_tree, false).ok().flatten();
         if facts.data_chunks.is_some() {
             interpretation = interpret(&facts);
         }
     }
-    Ok(usage::UsageDocument {
-        path: target.path,
-        mount_point: target.mount.mount_point,
-        uuid: target.fsid,
+    usage::UsageDocument {
+        path: target.path.clone(),
+        mount_point: target.mount.mount_point.clone(),
+        uuid: target.fsid.clone(),
         report,
         interpretation: Some(interpretation),
-    })
+    }
 }
 
-/// `usage MOUNT`: gathers what the computation needs and runs it.
-pub fn usage(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, UsageReport)> {
-    let target = resolve(root, path).map_err(|e| or_parse(e, "usage"))?;
-    let spaces = btrfs::space_entries(&target.path)?;
-    let devices = btrfs::devices(&target.path)?
+/// What the usage computation needs, read through the held filesystem
+/// (`spaces`: its SPACE_INFO, already read), and the computation.
+fn gather_usage(
+    root: &SysRoot,
+    fs: &btrfs::FsHandle,
+    spaces: Vec<btrfs::SpaceEntry>,
+) -> Result<UsageReport> {
+    let devices = fs
+        .devices()?
         .into_iter()
         .map(|d| {
             let missing = d.path.is_empty();
@@ -469,15 +491,13 @@ pub fn usage(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, UsageReport)> 
             }
         })
         .collect();
-    let chunks = btrfs::chunk_infos(&target.path)?;
-    let statfs_free = crate::sys::fs::filesystem::available_bytes(&target.path)?;
     let input = UsageInput {
         spaces,
         devices,
-        chunks,
-        statfs_free,
+        chunks: fs.chunk_infos()?,
+        statfs_free: fs.available_bytes()?,
     };
-    Ok((target, usage::compute(&input)))
+    Ok(usage::compute(&input))
 }
 
 pub mod show;

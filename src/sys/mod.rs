@@ -39,3 +39,20 @@ pub fn kernel_release() -> String {
         .to_string_lossy()
         .into_owned()
 }
+
+/// uname's nodename (no NSS, no DNS): what `hostname` prints.
+pub fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Writes nothing to stdout (`write(1, "", 0)`): the error a closed or
+/// failed stdout gives (EPIPE, EIO), without writing a byte.
+pub fn stdout_writable() -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    rustix::io::write(std::io::stdout().as_fd(), &[])
+        .map(|_| ())
+        .map_err(Into::into)
+}

@@ -23,7 +23,7 @@ pub(crate) fn alloc_profile(f: &FsFacts, kind: BgType) -> Option<Profile> {
     if target.is_some() {
         return target;
     }
-    crate::space::room::new_chunk_profile(&f.profiles(kind))
+    crate::model::alloc::new_chunk_profile(&f.profiles(kind))
 }
 
 /// The space findings: the room computation `usage` makes too

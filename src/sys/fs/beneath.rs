@@ -113,7 +113,7 @@ pub(crate) fn check_dir(st: &Stat, path: &Path, leaf: Leaf) -> Result<()> {
 }
 
 /// Checks that `name` is one plain path component.
-fn component(name: &OsStr) -> Result<&OsStr> {
+pub(crate) fn component(name: &OsStr) -> Result<&OsStr> {
     let b = name.as_bytes();
     if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
         return Err(Error::usage(format!(
@@ -280,16 +280,7 @@ impl TrustedDir {
     /// Creates the subdirectory `name` with exactly `mode` (umask aside);
     /// fails if anything of that name exists.
     pub fn mkdir(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<TrustedDir> {
-        let name = component(name.as_ref())?;
-        let path = self.join(name);
-        rfs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode))
-            .map_err(|e| err(e, "cannot create", &path))?;
-        let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
-            .map_err(|e| err(e, "cannot open", &path))?;
-        rfs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| err(e, "cannot chmod", &path))?;
-        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &path))?;
-        check_dir(&st, &path, Leaf::Private)?;
-        Ok(TrustedDir { fd, path })
+        mkdir_beneath(self.fd(), &self.path, name.as_ref(), mode)
     }
 
     /// Creates a new regular file `name` (`O_CREAT | O_EXCL | O_NOFOLLOW`),
@@ -662,17 +653,7 @@ impl HeldDir {
     /// this one, but cannot change what is in it: from now on it is reached
     /// only through the returned descriptor.
     pub(crate) fn mkdir_private(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<TrustedDir> {
-        let name = component(name.as_ref())?;
-        let path = self.join(name);
-        let mode = mode & 0o755;
-        rfs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode))
-            .map_err(|e| err(e, "cannot create", &path))?;
-        let fd = open_beneath(self.fd(), name, open_dir_flags(), Mode::empty())
-            .map_err(|e| err(e, "cannot open", &path))?;
-        rfs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| err(e, "cannot chmod", &path))?;
-        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &path))?;
-        check_dir(&st, &path, Leaf::Private)?;
-        Ok(TrustedDir { fd, path })
+        mkdir_beneath(self.fd(), &self.path, name.as_ref(), mode & 0o755)
     }
 
     /// Creates the new regular file `name` in it (`O_CREAT | O_EXCL |
@@ -768,7 +749,6 @@ impl HeldDir {
         let mut shown = path.to_path_buf();
         let mut path = std::path::absolute(path)
             .map_err(|e| Error::usage(format!("invalid path {}: {e}", path.display())))?;
-        let me = rustix::process::geteuid().as_raw();
         for _ in 0..MAX_SYMLINKS {
             let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
                 return Ok(None);
@@ -784,25 +764,14 @@ impl HeldDir {
             if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
                 return Ok(Some((dir, name, st)));
             }
-            if st.st_uid != 0 && st.st_uid != me {
-                return Err(Error::new(
-                    ErrorKind::Permission,
-                    format!(
-                        "{} is a symbolic link owned by uid {}; as root, btrfs-lab follows only root's links",
-                        shown.display(),
-                        st.st_uid
-                    ),
-                )
-                .with_hint("give the real path"));
-            }
-            let target = rfs::readlinkat(dir.fd(), name.as_os_str(), Vec::new())
-                .map_err(|e| err(e, "cannot read link", &path))?;
-            let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
-            path = if target.is_absolute() {
-                target
-            } else {
-                dir.path().join(target)
-            };
+            path = follow_trusted_link(
+                &dir,
+                &name,
+                &st,
+                (&shown, &path),
+                dir.path(),
+                "give the real path",
+            )?;
             shown.clone_from(&path);
         }
         Err(Error::new(
@@ -887,7 +856,6 @@ pub(crate) fn read_input_file(path: &Path, max_bytes: u64, what: &str) -> Result
     use std::io::Read;
     let mut path = std::path::absolute(path)
         .map_err(|e| Error::usage(format!("invalid file name {}: {e}", path.display())))?;
-    let me = rustix::process::geteuid().as_raw();
     for _ in 0..MAX_SYMLINKS {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(Error::new(
@@ -911,25 +879,14 @@ pub(crate) fn read_input_file(path: &Path, max_bytes: u64, what: &str) -> Result
                         format!("{} does not exist", path.display()),
                     )
                 })?;
-                if st.st_uid != 0 && st.st_uid != me {
-                    return Err(Error::new(
-                        ErrorKind::Permission,
-                        format!(
-                            "{} is a symbolic link owned by uid {}; as root, btrfs-lab follows only root's links",
-                            path.display(),
-                            st.st_uid
-                        ),
-                    )
-                    .with_hint("give the real path of the file"));
-                }
-                let target = rfs::readlinkat(dir.fd(), name.as_os_str(), Vec::new())
-                    .map_err(|e| err(e, "cannot read link", &path))?;
-                let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
-                path = if target.is_absolute() {
-                    target
-                } else {
-                    parent.join(target)
-                };
+                path = follow_trusted_link(
+                    &dir,
+                    &name,
+                    &st,
+                    (&path, &path),
+                    parent,
+                    "give the real path of the file",
+                )?;
                 continue;
             }
             Err(e) => return Err(err(e, "cannot open", &path)),
@@ -1004,6 +961,61 @@ pub struct DirFs {
     pub read_only: bool,
     /// Bytes an unprivileged writer may still use (statvfs f_bavail).
     pub available_bytes: u64,
+}
+
+/// Creates the subdirectory `name` of the directory `dir` (whose path is
+/// `parent`) with exactly `mode` (umask aside), failing if anything of that
+/// name exists, and holds it.
+fn mkdir_beneath(
+    dir: BorrowedFd<'_>,
+    parent: &Path,
+    name: &OsStr,
+    mode: u32,
+) -> Result<TrustedDir> {
+    let name = component(name)?;
+    let path = parent.join(name);
+    rfs::mkdirat(dir, name, Mode::from_raw_mode(mode))
+        .map_err(|e| err(e, "cannot create", &path))?;
+    let fd = open_beneath(dir, name, open_dir_flags(), Mode::empty())
+        .map_err(|e| err(e, "cannot open", &path))?;
+    rfs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| err(e, "cannot chmod", &path))?;
+    let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", &path))?;
+    check_dir(&st, &path, Leaf::Private)?;
+    Ok(TrustedDir { fd, path })
+}
+
+/// Where the symbolic link `name` in `dir` (`st`, its lstat) leads, when
+/// root or the running user owns it; another user's link is refused with
+/// the reason and `hint`. `(shown, path)`: the link as messages name it and
+/// as it was reached; a relative target is taken from `base`.
+fn follow_trusted_link(
+    dir: &HeldDir,
+    name: &OsStr,
+    st: &Stat,
+    (shown, path): (&Path, &Path),
+    base: &Path,
+    hint: &str,
+) -> Result<PathBuf> {
+    let me = rustix::process::geteuid().as_raw();
+    if st.st_uid != 0 && st.st_uid != me {
+        return Err(Error::new(
+            ErrorKind::Permission,
+            format!(
+                "{} is a symbolic link owned by uid {}; as root, btrfs-lab follows only root's links",
+                shown.display(),
+                st.st_uid
+            ),
+        )
+        .with_hint(hint));
+    }
+    let target = rfs::readlinkat(dir.fd(), name, Vec::new())
+        .map_err(|e| err(e, "cannot read link", path))?;
+    let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
+    Ok(if target.is_absolute() {
+        target
+    } else {
+        base.join(target)
+    })
 }
 
 #[cfg(test)]

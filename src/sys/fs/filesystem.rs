@@ -223,14 +223,6 @@ pub(crate) fn owner_and_mode(f: &File, path: &Path) -> Result<(u32, u32)> {
     Ok((st.st_uid, st.st_mode))
 }
 
-/// Bytes an unprivileged writer may still use on the filesystem of `path`
-/// (statvfs: available blocks × block size).
-pub(crate) fn available_bytes(path: &Path) -> Result<u64> {
-    let vfs = nix::sys::statvfs::statvfs(path)
-        .map_err(|e| Error::from_errno(e, "cannot statvfs", path))?;
-    Ok(vfs.blocks_available().saturating_mul(vfs.block_size()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

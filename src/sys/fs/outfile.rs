@@ -31,11 +31,11 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno as RErrno;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::fs::beneath::{HeldDir, Leaf, check_dir};
+use crate::sys::fs::beneath::{HeldDir, Leaf, check_dir, component, open_beneath};
 
 /// The flag that lets root write into a directory (or over a file) another
 /// user can change; named in every refusal.
@@ -52,39 +52,6 @@ pub struct OutputDir {
     /// `--allow-untrusted-target`: skip the owner and mode checks (never
     /// the file-type check).
     allow_untrusted: bool,
-}
-
-/// Checks that `name` is one plain path component.
-fn plain(name: &OsStr) -> Result<&OsStr> {
-    let b = name.as_bytes();
-    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
-        return Err(Error::usage(format!(
-            "'{}' is not a plain file name",
-            name.to_string_lossy()
-        )));
-    }
-    Ok(name)
-}
-
-/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` of one component, or
-/// `openat(O_NOFOLLOW)` before Linux 5.6.
-fn open_beneath(
-    dir: std::os::fd::BorrowedFd<'_>,
-    name: &OsStr,
-    flags: OFlags,
-    mode: Mode,
-) -> rustix::io::Result<OwnedFd> {
-    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    match rfs::openat2(
-        dir,
-        name,
-        flags,
-        mode,
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    ) {
-        Err(RErrno::NOSYS) => rfs::openat(dir, name, flags, mode),
-        other => other,
-    }
 }
 
 /// "is owned by uid N (mode M)" or "is writable by other users (...)".
@@ -263,7 +230,7 @@ impl OutputDir {
     /// Returns the path written (for messages). On failure nothing new is
     /// left and `name` is as it was.
     pub fn write(&self, name: impl AsRef<OsStr>, bytes: &[u8], mode: u32) -> Result<PathBuf> {
-        let name = plain(name.as_ref())?;
+        let name = component(name.as_ref())?;
         self.check_destination(name)?;
         let path = self.dir.join(name);
         let tmp = temp_name(name);
@@ -355,7 +322,7 @@ impl OutputDir {
         name: impl AsRef<OsStr>,
         bytes: &[u8],
     ) -> Result<PathBuf> {
-        let name = plain(name.as_ref())?;
+        let name = component(name.as_ref())?;
         let path = self.dir.join(name);
         let fd = open_beneath(
             self.dir.fd(),
@@ -393,7 +360,7 @@ impl OutputDir {
     /// older versions' `.NAME.PID.tmp`): only regular files of the running
     /// user with one link, whose pid is dead. Returns the names removed.
     pub(crate) fn remove_stale_temps(&self, name: impl AsRef<OsStr>) -> Result<Vec<OsString>> {
-        let name = plain(name.as_ref())?;
+        let name = component(name.as_ref())?;
         let me = rustix::process::geteuid().as_raw();
         let mut removed = Vec::new();
         for entry in self.dir.names()? {

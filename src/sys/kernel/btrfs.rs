@@ -247,33 +247,50 @@ pub struct DevExtent {
 /// device and offset. `Ok(None)` when not permitted.
 fn dev_extents_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<DevExtent>>> {
     use btrfs_uapi::raw::{BTRFS_DEV_EXTENT_KEY, BTRFS_DEV_TREE_OBJECTID};
+    let mut out = search_items(
+        fd,
+        (BTRFS_DEV_TREE_OBJECTID, BTRFS_DEV_EXTENT_KEY),
+        (path, "cannot read the device tree of"),
+        |hdr, data| {
+            btrfs_disk::items::DeviceExtent::parse(data).map(|e| DevExtent {
+                devid: hdr.objectid,
+                offset: hdr.offset,
+                length: e.length,
+                chunk_logical: e.chunk_offset,
+            })
+        },
+    )?;
+    if let Some(out) = &mut out {
+        out.sort_by_key(|e| (e.devid, e.offset));
+    }
+    Ok(out)
+}
+
+/// Every item of type `key` in the tree `tree` (TREE_SEARCH: root only)
+/// that `parse` makes something of, in key order; `Ok(None)` when not
+/// permitted. Items of other types the key range spans (the device items
+/// under the chunk tree's objectid 1) are skipped. `(path, doing)` word the
+/// error.
+fn search_items<T>(
+    fd: BorrowedFd<'_>,
+    (tree, key): (impl Into<u64>, u32),
+    (path, doing): (&Path, &str),
+    mut parse: impl FnMut(&btrfs_uapi::tree_search::SearchHeader, &[u8]) -> Option<T>,
+) -> Result<Option<Vec<T>>> {
     use btrfs_uapi::tree_search::{SearchFilter, tree_search};
     let mut out = Vec::new();
-    let result = tree_search(
-        fd,
-        SearchFilter::for_type(u64::from(BTRFS_DEV_TREE_OBJECTID), BTRFS_DEV_EXTENT_KEY),
-        |hdr, data| {
-            if hdr.item_type != BTRFS_DEV_EXTENT_KEY {
-                return Ok(());
-            }
-            if let Some(e) = btrfs_disk::items::DeviceExtent::parse(data) {
-                out.push(DevExtent {
-                    devid: hdr.objectid,
-                    offset: hdr.offset,
-                    length: e.length,
-                    chunk_logical: e.chunk_offset,
-                });
-            }
-            Ok(())
-        },
-    );
-    match result {
-        Ok(()) => {
-            out.sort_by_key(|e| (e.devid, e.offset));
-            Ok(Some(out))
+    let result = tree_search(fd, SearchFilter::for_type(tree.into(), key), |hdr, data| {
+        if hdr.item_type == key
+            && let Some(item) = parse(hdr, data)
+        {
+            out.push(item);
         }
+        Ok(())
+    });
+    match result {
+        Ok(()) => Ok(Some(out)),
         Err(Errno::EPERM | Errno::EACCES) => Ok(None),
-        Err(e) => Err(Error::from_errno(e, "cannot read the device tree of", path)),
+        Err(e) => Err(Error::from_errno(e, doing, path)),
     }
 }
 
@@ -357,36 +374,22 @@ pub fn chunk_records(path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
 /// [`chunk_records`] through a held descriptor (`path` is for messages).
 pub fn chunk_records_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<ChunkRecord>>> {
     use btrfs_uapi::raw::{BTRFS_CHUNK_ITEM_KEY, BTRFS_CHUNK_TREE_OBJECTID};
-    use btrfs_uapi::tree_search::{SearchFilter, tree_search};
-    let mut records = Vec::new();
-    let result = tree_search(
+    search_items(
         fd,
-        SearchFilter::for_type(u64::from(BTRFS_CHUNK_TREE_OBJECTID), BTRFS_CHUNK_ITEM_KEY),
+        (BTRFS_CHUNK_TREE_OBJECTID, BTRFS_CHUNK_ITEM_KEY),
+        (path, "cannot read the chunk tree of"),
         |hdr, data| {
-            // The key range also spans the device items (type 216 under
-            // objectid 1): only chunk items are chunks.
-            if hdr.item_type != BTRFS_CHUNK_ITEM_KEY {
-                return Ok(());
-            }
-            if let Some(chunk) = btrfs_disk::items::ChunkItem::parse(data) {
-                records.push(ChunkRecord {
-                    flags: BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits()),
-                    logical: hdr.offset,
-                    length: chunk.length,
-                    stripe_len: chunk.stripe_len,
-                    num_stripes: chunk.num_stripes,
-                    sub_stripes: chunk.sub_stripes,
-                    devids: chunk.stripes.iter().map(|s| s.devid).collect(),
-                });
-            }
-            Ok(())
+            btrfs_disk::items::ChunkItem::parse(data).map(|chunk| ChunkRecord {
+                flags: BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits()),
+                logical: hdr.offset,
+                length: chunk.length,
+                stripe_len: chunk.stripe_len,
+                num_stripes: chunk.num_stripes,
+                sub_stripes: chunk.sub_stripes,
+                devids: chunk.stripes.iter().map(|s| s.devid).collect(),
+            })
         },
-    );
-    match result {
-        Ok(()) => Ok(Some(records)),
-        Err(Errno::EPERM | Errno::EACCES) => Ok(None),
-        Err(e) => Err(Error::from_errno(e, "cannot read the chunk tree of", path)),
-    }
+    )
 }
 
 /// Length and used bytes of every data chunk (mixed included; `metadata`
@@ -627,32 +630,6 @@ pub fn csum_items_of(
             path,
         )),
     }
-}
-
-/// Reads the chunk tree (TREE_SEARCH: root only), summed per type, device
-/// and stripe count. `Ok(None)` when not permitted, so callers can show
-/// what they can without it.
-pub(crate) fn chunk_infos(path: &Path) -> Result<Option<Vec<ChunkInfo>>> {
-    let Some(records) = chunk_records(path)? else {
-        return Ok(None);
-    };
-    let mut infos: Vec<ChunkInfo> = Vec::new();
-    for chunk in &records {
-        for &devid in &chunk.devids {
-            match infos.iter_mut().find(|c| {
-                c.flags == chunk.flags && c.devid == devid && c.num_stripes == chunk.num_stripes
-            }) {
-                Some(c) => c.size += chunk.length,
-                None => infos.push(ChunkInfo {
-                    flags: chunk.flags,
-                    devid,
-                    num_stripes: chunk.num_stripes,
-                    size: chunk.length,
-                }),
-            }
-        }
-    }
-    Ok(Some(infos))
 }
 
 /// Profile bits as the balance convert filter takes them (`single` is the
@@ -1109,6 +1086,52 @@ pub fn scrub_speed_max(
 ) -> Option<u64> {
     let p = root.sys(&format!("fs/btrfs/{fsid}/devinfo/{devid}/scrub_speed_max"));
     root.read_attr(&p).ok()?.trim().parse().ok()
+}
+
+/// A held filesystem's facts for the space reports (`df`, `usage`): every
+/// read through the one descriptor that was resolved, never the path again.
+impl FsHandle {
+    /// FS_INFO.
+    pub(crate) fn fs_info(&self) -> Result<btrfs_uapi::filesystem::FilesystemInfo> {
+        let fd = self
+            .fd()
+            .map_err(|e| self.err(e, "cannot query btrfs at"))?;
+        btrfs_uapi::filesystem::filesystem_info(fd).map_err(|e| not_btrfs(e, &self.path))
+    }
+
+    /// The chunk tree (TREE_SEARCH: root only), summed per type, device
+    /// and stripe count. `Ok(None)` when not permitted, so callers can show
+    /// what they can without it.
+    pub(crate) fn chunk_infos(&self) -> Result<Option<Vec<ChunkInfo>>> {
+        let Some(records) = self.chunk_records()? else {
+            return Ok(None);
+        };
+        let mut infos: Vec<ChunkInfo> = Vec::new();
+        for chunk in &records {
+            for &devid in &chunk.devids {
+                match infos.iter_mut().find(|c| {
+                    c.flags == chunk.flags && c.devid == devid && c.num_stripes == chunk.num_stripes
+                }) {
+                    Some(c) => c.size += chunk.length,
+                    None => infos.push(ChunkInfo {
+                        flags: chunk.flags,
+                        devid,
+                        num_stripes: chunk.num_stripes,
+                        size: chunk.length,
+                    }),
+                }
+            }
+        }
+        Ok(Some(infos))
+    }
+
+    /// Bytes an unprivileged writer may still use (fstatvfs on the
+    /// descriptor: available blocks × block size).
+    pub(crate) fn available_bytes(&self) -> Result<u64> {
+        let vfs = rustix::fs::fstatvfs(&self.dir)
+            .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &self.path))?;
+        Ok(vfs.f_bavail.saturating_mul(vfs.f_bsize))
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use btrfs_lab::bench::metadata::{ColdMethod as MetadataCold, MetadataOptions, Me
 use btrfs_lab::bench::profile::{self, Direction};
 use btrfs_lab::bench::profiles::{self, ProfilesOptions, ProfilesReport};
 use btrfs_lab::bench::report::HistoryEntry;
-use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
+use btrfs_lab::bench::report::{BenchReport, Status, TestResult, is_flag};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
@@ -1165,20 +1165,18 @@ fn render_checks(s: &mut String, r: &BenchReport, p: Paint) {
     let mut findings = String::new();
     for x in &r.results {
         for c in &x.checks {
-            let tag = match c.severity {
-                Severity::Flag => p.bad("flagged"),
-                Severity::Note => p.dim("note"),
+            let tag = if is_flag(c.severity) {
+                p.bad("flagged")
+            } else {
+                p.dim("note")
             };
-            let code = serde_json::to_value(c.code)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
+            let code = c.code.short_name();
             findings.push_str(&format!(
                 "  {} {} {tag} [{code}]\n",
                 x.name,
                 x.direction.as_str()
             ));
-            findings.push_str(&wrap(&c.message, 96, "      "));
+            findings.push_str(&wrap(&c.title, 96, "      "));
         }
     }
     if !findings.is_empty() {

@@ -23,10 +23,11 @@ use super::kit::{
 };
 use super::members;
 use super::profile::{self, Direction, TestSpec};
-use super::report::{self, BenchReport, CheckCode, FileLayout, Severity, Status, TestResult};
+use super::report::{self, BenchReport, FileLayout, Status, TestResult, is_flag};
 use super::sensors::{self, Sensors as _};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::Switch;
+use crate::model::finding::Code;
 use crate::parse::size::format_iec;
 use crate::report::rate::format_mb;
 use crate::report::text::escape_path;
@@ -773,22 +774,15 @@ fn summary_sentence(results: &[TestResult], flagged: usize) -> String {
     };
     if flagged > 0 {
         let codes: Vec<String> = {
-            let mut c: Vec<CheckCode> = results
+            let mut c: Vec<Code> = results
                 .iter()
                 .flat_map(|r| r.checks.iter())
-                .filter(|c| c.severity == Severity::Flag)
+                .filter(|c| is_flag(c.severity))
                 .map(|c| c.code)
                 .collect();
             c.sort();
             c.dedup();
-            c.iter()
-                .map(|c| {
-                    serde_json::to_value(c)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default()
-                })
-                .collect()
+            c.iter().map(|c| c.short_name().to_owned()).collect()
         };
         s.push_str(&format!(
             "; {flagged} of {} figures flagged ({})",

@@ -865,18 +865,7 @@ fn measure_suite(
     out: &Output,
 ) -> Result<BenchReport> {
     let fio_path = fio.path().to_path_buf();
-    let bar = out.byte_progress("bench {msg}");
-    let result = bench::run(opts, target, &mut fio, &fio_path, &mut |p| {
-        let eta = format!("ETA {}m{:02}s", p.eta_secs / 60, p.eta_secs % 60);
-        if p.runs == 0 {
-            bar.set_message(format!("{}  {eta}", p.what));
-        } else {
-            bar.set_message(format!("{}  run {} of {}  {eta}", p.what, p.run, p.runs));
-        }
-        bar.tick();
-    });
-    bar.finish_and_clear();
-    result
+    bench::measure(opts, target, &mut fio, &fio_path, out)
 }
 
 /// The suite: every refusal before the run (output files, DIR, space, then

@@ -333,6 +333,22 @@ pub fn prepare(opts: &BenchOptions) -> Result<Target> {
 }
 
 /// Runs the bench (see the module documentation) on the target
+/// [`prepare`] returned, its step, run and ETA on the `ui`'s progress bar.
+pub fn measure(
+    opts: &BenchOptions,
+    target: Target,
+    fio: &mut dyn FioRunner,
+    fio_path: &Path,
+    ui: &dyn crate::ui::Ui,
+) -> Result<BenchReport> {
+    let bar = ui.progress("bench {msg}");
+    let result = run(opts, target, fio, fio_path, &mut |p| {
+        bar.set_message(p.line())
+    });
+    bar.finish();
+    result
+}
+
 /// [`prepare`] returned. `progress` is called at the start of the fill and
 /// of each run.
 pub fn run(

@@ -3,8 +3,9 @@
 
 use super::profile::{Direction, Pattern, TestSpec};
 use super::report::{
-    Check, CheckCode, DirtiedSource, FileLayout, RunResult, Severity, Status, TestResult,
+    DirtiedSource, FileLayout, Finding, RunResult, Severity, Status, TestResult, check, is_flag,
 };
+use crate::model::finding::{Code, rules};
 use crate::parse::size::{format_iec, format_rate};
 
 /// fio may claim this much more than the devices moved (counters are taken
@@ -119,20 +120,12 @@ impl Sample {
     }
 }
 
-fn flag(code: CheckCode, message: String) -> Check {
-    Check {
-        code,
-        severity: Severity::Flag,
-        message,
-    }
+fn flag(code: Code, message: String) -> Finding {
+    check(code, Severity::Warning, message)
 }
 
-fn note(code: CheckCode, message: String) -> Check {
-    Check {
-        code,
-        severity: Severity::Note,
-        message,
-    }
+fn note(code: Code, message: String) -> Finding {
+    check(code, Severity::Info, message)
 }
 
 fn pct(part: u64, whole: u64) -> f64 {
@@ -149,7 +142,7 @@ pub(crate) const OTHER_IO_FRACTION: f64 = 0.25;
 /// of more than a quarter of what was read. Two benches on one filesystem,
 /// or a scrub or backup beside one, halve the figures without this. A mix
 /// is checked per direction, against fio's reads and writes of it.
-fn other_io(d: Direction, s: &Sample, ctx: &CheckContext) -> Option<Check> {
+fn other_io(d: Direction, s: &Sample, ctx: &CheckContext) -> Option<Finding> {
     let slack = DEVICE_SLACK_BYTES as f64 * 4.0;
     let claimed = s.claimed_bytes as f64;
     let read = s.claimed_in(Direction::Read) as f64;
@@ -170,7 +163,7 @@ fn other_io(d: Direction, s: &Sample, ctx: &CheckContext) -> Option<Check> {
         .map(|w| (w, "wrote"));
     let (moved, what) = too_much_read.or(too_much_written).or(extra_writes)?;
     Some(flag(
-        CheckCode::OtherIo,
+        Code::BenchOtherIo,
         format!(
             "the member devices {what} {} while fio moved {} ({:.2}×): other I/O ran on them during this run (another bench, a scrub, a backup?), so the figure is below what the drives give; measure again at a quiet moment",
             format_iec(moved),
@@ -181,11 +174,16 @@ fn other_io(d: Direction, s: &Sample, ctx: &CheckContext) -> Option<Check> {
 }
 
 /// The checks of one run.
-pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckContext) -> Vec<Check> {
+pub(crate) fn check_run(
+    t: &TestSpec,
+    d: Direction,
+    s: &Sample,
+    ctx: &CheckContext,
+) -> Vec<Finding> {
     let mut checks = Vec::new();
     if s.fio_error != 0 {
         checks.push(flag(
-            CheckCode::FioError,
+            Code::BenchFioError,
             format!("fio reported error {} for this job", s.fio_error),
         ));
     }
@@ -209,7 +207,7 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
         if claimed as f64 > limit {
             let reads = part == Direction::Read;
             checks.push(flag(
-                CheckCode::DeviceMismatch,
+                Code::BenchDeviceMismatch,
                 format!(
                     "fio claims {} {} but the member devices {} only {} ({:.0}%): the rest did not come from the drives",
                     format_iec(claimed),
@@ -229,7 +227,7 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
         && resident as f64 > ctx.size_bytes as f64 * RESIDENT_FRACTION
     {
         checks.push(flag(
-            CheckCode::PageCacheRead,
+            Code::BenchPageCacheRead,
             format!(
                 "{} of the test file ({:.0}%) was in the page cache before the run (mincore) and could not be evicted: reads may have come from memory",
                 format_iec(resident),
@@ -247,7 +245,7 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
             "O_DIRECT was not honoured"
         };
         checks.push(flag(
-            CheckCode::PageCacheWrite,
+            Code::BenchPageCacheWrite,
             format!(
                 "the write went through the page cache: it dirtied {} of page cache{} for {} written; {why}. This measures buffered writes plus writeback, not direct I/O",
                 format_iec(dirtied),
@@ -267,7 +265,7 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
         let never = layout.never_written_bytes();
         if d == Direction::Read && never > 0 {
             checks.push(flag(
-                CheckCode::NeverWritten,
+                Code::BenchNeverWritten,
                 format!(
                     "{} of the test file ({:.0}%) was never written (unwritten extents or holes): it reads as zeros without touching the drives",
                     format_iec(never),
@@ -276,8 +274,9 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
             ));
         }
         if layout.encoded_bytes as f64 > ctx.size_bytes as f64 * ENCODED_FRACTION {
-            checks.push(flag(
-                CheckCode::Compression,
+            checks.push(check(
+                Code::BenchCompression,
+                rules::bench_compression(true),
                 format!(
                     "{} of the test file ({:.0}%) is in compressed extents ({}): the drives move fewer bytes than fio counts, reads decompress through the page cache, and the figure measures the compressor, not the drives",
                     format_iec(layout.encoded_bytes),
@@ -291,8 +290,9 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
             } else {
                 "the test file is NOCOW, which btrfs never compresses"
             };
-            checks.push(note(
-                CheckCode::Compression,
+            checks.push(check(
+                Code::BenchCompression,
+                rules::bench_compression(false),
                 format!(
                     "mounted with {opt}, but the test file has no compressed extents: {why}; real, compressible files would behave differently"
                 ),
@@ -301,7 +301,7 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
     }
     if s.cores_per_thread >= CPU_BOUND_CORES {
         checks.push(note(
-            CheckCode::CpuBound,
+            Code::BenchCpuBound,
             format!(
                 "limited by CPU, not by the drive: each fio thread used {:.0}% of a core",
                 100.0 * s.cores_per_thread
@@ -317,7 +317,7 @@ pub(crate) fn check_run(t: &TestSpec, d: Direction, s: &Sample, ctx: &CheckConte
         && s.bytes_per_sec > c * (1.0 + DEVICE_TOLERANCE)
     {
         checks.push(flag(
-            CheckCode::AboveCeiling,
+            Code::BenchAboveCeiling,
             format!(
                 "{} is above the array's PCIe ceiling of {}: physically impossible",
                 format_rate(s.bytes_per_sec),
@@ -344,7 +344,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
 }
 
 /// A run's report entry.
-pub(crate) fn run_result(run: u32, s: &Sample, checks: Vec<Check>) -> RunResult {
+pub(crate) fn run_result(run: u32, s: &Sample, checks: Vec<Finding>) -> RunResult {
     RunResult {
         run,
         claimed_bytes: s.claimed_bytes,
@@ -391,7 +391,7 @@ pub(crate) fn summarize(
     ctx: &CheckContext,
 ) -> TestResult {
     let rates: Vec<f64> = runs.iter().map(|r| r.bytes_per_sec).collect();
-    let mut checks: Vec<Check> = Vec::new();
+    let mut checks: Vec<Finding> = Vec::new();
     for r in &runs {
         for c in &r.checks {
             if !checks
@@ -409,11 +409,11 @@ pub(crate) fn summarize(
             .filter(|r| r.checks.iter().any(|x| x.code == c.code))
             .count();
         if n > 1 && seen < n {
-            c.message = format!("{} (in {seen} of {n} runs)", c.message);
+            c.title = format!("{} (in {seen} of {n} runs)", c.title);
         }
     }
-    checks.sort_by_key(|c| (c.severity != Severity::Flag, c.code));
-    let flagged = checks.iter().any(|c| c.severity == Severity::Flag) || runs.is_empty();
+    checks.sort_by_key(|c| (!is_flag(c.severity), c.code));
+    let flagged = checks.iter().any(|c| is_flag(c.severity)) || runs.is_empty();
     let med = median(&rates).unwrap_or(0.0);
     let iops = median(&runs.iter().map(|r| r.iops).collect::<Vec<_>>()).unwrap_or(0.0);
     let lat = median(&runs.iter().map(|r| r.lat_mean_us).collect::<Vec<_>>()).unwrap_or(0.0);
@@ -479,7 +479,7 @@ mod tests {
         }
     }
 
-    fn codes(c: &[Check]) -> Vec<(CheckCode, Severity)> {
+    fn codes(c: &[Finding]) -> Vec<(Code, Severity)> {
         c.iter().map(|c| (c.code, c.severity)).collect()
     }
 
@@ -506,27 +506,23 @@ mod tests {
             ..honest_mix()
         };
         let c = check_run(&t, Direction::Mix, &cached, &ctx());
-        assert_eq!(codes(&c), [(CheckCode::DeviceMismatch, Severity::Flag)]);
-        assert!(c[0].message.contains("700.00MiB read"), "{}", c[0].message);
+        assert_eq!(codes(&c), [(Code::BenchDeviceMismatch, Severity::Warning)]);
+        assert!(c[0].title.contains("700.00MiB read"), "{}", c[0].title);
         // Writes that never reached them.
         let unwritten = Sample {
             device_write_bytes: Some(10 * MIB),
             ..honest_mix()
         };
         let c = check_run(&t, Direction::Mix, &unwritten, &ctx());
-        assert_eq!(codes(&c), [(CheckCode::DeviceMismatch, Severity::Flag)]);
-        assert!(
-            c[0].message.contains("300.00MiB written"),
-            "{}",
-            c[0].message
-        );
+        assert_eq!(codes(&c), [(Code::BenchDeviceMismatch, Severity::Warning)]);
+        assert!(c[0].title.contains("300.00MiB written"), "{}", c[0].title);
         // Its writes through the page cache: as much dirtied as it wrote.
         let buffered = Sample {
             dirtied_bytes: Some(300 * MIB),
             ..honest_mix()
         };
         let c = check_run(&t, Direction::Mix, &buffered, &ctx());
-        assert_eq!(codes(&c), [(CheckCode::PageCacheWrite, Severity::Flag)]);
+        assert_eq!(codes(&c), [(Code::BenchPageCacheWrite, Severity::Warning)]);
         // The writes of a mix are its own, not other I/O; twice its reads
         // on the devices are.
         let busy = Sample {
@@ -534,7 +530,7 @@ mod tests {
             ..honest_mix()
         };
         let c = check_run(&t, Direction::Mix, &busy, &ctx());
-        assert_eq!(codes(&c), [(CheckCode::OtherIo, Severity::Flag)]);
+        assert_eq!(codes(&c), [(Code::BenchOtherIo, Severity::Warning)]);
     }
 
     #[test]
@@ -562,8 +558,11 @@ mod tests {
             ..honest_read()
         };
         let c = check_run(&t, Direction::Read, &s, &ctx());
-        assert_eq!(codes(&c), vec![(CheckCode::DeviceMismatch, Severity::Flag)]);
-        assert!(c[0].message.contains("(13%)"), "{}", c[0].message);
+        assert_eq!(
+            codes(&c),
+            vec![(Code::BenchDeviceMismatch, Severity::Warning)]
+        );
+        assert!(c[0].title.contains("(13%)"), "{}", c[0].title);
         // Without every member's counters the check cannot run.
         let blind = CheckContext {
             devices_known: false,
@@ -578,7 +577,10 @@ mod tests {
             ..honest_read()
         };
         let c = check_run(&t, Direction::Write, &w, &ctx());
-        assert_eq!(codes(&c), vec![(CheckCode::DeviceMismatch, Severity::Flag)]);
+        assert_eq!(
+            codes(&c),
+            vec![(Code::BenchDeviceMismatch, Severity::Warning)]
+        );
     }
 
     #[test]
@@ -590,16 +592,16 @@ mod tests {
             ..honest_read()
         };
         let c = check_run(&t, Direction::Read, &doubled, &ctx());
-        assert_eq!(codes(&c), vec![(CheckCode::OtherIo, Severity::Flag)]);
-        assert!(c[0].message.contains("2.10×"), "{}", c[0].message);
-        assert!(c[0].message.contains("quiet moment"));
+        assert_eq!(codes(&c), vec![(Code::BenchOtherIo, Severity::Warning)]);
+        assert!(c[0].title.contains("2.10×"), "{}", c[0].title);
+        assert!(c[0].title.contains("quiet moment"));
         // A backup writing during a read run.
         let backup = Sample {
             device_write_bytes: Some(800 * MIB),
             ..honest_read()
         };
         let c = check_run(&t, Direction::Read, &backup, &ctx());
-        assert_eq!(codes(&c), vec![(CheckCode::OtherIo, Severity::Flag)]);
+        assert_eq!(codes(&c), vec![(Code::BenchOtherIo, Severity::Warning)]);
         // Writes on RAID1 move two copies: not other I/O; three times is.
         let w = |dev: u64| Sample {
             claimed_bytes: 1000 * MIB,
@@ -613,7 +615,7 @@ mod tests {
         };
         assert!(check_run(&t, Direction::Write, &w(2_010), &raid1).is_empty());
         let c = check_run(&t, Direction::Write, &w(3_000), &raid1);
-        assert_eq!(codes(&c), vec![(CheckCode::OtherIo, Severity::Flag)]);
+        assert_eq!(codes(&c), vec![(Code::BenchOtherIo, Severity::Warning)]);
         // Single: a tenth more (metadata) is fine.
         assert!(check_run(&t, Direction::Write, &w(1_100), &ctx()).is_empty());
         // Without the device counters nothing is said.
@@ -632,8 +634,11 @@ mod tests {
             ..honest_read()
         };
         let c = check_run(&t, Direction::Read, &warm, &ctx());
-        assert_eq!(codes(&c), vec![(CheckCode::PageCacheRead, Severity::Flag)]);
-        assert!(c[0].message.contains("(50%)"));
+        assert_eq!(
+            codes(&c),
+            vec![(Code::BenchPageCacheRead, Severity::Warning)]
+        );
+        assert!(c[0].title.contains("(50%)"));
         let buffered = Sample {
             claimed_bytes: 100 * MIB,
             device_write_bytes: Some(101 * MIB),
@@ -642,8 +647,11 @@ mod tests {
         };
         let cow = CheckContext { cow: true, ..ctx() };
         let c = check_run(&t, Direction::Write, &buffered, &cow);
-        assert_eq!(codes(&c), vec![(CheckCode::PageCacheWrite, Severity::Flag)]);
-        assert!(c[0].message.contains("--cow"));
+        assert_eq!(
+            codes(&c),
+            vec![(Code::BenchPageCacheWrite, Severity::Warning)]
+        );
+        assert!(c[0].title.contains("--cow"));
         // A few dirtied pages (metadata, noise) are not a buffered write.
         let direct = Sample {
             dirtied_bytes: Some(64 << 10),
@@ -667,8 +675,11 @@ mod tests {
             ..honest_read()
         };
         let c = check_run(&t, Direction::Write, &slow, &cow);
-        assert_eq!(codes(&c), vec![(CheckCode::PageCacheWrite, Severity::Flag)]);
-        assert!(c[0].message.contains("the test file's own pages"));
+        assert_eq!(
+            codes(&c),
+            vec![(Code::BenchPageCacheWrite, Severity::Warning)]
+        );
+        assert!(c[0].title.contains("the test file's own pages"));
         // The same numbers from a counter other writers move stay under
         // its slack.
         for source in [
@@ -715,7 +726,10 @@ mod tests {
             ..ctx()
         };
         let c = check_run(&t, Direction::Read, &honest_read(), &fallocated);
-        assert_eq!(codes(&c), vec![(CheckCode::NeverWritten, Severity::Flag)]);
+        assert_eq!(
+            codes(&c),
+            vec![(Code::BenchNeverWritten, Severity::Warning)]
+        );
         // Never-written regions do not matter to writes.
         let w = Sample {
             device_write_bytes: Some(1000 * MIB),
@@ -733,23 +747,23 @@ mod tests {
             ..ctx()
         };
         let c = check_run(&t, Direction::Read, &honest_read(), &compressed);
-        assert_eq!(codes(&c), vec![(CheckCode::Compression, Severity::Flag)]);
-        assert!(c[0].message.contains("compress-force=zstd"));
+        assert_eq!(codes(&c), vec![(Code::BenchCompression, Severity::Warning)]);
+        assert!(c[0].title.contains("compress-force=zstd"));
         let option_only = CheckContext {
             compression_option: Some("compress=zstd:3".into()),
             ..ctx()
         };
         let c = check_run(&t, Direction::Read, &honest_read(), &option_only);
-        assert_eq!(codes(&c), vec![(CheckCode::Compression, Severity::Note)]);
-        assert!(c[0].message.contains("NOCOW"));
+        assert_eq!(codes(&c), vec![(Code::BenchCompression, Severity::Info)]);
+        assert!(c[0].title.contains("NOCOW"));
 
         let busy = Sample {
             cores_per_thread: 0.97,
             ..honest_read()
         };
         let c = check_run(&t, Direction::Read, &busy, &ctx());
-        assert_eq!(codes(&c), vec![(CheckCode::CpuBound, Severity::Note)]);
-        assert!(c[0].message.contains("limited by CPU, not by the drive"));
+        assert_eq!(codes(&c), vec![(Code::BenchCpuBound, Severity::Info)]);
+        assert!(c[0].title.contains("limited by CPU, not by the drive"));
 
         // 28 GB/s on an 18.8 GB/s array.
         let ceiling = CheckContext {
@@ -762,7 +776,10 @@ mod tests {
             ..honest_read()
         };
         let c = check_run(&NVME_TESTS[2], Direction::Read, &fast, &ceiling);
-        assert_eq!(codes(&c), vec![(CheckCode::AboveCeiling, Severity::Flag)]);
+        assert_eq!(
+            codes(&c),
+            vec![(Code::BenchAboveCeiling, Severity::Warning)]
+        );
     }
 
     #[test]
@@ -797,12 +814,12 @@ mod tests {
         let mut bad = runs;
         bad[1]
             .checks
-            .push(flag(CheckCode::DeviceMismatch, "x".into()));
+            .push(flag(Code::BenchDeviceMismatch, "x".into()));
         let r = summarize(t, Direction::Read, bad, &c);
         assert_eq!(r.status, Status::Flagged);
         assert_eq!(r.bytes_per_sec, None);
         assert_eq!(r.claimed_bytes_per_sec, 1000.0 * MIB as f64);
-        assert_eq!(r.checks[0].message, "x (in 1 of 3 runs)");
+        assert_eq!(r.checks[0].title, "x (in 1 of 3 runs)");
         assert_eq!(r.ceiling_fraction, None);
     }
 
@@ -857,7 +874,7 @@ mod tests {
         let mut bad = runs;
         bad[0]
             .checks
-            .push(flag(CheckCode::PageCacheRead, "x".into()));
+            .push(flag(Code::BenchPageCacheRead, "x".into()));
         let r = summarize(t, Direction::Read, bad, &c);
         assert_eq!(r.status, Status::Flagged);
         assert_eq!(

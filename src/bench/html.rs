@@ -13,7 +13,8 @@
 use std::fmt::Write as _;
 
 use super::profile::Direction;
-use super::report::{BenchReport, CheckCode, Severity, Status, TestResult};
+use super::report::{BenchReport, Status, TestResult, is_flag};
+use crate::model::finding::Code;
 use crate::parse::size::format_iec;
 use crate::report::rate::mb_per_s;
 use crate::report::units::decimal_gb;
@@ -118,20 +119,20 @@ fn flag_reason(r: &TestResult) -> &'static str {
     let code = r
         .checks
         .iter()
-        .find(|c| c.severity == Severity::Flag)
+        .find(|c| is_flag(c.severity))
         .map(|c| c.code);
     match code {
-        Some(CheckCode::DeviceMismatch) => "devices moved less",
-        Some(CheckCode::PageCacheRead) => "page-cache read",
-        Some(CheckCode::PageCacheWrite) => "buffered write",
-        Some(CheckCode::Compression) => "compressed",
-        Some(CheckCode::CpuBound) => "CPU-bound",
-        Some(CheckCode::AboveCeiling) => "above PCIe ceiling",
-        Some(CheckCode::NeverWritten) => "never-written extents",
-        Some(CheckCode::Thermal) => "drives throttled",
-        Some(CheckCode::FioError) => "fio error",
-        Some(CheckCode::OtherIo) => "other I/O on the devices",
-        None => "a check failed",
+        Some(Code::BenchDeviceMismatch) => "devices moved less",
+        Some(Code::BenchPageCacheRead) => "page-cache read",
+        Some(Code::BenchPageCacheWrite) => "buffered write",
+        Some(Code::BenchCompression) => "compressed",
+        Some(Code::BenchCpuBound) => "CPU-bound",
+        Some(Code::BenchAboveCeiling) => "above PCIe ceiling",
+        Some(Code::BenchNeverWritten) => "never-written extents",
+        Some(Code::BenchThermal) => "drives throttled",
+        Some(Code::BenchFioError) => "fio error",
+        Some(Code::BenchOtherIo) => "other I/O on the devices",
+        _ => "a check failed",
     }
 }
 
@@ -507,21 +508,14 @@ pub fn render(r: &BenchReport) -> String {
     h.push_str("<h2>Checks</h2><ul id=\"flags\">");
     for x in &r.results {
         for c in &x.checks {
-            let class = if c.severity == Severity::Flag {
-                "flag"
-            } else {
-                "note"
-            };
+            let class = if is_flag(c.severity) { "flag" } else { "note" };
             let _ = write!(
                 h,
                 "<li class=\"{class}\" data-code=\"{}\">{} {}: {}</li>",
-                esc(&serde_json::to_value(c.code)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()),
+                esc(c.code.short_name()),
                 esc(&x.name),
                 x.direction.as_str(),
-                esc(&c.message)
+                esc(&c.title)
             );
         }
     }

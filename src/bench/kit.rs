@@ -37,6 +37,19 @@ pub struct Progress {
     pub eta_secs: u64,
 }
 
+impl Progress {
+    /// The words after `bench` on the progress bar: the step, the run and
+    /// the ETA.
+    pub fn line(&self) -> String {
+        let eta = format!("ETA {}m{:02}s", self.eta_secs / 60, self.eta_secs % 60);
+        if self.runs == 0 {
+            format!("{}  {eta}", self.what)
+        } else {
+            format!("{}  run {} of {}  {eta}", self.what, self.run, self.runs)
+        }
+    }
+}
+
 // ---------------------------------------------------------------------
 // Signals: SIGINT, SIGTERM and SIGHUP (a dropped SSH session) all stop
 // the bench at the next safe point (`signals::Mode::CleanupFirst`): fio's
@@ -518,6 +531,21 @@ pub(crate) fn set_dir_mode(work: &WorkDir, cow: bool, btrfs: bool) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_line_says_step_run_and_eta() {
+        let mut p = Progress {
+            what: "fill".into(),
+            run: 0,
+            runs: 0,
+            eta_secs: 125,
+        };
+        assert_eq!(p.line(), "fill  ETA 2m05s");
+        p.what = "SEQ1M Q8T1 read".into();
+        p.run = 2;
+        p.runs = 3;
+        assert_eq!(p.line(), "SEQ1M Q8T1 read  run 2 of 3  ETA 2m05s");
+    }
 
     #[test]
     fn work_dir_is_removed_on_drop() {

@@ -38,4 +38,6 @@ pub use kit::{
     OutputFile, Progress, TEST_FILE, Target, WORK_DIR_PREFIX, filesystem_uuid, open_target,
 };
 pub use report::BenchReport;
-pub use suite::{BenchOptions, Buffers, DEFAULT_DURATION, DEFAULT_RUNS, buffers, prepare, run};
+pub use suite::{
+    BenchOptions, Buffers, DEFAULT_DURATION, DEFAULT_RUNS, buffers, measure, prepare, run,
+};

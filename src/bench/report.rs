@@ -221,55 +221,6 @@ pub enum Status {
     Flagged,
 }
 
-/// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// The figure is not a measurement of the devices.
-    Flag,
-    /// Something to know about the figure.
-    Note,
-}
-
-/// Stable codes of the checks.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum CheckCode {
-    /// fio claims more bytes than the members moved.
-    DeviceMismatch,
-    /// The test file was in the page cache before a read run.
-    PageCacheRead,
-    /// A write run dirtied page-cache pages: it was buffered.
-    PageCacheWrite,
-    /// The test file has compressed extents, or compression is on.
-    Compression,
-    /// fio's threads used about one CPU core each.
-    CpuBound,
-    /// Above the array's encoded PCIe ceiling.
-    AboveCeiling,
-    /// The test file has never-written (unwritten or hole) regions.
-    NeverWritten,
-    /// The drives throttled during the bench.
-    Thermal,
-    /// fio reported an error for the job.
-    FioError,
-    /// The members moved clearly more than fio did: other I/O ran on them
-    /// during the run (another bench, a scrub, a backup).
-    OtherIo,
-}
-
 /// What a write run's dirtied bytes counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -295,15 +246,109 @@ impl From<crate::sys::proc::counters::CounterKind> for DirtiedSource {
     }
 }
 
-/// One finding about a figure.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Check {
+use crate::model::finding::{Code, short};
+pub use crate::model::finding::{Finding, Severity};
+
+/// The `bench --json` family of short names: a check's `code`.
+#[derive(Debug)]
+pub struct CheckCodes;
+
+impl short::Family for CheckCodes {
+    const COMMAND: &'static str = "bench";
+    const SCHEMA_NAME: &'static str = "CheckCode";
+    const ABOUT: &'static str = "Stable codes of the checks.";
+}
+
+/// A check's severity as `bench --json` spells it: warning is `flag` (the
+/// figure is not a result), info is `note`.
+#[derive(Debug, Clone, Copy)]
+struct Spelled(Severity);
+
+impl Serialize for Spelled {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if is_flag(self.0) { "flag" } else { "note" })
+    }
+}
+
+impl<'de> Deserialize<'de> for Spelled {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "flag" => Ok(Spelled(Severity::Warning)),
+            "note" => Ok(Spelled(Severity::Info)),
+            other => Err(serde::de::Error::custom(format!(
+                "unknown check severity {other:?}"
+            ))),
+        }
+    }
+}
+
+impl schemars::JsonSchema for Spelled {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Severity".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "oneOf": [
+                {"type": "string", "const": "flag",
+                 "description": "The figure is not a measurement of the devices."},
+                {"type": "string", "const": "note",
+                 "description": "Something to know about the figure."},
+            ],
+            "description": "How bad a finding is.",
+        })
+    }
+}
+
+/// A check flags its figure (it is then not a result): a warning or worse.
+pub fn is_flag(s: Severity) -> bool {
+    s != Severity::Info
+}
+
+/// A check of a figure as `bench --json` writes it: a catalog finding
+/// (`bench-*`) under its short code, its title the message.
+#[derive(Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(description = "One finding about a figure.")]
+struct Check {
     /// Stable code.
-    pub code: CheckCode,
+    code: short::Short<CheckCodes>,
     /// Flag or note.
-    pub severity: Severity,
+    severity: Spelled,
     /// What was seen and what it means.
-    pub message: String,
+    message: String,
+}
+
+/// A check of a figure: the catalog finding `code` (a `bench-*` code) as a
+/// flag (warning) or a note (info).
+pub(crate) fn check(code: Code, severity: Severity, message: String) -> Finding {
+    Finding::new(code, message, code.meaning()).with_severity(severity)
+}
+
+/// Serde for the checks of a run or a result (`#[serde(with)]`).
+mod checks {
+    use super::*;
+
+    pub(super) fn serialize<S: serde::Serializer>(v: &[Finding], s: S) -> Result<S::Ok, S::Error> {
+        let view: Vec<Check> = v
+            .iter()
+            .map(|f| Check {
+                code: short::Short::new(f.code),
+                severity: Spelled(f.severity),
+                message: f.title.clone(),
+            })
+            .collect();
+        view.serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<Finding>, D::Error> {
+        let view = Vec::<Check>::deserialize(d)?;
+        Ok(view
+            .into_iter()
+            .map(|c| check(c.code.0, c.severity.0, c.message))
+            .collect())
+    }
 }
 
 /// One fio run of one test.
@@ -351,7 +396,9 @@ pub struct RunResult {
     #[serde(default)]
     pub counter_dirtied_bytes: Option<u64>,
     /// Checks that failed or noted something for this run.
-    pub checks: Vec<Check>,
+    #[serde(with = "checks")]
+    #[schemars(with = "Vec<Check>")]
+    pub checks: Vec<Finding>,
 }
 
 /// One test in one direction, all runs.
@@ -400,7 +447,9 @@ pub struct TestResult {
     /// (sequential reads, when known).
     pub ceiling_fraction: Option<f64>,
     /// Findings (each once, over all runs).
-    pub checks: Vec<Check>,
+    #[serde(with = "checks")]
+    #[schemars(with = "Vec<Check>")]
+    pub checks: Vec<Finding>,
     /// The runs.
     pub runs: Vec<RunResult>,
 }
@@ -473,12 +522,39 @@ pub struct MemberRate {
 
 impl BenchReport {
     /// All flags of all results.
-    pub fn flagged(&self) -> impl Iterator<Item = (&TestResult, &Check)> {
+    pub fn flagged(&self) -> impl Iterator<Item = (&TestResult, &Finding)> {
         self.results.iter().flat_map(|r| {
             r.checks
                 .iter()
-                .filter(|c| c.severity == Severity::Flag)
+                .filter(|c| is_flag(c.severity))
                 .map(move |c| (r, c))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A check reads and writes as `bench --json` always wrote it: the
+    /// short code, `flag`/`note`, the message; the catalog code behind it.
+    #[test]
+    fn checks_keep_their_document_shape() {
+        #[derive(Serialize, Deserialize)]
+        struct Holder {
+            #[serde(with = "checks")]
+            checks: Vec<Finding>,
+        }
+        let old = r#"{"checks":[{"code":"device_mismatch","severity":"flag","message":"fio claims 2x"},{"code":"compression","severity":"note","message":"mounted with compress"}]}"#;
+        let h: Holder = serde_json::from_str(old).unwrap();
+        assert_eq!(h.checks[0].code, Code::BenchDeviceMismatch);
+        assert_eq!(h.checks[0].severity, Severity::Warning);
+        assert_eq!(h.checks[0].title, "fio claims 2x");
+        assert_eq!(h.checks[1].code, Code::BenchCompression);
+        assert!(!is_flag(h.checks[1].severity));
+        assert_eq!(serde_json::to_string(&h).unwrap(), old);
+        // A link kind is not a check code.
+        let bad = r#"{"checks":[{"code":"degraded","severity":"flag","message":"x"}]}"#;
+        assert!(serde_json::from_str::<Holder>(bad).is_err());
     }
 }

@@ -2,7 +2,8 @@
 
 use crate::bench::analysis::{CheckContext, Sample, check_run, run_result, summarize};
 use crate::bench::profile::{DEFAULT_TESTS, Direction};
-use crate::bench::report::{BenchReport, Check, CheckCode, Severity, TestResult};
+use crate::bench::report::{BenchReport, Severity, TestResult, check};
+use crate::model::finding::Code;
 
 /// A result of test `DEFAULT_TESTS[test]` in direction `d` at `rates`
 /// MB/s per round (latencies 8 ms mean; p50 7 ms, p99 9 ms, p99.9 12.5
@@ -30,11 +31,11 @@ pub(crate) fn figure(test: usize, d: Direction, rates: &[f64], flag: bool) -> Te
             };
             let mut checks = check_run(&t, d, &s, &ctx);
             if flag {
-                checks.push(Check {
-                    code: CheckCode::PageCacheWrite,
-                    severity: Severity::Flag,
-                    message: "buffered".into(),
-                });
+                checks.push(check(
+                    Code::BenchPageCacheWrite,
+                    Severity::Warning,
+                    "buffered".into(),
+                ));
             }
             run_result(i as u32 + 1, &s, checks)
         })

@@ -11,7 +11,7 @@ use btrfs_lab::bench::metadata::{ColdMethod as MetadataCold, MetadataOptions, Me
 use btrfs_lab::bench::profile::{self, Direction};
 use btrfs_lab::bench::profiles::{self, ProfilesOptions, ProfilesReport};
 use btrfs_lab::bench::report::HistoryEntry;
-use btrfs_lab::bench::report::{BenchReport, Severity, Status, TestResult};
+use btrfs_lab::bench::report::{BenchReport, Status, TestResult, is_flag};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
@@ -865,18 +865,7 @@ fn measure_suite(
     out: &Output,
 ) -> Result<BenchReport> {
     let fio_path = fio.path().to_path_buf();
-    let bar = out.byte_progress("bench {msg}");
-    let result = bench::run(opts, target, &mut fio, &fio_path, &mut |p| {
-        let eta = format!("ETA {}m{:02}s", p.eta_secs / 60, p.eta_secs % 60);
-        if p.runs == 0 {
-            bar.set_message(format!("{}  {eta}", p.what));
-        } else {
-            bar.set_message(format!("{}  run {} of {}  {eta}", p.what, p.run, p.runs));
-        }
-        bar.tick();
-    });
-    bar.finish_and_clear();
-    result
+    bench::measure(opts, target, &mut fio, &fio_path, out)
 }
 
 /// The suite: every refusal before the run (output files, DIR, space, then
@@ -1165,20 +1154,18 @@ fn render_checks(s: &mut String, r: &BenchReport, p: Paint) {
     let mut findings = String::new();
     for x in &r.results {
         for c in &x.checks {
-            let tag = match c.severity {
-                Severity::Flag => p.bad("flagged"),
-                Severity::Note => p.dim("note"),
+            let tag = if is_flag(c.severity) {
+                p.bad("flagged")
+            } else {
+                p.dim("note")
             };
-            let code = serde_json::to_value(c.code)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
+            let code = c.code.short_name();
             findings.push_str(&format!(
                 "  {} {} {tag} [{code}]\n",
                 x.name,
                 x.direction.as_str()
             ));
-            findings.push_str(&wrap(&c.message, 96, "      "));
+            findings.push_str(&wrap(&c.title, 96, "      "));
         }
     }
     if !findings.is_empty() {

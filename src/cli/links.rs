@@ -99,12 +99,12 @@ fn bandwidth_text(b: &Bandwidth) -> String {
 
 fn finding_text(f: &Finding, paint: Paint, indent: &str) -> String {
     let (label, painted) = match f.severity {
-        Severity::Warning => ("warning:", paint.warn("warning:")),
+        Severity::Critical | Severity::Warning => ("warning:", paint.warn("warning:")),
         Severity::Info => ("note:", paint.dim("note:")),
     };
-    let mut t = wrap(&format!("{label} {}", f.message), WIDTH, indent);
+    let mut t = wrap(&format!("{label} {}", f.title), WIDTH, indent);
     t = t.replacen(label, &painted, 1);
-    if let Some(h) = &f.hint {
+    if let Some(h) = &f.command {
         let inner = format!("{indent}  ");
         let hinted = wrap(&format!("hint: {h}"), WIDTH, &inner);
         t.push_str(&hinted.replacen("hint:", &paint.dim("hint:"), 1));

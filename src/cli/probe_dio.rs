@@ -14,7 +14,6 @@ use btrfs_lab::report::text::{escape_control, escape_path};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::proc::counters::{CounterChoice, CounterKind};
-use btrfs_lab::ui::Progress as _;
 
 use super::output::{Output, Paint, wrap};
 use super::units::{SYSROOT_HELP, UnitArgs, size, size_arg};
@@ -90,49 +89,43 @@ pub fn run(args: ProbeDioArgs, out: &Output) -> Result<u8> {
         ));
     }
     let sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
-    let Some(path) = args.path else {
-        let opts = PidOptions {
-            pid: args.pid.unwrap_or(0),
-            seconds: args.seconds.unwrap_or(probe::pid::DEFAULT_SECONDS),
-            // No threads yet: it may unshare its mount namespace.
-            allow_private_mounts: true,
-            sysroot,
-        };
-        let bar = out.byte_progress("probe-dio --pid {bar:30} {pos}/{len} s");
-        let result = probe::pid::run(&opts, &mut |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        });
-        bar.finish_and_clear();
-        let report = result?;
+    let Some(path) = args.path.clone() else {
+        let report = probe::pid::run(&args.pid_options(sysroot), out)?;
         out.report(&report, |r| render_pid(r, out.paint));
         return Ok(report.exit_code);
     };
-    let opts = ProbeOptions {
-        path,
-        size_bytes: args.file_size,
-        block_size: args.block_size,
-        rounds: args.rounds,
-        counter: match args.counter {
-            CounterArg::Auto => CounterChoice::Auto,
-            CounterArg::Bdi => CounterChoice::Bdi,
-            CounterArg::Vmstat => CounterChoice::Vmstat,
-        },
-        // This process has no threads yet: it may unshare its mount namespace.
-        allow_private_mounts: true,
-        sysroot,
-    };
-    let bar = btrfs_lab::ui::TrackedBar::new(out, "probe-dio", "probe-dio")
-        .records(false)
-        .log_lines(false);
-    let result = probe::run(&opts, &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
-    bar.finish();
-    let report = result?;
+    let report = probe::run(&args.probe_options(path, sysroot), out)?;
     out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)
+}
+
+impl ProbeDioArgs {
+    fn pid_options(&self, sysroot: SysRoot) -> PidOptions {
+        PidOptions {
+            pid: self.pid.unwrap_or(0),
+            seconds: self.seconds.unwrap_or(probe::pid::DEFAULT_SECONDS),
+            // No threads yet: it may unshare its mount namespace.
+            allow_private_mounts: true,
+            sysroot,
+        }
+    }
+
+    fn probe_options(&self, path: PathBuf, sysroot: SysRoot) -> ProbeOptions {
+        ProbeOptions {
+            path,
+            size_bytes: self.file_size,
+            block_size: self.block_size,
+            rounds: self.rounds,
+            counter: match self.counter {
+                CounterArg::Auto => CounterChoice::Auto,
+                CounterArg::Bdi => CounterChoice::Bdi,
+                CounterArg::Vmstat => CounterChoice::Vmstat,
+            },
+            // This process has no threads yet: it may unshare its mount namespace.
+            allow_private_mounts: true,
+            sysroot,
+        }
+    }
 }
 
 fn verdict_painted(v: Verdict, paint: Paint) -> String {

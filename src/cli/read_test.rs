@@ -14,7 +14,6 @@ use btrfs_lab::readtest::{self, CacheMode, Method, ReadTestOptions, ReadTestRepo
 use btrfs_lab::report::rate;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
-use btrfs_lab::ui::Progress as _;
 
 use super::output::{Output, Paint, wrap};
 use super::units::{UnitArgs, size, size_arg};
@@ -132,59 +131,46 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
         ));
     }
     let sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
-    let Some(file) = args.file else {
+    let Some(file) = args.file.clone() else {
         let opts = WatchOptions {
             pid: args.pid.unwrap_or(0),
             seconds: args.seconds.unwrap_or(watch::DEFAULT_SECONDS),
-            saved: args.saved,
+            saved: args.saved.clone(),
             sysroot,
         };
-        let bar = out.byte_progress("read-test --pid {bar:30} {pos}/{len} s");
-        let result = watch::run(&opts, &mut |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        });
-        bar.finish_and_clear();
-        let report = result?;
+        let report = watch::run(&opts, out)?;
         out.report(&report, |r| render_watch(r, out.paint));
         return Ok(report.exit_code);
     };
-    let mut opts = ReadTestOptions::new(file);
-    if !args.methods.is_empty() {
-        opts.methods = args.methods.into_iter().map(Method::from).collect();
-    }
-    opts.rounds = args.rounds;
-    opts.threads = args.threads;
-    opts.cache = args.cache.map(|c| match c {
-        CacheArg::Cold => CacheMode::Cold,
-        CacheArg::Warm => CacheMode::Warm,
-        CacheArg::Both => CacheMode::Both,
-    });
-    opts.chunk = args.chunk;
-    opts.buffer = args.buffer;
-    opts.drop_caches = args.drop_caches;
-    opts.verify = match args.verify {
-        VerifyArg::Sampled => VerifyMode::Sampled,
-        VerifyArg::Full => VerifyMode::Full,
-    };
-    opts.sysroot = sysroot;
-
-    let bar = btrfs_lab::ui::TrackedBar::new(out, "read-test", "read-test")
-        .records(false)
-        .log_lines(false);
-    let result = readtest::run(&opts, &mut |p| {
-        let who = match p.threads {
-            Some(t) => format!("{}×{t}", p.method),
-            None => p.method.to_string(),
-        };
-        bar.set_message(format!("{} {}/{} {who}", p.cache.name(), p.round, p.rounds));
-        bar.set_length(p.total);
-        bar.set_position(p.done);
-    });
-    bar.finish();
-    let report = result?;
+    let report = readtest::run(&args.options(file, sysroot), out)?;
     out.report(&report, |r| render(r, out.paint));
     Ok(report.exit_code)
+}
+
+impl ReadTestArgs {
+    /// The options of a read-test of `file`.
+    fn options(self, file: PathBuf, sysroot: SysRoot) -> ReadTestOptions {
+        let mut opts = ReadTestOptions::new(file);
+        if !self.methods.is_empty() {
+            opts.methods = self.methods.into_iter().map(Method::from).collect();
+        }
+        opts.rounds = self.rounds;
+        opts.threads = self.threads;
+        opts.cache = self.cache.map(|c| match c {
+            CacheArg::Cold => CacheMode::Cold,
+            CacheArg::Warm => CacheMode::Warm,
+            CacheArg::Both => CacheMode::Both,
+        });
+        opts.chunk = self.chunk;
+        opts.buffer = self.buffer;
+        opts.drop_caches = self.drop_caches;
+        opts.verify = match self.verify {
+            VerifyArg::Sampled => VerifyMode::Sampled,
+            VerifyArg::Full => VerifyMode::Full,
+        };
+        opts.sysroot = sysroot;
+        opts
+    }
 }
 
 /// GiB/s with two decimals, three below 0.1 (small files, slow disks).

@@ -157,7 +157,7 @@ pub fn deep(root: &SysRoot, f: &FsFacts) -> Result<(Vec<Finding>, DeepFacts)> {
     // count each file's pages, 64 MiB where only a counter can.
     let mut opts = ProbeOptions::new(&f.mount_point);
     opts.sysroot = root.clone();
-    match probe::run(&opts, &mut |_, _| {}) {
+    match probe::measure(&opts, &mut |_, _| {}) {
         Ok(r) => {
             facts.probe_verdict = Some(r.verdict.name().to_owned());
             if let Some(code) = verdict_code(r.verdict) {

@@ -12,39 +12,40 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::model::{
-    ArrayCeiling, Bandwidth, Ceiling, Finding, FindingKind, Hop, HopRole, Severity,
-};
+use super::model::{ArrayCeiling, Bandwidth, Ceiling, Finding, Hop, HopRole};
 use crate::model::finding::{Code, rules};
 use crate::model::profile::Profile;
 use crate::parse::pcie::{Generation, format_gbps, link_bytes_per_sec, parse_pci_address};
 use crate::sys::block::topology::{LinkAttrs, PciFunction};
 
-/// The findings catalog's code of a link finding's kind (`doctor --deep`
-/// reports link findings under it; docs/findings.md lists them).
-pub fn code(kind: FindingKind) -> Code {
-    match kind {
-        FindingKind::Degraded => Code::LinkDegraded,
-        FindingKind::CappedByPort => Code::LinkCappedByPort,
-        FindingKind::CappedUpstream => Code::LinkCappedUpstream,
-        FindingKind::BehindChipset => Code::LinkBehindChipset,
-        FindingKind::SharedUplink => Code::LinkSharedUplink,
-        FindingKind::SharedDisk => Code::LinkSharedDisk,
+/// A link finding of the catalog: `code` at its default severity (the
+/// caller sets the one its rule decides), `message` its title, the devices
+/// its `device` evidence and the hint its command (`links --json` writes
+/// them back as message, devices and hint).
+pub(crate) fn link_finding(
+    code: Code,
+    devices: Vec<String>,
+    message: String,
+    hint: Option<String>,
+) -> Finding {
+    let mut f = Finding::new(code, message, why(code));
+    for d in devices {
+        f = f.with_evidence(super::model::DEVICE, d);
     }
+    f.command = hint;
+    f
 }
 
-/// A catalog severity in the links report's two levels (`links` reports,
-/// it does not judge: nothing is critical there).
-pub(crate) fn hw_severity(s: crate::model::finding::Severity) -> Severity {
-    match s {
-        crate::model::finding::Severity::Info => Severity::Info,
-        _ => Severity::Warning,
+/// Why a link finding matters.
+pub(crate) fn why(code: Code) -> &'static str {
+    match code {
+        Code::LinkSharedDisk => {
+            "members on one drive share its bandwidth and fail together: redundancy across them is not redundancy"
+        }
+        _ => {
+            "a PCIe link below what the drive can do, or a drive that throttles, caps the array's throughput"
+        }
     }
-}
-
-/// The catalog's severity of a kind whose severity is fixed.
-fn severity_of(kind: FindingKind) -> Severity {
-    hw_severity(code(kind).default_severity())
 }
 
 const AMD: u32 = 0x1022;
@@ -339,20 +340,19 @@ fn degraded_finding(name: &str, hops: &[Hop], l: &LinkView) -> Option<Finding> {
     } else {
         link_label(hops, l)
     };
-    Some(Finding {
-        kind: FindingKind::Degraded,
-        severity: severity_of(FindingKind::Degraded),
-        devices: vec![name.to_owned()],
-        message: format!(
+    Some(link_finding(
+        Code::LinkDegraded,
+        vec![name.to_owned()],
+        format!(
             "{what} trained at {} though {ends} both support {}{figures}",
             gen_width(l.generation, l.width),
             gen_width(eg, ew)
         ),
-        hint: join_hints(
+        join_hints(
             narrow.then_some(DEGRADED_WIDTH_HINT),
             slow.then_some(DEGRADED_SPEED_HINT),
         ),
-    })
+    ))
 }
 
 /// The drive's own link capped by the port above it.
@@ -373,16 +373,15 @@ fn capped_by_port(
         ),
         _ => String::new(),
     };
-    Some(Finding {
-        kind: FindingKind::CappedByPort,
-        severity: severity_of(FindingKind::CappedByPort),
-        devices: vec![name.to_owned()],
-        message: format!(
+    Some(link_finding(
+        Code::LinkCappedByPort,
+        vec![name.to_owned()],
+        format!(
             "{} is {port}, the drive {drive}{figures}",
             describe_hop(hops, u)
         ),
-        hint: join_hints(narrower.then_some(LANES_HINT), slower.then_some(SPEED_HINT)),
-    })
+        join_hints(narrower.then_some(LANES_HINT), slower.then_some(SPEED_HINT)),
+    ))
 }
 
 /// The narrowest link on the path (every link's speed known), and the
@@ -422,11 +421,10 @@ fn ceiling(
         ),
         None => "the switch or chipset above the drive is wired with fewer or slower lanes than the drive; a socket on the CPU gives the drive its whole link".to_owned(),
     };
-    let capped = Finding {
-        kind: FindingKind::CappedUpstream,
-        severity: severity_of(FindingKind::CappedUpstream),
-        devices: vec![name.to_owned()],
-        message: format!(
+    let capped = link_finding(
+        Code::LinkCappedUpstream,
+        vec![name.to_owned()],
+        format!(
             "{} ({}, {}) is narrower than the drive's own link ({}, {}): it limits the drive to {}",
             link_label(hops, l),
             gen_width(l.generation, l.width),
@@ -435,8 +433,8 @@ fn ceiling(
             format_gbps(own_bytes),
             format_gbps(limit)
         ),
-        hint: Some(hint),
-    };
+        Some(hint),
+    );
     (ceiling, Some(capped))
 }
 
@@ -461,30 +459,28 @@ fn behind_chipset(name: &str, hops: &[Hop], links: &[LinkView]) -> Option<Findin
             .and_then(|l| l.upper)
             .map(|u| format!(" through {}", describe_hop(hops, u)))
             .unwrap_or_default();
-        return Some(Finding {
-            kind: FindingKind::BehindChipset,
-            severity: severity_of(FindingKind::BehindChipset),
-            devices: vec![name.to_owned()],
-            message: format!(
+        return Some(link_finding(
+            Code::LinkBehindChipset,
+            vec![name.to_owned()],
+            format!(
                 "behind the chipset (AMD switch {}): its uplink{figures}{via} is shared with everything else on the chipset: USB, SATA, network and other M.2 sockets",
                 hops[up].address
             ),
-            hint: Some(CHIPSET_HINT.to_owned()),
-        });
+            Some(CHIPSET_HINT.to_owned()),
+        ));
     }
     let rp = hops
         .iter()
         .position(|h| h.chipset && h.role == HopRole::RootPort)?;
-    Some(Finding {
-        kind: FindingKind::BehindChipset,
-        severity: severity_of(FindingKind::BehindChipset),
-        devices: vec![name.to_owned()],
-        message: format!(
+    Some(link_finding(
+        Code::LinkBehindChipset,
+        vec![name.to_owned()],
+        format!(
             "on a chipset (Intel PCH) root port {}: everything on the chipset shares its DMI link to the CPU: USB, SATA, network and other M.2 sockets",
             hops[rp].address
         ),
-        hint: Some(CHIPSET_HINT.to_owned()),
-    })
+        Some(CHIPSET_HINT.to_owned()),
+    ))
 }
 
 /// The links of the path for the array arithmetic (the chipset's DMI link
@@ -642,43 +638,40 @@ pub(crate) fn shared_uplinks(members: &[MemberPath]) -> Vec<Finding> {
                 .map(|n| format!(" ({n})"))
                 .unwrap_or_default();
             match (l.bytes_per_sec, together) {
-                (Some(cap), Some(sum)) if sum > cap * (1.0 + EPS) => Finding {
-                    kind: FindingKind::SharedUplink,
-                    severity: hw_severity(rules::shared_uplink(true)),
-                    devices: names,
-                    message: format!(
+                (Some(cap), Some(sum)) if sum > cap * (1.0 + EPS) => link_finding(
+ Code::LinkSharedUplink,
+ names,
+ format!(
                         "{list} share {}, {}{port_note}: their own links could move {} together, so used at once they get at most {}",
                         l.label,
                         format_gbps(cap),
                         format_gbps(sum),
                         format_gbps(cap)
                     ),
-                    hint: Some("spread the drives over sockets with their own root ports, or give the switch a wider or faster slot".to_owned()),
-                },
-                (Some(cap), sum) => Finding {
-                    kind: FindingKind::SharedUplink,
-                    severity: hw_severity(rules::shared_uplink(false)),
-                    devices: names,
-                    message: format!(
+ Some("spread the drives over sockets with their own root ports, or give the switch a wider or faster slot".to_owned()),
+).with_severity(rules::shared_uplink(true)),
+                (Some(cap), sum) => link_finding(
+ Code::LinkSharedUplink,
+ names,
+ format!(
                         "{list} share {}, {}{port_note}{}",
                         l.label,
                         format_gbps(cap),
                         sum.map(|s| format!(", enough for the {} their own links move together", format_gbps(s)))
                             .unwrap_or_default()
                     ),
-                    hint: None,
-                },
-                (None, _) => Finding {
-                    kind: FindingKind::SharedUplink,
-                    // Unknown capacity: not known to be oversubscribed.
-                    severity: hw_severity(rules::shared_uplink(false)),
-                    devices: names,
-                    message: format!(
+ None,
+).with_severity(rules::shared_uplink(false)),
+                (None, _) => // Unknown capacity: not known to be oversubscribed.
+link_finding(
+ Code::LinkSharedUplink,
+ names,
+ format!(
                         "{list} are on the chipset and share {} with its USB, SATA and network ports; used together they may be limited by it",
                         l.label
                     ),
-                    hint: Some(CHIPSET_HINT.to_owned()),
-                },
+ Some(CHIPSET_HINT.to_owned()),
+).with_severity(rules::shared_uplink(false)),
             }
         })
         .collect()
@@ -924,6 +917,7 @@ fn no_figures(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::finding::Severity;
 
     fn g(n: u8) -> Option<Generation> {
         Generation::new(n)
@@ -949,8 +943,8 @@ mod tests {
         (v / 1e7).round() / 100.0
     }
 
-    fn kinds(a: &DeviceAnalysis) -> Vec<FindingKind> {
-        a.findings.iter().map(|f| f.kind).collect()
+    fn kinds(a: &DeviceAnalysis) -> Vec<Code> {
+        a.findings.iter().map(|f| f.code).collect()
     }
 
     #[test]
@@ -1001,20 +995,20 @@ mod tests {
                 f("0000:00:01.3", AMD, (4, 2), (4, 2)),
             ],
         );
-        assert_eq!(kinds(&a), [FindingKind::CappedByPort]);
+        assert_eq!(kinds(&a), [Code::LinkCappedByPort]);
         let finding = &a.findings[0];
         assert_eq!(finding.severity, Severity::Warning);
         assert!(
             finding
-                .message
+                .title
                 .contains("root port 0000:00:01.3 is x2, the drive x4"),
             "{}",
-            finding.message
+            finding.title
         );
-        assert!(finding.message.contains("3.94 GB/s instead of 7.88 GB/s"));
+        assert!(finding.title.contains("3.94 GB/s instead of 7.88 GB/s"));
         assert!(
             finding
-                .hint
+                .command
                 .as_ref()
                 .unwrap()
                 .contains("BIOS lane settings")
@@ -1031,9 +1025,15 @@ mod tests {
                 f("0000:00:06.0", INTEL, (4, 4), (4, 4)),
             ],
         );
-        assert_eq!(kinds(&a), [FindingKind::CappedByPort]);
-        assert!(a.findings[0].message.contains("is Gen4, the drive Gen5"));
-        assert!(a.findings[0].hint.as_ref().unwrap().contains("generation"));
+        assert_eq!(kinds(&a), [Code::LinkCappedByPort]);
+        assert!(a.findings[0].title.contains("is Gen4, the drive Gen5"));
+        assert!(
+            a.findings[0]
+                .command
+                .as_ref()
+                .unwrap()
+                .contains("generation")
+        );
         assert_eq!(gbps(a.potential.unwrap().encoded()), 15.75);
         // 00:06.0 is a CPU root port, not the chipset.
         assert!(!a.hops[1].chipset);
@@ -1048,14 +1048,14 @@ mod tests {
                 f("0000:00:01.1", AMD, (4, 1), (4, 4)),
             ],
         );
-        assert_eq!(kinds(&a), [FindingKind::Degraded]);
-        assert!(a.findings[0].message.contains("trained at Gen4 x1"));
+        assert_eq!(kinds(&a), [Code::LinkDegraded]);
+        assert!(a.findings[0].title.contains("trained at Gen4 x1"));
         assert!(
             a.findings[0]
-                .message
+                .title
                 .contains("1.97 GB/s instead of 7.88 GB/s")
         );
-        assert!(a.findings[0].hint.as_ref().unwrap().contains("reseat"));
+        assert!(a.findings[0].command.as_ref().unwrap().contains("reseat"));
         assert_eq!(gbps(a.ceiling.unwrap().bandwidth.encoded()), 1.97);
 
         let slow = analyze_device(
@@ -1065,15 +1065,21 @@ mod tests {
                 f("0000:00:01.1", AMD, (3, 4), (4, 4)),
             ],
         );
-        assert_eq!(kinds(&slow), [FindingKind::Degraded]);
+        assert_eq!(kinds(&slow), [Code::LinkDegraded]);
         assert!(
             slow.findings[0]
-                .hint
+                .command
                 .as_ref()
                 .unwrap()
                 .contains("under load")
         );
-        assert!(!slow.findings[0].hint.as_ref().unwrap().contains("reseat"));
+        assert!(
+            !slow.findings[0]
+                .command
+                .as_ref()
+                .unwrap()
+                .contains("reseat")
+        );
     }
 
     #[test]
@@ -1086,7 +1092,7 @@ mod tests {
             f("0000:00:01.1", AMD, (4, 1), (4, 4)),
         ];
         let a = analyze_device("nvme0", &path);
-        assert_eq!(kinds(&a), [FindingKind::CappedUpstream]);
+        assert_eq!(kinds(&a), [Code::LinkCappedUpstream]);
         let c = a.ceiling.unwrap();
         assert_eq!(gbps(c.bandwidth.encoded()), 1.97);
         assert_eq!(c.limited_by, "0000:00:01.1");
@@ -1097,7 +1103,7 @@ mod tests {
         // The degraded uplink is handed to the caller, keyed by its lower end.
         assert_eq!(a.upstream_findings.len(), 1);
         assert_eq!(a.upstream_findings[0].0, "0000:01:00.0");
-        assert_eq!(a.upstream_findings[0].1.kind, FindingKind::Degraded);
+        assert_eq!(a.upstream_findings[0].1.code, Code::LinkDegraded);
         assert_eq!(a.links.unwrap().len(), 2);
     }
 
@@ -1116,8 +1122,8 @@ mod tests {
             amd.hops.iter().map(|h| h.chipset).collect::<Vec<_>>(),
             [false, true, true, false]
         );
-        assert_eq!(kinds(&amd), [FindingKind::BehindChipset]);
-        assert!(amd.findings[0].message.contains("7.88 GB/s"));
+        assert_eq!(kinds(&amd), [Code::LinkBehindChipset]);
+        assert!(amd.findings[0].title.contains("7.88 GB/s"));
         assert_eq!(amd.findings[0].severity, Severity::Info);
 
         // A PLX switch is a switch, not a chipset.
@@ -1141,7 +1147,7 @@ mod tests {
             ],
         );
         assert!(intel.hops[1].chipset);
-        assert_eq!(kinds(&intel), [FindingKind::BehindChipset]);
+        assert_eq!(kinds(&intel), [Code::LinkBehindChipset]);
         let links = intel.links.unwrap();
         assert_eq!(links.last().unwrap().id, "pch-dmi:0000");
         assert_eq!(links.last().unwrap().bytes_per_sec, None);
@@ -1255,17 +1261,13 @@ mod tests {
         let f = shared_uplinks(&members);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
-        assert_eq!(f[0].devices.len(), 4);
-        assert!(
-            f[0].message.contains("15.75 GB/s together"),
-            "{}",
-            f[0].message
-        );
+        assert_eq!(crate::hw::model::devices(&f[0]).count(), 4);
+        assert!(f[0].title.contains("15.75 GB/s together"), "{}", f[0].title);
 
         // Two drives behind a uplink wide enough for both: worth knowing only.
         let enough = shared_uplinks(&members[..2]);
         assert_eq!(enough[0].severity, Severity::Info);
-        assert!(enough[0].message.contains("enough"));
+        assert!(enough[0].title.contains("enough"));
         // Nothing shared, nothing said.
         assert!(shared_uplinks(&reference()).is_empty());
     }
@@ -1366,7 +1368,7 @@ mod tests {
         let f = shared_uplinks(&members);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Info);
-        assert!(f[0].message.contains("DMI"));
+        assert!(f[0].title.contains("DMI"));
     }
 
     #[test]
@@ -1385,7 +1387,13 @@ mod tests {
         assert_eq!(gbps(c.many_readers.unwrap().encoded()), 8.0);
         let f = shared_uplinks(&members);
         assert_eq!(f.len(), 2, "{f:?}");
-        assert_eq!(f[0].devices, ["a", "b"]);
-        assert_eq!(f[1].devices, ["a", "b", "c"]);
+        assert_eq!(
+            crate::hw::model::devices(&f[0]).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(
+            crate::hw::model::devices(&f[1]).collect::<Vec<_>>(),
+            ["a", "b", "c"]
+        );
     }
 }

@@ -120,50 +120,93 @@ pub struct Ceiling {
     pub limited_by_link: String,
 }
 
-/// How bad a finding is.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// Costs throughput.
-    Warning,
-    /// Worth knowing.
-    Info,
+use crate::model::finding::{Code, Evidence, short};
+pub use crate::model::finding::{Finding, Severity};
+
+/// The `links --json` family of short names: a finding's `kind`.
+#[derive(Debug)]
+pub struct LinkKinds;
+
+impl short::Family for LinkKinds {
+    const COMMAND: &'static str = "links";
+    const SCHEMA_NAME: &'static str = "FindingKind";
+    const ABOUT: &'static str = "What a finding is about.";
 }
 
-/// What a finding is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum FindingKind {
-    /// A link trained below what both of its ends support.
-    Degraded,
-    /// The port above the drive is narrower or slower than the drive.
-    CappedByPort,
-    /// A link further up is narrower than the drive's own link.
-    CappedUpstream,
-    /// The drive hangs off the chipset, whose uplink it shares.
-    BehindChipset,
-    /// Several of the listed drives share one uplink.
-    SharedUplink,
-    /// Several members of the array are one drive: loop devices whose
-    /// backing files are on one disk, partitions of one drive.
-    SharedDisk,
-}
+/// The evidence name of a device a link finding concerns.
+pub(crate) const DEVICE: &str = "device";
 
-/// Something the links show that the user should know.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Finding {
-    /// What kind.
-    pub kind: FindingKind,
+/// A link finding as `links --json` writes it: a catalog finding whose
+/// title is the message, `device` evidence the devices and command the
+/// hint.
+#[derive(Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "Finding")]
+#[schemars(description = "Something the links show that the user should know.")]
+struct LinkFinding {
+    /// The findings catalog's code (`link-degraded`; docs/findings.md).
+    code: Code,
+    /// What kind: the code's short name.
+    kind: short::Short<LinkKinds>,
     /// How bad.
-    pub severity: Severity,
+    severity: Severity,
     /// The devices it concerns (controller names).
-    pub devices: Vec<String>,
+    devices: Vec<String>,
     /// One or two sentences.
-    pub message: String,
+    message: String,
     /// What to do, if anything.
-    pub hint: Option<String>,
+    hint: Option<String>,
+}
+
+/// Serde for the findings of the links report (`#[serde(with)]`).
+pub(crate) mod link_findings {
+    use super::*;
+
+    pub(crate) fn serialize<S: serde::Serializer>(v: &[Finding], s: S) -> Result<S::Ok, S::Error> {
+        let view: Vec<LinkFinding> = v
+            .iter()
+            .map(|f| LinkFinding {
+                code: f.code,
+                kind: short::Short::new(f.code),
+                severity: f.severity,
+                devices: devices(f).map(str::to_owned).collect(),
+                message: f.title.clone(),
+                hint: f.command.clone(),
+            })
+            .collect();
+        view.serialize(s)
+    }
+
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<Finding>, D::Error> {
+        let view = Vec::<LinkFinding>::deserialize(d)?;
+        Ok(view
+            .into_iter()
+            .map(|l| Finding {
+                code: l.kind.0,
+                severity: l.severity,
+                title: l.message,
+                evidence: l
+                    .devices
+                    .into_iter()
+                    .map(|value| Evidence {
+                        name: DEVICE.to_owned(),
+                        value,
+                    })
+                    .collect(),
+                why: crate::hw::analysis::why(l.kind.0).to_owned(),
+                command: l.hint,
+            })
+            .collect())
+    }
+}
+
+/// The devices a link finding concerns.
+pub fn devices(f: &Finding) -> impl Iterator<Item = &str> {
+    f.evidence
+        .iter()
+        .filter(|e| e.name == DEVICE)
+        .map(|e| e.value.as_str())
 }
 
 /// One listed device: an NVMe controller, or a disk without PCIe link.
@@ -193,6 +236,8 @@ pub struct DeviceReport {
     /// width (the socket it was built for).
     pub potential: Option<Bandwidth>,
     /// Findings about this device alone.
+    #[serde(with = "link_findings")]
+    #[schemars(with = "Vec<LinkFinding>")]
     pub findings: Vec<Finding>,
     /// Why there is no link information, when there is none.
     pub note: Option<String>,
@@ -284,6 +329,8 @@ pub struct LinksReport {
     pub devices: Vec<DeviceReport>,
     /// Findings about several devices together (shared uplinks, degraded
     /// links above a switch).
+    #[serde(with = "link_findings")]
+    #[schemars(with = "Vec<LinkFinding>")]
     pub findings: Vec<Finding>,
     /// The array, for a mount.
     pub array: Option<ArrayReport>,
@@ -298,5 +345,37 @@ impl LinksReport {
             .iter()
             .flat_map(|d| d.findings.iter())
             .chain(self.findings.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link finding writes as `links --json` always did (kind, severity,
+    /// devices, message, hint), with the catalog's `code` added.
+    #[test]
+    fn link_findings_keep_their_document_shape() {
+        #[derive(Serialize, Deserialize)]
+        struct Holder {
+            #[serde(with = "link_findings")]
+            findings: Vec<Finding>,
+        }
+        let f = crate::hw::analysis::link_finding(
+            Code::LinkCappedByPort,
+            vec!["nvme0".into(), "nvme1".into()],
+            "the port is Gen3".into(),
+            Some("move it".into()),
+        );
+        let json = serde_json::to_string(&Holder {
+            findings: vec![f.clone()],
+        })
+        .unwrap();
+        assert_eq!(
+            json,
+            r#"{"findings":[{"code":"link-capped-by-port","kind":"capped-by-port","severity":"warning","devices":["nvme0","nvme1"],"message":"the port is Gen3","hint":"move it"}]}"#
+        );
+        let back: Holder = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.findings, [f]);
     }
 }

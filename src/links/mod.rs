@@ -157,32 +157,24 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
     })
 }
 
-/// A link finding as a finding of the shared catalog (`doctor --deep`): its
-/// code is `link-KIND` ([`analysis::code`]), its severity the one the link
-/// analysis gave it, the command its hint or `links --thermal MOUNT`.
-pub(crate) fn catalog_finding(l: &Finding, mount: &str) -> crate::model::finding::Finding {
-    use crate::model::finding::{Finding as CatalogFinding, Severity as CatalogSeverity};
-    let severity = match l.severity {
-        Severity::Warning => CatalogSeverity::Warning,
-        Severity::Info => CatalogSeverity::Info,
-    };
-    CatalogFinding::new(
-        analysis::code(l.kind),
-        l.message.clone(),
-        match l.kind {
-            model::FindingKind::SharedDisk => {
-                "members on one drive share its bandwidth and fail together: redundancy across them is not redundancy"
-            }
-            _ => {
-                "a PCIe link below what the drive can do, or a drive that throttles, caps the array's throughput"
-            }
-        },
-    )
-    .with_severity(severity)
-    .with_evidence("devices", l.devices.join(", "))
-    .with_command(l.hint.clone().unwrap_or_else(|| {
-        crate::sys::tools::display_argv(&["btrfs-lab", "links", "--thermal", mount])
-    }))
+/// A link finding as `doctor --deep` reports it: its devices in one
+/// `devices` figure, its command its hint or `links --thermal MOUNT`.
+pub(crate) fn catalog_finding(l: &Finding, mount: &str) -> Finding {
+    let devices: Vec<&str> = model::devices(l).collect();
+    let mut f = Finding {
+        evidence: Vec::new(),
+        ..l.clone()
+    }
+    .with_evidence("devices", devices.join(", "));
+    if f.command.is_none() {
+        f.command = Some(crate::sys::tools::display_argv(&[
+            "btrfs-lab",
+            "links",
+            "--thermal",
+            mount,
+        ]));
+    }
+    f
 }
 
 /// What to list, and which block devices (and loop layers) led to each
@@ -376,7 +368,7 @@ fn merge_upstream(upstream: Vec<(String, Finding)>) -> Vec<Finding> {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (link, f) in upstream {
         match seen.get(&link) {
-            Some(&i) => findings[i].devices.extend(f.devices),
+            Some(&i) => findings[i].evidence.extend(f.evidence),
             None => {
                 seen.insert(link, findings.len());
                 findings.push(f);
@@ -532,18 +524,17 @@ fn shared_disks(members: &[ArrayMember], profiles: &[Profile]) -> Vec<Finding> {
                     p.name()
                 ));
             }
-            Finding {
-                kind: model::FindingKind::SharedDisk,
-                severity: analysis::hw_severity(crate::model::finding::rules::shared_disk(
-                    !redundant.is_empty(),
-                )),
-                devices: names,
-                message,
-                hint: Some(
+            analysis::link_finding(
+ crate::model::finding::Code::LinkSharedDisk,
+ names,
+ message,
+ Some(
                     "give each member its own drive for redundancy or bandwidth (a test array on loop devices is fine as it is)"
                         .to_owned(),
                 ),
-            }
+).with_severity(crate::model::finding::rules::shared_disk(
+                    !redundant.is_empty(),
+                ))
         })
         .collect()
 }
@@ -576,20 +567,23 @@ mod tests {
         let f = shared_disks(&members, &[Profile::Raid1]);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
-        assert_eq!(f[0].devices, ["nvme0n1p1", "nvme0n1p2"]);
+        assert_eq!(
+            crate::hw::model::devices(&f[0]).collect::<Vec<_>>(),
+            ["nvme0n1p1", "nvme0n1p2"]
+        );
         assert!(
-            f[0].message
+            f[0].title
                 .starts_with("nvme0n1p1, nvme0n1p2 are one drive (nvme0)")
                 && f[0]
-                    .message
+                    .title
                     .contains("raid1's copies of the data are all on it"),
             "{}",
-            f[0].message
+            f[0].title
         );
         // Striping over one drive loses nothing more: worth knowing only.
         let f = shared_disks(&members, &[Profile::Raid0]);
         assert_eq!(f[0].severity, Severity::Info);
-        assert!(!f[0].message.contains("copies"), "{}", f[0].message);
+        assert!(!f[0].title.contains("copies"), "{}", f[0].title);
         // Every member on its own drive, or unknown: nothing said.
         assert!(shared_disks(&members[2..], &[Profile::Raid1]).is_empty());
     }

@@ -10,6 +10,7 @@
 
 pub mod catalog;
 pub mod rules;
+pub mod short;
 
 use serde::{Deserialize, Serialize};
 

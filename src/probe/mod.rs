@@ -270,8 +270,27 @@ fn open_dir(path: &Path) -> Result<HeldDir> {
     Ok(dir)
 }
 
-/// Runs the probe. `progress(done, total)` is called as bytes are written.
-pub fn run(opts: &ProbeOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<ProbeReport> {
+/// `probe-dio DIR`: runs the probe, the bytes written counted on the
+/// `ui`'s meter (no JSON Lines records: `--json` is one document).
+pub fn run(opts: &ProbeOptions, ui: &dyn crate::ui::Ui) -> Result<ProbeReport> {
+    use crate::ui::Progress as _;
+    let bar = crate::ui::TrackedBar::new(ui, "probe-dio", "probe-dio")
+        .records(false)
+        .log_lines(false);
+    let result = measure(opts, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish();
+    result
+}
+
+/// Runs the probe (`doctor --deep` silently). `progress(done, total)` is
+/// called as bytes are written.
+pub(crate) fn measure(
+    opts: &ProbeOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ProbeReport> {
     opts.validate()?;
     let started = Instant::now();
     // The directory is opened once, following only root's links (a link

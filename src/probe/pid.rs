@@ -419,8 +419,20 @@ fn not_root() -> Error {
     .with_hint("run it as root (sudo btrfs-lab probe-dio --pid PID)")
 }
 
+/// `probe-dio --pid`: watches `opts.pid`, its seconds counted on the
+/// `ui`'s progress bar.
+pub fn run(opts: &PidOptions, ui: &dyn crate::ui::Ui) -> Result<PidReport> {
+    let bar = ui.progress("probe-dio --pid {bar:30} {pos}/{len} s");
+    let result = watch(opts, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish();
+    result
+}
+
 /// Watches `opts.pid`. `tick(elapsed, total)` is called as time passes.
-pub fn run(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidReport> {
+fn watch(opts: &PidOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<PidReport> {
     if !(1..=3600).contains(&opts.seconds) {
         return Err(Error::usage("--seconds must be between 1 and 3600"));
     }

@@ -732,11 +732,32 @@ fn memory_check(root: &SysRoot, need: u64) -> Result<()> {
     Ok(())
 }
 
+/// `read-test FILE`: runs the test, each run's bytes on the `ui`'s meter
+/// with the cache, round and method as its step (no JSON Lines records:
+/// `--json` is one document).
+pub fn run(opts: &ReadTestOptions, ui: &dyn crate::ui::Ui) -> Result<ReadTestReport> {
+    use crate::ui::Progress as _;
+    let bar = crate::ui::TrackedBar::new(ui, "read-test", "read-test")
+        .records(false)
+        .log_lines(false);
+    let result = test(opts, &mut |p| {
+        let who = match p.threads {
+            Some(t) => format!("{}×{t}", p.method),
+            None => p.method.to_string(),
+        };
+        bar.set_message(format!("{} {}/{} {who}", p.cache.name(), p.round, p.rounds));
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+    });
+    bar.finish();
+    result
+}
+
 /// Runs the test. `progress` is called a few times a second during runs.
 /// It reads what it needs about the file ([`inspect`]), plans
 /// ([`plan::plan`], pure), chooses the cache ([`choose_cache`]), executes
 /// the plan ([`execute`]), then summarizes ([`summarize`]) and reports.
-pub fn run(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ReadTestReport> {
+fn test(opts: &ReadTestOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ReadTestReport> {
     opts.validate()?;
     if opts.drop_caches && !is_root() {
         return Err(Error::new(

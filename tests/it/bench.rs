@@ -8,9 +8,8 @@ use std::thread;
 use std::time::Duration;
 
 use btrfs_lab::bench::profile::Direction;
-use btrfs_lab::bench::report::{
-    BenchReport, CheckCode, DirtiedSource, Severity, Status, TestResult,
-};
+use btrfs_lab::bench::report::{BenchReport, DirtiedSource, Status, TestResult, is_flag};
+use btrfs_lab::model::finding::Code;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
 
@@ -66,10 +65,10 @@ fn result<'a>(r: &'a BenchReport, section: &str) -> &'a TestResult {
         .unwrap_or_else(|| panic!("no {section} in {r:#?}"))
 }
 
-fn flags(t: &TestResult) -> Vec<CheckCode> {
+fn flags(t: &TestResult) -> Vec<Code> {
     t.checks
         .iter()
-        .filter(|c| c.severity == Severity::Flag)
+        .filter(|c| is_flag(c.severity))
         .map(|c| c.code)
         .collect()
 }
@@ -322,7 +321,7 @@ fn planted_lies_are_flagged() {
         let t = result(&r, s);
         assert_eq!(t.status, Status::Flagged);
         assert_eq!(t.bytes_per_sec, None, "a flagged figure is not a result");
-        assert_eq!(flags(t), vec![CheckCode::DeviceMismatch], "{t:#?}");
+        assert_eq!(flags(t), vec![Code::BenchDeviceMismatch], "{t:#?}");
     }
 
     // A warm page cache (O_DIRECT ignored, no eviction).
@@ -334,7 +333,7 @@ fn planted_lies_are_flagged() {
     );
     assert_eq!(code, 3);
     let read = result(&r, "SEQ1M-Q8T1-read");
-    assert!(flags(read).contains(&CheckCode::PageCacheRead), "{read:#?}");
+    assert!(flags(read).contains(&Code::BenchPageCacheRead), "{read:#?}");
     let warm = read
         .runs
         .iter()
@@ -346,7 +345,7 @@ fn planted_lies_are_flagged() {
     assert!(warm > 0, "nothing cached before a run: {read:#?}");
     let write = result(&r, "SEQ1M-Q8T1-write");
     assert!(
-        flags(write).contains(&CheckCode::PageCacheWrite),
+        flags(write).contains(&Code::BenchPageCacheWrite),
         "{write:#?}"
     );
 
@@ -359,13 +358,13 @@ fn planted_lies_are_flagged() {
     );
     assert_eq!(code, 3);
     let read = result(&r, "RND4K-Q32T1-read");
-    assert!(flags(read).contains(&CheckCode::NeverWritten), "{read:#?}");
+    assert!(flags(read).contains(&Code::BenchNeverWritten), "{read:#?}");
     assert_eq!(
         r.test_file.layout_after_fill.unwrap().unwritten_bytes,
         64 * MIB
     );
     // The devices read nothing for those zeros.
-    assert!(flags(read).contains(&CheckCode::DeviceMismatch));
+    assert!(flags(read).contains(&Code::BenchDeviceMismatch));
     assert_eq!(result(&r, "RND4K-Q32T1-write").status, Status::Ok);
 }
 
@@ -384,7 +383,7 @@ fn cow_writes_are_flagged_as_buffered() {
     assert!(r.parameters.cow);
     assert_eq!(result(&r, "SEQ1M-Q8T1-read").status, Status::Ok);
     let w = result(&r, "SEQ1M-Q8T1-write");
-    assert_eq!(flags(w), vec![CheckCode::PageCacheWrite], "{w:#?}");
+    assert_eq!(flags(w), vec![Code::BenchPageCacheWrite], "{w:#?}");
     // Linux 6.15+: as many pages dirtied as bytes written.
     for run in &w.runs {
         assert!(
@@ -392,7 +391,7 @@ fn cow_writes_are_flagged_as_buffered() {
             "{run:#?}"
         );
     }
-    assert!(w.checks[0].message.contains("--cow"));
+    assert!(w.checks[0].title.contains("--cow"));
     assert!(
         w.runs
             .iter()
@@ -567,7 +566,7 @@ fn cow_flags_come_from_the_files_own_pages_and_repeat() {
     for r in &reports {
         for w in r.results.iter().filter(|t| t.direction == Direction::Write) {
             assert_eq!(
-                flags(w).contains(&CheckCode::PageCacheWrite),
+                flags(w).contains(&Code::BenchPageCacheWrite),
                 buffers,
                 "probe-dio says {:?}: {w:#?}",
                 probe.verdict
@@ -582,7 +581,7 @@ fn cow_flags_come_from_the_files_own_pages_and_repeat() {
         .iter()
         .filter(|t| t.direction == Direction::Write)
     {
-        assert!(!flags(w).contains(&CheckCode::PageCacheWrite), "{w:#?}");
+        assert!(!flags(w).contains(&Code::BenchPageCacheWrite), "{w:#?}");
     }
     // Every bench removed its trace instance.
     let left: Vec<String> = trace_instances()
@@ -645,7 +644,7 @@ fn compression_is_named_and_compressible_data_is_flagged() {
     assert!(
         read.checks
             .iter()
-            .any(|c| c.code == CheckCode::Compression && c.severity == Severity::Note)
+            .any(|c| c.code == Code::BenchCompression && !is_flag(c.severity))
     );
 
     // Compressible data: compressed extents, and fio's figures are not the drives'.
@@ -659,8 +658,8 @@ fn compression_is_named_and_compressible_data_is_flagged() {
     assert!(r.test_file.layout_after_fill.unwrap().encoded_bytes >= 60 * MIB);
     let read = result(&r, "SEQ1M-Q8T1-read");
     let f = flags(read);
-    assert!(f.contains(&CheckCode::Compression), "{read:#?}");
-    assert!(f.contains(&CheckCode::DeviceMismatch), "{read:#?}");
+    assert!(f.contains(&Code::BenchCompression), "{read:#?}");
+    assert!(f.contains(&Code::BenchDeviceMismatch), "{read:#?}");
     remount(&mnt, Some("compress=no"), nix::mount::MsFlags::empty());
 }
 

@@ -461,8 +461,8 @@ fn other_io_on_the_members_is_flagged() {
     assert!(
         read.checks
             .iter()
-            .any(|c| c.code == btrfs_lab::bench::report::CheckCode::OtherIo
-                && c.message.contains("quiet moment")),
+            .any(|c| c.code == btrfs_lab::model::finding::Code::BenchOtherIo
+                && c.title.contains("quiet moment")),
         "{:#?}",
         read.checks
     );

@@ -403,7 +403,8 @@ mod tests {
     use super::*;
     use crate::bench::kit::TEST_FILE;
     use crate::bench::profile;
-    use crate::bench::report::{CheckCode, Status};
+    use crate::bench::report::Status;
+    use crate::model::finding::Code;
     use crate::parse::fio::{FioDirection, FioJob, FioOutput};
     use crate::sys::fs::beneath::HeldDir;
     use crate::sys::tools::fio::MockFio;
@@ -642,7 +643,7 @@ mod tests {
             },
         );
         assert!(results.iter().all(|r| r.status == Status::Flagged));
-        assert_eq!(results[0].checks[0].code, CheckCode::DeviceMismatch);
+        assert_eq!(results[0].checks[0].code, Code::BenchDeviceMismatch);
         assert_eq!(results[0].claimed_bytes_per_sec, 200.0 * MIB as f64);
     }
 }

@@ -23,10 +23,11 @@ use super::kit::{
 };
 use super::members;
 use super::profile::{self, Direction, TestSpec};
-use super::report::{self, BenchReport, CheckCode, FileLayout, Severity, Status, TestResult};
+use super::report::{self, BenchReport, FileLayout, Status, TestResult, is_flag};
 use super::sensors::{self, Sensors as _};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::Switch;
+use crate::model::finding::Code;
 use crate::parse::size::format_iec;
 use crate::report::rate::format_mb;
 use crate::report::text::escape_path;
@@ -332,6 +333,22 @@ pub fn prepare(opts: &BenchOptions) -> Result<Target> {
 }
 
 /// Runs the bench (see the module documentation) on the target
+/// [`prepare`] returned, its step, run and ETA on the `ui`'s progress bar.
+pub fn measure(
+    opts: &BenchOptions,
+    target: Target,
+    fio: &mut dyn FioRunner,
+    fio_path: &Path,
+    ui: &dyn crate::ui::Ui,
+) -> Result<BenchReport> {
+    let bar = ui.progress("bench {msg}");
+    let result = run(opts, target, fio, fio_path, &mut |p| {
+        bar.set_message(p.line())
+    });
+    bar.finish();
+    result
+}
+
 /// [`prepare`] returned. `progress` is called at the start of the fill and
 /// of each run.
 pub fn run(
@@ -773,22 +790,15 @@ fn summary_sentence(results: &[TestResult], flagged: usize) -> String {
     };
     if flagged > 0 {
         let codes: Vec<String> = {
-            let mut c: Vec<CheckCode> = results
+            let mut c: Vec<Code> = results
                 .iter()
                 .flat_map(|r| r.checks.iter())
-                .filter(|c| c.severity == Severity::Flag)
+                .filter(|c| is_flag(c.severity))
                 .map(|c| c.code)
                 .collect();
             c.sort();
             c.dedup();
-            c.iter()
-                .map(|c| {
-                    serde_json::to_value(c)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default()
-                })
-                .collect()
+            c.iter().map(|c| c.short_name().to_owned()).collect()
         };
         s.push_str(&format!(
             "; {flagged} of {} figures flagged ({})",

@@ -29,6 +29,9 @@ pub struct Entry {
     /// Older strings still accepted when reading JSON.
     #[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
     pub(crate) aliases: &'static [&'static str],
+    /// The name its command's own document gives it ([`super::short`]):
+    /// `links --json`'s `kind`, `bench --json`'s `checks[].code`.
+    pub short: Option<&'static str>,
     /// The severity it has unless its rule says otherwise.
     pub severity: Severity,
     /// How its severity is decided.
@@ -41,7 +44,7 @@ pub struct Entry {
 
 macro_rules! catalog {
     ($(
-        $variant:ident = $name:literal $(alias $alias:literal)?,
+        $variant:ident = $name:literal $(alias $alias:literal)? $(as $short:literal)?,
         $sev:ident, $rule:expr, [$($cmd:literal),* $(,)?],
         $meaning:literal;
     )*) => {
@@ -67,6 +70,7 @@ macro_rules! catalog {
                     code: Code::$variant,
                     name: $name,
                     aliases: &[$($alias)?],
+                    short: first(&[$($short)?]),
                     severity: Severity::$sev,
                     rule: $rule,
                     commands: &[$($cmd),*],
@@ -78,6 +82,14 @@ macro_rules! catalog {
 }
 
 use Rule::{Fixed, Numbers};
+
+/// The one name of an optional `as "short"`.
+const fn first(names: &[&'static str]) -> Option<&'static str> {
+    match names {
+        [name] => Some(name),
+        _ => None,
+    }
+}
 
 catalog! {
     // Space (`df`, `usage`, both `--parse`, and `doctor`).
@@ -198,26 +210,52 @@ catalog! {
         "NOCOW or database paths carry the compression attribute";
     DeepNocowFailed = "deep-nocow-failed", Info, Fixed, ["doctor --deep"],
         "the NOCOW audit could not run";
-    // PCIe links (`links` reports them by kind, `doctor --deep` as link-KIND).
-    LinkDegraded = "link-degraded", Warning, Fixed, ["links", "doctor --deep"],
+    // PCIe links (`links --json` spells them by kind, the short name).
+    LinkDegraded = "link-degraded" as "degraded", Warning, Fixed, ["links", "doctor --deep"],
         "a PCIe link trained below what both of its ends support";
-    LinkCappedByPort = "link-capped-by-port", Warning, Fixed, ["links", "doctor --deep"],
+    LinkCappedByPort = "link-capped-by-port" as "capped-by-port", Warning, Fixed, ["links", "doctor --deep"],
         "the port above the drive is narrower or slower than the drive";
-    LinkCappedUpstream = "link-capped-upstream", Warning, Fixed, ["links", "doctor --deep"],
+    LinkCappedUpstream = "link-capped-upstream" as "capped-upstream", Warning, Fixed, ["links", "doctor --deep"],
         "a link further up is narrower than the drive's own link";
-    LinkBehindChipset = "link-behind-chipset", Info, Fixed, ["links", "doctor --deep"],
+    LinkBehindChipset = "link-behind-chipset" as "behind-chipset", Info, Fixed, ["links", "doctor --deep"],
         "the drive hangs off the chipset, whose uplink it shares";
-    LinkSharedUplink = "link-shared-uplink", Info,
+    LinkSharedUplink = "link-shared-uplink" as "shared-uplink", Info,
         Numbers("shared_uplink",
             "warning when the drives' own links together could move more than the shared link, else info"),
         ["links", "doctor --deep"],
         "several of the drives share one uplink";
-    LinkSharedDisk = "link-shared-disk", Info,
+    LinkSharedDisk = "link-shared-disk" as "shared-disk", Info,
         Numbers("shared_disk",
             "warning when the data profile keeps copies or parity (one drive failing loses them all), else info"),
         ["links", "doctor --deep"],
         "several members of the array are one drive (loop devices on one disk, partitions of one drive)";
-    // bench.
+    // bench: the honesty checks of a figure (`bench --json` spells them by
+    // the short name in `checks[].code`; warning is its `flag`: the figure
+    // is not a measurement of the devices; info its `note`).
+    BenchDeviceMismatch = "bench-device-mismatch" as "device_mismatch", Warning, Fixed, ["bench"],
+        "fio claims more bytes than the members moved";
+    BenchPageCacheRead = "bench-page-cache-read" as "page_cache_read", Warning, Fixed, ["bench"],
+        "the test file was in the page cache before a read run";
+    BenchPageCacheWrite = "bench-page-cache-write" as "page_cache_write", Warning, Fixed, ["bench"],
+        "a write run dirtied page-cache pages: it was buffered";
+    BenchCompression = "bench-compression" as "compression", Warning,
+        Numbers("bench_compression",
+            "warning (a flag) when the test file has compressed extents, info (a note) when only the mount option compresses"),
+        ["bench"],
+        "the test file has compressed extents, or compression is on";
+    BenchCpuBound = "bench-cpu-bound" as "cpu_bound", Info, Fixed, ["bench"],
+        "fio's threads used about one CPU core each";
+    BenchAboveCeiling = "bench-above-ceiling" as "above_ceiling", Warning, Fixed, ["bench"],
+        "above the array's encoded PCIe ceiling";
+    BenchNeverWritten = "bench-never-written" as "never_written", Warning, Fixed, ["bench"],
+        "the test file has never-written (unwritten or hole) regions";
+    BenchThermal = "bench-thermal" as "thermal", Warning, Fixed, ["bench"],
+        "the drives throttled during the bench";
+    BenchFioError = "bench-fio-error" as "fio_error", Warning, Fixed, ["bench"],
+        "fio reported an error for the job";
+    BenchOtherIo = "bench-other-io" as "other_io", Warning, Fixed, ["bench"],
+        "the members moved clearly more than fio did: other I/O ran on them during the run (another bench, a scrub, a backup)";
+    // bench --sustained.
     SustainedWriteCliff = "sustained-write-cliff", Info, Fixed, ["bench --sustained"],
         "the write rate dropped in one step: the drives' write cache filled";
     SustainedWriteDecline = "sustained-write-decline", Info, Fixed, ["bench --sustained"],
@@ -236,6 +274,12 @@ impl Code {
     /// Its stable string (`metadata-nearly-full`).
     pub fn as_str(self) -> &'static str {
         self.entry().name
+    }
+
+    /// The name its command's own document gives it (`device_mismatch` in
+    /// `bench --json`), else its stable string.
+    pub fn short_name(self) -> &'static str {
+        self.entry().short.unwrap_or(self.entry().name)
     }
 
     /// The severity it has unless its rule says otherwise.
@@ -303,12 +347,15 @@ pub(crate) fn markdown() -> String {
             Rule::Fixed => e.severity.name().to_owned(),
             Rule::Numbers(_, words) => format!("{} by default; {words}", e.severity.name()),
         };
-        let name = if e.aliases.is_empty() {
+        let mut name = if e.aliases.is_empty() {
             format!("`{}`", e.name)
         } else {
             let old: Vec<String> = e.aliases.iter().map(|a| format!("`{a}`")).collect();
             format!("`{}` (read also as {})", e.name, old.join(", "))
         };
+        if let Some(short) = e.short {
+            name.push_str(&format!(" (`{short}` in `{} --json`)", e.commands[0]));
+        }
         let cmds: Vec<String> = e.commands.iter().map(|c| format!("`{c}`")).collect();
         t.push_str(&format!(
             "| {name} | {severity} | {} | {} |\n",
@@ -317,10 +364,11 @@ pub(crate) fn markdown() -> String {
         ));
     }
     t.push_str(
-        "\n`links --json` reports the `link-*` findings by kind (`degraded`,\n\
-         `capped-by-port`, ...) in its own finding objects; `doctor --deep` carries them\n\
-         with the codes above. `bench`'s honesty checks of a figure (`checks[].code` in\n\
-         `bench --json`) are flags on a measurement, not findings.\n\n\
+        "\n`links --json` spells the `link-*` findings by their short name in `kind`\n\
+         (`degraded`, `capped-by-port`, ...; `code` carries the name above), and\n\
+         `bench --json` its honesty checks of a figure (`bench-*`) by their short name in\n\
+         `checks[].code` (`device_mismatch`, ...), with `severity` `flag` for warning and\n\
+         `note` for info; `doctor --deep` carries link findings with the codes above.\n\n\
          `data-no-redundancy` is info everywhere: RAID0 (or single) data over several\n\
          devices is a choice people make on purpose (scratch and model-loading arrays),\n\
          and a `doctor` run by monitoring must not page, or stay yellow, for it.\n",
@@ -377,6 +425,14 @@ mod tests {
             Code::DataNoRedundancy
         );
         assert!(serde_json::from_str::<Code>("\"no-such-code\"").is_err());
+        // A short name is unique among its command's codes.
+        for e in CATALOG.iter().filter(|e| e.short.is_some()) {
+            let same = CATALOG
+                .iter()
+                .filter(|x| x.short == e.short && x.commands[0] == e.commands[0])
+                .count();
+            assert_eq!(same, 1, "{:?} twice", e.short);
+        }
     }
 
     #[test]

@@ -167,6 +167,13 @@ pub(crate) fn shared_disk(redundant: bool) -> Severity {
     }
 }
 
+/// `bench-compression`: a warning (bench's flag: the figure measures the
+/// compressor) when the test file has compressed extents, info (a note)
+/// when only the mount option compresses and the file stayed plain.
+pub(crate) fn bench_compression(compressed_extents: bool) -> Severity {
+    shared_disk(compressed_extents)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

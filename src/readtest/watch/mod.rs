@@ -367,8 +367,20 @@ fn thread_deltas(
         .collect()
 }
 
+/// `read-test --pid`: watches `opts.pid`, its seconds counted on the
+/// `ui`'s progress bar.
+pub fn run(opts: &WatchOptions, ui: &dyn crate::ui::Ui) -> Result<WatchReport> {
+    let bar = ui.progress("read-test --pid {bar:30} {pos}/{len} s");
+    let result = watch(opts, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish();
+    result
+}
+
 /// Watches `opts.pid`. `tick(elapsed, total)` is called as time passes.
-pub fn run(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchReport> {
+fn watch(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchReport> {
     if !(1..=3600).contains(&opts.seconds) {
         return Err(Error::usage("--seconds must be between 1 and 3600"));
     }
@@ -816,13 +828,13 @@ mod tests {
         };
         let mut tick = |_: f64, _: f64| {};
         assert!(matches!(
-            run(&opts, &mut tick).unwrap_err().kind(),
+            watch(&opts, &mut tick).unwrap_err().kind(),
             ErrorKind::Usage
         ));
         opts.seconds = 1;
         opts.pid = 0;
         assert!(matches!(
-            run(&opts, &mut tick).unwrap_err().kind(),
+            watch(&opts, &mut tick).unwrap_err().kind(),
             ErrorKind::NotFound
         ));
     }

@@ -37,12 +37,12 @@ pub fn cancel(fs: &FsHandle, path: &Path) -> Result<bool> {
 mod tests {
     use super::*;
     use crate::device::started::{DeviceAt, StartedReplace};
+    use crate::model::kernel::KernelVersion;
     use crate::model::profile::Profile;
     use crate::operation::state::DeviceErrors;
+    use crate::operation::state::MemberDevice;
     use crate::sys::block::blockdev::BlockDeviceFacts;
     use crate::sys::kernel::btrfs::{ChunkRecord, DevExtent};
-    use crate::model::kernel::KernelVersion;
-    use crate::operation::state::MemberDevice;
     use btrfs_uapi::space::BlockGroupFlags as F;
 
     const GIB: u64 = 1 << 30;

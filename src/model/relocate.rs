@@ -256,6 +256,16 @@ struct Space {
 }
 
 impl Space {
+    /// The devices' unallocated space as a replay starts, its ranges
+    /// tracked when `holes`.
+    fn new(free: &[u64], holes: bool) -> Self {
+        Space {
+            free: free.to_vec(),
+            holes: holes.then(|| free.iter().map(|&f| vec![f]).collect()),
+            made: Vec::new(),
+        }
+    }
+
     /// Allocates a chunk of `p` ([`alloc::allocate_chunk`]); its logical
     /// size, or `None`.
     fn allocate(
@@ -751,11 +761,7 @@ fn replay_made(layout: &Layout, job: Job<'_>, assume: Assume) -> Result<Moved, S
     } = job;
     let dup = order.iter().any(|(_, p)| p.geometry().dev_stripes > 1)
         || system.is_some_and(|p| p.geometry().dev_stripes > 1);
-    let mut space = Space {
-        free: layout.free.clone(),
-        holes: (free == Free::Holes && dup).then(|| layout.free.iter().map(|&f| vec![f]).collect()),
-        made: Vec::new(),
-    };
+    let mut space = Space::new(&layout.free, free == Free::Holes && dup);
     let staying = |stripes: &[(usize, u64)]| -> Vec<(usize, u64)> {
         stripes
             .iter()

@@ -302,23 +302,62 @@ fn add_notes(
         ));
     }
     let total_after = fs.devices.len() + devices.len();
-    let m = fs.mount_point.display();
     if let Some(req) = convert {
         let t = crate::convert::Targets::from(req);
         notes.push(format!(
             "then the conversion below ({}) spreads what is there over all devices",
             t.describe()
         ));
-    } else if total_after >= 2 {
-        notes.push(format!(
-            "next, to stripe data over all devices (fast, no redundancy): btrfs-lab convert {m} --data raid0 --metadata raid1; to mirror it: btrfs-lab convert {m} --data raid1 --metadata raid1"
-        ));
+    } else if let Some(next) = next_step(fs, total_after) {
+        notes.push(next);
     }
     if fs.profiles(BgType::Metadata).contains(&Profile::Dup) && total_after >= 2 {
         notes.push("metadata is DUP (two copies on one device): after the add, RAID1 keeps the copies on different devices".to_owned());
     }
 
     notes
+}
+
+/// The step after the add for the profiles in place, never one that
+/// lowers redundancy: striped data gets a balance of the chunks narrower
+/// than the array, data on one device at a time a conversion (metadata
+/// kept at its profile when that is more redundant than RAID1), mirrored
+/// data a balance of its chunks; none while a conversion is unfinished
+/// (two data profiles) or with one device.
+fn next_step(fs: &FsState, total_after: usize) -> Option<String> {
+    let m = fs.mount_point.display();
+    let [data] = fs.profiles(BgType::Data)[..] else {
+        return None;
+    };
+    let devices = u32::try_from(total_after).ok().filter(|&n| n >= 2)?;
+    if crate::balance::plan::striped(data) {
+        let width = data.stripes_on(devices, fs.kernel)?;
+        return Some(format!(
+            "next, to spread the {data} data that is there over all devices (the chunks narrower than the array): btrfs balance start -dstripes=1..{} {m}",
+            width - 1
+        ));
+    }
+    if data.tolerated_failures() > 0 {
+        return Some(format!(
+            "next, to spread the {data} data that is there over all devices: btrfs balance start -d {m} (rewrites every data chunk)"
+        ));
+    }
+    let metadata = fs
+        .profiles(BgType::Metadata)
+        .into_iter()
+        .filter(|p| p.tolerated_failures() > Profile::Raid1.tolerated_failures())
+        .max_by_key(|p| p.tolerated_failures())
+        .filter(|p| p.stripes_on(devices, fs.kernel).is_some())
+        .unwrap_or(Profile::Raid1);
+    let mirror = format!("btrfs-lab convert {m} --data raid1 --metadata {metadata}");
+    Some(if data == Profile::Dup {
+        // RAID0 would drop DUP's second copy.
+        format!("next, to keep data's two copies on different devices: {mirror}")
+    } else {
+        format!(
+            "next, to stripe data over all devices (fast, no redundancy): btrfs-lab convert {m} --data raid0 --metadata {metadata}; to mirror it: {mirror}"
+        )
+    })
 }
 
 /// `--then-convert`: the conversion planned on the filesystem as it will
@@ -576,6 +615,42 @@ mod tests {
             features: Vec::new(),
             device_errors: Vec::new(),
         }
+    }
+
+    /// `fs()` with data and metadata in these profiles.
+    fn with_profiles(data: F, metadata: F) -> FsState {
+        let mut f = fs();
+        f.spaces[0].flags = F::DATA | data;
+        f.spaces[1].flags = F::METADATA | metadata;
+        f
+    }
+
+    #[test]
+    fn the_next_step_never_lowers_redundancy() {
+        // The seed's array: raid0 data, raid1c3 metadata, a fourth device.
+        let n = next_step(&with_profiles(F::RAID0, F::RAID1C3), 4).unwrap();
+        assert_eq!(
+            n,
+            "next, to spread the raid0 data that is there over all devices (the chunks narrower than the array): btrfs balance start -dstripes=1..3 /mnt"
+        );
+        assert!(!n.contains("convert"), "{n}");
+        // Single data: a conversion, metadata kept at raid1c3.
+        let n = next_step(&with_profiles(F::empty(), F::RAID1C3), 3).unwrap();
+        assert!(n.contains("--data raid0 --metadata raid1c3"), "{n}");
+        assert!(n.contains("--data raid1 --metadata raid1c3"), "{n}");
+        assert!(!n.contains("--metadata raid1;"), "{n}");
+        // DUP metadata goes to raid1 (no lower); DUP data only mirrors.
+        let n = next_step(&with_profiles(F::empty(), F::DUP), 2).unwrap();
+        assert!(n.contains("--data raid0 --metadata raid1;"), "{n}");
+        let n = next_step(&with_profiles(F::DUP, F::DUP), 2).unwrap();
+        assert!(!n.contains("raid0"), "{n}");
+        assert!(n.contains("--data raid1 --metadata raid1"), "{n}");
+        // Mirrored data: a balance, no conversion.
+        let n = next_step(&with_profiles(F::RAID1, F::RAID1), 3).unwrap();
+        assert!(n.starts_with("next, to spread the raid1 data"), "{n}");
+        assert!(!n.contains("convert"), "{n}");
+        // One device: nothing to spread over.
+        assert_eq!(next_step(&with_profiles(F::empty(), F::DUP), 1), None);
     }
 
     fn dev(path: &str, size: u64) -> BlockDeviceFacts {

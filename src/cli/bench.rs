@@ -1539,5 +1539,4 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["fio(1)"],
-    ..super::decl::Declared::NONE
 }];

@@ -26,10 +26,13 @@ pub struct Declared {
     /// parent's (`sandbox up` has `sandbox`'s) or [`DEFAULT`].
     pub exits: &'static [Row],
     /// The JSON documents it writes (names of `btrfs_lab::schema`'s list).
+    #[cfg_attr(not(test), allow(dead_code))] // checked by the tests
     pub documents: &'static [&'static str],
     /// Whether it takes `--dry-run`.
+    #[cfg_attr(not(test), allow(dead_code))] // checked by the tests
     pub dry_run: bool,
     /// What its output is.
+    #[cfg_attr(not(test), allow(dead_code))] // checked by the tests
     pub output: Shape,
 }
 

@@ -704,7 +704,6 @@ pub const PAGES: &[super::decl::Declared] = &[
         exits: super::convert::EXITS,
         examples: ADD_EXAMPLES,
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
-        ..super::decl::Declared::NONE
     },
     super::decl::Declared {
         words: &["device", "replace"],
@@ -755,7 +754,6 @@ pub const PAGES: &[super::decl::Declared] = &[
             ),
         ],
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
-        ..super::decl::Declared::NONE
     },
     super::decl::Declared {
         words: &["device", "remove"],
@@ -796,6 +794,5 @@ pub const PAGES: &[super::decl::Declared] = &[
             ),
         ],
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
-        ..super::decl::Declared::NONE
     },
 ];

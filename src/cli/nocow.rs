@@ -575,7 +575,6 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["chattr(1)", "lsattr(1)"],
-    ..super::decl::Declared::NONE
 }];
 
 #[cfg(test)]

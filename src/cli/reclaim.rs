@@ -268,5 +268,4 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["btrfs-balance(8)"],
-    ..super::decl::Declared::NONE
 }];

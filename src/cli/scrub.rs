@@ -379,5 +379,4 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["btrfs-scrub(8)"],
-    ..super::decl::Declared::NONE
 }];

@@ -195,6 +195,12 @@ pub(crate) fn all_schemas() -> Vec<(String, Value)> {
     out
 }
 
+/// Every document kind, in the order of docs/json.md (the binary checks
+/// that each is declared by the command that prints it).
+pub fn documents() -> &'static [DocumentKind] {
+    DOCUMENTS
+}
+
 /// The document kind named `name`.
 pub fn document(name: &str) -> Option<&'static DocumentKind> {
     DOCUMENTS.iter().find(|d| d.name == name)

@@ -1464,10 +1464,54 @@ fn bench_profile(s: &str) -> std::result::Result<String, String> {
     Ok(s.to_owned())
 }
 
+use super::decl::{NOT_WRITTEN, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["bench"],
+    documents: &[
+        "bench",
+        "bench-compare",
+        "bench-history",
+        "bench-sustained",
+        "bench-metadata",
+        "bench-plan",
+        "bench-profiles-plan",
+        "bench-profiles",
+    ],
+    dry_run: true,
+    output: super::decl::Shape::Document,
+    exits: &[
+        row(
+            status::OK,
+            "every figure checked out against the devices, the page cache and the file's \
+             extents (--sustained: whatever shape the series shows, once it adds up to \
+             the bytes written; --compare: the files are bench reports).",
+        ),
+        row(
+            status::FLAGGED,
+            "at least one figure is flagged (results[].status = flagged, the reasons in \
+             checks; --sustained: the series does not add up to the bytes written or the \
+             members' counters, series_check.reason): it is not a result.",
+        ),
+        row(
+            status::ERROR,
+            "refused or failed (tmpfs, read-only, not enough free space for --file-size + \
+             margin, fio missing or failing); the test directory is removed.",
+        ),
+        row(
+            status::USAGE,
+            "bad command line (--sustained SIZE under 256 MiB, --fill outside 1-95, ...).",
+        ),
+        NOT_WRITTEN,
+        row(
+            status::INTERRUPTED,
+            "interrupted by SIGINT, SIGTERM or SIGHUP: fio is killed and the test directory \
+             removed.",
+        ),
+    ],
     examples: &[
         (
             "The suite on a directory.",

@@ -290,10 +290,43 @@ fn cancel(root: &SysRoot, mount: &Path, ask: ConfirmArgs, out: &Output) -> Resul
     Ok(exit::OK)
 }
 
+use super::decl::{BAD, NOT_WRITTEN, Row, row};
+use btrfs_lab::model::exit as status;
+
+/// Its exit statuses (device add --then-convert shares them).
+pub const EXITS: &[Row] = &[
+    row(
+        status::OK,
+        "done (--background: the detached balance runs).",
+    ),
+    row(
+        status::ERROR,
+        "refused or failed; nothing was changed (a path that leads to another filesystem than \
+         the one planned on is refused).",
+    ),
+    BAD,
+    NOT_WRITTEN,
+    row(
+        status::INTERRUPTED,
+        "SIGINT, SIGTERM or SIGHUP: the balance is paused, never cancelled; `convert MOUNT \
+         --resume` continues it.",
+    ),
+];
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["convert"],
+    documents: &[
+        "convert-record",
+        "convert-status",
+        "convert-pause",
+        "convert-cancel",
+        "error",
+    ],
+    dry_run: true,
+    output: super::decl::Shape::Lines,
+    exits: EXITS,
     examples: &[
         (
             "The plan only.",

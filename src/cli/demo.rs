@@ -138,9 +138,12 @@ fn ansi_len(s: &str) -> usize {
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["demo"],
+    documents: &["demo"],
+    output: super::decl::Shape::Document,
     examples: &[(
         "The O_DIRECT trap on a sandbox, checksummed vs NOCOW.",
         "btrfs-lab demo --file-size 32M",
     )],
     see_also: &[],
+    ..super::decl::Declared::NONE
 }];

@@ -679,6 +679,9 @@ const ADD_EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
+use super::decl::{BAD, NOT_WRITTEN, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[
@@ -686,14 +689,56 @@ pub const PAGES: &[super::decl::Declared] = &[
         words: &["device"],
         examples: ADD_EXAMPLES,
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
+        ..super::decl::Declared::NONE
     },
     super::decl::Declared {
         words: &["device", "add"],
+        documents: &[
+            "device-add",
+            "device-add-nothing",
+            "convert-record",
+            "error",
+        ],
+        dry_run: true,
+        output: super::decl::Shape::Document,
+        exits: super::convert::EXITS,
         examples: ADD_EXAMPLES,
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
     super::decl::Declared {
         words: &["device", "replace"],
+        documents: &[
+            "device-replace",
+            "device-replace-status",
+            "progress",
+            "error",
+        ],
+        dry_run: true,
+        output: super::decl::Shape::Lines,
+        exits: &[
+            row(
+                status::OK,
+                "replaced and verified (--status, --cancel: reported, cancelled).",
+            ),
+            row(
+                status::NOT_REDUNDANT,
+                "replaced, but chunks lack their profile's copies (the report names the \
+                 convert that fixes them), blocks no copy could be read of were lost, or the \
+                 scrub asked for failed.",
+            ),
+            row(
+                status::ERROR,
+                "refused or failed; nothing was changed (OLD is still a member).",
+            ),
+            BAD,
+            NOT_WRITTEN,
+            row(
+                status::INTERRUPTED,
+                "SIGINT, SIGTERM or SIGHUP: the replace goes on in the kernel; --status follows \
+                 it, the same command again finishes the steps after it. During --scrub: the \
+                 replace is done, the scrub cancelled (btrfs scrub resume continues it).",
+            ),
+        ],
         examples: &[
             (
                 "The plan for replacing device 2 (failing, or missing) by /dev/nvme3n1.",
@@ -712,6 +757,32 @@ pub const PAGES: &[super::decl::Declared] = &[
     },
     super::decl::Declared {
         words: &["device", "remove"],
+        documents: &["device-remove", "progress", "error"],
+        dry_run: true,
+        output: super::decl::Shape::Lines,
+        exits: &[
+            row(
+                status::OK,
+                "removed and verified, or nothing to do (an earlier remove of btrfs-lab took \
+                 the devices out).",
+            ),
+            row(
+                status::NOT_REDUNDANT,
+                "removed, but chunks lack their profile's copies (the report names the convert \
+                 that fixes them).",
+            ),
+            row(
+                status::ERROR,
+                "refused or failed; what moved stays moved, the device is still a member.",
+            ),
+            BAD,
+            NOT_WRITTEN,
+            row(
+                status::INTERRUPTED,
+                "SIGINT, SIGTERM or SIGHUP: stopped after the chunk in progress; the device is \
+                 still a member and the same command again continues.",
+            ),
+        ],
         examples: &[
             (
                 "The plan (order, space, what moves) for removing two devices.",

@@ -200,10 +200,33 @@ pub fn render_records(records: &[btrfs_lab::model::space::SpaceRecord], mode: Un
     text
 }
 
+use super::decl::{Row, row};
+use btrfs_lab::model::exit as status;
+
+/// Its exit statuses (df --parse and usage --parse share them).
+pub const EXITS: &[Row] = &[
+    row(
+        status::OK,
+        "success; with --parse: rows were found, whatever the findings say.",
+    ),
+    row(
+        status::ERROR,
+        "error; with --parse: nothing in the input is a row (or, df --strict, a line that is \
+         not exact btrfs-progs output).",
+    ),
+    row(
+        status::USAGE,
+        "bad command line (two unit modes, -b with --iec/--si, --strict without --parse).",
+    ),
+];
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["df"],
+    documents: &["df"],
+    output: super::decl::Shape::Document,
+    exits: EXITS,
     examples: &[
         ("Space of a mounted btrfs.", "btrfs-lab df /mnt/data"),
         ("In bytes.", "btrfs-lab df -b /mnt/data"),
@@ -214,4 +237,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ("As JSON.", "btrfs-lab df --json /mnt/data"),
     ],
     see_also: &["btrfs-filesystem(8)"],
+    ..super::decl::Declared::NONE
 }];

@@ -202,10 +202,38 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
     t
 }
 
+use super::decl::row;
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["doctor"],
+    documents: &["doctor"],
+    output: super::decl::Shape::Document,
+    exits: &[
+        row(
+            status::HEALTHY,
+            "no finding worse than info (a healthy filesystem).",
+        ),
+        row(status::WARNING, "the worst finding is a warning."),
+        row(
+            status::CRITICAL,
+            "a critical finding (or a bad command line, as for every command).",
+        ),
+        row(
+            status::UNKNOWN,
+            "doctor could not look (UNKNOWN): not a mounted btrfs, no root for the ioctls; \
+             or one of the filesystems given could not be examined (the others are, and \
+             are reported; the path is in not_examined), or its output or --textfile \
+             could not be written, and no finding is worse than info.",
+        ),
+        row(
+            status::INTERRUPTED,
+            "--deep interrupted by SIGINT, SIGTERM or SIGHUP: the probe's test files and its \
+             trace instance are removed, nothing is reported.",
+        ),
+    ],
     examples: &[
         (
             "What is wrong with /mnt/data.",
@@ -217,4 +245,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &[],
+    ..super::decl::Declared::NONE
 }];

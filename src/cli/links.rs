@@ -268,10 +268,28 @@ pub fn render(r: &LinksReport, paint: Paint) -> String {
     t
 }
 
+use super::decl::{BAD, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["links"],
+    documents: &["links"],
+    output: super::decl::Shape::Document,
+    exits: &[
+        row(
+            status::OK,
+            "the links were reported, whatever they show (a capped link is a warning in the \
+             report).",
+        ),
+        row(
+            status::ERROR,
+            "cannot report: neither a mounted btrfs nor a device, an unreadable tree, \
+             --thermal without root.",
+        ),
+        BAD,
+    ],
     examples: &[
         ("The PCIe links of every NVMe drive.", "btrfs-lab links"),
         (
@@ -284,4 +302,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &[],
+    ..super::decl::Declared::NONE
 }];

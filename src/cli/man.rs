@@ -265,9 +265,9 @@ fn show(page: &Page, out: &Output) -> Result<()> {
     }
 }
 
-/// The exit statuses each page lists, from the registry
-/// ([`btrfs_lab::model::exit`]): btrfs-lab(1) every number, a command its
-/// own table.
+/// The exit statuses each page lists: btrfs-lab(1) every number (the
+/// registry's summary, [`btrfs_lab::model::exit`]), a command its declared
+/// table ([`super::decl::exit_rows`]).
 fn exit_statuses(words: &[String]) -> Vec<(u8, String)> {
     if words.is_empty() {
         return registry::summary()
@@ -276,8 +276,7 @@ fn exit_statuses(words: &[String]) -> Vec<(u8, String)> {
             .collect();
     }
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
-    registry::page(&w)
-        .rows
+    super::decl::exit_rows(&w)
         .iter()
         .map(|r| (r.status.code, r.meaning.to_owned()))
         .collect()
@@ -285,8 +284,11 @@ fn exit_statuses(words: &[String]) -> Vec<(u8, String)> {
 
 pub use super::decl::Declared;
 
+use super::decl::row;
+use btrfs_lab::model::exit as status;
+
 /// btrfs-lab(1)'s and man's own declarations.
-const PAGES: &[Declared] = &[
+pub const PAGES: &[Declared] = &[
     Declared {
         words: &[],
         examples: &[
@@ -301,9 +303,18 @@ const PAGES: &[Declared] = &[
             ("Help of one subcommand.", "btrfs-lab df --help"),
         ],
         see_also: &["btrfs(8)", "mkfs.btrfs(8)", "fio(1)"],
+        ..super::decl::Declared::NONE
     },
     Declared {
         words: &["man"],
+        exits: &[
+            row(status::OK, "the page was printed or the pages written."),
+            row(status::ERROR, "DIR cannot be created or written."),
+            row(
+                status::USAGE,
+                "bad command line (a subcommand that has no page, --json).",
+            ),
+        ],
         examples: &[
             ("Read the df page.", "btrfs-lab man df"),
             (
@@ -312,36 +323,13 @@ const PAGES: &[Declared] = &[
             ),
         ],
         see_also: &["man(1)"],
+        ..super::decl::Declared::NONE
     },
 ];
 
-/// Every subcommand's declarations.
-const DECLARED: &[&[Declared]] = &[
-    PAGES,
-    super::sandbox::PAGES,
-    super::probe_dio::PAGES,
-    super::demo::PAGES,
-    super::df::PAGES,
-    super::usage::PAGES,
-    super::show::PAGES,
-    super::device::PAGES,
-    super::convert::PAGES,
-    super::reclaim::PAGES,
-    super::scrub::PAGES,
-    super::links::PAGES,
-    super::nocow::PAGES,
-    super::read_test::PAGES,
-    super::bench::PAGES,
-    super::rescue::PAGES,
-    super::doctor::PAGES,
-    super::completions::PAGES,
-];
-
 fn declared(words: &[String]) -> Option<&'static Declared> {
-    DECLARED
-        .iter()
-        .flat_map(|d| d.iter())
-        .find(|d| d.words.iter().copied().eq(words.iter().map(String::as_str)))
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    super::decl::declared(&w)
 }
 
 /// Real command lines for each page: (what it does, the line).

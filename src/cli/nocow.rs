@@ -530,10 +530,35 @@ fn render_advice(a: &Advice, paint: Paint) -> String {
     t
 }
 
+use super::decl::{BAD, INT, NOT_WRITTEN, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["nocow"],
+    documents: &["nocow", "nocow-check", "nocow-advice"],
+    dry_run: true,
+    output: super::decl::Shape::Document,
+    exits: &[
+        row(
+            status::OK,
+            "done; --check: every file is NOCOW (or nothing applies).",
+        ),
+        row(
+            status::NOT_NOCOW,
+            "--check: the audit found files that are not NOCOW (needing migration, empty \
+             and switchable, or blocked).",
+        ),
+        row(
+            status::ERROR,
+            "refused or failed (--migrate: a file written to while it was migrated is \
+             refused after three copies; a re-run continues).",
+        ),
+        BAD,
+        NOT_WRITTEN,
+        INT,
+    ],
     examples: &[
         (
             "What would be done.",

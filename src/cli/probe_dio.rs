@@ -448,10 +448,46 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
     t
 }
 
+use super::decl::{BAD, FAIL, INT, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["probe-dio"],
+    documents: &["probe-dio", "probe-dio-pid"],
+    output: super::decl::Shape::Document,
+    exits: &[
+        row(
+            status::DIRECT,
+            "direct: the O_DIRECT writes bypassed the page cache.",
+        ),
+        row(
+            status::BUFFERED_FALLBACK,
+            "buffered-fallback: the kernel turned the writes buffered (btrfs: data \
+             checksums; the NOCOW control was direct); with --pid: a file the process \
+             opened with O_DIRECT dirtied page-cache folios.",
+        ),
+        row(
+            status::PROFILE_FORCED,
+            "profile-forced: the data profile (DUP, RAID1, RAID1C3/4, RAID10, RAID5/6) \
+             makes every O_DIRECT write buffered, NOCOW files included.",
+        ),
+        row(
+            status::INCONCLUSIVE,
+            "inconclusive: background writes or an in-between ratio made the measurement \
+             unreliable; the report says why.",
+        ),
+        row(
+            status::DIRECT_BOUNCED,
+            "direct-bounced: the writes bypassed the page cache, but the kernel copied each \
+             through a bounce buffer (7.3 and later: checksummed files, profiles with \
+             copies); with --pid: a file's writes were bounced and none fell back.",
+        ),
+        FAIL,
+        BAD,
+        INT,
+    ],
     examples: &[
         (
             "Are O_DIRECT writes in /mnt/data/db direct?",
@@ -467,4 +503,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["open(2)"],
+    ..super::decl::Declared::NONE
 }];

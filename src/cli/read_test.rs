@@ -655,10 +655,33 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
     t
 }
 
+use super::decl::{BAD, INT, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["read-test"],
+    documents: &["read-test", "read-test-pid"],
+    output: super::decl::Shape::Document,
+    exits: &[
+        row(
+            status::OK,
+            "measured (read the report for flagged methods).",
+        ),
+        row(
+            status::CHECKSUM_MISMATCH,
+            "the methods read different bytes (checksum mismatch): no figure means \
+             anything until that is explained.",
+        ),
+        row(
+            status::ERROR,
+            "refused or failed (a warm cache that cannot be made or proven, a file that \
+             cannot be read).",
+        ),
+        BAD,
+        INT,
+    ],
     examples: &[
         (
             "Fastest way to read a model file, cold cache.",
@@ -670,4 +693,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["fio(1)"],
+    ..super::decl::Declared::NONE
 }];

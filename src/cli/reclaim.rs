@@ -219,10 +219,40 @@ fn reclaim_args(plan: &ReclaimPlan) -> String {
     s
 }
 
+use super::decl::{BAD, NOT_WRITTEN, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["reclaim"],
+    documents: &["reclaim-record", "error"],
+    dry_run: true,
+    output: super::decl::Shape::Lines,
+    exits: &[
+        row(
+            status::OK,
+            "the goal is reached (or was already): the unallocated space the plan showed.",
+        ),
+        row(
+            status::ERROR,
+            "refused or failed: not root, not a btrfs, read-only, a missing device, a \
+             balance or another exclusive operation running; nothing was changed (a \
+             kernel failure mid-way: what was relocated stays relocated).",
+        ),
+        BAD,
+        NOT_WRITTEN,
+        row(
+            status::GOAL_NOT_REACHED,
+            "goal-not-reached: every step ran, a step ran out of space, or no chunk is \
+             used little enough; what was freed stays freed; add a device or delete files.",
+        ),
+        row(
+            status::INTERRUPTED,
+            "interrupted by SIGINT, SIGTERM or SIGHUP: the balance was cancelled after its \
+             current chunk; what was freed stays freed; the same command goes on.",
+        ),
+    ],
     examples: &[
         (
             "The plan only: each step, the data it moves, the room it leaves.",

@@ -261,10 +261,43 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
     t
 }
 
+use super::decl::{BAD, NOT_WRITTEN, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["rescue"],
+    documents: &["rescue", "rescue-file", "progress", "error"],
+    output: super::decl::Shape::Lines,
+    exits: &[
+        row(
+            status::OK,
+            "every file is intact (and, with --copy-to, copied and verified).",
+        ),
+        row(
+            status::ERROR,
+            "refused or failed: not root, not a read-only btrfs, a target directory on the \
+             same filesystem or not empty, or that another user owns or can write (or a \
+             directory on its path; without --allow-untrusted-target); a target where no \
+             directory can be made (what was saved is in the manifest: the same command \
+             resumes).",
+        ),
+        BAD,
+        NOT_WRITTEN,
+        row(
+            status::FILES_LOST,
+            "files-lost: some files are damaged (bytes on a missing device), unknown or \
+             failed (read errors), or did not fit in the target (named at the end, the copy \
+             went on past them); the report lists them.",
+        ),
+        row(
+            status::INTERRUPTED,
+            "interrupted by SIGINT, SIGTERM or SIGHUP: stopped after the current file, the \
+             manifest is consistent, the same command resumes (a second signal stops at \
+             once; the file being copied had no name yet).",
+        ),
+    ],
     examples: &[
         (
             "Which files of a degraded, read-only mount are intact.",
@@ -276,4 +309,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["btrfs-rescue(8)", "btrfs-restore(8)", "mount(8)"],
+    ..super::decl::Declared::NONE
 }];

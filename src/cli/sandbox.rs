@@ -484,19 +484,40 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
     text
 }
 
+use super::decl::{BAD, NOT_WRITTEN, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[
     super::decl::Declared {
         words: &["sandbox"],
+        exits: &[
+            row(status::OK, "success."),
+            row(
+                status::ERROR,
+                "refused or failed: a directory other users can change, a loop device someone \
+                 else attached, a record file that is corrupt or not written by btrfs-lab.",
+            ),
+            BAD,
+            NOT_WRITTEN,
+            row(
+                status::INTERRUPTED,
+                "interrupted (SIGINT, SIGTERM, SIGHUP); what up had made is removed.",
+            ),
+        ],
         examples: &[(
             "The sandboxes and whether they are up.",
             "btrfs-lab sandbox list",
         )],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
+        ..super::decl::Declared::NONE
     },
     super::decl::Declared {
         words: &["sandbox", "up"],
+        documents: &["sandbox-up", "sandbox-up-dry-run"],
+        dry_run: true,
+        output: super::decl::Shape::Document,
         examples: &[
             (
                 "Two 1 GiB loop devices, data RAID0, metadata RAID1, mounted at sbx/mnt.",
@@ -512,9 +533,13 @@ pub const PAGES: &[super::decl::Declared] = &[
             ),
         ],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
+        ..super::decl::Declared::NONE
     },
     super::decl::Declared {
         words: &["sandbox", "down"],
+        documents: &["sandbox-down", "sandbox-down-dry-run"],
+        dry_run: true,
+        output: super::decl::Shape::Document,
         examples: &[
             (
                 "Remove the sandbox mounted at sbx/mnt.",
@@ -526,13 +551,17 @@ pub const PAGES: &[super::decl::Declared] = &[
             ),
         ],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
+        ..super::decl::Declared::NONE
     },
     super::decl::Declared {
         words: &["sandbox", "list"],
+        documents: &["sandbox-list"],
+        output: super::decl::Shape::Document,
         examples: &[
             ("As text.", "btrfs-lab sandbox list"),
             ("As JSON.", "btrfs-lab sandbox list --json"),
         ],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
+        ..super::decl::Declared::NONE
     },
 ];

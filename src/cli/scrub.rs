@@ -325,10 +325,44 @@ fn render_status(st: &ScrubStatus, out: &Output) -> String {
     t
 }
 
+use super::decl::{BAD, NOT_WRITTEN, row};
+use btrfs_lab::model::exit as status;
+
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["scrub"],
+    documents: &["scrub-record", "scrub-status", "scrub-cancel", "error"],
+    dry_run: true,
+    output: super::decl::Shape::Lines,
+    exits: &[
+        row(
+            status::OK,
+            "scrubbed, no error found (--status, --cancel, --dry-run: done).",
+        ),
+        row(
+            status::SCRUB_CORRECTED,
+            "errors-corrected: errors were found and every one was repaired from another \
+             copy (with --readonly: errors were found, none was repaired).",
+        ),
+        row(
+            status::SCRUB_UNCORRECTABLE,
+            "errors-uncorrectable: no good copy of some blocks: files are damaged \
+             (btrfs-lab rescue copies out the intact ones).",
+        ),
+        row(
+            status::ERROR,
+            "refused or failed: not a btrfs, not root, a scrub already runs, --cancel \
+             with no scrub running, --resume with nothing to resume.",
+        ),
+        BAD,
+        NOT_WRITTEN,
+        row(
+            status::INTERRUPTED,
+            "SIGINT, SIGTERM or SIGHUP: the scrub was cancelled after every device's scrub \
+             returned; its progress is saved and `scrub MOUNT --resume` continues it.",
+        ),
+    ],
     examples: &[
         ("The plan only.", "btrfs-lab scrub --dry-run /mnt/data"),
         (

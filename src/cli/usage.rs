@@ -377,6 +377,9 @@ fn dump(table: &[Vec<Cell>], ncols: usize) -> String {
 /// lines and the pages to read next (read by `man`).
 pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
     words: &["usage"],
+    documents: &["usage", "usage-parse"],
+    output: super::decl::Shape::Document,
+    exits: super::df::EXITS,
     examples: &[
         (
             "Allocation per profile and device.",
@@ -388,4 +391,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["btrfs-filesystem(8)"],
+    ..super::decl::Declared::NONE
 }];

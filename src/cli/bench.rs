@@ -18,7 +18,6 @@ use btrfs_lab::error::Result;
 use btrfs_lab::report::rate::{mb_number, mb_number_fine};
 use btrfs_lab::report::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
-use btrfs_lab::scrub::STATE_DIR;
 use btrfs_lab::sys::fs::outfile::{OutputDir, split};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::tools::fio::RealFio;
@@ -631,10 +630,7 @@ pub fn run(
     if let Some(list) = &args.compare_profiles {
         return run_compare_profiles(&args, list, out, super::sandbox::locations(places, out));
     }
-    let db = args.db.clone().unwrap_or_else(|| {
-        let state = places.0.as_deref().unwrap_or(Path::new(STATE_DIR));
-        state.join(history::DB_FILE)
-    });
+    let db = history::db_path(args.db.as_deref(), places.0.as_deref());
     if args.history {
         return run_history(&args, &db, out);
     }

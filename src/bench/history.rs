@@ -32,6 +32,19 @@ use crate::sys::fs::beneath::{Leaf, TrustedDir};
 /// /var/lib/btrfs-lab by default) unless `--db`.
 pub const DB_FILE: &str = "bench.sqlite";
 
+/// The history database: `--db` when given, else [`DB_FILE`] in the state
+/// directory (`--state-dir`, or the default one).
+pub fn db_path(
+    db: Option<&std::path::Path>,
+    state_dir: Option<&std::path::Path>,
+) -> std::path::PathBuf {
+    db.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
+        state_dir
+            .unwrap_or(std::path::Path::new(crate::scrub::STATE_DIR))
+            .join(DB_FILE)
+    })
+}
+
 /// The layout this btrfs-lab writes (SQLite's `user_version`).
 pub const SCHEMA_VERSION: u32 = 2;
 

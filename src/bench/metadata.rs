@@ -612,6 +612,17 @@ pub fn run(
     })
 }
 
+/// Runs [`run`] with its phase and file count on the `ui`'s progress bar.
+pub fn measure(opts: &MetadataOptions, ui: &dyn crate::ui::Ui) -> Result<MetadataReport> {
+    let bar = ui.progress("bench --small-files {msg}");
+    let files = opts.files;
+    let result = run(opts, &mut || {}, &mut |p| {
+        bar.set_message(format!("{p} ({files} files)"))
+    });
+    bar.finish();
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -476,6 +476,27 @@ pub fn run(
     Ok(build_report(plan, runs, stale_removed))
 }
 
+/// Runs [`run`] with the profile, its step and the file count on the `ui`'s
+/// progress bar; the `ui` is told when the first change begins.
+pub fn measure(
+    plan: &ProfilesPlan,
+    store: &StateStore,
+    sysroot: &SysRoot,
+    ui: &dyn crate::ui::Ui,
+) -> Result<ProfilesReport> {
+    let bar = ui.progress("bench --compare-profiles {msg}");
+    let files = plan.files;
+    let result = run(
+        plan,
+        store,
+        sysroot,
+        &mut || ui.started(),
+        &mut |p, step| bar.set_message(format!("{p}: {step} ({files} files)")),
+    );
+    bar.finish();
+    result
+}
+
 fn build_report(
     plan: &ProfilesPlan,
     runs: Vec<ProfileRun>,

@@ -165,7 +165,7 @@ fn open_file_trace(
         return Err("the tracepoint was turned off by a test hook".into());
     }
     let (dir, held) = tracefs::locate_held(root, allow_private_mount)?;
-    let removed = tracefs::remove_stale(&dir, crate::probe::scratch::pid_alive);
+    let removed = tracefs::remove_stale(&dir, crate::sys::fs::scratch::pid_alive);
     let mut trace = FolioTrace::create(&dir, &crate::sys::fs::nonce::nonce())
         .map_err(|e| e.message().to_owned())?;
     trace.hold(held);

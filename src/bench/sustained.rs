@@ -761,6 +761,30 @@ pub fn run(
     })
 }
 
+/// Runs [`run`] with the bytes written, the rate and the ETA on the `ui`'s
+/// progress bar.
+pub fn measure(
+    opts: &SustainedOptions,
+    plan: SustainedPlan,
+    fio: &mut dyn FioRunner,
+    fio_path: &Path,
+    ui: &dyn Ui,
+) -> Result<SustainedReport> {
+    let bar = ui.progress("bench --sustained {msg}");
+    let result = run(opts, plan, fio, fio_path, &mut || {}, &mut |p| {
+        bar.set_message(format!(
+            "{} of {}  {} MB/s  ETA {}m{:02}s",
+            ui.size(p.bytes_written),
+            ui.size(p.size_bytes),
+            crate::report::rate::mb_number(p.bytes_per_sec),
+            p.eta_secs / 60,
+            p.eta_secs % 60
+        ))
+    });
+    bar.finish();
+    result
+}
+
 /// The write watched while fio runs: the members' written bytes sampled
 /// every period, the progress, and the watchdog.
 struct Watch<'a> {

@@ -18,7 +18,6 @@ use btrfs_lab::error::Result;
 use btrfs_lab::report::rate::{mb_number, mb_number_fine};
 use btrfs_lab::report::text::{escape_control, escape_path};
 use btrfs_lab::sandbox::Locations;
-use btrfs_lab::scrub::STATE_DIR;
 use btrfs_lab::sys::fs::outfile::{OutputDir, split};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::tools::fio::RealFio;
@@ -277,20 +276,7 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     plan.confirm(args.yes, out)?;
     out.before_change(NOTHING_KEPT)?;
     let fio_path = fio.path().to_path_buf();
-    let bar = out.byte_progress("bench --sustained {msg}");
-    let result = sustained::run(&opts, plan, &mut fio, &fio_path, &mut || {}, &mut |p| {
-        bar.set_message(format!(
-            "{} of {}  {} MB/s  ETA {}m{:02}s",
-            super::units::size(p.bytes_written),
-            super::units::size(p.size_bytes),
-            mb_number(p.bytes_per_sec),
-            p.eta_secs / 60,
-            p.eta_secs % 60
-        ));
-        bar.tick();
-    });
-    bar.finish_and_clear();
-    let report = result?;
+    let report = sustained::measure(&opts, plan, &mut fio, &fio_path, out)?;
     if let Some(f) = report_file {
         f.write(&html::render_sustained(&report))?;
     }
@@ -416,14 +402,7 @@ fn run_metadata(args: &BenchArgs, dir: &Path, out: &Output) -> Result<u8> {
         )?;
     }
     out.before_change(NOTHING_KEPT)?;
-    let bar = out.byte_progress("bench --small-files {msg}");
-    let files = opts.files;
-    let result = bench::metadata::run(&opts, &mut || {}, &mut |p| {
-        bar.set_message(format!("{p} ({files} files)"));
-        bar.tick();
-    });
-    bar.finish_and_clear();
-    let report = result?;
+    let report = bench::metadata::measure(&opts, out)?;
     out.report(&report, render_metadata);
     Ok(report.exit_code)
 }
@@ -553,20 +532,7 @@ fn run_compare_profiles(
         confirm(out, &question, false)?;
     }
     out.before_change(NOTHING_KEPT)?;
-    let bar = out.byte_progress("bench --compare-profiles {msg}");
-    let files = plan.files;
-    let result = profiles::run(
-        &plan,
-        &places.store,
-        &opts.sysroot,
-        &mut || out.started(),
-        &mut |p, step| {
-            bar.set_message(format!("{p}: {step} ({files} files)"));
-            bar.tick();
-        },
-    );
-    bar.finish_and_clear();
-    let report = result?;
+    let report = profiles::measure(&plan, &places.store, &opts.sysroot, out)?;
     out.report(&report, render_profiles);
     Ok(report.exit_code)
 }
@@ -664,10 +630,7 @@ pub fn run(
     if let Some(list) = &args.compare_profiles {
         return run_compare_profiles(&args, list, out, super::sandbox::locations(places, out));
     }
-    let db = args.db.clone().unwrap_or_else(|| {
-        let state = places.0.as_deref().unwrap_or(Path::new(STATE_DIR));
-        state.join(history::DB_FILE)
-    });
+    let db = history::db_path(args.db.as_deref(), places.0.as_deref());
     if args.history {
         return run_history(&args, &db, out);
     }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use btrfs_lab::doctor::{self, DoctorOptions, DoctorReport, FsDiagnosis, Outcome, prometheus};
+use btrfs_lab::doctor::{self, DoctorOptions, DoctorReport, FsDiagnosis, prometheus};
 use btrfs_lab::error::{Error, Result};
 use btrfs_lab::model::finding::Severity;
 use btrfs_lab::report::text::escape_control as esc;
@@ -76,25 +76,15 @@ pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>
         );
     }
     let format = args.format;
-    let (report, textfile_error) = match doctor::run(&options(args, out, state_dir))? {
-        Outcome::Unknown(errors) => {
-            errors.iter().for_each(|e| out.error(e));
-            return Ok(doctor::EXIT_UNKNOWN);
-        }
-        Outcome::Report {
-            report,
-            textfile_error,
-        } => (report, textfile_error),
+    let Some((report, textfile_failed)) = doctor::run_on_ui(&options(args, out, state_dir), out)?
+    else {
+        return Ok(doctor::EXIT_UNKNOWN);
     };
-    for n in &report.not_examined {
-        out.error(&doctor::not_examined_error(n));
-    }
-    textfile_error.iter().for_each(|e| out.error(e));
     out.report(&report, |r| match format {
         Format::Prometheus => prometheus::render(r),
         Format::Text => render(r, out.paint),
     });
-    let could_not_write = textfile_error.is_some() | unwritable(out);
+    let could_not_write = textfile_failed | unwritable(out);
     Ok(doctor::status_with_failure(
         report.exit_status,
         could_not_write,

@@ -10,12 +10,11 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
-
 use crate::bench::WORK_DIR_PREFIX;
 use crate::model::finding::{Code, Finding, rules};
 use crate::report::units::{UnitMode, pretty_size};
 use crate::sys::fs::beneath::{HeldDir, open_dir_beneath};
+use crate::sys::fs::scratch::{self, EntryKind};
 use crate::sys::tools::display_argv;
 
 /// Most entries counted in one leftover (a huge tree is still named, its
@@ -64,46 +63,36 @@ fn is_stale(pid: u32) -> bool {
 /// Bytes allocated below the directory `dir` (by descriptor, links not
 /// followed, other filesystems not entered); `false` when incomplete.
 fn size_of_tree(dir: BorrowedFd<'_>, entries: &mut usize, depth: u32) -> (u64, bool) {
-    let Ok(fd) = rfs::openat(
-        dir,
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) else {
+    let Ok(fd) = scratch::reopen_dir(dir) else {
         return (0, false);
     };
-    let Ok(dev) = rfs::fstat(&fd).map(|s| s.st_dev) else {
+    let Ok(dev) = scratch::stat_fd(&fd).map(|s| s.st_dev) else {
         return (0, false);
     };
-    let Ok(mut d) = rfs::Dir::read_from(&fd) else {
+    let Ok(names) = scratch::entry_names(&fd) else {
         return (0, false);
     };
     let mut bytes = 0u64;
     let mut complete = true;
-    for entry in d.by_ref() {
-        let Ok(entry) = entry else {
+    for name in names {
+        let Ok(name) = name else {
             return (bytes, false);
         };
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
         *entries += 1;
         if *entries > MAX_ENTRIES {
             return (bytes, false);
         }
-        let name = OsStr::from_bytes(name);
-        let Ok(st) = rfs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        let Ok(st) = scratch::stat_at(&fd, &name) else {
             complete = false;
             continue;
         };
-        bytes = bytes.saturating_add((st.st_blocks as u64).saturating_mul(512));
-        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        bytes = bytes.saturating_add(scratch::allocated_bytes(&st));
+        if scratch::kind_of(&st) == EntryKind::Dir {
             if st.st_dev != dev || depth >= 64 {
                 complete = false;
                 continue;
             }
-            match open_dir_beneath(fd.as_fd(), Path::new(name)) {
+            match open_dir_beneath(fd.as_fd(), Path::new(&name)) {
                 Ok(sub) => {
                     let (b, c) = size_of_tree(sub.as_fd(), entries, depth + 1);
                     bytes = bytes.saturating_add(b);
@@ -134,7 +123,7 @@ pub fn scan(dirs: &[PathBuf]) -> Vec<BenchLeftover> {
             let Ok(Some(st)) = held.stat(&name) else {
                 continue;
             };
-            if FileType::from_raw_mode(st.st_mode) != FileType::Directory || !is_stale(pid) {
+            if scratch::kind_of(&st) != EntryKind::Dir || !is_stale(pid) {
                 continue;
             }
             let path = held.join(&name);
@@ -151,7 +140,7 @@ pub fn scan(dirs: &[PathBuf]) -> Vec<BenchLeftover> {
             out.push(BenchLeftover {
                 path,
                 pid,
-                bytes: bytes.saturating_add((st.st_blocks as u64).saturating_mul(512)),
+                bytes: bytes.saturating_add(scratch::allocated_bytes(&st)),
                 partial: !complete,
             });
         }

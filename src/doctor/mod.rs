@@ -344,6 +344,31 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
     })
 }
 
+/// Runs doctor ([`run`]) and says its errors on the `ui`: one per
+/// filesystem not examined, and the textfile's. `None` when it could look at
+/// nothing ([`EXIT_UNKNOWN`]); else the report and whether the textfile could
+/// not be written.
+pub fn run_on_ui(
+    opts: &DoctorOptions,
+    ui: &dyn crate::ui::Ui,
+) -> Result<Option<(DoctorReport, bool)>> {
+    let (report, textfile_error) = match run(opts)? {
+        Outcome::Unknown(errors) => {
+            errors.iter().for_each(|e| ui.error(e));
+            return Ok(None);
+        }
+        Outcome::Report {
+            report,
+            textfile_error,
+        } => (report, textfile_error),
+    };
+    for n in &report.not_examined {
+        ui.error(&not_examined_error(n));
+    }
+    textfile_error.iter().for_each(|e| ui.error(e));
+    Ok(Some((report, textfile_error.is_some())))
+}
+
 /// A filesystem not examined, as the one error line it prints (naming the
 /// path when the message does not).
 pub fn not_examined_error(n: &NotExamined) -> crate::error::Error {

@@ -233,7 +233,7 @@ pub(crate) fn open_trace(
         Ok(d) => d,
         Err(why) => return (None, Some(why), Vec::new()),
     };
-    let removed = tracefs::remove_stale(&dir, scratch::pid_alive);
+    let removed = tracefs::remove_stale(&dir, crate::sys::fs::scratch::pid_alive);
     match FolioTrace::create(&dir, &crate::sys::fs::nonce::nonce()) {
         Ok(t) => (Some(t), None, removed),
         Err(e) => (None, Some(e.message().to_owned()), removed),

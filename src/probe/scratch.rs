@@ -12,15 +12,12 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
-use rustix::io::Errno;
 
 use crate::error::{Error, Result};
 use crate::sys::block::loopdev::FileIdentity;
 use crate::sys::fs::beneath::HeldDir;
+use crate::sys::fs::scratch::{self as at, EntryKind, pid_alive};
 use crate::sys::kernel::direct_io::create_direct_at;
 
 /// Every scratch name starts so.
@@ -134,23 +131,20 @@ impl Scratch {
     /// Unlinks `name` if it still is `id`.
     fn unlink_own(&self, in_control: bool, name: &str, id: FileIdentity) -> Result<()> {
         let parent = self.parent(in_control);
-        match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        match at::stat_at(parent, OsStr::new(name)) {
             Ok(st) if crate::sys::fs::beneath::identity_of(&st) == id => {}
-            Ok(_) | Err(Errno::NOENT) => return Ok(()),
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => {
                 return Err(Error::from_io(
-                    &std::io::Error::from(e),
+                    &e,
                     "cannot remove test file",
                     &self.shown(in_control, name),
                 ));
             }
         }
-        rustix::fs::unlinkat(parent, name, AtFlags::empty()).map_err(|e| {
-            Error::from_io(
-                &std::io::Error::from(e),
-                "cannot remove test file",
-                &self.shown(in_control, name),
-            )
+        at::unlink_at(parent, OsStr::new(name)).map_err(|e| {
+            Error::from_io(&e, "cannot remove test file", &self.shown(in_control, name))
         })
     }
 
@@ -181,76 +175,53 @@ impl Drop for Scratch {
     }
 }
 
-/// True when a process `pid` exists (or may: EPERM means it does).
-pub(crate) fn pid_alive(pid: u32) -> bool {
-    let Some(p) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return false;
-    };
-    !matches!(rustix::process::test_kill_process(p), Err(Errno::SRCH))
-}
-
 /// A regular file (not followed through a link) owned by `uid`.
 fn is_own_file(dir: &File, name: &OsStr, uid: u32) -> bool {
-    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
-        FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_uid == uid
-    })
+    at::stat_at(dir, name).is_ok_and(|st| at::kind_of(&st) == EntryKind::File && st.st_uid == uid)
 }
 
 /// Removes a dead probe's control directory: only when it is a directory
 /// of ours holding nothing but control files of ours. True when removed.
 fn remove_control_dir(dir: &File, name: &OsStr, uid: u32) -> bool {
-    let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+    let Ok(st) = at::stat_at(dir, name) else {
         return false;
     };
-    if FileType::from_raw_mode(st.st_mode) != FileType::Directory || st.st_uid != uid {
+    if at::kind_of(&st) != EntryKind::Dir || st.st_uid != uid {
         return false;
     }
-    let Ok(fd) = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) else {
+    let Ok(sub) = at::open_subdir_nofollow(dir, name) else {
         return false;
     };
-    let sub = File::from(fd);
-    let Ok(entries) = rustix::fs::Dir::read_from(&sub) else {
+    let Ok(entries) = at::entry_names(&sub) else {
         return false;
     };
     let mut files = Vec::new();
-    for e in entries {
-        let Ok(e) = e else { return false };
-        let n = OsStr::from_bytes(e.file_name().to_bytes()).to_owned();
-        if n == "." || n == ".." {
-            continue;
-        }
+    for n in entries {
+        let Ok(n) = n else { return false };
         if !n.to_str().is_some_and(is_control_file_name) || !is_own_file(&sub, &n, uid) {
             return false;
         }
         files.push(n);
     }
     for n in files {
-        if rustix::fs::unlinkat(&sub, &n, AtFlags::empty()).is_err() {
+        if at::unlink_at(&sub, &n).is_err() {
             return false;
         }
     }
-    rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR).is_ok()
+    at::rmdir_at(dir, name).is_ok()
 }
 
 /// Removes what killed probes left in `dir` (see the module documentation).
 /// Returns the names removed, sorted.
 pub(crate) fn remove_stale(dir: &File) -> Vec<String> {
-    let uid = rustix::process::geteuid().as_raw();
+    let uid = crate::sys::euid();
     let me = std::process::id();
-    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
+    let Ok(entries) = at::entry_names(dir) else {
         return Vec::new();
     };
     let mut removed = Vec::new();
-    for e in entries.flatten() {
-        let Ok(name) = e.file_name().to_str().map(str::to_owned) else {
+    for name in entries.flatten() {
+        let Ok(name) = name.into_string() else {
             continue;
         };
         let Some((pid, kind)) = parse_name(&name) else {
@@ -261,9 +232,7 @@ pub(crate) fn remove_stale(dir: &File) -> Vec<String> {
         }
         let os = OsStr::new(&name);
         let done = match kind {
-            Kind::TestFile => {
-                is_own_file(dir, os, uid) && rustix::fs::unlinkat(dir, os, AtFlags::empty()).is_ok()
-            }
+            Kind::TestFile => is_own_file(dir, os, uid) && at::unlink_at(dir, os).is_ok(),
             Kind::ControlDir => remove_control_dir(dir, os, uid),
         };
         if done {
@@ -276,16 +245,9 @@ pub(crate) fn remove_stale(dir: &File) -> Vec<String> {
 
 /// The device (`major:minor`) and inode of an open directory.
 pub fn identity(dir: &File) -> Result<(String, u64)> {
-    let st = rustix::fs::fstat(dir)
-        .map_err(|e| Error::from_io(&std::io::Error::from(e), "cannot stat", Path::new(".")))?;
-    Ok((
-        format!(
-            "{}:{}",
-            rustix::fs::major(st.st_dev),
-            rustix::fs::minor(st.st_dev)
-        ),
-        st.st_ino,
-    ))
+    let st = at::stat_fd(dir).map_err(|e| Error::from_io(&e, "cannot stat", Path::new(".")))?;
+    let (major, minor) = at::major_minor(st.st_dev);
+    Ok((format!("{major}:{minor}"), st.st_ino))
 }
 
 #[cfg(test)]

@@ -17,14 +17,11 @@ pub mod report;
 pub mod watch;
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::fs::{self, File};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Duration;
-
-use nix::errno::Errno;
-use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::hooks::Switch;
@@ -33,7 +30,9 @@ use crate::parse::mountinfo::{MountEntry, mount_containing};
 use crate::parse::size::format_iec;
 use crate::sys::fs::beneath::HeldDir;
 use crate::sys::fs::root::SysRoot;
+use crate::sys::fs::scratch::{self as at, EntryKind};
 use crate::sys::kernel::direct_io::AlignedBuffer;
+use crate::sys::kernel::errno::Meaning;
 use crate::sys::kernel::extents::{self, Layout};
 use crate::sys::kernel::hugepages;
 use crate::sys::kernel::memio::{self, MappedBuffer, RingBuffer};
@@ -324,8 +323,8 @@ struct Target {
 }
 
 fn open_error(e: &std::io::Error, path: &Path) -> Error {
-    match e.raw_os_error().map(Errno::from_raw) {
-        Some(Errno::EACCES | Errno::EPERM) => Error::new(
+    match e.raw_os_error().map(Meaning::of) {
+        Some(Meaning::Permission) => Error::new(
             ErrorKind::Permission,
             format!("cannot read {}: permission denied", path.display()),
         )
@@ -380,29 +379,26 @@ fn open_target(path: &Path) -> Result<Target> {
         )
         .with_hint("give the path of the file to read (a model file, a disk image)"));
     };
-    let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
-    if let Some(e) = not_a_file_kind(path, kind) {
+    if let Some(e) = not_a_file_kind(path, at::kind_of(&st)) {
         return Err(e);
     }
     // O_NONBLOCK (added by open_entry_file): a FIFO swapped in after the
     // check must not hang the open.
-    let file = parent
-        .open_entry_file(&name, rustix::fs::OFlags::RDONLY)
-        .map_err(|e| match e.kind() {
-            ErrorKind::Permission => Error::new(
-                ErrorKind::Permission,
-                format!("cannot read {}: permission denied", path.display()),
-            )
-            .with_hint("read-test only reads the file: run it as a user who may read it"),
-            _ => e,
-        })?;
+    let file = at::open_read_entry(&parent, &name).map_err(|e| match e.kind() {
+        ErrorKind::Permission => Error::new(
+            ErrorKind::Permission,
+            format!("cannot read {}: permission denied", path.display()),
+        )
+        .with_hint("read-test only reads the file: run it as a user who may read it"),
+        _ => e,
+    })?;
     let meta = file
         .metadata()
         .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
     if let Some(e) = not_a_file(path, &meta) {
         return Err(e);
     }
-    fcntl(&file, FcntlArg::F_SETFL(OFlag::empty()))
+    at::clear_status_flags(&file)
         .map_err(|e| Error::from_errno(e, "cannot set the flags of", path))?;
     let canonical = parent.join(&name);
     Ok(Target {
@@ -418,11 +414,10 @@ fn open_target(path: &Path) -> Result<Target> {
 }
 
 /// [`not_a_file`] from an `lstat` (a link was resolved before).
-fn not_a_file_kind(path: &Path, kind: rustix::fs::FileType) -> Option<Error> {
-    use rustix::fs::FileType;
+fn not_a_file_kind(path: &Path, kind: EntryKind) -> Option<Error> {
     let message = match kind {
-        FileType::RegularFile => return None,
-        FileType::Directory => format!("{} is a directory, not a file", path.display()),
+        EntryKind::File => return None,
+        EntryKind::Dir => format!("{} is a directory, not a file", path.display()),
         _ => format!("{} is not a regular file", path.display()),
     };
     Some(
@@ -443,15 +438,9 @@ fn open_direct(
     let fallback = "direct and direct-copy read through the page cache instead";
     // The same open file, reopened through its descriptor (/proc/self/fd):
     // no name is resolved again.
-    use std::os::fd::AsRawFd;
-    let again = PathBuf::from(format!("/proc/self/fd/{}", t.file.as_raw_fd()));
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(&again)
-    {
+    let file = match at::reopen_direct(&t.file) {
         Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+        Err(e) if at::is_invalid(&e) => {
             return Ok(Err(format!(
                 "O_DIRECT unsupported here: {} refused to open the file with O_DIRECT (EINVAL); {fallback}",
                 mount.fs_type
@@ -475,7 +464,7 @@ fn open_direct(
         )
         .with_hint("run read-test on a file nothing else is changing"));
     }
-    fcntl(&file, FcntlArg::F_SETFL(OFlag::O_DIRECT))
+    at::set_direct_flag(&file)
         .map_err(|e| Error::from_errno(e, "cannot set the flags of", path))?;
     if t.size > 0 {
         let mut probe = AlignedBuffer::new(align as usize, align as usize);
@@ -483,7 +472,7 @@ fn open_direct(
             match file.read_at(probe.as_mut_slice(), 0) {
                 Ok(_) => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                Err(e) if at::is_invalid(&e) => {
                     return Ok(Err(format!(
                         "O_DIRECT unsupported here: the first O_DIRECT read failed (EINVAL) with {align}-byte alignment; {fallback}"
                     )));
@@ -500,12 +489,10 @@ fn dontcache_support(t: &Target, path: &Path, fs_type: &str) -> Result<Option<St
     let mut probe = [0u8; 4096];
     match memio::pread_dontcache(&t.file, &mut probe, 0) {
         Ok(_) => Ok(None),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
-            Ok(Some(format!(
-                "RWF_DONTCACHE is not supported here: it needs Linux 6.14 or later and a filesystem that implements it, and {fs_type} on {} does not",
-                kernel_release()
-            )))
-        }
+        Err(e) if at::is_unsupported(&e) => Ok(Some(format!(
+            "RWF_DONTCACHE is not supported here: it needs Linux 6.14 or later and a filesystem that implements it, and {fs_type} on {} does not",
+            kernel_release()
+        ))),
         Err(e) => Err(Error::from_io(&e, "cannot read", path)),
     }
 }
@@ -535,10 +522,7 @@ fn file_devices(
         }
         return Ok((found, missing));
     }
-    let (maj, min) = (
-        nix::sys::stat::major(t.dev) as u32,
-        nix::sys::stat::minor(t.dev) as u32,
-    );
+    let (maj, min) = at::major_minor(t.dev);
     Ok((
         diskstats::by_number(&stats, maj, min).into_iter().collect(),
         Vec::new(),
@@ -550,16 +534,7 @@ fn file_devices(
 /// unless the caller owns the file or may write to it (a side-channel
 /// guard), so an unprivileged reader of someone else's file cannot verify.
 fn mincore_can_tell(t: &Target) -> bool {
-    let euid = nix::unistd::geteuid();
-    euid.is_root()
-        || euid.as_raw() == t.uid
-        || rustix::fs::accessat(
-            t.parent.fd(),
-            t.name.as_os_str(),
-            rustix::fs::Access::WRITE_OK,
-            rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .is_ok()
+    crate::sys::is_root() || crate::sys::euid() == t.uid || at::may_write_at(t.parent.fd(), &t.name)
 }
 
 /// Why the cache could not be proven cold, when it could not.
@@ -583,7 +558,7 @@ fn unverifiable_reason(t: &Target, memory_backed: bool) -> Option<String> {
 fn invoking_uid() -> (u32, bool) {
     match std::env::var("SUDO_UID").ok().and_then(|v| v.parse().ok()) {
         Some(uid) => (uid, true),
-        None => (rustix::process::getuid().as_raw(), false),
+        None => (crate::sys::uid(), false),
     }
 }
 
@@ -1261,7 +1236,7 @@ fn parameter_notes(
 
 /// Root read a file another user owns.
 fn read_for_another_user(t: &Target) -> bool {
-    rustix::process::geteuid().is_root() && t.uid != invoking_uid().0
+    crate::sys::is_root() && t.uid != invoking_uid().0
 }
 
 /// The report: the summaries judged (checksums, verdicts, advice, winner)

@@ -11,5 +11,6 @@ pub mod nonce;
 pub mod outfile;
 pub(crate) mod rescue;
 pub mod root;
+pub(crate) mod scratch;
 pub mod state;
 pub mod target;

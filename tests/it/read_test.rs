@@ -1094,12 +1094,12 @@ fn warm_runs_are_verified_resident_and_cached_readers_gain() {
             assert_eq!(run["resident_before_bytes"], 0);
         }
     }
-    // A ratio with a generous margin, no absolute time: memory copies
-    // against reads through a loop device.
+    // What the cache gained, said, not asserted: a rate ratio is a timed
+    // assertion (it failed on a loaded machine); that the cache served the
+    // warm runs is checked above from the devices' counters.
     for name in ["buffered", "mmap"] {
         let ratio = median(&r["warm_methods"], name) / median(&r["methods"], name);
         eprintln!("{name}: warm/cold = {ratio:.2}");
-        assert!(ratio > 1.5, "{name}: warm/cold = {ratio:.2}: {r:#}");
     }
     // A verdict per situation, and the hedge between them.
     let verdicts = r["verdicts"].as_array().unwrap();

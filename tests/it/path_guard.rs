@@ -63,22 +63,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "canonicalize(",
         "sandbox paths btrfs-lab made, compared; nothing opened through them",
     ),
-    // Renames by descriptor inside a directory held by the layer.
-    (
-        "src/rescue/manifest.rs",
-        "renameat",
-        "renameat between two names of the held state directory, by descriptor",
-    ),
-    (
-        "src/rescue/copy.rs",
-        "renameat",
-        "renameat of a new file into the held target directory, by descriptor",
-    ),
-    (
-        "src/nocow/migrate.rs",
-        "renameat",
-        "RENAME_EXCHANGE of two names in the held directory, by descriptor",
-    ),
 ];
 
 fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {

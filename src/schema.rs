@@ -82,6 +82,8 @@ documents! {
     "convert-pause", false, crate::convert::report::PauseReport, "convert --pause --json";
     "convert-cancel", false, crate::convert::report::CancelReport, "convert --cancel --json";
     "reclaim-record", true, crate::reclaim::ReclaimRecord, "reclaim --json (JSON Lines: the plan, each step, progress, the result; with --dry-run the plan only)";
+    "balance-record", true, crate::balance::report::BalanceRecord, "balance --json (JSON Lines: the plan, progress, notices, the result; with --dry-run the plan only)";
+    "balance-status", false, crate::balance::report::StatusReport, "balance --status --json";
     "scrub-record", true, crate::scrub::ScrubRecord, "scrub --json (JSON Lines)";
     "scrub-status", false, crate::scrub::ScrubStatus, "scrub --status --json";
     "scrub-cancel", false, crate::scrub::ScrubCancel, "scrub --cancel --json";
@@ -405,6 +407,34 @@ mod tests {
         let mut v = serde_json::to_value(Enveloped::new(&records[1])).unwrap();
         v["event"] = json!("exploded");
         validate(&v).expect_err("an unknown event passed");
+    }
+
+    /// balance's records validate against their schema; a result without
+    /// its outcome does not.
+    #[test]
+    fn balance_records_validate() {
+        use crate::balance::report::{BalanceRecord, BalanceResult};
+        let records = [
+            BalanceRecord::Pausing,
+            BalanceRecord::Notice {
+                message: "resuming".to_owned(),
+            },
+            BalanceRecord::Result(BalanceResult {
+                outcome: crate::balance::run::Outcome::Completed,
+                after: vec![],
+                left: vec![],
+                bytes_remaining: None,
+                bytes_moved: 1 << 30,
+                seconds: 2.5,
+            }),
+        ];
+        for r in &records {
+            let v = serde_json::to_value(Enveloped::new(r)).unwrap();
+            validate(&v).unwrap_or_else(|e| panic!("{v}: {e}"));
+        }
+        let mut v = serde_json::to_value(Enveloped::new(&records[2])).unwrap();
+        v.as_object_mut().unwrap().remove("outcome");
+        validate(&v).expect_err("a result without its outcome passed");
     }
 
     #[test]

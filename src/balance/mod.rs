@@ -1,7 +1,10 @@
 //! `balance MOUNT`: spreads the chunks written before a device came onto
 //! every device, with the smallest balance that does it (see [`plan`]).
 
+pub mod operation;
 pub mod plan;
+pub mod report;
+pub mod run;
 
 #[cfg(test)]
 mod tests;

@@ -287,6 +287,11 @@ pub fn plan(layout: &Layout, members: &[Member]) -> Result<Planned, Shortfall> {
     let mut steps = Vec::new();
     let mut selected = Vec::new();
     for s in &before {
+        // System chunks go with metadata's filter, as btrfs-progs sends
+        // them (the kernel refuses system alone without force).
+        if s.kind == Kind::System {
+            continue;
+        }
         // One filter a type: the first profile of a type that needs one
         // (a type in two profiles is a conversion's business).
         if steps.iter().any(|t: &Step| t.kind == s.kind) {

@@ -6,85 +6,26 @@
 
 use std::path::Path;
 
-use super::{Event, Finished, Progress, Start, Targets};
+use super::{Finished, Progress, Start, Targets};
 use crate::convert::report::ConvertRecord;
 use crate::error::Result;
-use crate::report::progress::Reading;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs::FsHandle;
-use crate::sys::kernel::signals::{self, DetachNotice, OperationSignals};
+use crate::sys::kernel::signals::{DetachNotice, OperationSignals};
 use crate::ui::{self, Ui};
 
 /// Where the events of a running conversion go.
-struct Sink<'a> {
-    ui: &'a dyn Ui,
-    detached: Option<DetachNotice>,
-    track: ui::Track<'a>,
-}
+type Sink<'a> = crate::balance::run::Sink<'a, ConvertRecord>;
 
-impl<'a> Sink<'a> {
-    fn new(ui: &'a dyn Ui, detached: Option<DetachNotice>) -> Self {
-        Self {
-            ui,
-            detached,
-            // convert streams its own records (convert-record).
-            track: ui::Track::new(ui, "convert", "converting").records(false),
-        }
+impl crate::balance::run::RunRecord for ConvertRecord {
+    fn progress(progress: Progress) -> Self {
+        ConvertRecord::Progress { progress }
     }
-
-    fn event(&mut self, e: Event) {
-        match e {
-            Event::Progress(p) => {
-                if self.ui.json() {
-                    ui::emit(self.ui, &ConvertRecord::Progress { progress: p });
-                } else {
-                    let chunks = format!("chunk {} of {}", p.chunks_done, p.chunks_expected);
-                    self.track.show(&reading(&p), Some(&chunks));
-                }
-            }
-            Event::Pausing(which) => {
-                let why = match which {
-                    Some(signals::Received::Hangup) => "the terminal went away (SIGHUP)",
-                    Some(signals::Received::Terminate) => "terminated (SIGTERM)",
-                    _ => "interrupted",
-                };
-                ui::emit(self.ui, &ConvertRecord::Pausing);
-                self.track.println(&format!(
-                    "{why}: pausing the balance after the current chunk (it is paused, never cancelled; this waits until the kernel has paused it)"
-                ));
-            }
-            Event::Running => {
-                if let Some(mut n) = self.detached.take() {
-                    n.started();
-                }
-            }
-            Event::StillPausing => {
-                self.track
-                    .println("pausing, please wait: the kernel finishes the current chunk first");
-            }
-            Event::Notice(message) => {
-                ui::emit(
-                    self.ui,
-                    &ConvertRecord::Notice {
-                        message: message.clone(),
-                    },
-                );
-                self.track.println(&message);
-            }
-        }
+    fn pausing() -> Self {
+        ConvertRecord::Pausing
     }
-}
-
-/// A conversion's progress as the one progress renderer reads it: the
-/// bytes converted by this run of the bytes it found to convert.
-fn reading(p: &Progress) -> Reading {
-    Reading {
-        done_bytes: p.bytes_done,
-        total_bytes: p.bytes_done + p.bytes_remaining,
-        rate_bytes_per_sec: (p.rate_bytes_per_sec > 0.0).then_some(p.rate_bytes_per_sec),
-        eta_seconds: p.eta_seconds,
-        pace: p.pace,
-        idle_seconds: 0.0,
+    fn notice(message: String) -> Self {
+        ConvertRecord::Notice { message }
     }
 }
 
@@ -115,7 +56,7 @@ pub fn execute_with_ui(
     ui: &dyn Ui,
 ) -> Result<Finished> {
     ui.started();
-    let mut sink = Sink::new(ui, detached);
+    let mut sink = Sink::new(ui, detached, "convert", "converting");
     let finished = super::execute(
         c.root,
         c.fs,
@@ -125,7 +66,7 @@ pub fn execute_with_ui(
         c.signals,
         &mut |e| sink.event(e),
     );
-    sink.track.finish();
+    sink.finish();
     let finished = finished?;
     ui::emit(ui, &ConvertRecord::Result(finished.record()));
     Ok(finished)
@@ -134,6 +75,7 @@ pub fn execute_with_ui(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::convert::Event;
     use crate::ui::{RecordingUi, Said};
 
     fn progress(done: u64) -> Progress {
@@ -152,7 +94,7 @@ mod tests {
     fn json_progress_goes_out_as_records_and_text_as_lines_every_few_seconds() {
         let mut json = RecordingUi::new();
         json.json = true;
-        let mut sink = Sink::new(&json, None);
+        let mut sink = Sink::new(&json, None, "convert", "converting");
         sink.event(Event::Progress(progress(1)));
         sink.event(Event::Progress(progress(2)));
         sink.event(Event::Notice("resuming".into()));
@@ -172,7 +114,7 @@ mod tests {
         // Text without a bar: the first progress line at once, the next
         // only after LINE_EVERY (none within the same instant).
         let text = RecordingUi::new();
-        let mut sink = Sink::new(&text, None);
+        let mut sink = Sink::new(&text, None, "convert", "converting");
         sink.event(Event::Progress(progress(1)));
         sink.event(Event::Progress(progress(2)));
         let lines: Vec<Said> = text
@@ -191,7 +133,7 @@ mod tests {
             "no JSON records without --json"
         );
         // The log ends with the last state.
-        sink.track.finish();
+        sink.finish();
         assert_eq!(
             text.said().last(),
             Some(&Said::Say(

@@ -16,13 +16,11 @@ use crate::device::preflight::Reason;
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::alloc::{self, ChunkKind};
 use crate::model::profile::Profile;
-use crate::model::relocate::{self, Layout, LayoutChunk, Shortfall};
+use crate::model::relocate::{self, Layout, Shortfall};
 use crate::model::space::BgType;
 use crate::operation::state::FsState;
 use crate::parse::size::format_iec;
 use crate::sys::kernel::btrfs::{self, FsHandle};
-use crate::sys::kernel::ioctl::BalanceState;
-use crate::sys::kernel::signals::Received;
 
 /// What the user asked for. System chunks follow metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,104 +209,7 @@ pub fn plan_convert(fs: &FsState, req: &ConvertRequest) -> ConvertPlan {
     plan_convert_on(fs, req, None)
 }
 
-/// Extents read at most for the replay; beyond, chunks are taken as full
-/// of the largest extents.
-const MAX_EXTENTS_READ: usize = 1_000_000;
-
-/// The chunks of the filesystem held open, for the replay of a conversion
-/// ([`relocate::simulate`]); `None` when they cannot be read (not root),
-/// the filesystem has mixed block groups (not modelled), or a balance runs
-/// (then or by the time they were read: see [`balance_in_flux`]).
-pub fn read_layout(fs: &FsHandle, state: &FsState) -> Option<Layout> {
-    if state.mixed_block_groups() || balance_in_flux(state) {
-        return None;
-    }
-    let bgt = state.features.iter().any(|f| f == "block_group_tree");
-    let records = fs.chunk_layout(bgt, MAX_EXTENTS_READ).ok()??;
-    // One that started while they were read: they may be mid-relocation.
-    let running = fs
-        .balance_status()
-        .map(|s| {
-            s.is_some_and(|s| {
-                s.state
-                    .intersects(BalanceState::RUNNING | BalanceState::CANCEL_REQ)
-            })
-        })
-        .unwrap_or(true);
-    if running {
-        return None;
-    }
-    layout_of(state, records)
-}
-
-/// A balance runs, or is being cancelled, on `fs` (not one that is
-/// paused): the chunks are not in a state the replay can start from. While
-/// the kernel relocates a chunk, its data is both in the chunk and, partly
-/// or wholly, in the copy the relocation is writing into chunks of the
-/// target profile; a cancelled relocation (`btrfs balance cancel`, or the
-/// process running the balance killed) frees that copy when it ends.
-/// Measured (3 × 2 GiB, raid0 → raid1 data, the convert process killed
-/// after the first chunk): read right after the kill, a second raid1 chunk
-/// showed 512 MiB used by the copy of the chunk being relocated, and the
-/// replay, counting that data twice, ran out of space; once the kernel had
-/// ended the balance that chunk was empty again, the replay fitted and the
-/// kernel completed the conversion. A paused balance stops between chunks:
-/// its state is settled.
-pub fn balance_in_flux(state: &FsState) -> bool {
-    state.balance.is_some_and(|b| b.running || b.cancelling)
-}
-
-/// The replay's view of `records` on the devices of `fs`.
-pub(crate) fn layout_of(fs: &FsState, records: btrfs::ChunkLayout) -> Option<Layout> {
-    let mut chunks = Vec::with_capacity(records.len());
-    for (c, used, extents) in records {
-        let kind = match btrfs::bg_type_of(c.flags) {
-            BgType::Data => ChunkKind::Data,
-            BgType::Metadata => ChunkKind::Metadata,
-            BgType::System => ChunkKind::System,
-            _ => return None,
-        };
-        let profile = btrfs::profile_of(c.flags);
-        let stripe = c.length / u64::from(profile.data_stripes(u32::from(c.num_stripes)));
-        let stripes = c
-            .devids
-            .iter()
-            .map(|id| {
-                fs.devices
-                    .iter()
-                    .position(|d| d.devid == *id)
-                    .map(|i| (i, stripe))
-            })
-            .collect::<Option<Vec<_>>>()?;
-        chunks.push(LayoutChunk {
-            kind,
-            profile,
-            logical: c.logical,
-            length: c.length,
-            used,
-            stripes,
-            extents,
-        });
-    }
-    Some(Layout {
-        // The first MiB of every device is never allocated
-        // (BTRFS_DEVICE_RANGE_RESERVED).
-        free: fs
-            .devices
-            .iter()
-            .map(|d| d.unallocated().saturating_sub(1 << 20))
-            .collect(),
-        chunks,
-        total_bytes: fs.raw_size(),
-        kernel: fs.kernel,
-        global_reserve: fs
-            .spaces
-            .iter()
-            .filter(|s| btrfs::bg_type_of(s.flags) == BgType::GlobalReserve)
-            .map(|s| s.total_bytes)
-            .sum(),
-    })
-}
+pub use crate::operation::layout::{balance_in_flux, read_layout};
 
 /// The smallest device (of a few sizes) whose addition lets the replay
 /// finish, if any.
@@ -775,54 +676,7 @@ fn equivalent_command(fs: &FsState, req: &ConvertRequest) -> Vec<String> {
     cmd
 }
 
-/// What a running balance reported.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Progress {
-    /// Chunks to relocate (0 when unknown, e.g. after a remount).
-    pub chunks_expected: u64,
-    /// Chunks relocated.
-    pub chunks_done: u64,
-    /// Logical bytes used outside the target profiles: still to move.
-    pub bytes_remaining: u64,
-    /// Logical bytes converted since this run started.
-    pub(crate) bytes_done: u64,
-    /// Bytes per second over the last moves (20 s window); 0 while the
-    /// rate is measured, stalled or pausing.
-    pub rate_bytes_per_sec: f64,
-    /// Estimated seconds left: `null` until the estimate is stable, and
-    /// while stalled or pausing.
-    pub eta_seconds: Option<f64>,
-    /// What the balance is doing, as far as the counts tell.
-    #[serde(default = "crate::report::progress::running")]
-    pub pace: crate::report::progress::Pace,
-}
-
-/// What happened to the balance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// It finished.
-    Completed,
-    /// It is paused (by us on a signal, or by someone else).
-    Paused,
-    /// Someone cancelled it.
-    Cancelled,
-}
-
-/// Events while a balance runs.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// Counters and bytes.
-    Progress(Progress),
-    /// A signal arrived; the kernel was asked to pause after the current chunk.
-    Pausing(Option<Received>),
-    /// Another signal while pausing: it changes nothing, the pause goes on.
-    StillPausing,
-    /// Something to know (resuming, following, waiting).
-    Notice(String),
-    /// The balance runs in the kernel (sent once per run).
-    Running,
-}
+pub use crate::balance::run::{Event, Outcome, Progress};
 
 pub use crate::model::profile::Targets;
 
@@ -897,6 +751,7 @@ pub fn verify(fs: &FsState, t: Targets) -> Result<()> {
 mod tests {
     use super::*;
     use crate::model::kernel::KernelVersion;
+    use crate::model::relocate::LayoutChunk;
     use crate::operation::state::MemberDevice;
     use crate::sys::kernel::btrfs::SpaceEntry;
     use btrfs_uapi::space::BlockGroupFlags as F;

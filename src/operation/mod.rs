@@ -14,6 +14,7 @@
 //! are [`hooks`].
 
 pub mod hooks;
+pub mod layout;
 pub mod reason;
 pub mod state;
 

@@ -746,7 +746,9 @@ fn run_step(
         StepKind::Metadata => (None, Some(usage)),
     };
     let worker = thread::spawn(move || {
-        let _ = tx.send(UsageBalanceEnd::of(wh.balance_usage(d, m)));
+        let _ = tx.send(UsageBalanceEnd::of(
+            wh.balance(Some(&crate::sys::kernel::btrfs::usage_args(d, m))),
+        ));
     });
     if *stopping {
         canceller.pause();

@@ -1,4 +1,4 @@
-//! The balance ioctls as a conversion and a reclaim use them: BALANCE_V2's
+//! The balance ioctls as a conversion, a balance and a reclaim use them: BALANCE_V2's
 //! ends told apart ([`Ended`]), BALANCE_CTL to pause or cancel (at once, on
 //! a thread of its own: [`Pauser`]), their errno kept here.
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 pub(crate) use nix::errno::Errno;
 
 use super::btrfs::FsHandle;
-use super::ioctl::{BalanceEnd, ConvertTargets};
+use super::ioctl::{BalanceArgs, BalanceEnd};
 use crate::error::{Error, Result};
 
 /// How a BALANCE_V2 call (a convert balance, or the resume) ended.
@@ -49,18 +49,16 @@ impl Ended {
     }
 }
 
-/// Starts a convert balance (or resumes the paused one) on `fs` on a thread
-/// of its own; its end is sent once on the channel returned.
+/// Starts a balance with `args` (`None`: resumes the paused one) on `fs`
+/// on a thread of its own; its end is sent once on the channel returned.
 pub(crate) fn start(
     fs: &FsHandle,
-    targets: ConvertTargets,
-    force: bool,
-    resume: bool,
+    args: Option<BalanceArgs>,
 ) -> Result<(thread::JoinHandle<()>, mpsc::Receiver<Ended>)> {
     let fs = fs.try_clone()?;
     let (tx, rx) = mpsc::channel();
     let t = thread::spawn(move || {
-        let _ = tx.send(Ended::of(fs.balance(targets, force, resume)));
+        let _ = tx.send(Ended::of(fs.balance(args.as_ref())));
     });
     Ok((t, rx))
 }

@@ -632,8 +632,8 @@ pub fn csum_items_of(
     }
 }
 
-/// Profile bits as the balance convert filter takes them (`single` is the
-/// explicit BTRFS_AVAIL_ALLOC_BIT_SINGLE).
+/// Profile bits as the balance filters take them, `convert=` and
+/// `profiles=` (`single` is the explicit BTRFS_AVAIL_ALLOC_BIT_SINGLE).
 pub(crate) fn convert_target_bits(p: Profile) -> u64 {
     let f = match p {
         Profile::Single => BlockGroupFlags::SINGLE,
@@ -654,15 +654,44 @@ pub(crate) fn profile_of_target(bits: u64) -> Profile {
     profile_of(BlockGroupFlags::from_bits_truncate(bits))
 }
 
-/// The convert targets of a request (system follows metadata).
-pub(crate) fn convert_targets(
+/// The balance of a conversion to `data` and `metadata` (soft: chunks
+/// already converted are skipped; system follows metadata).
+pub(crate) fn convert_args(
     data: Option<Profile>,
     metadata: Option<Profile>,
-) -> crate::sys::kernel::ioctl::ConvertTargets {
-    crate::sys::kernel::ioctl::ConvertTargets {
-        data: data.map(convert_target_bits),
-        metadata: metadata.map(convert_target_bits),
-        system: metadata.map(convert_target_bits),
+    force: bool,
+) -> crate::sys::kernel::ioctl::BalanceArgs {
+    use crate::sys::kernel::ioctl::{BalanceArgs, TypeFilter};
+    let to = |p: Profile| TypeFilter {
+        convert: Some(convert_target_bits(p)),
+        ..TypeFilter::default()
+    };
+    BalanceArgs {
+        data: data.map(to),
+        metadata: metadata.map(to),
+        system: metadata.map(to),
+        force,
+    }
+}
+
+/// A usage-filtered balance (`btrfs balance start -dusage=N -musage=N`):
+/// the chunks of the types given less than N percent used (0: the empty
+/// ones). System goes with metadata, as btrfs-progs sends it (the kernel
+/// refuses system alone without force).
+pub(crate) fn usage_args(
+    data: Option<u8>,
+    metadata: Option<u8>,
+) -> crate::sys::kernel::ioctl::BalanceArgs {
+    use crate::sys::kernel::ioctl::{BalanceArgs, TypeFilter};
+    let below = |u: u8| TypeFilter {
+        usage: Some(u),
+        ..TypeFilter::default()
+    };
+    BalanceArgs {
+        data: data.map(below),
+        metadata: metadata.map(below),
+        system: metadata.map(below),
+        force: false,
     }
 }
 
@@ -903,27 +932,15 @@ impl FsHandle {
             .map_err(|e| Error::from_errno(e, "cannot read the balance status of", &self.path))
     }
 
-    /// Starts a convert balance, or resumes the paused one, and blocks until
-    /// it ends (see [`crate::sys::kernel::ioctl::balance_v2`]). `EXDEV`: the
-    /// descriptor is on another filesystem than recorded (never happens for
-    /// an open directory, checked anyway).
+    /// Starts a balance with `args`, or (`None`) resumes the paused one,
+    /// and blocks until it ends (see [`crate::sys::kernel::ioctl::balance_v2`]).
+    /// `EXDEV`: the descriptor is on another filesystem than recorded
+    /// (never happens for an open directory, checked anyway).
     pub fn balance(
         &self,
-        targets: crate::sys::kernel::ioctl::ConvertTargets,
-        force: bool,
-        resume: bool,
+        args: Option<&crate::sys::kernel::ioctl::BalanceArgs>,
     ) -> std::result::Result<crate::sys::kernel::ioctl::BalanceEnd, Errno> {
-        crate::sys::kernel::ioctl::balance_v2(self.fd()?, targets, force, resume)
-    }
-
-    /// A usage-filtered balance of data and/or metadata (`-dusage=N`,
-    /// `-musage=N`); blocks until it ends ([`crate::sys::kernel::ioctl::balance_usage_v2`]).
-    pub(crate) fn balance_usage(
-        &self,
-        data: Option<u8>,
-        metadata: Option<u8>,
-    ) -> std::result::Result<crate::sys::kernel::ioctl::BalanceEnd, Errno> {
-        crate::sys::kernel::ioctl::balance_usage_v2(self.fd()?, data, metadata)
+        crate::sys::kernel::ioctl::balance_v2(self.fd()?, args)
     }
 
     /// The usage of every data chunk (`metadata` false) or metadata chunk

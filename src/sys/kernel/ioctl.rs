@@ -244,8 +244,6 @@ pub struct BalanceStatus {
     pub completed: u64,
 }
 
-const BALANCE_ARGS_CONVERT: u64 = 1 << 8;
-
 /// The current balance, `None` when there is none (ENOTCONN).
 pub fn balance_status(fd: BorrowedFd<'_>) -> Result<Option<BalanceStatus>, Errno> {
     use btrfs_uapi::raw::{btrfs_ioc_balance_progress, btrfs_ioctl_balance_args};
@@ -258,7 +256,9 @@ pub fn balance_status(fd: BorrowedFd<'_>) -> Result<Option<BalanceStatus>, Errno
         Err(e) => return Err(e),
     }
     // The per-type args are packed: copy fields out by value.
-    let target = |flags: u64, target: u64| (flags & BALANCE_ARGS_CONVERT != 0).then_some(target);
+    let target = |flags: u64, target: u64| {
+        (flags & btrfs_uapi::balance::BalanceArgsFlags::CONVERT.bits() != 0).then_some(target)
+    };
     Ok(Some(BalanceStatus {
         state: BalanceState::from_bits_retain(args.state),
         flags: args.flags,
@@ -270,8 +270,6 @@ pub fn balance_status(fd: BorrowedFd<'_>) -> Result<Option<BalanceStatus>, Errno
         completed: args.stat.completed,
     }))
 }
-
-const BALANCE_ARGS_SOFT: u64 = 1 << 9;
 
 /// How a BALANCE_V2 call ended, as the kernel returned it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,55 +287,111 @@ pub enum BalanceEnd {
     BtrfsError(i32),
 }
 
-/// One convert target: `Some(profile bits)` converts that type with the
-/// `soft` filter, `None` leaves it out.
+/// One chunk type's filters in a balance, as `btrfs balance start -d...`
+/// spells them (the kernel's `struct btrfs_balance_args`); a chunk is
+/// relocated when every filter given matches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ConvertTargets {
-    /// Data target bits.
-    pub data: Option<u64>,
-    /// Metadata target bits.
-    pub metadata: Option<u64>,
-    /// System target bits.
-    pub system: Option<u64>,
+pub struct TypeFilter {
+    /// `profiles=`: chunks of these block-group profile bits.
+    pub profiles: Option<u64>,
+    /// `convert=`: to these profile bits, `soft` (skipping the chunks
+    /// already in them).
+    pub convert: Option<u64>,
+    /// `usage=N`: chunks less than N percent used.
+    pub usage: Option<u8>,
+    /// `devid=`: chunks with a stripe on this device.
+    pub devid: Option<u64>,
+    /// `stripes=MIN..MAX`: chunks with that many stripes.
+    pub stripes: Option<(u32, u32)>,
+    /// `limit=`: at most this many chunks.
+    pub limit: Option<u64>,
 }
 
-/// Runs BTRFS_IOC_BALANCE_V2: a new convert balance (`resume` false) or a
-/// resume of the paused one. Blocks until the balance ends; `Err(ECANCELED)`
-/// when it was paused or cancelled. Unlike `btrfs_uapi::balance::balance`
-/// this keeps the kernel's positive return codes, which are failures.
+impl TypeFilter {
+    fn fill(&self, a: &mut btrfs_uapi::raw::btrfs_balance_args) {
+        use btrfs_uapi::balance::BalanceArgsFlags as F;
+        // btrfs-uapi's builder sets DEVID for `profiles` (0.13): the
+        // flags are set here from its constants instead.
+        let mut flags = F::empty();
+        if let Some(p) = self.profiles {
+            a.profiles = p;
+            flags |= F::PROFILES;
+        }
+        if let Some(t) = self.convert {
+            a.target = t;
+            flags |= F::CONVERT | F::SOFT;
+        }
+        if let Some(u) = self.usage {
+            a.__bindgen_anon_1.usage = u64::from(u.min(100));
+            flags |= F::USAGE;
+        }
+        if let Some(d) = self.devid {
+            a.devid = d;
+            flags |= F::DEVID;
+        }
+        if let Some((min, max)) = self.stripes {
+            a.stripes_min = min;
+            a.stripes_max = max;
+            flags |= F::STRIPES_RANGE;
+        }
+        if let Some(l) = self.limit {
+            a.__bindgen_anon_2.limit = l;
+            flags |= F::LIMIT;
+        }
+        a.flags = flags.bits();
+    }
+}
+
+/// A new balance: the types it relocates, each with its filters (`None`:
+/// the type is left alone; a type given with no filter relocates all its
+/// chunks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BalanceArgs {
+    /// Data chunks.
+    pub data: Option<TypeFilter>,
+    /// Metadata chunks.
+    pub metadata: Option<TypeFilter>,
+    /// System chunks (the kernel refuses them alone without `force`).
+    pub system: Option<TypeFilter>,
+    /// Allowed to lower redundancy (`-f`).
+    pub force: bool,
+}
+
+/// Runs BTRFS_IOC_BALANCE_V2: a new balance with `args`, or (`None`) a
+/// resume of the paused one. Blocks until the balance ends;
+/// `Err(ECANCELED)` when it was paused or cancelled, `Err(EINVAL)` for a
+/// balance of no type. Unlike `btrfs_uapi::balance::balance` this keeps
+/// the kernel's positive return codes, which are failures.
 pub(crate) fn balance_v2(
     fd: BorrowedFd<'_>,
-    targets: ConvertTargets,
-    force: bool,
-    resume: bool,
+    args: Option<&BalanceArgs>,
 ) -> Result<BalanceEnd, Errno> {
     use btrfs_uapi::raw::btrfs_ioctl_balance_args;
     // SAFETY: all-zero is a valid btrfs_ioctl_balance_args (plain integers).
-    let mut args: btrfs_ioctl_balance_args = unsafe { std::mem::zeroed() };
-    if resume {
-        args.flags = BalanceFlags::RESUME.bits();
-    } else {
-        let filter = BALANCE_ARGS_CONVERT | BALANCE_ARGS_SOFT;
-        if let Some(t) = targets.data {
-            args.flags |= BalanceFlags::DATA.bits();
-            args.data.target = t;
-            args.data.flags = filter;
-        }
-        if let Some(t) = targets.metadata {
-            args.flags |= BalanceFlags::METADATA.bits();
-            args.meta.target = t;
-            args.meta.flags = filter;
-        }
-        if let Some(t) = targets.system {
-            args.flags |= BalanceFlags::SYSTEM.bits();
-            args.sys.target = t;
-            args.sys.flags = filter;
-        }
-        if force {
-            args.flags |= BalanceFlags::FORCE.bits();
-        }
+    let mut raw: btrfs_ioctl_balance_args = unsafe { std::mem::zeroed() };
+    let Some(args) = args else {
+        raw.flags = BalanceFlags::RESUME.bits();
+        return run_balance_v2(fd, raw);
+    };
+    if let Some(f) = &args.data {
+        raw.flags |= BalanceFlags::DATA.bits();
+        f.fill(&mut raw.data);
     }
-    run_balance_v2(fd, args)
+    if let Some(f) = &args.metadata {
+        raw.flags |= BalanceFlags::METADATA.bits();
+        f.fill(&mut raw.meta);
+    }
+    if let Some(f) = &args.system {
+        raw.flags |= BalanceFlags::SYSTEM.bits();
+        f.fill(&mut raw.sys);
+    }
+    if raw.flags == 0 {
+        return Err(Errno::EINVAL);
+    }
+    if args.force {
+        raw.flags |= BalanceFlags::FORCE.bits();
+    }
+    run_balance_v2(fd, raw)
 }
 
 /// BTRFS_IOC_BALANCE_V2 with `args`: blocks until the balance ends; a
@@ -358,40 +412,6 @@ fn run_balance_v2(
         expected: stat.expected,
         completed: stat.completed,
     })
-}
-
-const BALANCE_ARGS_USAGE: u64 = 1 << 1;
-
-/// Runs BTRFS_IOC_BALANCE_V2 with the `usage` filter (`btrfs balance start
-/// -dusage=N` / `-musage=N`): relocates the chunks of the chosen types
-/// whose used bytes are below N% of their length (N = 0: the empty ones).
-/// System chunks go with metadata, as btrfs-progs sends them (the kernel
-/// refuses system alone without force). Blocks until the balance ends;
-/// `Err(ECANCELED)` when it was paused or cancelled.
-pub(crate) fn balance_usage_v2(
-    fd: BorrowedFd<'_>,
-    data: Option<u8>,
-    metadata: Option<u8>,
-) -> Result<BalanceEnd, Errno> {
-    use btrfs_uapi::raw::btrfs_ioctl_balance_args;
-    // SAFETY: all-zero is a valid btrfs_ioctl_balance_args (plain integers).
-    let mut args: btrfs_ioctl_balance_args = unsafe { std::mem::zeroed() };
-    if let Some(u) = data {
-        args.flags |= BalanceFlags::DATA.bits();
-        args.data.flags = BALANCE_ARGS_USAGE;
-        args.data.__bindgen_anon_1.usage = u64::from(u.min(100));
-    }
-    if let Some(u) = metadata {
-        args.flags |= BalanceFlags::METADATA.bits() | BalanceFlags::SYSTEM.bits();
-        args.meta.flags = BALANCE_ARGS_USAGE;
-        args.meta.__bindgen_anon_1.usage = u64::from(u.min(100));
-        args.sys.flags = BALANCE_ARGS_USAGE;
-        args.sys.__bindgen_anon_1.usage = u64::from(u.min(100));
-    }
-    if args.flags == 0 {
-        return Err(Errno::EINVAL);
-    }
-    run_balance_v2(fd, args)
 }
 
 /// BTRFS_IOC_BALANCE_CTL: pause (blocks until the balance stopped after its
@@ -459,7 +479,7 @@ pub fn scrub_device(
     Ok((progress, cancelled))
 }
 
-/// How a usage-filtered balance ([`balance_usage_v2`], reclaim's step)
+/// How a usage-filtered balance (reclaim's step)
 /// ended, its errno read here: the job that runs it names no errno type.
 #[derive(Debug)]
 pub(crate) enum UsageBalanceEnd {
@@ -476,7 +496,7 @@ pub(crate) enum UsageBalanceEnd {
 }
 
 impl UsageBalanceEnd {
-    /// What [`balance_usage_v2`] returned.
+    /// What [`balance_v2`] returned.
     pub(crate) fn of(r: Result<BalanceEnd, Errno>) -> Self {
         match r {
             Ok(end) => Self::Ended(end),

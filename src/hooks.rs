@@ -108,6 +108,11 @@ pub enum Pause {
     ConvertConfirmed,
     /// `device add`: confirmed, before anything is done.
     DeviceAddConfirmed,
+    /// `balance`: confirmed, before anything is done.
+    BalanceConfirmed,
+    /// `balance`: the kernel runs the balance (its first chunk; a test
+    /// sends Ctrl-C there: the balance pauses after that chunk).
+    BalanceRunning,
     /// `reclaim`: a step has ended without reaching the goal, before the
     /// next one starts (a test interrupts the run there and runs it again).
     ReclaimStepped,
@@ -124,7 +129,7 @@ pub enum Pause {
 }
 
 /// Every pause point, for [`Pause::named`].
-const PAUSES: [Pause; 11] = [
+const PAUSES: [Pause; 13] = [
     Pause::ProbeWritten,
     Pause::ReadTestMmap,
     Pause::NocowCopy,
@@ -132,6 +137,8 @@ const PAUSES: [Pause; 11] = [
     Pause::NocowSwapped,
     Pause::ConvertConfirmed,
     Pause::DeviceAddConfirmed,
+    Pause::BalanceConfirmed,
+    Pause::BalanceRunning,
     Pause::ReclaimStepped,
     Pause::RescueCopied,
     Pause::RescueBlock,
@@ -149,6 +156,8 @@ impl Pause {
             Pause::NocowSwapped => "nocow-swapped",
             Pause::ConvertConfirmed => "convert-confirmed",
             Pause::DeviceAddConfirmed => "device-add-confirmed",
+            Pause::BalanceConfirmed => "balance-confirmed",
+            Pause::BalanceRunning => "balance-running",
             Pause::ReclaimStepped => "reclaim-stepped",
             Pause::RescueCopied => "rescue-copied",
             Pause::RescueBlock => "rescue-block",

@@ -84,9 +84,16 @@ fn manage_running(a: &ConvertArgs, out: &Output) -> Result<u8> {
     }
     operation::need_root("converting profiles needs root")?;
     if a.pause {
-        return pause(&root, &a.mount, out);
+        return pause(&root, &a.mount, "convert", &look, out);
     }
-    cancel(&root, &a.mount, a.confirm, out)
+    cancel(
+        &root,
+        &a.mount,
+        a.confirm,
+        "cancel the balance: chunks already converted stay converted, the rest keeps its old profile (mixed profiles until a convert finishes)",
+        &look,
+        out,
+    )
 }
 
 /// convert's plans and results as text.
@@ -258,7 +265,15 @@ fn render_status(st: &StatusReport, out: &Output) -> String {
     t
 }
 
-fn pause(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
+/// `--pause` of `command` (`convert`, `balance`): the running balance
+/// paused after its current chunk; `look` says where it is seen.
+pub fn pause(
+    root: &SysRoot,
+    mount: &Path,
+    command: &str,
+    look: &dyn Fn(&Path) -> String,
+    out: &Output,
+) -> Result<u8> {
     out.before_change(look(mount))?;
     let (done, state) = manage::pause(root, mount)?;
     let m = state.mount_point.display();
@@ -268,14 +283,21 @@ fn pause(root: &SysRoot, mount: &Path, out: &Output) -> Result<u8> {
         } else {
             "paused"
         };
-        format!("{already}; resume with: btrfs-lab convert {m} --resume\n")
+        format!("{already}; resume with: btrfs-lab {command} {m} --resume\n")
     });
     Ok(exit::OK)
 }
 
-fn cancel(root: &SysRoot, mount: &Path, ask: ConfirmArgs, out: &Output) -> Result<u8> {
+/// `--cancel` (convert's, balance's), asked first: `what` it does.
+pub fn cancel(
+    root: &SysRoot,
+    mount: &Path,
+    ask: ConfirmArgs,
+    what: &str,
+    look: &dyn Fn(&Path) -> String,
+    out: &Output,
+) -> Result<u8> {
     let (fs, _state) = manage::prepare_cancel(root, mount)?;
-    let what = "cancel the balance: chunks already converted stay converted, the rest keeps its old profile (mixed profiles until a convert finishes)";
     if ask.dry_run {
         out.text(&format!("would {what}\n{DRY_RUN}"));
         return Ok(exit::OK);

@@ -2,6 +2,7 @@
 //! subcommand has its own file with its arguments and a thin `run` that
 //! calls the library.
 
+mod balance;
 mod bench;
 mod completions;
 mod convert;
@@ -91,6 +92,9 @@ enum Command {
     Device(device::DeviceArgs),
     /// Convert data/metadata profiles with progress, pause and resume.
     Convert(convert::ConvertArgs),
+    /// Spread existing data over every device (after an add), plan first.
+    #[command(after_long_help = balance::AFTER_HELP)]
+    Balance(balance::BalanceArgs),
     /// Relocate little-used data chunks to end ENOSPC, plan first.
     #[command(after_long_help = reclaim::AFTER_HELP)]
     Reclaim(reclaim::ReclaimArgs),
@@ -171,6 +175,7 @@ fn dispatch(
         Command::Device(args) => device::run(args, out, places.0.clone()),
         Command::Convert(args) => convert::run(args, out),
         Command::Reclaim(args) => reclaim::run(args, out, places.0.clone()),
+        Command::Balance(args) => balance::run(args, out),
         Command::Scrub(args) => scrub::run(args, out, places.0.clone()),
         Command::Links(args) => links::run(args, out),
         Command::Nocow(args) => nocow::run(args, out),

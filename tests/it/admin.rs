@@ -22,7 +22,7 @@ use crate::common::{TestEnv, json, require_root, run};
 const GIB: u64 = 1 << 30;
 
 /// Writes `count` files of `mib` MiB of pseudo-random bytes.
-fn fill(dir: &Path, count: usize, mib: usize) {
+pub(crate) fn fill(dir: &Path, count: usize, mib: usize) {
     for n in 0..count {
         let mut f = fs::File::create(dir.join(format!("file{n}"))).unwrap();
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ n as u64;
@@ -46,7 +46,7 @@ fn fill(dir: &Path, count: usize, mib: usize) {
 
 /// sha256 of every file, by name (coreutils' sha256sum, reading through
 /// the filesystem).
-fn hashes(dir: &Path) -> BTreeMap<String, String> {
+pub(crate) fn hashes(dir: &Path) -> BTreeMap<String, String> {
     let mut names: Vec<PathBuf> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())

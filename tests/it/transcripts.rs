@@ -373,6 +373,7 @@ macro_rules! transcript_tests {
 }
 
 transcript_tests! {
+    root balance => "balance.md",
     root bench => "bench.md",
     user completions => "completions.md",
     root convert => "convert.md",

@@ -319,11 +319,11 @@ fn add_notes(
 }
 
 /// The step after the add for the profiles in place, never one that
-/// lowers redundancy: striped data gets a balance of the chunks narrower
-/// than the array, data on one device at a time a conversion (metadata
-/// kept at its profile when that is more redundant than RAID1), mirrored
-/// data a balance of its chunks; none while a conversion is unfinished
-/// (two data profiles) or with one device.
+/// lowers redundancy: striped and mirrored data get `btrfs-lab balance`
+/// (the chunks narrower than the array, the chunks of the fuller devices),
+/// data on one device at a time a conversion (metadata kept at its profile
+/// when that is more redundant than RAID1); none while a conversion is
+/// unfinished (two data profiles) or with one device.
 fn next_step(fs: &FsState, total_after: usize) -> Option<String> {
     let m = fs.mount_point.display();
     let [data] = fs.profiles(BgType::Data)[..] else {
@@ -331,15 +331,14 @@ fn next_step(fs: &FsState, total_after: usize) -> Option<String> {
     };
     let devices = u32::try_from(total_after).ok().filter(|&n| n >= 2)?;
     if crate::balance::plan::striped(data) {
-        let width = data.stripes_on(devices, fs.kernel)?;
+        data.stripes_on(devices, fs.kernel)?;
         return Some(format!(
-            "next, to spread the {data} data that is there over all devices (the chunks narrower than the array): btrfs balance start -dstripes=1..{} {m}",
-            width - 1
+            "next, to spread the {data} data that is there over all devices (the chunks narrower than the array): btrfs-lab balance {m}"
         ));
     }
     if data.tolerated_failures() > 0 {
         return Some(format!(
-            "next, to spread the {data} data that is there over all devices: btrfs balance start -d {m} (rewrites every data chunk)"
+            "next, to spread the {data} data that is there over all devices: btrfs-lab balance {m}"
         ));
     }
     let metadata = fs
@@ -631,7 +630,7 @@ mod tests {
         let n = next_step(&with_profiles(F::RAID0, F::RAID1C3), 4).unwrap();
         assert_eq!(
             n,
-            "next, to spread the raid0 data that is there over all devices (the chunks narrower than the array): btrfs balance start -dstripes=1..3 /mnt"
+            "next, to spread the raid0 data that is there over all devices (the chunks narrower than the array): btrfs-lab balance /mnt"
         );
         assert!(!n.contains("convert"), "{n}");
         // Single data: a conversion, metadata kept at raid1c3.
@@ -648,6 +647,7 @@ mod tests {
         // Mirrored data: a balance, no conversion.
         let n = next_step(&with_profiles(F::RAID1, F::RAID1), 3).unwrap();
         assert!(n.starts_with("next, to spread the raid1 data"), "{n}");
+        assert!(n.ends_with("btrfs-lab balance /mnt"), "{n}");
         assert!(!n.contains("convert"), "{n}");
         // One device: nothing to spread over.
         assert_eq!(next_step(&with_profiles(F::empty(), F::DUP), 1), None);

@@ -1,0 +1,199 @@
+//! `balance` on real sandboxes: the seed's array (three drives, raid0 data,
+//! raid1c3 metadata, a file written) grown by a fourth drive: `device add`
+//! names `balance` as the next step, the plan spreads the narrow chunks,
+//! Ctrl-C pauses it after a chunk and the same command goes on, the kernel
+//! leaves every device within a chunk of the mean with full-width chunks,
+//! every file reads back byte for byte, and a second run has nothing to
+//! do. Refusals change nothing.
+
+use btrfs_lab::balance::plan::{Filter, Kind, Spread};
+use btrfs_lab::balance::report::{BalancePlan, BalanceRecord, BalanceResult, StatusReport};
+use btrfs_lab::balance::run::Outcome;
+use btrfs_lab::model::profile::Profile;
+use btrfs_lab::sandbox::SandboxRequest;
+
+use crate::admin::{fill, hashes};
+use crate::common::{TestEnv, lose_member, require_root, run, typed, typed_lines};
+
+const GIB: u64 = 1 << 30;
+
+fn plan_of(stdout: &str) -> BalancePlan {
+    match typed_lines::<BalanceRecord>(stdout).into_iter().next() {
+        Some(BalanceRecord::Plan { plan }) => *plan,
+        other => panic!("no plan first: {other:?}\n{stdout}"),
+    }
+}
+
+fn result_of(stdout: &str) -> BalanceResult {
+    match typed_lines::<BalanceRecord>(stdout).pop() {
+        Some(BalanceRecord::Result(r)) => r,
+        other => panic!("no result last: {other:?}\n{stdout}"),
+    }
+}
+
+fn data(spread: &[Spread]) -> &Spread {
+    spread
+        .iter()
+        .find(|s| s.kind == Kind::Data)
+        .expect("a data spread")
+}
+
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_drive_added_to_a_striped_array_gets_its_share_of_the_data() {
+    if !require_root("balance after device add") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: 2 * GIB,
+        data: Some(Profile::Raid0),
+        metadata: Some(Profile::Raid1c3),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    fill(&m, 6, 200);
+    let before = hashes(&m);
+
+    // device add names balance, not a conversion.
+    let spare = env.spare_device("fourth", 2 * GIB);
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["device", "add", "--yes"])
+        .arg(&m)
+        .arg(&spare));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let next = format!("btrfs-lab balance {}", m.display());
+    assert!(stdout.contains(&next), "{stdout}");
+    assert!(!stdout.contains("btrfs-lab convert"), "{stdout}");
+
+    // The plan: the 3-wide chunks, nothing else; a dry run changes nothing.
+    let (code, stdout, stderr) = run(env.cmd().args(["balance", "--dry-run", "--json"]).arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    let plan = plan_of(&stdout);
+    assert!(plan.refused.is_empty(), "{:?}", plan.refused);
+    let [step] = &plan.steps[..] else {
+        panic!("one step: {:?}", plan.steps)
+    };
+    assert_eq!(step.kind, Kind::Data);
+    assert_eq!(step.filter, Filter::Stripes { min: 1, max: 3 });
+    let now = data(&plan.before);
+    assert!(now.widths.iter().all(|w| w.stripes == 3), "{now:?}");
+    assert_eq!(step.chunks, now.chunks);
+    assert_eq!(
+        now.devices
+            .iter()
+            .find(|d| d.allocated == 0)
+            .map(|d| d.devid),
+        Some(4),
+        "{now:?}"
+    );
+    assert_eq!(data(&plan.after).full_width, Some(4));
+    assert_eq!(
+        plan.equivalent_command[..3],
+        ["btrfs", "balance", "start"].map(String::from)
+    );
+    let (_, again, _) = run(env.cmd().args(["balance", "--dry-run", "--json"]).arg(&m));
+    assert_eq!(
+        plan_of(&again).before,
+        plan.before,
+        "the dry run changed the chunks"
+    );
+
+    // Ctrl-C while the kernel relocates the first chunk: paused after it.
+    let (code, stdout, stderr) = crate::common::with_pause_at(
+        &env,
+        "balance-running",
+        &[
+            "balance".as_ref(),
+            "--yes".as_ref(),
+            "--json".as_ref(),
+            m.as_os_str(),
+        ],
+        |pid| {
+            rustix::process::kill_process(
+                rustix::process::Pid::from_raw(pid as i32).unwrap(),
+                rustix::process::Signal::INT,
+            )
+            .unwrap();
+        },
+    );
+    assert_eq!(code, 130, "{stdout}{stderr}");
+    let paused = result_of(&stdout);
+    assert_eq!(paused.outcome, Outcome::Paused, "{stdout}");
+    assert!(paused.bytes_remaining.unwrap() > 0, "{paused:?}");
+    assert!(stderr.contains("pausing the balance"), "{stderr}");
+    let (code, stdout, stderr) = run(env.cmd().args(["balance", "--status", "--json"]).arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    let status: StatusReport = typed(&stdout);
+    assert!(status.balance.is_some_and(|b| b.paused), "{status:?}");
+
+    // The same command resumes it and finishes.
+    let (code, stdout, stderr) = run(env.cmd().args(["balance", "--yes", "--json"]).arg(&m));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(
+        plan_of(&stdout).existing,
+        Some(btrfs_lab::balance::report::Existing::Resume)
+    );
+    let done = result_of(&stdout);
+    assert_eq!(done.outcome, Outcome::Completed, "{stdout}");
+    assert!(done.left.is_empty(), "{:?}", done.left);
+    let after = data(&done.after);
+    assert!(after.widths.iter().all(|w| w.stripes == 4), "{after:?}");
+    // Every device within one chunk's stripe of the mean.
+    let mean = after.devices.iter().map(|d| d.allocated).sum::<u64>() / 4;
+    let stripe = 1 << 30; // a data chunk's stripe is at most 1 GiB
+    for d in &after.devices {
+        assert!(d.allocated.abs_diff(mean) <= stripe, "{after:?}");
+        assert!(d.allocated > 0, "{after:?}");
+    }
+    assert_eq!(hashes(&m), before, "a file changed");
+
+    // Nothing left to do.
+    let (code, stdout, stderr) = run(env.cmd().args(["balance", "--yes"]).arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("nothing to balance"), "{stdout}");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_missing_device_or_a_user_is_refused_and_nothing_changes() {
+    if !require_root("balance refusals") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: GIB,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    fill(&m, 2, 32);
+
+    // Not root: one line, nothing read.
+    let (code, _, stderr) = run(env.as_nobody(&[&m]).args(["balance", "--yes"]).arg(&m));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("balancing needs root"), "{stderr}");
+
+    // Nothing to balance on an even array; --resume with nothing paused.
+    let (code, stdout, _) = run(env.cmd().args(["balance", "--dry-run"]).arg(&m));
+    assert_eq!(code, 0);
+    assert!(stdout.contains("nothing to balance"), "{stdout}");
+    let (code, _, stderr) = run(env.cmd().args(["balance", "--resume", "--yes"]).arg(&m));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no paused balance to resume"), "{stderr}");
+
+    // A member gone: replace or remove it first.
+    let devs = sbx.devices();
+    lose_member(&m, &devs[0], &devs[2], "degraded");
+    let (code, stdout, stderr) = run(env.cmd().args(["balance", "--yes"]).arg(&m));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("is missing: replace it"), "{stderr}");
+    // A refused run's record is left out with its stdout: nothing started.
+    let (code, stdout, _) = run(env.cmd().args(["balance", "--yes", "--json"]).arg(&m));
+    assert_eq!((code, stdout.as_str()), (1, ""));
+}

@@ -6,17 +6,25 @@
 //! every file reads back byte for byte, and a second run has nothing to
 //! do. Refusals change nothing.
 
+#[cfg(feature = "test-hooks")]
 use btrfs_lab::balance::plan::{Filter, Kind, Spread};
+#[cfg(feature = "test-hooks")]
 use btrfs_lab::balance::report::{BalancePlan, BalanceRecord, BalanceResult, StatusReport};
+#[cfg(feature = "test-hooks")]
 use btrfs_lab::balance::run::Outcome;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
 
-use crate::admin::{fill, hashes};
-use crate::common::{TestEnv, lose_member, require_root, run, typed, typed_lines};
+use crate::admin::fill;
+#[cfg(feature = "test-hooks")]
+use crate::admin::hashes;
+use crate::common::{TestEnv, lose_member, require_root, run};
+#[cfg(feature = "test-hooks")]
+use crate::common::{typed, typed_lines};
 
 const GIB: u64 = 1 << 30;
 
+#[cfg(feature = "test-hooks")]
 fn plan_of(stdout: &str) -> BalancePlan {
     match typed_lines::<BalanceRecord>(stdout).into_iter().next() {
         Some(BalanceRecord::Plan { plan }) => *plan,
@@ -24,6 +32,7 @@ fn plan_of(stdout: &str) -> BalancePlan {
     }
 }
 
+#[cfg(feature = "test-hooks")]
 fn result_of(stdout: &str) -> BalanceResult {
     match typed_lines::<BalanceRecord>(stdout).pop() {
         Some(BalanceRecord::Result(r)) => r,
@@ -31,6 +40,7 @@ fn result_of(stdout: &str) -> BalanceResult {
     }
 }
 
+#[cfg(feature = "test-hooks")]
 fn data(spread: &[Spread]) -> &Spread {
     spread
         .iter()

@@ -131,7 +131,7 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!(
-                "{mount} is not on a btrfs filesystem (it is {})",
+                "{mount} is not on a btrfs filesystem (it is on {})",
                 entry.fs_type
             ),
         ));

@@ -620,7 +620,7 @@ fn bad_input_gives_one_line_and_no_stdout() {
         (
             vec!["--sysroot", r, "/boot/efi"],
             1,
-            "/boot/efi is not on a btrfs filesystem (it is vfat)",
+            "/boot/efi is not on a btrfs filesystem (it is on vfat)",
         ),
         (
             vec!["--sysroot", r, "/mnt/model"],

@@ -19,7 +19,7 @@ export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 die() { echo "old-userland: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "run as root (debootstrap and chroot need it)"
-command -v debootstrap >/dev/null || die "debootstrap is not installed (scripts/install-deps.sh installs it)"
+command -v debootstrap >/dev/null || die "debootstrap is not installed (scripts/release.sh installs it: the release set of scripts/install-deps.sh)"
 
 static_bin=${1:-dist/btrfs-lab}
 dynamic_bin=${2:-${CARGO_TARGET_DIR:-target}/release/btrfs-lab}

@@ -1,55 +1,151 @@
 #!/usr/bin/env bash
-# Installs what btrfs-lab needs to build, run and test, on Debian or Ubuntu,
-# as root: btrfs-progs, e2fsprogs, util-linux, fio, jq (benchmarks), python3
-# (the tests' unprivileged racer, run as uid 65534), chromium (the
-# bench HTML report test renders it headless), prometheus (promtool checks
-# the doctor metrics and alerting rules), ansible-core (the playbooks in
-# contrib/ansible are run against localhost), libclang (for the
-# bindgen build of btrfs-uapi), man-db, zsh and fish (the man pages and
-# completion scripts are checked with man and the shells), debootstrap
-# (scripts/check-old-userland.sh), lintian (scripts/release.sh lints the
-# .deb), hyperfine (scripts/bench-startup.sh), file, the QEMU rig's tools
-# (qemu-system-x86, busybox-static, cpio, kmod, binutils, xz-utils, zstd:
-# docs/rig.md; scripts/install-rig-deps.sh installs them alone), and a Rust
-# toolchain if there is none.
-# Run it directly, or source it (scripts/demo.sh and scripts/test.sh do) so
-# that a freshly installed cargo is on PATH afterwards.
+# Installs, on Debian or Ubuntu, what one job needs and nothing more. The
+# sets (README.md, "What each script installs", gives their sizes):
+#   demo     build btrfs-lab and run `btrfs-lab demo` (scripts/demo.sh):
+#            btrfs-progs (mkfs.btrfs), util-linux, and the build's own needs:
+#            gcc and libc6-dev (rusqlite's bundled SQLite), libclang-dev (the
+#            bindgen build of btrfs-uapi), ca-certificates (crates.io), and
+#            a Rust toolchain with rustup (and curl) if there is none.
+#   test     the whole test suite (scripts/test.sh): demo's, and e2fsprogs
+#            (mkfs.ext4, chattr, lsattr, filefrag), fio, python3 (the tests'
+#            unprivileged racer, run as uid 65534), chromium (the bench HTML
+#            report rendered headless), prometheus (promtool checks the doctor
+#            metrics and alerting rules), ansible-core (contrib/ansible's
+#            playbooks run against localhost), man-db, zsh and fish (the
+#            manual pages and completion scripts), file, and the rig's set.
+#   release  the static binary and the .deb (scripts/release.sh, then
+#            scripts/check-package.sh and scripts/check-old-userland.sh, as
+#            .ci/run does): the build's needs, file, man-db, lintian and
+#            debootstrap.
+#   rig      the QEMU rig (docs/rig.md; scripts/install-rig-deps.sh):
+#            qemu-system-x86, busybox-static, cpio, kmod, binutils, xz-utils,
+#            zstd, util-linux, e2fsprogs, btrfs-progs, fio.
+#   bench    the scripts/bench-*.sh comparisons: fio, jq, bc, hyperfine,
+#            btrfs-progs.
+#
+#   scripts/install-deps.sh [--yes] SET...
+#
+# Only what is missing is installed. On a terminal it asks first; with no
+# terminal on stdin, with CI=true, or with --yes it goes ahead. Run by a user
+# who is not root it installs nothing: it says what is missing and how to
+# install it, and fails. Source it (scripts/demo.sh, test.sh and release.sh
+# do) and call `btrfs_lab_install [--yes] SET...` so that a freshly installed
+# cargo is on PATH afterwards.
 
-btrfs_lab_install_deps() {
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "install-deps: run as root (for example: sudo $0)" >&2
-        return 1
-    fi
+btrfs_lab_packages() {
+    local build=(gcc libc6-dev libclang-dev ca-certificates)
+    local rig=(qemu-system-x86 busybox-static cpio kmod binutils xz-utils zstd util-linux e2fsprogs btrfs-progs fio)
+    case $1 in
+        demo) echo "${build[*]} btrfs-progs util-linux" ;;
+        test) echo "$(btrfs_lab_packages demo) e2fsprogs fio python3 chromium prometheus ansible-core man-db zsh fish file ${rig[*]}" ;;
+        release) echo "${build[*]} file man-db lintian debootstrap" ;;
+        rig) echo "${rig[*]}" ;;
+        bench) echo "fio jq bc hyperfine btrfs-progs" ;;
+        *) return 1 ;;
+    esac
+}
+
+btrfs_lab_in_ci() {
+    case ${CI:-} in "" | 0 | false) return 1 ;; *) return 0 ;; esac
+}
+
+# btrfs_lab_install [--yes] SET...: installs what the sets need and this
+# machine lacks; returns non-zero when something stays missing.
+btrfs_lab_install() {
+    local yes= sets=() s p
+    for s in "$@"; do
+        case $s in
+            --yes | -y) yes=1 ;;
+            *) sets+=("$s") ;;
+        esac
+    done
+    local who=${BTRFS_LAB_INSTALL_FOR:-scripts/install-deps.sh ${sets[*]}}
     # mkfs.btrfs, losetup and friends live in sbin.
     export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "${HOME:-/nonexistent}/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
 
-    local packages=(btrfs-progs e2fsprogs util-linux fio jq python3 chromium prometheus ansible-core libclang-dev gcc libc6-dev ca-certificates curl man-db zsh fish debootstrap lintian hyperfine file bc qemu-system-x86 busybox-static cpio kmod binutils xz-utils zstd)
-    local missing=() p
-    for p in "${packages[@]}"; do
+    local wanted=() more=() needs_rust=
+    for s in "${sets[@]}"; do
+        local list
+        list=$(btrfs_lab_packages "$s") || {
+            echo "install-deps: unknown set '$s': use demo, test, release, rig or bench" >&2
+            return 2
+        }
+        read -r -a more <<<"$list"
+        wanted+=("${more[@]}")
+        case $s in demo | test | release) needs_rust=1 ;; esac
+    done
+    local rustup=
+    if [ -n "$needs_rust" ] && ! command -v cargo >/dev/null 2>&1; then
+        rustup=1
+        wanted+=(curl)
+    fi
+
+    if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+        echo "$who: this is not Debian or Ubuntu: installing nothing; it needs (Debian's names):" \
+            "$(printf '%s\n' "${wanted[@]}" | sort -u | tr '\n' ' ')" >&2
+        return 0
+    fi
+    local missing=()
+    for p in $(printf '%s\n' "${wanted[@]}" | sort -u); do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
+    if [ "${#missing[@]}" -eq 0 ] && [ -z "$rustup" ]; then
+        [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
+        return 0
+    fi
+
+    local what="" how=()
     if [ "${#missing[@]}" -gt 0 ]; then
-        echo "install-deps: installing ${missing[*]}"
+        what="${#missing[@]} Debian package(s): ${missing[*]}"
+        how+=("apt-get install --no-install-recommends ${missing[*]}")
+    fi
+    if [ -n "$rustup" ]; then
+        what="${what:+$what; and }a Rust toolchain (rustup, into ~/.cargo; curl fetches it)"
+        how+=("curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal")
+    fi
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "$who: missing $what" >&2
+        echo "$who: as root, run this script again, or install them yourself:" >&2
+        printf '    %s\n' "${how[@]}" >&2
+        return 1
+    fi
+    echo "$who: needs $what (their sizes: README.md, \"What each script installs\")" >&2
+    if [ -z "$yes" ] && ! btrfs_lab_in_ci && [ -t 0 ]; then
+        local answer=
+        read -r -p "Install them now? [y/N] " answer || true
+        case $answer in
+            y | Y | yes | YES) ;;
+            *)
+                echo "$who: installed nothing; run it again with --yes, or install them yourself:" >&2
+                printf '    %s\n' "${how[@]}" >&2
+                return 1
+                ;;
+        esac
+    fi
+
+    if [ "${#missing[@]}" -gt 0 ]; then
+        echo "$who: installing ${missing[*]}" >&2
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -q
         apt-get install -y -q --no-install-recommends "${missing[@]}"
     fi
-
-    if ! command -v cargo >/dev/null 2>&1; then
-        if [ -x "$HOME/.cargo/bin/cargo" ]; then
-            export PATH="$HOME/.cargo/bin:$PATH"
-        else
-            echo "install-deps: no Rust toolchain; installing one with rustup"
-            curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
-            export PATH="$HOME/.cargo/bin:$PATH"
-        fi
+    if [ -n "$rustup" ]; then
+        echo "$who: installing a Rust toolchain with rustup" >&2
+        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+        export PATH="$HOME/.cargo/bin:$PATH"
     fi
-
     # Loop devices: the driver may be a module.
-    [ -e /dev/loop-control ] || modprobe loop
+    [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -euo pipefail
-    btrfs_lab_install_deps
+    if [ "$#" -eq 0 ] || { [ "$#" -eq 1 ] && [[ $1 == --yes || $1 == -y ]]; }; then
+        echo "usage: scripts/install-deps.sh [--yes] SET... (SET: demo, test, release, rig, bench)" >&2
+        exit 2
+    fi
+    btrfs_lab_install "$@"
 fi

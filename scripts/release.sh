@@ -7,7 +7,11 @@
 # only the binary and a fixture: no libc, no loader, no /etc, no network).
 # Then lints the package with lintian when it is installed.
 #
-#   scripts/release.sh            build, check, package
+#   scripts/release.sh            install what it needs (the `release` set of
+#                                 scripts/install-deps.sh: asks first on a
+#                                 terminal, not with --yes, CI=true or no
+#                                 terminal), build, check, package
+#   scripts/release.sh --yes ...  the same without asking
 #   scripts/release.sh --no-build package the binary already in the target dir
 #   scripts/release.sh --build-only
 #       only build the static binary (the same target and RUSTFLAGS, so a
@@ -20,13 +24,25 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 die() { echo "release: $*" >&2; exit 1; }
+yes=()
+if [ "${1:-}" = --yes ] || [ "${1:-}" = -y ]; then
+    yes=(--yes)
+    shift
+fi
 mode=${1:-}
 case $mode in
     "" | --no-build | --build-only) ;;
-    *) echo "release: unknown option '$mode': use --no-build or --build-only (or nothing)" >&2; exit 2 ;;
+    *) echo "release: unknown option '$mode': use --no-build or --build-only (or nothing), after an optional --yes" >&2; exit 2 ;;
 esac
 [ "$mode" = --build-only ] || [ "$(id -u)" -eq 0 ] \
     || die "run as root (the empty-chroot check and root-owned package files need it)"
+# What the release needs (the `release` set of scripts/install-deps.sh,
+# asking first on a terminal); --build-only installs nothing (scripts/test.sh
+# runs it after installing the test set).
+if [ "$mode" != --build-only ]; then
+    source scripts/install-deps.sh
+    BTRFS_LAB_INSTALL_FOR=release.sh btrfs_lab_install "${yes[@]}" release || exit 1
+fi
 
 target=x86_64-unknown-linux-gnu
 arch=$(dpkg --print-architecture)

@@ -388,4 +388,41 @@ mod tests {
         }
         assert_eq!(all().count(), pages.len());
     }
+
+    /// The README says which commands print one JSON document and which
+    /// JSON Lines as they declare it: each command declared `Lines` is
+    /// named (`` `WORDS`` ) in its JSON Lines sentence, each declared
+    /// `Document` (or its first word) in its one-document sentence.
+    #[test]
+    fn readme_tells_each_commands_json_shape() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let between = |from: &str, to: &str| -> String {
+            let start = readme
+                .find(from)
+                .unwrap_or_else(|| panic!("README lacks {from:?}"));
+            let rest = &readme[start..];
+            rest[..rest
+                .find(to)
+                .unwrap_or_else(|| panic!("README lacks {to:?}"))]
+                .to_owned()
+        };
+        let document = between("These print one JSON document", "These print JSON Lines");
+        let lines = between("These print JSON Lines", "Every document and");
+        for d in all().filter(|d| !d.words.is_empty()) {
+            let words = d.words.join(" ");
+            match d.output {
+                Shape::Lines => assert!(
+                    lines.contains(&format!("`{words}")),
+                    "README does not say that `{words}` prints JSON Lines"
+                ),
+                Shape::Document => assert!(
+                    document.contains(&format!("`{words}`"))
+                        || document.contains(&format!("`{}`", d.words[0])),
+                    "README does not say that `{words}` prints one JSON document"
+                ),
+                Shape::Text => {}
+            }
+        }
+    }
 }

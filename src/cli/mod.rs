@@ -145,6 +145,7 @@ pub fn run() -> ExitCode {
 /// The command line, or the status of a usage error (said on stderr).
 fn parse() -> std::result::Result<Cli, ExitCode> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let dash_h = argv.iter().any(|a| a == "-h");
     let mut definition = if may_show_top_help(&argv) {
         command()
     } else {
@@ -156,7 +157,7 @@ fn parse() -> std::result::Result<Cli, ExitCode> {
     // The definition is a tree of a few thousand allocations; the process
     // ends after this one command, so it is not freed piece by piece.
     std::mem::forget(definition);
-    parsed.map_err(|e| ExitCode::from(usage_error(&e)))
+    parsed.map_err(|e| ExitCode::from(usage_error(&e, dash_h)))
 }
 
 /// Runs the subcommand.
@@ -211,8 +212,9 @@ const GLOBAL_OPTIONS_POINTER: &str =
     "See btrfs-lab --help for the global options (--json, --quiet, --color, ...).";
 
 /// The command-line definition as users see it: `Cli` with `--help` as the
-/// only help flag everywhere (`-h` means --human-readable on the commands
-/// that print sizes, as in btrfs-progs), and the global options shown once,
+/// help flag everywhere and `-h` too where it is free (`-h` means
+/// --human-readable on the commands that print sizes, as in btrfs-progs),
+/// and the global options shown once,
 /// in the top-level help. Man pages and completions should be generated
 /// from this, not from `Cli::command()`.
 ///
@@ -224,11 +226,13 @@ pub fn command() -> clap::Command {
     definition().after_long_help(btrfs_lab::model::exit::help_table())
 }
 
-/// Whether this command line may print the top-level `--help` (`--help`
-/// or `help` anywhere: more often than needed, never less), the only text
+/// Whether this command line may print the top-level `--help` (`--help`,
+/// `-h` or `help` anywhere: more often than needed, never less), the only text
 /// that shows the exit-status table.
 fn may_show_top_help(argv: &[std::ffi::OsString]) -> bool {
-    argv.iter().skip(1).any(|a| a == "--help" || a == "help")
+    argv.iter()
+        .skip(1)
+        .any(|a| a == "--help" || a == "-h" || a == "help")
 }
 
 /// [`command`] without the exit-status table at the end of the top-level
@@ -247,15 +251,18 @@ fn definition() -> clap::Command {
         .mut_subcommands(|sc| sc.defer(below_top_when_built))
 }
 
-/// `--help` (long only) instead of clap's `-h/--help`.
+/// `--help` instead of clap's `-h/--help`, and `-h` for the same help
+/// where it is free: on the commands that print sizes `-h` is
+/// `--human-readable`, as in btrfs-progs, and help is `--help` alone.
 fn with_help_flag(cmd: clap::Command) -> clap::Command {
-    cmd.disable_help_flag(true).arg(
-        Arg::new("help")
-            .long("help")
-            .action(ArgAction::HelpLong)
-            .help("Print help.")
-            .help_heading(None),
-    )
+    let h_free = !cmd.get_arguments().any(|a| a.get_short() == Some('h'));
+    let help = Arg::new("help")
+        .long("help")
+        .action(ArgAction::HelpLong)
+        .help("Print help.")
+        .help_heading(None);
+    cmd.disable_help_flag(true)
+        .arg(if h_free { help.short('h') } else { help })
 }
 
 /// [`below_top`] for a subcommand of the top level, run by clap when it
@@ -327,8 +334,10 @@ fn finish_below_top(mut cmd: clap::Command, globals: &[Arg]) -> clap::Command {
 }
 
 /// clap's errors, printed our way: one line and a hint. `--help` and
-/// `--version` are printed as clap renders them.
-fn usage_error(e: &clap::Error) -> u8 {
+/// `--version` are printed as clap renders them. `dash_h`: the line has
+/// `-h`, which is --human-readable where the command prints sizes (help
+/// elsewhere): a line that lacks an argument says so.
+fn usage_error(e: &clap::Error, dash_h: bool) -> u8 {
     use clap::error::{ContextKind, ContextValue, ErrorKind as K};
     match e.kind() {
         K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand => {
@@ -390,6 +399,11 @@ fn usage_error(e: &clap::Error) -> u8 {
             let usage = match suggested {
                 Some(s) => format!("did you mean '{s}'? {usage}"),
                 None => usage,
+            };
+            let usage = if dash_h && e.kind() == K::MissingRequiredArgument {
+                format!("-h is --human-readable here, as in btrfs-progs; help is --help. {usage}")
+            } else {
+                usage
             };
             let out = Output::new(false, ColorChoice::Auto);
             out.error(&Error::usage(first).with_hint(usage));

@@ -459,11 +459,13 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
     if statuses.is_empty() {
         return "no sandboxes\n".to_owned();
     }
+    // DEVICES says "2 × 512.00MiB" as `sandbox up` does: the size is each
+    // device's, not the filesystem's.
     let mut text = format!(
         "{}\n",
         out.paint.bold(&format!(
-            "{:<20} {:<8} {:<6} {:<8} {:<10} {}",
-            "NAME", "STATE", "FS", "DEVICES", "SIZE", "MOUNT POINT"
+            "{:<20} {:<8} {:<6} {:<15} {}",
+            "NAME", "STATE", "FS", "DEVICES", "MOUNT POINT"
         ))
     );
     for s in statuses {
@@ -473,12 +475,25 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
             SandboxState::Down => out.paint.dim("down    "),
         };
         text.push_str(&format!(
-            "{:<20} {state} {:<6} {:<8} {:<10} {}\n",
+            "{:<20} {state} {:<6} {:<15} {}\n",
             s.name,
             s.fs.name(),
-            s.devices.len(),
-            size(s.size_bytes),
+            format!("{} × {}", s.devices.len(), size(s.size_bytes)),
             s.mount_point.display()
+        ));
+    }
+    let has = |state| statuses.iter().any(|s| s.state == state);
+    let fill = |t: &str| btrfs_lab::report::text::fill(t, 80, "", "  ");
+    if has(SandboxState::Partial) {
+        text.push_str(&fill(
+            "partial: only some of it is mounted or attached (an up or down cut short, a \
+             reboot, an unmount by hand); btrfs-lab sandbox down NAME removes what is left",
+        ));
+    }
+    if has(SandboxState::Down) {
+        text.push_str(&fill(
+            "down: nothing of it is mounted or attached, its files remain; btrfs-lab sandbox \
+             down NAME deletes them",
         ));
     }
     text

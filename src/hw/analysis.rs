@@ -534,12 +534,14 @@ pub(crate) fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis
         note: None,
     };
     if path.is_empty() {
-        out.note = Some("no PCIe link information: the controller is not on PCI".to_owned());
+        out.note = Some(format!(
+            "no PCIe link information for {name}: the controller is not on PCI"
+        ));
         return out;
     }
     let Some(own_attrs) = path[0].link else {
         out.note = Some(format!(
-            "no PCIe link information: {} is not a PCIe device (conventional PCI, as an emulated NVMe in some virtual machines)",
+            "no PCIe link information for {name}: {} is not a PCIe device (conventional PCI, as an emulated NVMe in some virtual machines)",
             path[0].address
         ));
         return out;
@@ -548,7 +550,7 @@ pub(crate) fn analyze_device(name: &str, path: &[PciFunction]) -> DeviceAnalysis
         out.potential = Some(Bandwidth::from_encoded(link_bytes_per_sec(g, w)));
     }
     let Some(own) = links.first().filter(|l| l.lower == 0) else {
-        out.note = Some("no PCIe link information".to_owned());
+        out.note = Some(format!("no PCIe link information for {name}"));
         return out;
     };
 

@@ -52,12 +52,12 @@ fn disk_note(kind: DeviceKind, name: &str) -> String {
         DeviceKind::Usb => "a USB disk".to_owned(),
         DeviceKind::Scsi => "a SCSI or SAS disk".to_owned(),
         DeviceKind::Mmc => "an SD card or eMMC".to_owned(),
-        DeviceKind::Virtual => format!("a virtual block device ({name})"),
+        DeviceKind::Virtual => "a virtual block device".to_owned(),
         DeviceKind::Nvme | DeviceKind::NvmeFabrics | DeviceKind::Other => {
             "not an NVMe drive".to_owned()
         }
     };
-    format!("no PCIe link information: {what}")
+    format!("no PCIe link information for {name}: {what}")
 }
 
 /// Is `target` a mount (a directory on the running system; a mount point
@@ -131,7 +131,7 @@ fn read_mount(root: &SysRoot, mount: &str) -> Result<MountInfo> {
         return Err(Error::new(
             ErrorKind::WrongTarget,
             format!(
-                "{mount} is not on a btrfs filesystem (it is {})",
+                "{mount} is not on a btrfs filesystem (it is on {})",
                 entry.fs_type
             ),
         ));
@@ -328,7 +328,7 @@ fn device_reports(
                     }
                     None => {
                         r.note = Some(format!(
-                            "no PCIe link information: NVMe over fabrics ({}); the network or fabric sets the ceiling",
+                            "no PCIe link information for {name}: NVMe over fabrics ({}); the network or fabric sets the ceiling",
                             c.transport.as_deref().unwrap_or("unknown transport")
                         ));
                     }
@@ -419,8 +419,8 @@ fn array_report(
     })
 }
 
-/// `2 NVMe controllers, 1 other device without PCIe link information, no
-/// warnings`.
+/// `2 NVMe controllers, 1 other device without PCIe link information (vda),
+/// no warnings`.
 fn summary(devices: &[DeviceReport], findings: &[Finding]) -> String {
     if devices.is_empty() {
         return "no NVMe controllers found".to_owned();
@@ -429,7 +429,11 @@ fn summary(devices: &[DeviceReport], findings: &[Finding]) -> String {
         .iter()
         .filter(|d| matches!(d.kind, DeviceKind::Nvme | DeviceKind::NvmeFabrics))
         .count();
-    let others = devices.len() - nvme;
+    let others: Vec<&str> = devices
+        .iter()
+        .filter(|d| !matches!(d.kind, DeviceKind::Nvme | DeviceKind::NvmeFabrics))
+        .map(|d| d.name.as_str())
+        .collect();
     let warnings = devices
         .iter()
         .flat_map(|d| d.findings.iter())
@@ -437,13 +441,14 @@ fn summary(devices: &[DeviceReport], findings: &[Finding]) -> String {
         .filter(|f| f.severity == Severity::Warning)
         .count();
     let mut parts = Vec::new();
-    if nvme > 0 || others == 0 {
+    if nvme > 0 || others.is_empty() {
         parts.push(plural(nvme, "NVMe controller"));
     }
-    if others > 0 {
+    if !others.is_empty() {
         parts.push(format!(
-            "{} without PCIe link information",
-            plural(others, "other device")
+            "{} without PCIe link information ({})",
+            plural(others.len(), "other device"),
+            others.join(", ")
         ));
     }
     parts.push(match warnings {

@@ -105,7 +105,7 @@ fn zone_unusable(
 /// A path not on btrfs, for the commands that also read captures: the hint
 /// names `--parse` (only they have it).
 fn or_parse(e: Error, tool: &str) -> Error {
-    if e.kind() == ErrorKind::WrongTarget && e.message().contains("is not on btrfs") {
+    if e.kind() == ErrorKind::WrongTarget && e.message().contains("is not on a btrfs filesystem") {
         e.with_hint(format!(
             "give a path inside a mounted btrfs; to read captured `btrfs filesystem {tool}` text use --parse"
         ))

@@ -279,13 +279,18 @@ fn devices_without_link_information_are_listed_as_such() {
     assert_eq!(device(&r, "loop0")["kind"], "loop");
     for d in r["devices"].as_array().unwrap() {
         assert!(d["ceiling"].is_null());
+        // The note names the device it has no information for.
+        let note = d["note"].as_str().unwrap();
+        let name = d["name"].as_str().unwrap();
         assert!(
-            d["note"]
-                .as_str()
-                .unwrap()
-                .starts_with("no PCIe link information")
+            note.starts_with(&format!("no PCIe link information for {name}: ")),
+            "{note}"
         );
     }
+    assert_eq!(
+        r["summary"],
+        "2 other devices without PCIe link information (loop0, sda), no warnings"
+    );
     let c = &r["array"]["ceilings"][0];
     assert!(c["one_reader"].is_null());
     assert_eq!(c["without_link_info"], serde_json::json!(["loop0", "sda"]));
@@ -620,7 +625,7 @@ fn bad_input_gives_one_line_and_no_stdout() {
         (
             vec!["--sysroot", r, "/boot/efi"],
             1,
-            "/boot/efi is not on a btrfs filesystem (it is vfat)",
+            "/boot/efi is not on a btrfs filesystem (it is on vfat)",
         ),
         (
             vec!["--sysroot", r, "/mnt/model"],

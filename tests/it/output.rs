@@ -359,3 +359,40 @@ fn man_out_dir_never_follows_a_users_link() {
     assert!(swaps.load(Ordering::Relaxed) > RUNS as u64);
     assert_eq!(listing(&rootdir), Vec::<String>::new());
 }
+
+/// `NO_COLOR` only changes the default (no-color.org): `--color auto`
+/// leaves the text plain with it set (here also because stdout is no
+/// terminal), and an explicit `--color always` colours all the same;
+/// `--color never` never colours.
+#[test]
+fn no_color_sets_the_default_and_color_always_wins() {
+    let fixture = links_fixture();
+    let links = |color: Option<&str>, no_color: bool| {
+        let mut cmd = Command::new(bin());
+        cmd.arg("links")
+            .arg("--sysroot")
+            .arg(&fixture)
+            .env_remove("BTRFS_LAB_SYSROOT")
+            .env("TERM", "xterm");
+        if let Some(c) = color {
+            cmd.args(["--color", c]);
+        }
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        } else {
+            cmd.env_remove("NO_COLOR");
+        }
+        let (code, stdout, stderr) = run(&mut cmd);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(!stdout.trim().is_empty());
+        stdout.contains('\u{1b}')
+    };
+    assert!(
+        links(Some("always"), true),
+        "--color always with NO_COLOR set: plain"
+    );
+    assert!(links(Some("always"), false));
+    assert!(!links(None, true), "NO_COLOR: coloured");
+    assert!(!links(Some("auto"), false), "auto on a pipe: coloured");
+    assert!(!links(Some("never"), false));
+}

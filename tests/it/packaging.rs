@@ -27,7 +27,7 @@ fn tool(name: &str, test: &str) -> Option<std::path::PathBuf> {
 }
 
 /// The subcommand names `btrfs-lab [WORDS] --help` lists, `help` left out.
-fn listed(words: &[&str]) -> Vec<String> {
+pub(crate) fn listed(words: &[&str]) -> Vec<String> {
     let out = Command::new(bin())
         .args(words)
         .arg("--help")

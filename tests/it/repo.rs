@@ -206,3 +206,38 @@ fn architecture_map_names_every_file_of_every_room() {
         missing.join("\n")
     );
 }
+
+/// The README's table of commands names every subcommand `--help` lists
+/// (a row starting "| `btrfs-lab NAME"), and the rows of a command with
+/// subcommands name each of them (`device add`, `sandbox up / down / list`).
+#[test]
+fn readme_names_every_subcommand() {
+    let readme = read("README.md");
+    let rows = |name: &str| -> Vec<&str> {
+        let start = format!("| `btrfs-lab {name}");
+        readme
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(start.as_str())
+                    .is_some_and(|rest| rest.starts_with([' ', '`']))
+            })
+            .collect()
+    };
+    let top = crate::packaging::listed(&[]);
+    assert!(top.len() >= 15, "--help lists only {top:?}");
+    for name in &top {
+        let rows = rows(name);
+        assert!(
+            !rows.is_empty(),
+            "README's table of commands lacks `btrfs-lab {name}`"
+        );
+        for nested in crate::packaging::listed(&[name]) {
+            assert!(
+                rows.iter().any(|r| r
+                    .split(|c: char| !c.is_ascii_alphanumeric() && c != '-')
+                    .any(|w| w == nested)),
+                "README's rows for `btrfs-lab {name}` do not name `{nested}`"
+            );
+        }
+    }
+}

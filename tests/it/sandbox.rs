@@ -184,6 +184,14 @@ fn down_cleans_up_after_a_crashed_up() {
 
     let (_, stdout, _) = run(env.cmd().args(["sandbox", "list", "--json"]));
     assert_eq!(json(&stdout)["sandboxes"][0]["state"], "down");
+    // The text says what `down` means and what to do.
+    let (_, stdout, _) = run(env.cmd().args(["sandbox", "list"]));
+    assert!(stdout.contains("crashed "), "{stdout}");
+    assert!(
+        stdout.contains("down: nothing of it is mounted or attached, its files remain;"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("partial"), "{stdout}");
     let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "crashed"]));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
@@ -192,6 +200,61 @@ fn down_cleans_up_after_a_crashed_up() {
     );
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
     assert!(!plan.dir.exists());
+}
+
+/// Unmounted by hand, a sandbox is `partial`: `list` says what that means
+/// and what removes the rest, and that the size is each device's.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn list_explains_partial_and_the_size_per_device() {
+    if !require_root("sandbox list partial") {
+        return;
+    }
+    let env = TestEnv::new();
+    let dir = env.path().join("sbx");
+    let (code, _, stderr) = run(env.cmd().args([
+        "sandbox",
+        "up",
+        "--name",
+        "half",
+        "--devices",
+        "2",
+        "--device-size",
+        "256M",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "list"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.lines().next().unwrap().contains("DEVICES"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(" up "), "{stdout}");
+    assert!(stdout.contains("2 × 256.00MiB"), "{stdout}");
+    assert!(!stdout.contains("partial"), "{stdout}");
+    nix::mount::umount2(&dir.join("mnt"), nix::mount::MntFlags::empty()).unwrap();
+    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "list"]));
+    assert_eq!(code, 0, "{stderr}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("half "))
+        .expect(&stdout);
+    assert!(row.contains(" partial "), "{stdout}");
+    assert!(
+        stdout.contains("partial: only some of it is mounted or attached"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("btrfs-lab sandbox down NAME"), "{stdout}");
+    // The explanation below the table fits 80 columns.
+    assert!(
+        stdout.lines().skip(2).all(|l| l.chars().count() <= 80),
+        "{stdout}"
+    );
+    let (code, _, stderr) = run(env.cmd().args(["sandbox", "down", "--yes", "half"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }
 
 /// A record that names a loop device now bound to someone else's file, and a

@@ -703,17 +703,17 @@ fn bad_input_gets_one_line_and_no_stdout() {
         (
             vec!["df".into(), env.path().display().to_string()],
             1,
-            "is not on btrfs".into(),
+            "is not on a btrfs filesystem".into(),
         ),
         (
             vec!["usage".into(), env.path().display().to_string()],
             1,
-            "is not on btrfs".into(),
+            "is not on a btrfs filesystem".into(),
         ),
         (
             vec!["show".into(), env.path().display().to_string()],
             1,
-            "is not on btrfs".into(),
+            "is not on a btrfs filesystem".into(),
         ),
         (vec!["df".into()], 2, "required".into()),
         (

@@ -49,7 +49,7 @@ pub fn resolve_held(root: &SysRoot, path: &Path) -> Result<(BtrfsTarget, btrfs::
     if info.mount.fs_type != "btrfs" {
         return Err(Error::new(
             ErrorKind::WrongTarget,
-            format!("{} is not on btrfs (it is on {}, mounted at {})", path.display(), info.mount.fs_type, info.mount.mount_point.display()),
+            format!("{} is not on a btrfs filesystem (it is on {}, mounted at {})", path.display(), info.mount.fs_type, info.mount.mount_point.display()),
         )
         .with_hint("give a path inside a mounted btrfs (its mount point or any directory in it; findmnt -t btrfs lists them)"));
     }

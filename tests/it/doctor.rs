@@ -539,10 +539,31 @@ fn doctor_that_cannot_look_exits_3() {
     assert!(stderr.starts_with("btrfs-lab: error: "), "{stderr}");
     let text = fs::read_to_string(&prom).unwrap();
     assert!(text.contains("btrfs_lab_doctor_success 0\n"), "{text}");
-    let (code, _, stderr) =
+    // A bad command line is UNKNOWN too (monitoring plugins' usage
+    // errors; 2 would be CRITICAL): one line, nothing on stdout.
+    let (code, stdout, stderr) =
         run(env
             .cmd()
             .args(["--json", "doctor", "--format", "prometheus", "/"]));
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("exclude each other"), "{stderr}");
+    for bad in [
+        &["doctor", "--no-such-flag"][..],
+        &["doctor", "--format", "xml"],
+        &["--json", "doctor", "--textfile"],
+    ] {
+        let (code, stdout, stderr) = run(env.cmd().args(bad));
+        assert_eq!(code, 3, "{bad:?}: {stderr}");
+        assert_eq!(stdout, "", "{bad:?}");
+        assert!(
+            stderr.starts_with("btrfs-lab: error: "),
+            "{bad:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    // Every other command keeps 2.
+    let (code, _, stderr) = run(env.cmd().args(["df", "--no-such-flag", "/"]));
     assert_eq!(code, 2, "{stderr}");
 }
 

@@ -79,8 +79,8 @@ documents! {
     "bench-profiles", false, crate::bench::profiles::ProfilesReport, "bench --small-files --compare-profiles LIST --json";
     "convert-record", true, crate::device::add::record::AddConvertRecord, "convert --json, device add --then-convert --json (JSON Lines)";
     "convert-status", false, crate::convert::report::StatusReport, "convert --status --json";
-    "convert-pause", false, crate::convert::report::PauseReport, "convert --pause --json";
-    "convert-cancel", false, crate::convert::report::CancelReport, "convert --cancel --json";
+    "convert-pause", false, crate::convert::report::PauseReport, "convert --pause --json, balance --pause --json";
+    "convert-cancel", false, crate::convert::report::CancelReport, "convert --cancel --json, balance --cancel --json";
     "reclaim-record", true, crate::reclaim::ReclaimRecord, "reclaim --json (JSON Lines: the plan, each step, progress, the result; with --dry-run the plan only)";
     "balance-record", true, crate::balance::report::BalanceRecord, "balance --json (JSON Lines: the plan, progress, notices, the result; with --dry-run the plan only)";
     "balance-status", false, crate::balance::report::StatusReport, "balance --status --json";

@@ -28,17 +28,9 @@ pub fn look(mount_point: &Path) -> String {
     format!("btrfs-lab balance {} --status", mount_point.display())
 }
 
-/// The members as the planner takes them (aligned with the layout's
-/// devices: the state's order).
+/// The members as the planner takes them.
 fn members(state: &FsState) -> Vec<PlanMember> {
-    state
-        .devices
-        .iter()
-        .map(|d| PlanMember {
-            devid: d.devid,
-            present: !d.path.is_empty(),
-        })
-        .collect()
+    PlanMember::of_state(state)
 }
 
 /// A balance that exists and is not a conversion's: what a run does with

@@ -36,6 +36,21 @@ pub struct Member {
     pub present: bool,
 }
 
+impl Member {
+    /// The members of `state`, in its order (the layout's: see
+    /// [`crate::operation::layout::layout_of`]); a missing one has no path.
+    pub fn of_state(state: &crate::operation::state::FsState) -> Vec<Member> {
+        state
+            .devices
+            .iter()
+            .map(|d| Member {
+                devid: d.devid,
+                present: !d.path.is_empty(),
+            })
+            .collect()
+    }
+}
+
 /// The chunk types, by the name used in text, JSON and filters.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,

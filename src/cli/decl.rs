@@ -81,6 +81,17 @@ pub const BAD: Row = row(
     registry::USAGE,
     "bad command line (unknown option, invalid value).",
 );
+/// The status a bad command line of the command `words` exits with:
+/// UNKNOWN (3) for `doctor`, as monitoring plugins (Nagios, Icinga, Sensu)
+/// read a usage error, where 2 would page as CRITICAL; [`registry::USAGE`]
+/// (2) for every other command.
+pub fn usage_status(words: &[&str]) -> Status {
+    match words {
+        ["doctor", ..] => registry::UNKNOWN,
+        _ => registry::USAGE,
+    }
+}
+
 /// Interrupted, as for every command.
 pub const INT: Row = row(
     registry::INTERRUPTED,
@@ -294,6 +305,23 @@ mod tests {
         for w in DOC_ORDER {
             assert!(declared(w).is_some_and(|d| !d.exits.is_empty()), "{w:?}");
         }
+    }
+
+    /// A command's bad command line exits with a status its table lists.
+    #[test]
+    fn the_usage_status_is_declared_by_each_command() {
+        for d in all() {
+            let s = usage_status(d.words);
+            assert!(
+                exit_rows(d.words).iter().any(|r| r.status == s),
+                "{:?} does not declare its usage status {}",
+                d.words,
+                s.code
+            );
+        }
+        assert_eq!(usage_status(&["doctor"]).code, 3);
+        assert_eq!(usage_status(&["device", "add"]).code, 2);
+        assert_eq!(usage_status(&[]).code, 2);
     }
 
     #[test]

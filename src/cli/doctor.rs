@@ -25,10 +25,9 @@ Exit status (as monitoring plugins):
      at one of the filesystems given (the others are still examined), or
      could not write its output or the textfile, with nothing worse to report (a
      warning or critical finding keeps 1 or 2; the textfile then says
-     btrfs_lab_doctor_success 0)
-  130 --deep interrupted (SIGINT, SIGTERM, SIGHUP): test files removed
-A bad command line is also 2, as for every btrfs-lab command; a monitoring
-setup finds that on its first run.";
+     btrfs_lab_doctor_success 0); a bad command line (monitoring plugins'
+     usage errors are UNKNOWN, where the 2 of other commands is CRITICAL)
+  130 --deep interrupted (SIGINT, SIGTERM, SIGHUP): test files removed";
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -69,11 +68,13 @@ pub struct DoctorArgs {
 
 pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>) -> Result<u8> {
     if out.json && args.format == Format::Prometheus {
-        return Err(
-            Error::usage("--json and --format prometheus exclude each other").with_hint(
+        // A bad command line: UNKNOWN, as monitoring plugins say it.
+        out.error(
+            &Error::usage("--json and --format prometheus exclude each other").with_hint(
                 "pick one: --json for the typed report, --format prometheus for metrics",
             ),
         );
+        return Ok(super::decl::usage_status(&["doctor"]).code);
     }
     let format = args.format;
     let Some((report, textfile_failed)) = doctor::run_on_ui(&options(args, out, state_dir), out)?
@@ -207,16 +208,15 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
             "no finding worse than info (a healthy filesystem).",
         ),
         row(status::WARNING, "the worst finding is a warning."),
-        row(
-            status::CRITICAL,
-            "a critical finding (or a bad command line, as for every command).",
-        ),
+        row(status::CRITICAL, "a critical finding."),
         row(
             status::UNKNOWN,
             "doctor could not look (UNKNOWN): not a mounted btrfs, no root for the ioctls; \
              or one of the filesystems given could not be examined (the others are, and \
              are reported; the path is in not_examined), or its output or --textfile \
-             could not be written, and no finding is worse than info.",
+             could not be written, and no finding is worse than info; or a bad command \
+             line (an unknown option, --json with --format prometheus: monitoring plugins' \
+             usage errors are UNKNOWN, not the 2 of other commands).",
         ),
         row(
             status::INTERRUPTED,

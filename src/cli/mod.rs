@@ -151,13 +151,41 @@ fn parse() -> std::result::Result<Cli, ExitCode> {
     } else {
         definition()
     };
+    let sub = subcommand_of(&definition, &argv);
     let parsed = definition
         .try_get_matches_from_mut(argv)
         .and_then(|m| Cli::from_arg_matches(&m));
     // The definition is a tree of a few thousand allocations; the process
     // ends after this one command, so it is not freed piece by piece.
     std::mem::forget(definition);
-    parsed.map_err(|e| ExitCode::from(usage_error(&e, dash_h)))
+    parsed.map_err(|e| ExitCode::from(usage_error(&e, dash_h, sub.as_deref())))
+}
+
+/// The subcommand `argv` names: its first word that is neither an option
+/// nor the value of a global option (`--state-dir DIR`).
+fn subcommand_of(definition: &clap::Command, argv: &[std::ffi::OsString]) -> Option<String> {
+    let takes_value = |word: &str| {
+        definition.get_arguments().any(|a| {
+            a.get_action().takes_values()
+                && (a.get_long().is_some_and(|l| word == format!("--{l}"))
+                    || a.get_short().is_some_and(|c| word == format!("-{c}")))
+        })
+    };
+    let mut words = argv.iter().skip(1);
+    while let Some(w) = words.next() {
+        let w = w.to_str()?;
+        if w == "--" {
+            return None;
+        }
+        if w.starts_with('-') {
+            if takes_value(w) {
+                words.next();
+            }
+            continue;
+        }
+        return Some(w.to_owned());
+    }
+    None
 }
 
 /// Runs the subcommand.
@@ -336,8 +364,9 @@ fn finish_below_top(mut cmd: clap::Command, globals: &[Arg]) -> clap::Command {
 /// clap's errors, printed our way: one line and a hint. `--help` and
 /// `--version` are printed as clap renders them. `dash_h`: the line has
 /// `-h`, which is --human-readable where the command prints sizes (help
-/// elsewhere): a line that lacks an argument says so.
-fn usage_error(e: &clap::Error, dash_h: bool) -> u8 {
+/// elsewhere): a line that lacks an argument says so. The status of an
+/// error is [`decl::usage_status`] of the subcommand `sub` argv named.
+fn usage_error(e: &clap::Error, dash_h: bool, sub: Option<&str>) -> u8 {
     use clap::error::{ContextKind, ContextValue, ErrorKind as K};
     match e.kind() {
         K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand => {
@@ -407,7 +436,7 @@ fn usage_error(e: &clap::Error, dash_h: bool) -> u8 {
             };
             let out = Output::new(false, ColorChoice::Auto);
             out.error(&Error::usage(first).with_hint(usage));
-            exit::USAGE
+            decl::usage_status(sub.as_slice()).code
         }
     }
 }

@@ -185,6 +185,10 @@ pub struct FsFacts {
     /// filesystem's report names it).
     #[serde(default)]
     pub hugepages_left: Option<(SettingLeft, u64)>,
+    /// Striped data in chunks narrower than the array, when there is some a
+    /// balance would widen (read from the chunk tree: root only).
+    #[serde(default)]
+    pub narrow_data: Option<super::widths::NarrowData>,
 }
 
 impl FsFacts {

@@ -11,6 +11,7 @@ pub mod fstab;
 pub mod leftovers;
 pub mod prometheus;
 pub mod scrub;
+pub mod widths;
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -680,6 +681,7 @@ pub(crate) fn gather(
         .map(|s| scrub::from_saved(&s))
         .unwrap_or_default();
     let scrub = scrub::newest(progs, lab);
+    let narrow_data = widths::read(root, &state);
     Ok(FsFacts {
         mount_point: target.mount.mount_point.clone(),
         uuid: target.fsid.clone(),
@@ -717,6 +719,7 @@ pub(crate) fn gather(
                 .unwrap_or(b.set);
             (b, now)
         }),
+        narrow_data,
     })
 }
 

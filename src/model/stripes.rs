@@ -115,6 +115,43 @@ impl ChunkMap {
     }
 }
 
+impl ChunkMap {
+    /// The bytes of `extents` (filesystem address, length) by the profile
+    /// and stripe count (`num_stripes`) of the data chunk holding them: how
+    /// wide a file is striped. Addresses no data chunk holds are left out.
+    pub fn bytes_by_width(
+        &self,
+        extents: &[(u64, u64)],
+    ) -> std::collections::BTreeMap<(Profile, u32), u64> {
+        let mut out = std::collections::BTreeMap::new();
+        for &(mut addr, mut len) in extents {
+            while len > 0 {
+                let i = self.chunks.partition_point(|c| c.logical <= addr);
+                match i
+                    .checked_sub(1)
+                    .map(|i| &self.chunks[i])
+                    .filter(|c| addr < c.logical.saturating_add(c.length))
+                {
+                    Some(c) => {
+                        let take = len.min(c.logical + c.length - addr);
+                        let n = u32::try_from(c.devids.len()).unwrap_or(u32::MAX);
+                        *out.entry((c.profile, n)).or_default() += take;
+                        addr += take;
+                        len -= take;
+                    }
+                    None => {
+                        let next = self.chunks.get(i).map_or(u64::MAX, |c| c.logical);
+                        let take = len.min(next.saturating_sub(addr)).max(1).min(len);
+                        addr = addr.saturating_add(take);
+                        len -= take;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// One piece of a mapped run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mapped<'a> {
@@ -249,6 +286,23 @@ mod tests {
         );
         // The fourth unit is back on the first device.
         assert_eq!(all(&m, G + 3 * K64, 10), vec![(G + 3 * K64, 10, vec![1])]);
+    }
+
+    #[test]
+    fn bytes_by_width_counts_each_chunk_shape_once_across_chunks() {
+        // A raid0 chunk of 3 stripes, then one of 4 after a device add.
+        let m = ChunkMap::new(vec![
+            chunk(Profile::Raid0, G + 96 * MIB, 128 * MIB, &[1, 2, 3, 4], 1),
+            chunk(Profile::Raid0, G, 96 * MIB, &[1, 2, 3], 1),
+        ]);
+        let w = m.bytes_by_width(&[(G + 90 * MIB, 10 * MIB), (G, MIB), (G - MIB, 2 * MIB)]);
+        assert_eq!(
+            w.into_iter().collect::<Vec<_>>(),
+            vec![
+                ((Profile::Raid0, 3), 6 * MIB + MIB + MIB),
+                ((Profile::Raid0, 4), 4 * MIB)
+            ]
+        );
     }
 
     #[test]

@@ -364,6 +364,9 @@ pub enum VerdictKind {
     /// The fastest method's range overlaps another's: a tie, broken by
     /// CPU seconds per GiB.
     Tie,
+    /// One round (of the fastest method or the next): a point, not a
+    /// range, so neither a win nor a tie can be told; the fastest is named.
+    Undecided,
     /// Only one method has a result: nothing to compare.
     Only,
     /// No method has a result.
@@ -469,11 +472,24 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
         );
         return v;
     };
-    // One round is a point, not a range: no win can be called from it.
-    let ranged = first.runs.len() >= 2 && second.runs.len() >= 2;
-    let why = if !ranged {
-        None
-    } else if low(first) > high(second) {
+    // One round is a point, not a range: neither a win nor a tie can be
+    // called from it, however far apart the two points are.
+    if first.runs.len() < 2 || second.runs.len() < 2 {
+        pick(&mut v, first);
+        v.kind = VerdictKind::Undecided;
+        v.text = format!(
+            "{}: cannot tell from one round: {} read at {}, {:.2}× {} {}, but one round gives no range to tell a win from a tie (use --rounds 3 or more)",
+            cache.name(),
+            with_threads(first),
+            rate_word(first),
+            first.rate_bytes_per_sec_median.unwrap_or(0.0)
+                / second.rate_bytes_per_sec_median.unwrap_or(1.0),
+            with_threads(second),
+            rate_word(second)
+        );
+        return v;
+    }
+    let why = if low(first) > high(second) {
         Some("their ranges do not overlap".to_owned())
     } else if !within_noise(second, first) {
         Some(format!(
@@ -498,7 +514,7 @@ pub fn verdict(cache: Situation, methods: &[MethodSummary]) -> Verdict {
         );
         return v;
     }
-    tie(v, &ranked, ranged)
+    tie(v, &ranked)
 }
 
 /// A method's slowest round (its median with one round).
@@ -525,7 +541,7 @@ fn pick(v: &mut Verdict, m: &MethodSummary) {
 /// The verdict when the fastest of `ranked` (fastest first, two at least)
 /// does not clearly win: a tie among every method whose range reaches its
 /// slowest round, broken by CPU per GiB when every tied method has it.
-fn tie(mut v: Verdict, ranked: &[&MethodSummary], ranged: bool) -> Verdict {
+fn tie(mut v: Verdict, ranked: &[&MethodSummary]) -> Verdict {
     let cache = v.cache;
     let first = ranked[0];
     // Every method whose range reaches the fastest one's slowest round and
@@ -533,7 +549,7 @@ fn tie(mut v: Verdict, ranked: &[&MethodSummary], ranged: bool) -> Verdict {
     let tied: Vec<&MethodSummary> = ranked
         .iter()
         .copied()
-        .filter(|m| !ranged || (high(m) >= low(first) && within_noise(m, first)))
+        .filter(|m| high(m) >= low(first) && within_noise(m, first))
         .collect();
     let by_cpu = tied.iter().all(|m| m.cpu_seconds_per_gib_median.is_some());
     let chosen = if by_cpu {
@@ -575,17 +591,10 @@ fn tie(mut v: Verdict, ranked: &[&MethodSummary], ranged: bool) -> Verdict {
     } else {
         format!("{} has the fastest median", chosen.method)
     };
-    let what = if ranged {
-        &*format!(
-            "the ranges overlap and the medians are within {:.0}%",
-            NOISE * 100.0
-        )
-    } else {
-        "one round gives no range to compare (use --rounds 3 or more)"
-    };
     v.text = format!(
-        "{}: a tie, {what} ({}); {why}",
+        "{}: a tie, the ranges overlap and the medians are within {:.0}% ({}); {why}",
         cache.name(),
+        NOISE * 100.0,
         list.join(" and ")
     );
     v
@@ -690,6 +699,10 @@ pub fn advice(verdicts: &[Verdict], hedge: Option<&Hedge>) -> String {
                     format!("{}: use {who}, tied on speed, least CPU", v.cache.name())
                 }
                 VerdictKind::Tie => format!("{}: use {who}, tied on speed", v.cache.name()),
+                VerdictKind::Undecided => format!(
+                    "{}: {who} was fastest in one round (cannot tell: --rounds 3)",
+                    v.cache.name()
+                ),
                 _ => format!("{}: only {who} was measured", v.cache.name()),
             }
         })
@@ -1064,14 +1077,40 @@ mod tests {
             v.text
         );
         assert!(v.text.contains("do not overlap"), "{}", v.text);
-        // One round each: points, not ranges, so no win.
+        // One round each: points, not ranges, so neither a win nor a tie,
+        // however far apart (issue 52: 6.6× was called "a tie").
         let single = [
-            recorded(Method::Direct, &[2.2], 0.04),
+            recorded(Method::Direct, &[6.6], 0.04),
             recorded(Method::Buffered, &[1.0], 0.40),
         ];
         let v = verdict(Situation::Cold, &single);
-        assert_eq!((v.kind, v.method), (VerdictKind::Tie, Some(Method::Direct)));
-        assert!(v.text.contains("no range"), "{}", v.text);
+        assert_eq!(
+            (v.kind, v.method),
+            (VerdictKind::Undecided, Some(Method::Direct))
+        );
+        assert!(!v.text.contains("tie,"), "{}", v.text);
+        assert!(
+            v.text
+                .starts_with("cold: cannot tell from one round: direct read at 6.60 GiB/s"),
+            "{}",
+            v.text
+        );
+        assert!(v.text.contains("6.60× buffered"), "{}", v.text);
+        assert!(v.text.contains("--rounds 3"), "{}", v.text);
+        assert!(v.tied_with.is_empty());
+        assert_eq!(
+            advice(&[v], None),
+            "cold: direct was fastest in one round (cannot tell: --rounds 3)"
+        );
+        // Nor when the two points are close.
+        let close = [
+            recorded(Method::Direct, &[2.0], 0.04),
+            recorded(Method::Buffered, &[1.98], 0.40),
+        ];
+        assert_eq!(
+            verdict(Situation::Cold, &close).kind,
+            VerdictKind::Undecided
+        );
         let only = verdict(Situation::Warm, &methods[..1]);
         assert_eq!(only.kind, VerdictKind::Only);
         assert!(!only.text.contains("win"), "{}", only.text);

@@ -15,6 +15,7 @@ pub mod method;
 mod plan;
 pub mod report;
 pub mod watch;
+mod widths;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -772,6 +773,8 @@ struct Found {
     missing_members: Vec<String>,
     data_profiles: Vec<crate::model::profile::Profile>,
     layout: Option<Layout>,
+    /// How wide the chunks holding it are (btrfs, root).
+    widths: Option<report::StripeWidths>,
     dio: Option<memio::DioAlign>,
     align: u64,
     /// The O_DIRECT handle, or why there is none.
@@ -804,6 +807,11 @@ fn inspect(opts: &ReadTestOptions) -> Result<Found> {
         Vec::new()
     };
     let layout: Option<Layout> = extents::layout(&t.file, t.size).ok();
+    let widths = if fs_type == "btrfs" && is_root() {
+        file_widths(&t)
+    } else {
+        None
+    };
     let dio = memio::dio_alignment(&t.file);
     let align = dio
         .map_or(DEFAULT_ALIGN, |a| u64::from(a.offset.max(a.memory)))
@@ -835,11 +843,30 @@ fn inspect(opts: &ReadTestOptions) -> Result<Found> {
         missing_members,
         data_profiles,
         layout,
+        widths,
         dio,
         align,
         direct,
         dontcache_unsupported,
     })
+}
+
+/// How wide the chunks holding the file are striped against the array's
+/// full width (the chunk tree: root only); `None` when it cannot be read.
+fn file_widths(t: &Target) -> Option<report::StripeWidths> {
+    let chunks = crate::sys::kernel::btrfs::chunk_records_of(t.parent.fd(), &t.canonical)
+        .ok()
+        .flatten()?;
+    let extents = extents::physical_extents(&t.file, t.size).ok()?;
+    let present = t
+        .parent
+        .btrfs_devices()
+        .ok()?
+        .iter()
+        .filter(|d| !d.path.is_empty())
+        .count();
+    let kernel = crate::model::kernel::KernelVersion::parse(&kernel_release())?;
+    widths::stripe_widths(&extents, &chunks, u32::try_from(present).ok()?, kernel)
 }
 
 /// The cache measured, and what could be proven about it.
@@ -1177,6 +1204,13 @@ fn notes(f: &Found, plan: &plan::Plan, cache: &CacheChoice) -> Vec<String> {
             ));
         }
     }
+    if let Some(n) = f
+        .widths
+        .as_ref()
+        .and_then(|w| widths::note(w, t.size, &f.mount.mount_point))
+    {
+        notes.push(n);
+    }
     if !f.missing_members.is_empty() {
         notes.push(format!(
             "/proc/diskstats does not show the btrfs member{} {}: the device cross-check could not run.",
@@ -1395,6 +1429,7 @@ fn file_info(f: &Found) -> FileInfo {
         data_profiles: f.data_profiles.clone(),
         devices: f.devices.clone(),
         layout: f.layout,
+        stripe_widths: f.widths.clone(),
         owner_uid: f.t.uid,
         read_as_root_for_another_user: read_for_another_user(&f.t),
     }

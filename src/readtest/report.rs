@@ -40,12 +40,49 @@ pub struct FileInfo {
     pub devices: Vec<BlockDevice>,
     /// How the bytes are stored (FIEMAP); null where unavailable.
     pub layout: Option<Layout>,
+    /// How wide the chunks holding its bytes are striped, against the
+    /// array's full width (btrfs with striped data, read as root); null
+    /// otherwise.
+    #[serde(default)]
+    pub stripe_widths: Option<StripeWidths>,
     /// The file's owner.
     pub owner_uid: u32,
     /// Root read a file that the invoking user (`SUDO_UID` if set, else
     /// the real uid) does not own: its size and checksum are shown to
     /// someone who may not be allowed to read it (a note says so).
     pub read_as_root_for_another_user: bool,
+}
+
+/// How wide the chunks holding the file are striped (btrfs, striped data
+/// profiles: RAID0, RAID10, RAID5/6; read from the chunk tree, root only).
+/// Data written before a device was added stays in chunks narrower than
+/// the array, and reads of it use fewer devices than there are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StripeWidths {
+    /// The striped data profile holding the file's bytes.
+    pub profile: Profile,
+    /// Stripes a new chunk of it gets on this array (its present members).
+    pub full_width: u32,
+    /// The file's bytes by the stripe count of the chunks holding them,
+    /// narrowest first.
+    pub bytes_by_width: Vec<WidthBytes>,
+    /// Bytes of the file in chunks narrower than `full_width`.
+    pub narrow_bytes: u64,
+    /// The devices a read of the file uses, on average over its bytes (each
+    /// chunk's data stripes: RAID0's stripes, RAID10's half, RAID5/6 less
+    /// parity).
+    pub read_stripes: f64,
+    /// The devices a read of a full-width chunk uses.
+    pub full_read_stripes: u32,
+}
+
+/// The file's bytes in chunks of one stripe count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WidthBytes {
+    /// Stripes of the chunks (`num_stripes`).
+    pub stripes: u32,
+    /// The file's bytes in them.
+    pub bytes: u64,
 }
 
 /// The settings of the test.

@@ -539,10 +539,31 @@ fn doctor_that_cannot_look_exits_3() {
     assert!(stderr.starts_with("btrfs-lab: error: "), "{stderr}");
     let text = fs::read_to_string(&prom).unwrap();
     assert!(text.contains("btrfs_lab_doctor_success 0\n"), "{text}");
-    let (code, _, stderr) =
+    // A bad command line is UNKNOWN too (monitoring plugins' usage
+    // errors; 2 would be CRITICAL): one line, nothing on stdout.
+    let (code, stdout, stderr) =
         run(env
             .cmd()
             .args(["--json", "doctor", "--format", "prometheus", "/"]));
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("exclude each other"), "{stderr}");
+    for bad in [
+        &["doctor", "--no-such-flag"][..],
+        &["doctor", "--format", "xml"],
+        &["--json", "doctor", "--textfile"],
+    ] {
+        let (code, stdout, stderr) = run(env.cmd().args(bad));
+        assert_eq!(code, 3, "{bad:?}: {stderr}");
+        assert_eq!(stdout, "", "{bad:?}");
+        assert!(
+            stderr.starts_with("btrfs-lab: error: "),
+            "{bad:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    // Every other command keeps 2.
+    let (code, _, stderr) = run(env.cmd().args(["df", "--no-such-flag", "/"]));
     assert_eq!(code, 2, "{stderr}");
 }
 
@@ -1793,4 +1814,89 @@ fn starved_metadata_is_critical_before_the_kernel_refuses() {
             .all(|(_, s, _)| *s == Severity::Info),
         "a warning while metadata had room: {seen:?}"
     );
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn raid0_data_written_before_a_device_add_is_narrow_until_a_balance() {
+    if !require_root("doctor's narrow chunks after a device add") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid0),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    write_file(&m.join("file"), 256, 5).unwrap();
+    let (_, r) = doctor(&env, &m);
+    assert!(
+        findings(&r).iter().all(|(c, _)| c != "data-narrow-chunks"),
+        "every chunk is full width: {:?}",
+        findings(&r)
+    );
+
+    // The btrfs-progs add: the data stays on the three devices it had.
+    let new = env.spare_device("fourth", 1 << 30);
+    let (code, out) = btrfs(&["device", "add", "-f", new.to_str().unwrap()], &m);
+    assert_eq!(code, 0, "{out}");
+    let (code, r) = doctor(&env, &m);
+    eprintln!("{:#?}", r.filesystems[0].findings);
+    assert_eq!(code, 1, "{:?}", findings(&r));
+    assert!(has(&r, "data-narrow-chunks", Severity::Warning));
+    let f = r.filesystems[0]
+        .findings
+        .iter()
+        .find(|f| f.code == "data-narrow-chunks")
+        .unwrap();
+    let ev = |name: &str| {
+        f.evidence
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.value.clone())
+            .unwrap_or_else(|| panic!("no {name}: {f:?}"))
+    };
+    assert!(f.title.contains("of raid0 data"), "{}", f.title);
+    assert!(
+        f.title.ends_with("read from 3 devices, not 4"),
+        "{}",
+        f.title
+    );
+    assert_eq!(ev("read width"), "3 devices, 4 at full width");
+    // Loop devices have no PCIe link: the ratio alone.
+    assert!(
+        ev("read ceiling").starts_with("75% "),
+        "{}",
+        ev("read ceiling")
+    );
+    assert_eq!(ev("after the balance"), "read from 4 devices on average");
+    let narrow = r.filesystems[0].facts.narrow_data.as_ref().unwrap();
+    // The file's 256 MiB are all in narrow chunks.
+    assert!(narrow.narrow().0 >= 256 * MIB, "{narrow:?}");
+    let ms = m.display().to_string();
+    assert_eq!(
+        f.command.as_deref(),
+        Some(format!("btrfs-lab balance {ms}").as_str())
+    );
+    // The text says it too.
+    let (code, text, _) = run(env.cmd().arg("doctor").arg(&m));
+    eprintln!("{text}");
+    assert_eq!(code, 1);
+    assert!(text.contains("data-narrow-chunks"), "{text}");
+    assert!(text.contains(&format!("btrfs-lab balance {ms}")), "{text}");
+
+    // The narrow chunks restriped (btrfs-progs' filter): gone.
+    let (code, out) = btrfs(&["balance", "start", "-dstripes=1..3"], &m);
+    assert_eq!(code, 0, "{out}");
+    let (code, r) = doctor(&env, &m);
+    assert!(
+        findings(&r).iter().all(|(c, _)| c != "data-narrow-chunks"),
+        "{:?}",
+        findings(&r)
+    );
+    assert_eq!(code, 0, "{:?}", findings(&r));
+    assert!(r.filesystems[0].facts.narrow_data.is_none());
 }

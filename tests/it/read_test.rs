@@ -309,15 +309,19 @@ fn raid0_btrfs_every_method_reads_the_right_bytes_through_a_ring() {
 
     // The text report gives a verdict per cache situation (the 40 MiB
     // file fits in memory: cold and warm by default); one round is no
-    // range, so it is a tie, not a win.
+    // range, so neither a win nor a tie: it cannot tell.
     let (code, text, _) = run(env.cmd().args(["read-test", "--rounds", "1"]).arg(&file));
     assert_eq!(code, 0);
     assert!(
-        text.contains("verdict      cold: a tie, one round gives no range"),
+        text.contains("verdict      cold: cannot tell from one round: "),
         "{text}"
     );
-    assert!(text.contains("verdict      warm: a tie"), "{text}");
+    assert!(
+        text.contains("verdict      warm: cannot tell from one round: "),
+        "{text}"
+    );
     assert!(!text.contains(" wins at "), "{text}");
+    assert!(!text.contains(": a tie"), "{text}");
     assert!(text.contains("if you cannot know, "), "{text}");
     assert!(text.contains(" GB/s"), "{text}");
     assert!(text.contains("btrfs raid0 on loop"), "{text}");
@@ -1465,4 +1469,92 @@ fn a_hostile_file_name_is_reported_safely() {
         stdout.contains("m\u{fffd}\\e[2J\\e]0;t\\x07.bin"),
         "{stdout}"
     );
+}
+
+/// `btrfs ARGS MOUNT` (btrfs-progs): its exit status and output.
+fn btrfs_progs(args: &[&str], m: &Path) -> (i32, String) {
+    let out = Command::new("btrfs").args(args).arg(m).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_file_written_before_a_device_add_is_said_to_be_striped_narrow() {
+    if !require_root("read-test's stripe widths after a device add") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 3,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid0),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let file = m.join("model.bin");
+    let size = 64 * MIB;
+    write_file(&file, &random_bytes(size as usize, 11));
+    let args = ["--rounds", "1", "--methods", "direct"];
+    let balance_named = |r: &Value| {
+        r["notes"].as_array().unwrap().iter().any(|n| {
+            n.as_str()
+                .unwrap()
+                .contains(&format!("`btrfs-lab balance {}`", m.display()))
+        })
+    };
+    // Written on three of three: full width, nothing to say.
+    let (_, r, _) = read_test(&env, &file, &args);
+    let w = &r["file"]["stripe_widths"];
+    assert_eq!(w["profile"], "raid0", "{r:#}");
+    assert_eq!(w["full_width"], 3);
+    assert_eq!(w["narrow_bytes"], 0);
+    assert!(!balance_named(&r), "{:#}", r["notes"]);
+
+    let new = env.spare_device("fourth", 1 << 30);
+    let (code, out) = btrfs_progs(&["device", "add", "-f", new.to_str().unwrap()], &m);
+    assert_eq!(code, 0, "{out}");
+    let (_, r, _) = read_test(&env, &file, &args);
+    let w = &r["file"]["stripe_widths"];
+    assert_eq!(w["full_width"], 4, "{r:#}");
+    assert_eq!(w["narrow_bytes"], size, "{w:#}");
+    assert_eq!(
+        w["bytes_by_width"],
+        serde_json::json!([{ "stripes": 3, "bytes": size }])
+    );
+    assert_eq!(w["read_stripes"], 3.0);
+    assert_eq!(w["full_read_stripes"], 4);
+    assert!(balance_named(&r), "{:#}", r["notes"]);
+    // The text says it too.
+    let (code, text, stderr) = run(env
+        .cmd()
+        .args(["read-test", "--cache", "cold"])
+        .args(args)
+        .arg(&file));
+    assert!(code == 0 || code == 3, "{stderr}");
+    // Notes are wrapped to the terminal: compared word by word.
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("striped over fewer devices than the array has")
+            && words.contains(&format!("`btrfs-lab balance {}`", m.display())),
+        "{text}"
+    );
+
+    // Restriped over the four (btrfs-progs' filter): full width again.
+    let (code, out) = btrfs_progs(&["balance", "start", "-dstripes=1..3"], &m);
+    assert_eq!(code, 0, "{out}");
+    let (_, r, _) = read_test(&env, &file, &args);
+    let w = &r["file"]["stripe_widths"];
+    assert_eq!(w["narrow_bytes"], 0, "{w:#}");
+    assert_eq!(
+        w["bytes_by_width"],
+        serde_json::json!([{ "stripes": 4, "bytes": size }])
+    );
+    assert!(!balance_named(&r), "{:#}", r["notes"]);
 }

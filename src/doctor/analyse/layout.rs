@@ -7,6 +7,7 @@ use crate::model::space::BgType;
 
 use super::space::alloc_profile;
 use super::{Cx, cmd, size};
+use crate::doctor::widths::NarrowData;
 
 /// The layout findings.
 pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
@@ -138,6 +139,11 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
             );
         }
     }
+    if let Some(n) = &f.narrow_data
+        && f.balance.is_none()
+    {
+        out.push(narrow_chunks(n, &cx.m));
+    }
     for p in cx
         .meta
         .iter()
@@ -153,4 +159,76 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
             .with_command(cmd(&["btrfs-lab", "convert", "--metadata", "raid1c3"], &cx.m)),
         );
     }
+}
+
+/// `data-narrow-chunks`: striped data in chunks narrower than the array.
+pub(super) fn narrow_chunks(n: &NarrowData, mount: &str) -> Finding {
+    let s = &n.spread;
+    let (bytes, chunks) = n.narrow();
+    let narrow = n.narrow_read_stripes();
+    let full = n.full_read_stripes();
+    let width = |w: f64| {
+        if (w - w.round()).abs() < 0.05 {
+            format!("{w:.0}")
+        } else {
+            format!("{w:.1}")
+        }
+    };
+    let mut fi = Finding::new(
+        Code::DataNarrowChunks,
+        format!(
+            "{} of {} data is read from {} devices, not {}",
+            size(bytes),
+            s.profile,
+            width(narrow),
+            full
+        ),
+        "a chunk is as wide as the devices that had room when it was allocated: data written before a device was added stays on the devices it had, and reads of it use those alone (new data is striped over every device); a balance of the narrow chunks restripes it",
+    )
+    .with_evidence(
+        "data in narrow chunks",
+        format!(
+            "{} of {} used ({chunks} chunk{})",
+            size(bytes),
+            size(s.used_bytes),
+            if chunks == 1 { "" } else { "s" }
+        ),
+    );
+    for w in s.widths.iter().filter(|w| Some(w.stripes) < s.full_width) {
+        fi = fi.with_evidence(
+            &format!("chunks of {} stripes", w.stripes),
+            format!("{} used in {}", size(w.used_bytes), w.chunks),
+        );
+    }
+    fi = fi
+        .with_evidence(
+            "read width",
+            format!("{} devices, {full} at full width", width(narrow)),
+        )
+        .with_evidence(
+            &format!("all {} data", s.profile),
+            format!("read from {} devices on average", width(s.read_stripes)),
+        );
+    let ratio = narrow / f64::from(full.max(1));
+    fi = fi.with_evidence(
+        "read ceiling",
+        match n.full_ceiling_bytes_per_sec {
+            Some(c) => format!(
+                "one reader: {} at most, {} at full width",
+                crate::report::rate::format_both(c as f64 * ratio),
+                crate::report::rate::format_both(c as f64)
+            ),
+            None => format!(
+                "{:.0}% of the full width's at most (no PCIe link figures)",
+                ratio * 100.0
+            ),
+        },
+    );
+    if let Some(after) = n.read_stripes_after {
+        fi = fi.with_evidence(
+            "after the balance",
+            format!("read from {} devices on average", width(after)),
+        );
+    }
+    fi.with_command(cmd(&["btrfs-lab", "balance"], mount))
 }

@@ -67,6 +67,7 @@ fn healthy() -> FsFacts {
         read_policy: None,
         exclusive_operation: None,
         hugepages_left: None,
+        narrow_data: None,
     }
 }
 
@@ -599,5 +600,114 @@ fn read_policy_and_discard_support_audits() {
         !codes(&analyse(&f, NOW))
             .iter()
             .any(|x| x.0 == "discard-unsupported")
+    );
+}
+
+/// raid0 written on three devices (1.25 GiB), 1 GiB on all four after the
+/// fourth was added.
+fn narrow_raid0() -> crate::doctor::widths::NarrowData {
+    use crate::balance::plan::{Kind, Share, Spread, Width};
+    crate::doctor::widths::NarrowData {
+        spread: Spread {
+            kind: Kind::Data,
+            profile: Profile::Raid0,
+            chunks: 3,
+            used_bytes: 2304 * MIB,
+            devices: (1..=4)
+                .map(|devid| Share {
+                    devid,
+                    allocated: if devid == 4 { 256 * MIB } else { 768 * MIB },
+                })
+                .collect(),
+            widths: vec![
+                Width {
+                    stripes: 3,
+                    chunks: 2,
+                    used_bytes: 1280 * MIB,
+                },
+                Width {
+                    stripes: 4,
+                    chunks: 1,
+                    used_bytes: GIB,
+                },
+            ],
+            full_width: Some(4),
+            read_stripes: (1280.0 * 3.0 + 1024.0 * 4.0) / 2304.0,
+        },
+        read_stripes_after: Some(4.0),
+        full_ceiling_bytes_per_sec: None,
+    }
+}
+
+#[test]
+fn data_in_narrow_chunks_names_its_bytes_width_ceiling_and_the_balance() {
+    let mut f = healthy();
+    f.total_devices = 4;
+    f.devices.push(dev(4, 10 * GIB, 256 * MIB));
+    f.narrow_data = Some(narrow_raid0());
+    let v = analyse(&f, NOW);
+    let fi = v.iter().find(|x| x.code == "data-narrow-chunks").unwrap();
+    assert_eq!(fi.severity, Severity::Warning);
+    assert!(fi.title.contains("1.25GiB of raid0"), "{}", fi.title);
+    assert!(
+        fi.title.ends_with("read from 3 devices, not 4"),
+        "{}",
+        fi.title
+    );
+    assert_eq!(fi.command.as_deref(), Some("btrfs-lab balance /mnt"));
+    let ev = |name: &str| {
+        fi.evidence
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.value.clone())
+            .unwrap_or_else(|| panic!("no {name}: {:?}", fi.evidence))
+    };
+    assert_eq!(
+        ev("data in narrow chunks"),
+        "1.25GiB of 2.25GiB used (2 chunks)"
+    );
+    assert_eq!(ev("chunks of 3 stripes"), "1.25GiB used in 2");
+    assert_eq!(ev("read width"), "3 devices, 4 at full width");
+    assert_eq!(ev("all raid0 data"), "read from 3.4 devices on average");
+    // Without link figures: the ratio alone.
+    assert!(
+        ev("read ceiling").starts_with("75% of the full width"),
+        "{}",
+        ev("read ceiling")
+    );
+    assert_eq!(ev("after the balance"), "read from 4 devices on average");
+    // With them: the narrow data's share of the array's ceiling.
+    let mut n = narrow_raid0();
+    n.full_ceiling_bytes_per_sec = Some(16_000_000_000);
+    f.narrow_data = Some(n);
+    let v = analyse(&f, NOW);
+    let fi = v.iter().find(|x| x.code == "data-narrow-chunks").unwrap();
+    let ceiling = &fi
+        .evidence
+        .iter()
+        .find(|e| e.name == "read ceiling")
+        .unwrap()
+        .value;
+    assert!(
+        ceiling.contains("(12.00 GB/s)") && ceiling.contains("(16.00 GB/s)"),
+        "{ceiling}"
+    );
+    // A balance in progress has its own finding.
+    f.balance = Some(BalanceFacts {
+        running: true,
+        data_target: None,
+        metadata_target: None,
+        expected: 3,
+        completed: 1,
+    });
+    let v = analyse(&f, NOW);
+    assert!(v.iter().all(|x| x.code != "data-narrow-chunks"));
+    // None read: no finding.
+    f.balance = None;
+    f.narrow_data = None;
+    assert!(
+        analyse(&f, NOW)
+            .iter()
+            .all(|x| x.code != "data-narrow-chunks")
     );
 }

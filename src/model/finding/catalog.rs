@@ -147,6 +147,8 @@ catalog! {
         "metadata is single or DUP on several devices: losing one loses the filesystem";
     MetadataRaid56 = "metadata-raid56", Warning, Fixed, ["doctor"],
         "metadata is RAID5/6, which the btrfs developers advise against";
+    DataNarrowChunks = "data-narrow-chunks", Warning, Fixed, ["doctor"],
+        "striped data (RAID0, RAID10, RAID5/6) sits in chunks narrower than the array, written before a device was added: reads of it use fewer devices than there are (btrfs-lab balance restripes it)";
     // doctor: scrub and kernel.
     ScrubNeverRun = "scrub-never-run", Info, Fixed, ["doctor"],
         "no scrub on record";

@@ -82,7 +82,7 @@ documents! {
     "convert-pause", false, crate::convert::report::PauseReport, "convert --pause --json, balance --pause --json";
     "convert-cancel", false, crate::convert::report::CancelReport, "convert --cancel --json, balance --cancel --json";
     "reclaim-record", true, crate::reclaim::ReclaimRecord, "reclaim --json (JSON Lines: the plan, each step, progress, the result; with --dry-run the plan only)";
-    "balance-record", true, crate::balance::report::BalanceRecord, "balance --json (JSON Lines: the plan, progress, notices, the result; with --dry-run the plan only)";
+    "balance-record", true, crate::balance::report::BalanceRecord, "balance --json, device add --then-balance --json (JSON Lines: the plan, progress, notices, the result; with --dry-run the plan only)";
     "balance-status", false, crate::balance::report::StatusReport, "balance --status --json";
     "scrub-record", true, crate::scrub::ScrubRecord, "scrub --json (JSON Lines)";
     "scrub-status", false, crate::scrub::ScrubStatus, "scrub --status --json";

@@ -3,6 +3,7 @@
 
 pub mod operation;
 pub mod plan;
+pub mod rate;
 pub mod report;
 pub mod run;
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::plan::{self, Filter, Kind, Member as PlanMember, Planned, Step};
+use super::rate::{Estimate, RateStore};
 use super::report::{BalancePlan, BalanceRecord, BalanceResult, Existing, Member, StatusReport};
 use super::run::{self as balance_run, Begin, Job, Outcome, Sink, Words};
 use crate::error::{Error, ErrorKind, Result, exit};
@@ -191,6 +192,7 @@ pub fn plan_on(
         existing,
         chunks: steps.iter().map(|s| s.chunks).sum(),
         used_bytes: steps.iter().map(|s| s.used_bytes).sum(),
+        estimate: None,
         equivalent_command: if existing.is_none() && !steps.is_empty() {
             equivalent_command(&steps, &state.mount_point)
         } else {
@@ -202,6 +204,65 @@ pub fn plan_on(
         refused,
     };
     (plan, planned)
+}
+
+/// The error of a refused plan (`None`: it may go ahead); `doing` starts
+/// its line (`cannot balance`).
+pub fn refusal(plan: &BalancePlan, doing: &str) -> Option<Error> {
+    let first = plan.refused.first()?;
+    let kind = if first.code == "no-space-during-balance" {
+        ErrorKind::NoSpace
+    } else {
+        ErrorKind::Refused
+    };
+    let mut e = Error::new(kind, format!("{doing}: {}", first.message));
+    if plan.refused.len() > 1 {
+        let rest: Vec<&str> = plan.refused[1..]
+            .iter()
+            .map(|r| r.message.as_str())
+            .collect();
+        e = e.with_hint(format!("also: {}", rest.join("; also: ")));
+    }
+    Some(e)
+}
+
+/// Nothing to relocate and no balance to resume or follow.
+pub fn nothing_to_do(plan: &BalancePlan) -> bool {
+    plan.existing.is_none() && plan.steps.is_empty()
+}
+
+/// What a plan with nothing to do says.
+pub fn nothing_to_balance(plan: &BalancePlan) -> String {
+    format!(
+        "nothing to balance: every profile's chunks are as wide as the array and evenly spread over its {} devices\n",
+        plan.devices.len()
+    )
+}
+
+/// The balance planned on `state` as it will be once `new` devices (path,
+/// size) are added (pure): `device add --then-balance`'s plan.
+pub fn plan_after_add(
+    state: &FsState,
+    layout: Option<&Layout>,
+    new: &[(String, u64)],
+) -> BalancePlan {
+    let mut future = state.clone();
+    let next_id = state.devices.iter().map(|d| d.devid).max().unwrap_or(0);
+    let mut layout = layout.cloned();
+    for (i, (path, size)) in new.iter().enumerate() {
+        future.devices.push(crate::operation::state::MemberDevice {
+            devid: next_id + 1 + i as u64,
+            path: path.clone(),
+            size: *size,
+            allocated: 0,
+        });
+        if let Some(l) = layout.as_mut() {
+            // The first MiB of a device is never allocated.
+            l.free.push(size.saturating_sub(1 << 20));
+            l.total_bytes += size;
+        }
+    }
+    plan_on(&future, layout.as_ref(), false).0
 }
 
 /// Logical bytes of the chunks a balance relocates, by logical start.
@@ -295,21 +356,63 @@ struct Held {
 pub struct Balance {
     mount: PathBuf,
     resume: bool,
+    rates: Option<RateStore>,
     held: Option<Held>,
 }
 
 impl Balance {
-    /// Evens out the btrfs at `mount` (as the user named it).
-    pub fn new(mount: PathBuf, resume: bool) -> Self {
+    /// Evens out the btrfs at `mount` (as the user named it); the rate it
+    /// runs at is kept under `state_dir` (`None`: not kept).
+    pub fn new(mount: PathBuf, resume: bool, state_dir: Option<&Path>) -> Self {
         Balance {
             mount,
             resume,
+            rates: state_dir.map(RateStore::new),
             held: None,
+        }
+    }
+
+    /// The plan's time at the rate measured here before (a store that
+    /// cannot be read is said, and the plan has none).
+    fn estimate(&self, plan: &mut BalancePlan, fsid: &str, ui: &dyn Ui) {
+        let Some(rates) = &self.rates else {
+            return;
+        };
+        match rates.load(fsid) {
+            Ok(Some(m)) if plan.used_bytes > 0 => {
+                plan.estimate = Some(Estimate::of(plan.used_bytes, &m));
+            }
+            Ok(_) => {}
+            Err(e) => ui.warn(
+                &format!("{}: the plan has no time estimate", e.message()),
+                e.hint().unwrap_or(""),
+            ),
         }
     }
 
     fn held(&self) -> &Held {
         self.held.as_ref().expect("balance: planned before it runs")
+    }
+
+    /// The balance of the filesystem held as `fs` at `mount_point`, planned
+    /// on it as it is now (`device add --then-balance`, once the add is
+    /// done).
+    pub fn held_by(fs: FsHandle, mount_point: &Path) -> Result<(Self, BalancePlan)> {
+        let state = read_state_at(&SysRoot::host(), &fs, mount_point)?;
+        let layout = read_layout(&fs, &state);
+        let (plan, planned) = plan_on(&state, layout.as_ref(), false);
+        let op = Balance {
+            mount: mount_point.to_path_buf(),
+            resume: false,
+            rates: None,
+            held: Some(Held {
+                fs,
+                mount_point: state.mount_point,
+                layout,
+                planned,
+            }),
+        };
+        Ok((op, plan))
     }
 }
 
@@ -329,10 +432,11 @@ impl Operation for Balance {
         "balancing needs root"
     }
 
-    fn plan(&mut self, _ui: &dyn Ui) -> Result<BalancePlan> {
+    fn plan(&mut self, ui: &dyn Ui) -> Result<BalancePlan> {
         let (fs, state) = open_state(&SysRoot::host(), &self.mount)?;
         let layout = read_layout(&fs, &state);
-        let (plan, planned) = plan_on(&state, layout.as_ref(), self.resume);
+        let (mut plan, planned) = plan_on(&state, layout.as_ref(), self.resume);
+        self.estimate(&mut plan, &state.fsid, ui);
         self.held = Some(Held {
             fs,
             mount_point: state.mount_point,
@@ -344,32 +448,17 @@ impl Operation for Balance {
 
     fn plan_record(&self, plan: &BalancePlan) -> BalanceRecord {
         BalanceRecord::Plan {
-            plan: Box::new(plan.clone()),
+            plan: Some(Box::new(plan.clone())),
+            add: None,
         }
     }
 
     fn verdict(&self, plan: &BalancePlan) -> Verdict {
-        if let Some(first) = plan.refused.first() {
-            let kind = if first.code == "no-space-during-balance" {
-                ErrorKind::NoSpace
-            } else {
-                ErrorKind::Refused
-            };
-            let mut e = Error::new(kind, format!("cannot balance: {}", first.message));
-            if plan.refused.len() > 1 {
-                let rest: Vec<&str> = plan.refused[1..]
-                    .iter()
-                    .map(|r| r.message.as_str())
-                    .collect();
-                e = e.with_hint(format!("also: {}", rest.join("; also: ")));
-            }
+        if let Some(e) = refusal(plan, "cannot balance") {
             return Verdict::Refused(e);
         }
-        if plan.existing.is_none() && plan.steps.is_empty() {
-            return Verdict::NothingToDo(format!(
-                "nothing to balance: every profile's chunks are as wide as the array and evenly spread over its {} devices\n",
-                plan.devices.len()
-            ));
+        if nothing_to_do(plan) {
+            return Verdict::NothingToDo(nothing_to_balance(plan));
         }
         Verdict::Go
     }
@@ -506,16 +595,35 @@ impl Operation for Balance {
         })
     }
 
+    fn verify(&mut self, _plan: &BalancePlan, finished: &Finished, ui: &dyn Ui) -> Result<()> {
+        let Some(rates) = &self.rates else {
+            return Ok(());
+        };
+        let r = &finished.result;
+        if let Err(e) = rates.keep(self.held().fs.fsid(), r.bytes_moved, r.seconds) {
+            ui.warn(
+                &format!("{}: the next plan has no time estimate", e.message()),
+                e.hint().unwrap_or(""),
+            );
+        }
+        Ok(())
+    }
+
     fn result_record(&self, finished: &Finished) -> Option<BalanceRecord> {
         Some(BalanceRecord::Result(finished.result.clone()))
     }
 
     fn status(&self, finished: &Finished) -> u8 {
-        match finished.result.outcome {
-            Outcome::Completed => exit::OK,
-            Outcome::Paused => exit::INTERRUPTED,
-            Outcome::Cancelled => exit::ERROR,
-        }
+        status_of(finished)
+    }
+}
+
+/// The exit status of how a balance ended.
+pub fn status_of(finished: &Finished) -> u8 {
+    match finished.result.outcome {
+        Outcome::Completed => exit::OK,
+        Outcome::Paused => exit::INTERRUPTED,
+        Outcome::Cancelled => exit::ERROR,
     }
 }
 

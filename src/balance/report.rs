@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::plan::{Spread, Step};
 use super::run::{Outcome, Progress, RunRecord};
+use crate::device::add::{AddPlan, AddResult};
 use crate::model::balance::BalanceInfo;
 use crate::operation::reason::Reason;
 
@@ -18,8 +19,19 @@ use crate::operation::reason::Reason;
 pub enum BalanceRecord {
     /// The plan (always first).
     Plan {
-        /// What the balance does.
-        plan: Box<BalancePlan>,
+        /// What the balance does (`device add --then-balance`: planned on
+        /// the filesystem as it will be after the add).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plan: Option<Box<BalancePlan>>,
+        /// `device add --then-balance`: the add's plan.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        add: Option<Box<AddPlan>>,
+    },
+    /// `device add --then-balance`: the add is done; the balance, planned
+    /// again on the filesystem as it now is, starts.
+    Added {
+        /// What the add did.
+        result: AddResult,
     },
     /// About twice a second.
     Progress {
@@ -96,6 +108,10 @@ pub struct BalancePlan {
     pub chunks: u64,
     /// Bytes the kernel copies.
     pub used_bytes: u64,
+    /// How long it takes at the rate the last balance on this filesystem
+    /// ran at (`null`: none was measured here yet).
+    #[serde(default)]
+    pub estimate: Option<super::rate::Estimate>,
     /// The btrfs-progs command that does the same.
     pub equivalent_command: Vec<String>,
     /// Why it cannot go ahead (empty: it can).

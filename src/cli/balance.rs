@@ -11,6 +11,7 @@ use btrfs_lab::balance::run::Outcome;
 use btrfs_lab::error::{Result, exit};
 use btrfs_lab::operation::{self as driver, View};
 use btrfs_lab::sys::fs::root::SysRoot;
+use btrfs_lab::sys::fs::state::STATE_DIR;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::ui::Ui;
 use clap::Args;
@@ -36,16 +37,16 @@ pub struct BalanceArgs {
     /// A path inside a mounted btrfs.
     #[arg(value_name = "MOUNT")]
     mount: PathBuf,
-    /// Show the running or paused balance and how even the array is.
+    /// Show the running (or paused, or last) operation and exit.
     #[arg(long, conflicts_with_all = ["pause", "resume", "cancel"])]
     status: bool,
     /// Pause the running balance after the current chunk.
     #[arg(long, conflicts_with_all = ["resume", "cancel"])]
     pause: bool,
-    /// Continue the paused balance.
+    /// Continue the paused or interrupted operation.
     #[arg(long, conflicts_with = "cancel")]
     resume: bool,
-    /// Cancel the running or paused balance: what was moved stays moved.
+    /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).
     #[arg(long)]
     cancel: bool,
     #[command(flatten)]
@@ -54,7 +55,7 @@ pub struct BalanceArgs {
     units: UnitArgs,
 }
 
-pub fn run(a: BalanceArgs, out: &Output) -> Result<u8> {
+pub fn run(a: BalanceArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8> {
     // Until the balance starts a signal exits at once (nothing was
     // changed); from then on it pauses the balance.
     signals::install_pausable()?;
@@ -80,7 +81,8 @@ pub fn run(a: BalanceArgs, out: &Output) -> Result<u8> {
             out,
         );
     }
-    let mut op = Balance::new(a.mount, a.resume);
+    let state_dir = state_dir.unwrap_or_else(|| PathBuf::from(STATE_DIR));
+    let mut op = Balance::new(a.mount, a.resume, Some(&state_dir));
     driver::run(&mut op, a.confirm.into(), out, &Text(out))
 }
 
@@ -209,6 +211,14 @@ pub fn render_plan(plan: &BalancePlan, out: &Output) -> String {
     }
     let words: Vec<String> = plan.steps.iter().map(step_words).collect();
     t.push_str(&format!("  relocates {}\n", words.join("; ")));
+    t.push_str(&match &plan.estimate {
+        Some(e) => format!(
+            "  time: about {} at {}/s, the rate the last balance here ran at\n",
+            btrfs_lab::report::rate::duration(e.seconds),
+            size(e.bytes_per_sec as u64)
+        ),
+        None => "  time: not known before it runs (no balance was measured on this array yet); progress shows the rate and ETA\n".to_owned(),
+    });
     if !plan.equivalent_command.is_empty() {
         t.push_str(&format!(
             "  runs the BALANCE_V2 ioctl, as: {}\n",
@@ -220,7 +230,7 @@ pub fn render_plan(plan: &BalancePlan, out: &Output) -> String {
 }
 
 /// Says how the balance finished (a cancelled one is the run's error).
-fn say_finished(finished: &Finished, plan: &BalancePlan, out: &Output) {
+pub(super) fn say_finished(finished: &Finished, plan: &BalancePlan, out: &Output) {
     let r = &finished.result;
     let m = plan.mount_point.display();
     match r.outcome {
@@ -293,6 +303,7 @@ fn render_status(st: &StatusReport, out: &Output) -> String {
         steps: Vec::new(),
         chunks: 0,
         used_bytes: 0,
+        estimate: None,
         equivalent_command: Vec::new(),
         refused: Vec::new(),
     };

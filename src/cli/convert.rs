@@ -33,7 +33,7 @@ pub struct ConvertArgs {
     /// Show the running (or paused, or last) operation and exit.
     #[arg(long, conflicts_with_all = ["pause", "resume", "cancel"])]
     status: bool,
-    /// Pause the running conversion after the current chunk.
+    /// Pause the running balance after the current chunk.
     #[arg(long, conflicts_with_all = ["resume", "cancel"])]
     pause: bool,
     /// Continue the paused or interrupted operation.

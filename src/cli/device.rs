@@ -2,8 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+use btrfs_lab::balance::operation::Finished as BalanceFinished;
+use btrfs_lab::balance::report::BalancePlan;
 use btrfs_lab::convert::{ConvertRequest, Finished};
-use btrfs_lab::device::add::operation::{Add, AddThenConvert};
+use btrfs_lab::device::add::operation::{Add, AddBalancePlan, AddThenBalance, AddThenConvert};
 use btrfs_lab::device::add::{AddOptions, AddPlan, AddResult, Ceiling, Throughput};
 use btrfs_lab::device::remove::operation::Remove;
 use btrfs_lab::device::remove::{RemovePlan, RemoveReport, RemoveResult};
@@ -134,6 +136,10 @@ struct AddArgs {
     /// Then convert profiles (needs --data and/or --metadata).
     #[arg(long)]
     then_convert: bool,
+    /// Then spread the data that is there over all devices (btrfs-lab
+    /// balance), in the same run.
+    #[arg(long, conflicts_with = "then_convert")]
+    then_balance: bool,
     /// With --then-convert: data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10, raid5, raid6.
     #[arg(long, value_parser = profiles(), hide_possible_values = true, value_name = "PROFILE", requires = "then_convert")]
     data: Option<Profile>,
@@ -617,6 +623,10 @@ fn add(a: AddArgs, out: &Output) -> Result<u8> {
         nodiscard: a.nodiscard,
     };
     let added = |r: &AddResult| added_text(r, out);
+    if a.then_balance {
+        let mut op = AddThenBalance::new(a.mount, a.devices, opts, &added);
+        return operation::run(&mut op, a.confirm.into(), out, &AddText(out));
+    }
     if !a.then_convert {
         let mut op = Add::new(a.mount, a.devices, opts, &added);
         return operation::run(&mut op, a.confirm.into(), out, &AddText(out));
@@ -667,11 +677,31 @@ impl View<AddThenConvert<'_>> for AddText<'_> {
     }
 }
 
+impl View<AddThenBalance<'_>> for AddText<'_> {
+    fn plan(&self, plan: &AddBalancePlan) -> String {
+        let mut t = render(&plan.0, self.0);
+        if let Some(b) = &plan.1 {
+            t.push_str("then:\n");
+            t.push_str(&super::balance::render_plan(b, self.0));
+        }
+        t
+    }
+    fn result(&self, _plan: &AddBalancePlan, done: &Option<(BalancePlan, BalanceFinished)>) {
+        if let Some((planned, finished)) = done {
+            super::balance::say_finished(finished, planned, self.0);
+        }
+    }
+}
+
 /// device add's examples (btrfs-lab-device(1) shows them too).
 const ADD_EXAMPLES: &[(&str, &str)] = &[
     (
         "What adding /dev/nvme2n1 would do.",
         "btrfs-lab device add --dry-run /mnt/data /dev/nvme2n1",
+    ),
+    (
+        "Add it, then spread the data that is there over all devices.",
+        "btrfs-lab device add --then-balance /mnt/data /dev/nvme2n1",
     ),
     (
         "Add it, then convert data to RAID0 and metadata to RAID1.",
@@ -697,6 +727,7 @@ pub const PAGES: &[super::decl::Declared] = &[
             "device-add",
             "device-add-nothing",
             "convert-record",
+            "balance-record",
             "error",
         ],
         dry_run: true,

@@ -204,7 +204,7 @@ fn dispatch(
         Command::Device(args) => device::run(args, out, places.0.clone()),
         Command::Convert(args) => convert::run(args, out),
         Command::Reclaim(args) => reclaim::run(args, out, places.0.clone()),
-        Command::Balance(args) => balance::run(args, out),
+        Command::Balance(args) => balance::run(args, out, places.0.clone()),
         Command::Scrub(args) => scrub::run(args, out, places.0.clone()),
         Command::Links(args) => links::run(args, out),
         Command::Nocow(args) => nocow::run(args, out),

@@ -27,7 +27,9 @@ const GIB: u64 = 1 << 30;
 #[cfg(feature = "test-hooks")]
 fn plan_of(stdout: &str) -> BalancePlan {
     match typed_lines::<BalanceRecord>(stdout).into_iter().next() {
-        Some(BalanceRecord::Plan { plan }) => *plan,
+        Some(BalanceRecord::Plan {
+            plan: Some(plan), ..
+        }) => *plan,
         other => panic!("no plan first: {other:?}\n{stdout}"),
     }
 }
@@ -160,6 +162,13 @@ fn a_drive_added_to_a_striped_array_gets_its_share_of_the_data() {
         assert!(d.allocated > 0, "{after:?}");
     }
     assert_eq!(hashes(&m), before, "a file changed");
+    // Its rate is kept for the next plan's time.
+    let fsid = btrfs_lab::sys::kernel::btrfs::fsid(&m).unwrap();
+    let kept = env.store().dir().join(format!("balance/{fsid}.json"));
+    let kept: btrfs_lab::balance::rate::Measured =
+        serde_json::from_str(&std::fs::read_to_string(&kept).unwrap()).unwrap();
+    assert_eq!(kept.fsid, fsid);
+    assert!(kept.bytes > 0 && kept.seconds > 0.0, "{kept:?}");
 
     // Nothing left to do.
     let (code, stdout, stderr) = run(env.cmd().args(["balance", "--yes"]).arg(&m));
@@ -206,4 +215,61 @@ fn a_missing_device_or_a_user_is_refused_and_nothing_changes() {
     // A refused run's record is left out with its stdout: nothing started.
     let (code, stdout, _) = run(env.cmd().args(["balance", "--yes", "--json"]).arg(&m));
     assert_eq!((code, stdout.as_str()), (1, ""));
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn device_add_then_balance_grows_and_spreads_in_one_run() {
+    if !require_root("device add --then-balance") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 2 * GIB,
+        data: Some(Profile::Raid0),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    fill(&m, 3, 128);
+    let before = crate::admin::hashes(&m);
+    let spare = env.spare_device("third", 2 * GIB);
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["device", "add", "--then-balance", "--yes", "--json"])
+        .arg(&m)
+        .arg(&spare));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let records: Vec<btrfs_lab::balance::report::BalanceRecord> =
+        crate::common::typed_lines(&stdout);
+    use btrfs_lab::balance::report::BalanceRecord as R;
+    let Some(R::Plan {
+        plan: Some(planned),
+        add: Some(add),
+    }) = records.first()
+    else {
+        panic!("the plan first: {stdout}")
+    };
+    assert_eq!(add.devices.len(), 1);
+    // Planned on the filesystem as it will be: three devices, the narrow
+    // chunks relocated.
+    assert_eq!(planned.devices.len(), 3);
+    assert!(!planned.steps.is_empty(), "{planned:?}");
+    assert!(
+        records.iter().any(|r| matches!(r, R::Added { .. })),
+        "{stdout}"
+    );
+    let Some(R::Result(done)) = records.last() else {
+        panic!("the result last: {stdout}")
+    };
+    assert_eq!(done.outcome, btrfs_lab::balance::run::Outcome::Completed);
+    assert!(done.left.is_empty(), "{done:?}");
+    let data = done
+        .after
+        .iter()
+        .find(|s| s.kind == btrfs_lab::balance::plan::Kind::Data)
+        .unwrap();
+    assert!(data.widths.iter().all(|w| w.stripes == 3), "{data:?}");
+    assert_eq!(crate::admin::hashes(&m), before, "a file changed");
 }

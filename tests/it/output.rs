@@ -142,6 +142,7 @@ fn failed_json_runs_print_nothing_on_stdout() {
         vec!["bench".into(), missing.clone()],
         vec!["read-test".into(), missing.clone()],
         vec!["rescue".into(), missing.clone()],
+        vec!["balance".into(), missing.clone()],
         vec!["doctor".into(), missing],
         vec!["completions".into(), "bash".into()],
         vec!["man".into(), "nosuch".into()],

@@ -2,12 +2,15 @@
 //! filesystem held and planned on (devices that are members already are
 //! said as done), the add carried out and verified, and with
 //! `--then-convert` the conversion planned again on the grown filesystem
-//! and run ([`crate::convert::operation::convert_held`]) in the same run.
+//! and run ([`crate::convert::operation::convert_held`]) in the same run;
+//! with `--then-balance` the balance, the same way ([`AddThenBalance`]).
 
 use std::path::PathBuf;
 
 use super::record::{AddConvertRecord, PlanDoc};
 use super::{AddOptions, AddPlan, AddReport, AddResult};
+use crate::balance::operation::{self as balance_op, Balance};
+use crate::balance::report::{BalancePlan, BalanceRecord};
 use crate::convert::operation::{Conversion, convert_held, finished_status};
 use crate::convert::{ConvertRequest, Finished, Start};
 use crate::device::preflight::refused;
@@ -347,5 +350,168 @@ impl Operation for AddThenConvert<'_> {
 
     fn status(&self, finished: &Option<Finished>) -> u8 {
         finished.as_ref().map_or(exit::OK, finished_status)
+    }
+}
+
+/// `device add --then-balance MOUNT DEVICE...`: the add, then the balance
+/// planned again on the grown filesystem and run (`btrfs-lab balance`'s
+/// own job: [`Balance`]), in one run with one confirmation.
+pub struct AddThenBalance<'a> {
+    job: Job<'a>,
+    /// The add's own refusals are none: a refusal (the balance's) shows
+    /// the plan first.
+    add_allowed: bool,
+}
+
+impl<'a> AddThenBalance<'a> {
+    /// Adds `devices` to the btrfs at `mount`, then balances; `added_text`
+    /// says the add.
+    pub fn new(
+        mount: PathBuf,
+        devices: Vec<PathBuf>,
+        opts: AddOptions,
+        added_text: AddedText<'a>,
+    ) -> Self {
+        AddThenBalance {
+            job: Job {
+                mount,
+                devices,
+                opts,
+                added_text,
+                held: None,
+            },
+            add_allowed: false,
+        }
+    }
+}
+
+/// The add's plan and the balance planned on the filesystem as it will be
+/// after it (`None`: the add is refused).
+pub type AddBalancePlan = (AddPlan, Option<BalancePlan>);
+
+impl Operation for AddThenBalance<'_> {
+    type Plan = AddBalancePlan;
+    /// The balance planned after the add and how it ended (`None`: nothing
+    /// was left to balance).
+    type Result = Option<(BalancePlan, balance_op::Finished)>;
+    type Record = BalanceRecord;
+
+    fn needs_root(&self) -> &'static str {
+        "adding a device needs root"
+    }
+
+    fn root_in_plan(&self) -> bool {
+        true
+    }
+
+    fn plan(&mut self, _ui: &dyn Ui) -> Result<AddBalancePlan> {
+        let mut plan = self.job.plan(None)?;
+        self.add_allowed = plan.refusals.is_empty();
+        if !self.add_allowed {
+            return Ok((plan, None));
+        }
+        let (fs, state) = self.job.held();
+        let layout = crate::operation::layout::read_layout(fs, state);
+        let new: Vec<(String, u64)> = plan
+            .devices
+            .iter()
+            .map(|d| (d.resolved.display().to_string(), d.size))
+            .collect();
+        let then = balance_op::plan_after_add(state, layout.as_ref(), &new);
+        // The balance below is the next step.
+        plan.notes.retain(|n| !n.starts_with("next, "));
+        plan.notes.push(
+            "then the balance below spreads the data that is there over all devices".to_owned(),
+        );
+        Ok((plan, Some(then)))
+    }
+
+    fn plan_record(&self, plan: &AddBalancePlan) -> BalanceRecord {
+        BalanceRecord::Plan {
+            plan: plan.1.clone().map(Box::new),
+            add: Some(Box::new(plan.0.clone())),
+        }
+    }
+
+    fn verdict(&self, plan: &AddBalancePlan) -> Verdict {
+        if !plan.0.refusals.is_empty() {
+            return self.job.verdict(&plan.0);
+        }
+        match plan
+            .1
+            .as_ref()
+            .and_then(|b| balance_op::refusal(b, "cannot add the devices and balance"))
+        {
+            Some(e) => Verdict::Refused(e),
+            None => Verdict::Go,
+        }
+    }
+
+    fn refusal_shows_plan(&self) -> bool {
+        self.add_allowed
+    }
+
+    fn question(&self, _plan: &AddBalancePlan) -> String {
+        "Add the devices and balance?".to_owned()
+    }
+
+    fn confirmed_pause(&self) -> Option<&'static str> {
+        Some("device-add-confirmed")
+    }
+
+    fn recheck(&self) -> Result<()> {
+        self.job.recheck()
+    }
+
+    fn look(&self, _plan: &AddBalancePlan) -> String {
+        self.job.look()
+    }
+
+    fn execute(
+        &mut self,
+        plan: &AddBalancePlan,
+        signals: &OperationSignals,
+        ui: &dyn Ui,
+    ) -> Result<Self::Result> {
+        ui.started();
+        let result = self.job.add(&plan.0)?;
+        ui::emit(
+            ui,
+            &BalanceRecord::Added {
+                result: result.clone(),
+            },
+        );
+        ui.status(&(self.job.added_text)(&result));
+        let (fs, state) = self.job.held();
+        let m = state.mount_point.display();
+        if signals.wait(std::time::Duration::ZERO).0 > 0 {
+            return Err(Error::interrupted().with_hint(format!(
+                "the devices were added; the balance was not started: btrfs-lab balance {m}"
+            )));
+        }
+        let (mut op, planned) = Balance::held_by(fs.try_clone()?, &state.mount_point)?;
+        if let Some(e) = balance_op::refusal(&planned, "the devices were added, but cannot balance")
+        {
+            return Err(e);
+        }
+        if balance_op::nothing_to_do(&planned) {
+            ui.status(&balance_op::nothing_to_balance(&planned));
+            return Ok(None);
+        }
+        let finished = op.execute(&planned, signals, ui)?;
+        Ok(Some((planned, finished)))
+    }
+
+    fn result_record(&self, result: &Self::Result) -> Option<BalanceRecord> {
+        result
+            .as_ref()
+            .map(|(_, f)| BalanceRecord::Result(f.result.clone()))
+    }
+
+    fn status(&self, result: &Self::Result) -> u8 {
+        match result {
+            None => exit::OK,
+            Some((_, f)) => balance_op::status_of(f),
+        }
     }
 }

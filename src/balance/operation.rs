@@ -434,6 +434,10 @@ impl Operation for Balance {
 
     fn plan(&mut self, ui: &dyn Ui) -> Result<BalancePlan> {
         let (fs, state) = open_state(&SysRoot::host(), &self.mount)?;
+        // Committed first: the block groups' usage then counts what was
+        // written just before (a file not yet in a transaction counts 0).
+        fs.sync()?;
+        let state = read_state_at(&SysRoot::host(), &fs, &state.mount_point)?;
         let layout = read_layout(&fs, &state);
         let (mut plan, planned) = plan_on(&state, layout.as_ref(), self.resume);
         self.estimate(&mut plan, &state.fsid, ui);
@@ -616,6 +620,26 @@ impl Operation for Balance {
     fn status(&self, finished: &Finished) -> u8 {
         status_of(finished)
     }
+}
+
+/// The step after a change of the devices (replace, remove), read from the
+/// filesystem as it is now: `btrfs-lab balance MOUNT` when a balance
+/// planned now would relocate something; `None` when the array is even,
+/// or its chunks cannot be read.
+pub fn next_step(fs: &FsHandle, mount_point: &Path) -> Option<String> {
+    let state = read_state_at(&SysRoot::host(), fs, mount_point).ok()?;
+    let layout = read_layout(fs, &state)?;
+    let (plan, _) = plan_on(&state, Some(&layout), false);
+    if !plan.refused.is_empty() || plan.steps.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "next, to spread the data that is there over all devices ({} chunk{}, {} to move): btrfs-lab balance {}",
+        plan.chunks,
+        if plan.chunks == 1 { "" } else { "s" },
+        crate::parse::size::format_iec(plan.used_bytes),
+        state.mount_point.display()
+    ))
 }
 
 /// The exit status of how a balance ended.

@@ -407,6 +407,9 @@ fn replaced_text(done: &Replaced, out: &Output) -> String {
         ));
     }
     render_redundancy(&mut t, &r.redundancy, out);
+    if let Some(next) = &r.next {
+        t.push_str(&format!("  {next}\n"));
+    }
     match &scrubbed {
         Some(Ok(s)) if s.totals.uncorrectable > 0 => t.push_str(&format!(
             "  scrub of the new device failed: {} uncorrectable error(s) of {} found, {} corrected (btrfs-lab scrub {} --status; dmesg names the files)\n",
@@ -517,6 +520,9 @@ fn removed_text(r: &RemoveResult, out: &Output) -> String {
             .join(", ")
     ));
     render_redundancy(&mut t, &r.redundancy, out);
+    if let Some(next) = &r.next {
+        t.push_str(&format!("  {next}\n"));
+    }
     t
 }
 

@@ -273,3 +273,58 @@ fn device_add_then_balance_grows_and_spreads_in_one_run() {
     assert!(data.widths.iter().all(|w| w.stripes == 3), "{data:?}");
     assert_eq!(crate::admin::hashes(&m), before, "a file changed");
 }
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn device_remove_names_balance_when_chunks_stay_narrower_than_the_array() {
+    if !require_root("device remove's next step") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 2 * GIB,
+        data: Some(Profile::Raid0),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    fill(&m, 2, 128);
+    // Two devices added by hand (btrfs-progs), the data left 2 wide; one
+    // of them removed again: the chunks are still narrower than the 3.
+    let third = env.spare_device("third", 2 * GIB);
+    let fourth = env.spare_device("fourth", 2 * GIB);
+    for d in [&third, &fourth] {
+        let (code, _, stderr) = run(std::process::Command::new("btrfs")
+            .args(["device", "add", "--nodiscard"])
+            .arg(d)
+            .arg(&m));
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["device", "remove", "--yes", "--json"])
+        .arg(&m)
+        .arg(&fourth));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let report = typed_lines_any::<btrfs_lab::device::remove::RemoveReport>(&stdout);
+    let next = report.result.and_then(|r| r.next).expect("a next step");
+    assert!(
+        next.ends_with(&format!("btrfs-lab balance {}", m.display())),
+        "{next}"
+    );
+}
+
+/// The last JSON Lines record of `stdout` of `T`'s document (progress
+/// records of their own document between them), as a `T`.
+fn typed_lines_any<T: serde::de::DeserializeOwned + btrfs_lab::report::envelope::Document>(
+    stdout: &str,
+) -> T {
+    let mine = format!("\"document\":\"{}\"", T::NAME);
+    let last = stdout
+        .lines()
+        .filter(|l| l.contains(&mine))
+        .last()
+        .unwrap_or_else(|| panic!("no {} record: {stdout}", T::NAME));
+    crate::common::typed(last)
+}

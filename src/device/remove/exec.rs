@@ -271,6 +271,7 @@ fn verified(fs: &FsHandle, plan: &RemovePlan, removed: Vec<Removed>) -> Result<R
             })
             .collect(),
         redundancy,
+        next: crate::balance::operation::next_step(fs, &plan.mount_point),
     })
 }
 

@@ -69,6 +69,11 @@ pub struct RemoveResult {
     pub devices: Vec<crate::operation::state::MemberDevice>,
     /// Every chunk's redundancy after it.
     pub redundancy: RedundancyCheck,
+    /// What to do next, read from the filesystem after it (`btrfs-lab
+    /// balance` when chunks are narrower than the array or unevenly
+    /// spread; absent: nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// `device remove --json`: the plan, and what was done.

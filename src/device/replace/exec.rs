@@ -345,5 +345,6 @@ fn verify(
             now.path.clone(),
         ],
         seconds,
+        next: crate::balance::operation::next_step(fs, &plan.mount_point),
     })
 }

@@ -151,6 +151,11 @@ pub struct ReplaceResult {
     pub scrub_command: Vec<String>,
     /// Seconds the copy took (this run's share, when it followed).
     pub seconds: f64,
+    /// What to do next, read from the filesystem after it (`btrfs-lab
+    /// balance` when a balance would spread the data better over the new
+    /// device; absent: nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// `device replace --json`: the plan, and what was done.

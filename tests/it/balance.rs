@@ -324,7 +324,7 @@ fn typed_lines_any<T: serde::de::DeserializeOwned + btrfs_lab::report::envelope:
     let last = stdout
         .lines()
         .filter(|l| l.contains(&mine))
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no {} record: {stdout}", T::NAME));
     crate::common::typed(last)
 }

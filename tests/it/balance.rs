@@ -323,8 +323,7 @@ fn typed_lines_any<T: serde::de::DeserializeOwned + btrfs_lab::report::envelope:
     let mine = format!("\"document\":\"{}\"", T::NAME);
     let last = stdout
         .lines()
-        .filter(|l| l.contains(&mine))
-        .next_back()
+        .rfind(|l| l.contains(&mine))
         .unwrap_or_else(|| panic!("no {} record: {stdout}", T::NAME));
     crate::common::typed(last)
 }

@@ -37,18 +37,8 @@ pub struct BalanceArgs {
     /// A path inside a mounted btrfs.
     #[arg(value_name = "MOUNT")]
     mount: PathBuf,
-    /// Show the running (or paused, or last) operation and exit.
-    #[arg(long, conflicts_with_all = ["pause", "resume", "cancel"])]
-    status: bool,
-    /// Pause the running balance after the current chunk.
-    #[arg(long, conflicts_with_all = ["resume", "cancel"])]
-    pause: bool,
-    /// Continue the paused or interrupted operation.
-    #[arg(long, conflicts_with = "cancel")]
-    resume: bool,
-    /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).
-    #[arg(long)]
-    cancel: bool,
+    #[command(flatten)]
+    manage: super::convert::ManageArgs,
     #[command(flatten)]
     confirm: ConfirmArgs,
     #[command(flatten)]
@@ -60,16 +50,16 @@ pub fn run(a: BalanceArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u
     // changed); from then on it pauses the balance.
     signals::install_pausable()?;
     a.units.select();
-    if a.status {
+    if a.manage.status {
         let st = operation::status(&a.mount)?;
         out.report(&st, |st| render_status(st, out));
         return Ok(exit::OK);
     }
-    if a.pause || a.cancel {
+    if a.manage.pause || a.manage.cancel {
         driver::need_root("balancing needs root")?;
         let root = SysRoot::host();
         let look = |m: &Path| operation::look(m);
-        if a.pause {
+        if a.manage.pause {
             return super::convert::pause(&root, &a.mount, "balance", &look, out);
         }
         return super::convert::cancel(
@@ -82,7 +72,7 @@ pub fn run(a: BalanceArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u
         );
     }
     let state_dir = state_dir.unwrap_or_else(|| PathBuf::from(STATE_DIR));
-    let mut op = Balance::new(a.mount, a.resume, Some(&state_dir));
+    let mut op = Balance::new(a.mount, a.manage.resume, Some(&state_dir));
     driver::run(&mut op, a.confirm.into(), out, &Text(out))
 }
 
@@ -153,6 +143,16 @@ fn render_spread(before: &Spread, after: Option<&Spread>, plan: &BalancePlan) ->
         ));
     }
     t
+}
+
+/// Each device's share of a type, on one line (by devid).
+fn by_device(s: &Spread) -> String {
+    let shares: Vec<String> = s
+        .devices
+        .iter()
+        .map(|d| format!("{} {}", d.devid, size(d.allocated)))
+        .collect();
+    format!("    by device: {}\n", shares.join(", "))
 }
 
 /// `path` in at most `n` characters (its end kept: the device name).
@@ -243,12 +243,7 @@ pub(super) fn say_finished(finished: &Finished, plan: &BalancePlan, out: &Output
             );
             for s in &r.after {
                 t.push_str(&render_spread(s, None, plan));
-                let shares: Vec<String> = s
-                    .devices
-                    .iter()
-                    .map(|d| format!("{} {}", d.devid, size(d.allocated)))
-                    .collect();
-                t.push_str(&format!("    by device: {}\n", shares.join(", ")));
+                t.push_str(&by_device(s));
             }
             out.status(&t);
             if !r.left.is_empty() {
@@ -309,12 +304,7 @@ fn render_status(st: &StatusReport, out: &Output) -> String {
     };
     for s in &st.spread {
         t.push_str(&render_spread(s, None, &plan));
-        let shares: Vec<String> = s
-            .devices
-            .iter()
-            .map(|d| format!("{} {}", d.devid, size(d.allocated)))
-            .collect();
-        t.push_str(&format!("    by device: {}\n", shares.join(", ")));
+        t.push_str(&by_device(s));
     }
     if st.balance.is_none() {
         if st.steps.is_empty() {

@@ -17,6 +17,24 @@ use clap::Args;
 use super::output::{ConfirmArgs, Output, confirm};
 use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profiles, size};
 
+/// `--status`, `--pause`, `--resume`, `--cancel` of a balance (convert's,
+/// balance's): one meaning each.
+#[derive(Debug, Args)]
+pub struct ManageArgs {
+    /// Show the running (or paused, or last) operation and exit.
+    #[arg(long, conflicts_with_all = ["pause", "resume", "cancel"])]
+    pub status: bool,
+    /// Pause the running balance after the current chunk.
+    #[arg(long, conflicts_with_all = ["resume", "cancel"])]
+    pub pause: bool,
+    /// Continue the paused or interrupted operation.
+    #[arg(long, conflicts_with = "cancel")]
+    pub resume: bool,
+    /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).
+    #[arg(long)]
+    pub cancel: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
     /// A path inside a mounted btrfs.
@@ -30,18 +48,8 @@ pub struct ConvertArgs {
     /// or RAID5/6 (btrfs balance's --force).
     #[arg(long = "allow-weaker-metadata", alias = "force")]
     force: bool,
-    /// Show the running (or paused, or last) operation and exit.
-    #[arg(long, conflicts_with_all = ["pause", "resume", "cancel"])]
-    status: bool,
-    /// Pause the running balance after the current chunk.
-    #[arg(long, conflicts_with_all = ["resume", "cancel"])]
-    pause: bool,
-    /// Continue the paused or interrupted operation.
-    #[arg(long, conflicts_with = "cancel")]
-    resume: bool,
-    /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).
-    #[arg(long)]
-    cancel: bool,
+    #[command(flatten)]
+    manage: ManageArgs,
     #[command(flatten)]
     confirm: ConfirmArgs,
     /// Run the conversion detached from the terminal (as `btrfs balance
@@ -57,11 +65,11 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
     // was changed); from then on it pauses the balance.
     signals::install_pausable()?;
     a.units.select();
-    if a.status || a.pause || a.cancel {
+    if a.manage.status || a.manage.pause || a.manage.cancel {
         return manage_running(&a, out);
     }
     let confirm = a.confirm.into();
-    if a.resume {
+    if a.manage.resume {
         let mut op = Resume::new(a.mount, a.background);
         return operation::run(&mut op, confirm, out, &Text(out));
     }
@@ -77,13 +85,13 @@ pub fn run(a: ConvertArgs, out: &Output) -> Result<u8> {
 /// `--status`, `--pause` and `--cancel`: on the filesystem held.
 fn manage_running(a: &ConvertArgs, out: &Output) -> Result<u8> {
     let root = SysRoot::host();
-    if a.status {
+    if a.manage.status {
         let st = manage::status(&root, &a.mount)?;
         out.report(&st, |st| render_status(st, out));
         return Ok(exit::OK);
     }
     operation::need_root("converting profiles needs root")?;
-    if a.pause {
+    if a.manage.pause {
         return pause(&root, &a.mount, "convert", &look, out);
     }
     cancel(

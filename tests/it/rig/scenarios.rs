@@ -783,7 +783,10 @@ fn rig_balance_spreads_a_file_over_an_added_drive_and_reads_it_faster() {
         !data.widths.is_empty() && data.widths.iter().all(|w| w.stripes == 4),
         "[{k}] {data:#?}"
     );
-    assert!(data.devices.iter().all(|d| d.allocated > 0), "[{k}] {data:#?}");
+    assert!(
+        data.devices.iter().all(|d| d.allocated > 0),
+        "[{k}] {data:#?}"
+    );
 
     // After: the same bytes, in 4-wide chunks, read faster.
     let (after, widths) = direct_read(&o, "read-after");
@@ -793,7 +796,12 @@ fn rig_balance_spreads_a_file_over_an_added_drive_and_reads_it_faster() {
         serde_json::json!([{"stripes": 4, "bytes": GROWN_FILE}]),
         "[{k}] {widths:#}"
     );
-    assert_eq!(o.run("sum-after").rc, 0, "[{k}] {}", o.run("sum-after").stderr);
+    assert_eq!(
+        o.run("sum-after").rc,
+        0,
+        "[{k}] {}",
+        o.run("sum-after").stderr
+    );
     assert_eq!(
         o.run("sum-after").stdout,
         o.run("sum-before").stdout,
@@ -801,7 +809,11 @@ fn rig_balance_spreads_a_file_over_an_added_drive_and_reads_it_faster() {
     );
     let again = o.run("again");
     assert_eq!(again.rc, 0, "[{k}] {}", again.stderr);
-    assert!(again.stdout.contains("nothing to balance"), "[{k}] {}", again.stdout);
+    assert!(
+        again.stdout.contains("nothing to balance"),
+        "[{k}] {}",
+        again.stdout
+    );
 
     let ratio = after / before;
     eprintln!(

@@ -9,8 +9,9 @@
 #   - the kernel's nvme and btrfs modules with every dependency, soft ones
 #     included (crc32c is a softdep of btrfs that modules.dep does not name),
 #     decompressed, in load order (/rig/modules.order);
-#   - BTRFS_LAB (stripped), btrfs-progs, fio, chattr/lsattr, with the shared
-#     libraries ldd names;
+#   - BTRFS_LAB (stripped), btrfs-progs, fio, chattr/lsattr, wipefs (device
+#     add checks a new drive for signatures), with the shared libraries ldd
+#     names;
 #   - tests/rig/guest-init as /init.
 # The scenario is a second cpio the test appends (the kernel unpacks
 # concatenated archives in order). Exit 2: bad usage; 4: a tool is missing.
@@ -72,9 +73,9 @@ ldd "$lab" 2>/dev/null | awk '/=>/ { print $3 } /^[ \t]*\// { print $1 }' | whil
     mkdir -p "$stage$(dirname "$lib")"
     [ -e "$stage$lib" ] || cp -L "$lib" "$stage$lib"
 done
-for tool in btrfs mkfs.btrfs fio chattr lsattr; do
+for tool in btrfs mkfs.btrfs fio chattr lsattr wipefs; do
     p=$(command -v "$tool") || die "$tool not found (run scripts/install-rig-deps.sh)" 4
-    case $tool in mkfs.*) d=/usr/sbin ;; *) d=/usr/bin ;; esac
+    case $tool in mkfs.* | wipefs) d=/usr/sbin ;; *) d=/usr/bin ;; esac
     copy_with_libs "$p" "$d/$tool"
 done
 

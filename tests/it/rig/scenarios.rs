@@ -680,6 +680,166 @@ fn rig_links_smart_and_members_on_emulated_nvme() {
     );
 }
 
+const GROW: &str = r#"
+rig_run mkfs mkfs.btrfs -f -d raid0 -m raid1c3 $(rig_dev 0) $(rig_dev 1) $(rig_dev 2)
+rig_run mount mount -t btrfs $(rig_dev 0) /mnt
+rig_run write dd if=/dev/urandom of=/mnt/model.bin bs=1M count=384 conv=fsync
+rig_run sum-before sha256sum /mnt/model.bin
+rig_run add btrfs-lab device add --yes /mnt $(rig_dev 3)
+rig_run read-before btrfs-lab read-test --json --methods direct --cache cold --rounds 3 /mnt/model.bin
+rig_run balance btrfs-lab balance --yes --json /mnt
+rig_run read-after btrfs-lab read-test --json --methods direct --cache cold --rounds 3 /mnt/model.bin
+echo 3 >/proc/sys/vm/drop_caches
+rig_run sum-after sha256sum /mnt/model.bin
+rig_run again btrfs-lab balance --dry-run /mnt
+"#;
+
+/// The file written before the fourth drive was added (`GROW`).
+const GROWN_FILE: u64 = 384 * MIB;
+
+/// The cold O_DIRECT read rate of read-test's `direct` method (schema-checked
+/// document) and the file's stripe widths, from the run named `run`.
+fn direct_read(o: &Outcome, run: &str) -> (f64, serde_json::Value) {
+    let k = o.kernel.describe();
+    assert_eq!(o.run(run).rc, 0, "[{k}] {run}: {}", o.run(run).stderr);
+    let doc = o.json(run);
+    assert_eq!(doc["file"]["size_bytes"], GROWN_FILE, "[{k}] {run}");
+    let m = doc["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["method"] == "direct" && m["cache"] == "cold")
+        .unwrap_or_else(|| panic!("[{k}] {run}: no cold direct row: {doc:#}"));
+    assert_eq!(m["status"], "ok", "[{k}] {run}: {m:#}");
+    assert_eq!(m["o_direct"], true, "[{k}] {run}: {m:#}");
+    let rate = m["rate_bytes_per_sec_median"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("[{k}] {run}: no median: {m:#}"));
+    (rate, doc["file"]["stripe_widths"].clone())
+}
+
+/// Issue 51 on emulated NVMe: a file written to a 3-drive RAID0 is read
+/// from those 3 drives after a fourth is added, and from all 4 after
+/// `balance`. Every drive is read-throttled alike, far below what TCG
+/// reads, so the rate is the drives' and the widths show in it.
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root and qemu (scripts/install-rig-deps.sh)"
+)]
+fn rig_balance_spreads_a_file_over_an_added_drive_and_reads_it_faster() {
+    use btrfs_lab::balance::plan::Kind;
+    use btrfs_lab::balance::report::BalanceRecord;
+    use btrfs_lab::balance::run::Outcome as Ended;
+    let test = "rig_balance_spreads_a_file_over_an_added_drive_and_reads_it_faster";
+    if !require_rig(test) {
+        return;
+    }
+    let mut drives = vec![Drive::new(2 * GIB); 4];
+    for d in &mut drives {
+        d.bps_read = Some(SLOW_READ);
+    }
+    let guest = Guest::new(drives, GROW);
+    let suite = kernels().remove(0);
+    let k = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let work = workdir();
+    let o = guest
+        .boot(&k, work.path())
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let k = o.kernel.describe();
+    for step in ["mkfs", "mount", "write", "sum-before", "add"] {
+        assert_eq!(o.run(step).rc, 0, "[{k}] {step}: {}", o.run(step).stderr);
+    }
+    // device add names balance as the next step, not a conversion.
+    let add = &o.run("add").stdout;
+    assert!(add.contains("btrfs-lab balance /mnt"), "[{k}] {add}");
+    assert!(!add.contains("btrfs-lab convert"), "[{k}] {add}");
+
+    // Before: the file's bytes all in 3-wide chunks of a 4-wide array.
+    let (before, widths) = direct_read(&o, "read-before");
+    assert_eq!(widths["full_width"], 4, "[{k}] {widths:#}");
+    assert_eq!(widths["narrow_bytes"], GROWN_FILE, "[{k}] {widths:#}");
+    assert_eq!(
+        widths["bytes_by_width"],
+        serde_json::json!([{"stripes": 3, "bytes": GROWN_FILE}]),
+        "[{k}] {widths:#}"
+    );
+
+    // The balance: completed, every data chunk 4 stripes wide.
+    let r = o.run("balance");
+    assert_eq!(r.rc, 0, "[{k}] balance: {}{}", r.stdout, r.stderr);
+    let records = crate::common::typed_lines::<BalanceRecord>(&r.stdout);
+    let Some(BalanceRecord::Result(done)) = records.last() else {
+        panic!("[{k}] no result last: {}", r.stdout)
+    };
+    assert_eq!(done.outcome, Ended::Completed, "[{k}] {done:#?}");
+    assert!(done.left.is_empty(), "[{k}] {done:#?}");
+    let data = done
+        .after
+        .iter()
+        .find(|s| s.kind == Kind::Data)
+        .unwrap_or_else(|| panic!("[{k}] no data spread: {done:#?}"));
+    assert!(
+        !data.widths.is_empty() && data.widths.iter().all(|w| w.stripes == 4),
+        "[{k}] {data:#?}"
+    );
+    assert!(
+        data.devices.iter().all(|d| d.allocated > 0),
+        "[{k}] {data:#?}"
+    );
+
+    // After: the same bytes, in 4-wide chunks, read faster.
+    let (after, widths) = direct_read(&o, "read-after");
+    assert_eq!(widths["narrow_bytes"], 0, "[{k}] {widths:#}");
+    assert_eq!(
+        widths["bytes_by_width"],
+        serde_json::json!([{"stripes": 4, "bytes": GROWN_FILE}]),
+        "[{k}] {widths:#}"
+    );
+    assert_eq!(
+        o.run("sum-after").rc,
+        0,
+        "[{k}] {}",
+        o.run("sum-after").stderr
+    );
+    assert_eq!(
+        o.run("sum-after").stdout,
+        o.run("sum-before").stdout,
+        "[{k}] the file changed"
+    );
+    let again = o.run("again");
+    assert_eq!(again.rc, 0, "[{k}] {}", again.stderr);
+    assert!(
+        again.stdout.contains("nothing to balance"),
+        "[{k}] {}",
+        again.stdout
+    );
+
+    let ratio = after / before;
+    eprintln!(
+        "rig: [{k}] a {} MiB file written before device add, cold O_DIRECT (read-test \
+         direct, median of 3) with every drive read-throttled to {} MiB/s: {:.1} MB/s \
+         before balance (3 of 4 stripes), {:.1} MB/s after (4 of 4): x{ratio:.2}; balance \
+         moved {} bytes in {:.1} s",
+        GROWN_FILE / MIB,
+        SLOW_READ / MIB,
+        before / 1e6,
+        after / 1e6,
+        done.bytes_moved,
+        done.seconds,
+    );
+    // 4/3 expected: the throttle, not TCG, bounds each drive.
+    let throttle = SLOW_READ as f64;
+    assert!(
+        before > 0.6 * 3.0 * throttle && before < 1.3 * 3.0 * throttle,
+        "[{k}] before balance {before} B/s, 3 drives throttled at {throttle}"
+    );
+    assert!(
+        ratio > 1.15,
+        "[{k}] after balance {after} B/s, before {before} B/s: x{ratio:.2}"
+    );
+}
+
 const SUSTAINED: &str = r#"
 rig_run mkfs mkfs.btrfs -f $(rig_dev 0)
 rig_run mount mount -t btrfs $(rig_dev 0) /mnt

@@ -254,6 +254,12 @@ pub(super) fn say_finished(finished: &Finished, plan: &BalancePlan, out: &Output
                 );
             }
         }
+        Outcome::Paused if r.bytes_remaining == Some(0) => {
+            out.warning_with_hint(
+                "the balance is paused with nothing left to move (its last chunk finished as it paused); data is intact",
+                &format!("let the kernel finish it with: btrfs-lab balance {m} --resume; or cancel it with: btrfs-lab balance {m} --cancel"),
+            );
+        }
         Outcome::Paused => {
             out.warning_with_hint(
                 &format!(

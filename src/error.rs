@@ -227,9 +227,49 @@ impl std::error::Error for Error {}
 mod tests {
     use super::*;
 
+    /// The errno conversions of sys::kernel::errno, worded here.
+    mod errno {
+        use super::super::*;
+        use crate::sys::kernel::errno::{Meaning, of_io, to_nix};
+
+        #[test]
+        fn the_number_and_the_sentence_survive() {
+            assert_eq!(to_nix(rustix::io::Errno::NOSPC), nix::errno::Errno::ENOSPC);
+            let e = Error::from_errno(rustix::io::Errno::ROFS, "cannot write", Path::new("/x"));
+            assert_eq!(e.kind(), ErrorKind::ReadOnly);
+            assert_eq!(e.message(), "cannot write /x: read-only filesystem");
+            assert_eq!(
+                of_io(&std::io::Error::from_raw_os_error(libc::EBUSY)),
+                nix::errno::Errno::EBUSY
+            );
+            assert_eq!(of_io(&std::io::Error::other("x")), nix::errno::Errno::EIO);
+        }
+
+        #[test]
+        fn errno_mapping_gives_kind_and_hint() {
+            let e = Error::from_errno(
+                nix::errno::Errno::EROFS,
+                "cannot create a file in",
+                Path::new("/x"),
+            );
+            assert_eq!(e.kind(), ErrorKind::ReadOnly);
+            assert_eq!(
+                e.message(),
+                "cannot create a file in /x: read-only filesystem"
+            );
+            assert!(e.hint().is_some());
+            assert_eq!(e.exit_code(), crate::error::exit::ERROR);
+            assert_eq!(
+                Meaning::of(libc::EIO),
+                Meaning::Other(nix::errno::Errno::EIO.desc())
+            );
+            let e = Error::from_errno(rustix::io::Errno::NOENT, "cannot open", Path::new("/x"));
+            assert_eq!(e.kind(), ErrorKind::NotFound);
+        }
+    }
+
     #[test]
     fn kinds_give_exit_statuses() {
-        // The errno mapping is tested in sys::kernel::errno.
         assert_eq!(Error::interrupted().exit_code(), exit::INTERRUPTED);
         assert_eq!(Error::usage("bad").exit_code(), exit::USAGE);
     }

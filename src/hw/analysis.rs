@@ -18,35 +18,7 @@ use crate::model::profile::Profile;
 use crate::parse::pcie::{Generation, format_gbps, link_bytes_per_sec, parse_pci_address};
 use crate::sys::block::topology::{LinkAttrs, PciFunction};
 
-/// A link finding of the catalog: `code` at its default severity (the
-/// caller sets the one its rule decides), `message` its title, the devices
-/// its `device` evidence and the hint its command (`links --json` writes
-/// them back as message, devices and hint).
-pub(crate) fn link_finding(
-    code: Code,
-    devices: Vec<String>,
-    message: String,
-    hint: Option<String>,
-) -> Finding {
-    let mut f = Finding::new(code, message, why(code));
-    for d in devices {
-        f = f.with_evidence(super::model::DEVICE, d);
-    }
-    f.command = hint;
-    f
-}
-
-/// Why a link finding matters.
-pub(crate) fn why(code: Code) -> &'static str {
-    match code {
-        Code::LinkSharedDisk => {
-            "members on one drive share its bandwidth and fail together: redundancy across them is not redundancy"
-        }
-        _ => {
-            "a PCIe link below what the drive can do, or a drive that throttles, caps the array's throughput"
-        }
-    }
-}
+use super::model::link_finding;
 
 const AMD: u32 = 0x1022;
 const INTEL: u32 = 0x8086;

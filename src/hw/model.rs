@@ -194,10 +194,40 @@ pub(crate) mod link_findings {
                         value,
                     })
                     .collect(),
-                why: crate::hw::analysis::why(l.kind.0).to_owned(),
+                why: why(l.kind.0).to_owned(),
                 command: l.hint,
             })
             .collect())
+    }
+}
+
+/// A link finding of the catalog: `code` at its default severity (the
+/// caller sets the one its rule decides), `message` its title, the devices
+/// its `device` evidence and the hint its command (`links --json` writes
+/// them back as message, devices and hint).
+pub(crate) fn link_finding(
+    code: Code,
+    devices: Vec<String>,
+    message: String,
+    hint: Option<String>,
+) -> Finding {
+    let mut f = Finding::new(code, message, why(code));
+    for d in devices {
+        f = f.with_evidence(DEVICE, d);
+    }
+    f.command = hint;
+    f
+}
+
+/// Why a link finding matters.
+pub(crate) fn why(code: Code) -> &'static str {
+    match code {
+        Code::LinkSharedDisk => {
+            "members on one drive share its bandwidth and fail together: redundancy across them is not redundancy"
+        }
+        _ => {
+            "a PCIe link below what the drive can do, or a drive that throttles, caps the array's throughput"
+        }
     }
 }
 
@@ -361,7 +391,7 @@ mod tests {
             #[serde(with = "link_findings")]
             findings: Vec<Finding>,
         }
-        let f = crate::hw::analysis::link_finding(
+        let f = link_finding(
             Code::LinkCappedByPort,
             vec!["nvme0".into(), "nvme1".into()],
             "the port is Gen3".into(),

@@ -529,7 +529,7 @@ fn shared_disks(members: &[ArrayMember], profiles: &[Profile]) -> Vec<Finding> {
                     p.name()
                 ));
             }
-            analysis::link_finding(
+            crate::hw::model::link_finding(
  crate::model::finding::Code::LinkSharedDisk,
  names,
  message,

@@ -12,7 +12,6 @@ use rustix::fs::{Advice, AtFlags, CWD, Mode, OFlags, SeekFrom, fadvise, linkat, 
 use rustix::io::Errno;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::kernel::errno::to_error;
 use crate::sys::kernel::memio::MappedBuffer;
 
 /// Bytes per read and write of a large file ([`chunk_for`]).
@@ -53,7 +52,7 @@ pub(crate) fn create_unnamed(dir: &File, dir_path: &Path) -> Result<Option<File>
     ) {
         Ok(fd) => Ok(Some(File::from(fd))),
         Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Ok(None),
-        Err(e) => Err(to_error(e, "cannot create a file in", dir_path)),
+        Err(e) => Err(Error::from_errno(e, "cannot create a file in", dir_path)),
     }
 }
 
@@ -61,9 +60,9 @@ pub(crate) fn create_unnamed(dir: &File, dir_path: &Path) -> Result<Option<File>
 /// file description; allowed to the file's owner and to CAP_FOWNER).
 pub(crate) fn read_without_atime(file: &File, path: &Path) -> Result<()> {
     let flags = rustix::fs::fcntl_getfl(file)
-        .map_err(|e| to_error(e, "cannot read the descriptor flags of", path))?;
+        .map_err(|e| Error::from_errno(e, "cannot read the descriptor flags of", path))?;
     rustix::fs::fcntl_setfl(file, flags | OFlags::NOATIME)
-        .map_err(|e| to_error(e, "cannot stop access-time updates on", path))
+        .map_err(|e| Error::from_errno(e, "cannot stop access-time updates on", path))
 }
 
 /// Creates `name` in `dir`, failing if anything of that name exists (a
@@ -78,7 +77,7 @@ pub(crate) fn create_exclusive(dir: &File, dir_path: &Path, name: &str) -> Resul
         OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     )
-    .map_err(|e| to_error(e, "cannot create a file in", dir_path))?;
+    .map_err(|e| Error::from_errno(e, "cannot create a file in", dir_path))?;
     Ok(File::from(fd))
 }
 
@@ -100,7 +99,7 @@ pub(crate) fn link_into(file: &File, dir: &File, dir_path: &Path, name: &str) ->
         }
         other => other,
     };
-    result.map_err(|e| to_error(e, "cannot name a file in", dir_path))
+    result.map_err(|e| Error::from_errno(e, "cannot name a file in", dir_path))
 }
 
 /// fsync, with the path in the error.
@@ -127,7 +126,7 @@ pub(crate) fn data_regions(file: &File, len: u64, path: &Path) -> Result<Vec<(u6
             Ok(s) => s,
             Err(Errno::NXIO) => break,
             Err(Errno::INVAL) if regions.is_empty() => return Ok(vec![(0, len)]),
-            Err(e) => return Err(to_error(e, "cannot look for data in", path)),
+            Err(e) => return Err(Error::from_errno(e, "cannot look for data in", path)),
         };
         if start >= len {
             break;
@@ -135,7 +134,7 @@ pub(crate) fn data_regions(file: &File, len: u64, path: &Path) -> Result<Vec<(u6
         let end = match seek(file, SeekFrom::Hole(start)) {
             Ok(e) => e.min(len),
             Err(Errno::NXIO) => len,
-            Err(e) => return Err(to_error(e, "cannot look for holes in", path)),
+            Err(e) => return Err(Error::from_errno(e, "cannot look for holes in", path)),
         };
         if end <= start {
             break;

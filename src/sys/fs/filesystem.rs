@@ -37,7 +37,7 @@ pub(crate) fn inspect_dir(root: &SysRoot, path: &Path) -> Result<DirFs> {
     let dir = fs::canonicalize(path).map_err(|e| Error::from_io(&e, "cannot resolve", path))?;
     let mount = mountinfo::containing(root, &dir)?;
     let vfs = rustix::fs::statvfs(&dir)
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &dir))?;
+        .map_err(|e| crate::error::Error::from_errno(e, "cannot statvfs", &dir))?;
     Ok(DirFs {
         read_only: vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
             || mount.is_read_only(),
@@ -58,7 +58,7 @@ pub(crate) fn inspect_held(
         .map_err(|e| Error::from_io(&e, "cannot resolve", dir.path()))?;
     let mount = mountinfo::containing(root, &real)?;
     let vfs = rustix::fs::fstatvfs(dir.fd())
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &real))?;
+        .map_err(|e| crate::error::Error::from_errno(e, "cannot statvfs", &real))?;
     Ok(DirFs {
         read_only: vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
             || mount.is_read_only(),
@@ -219,7 +219,7 @@ pub(crate) fn is_regular_mode(mode: u32) -> bool {
 /// The owner (uid) and mode of an open file.
 pub(crate) fn owner_and_mode(f: &File, path: &Path) -> Result<(u32, u32)> {
     let st = rustix::fs::fstat(f)
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot stat", path))?;
+        .map_err(|e| crate::error::Error::from_errno(e, "cannot stat", path))?;
     Ok((st.st_uid, st.st_mode))
 }
 

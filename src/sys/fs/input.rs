@@ -32,7 +32,7 @@ use crate::sys::fs::outfile::{kind_name, split};
 pub const MAX_LINKS: usize = 8;
 
 fn err(e: RErrno, doing: &str, path: &Path) -> Error {
-    crate::sys::kernel::errno::to_error(e, doing, path)
+    crate::error::Error::from_errno(e, doing, path)
 }
 
 /// Reads the file `path` as the module documentation says: at most `cap`

@@ -12,8 +12,8 @@ use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::rescue::{Kind, kind};
+use crate::error::Error;
 use crate::error::Result;
-use crate::sys::kernel::errno::to_error;
 
 /// Opens the entry `name` of `dir` (never through a link): the directory
 /// with `directory`, otherwise whatever it is, without blocking (a FIFO);
@@ -34,7 +34,7 @@ pub(crate) fn open_entry(
         Ok(fd) => Ok(Some(File::from(fd))),
         Err(Errno::NOENT | Errno::LOOP) => Ok(None),
         Err(Errno::NOTDIR) if directory => Ok(None),
-        Err(e) => Err(to_error(e, doing, path)),
+        Err(e) => Err(Error::from_errno(e, doing, path)),
     }
 }
 
@@ -45,7 +45,7 @@ pub(crate) fn open_dir_beneath(root: &File, rel: &Path, shown: &Path) -> Result<
     match super::beneath::open_dir_beneath(root.as_fd(), rel) {
         Ok(fd) => Ok(Some(fd)),
         Err(Errno::LOOP | Errno::XDEV | Errno::NOTDIR | Errno::NOENT) => Ok(None),
-        Err(e) => Err(to_error(e, "cannot open directory", shown)),
+        Err(e) => Err(Error::from_errno(e, "cannot open directory", shown)),
     }
 }
 
@@ -53,7 +53,8 @@ pub(crate) fn open_dir_beneath(root: &File, rel: &Path, shown: &Path) -> Result<
 /// kind as the directory tells it (d_type: no stat per entry); `None`
 /// where the filesystem does not tell ([`kind_at`]).
 pub(crate) fn names_and_kinds(dir: &File, path: &Path) -> Result<Vec<(OsString, Option<Kind>)>> {
-    let listing = rfs::Dir::read_from(dir).map_err(|e| to_error(e, "cannot list", path))?;
+    let listing =
+        rfs::Dir::read_from(dir).map_err(|e| Error::from_errno(e, "cannot list", path))?;
     Ok(listing
         .filter_map(|e| e.ok())
         .map(|e| {
@@ -126,12 +127,13 @@ pub(crate) fn open_keeping_atime(dir: &File, name: &OsStr, path: &Path) -> Resul
         other => other,
     }
     .map(File::from)
-    .map_err(|e| to_error(e, "cannot open", path))
+    .map_err(|e| Error::from_errno(e, "cannot open", path))
 }
 
 /// Removes the file `name` of `dir` (`doing` and `path` for the error).
 pub(crate) fn unlink_file(dir: &File, name: &OsStr, doing: &str, path: &Path) -> Result<()> {
-    rfs::unlinkat(dir.as_fd(), name, AtFlags::empty()).map_err(|e| to_error(e, doing, path))
+    rfs::unlinkat(dir.as_fd(), name, AtFlags::empty())
+        .map_err(|e| Error::from_errno(e, doing, path))
 }
 
 /// Sets the access and modification times of `f` to those of `st`.
@@ -148,5 +150,5 @@ pub(crate) fn set_times_of(f: &File, st: &FileStat, doing: &str, path: &Path) ->
 /// Exchanges the entries `a` and `b` of `dir` at once (RENAME_EXCHANGE).
 pub(crate) fn exchange(dir: &File, a: &OsStr, b: &OsStr, doing: &str, path: &Path) -> Result<()> {
     rfs::renameat_with(dir, a, dir, b, rfs::RenameFlags::EXCHANGE)
-        .map_err(|e| to_error(e, doing, path))
+        .map_err(|e| Error::from_errno(e, doing, path))
 }

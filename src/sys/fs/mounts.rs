@@ -30,7 +30,7 @@ pub fn mount_device(
         MountFlags::empty(),
         data.as_deref(),
     )
-    .map_err(|e| errno_err(e, &format!("cannot mount {} at", source.display()), target))
+    .map_err(|e| Error::from_errno(e, &format!("cannot mount {} at", source.display()), target))
 }
 
 /// Unmounts `target` (never lazily: a busy mount is reported, not hidden).
@@ -42,7 +42,7 @@ pub fn unmount(target: &Path) -> Result<()> {
             format!("{} is busy: a process is using it", target.display()),
         )
         .with_hint(format!("find it with: fuser -vm {}", target.display()))),
-        Err(e) => Err(errno_err(e, "cannot unmount", target)),
+        Err(e) => Err(Error::from_errno(e, "cannot unmount", target)),
     }
 }
 
@@ -58,7 +58,7 @@ pub(crate) fn mount_beneath(
 ) -> Result<()> {
     let target = dir.join(name);
     let fd = dir.open_path(name)?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| errno_err(e, "cannot stat", &target))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| Error::from_errno(e, "cannot stat", &target))?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory {
         return Err(Error::new(
             ErrorKind::WrongTarget,
@@ -73,7 +73,7 @@ pub(crate) fn mount_beneath(
         MountFlags::NOSUID | MountFlags::NODEV,
         None,
     )
-    .map_err(|e| errno_err(e, &format!("cannot mount {} at", source.display()), &target))
+    .map_err(|e| Error::from_errno(e, &format!("cannot mount {} at", source.display()), &target))
 }
 
 /// The mount whose root `fd` is, by its mount ID; `None` when `fd` is not
@@ -89,7 +89,7 @@ pub(crate) fn mount_rooted_at(
         AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
         StatxFlags::MNT_ID | StatxFlags::BASIC_STATS,
     )
-    .map_err(|e| errno_err(e, "cannot stat", path))?;
+    .map_err(|e| Error::from_errno(e, "cannot stat", path))?;
     let known = sx.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT);
     if known && !sx.stx_attributes.contains(StatxAttributes::MOUNT_ROOT) {
         return Ok(None);
@@ -159,9 +159,7 @@ pub(crate) fn unmount_beneath(
             )
             .with_hint(format!("find it with: fuser -vm {}", target.display())));
         }
-        Err(e) => return Err(errno_err(e, "cannot unmount", &target)),
+        Err(e) => return Err(Error::from_errno(e, "cannot unmount", &target)),
     }
     Ok(Unmounted::Unmounted(entry))
 }
-
-use crate::sys::kernel::errno::to_error as errno_err;

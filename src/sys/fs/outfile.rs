@@ -42,7 +42,7 @@ use crate::sys::fs::beneath::{HeldDir, Leaf, check_dir, component, open_beneath}
 pub const ALLOW_UNTRUSTED_FLAG: &str = "--allow-untrusted-target";
 
 fn err(e: RErrno, doing: &str, path: &Path) -> Error {
-    crate::sys::kernel::errno::to_error(e, doing, path)
+    crate::error::Error::from_errno(e, doing, path)
 }
 
 /// A user-named output directory, held by descriptor.

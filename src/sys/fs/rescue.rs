@@ -24,7 +24,7 @@ use crate::sys::kernel::direct_io::AlignedBuffer;
 pub(crate) const SECTOR: u64 = 4096;
 
 fn rerr(e: RErrno, doing: &str, path: &Path) -> Error {
-    crate::sys::kernel::errno::to_error(e, doing, path)
+    crate::error::Error::from_errno(e, doing, path)
 }
 
 /// What a status is a status of.

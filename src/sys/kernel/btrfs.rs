@@ -654,6 +654,29 @@ pub(crate) fn profile_of_target(bits: u64) -> Profile {
     profile_of(BlockGroupFlags::from_bits_truncate(bits))
 }
 
+/// The kernel's balance report as the model's
+/// [`crate::model::balance::BalanceInfo`].
+impl crate::model::balance::BalanceInfo {
+    /// From the kernel's report.
+    pub(crate) fn from_status(s: &crate::sys::kernel::ioctl::BalanceStatus) -> Self {
+        Self {
+            running: s
+                .state
+                .contains(crate::sys::kernel::ioctl::BalanceState::RUNNING),
+            paused: !s
+                .state
+                .contains(crate::sys::kernel::ioctl::BalanceState::RUNNING),
+            cancelling: s
+                .state
+                .contains(crate::sys::kernel::ioctl::BalanceState::CANCEL_REQ),
+            data_target: s.data_target.map(profile_of_target),
+            metadata_target: s.meta_target.map(profile_of_target),
+            expected: s.expected,
+            completed: s.completed,
+        }
+    }
+}
+
 /// The balance of a conversion to `data` and `metadata` (soft: chunks
 /// already converted are skipped; system follows metadata).
 pub(crate) fn convert_args(
@@ -1146,7 +1169,7 @@ impl FsHandle {
     /// descriptor: available blocks × block size).
     pub(crate) fn available_bytes(&self) -> Result<u64> {
         let vfs = rustix::fs::fstatvfs(&self.dir)
-            .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot statvfs", &self.path))?;
+            .map_err(|e| crate::error::Error::from_errno(e, "cannot statvfs", &self.path))?;
         Ok(vfs.f_bavail.saturating_mul(vfs.f_bsize))
     }
 }

@@ -1,17 +1,7 @@
 //! The one place an errno changes type: rustix's (what the system calls
-//! return) into nix's (what [`Error::from_errno`] and the nix-typed APIs
-//! take) or into the crate's [`Error`]. The number is the same; only the
-//! type differs.
-
-use std::path::Path;
-
-use crate::error::Error;
-
-/// A system call's errno as the crate's error: `doing` reads like "cannot
-/// stat", `path` is what it was done to (see [`Error::from_errno`]).
-pub(crate) fn to_error(e: rustix::io::Errno, doing: &str, path: &Path) -> Error {
-    Error::from_errno(e, doing, path)
-}
+//! return) into nix's (what the nix-typed APIs take), or into its number
+//! and meaning, which `crate::error::Error::from_errno` words. The number
+//! is the same; only the type differs.
 
 /// rustix's errno as nix's, for the functions whose error type is nix's.
 pub(crate) fn to_nix(e: rustix::io::Errno) -> nix::errno::Errno {
@@ -80,46 +70,5 @@ impl Meaning {
             Errno::EINTR => Self::Interrupted,
             other => Self::Other(other.desc()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::ErrorKind;
-
-    #[test]
-    fn the_number_and_the_sentence_survive() {
-        assert_eq!(to_nix(rustix::io::Errno::NOSPC), nix::errno::Errno::ENOSPC);
-        let e = to_error(rustix::io::Errno::ROFS, "cannot write", Path::new("/x"));
-        assert_eq!(e.kind(), ErrorKind::ReadOnly);
-        assert_eq!(e.message(), "cannot write /x: read-only filesystem");
-        assert_eq!(
-            of_io(&std::io::Error::from_raw_os_error(libc::EBUSY)),
-            nix::errno::Errno::EBUSY
-        );
-        assert_eq!(of_io(&std::io::Error::other("x")), nix::errno::Errno::EIO);
-    }
-
-    #[test]
-    fn errno_mapping_gives_kind_and_hint() {
-        let e = Error::from_errno(
-            nix::errno::Errno::EROFS,
-            "cannot create a file in",
-            Path::new("/x"),
-        );
-        assert_eq!(e.kind(), ErrorKind::ReadOnly);
-        assert_eq!(
-            e.message(),
-            "cannot create a file in /x: read-only filesystem"
-        );
-        assert!(e.hint().is_some());
-        assert_eq!(e.exit_code(), crate::error::exit::ERROR);
-        assert_eq!(
-            Meaning::of(libc::EIO),
-            Meaning::Other(nix::errno::Errno::EIO.desc())
-        );
-        let e = Error::from_errno(rustix::io::Errno::NOENT, "cannot open", Path::new("/x"));
-        assert_eq!(e.kind(), ErrorKind::NotFound);
     }
 }

@@ -187,27 +187,6 @@ pub(crate) fn set_inode_flags(fd: BorrowedFd<'_>, flags: IFlags) -> Result<(), E
     rustix::fs::ioctl_setflags(fd, flags).map_err(super::errno::to_nix)
 }
 
-/// The kernel's balance report as the model's
-/// [`crate::model::balance::BalanceInfo`].
-impl crate::model::balance::BalanceInfo {
-    /// From the kernel's report.
-    pub(crate) fn from_status(s: &BalanceStatus) -> Self {
-        Self {
-            running: s.state.contains(BalanceState::RUNNING),
-            paused: !s.state.contains(BalanceState::RUNNING),
-            cancelling: s.state.contains(BalanceState::CANCEL_REQ),
-            data_target: s
-                .data_target
-                .map(crate::sys::kernel::btrfs::profile_of_target),
-            metadata_target: s
-                .meta_target
-                .map(crate::sys::kernel::btrfs::profile_of_target),
-            expected: s.expected,
-            completed: s.completed,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

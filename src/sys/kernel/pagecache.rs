@@ -20,7 +20,7 @@ pub fn evict(file: &File, path: &Path) -> Result<()> {
         Err(e) => return Err(Error::from_io(&e, "cannot write back", path)),
     }
     rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed)
-        .map_err(|e| super::errno::to_error(e, "cannot drop the cached pages of", path))
+        .map_err(|e| crate::error::Error::from_errno(e, "cannot drop the cached pages of", path))
 }
 
 /// Bytes of the file's first `size` bytes in the page cache (cachestat,

@@ -153,7 +153,7 @@ pub(crate) fn enter_private_mount_namespace() -> Result<()> {
         MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
     )
     .map_err(|e| {
-        crate::sys::kernel::errno::to_error(e, "cannot make mounts private under", Path::new("/"))
+        crate::error::Error::from_errno(e, "cannot make mounts private under", Path::new("/"))
     })?;
     *done = true;
     Ok(())
@@ -166,7 +166,7 @@ pub(crate) fn mount_private_debugfs() -> Result<PathBuf> {
     let target = PathBuf::from("/sys/kernel/debug");
     enter_private_mount_namespace()?;
     mount("debugfs", &target, "debugfs", MountFlags::empty(), None)
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot mount debugfs at", &target))?;
+        .map_err(|e| crate::error::Error::from_errno(e, "cannot mount debugfs at", &target))?;
     Ok(target)
 }
 

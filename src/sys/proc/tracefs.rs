@@ -81,7 +81,7 @@ pub(crate) fn mount_private_tracefs() -> Result<PathBuf> {
     let target = PathBuf::from("/sys/kernel/tracing");
     crate::sys::proc::counters::enter_private_mount_namespace()?;
     mount("tracefs", &target, "tracefs", MountFlags::empty(), None)
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot mount tracefs at", &target))?;
+        .map_err(|e| crate::error::Error::from_errno(e, "cannot mount tracefs at", &target))?;
     Ok(target)
 }
 

@@ -33,7 +33,7 @@ pub(crate) fn mtime(st: &Stat) -> (i64, i64) {
 /// Allocates `size` bytes of `file` from offset 0 (never written).
 pub(crate) fn fallocate(file: &File, size: u64, path: &Path) -> Result<()> {
     rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size)
-        .map_err(|e| crate::sys::kernel::errno::to_error(e, "cannot fallocate", path))
+        .map_err(|e| crate::error::Error::from_errno(e, "cannot fallocate", path))
 }
 
 /// What [`open_direct`] found.

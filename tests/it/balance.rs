@@ -327,3 +327,58 @@ fn typed_lines_any<T: serde::de::DeserializeOwned + btrfs_lab::report::envelope:
         .unwrap_or_else(|| panic!("no {} record: {stdout}", T::NAME));
     crate::common::typed(last)
 }
+
+/// Writes 16 MiB files into `m` until the filesystem is full; returns how
+/// many fit.
+fn fill_until_full(m: &std::path::Path) -> usize {
+    use std::io::Write;
+    let block = vec![0x5au8; 1 << 20];
+    for n in 0.. {
+        let path = m.join(format!("full{n}"));
+        let mut f = std::fs::File::create(&path).unwrap();
+        let written = (0..16).try_for_each(|_| f.write_all(&block));
+        if written.and_then(|()| f.sync_all()).is_err() {
+            drop(f);
+            let _ = std::fs::remove_file(&path);
+            return n;
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_balance_the_space_cannot_hold_is_refused_with_the_numbers_and_changes_nothing() {
+    if !require_root("balance ENOSPC refusal") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: GIB,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    assert!(fill_until_full(&m) > 0);
+    // A small third device: room for one copy of a chunk, never for the
+    // two a RAID1 chunk needs on different devices.
+    let small = env.spare_device("small", 320 << 20);
+    let (code, _, stderr) = run(std::process::Command::new("btrfs")
+        .args(["device", "add", "--nodiscard"])
+        .arg(&small)
+        .arg(&m));
+    assert_eq!(code, 0, "{stderr}");
+    let chunks = || {
+        let (_, out, _) = run(env.cmd().args(["balance", "--status", "--json"]).arg(&m));
+        let st: btrfs_lab::balance::report::StatusReport = crate::common::typed(&out);
+        st.spread
+    };
+    let before = chunks();
+    let (code, stdout, stderr) = run(env.cmd().args(["balance", "--yes"]).arg(&m));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("not enough space to balance"), "{stderr}");
+    assert!(stderr.contains("ENOSPC"), "{stderr}");
+    assert_eq!(chunks(), before, "a refused balance changed the chunks");
+}

@@ -326,11 +326,11 @@ fn render_status(st: &StatusReport, out: &Output) -> String {
     t
 }
 
-use super::decl::{BAD, NOT_WRITTEN, row};
+use super::page::{BAD, NOT_WRITTEN, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help.
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["balance"],
     documents: &[
         "balance-record",
@@ -340,7 +340,7 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         "error",
     ],
     dry_run: true,
-    output: super::decl::Shape::Lines,
+    output: super::page::Shape::Lines,
     exits: &[
         row(status::OK, "done, or nothing to balance (already even)."),
         row(

@@ -1427,12 +1427,12 @@ fn bench_profile(s: &str) -> std::result::Result<String, String> {
     Ok(s.to_owned())
 }
 
-use super::decl::{NOT_WRITTEN, row};
+use super::page::{NOT_WRITTEN, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["bench"],
     documents: &[
         "bench",
@@ -1445,7 +1445,7 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         "bench-profiles",
     ],
     dry_run: true,
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     exits: &[
         row(
             status::OK,

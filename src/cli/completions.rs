@@ -98,12 +98,12 @@ pub fn run(args: CompletionsArgs, out: &Output) -> Result<u8> {
     Ok(exit::OK)
 }
 
-use super::decl::row;
+use super::page::row;
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["completions"],
     exits: &[
         row(status::OK, "the script was printed."),
@@ -120,7 +120,7 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ("Zsh completion.", "btrfs-lab completions zsh"),
     ],
     see_also: &["man(1)"],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];
 
 #[cfg(test)]

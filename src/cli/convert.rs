@@ -320,7 +320,7 @@ pub fn cancel(
     Ok(exit::OK)
 }
 
-use super::decl::{BAD, NOT_WRITTEN, Row, row};
+use super::page::{BAD, NOT_WRITTEN, Row, row};
 use btrfs_lab::model::exit as status;
 
 /// Its exit statuses (device add --then-convert shares them).
@@ -345,7 +345,7 @@ pub const EXITS: &[Row] = &[
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["convert"],
     documents: &[
         "convert-record",
@@ -355,7 +355,7 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         "error",
     ],
     dry_run: true,
-    output: super::decl::Shape::Lines,
+    output: super::page::Shape::Lines,
     exits: EXITS,
     examples: &[
         (

@@ -10,114 +10,55 @@
 //! stale). The statuses themselves stay in the library's registry
 //! ([`btrfs_lab::model::exit`]): the library returns them.
 
-use btrfs_lab::model::exit::{self as registry, Status};
+use btrfs_lab::model::exit as registry;
 
-/// What a subcommand declares beside its arguments (in its own
-/// `cli/<cmd>.rs`).
-#[derive(Debug)]
-pub struct Declared {
-    /// The page's words (`["device", "add"]`; `[]` for btrfs-lab(1)).
-    pub words: &'static [&'static str],
-    /// (what it does, the line).
-    pub examples: &'static [(&'static str, &'static str)],
-    /// Other manual pages worth reading next to this one.
-    pub see_also: &'static [&'static str],
-    /// Its exit statuses, in the order its tables list them; empty: its
-    /// parent's (`sandbox up` has `sandbox`'s) or [`DEFAULT`].
-    pub exits: &'static [Row],
-    /// The JSON documents it writes (names of `btrfs_lab::schema`'s list).
-    #[cfg_attr(not(test), allow(dead_code))] // checked by the tests
-    pub documents: &'static [&'static str],
-    /// Whether it takes `--dry-run`.
-    #[cfg_attr(not(test), allow(dead_code))] // checked by the tests
-    pub dry_run: bool,
-    /// What its output is.
-    #[cfg_attr(not(test), allow(dead_code))] // checked by the tests
-    pub output: Shape,
-}
+use super::page::row;
+pub use super::page::{DEFAULT, Declared, Row};
 
-impl Declared {
-    /// Nothing declared: what a declaration's fields it does not name
-    /// are (`..Declared::NONE`).
-    pub const NONE: Self = Self {
+/// btrfs-lab(1)'s and man's own declarations (here, not in man.rs: man
+/// renders this registry).
+const MAN_PAGES: &[Declared] = &[
+    Declared {
         words: &[],
-        examples: &[],
-        see_also: &[],
-        exits: &[],
-        documents: &[],
-        dry_run: false,
-        output: Shape::Text,
-    };
-}
-
-/// What a subcommand prints on stdout with `--json` (text without it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    /// Text only: no `--json`.
-    Text,
-    /// One JSON document.
-    Document,
-    /// JSON Lines: a record per line.
-    Lines,
-}
-
-/// One line of a command's EXIT STATUS table: a status of the registry and
-/// what it means for this command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Row {
-    /// The status.
-    pub status: Status,
-    /// What it means for this command.
-    pub meaning: &'static str,
-}
-
-/// A [`Row`].
-pub const fn row(status: Status, meaning: &'static str) -> Row {
-    Row { status, meaning }
-}
-
-/// A bad command line, as for every command.
-pub const BAD: Row = row(
-    registry::USAGE,
-    "bad command line (unknown option, invalid value).",
-);
-/// The status a bad command line of the command `words` exits with:
-/// UNKNOWN (3) for `doctor`, as monitoring plugins (Nagios, Icinga, Sensu)
-/// read a usage error, where 2 would page as CRITICAL; [`registry::USAGE`]
-/// (2) for every other command.
-pub fn usage_status(words: &[&str]) -> Status {
-    match words {
-        ["doctor", ..] => registry::UNKNOWN,
-        _ => registry::USAGE,
-    }
-}
-
-/// Interrupted, as for every command.
-pub const INT: Row = row(
-    registry::INTERRUPTED,
-    "interrupted by SIGINT or SIGTERM; clean-up was done (a second signal exits at once).",
-);
-/// The row of every command that changes the system.
-pub const NOT_WRITTEN: Row = row(
-    registry::REPORT_NOT_WRITTEN,
-    "report-not-written: the change was made, but the report could not be written \
-     (stdout became full or unwritable after it; an unwritable stdout before it refuses \
-     with 1); the error line says where to see what was done. It takes the place of the \
-     command's own status.",
-);
-/// Failed or refused, nothing changed.
-pub const FAIL: Row = row(
-    registry::ERROR,
-    "error: the operation failed or was refused; nothing was changed, or what was begun \
-     was rolled back.",
-);
-
-/// The statuses of a command that declares none of its own.
-pub const DEFAULT: &[Row] = &[row(registry::OK, "success."), FAIL, BAD, INT];
+        examples: &[
+            (
+                "Where the throughput of /mnt/data goes: a health check first.",
+                "btrfs-lab doctor /mnt/data",
+            ),
+            (
+                "A throwaway btrfs on two loop devices to rehearse on.",
+                "btrfs-lab sandbox up --name demo --dir sbx --devices 2 --device-size 1G --data raid0 --metadata raid1",
+            ),
+            ("Help of one subcommand.", "btrfs-lab df --help"),
+        ],
+        see_also: &["btrfs(8)", "mkfs.btrfs(8)", "fio(1)"],
+        ..Declared::NONE
+    },
+    Declared {
+        words: &["man"],
+        exits: &[
+            row(registry::OK, "the page was printed or the pages written."),
+            row(registry::ERROR, "DIR cannot be created or written."),
+            row(
+                registry::USAGE,
+                "bad command line (a subcommand that has no page, --json).",
+            ),
+        ],
+        examples: &[
+            ("Read the df page.", "btrfs-lab man df"),
+            (
+                "Install every page for man(1).",
+                "btrfs-lab man --out-dir /usr/local/share/man/man1",
+            ),
+        ],
+        see_also: &["man(1)"],
+        ..Declared::NONE
+    },
+];
 
 /// Every subcommand's declarations (each in its `cli/<cmd>.rs`).
 const DECLARED: &[&[Declared]] = &[
-    super::man::PAGES,
+    MAN_PAGES,
     super::sandbox::PAGES,
     super::probe_dio::PAGES,
     super::demo::PAGES,
@@ -256,6 +197,7 @@ pub fn with_generated(doc: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::page::{Shape, usage_status};
 
     /// docs/exit-codes.md carries the registry's and the declarations'
     /// tables as they are now.

@@ -136,14 +136,14 @@ fn ansi_len(s: &str) -> usize {
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["demo"],
     documents: &["demo"],
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     examples: &[(
         "The O_DIRECT trap on a sandbox, checksummed vs NOCOW.",
         "btrfs-lab demo --file-size 32M",
     )],
     see_also: &[],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];

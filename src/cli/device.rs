@@ -715,19 +715,19 @@ const ADD_EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
-use super::decl::{BAD, NOT_WRITTEN, row};
+use super::page::{BAD, NOT_WRITTEN, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[
-    super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[
+    super::page::Declared {
         words: &["device"],
         examples: ADD_EXAMPLES,
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
-        ..super::decl::Declared::NONE
+        ..super::page::Declared::NONE
     },
-    super::decl::Declared {
+    super::page::Declared {
         words: &["device", "add"],
         documents: &[
             "device-add",
@@ -737,12 +737,12 @@ pub const PAGES: &[super::decl::Declared] = &[
             "error",
         ],
         dry_run: true,
-        output: super::decl::Shape::Document,
+        output: super::page::Shape::Document,
         exits: super::convert::EXITS,
         examples: ADD_EXAMPLES,
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
-    super::decl::Declared {
+    super::page::Declared {
         words: &["device", "replace"],
         documents: &[
             "device-replace",
@@ -751,7 +751,7 @@ pub const PAGES: &[super::decl::Declared] = &[
             "error",
         ],
         dry_run: true,
-        output: super::decl::Shape::Lines,
+        output: super::page::Shape::Lines,
         exits: &[
             row(
                 status::OK,
@@ -792,11 +792,11 @@ pub const PAGES: &[super::decl::Declared] = &[
         ],
         see_also: &["btrfs-device(8)", "btrfs-balance(8)"],
     },
-    super::decl::Declared {
+    super::page::Declared {
         words: &["device", "remove"],
         documents: &["device-remove", "progress", "error"],
         dry_run: true,
-        output: super::decl::Shape::Lines,
+        output: super::page::Shape::Lines,
         exits: &[
             row(
                 status::OK,

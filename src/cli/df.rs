@@ -200,7 +200,7 @@ pub fn render_records(records: &[btrfs_lab::model::space::SpaceRecord], mode: Un
     text
 }
 
-use super::decl::{Row, row};
+use super::page::{Row, row};
 use btrfs_lab::model::exit as status;
 
 /// Its exit statuses (df --parse and usage --parse share them).
@@ -222,10 +222,10 @@ pub const EXITS: &[Row] = &[
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["df"],
     documents: &["df"],
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     exits: EXITS,
     examples: &[
         ("Space of a mounted btrfs.", "btrfs-lab df /mnt/data"),
@@ -237,5 +237,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ("As JSON.", "btrfs-lab df --json /mnt/data"),
     ],
     see_also: &["btrfs-filesystem(8)"],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];

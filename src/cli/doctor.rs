@@ -74,7 +74,7 @@ pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>
                 "pick one: --json for the typed report, --format prometheus for metrics",
             ),
         );
-        return Ok(super::decl::usage_status(&["doctor"]).code);
+        return Ok(super::page::usage_status(&["doctor"]).code);
     }
     let format = args.format;
     let Some((report, textfile_failed)) = doctor::run_on_ui(&options(args, out, state_dir), out)?
@@ -193,15 +193,15 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
     t
 }
 
-use super::decl::row;
+use super::page::row;
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["doctor"],
     documents: &["doctor"],
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     exits: &[
         row(
             status::HEALTHY,
@@ -235,5 +235,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &[],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];

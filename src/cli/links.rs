@@ -268,15 +268,15 @@ pub fn render(r: &LinksReport, paint: Paint) -> String {
     t
 }
 
-use super::decl::{BAD, row};
+use super::page::{BAD, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["links"],
     documents: &["links"],
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     exits: &[
         row(
             status::OK,
@@ -302,5 +302,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &[],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];

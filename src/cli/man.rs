@@ -282,50 +282,7 @@ fn exit_statuses(words: &[String]) -> Vec<(u8, String)> {
         .collect()
 }
 
-pub use super::decl::Declared;
-
-use super::decl::row;
-use btrfs_lab::model::exit as status;
-
-/// btrfs-lab(1)'s and man's own declarations.
-pub const PAGES: &[Declared] = &[
-    Declared {
-        words: &[],
-        examples: &[
-            (
-                "Where the throughput of /mnt/data goes: a health check first.",
-                "btrfs-lab doctor /mnt/data",
-            ),
-            (
-                "A throwaway btrfs on two loop devices to rehearse on.",
-                "btrfs-lab sandbox up --name demo --dir sbx --devices 2 --device-size 1G --data raid0 --metadata raid1",
-            ),
-            ("Help of one subcommand.", "btrfs-lab df --help"),
-        ],
-        see_also: &["btrfs(8)", "mkfs.btrfs(8)", "fio(1)"],
-        ..super::decl::Declared::NONE
-    },
-    Declared {
-        words: &["man"],
-        exits: &[
-            row(status::OK, "the page was printed or the pages written."),
-            row(status::ERROR, "DIR cannot be created or written."),
-            row(
-                status::USAGE,
-                "bad command line (a subcommand that has no page, --json).",
-            ),
-        ],
-        examples: &[
-            ("Read the df page.", "btrfs-lab man df"),
-            (
-                "Install every page for man(1).",
-                "btrfs-lab man --out-dir /usr/local/share/man/man1",
-            ),
-        ],
-        see_also: &["man(1)"],
-        ..super::decl::Declared::NONE
-    },
-];
+use super::page::Declared;
 
 fn declared(words: &[String]) -> Option<&'static Declared> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();

@@ -15,6 +15,7 @@ mod links;
 mod man;
 mod nocow;
 mod output;
+mod page;
 mod probe_dio;
 mod read_test;
 mod reclaim;
@@ -365,7 +366,7 @@ fn finish_below_top(mut cmd: clap::Command, globals: &[Arg]) -> clap::Command {
 /// `--version` are printed as clap renders them. `dash_h`: the line has
 /// `-h`, which is --human-readable where the command prints sizes (help
 /// elsewhere): a line that lacks an argument says so. The status of an
-/// error is [`decl::usage_status`] of the subcommand `sub` argv named.
+/// error is [`page::usage_status`] of the subcommand `sub` argv named.
 fn usage_error(e: &clap::Error, dash_h: bool, sub: Option<&str>) -> u8 {
     use clap::error::{ContextKind, ContextValue, ErrorKind as K};
     match e.kind() {
@@ -436,7 +437,7 @@ fn usage_error(e: &clap::Error, dash_h: bool, sub: Option<&str>) -> u8 {
             };
             let out = Output::new(false, ColorChoice::Auto);
             out.error(&Error::usage(first).with_hint(usage));
-            decl::usage_status(sub.as_slice()).code
+            page::usage_status(sub.as_slice()).code
         }
     }
 }

@@ -530,16 +530,16 @@ fn render_advice(a: &Advice, paint: Paint) -> String {
     t
 }
 
-use super::decl::{BAD, INT, NOT_WRITTEN, row};
+use super::page::{BAD, INT, NOT_WRITTEN, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["nocow"],
     documents: &["nocow", "nocow-check", "nocow-advice"],
     dry_run: true,
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     exits: &[
         row(
             status::OK,

@@ -448,15 +448,15 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
     t
 }
 
-use super::decl::{BAD, FAIL, INT, row};
+use super::page::{BAD, FAIL, INT, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["probe-dio"],
     documents: &["probe-dio", "probe-dio-pid"],
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     exits: &[
         row(
             status::DIRECT,
@@ -503,5 +503,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["open(2)"],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];

@@ -655,15 +655,15 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
     t
 }
 
-use super::decl::{BAD, INT, row};
+use super::page::{BAD, INT, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["read-test"],
     documents: &["read-test", "read-test-pid"],
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     exits: &[
         row(
             status::OK,
@@ -693,5 +693,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["fio(1)"],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];

@@ -219,16 +219,16 @@ fn reclaim_args(plan: &ReclaimPlan) -> String {
     s
 }
 
-use super::decl::{BAD, NOT_WRITTEN, row};
+use super::page::{BAD, NOT_WRITTEN, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["reclaim"],
     documents: &["reclaim-record", "error"],
     dry_run: true,
-    output: super::decl::Shape::Lines,
+    output: super::page::Shape::Lines,
     exits: &[
         row(
             status::OK,

@@ -261,15 +261,15 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
     t
 }
 
-use super::decl::{BAD, NOT_WRITTEN, row};
+use super::page::{BAD, NOT_WRITTEN, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["rescue"],
     documents: &["rescue", "rescue-file", "progress", "error"],
-    output: super::decl::Shape::Lines,
+    output: super::page::Shape::Lines,
     exits: &[
         row(
             status::OK,
@@ -309,5 +309,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["btrfs-rescue(8)", "btrfs-restore(8)", "mount(8)"],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];

@@ -499,13 +499,13 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
     text
 }
 
-use super::decl::{BAD, NOT_WRITTEN, row};
+use super::page::{BAD, NOT_WRITTEN, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[
-    super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[
+    super::page::Declared {
         words: &["sandbox"],
         exits: &[
             row(status::OK, "success."),
@@ -526,13 +526,13 @@ pub const PAGES: &[super::decl::Declared] = &[
             "btrfs-lab sandbox list",
         )],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
-        ..super::decl::Declared::NONE
+        ..super::page::Declared::NONE
     },
-    super::decl::Declared {
+    super::page::Declared {
         words: &["sandbox", "up"],
         documents: &["sandbox-up", "sandbox-up-dry-run"],
         dry_run: true,
-        output: super::decl::Shape::Document,
+        output: super::page::Shape::Document,
         examples: &[
             (
                 "Two 1 GiB loop devices, data RAID0, metadata RAID1, mounted at sbx/mnt.",
@@ -548,13 +548,13 @@ pub const PAGES: &[super::decl::Declared] = &[
             ),
         ],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
-        ..super::decl::Declared::NONE
+        ..super::page::Declared::NONE
     },
-    super::decl::Declared {
+    super::page::Declared {
         words: &["sandbox", "down"],
         documents: &["sandbox-down", "sandbox-down-dry-run"],
         dry_run: true,
-        output: super::decl::Shape::Document,
+        output: super::page::Shape::Document,
         examples: &[
             (
                 "Remove the sandbox mounted at sbx/mnt.",
@@ -566,17 +566,17 @@ pub const PAGES: &[super::decl::Declared] = &[
             ),
         ],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
-        ..super::decl::Declared::NONE
+        ..super::page::Declared::NONE
     },
-    super::decl::Declared {
+    super::page::Declared {
         words: &["sandbox", "list"],
         documents: &["sandbox-list"],
-        output: super::decl::Shape::Document,
+        output: super::page::Shape::Document,
         examples: &[
             ("As text.", "btrfs-lab sandbox list"),
             ("As JSON.", "btrfs-lab sandbox list --json"),
         ],
         see_also: &["losetup(8)", "mkfs.btrfs(8)"],
-        ..super::decl::Declared::NONE
+        ..super::page::Declared::NONE
     },
 ];

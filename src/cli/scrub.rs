@@ -325,16 +325,16 @@ fn render_status(st: &ScrubStatus, out: &Output) -> String {
     t
 }
 
-use super::decl::{BAD, NOT_WRITTEN, row};
+use super::page::{BAD, NOT_WRITTEN, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["scrub"],
     documents: &["scrub-record", "scrub-status", "scrub-cancel", "error"],
     dry_run: true,
-    output: super::decl::Shape::Lines,
+    output: super::page::Shape::Lines,
     exits: &[
         row(
             status::OK,

@@ -133,15 +133,15 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
     t
 }
 
-use super::decl::{BAD, FAIL, row};
+use super::page::{BAD, FAIL, row};
 use btrfs_lab::model::exit as status;
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["show"],
     documents: &["show"],
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     exits: &[
         row(status::OK, "every device's error counters are zero."),
         row(
@@ -160,5 +160,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ("One filesystem as JSON.", "btrfs-lab show --json /mnt/data"),
     ],
     see_also: &["btrfs-filesystem(8)", "btrfs-device(8)"],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];

@@ -375,10 +375,10 @@ fn dump(table: &[Vec<Cell>], ncols: usize) -> String {
 
 /// What the manual pages of this command add to clap's help: real command
 /// lines and the pages to read next (read by `man`).
-pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
+pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     words: &["usage"],
     documents: &["usage", "usage-parse"],
-    output: super::decl::Shape::Document,
+    output: super::page::Shape::Document,
     exits: super::df::EXITS,
     examples: &[
         (
@@ -391,5 +391,5 @@ pub const PAGES: &[super::decl::Declared] = &[super::decl::Declared {
         ),
     ],
     see_also: &["btrfs-filesystem(8)"],
-    ..super::decl::Declared::NONE
+    ..super::page::Declared::NONE
 }];

@@ -21,6 +21,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
@@ -278,9 +279,18 @@ pub(crate) fn walk_files(
         done: 0,
         as_root: true,
     };
-    let result = walk::walk(&opened.src, &opened.fsid, &mut |e| job.event(e));
+    let mut result = walk::walk(&opened.src, &opened.fsid, &mut |e| job.event(e));
     bar.finish();
-    let copy = job.copy.take();
+    let mut copy = job.copy.take();
+    if let Some(c) = &mut copy {
+        // The batch in progress: synced and claimed (after the last file, or
+        // when the copy stopped: Ctrl-C, a full target); abandoned when that
+        // fails (its files are not claimed, a re-run copies them again).
+        let ended = c.end_batch(&mut report.bytes.saved);
+        if result.is_ok() {
+            result = ended;
+        }
+    }
     match (result, copy) {
         (Ok(()), copy) => {
             opened.copy = copy;
@@ -491,8 +501,14 @@ pub(crate) struct CopyState {
     /// The manifest's path (in the state directory).
     manifest_path: PathBuf,
     dirs: Vec<HeldDir>,
+    /// For each of `dirs`: whether this run created it (then empty but for
+    /// what this run put there).
+    fresh: Vec<bool>,
     manifest: Manifest,
+    /// The files written (or resumed) since the last sync, not yet claimed.
+    batch: Batch,
     partial: bool,
+    /// The files claimed (synced batches only).
     copied: u64,
     partial_copies: u64,
     resumed: u64,
@@ -504,7 +520,67 @@ pub(crate) struct CopyState {
     not_fitted: Vec<String>,
 }
 
+/// A batch ends at whichever comes first: this many files written, this
+/// many bytes written, this long since its first file (docs/decisions.md:
+/// how they were chosen).
+const BATCH_FILES: u64 = 1024;
+const BATCH_BYTES: u64 = 256 << 20;
+const BATCH_TIME: Duration = Duration::from_secs(2);
+/// Lines staged (of files not written: resumed, damaged) that end a batch.
+const BATCH_LINES: u64 = 8 * BATCH_FILES;
+
+/// The files of the batch in progress: written and linked, not yet synced,
+/// their manifest lines staged (not claimed yet).
+#[derive(Debug, Default)]
+struct Batch {
+    started: Option<Instant>,
+    copied: u64,
+    partial_copies: u64,
+    resumed: u64,
+    written_bytes: u64,
+    /// The bytes of its files counted in the report's `bytes.saved`.
+    saved_bytes: u64,
+}
+
 impl CopyState {
+    /// Whether the batch in progress is due to end (it starts with the
+    /// first line staged after the last end).
+    fn batch_full(&mut self) -> bool {
+        let b = &mut self.batch;
+        let started = *b.started.get_or_insert_with(Instant::now);
+        b.copied >= BATCH_FILES
+            || b.written_bytes >= BATCH_BYTES
+            || self.manifest.staged() >= BATCH_LINES
+            || started.elapsed() >= BATCH_TIME
+    }
+
+    /// Ends the batch: one `syncfs` of the target (when a file was written),
+    /// then its manifest lines appended and synced; from then on its files
+    /// are claimed (counted as saved). When either fails, the batch is
+    /// abandoned: its lines dropped, its files not counted (`saved`, the
+    /// report's saved bytes, loses theirs), and the error returned.
+    fn end_batch(&mut self, saved: &mut u64) -> Result<()> {
+        let b = std::mem::take(&mut self.batch);
+        let synced = if b.copied > 0 {
+            fsr::sync_filesystem(&self.dirs[0])
+        } else {
+            Ok(())
+        };
+        match synced.and_then(|()| self.manifest.commit_batch()) {
+            Ok(()) => {
+                self.copied += b.copied;
+                self.partial_copies += b.partial_copies;
+                self.resumed += b.resumed;
+                Ok(())
+            }
+            Err(e) => {
+                self.manifest.abandon_batch();
+                *saved -= b.saved_bytes.min(*saved);
+                Err(e)
+            }
+        }
+    }
+
     /// A file the target had no room for: not saved (its temporary file is
     /// gone), named at the end; the copy goes on with the next file.
     fn did_not_fit(
@@ -539,12 +615,14 @@ impl CopyState {
         if r.state == FileState::Intact {
             other.push(".partial");
         }
-        if other != saved_name {
+        // Nothing to remove in a directory this run created (no lookup).
+        if other != saved_name && !self.fresh.last().copied().unwrap_or(false) {
             let _ = fsr::remove_regular(dst, &other);
         }
-        self.copied += 1;
+        self.batch.copied += 1;
+        self.batch.written_bytes += read.read_bytes;
         if r.state != FileState::Intact {
-            self.partial_copies += 1;
+            self.batch.partial_copies += 1;
         }
         let rel_saved = rel.with_file_name(saved_name);
         r.saved = Some(Saved {
@@ -617,7 +695,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
                     return Err(e);
                 };
                 let parent = HeldDir::open(parent)?;
-                fsr::make_dir(&parent, name)?
+                fsr::make_dir(&parent, name)?.0
             }
             other => other?,
         },
@@ -643,6 +721,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
     }
     held.check_writable()?;
     let mdir = manifest_dir(&req.state_dir, dir)?;
+    let fresh = held.names()?.is_empty();
     match manifest::existing_header(&mdir)? {
         Some(h) if h.fsid != fsid => {
             return Err(Error::new(
@@ -657,7 +736,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
             .with_hint("choose an empty target directory"));
         }
         Some(_) => {}
-        None if !manifest::recorded(&mdir)? && !held.names()?.is_empty() => {
+        None if !manifest::recorded(&mdir)? && !fresh => {
             return Err(Error::new(
                 ErrorKind::WrongTarget,
                 format!(
@@ -686,7 +765,9 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
         dir_shown: dir.to_path_buf(),
         manifest_path,
         dirs: vec![held],
+        fresh: vec![fresh],
         manifest,
+        batch: Batch::default(),
         partial: req.partial,
         copied: 0,
         partial_copies: 0,
@@ -726,8 +807,9 @@ impl Job<'_, '_> {
                 {
                     let parent = c.dirs.last().expect("the target");
                     let name = rel.file_name().unwrap_or(OsStr::new(""));
-                    let d = fsr::make_dir(parent, name)?;
+                    let (d, created) = fsr::make_dir(parent, name)?;
                     c.dirs.push(d);
+                    c.fresh.push(created);
                 }
                 Ok(())
             }
@@ -736,6 +818,7 @@ impl Job<'_, '_> {
                     && !rel.as_os_str().is_empty()
                 {
                     let d = c.dirs.pop().expect("a target directory");
+                    c.fresh.pop();
                     fsr::apply_meta(d.fd(), st, self.as_root, d.path())?;
                 }
                 Ok(())
@@ -750,10 +833,14 @@ impl Job<'_, '_> {
                 self.account(&record);
                 (self.each)(&record);
                 if let Some(c) = &mut self.copy {
-                    c.manifest.record(&record)?;
-                    if record.saved.is_some() {
+                    c.manifest.stage(&record)?;
+                    if let Some(s) = &record.saved {
+                        c.batch.saved_bytes += s.bytes_rescued;
                         crate::hooks::Pause::RescueCopied
                             .here(&format!(" of {}", record.path), &|| false)?;
+                    }
+                    if c.batch_full() {
+                        c.end_batch(&mut self.report.bytes.saved)?;
                     }
                 }
                 if self.copy.is_none() {
@@ -857,7 +944,7 @@ impl Job<'_, '_> {
             && let Some(s) = &old.saved
             && same_copy(dst, &fname, s)?
         {
-            c.resumed += 1;
+            c.batch.resumed += 1;
             self.done += size;
             self.bar.set_position(self.done);
             return Ok(Some(old));

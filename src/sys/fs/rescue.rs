@@ -92,6 +92,12 @@ pub(crate) fn rename_synced(dir: impl AsFd, from: &str, to: &str, path: &Path) -
     Ok(())
 }
 
+/// Syncs the directory `dir` (its entries: a new name in it is on the
+/// disk when it returns `Ok`).
+pub(crate) fn sync_dir(dir: impl AsFd, path: &Path) -> Result<()> {
+    rfs::fsync(dir).map_err(|e| rerr(e, "cannot sync", path))
+}
+
 /// `dir` opened again, a descriptor of its own.
 pub(crate) fn reopen_dir(dir: &HeldDir) -> Result<OwnedFd> {
     rfs::openat(
@@ -213,6 +219,8 @@ pub(crate) struct NewFile<'a> {
     /// The temporary name, when the target has no O_TMPFILE.
     temp: Option<OsString>,
     path: std::path::PathBuf,
+    /// Where the last write ended (no `ftruncate` when that is the size).
+    end: u64,
 }
 
 impl<'a> NewFile<'a> {
@@ -220,7 +228,9 @@ impl<'a> NewFile<'a> {
     pub(crate) fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         self.file
             .write_all_at(data, offset)
-            .map_err(|e| Error::from_io(&e, "cannot write", &self.path))
+            .map_err(|e| Error::from_io(&e, "cannot write", &self.path))?;
+        self.end = self.end.max(offset + data.len() as u64);
+        Ok(())
     }
 
     /// A new anonymous file in `dir`, to become `name`.
@@ -237,6 +247,7 @@ impl<'a> NewFile<'a> {
                 file: File::from(fd),
                 temp: None,
                 path,
+                end: 0,
             }),
             Err(RErrno::OPNOTSUPP | RErrno::ISDIR | RErrno::INVAL | RErrno::NOENT) => {
                 let mut t = OsString::from(".");
@@ -249,14 +260,20 @@ impl<'a> NewFile<'a> {
                     file,
                     temp: Some(t),
                     path,
+                    end: 0,
                 })
             }
             Err(e) => Err(rerr(e, "cannot create a file in", dir.path())),
         }
     }
 
-    /// Sets the size, owner (as root), mode and times of `st`, syncs, and
-    /// links it as `name` (replacing a regular file of that name).
+    /// Sets the size, owner (as root), mode and times of `st` and links it
+    /// as `name`. Not synced: the caller syncs the target filesystem once
+    /// for a batch of files ([`sync_filesystem`]) before any manifest line
+    /// claims them. An entry already called `name` (an earlier run's, which
+    /// no manifest line vouches for) is replaced only when it is a regular
+    /// file or a link (never a directory or a device node, never followed);
+    /// the name is tried first, so a new name costs no failing lookup.
     pub(crate) fn commit(
         mut self,
         name: &OsStr,
@@ -265,14 +282,28 @@ impl<'a> NewFile<'a> {
         as_root: bool,
     ) -> Result<()> {
         let path = self.dir.join(name);
-        let e = |e: std::io::Error| Error::from_io(&e, "cannot write", &path);
-        self.file.set_len(size).map_err(e)?;
+        if self.end != size {
+            self.file
+                .set_len(size)
+                .map_err(|e| Error::from_io(&e, "cannot write", &path))?;
+        }
         apply_meta(self.file.as_fd(), st, as_root, &path)?;
-        self.file.sync_all().map_err(e)?;
-        let _ = remove_regular(self.dir, name);
-        let linked = match &self.temp {
-            Some(t) => rfs::renameat(self.dir.fd(), t.as_os_str(), self.dir.fd(), name),
-            None => link_anonymous(&self.file, self.dir, name),
+        let link = |f: &Self| match &f.temp {
+            Some(t) => rfs::renameat_with(
+                f.dir.fd(),
+                t.as_os_str(),
+                f.dir.fd(),
+                name,
+                rfs::RenameFlags::NOREPLACE,
+            ),
+            None => link_anonymous(&f.file, f.dir, name),
+        };
+        let linked = match link(&self) {
+            Err(RErrno::EXIST) => {
+                remove_regular(self.dir, name)?;
+                link(&self)
+            }
+            other => other,
         };
         linked.map_err(|e| rerr(e, "cannot write", &path))?;
         self.temp = None;
@@ -359,13 +390,22 @@ pub(crate) fn apply_meta(
 }
 
 /// Creates (or opens, when an earlier run made it) the directory `name` in
-/// `dst`; never through a link.
-pub(crate) fn make_dir(dst: &HeldDir, name: &OsStr) -> Result<HeldDir> {
-    match rfs::mkdirat(dst.fd(), name, Mode::from_raw_mode(0o700)) {
-        Ok(()) | Err(RErrno::EXIST) => {}
+/// `dst`; never through a link. `true` with it when this call created it
+/// (empty: nothing in it to look for or replace).
+pub(crate) fn make_dir(dst: &HeldDir, name: &OsStr) -> Result<(HeldDir, bool)> {
+    let created = match rfs::mkdirat(dst.fd(), name, Mode::from_raw_mode(0o700)) {
+        Ok(()) => true,
+        Err(RErrno::EXIST) => false,
         Err(e) => return Err(rerr(e, "cannot create the directory", &dst.join(name))),
-    }
-    dst.open_subdir(name)
+    };
+    Ok((dst.open_subdir(name)?, created))
+}
+
+/// Syncs the whole filesystem `dir` is on (`syncfs`): the data and names of
+/// every file written there so far are on the disk when it returns `Ok`
+/// (and a write-back error since the last sync is an `Err`, Linux 5.8+).
+pub(crate) fn sync_filesystem(dir: &HeldDir) -> Result<()> {
+    rfs::syncfs(dir.fd()).map_err(|e| rerr(e, "cannot sync", dir.path()))
 }
 
 /// Makes the symbolic link `name` in `dst` pointing where the source's link

@@ -278,6 +278,7 @@ pub(crate) fn walk_files(
         bar: &*bar,
         done: 0,
         as_root: true,
+        exts: Vec::new(),
     };
     let mut result = walk::walk(&opened.src, &opened.fsid, &mut |e| job.event(e));
     bar.finish();
@@ -478,7 +479,7 @@ fn scope_notes(mount: &Path, st: &Stat) -> Vec<String> {
 /// Whether the copy `name` in `dst` an earlier run saved is still what it
 /// saved: a regular file (never through a link) of its size whose content
 /// hash is the manifest's (read again, holes skipped).
-fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
+fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved, bufs: &mut copy::Buffers) -> Result<bool> {
     let Ok(f) = fsr::open_entry_read(dst, name) else {
         return Ok(false);
     };
@@ -488,7 +489,7 @@ fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
     if fsr::kind(&t) != Kind::Regular || t.st_size as u64 != s.bytes {
         return Ok(false);
     }
-    match copy::hash_file(&f, s.bytes, &dst.join(name)) {
+    match copy::hash_file(&f, s.bytes, &dst.join(name), bufs) {
         Ok(h) => Ok(h == s.blake3),
         Err(e) if e.kind() == ErrorKind::Interrupted => Err(e),
         Err(_) => Ok(false),
@@ -518,6 +519,8 @@ pub(crate) struct CopyState {
     csums: Option<verify::Csums>,
     /// Files that did not fit (ENOSPC), in walk order.
     not_fitted: Vec<String>,
+    /// The read buffers, for every file of the run.
+    bufs: copy::Buffers,
 }
 
 /// A batch ends at whichever comes first: this many files written, this
@@ -775,6 +778,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
         symlinks: 0,
         csums: None,
         not_fitted: Vec::new(),
+        bufs: copy::Buffers::new(),
     })
 }
 
@@ -788,6 +792,8 @@ struct Job<'a, 'b> {
     bar: &'b dyn Progress,
     done: u64,
     as_root: bool,
+    /// The extents of the file being judged, kept from file to file.
+    exts: Vec<extents::Extent>,
 }
 
 fn is_stop(e: &Error) -> bool {
@@ -942,7 +948,7 @@ impl Job<'_, '_> {
         }
         if old.size == size
             && let Some(s) = &old.saved
-            && same_copy(dst, &fname, s)?
+            && same_copy(dst, &fname, s, &mut c.bufs)?
         {
             c.batch.resumed += 1;
             self.done += size;
@@ -952,8 +958,24 @@ impl Job<'_, '_> {
         Ok(None)
     }
 
-    /// One regular file: resumed, or judged (and read and saved).
+    /// One regular file: resumed, or judged (and read and saved); its
+    /// extents in the run's own vector (no allocation per file).
     fn file(&mut self, rel: &Path, dir: &HeldDir, name: &OsStr, st: &Stat) -> Result<FileRecord> {
+        let mut exts = std::mem::take(&mut self.exts);
+        exts.clear();
+        let r = self.file_with(rel, dir, name, st, &mut exts);
+        self.exts = exts;
+        r
+    }
+
+    fn file_with(
+        &mut self,
+        rel: &Path,
+        dir: &HeldDir,
+        name: &OsStr,
+        st: &Stat,
+        exts: &mut Vec<extents::Extent>,
+    ) -> Result<FileRecord> {
         let key = rel.as_os_str().as_bytes();
         let size = st.st_size as u64;
         let mut r = FileRecord {
@@ -981,7 +1003,6 @@ impl Job<'_, '_> {
             }
         };
         let mut fj = self.classifier.file(size);
-        let mut exts: Vec<extents::Extent> = Vec::new();
         let keep = self.copy.is_some();
         if let Err(e) = extents::for_each_extent(&src, size, |x| {
             if keep {
@@ -1016,13 +1037,13 @@ impl Job<'_, '_> {
             self.bar.set_position(self.done);
             return Ok(r);
         }
-        let holes = copy::holes_of(&exts, size);
+        let holes = copy::holes_of(exts, size);
         let dst = c.dirs.last().expect("the target");
         let mut out = NewFile::create(dst, name)?;
         let bar = self.bar;
         let start = self.done;
         let mut progressed = 0u64;
-        let direct = fsr::open_direct(dir, name, &src);
+        let direct = fsr::open_direct(dir, name, st);
         let read = copy::read_file(
             &src,
             direct.as_ref(),
@@ -1037,6 +1058,7 @@ impl Job<'_, '_> {
                 bar.set_position(start + progressed);
             },
             &dir.join(name),
+            &mut c.bufs,
         );
         self.done = start + size;
         let read = match read {

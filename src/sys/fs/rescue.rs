@@ -116,7 +116,7 @@ pub(crate) struct Reader<'a> {
     direct: Option<&'a File>,
     size: u64,
     block: u64,
-    scratch: AlignedBuffer,
+    scratch: &'a mut AlignedBuffer,
 }
 
 /// What a read from the disk got.
@@ -129,15 +129,29 @@ pub(crate) enum Got {
 }
 
 impl<'a> Reader<'a> {
+    /// The aligned memory of a reader of at most `block` bytes a read
+    /// (made once, lent to every [`Reader::new`]).
+    pub(crate) fn scratch(block: u64) -> AlignedBuffer {
+        AlignedBuffer::new((block + SECTOR) as usize, SECTOR as usize)
+    }
+
     /// Reads `src` (`size` bytes), through `direct` (the same file opened
-    /// `O_DIRECT`) where it can, in reads of at most `block` bytes.
-    pub(crate) fn new(src: &'a File, direct: Option<&'a File>, size: u64, block: u64) -> Self {
+    /// `O_DIRECT`) where it can, in reads of at most `block` bytes, into
+    /// `scratch` ([`Reader::scratch`] of at least `block`).
+    pub(crate) fn new(
+        src: &'a File,
+        direct: Option<&'a File>,
+        size: u64,
+        block: u64,
+        scratch: &'a mut AlignedBuffer,
+    ) -> Self {
+        debug_assert!(scratch.as_mut_slice().len() as u64 >= block + SECTOR);
         Reader {
             src,
             direct,
             size,
             block,
-            scratch: AlignedBuffer::new((block + SECTOR) as usize, SECTOR as usize),
+            scratch,
         }
     }
 
@@ -445,19 +459,21 @@ pub(crate) fn copy_symlink(
     Ok(())
 }
 
-/// Opens the regular file `name` of `dir` for reading without changing its
-/// access time (O_NOATIME; without it where the kernel refuses it).
 /// The same file opened `O_DIRECT` for reading, when the filesystem allows
-/// it and the name still leads to `file` (same device and inode).
-pub(crate) fn open_direct(dir: &HeldDir, name: &OsStr, file: &File) -> Option<File> {
+/// it and the name still leads to the file `st` is the status of (same
+/// device and inode): the walk's status, taken on the read-only mount just
+/// before both opens (no second status of the source).
+pub(crate) fn open_direct(dir: &HeldDir, name: &OsStr, st: &Stat) -> Option<File> {
     let d = dir
         .open_entry_file(name, OFlags::RDONLY | OFlags::NOATIME | OFlags::DIRECT)
         .or_else(|_| dir.open_entry_file(name, OFlags::RDONLY | OFlags::DIRECT))
         .ok()?;
-    let (a, b) = (rfs::fstat(&d).ok()?, rfs::fstat(file).ok()?);
-    (a.st_dev == b.st_dev && a.st_ino == b.st_ino).then_some(d)
+    let a = rfs::fstat(&d).ok()?;
+    (a.st_dev == st.st_dev && a.st_ino == st.st_ino).then_some(d)
 }
 
+/// Opens the regular file `name` of `dir` for reading without changing its
+/// access time (O_NOATIME; without it where the kernel refuses it).
 pub(crate) fn open_source(dir: &HeldDir, name: &OsStr) -> Result<File> {
     match dir.open_entry_file(name, OFlags::RDONLY | OFlags::NOATIME) {
         Err(e) if e.kind() == ErrorKind::Permission => dir.open_entry_file(name, OFlags::RDONLY),

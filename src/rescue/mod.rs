@@ -502,6 +502,8 @@ pub(crate) struct CopyState {
     /// The manifest's path (in the state directory).
     manifest_path: PathBuf,
     dirs: Vec<HeldDir>,
+    /// The target's filesystem (`st_dev`): the one a batch's syncfs syncs.
+    target_dev: u64,
     /// For each of `dirs`: whether this run created it (then empty but for
     /// what this run put there).
     fresh: Vec<bool>,
@@ -768,6 +770,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
         dir_shown: dir.to_path_buf(),
         manifest_path,
         dirs: vec![held],
+        target_dev: st.st_dev,
         fresh: vec![fresh],
         manifest,
         batch: Batch::default(),
@@ -814,6 +817,21 @@ impl Job<'_, '_> {
                     let parent = c.dirs.last().expect("the target");
                     let name = rel.file_name().unwrap_or(OsStr::new(""));
                     let (d, created) = fsr::make_dir(parent, name)?;
+                    // One syncfs makes a batch durable: every copy must be
+                    // on the target's filesystem (a directory this run did
+                    // not create may be a mount point).
+                    if !created && d.fstat()?.st_dev != c.target_dev {
+                        return Err(Error::new(
+                            ErrorKind::WrongTarget,
+                            format!(
+                                "{} is another filesystem mounted inside the target",
+                                d.path().display()
+                            ),
+                        )
+                        .with_hint(
+                            "unmount it, or copy to a directory with nothing mounted below it",
+                        ));
+                    }
                     c.dirs.push(d);
                     c.fresh.push(created);
                 }

@@ -1167,6 +1167,22 @@ fn rescue_killed_anywhere_claims_only_what_is_on_the_target() {
     kill(child);
     let claims = check_claims(&env, &target, &originals);
     assert!(claims > 0 && claims < originals.len(), "{claims}");
+    // A name no line claims is not trusted, and only a regular file (or a
+    // link) of that name is replaced: a FIFO (standing for a device node)
+    // where the large file goes stays, and that file is not saved.
+    let fifo = target.join("z/big");
+    let _ = fs::remove_file(&fifo);
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (_, records, _) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
+    );
+    let r = records.iter().find(|r| r.path == "z/big").unwrap();
+    assert!(r.saved.is_none() && r.error.is_some(), "{r:#?}");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    check_claims(&env, &target, &originals);
+    fs::remove_file(&fifo).unwrap();
     complete(&target);
 
     // At an arbitrary moment: as soon as the running copy's manifest holds

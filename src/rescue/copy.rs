@@ -13,6 +13,7 @@ use crate::rescue::classify::Ranges;
 use crate::rescue::verify::{Check, Csums};
 pub(crate) use crate::sys::fs::rescue::SECTOR;
 use crate::sys::fs::rescue::{Got, NewFile, Reader, next_data};
+use crate::sys::kernel::direct_io::AlignedBuffer;
 use crate::sys::kernel::extents::Extent;
 
 /// Bytes per read.
@@ -107,12 +108,29 @@ pub fn content_hash(bytes: &[u8]) -> String {
     h.finish()
 }
 
+/// The memory of reading files: a block and its sector-aligned twin (for
+/// `O_DIRECT`), made once for a run and used for every file (no allocation,
+/// no zeroing, no heap growth per file).
+pub(crate) struct Buffers {
+    block: Vec<u8>,
+    aligned: AlignedBuffer,
+}
+
+impl Buffers {
+    pub(crate) fn new() -> Self {
+        Buffers {
+            block: vec![0u8; BLOCK as usize],
+            aligned: Reader::scratch(BLOCK),
+        }
+    }
+}
+
 /// The [`ContentHash`] of the regular file `f` of `size` bytes, holes
 /// skipped (SEEK_DATA), checking for signals between blocks: what a
 /// resumed run compares with the manifest before it keeps a copy.
-pub(crate) fn hash_file(f: &File, size: u64, path: &Path) -> Result<String> {
+pub(crate) fn hash_file(f: &File, size: u64, path: &Path, bufs: &mut Buffers) -> Result<String> {
     let mut h = ContentHash::new();
-    let mut buf = vec![0u8; BLOCK as usize];
+    let buf = &mut bufs.block;
     let mut off = 0u64;
     while off < size {
         crate::sys::kernel::signals::check()?;
@@ -188,11 +206,12 @@ pub(crate) fn read_file(
     sink: &mut dyn Sink,
     progress: &mut dyn FnMut(u64),
     path: &Path,
+    bufs: &mut Buffers,
 ) -> Result<ReadOutcome> {
-    let mut reader = Reader::new(src, direct, size, BLOCK);
+    let mut reader = Reader::new(src, direct, size, BLOCK, &mut bufs.aligned);
     let mut out = ReadOutcome::default();
     let mut hasher = ContentHash::new();
-    let mut buf = vec![0u8; BLOCK as usize];
+    let buf = &mut bufs.block;
     let noread = not_read(skip, holes);
     let mut off = 0u64;
     while off < size {

@@ -7,9 +7,11 @@
 //!   read-only mount, so a re-run meets the files in the order an earlier
 //!   run wrote them: the old manifest is read alongside the walk (a merge),
 //!   never loaded whole.
-//! - A run writes its lines to `.rescue-manifest.jsonl.new` as it goes (one
-//!   line after each file is linked into place) and renames it over the
-//!   manifest when it ends; stopped early it first carries over the old
+//! - A run writes its lines to `.rescue-manifest.jsonl.new` as it goes, a
+//!   batch at a time: the batch's files are written and linked, the
+//!   target's filesystem synced once, then the batch's lines appended and
+//!   the `.new` file synced (a line never claims a file that is not on the
+//!   disk); it renames it over the manifest when it ends; stopped early it first carries over the old
 //!   lines it did not reach. A run killed outright leaves the `.new` file:
 //!   the next run merges it (everything it has, then the old lines past its
 //!   last path) before it starts, so nothing saved is forgotten.
@@ -167,6 +169,16 @@ pub(crate) struct Manifest {
     out: BufWriter<File>,
     pub(crate) old: OldRecords,
     written: u64,
+    /// The lines of the batch not yet synced, and how many.
+    pending: Vec<u8>,
+    staged: u64,
+}
+
+/// A line borrowing its record (what [`Manifest::stage`] writes).
+#[derive(Serialize)]
+#[serde(tag = "record", rename_all = "lowercase")]
+enum LineRef<'a> {
+    File(&'a FileRecord),
 }
 
 fn open_read(dir: &HeldDir, name: &str) -> Result<Option<Lines>> {
@@ -292,25 +304,61 @@ impl Manifest {
         let mut out = create(dir, NEW)?;
         write_line(&mut out, &Line::Header(header), &dir.join(NEW))?;
         let fd = fsr::reopen_dir(dir)?;
+        // The name of the new file on the disk before the first batch's
+        // fdatasync (which syncs its bytes, not its directory entry).
+        fsr::sync_dir(&fd, dir.path())?;
         Ok(Manifest {
             dir_path: dir.path().to_path_buf(),
             dir: fd,
             out,
             old,
             written: 0,
+            pending: Vec::new(),
+            staged: 0,
         })
     }
 
-    /// Appends a file's line (pushed to the kernel at once: a killed run
-    /// keeps it).
-    pub(crate) fn record(&mut self, r: &FileRecord) -> Result<()> {
-        let path = self.dir_path.join(NEW);
-        write_line(&mut self.out, &Line::File(r.clone()), &path)?;
-        self.out
-            .flush()
-            .map_err(|e| Error::from_io(&e, "cannot write", &path))?;
-        self.written += 1;
+    /// Adds a file's line to the batch waiting for the target's sync (a
+    /// buffer reused from batch to batch: no allocation per file once it
+    /// has grown to a batch's size). Nothing is written until
+    /// [`Manifest::commit_batch`].
+    pub(crate) fn stage(&mut self, r: &FileRecord) -> Result<()> {
+        serde_json::to_writer(&mut self.pending, &LineRef::File(r))
+            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot serialize a line: {e}")))?;
+        self.pending.push(b'\n');
+        self.staged += 1;
         Ok(())
+    }
+
+    /// How many lines wait for [`Manifest::commit_batch`].
+    pub(crate) fn staged(&self) -> u64 {
+        self.staged
+    }
+
+    /// Appends the staged lines and syncs the file (`fdatasync`): called
+    /// only once the target's filesystem is synced, so a line on the disk
+    /// never claims a file whose data or name is not. A power cut in the
+    /// middle leaves at worst half a line at the end, which a reader
+    /// ignores.
+    pub(crate) fn commit_batch(&mut self) -> Result<()> {
+        if self.staged == 0 {
+            return Ok(());
+        }
+        let path = self.dir_path.join(NEW);
+        let e = |e: std::io::Error| Error::from_io(&e, "cannot write", &path);
+        self.out.write_all(&self.pending).map_err(e)?;
+        self.out.flush().map_err(e)?;
+        self.out.get_ref().sync_data().map_err(e)?;
+        self.written += self.staged;
+        self.abandon_batch();
+        Ok(())
+    }
+
+    /// Drops the staged lines (their files are not claimed: a re-run
+    /// copies them again).
+    pub(crate) fn abandon_batch(&mut self) {
+        self.pending.clear();
+        self.staged = 0;
     }
 
     /// Ends the run: the old lines not reached are carried over when it
@@ -318,6 +366,7 @@ impl Manifest {
     /// over the manifest.
     pub(crate) fn finish(mut self, complete: bool) -> Result<()> {
         let path = self.dir_path.join(NEW);
+        debug_assert_eq!(self.staged, 0, "a batch neither committed nor abandoned");
         if !complete {
             while let Some(f) = self.old.next_file() {
                 write_line(&mut self.out, &Line::File(f), &path)?;
@@ -357,6 +406,28 @@ mod tests {
         let mut v: Vec<&[u8]> = vec![b"a-c", b"a/b", b"a", b"b", b"a/b/c", b"a.x"];
         v.sort_by(|a, b| walk_order(a, b));
         assert_eq!(v, vec![&b"a"[..], b"a/b", b"a/b/c", b"a-c", b"a.x", b"b"]);
+    }
+
+    #[test]
+    fn a_staged_line_is_the_line_of_its_record() {
+        let r = FileRecord {
+            path: "a/b".to_owned(),
+            path_hex: None,
+            size: 3,
+            state: crate::rescue::report::FileState::Intact,
+            damaged_ranges: Vec::new(),
+            damaged_bytes: 0,
+            judged: vec!["read back".to_owned()],
+            saved: None,
+            error: None,
+        };
+        let staged = serde_json::to_vec(&LineRef::File(&r)).unwrap();
+        let owned = serde_json::to_vec(&Line::File(r.clone())).unwrap();
+        assert_eq!(staged, owned);
+        assert_eq!(
+            read_lines(std::str::from_utf8(&staged).unwrap()),
+            [Line::File(r)]
+        );
     }
 
     #[test]

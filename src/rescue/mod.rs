@@ -21,6 +21,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::profile::Profile;
@@ -277,10 +278,20 @@ pub(crate) fn walk_files(
         bar: &*bar,
         done: 0,
         as_root: true,
+        exts: Vec::new(),
     };
-    let result = walk::walk(&opened.src, &opened.fsid, &mut |e| job.event(e));
+    let mut result = walk::walk(&opened.src, &opened.fsid, &mut |e| job.event(e));
     bar.finish();
-    let copy = job.copy.take();
+    let mut copy = job.copy.take();
+    if let Some(c) = &mut copy {
+        // The batch in progress: synced and claimed (after the last file, or
+        // when the copy stopped: Ctrl-C, a full target); abandoned when that
+        // fails (its files are not claimed, a re-run copies them again).
+        let ended = c.end_batch(&mut report.bytes.saved);
+        if result.is_ok() {
+            result = ended;
+        }
+    }
     match (result, copy) {
         (Ok(()), copy) => {
             opened.copy = copy;
@@ -468,7 +479,7 @@ fn scope_notes(mount: &Path, st: &Stat) -> Vec<String> {
 /// Whether the copy `name` in `dst` an earlier run saved is still what it
 /// saved: a regular file (never through a link) of its size whose content
 /// hash is the manifest's (read again, holes skipped).
-fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
+fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved, bufs: &mut copy::Buffers) -> Result<bool> {
     let Ok(f) = fsr::open_entry_read(dst, name) else {
         return Ok(false);
     };
@@ -478,7 +489,7 @@ fn same_copy(dst: &HeldDir, name: &OsStr, s: &Saved) -> Result<bool> {
     if fsr::kind(&t) != Kind::Regular || t.st_size as u64 != s.bytes {
         return Ok(false);
     }
-    match copy::hash_file(&f, s.bytes, &dst.join(name)) {
+    match copy::hash_file(&f, s.bytes, &dst.join(name), bufs) {
         Ok(h) => Ok(h == s.blake3),
         Err(e) if e.kind() == ErrorKind::Interrupted => Err(e),
         Err(_) => Ok(false),
@@ -491,8 +502,16 @@ pub(crate) struct CopyState {
     /// The manifest's path (in the state directory).
     manifest_path: PathBuf,
     dirs: Vec<HeldDir>,
+    /// The target's filesystem (`st_dev`): the one a batch's syncfs syncs.
+    target_dev: u64,
+    /// For each of `dirs`: whether this run created it (then empty but for
+    /// what this run put there).
+    fresh: Vec<bool>,
     manifest: Manifest,
+    /// The files written (or resumed) since the last sync, not yet claimed.
+    batch: Batch,
     partial: bool,
+    /// The files claimed (synced batches only).
     copied: u64,
     partial_copies: u64,
     resumed: u64,
@@ -502,9 +521,71 @@ pub(crate) struct CopyState {
     csums: Option<verify::Csums>,
     /// Files that did not fit (ENOSPC), in walk order.
     not_fitted: Vec<String>,
+    /// The read buffers, for every file of the run.
+    bufs: copy::Buffers,
+}
+
+/// A batch ends at whichever comes first: this many files written, this
+/// many bytes written, this long since its first file (docs/decisions.md:
+/// how they were chosen).
+const BATCH_FILES: u64 = 1024;
+const BATCH_BYTES: u64 = 256 << 20;
+const BATCH_TIME: Duration = Duration::from_secs(2);
+/// Lines staged (of files not written: resumed, damaged) that end a batch.
+const BATCH_LINES: u64 = 8 * BATCH_FILES;
+
+/// The files of the batch in progress: written and linked, not yet synced,
+/// their manifest lines staged (not claimed yet).
+#[derive(Debug, Default)]
+struct Batch {
+    started: Option<Instant>,
+    copied: u64,
+    partial_copies: u64,
+    resumed: u64,
+    written_bytes: u64,
+    /// The bytes of its files counted in the report's `bytes.saved`.
+    saved_bytes: u64,
 }
 
 impl CopyState {
+    /// Whether the batch in progress is due to end (it starts with the
+    /// first line staged after the last end).
+    fn batch_full(&mut self) -> bool {
+        let b = &mut self.batch;
+        let started = *b.started.get_or_insert_with(Instant::now);
+        b.copied >= BATCH_FILES
+            || b.written_bytes >= BATCH_BYTES
+            || self.manifest.staged() >= BATCH_LINES
+            || started.elapsed() >= BATCH_TIME
+    }
+
+    /// Ends the batch: one `syncfs` of the target (when a file was written),
+    /// then its manifest lines appended and synced; from then on its files
+    /// are claimed (counted as saved). When either fails, the batch is
+    /// abandoned: its lines dropped, its files not counted (`saved`, the
+    /// report's saved bytes, loses theirs), and the error returned.
+    fn end_batch(&mut self, saved: &mut u64) -> Result<()> {
+        let b = std::mem::take(&mut self.batch);
+        let synced = if b.copied > 0 {
+            fsr::sync_filesystem(&self.dirs[0])
+        } else {
+            Ok(())
+        };
+        match synced.and_then(|()| self.manifest.commit_batch()) {
+            Ok(()) => {
+                self.copied += b.copied;
+                self.partial_copies += b.partial_copies;
+                self.resumed += b.resumed;
+                Ok(())
+            }
+            Err(e) => {
+                self.manifest.abandon_batch();
+                *saved -= b.saved_bytes.min(*saved);
+                Err(e)
+            }
+        }
+    }
+
     /// A file the target had no room for: not saved (its temporary file is
     /// gone), named at the end; the copy goes on with the next file.
     fn did_not_fit(
@@ -539,12 +620,14 @@ impl CopyState {
         if r.state == FileState::Intact {
             other.push(".partial");
         }
-        if other != saved_name {
+        // Nothing to remove in a directory this run created (no lookup).
+        if other != saved_name && !self.fresh.last().copied().unwrap_or(false) {
             let _ = fsr::remove_regular(dst, &other);
         }
-        self.copied += 1;
+        self.batch.copied += 1;
+        self.batch.written_bytes += read.read_bytes;
         if r.state != FileState::Intact {
-            self.partial_copies += 1;
+            self.batch.partial_copies += 1;
         }
         let rel_saved = rel.with_file_name(saved_name);
         r.saved = Some(Saved {
@@ -617,7 +700,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
                     return Err(e);
                 };
                 let parent = HeldDir::open(parent)?;
-                fsr::make_dir(&parent, name)?
+                fsr::make_dir(&parent, name)?.0
             }
             other => other?,
         },
@@ -643,6 +726,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
     }
     held.check_writable()?;
     let mdir = manifest_dir(&req.state_dir, dir)?;
+    let fresh = held.names()?.is_empty();
     match manifest::existing_header(&mdir)? {
         Some(h) if h.fsid != fsid => {
             return Err(Error::new(
@@ -657,7 +741,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
             .with_hint("choose an empty target directory"));
         }
         Some(_) => {}
-        None if !manifest::recorded(&mdir)? && !held.names()?.is_empty() => {
+        None if !manifest::recorded(&mdir)? && !fresh => {
             return Err(Error::new(
                 ErrorKind::WrongTarget,
                 format!(
@@ -686,7 +770,10 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
         dir_shown: dir.to_path_buf(),
         manifest_path,
         dirs: vec![held],
+        target_dev: st.st_dev,
+        fresh: vec![fresh],
         manifest,
+        batch: Batch::default(),
         partial: req.partial,
         copied: 0,
         partial_copies: 0,
@@ -694,6 +781,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
         symlinks: 0,
         csums: None,
         not_fitted: Vec::new(),
+        bufs: copy::Buffers::new(),
     })
 }
 
@@ -707,6 +795,8 @@ struct Job<'a, 'b> {
     bar: &'b dyn Progress,
     done: u64,
     as_root: bool,
+    /// The extents of the file being judged, kept from file to file.
+    exts: Vec<extents::Extent>,
 }
 
 fn is_stop(e: &Error) -> bool {
@@ -726,8 +816,24 @@ impl Job<'_, '_> {
                 {
                     let parent = c.dirs.last().expect("the target");
                     let name = rel.file_name().unwrap_or(OsStr::new(""));
-                    let d = fsr::make_dir(parent, name)?;
+                    let (d, created) = fsr::make_dir(parent, name)?;
+                    // One syncfs makes a batch durable: every copy must be
+                    // on the target's filesystem (a directory this run did
+                    // not create may be a mount point).
+                    if !created && d.fstat()?.st_dev != c.target_dev {
+                        return Err(Error::new(
+                            ErrorKind::WrongTarget,
+                            format!(
+                                "{} is another filesystem mounted inside the target",
+                                d.path().display()
+                            ),
+                        )
+                        .with_hint(
+                            "unmount it, or copy to a directory with nothing mounted below it",
+                        ));
+                    }
                     c.dirs.push(d);
+                    c.fresh.push(created);
                 }
                 Ok(())
             }
@@ -736,6 +842,7 @@ impl Job<'_, '_> {
                     && !rel.as_os_str().is_empty()
                 {
                     let d = c.dirs.pop().expect("a target directory");
+                    c.fresh.pop();
                     fsr::apply_meta(d.fd(), st, self.as_root, d.path())?;
                 }
                 Ok(())
@@ -750,10 +857,14 @@ impl Job<'_, '_> {
                 self.account(&record);
                 (self.each)(&record);
                 if let Some(c) = &mut self.copy {
-                    c.manifest.record(&record)?;
-                    if record.saved.is_some() {
+                    c.manifest.stage(&record)?;
+                    if let Some(s) = &record.saved {
+                        c.batch.saved_bytes += s.bytes_rescued;
                         crate::hooks::Pause::RescueCopied
                             .here(&format!(" of {}", record.path), &|| false)?;
+                    }
+                    if c.batch_full() {
+                        c.end_batch(&mut self.report.bytes.saved)?;
                     }
                 }
                 if self.copy.is_none() {
@@ -855,9 +966,9 @@ impl Job<'_, '_> {
         }
         if old.size == size
             && let Some(s) = &old.saved
-            && same_copy(dst, &fname, s)?
+            && same_copy(dst, &fname, s, &mut c.bufs)?
         {
-            c.resumed += 1;
+            c.batch.resumed += 1;
             self.done += size;
             self.bar.set_position(self.done);
             return Ok(Some(old));
@@ -865,8 +976,24 @@ impl Job<'_, '_> {
         Ok(None)
     }
 
-    /// One regular file: resumed, or judged (and read and saved).
+    /// One regular file: resumed, or judged (and read and saved); its
+    /// extents in the run's own vector (no allocation per file).
     fn file(&mut self, rel: &Path, dir: &HeldDir, name: &OsStr, st: &Stat) -> Result<FileRecord> {
+        let mut exts = std::mem::take(&mut self.exts);
+        exts.clear();
+        let r = self.file_with(rel, dir, name, st, &mut exts);
+        self.exts = exts;
+        r
+    }
+
+    fn file_with(
+        &mut self,
+        rel: &Path,
+        dir: &HeldDir,
+        name: &OsStr,
+        st: &Stat,
+        exts: &mut Vec<extents::Extent>,
+    ) -> Result<FileRecord> {
         let key = rel.as_os_str().as_bytes();
         let size = st.st_size as u64;
         let mut r = FileRecord {
@@ -894,7 +1021,6 @@ impl Job<'_, '_> {
             }
         };
         let mut fj = self.classifier.file(size);
-        let mut exts: Vec<extents::Extent> = Vec::new();
         let keep = self.copy.is_some();
         if let Err(e) = extents::for_each_extent(&src, size, |x| {
             if keep {
@@ -929,13 +1055,13 @@ impl Job<'_, '_> {
             self.bar.set_position(self.done);
             return Ok(r);
         }
-        let holes = copy::holes_of(&exts, size);
+        let holes = copy::holes_of(exts, size);
         let dst = c.dirs.last().expect("the target");
         let mut out = NewFile::create(dst, name)?;
         let bar = self.bar;
         let start = self.done;
         let mut progressed = 0u64;
-        let direct = fsr::open_direct(dir, name, &src);
+        let direct = fsr::open_direct(dir, name, st);
         let read = copy::read_file(
             &src,
             direct.as_ref(),
@@ -950,6 +1076,7 @@ impl Job<'_, '_> {
                 bar.set_position(start + progressed);
             },
             &dir.join(name),
+            &mut c.bufs,
         );
         self.done = start + size;
         let read = match read {

@@ -1059,3 +1059,175 @@ fn rescue_skips_holes_copies_past_what_does_not_fit_and_reverifies() {
     drop(sbx);
     drop(env);
 }
+
+/// The claims of the manifest files of a copy into `target` (the merged
+/// manifest and the lines of a run killed outright): every file line with
+/// `saved` must name a file of the target with exactly the original's
+/// bytes. How many lines claim a file.
+fn check_claims(env: &TestEnv, target: &Path, originals: &BTreeMap<PathBuf, Vec<u8>>) -> usize {
+    use std::os::unix::ffi::OsStrExt;
+    let abs = std::path::absolute(target).unwrap();
+    let key = blake3::hash(abs.as_os_str().as_bytes()).to_hex();
+    let dir = env.store().dir().join("rescue").join(&key.as_str()[..32]);
+    let mut claims = 0;
+    for name in ["rescue-manifest.jsonl", ".rescue-manifest.jsonl.new"] {
+        let Ok(text) = fs::read(dir.join(name)) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&text);
+        for line in btrfs_lab::rescue::manifest::read_lines(&text) {
+            let btrfs_lab::rescue::manifest::Line::File(r) = line else {
+                continue;
+            };
+            let Some(s) = &r.saved else {
+                continue;
+            };
+            let copy = fs::read(target.join(&s.path))
+                .unwrap_or_else(|e| panic!("{name} claims {}: {e}", s.path));
+            assert!(
+                copy == originals[&record_path(&r)],
+                "{name} claims {}, whose bytes differ",
+                s.path
+            );
+            claims += 1;
+        }
+    }
+    claims
+}
+
+/// A copy SIGKILLed at several points (in the first batch, before any
+/// sync; in the middle of a large file after batches were synced; at an
+/// arbitrary moment after the first batch's lines reached the manifest):
+/// every manifest line that claims a file names a file with the original's
+/// bytes, no line claims one before its batch was synced, and the same
+/// command then completes with every file byte-identical.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn rescue_killed_anywhere_claims_only_what_is_on_the_target() {
+    if !require_root("rescue") {
+        return;
+    }
+    let mut env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 1,
+        size_bytes: 1 << 30,
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let mut originals = BTreeMap::new();
+    // More small files than a batch holds, then a large one (the
+    // rescue-block pause, after several batches).
+    fs::create_dir(m.join("a")).unwrap();
+    for n in 0..2600u64 {
+        let rel = PathBuf::from(format!("a/f{n:04}"));
+        let data = bytes(1000 + (n as usize * 37) % 9000, 100 + n);
+        fs::write(m.join(&rel), &data).unwrap();
+        originals.insert(rel, data);
+    }
+    fs::create_dir(m.join("z")).unwrap();
+    let big = bytes(4 * MIB, 7);
+    fs::write(m.join("z/big"), &big).unwrap();
+    originals.insert("z/big".into(), big);
+    remount(&m, "ro");
+    let target = root_tmpfs(&mut env, "killed");
+    let anywhere = root_tmpfs(&mut env, "anywhere");
+
+    let complete = |target: &Path| {
+        let (code, _, report) = rescue(
+            &env,
+            &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
+        );
+        assert_eq!(code, 0, "{report:#?}");
+        let c = report.copy.unwrap();
+        assert!(c.complete, "{c:#?}");
+        assert_eq!((c.copied + c.resumed) as usize, originals.len(), "{c:#?}");
+        for (rel, data) in &originals {
+            assert!(
+                fs::read(target.join(rel)).unwrap() == *data,
+                "{}",
+                rel.display()
+            );
+        }
+        assert_eq!(check_claims(&env, target, &originals), originals.len());
+    };
+    let kill = |mut child: std::process::Child| {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    };
+
+    // In the first batch: a file written and linked, nothing synced, so
+    // nothing claimed. Then in the large file, after the small ones: the
+    // synced batches' files claimed, the large one not.
+    let p = Pause::RescueCopied;
+    let (child, _err, _) = paused_rescue(&env, &m, &target, &[], p, p.name());
+    kill(child);
+    assert_eq!(check_claims(&env, &target, &originals), 0);
+    let p = Pause::RescueBlock;
+    let (child, _err, _) = paused_rescue(&env, &m, &target, &[], p, p.name());
+    kill(child);
+    let claims = check_claims(&env, &target, &originals);
+    assert!(claims > 0 && claims < originals.len(), "{claims}");
+    // A name no line claims is not trusted, and only a regular file (or a
+    // link) of that name is replaced: a FIFO (standing for a device node)
+    // where the large file goes stays, and that file is not saved.
+    let fifo = target.join("z/big");
+    let _ = fs::remove_file(&fifo);
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (_, records, _) = rescue(
+        &env,
+        &[m.as_os_str(), "--copy-to".as_ref(), target.as_os_str()],
+    );
+    let r = records.iter().find(|r| r.path == "z/big").unwrap();
+    assert!(r.saved.is_none() && r.error.is_some(), "{r:#?}");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    check_claims(&env, &target, &originals);
+    fs::remove_file(&fifo).unwrap();
+    complete(&target);
+
+    // At an arbitrary moment: as soon as the running copy's manifest holds
+    // more than its header (a batch was synced), wherever the next batch
+    // is then. Killed twice, then completed.
+    let target = anywhere;
+    let abs = std::path::absolute(&target).unwrap();
+    let key = blake3::hash(std::os::unix::ffi::OsStrExt::as_bytes(abs.as_os_str())).to_hex();
+    let new = env
+        .store()
+        .dir()
+        .join("rescue")
+        .join(&key.as_str()[..32])
+        .join(".rescue-manifest.jsonl.new");
+    for _ in 0..2 {
+        let child = env
+            .cmd()
+            .arg("rescue")
+            .arg(&m)
+            .arg("--copy-to")
+            .arg(&target)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut child = Some(child);
+        while let Some(c) = child.as_mut() {
+            let lines = fs::read(&new).map_or(0, |t| t.iter().filter(|b| **b == b'\n').count());
+            if lines > 1 {
+                kill(child.take().unwrap());
+            } else if c.try_wait().unwrap().is_some() {
+                child = None;
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        check_claims(&env, &target, &originals);
+        assert!(
+            !walk_files(&target)
+                .iter()
+                .any(|f| f.to_string_lossy().contains(".btrfs-lab-rescue")),
+            "no temporary file"
+        );
+    }
+    complete(&target);
+    drop(sbx);
+    drop(env);
+}

@@ -92,6 +92,12 @@ pub(crate) fn rename_synced(dir: impl AsFd, from: &str, to: &str, path: &Path) -
     Ok(())
 }
 
+/// Syncs the directory `dir` (its entries: a new name in it is on the
+/// disk when it returns `Ok`).
+pub(crate) fn sync_dir(dir: impl AsFd, path: &Path) -> Result<()> {
+    rfs::fsync(dir).map_err(|e| rerr(e, "cannot sync", path))
+}
+
 /// `dir` opened again, a descriptor of its own.
 pub(crate) fn reopen_dir(dir: &HeldDir) -> Result<OwnedFd> {
     rfs::openat(
@@ -110,7 +116,7 @@ pub(crate) struct Reader<'a> {
     direct: Option<&'a File>,
     size: u64,
     block: u64,
-    scratch: AlignedBuffer,
+    scratch: &'a mut AlignedBuffer,
 }
 
 /// What a read from the disk got.
@@ -123,15 +129,29 @@ pub(crate) enum Got {
 }
 
 impl<'a> Reader<'a> {
+    /// The aligned memory of a reader of at most `block` bytes a read
+    /// (made once, lent to every [`Reader::new`]).
+    pub(crate) fn scratch(block: u64) -> AlignedBuffer {
+        AlignedBuffer::new((block + SECTOR) as usize, SECTOR as usize)
+    }
+
     /// Reads `src` (`size` bytes), through `direct` (the same file opened
-    /// `O_DIRECT`) where it can, in reads of at most `block` bytes.
-    pub(crate) fn new(src: &'a File, direct: Option<&'a File>, size: u64, block: u64) -> Self {
+    /// `O_DIRECT`) where it can, in reads of at most `block` bytes, into
+    /// `scratch` ([`Reader::scratch`] of at least `block`).
+    pub(crate) fn new(
+        src: &'a File,
+        direct: Option<&'a File>,
+        size: u64,
+        block: u64,
+        scratch: &'a mut AlignedBuffer,
+    ) -> Self {
+        debug_assert!(scratch.as_mut_slice().len() as u64 >= block + SECTOR);
         Reader {
             src,
             direct,
             size,
             block,
-            scratch: AlignedBuffer::new((block + SECTOR) as usize, SECTOR as usize),
+            scratch,
         }
     }
 
@@ -213,6 +233,8 @@ pub(crate) struct NewFile<'a> {
     /// The temporary name, when the target has no O_TMPFILE.
     temp: Option<OsString>,
     path: std::path::PathBuf,
+    /// Where the last write ended (no `ftruncate` when that is the size).
+    end: u64,
 }
 
 impl<'a> NewFile<'a> {
@@ -220,7 +242,9 @@ impl<'a> NewFile<'a> {
     pub(crate) fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
         self.file
             .write_all_at(data, offset)
-            .map_err(|e| Error::from_io(&e, "cannot write", &self.path))
+            .map_err(|e| Error::from_io(&e, "cannot write", &self.path))?;
+        self.end = self.end.max(offset + data.len() as u64);
+        Ok(())
     }
 
     /// A new anonymous file in `dir`, to become `name`.
@@ -237,6 +261,7 @@ impl<'a> NewFile<'a> {
                 file: File::from(fd),
                 temp: None,
                 path,
+                end: 0,
             }),
             Err(RErrno::OPNOTSUPP | RErrno::ISDIR | RErrno::INVAL | RErrno::NOENT) => {
                 let mut t = OsString::from(".");
@@ -249,14 +274,20 @@ impl<'a> NewFile<'a> {
                     file,
                     temp: Some(t),
                     path,
+                    end: 0,
                 })
             }
             Err(e) => Err(rerr(e, "cannot create a file in", dir.path())),
         }
     }
 
-    /// Sets the size, owner (as root), mode and times of `st`, syncs, and
-    /// links it as `name` (replacing a regular file of that name).
+    /// Sets the size, owner (as root), mode and times of `st` and links it
+    /// as `name`. Not synced: the caller syncs the target filesystem once
+    /// for a batch of files ([`sync_filesystem`]) before any manifest line
+    /// claims them. An entry already called `name` (an earlier run's, which
+    /// no manifest line vouches for) is replaced only when it is a regular
+    /// file or a link (never a directory or a device node, never followed);
+    /// the name is tried first, so a new name costs no failing lookup.
     pub(crate) fn commit(
         mut self,
         name: &OsStr,
@@ -265,14 +296,28 @@ impl<'a> NewFile<'a> {
         as_root: bool,
     ) -> Result<()> {
         let path = self.dir.join(name);
-        let e = |e: std::io::Error| Error::from_io(&e, "cannot write", &path);
-        self.file.set_len(size).map_err(e)?;
+        if self.end != size {
+            self.file
+                .set_len(size)
+                .map_err(|e| Error::from_io(&e, "cannot write", &path))?;
+        }
         apply_meta(self.file.as_fd(), st, as_root, &path)?;
-        self.file.sync_all().map_err(e)?;
-        let _ = remove_regular(self.dir, name);
-        let linked = match &self.temp {
-            Some(t) => rfs::renameat(self.dir.fd(), t.as_os_str(), self.dir.fd(), name),
-            None => link_anonymous(&self.file, self.dir, name),
+        let link = |f: &Self| match &f.temp {
+            Some(t) => rfs::renameat_with(
+                f.dir.fd(),
+                t.as_os_str(),
+                f.dir.fd(),
+                name,
+                rfs::RenameFlags::NOREPLACE,
+            ),
+            None => link_anonymous(&f.file, f.dir, name),
+        };
+        let linked = match link(&self) {
+            Err(RErrno::EXIST) => {
+                remove_regular(self.dir, name)?;
+                link(&self)
+            }
+            other => other,
         };
         linked.map_err(|e| rerr(e, "cannot write", &path))?;
         self.temp = None;
@@ -359,13 +404,22 @@ pub(crate) fn apply_meta(
 }
 
 /// Creates (or opens, when an earlier run made it) the directory `name` in
-/// `dst`; never through a link.
-pub(crate) fn make_dir(dst: &HeldDir, name: &OsStr) -> Result<HeldDir> {
-    match rfs::mkdirat(dst.fd(), name, Mode::from_raw_mode(0o700)) {
-        Ok(()) | Err(RErrno::EXIST) => {}
+/// `dst`; never through a link. `true` with it when this call created it
+/// (empty: nothing in it to look for or replace).
+pub(crate) fn make_dir(dst: &HeldDir, name: &OsStr) -> Result<(HeldDir, bool)> {
+    let created = match rfs::mkdirat(dst.fd(), name, Mode::from_raw_mode(0o700)) {
+        Ok(()) => true,
+        Err(RErrno::EXIST) => false,
         Err(e) => return Err(rerr(e, "cannot create the directory", &dst.join(name))),
-    }
-    dst.open_subdir(name)
+    };
+    Ok((dst.open_subdir(name)?, created))
+}
+
+/// Syncs the whole filesystem `dir` is on (`syncfs`): the data and names of
+/// every file written there so far are on the disk when it returns `Ok`
+/// (and a write-back error since the last sync is an `Err`, Linux 5.8+).
+pub(crate) fn sync_filesystem(dir: &HeldDir) -> Result<()> {
+    rfs::syncfs(dir.fd()).map_err(|e| rerr(e, "cannot sync", dir.path()))
 }
 
 /// Makes the symbolic link `name` in `dst` pointing where the source's link
@@ -405,19 +459,21 @@ pub(crate) fn copy_symlink(
     Ok(())
 }
 
-/// Opens the regular file `name` of `dir` for reading without changing its
-/// access time (O_NOATIME; without it where the kernel refuses it).
 /// The same file opened `O_DIRECT` for reading, when the filesystem allows
-/// it and the name still leads to `file` (same device and inode).
-pub(crate) fn open_direct(dir: &HeldDir, name: &OsStr, file: &File) -> Option<File> {
+/// it and the name still leads to the file `st` is the status of (same
+/// device and inode): the walk's status, taken on the read-only mount just
+/// before both opens (no second status of the source).
+pub(crate) fn open_direct(dir: &HeldDir, name: &OsStr, st: &Stat) -> Option<File> {
     let d = dir
         .open_entry_file(name, OFlags::RDONLY | OFlags::NOATIME | OFlags::DIRECT)
         .or_else(|_| dir.open_entry_file(name, OFlags::RDONLY | OFlags::DIRECT))
         .ok()?;
-    let (a, b) = (rfs::fstat(&d).ok()?, rfs::fstat(file).ok()?);
-    (a.st_dev == b.st_dev && a.st_ino == b.st_ino).then_some(d)
+    let a = rfs::fstat(&d).ok()?;
+    (a.st_dev == st.st_dev && a.st_ino == st.st_ino).then_some(d)
 }
 
+/// Opens the regular file `name` of `dir` for reading without changing its
+/// access time (O_NOATIME; without it where the kernel refuses it).
 pub(crate) fn open_source(dir: &HeldDir, name: &OsStr) -> Result<File> {
     match dir.open_entry_file(name, OFlags::RDONLY | OFlags::NOATIME) {
         Err(e) if e.kind() == ErrorKind::Permission => dir.open_entry_file(name, OFlags::RDONLY),

@@ -289,8 +289,8 @@ pub struct TypeFilter {
 impl TypeFilter {
     fn fill(&self, a: &mut btrfs_uapi::raw::btrfs_balance_args) {
         use btrfs_uapi::balance::BalanceArgsFlags as F;
-        // btrfs-uapi's builder sets DEVID for `profiles` (0.13): the
-        // flags are set here from its constants instead.
+        // btrfs-uapi's builder keeps its raw struct private: the fields
+        // are set here, with its flag constants.
         let mut flags = F::empty();
         if let Some(p) = self.profiles {
             a.profiles = p;

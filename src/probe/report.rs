@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ProbeOptions;
 use super::expect::{Expectation, expect};
-use super::verdict::{Analysis, Behaviour, FileSummary, NoiseSummary, Round, Verdict};
+use super::verdict::{Analysis, Behaviour, CostSummary, FileSummary, NoiseSummary, Round, Verdict};
 use crate::model::profile::Profile;
 use crate::model::profile::profile_list;
 use crate::sys::proc::counters::CounterKind;
@@ -139,10 +139,16 @@ pub struct ProbeReport {
     /// Reasons behind an inconclusive verdict (and what else the verdict
     /// needs said: a bounced control).
     pub reasons: Vec<String>,
-    /// The test file's O_DIRECT throughput over the NOCOW control's, in the
-    /// same run (null: no control): what checksummed O_DIRECT costs here.
+    /// The test file's median O_DIRECT throughput over the NOCOW control's,
+    /// in the same run (null: no control); `cost` says whether the rounds
+    /// agree on it.
     #[serde(default)]
     pub nocow_ratio: Option<f64>,
+    /// What checksummed O_DIRECT costs against NOCOW, round by round: the
+    /// per-round ratios, their median and range, and whether they agree
+    /// (null: no control).
+    #[serde(default)]
+    pub cost: Option<CostSummary>,
     /// Kernel release.
     pub kernel: String,
     /// What the kernel version would lead one to expect (never what
@@ -202,6 +208,7 @@ impl ProbeReport {
             fix: words.fix,
             reasons: analysis.reasons,
             nocow_ratio: analysis.nocow_ratio,
+            cost: analysis.cost,
             kernel,
             expected,
             effort: Effort::default(),
@@ -225,23 +232,43 @@ impl ProbeReport {
 }
 
 impl ProbeReport {
-    /// "checksummed O_DIRECT runs at 62% of NOCOW here", when there was a
-    /// NOCOW control.
+    /// "checksummed O_DIRECT runs at 62% of NOCOW here (58–66% in 3
+    /// rounds)" when the rounds agree ([`CostSummary::agrees`]), "the cost
+    /// varies here: 25–62% of NOCOW in 3 rounds" when they do not; nothing
+    /// without a NOCOW control or when the directory is NOCOW itself (it
+    /// would compare NOCOW with NOCOW).
     pub fn cost_sentence(&self) -> Option<String> {
-        let ratio = self.nocow_ratio?;
-        let pct = (ratio * 100.0).round();
-        let what = if self.filesystem.target_nocow == Some(true) {
-            "O_DIRECT in this NOCOW directory"
-        } else {
-            "checksummed O_DIRECT"
-        };
+        if self.filesystem.target_nocow == Some(true) {
+            return None;
+        }
+        let cost = self.cost.as_ref()?;
+        let pct = |x: f64| format!("{:.0}", (x * 100.0).round());
         let how = match self.verdict {
-            Verdict::DirectBounced => " (the bounce copy)",
-            Verdict::BufferedFallback => " (through the page cache)",
-            Verdict::ProfileForced => " (NOCOW is buffered too on this profile)",
+            Verdict::DirectBounced => ", the bounce copy",
+            Verdict::BufferedFallback => ", through the page cache",
+            Verdict::ProfileForced => ", NOCOW is buffered too on this profile",
             _ => "",
         };
-        Some(format!("{what} runs at {pct:.0}% of NOCOW here{how}"))
+        let n = cost.rounds.len();
+        Some(if cost.agrees {
+            format!(
+                "checksummed O_DIRECT runs at {}% of NOCOW here ({}–{}% in {n} rounds{how})",
+                pct(cost.median),
+                pct(cost.min),
+                pct(cost.max)
+            )
+        } else if n < 2 {
+            format!(
+                "one round cannot tell the cost: it ran at {}% of NOCOW (use --rounds 3)",
+                pct(cost.median)
+            )
+        } else {
+            format!(
+                "the cost varies here: {}–{}% of NOCOW in {n} rounds",
+                pct(cost.min),
+                pct(cost.max)
+            )
+        })
     }
 
     /// "7.3.4 expects direct-bounced" with the agreement, for the text.

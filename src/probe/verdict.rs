@@ -721,6 +721,10 @@ mod tests {
         assert_eq!(a.test.behaviour, Behaviour::Bounced);
         assert_eq!(a.control.unwrap().behaviour, Behaviour::Direct);
         assert!((a.nocow_ratio.unwrap() - 0.5).abs() < 1e-9);
+        let cost = a.cost.unwrap();
+        assert_eq!(cost.rounds.len(), 3);
+        assert!((cost.median - 0.5).abs() < 1e-9);
+        assert!(cost.agrees);
         assert!(a.reasons.is_empty());
         // DUP on 7.3: NOCOW bounced too, and it is said why.
         let r = traced((0, 0, 32, 32), (0, 0, 32, 32), (0.2, 0.2));
@@ -744,5 +748,29 @@ mod tests {
         let a = analyze_per_file(&r, &btrfs(Profile::Single), 4096).unwrap();
         assert_eq!(a.verdict, Verdict::Direct);
         assert_eq!(a.test.bounced_share, None);
+    }
+
+    #[test]
+    fn cost_is_per_round_and_agrees_only_within_the_bound() {
+        // The test file at 40%, 80%, 50% of the control's speed, round by
+        // round: the median is 50%, the range 40-80%, and 2x apart is no
+        // agreement.
+        let mut r = rounds(0.0, Some(0.0), &[0.0, 0.0, 0.0]);
+        for (round, secs) in r.iter_mut().zip([2.5, 1.25, 2.0]) {
+            round.test.seconds = secs;
+        }
+        let cost = analyze(&r, &btrfs(Profile::Single)).cost.unwrap();
+        assert_eq!(cost.rounds, [0.4, 0.8, 0.5]);
+        assert_eq!((cost.median, cost.min, cost.max), (0.5, 0.4, 0.8));
+        assert!(!cost.agrees);
+        // Within 25% of each other: they agree.
+        r[1].test.seconds = 2.2;
+        assert!(analyze(&r, &btrfs(Profile::Single)).cost.unwrap().agrees);
+        // Without a control there is no cost.
+        let r = rounds(0.0, None, &[0.0, 0.0]);
+        let ctx = Context {
+            data_profiles: vec![],
+        };
+        assert_eq!(analyze(&r, &ctx).cost, None);
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ProbeOptions;
 use super::expect::{Expectation, expect};
-use super::verdict::{Analysis, Behaviour, FileSummary, NoiseSummary, Round, Verdict};
+use super::verdict::{Analysis, Behaviour, CostSummary, FileSummary, NoiseSummary, Round, Verdict};
 use crate::model::profile::Profile;
 use crate::model::profile::profile_list;
 use crate::sys::proc::counters::CounterKind;
@@ -139,10 +139,16 @@ pub struct ProbeReport {
     /// Reasons behind an inconclusive verdict (and what else the verdict
     /// needs said: a bounced control).
     pub reasons: Vec<String>,
-    /// The test file's O_DIRECT throughput over the NOCOW control's, in the
-    /// same run (null: no control): what checksummed O_DIRECT costs here.
+    /// The test file's median O_DIRECT throughput over the NOCOW control's,
+    /// in the same run (null: no control); `cost` says whether the rounds
+    /// agree on it.
     #[serde(default)]
     pub nocow_ratio: Option<f64>,
+    /// What checksummed O_DIRECT costs against NOCOW, round by round: the
+    /// per-round ratios, their median and range, and whether they agree
+    /// (null: no control).
+    #[serde(default)]
+    pub cost: Option<CostSummary>,
     /// Kernel release.
     pub kernel: String,
     /// What the kernel version would lead one to expect (never what
@@ -202,6 +208,7 @@ impl ProbeReport {
             fix: words.fix,
             reasons: analysis.reasons,
             nocow_ratio: analysis.nocow_ratio,
+            cost: analysis.cost,
             kernel,
             expected,
             effort: Effort::default(),
@@ -225,23 +232,17 @@ impl ProbeReport {
 }
 
 impl ProbeReport {
-    /// "checksummed O_DIRECT runs at 62% of NOCOW here", when there was a
-    /// NOCOW control.
+    /// "checksummed O_DIRECT runs at 62% of NOCOW here (58–66% in 3
+    /// rounds)" when the rounds agree ([`CostSummary::agrees`]), "the cost
+    /// varies here: 25–62% of NOCOW in 3 rounds" when they do not; nothing
+    /// without a NOCOW control or when the directory is NOCOW itself (it
+    /// would compare NOCOW with NOCOW).
     pub fn cost_sentence(&self) -> Option<String> {
-        let ratio = self.nocow_ratio?;
-        let pct = (ratio * 100.0).round();
-        let what = if self.filesystem.target_nocow == Some(true) {
-            "O_DIRECT in this NOCOW directory"
-        } else {
-            "checksummed O_DIRECT"
-        };
-        let how = match self.verdict {
-            Verdict::DirectBounced => " (the bounce copy)",
-            Verdict::BufferedFallback => " (through the page cache)",
-            Verdict::ProfileForced => " (NOCOW is buffered too on this profile)",
-            _ => "",
-        };
-        Some(format!("{what} runs at {pct:.0}% of NOCOW here{how}"))
+        cost_words(
+            self.cost.as_ref(),
+            self.filesystem.target_nocow,
+            self.verdict,
+        )
     }
 
     /// "7.3.4 expects direct-bounced" with the agreement, for the text.
@@ -389,5 +390,109 @@ fn explain(verdict: Verdict, fs: &FsContext, analysis: &Analysis) -> Words {
                     .to_owned(),
             ),
         },
+    }
+}
+
+/// [`ProbeReport::cost_sentence`], from its parts.
+fn cost_words(
+    cost: Option<&CostSummary>,
+    target_nocow: Option<bool>,
+    verdict: Verdict,
+) -> Option<String> {
+    if target_nocow == Some(true) {
+        return None;
+    }
+    let cost = cost?;
+    let pct = |x: f64| format!("{:.0}", (x * 100.0).round());
+    let how = match verdict {
+        Verdict::DirectBounced => ", the bounce copy",
+        Verdict::BufferedFallback => ", through the page cache",
+        Verdict::ProfileForced => ", NOCOW is buffered too on this profile",
+        _ => "",
+    };
+    let n = cost.rounds.len();
+    Some(if cost.agrees {
+        format!(
+            "checksummed O_DIRECT runs at {}% of NOCOW here ({}–{}% in {n} rounds{how})",
+            pct(cost.median),
+            pct(cost.min),
+            pct(cost.max)
+        )
+    } else if n < 2 {
+        format!(
+            "one round cannot tell the cost: it ran at {}% of NOCOW (use --rounds 3)",
+            pct(cost.median)
+        )
+    } else {
+        format!(
+            "the cost varies here: {}–{}% of NOCOW in {n} rounds",
+            pct(cost.min),
+            pct(cost.max)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(rounds: &[f64]) -> CostSummary {
+        let sample = |mib_per_s: f64| super::super::verdict::WriteSample {
+            bytes_written: 4 << 20,
+            dirtied_bytes: 0,
+            dirtied_folios: None,
+            cached_bytes: None,
+            write_calls: 4,
+            direct_calls: None,
+            bounced_calls: None,
+            seconds: 4.0 / mib_per_s,
+        };
+        let rounds: Vec<Round> = rounds
+            .iter()
+            .map(|&ratio| Round {
+                test: sample(1000.0 * ratio),
+                control: Some(sample(1000.0)),
+                idle: super::super::verdict::IdleSample {
+                    dirtied_bytes: 0,
+                    seconds: 0.01,
+                },
+            })
+            .collect();
+        super::super::verdict::cost_of(&rounds).unwrap()
+    }
+
+    #[test]
+    fn probe_cost_is_a_figure_only_when_the_rounds_agree() {
+        // Rounds as issue 52 saw them from run to run: a range, no figure.
+        let varies = cost(&[0.60, 0.25, 0.62]);
+        assert!(!varies.agrees);
+        let s = cost_words(Some(&varies), Some(false), Verdict::BufferedFallback).unwrap();
+        assert_eq!(s, "the cost varies here: 25–62% of NOCOW in 3 rounds");
+        assert!(!s.contains("runs at"), "{s}");
+        // Rounds within 25% of each other: the median, with its range.
+        let steady = cost(&[0.60, 0.55, 0.62]);
+        assert!(steady.agrees);
+        let s = cost_words(Some(&steady), Some(false), Verdict::BufferedFallback).unwrap();
+        assert_eq!(
+            s,
+            "checksummed O_DIRECT runs at 60% of NOCOW here (55–62% in 3 rounds, through the page cache)"
+        );
+        // One round cannot agree with anything.
+        let one = cost(&[0.6]);
+        assert!(!one.agrees);
+        let s = cost_words(Some(&one), Some(false), Verdict::Direct).unwrap();
+        assert!(s.starts_with("one round cannot tell the cost"), "{s}");
+        // No control, no cost.
+        assert_eq!(cost_words(None, None, Verdict::Direct), None);
+    }
+
+    #[test]
+    fn probe_cost_of_a_nocow_directory_is_not_compared_with_nocow() {
+        // A NOCOW directory against the NOCOW control is NOCOW against
+        // itself: whatever the rounds say, no "of NOCOW" sentence.
+        for rounds in [[0.56, 0.58, 0.57], [0.56, 1.22, 0.9]] {
+            let c = cost(&rounds);
+            assert_eq!(cost_words(Some(&c), Some(true), Verdict::Direct), None);
+        }
     }
 }

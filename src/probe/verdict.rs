@@ -20,6 +20,11 @@ pub(crate) const BUFFERED_MIN: f64 = 0.6;
 pub(crate) const NOISE_SPREAD_MAX: f64 = BUFFERED_MIN - DIRECT_MAX;
 /// Above this median noise ratio other writers drown the measurement.
 pub(crate) const NOISE_RATIO_MAX: f64 = 2.0;
+/// The rounds agree on the cost against NOCOW when the largest per-round
+/// ratio is at most this many times the smallest (and there are at least
+/// two rounds): each round within 25% of every other. Otherwise the cost is
+/// given as its range, never as one figure.
+pub const COST_AGREE_MAX: f64 = 1.25;
 
 /// One O_DIRECT write of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -178,6 +183,52 @@ pub struct NoiseSummary {
     pub ratio_spread: f64,
 }
 
+/// What checksummed O_DIRECT costs against the NOCOW control, measured
+/// round by round: each round writes both files, one right after the other
+/// (alternating which goes first), so a round's ratio compares writes made
+/// under the same conditions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CostSummary {
+    /// Per round, in round order: the test file's throughput over the
+    /// control's in that round (rounds where a write took no measurable
+    /// time are left out).
+    pub rounds: Vec<f64>,
+    /// Median of the per-round ratios.
+    pub median: f64,
+    /// Smallest per-round ratio.
+    pub min: f64,
+    /// Largest per-round ratio.
+    pub max: f64,
+    /// Whether the rounds agree: at least two, and the largest at most
+    /// 1.25 times the smallest. Only then is the median a figure to quote.
+    pub agrees: bool,
+}
+
+/// The per-round costs against the control; `None` without a control.
+pub(crate) fn cost_of(rounds: &[Round]) -> Option<CostSummary> {
+    let speed = |s: &WriteSample| (s.seconds > 0.0).then(|| s.bytes_written as f64 / s.seconds);
+    let ratios: Vec<f64> = rounds
+        .iter()
+        .filter_map(|r| {
+            let control = speed(r.control.as_ref()?)?;
+            Some(speed(&r.test)? / control).filter(|_| control > 0.0)
+        })
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    let mut sorted = ratios.clone();
+    let median = median(&mut sorted);
+    let (min, max) = (sorted[0], sorted[sorted.len() - 1]);
+    Some(CostSummary {
+        agrees: ratios.len() >= 2 && min > 0.0 && max <= min * COST_AGREE_MAX,
+        rounds: ratios,
+        median,
+        min,
+        max,
+    })
+}
+
 /// The analysis of all rounds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Analysis {
@@ -190,9 +241,13 @@ pub struct Analysis {
     /// Background noise.
     pub noise: NoiseSummary,
     /// The test file's median throughput over the NOCOW control's, in the
-    /// same run: what checksummed O_DIRECT costs here (null: no control).
+    /// same run (null: no control); [`Analysis::cost`] says whether the
+    /// rounds agree on it.
     #[serde(default)]
     pub nocow_ratio: Option<f64>,
+    /// The cost against NOCOW round by round (null: no control).
+    #[serde(default)]
+    pub cost: Option<CostSummary>,
     /// Why the verdict is what it is when that needs saying (inconclusive,
     /// a bounced control).
     pub reasons: Vec<String>,
@@ -382,6 +437,7 @@ pub(crate) fn analyze(rounds: &[Round], ctx: &Context) -> Analysis {
         control,
         noise,
         nocow_ratio,
+        cost: cost_of(rounds),
         reasons,
     }
 }
@@ -665,6 +721,10 @@ mod tests {
         assert_eq!(a.test.behaviour, Behaviour::Bounced);
         assert_eq!(a.control.unwrap().behaviour, Behaviour::Direct);
         assert!((a.nocow_ratio.unwrap() - 0.5).abs() < 1e-9);
+        let cost = a.cost.unwrap();
+        assert_eq!(cost.rounds.len(), 3);
+        assert!((cost.median - 0.5).abs() < 1e-9);
+        assert!(cost.agrees);
         assert!(a.reasons.is_empty());
         // DUP on 7.3: NOCOW bounced too, and it is said why.
         let r = traced((0, 0, 32, 32), (0, 0, 32, 32), (0.2, 0.2));
@@ -688,5 +748,29 @@ mod tests {
         let a = analyze_per_file(&r, &btrfs(Profile::Single), 4096).unwrap();
         assert_eq!(a.verdict, Verdict::Direct);
         assert_eq!(a.test.bounced_share, None);
+    }
+
+    #[test]
+    fn cost_is_per_round_and_agrees_only_within_the_bound() {
+        // The test file at 40%, 80%, 50% of the control's speed, round by
+        // round: the median is 50%, the range 40-80%, and 2x apart is no
+        // agreement.
+        let mut r = rounds(0.0, Some(0.0), &[0.0, 0.0, 0.0]);
+        for (round, secs) in r.iter_mut().zip([2.5, 1.25, 2.0]) {
+            round.test.seconds = secs;
+        }
+        let cost = analyze(&r, &btrfs(Profile::Single)).cost.unwrap();
+        assert_eq!(cost.rounds, [0.4, 0.8, 0.5]);
+        assert_eq!((cost.median, cost.min, cost.max), (0.5, 0.4, 0.8));
+        assert!(!cost.agrees);
+        // Within 25% of each other: they agree.
+        r[1].test.seconds = 2.2;
+        assert!(analyze(&r, &btrfs(Profile::Single)).cost.unwrap().agrees);
+        // Without a control there is no cost.
+        let r = rounds(0.0, None, &[0.0, 0.0]);
+        let ctx = Context {
+            data_profiles: vec![],
+        };
+        assert_eq!(analyze(&r, &ctx).cost, None);
     }
 }

@@ -98,6 +98,7 @@ fn assert_report_shape(r: &Value) {
             ("test.direct_share", "number|null"),
             ("test.bounced_share", "number|null"),
             ("nocow_ratio", "number|null"),
+            ("cost", "object|null"),
             ("expected.verdict", "string|null"),
             ("expected.basis", "string"),
             ("expected.agrees", "bool|null"),
@@ -130,6 +131,33 @@ fn assert_report_shape(r: &Value) {
             assert!((ratio - t / c).abs() < 1e-9, "{r:#}");
         }
         None => assert!(r["nocow_ratio"].is_null()),
+    }
+    // The cost round by round: one ratio per round, the median inside the
+    // range, and "agrees" by the documented rule (max <= 1.25 x min).
+    match r["control"].is_null() {
+        true => assert!(r["cost"].is_null(), "{r:#}"),
+        false => {
+            let cost = &r["cost"];
+            let ratios: Vec<f64> = cost["rounds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            assert_eq!(
+                ratios.len() as u64,
+                r["parameters"]["rounds"].as_u64().unwrap()
+            );
+            let (min, max) = (cost["min"].as_f64().unwrap(), cost["max"].as_f64().unwrap());
+            let median = cost["median"].as_f64().unwrap();
+            assert!(min <= median && median <= max, "{cost:#}");
+            assert!(ratios.iter().all(|x| (min..=max).contains(x)), "{cost:#}");
+            assert_eq!(
+                cost["agrees"].as_bool().unwrap(),
+                ratios.len() >= 2 && max <= min * btrfs_lab::probe::verdict::COST_AGREE_MAX,
+                "{cost:#}"
+            );
+        }
     }
     // The report reads back as its type.
     let back: btrfs_lab::probe::ProbeReport = serde_json::from_value(r.clone()).unwrap();
@@ -198,13 +226,19 @@ fn checksummed_and_nocow_directories_on_single_btrfs() {
     assert_eq!(code, 3);
     assert!(
         text.starts_with(&format!(
-            "probe-dio {}\nverdict: buffered-fallback — checksummed O_DIRECT runs at ",
+            "probe-dio {}\nverdict: buffered-fallback — ",
             mnt.display()
         )),
         "{text}"
     );
+    // A figure when the rounds agree, else the range: which one depends on
+    // the machine, the shape does not.
+    let verdict_line = text.lines().nth(1).unwrap();
     assert!(
-        text.contains("% of NOCOW here (through the page cache)\n"),
+        (verdict_line.contains("checksummed O_DIRECT runs at ")
+            && verdict_line.ends_with("% in 3 rounds, through the page cache)"))
+            || (verdict_line.contains("the cost varies here: ")
+                && verdict_line.ends_with("% of NOCOW in 3 rounds")),
         "{text}"
     );
     assert!(text.contains("kernel version"), "{text}");

@@ -535,6 +535,19 @@ pub fn remount(m: &Path, options: &str) {
 /// `first` alone with `options` (`degraded`, `degraded,ro`).
 pub fn lose_member(m: &Path, first: &Path, gone: &Path, options: &str) {
     must(Command::new("umount").arg(m));
+    // Right after the unmount the kernel (or another test's `btrfs device
+    // scan`) can still hold the device for a moment: EBUSY, then it lets go.
+    for _ in 0..50 {
+        let forgot = Command::new("btrfs")
+            .args(["device", "scan", "--forget"])
+            .arg(gone)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if forgot {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     must(
         Command::new("btrfs")
             .args(["device", "scan", "--forget"])

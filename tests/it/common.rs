@@ -537,22 +537,21 @@ pub fn lose_member(m: &Path, first: &Path, gone: &Path, options: &str) {
     must(Command::new("umount").arg(m));
     // Right after the unmount the kernel (or another test's `btrfs device
     // scan`) can still hold the device for a moment: EBUSY, then it lets go.
-    for _ in 0..50 {
-        let forgot = Command::new("btrfs")
-            .args(["device", "scan", "--forget"])
-            .arg(gone)
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if forgot {
-            break;
+    let forget = || {
+        let mut c = Command::new("btrfs");
+        c.args(["device", "scan", "--forget"]).arg(gone);
+        c
+    };
+    let forgot = (0..50).any(|_| {
+        let ok = forget().output().is_ok_and(|o| o.status.success());
+        if !ok {
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        ok
+    });
+    if !forgot {
+        must(&mut forget());
     }
-    must(
-        Command::new("btrfs")
-            .args(["device", "scan", "--forget"])
-            .arg(gone),
-    );
     must(
         Command::new("mount")
             .args(["-t", "btrfs", "-o", options])

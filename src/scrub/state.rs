@@ -48,6 +48,24 @@ impl StateStore {
         }
     }
 
+    /// True the first time `note` is asked about in this state directory
+    /// (kept in `scrub/notes.json`), false after: a note about the host
+    /// (suspend not held off) said once, not on every run. True when the
+    /// list cannot be read or written (said again rather than never).
+    pub fn first_time(&self, note: &str) -> bool {
+        const NOTES: &str = "notes.json";
+        let mut said: Vec<String> = match self.room.load(NOTES) {
+            Ok(v) => v.unwrap_or_default(),
+            Err(_) => return true,
+        };
+        if said.iter().any(|s| s == note) {
+            return false;
+        }
+        said.push(note.to_owned());
+        let _ = self.room.save(NOTES, &said);
+        true
+    }
+
     /// Replaces the saved state atomically.
     pub fn save(&self, s: &SavedScrub) -> Result<()> {
         self.room.save(&Self::name(&s.fsid), s)

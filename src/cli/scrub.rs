@@ -260,6 +260,7 @@ fn render_report(r: &ScrubReport, out: &Output) -> String {
         }
     );
     if resumed {
+        t.push_str(&read_again(all.bytes_scrubbed, all.bytes_to_read, out));
         t.push_str("this run, per device:\n");
     }
     for d in &r.devices {
@@ -347,8 +348,24 @@ fn render_status(st: &ScrubStatus, out: &Output) -> String {
         for d in &l.devices {
             t.push_str(&device_line(d, out));
         }
+        if l.runs > 1 {
+            let all = btrfs_lab::scrub::Totals::of(&l.devices);
+            t.push_str(&read_again(all.bytes_scrubbed, all.bytes_to_read, out));
+        }
     }
     t
+}
+
+/// Why a resumed scrub read more than the blocks in use (a line), or
+/// nothing.
+fn read_again(read: u64, to_read: u64, out: &Output) -> String {
+    if read <= to_read {
+        return String::new();
+    }
+    format!(
+        "{} read again: a resume starts over the chunk each device stopped in\n",
+        out.size(read - to_read)
+    )
 }
 
 use super::decl::{BAD, NOT_WRITTEN, row};

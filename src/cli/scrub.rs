@@ -316,7 +316,11 @@ fn render_report(r: &ScrubReport, out: &Output) -> String {
 fn render_status(st: &ScrubStatus, out: &Output) -> String {
     let m = st.mount_point.display();
     let mut t = if st.running {
-        format!("a scrub runs on {m}:\n")
+        format!(
+            "a scrub runs on {m}{}:\n",
+            st.since()
+                .map_or(String::new(), |s| format!(" (btrfs-lab's, {s})"))
+        )
     } else {
         format!("no scrub runs on {m}\n")
     };

@@ -67,6 +67,7 @@ pub fn execute(
     // Opened before the first scrub ioctl: every message of this run.
     let mut log = RunLog::open(plan);
     let started_at = now_secs();
+    store.mark_running(&plan.fsid, started_at);
     let t0 = Instant::now();
     let workers = start_workers(fs, plan)?;
     let prior = prior_runs(plan, saved.as_ref());

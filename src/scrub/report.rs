@@ -320,6 +320,10 @@ pub struct ScrubStatus {
     pub fsid: String,
     /// A scrub runs now (ours or `btrfs scrub start`'s).
     pub running: bool,
+    /// When the running scrub started, seconds since the epoch, when a
+    /// btrfs-lab run scrubs (absent for `btrfs scrub start`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_since: Option<u64>,
     /// The running scrub's counters per device (from SCRUB_PROGRESS).
     pub devices: Vec<DeviceScrub>,
     /// What btrfs-lab saved of its last scrub of this filesystem.
@@ -328,6 +332,14 @@ pub struct ScrubStatus {
     /// 0): every scrub of them runs at most that fast.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<SpeedLimit>,
+}
+
+impl ScrubStatus {
+    /// `since 2026-12-07T13:00:01Z` when a btrfs-lab run scrubs now.
+    pub fn since(&self) -> Option<String> {
+        self.running_since
+            .map(|t| format!("since {}", crate::report::envelope::rfc3339_seconds(t)))
+    }
 }
 
 /// A device's scrub speed limit in force.

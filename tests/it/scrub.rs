@@ -410,6 +410,13 @@ fn status_cancel_and_dry_run() {
     let st: ScrubStatus = typed(&out);
     assert!(st.running, "{st:?}");
     assert!(st.devices.iter().any(|d| d.bytes_scrubbed > 0), "{st:?}");
+    assert!(
+        st.running_since.is_some(),
+        "ours: it says since when: {st:?}"
+    );
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).arg("--status"));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" (btrfs-lab's, since 20"), "{out}");
     let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).args(["--cancel", "--json"]));
     assert_eq!(code, 0, "{err}");
     let c: ScrubCancel = typed(&out);

@@ -31,13 +31,17 @@ pub struct ScrubArgs {
     /// A path inside a mounted btrfs.
     #[arg(value_name = "MOUNT")]
     mount: PathBuf,
-    /// Show the running (or paused, or last) operation and exit.
+    /// Show the running scrub (also one `btrfs scrub start` began), the last
+    /// one btrfs-lab saved (when it started and ended, how long it took) and
+    /// the speed limits in force, and exit.
     #[arg(long, conflicts_with_all = ["cancel", "resume", "dry_run", "limit", "readonly"])]
     status: bool,
-    /// Cancel the running operation: what is done stays done (a replace leaves OLD a member).
+    /// Cancel the running scrub (also one `btrfs scrub start` began): what
+    /// was read stays read, and --resume continues it.
     #[arg(long, conflicts_with_all = ["resume", "limit", "readonly"])]
     cancel: bool,
-    /// Continue the paused or interrupted operation.
+    /// Continue the interrupted scrub where each device stopped (saved in
+    /// --state-dir/scrub); the report counts the earlier runs too.
     #[arg(long)]
     resume: bool,
     /// Only report errors, repair nothing (btrfs scrub start -r).
@@ -219,24 +223,46 @@ fn device_line(d: &DeviceScrub, out: &Output) -> String {
 fn render_report(r: &ScrubReport, out: &Output) -> String {
     let p = out.paint;
     let m = r.mount_point.display();
+    // A resumed scrub: the whole scrub's figures, and this run's share.
+    let resumed = r.resumed && r.runs > 1;
+    let (all, secs) = if resumed {
+        (&r.scrub_totals, r.scrub_duration_seconds)
+    } else {
+        (&r.totals, r.duration_seconds)
+    };
     let head = match r.outcome {
-        Outcome::Finished if r.totals.uncorrectable > 0 => p.bad("uncorrectable errors"),
-        Outcome::Finished if r.totals.errors > 0 => p.warn("errors found"),
+        Outcome::Finished if all.uncorrectable > 0 => p.bad("uncorrectable errors"),
+        Outcome::Finished if all.errors > 0 => p.warn("errors found"),
         Outcome::Finished => p.good("no errors"),
         Outcome::Interrupted => p.warn("interrupted"),
     };
-    let rate = if r.duration_seconds > 0.0 {
-        r.totals.bytes_scrubbed as f64 / r.duration_seconds
+    let rate = if secs > 0.0 {
+        all.bytes_scrubbed as f64 / secs
     } else {
         0.0
     };
     let mut t = format!(
-        "scrub of {m}{}: {head}; {} read in {} ({})\n",
-        if r.resumed { " (resumed)" } else { "" },
-        out.size(r.totals.bytes_scrubbed),
-        duration(r.duration_seconds),
-        format_rate(rate)
+        "scrub of {m}: {head}; {} read in {} ({}){}\n",
+        out.size(all.bytes_scrubbed),
+        duration(secs),
+        format_rate(rate),
+        if resumed {
+            format!(
+                " in {} runs; resumed: this run read {} in {}",
+                r.runs,
+                out.size(r.totals.bytes_scrubbed),
+                duration(r.duration_seconds)
+            )
+        } else if r.resumed {
+            " (resumed)".to_owned()
+        } else {
+            String::new()
+        }
     );
+    if resumed {
+        t.push_str(&read_again(all.bytes_scrubbed, all.bytes_to_read, out));
+        t.push_str("this run, per device:\n");
+    }
     for d in &r.devices {
         t.push_str(&device_line(d, out));
     }
@@ -290,7 +316,11 @@ fn render_report(r: &ScrubReport, out: &Output) -> String {
 fn render_status(st: &ScrubStatus, out: &Output) -> String {
     let m = st.mount_point.display();
     let mut t = if st.running {
-        format!("a scrub runs on {m}:\n")
+        format!(
+            "a scrub runs on {m}{}:\n",
+            st.since()
+                .map_or(String::new(), |s| format!(" (btrfs-lab's, {s})"))
+        )
     } else {
         format!("no scrub runs on {m}\n")
     };
@@ -309,20 +339,37 @@ fn render_status(st: &ScrubStatus, out: &Output) -> String {
     }
     if let Some(l) = &st.last {
         t.push_str(&format!(
-            "last btrfs-lab scrub: {} ({} device{})\n",
+            "last btrfs-lab scrub: {} ({} device{}); {}\n",
             if l.finished {
                 "finished"
             } else {
                 "interrupted, --resume continues it"
             },
             l.devices.len(),
-            if l.devices.len() == 1 { "" } else { "s" }
+            if l.devices.len() == 1 { "" } else { "s" },
+            l.when()
         ));
         for d in &l.devices {
             t.push_str(&device_line(d, out));
         }
+        if l.runs > 1 {
+            let all = btrfs_lab::scrub::Totals::of(&l.devices);
+            t.push_str(&read_again(all.bytes_scrubbed, all.bytes_to_read, out));
+        }
     }
     t
+}
+
+/// Why a resumed scrub read more than the blocks in use (a line), or
+/// nothing.
+fn read_again(read: u64, to_read: u64, out: &Output) -> String {
+    if read <= to_read {
+        return String::new();
+    }
+    format!(
+        "{} read again: a resume starts over the chunk each device stopped in\n",
+        out.size(read - to_read)
+    )
 }
 
 use super::page::{BAD, NOT_WRITTEN, row};

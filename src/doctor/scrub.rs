@@ -139,6 +139,7 @@ other-fs:1|t_start:5|finished:1
             finished: false,
             readonly: false,
             duration_seconds: 50.0,
+            runs: 1,
             devices: vec![crate::scrub::DeviceScrub {
                 devid: 1,
                 csum_errors: 2,

@@ -40,6 +40,11 @@ pub fn status(fs: &btrfs::FsHandle, store: &StateStore) -> Result<ScrubStatus> {
         mount_point: fs.path().to_path_buf(),
         fsid: fsid.clone(),
         running: !devices.is_empty(),
+        running_since: if devices.is_empty() {
+            None
+        } else {
+            store.running_since(&fsid)
+        },
         last: store.load(&fsid)?,
         limits: limits(fs, &fsid, store)?,
         devices,

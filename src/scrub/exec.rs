@@ -62,11 +62,12 @@ pub fn execute(
     let dir = fs.held_fd()?;
     refuse_a_running_scrub(fs, &plan.mount_point)?;
     let _limit = set_limit(plan, store, ui)?;
-    let inhibitor = hold_off_suspend(&plan.mount_point, ui);
+    let inhibitor = hold_off_suspend(&plan.mount_point, store, ui);
     let suspend_held_off = inhibitor.is_some();
     // Opened before the first scrub ioctl: every message of this run.
     let mut log = RunLog::open(plan);
     let started_at = now_secs();
+    store.mark_running(&plan.fsid, started_at);
     let t0 = Instant::now();
     let workers = start_workers(fs, plan)?;
     let prior = prior_runs(plan, saved.as_ref());
@@ -75,14 +76,8 @@ pub fn execute(
     drop(inhibitor);
     let (devices, failure, stopped_by) = watch.end();
     let elapsed = t0.elapsed().as_secs_f64();
-    store.save(&saved_state(
-        plan,
-        saved.as_ref(),
-        prior,
-        &devices,
-        started_at,
-        elapsed,
-    ))?;
+    let whole = saved_state(plan, saved.as_ref(), prior, &devices, started_at, elapsed);
+    store.save(&whole)?;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -99,6 +94,9 @@ pub fn execute(
         started_at,
         duration_seconds: t0.elapsed().as_secs_f64(),
         totals: Totals::of(&devices),
+        scrub_totals: Totals::of(&whole.devices),
+        scrub_duration_seconds: whole.duration_seconds,
+        runs: whole.runs,
         devices,
         missing: plan.missing.clone(),
         suspend_held_off,
@@ -122,27 +120,32 @@ fn refuse_a_running_scrub(fs: &btrfs::FsHandle, mount: &Path) -> Result<()> {
     )))
 }
 
-/// A systemd-logind sleep inhibitor for the run, or a notice (record and
-/// note) that suspend is not held off.
-fn hold_off_suspend(mount: &Path, ui: &dyn Ui) -> Option<SleepInhibitor> {
+/// A systemd-logind sleep inhibitor for the run, or a notice that suspend
+/// is not held off: a record on every run, a one-line note the first time
+/// (per reason and state directory; `suspend_held_off` in the report says
+/// it on every run).
+fn hold_off_suspend(mount: &Path, store: &StateStore, ui: &dyn Ui) -> Option<SleepInhibitor> {
     match SleepInhibitor::hold(&format!("scrub of {}", mount.display())) {
         Ok(i) => Some(i),
         Err(why) => {
-            let message = format!(
-                "suspend is not held off while the scrub runs ({why}); a suspend pauses it, \
-                 and kernels 6.19 and later cancel it: btrfs-lab scrub {} --resume then continues",
-                mount.display()
-            );
+            let message = suspend_note(&why);
             ui::emit(
                 ui,
                 &ScrubRecord::Notice {
                     message: message.clone(),
                 },
             );
-            ui.note(&message);
+            if store.first_time(&message) {
+                ui.note(&message);
+            }
             None
         }
     }
+}
+
+/// The one line that says suspend is not held off, and why.
+pub(super) fn suspend_note(why: &str) -> String {
+    format!("suspend is not held off ({why}): a suspend stops the scrub, --resume continues")
 }
 
 /// The kernel's messages of this run about the planned devices, read as
@@ -402,7 +405,7 @@ impl<'a> Watch<'a> {
 }
 
 /// What is saved of the scrub: the sums of every run per device.
-fn saved_state(
+pub(super) fn saved_state(
     plan: &ScrubPlan,
     saved: Option<&SavedScrub>,
     prior: Vec<DeviceScrub>,
@@ -438,6 +441,7 @@ fn saved_state(
         finished: devices.iter().all(|d| d.finished) && sums.iter().all(|d| d.finished),
         readonly: plan.readonly,
         duration_seconds: elapsed + earlier.map_or(0.0, |s| s.duration_seconds),
+        runs: earlier.map_or(0, |s| s.runs.max(1)) + 1,
         devices: sums,
     }
 }

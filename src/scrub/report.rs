@@ -203,8 +203,19 @@ pub struct ScrubReport {
     pub duration_seconds: f64,
     /// This run's counters per device.
     pub devices: Vec<DeviceScrub>,
-    /// Their sums.
+    /// Their sums (this run's).
     pub totals: Totals,
+    /// The whole scrub's sums: this run's and, when it was resumed, the
+    /// earlier runs' (from the saved state); the same as `totals` for a
+    /// scrub in one run.
+    #[serde(default)]
+    pub scrub_totals: Totals,
+    /// How long the whole scrub's runs took together, seconds.
+    #[serde(default)]
+    pub scrub_duration_seconds: f64,
+    /// How many runs the whole scrub took (1, or more when resumed).
+    #[serde(default)]
+    pub runs: u32,
     /// Devices not scrubbed (missing).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<u64>,
@@ -309,6 +320,10 @@ pub struct ScrubStatus {
     pub fsid: String,
     /// A scrub runs now (ours or `btrfs scrub start`'s).
     pub running: bool,
+    /// When the running scrub started, seconds since the epoch, when a
+    /// btrfs-lab run scrubs (absent for `btrfs scrub start`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_since: Option<u64>,
     /// The running scrub's counters per device (from SCRUB_PROGRESS).
     pub devices: Vec<DeviceScrub>,
     /// What btrfs-lab saved of its last scrub of this filesystem.
@@ -317,6 +332,14 @@ pub struct ScrubStatus {
     /// 0): every scrub of them runs at most that fast.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<SpeedLimit>,
+}
+
+impl ScrubStatus {
+    /// `since 2026-12-07T13:00:01Z` when a btrfs-lab run scrubs now.
+    pub fn since(&self) -> Option<String> {
+        self.running_since
+            .map(|t| format!("since {}", crate::report::envelope::rfc3339_seconds(t)))
+    }
 }
 
 /// A device's scrub speed limit in force.
@@ -349,7 +372,8 @@ pub struct SavedScrub {
     pub fsid: String,
     /// When the scrub (its first run) started, seconds since the epoch.
     pub started_at: u64,
-    /// When it was last saved, seconds since the epoch.
+    /// When its last run ended (finished or was interrupted: the state is
+    /// saved at the end of each run), seconds since the epoch.
     pub saved_at: u64,
     /// Every device ran to its end.
     pub finished: bool,
@@ -358,6 +382,10 @@ pub struct SavedScrub {
     /// How long its runs took together, seconds.
     #[serde(default)]
     pub duration_seconds: f64,
+    /// How many runs it took (1, or more when it was resumed; 0 in a
+    /// state file written before this was counted).
+    #[serde(default)]
+    pub runs: u32,
     /// The sums of every run per device.
     pub devices: Vec<DeviceScrub>,
 }
@@ -375,6 +403,26 @@ impl SavedScrub {
             )
             .with_hint("remove it to start the next scrub from the beginning")
         })
+    }
+
+    /// When it started, when its last run ended, how long its runs took
+    /// and how many there were, in words:
+    /// `started 2026-12-07T13:00:01Z, ended 2026-12-07T13:05:00Z, took 4m59s`
+    /// (`stopped` when interrupted; `in 2 runs` when resumed).
+    pub fn when(&self) -> String {
+        use crate::report::envelope::rfc3339_seconds;
+        format!(
+            "started {}, {} {}, took {}{}",
+            rfc3339_seconds(self.started_at),
+            if self.finished { "ended" } else { "stopped" },
+            rfc3339_seconds(self.saved_at),
+            crate::report::rate::duration(self.duration_seconds),
+            if self.runs > 1 {
+                format!(" in {} runs", self.runs)
+            } else {
+                String::new()
+            }
+        )
     }
 
     /// The device `devid`'s saved counters.

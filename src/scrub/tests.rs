@@ -49,6 +49,7 @@ fn saved(finished: bool, last: &[(u64, u64, bool)]) -> SavedScrub {
         finished,
         readonly: false,
         duration_seconds: 1.0,
+        runs: 1,
         devices: last
             .iter()
             .map(|&(devid, last_physical, finished)| DeviceScrub {
@@ -135,6 +136,9 @@ fn outcome_decides_the_exit_status() {
         duration_seconds: 1.0,
         devices: vec![d.clone()],
         totals: Totals::of(std::slice::from_ref(&d)),
+        scrub_totals: Totals::of(std::slice::from_ref(&d)),
+        scrub_duration_seconds: 1.0,
+        runs: 1,
         missing: vec![],
         suspend_held_off: false,
         damaged_files: vec![],
@@ -208,4 +212,73 @@ fn damaged_files_are_those_the_kernel_could_not_fix_up() {
     );
     assert!(parse_log("BTRFS info: nothing here", &devs).is_none());
     assert!(parse_log("error at logical x on dev /dev/loop1,", &devs).is_none());
+}
+
+#[test]
+fn the_saved_state_says_when_it_started_ended_and_how_long_it_took() {
+    let mut s = saved(true, &[(1, 100, true)]);
+    // date -u -d @1796648401: 2026-12-07T13:00:01Z.
+    s.started_at = 1_796_648_401;
+    s.saved_at = 1_796_648_700;
+    s.duration_seconds = 299.0;
+    assert_eq!(
+        s.when(),
+        "started 2026-12-07T13:00:01Z, ended 2026-12-07T13:05:00Z, took 4m59s"
+    );
+    s.finished = false;
+    s.runs = 2;
+    assert_eq!(
+        s.when(),
+        "started 2026-12-07T13:00:01Z, stopped 2026-12-07T13:05:00Z, took 4m59s in 2 runs"
+    );
+}
+
+#[test]
+fn a_resumed_run_adds_to_the_earlier_runs_counters() {
+    let devs = [dev(1, "/dev/a", 100), dev(2, "/dev/b", 100)];
+    let mut s = saved(false, &[(1, 40, false), (2, 100, true)]);
+    s.devices[0].bytes_scrubbed = 40;
+    s.devices[0].corrected = 1;
+    s.devices[1].bytes_scrubbed = 100;
+    s.duration_seconds = 4.0;
+    let req = Request {
+        resume: true,
+        ..Request::default()
+    };
+    let p = plan_from(Path::new("/m"), "f", &devs, Some(&s), req).unwrap();
+    let run = [DeviceScrub {
+        devid: 1,
+        bytes_to_read: 100,
+        bytes_scrubbed: 60,
+        last_physical: 100,
+        finished: true,
+        ..DeviceScrub::default()
+    }];
+    let whole = super::exec::saved_state(&p, Some(&s), s.devices.clone(), &run, 9, 2.0);
+    let t = Totals::of(&whole.devices);
+    assert_eq!(
+        (t.bytes_scrubbed, t.bytes_to_read, t.corrected),
+        (200, 200, 1)
+    );
+    assert!(whole.finished);
+    assert_eq!((whole.started_at, whole.runs), (1, 2));
+    assert_eq!(whole.duration_seconds, 6.0);
+    // A new scrub is one run, whatever was saved before.
+    let p = plan_from(Path::new("/m"), "f", &devs, Some(&s), Request::default()).unwrap();
+    let whole = super::exec::saved_state(&p, Some(&s), Vec::new(), &run, 9, 2.0);
+    assert_eq!((whole.started_at, whole.runs), (9, 1));
+}
+
+#[test]
+fn the_suspend_note_is_one_line_said_once_per_reason() {
+    // The longest reason the inhibitor gives.
+    let note = super::exec::suspend_note("systemd-inhibit failed (is systemd-logind running?)");
+    assert!(note.len() + "btrfs-lab: note: ".len() <= 150, "{note}");
+    assert!(!note.contains('\n'));
+    let t = tempfile::tempdir().unwrap();
+    let store = StateStore::new(t.path());
+    assert!(store.first_time(&note), "the first run says it");
+    assert!(!store.first_time(&note), "the next runs do not");
+    assert!(store.first_time("another reason"), "another reason is said");
+    assert!(!store.first_time(&note));
 }

@@ -20,7 +20,19 @@ const GLOBALS: [&str; 5] = [
 ];
 
 /// Flag names that may carry two texts, and why (the meaning is the same).
-const SAME_NAME_OTHER_TEXT: [(&str, &str); 4] = [
+const SAME_NAME_OTHER_TEXT: [(&str, &str); 7] = [
+    (
+        "--status",
+        "shows where the command's operation stands and exits; scrub's also names a scrub btrfs scrub start began",
+    ),
+    (
+        "--cancel",
+        "cancels the command's running operation, what is done stays done; scrub's text says what that is for a scrub",
+    ),
+    (
+        "--resume",
+        "continues the command's interrupted operation; scrub's names where its state is kept",
+    ),
     (
         "--drop-caches",
         "drops the whole machine's caches (drop_caches, root) in both: read-test before each run, bench --small-files before its stat phase",

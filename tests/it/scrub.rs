@@ -11,7 +11,9 @@ use std::process::{Command, Stdio};
 
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::{Sandbox, SandboxRequest};
-use btrfs_lab::scrub::{Outcome, SavedScrub, ScrubCancel, ScrubRecord, ScrubReport, ScrubStatus};
+use btrfs_lab::scrub::{
+    Outcome, SavedScrub, ScrubCancel, ScrubRecord, ScrubReport, ScrubStatus, Totals,
+};
 
 use crate::common::{TestEnv, require_root, run, typed, typed_lines};
 use crate::doctor::{first_extent, write_file};
@@ -327,6 +329,17 @@ fn interrupted_scrub_resumes_where_it_stopped() {
     let st: ScrubStatus = typed(&out);
     assert!(!st.running);
     assert_eq!(st.last.as_ref().map(|l| l.finished), Some(false));
+    let last = st.last.as_ref().unwrap();
+    assert_eq!(last.runs, 1);
+    assert!(last.started_at <= last.saved_at, "{last:?}");
+    assert_eq!(first.runs, 1);
+    // In words: when it started and stopped, how long it took.
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).arg("--status"));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("; started 20") && out.contains("Z, stopped 20") && out.contains(", took "),
+        "{out}"
+    );
     // Resume.
     let (code, records, err) = scrub(&env, &m, &["--yes", "--resume"]);
     let r = report(&records, &err);
@@ -342,9 +355,22 @@ fn interrupted_scrub_resumes_where_it_stopped() {
         "the second run read less than the whole: {r:?}"
     );
     assert_eq!(r.totals.errors, 0);
+    // The whole scrub: both runs' bytes and time.
+    assert_eq!(r.runs, 2);
+    assert_eq!(
+        r.scrub_totals.bytes_scrubbed,
+        first.totals.bytes_scrubbed + r.totals.bytes_scrubbed,
+        "{first:?} {r:?}"
+    );
+    assert!(r.scrub_duration_seconds >= r.duration_seconds);
     let saved: SavedScrub =
         serde_json::from_str(&fs::read_to_string(state_file(&env, &m)).unwrap()).unwrap();
     assert!(saved.finished);
+    assert_eq!(saved.runs, 2);
+    assert_eq!(
+        Totals::of(&saved.devices).bytes_scrubbed,
+        r.scrub_totals.bytes_scrubbed
+    );
 }
 
 #[test]
@@ -384,6 +410,13 @@ fn status_cancel_and_dry_run() {
     let st: ScrubStatus = typed(&out);
     assert!(st.running, "{st:?}");
     assert!(st.devices.iter().any(|d| d.bytes_scrubbed > 0), "{st:?}");
+    assert!(
+        st.running_since.is_some(),
+        "ours: it says since when: {st:?}"
+    );
+    let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).arg("--status"));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(" (btrfs-lab's, since 20"), "{out}");
     let (code, out, err) = run(env.cmd().arg("scrub").arg(&m).args(["--cancel", "--json"]));
     assert_eq!(code, 0, "{err}");
     let c: ScrubCancel = typed(&out);

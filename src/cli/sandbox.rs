@@ -483,7 +483,7 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
         ));
     }
     let has = |state| statuses.iter().any(|s| s.state == state);
-    let fill = |t: &str| btrfs_lab::report::text::fill(t, 80, "", "  ");
+    let fill = |t: &str| btrfs_lab::report::text::wrap_hanging(t, "", "  ");
     if has(SandboxState::Partial) {
         text.push_str(&fill(
             "partial: only some of it is mounted or attached (an up or down cut short, a \

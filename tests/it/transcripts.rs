@@ -118,6 +118,7 @@ fn execute(step: &Step, cwd: &Path, env: &TestEnv) -> (i32, String) {
         .args(&step.argv[1..])
         .current_dir(cwd)
         .env("NO_COLOR", "1")
+        .env("COLUMNS", COLUMNS.to_string())
         .envs(step.env.iter().cloned())
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
@@ -180,16 +181,152 @@ fn run_transcript(path: &Path) -> Result<(), String> {
                 step.status
             ));
         }
-        assert
-            .try_eq(
-                Some(&name),
-                trim_trailing_newlines(&output).into(),
-                step.expected.clone().into(),
-            )
-            .map_err(|e| format!("{name}: output differs\n{e}"))?;
+        if let Some(line) = too_wide(step, &output) {
+            return Err(format!(
+                "{name}: a line is over {COLUMNS} columns ({} columns):\n{line}",
+                line.chars().count()
+            ));
+        }
+        let actual = trim_trailing_newlines(&output);
+        if let Err(e) = assert.try_eq(
+            Some(&name),
+            actual.clone().into(),
+            step.expected.clone().into(),
+        ) && !same_but_wrapped(
+            &step.expected.replace("[CWD]", &cwd.to_string_lossy()),
+            &actual,
+        ) {
+            return Err(format!("{name}: output differs\n{e}"));
+        }
     }
     // `env` drops here: any sandbox a failed step left is removed first.
     Ok(())
+}
+
+/// The terminal width the transcripts run at: text output must fit it.
+const COLUMNS: usize = 80;
+
+/// The first line of a step's output over [`COLUMNS`], if any. Output that
+/// is not text for a person is not checked: JSON, completion scripts, man
+/// pages (roff), metrics files, and other programs' output. A line that is
+/// one word (a long path) cannot be wrapped and is not checked either.
+fn too_wide<'a>(step: &Step, output: &'a str) -> Option<&'a str> {
+    let machine = step.argv[0] != "btrfs-lab"
+        || step.argv.iter().any(|a| a == "--json" || a == "--textfile")
+        || step
+            .argv
+            .iter()
+            .skip(1)
+            .find(|a| !a.starts_with('-'))
+            .is_some_and(|sub| sub == "completions" || sub == "man");
+    if machine {
+        return None;
+    }
+    output
+        .lines()
+        .find(|l| l.chars().count() > COLUMNS && l.trim().contains(char::is_whitespace))
+}
+
+/// One piece of an expected output in [`same_but_wrapped`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Piece {
+    Char(char),
+    /// A single space or a line break (with any indent): where text
+    /// filled to the width may break a line or join one.
+    Break,
+    /// `[..]` or a `...` line: anything, as short as possible.
+    Any,
+}
+
+/// Whether `actual` is `expected` (with its `[..]` and `...` wildcards)
+/// up to where lines were broken: words, their order and runs of spaces
+/// inside a line (table columns) must be the same, but a single space and a
+/// line break (with its indent) stand for each other. Text filled to 80
+/// columns breaks at other words when a figure is longer on another
+/// machine; the width itself is checked by [`too_wide`].
+fn same_but_wrapped(expected: &str, actual: &str) -> bool {
+    let mut pieces = Vec::new();
+    let lines: Vec<&str> = expected.trim_end_matches('\n').split('\n').collect();
+    for (i, line) in lines.iter().enumerate() {
+        if i > 0 {
+            pieces.push(Piece::Break);
+        }
+        if line.trim() == "..." {
+            pieces.push(Piece::Any);
+            continue;
+        }
+        let mut rest = *line;
+        while !rest.is_empty() {
+            if let Some(r) = rest.strip_prefix("[..]") {
+                pieces.push(Piece::Any);
+                rest = r;
+            } else if rest.starts_with(' ') {
+                let run = rest.len() - rest.trim_start_matches(' ').len();
+                if run == 1 || rest.len() == run || pieces.last() == Some(&Piece::Break) {
+                    // One space, trailing spaces, or a line's indent.
+                    if pieces.last() != Some(&Piece::Break) {
+                        pieces.push(Piece::Break);
+                    }
+                } else {
+                    pieces.extend(std::iter::repeat_n(Piece::Char(' '), run));
+                }
+                rest = &rest[run..];
+            } else {
+                let c = rest.chars().next().unwrap();
+                pieces.push(Piece::Char(c));
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    let actual: Vec<char> = actual.trim_end_matches('\n').chars().collect();
+    let mut failed = std::collections::HashSet::new();
+    matches(&pieces, &actual, 0, 0, &mut failed)
+}
+
+/// The length of the break at `a` in `actual`: a single space, or a run of
+/// spaces and line breaks holding at least one line break.
+fn break_at(actual: &[char], a: usize) -> Option<usize> {
+    let run = actual[a..]
+        .iter()
+        .take_while(|c| **c == ' ' || **c == '\n')
+        .count();
+    let has_newline = actual[a..a + run].contains(&'\n');
+    match run {
+        0 => None,
+        1 => Some(1),
+        _ if has_newline => Some(run),
+        _ => None,
+    }
+}
+
+fn matches(
+    pieces: &[Piece],
+    actual: &[char],
+    p: usize,
+    a: usize,
+    failed: &mut std::collections::HashSet<(usize, usize)>,
+) -> bool {
+    if p == pieces.len() {
+        return a == actual.len();
+    }
+    if failed.contains(&(p, a)) {
+        return false;
+    }
+    let ok = match pieces[p] {
+        Piece::Char(c) => {
+            a < actual.len() && actual[a] == c && matches(pieces, actual, p + 1, a + 1, failed)
+        }
+        Piece::Break => match break_at(actual, a) {
+            Some(n) => matches(pieces, actual, p + 1, a + n, failed),
+            // A line's end and the end of the output.
+            None => a == actual.len() && matches(pieces, actual, p + 1, a, failed),
+        },
+        Piece::Any => (a..=actual.len()).any(|end| matches(pieces, actual, p + 1, end, failed)),
+    };
+    if !ok {
+        failed.insert((p, a));
+    }
+    ok
 }
 
 fn file_name(path: &Path) -> &str {
@@ -1139,4 +1276,45 @@ fn device_scale_rewrites_device_sizes_only() {
     assert_eq!(steps[4].argv[2], "64M");
     assert_eq!(scaled_token("6.00GiB", 125), "7.50GiB");
     assert_eq!(scaled_token("1073741824", 125), "1342177280");
+}
+
+#[test]
+fn a_transcript_compares_words_and_columns_not_where_lines_break() {
+    let expected = "note: the quick brown fox\n  jumps over [..] dog\nNAME  SIZE\n...\nend";
+    // Broken at another word: the same.
+    assert!(same_but_wrapped(
+        expected,
+        "note: the quick brown\n  fox jumps over the lazy dog\nNAME  SIZE\nx\ny\nend\n"
+    ));
+    // A word changed, a column moved, a line lost: not the same.
+    assert!(!same_but_wrapped(
+        expected,
+        "note: the quick brown cat\n  jumps over the lazy dog\nNAME  SIZE\nend"
+    ));
+    assert!(!same_but_wrapped(
+        expected,
+        "note: the quick brown fox\n  jumps over the lazy dog\nNAME SIZE\nend"
+    ));
+    assert!(!same_but_wrapped(
+        expected,
+        "note: the quick brown fox\n  jumps over the lazy dog\nNAME  SIZE"
+    ));
+}
+
+#[test]
+fn a_line_over_the_width_is_found_in_text_not_in_json() {
+    let step = |argv: &[&str]| Step {
+        line: 1,
+        env: Vec::new(),
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        status: 0,
+        expected: String::new(),
+    };
+    let long = format!("{}\n", "word ".repeat(20));
+    assert!(too_wide(&step(&["btrfs-lab", "doctor"]), &long).is_some());
+    assert!(too_wide(&step(&["btrfs-lab", "doctor", "--json"]), &long).is_none());
+    assert!(too_wide(&step(&["btrfs-lab", "completions", "bash"]), &long).is_none());
+    let path = format!("{}\n", "/very/long".repeat(10));
+    assert!(too_wide(&step(&["btrfs-lab", "doctor"]), &path).is_none());
+    assert!(too_wide(&step(&["btrfs-lab", "doctor"]), "short line\n").is_none());
 }

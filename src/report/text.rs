@@ -213,10 +213,10 @@ pub fn set_width(columns: usize) {
 /// the terminal stdout is (at most 100 columns: prose wider than that is
 /// hard to read), else 80.
 pub fn width_for(columns_env: Option<&str>, terminal_columns: Option<usize>) -> usize {
-    if let Some(n) = columns_env.and_then(|c| c.trim().parse::<usize>().ok()) {
-        if n > 0 {
-            return n.max(MIN_WIDTH);
-        }
+    if let Some(n) = columns_env.and_then(|c| c.trim().parse::<usize>().ok())
+        && n > 0
+    {
+        return n.max(MIN_WIDTH);
     }
     match terminal_columns {
         Some(n) if n > 0 => n.clamp(MIN_WIDTH, MAX_TERMINAL_WIDTH),

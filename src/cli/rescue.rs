@@ -21,6 +21,7 @@ For a btrfs whose data is RAID0 (or single) and a device of which is gone:
 mirrored metadata keeps the file list, so the files with no byte on the lost
 device are whole. MOUNT must be mounted read-only:
   mount -o degraded,ro DEVICE MOUNT   (never put degraded in /etc/fstab)
+  mount -o remount,ro MOUNT           (already mounted read-write)
 Every file of every subvolume below MOUNT is mapped (FIEMAP, the chunk
 tree) and reported intact, damaged (the byte ranges) or unknown; with
 --copy-to every byte copied is read from the disk and checked against the
@@ -42,7 +43,7 @@ pub struct RescueArgs {
     /// Copy the intact files into DIR (on another filesystem; empty, or an earlier rescue's to resume).
     #[arg(long = "copy-to", value_name = "DIR")]
     copy_to: Option<PathBuf>,
-    /// With --copy-to: also the readable parts of damaged files, as NAME.partial (holes for the rest).
+    /// With --copy-to: also the readable parts of damaged files, as NAME.partial (holes for the rest; a file with no readable byte is not written).
     #[arg(long, requires = "copy_to")]
     partial: bool,
     #[command(flatten)]
@@ -130,6 +131,7 @@ fn state_word(s: FileState, paint: Paint) -> String {
     match s {
         FileState::Intact => paint.good("intact"),
         FileState::Damaged => paint.bad("damaged"),
+        FileState::Lost => paint.bad("lost"),
         FileState::Unknown => paint.warn("unknown"),
         FileState::Failed => paint.bad("failed"),
     }
@@ -138,7 +140,12 @@ fn state_word(s: FileState, paint: Paint) -> String {
 /// One file: state, path, and for a damaged one what is lost.
 fn file_line(r: &FileRecord, mode: UnitMode, paint: Paint) -> String {
     let mut t = format!("{:<8} {}", state_word(r.state, paint), esc(&r.path));
-    if r.damaged_bytes > 0 {
+    if r.state == FileState::Lost {
+        t.push_str(&format!(
+            "  (all {} lost: nothing to save)",
+            pretty_size(r.size, mode)
+        ));
+    } else if r.damaged_bytes > 0 {
         let ranges: Vec<String> = r
             .damaged_ranges
             .iter()
@@ -215,9 +222,10 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
         t.push('\n');
     }
     t.push_str(&format!(
-        "files: {} intact, {} damaged, {} unknown, {} failed ({} symlinks, {} directories, {} subvolumes)\n",
+        "files: {} intact, {} damaged, {} lost, {} unknown, {} failed ({} symlinks, {} directories, {} subvolumes)\n",
         r.files.intact,
         r.files.damaged,
+        r.files.lost,
         r.files.unknown,
         r.files.failed,
         r.walked.symlinks,
@@ -225,9 +233,10 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
         r.walked.subvolumes
     ));
     t.push_str(&format!(
-        "bytes: {} in files, {} intact, {} lost, {} unknown\n",
+        "bytes: {} in files = {} intact + {} readable in damaged files + {} lost + {} unknown\n",
         pretty_size(r.bytes.total, mode),
         pretty_size(r.bytes.intact, mode),
+        pretty_size(r.bytes.readable, mode),
         pretty_size(r.bytes.lost, mode),
         pretty_size(r.bytes.unknown, mode)
     ));

@@ -110,7 +110,7 @@ fn render(r: &DemoReport, out: &Output) -> String {
             r.checksummed.summary, r.nocow.summary
         )
     };
-    t.push_str(&wrap(&summary, 88, ""));
+    t.push_str(&wrap(&summary, ""));
     t.push_str("sandbox removed.\n\n");
     t.push_str(&next_commands(r.shows_the_trap()));
     t

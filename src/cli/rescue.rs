@@ -7,7 +7,7 @@ use clap::Args;
 
 use btrfs_lab::error::Result;
 use btrfs_lab::operation::{self, Confirm, View};
-use btrfs_lab::report::text::escape_control as esc;
+use btrfs_lab::report::text::{escape_control as esc, wrap_hanging};
 use btrfs_lab::report::units::{UnitMode, pretty_size};
 use btrfs_lab::rescue::operation::RescueCopy;
 use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
@@ -139,7 +139,8 @@ fn state_word(s: FileState, paint: Paint) -> String {
 
 /// One file: state, path, and for a damaged one what is lost.
 fn file_line(r: &FileRecord, mode: UnitMode, paint: Paint) -> String {
-    let mut t = format!("{:<8} {}", state_word(r.state, paint), esc(&r.path));
+    let lead = format!("{:<8} ", state_word(r.state, paint));
+    let mut t = esc(&r.path).into_owned();
     if r.state == FileState::Lost {
         t.push_str(&format!(
             "  (all {} lost: nothing to save)",
@@ -178,8 +179,8 @@ fn file_line(r: &FileRecord, mode: UnitMode, paint: Paint) -> String {
     {
         t.push_str(&format!("  [{}]", esc(j)));
     }
-    t.push('\n');
-    t
+    // Filled under the path (state words are at most 8 columns).
+    wrap_hanging(&t, &lead, "         ")
 }
 
 fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> String {
@@ -196,17 +197,21 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
             .collect::<Vec<_>>()
             .join("+")
     };
-    t.push_str(&format!(
-        "{} ({}): data {}, metadata {}; missing: {}\n",
-        esc(&r.mount),
-        r.fsid,
-        profiles(&r.data_profiles),
-        profiles(&r.metadata_profiles),
-        if missing.is_empty() {
-            "none".to_owned()
-        } else {
-            paint.bad(&missing.join(", "))
-        }
+    t.push_str(&wrap_hanging(
+        &format!(
+            "{} ({}): data {}, metadata {}; missing: {}",
+            esc(&r.mount),
+            r.fsid,
+            profiles(&r.data_profiles),
+            profiles(&r.metadata_profiles),
+            if missing.is_empty() {
+                "none".to_owned()
+            } else {
+                paint.bad(&missing.join(", "))
+            }
+        ),
+        "",
+        "  ",
     ));
     if with_files && !r.listed.is_empty() {
         t.push('\n');
@@ -221,51 +226,62 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
         }
         t.push('\n');
     }
-    t.push_str(&format!(
-        "files: {} intact, {} damaged, {} lost, {} unknown, {} failed ({} symlinks, {} directories, {} subvolumes)\n",
-        r.files.intact,
-        r.files.damaged,
-        r.files.lost,
-        r.files.unknown,
-        r.files.failed,
-        r.walked.symlinks,
-        r.walked.directories,
-        r.walked.subvolumes
+    t.push_str(&wrap_hanging(
+        &format!(
+            "{} intact, {} damaged, {} lost, {} unknown, {} failed",
+            r.files.intact, r.files.damaged, r.files.lost, r.files.unknown, r.files.failed,
+        ),
+        "files: ",
+        "       ",
     ));
-    t.push_str(&format!(
-        "bytes: {} in files = {} intact + {} readable in damaged files + {} lost + {} unknown\n",
-        pretty_size(r.bytes.total, mode),
-        pretty_size(r.bytes.intact, mode),
-        pretty_size(r.bytes.readable, mode),
-        pretty_size(r.bytes.lost, mode),
-        pretty_size(r.bytes.unknown, mode)
+    t.push_str(&wrap_hanging(
+        &format!(
+            "({} symlinks, {} directories, {} subvolumes)",
+            r.walked.symlinks, r.walked.directories, r.walked.subvolumes
+        ),
+        "       ",
+        "       ",
+    ));
+    t.push_str(&wrap_hanging(
+        &format!(
+            "{} in files = {} intact + {} readable in damaged files + {} lost + {} unknown",
+            pretty_size(r.bytes.total, mode),
+            pretty_size(r.bytes.intact, mode),
+            pretty_size(r.bytes.readable, mode),
+            pretty_size(r.bytes.lost, mode),
+            pretty_size(r.bytes.unknown, mode)
+        ),
+        "bytes: ",
+        "       ",
     ));
     match &r.copy {
         Some(c) => {
-            t.push_str(&format!(
-                "copied to {}: {} files ({} partial), {} already there from an earlier run, {} saved; manifest {}\n",
+            t.push_str(&wrap_hanging(&format!(
+                "copied to {}: {} files ({} partial), {} already there from an earlier run, {} saved; manifest {}",
                 esc(&c.dir),
                 c.copied,
                 c.partial_copies,
                 c.resumed,
                 pretty_size(r.bytes.saved, mode),
                 esc(&c.manifest)
-            ));
+            ), "", "  "));
             if !c.not_fitted.is_empty() {
-                t.push_str(&format!(
-                    "did not fit in {} (not saved; free space there, then run the same command again): {}\n",
+                t.push_str(&wrap_hanging(&format!(
+                    "did not fit in {} (not saved; free space there, then run the same command again): {}",
                     esc(&c.dir),
                     c.not_fitted.iter().map(|p| esc(p)).collect::<Vec<_>>().join(", ")
-                ));
+                ), "", "  "));
             }
         }
-        None if r.not_intact() > 0 || r.files.intact > 0 => t.push_str(
-            "nothing copied: --copy-to DIR copies the intact files (--partial also what is readable of the others)\n",
-        ),
+        None if r.not_intact() > 0 || r.files.intact > 0 => t.push_str(&wrap_hanging(
+            "nothing copied: --copy-to DIR copies the intact files (--partial also what is readable of the others)",
+            "",
+            "  ",
+        )),
         None => {}
     }
     for n in &r.notes {
-        t.push_str(&format!("note: {}\n", esc(n)));
+        t.push_str(&wrap_hanging(&esc(n), "note: ", "      "));
     }
     t
 }

@@ -846,6 +846,21 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
     })
 }
 
+/// The file being copied, as a progress line names it: its path, or its
+/// last [`STEP_CHARS`] characters after `…` (the line keeps its sizes,
+/// rate and ETA within 80 columns).
+fn step_name(path: &str) -> String {
+    let n = path.chars().count();
+    if n <= STEP_CHARS {
+        return path.to_owned();
+    }
+    let tail: String = path.chars().skip(n - (STEP_CHARS - 1)).collect();
+    format!("…{tail}")
+}
+
+/// See [`step_name`].
+const STEP_CHARS: usize = 22;
+
 /// A damaged file of which every byte is in a damaged range: lost.
 fn lost_if_unreadable(mut r: FileRecord) -> FileRecord {
     if r.state == FileState::Damaged && r.size > 0 && r.damaged_bytes >= r.size {
@@ -922,7 +937,7 @@ impl Job<'_, '_> {
                 signals::check()?;
                 self.report.walked.files += 1;
                 if self.copy.is_some() {
-                    self.bar.set_message(rel.to_string_lossy().into_owned());
+                    self.bar.set_message(step_name(&rel.to_string_lossy()));
                 }
                 let record = self.file(rel, dir, name, st)?;
                 self.account(&record);
@@ -939,7 +954,7 @@ impl Job<'_, '_> {
                     }
                 }
                 if self.copy.is_none() {
-                    self.bar.set_message(record.path.clone());
+                    self.bar.set_message(step_name(&record.path));
                     self.bar.set_position(self.report.walked.files);
                 }
                 Ok(())
@@ -1217,5 +1232,19 @@ impl Job<'_, '_> {
             }
         }
         Ok(c.record_saved(r, rel, name, &saved_name, size, &read))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_path_in_a_progress_line_keeps_its_end() {
+        assert_eq!(step_name("photos/p1.jpg"), "photos/p1.jpg");
+        let long = "a/very/deep/directory/tree/of/photos/2024/IMG_1.jpg";
+        let s = step_name(long);
+        assert_eq!(s.chars().count(), STEP_CHARS);
+        assert!(s.starts_with('…') && s.ends_with("2024/IMG_1.jpg"), "{s}");
     }
 }

@@ -23,7 +23,8 @@ device are whole. MOUNT must be mounted read-only:
   mount -o degraded,ro DEVICE MOUNT   (never put degraded in /etc/fstab)
   mount -o remount,ro MOUNT           (already mounted read-write)
 Every file of every subvolume below MOUNT is mapped (FIEMAP, the chunk
-tree) and reported intact, damaged (the byte ranges) or unknown; with
+tree) and reported intact, damaged (the byte ranges), lost (no byte left:
+never written, not even by --partial) or unknown; with
 --copy-to every byte copied is read from the disk and checked against the
 checksum tree (by the kernel, and again by rescue: a sector that does not
 match is never copied as good); a re-run with the same arguments resumes
@@ -312,8 +313,8 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         NOT_WRITTEN,
         row(
             status::FILES_LOST,
-            "files-lost: some files are damaged (bytes on a missing device), unknown or \
-             failed (read errors), or did not fit in the target (named at the end, the copy \
+            "files-lost: some files are damaged or lost (bytes on a missing device), unknown \
+             or failed (read errors), or did not fit in the target (named at the end, the copy \
              went on past them); the report lists them.",
         ),
         row(

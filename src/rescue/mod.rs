@@ -739,6 +739,18 @@ fn read_only_target(e: Error, dir: &Path, src_st: &Stat, fsid: &str) -> Error {
         .with_hint("choose a directory on a writable filesystem (a USB disk, a network share)")
 }
 
+/// A manifest that cannot be written because the state directory's
+/// filesystem is read-only (it may be the degraded source, when that is
+/// the root filesystem): another state directory, never a remount.
+fn read_only_state(e: Error) -> Error {
+    if e.kind() != ErrorKind::ReadOnly {
+        return e;
+    }
+    Error::new(ErrorKind::ReadOnly, e.message().to_owned()).with_hint(
+        "the manifest goes into btrfs-lab's state directory: give one on a writable filesystem (--state-dir DIR)",
+    )
+}
+
 /// Opens (or creates) the target: root's alone, checked on every component
 /// of its path (a directory another user owns or can write, sticky ones
 /// included, is refused unless `--allow-untrusted-target`); held from then
@@ -778,15 +790,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
         return Err(target_on_source(dir, fsid));
     }
     held.check_writable().map_err(ro)?;
-    let mdir = manifest_dir(&req.state_dir, dir).map_err(|e| {
-        if e.kind() == ErrorKind::ReadOnly {
-            Error::new(ErrorKind::ReadOnly, e.message().to_owned()).with_hint(
-                "the manifest goes into btrfs-lab's state directory: give one on a writable filesystem (--state-dir DIR)",
-            )
-        } else {
-            e
-        }
-    })?;
+    let mdir = manifest_dir(&req.state_dir, dir).map_err(read_only_state)?;
     let fresh = held.names()?.is_empty();
     match manifest::existing_header(&mdir)? {
         Some(h) if h.fsid != fsid => {
@@ -826,7 +830,8 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
             fsid: fsid.to_owned(),
             mount: req.mount.display().to_string(),
         },
-    )?;
+    )
+    .map_err(read_only_state)?;
     Ok(CopyState {
         dir_shown: dir.to_path_buf(),
         manifest_path,

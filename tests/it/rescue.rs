@@ -657,6 +657,27 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
         "{err}"
     );
     assert_eq!(fs::read_dir(&busy).unwrap().count(), 1);
+    // A read-only state directory (the manifest's place; it may be on the
+    // degraded root filesystem): another one, never a remount.
+    let ro_state = root_tmpfs(&mut env, "ro-state");
+    nix::mount::mount(
+        None::<&str>,
+        &ro_state,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT | nix::mount::MsFlags::MS_RDONLY,
+        None::<&str>,
+    )
+    .unwrap();
+    let fresh = root_tmpfs(&mut env, "fresh");
+    let (code, _, err) = run(Command::new(crate::common::bin())
+        .arg("--state-dir")
+        .arg(&ro_state)
+        .args(["rescue".as_ref(), m.as_os_str(), "--copy-to".as_ref()])
+        .arg(&fresh)
+        .env("COLUMNS", "1000"));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--state-dir DIR"), "{err}");
+    assert!(!err.contains("read-write"), "{err}");
     let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--partial"));
     assert_eq!(code, 2, "{err}");
 

@@ -17,8 +17,8 @@ use super::units::{UnitArgs, size, size_arg};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Size of each test file (default: probe-dio's, 4M when its
-    /// tracepoints count the pages, else 64M).
+    /// Size of each test file [default: probe-dio's, 4M when the per-file
+    /// tracepoints are used (root, tracefs), else 64M].
     #[arg(
         long = "file-size",
         alias = "size",

@@ -397,38 +397,3 @@ fn no_color_sets_the_default_and_color_always_wins() {
     assert!(!links(Some("auto"), false), "auto on a pipe: coloured");
     assert!(!links(Some("never"), false));
 }
-
-/// `man PAGE` on a terminal: formatted by man(1) (`man -l -`, the page on
-/// its stdin), never roff; with no man(1) on PATH, the roff and a note that
-/// says so. (Piped, the roff: subcommands/man.md.)
-#[test]
-fn man_on_a_terminal_is_formatted_by_man_and_without_man_is_roff_with_a_note() {
-    let env_prog = Path::new("/usr/bin/env");
-    let on_terminal = |vars: &[&str]| {
-        let mut args: Vec<std::ffi::OsString> = vars.iter().map(|v| (*v).into()).collect();
-        args.extend([bin().into_os_string(), "man".into(), "df".into()]);
-        let term = crate::pty::PtyRun::spawn(env_prog, &args, 80, 500);
-        let (code, bytes) = term.wait();
-        let screen = crate::pty::replay(&bytes, 80, 500, |_| {});
-        let text: Vec<String> = crate::pty::rows(&screen)
-            .into_iter()
-            .map(|(r, _)| r)
-            .collect();
-        (code, text.join("\n"))
-    };
-    if which::which("man").is_ok() {
-        let (code, text) = on_terminal(&["MANPAGER=cat", "PAGER=cat"]);
-        assert_eq!(code, Some(0), "{text}");
-        assert!(text.contains("BTRFS-LAB-DF(1)"), "{text}");
-        assert!(!text.contains(".TH ") && !text.contains(".SH "), "{text}");
-    }
-    // Tools are also looked for in the sbin directories (where a merged
-    // /usr may put man): only without one there.
-    let sbin = ["/usr/local/sbin/man", "/usr/sbin/man", "/sbin/man"];
-    if !sbin.iter().any(|p| Path::new(p).exists()) {
-        let (code, text) = on_terminal(&["PATH=/nonexistent"]);
-        assert_eq!(code, Some(0), "{text}");
-        assert!(text.contains("man(1) is not installed"), "{text}");
-        assert!(text.contains(".SH NAME"), "{text}");
-    }
-}

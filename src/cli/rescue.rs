@@ -200,19 +200,22 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
     };
     t.push_str(&wrap_hanging(
         &format!(
-            "{} ({}): data {}, metadata {}; missing: {}",
+            "{} ({}): data {}, metadata {}",
             esc(&r.mount),
             r.fsid,
             profiles(&r.data_profiles),
             profiles(&r.metadata_profiles),
-            if missing.is_empty() {
-                "none".to_owned()
-            } else {
-                paint.bad(&missing.join(", "))
-            }
         ),
         "",
         "  ",
+    ));
+    t.push_str(&format!(
+        "missing: {}\n",
+        if missing.is_empty() {
+            "none".to_owned()
+        } else {
+            paint.bad(&missing.join(", "))
+        }
     ));
     if with_files && !r.listed.is_empty() {
         t.push('\n');

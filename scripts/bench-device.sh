@@ -43,12 +43,8 @@ DATA_MIB=${DATA_MIB:-1024}
 for t in btrfs mkfs.btrfs losetup jq; do
     command -v "$t" >/dev/null || { echo "bench-device: $t is not installed" >&2; exit 2; }
 done
-if [ -n "${BTRFS_LAB:-}" ]; then
-    lab=$(realpath "$BTRFS_LAB")
-else
-    lab=$PWD/target/release/btrfs-lab
-    cargo build --release --locked -q
-fi
+. scripts/bench-lib.sh
+bench_binary
 
 work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/bench-device.XXXXXX")
 mnt=$work/mnt
@@ -71,9 +67,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-now() { date +%s%N; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-secs() { awk -v n="$1" 'BEGIN { printf "%.2f", n / 1e9 }'; }
 
 # A fresh fixture: loops[0..2] the array, loops[3] the spare.
 fixture() {
@@ -91,7 +84,6 @@ fixture() {
         head -c 16M /dev/urandom > "$mnt/data/f$f"
     done
     sync -f "$mnt"
-    echo 3 > /proc/sys/vm/drop_caches
 }
 
 # Runs one timed command; sets ns to the nanoseconds it took. (No command

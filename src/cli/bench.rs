@@ -764,10 +764,10 @@ fn suite_plan(
     opts: &BenchOptions,
     (fio_path, job_file): (&Path, String),
     reserve: Option<&String>,
-    keep: &Keep,
-    db: &Path,
+    (keep, db): (&Keep, &Path),
+    member_devices: usize,
 ) -> bench::plan::BenchPlan {
-    let mut plan = bench::plan::suite(opts, fio_path, job_file);
+    let mut plan = bench::plan::suite(opts, fio_path, job_file, member_devices);
     if let Some(r) = reserve {
         plan.steps.insert(0, r.clone());
     }
@@ -854,6 +854,7 @@ fn run_suite(
     let fio_path = fio.path().to_path_buf();
     let reserve = reserve_step(&buffers);
     if args.dry_run {
+        let member_devices = target.devices.len();
         drop(target);
         let job_file = suite_job_file(&opts, &buffers);
         let plan = suite_plan(
@@ -861,8 +862,8 @@ fn run_suite(
             &opts,
             (&fio_path, job_file),
             reserve.as_ref(),
-            &keep,
-            db,
+            (&keep, db),
+            member_devices,
         );
         out.report(&plan, bench::plan::BenchPlan::describe);
         return Ok(0);

@@ -2563,7 +2563,8 @@ fn dry_run_in_every_mode_plans_and_writes_nothing() {
     ]);
     assert_eq!(suite.mode, "suite");
     assert_eq!(suite.writes_bytes, 64 * MIB);
-    assert_eq!(suite.estimated_seconds, Some(2 * 3 * 2));
+    // 2 tests × (read, write) × 3 rounds × 2 s.
+    assert_eq!(suite.estimated_seconds, Some(2 * 2 * 3 * 2));
     assert!(
         suite
             .job_file

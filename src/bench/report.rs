@@ -300,6 +300,32 @@ impl schemars::JsonSchema for Spelled {
     }
 }
 
+/// What a suite run is, known once its test file is made: the heading of
+/// its report, said before the figures come.
+#[derive(Debug, Clone, Copy)]
+pub struct Heading<'a> {
+    /// Where, on what.
+    pub target: &'a TargetInfo,
+    /// With what.
+    pub parameters: &'a Parameters,
+    /// The test file is NOCOW.
+    pub nocow: bool,
+    /// The machine, its kernel and fio.
+    pub system: &'a SystemInfo,
+}
+
+impl BenchReport {
+    /// The heading of this report.
+    pub fn heading(&self) -> Heading<'_> {
+        Heading {
+            target: &self.target,
+            parameters: &self.parameters,
+            nocow: self.test_file.nocow,
+            system: &self.system,
+        }
+    }
+}
+
 /// What a figure of `runs` runs is, in words: the median of an odd count,
 /// said as the mean it is for two (`the mean of 2 runs`) and as the mean of
 /// the middle two for a larger even count.

@@ -11,7 +11,7 @@ use btrfs_lab::bench::metadata::{ColdMethod as MetadataCold, MetadataOptions, Me
 use btrfs_lab::bench::profile::{self, Direction};
 use btrfs_lab::bench::profiles::{self, ProfilesOptions, ProfilesReport};
 use btrfs_lab::bench::report::HistoryEntry;
-use btrfs_lab::bench::report::{BenchReport, Status, TestResult, is_flag};
+use btrfs_lab::bench::report::{self, BenchReport, Status, TestResult, is_flag};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
@@ -23,6 +23,7 @@ use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::tools::fio::RealFio;
 
 use super::output::{Output, Paint, confirm, wrap};
+use btrfs_lab::report::text::wrap_hanging;
 use super::units::{UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
@@ -819,15 +820,22 @@ fn save_in_history(history: &mut History, report: &mut BenchReport, out: &Output
     }
 }
 
-/// The suite, with a progress bar.
+/// The suite, with a progress bar; its heading and each figure printed
+/// as they come.
 fn measure_suite(
     opts: &BenchOptions,
     target: bench::Target,
     mut fio: RealFio,
-    out: &Output,
+    (out, stream): (&Output, &mut Stream),
 ) -> Result<BenchReport> {
     let fio_path = fio.path().to_path_buf();
-    bench::measure(opts, target, &mut fio, &fio_path, out)
+    let mix = opts.mix.then_some(profile::MIX_READ_PERCENT);
+    bench::measure(opts, target, &mut fio, &fio_path, out, &mut |e| {
+        let text = stream.event(e, mix);
+        if !text.is_empty() {
+            out.text(&text);
+        }
+    })
 }
 
 /// The suite: every refusal before the run (output files, DIR, space, then
@@ -880,14 +888,16 @@ fn run_suite(
         _ => NOTHING_KEPT.to_owned(),
     })?;
     let mut history = open_history(&keep, db, out)?;
-    // One document, printed only on success: a failed or interrupted run
-    // leaves stdout empty (docs/json.md), whatever it had begun.
-    let mut report = measure_suite(&opts, target, fio, out)?;
+    // JSON: one document, printed only on success: a failed or interrupted
+    // run leaves stdout empty (docs/json.md), whatever it had begun. Text:
+    // the heading and each figure as it is done, the rest at the end.
+    let mut stream = Stream::new(out.paint, out.json);
+    let mut report = measure_suite(&opts, target, fio, (out, &mut stream))?;
     if let Some(h) = history.as_mut() {
         save_in_history(h, &mut report, out);
     }
     outputs.write(&report)?;
-    out.report(&report, |r| render(r, out.paint));
+    out.report(&report, |r| stream.rest(r));
     Ok(report.exit_code)
 }
 
@@ -926,20 +936,37 @@ fn latency_cells(r: Option<&TestResult>) -> [String; 3] {
     }
 }
 
-/// The CrystalDiskMark-like table and the findings.
+/// The order the rate blocks come in: the order they run in.
+const DIRECTIONS: [Direction; 3] = [Direction::Read, Direction::Write, Direction::Mix];
+
+/// The CrystalDiskMark-like tables and the findings: the heading, a block
+/// of rates per direction (what [`Stream`] prints figure by figure while
+/// the suite runs), then [`render_tail`].
 pub fn render(r: &BenchReport, p: Paint) -> String {
+    let mut s = render_heading(&r.heading());
+    for d in DIRECTIONS {
+        for (i, x) in r.results.iter().filter(|x| x.direction == d).enumerate() {
+            if i == 0 {
+                s.push_str(&block_header(d, r.parameters.mix_read_percent, p));
+            }
+            s.push_str(&rate_row(x, p));
+        }
+    }
+    s.push_str(&render_tail(r, p));
+    s
+}
+
+/// Everything after the rate blocks: their footnote, the latencies, the
+/// checks, the ceiling and heat, the members, the notes and the summary.
+fn render_tail(r: &BenchReport, p: Paint) -> String {
     let mut names: Vec<&str> = Vec::new();
     for x in &r.results {
         if !names.contains(&x.name.as_str()) {
             names.push(&x.name);
         }
     }
-    let mut s = render_heading(r);
-    render_rates(&mut s, r, p, &names);
+    let mut s = rates_footnote(r);
     render_latencies(&mut s, r, p, &names);
-    if let Some(pct) = r.parameters.mix_read_percent {
-        render_mix(&mut s, r, p, &names, pct);
-    }
     render_checks(&mut s, r, p);
     render_ceiling_and_thermal(&mut s, r);
     render_members(&mut s, r);
@@ -948,114 +975,138 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
 }
 
 /// What was measured where, with what.
-fn render_heading(r: &BenchReport) -> String {
-    let mut s = String::new();
-    let profiles: Vec<String> = r
+fn render_heading(h: &report::Heading<'_>) -> String {
+    let profiles: Vec<String> = h
         .target
         .data_profiles
         .iter()
         .map(|x| format!("{x:?}").to_lowercase())
         .collect();
-    let devs: Vec<&str> = r.target.devices.iter().map(|d| d.name.as_str()).collect();
-    s.push_str(&format!(
-        "bench {}  {} {} on {}\n",
-        escape_path(&r.target.dir),
-        r.target.fs_type,
-        profiles.join("+"),
-        if devs.is_empty() {
-            "?".to_owned()
-        } else {
-            devs.join(", ")
-        }
-    ));
-    s.push_str(&format!(
-        "  {} test file {} ({}), {} × {} s, {} {}, kernel {}\n\n",
-        r.parameters.profile,
-        size(r.parameters.size_bytes),
-        if r.test_file.nocow {
-            "NOCOW"
-        } else {
-            "checksummed"
-        },
-        btrfs_lab::report::text::count(r.parameters.runs, "run", "runs"),
-        r.parameters.duration_secs,
-        r.system.fio_version,
-        if r.parameters.huge_page_buffers {
-            format!("{} (huge-page buffers)", r.parameters.ioengine)
-        } else {
-            r.parameters.ioengine.clone()
-        },
-        r.system.kernel
+    let devs: Vec<&str> = h.target.devices.iter().map(|d| d.name.as_str()).collect();
+    let mut s = wrap_hanging(
+        &format!(
+            "bench {}: {} {} on {}",
+            escape_path(&h.target.dir),
+            h.target.fs_type,
+            profiles.join("+"),
+            if devs.is_empty() {
+                "?".to_owned()
+            } else {
+                devs.join(", ")
+            }
+        ),
+        "",
+        "  ",
+    );
+    s.push_str(&wrap(
+        &format!(
+            "{} test file {} ({}), {} × {} s, {} {}, kernel {}",
+            h.parameters.profile,
+            size(h.parameters.size_bytes),
+            if h.nocow { "NOCOW" } else { "checksummed" },
+            btrfs_lab::report::text::count(h.parameters.runs, "run", "runs"),
+            h.parameters.duration_secs,
+            h.system.fio_version,
+            if h.parameters.huge_page_buffers {
+                format!("{} (huge-page buffers)", h.parameters.ioengine)
+            } else {
+                h.parameters.ioengine.clone()
+            },
+            h.system.kernel
+        ),
+        "  ",
     ));
     s
 }
 
-/// The rate table: each test's read and write, median and best.
-fn render_rates(s: &mut String, r: &BenchReport, p: Paint, names: &[&str]) {
-    let header = format!(
-        "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>9}{:>10}  {}\n",
-        "test",
-        "read MB/s",
+/// The columns of a rate block: the test, MB/s, best, IOPS, mean latency,
+/// the slowest and fastest run (under 80 columns).
+fn rate_line(cells: [&str; 6]) -> String {
+    let line = format!(
+        "  {:<14}{:>10}{:>9}{:>9}{:>10}  {}",
+        cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]
+    );
+    format!("{}\n", line.trim_end())
+}
+
+/// The head of one direction's block of rates, after a blank line.
+fn block_header(d: Direction, mix_read_percent: Option<u32>, p: Paint) -> String {
+    let name = match d {
+        Direction::Mix => {
+            let pct = mix_read_percent.unwrap_or(profile::MIX_READ_PERCENT);
+            format!("mix {pct}/{}", 100 - pct)
+        }
+        _ => d.as_str().to_owned(),
+    };
+    let head = rate_line([
+        &name,
+        "MB/s",
         "best",
         "IOPS",
         "lat µs",
         "slowest–fastest",
-        "write MB/s",
-        "best",
-        "IOPS",
-        "lat µs",
-        "slowest–fastest"
-    );
-    s.push_str(&p.bold(&header));
-    for n in names {
-        let find = |d| r.results.iter().find(|x| x.name == *n && x.direction == d);
-        let rd = cells(find(Direction::Read));
-        let wr = cells(find(Direction::Write));
-        let paint = |c: &str| {
-            if c == "flagged" {
-                p.bad(c)
-            } else {
-                c.to_owned()
-            }
-        };
-        s.push_str(&format!(
-            "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>9}{:>10}  {}\n",
-            n,
-            paint(&rd[0]),
-            rd[1],
-            rd[2],
-            rd[3],
-            rd[4],
-            paint(&wr[0]),
-            wr[1],
-            wr[2],
-            wr[3],
-            wr[4]
-        ));
-    }
-    s.push_str("  (MB/s = 10^6 bytes/s; median of the runs; best = the fastest run, as CrystalDiskMark reports the best of N; latency: mean)\n");
+    ]);
+    format!("\n{}", p.bold(&head))
 }
 
-/// The completion-latency percentiles of each test.
+/// One figure's row: its median, best, IOPS, mean latency and range, or
+/// "flagged" and what fio claimed.
+fn rate_row(x: &TestResult, p: Paint) -> String {
+    let c = cells(Some(x));
+    let first = if c[0] == "flagged" {
+        p.bad(&format!("{:>10}", c[0]))
+    } else {
+        format!("{:>10}", c[0])
+    };
+    // The painted cell is padded before it is painted (escapes have no width).
+    let line = format!(
+        "  {:<14}{first}{:>9}{:>9}{:>10}  {}",
+        x.name, c[1], c[2], c[3], c[4]
+    );
+    format!("{}\n", line.trim_end())
+}
+
+/// What the rate blocks' figures are.
+fn rates_footnote(r: &BenchReport) -> String {
+    let mut s = wrap(
+        &format!(
+            "(MB/s = 10^6 bytes/s; each figure is {}; best = the fastest run, as CrystalDiskMark reports the best of N; lat µs: the mean latency)",
+            report::statistic(r.parameters.runs)
+        ),
+        "  ",
+    );
+    if let Some(pct) = r.parameters.mix_read_percent {
+        s.push_str(&wrap(
+            &format!(
+                "(mix: reads and writes at once, {pct}% of the I/Os reads, as CrystalDiskMark's Mix; MB/s and IOPS of both together)"
+            ),
+            "  ",
+        ));
+    }
+    s
+}
+
+/// The completion-latency percentiles of each test: reads and writes side
+/// by side, the mixes in a block of their own.
 fn render_latencies(s: &mut String, r: &BenchReport, p: Paint, names: &[&str]) {
+    let find = |n: &str, d| r.results.iter().find(|x| x.name == n && x.direction == d);
+    let paint = |c: &str| {
+        if c == "flagged" {
+            p.bad(&format!("{c:>10}"))
+        } else {
+            format!("{c:>10}")
+        }
+    };
     let latency_header = format!(
         "\n  {:<14}{:>10}{:>10}{:>10}  {:>10}{:>10}{:>10}\n",
         "clat µs", "read p50", "p99", "p99.9", "write p50", "p99", "p99.9"
     );
     s.push_str(&p.bold(&latency_header));
     for n in names {
-        let find = |d| r.results.iter().find(|x| x.name == *n && x.direction == d);
-        let rd = latency_cells(find(Direction::Read));
-        let wr = latency_cells(find(Direction::Write));
-        let paint = |c: &str| {
-            if c == "flagged" {
-                p.bad(c)
-            } else {
-                c.to_owned()
-            }
-        };
+        let rd = latency_cells(find(n, Direction::Read));
+        let wr = latency_cells(find(n, Direction::Write));
         let row = format!(
-            "  {:<14}{:>10}{:>10}{:>10}  {:>10}{:>10}{:>10}",
+            "  {:<14}{}{:>10}{:>10}  {}{:>10}{:>10}",
             n,
             paint(&rd[0]),
             rd[1],
@@ -1067,49 +1118,115 @@ fn render_latencies(s: &mut String, r: &BenchReport, p: Paint, names: &[&str]) {
         s.push_str(row.trim_end());
         s.push('\n');
     }
-    s.push_str("  (completion latency percentiles from fio, median of the runs)\n");
+    if r.results.iter().any(|x| x.direction == Direction::Mix) {
+        let header = format!(
+            "\n  {:<14}{:>10}{:>10}{:>10}\n",
+            "clat µs", "mix p50", "p99", "p99.9"
+        );
+        s.push_str(&p.bold(&header));
+        for n in names {
+            let Some(m) = find(n, Direction::Mix) else {
+                continue;
+            };
+            let l = latency_cells(Some(m));
+            let row = format!("  {:<14}{}{:>10}{:>10}", n, paint(&l[0]), l[1], l[2]);
+            s.push_str(row.trim_end());
+            s.push('\n');
+        }
+    }
+    s.push_str(&wrap(
+        &format!(
+            "(completion latency percentiles from fio, {} of each)",
+            report::statistic(r.parameters.runs)
+        ),
+        "  ",
+    ));
 }
 
-/// The 70/30 mixes, when they ran.
-fn render_mix(s: &mut String, r: &BenchReport, p: Paint, names: &[&str], pct: u32) {
-    let header = format!(
-        "\n  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}\n",
-        format!("mix {pct}/{}", 100 - pct),
-        "MB/s",
-        "best",
-        "IOPS",
-        "lat µs",
-        "slowest–fastest",
-        "clat p50",
-        "p99",
-        "p99.9"
-    );
-    s.push_str(&p.bold(&header));
-    for n in names {
-        let Some(m) = r
-            .results
-            .iter()
-            .find(|x| x.name == *n && x.direction == Direction::Mix)
-        else {
-            continue;
-        };
-        let c = cells(Some(m));
-        let l = latency_cells(Some(m));
-        let first = if c[0] == "flagged" {
-            p.bad(&c[0])
-        } else {
-            c[0].clone()
-        };
-        let row = format!(
-            "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}",
-            n, first, c[1], c[2], c[3], c[4], l[0], l[1], l[2]
-        );
-        s.push_str(row.trim_end());
-        s.push('\n');
+/// The text of a suite run as it runs: the heading once the test file is
+/// made, then each figure's row as its runs are done, under its
+/// direction's header ([`render`]'s blocks, line for line); at the end
+/// [`Stream::rest`]. Nothing with `--json` (the report is one document).
+struct Stream {
+    paint: Paint,
+    /// Text goes out before the report (not with --json).
+    on: bool,
+    /// Rows printed, as printed.
+    shown: Vec<(String, Direction, String)>,
+    /// The direction of the block being printed.
+    block: Option<Direction>,
+    /// The heading is printed.
+    begun: bool,
+}
+
+impl Stream {
+    fn new(paint: Paint, json: bool) -> Self {
+        Self {
+            paint,
+            on: !json,
+            shown: Vec::new(),
+            block: None,
+            begun: false,
+        }
     }
-    s.push_str(&format!(
-        "  (reads and writes at once, {pct}% of the I/Os reads, as CrystalDiskMark's Mix; MB/s and IOPS of both together)\n"
-    ));
+
+    /// The text to print now for `e` (empty: nothing).
+    fn event(&mut self, e: bench::SuiteEvent<'_>, mix_read_percent: Option<u32>) -> String {
+        if !self.on {
+            return String::new();
+        }
+        match e {
+            bench::SuiteEvent::Begun(h) => {
+                self.begun = true;
+                render_heading(&h)
+            }
+            bench::SuiteEvent::Figure(x) => {
+                let mut text = String::new();
+                if self.block != Some(x.direction) {
+                    self.block = Some(x.direction);
+                    text.push_str(&block_header(x.direction, mix_read_percent, self.paint));
+                }
+                let row = rate_row(x, self.paint);
+                text.push_str(&row);
+                self.shown.push((x.name.clone(), x.direction, row));
+                text
+            }
+            bench::SuiteEvent::Step(_) => String::new(),
+        }
+    }
+
+    /// What follows the rows printed: the figures the checks at the end
+    /// changed (the test file's layout after every write), then
+    /// [`render_tail`]. The whole [`render`] when nothing was printed.
+    fn rest(&self, r: &BenchReport) -> String {
+        let p = self.paint;
+        if !self.on || !self.begun {
+            return render(r, p);
+        }
+        let mut changed = String::new();
+        for x in &r.results {
+            let row = rate_row(x, p);
+            let same = self
+                .shown
+                .iter()
+                .any(|(n, d, shown)| *n == x.name && *d == x.direction && *shown == row);
+            if !same {
+                changed.push_str(&format!("  {} {}\n", x.name, x.direction.as_str()));
+                changed.push_str(&row);
+            }
+        }
+        let mut s = String::new();
+        if !changed.is_empty() {
+            s.push('\n');
+            s.push_str(&wrap(
+                "changed by the checks at the end of the run (the test file as the writes left it):",
+                "  ",
+            ));
+            s.push_str(&changed);
+        }
+        s.push_str(&render_tail(r, p));
+        s
+    }
 }
 
 /// What the checks found, figure by figure.

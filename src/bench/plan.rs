@@ -29,9 +29,16 @@ pub struct BenchPlan {
 impl BenchPlan {
     /// The text `--dry-run` prints.
     pub fn describe(&self) -> String {
-        let mut s = format!("bench {} in {} would:\n", self.mode, self.dir.display());
+        let mut s = crate::report::text::wrap(
+            &format!("bench {} in {} would:", self.mode, self.dir.display()),
+            "",
+        );
         for (i, step) in self.steps.iter().enumerate() {
-            s.push_str(&format!("  {}. {step}\n", i + 1));
+            s.push_str(&crate::report::text::wrap_hanging(
+                step,
+                &format!("  {}. ", i + 1),
+                "     ",
+            ));
         }
         if let Some(t) = self.estimated_seconds {
             s.push_str(&format!("about {}m{:02}s of runs", t / 60, t % 60));

@@ -331,7 +331,7 @@ impl BenchReport {
 /// the middle two for a larger even count.
 pub fn statistic(runs: u32) -> String {
     match runs {
-        0 | 1 => "1 run".to_owned(),
+        0 | 1 => "a single run".to_owned(),
         2 => "the mean of 2 runs".to_owned(),
         n if n % 2 == 1 => format!("the median of {n} runs"),
         n => format!("the median of {n} runs (the mean of the middle two)"),
@@ -579,7 +579,7 @@ mod tests {
     /// run of 2 runs" was a mean).
     #[test]
     fn the_statistic_is_named_for_what_it_is() {
-        assert_eq!(statistic(1), "1 run");
+        assert_eq!(statistic(1), "a single run");
         assert_eq!(statistic(2), "the mean of 2 runs");
         assert_eq!(statistic(5), "the median of 5 runs");
         assert_eq!(

@@ -285,18 +285,26 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     Ok(report.exit_code)
 }
 
+/// Columns of a sustained run's sparklines: with the label before and a
+/// member's size after, a line of 80.
+const SPARK: usize = 54;
+
 /// The text of `bench --sustained`: the verdict, the sparkline, each member.
 pub fn render_sustained(r: &SustainedReport) -> String {
-    let mut s = format!(
-        "bench --sustained {}  {} on {}\n",
-        escape_path(&r.target.dir),
-        r.target.fs_type,
-        r.target
-            .devices
-            .iter()
-            .map(|d| d.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+    let mut s = wrap_hanging(
+        &format!(
+            "bench --sustained {}: {} on {}",
+            escape_path(&r.target.dir),
+            r.target.fs_type,
+            r.target
+                .devices
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        "",
+        "  ",
     );
     let rates: Vec<f64> = r.series.iter().map(|p| p.bytes_per_sec).collect();
     let peak = rates.iter().copied().fold(0.0, f64::max);
@@ -324,34 +332,47 @@ pub fn render_sustained(r: &SustainedReport) -> String {
         ));
     } else {
         s.push_str(&format!(
-            "  MB/s  {}  peak {}, {} on average\n",
-            cliff::sparkline(&rates, 72),
+            "  {:<10}{}\n  {:<10}peak {}, {} on average\n",
+            "MB/s",
+            cliff::sparkline(&rates, SPARK),
+            "",
             mb_number_fine(peak),
             mb_number_fine(avg)
         ));
     }
     let c = &r.series_check;
-    s.push_str(&format!(
-        "  series {} of {} written{}{}\n",
-        size(c.series_bytes),
-        size(c.bytes_written),
-        c.device_bytes
-            .map_or(String::new(), |d| format!("; members wrote {}", size(d))),
-        if c.reconciled { "" } else { " (flagged)" }
+    s.push_str(&wrap(
+        &format!(
+            "series {} of {} written{}{}",
+            size(c.series_bytes),
+            size(c.bytes_written),
+            c.device_bytes
+                .map_or(String::new(), |d| format!("; members wrote {}", size(d))),
+            if c.reconciled { "" } else { " (flagged)" }
+        ),
+        "  ",
     ));
     for m in &r.members {
         let mr: Vec<f64> = m.series.iter().map(|p| p.bytes_per_sec).collect();
+        // The sparkline padded to its width, so the sizes line up.
+        let spark = cliff::sparkline(&mr, SPARK);
+        let pad = SPARK.saturating_sub(spark.chars().count());
         s.push_str(&format!(
-            "  {:<10}{}  {} written\n",
+            "  {:<10}{spark}{:pad$}  {:>10}\n",
             m.device,
-            cliff::sparkline(&mr, 72),
+            "",
             size(m.write_bytes)
         ));
     }
     for f in &r.findings {
-        s.push_str(&format!("\n  {}\n", f.title));
+        s.push('\n');
+        s.push_str(&wrap(&f.title, "  "));
         for e in &f.evidence {
-            s.push_str(&format!("    {}: {}\n", e.name, e.value));
+            s.push_str(&wrap_hanging(
+                &format!("{}: {}", e.name, e.value),
+                "    ",
+                "      ",
+            ));
         }
         s.push_str(&wrap(&f.why, "    "));
     }
@@ -415,8 +436,8 @@ const NOTHING_KEPT: &str =
 
 /// The text of `bench --small-files`: one row per phase.
 pub fn render_metadata(r: &MetadataReport) -> String {
-    let mut s = format!(
-        "bench --small-files {}  {} (metadata {}) on {}\n  {} files in {} directories, {} threads\n\n",
+    let first = format!(
+        "bench --small-files {}: {} (metadata {}) on {}",
         escape_path(&r.target.dir),
         r.target.fs_type,
         if r.metadata_profiles.is_empty() {
@@ -434,10 +455,12 @@ pub fn render_metadata(r: &MetadataReport) -> String {
             .map(|d| d.name.as_str())
             .collect::<Vec<_>>()
             .join(", "),
-        r.files,
-        r.dirs,
-        r.threads
     );
+    let mut s = wrap_hanging(&first, "", "  ");
+    s.push_str(&format!(
+        "  {} files in {} directories, {} threads\n\n",
+        r.files, r.dirs, r.threads
+    ));
     s.push_str(&format!(
         "  {:<8}{:>12}{:>10}{:>10}{:>18}{:>14}\n",
         "phase", "files/s", "seconds", "sync s", "files/s with sync", "devices wrote"
@@ -508,7 +531,7 @@ fn run_compare_profiles(
         .map(|r| r.name)
         .collect();
     let plan = profiles::plan(&opts, &btrfs_lab::sys::fs::nonce::nonce(), stale)?;
-    let steps = plan.describe().join("\n");
+    let steps = wrap_steps(&plan.describe());
     if args.dry_run {
         out.report(&plan, |_| format!("{steps}\n"));
         return Ok(0);
@@ -537,19 +560,37 @@ fn run_compare_profiles(
     Ok(report.exit_code)
 }
 
+/// Steps, one a line, each filled to the width under its own indent
+/// (a step's second line two columns further in); no newline at the end.
+fn wrap_steps(steps: &[String]) -> String {
+    let mut s = String::new();
+    for step in steps {
+        let text = step.trim_start();
+        let lead = &step[..step.len() - text.len()];
+        s.push_str(&wrap_hanging(text, lead, &format!("{lead}    ")));
+    }
+    s.truncate(s.trim_end_matches('\n').len());
+    s
+}
+
 /// The text of `bench --small-files --compare-profiles`: per profile and phase
 /// the figures and their ratio to the first profile.
 pub fn render_profiles(r: &ProfilesReport) -> String {
     let x = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("×{v:.2}"));
-    let mut s = format!(
-        "bench --small-files --compare-profiles  {} files, {} threads; each profile on its own btrfs of {} × {} loop devices (data {}) under {}\n\n",
-        r.files,
-        r.threads,
-        r.devices,
-        size(r.device_size_bytes),
-        r.data_profile,
-        escape_path(&r.images_dir)
+    let mut s = wrap_hanging(
+        &format!(
+            "bench --small-files --compare-profiles: {} files, {} threads; each profile on its own btrfs of {} × {} loop devices (data {}) under {}",
+            r.files,
+            r.threads,
+            r.devices,
+            size(r.device_size_bytes),
+            r.data_profile,
+            escape_path(&r.images_dir)
+        ),
+        "",
+        "  ",
     );
+    s.push('\n');
     s.push_str(&format!(
         "  {:<9}{:<8}{:>10}{:>8}{:>9}{:>8}{:>12}{:>8}\n",
         "metadata", "phase", "files/s", "", "sync s", "", "wrote", ""
@@ -595,21 +636,24 @@ pub fn render_profiles(r: &ProfilesReport) -> String {
         Some(m) => format!("stat {}", m.stat_cold_detail),
         None => String::new(),
     };
-    s.push_str(&format!(
-        "  (× = against {}; {cold}; wrote = bytes the member devices wrote, the sync included)\n",
-        r.baseline
+    s.push_str(&wrap(
+        &format!(
+            "(× = against {}; {cold}; wrote = bytes the member devices wrote, the sync included)",
+            r.baseline
+        ),
+        "  ",
     ));
     s.push_str("\n  written per member during the creates and their sync\n");
     for run in &r.runs {
         if let Some(c) = run.report.phases.first() {
-            s.push_str(&format!(
-                "    {:<9}{}\n",
-                run.metadata.name(),
-                c.per_member
+            s.push_str(&wrap_hanging(
+                &c.per_member
                     .iter()
                     .map(|m| format!("{} {}", m.device, size(m.write_bytes)))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                &format!("    {:<9}", run.metadata.name()),
+                "             ",
             ));
         }
     }
@@ -1136,7 +1180,7 @@ fn render_latencies(s: &mut String, r: &BenchReport, p: Paint, names: &[&str]) {
     }
     s.push_str(&wrap(
         &format!(
-            "(completion latency percentiles from fio, {} of each)",
+            "(fio's completion latency percentiles, each {})",
             report::statistic(r.parameters.runs)
         ),
         "  ",
@@ -1299,14 +1343,17 @@ fn render_members(s: &mut String, r: &BenchReport) {
                 mb_number(t.bytes_per_sec)
             ));
         }
-        s.push_str(&format!(
-            "  sum {} MB/s, all at once {} MB/s, slowest × {} = {} MB/s{}\n",
-            mb_number(m.sum_alone_bytes_per_sec),
-            mb_number(m.together_bytes_per_sec),
-            m.alone.len(),
-            mb_number(m.slowest_times_n_bytes_per_sec),
-            m.array_bytes_per_sec
-                .map_or(String::new(), |a| format!(", array {} MB/s", mb_number(a)))
+        s.push_str(&wrap(
+            &format!(
+                "sum {} MB/s, all at once {} MB/s, slowest × {} = {} MB/s{}",
+                mb_number(m.sum_alone_bytes_per_sec),
+                mb_number(m.together_bytes_per_sec),
+                m.alone.len(),
+                mb_number(m.slowest_times_n_bytes_per_sec),
+                m.array_bytes_per_sec
+                    .map_or(String::new(), |a| format!(", array {} MB/s", mb_number(a)))
+            ),
+            "  ",
         ));
         s.push_str(&wrap(&m.summary, "  "));
     }
@@ -1323,9 +1370,12 @@ fn render_notes_and_summary(s: &mut String, r: &BenchReport) {
     s.push('\n');
     s.push_str(&wrap(&r.summary, ""));
     if let Some(h) = &r.history {
-        s.push_str(&format!(
-            "saved in the bench history as #{} (bench --history DIR: each test over the runs)\n",
-            h.id
+        s.push_str(&wrap(
+            &format!(
+                "saved in the bench history as #{} (bench --history DIR: each test over the runs)",
+                h.id
+            ),
+            "",
         ));
     }
 }
@@ -1399,41 +1449,44 @@ pub fn render_history(r: &HistoryReport) -> String {
         escape_path(&r.db)
     );
     for fs in &r.filesystems {
-        s.push_str(&format!(
-            "
-{} on {} ({})
-",
-            fs.fs_uuid
-                .as_deref()
-                .map_or("a filesystem".to_owned(), |u| format!("filesystem {u}")),
-            escape_control(&fs.mount_point),
-            escape_control(&fs.hostname)
+        s.push('\n');
+        s.push_str(&wrap_hanging(
+            &format!(
+                "{} on {} ({})",
+                fs.fs_uuid
+                    .as_deref()
+                    .map_or("a filesystem".to_owned(), |u| format!("filesystem {u}")),
+                escape_control(&fs.mount_point),
+                escape_control(&fs.hostname)
+            ),
+            "",
+            "  ",
         ));
         for run in &fs.runs {
-            let setup = run.setup.as_ref().map_or(
-                "(a report this btrfs-lab cannot read)".to_owned(),
-                |x| {
-                    format!(
-                        "{}  {}  {}  {}",
-                        x.kernel,
+            let time = run.time.replace('T', " ");
+            let lead = format!("  #{:<5}{}  ", run.id, time.trim_end_matches('Z'));
+            match &run.setup {
+                // The members on a line of their own: a wide array's list
+                // is longer than the rest.
+                Some(x) => {
+                    s.push_str(&format!(
+                        "{lead}{}  {}  {}\n",
+                        escape_control(&x.kernel),
                         x.data_profiles.join("+"),
-                        x.profile,
-                        x.members.join(",")
-                    )
-                },
-            );
-            s.push_str(&format!(
-                "  #{:<5}{}  {}
-",
-                run.id,
-                run.time.replace('T', " ").trim_end_matches('Z'),
-                escape_control(&setup)
-            ));
+                        escape_control(&x.profile)
+                    ));
+                    s.push_str(&wrap(
+                        &format!("on {}", escape_control(&x.members.join(", "))),
+                        "         ",
+                    ));
+                }
+                None => s.push_str(&format!("{lead}(a report this btrfs-lab cannot read)\n")),
+            }
             for c in &run.changes {
-                s.push_str(&format!(
-                    "         changed: {}
-",
-                    escape_control(c)
+                s.push_str(&wrap_hanging(
+                    &escape_control(c),
+                    "         changed: ",
+                    "           ",
                 ));
             }
         }
@@ -1453,28 +1506,25 @@ pub fn render_history(r: &HistoryReport) -> String {
                 let spread = p
                     .spread
                     .map_or(String::new(), |x| format!("  spread {:.0}%", x * 100.0));
-                let change = p.change.as_ref().map_or(String::new(), |c| {
-                    if c.beyond_noise {
+                let line = format!("    #{:<5}{fig}{spread}", p.run_id);
+                match &p.change {
+                    Some(c) if c.beyond_noise => {
                         let why = if c.setup_changes.is_empty() {
                             "nothing in the set-up changed".to_owned()
                         } else {
                             c.setup_changes.join("; ")
                         };
-                        format!(
-                            "  ×{:.2} beyond the noise ({:.0}%): {}",
+                        // Why on the lines after the figure, filled.
+                        s.push_str(&format!(
+                            "{line}  ×{:.2} beyond the noise ({:.0}%):\n",
                             c.ratio,
-                            c.noise * 100.0,
-                            escape_control(&why)
-                        )
-                    } else {
-                        format!("  ×{:.2}", c.ratio)
+                            c.noise * 100.0
+                        ));
+                        s.push_str(&wrap(&escape_control(&why), "          "));
                     }
-                });
-                s.push_str(&format!(
-                    "    #{:<5}{fig}{spread}{change}
-",
-                    p.run_id
-                ));
+                    Some(c) => s.push_str(&format!("{line}  ×{:.2}\n", c.ratio)),
+                    None => s.push_str(&format!("{line}\n")),
+                }
             }
         }
     }
@@ -1498,7 +1548,11 @@ fn render_compare(c: &Comparison) -> String {
     }
     for (i, r) in c.reports.iter().enumerate().skip(1) {
         for d in &r.changes {
-            s.push_str(&format!("  #{} vs #1: {}\n", i + 1, escape_control(d)));
+            s.push_str(&wrap_hanging(
+                &escape_control(d),
+                &format!("  #{} vs #1: ", i + 1),
+                "      ",
+            ));
         }
     }
     s.push_str(&format!("\n  {:<20}", "test"));
@@ -1530,9 +1584,13 @@ fn render_compare(c: &Comparison) -> String {
         s.push('\n');
     }
     if c.reports.len() > 1 {
-        s.push_str(&format!(
-            "\n  ×: to #1; ! beyond the noise of both runs (their rounds do not overlap and differ by more than their spread, at least {:.0}%)\n",
-            c.min_noise * 100.0
+        s.push('\n');
+        s.push_str(&wrap(
+            &format!(
+                "×: to #1; ! beyond the noise of both runs (their rounds do not overlap and differ by more than their spread, at least {:.0}%)",
+                c.min_noise * 100.0
+            ),
+            "  ",
         ));
     }
     s

@@ -1678,3 +1678,192 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     ],
     see_also: &["fio(1)"],
 }];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A result as `bench --json` writes it: `mb` MB/s per run, flagged
+    /// (fio claimed twice what the devices moved) when `flag`.
+    fn figure(name: &str, direction: &str, mb: &[f64], flag: bool) -> serde_json::Value {
+        let (pattern, block, qd, threads) = match name {
+            "SEQ1M Q8T1" => ("seq", 1 << 20, 8, 1),
+            "SEQ128K Q32T1" => ("seq", 128 << 10, 32, 1),
+            _ => ("rnd", 4096, 32, 16),
+        };
+        let med = btrfs_lab::bench::analysis::median(mb).unwrap() * 1e6;
+        let ok = !flag;
+        let runs: Vec<serde_json::Value> = mb
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                serde_json::json!({"run": i + 1, "claimed_bytes": (m * 1e6) as u64, "seconds": 1.0,
+                    "bytes_per_sec": m * 1e6, "iops": m * 1e6 / 4096.0, "lat_mean_us": 123_456.7,
+                    "clat_p50_us": 120_000.0, "clat_p99_us": 999_999.9, "clat_p999_us": 1_999_999.9,
+                    "cores_per_thread": 0.1, "cpu_seconds_per_gib": 0.2,
+                    "device_read_bytes": null, "device_write_bytes": null,
+                    "resident_before_bytes": null, "dirtied_bytes": null, "checks": []})
+            })
+            .collect();
+        serde_json::json!({
+            "test": {"pattern": pattern, "block_bytes": block, "queue_depth": qd, "threads": threads},
+            "direction": direction, "name": name, "status": if ok { "ok" } else { "flagged" },
+            "bytes_per_sec": ok.then_some(med), "iops": ok.then_some(2_500_000.0),
+            "lat_mean_us": ok.then_some(123_456.7),
+            "best_bytes_per_sec": ok.then_some(mb.iter().copied().fold(0.0, f64::max) * 1e6),
+            "best_iops": ok.then_some(2_600_000.0),
+            "clat_p50_us": ok.then_some(120_000.0), "clat_p99_us": ok.then_some(999_999.9),
+            "clat_p999_us": ok.then_some(1_999_999.9),
+            "bytes_per_sec_min": mb.iter().copied().fold(f64::INFINITY, f64::min) * 1e6,
+            "bytes_per_sec_max": mb.iter().copied().fold(0.0, f64::max) * 1e6,
+            "claimed_bytes_per_sec": med,
+            "cpu_seconds_per_gib": ok.then_some(0.2), "cores_per_thread": 0.1,
+            "ceiling_fraction": null,
+            "checks": if flag {
+                serde_json::json!([{"code": "device_mismatch", "severity": "flag",
+                    "message": "fio claims 2.00GiB read but the member devices read only 1.00GiB (50%): the rest did not come from the drives"}])
+            } else {
+                serde_json::json!([])
+            },
+            "runs": runs
+        })
+    }
+
+    /// A report of the nvme profile's widest figures on an array of eight
+    /// NVMe drives (26 GB/s), a flagged write and the mixes.
+    fn report(runs: u32) -> BenchReport {
+        let mut results = Vec::new();
+        for d in ["read", "write", "mix"] {
+            for (name, mb) in [
+                ("SEQ1M Q8T1", [26_543.2, 26_001.9, 27_999.9]),
+                ("SEQ128K Q32T1", [12_345.6, 13_000.1, 12_999.0]),
+                ("RND4K Q32T16", [10_240.5, 10_999.9, 10_001.2]),
+            ] {
+                let flag = d == "write" && name == "SEQ128K Q32T1";
+                results.push(figure(name, d, &mb[..runs as usize], flag));
+            }
+        }
+        let json = serde_json::json!({
+            "report_version": 1, "exit_code": 3, "summary": "best read: SEQ1M Q8T1 at 26543.2 MB/s; 1 of 9 figures flagged (device_mismatch)",
+            "system": {"kernel": "6.18.44-fc-v1300-generic", "hostname": "h", "cpus": 64,
+                "fio_version": "fio-3.33", "fio_path": "/usr/bin/fio"},
+            "target": {"dir": "/srv/a-rather-long-directory-name/of/the/array", "mount_point": "/srv",
+                "fs_type": "btrfs", "uuid": null, "source": "/dev/nvme0n1", "mount_options": [],
+                "data_profiles": ["raid0"],
+                "devices": (0..8).map(|i| serde_json::json!({"path": format!("/dev/nvme{i}n1"),
+                    "name": format!("nvme{i}n1"), "major": 259, "minor": i})).collect::<Vec<_>>(),
+                "devices_missing": [], "compression_option": null},
+            "parameters": {"profile": "nvme", "tests": [], "size_bytes": 1u64 << 30, "runs": runs,
+                "duration_secs": 5, "interval_secs": 0, "cow": false, "ioengine": "libaio",
+                "mix_read_percent": 70, "huge_page_buffers": true},
+            "test_file": {"path": "/x", "size_bytes": 1u64 << 30, "nocow": true, "fill_seconds": 0.0,
+                "fill_device_write_bytes": null, "layout_after_fill": null, "layout_at_end": null,
+                "removed": true},
+            "results": results, "ceiling": null, "thermal": [], "members_scaling": null,
+            "notes": ["the test file is NOCOW (no data checksums), so O_DIRECT is direct"],
+            "job_file": ""
+        });
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn plain() -> Paint {
+        Output::new(false, super::super::output::ColorChoice::Never).paint
+    }
+
+    /// Issue 52 item 3: the table was 128 columns. Every line of the text
+    /// fits 80, with 26 GB/s, 2.5 M IOPS, 2 s percentiles, a flagged row
+    /// and the mixes.
+    #[test]
+    fn every_line_of_the_suite_fits_80_columns() {
+        btrfs_lab::report::text::set_width(80);
+        let text = render(&report(3), plain());
+        for l in text.lines() {
+            assert!(l.chars().count() <= 80, "{} columns: {l}", l.chars().count());
+        }
+        // A block per direction, the figures in it.
+        for head in ["  read ", "  write ", "  mix 70/30 "] {
+            assert!(
+                text.lines().any(|l| l.starts_with(head) && l.contains("slowest–fastest")),
+                "{head} in {text}"
+            );
+        }
+        assert!(
+            text.contains("  SEQ1M Q8T1       26543.2  27999.9  2500000  123456.7  26001.9–27999.9\n"),
+            "{text}"
+        );
+        let flagged = text
+            .lines()
+            .find(|l| l.starts_with("  SEQ128K Q32T1") && l.contains("flagged"))
+            .unwrap();
+        assert!(flagged.ends_with("  claimed 12999.0"), "{flagged}");
+    }
+
+    /// Issue 52 item 9: "the middle run of 2 runs" was a mean.
+    #[test]
+    fn the_statistic_is_named() {
+        btrfs_lab::report::text::set_width(80);
+        let words = |t: String| t.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words(render(&report(3), plain())).contains("each figure is the median of 3 runs"));
+        let two = words(render(&report(2), plain()));
+        assert!(two.contains("each figure is the mean of 2 runs"), "{two}");
+        assert!(two.contains("percentiles, each the mean of 2 runs"), "{two}");
+        assert!(!two.contains("median of the runs"), "{two}");
+    }
+
+    /// What is printed as the figures come, then the rest, is the text of
+    /// the whole report, line for line; with --json nothing comes before.
+    #[test]
+    fn the_figures_printed_as_they_come_are_the_report() {
+        btrfs_lab::report::text::set_width(80);
+        let r = report(3);
+        let mut stream = Stream::new(plain(), false);
+        let mix = r.parameters.mix_read_percent;
+        let mut printed = stream.event(bench::SuiteEvent::Begun(r.heading()), mix);
+        assert!(printed.starts_with("bench /srv/"), "{printed}");
+        for x in &r.results {
+            let now = stream.event(bench::SuiteEvent::Figure(x), mix);
+            // Each figure's row as soon as it is done.
+            assert!(now.ends_with(&rate_row(x, plain())), "{now}");
+            printed.push_str(&now);
+        }
+        printed.push_str(&stream.rest(&r));
+        assert_eq!(printed, render(&r, plain()));
+
+        let mut json = Stream::new(plain(), true);
+        assert!(json.event(bench::SuiteEvent::Begun(r.heading()), mix).is_empty());
+        assert!(json.event(bench::SuiteEvent::Figure(&r.results[0]), mix).is_empty());
+    }
+
+    /// A figure the checks at the end flag (the file's layout after every
+    /// write) is said again, flagged, before the rest.
+    #[test]
+    fn a_figure_the_end_changed_is_said_again() {
+        btrfs_lab::report::text::set_width(80);
+        let mut r = report(3);
+        let mut stream = Stream::new(plain(), false);
+        stream.event(bench::SuiteEvent::Begun(r.heading()), None);
+        for x in &r.results {
+            stream.event(bench::SuiteEvent::Figure(x), None);
+        }
+        // At the end, the first write is flagged after all.
+        let w = r
+            .results
+            .iter()
+            .position(|x| x.direction == Direction::Write)
+            .unwrap();
+        let flagged: TestResult =
+            serde_json::from_value(figure("SEQ1M Q8T1", "write", &[1.0, 2.0, 3.0], true))
+                .unwrap();
+        r.results[w] = flagged;
+        let rest = stream.rest(&r);
+        let (changed, tail) = rest.split_once("(MB/s = 10^6").unwrap();
+        assert!(
+            changed.contains("changed by the checks at the end of the run"),
+            "{rest}"
+        );
+        assert!(changed.contains("  SEQ1M Q8T1 write\n"), "{changed}");
+        assert!(changed.contains("flagged"), "{changed}");
+        assert_eq!(changed.matches("SEQ1M").count(), 2, "{changed}");
+        assert!(tail.contains("checks"), "{tail}");
+    }
+}

@@ -160,6 +160,8 @@ fn three_runs_stored_and_a_planted_regression_named_beside_the_kernel_change() {
     // The text says the same.
     let (code, text, _) = run(env.cmd().args(["bench", "--history"]));
     assert_eq!(code, 0);
+    // Filled to 80 columns: the words, wherever the lines break.
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         text.contains(&format!(
             "×0.50 beyond the noise (5%): kernel: {kernel} → 7.3.0-planted"

@@ -23,8 +23,8 @@ use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::tools::fio::RealFio;
 
 use super::output::{Output, Paint, confirm, wrap};
-use btrfs_lab::report::text::wrap_hanging;
 use super::units::{UnitArgs, size, size_arg};
+use btrfs_lab::report::text::wrap_hanging;
 
 pub const AFTER_HELP: &str = "\
 Profiles (each test is run for reads, then for writes; all reads first):
@@ -1082,14 +1082,7 @@ fn block_header(d: Direction, mix_read_percent: Option<u32>, p: Paint) -> String
         }
         _ => d.as_str().to_owned(),
     };
-    let head = rate_line([
-        &name,
-        "MB/s",
-        "best",
-        "IOPS",
-        "lat µs",
-        "slowest–fastest",
-    ]);
+    let head = rate_line([&name, "MB/s", "best", "IOPS", "lat µs", "slowest–fastest"]);
     format!("\n{}", p.bold(&head))
 }
 
@@ -1778,17 +1771,24 @@ mod tests {
         btrfs_lab::report::text::set_width(80);
         let text = render(&report(3), plain());
         for l in text.lines() {
-            assert!(l.chars().count() <= 80, "{} columns: {l}", l.chars().count());
+            assert!(
+                l.chars().count() <= 80,
+                "{} columns: {l}",
+                l.chars().count()
+            );
         }
         // A block per direction, the figures in it.
         for head in ["  read ", "  write ", "  mix 70/30 "] {
             assert!(
-                text.lines().any(|l| l.starts_with(head) && l.contains("slowest–fastest")),
+                text.lines()
+                    .any(|l| l.starts_with(head) && l.contains("slowest–fastest")),
                 "{head} in {text}"
             );
         }
         assert!(
-            text.contains("  SEQ1M Q8T1       26543.2  27999.9  2500000  123456.7  26001.9–27999.9\n"),
+            text.contains(
+                "  SEQ1M Q8T1       26543.2  27999.9  2500000  123456.7  26001.9–27999.9\n"
+            ),
             "{text}"
         );
         let flagged = text
@@ -1806,7 +1806,10 @@ mod tests {
         assert!(words(render(&report(3), plain())).contains("each figure is the median of 3 runs"));
         let two = words(render(&report(2), plain()));
         assert!(two.contains("each figure is the mean of 2 runs"), "{two}");
-        assert!(two.contains("percentiles, each the mean of 2 runs"), "{two}");
+        assert!(
+            two.contains("percentiles, each the mean of 2 runs"),
+            "{two}"
+        );
         assert!(!two.contains("median of the runs"), "{two}");
     }
 
@@ -1830,8 +1833,14 @@ mod tests {
         assert_eq!(printed, render(&r, plain()));
 
         let mut json = Stream::new(plain(), true);
-        assert!(json.event(bench::SuiteEvent::Begun(r.heading()), mix).is_empty());
-        assert!(json.event(bench::SuiteEvent::Figure(&r.results[0]), mix).is_empty());
+        assert!(
+            json.event(bench::SuiteEvent::Begun(r.heading()), mix)
+                .is_empty()
+        );
+        assert!(
+            json.event(bench::SuiteEvent::Figure(&r.results[0]), mix)
+                .is_empty()
+        );
     }
 
     /// A figure the checks at the end flag (the file's layout after every
@@ -1852,8 +1861,7 @@ mod tests {
             .position(|x| x.direction == Direction::Write)
             .unwrap();
         let flagged: TestResult =
-            serde_json::from_value(figure("SEQ1M Q8T1", "write", &[1.0, 2.0, 3.0], true))
-                .unwrap();
+            serde_json::from_value(figure("SEQ1M Q8T1", "write", &[1.0, 2.0, 3.0], true)).unwrap();
         r.results[w] = flagged;
         let rest = stream.rest(&r);
         let (changed, tail) = rest.split_once("(MB/s = 10^6").unwrap();

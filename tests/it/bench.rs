@@ -1294,7 +1294,8 @@ fn flagged_bars_in_a_real_browser(env: &TestEnv, mnt: &Path, chromium: &Path, ho
         assert!(b.mbps > 0.0, "{b:?}");
     }
     assert_eq!(
-        dom.matches("flagged: devices moved less; fio claimed ").count(),
+        dom.matches("flagged: devices moved less; fio claimed ")
+            .count(),
         2,
         "{dom}"
     );

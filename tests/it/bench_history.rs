@@ -260,7 +260,9 @@ fn the_history_lives_in_the_state_directory_given() {
     let (_, help, _) = run(bare().arg("--help"));
     let text = help.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
-        text.contains("State directory [default: /var/lib/btrfs-lab]: the bench history in DIR/bench.sqlite"),
+        text.contains(
+            "State directory [default: /var/lib/btrfs-lab]: the bench history in DIR/bench.sqlite"
+        ),
         "{text}"
     );
 }

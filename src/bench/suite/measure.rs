@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use crate::bench::analysis::{self, CheckContext, Sample};
 use crate::bench::jobs::{self, JobSettings};
 use crate::bench::kit::{Progress, check_stop, pause};
-use crate::bench::suite::SuiteEvent;
 use crate::bench::profile::{Direction, TestSpec};
 use crate::bench::report::{self, FileLayout, TestResult};
 use crate::bench::sensors::Sensors;
+use crate::bench::suite::SuiteEvent;
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::fio::{FioJob, FioOutput};
 use crate::report::text::escape_path;
@@ -631,7 +631,12 @@ mod tests {
                 ("SEQ1M Q8T1".to_owned(), Direction::Read, Status::Ok, 1 + 3),
                 ("SEQ1M Q1T1".to_owned(), Direction::Read, Status::Ok, 1 + 6),
                 ("SEQ1M Q8T1".to_owned(), Direction::Write, Status::Ok, 1 + 9),
-                ("SEQ1M Q1T1".to_owned(), Direction::Write, Status::Ok, 1 + 12),
+                (
+                    "SEQ1M Q1T1".to_owned(),
+                    Direction::Write,
+                    Status::Ok,
+                    1 + 12
+                ),
             ]
         );
         // Honest mock: every figure checks out.

@@ -159,12 +159,10 @@ pub(crate) fn fill_section(s: &JobSettings<'_>) -> String {
 fn header(what: &str) -> String {
     use crate::report::text::fill;
     let mut s = fill(&format!("btrfs-lab bench: {what}"), 80, "; ", "; ");
-    s.push_str(&fill(
-        "run it by hand, in a directory that holds the test file: fio --output-format=json THIS_FILE",
-        80,
-        "; ",
-        "; ",
-    ));
+    // The command on a line of its own, whole.
+    s.push_str(
+        "; run it by hand, in a directory that holds the test file:\n; fio --output-format=json THIS_FILE\n",
+    );
     s
 }
 

@@ -439,7 +439,8 @@ pub(crate) fn summarize(
         bytes_per_sec_min: rates.iter().copied().fold(f64::INFINITY, f64::min).min(med),
         bytes_per_sec_max: rates.iter().copied().fold(0.0, f64::max),
         claimed_bytes_per_sec: med,
-        cpu_seconds_per_gib: median(&cpu),
+        // Per GiB fio claimed: of a flagged figure, not a cost of anything.
+        cpu_seconds_per_gib: median(&cpu).filter(|_| !flagged),
         cores_per_thread: cores,
         ceiling_fraction,
         checks,
@@ -780,6 +781,20 @@ mod tests {
             codes(&c),
             vec![(Code::BenchAboveCeiling, Severity::Warning)]
         );
+    }
+
+    /// A flagged figure has no CPU cost: it would be per GiB fio claimed,
+    /// not per GiB the drives moved (issue 52).
+    #[test]
+    fn a_flagged_figure_has_no_cpu_cost() {
+        use crate::bench::testdata::figure;
+        let ok = figure(0, Direction::Write, &[900.0, 1000.0], false);
+        assert!(ok.cpu_seconds_per_gib.is_some());
+        let bad = figure(0, Direction::Write, &[900.0, 1000.0], true);
+        assert_eq!(bad.status, Status::Flagged);
+        assert_eq!(bad.cpu_seconds_per_gib, None);
+        // Each run keeps what fio said, as the report's raw data.
+        assert!(bad.runs.iter().all(|r| r.cpu_seconds_per_gib.is_some()));
     }
 
     #[test]

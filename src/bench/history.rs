@@ -33,16 +33,18 @@ use crate::sys::fs::beneath::{Leaf, TrustedDir};
 pub const DB_FILE: &str = "bench.sqlite";
 
 /// The history database: `--db` when given, else [`DB_FILE`] in the state
-/// directory (`--state-dir`, or the default one).
+/// directory (`--state-dir`, or the default one); made absolute, so that
+/// what the report and the messages name is where it is.
 pub fn db_path(
     db: Option<&std::path::Path>,
     state_dir: Option<&std::path::Path>,
 ) -> std::path::PathBuf {
-    db.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
+    let p = db.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
         state_dir
             .unwrap_or(std::path::Path::new(crate::scrub::STATE_DIR))
             .join(DB_FILE)
-    })
+    });
+    std::path::absolute(&p).unwrap_or(p)
 }
 
 /// The layout this btrfs-lab writes (SQLite's `user_version`).

@@ -4,8 +4,9 @@
 //!
 //! The suite's page has one chart per direction: every read bar on one
 //! scale, every write bar on another, each scale a labelled MB/s axis with
-//! round ticks ([`nice_axis`]). A flagged figure is drawn grey and hatched
-//! and says why; in the table its median and range read "flagged", never
+//! round ticks ([`nice_axis`]). A flagged figure is not drawn to scale:
+//! a short grey hatched stub, outlined, says why and what fio claimed; in
+//! the table its median, range and CPU cost read "flagged" or "—", never
 //! the number. The header says when the bench ran, on what (kernel, fio,
 //! btrfs-lab) and with what (profile, members, mount options). A print
 //! stylesheet keeps the colours and avoids splitting a chart.
@@ -13,7 +14,7 @@
 use std::fmt::Write as _;
 
 use super::profile::Direction;
-use super::report::{BenchReport, Status, TestResult, is_flag};
+use super::report::{BenchReport, Status, TestResult, is_flag, statistic};
 use crate::model::finding::Code;
 use crate::parse::size::format_iec;
 use crate::report::rate::mb_per_s;
@@ -140,6 +141,9 @@ const READ_FILL: &str = "#2f7ed8";
 const WRITE_FILL: &str = "#e4572e";
 const MIX_FILL: &str = "#6a994e";
 const FLAGGED_FILL: &str = "#d9d9d9";
+/// A flagged figure's bar: this long whatever fio claimed (its claim is not
+/// a result, so it is not drawn to scale).
+const FLAGGED_STUB: f64 = 24.0;
 
 /// Geometry of a direction chart (pixels).
 const CHART_W: f64 = 860.0;
@@ -171,7 +175,9 @@ pub(crate) fn direction_axis(rows: &[&TestResult]) -> Axis {
 
 /// The SVG bar chart of one direction: a bar per test at its median MB/s,
 /// every bar on the same scale, a labelled axis with round ticks. A
-/// flagged figure is drawn grey and hatched with "flagged: why".
+/// flagged figure is not drawn at its claimed length: a short grey hatched
+/// stub with a dashed outline, labelled "flagged: why; fio claimed N MB/s,
+/// not a result".
 pub fn direction_chart(direction: Direction, rows: &[&TestResult], runs: u32) -> String {
     let axis = direction_axis(rows);
     let scale = PLOT_W / axis.max;
@@ -209,19 +215,23 @@ pub fn direction_chart(direction: Direction, rows: &[&TestResult], runs: u32) ->
     }
     let _ = write!(
         s,
-        r##"<line class="axis" x1="{PLOT_X}" y1="{axis_y}" x2="{:.2}" y2="{axis_y}" stroke="#666666" stroke-width="1"/><text class="axis-title" x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle" fill="#444444">MB/s (10⁶ bytes/s), median of {}</text>"##,
+        r##"<line class="axis" x1="{PLOT_X}" y1="{axis_y}" x2="{:.2}" y2="{axis_y}" stroke="#666666" stroke-width="1"/><text class="axis-title" x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle" fill="#444444">MB/s (10⁶ bytes/s), {}</text>"##,
         PLOT_X + PLOT_W,
         PLOT_X + PLOT_W / 2.0,
         axis_y + 34.0,
-        crate::report::text::count(runs, "run", "runs")
+        statistic(runs)
     );
     for (i, r) in rows.iter().enumerate() {
         let y = CHART_TOP + BAR_GAP / 2.0 + i as f64 * (BAR_H + BAR_GAP);
         let flagged = r.status == Status::Flagged;
         let value = mb_per_s(r.claimed_bytes_per_sec);
         let full = value * scale;
-        let clipped = full > PLOT_W + 0.005;
-        let len = full.min(PLOT_W);
+        let clipped = !flagged && full > PLOT_W + 0.005;
+        let len = if flagged {
+            FLAGGED_STUB
+        } else {
+            full.min(PLOT_W)
+        };
         let fill = match (flagged, direction) {
             (true, _) => FLAGGED_FILL,
             (false, Direction::Read) => READ_FILL,
@@ -234,21 +244,26 @@ pub fn direction_chart(direction: Direction, rows: &[&TestResult], runs: u32) ->
             r#"<text x="{LABEL_W}" y="{ty:.1}" font-size="12" text-anchor="end">{}</text>"#,
             esc(&r.name)
         );
-        let _ = write!(
-            s,
-            r#"<rect class="bar" data-test="{}" data-direction="{dir}" data-mbps="{value:.3}" data-status="{}" data-clipped="{clipped}" x="{PLOT_X}" y="{y}" width="{len:.2}" height="{BAR_H}" fill="{fill}"/>"#,
-            esc(&r.name),
-            if flagged { "flagged" } else { "ok" },
-        );
         if flagged {
+            // The claim is kept as data, not as the bar's length.
+            let _ = write!(
+                s,
+                r##"<rect class="bar" data-test="{}" data-direction="{dir}" data-claimed-mbps="{value:.3}" data-status="flagged" x="{PLOT_X}" y="{y}" width="{len:.2}" height="{BAR_H}" fill="{fill}" stroke="#a00000" stroke-width="1" stroke-dasharray="3 2"/>"##,
+                esc(&r.name),
+            );
             s.push_str(&hatch(PLOT_X, y, len, BAR_H));
+        } else {
+            let _ = write!(
+                s,
+                r#"<rect class="bar" data-test="{}" data-direction="{dir}" data-mbps="{value:.3}" data-status="ok" data-clipped="{clipped}" x="{PLOT_X}" y="{y}" width="{len:.2}" height="{BAR_H}" fill="{fill}"/>"#,
+                esc(&r.name),
+            );
         }
         let label = if flagged {
             format!(
-                "flagged: {} (claimed {} MB/s{})",
+                "flagged: {}; fio claimed {} MB/s, not a result (not drawn to scale)",
                 flag_reason(r),
                 grouped(value, 1),
-                if clipped { ", off the scale" } else { "" }
             )
         } else {
             match r.best_bytes_per_sec {
@@ -482,8 +497,8 @@ pub fn render(r: &BenchReport) -> String {
     let runs = r.parameters.runs;
     let _ = write!(
         h,
-        "<h2>Results</h2>\n<p class=\"note\">Bars: the median of {} in MB/s (10<sup>6</sup> bytes/s), every bar of a direction (read, write, mix) on one scale. Best: the fastest run, the best of {} as CrystalDiskMark reports it. A flagged figure is not a result: it is drawn grey and hatched, with what the checks found.</p>\n<div id=\"charts\">",
-        crate::report::text::count(runs, "run", "runs"),
+        "<h2>Results</h2>\n<p class=\"note\">Bars: {} in MB/s (10<sup>6</sup> bytes/s), every bar of a direction (read, write, mix) on one scale. Best: the fastest run, the best of {} as CrystalDiskMark reports it. A flagged figure is not a result: it is not drawn to scale but as a short grey hatched stub with a dashed outline, labelled with what fio claimed and what the checks found.</p>\n<div id=\"charts\">",
+        statistic(runs),
         runs
     );
     for d in [Direction::Read, Direction::Write, Direction::Mix] {
@@ -502,8 +517,9 @@ pub fn render(r: &BenchReport) -> String {
     }
     let _ = write!(
         h,
-        "</table>\n<p class=\"note\">Median: the middle run of {}, the result. Best of {runs}: the fastest run, CrystalDiskMark's convention. Latency: fio's completion latency (p50, p99, p99.9 percentiles), the median of the runs. A flagged figure has no median, best or range: the checks below say why.</p>\n",
-        crate::report::text::count(runs, "run", "runs"),
+        "</table>\n<p class=\"note\">Median: {}, the result. Best of {runs}: the fastest run, CrystalDiskMark's convention. Latency: fio's completion latency (p50, p99, p99.9 percentiles), {} too. A flagged figure has no median, best, range or CPU cost: the checks below say why.</p>\n",
+        statistic(runs),
+        statistic(runs),
     );
     h.push_str("<h2>Checks</h2><ul id=\"flags\">");
     for x in &r.results {
@@ -577,7 +593,8 @@ fn result_row(h: &mut String, x: &TestResult) {
         dash(x.clat_p50_us, 1),
         dash(x.clat_p99_us, 1),
         dash(x.clat_p999_us, 1),
-        dash(x.cpu_seconds_per_gib, 3),
+        // CPU seconds per GiB fio claimed to move: no cost of a result.
+        dash(x.cpu_seconds_per_gib.filter(|_| !flagged), 3),
     );
 }
 
@@ -903,23 +920,30 @@ mod tests {
         }
         assert!((num(reads[0], "width") / num(reads[1], "width") - 2062.0 / 40.0).abs() < 0.01);
         // Writes: the scale is the ok write's (1,000 MB/s → axis 1,000);
-        // the flagged 5,000 is cut at the axis' end and says so.
+        // the flagged 5,000 is not drawn at its claimed length (issue 52):
+        // a short outlined stub, the claim in its label and its data.
         let writes: Vec<_> = b
             .iter()
             .filter(|m| m["data-direction"] == "write")
             .collect();
         assert_eq!(num(writes[0], "width"), 950.0 * PLOT_W / 1000.0);
         assert_eq!(writes[1]["data-status"], "flagged");
-        assert_eq!(writes[1]["data-clipped"], "true");
-        assert_eq!(num(writes[1], "width"), PLOT_W);
+        assert!(!writes[1].contains_key("data-mbps"), "{:?}", writes[1]);
+        assert_eq!(num(writes[1], "data-claimed-mbps"), 5000.0);
+        assert_eq!(num(writes[1], "width"), FLAGGED_STUB);
         assert_eq!(writes[1]["fill"], FLAGGED_FILL);
-        assert!(page.contains("flagged: buffered write (claimed 5,000.0 MB/s, off the scale)"));
+        assert_eq!(writes[1]["stroke-dasharray"], "3 2");
+        assert!(
+            page.contains(
+                "flagged: buffered write; fio claimed 5,000.0 MB/s, not a result (not drawn to scale)"
+            ),
+            "{page}"
+        );
         assert!(page.contains("<g class=\"hatch\""));
-        // Too long to fit beside a full-length bar: over its end, on a halo,
-        // inside the chart; the others beside their bars.
+        // Every label beside its bar, the flagged one beside its stub.
         assert!(page.contains(&format!(
-            r##"<text class="flagged" x="{:.2}" y="85.4" font-size="12" text-anchor="end" fill="#a00000" stroke="#ffffff""##,
-            PLOT_X + PLOT_W - 6.0
+            r##"<text class="flagged" x="{:.2}" y="85.4" font-size="12" text-anchor="start" fill="#a00000">"##,
+            PLOT_X + FLAGGED_STUB + 6.0
         )), "{page}");
         assert_eq!(page.matches(r#"<text class="value""#).count(), 3);
         assert_eq!(
@@ -927,6 +951,13 @@ mod tests {
                 .count(),
             3
         );
+        // A flagged bar as long as its claim, even cut at the axis' end,
+        // would stand for a result: none is.
+        for m in &b {
+            if m["data-status"] == "flagged" {
+                assert!(num(m, "width") <= FLAGGED_STUB, "{m:?}");
+            }
+        }
         // The axes: round ticks, labelled.
         assert!(page.contains(r#"data-direction="read" data-axis-max="2500""#));
         assert!(page.contains(r#"data-direction="write" data-axis-max="1000""#));
@@ -934,9 +965,17 @@ mod tests {
             assert!(page.contains(&format!(">{t}</text>")), "tick {t}");
         }
         assert_eq!(
-            page.matches("MB/s (10⁶ bytes/s), median of 3 runs").count(),
+            page.matches("MB/s (10⁶ bytes/s), the median of 3 runs")
+                .count(),
             2
         );
+        // Two runs: their mean, said as such (not "the middle run").
+        let mut two = report();
+        two.parameters.runs = 2;
+        let page2 = render(&two);
+        assert!(page2.contains("MB/s (10⁶ bytes/s), the mean of 2 runs"));
+        assert!(page2.contains("Median: the mean of 2 runs, the result."));
+        assert!(!page2.contains("middle run"));
         // The best of N beside the median.
         assert!(page.contains("2,062.0 MB/s (best 2,100.0)"), "{page}");
     }
@@ -961,6 +1000,8 @@ mod tests {
         );
         assert!(row.contains("flagged: buffered write"), "{row}");
         assert!(!row.contains("5,000") && !row.contains("4,900"), "{row}");
+        // No CPU cost of a figure that is not a result (issue 52).
+        assert!(row.contains("<td class=\"cpu\">—</td>"), "{row}");
         let ok = page
             .split("<tr data-figure=\"SEQ1M Q8T1 read\">")
             .nth(1)

@@ -154,10 +154,16 @@ pub(crate) fn fill_section(s: &JobSettings<'_>) -> String {
     )
 }
 
+/// The job file's comment: what it is and how to run it, in lines of 80
+/// columns at most.
 fn header(what: &str) -> String {
-    format!(
-        "; btrfs-lab bench: {what}\n; run it by hand, in a directory that holds the test file: fio --output-format=json THIS_FILE\n"
-    )
+    use crate::report::text::fill;
+    let mut s = fill(&format!("btrfs-lab bench: {what}"), 80, "; ", "; ");
+    // The command on a line of its own, whole.
+    s.push_str(
+        "; run it by hand, in a directory that holds the test file:\n; fio --output-format=json THIS_FILE\n",
+    );
+    s
 }
 
 /// The job file of one run of one test.

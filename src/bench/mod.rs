@@ -39,5 +39,6 @@ pub use kit::{
 };
 pub use report::BenchReport;
 pub use suite::{
-    BenchOptions, Buffers, DEFAULT_DURATION, DEFAULT_RUNS, buffers, measure, prepare, run,
+    BenchOptions, Buffers, DEFAULT_DURATION, DEFAULT_RUNS, SuiteEvent, buffers, measure, prepare,
+    run,
 };

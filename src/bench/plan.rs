@@ -29,9 +29,16 @@ pub struct BenchPlan {
 impl BenchPlan {
     /// The text `--dry-run` prints.
     pub fn describe(&self) -> String {
-        let mut s = format!("bench {} in {} would:\n", self.mode, self.dir.display());
+        let mut s = crate::report::text::wrap(
+            &format!("bench {} in {} would:", self.mode, self.dir.display()),
+            "",
+        );
         for (i, step) in self.steps.iter().enumerate() {
-            s.push_str(&format!("  {}. {step}\n", i + 1));
+            s.push_str(&crate::report::text::wrap_hanging(
+                step,
+                &format!("  {}. ", i + 1),
+                "     ",
+            ));
         }
         if let Some(t) = self.estimated_seconds {
             s.push_str(&format!("about {}m{:02}s of runs", t / 60, t % 60));
@@ -50,11 +57,31 @@ const WORK_DIR: &str =
     "make a work directory in DIR (held open; removed at the end, also on Ctrl-C)";
 const REMOVE: &str = "remove the work directory and everything in it";
 
-/// The suite.
-pub fn suite(opts: &super::BenchOptions, fio: &std::path::Path, job_file: String) -> BenchPlan {
+/// Seconds of fio runs the suite takes: every test for reads, then for
+/// writes (and with `--mix` once more as a mix), `--rounds` runs of
+/// `--duration` each, `--interval` between two runs; with `--members`, one
+/// run per member device alone and one of all at once. The fill, the
+/// eviction before each read and fio's start are not counted.
+pub fn suite_seconds(opts: &super::BenchOptions, member_devices: usize) -> u64 {
+    let directions: u64 = if opts.mix { 3 } else { 2 };
+    let runs = opts.tests.len() as u64 * directions * u64::from(opts.runs);
+    let members = if opts.members {
+        member_devices as u64 + 1
+    } else {
+        0
+    };
+    (runs + members) * opts.duration_secs + runs.saturating_sub(1) * opts.interval_secs
+}
+
+/// The suite; `member_devices` is how many members `--members` reads.
+pub fn suite(
+    opts: &super::BenchOptions,
+    fio: &std::path::Path,
+    job_file: String,
+    member_devices: usize,
+) -> BenchPlan {
     let size = opts.size_bytes();
     let names: Vec<String> = opts.tests.iter().map(ToString::to_string).collect();
-    let per_run = opts.duration_secs + opts.interval_secs;
     let mut steps = vec![
         WORK_DIR.to_owned(),
         format!(
@@ -68,9 +95,15 @@ pub fn suite(opts: &super::BenchOptions, fio: &std::path::Path, job_file: String
             }
         ),
         format!(
-            "run {} test{} × {} round{} × {} s{} with {}: {}",
+            "run {} test{} × {} ({}) × {} round{} × {} s{} with {}: {}",
             names.len(),
             if names.len() == 1 { "" } else { "s" },
+            if opts.mix { 3 } else { 2 },
+            if opts.mix {
+                "read, write, mix"
+            } else {
+                "read, write"
+            },
             opts.runs,
             if opts.runs == 1 { "" } else { "s" },
             opts.duration_secs,
@@ -92,7 +125,7 @@ pub fn suite(opts: &super::BenchOptions, fio: &std::path::Path, job_file: String
         dir: opts.dir.clone(),
         steps,
         writes_bytes: size,
-        estimated_seconds: Some(names.len() as u64 * u64::from(opts.runs) * per_run),
+        estimated_seconds: Some(suite_seconds(opts, member_devices)),
         job_file: Some(job_file),
     }
 }
@@ -146,5 +179,44 @@ pub fn small_files(opts: &super::metadata::MetadataOptions, root: bool) -> Bench
         writes_bytes: 0,
         estimated_seconds: None,
         job_file: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::profile::DEFAULT_TESTS;
+
+    fn opts() -> crate::bench::BenchOptions {
+        let mut o = crate::bench::BenchOptions::new("/mnt");
+        o.tests = DEFAULT_TESTS[..2].to_vec();
+        o.runs = 3;
+        o.duration_secs = 2;
+        o
+    }
+
+    #[test]
+    fn the_estimate_counts_reads_and_writes() {
+        // 2 tests × (read, write) × 3 rounds × 2 s: 24 s, not 12.
+        let mut o = opts();
+        assert_eq!(suite_seconds(&o, 3), 24);
+        let p = suite(&o, std::path::Path::new("/usr/bin/fio"), String::new(), 3);
+        assert_eq!(p.estimated_seconds, Some(24));
+        assert!(
+            p.steps[2].starts_with("run 2 tests × 2 (read, write) × 3 rounds × 2 s"),
+            "{p:?}"
+        );
+        assert!(p.describe().contains("about 0m24s of runs, plus the fill"));
+        // --mix: a third run of each test.
+        o.mix = true;
+        assert_eq!(suite_seconds(&o, 3), 36);
+        // --interval between two runs (not after the last one).
+        o.mix = false;
+        o.interval_secs = 1;
+        assert_eq!(suite_seconds(&o, 3), 24 + 11);
+        // --members: each member alone and all at once, one duration each.
+        o.interval_secs = 0;
+        o.members = true;
+        assert_eq!(suite_seconds(&o, 3), 24 + 4 * 2);
     }
 }

@@ -300,6 +300,44 @@ impl schemars::JsonSchema for Spelled {
     }
 }
 
+/// What a suite run is, known once its test file is made: the heading of
+/// its report, said before the figures come.
+#[derive(Debug, Clone, Copy)]
+pub struct Heading<'a> {
+    /// Where, on what.
+    pub target: &'a TargetInfo,
+    /// With what.
+    pub parameters: &'a Parameters,
+    /// The test file is NOCOW.
+    pub nocow: bool,
+    /// The machine, its kernel and fio.
+    pub system: &'a SystemInfo,
+}
+
+impl BenchReport {
+    /// The heading of this report.
+    pub fn heading(&self) -> Heading<'_> {
+        Heading {
+            target: &self.target,
+            parameters: &self.parameters,
+            nocow: self.test_file.nocow,
+            system: &self.system,
+        }
+    }
+}
+
+/// What a figure of `runs` runs is, in words: the median of an odd count,
+/// said as the mean it is for two (`the mean of 2 runs`) and as the mean of
+/// the middle two for a larger even count.
+pub fn statistic(runs: u32) -> String {
+    match runs {
+        0 | 1 => "a single run".to_owned(),
+        2 => "the mean of 2 runs".to_owned(),
+        n if n % 2 == 1 => format!("the median of {n} runs"),
+        n => format!("the median of {n} runs (the mean of the middle two)"),
+    }
+}
+
 /// A check flags its figure (it is then not a result): a warning or worse.
 pub fn is_flag(s: Severity) -> bool {
     s != Severity::Info
@@ -439,7 +477,8 @@ pub struct TestResult {
     pub bytes_per_sec_max: f64,
     /// The same median, checked or not (to show what was claimed).
     pub claimed_bytes_per_sec: f64,
-    /// Median CPU seconds per GiB.
+    /// Median CPU seconds per GiB; null when flagged (per GiB fio
+    /// claimed, which is then not what moved).
     pub(crate) cpu_seconds_per_gib: Option<f64>,
     /// Median cores per thread.
     pub(crate) cores_per_thread: f64,
@@ -535,6 +574,23 @@ impl BenchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The words say which statistic the figure is (issue 52: "the middle
+    /// run of 2 runs" was a mean).
+    #[test]
+    fn the_statistic_is_named_for_what_it_is() {
+        assert_eq!(statistic(1), "a single run");
+        assert_eq!(statistic(2), "the mean of 2 runs");
+        assert_eq!(statistic(5), "the median of 5 runs");
+        assert_eq!(
+            statistic(4),
+            "the median of 4 runs (the mean of the middle two)"
+        );
+        // What the words say is what the figures are.
+        let m = crate::bench::analysis::median;
+        assert_eq!(m(&[100.0, 300.0]), Some(200.0));
+        assert_eq!(m(&[1.0, 2.0, 4.0, 8.0]), Some(3.0));
+    }
 
     /// A check reads and writes as `bench --json` always wrote it: the
     /// short code, `flag`/`note`, the message; the catalog code behind it.

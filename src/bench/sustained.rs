@@ -423,7 +423,7 @@ pub fn sample_period_msec(size: u64, time_limit_secs: Option<u64>) -> u64 {
 /// working directory (the held work directory), chosen by btrfs-lab.
 pub fn job_file(file: &str, size: u64, time_limit_secs: Option<u64>, log_prefix: &str) -> String {
     let mut j = String::from(
-        "; btrfs-lab bench --sustained: one sequential O_DIRECT write\n; run it by hand, in an empty directory on the filesystem to test: fio THIS_FILE\n[sustained]\n",
+        "; btrfs-lab bench --sustained: one sequential O_DIRECT write\n; run it by hand, in an empty directory on the filesystem to test:\n; fio THIS_FILE\n[sustained]\n",
     );
     j.push_str(&format!("filename={file}\nthread\n"));
     j.push_str(&format!(

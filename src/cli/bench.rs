@@ -11,7 +11,7 @@ use btrfs_lab::bench::metadata::{ColdMethod as MetadataCold, MetadataOptions, Me
 use btrfs_lab::bench::profile::{self, Direction};
 use btrfs_lab::bench::profiles::{self, ProfilesOptions, ProfilesReport};
 use btrfs_lab::bench::report::HistoryEntry;
-use btrfs_lab::bench::report::{BenchReport, Status, TestResult, is_flag};
+use btrfs_lab::bench::report::{self, BenchReport, Status, TestResult, is_flag};
 use btrfs_lab::bench::sustained::{self, SustainedOptions, SustainedReport};
 use btrfs_lab::bench::{self, BenchOptions, cliff, html, jobs};
 use btrfs_lab::error::Result;
@@ -24,6 +24,7 @@ use btrfs_lab::sys::tools::fio::RealFio;
 
 use super::output::{Output, Paint, confirm, wrap};
 use super::units::{UnitArgs, size, size_arg};
+use btrfs_lab::report::text::wrap_hanging;
 
 pub const AFTER_HELP: &str = "\
 Profiles (each test is run for reads, then for writes; all reads first):
@@ -284,18 +285,26 @@ fn run_sustained(args: &BenchArgs, dir: &Path, size: Option<u64>, out: &Output) 
     Ok(report.exit_code)
 }
 
+/// Columns of a sustained run's sparklines: with the label before and a
+/// member's size after, a line of 80.
+const SPARK: usize = 54;
+
 /// The text of `bench --sustained`: the verdict, the sparkline, each member.
 pub fn render_sustained(r: &SustainedReport) -> String {
-    let mut s = format!(
-        "bench --sustained {}  {} on {}\n",
-        escape_path(&r.target.dir),
-        r.target.fs_type,
-        r.target
-            .devices
-            .iter()
-            .map(|d| d.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+    let mut s = wrap_hanging(
+        &format!(
+            "bench --sustained {}: {} on {}",
+            escape_path(&r.target.dir),
+            r.target.fs_type,
+            r.target
+                .devices
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        "",
+        "  ",
     );
     let rates: Vec<f64> = r.series.iter().map(|p| p.bytes_per_sec).collect();
     let peak = rates.iter().copied().fold(0.0, f64::max);
@@ -323,34 +332,47 @@ pub fn render_sustained(r: &SustainedReport) -> String {
         ));
     } else {
         s.push_str(&format!(
-            "  MB/s  {}  peak {}, {} on average\n",
-            cliff::sparkline(&rates, 72),
+            "  {:<10}{}\n  {:<10}peak {}, {} on average\n",
+            "MB/s",
+            cliff::sparkline(&rates, SPARK),
+            "",
             mb_number_fine(peak),
             mb_number_fine(avg)
         ));
     }
     let c = &r.series_check;
-    s.push_str(&format!(
-        "  series {} of {} written{}{}\n",
-        size(c.series_bytes),
-        size(c.bytes_written),
-        c.device_bytes
-            .map_or(String::new(), |d| format!("; members wrote {}", size(d))),
-        if c.reconciled { "" } else { " (flagged)" }
+    s.push_str(&wrap(
+        &format!(
+            "series {} of {} written{}{}",
+            size(c.series_bytes),
+            size(c.bytes_written),
+            c.device_bytes
+                .map_or(String::new(), |d| format!("; members wrote {}", size(d))),
+            if c.reconciled { "" } else { " (flagged)" }
+        ),
+        "  ",
     ));
     for m in &r.members {
         let mr: Vec<f64> = m.series.iter().map(|p| p.bytes_per_sec).collect();
+        // The sparkline padded to its width, so the sizes line up.
+        let spark = cliff::sparkline(&mr, SPARK);
+        let pad = SPARK.saturating_sub(spark.chars().count());
         s.push_str(&format!(
-            "  {:<10}{}  {} written\n",
+            "  {:<10}{spark}{:pad$}  {:>10}\n",
             m.device,
-            cliff::sparkline(&mr, 72),
+            "",
             size(m.write_bytes)
         ));
     }
     for f in &r.findings {
-        s.push_str(&format!("\n  {}\n", f.title));
+        s.push('\n');
+        s.push_str(&wrap(&f.title, "  "));
         for e in &f.evidence {
-            s.push_str(&format!("    {}: {}\n", e.name, e.value));
+            s.push_str(&wrap_hanging(
+                &format!("{}: {}", e.name, e.value),
+                "    ",
+                "      ",
+            ));
         }
         s.push_str(&wrap(&f.why, "    "));
     }
@@ -414,8 +436,8 @@ const NOTHING_KEPT: &str =
 
 /// The text of `bench --small-files`: one row per phase.
 pub fn render_metadata(r: &MetadataReport) -> String {
-    let mut s = format!(
-        "bench --small-files {}  {} (metadata {}) on {}\n  {} files in {} directories, {} threads\n\n",
+    let first = format!(
+        "bench --small-files {}: {} (metadata {}) on {}",
         escape_path(&r.target.dir),
         r.target.fs_type,
         if r.metadata_profiles.is_empty() {
@@ -433,10 +455,12 @@ pub fn render_metadata(r: &MetadataReport) -> String {
             .map(|d| d.name.as_str())
             .collect::<Vec<_>>()
             .join(", "),
-        r.files,
-        r.dirs,
-        r.threads
     );
+    let mut s = wrap_hanging(&first, "", "  ");
+    s.push_str(&format!(
+        "  {} files in {} directories, {} threads\n\n",
+        r.files, r.dirs, r.threads
+    ));
     s.push_str(&format!(
         "  {:<8}{:>12}{:>10}{:>10}{:>18}{:>14}\n",
         "phase", "files/s", "seconds", "sync s", "files/s with sync", "devices wrote"
@@ -507,7 +531,7 @@ fn run_compare_profiles(
         .map(|r| r.name)
         .collect();
     let plan = profiles::plan(&opts, &btrfs_lab::sys::fs::nonce::nonce(), stale)?;
-    let steps = plan.describe().join("\n");
+    let steps = wrap_steps(&plan.describe());
     if args.dry_run {
         out.report(&plan, |_| format!("{steps}\n"));
         return Ok(0);
@@ -536,19 +560,37 @@ fn run_compare_profiles(
     Ok(report.exit_code)
 }
 
+/// Steps, one a line, each filled to the width under its own indent
+/// (a step's second line two columns further in); no newline at the end.
+fn wrap_steps(steps: &[String]) -> String {
+    let mut s = String::new();
+    for step in steps {
+        let text = step.trim_start();
+        let lead = &step[..step.len() - text.len()];
+        s.push_str(&wrap_hanging(text, lead, &format!("{lead}    ")));
+    }
+    s.truncate(s.trim_end_matches('\n').len());
+    s
+}
+
 /// The text of `bench --small-files --compare-profiles`: per profile and phase
 /// the figures and their ratio to the first profile.
 pub fn render_profiles(r: &ProfilesReport) -> String {
     let x = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("×{v:.2}"));
-    let mut s = format!(
-        "bench --small-files --compare-profiles  {} files, {} threads; each profile on its own btrfs of {} × {} loop devices (data {}) under {}\n\n",
-        r.files,
-        r.threads,
-        r.devices,
-        size(r.device_size_bytes),
-        r.data_profile,
-        escape_path(&r.images_dir)
+    let mut s = wrap_hanging(
+        &format!(
+            "bench --small-files --compare-profiles: {} files, {} threads; each profile on its own btrfs of {} × {} loop devices (data {}) under {}",
+            r.files,
+            r.threads,
+            r.devices,
+            size(r.device_size_bytes),
+            r.data_profile,
+            escape_path(&r.images_dir)
+        ),
+        "",
+        "  ",
     );
+    s.push('\n');
     s.push_str(&format!(
         "  {:<9}{:<8}{:>10}{:>8}{:>9}{:>8}{:>12}{:>8}\n",
         "metadata", "phase", "files/s", "", "sync s", "", "wrote", ""
@@ -594,21 +636,24 @@ pub fn render_profiles(r: &ProfilesReport) -> String {
         Some(m) => format!("stat {}", m.stat_cold_detail),
         None => String::new(),
     };
-    s.push_str(&format!(
-        "  (× = against {}; {cold}; wrote = bytes the member devices wrote, the sync included)\n",
-        r.baseline
+    s.push_str(&wrap(
+        &format!(
+            "(× = against {}; {cold}; wrote = bytes the member devices wrote, the sync included)",
+            r.baseline
+        ),
+        "  ",
     ));
     s.push_str("\n  written per member during the creates and their sync\n");
     for run in &r.runs {
         if let Some(c) = run.report.phases.first() {
-            s.push_str(&format!(
-                "    {:<9}{}\n",
-                run.metadata.name(),
-                c.per_member
+            s.push_str(&wrap_hanging(
+                &c.per_member
                     .iter()
                     .map(|m| format!("{} {}", m.device, size(m.write_bytes)))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                &format!("    {:<9}", run.metadata.name()),
+                "             ",
             ));
         }
     }
@@ -763,10 +808,10 @@ fn suite_plan(
     opts: &BenchOptions,
     (fio_path, job_file): (&Path, String),
     reserve: Option<&String>,
-    keep: &Keep,
-    db: &Path,
+    (keep, db): (&Keep, &Path),
+    member_devices: usize,
 ) -> bench::plan::BenchPlan {
-    let mut plan = bench::plan::suite(opts, fio_path, job_file);
+    let mut plan = bench::plan::suite(opts, fio_path, job_file, member_devices);
     if let Some(r) = reserve {
         plan.steps.insert(0, r.clone());
     }
@@ -819,15 +864,22 @@ fn save_in_history(history: &mut History, report: &mut BenchReport, out: &Output
     }
 }
 
-/// The suite, with a progress bar.
+/// The suite, with a progress bar; its heading and each figure printed
+/// as they come.
 fn measure_suite(
     opts: &BenchOptions,
     target: bench::Target,
     mut fio: RealFio,
-    out: &Output,
+    (out, stream): (&Output, &mut Stream),
 ) -> Result<BenchReport> {
     let fio_path = fio.path().to_path_buf();
-    bench::measure(opts, target, &mut fio, &fio_path, out)
+    let mix = opts.mix.then_some(profile::MIX_READ_PERCENT);
+    bench::measure(opts, target, &mut fio, &fio_path, out, &mut |e| {
+        let text = stream.event(e, mix);
+        if !text.is_empty() {
+            out.text(&text);
+        }
+    })
 }
 
 /// The suite: every refusal before the run (output files, DIR, space, then
@@ -853,6 +905,7 @@ fn run_suite(
     let fio_path = fio.path().to_path_buf();
     let reserve = reserve_step(&buffers);
     if args.dry_run {
+        let member_devices = target.devices.len();
         drop(target);
         let job_file = suite_job_file(&opts, &buffers);
         let plan = suite_plan(
@@ -860,8 +913,8 @@ fn run_suite(
             &opts,
             (&fio_path, job_file),
             reserve.as_ref(),
-            &keep,
-            db,
+            (&keep, db),
+            member_devices,
         );
         out.report(&plan, bench::plan::BenchPlan::describe);
         return Ok(0);
@@ -879,14 +932,16 @@ fn run_suite(
         _ => NOTHING_KEPT.to_owned(),
     })?;
     let mut history = open_history(&keep, db, out)?;
-    // One document, printed only on success: a failed or interrupted run
-    // leaves stdout empty (docs/json.md), whatever it had begun.
-    let mut report = measure_suite(&opts, target, fio, out)?;
+    // JSON: one document, printed only on success: a failed or interrupted
+    // run leaves stdout empty (docs/json.md), whatever it had begun. Text:
+    // the heading and each figure as it is done, the rest at the end.
+    let mut stream = Stream::new(out.paint, out.json);
+    let mut report = measure_suite(&opts, target, fio, (out, &mut stream))?;
     if let Some(h) = history.as_mut() {
         save_in_history(h, &mut report, out);
     }
     outputs.write(&report)?;
-    out.report(&report, |r| render(r, out.paint));
+    out.report(&report, |r| stream.rest(r));
     Ok(report.exit_code)
 }
 
@@ -925,20 +980,37 @@ fn latency_cells(r: Option<&TestResult>) -> [String; 3] {
     }
 }
 
-/// The CrystalDiskMark-like table and the findings.
+/// The order the rate blocks come in: the order they run in.
+const DIRECTIONS: [Direction; 3] = [Direction::Read, Direction::Write, Direction::Mix];
+
+/// The CrystalDiskMark-like tables and the findings: the heading, a block
+/// of rates per direction (what [`Stream`] prints figure by figure while
+/// the suite runs), then [`render_tail`].
 pub fn render(r: &BenchReport, p: Paint) -> String {
+    let mut s = render_heading(&r.heading());
+    for d in DIRECTIONS {
+        for (i, x) in r.results.iter().filter(|x| x.direction == d).enumerate() {
+            if i == 0 {
+                s.push_str(&block_header(d, r.parameters.mix_read_percent, p));
+            }
+            s.push_str(&rate_row(x, p));
+        }
+    }
+    s.push_str(&render_tail(r, p));
+    s
+}
+
+/// Everything after the rate blocks: their footnote, the latencies, the
+/// checks, the ceiling and heat, the members, the notes and the summary.
+fn render_tail(r: &BenchReport, p: Paint) -> String {
     let mut names: Vec<&str> = Vec::new();
     for x in &r.results {
         if !names.contains(&x.name.as_str()) {
             names.push(&x.name);
         }
     }
-    let mut s = render_heading(r);
-    render_rates(&mut s, r, p, &names);
+    let mut s = rates_footnote(r);
     render_latencies(&mut s, r, p, &names);
-    if let Some(pct) = r.parameters.mix_read_percent {
-        render_mix(&mut s, r, p, &names, pct);
-    }
     render_checks(&mut s, r, p);
     render_ceiling_and_thermal(&mut s, r);
     render_members(&mut s, r);
@@ -947,114 +1019,131 @@ pub fn render(r: &BenchReport, p: Paint) -> String {
 }
 
 /// What was measured where, with what.
-fn render_heading(r: &BenchReport) -> String {
-    let mut s = String::new();
-    let profiles: Vec<String> = r
+fn render_heading(h: &report::Heading<'_>) -> String {
+    let profiles: Vec<String> = h
         .target
         .data_profiles
         .iter()
         .map(|x| format!("{x:?}").to_lowercase())
         .collect();
-    let devs: Vec<&str> = r.target.devices.iter().map(|d| d.name.as_str()).collect();
-    s.push_str(&format!(
-        "bench {}  {} {} on {}\n",
-        escape_path(&r.target.dir),
-        r.target.fs_type,
-        profiles.join("+"),
-        if devs.is_empty() {
-            "?".to_owned()
-        } else {
-            devs.join(", ")
-        }
-    ));
-    s.push_str(&format!(
-        "  {} test file {} ({}), {} × {} s, {} {}, kernel {}\n\n",
-        r.parameters.profile,
-        size(r.parameters.size_bytes),
-        if r.test_file.nocow {
-            "NOCOW"
-        } else {
-            "checksummed"
-        },
-        btrfs_lab::report::text::count(r.parameters.runs, "run", "runs"),
-        r.parameters.duration_secs,
-        r.system.fio_version,
-        if r.parameters.huge_page_buffers {
-            format!("{} (huge-page buffers)", r.parameters.ioengine)
-        } else {
-            r.parameters.ioengine.clone()
-        },
-        r.system.kernel
+    let devs: Vec<&str> = h.target.devices.iter().map(|d| d.name.as_str()).collect();
+    let mut s = wrap_hanging(
+        &format!(
+            "bench {}: {} {} on {}",
+            escape_path(&h.target.dir),
+            h.target.fs_type,
+            profiles.join("+"),
+            if devs.is_empty() {
+                "?".to_owned()
+            } else {
+                devs.join(", ")
+            }
+        ),
+        "",
+        "  ",
+    );
+    s.push_str(&wrap(
+        &format!(
+            "{} test file {} ({}), {} × {} s, {} {}, kernel {}",
+            h.parameters.profile,
+            size(h.parameters.size_bytes),
+            if h.nocow { "NOCOW" } else { "checksummed" },
+            btrfs_lab::report::text::count(h.parameters.runs, "run", "runs"),
+            h.parameters.duration_secs,
+            h.system.fio_version,
+            if h.parameters.huge_page_buffers {
+                format!("{} (huge-page buffers)", h.parameters.ioengine)
+            } else {
+                h.parameters.ioengine.clone()
+            },
+            h.system.kernel
+        ),
+        "  ",
     ));
     s
 }
 
-/// The rate table: each test's read and write, median and best.
-fn render_rates(s: &mut String, r: &BenchReport, p: Paint, names: &[&str]) {
-    let header = format!(
-        "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>9}{:>10}  {}\n",
-        "test",
-        "read MB/s",
-        "best",
-        "IOPS",
-        "lat µs",
-        "slowest–fastest",
-        "write MB/s",
-        "best",
-        "IOPS",
-        "lat µs",
-        "slowest–fastest"
+/// The columns of a rate block: the test, MB/s, best, IOPS, mean latency,
+/// the slowest and fastest run (under 80 columns).
+fn rate_line(cells: [&str; 6]) -> String {
+    let line = format!(
+        "  {:<14}{:>10}{:>9}{:>9}{:>10}  {}",
+        cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]
     );
-    s.push_str(&p.bold(&header));
-    for n in names {
-        let find = |d| r.results.iter().find(|x| x.name == *n && x.direction == d);
-        let rd = cells(find(Direction::Read));
-        let wr = cells(find(Direction::Write));
-        let paint = |c: &str| {
-            if c == "flagged" {
-                p.bad(c)
-            } else {
-                c.to_owned()
-            }
-        };
-        s.push_str(&format!(
-            "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>9}{:>9}{:>10}  {}\n",
-            n,
-            paint(&rd[0]),
-            rd[1],
-            rd[2],
-            rd[3],
-            rd[4],
-            paint(&wr[0]),
-            wr[1],
-            wr[2],
-            wr[3],
-            wr[4]
-        ));
-    }
-    s.push_str("  (MB/s = 10^6 bytes/s; median of the runs; best = the fastest run, as CrystalDiskMark reports the best of N; latency: mean)\n");
+    format!("{}\n", line.trim_end())
 }
 
-/// The completion-latency percentiles of each test.
+/// The head of one direction's block of rates, after a blank line.
+fn block_header(d: Direction, mix_read_percent: Option<u32>, p: Paint) -> String {
+    let name = match d {
+        Direction::Mix => {
+            let pct = mix_read_percent.unwrap_or(profile::MIX_READ_PERCENT);
+            format!("mix {pct}/{}", 100 - pct)
+        }
+        _ => d.as_str().to_owned(),
+    };
+    let head = rate_line([&name, "MB/s", "best", "IOPS", "lat µs", "slowest–fastest"]);
+    format!("\n{}", p.bold(&head))
+}
+
+/// One figure's row: its median, best, IOPS, mean latency and range, or
+/// "flagged" and what fio claimed.
+fn rate_row(x: &TestResult, p: Paint) -> String {
+    let c = cells(Some(x));
+    let first = if c[0] == "flagged" {
+        p.bad(&format!("{:>10}", c[0]))
+    } else {
+        format!("{:>10}", c[0])
+    };
+    // The painted cell is padded before it is painted (escapes have no width).
+    let line = format!(
+        "  {:<14}{first}{:>9}{:>9}{:>10}  {}",
+        x.name, c[1], c[2], c[3], c[4]
+    );
+    format!("{}\n", line.trim_end())
+}
+
+/// What the rate blocks' figures are.
+fn rates_footnote(r: &BenchReport) -> String {
+    let mut s = wrap(
+        &format!(
+            "(MB/s = 10^6 bytes/s; each figure is {}; best = the fastest run, as CrystalDiskMark reports the best of N; lat µs: the mean latency)",
+            report::statistic(r.parameters.runs)
+        ),
+        "  ",
+    );
+    if let Some(pct) = r.parameters.mix_read_percent {
+        s.push_str(&wrap(
+            &format!(
+                "(mix: reads and writes at once, {pct}% of the I/Os reads, as CrystalDiskMark's Mix; MB/s and IOPS of both together)"
+            ),
+            "  ",
+        ));
+    }
+    s
+}
+
+/// The completion-latency percentiles of each test: reads and writes side
+/// by side, the mixes in a block of their own.
 fn render_latencies(s: &mut String, r: &BenchReport, p: Paint, names: &[&str]) {
+    let find = |n: &str, d| r.results.iter().find(|x| x.name == n && x.direction == d);
+    let paint = |c: &str| {
+        if c == "flagged" {
+            p.bad(&format!("{c:>10}"))
+        } else {
+            format!("{c:>10}")
+        }
+    };
     let latency_header = format!(
         "\n  {:<14}{:>10}{:>10}{:>10}  {:>10}{:>10}{:>10}\n",
         "clat µs", "read p50", "p99", "p99.9", "write p50", "p99", "p99.9"
     );
     s.push_str(&p.bold(&latency_header));
     for n in names {
-        let find = |d| r.results.iter().find(|x| x.name == *n && x.direction == d);
-        let rd = latency_cells(find(Direction::Read));
-        let wr = latency_cells(find(Direction::Write));
-        let paint = |c: &str| {
-            if c == "flagged" {
-                p.bad(c)
-            } else {
-                c.to_owned()
-            }
-        };
+        let rd = latency_cells(find(n, Direction::Read));
+        let wr = latency_cells(find(n, Direction::Write));
         let row = format!(
-            "  {:<14}{:>10}{:>10}{:>10}  {:>10}{:>10}{:>10}",
+            "  {:<14}{}{:>10}{:>10}  {}{:>10}{:>10}",
             n,
             paint(&rd[0]),
             rd[1],
@@ -1066,49 +1155,115 @@ fn render_latencies(s: &mut String, r: &BenchReport, p: Paint, names: &[&str]) {
         s.push_str(row.trim_end());
         s.push('\n');
     }
-    s.push_str("  (completion latency percentiles from fio, median of the runs)\n");
+    if r.results.iter().any(|x| x.direction == Direction::Mix) {
+        let header = format!(
+            "\n  {:<14}{:>10}{:>10}{:>10}\n",
+            "clat µs", "mix p50", "p99", "p99.9"
+        );
+        s.push_str(&p.bold(&header));
+        for n in names {
+            let Some(m) = find(n, Direction::Mix) else {
+                continue;
+            };
+            let l = latency_cells(Some(m));
+            let row = format!("  {:<14}{}{:>10}{:>10}", n, paint(&l[0]), l[1], l[2]);
+            s.push_str(row.trim_end());
+            s.push('\n');
+        }
+    }
+    s.push_str(&wrap(
+        &format!(
+            "(fio's completion latency percentiles, each {})",
+            report::statistic(r.parameters.runs)
+        ),
+        "  ",
+    ));
 }
 
-/// The 70/30 mixes, when they ran.
-fn render_mix(s: &mut String, r: &BenchReport, p: Paint, names: &[&str], pct: u32) {
-    let header = format!(
-        "\n  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}\n",
-        format!("mix {pct}/{}", 100 - pct),
-        "MB/s",
-        "best",
-        "IOPS",
-        "lat µs",
-        "slowest–fastest",
-        "clat p50",
-        "p99",
-        "p99.9"
-    );
-    s.push_str(&p.bold(&header));
-    for n in names {
-        let Some(m) = r
-            .results
-            .iter()
-            .find(|x| x.name == *n && x.direction == Direction::Mix)
-        else {
-            continue;
-        };
-        let c = cells(Some(m));
-        let l = latency_cells(Some(m));
-        let first = if c[0] == "flagged" {
-            p.bad(&c[0])
-        } else {
-            c[0].clone()
-        };
-        let row = format!(
-            "  {:<14}{:>10}{:>9}{:>9}{:>10}  {:<19}{:>10}{:>10}{:>10}",
-            n, first, c[1], c[2], c[3], c[4], l[0], l[1], l[2]
-        );
-        s.push_str(row.trim_end());
-        s.push('\n');
+/// The text of a suite run as it runs: the heading once the test file is
+/// made, then each figure's row as its runs are done, under its
+/// direction's header ([`render`]'s blocks, line for line); at the end
+/// [`Stream::rest`]. Nothing with `--json` (the report is one document).
+struct Stream {
+    paint: Paint,
+    /// Text goes out before the report (not with --json).
+    on: bool,
+    /// Rows printed, as printed.
+    shown: Vec<(String, Direction, String)>,
+    /// The direction of the block being printed.
+    block: Option<Direction>,
+    /// The heading is printed.
+    begun: bool,
+}
+
+impl Stream {
+    fn new(paint: Paint, json: bool) -> Self {
+        Self {
+            paint,
+            on: !json,
+            shown: Vec::new(),
+            block: None,
+            begun: false,
+        }
     }
-    s.push_str(&format!(
-        "  (reads and writes at once, {pct}% of the I/Os reads, as CrystalDiskMark's Mix; MB/s and IOPS of both together)\n"
-    ));
+
+    /// The text to print now for `e` (empty: nothing).
+    fn event(&mut self, e: bench::SuiteEvent<'_>, mix_read_percent: Option<u32>) -> String {
+        if !self.on {
+            return String::new();
+        }
+        match e {
+            bench::SuiteEvent::Begun(h) => {
+                self.begun = true;
+                render_heading(&h)
+            }
+            bench::SuiteEvent::Figure(x) => {
+                let mut text = String::new();
+                if self.block != Some(x.direction) {
+                    self.block = Some(x.direction);
+                    text.push_str(&block_header(x.direction, mix_read_percent, self.paint));
+                }
+                let row = rate_row(x, self.paint);
+                text.push_str(&row);
+                self.shown.push((x.name.clone(), x.direction, row));
+                text
+            }
+            bench::SuiteEvent::Step(_) => String::new(),
+        }
+    }
+
+    /// What follows the rows printed: the figures the checks at the end
+    /// changed (the test file's layout after every write), then
+    /// [`render_tail`]. The whole [`render`] when nothing was printed.
+    fn rest(&self, r: &BenchReport) -> String {
+        let p = self.paint;
+        if !self.on || !self.begun {
+            return render(r, p);
+        }
+        let mut changed = String::new();
+        for x in &r.results {
+            let row = rate_row(x, p);
+            let same = self
+                .shown
+                .iter()
+                .any(|(n, d, shown)| *n == x.name && *d == x.direction && *shown == row);
+            if !same {
+                changed.push_str(&format!("  {} {}\n", x.name, x.direction.as_str()));
+                changed.push_str(&row);
+            }
+        }
+        let mut s = String::new();
+        if !changed.is_empty() {
+            s.push('\n');
+            s.push_str(&wrap(
+                "changed by the checks at the end of the run (the test file as the writes left it):",
+                "  ",
+            ));
+            s.push_str(&changed);
+        }
+        s.push_str(&render_tail(r, p));
+        s
+    }
 }
 
 /// What the checks found, figure by figure.
@@ -1181,14 +1336,17 @@ fn render_members(s: &mut String, r: &BenchReport) {
                 mb_number(t.bytes_per_sec)
             ));
         }
-        s.push_str(&format!(
-            "  sum {} MB/s, all at once {} MB/s, slowest × {} = {} MB/s{}\n",
-            mb_number(m.sum_alone_bytes_per_sec),
-            mb_number(m.together_bytes_per_sec),
-            m.alone.len(),
-            mb_number(m.slowest_times_n_bytes_per_sec),
-            m.array_bytes_per_sec
-                .map_or(String::new(), |a| format!(", array {} MB/s", mb_number(a)))
+        s.push_str(&wrap(
+            &format!(
+                "sum {} MB/s, all at once {} MB/s, slowest × {} = {} MB/s{}",
+                mb_number(m.sum_alone_bytes_per_sec),
+                mb_number(m.together_bytes_per_sec),
+                m.alone.len(),
+                mb_number(m.slowest_times_n_bytes_per_sec),
+                m.array_bytes_per_sec
+                    .map_or(String::new(), |a| format!(", array {} MB/s", mb_number(a)))
+            ),
+            "  ",
         ));
         s.push_str(&wrap(&m.summary, "  "));
     }
@@ -1205,9 +1363,12 @@ fn render_notes_and_summary(s: &mut String, r: &BenchReport) {
     s.push('\n');
     s.push_str(&wrap(&r.summary, ""));
     if let Some(h) = &r.history {
-        s.push_str(&format!(
-            "saved in the bench history as #{} (bench --history DIR: each test over the runs)\n",
-            h.id
+        s.push_str(&wrap(
+            &format!(
+                "saved in the bench history as #{} (bench --history DIR: each test over the runs)",
+                h.id
+            ),
+            "",
         ));
     }
 }
@@ -1281,41 +1442,44 @@ pub fn render_history(r: &HistoryReport) -> String {
         escape_path(&r.db)
     );
     for fs in &r.filesystems {
-        s.push_str(&format!(
-            "
-{} on {} ({})
-",
-            fs.fs_uuid
-                .as_deref()
-                .map_or("a filesystem".to_owned(), |u| format!("filesystem {u}")),
-            escape_control(&fs.mount_point),
-            escape_control(&fs.hostname)
+        s.push('\n');
+        s.push_str(&wrap_hanging(
+            &format!(
+                "{} on {} ({})",
+                fs.fs_uuid
+                    .as_deref()
+                    .map_or("a filesystem".to_owned(), |u| format!("filesystem {u}")),
+                escape_control(&fs.mount_point),
+                escape_control(&fs.hostname)
+            ),
+            "",
+            "  ",
         ));
         for run in &fs.runs {
-            let setup = run.setup.as_ref().map_or(
-                "(a report this btrfs-lab cannot read)".to_owned(),
-                |x| {
-                    format!(
-                        "{}  {}  {}  {}",
-                        x.kernel,
+            let time = run.time.replace('T', " ");
+            let lead = format!("  #{:<5}{}  ", run.id, time.trim_end_matches('Z'));
+            match &run.setup {
+                // The members on a line of their own: a wide array's list
+                // is longer than the rest.
+                Some(x) => {
+                    s.push_str(&format!(
+                        "{lead}{}  {}  {}\n",
+                        escape_control(&x.kernel),
                         x.data_profiles.join("+"),
-                        x.profile,
-                        x.members.join(",")
-                    )
-                },
-            );
-            s.push_str(&format!(
-                "  #{:<5}{}  {}
-",
-                run.id,
-                run.time.replace('T', " ").trim_end_matches('Z'),
-                escape_control(&setup)
-            ));
+                        escape_control(&x.profile)
+                    ));
+                    s.push_str(&wrap(
+                        &format!("on {}", escape_control(&x.members.join(", "))),
+                        "         ",
+                    ));
+                }
+                None => s.push_str(&format!("{lead}(a report this btrfs-lab cannot read)\n")),
+            }
             for c in &run.changes {
-                s.push_str(&format!(
-                    "         changed: {}
-",
-                    escape_control(c)
+                s.push_str(&wrap_hanging(
+                    &escape_control(c),
+                    "         changed: ",
+                    "           ",
                 ));
             }
         }
@@ -1335,28 +1499,25 @@ pub fn render_history(r: &HistoryReport) -> String {
                 let spread = p
                     .spread
                     .map_or(String::new(), |x| format!("  spread {:.0}%", x * 100.0));
-                let change = p.change.as_ref().map_or(String::new(), |c| {
-                    if c.beyond_noise {
+                let line = format!("    #{:<5}{fig}{spread}", p.run_id);
+                match &p.change {
+                    Some(c) if c.beyond_noise => {
                         let why = if c.setup_changes.is_empty() {
                             "nothing in the set-up changed".to_owned()
                         } else {
                             c.setup_changes.join("; ")
                         };
-                        format!(
-                            "  ×{:.2} beyond the noise ({:.0}%): {}",
+                        // Why on the lines after the figure, filled.
+                        s.push_str(&format!(
+                            "{line}  ×{:.2} beyond the noise ({:.0}%):\n",
                             c.ratio,
-                            c.noise * 100.0,
-                            escape_control(&why)
-                        )
-                    } else {
-                        format!("  ×{:.2}", c.ratio)
+                            c.noise * 100.0
+                        ));
+                        s.push_str(&wrap(&escape_control(&why), "          "));
                     }
-                });
-                s.push_str(&format!(
-                    "    #{:<5}{fig}{spread}{change}
-",
-                    p.run_id
-                ));
+                    Some(c) => s.push_str(&format!("{line}  ×{:.2}\n", c.ratio)),
+                    None => s.push_str(&format!("{line}\n")),
+                }
             }
         }
     }
@@ -1380,7 +1541,11 @@ fn render_compare(c: &Comparison) -> String {
     }
     for (i, r) in c.reports.iter().enumerate().skip(1) {
         for d in &r.changes {
-            s.push_str(&format!("  #{} vs #1: {}\n", i + 1, escape_control(d)));
+            s.push_str(&wrap_hanging(
+                &escape_control(d),
+                &format!("  #{} vs #1: ", i + 1),
+                "      ",
+            ));
         }
     }
     s.push_str(&format!("\n  {:<20}", "test"));
@@ -1412,9 +1577,13 @@ fn render_compare(c: &Comparison) -> String {
         s.push('\n');
     }
     if c.reports.len() > 1 {
-        s.push_str(&format!(
-            "\n  ×: to #1; ! beyond the noise of both runs (their rounds do not overlap and differ by more than their spread, at least {:.0}%)\n",
-            c.min_noise * 100.0
+        s.push('\n');
+        s.push_str(&wrap(
+            &format!(
+                "×: to #1; ! beyond the noise of both runs (their rounds do not overlap and differ by more than their spread, at least {:.0}%)",
+                c.min_noise * 100.0
+            ),
+            "  ",
         ));
     }
     s
@@ -1502,3 +1671,207 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     ],
     see_also: &["fio(1)"],
 }];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A result as `bench --json` writes it: `mb` MB/s per run, flagged
+    /// (fio claimed twice what the devices moved) when `flag`.
+    fn figure(name: &str, direction: &str, mb: &[f64], flag: bool) -> serde_json::Value {
+        let (pattern, block, qd, threads) = match name {
+            "SEQ1M Q8T1" => ("seq", 1 << 20, 8, 1),
+            "SEQ128K Q32T1" => ("seq", 128 << 10, 32, 1),
+            _ => ("rnd", 4096, 32, 16),
+        };
+        let med = btrfs_lab::bench::analysis::median(mb).unwrap() * 1e6;
+        let ok = !flag;
+        let runs: Vec<serde_json::Value> = mb
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                serde_json::json!({"run": i + 1, "claimed_bytes": (m * 1e6) as u64, "seconds": 1.0,
+                    "bytes_per_sec": m * 1e6, "iops": m * 1e6 / 4096.0, "lat_mean_us": 123_456.7,
+                    "clat_p50_us": 120_000.0, "clat_p99_us": 999_999.9, "clat_p999_us": 1_999_999.9,
+                    "cores_per_thread": 0.1, "cpu_seconds_per_gib": 0.2,
+                    "device_read_bytes": null, "device_write_bytes": null,
+                    "resident_before_bytes": null, "dirtied_bytes": null, "checks": []})
+            })
+            .collect();
+        serde_json::json!({
+            "test": {"pattern": pattern, "block_bytes": block, "queue_depth": qd, "threads": threads},
+            "direction": direction, "name": name, "status": if ok { "ok" } else { "flagged" },
+            "bytes_per_sec": ok.then_some(med), "iops": ok.then_some(2_500_000.0),
+            "lat_mean_us": ok.then_some(123_456.7),
+            "best_bytes_per_sec": ok.then_some(mb.iter().copied().fold(0.0, f64::max) * 1e6),
+            "best_iops": ok.then_some(2_600_000.0),
+            "clat_p50_us": ok.then_some(120_000.0), "clat_p99_us": ok.then_some(999_999.9),
+            "clat_p999_us": ok.then_some(1_999_999.9),
+            "bytes_per_sec_min": mb.iter().copied().fold(f64::INFINITY, f64::min) * 1e6,
+            "bytes_per_sec_max": mb.iter().copied().fold(0.0, f64::max) * 1e6,
+            "claimed_bytes_per_sec": med,
+            "cpu_seconds_per_gib": ok.then_some(0.2), "cores_per_thread": 0.1,
+            "ceiling_fraction": null,
+            "checks": if flag {
+                serde_json::json!([{"code": "device_mismatch", "severity": "flag",
+                    "message": "fio claims 2.00GiB read but the member devices read only 1.00GiB (50%): the rest did not come from the drives"}])
+            } else {
+                serde_json::json!([])
+            },
+            "runs": runs
+        })
+    }
+
+    /// A report of the nvme profile's widest figures on an array of eight
+    /// NVMe drives (26 GB/s), a flagged write and the mixes.
+    fn report(runs: u32) -> BenchReport {
+        let mut results = Vec::new();
+        for d in ["read", "write", "mix"] {
+            for (name, mb) in [
+                ("SEQ1M Q8T1", [26_543.2, 26_001.9, 27_999.9]),
+                ("SEQ128K Q32T1", [12_345.6, 13_000.1, 12_999.0]),
+                ("RND4K Q32T16", [10_240.5, 10_999.9, 10_001.2]),
+            ] {
+                let flag = d == "write" && name == "SEQ128K Q32T1";
+                results.push(figure(name, d, &mb[..runs as usize], flag));
+            }
+        }
+        let json = serde_json::json!({
+            "report_version": 1, "exit_code": 3, "summary": "best read: SEQ1M Q8T1 at 26543.2 MB/s; 1 of 9 figures flagged (device_mismatch)",
+            "system": {"kernel": "6.18.44-fc-v1300-generic", "hostname": "h", "cpus": 64,
+                "fio_version": "fio-3.33", "fio_path": "/usr/bin/fio"},
+            "target": {"dir": "/srv/a-rather-long-directory-name/of/the/array", "mount_point": "/srv",
+                "fs_type": "btrfs", "uuid": null, "source": "/dev/nvme0n1", "mount_options": [],
+                "data_profiles": ["raid0"],
+                "devices": (0..8).map(|i| serde_json::json!({"path": format!("/dev/nvme{i}n1"),
+                    "name": format!("nvme{i}n1"), "major": 259, "minor": i})).collect::<Vec<_>>(),
+                "devices_missing": [], "compression_option": null},
+            "parameters": {"profile": "nvme", "tests": [], "size_bytes": 1u64 << 30, "runs": runs,
+                "duration_secs": 5, "interval_secs": 0, "cow": false, "ioengine": "libaio",
+                "mix_read_percent": 70, "huge_page_buffers": true},
+            "test_file": {"path": "/x", "size_bytes": 1u64 << 30, "nocow": true, "fill_seconds": 0.0,
+                "fill_device_write_bytes": null, "layout_after_fill": null, "layout_at_end": null,
+                "removed": true},
+            "results": results, "ceiling": null, "thermal": [], "members_scaling": null,
+            "notes": ["the test file is NOCOW (no data checksums), so O_DIRECT is direct"],
+            "job_file": ""
+        });
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn plain() -> Paint {
+        Output::new(false, super::super::output::ColorChoice::Never).paint
+    }
+
+    /// Issue 52 item 3: the table was 128 columns. Every line of the text
+    /// fits 80, with 26 GB/s, 2.5 M IOPS, 2 s percentiles, a flagged row
+    /// and the mixes.
+    #[test]
+    fn every_line_of_the_suite_fits_80_columns() {
+        btrfs_lab::report::text::set_width(80);
+        let text = render(&report(3), plain());
+        for l in text.lines() {
+            assert!(
+                l.chars().count() <= 80,
+                "{} columns: {l}",
+                l.chars().count()
+            );
+        }
+        // A block per direction, the figures in it.
+        for head in ["  read ", "  write ", "  mix 70/30 "] {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(head) && l.contains("slowest–fastest")),
+                "{head} in {text}"
+            );
+        }
+        assert!(
+            text.contains(
+                "  SEQ1M Q8T1       26543.2  27999.9  2500000  123456.7  26001.9–27999.9\n"
+            ),
+            "{text}"
+        );
+        let flagged = text
+            .lines()
+            .find(|l| l.starts_with("  SEQ128K Q32T1") && l.contains("flagged"))
+            .unwrap();
+        assert!(flagged.ends_with("  claimed 12999.0"), "{flagged}");
+    }
+
+    /// Issue 52 item 9: "the middle run of 2 runs" was a mean.
+    #[test]
+    fn the_statistic_is_named() {
+        btrfs_lab::report::text::set_width(80);
+        let words = |t: String| t.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words(render(&report(3), plain())).contains("each figure is the median of 3 runs"));
+        let two = words(render(&report(2), plain()));
+        assert!(two.contains("each figure is the mean of 2 runs"), "{two}");
+        assert!(
+            two.contains("percentiles, each the mean of 2 runs"),
+            "{two}"
+        );
+        assert!(!two.contains("median of the runs"), "{two}");
+    }
+
+    /// What is printed as the figures come, then the rest, is the text of
+    /// the whole report, line for line; with --json nothing comes before.
+    #[test]
+    fn the_figures_printed_as_they_come_are_the_report() {
+        btrfs_lab::report::text::set_width(80);
+        let r = report(3);
+        let mut stream = Stream::new(plain(), false);
+        let mix = r.parameters.mix_read_percent;
+        let mut printed = stream.event(bench::SuiteEvent::Begun(r.heading()), mix);
+        assert!(printed.starts_with("bench /srv/"), "{printed}");
+        for x in &r.results {
+            let now = stream.event(bench::SuiteEvent::Figure(x), mix);
+            // Each figure's row as soon as it is done.
+            assert!(now.ends_with(&rate_row(x, plain())), "{now}");
+            printed.push_str(&now);
+        }
+        printed.push_str(&stream.rest(&r));
+        assert_eq!(printed, render(&r, plain()));
+
+        let mut json = Stream::new(plain(), true);
+        assert!(
+            json.event(bench::SuiteEvent::Begun(r.heading()), mix)
+                .is_empty()
+        );
+        assert!(
+            json.event(bench::SuiteEvent::Figure(&r.results[0]), mix)
+                .is_empty()
+        );
+    }
+
+    /// A figure the checks at the end flag (the file's layout after every
+    /// write) is said again, flagged, before the rest.
+    #[test]
+    fn a_figure_the_end_changed_is_said_again() {
+        btrfs_lab::report::text::set_width(80);
+        let mut r = report(3);
+        let mut stream = Stream::new(plain(), false);
+        stream.event(bench::SuiteEvent::Begun(r.heading()), None);
+        for x in &r.results {
+            stream.event(bench::SuiteEvent::Figure(x), None);
+        }
+        // At the end, the first write is flagged after all.
+        let w = r
+            .results
+            .iter()
+            .position(|x| x.direction == Direction::Write)
+            .unwrap();
+        let flagged: TestResult =
+            serde_json::from_value(figure("SEQ1M Q8T1", "write", &[1.0, 2.0, 3.0], true)).unwrap();
+        r.results[w] = flagged;
+        let rest = stream.rest(&r);
+        let (changed, tail) = rest.split_once("(MB/s = 10^6").unwrap();
+        assert!(
+            changed.contains("changed by the checks at the end of the run"),
+            "{rest}"
+        );
+        assert!(changed.contains("  SEQ1M Q8T1 write\n"), "{changed}");
+        assert!(changed.contains("flagged"), "{changed}");
+        assert_eq!(changed.matches("SEQ1M").count(), 2, "{changed}");
+        assert!(tail.contains("checks"), "{tail}");
+    }
+}

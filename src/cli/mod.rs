@@ -62,7 +62,7 @@ struct Cli {
     )]
     color: ColorChoice,
 
-    /// State directory: sandbox records (sandbox, demo) [default: /var/lib/btrfs-lab/sandboxes]; scrub state in DIR/scrub (scrub, doctor) [default: /var/lib/btrfs-lab/scrub]; what reclaim learnt in DIR/reclaim.
+    /// State directory [default: /var/lib/btrfs-lab]: the bench history in DIR/bench.sqlite, scrub state in DIR/scrub, what balance and reclaim learnt in DIR/balance and DIR/reclaim, settings to put back in DIR/settings; sandbox records (sandbox, demo) in DIR itself [default: /var/lib/btrfs-lab/sandboxes].
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<std::path::PathBuf>,
 

@@ -160,6 +160,8 @@ fn three_runs_stored_and_a_planted_regression_named_beside_the_kernel_change() {
     // The text says the same.
     let (code, text, _) = run(env.cmd().args(["bench", "--history"]));
     assert_eq!(code, 0);
+    // Filled to 80 columns: the words, wherever the lines break.
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         text.contains(&format!(
             "×0.50 beyond the noise (5%): kernel: {kernel} → 7.3.0-planted"
@@ -201,4 +203,66 @@ fn three_runs_stored_and_a_planted_regression_named_beside_the_kernel_change() {
         .arg(env.path().join("none.sqlite")));
     assert_eq!(code, 1);
     assert!(stderr.contains("there is no bench history"), "{stderr}");
+}
+
+/// `--state-dir DIR` (before or after the subcommand, relative or not):
+/// the history is DIR/bench.sqlite, named by its absolute path; `--db`
+/// wins; the global help says the same (issue 52 item 11: the help gave
+/// the state directory two defaults, and the database not at all).
+#[test]
+fn the_history_lives_in_the_state_directory_given() {
+    let env = TestEnv::new();
+    let cwd = env.path().join("cwd");
+    fs::create_dir(&cwd).unwrap();
+    let bare = || {
+        let mut c = std::process::Command::new(crate::common::bin());
+        c.current_dir(&cwd)
+            .env_remove("BTRFS_LAB_STATE_DIR")
+            .env("NO_COLOR", "1");
+        c
+    };
+    let db = cwd.join("st").join("bench.sqlite");
+    // Nothing there yet: the error names where it looked.
+    let (code, _, stderr) = run(bare().args(["--state-dir", "st", "bench", "--history"]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("there is no bench history at {}", db.display())),
+        "{stderr}"
+    );
+    // A history there is the one read, the option after the subcommand too.
+    fs::create_dir(cwd.join("st")).unwrap();
+    drop(btrfs_lab::bench::history::History::open(&db, true).unwrap());
+    let (code, stdout, stderr) = run(bare().args(["bench", "--history", "--state-dir", "st"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("bench history  {}\n", db.display())),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run(bare().args(["--json", "--state-dir", "st", "bench", "--history"]));
+    assert_eq!(code, 0);
+    let h: HistoryReport = typed(&stdout);
+    assert_eq!(h.db, db);
+    // --db wins over the state directory.
+    let (code, _, stderr) = run(bare().args([
+        "--state-dir",
+        "st",
+        "bench",
+        "--history",
+        "--db",
+        "elsewhere.sqlite",
+    ]));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(&cwd.join("elsewhere.sqlite").display().to_string()),
+        "{stderr}"
+    );
+    // One default for the state directory, and the database under it.
+    let (_, help, _) = run(bare().arg("--help"));
+    let text = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        text.contains(
+            "State directory [default: /var/lib/btrfs-lab]: the bench history in DIR/bench.sqlite"
+        ),
+        "{text}"
+    );
 }

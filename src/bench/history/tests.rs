@@ -194,3 +194,26 @@ fn compare_many_judges_each_report_against_the_first() {
     assert_eq!((cmp.a.as_str(), cmp.b.as_str()), ("a", "b"));
     assert_eq!(write.note.as_deref(), Some("B: flagged"));
 }
+
+/// `--db` when given, else DIR/bench.sqlite of `--state-dir DIR`, else the
+/// default state directory's; always absolute.
+#[test]
+fn the_database_is_in_the_state_directory_and_absolute() {
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(
+        db_path(None, None),
+        Path::new("/var/lib/btrfs-lab/bench.sqlite")
+    );
+    assert_eq!(
+        db_path(None, Some(Path::new("/s"))),
+        Path::new("/s/bench.sqlite")
+    );
+    assert_eq!(
+        db_path(None, Some(Path::new("st"))),
+        cwd.join("st/bench.sqlite")
+    );
+    assert_eq!(
+        db_path(Some(Path::new("x.sqlite")), Some(Path::new("/s"))),
+        cwd.join("x.sqlite")
+    );
+}

@@ -10,6 +10,7 @@ use crate::bench::kit::{Progress, check_stop, pause};
 use crate::bench::profile::{Direction, TestSpec};
 use crate::bench::report::{self, FileLayout, TestResult};
 use crate::bench::sensors::Sensors;
+use crate::bench::suite::SuiteEvent;
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::fio::{FioJob, FioOutput};
 use crate::report::text::escape_path;
@@ -218,7 +219,8 @@ pub(crate) fn run_suite(
     cfg: &SuiteConfig<'_>,
     fio: &mut dyn FioRunner,
     sensors: &mut dyn Sensors,
-    progress: &mut dyn FnMut(&Progress),
+    ctx: &CheckContext,
+    on: &mut dyn FnMut(SuiteEvent<'_>),
 ) -> Result<Measured> {
     let order = jobs::order(cfg.tests, cfg.mix);
     let per_run = cfg.settings.duration_secs + cfg.interval_secs;
@@ -230,12 +232,12 @@ pub(crate) fn run_suite(
         format!("{seq:03}-{}.fio", what.replace(' ', "-"))
     };
     if cfg.fill != FillMode::Skip {
-        progress(&Progress {
+        on(SuiteEvent::Step(&Progress {
             what: "fill".into(),
             run: 0,
             runs: 0,
             eta_secs: total_runs * per_run,
-        });
+        }));
         // Only a fio fill takes a job file (and a number).
         let name = match cfg.fill {
             FillMode::Fio => job_name("fill"),
@@ -244,6 +246,10 @@ pub(crate) fn run_suite(
         fill_test_file(cfg, fio, sensors, &name, &mut measured)?;
     }
     measured.layout_after_fill = sensors.layout()?;
+    let ctx = CheckContext {
+        layout: measured.layout_after_fill,
+        ..ctx.clone()
+    };
     let mut done = 0u64;
     for (t, d) in order {
         let mut samples = Vec::new();
@@ -253,16 +259,17 @@ pub(crate) fn run_suite(
             if done > 0 && cfg.interval_secs > 0 {
                 pause(cfg.interval_secs)?;
             }
-            progress(&Progress {
+            on(SuiteEvent::Step(&Progress {
                 what: format!("{t} {}", d.as_str()),
                 run,
                 runs: cfg.runs,
                 eta_secs: (total_runs - done) * per_run,
-            });
+            }));
             let job = job_name(&section);
             samples.push(one_run(cfg, fio, sensors, (&t, d), &section, &job)?);
             done += 1;
         }
+        on(SuiteEvent::Figure(&analyse_one(t, d, &samples, &ctx)));
         measured.samples.push((t, d, samples));
     }
     Ok(measured)
@@ -385,17 +392,18 @@ pub(crate) fn analyse(measured: &Measured, ctx: &CheckContext) -> Vec<TestResult
     measured
         .samples
         .iter()
-        .map(|(t, d, samples)| {
-            let runs = samples
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    analysis::run_result(i as u32 + 1, s, analysis::check_run(t, *d, s, ctx))
-                })
-                .collect();
-            analysis::summarize(*t, *d, runs, ctx)
-        })
+        .map(|(t, d, samples)| analyse_one(*t, *d, samples, ctx))
         .collect()
+}
+
+/// Checks one test's runs in one direction and summarizes them.
+fn analyse_one(t: TestSpec, d: Direction, samples: &[Sample], ctx: &CheckContext) -> TestResult {
+    let runs = samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| analysis::run_result(i as u32 + 1, s, analysis::check_run(&t, d, s, ctx)))
+        .collect();
+    analysis::summarize(t, d, runs, ctx)
 }
 
 #[cfg(test)]
@@ -575,9 +583,27 @@ mod tests {
             ..MockSensors::default()
         };
         let mut seen = Vec::new();
-        let m = run_suite(&config(tests, dir, 1.0), &mut fio, &mut sensors, &mut |p| {
-            seen.push((p.what.clone(), p.run, p.eta_secs))
-        })
+        let mut figures = Vec::new();
+        let ctx = CheckContext {
+            size_bytes: 64 * MIB,
+            devices_known: true,
+            ..CheckContext::default()
+        };
+        let m = run_suite(
+            &config(tests, dir, 1.0),
+            &mut fio,
+            &mut sensors,
+            &ctx,
+            &mut |e| match e {
+                SuiteEvent::Step(p) => seen.push((p.what.clone(), p.run, p.eta_secs)),
+                SuiteEvent::Figure(r) => {
+                    // Each figure as soon as its runs are done: after the
+                    // steps of its runs, before the next test's.
+                    figures.push((r.name.clone(), r.direction, r.status, seen.len()));
+                }
+                SuiteEvent::Begun(_) => unreachable!("the loop does not begin the report"),
+            },
+        )
         .unwrap();
         assert!(fio.jobs[0].contains("[fill]"));
         assert_eq!(fio.jobs.len(), 1 + 4 * 3);
@@ -598,6 +624,21 @@ mod tests {
         assert_eq!(seen[0], ("fill".to_owned(), 0, 12));
         assert_eq!(seen[1], ("SEQ1M Q8T1 read".to_owned(), 1, 12));
         assert_eq!(seen.last().unwrap().2, 1);
+        // A figure after each test's 3 runs, reads first (1 step: the fill).
+        assert_eq!(
+            figures,
+            [
+                ("SEQ1M Q8T1".to_owned(), Direction::Read, Status::Ok, 1 + 3),
+                ("SEQ1M Q1T1".to_owned(), Direction::Read, Status::Ok, 1 + 6),
+                ("SEQ1M Q8T1".to_owned(), Direction::Write, Status::Ok, 1 + 9),
+                (
+                    "SEQ1M Q1T1".to_owned(),
+                    Direction::Write,
+                    Status::Ok,
+                    1 + 12
+                ),
+            ]
+        );
         // Honest mock: every figure checks out.
         let results = analyse(
             &m,
@@ -627,22 +668,28 @@ mod tests {
             per_run: 100 * MIB,
             ..MockSensors::default()
         };
+        let ctx = CheckContext {
+            size_bytes: 64 * MIB,
+            devices_known: true,
+            ..CheckContext::default()
+        };
+        let mut streamed = Vec::new();
         let m = run_suite(
             &config(tests, dir, 2.0),
             &mut fio,
             &mut sensors,
-            &mut |_| {},
+            &ctx,
+            &mut |e| {
+                if let SuiteEvent::Figure(r) = e {
+                    streamed.push(r.clone());
+                }
+            },
         )
         .unwrap();
-        let results = analyse(
-            &m,
-            &CheckContext {
-                size_bytes: 64 * MIB,
-                devices_known: true,
-                ..CheckContext::default()
-            },
-        );
+        let results = analyse(&m, &ctx);
         assert!(results.iter().all(|r| r.status == Status::Flagged));
+        // What was said as each figure finished is what the report says.
+        assert_eq!(streamed, results);
         assert_eq!(results[0].checks[0].code, Code::BenchDeviceMismatch);
         assert_eq!(results[0].claimed_bytes_per_sec, 200.0 * MIB as f64);
     }

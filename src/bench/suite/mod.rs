@@ -332,31 +332,55 @@ pub fn prepare(opts: &BenchOptions) -> Result<Target> {
     Ok(target)
 }
 
+/// What a suite run says while it runs, before its report.
+#[derive(Debug, Clone, Copy)]
+pub enum SuiteEvent<'a> {
+    /// The test file is made: what the report's heading will say.
+    Begun(report::Heading<'a>),
+    /// A step begins: the fill, a run, a member's read.
+    Step(&'a Progress),
+    /// One test in one direction has done all its runs: its figure, checked
+    /// with what is known by then. The report's is checked again at the end
+    /// with the test file's layout after every write (what the writes
+    /// stored), which may flag it.
+    Figure(&'a TestResult),
+}
+
 /// Runs the bench (see the module documentation) on the target
-/// [`prepare`] returned, its step, run and ETA on the `ui`'s progress bar.
+/// [`prepare`] returned, its step, run and ETA on the `ui`'s progress bar;
+/// `watch` gets the heading and each figure as it is done (the bar is
+/// taken down while it runs, so that it may print).
 pub fn measure(
     opts: &BenchOptions,
     target: Target,
     fio: &mut dyn FioRunner,
     fio_path: &Path,
     ui: &dyn crate::ui::Ui,
+    watch: &mut dyn FnMut(SuiteEvent<'_>),
 ) -> Result<BenchReport> {
-    let bar = ui.progress("bench {msg}");
-    let result = run(opts, target, fio, fio_path, &mut |p| {
-        bar.set_message(p.line())
+    const TEMPLATE: &str = "bench {msg}";
+    let mut bar = ui.progress(TEMPLATE);
+    let result = run(opts, target, fio, fio_path, &mut |e| match e {
+        SuiteEvent::Step(p) => bar.set_message(p.line()),
+        other => {
+            bar.finish();
+            watch(other);
+            bar = ui.progress(TEMPLATE);
+        }
     });
     bar.finish();
     result
 }
 
-/// [`prepare`] returned. `progress` is called at the start of the fill and
-/// of each run.
+/// [`prepare`] returned. `on` gets the heading once the test file is made,
+/// each step as it begins (the fill, each run) and each figure as its runs
+/// are done.
 pub fn run(
     opts: &BenchOptions,
     mut target: Target,
     fio: &mut dyn FioRunner,
     fio_path: &Path,
-    progress: &mut dyn FnMut(&Progress),
+    on: &mut dyn FnMut(SuiteEvent<'_>),
 ) -> Result<BenchReport> {
     let started_at = crate::report::envelope::rfc3339_seconds(
         std::time::SystemTime::now()
@@ -395,6 +419,17 @@ pub fn run(
         setup.settings.huge_page_bytes = Some(*page_bytes);
     }
     let job_file = jobs::suite_job(&opts.tests, opts.mix, &setup.settings);
+    let system = kit::system_info(fio, fio_path);
+    let params = report::Parameters {
+        huge_page_buffers: setup.settings.huge_page_bytes.is_some(),
+        ..parameters(opts, setup.size)
+    };
+    on(SuiteEvent::Begun(report::Heading {
+        target: &target,
+        parameters: &params,
+        nocow: setup.nocow,
+        system: &system,
+    }));
     let check_file = file
         .try_clone()
         .map_err(|e| Error::from_io(&e, "cannot open", &setup.path))?;
@@ -407,7 +442,10 @@ pub fn run(
         r
     };
     let cfg = setup.suite_config(opts, work.dir(), &verify);
-    let measured = run_suite(&cfg, fio, &mut sens, progress)?;
+    // What the checks know before the run; the layout after the fill is
+    // added once it is made.
+    let ctx = check_context(opts, &target, setup.size, ceiling.as_ref(), (None, None));
+    let measured = run_suite(&cfg, fio, &mut sens, &ctx, on)?;
     let buffer_cost = buffer_cost(&buffers, &setup, work.dir(), &mut notes)?;
     let layout_at_end = sens.layout()?;
     let thermal_after = sensors::thermal_read(&opts.sysroot, &target.devices);
@@ -418,7 +456,7 @@ pub fn run(
             &target.devices,
             &opts.sysroot,
             opts.duration_secs,
-            progress,
+            &mut |p| on(SuiteEvent::Step(p)),
         )?)
     } else {
         None
@@ -447,8 +485,40 @@ pub fn run(
         started_at,
     };
     Ok(assemble_report(
-        opts, is_btrfs, target, &setup, finished, fio, fio_path,
+        opts,
+        is_btrfs,
+        target,
+        &setup,
+        finished,
+        (system, params),
     ))
+}
+
+/// What the checks know about the bench as a whole: the test file's size,
+/// the members, the mount, the ceiling, and the file's layout after the
+/// fill and after every write, once known.
+fn check_context(
+    opts: &BenchOptions,
+    target: &report::TargetInfo,
+    size_bytes: u64,
+    ceiling: Option<&report::CeilingInfo>,
+    (layout, layout_after_writes): (Option<FileLayout>, Option<FileLayout>),
+) -> CheckContext {
+    CheckContext {
+        size_bytes,
+        devices_known: !target.devices.is_empty() && target.devices_missing.is_empty(),
+        layout,
+        layout_after_writes,
+        compression_option: target.compression_option.clone(),
+        ceiling_one_reader: ceiling.and_then(|c| c.one_reader_bytes_per_sec),
+        ceiling_many_readers: ceiling.and_then(|c| c.many_readers_bytes_per_sec),
+        cow: opts.cow,
+        write_factor: target
+            .data_profiles
+            .iter()
+            .map(|p| f64::from(p.max_write_factor()))
+            .fold(1.0, f64::max),
+    }
 }
 
 /// `--hugepages`: raises `vm.nr_hugepages` by what the buffers still
@@ -606,27 +676,15 @@ fn assemble_report(
     target: report::TargetInfo,
     setup: &TestFileSetup,
     f: Finished,
-    fio: &mut dyn FioRunner,
-    fio_path: &Path,
+    (system, parameters): (report::SystemInfo, report::Parameters),
 ) -> BenchReport {
-    let ctx = CheckContext {
-        size_bytes: setup.size,
-        devices_known: !target.devices.is_empty() && target.devices_missing.is_empty(),
-        layout: f.measured.layout_after_fill,
-        layout_after_writes: f.layout_at_end,
-        compression_option: target.compression_option.clone(),
-        ceiling_one_reader: f.ceiling.as_ref().and_then(|c| c.one_reader_bytes_per_sec),
-        ceiling_many_readers: f
-            .ceiling
-            .as_ref()
-            .and_then(|c| c.many_readers_bytes_per_sec),
-        cow: opts.cow,
-        write_factor: target
-            .data_profiles
-            .iter()
-            .map(|p| f64::from(p.max_write_factor()))
-            .fold(1.0, f64::max),
-    };
+    let ctx = check_context(
+        opts,
+        &target,
+        setup.size,
+        f.ceiling.as_ref(),
+        (f.measured.layout_after_fill, f.layout_at_end),
+    );
     let results = analyse(&f.measured, &ctx);
     let mut members_scaling = f.members_scaling;
     if let Some(m) = members_scaling.as_mut() {
@@ -654,12 +712,9 @@ fn assemble_report(
         exit_code,
         summary,
         started_at: Some(f.started_at),
-        system: kit::system_info(fio, fio_path),
+        system,
         target,
-        parameters: report::Parameters {
-            huge_page_buffers: setup.settings.huge_page_bytes.is_some(),
-            ..parameters(opts, setup.size)
-        },
+        parameters,
         test_file: report::TestFileInfo {
             path: setup.path.clone(),
             size_bytes: setup.size,

@@ -235,7 +235,8 @@ fn list_explains_partial_and_the_size_per_device() {
     assert!(stdout.contains("2 × 256.00MiB"), "{stdout}");
     assert!(!stdout.contains("partial"), "{stdout}");
     nix::mount::umount2(&dir.join("mnt"), nix::mount::MntFlags::empty()).unwrap();
-    let (code, stdout, stderr) = run(env.cmd().args(["sandbox", "list"]));
+    // At a terminal's 80 columns (the other runs are not wrapped).
+    let (code, stdout, stderr) = run(env.cmd().env("COLUMNS", "80").args(["sandbox", "list"]));
     assert_eq!(code, 0, "{stderr}");
     let row = stdout
         .lines()
@@ -1492,9 +1493,12 @@ fn down_all_removes_only_this_users_sandboxes_and_says_what_else_it_left() {
     assert_eq!(by("theirs")["command"][1], "--state-dir");
 
     // The command `up` printed works as printed: it names --state-dir.
+    // (on the line after "remove it with:", a line of its own)
     let line = printed
         .lines()
-        .find_map(|l| l.strip_prefix("remove it with: "))
+        .skip_while(|l| *l != "remove it with:")
+        .nth(1)
+        .map(str::trim_start)
         .unwrap_or_else(|| panic!("{printed}"));
     let argv: Vec<&str> = line.split(' ').collect();
     assert_eq!(

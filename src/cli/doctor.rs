@@ -52,11 +52,16 @@ pub struct DoctorArgs {
     textfile: Option<PathBuf>,
     #[command(flatten)]
     target: super::output::TargetArgs,
-    /// Also run what costs time or writes a little: probe-dio on the
-    /// filesystem (two small test files, removed), the PCIe links and NVMe
-    /// SMART thermal counters of its drives.
+    /// Also run what costs time or writes a little: probe-dio (two small
+    /// test files, removed) on the mount root and on the NOCOW directories
+    /// found at the top and one level down (at most 4), the PCIe links and
+    /// NVMe SMART thermal counters of its drives.
     #[arg(long)]
     deep: bool,
+    /// Also probe DIR with --deep (where VM images or databases live; may be
+    /// repeated; implies --deep).
+    #[arg(long, value_name = "DIR")]
+    deep_dir: Vec<PathBuf>,
     /// Audit this fstab instead of /etc/fstab (entries of the filesystems
     /// examined: device names instead of UUID, degraded, no device timeout
     /// for a multi-device root).
@@ -97,6 +102,7 @@ fn options(args: DoctorArgs, out: &Output, state_dir: Option<PathBuf>) -> Doctor
         sysroot: SysRoot::from_option(args.sysroot.as_deref(), out),
         mounts: args.mounts,
         deep: args.deep,
+        deep_dirs: args.deep_dir,
         textfile: args.textfile,
         allow_untrusted_target: args.target.allow_untrusted_target,
         fstab: args.fstab,
@@ -163,6 +169,9 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
                 t.push_str(&format!("           run: {}\n", esc(c)));
             }
         }
+        if let Some(deep) = &f.deep {
+            t.push_str(&probed(deep));
+        }
     }
     for n in &r.not_examined {
         t.push_str(&format!(
@@ -190,6 +199,26 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
             ),
         }
     ));
+    t
+}
+
+/// The directories `--deep` probed, one line each: the verdict (or why
+/// the probe could not run), the directory and why it was probed.
+fn probed(deep: &doctor::deep::DeepFacts) -> String {
+    use doctor::deep::ProbedFor;
+    let mut t = String::new();
+    for p in &deep.probes {
+        let why = match p.probed_for {
+            ProbedFor::MountRoot => "mount root",
+            ProbedFor::Nocow => "NOCOW",
+            ProbedFor::Asked => "--deep-dir",
+        };
+        t.push_str(&format!(
+            "  probe-dio: {} {} ({why})\n",
+            p.verdict.as_deref().unwrap_or("failed"),
+            esc(&p.path.display().to_string())
+        ));
+    }
     t
 }
 

@@ -16,9 +16,10 @@ use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Exit status: 0 no device has errors; 64 a device's error counters are not all
-zero (as `btrfs device stats --check`; the report names it); 1 error; 2 bad
-command line."
+    after_help = "Exit status: 0 every device is there without errors; 3 a member device is
+missing (before 64); 64 a device's error counters are not all zero (as
+`btrfs device stats --check`; the report names it); 1 error; 2 bad command
+line."
 )]
 pub struct ShowArgs {
     /// A path inside a mounted btrfs [default: every mounted btrfs].
@@ -87,6 +88,15 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
             esc(&d.path)
         ));
     }
+    let unlisted = f.total_devices.saturating_sub(f.devices.len() as u64);
+    if unlisted > 0 {
+        t.push_str(&format!(
+            "\t*** {}\n",
+            paint.bad(&format!(
+                "{unlisted} more device(s) missing (btrfs-lab doctor says what it costs and what to do)"
+            ))
+        ));
+    }
     t.push_str(&format!(
         "\tmounted at {}\n",
         esc(&f.mount_point.display().to_string())
@@ -143,7 +153,15 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     documents: &["show"],
     output: super::page::Shape::Document,
     exits: &[
-        row(status::OK, "every device's error counters are zero."),
+        row(
+            status::OK,
+            "every member device is there and its error counters are zero.",
+        ),
+        row(
+            status::DEVICE_MISSING,
+            "a member device of a filesystem shown is missing (missing in JSON, or fewer \
+             devices listed than total_devices); it wins over 64.",
+        ),
         row(
             status::DEVICE_ERRORS,
             "a device of a filesystem shown has a non-zero error counter (has_errors in \

@@ -923,22 +923,26 @@ fn device_errors_end_once_scrubbed_and_reset() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Reads of the file with O_DIRECT (no page cache) from new processes:
-    // the mirror read depends on the reader, and the one that meets the
-    // zeroed copy repairs it from the other (read-repair) and counts it.
+    // Reads of the file from new processes, its cached pages dropped
+    // before each (dd's nocache): the mirror read depends on the reader
+    // (read_policy), and the one that meets the zeroed copy repairs it from
+    // the other (read-repair) and counts it.
+    let uncache = || {
+        let st = Command::new("dd")
+            .arg(format!("if={}", file.display()))
+            .args(["iflag=nocache", "count=0", "status=none"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
     for _ in 0..64 {
+        uncache();
         if corruption_of(&m, &dev) > 0 {
             break;
         }
-        let st = Command::new("dd")
-            .arg(format!("if={}", file.display()))
-            .args([
-                "of=/dev/null",
-                "bs=64K",
-                "count=1",
-                "iflag=direct",
-                "status=none",
-            ])
+        let st = Command::new("cat")
+            .arg(&file)
+            .stdout(Stdio::null())
             .status()
             .unwrap();
         assert!(st.success());

@@ -47,9 +47,9 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
         }
         let damaging = e.read + e.write + e.corruption + e.generation;
         let unrepairable = damaging > 0 && !cx.without_redundancy.is_empty();
-        let mut fi = if let Some(s) = repaired_by_scrub(f, d.devid, now) {
+        let repaired = repaired_by_scrub(f, d.devid, now);
+        let mut fi = if repaired.is_some() {
             // The advice (scrub) was followed: what is left is the reset.
-            let end = s.started + s.duration;
             Finding::new(
                 Code::DeviceErrorsRepaired,
                 format!(
@@ -57,18 +57,6 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
                     d.devid, d.path
                 ),
                 "the last scrub read every copy on this device and left nothing unrepaired: the errors counted were repaired by it, or before it by reads that found a good copy (read-repair); the counters only grow, so reset them for a new error to stand out; errors that come back point at the drive or its cabling",
-            )
-            .with_evidence(
-                "last scrub ended",
-                crate::report::envelope::rfc3339_seconds(end),
-            )
-            .with_evidence(
-                "scrub errors found",
-                f.scrub.iter().map(|s| s.errors_found).sum::<u64>().to_string(),
-            )
-            .with_evidence(
-                "scrub errors corrected",
-                f.scrub.iter().map(|s| s.corrected).sum::<u64>().to_string(),
             )
             .with_command(format!(
                 "{}  (if errors come back: {})",
@@ -113,6 +101,18 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
             if n > 0 {
                 fi = fi.with_evidence(&format!("{kind} errors"), n.to_string());
             }
+        }
+        if let Some(s) = repaired {
+            let sum = |n: fn(&crate::doctor::scrub::ScrubDevice) -> u64| {
+                f.scrub.iter().map(n).sum::<u64>().to_string()
+            };
+            fi = fi
+                .with_evidence(
+                    "last scrub ended",
+                    crate::report::envelope::rfc3339_seconds(s.started + s.duration),
+                )
+                .with_evidence("scrub errors found", sum(|s| s.errors_found))
+                .with_evidence("scrub errors corrected", sum(|s| s.corrected));
         }
         out.push(fi);
     }

@@ -386,7 +386,8 @@ fn errors_a_scrub_since_repaired_ask_for_the_reset() {
     f.spaces[0].profile = Profile::Raid0;
     assert_eq!(codes(&analyse(&f, NOW))[0].0, "device-errors-repaired");
     f.spaces[0].profile = Profile::Raid1;
-    let spoiled: [(&str, fn(&mut FsFacts)); 6] = [
+    type Spoil = fn(&mut FsFacts);
+    let spoiled: [(&str, Spoil); 6] = [
         ("uncorrectable", |f| f.scrub[2].uncorrectable = 1),
         ("read-only", |f| f.scrub[1].readonly = true),
         ("cancelled", |f| f.scrub[1].canceled = true),

@@ -12,6 +12,7 @@ use btrfs_lab::error::{Error, ErrorEvent, ErrorKind, Result};
 use btrfs_lab::model::exit::{REPORT_NOT_WRITTEN, Status};
 use btrfs_lab::report::envelope::{Document, Enveloped};
 use btrfs_lab::report::text::escape_control;
+use btrfs_lab::report::text::fit;
 use btrfs_lab::ui::{self, Progress, Ui};
 
 /// `--color`.
@@ -138,7 +139,7 @@ impl Output {
     /// confirmation, progress lines without a bar); nothing with --quiet.
     pub fn say(&self, text: &str) {
         if !self.quiet {
-            let _ = io::stderr().lock().write_all(text.as_bytes());
+            let _ = io::stderr().lock().write_all(fit(text).as_bytes());
         }
     }
 
@@ -196,7 +197,7 @@ impl Output {
         if self.json {
             self.json_doc(report);
         } else {
-            self.text(&render(report));
+            self.text(&fit(&render(report)));
         }
     }
 
@@ -207,7 +208,7 @@ impl Output {
         if self.json {
             self.json_line(record);
         } else {
-            self.text(&render(record));
+            self.text(&fit(&render(record)));
         }
     }
 
@@ -381,13 +382,17 @@ impl Output {
         let p = self.paint_err;
         // Messages name paths and labels other users chose: control
         // characters never reach the terminal raw.
-        let mut text = format!(
-            "btrfs-lab: {} {}\n",
-            p.bad("error:"),
-            escape_control(e.message())
+        let mut text = labelled("btrfs-lab: error: ", &escape_control(e.message())).replacen(
+            "error:",
+            &p.bad("error:"),
+            1,
         );
         if let Some(h) = e.hint() {
-            text.push_str(&format!("{} {}\n", p.dim("hint:"), escape_control(h)));
+            text.push_str(&labelled("hint: ", &escape_control(h)).replacen(
+                "hint:",
+                &p.dim("hint:"),
+                1,
+            ));
         }
         let _ = io::stderr().lock().write_all(text.as_bytes());
     }
@@ -400,14 +405,13 @@ impl Output {
             return;
         }
         let p = self.paint_err;
-        let _ = write!(
-            io::stderr().lock(),
-            "btrfs-lab: {} {}\n{} {}\n",
-            p.warn("warning:"),
-            escape_control(message),
-            p.dim("hint:"),
-            escape_control(hint)
-        );
+        let text =
+            labelled("btrfs-lab: warning: ", &escape_control(message)).replacen(
+                "warning:",
+                &p.warn("warning:"),
+                1,
+            ) + &labelled("hint: ", &escape_control(hint)).replacen("hint:", &p.dim("hint:"), 1);
+        let _ = io::stderr().lock().write_all(text.as_bytes());
     }
 
     /// What the text report shows itself (`in_text_report`) but the JSON
@@ -434,11 +438,8 @@ impl Output {
             return;
         }
         let message: Vec<_> = message.split('\n').map(escape_control).collect();
-        let _ = writeln!(
-            io::stderr().lock(),
-            "btrfs-lab: note: {}",
-            message.join("\n")
-        );
+        let text = labelled("btrfs-lab: note: ", &message.join("\n"));
+        let _ = io::stderr().lock().write_all(text.as_bytes());
     }
 }
 
@@ -494,7 +495,7 @@ impl Ui for Output {
     }
     fn status(&self, text: &str) {
         if !self.json {
-            self.text(text);
+            self.text(&fit(text));
         }
     }
     fn confirm(&self, question: &str, yes: bool) -> Result<()> {
@@ -606,6 +607,15 @@ pub fn confirm(out: &Output, question: &str, yes: bool) -> Result<()> {
     ui::confirm_on_terminal(question, yes, out.quiet)
 }
 
+/// A message after its label (`btrfs-lab: error: `, `hint: `), filled to
+/// the output's width, further lines indented two columns; ends with a
+/// newline.
+fn labelled(label: &str, message: &str) -> String {
+    let mut t = btrfs_lab::report::text::wrap_message(label, message, "  ");
+    t.push('\n');
+    t
+}
+
 /// The one text wrapping ([`btrfs_lab::report::text::wrap`]).
 pub use btrfs_lab::report::text::wrap;
 
@@ -615,8 +625,8 @@ mod tests {
 
     #[test]
     fn wraps_words() {
-        assert_eq!(wrap("aaa bbb ccc", 9, "  "), "  aaa bbb\n  ccc\n");
-        assert_eq!(wrap("", 10, "  "), "");
+        assert_eq!(wrap("aaa bbb ccc", "  "), "  aaa bbb ccc\n");
+        assert_eq!(wrap("", "  "), "");
     }
 
     #[test]

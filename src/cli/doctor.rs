@@ -10,6 +10,8 @@ use btrfs_lab::model::finding::Severity;
 use btrfs_lab::report::text::escape_control as esc;
 use btrfs_lab::sys::fs::root::SysRoot;
 
+use btrfs_lab::report::text::{width, wrap_hanging};
+
 use super::output::{Output, Paint, wrap};
 
 pub const AFTER_HELP: &str = "\
@@ -86,10 +88,12 @@ pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>
     else {
         return Ok(doctor::EXIT_UNKNOWN);
     };
-    out.report(&report, |r| match format {
-        Format::Prometheus => prometheus::render(r),
-        Format::Text => render(r, out.paint),
-    });
+    match format {
+        // Metrics verbatim: a line filled to the width is no metric (and
+        // --json with them was refused above).
+        Format::Prometheus => out.text(&prometheus::render(&report)),
+        Format::Text => out.report(&report, |r| render(r, out.paint)),
+    }
     let could_not_write = textfile_failed | unwritable(out);
     Ok(doctor::status_with_failure(
         report.exit_status,
@@ -141,47 +145,33 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
         }
         let count = |s: Severity| f.findings.iter().filter(|x| x.severity == s).count();
         t.push_str(&paint.bold(&format!(
-            "{} ({}): {} critical, {} warning, {} info",
+            "{}: {} critical, {} warning, {} info",
             esc(&f.mount_point.display().to_string()),
-            esc(&f.uuid),
             count(Severity::Critical),
             count(Severity::Warning),
             count(Severity::Info)
         )));
-        t.push('\n');
+        t.push_str(&format!("\n  uuid {}\n", esc(&f.uuid)));
         if f.findings.is_empty() {
             t.push_str("  nothing to report\n");
         }
         // Titles, evidence and commands may carry what a user chose (a
         // label, a path): control characters never reach the terminal raw.
         for x in &f.findings {
-            t.push_str(&format!(
-                "  {} {}: {}\n",
-                label(x.severity, paint),
-                esc(x.code.as_str()),
-                esc(&x.title)
-            ));
-            for e in &x.evidence {
-                t.push_str(&format!("           {}: {}\n", esc(&e.name), esc(&e.value)));
-            }
-            t.push_str(&wrap(&format!("why: {}", esc(&x.why)), "           "));
-            if let Some(c) = &x.command {
-                t.push_str(&format!("           run: {}\n", esc(c)));
-            }
+            t.push_str(&finding(x, paint));
         }
         if let Some(deep) = &f.deep {
             t.push_str(&probed(deep));
         }
     }
     for n in &r.not_examined {
-        t.push_str(&format!(
-            "\n{}\n  {}\n",
-            paint.bold(&format!(
-                "{}: not examined",
-                esc(&n.path.display().to_string())
-            )),
-            esc(&n.error)
-        ));
+        t.push('\n');
+        t.push_str(&paint.bold(&format!(
+            "{}: not examined",
+            esc(&n.path.display().to_string())
+        )));
+        t.push('\n');
+        t.push_str(&wrap(&esc(&n.error), "  "));
     }
     let worst = r.worst.filter(|w| *w != Severity::Info);
     t.push_str(&format!(
@@ -202,6 +192,46 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
     t
 }
 
+/// Where a finding's evidence, why and command begin.
+const INDENT: &str = "           ";
+/// Where their continuation lines begin.
+const MORE: &str = "             ";
+
+/// One finding, filled to the output's width: its severity, code and
+/// title; its evidence; why; the command to run, whole (on a line of its
+/// own when it does not fit beside `run:`).
+fn finding(x: &btrfs_lab::model::finding::Finding, paint: Paint) -> String {
+    let plain = format!("  {:<8} ", x.severity.name().to_ascii_uppercase());
+    let head = wrap_hanging(
+        &format!("{}: {}", esc(x.code.as_str()), esc(&x.title)),
+        &plain,
+        INDENT,
+    );
+    let mut t = head.replacen(&plain, &format!("  {} ", label(x.severity, paint)), 1);
+    for e in &x.evidence {
+        t.push_str(&wrap_hanging(
+            &format!("{}: {}", esc(&e.name), esc(&e.value)),
+            INDENT,
+            MORE,
+        ));
+    }
+    t.push_str(&wrap_hanging(
+        &format!("why: {}", esc(&x.why)),
+        INDENT,
+        MORE,
+    ));
+    if let Some(c) = &x.command {
+        let one = format!("{INDENT}run: {}", esc(c));
+        if one.chars().count() <= width() {
+            t.push_str(&one);
+            t.push('\n');
+        } else {
+            t.push_str(&format!("{INDENT}run:\n{MORE}{}\n", esc(c)));
+        }
+    }
+    t
+}
+
 /// The directories `--deep` probed, one line each: the verdict (or why
 /// the probe could not run), the directory and why it was probed.
 fn probed(deep: &doctor::deep::DeepFacts) -> String {
@@ -213,10 +243,14 @@ fn probed(deep: &doctor::deep::DeepFacts) -> String {
             ProbedFor::Nocow => "NOCOW",
             ProbedFor::Asked => "--deep-dir",
         };
-        t.push_str(&format!(
-            "  probe-dio: {} {} ({why})\n",
-            p.verdict.as_deref().unwrap_or("failed"),
-            esc(&p.path.display().to_string())
+        t.push_str(&wrap_hanging(
+            &format!(
+                "{} {} ({why})",
+                p.verdict.as_deref().unwrap_or("failed"),
+                esc(&p.path.display().to_string())
+            ),
+            "  probe-dio: ",
+            MORE,
         ));
     }
     t

@@ -544,20 +544,28 @@ fn percent(share: f64) -> String {
 /// The text report of `--pid`.
 pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
     use btrfs_lab::report::text::{escape_control, escape_path};
-    let mut t = format!(
-        "{} --pid {} ({})  {:.1} s\n{}\n\n",
-        paint.bold("read-test"),
-        r.pid,
-        escape_control(&r.command_line),
-        r.seconds,
-        escape_control(&r.summary)
+    let mut t = field(
+        &format!("{} ", paint.bold("read-test")),
+        &format!(
+            "--pid {} ({}), {:.1} s",
+            r.pid,
+            escape_control(&r.command_line),
+            r.seconds
+        ),
+        "  ",
+        str::to_owned,
     );
-    t.push_str(&format!(
-        "  process      read calls {}, from storage {}, mapped in {}: {}\n",
-        size(r.read_call_bytes),
-        size(r.storage_read_bytes),
-        size(r.mapped_in_bytes),
-        rate::format_both(r.rate_bytes_per_sec)
+    t.push_str(&field("", &escape_control(&r.summary), "  ", str::to_owned));
+    t.push('\n');
+    t.push_str(&wrap_labelled(
+        "process",
+        &format!(
+            "read calls {}, from storage {}, mapped in {}: {}",
+            size(r.read_call_bytes),
+            size(r.storage_read_bytes),
+            size(r.mapped_in_bytes),
+            rate::format_both(r.rate_bytes_per_sec)
+        ),
     ));
     if let Some(s) = r.page_cache_share {
         t.push_str(&format!(
@@ -567,36 +575,44 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
     }
     for f in &r.files {
         let ways: Vec<&str> = f.ways.iter().map(|w| w.name()).collect();
-        t.push_str(&format!(
-            "  file         {}  {}, {}\n",
-            escape_path(&f.path),
-            size(f.size_bytes),
-            f.fs_type.as_deref().unwrap_or("?")
+        t.push_str(&wrap_labelled(
+            "file",
+            &format!(
+                "{} ({}, {})",
+                escape_path(&f.path),
+                size(f.size_bytes),
+                f.fs_type.as_deref().unwrap_or("?")
+            ),
         ));
-        t.push_str(&format!(
-            "               {} read by {}: {} ({})\n",
-            size(f.bytes_read),
-            ways.join(" + "),
-            rate::format_both(f.rate_bytes_per_sec),
-            f.bytes_source
+        t.push_str(&wrap_labelled(
+            "",
+            &format!(
+                "{} read by {}: {} ({})",
+                size(f.bytes_read),
+                ways.join(" + "),
+                rate::format_both(f.rate_bytes_per_sec),
+                f.bytes_source
+            ),
         ));
         if let (Some(a), Some(b)) = (f.resident_bytes_before, f.resident_bytes_after) {
-            t.push_str(&format!(
-                "               in the page cache: {} before, {} after\n",
-                size(a),
-                size(b)
+            t.push_str(&wrap_labelled(
+                "",
+                &format!("in the page cache: {} before, {} after", size(a), size(b)),
             ));
         }
         if let Some(l) = &f.layout {
-            t.push_str(&format!(
-                "               layout: {} extents, {} compressed{}\n",
-                l.extents,
-                size(l.encoded_bytes),
-                if f.data_profiles.is_empty() {
-                    String::new()
-                } else {
-                    format!(", data {}", profile_list(&f.data_profiles))
-                }
+            t.push_str(&wrap_labelled(
+                "",
+                &format!(
+                    "layout: {} extents, {} compressed{}",
+                    l.extents,
+                    size(l.encoded_bytes),
+                    if f.data_profiles.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", data {}", profile_list(&f.data_profiles))
+                    }
+                ),
             ));
         }
         if let Some(m) = &f.members {
@@ -612,26 +628,28 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
             } else {
                 held.join(", ")
             };
-            t.push_str(&format!("               on members: {held}\n"));
+            t.push_str(&wrap_labelled("", &format!("on members: {held}")));
         }
         if let Some(n) = &f.note {
-            t.push_str(&format!("               {}\n", paint.dim(n)));
+            t.push_str(&field(LABELLED, n, LABELLED, |s| paint.dim(s)));
         }
     }
     if r.idle_files > 0 {
-        t.push_str(&format!(
-            "  idle         {} other file(s) open or mapped, not read in the window\n",
-            r.idle_files
+        t.push_str(&wrap_labelled(
+            "idle",
+            &format!(
+                "{} other file(s) open or mapped, not read in the window",
+                r.idle_files
+            ),
         ));
     }
-    t.push_str(&format!(
-        "  threads      {} of {} reading\n",
-        r.reading_threads,
-        r.threads.len()
+    t.push_str(&wrap_labelled(
+        "threads",
+        &format!("{} of {} reading", r.reading_threads, r.threads.len()),
     ));
     for th in r.threads.iter().filter(|th| th.reading) {
         t.push_str(&format!(
-            "    {:>7} {:<16} read calls {:>10}  storage {:>10}  CPU {:>4.0} %  I/O wait {:>4.0} %\n",
+            "    {:>7} {:<13} read {:>8}  storage {:>8}  CPU {:>3.0}%  iowait {:>3.0}%\n",
             th.tid,
             escape_control(&th.name),
             size(th.read_call_bytes),
@@ -642,32 +660,41 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
     }
     if let Some(d) = &r.devices {
         let names: Vec<&str> = d.devices.iter().map(|x| x.name.as_str()).collect();
-        t.push_str(&format!(
-            "  devices      {} read {} in the window: {}\n",
-            names.join(", "),
-            size(d.bytes),
-            rate::format_both(d.rate_bytes_per_sec)
+        t.push_str(&wrap_labelled(
+            "devices",
+            &format!(
+                "{} read {} in the window: {}",
+                names.join(", "),
+                size(d.bytes),
+                rate::format_both(d.rate_bytes_per_sec)
+            ),
         ));
     }
     if let Some(c) = &r.ceiling {
-        t.push_str(&format!(
-            "  ceiling      {} for one reader ({}, from links)\n",
-            rate::format_both(c.bytes_per_sec as f64),
-            c.profile
+        t.push_str(&wrap_labelled(
+            "ceiling",
+            &format!(
+                "{} for one reader ({}, from links)",
+                rate::format_both(c.bytes_per_sec as f64),
+                c.profile
+            ),
         ));
     }
     if let Some(s) = &r.saved_run {
         let th = s.threads.map_or_else(String::new, |n| format!(" × {n}"));
-        t.push_str(&format!(
-            "  read-test    {}{th}: {} (saved in {})\n",
-            s.method.name(),
-            rate::format_both(s.rate_bytes_per_sec),
-            escape_path(&s.report)
+        t.push_str(&wrap_labelled(
+            "read-test",
+            &format!(
+                "{}{th}: {} (saved in {})",
+                s.method.name(),
+                rate::format_both(s.rate_bytes_per_sec),
+                escape_path(&s.report)
+            ),
         ));
     }
     t.push_str(&wrap_labelled("bottleneck", r.bottleneck.name()));
     if let Some(k) = &r.known_program {
-        t.push_str(&format!("  program      {k} (docs/loaders.md)\n"));
+        t.push_str(&wrap_labelled("program", &format!("{k} (docs/loaders.md)")));
     }
     for s in &r.settings {
         t.push_str(&wrap_labelled(

@@ -72,11 +72,12 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
     for d in &f.devices {
         if d.missing {
             t.push_str(&format!(
-                "\tdevid {:>4} size {} used {} path <missing disk> {}\n",
+                "\tdevid {:>4} size {} used {} path <missing disk> {}\n\t  {}\n",
                 d.devid,
                 pretty_size(d.size_bytes, mode),
                 pretty_size(d.used_bytes, mode),
-                paint.bad("MISSING (btrfs-lab doctor says what it costs and what to do)")
+                paint.bad("MISSING"),
+                paint.dim("(btrfs-lab doctor says what it costs and what to do)")
             ));
             continue;
         }
@@ -91,10 +92,9 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
     let unlisted = f.total_devices.saturating_sub(f.devices.len() as u64);
     if unlisted > 0 {
         t.push_str(&format!(
-            "\t*** {}\n",
-            paint.bad(&format!(
-                "{unlisted} more device(s) missing (btrfs-lab doctor says what it costs and what to do)"
-            ))
+            "\t*** {}\n\t  {}\n",
+            paint.bad(&format!("{unlisted} more device(s) MISSING")),
+            paint.dim("(btrfs-lab doctor says what it costs and what to do)")
         ));
     }
     t.push_str(&format!(
@@ -107,12 +107,14 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
         _ => "unknown".to_owned(),
     };
     t.push_str(&format!(
-        "\tgeneration {}, node size {}, sector size {}, checksum {checksum}\n",
+        "\tgeneration {}, node size {}, sector size {}\n\tchecksum {checksum}\n",
         f.generation,
         pretty_size(u64::from(f.node_size), mode),
         pretty_size(u64::from(f.sector_size), mode)
     ));
-    t.push_str(&format!("\tfeatures: {}\n", f.features.join(", ")));
+    // A tab counts as one column for the filler: the text after it is
+    // filled to 8 columns less, as a terminal shows it.
+    t.push_str(&tabbed(&format!("features: {}", f.features.join(", "))));
     t.push_str("\terrors (write read flush corruption generation):\n");
     for d in &f.devices {
         let line = match &d.errors {
@@ -126,7 +128,13 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
                     e.generation_errs
                 );
                 if d.has_errors {
-                    format!("{counters}  {}", paint.bad("<- errors: check the drive and its cabling; a scrub repairs from other copies"))
+                    format!(
+                        "{counters}  {}\n\t    {}",
+                        paint.bad("<- errors"),
+                        paint.dim(
+                            "check the drive and its cabling; a scrub repairs from other copies"
+                        )
+                    )
                 } else {
                     counters
                 }
@@ -141,6 +149,14 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
         t.push_str(&format!("\t  devid {:>4} {name}: {line}\n", d.devid));
     }
     t
+}
+
+/// `text` after a tab, filled to the output's width as a terminal shows a
+/// tab (8 columns), further lines after a tab and two spaces.
+fn tabbed(text: &str) -> String {
+    let width = btrfs_lab::report::text::width().saturating_sub(8);
+    let filled = btrfs_lab::report::text::fill(text, width, "", "  ");
+    filled.lines().map(|l| format!("\t{l}\n")).collect()
 }
 
 use super::page::{BAD, FAIL, row};

@@ -10,8 +10,9 @@
 //! [`MAX_NOCOW_DIRS`]; a NOCOW directory's own subdirectories are NOCOW
 //! too, so it is not descended); and every `--deep-dir`. The mount root
 //! says what checksummed files get; once a NOCOW directory (where the
-//! advice puts VM images and databases) is found direct, the mount root's
-//! finding ends: the advice was followed ([`probe_findings`]).
+//! advice puts VM images and databases) or a `--deep-dir` is found direct,
+//! the mount root's finding ends: the advice was followed
+//! ([`probe_findings`]).
 
 use std::path::{Path, PathBuf};
 
@@ -199,10 +200,15 @@ pub(crate) fn verdict_code(v: Verdict) -> Option<Code> {
 /// in it is NOCOW too), then the usual VM image and database directories
 /// that are NOCOW; on this filesystem only (a subvolume is, another
 /// filesystem mounted there is not), never through a symbolic link, at
-/// most [`MAX_NOCOW_DIRS`]. Directories that cannot be read are passed by.
+/// most [`MAX_NOCOW_DIRS`]; none when the mount root is NOCOW itself
+/// (what is made in it is). Directories that cannot be read are passed by.
 pub(crate) fn nocow_dirs(f: &FsFacts) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = Vec::new();
     if let Ok(top) = HeldDir::open(&f.mount_point) {
+        // A NOCOW mount root: the probe there says what its directories get.
+        if is_nocow(&top) {
+            return found;
+        }
         'top: for dir in subdirs(&top, &f.uuid) {
             if is_nocow(&dir) {
                 found.push(dir.path().to_path_buf());
@@ -286,12 +292,14 @@ pub(crate) type Probed = (DirProbe, std::result::Result<ProbeReport, String>);
 /// for the whole filesystem). A probe that could not run is
 /// `deep-probe-failed`.
 pub(crate) fn probe_findings(probed: &[Probed]) -> Vec<Finding> {
-    let followed = probed.iter().any(|(d, r)| {
-        d.probed_for != ProbedFor::MountRoot
-            && r.as_ref().is_ok_and(|r| r.verdict == Verdict::Direct)
-    });
+    let said = reported(
+        &probed
+            .iter()
+            .map(|(d, r)| (d.probed_for, r.as_ref().ok().map(|r| r.verdict)))
+            .collect::<Vec<_>>(),
+    );
     let mut out: Vec<Finding> = Vec::new();
-    for (d, r) in probed {
+    for ((d, r), _) in probed.iter().zip(said).filter(|(_, said)| *said) {
         let dir = d.path.display().to_string();
         let command = display_argv(&["btrfs-lab", "probe-dio", &dir]);
         match r {
@@ -299,10 +307,6 @@ pub(crate) fn probe_findings(probed: &[Probed]) -> Vec<Finding> {
                 let Some(code) = verdict_code(r.verdict) else {
                     continue;
                 };
-                let root = d.probed_for == ProbedFor::MountRoot;
-                if (root && followed) || (code == Code::OdirectProfileForced && out.iter().any(|f| f.code == code)) {
-                    continue;
-                }
                 let mut fi = Finding::new(code, r.summary.clone(), r.explanation.clone())
                     .with_evidence("directory", dir.clone())
                     .with_evidence("probe-dio verdict", r.verdict.name());
@@ -330,6 +334,27 @@ pub(crate) fn probe_findings(probed: &[Probed]) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// Which probes are a finding ([`probe_findings`]'s rule, pure): each
+/// verdict that is not `direct` and each probe that could not run (`None`),
+/// but the mount root's once another directory is `direct`, and
+/// `profile-forced` only the first time.
+pub(crate) fn reported(probes: &[(ProbedFor, Option<Verdict>)]) -> Vec<bool> {
+    let followed = probes
+        .iter()
+        .any(|(why, v)| *why != ProbedFor::MountRoot && *v == Some(Verdict::Direct));
+    let mut forced = false;
+    probes
+        .iter()
+        .map(|(why, v)| match v {
+            None => true,
+            Some(v) if verdict_code(*v).is_none() => false,
+            Some(_) if *why == ProbedFor::MountRoot && followed => false,
+            Some(Verdict::ProfileForced) => !std::mem::replace(&mut forced, true),
+            Some(_) => true,
+        })
+        .collect()
 }
 
 /// Runs probe-dio on `dir` as `probe-dio DIR` does, silently: the same
@@ -418,4 +443,48 @@ pub fn deep(root: &SysRoot, f: &FsFacts, asked: &[PathBuf]) -> Result<(Vec<Findi
     }
     signals::check()?;
     Ok((out, facts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The advice followed (a NOCOW directory that is direct) ends the
+    /// mount root's finding; a directory asked for that is not direct is
+    /// still said; the profile once; a probe that failed always.
+    #[test]
+    fn the_mount_roots_finding_ends_once_a_nocow_directory_is_direct() {
+        use ProbedFor::{Asked, MountRoot, Nocow};
+        use Verdict::{BufferedFallback, Direct, Inconclusive, ProfileForced};
+        assert_eq!(reported(&[(MountRoot, Some(BufferedFallback))]), [true]);
+        assert_eq!(reported(&[(MountRoot, Some(Direct))]), [false]);
+        assert_eq!(
+            reported(&[(MountRoot, Some(BufferedFallback)), (Nocow, Some(Direct))]),
+            [false, false]
+        );
+        // A NOCOW directory that is not direct (the profile) does not end it.
+        assert_eq!(
+            reported(&[
+                (MountRoot, Some(ProfileForced)),
+                (Nocow, Some(ProfileForced))
+            ]),
+            [true, false]
+        );
+        assert_eq!(
+            reported(&[
+                (MountRoot, Some(BufferedFallback)),
+                (Nocow, Some(Direct)),
+                (Asked, Some(BufferedFallback)),
+                (Asked, Some(Inconclusive)),
+                (Asked, None),
+            ]),
+            [false, false, true, true, true]
+        );
+        // An asked directory that is direct is the advice followed too.
+        assert_eq!(
+            reported(&[(MountRoot, Some(Inconclusive)), (Asked, Some(Direct))]),
+            [false, false]
+        );
+        assert_eq!(reported(&[(MountRoot, None)]), [true]);
+    }
 }

@@ -10,6 +10,8 @@ use btrfs_lab::model::finding::Severity;
 use btrfs_lab::report::text::escape_control as esc;
 use btrfs_lab::sys::fs::root::SysRoot;
 
+use btrfs_lab::report::text::{width, wrap_hanging};
+
 use super::output::{Output, Paint, wrap};
 
 pub const AFTER_HELP: &str = "\
@@ -52,11 +54,16 @@ pub struct DoctorArgs {
     textfile: Option<PathBuf>,
     #[command(flatten)]
     target: super::output::TargetArgs,
-    /// Also run what costs time or writes a little: probe-dio on the
-    /// filesystem (two small test files, removed), the PCIe links and NVMe
-    /// SMART thermal counters of its drives.
+    /// Also run what costs time or writes a little: probe-dio (two small
+    /// test files, removed) on the mount root and on the NOCOW directories
+    /// found at the top and one level down (at most 4), the PCIe links and
+    /// NVMe SMART thermal counters of its drives.
     #[arg(long)]
     deep: bool,
+    /// Also probe DIR with --deep (where VM images or databases live; may be
+    /// repeated; implies --deep).
+    #[arg(long, value_name = "DIR")]
+    deep_dir: Vec<PathBuf>,
     /// Audit this fstab instead of /etc/fstab (entries of the filesystems
     /// examined: device names instead of UUID, degraded, no device timeout
     /// for a multi-device root).
@@ -81,10 +88,12 @@ pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>
     else {
         return Ok(doctor::EXIT_UNKNOWN);
     };
-    out.report(&report, |r| match format {
-        Format::Prometheus => prometheus::render(r),
-        Format::Text => render(r, out.paint),
-    });
+    match format {
+        // Metrics verbatim: a line filled to the width is no metric (and
+        // --json with them was refused above).
+        Format::Prometheus => out.text(&prometheus::render(&report)),
+        Format::Text => out.report(&report, |r| render(r, out.paint)),
+    }
     let could_not_write = textfile_failed | unwritable(out);
     Ok(doctor::status_with_failure(
         report.exit_status,
@@ -97,6 +106,7 @@ fn options(args: DoctorArgs, out: &Output, state_dir: Option<PathBuf>) -> Doctor
         sysroot: SysRoot::from_option(args.sysroot.as_deref(), out),
         mounts: args.mounts,
         deep: args.deep,
+        deep_dirs: args.deep_dir,
         textfile: args.textfile,
         allow_untrusted_target: args.target.allow_untrusted_target,
         fstab: args.fstab,
@@ -135,44 +145,33 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
         }
         let count = |s: Severity| f.findings.iter().filter(|x| x.severity == s).count();
         t.push_str(&paint.bold(&format!(
-            "{} ({}): {} critical, {} warning, {} info",
+            "{}: {} critical, {} warning, {} info",
             esc(&f.mount_point.display().to_string()),
-            esc(&f.uuid),
             count(Severity::Critical),
             count(Severity::Warning),
             count(Severity::Info)
         )));
-        t.push('\n');
+        t.push_str(&format!("\n  uuid {}\n", esc(&f.uuid)));
         if f.findings.is_empty() {
             t.push_str("  nothing to report\n");
         }
         // Titles, evidence and commands may carry what a user chose (a
         // label, a path): control characters never reach the terminal raw.
         for x in &f.findings {
-            t.push_str(&format!(
-                "  {} {}: {}\n",
-                label(x.severity, paint),
-                esc(x.code.as_str()),
-                esc(&x.title)
-            ));
-            for e in &x.evidence {
-                t.push_str(&format!("           {}: {}\n", esc(&e.name), esc(&e.value)));
-            }
-            t.push_str(&wrap(&format!("why: {}", esc(&x.why)), "           "));
-            if let Some(c) = &x.command {
-                t.push_str(&format!("           run: {}\n", esc(c)));
-            }
+            t.push_str(&finding(x, paint));
+        }
+        if let Some(deep) = &f.deep {
+            t.push_str(&probed(deep));
         }
     }
     for n in &r.not_examined {
-        t.push_str(&format!(
-            "\n{}\n  {}\n",
-            paint.bold(&format!(
-                "{}: not examined",
-                esc(&n.path.display().to_string())
-            )),
-            esc(&n.error)
-        ));
+        t.push('\n');
+        t.push_str(&paint.bold(&format!(
+            "{}: not examined",
+            esc(&n.path.display().to_string())
+        )));
+        t.push('\n');
+        t.push_str(&wrap(&esc(&n.error), "  "));
     }
     let worst = r.worst.filter(|w| *w != Severity::Info);
     t.push_str(&format!(
@@ -190,6 +189,70 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
             ),
         }
     ));
+    t
+}
+
+/// Where a finding's evidence, why and command begin.
+const INDENT: &str = "           ";
+/// Where their continuation lines begin.
+const MORE: &str = "             ";
+
+/// One finding, filled to the output's width: its severity, code and
+/// title; its evidence; why; the command to run, whole (on a line of its
+/// own when it does not fit beside `run:`).
+fn finding(x: &btrfs_lab::model::finding::Finding, paint: Paint) -> String {
+    let plain = format!("  {:<8} ", x.severity.name().to_ascii_uppercase());
+    let head = wrap_hanging(
+        &format!("{}: {}", esc(x.code.as_str()), esc(&x.title)),
+        &plain,
+        INDENT,
+    );
+    let mut t = head.replacen(&plain, &format!("  {} ", label(x.severity, paint)), 1);
+    for e in &x.evidence {
+        t.push_str(&wrap_hanging(
+            &format!("{}: {}", esc(&e.name), esc(&e.value)),
+            INDENT,
+            MORE,
+        ));
+    }
+    t.push_str(&wrap_hanging(
+        &format!("why: {}", esc(&x.why)),
+        INDENT,
+        MORE,
+    ));
+    if let Some(c) = &x.command {
+        let one = format!("{INDENT}run: {}", esc(c));
+        if one.chars().count() <= width() {
+            t.push_str(&one);
+            t.push('\n');
+        } else {
+            t.push_str(&format!("{INDENT}run:\n{MORE}{}\n", esc(c)));
+        }
+    }
+    t
+}
+
+/// The directories `--deep` probed, one line each: the verdict (or why
+/// the probe could not run), the directory and why it was probed.
+fn probed(deep: &doctor::deep::DeepFacts) -> String {
+    use doctor::deep::ProbedFor;
+    let mut t = String::new();
+    for p in &deep.probes {
+        let why = match p.probed_for {
+            ProbedFor::MountRoot => "mount root",
+            ProbedFor::Nocow => "NOCOW",
+            ProbedFor::Asked => "--deep-dir",
+        };
+        t.push_str(&wrap_hanging(
+            &format!(
+                "{} {} ({why})",
+                p.verdict.as_deref().unwrap_or("failed"),
+                esc(&p.path.display().to_string())
+            ),
+            "  probe-dio: ",
+            MORE,
+        ));
+    }
     t
 }
 

@@ -10,6 +10,7 @@ use btrfs_lab::links::{self, LinksOptions, LinksReport};
 use btrfs_lab::parse::nvme_smart::SmartThermal;
 use btrfs_lab::parse::pcie::format_gbps;
 use btrfs_lab::report::rate;
+use btrfs_lab::report::text::wrap_hanging;
 use btrfs_lab::sys::fs::root::SysRoot;
 
 use super::output::{Output, Paint, wrap};
@@ -222,15 +223,26 @@ fn array_text(a: &ArrayReport, paint: Paint) -> String {
         match &c.one_reader {
             Some(b) => {
                 let held = if c.held_back_by.is_empty() {
-                    String::new()
+                    ""
                 } else {
-                    format!("  {}", paint.warn("held back"))
+                    ", held back"
                 };
-                t.push_str(&format!(
-                    "  {}: {} for one reader{held}\n",
-                    paint.bold(c.profile.name()),
-                    bandwidth_text(b)
-                ));
+                // Filled plain, then painted: the width counts letters.
+                let line = wrap_hanging(
+                    &format!(
+                        "{}: {} for one reader{held}",
+                        c.profile.name(),
+                        bandwidth_text(b)
+                    ),
+                    "  ",
+                    "    ",
+                )
+                .replacen(c.profile.name(), &paint.bold(c.profile.name()), 1);
+                t.push_str(&if held.is_empty() {
+                    line
+                } else {
+                    line.replacen("held back", &paint.warn("held back"), 1)
+                });
             }
             None => t.push_str(&format!("  {}: no figures\n", paint.bold(c.profile.name()))),
         }

@@ -619,9 +619,42 @@ fn labelled(label: &str, message: &str) -> String {
 /// The one text wrapping ([`btrfs_lab::report::text::wrap`]).
 pub use btrfs_lab::report::text::wrap;
 
+/// A field of a report: `text` after `lead` (its label in a column),
+/// filled to the output's width with the further lines at `rest`, the text
+/// of each line painted with `paint` (not the label, not the indent), so
+/// the label column stays aligned however the text wraps.
+pub fn field(lead: &str, text: &str, rest: &str, paint: impl Fn(&str) -> String) -> String {
+    let filled = btrfs_lab::report::text::wrap_hanging(text, lead, rest);
+    if filled.is_empty() {
+        return format!("{}\n", lead.trim_end());
+    }
+    let mut out = String::with_capacity(filled.len());
+    for (i, line) in filled.lines().enumerate() {
+        let lead = if i == 0 { lead } else { rest };
+        out.push_str(lead);
+        out.push_str(&paint(line.strip_prefix(lead).unwrap_or(line)));
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_keeps_its_label_column() {
+        let text = "word ".repeat(40);
+        let f = field("  kernel    ", &text, "            ", |s| format!("<{s}>"));
+        let lines: Vec<&str> = f.lines().collect();
+        assert!(lines.len() > 1, "{f}");
+        assert!(lines[0].starts_with("  kernel    <word"), "{f}");
+        for l in &lines[1..] {
+            assert!(l.starts_with("            <word"), "{f}");
+        }
+        assert!(lines.iter().all(|l| l.ends_with("word>")), "{f}");
+        assert_eq!(field("  x ", "", "    ", str::to_owned), "  x\n");
+    }
 
     #[test]
     fn wraps_words() {

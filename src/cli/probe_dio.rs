@@ -15,7 +15,7 @@ use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::proc::counters::{CounterChoice, CounterKind};
 
-use super::output::{Output, Paint, wrap};
+use super::output::{Output, Paint, field, wrap};
 use super::units::{SYSROOT_HELP, UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
@@ -162,11 +162,15 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
     let cost = r
         .cost_sentence()
         .map_or(String::new(), |c| format!(" — {c}"));
-    t.push_str(&format!(
-        "verdict: {}{cost}\n{}\n\n",
-        verdict_painted(r.verdict, paint),
-        r.summary
-    ));
+    let verdict = field(
+        "verdict: ",
+        &format!("{}{cost}", r.verdict.name()),
+        "  ",
+        str::to_owned,
+    );
+    t.push_str(&verdict.replacen(r.verdict.name(), &verdict_painted(r.verdict, paint), 1));
+    t.push_str(&wrap(&r.summary, ""));
+    t.push('\n');
 
     render_columns(&mut t, r, paint);
 
@@ -226,7 +230,7 @@ fn render_filesystem(t: &mut String, r: &ProbeReport, paint: Paint) {
     if fs.fs_type == "btrfs" {
         fs_line.push_str(&format!(", data {}", profile_list(&fs.data_profiles)));
     }
-    t.push_str(&format!("  filesystem  {fs_line}\n"));
+    t.push_str(&line("filesystem", &fs_line, plain));
     let yes_no = |b: Option<bool>| match b {
         Some(true) => "yes",
         Some(false) => "no",
@@ -237,27 +241,37 @@ fn render_filesystem(t: &mut String, r: &ProbeReport, paint: Paint) {
     } else {
         fs.mount_options.join(",")
     };
-    t.push_str(&format!(
-        "  directory   NOCOW {}, compression attribute {}; mount options: {options}\n",
-        yes_no(fs.target_nocow),
-        yes_no(fs.target_compressed)
+    t.push_str(&line(
+        "directory",
+        &format!(
+            "NOCOW {}, compression attribute {}; mount options: {options}",
+            yes_no(fs.target_nocow),
+            yes_no(fs.target_compressed)
+        ),
+        plain,
     ));
-    t.push_str(&format!(
-        "              written through one descriptor: device {} inode {}\n",
-        fs.dir_device, fs.dir_inode
+    t.push_str(&line(
+        "",
+        &format!(
+            "written through one descriptor: device {} inode {}",
+            fs.dir_device, fs.dir_inode
+        ),
+        plain,
     ));
     for name in &r.removed_leftovers {
-        t.push_str(&format!(
-            "  leftover    {}\n",
-            paint.dim(&format!("removed {name} (a killed probe's)"))
+        t.push_str(&line(
+            "leftover",
+            &format!("removed {name} (a killed probe's)"),
+            |s| paint.dim(s),
         ));
     }
-    t.push_str(&format!("  kernel      {}\n", r.kernel));
-    t.push_str(&wrap(&r.expectation_sentence(), "              "));
+    t.push_str(&line("kernel", &r.kernel, plain));
+    t.push_str(&wrap(&r.expectation_sentence(), COLUMN));
     for name in &r.removed_trace_instances {
-        t.push_str(&format!(
-            "  leftover    {}\n",
-            paint.dim(&format!("removed trace instance {name} (a killed probe's)"))
+        t.push_str(&line(
+            "leftover",
+            &format!("removed trace instance {name} (a killed probe's)"),
+            |s| paint.dim(s),
         ));
     }
 }
@@ -267,9 +281,13 @@ fn render_filesystem(t: &mut String, r: &ProbeReport, paint: Paint) {
 fn render_evidence(t: &mut String, r: &ProbeReport, paint: Paint) {
     match r.evidence.source {
         EvidenceKind::Tracepoint => {
-            t.push_str(&format!(
-                "  evidence    per-file: page cache and direct-I/O calls of each test file ({}; exact, other writers do not count)\n",
-                r.evidence.label
+            t.push_str(&line(
+                "evidence",
+                &format!(
+                    "per-file: page cache and direct-I/O calls of each test file ({}; exact, other writers do not count)",
+                    r.evidence.label
+                ),
+                plain,
             ));
             if let Some(c) = &r.evidence.cross_check {
                 let said = if c.agrees {
@@ -280,49 +298,81 @@ fn render_evidence(t: &mut String, r: &ProbeReport, paint: Paint) {
                         c.verdict.name()
                     )
                 };
-                t.push_str(&format!("  cross-check the counter below {said}\n"));
+                t.push_str(&line(
+                    "cross-check",
+                    &format!("the counter below {said}"),
+                    plain,
+                ));
             }
         }
-        EvidenceKind::Bdi => t.push_str("  evidence    per-filesystem counter (below)\n"),
-        EvidenceKind::Vmstat => t.push_str("  evidence    machine-wide counter (below)\n"),
+        EvidenceKind::Bdi => t.push_str(&line("evidence", "per-filesystem counter (below)", plain)),
+        EvidenceKind::Vmstat => {
+            t.push_str(&line("evidence", "machine-wide counter (below)", plain))
+        }
     }
     if let Some(note) = &r.evidence.note {
-        t.push_str(&format!("              {}\n", paint.dim(note)));
+        t.push_str(&line("", note, |s| paint.dim(s)));
     }
     let scope = match r.counter.source {
         CounterKind::Bdi => "this filesystem only",
         CounterKind::Vmstat => "machine-wide",
     };
-    t.push_str(&format!(
-        "  counter     {} ({scope}); background {} ({:.2} of a test write)\n",
-        r.counter.label,
-        format_rate(r.noise.dirtied_bytes_per_sec),
-        r.noise.ratio_median
+    t.push_str(&line(
+        "counter",
+        &format!(
+            "{} ({scope}); background {} ({:.2} of a test write)",
+            r.counter.label,
+            format_rate(r.noise.dirtied_bytes_per_sec),
+            r.noise.ratio_median
+        ),
+        plain,
     ));
     if let Some(note) = &r.counter.note {
-        t.push_str(&format!("              {}\n", paint.dim(note)));
+        t.push_str(&line("", note, |s| paint.dim(s)));
     }
     if let Some(note) = &r.control_note {
-        t.push_str(&format!("  control     {}\n", paint.dim(note)));
+        t.push_str(&line("control", note, |s| paint.dim(s)));
     }
-    t.push_str(&format!(
-        "  rounds      {} × {} per file in {} writes, fsync at the end\n",
-        r.parameters.rounds,
-        size(r.parameters.size_bytes),
-        size(r.parameters.block_size)
+    t.push_str(&line(
+        "rounds",
+        &format!(
+            "{} × {} per file in {} writes, fsync at the end",
+            r.parameters.rounds,
+            size(r.parameters.size_bytes),
+            size(r.parameters.block_size)
+        ),
+        plain,
     ));
-    t.push_str(&format!(
-        "  spent       {:.2} s, {} written\n",
-        r.effort.seconds,
-        size(r.effort.bytes_written)
+    t.push_str(&line(
+        "spent",
+        &format!(
+            "{:.2} s, {} written",
+            r.effort.seconds,
+            size(r.effort.bytes_written)
+        ),
+        plain,
     ));
     for reason in r
         .reasons
         .iter()
         .filter(|_| r.verdict != Verdict::Inconclusive)
     {
-        t.push_str(&format!("  note        {}\n", paint.dim(reason)));
+        t.push_str(&line("note", reason, |s| paint.dim(s)));
     }
+}
+
+/// Where the text of a labelled line begins.
+const COLUMN: &str = "              ";
+
+/// A labelled line of the report (`  kernel      6.18.4`): the label in
+/// its column, the text filled to the output's width under itself.
+fn line(label: &str, text: &str, paint: impl Fn(&str) -> String) -> String {
+    field(&format!("  {label:<12}"), text, COLUMN, paint)
+}
+
+/// No paint.
+fn plain(s: &str) -> String {
+    s.to_owned()
 }
 
 fn file_verdict_painted(v: FileVerdict, paint: Paint) -> String {
@@ -336,15 +386,16 @@ fn file_verdict_painted(v: FileVerdict, paint: Paint) -> String {
 
 /// The text report of `--pid`.
 pub fn render_pid(r: &PidReport, paint: Paint) -> String {
-    let mut t = format!(
-        "{} --pid {} ({})\n{}\n\n",
-        paint.bold("probe-dio"),
-        r.pid,
-        escape_control(&r.command),
-        escape_control(&r.summary)
+    let mut t = field(
+        &format!("{} ", paint.bold("probe-dio")),
+        &format!("--pid {} ({})", r.pid, escape_control(&r.command)),
+        "  ",
+        plain,
     );
+    t.push_str(&wrap(&escape_control(&r.summary), ""));
+    t.push('\n');
     for f in &r.files {
-        let mut verdict = file_verdict_painted(f.verdict, paint);
+        let mut verdict = f.verdict.name().to_owned();
         if !f.reasons.is_empty() {
             let names: Vec<&str> = f
                 .reasons
@@ -359,8 +410,8 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
         }
         t.push_str(&format!("  {}\n", escape_path(&f.path)));
         let fds: Vec<String> = f.fds.iter().map(u32::to_string).collect();
-        t.push_str(&format!(
-            "    verdict {verdict}; fd {} {}; {} inode {} on {}",
+        let mut about = format!(
+            "verdict {verdict}; fd {} {}; {} inode {} on {}",
             fds.join(","),
             if f.o_direct {
                 "O_DIRECT"
@@ -370,15 +421,19 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
             f.fs_type,
             f.inode,
             f.device
-        ));
+        );
         if f.fs_type == "btrfs" {
-            t.push_str(&format!(
+            about.push_str(&format!(
                 ", data {}, NOCOW {}",
                 profile_list(&f.data_profiles),
                 if f.nocow == Some(true) { "yes" } else { "no" }
             ));
         }
-        t.push('\n');
+        t.push_str(&field("    ", &about, "      ", plain).replacen(
+            &format!("verdict {}", f.verdict.name()),
+            &format!("verdict {}", file_verdict_painted(f.verdict, paint)),
+            1,
+        ));
         let dirtied = match (f.dirtied_folios, f.dirtied_bytes) {
             (Some(n), Some(b)) => format!("{n} folios ({})", size(b)),
             _ => "not watched".to_owned(),
@@ -398,9 +453,16 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
             (Some(d), _) => format!("; direct-I/O calls {d}"),
             (None, _) => String::new(),
         };
-        t.push_str(&format!("    dirtied {dirtied}{path}; written {written}\n"));
+        t.push_str(&field(
+            "    ",
+            &format!("dirtied {dirtied}{path}; written {written}"),
+            "      ",
+            plain,
+        ));
         if let Some(n) = &f.note {
-            t.push_str(&format!("    {}\n", paint.dim(&escape_control(n))));
+            t.push_str(&field("    ", &escape_control(n), "      ", |s| {
+                paint.dim(s)
+            }));
         }
     }
     if r.read_only_files > 0 {
@@ -414,35 +476,46 @@ pub fn render_pid(r: &PidReport, paint: Paint) -> String {
         .iter()
         .filter(|d| d.kind == btrfs_lab::sys::proc::pidfd::FdKind::OPath || d.path.is_absolute())
     {
-        t.push_str(&format!(
-            "  fd {} {}: {}, not read\n",
-            d.fd,
-            escape_control(&d.path.display().to_string()),
-            d.kind.describe()
+        t.push_str(&field(
+            "  ",
+            &format!(
+                "fd {} {}: {}, not read",
+                d.fd,
+                escape_control(&d.path.display().to_string()),
+                d.kind.describe()
+            ),
+            "    ",
+            plain,
         ));
     }
     t.push('\n');
     let per = |b: Option<u64>| b.map_or("unknown".to_owned(), size);
-    t.push_str(&format!(
-        "  process     write calls {}, sent to storage {} in {:.1} s (per process, not per file)\n",
-        per(r.process_write_call_bytes),
-        per(r.process_storage_write_bytes),
-        r.seconds
+    t.push_str(&line(
+        "process",
+        &format!(
+            "write calls {}, sent to storage {} in {:.1} s (per process, not per file)",
+            per(r.process_write_call_bytes),
+            per(r.process_storage_write_bytes),
+            r.seconds
+        ),
+        plain,
     ));
-    t.push_str(&format!("  evidence    {}\n", r.evidence));
+    t.push_str(&line("evidence", &r.evidence, plain));
     if r.lost_events > 0 {
-        t.push_str(&format!(
-            "              {}\n",
-            paint.warn(&format!(
+        t.push_str(&line(
+            "",
+            &format!(
                 "the trace buffer lost {} events: counts are lower bounds",
                 r.lost_events
-            ))
+            ),
+            |s| paint.warn(s),
         ));
     }
     for name in &r.removed_trace_instances {
-        t.push_str(&format!(
-            "  leftover    {}\n",
-            paint.dim(&format!("removed trace instance {name} (a killed probe's)"))
+        t.push_str(&line(
+            "leftover",
+            &format!("removed trace instance {name} (a killed probe's)"),
+            |s| paint.dim(s),
         ));
     }
     t

@@ -15,7 +15,7 @@ use btrfs_lab::report::rate;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 
-use super::output::{Output, Paint, wrap};
+use super::output::{Output, Paint, field, wrap};
 use super::units::{UnitArgs, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
@@ -178,11 +178,6 @@ fn gib_per_s(r: Option<f64>) -> String {
     r.map_or_else(|| "-".to_owned(), |r| rate::number(rate::gib_per_s(r)))
 }
 
-/// Decimal GB/s, the same way.
-fn gb_per_s(r: Option<f64>) -> String {
-    r.map_or_else(|| "-".to_owned(), |r| rate::number(rate::gb_per_s(r)))
-}
-
 fn status_painted(m: &MethodSummary, paint: Paint) -> String {
     match m.status {
         Status::Ok if m.o_direct == Some(false) => paint.warn("ok, no O_DIRECT"),
@@ -212,18 +207,25 @@ fn render_heading(r: &ReadTestReport, paint: Paint) -> String {
         let names: Vec<&str> = f.devices.iter().map(|d| d.name.as_str()).collect();
         where_.push_str(&format!(" on {}", names.join(", ")));
     }
-    let mut t = format!(
-        "{} {}  {}, {where_}\n",
-        paint.bold("read-test"),
-        btrfs_lab::report::text::escape_path(&f.path),
-        size(f.size_bytes)
+    let mut t = field(
+        &format!("{} ", paint.bold("read-test")),
+        &format!(
+            "{} ({}, {where_})",
+            btrfs_lab::report::text::escape_path(&f.path),
+            size(f.size_bytes)
+        ),
+        "  ",
+        str::to_owned,
     );
-    let summary = if r.checksum.agree {
-        btrfs_lab::report::text::escape_control(&r.summary).into_owned()
-    } else {
-        paint.bad(&btrfs_lab::report::text::escape_control(&r.summary))
-    };
-    t.push_str(&format!("{summary}\n\n"));
+    let summary = btrfs_lab::report::text::escape_control(&r.summary);
+    t.push_str(&field("", &summary, "  ", |s| {
+        if r.checksum.agree {
+            s.to_owned()
+        } else {
+            paint.bad(s)
+        }
+    }));
+    t.push('\n');
 
     t
 }
@@ -256,10 +258,13 @@ fn render_tables(t: &mut String, r: &ReadTestReport, paint: Paint) {
         t.push('\n');
     }
     if let Some(c) = &r.ceiling {
-        t.push_str(&format!(
-            "  ceiling      {} for one reader ({}, from links): % is of it\n",
-            rate::format_both(c.bytes_per_sec as f64),
-            c.profile
+        t.push_str(&wrap_labelled(
+            "ceiling",
+            &format!(
+                "{} for one reader ({}, from links): % is of it",
+                rate::format_both(c.bytes_per_sec as f64),
+                c.profile
+            ),
         ));
     }
     // Each sentence once: what the headline says is not repeated.
@@ -279,8 +284,8 @@ fn render_tables(t: &mut String, r: &ReadTestReport, paint: Paint) {
 fn render_setup(t: &mut String, r: &ReadTestReport, paint: Paint) {
     let f = &r.file;
     let c = &r.checksum;
-    let checksum = if c.blocks == 0 {
-        "nothing to compare (empty file)".to_owned()
+    let (checksum, mismatch) = if c.blocks == 0 {
+        ("nothing to compare (empty file)".to_owned(), false)
     } else if c.agree {
         let mut s = format!(
             "every run read the same bytes ({}: {} blocks of {} per run)",
@@ -291,15 +296,25 @@ fn render_setup(t: &mut String, r: &ReadTestReport, paint: Paint) {
         if c.direct_matches_buffered == Some(true) {
             s.push_str("; direct = buffered");
         }
-        s
+        (s, false)
     } else {
-        paint.bad(&format!(
-            "MISMATCH: {} differ from {}",
-            c.mismatches.join(", "),
-            c.reference.map_or("the first run", Method::name)
-        ))
+        (
+            format!(
+                "MISMATCH: {} differ from {}",
+                c.mismatches.join(", "),
+                c.reference.map_or("the first run", Method::name)
+            ),
+            true,
+        )
     };
-    t.push_str(&format!("  checksum     {checksum}\n"));
+    t.push_str(&field(
+        &format!("  {:<12} ", "checksum"),
+        &checksum,
+        LABELLED,
+        |s| {
+            if mismatch { paint.bad(s) } else { s.to_owned() }
+        },
+    ));
     let d = &r.direct_io;
     let direct = if d.used {
         format!(
@@ -314,25 +329,28 @@ fn render_setup(t: &mut String, r: &ReadTestReport, paint: Paint) {
     } else {
         "not used (see notes)".to_owned()
     };
-    t.push_str(&format!("  O_DIRECT     {direct}\n"));
+    t.push_str(&wrap_labelled("O_DIRECT", &direct));
     let p = &r.parameters;
-    t.push_str(&format!(
-        "  threads      {}{} × {} chunks = {} in flight\n",
-        if p.thread_counts.len() > 1 {
-            format!(
-                "swept {}; at most ",
-                p.thread_counts
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
-        } else {
-            String::new()
-        },
-        p.threads,
-        size(p.chunk_bytes),
-        size(p.in_flight_bytes)
+    t.push_str(&wrap_labelled(
+        "threads",
+        &format!(
+            "{}{} × {} chunks = {} in flight",
+            if p.thread_counts.len() > 1 {
+                format!(
+                    "swept {}; at most ",
+                    p.thread_counts
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            } else {
+                String::new()
+            },
+            p.threads,
+            size(p.chunk_bytes),
+            size(p.in_flight_bytes)
+        ),
     ));
     let dest = &r.destination;
     let huge = dest.huge_page_bytes.map_or_else(
@@ -344,10 +362,13 @@ fn render_setup(t: &mut String, r: &ReadTestReport, paint: Paint) {
     } else {
         "holds the whole file".to_owned()
     };
-    t.push_str(&format!(
-        "  destination  {} ({kind}), {huge}, prefaulted in {:.2} s\n",
-        size(dest.bytes),
-        dest.prefault_seconds
+    t.push_str(&wrap_labelled(
+        "destination",
+        &format!(
+            "{} ({kind}), {huge}, prefaulted in {:.2} s",
+            size(dest.bytes),
+            dest.prefault_seconds
+        ),
     ));
     let checked = if let Some(by) = &r.cache.verified_by {
         match (r.methods.is_empty(), r.warm_methods.is_empty()) {
@@ -372,10 +393,13 @@ fn render_setup(t: &mut String, r: &ReadTestReport, paint: Paint) {
         }
         _ => format!("fsync and fadvise DONTNEED before each run; {checked}"),
     };
-    t.push_str(&format!("  cache        {cache}\n"));
-    t.push_str(&format!(
-        "  rounds       {}, methods in rotating order; kernel {}\n",
-        p.rounds, r.kernel
+    t.push_str(&wrap_labelled("cache", &cache));
+    t.push_str(&wrap_labelled(
+        "rounds",
+        &format!(
+            "{}, methods in rotating order; kernel {}",
+            p.rounds, r.kernel
+        ),
     ));
 }
 
@@ -402,13 +426,7 @@ fn render_problems_and_notes(t: &mut String, r: &ReadTestReport, paint: Paint) {
 
 /// The columns of one method table.
 fn method_table(list: &[MethodSummary], has_ceiling: bool, paint: Paint) -> String {
-    let mut t = format!(
-        "  {}\n",
-        paint.dim(&format!(
-            "method           GiB/s   GB/s{}  slowest–fastest  CPU s/GiB  device read  status",
-            if has_ceiling { "  % ceil" } else { "" }
-        ))
-    );
+    let mut t = format!("  {}\n", paint.dim(&table_header(has_ceiling)));
     for m in list {
         t.push_str(&method_row(m, &method_name(m), has_ceiling, paint));
     }
@@ -435,7 +453,7 @@ fn method_row(m: &MethodSummary, name: &str, has_ceiling: bool, paint: Paint) ->
         .map_or_else(|| "-".to_owned(), size);
     let pct = if has_ceiling {
         format!(
-            "  {:>6}",
+            " {:>6}",
             m.percent_of_ceiling
                 .map_or_else(|| "-".to_owned(), |p| format!("{p:.0}%"))
         )
@@ -443,10 +461,9 @@ fn method_row(m: &MethodSummary, name: &str, has_ceiling: bool, paint: Paint) ->
         String::new()
     };
     let line = format!(
-        "  {:<15} {:>6} {:>6}{pct}  {:<15} {:>10}  {:>11}  {}",
+        "  {:<14} {:>6}{pct}  {:<11} {:>9}  {:>10}  {}",
         name,
         gib_per_s(m.rate_bytes_per_sec_median),
-        gb_per_s(m.rate_bytes_per_sec_median),
         spread,
         cpu,
         moved,
@@ -461,10 +478,7 @@ fn sweep_table(r: &ReadTestReport, paint: Paint) -> String {
     let has_ceiling = r.ceiling.is_some();
     let mut t = format!(
         "  {}\n",
-        paint.dim(&format!(
-            "cache  method           GiB/s   GB/s{}  slowest–fastest  CPU s/GiB  device read  status",
-            if has_ceiling { "  % ceil" } else { "" }
-        ))
+        paint.dim(&format!("cache  {}", table_header(has_ceiling)))
     );
     for m in &r.sweep {
         let knee = r
@@ -493,10 +507,28 @@ fn sweep_table(r: &ReadTestReport, paint: Paint) -> String {
     t
 }
 
-/// `  verdict      text` wrapped, continuation lines under the text.
+/// The header of a method table: the median in GiB/s (the headline and
+/// the verdicts say both units), the slowest and fastest run, CPU seconds
+/// per GiB, the bytes the devices read; 80 columns with the ceiling's %.
+fn table_header(has_ceiling: bool) -> String {
+    format!(
+        "{:<14} {:>6}{}  {:<11} {:>9}  {:>10}  status",
+        "method",
+        "GiB/s",
+        if has_ceiling { " % ceil" } else { "" },
+        "range",
+        "CPU s/GiB",
+        "dev read"
+    )
+}
+
+/// Where the text of a labelled line begins.
+const LABELLED: &str = "               ";
+
+/// `  verdict      text` filled to the output's width, continuation lines
+/// under the text.
 fn wrap_labelled(label: &str, text: &str) -> String {
-    let body = wrap(text, "               ");
-    format!("  {label:<12} {}", body.trim_start())
+    field(&format!("  {label:<12} "), text, LABELLED, str::to_owned)
 }
 
 /// A bullet wrapped at 88 columns, continuation lines indented.
@@ -512,20 +544,28 @@ fn percent(share: f64) -> String {
 /// The text report of `--pid`.
 pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
     use btrfs_lab::report::text::{escape_control, escape_path};
-    let mut t = format!(
-        "{} --pid {} ({})  {:.1} s\n{}\n\n",
-        paint.bold("read-test"),
-        r.pid,
-        escape_control(&r.command_line),
-        r.seconds,
-        escape_control(&r.summary)
+    let mut t = field(
+        &format!("{} ", paint.bold("read-test")),
+        &format!(
+            "--pid {} ({}), {:.1} s",
+            r.pid,
+            escape_control(&r.command_line),
+            r.seconds
+        ),
+        "  ",
+        str::to_owned,
     );
-    t.push_str(&format!(
-        "  process      read calls {}, from storage {}, mapped in {}: {}\n",
-        size(r.read_call_bytes),
-        size(r.storage_read_bytes),
-        size(r.mapped_in_bytes),
-        rate::format_both(r.rate_bytes_per_sec)
+    t.push_str(&field("", &escape_control(&r.summary), "  ", str::to_owned));
+    t.push('\n');
+    t.push_str(&wrap_labelled(
+        "process",
+        &format!(
+            "read calls {}, from storage {}, mapped in {}: {}",
+            size(r.read_call_bytes),
+            size(r.storage_read_bytes),
+            size(r.mapped_in_bytes),
+            rate::format_both(r.rate_bytes_per_sec)
+        ),
     ));
     if let Some(s) = r.page_cache_share {
         t.push_str(&format!(
@@ -535,36 +575,44 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
     }
     for f in &r.files {
         let ways: Vec<&str> = f.ways.iter().map(|w| w.name()).collect();
-        t.push_str(&format!(
-            "  file         {}  {}, {}\n",
-            escape_path(&f.path),
-            size(f.size_bytes),
-            f.fs_type.as_deref().unwrap_or("?")
+        t.push_str(&wrap_labelled(
+            "file",
+            &format!(
+                "{} ({}, {})",
+                escape_path(&f.path),
+                size(f.size_bytes),
+                f.fs_type.as_deref().unwrap_or("?")
+            ),
         ));
-        t.push_str(&format!(
-            "               {} read by {}: {} ({})\n",
-            size(f.bytes_read),
-            ways.join(" + "),
-            rate::format_both(f.rate_bytes_per_sec),
-            f.bytes_source
+        t.push_str(&wrap_labelled(
+            "",
+            &format!(
+                "{} read by {}: {} ({})",
+                size(f.bytes_read),
+                ways.join(" + "),
+                rate::format_both(f.rate_bytes_per_sec),
+                f.bytes_source
+            ),
         ));
         if let (Some(a), Some(b)) = (f.resident_bytes_before, f.resident_bytes_after) {
-            t.push_str(&format!(
-                "               in the page cache: {} before, {} after\n",
-                size(a),
-                size(b)
+            t.push_str(&wrap_labelled(
+                "",
+                &format!("in the page cache: {} before, {} after", size(a), size(b)),
             ));
         }
         if let Some(l) = &f.layout {
-            t.push_str(&format!(
-                "               layout: {} extents, {} compressed{}\n",
-                l.extents,
-                size(l.encoded_bytes),
-                if f.data_profiles.is_empty() {
-                    String::new()
-                } else {
-                    format!(", data {}", profile_list(&f.data_profiles))
-                }
+            t.push_str(&wrap_labelled(
+                "",
+                &format!(
+                    "layout: {} extents, {} compressed{}",
+                    l.extents,
+                    size(l.encoded_bytes),
+                    if f.data_profiles.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", data {}", profile_list(&f.data_profiles))
+                    }
+                ),
             ));
         }
         if let Some(m) = &f.members {
@@ -580,26 +628,28 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
             } else {
                 held.join(", ")
             };
-            t.push_str(&format!("               on members: {held}\n"));
+            t.push_str(&wrap_labelled("", &format!("on members: {held}")));
         }
         if let Some(n) = &f.note {
-            t.push_str(&format!("               {}\n", paint.dim(n)));
+            t.push_str(&field(LABELLED, n, LABELLED, |s| paint.dim(s)));
         }
     }
     if r.idle_files > 0 {
-        t.push_str(&format!(
-            "  idle         {} other file(s) open or mapped, not read in the window\n",
-            r.idle_files
+        t.push_str(&wrap_labelled(
+            "idle",
+            &format!(
+                "{} other file(s) open or mapped, not read in the window",
+                r.idle_files
+            ),
         ));
     }
-    t.push_str(&format!(
-        "  threads      {} of {} reading\n",
-        r.reading_threads,
-        r.threads.len()
+    t.push_str(&wrap_labelled(
+        "threads",
+        &format!("{} of {} reading", r.reading_threads, r.threads.len()),
     ));
     for th in r.threads.iter().filter(|th| th.reading) {
         t.push_str(&format!(
-            "    {:>7} {:<16} read calls {:>10}  storage {:>10}  CPU {:>4.0} %  I/O wait {:>4.0} %\n",
+            "    {:>7} {:<13} read {:>8}  storage {:>8}  CPU {:>3.0}%  iowait {:>3.0}%\n",
             th.tid,
             escape_control(&th.name),
             size(th.read_call_bytes),
@@ -610,32 +660,41 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
     }
     if let Some(d) = &r.devices {
         let names: Vec<&str> = d.devices.iter().map(|x| x.name.as_str()).collect();
-        t.push_str(&format!(
-            "  devices      {} read {} in the window: {}\n",
-            names.join(", "),
-            size(d.bytes),
-            rate::format_both(d.rate_bytes_per_sec)
+        t.push_str(&wrap_labelled(
+            "devices",
+            &format!(
+                "{} read {} in the window: {}",
+                names.join(", "),
+                size(d.bytes),
+                rate::format_both(d.rate_bytes_per_sec)
+            ),
         ));
     }
     if let Some(c) = &r.ceiling {
-        t.push_str(&format!(
-            "  ceiling      {} for one reader ({}, from links)\n",
-            rate::format_both(c.bytes_per_sec as f64),
-            c.profile
+        t.push_str(&wrap_labelled(
+            "ceiling",
+            &format!(
+                "{} for one reader ({}, from links)",
+                rate::format_both(c.bytes_per_sec as f64),
+                c.profile
+            ),
         ));
     }
     if let Some(s) = &r.saved_run {
         let th = s.threads.map_or_else(String::new, |n| format!(" × {n}"));
-        t.push_str(&format!(
-            "  read-test    {}{th}: {} (saved in {})\n",
-            s.method.name(),
-            rate::format_both(s.rate_bytes_per_sec),
-            escape_path(&s.report)
+        t.push_str(&wrap_labelled(
+            "read-test",
+            &format!(
+                "{}{th}: {} (saved in {})",
+                s.method.name(),
+                rate::format_both(s.rate_bytes_per_sec),
+                escape_path(&s.report)
+            ),
         ));
     }
     t.push_str(&wrap_labelled("bottleneck", r.bottleneck.name()));
     if let Some(k) = &r.known_program {
-        t.push_str(&format!("  program      {k} (docs/loaders.md)\n"));
+        t.push_str(&wrap_labelled("program", &format!("{k} (docs/loaders.md)")));
     }
     for s in &r.settings {
         t.push_str(&wrap_labelled(

@@ -16,9 +16,10 @@ use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Exit status: 0 no device has errors; 64 a device's error counters are not all
-zero (as `btrfs device stats --check`; the report names it); 1 error; 2 bad
-command line."
+    after_help = "Exit status: 0 every device is there without errors; 3 a member device is
+missing (before 64); 64 a device's error counters are not all zero (as
+`btrfs device stats --check`; the report names it); 1 error; 2 bad command
+line."
 )]
 pub struct ShowArgs {
     /// A path inside a mounted btrfs [default: every mounted btrfs].
@@ -71,11 +72,12 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
     for d in &f.devices {
         if d.missing {
             t.push_str(&format!(
-                "\tdevid {:>4} size {} used {} path <missing disk> {}\n",
+                "\tdevid {:>4} size {} used {} path <missing disk> {}\n\t  {}\n",
                 d.devid,
                 pretty_size(d.size_bytes, mode),
                 pretty_size(d.used_bytes, mode),
-                paint.bad("MISSING (btrfs-lab doctor says what it costs and what to do)")
+                paint.bad("MISSING"),
+                paint.dim("(btrfs-lab doctor says what it costs and what to do)")
             ));
             continue;
         }
@@ -85,6 +87,14 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
             pretty_size(d.size_bytes, mode),
             pretty_size(d.used_bytes, mode),
             esc(&d.path)
+        ));
+    }
+    let unlisted = f.total_devices.saturating_sub(f.devices.len() as u64);
+    if unlisted > 0 {
+        t.push_str(&format!(
+            "\t*** {}\n\t  {}\n",
+            paint.bad(&format!("{unlisted} more device(s) MISSING")),
+            paint.dim("(btrfs-lab doctor says what it costs and what to do)")
         ));
     }
     t.push_str(&format!(
@@ -97,12 +107,14 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
         _ => "unknown".to_owned(),
     };
     t.push_str(&format!(
-        "\tgeneration {}, node size {}, sector size {}, checksum {checksum}\n",
+        "\tgeneration {}, node size {}, sector size {}\n\tchecksum {checksum}\n",
         f.generation,
         pretty_size(u64::from(f.node_size), mode),
         pretty_size(u64::from(f.sector_size), mode)
     ));
-    t.push_str(&format!("\tfeatures: {}\n", f.features.join(", ")));
+    // A tab counts as one column for the filler: the text after it is
+    // filled to 8 columns less, as a terminal shows it.
+    t.push_str(&tabbed(&format!("features: {}", f.features.join(", "))));
     t.push_str("\terrors (write read flush corruption generation):\n");
     for d in &f.devices {
         let line = match &d.errors {
@@ -116,7 +128,13 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
                     e.generation_errs
                 );
                 if d.has_errors {
-                    format!("{counters}  {}", paint.bad("<- errors: check the drive and its cabling; a scrub repairs from other copies"))
+                    format!(
+                        "{counters}  {}\n\t    {}",
+                        paint.bad("<- errors"),
+                        paint.dim(
+                            "check the drive and its cabling; a scrub repairs from other copies"
+                        )
+                    )
                 } else {
                     counters
                 }
@@ -133,6 +151,14 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
     t
 }
 
+/// `text` after a tab, filled to the output's width as a terminal shows a
+/// tab (8 columns), further lines after a tab and two spaces.
+fn tabbed(text: &str) -> String {
+    let width = btrfs_lab::report::text::width().saturating_sub(8);
+    let filled = btrfs_lab::report::text::fill(text, width, "", "  ");
+    filled.lines().map(|l| format!("\t{l}\n")).collect()
+}
+
 use super::page::{BAD, FAIL, row};
 use btrfs_lab::model::exit as status;
 
@@ -143,7 +169,15 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     documents: &["show"],
     output: super::page::Shape::Document,
     exits: &[
-        row(status::OK, "every device's error counters are zero."),
+        row(
+            status::OK,
+            "every member device is there and its error counters are zero.",
+        ),
+        row(
+            status::DEVICE_MISSING,
+            "a member device of a filesystem shown is missing (missing in JSON, or fewer \
+             devices listed than total_devices); it wins over 64.",
+        ),
         row(
             status::DEVICE_ERRORS,
             "a device of a filesystem shown has a non-zero error counter (has_errors in \

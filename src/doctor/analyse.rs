@@ -12,7 +12,7 @@ mod health;
 mod layout;
 mod space;
 
-use crate::model::finding::{Finding, rank};
+use crate::model::finding::{Code, Finding, Severity, rank};
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
 use crate::report::units::{UnitMode, pretty_size};
@@ -89,13 +89,31 @@ impl<'a> Cx<'a> {
 pub(crate) fn analyse(f: &FsFacts, now: u64) -> Vec<Finding> {
     let cx = Cx::new(f);
     let mut out = Vec::new();
-    devices::findings(&cx, &mut out);
+    devices::findings(&cx, now, &mut out);
     space::findings(&cx, &mut out);
     layout::findings(&cx, &mut out);
     health::findings(&cx, now, &mut out);
     audit::findings(&cx, &mut out);
     rank(&mut out);
+    quiet_beside_missing(&mut out);
     out
+}
+
+/// The INFO findings still said when a member device is missing: those
+/// about getting the array back (a replace or balance running, a boot that
+/// waits for the device with no timeout).
+const INFO_BESIDE_MISSING: [Code; 2] = [Code::BalanceRunning, Code::FstabNoDeviceTimeout];
+
+/// When a member device is missing (`device-missing`, critical), the other
+/// INFO findings are noise beside it: a scrub never run or interrupted,
+/// data without redundancy, the oldest kernel, mount option audits, the
+/// metadata room a missing device takes away, `--deep`'s probe and link
+/// notes, ... are left out until the array is whole again; warnings and
+/// critical findings stay, and so do [`INFO_BESIDE_MISSING`].
+pub(crate) fn quiet_beside_missing(v: &mut Vec<Finding>) {
+    if v.iter().any(|f| f.code == Code::DeviceMissing) {
+        v.retain(|f| f.severity != Severity::Info || INFO_BESIDE_MISSING.contains(&f.code));
+    }
 }
 
 #[cfg(test)]

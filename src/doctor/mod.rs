@@ -206,6 +206,7 @@ pub(crate) fn add_deep(d: &mut FsDiagnosis, findings: Vec<Finding>, facts: deep:
 pub(crate) fn add_findings(d: &mut FsDiagnosis, findings: Vec<Finding>) {
     d.findings.extend(findings);
     crate::model::finding::rank(&mut d.findings);
+    analyse::quiet_beside_missing(&mut d.findings);
     d.worst = d.findings.iter().map(|f| f.severity).min();
 }
 
@@ -239,6 +240,9 @@ pub struct DoctorOptions {
     pub mounts: Vec<PathBuf>,
     /// Also run the checks that cost time or write a little ([`deep`]).
     pub deep: bool,
+    /// `--deep-dir`: more directories for `--deep` to probe (each on one of
+    /// the filesystems examined; implies `deep`).
+    pub deep_dirs: Vec<PathBuf>,
     /// Also write the Prometheus metrics there (`--textfile`).
     pub textfile: Option<PathBuf>,
     /// `--allow-untrusted-target`: write the textfile even where another
@@ -276,7 +280,7 @@ pub enum Outcome {
 /// say `btrfs_lab_doctor_success 0`). `Err` only for an interruption
 /// (SIGINT, SIGTERM, SIGHUP during `--deep`: exit 130).
 pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
-    if opts.deep {
+    if opts.deep || !opts.deep_dirs.is_empty() {
         // The probe stops at its next safe point on SIGINT, SIGTERM or
         // SIGHUP, removes its test files and trace instance, and doctor
         // exits 130 (a second signal exits at once).
@@ -315,11 +319,12 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
             .prefix()
             .join(crate::scrub::STATE_DIR.trim_start_matches('/'))
     }));
+    let deep = (opts.deep || !opts.deep_dirs.is_empty()).then_some(opts.deep_dirs.as_slice());
     let report = match examine(
         &opts.sysroot,
         &scrub_store,
         &opts.mounts,
-        opts.deep,
+        deep,
         fstab.as_ref(),
     ) {
         Ok(r) if r.filesystems.is_empty() && !r.not_examined.is_empty() => {
@@ -429,7 +434,9 @@ pub(crate) fn with_textfile_state(
 }
 
 /// Examines the filesystems at `mounts` (every mounted btrfs when empty);
-/// `deep` adds the checks that cost time or write a little ([`deep`]). A
+/// `deep` adds the checks that cost time or write a little ([`deep`]), with
+/// the `--deep-dir` directories it holds (each probed on the filesystem it
+/// is on; one on none of them is not examined). A
 /// filesystem that cannot be resolved or read is in `not_examined` and the
 /// others are still examined; `Err` when doctor cannot look at all (not
 /// root, the mount table unreadable) or was interrupted.
@@ -437,7 +444,7 @@ pub(crate) fn examine(
     root: &SysRoot,
     scrub_store: &crate::scrub::StateStore,
     mounts: &[PathBuf],
-    deep: bool,
+    deep: Option<&[PathBuf]>,
     fstab: Option<&(String, String)>,
 ) -> Result<DoctorReport> {
     // Without root the error counters and the balance state cannot be read:
@@ -464,10 +471,48 @@ pub(crate) fn examine(
             })
             .collect()
     };
+    // Each --deep-dir with the filesystem it is on (opened as probe-dio
+    // opens its directory: no link of another user followed).
+    let asked: Vec<(PathBuf, String)> = deep
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|dir| {
+            let on = crate::sys::fs::beneath::HeldDir::open(dir)
+                .and_then(|h| Ok((h.path().to_path_buf(), h.btrfs_fsid()?)));
+            match on {
+                Ok((p, fsid)) if targets.iter().any(|t| t.fsid == fsid) => Some((p, fsid)),
+                Ok(_) => {
+                    not_examined.push(NotExamined {
+                        path: dir.clone(),
+                        error: "--deep-dir: not on a filesystem doctor examines".to_owned(),
+                        hint: Some(
+                            "give a directory on one of the filesystems examined (MOUNT)"
+                                .to_owned(),
+                        ),
+                    });
+                    None
+                }
+                Err(e) => {
+                    not_examined.push(NotExamined::new(
+                        dir,
+                        &e.with_hint("--deep-dir takes a directory on a mounted btrfs"),
+                    ));
+                    None
+                }
+            }
+        })
+        .collect();
     let now = now_unix();
     let mut out = Vec::new();
     for t in &targets {
-        match examine_one(root, scrub_store, t, deep, now, fstab) {
+        let deep = deep.map(|_| {
+            asked
+                .iter()
+                .filter(|(_, fsid)| *fsid == t.fsid)
+                .map(|(p, _)| p.clone())
+                .collect::<Vec<_>>()
+        });
+        match examine_one(root, scrub_store, t, deep.as_deref(), now, fstab) {
             Ok(d) => out.push(d),
             Err(e) if e.kind() == crate::error::ErrorKind::Interrupted => return Err(e),
             Err(e) => not_examined.push(NotExamined::new(&t.mount.mount_point, &e)),
@@ -476,13 +521,13 @@ pub(crate) fn examine(
     Ok(report(out, not_examined, now))
 }
 
-/// One filesystem: its facts, findings, bench leftovers and (`deep`) the
-/// deep checks.
+/// One filesystem: its facts, findings, bench leftovers and (`deep`: with
+/// the `--deep-dir` directories on it) the deep checks.
 fn examine_one(
     root: &SysRoot,
     scrub_store: &crate::scrub::StateStore,
     t: &BtrfsTarget,
-    deep: bool,
+    deep: Option<&[PathBuf]>,
     now: u64,
     fstab: Option<&(String, String)>,
 ) -> Result<FsDiagnosis> {
@@ -497,9 +542,9 @@ fn examine_one(
     let mut places = vec![d.facts.mount_point.clone()];
     places.extend(deep::usual_dirs(&d.facts));
     add_findings(&mut d, leftovers::findings(&leftovers::scan(&places)));
-    if deep {
+    if let Some(asked) = deep {
         crate::sys::kernel::signals::check()?;
-        let (findings, facts) = deep::deep(root, &d.facts)?;
+        let (findings, facts) = deep::deep(root, &d.facts, asked)?;
         add_deep(&mut d, findings, facts);
     }
     Ok(d)

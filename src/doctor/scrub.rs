@@ -26,6 +26,10 @@ pub struct ScrubDevice {
     /// Recorded by `btrfs-lab scrub` (its state file), not btrfs-progs.
     #[serde(default)]
     pub by_btrfs_lab: bool,
+    /// A read-only scrub (`btrfs-lab scrub --readonly`): it repaired
+    /// nothing (btrfs-progs' record does not say: false).
+    #[serde(default)]
+    pub readonly: bool,
 }
 
 /// The devices of what `btrfs-lab scrub` saved of its last scrub.
@@ -42,6 +46,7 @@ pub(crate) fn from_saved(s: &crate::scrub::SavedScrub) -> Vec<ScrubDevice> {
             corrected: d.corrected,
             uncorrectable: d.uncorrectable,
             by_btrfs_lab: true,
+            readonly: s.readonly,
         })
         .collect()
 }

@@ -126,6 +126,14 @@ pub const DEVICE_ERRORS: Status = Status {
     commands: "show",
     meaning: "a device's error counters are not all zero",
 };
+/// `show`: a member device of a filesystem shown is missing (it wins over
+/// [`DEVICE_ERRORS`]).
+pub const DEVICE_MISSING: Status = Status {
+    code: 3,
+    name: "device-missing",
+    commands: "show",
+    meaning: "a member device is missing",
+};
 /// `doctor`: no finding worse than info (monitoring plugins' OK).
 pub const HEALTHY: Status = Status {
     code: 0,
@@ -220,6 +228,7 @@ pub const ALL: &[Status] = &[
     NOT_NOCOW,
     NOT_REDUNDANT,
     DEVICE_ERRORS,
+    DEVICE_MISSING,
     HEALTHY,
     WARNING,
     CRITICAL,
@@ -306,6 +315,7 @@ mod tests {
                 ("nocow --check", "not-nocow", 6),
                 ("device replace", "not-redundant", 4),
                 ("show", "device-errors", 64),
+                ("show", "device-missing", 3),
                 ("doctor", "healthy", 0),
                 ("doctor", "warning", 1),
                 ("doctor", "critical", 2),

@@ -218,6 +218,14 @@ fn inspect(opts: &ProbeOptions, held: &HeldDir) -> Result<Inspected> {
 /// A private trace instance counting the folios the probe's own files
 /// dirty, if tracefs and the tracepoint are there; else why not. Instances
 /// of killed probes are removed first (their names are returned).
+///
+/// Where tracefs is not mounted, `allow_private_mounts` mounts it in a
+/// private mount namespace only while its root is opened, and the process
+/// returns to its own namespace at once ([`tracefs::locate_held`], as bench
+/// does): `probe-dio` and `doctor --deep` use the same tracefs this way,
+/// and neither holds copies of the system's mounts (other filesystems'
+/// devices) for the rest of its run. Must be called before the process
+/// starts threads.
 pub(crate) fn open_trace(
     root: &SysRoot,
     allow_private_mounts: bool,
@@ -229,13 +237,16 @@ pub(crate) fn open_trace(
             Vec::new(),
         );
     }
-    let dir = match tracefs::locate(root, allow_private_mounts) {
+    let (dir, held) = match tracefs::locate_held(root, allow_private_mounts) {
         Ok(d) => d,
         Err(why) => return (None, Some(why), Vec::new()),
     };
     let removed = tracefs::remove_stale(&dir, crate::sys::fs::scratch::pid_alive);
     match FolioTrace::create(&dir, &crate::sys::fs::nonce::nonce()) {
-        Ok(t) => (Some(t), None, removed),
+        Ok(mut t) => {
+            t.hold(held);
+            (Some(t), None, removed)
+        }
         Err(e) => (None, Some(e.message().to_owned()), removed),
     }
 }

@@ -9,10 +9,12 @@ use crate::error::Result;
 use crate::sys::fs::root::SysRoot;
 use crate::sys::kernel::btrfs;
 
-/// A device's error counters (GET_DEV_STATS), as `btrfs device stats`.
 /// Exit status of `show` when a device has a non-zero error counter (bit 6,
 /// as `btrfs device stats --check`).
 pub(crate) const DEVICE_ERRORS: u8 = crate::model::exit::DEVICE_ERRORS.code;
+/// Exit status of `show` when a member device is missing (it wins over
+/// [`DEVICE_ERRORS`]: the filesystem runs without one of its devices).
+pub(crate) const DEVICE_MISSING: u8 = crate::model::exit::DEVICE_MISSING.code;
 
 /// `show --json`: every filesystem asked about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -22,10 +24,13 @@ pub struct ShowReport {
 }
 
 impl ShowReport {
-    /// [`DEVICE_ERRORS`] when any device of any filesystem counted an
+    /// [`DEVICE_MISSING`] when a filesystem shown misses a member device,
+    /// else [`DEVICE_ERRORS`] when any device of any filesystem counted an
     /// error, else 0.
     pub fn exit_status(&self) -> u8 {
-        if self
+        if self.filesystems.iter().any(|f| f.missing_devices() > 0) {
+            DEVICE_MISSING
+        } else if self
             .filesystems
             .iter()
             .flat_map(|f| &f.devices)
@@ -114,6 +119,15 @@ pub struct FsShow {
     pub devices: Vec<DeviceShow>,
 }
 
+impl FsShow {
+    /// Member devices missing: those listed as missing, and those the
+    /// superblock counts but the kernel does not list.
+    pub fn missing_devices(&self) -> u64 {
+        let listed = self.devices.iter().filter(|d| d.missing).count() as u64;
+        listed + self.total_devices.saturating_sub(self.devices.len() as u64)
+    }
+}
+
 fn sysfs_text(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
     root.read_attr(&root.sys(&format!("fs/btrfs/{fsid}/{name}")))
         .ok()
@@ -186,5 +200,60 @@ mod tests {
         };
         assert_eq!(e.total(), 3);
         assert_eq!(ErrorCounters::default().total(), 0);
+    }
+
+    fn device(devid: u64, missing: bool, has_errors: bool) -> DeviceShow {
+        DeviceShow {
+            devid,
+            path: if missing {
+                String::new()
+            } else {
+                format!("/dev/loop{devid}")
+            },
+            missing,
+            size_bytes: 1 << 30,
+            used_bytes: 0,
+            errors: Some(ErrorCounters {
+                corruption_errs: u64::from(has_errors),
+                ..ErrorCounters::default()
+            }),
+            has_errors,
+        }
+    }
+
+    fn fs(total_devices: u64, devices: Vec<DeviceShow>) -> FsShow {
+        FsShow {
+            label: None,
+            uuid: "u".into(),
+            mount_point: "/m".into(),
+            generation: 1,
+            node_size: 16384,
+            sector_size: 4096,
+            checksum: None,
+            checksum_driver: None,
+            features: Vec::new(),
+            total_devices,
+            fs_bytes_used: 0,
+            devices,
+        }
+    }
+
+    #[test]
+    fn a_missing_device_wins_over_error_counters() {
+        let r = |fss| ShowReport { filesystems: fss }.exit_status();
+        let healthy = || fs(2, vec![device(1, false, false), device(2, false, false)]);
+        assert_eq!(r(vec![healthy()]), 0);
+        let errors = fs(2, vec![device(1, false, true), device(2, false, false)]);
+        assert_eq!(r(vec![healthy(), errors.clone()]), DEVICE_ERRORS);
+        // Listed as missing, with errors on the other device.
+        let listed = fs(2, vec![device(1, false, true), device(2, true, false)]);
+        assert_eq!(listed.missing_devices(), 1);
+        assert_eq!(r(vec![errors, listed]), DEVICE_MISSING);
+        // Counted by the superblock, not listed by the kernel.
+        let absent = fs(3, vec![device(1, false, false), device(2, false, false)]);
+        assert_eq!(absent.missing_devices(), 1);
+        assert_eq!(r(vec![absent]), DEVICE_MISSING);
+        assert_ne!(DEVICE_MISSING, 0);
+        assert_ne!(DEVICE_MISSING, DEVICE_ERRORS);
     }
 }

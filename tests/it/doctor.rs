@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use btrfs_lab::doctor::DoctorReport;
+use btrfs_lab::doctor::deep::ProbedFor;
 use btrfs_lab::model::finding::Severity;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::sandbox::SandboxRequest;
@@ -151,7 +152,12 @@ fn healthy_filesystem_gives_no_warning_and_valid_metrics() {
     assert!(stdout.contains("no warning (exit status 0)"), "{stdout}");
 
     // Prometheus: promtool accepts it, and the numbers are there.
-    let (code, metrics, stderr) = run(env.cmd().args(["doctor", "--format", "prometheus"]).arg(&m));
+    // At 80 columns too: metrics are never filled to the width.
+    let (code, metrics, stderr) = run(env
+        .cmd()
+        .env("COLUMNS", "80")
+        .args(["doctor", "--format", "prometheus"])
+        .arg(&m));
     assert_eq!(code, 0, "{stderr}");
     let (ok, lint) = promtool_check_metrics(&metrics);
     assert!(ok, "promtool check metrics:\n{lint}\n{metrics}");
@@ -291,7 +297,13 @@ fn corruption_on_raid0_is_critical_and_on_raid1_a_warning() {
             Severity::Critical,
             2,
         ),
-        (Profile::Raid1, "device-errors", Severity::Warning, 1),
+        // The scrub repaired every copy: what is left is the reset.
+        (
+            Profile::Raid1,
+            "device-errors-repaired",
+            Severity::Warning,
+            1,
+        ),
     ] {
         let sbx = env.sandbox(SandboxRequest {
             devices: 2,
@@ -323,7 +335,12 @@ fn corruption_on_raid0_is_critical_and_on_raid1_a_warning() {
             .map(|e| e.value.parse().unwrap())
             .unwrap_or_else(|| panic!("{data}: {f:?}"));
         assert!(corruption >= 1, "{data}: {corruption}");
-        if want_code == "device-errors" {
+        if want_code == "device-errors-repaired" {
+            let run = f.command.as_deref().unwrap_or_default();
+            assert!(
+                run.starts_with(&format!("btrfs device stats -z {}", m.display())),
+                "{run}"
+            );
             // smartctl is pointed at the drive: the disk holding the loop
             // device's backing file, never the loop device itself.
             let run = f.command.as_deref().unwrap_or_default();
@@ -362,7 +379,7 @@ fn corruption_on_raid0_is_critical_and_on_raid1_a_warning() {
         // Text, worst first.
         let (code, stdout, _) = run(env.cmd().arg("doctor").arg(&m));
         assert_eq!(code, want_exit);
-        let first = stdout.lines().nth(1).unwrap_or_default();
+        let first = stdout.lines().nth(2).unwrap_or_default(); // after the mount and its uuid
         assert!(
             first
                 .trim_start()
@@ -837,6 +854,166 @@ fn degraded_mount_with_a_missing_device_is_critical() {
     assert!(text.contains("redundancy is gone"), "{text}");
     assert!(text.contains("btrfs-lab device replace"), "{text}");
     assert!(text.contains("never put degraded in fstab"), "{text}");
+    // No INFO beside it: the scrub never run (the fixture never scrubbed)
+    // and the rest wait until the array is whole.
+    let info: Vec<_> = findings(&r)
+        .into_iter()
+        .filter(|(_, s)| *s == Severity::Info)
+        .collect();
+    assert_eq!(info, [], "{:?}", findings(&r));
+    let (code, stdout, _) = run(env.cmd().arg("doctor").arg(&m));
+    assert_eq!(code, 2, "{stdout}");
+    assert!(!stdout.contains("INFO"), "{stdout}");
+    // show exits 3 (device-missing), and says so.
+    let (code, stdout, stderr) = run(env.cmd().arg("show").arg(&m));
+    assert_eq!(code, 3, "{stdout}{stderr}");
+    assert!(stdout.contains("missing"), "{stdout}");
+    let (code, stdout, _) = run(env.cmd().args(["--json", "show"]).arg(&m));
+    assert_eq!(code, 3, "{stdout}");
+    let v = json(&stdout);
+    let fs0 = &v["filesystems"][0];
+    let listed = fs0["devices"].as_array().unwrap();
+    assert!(
+        listed.iter().any(|d| d["missing"] == true)
+            || (listed.len() as u64) < fs0["total_devices"].as_u64().unwrap(),
+        "{stdout}"
+    );
+}
+
+/// `btrfs device stats MOUNT`'s corruption counter of `dev`.
+fn corruption_of(m: &Path, dev: &Path) -> u64 {
+    let (code, text) = btrfs(&["device", "stats"], m);
+    assert_eq!(code, 0, "{text}");
+    let key = format!("[{}].corruption_errs", dev.display());
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+/// Issue 52: after read-repair fixed a corrupted copy and a clean scrub,
+/// doctor no longer says "run scrub" but "repaired: reset the counters",
+/// and once they are reset the finding ends (exit 0): the advice ends when
+/// it is followed.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn device_errors_end_once_scrubbed_and_reset() {
+    if !require_root("doctor after read-repair") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = raid1_pair(&env);
+    let m = sbx.mount_point().to_path_buf();
+    let _record = ScrubRecord::of(&m);
+    let file = m.join("file");
+    write_file(&file, 8, 11).unwrap();
+    let (code, text) = btrfs(&["filesystem", "sync"], &m);
+    assert_eq!(code, 0, "{text}");
+    let (dev, physical) = first_extent(&file, &sbx.devices()[0]);
+    // The first 64 KiB of one copy zeroed behind btrfs' back.
+    let out = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=4096",
+            "count=16",
+            "oflag=direct",
+            "conv=notrunc",
+        ])
+        .arg(format!("of={}", dev.display()))
+        .arg(format!("seek={}", physical / 4096))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Reads of the file from new processes, its cached pages dropped
+    // before each (dd's nocache): the mirror read depends on the reader
+    // (read_policy), and the one that meets the zeroed copy repairs it from
+    // the other (read-repair) and counts it.
+    let uncache = || {
+        let st = Command::new("dd")
+            .arg(format!("if={}", file.display()))
+            .args(["iflag=nocache", "count=0", "status=none"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    for _ in 0..64 {
+        uncache();
+        if corruption_of(&m, &dev) > 0 {
+            break;
+        }
+        let st = Command::new("cat")
+            .arg(&file)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    assert!(corruption_of(&m, &dev) > 0, "no read met the zeroed copy");
+    let finding = |r: &DoctorReport, prefix: &str| {
+        r.filesystems[0]
+            .findings
+            .iter()
+            .find(|f| f.code.as_str().starts_with(prefix))
+            .cloned()
+    };
+    let (code, r) = doctor(&env, &m);
+    let f = finding(&r, "device-errors").unwrap_or_else(|| panic!("{:?}", findings(&r)));
+    assert_eq!(
+        (f.code.as_str(), code),
+        ("device-errors", 1),
+        "{:?}",
+        findings(&r)
+    );
+    assert!(
+        f.command.as_deref().unwrap().starts_with("btrfs-lab scrub"),
+        "{:?}",
+        f.command
+    );
+    // The advice followed: a scrub, which finds nothing left to repair.
+    let (_, text) = btrfs(&["scrub", "start", "-B"], &m);
+    eprintln!("scrub: {text}");
+    let (code, r) = doctor(&env, &m);
+    let f = finding(&r, "device-errors").unwrap_or_else(|| panic!("{:?}", findings(&r)));
+    assert_eq!(
+        f.code.as_str(),
+        "device-errors-repaired",
+        "{:?}",
+        findings(&r)
+    );
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(code, 1);
+    assert!(
+        f.title.contains("repaired: reset the counters"),
+        "{}",
+        f.title
+    );
+    let reset = f.command.clone().unwrap();
+    assert!(!reset.contains("btrfs-lab scrub"), "{reset}");
+    assert!(
+        !findings(&r).iter().any(|(c, _)| c == "scrub-errors"),
+        "{:?}",
+        findings(&r)
+    );
+    // The reset it names, run as it says.
+    let argv: Vec<&str> = reset.split("  (").next().unwrap().split(' ').collect();
+    let st = Command::new(argv[0]).args(&argv[1..]).output().unwrap();
+    assert!(
+        st.status.success(),
+        "{reset}: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let (code, r) = doctor(&env, &m);
+    assert_eq!(finding(&r, "device-errors"), None);
+    assert!(
+        findings(&r).iter().all(|(_, s)| *s == Severity::Info),
+        "{:?}",
+        findings(&r)
+    );
+    assert_eq!(code, 0, "{:?}", findings(&r));
 }
 
 #[test]
@@ -950,6 +1127,155 @@ fn deep_probes_o_direct_and_leaves_nothing_behind() {
     // Without --deep: no deep facts.
     let (_, r) = doctor(&env, &m);
     assert!(r.filesystems[0].deep.is_none());
+}
+
+/// `chattr +C` on a new, empty directory (what `btrfs-lab nocow DIR` makes).
+fn nocow_dir(p: &Path) {
+    fs::create_dir_all(p).unwrap();
+    let st = Command::new("chattr").arg("+C").arg(p).status().unwrap();
+    assert!(st.success(), "chattr +C {}", p.display());
+}
+
+/// Issue 52: `--deep` probes the mount root with the same tracefs access
+/// as probe-dio (the same evidence, and the same verdict when the per-file
+/// tracepoint decides), the NOCOW directories it finds at the top and one
+/// level down, and `--deep-dir`; once the VM images and databases have a
+/// NOCOW directory that is direct, the mount root's O_DIRECT finding ends.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn deep_probes_the_nocow_dirs_and_the_advice_ends_the_finding() {
+    if !require_root("doctor --deep on NOCOW directories") {
+        return;
+    }
+    let env = TestEnv::new();
+    // Single data: no profile forces O_DIRECT through the page cache.
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 1,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Single),
+        metadata: Some(Profile::Dup),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let (code, stdout, stderr) = run(env.cmd().args(["--json", "probe-dio"]).arg(&m));
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let alone: btrfs_lab::probe::ProbeReport = typed(&stdout);
+    assert_eq!(alone.exit_code as i32, code);
+    let odirect = |r: &DoctorReport| -> Vec<(String, String)> {
+        r.filesystems[0]
+            .findings
+            .iter()
+            .filter(|f| f.code.as_str().starts_with("odirect-"))
+            .map(|f| {
+                let dir = f.evidence.iter().find(|e| e.name == "directory").unwrap();
+                (f.code.to_string(), dir.value.clone())
+            })
+            .collect()
+    };
+
+    // Nothing NOCOW yet: the mount root alone, as probe-dio sees it.
+    let (code, r) = doctor_deep(&env, &m, &[]);
+    let deep = r.filesystems[0].deep.clone().unwrap();
+    assert_eq!(deep.probes.len(), 1, "{:?}", deep.probes);
+    let root = &deep.probes[0];
+    assert_eq!(root.path, m);
+    assert_eq!(root.probed_for, ProbedFor::MountRoot);
+    assert_eq!(root.evidence, Some(alone.evidence.source), "{root:?}");
+    if alone.evidence.source == btrfs_lab::probe::EvidenceKind::Tracepoint {
+        assert_eq!(root.verdict.as_deref(), Some(alone.verdict.name()));
+    }
+    let verdict = root.verdict.clone().expect("a verdict");
+    let before = odirect(&r);
+    if verdict == "direct" {
+        assert_eq!(before, []);
+    } else {
+        assert_eq!(before.len(), 1, "{before:?}");
+        assert_eq!(before[0].1, m.display().to_string());
+    }
+    if verdict == "buffered-fallback" {
+        assert_eq!(code, 1, "{:?}", findings(&r));
+    }
+
+    // The advice followed: VM images in a NOCOW directory at the top, a
+    // database one level down; one three levels down is past the bound; a
+    // checksummed directory is named with --deep-dir.
+    nocow_dir(&m.join("vm"));
+    nocow_dir(&m.join("srv/db"));
+    nocow_dir(&m.join("a/b/deep"));
+    let asked = m.join("asked");
+    fs::create_dir(&asked).unwrap();
+    let (_, r) = doctor_deep(&env, &m, &[&asked]);
+    let deep = r.filesystems[0].deep.clone().unwrap();
+    let probed: Vec<(PathBuf, ProbedFor)> = deep
+        .probes
+        .iter()
+        .map(|p| (p.path.clone(), p.probed_for))
+        .collect();
+    assert_eq!(
+        probed,
+        [
+            (m.clone(), ProbedFor::MountRoot),
+            (m.join("srv/db"), ProbedFor::Nocow),
+            (m.join("vm"), ProbedFor::Nocow),
+            (asked.clone(), ProbedFor::Asked),
+        ]
+    );
+    for p in &deep.probes[1..3] {
+        assert_eq!(p.verdict.as_deref(), Some("direct"), "{p:?}");
+    }
+    // The checksummed directory asked for is as the mount root; the mount
+    // root itself is no longer a finding.
+    let asked_verdict = deep.probes[3].verdict.clone().unwrap();
+    if alone.evidence.source == btrfs_lab::probe::EvidenceKind::Tracepoint {
+        assert_eq!(asked_verdict, verdict);
+    }
+    let after = odirect(&r);
+    assert!(
+        after.iter().all(|(_, d)| *d == asked.display().to_string()),
+        "{after:?}"
+    );
+    assert_eq!(after.is_empty(), asked_verdict == "direct", "{after:?}");
+
+    // Without it: no O_DIRECT finding, and nothing worse than info.
+    let (code, r) = doctor_deep(&env, &m, &[]);
+    assert_eq!(odirect(&r), []);
+    assert_eq!(r.filesystems[0].deep.as_ref().unwrap().probes.len(), 3);
+    assert_eq!(code, 0, "{:?}", findings(&r));
+    // The text names each directory probed.
+    let (_, stdout, _) = run(env.cmd().args(["doctor", "--deep"]).arg(&m));
+    assert!(
+        stdout.contains(&format!(
+            "probe-dio: direct {} (NOCOW)",
+            m.join("vm").display()
+        )),
+        "{stdout}"
+    );
+    // Nothing left behind in any directory probed.
+    for d in ["vm", "srv/db", "asked"] {
+        assert_eq!(names_in(&m.join(d)), Vec::<String>::new(), "{d}");
+    }
+    // A --deep-dir on no filesystem examined: not examined, exit 3.
+    let (code, stdout, stderr) = run(env
+        .cmd()
+        .args(["--json", "doctor", "--deep-dir"])
+        .arg(env.path())
+        .arg(&m));
+    assert_eq!(code, 3, "{stderr}");
+    let r: DoctorReport = typed(&stdout);
+    assert_eq!(r.not_examined[0].path, env.path());
+    assert!(stderr.contains("--deep-dir"), "{stderr}");
+}
+
+/// `doctor --json --deep [--deep-dir DIR...] MOUNT`.
+fn doctor_deep(env: &TestEnv, m: &Path, dirs: &[&Path]) -> (i32, DoctorReport) {
+    let mut c = env.cmd();
+    c.args(["--json", "doctor", "--deep"]);
+    for d in dirs {
+        c.arg("--deep-dir").arg(d);
+    }
+    let (code, stdout, stderr) = run(c.arg(m));
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (code, typed(&stdout))
 }
 
 /// A pid that no process has: a child that has exited and been reaped.

@@ -235,13 +235,18 @@ const COLUMNS: usize = 80;
 
 /// The first line of a step's output over [`COLUMNS`], if any. Output that
 /// is not text for a person is not checked: JSON, completion scripts, man
-/// pages (roff), metrics files, and other programs' output. A line that is
+/// pages (roff), metrics (files, `doctor --format prometheus`), and other
+/// programs' output. A line that is
 /// one word (a long path) cannot be wrapped and is not checked either, nor
 /// is a command shown to be copied (a line of its own that starts with the
 /// program): breaking it would make a pasted line run as two commands.
 fn too_wide<'a>(step: &Step, output: &'a str) -> Option<&'a str> {
     let machine = step.argv[0] != "btrfs-lab"
         || step.argv.iter().any(|a| a == "--json" || a == "--textfile")
+        || step
+            .argv
+            .windows(2)
+            .any(|w| w == ["--format", "prometheus"])
         || step
             .argv
             .iter()

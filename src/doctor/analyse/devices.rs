@@ -5,8 +5,8 @@ use crate::model::finding::{Code, Finding};
 
 use super::{Cx, cmd};
 
-/// The device findings.
-pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
+/// The device findings. `now` is seconds since the epoch.
+pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
     let f = cx.f;
     let m = &cx.m;
     // Missing devices, degraded mount.
@@ -47,7 +47,23 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
         }
         let damaging = e.read + e.write + e.corruption + e.generation;
         let unrepairable = damaging > 0 && !cx.without_redundancy.is_empty();
-        let mut fi = if unrepairable {
+        let repaired = repaired_by_scrub(f, d.devid, now);
+        let mut fi = if repaired.is_some() {
+            // The advice (scrub) was followed: what is left is the reset.
+            Finding::new(
+                Code::DeviceErrorsRepaired,
+                format!(
+                    "device {} ({}) has errors, repaired: reset the counters",
+                    d.devid, d.path
+                ),
+                "the last scrub read every copy on this device and left nothing unrepaired: the errors counted were repaired by it, or before it by reads that found a good copy (read-repair); the counters only grow, so reset them for a new error to stand out; errors that come back point at the drive or its cabling",
+            )
+            .with_command(format!(
+                "{}  (if errors come back: {})",
+                cmd(&["btrfs", "device", "stats", "-z"], m),
+                smartctl(d)
+            ))
+        } else if unrepairable {
             Finding::new(
                 Code::DeviceErrorsNoRedundancy,
                 format!(
@@ -86,8 +102,45 @@ pub(super) fn findings(cx: &Cx<'_>, out: &mut Vec<Finding>) {
                 fi = fi.with_evidence(&format!("{kind} errors"), n.to_string());
             }
         }
+        if let Some(s) = repaired {
+            let sum = |n: fn(&crate::doctor::scrub::ScrubDevice) -> u64| {
+                f.scrub.iter().map(n).sum::<u64>().to_string()
+            };
+            fi = fi
+                .with_evidence(
+                    "last scrub ended",
+                    crate::report::envelope::rfc3339_seconds(s.started + s.duration),
+                )
+                .with_evidence("scrub errors found", sum(|s| s.errors_found))
+                .with_evidence("scrub errors corrected", sum(|s| s.corrected));
+        }
         out.push(fi);
     }
+}
+
+/// The last scrub's record of device `devid` when it shows the errors
+/// counted so far are repaired: that scrub ran to its end on the device,
+/// ended at most 31 days ago (older, errors since are likelier than not),
+/// and left nothing unrepaired on any device (no uncorrectable error, and
+/// no error found by a read-only scrub, which repairs nothing). The
+/// counters have no dates: errors counted after it are not told apart, so
+/// the finding asks for the reset that makes new ones stand out.
+fn repaired_by_scrub(
+    f: &crate::doctor::facts::FsFacts,
+    devid: u64,
+    now: u64,
+) -> Option<&crate::doctor::scrub::ScrubDevice> {
+    let s = f
+        .scrub
+        .iter()
+        .find(|s| s.devid == devid && s.started > 0 && s.finished && !s.canceled)?;
+    let recent =
+        now.saturating_sub(s.started + s.duration) <= crate::model::finding::rules::SCRUB_MAX_AGE;
+    let clean = f
+        .scrub
+        .iter()
+        .all(|s| s.uncorrectable == 0 && !(s.readonly && s.errors_found > 0));
+    (recent && clean).then_some(s)
 }
 
 /// `smartctl -a` on the drives behind `d` (the disk behind a loop device,

@@ -287,6 +287,152 @@ fn missing_device_and_degraded_mount() {
     assert!(c.contains(&("mount-degraded", Severity::Critical)), "{c:?}");
 }
 
+/// A missing device pages; the INFO findings beside it are left out, but
+/// for those about getting the array back.
+#[test]
+fn a_missing_device_leaves_the_info_noise_out() {
+    let mut f = healthy();
+    f.scrub.clear();
+    let c = codes(&analyse(&f, NOW));
+    assert_eq!(
+        c,
+        [
+            ("data-no-redundancy", Severity::Info),
+            ("scrub-never-run", Severity::Info),
+            ("oldest-kernel", Severity::Info)
+        ]
+    );
+    f.total_devices = 4;
+    assert_eq!(
+        codes(&analyse(&f, NOW)),
+        [("device-missing", Severity::Critical)]
+    );
+    // A replace or balance running is what a user wants to see then.
+    f.balance = Some(BalanceFacts {
+        running: true,
+        data_target: None,
+        metadata_target: None,
+        expected: 10,
+        completed: 4,
+    });
+    assert_eq!(
+        codes(&analyse(&f, NOW)),
+        [
+            ("device-missing", Severity::Critical),
+            ("balance-running", Severity::Info)
+        ]
+    );
+    // Warnings stay.
+    f.devices[1].errors = Some(ErrorCounts {
+        write: 3,
+        ..ErrorCounts::default()
+    });
+    f.spaces[0].profile = Profile::Raid1;
+    let c = codes(&analyse(&f, NOW));
+    assert!(c.contains(&("device-errors", Severity::Warning)), "{c:?}");
+    // The same rule for the findings added later (--deep, leftovers).
+    let mut d = crate::doctor::diagnose(f, NOW);
+    crate::doctor::add_findings(
+        &mut d,
+        vec![Finding::new(Code::OdirectInconclusive, "t", "w")],
+    );
+    assert!(
+        !d.findings
+            .iter()
+            .any(|x| x.code == Code::OdirectInconclusive)
+    );
+}
+
+/// Counters a finished, recent, clean scrub left nothing of: the advice is
+/// the reset, no longer a scrub; anything that spoils the scrub brings the
+/// scrub back.
+#[test]
+fn errors_a_scrub_since_repaired_ask_for_the_reset() {
+    let mut f = healthy();
+    f.spaces[0].profile = Profile::Raid1;
+    f.devices[1].errors = Some(ErrorCounts {
+        corruption: 12,
+        ..ErrorCounts::default()
+    });
+    let clean = |devid| ScrubDevice {
+        devid,
+        started: NOW - 3_600,
+        duration: 60,
+        finished: true,
+        ..ScrubDevice::default()
+    };
+    f.scrub = vec![clean(1), clean(2), clean(3)];
+    let v = analyse(&f, NOW);
+    assert_eq!(codes(&v)[0], ("device-errors-repaired", Severity::Warning));
+    assert!(
+        v[0].title.contains("repaired: reset the counters"),
+        "{}",
+        v[0].title
+    );
+    let run = v[0].command.as_deref().unwrap();
+    assert!(run.starts_with("btrfs device stats -z /mnt"), "{run}");
+    assert!(!run.contains("scrub"), "{run}");
+    assert!(
+        v[0].evidence
+            .iter()
+            .any(|e| e.name == "corruption errors" && e.value == "12")
+    );
+    // Found and corrected by the scrub itself: repaired too.
+    f.scrub[1].errors_found = 12;
+    f.scrub[1].corrected = 12;
+    assert_eq!(codes(&analyse(&f, NOW))[0].0, "device-errors-repaired");
+    // Without redundancy: the blocks the counters name are gone or were
+    // restored once a scrub finds nothing it cannot repair.
+    f.spaces[0].profile = Profile::Raid0;
+    assert_eq!(codes(&analyse(&f, NOW))[0].0, "device-errors-repaired");
+    f.spaces[0].profile = Profile::Raid1;
+    type Spoil = fn(&mut FsFacts);
+    let spoiled: [(&str, Spoil); 6] = [
+        ("uncorrectable", |f| f.scrub[2].uncorrectable = 1),
+        ("read-only", |f| f.scrub[1].readonly = true),
+        ("cancelled", |f| f.scrub[1].canceled = true),
+        ("unfinished", |f| f.scrub[1].finished = false),
+        ("not this device", |f| f.scrub.retain(|s| s.devid != 2)),
+        ("older than 31 days", |f| {
+            f.scrub
+                .iter_mut()
+                .for_each(|s| s.started = NOW - 40 * 86_400);
+        }),
+    ];
+    for (what, spoil) in spoiled {
+        let mut g = f.clone();
+        spoil(&mut g);
+        let v = analyse(&g, NOW);
+        let fi = v
+            .iter()
+            .find(|x| x.code == "device-errors")
+            .unwrap_or_else(|| panic!("{what}: {:?}", codes(&v)));
+        assert!(
+            fi.command
+                .as_deref()
+                .unwrap()
+                .starts_with("btrfs-lab scrub /mnt"),
+            "{what}: {:?}",
+            fi.command
+        );
+        assert!(
+            !codes(&v).iter().any(|c| c.0 == "device-errors-repaired"),
+            "{what}"
+        );
+    }
+    // A read-only scrub that found nothing repaired nothing and needed not.
+    let mut g = f.clone();
+    g.scrub.iter_mut().for_each(|s| {
+        s.readonly = true;
+        s.errors_found = 0;
+    });
+    assert_eq!(codes(&analyse(&g, NOW))[0].0, "device-errors-repaired");
+    // The counters reset: nothing left.
+    f.devices[1].errors = Some(ErrorCounts::default());
+    let c = codes(&analyse(&f, NOW));
+    assert!(!c.iter().any(|c| c.0.starts_with("device-errors")), "{c:?}");
+}
+
 #[test]
 fn scrub_age_and_errors() {
     let mut f = healthy();

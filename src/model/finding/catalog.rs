@@ -127,6 +127,8 @@ catalog! {
         "a device has read/write/corruption errors and some chunks have no second copy";
     DeviceErrors = "device-errors", Warning, Fixed, ["doctor"],
         "a device's error counters are not zero (scrub repairs from the good copy)";
+    DeviceErrorsRepaired = "device-errors-repaired", Warning, Fixed, ["doctor"],
+        "a device's error counters are not zero and a finished scrub since left nothing unrepaired: reset the counters (btrfs device stats -z) so that new errors stand out";
     MetadataChunkNoRoom = "metadata-chunk-no-room", Warning,
         Numbers("metadata_no_room",
             "used metadata with the reserve over what metadata can grow to (the kernel's smaller chunks counted): critical from 80% or a quarter of the global reserve in use, warning from 50%, else info (nothing to run)"),

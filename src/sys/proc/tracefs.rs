@@ -85,26 +85,6 @@ pub(crate) fn mount_private_tracefs() -> Result<PathBuf> {
     Ok(target)
 }
 
-/// A tracefs to use: the mounted one, else (root, host, allowed) a private
-/// mount. `Err` says why there is none, in words for the report.
-pub(crate) fn locate(
-    root: &SysRoot,
-    allow_private_mount: bool,
-) -> std::result::Result<PathBuf, String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("the per-file tracepoint is in tracefs, which needs root".into());
-    }
-    let dir = match find_tracefs(root) {
-        Some(p) => p,
-        None if allow_private_mount && root.is_host() => {
-            mount_private_tracefs().map_err(|e| e.message().to_owned())?
-        }
-        None => return Err("tracefs is not mounted".into()),
-    };
-    usable(&dir)?;
-    Ok(dir)
-}
-
 /// Whether the tracefs at `dir` has the needed event and instances.
 fn usable(dir: &Path) -> std::result::Result<(), String> {
     if !dir.join("events").join(EVENT).join("format").exists() {
@@ -118,9 +98,10 @@ fn usable(dir: &Path) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Like [`locate`], for a process that must not stay in a private mount
-/// namespace (bench: the copies of every mount it holds keep other
-/// filesystems' devices busy): when tracefs is not mounted, it is mounted
+/// A tracefs to use: the mounted one, else (root, host, allowed) a private
+/// mount, for a process that must not stay in a private mount namespace
+/// (the copies of every mount it holds keep other filesystems' devices
+/// busy: bench, probe-dio, doctor --deep): when tracefs is not mounted, it is mounted
 /// in a private namespace only while its root is opened, and reached
 /// afterwards through that descriptor (`/proc/self/fd/N`), which is
 /// returned to be held as long as the path is used

@@ -178,10 +178,16 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
 pub fn say_finished(finished: &Finished, mount_point: &Path, out: &Output) {
     let m = mount_point.display();
     match finished {
-        Finished::Completed(records) => {
+        Finished::Completed {
+            records,
+            bytes,
+            elapsed,
+        } => {
             out.status(&format!(
-                "{} every type is in its target profile:\n{}",
+                "{} {} converted in {:.0} s; every type is in its target profile:\n{}",
                 out.paint.good("done:"),
+                size(*bytes),
+                elapsed.as_secs_f64(),
                 super::df::render_records(records, Default::default())
             ));
         }

@@ -337,13 +337,7 @@ fn verify(
         write_errors: s.num_write_errors,
         uncorrectable_read_errors: s.num_uncorrectable_read_errors,
         redundancy,
-        scrub_command: vec![
-            "btrfs".into(),
-            "scrub".into(),
-            "start".into(),
-            "-B".into(),
-            now.path.clone(),
-        ],
+        scrub_command: vec!["btrfs-lab".into(), "scrub".into(), m.clone()],
         seconds,
         next: crate::balance::operation::next_step(fs, &plan.mount_point),
     })

@@ -352,13 +352,13 @@ pub fn render_sustained(r: &SustainedReport) -> String {
         for e in &f.evidence {
             s.push_str(&format!("    {}: {}\n", e.name, e.value));
         }
-        s.push_str(&wrap(&f.why, 96, "    "));
+        s.push_str(&wrap(&f.why, "    "));
     }
     for n in &r.notes {
-        s.push_str(&wrap(&format!("note: {n}"), 96, "  "));
+        s.push_str(&wrap(&format!("note: {n}"), "  "));
     }
     s.push('\n');
-    s.push_str(&wrap(&r.summary, 96, ""));
+    s.push_str(&wrap(&r.summary, ""));
     s
 }
 
@@ -462,7 +462,6 @@ pub fn render_metadata(r: &MetadataReport) -> String {
             if r.stat_cold { "(* " } else { "(" },
             r.stat_cold_detail.trim_end_matches('.')
         ),
-        96,
         "  ",
     ));
     if r.phases.first().is_some_and(|p| p.per_member.len() > 1) {
@@ -478,10 +477,10 @@ pub fn render_metadata(r: &MetadataReport) -> String {
         }
     }
     for n in &r.notes {
-        s.push_str(&wrap(&format!("note: {n}"), 96, "  "));
+        s.push_str(&wrap(&format!("note: {n}"), "  "));
     }
     s.push('\n');
-    s.push_str(&wrap(&r.summary, 96, ""));
+    s.push_str(&wrap(&r.summary, ""));
     s
 }
 
@@ -614,10 +613,10 @@ pub fn render_profiles(r: &ProfilesReport) -> String {
         }
     }
     for n in &r.notes {
-        s.push_str(&wrap(&format!("note: {n}"), 96, "  "));
+        s.push_str(&wrap(&format!("note: {n}"), "  "));
     }
     s.push('\n');
-    s.push_str(&wrap(&r.summary, 96, ""));
+    s.push_str(&wrap(&r.summary, ""));
     s
 }
 
@@ -1128,7 +1127,7 @@ fn render_checks(s: &mut String, r: &BenchReport, p: Paint) {
                 x.name,
                 x.direction.as_str()
             ));
-            findings.push_str(&wrap(&c.title, 96, "      "));
+            findings.push_str(&wrap(&c.title, "      "));
         }
     }
     if !findings.is_empty() {
@@ -1191,7 +1190,7 @@ fn render_members(s: &mut String, r: &BenchReport) {
             m.array_bytes_per_sec
                 .map_or(String::new(), |a| format!(", array {} MB/s", mb_number(a)))
         ));
-        s.push_str(&wrap(&m.summary, 96, "  "));
+        s.push_str(&wrap(&m.summary, "  "));
     }
 }
 
@@ -1200,11 +1199,11 @@ fn render_notes_and_summary(s: &mut String, r: &BenchReport) {
     if !r.notes.is_empty() {
         s.push('\n');
         for n in &r.notes {
-            s.push_str(&wrap(&format!("note: {n}"), 96, "  "));
+            s.push_str(&wrap(&format!("note: {n}"), "  "));
         }
     }
     s.push('\n');
-    s.push_str(&wrap(&r.summary, 96, ""));
+    s.push_str(&wrap(&r.summary, ""));
     if let Some(h) = &r.history {
         s.push_str(&format!(
             "saved in the bench history as #{} (bench --history DIR: each test over the runs)\n",
@@ -1362,7 +1361,7 @@ pub fn render_history(r: &HistoryReport) -> String {
         }
     }
     s.push('\n');
-    s.push_str(&wrap(&r.summary, 96, ""));
+    s.push_str(&wrap(&r.summary, ""));
     s
 }
 

@@ -111,7 +111,7 @@ fn render(r: &DemoReport, out: &Output) -> String {
             r.checksummed.summary, r.nocow.summary
         )
     };
-    t.push_str(&wrap(&summary, 88, ""));
+    t.push_str(&wrap(&summary, ""));
     t.push_str("sandbox removed.\n");
     t
 }

@@ -158,7 +158,7 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
             for e in &x.evidence {
                 t.push_str(&format!("           {}: {}\n", esc(&e.name), esc(&e.value)));
             }
-            t.push_str(&wrap(&format!("why: {}", esc(&x.why)), 100, "           "));
+            t.push_str(&wrap(&format!("why: {}", esc(&x.why)), "           "));
             if let Some(c) = &x.command {
                 t.push_str(&format!("           run: {}\n", esc(c)));
             }

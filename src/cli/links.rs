@@ -60,8 +60,6 @@ pub fn run(args: LinksArgs, out: &Output) -> Result<u8> {
     Ok(exit::OK)
 }
 
-const WIDTH: usize = 96;
-
 fn link_text(generation: Option<u8>, width: Option<u8>, gts: Option<f64>) -> String {
     let g = generation.map_or("Gen?".to_owned(), |g| format!("Gen{g}"));
     let w = width.map_or("x?".to_owned(), |w| format!("x{w}"));
@@ -102,11 +100,11 @@ fn finding_text(f: &Finding, paint: Paint, indent: &str) -> String {
         Severity::Critical | Severity::Warning => ("warning:", paint.warn("warning:")),
         Severity::Info => ("note:", paint.dim("note:")),
     };
-    let mut t = wrap(&format!("{label} {}", f.title), WIDTH, indent);
+    let mut t = wrap(&format!("{label} {}", f.title), indent);
     t = t.replacen(label, &painted, 1);
     if let Some(h) = &f.command {
         let inner = format!("{indent}  ");
-        let hinted = wrap(&format!("hint: {h}"), WIDTH, &inner);
+        let hinted = wrap(&format!("hint: {h}"), &inner);
         t.push_str(&hinted.replacen("hint:", &paint.dim("hint:"), 1));
     }
     t
@@ -160,7 +158,7 @@ fn device_text(d: &DeviceReport, paint: Paint) -> String {
             c.width,
             c.limited_by_link
         );
-        t.push_str(&wrap(&line, WIDTH, "  "));
+        t.push_str(&wrap(&line, "  "));
     }
     for l in &d.through_loops {
         let on = match (&l.fs_type, &l.mount_point) {
@@ -174,21 +172,20 @@ fn device_text(d: &DeviceReport, paint: Paint) -> String {
         };
         t.push_str(&wrap(
             &format!("via {}: backing file {}{on}{to}", l.device, l.backing_file),
-            WIDTH,
             "  ",
         ));
     }
     if let Some(n) = &d.note {
-        t.push_str(&wrap(n, WIDTH, "  "));
+        t.push_str(&wrap(n, "  "));
     }
     for f in &d.findings {
         t.push_str(&finding_text(f, paint, "  "));
     }
     if let Some(th) = &d.thermal {
-        t.push_str(&wrap(&format!("thermal {}", thermal_text(th)), WIDTH, "  "));
+        t.push_str(&wrap(&format!("thermal {}", thermal_text(th)), "  "));
     }
     if let Some(e) = &d.thermal_error {
-        t.push_str(&wrap(&format!("thermal: {e}"), WIDTH, "  "));
+        t.push_str(&wrap(&format!("thermal: {e}"), "  "));
     }
     t
 }
@@ -237,7 +234,7 @@ fn array_text(a: &ArrayReport, paint: Paint) -> String {
             }
             None => t.push_str(&format!("  {}: no figures\n", paint.bold(c.profile.name()))),
         }
-        t.push_str(&wrap(&c.summary, WIDTH, "    "));
+        t.push_str(&wrap(&c.summary, "    "));
     }
     t
 }

@@ -129,6 +129,15 @@ enum Command {
 /// Parses the command line, runs the command, and turns the outcome into
 /// the documented exit status.
 pub fn run() -> ExitCode {
+    // Text fills the terminal (at most 100 columns), COLUMNS when set, else 80.
+    let terminal = console::Term::stdout()
+        .size_checked()
+        .map(|(_, columns)| usize::from(columns));
+    let columns = std::env::var("COLUMNS").ok();
+    btrfs_lab::report::text::set_width(btrfs_lab::report::text::width_for(
+        columns.as_deref(),
+        terminal,
+    ));
     let cli = match parse() {
         Ok(cli) => cli,
         Err(status) => return status,
@@ -268,6 +277,7 @@ fn may_show_top_help(argv: &[std::ffi::OsString]) -> bool {
 /// `--help` (built from the exit registry on every call).
 fn definition() -> clap::Command {
     with_help_flag(Cli::command())
+        .term_width(btrfs_lab::report::text::width())
         .disable_version_flag(true)
         .arg(
             Arg::new("version")

@@ -206,7 +206,7 @@ fn fs_line(r: &RootInfo) -> String {
 fn bullets(items: &[String], paint: Paint) -> String {
     let mut t = String::new();
     for w in items {
-        let wrapped = wrap(&escape_control(w), 88, "    ");
+        let wrapped = wrap(&escape_control(w), "    ");
         t.push_str(&format!("  {} {}", paint.warn("-"), &wrapped[4..]));
     }
     t
@@ -524,7 +524,7 @@ fn render_check(r: &CheckReport, paint: Paint) -> String {
 
 fn render_advice(a: &Advice, paint: Paint) -> String {
     let mut t = format!("\n{} {}\n", paint.bold("for"), a.name);
-    t.push_str(&wrap(&format!("location: {}", a.location), 88, "  "));
+    t.push_str(&wrap(&format!("location: {}", a.location), "  "));
     let items: Vec<String> = a.settings.iter().map(|s| (*s).to_owned()).collect();
     t.push_str(&bullets(&items, paint));
     t

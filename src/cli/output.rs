@@ -381,13 +381,17 @@ impl Output {
         let p = self.paint_err;
         // Messages name paths and labels other users chose: control
         // characters never reach the terminal raw.
-        let mut text = format!(
-            "btrfs-lab: {} {}\n",
-            p.bad("error:"),
-            escape_control(e.message())
+        let mut text = labelled("btrfs-lab: error: ", &escape_control(e.message())).replacen(
+            "error:",
+            &p.bad("error:"),
+            1,
         );
         if let Some(h) = e.hint() {
-            text.push_str(&format!("{} {}\n", p.dim("hint:"), escape_control(h)));
+            text.push_str(&labelled("hint: ", &escape_control(h)).replacen(
+                "hint:",
+                &p.dim("hint:"),
+                1,
+            ));
         }
         let _ = io::stderr().lock().write_all(text.as_bytes());
     }
@@ -400,14 +404,13 @@ impl Output {
             return;
         }
         let p = self.paint_err;
-        let _ = write!(
-            io::stderr().lock(),
-            "btrfs-lab: {} {}\n{} {}\n",
-            p.warn("warning:"),
-            escape_control(message),
-            p.dim("hint:"),
-            escape_control(hint)
-        );
+        let text =
+            labelled("btrfs-lab: warning: ", &escape_control(message)).replacen(
+                "warning:",
+                &p.warn("warning:"),
+                1,
+            ) + &labelled("hint: ", &escape_control(hint)).replacen("hint:", &p.dim("hint:"), 1);
+        let _ = io::stderr().lock().write_all(text.as_bytes());
     }
 
     /// What the text report shows itself (`in_text_report`) but the JSON
@@ -434,11 +437,8 @@ impl Output {
             return;
         }
         let message: Vec<_> = message.split('\n').map(escape_control).collect();
-        let _ = writeln!(
-            io::stderr().lock(),
-            "btrfs-lab: note: {}",
-            message.join("\n")
-        );
+        let text = labelled("btrfs-lab: note: ", &message.join("\n"));
+        let _ = io::stderr().lock().write_all(text.as_bytes());
     }
 }
 
@@ -606,6 +606,15 @@ pub fn confirm(out: &Output, question: &str, yes: bool) -> Result<()> {
     ui::confirm_on_terminal(question, yes, out.quiet)
 }
 
+/// A message after its label (`btrfs-lab: error: `, `hint: `), filled to
+/// the output's width, further lines indented two columns; ends with a
+/// newline.
+fn labelled(label: &str, message: &str) -> String {
+    let mut t = btrfs_lab::report::text::wrap_message(label, message, "  ");
+    t.push('\n');
+    t
+}
+
 /// The one text wrapping ([`btrfs_lab::report::text::wrap`]).
 pub use btrfs_lab::report::text::wrap;
 
@@ -615,8 +624,8 @@ mod tests {
 
     #[test]
     fn wraps_words() {
-        assert_eq!(wrap("aaa bbb ccc", 9, "  "), "  aaa bbb\n  ccc\n");
-        assert_eq!(wrap("", 10, "  "), "");
+        assert_eq!(wrap("aaa bbb ccc", "  "), "  aaa bbb ccc\n");
+        assert_eq!(wrap("", "  "), "");
     }
 
     #[test]

@@ -174,10 +174,10 @@ pub fn render(r: &ProbeReport, paint: Paint) -> String {
     render_evidence(&mut t, r, paint);
     t.push('\n');
     t.push_str(&format!("{}\n", paint.bold("why")));
-    t.push_str(&wrap(&r.explanation, 88, "  "));
+    t.push_str(&wrap(&r.explanation, "  "));
     if let Some(fix) = &r.fix {
         t.push_str(&format!("{}\n", paint.bold("fix")));
-        t.push_str(&wrap(fix, 88, "  "));
+        t.push_str(&wrap(fix, "  "));
     }
     t
 }
@@ -253,7 +253,7 @@ fn render_filesystem(t: &mut String, r: &ProbeReport, paint: Paint) {
         ));
     }
     t.push_str(&format!("  kernel      {}\n", r.kernel));
-    t.push_str(&wrap(&r.expectation_sentence(), 88, "              "));
+    t.push_str(&wrap(&r.expectation_sentence(), "              "));
     for name in &r.removed_trace_instances {
         t.push_str(&format!(
             "  leftover    {}\n",

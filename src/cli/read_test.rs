@@ -495,13 +495,13 @@ fn sweep_table(r: &ReadTestReport, paint: Paint) -> String {
 
 /// `  verdict      text` wrapped, continuation lines under the text.
 fn wrap_labelled(label: &str, text: &str) -> String {
-    let body = wrap(text, 88, "               ");
+    let body = wrap(text, "               ");
     format!("  {label:<12} {}", body.trim_start())
 }
 
 /// A bullet wrapped at 88 columns, continuation lines indented.
 fn wrap_item(text: &str) -> String {
-    let body = wrap(text, 88, "    ");
+    let body = wrap(text, "    ");
     format!("  -{}", body.strip_prefix("   ").unwrap_or(&body))
 }
 

@@ -19,6 +19,7 @@ use btrfs_lab::sys::kernel::signals;
 use super::output::ConfirmArgs;
 use super::output::{Output, confirm};
 use super::units::{DATA_HELP, METADATA_HELP, UnitArgs, profiles, size, size_arg};
+use btrfs_lab::report::text::wrap_hanging;
 
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
@@ -194,7 +195,8 @@ fn show_up_plan(plan: sandbox::SandboxPlan, out: &Output) {
     out.report(&dry, |d| {
         let mut text = format!("{} ({NOTHING_DONE}):\n", out.paint.bold("sandbox up would"));
         for (i, s) in d.steps.iter().enumerate() {
-            text.push_str(&format!("  {}. {s}\n", i + 1));
+            let n = format!("  {}. ", i + 1);
+            text.push_str(&wrap_hanging(s, &n, &" ".repeat(n.len())));
         }
         text
     });
@@ -214,13 +216,17 @@ fn render_up(r: &UpReport, store: &StateStore, out: &Output) -> String {
             list_names(&r.metadata_profiles)
         );
     }
-    let mut text = format!(
-        "sandbox {} is {}: {} on {n} × {} loop device{} with direct I/O{profile}\n",
-        out.paint.bold(&r.name),
-        out.paint.good("up"),
-        r.fs.name(),
-        size(r.size_bytes),
-        if n == 1 { "" } else { "s" },
+    let mut text = wrap_hanging(
+        &format!(
+            "sandbox {} is {}: {} on {n} × {} loop device{} with direct I/O{profile}",
+            out.paint.bold(&r.name),
+            out.paint.good("up"),
+            r.fs.name(),
+            size(r.size_bytes),
+            if n == 1 { "" } else { "s" },
+        ),
+        "",
+        "  ",
     );
     text.push_str(&format!("  mount point  {}\n", r.mount_point.display()));
     for (i, d) in r.devices.iter().enumerate() {
@@ -234,8 +240,9 @@ fn render_up(r: &UpReport, store: &StateStore, out: &Output) -> String {
             out.paint.dim(&d.image.display().to_string())
         ));
     }
+    // A command is never broken: a copied line break would run two.
     text.push_str(&format!(
-        "remove it with: {}\n",
+        "remove it with:\n  {}\n",
         store.down_command(&r.mount_point.display().to_string())
     ));
     text
@@ -400,7 +407,7 @@ fn render_plans(plans: &[DownPlan], out: &Output) -> String {
     for p in plans {
         text.push_str(&format!("sandbox {}:\n", out.paint.bold(&p.name)));
         for s in &p.steps {
-            text.push_str(&format!("  - {s}\n"));
+            text.push_str(&wrap_hanging(s, "  - ", "    "));
         }
     }
     text
@@ -413,7 +420,6 @@ fn render_down(result: &DownResult, selected: usize, out: &Output) -> String {
         text.push_str("no sandboxes; nothing to do\n");
     }
     for rep in &result.removed {
-        text.push_str(&format!("sandbox {} removed", out.paint.bold(&rep.name)));
         let mut parts = Vec::new();
         if let Some(m) = &rep.unmounted {
             parts.push(format!("unmounted {}", m.display()));
@@ -432,12 +438,13 @@ fn render_down(result: &DownResult, selected: usize, out: &Output) -> String {
                 rep.removed.len()
             ));
         }
+        let mut line = format!("sandbox {} removed", out.paint.bold(&rep.name));
         if !parts.is_empty() {
-            text.push_str(&format!(": {}", parts.join("; ")));
+            line.push_str(&format!(": {}", parts.join("; ")));
         }
-        text.push('\n');
+        text.push_str(&wrap_hanging(&line, "", "  "));
         for l in &rep.left {
-            text.push_str(&format!("  note: {l}\n"));
+            text.push_str(&wrap_hanging(l, "  note: ", "    "));
         }
     }
     text
@@ -461,10 +468,16 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
     }
     // DEVICES says "2 × 512.00MiB" as `sandbox up` does: the size is each
     // device's, not the filesystem's.
+    let name_width = statuses
+        .iter()
+        .map(|s| s.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(4);
     let mut text = format!(
         "{}\n",
         out.paint.bold(&format!(
-            "{:<20} {:<8} {:<6} {:<15} {}",
+            "{:<name_width$} {:<8} {:<6} {:<15} {}",
             "NAME", "STATE", "FS", "DEVICES", "MOUNT POINT"
         ))
     );
@@ -475,7 +488,7 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
             SandboxState::Down => out.paint.dim("down    "),
         };
         text.push_str(&format!(
-            "{:<20} {state} {:<6} {:<15} {}\n",
+            "{:<name_width$} {state} {:<6} {:<15} {}\n",
             s.name,
             s.fs.name(),
             format!("{} × {}", s.devices.len(), size(s.size_bytes)),
@@ -483,7 +496,7 @@ fn render_list(statuses: &[SandboxStatus], out: &Output) -> String {
         ));
     }
     let has = |state| statuses.iter().any(|s| s.state == state);
-    let fill = |t: &str| btrfs_lab::report::text::fill(t, 80, "", "  ");
+    let fill = |t: &str| wrap_hanging(t, "", "  ");
     if has(SandboxState::Partial) {
         text.push_str(&fill(
             "partial: only some of it is mounted or attached (an up or down cut short, a \

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Escapes the control characters of `s` (C0, DEL and C1, and the Unicode
 /// bidi overrides that reorder text): `\n`, `\t`, `\r`, `\e` (ESC); any
@@ -152,7 +153,8 @@ fn quote_word(w: &str) -> String {
 /// `text` filled to `width` columns at word boundaries (a word longer than
 /// the line stands alone): the first line begins with `first`, the others
 /// with `rest`; every line ends with a newline; columns are characters.
-/// THE text wrapping of btrfs-lab (plans, findings, help tables).
+/// The filling under [`wrap`]: output calls [`wrap`], [`wrap_hanging`] or
+/// [`wrap_message`], which fill to the output's [`width`].
 pub fn fill(text: &str, width: usize, first: &str, rest: &str) -> String {
     let mut out = String::new();
     let mut lead = first;
@@ -183,15 +185,101 @@ pub fn fill(text: &str, width: usize, first: &str, rest: &str) -> String {
     out
 }
 
-/// [`fill`] with every line indented by `indent`.
-pub fn wrap(text: &str, width: usize, indent: &str) -> String {
-    fill(text, width, indent, indent)
+/// The columns text output is filled to when neither `COLUMNS` nor a
+/// terminal says otherwise (a pipe, a file, a cron mail).
+pub const DEFAULT_WIDTH: usize = 80;
+
+/// The narrowest and widest fill: a narrower terminal still gets whole
+/// words per line, and prose on a wide one stays readable (a table may
+/// be wider; it is not filled).
+const MIN_WIDTH: usize = 40;
+const MAX_TERMINAL_WIDTH: usize = 100;
+
+static WIDTH: AtomicUsize = AtomicUsize::new(DEFAULT_WIDTH);
+
+/// The columns text output fills ([`wrap`], errors, notes, plans): set
+/// once at start-up by [`set_width`] ([`width_for`]), 80 until then.
+pub fn width() -> usize {
+    WIDTH.load(Ordering::Relaxed)
+}
+
+/// Sets [`width`] (the binary does, from [`width_for`]).
+pub fn set_width(columns: usize) {
+    WIDTH.store(columns.max(MIN_WIDTH), Ordering::Relaxed);
+}
+
+/// The fill width of a run: `COLUMNS` when it is set to a number (the
+/// user's or a test's explicit choice, taken as it is), else the width of
+/// the terminal stdout is (at most 100 columns: prose wider than that is
+/// hard to read), else 80.
+pub fn width_for(columns_env: Option<&str>, terminal_columns: Option<usize>) -> usize {
+    if let Some(n) = columns_env.and_then(|c| c.trim().parse::<usize>().ok())
+        && n > 0
+    {
+        return n.max(MIN_WIDTH);
+    }
+    match terminal_columns {
+        Some(n) if n > 0 => n.clamp(MIN_WIDTH, MAX_TERMINAL_WIDTH),
+        _ => DEFAULT_WIDTH,
+    }
+}
+
+/// `text` filled to the output's [`width`], every line indented by
+/// `indent`. THE wrapping of btrfs-lab's text output: no caller picks a
+/// width of its own.
+pub fn wrap(text: &str, indent: &str) -> String {
+    fill(text, width(), indent, indent)
+}
+
+/// `text` filled to the output's [`width`]: the first line begins with
+/// `first`, the others with `rest` (a label and its hanging indent).
+pub fn wrap_hanging(text: &str, first: &str, rest: &str) -> String {
+    fill(text, width(), first, rest)
+}
+
+/// A message of one or more paragraphs (split at `\n`) filled to the
+/// output's [`width`]: the first line begins with `first`, every other
+/// line is indented by `rest`; no newline at the end. Errors, warnings,
+/// notes and hints are printed through it.
+pub fn wrap_message(first: &str, text: &str, rest: &str) -> String {
+    let mut out = String::new();
+    for (i, para) in text.split('\n').enumerate() {
+        let lead = if i == 0 { first } else { rest };
+        let filled = fill(para, width(), lead, rest);
+        if filled.is_empty() {
+            out.push_str(lead.trim_end());
+            out.push('\n');
+        } else {
+            out.push_str(&filled);
+        }
+    }
+    out.truncate(out.trim_end_matches('\n').len());
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn the_width_is_columns_then_the_terminal_then_80() {
+        assert_eq!(width_for(None, None), 80);
+        assert_eq!(width_for(Some("120"), Some(60)), 120);
+        assert_eq!(width_for(Some("junk"), Some(60)), 60);
+        assert_eq!(width_for(None, Some(300)), 100);
+        assert_eq!(width_for(None, Some(10)), 40);
+        assert_eq!(width_for(Some("0"), None), 80);
+    }
+
+    #[test]
+    fn a_message_hangs_under_its_label_paragraph_by_paragraph() {
+        let m = fill("aaa bbb ccc", 13, "error: ", "  ");
+        assert_eq!(m, "error: aaa\n  bbb ccc\n");
+        // wrap_message keeps the message's own line breaks.
+        let w = wrap_message("note: ", "one\ntwo", "  ");
+        assert_eq!(w, "note: one\n  two");
+    }
 
     #[test]
     fn plain_text_is_borrowed() {

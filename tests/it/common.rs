@@ -11,6 +11,10 @@ use btrfs_lab::sandbox::{self, Sandbox, SandboxRequest, StateStore, plan_up};
 use serde_json::Value;
 
 /// The binary under test.
+/// `COLUMNS` for the tests that look for a phrase in the output: text is
+/// not wrapped (the transcripts check the output at 80 columns).
+pub const WIDE: &str = "1000";
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_btrfs-lab"))
 }
@@ -104,6 +108,7 @@ impl TestEnv {
             .env_remove("BTRFS_LAB_STATE_DIR")
             .env_remove("BTRFS_LAB_SANDBOX_ROOT")
             .env("NO_COLOR", "1")
+            .env("COLUMNS", WIDE)
             .stdin(Stdio::null());
         c
     }
@@ -165,6 +170,7 @@ impl TestEnv {
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(exe)
             .env("NO_COLOR", "1")
+            .env("COLUMNS", WIDE)
             .stdin(Stdio::null());
         c
     }
@@ -282,6 +288,9 @@ impl Drop for TestEnv {
 
 /// Runs a command, returning (exit code, stdout, stderr).
 pub fn run(cmd: &mut Command) -> (i32, String, String) {
+    if !cmd.get_envs().any(|(k, _)| k == "COLUMNS") {
+        cmd.env("COLUMNS", WIDE);
+    }
     let Output {
         status,
         stdout,

@@ -29,6 +29,8 @@ struct Step {
     argv: Vec<String>,
     status: i32,
     expected: String,
+    /// The 0-based lines of the file the expected output is on.
+    expected_lines: std::ops::Range<usize>,
 }
 
 fn parse(text: &str) -> Vec<Step> {
@@ -63,6 +65,7 @@ fn parse(text: &str) -> Vec<Step> {
                     argv: words[split..].to_vec(),
                     status: 0,
                     expected: String::new(),
+                    expected_lines: n + 1..n + 1,
                 });
             } else if let Some(step) = current.as_mut() {
                 if let Some(more) = line.strip_prefix("> ").filter(|_| step.expected.is_empty()) {
@@ -72,8 +75,12 @@ fn parse(text: &str) -> Vec<Step> {
                 {
                     step.status = code.trim().parse().expect("? takes an exit status");
                 } else {
+                    if step.expected.is_empty() {
+                        step.expected_lines = n..n;
+                    }
                     step.expected.push_str(line);
                     step.expected.push('\n');
+                    step.expected_lines.end = n + 1;
                 }
             } else {
                 panic!("line {}: expected `$ ` to start a command", n + 1);
@@ -118,6 +125,7 @@ fn execute(step: &Step, cwd: &Path, env: &TestEnv) -> (i32, String) {
         .args(&step.argv[1..])
         .current_dir(cwd)
         .env("NO_COLOR", "1")
+        .env("COLUMNS", COLUMNS.to_string())
         .envs(step.env.iter().cloned())
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
@@ -163,7 +171,11 @@ fn run_transcript(path: &Path) -> Result<(), String> {
     redactions.insert("[CWD]", cwd.clone()).unwrap();
     let assert = snapbox::Assert::new().redact_with(redactions);
     let scale = device_scale();
-    for step in &steps {
+    // Lines over the width, all of them, said after the last step.
+    let mut wide = Vec::new();
+    let bless_asked = std::env::var_os("BTRFS_LAB_BLESS_TRANSCRIPTS").is_some();
+    let mut blessed = Vec::new();
+    for (index, step) in steps.iter().enumerate() {
         let scaled;
         let step = match scale {
             Some(percent) => {
@@ -180,16 +192,244 @@ fn run_transcript(path: &Path) -> Result<(), String> {
                 step.status
             ));
         }
-        assert
-            .try_eq(
-                Some(&name),
-                trim_trailing_newlines(&output).into(),
-                step.expected.clone().into(),
-            )
-            .map_err(|e| format!("{name}: output differs\n{e}"))?;
+        if let Some(line) = too_wide(step, &output) {
+            wide.push(format!(
+                "{name}: a line is over {COLUMNS} columns ({} columns):\n{line}",
+                line.chars().count()
+            ));
+        }
+        let actual = trim_trailing_newlines(&output);
+        if let Err(e) = assert.try_eq(
+            Some(&name),
+            actual.clone().into(),
+            step.expected.clone().into(),
+        ) {
+            let cwd_text = cwd.to_string_lossy();
+            let Some(reflow) = reflowed(&step.expected.replace("[CWD]", &cwd_text), &actual) else {
+                wide.push(format!("{name}: output differs\n{e}"));
+                if !blessed.is_empty() {
+                    bless(path, &steps, &blessed);
+                }
+                return Err(wide.join("\n"));
+            };
+            if bless_asked && scale.is_none() {
+                blessed.push((index, reflow.replace(&*cwd_text, "[CWD]")));
+            }
+        }
+    }
+    if !blessed.is_empty() {
+        bless(path, &steps, &blessed);
     }
     // `env` drops here: any sandbox a failed step left is removed first.
-    Ok(())
+    if wide.is_empty() {
+        Ok(())
+    } else {
+        Err(wide.join("\n"))
+    }
+}
+
+/// The terminal width the transcripts run at: text output must fit it.
+const COLUMNS: usize = 80;
+
+/// The first line of a step's output over [`COLUMNS`], if any. Output that
+/// is not text for a person is not checked: JSON, completion scripts, man
+/// pages (roff), metrics files, and other programs' output. A line that is
+/// one word (a long path) cannot be wrapped and is not checked either, nor
+/// is a command shown to be copied (a line of its own that starts with the
+/// program): breaking it would make a pasted line run as two commands.
+fn too_wide<'a>(step: &Step, output: &'a str) -> Option<&'a str> {
+    let machine = step.argv[0] != "btrfs-lab"
+        || step.argv.iter().any(|a| a == "--json" || a == "--textfile")
+        || step
+            .argv
+            .iter()
+            .skip(1)
+            .find(|a| !a.starts_with('-'))
+            .is_some_and(|sub| sub == "completions" || sub == "man");
+    if machine {
+        return None;
+    }
+    output.lines().find(|l| {
+        let t = l.trim_start();
+        l.chars().count() > COLUMNS
+            && t.contains(char::is_whitespace)
+            && !COMMANDS.iter().any(|c| t.starts_with(c))
+    })
+}
+
+/// How a command line shown to be copied starts (see [`too_wide`]).
+const COMMANDS: &[&str] = &["btrfs-lab ", "btrfs ", "mount ", "umount "];
+
+/// One piece of an expected output in [`same_but_wrapped`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Piece {
+    Char(char),
+    /// A single space or a line break (with any indent): where text
+    /// filled to the width may break a line or join one.
+    Break,
+    /// `[..]`: anything, as short as possible.
+    Any,
+    /// A `...` line: any lines, as few as possible.
+    AnyLines,
+}
+
+fn pieces(expected: &str) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    let lines: Vec<&str> = expected.trim_end_matches('\n').split('\n').collect();
+    for (i, line) in lines.iter().enumerate() {
+        if i > 0 {
+            pieces.push(Piece::Break);
+        }
+        if line.trim() == "..." {
+            pieces.push(Piece::AnyLines);
+            continue;
+        }
+        let mut rest = *line;
+        while !rest.is_empty() {
+            if let Some(r) = rest.strip_prefix("[..]") {
+                pieces.push(Piece::Any);
+                rest = r;
+            } else if rest.starts_with(' ') {
+                let run = rest.len() - rest.trim_start_matches(' ').len();
+                if run == 1 || rest.len() == run || pieces.last() == Some(&Piece::Break) {
+                    // One space, trailing spaces, or a line's indent.
+                    if pieces.last() != Some(&Piece::Break) {
+                        pieces.push(Piece::Break);
+                    }
+                } else {
+                    pieces.extend(std::iter::repeat_n(Piece::Char(' '), run));
+                }
+                rest = &rest[run..];
+            } else {
+                let c = rest.chars().next().unwrap();
+                pieces.push(Piece::Char(c));
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    pieces
+}
+
+/// Whether `actual` is `expected` (with its `[..]` and `...` wildcards)
+/// up to where lines were broken: words, their order and runs of spaces
+/// inside a line (table columns) must be the same, but a single space and a
+/// line break (with its indent) stand for each other. Text filled to 80
+/// columns breaks at other words when a figure is longer on another
+/// machine; the width itself is checked by [`too_wide`].
+fn same_but_wrapped(expected: &str, actual: &str) -> bool {
+    reflowed(expected, actual).is_some()
+}
+
+/// `expected` with its line breaks where `actual` has them (wildcards
+/// kept), when the two are [`same_but_wrapped`]: what
+/// `BTRFS_LAB_BLESS_TRANSCRIPTS=1` writes back into the transcript.
+fn reflowed(expected: &str, actual: &str) -> Option<String> {
+    let pieces = pieces(expected);
+    let actual: Vec<char> = actual.trim_end_matches('\n').chars().collect();
+    let mut failed = std::collections::HashSet::new();
+    let mut path = Vec::new();
+    if !matches(&pieces, &actual, 0, 0, &mut failed, &mut path) {
+        return None;
+    }
+    path.reverse();
+    let mut out = String::new();
+    for (piece, (a, n)) in pieces.iter().zip(path) {
+        match piece {
+            Piece::Char(c) => out.push(*c),
+            Piece::Any => out.push_str("[..]"),
+            Piece::AnyLines => out.push_str("..."),
+            Piece::Break => {
+                let span: String = actual[a..a + n].iter().collect();
+                match span.rfind('\n') {
+                    Some(i) => {
+                        out.push('\n');
+                        out.push_str(&span[i + 1..]);
+                    }
+                    None if n > 0 => out.push(' '),
+                    None => {}
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The length of the break at `a` in `actual`: a single space, or a run of
+/// spaces and line breaks holding at least one line break.
+fn break_at(actual: &[char], a: usize) -> Option<usize> {
+    let run = actual[a..]
+        .iter()
+        .take_while(|c| **c == ' ' || **c == '\n')
+        .count();
+    let has_newline = actual[a..a + run].contains(&'\n');
+    match run {
+        0 => None,
+        1 => Some(1),
+        _ if has_newline => Some(run),
+        _ => None,
+    }
+}
+
+/// Matches `pieces[p..]` against `actual[a..]`; on success `path` holds,
+/// last piece first, where in `actual` each piece matched (start, length).
+fn matches(
+    pieces: &[Piece],
+    actual: &[char],
+    p: usize,
+    a: usize,
+    failed: &mut std::collections::HashSet<(usize, usize)>,
+    path: &mut Vec<(usize, usize)>,
+) -> bool {
+    if p == pieces.len() {
+        return a == actual.len();
+    }
+    if failed.contains(&(p, a)) {
+        return false;
+    }
+    let mut then = |n: usize, path: &mut Vec<(usize, usize)>| {
+        let ok = matches(pieces, actual, p + 1, a + n, failed, path);
+        if ok {
+            path.push((a, n));
+        }
+        ok
+    };
+    let ok = match pieces[p] {
+        Piece::Char(c) => a < actual.len() && actual[a] == c && then(1, path),
+        Piece::Break => match break_at(actual, a) {
+            Some(n) => then(n, path),
+            // A line's end and the end of the output.
+            None => a == actual.len() && then(0, path),
+        },
+        Piece::Any | Piece::AnyLines => (0..=actual.len() - a).any(|n| then(n, path)),
+    };
+    if !ok {
+        failed.insert((p, a));
+    }
+    ok
+}
+
+/// Rewrites the expected outputs of `steps` in the transcript at `path`
+/// with `new` ones (step index, text).
+fn bless(path: &Path, steps: &[Step], new: &[(usize, String)]) {
+    let text = fs::read_to_string(path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    for (i, expected) in new.iter().rev() {
+        let step = &steps[*i];
+        // The blank lines that end the block stay.
+        let blank = lines[step.expected_lines.clone()]
+            .iter()
+            .rev()
+            .take_while(|l| l.is_empty())
+            .count();
+        let new_lines = expected
+            .lines()
+            .map(str::to_owned)
+            .chain(std::iter::repeat_n(String::new(), blank));
+        lines.splice(step.expected_lines.clone(), new_lines);
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    fs::write(path, out).unwrap();
 }
 
 fn file_name(path: &Path) -> &str {
@@ -298,6 +538,7 @@ fn scale_step(step: &Step, file: &str, percent: u64) -> Step {
         argv,
         status: step.status,
         expected,
+        expected_lines: step.expected_lines.clone(),
     }
 }
 
@@ -1139,4 +1380,55 @@ fn device_scale_rewrites_device_sizes_only() {
     assert_eq!(steps[4].argv[2], "64M");
     assert_eq!(scaled_token("6.00GiB", 125), "7.50GiB");
     assert_eq!(scaled_token("1073741824", 125), "1342177280");
+}
+
+#[test]
+fn a_transcript_compares_words_and_columns_not_where_lines_break() {
+    let expected = "note: the quick brown fox\n  jumps over [..] dog\nNAME  SIZE\n...\nend";
+    // Broken at another word: the same.
+    assert!(same_but_wrapped(
+        expected,
+        "note: the quick brown\n  fox jumps over the lazy dog\nNAME  SIZE\nx\ny\nend\n"
+    ));
+    // A word changed, a column moved, a line lost: not the same.
+    assert!(!same_but_wrapped(
+        expected,
+        "note: the quick brown cat\n  jumps over the lazy dog\nNAME  SIZE\nend"
+    ));
+    assert!(!same_but_wrapped(
+        expected,
+        "note: the quick brown fox\n  jumps over the lazy dog\nNAME SIZE\nend"
+    ));
+    assert!(!same_but_wrapped(
+        expected,
+        "note: the quick brown fox\n  jumps over the lazy dog\nNAME  SIZE"
+    ));
+    // Written back with the new breaks, the wildcards kept.
+    assert_eq!(
+        reflowed(
+            expected,
+            "note: the quick brown\n  fox jumps over the lazy dog\nNAME  SIZE\nx\nend"
+        )
+        .unwrap(),
+        "note: the quick brown\n  fox jumps over [..] dog\nNAME  SIZE\n...\nend"
+    );
+}
+
+#[test]
+fn a_line_over_the_width_is_found_in_text_not_in_json() {
+    let step = |argv: &[&str]| Step {
+        line: 1,
+        env: Vec::new(),
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        status: 0,
+        expected: String::new(),
+        expected_lines: 0..0,
+    };
+    let long = format!("{}\n", "word ".repeat(20));
+    assert!(too_wide(&step(&["btrfs-lab", "doctor"]), &long).is_some());
+    assert!(too_wide(&step(&["btrfs-lab", "doctor", "--json"]), &long).is_none());
+    assert!(too_wide(&step(&["btrfs-lab", "completions", "bash"]), &long).is_none());
+    let path = format!("{}\n", "/very/long".repeat(10));
+    assert!(too_wide(&step(&["btrfs-lab", "doctor"]), &path).is_none());
+    assert!(too_wide(&step(&["btrfs-lab", "doctor"]), "short line\n").is_none());
 }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use btrfs_lab::report::text::fit;
 use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::model::profile::profile_list;
 use btrfs_lab::nocow::advice::{Advice, Service, advice};
@@ -126,7 +127,7 @@ fn check(paths: &[PathBuf], advice: Option<Advice>, out: &Output) -> Result<u8> 
         if let Some(a) = &d.advice {
             text.push_str(&render_advice(a, out.paint));
         }
-        text
+        fit(&text)
     });
     let s = &doc.check.summary;
     let not_nocow = s.needs_migration_files + s.switchable_files + s.blocked_files;
@@ -139,7 +140,7 @@ fn one_dir(paths: &[PathBuf], advice: Option<&Advice>, out: &Output) -> Result<O
     match paths {
         [] => match advice {
             Some(a) => {
-                out.report(a, |a| render_advice(a, out.paint).trim_start().to_owned());
+                out.report(a, |a| fit(render_advice(a, out.paint).trim_start()));
                 Ok(None)
             }
             None => Err(Error::usage("give the directory to make NOCOW").with_hint(
@@ -159,16 +160,16 @@ struct Text<'a>(&'a Output);
 
 impl View<NocowDir> for Text<'_> {
     fn plan(&self, report: &NocowReport) -> String {
-        render_plan(report, self.0.paint)
+        fit(&render_plan(report, self.0.paint))
     }
     fn plan_asked(&self, report: &NocowReport) -> String {
-        render_plan(report, self.0.paint_err)
+        fit(&render_plan(report, self.0.paint_err))
     }
     fn plan_end(&self, report: &NocowReport) -> String {
         report
             .advice
             .as_ref()
-            .map(|a| render_advice(a, self.0.paint))
+            .map(|a| fit(&render_advice(a, self.0.paint)))
             .unwrap_or_default()
     }
     fn result(&self, planned: &NocowReport, result: &Outcome) {
@@ -182,7 +183,7 @@ impl View<NocowDir> for Text<'_> {
             if let Some(a) = &report.advice {
                 text.push_str(&render_advice(a, out.paint));
             }
-            text
+            fit(&text)
         });
     }
 }

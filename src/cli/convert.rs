@@ -144,7 +144,7 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
     for c in &plan.changes {
         let from: Vec<&str> = c.from.iter().map(|p| p.name()).collect();
         t.push_str(&format!(
-            "  {:<9} {:<12} → {:<8} {} allocated to convert, {} used\n",
+            "  {:<9} {:<7} → {:<7} {} allocated, {} used\n",
             c.kind.json_name(),
             if from.is_empty() {
                 "none".to_owned()

@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use btrfs_lab::report::text::fit;
 use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::model::profile::profile_list;
 use btrfs_lab::nocow::advice::{Advice, Service, advice};
@@ -13,6 +12,7 @@ use btrfs_lab::nocow::operation::NocowDir;
 use btrfs_lab::nocow::plan::{Request, Staying};
 use btrfs_lab::nocow::{self, CheckDocument, CheckReport, NocowReport, Outcome};
 use btrfs_lab::operation::{self, Confirm, View};
+use btrfs_lab::report::text::fit;
 use btrfs_lab::report::text::{count, escape_control, escape_path};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
@@ -313,7 +313,7 @@ fn render_result(r: &NocowReport, paint: Paint) -> String {
     }
     for m in &o.migrated {
         let mut line = format!(
-            "  migrated   {}  {}, allocated {} before, {} after, content verified (BLAKE3)",
+            "  migrated   {}: {}, allocated {} before, {} after, content verified (BLAKE3)",
             escape_path(&m.path),
             size(m.size_bytes),
             size(m.allocated_before_bytes),

@@ -12,9 +12,9 @@ use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::ui::Ui;
 use clap::Args;
 
-use btrfs_lab::report::text::fit;
 use super::output::{ConfirmArgs, Output};
 use super::units::{UnitArgs, size, size_arg};
+use btrfs_lab::report::text::fit;
 
 pub const AFTER_HELP: &str = "\
 When metadata cannot get a new chunk (every byte is allocated, much of it to

@@ -164,7 +164,9 @@ fn progress<'b>(
     move |tick| {
         match tick {
             // Its name below the directory: the line stays short.
-            Tick::File(p) => bar.set_message(p.strip_prefix(dir).unwrap_or(p).display().to_string()),
+            Tick::File(p) => {
+                bar.set_message(p.strip_prefix(dir).unwrap_or(p).display().to_string())
+            }
             Tick::Bytes(n) => passes += n,
         }
         let done = if passes_total == 0 {

@@ -285,14 +285,40 @@ fn fit_to(text: &str, width: usize) -> String {
         let first_word = body.split_whitespace().next().unwrap_or("");
         let hang = if first_word == "-"
             || first_word == "*"
-            || (first_word.ends_with('.') && first_word[..first_word.len() - 1].parse::<u32>().is_ok())
+            || (first_word.ends_with('.')
+                && first_word[..first_word.len() - 1].parse::<u32>().is_ok())
             || (first_word.ends_with(':') && first_word.len() <= 12)
         {
             first_word.chars().count() + 1
         } else {
             2
         };
-        let rest = format!("{indent}{}", " ".repeat(hang));
+        let mut rest = format!("{indent}{}", " ".repeat(hang));
+        // A label aligned with those of the lines around it (`filesystem
+        // btrfs on ...`): its value is filled in its column.
+        let mut lead = indent.to_owned();
+        let mut body = body;
+        // (A table's row: the value of its last column, when that column
+        // starts in the line's first half.)
+        let mut column_at = None;
+        let mut from = 0;
+        while let Some(gap) = body[from..].find("  ").map(|g| g + from) {
+            let value_at = body.len() - body[gap..].trim_start().len();
+            let column = indent.chars().count() + body[..value_at].chars().count();
+            if column > width / 2 {
+                break;
+            }
+            column_at = Some((value_at, column));
+            from = value_at;
+        }
+        if let Some((value_at, column)) = column_at
+            && value_at < body.len()
+        {
+            lead = format!("{indent}{}", &body[..value_at]);
+            rest = " ".repeat(column);
+            body = &body[value_at..];
+        }
+        let indent = lead.as_str();
         // A command after a colon goes on a line of its own, whole.
         let command = COMMANDS
             .iter()
@@ -321,11 +347,22 @@ mod tests {
         let text = "  data    single → raid0   1GiB\n  - a note that is much longer than forty columns wide\nRISK: data on raid0 is lost when any one device fails\n    btrfs balance start -dconvert=raid0,soft /a/long/mount/point\n";
         assert_eq!(
             fit_to(text, 40),
-            "  data    single → raid0   1GiB\n  - a note that is much longer than forty\n    columns wide\nRISK: data on raid0 is lost when any one\n      device fails\n    btrfs balance start -dconvert=raid0,soft /a/long/mount/point\n"
+            "  data    single → raid0   1GiB\n  - a note that is much longer than\n    forty columns wide\nRISK: data on raid0 is lost when any one\n      device fails\n    btrfs balance start -dconvert=raid0,soft /a/long/mount/point\n"
         );
         assert_eq!(
-            fit_to("  next, to spread the data over all devices: btrfs-lab balance /a/long/mount\n", 40),
+            fit_to(
+                "  next, to spread the data over all devices: btrfs-lab balance /a/long/mount\n",
+                40
+            ),
             "  next, to spread the data over all\n    devices:\n    btrfs-lab balance /a/long/mount\n"
+        );
+        assert_eq!(
+            fit_to("  filesystem  btrfs on /dev/loop0, mounted at /a/b\n", 40),
+            "  filesystem  btrfs on /dev/loop0,\n              mounted at /a/b\n"
+        );
+        assert_eq!(
+            fit_to("  a.img   6MiB  holds data: --migrate copies it\n", 40),
+            "  a.img   6MiB  holds data: --migrate\n                copies it\n"
         );
     }
     use std::os::unix::ffi::OsStrExt;

@@ -277,7 +277,9 @@ fn pieces(expected: &str) -> Vec<Piece> {
     let mut pieces = Vec::new();
     let lines: Vec<&str> = expected.trim_end_matches('\n').split('\n').collect();
     for (i, line) in lines.iter().enumerate() {
-        if i > 0 {
+        // A blank line is part of the break before it (a break takes the
+        // whole run of line breaks).
+        if i > 0 && pieces.last() != Some(&Piece::Break) {
             pieces.push(Piece::Break);
         }
         if line.trim() == "..." {
@@ -342,7 +344,7 @@ fn reflowed(expected: &str, actual: &str) -> Option<String> {
                 let span: String = actual[a..a + n].iter().collect();
                 match span.rfind('\n') {
                     Some(i) => {
-                        out.push('\n');
+                        out.push_str(&"\n".repeat(span.matches('\n').count()));
                         out.push_str(&span[i + 1..]);
                     }
                     None if n > 0 => out.push(' '),

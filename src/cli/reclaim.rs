@@ -125,7 +125,7 @@ fn render_plan(plan: &ReclaimPlan, out: &Output) -> String {
     for s in &plan.steps {
         // The command on a line of its own: never broken.
         t.push_str(&format!(
-            "  - {} chunk{} {}, {} of data to move → about {} unallocated\n    {}\n",
+            "  - {} chunk{} {}: {} to move → about {} unallocated\n    {}\n",
             s.chunks,
             if s.chunks == 1 { "" } else { "s" },
             if s.usage == 0 {

@@ -297,7 +297,7 @@ fn btrfs_mounted_at(root: &SysRoot, fsid: &str, name: &str) -> Vec<PathBuf> {
         })
         .map(|m| (m.root != Path::new("/"), m.mount_point))
         .collect();
-    at.sort_by(|a, b| a.0.cmp(&b.0));
+    at.sort_by_key(|a| a.0);
     at.into_iter().map(|(_, p)| p).collect()
 }
 

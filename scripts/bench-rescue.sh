@@ -37,12 +37,8 @@ for c in "${counts[@]}"; do
     [[ $c =~ ^[0-9]+$ ]] && [ "$c" -gt 0 ] || { echo "bench-rescue: $c: give a number of files, e.g. 10000" >&2; exit 2; }
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench-rescue: needs root (loop devices, mounts)" >&2; exit 2; }
-if [ -n "${BTRFS_LAB:-}" ]; then
-    lab=$(realpath "$BTRFS_LAB")
-else
-    lab=$PWD/target/release/btrfs-lab
-    cargo build --release --locked -q
-fi
+. scripts/bench-lib.sh
+bench_binary
 
 work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/bench-rescue.XXXXXX")
 mnt=$work/mnt
@@ -55,9 +51,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-now() { date +%s%N; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-secs() { awk -v n="$1" 'BEGIN { printf "%.2f", n / 1e9 }'; }
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # The degraded array with $1 files, mounted read-only at $mnt.

@@ -233,9 +233,14 @@ pub fn nothing_to_do(plan: &BalancePlan) -> bool {
 
 /// What a plan with nothing to do says.
 pub fn nothing_to_balance(plan: &BalancePlan) -> String {
-    format!(
-        "nothing to balance: every profile's chunks are as wide as the array and evenly spread over its {} devices\n",
-        plan.devices.len()
+    crate::report::text::wrap_hanging(
+        &format!(
+            "nothing to balance: every profile's chunks are as wide as the array and \
+             evenly spread over its {} devices",
+            plan.devices.len()
+        ),
+        "",
+        "  ",
     )
 }
 

@@ -18,6 +18,7 @@ use clap::Args;
 
 use super::output::{ConfirmArgs, Output};
 use super::units::{UnitArgs, size};
+use btrfs_lab::report::text::wrap_hanging;
 
 pub const AFTER_HELP: &str = "\
 A chunk is as wide as the devices that had room when it was allocated: data
@@ -103,6 +104,11 @@ fn reads(s: &Spread) -> Option<(String, u32)> {
 
 /// One type and profile: its chunks, and each device's share now and
 /// (when given) after.
+/// A line of a plan or status, filled to the width under its indent.
+fn item(text: &str) -> String {
+    wrap_hanging(text, "  ", "    ")
+}
+
 fn render_spread(before: &Spread, after: Option<&Spread>, plan: &BalancePlan) -> String {
     let mut t = format!(
         "  {} {}: {} used in {} chunk{}",
@@ -119,7 +125,7 @@ fn render_spread(before: &Spread, after: Option<&Spread>, plan: &BalancePlan) ->
         (Some((now, full)), _) => t.push_str(&format!("; reads use {now} of {full} stripes")),
         _ => {}
     }
-    t.push('\n');
+    let mut t = wrap_hanging(t.trim_start(), "  ", "    ");
     let changes = after.is_some_and(|a| a.devices != before.devices);
     if !changes {
         return t;
@@ -179,15 +185,21 @@ fn step_words(s: &Step) -> String {
 pub fn render_plan(plan: &BalancePlan, out: &Output) -> String {
     let p = out.paint;
     let m = plan.mount_point.display();
-    let mut t = format!(
-        "{} {m} ({} device{})\n",
-        p.bold("Plan: balance"),
-        plan.devices.len(),
-        if plan.devices.len() == 1 { "" } else { "s" },
+    let mut t = wrap_hanging(
+        &format!(
+            "{} {m} ({} device{})",
+            p.bold("Plan: balance"),
+            plan.devices.len(),
+            if plan.devices.len() == 1 { "" } else { "s" },
+        ),
+        "",
+        "  ",
     );
     match plan.existing {
         Some(Existing::Follow) => {
-            t.push_str("  a balance is running: follow it until it ends (Ctrl-C pauses it)\n");
+            t.push_str(&item(
+                "a balance is running: follow it until it ends (Ctrl-C pauses it)",
+            ));
             return t;
         }
         Some(Existing::Resume) => {
@@ -210,22 +222,27 @@ pub fn render_plan(plan: &BalancePlan, out: &Output) -> String {
         return t;
     }
     let words: Vec<String> = plan.steps.iter().map(step_words).collect();
-    t.push_str(&format!("  relocates {}\n", words.join("; ")));
-    t.push_str(&match &plan.estimate {
+    t.push_str(&item(&format!("relocates {}", words.join("; "))));
+    t.push_str(&item(&match &plan.estimate {
         Some(e) => format!(
-            "  time: about {} at {}/s, the rate the last balance here ran at\n",
+            "time: about {} at {}/s, the rate the last balance here ran at",
             btrfs_lab::report::rate::duration(e.seconds),
             size(e.bytes_per_sec as u64)
         ),
-        None => "  time: not known before it runs (no balance was measured on this array yet); progress shows the rate and ETA\n".to_owned(),
-    });
+        None => "time: not known before it runs (no balance was measured on this array \
+                 yet); progress shows the rate and ETA"
+            .to_owned(),
+    }));
     if !plan.equivalent_command.is_empty() {
+        // The command on a line of its own: never broken.
         t.push_str(&format!(
-            "  runs the BALANCE_V2 ioctl, as: {}\n",
+            "  runs the BALANCE_V2 ioctl, as:\n    {}\n",
             btrfs_lab::sys::tools::display_argv(&plan.equivalent_command)
         ));
     }
-    t.push_str("  Ctrl-C pauses it after the current chunk; the same command resumes it\n");
+    t.push_str(&item(
+        "Ctrl-C pauses it after the current chunk; the same command resumes it",
+    ));
     t
 }
 
@@ -317,10 +334,10 @@ fn render_status(st: &StatusReport, out: &Output) -> String {
             t.push_str("  even: nothing to balance\n");
         } else {
             let words: Vec<String> = st.steps.iter().map(step_words).collect();
-            t.push_str(&format!(
-                "  uneven: `btrfs-lab balance {m}` would relocate {}\n",
+            t.push_str(&item(&format!(
+                "uneven: `btrfs-lab balance {m}` would relocate {}",
                 words.join("; ")
-            ));
+            )));
         }
     }
     t

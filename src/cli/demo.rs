@@ -17,15 +17,15 @@ use super::units::{UnitArgs, size, size_arg};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Size of each test file.
+    /// Size of each test file [default: probe-dio's, 4M when the per-file
+    /// tracepoints are used (root, tracefs), else 64M].
     #[arg(
         long = "file-size",
         alias = "size",
-        default_value = "256M",
         value_parser = size_arg,
         value_name = "SIZE"
     )]
-    file_size: u64,
+    file_size: Option<u64>,
     /// Rounds (the medians decide).
     #[arg(long, default_value_t = probe::DEFAULT_ROUNDS, value_name = "N")]
     rounds: u32,
@@ -98,8 +98,7 @@ fn render(r: &DemoReport, out: &Output) -> String {
         speed(cols[0]),
         speed(cols[1])
     ));
-    let counter = &r.checksummed.counter.label;
-    t.push_str(&format!("  {:<21} {counter}\n\n", "counter"));
+    t.push('\n');
     let summary = if r.shows_the_trap() {
         "The checksummed directory's O_DIRECT writes went through the page cache (the kernel's \
          fallback for files with data checksums), while the NOCOW directory's stayed direct. \
@@ -112,7 +111,18 @@ fn render(r: &DemoReport, out: &Output) -> String {
         )
     };
     t.push_str(&wrap(&summary, ""));
-    t.push_str("sandbox removed.\n");
+    t.push_str("sandbox removed.\n\n");
+    t.push_str(&next_commands(r.shows_the_trap()));
+    t
+}
+
+/// What to run next, on the user's own filesystem.
+fn next_commands(trap: bool) -> String {
+    let mut t = String::from("Next, on your own btrfs:\n");
+    t.push_str("  btrfs-lab probe-dio DIR        does O_DIRECT stay direct in DIR?\n");
+    if trap {
+        t.push_str("  btrfs-lab nocow --migrate DIR  make DIR and the files in it NOCOW\n");
+    }
     t
 }
 
@@ -142,7 +152,7 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     output: super::page::Shape::Document,
     examples: &[(
         "The O_DIRECT trap on a sandbox, checksummed vs NOCOW.",
-        "btrfs-lab demo --file-size 32M",
+        "btrfs-lab demo",
     )],
     see_also: &[],
     ..super::page::Declared::NONE

@@ -245,24 +245,56 @@ fn select<'a>(all: &'a [Page], words: &[String]) -> Result<Vec<&'a Page>> {
         .collect())
 }
 
+/// How a page is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shown {
+    /// Its roff source on stdout (piped: `btrfs-lab man df | man -l -`).
+    Roff,
+    /// Formatted and paged by this man(1): `man -l -`, the page on its
+    /// stdin (argv, no shell; man picks the pager: MANPAGER, PAGER).
+    Man(PathBuf),
+    /// On a terminal with no man(1): the roff source, and a note.
+    RoffNoMan,
+}
+
+/// How to show a page: `terminal` is whether stdout is one, `man` where
+/// man(1) is (None: not installed).
+fn shown(terminal: bool, man: Option<PathBuf>) -> Shown {
+    match (terminal, man) {
+        (false, _) => Shown::Roff,
+        (true, Some(m)) => Shown::Man(m),
+        (true, None) => Shown::RoffNoMan,
+    }
+}
+
 /// One page on stdout: on a terminal formatted and paged by man(1), as
 /// `man btrfs-lab-df` would; piped, its roff source.
 fn show(page: &Page, out: &Output) -> Result<()> {
     let roff = page.render();
-    if !std::io::stdout().is_terminal() {
-        out.text(&roff);
-        return Ok(());
-    }
-    match btrfs_lab::sys::tools::find("man", "man-db") {
-        Ok(man) => man.run_on_terminal(&["-l".into(), "-".into()], roff.as_bytes()),
-        Err(_) => {
-            out.note(
-                "man(1) is not installed (apt-get install man-db): printing the page's roff source",
-            );
+    let terminal = std::io::stdout().is_terminal();
+    let man = terminal
+        .then(|| btrfs_lab::sys::tools::find("man", "man-db").ok())
+        .flatten()
+        .map(|t| t.path);
+    match shown(terminal, man) {
+        Shown::Roff => out.text(&roff),
+        Shown::Man(path) => {
+            let man = btrfs_lab::sys::tools::Tool {
+                name: "man".to_owned(),
+                path,
+            };
+            man.run_on_terminal(&["-l".into(), "-".into()], roff.as_bytes())?;
+        }
+        Shown::RoffNoMan => {
+            let words = page.words.join(" ");
+            out.note(&format!(
+                "man(1) is not installed (apt-get install man-db): printing the page's roff source; btrfs-lab {words}{}--help says the same as plain text",
+                if words.is_empty() { "" } else { " " }
+            ));
             out.text(&roff);
-            Ok(())
         }
     }
+    Ok(())
 }
 
 /// The exit statuses each page lists: btrfs-lab(1) every number (the
@@ -427,6 +459,19 @@ mod tests {
             checked >= 20,
             "only {checked} statuses found in docs/exit-codes.md"
         );
+    }
+
+    #[test]
+    fn a_page_is_formatted_by_man_only_on_a_terminal() {
+        let man = PathBuf::from("/usr/bin/man");
+        // Piped (`btrfs-lab man df | man -l -`, `> page.1`): roff, whether
+        // man is installed or not.
+        assert_eq!(shown(false, Some(man.clone())), Shown::Roff);
+        assert_eq!(shown(false, None), Shown::Roff);
+        // On a terminal: man -l - formats and pages it.
+        assert_eq!(shown(true, Some(man.clone())), Shown::Man(man));
+        // No man(1): roff, with a note.
+        assert_eq!(shown(true, None), Shown::RoffNoMan);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use btrfs_lab::error::{Error, ErrorEvent, ErrorKind, Result};
 use btrfs_lab::model::exit::{REPORT_NOT_WRITTEN, Status};
 use btrfs_lab::report::envelope::{Document, Enveloped};
 use btrfs_lab::report::text::escape_control;
+use btrfs_lab::report::text::fit;
 use btrfs_lab::ui::{self, Progress, Ui};
 
 /// `--color`.
@@ -138,7 +139,7 @@ impl Output {
     /// confirmation, progress lines without a bar); nothing with --quiet.
     pub fn say(&self, text: &str) {
         if !self.quiet {
-            let _ = io::stderr().lock().write_all(text.as_bytes());
+            let _ = io::stderr().lock().write_all(fit(text).as_bytes());
         }
     }
 
@@ -196,7 +197,7 @@ impl Output {
         if self.json {
             self.json_doc(report);
         } else {
-            self.text(&render(report));
+            self.text(&fit(&render(report)));
         }
     }
 
@@ -207,7 +208,7 @@ impl Output {
         if self.json {
             self.json_line(record);
         } else {
-            self.text(&render(record));
+            self.text(&fit(&render(record)));
         }
     }
 
@@ -494,7 +495,7 @@ impl Ui for Output {
     }
     fn status(&self, text: &str) {
         if !self.json {
-            self.text(text);
+            self.text(&fit(text));
         }
     }
     fn confirm(&self, question: &str, yes: bool) -> Result<()> {

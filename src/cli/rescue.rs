@@ -7,7 +7,7 @@ use clap::Args;
 
 use btrfs_lab::error::Result;
 use btrfs_lab::operation::{self, Confirm, View};
-use btrfs_lab::report::text::escape_control as esc;
+use btrfs_lab::report::text::{escape_control as esc, wrap_hanging};
 use btrfs_lab::report::units::{UnitMode, pretty_size};
 use btrfs_lab::rescue::operation::RescueCopy;
 use btrfs_lab::rescue::report::{FileRecord, FileState, RescueReport};
@@ -21,8 +21,10 @@ For a btrfs whose data is RAID0 (or single) and a device of which is gone:
 mirrored metadata keeps the file list, so the files with no byte on the lost
 device are whole. MOUNT must be mounted read-only:
   mount -o degraded,ro DEVICE MOUNT   (never put degraded in /etc/fstab)
+  mount -o remount,ro MOUNT           (already mounted read-write)
 Every file of every subvolume below MOUNT is mapped (FIEMAP, the chunk
-tree) and reported intact, damaged (the byte ranges) or unknown; with
+tree) and reported intact, damaged (the byte ranges), lost (no byte left:
+never written, not even by --partial) or unknown; with
 --copy-to every byte copied is read from the disk and checked against the
 checksum tree (by the kernel, and again by rescue: a sector that does not
 match is never copied as good); a re-run with the same arguments resumes
@@ -42,7 +44,7 @@ pub struct RescueArgs {
     /// Copy the intact files into DIR (on another filesystem; empty, or an earlier rescue's to resume).
     #[arg(long = "copy-to", value_name = "DIR")]
     copy_to: Option<PathBuf>,
-    /// With --copy-to: also the readable parts of damaged files, as NAME.partial (holes for the rest).
+    /// With --copy-to: also the readable parts of damaged files, as NAME.partial (holes for the rest; a file with no readable byte is not written).
     #[arg(long, requires = "copy_to")]
     partial: bool,
     #[command(flatten)]
@@ -130,6 +132,7 @@ fn state_word(s: FileState, paint: Paint) -> String {
     match s {
         FileState::Intact => paint.good("intact"),
         FileState::Damaged => paint.bad("damaged"),
+        FileState::Lost => paint.bad("lost"),
         FileState::Unknown => paint.warn("unknown"),
         FileState::Failed => paint.bad("failed"),
     }
@@ -137,8 +140,14 @@ fn state_word(s: FileState, paint: Paint) -> String {
 
 /// One file: state, path, and for a damaged one what is lost.
 fn file_line(r: &FileRecord, mode: UnitMode, paint: Paint) -> String {
-    let mut t = format!("{:<8} {}", state_word(r.state, paint), esc(&r.path));
-    if r.damaged_bytes > 0 {
+    let lead = format!("{:<8} ", state_word(r.state, paint));
+    let mut t = esc(&r.path).into_owned();
+    if r.state == FileState::Lost {
+        t.push_str(&format!(
+            "  (all {} lost: nothing to save)",
+            pretty_size(r.size, mode)
+        ));
+    } else if r.damaged_bytes > 0 {
         let ranges: Vec<String> = r
             .damaged_ranges
             .iter()
@@ -171,8 +180,8 @@ fn file_line(r: &FileRecord, mode: UnitMode, paint: Paint) -> String {
     {
         t.push_str(&format!("  [{}]", esc(j)));
     }
-    t.push('\n');
-    t
+    // Filled under the path (state words are at most 8 columns).
+    wrap_hanging(&t, &lead, "         ")
 }
 
 fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> String {
@@ -189,12 +198,19 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
             .collect::<Vec<_>>()
             .join("+")
     };
+    t.push_str(&wrap_hanging(
+        &format!(
+            "{} ({}): data {}, metadata {}",
+            esc(&r.mount),
+            r.fsid,
+            profiles(&r.data_profiles),
+            profiles(&r.metadata_profiles),
+        ),
+        "",
+        "  ",
+    ));
     t.push_str(&format!(
-        "{} ({}): data {}, metadata {}; missing: {}\n",
-        esc(&r.mount),
-        r.fsid,
-        profiles(&r.data_profiles),
-        profiles(&r.metadata_profiles),
+        "missing: {}\n",
         if missing.is_empty() {
             "none".to_owned()
         } else {
@@ -214,49 +230,62 @@ fn render(r: &RescueReport, mode: UnitMode, paint: Paint, with_files: bool) -> S
         }
         t.push('\n');
     }
-    t.push_str(&format!(
-        "files: {} intact, {} damaged, {} unknown, {} failed ({} symlinks, {} directories, {} subvolumes)\n",
-        r.files.intact,
-        r.files.damaged,
-        r.files.unknown,
-        r.files.failed,
-        r.walked.symlinks,
-        r.walked.directories,
-        r.walked.subvolumes
+    t.push_str(&wrap_hanging(
+        &format!(
+            "{} intact, {} damaged, {} lost, {} unknown, {} failed",
+            r.files.intact, r.files.damaged, r.files.lost, r.files.unknown, r.files.failed,
+        ),
+        "files: ",
+        "       ",
     ));
-    t.push_str(&format!(
-        "bytes: {} in files, {} intact, {} lost, {} unknown\n",
-        pretty_size(r.bytes.total, mode),
-        pretty_size(r.bytes.intact, mode),
-        pretty_size(r.bytes.lost, mode),
-        pretty_size(r.bytes.unknown, mode)
+    t.push_str(&wrap_hanging(
+        &format!(
+            "({} symlinks, {} directories, {} subvolumes)",
+            r.walked.symlinks, r.walked.directories, r.walked.subvolumes
+        ),
+        "       ",
+        "       ",
+    ));
+    t.push_str(&wrap_hanging(
+        &format!(
+            "{} in files = {} intact + {} readable in damaged files + {} lost + {} unknown",
+            pretty_size(r.bytes.total, mode),
+            pretty_size(r.bytes.intact, mode),
+            pretty_size(r.bytes.readable, mode),
+            pretty_size(r.bytes.lost, mode),
+            pretty_size(r.bytes.unknown, mode)
+        ),
+        "bytes: ",
+        "       ",
     ));
     match &r.copy {
         Some(c) => {
-            t.push_str(&format!(
-                "copied to {}: {} files ({} partial), {} already there from an earlier run, {} saved; manifest {}\n",
+            t.push_str(&wrap_hanging(&format!(
+                "copied to {}: {} files ({} partial), {} already there from an earlier run, {} saved; manifest {}",
                 esc(&c.dir),
                 c.copied,
                 c.partial_copies,
                 c.resumed,
                 pretty_size(r.bytes.saved, mode),
                 esc(&c.manifest)
-            ));
+            ), "", "  "));
             if !c.not_fitted.is_empty() {
-                t.push_str(&format!(
-                    "did not fit in {} (not saved; free space there, then run the same command again): {}\n",
+                t.push_str(&wrap_hanging(&format!(
+                    "did not fit in {} (not saved; free space there, then run the same command again): {}",
                     esc(&c.dir),
                     c.not_fitted.iter().map(|p| esc(p)).collect::<Vec<_>>().join(", ")
-                ));
+                ), "", "  "));
             }
         }
-        None if r.not_intact() > 0 || r.files.intact > 0 => t.push_str(
-            "nothing copied: --copy-to DIR copies the intact files (--partial also what is readable of the others)\n",
-        ),
+        None if r.not_intact() > 0 || r.files.intact > 0 => t.push_str(&wrap_hanging(
+            "nothing copied: --copy-to DIR copies the intact files (--partial also what is readable of the others)",
+            "",
+            "  ",
+        )),
         None => {}
     }
     for n in &r.notes {
-        t.push_str(&format!("note: {}\n", esc(n)));
+        t.push_str(&wrap_hanging(&esc(n), "note: ", "      "));
     }
     t
 }
@@ -287,8 +316,8 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         NOT_WRITTEN,
         row(
             status::FILES_LOST,
-            "files-lost: some files are damaged (bytes on a missing device), unknown or \
-             failed (read errors), or did not fit in the target (named at the end, the copy \
+            "files-lost: some files are damaged or lost (bytes on a missing device), unknown \
+             or failed (read errors), or did not fit in the target (named at the end, the copy \
              went on past them); the report lists them.",
         ),
         row(

@@ -21,8 +21,10 @@ use crate::ui::Ui;
 /// What the demo is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DemoOptions {
-    /// Size of each probe's test file.
-    pub file_size: u64,
+    /// Size of each probe's test file (`None`: probe-dio's own default,
+    /// 4 MiB when its per-file tracepoints count the pages: enough for
+    /// the verdict, which is all the demo shows).
+    pub file_size: Option<u64>,
     /// Rounds of each probe (the medians decide).
     pub rounds: u32,
 }
@@ -34,7 +36,7 @@ pub fn run(opts: &DemoOptions, places: &Locations, ui: &dyn Ui) -> Result<DemoRe
     // The probes' numbers checked before anything is made (a --file-size
     // probe-dio refuses would otherwise fail after the sandbox was built).
     let mut check = crate::probe::ProbeOptions::new(".");
-    check.size_bytes = Some(opts.file_size);
+    check.size_bytes = opts.file_size;
     check.rounds = opts.rounds;
     check.validate()?;
     let exe = std::env::current_exe().map_err(|e| {
@@ -93,11 +95,11 @@ fn probe(
     if ui.quiet() {
         probe.arg("--quiet");
     }
+    probe.arg("probe-dio").arg("--json");
+    if let Some(size) = opts.file_size {
+        probe.arg("--file-size").arg(size.to_string());
+    }
     let child = probe
-        .arg("probe-dio")
-        .arg("--json")
-        .arg("--file-size")
-        .arg(opts.file_size.to_string())
         .arg("--rounds")
         .arg(opts.rounds.to_string())
         .arg(dir)

@@ -16,6 +16,20 @@ use crate::sys::kernel::btrfs::FsHandle;
 use crate::sys::kernel::btrfs::{SpaceEntry, bg_type_of, profile_of};
 use crate::sys::kernel_release;
 
+/// Where a device operation's time went, in seconds: the kernel's work
+/// beside what btrfs-lab adds before (reading the filesystem, planning) and
+/// after it (reading it back, checking every chunk's redundancy).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Phases {
+    /// Reading the filesystem and making the plan.
+    pub plan: f64,
+    /// The kernel's work (the relocation or the copy), as btrfs-lab waited
+    /// for it.
+    pub kernel: f64,
+    /// Reading the result back and checking it.
+    pub verify: f64,
+}
+
 /// A member device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct MemberDevice {

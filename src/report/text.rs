@@ -237,6 +237,42 @@ pub fn wrap_hanging(text: &str, first: &str, rest: &str) -> String {
     fill(text, width(), first, rest)
 }
 
+/// How a command line shown to be copied starts. Such a line is never
+/// filled: a line break pasted into a shell would run two commands.
+pub const COMMAND_STARTS: &[&str] = &["btrfs-lab ", "btrfs ", "mount ", "umount "];
+
+/// `block` with each line wider than the output's [`width`] filled to it,
+/// the continuation lines indented two columns more than the line: the
+/// output layer's last word on a text report, so a line no renderer
+/// filled still fits the terminal. Command lines ([`COMMAND_STARTS`]) are
+/// kept whole. Borrowed when every line fits.
+pub fn fit(block: &str) -> Cow<'_, str> {
+    let w = width();
+    let too_wide = |l: &str| {
+        let t = l.trim_start();
+        l.chars().count() > w && !COMMAND_STARTS.iter().any(|c| t.starts_with(c))
+    };
+    if !block.lines().any(too_wide) {
+        return Cow::Borrowed(block);
+    }
+    let mut out = String::with_capacity(block.len() + 16);
+    for line in block.split_inclusive('\n') {
+        let body = line.strip_suffix('\n').unwrap_or(line);
+        if !too_wide(body) {
+            out.push_str(line);
+            continue;
+        }
+        let indent = &body[..body.len() - body.trim_start().len()];
+        let filled = fill(body, w, indent, &format!("{indent}  "));
+        out.push_str(if line.ends_with('\n') {
+            &filled
+        } else {
+            filled.strip_suffix('\n').unwrap_or(&filled)
+        });
+    }
+    Cow::Owned(out)
+}
+
 /// A message of one or more paragraphs (split at `\n`) filled to the
 /// output's [`width`]: the first line begins with `first`, every other
 /// line is indented by `rest`; no newline at the end. Errors, warnings,
@@ -384,6 +420,18 @@ mod tests {
         // wrap_message keeps the message's own line breaks.
         let w = wrap_message("note: ", "one\ntwo", "  ");
         assert_eq!(w, "note: one\n  two");
+    }
+
+    #[test]
+    fn a_line_too_wide_is_filled_under_its_indent_and_a_command_is_not() {
+        let long = format!("  {}\n", "word ".repeat(30).trim_end());
+        let fitted = fit(&long);
+        assert!(fitted.lines().count() > 1);
+        assert!(fitted.lines().all(|l| l.chars().count() <= 80));
+        assert!(fitted.lines().skip(1).all(|l| l.starts_with("    word")));
+        let command = format!("  btrfs-lab {}\n", "x ".repeat(50));
+        assert_eq!(fit(&command), command);
+        assert!(matches!(fit("short\n"), Cow::Borrowed(_)));
     }
 
     #[test]

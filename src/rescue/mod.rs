@@ -63,11 +63,30 @@ pub struct RescueRequest {
     pub allow_untrusted_target: bool,
 }
 
-/// The line that tells how to get a read-only mount.
-fn ro_hint(mount: &Path) -> String {
+/// How to get a read-only mount where there is none (MOUNT is not on a
+/// btrfs: the filesystem is not mounted there yet).
+fn mount_ro_hint(mount: &Path) -> String {
     format!(
         "mount it read-only first: mount -o degraded,ro DEVICE {} (never put degraded in /etc/fstab)",
         mount.display()
+    )
+}
+
+/// How to make a read-write mount read-only: `mount -o remount,ro` on its
+/// mount point (the device form fails on a mounted filesystem). The mount
+/// point as the user wrote it when MOUNT is it, else the one mountinfo
+/// gives.
+fn remount_ro_hint(mount: &Path) -> String {
+    let point = std::path::absolute(mount)
+        .ok()
+        .and_then(|abs| {
+            let m = crate::sys::proc::mountinfo::containing(&SysRoot::host(), &abs).ok()?;
+            (m.mount_point != abs).then_some(m.mount_point)
+        })
+        .unwrap_or_else(|| mount.to_path_buf());
+    format!(
+        "remount it read-only first: mount -o remount,ro {} (rescue never writes to it)",
+        point.display()
     )
 }
 
@@ -98,7 +117,7 @@ fn open_mount(req: &RescueRequest) -> Result<(HeldDir, Stat, String)> {
                 ErrorKind::WrongTarget,
                 format!("{} is not on a btrfs filesystem", req.mount.display()),
             )
-            .with_hint(ro_hint(&req.mount))
+            .with_hint(mount_ro_hint(&req.mount))
         } else {
             e
         }
@@ -111,7 +130,7 @@ fn open_mount(req: &RescueRequest) -> Result<(HeldDir, Stat, String)> {
                 req.mount.display()
             ),
         )
-        .with_hint(ro_hint(&req.mount)));
+        .with_hint(remount_ro_hint(&req.mount)));
     }
     Ok((src, st, fsid))
 }
@@ -681,13 +700,66 @@ fn untrusted(dir: &Path, why: &Error) -> Error {
     )
 }
 
+/// Whether `dir` (or, when it does not exist yet, the nearest directory
+/// above it that does) is on the filesystem being rescued.
+fn on_source(dir: &Path, src_st: &Stat, fsid: &str) -> bool {
+    let Ok(abs) = std::path::absolute(dir) else {
+        return false;
+    };
+    abs.ancestors()
+        .find_map(|a| HeldDir::open(a).ok())
+        .is_some_and(|d| {
+            d.fstat().is_ok_and(|st| st.st_dev == src_st.st_dev)
+                || d.btrfs_fsid().is_ok_and(|f| f == fsid)
+        })
+}
+
+/// The refusal of a target on the filesystem being rescued.
+fn target_on_source(dir: &Path, fsid: &str) -> Error {
+    Error::new(
+        ErrorKind::WrongTarget,
+        format!(
+            "{} is on the filesystem being rescued ({fsid}); copy to another disk",
+            dir.display()
+        ),
+    )
+    .with_hint("choose a directory on another filesystem (a USB disk, a network share)")
+}
+
+/// A target that cannot be written because its filesystem is read-only:
+/// never "remount it read-write" (that may be the degraded source).
+fn read_only_target(e: Error, dir: &Path, src_st: &Stat, fsid: &str) -> Error {
+    if e.kind() != ErrorKind::ReadOnly {
+        return e;
+    }
+    if on_source(dir, src_st, fsid) {
+        return target_on_source(dir, fsid);
+    }
+    Error::new(ErrorKind::ReadOnly, e.message().to_owned())
+        .with_hint("choose a directory on a writable filesystem (a USB disk, a network share)")
+}
+
+/// A manifest that cannot be written because the state directory's
+/// filesystem is read-only (it may be the degraded source, when that is
+/// the root filesystem): another state directory, never a remount.
+fn read_only_state(e: Error) -> Error {
+    if e.kind() != ErrorKind::ReadOnly {
+        return e;
+    }
+    Error::new(ErrorKind::ReadOnly, e.message().to_owned()).with_hint(
+        "the manifest goes into btrfs-lab's state directory: give one on a writable filesystem (--state-dir DIR)",
+    )
+}
+
 /// Opens (or creates) the target: root's alone, checked on every component
 /// of its path (a directory another user owns or can write, sticky ones
 /// included, is refused unless `--allow-untrusted-target`); held from then
 /// on, and nothing in it followed through a link.
 fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Result<CopyState> {
+    let ro = |e: Error| read_only_target(e, dir, src_st, fsid);
     let held = match TrustedDir::create(dir, Leaf::Private, 0o700) {
         Ok((t, _)) => HeldDir::open(t.path())?,
+        Err(e) if e.kind() == ErrorKind::ReadOnly => return Err(ro(e)),
         Err(e) if e.kind() == ErrorKind::Permission && !req.allow_untrusted_target => {
             return Err(untrusted(dir, &e));
         }
@@ -700,7 +772,7 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
                     return Err(e);
                 };
                 let parent = HeldDir::open(parent)?;
-                fsr::make_dir(&parent, name)?.0
+                fsr::make_dir(&parent, name).map_err(ro)?.0
             }
             other => other?,
         },
@@ -715,17 +787,10 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
     }
     let same = st.st_dev == src_st.st_dev || held.btrfs_fsid().is_ok_and(|f| f == fsid);
     if same {
-        return Err(Error::new(
-            ErrorKind::WrongTarget,
-            format!(
-                "{} is on the filesystem being rescued ({fsid}); copy to another disk",
-                dir.display()
-            ),
-        )
-        .with_hint("choose a directory on another filesystem (a USB disk, a network share)"));
+        return Err(target_on_source(dir, fsid));
     }
-    held.check_writable()?;
-    let mdir = manifest_dir(&req.state_dir, dir)?;
+    held.check_writable().map_err(ro)?;
+    let mdir = manifest_dir(&req.state_dir, dir).map_err(read_only_state)?;
     let fresh = held.names()?.is_empty();
     match manifest::existing_header(&mdir)? {
         Some(h) if h.fsid != fsid => {
@@ -765,7 +830,8 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
             fsid: fsid.to_owned(),
             mount: req.mount.display().to_string(),
         },
-    )?;
+    )
+    .map_err(read_only_state)?;
     Ok(CopyState {
         dir_shown: dir.to_path_buf(),
         manifest_path,
@@ -783,6 +849,31 @@ fn open_target(dir: &Path, src_st: &Stat, fsid: &str, req: &RescueRequest) -> Re
         not_fitted: Vec::new(),
         bufs: copy::Buffers::new(),
     })
+}
+
+/// The file being copied, as a progress line names it: its path, or its
+/// last [`STEP_CHARS`] characters after `…` (the line keeps its sizes,
+/// rate and ETA within 80 columns).
+fn step_name(path: &str) -> String {
+    let n = path.chars().count();
+    if n <= STEP_CHARS {
+        return path.to_owned();
+    }
+    let tail: String = path.chars().skip(n - (STEP_CHARS - 1)).collect();
+    format!("…{tail}")
+}
+
+/// See [`step_name`].
+const STEP_CHARS: usize = 22;
+
+/// A damaged file of which every byte is in a damaged range: lost.
+fn lost_if_unreadable(mut r: FileRecord) -> FileRecord {
+    if r.state == FileState::Damaged && r.size > 0 && r.damaged_bytes >= r.size {
+        r.state = FileState::Lost;
+        r.judged
+            .push("every byte of it is on a missing device: nothing to save".to_owned());
+    }
+    r
 }
 
 struct Job<'a, 'b> {
@@ -851,7 +942,7 @@ impl Job<'_, '_> {
                 signals::check()?;
                 self.report.walked.files += 1;
                 if self.copy.is_some() {
-                    self.bar.set_message(rel.to_string_lossy().into_owned());
+                    self.bar.set_message(step_name(&rel.to_string_lossy()));
                 }
                 let record = self.file(rel, dir, name, st)?;
                 self.account(&record);
@@ -868,7 +959,7 @@ impl Job<'_, '_> {
                     }
                 }
                 if self.copy.is_none() {
-                    self.bar.set_message(record.path.clone());
+                    self.bar.set_message(step_name(&record.path));
                     self.bar.set_position(self.report.walked.files);
                 }
                 Ok(())
@@ -922,17 +1013,19 @@ impl Job<'_, '_> {
                 self.report.files.intact += 1;
                 b.intact += r.size;
             }
-            FileState::Damaged => {
-                self.report.files.damaged += 1;
-                b.lost += r.damaged_bytes;
+            FileState::Damaged | FileState::Lost | FileState::Failed => {
+                match r.state {
+                    FileState::Damaged => self.report.files.damaged += 1,
+                    FileState::Lost => self.report.files.lost += 1,
+                    _ => self.report.files.failed += 1,
+                }
+                let lost = r.damaged_bytes.min(r.size);
+                b.lost += lost;
+                b.readable += r.size - lost;
             }
             FileState::Unknown => {
                 self.report.files.unknown += 1;
                 b.unknown += r.size;
-            }
-            FileState::Failed => {
-                self.report.files.failed += 1;
-                b.lost += r.damaged_bytes;
             }
         }
         if let Some(s) = &r.saved {
@@ -981,7 +1074,9 @@ impl Job<'_, '_> {
     fn file(&mut self, rel: &Path, dir: &HeldDir, name: &OsStr, st: &Stat) -> Result<FileRecord> {
         let mut exts = std::mem::take(&mut self.exts);
         exts.clear();
-        let r = self.file_with(rel, dir, name, st, &mut exts);
+        let r = self
+            .file_with(rel, dir, name, st, &mut exts)
+            .map(lost_if_unreadable);
         self.exts = exts;
         r
     }
@@ -1044,9 +1139,12 @@ impl Job<'_, '_> {
             return Ok(r);
         };
         let map_state = r.state;
+        // A file with no byte left to read is never written (a partial
+        // copy of it would be holes only).
         let wanted = match map_state {
             FileState::Intact | FileState::Unknown => true,
-            FileState::Damaged | FileState::Failed => c.partial,
+            FileState::Damaged | FileState::Failed => c.partial && damaged.bytes() < size,
+            FileState::Lost => false,
         };
         if !wanted {
             r.damaged_bytes = damaged.bytes();
@@ -1106,13 +1204,19 @@ impl Job<'_, '_> {
         r.damaged_ranges = damaged.0.clone();
         let saved_name = if r.state == FileState::Intact {
             name.to_os_string()
-        } else if c.partial {
+        } else if c.partial && read.read_bytes > 0 {
             let mut n = name.to_os_string();
             n.push(".partial");
             n
         } else {
-            // Not good: the temporary file is dropped, nothing is named.
+            // Not good (or, with --partial, nothing read: holes only): the
+            // temporary file is dropped, nothing is named.
             drop(out);
+            if c.partial && r.state == FileState::Damaged && !read.stopped_early {
+                r.state = FileState::Lost;
+                r.judged
+                    .push("no byte of it could be read from the disk: nothing saved".to_owned());
+            }
             return Ok(r);
         };
         if read.holes > 0 {
@@ -1133,5 +1237,19 @@ impl Job<'_, '_> {
             }
         }
         Ok(c.record_saved(r, rel, name, &saved_name, size, &read))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_path_in_a_progress_line_keeps_its_end() {
+        assert_eq!(step_name("photos/p1.jpg"), "photos/p1.jpg");
+        let long = "a/very/deep/directory/tree/of/photos/2024/IMG_1.jpg";
+        let s = step_name(long);
+        assert_eq!(s.chars().count(), STEP_CHARS);
+        assert!(s.starts_with('…') && s.ends_with("2024/IMG_1.jpg"), "{s}");
     }
 }

@@ -17,6 +17,10 @@ pub enum FileState {
     /// a missing device, an address outside the chunk tree), and it was not
     /// read to find out.
     Unknown,
+    /// No byte of it can be read (every byte was on a missing device, or
+    /// none read back): nothing is saved, not even with `--partial` (a
+    /// copy would be holes only). Counted apart from `damaged`.
+    Lost,
     /// The map said intact, but reading it failed (a second device failing,
     /// an I/O error): reported, never saved as good.
     Failed,
@@ -57,7 +61,7 @@ pub struct FileRecord {
     pub path_hex: Option<String>,
     /// Size in bytes.
     pub size: u64,
-    /// Intact, damaged, unknown or failed.
+    /// Intact, damaged, lost, unknown or failed.
     pub state: FileState,
     /// The byte ranges that cannot be read (damaged, failed), merged, in order.
     pub damaged_ranges: Vec<ByteRange>,
@@ -96,8 +100,12 @@ pub struct RescueDevice {
 pub struct StateCounts {
     /// Intact files.
     pub intact: u64,
-    /// Damaged files.
+    /// Damaged files (some bytes readable).
     pub damaged: u64,
+    /// Files of which no byte can be read (earlier versions counted them
+    /// as damaged).
+    #[serde(default)]
+    pub lost: u64,
     /// Files the map cannot judge (not read).
     pub unknown: u64,
     /// Files intact by the map that could not be read.
@@ -134,7 +142,13 @@ pub struct Bytes {
     pub total: u64,
     /// Bytes of intact files.
     pub intact: u64,
-    /// Bytes that cannot be read (damaged ranges of damaged and failed files).
+    /// The readable bytes of damaged and failed files (outside their
+    /// damaged ranges): what `--partial` saves. `total` = `intact` +
+    /// `readable` + `lost` + `unknown`.
+    #[serde(default)]
+    pub readable: u64,
+    /// Bytes that cannot be read (damaged ranges of damaged, lost and
+    /// failed files).
     pub lost: u64,
     /// Bytes of unknown files.
     pub unknown: u64,
@@ -205,9 +219,9 @@ pub struct RescueReport {
 }
 
 impl RescueReport {
-    /// Files that are not intact (damaged, unknown, failed).
+    /// Files that are not intact (damaged, lost, unknown, failed).
     pub fn not_intact(&self) -> u64 {
-        self.files.damaged + self.files.unknown + self.files.failed
+        self.files.damaged + self.files.lost + self.files.unknown + self.files.failed
     }
 
     /// The exit status: `files-lost` when a file is not intact, otherwise

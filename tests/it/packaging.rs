@@ -428,3 +428,26 @@ fn man_on_a_terminal_is_formatted_and_paged_piped_it_is_roff() {
     assert_eq!(code, 0);
     assert!(stdout.contains(".TH BTRFS-LAB-DF 1"), "{stdout}");
 }
+
+#[test]
+fn man_on_a_terminal_without_man_is_roff_with_a_note() {
+    let test = "man_on_a_terminal_without_man_is_roff_with_a_note";
+    let Some(script) = tool("script", test) else {
+        return;
+    };
+    // Tools are also looked for in the sbin directories (where a merged
+    // /usr may put man): only without one there.
+    let sbin = ["/usr/local/sbin/man", "/usr/sbin/man", "/sbin/man"];
+    if sbin.iter().any(|p| std::path::Path::new(p).exists()) {
+        return;
+    }
+    let (code, stdout, stderr) = run(Command::new(script)
+        .args(["-qec"])
+        .arg(format!("{} man df", bin().display()))
+        .arg("/dev/null")
+        .env("PATH", "/nonexistent")
+        .env("TERM", "dumb"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("man(1) is not installed"), "{stdout}");
+    assert!(stdout.contains(".TH BTRFS-LAB-DF 1"), "{stdout}");
+}

@@ -59,7 +59,7 @@ struct Degraded {
 
 /// Builds the array, writes the files, checks the refusals a healthy
 /// read-write mount gets, then loses device 3.
-fn degraded_array(env: &TestEnv) -> Degraded {
+fn degraded_array(env: &mut TestEnv) -> Degraded {
     let sbx = env.sandbox(SandboxRequest {
         devices: 3,
         size_bytes: 1 << 30,
@@ -152,7 +152,18 @@ fn degraded_array(env: &TestEnv) -> Degraded {
     let (code, _, err) = run(env.cmd().arg("rescue").arg(&m));
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("is mounted read-write"), "{err}");
-    assert!(err.contains("mount -o degraded,ro"), "{err}");
+    // Mounted already: the remount works, the device form would fail.
+    assert!(
+        err.contains(&format!("mount -o remount,ro {}", m.display())),
+        "{err}"
+    );
+    assert!(!err.contains("degraded,ro DEVICE"), "{err}");
+    // Not mounted there (not a btrfs): the device form.
+    let elsewhere = env.tmpfs("not-btrfs");
+    let (code, _, err) = run(env.cmd().arg("rescue").arg(&elsewhere));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is not on a btrfs filesystem"), "{err}");
+    assert!(err.contains("mount -o degraded,ro DEVICE"), "{err}");
     // Not as root: one line, no panic.
     let (code, _, err) = run(env.as_nobody(&[]).arg("rescue").arg(&m));
     assert_ne!(code, 0, "{err}");
@@ -194,6 +205,32 @@ fn record_path(r: &FileRecord) -> PathBuf {
         }
         None => PathBuf::from(&r.path),
     }
+}
+
+/// The report's bytes add up: intact + readable parts of damaged files +
+/// lost + unknown = total, and each record counts where its state says.
+fn bytes_add_up(records: &[FileRecord], report: &RescueReport) {
+    let b = &report.bytes;
+    assert_eq!(
+        b.intact + b.readable + b.lost + b.unknown,
+        b.total,
+        "{b:#?}"
+    );
+    let readable: u64 = records
+        .iter()
+        .filter(|r| !matches!(r.state, FileState::Intact | FileState::Unknown))
+        .map(|r| r.size - r.damaged_bytes)
+        .sum();
+    assert_eq!(b.readable, readable, "{b:#?}");
+    for r in records.iter().filter(|r| r.state == FileState::Lost) {
+        assert_eq!(r.damaged_bytes, r.size, "{r:#?}");
+        assert!(r.saved.is_none(), "{r:#?}");
+    }
+    let lost = records
+        .iter()
+        .filter(|r| r.state == FileState::Lost)
+        .count();
+    assert_eq!(report.files.lost as usize, lost);
 }
 
 /// `rescue --list --json ...`: exit status, every file's record, the report.
@@ -242,7 +279,7 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
         return;
     }
     let mut env = TestEnv::new();
-    let arr = degraded_array(&env);
+    let arr = degraded_array(&mut env);
     let m = arr.m.clone();
 
     // The map alone (no data is read): every file judged.
@@ -252,6 +289,13 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
     assert_eq!(report.data_profiles, [Profile::Raid0]);
     assert!(report.metadata_profiles.contains(&Profile::Raid1c3));
     assert_eq!(map_only.len(), arr.originals.len());
+    bytes_add_up(&map_only, &report);
+    // Files within one stripe on the lost device: no byte left, lost.
+    assert!(
+        report.files.lost > 0 && report.files.damaged > 0,
+        "{:#?}",
+        report.files
+    );
     assert_eq!(report.walked.files, arr.originals.len() as u64);
     assert_eq!(report.walked.symlinks, 1);
     let zstd = map_only.iter().find(|r| r.path == "zstd/text").unwrap();
@@ -286,6 +330,7 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
     assert_eq!(code, 3, "{report:#?}");
     let copy = report.copy.clone().expect("a copy summary");
     assert!(copy.complete);
+    bytes_add_up(&records, &report);
 
     // Never a copy of bytes other than the file's, whatever the kernel
     // returned.
@@ -314,6 +359,7 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
             .entry(match r.state {
                 FileState::Intact => "intact",
                 FileState::Damaged => "damaged",
+                FileState::Lost => "lost",
                 FileState::Unknown => "unknown",
                 FileState::Failed => "failed",
             })
@@ -331,9 +377,12 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
             assert_eq!(saved.blake3, content_hash(original), "{r:#?}");
             assert_eq!(hash(&fs::read(&copied).unwrap()), hash(original));
         } else {
-            // Unreadable: damaged (or failed), never copied as good.
+            // Unreadable: damaged, lost (or failed), never copied as good.
             assert!(
-                matches!(r.state, FileState::Damaged | FileState::Failed),
+                matches!(
+                    r.state,
+                    FileState::Damaged | FileState::Lost | FileState::Failed
+                ),
                 "{} cannot be read: {r:#?}",
                 rel.display()
             );
@@ -375,7 +424,7 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
     );
     assert_eq!(report.files.intact as usize, truth_readable);
     assert_eq!(
-        (report.files.damaged + report.files.failed) as usize,
+        (report.files.damaged + report.files.lost + report.files.failed) as usize,
         records.len() - truth_readable
     );
     assert_eq!(report.files.unknown, 0, "every unknown file was read back");
@@ -401,12 +450,22 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
         ],
     );
     assert_eq!(code, 3, "{report:#?}");
+    bytes_add_up(&records, &report);
     let mut partials = 0;
+    let mut lost = 0;
     for r in records.iter().filter(|r| r.state != FileState::Intact) {
         let rel = record_path(r);
         let mut name = rel.file_name().unwrap().to_os_string();
         name.push(".partial");
         let p = partial.join(rel.with_file_name(&name));
+        if r.state == FileState::Lost {
+            // No readable byte: no .partial of holes, nothing saved.
+            assert!(!p.exists(), "{} written", p.display());
+            assert!(!partial.join(&rel).exists());
+            assert!(r.saved.is_none(), "{r:#?}");
+            lost += 1;
+            continue;
+        }
         let got = fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         let original = &arr.originals[&rel];
         assert_eq!(got.len(), original.len());
@@ -443,6 +502,16 @@ fn rescue_saves_exactly_the_files_with_no_byte_on_the_lost_device() {
     }
     assert_eq!(report.copy.as_ref().unwrap().partial_copies, partials);
     assert!(partials > 0);
+    assert!(lost > 0, "{:#?}", report.files);
+    assert_eq!(report.files.lost, lost);
+    // The text says so: the lost file by name, the bytes adding up.
+    let (_, text, _) = run(env.cmd().arg("rescue").arg(&m).arg("--list"));
+    let lost_line = text
+        .lines()
+        .find(|l| l.starts_with("lost "))
+        .unwrap_or_else(|| panic!("no lost file named:\n{text}"));
+    assert!(lost_line.contains("nothing to save"), "{text}");
+    assert!(text.contains("readable in damaged files"), "{text}");
 
     // The same command again resumes: nothing is copied twice.
     let inodes = |d: &Path| -> BTreeMap<PathBuf, u64> {
@@ -546,7 +615,7 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
         return;
     }
     let mut env = TestEnv::new();
-    let arr = degraded_array(&env);
+    let arr = degraded_array(&mut env);
     let m = arr.m.clone();
     let (_, map_only, _) = rescue(&env, &[m.as_os_str()]);
     // No block is corrupted here: what the map cannot judge (compressed)
@@ -567,6 +636,17 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
         .arg(m.join("mid")));
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("is on the filesystem being rescued"), "{err}");
+    // A new directory there (mkdir on the read-only source fails): the same
+    // refusal, never "remount it read-write".
+    let (code, _, err) = run(env
+        .cmd()
+        .arg("rescue")
+        .arg(&m)
+        .arg("--copy-to")
+        .arg(m.join("rescued")));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is on the filesystem being rescued"), "{err}");
+    assert!(!err.contains("read-write"), "{err}");
     let busy = env.path().join("busy");
     fs::create_dir(&busy).unwrap();
     fs::write(busy.join("photo.jpg"), b"mine").unwrap();
@@ -577,6 +657,27 @@ fn rescue_resumes_after_ctrl_c_and_a_full_target_and_refuses_bad_targets() {
         "{err}"
     );
     assert_eq!(fs::read_dir(&busy).unwrap().count(), 1);
+    // A read-only state directory (the manifest's place; it may be on the
+    // degraded root filesystem): another one, never a remount.
+    let ro_state = root_tmpfs(&mut env, "ro-state");
+    nix::mount::mount(
+        None::<&str>,
+        &ro_state,
+        None::<&str>,
+        nix::mount::MsFlags::MS_REMOUNT | nix::mount::MsFlags::MS_RDONLY,
+        None::<&str>,
+    )
+    .unwrap();
+    let fresh = root_tmpfs(&mut env, "fresh");
+    let (code, _, err) = run(Command::new(crate::common::bin())
+        .arg("--state-dir")
+        .arg(&ro_state)
+        .args(["rescue".as_ref(), m.as_os_str(), "--copy-to".as_ref()])
+        .arg(&fresh)
+        .env("COLUMNS", "1000"));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--state-dir DIR"), "{err}");
+    assert!(!err.contains("read-write"), "{err}");
     let (code, _, err) = run(env.cmd().arg("rescue").arg(&m).arg("--partial"));
     assert_eq!(code, 2, "{err}");
 
@@ -757,8 +858,8 @@ fn rescue_copies_into_no_directory_a_user_controls() {
     if !require_root("rescue") {
         return;
     }
-    let env = TestEnv::new();
-    let arr = degraded_array(&env);
+    let mut env = TestEnv::new();
+    let arr = degraded_array(&mut env);
     let m = arr.m.clone();
     let _ = env.as_nobody(&[]);
     let nobody = Some(65534);

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use btrfs_lab::report::text::COMMAND_STARTS;
+
 use crate::common::{TestEnv, bin, require_root};
 
 #[derive(Debug)]
@@ -253,20 +255,19 @@ fn too_wide<'a>(step: &Step, output: &'a str) -> Option<&'a str> {
         let t = l.trim_start();
         l.chars().count() > COLUMNS
             && t.contains(char::is_whitespace)
-            && !COMMANDS.iter().any(|c| t.starts_with(c))
+            && !COMMAND_STARTS.iter().any(|c| t.starts_with(c))
     })
 }
-
-/// How a command line shown to be copied starts (see [`too_wide`]).
-const COMMANDS: &[&str] = &["btrfs-lab ", "btrfs ", "mount ", "umount "];
 
 /// One piece of an expected output in [`same_but_wrapped`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Piece {
     Char(char),
-    /// A single space or a line break (with any indent): where text
-    /// filled to the width may break a line or join one.
-    Break,
+    /// A single space or a line break (with any indent), where text
+    /// filled to the width may break a line or join one: `Break(0)` and
+    /// `Break(1)` match either; `Break(n)` for n > 1 (blank lines) matches
+    /// exactly n line breaks.
+    Break(usize),
     /// `[..]`: anything, as short as possible.
     Any,
     /// A `...` line: any lines, as few as possible.
@@ -277,10 +278,11 @@ fn pieces(expected: &str) -> Vec<Piece> {
     let mut pieces = Vec::new();
     let lines: Vec<&str> = expected.trim_end_matches('\n').split('\n').collect();
     for (i, line) in lines.iter().enumerate() {
-        // A blank line is part of the break before it (a break takes the
-        // whole run of line breaks).
-        if i > 0 && pieces.last() != Some(&Piece::Break) {
-            pieces.push(Piece::Break);
+        if i > 0 {
+            match pieces.last_mut() {
+                Some(Piece::Break(n)) => *n += 1,
+                _ => pieces.push(Piece::Break(1)),
+            }
         }
         if line.trim() == "..." {
             pieces.push(Piece::AnyLines);
@@ -293,10 +295,11 @@ fn pieces(expected: &str) -> Vec<Piece> {
                 rest = r;
             } else if rest.starts_with(' ') {
                 let run = rest.len() - rest.trim_start_matches(' ').len();
-                if run == 1 || rest.len() == run || pieces.last() == Some(&Piece::Break) {
+                let after_break = matches!(pieces.last(), Some(Piece::Break(_)));
+                if run == 1 || rest.len() == run || after_break {
                     // One space, trailing spaces, or a line's indent.
-                    if pieces.last() != Some(&Piece::Break) {
-                        pieces.push(Piece::Break);
+                    if !after_break {
+                        pieces.push(Piece::Break(0));
                     }
                 } else {
                     pieces.extend(std::iter::repeat_n(Piece::Char(' '), run));
@@ -335,12 +338,17 @@ fn reflowed(expected: &str, actual: &str) -> Option<String> {
     }
     path.reverse();
     let mut out = String::new();
-    for (piece, (a, n)) in pieces.iter().zip(path) {
+    for (i, (piece, (a, n))) in pieces.iter().zip(path).enumerate() {
         match piece {
+            // A `...` line has no indent.
+            Piece::Break(_) if pieces.get(i + 1) == Some(&Piece::AnyLines) => {
+                let span: String = actual[a..a + n].iter().collect();
+                out.push_str(&"\n".repeat(span.matches('\n').count().max(1)));
+            }
             Piece::Char(c) => out.push(*c),
             Piece::Any => out.push_str("[..]"),
             Piece::AnyLines => out.push_str("..."),
-            Piece::Break => {
+            Piece::Break(_) => {
                 let span: String = actual[a..a + n].iter().collect();
                 match span.rfind('\n') {
                     Some(i) => {
@@ -356,18 +364,19 @@ fn reflowed(expected: &str, actual: &str) -> Option<String> {
     Some(out)
 }
 
-/// The length of the break at `a` in `actual`: a single space, or a run of
-/// spaces and line breaks holding at least one line break.
-fn break_at(actual: &[char], a: usize) -> Option<usize> {
+/// The length of the break at `a` in `actual` that `Break(lines)` matches:
+/// a single space or a run of spaces holding one line break for 0 or 1, a
+/// run holding exactly `lines` line breaks for more.
+fn break_at(actual: &[char], a: usize, lines: usize) -> Option<usize> {
     let run = actual[a..]
         .iter()
         .take_while(|c| **c == ' ' || **c == '\n')
         .count();
-    let has_newline = actual[a..a + run].contains(&'\n');
-    match run {
-        0 => None,
-        1 => Some(1),
-        _ if has_newline => Some(run),
+    let newlines = actual[a..a + run].iter().filter(|c| **c == '\n').count();
+    match (lines, newlines) {
+        (0 | 1, 0) if run == 1 => Some(1),
+        (0 | 1, 1) => Some(run),
+        (n, m) if n > 1 && n == m => Some(run),
         _ => None,
     }
 }
@@ -397,7 +406,7 @@ fn matches(
     };
     let ok = match pieces[p] {
         Piece::Char(c) => a < actual.len() && actual[a] == c && then(1, path),
-        Piece::Break => match break_at(actual, a) {
+        Piece::Break(lines) => match break_at(actual, a, lines) {
             Some(n) => then(n, path),
             // A line's end and the end of the output.
             None => a == actual.len() && then(0, path),
@@ -1405,6 +1414,9 @@ fn a_transcript_compares_words_and_columns_not_where_lines_break() {
         expected,
         "note: the quick brown fox\n  jumps over the lazy dog\nNAME  SIZE"
     ));
+    // A blank line is a blank line.
+    assert!(same_but_wrapped("a b\n\nc", "a\nb\n\nc"));
+    assert!(!same_but_wrapped("a b\n\nc", "a b\nc"));
     // Written back with the new breaks, the wildcards kept.
     assert_eq!(
         reflowed(

@@ -26,6 +26,7 @@ pub fn execute_remove(
     progress: &mut dyn FnMut(&RemoveProgress),
 ) -> Result<RemoveReport> {
     let mut removed = Vec::new();
+    let mut kernel = Duration::ZERO;
     let steps = plan.commands.len();
     record_started(fs, plan, store)?;
     for (i, (shown, dev)) in plan.commands.iter().zip(&plan.devices).enumerate() {
@@ -53,6 +54,7 @@ pub fn execute_remove(
         let interrupted = wait_for_running_remove(fs, dev.devid, signals, &mut |left| {
             progress(&step.at(left, 0.0, None, Pace::Running))
         })?;
+        kernel += t0.elapsed();
         if let Some(signal) = interrupted
             && let Some(d) = fs.devices()?.into_iter().find(|d| d.devid == dev.devid)
         {
@@ -76,6 +78,7 @@ pub fn execute_remove(
             *last = fs.proc_path().display().to_string();
         }
         let tool = tools::find("btrfs", "btrfs-progs")?;
+        let ran = Instant::now();
         let mut child =
             tools::spawn_in_group(&tool.path, &argv[1..], None, Stdio::null(), Stdio::piped())
                 .map_err(|e| {
@@ -105,7 +108,8 @@ pub fn execute_remove(
                 r.eta_seconds,
                 r.pace,
             ));
-            let (n, which) = signals.wait(Duration::from_millis(500));
+            // Wakes at the command's end, not at the next tick.
+            let (n, which) = signals.wait_child(Duration::from_millis(500), &child);
             if n > 0 && signal.is_none() {
                 signal = Some(which.map_or("a signal", |w| w.name()));
                 meter.pausing();
@@ -114,6 +118,7 @@ pub fn execute_remove(
                 tools::interrupt_group(&child);
             }
         };
+        kernel += ran.elapsed();
         let stderr = crate::sys::kernel::child::read_stderr(&mut child);
         let still = fs.devices()?.into_iter().find(|d| d.devid == dev.devid);
         if still.is_none() {
@@ -143,7 +148,11 @@ pub fn execute_remove(
             (_, Some(_)) => return Err(remove_failed(dev.devid, shown, &stderr, &removed)),
         }
     }
-    verified(fs, plan, removed).map(|r| RemoveReport::done(plan, r))
+    let checking = Instant::now();
+    let mut result = verified(fs, plan, removed)?;
+    result.phases.kernel = kernel.as_secs_f64();
+    result.phases.verify = checking.elapsed().as_secs_f64();
+    Ok(RemoveReport::done(plan, result))
 }
 
 /// One device's place in the plan, as its progress says it.
@@ -272,6 +281,7 @@ fn verified(fs: &FsHandle, plan: &RemovePlan, removed: Vec<Removed>) -> Result<R
             .collect(),
         redundancy,
         next: crate::balance::operation::next_step(fs, &plan.mount_point),
+        phases: Default::default(),
     })
 }
 

@@ -21,6 +21,8 @@ pub struct Remove {
     specs: Vec<RemoveSpec>,
     started: StartedStore,
     held: Option<FsHandle>,
+    /// Seconds reading the filesystem and planning took.
+    planning: f64,
 }
 
 impl Remove {
@@ -32,6 +34,7 @@ impl Remove {
             specs: devices.iter().map(|d| RemoveSpec::parse(d)).collect(),
             started,
             held: None,
+            planning: 0.0,
         }
     }
 
@@ -80,8 +83,10 @@ impl Operation for Remove {
     }
 
     fn plan(&mut self, _ui: &dyn Ui) -> Result<RemovePlan> {
+        let t0 = std::time::Instant::now();
         let (fs, _state, plan) =
             super::prepare(&SysRoot::host(), &self.mount, &self.specs, &self.started)?;
+        self.planning = t0.elapsed().as_secs_f64();
         self.held = Some(fs);
         Ok(plan)
     }
@@ -132,7 +137,10 @@ impl Operation for Remove {
             track.show(&p.reading(), Some(&p.step()));
         });
         track.finish();
-        let report = end?;
+        let mut report = end?;
+        if let Some(r) = report.result.as_mut() {
+            r.phases.plan = self.planning;
+        }
         if let Some(stopped) = &report.stopped {
             let e = stopped_error(stopped, ui);
             ui::emit(ui, &report);

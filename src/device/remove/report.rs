@@ -74,6 +74,10 @@ pub struct RemoveResult {
     /// spread; absent: nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+    /// Where the time went: the kernel's relocation beside btrfs-lab's
+    /// own work before and after it.
+    #[serde(default)]
+    pub phases: crate::operation::state::Phases,
 }
 
 /// `device remove --json`: the plan, and what was done.

@@ -209,7 +209,12 @@ pub fn execute_replace(
                 ));
             }
         }
-        let (n, which) = signals.wait(Duration::from_millis(500));
+        // With the starting command still running (`-B`), its end wakes
+        // the loop at once: the replace has ended.
+        let (n, which) = match &child {
+            Some((c, _)) => signals.wait_child(Duration::from_millis(500), c),
+            None => signals.wait(Duration::from_millis(500)),
+        };
         if n > 0 {
             // The replace runs in its own session: it goes on.
             return Ok(ReplaceReport {
@@ -262,7 +267,11 @@ pub fn execute_replace(
             .with_hint("run it again by hand; the data is on the new device")
         })?;
     }
-    let result = verify(fs, plan, old.devid, &s, started.elapsed().as_secs_f64())?;
+    let kernel = started.elapsed().as_secs_f64();
+    let checking = Instant::now();
+    let mut result = verify(fs, plan, old.devid, &s, kernel)?;
+    result.phases.kernel = kernel;
+    result.phases.verify = checking.elapsed().as_secs_f64();
     Ok(ReplaceReport {
         result: Some(result),
         ..ReplaceReport::planned(plan)
@@ -340,5 +349,6 @@ fn verify(
         scrub_command: vec!["btrfs-lab".into(), "scrub".into(), m.clone()],
         seconds,
         next: crate::balance::operation::next_step(fs, &plan.mount_point),
+        phases: Default::default(),
     })
 }

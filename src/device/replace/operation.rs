@@ -30,6 +30,8 @@ pub struct Replace {
     started: StartedStore,
     scrubs: StateStore,
     held: Option<FsHandle>,
+    /// Seconds reading the filesystem and planning took.
+    planning: f64,
 }
 
 /// What the run did: its report, and the scrub of NEW when asked
@@ -73,6 +75,7 @@ impl Replace {
             started: StartedStore::new(state_dir),
             scrubs: StateStore::new(state_dir),
             held: None,
+            planning: 0.0,
         }
     }
 
@@ -232,6 +235,7 @@ impl Operation for Replace {
     }
 
     fn plan(&mut self, _ui: &dyn Ui) -> Result<ReplacePlan> {
+        let t0 = std::time::Instant::now();
         let (fs, _state, plan) = super::prepare(
             &SysRoot::host(),
             &self.mount,
@@ -240,6 +244,7 @@ impl Operation for Replace {
             self.opts,
             &self.started,
         )?;
+        self.planning = t0.elapsed().as_secs_f64();
         self.held = Some(fs);
         Ok(plan)
     }
@@ -288,7 +293,10 @@ impl Operation for Replace {
             track.show(&p.reading(), None);
         });
         track.finish();
-        let report = end?;
+        let mut report = end?;
+        if let Some(r) = report.result.as_mut() {
+            r.phases.plan = self.planning;
+        }
         let Some(r) = &report.result else {
             let e = match &report.detached {
                 Some(d) => detached_error(plan, d, ui),

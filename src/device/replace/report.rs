@@ -190,6 +190,10 @@ pub struct ReplaceResult {
     /// device; absent: nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+    /// Where the time went: the kernel's copy (and the resize after it)
+    /// beside btrfs-lab's own work before and after it.
+    #[serde(default)]
+    pub phases: crate::operation::state::Phases,
 }
 
 /// `device replace --json`: the plan, and what was done.

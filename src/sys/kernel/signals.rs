@@ -217,6 +217,49 @@ impl OperationSignals {
         let _ = reader.set_read_timeout(Some(timeout.max(Duration::from_millis(1))));
         let mut buf = [0u8; 64];
         let _ = reader.read(&mut buf);
+        self.arrived()
+    }
+
+    /// [`OperationSignals::wait`] that also returns as soon as the program
+    /// `child` ends (its pidfd becomes readable): a loop that follows a
+    /// program sees its end at once, not at its next tick. The child is not
+    /// reaped here (`try_wait` does that).
+    pub fn wait_child(
+        &self,
+        timeout: Duration,
+        child: &std::process::Child,
+    ) -> (usize, Option<Received>) {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let pidfd = i32::try_from(child.id())
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .and_then(|pid| {
+                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+            });
+        let (Some((pipe, _)), Some(pidfd)) = (PIPE.get(), pidfd) else {
+            // No pidfd (a kernel before 5.3): the tick alone.
+            return self.wait(timeout);
+        };
+        let mut reader = pipe.lock().unwrap_or_else(|e| e.into_inner());
+        let timeout = Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        let mut fds = [
+            PollFd::new(&*reader, PollFlags::IN),
+            PollFd::new(&pidfd, PollFlags::IN),
+        ];
+        let _ = poll(&mut fds, Some(&timeout));
+        if fds[0].revents().contains(PollFlags::IN) {
+            // Readable: this read does not block.
+            let mut buf = [0u8; 64];
+            let _ = reader.read(&mut buf);
+        }
+        self.arrived()
+    }
+
+    /// The signals counted since the last look, and the last one.
+    fn arrived(&self) -> (usize, Option<Received>) {
         let now = COUNT.load(Ordering::SeqCst);
         let n = now.saturating_sub(self.seen.swap(now, Ordering::SeqCst));
         let last = match LAST.load(Ordering::SeqCst) {

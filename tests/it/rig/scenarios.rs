@@ -1229,7 +1229,10 @@ fn rig_rescue_after_a_drive_is_pulled_out_of_a_raid0() {
         } else {
             lost += 1;
             assert!(
-                matches!(rec.state, FileState::Damaged | FileState::Failed),
+                matches!(
+                    rec.state,
+                    FileState::Damaged | FileState::Lost | FileState::Failed
+                ),
                 "[{k}] {name} cannot be read: {rec:#?}"
             );
             assert!(!copied.contains_key(name), "[{k}] {name} copied");

@@ -293,19 +293,20 @@ pub fn wrap_message(first: &str, text: &str, rest: &str) -> String {
     out
 }
 
-/// Text of finished lines (a plan, a result) made to fit the output's
+/// [`fit`] for a command's finished lines (a plan, a result) that keeps
+/// their layout: made to fit the output's
 /// [`width`]: a line that fits stays as it is (table columns keep their
 /// alignment); a longer one is filled under its own indent, its bullet
 /// (`- `, `1. `) or its label (`RISK: `, `next: `) hanging. A line that is
 /// one word, or a command shown to be copied (it starts with the program:
 /// a copied line break would run two commands), stays whole.
-pub fn fit(text: &str) -> String {
+pub fn fit_hanging(text: &str) -> String {
     fit_to(text, width())
 }
 
-/// [`fit`] at `width` columns.
+/// [`fit_hanging`] at `width` columns.
 fn fit_to(text: &str, width: usize) -> String {
-    const COMMANDS: &[&str] = &["btrfs-lab ", "btrfs ", "mount ", "umount "];
+    const COMMANDS: &[&str] = COMMAND_STARTS;
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
         let bare = line.trim_end_matches('\n');

@@ -33,9 +33,12 @@ pub struct Progress {
     /// Chunks relocated.
     pub chunks_done: u64,
     /// Logical bytes still to move (a conversion: used outside the target
-    /// profiles; a balance: used in the chunks it relocates).
+    /// profiles; a balance: used in the chunks it relocates). The kernel
+    /// frees a chunk's bytes once the whole chunk is moved: between chunks
+    /// this is estimated from the rate of the chunks moved so far.
     pub bytes_remaining: u64,
-    /// Logical bytes moved since this run started.
+    /// Logical bytes moved since this run started (estimated between
+    /// chunks, as `bytes_remaining`; never goes back).
     pub(crate) bytes_done: u64,
     /// Bytes per second over the last moves (20 s window); 0 while the
     /// rate is measured, stalled or pausing.
@@ -126,22 +129,59 @@ pub enum Begin {
 }
 
 /// Progress bookkeeping of one run.
+///
+/// The kernel frees a chunk's bytes only once the whole chunk is
+/// relocated (a data chunk holds up to 1 GiB, and the target profile's
+/// usage grows as late), so the bytes it says are left fall a chunk at a
+/// time. Between two chunks the bytes moved are interpolated: at the rate
+/// of the chunks moved so far, through the chunk being moved (the average
+/// of those left, per the kernel's chunk counters), slowing down near its
+/// end so that the count never passes it and never stops; the count shown
+/// never goes back.
 pub(crate) struct Meter {
     initial: u64,
     first_done: Option<u64>,
     expected: u64,
     done: u64,
+    /// When the run began (the rate of the chunks moved is taken from it).
+    began: Instant,
+    /// Bytes the kernel says are moved, and since when.
+    confirmed: (u64, Instant),
+    /// The count shown last (never goes back).
+    shown: u64,
     /// Rate and ETA of the bytes moved (model::progress's rules).
     meter: progress::Meter,
 }
 
+/// Share of a chunk's bytes the interpolation reaches in a straight line;
+/// the rest is approached ever more slowly.
+const STRAIGHT: f64 = 0.9;
+
+/// The share of a chunk moved after `x` times the time a chunk took so far:
+/// `x` up to [`STRAIGHT`], then approaching 1 without reaching it.
+fn chunk_share(x: f64) -> f64 {
+    if x <= STRAIGHT {
+        x.max(0.0)
+    } else {
+        let rest = 1.0 - STRAIGHT;
+        1.0 - rest * (-(x - STRAIGHT) / rest).exp()
+    }
+}
+
 impl Meter {
     fn new(initial: u64) -> Self {
+        Self::new_at(initial, Instant::now())
+    }
+
+    fn new_at(initial: u64, now: Instant) -> Self {
         Self {
             initial,
             first_done: None,
             expected: 0,
             done: 0,
+            began: now,
+            confirmed: (0, now),
+            shown: 0,
             meter: progress::Meter::new(),
         }
     }
@@ -163,12 +203,39 @@ impl Meter {
     }
 
     fn progress(&mut self, remaining: u64) -> Progress {
-        let bytes_done = self.initial.saturating_sub(remaining);
-        let r = self.meter.observe(bytes_done, self.initial);
+        self.progress_at(Instant::now(), remaining)
+    }
+
+    /// The bytes moved by `now`: the kernel's, and between chunks the
+    /// interpolation (none before the first chunk has moved, nor once
+    /// pausing).
+    fn estimate(&mut self, now: Instant, remaining: u64) -> u64 {
+        let confirmed = self.initial.saturating_sub(remaining);
+        if confirmed != self.confirmed.0 {
+            self.confirmed = (confirmed, now);
+        }
+        let (base, since) = self.confirmed;
+        let chunks_left = self.expected.saturating_sub(self.done);
+        let took = since.saturating_duration_since(self.began).as_secs_f64();
+        let mut estimate = base;
+        if base > 0 && remaining > 0 && chunks_left > 0 && took > 0.0 && !self.meter.is_pausing() {
+            let rate = base as f64 / took;
+            let chunk = (remaining / chunks_left).max(1);
+            let x = rate * now.saturating_duration_since(since).as_secs_f64() / chunk as f64;
+            let ahead = (chunk_share(x) * chunk as f64) as u64;
+            estimate = base + ahead.min(chunk - 1).min(remaining - 1);
+        }
+        self.shown = self.shown.max(estimate).min(self.initial);
+        self.shown
+    }
+
+    fn progress_at(&mut self, now: Instant, remaining: u64) -> Progress {
+        let bytes_done = self.estimate(now, remaining);
+        let r = self.meter.observe_at(now, bytes_done, self.initial);
         Progress {
             chunks_expected: self.expected.max(self.done),
             chunks_done: self.done,
-            bytes_remaining: remaining,
+            bytes_remaining: self.initial - bytes_done,
             bytes_done,
             rate_bytes_per_sec: r.rate_bytes_per_sec.unwrap_or(0.0),
             eta_seconds: r.eta_seconds,
@@ -611,5 +678,61 @@ mod tests {
         m.counters(1, 3);
         let p = m.progress(0);
         assert_eq!((p.chunks_done, p.chunks_expected), (3, 3));
+    }
+
+    #[test]
+    fn bytes_move_between_chunks_at_the_rate_so_far_and_an_eta_shows() {
+        const G: u64 = 1 << 30;
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut m = Meter::new_at(4 * G, t0);
+        m.counters(4, 0);
+        // Before the first chunk has moved: nothing to interpolate from.
+        assert_eq!(m.progress_at(at(5.0), 4 * G).bytes_done, 0);
+        m.counters(4, 1);
+        assert_eq!(m.progress_at(at(10.0), 3 * G).bytes_done, G);
+        // Half-way through the second chunk at 1 GiB per 10 s.
+        let p = m.progress_at(at(15.0), 3 * G);
+        assert_eq!(p.bytes_done, G + G / 2);
+        assert_eq!(p.bytes_remaining, 4 * G - p.bytes_done);
+        // Samples every half second: a rate, and a stable ETA.
+        let mut last = p.bytes_done;
+        let mut eta = None;
+        for i in 1..=8 {
+            let p = m.progress_at(at(15.0 + 0.5 * i as f64), 3 * G);
+            assert!(p.bytes_done > last, "{p:?}");
+            last = p.bytes_done;
+            eta = p.eta_seconds;
+        }
+        let eta = eta.expect("an ETA once the interpolated count moves steadily");
+        assert!((10.0..30.0).contains(&eta), "{eta}");
+        // A chunk slower than the others: the count slows down short of
+        // the chunk's end, and never passes it.
+        let slow = m.progress_at(at(25.0), 3 * G).bytes_done;
+        let slower = m.progress_at(at(30.0), 3 * G).bytes_done;
+        assert!(
+            last < slow && slow < slower && slower < 2 * G,
+            "{slow} {slower}"
+        );
+        // A smaller chunk than the average ends: the count never goes back.
+        m.counters(4, 2);
+        let p = m.progress_at(at(61.0), 3 * G - G / 4);
+        assert_eq!(p.bytes_done, slower);
+        // Done.
+        m.counters(4, 4);
+        let p = m.progress_at(at(62.0), 0);
+        assert_eq!((p.bytes_done, p.bytes_remaining), (4 * G, 0));
+    }
+
+    #[test]
+    fn no_interpolation_once_pausing() {
+        const G: u64 = 1 << 30;
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut m = Meter::new_at(2 * G, t0);
+        m.counters(2, 1);
+        m.progress_at(at(10.0), G);
+        m.pausing();
+        assert_eq!(m.progress_at(at(15.0), G).bytes_done, G);
     }
 }

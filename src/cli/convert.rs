@@ -9,6 +9,7 @@ use btrfs_lab::convert::{ConvertPlan, ConvertRequest, Finished, manage};
 use btrfs_lab::error::{Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::operation::{self, DRY_RUN, View};
+use btrfs_lab::report::text::fit_hanging;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::ui::Ui;
@@ -118,12 +119,12 @@ impl View<Convert> for Text<'_> {
 
 impl View<Resume> for Text<'_> {
     fn plan(&self, plan: &Resumable) -> String {
-        format!(
+        fit_hanging(&format!(
             "Resume the paused balance on {}: {}, {} left to convert\n",
             plan.mount_point.display(),
             plan.targets.describe(),
             size(plan.plan.bytes_remaining)
-        )
+        ))
     }
     fn result(&self, plan: &Resumable, finished: &Finished) {
         say_finished(finished, &plan.mount_point, self.0);
@@ -143,7 +144,7 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
     for c in &plan.changes {
         let from: Vec<&str> = c.from.iter().map(|p| p.name()).collect();
         t.push_str(&format!(
-            "  {:<9} {:<12} → {:<8} {} allocated to convert, {} used\n",
+            "  {:<9} {:<7} → {:<7} {} allocated, {} used\n",
             c.kind.json_name(),
             if from.is_empty() {
                 "none".to_owned()
@@ -160,8 +161,9 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
         size(plan.data_capacity_before),
         size(plan.data_capacity_after)
     ));
+    // The command on a line of its own: never broken.
     t.push_str(&format!(
-        "  runs the BALANCE_V2 ioctl, as: {}\n",
+        "  runs the BALANCE_V2 ioctl, as:\n    {}\n",
         btrfs_lab::sys::tools::display_argv(&plan.equivalent_command)
     ));
     t.push_str("  chunks already in the target profile are skipped (soft), so running it again finishes what is left\n");
@@ -171,19 +173,25 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
     for w in &plan.warnings {
         t.push_str(&format!("{} {w}\n", p.warn("WARNING:")));
     }
-    t
+    fit_hanging(&t)
 }
 
 /// Says how a conversion finished (a cancelled one is the run's error).
 pub fn say_finished(finished: &Finished, mount_point: &Path, out: &Output) {
     let m = mount_point.display();
     match finished {
-        Finished::Completed(records) => {
-            out.status(&format!(
-                "{} every type is in its target profile:\n{}",
+        Finished::Completed {
+            records,
+            bytes,
+            elapsed,
+        } => {
+            out.status(&fit_hanging(&format!(
+                "{} {} converted in {:.0} s; every type is in its target profile:\n{}",
                 out.paint.good("done:"),
+                size(*bytes),
+                elapsed.as_secs_f64(),
                 super::df::render_records(records, Default::default())
-            ));
+            )));
         }
         Finished::Paused { bytes_remaining: 0 } => {
             out.warning_with_hint(
@@ -264,13 +272,13 @@ fn render_status(st: &StatusReport, out: &Output) -> String {
             ));
             if kind == BalanceKind::Paused {
                 t.push_str(&format!(
-                    "  resume with: btrfs-lab convert {} --resume\n",
+                    "  resume with:\n    btrfs-lab convert {} --resume\n",
                     st.mount_point.display()
                 ));
             }
         }
     }
-    t
+    fit_hanging(&t)
 }
 
 /// `--pause` of `command` (`convert`, `balance`): the running balance
@@ -291,7 +299,7 @@ pub fn pause(
         } else {
             "paused"
         };
-        format!("{already}; resume with: btrfs-lab {command} {m} --resume\n")
+        format!("{already}; resume with:\n  btrfs-lab {command} {m} --resume\n")
     });
     Ok(exit::OK)
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use btrfs_lab::balance::operation::Finished as BalanceFinished;
 use btrfs_lab::balance::report::BalancePlan;
-use btrfs_lab::convert::{ConvertRequest, Finished};
+use btrfs_lab::convert::{ConvertPlan, ConvertRequest, Finished};
 use btrfs_lab::device::add::operation::{Add, AddBalancePlan, AddThenBalance, AddThenConvert};
 use btrfs_lab::device::add::{AddOptions, AddPlan, AddResult, Ceiling, Throughput};
 use btrfs_lab::device::remove::operation::Remove;
@@ -17,6 +17,7 @@ use btrfs_lab::device::started::StartedStore;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::operation::{self, DRY_RUN, View};
+use btrfs_lab::report::text::fit_hanging;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::tools::display_argv;
@@ -269,7 +270,7 @@ fn render_redundancy(
     }
     if let Some(f) = &r.fix {
         t.push_str(&format!(
-            "  fix: {} (converts only those chunks)\n",
+            "  fix (converts only those chunks): {}\n",
             display_argv(f)
         ));
     }
@@ -304,14 +305,14 @@ fn replace(a: ReplaceArgs, out: &Output, state_dir: &Path) -> Result<u8> {
 fn replace_status(mount: &Path, out: &Output) -> Result<u8> {
     let (fs, state) = replace::open(&SysRoot::host(), mount)?;
     let st = replace::status_of(&fs, &state.mount_point)?;
-    out.report(&st, status_text);
+    out.report(&st, |s| fit_hanging(&status_text(s)));
     Ok(exit::OK)
 }
 
 fn status_text(s: &ReplaceStatusReport) -> String {
+    let m = s.mount_point.display();
     let mut t = format!(
-        "replace on {}: {}",
-        s.mount_point.display(),
+        "replace on {m}: {}",
         match s.state {
             ReplaceStateName::NeverStarted => "none since the mount".to_owned(),
             ReplaceStateName::Running => format!(
@@ -327,11 +328,26 @@ fn status_text(s: &ReplaceStatusReport) -> String {
         t.push_str(&format!(", onto {tg}"));
     }
     t.push('\n');
-    if s.write_errors + s.uncorrectable_read_errors > 0 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if let Some(when) = s.when(now) {
+        t.push_str(&format!("  {when}\n"));
+    }
+    if s.state != ReplaceStateName::NeverStarted {
         t.push_str(&format!(
-            "  errors: {} write, {} uncorrectable read (blocks no copy could be read of: their files are damaged)\n",
-            s.write_errors, s.uncorrectable_read_errors
+            "  errors: {} write, {} uncorrectable read{}\n",
+            s.write_errors,
+            s.uncorrectable_read_errors,
+            if s.uncorrectable_read_errors > 0 {
+                " (blocks no copy could be read of: their files are damaged)"
+            } else {
+                ""
+            }
         ));
+    }
+    if s.state == ReplaceStateName::Finished {
+        t.push_str(&format!("  next: btrfs-lab scrub {m}\n"));
     }
     t
 }
@@ -380,10 +396,10 @@ struct ReplaceText<'a>(&'a Output);
 
 impl View<Replace> for ReplaceText<'_> {
     fn plan(&self, plan: &ReplacePlan) -> String {
-        render_replace(plan, self.0)
+        fit_hanging(&render_replace(plan, self.0))
     }
     fn result(&self, _plan: &ReplacePlan, done: &Replaced) {
-        self.0.status(&replaced_text(done, self.0));
+        self.0.status(&fit_hanging(&replaced_text(done, self.0)));
     }
 }
 
@@ -428,7 +444,7 @@ fn replaced_text(done: &Replaced, out: &Output) -> String {
             e.message()
         )),
         None => t.push_str(&format!(
-            "  next: scrub the new device: {}\n",
+            "  next: scrub it: {}\n",
             display_argv(&r.scrub_command)
         )),
     }
@@ -483,11 +499,11 @@ struct RemoveText<'a>(&'a Output);
 
 impl View<Remove> for RemoveText<'_> {
     fn plan(&self, plan: &RemovePlan) -> String {
-        render_remove(plan, self.0)
+        fit_hanging(&render_remove(plan, self.0))
     }
     fn result(&self, _plan: &RemovePlan, report: &RemoveReport) {
         if let Some(r) = &report.result {
-            self.0.status(&removed_text(r, self.0));
+            self.0.status(&fit_hanging(&removed_text(r, self.0)));
         }
     }
 }
@@ -662,9 +678,62 @@ struct AddText<'a>(&'a Output);
 
 impl View<Add<'_>> for AddText<'_> {
     fn plan(&self, plan: &AddPlan) -> String {
-        render(plan, self.0)
+        fit_hanging(&render(plan, self.0))
     }
     fn result(&self, _plan: &AddPlan, _result: &AddResult) {}
+}
+
+/// The first line of the summary that ends a long plan, right above its
+/// question (the plan's start has scrolled away on a small terminal): what
+/// is added, and what the filesystem then has.
+fn add_in_short(plan: &AddPlan, out: &Output) -> String {
+    let new: Vec<String> = plan
+        .devices
+        .iter()
+        .map(|d| format!("{} ({})", d.path.display(), size(d.size)))
+        .collect();
+    let wipes: usize = plan
+        .devices
+        .iter()
+        .map(|d| d.wipes.len() + usize::from(!d.partitions.is_empty()))
+        .sum();
+    format!(
+        "{} add {} → {} devices, {} raw{}\n",
+        out.paint.bold("In short:"),
+        new.join(", "),
+        plan.after.devices.len(),
+        size(plan.after.raw_bytes),
+        if wipes > 0 {
+            format!(", destroying what is on them ({wipes} signature(s) or partition tables above)")
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// The summary's line of the conversion that follows the add.
+fn convert_in_short(c: &ConvertPlan) -> String {
+    let changes: Vec<String> = c
+        .changes
+        .iter()
+        .filter(|ch| ch.kind != btrfs_lab::model::space::BgType::System)
+        .map(|ch| format!("{} to {}", ch.kind.json_name(), ch.to.name()))
+        .collect();
+    let moved: u64 = c.changes.iter().map(|ch| ch.used_bytes).sum();
+    format!(
+        "  then convert {}: {} to move{}\n",
+        if changes.is_empty() {
+            "nothing".to_owned()
+        } else {
+            changes.join(", ")
+        },
+        size(moved),
+        match c.risks.len() {
+            0 => String::new(),
+            1 => "; RISK above".to_owned(),
+            n => format!("; {n} RISKs above"),
+        }
+    )
 }
 
 impl View<AddThenConvert<'_>> for AddText<'_> {
@@ -674,7 +743,11 @@ impl View<AddThenConvert<'_>> for AddText<'_> {
             t.push_str("then:\n");
             t.push_str(&render_plan(c, self.0));
         }
-        t
+        t.push_str(&add_in_short(plan, self.0));
+        if let Some(c) = &plan.then_convert {
+            t.push_str(&convert_in_short(c));
+        }
+        fit_hanging(&t)
     }
     fn result(&self, plan: &AddPlan, finished: &Option<Finished>) {
         if let Some(f) = finished {
@@ -690,7 +763,22 @@ impl View<AddThenBalance<'_>> for AddText<'_> {
             t.push_str("then:\n");
             t.push_str(&super::balance::render_plan(b, self.0));
         }
-        t
+        t.push_str(&add_in_short(&plan.0, self.0));
+        match &plan.1 {
+            Some(b) if !b.steps.is_empty() => t.push_str(&format!(
+                "  then balance: relocate {} chunk{}, {} of data{}\n",
+                b.chunks,
+                if b.chunks == 1 { "" } else { "s" },
+                size(b.used_bytes),
+                b.estimate.as_ref().map_or(String::new(), |e| format!(
+                    ", about {}",
+                    btrfs_lab::report::rate::duration(e.seconds)
+                ))
+            )),
+            Some(_) => t.push_str("  then balance: follow or resume the balance above\n"),
+            None => {}
+        }
+        fit_hanging(&t)
     }
     fn result(&self, _plan: &AddBalancePlan, done: &Option<(BalancePlan, BalanceFinished)>) {
         if let Some((planned, finished)) = done {

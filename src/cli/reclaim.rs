@@ -14,6 +14,7 @@ use clap::Args;
 
 use super::output::{ConfirmArgs, Output};
 use super::units::{UnitArgs, size, size_arg};
+use btrfs_lab::report::text::fit_hanging;
 
 pub const AFTER_HELP: &str = "\
 When metadata cannot get a new chunk (every byte is allocated, much of it to
@@ -75,7 +76,7 @@ struct Text<'a>(&'a Output);
 
 impl View<Reclaim> for Text<'_> {
     fn plan(&self, plan: &ReclaimPlan) -> String {
-        render_plan(plan, self.0)
+        fit_hanging(&render_plan(plan, self.0))
     }
     fn result(&self, plan: &ReclaimPlan, result: &ReclaimResult) {
         render_result(result, plan, self.0);
@@ -122,9 +123,9 @@ fn render_plan(plan: &ReclaimPlan, out: &Output) -> String {
         t.push_str("  steps (each counts the chunks of the steps before it):\n");
     }
     for s in &plan.steps {
+        // The command on a line of its own: never broken.
         t.push_str(&format!(
-            "  {}  {} chunk{} {}, {} of data to move → about {} unallocated\n",
-            btrfs_lab::sys::tools::display_argv(&s.command),
+            "  - {} chunk{} {}: {} to move → about {} unallocated\n    {}\n",
             s.chunks,
             if s.chunks == 1 { "" } else { "s" },
             if s.usage == 0 {
@@ -133,7 +134,8 @@ fn render_plan(plan: &ReclaimPlan, out: &Output) -> String {
                 format!("below {}%", s.usage)
             },
             size(s.moves_bytes),
-            size(plan.unallocated_bytes + s.frees_raw_bytes)
+            size(plan.unallocated_bytes + s.frees_raw_bytes),
+            btrfs_lab::sys::tools::display_argv(&s.command),
         ));
     }
     if !plan.steps.is_empty() {
@@ -165,11 +167,11 @@ fn render_result(r: &ReclaimResult, plan: &ReclaimPlan, out: &Output) {
     );
     match r.outcome {
         ReclaimOutcome::Reached => {
-            out.status(&format!(
+            out.status(&fit_hanging(&format!(
                 "{} {summary}: the goal is reached ({})\n",
                 out.paint.good("done:"),
                 goal_words(&r.goal)
-            ));
+            )));
         }
         ReclaimOutcome::NotReached => {
             out.warning_with_hint(

@@ -127,7 +127,7 @@ pub fn convert_held(
 /// The exit status of how a conversion ended.
 pub fn finished_status(finished: &Finished) -> u8 {
     match finished {
-        Finished::Completed(_) => exit::OK,
+        Finished::Completed { .. } => exit::OK,
         Finished::Paused { .. } => exit::INTERRUPTED,
         Finished::Cancelled => exit::ERROR,
     }

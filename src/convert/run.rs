@@ -125,9 +125,16 @@ pub fn run_balance(
 /// How a conversion run ended.
 #[derive(Debug)]
 pub enum Finished {
-    /// Every type is in its target profile (verified); the new `df`
-    /// records.
-    Completed(Vec<crate::model::space::SpaceRecord>),
+    /// Every type is in its target profile (verified).
+    Completed {
+        /// The new `df` records.
+        records: Vec<crate::model::space::SpaceRecord>,
+        /// Logical bytes this run converted (those outside the targets
+        /// when it began).
+        bytes: u64,
+        /// How long it ran.
+        elapsed: std::time::Duration,
+    },
     /// Paused (by a signal, or by someone else).
     Paused {
         /// Bytes still outside the targets.
@@ -141,7 +148,7 @@ impl Finished {
     /// The last JSON record.
     pub fn record(&self) -> ResultRecord {
         match self {
-            Finished::Completed(records) => ResultRecord {
+            Finished::Completed { records, .. } => ResultRecord {
                 outcome: Outcome::Completed,
                 records: Some(records.clone()),
                 bytes_remaining: None,
@@ -210,14 +217,19 @@ pub fn execute(
     signals: &OperationSignals,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<Finished> {
+    let bytes = remaining_bytes(fs, targets);
+    let began = std::time::Instant::now();
     match run_balance(root, fs, mount_point, start, targets, signals, on_event)? {
         Outcome::Completed => {
+            let elapsed = began.elapsed();
             let state = read_state_at(root, fs, mount_point)?;
             super::verify(&state, targets)?;
             fs.check_path_still_here(fs.path())?;
-            Ok(Finished::Completed(
-                crate::sys::kernel::btrfs::space_records(&fs.space_entries()?),
-            ))
+            Ok(Finished::Completed {
+                records: crate::sys::kernel::btrfs::space_records(&fs.space_entries()?),
+                bytes,
+                elapsed,
+            })
         }
         Outcome::Paused => Ok(Finished::Paused {
             bytes_remaining: remaining_bytes(fs, targets),

@@ -95,7 +95,23 @@ pub(crate) fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> 
             false,
         ));
     }
-    if f.busy && f.mounted_at.is_empty() && !f.swap && f.holders.is_empty() {
+    let other_fs = f.btrfs_fsid.as_deref().filter(|id| *id != fs.fsid);
+    if let (Some(other), Some(at)) = (other_fs, f.btrfs_mounted_at.first())
+        && f.mounted_at.is_empty()
+    {
+        r.push(Reason::device(
+            p,
+            "mounted",
+            format!(
+                "{} is a member of the btrfs mounted at {} ({other})",
+                p.display(),
+                at.display()
+            ),
+            false,
+        ));
+    }
+    let in_use = !f.mounted_at.is_empty() || !f.btrfs_mounted_at.is_empty();
+    if f.busy && !in_use && !f.swap && f.holders.is_empty() {
         r.push(Reason::device(
             p,
             "busy",
@@ -158,7 +174,7 @@ pub(crate) fn device_reasons(f: &BlockDeviceFacts, fs: &FsState) -> Vec<Reason> 
             true,
         ));
     }
-    if let Some(other) = f.btrfs_fsid.as_deref().filter(|id| *id != fs.fsid) {
+    if let Some(other) = other_fs.filter(|_| !in_use) {
         r.push(Reason::device(
             p,
             "other-btrfs",
@@ -338,6 +354,18 @@ mod tests {
             r.iter().map(|r| &*r.code).collect::<Vec<_>>(),
             ["other-btrfs"]
         );
+        // A member of another mounted btrfs (not the device it was mounted
+        // from: no mount names it) is named as such, never "busy", and
+        // --overwrite is not offered.
+        f.busy = true;
+        f.btrfs_mounted_at = vec!["/srv/other".into()];
+        let r = device_reasons(&f, &fs());
+        assert_eq!(r.iter().map(|r| &*r.code).collect::<Vec<_>>(), ["mounted"]);
+        assert_eq!(
+            r[0].message,
+            "/dev/loop9 is a member of the btrfs mounted at /srv/other (bbbb)"
+        );
+        assert!(r[0].blocks(true));
         let mut holders = blank("/dev/sdb");
         holders.holders = vec!["dm-0".into()];
         holders.busy = true;

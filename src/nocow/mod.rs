@@ -252,16 +252,30 @@ pub enum Tick<'p> {
     Bytes(u64),
 }
 
-/// The bytes of the files a plan migrates: what a person counts (the
-/// progress callback's [`progress_total`] counts each byte for every pass).
+/// The bytes of data of the files a plan migrates: what a person counts
+/// (allocated, at most the size: the holes of a sparse file are not
+/// copied; the progress callback's [`progress_total`] counts each byte for
+/// every pass).
 pub fn files_total(plan: &Plan) -> u64 {
     plan.steps
         .iter()
         .map(|s| match s {
-            Step::Migrate { size_bytes, .. } => *size_bytes,
+            Step::Migrate {
+                size_bytes,
+                allocated_bytes,
+                ..
+            } => *allocated_bytes.min(size_bytes),
             _ => 0,
         })
         .sum()
+}
+
+/// How many of `steps` migrate a file.
+fn files_in(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .filter(|s| matches!(s, Step::Migrate { .. }))
+        .count()
 }
 
 /// Bytes the progress callback will be told about for `plan`: the data
@@ -325,6 +339,10 @@ pub fn execute(
         };
         match ran {
             Ok(n) => done += n,
+            Err((n, e)) if e.kind() == ErrorKind::Interrupted && files_in(&plan.steps) > 0 => {
+                let moved = files_in(&plan.steps[..done]) + if files.is_empty() { 0 } else { n };
+                return Err(interrupted_after(moved, files_in(&plan.steps)));
+            }
             Err((n, e)) => return Err(steps_done_before(e, done + n, total)),
         }
     }
@@ -403,6 +421,19 @@ fn steps_done_before(e: Error, done: usize, total: usize) -> Error {
         Some(h) => new.with_hint(h),
         None => new,
     }
+}
+
+/// An interruption of a run that migrates `of` files, `moved` of them
+/// moved: how many, and how to go on (a new plan finds the files left).
+fn interrupted_after(moved: usize, of: usize) -> Error {
+    Error::new(
+        ErrorKind::Interrupted,
+        format!(
+            "interrupted; clean-up done: {moved} of {of} file{} moved",
+            if of == 1 { "" } else { "s" }
+        ),
+    )
+    .with_hint("run the same command again to go on: the files moved are NOCOW and skipped")
 }
 
 /// What a thread migrating files tells the one that reports.

@@ -133,7 +133,7 @@ impl Operation for NocowDir {
             &report.filesystem,
             &report.plan,
             &mut opts,
-            &mut progress(&report.plan, &bar),
+            &mut progress(&report.plan, &report.dir, &bar),
         );
         let files_total = super::files_total(&report.plan);
         if result.is_ok() && files_total > 0 {
@@ -154,6 +154,7 @@ impl Operation for NocowDir {
 /// on `bar`, with the file being migrated.
 fn progress<'b>(
     plan: &plan::Plan,
+    dir: &'b std::path::Path,
     bar: &'b TrackedBar<'_>,
 ) -> impl FnMut(Tick<'_>) -> Result<()> + 'b {
     let passes_total = super::progress_total(plan);
@@ -162,7 +163,10 @@ fn progress<'b>(
     let mut passes = 0u64;
     move |tick| {
         match tick {
-            Tick::File(p) => bar.set_message(p.display().to_string()),
+            // Its name below the directory: the line stays short.
+            Tick::File(p) => {
+                bar.set_message(p.strip_prefix(dir).unwrap_or(p).display().to_string())
+            }
             Tick::Bytes(n) => passes += n,
         }
         let done = if passes_total == 0 {

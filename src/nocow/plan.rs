@@ -176,13 +176,22 @@ impl Step {
             Step::Migrate {
                 path,
                 size_bytes,
+                allocated_bytes,
                 open_by,
                 ..
             } => {
-                let mut line = format!(
-                    "copy {} ({}) into a new NOCOW file, verify it, rename it over the original",
-                    path.display(),
+                let size = if allocated_bytes < size_bytes {
+                    format!(
+                        "{}, sparse: {} of data",
+                        format_iec(*size_bytes),
+                        format_iec(*allocated_bytes)
+                    )
+                } else {
                     format_iec(*size_bytes)
+                };
+                let mut line = format!(
+                    "copy {} ({size}) into a new NOCOW file, verify it, rename it over the original",
+                    path.display(),
                 );
                 if !open_by.is_empty() {
                     line.push_str(&format!(
@@ -732,6 +741,36 @@ mod tests {
                 dir_id: FileIdentity { dev: 1, ino: 2 },
             })
             .collect()
+    }
+
+    #[test]
+    fn a_sparse_file_counts_its_data_not_its_holes() {
+        const M: u64 = 1 << 20;
+        let mut steps = migrations(&[4 * M, 2 * M]);
+        if let Step::Migrate {
+            size_bytes,
+            allocated_bytes,
+            ..
+        } = &mut steps[0]
+        {
+            (*size_bytes, *allocated_bytes) = (64 * M, M);
+        }
+        assert_eq!(
+            steps[0].describe(),
+            "copy /m/f0 (64.00MiB, sparse: 1.00MiB of data) into a new NOCOW file, verify it, rename it over the original"
+        );
+        assert!(steps[1].describe().starts_with("copy /m/f1 (2.00MiB) into"));
+        let plan = Plan {
+            steps,
+            staying: Vec::new(),
+            space_needed_bytes: 0,
+            parallel_migrations: 1,
+            space_available_bytes: 0,
+            warnings: Vec::new(),
+            nothing_to_do: None,
+        };
+        // What progress counts: the bytes of data, not the holes.
+        assert_eq!(crate::nocow::files_total(&plan), 3 * M);
     }
 
     #[test]

@@ -672,12 +672,9 @@ pub fn plan(facts: &Facts, req: &ReclaimRequest) -> ReclaimPlan {
     let predicted_to_reach_goal = goal_reached || freed >= missing;
     if !goal_reached && !predicted_to_reach_goal {
         let add = display_argv(&["btrfs-lab", "device", "add", &m, "NEW_DEVICE"]);
-        if steps.is_empty() {
-            notes.push(format!(
-                "no balance up to -dusage={} is estimated to free space here (the data chunks are fuller, or moving their data takes as much room as it frees); add a device ({add}) or delete files (and the snapshots that hold them)",
-                req.max_usage
-            ));
-        } else {
+        // No step at all: the run's warning says so (and what to do),
+        // once; a note would only repeat it.
+        if !steps.is_empty() {
             notes.push(format!(
                 "the steps free about {} of the {} the goal needs (an estimate that counts moved data against the space freed: they may free more); if they fall short, add a device ({add}) or delete files",
                 format_iec(freed),
@@ -1233,10 +1230,10 @@ mod tests {
         let f = facts(&[M, M], vec![c(G - M), c(G - M)]);
         let p = plan(&f, &req());
         assert!(p.steps.is_empty() && !p.predicted_to_reach_goal);
+        // What helps is said once, by the run's warning and hint (no step
+        // to run): no note repeats it.
         assert!(
-            p.notes
-                .iter()
-                .any(|n| n.contains("device add /mnt NEW_DEVICE")),
+            !p.notes.iter().any(|n| n.contains("device add")),
             "{:?}",
             p.notes
         );

@@ -293,9 +293,115 @@ pub fn wrap_message(first: &str, text: &str, rest: &str) -> String {
     out
 }
 
+/// [`fit`] for a command's finished lines (a plan, a result) that keeps
+/// their layout: made to fit the output's
+/// [`width`]: a line that fits stays as it is (table columns keep their
+/// alignment); a longer one is filled under its own indent, its bullet
+/// (`- `, `1. `) or its label (`RISK: `, `next: `) hanging. A line that is
+/// one word, or a command shown to be copied (it starts with the program:
+/// a copied line break would run two commands), stays whole.
+pub fn fit_hanging(text: &str) -> String {
+    fit_to(text, width())
+}
+
+/// [`fit_hanging`] at `width` columns.
+fn fit_to(text: &str, width: usize) -> String {
+    const COMMANDS: &[&str] = COMMAND_STARTS;
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches('\n');
+        let body = bare.trim_start();
+        if bare.chars().count() <= width
+            || !body.contains(char::is_whitespace)
+            || COMMANDS.iter().any(|c| body.starts_with(c))
+        {
+            out.push_str(line);
+            continue;
+        }
+        let indent = &bare[..bare.len() - body.len()];
+        let first_word = body.split_whitespace().next().unwrap_or("");
+        let hang = if first_word == "-"
+            || first_word == "*"
+            || (first_word.ends_with('.')
+                && first_word[..first_word.len() - 1].parse::<u32>().is_ok())
+            || (first_word.ends_with(':') && first_word.len() <= 12)
+        {
+            first_word.chars().count() + 1
+        } else {
+            2
+        };
+        let mut rest = format!("{indent}{}", " ".repeat(hang));
+        // A label aligned with those of the lines around it (`filesystem
+        // btrfs on ...`): its value is filled in its column.
+        let mut lead = indent.to_owned();
+        let mut body = body;
+        // (A table's row: the value of its last column, when that column
+        // starts in the line's first half.)
+        let mut column_at = None;
+        let mut from = 0;
+        while let Some(gap) = body[from..].find("  ").map(|g| g + from) {
+            let value_at = body.len() - body[gap..].trim_start().len();
+            let column = indent.chars().count() + body[..value_at].chars().count();
+            if column > width / 2 {
+                break;
+            }
+            column_at = Some((value_at, column));
+            from = value_at;
+        }
+        if let Some((value_at, column)) = column_at
+            && value_at < body.len()
+        {
+            lead = format!("{indent}{}", &body[..value_at]);
+            rest = " ".repeat(column);
+            body = &body[value_at..];
+        }
+        let indent = lead.as_str();
+        // A command after a colon goes on a line of its own, whole.
+        let command = COMMANDS
+            .iter()
+            .filter_map(|c| body.find(&format!(": {c}")))
+            .min();
+        match command {
+            Some(at) => {
+                out.push_str(&fill(&body[..=at], width, indent, &rest));
+                out.push_str(&format!("{rest}{}\n", &body[at + 2..]));
+            }
+            None => out.push_str(&fill(body, width, indent, &rest)),
+        }
+        if !line.ends_with('\n') {
+            out.truncate(out.trim_end_matches('\n').len());
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fit_keeps_what_fits_and_hangs_the_rest_under_its_bullet_or_label() {
+        let text = "  data    single → raid0   1GiB\n  - a note that is much longer than forty columns wide\nRISK: data on raid0 is lost when any one device fails\n    btrfs balance start -dconvert=raid0,soft /a/long/mount/point\n";
+        assert_eq!(
+            fit_to(text, 40),
+            "  data    single → raid0   1GiB\n  - a note that is much longer than\n    forty columns wide\nRISK: data on raid0 is lost when any one\n      device fails\n    btrfs balance start -dconvert=raid0,soft /a/long/mount/point\n"
+        );
+        assert_eq!(
+            fit_to(
+                "  next, to spread the data over all devices: btrfs-lab balance /a/long/mount\n",
+                40
+            ),
+            "  next, to spread the data over all\n    devices:\n    btrfs-lab balance /a/long/mount\n"
+        );
+        assert_eq!(
+            fit_to("  filesystem  btrfs on /dev/loop0, mounted at /a/b\n", 40),
+            "  filesystem  btrfs on /dev/loop0,\n              mounted at /a/b\n"
+        );
+        assert_eq!(
+            fit_to("  a.img   6MiB  holds data: --migrate copies it\n", 40),
+            "  a.img   6MiB  holds data: --migrate\n                copies it\n"
+        );
+    }
     use std::os::unix::ffi::OsStrExt;
 
     #[test]

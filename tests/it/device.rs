@@ -314,6 +314,38 @@ fn replace_then_scrub_runs_btrfs_labs_scrub_of_the_new_device() {
     assert_eq!(devids, [2]);
     assert!(last.devices[0].bytes_scrubbed > 0, "{last:?}");
 
+    // --status after it: as much as `btrfs replace status` says (when it
+    // started and finished, how long it took, the error counts), and the
+    // next step is btrfs-lab's scrub.
+    let (code, stdout, stderr) = run(env.cmd().args(["device", "replace", ms, "--status"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("replace on {ms}: the last one finished\n")),
+        "{stdout}"
+    );
+    let when = stdout.lines().nth(1).unwrap_or_default();
+    assert!(
+        when.starts_with("  started 20")
+            && when.contains(", finished 20")
+            && when.contains(", took "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  errors: 0 write, 0 uncorrectable read\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with(&format!("  next: btrfs-lab scrub {ms}\n")),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run(env
+        .cmd()
+        .args(["--json", "device", "replace", ms, "--status"]));
+    assert_eq!(code, 0);
+    let st: btrfs_lab::device::replace::ReplaceStatusReport = typed(&stdout);
+    let (start, stop) = (st.started_at.unwrap(), st.stopped_at.unwrap());
+    assert!(start <= stop, "{st:?}");
+
     // With --json the stream is the replace's alone: progress, then its
     // document (no scrub records among them).
     let newer = env.spare_device("newer", GIB);
@@ -331,6 +363,51 @@ fn replace_then_scrub_runs_btrfs_labs_scrub_of_the_new_device() {
     let (_, done): (_, ReplaceReport) = streamed(&stdout);
     assert_eq!(Path::new(&done.result.expect("a result").path), newer);
     assert_eq!(hashes(&m), before);
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_member_of_another_mounted_btrfs_is_named_as_such_not_busy() {
+    if !require_root("device add of another filesystem's member") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        size_bytes: GIB,
+        ..SandboxRequest::default()
+    });
+    let other = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: GIB,
+        data: Some(Profile::Raid1),
+        metadata: Some(Profile::Raid1),
+        ..SandboxRequest::default()
+    });
+    let m = sbx.mount_point().to_path_buf();
+    let om = other.mount_point().display().to_string();
+    let before = members(&m);
+    let devs = other.devices();
+    // The member the other filesystem was mounted from is a mount's
+    // source; the second one is named by no mount: both are named as the
+    // other filesystem's, neither as "busy", and --overwrite is not offered.
+    for (dev, want) in [
+        (&devs[0], "is mounted at".to_owned()),
+        (
+            &devs[1],
+            format!("is a member of the btrfs mounted at {om}"),
+        ),
+    ] {
+        let (code, stdout, stderr) = run(env
+            .cmd()
+            .args(["device", "add", "--yes", "--overwrite"])
+            .arg(&m)
+            .arg(dev));
+        assert_eq!(code, 1, "{stdout}{stderr}");
+        assert!(stderr.contains(&want), "{}: {stderr}", dev.display());
+        assert!(!stderr.contains("busy"), "{stderr}");
+        assert!(!stderr.contains("--overwrite destroys it"), "{stderr}");
+    }
+    assert_eq!(members(&m), before, "a refusal changes nothing");
 }
 
 #[test]

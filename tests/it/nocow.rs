@@ -1705,3 +1705,100 @@ fn killed_right_after_the_swap_a_rerun_removes_the_original_and_completes() {
     );
     no_temp_files(&dir);
 }
+
+/// SIGINT or SIGTERM in the middle of a migration of several files: exit
+/// 130 and the run says how many files were moved and how to go on; the
+/// files it names as moved are NOCOW, the others as they were, and running
+/// the same command again moves the rest.
+#[cfg(feature = "test-hooks")]
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn an_interrupted_migration_says_how_many_files_moved_and_the_same_command_goes_on() {
+    if !require_root("nocow --migrate interrupted, then resumed") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let dir = sbx.mount_point().join("vm");
+    fs::create_dir(&dir).unwrap();
+    let names: Vec<String> = (0..4).map(|i| format!("disk{i}.img")).collect();
+    for (i, n) in names.iter().enumerate() {
+        fs::write(dir.join(n), random_bytes((4 + i) << 20, 20 + i as u64)).unwrap();
+    }
+    let before = snapshot(&dir);
+    for signal in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+    ] {
+        let args = [os("nocow"), os("--migrate"), os("--yes"), dir.as_os_str()];
+        let nocow_before = names
+            .iter()
+            .filter(|n| flags_of(&dir.join(n)).contains(FS_NOCOW_FL))
+            .count();
+        // One file is held at its copy; the others (copied at once, each
+        // on a thread of its own) are moved meanwhile; then the signal.
+        // Meanwhile a moved file is told by its new inode (stat only: an
+        // open would break the run's lease on the original).
+        let nocow = |d: &Path| {
+            names
+                .iter()
+                .filter(|n| flags_of(&d.join(n)).contains(FS_NOCOW_FL))
+                .count()
+        };
+        let inodes = |d: &Path| -> Vec<u64> {
+            names
+                .iter()
+                .map(|n| fs::symlink_metadata(d.join(n)).map_or(0, |m| m.ino()))
+                .collect()
+        };
+        let was = inodes(&dir);
+        let moved_meanwhile = |d: &Path| {
+            let now = inodes(d);
+            was.iter().zip(&now).filter(|(a, b)| a != b).count() + nocow_before
+        };
+        let (code, _, stderr) = crate::common::with_pause_at(&env, "nocow-copy", &args, |pid| {
+            let since = std::time::Instant::now();
+            while moved_meanwhile(&dir) < names.len() - 1 && since.elapsed().as_secs() < 60 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
+        });
+        assert_eq!(code, 130, "{signal:?}: {stderr}");
+        let left = names.len() - nocow(&dir);
+        // The files left are planned again: the run moved some of those.
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(" moved"))
+            .unwrap_or_else(|| panic!("{signal:?}: no count of the files moved: {stderr}"));
+        let (moved, of) = line
+            .split_once(" file")
+            .and_then(|(head, _)| head.rsplit_once(": "))
+            .and_then(|(_, n)| n.split_once(" of "))
+            .map(|(a, b)| (a.parse::<usize>().unwrap(), b.parse::<usize>().unwrap()))
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(moved < of, "{line}");
+        assert!(
+            stderr.contains("run the same command again to go on"),
+            "{stderr}"
+        );
+        no_temp_files(&dir);
+        // The first run moved every file but the one held; the second had
+        // that one left, and moved nothing.
+        let want = if signal == nix::sys::signal::Signal::SIGINT {
+            "interrupted; clean-up done: 3 of 4 files moved"
+        } else {
+            "interrupted; clean-up done: 0 of 1 file moved"
+        };
+        assert!(line.ends_with(&want), "{line}");
+        assert_eq!((of - moved, left), (1, 1), "{line}");
+        // Every file as it was (moved or not: a migration keeps all).
+        assert_eq!(snapshot(&dir), before, "{signal:?}");
+    }
+    let (code, stdout, stderr) = nocow(&env, &[os("--migrate"), os("--yes"), dir.as_os_str()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    for n in &names {
+        assert!(flags_of(&dir.join(n)).contains(FS_NOCOW_FL), "{n}");
+    }
+    assert_eq!(snapshot(&dir), before);
+    no_temp_files(&dir);
+}

@@ -308,8 +308,8 @@ fn add_notes(
             "then the conversion below ({}) spreads what is there over all devices",
             t.describe()
         ));
-    } else if let Some(next) = next_step(fs, total_after) {
-        notes.push(next);
+    } else {
+        notes.extend(next_step(fs, total_after));
     }
     if fs.profiles(BgType::Metadata).contains(&Profile::Dup) && total_after >= 2 {
         notes.push("metadata is DUP (two copies on one device): after the add, RAID1 keeps the copies on different devices".to_owned());
@@ -324,7 +324,12 @@ fn add_notes(
 /// data on one device at a time a conversion (metadata kept at its profile
 /// when that is more redundant than RAID1); none while a conversion is
 /// unfinished (two data profiles) or with one device.
-fn next_step(fs: &FsState, total_after: usize) -> Option<String> {
+/// (Each a note of its own: a command ends each.)
+fn next_step(fs: &FsState, total_after: usize) -> Vec<String> {
+    next_steps(fs, total_after).unwrap_or_default()
+}
+
+fn next_steps(fs: &FsState, total_after: usize) -> Option<Vec<String>> {
     let m = fs.mount_point.display();
     let [data] = fs.profiles(BgType::Data)[..] else {
         return None;
@@ -332,14 +337,14 @@ fn next_step(fs: &FsState, total_after: usize) -> Option<String> {
     let devices = u32::try_from(total_after).ok().filter(|&n| n >= 2)?;
     if crate::balance::plan::striped(data) {
         data.stripes_on(devices, fs.kernel)?;
-        return Some(format!(
+        return Some(vec![format!(
             "next, to spread the {data} data that is there over all devices (the chunks narrower than the array): btrfs-lab balance {m}"
-        ));
+        )]);
     }
     if data.tolerated_failures() > 0 {
-        return Some(format!(
+        return Some(vec![format!(
             "next, to spread the {data} data that is there over all devices: btrfs-lab balance {m}"
-        ));
+        )]);
     }
     let metadata = fs
         .profiles(BgType::Metadata)
@@ -351,11 +356,16 @@ fn next_step(fs: &FsState, total_after: usize) -> Option<String> {
     let mirror = format!("btrfs-lab convert {m} --data raid1 --metadata {metadata}");
     Some(if data == Profile::Dup {
         // RAID0 would drop DUP's second copy.
-        format!("next, to keep data's two copies on different devices: {mirror}")
+        vec![format!(
+            "next, to keep data's two copies on different devices: {mirror}"
+        )]
     } else {
-        format!(
-            "next, to stripe data over all devices (fast, no redundancy): btrfs-lab convert {m} --data raid0 --metadata {metadata}; to mirror it: {mirror}"
-        )
+        vec![
+            format!(
+                "next, to stripe data over all devices (fast, no redundancy): btrfs-lab convert {m} --data raid0 --metadata {metadata}"
+            ),
+            format!("or, to mirror it: {mirror}"),
+        ]
     })
 }
 
@@ -627,30 +637,30 @@ mod tests {
     #[test]
     fn the_next_step_never_lowers_redundancy() {
         // The seed's array: raid0 data, raid1c3 metadata, a fourth device.
-        let n = next_step(&with_profiles(F::RAID0, F::RAID1C3), 4).unwrap();
+        let n = next_step(&with_profiles(F::RAID0, F::RAID1C3), 4).join("; ");
         assert_eq!(
             n,
             "next, to spread the raid0 data that is there over all devices (the chunks narrower than the array): btrfs-lab balance /mnt"
         );
         assert!(!n.contains("convert"), "{n}");
         // Single data: a conversion, metadata kept at raid1c3.
-        let n = next_step(&with_profiles(F::empty(), F::RAID1C3), 3).unwrap();
+        let n = next_step(&with_profiles(F::empty(), F::RAID1C3), 3).join("; ");
         assert!(n.contains("--data raid0 --metadata raid1c3"), "{n}");
         assert!(n.contains("--data raid1 --metadata raid1c3"), "{n}");
         assert!(!n.contains("--metadata raid1;"), "{n}");
         // DUP metadata goes to raid1 (no lower); DUP data only mirrors.
-        let n = next_step(&with_profiles(F::empty(), F::DUP), 2).unwrap();
+        let n = next_step(&with_profiles(F::empty(), F::DUP), 2).join("; ");
         assert!(n.contains("--data raid0 --metadata raid1;"), "{n}");
-        let n = next_step(&with_profiles(F::DUP, F::DUP), 2).unwrap();
+        let n = next_step(&with_profiles(F::DUP, F::DUP), 2).join("; ");
         assert!(!n.contains("raid0"), "{n}");
         assert!(n.contains("--data raid1 --metadata raid1"), "{n}");
         // Mirrored data: a balance, no conversion.
-        let n = next_step(&with_profiles(F::RAID1, F::RAID1), 3).unwrap();
+        let n = next_step(&with_profiles(F::RAID1, F::RAID1), 3).join("; ");
         assert!(n.starts_with("next, to spread the raid1 data"), "{n}");
         assert!(n.ends_with("btrfs-lab balance /mnt"), "{n}");
         assert!(!n.contains("convert"), "{n}");
         // One device: nothing to spread over.
-        assert_eq!(next_step(&with_profiles(F::empty(), F::DUP), 1), None);
+        assert!(next_step(&with_profiles(F::empty(), F::DUP), 1).is_empty());
     }
 
     fn dev(path: &str, size: u64) -> BlockDeviceFacts {

@@ -104,6 +104,39 @@ pub struct ReplaceStatusReport {
     pub stopped_at: Option<u64>,
 }
 
+impl ReplaceStatusReport {
+    /// When it began and stopped, and how long it ran (`started
+    /// 2026-12-07T15:00:00Z, finished 2026-12-07T15:00:12Z, took 0m12s`);
+    /// `now` (seconds since the epoch) for one still running. `None`
+    /// when the kernel has no start time (none since the mount).
+    pub fn when(&self, now: u64) -> Option<String> {
+        use crate::report::envelope::rfc3339_seconds;
+        let started = self.started_at?;
+        let took = |end: u64| crate::report::rate::duration(end.saturating_sub(started) as f64);
+        let how = match self.state {
+            ReplaceStateName::Finished => "finished",
+            ReplaceStateName::Cancelled => "cancelled",
+            ReplaceStateName::Suspended => "stopped",
+            ReplaceStateName::Running | ReplaceStateName::NeverStarted => {
+                return Some(format!(
+                    "started {}, running for {}",
+                    rfc3339_seconds(started),
+                    took(now)
+                ));
+            }
+        };
+        Some(match self.stopped_at {
+            Some(end) => format!(
+                "started {}, {how} {}, took {}",
+                rfc3339_seconds(started),
+                rfc3339_seconds(end),
+                took(end)
+            ),
+            None => format!("started {}", rfc3339_seconds(started)),
+        })
+    }
+}
+
 fn epoch(t: Option<std::time::SystemTime>) -> Option<u64> {
     t.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_secs())
@@ -147,7 +180,8 @@ pub struct ReplaceResult {
     pub uncorrectable_read_errors: u64,
     /// Every chunk's redundancy after it.
     pub redundancy: RedundancyCheck,
-    /// The scrub of NEW, offered.
+    /// The scrub offered after it (`btrfs-lab scrub MOUNT`: it reads every
+    /// device, the new one too).
     pub scrub_command: Vec<String>,
     /// Seconds the copy took (this run's share, when it followed).
     pub seconds: f64,

@@ -48,6 +48,10 @@ pub(crate) struct BlockDeviceFacts {
     pub(crate) signature_error: Option<String>,
     /// fsid from a btrfs superblock on it.
     pub(crate) btrfs_fsid: Option<String>,
+    /// It is a member of that btrfs and the kernel has it open (mounted):
+    /// where it is mounted (a member other than the one named at the mount
+    /// is not the source of any mount).
+    pub(crate) btrfs_mounted_at: Vec<PathBuf>,
     /// A loop device whose backing file a user other than root owns (what
     /// `udisksctl loop-setup` gives): that file and its owner's uid.
     pub(crate) loop_backing_owner: Option<(PathBuf, u32)>,
@@ -74,6 +78,7 @@ impl BlockDeviceFacts {
             signatures: Vec::new(),
             signature_error: None,
             btrfs_fsid: None,
+            btrfs_mounted_at: Vec::new(),
             loop_backing_owner: None,
         }
     }
@@ -264,7 +269,36 @@ pub(crate) fn inspect(root: &SysRoot, given: &Path) -> BlockDeviceFacts {
         Err(e) => f.signature_error = Some(e.message().to_owned()),
     }
     f.btrfs_fsid = read_btrfs_fsid(&path);
+    if let (Some(fsid), Some(name)) = (&f.btrfs_fsid, &f.name) {
+        f.btrfs_mounted_at = btrfs_mounted_at(root, fsid, name);
+    }
     f
+}
+
+/// Where the btrfs `fsid` is mounted, when the device `name` (`loop3`) is
+/// one of the members the kernel has open for it
+/// (`/sys/fs/btrfs/FSID/devices/NAME`); the mounts whose source is one of
+/// its members, the whole filesystem's (subvolume root `/`) first.
+fn btrfs_mounted_at(root: &SysRoot, fsid: &str, name: &str) -> Vec<PathBuf> {
+    let devices = root.sys(&format!("fs/btrfs/{fsid}/devices"));
+    let members = list_dir(&devices);
+    if !members.iter().any(|m| m == name) {
+        return Vec::new();
+    }
+    let mut at: Vec<(bool, PathBuf)> = mountinfo::mount_table(root)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.fs_type == "btrfs")
+        .filter(|m| {
+            fs::canonicalize(&m.source)
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .is_some_and(|n| members.contains(&n))
+        })
+        .map(|m| (m.root != Path::new("/"), m.mount_point))
+        .collect();
+    at.sort_by_key(|a| a.0);
+    at.into_iter().map(|(_, p)| p).collect()
 }
 
 #[cfg(test)]

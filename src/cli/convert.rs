@@ -9,7 +9,7 @@ use btrfs_lab::convert::{ConvertPlan, ConvertRequest, Finished, manage};
 use btrfs_lab::error::{Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::operation::{self, DRY_RUN, View};
-use btrfs_lab::report::text::fit_hanging;
+use btrfs_lab::report::text::fit;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::ui::Ui;
@@ -119,7 +119,7 @@ impl View<Convert> for Text<'_> {
 
 impl View<Resume> for Text<'_> {
     fn plan(&self, plan: &Resumable) -> String {
-        fit_hanging(&format!(
+        fit(&format!(
             "Resume the paused balance on {}: {}, {} left to convert\n",
             plan.mount_point.display(),
             plan.targets.describe(),
@@ -173,7 +173,7 @@ pub fn render_plan(plan: &ConvertPlan, out: &Output) -> String {
     for w in &plan.warnings {
         t.push_str(&format!("{} {w}\n", p.warn("WARNING:")));
     }
-    fit_hanging(&t)
+    fit(&t)
 }
 
 /// Says how a conversion finished (a cancelled one is the run's error).
@@ -185,7 +185,7 @@ pub fn say_finished(finished: &Finished, mount_point: &Path, out: &Output) {
             bytes,
             elapsed,
         } => {
-            out.status(&fit_hanging(&format!(
+            out.status(&fit(&format!(
                 "{} {} converted in {:.0} s; every type is in its target profile:\n{}",
                 out.paint.good("done:"),
                 size(*bytes),
@@ -278,7 +278,7 @@ fn render_status(st: &StatusReport, out: &Output) -> String {
             }
         }
     }
-    fit_hanging(&t)
+    fit(&t)
 }
 
 /// `--pause` of `command` (`convert`, `balance`): the running balance

@@ -17,7 +17,7 @@ use btrfs_lab::device::started::StartedStore;
 use btrfs_lab::error::{Error, ErrorKind, Result, exit};
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::operation::{self, DRY_RUN, View};
-use btrfs_lab::report::text::fit_hanging;
+use btrfs_lab::report::text::fit;
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::sys::tools::display_argv;
@@ -305,7 +305,7 @@ fn replace(a: ReplaceArgs, out: &Output, state_dir: &Path) -> Result<u8> {
 fn replace_status(mount: &Path, out: &Output) -> Result<u8> {
     let (fs, state) = replace::open(&SysRoot::host(), mount)?;
     let st = replace::status_of(&fs, &state.mount_point)?;
-    out.report(&st, |s| fit_hanging(&status_text(s)));
+    out.report(&st, |s| fit(&status_text(s)));
     Ok(exit::OK)
 }
 
@@ -396,10 +396,10 @@ struct ReplaceText<'a>(&'a Output);
 
 impl View<Replace> for ReplaceText<'_> {
     fn plan(&self, plan: &ReplacePlan) -> String {
-        fit_hanging(&render_replace(plan, self.0))
+        fit(&render_replace(plan, self.0))
     }
     fn result(&self, _plan: &ReplacePlan, done: &Replaced) {
-        self.0.status(&fit_hanging(&replaced_text(done, self.0)));
+        self.0.status(&fit(&replaced_text(done, self.0)));
     }
 }
 
@@ -499,11 +499,11 @@ struct RemoveText<'a>(&'a Output);
 
 impl View<Remove> for RemoveText<'_> {
     fn plan(&self, plan: &RemovePlan) -> String {
-        fit_hanging(&render_remove(plan, self.0))
+        fit(&render_remove(plan, self.0))
     }
     fn result(&self, _plan: &RemovePlan, report: &RemoveReport) {
         if let Some(r) = &report.result {
-            self.0.status(&fit_hanging(&removed_text(r, self.0)));
+            self.0.status(&fit(&removed_text(r, self.0)));
         }
     }
 }
@@ -678,7 +678,7 @@ struct AddText<'a>(&'a Output);
 
 impl View<Add<'_>> for AddText<'_> {
     fn plan(&self, plan: &AddPlan) -> String {
-        fit_hanging(&render(plan, self.0))
+        fit(&render(plan, self.0))
     }
     fn result(&self, _plan: &AddPlan, _result: &AddResult) {}
 }
@@ -747,7 +747,7 @@ impl View<AddThenConvert<'_>> for AddText<'_> {
         if let Some(c) = &plan.then_convert {
             t.push_str(&convert_in_short(c));
         }
-        fit_hanging(&t)
+        fit(&t)
     }
     fn result(&self, plan: &AddPlan, finished: &Option<Finished>) {
         if let Some(f) = finished {
@@ -778,7 +778,7 @@ impl View<AddThenBalance<'_>> for AddText<'_> {
             Some(_) => t.push_str("  then balance: follow or resume the balance above\n"),
             None => {}
         }
-        fit_hanging(&t)
+        fit(&t)
     }
     fn result(&self, _plan: &AddBalancePlan, done: &Option<(BalancePlan, BalanceFinished)>) {
         if let Some((planned, finished)) = done {

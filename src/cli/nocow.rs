@@ -12,7 +12,7 @@ use btrfs_lab::nocow::operation::NocowDir;
 use btrfs_lab::nocow::plan::{Request, Staying};
 use btrfs_lab::nocow::{self, CheckDocument, CheckReport, NocowReport, Outcome};
 use btrfs_lab::operation::{self, Confirm, View};
-use btrfs_lab::report::text::fit_hanging;
+use btrfs_lab::report::text::fit;
 use btrfs_lab::report::text::{count, escape_control, escape_path};
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
@@ -127,7 +127,7 @@ fn check(paths: &[PathBuf], advice: Option<Advice>, out: &Output) -> Result<u8> 
         if let Some(a) = &d.advice {
             text.push_str(&render_advice(a, out.paint));
         }
-        fit_hanging(&text)
+        fit(&text)
     });
     let s = &doc.check.summary;
     let not_nocow = s.needs_migration_files + s.switchable_files + s.blocked_files;
@@ -140,7 +140,7 @@ fn one_dir(paths: &[PathBuf], advice: Option<&Advice>, out: &Output) -> Result<O
     match paths {
         [] => match advice {
             Some(a) => {
-                out.report(a, |a| fit_hanging(render_advice(a, out.paint).trim_start()));
+                out.report(a, |a| fit(render_advice(a, out.paint).trim_start()));
                 Ok(None)
             }
             None => Err(Error::usage("give the directory to make NOCOW").with_hint(
@@ -160,16 +160,16 @@ struct Text<'a>(&'a Output);
 
 impl View<NocowDir> for Text<'_> {
     fn plan(&self, report: &NocowReport) -> String {
-        fit_hanging(&render_plan(report, self.0.paint))
+        fit(&render_plan(report, self.0.paint))
     }
     fn plan_asked(&self, report: &NocowReport) -> String {
-        fit_hanging(&render_plan(report, self.0.paint_err))
+        fit(&render_plan(report, self.0.paint_err))
     }
     fn plan_end(&self, report: &NocowReport) -> String {
         report
             .advice
             .as_ref()
-            .map(|a| fit_hanging(&render_advice(a, self.0.paint)))
+            .map(|a| fit(&render_advice(a, self.0.paint)))
             .unwrap_or_default()
     }
     fn result(&self, planned: &NocowReport, result: &Outcome) {
@@ -183,7 +183,7 @@ impl View<NocowDir> for Text<'_> {
             if let Some(a) = &report.advice {
                 text.push_str(&render_advice(a, out.paint));
             }
-            fit_hanging(&text)
+            fit(&text)
         });
     }
 }

@@ -14,7 +14,7 @@ use clap::Args;
 
 use super::output::{ConfirmArgs, Output};
 use super::units::{UnitArgs, size, size_arg};
-use btrfs_lab::report::text::fit_hanging;
+use btrfs_lab::report::text::fit;
 
 pub const AFTER_HELP: &str = "\
 When metadata cannot get a new chunk (every byte is allocated, much of it to
@@ -76,7 +76,7 @@ struct Text<'a>(&'a Output);
 
 impl View<Reclaim> for Text<'_> {
     fn plan(&self, plan: &ReclaimPlan) -> String {
-        fit_hanging(&render_plan(plan, self.0))
+        fit(&render_plan(plan, self.0))
     }
     fn result(&self, plan: &ReclaimPlan, result: &ReclaimResult) {
         render_result(result, plan, self.0);
@@ -167,7 +167,7 @@ fn render_result(r: &ReclaimResult, plan: &ReclaimPlan, out: &Output) {
     );
     match r.outcome {
         ReclaimOutcome::Reached => {
-            out.status(&fit_hanging(&format!(
+            out.status(&fit(&format!(
                 "{} {summary}: the goal is reached ({})\n",
                 out.paint.good("done:"),
                 goal_words(&r.goal)

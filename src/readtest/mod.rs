@@ -1235,8 +1235,15 @@ fn parameter_notes(
 ) -> Vec<String> {
     let mut notes = Vec::new();
     if plan.counts.len() > 1 && plan.any_threaded() {
+        // With one method the headline says what the knee is
+        // (report::sweep_verdict): not said twice.
+        let knee = if plan.runnable.len() == 1 {
+            "its knee"
+        } else {
+            "its knee (the fewest threads within 5% of its best)"
+        };
         notes.push(format!(
-            "the thread sweep ({}) reads {} chunks at every count, so the rows differ only in threads; the method list shows each threaded method at its knee (the fewest threads within 5% of its best).",
+            "the thread sweep ({}) reads {} chunks at every count, so the rows differ only in threads; the method list shows each threaded method at {knee}.",
             plan.counts.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
             format_iec(plan.chunk)
         ));

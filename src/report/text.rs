@@ -153,6 +153,33 @@ fn quote_word(w: &str) -> String {
 /// `text` filled to `width` columns at word boundaries (a word longer than
 /// the line stands alone): the first line begins with `first`, the others
 /// with `rest`; every line ends with a newline; columns are characters.
+/// The words of `text` as [`fill`] places them: a figure and its unit
+/// (`2000 MB/s`, `12 s`, `3.5 GiB`, `40 %`) stay together on one line.
+fn unbroken_words(text: &str) -> Vec<String> {
+    const UNITS: &[&str] = &[
+        "B", "KiB", "MiB", "GiB", "TiB", "kB", "KB", "MB", "GB", "TB", "B/s", "KiB/s", "MiB/s",
+        "GiB/s", "kB/s", "MB/s", "GB/s", "s", "ms", "µs", "ns", "min", "h", "%", "×",
+    ];
+    let figure = |w: &str| {
+        !w.is_empty()
+            && w.chars().any(|c| c.is_ascii_digit())
+            && w.chars()
+                .all(|c| c.is_ascii_digit() || ".,~≈(–-".contains(c))
+    };
+    let mut words: Vec<String> = Vec::new();
+    for w in text.split_whitespace() {
+        let unit = w.trim_end_matches([',', ';', ':', '.', ')']);
+        match words.last_mut() {
+            Some(prev) if figure(prev) && UNITS.contains(&unit) => {
+                prev.push(' ');
+                prev.push_str(w);
+            }
+            _ => words.push(w.to_owned()),
+        }
+    }
+    words
+}
+
 /// The filling under [`wrap`]: output calls [`wrap`], [`wrap_hanging`] or
 /// [`wrap_message`], which fill to the output's [`width`].
 pub fn fill(text: &str, width: usize, first: &str, rest: &str) -> String {
@@ -160,7 +187,8 @@ pub fn fill(text: &str, width: usize, first: &str, rest: &str) -> String {
     let mut lead = first;
     let mut line = String::new();
     let mut col = 0;
-    for word in text.split_whitespace() {
+    for word in unbroken_words(text) {
+        let word = word.as_str();
         let len = word.chars().count();
         if !line.is_empty() && lead.chars().count() + col + 1 + len > width {
             out.push_str(lead);
@@ -241,38 +269,6 @@ pub fn wrap_hanging(text: &str, first: &str, rest: &str) -> String {
 /// filled: a line break pasted into a shell would run two commands.
 pub const COMMAND_STARTS: &[&str] = &["btrfs-lab ", "btrfs ", "mount ", "umount "];
 
-/// `block` with each line wider than the output's [`width`] filled to it,
-/// the continuation lines indented two columns more than the line: the
-/// output layer's last word on a text report, so a line no renderer
-/// filled still fits the terminal. Command lines ([`COMMAND_STARTS`]) are
-/// kept whole. Borrowed when every line fits.
-pub fn fit(block: &str) -> Cow<'_, str> {
-    let w = width();
-    let too_wide = |l: &str| {
-        let t = l.trim_start();
-        l.chars().count() > w && !COMMAND_STARTS.iter().any(|c| t.starts_with(c))
-    };
-    if !block.lines().any(too_wide) {
-        return Cow::Borrowed(block);
-    }
-    let mut out = String::with_capacity(block.len() + 16);
-    for line in block.split_inclusive('\n') {
-        let body = line.strip_suffix('\n').unwrap_or(line);
-        if !too_wide(body) {
-            out.push_str(line);
-            continue;
-        }
-        let indent = &body[..body.len() - body.trim_start().len()];
-        let filled = fill(body, w, indent, &format!("{indent}  "));
-        out.push_str(if line.ends_with('\n') {
-            &filled
-        } else {
-            filled.strip_suffix('\n').unwrap_or(&filled)
-        });
-    }
-    Cow::Owned(out)
-}
-
 /// A message of one or more paragraphs (split at `\n`) filled to the
 /// output's [`width`]: the first line begins with `first`, every other
 /// line is indented by `rest`; no newline at the end. Errors, warnings,
@@ -293,18 +289,19 @@ pub fn wrap_message(first: &str, text: &str, rest: &str) -> String {
     out
 }
 
-/// [`fit`] for a command's finished lines (a plan, a result) that keeps
-/// their layout: made to fit the output's
-/// [`width`]: a line that fits stays as it is (table columns keep their
+/// Text made to fit the output's [`width`], keeping its layout: the
+/// output layer's last word on every text report, status and note (so a
+/// line no renderer filled still fits), and what renderers call on their
+/// finished lines: a line that fits stays as it is (table columns keep their
 /// alignment); a longer one is filled under its own indent, its bullet
 /// (`- `, `1. `) or its label (`RISK: `, `next: `) hanging. A line that is
 /// one word, or a command shown to be copied (it starts with the program:
 /// a copied line break would run two commands), stays whole.
-pub fn fit_hanging(text: &str) -> String {
+pub fn fit(text: &str) -> String {
     fit_to(text, width())
 }
 
-/// [`fit_hanging`] at `width` columns.
+/// [`fit`] at `width` columns.
 fn fit_to(text: &str, width: usize) -> String {
     const COMMANDS: &[&str] = COMMAND_STARTS;
     let mut out = String::with_capacity(text.len());
@@ -432,7 +429,15 @@ mod tests {
         assert!(fitted.lines().skip(1).all(|l| l.starts_with("    word")));
         let command = format!("  btrfs-lab {}\n", "x ".repeat(50));
         assert_eq!(fit(&command), command);
-        assert!(matches!(fit("short\n"), Cow::Borrowed(_)));
+        assert_eq!(fit("short\n"), "short\n");
+    }
+
+    #[test]
+    fn a_figure_keeps_its_unit() {
+        let f = fill("it takes about 0m01s at 2000 MB/s, or 12 s", 30, "", "");
+        assert_eq!(f, "it takes about 0m01s at\n2000 MB/s, or 12 s\n");
+        // A word that only looks like a unit after a word stays a word.
+        assert_eq!(fill("plan B is fine", 80, "", ""), "plan B is fine\n");
     }
 
     #[test]

@@ -234,7 +234,14 @@ fn ctrl_c_during_the_scrub_after_a_replace_is_an_interruption() {
         "{stderr}"
     );
     assert!(
-        stderr.contains(&format!("scrub it: btrfs scrub start -B {news}")),
+        stderr.contains(&format!(
+            "scrub it: {}",
+            btrfs_lab::report::text::display_argv(&[
+                "btrfs-lab",
+                "scrub",
+                &m.display().to_string()
+            ])
+        )),
         "{stderr}"
     );
     assert!(!stderr.contains("failed"), "{stderr}");

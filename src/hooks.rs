@@ -50,6 +50,9 @@ pub enum Switch {
     /// `bench --sustained` joins this cgroup directory before fio starts
     /// (fio inherits it; the test throttles the cgroup's writes).
     BenchCgroup,
+    /// `scrub` writes btrfs-progs' scrub record in this directory instead
+    /// of `/var/lib/btrfs` (a test's filesystems leave nothing there).
+    ScrubProgsDir,
 }
 
 impl Switch {
@@ -64,6 +67,7 @@ impl Switch {
             Switch::BenchCompressible => "BTRFS_LAB_BENCH_COMPRESSIBLE",
             Switch::BenchFallocateOnly => "BTRFS_LAB_BENCH_FALLOCATE_ONLY",
             Switch::BenchCgroup => "BTRFS_LAB_BENCH_CGROUP",
+            Switch::ScrubProgsDir => "BTRFS_LAB_SCRUB_PROGS_DIR",
         }
     }
 
@@ -289,6 +293,7 @@ mod tests {
             Switch::BenchCompressible,
             Switch::BenchFallocateOnly,
             Switch::BenchCgroup,
+            Switch::ScrubProgsDir,
         ];
         let mut names: Vec<&str> = all.iter().map(|s| s.env()).collect();
         names.sort_unstable();

@@ -280,6 +280,18 @@ mod tests {
                 }
             );
             assert!(doc.contains(&row), "docs/json.md has no row {row}");
+            // Its Rust type, as the registry names it (a type that moved
+            // is renamed here too).
+            let line = doc.lines().find(|l| l.starts_with(&row)).unwrap();
+            let rust_type = format!(
+                "`btrfs_lab::{}` |",
+                d.rust_type.replace(' ', "").trim_start_matches("crate::")
+            );
+            assert!(
+                line.trim_end().ends_with(&rust_type),
+                "docs/json.md's row of {} does not end with {rust_type}",
+                d.name
+            );
             let link = format!("(schema/{}.schema.json)", d.name);
             assert!(doc.contains(&link), "docs/json.md does not link {link}");
         }

@@ -413,8 +413,8 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     examples: &[
         ("The plan only.", "btrfs-lab scrub --dry-run /mnt/data"),
         (
-            "Scrub at most 200 MB/s per device, without asking.",
-            "btrfs-lab scrub --yes --limit 200M /mnt/data",
+            "Scrub at most 200 MB/s per device (a cron line: it does not ask).",
+            "btrfs-lab scrub --limit 200M /mnt/data",
         ),
         (
             "Where a scrub stands (btrfs scrub start's too).",
@@ -422,7 +422,7 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         ),
         (
             "Continue an interrupted scrub.",
-            "btrfs-lab scrub --resume --yes /mnt/data",
+            "btrfs-lab scrub --resume /mnt/data",
         ),
     ],
     see_also: &["btrfs-scrub(8)"],

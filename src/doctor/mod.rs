@@ -711,7 +711,8 @@ pub(crate) fn gather(
     );
     let scrub_file = root
         .prefix()
-        .join(format!("var/lib/btrfs/scrub.status.{}", target.fsid));
+        .join(crate::scrub::progs::PROGS_DIR.trim_start_matches('/'))
+        .join(crate::scrub::progs::file_name(&target.fsid));
     let progs = root
         .read_text(&scrub_file, 1 << 20)
         .map(|t| scrub::parse_status(&t, &target.fsid))

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use btrfs_uapi::scrub::ScrubProgress;
 
 use super::log::{LogEvent, damaged_from, parse_log};
+use super::progs;
 use super::{
     DeviceScrub, Outcome, PlannedDevice, SavedScrub, ScrubPlan, ScrubRecord, ScrubReport,
     StateStore, Totals,
@@ -71,6 +72,18 @@ pub fn execute(
     let t0 = Instant::now();
     let workers = start_workers(fs, plan)?;
     let prior = prior_runs(plan, saved.as_ref());
+    // btrfs-progs' record says "running" (with the earlier runs' figures)
+    // from the start, and is replaced at the end.
+    let resumed_at = saved.as_ref().filter(|_| plan.resume).map(|_| started_at);
+    let starting = saved_state(
+        plan,
+        saved.as_ref(),
+        prior.clone(),
+        &not_started(plan),
+        started_at,
+        0.0,
+    );
+    let progs_failed = progs::write(&starting, resumed_at, true).err();
     let mut watch = Watch::new(plan, workers, &prior, ui);
     watch.until_every_device_returned(dir, signals, &mut log);
     drop(inhibitor);
@@ -78,6 +91,16 @@ pub fn execute(
     let elapsed = t0.elapsed().as_secs_f64();
     let whole = saved_state(plan, saved.as_ref(), prior, &devices, started_at, elapsed);
     store.save(&whole)?;
+    if let Some(e) = progs::write(&whole, resumed_at, false)
+        .err()
+        .or(progs_failed)
+    {
+        ui.note(&format!(
+            "btrfs scrub status does not show this scrub (btrfs-lab scrub {} --status does): {}",
+            plan.mount_point.display(),
+            e.message()
+        ));
+    }
     if let Some(e) = failure {
         return Err(e);
     }
@@ -193,6 +216,20 @@ fn start_workers(
     Ok(workers)
 }
 
+/// Each planned device as it is before the kernel scrubbed any of it.
+fn not_started(plan: &ScrubPlan) -> Vec<DeviceScrub> {
+    plan.devices
+        .iter()
+        .map(|d| DeviceScrub {
+            devid: d.devid,
+            path: d.path.clone(),
+            bytes_to_read: d.bytes_to_read,
+            last_physical: d.start,
+            ..DeviceScrub::default()
+        })
+        .collect()
+}
+
 /// The saved counters of the earlier runs of a resumed scrub (none for a
 /// new one).
 fn prior_runs(plan: &ScrubPlan, saved: Option<&SavedScrub>) -> Vec<DeviceScrub> {
@@ -237,17 +274,7 @@ impl<'a> Watch<'a> {
                 .filter(|d| d.finished)
                 .map(|d| d.bytes_to_read)
                 .sum::<u64>();
-        let last_seen = plan
-            .devices
-            .iter()
-            .map(|d| DeviceScrub {
-                devid: d.devid,
-                path: d.path.clone(),
-                bytes_to_read: d.bytes_to_read,
-                last_physical: d.start,
-                ..DeviceScrub::default()
-            })
-            .collect();
+        let last_seen = not_started(plan);
         Watch {
             mount: plan.mount_point.clone(),
             ui,
@@ -416,20 +443,7 @@ pub(super) fn saved_state(
     let mut sums = prior;
     for d in devices {
         match sums.iter_mut().find(|s| s.devid == d.devid) {
-            Some(s) => {
-                let mut merged = d.clone();
-                merged.bytes_scrubbed += s.bytes_scrubbed;
-                merged.data_extents += s.data_extents;
-                merged.tree_extents += s.tree_extents;
-                merged.read_errors += s.read_errors;
-                merged.csum_errors += s.csum_errors;
-                merged.verify_errors += s.verify_errors;
-                merged.super_errors += s.super_errors;
-                merged.corrected += s.corrected;
-                merged.uncorrectable += s.uncorrectable;
-                merged.unverified += s.unverified;
-                *s = merged;
-            }
+            Some(s) => *s = d.after(s),
             None => sums.push(d.clone()),
         }
     }

@@ -213,8 +213,12 @@ fn single_corruption_is_uncorrectable() {
 /// Starts `scrub MOUNT --json` with `args` and returns the child once a
 /// progress record with bytes read came out.
 fn start_slow(env: &TestEnv, m: &Path, args: &[&str]) -> (std::process::Child, Vec<String>) {
-    let mut child = env
-        .cmd()
+    start_slow_cmd(env.cmd(), m, args)
+}
+
+/// [`start_slow`] with the command `cmd` (the binary and its global options).
+fn start_slow_cmd(mut cmd: Command, m: &Path, args: &[&str]) -> (std::process::Child, Vec<String>) {
+    let mut child = cmd
         .arg("scrub")
         .arg(m)
         .args(args)
@@ -514,4 +518,124 @@ fn degraded_mount_scrubs_the_members_present() {
     assert_eq!(r.totals.errors, 0, "{r:?}");
     let (_, out, _) = run(env.cmd().arg("scrub").arg(&m).arg("--yes"));
     assert!(out.contains("devid 2: missing, not scrubbed"), "{out}");
+}
+
+/// btrfs-progs' scrub record of one test filesystem in `/var/lib/btrfs`,
+/// removed when dropped (the filesystem goes with the test).
+struct ProgsRecord(PathBuf);
+
+impl Drop for ProgsRecord {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// `btrfs scrub status [-R] M`: its exit status and stdout.
+fn progs_status(m: &Path, raw: bool) -> (i32, String) {
+    let mut c = Command::new("btrfs");
+    c.args(["scrub", "status"]);
+    if raw {
+        c.arg("-R");
+    }
+    let out = c.arg(m).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// `name: N` in `btrfs scrub status -R`'s output.
+fn raw_field(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{name}: ")))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn btrfs_progs_sees_a_btrfs_lab_scrub_and_resumes_it() {
+    if !require_root("scrub record for btrfs-progs") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = sandbox(&env, 1, Profile::Single, Profile::Dup);
+    let m = sbx.mount_point().to_path_buf();
+    let _cancel = CancelScrub(m.clone());
+    let fsid = btrfs_lab::sys::kernel::btrfs::fsid(&m).unwrap();
+    let record = Path::new(btrfs_lab::scrub::progs::PROGS_DIR)
+        .join(btrfs_lab::scrub::progs::file_name(&fsid));
+    let _record = ProgsRecord(record.clone());
+    write_file(&m.join("big"), 300, 9).unwrap();
+    // The record btrfs-progs reads, not this environment's: the hook unset.
+    // No --yes, stdin not a terminal: a scrub does not ask.
+    let mut cmd = env.cmd();
+    cmd.env_remove(crate::common::PROGS_DIR_ENV);
+    let (child, _) = start_slow_cmd(cmd, &m, &["--limit", "20M"]);
+    let (code, out) = progs_status(&m, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Status:           running"), "{out}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rest = rest_of_stdout();
+    let ScrubRecord::Result { report: first } = typed(rest.last().expect("a result")) else {
+        panic!("{rest:?}")
+    };
+    let meta = fs::metadata(&record).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o600, "as btrfs-progs writes it");
+    // btrfs-progs: a cancelled scrub with this run's bytes.
+    let (code, out) = progs_status(&m, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Status:           aborted"), "{out}");
+    let (_, raw) = progs_status(&m, true);
+    assert_eq!(
+        raw_field(&raw, "data_bytes_scrubbed") + raw_field(&raw, "tree_bytes_scrubbed"),
+        first.totals.bytes_scrubbed,
+        "{raw}"
+    );
+    let stopped_at = raw_field(&raw, "last_physical");
+    assert!(stopped_at > 0, "{raw}");
+    // `btrfs scrub resume` continues it from where btrfs-lab stopped.
+    let out = Command::new("btrfs")
+        .args(["scrub", "resume", "-B"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let (_, out) = progs_status(&m, false);
+    assert!(out.contains("Status:           finished"), "{out}");
+    // A btrfs-lab scrub that finishes: btrfs-progs shows its figures.
+    let mut cmd = env.cmd();
+    cmd.env_remove(crate::common::PROGS_DIR_ENV);
+    let (code, out, err) = run(cmd.arg("scrub").arg(&m).arg("--json"));
+    assert_eq!(code, 0, "{err}");
+    let records = typed_lines::<ScrubRecord>(&out);
+    let r = report(&records, &err);
+    assert_eq!(r.outcome, Outcome::Finished);
+    let (_, out) = progs_status(&m, false);
+    assert!(
+        out.contains("Status:           finished") && out.contains("no errors found"),
+        "{out}"
+    );
+    let (_, raw) = progs_status(&m, true);
+    assert_eq!(
+        raw_field(&raw, "data_bytes_scrubbed") + raw_field(&raw, "tree_bytes_scrubbed"),
+        r.totals.bytes_scrubbed,
+        "{raw}"
+    );
+    assert!(raw_field(&raw, "tree_bytes_scrubbed") > 0, "{raw}");
 }

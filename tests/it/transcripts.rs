@@ -128,6 +128,7 @@ fn execute(step: &Step, cwd: &Path, env: &TestEnv) -> (i32, String) {
         .current_dir(cwd)
         .env("NO_COLOR", "1")
         .env("COLUMNS", COLUMNS.to_string())
+        .env(crate::common::PROGS_DIR_ENV, env.progs_dir())
         .envs(step.env.iter().cloned())
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())

@@ -53,6 +53,9 @@ pub enum Switch {
     /// `scrub` writes btrfs-progs' scrub record in this directory instead
     /// of `/var/lib/btrfs` (a test's filesystems leave nothing there).
     ScrubProgsDir,
+    /// `scrub --all` takes only the mounts under this directory (a test's
+    /// own, never the machine's other filesystems).
+    ScrubAllUnder,
 }
 
 impl Switch {
@@ -68,6 +71,7 @@ impl Switch {
             Switch::BenchFallocateOnly => "BTRFS_LAB_BENCH_FALLOCATE_ONLY",
             Switch::BenchCgroup => "BTRFS_LAB_BENCH_CGROUP",
             Switch::ScrubProgsDir => "BTRFS_LAB_SCRUB_PROGS_DIR",
+            Switch::ScrubAllUnder => "BTRFS_LAB_SCRUB_ALL_UNDER",
         }
     }
 
@@ -294,6 +298,7 @@ mod tests {
             Switch::BenchFallocateOnly,
             Switch::BenchCgroup,
             Switch::ScrubProgsDir,
+            Switch::ScrubAllUnder,
         ];
         let mut names: Vec<&str> = all.iter().map(|s| s.env()).collect();
         names.sort_unstable();

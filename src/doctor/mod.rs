@@ -755,6 +755,12 @@ pub(crate) fn gather(
             .prefix()
             .join("etc/systemd/system/timers.target.wants/fstrim.timer")
             .exists(),
+        scrub_timer: root.prefix().join("run/systemd/system").is_dir().then(|| {
+            root.prefix()
+                .join("etc/systemd/system/timers.target.wants")
+                .join(crate::scrub::all::TIMER)
+                .exists()
+        }),
         // Read by examine_one only when a finding suggests a balance.
         data_chunks: None,
         hugepages_left: left(&settings::Setting::NrHugepages).map(|b| {

@@ -46,6 +46,9 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// How often the positions reached are saved while a scrub runs.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+
 /// One device's scrub thread: the kernel's counters and whether it was
 /// cancelled.
 type Worker = std::thread::JoinHandle<Result<(ScrubProgress, bool)>>;
@@ -85,7 +88,24 @@ pub fn execute(
     );
     let progs_failed = progs::write(&starting, resumed_at, true).err();
     let mut watch = Watch::new(plan, workers, &prior, ui);
-    watch.until_every_device_returned(dir, signals, &mut log);
+    // Where each device got to, saved as it goes: after a kill, a crash or
+    // a power cut the next `--resume` (or `scrub --all`) goes on from the
+    // last checkpoint, not from the start.
+    let checkpoint = |so_far: &[DeviceScrub]| {
+        let mut whole = saved_state(
+            plan,
+            saved.as_ref(),
+            prior.clone(),
+            so_far,
+            started_at,
+            t0.elapsed().as_secs_f64(),
+        );
+        whole.finished = false;
+        if store.save(&whole).is_ok() {
+            let _ = progs::write(&whole, resumed_at, true);
+        }
+    };
+    watch.until_every_device_returned(dir, signals, &mut log, &checkpoint);
     drop(inhibitor);
     let (devices, failure, stopped_by) = watch.end();
     let elapsed = t0.elapsed().as_secs_f64();
@@ -244,6 +264,7 @@ fn prior_runs(plan: &ScrubPlan, saved: Option<&SavedScrub>) -> Vec<DeviceScrub> 
 /// counters last seen, signals, progress.
 struct Watch<'a> {
     mount: PathBuf,
+    fsid: String,
     ui: &'a dyn Ui,
     workers: Vec<(PlannedDevice, Option<Worker>)>,
     results: Vec<Option<DeviceScrub>>,
@@ -277,6 +298,7 @@ impl<'a> Watch<'a> {
         let last_seen = not_started(plan);
         Watch {
             mount: plan.mount_point.clone(),
+            fsid: plan.fsid.clone(),
             ui,
             results: vec![None; workers.len()],
             workers,
@@ -300,7 +322,9 @@ impl<'a> Watch<'a> {
         dir: BorrowedFd<'_>,
         signals: &signals::OperationSignals,
         log: &mut RunLog,
+        checkpoint: &dyn Fn(&[DeviceScrub]),
     ) {
+        let mut saved = Instant::now();
         loop {
             let (n, sig) = signals.wait(Duration::from_millis(250));
             if n > 0 {
@@ -318,8 +342,22 @@ impl<'a> Watch<'a> {
             self.poll_counters(dir);
             log.read();
             self.show_progress();
+            if saved.elapsed() >= CHECKPOINT_EVERY {
+                saved = Instant::now();
+                checkpoint(&self.so_far());
+            }
         }
         log.read();
+    }
+
+    /// Each device's counters as far as they are known: the final ones of
+    /// a device that returned, else the last progress read.
+    fn so_far(&self) -> Vec<DeviceScrub> {
+        self.results
+            .iter()
+            .zip(&self.last_seen)
+            .map(|(r, seen)| r.clone().unwrap_or_else(|| seen.clone()))
+            .collect()
     }
 
     /// The first signal cancels the scrub; later ones say it still stops.
@@ -406,6 +444,7 @@ impl<'a> Watch<'a> {
             ui::emit(
                 self.ui,
                 &ScrubRecord::Progress {
+                    fsid: self.fsid.clone(),
                     bytes_to_read: self.total,
                     bytes_scrubbed: done,
                     rate_bytes_per_sec: reading.rate_bytes_per_sec,

@@ -11,6 +11,7 @@
 //! as `btrfs scrub resume` does. btrfs-progs' record of the scrub is
 //! written too ([`progs`]): `btrfs scrub status` shows it.
 
+pub mod all;
 mod control;
 mod exec;
 mod log;

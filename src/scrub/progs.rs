@@ -65,7 +65,15 @@ pub fn render(saved: &SavedScrub, resumed_at: Option<u64>, running: bool) -> Str
     out
 }
 
-/// Where the records are written: [`PROGS_DIR`] (a test may name another
+/// The devices of btrfs-progs' record of `fsid` (empty: none, or not
+/// readable), read by the safe reader from where [`write`] writes.
+pub fn read(fsid: &str) -> Vec<crate::doctor::scrub::ScrubDevice> {
+    crate::sys::fs::input::read_user_text(&dir().join(file_name(fsid)), 1 << 20)
+        .map(|t| crate::doctor::scrub::parse_status(&t, fsid))
+        .unwrap_or_default()
+}
+
+/// Where the records are: [`PROGS_DIR`] (a test may name another
 /// directory through its hook).
 fn dir() -> PathBuf {
     crate::hooks::Switch::ScrubProgsDir

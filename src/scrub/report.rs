@@ -315,6 +315,10 @@ pub enum ScrubRecord {
     },
     /// About once a second.
     Progress {
+        /// The filesystem's UUID (`scrub --all --max-parallel N` runs
+        /// several at once).
+        #[serde(default)]
+        fsid: String,
         /// Bytes to read (every device; earlier runs of a resumed scrub
         /// included).
         bytes_to_read: u64,
@@ -345,6 +349,20 @@ pub enum ScrubRecord {
     Result {
         /// The report.
         report: ScrubReport,
+    },
+    /// `scrub --all`: the first record, every mounted filesystem once and
+    /// what is done with it; each one scrubbed then has its own records,
+    /// plan to result.
+    #[serde(rename = "all-plan")]
+    AllPlan {
+        /// The plan.
+        plan: super::all::AllPlan,
+    },
+    /// `scrub --all`: the last record.
+    #[serde(rename = "all-result")]
+    AllResult {
+        /// How each filesystem's scrub ended.
+        report: super::all::AllReport,
     },
 }
 

@@ -639,3 +639,199 @@ fn btrfs_progs_sees_a_btrfs_lab_scrub_and_resumes_it() {
     );
     assert!(raw_field(&raw, "tree_bytes_scrubbed") > 0, "{raw}");
 }
+
+/// Mounts a test made beside a sandbox's, unmounted when dropped.
+struct Unmount(Vec<PathBuf>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            let _ = nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// `scrub --all` in this environment only: the mounts under its directory
+/// (never the machine's other filesystems).
+fn scrub_all(env: &TestEnv, extra: &[&str]) -> (i32, Vec<ScrubRecord>, String) {
+    let (code, out, err) = run(env
+        .cmd()
+        .env("BTRFS_LAB_SCRUB_ALL_UNDER", env.path())
+        .args(["scrub", "--all", "--json"])
+        .args(extra));
+    let lines = if out.trim().is_empty() {
+        Vec::new()
+    } else {
+        typed_lines::<ScrubRecord>(&out)
+    };
+    (code, lines, err)
+}
+
+fn all_plan(records: &[ScrubRecord]) -> btrfs_lab::scrub::all::AllPlan {
+    match records.first() {
+        Some(ScrubRecord::AllPlan { plan }) => plan.clone(),
+        other => panic!("no all-plan first: {other:?}"),
+    }
+}
+
+fn all_report(records: &[ScrubRecord]) -> btrfs_lab::scrub::all::AllReport {
+    match records.last() {
+        Some(ScrubRecord::AllResult { report }) => report.clone(),
+        other => panic!("no all-result last: {other:?}"),
+    }
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn scrub_all_scrubs_each_filesystem_once_and_skips_the_recent() {
+    use btrfs_lab::scrub::all::Choice;
+    if !require_root("scrub --all") {
+        return;
+    }
+    let env = TestEnv::new();
+    let a = sandbox(&env, 1, Profile::Single, Profile::Dup);
+    let b = sandbox(&env, 2, Profile::Raid1, Profile::Raid1);
+    let (ma, mb) = (a.mount_point().to_path_buf(), b.mount_point().to_path_buf());
+    write_file(&mb.join("f"), 20, 3).unwrap();
+    // Filesystem A mounted twice more: a subvolume and the top again.
+    let out = Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(ma.join("sv"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let source = fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(ma.to_str().unwrap()))
+        .and_then(|l| l.split(" - ").nth(1))
+        .and_then(|t| t.split(' ').nth(1))
+        .unwrap()
+        .to_owned();
+    // Dropped before the sandboxes: their mounts go first.
+    let mut extra = Unmount(Vec::new());
+    for (name, opts) in [("sub", "subvol=sv"), ("again", "subvolid=5")] {
+        let p = env.path().join(name);
+        fs::create_dir(&p).unwrap();
+        let out = Command::new("mount")
+            .args(["-o", opts, &source])
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        extra.0.push(p);
+    }
+    let (code, records, err) = scrub_all(&env, &[]);
+    assert_eq!(code, 0, "{err}");
+    let plan = all_plan(&records);
+    assert_eq!(plan.entries.len(), 2, "each filesystem once: {plan:?}");
+    assert!(
+        plan.entries.iter().all(|e| e.choice == Choice::Scrub),
+        "{plan:?}"
+    );
+    let ea = plan.entries.iter().find(|e| e.mount_point == ma).unwrap();
+    assert_eq!(ea.also_mounted_at.len(), 2, "{ea:?}");
+    // One scrub each: two plans, two results, every device of each.
+    let results: Vec<&ScrubReport> = records
+        .iter()
+        .filter_map(|r| match r {
+            ScrubRecord::Result { report } => Some(report),
+            _ => None,
+        })
+        .collect();
+    let mut scrubbed: Vec<&Path> = results.iter().map(|r| r.mount_point.as_path()).collect();
+    scrubbed.sort();
+    let mut expected = vec![ma.as_path(), mb.as_path()];
+    expected.sort();
+    assert_eq!(scrubbed, expected);
+    assert!(results.iter().all(|r| r.outcome == Outcome::Finished));
+    let report = all_report(&records);
+    assert_eq!(report.results.len(), 2);
+    assert!(report.results.iter().all(|r| r.exit_status == 0));
+    // Again: both were scrubbed within --min-age, nothing runs.
+    let (code, records, err) = scrub_all(&env, &[]);
+    assert_eq!(code, 0, "{err}");
+    let plan = all_plan(&records);
+    assert!(
+        plan.entries.iter().all(|e| e.choice == Choice::Skip),
+        "{plan:?}"
+    );
+    assert_eq!(records.len(), 2, "the plan and the end only: {records:?}");
+    assert!(all_report(&records).results.is_empty());
+    // --min-age 0: both again, two at once.
+    let (code, records, err) = scrub_all(&env, &["--min-age", "0", "--max-parallel", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(all_report(&records).results.len(), 2);
+    // Every progress record names its filesystem.
+    assert!(records.iter().all(|r| match r {
+        ScrubRecord::Progress { fsid, .. } => !fsid.is_empty(),
+        _ => true,
+    }));
+    // In words: the plan names the other mounts, the end each filesystem.
+    let (code, out, err) = run(env
+        .cmd()
+        .env("BTRFS_LAB_SCRUB_ALL_UNDER", env.path())
+        .args(["scrub", "--all", "--dry-run"]));
+    assert_eq!(code, 0, "{err}");
+    let text = format!("{out}{err}");
+    assert!(text.contains("also mounted at"), "{text}");
+    assert!(text.contains("skip   "), "{text}");
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn scrub_all_resumes_a_scrub_killed_mid_run_from_its_saved_positions() {
+    use btrfs_lab::scrub::all::Choice;
+    if !require_root("scrub --all after SIGKILL") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = sandbox(&env, 1, Profile::Single, Profile::Dup);
+    let m = sbx.mount_point().to_path_buf();
+    let _cancel = CancelScrub(m.clone());
+    write_file(&m.join("big"), 300, 9).unwrap();
+    let (mut child, _) = start_slow(&env, &m, &["--limit", "20M"]);
+    // Past a checkpoint (every 5 s), then killed: nothing runs at its end.
+    let state = state_file(&env, &m);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let saved: Option<SavedScrub> = fs::read_to_string(&state)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if saved.is_some_and(|s| s.devices.iter().any(|d| d.last_physical > 0)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no checkpoint saved");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The kernel's scrub ends with the process (or is cancelled here).
+    let h = btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap();
+    let _ = btrfs_lab::scrub::cancel(&h);
+    while !btrfs_lab::scrub::running(&h).unwrap().is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let saved: SavedScrub = serde_json::from_str(&fs::read_to_string(&state).unwrap()).unwrap();
+    assert!(!saved.finished, "{saved:?}");
+    let stopped_at = saved.devices[0].last_physical;
+    let (code, records, err) = scrub_all(&env, &[]);
+    assert_eq!(code, 0, "{err}");
+    let plan = all_plan(&records);
+    assert_eq!(plan.entries[0].choice, Choice::Resume, "{plan:?}");
+    let ScrubRecord::Plan { plan: one } = &records[1] else {
+        panic!("{records:?}")
+    };
+    assert!(one.resume, "{one:?}");
+    assert_eq!(one.devices[0].start, stopped_at, "{one:?}");
+    let r = records
+        .iter()
+        .find_map(|r| match r {
+            ScrubRecord::Result { report } => Some(report.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(r.outcome, Outcome::Finished);
+    assert_eq!(r.runs, 2, "{r:?}");
+    assert!(r.totals.bytes_scrubbed < r.totals.bytes_to_read, "{r:?}");
+}

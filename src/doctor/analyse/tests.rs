@@ -64,6 +64,7 @@ fn healthy() -> FsFacts {
         data_chunks: None,
         fstab: None,
         fstrim_timer: false,
+        scrub_timer: None,
         read_policy: None,
         exclusive_operation: None,
         hugepages_left: None,

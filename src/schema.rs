@@ -84,7 +84,7 @@ documents! {
     "reclaim-record", true, crate::reclaim::ReclaimRecord, "reclaim --json (JSON Lines: the plan, each step, progress, the result; with --dry-run the plan only)";
     "balance-record", true, crate::balance::report::BalanceRecord, "balance --json, device add --then-balance --json (JSON Lines: the plan, progress, notices, the result; with --dry-run the plan only)";
     "balance-status", false, crate::balance::report::StatusReport, "balance --status --json";
-    "scrub-record", true, crate::scrub::ScrubRecord, "scrub --json (JSON Lines)";
+    "scrub-record", true, crate::scrub::ScrubRecord, "scrub --json, scrub --all --json (JSON Lines)";
     "scrub-status", false, crate::scrub::ScrubStatus, "scrub --status --json";
     "scrub-cancel", false, crate::scrub::ScrubCancel, "scrub --cancel --json";
     "device-add", false, crate::device::add::AddReport, "device add --json";

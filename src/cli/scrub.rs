@@ -117,7 +117,7 @@ fn run_all(a: &ScrubArgs, limit: Option<u64>, out: &Output, state_dir: &Path) ->
     let store = StateStore::new(state_dir);
     let under = btrfs_lab::hooks::Switch::ScrubAllUnder
         .value()
-        .map(PathBuf::from);
+        .and_then(|v| std::path::absolute(v).ok());
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -571,6 +571,10 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         (
             "Continue an interrupted scrub.",
             "btrfs-lab scrub --resume /mnt/data",
+        ),
+        (
+            "Every mounted btrfs once, those due (what btrfs-lab-scrub.timer runs).",
+            "btrfs-lab scrub --all",
         ),
     ],
     see_also: &["btrfs-scrub(8)"],

@@ -171,6 +171,10 @@ pub struct FsFacts {
     /// An fstrim timer is enabled (systemd's `fstrim.timer`).
     #[serde(default)]
     pub fstrim_timer: bool,
+    /// A scrub that runs now (btrfs-lab's or btrfs-progs'): bytes read so
+    /// far by this run and bytes it reads in all, summed over the devices.
+    #[serde(default)]
+    pub scrub_running: Option<(u64, u64)>,
     /// btrfs-lab's scrub timer (`btrfs-lab-scrub.timer`): enabled or not
     /// on a host that runs systemd; `None` without systemd.
     #[serde(default)]

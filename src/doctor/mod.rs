@@ -755,6 +755,17 @@ pub(crate) fn gather(
             .prefix()
             .join("etc/systemd/system/timers.target.wants/fstrim.timer")
             .exists(),
+        // The kernel's scrub progress (read-only ioctls; root only).
+        scrub_running: btrfs::FsHandle::open(&target.path)
+            .ok()
+            .and_then(|h| crate::scrub::running(&h).ok())
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                (
+                    v.iter().map(|d| d.bytes_scrubbed).sum(),
+                    v.iter().map(|d| d.bytes_to_read).sum(),
+                )
+            }),
         scrub_timer: root.prefix().join("run/systemd/system").is_dir().then(|| {
             root.prefix()
                 .join("etc/systemd/system/timers.target.wants")

@@ -835,3 +835,91 @@ fn scrub_all_resumes_a_scrub_killed_mid_run_from_its_saved_positions() {
     assert_eq!(r.runs, 2, "{r:?}");
     assert!(r.totals.bytes_scrubbed < r.totals.bytes_to_read, "{r:?}");
 }
+
+/// contrib/systemd: the units `systemd-analyze verify` accepts (the binary
+/// at the path the package installs it to replaced by this build), with
+/// what issue 54 asked of them; the sleep hook starts the service after a
+/// resume when the timer is enabled, and does nothing otherwise.
+#[test]
+fn the_scrub_units_verify_and_the_sleep_hook_resumes_after_a_suspend() {
+    use std::os::unix::fs::PermissionsExt;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/systemd");
+    let t = tempfile::tempdir().unwrap();
+    let bin = crate::common::bin();
+    for unit in ["btrfs-lab-scrub.service", "btrfs-lab-scrub.timer"] {
+        let text = fs::read_to_string(src.join(unit)).unwrap();
+        fs::write(
+            t.path().join(unit),
+            text.replace("/usr/bin/btrfs-lab", bin.to_str().unwrap()),
+        )
+        .unwrap();
+    }
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(t.path().join("btrfs-lab-scrub.service"))
+        .arg(t.path().join("btrfs-lab-scrub.timer"))
+        .output()
+        .expect("systemd-analyze (Debian package systemd; scripts/install-deps.sh installs it)");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+    let service = fs::read_to_string(src.join("btrfs-lab-scrub.service")).unwrap();
+    for line in [
+        "ExecStart=/usr/bin/btrfs-lab scrub --all",
+        "ConditionACPower=true",
+        "TimeoutStartSec=infinity",
+        "IOSchedulingClass=idle",
+        "SuccessExitStatus=3 130",
+    ] {
+        assert!(service.lines().any(|l| l == line), "{line} in {service}");
+    }
+    let timer = fs::read_to_string(src.join("btrfs-lab-scrub.timer")).unwrap();
+    for line in [
+        "Persistent=true",
+        "OnCalendar=daily",
+        "WantedBy=timers.target",
+    ] {
+        assert!(timer.lines().any(|l| l == line), "{line} in {timer}");
+    }
+    assert!(timer.lines().any(|l| l.starts_with("RandomizedDelaySec=")));
+    // The names doctor's finding gives are the shipped ones.
+    assert!(src.join(btrfs_lab::scrub::all::TIMER).exists());
+    assert!(src.join(btrfs_lab::scrub::all::SERVICE).exists());
+
+    // The sleep hook, with a systemctl that logs what it is asked.
+    let hook = src.join("btrfs-lab-scrub.sleep");
+    assert!(fs::metadata(&hook).unwrap().permissions().mode() & 0o111 != 0);
+    let fake = t.path().join("bin");
+    fs::create_dir(&fake).unwrap();
+    let log = t.path().join("log");
+    let systemctl = fake.join("systemctl");
+    fs::write(
+        &systemctl,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\n[ \"$1 $2\" = \"-q is-enabled\" ] && exit \"${{ENABLED:-1}}\"\nexit 0\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&systemctl, fs::Permissions::from_mode(0o755)).unwrap();
+    let hook_run = |args: &[&str], enabled: &str| {
+        let _ = fs::remove_file(&log);
+        let st = Command::new("sh")
+            .arg(&hook)
+            .args(args)
+            .env("PATH", format!("{}:/usr/bin:/bin", fake.display()))
+            .env("ENABLED", enabled)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        fs::read_to_string(&log).unwrap_or_default()
+    };
+    assert_eq!(
+        hook_run(&["post", "suspend"], "0"),
+        "-q is-enabled btrfs-lab-scrub.timer\n--no-block start btrfs-lab-scrub.service\n"
+    );
+    assert_eq!(
+        hook_run(&["post", "hibernate"], "1"),
+        "-q is-enabled btrfs-lab-scrub.timer\n"
+    );
+    assert_eq!(hook_run(&["pre", "suspend"], "0"), "");
+}

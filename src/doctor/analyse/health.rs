@@ -48,12 +48,12 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
     // btrfs-lab scrub follows the run (progress, rate, ETA), holds off
     // suspend and resumes after an interruption.
     // What keeps scrubs coming: the timer where systemd runs (enabled, or
-    // started now when it is and the scrub is still due), else a run of
-    // every filesystem.
+    // started now when it is and the scrub is still due), else a scrub of
+    // this filesystem.
     let schedule = match f.scrub_timer {
         Some(false) => format!("systemctl enable --now {}", crate::scrub::all::TIMER),
         Some(true) => format!("systemctl start {}", crate::scrub::all::SERVICE),
-        None => "btrfs-lab scrub --all".to_owned(),
+        None => cmd(&["btrfs-lab", "scrub"], &cx.m),
     };
     match last {
         None if ever => {}

@@ -748,6 +748,31 @@ fn scrub_all_scrubs_each_filesystem_once_and_skips_the_recent() {
     let report = all_report(&records);
     assert_eq!(report.results.len(), 2);
     assert!(report.results.iter().all(|r| r.exit_status == 0));
+    // doctor's metrics: the last complete scrub of each, none running;
+    // promtool accepts them.
+    let (_, metrics, err) = run(env
+        .cmd()
+        .args(["doctor", "--format", "prometheus"])
+        .arg(&ma)
+        .arg(&mb));
+    let (ok, lint) = crate::common::promtool_check_metrics(&metrics);
+    assert!(ok, "promtool check metrics:\n{lint}\n{metrics}\n{err}");
+    assert_eq!(
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("btrfs_lab_scrub_last_complete_timestamp_seconds{"))
+            .count(),
+        2,
+        "{metrics}"
+    );
+    assert_eq!(
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("btrfs_lab_scrub_in_progress{") && l.ends_with(" 0"))
+            .count(),
+        2,
+        "{metrics}"
+    );
     // Again: both were scrubbed within --min-age, nothing runs.
     let (code, records, err) = scrub_all(&env, &[]);
     assert_eq!(code, 0, "{err}");
@@ -804,6 +829,20 @@ fn scrub_all_resumes_a_scrub_killed_mid_run_from_its_saved_positions() {
         assert!(std::time::Instant::now() < deadline, "no checkpoint saved");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    // While it runs, doctor's metrics say so, with its progress.
+    let (_, metrics, _) = run(env.cmd().args(["doctor", "--format", "prometheus"]).arg(&m));
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("btrfs_lab_scrub_in_progress{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("btrfs_lab_scrub_in_progress_bytes_to_read{")),
+        "{metrics}"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     // The kernel's scrub ends with the process (or is cancelled here).

@@ -43,14 +43,14 @@ pub struct ScrubArgs {
     #[arg(long, conflicts_with_all = ["status", "cancel", "resume", "textfile"])]
     all: bool,
     /// With --all: leave a filesystem whose last complete scrub ended fewer
-    /// than DAYS days ago.
-    #[arg(long, value_name = "DAYS", requires = "all", default_value_t = 30)]
-    min_age: u64,
+    /// than DAYS days ago [default: 30].
+    #[arg(long, value_name = "DAYS")]
+    min_age: Option<u64>,
     /// With --all: scrub at most N filesystems at once (each reads all its
-    /// devices at once).
-    #[arg(long, value_name = "N", requires = "all", default_value_t = 1,
+    /// devices at once) [default: 1].
+    #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..=64))]
-    max_parallel: u16,
+    max_parallel: Option<u16>,
     /// Show the running scrub (also one `btrfs scrub start` began), the last
     /// one btrfs-lab saved (when it started and ended, how long it took) and
     /// the speed limits in force, and exit.
@@ -92,6 +92,12 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
     if a.all {
         return run_all(&a, limit, out, &state_dir);
     }
+    // clap's `requires` counts --all's default (false) as given.
+    if a.min_age.is_some() || a.max_parallel.is_some() {
+        return Err(Error::usage(
+            "--min-age and --max-parallel go with --all (one MOUNT is scrubbed whatever its age)",
+        ));
+    }
     let mount = a.mount.clone().expect("clap: MOUNT unless --all");
     if a.status || a.cancel {
         return status_or_cancel(&a, &mount, out, &StateStore::new(&state_dir));
@@ -124,8 +130,11 @@ fn run_all(a: &ScrubArgs, limit: Option<u64>, out: &Output, state_dir: &Path) ->
     let plan = all::plan_all(
         all::candidates(&store, under.as_deref())?,
         now,
-        a.min_age.saturating_mul(86_400),
-        usize::from(a.max_parallel),
+        a.min_age
+            .map_or(btrfs_lab::model::finding::rules::SCRUB_MIN_AGE, |d| {
+                d.saturating_mul(86_400)
+            }),
+        usize::from(a.max_parallel.unwrap_or(1)),
     );
     btrfs_lab::ui::emit(out, &ScrubRecord::AllPlan { plan: plan.clone() });
     if !out.json {
@@ -203,14 +212,18 @@ fn render_all_plan(plan: &btrfs_lab::scrub::all::AllPlan) -> String {
 
 /// How each filesystem's scrub ended, as text.
 fn render_all_report(r: &btrfs_lab::scrub::all::AllReport) -> String {
-    let scrubbed = r.results.len();
+    let ran = r.results.len();
     let skipped = r
         .plan
         .entries
         .iter()
         .filter(|e| e.choice == btrfs_lab::scrub::all::Choice::Skip)
         .count();
-    let mut t = format!("scrub --all: {scrubbed} scrubbed, {skipped} skipped\n");
+    let mut t = format!("scrub --all: {ran} run, {skipped} skipped");
+    if !r.not_begun.is_empty() {
+        t.push_str(&format!(", {} not begun", r.not_begun.len()));
+    }
+    t.push('\n');
     for x in &r.results {
         let how = match x.exit_status {
             0 => "clean",

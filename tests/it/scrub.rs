@@ -801,6 +801,12 @@ fn scrub_all_scrubs_each_filesystem_once_and_skips_the_recent() {
     let text = format!("{out}{err}");
     assert!(text.contains("also mounted at"), "{text}");
     assert!(text.contains("skip   "), "{text}");
+    // --min-age without --all: a usage error, not a scrub that ignores it.
+    let (code, _, err) = run(env.cmd().arg("scrub").arg(&ma).args(["--min-age", "3"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("go with --all"), "{err}");
+    let (code, _, err) = run(env.cmd().args(["scrub", "--all"]).arg(&ma));
+    assert_eq!(code, 2, "{err}");
 }
 
 #[test]

@@ -212,6 +212,24 @@ fn single_corruption_is_uncorrectable() {
 
 /// Starts `scrub MOUNT --json` with `args` and returns the child once a
 /// progress record with bytes read came out.
+/// SIGINT to a scrub [`start_slow`] began: it exits 130 and its last
+/// record is the report of the interrupted scrub.
+fn interrupt(child: std::process::Child) -> ScrubReport {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let rest = rest_of_stdout();
+    match typed(rest.last().expect("a result")) {
+        ScrubRecord::Result { report } => report,
+        _ => panic!("{rest:?}"),
+    }
+}
+
 fn start_slow(env: &TestEnv, m: &Path, args: &[&str]) -> (std::process::Child, Vec<String>) {
     start_slow_cmd(env.cmd(), m, args)
 }
@@ -299,19 +317,7 @@ fn interrupted_scrub_resumes_where_it_stopped() {
     write_file(&m.join("big"), 300, 9).unwrap();
     let limits_before = speed_max(&m);
     let (child, _) = start_slow(&env, &m, &["--yes", "--limit", "20M"]);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    let rest = rest_of_stdout();
-    let last: ScrubRecord = typed(rest.last().expect("a result"));
-    let ScrubRecord::Result { report: first } = last else {
-        panic!("{rest:?}")
-    };
+    let first = interrupt(child);
     assert_eq!(first.outcome, Outcome::Interrupted);
     assert!(
         btrfs_lab::scrub::running(&btrfs_lab::sys::kernel::btrfs::FsHandle::open(&m).unwrap())
@@ -577,22 +583,7 @@ fn btrfs_progs_sees_a_btrfs_lab_scrub_and_resumes_it() {
     let (code, out) = progs_status(&m, false);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("Status:           running"), "{out}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rest = rest_of_stdout();
-    let ScrubRecord::Result { report: first } = typed(rest.last().expect("a result")) else {
-        panic!("{rest:?}")
-    };
+    let first = interrupt(child);
     let meta = fs::metadata(&record).unwrap();
     assert_eq!(meta.mode() & 0o777, 0o600, "as btrfs-progs writes it");
     // btrfs-progs: a cancelled scrub with this run's bytes.

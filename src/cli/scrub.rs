@@ -146,7 +146,7 @@ fn run_all(a: &ScrubArgs, limit: Option<u64>, out: &Output, state_dir: &Path) ->
     }
     let scrub_one = |e: &AllEntry| -> u8 {
         let request = Request {
-            readonly: a.readonly,
+            readonly: a.readonly || e.read_only,
             limit,
             resume: e.choice == Choice::Resume,
         };

@@ -52,6 +52,9 @@ pub struct Candidate {
     pub last_complete: Option<u64>,
     /// btrfs-lab saved an interrupted scrub of it.
     pub interrupted: bool,
+    /// Mounted read-only where it is scrubbed: only a read-only scrub can
+    /// run there.
+    pub read_only: bool,
 }
 
 /// One filesystem of the plan.
@@ -68,6 +71,9 @@ pub struct AllEntry {
     pub last_complete_at: Option<u64>,
     /// What is done with it.
     pub choice: Choice,
+    /// Mounted read-only: scrubbed read-only (nothing is repaired).
+    #[serde(default)]
+    pub read_only: bool,
     /// Why, in words.
     pub reason: String,
 }
@@ -184,7 +190,12 @@ pub fn plan_all(
                 fsid: c.fsid,
                 last_complete_at: c.last_complete,
                 choice,
-                reason,
+                read_only: c.read_only,
+                reason: if c.read_only && choice != Choice::Skip {
+                    format!("{reason}; mounted read-only: nothing is repaired")
+                } else {
+                    reason
+                },
             }
         })
         .collect();
@@ -216,14 +227,22 @@ pub fn candidates(store: &StateStore, only_under: Option<&Path>) -> Result<Vec<C
     let root = SysRoot::host();
     let mut out = Vec::new();
     for (fsid, mounts) in btrfs_mounts(&root)? {
-        let mut points: Vec<PathBuf> = mounts.into_iter().map(|m| m.mount_point).collect();
+        let mut mounts = mounts;
         if let Some(dir) = only_under {
-            points.retain(|p| p.starts_with(dir));
+            mounts.retain(|m| m.mount_point.starts_with(dir));
         }
-        if points.is_empty() {
+        // A read-write mount where there is one: a scrub there repairs.
+        let Some(at) = mounts
+            .iter()
+            .position(|m| !m.is_read_only())
+            .or((!mounts.is_empty()).then_some(0))
+        else {
             continue;
-        }
-        let mount_point = points.remove(0);
+        };
+        let chosen = mounts.remove(at);
+        let read_only = chosen.is_read_only();
+        let mount_point = chosen.mount_point;
+        let points: Vec<PathBuf> = mounts.into_iter().map(|m| m.mount_point).collect();
         // A state file that cannot be read is no record (scrub MOUNT says
         // why when it runs).
         let saved = store.load(&fsid).ok().flatten().filter(|s| s.fsid == fsid);
@@ -244,6 +263,7 @@ pub fn candidates(store: &StateStore, only_under: Option<&Path>) -> Result<Vec<C
             fsid,
             last_complete: lab.max(progs_done),
             interrupted: saved.is_some_and(|s| !s.finished),
+            read_only,
         });
     }
     Ok(out)
@@ -314,6 +334,7 @@ mod tests {
             fsid: format!("fsid-{m}"),
             last_complete: last,
             interrupted,
+            read_only: false,
         }
     }
 
@@ -367,6 +388,7 @@ mod tests {
             fsid: m.into(),
             last_complete_at: None,
             choice,
+            read_only: false,
             reason: String::new(),
         }
     }

@@ -792,6 +792,24 @@ fn scrub_all_scrubs_each_filesystem_once_and_skips_the_recent() {
     let text = format!("{out}{err}");
     assert!(text.contains("also mounted at"), "{text}");
     assert!(text.contains("skip   "), "{text}");
+    // A filesystem mounted read-only only: scrubbed read-only, not failed.
+    let remount = |opts: &str| {
+        let out = Command::new("mount")
+            .args(["-o", opts])
+            .arg(&mb)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    remount("remount,ro");
+    let (code, records, err) = scrub_all(&env, &["--min-age", "0"]);
+    remount("remount,rw");
+    assert_eq!(code, 0, "{err}");
+    let plan = all_plan(&records);
+    let eb = plan.entries.iter().find(|e| e.mount_point == mb).unwrap();
+    assert!(eb.read_only && eb.reason.contains("read-only"), "{eb:?}");
+    assert!(records.iter().any(|r| matches!(r,
+        ScrubRecord::Plan { plan } if plan.mount_point == mb && plan.readonly)));
     // --min-age without --all: a usage error, not a scrub that ignores it.
     let (code, _, err) = run(env.cmd().arg("scrub").arg(&ma).args(["--min-age", "3"]));
     assert_eq!(code, 2, "{err}");

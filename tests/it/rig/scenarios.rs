@@ -1249,12 +1249,15 @@ const POWER_CUT: &str = include_str!("../../rig/power-cut.sh");
 enum Cut {
     /// At a fraction of a whole copy's time, wherever the run is.
     Time,
-    /// The target held in the `syncfs` that ends a batch (its files written
-    /// and linked), then that much of the sync let through (centiseconds).
+    /// The target's table suspended until the run blocks in the `syncfs`
+    /// that ends a batch (its files written and linked; I/O in flight when
+    /// suspended completes), then that much of the sync let through
+    /// (centiseconds).
     Sync,
-    /// The state disk held in the `fdatasync` of a batch's manifest lines
-    /// (or the manifest's last `fsync`), the batch's target sync done, then
-    /// that much of the manifest's sync let through.
+    /// The state disk's table suspended until the run blocks in the
+    /// `fdatasync` of a batch's manifest lines (or the manifest's last
+    /// `fsync`), the batch's target sync done, then that much of the
+    /// manifest's sync let through.
     Lines,
 }
 
@@ -1344,8 +1347,12 @@ fn rig_rescue_claims_only_what_a_power_cut_left() {
     let suite = kernels().remove(0);
     let kern = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
     let work = workdir();
+    // The source read at 600 kB/s: a whole copy takes seconds, a few
+    // batches, however fast the host.
+    let mut drives = vec![Drive::new(GIB); 3];
+    drives[0].bps_read = Some(600_000);
     let mut guest = Guest::new(
-        vec![Drive::new(GIB); 3],
+        drives,
         &format!("CUTS='{}'\n{POWER_CUT}", spec.join(" ")),
     );
     guest.timeout = std::time::Duration::from_secs(1200);

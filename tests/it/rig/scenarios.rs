@@ -1351,10 +1351,7 @@ fn rig_rescue_claims_only_what_a_power_cut_left() {
     // batches, however fast the host.
     let mut drives = vec![Drive::new(GIB); 3];
     drives[0].bps_read = Some(600_000);
-    let mut guest = Guest::new(
-        drives,
-        &format!("CUTS='{}'\n{POWER_CUT}", spec.join(" ")),
-    );
+    let mut guest = Guest::new(drives, &format!("CUTS='{}'\n{POWER_CUT}", spec.join(" ")));
     guest.timeout = std::time::Duration::from_secs(1200);
     let o = guest
         .boot(&kern, work.path())
@@ -1395,7 +1392,7 @@ fn rig_rescue_claims_only_what_a_power_cut_left() {
         let note = o
             .notes
             .iter()
-            .find(|n| n.starts_with(&format!("cut {i}: ")))
+            .find_map(|n| n.strip_prefix(&format!("cut {i}: ")))
             .unwrap_or_else(|| panic!("[{k}] no note of cut {i}: {:?}", o.notes));
         // A held point is reached on every run (the run blocks there until
         // the test lets it go): a run that never syncs fails here.
@@ -1462,8 +1459,7 @@ fn rig_rescue_claims_only_what_a_power_cut_left() {
             fin.stdout
         );
         summary.push(format!(
-            "{i} {} {}/{}",
-            note.trim_start_matches(&format!("cut {i}: ")),
+            "{i} {note}: {} of {} claimed",
             claimed.len(),
             source.len()
         ));
@@ -1472,15 +1468,15 @@ fn rig_rescue_claims_only_what_a_power_cut_left() {
     // nothing is claimed yet.
     for i in [1, 2] {
         assert!(
-            summary[i - 1].ends_with(&format!(" 0/{}", source.len())),
+            summary[i - 1].ends_with(&format!(": 0 of {} claimed", source.len())),
             "[{k}] cut {i}: {}",
             summary[i - 1]
         );
     }
     eprintln!(
-        "rig: [{k}] {} power cuts (cut: where; files claimed after it): {}; {:.0} s in the guest",
+        "rig: [{k}] {} power cuts, each followed by a run that completed:\n  {}\n{:.0} s for the boot",
         cuts.len(),
-        summary.join("; "),
+        summary.join("\n  "),
         o.total_secs
     );
 }

@@ -43,8 +43,8 @@ setup() {
         mount -t btrfs /dev/mapper/tgt /t && mount -t btrfs /dev/mapper/st /s
 }
 rig_run setup setup
-# 120 files in 4 directories, of 0 to 24 KiB, one of them 1 MiB and a
-# byte (two copy blocks: a cut inside a file); about 2.5 MB. The test
+# 120 files in 4 directories, of 0 to 24 KiB but one of 1 MiB and a byte
+# (two copy blocks: a cut inside a file); about 2.5 MB. The test
 # throttles the source's reads (copies are read O_DIRECT), so that a whole
 # copy takes a few seconds on any host: a few batches (a batch ends after
 # 2 s).

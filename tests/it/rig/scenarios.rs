@@ -1343,7 +1343,7 @@ fn rig_rescue_claims_only_what_a_power_cut_left() {
         spec.join(" ")
     );
     // One kernel (the first of BTRFS_LAB_RIG_KERNELS, as the other rescue
-    // scenario): dm-flakey is the same code on each.
+    // scenario): what is tested is rescue's order of syncs.
     let suite = kernels().remove(0);
     let kern = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
     let work = workdir();

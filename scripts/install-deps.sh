@@ -21,7 +21,7 @@
 #            debootstrap.
 #   rig      the QEMU rig (docs/rig.md; scripts/install-rig-deps.sh):
 #            qemu-system-x86, busybox-static, cpio, kmod, binutils, xz-utils,
-#            zstd, util-linux, e2fsprogs, btrfs-progs, fio.
+#            zstd, util-linux, e2fsprogs, btrfs-progs, fio, dmsetup.
 #   bench    the scripts/bench-*.sh comparisons: fio, jq, bc, hyperfine,
 #            btrfs-progs.
 #
@@ -36,7 +36,7 @@
 
 btrfs_lab_packages() {
     local build=(gcc libc6-dev libclang-dev ca-certificates)
-    local rig=(qemu-system-x86 busybox-static cpio kmod binutils xz-utils zstd util-linux e2fsprogs btrfs-progs fio)
+    local rig=(qemu-system-x86 busybox-static cpio kmod binutils xz-utils zstd util-linux e2fsprogs btrfs-progs fio dmsetup)
     case $1 in
         demo) echo "${build[*]} btrfs-progs util-linux" ;;
         test) echo "$(btrfs_lab_packages demo) e2fsprogs fio python3 chromium prometheus ansible-core man-db zsh fish file systemd ${rig[*]}" ;;

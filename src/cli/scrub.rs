@@ -193,10 +193,15 @@ fn render_all_plan(plan: &btrfs_lab::scrub::all::AllPlan) -> String {
             Choice::Scrub => "scrub",
             Choice::Skip => "skip",
         };
-        t.push_str(&format!(
-            "  {what:<6} {}: {}\n",
-            escape_control(&e.mount_point.display().to_string()),
-            e.reason
+        // The reason hangs under the mount point, as its other mounts do.
+        t.push_str(&btrfs_lab::report::text::wrap_hanging(
+            &format!(
+                "{}: {}",
+                escape_control(&e.mount_point.display().to_string()),
+                e.reason
+            ),
+            &format!("  {what:<6} "),
+            "         ",
         ));
         if !e.also_mounted_at.is_empty() {
             let others: Vec<String> = e

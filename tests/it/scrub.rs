@@ -926,6 +926,13 @@ fn the_scrub_units_verify_and_the_sleep_hook_resumes_after_a_suspend() {
     ] {
         assert!(service.lines().any(|l| l == line), "{line} in {service}");
     }
+    // A read-only view of the mounts would make every scrub read-only.
+    for never in ["ProtectSystem=", "ProtectHome=", "ReadOnlyPaths="] {
+        assert!(
+            !service.lines().any(|l| l.starts_with(never)),
+            "{never} in {service}"
+        );
+    }
     let timer = fs::read_to_string(src.join("btrfs-lab-scrub.timer")).unwrap();
     for line in [
         "Persistent=true",

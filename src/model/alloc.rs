@@ -169,11 +169,17 @@ pub(crate) fn allocate_chunk(
     kernel: KernelVersion,
 ) -> Option<u64> {
     let c = next_chunk(free, p, kind, total_bytes, kernel)?;
+    take(free, &c, p);
+    Some(c.length)
+}
+
+/// Takes the stripes of chunk `c` of profile `p` ([`next_chunk`]) from
+/// `free`.
+pub fn take(free: &mut [u64], c: &Chunk, p: Profile) {
     let per_device = c.stripe * u64::from(p.geometry().dev_stripes);
     for &i in &c.devices {
         free[i] -= per_device;
     }
-    Some(c.length)
 }
 
 /// Allocates chunks until `bytes` of logical space are covered; `false` if

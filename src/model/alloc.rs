@@ -158,6 +158,68 @@ pub fn next_chunk(
     })
 }
 
+/// The chunk mkfs.btrfs (btrfs-progs 5.15 to 6.x, kernel-shared/volumes.c)
+/// makes for a new filesystem's first chunk of `kind`, on devices with
+/// `free` bytes (index 0 is devid 1): measured on loop devices and read in
+/// its source. Its rules differ from [`next_chunk`]'s:
+/// - a profile of `single` keeps mkfs's temporary chunk on devid 1 (system
+///   4 MiB, metadata and data 8 MiB);
+/// - devices with room for a full stripe all rank alike and the last added
+///   comes first (its device list is built head first), so devid 1 is used
+///   last; the others rank by their room;
+/// - stripes: system 8 MiB; metadata 256 MiB (1 GiB above 50 GiB); data
+///   1 GiB; a chunk above 10% of the devices' total is cut to 10% divided
+///   by the number of stripes (not of data stripes), never below the
+///   minimum stripe (system 1 MiB, metadata 32 MiB, data 64 MiB), then
+///   rounded down to 64 KiB.
+pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -> Option<Chunk> {
+    if p == Profile::Single {
+        let size = if kind == ChunkKind::System { 4 * MIB } else { 8 * MIB };
+        return (free.first()? >= &size).then(|| Chunk {
+            length: size,
+            stripe: size,
+            num_stripes: 1,
+            devices: vec![0],
+        });
+    }
+    let g = p.geometry();
+    let dev_stripes = u64::from(g.dev_stripes);
+    let (max_stripe, max_chunk, min_stripe) = match kind {
+        ChunkKind::Data => (GIB, 10 * GIB, 64 * MIB),
+        ChunkKind::Metadata if total_bytes > LARGE_FS_BYTES => (GIB, GIB, 32 * MIB),
+        ChunkKind::Metadata => (256 * MIB, 256 * MIB, 32 * MIB),
+        ChunkKind::System => (8 * MIB, 16 * MIB, MIB),
+    };
+    let max_chunk = max_chunk.min(total_bytes / 10);
+    let want = max_stripe * dev_stripes;
+    let mut avail: Vec<(u64, usize)> = free
+        .iter()
+        .enumerate()
+        .filter(|&(_, &f)| f >= STRIPE_LEN * dev_stripes)
+        .map(|(i, &f)| (f.min(want), i))
+        .collect();
+    avail.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    let num_stripes = p.stripes_on(u32::try_from(avail.len()).ok()?, crate::model::kernel::KernelVersion::new(6, 1))?;
+    let ndevs = (num_stripes / g.dev_stripes) as usize;
+    let chosen = &avail[..ndevs];
+    let data_stripes = u64::from(p.data_stripes(num_stripes));
+    let room = chosen[ndevs - 1].0 / dev_stripes;
+    let mut stripe = room.min(max_stripe);
+    if stripe * data_stripes > max_chunk {
+        stripe = (max_chunk / u64::from(num_stripes)).max(min_stripe).min(room);
+    }
+    stripe -= stripe % STRIPE_LEN;
+    if stripe == 0 {
+        return None;
+    }
+    Some(Chunk {
+        length: stripe * data_stripes,
+        stripe,
+        num_stripes,
+        devices: chosen.iter().map(|&(_, i)| i).collect(),
+    })
+}
+
 /// Allocates one chunk ([`next_chunk`]): takes its stripes from `free` and
 /// returns its logical size, or `None` when the profile cannot be allocated
 /// any more.

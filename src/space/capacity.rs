@@ -233,16 +233,25 @@ fn option(
         alloc::take(free, &c, p);
         Some(c)
     };
-    // mkfs: the system chunk, then the first metadata chunk.
-    let (Some(sys), Some(meta)) = (
-        grab(&mut free, metadata, ChunkKind::System),
-        grab(&mut free, metadata, ChunkKind::Metadata),
+    // mkfs: the system chunk, the first metadata and data chunks, by its
+    // own rules.
+    let mkfs = |free: &mut Vec<u64>, p: Profile, kind: ChunkKind| {
+        let c = alloc::mkfs_chunk(free, p, kind, total)?;
+        alloc::take(free, &c, p);
+        Some(c)
+    };
+    let (Some(sys), Some(meta), Some(first_data)) = (
+        mkfs(&mut free, metadata, ChunkKind::System),
+        mkfs(&mut free, metadata, ChunkKind::Metadata),
+        mkfs(&mut free, data, ChunkKind::Data),
     ) else {
-        o.impossible = Some("the devices are too small for the first chunks".to_owned());
+        o.impossible = Some("the devices are too small for mkfs.btrfs's first chunks".to_owned());
         return o;
     };
     o.system_bytes = sys.length;
     o.metadata_bytes = meta.length;
+    o.usable_data_bytes = first_data.length;
+    o.data_chunk_bytes = first_data.length;
     let mut first = true;
     while let Some(c) = grab(&mut free, data, ChunkKind::Data) {
         o.usable_data_bytes += c.length;

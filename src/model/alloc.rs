@@ -164,9 +164,9 @@ pub fn next_chunk(
 /// its source. Its rules differ from [`next_chunk`]'s:
 /// - a profile of `single` keeps mkfs's temporary chunk on devid 1 (system
 ///   4 MiB, metadata and data 8 MiB);
-/// - devices with room for a full stripe all rank alike and the last added
-///   comes first (its device list is built head first), so devid 1 is used
-///   last; the others rank by their room;
+/// - devices with room for a minimum stripe all rank alike and the last
+///   added comes first (its device list is built head first): devid 1 is
+///   used last, whatever its size;
 /// - stripes: system 8 MiB; metadata 256 MiB (1 GiB above 50 GiB); data
 ///   1 GiB; a chunk above 10% of the devices' total is cut to 10% divided
 ///   by the number of stripes (not of data stripes), never below the
@@ -174,7 +174,11 @@ pub fn next_chunk(
 ///   rounded down to 64 KiB.
 pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -> Option<Chunk> {
     if p == Profile::Single {
-        let size = if kind == ChunkKind::System { 4 * MIB } else { 8 * MIB };
+        let size = if kind == ChunkKind::System {
+            4 * MIB
+        } else {
+            8 * MIB
+        };
         return (free.first()? >= &size).then(|| Chunk {
             length: size,
             stripe: size,
@@ -191,7 +195,8 @@ pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -
         ChunkKind::System => (8 * MIB, 16 * MIB, MIB),
     };
     let max_chunk = max_chunk.min(total_bytes / 10);
-    let want = max_stripe * dev_stripes;
+    // Room for a minimum stripe is all it asks for: those devices tie.
+    let want = min_stripe * dev_stripes;
     let mut avail: Vec<(u64, usize)> = free
         .iter()
         .enumerate()
@@ -199,14 +204,19 @@ pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -
         .map(|(i, &f)| (f.min(want), i))
         .collect();
     avail.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
-    let num_stripes = p.stripes_on(u32::try_from(avail.len()).ok()?, crate::model::kernel::KernelVersion::new(6, 1))?;
+    let num_stripes = p.stripes_on(
+        u32::try_from(avail.len()).ok()?,
+        crate::model::kernel::KernelVersion::new(6, 1),
+    )?;
     let ndevs = (num_stripes / g.dev_stripes) as usize;
     let chosen = &avail[..ndevs];
     let data_stripes = u64::from(p.data_stripes(num_stripes));
-    let room = chosen[ndevs - 1].0 / dev_stripes;
+    let room = chosen.iter().map(|&(_, i)| free[i]).min()? / dev_stripes;
     let mut stripe = room.min(max_stripe);
     if stripe * data_stripes > max_chunk {
-        stripe = (max_chunk / u64::from(num_stripes)).max(min_stripe).min(room);
+        stripe = (max_chunk / u64::from(num_stripes))
+            .max(min_stripe)
+            .min(room);
     }
     stripe -= stripe % STRIPE_LEN;
     if stripe == 0 {

@@ -23,20 +23,72 @@ struct Case {
 }
 
 const MATRIX: &[Case] = &[
-    Case { sizes: &[1280, 512], data: "single", metadata: "raid1" },
-    Case { sizes: &[1024, 768], data: "dup", metadata: "dup" },
-    Case { sizes: &[1536, 512, 768], data: "raid0", metadata: "raid1" },
-    Case { sizes: &[1024, 640], data: "raid1", metadata: "raid1" },
+    Case {
+        sizes: &[1280, 512],
+        data: "single",
+        metadata: "raid1",
+    },
+    Case {
+        sizes: &[1024, 768],
+        data: "dup",
+        metadata: "dup",
+    },
+    Case {
+        sizes: &[1536, 512, 768],
+        data: "raid0",
+        metadata: "raid1",
+    },
+    Case {
+        sizes: &[1024, 640],
+        data: "raid1",
+        metadata: "raid1",
+    },
     // The largest device is larger than the others together.
-    Case { sizes: &[1536, 256, 384], data: "raid1", metadata: "raid1" },
-    Case { sizes: &[1024, 768, 512], data: "raid1c3", metadata: "raid1c3" },
-    Case { sizes: &[1024, 768, 512, 640], data: "raid1c4", metadata: "raid1c4" },
-    Case { sizes: &[1024, 768, 768, 512], data: "raid10", metadata: "raid1" },
-    Case { sizes: &[1024, 512, 768], data: "raid5", metadata: "raid1" },
-    Case { sizes: &[1024, 768, 512, 512], data: "raid6", metadata: "raid1c3" },
-    Case { sizes: &[1024, 512, 512, 768, 256, 384], data: "raid10", metadata: "raid1" },
-    Case { sizes: &[1024, 384, 512, 768, 640], data: "raid5", metadata: "raid1" },
-    Case { sizes: &[1280, 256, 512, 768, 640, 384], data: "raid6", metadata: "raid1c4" },
+    Case {
+        sizes: &[1536, 256, 384],
+        data: "raid1",
+        metadata: "raid1",
+    },
+    Case {
+        sizes: &[1024, 768, 512],
+        data: "raid1c3",
+        metadata: "raid1c3",
+    },
+    Case {
+        sizes: &[1024, 768, 512, 640],
+        data: "raid1c4",
+        metadata: "raid1c4",
+    },
+    Case {
+        sizes: &[1024, 768, 768, 512],
+        data: "raid10",
+        metadata: "raid1",
+    },
+    Case {
+        sizes: &[1024, 512, 768],
+        data: "raid5",
+        metadata: "raid1",
+    },
+    Case {
+        sizes: &[1024, 768, 512, 512],
+        data: "raid6",
+        metadata: "raid1c3",
+    },
+    Case {
+        sizes: &[1024, 512, 512, 768, 256, 384],
+        data: "raid10",
+        metadata: "raid1",
+    },
+    Case {
+        sizes: &[1024, 384, 512, 768, 640],
+        data: "raid5",
+        metadata: "raid1",
+    },
+    Case {
+        sizes: &[1280, 256, 512, 768, 640, 384],
+        data: "raid6",
+        metadata: "raid1c4",
+    },
 ];
 
 /// What `btrfs-lab capacity --json` predicts: (usable data, one data chunk).

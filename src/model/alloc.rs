@@ -275,6 +275,7 @@ pub fn reserve(
 }
 
 /// Logical bytes that chunks of `p` could still take on devices with `free`.
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
 pub(crate) fn capacity(
     free: &[u64],
     p: Profile,
@@ -475,6 +476,24 @@ mod tests {
         // DUP halves what its one device has.
         let d = next_chunk(&[100 * MIB], Profile::Dup, ChunkKind::Data, TIB, K).unwrap();
         assert_eq!((d.stripe, d.num_stripes, d.length), (50 * MIB, 2, 50 * MIB));
+    }
+
+    #[test]
+    fn mkfs_chunks_as_measured() {
+        // btrfs-progs 6.2 on 1024 + 768 + 512 MiB (less the reserved MiB):
+        // RAID1 metadata on devids 3 and 2 (devid 1 last), 10% of the
+        // total cut by the number of stripes; RAID0 data over all three.
+        let free = [1023 * MIB, 767 * MIB, 511 * MIB];
+        let total = 2304 * MIB;
+        let m = mkfs_chunk(&free, Profile::Raid1, ChunkKind::Metadata, total).unwrap();
+        assert_eq!((m.stripe, m.devices), (120_782_848, vec![2, 1]));
+        let d = mkfs_chunk(&free, Profile::Raid0, ChunkKind::Data, total).unwrap();
+        assert_eq!((d.stripe, d.num_stripes), (80_478_208, 3));
+        let s = mkfs_chunk(&free, Profile::Dup, ChunkKind::System, total).unwrap();
+        assert_eq!((s.stripe, s.num_stripes, s.devices), (8 * MIB, 2, vec![2]));
+        // Single keeps mkfs's temporary chunk on devid 1.
+        let t = mkfs_chunk(&free, Profile::Single, ChunkKind::Data, total).unwrap();
+        assert_eq!((t.length, t.devices), (8 * MIB, vec![0]));
     }
 
     #[test]

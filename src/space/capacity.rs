@@ -466,6 +466,27 @@ pub fn usable_for(
     usable(sizes, data, metadata, share, fs.kernel)
 }
 
+/// Usable data capacity before and after a change of devices, in the
+/// filesystem's profiles ([`usable_for`]).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct UsableChange {
+    /// Now.
+    pub before: u64,
+    /// After the change.
+    pub after: u64,
+}
+
+/// [`UsableChange`] of `fs` when its devices become `after` (sizes).
+pub fn usable_change(fs: &FsState, after: &[u64]) -> UsableChange {
+    let now: Vec<u64> = fs.devices.iter().map(|d| d.size).collect();
+    UsableChange {
+        before: usable_for(fs, &now, None, None),
+        after: usable_for(fs, after, None, None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

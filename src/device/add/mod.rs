@@ -53,6 +53,10 @@ pub struct Layout {
     pub devices: Vec<LayoutDevice>,
     /// Raw capacity.
     pub raw_bytes: u64,
+    /// Usable data capacity in the filesystem's profiles, from the
+    /// allocator model (`btrfs-lab capacity`).
+    #[serde(default)]
+    pub usable_bytes: u64,
 }
 
 /// Options of `device add`.
@@ -269,9 +273,13 @@ fn layouts(fs: &FsState, devices: &[NewDevice]) -> (Layout, Layout) {
         size: d.size,
         new: true,
     }));
-    let layout = |devices: Vec<LayoutDevice>| Layout {
-        raw_bytes: devices.iter().map(|d| d.size).sum(),
-        devices,
+    let layout = |devices: Vec<LayoutDevice>| {
+        let sizes: Vec<u64> = devices.iter().map(|d| d.size).collect();
+        Layout {
+            raw_bytes: sizes.iter().sum(),
+            usable_bytes: crate::space::capacity::usable_for(fs, &sizes, None, None),
+            devices,
+        }
     };
 
     (layout(before_devices), layout(after_devices))

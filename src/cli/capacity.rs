@@ -21,7 +21,7 @@ use super::units::{UnitArgs, profile_arg, size, size_arg};
 
 #[derive(Debug, Args)]
 #[command(
-    override_usage = "btrfs-lab capacity [OPTIONS] <SIZE>...\n       btrfs-lab capacity --from <MOUNT> [--add SIZE] [--remove DEVID] [--replace DEVID=SIZE] [OPTIONS]"
+    override_usage = "btrfs-lab capacity [OPTIONS] <SIZE>...\n       btrfs-lab capacity --from <MOUNT> [--add SIZE] [--remove DEVID] [OPTIONS]"
 )]
 pub struct CapacityArgs {
     /// Device sizes (2T 2T 4T; K, M, G, T are 1024-based, KB, MB, GB, TB
@@ -40,11 +40,13 @@ pub struct CapacityArgs {
     /// With --from: device DEVID is replaced by one of SIZE (repeatable).
     #[arg(long, value_name = "DEVID=SIZE", value_parser = replace_arg, requires = "from")]
     replace: Vec<(u64, u64)>,
-    /// Data profiles to compare, comma-separated [default: every profile].
+    /// Data profile: single, dup, raid0, raid1, raid1c3, raid1c4, raid10,
+    /// raid5, raid6 [default: each; a comma-separated list compares those].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = profile_arg)]
     data: Vec<Profile>,
-    /// Metadata profiles, comma-separated; each pairs with each data profile
-    /// [default: the filesystem's with --from, else raid1 (dup on one device)].
+    /// Metadata profile, as --data (system chunks follow it) [default: the
+    /// filesystem's with --from, else raid1 (dup on one device); a list
+    /// pairs each with each data profile].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = profile_arg)]
     metadata: Vec<Profile>,
     /// Metadata as a percentage of data [default: measured with --from,

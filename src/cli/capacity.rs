@@ -11,7 +11,7 @@ use btrfs_lab::model::kernel::KernelVersion;
 use btrfs_lab::model::profile::Profile;
 use btrfs_lab::report::text::wrap_hanging;
 use btrfs_lab::space::capacity::{
-    self, CapacityOption, CapacityReport, CapacityRequest, Changes, DEFAULT_METADATA_SHARE,
+    self, Basis, CapacityOption, CapacityReport, CapacityRequest, Changes, DEFAULT_METADATA_SHARE,
     MetadataShare, Origin, PlannedDevice, Width,
 };
 use btrfs_lab::sys::fs::root::SysRoot;
@@ -88,6 +88,7 @@ fn kernel_arg(s: &str) -> std::result::Result<KernelVersion, String> {
 pub fn run(args: CapacityArgs, out: &Output) -> Result<u8> {
     args.units.select();
     let running = KernelVersion::parse(&btrfs_lab::sys::kernel_release());
+    let mut existing = None;
     let (devices, removed, measured, from, current_meta, fs_kernel) = match &args.from {
         Some(mount) => {
             let changes = Changes {
@@ -100,6 +101,7 @@ pub fn run(args: CapacityArgs, out: &Output) -> Result<u8> {
                 mount,
                 &changes,
             )?;
+            existing = m.existing;
             (
                 m.devices,
                 m.removed,
@@ -174,6 +176,7 @@ pub fn run(args: CapacityArgs, out: &Output) -> Result<u8> {
         metadata,
         share,
         kernel,
+        existing,
     };
     let report = capacity::plan(&req, from, removed);
     out.report(&report, render);
@@ -252,6 +255,14 @@ pub fn render(r: &CapacityReport) -> String {
         } else if let Some(why) = &o.unusable_reason {
             notes.push(format!("{}/{}: {why}", o.data, o.metadata));
         }
+    }
+    if r.options.iter().any(|o| o.basis == Basis::Filesystem) {
+        t.push('\n');
+        t.push_str(&wrap_hanging(
+            "Rows in the filesystem's own profiles start from its chunks as they are; other rows, and any with --remove, from a filesystem made anew on these devices.",
+            "",
+            "",
+        ));
     }
     if !notes.is_empty() {
         t.push_str("\nNot usable:\n");

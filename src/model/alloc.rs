@@ -168,10 +168,11 @@ pub fn next_chunk(
 ///   added comes first (its device list is built head first): devid 1 is
 ///   used last, whatever its size;
 /// - stripes: system 8 MiB; metadata 256 MiB (1 GiB above 50 GiB); data
-///   1 GiB; a chunk above 10% of the devices' total is cut to 10% divided
-///   by the number of stripes (not of data stripes), never below the
-///   minimum stripe (system 1 MiB, metadata 32 MiB, data 64 MiB), then
-///   rounded down to 64 KiB.
+///   1 GiB; a full stripe whose chunk is above 10% of the devices' total is
+///   cut to 10% divided by the number of stripes (not of data stripes),
+///   never below the minimum stripe (system 1 MiB, metadata 32 MiB, data
+///   64 MiB), before the devices' room is looked at; then it is cut to that
+///   room and rounded down to 64 KiB.
 pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -> Option<Chunk> {
     if p == Profile::Single {
         let size = if kind == ChunkKind::System {
@@ -212,12 +213,12 @@ pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -
     let chosen = &avail[..ndevs];
     let data_stripes = u64::from(p.data_stripes(num_stripes));
     let room = chosen.iter().map(|&(_, i)| free[i]).min()? / dev_stripes;
-    let mut stripe = room.min(max_stripe);
+    // The full stripe is cut before the devices' room is looked at.
+    let mut stripe = max_stripe;
     if stripe * data_stripes > max_chunk {
-        stripe = (max_chunk / u64::from(num_stripes))
-            .max(min_stripe)
-            .min(room);
+        stripe = (max_chunk / u64::from(num_stripes)).max(min_stripe);
     }
+    stripe = stripe.min(room);
     stripe -= stripe % STRIPE_LEN;
     if stripe == 0 {
         return None;

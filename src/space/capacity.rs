@@ -80,6 +80,8 @@ pub struct CapacityRequest {
     pub share: MetadataShare,
     /// The kernel whose rules apply.
     pub kernel: KernelVersion,
+    /// The filesystem's chunks (`--from` without `--remove`).
+    pub existing: Option<Existing>,
 }
 
 /// The report of `capacity`.
@@ -132,6 +134,37 @@ pub struct CapacityOption {
     /// The largest data chunk (logical bytes): how far a real filesystem
     /// may differ (mkfs makes its first chunks by its own rules).
     pub data_chunk_bytes: u64,
+    /// What the figures start from.
+    pub basis: Basis,
+}
+
+/// What a capacity starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Basis {
+    /// A filesystem made anew on the devices: mkfs.btrfs's first chunks,
+    /// then the kernel's.
+    New,
+    /// The chunks of the filesystem of --from as they are (its profiles,
+    /// no device removed), then the kernel's chunks on what is unallocated.
+    Filesystem,
+}
+
+/// A filesystem's chunks as they are, for [`Basis::Filesystem`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Existing {
+    /// Unallocated bytes of each planned device (less the reserved MiB).
+    pub free: Vec<u64>,
+    /// Logical bytes of its data chunks.
+    pub data_bytes: u64,
+    /// Of its metadata chunks.
+    pub metadata_bytes: u64,
+    /// Of its system chunks.
+    pub system_bytes: u64,
+    /// The profile of its new data chunks.
+    pub data: Profile,
+    /// Of its new metadata chunks.
+    pub metadata: Profile,
 }
 
 /// A width over the data chunks: the first ones, made while every device
@@ -154,7 +187,14 @@ pub fn plan(
     let mut options = Vec::new();
     for &data in &req.data {
         for &metadata in &req.metadata {
-            options.push(option(&sizes, data, metadata, req.share.ratio, req.kernel));
+            options.push(option_from(
+                &sizes,
+                data,
+                metadata,
+                req.share.ratio,
+                req.kernel,
+                req.existing.as_ref(),
+            ));
         }
     }
     CapacityReport {
@@ -204,11 +244,29 @@ fn option(
     share: f64,
     kernel: KernelVersion,
 ) -> CapacityOption {
+    option_from(sizes, data, metadata, share, kernel, None)
+}
+
+/// [`option`] on a filesystem's chunks as they are (`existing`, when its
+/// profiles are these), else on a filesystem made anew.
+fn option_from(
+    sizes: &[u64],
+    data: Profile,
+    metadata: Profile,
+    share: f64,
+    kernel: KernelVersion,
+    existing: Option<&Existing>,
+) -> CapacityOption {
     let total: u64 = sizes.iter().sum();
-    let mut free: Vec<u64> = sizes
-        .iter()
-        .map(|s| s.saturating_sub(DEVICE_RESERVED))
-        .collect();
+    let existing = existing
+        .filter(|e| e.data == data && e.metadata == metadata && e.free.len() == sizes.len());
+    let mut free: Vec<u64> = match existing {
+        Some(e) => e.free.clone(),
+        None => sizes
+            .iter()
+            .map(|s| s.saturating_sub(DEVICE_RESERVED))
+            .collect(),
+    };
     let mut o = CapacityOption {
         data,
         metadata,
@@ -224,6 +282,11 @@ fn option(
         read_width: Width { first: 0, last: 0 },
         write_width: Width { first: 0, last: 0 },
         data_chunk_bytes: 0,
+        basis: if existing.is_some() {
+            Basis::Filesystem
+        } else {
+            Basis::New
+        },
     };
     if o.impossible.is_some() {
         return o;
@@ -240,19 +303,36 @@ fn option(
         alloc::take(free, &c, p);
         Some(c)
     };
-    let (Some(sys), Some(meta), Some(first_data)) = (
-        mkfs(&mut free, metadata, ChunkKind::System),
-        mkfs(&mut free, metadata, ChunkKind::Metadata),
-        mkfs(&mut free, data, ChunkKind::Data),
-    ) else {
-        o.impossible = Some("the devices are too small for mkfs.btrfs's first chunks".to_owned());
-        return o;
-    };
-    o.system_bytes = sys.length;
-    o.metadata_bytes = meta.length;
-    o.usable_data_bytes = first_data.length;
-    o.data_chunk_bytes = first_data.length;
     let mut first = true;
+    if let Some(e) = existing {
+        // The chunks there are: their data space is usable as it is.
+        o.system_bytes = e.system_bytes;
+        o.metadata_bytes = e.metadata_bytes;
+        o.usable_data_bytes = e.data_bytes;
+    } else {
+        let (Some(sys), Some(meta), Some(first_data)) = (
+            mkfs(&mut free, metadata, ChunkKind::System),
+            mkfs(&mut free, metadata, ChunkKind::Metadata),
+            mkfs(&mut free, data, ChunkKind::Data),
+        ) else {
+            o.impossible =
+                Some("the devices are too small for mkfs.btrfs's first chunks".to_owned());
+            return o;
+        };
+        o.system_bytes = sys.length;
+        o.metadata_bytes = meta.length;
+        o.usable_data_bytes = first_data.length;
+        o.data_chunk_bytes = first_data.length;
+        o.read_width = Width {
+            first: data.data_stripes(first_data.num_stripes),
+            last: data.data_stripes(first_data.num_stripes),
+        };
+        o.write_width = Width {
+            first: first_data.num_stripes / data.geometry().dev_stripes,
+            last: first_data.num_stripes / data.geometry().dev_stripes,
+        };
+        first = false;
+    }
     while let Some(c) = grab(&mut free, data, ChunkKind::Data) {
         o.usable_data_bytes += c.length;
         o.data_chunk_bytes = o.data_chunk_bytes.max(c.length);
@@ -380,6 +460,8 @@ pub struct Measured {
     pub data: Option<Profile>,
     /// The profile its new metadata chunks get.
     pub metadata: Option<Profile>,
+    /// Its chunks, when no device is removed.
+    pub existing: Option<Existing>,
 }
 
 /// The filesystem of `fs` with `changes` applied (pure). A devid that is
@@ -430,7 +512,9 @@ pub fn from_state(fs: &FsState, changes: &Changes) -> Result<Measured> {
         size,
         origin: Origin::Added,
     }));
+    let existing = existing(fs, changes);
     Ok(Measured {
+        existing,
         mount_point: fs.mount_point.clone(),
         devices,
         removed: changes.remove.clone(),
@@ -438,6 +522,55 @@ pub fn from_state(fs: &FsState, changes: &Changes) -> Result<Measured> {
         kernel: fs.kernel,
         data: alloc::new_chunk_profile(&fs.profiles(BgType::Data)),
         metadata: alloc::new_chunk_profile(&fs.profiles(BgType::Metadata)),
+    })
+}
+
+/// Logical bytes of `fs`'s chunks of `kind`.
+fn chunk_bytes(fs: &FsState, kind: BgType) -> u64 {
+    fs.spaces
+        .iter()
+        .filter(|s| {
+            crate::operation::state::matches_kind(
+                crate::sys::kernel::btrfs::bg_type_of(s.flags),
+                kind,
+            )
+        })
+        .map(|s| s.total_bytes)
+        .sum()
+}
+
+/// `fs`'s chunks with `changes` (none removed): what stays allocated, the
+/// room of replaced and added devices.
+fn existing(fs: &FsState, changes: &Changes) -> Option<Existing> {
+    if !changes.remove.is_empty() {
+        return None;
+    }
+    let mut free: Vec<u64> = fs
+        .devices
+        .iter()
+        .map(|d| {
+            let size = changes
+                .replace
+                .iter()
+                .find(|(id, _)| *id == d.devid)
+                .map_or(d.size, |&(_, s)| s);
+            size.saturating_sub(d.allocated)
+                .saturating_sub(DEVICE_RESERVED)
+        })
+        .collect();
+    free.extend(
+        changes
+            .add
+            .iter()
+            .map(|s| s.saturating_sub(DEVICE_RESERVED)),
+    );
+    Some(Existing {
+        free,
+        data_bytes: chunk_bytes(fs, BgType::Data),
+        metadata_bytes: chunk_bytes(fs, BgType::Metadata),
+        system_bytes: chunk_bytes(fs, BgType::System),
+        data: alloc::new_chunk_profile(&fs.profiles(BgType::Data))?,
+        metadata: alloc::new_chunk_profile(&fs.profiles(BgType::Metadata))?,
     })
 }
 
@@ -478,12 +611,34 @@ pub struct UsableChange {
     pub after: u64,
 }
 
-/// [`UsableChange`] of `fs` when its devices become `after` (sizes).
-pub fn usable_change(fs: &FsState, after: &[u64]) -> UsableChange {
+/// [`UsableChange`] of `fs` with `changes`: from its chunks as they are
+/// ([`Basis::Filesystem`]) when no device is removed, else both as if
+/// made anew on the devices before and after.
+pub fn usable_change(fs: &FsState, changes: &Changes) -> UsableChange {
+    let Ok(m) = from_state(fs, changes) else {
+        return UsableChange::default();
+    };
     let now: Vec<u64> = fs.devices.iter().map(|d| d.size).collect();
-    UsableChange {
-        before: usable_for(fs, &now, None, None),
-        after: usable_for(fs, after, None, None),
+    let after: Vec<u64> = m.devices.iter().map(|d| d.size).collect();
+    let (Some(data), Some(metadata)) = (m.data, m.metadata) else {
+        return UsableChange {
+            before: usable_for(fs, &now, None, None),
+            after: usable_for(fs, &after, None, None),
+        };
+    };
+    let share = m.share.unwrap_or(DEFAULT_METADATA_SHARE);
+    let on = |sizes: &[u64], e: Option<&Existing>| {
+        option_from(sizes, data, metadata, share, fs.kernel, e).usable_data_bytes
+    };
+    match m.existing {
+        Some(e) => UsableChange {
+            before: on(&now, existing(fs, &Changes::default()).as_ref()),
+            after: on(&after, Some(&e)),
+        },
+        None => UsableChange {
+            before: on(&now, None),
+            after: on(&after, None),
+        },
     }
 }
 

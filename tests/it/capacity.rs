@@ -201,3 +201,133 @@ fn capacity_predicts_what_the_kernel_stores() {
     let bad: Vec<&String> = rows.iter().filter(|r| !r.1).map(|r| &r.0).collect();
     assert!(bad.is_empty(), "off by more than one data chunk:\n{bad:#?}");
 }
+
+/// The first option of `capacity --json ARGS`.
+fn first_option(env: &TestEnv, args: &[&str]) -> Value {
+    let (code, stdout, stderr) = common::run(env.cmd().arg("--json").arg("capacity").args(args));
+    assert_eq!(code, 0, "{args:?}: {stderr}");
+    let v = common::json(&stdout);
+    assert_eq!(common::validate(&v, &stdout), "capacity");
+    v["options"][0].clone()
+}
+
+fn bytes(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("no {key}: {v}"))
+}
+
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn from_a_mounted_filesystem_the_plans_and_the_kernel_agree() {
+    if !common::require_root("from_a_mounted_filesystem_the_plans_and_the_kernel_agree") {
+        return;
+    }
+    let env = TestEnv::new();
+    let sbx = env.sandbox(btrfs_lab::sandbox::SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(btrfs_lab::model::profile::Profile::Raid1),
+        metadata: Some(btrfs_lab::model::profile::Profile::Raid1),
+        ..Default::default()
+    });
+    let m = sbx.mount_point().display().to_string();
+    let p = ["--data", "raid1", "--metadata", "raid1"];
+    let with = |extra: &[&str]| {
+        let mut a = vec!["--from", m.as_str()];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&p);
+        first_option(&env, &a)
+    };
+    // Its chunks as they are; a filesystem made anew on the same sizes
+    // gives the same within a data chunk (mkfs made both).
+    let now = with(&[]);
+    assert_eq!(now["basis"], "filesystem", "{now}");
+    let mut fresh_args = vec!["1G", "1G"];
+    fresh_args.extend_from_slice(&p);
+    let fresh = first_option(&env, &fresh_args);
+    assert_eq!(fresh["basis"], "new");
+    assert!(
+        bytes(&now, "usable_data_bytes").abs_diff(bytes(&fresh, "usable_data_bytes"))
+            <= bytes(&fresh, "data_chunk_bytes"),
+        "{now}\n{fresh}"
+    );
+    let added = with(&["--add", "512M"]);
+    assert!(bytes(&added, "usable_data_bytes") > bytes(&now, "usable_data_bytes"));
+    // RAID1: one bigger device alone gives nothing, both do.
+    let one_bigger = with(&["--replace", "2=2G"]);
+    assert_eq!(one_bigger["usable_data_bytes"], now["usable_data_bytes"]);
+    assert!(
+        one_bigger["unusable_reason"]
+            .as_str()
+            .unwrap()
+            .contains("larger than the others"),
+        "{one_bigger}"
+    );
+    let bigger = with(&["--replace", "1=2G", "--replace", "2=2G"]);
+    assert!(bytes(&bigger, "usable_data_bytes") > bytes(&now, "usable_data_bytes") + (800 << 20));
+    // Another profile than the filesystem's: as if made anew.
+    let raid0 = first_option(
+        &env,
+        &["--from", &m, "--data", "raid0", "--metadata", "raid1"],
+    );
+    assert_eq!(raid0["basis"], "new");
+    // One device left: raid1 cannot be made, said in the option.
+    let one = with(&["--remove", "1"]);
+    assert!(
+        one["impossible"]
+            .as_str()
+            .unwrap()
+            .contains("needs 2 devices"),
+        "{one}"
+    );
+    // A devid it does not have: one line, exit 2.
+    let (code, stdout, stderr) =
+        common::run(env.cmd().args(["capacity", "--from", &m, "--remove", "9"]));
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert!(stderr.contains("has no device 9"), "{stderr}");
+
+    // device add's plan: usable before and after from the same model.
+    let spare = env.spare_device("spare", 512 << 20);
+    let (code, stdout, stderr) = common::run(
+        env.cmd()
+            .args(["--json", "device", "add", "--dry-run", &m])
+            .arg(&spare),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let plan = common::json(&stdout);
+    assert_eq!(
+        plan["plan"]["before"]["usable_bytes"], now["usable_data_bytes"],
+        "{stdout}"
+    );
+    assert_eq!(
+        plan["plan"]["after"]["usable_bytes"], added["usable_data_bytes"],
+        "{stdout}"
+    );
+    let (_, text, _) = common::run(
+        env.cmd()
+            .args(["device", "add", "--dry-run", &m])
+            .arg(&spare),
+    );
+    eprintln!("{text}");
+    assert!(text.contains("usable"), "{text}");
+
+    // The kernel: the device added, the filesystem filled.
+    common::must(
+        std::process::Command::new("btrfs")
+            .args(["device", "add", "-f"])
+            .arg(&spare)
+            .arg(&m),
+    );
+    let stored = fill(Path::new(&m));
+    let predicted = bytes(&added, "usable_data_bytes");
+    let chunk = bytes(&added, "data_chunk_bytes").max(bytes(&fresh, "data_chunk_bytes"));
+    eprintln!(
+        "--from --add 512M: predicted {} MiB, stored {} MiB (chunk {} MiB)",
+        predicted / MIB,
+        stored / MIB,
+        chunk / MIB
+    );
+    assert!(
+        stored.abs_diff(predicted) <= chunk,
+        "predicted {predicted}, stored {stored}"
+    );
+}

@@ -273,16 +273,23 @@ fn layouts(fs: &FsState, devices: &[NewDevice]) -> (Layout, Layout) {
         size: d.size,
         new: true,
     }));
-    let layout = |devices: Vec<LayoutDevice>| {
-        let sizes: Vec<u64> = devices.iter().map(|d| d.size).collect();
-        Layout {
-            raw_bytes: sizes.iter().sum(),
-            usable_bytes: crate::space::capacity::usable_for(fs, &sizes, None, None),
-            devices,
-        }
+    let usable = crate::space::capacity::usable_change(
+        fs,
+        &crate::space::capacity::Changes {
+            add: devices.iter().map(|d| d.size).collect(),
+            ..Default::default()
+        },
+    );
+    let layout = |devices: Vec<LayoutDevice>, usable_bytes: u64| Layout {
+        raw_bytes: devices.iter().map(|d| d.size).sum(),
+        usable_bytes,
+        devices,
     };
 
-    (layout(before_devices), layout(after_devices))
+    (
+        layout(before_devices, usable.before),
+        layout(after_devices, usable.after),
+    )
 }
 
 /// What the user should know: data stays put, the next step.

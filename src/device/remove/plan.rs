@@ -668,13 +668,13 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
         notes.push("Ctrl-C stops the remove after the chunk in progress: the device stays a member, and the same command again continues".to_owned());
     }
     let commands = commands(&devices, missing_spec, &m);
-    let stay: Vec<u64> = fs
-        .devices
-        .iter()
-        .filter(|d| remaining.contains(&d.devid))
-        .map(|d| d.size)
-        .collect();
-    let usable = crate::space::capacity::usable_change(fs, &stay);
+    let usable = crate::space::capacity::usable_change(
+        fs,
+        &crate::space::capacity::Changes {
+            remove: ids.clone(),
+            ..Default::default()
+        },
+    );
     RemovePlan {
         usable,
         mount_point: fs.mount_point.clone(),

@@ -350,15 +350,17 @@ pub(crate) fn plan_replace(
     notes.push(
         "Ctrl-C leaves the replace running in the kernel: --status follows it, --cancel stops it, a re-run of this command follows it and finishes the steps after it".to_owned(),
     );
-    let after: Vec<u64> = fs
-        .devices
-        .iter()
-        .map(|d| match (&old_dev, new.size) {
-            (Some(o), Some(size)) if o.devid == d.devid && size > o.size && !opts.no_resize => size,
-            _ => d.size,
-        })
-        .collect();
-    let usable = crate::space::capacity::usable_change(fs, &after);
+    let replace = match (&old_dev, new.size) {
+        (Some(o), Some(size)) if size > o.size && !opts.no_resize => vec![(o.devid, size)],
+        _ => Vec::new(),
+    };
+    let usable = crate::space::capacity::usable_change(
+        fs,
+        &crate::space::capacity::Changes {
+            replace,
+            ..Default::default()
+        },
+    );
     ReplacePlan {
         usable,
         mount_point: fs.mount_point.clone(),

@@ -633,7 +633,7 @@ macro_rules! transcript_tests {
 transcript_tests! {
     root balance => "balance.md",
     root bench => "bench.md",
-    user capacity => "capacity.md",
+    root capacity => "capacity.md",
     user completions => "completions.md",
     root convert => "convert.md",
     root demo => "demo.md",

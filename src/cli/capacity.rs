@@ -87,6 +87,14 @@ fn kernel_arg(s: &str) -> std::result::Result<KernelVersion, String> {
 
 pub fn run(args: CapacityArgs, out: &Output) -> Result<u8> {
     args.units.select();
+    if args.from.is_none()
+        && !(args.add.is_empty() && args.remove.is_empty() && args.replace.is_empty())
+    {
+        return Err(Error::usage(
+            "--add, --remove and --replace change the devices of --from MOUNT",
+        )
+        .with_hint("without --from, give the size of every device: btrfs-lab capacity 2T 2T 4T"));
+    }
     let running = KernelVersion::parse(&btrfs_lab::sys::kernel_release());
     let mut existing = None;
     let (devices, removed, measured, from, current_meta, fs_kernel) = match &args.from {
@@ -316,7 +324,7 @@ pub const EXITS: &[Row] = &[
     ),
     exit_row(
         status::USAGE,
-        "bad command line (an invalid size or profile, a devid --from does not have, \
+        "bad command line (an invalid size or profile, a devid --from does not have, --add, --remove or --replace without --from, \
          sizes with --from).",
     ),
 ];

@@ -164,9 +164,9 @@ pub fn next_chunk(
 /// its source. Its rules differ from [`next_chunk`]'s:
 /// - a profile of `single` keeps mkfs's temporary chunk on devid 1 (system
 ///   4 MiB, metadata and data 8 MiB);
-/// - devices with room for a minimum stripe all rank alike and the last
-///   added comes first (its device list is built head first): devid 1 is
-///   used last, whatever its size;
+/// - devices with room for the stripe it decided (below) all rank alike
+///   and the last added comes first (its device list is built head first):
+///   devid 1 is used last, whatever its size; the others rank by room;
 /// - stripes: system 8 MiB; metadata 256 MiB (1 GiB above 50 GiB); data
 ///   1 GiB; a full stripe whose chunk is above 10% of the devices' total is
 ///   cut to 10% divided by the number of stripes (not of data stripes),
@@ -196,8 +196,22 @@ pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -
         ChunkKind::System => (8 * MIB, 16 * MIB, MIB),
     };
     let max_chunk = max_chunk.min(total_bytes / 10);
-    // Room for a minimum stripe is all it asks for: those devices tie.
-    let want = min_stripe * dev_stripes;
+    let eligible = free
+        .iter()
+        .filter(|&&f| f >= STRIPE_LEN * dev_stripes)
+        .count();
+    let num_stripes = p.stripes_on(
+        u32::try_from(eligible).ok()?,
+        crate::model::kernel::KernelVersion::new(6, 1),
+    )?;
+    let data_stripes = u64::from(p.data_stripes(num_stripes));
+    // The full stripe is cut before the devices' room is looked at.
+    let mut stripe = max_stripe;
+    if stripe * data_stripes > max_chunk {
+        stripe = (max_chunk / u64::from(num_stripes)).max(min_stripe);
+    }
+    // Devices with room for that stripe tie, the last added first.
+    let want = stripe * dev_stripes;
     let mut avail: Vec<(u64, usize)> = free
         .iter()
         .enumerate()
@@ -205,19 +219,9 @@ pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -
         .map(|(i, &f)| (f.min(want), i))
         .collect();
     avail.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
-    let num_stripes = p.stripes_on(
-        u32::try_from(avail.len()).ok()?,
-        crate::model::kernel::KernelVersion::new(6, 1),
-    )?;
     let ndevs = (num_stripes / g.dev_stripes) as usize;
     let chosen = &avail[..ndevs];
-    let data_stripes = u64::from(p.data_stripes(num_stripes));
     let room = chosen.iter().map(|&(_, i)| free[i]).min()? / dev_stripes;
-    // The full stripe is cut before the devices' room is looked at.
-    let mut stripe = max_stripe;
-    if stripe * data_stripes > max_chunk {
-        stripe = (max_chunk / u64::from(num_stripes)).max(min_stripe);
-    }
     stripe = stripe.min(room);
     stripe -= stripe % STRIPE_LEN;
     if stripe == 0 {
@@ -492,6 +496,11 @@ mod tests {
         assert_eq!((d.stripe, d.num_stripes), (80_478_208, 3));
         let s = mkfs_chunk(&free, Profile::Dup, ChunkKind::System, total).unwrap();
         assert_eq!((s.stripe, s.num_stripes, s.devices), (8 * MIB, 2, vec![2]));
+        // 5000 + 300 MiB, DUP metadata: a 256 MiB stripe pair fits only
+        // on devid 1, which comes first then (measured).
+        let two = [4999 * MIB, 283 * MIB];
+        let d = mkfs_chunk(&two, Profile::Dup, ChunkKind::Metadata, 5300 * MIB).unwrap();
+        assert_eq!((d.stripe, d.devices), (256 * MIB, vec![0]));
         // Single keeps mkfs's temporary chunk on devid 1.
         let t = mkfs_chunk(&free, Profile::Single, ChunkKind::Data, total).unwrap();
         assert_eq!((t.length, t.devices), (8 * MIB, vec![0]));

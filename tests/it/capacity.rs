@@ -89,6 +89,17 @@ const MATRIX: &[Case] = &[
         data: "raid6",
         metadata: "raid1c4",
     },
+    // DUP metadata and system on the small device, data single on devid 1.
+    Case {
+        sizes: &[1500, 300],
+        data: "single",
+        metadata: "dup",
+    },
+    Case {
+        sizes: &[1500, 1500, 900, 700, 333],
+        data: "raid10",
+        metadata: "raid1c3",
+    },
 ];
 
 /// What `btrfs-lab capacity --json` predicts: (usable data, one data chunk).

@@ -13,9 +13,9 @@ use crate::common::{self, TestEnv};
 
 const MIB: u64 = 1 << 20;
 
-/// One filesystem of the matrix: device sizes in MiB (the first one at
-/// least 1 GiB: mkfs.btrfs makes mixed block groups when its first device
-/// is smaller), data and metadata profile.
+/// One filesystem of the matrix: device sizes in MiB (256 MiB at least:
+/// mkfs.btrfs makes mixed block groups only on far smaller devices), data
+/// and metadata profile.
 struct Case {
     sizes: &'static [u64],
     data: &'static str,
@@ -88,6 +88,12 @@ const MATRIX: &[Case] = &[
         sizes: &[1280, 256, 512, 768, 640, 384],
         data: "raid6",
         metadata: "raid1c4",
+    },
+    // devid 1 the smallest.
+    Case {
+        sizes: &[300, 600, 900],
+        data: "raid5",
+        metadata: "raid1",
     },
     // DUP metadata and system on the small device, data single on devid 1.
     Case {

@@ -72,6 +72,19 @@ echo "check-package: bash completes 'btrfs-lab sandbox u' -> $completion"
 [ -s /usr/share/doc/btrfs-lab/copyright ] && [ -s /usr/share/doc/btrfs-lab/docs/exit-codes.md ] \
     || die "docs missing in /usr/share/doc/btrfs-lab"
 
+# The scrub timer and service, as installed (the manual page they name too),
+# shipped but not enabled; the sleep hook executable.
+for u in btrfs-lab-scrub.service btrfs-lab-scrub.timer; do
+    [ -s "/usr/lib/systemd/system/$u" ] || die "missing /usr/lib/systemd/system/$u"
+done
+[ -x /usr/lib/systemd/system-sleep/btrfs-lab-scrub ] || die "the sleep hook is not installed executable"
+[ ! -e /etc/systemd/system/timers.target.wants/btrfs-lab-scrub.timer ] \
+    || die "the package enabled the scrub timer: enabling is the admin's choice"
+if command -v systemd-analyze >/dev/null; then
+    step systemd-analyze verify /usr/lib/systemd/system/btrfs-lab-scrub.service \
+        /usr/lib/systemd/system/btrfs-lab-scrub.timer
+fi
+
 # A real command from the installed binary.
 step btrfs-lab df --parse subcommands/df.in/ticket.txt
 

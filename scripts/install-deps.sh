@@ -12,14 +12,16 @@
 #            report rendered headless), prometheus (promtool checks the doctor
 #            metrics and alerting rules), ansible-core (contrib/ansible's
 #            playbooks run against localhost), man-db, zsh and fish (the
-#            manual pages and completion scripts), file, and the rig's set.
+#            manual pages and completion scripts), file, systemd
+#            (systemd-analyze verifies contrib/systemd's units), and the
+#            rig's set.
 #   release  the static binary and the .deb (scripts/release.sh, then
 #            scripts/check-package.sh and scripts/check-old-userland.sh, as
 #            .ci/run does): the build's needs, file, man-db, lintian and
 #            debootstrap.
 #   rig      the QEMU rig (docs/rig.md; scripts/install-rig-deps.sh):
 #            qemu-system-x86, busybox-static, cpio, kmod, binutils, xz-utils,
-#            zstd, util-linux, e2fsprogs, btrfs-progs, fio.
+#            zstd, util-linux, e2fsprogs, btrfs-progs, fio, dmsetup.
 #   bench    the scripts/bench-*.sh comparisons: fio, jq, bc, hyperfine,
 #            btrfs-progs.
 #
@@ -34,10 +36,10 @@
 
 btrfs_lab_packages() {
     local build=(gcc libc6-dev libclang-dev ca-certificates)
-    local rig=(qemu-system-x86 busybox-static cpio kmod binutils xz-utils zstd util-linux e2fsprogs btrfs-progs fio)
+    local rig=(qemu-system-x86 busybox-static cpio kmod binutils xz-utils zstd util-linux e2fsprogs btrfs-progs fio dmsetup)
     case $1 in
         demo) echo "${build[*]} btrfs-progs util-linux" ;;
-        test) echo "$(btrfs_lab_packages demo) e2fsprogs fio python3 chromium prometheus ansible-core man-db zsh fish file ${rig[*]}" ;;
+        test) echo "$(btrfs_lab_packages demo) e2fsprogs fio python3 chromium prometheus ansible-core man-db zsh fish file systemd ${rig[*]}" ;;
         release) echo "${build[*]} file man-db lintian debootstrap" ;;
         rig) echo "${rig[*]}" ;;
         bench) echo "fio jq bc hyperfine btrfs-progs" ;;

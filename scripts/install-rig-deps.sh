@@ -5,8 +5,9 @@
 # emulator), busybox-static (the guest's userland), cpio (the initramfs),
 # kmod (depmod/modprobe resolve the kernel modules and their soft
 # dependencies), binutils (strip), util-linux (flock), e2fsprogs (chattr),
-# btrfs-progs and fio (copied into the guest with their libraries), xz-utils
-# and zstd (compressed modules). The Debian kernels themselves are fetched
+# btrfs-progs, fio and dmsetup (copied into the guest with their libraries;
+# dmsetup switches the power-cut test's device-mapper tables), xz-utils and
+# zstd (compressed modules). The Debian kernels themselves are fetched
 # by the tests (tests/rig/fetch-kernel.sh) into their own cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."

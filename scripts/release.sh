@@ -111,9 +111,16 @@ install -m 0644 README.md "$stage/usr/share/doc/btrfs-lab/README.md"
 install -m 0644 docs/*.md "$stage/usr/share/doc/btrfs-lab/docs/"
 install -m 0644 packaging/copyright "$stage/usr/share/doc/btrfs-lab/copyright"
 install -D -m 0644 packaging/lintian-overrides "$stage/usr/share/lintian/overrides/btrfs-lab"
+# The scrub timer, its service and the sleep hook (contrib/systemd): shipped,
+# not enabled (systemctl enable --now btrfs-lab-scrub.timer; docs/fleet.md).
+install -D -m 0644 -t "$stage/usr/lib/systemd/system" \
+    contrib/systemd/btrfs-lab-scrub.service contrib/systemd/btrfs-lab-scrub.timer
+install -D -m 0755 contrib/systemd/btrfs-lab-scrub.sleep \
+    "$stage/usr/lib/systemd/system-sleep/btrfs-lab-scrub"
 sed -e "s/@VERSION@/$version/" -e "s/@DATE@/$(date -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")/" \
     packaging/changelog.in | gzip -9n >"$stage/usr/share/doc/btrfs-lab/changelog.gz"
-find "$stage/usr" -type f -exec chmod 0644 {} + && chmod 0755 "$stage/usr/bin/btrfs-lab"
+find "$stage/usr" -type f -exec chmod 0644 {} + && chmod 0755 "$stage/usr/bin/btrfs-lab" \
+    "$stage/usr/lib/systemd/system-sleep/btrfs-lab-scrub"
 find "$stage/usr" -type d -exec chmod 0755 {} +
 installed_size=$(du -sk --apparent-size "$stage/usr" | cut -f1)
 sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@INSTALLED_SIZE@/$installed_size/" \

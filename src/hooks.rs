@@ -50,6 +50,12 @@ pub enum Switch {
     /// `bench --sustained` joins this cgroup directory before fio starts
     /// (fio inherits it; the test throttles the cgroup's writes).
     BenchCgroup,
+    /// `scrub` writes btrfs-progs' scrub record in this directory instead
+    /// of `/var/lib/btrfs` (a test's filesystems leave nothing there).
+    ScrubProgsDir,
+    /// `scrub --all` takes only the mounts under this directory (a test's
+    /// own, never the machine's other filesystems).
+    ScrubAllUnder,
 }
 
 impl Switch {
@@ -64,6 +70,8 @@ impl Switch {
             Switch::BenchCompressible => "BTRFS_LAB_BENCH_COMPRESSIBLE",
             Switch::BenchFallocateOnly => "BTRFS_LAB_BENCH_FALLOCATE_ONLY",
             Switch::BenchCgroup => "BTRFS_LAB_BENCH_CGROUP",
+            Switch::ScrubProgsDir => "BTRFS_LAB_SCRUB_PROGS_DIR",
+            Switch::ScrubAllUnder => "BTRFS_LAB_SCRUB_ALL_UNDER",
         }
     }
 
@@ -289,6 +297,8 @@ mod tests {
             Switch::BenchCompressible,
             Switch::BenchFallocateOnly,
             Switch::BenchCgroup,
+            Switch::ScrubProgsDir,
+            Switch::ScrubAllUnder,
         ];
         let mut names: Vec<&str> = all.iter().map(|s| s.env()).collect();
         names.sort_unstable();

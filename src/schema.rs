@@ -85,7 +85,7 @@ documents! {
     "reclaim-record", true, crate::reclaim::ReclaimRecord, "reclaim --json (JSON Lines: the plan, each step, progress, the result; with --dry-run the plan only)";
     "balance-record", true, crate::balance::report::BalanceRecord, "balance --json, device add --then-balance --json (JSON Lines: the plan, progress, notices, the result; with --dry-run the plan only)";
     "balance-status", false, crate::balance::report::StatusReport, "balance --status --json";
-    "scrub-record", true, crate::scrub::ScrubRecord, "scrub --json (JSON Lines)";
+    "scrub-record", true, crate::scrub::ScrubRecord, "scrub --json, scrub --all --json (JSON Lines)";
     "scrub-status", false, crate::scrub::ScrubStatus, "scrub --status --json";
     "scrub-cancel", false, crate::scrub::ScrubCancel, "scrub --cancel --json";
     "device-add", false, crate::device::add::AddReport, "device add --json";
@@ -281,6 +281,18 @@ mod tests {
                 }
             );
             assert!(doc.contains(&row), "docs/json.md has no row {row}");
+            // Its Rust type, as the registry names it (a type that moved
+            // is renamed here too).
+            let line = doc.lines().find(|l| l.starts_with(&row)).unwrap();
+            let rust_type = format!(
+                "`btrfs_lab::{}` |",
+                d.rust_type.replace(' ', "").trim_start_matches("crate::")
+            );
+            assert!(
+                line.trim_end().ends_with(&rust_type),
+                "docs/json.md's row of {} does not end with {rust_type}",
+                d.name
+            );
             let link = format!("(schema/{}.schema.json)", d.name);
             assert!(doc.contains(&link), "docs/json.md does not link {link}");
         }

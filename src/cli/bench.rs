@@ -1548,8 +1548,36 @@ fn render_compare(c: &Comparison) -> String {
             ));
         }
     }
-    s.push_str(&format!("\n  {:<20}", "test"));
-    for i in 0..c.reports.len() {
+    // #1 and as many other runs as fit the width beside it (20 columns for
+    // the test, 12 for #1, 19 for each other run); the next block repeats
+    // the test and #1.
+    let others: Vec<usize> = (1..c.reports.len()).collect();
+    let fit = (btrfs_lab::report::text::width().saturating_sub(2 + 20 + 12) / 19).max(1);
+    if others.is_empty() {
+        s.push_str(&compare_table(c, &[0]));
+    }
+    for block in others.chunks(fit) {
+        let cols: Vec<usize> = std::iter::once(0).chain(block.iter().copied()).collect();
+        s.push_str(&compare_table(c, &cols));
+    }
+    if c.reports.len() > 1 {
+        s.push('\n');
+        s.push_str(&wrap(
+            &format!(
+                "×: to #1; ! beyond the noise of both runs (their rounds do not overlap and differ by more than their spread, at least {:.0}%)",
+                c.min_noise * 100.0
+            ),
+            "  ",
+        ));
+    }
+    s
+}
+
+/// The comparison's table with the runs `cols` (indexes into the reports;
+/// `0`, the reference, first): a blank line, the header, a row per test.
+fn compare_table(c: &Comparison, cols: &[usize]) -> String {
+    let mut s = format!("\n  {:<20}", "test");
+    for &i in cols {
         s.push_str(&format!(
             "{:>12}{}",
             format!("#{} MB/s", i + 1),
@@ -1562,7 +1590,8 @@ fn render_compare(c: &Comparison) -> String {
             "  {:<20}",
             format!("{} {}", escape_control(&r.name), r.direction.as_str())
         ));
-        for (i, f) in r.figures.iter().enumerate() {
+        for &i in cols {
+            let Some(f) = r.figures.get(i) else { continue };
             let value = f
                 .bytes_per_sec
                 .map_or_else(|| f.note.clone().unwrap_or_else(|| "-".into()), mb_number);
@@ -1576,17 +1605,11 @@ fn render_compare(c: &Comparison) -> String {
         }
         s.push('\n');
     }
-    if c.reports.len() > 1 {
-        s.push('\n');
-        s.push_str(&wrap(
-            &format!(
-                "×: to #1; ! beyond the noise of both runs (their rounds do not overlap and differ by more than their spread, at least {:.0}%)",
-                c.min_noise * 100.0
-            ),
-            "  ",
-        ));
-    }
-    s
+    // No trailing blanks (a ratio's column is kept for alignment only).
+    s.split('\n')
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `--profile NAME`: kept as given (the bench library says what an unknown
@@ -1796,6 +1819,51 @@ mod tests {
             .find(|l| l.starts_with("  SEQ128K Q32T1") && l.contains("flagged"))
             .unwrap();
         assert!(flagged.ends_with("  claimed 12999.0"), "{flagged}");
+    }
+
+    /// Issue 52: `--compare` of 4 or more runs was 91 columns and more.
+    /// At 80 columns the runs go in blocks, each with the test and #1.
+    #[test]
+    fn a_comparison_of_many_runs_fits_80_columns() {
+        btrfs_lab::report::text::set_width(80);
+        let inputs: Vec<bench::compare::Input> = (1..=6)
+            .map(|i| bench::compare::Input {
+                name: format!("#{i}"),
+                history_id: Some(i),
+                time: Some("2026-12-07T18:00:00Z".into()),
+                version: None,
+                report: report(3),
+            })
+            .collect();
+        let text = render_compare(&bench::compare::compare_many(&inputs));
+        for l in text.lines() {
+            assert!(
+                l.chars().count() <= 80,
+                "{} columns: {l}",
+                l.chars().count()
+            );
+        }
+        let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("  test ")).collect();
+        assert_eq!(headers.len(), 3, "{text}");
+        for h in &headers {
+            assert!(h.contains("#1 MB/s"), "{h}");
+        }
+        for i in 2..=6 {
+            assert_eq!(
+                headers
+                    .iter()
+                    .filter(|h| h.contains(&format!("#{i} MB/s")))
+                    .count(),
+                1,
+                "#{i} once: {text}"
+            );
+        }
+        // Every block has a row per test.
+        let rows = text
+            .lines()
+            .filter(|l| l.starts_with("  SEQ1M Q8T1 read"))
+            .count();
+        assert_eq!(rows, 3, "{text}");
     }
 
     /// Issue 52 item 9: "the middle run of 2 runs" was a mean.

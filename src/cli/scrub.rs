@@ -1,6 +1,6 @@
 //! `btrfs-lab scrub MOUNT` and `scrub MOUNT --status | --cancel`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use btrfs_lab::error::{Error, Result, exit};
 use btrfs_lab::operation::{self, View};
@@ -9,7 +9,8 @@ use btrfs_lab::report::rate::{duration, format_rate};
 use btrfs_lab::report::text::escape_control;
 use btrfs_lab::scrub::operation::{Scrub, Textfile};
 use btrfs_lab::scrub::{
-    self, DeviceScrub, Outcome, Request, STATE_DIR, ScrubPlan, ScrubReport, ScrubStatus, StateStore,
+    self, DeviceScrub, Outcome, Request, STATE_DIR, ScrubPlan, ScrubRecord, ScrubReport,
+    ScrubStatus, StateStore,
 };
 use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::fs::target::resolve_held;
@@ -29,8 +30,27 @@ continues from where each device stopped (saved in --state-dir/scrub).";
 #[derive(Debug, Args)]
 pub struct ScrubArgs {
     /// A path inside a mounted btrfs.
-    #[arg(value_name = "MOUNT")]
-    mount: PathBuf,
+    #[arg(
+        value_name = "MOUNT",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    mount: Option<PathBuf>,
+    /// Every mounted btrfs once (by UUID: a filesystem mounted several
+    /// times, subvolumes too, is scrubbed once), the longest unscrubbed
+    /// first, an interrupted scrub resumed from where it stopped (what
+    /// btrfs-lab-scrub.timer runs).
+    #[arg(long, conflicts_with_all = ["status", "cancel", "resume", "textfile"])]
+    all: bool,
+    /// With --all: leave a filesystem whose last complete scrub ended fewer
+    /// than DAYS days ago [default: 30].
+    #[arg(long, value_name = "DAYS")]
+    min_age: Option<u64>,
+    /// With --all: scrub at most N filesystems at once (each reads all its
+    /// devices at once) [default: 1].
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    max_parallel: Option<u16>,
     /// Show the running scrub (also one `btrfs scrub start` began), the last
     /// one btrfs-lab saved (when it started and ended, how long it took) and
     /// the speed limits in force, and exit.
@@ -69,8 +89,18 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
     a.units.select();
     let state_dir = state_dir.unwrap_or_else(|| PathBuf::from(STATE_DIR));
     let limit = limit_arg(a.limit.as_deref())?;
+    if a.all {
+        return run_all(&a, limit, out, &state_dir);
+    }
+    // clap's `requires` counts --all's default (false) as given.
+    if a.min_age.is_some() || a.max_parallel.is_some() {
+        return Err(Error::usage(
+            "--min-age and --max-parallel go with --all (one MOUNT is scrubbed whatever its age)",
+        ));
+    }
+    let mount = a.mount.clone().expect("clap: MOUNT unless --all");
     if a.status || a.cancel {
-        return status_or_cancel(&a, out, &StateStore::new(&state_dir));
+        return status_or_cancel(&a, &mount, out, &StateStore::new(&state_dir));
     }
     let request = Request {
         readonly: a.readonly,
@@ -81,8 +111,139 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
         file,
         allow_untrusted: a.target.allow_untrusted_target,
     });
-    let mut op = Scrub::new(a.mount, request, &state_dir, textfile);
+    let mut op = Scrub::new(mount, request, &state_dir, textfile);
     operation::run(&mut op, a.confirm.into(), out, &Text(out))
+}
+
+/// `scrub --all`: the plan (every mounted btrfs once), then each chosen
+/// filesystem's `scrub MOUNT`, then how each ended.
+fn run_all(a: &ScrubArgs, limit: Option<u64>, out: &Output, state_dir: &Path) -> Result<u8> {
+    use btrfs_lab::scrub::all::{self, AllEntry, Choice};
+    operation::need_root("scrub needs root (the scrub ioctls)")?;
+    let store = StateStore::new(state_dir);
+    let under = btrfs_lab::hooks::Switch::ScrubAllUnder
+        .value()
+        .and_then(|v| std::path::absolute(v).ok());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let plan = all::plan_all(
+        all::candidates(&store, under.as_deref())?,
+        now,
+        a.min_age
+            .map_or(btrfs_lab::model::finding::rules::SCRUB_MIN_AGE, |d| {
+                d.saturating_mul(86_400)
+            }),
+        usize::from(a.max_parallel.unwrap_or(1)),
+    );
+    btrfs_lab::ui::emit(out, &ScrubRecord::AllPlan { plan: plan.clone() });
+    if !out.json {
+        out.say(&render_all_plan(&plan));
+    }
+    if a.confirm.dry_run {
+        out.status("(dry run: nothing was done)\n");
+        return Ok(exit::OK);
+    }
+    let scrub_one = |e: &AllEntry| -> u8 {
+        let request = Request {
+            readonly: a.readonly || e.read_only,
+            limit,
+            resume: e.choice == Choice::Resume,
+        };
+        let mut op = Scrub::new(e.mount_point.clone(), request, state_dir, None);
+        let confirm = operation::Confirm {
+            dry_run: false,
+            yes: true,
+        };
+        match operation::run(&mut op, confirm, out, &Text(out)) {
+            Ok(code) => code,
+            Err(err) => {
+                out.error(&err);
+                err.exit_code()
+            }
+        }
+    };
+    let report = all::run(&plan, &scrub_one);
+    btrfs_lab::ui::emit(
+        out,
+        &ScrubRecord::AllResult {
+            report: report.clone(),
+        },
+    );
+    if !out.json {
+        out.status(&render_all_report(&report));
+    }
+    Ok(report.exit_code())
+}
+
+/// `scrub --all`'s plan as text.
+fn render_all_plan(plan: &btrfs_lab::scrub::all::AllPlan) -> String {
+    use btrfs_lab::scrub::all::Choice;
+    let mut t = format!(
+        "Plan: scrub every mounted btrfs once ({} at a time; --min-age {} days):\n",
+        plan.max_parallel,
+        plan.min_age_seconds / 86_400
+    );
+    if plan.entries.is_empty() {
+        t.push_str("  no btrfs is mounted\n");
+    }
+    for e in &plan.entries {
+        let what = match e.choice {
+            Choice::Resume => "resume",
+            Choice::Scrub => "scrub",
+            Choice::Skip => "skip",
+        };
+        t.push_str(&format!(
+            "  {what:<6} {}: {}\n",
+            escape_control(&e.mount_point.display().to_string()),
+            e.reason
+        ));
+        if !e.also_mounted_at.is_empty() {
+            let others: Vec<String> = e
+                .also_mounted_at
+                .iter()
+                .map(|p| escape_control(&p.display().to_string()).into_owned())
+                .collect();
+            t.push_str(&format!("         also mounted at {}\n", others.join(", ")));
+        }
+    }
+    t
+}
+
+/// How each filesystem's scrub ended, as text.
+fn render_all_report(r: &btrfs_lab::scrub::all::AllReport) -> String {
+    let ran = r.results.len();
+    let skipped = r
+        .plan
+        .entries
+        .iter()
+        .filter(|e| e.choice == btrfs_lab::scrub::all::Choice::Skip)
+        .count();
+    let mut t = format!("scrub --all: {ran} run, {skipped} skipped");
+    if !r.not_begun.is_empty() {
+        t.push_str(&format!(", {} not begun", r.not_begun.len()));
+    }
+    t.push('\n');
+    for x in &r.results {
+        let how = match x.exit_status {
+            0 => "clean",
+            3 => "errors found and corrected",
+            4 => "errors it could not repair (files are damaged)",
+            130 => "interrupted (the next run resumes it)",
+            _ => "failed (see above)",
+        };
+        t.push_str(&format!(
+            "  {}: {how}\n",
+            escape_control(&x.mount_point.display().to_string())
+        ));
+    }
+    for m in &r.not_begun {
+        t.push_str(&format!(
+            "  {}: not begun (interrupted)\n",
+            escape_control(&m.display().to_string())
+        ));
+    }
+    t
 }
 
 /// `--limit RATE` (`200M` or `200M/s`): bytes per second, more than 0.
@@ -102,9 +263,9 @@ fn limit_arg(text: Option<&str>) -> Result<Option<u64>> {
 
 /// `--status` and `--cancel`: on the filesystem held (a symbolic link
 /// another user planted on the way is refused, as every command does).
-fn status_or_cancel(a: &ScrubArgs, out: &Output, store: &StateStore) -> Result<u8> {
+fn status_or_cancel(a: &ScrubArgs, mount: &Path, out: &Output, store: &StateStore) -> Result<u8> {
     operation::need_root("scrub needs root (the scrub ioctls)")?;
-    let (_, held) = resolve_held(&SysRoot::host(), &a.mount)?;
+    let (_, held) = resolve_held(&SysRoot::host(), mount)?;
     if a.status {
         let st = scrub::status(&held, store)?;
         out.report(&st, |st| render_status(st, out));
@@ -114,7 +275,7 @@ fn status_or_cancel(a: &ScrubArgs, out: &Output, store: &StateStore) -> Result<u
         out.status("(dry run: would cancel the running scrub)\n");
         return Ok(exit::OK);
     }
-    out.before_change(format!("btrfs-lab scrub {} --status", a.mount.display()))?;
+    out.before_change(format!("btrfs-lab scrub {} --status", mount.display()))?;
     let c = scrub::cancel(&held)?;
     out.report(&c, |c| {
         format!(
@@ -413,8 +574,8 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
     examples: &[
         ("The plan only.", "btrfs-lab scrub --dry-run /mnt/data"),
         (
-            "Scrub at most 200 MB/s per device, without asking.",
-            "btrfs-lab scrub --yes --limit 200M /mnt/data",
+            "Scrub at most 200 MB/s per device (a cron line: it does not ask).",
+            "btrfs-lab scrub --limit 200M /mnt/data",
         ),
         (
             "Where a scrub stands (btrfs scrub start's too).",
@@ -422,7 +583,11 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         ),
         (
             "Continue an interrupted scrub.",
-            "btrfs-lab scrub --resume --yes /mnt/data",
+            "btrfs-lab scrub --resume /mnt/data",
+        ),
+        (
+            "Every mounted btrfs once, those due (what btrfs-lab-scrub.timer runs).",
+            "btrfs-lab scrub --all",
         ),
     ],
     see_also: &["btrfs-scrub(8)"],

@@ -171,6 +171,14 @@ pub struct FsFacts {
     /// An fstrim timer is enabled (systemd's `fstrim.timer`).
     #[serde(default)]
     pub fstrim_timer: bool,
+    /// A scrub that runs now (btrfs-lab's or btrfs-progs'): bytes read so
+    /// far by this run and bytes it reads in all, summed over the devices.
+    #[serde(default)]
+    pub scrub_running: Option<(u64, u64)>,
+    /// btrfs-lab's scrub timer (`btrfs-lab-scrub.timer`): enabled or not
+    /// on a host that runs systemd; `None` without systemd.
+    #[serde(default)]
+    pub scrub_timer: Option<bool>,
     /// How RAID1 mirrors are chosen for reads (sysfs `read_policy`, as the
     /// kernel writes it: `[pid] round-robin devid:1`).
     #[serde(default)]

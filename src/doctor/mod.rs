@@ -711,7 +711,8 @@ pub(crate) fn gather(
     );
     let scrub_file = root
         .prefix()
-        .join(format!("var/lib/btrfs/scrub.status.{}", target.fsid));
+        .join(crate::scrub::progs::PROGS_DIR.trim_start_matches('/'))
+        .join(crate::scrub::progs::file_name(&target.fsid));
     let progs = root
         .read_text(&scrub_file, 1 << 20)
         .map(|t| scrub::parse_status(&t, &target.fsid))
@@ -754,6 +755,23 @@ pub(crate) fn gather(
             .prefix()
             .join("etc/systemd/system/timers.target.wants/fstrim.timer")
             .exists(),
+        // The kernel's scrub progress (read-only ioctls; root only).
+        scrub_running: btrfs::FsHandle::open(&target.path)
+            .ok()
+            .and_then(|h| crate::scrub::running(&h).ok())
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                (
+                    v.iter().map(|d| d.bytes_scrubbed).sum(),
+                    v.iter().map(|d| d.bytes_to_read).sum(),
+                )
+            }),
+        scrub_timer: root.prefix().join("run/systemd/system").is_dir().then(|| {
+            root.prefix()
+                .join("etc/systemd/system/timers.target.wants")
+                .join(crate::scrub::all::TIMER)
+                .exists()
+        }),
         // Read by examine_one only when a finding suggests a balance.
         data_chunks: None,
         hugepages_left: left(&settings::Setting::NrHugepages).map(|b| {

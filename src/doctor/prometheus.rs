@@ -263,6 +263,66 @@ fn scrub_and_probe(m: &mut Metrics, d: &FsDiagnosis, fs: &FsLabels<'_>) {
             last as f64,
         );
     }
+    // The last complete scrub (every device read to its end): its age in
+    // PromQL is time() - this; scrub --all's timer keeps it under 30 days.
+    let complete = !facts.scrub.is_empty() && facts.scrub.iter().all(|s| s.finished);
+    if let Some(end) = facts
+        .scrub
+        .iter()
+        .filter(|s| s.started > 0 && complete)
+        .map(|s| s.started + s.duration)
+        .max()
+    {
+        m.add(
+            "btrfs_lab_scrub_last_complete_timestamp_seconds",
+            "gauge",
+            "When the last complete scrub (every device read to its end) ended, seconds since the epoch (absent: none on record).",
+            fs,
+            end as f64,
+        );
+    }
+    if let Some(took) = facts
+        .scrub
+        .iter()
+        .map(|s| s.duration)
+        .max()
+        .filter(|_| !facts.scrub.is_empty())
+    {
+        m.add(
+            "btrfs_lab_scrub_last_recorded_duration_seconds",
+            "gauge",
+            "How long the last recorded scrub ran (its longest device), seconds.",
+            fs,
+            took as f64,
+        );
+    }
+    m.add(
+        "btrfs_lab_scrub_in_progress",
+        "gauge",
+        "1 while a scrub (btrfs-lab's or btrfs-progs') runs on the filesystem, as the kernel says.",
+        fs,
+        if facts.scrub_running.is_some() {
+            1.0
+        } else {
+            0.0
+        },
+    );
+    if let Some((done, total)) = facts.scrub_running {
+        m.add(
+            "btrfs_lab_scrub_in_progress_bytes_scrubbed",
+            "gauge",
+            "Bytes the running scrub read so far (this run).",
+            fs,
+            done as f64,
+        );
+        m.add(
+            "btrfs_lab_scrub_in_progress_bytes_to_read",
+            "gauge",
+            "Bytes the running scrub reads in all (this run).",
+            fs,
+            total as f64,
+        );
+    }
     if let Some(v) = d.deep.as_ref().and_then(|x| x.probe_verdict.as_deref()) {
         m.add(
             "btrfs_lab_probe_dio_verdict",

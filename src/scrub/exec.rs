@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use btrfs_uapi::scrub::ScrubProgress;
 
 use super::log::{LogEvent, damaged_from, parse_log};
+use super::progs;
 use super::{
     DeviceScrub, Outcome, PlannedDevice, SavedScrub, ScrubPlan, ScrubRecord, ScrubReport,
     StateStore, Totals,
@@ -45,6 +46,9 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// How often the positions reached are saved while a scrub runs.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+
 /// One device's scrub thread: the kernel's counters and whether it was
 /// cancelled.
 type Worker = std::thread::JoinHandle<Result<(ScrubProgress, bool)>>;
@@ -71,13 +75,52 @@ pub fn execute(
     let t0 = Instant::now();
     let workers = start_workers(fs, plan)?;
     let prior = prior_runs(plan, saved.as_ref());
+    // btrfs-progs' record says "running" (with the earlier runs' figures)
+    // from the start, and is replaced at the end.
+    let resumed_at = saved.as_ref().filter(|_| plan.resume).map(|_| started_at);
+    let starting = saved_state(
+        plan,
+        saved.as_ref(),
+        prior.clone(),
+        &not_started(plan),
+        started_at,
+        0.0,
+    );
+    let progs_failed = progs::write(&starting, resumed_at, true).err();
     let mut watch = Watch::new(plan, workers, &prior, ui);
-    watch.until_every_device_returned(dir, signals, &mut log);
+    // Where each device got to, saved as it goes: after a kill, a crash or
+    // a power cut the next `--resume` (or `scrub --all`) goes on from the
+    // last checkpoint, not from the start.
+    let checkpoint = |so_far: &[DeviceScrub]| {
+        let mut whole = saved_state(
+            plan,
+            saved.as_ref(),
+            prior.clone(),
+            so_far,
+            started_at,
+            t0.elapsed().as_secs_f64(),
+        );
+        whole.finished = false;
+        if store.save(&whole).is_ok() {
+            let _ = progs::write(&whole, resumed_at, true);
+        }
+    };
+    watch.until_every_device_returned(dir, signals, &mut log, &checkpoint);
     drop(inhibitor);
     let (devices, failure, stopped_by) = watch.end();
     let elapsed = t0.elapsed().as_secs_f64();
     let whole = saved_state(plan, saved.as_ref(), prior, &devices, started_at, elapsed);
     store.save(&whole)?;
+    if let Some(e) = progs::write(&whole, resumed_at, false)
+        .err()
+        .or(progs_failed)
+    {
+        ui.note(&format!(
+            "btrfs scrub status does not show this scrub (btrfs-lab scrub {} --status does): {}",
+            plan.mount_point.display(),
+            e.message()
+        ));
+    }
     if let Some(e) = failure {
         return Err(e);
     }
@@ -193,6 +236,20 @@ fn start_workers(
     Ok(workers)
 }
 
+/// Each planned device as it is before the kernel scrubbed any of it.
+fn not_started(plan: &ScrubPlan) -> Vec<DeviceScrub> {
+    plan.devices
+        .iter()
+        .map(|d| DeviceScrub {
+            devid: d.devid,
+            path: d.path.clone(),
+            bytes_to_read: d.bytes_to_read,
+            last_physical: d.start,
+            ..DeviceScrub::default()
+        })
+        .collect()
+}
+
 /// The saved counters of the earlier runs of a resumed scrub (none for a
 /// new one).
 fn prior_runs(plan: &ScrubPlan, saved: Option<&SavedScrub>) -> Vec<DeviceScrub> {
@@ -207,6 +264,7 @@ fn prior_runs(plan: &ScrubPlan, saved: Option<&SavedScrub>) -> Vec<DeviceScrub> 
 /// counters last seen, signals, progress.
 struct Watch<'a> {
     mount: PathBuf,
+    fsid: String,
     ui: &'a dyn Ui,
     workers: Vec<(PlannedDevice, Option<Worker>)>,
     results: Vec<Option<DeviceScrub>>,
@@ -237,19 +295,10 @@ impl<'a> Watch<'a> {
                 .filter(|d| d.finished)
                 .map(|d| d.bytes_to_read)
                 .sum::<u64>();
-        let last_seen = plan
-            .devices
-            .iter()
-            .map(|d| DeviceScrub {
-                devid: d.devid,
-                path: d.path.clone(),
-                bytes_to_read: d.bytes_to_read,
-                last_physical: d.start,
-                ..DeviceScrub::default()
-            })
-            .collect();
+        let last_seen = not_started(plan);
         Watch {
             mount: plan.mount_point.clone(),
+            fsid: plan.fsid.clone(),
             ui,
             results: vec![None; workers.len()],
             workers,
@@ -273,7 +322,9 @@ impl<'a> Watch<'a> {
         dir: BorrowedFd<'_>,
         signals: &signals::OperationSignals,
         log: &mut RunLog,
+        checkpoint: &dyn Fn(&[DeviceScrub]),
     ) {
+        let mut saved = Instant::now();
         loop {
             let (n, sig) = signals.wait(Duration::from_millis(250));
             if n > 0 {
@@ -291,8 +342,22 @@ impl<'a> Watch<'a> {
             self.poll_counters(dir);
             log.read();
             self.show_progress();
+            if saved.elapsed() >= CHECKPOINT_EVERY {
+                saved = Instant::now();
+                checkpoint(&self.so_far());
+            }
         }
         log.read();
+    }
+
+    /// Each device's counters as far as they are known: the final ones of
+    /// a device that returned, else the last progress read.
+    fn so_far(&self) -> Vec<DeviceScrub> {
+        self.results
+            .iter()
+            .zip(&self.last_seen)
+            .map(|(r, seen)| r.clone().unwrap_or_else(|| seen.clone()))
+            .collect()
     }
 
     /// The first signal cancels the scrub; later ones say it still stops.
@@ -379,6 +444,7 @@ impl<'a> Watch<'a> {
             ui::emit(
                 self.ui,
                 &ScrubRecord::Progress {
+                    fsid: self.fsid.clone(),
                     bytes_to_read: self.total,
                     bytes_scrubbed: done,
                     rate_bytes_per_sec: reading.rate_bytes_per_sec,
@@ -416,20 +482,7 @@ pub(super) fn saved_state(
     let mut sums = prior;
     for d in devices {
         match sums.iter_mut().find(|s| s.devid == d.devid) {
-            Some(s) => {
-                let mut merged = d.clone();
-                merged.bytes_scrubbed += s.bytes_scrubbed;
-                merged.data_extents += s.data_extents;
-                merged.tree_extents += s.tree_extents;
-                merged.read_errors += s.read_errors;
-                merged.csum_errors += s.csum_errors;
-                merged.verify_errors += s.verify_errors;
-                merged.super_errors += s.super_errors;
-                merged.corrected += s.corrected;
-                merged.uncorrectable += s.uncorrectable;
-                merged.unverified += s.unverified;
-                *s = merged;
-            }
+            Some(s) => *s = d.after(s),
             None => sums.push(d.clone()),
         }
     }

@@ -8,14 +8,17 @@
 //! per device); the process returns only once every scrub ioctl did.
 //! What was done is saved (atomically) under the state directory, and a
 //! later `scrub MOUNT --resume` starts each device at its `last_physical`,
-//! as `btrfs scrub resume` does.
+//! as `btrfs scrub resume` does. btrfs-progs' record of the scrub is
+//! written too ([`progs`]): `btrfs scrub status` shows it.
 
+pub mod all;
 mod control;
 mod exec;
 mod log;
 mod metrics;
 pub mod operation;
 mod plan;
+pub mod progs;
 mod report;
 mod state;
 #[cfg(test)]

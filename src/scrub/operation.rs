@@ -149,12 +149,16 @@ impl Operation for Scrub {
         true
     }
 
-    fn question(&self, plan: &ScrubPlan) -> String {
-        if plan.readonly {
-            "Start the read-only scrub?".into()
-        } else {
-            "Start the scrub (it repairs what it can)?".into()
-        }
+    fn question(&self, _plan: &ScrubPlan) -> String {
+        String::new()
+    }
+
+    /// A scrub does not ask (as `btrfs scrub start`): it reads, and what it
+    /// writes is a block whose checksum failed, rewritten from a copy whose
+    /// checksum holds (what every read of that block does too), so a cron
+    /// line or a timer needs no `--yes`.
+    fn ask(&self, _plan: &ScrubPlan) -> bool {
+        false
     }
 
     fn recheck(&self) -> Result<()> {

@@ -46,6 +46,18 @@ pub struct DeviceScrub {
     pub last_physical: u64,
     /// The device's scrub ran to its end.
     pub finished: bool,
+    /// Of the bytes scrubbed, those of tree (metadata) blocks.
+    #[serde(default)]
+    pub tree_bytes: u64,
+    /// Data blocks without a checksum (NOCOW files), not verified.
+    #[serde(default)]
+    pub no_csum: u64,
+    /// Checksums of blocks freed while the scrub read them.
+    #[serde(default)]
+    pub csum_discards: u64,
+    /// Blocks the kernel could not scrub for lack of memory.
+    #[serde(default)]
+    pub malloc_errors: u64,
 }
 
 impl DeviceScrub {
@@ -66,7 +78,32 @@ impl DeviceScrub {
         self.corrected += p.corrected_errors;
         self.uncorrectable += p.uncorrectable_errors;
         self.unverified += p.unverified_errors;
+        self.tree_bytes += p.tree_bytes_scrubbed;
+        self.no_csum += p.no_csum;
+        self.csum_discards += p.csum_discards;
+        self.malloc_errors += p.malloc_errors;
         self.last_physical = self.last_physical.max(p.last_physical);
+    }
+
+    /// These counters (a later run) with an earlier run's added: where
+    /// the device got to and whether it finished stay this run's.
+    pub(super) fn after(&self, earlier: &DeviceScrub) -> DeviceScrub {
+        let mut d = self.clone();
+        d.bytes_scrubbed += earlier.bytes_scrubbed;
+        d.data_extents += earlier.data_extents;
+        d.tree_extents += earlier.tree_extents;
+        d.read_errors += earlier.read_errors;
+        d.csum_errors += earlier.csum_errors;
+        d.verify_errors += earlier.verify_errors;
+        d.super_errors += earlier.super_errors;
+        d.corrected += earlier.corrected;
+        d.uncorrectable += earlier.uncorrectable;
+        d.unverified += earlier.unverified;
+        d.tree_bytes += earlier.tree_bytes;
+        d.no_csum += earlier.no_csum;
+        d.csum_discards += earlier.csum_discards;
+        d.malloc_errors += earlier.malloc_errors;
+        d
     }
 
     /// This device's counters of one run: the kernel's `p`.
@@ -278,6 +315,10 @@ pub enum ScrubRecord {
     },
     /// About once a second.
     Progress {
+        /// The filesystem's UUID (`scrub --all --max-parallel N` runs
+        /// several at once).
+        #[serde(default)]
+        fsid: String,
         /// Bytes to read (every device; earlier runs of a resumed scrub
         /// included).
         bytes_to_read: u64,
@@ -308,6 +349,20 @@ pub enum ScrubRecord {
     Result {
         /// The report.
         report: ScrubReport,
+    },
+    /// `scrub --all`: the first record, every mounted filesystem once and
+    /// what is done with it; each one scrubbed then has its own records,
+    /// plan to result.
+    #[serde(rename = "all-plan")]
+    AllPlan {
+        /// The plan.
+        plan: super::all::AllPlan,
+    },
+    /// `scrub --all`: the last record.
+    #[serde(rename = "all-result")]
+    AllResult {
+        /// How each filesystem's scrub ended.
+        report: super::all::AllReport,
     },
 }
 

@@ -15,6 +15,10 @@ use serde_json::Value;
 /// not wrapped (the transcripts check the output at 80 columns).
 pub const WIDE: &str = "1000";
 
+/// The test hook that moves btrfs-progs' scrub records out of
+/// `/var/lib/btrfs` (`TestEnv::progs_dir`).
+pub const PROGS_DIR_ENV: &str = "BTRFS_LAB_SCRUB_PROGS_DIR";
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_btrfs-lab"))
 }
@@ -109,8 +113,15 @@ impl TestEnv {
             .env_remove("BTRFS_LAB_SANDBOX_ROOT")
             .env("NO_COLOR", "1")
             .env("COLUMNS", WIDE)
+            .env(PROGS_DIR_ENV, self.progs_dir())
             .stdin(Stdio::null());
         c
+    }
+
+    /// Where this environment's runs write btrfs-progs' scrub records
+    /// (not `/var/lib/btrfs`: a test's filesystems leave nothing there).
+    pub fn progs_dir(&self) -> PathBuf {
+        self.path().join("var-lib-btrfs")
     }
 
     /// `--state-dir DIR --sandbox-root DIR` for this environment.

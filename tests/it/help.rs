@@ -20,7 +20,7 @@ const GLOBALS: [&str; 5] = [
 ];
 
 /// Flag names that may carry two texts, and why (the meaning is the same).
-const SAME_NAME_OTHER_TEXT: [(&str, &str); 7] = [
+const SAME_NAME_OTHER_TEXT: [(&str, &str); 8] = [
     (
         "--status",
         "shows where the command's operation stands and exits; scrub's also names a scrub btrfs scrub start began",
@@ -44,6 +44,10 @@ const SAME_NAME_OTHER_TEXT: [(&str, &str); 7] = [
     (
         "--threads",
         "the number of I/O threads in both; read-test also takes a list to sweep",
+    ),
+    (
+        "--all",
+        "every one of what the command acts on: sandbox down every sandbox of the user, scrub every mounted filesystem once",
     ),
     (
         "--parse",

@@ -128,6 +128,7 @@ fn execute(step: &Step, cwd: &Path, env: &TestEnv) -> (i32, String) {
         .current_dir(cwd)
         .env("NO_COLOR", "1")
         .env("COLUMNS", COLUMNS.to_string())
+        .env(crate::common::PROGS_DIR_ENV, env.progs_dir())
         .envs(step.env.iter().cloned())
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
@@ -175,6 +176,8 @@ fn run_transcript(path: &Path) -> Result<(), String> {
     let scale = device_scale();
     // Lines over the width, all of them, said after the last step.
     let mut wide = Vec::new();
+    // The widest line checked, and its step (BTRFS_LAB_TRANSCRIPT_WIDEST).
+    let mut widest = (0, String::new());
     let bless_asked = std::env::var_os("BTRFS_LAB_BLESS_TRANSCRIPTS").is_some();
     let mut blessed = Vec::new();
     for (index, step) in steps.iter().enumerate() {
@@ -193,6 +196,13 @@ fn run_transcript(path: &Path) -> Result<(), String> {
                 "{name}: exit status {code}, expected {}\n{output}",
                 step.status
             ));
+        }
+        if let Some(w) = checked_lines(step, &output)
+            .map(|l| l.chars().count())
+            .max()
+            .filter(|&w| w > widest.0)
+        {
+            widest = (w, step.argv.join(" "));
         }
         if let Some(line) = too_wide(step, &output) {
             wide.push(format!(
@@ -222,6 +232,17 @@ fn run_transcript(path: &Path) -> Result<(), String> {
     if !blessed.is_empty() {
         bless(path, &steps, &blessed);
     }
+    // BTRFS_LAB_TRANSCRIPT_WIDEST=FILE: each transcript's widest line
+    // appended there (`NAME COLUMNS STEP`), for the width report.
+    if let Some(file) = std::env::var_os("BTRFS_LAB_TRANSCRIPT_WIDEST") {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+            .unwrap();
+        writeln!(f, "{} {} {}", file_name(path), widest.0, widest.1).unwrap();
+    }
     // `env` drops here: any sandbox a failed step left is removed first.
     if wide.is_empty() {
         Ok(())
@@ -241,6 +262,12 @@ const COLUMNS: usize = 80;
 /// is a command shown to be copied (a line of its own that starts with the
 /// program): breaking it would make a pasted line run as two commands.
 fn too_wide<'a>(step: &Step, output: &'a str) -> Option<&'a str> {
+    checked_lines(step, output).find(|l| l.chars().count() > COLUMNS)
+}
+
+/// The lines of a step's output that must fit [`COLUMNS`] (see
+/// [`too_wide`]).
+fn checked_lines<'a>(step: &Step, output: &'a str) -> impl Iterator<Item = &'a str> {
     let machine = step.argv[0] != "btrfs-lab"
         || step.argv.iter().any(|a| a == "--json" || a == "--textfile")
         || step
@@ -253,12 +280,9 @@ fn too_wide<'a>(step: &Step, output: &'a str) -> Option<&'a str> {
             .skip(1)
             .find(|a| !a.starts_with('-'))
             .is_some_and(|sub| sub == "completions" || sub == "man");
-    if machine {
-        return None;
-    }
-    output.lines().find(|l| {
+    output.lines().filter(move |l| {
         let t = l.trim_start();
-        l.chars().count() > COLUMNS
+        !machine
             && t.contains(char::is_whitespace)
             && !COMMAND_STARTS.iter().any(|c| t.starts_with(c))
     })

@@ -8,10 +8,12 @@
 #   - busybox (Debian's busybox-static) as /bin/busybox, its applets linked;
 #   - the kernel's nvme and btrfs modules with every dependency, soft ones
 #     included (crc32c is a softdep of btrfs that modules.dep does not name),
-#     decompressed, in load order (/rig/modules.order);
+#     and device-mapper's dm-mod and dm-flakey (the power-cut test puts a
+#     filesystem on a flakey table), decompressed, in load order
+#     (/rig/modules.order);
 #   - BTRFS_LAB (stripped), btrfs-progs, fio, chattr/lsattr, wipefs (device
-#     add checks a new drive for signatures), with the shared libraries ldd
-#     names;
+#     add checks a new drive for signatures), dmsetup, with the shared
+#     libraries ldd names;
 #   - tests/rig/guest-init as /init.
 # The scenario is a second cpio the test appends (the kernel unpacks
 # concatenated archives in order). Exit 2: bad usage; 4: a tool is missing.
@@ -40,7 +42,7 @@ cp "$busybox" "$stage/bin/busybox"
 # Modules: modprobe --show-depends follows modules.dep and softdeps, in load
 # order ("insmod PATH" lines; "builtin NAME" for what the kernel has built in).
 : >"$stage/rig/modules.order"
-for m in nvme crc32c crc32c-intel crc32c_generic xxhash64 sha256 blake2b-256 btrfs; do
+for m in nvme crc32c crc32c-intel crc32c_generic xxhash64 sha256 blake2b-256 btrfs dm-mod dm-flakey; do
     modprobe -d "$root" -S "$KREL" --show-depends "$m" 2>/dev/null || true
 done | awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++' | while read -r path; do
     name=$(basename "$path")
@@ -55,6 +57,9 @@ done
 grep -q '^btrfs\.ko$' "$stage/rig/modules.order" \
     || grep -q '/btrfs\.ko' "$root/lib/modules/$KREL/modules.builtin" \
     || die "no btrfs module in $PACKAGE $VERSION"
+grep -q '^dm-flakey\.ko$' "$stage/rig/modules.order" \
+    || grep -q '/dm-flakey\.ko' "$root/lib/modules/$KREL/modules.builtin" \
+    || die "no dm-flakey module in $PACKAGE $VERSION"
 
 # Userland: the host's tools and the libraries their loader loads.
 copy_with_libs() {
@@ -73,9 +78,9 @@ ldd "$lab" 2>/dev/null | awk '/=>/ { print $3 } /^[ \t]*\// { print $1 }' | whil
     mkdir -p "$stage$(dirname "$lib")"
     [ -e "$stage$lib" ] || cp -L "$lib" "$stage$lib"
 done
-for tool in btrfs mkfs.btrfs fio chattr lsattr wipefs; do
+for tool in btrfs mkfs.btrfs fio chattr lsattr wipefs dmsetup; do
     p=$(command -v "$tool") || die "$tool not found (run scripts/install-rig-deps.sh)" 4
-    case $tool in mkfs.* | wipefs) d=/usr/sbin ;; *) d=/usr/bin ;; esac
+    case $tool in mkfs.* | wipefs | dmsetup) d=/usr/sbin ;; *) d=/usr/bin ;; esac
     copy_with_libs "$p" "$d/$tool"
 done
 

@@ -31,33 +31,52 @@ const KERNEL_FLOORS: [(&str, KernelVersion, &str); 3] = [
 pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
     let f = cx.f;
     // Scrub.
+    // The last complete scrub: every device read to its end (an
+    // interrupted one is its own finding).
     let scrubbed = f.scrub.iter().filter(|s| s.started > 0);
-    let last = scrubbed.clone().map(|s| s.started + s.duration).max();
+    let complete = !f.scrub.is_empty() && f.scrub.iter().all(|s| s.finished);
+    let last = scrubbed
+        .clone()
+        .map(|s| s.started + s.duration)
+        .max()
+        .filter(|_| complete);
+    let ever = scrubbed.clone().next().is_some();
     let uncorrectable: u64 = f.scrub.iter().map(|s| s.uncorrectable).sum();
     let corrected: u64 = f.scrub.iter().map(|s| s.corrected).sum();
     let found: u64 = f.scrub.iter().map(|s| s.errors_found).sum();
     let ours = f.scrub.iter().any(|s| s.by_btrfs_lab);
     // btrfs-lab scrub follows the run (progress, rate, ETA), holds off
     // suspend and resumes after an interruption.
-    let start = cmd(&["btrfs-lab", "scrub"], &cx.m);
+    // What keeps scrubs coming: the timer where systemd runs (enabled, or
+    // started now when it is and the scrub is still due), else a scrub of
+    // this filesystem.
+    let schedule = match f.scrub_timer {
+        Some(false) => format!("systemctl enable --now {}", crate::scrub::all::TIMER),
+        Some(true) => format!("systemctl start {}", crate::scrub::all::SERVICE),
+        None => cmd(&["btrfs-lab", "scrub"], &cx.m),
+    };
     match last {
+        None if ever => {}
         None => out.push(
             Finding::new(
                 Code::ScrubNeverRun,
                 "no scrub on record",
                 "a scrub reads every copy and checks it against its checksum: it finds silent corruption while a good copy still exists",
             )
-            .with_command(start.clone()),
+            .with_command(schedule.clone()),
         ),
         Some(t) if now.saturating_sub(t) > rules::SCRUB_MAX_AGE => out.push(
             Finding::new(
                 Code::ScrubOld,
-                format!("the last scrub ended {} days ago", now.saturating_sub(t) / 86_400),
-                "corruption found late may have spread to the other copy, or to backups; scrub monthly (btrfs-progs ships btrfs-scrub@.timer)",
+                format!(
+                    "the last complete scrub ended {} days ago",
+                    now.saturating_sub(t) / 86_400
+                ),
+                "corruption found late may have spread to the other copy, or to backups; btrfs-lab-scrub.timer scrubs each filesystem once every 30 days",
             )
-            .with_evidence("last scrub ended", format!("{t} (seconds since the epoch)"))
+            .with_evidence("last complete scrub ended", format!("{t} (seconds since the epoch)"))
             .with_evidence("recorded by", if ours { "btrfs-lab scrub" } else { "btrfs-progs" })
-            .with_command(start.clone()),
+            .with_command(schedule.clone()),
         ),
         Some(_) => {}
     }

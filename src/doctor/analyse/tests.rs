@@ -64,6 +64,8 @@ fn healthy() -> FsFacts {
         data_chunks: None,
         fstab: None,
         fstrim_timer: false,
+        scrub_timer: None,
+        scrub_running: None,
         read_policy: None,
         exclusive_operation: None,
         hugepages_left: None,
@@ -451,6 +453,67 @@ fn scrub_age_and_errors() {
     assert!(c.contains(&("scrub-errors", Severity::Warning)), "{c:?}");
     f.scrub[0].uncorrectable = 1;
     assert!(codes(&analyse(&f, NOW)).contains(&("scrub-errors", Severity::Critical)));
+}
+
+/// Issue 54: overdue counts complete scrubs only (an interrupted one is
+/// its own finding), at scrub --all's minimum age and a day, and its
+/// command is the timer (enabled, or started), or the scrub itself
+/// without systemd.
+#[test]
+fn an_overdue_scrub_names_the_timer_and_counts_complete_scrubs_only() {
+    let command = |f: &FsFacts| {
+        analyse(f, NOW)
+            .into_iter()
+            .find(|x| x.code.as_str() == "scrub-old")
+            .map(|x| x.command.unwrap_or_default())
+    };
+    let mut f = healthy();
+    let ended = |days: u64| ScrubDevice {
+        devid: 1,
+        started: NOW - days * 86_400,
+        finished: true,
+        ..ScrubDevice::default()
+    };
+    f.scrub = vec![ended(30)];
+    assert_eq!(
+        command(&f),
+        None,
+        "30 days: not due yet (the timer runs daily)"
+    );
+    f.scrub = vec![ended(32)];
+    let direct = command(&f).unwrap();
+    assert!(
+        direct.starts_with("btrfs-lab scrub "),
+        "without systemd: {direct}"
+    );
+    f.scrub_timer = Some(false);
+    assert_eq!(
+        command(&f).as_deref(),
+        Some("systemctl enable --now btrfs-lab-scrub.timer")
+    );
+    f.scrub_timer = Some(true);
+    assert_eq!(
+        command(&f).as_deref(),
+        Some("systemctl start btrfs-lab-scrub.service")
+    );
+    // The last scrub was interrupted: not "overdue", interrupted.
+    f.scrub[0].finished = false;
+    f.scrub[0].canceled = true;
+    let c = codes(&analyse(&f, NOW));
+    assert!(!c.iter().any(|(code, _)| *code == "scrub-old"), "{c:?}");
+    assert!(
+        c.iter().any(|(code, _)| *code == "scrub-interrupted"),
+        "{c:?}"
+    );
+    assert!(
+        !c.iter().any(|(code, _)| *code == "scrub-never-run"),
+        "{c:?}"
+    );
+    // The catalog reads the issue's name as the same code.
+    assert_eq!(
+        crate::model::finding::Code::from_name("scrub-overdue").map(|c| c.as_str()),
+        Some("scrub-old")
+    );
 }
 
 /// The same numbers through `df`'s analyser (`space::findings::interpret`,

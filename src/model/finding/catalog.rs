@@ -154,8 +154,8 @@ catalog! {
     // doctor: scrub and kernel.
     ScrubNeverRun = "scrub-never-run", Info, Fixed, ["doctor"],
         "no scrub on record";
-    ScrubOld = "scrub-old", Warning, Fixed, ["doctor"],
-        "the last scrub ended more than 31 days ago";
+    ScrubOld = "scrub-old" alias "scrub-overdue", Warning, Fixed, ["doctor"],
+        "the last complete scrub ended more than 31 days ago (scrub --all's minimum age and a day)";
     ScrubErrors = "scrub-errors", Warning,
         Numbers("scrub_errors", "critical when an error could not be repaired, else warning"),
         ["doctor"],

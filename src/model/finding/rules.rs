@@ -28,8 +28,13 @@ pub(crate) const NO_ROOM_CRITICAL_FILL: f64 = 0.80;
 /// data chunks took every byte, as one filled with large files does), and
 /// the finding is info.
 pub(crate) const NO_ROOM_WARNING_FILL: f64 = 0.50;
-/// A scrub older than this is a warning (seconds: 31 days).
-pub(crate) const SCRUB_MAX_AGE: u64 = 31 * 86_400;
+/// `scrub --all` skips a filesystem whose last complete scrub is younger
+/// than this (seconds: 30 days; `--min-age`).
+pub const SCRUB_MIN_AGE: u64 = 30 * 86_400;
+/// A last complete scrub older than this is overdue (a warning): the
+/// minimum age plus a day, the period of the scrub timer that runs
+/// `scrub --all` daily.
+pub(crate) const SCRUB_MAX_AGE: u64 = SCRUB_MIN_AGE + 86_400;
 /// Leftovers of dead bench runs holding this many bytes or more: warning.
 pub(crate) const BENCH_LEFTOVERS_WARN_BYTES: u64 = 1 << 30;
 

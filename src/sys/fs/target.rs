@@ -71,7 +71,23 @@ pub fn features(root: &SysRoot, fsid: &str) -> Vec<String> {
 
 /// Every mounted btrfs, one entry per filesystem (the first mount of each).
 pub fn mounted_btrfs(root: &SysRoot) -> Result<Vec<BtrfsTarget>> {
-    let mut seen: Vec<BtrfsTarget> = Vec::new();
+    Ok(btrfs_mounts(root)?
+        .into_iter()
+        .filter_map(|(fsid, mounts)| {
+            let m = mounts.into_iter().next()?;
+            Some(BtrfsTarget {
+                path: m.mount_point.clone(),
+                mount: m,
+                fsid,
+            })
+        })
+        .collect())
+}
+
+/// Every mounted btrfs with all its mounts (a subvolume mounted on its
+/// own, a bind mount), in the mount table's order, by filesystem UUID.
+pub fn btrfs_mounts(root: &SysRoot) -> Result<Vec<(String, Vec<MountEntry>)>> {
+    let mut seen: Vec<(String, Vec<MountEntry>)> = Vec::new();
     for m in mountinfo::mount_table(root)?
         .into_iter()
         .filter(|m| m.fs_type == "btrfs")
@@ -79,14 +95,10 @@ pub fn mounted_btrfs(root: &SysRoot) -> Result<Vec<BtrfsTarget>> {
         let Ok(fsid) = btrfs::fsid(&m.mount_point) else {
             continue;
         };
-        if seen.iter().any(|t| t.fsid == fsid) {
-            continue;
+        match seen.iter_mut().find(|(f, _)| *f == fsid) {
+            Some((_, mounts)) => mounts.push(m),
+            None => seen.push((fsid, vec![m])),
         }
-        seen.push(BtrfsTarget {
-            path: m.mount_point.clone(),
-            mount: m,
-            fsid,
-        });
     }
     Ok(seen)
 }

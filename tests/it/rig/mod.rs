@@ -77,6 +77,7 @@ pub fn require_rig(test: &str) -> bool {
         "mkfs.btrfs",
         "fio",
         "chattr",
+        "dmsetup",
         "flock",
         "file",
     ] {

@@ -1241,6 +1241,246 @@ fn rig_rescue_after_a_drive_is_pulled_out_of_a_raid0() {
     );
 }
 
+/// The guest side of [`rig_rescue_claims_only_what_a_power_cut_left`].
+const POWER_CUT: &str = include_str!("../../rig/power-cut.sh");
+
+/// One power cut of the copy (tests/rig/power-cut.sh, `run_cut`).
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// At a fraction of a whole copy's time, wherever the run is.
+    Time,
+    /// The target's table suspended until the run blocks in the `syncfs`
+    /// that ends a batch (its files written and linked; I/O in flight when
+    /// suspended completes), then that much of the sync let through
+    /// (centiseconds).
+    Sync,
+    /// The state disk's table suspended until the run blocks in the
+    /// `fdatasync` of a batch's manifest lines (or the manifest's last
+    /// `fsync`), the batch's target sync done, then that much of the
+    /// manifest's sync let through.
+    Lines,
+}
+
+/// The 20 cut points of one boot: the first batch's sync and the first
+/// batch's manifest lines, then random ones of each kind (a fraction of a
+/// whole copy's time, in permille, and how much of a held sync goes
+/// through, in centiseconds).
+fn power_cuts(seed: u64) -> Vec<(usize, Cut, u64, u64)> {
+    let mut x = seed | 1;
+    let mut next = |n: u64| {
+        // xorshift64: reproducible from the seed the test prints.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut cuts = vec![(Cut::Sync, 0, 0), (Cut::Lines, 0, 0)];
+    for _ in 0..5 {
+        cuts.push((Cut::Time, 50 + next(900), 0));
+    }
+    for (kind, held, partial) in [(Cut::Sync, 3, 3), (Cut::Lines, 3, 4)] {
+        for _ in 0..held {
+            cuts.push((kind, next(800), 0));
+        }
+        for _ in 0..partial {
+            cuts.push((kind, next(800), 1 + next(5)));
+        }
+    }
+    cuts.into_iter()
+        .enumerate()
+        .map(|(i, (k, pm, jit))| (i + 1, k, pm, jit))
+        .collect()
+}
+
+/// Issue 61's crash test: power cuts of `rescue --copy-to` on real
+/// kernels. The target's filesystem and the state directory's (where the
+/// manifest is) each sit on a device-mapper table that is switched to
+/// flakey `drop_writes` at the cut (the state disk first): every later
+/// write is acknowledged and lost, as in a power cut. At 20 points (at
+/// random moments; held in a batch's `syncfs` of the target, with none or
+/// some of it let through; held in the `fdatasync` of a batch's manifest
+/// lines, its target already synced, with none or some of it let through)
+/// the run is killed, both filesystems unmounted, the tables restored and
+/// mounted again: no manifest line claims a file that is missing, short or
+/// different from the source; the next run claims exactly those files as
+/// resumed, copies the rest and completes, and every copy is the source's
+/// bytes. `BTRFS_LAB_RIG_CUT_SEED` replays a run's random points.
+#[test]
+#[cfg_attr(
+    root_tests_ignored,
+    ignore = "needs root and qemu (scripts/install-rig-deps.sh)"
+)]
+fn rig_rescue_claims_only_what_a_power_cut_left() {
+    use btrfs_lab::rescue::manifest::{Line, read_lines};
+    use btrfs_lab::rescue::report::{FileState, RescueReport};
+    let test = "rig_rescue_claims_only_what_a_power_cut_left";
+    if !require_rig(test) {
+        return;
+    }
+    let seed = std::env::var("BTRFS_LAB_RIG_CUT_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    let cuts = power_cuts(seed);
+    let spec: Vec<String> = cuts
+        .iter()
+        .map(|(i, k, pm, jit)| {
+            let k = match k {
+                Cut::Time => "time",
+                Cut::Sync => "sync",
+                Cut::Lines => "lines",
+            };
+            format!("{i}:{k}:{pm}:{jit}")
+        })
+        .collect();
+    eprintln!(
+        "rig: {test}: BTRFS_LAB_RIG_CUT_SEED={seed}: {}",
+        spec.join(" ")
+    );
+    // One kernel (the first of BTRFS_LAB_RIG_KERNELS, as the other rescue
+    // scenario): what is tested is rescue's order of syncs.
+    let suite = kernels().remove(0);
+    let kern = Kernel::fetch(&suite).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let work = workdir();
+    // The source read at 600 kB/s: a whole copy takes seconds, a few
+    // batches, however fast the host.
+    let mut drives = vec![Drive::new(GIB); 3];
+    drives[0].bps_read = Some(600_000);
+    let mut guest = Guest::new(drives, &format!("CUTS='{}'\n{POWER_CUT}", spec.join(" ")));
+    guest.timeout = std::time::Duration::from_secs(1200);
+    let o = guest
+        .boot(&kern, work.path())
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let k = o.kernel.describe();
+    for step in ["setup", "fill", "baseline"] {
+        assert_eq!(o.run(step).rc, 0, "[{k}] {step}: {}", o.run(step).stderr);
+    }
+    // "./d0/f1" -> its sha256.
+    let source: std::collections::BTreeMap<String, String> = sums(&o.run("sums").stdout)
+        .into_iter()
+        .map(|(n, h)| (n.trim_start_matches("./").to_owned(), h))
+        .collect();
+    assert_eq!(source.len(), 120, "[{k}] {source:?}");
+    let complete = |name: &str| -> RescueReport {
+        let r = o.run(name);
+        assert_eq!(r.rc, 0, "[{k}] {name}: {}", r.stderr);
+        let report: RescueReport = crate::common::typed(r.stdout.trim());
+        let c = report.copy.clone().unwrap();
+        assert!(c.complete, "[{k}] {name}: {c:#?}");
+        assert_eq!(
+            (c.copied + c.resumed) as usize,
+            source.len(),
+            "[{k}] {name}: {c:#?}"
+        );
+        report
+    };
+    complete("baseline");
+
+    let mut summary = Vec::new();
+    for (i, kind, _, _) in &cuts {
+        let cut = o.run(&format!("cut-{i}"));
+        assert_eq!(
+            cut.rc, 0,
+            "[{k}] cut {i}: unmounting, restoring the tables or mounting again failed: {}",
+            cut.stderr
+        );
+        let note = o
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix(&format!("cut {i}: ")))
+            .unwrap_or_else(|| panic!("[{k}] no note of cut {i}: {:?}", o.notes));
+        // A held point is reached on every run (the run blocks there until
+        // the test lets it go): a run that never syncs fails here.
+        match kind {
+            Cut::Sync => assert!(
+                note.contains("held in system call 306 "),
+                "[{k}] the copy never blocked in syncfs of the target: {note}"
+            ),
+            Cut::Lines => assert!(
+                note.contains("held in system call 75 ")
+                    || note.contains("held in system call 74 "),
+                "[{k}] the copy never blocked in the manifest's sync: {note}"
+            ),
+            Cut::Time => {}
+        }
+        // What the manifest files claim after the cut, against the copies.
+        let copies = sums(&o.run(&format!("copies-{i}")).stdout);
+        let mut claimed = std::collections::BTreeSet::new();
+        let text = &o.run(&format!("claims-{i}")).stdout;
+        for part in text.split("@@ ").filter(|p| !p.is_empty()) {
+            let (file, lines) = part.split_once('\n').unwrap_or((part, ""));
+            for line in read_lines(lines) {
+                let Line::File(r) = line else {
+                    continue;
+                };
+                assert_eq!(r.state, FileState::Intact, "[{k}] cut {i}: {file}: {r:#?}");
+                let Some(s) = &r.saved else {
+                    continue;
+                };
+                let want = source
+                    .get(&r.path)
+                    .unwrap_or_else(|| panic!("[{k}] cut {i}: {file} claims {}", r.path));
+                let got = copies.get(&format!("./{}", s.path));
+                assert_eq!(
+                    got,
+                    Some(want),
+                    "[{k}] cut {i} ({note}): {file} claims {}, whose copy is {}",
+                    s.path,
+                    if got.is_some() {
+                        "short or different"
+                    } else {
+                        "missing"
+                    }
+                );
+                claimed.insert(r.path.clone());
+            }
+        }
+        // The next run trusts exactly the claimed copies (no name on the
+        // target without a line), copies the rest and completes; every copy
+        // is then the source's bytes, and nothing else is there.
+        let report = complete(&format!("resume-{i}"));
+        let c = report.copy.unwrap();
+        assert_eq!(
+            c.resumed as usize,
+            claimed.len(),
+            "[{k}] cut {i} ({note}): the next run resumed {} files, the manifest claimed {}",
+            c.resumed,
+            claimed.len()
+        );
+        let fin = o.run(&format!("final-{i}"));
+        assert_eq!(
+            fin.rc, 0,
+            "[{k}] cut {i} ({note}): after the next run, copies that differ from the source, or missing or extra files:\n{}",
+            fin.stdout
+        );
+        summary.push(format!(
+            "{i} {note}: {} of {} claimed",
+            claimed.len(),
+            source.len()
+        ));
+    }
+    // The first batch's sync and its lines, held with nothing let through:
+    // nothing is claimed yet.
+    for i in [1, 2] {
+        assert!(
+            summary[i - 1].ends_with(&format!(": 0 of {} claimed", source.len())),
+            "[{k}] cut {i}: {}",
+            summary[i - 1]
+        );
+    }
+    eprintln!(
+        "rig: [{k}] {} power cuts, each followed by a run that completed:\n  {}\n{:.0} s for the boot",
+        cuts.len(),
+        summary.join("\n  "),
+        o.total_secs
+    );
+}
+
 #[test]
 #[cfg_attr(
     root_tests_ignored,

@@ -54,6 +54,7 @@ documents! {
     "usage", false, crate::space::usage::UsageDocument, "usage --json";
     "usage-parse", false, crate::space::ParsedUsageDocument, "usage --parse --json";
     "show", false, crate::space::show::ShowReport, "show --json";
+    "capacity", false, crate::space::capacity::CapacityReport, "capacity --json";
     "doctor", false, crate::doctor::DoctorReport, "doctor --json";
     "links", false, crate::links::LinksReport, "links --json";
     "probe-dio", false, crate::probe::report::ProbeReport, "probe-dio --json";

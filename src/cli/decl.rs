@@ -65,6 +65,7 @@ const DECLARED: &[&[Declared]] = &[
     super::df::PAGES,
     super::usage::PAGES,
     super::show::PAGES,
+    super::capacity::PAGES,
     super::device::PAGES,
     super::convert::PAGES,
     super::balance::PAGES,
@@ -123,6 +124,7 @@ const DOC_ORDER: &[&[&str]] = &[
     &["rescue"],
     &["reclaim"],
     &["scrub"],
+    &["capacity"],
     &["man"],
     &["completions"],
 ];

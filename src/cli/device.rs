@@ -192,6 +192,7 @@ fn render_replace(plan: &ReplacePlan, out: &Output) -> String {
             plan.mount_point.display()
         )),
     }
+    t.push_str(&usable_line(&plan.usable));
     t.push_str(&format!(
         "  copies  {} of chunks{}\n",
         size(plan.bytes_to_copy),
@@ -451,6 +452,15 @@ fn replaced_text(done: &Replaced, out: &Output) -> String {
     t
 }
 
+/// Usable data space before and after a plan (`btrfs-lab capacity`'s model).
+fn usable_line(u: &btrfs_lab::space::capacity::UsableChange) -> String {
+    format!(
+        "  usable  {} of data now, {} after (btrfs-lab capacity)\n",
+        size(u.before),
+        size(u.after)
+    )
+}
+
 fn render_remove(plan: &RemovePlan, out: &Output) -> String {
     let p = out.paint;
     let mut t = format!(
@@ -483,6 +493,7 @@ fn render_remove(plan: &RemovePlan, out: &Output) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    t.push_str(&usable_line(&plan.usable));
     runs_and_notes(&mut t, &plan.commands, &plan.notes);
     t
 }
@@ -566,13 +577,15 @@ fn render(plan: &AddPlan, out: &Output) -> String {
             .join(", ")
     };
     t.push_str(&format!(
-        "  now     {} raw: {}\n",
+        "  now     {} raw, {} usable: {}\n",
         size(plan.before.raw_bytes),
+        size(plan.before.usable_bytes),
         list(&plan.before)
     ));
     t.push_str(&format!(
-        "  after   {} raw: {}\n",
+        "  after   {} raw, {} usable: {}\n",
         size(plan.after.raw_bytes),
+        size(plan.after.usable_bytes),
         list(&plan.after)
     ));
     for d in &plan.devices {

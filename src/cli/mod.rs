@@ -4,6 +4,7 @@
 
 mod balance;
 mod bench;
+mod capacity;
 mod completions;
 mod convert;
 mod decl;
@@ -89,6 +90,8 @@ enum Command {
     Usage(usage::UsageArgs),
     /// Filesystems, their features and devices with error counters.
     Show(show::ShowArgs),
+    /// Usable space per profile for devices you have or plan to buy.
+    Capacity(capacity::CapacityArgs),
     /// Add, replace and remove devices safely, plan first.
     Device(device::DeviceArgs),
     /// Convert data/metadata profiles with progress, pause and resume.
@@ -211,6 +214,7 @@ fn dispatch(
         Command::Df(args) => df::run(args, out),
         Command::Usage(args) => usage::run(args, out),
         Command::Show(args) => show::run(args, out),
+        Command::Capacity(args) => capacity::run(args, out),
         Command::Device(args) => device::run(args, out, places.0.clone()),
         Command::Convert(args) => convert::run(args, out),
         Command::Reclaim(args) => reclaim::run(args, out, places.0.clone()),

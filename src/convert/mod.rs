@@ -147,21 +147,10 @@ fn names(p: &[Profile]) -> String {
 }
 
 /// Usable data capacity of an empty layout on `sizes` with these profiles:
-/// metadata and system reserved first, then data chunks until nothing fits.
+/// `btrfs-lab capacity`'s model (mkfs's first chunks, then data chunks
+/// with metadata growing by the filesystem's share).
 fn data_capacity(fs: &FsState, sizes: &[u64], data: Profile, metadata: Profile) -> u64 {
-    let total: u64 = sizes.iter().sum();
-    let mut free = sizes.to_vec();
-    let meta_need = fs.used(BgType::Metadata).max(1);
-    alloc::reserve(&mut free, metadata, ChunkKind::System, 1, total, fs.kernel);
-    alloc::reserve(
-        &mut free,
-        metadata,
-        ChunkKind::Metadata,
-        meta_need,
-        total,
-        fs.kernel,
-    );
-    alloc::capacity(&free, data, ChunkKind::Data, total, fs.kernel)
+    crate::space::capacity::usable_for(fs, sizes, Some(data), Some(metadata))
 }
 
 fn dominant(fs: &FsState, kind: BgType) -> Option<Profile> {

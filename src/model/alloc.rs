@@ -158,6 +158,83 @@ pub fn next_chunk(
     })
 }
 
+/// The chunk mkfs.btrfs (btrfs-progs 5.15 to 6.x, kernel-shared/volumes.c)
+/// makes for a new filesystem's first chunk of `kind`, on devices with
+/// `free` bytes (index 0 is devid 1): measured on loop devices and read in
+/// its source. Its rules differ from [`next_chunk`]'s:
+/// - a profile of `single` keeps mkfs's temporary chunk on devid 1 (system
+///   4 MiB, metadata and data 8 MiB);
+/// - devices with room for the stripe it decided (below) all rank alike
+///   and the last added comes first (its device list is built head first):
+///   devid 1 is used last, whatever its size; the others rank by room;
+/// - stripes: system 8 MiB; metadata 256 MiB (1 GiB above 50 GiB); data
+///   1 GiB; a full stripe whose chunk is above 10% of the devices' total is
+///   cut to 10% divided by the number of stripes (not of data stripes),
+///   never below the minimum stripe (system 1 MiB, metadata 32 MiB, data
+///   64 MiB), before the devices' room is looked at; then it is cut to that
+///   room and rounded down to 64 KiB.
+pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -> Option<Chunk> {
+    if p == Profile::Single {
+        let size = if kind == ChunkKind::System {
+            4 * MIB
+        } else {
+            8 * MIB
+        };
+        return (free.first()? >= &size).then(|| Chunk {
+            length: size,
+            stripe: size,
+            num_stripes: 1,
+            devices: vec![0],
+        });
+    }
+    let g = p.geometry();
+    let dev_stripes = u64::from(g.dev_stripes);
+    let (max_stripe, max_chunk, min_stripe) = match kind {
+        ChunkKind::Data => (GIB, 10 * GIB, 64 * MIB),
+        ChunkKind::Metadata if total_bytes > LARGE_FS_BYTES => (GIB, GIB, 32 * MIB),
+        ChunkKind::Metadata => (256 * MIB, 256 * MIB, 32 * MIB),
+        ChunkKind::System => (8 * MIB, 16 * MIB, MIB),
+    };
+    let max_chunk = max_chunk.min(total_bytes / 10);
+    let eligible = free
+        .iter()
+        .filter(|&&f| f >= STRIPE_LEN * dev_stripes)
+        .count();
+    let num_stripes = p.stripes_on(
+        u32::try_from(eligible).ok()?,
+        crate::model::kernel::KernelVersion::new(6, 1),
+    )?;
+    let data_stripes = u64::from(p.data_stripes(num_stripes));
+    // The full stripe is cut before the devices' room is looked at.
+    let mut stripe = max_stripe;
+    if stripe * data_stripes > max_chunk {
+        stripe = (max_chunk / u64::from(num_stripes)).max(min_stripe);
+    }
+    // Devices with room for that stripe tie, the last added first.
+    let want = stripe * dev_stripes;
+    let mut avail: Vec<(u64, usize)> = free
+        .iter()
+        .enumerate()
+        .filter(|&(_, &f)| f >= STRIPE_LEN * dev_stripes)
+        .map(|(i, &f)| (f.min(want), i))
+        .collect();
+    avail.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    let ndevs = (num_stripes / g.dev_stripes) as usize;
+    let chosen = &avail[..ndevs];
+    let room = chosen.iter().map(|&(_, i)| free[i]).min()? / dev_stripes;
+    stripe = stripe.min(room);
+    stripe -= stripe % STRIPE_LEN;
+    if stripe == 0 {
+        return None;
+    }
+    Some(Chunk {
+        length: stripe * data_stripes,
+        stripe,
+        num_stripes,
+        devices: chosen.iter().map(|&(_, i)| i).collect(),
+    })
+}
+
 /// Allocates one chunk ([`next_chunk`]): takes its stripes from `free` and
 /// returns its logical size, or `None` when the profile cannot be allocated
 /// any more.
@@ -169,11 +246,17 @@ pub(crate) fn allocate_chunk(
     kernel: KernelVersion,
 ) -> Option<u64> {
     let c = next_chunk(free, p, kind, total_bytes, kernel)?;
+    take(free, &c, p);
+    Some(c.length)
+}
+
+/// Takes the stripes of chunk `c` of profile `p` ([`next_chunk`]) from
+/// `free`.
+pub fn take(free: &mut [u64], c: &Chunk, p: Profile) {
     let per_device = c.stripe * u64::from(p.geometry().dev_stripes);
     for &i in &c.devices {
         free[i] -= per_device;
     }
-    Some(c.length)
 }
 
 /// Allocates chunks until `bytes` of logical space are covered; `false` if
@@ -197,6 +280,7 @@ pub fn reserve(
 }
 
 /// Logical bytes that chunks of `p` could still take on devices with `free`.
+#[cfg_attr(not(test), allow(dead_code))] // used by the unit tests
 pub(crate) fn capacity(
     free: &[u64],
     p: Profile,
@@ -397,6 +481,29 @@ mod tests {
         // DUP halves what its one device has.
         let d = next_chunk(&[100 * MIB], Profile::Dup, ChunkKind::Data, TIB, K).unwrap();
         assert_eq!((d.stripe, d.num_stripes, d.length), (50 * MIB, 2, 50 * MIB));
+    }
+
+    #[test]
+    fn mkfs_chunks_as_measured() {
+        // btrfs-progs 6.2 on 1024 + 768 + 512 MiB (less the reserved MiB):
+        // RAID1 metadata on devids 3 and 2 (devid 1 last), 10% of the
+        // total cut by the number of stripes; RAID0 data over all three.
+        let free = [1023 * MIB, 767 * MIB, 511 * MIB];
+        let total = 2304 * MIB;
+        let m = mkfs_chunk(&free, Profile::Raid1, ChunkKind::Metadata, total).unwrap();
+        assert_eq!((m.stripe, m.devices), (120_782_848, vec![2, 1]));
+        let d = mkfs_chunk(&free, Profile::Raid0, ChunkKind::Data, total).unwrap();
+        assert_eq!((d.stripe, d.num_stripes), (80_478_208, 3));
+        let s = mkfs_chunk(&free, Profile::Dup, ChunkKind::System, total).unwrap();
+        assert_eq!((s.stripe, s.num_stripes, s.devices), (8 * MIB, 2, vec![2]));
+        // 5000 + 300 MiB, DUP metadata: a 256 MiB stripe pair fits only
+        // on devid 1, which comes first then (measured).
+        let two = [4999 * MIB, 283 * MIB];
+        let d = mkfs_chunk(&two, Profile::Dup, ChunkKind::Metadata, 5300 * MIB).unwrap();
+        assert_eq!((d.stripe, d.devices), (256 * MIB, vec![0]));
+        // Single keeps mkfs's temporary chunk on devid 1.
+        let t = mkfs_chunk(&free, Profile::Single, ChunkKind::Data, total).unwrap();
+        assert_eq!((t.length, t.devices), (8 * MIB, vec![0]));
     }
 
     #[test]

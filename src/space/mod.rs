@@ -3,6 +3,7 @@
 //! kernel says; the computations are pure and live in `usage` and the
 //! models.
 
+pub mod capacity;
 pub mod findings;
 pub(crate) mod room;
 pub mod usage;

@@ -8,6 +8,7 @@ mod bench_history;
 mod bench_hugepages;
 mod bench_lifecycle;
 mod bench_security;
+mod capacity;
 mod common;
 mod device;
 mod doctor;

@@ -122,6 +122,7 @@ fn failed_json_runs_print_nothing_on_stdout() {
         vec!["df".into(), "--parse".into(), garbage],
         vec!["usage".into(), missing.clone()],
         vec!["show".into(), missing.clone()],
+        vec!["capacity".into(), "--from".into(), missing.clone()],
         vec![
             "device".into(),
             "add".into(),

@@ -657,6 +657,7 @@ macro_rules! transcript_tests {
 transcript_tests! {
     root balance => "balance.md",
     root bench => "bench.md",
+    root capacity => "capacity.md",
     user completions => "completions.md",
     root convert => "convert.md",
     root demo => "demo.md",
@@ -1297,6 +1298,8 @@ fn reads_fixtures_only(step: &Step) -> bool {
     step.argv
         .iter()
         .any(|a| a == "--parse" || a == "--sysroot" || a.starts_with("--sysroot="))
+        // capacity SIZE...: computed from the sizes given, no filesystem.
+        || (step.argv.iter().any(|a| a == "capacity") && !step.argv.iter().any(|a| a == "--from"))
 }
 
 /// The tokens of `file`'s expected output that are neither masked nor in

@@ -53,6 +53,10 @@ pub struct Layout {
     pub devices: Vec<LayoutDevice>,
     /// Raw capacity.
     pub raw_bytes: u64,
+    /// Usable data capacity in the filesystem's profiles, from the
+    /// allocator model (`btrfs-lab capacity`).
+    #[serde(default)]
+    pub usable_bytes: u64,
 }
 
 /// Options of `device add`.
@@ -269,12 +273,23 @@ fn layouts(fs: &FsState, devices: &[NewDevice]) -> (Layout, Layout) {
         size: d.size,
         new: true,
     }));
-    let layout = |devices: Vec<LayoutDevice>| Layout {
+    let usable = crate::space::capacity::usable_change(
+        fs,
+        &crate::space::capacity::Changes {
+            add: devices.iter().map(|d| d.size).collect(),
+            ..Default::default()
+        },
+    );
+    let layout = |devices: Vec<LayoutDevice>, usable_bytes: u64| Layout {
         raw_bytes: devices.iter().map(|d| d.size).sum(),
+        usable_bytes,
         devices,
     };
 
-    (layout(before_devices), layout(after_devices))
+    (
+        layout(before_devices, usable.before),
+        layout(after_devices, usable.after),
+    )
 }
 
 /// What the user should know: data stays put, the next step.

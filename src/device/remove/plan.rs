@@ -90,6 +90,10 @@ pub struct RemovePlan {
     /// already took out: nothing to do for them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub already_removed: Vec<AlreadyRemoved>,
+    /// Usable data capacity now and on the devices that stay (the
+    /// allocator model of `btrfs-lab capacity`).
+    #[serde(default)]
+    pub usable: crate::space::capacity::UsableChange,
 }
 
 /// A device named that is no longer a member because a remove this tool
@@ -664,7 +668,15 @@ pub fn plan_remove(fs: &FsState, specs: &[RemoveSpec], facts: &RemoveFacts) -> R
         notes.push("Ctrl-C stops the remove after the chunk in progress: the device stays a member, and the same command again continues".to_owned());
     }
     let commands = commands(&devices, missing_spec, &m);
+    let usable = crate::space::capacity::usable_change(
+        fs,
+        &crate::space::capacity::Changes {
+            remove: ids.clone(),
+            ..Default::default()
+        },
+    );
     RemovePlan {
+        usable,
         mount_point: fs.mount_point.clone(),
         devices,
         remaining,

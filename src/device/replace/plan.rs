@@ -130,6 +130,10 @@ pub struct ReplacePlan {
     pub notes: Vec<String>,
     /// Why it cannot go ahead.
     pub refusals: Vec<Reason>,
+    /// Usable data capacity now and after (NEW at its size once resized;
+    /// the allocator model of `btrfs-lab capacity`).
+    #[serde(default)]
+    pub usable: crate::space::capacity::UsableChange,
 }
 
 /// What the planner reads besides the filesystem's state.
@@ -346,7 +350,19 @@ pub(crate) fn plan_replace(
     notes.push(
         "Ctrl-C leaves the replace running in the kernel: --status follows it, --cancel stops it, a re-run of this command follows it and finishes the steps after it".to_owned(),
     );
+    let replace = match (&old_dev, new.size) {
+        (Some(o), Some(size)) if size > o.size && !opts.no_resize => vec![(o.devid, size)],
+        _ => Vec::new(),
+    };
+    let usable = crate::space::capacity::usable_change(
+        fs,
+        &crate::space::capacity::Changes {
+            replace,
+            ..Default::default()
+        },
+    );
     ReplacePlan {
+        usable,
         mount_point: fs.mount_point.clone(),
         old: old_dev,
         new: (!following || new.exists).then(|| NewDevice {

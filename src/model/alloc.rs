@@ -146,16 +146,7 @@ pub fn next_chunk(
             .min(stripe);
     }
     stripe = stripe.min(GIB);
-    stripe -= stripe % STRIPE_LEN;
-    if stripe == 0 {
-        return None;
-    }
-    Some(Chunk {
-        length: stripe * data_stripes,
-        stripe,
-        num_stripes,
-        devices: chosen.iter().map(|&(_, i)| i).collect(),
-    })
+    chunk_of(stripe, data_stripes, num_stripes, chosen)
 }
 
 /// The chunk mkfs.btrfs (btrfs-progs 5.15 to 6.x, kernel-shared/volumes.c)
@@ -223,7 +214,18 @@ pub fn mkfs_chunk(free: &[u64], p: Profile, kind: ChunkKind, total_bytes: u64) -
     let chosen = &avail[..ndevs];
     let room = chosen.iter().map(|&(_, i)| free[i]).min()? / dev_stripes;
     stripe = stripe.min(room);
-    stripe -= stripe % STRIPE_LEN;
+    chunk_of(stripe, data_stripes, num_stripes, chosen)
+}
+
+/// The chunk of stripes of `stripe` bytes (rounded down to the stripe
+/// length) on the `chosen` devices; `None` when nothing is left of it.
+fn chunk_of(
+    stripe: u64,
+    data_stripes: u64,
+    num_stripes: u32,
+    chosen: &[(u64, usize)],
+) -> Option<Chunk> {
+    let stripe = stripe - stripe % STRIPE_LEN;
     if stripe == 0 {
         return None;
     }

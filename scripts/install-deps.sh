@@ -13,8 +13,10 @@
 #            metrics and alerting rules), ansible-core (contrib/ansible's
 #            playbooks run against localhost), man-db, zsh and fish (the
 #            manual pages and completion scripts), file, systemd
-#            (systemd-analyze verifies contrib/systemd's units), and the
-#            rig's set.
+#            (systemd-analyze verifies contrib/systemd's units), python3-venv,
+#            and the rig's set; then (btrfs_lab_install_loaders) a Python
+#            venv in /var/tmp/btrfs-lab-py with safetensors and numpy from
+#            PyPI, pinned: the real loader read-test --pid's tests watch.
 #   release  the static binary and the .deb (scripts/release.sh, then
 #            scripts/check-package.sh and scripts/check-old-userland.sh, as
 #            .ci/run does): the build's needs, file, man-db, lintian and
@@ -39,7 +41,7 @@ btrfs_lab_packages() {
     local rig=(qemu-system-x86 busybox-static cpio kmod binutils xz-utils zstd util-linux e2fsprogs btrfs-progs fio dmsetup)
     case $1 in
         demo) echo "${build[*]} btrfs-progs util-linux" ;;
-        test) echo "$(btrfs_lab_packages demo) e2fsprogs fio python3 chromium prometheus ansible-core man-db zsh fish file systemd ${rig[*]}" ;;
+        test) echo "$(btrfs_lab_packages demo) e2fsprogs fio python3 python3-venv chromium prometheus ansible-core man-db zsh fish file systemd ${rig[*]}" ;;
         release) echo "${build[*]} file man-db lintian debootstrap" ;;
         rig) echo "${rig[*]}" ;;
         bench) echo "fio jq bc hyperfine btrfs-progs" ;;
@@ -141,6 +143,27 @@ btrfs_lab_install() {
     fi
     # Loop devices: the driver may be a module.
     [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
+}
+
+# The real loader of read-test --pid's tests (tests/it/read_test_pid.rs):
+# safetensors (its Rust extension maps the file, as vLLM's default loader
+# does) in a venv of Debian's python3, from PyPI, pinned. Nothing else on
+# the machine changes; `rm -r /var/tmp/btrfs-lab-py` removes it.
+BTRFS_LAB_LOADERS_VENV=/var/tmp/btrfs-lab-py
+btrfs_lab_install_loaders() {
+    local yes=${1:-} venv=$BTRFS_LAB_LOADERS_VENV
+    local want=(safetensors==0.8.0 numpy==2.4.6)
+    if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import safetensors, numpy' 2>/dev/null; then
+        return 0
+    fi
+    if [ -z "$yes" ] && ! btrfs_lab_in_ci && [ -t 0 ]; then
+        local answer=
+        read -r -p "Make $venv with ${want[*]} from PyPI (read-test --pid's real loader)? [y/N] " answer || true
+        case $answer in y | Y | yes | YES) ;; *) return 1 ;; esac
+    fi
+    echo "install-deps: making $venv with ${want[*]}" >&2
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "${want[@]}"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -21,6 +21,7 @@ fi
 source scripts/install-deps.sh
 if [ "$(id -u)" -eq 0 ]; then
     BTRFS_LAB_INSTALL_FOR=test.sh btrfs_lab_install "${yes[@]}" test || exit 1
+    btrfs_lab_install_loaders "${yes[*]}" || exit 1
 else
     BTRFS_LAB_INSTALL_FOR=test.sh btrfs_lab_install test \
         || echo "test.sh: not root: installing nothing; the tests that need root are reported as ignored" >&2

@@ -16,7 +16,7 @@ use btrfs_lab::sys::fs::root::SysRoot;
 use btrfs_lab::sys::kernel::signals;
 
 use super::output::{Output, Paint, field, wrap};
-use super::units::{UnitArgs, size, size_arg};
+use super::units::{UnitArgs, rate_arg, size, size_arg};
 
 pub const AFTER_HELP: &str = "\
 Methods (all by default; each round runs them in a rotating order):
@@ -77,7 +77,7 @@ enum VerifyArg {
 
 #[derive(Debug, Args)]
 #[command(override_usage = "btrfs-lab read-test [OPTIONS] <FILE>
-       btrfs-lab read-test --pid <PID> [--seconds <N>] [--saved <SAVED.json>]")]
+       btrfs-lab read-test --pid <PID> [--seconds <N>] [OPTIONS]")]
 pub struct ReadTestArgs {
     /// The file to read (a model file, a disk image); symbolic links are followed.
     #[arg(required_unless_present = "pid")]
@@ -92,6 +92,9 @@ pub struct ReadTestArgs {
     /// With --pid: a saved `read-test FILE --json` run of the same file, set beside the loader's rate.
     #[arg(long, value_name = "SAVED.json")]
     saved: Option<PathBuf>,
+    /// With --pid: the rate the loader printed (4GB/s, 850MiB/s): how much of it was page cache.
+    #[arg(long, value_name = "RATE", value_parser = rate_arg)]
+    claimed: Option<f64>,
     /// Methods to compare, comma-separated [default: all].
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     methods: Vec<MethodArg>,
@@ -125,9 +128,11 @@ pub struct ReadTestArgs {
 pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
     signals::install()?;
     args.units.select();
-    if args.pid.is_none() && (args.seconds.is_some() || args.saved.is_some()) {
+    if args.pid.is_none()
+        && (args.seconds.is_some() || args.saved.is_some() || args.claimed.is_some())
+    {
         return Err(btrfs_lab::error::Error::usage(
-            "--seconds and --saved go with --pid: a read-test of a file is sized with --rounds",
+            "--seconds, --saved and --claimed go with --pid: a read-test of a file is sized with --rounds",
         ));
     }
     let sysroot = SysRoot::from_option(args.sysroot.as_deref(), out);
@@ -136,6 +141,7 @@ pub fn run(args: ReadTestArgs, out: &Output) -> Result<u8> {
             pid: args.pid.unwrap_or(0),
             seconds: args.seconds.unwrap_or(watch::DEFAULT_SECONDS),
             saved: args.saved.clone(),
+            claimed: args.claimed,
             sysroot,
         };
         let report = watch::run(&opts, out)?;
@@ -573,6 +579,55 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
             percent(s)
         ));
     }
+    if let Some(o) = &r.origin {
+        let devices = o.device_bytes.map_or_else(String::new, |d| {
+            format!(
+                "; its devices read {}{}",
+                size(d),
+                o.other_device_bytes
+                    .filter(|x| *x > 0)
+                    .map_or_else(String::new, |x| format!(" ({} not for it)", size(x)))
+            )
+        });
+        t.push_str(&wrap_labelled(
+            "origin",
+            &format!(
+                "{} read: {} from storage, {} from the page cache{devices}",
+                size(o.loader_bytes),
+                size(o.storage_bytes.min(o.loader_bytes)),
+                size(o.page_cache_bytes)
+            ),
+        ));
+    }
+    if let Some(c) = &r.claimed {
+        t.push_str(&wrap_labelled(
+            "claimed",
+            &format!("{} [{}]", c.text, escape_control(&c.source)),
+        ));
+    }
+    if let Some(q) = &r.requests {
+        let mut parts = Vec::new();
+        if let Some(a) = q.read_call_bytes_avg.filter(|_| q.read_calls > 0) {
+            parts.push(format!(
+                "{} read calls of {} on average",
+                q.read_calls,
+                size(a)
+            ));
+        }
+        if let Some(a) = q.device_request_bytes_avg {
+            parts.push(format!(
+                "{} device requests of {}",
+                q.device_requests,
+                size(a)
+            ));
+        }
+        if let (Some(n), Some(b)) = (q.in_flight, q.bytes_in_flight) {
+            parts.push(format!("{n:.1} in flight ({})", size(b)));
+        }
+        if !parts.is_empty() {
+            t.push_str(&wrap_labelled("requests", &parts.join(", ")));
+        }
+    }
     for f in &r.files {
         let ways: Vec<&str> = f.ways.iter().map(|w| w.name()).collect();
         t.push_str(&wrap_labelled(
@@ -693,7 +748,28 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
         ));
     }
     t.push_str(&wrap_labelled("bottleneck", r.bottleneck.name()));
-    if let Some(k) = &r.known_program {
+    if let Some(l) = &r.loader {
+        let engine = l
+            .engine
+            .as_deref()
+            .map_or_else(String::new, |e| format!(" in {e}"));
+        let format = l
+            .format
+            .as_deref()
+            .map_or_else(String::new, |f| format!(", {}", escape_control(f)));
+        t.push_str(&wrap_labelled(
+            "program",
+            &format!(
+                "{}{engine}{format} (docs/loaders.md), recognised by {}",
+                l.program,
+                escape_control(&l.recognised_by.join("; "))
+            ),
+        ));
+        t.push_str(&wrap_labelled(
+            "",
+            &format!("reads by default: {}", l.default_way),
+        ));
+    } else if let Some(k) = &r.known_program {
         t.push_str(&wrap_labelled("program", &format!("{k} (docs/loaders.md)")));
     }
     for s in &r.settings {
@@ -701,6 +777,9 @@ pub fn render_watch(r: &WatchReport, paint: Paint) -> String {
             "change",
             &format!("{}: {} [{}]", s.program, s.change, s.source),
         ));
+        if let Some(g) = &s.expected_gain {
+            t.push_str(&wrap_labelled("", &format!("expected gain: {g}")));
+        }
     }
     for tr in &r.traps {
         t.push_str(&wrap_labelled(
@@ -749,6 +828,10 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         (
             "Two methods, several thread counts.",
             "btrfs-lab read-test --methods direct,buffered --threads 1,2,4 /mnt/models/model.bin",
+        ),
+        (
+            "Watch a running vLLM worker load its model for 20 s, and check the rate its progress bar printed.",
+            "btrfs-lab read-test --pid \"$(pgrep -n -f VLLM::EngineCore)\" --seconds 20 --claimed 4GB/s",
         ),
     ],
     see_also: &["fio(1)"],

@@ -129,6 +129,13 @@ pub fn size_arg(s: &str) -> std::result::Result<u64, String> {
     parse_size(s).map_err(|e| e.message().to_owned())
 }
 
+/// clap value parser for rates (`4GB/s`, `850MiB/s`), in bytes per second.
+pub fn rate_arg(s: &str) -> std::result::Result<f64, String> {
+    btrfs_lab::report::rate::parse_rate(s).ok_or_else(|| {
+        format!("'{s}' is not a rate: give it as the loader printed it, e.g. 4GB/s or 850MiB/s")
+    })
+}
+
 /// clap value parser for profiles (`raid1c3`).
 pub fn profile_arg(s: &str) -> std::result::Result<Profile, String> {
     s.parse::<Profile>()

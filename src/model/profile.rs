@@ -252,6 +252,12 @@ impl Profile {
         g.ncopies + g.nparity
     }
 
+    /// True when a chunk of this profile stripes over every device with
+    /// room (RAID0, RAID10, RAID5, RAID6: `devs_max` 0).
+    pub(crate) const fn stripes_all_devices(self) -> bool {
+        self.geometry().devs_max == 0
+    }
+
     /// True when the profile keeps more than one copy (or parity) of data.
     /// Current kernels turn O_DIRECT writes buffered on such data profiles,
     /// even for NOCOW files, so the copies cannot diverge under a racing

@@ -18,6 +18,13 @@ pub struct DiskStat {
     pub(crate) sectors_read: u64,
     /// Sectors written (field 10), in 512-byte units.
     pub(crate) sectors_written: u64,
+    /// Reads completed (field 4).
+    pub(crate) reads: u64,
+    /// Milliseconds spent by all reads (field 7): over a window, divided
+    /// by its length, the mean number of reads in flight.
+    pub(crate) read_ms: u64,
+    /// Milliseconds the device had I/O in flight (field 13, io_ticks).
+    pub(crate) busy_ms: u64,
 }
 
 impl DiskStat {
@@ -44,6 +51,9 @@ pub fn parse_diskstats(text: &str) -> Vec<DiskStat> {
                 name: d.name,
                 sectors_read: d.sectors_read,
                 sectors_written: d.sectors_written,
+                reads: d.reads,
+                read_ms: d.time_reading,
+                busy_ms: d.time_in_progress,
             })
         })
         .collect()
@@ -77,6 +87,7 @@ mod tests {
         assert_eq!(d[2].bytes_written(), 880000 * 512);
         assert_eq!(d[2].name, "vda");
         assert_eq!(d[3].bytes_read(), 0);
+        assert_eq!((d[0].reads, d[0].read_ms, d[0].busy_ms), (1128, 124, 1804));
     }
 
     #[test]

@@ -12,6 +12,53 @@ const GIB: f64 = (1u64 << 30) as f64;
 const GB: f64 = 1e9;
 const MB: f64 = 1e6;
 
+/// The units a rate is written in, as loaders and tools print them, with
+/// bytes per second per unit (longest first, so `GiB/s` is not read as
+/// `B/s`).
+pub(crate) const RATE_UNITS: [(&str, f64); 16] = [
+    ("Gbit/s", GB / 8.0),
+    ("Mbit/s", MB / 8.0),
+    ("TiB/s", GIB * 1024.0),
+    ("GiB/s", GIB),
+    ("MiB/s", (1u64 << 20) as f64),
+    ("KiB/s", 1024.0),
+    ("Gbps", GB / 8.0),
+    ("Mbps", MB / 8.0),
+    ("TB/s", 1e12),
+    ("GB/s", GB),
+    ("MB/s", MB),
+    ("kB/s", 1e3),
+    ("KB/s", 1e3),
+    ("G/s", GB),
+    ("M/s", MB),
+    ("B/s", 1.0),
+];
+
+/// A rate as a user or a loader writes it (`4GB/s`, `850 MiB/s`,
+/// `3.2 GiB/s`, `25 Gbps`), in bytes per second; `/s` may be left out
+/// (`4GB`).
+pub fn parse_rate(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)?;
+    let unit = unit.trim();
+    let with_s = if unit.ends_with("/s") || unit.ends_with("ps") {
+        unit.to_owned()
+    } else {
+        format!("{unit}/s")
+    };
+    RATE_UNITS
+        .iter()
+        .find(|(u, _)| *u == with_s)
+        .map(|(_, m)| v * m)
+}
+
 /// Bytes per second in GiB/s.
 pub fn gib_per_s(bytes_per_sec: f64) -> f64 {
     bytes_per_sec / GIB

@@ -8,9 +8,16 @@
 //! against a warm and a cold run. Bad input: a pid that exits mid-window,
 //! one that reads nothing, a kernel thread, another user's process as
 //! non-root, a reused pid (a /proc fixture whose start time changes).
+//! Loaders by their signals: the same C loader started with the command
+//! lines, process titles, library names and environment of KvikIO, a vLLM
+//! worker with the Run:ai streamer and llama.cpp (docs/loaders.md gives
+//! where each signal was copied from), and the real safetensors loader
+//! from PyPI (tests/it/loaders/safetensors_load.py, in the venv
+//! scripts/install-deps.sh makes).
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -138,6 +145,52 @@ impl Loader {
         self.child.id()
     }
 
+    /// The loader started with a real loader's signals ([`StandIn`]); the
+    /// pid that reads (the worker, when it forks under a title).
+    fn stand_in(
+        exe: &Path,
+        (mode, file, threads, cache): (&str, &Path, u32, &str),
+        log: PathBuf,
+        s: StandIn<'_>,
+    ) -> (Self, u32) {
+        let mut c = Command::new(exe);
+        c.arg0(s.argv[0])
+            .args(&s.argv[1..])
+            .env("LOADER_MODE", mode)
+            .env("LOADER_FILE", file)
+            .env("LOADER_THREADS", threads.to_string())
+            .env("LOADER_CACHE", cache)
+            .env("LOADER_LOG", &log)
+            .envs(s.env.iter().copied());
+        if let Some(l) = s.lib {
+            c.env("LOADER_LIB", l);
+        }
+        if let Some(t) = s.title {
+            c.env("LOADER_TITLE", t);
+        }
+        if let Some(e) = s.stderr {
+            c.env("LOADER_PROGRESS", "1").stderr(e);
+        }
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let mut words = line.split_whitespace();
+        assert_eq!(
+            words.next(),
+            Some("ready"),
+            "stand-in {:?} did not start",
+            s.argv
+        );
+        let pid = words.next().map_or(child.id(), |p| p.parse().unwrap());
+        (Loader { child, log }, pid)
+    }
+
     /// Stops it (closes its stdin) and reads its own measurements.
     fn finish(mut self) -> Vec<(u64, u64)> {
         drop(self.child.stdin.take());
@@ -161,6 +214,20 @@ impl Drop for Loader {
             let _ = self.child.wait();
         }
     }
+}
+
+/// What a stand-in shows of the real loader it stands for.
+struct StandIn<'a> {
+    /// Its command line, argv[0] first.
+    argv: &'a [&'a str],
+    /// Its environment.
+    env: &'a [(&'a str, &'a str)],
+    /// A library it loads (named like the real one's).
+    lib: Option<&'a Path>,
+    /// A process title: it forks and its child reads under this name.
+    title: Option<&'a str>,
+    /// Where its progress lines go (standard error).
+    stderr: Option<fs::File>,
 }
 
 /// The loader's own bytes at wall time `ns`, interpolated between samples.
@@ -616,5 +683,225 @@ fn btrfs_traps_one_raid1_reader_and_compressed_extents() {
         r.traps.iter().any(|t| t.name == "compressed"),
         "{:?}",
         r.traps
+    );
+}
+
+/// KvikIO (library and environment), a vLLM worker under its title with
+/// the Run:ai streamer (the server's flags, its progress line with GB/s in
+/// its log) and llama.cpp (`--load-mode mmap`, warm, with `--claimed`):
+/// each named, with its own settings, request sizes and where its bytes
+/// came from.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn stand_ins_named_like_real_loaders_are_recognised_and_advised() {
+    let Some((env, exe, _sbx, file)) = loader_setup("read-test --pid, loaders by their signals")
+    else {
+        return;
+    };
+    // KvikIO's wheel installs libkvikio/lib64/libkvikio.so; KVIKIO_NTHREADS
+    // defaults to 1 (KvikIO docs, runtime settings).
+    let lib = env.path().join("libkvikio/lib64/libkvikio.so");
+    fs::create_dir_all(lib.parent().unwrap()).unwrap();
+    let (code, _, err) = run(Command::new("cc")
+        .args(["-shared", "-fPIC", "-x", "c", "/dev/null", "-o"])
+        .arg(&lib));
+    assert_eq!(code, 0, "cc -shared: {err}");
+    let (l, pid) = Loader::stand_in(
+        &exe,
+        ("direct", &file, 1, "cold"),
+        env.path().join("kvikio.log"),
+        StandIn {
+            argv: &["python3", "bench_read.py", "--nthreads", "1"],
+            env: &[("KVIKIO_NTHREADS", "1")],
+            lib: Some(&lib),
+            title: None,
+            stderr: None,
+        },
+    );
+    let r = watch(&env, pid, &[]);
+    let _ = l.finish();
+    let seen = r.loader.as_ref().unwrap_or_else(|| panic!("{r:#?}"));
+    assert_eq!(seen.program, "KvikIO", "{seen:?}");
+    assert_eq!(seen.environment, ["KVIKIO_NTHREADS=1"]);
+    assert!(
+        seen.recognised_by
+            .iter()
+            .any(|e| e.contains("libkvikio.so")),
+        "{seen:?}"
+    );
+    assert!(
+        r.settings
+            .iter()
+            .any(|s| s.program == "KvikIO" && s.change.contains("KVIKIO_NTHREADS")),
+        "{:?} ({})",
+        r.settings,
+        r.summary
+    );
+    // 4 MiB O_DIRECT preads (the loader's chunk), each one device request
+    // or a few, about one in flight.
+    let q = r.requests.as_ref().expect("request shape");
+    let avg = q.read_call_bytes_avg.expect("read calls");
+    assert!(avg > 3 * MIB && avg <= 4 * MIB, "{q:?}");
+    assert!(q.device_requests > 0 && q.in_flight.unwrap() > 0.0, "{q:?}");
+    let o = r.origin.as_ref().expect("origin");
+    assert!(
+        o.storage_bytes > 0 && o.page_cache_bytes < o.loader_bytes / 5,
+        "{o:?}"
+    );
+
+    // vLLM's EngineCore worker, titled by setproctitle; `vllm serve ...
+    // --load-format runai_streamer` is its parent's command line (vLLM
+    // docs, Run:ai Model Streamer); its progress goes to a log it can read.
+    let progress = env.path().join("vllm-stderr.log");
+    let log = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&progress)
+        .unwrap();
+    let (l, pid) = Loader::stand_in(
+        &exe,
+        ("buffered", &file, 2, "cold"),
+        env.path().join("vllm.log"),
+        StandIn {
+            argv: &[
+                "/usr/bin/python3",
+                "/usr/local/bin/vllm",
+                "serve",
+                "Qwen/Qwen3-8B",
+                "--load-format",
+                "runai_streamer",
+            ],
+            env: &[("RUNAI_STREAMER_CONCURRENCY", "2")],
+            lib: None,
+            title: Some("VLLM::EngineCore"),
+            stderr: Some(log),
+        },
+    );
+    assert_ne!(pid, l.pid(), "the worker is the parent's child");
+    let r = watch(&env, pid, &[]);
+    let _ = l.finish();
+    let seen = r.loader.as_ref().unwrap_or_else(|| panic!("{r:#?}"));
+    assert_eq!(seen.program, "Run:ai Model Streamer", "{seen:?}");
+    assert_eq!(seen.engine.as_deref(), Some("vLLM"));
+    assert_eq!(seen.format.as_deref(), Some("runai_streamer"));
+    assert!(
+        seen.recognised_by.iter().any(|e| e.contains("server")),
+        "{seen:?}"
+    );
+    let c = r
+        .claimed
+        .as_ref()
+        .unwrap_or_else(|| panic!("no figure read: {r:#?}"));
+    assert!(c.source.contains("vllm-stderr.log"), "{c:?}");
+    assert!(c.rate_bytes_per_sec > 0.0, "{c:?}");
+    assert!(c.page_cache_percent.unwrap() < 50.0, "cold: {c:?}");
+
+    // llama.cpp with the model in the page cache, and the figure it claims.
+    let (l, pid) = Loader::stand_in(
+        &exe,
+        ("mmap", &file, 1, "warm"),
+        env.path().join("llama.log"),
+        StandIn {
+            argv: &["llama-server", "-m", "model.gguf", "--load-mode", "mmap"],
+            env: &[],
+            lib: None,
+            title: None,
+            stderr: None,
+        },
+    );
+    let r = watch(&env, pid, &["--claimed", "40GB/s"]);
+    let _ = l.finish();
+    let seen = r.loader.as_ref().unwrap_or_else(|| panic!("{r:#?}"));
+    assert_eq!(
+        (seen.program.as_str(), seen.format.as_deref()),
+        ("llama.cpp", Some("mmap"))
+    );
+    assert_eq!(r.bottleneck, Bottleneck::PageCache, "{}", r.summary);
+    let c = r.claimed.as_ref().expect("--claimed");
+    assert_eq!(c.source, "--claimed");
+    assert!(c.page_cache_percent.unwrap() > 90.0, "{c:?}");
+    assert!(c.text.contains("page cache"), "{c:?}");
+    assert!(r.settings[0].change.contains("--mlock"), "{:?}", r.settings);
+}
+
+/// The Python of the real loaders: the venv scripts/install-deps.sh makes
+/// (`btrfs_lab_install_loaders`), or BTRFS_LAB_TEST_PYTHON.
+fn loaders_python() -> PathBuf {
+    let p = std::env::var_os("BTRFS_LAB_TEST_PYTHON").map_or_else(
+        || PathBuf::from("/var/tmp/btrfs-lab-py/bin/python"),
+        PathBuf::from,
+    );
+    assert!(
+        p.exists(),
+        "{} is missing: scripts/test.sh makes it (scripts/install-deps.sh, btrfs_lab_install_loaders)",
+        p.display()
+    );
+    p
+}
+
+/// The real safetensors package (PyPI) loading a file it wrote: named by
+/// its Rust extension, read through its mapping, cold.
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn the_real_safetensors_loader_is_named_and_read_through_its_mapping() {
+    if !require_root("read-test --pid, safetensors") {
+        return;
+    }
+    let py = loaders_python();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/loaders/safetensors_load.py");
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest {
+        devices: 2,
+        size_bytes: 1 << 30,
+        data: Some(Profile::Raid0),
+        ..SandboxRequest::default()
+    });
+    let file = sbx.mount_point().join("model-00001-of-00001.safetensors");
+    let (code, _, err) = run(Command::new(&py)
+        .arg(&script)
+        .arg("make")
+        .arg(&file)
+        .arg("256"));
+    assert_eq!(code, 0, "safetensors make: {err}");
+    let mut child = Reaped(
+        Command::new(&py)
+            .arg(&script)
+            .arg("load")
+            .arg(&file)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let r = watch(&env, child.0.id(), &[]);
+    drop(child.0.stdin.take());
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let seen = r.loader.as_ref().unwrap_or_else(|| panic!("{r:#?}"));
+    assert_eq!(seen.program, "safetensors", "{seen:?}");
+    assert!(
+        seen.recognised_by
+            .iter()
+            .any(|e| e.contains("_safetensors_rust")),
+        "{seen:?}"
+    );
+    let f = r.files.first().unwrap_or_else(|| panic!("{r:#?}"));
+    assert_eq!(f.path.file_name(), file.file_name());
+    assert_eq!(f.ways.first(), Some(&ReadWay::Mmap), "{r:#?}");
+    assert!(r.page_cache_share.unwrap() < 0.5, "cold: {r:#?}");
+    assert!(
+        r.settings
+            .iter()
+            .any(|s| s.program == "safetensors" && s.change.contains("instanttensor")),
+        "{:?} ({})",
+        r.settings,
+        r.summary
     );
 }

@@ -6,9 +6,10 @@ use crate::model::profile::Profile;
 use crate::readtest::report::Ceiling;
 use crate::report::rate;
 
-use super::loaders::{self, Known};
+use super::loaders::{self, Recognised};
 use super::report::{
-    Bottleneck, DeviceWindow, ReadWay, SavedRun, ThreadActivity, Trap, WatchedFile,
+    Bottleneck, ByteOrigin, ClaimedRate, DeviceWindow, ReadWay, RequestShape, SavedRun,
+    ThreadActivity, Trap, WatchedFile,
 };
 
 /// Below this a file (or a process) did not read in the window.
@@ -23,6 +24,12 @@ pub(crate) const IO_BOUND_PERCENT: f64 = 40.0;
 pub(crate) const WARM_SHARE: f64 = 0.8;
 /// The devices at this share of `links`' ceiling are the limit.
 pub(crate) const AT_CEILING: f64 = 0.85;
+/// A member busy this share of the window is at its limit...
+pub(crate) const MEMBER_BUSY_PERCENT: f64 = 90.0;
+/// ...when the others, on average, are below this.
+pub(crate) const OTHERS_IDLE_PERCENT: f64 = 60.0;
+/// `read-test` faster than the loader by this factor: a gain worth saying.
+pub(crate) const GAIN_WORTH_SAYING: f64 = 1.2;
 
 /// Counters of one thread at the start and the end of the window.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -104,8 +111,10 @@ pub(crate) struct Observed<'a> {
     pub(crate) devices: Option<&'a DeviceWindow>,
     /// `links`' ceiling.
     pub(crate) ceiling: Option<&'a Ceiling>,
-    /// A known program.
-    pub(crate) known: Option<Known>,
+    /// The loader recognised (or none).
+    pub(crate) loader: &'a Recognised,
+    /// Members of the main file's btrfs (with a path), when known.
+    pub(crate) fs_members: Option<usize>,
     /// It maps libcufile.
     pub(crate) cufile: bool,
     /// A saved read-test of the same file.
@@ -196,6 +205,52 @@ pub(crate) fn traps(o: &Observed<'_>, b: Bottleneck) -> Vec<Trap> {
         out.push(trap(
             "compressed",
             format!("{pct:.0} % of the file is in compressed extents: they are decompressed on the CPU, and O_DIRECT cannot read them at full speed; store model files uncompressed (rewrite them with compression off)"),
+        ));
+    }
+    if let Some(d) = o.devices
+        && d.loads.len() > 1
+        && matches!(
+            b,
+            Bottleneck::Storage
+                | Bottleneck::StorageCeiling
+                | Bottleneck::TooFewReaders
+                | Bottleneck::Unclear
+        )
+        && let Some(busiest) = d
+            .loads
+            .iter()
+            .max_by(|a, b| a.busy_percent.total_cmp(&b.busy_percent))
+    {
+        let others = mean(
+            d.loads
+                .iter()
+                .filter(|l| l.name != busiest.name)
+                .map(|l| l.busy_percent),
+        )
+        .unwrap_or(0.0);
+        if busiest.busy_percent >= MEMBER_BUSY_PERCENT && others < OTHERS_IDLE_PERCENT {
+            out.push(trap(
+                "one-member-busy",
+                format!(
+                    "{} was busy {:.0} % of the window, the other members {others:.0} % on average: that one device is the limit (its share of the file's bytes, or another reader on it)",
+                    crate::report::text::escape_control(&busiest.name),
+                    busiest.busy_percent
+                ),
+            ));
+        }
+    }
+    if btrfs
+        && let (Some(m), Some(total)) = (&f.members, o.fs_members)
+        && !m.is_empty()
+        && m.len() < total
+        && f.data_profiles.iter().any(|p| p.stripes_all_devices())
+    {
+        out.push(trap(
+            "narrow-chunks",
+            format!(
+                "its bytes lie on {} of the filesystem's {total} members: its chunks were allocated before the others were added (or while they were full), so a read of it can use only those; `btrfs-lab balance` spreads them",
+                m.len()
+            ),
         ));
     }
     if btrfs && o.cufile {
@@ -294,12 +349,143 @@ pub(crate) fn verdict(o: &Observed<'_>) -> Verdict {
             crate::parse::size::format_iec(o.logical_bytes)
         ),
     };
+    let mut settings = loaders::settings(o.loader, way, b, n as u32, o.cufile);
+    if let Some(saved) = o.saved
+        && let Some(ratio) = saved.loader_ratio.filter(|r| *r > 0.0)
+        && 1.0 / ratio >= GAIN_WORTH_SAYING
+        && let Some(first) = settings.first_mut()
+    {
+        let t = saved
+            .threads
+            .map_or_else(String::new, |t| format!(" × {t} threads"));
+        first.expected_gain = Some(format!(
+            "read-test's {}{t} read this file at {}: {:.1}× the loader's rate",
+            saved.method.name(),
+            rate::format_both(saved.rate_bytes_per_sec),
+            1.0 / ratio
+        ));
+    }
     Verdict {
         bottleneck: b,
         summary,
-        settings: loaders::settings(o.known, way, b, n as u32),
+        settings,
         traps: traps(o, b),
     }
+}
+
+/// Request sizes and what was in flight: the process's read calls
+/// (`syscr`, `rchar`) and its devices' requests over `seconds`.
+pub(crate) fn request_shape(
+    read_calls: u64,
+    read_call_bytes: u64,
+    devices: Option<&DeviceWindow>,
+    device_read_ms: u64,
+    seconds: f64,
+) -> RequestShape {
+    let avg = |bytes: u64, n: u64| (n > 0).then(|| bytes / n);
+    let requests: u64 = devices.map_or(0, |d| d.loads.iter().map(|l| l.requests).sum());
+    let device_avg = devices.and_then(|d| avg(d.bytes, requests));
+    let in_flight = (devices.is_some() && seconds > 0.0 && requests > 0)
+        .then(|| device_read_ms as f64 / (seconds * 1000.0));
+    RequestShape {
+        read_calls,
+        read_call_bytes_avg: avg(read_call_bytes, read_calls),
+        device_requests: requests,
+        device_request_bytes_avg: device_avg,
+        in_flight,
+        bytes_in_flight: in_flight
+            .zip(device_avg)
+            .map(|(q, b)| (q * b as f64) as u64),
+    }
+}
+
+/// Where the loader's bytes came from.
+pub(crate) fn origin(logical: u64, storage: u64, devices: Option<&DeviceWindow>) -> ByteOrigin {
+    let from_storage = storage.min(logical);
+    ByteOrigin {
+        loader_bytes: logical,
+        storage_bytes: storage,
+        page_cache_bytes: logical - from_storage,
+        device_bytes: devices.map(|d| d.bytes),
+        other_device_bytes: devices.map(|d| d.bytes.saturating_sub(storage)),
+    }
+}
+
+/// The loader's own figure set against the window: how much of it the
+/// page cache supplied, and what storage delivered.
+pub(crate) fn claimed(
+    rate_bytes_per_sec: f64,
+    source: String,
+    share: Option<f64>,
+    storage_rate: f64,
+    devices: Option<&DeviceWindow>,
+) -> ClaimedRate {
+    let pct = share.map(|s| 100.0 * s);
+    let mut text = match pct {
+        Some(p) => format!(
+            "the loader's own figure of {} was {p:.0} % page cache: storage delivered {} to it in the window",
+            rate::format_both(rate_bytes_per_sec),
+            rate::format_both(storage_rate)
+        ),
+        None => format!(
+            "the loader's own figure of {}: it read nothing from files in the window, so where those bytes came from cannot be told",
+            rate::format_both(rate_bytes_per_sec)
+        ),
+    };
+    if let Some(d) = devices
+        && pct.is_some()
+        && rate_bytes_per_sec > 1.2 * d.rate_bytes_per_sec
+    {
+        text.push_str(&format!(
+            "; its devices delivered {} in all: the rest is memory speed, not the drives'",
+            rate::format_both(d.rate_bytes_per_sec)
+        ));
+    }
+    ClaimedRate {
+        rate_bytes_per_sec,
+        source,
+        page_cache_percent: pct,
+        storage_rate_bytes_per_sec: storage_rate,
+        text,
+    }
+}
+
+/// The last rate a loader printed in `text` (its log's tail): `12.3 GB/s`,
+/// `850MB/s`, `1.2 GiB/s` (tqdm's and the loaders' own progress lines),
+/// in bytes per second, with the line it is on.
+pub(crate) fn last_printed_rate(text: &str) -> Option<(f64, String)> {
+    // Progress bars rewrite their line with \r: each piece is a line.
+    for line in text.rsplit(['\n', '\r']) {
+        let b = line.as_bytes();
+        let mut best: Option<(usize, f64)> = None;
+        for (u, mult) in rate::RATE_UNITS {
+            let mut from = 0;
+            while let Some(i) = line[from..].find(u) {
+                let at = from + i;
+                from = at + u.len();
+                let mut j = at;
+                while j > 0 && b[j - 1] == b' ' {
+                    j -= 1;
+                }
+                let end = j;
+                while j > 0 && (b[j - 1].is_ascii_digit() || b[j - 1] == b'.') {
+                    j -= 1;
+                }
+                if let Ok(v) = line[j..end].parse::<f64>()
+                    && v.is_finite()
+                    && v > 0.0
+                    && best.is_none_or(|(p, _)| at > p)
+                {
+                    best = Some((at, v * mult));
+                }
+            }
+        }
+        if let Some((_, v)) = best {
+            let shown: String = line.trim().chars().take(200).collect();
+            return Some((v, shown));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -330,6 +516,76 @@ mod tests {
         }
     }
 
+    static NO_LOADER: Recognised = Recognised {
+        known: None,
+        engine: None,
+        format: None,
+        evidence: Vec::new(),
+        env: Vec::new(),
+    };
+
+    #[test]
+    fn printed_rates_shapes_origins_and_claims() {
+        let log = "Loading safetensors using InstantTensor loader: 40% | 2/5 [00:02<00:03, 3.1GB/s]\rLoading safetensors using InstantTensor loader: 60% | 3/5 [00:03<00:02, 4.2GB/s]\n";
+        let (r, line) = last_printed_rate(log).unwrap();
+        assert!((r - 4.2e9).abs() < 1.0, "{r}");
+        assert!(line.contains("60%"), "{line}");
+        assert_eq!(
+            last_printed_rate("read 512 MiB/s\nnothing here\n").map(|x| x.0),
+            Some(512.0 * (1u64 << 20) as f64)
+        );
+        assert_eq!(last_printed_rate("no rate\n.GB/s 0 GB/s"), None);
+        let long = "x".repeat(1 << 20) + " 1.5 GB/s";
+        assert!(last_printed_rate(&long).is_some());
+
+        let d = DeviceWindow {
+            devices: vec![],
+            bytes: 400 << 20,
+            rate_bytes_per_sec: 100e6,
+            loads: vec![
+                super::super::report::DeviceLoad {
+                    name: "loop1".into(),
+                    bytes: 200 << 20,
+                    requests: 50,
+                    busy_percent: 95.0,
+                },
+                super::super::report::DeviceLoad {
+                    name: "loop2".into(),
+                    bytes: 200 << 20,
+                    requests: 50,
+                    busy_percent: 20.0,
+                },
+            ],
+        };
+        let shape = request_shape(100, 400 << 20, Some(&d), 8_000, 2.0);
+        assert_eq!(shape.read_call_bytes_avg, Some(4 << 20));
+        assert_eq!(shape.device_request_bytes_avg, Some(4 << 20));
+        assert_eq!(shape.in_flight, Some(4.0));
+        assert_eq!(shape.bytes_in_flight, Some(16 << 20));
+        let o = origin(1 << 30, 256 << 20, Some(&d));
+        assert_eq!(o.page_cache_bytes, 768 << 20);
+        assert_eq!(o.other_device_bytes, Some(144 << 20));
+        let c = claimed(4e9, "--claimed".into(), Some(0.93), 0.28e9, Some(&d));
+        assert!(c.text.contains("was 93 % page cache"), "{}", c.text);
+        assert!(c.text.contains("memory speed"), "{}", c.text);
+
+        // One busy member among idle ones is named; so are narrow chunks.
+        let mut f = file(ReadWay::Direct, vec![Profile::Raid0], Some(true));
+        f.members = Some(vec![super::super::report::MemberShare {
+            devid: 1,
+            device: "/dev/loop1".into(),
+            bytes: 1 << 30,
+        }]);
+        let files = [f];
+        let four = [thread(10.0, 90.0, true), thread(10.0, 90.0, true)];
+        let mut o = observed(&files, &four, 0.0);
+        o.devices = Some(&d);
+        o.fs_members = Some(2);
+        let v = verdict(&o);
+        let names: Vec<&str> = v.traps.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["one-member-busy", "narrow-chunks"], "{:?}", v.traps);
+    }
+
     fn thread(cpu: f64, wait: f64, reading: bool) -> ThreadActivity {
         ThreadActivity {
             tid: 1,
@@ -358,7 +614,8 @@ mod tests {
             page_cache_share: Some(share),
             devices: None,
             ceiling: None,
-            known: None,
+            loader: &NO_LOADER,
+            fs_members: None,
             cufile: false,
             saved: None,
         }

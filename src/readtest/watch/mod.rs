@@ -34,7 +34,10 @@ use crate::sys::proc::task::{self, IoCounters, Liveness, ThreadSample};
 use crate::sys::{fs::filesystem, is_root};
 
 use analysis::{MIN_READ_BYTES, Observed, ThreadDelta};
-use report::{DeviceWindow, MemberShare, ReadWay, SavedRun, WatchReport, WatchedFile, WindowEnd};
+use report::{
+    ClaimedRate, DeviceLoad, DeviceWindow, MemberShare, ReadWay, SavedRun, WatchReport,
+    WatchedFile, WindowEnd,
+};
 
 /// Default watch length, seconds.
 pub const DEFAULT_SECONDS: u32 = 10;
@@ -54,6 +57,8 @@ pub struct WatchOptions {
     pub seconds: u32,
     /// A saved `read-test --json` of the same file.
     pub saved: Option<PathBuf>,
+    /// The loader's own figure of its rate, bytes per second (`--claimed`).
+    pub claimed: Option<f64>,
     /// Where /sys and /proc are read.
     pub sysroot: SysRoot,
 }
@@ -320,15 +325,97 @@ fn devices_of(root: &SysRoot, f: &File, fs: Option<&str>, stats: &[DiskStat]) ->
         .collect()
 }
 
+fn stat_of<'a>(stats: &'a [DiskStat], d: &BlockDevice) -> Option<&'a DiskStat> {
+    stats
+        .iter()
+        .find(|s| s.major == d.major && s.minor == d.minor)
+}
+
+/// A counter summed over `devs`.
+fn device_sum(stats: &[DiskStat], devs: &[BlockDevice], field: impl Fn(&DiskStat) -> u64) -> u64 {
+    devs.iter()
+        .filter_map(|d| stat_of(stats, d))
+        .map(field)
+        .sum()
+}
+
 fn device_bytes(stats: &[DiskStat], devs: &[BlockDevice]) -> u64 {
+    device_sum(stats, devs, DiskStat::bytes_read)
+}
+
+/// Each device's bytes, requests and busy share between two samples.
+fn device_loads(first: &Sample, last: &Sample, devs: &[BlockDevice]) -> Vec<DeviceLoad> {
+    let window_ms = last.at.duration_since(first.at).as_secs_f64() * 1000.0;
     devs.iter()
         .filter_map(|d| {
-            stats
-                .iter()
-                .find(|s| s.major == d.major && s.minor == d.minor)
+            let (a, b) = (stat_of(&first.disks, d)?, stat_of(&last.disks, d)?);
+            Some(DeviceLoad {
+                name: d.name.clone(),
+                bytes: b.bytes_read().saturating_sub(a.bytes_read()),
+                requests: b.reads.saturating_sub(a.reads),
+                busy_percent: if window_ms > 0.0 {
+                    (100.0 * b.busy_ms.saturating_sub(a.busy_ms) as f64 / window_ms).min(100.0)
+                } else {
+                    0.0
+                },
+            })
         })
-        .map(DiskStat::bytes_read)
-        .sum()
+        .collect()
+}
+
+/// Largest tail of a loader's log read for the rate it printed.
+const LOG_TAIL: u64 = 64 << 10;
+
+/// The loader's own figure: `--claimed`, or the last rate it printed to
+/// its standard output or error when that is a regular file it opened for
+/// reading too (read through a held duplicate of its descriptor, never
+/// reopened by name: a log opened write-only is named in a note instead).
+fn claimed_rate(
+    root: &SysRoot,
+    opts: &WatchOptions,
+    share: Option<f64>,
+    storage_rate: f64,
+    devices: Option<&DeviceWindow>,
+    notes: &mut Vec<String>,
+) -> Option<ClaimedRate> {
+    let make =
+        |rate: f64, source: String| analysis::claimed(rate, source, share, storage_rate, devices);
+    if let Some(r) = opts.claimed {
+        return Some(make(r, "--claimed".to_owned()));
+    }
+    let (open, _) = fdinfo::open_files_and_skipped(root, opts.pid).ok()?;
+    for f in open.iter().filter(|f| f.fd == 1 || f.fd == 2) {
+        let shown = crate::report::text::escape_path(&f.path);
+        if !f.info.readable() {
+            notes.push(format!(
+                "its output goes to {shown} (fd {}), opened write-only: btrfs-lab does not reopen another process's files; give the rate it prints with --claimed",
+                f.fd
+            ));
+            continue;
+        }
+        let Ok(file) = fdinfo::reopen(opts.pid, f.fd, f.dev, f.ino) else {
+            continue;
+        };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let start = len.saturating_sub(LOG_TAIL);
+        let mut buf = vec![0u8; (len - start) as usize];
+        use std::os::unix::fs::FileExt;
+        let Ok(n) = file.read_at(&mut buf, start) else {
+            continue;
+        };
+        buf.truncate(n);
+        if let Some((rate, line)) = analysis::last_printed_rate(&String::from_utf8_lossy(&buf)) {
+            return Some(make(
+                rate,
+                format!(
+                    "its log {shown} (fd {}): {}",
+                    f.fd,
+                    crate::report::text::escape_control(&line)
+                ),
+            ));
+        }
+    }
+    None
 }
 
 fn thread_deltas(
@@ -444,10 +531,53 @@ fn watch(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchRep
     let (devices, ceiling) = device_window(root, main_handle.as_ref(), (&first, &last), &per_sec);
     let saved_run = compare_saved(saved_report.as_ref(), opts, &files, &mut notes);
 
-    let known = loaders::identify(&id.comm, &command_line, &mapped_paths);
+    let whole = |p: u32| crate::sys::proc::procs::command_line(root, p).unwrap_or_default();
+    let own_line = whole(pid);
+    let parents: Vec<String> = task::ancestors(root, pid, 3)
+        .into_iter()
+        .map(whole)
+        .collect();
+    let env = task::environ(root, pid, loaders::ENV_NAMES);
+    let thread_names: Vec<String> = last.threads.iter().map(|t| t.name.clone()).collect();
+    let loader = loaders::identify(&loaders::Signals {
+        comm: &id.comm,
+        command_line: &own_line,
+        parents: &parents,
+        mapped: &mapped_paths,
+        thread_names: &thread_names,
+        env: &env,
+    });
     let logical = read_calls.saturating_add(mapped_in);
     let share = analysis::page_cache_share(read_calls, mapped_in, storage);
     let rate = per_sec(logical);
+    let fs_members = files
+        .first()
+        .filter(|f| f.fs_type.as_deref() == Some("btrfs"))
+        .and(devices.as_ref())
+        .map(|d| d.devices.len());
+    let device_read_ms = devices.as_ref().map_or(0, |d| {
+        device_sum(&last.disks, &d.devices, |s| s.read_ms).saturating_sub(device_sum(
+            &first.disks,
+            &d.devices,
+            |s| s.read_ms,
+        ))
+    });
+    let requests = analysis::request_shape(
+        last.io.syscr.saturating_sub(first.io.syscr),
+        read_calls,
+        devices.as_ref(),
+        device_read_ms,
+        seconds,
+    );
+    let origin = analysis::origin(logical, storage, devices.as_ref());
+    let claimed = claimed_rate(
+        root,
+        opts,
+        share,
+        per_sec(storage.min(logical)),
+        devices.as_ref(),
+        &mut notes,
+    );
     let v = analysis::verdict(&Observed {
         pid,
         command: &id.comm,
@@ -458,7 +588,8 @@ fn watch(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchRep
         page_cache_share: share,
         devices: devices.as_ref(),
         ceiling: ceiling.as_ref(),
-        known,
+        loader: &loader,
+        fs_members,
         cufile: loaders::uses_cufile(&mapped_paths),
         saved: saved_run.as_ref(),
     });
@@ -484,7 +615,11 @@ fn watch(opts: &WatchOptions, tick: &mut dyn FnMut(f64, f64)) -> Result<WatchRep
         idle_files,
         devices,
         ceiling,
-        known_program: known.map(|k| k.name().to_owned()),
+        known_program: loader.known.map(|k| k.name().to_owned()),
+        loader: loaders::seen(&loader),
+        requests: Some(requests),
+        origin: Some(origin),
+        claimed,
         settings: v.settings,
         traps: v.traps,
         saved_run,
@@ -749,11 +884,13 @@ fn device_window(
                 device_bytes(&last.disks, &devs).saturating_sub(device_bytes(&first.disks, &devs));
             let ceiling =
                 crate::readtest::read_ceiling(root, &devs, profiles, fs.as_deref().unwrap_or(""));
+            let loads = device_loads(first, last, &devs);
             (
                 (!devs.is_empty()).then(|| DeviceWindow {
                     devices: devs,
                     bytes: b,
                     rate_bytes_per_sec: per_sec(b),
+                    loads,
                 }),
                 ceiling,
             )
@@ -824,6 +961,7 @@ mod tests {
             pid: std::process::id(),
             seconds: 0,
             saved: None,
+            claimed: None,
             sysroot: SysRoot::host(),
         };
         let mut tick = |_: f64, _: f64| {};
@@ -863,6 +1001,10 @@ mod tests {
             devices: None,
             ceiling: None,
             known_program: None,
+            loader: None,
+            requests: None,
+            origin: None,
+            claimed: None,
             settings: vec![],
             traps: vec![],
             saved_run: None,

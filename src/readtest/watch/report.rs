@@ -126,6 +126,9 @@ pub struct DeviceWindow {
     pub bytes: u64,
     /// Per second.
     pub rate_bytes_per_sec: f64,
+    /// Each device in the window.
+    #[serde(default)]
+    pub loads: Vec<DeviceLoad>,
 }
 
 /// What holds the loader back.
@@ -174,6 +177,94 @@ pub struct Setting {
     pub change: String,
     /// Where that comes from (docs/loaders.md lists them).
     pub source: String,
+    /// What `read-test` measured on the same file against the loader's
+    /// rate (with `--saved`): the gain to expect from reading as it did.
+    #[serde(default)]
+    pub expected_gain: Option<String>,
+}
+
+/// The loader recognised (docs/loaders.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LoaderSeen {
+    /// The reader: `llama.cpp`, `LM Studio`, `fastsafetensors`,
+    /// `InstantTensor`, `KvikIO`, `Run:ai Model Streamer`, `safetensors`.
+    pub program: String,
+    /// The serving engine around it (`vLLM`, `SGLang`).
+    pub engine: Option<String>,
+    /// The engine's `--load-format`, or llama.cpp's load mode.
+    pub format: Option<String>,
+    /// The signals it was recognised by (command line, parents, mapped
+    /// libraries, environment).
+    pub recognised_by: Vec<String>,
+    /// Its settings read from the environment it started with
+    /// (`KVIKIO_NTHREADS=8`).
+    pub environment: Vec<String>,
+    /// How it reads by default.
+    pub default_way: String,
+}
+
+/// One device in the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DeviceLoad {
+    /// Kernel name (`nvme0n1`, `loop3`).
+    pub name: String,
+    /// Bytes it read.
+    pub bytes: u64,
+    /// Read requests it completed.
+    pub requests: u64,
+    /// Share of the window it had I/O in flight, percent (io_ticks).
+    pub busy_percent: f64,
+}
+
+/// How the reads were shaped: request sizes and what was in flight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RequestShape {
+    /// Read calls of the process (`syscr`).
+    pub read_calls: u64,
+    /// Mean bytes a read call returned (null without read calls).
+    pub read_call_bytes_avg: Option<u64>,
+    /// Read requests the devices completed (by anyone).
+    pub device_requests: u64,
+    /// Mean bytes of a device request.
+    pub device_request_bytes_avg: Option<u64>,
+    /// Mean reads in flight on the devices, summed over them (their read
+    /// milliseconds divided by the window's).
+    pub in_flight: Option<f64>,
+    /// `in_flight` × the mean request: bytes in flight.
+    pub bytes_in_flight: Option<u64>,
+}
+
+/// Where the bytes the loader read came from, in the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ByteOrigin {
+    /// What the loader read (read calls + mapped in).
+    pub loader_bytes: u64,
+    /// What it caused to be read from storage (`read_bytes`).
+    pub storage_bytes: u64,
+    /// What the page cache supplied without storage.
+    pub page_cache_bytes: u64,
+    /// What the devices of its file read, by anyone (`/proc/diskstats`).
+    pub device_bytes: Option<u64>,
+    /// Device bytes the loader did not ask for (other readers, readahead
+    /// of other files, btrfs metadata).
+    pub other_device_bytes: Option<u64>,
+}
+
+/// The loader's own figure of its rate, set against where the bytes came
+/// from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ClaimedRate {
+    /// The figure, bytes per second.
+    pub rate_bytes_per_sec: f64,
+    /// Where it came from: `--claimed`, or the loader's log (its
+    /// standard output or error, a regular file) and the line.
+    pub source: String,
+    /// Share of it the page cache supplied, percent (the window's share).
+    pub page_cache_percent: Option<f64>,
+    /// What storage delivered to the loader in the window, per second.
+    pub storage_rate_bytes_per_sec: f64,
+    /// One sentence.
+    pub text: String,
 }
 
 /// A btrfs-specific trap that applies to this file and this loader.
@@ -261,6 +352,18 @@ pub struct WatchReport {
     pub ceiling: Option<Ceiling>,
     /// The program, when it is one of docs/loaders.md.
     pub known_program: Option<String>,
+    /// The loader recognised, and by what.
+    #[serde(default)]
+    pub loader: Option<LoaderSeen>,
+    /// Request sizes and what was in flight.
+    #[serde(default)]
+    pub requests: Option<RequestShape>,
+    /// Where the bytes came from.
+    #[serde(default)]
+    pub origin: Option<ByteOrigin>,
+    /// The loader's own rate figure (`--claimed`, or its log), checked.
+    #[serde(default)]
+    pub claimed: Option<ClaimedRate>,
     /// What to change, most useful first.
     pub settings: Vec<Setting>,
     /// btrfs traps that apply.

@@ -35,6 +35,11 @@ impl FdInfo {
         self.flags & O_DIRECT != 0
     }
 
+    /// Opened for reading (O_RDONLY or O_RDWR).
+    pub fn readable(&self) -> bool {
+        matches!(self.flags & O_ACCMODE, 0 | 2)
+    }
+
     /// Opened for writing (O_WRONLY or O_RDWR).
     pub fn writable(&self) -> bool {
         matches!(self.flags & O_ACCMODE, 1 | 2)

@@ -50,6 +50,26 @@ pub fn describe(openers: &[Opener]) -> String {
 
 const COMMAND_MAX: usize = 80;
 
+/// Largest command line read whole.
+const CMDLINE_CAP: usize = 256 << 10;
+
+/// The whole command line of `pid`, its words joined by spaces (invalid
+/// UTF-8 replaced), for recognising a program by its flags; None when it
+/// cannot be read (gone, a kernel thread's empty one is `Some("")`).
+pub(crate) fn command_line(root: &SysRoot, pid: u32) -> Option<String> {
+    let bytes = root
+        .read_bytes(&root.proc(&format!("{pid}/cmdline")), CMDLINE_CAP)
+        .ok()?;
+    Some(
+        bytes
+            .split(|b| *b == 0)
+            .filter(|w| !w.is_empty())
+            .map(String::from_utf8_lossy)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
 /// The command line of `pid`, for messages.
 pub(crate) fn command_of(root: &SysRoot, pid: u32) -> String {
     let cmdline = fs::read(root.proc(&format!("{pid}/cmdline"))).unwrap_or_default();

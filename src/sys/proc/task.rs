@@ -87,6 +87,50 @@ pub(crate) fn parse_io(text: &str) -> Option<IoCounters> {
     })
 }
 
+/// Largest `environ` read (a process's environment is at most a few pages).
+const ENVIRON_CAP: usize = 1 << 20;
+
+/// The values of the environment variables `names` that `pid` started
+/// with (`/proc/PID/environ`: root or its owner), in the order given;
+/// empty when unreadable.
+pub(crate) fn environ(root: &SysRoot, pid: u32, names: &[&str]) -> Vec<(String, String)> {
+    root.read_bytes(&root.proc(&format!("{pid}/environ")), ENVIRON_CAP)
+        .map(|b| parse_environ(&b, names))
+        .unwrap_or_default()
+}
+
+/// The `NAME=value` entries of an `environ` (NUL-separated) among `names`.
+pub(crate) fn parse_environ(bytes: &[u8], names: &[&str]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for entry in bytes.split(|b| *b == 0) {
+        let entry = String::from_utf8_lossy(entry);
+        if let Some((k, v)) = entry.split_once('=')
+            && names.contains(&k)
+            && !out.iter().any(|(n, _)| n == k)
+        {
+            out.push((k.to_owned(), v.to_owned()));
+        }
+    }
+    out.sort_by_key(|(k, _)| names.iter().position(|n| n == k));
+    out
+}
+
+/// The parents of `pid`, nearest first, at most `depth`, init excluded.
+pub(crate) fn ancestors(root: &SysRoot, pid: u32, depth: usize) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut at = pid;
+    while out.len() < depth {
+        match stat_of(root, at) {
+            Ok(st) if st.ppid > 1 => {
+                out.push(st.ppid);
+                at = st.ppid;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
 /// Who a process is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Identity {
@@ -305,6 +349,18 @@ pub(crate) fn clock_ticks() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn environ_keeps_only_the_names_asked_for() {
+        let e = b"PATH=/usr/bin\0KVIKIO_NTHREADS=8\0X=a=b\0\xff\xfe\0KVIKIO_NTHREADS=9\0";
+        assert_eq!(
+            parse_environ(e, &["X", "KVIKIO_NTHREADS", "NONE"]),
+            vec![
+                ("X".to_owned(), "a=b".to_owned()),
+                ("KVIKIO_NTHREADS".to_owned(), "8".to_owned())
+            ]
+        );
+    }
 
     #[test]
     fn stat_fields_after_a_command_with_parentheses() {

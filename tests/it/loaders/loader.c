@@ -10,9 +10,24 @@
  *   CACHE  cold      POSIX_FADV_DONTNEED of FILE before every pass
  *          warm      FILE read once before "ready", never dropped
  * Prints "ready" when the readers run; on EOF of stdin it stops them and
- * writes LOG ("ns bytes" lines). */
+ * writes LOG ("ns bytes" lines).
+ *
+ * Stand-in mode (read-test --pid's loader recognition): with LOADER_MODE
+ * set, MODE FILE THREADS CACHE LOG come from LOADER_MODE, LOADER_FILE,
+ * LOADER_THREADS, LOADER_CACHE and LOADER_LOG, and argv is free to carry a
+ * real loader's command line (docs/loaders.md gives their sources). Also:
+ *   LOADER_LIB=PATH    dlopen PATH (a library named like the real one's)
+ *   LOADER_TITLE=T     fork: the parent keeps argv (a server's command
+ *                      line) and waits; the child renames itself T the way
+ *                      setproctitle does (comm, and argv overwritten in
+ *                      place), reads, and prints "ready PID"
+ *   LOADER_PROGRESS=1  print a progress line with its own rate (GB/s) to
+ *                      stderr every 100 ms, as loaders' progress bars do */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -34,6 +49,8 @@ static pthread_barrier_t pass_barrier;
 static uint64_t *samples;
 static size_t nsamples;
 static volatile uint64_t sink;
+static int progress;
+static uint64_t started_ns;
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -49,9 +66,14 @@ static void drop(int fd) {
 
 static void *sampler(void *arg) {
     (void)arg;
+    unsigned n = 0;
     while (!atomic_load(&stop) && nsamples + 2 <= MAX_SAMPLES * 2) {
-        samples[nsamples++] = now_ns();
-        samples[nsamples++] = atomic_load(&consumed);
+        uint64_t t = now_ns(), c = atomic_load(&consumed);
+        samples[nsamples++] = t;
+        samples[nsamples++] = c;
+        if (progress && ++n % 50 == 0 && t > started_ns)
+            fprintf(stderr, "\rLoading safetensors checkpoint shards: %llu MB [%.2fGB/s]",
+                    (unsigned long long)(c / 1000000), (double)c / (double)(t - started_ns));
         usleep(2000);
     }
     return NULL;
@@ -147,14 +169,43 @@ static void run_mmap(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
+    const char *logpath;
+    if (getenv("LOADER_MODE")) {
+        mode = getenv("LOADER_MODE");
+        path = getenv("LOADER_FILE");
+        nthreads = atoi(getenv("LOADER_THREADS"));
+        cold = strcmp(getenv("LOADER_CACHE"), "cold") == 0;
+        logpath = getenv("LOADER_LOG");
+    } else if (argc == 6) {
+        mode = argv[1];
+        path = argv[2];
+        nthreads = atoi(argv[3]);
+        cold = strcmp(argv[4], "cold") == 0;
+        logpath = argv[5];
+    } else {
         fprintf(stderr, "usage: loader MODE FILE THREADS cold|warm LOG\n");
         return 2;
     }
-    mode = argv[1];
-    path = argv[2];
-    nthreads = atoi(argv[3]);
-    cold = strcmp(argv[4], "cold") == 0;
+    if (getenv("LOADER_LIB") && !dlopen(getenv("LOADER_LIB"), RTLD_NOW)) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 1;
+    }
+    progress = getenv("LOADER_PROGRESS") != NULL;
+    const char *title = getenv("LOADER_TITLE");
+    if (title) {
+        pid_t child = fork();
+        if (child < 0) die("fork");
+        if (child > 0) {
+            int status;
+            if (waitpid(child, &status, 0) < 0) die("waitpid");
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+        }
+        /* setproctitle: the name, and the title over the argv area. */
+        prctl(PR_SET_NAME, title, 0, 0, 0);
+        size_t room = (size_t)(argv[argc - 1] + strlen(argv[argc - 1]) - argv[0]);
+        memset(argv[0], 0, room);
+        strncpy(argv[0], title, room);
+    }
     struct stat st;
     if (stat(path, &st)) die("stat");
     size = st.st_size;
@@ -171,7 +222,11 @@ int main(int argc, char **argv) {
     pthread_t s, w;
     pthread_create(&w, NULL, waiter, NULL);
     pthread_create(&s, NULL, sampler, NULL);
-    printf("ready\n");
+    started_ns = now_ns();
+    if (title)
+        printf("ready %d\n", (int)getpid());
+    else
+        printf("ready\n");
     fflush(stdout);
     if (strcmp(mode, "fread") == 0) {
         run_fread();
@@ -190,7 +245,7 @@ int main(int argc, char **argv) {
         close(fd);
     }
     pthread_join(s, NULL);
-    FILE *log = fopen(argv[5], "w");
+    FILE *log = fopen(logpath, "w");
     if (!log) die("log");
     for (size_t i = 0; i + 1 < nsamples; i += 2)
         fprintf(log, "%llu %llu\n", (unsigned long long)samples[i], (unsigned long long)samples[i + 1]);

@@ -830,8 +830,8 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
             "btrfs-lab read-test --methods direct,buffered --threads 1,2,4 /mnt/models/model.bin",
         ),
         (
-            "Watch a running vLLM worker load its model for 20 s, and check the rate its progress bar printed.",
-            "btrfs-lab read-test --pid \"$(pgrep -n -f VLLM::EngineCore)\" --seconds 20 --claimed 4GB/s",
+            "Watch a running vLLM worker (its pid: pgrep -n -f VLLM::EngineCore) load its model for 20 s, and check the rate its progress bar printed.",
+            "btrfs-lab read-test --pid 4242 --seconds 20 --claimed 4GB/s",
         ),
     ],
     see_also: &["fio(1)"],

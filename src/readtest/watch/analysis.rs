@@ -640,6 +640,21 @@ mod tests {
         );
         assert!(v.traps.iter().any(|t| t.name == "checksums"));
         assert!(v.settings.iter().any(|s| s.change.contains("O_DIRECT")));
+        assert!(v.settings.iter().all(|s| s.expected_gain.is_none()));
+        // With a saved read-test of the same file 3× faster: the gain.
+        let saved = SavedRun {
+            report: "saved.json".into(),
+            method: crate::readtest::method::Method::Direct,
+            threads: Some(4),
+            rate_bytes_per_sec: 17.7e9,
+            loader_ratio: Some(5.9 / 17.7),
+        };
+        let mut o = observed(&files, &threads, 0.0);
+        o.saved = Some(&saved);
+        let v = verdict(&o);
+        let gain = v.settings[0].expected_gain.as_deref().unwrap();
+        assert!(gain.contains("direct × 4 threads"), "{gain}");
+        assert!(gain.contains("3.0× the loader's rate"), "{gain}");
     }
 
     #[test]

@@ -540,7 +540,7 @@ pub(crate) fn kernel_failure(h: &FsHandle, e: Errno, command: &str) -> Error {
             .iter()
             .filter_map(|d| {
                 let s = h.device_stats(d.devid).ok()?;
-                (s.read_errs + s.corruption_errs > 0).then(|| {
+                (s.read_errs.saturating_add(s.corruption_errs) > 0).then(|| {
                     format!(
                         "device {} ({}): {} read, {} corruption errors",
                         d.devid, d.path, s.read_errs, s.corruption_errs

@@ -1086,6 +1086,7 @@ mod tests {
             DeviceErrors {
                 devid: 1,
                 path: "/dev/loop0".into(),
+                dev_uuid: String::new(),
                 read: 0,
                 write: 0,
                 flush: 0,
@@ -1095,6 +1096,7 @@ mod tests {
             DeviceErrors {
                 devid: 2,
                 path: "/dev/loop1".into(),
+                dev_uuid: String::new(),
                 read: 0,
                 write: 0,
                 flush: 0,

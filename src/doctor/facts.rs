@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::scrub::ScrubDevice;
 use crate::model::profile::Profile;
 use crate::model::space::BgType;
+use crate::operation::state::INVALID_COUNT;
 
 /// The error counters of one device (`btrfs device stats`).
 #[derive(
@@ -38,9 +39,36 @@ impl ErrorCounts {
         ]
     }
 
-    /// Sum of all counters.
+    /// The counters with a valid value (not [`INVALID_COUNT`]).
+    pub fn valid_kinds(&self) -> Vec<(&'static str, u64)> {
+        self.kinds()
+            .into_iter()
+            .filter(|(_, n)| *n != INVALID_COUNT)
+            .collect()
+    }
+
+    /// The counters at [`INVALID_COUNT`].
+    pub fn invalid_kinds(&self) -> Vec<&'static str> {
+        self.kinds()
+            .into_iter()
+            .filter(|(_, n)| *n == INVALID_COUNT)
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Sum of the valid counters.
     pub fn total(&self) -> u64 {
-        self.kinds().iter().map(|(_, n)| n).sum()
+        self.valid_kinds()
+            .iter()
+            .fold(0, |s, (_, n)| s.saturating_add(*n))
+    }
+
+    /// Sum of the valid counters of these kinds.
+    pub fn sum_of(&self, kinds: &[&str]) -> u64 {
+        self.valid_kinds()
+            .iter()
+            .filter(|(k, _)| kinds.contains(k))
+            .fold(0, |s, (_, n)| s.saturating_add(*n))
     }
 }
 
@@ -59,6 +87,10 @@ pub struct DeviceFacts {
     pub allocated_bytes: u64,
     /// Error counters (absent when they could not be read).
     pub errors: Option<ErrorCounts>,
+    /// The device's UUID (node_exporter's `btrfs_dev_uuid`; absent when
+    /// not read).
+    #[serde(default)]
+    pub dev_uuid: Option<String>,
     /// The drives it rests on, the ones to check with `smartctl`: the NVMe
     /// controller (`/dev/nvme0`), the whole disk of a partition, the disk
     /// that holds a loop device's backing file. Empty when not known.

@@ -671,6 +671,11 @@ pub(crate) fn gather(
                         corruption: e.corruption,
                         generation: e.generation,
                     }),
+                dev_uuid: state
+                    .device_errors
+                    .iter()
+                    .find(|e| e.devid == d.devid && !e.dev_uuid.is_empty())
+                    .map(|e| e.dev_uuid.clone()),
                 drives: if missing {
                     Vec::new()
                 } else {

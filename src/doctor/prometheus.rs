@@ -147,11 +147,16 @@ fn devices(m: &mut Metrics, facts: &super::FsFacts, fs: &FsLabels<'_>) {
     );
     for dev in &facts.devices {
         let devid = dev.devid.to_string();
+        // node_exporter's btrfs collector names a member `btrfs_dev_uuid`
+        // (and `device`, the basename): both are given so that its series
+        // and these join.
+        let dev_uuid = dev.dev_uuid.as_deref().unwrap_or("");
         let labels = [
             fs[0],
             fs[1],
             ("devid", devid.as_str()),
             ("device", dev.path.as_str()),
+            ("btrfs_dev_uuid", dev_uuid),
         ];
         m.add(
             "btrfs_lab_device_size_bytes",
@@ -168,13 +173,24 @@ fn devices(m: &mut Metrics, facts: &super::FsFacts, fs: &FsLabels<'_>) {
             dev.unallocated_bytes() as f64,
         );
         if let Some(e) = dev.errors {
-            for (kind, n) in e.kinds() {
+            // `kind` is btrfs-lab's name, `type` node_exporter's: both.
+            let [a, b, c, d, u] = labels;
+            for (kind, n) in e.valid_kinds() {
                 m.add(
                     "btrfs_lab_device_errors_total",
                     "counter",
-                    "Error counters of a member device (btrfs device stats), by kind.",
-                    &[labels[0], labels[1], labels[2], labels[3], ("kind", kind)],
+                    "Error counters of a member device (btrfs device stats), by kind; a counter at UINT64_MAX is left out (btrfs_lab_device_errors_invalid).",
+                    &[a, b, c, d, u, ("kind", kind), ("type", kind)],
                     n as f64,
+                );
+            }
+            for kind in e.invalid_kinds() {
+                m.add(
+                    "btrfs_lab_device_errors_invalid",
+                    "gauge",
+                    "1 for an error counter of a member device that reads UINT64_MAX: invalid, not a count.",
+                    &[a, b, c, d, u, ("kind", kind), ("type", kind)],
+                    1.0,
                 );
             }
         }
@@ -186,7 +202,15 @@ fn spaces(m: &mut Metrics, facts: &super::FsFacts, fs: &FsLabels<'_>) {
     for s in &facts.spaces {
         let t = s.bg_type.json_name();
         let p = s.profile.name();
-        let labels = [fs[0], fs[1], ("type", t), ("profile", p)];
+        // node_exporter names these `block_group_type` and `mode`: both.
+        let labels = [
+            fs[0],
+            fs[1],
+            ("type", t),
+            ("profile", p),
+            ("block_group_type", t),
+            ("mode", p),
+        ];
         m.add(
             "btrfs_lab_space_allocated_bytes",
             "gauge",

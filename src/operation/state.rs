@@ -77,6 +77,11 @@ pub struct FsState {
     pub device_errors: Vec<DeviceErrors>,
 }
 
+/// An error counter at this value is invalid, not a count: UINT64_MAX, as
+/// one operator's exporter showed for a corruption counter. Reports name
+/// it as invalid and leave it out of every sum and rate.
+pub const INVALID_COUNT: u64 = u64::MAX;
+
 /// The error counters of one device (what `btrfs device stats` shows).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DeviceErrors {
@@ -84,6 +89,9 @@ pub struct DeviceErrors {
     pub devid: u64,
     /// Path (empty if missing).
     pub path: String,
+    /// The device's UUID (DEV_INFO; node_exporter's `btrfs_dev_uuid`).
+    #[serde(default)]
+    pub dev_uuid: String,
     /// Read I/O errors.
     pub read: u64,
     /// Write I/O errors.
@@ -100,7 +108,10 @@ impl DeviceErrors {
     /// Errors that make reading every chunk (what a balance does) fail:
     /// read and corruption errors.
     pub(crate) fn unreadable(&self) -> u64 {
-        self.read + self.corruption
+        [self.read, self.corruption]
+            .into_iter()
+            .filter(|n| *n != INVALID_COUNT)
+            .fold(0, u64::saturating_add)
     }
 }
 
@@ -216,6 +227,7 @@ pub(crate) fn read_state_at(root: &SysRoot, h: &FsHandle, mount_point: &Path) ->
                 h.device_stats(d.devid).ok().map(|s| DeviceErrors {
                     devid: d.devid,
                     path: d.path.clone(),
+                    dev_uuid: d.uuid.as_hyphenated().to_string(),
                     read: s.read_errs,
                     write: s.write_errs,
                     flush: s.flush_errs,

@@ -61,13 +61,18 @@ pub struct ErrorCounters {
 }
 
 impl ErrorCounters {
-    /// Sum of all counters.
+    /// Sum of all counters, saturating: a counter at UINT64_MAX (invalid,
+    /// doctor's `device-stats-invalid`) keeps it there instead of wrapping.
     pub fn total(&self) -> u64 {
-        self.write_io_errs
-            + self.read_io_errs
-            + self.flush_io_errs
-            + self.corruption_errs
-            + self.generation_errs
+        [
+            self.write_io_errs,
+            self.read_io_errs,
+            self.flush_io_errs,
+            self.corruption_errs,
+            self.generation_errs,
+        ]
+        .into_iter()
+        .fold(0, u64::saturating_add)
     }
 }
 

@@ -170,6 +170,7 @@ mod tests {
         f.device_errors.push(DeviceErrors {
             devid: 2,
             path: "/dev/test-none-2".into(),
+            dev_uuid: String::new(),
             read: 5,
             write: 0,
             flush: 0,

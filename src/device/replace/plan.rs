@@ -212,7 +212,7 @@ fn read_from_others(
 ) -> bool {
     let unreadable = old_dev
         .and_then(|o| o.errors.as_ref())
-        .map_or(0, |e| e.read + e.corruption);
+        .map_or(0, |e| e.unreadable());
     let all_copied = on_old.iter().all(|o| o.other_copy);
     let read_from_others = match read_from {
         ReadFrom::Others => true,

@@ -42,10 +42,32 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
     // Device error counters.
     for d in &f.devices {
         let Some(e) = d.errors else { continue };
+        let invalid = e.invalid_kinds();
+        if !invalid.is_empty() {
+            out.push(
+                Finding::new(
+                    Code::DeviceStatsInvalid,
+                    format!(
+                        "device {} ({}): its {} counter{} 18446744073709551615, not a count",
+                        d.devid,
+                        d.path,
+                        invalid.join(" and "),
+                        if invalid.len() == 1 { " reads" } else { "s read" }
+                    ),
+                    "UINT64_MAX is no number of errors a device reaches: the counter item on disk is damaged or was written wrongly; it is left out of the error counts and the metrics; scrub to learn whether there are real errors, then reset the counters",
+                )
+                .with_evidence("invalid counters", invalid.join(", "))
+                .with_command(format!(
+                    "{}  (then {})",
+                    cmd(&["btrfs-lab", "scrub"], &cx.m),
+                    cmd(&["btrfs", "device", "stats", "-z"], m)
+                )),
+            );
+        }
         if e.total() == 0 {
             continue;
         }
-        let damaging = e.read + e.write + e.corruption + e.generation;
+        let damaging = e.sum_of(&["read", "write", "corruption", "generation"]);
         let unrepairable = damaging > 0 && !cx.without_redundancy.is_empty();
         let repaired = repaired_by_scrub(f, d.devid, now);
         let mut fi = if repaired.is_some() {
@@ -97,7 +119,7 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
                 smartctl(d)
             ))
         };
-        for (kind, n) in e.kinds() {
+        for (kind, n) in e.valid_kinds() {
             if n > 0 {
                 fi = fi.with_evidence(&format!("{kind} errors"), n.to_string());
             }

@@ -15,6 +15,7 @@ fn dev(devid: u64, size: u64, allocated: u64) -> DeviceFacts {
         size_bytes: size,
         allocated_bytes: allocated,
         errors: Some(ErrorCounts::default()),
+        dev_uuid: None,
         drives: Vec::new(),
         discard_max_bytes: None,
         scrub_speed_max: Some(0),
@@ -918,5 +919,65 @@ fn data_in_narrow_chunks_names_its_bytes_width_ceiling_and_the_balance() {
         analyse(&f, NOW)
             .iter()
             .all(|x| x.code != "data-narrow-chunks")
+    );
+}
+
+/// A counter at UINT64_MAX (one operator's exporter showed a corruption
+/// counter of 18446744073709551615) is invalid: named as such, left out of
+/// the error counts and of the metrics, never added into an overflow.
+#[test]
+fn a_counter_at_uint64_max_is_invalid_not_errors() {
+    let mut f = healthy();
+    f.devices[1].errors = Some(ErrorCounts {
+        corruption: u64::MAX,
+        ..ErrorCounts::default()
+    });
+    f.devices[1].dev_uuid = Some("d2".into());
+    let v = analyse(&f, NOW);
+    let c = codes(&v);
+    assert!(
+        c.contains(&("device-stats-invalid", Severity::Warning)),
+        "{c:?}"
+    );
+    assert!(c.iter().all(|x| !x.0.starts_with("device-errors")), "{c:?}");
+    let inv = v.iter().find(|x| x.code == "device-stats-invalid").unwrap();
+    assert!(
+        inv.title.contains("corruption counter reads"),
+        "{}",
+        inv.title
+    );
+    // With real errors beside it: those are counted, the invalid one not.
+    f.devices[1].errors = Some(ErrorCounts {
+        read: 2,
+        generation: u64::MAX,
+        corruption: u64::MAX,
+        ..ErrorCounts::default()
+    });
+    let v = analyse(&f, NOW);
+    let e = v
+        .iter()
+        .find(|x| x.code == "device-errors-no-redundancy" || x.code == "device-errors")
+        .unwrap();
+    let ev: Vec<&str> = e.evidence.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(ev, ["read errors"], "{:?}", e.evidence);
+    // The metrics: node_exporter's label names beside ours, the invalid
+    // counter as its own series.
+    let d = crate::doctor::diagnose(f, NOW);
+    let text = crate::doctor::prometheus::render(&crate::doctor::report(vec![d], Vec::new(), NOW));
+    assert!(
+        text.contains("btrfs_lab_device_errors_total{mountpoint=\"/mnt\",uuid=\"u\",devid=\"2\",device=\"/dev/loop2\",btrfs_dev_uuid=\"d2\",kind=\"read\",type=\"read\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("kind=\"corruption\",type=\"corruption\"} 18"),
+        "{text}"
+    );
+    assert!(
+        text.contains("btrfs_lab_device_errors_invalid{mountpoint=\"/mnt\",uuid=\"u\",devid=\"2\",device=\"/dev/loop2\",btrfs_dev_uuid=\"d2\",kind=\"generation\",type=\"generation\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("btrfs_lab_space_used_bytes{mountpoint=\"/mnt\",uuid=\"u\",type=\"data\",profile=\"raid0\",block_group_type=\"data\",mode=\"raid0\"}"),
+        "{text}"
     );
 }

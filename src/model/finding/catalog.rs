@@ -127,6 +127,8 @@ catalog! {
         "a device has read/write/corruption errors and some chunks have no second copy";
     DeviceErrors = "device-errors", Warning, Fixed, ["doctor"],
         "a device's error counters are not zero (scrub repairs from the good copy)";
+    DeviceStatsInvalid = "device-stats-invalid", Warning, Fixed, ["doctor"],
+        "a device error counter reads 18446744073709551615 (UINT64_MAX): an invalid value, not a count of errors (reset it after a scrub)";
     DeviceErrorsRepaired = "device-errors-repaired", Warning, Fixed, ["doctor"],
         "a device's error counters are not zero and a finished scrub since left nothing unrepaired: reset the counters (btrfs device stats -z) so that new errors stand out";
     MetadataChunkNoRoom = "metadata-chunk-no-room", Warning,

@@ -14,13 +14,15 @@ use super::output::{Output, Paint};
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Reads (nothing is written): QEMU command lines (-drive cache=/aio=, -blockdev cache.direct),
-/etc/libvirt/qemu/*.xml (<driver cache= io=>), MariaDB/MySQL option files (/etc/mysql/my.cnf,
-/etc/my.cnf and their includes; mysqld/mariadbd options), PostgreSQL (/etc/postgresql/*/*/postgresql.conf,
-postgresql.auto.conf, a running postgres -D), /sys/block/loop*/loop (dio, backing_file) and, as
-root, every process's descriptors open O_DIRECT (fdinfo flags). Each file's verdict is what
-probe-dio expects of this kernel, profile and NOCOW flag, not a measurement: each file says the
-probe-dio command that measures it."
+    after_help = "Reads (nothing is written): QEMU command lines (-drive cache=, aio=,
+-blockdev cache.direct), /etc/libvirt/qemu/*.xml (<driver cache= io=>),
+MariaDB/MySQL option files (/etc/mysql/my.cnf, /etc/my.cnf, their includes;
+mysqld/mariadbd options), PostgreSQL (/etc/postgresql/*/*/postgresql.conf,
+postgresql.auto.conf, a running postgres -D), /sys/block/loop*/loop (dio,
+backing_file) and, as root, every process's descriptors open O_DIRECT (fdinfo
+flags). Each file's verdict is what probe-dio expects of this kernel, profile
+and NOCOW flag, not a measurement: each file names the probe-dio command that
+measures it."
 )]
 pub struct AppsArgs {
     /// Only applications with files on this mounted btrfs [default: all].

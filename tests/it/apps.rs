@@ -48,13 +48,11 @@ fn expected(nocow: bool) -> Option<Verdict> {
 /// Waits until `pid` has `file` open (its fd links name it).
 fn wait_open(pid: u32, file: &Path) -> bool {
     for _ in 0..500 {
-        if let Ok(rd) = fs::read_dir(format!("/proc/{pid}/fd")) {
-            if rd
-                .flatten()
+        if fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|rd| {
+            rd.flatten()
                 .any(|e| fs::read_link(e.path()).is_ok_and(|l| l == file))
-            {
-                return true;
-            }
+        }) {
+            return true;
         }
         thread::sleep(Duration::from_millis(10));
     }

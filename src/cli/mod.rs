@@ -112,7 +112,7 @@ enum Command {
     /// NOCOW directories for VMs and databases: set up, audit, migrate.
     #[command(after_long_help = nocow::AFTER_HELP)]
     Nocow(nocow::NocowArgs),
-    /// VMs, databases, loop devices using O_DIRECT on btrfs: what it does.
+    /// O_DIRECT users (VMs, databases): what btrfs does with them.
     Apps(apps::AppsArgs),
     /// Which way of reading a big file is fastest here (cold cache).
     #[command(after_long_help = read_test::AFTER_HELP)]

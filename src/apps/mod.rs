@@ -413,6 +413,24 @@ fn change(f: &Found, files: &[AppFile], verdict: Option<Verdict>) -> (String, St
             "none: it does not use O_DIRECT".to_owned(),
             "none".to_owned(),
         ),
+        Some(Verdict::Inconclusive) | None
+            if !files.is_empty() && files.iter().all(|x| x.path.starts_with("/dev/")) =>
+        {
+            (
+                "none from btrfs: a block device, not a file on btrfs".to_owned(),
+                "none".to_owned(),
+            )
+        }
+        Some(Verdict::Inconclusive) | None
+            if files.is_empty() || files.iter().any(|x| x.place.fs_type.is_none()) =>
+        {
+            (
+                "run btrfs-lab apps on the system itself: where its files are was not read (see \
+                 each file's note)"
+                    .to_owned(),
+                "none".to_owned(),
+            )
+        }
         Some(Verdict::Inconclusive) | None => (
             "measure first: the kernel version alone does not tell (see each file's measure)".to_owned(),
             "none".to_owned(),

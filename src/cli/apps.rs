@@ -61,12 +61,18 @@ fn render(r: &AppsReport, paint: Paint) -> String {
     for a in &r.apps {
         render_app(&mut t, a, paint);
     }
-    t.push_str(&format!(
-        "kernel {}: {} application(s), {} expected to fall back to buffered writes (expected, not measured: probe-dio measures)\n",
-        esc(&r.kernel),
-        r.apps.len(),
-        r.falling_back
-    ));
+    t.push_str(&format!("kernel {}\n", esc(&r.kernel)));
+    line(
+        &mut t,
+        "",
+        "  ",
+        &format!(
+            "{} application(s), {} expected to fall back to buffered writes (expected, not \
+             measured: probe-dio measures)",
+            r.apps.len(),
+            r.falling_back
+        ),
+    );
     for n in &r.notes {
         line(&mut t, "note: ", "  ", &esc(n));
     }
@@ -81,7 +87,8 @@ fn render_app(t: &mut String, a: &App, paint: Paint) {
         Some(v) => v.name().to_owned(),
         None => match a.o_direct {
             Some(false) => "no O_DIRECT".to_owned(),
-            _ => "?".to_owned(),
+            Some(true) => "O_DIRECT".to_owned(),
+            None => "O_DIRECT?".to_owned(),
         },
     };
     t.push_str(&format!(

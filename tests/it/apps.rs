@@ -118,20 +118,31 @@ fn qemu_a_direct_writer_and_loop_devices_on_a_sandbox() {
     let qpid = q.0.id();
     assert!(wait_open(qpid, &nocow_img), "qemu did not open its images");
 
-    // A process holding a file O_DIRECT for writing.
+    // Processes writing a file O_DIRECT, over and over, one in the
+    // checksummed directory and one in the NOCOW one: apps' expectation is
+    // checked against what probe-dio --pid measures of them.
+    let writer = |file: &Path| {
+        Killed(
+            Command::new("python3")
+                .arg("-c")
+                .arg(format!(
+                    "import os,mmap\nfd=os.open('{}', os.O_RDWR|os.O_DIRECT)\nb=mmap.mmap(-1, 1<<20)\nwhile True: os.pwritev(fd, [b], 0)",
+                    file.display()
+                ))
+                .spawn()
+                .unwrap(),
+        )
+    };
     let held = image(&vm.join("held.bin"));
-    let py = Killed(
-        Command::new("python3")
-            .arg("-c")
-            .arg(format!(
-                "import os,time\nfd=os.open('{}', os.O_RDWR|os.O_DIRECT)\ntime.sleep(600)",
-                held.display()
-            ))
-            .spawn()
-            .unwrap(),
-    );
+    let held_nocow = image(&nocow.join("held.bin"));
+    let py = writer(&held);
+    let py_nocow = writer(&held_nocow);
     let ppid = py.0.id();
     assert!(wait_open(ppid, &held), "python did not open its file");
+    assert!(
+        wait_open(py_nocow.0.id(), &held_nocow),
+        "python did not open its file"
+    );
 
     // Loop devices, with and without direct I/O, held (autoclear) until the
     // end of the test.
@@ -172,16 +183,36 @@ fn qemu_a_direct_writer_and_loop_devices_on_a_sandbox() {
             assert!(a.tradeoff.contains("no btrfs checksums"), "{}", a.tradeoff);
         }
     }
-    // The process: kind process, its file checksummed.
-    let p = r
-        .apps
-        .iter()
-        .find(|a| a.pid == Some(ppid))
-        .unwrap_or_else(|| panic!("python not found: {r:#?}"));
-    assert_eq!(p.kind, AppKind::Process);
-    assert_eq!(p.files[0].path, held);
-    assert_eq!(p.files[0].place.nocow, Some(false));
-    assert_eq!(p.files[0].expected, expected(false));
+    // The writers: kind process, the expectation per file is what
+    // probe-dio --pid measures.
+    for (child, file, is_nocow) in [(&py, &held, false), (&py_nocow, &held_nocow, true)] {
+        let pid = child.0.id();
+        let p = r
+            .apps
+            .iter()
+            .find(|a| a.pid == Some(pid))
+            .unwrap_or_else(|| panic!("python {pid} not found: {r:#?}"));
+        assert_eq!(p.kind, AppKind::Process);
+        assert_eq!(p.files[0].path, *file);
+        assert_eq!(p.files[0].place.nocow, Some(is_nocow));
+        assert_eq!(p.files[0].expected, expected(is_nocow));
+        let (_, stdout, stderr) = run(env
+            .cmd()
+            .args(["probe-dio", "--json", "--seconds", "2", "--pid"])
+            .arg(pid.to_string()));
+        let m: serde_json::Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("{stderr}"));
+        let measured = m["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == file.to_str().unwrap())
+            .unwrap_or_else(|| panic!("{m:#}"))["verdict"]
+            .clone();
+        if let Some(v) = p.files[0].expected {
+            assert_eq!(measured, v.name(), "expected {v:?}, measured {m:#}");
+        }
+    }
     // Loop devices: O_DIRECT as sysfs says (the driver may keep buffered
     // I/O when it cannot do direct I/O).
     for (att, img, asked) in &loops {
@@ -221,6 +252,7 @@ fn qemu_a_direct_writer_and_loop_devices_on_a_sandbox() {
     assert!(text.contains("btrfs-lab probe-dio"), "{text}");
     drop(loops);
     drop(py);
+    drop(py_nocow);
     drop(q);
 }
 

@@ -411,7 +411,11 @@ fn change(f: &Found, files: &[AppFile], verdict: Option<Verdict>) -> (String, St
         ),
         Some(Verdict::Inconclusive) | None if f.o_direct == Some(false) => (
             "none: it does not use O_DIRECT".to_owned(),
-            "none".to_owned(),
+            if files.iter().any(|x| x.place.nocow == Some(true)) {
+                format!("NOCOW: no btrfs checksums on these files ({own})")
+            } else {
+                "none".to_owned()
+            },
         ),
         Some(Verdict::Inconclusive) | None
             if !files.is_empty() && files.iter().all(|x| x.path.starts_with("/dev/")) =>

@@ -277,3 +277,127 @@ fn the_fixture_tree_through_sysroot() {
         "files of an offline tree are not looked at"
     );
 }
+
+/// A postmaster stopped with SIGINT (fast shutdown) and waited for: its
+/// children are gone before the sandbox is unmounted.
+struct Postmaster(Child);
+
+impl Drop for Postmaster {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let _ = self.0.wait();
+    }
+}
+
+/// The PostgreSQL binaries of this machine (Debian's layout, or PATH).
+fn pg_bin(name: &str) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path().join("bin").join(name))
+                .filter(|p| p.exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.pop().or_else(|| which::which(name).ok())
+}
+
+/// A running PostgreSQL whose data directory is NOCOW on a sandbox: apps
+/// finds the postmaster, its -D, its postgresql.conf and says it writes
+/// through the page cache (debug_io_direct unset). Runs where PostgreSQL is
+/// installed (it is not in scripts/install-deps.sh: installing Debian's
+/// server package starts a cluster of its own).
+#[test]
+#[cfg_attr(root_tests_ignored, ignore = "needs root (scripts/test.sh)")]
+fn a_running_postgresql_on_a_nocow_data_directory() {
+    if !require_root("apps with PostgreSQL") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let (Some(initdb), Some(postgres), Ok(Some(user))) = (
+        pg_bin("initdb"),
+        pg_bin("postgres"),
+        nix::unistd::User::from_name("postgres"),
+    ) else {
+        eprintln!("apps: PostgreSQL is not installed: skipped");
+        return;
+    };
+    let env = TestEnv::new();
+    let sbx = env.sandbox(SandboxRequest::default());
+    let mnt = sbx.mount_point().to_path_buf();
+    // The postgres user walks to its data directory.
+    let mut d = mnt.clone();
+    while d.starts_with(env.path()) {
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        if !d.pop() {
+            break;
+        }
+    }
+    let pg = mnt.join("pg");
+    fs::create_dir(&pg).unwrap();
+    btrfs_lab::sys::fs::filesystem::set_nocow_dir(&pg, false).unwrap();
+    let data = pg.join("data");
+    fs::create_dir(&data).unwrap();
+    nix::unistd::chown(&pg, Some(user.uid), Some(user.gid)).unwrap();
+    nix::unistd::chown(&data, Some(user.uid), Some(user.gid)).unwrap();
+    let as_postgres = |exe: &Path| {
+        let mut c = Command::new(exe);
+        c.uid(user.uid.as_raw())
+            .gid(user.gid.as_raw())
+            .env("HOME", &pg)
+            .current_dir(&pg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    };
+    let ok = as_postgres(&initdb)
+        .arg("-D")
+        .arg(&data)
+        .args(["-A", "trust"])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "initdb failed");
+    let pm = Postmaster(
+        as_postgres(&postgres)
+            .arg("-D")
+            .arg(&data)
+            .args(["-k", pg.to_str().unwrap(), "-c", "listen_addresses="])
+            .spawn()
+            .unwrap(),
+    );
+    let pid = pm.0.id();
+    // Started once it wrote postmaster.pid (after exec: its command line
+    // is postgres').
+    for _ in 0..1000 {
+        if data.join("postmaster.pid").exists() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        data.join("postmaster.pid").exists(),
+        "postgres did not start"
+    );
+    let r = apps(&env, &[mnt.to_str().unwrap()]);
+    let a = r
+        .apps
+        .iter()
+        .find(|a| a.pid == Some(pid))
+        .unwrap_or_else(|| panic!("postgres {pid} not found: {r:#?}"));
+    assert_eq!(a.kind, AppKind::Postgresql);
+    assert_eq!(a.o_direct, Some(false));
+    assert!(
+        a.setting.contains("debug_io_direct not set"),
+        "{}",
+        a.setting
+    );
+    assert_eq!(a.source, data.join("postgresql.conf").display().to_string());
+    assert_eq!(a.files[0].path, data);
+    assert_eq!(a.files[0].place.nocow, Some(true));
+    assert!(a.tradeoff.contains("no btrfs checksums"), "{}", a.tradeoff);
+    drop(pm);
+}

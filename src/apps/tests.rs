@@ -243,3 +243,74 @@ fn libvirt_file_disks_and_the_qemu_command_line_libvirt_makes() {
     // writeback, unsafe, none, writethrough, directsync.
     assert_eq!(direct, [false, false, true, false, true]);
 }
+
+/// Processes and loop devices of a generated /proc and /sys tree (the QEMU
+/// command line is libvirt's real one, from the fixtures).
+#[test]
+fn processes_and_loop_devices_of_a_tree() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let proc = |pid: u32, comm: &str, argv: &[String]| {
+        let d = root.join(format!("proc/{pid}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+        let mut raw = argv.join("\0");
+        raw.push('\0');
+        std::fs::write(d.join("cmdline"), raw).unwrap();
+    };
+    let args =
+        std::fs::read_to_string(fixtures().join("qemu/disk-cache.x86_64-latest.args")).unwrap();
+    let argv: Vec<String> = shlex::split(&args.replace("\\\n", " "))
+        .unwrap()
+        .into_iter()
+        .skip_while(|w| w.contains('='))
+        .collect();
+    proc(100, "qemu-system-x86", &argv);
+    let words = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
+    proc(
+        200,
+        "mariadbd",
+        &words("/usr/sbin/mariadbd --datadir=/srv/db --innodb-flush-method=fsync"),
+    );
+    proc(
+        300,
+        "postgres",
+        &words(
+            "/usr/lib/postgresql/17/bin/postgres -D /srv/pg -c config_file=/etc/pg/postgresql.conf",
+        ),
+    );
+    proc(301, "postgres", &words("postgres: 17/main: checkpointer"));
+    let pg = root.join("etc/pg");
+    std::fs::create_dir_all(&pg).unwrap();
+    std::fs::write(pg.join("postgresql.conf"), "debug_io_direct = 'data'\n").unwrap();
+    let lo = root.join("sys/block/loop3/loop");
+    std::fs::create_dir_all(&lo).unwrap();
+    std::fs::write(lo.join("backing_file"), "/srv/img/disk.img (deleted)\n").unwrap();
+    std::fs::write(lo.join("dio"), "1\n").unwrap();
+    std::fs::create_dir_all(root.join("sys/block/loop4")).unwrap();
+    let r = analyse(&gather::gather(&SysRoot::new(root)));
+    let of = |k: AppKind| r.apps.iter().filter(move |a| a.kind == k);
+    let q: Vec<&App> = of(AppKind::Qemu).collect();
+    assert_eq!(q.len(), 5, "{r:#?}");
+    assert!(q.iter().all(|a| a.pid == Some(100)));
+    assert_eq!(q.iter().filter(|a| a.o_direct == Some(true)).count(), 2);
+    let m: Vec<&App> = of(AppKind::Mysql).collect();
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].o_direct, Some(false));
+    assert!(
+        m[0].setting
+            .starts_with("innodb_flush_method=fsync (/proc/200/cmdline)"),
+        "{}",
+        m[0].setting
+    );
+    assert_eq!(m[0].files[0].path, Path::new("/srv/db"));
+    let p: Vec<&App> = of(AppKind::Postgresql).collect();
+    assert_eq!(p.len(), 1, "the checkpointer is not a postmaster");
+    assert_eq!(p[0].o_direct, Some(true));
+    assert_eq!(p[0].files[0].path, Path::new("/srv/pg"));
+    let l: Vec<&App> = of(AppKind::Loop).collect();
+    assert_eq!(l.len(), 1, "loop4 is not attached");
+    assert_eq!(l[0].name, "/dev/loop3");
+    assert_eq!(l[0].o_direct, Some(true));
+    assert_eq!(l[0].files[0].path, Path::new("/srv/img/disk.img (deleted)"));
+}

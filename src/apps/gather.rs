@@ -327,7 +327,7 @@ fn mysql(root: &SysRoot, tree: &RootTree<'_>, procs: &[Proc], found: &mut Vec<Fo
                 Some(true),
             ),
             (_, None) => (
-                "innodb_flush_method not set: fsync in MySQL 8.0 and before (MySQL's manual), O_DIRECT in MariaDB from 10.6 and (as its release notes say) MySQL from 8.4; the version is not read here".to_owned(),
+                "innodb_flush_method not set: fsync in MySQL 8.0 and before, O_DIRECT in MySQL from 8.4 LTS (its new InnoDB defaults) and MariaDB from 10.6; the version is not read here".to_owned(),
                 None,
             ),
         };

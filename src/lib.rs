@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod apps;
 pub mod balance;
 pub mod bench;
 pub mod convert;

@@ -58,6 +58,7 @@ documents! {
     "doctor", false, crate::doctor::DoctorReport, "doctor --json";
     "links", false, crate::links::LinksReport, "links --json";
     "probe-dio", false, crate::probe::report::ProbeReport, "probe-dio --json";
+    "apps", false, crate::apps::AppsReport, "apps --json";
     "probe-dio-pid", false, crate::probe::pid::PidReport, "probe-dio --pid PID --json";
     "read-test", false, crate::readtest::ReadTestReport, "read-test --json";
     "read-test-pid", false, crate::readtest::watch::report::WatchReport, "read-test --pid PID --json";

@@ -73,6 +73,7 @@ const DECLARED: &[&[Declared]] = &[
     super::scrub::PAGES,
     super::links::PAGES,
     super::nocow::PAGES,
+    super::apps::PAGES,
     super::read_test::PAGES,
     super::bench::PAGES,
     super::rescue::PAGES,

@@ -2,6 +2,7 @@
 //! subcommand has its own file with its arguments and a thin `run` that
 //! calls the library.
 
+mod apps;
 mod balance;
 mod bench;
 mod capacity;
@@ -111,6 +112,8 @@ enum Command {
     /// NOCOW directories for VMs and databases: set up, audit, migrate.
     #[command(after_long_help = nocow::AFTER_HELP)]
     Nocow(nocow::NocowArgs),
+    /// O_DIRECT users (VMs, databases): what btrfs does with them.
+    Apps(apps::AppsArgs),
     /// Which way of reading a big file is fastest here (cold cache).
     #[command(after_long_help = read_test::AFTER_HELP)]
     ReadTest(read_test::ReadTestArgs),
@@ -222,6 +225,7 @@ fn dispatch(
         Command::Scrub(args) => scrub::run(args, out, places.0.clone()),
         Command::Links(args) => links::run(args, out),
         Command::Nocow(args) => nocow::run(args, out),
+        Command::Apps(args) => apps::run(args, out),
         Command::ReadTest(args) => read_test::run(args, out),
         Command::Bench(args) => bench::run(args, out, places),
         Command::Doctor(args) => doctor::run(args, out, places.0.clone()),

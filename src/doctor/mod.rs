@@ -503,6 +503,8 @@ pub(crate) fn examine(
         })
         .collect();
     let now = now_unix();
+    // The O_DIRECT users (apps), read once for every filesystem.
+    let apps = crate::apps::analyse(&crate::apps::gather::gather(root));
     let mut out = Vec::new();
     for t in &targets {
         let deep = deep.map(|_| {
@@ -513,7 +515,10 @@ pub(crate) fn examine(
                 .collect::<Vec<_>>()
         });
         match examine_one(root, scrub_store, t, deep.as_deref(), now, fstab) {
-            Ok(d) => out.push(d),
+            Ok(mut d) => {
+                add_findings(&mut d, crate::apps::findings(&apps, &t.fsid));
+                out.push(d);
+            }
             Err(e) if e.kind() == crate::error::ErrorKind::Interrupted => return Err(e),
             Err(e) => not_examined.push(NotExamined::new(&t.mount.mount_point, &e)),
         }

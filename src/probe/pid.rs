@@ -350,6 +350,32 @@ fn describe(root: &SysRoot, pid: u32, group: &[OpenFile], mounts: &[MountEntry])
     }
 }
 
+/// The files `pid` has open for writing, described as `--pid` describes
+/// them (nothing watched), each with its btrfs UUID (`apps`: which
+/// filesystem its O_DIRECT writes go to).
+pub(crate) fn open_for_writing(root: &SysRoot, pid: u32) -> Result<Vec<(PidFile, Option<String>)>> {
+    let open = fdinfo::open_files(root, pid)?;
+    let mut groups: BTreeMap<(u64, u64), Vec<OpenFile>> = BTreeMap::new();
+    for f in open.into_iter().filter(|f| f.info.writable()) {
+        groups.entry((f.dev, f.ino)).or_default().push(f);
+    }
+    let mounts = mountinfo::mount_table_of(root, mountinfo::Of::Pid(pid)).unwrap_or_default();
+    Ok(groups
+        .values()
+        .map(|g| {
+            let w = describe(root, pid, g, &mounts);
+            let fsid = w
+                .handle
+                .as_ref()
+                .filter(|_| w.file.fs_type == "btrfs")
+                .and_then(|h| {
+                    btrfs::fsid(&PathBuf::from(format!("/proc/self/fd/{}", h.as_raw_fd()))).ok()
+                });
+            (w.file, fsid)
+        })
+        .collect())
+}
+
 /// Room for the tracepoint filter (the kernel's limit is a page; tracefs
 /// refuses longer filters, `sys::proc::tracefs::filter_for`).
 const FILTER_BUDGET: usize = 3400;

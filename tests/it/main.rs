@@ -2,6 +2,7 @@
 //! harness. Tests that need root skip loudly without it, and fail in CI.
 
 mod admin;
+mod apps;
 mod balance;
 mod bench;
 mod bench_history;

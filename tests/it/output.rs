@@ -140,6 +140,7 @@ fn failed_json_runs_print_nothing_on_stdout() {
         vec!["links".into(), missing.clone()],
         vec!["nocow".into(), "/dev/null".into()],
         vec!["nocow".into(), "--check".into(), missing.clone()],
+        vec!["apps".into(), missing.clone()],
         vec!["bench".into(), missing.clone()],
         vec!["read-test".into(), missing.clone()],
         vec!["rescue".into(), missing.clone()],

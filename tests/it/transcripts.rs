@@ -655,6 +655,7 @@ macro_rules! transcript_tests {
 }
 
 transcript_tests! {
+    user apps => "apps.md",
     root balance => "balance.md",
     root bench => "bench.md",
     root capacity => "capacity.md",

@@ -216,6 +216,8 @@ catalog! {
         "NOCOW or database paths carry the compression attribute";
     DeepNocowFailed = "deep-nocow-failed", Info, Fixed, ["doctor --deep"],
         "the NOCOW audit could not run";
+    AppDioFallback = "app-dio-fallback", Warning, Fixed, ["doctor"],
+        "an application (QEMU, libvirt, MariaDB/MySQL, PostgreSQL, a loop device, a process) opens files on btrfs with O_DIRECT that this kernel is expected to write buffered (checksummed files, or a data profile with copies)";
     // PCIe links (`links --json` spells them by kind, the short name).
     LinkDegraded = "link-degraded" as "degraded", Warning, Fixed, ["links", "doctor --deep"],
         "a PCIe link trained below what both of its ends support";

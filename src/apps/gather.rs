@@ -28,8 +28,17 @@ impl RootTree<'_> {
 }
 
 impl Tree for RootTree<'_> {
+    /// On the running system a configuration file may lie in a tree another
+    /// user owns (a PostgreSQL data directory, an `!includedir`): it is read
+    /// as a file a user placed (links followed only when root owns them);
+    /// in a captured tree, inside the prefix.
     fn read(&self, path: &Path) -> Option<String> {
-        self.0.read_text(&self.at(path), CAP).ok()
+        let bytes = if self.0.prefix() == Path::new("/") {
+            crate::sys::fs::input::read_user_file(path, CAP as u64).ok()?
+        } else {
+            self.0.read_bytes(&self.at(path), CAP).ok()?
+        };
+        Some(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     fn list(&self, dir: &Path) -> Vec<PathBuf> {

@@ -18,6 +18,7 @@ use crate::model::finding::{Code, Finding};
 use crate::model::profile::Profile;
 use crate::probe::verdict::Verdict;
 use crate::report::text::display_argv;
+use crate::sys::fs::root::SysRoot;
 
 /// What kind of O_DIRECT user.
 #[derive(
@@ -234,6 +235,30 @@ fn dir_of(p: &std::path::Path, is_dir: bool) -> PathBuf {
         p.parent()
             .map_or_else(|| p.to_path_buf(), |d| d.to_path_buf())
     }
+}
+
+/// `btrfs-lab apps [MOUNT]`: gathers and analyses, the applications on
+/// `mount`'s filesystem only when one is given. A `--sysroot` that is not a
+/// directory is refused (nothing would be found in it).
+pub fn run(root: &SysRoot, mount: Option<&std::path::Path>) -> crate::error::Result<AppsReport> {
+    if !root.is_host() && !root.prefix().is_dir() {
+        return Err(crate::error::Error::new(
+            crate::error::ErrorKind::NotFound,
+            format!("sysroot {} is not a directory", root.prefix().display()),
+        )
+        .with_hint(
+            "give --sysroot a directory laid out like / (etc/, and proc/ and sys/ if captured)",
+        ));
+    }
+    let fsid = match mount {
+        Some(m) => Some(crate::sys::fs::target::resolve(root, m)?.fsid),
+        None => None,
+    };
+    let mut report = analyse(&gather::gather(root));
+    if let Some(fsid) = &fsid {
+        only_on(&mut report, fsid);
+    }
+    Ok(report)
 }
 
 /// The report from the facts: pure code.

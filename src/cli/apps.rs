@@ -34,14 +34,7 @@ pub struct AppsArgs {
 
 pub fn run(args: AppsArgs, out: &Output) -> Result<u8> {
     let root = SysRoot::from_option(args.sysroot.as_deref(), out);
-    let fsid = match &args.mount {
-        Some(m) => Some(btrfs_lab::sys::fs::target::resolve(&root, m)?.fsid),
-        None => None,
-    };
-    let mut report = apps::analyse(&apps::gather::gather(&root));
-    if let Some(fsid) = &fsid {
-        apps::only_on(&mut report, fsid);
-    }
+    let report = apps::run(&root, args.mount.as_deref())?;
     out.report(&report, |r| render(r, out.paint));
     Ok(btrfs_lab::model::exit::OK.code)
 }

@@ -706,6 +706,8 @@ fn stand_ins_named_like_real_loaders_are_recognised_and_advised() {
         .args(["-shared", "-fPIC", "-x", "c", "/dev/null", "-o"])
         .arg(&lib));
     assert_eq!(code, 0, "cc -shared: {err}");
+    // Its progress goes to a log opened write-only (`2> kvikio-stderr.log`).
+    let progress = env.path().join("kvikio-stderr.log");
     let (l, pid) = Loader::stand_in(
         &exe,
         ("direct", &file, 1, "cold"),
@@ -715,7 +717,7 @@ fn stand_ins_named_like_real_loaders_are_recognised_and_advised() {
             env: &[("KVIKIO_NTHREADS", "1")],
             lib: Some(&lib),
             title: None,
-            stderr: None,
+            stderr: Some(fs::File::create(&progress).unwrap()),
         },
     );
     let r = watch(&env, pid, &[]);
@@ -748,6 +750,12 @@ fn stand_ins_named_like_real_loaders_are_recognised_and_advised() {
         o.storage_bytes > 0 && o.page_cache_bytes < o.loader_bytes / 5,
         "{o:?}"
     );
+    let c = r
+        .claimed
+        .as_ref()
+        .unwrap_or_else(|| panic!("no figure read: {r:#?}"));
+    assert!(c.source.contains("kvikio-stderr.log (fd 2)"), "{c:?}");
+    assert!(c.page_cache_percent.unwrap() < 20.0, "O_DIRECT: {c:?}");
 
     // vLLM's EngineCore worker, titled by setproctitle; `vllm serve ...
     // --load-format runai_streamer` is its parent's command line (vLLM

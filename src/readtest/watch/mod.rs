@@ -367,9 +367,9 @@ fn device_loads(first: &Sample, last: &Sample, devs: &[BlockDevice]) -> Vec<Devi
 const LOG_TAIL: u64 = 64 << 10;
 
 /// The loader's own figure: `--claimed`, or the last rate it printed to
-/// its standard output or error when that is a regular file it opened for
-/// reading too (read through a held duplicate of its descriptor, never
-/// reopened by name: a log opened write-only is named in a note instead).
+/// its standard output or error when that is a regular file (its tail:
+/// through a held duplicate of a readable descriptor, or the file a
+/// write-only one names, checked to be that file).
 fn claimed_rate(
     root: &SysRoot,
     opts: &WatchOptions,
@@ -386,24 +386,38 @@ fn claimed_rate(
     let (open, _) = fdinfo::open_files_and_skipped(root, opts.pid).ok()?;
     for f in open.iter().filter(|f| f.fd == 1 || f.fd == 2) {
         let shown = crate::report::text::escape_path(&f.path);
-        if !f.info.readable() {
-            notes.push(format!(
-                "its output goes to {shown} (fd {}), opened write-only: btrfs-lab does not reopen another process's files; give the rate it prints with --claimed",
-                f.fd
-            ));
-            continue;
-        }
-        let Ok(file) = fdinfo::reopen(opts.pid, f.fd, f.dev, f.ino) else {
+        // Readable: through a held duplicate of its descriptor. Write-only
+        // (`> loader.log`): the file its descriptor names, opened as a file
+        // a user placed, and only if it is that very file (device, inode);
+        // never reopened through /proc.
+        let tail = if f.info.readable() {
+            fdinfo::reopen(opts.pid, f.fd, f.dev, f.ino)
+                .ok()
+                .and_then(|file| {
+                    use std::os::unix::fs::FileExt;
+                    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+                    let start = len.saturating_sub(LOG_TAIL);
+                    let mut buf = vec![0u8; (len - start) as usize];
+                    let n = file.read_at(&mut buf, start).ok()?;
+                    buf.truncate(n);
+                    Some(buf)
+                })
+        } else {
+            match crate::sys::fs::input::read_user_tail(&f.path, LOG_TAIL, Some((f.dev, f.ino))) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    notes.push(format!(
+                        "its output goes to {shown} (fd {}), not read ({}): give the rate it prints with --claimed",
+                        f.fd,
+                        e.message()
+                    ));
+                    None
+                }
+            }
+        };
+        let Some(buf) = tail else {
             continue;
         };
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let start = len.saturating_sub(LOG_TAIL);
-        let mut buf = vec![0u8; (len - start) as usize];
-        use std::os::unix::fs::FileExt;
-        let Ok(n) = file.read_at(&mut buf, start) else {
-            continue;
-        };
-        buf.truncate(n);
         if let Some((rate, line)) = analysis::last_printed_rate(&String::from_utf8_lossy(&buf)) {
             return Some(make(
                 rate,

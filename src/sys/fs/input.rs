@@ -39,12 +39,64 @@ fn err(e: RErrno, doing: &str, path: &Path) -> Error {
 /// bytes (a larger file is an error). A missing file is a
 /// [`ErrorKind::NotFound`] error.
 pub fn read_user_file(path: &Path, cap: u64) -> Result<Vec<u8>> {
+    let (fd, size) = open_user_file(path)?;
+    let too_big = || {
+        Error::new(
+            ErrorKind::WrongTarget,
+            format!(
+                "not reading {}: it is larger than {cap} bytes",
+                path.display()
+            ),
+        )
+    };
+    if size > cap {
+        return Err(too_big());
+    }
+    let mut out = Vec::with_capacity(size as usize);
+    File::from(fd)
+        .take(cap + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::from_io(&e, "cannot read", path))?;
+    if out.len() as u64 > cap {
+        return Err(too_big());
+    }
+    Ok(out)
+}
+
+/// The last `tail` bytes of the file `path`, opened as [`read_user_file`]
+/// opens it (a log of any size); with `same_as` (device, inode), only if
+/// the file opened is that one (another process's log named by its
+/// descriptor's link: a file put at that name since is refused).
+pub fn read_user_tail(path: &Path, tail: u64, same_as: Option<(u64, u64)>) -> Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let (fd, size) = open_user_file(path)?;
+    if let Some((dev, ino)) = same_as {
+        let st = rfs::fstat(&fd).map_err(|e| err(e, "cannot stat", path))?;
+        if st.st_dev != dev || st.st_ino != ino {
+            return Err(Error::new(
+                ErrorKind::State,
+                format!("{} is not the file it was: not read", path.display()),
+            ));
+        }
+    }
+    let start = size.saturating_sub(tail);
+    let mut out = vec![0u8; (size - start) as usize];
+    let n = File::from(fd)
+        .read_at(&mut out, start)
+        .map_err(|e| Error::from_io(&e, "cannot read", path))?;
+    out.truncate(n);
+    Ok(out)
+}
+
+/// Opens `path` as the module documentation says: the held descriptor of a
+/// regular file and its size.
+fn open_user_file(path: &Path) -> Result<(rustix::fd::OwnedFd, u64)> {
     let mut path = path.to_path_buf();
     for _ in 0..=MAX_LINKS {
         let (dir, name) = split(&path)?;
         let dir = HeldDir::open(&dir)?;
-        match open_file(&dir, &name, &path, cap)? {
-            Opened::Bytes(b) => return Ok(b),
+        match open_file(&dir, &name, &path)? {
+            Opened::File(fd, size) => return Ok((fd, size)),
             Opened::Link(target) => {
                 path = if target.is_absolute() {
                     target
@@ -68,12 +120,13 @@ pub fn read_user_text(path: &Path, cap: u64) -> Result<String> {
 }
 
 enum Opened {
-    Bytes(Vec<u8>),
+    /// A regular file, held, and its size.
+    File(rustix::fd::OwnedFd, u64),
     /// A link we may follow: its target.
     Link(PathBuf),
 }
 
-fn open_file(dir: &HeldDir, name: &OsStr, path: &Path, cap: u64) -> Result<Opened> {
+fn open_file(dir: &HeldDir, name: &OsStr, path: &Path) -> Result<Opened> {
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
     let fd = match open_beneath(dir.fd(), name, flags, Mode::empty()) {
         Ok(fd) => fd,
@@ -116,27 +169,7 @@ fn open_file(dir: &HeldDir, name: &OsStr, path: &Path, cap: u64) -> Result<Opene
             ),
         ));
     }
-    let too_big = || {
-        Error::new(
-            ErrorKind::WrongTarget,
-            format!(
-                "not reading {}: it is larger than {cap} bytes",
-                path.display()
-            ),
-        )
-    };
-    if st.st_size as u64 > cap {
-        return Err(too_big());
-    }
-    let mut out = Vec::with_capacity(st.st_size as usize);
-    File::from(fd)
-        .take(cap + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| Error::from_io(&e, "cannot read", path))?;
-    if out.len() as u64 > cap {
-        return Err(too_big());
-    }
-    Ok(Opened::Bytes(out))
+    Ok(Opened::File(fd, st.st_size as u64))
 }
 
 #[cfg(test)]

@@ -77,6 +77,7 @@ const DECLARED: &[&[Declared]] = &[
     super::bench::PAGES,
     super::rescue::PAGES,
     super::doctor::PAGES,
+    super::explain::PAGES,
     super::completions::PAGES,
 ];
 
@@ -116,6 +117,7 @@ const DOC_ORDER: &[&[&str]] = &[
     &["read-test"],
     &["bench"],
     &["doctor"],
+    &["explain"],
     &["nocow"],
     &["convert"],
     &["balance"],

@@ -336,6 +336,12 @@ impl Facts {
                 for bg in &r.report.block_groups {
                     self.profile(bg.bg_type, bg.profile);
                 }
+                if let Some(u) = &r.report.unallocated
+                    && !u.is_empty()
+                {
+                    let n = u.len() as u64;
+                    self.total_devices = Some(self.total_devices.map_or(n, |t| t.max(n)));
+                }
                 for f in &r.interpretation.findings {
                     self.space.push((f.clone(), span));
                 }
@@ -347,7 +353,9 @@ impl Facts {
                         size(o.device_size),
                         size(o.device_unallocated.max(0) as u64)
                     );
-                    if o.device_missing > 0 {
+                    // Without root, btrfs-progs before 5.15 printed the
+                    // device size as missing (btrfs-progs#395).
+                    if o.device_missing > 0 && o.device_missing < o.device_size {
                         self.missing.push((None, span));
                         summary.push_str(&format!(", {} missing", size(o.device_missing)));
                     }
@@ -386,11 +394,11 @@ impl Facts {
                     }
                 );
                 let format = if s.some_missing {
-                    "btrfs filesystem show (`*** Some devices missing`: btrfs-progs up to 5.x)"
+                    "btrfs filesystem show (`*** Some devices missing`: every version, a filesystem not mounted)"
                 } else if marked.is_empty() {
                     "btrfs filesystem show (every version)"
                 } else {
-                    "btrfs filesystem show (`MISSING` rows: btrfs-progs 4.x on)"
+                    "btrfs filesystem show (`MISSING` rows: btrfs-progs 5.19 on, mounted)"
                 };
                 (format.to_owned(), summary, Detail::FiShow { show: s })
             }
@@ -412,8 +420,8 @@ impl Facts {
                 };
                 let format = match s.form {
                     StatsForm::Text => "btrfs device stats (every version)",
-                    StatsForm::Table => "btrfs device stats -T (btrfs-progs 6.1 on)",
-                    StatsForm::Json => "btrfs --format json device stats (btrfs-progs 5.19 on)",
+                    StatsForm::Table => "btrfs device stats -T (btrfs-progs 5.19 on)",
+                    StatsForm::Json => "btrfs --format json device stats (btrfs-progs 5.10 on)",
                 };
                 (format.to_owned(), summary, Detail::DeviceStats { stats: s })
             }
@@ -774,7 +782,7 @@ fn findings(f: &Facts) -> Vec<Explained> {
         devids.dedup();
         let count = devids.len().max(1) as u32;
         let total = f.total_devices.unwrap_or(u64::from(count));
-        let fi = crate::model::finding::device_missing(
+        let mut fi = crate::model::finding::device_missing(
             count,
             &devids,
             total.max(u64::from(count)),
@@ -782,6 +790,11 @@ fn findings(f: &Facts) -> Vec<Explained> {
             &list(&[BgType::Metadata, BgType::DataMetadata]),
             mount,
         );
+        if f.total_devices.is_none() {
+            // How many members there are is not in the paste.
+            fi.title = format!("{count} device(s) missing");
+            fi.evidence.retain(|e| e.name != "devices");
+        }
         let mut from = Vec::new();
         for (_, s) in &f.missing {
             push_span(&mut from, *s);

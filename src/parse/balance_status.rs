@@ -94,7 +94,17 @@ pub fn read(lines: &[PLine]) -> Option<(BalanceStatus, usize)> {
             return None;
         }
     } else {
-        return None;
+        // The progress line alone (pasted without its first line).
+        let mut s = BalanceStatus {
+            path: None,
+            state: BalanceState::Running,
+            balanced: None,
+            about: None,
+            considered: None,
+            left_percent: None,
+            filters: Vec::new(),
+        };
+        return progress(&mut s, t).then_some((s, 1));
     };
     let mut s = BalanceStatus {
         path: quoted(t),

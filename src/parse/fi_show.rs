@@ -29,8 +29,8 @@ pub struct ShowDevice {
 pub struct FiShow {
     /// Label (`None` for `Label: none`).
     pub label: Option<String>,
-    /// Filesystem UUID.
-    pub uuid: String,
+    /// Filesystem UUID (`None` when the paste starts at the devices).
+    pub uuid: Option<String>,
     /// `Total devices N`.
     pub total_devices: Option<u64>,
     /// `FS bytes used`, as printed.
@@ -67,22 +67,31 @@ fn device(t: &str) -> Option<ShowDevice> {
     })
 }
 
-/// Reads the filesystem listed from `lines[0]` (its `Label:` line).
+/// Reads the filesystem listed from `lines[0]`: its `Label:` line, or its
+/// first `devid` row when the paste was cut above it.
 pub fn read(lines: &[PLine]) -> Option<(FiShow, usize)> {
     let t = lines.first()?.text;
-    let rest = t.strip_prefix("Label: ")?;
-    let (label, uuid) = rest.rsplit_once("uuid: ")?;
-    let label = label.trim();
     let mut show = FiShow {
-        label: (label != "none").then(|| label.trim_matches('\'').to_owned()),
-        uuid: uuid.trim().to_owned(),
+        label: None,
+        uuid: None,
         total_devices: None,
         bytes_used: None,
         devices: Vec::new(),
         some_missing: false,
     };
-    let mut used = 1;
-    for (i, l) in lines.iter().enumerate().skip(1) {
+    let skip = if let Some(rest) = t.strip_prefix("Label: ") {
+        let (label, uuid) = rest.rsplit_once("uuid: ")?;
+        let label = label.trim();
+        show.label = (label != "none").then(|| label.trim_matches('\'').to_owned());
+        show.uuid = Some(uuid.trim().to_owned());
+        1
+    } else if device(t).is_some() {
+        0
+    } else {
+        return None;
+    };
+    let mut used = skip;
+    for (i, l) in lines.iter().enumerate().skip(skip) {
         let t = l.text;
         if t.starts_with("Total devices ") {
             show.total_devices = after_num(t, "Total devices");
@@ -98,7 +107,7 @@ pub fn read(lines: &[PLine]) -> Option<(FiShow, usize)> {
         }
         used = i + 1;
     }
-    (used > 1).then_some((show, used))
+    (used > 1 || skip == 0 && used > 0).then_some((show, used))
 }
 
 #[cfg(test)]

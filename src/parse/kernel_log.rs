@@ -92,7 +92,16 @@ pub fn read(text: &str) -> Option<KernelEvent> {
         return None;
     }
     let t = &text[at..];
-    if !(t.starts_with("BTRFS:") || t.starts_with("BTRFS ")) {
+    // `BTRFS: ...` or `BTRFS level (device X...): ...`; not another
+    // tool's `BTRFS CRITICAL: ...`.
+    let levelled = t.strip_prefix("BTRFS ").is_some_and(|r| {
+        let level = r.split([' ', ':']).next().unwrap_or("");
+        [
+            "emerg", "alert", "critical", "error", "warning", "notice", "info", "debug",
+        ]
+        .contains(&level)
+    });
+    if !(t.starts_with("BTRFS:") || levelled) {
         return None;
     }
     let event = if let Some(r) = t
@@ -240,6 +249,7 @@ mod tests {
             None
         );
         assert_eq!(read("NOTBTRFS: x"), None);
+        assert_eq!(read("BTRFS CRITICAL: Device 1: generation_errs: 1"), None);
         assert_eq!(
             fs_device("BTRFS error (device dm-0 state EA): x"),
             Some("dm-0")

@@ -585,18 +585,36 @@ fn block_at(v: &[PLine]) -> Option<(Found, usize)> {
         let mut events = Vec::new();
         let mut n = 0;
         let mut first = Some(e);
-        for (i, l) in v.iter().enumerate() {
-            let e = match first.take() {
+        let mut i = 0;
+        while let Some(l) = v.get(i) {
+            let mut e = match first.take() {
                 Some(e) => Some(e),
                 None => super::kernel_log::read(l.text),
             };
+            // A line a mail client wrapped: its rest on the next line.
+            if e == Some(KernelEvent::Other)
+                && let Some(next) = v.get(i + 1)
+                && !next.logged
+                && !next.blank()
+                && !next.command
+                && !next.text.contains("BTRFS")
+                && next.text.len() < 200
+                && !next.text.starts_with(['[', '`', '$', '#', '>'])
+                && super::versions::progs_version(next.text).is_none()
+                && super::versions::kernel_in_line(next.text).is_none()
+            {
+                let joined = format!("{} {}", l.text, next.text);
+                e = super::kernel_log::read(&joined);
+                i += 1;
+            }
             match e {
                 Some(KernelEvent::Other) => {}
                 Some(e) => events.push((l.no, e)),
                 None if l.logged && !l.blank() => {}
                 None => break,
             }
-            n = i + 1;
+            i += 1;
+            n = i;
         }
         return Some((Found::Kernel(events), n));
     }

@@ -164,6 +164,35 @@ fn field(r: &mut ScrubReport, t: &str) -> bool {
                 details(r, v);
                 return true;
             }
+            // `-R`: the raw counters.
+            "read_errors" | "csum_errors" | "verify_errors" | "super_errors" => {
+                if let Some((n, _)) = number(v)
+                    && n > 0
+                {
+                    details(r, &format!("{}={n}", k.trim().trim_end_matches("_errors")));
+                }
+                return true;
+            }
+            "corrected_errors" => {
+                r.corrected = number(v).map(|n| n.0);
+                return true;
+            }
+            "uncorrectable_errors" => {
+                r.uncorrectable = number(v).map(|n| n.0);
+                return true;
+            }
+            "unverified_errors" => {
+                r.unverified = number(v).map(|n| n.0);
+                return true;
+            }
+            "data_extents_scrubbed"
+            | "tree_extents_scrubbed"
+            | "data_bytes_scrubbed"
+            | "tree_bytes_scrubbed"
+            | "no_csum"
+            | "csum_discards"
+            | "malloc_errors"
+            | "last_physical" => return true,
             "total bytes scrubbed" => {
                 r.bytes = v.split_whitespace().next().map(str::to_owned);
                 r.errors = after(v, "with").and_then(|n| n.parse().ok()).unwrap_or(0);
@@ -189,7 +218,10 @@ fn field(r: &mut ScrubReport, t: &str) -> bool {
         } else if let Some(d) = how.strip_prefix("was aborted after ") {
             r.state = ScrubState::Aborted;
             r.duration = Some(d.trim().to_owned());
-        } else if let Some(d) = how.strip_prefix("was interrupted after ") {
+        } else if let Some(d) = how
+            .strip_prefix("was interrupted after ")
+            .or_else(|| how.strip_prefix("interrupted after "))
+        {
             r.state = ScrubState::Interrupted;
             r.duration = Some(d.trim().to_owned());
         }

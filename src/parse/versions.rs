@@ -23,20 +23,50 @@ pub fn is_release(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_graphic())
 }
 
-/// The btrfs-progs version of a `btrfs --version` line.
+/// The btrfs-progs version of a `btrfs --version` line, or of a short
+/// line of prose that names it (`btrfs-progs: v5.11.1`, `Btrfs progs
+/// v6.10.1.`).
 pub fn progs_version(t: &str) -> Option<&str> {
+    let prose = || {
+        if t.len() > 160 {
+            return None;
+        }
+        let lower = t.to_ascii_lowercase();
+        let at = lower
+            .find("btrfs-progs")
+            .or_else(|| lower.find("btrfs progs"))?
+            + 11;
+        let rest = t[at..].trim_start_matches([':', ' ', '=']);
+        let rest = rest.strip_prefix('v').unwrap_or(rest);
+        Some(rest.trim_end_matches(['.', ',', ')']))
+    };
     let rest = t
         .strip_prefix("btrfs-progs v")
         .or_else(|| t.strip_prefix("Btrfs Btrfs v"))
-        .or_else(|| t.strip_prefix("Btrfs v"))?;
+        .or_else(|| t.strip_prefix("Btrfs v"))
+        .or_else(prose)?;
+    let rest = rest.trim_end_matches(['.', ',']);
     let v = rest.split_whitespace().next()?;
-    (v.starts_with(|c: char| c.is_ascii_digit()) && v.len() <= 32).then_some(v)
+    let v = v.trim_end_matches(['.', ',', ')', '`']);
+    (v.starts_with(|c: char| c.is_ascii_digit()) && v.contains('.') && v.len() <= 32).then_some(v)
 }
 
 /// The kernel release of a `uname -a` or `Linux version` line.
 pub fn kernel_in_line(t: &str) -> Option<&str> {
     if let Some(r) = t.strip_prefix("Linux version ") {
         return r.split_whitespace().next().filter(|v| is_release(v));
+    }
+    // Prose: `linux kernel: 5.10.19`, `Linux kernel 6.9.9`, `on kernel
+    // 6.12.7.`, ``with kernel `5.4.0-153-generic` ``.
+    if t.len() <= 160
+        && let Some(at) = t.to_ascii_lowercase().find("kernel")
+    {
+        let rest = t[at + 6..].trim_start_matches([':', ' ', '`', 'v']);
+        let word = rest.split_whitespace().next().unwrap_or("");
+        let word = word.trim_end_matches(['.', ',', '`', ')']);
+        if is_release(word) && word.contains(['.']) && word.split('.').count() >= 2 {
+            return Some(word);
+        }
     }
     let mut w = t.strip_prefix("Linux ")?.split_whitespace();
     let _host = w.next()?;
@@ -67,5 +97,17 @@ mod tests {
             Some("6.8.0-31-generic")
         );
         assert_eq!(kernel_in_line("Linux is great"), None);
+        assert_eq!(kernel_in_line("linux kernel: 5.10.19"), Some("5.10.19"));
+        assert_eq!(
+            kernel_in_line("Running Ubuntu 20.04.6 LTS with kernel `5.4.0-153-generic`"),
+            Some("5.4.0-153-generic")
+        );
+        assert_eq!(kernel_in_line("the kernel is fine"), None);
+        assert_eq!(progs_version("btrfs-progs: v5.11.1"), Some("5.11.1"));
+        assert_eq!(
+            progs_version("on kernel 6.12.7. Btrfs progs v6.10.1."),
+            Some("6.10.1")
+        );
+        assert_eq!(progs_version("btrfs-progs is a package"), None);
     }
 }

@@ -105,15 +105,13 @@ pub enum Detail {
         /// The lines explain uses (others are not listed).
         events: Vec<LoggedEvent>,
     },
-    /// `btrfs --version`.
-    ProgsVersion {
-        /// The version (`6.6.3`).
-        version: String,
-    },
-    /// `uname -r`, `uname -a` or the kernel's `Linux version` line.
-    KernelRelease {
-        /// The release (`6.8.0-31-generic`).
-        release: String,
+    /// Versions: `btrfs --version`, `uname -r`, `uname -a`, the kernel's
+    /// `Linux version` line, or prose naming them.
+    Versions {
+        /// btrfs-progs (`6.6.3`).
+        progs: Option<String>,
+        /// The kernel release (`6.8.0-31-generic`).
+        kernel: Option<String>,
     },
 }
 
@@ -581,20 +579,25 @@ impl Facts {
                     Detail::KernelLog { events: kept },
                 )
             }
-            Found::ProgsVersion(v) => {
-                self.progs = Some(v.clone());
+            Found::Versions { progs, kernel } => {
+                if progs.is_some() {
+                    self.progs.clone_from(&progs);
+                }
+                if kernel.is_some() {
+                    self.kernel.clone_from(&kernel);
+                }
+                let summary = [
+                    progs.as_ref().map(|v| format!("btrfs-progs {v}")),
+                    kernel.as_ref().map(|k| format!("Linux {k}")),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ");
                 (
-                    "btrfs --version".to_owned(),
-                    format!("btrfs-progs {v}"),
-                    Detail::ProgsVersion { version: v },
-                )
-            }
-            Found::KernelRelease(r) => {
-                self.kernel = Some(r.clone());
-                (
-                    "kernel release (uname -r, uname -a, Linux version)".to_owned(),
-                    format!("Linux {r}"),
-                    Detail::KernelRelease { release: r },
+                    "versions (btrfs --version, uname -r/-a, Linux version, prose)".to_owned(),
+                    summary,
+                    Detail::Versions { progs, kernel },
                 )
             }
         };

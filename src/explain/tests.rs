@@ -204,7 +204,7 @@ fn hostile_input_is_bounded_and_never_panics() {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         let c = char::from_u32((seed >> 33) as u32 % 0x3000).unwrap_or('?');
-        junk.push(if seed % 11 == 0 { '\n' } else { c });
+        junk.push(if seed.is_multiple_of(11) { '\n' } else { c });
     }
     let _ = explain(&junk, "-");
 }

@@ -370,10 +370,14 @@ pub enum Found {
     Replace(ReplaceStatus),
     /// BTRFS kernel lines (line number, event), `Other` lines left out.
     Kernel(Vec<(usize, KernelEvent)>),
-    /// `btrfs --version`.
-    ProgsVersion(String),
-    /// `uname -r`, `uname -a`, `Linux version`.
-    KernelRelease(String),
+    /// Versions: `btrfs --version`, `uname -r`, `uname -a`, `Linux
+    /// version`, or a line of prose naming them.
+    Versions {
+        /// btrfs-progs.
+        progs: Option<String>,
+        /// The kernel release.
+        kernel: Option<String>,
+    },
 }
 
 /// An output and the lines it spans.
@@ -398,6 +402,8 @@ const DF_HEADS: [&str; 7] = [
 ];
 
 fn df_row(t: &str) -> bool {
+    // `# Data, RAID1: total=...` in a script's comment.
+    let t = t.trim_start_matches('#').trim_start();
     (DF_HEADS.iter().any(|h| t.starts_with(h))
         || t.starts_with("System: ")
         || t.starts_with("Metadata: "))
@@ -559,7 +565,10 @@ fn block_at(v: &[PLine]) -> Option<(Found, usize)> {
         };
         return Some((Found::FiDf(joined(&v[..n])), n));
     }
-    if t == "Overall:" || usage_bg_header(t) {
+    let overall_cut = t.starts_with("Device size:")
+        && v.get(1)
+            .is_some_and(|l| l.text.starts_with("Device allocated:"));
+    if t == "Overall:" || usage_bg_header(t) || overall_cut {
         let n = usage_len(v);
         return Some((Found::FiUsage(joined(&v[..n])), n));
     }
@@ -618,18 +627,24 @@ fn block_at(v: &[PLine]) -> Option<(Found, usize)> {
         }
         return Some((Found::Kernel(events), n));
     }
-    if let Some(v) = super::versions::progs_version(t) {
-        return Some((Found::ProgsVersion(v.to_owned()), 1));
-    }
-    if let Some(r) = super::versions::kernel_in_line(t) {
-        return Some((Found::KernelRelease(r.to_owned()), 1));
+    let progs = super::versions::progs_version(t).map(str::to_owned);
+    let kernel = super::versions::kernel_in_line(t).map(str::to_owned);
+    if progs.is_some() || kernel.is_some() {
+        return Some((Found::Versions { progs, kernel }, 1));
     }
     if l.command
         && t.ends_with("uname -r")
         && let Some(next) = v.get(1)
         && super::versions::is_release(next.text)
     {
-        return Some((Found::KernelRelease(next.text.to_owned()), 2));
+        let kernel = Some(next.text.to_owned());
+        return Some((
+            Found::Versions {
+                progs: None,
+                kernel,
+            },
+            2,
+        ));
     }
     None
 }

@@ -284,14 +284,32 @@ pub fn read(lines: &[PLine]) -> Option<(Vec<ScrubReport>, usize)> {
         i += 1;
     }
     let first = lines.get(i)?;
-    header(first.text)?;
+    if header(first.text).is_none() {
+        // A report pasted without its `UUID:` line.
+        let t = first.text;
+        if !(t.starts_with("Scrub started:") || t.starts_with("Scrub resumed:")) {
+            return None;
+        }
+        out.push(ScrubReport {
+            style: ScrubStyle::KeyValue,
+            done: false,
+            uuid: None,
+            device: None,
+            state: ScrubState::Unknown,
+            resumed: false,
+            started: None,
+            duration: None,
+            bytes: None,
+            errors: 0,
+            error_details: Vec::new(),
+            corrected: None,
+            uncorrectable: None,
+            unverified: None,
+        });
+    }
     while let Some(l) = lines.get(i) {
         if let Some((style, done, uuid, device)) = header(l.text) {
-            // `scrub done for UUID` then `UUID:`-less key-value lines: one report.
-            let joins = out
-                .last()
-                .is_some_and(|r| r.uuid.is_some() && uuid.is_some() && r.uuid == uuid);
-            if !joins {
+            {
                 out.push(ScrubReport {
                     style,
                     done,

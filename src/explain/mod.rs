@@ -874,16 +874,23 @@ fn findings(f: &Facts) -> Vec<Explained> {
         sum(|r| r.corrected.unwrap_or(0)),
         sum(|r| r.uncorrectable.unwrap_or(0)),
     );
+    let repair_shown = fs_scrubs
+        .iter()
+        .any(|(r, _)| r.corrected.is_some() || r.uncorrectable.is_some());
     if found > 0 {
         let critical = uncorrectable > 0;
         let mut fi = Finding::new(
             Code::ScrubErrors,
             if critical {
                 format!("the scrub found {uncorrectable} error(s) it could not repair")
+            } else if !repair_shown {
+                format!("the scrub found {found} error(s); whether it repaired them is not in the paste")
             } else {
                 format!("the scrub found and repaired {} error(s)", corrected.max(found))
             },
-            if critical {
+            if !repair_shown {
+                "paste the whole `btrfs scrub status -d MOUNT`: its Corrected and Uncorrectable lines tell"
+            } else if critical {
                 "blocks without a good copy: the files the kernel log names (dmesg, `checksum error at ... (path: ...)`) are damaged; restore them from a backup"
             } else {
                 "a good copy repaired them; errors that come back point at the drive or its cabling"

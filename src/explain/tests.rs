@@ -208,3 +208,45 @@ fn hostile_input_is_bounded_and_never_panics() {
     }
     let _ = explain(&junk, "-");
 }
+
+/// Any character anywhere in a ticket (multibyte, control): never a panic.
+#[test]
+fn a_character_inserted_anywhere_never_panics() {
+    let extra = "\
+scrub status for x
+\tscrub started at Sun Feb  5 10:00:01 2017, interrupted after 00:00:09, not running
+3.4% done, 0 write errs, 0 uncorr. read errs
+Started on 11.Oct 08:55:23, canceled on 11.Oct 08:59:02 at 12.5%, 0 write errs, 0 uncorr. read errs
+/dev/sda, ID: 1
+   Device size:  1.00GiB
+   Data,RAID1:   1.00GiB
+Label: 'x'  uuid: y
+\tdevid    1 size 20.00GiB used 0.00B path /dev/sda
+Id Path      Write errors Read errors Flush errors Corruption errors Generation errors
+-- --------- ------------ ----------- ------------ ----------------- -----------------
+ 1 /dev/sdc1            0           0            0                 0                 0
+{
+  \"device-stats\": [
+    {
+      \"device\": \"/dev/vdb\",
+      \"read_io_errs\": \"3\"
+    }
+  ]
+}
+Overall:
+    Device size:\t\t1000.00MiB
+";
+    let base = format!("{TICKET}{extra}");
+    let mut boundaries: Vec<usize> = base.char_indices().map(|(i, _)| i).collect();
+    boundaries.push(base.len());
+    for (n, at) in boundaries.iter().enumerate() {
+        for c in ["é", "\u{1b}", "]", "%", "\n", "❯ "] {
+            if n % 3 != 0 && c != "é" {
+                continue;
+            }
+            let mut t = base.clone();
+            t.insert_str(*at, c);
+            let _ = explain(&t, "-");
+        }
+    }
+}

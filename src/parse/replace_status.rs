@@ -50,8 +50,10 @@ fn count_before(t: &str, what: &str) -> Option<u64> {
 fn percent(t: &str) -> Option<f64> {
     let i = t.rfind('%')?;
     let start = t[..i]
-        .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .map_or(0, |s| s + 1);
+        .char_indices()
+        .rev()
+        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.'))
+        .map_or(0, |(s, c)| s + c.len_utf8());
     t[start..i].parse().ok()
 }
 

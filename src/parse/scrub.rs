@@ -287,7 +287,9 @@ pub fn read(lines: &[PLine]) -> Option<(Vec<ScrubReport>, usize)> {
     if header(first.text).is_none() {
         // A report pasted without its `UUID:` line.
         let t = first.text;
-        if !(t.starts_with("Scrub started:") || t.starts_with("Scrub resumed:")) {
+        // A journal's `btrfs-scrub[pid]: Error summary: csum=2` alone.
+        let logged_summary = first.logged && t.starts_with("Error summary:");
+        if !(t.starts_with("Scrub started:") || t.starts_with("Scrub resumed:") || logged_summary) {
             return None;
         }
         out.push(ScrubReport {
@@ -353,8 +355,9 @@ pub fn read(lines: &[PLine]) -> Option<(Vec<ScrubReport>, usize)> {
             .max(r.corrected.unwrap_or(0) + r.uncorrectable.unwrap_or(0));
     }
     // A report with nothing but its header is a mention, not output.
-    (out.iter()
-        .any(|r| r.started.is_some() || r.bytes.is_some() || r.state != ScrubState::Unknown))
+    (out.iter().any(|r| {
+        r.started.is_some() || r.bytes.is_some() || r.state != ScrubState::Unknown || r.errors > 0
+    }))
     .then_some((out, used))
 }
 

@@ -221,6 +221,7 @@ struct Facts {
     csum: Vec<(KernelEvent, Span)>,
     csum_count: usize,
     unrepaired: Vec<Span>,
+    repaired: usize,
     readonly: Vec<Span>,
     aborts: Vec<(Option<i64>, Span)>,
     damage: Vec<(String, Span)>,
@@ -555,7 +556,8 @@ impl Facts {
                                 self.damage.push((what.clone(), at));
                             }
                         }
-                        KernelEvent::Repaired | KernelEvent::Other => {}
+                        KernelEvent::Repaired => self.repaired += 1,
+                        KernelEvent::Other => {}
                     }
                     if self.events_kept < MAX_EVENTS {
                         self.events_kept += 1;
@@ -798,6 +800,9 @@ fn findings(f: &Facts) -> Vec<Explained> {
             fi.title = format!("{count} device(s) missing");
             fi.evidence.retain(|e| e.name != "devices");
         }
+        if list(&[BgType::Data, BgType::Metadata, BgType::DataMetadata]).is_empty() {
+            fi.why = "which profiles lost a copy is not in the paste: single or RAID0 chunks lost data, RAID1 and the like keep one copy less; never put degraded in fstab, and do not convert while a device is missing".to_owned();
+        }
         let mut from = Vec::new();
         for (_, s) in &f.missing {
             push_span(&mut from, *s);
@@ -896,15 +901,24 @@ fn findings(f: &Facts) -> Vec<Explained> {
                 "a good copy repaired them; errors that come back point at the drive or its cabling"
             },
         )
-        .with_evidence("errors found", found.to_string())
-        .with_evidence("corrected", corrected.to_string())
-        .with_evidence("uncorrectable", uncorrectable.to_string())
-        .with_severity(rules::scrub_errors(uncorrectable))
-        .with_command(format!("btrfs scrub status -d {mount}"));
+        .with_evidence("errors found", found.to_string());
+        if repair_shown {
+            fi = fi
+                .with_evidence("corrected", corrected.to_string())
+                .with_evidence("uncorrectable", uncorrectable.to_string());
+        }
+        fi = fi
+            .with_severity(rules::scrub_errors(uncorrectable))
+            .with_command(format!("btrfs scrub status -d {mount}"));
+        let mut kinds: BTreeMap<&str, u64> = BTreeMap::new();
         for (r, _) in &fs_scrubs {
             for (k, n) in &r.error_details {
-                fi = fi.with_evidence(&format!("{k} errors"), n.to_string());
+                let e = kinds.entry(k.as_str()).or_default();
+                *e = e.saturating_add(*n);
             }
+        }
+        for (k, n) in kinds {
+            fi = fi.with_evidence(&format!("{k} errors"), n.to_string());
         }
         add(fi, fs_scrubs.iter().map(|(_, s)| *s).collect());
     }
@@ -966,6 +980,18 @@ fn findings(f: &Facts) -> Vec<Explained> {
             },
         )
         .with_severity(rules::checksum_errors_logged(!f.unrepaired.is_empty()));
+        if f.repaired > 0 {
+            fi = fi.with_evidence(
+                "rewritten from a good copy (read error corrected, fixed up)",
+                f.repaired.to_string(),
+            );
+        }
+        if !f.unrepaired.is_empty() {
+            fi = fi.with_evidence(
+                "not repaired (unable to fixup)",
+                f.unrepaired.len().to_string(),
+            );
+        }
         let mut inode = None;
         for (e, _) in f.csum.iter().take(10) {
             if let KernelEvent::ChecksumFailed {

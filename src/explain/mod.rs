@@ -222,6 +222,7 @@ struct Facts {
     csum_count: usize,
     unrepaired: Vec<Span>,
     repaired: usize,
+    mount_failed: Vec<Span>,
     readonly: Vec<Span>,
     aborts: Vec<(Option<i64>, Span)>,
     damage: Vec<(String, Span)>,
@@ -557,6 +558,7 @@ impl Facts {
                             }
                         }
                         KernelEvent::Repaired => self.repaired += 1,
+                        KernelEvent::MountFailed => push_span(&mut self.mount_failed, at),
                         KernelEvent::Other => {}
                     }
                     if self.events_kept < MAX_EVENTS {
@@ -694,6 +696,7 @@ fn event_name(e: &KernelEvent) -> &'static str {
         KernelEvent::ForcedReadonly => "forced read-only",
         KernelEvent::TransactionAborted { .. } => "transaction abort(s)",
         KernelEvent::MetadataDamage { .. } => "metadata damage line(s)",
+        KernelEvent::MountFailed => "failed mount(s)",
         KernelEvent::Other => "other line(s)",
     }
 }
@@ -1108,6 +1111,13 @@ fn cannot_tell(f: &Facts) -> Vec<String> {
     }
     if (!f.readonly.is_empty() || !f.aborts.is_empty() || !f.damage.is_empty()) && !f.usage_seen {
         v.push("whether metadata ran full or the metadata is damaged: paste `btrfs filesystem usage -T MOUNT` (after a read-only mount) and `btrfs check --readonly DEVICE`".to_owned());
+    }
+    if !f.mount_failed.is_empty() {
+        v.push(format!(
+            "why the mount failed (line {}): a missing device{} or damage; `btrfs filesystem show` and a `mount -o ro,degraded` attempt on the machine tell",
+            f.mount_failed[0].first,
+            if f.missing.is_empty() { "" } else { " (one is named missing above)" }
+        ));
     }
     if !f.missing.is_empty() && f.profiles.is_empty() {
         v.push("what the missing device held: paste `btrfs filesystem usage -T MOUNT` (mounted -o degraded,ro)".to_owned());

@@ -73,6 +73,9 @@ pub enum KernelEvent {
         /// Which message.
         what: String,
     },
+    /// The mount failed (`open_ctree failed`, `failed to read chunk tree`,
+    /// `failed to read the system array`): a missing device, or damage.
+    MountFailed,
     /// Any other BTRFS line.
     Other,
 }
@@ -163,15 +166,17 @@ pub fn read(text: &str) -> Option<KernelEvent> {
         KernelEvent::TransactionAborted {
             errno: after_num(t, "errno="),
         }
+    } else if t.contains("open_ctree failed")
+        || t.contains("failed to read chunk tree")
+        || t.contains("failed to read the system array")
+    {
+        KernelEvent::MountFailed
     } else if let Some(what) = [
         "parent transid verify failed",
         "corrupt leaf",
         "corrupt node",
         "bad tree block start",
         "checksum verify failed",
-        "open_ctree failed",
-        "failed to read the system array",
-        "failed to read chunk tree",
     ]
     .into_iter()
     .find(|w| t.contains(w))

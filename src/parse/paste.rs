@@ -121,11 +121,13 @@ fn strip_syslog(s: &str) -> Option<&str> {
     let timed = if MONTHS.contains(&first) {
         let day = words.next()?;
         day.len() <= 2 && day.bytes().all(|b| b.is_ascii_digit()) && is_time(words.next()?)
+    } else if first.len() >= 19 && first.as_bytes()[4] == b'-' {
+        first.as_bytes()[10] == b'T' && first.as_bytes()[..4].iter().all(u8::is_ascii_digit)
     } else {
-        first.len() >= 19
-            && first.as_bytes()[4] == b'-'
-            && first.as_bytes()[10] == b'T'
-            && first.as_bytes()[..4].iter().all(u8::is_ascii_digit)
+        // `journalctl -o short-unix`: `1634463961.245751 host kernel: `.
+        first.len() >= 12
+            && first.contains('.')
+            && first.bytes().all(|b| b.is_ascii_digit() || b == b'.')
     };
     if !timed {
         return None;
@@ -189,21 +191,98 @@ fn strip_prompt(s: &str) -> Option<&str> {
     ((t.starts_with("btrfs ") && !t.contains(": ")) || t.starts_with("sudo btrfs ")).then_some(t)
 }
 
+/// Joins of soft line breaks kept at most (the rest are left broken).
+const MAX_JOINS: usize = 1 << 20;
+
+/// A mail's quoted-printable body decoded: soft line breaks (`=` at the
+/// end of a line) joined, `=XX` bytes decoded, no-break spaces (`=C2=A0`)
+/// made spaces. `None` when `input` does not look quoted-printable. With
+/// the text, where its lines start in the input: (line of the text,
+/// line of the input) at each line after a join.
+pub fn unquote_printable(input: &str) -> Option<(String, Vec<(usize, usize)>)> {
+    let marked = input.contains("=C2=A0") || input.contains("=3D") || input.contains("=20\n");
+    if !marked
+        || !input
+            .lines()
+            .any(|l| l.trim_end_matches('\r').ends_with('='))
+    {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(input.len());
+    let mut starts = Vec::new();
+    let (mut out_line, mut joins, mut joined) = (0usize, 0usize, false);
+    for (i, raw) in input.split('\n').enumerate() {
+        let raw = raw.trim_end_matches('\r');
+        if joined {
+            joined = false;
+        } else if i != out_line {
+            starts.push((out_line, i));
+        }
+        let soft = raw.ends_with('=') && joins < MAX_JOINS;
+        let body = if soft { &raw[..raw.len() - 1] } else { raw };
+        let b = body.as_bytes();
+        let mut k = 0;
+        while k < b.len() {
+            let hex = |c: u8| (c as char).to_digit(16);
+            if b[k] == b'=' && k + 2 < b.len() {
+                if let (Some(h), Some(l)) = (hex(b[k + 1]), hex(b[k + 2])) {
+                    bytes.push((h * 16 + l) as u8);
+                    k += 3;
+                    continue;
+                }
+            }
+            bytes.push(b[k]);
+            k += 1;
+        }
+        if soft {
+            joins += 1;
+            joined = true;
+        } else {
+            bytes.push(b'\n');
+            out_line += 1;
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes).replace('\u{a0}', " ");
+    // Keep only the shifts: a line of the text maps to the input's line
+    // of the last entry at or before it, plus the distance.
+    starts.dedup_by(|b, a| b.1 - b.0 == a.1 - a.0);
+    Some((text, starts))
+}
+
 /// The lines of `input`, cleaned, with a bounded window for readers that
 /// look ahead: at most about 2 × [`LOOKAHEAD`] lines are held.
 pub struct Lines<'a> {
     rest: std::iter::Enumerate<std::str::Split<'a, char>>,
     buf: Vec<PLine<'a>>,
     pos: usize,
+    /// (line of the text, line of the input) where they differ (a
+    /// decoded mail); empty: the same.
+    map: Vec<(usize, usize)>,
 }
 
 impl<'a> Lines<'a> {
     /// A window over `input`.
     pub fn new(input: &'a str) -> Self {
+        Self::mapped(input, Vec::new())
+    }
+
+    /// A window over a decoded text whose lines start at `map`'s lines of
+    /// the input ([`unquote_printable`]).
+    pub fn mapped(input: &'a str, map: Vec<(usize, usize)>) -> Self {
         Self {
             rest: input.split('\n').enumerate(),
             buf: Vec::new(),
             pos: 0,
+            map,
+        }
+    }
+
+    /// The input's line number of line `i` (0-based) of the text.
+    fn number(&self, i: usize) -> usize {
+        let at = self.map.partition_point(|(t, _)| *t <= i);
+        match at.checked_sub(1).and_then(|a| self.map.get(a)) {
+            Some((t, o)) => o + (i - t) + 1,
+            None => i + 1,
         }
     }
 
@@ -216,7 +295,10 @@ impl<'a> Lines<'a> {
         }
         while self.buf.len() < self.pos + LOOKAHEAD {
             match self.rest.next() {
-                Some((i, raw)) => self.buf.push(clean(i + 1, raw)),
+                Some((i, raw)) => {
+                    let no = self.number(i);
+                    self.buf.push(clean(no, raw));
+                }
                 None => break,
             }
         }
@@ -296,6 +378,33 @@ mod tests {
         // A heading is not a prompt.
         assert!(!clean(1, "# Scrub results").command);
         assert_eq!(clean(1, "\tdevid    1 size 1").text, "devid    1 size 1");
+    }
+
+    #[test]
+    fn quoted_printable_mail_is_decoded_with_its_line_numbers() {
+        let mail = "> [74713.07] BTRFS info (device sde1): flagging fs f=\neature\n> a=3Db=C2=A0c\nlast=\n";
+        let (text, map) = unquote_printable(mail).unwrap();
+        assert_eq!(
+            text,
+            "> [74713.07] BTRFS info (device sde1): flagging fs feature\n> a=b c\nlast\n"
+        );
+        let mut lines = Lines::mapped(&text, map);
+        let v = lines.view();
+        assert_eq!(v[0].no, 1);
+        assert_eq!((v[1].no, v[1].text), (3, "a=b c"));
+        assert_eq!(v[2].no, 4);
+        assert!(unquote_printable("no = here\n").is_none());
+        for s in ["=", "=C2=A0=", "=3D=\n=", "=C2=A0\n=\n=x=\n"] {
+            let _ = unquote_printable(s);
+        }
+        assert_eq!(
+            clean(
+                1,
+                "1634463961.245751 BlueQ kernel: BTRFS error (device sdb1): x"
+            )
+            .text,
+            "BTRFS error (device sdb1): x"
+        );
     }
 
     #[test]
@@ -653,7 +762,11 @@ fn block_at(v: &[PLine]) -> Option<(Found, usize)> {
 /// Linear in the input: each line is looked at a bounded number of times
 /// and at most [`LOOKAHEAD`] lines are held.
 pub fn segment(input: &str, mut each: impl FnMut(Block)) {
-    let mut lines = Lines::new(input);
+    let decoded = unquote_printable(input);
+    let mut lines = match &decoded {
+        Some((text, map)) => Lines::mapped(text, map.clone()),
+        None => Lines::new(input),
+    };
     loop {
         let v = lines.view();
         let Some(first) = v.first() else { break };

@@ -266,6 +266,44 @@ fn kernel_logs() {
     );
     assert!(codes(&r).contains(&"metadata-damage-logged"));
 
+    // A raw mail: quoted-printable soft breaks and no-break spaces,
+    // `journalctl -o short-unix` stamps, quote depths to five.
+    let r = real("linux-btrfs-2021-10-raid5-replace-quoted-printable.txt");
+    assert_eq!(r.progs_version.as_deref(), Some("5.14.2"));
+    assert_eq!(r.kernel.as_deref(), Some("5.14.12-arch1-1"));
+    let k = kinds(&r);
+    assert!(
+        k.contains(&"replace-status") && k.contains(&"fi-show"),
+        "{k:?}"
+    );
+    let c = codes(&r);
+    assert!(
+        c.contains(&"device-missing") && c.contains(&"mount-degraded"),
+        "{c:?}"
+    );
+    let sdb = r
+        .findings
+        .iter()
+        .find(|e| e.finding.title.contains("/dev/sdb1"))
+        .unwrap();
+    assert!(sdb.finding.evidence.iter().any(|e| e.value == "228"));
+    // Line numbers are the mail's, not the decoded text's.
+    let missing = r
+        .findings
+        .iter()
+        .find(|e| e.finding.code.as_str() == "device-missing")
+        .unwrap();
+    assert!(
+        missing.from.iter().any(|s| s.first == 10),
+        "{:?}",
+        missing.from
+    );
+    assert!(
+        r.cannot_tell
+            .iter()
+            .any(|c| c.contains("why the mount failed"))
+    );
+
     let r = real("maharmstone-btrfs-788-dmesg-human-stamps.txt");
     assert!(codes(&r).contains(&"forced-readonly"));
 }

@@ -193,6 +193,14 @@ fn balance_replace_show_and_usage() {
     );
     let r = generated("balance-status-v-paused.txt");
     assert_eq!(codes(&r), ["balance-paused"]);
+    let r = real("blog-de-replace-missing-device.txt");
+    assert_eq!(kinds(&r), ["fi-show", "replace-status", "replace-status"]);
+    let m = r
+        .findings
+        .iter()
+        .find(|e| e.finding.code.as_str() == "device-missing")
+        .unwrap();
+    assert_eq!(m.finding.title, "1 device(s) of 3 missing");
     let r = generated("replace-status-every-state.txt");
     assert_eq!(
         kinds(&r).iter().filter(|k| **k == "replace-status").count(),

@@ -5,7 +5,20 @@
 //! reader of megabytes keeps only a bounded number of them.
 //!
 //! Taking a prefix off never copies: a [`PLine`]'s text is a slice of the
-//! input. A line longer than [`MAX_LINE`] bytes is cut there. Never panics.
+//! input (or of a raw mail's quoted-printable body decoded once,
+//! [`unquote_printable`], its line numbers kept). A line longer than
+//! [`MAX_LINE`] bytes is cut there. [`segment`] finds every output in the
+//! lines and hands each block to its reader (`fi df` and `fi usage` blocks
+//! as text for the readers of `df --parse` and `usage --parse`). Never
+//! panics; linear in the input.
+
+use super::balance_status::BalanceStatus;
+use super::dev_stats::DevStats;
+use super::dev_usage::DeviceUsage;
+use super::fi_show::FiShow;
+use super::kernel_log::KernelEvent;
+use super::replace_status::ReplaceStatus;
+use super::scrub::ScrubReport;
 
 /// Bytes of a line that are read; the rest is ignored (a pasted output
 /// line is never this long).
@@ -334,128 +347,8 @@ pub fn after_num<T: std::str::FromStr>(s: &str, key: &str) -> Option<T> {
     after(s, key)?.parse().ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn takes_off_quotes_stamps_and_prompts() {
-        let l = clean(3, "> >   [  264.661396] BTRFS error (device sda): x\r");
-        assert_eq!(l.text, "BTRFS error (device sda): x");
-        assert!(l.logged && !l.command);
-        let l = clean(
-            1,
-            "Mar 17 03:01:44 server kernel: BTRFS warning (device sdb1): csum failed",
-        );
-        assert_eq!(l.text, "BTRFS warning (device sdb1): csum failed");
-        let l = clean(
-            1,
-            "May 01 09:26:06 server btrfs-scrub[3160846]: Error summary:    csum=2",
-        );
-        assert_eq!(l.text, "Error summary:    csum=2");
-        let l = clean(
-            1,
-            "2024-03-17T03:01:44+0100 host kernel: BTRFS info (device a): b",
-        );
-        assert_eq!(l.text, "BTRFS info (device a): b");
-        let l = clean(1, "[Apr19 18:52] BTRFS: error (device nvme0n1p2) in x");
-        assert!(l.text.starts_with("BTRFS: error"));
-        for p in [
-            "$ sudo btrfs scrub status /mnt",
-            "# btrfs scrub status /mnt",
-            "root@nas:~# btrfs scrub status /mnt",
-            "[root@nas ~]# btrfs scrub status /mnt",
-            "❯ btrfs scrub status /mnt",
-        ] {
-            let l = clean(1, p);
-            assert!(l.command, "{p}");
-            assert!(
-                l.text.ends_with("btrfs scrub status /mnt"),
-                "{p}: {}",
-                l.text
-            );
-        }
-        // A heading is not a prompt.
-        assert!(!clean(1, "# Scrub results").command);
-        assert_eq!(clean(1, "\tdevid    1 size 1").text, "devid    1 size 1");
-    }
-
-    #[test]
-    fn quoted_printable_mail_is_decoded_with_its_line_numbers() {
-        let mail = "> [74713.07] BTRFS info (device sde1): flagging fs f=\neature\n> a=3Db=C2=A0c\nlast=\n";
-        let (text, map) = unquote_printable(mail).unwrap();
-        assert_eq!(
-            text,
-            "> [74713.07] BTRFS info (device sde1): flagging fs feature\n> a=b c\nlast\n"
-        );
-        let mut lines = Lines::mapped(&text, map);
-        let v = lines.view();
-        assert_eq!(v[0].no, 1);
-        assert_eq!((v[1].no, v[1].text), (3, "a=b c"));
-        assert_eq!(v[2].no, 4);
-        assert!(unquote_printable("no = here\n").is_none());
-        for s in ["=", "=C2=A0=", "=3D=\n=", "=C2=A0\n=\n=x=\n"] {
-            let _ = unquote_printable(s);
-        }
-        assert_eq!(
-            clean(
-                1,
-                "1634463961.245751 BlueQ kernel: BTRFS error (device sdb1): x"
-            )
-            .text,
-            "BTRFS error (device sdb1): x"
-        );
-    }
-
-    #[test]
-    fn hostile_lines_are_cut_and_never_panic() {
-        let long = "é".repeat(MAX_LINE);
-        let l = clean(1, &long);
-        assert!(l.cut && l.text.len() <= MAX_LINE);
-        for s in [
-            "[",
-            "[]",
-            "[\u{1b}]x",
-            ">>>>",
-            "Mar",
-            "Mar 1",
-            "$ ",
-            "\u{0}\u{7f}",
-        ] {
-            let _ = clean(1, s);
-        }
-    }
-
-    #[test]
-    fn the_window_holds_a_bounded_number_of_lines() {
-        let input = "x\n".repeat(3 * LOOKAHEAD + 5);
-        let mut lines = Lines::new(&input);
-        let mut seen = 0;
-        loop {
-            let v = lines.view();
-            if v.is_empty() {
-                break;
-            }
-            assert!(v.len() <= LOOKAHEAD);
-            assert_eq!(v[0].no, seen + 1);
-            seen += 1;
-            lines.advance(1);
-            assert!(lines.buf.len() <= 2 * LOOKAHEAD + 1);
-        }
-        assert_eq!(seen, 3 * LOOKAHEAD + 6);
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Finding the outputs in a paste.
-
-use super::balance_status::BalanceStatus;
-use super::dev_stats::DevStats;
-use super::dev_usage::DeviceUsage;
-use super::fi_show::FiShow;
-use super::kernel_log::KernelEvent;
-use super::replace_status::ReplaceStatus;
-use super::scrub::ScrubReport;
 
 /// One output found in a paste.
 #[derive(Debug, Clone, PartialEq)]
@@ -784,5 +677,117 @@ pub fn segment(input: &str, mut each: impl FnMut(Block)) {
             }
             None => lines.advance(1),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_off_quotes_stamps_and_prompts() {
+        let l = clean(3, "> >   [  264.661396] BTRFS error (device sda): x\r");
+        assert_eq!(l.text, "BTRFS error (device sda): x");
+        assert!(l.logged && !l.command);
+        let l = clean(
+            1,
+            "Mar 17 03:01:44 server kernel: BTRFS warning (device sdb1): csum failed",
+        );
+        assert_eq!(l.text, "BTRFS warning (device sdb1): csum failed");
+        let l = clean(
+            1,
+            "May 01 09:26:06 server btrfs-scrub[3160846]: Error summary:    csum=2",
+        );
+        assert_eq!(l.text, "Error summary:    csum=2");
+        let l = clean(
+            1,
+            "2024-03-17T03:01:44+0100 host kernel: BTRFS info (device a): b",
+        );
+        assert_eq!(l.text, "BTRFS info (device a): b");
+        let l = clean(1, "[Apr19 18:52] BTRFS: error (device nvme0n1p2) in x");
+        assert!(l.text.starts_with("BTRFS: error"));
+        for p in [
+            "$ sudo btrfs scrub status /mnt",
+            "# btrfs scrub status /mnt",
+            "root@nas:~# btrfs scrub status /mnt",
+            "[root@nas ~]# btrfs scrub status /mnt",
+            "❯ btrfs scrub status /mnt",
+        ] {
+            let l = clean(1, p);
+            assert!(l.command, "{p}");
+            assert!(
+                l.text.ends_with("btrfs scrub status /mnt"),
+                "{p}: {}",
+                l.text
+            );
+        }
+        // A heading is not a prompt.
+        assert!(!clean(1, "# Scrub results").command);
+        assert_eq!(clean(1, "\tdevid    1 size 1").text, "devid    1 size 1");
+    }
+
+    #[test]
+    fn quoted_printable_mail_is_decoded_with_its_line_numbers() {
+        let mail = "> [74713.07] BTRFS info (device sde1): flagging fs f=\neature\n> a=3Db=C2=A0c\nlast=\n";
+        let (text, map) = unquote_printable(mail).unwrap();
+        assert_eq!(
+            text,
+            "> [74713.07] BTRFS info (device sde1): flagging fs feature\n> a=b c\nlast\n"
+        );
+        let mut lines = Lines::mapped(&text, map);
+        let v = lines.view();
+        assert_eq!(v[0].no, 1);
+        assert_eq!((v[1].no, v[1].text), (3, "a=b c"));
+        assert_eq!(v[2].no, 4);
+        assert!(unquote_printable("no = here\n").is_none());
+        for s in ["=", "=C2=A0=", "=3D=\n=", "=C2=A0\n=\n=x=\n"] {
+            let _ = unquote_printable(s);
+        }
+        assert_eq!(
+            clean(
+                1,
+                "1634463961.245751 BlueQ kernel: BTRFS error (device sdb1): x"
+            )
+            .text,
+            "BTRFS error (device sdb1): x"
+        );
+    }
+
+    #[test]
+    fn hostile_lines_are_cut_and_never_panic() {
+        let long = "é".repeat(MAX_LINE);
+        let l = clean(1, &long);
+        assert!(l.cut && l.text.len() <= MAX_LINE);
+        for s in [
+            "[",
+            "[]",
+            "[\u{1b}]x",
+            ">>>>",
+            "Mar",
+            "Mar 1",
+            "$ ",
+            "\u{0}\u{7f}",
+        ] {
+            let _ = clean(1, s);
+        }
+    }
+
+    #[test]
+    fn the_window_holds_a_bounded_number_of_lines() {
+        let input = "x\n".repeat(3 * LOOKAHEAD + 5);
+        let mut lines = Lines::new(&input);
+        let mut seen = 0;
+        loop {
+            let v = lines.view();
+            if v.is_empty() {
+                break;
+            }
+            assert!(v.len() <= LOOKAHEAD);
+            assert_eq!(v[0].no, seen + 1);
+            seen += 1;
+            lines.advance(1);
+            assert!(lines.buf.len() <= 2 * LOOKAHEAD + 1);
+        }
+        assert_eq!(seen, 3 * LOOKAHEAD + 6);
     }
 }

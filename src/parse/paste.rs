@@ -237,12 +237,13 @@ pub fn unquote_printable(input: &str) -> Option<(String, Vec<(usize, usize)>)> {
         let mut k = 0;
         while k < b.len() {
             let hex = |c: u8| (c as char).to_digit(16);
-            if b[k] == b'=' && k + 2 < b.len() {
-                if let (Some(h), Some(l)) = (hex(b[k + 1]), hex(b[k + 2])) {
-                    bytes.push((h * 16 + l) as u8);
-                    k += 3;
-                    continue;
-                }
+            if b[k] == b'='
+                && k + 2 < b.len()
+                && let (Some(h), Some(l)) = (hex(b[k + 1]), hex(b[k + 2]))
+            {
+                bytes.push((h * 16 + l) as u8);
+                k += 3;
+                continue;
             }
             bytes.push(b[k]);
             k += 1;

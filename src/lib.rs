@@ -16,6 +16,7 @@ pub mod demo;
 pub mod device;
 pub mod doctor;
 pub mod error;
+pub mod explain;
 pub mod hooks;
 pub(crate) mod hw;
 pub mod links;

@@ -56,6 +56,7 @@ documents! {
     "show", false, crate::space::show::ShowReport, "show --json";
     "capacity", false, crate::space::capacity::CapacityReport, "capacity --json";
     "doctor", false, crate::doctor::DoctorReport, "doctor --json";
+    "explain", false, crate::explain::ExplainReport, "explain --json";
     "links", false, crate::links::LinksReport, "links --json";
     "probe-dio", false, crate::probe::report::ProbeReport, "probe-dio --json";
     "apps", false, crate::apps::AppsReport, "apps --json";

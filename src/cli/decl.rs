@@ -78,6 +78,7 @@ const DECLARED: &[&[Declared]] = &[
     super::bench::PAGES,
     super::rescue::PAGES,
     super::doctor::PAGES,
+    super::explain::PAGES,
     super::completions::PAGES,
 ];
 
@@ -117,6 +118,7 @@ const DOC_ORDER: &[&[&str]] = &[
     &["read-test"],
     &["bench"],
     &["doctor"],
+    &["explain"],
     &["nocow"],
     &["convert"],
     &["balance"],

@@ -13,6 +13,7 @@ mod demo;
 mod device;
 mod df;
 mod doctor;
+mod explain;
 mod links;
 mod man;
 mod nocow;
@@ -126,6 +127,8 @@ enum Command {
     /// What is wrong with each btrfs, worst first (read-only).
     #[command(after_long_help = doctor::AFTER_HELP)]
     Doctor(doctor::DoctorArgs),
+    /// What pasted btrfs outputs and kernel lines mean together.
+    Explain(explain::ExplainArgs),
     /// Shell completion script: bash, zsh, fish, elvish or powershell.
     Completions(completions::CompletionsArgs),
     /// Print a manual page, or write one per subcommand into a directory.
@@ -229,6 +232,7 @@ fn dispatch(
         Command::ReadTest(args) => read_test::run(args, out),
         Command::Bench(args) => bench::run(args, out, places),
         Command::Doctor(args) => doctor::run(args, out, places.0.clone()),
+        Command::Explain(args) => explain::run(args, out),
         Command::Rescue(args) => rescue::run(args, out, places.0.clone()),
         Command::Completions(args) => completions::run(args, out),
         Command::Man(args) => man::run(args, out),

@@ -14,6 +14,7 @@ mod common;
 mod device;
 mod doctor;
 mod exit_after_change;
+mod explain;
 mod help;
 mod idempotent;
 mod links;

@@ -145,6 +145,7 @@ fn failed_json_runs_print_nothing_on_stdout() {
         vec!["read-test".into(), missing.clone()],
         vec!["rescue".into(), missing.clone()],
         vec!["balance".into(), missing.clone()],
+        vec!["explain".into(), missing.clone()],
         vec!["doctor".into(), missing],
         vec!["completions".into(), "bash".into()],
         vec!["man".into(), "nosuch".into()],

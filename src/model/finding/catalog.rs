@@ -96,36 +96,36 @@ catalog! {
     MetadataNearlyFull = "metadata-nearly-full", Warning,
         Numbers("metadata_allocated_full, capacity_full",
             "with unallocated space known (usage, usage --parse, doctor): used with the reserve over what metadata can grow to (smaller chunks counted), warning above 90%, critical from 95%; info when only the allocated chunks are ≥ 90% used and new ones fit (a full-size chunk that does not fit is metadata-chunk-no-room instead); df alone (no unallocated space): warning when the chunks are ≥ 90% used or the reserve is larger than what is free in them"),
-        ["df", "usage", "df --parse", "usage --parse", "doctor"],
+        ["df", "usage", "df --parse", "usage --parse", "doctor", "explain"],
         "metadata chunks are (nearly) full: ENOSPC while df still shows free space";
     GlobalReserveUsed = "global-reserve-used", Warning,
         Numbers("global_reserve_used",
             "critical from half the reserve used; warning from a quarter, or any use while metadata is tight (over 90% of what it can grow to, or a metadata finding that is not info); else info (a commit takes a few KiB)"),
-        ["df", "usage", "df --parse", "usage --parse", "doctor"],
+        ["df", "usage", "df --parse", "usage --parse", "doctor", "explain"],
         "btrfs is taking from its emergency metadata reserve";
     DataNoRedundancy = "data-no-redundancy" alias "data-without-redundancy", Info, Fixed,
-        ["df", "usage", "df --parse", "usage --parse", "doctor"],
+        ["df", "usage", "df --parse", "usage --parse", "doctor", "explain"],
         "data is single or RAID0 over several devices: one failed device loses files (info everywhere: a deliberate RAID0 is never paged)";
     UnfinishedConversion = "unfinished-conversion", Warning, Fixed,
-        ["df", "usage", "df --parse", "usage --parse"],
+        ["df", "usage", "df --parse", "usage --parse", "explain"],
         "one type has chunks of more than one profile: a conversion did not finish";
     EmptyLeftoverChunks = "empty-leftover-chunks", Info, Fixed,
-        ["df", "usage", "df --parse", "usage --parse"],
+        ["df", "usage", "df --parse", "usage --parse", "explain"],
         "empty single chunks that old mkfs left next to the real profile";
     AskForRawBytes = "ask-for-raw-bytes", Info, Fixed,
-        ["df --parse", "usage --parse"],
+        ["df --parse", "usage --parse", "explain"],
         "the units of a paste are ambiguous: raw bytes (-b) settle them";
     AskForUsage = "ask-for-usage", Info, Fixed,
-        ["df", "df --parse"],
+        ["df", "df --parse", "explain"],
         "data chunks are nearly full and `btrfs filesystem df` cannot tell whether new ones fit";
     // doctor: devices and layout.
-    DeviceMissing = "device-missing", Critical, Fixed, ["doctor", "usage"],
+    DeviceMissing = "device-missing", Critical, Fixed, ["doctor", "usage", "explain"],
         "a member device is missing: every chunk lost a copy (profiles without one lost data)";
-    MountDegraded = "mount-degraded", Critical, Fixed, ["doctor"],
+    MountDegraded = "mount-degraded", Critical, Fixed, ["doctor", "explain"],
         "mounted with -o degraded: new chunks are written without redundancy";
-    DeviceErrorsNoRedundancy = "device-errors-no-redundancy", Critical, Fixed, ["doctor"],
+    DeviceErrorsNoRedundancy = "device-errors-no-redundancy", Critical, Fixed, ["doctor", "explain"],
         "a device has read/write/corruption errors and some chunks have no second copy";
-    DeviceErrors = "device-errors", Warning, Fixed, ["doctor"],
+    DeviceErrors = "device-errors", Warning, Fixed, ["doctor", "explain"],
         "a device's error counters are not zero (scrub repairs from the good copy)";
     DeviceStatsInvalid = "device-stats-invalid", Warning, Fixed, ["doctor"],
         "a device error counter reads 18446744073709551615 (UINT64_MAX): an invalid value, not a count of errors (reset it after a scrub)";
@@ -134,16 +134,16 @@ catalog! {
     MetadataChunkNoRoom = "metadata-chunk-no-room", Warning,
         Numbers("metadata_no_room",
             "used metadata with the reserve over what metadata can grow to (the kernel's smaller chunks counted): critical from 80% or a quarter of the global reserve in use, warning from 50%, else info (nothing to run)"),
-        ["usage", "usage --parse", "doctor"],
+        ["usage", "usage --parse", "doctor", "explain"],
         "no device set has room for a full-size metadata chunk";
     DataNearlyFull = "data-nearly-full", Warning,
         Numbers("capacity_full",
             "data used over what it can grow to: warning above 90%, critical from 98%"),
-        ["usage", "usage --parse", "doctor"],
+        ["usage", "usage --parse", "doctor", "explain"],
         "data is nearly full: writes fail with ENOSPC soon";
-    BalancePaused = "balance-paused", Warning, Fixed, ["doctor"],
+    BalancePaused = "balance-paused", Warning, Fixed, ["doctor", "explain"],
         "a balance or conversion is paused: part of the filesystem keeps its old profiles";
-    BalanceRunning = "balance-running", Info, Fixed, ["doctor"],
+    BalanceRunning = "balance-running", Info, Fixed, ["doctor", "explain"],
         "a balance or conversion is running: throughput is lower until it ends";
     MixedProfiles = "mixed-profiles", Warning, Fixed, ["doctor"],
         "a type has several profiles: an unfinished conversion";
@@ -160,9 +160,9 @@ catalog! {
         "the last complete scrub ended more than 31 days ago (scrub --all's minimum age and a day)";
     ScrubErrors = "scrub-errors", Warning,
         Numbers("scrub_errors", "critical when an error could not be repaired, else warning"),
-        ["doctor"],
+        ["doctor", "explain"],
         "the last scrub found errors";
-    ScrubInterrupted = "scrub-interrupted", Info, Fixed, ["doctor"],
+    ScrubInterrupted = "scrub-interrupted", Info, Fixed, ["doctor", "explain"],
         "the last scrub was cancelled or interrupted";
     ScrubSpeedLimited = "scrub-speed-limited", Info,
         Numbers("scrub_speed_limited",
@@ -176,6 +176,16 @@ catalog! {
         "vm.nr_hugepages was raised by a btrfs-lab bench --hugepages (its record in the settings ledger): that memory stays reserved until it is put back";
     KernelTooOld = "kernel-too-old", Warning, Fixed, ["doctor"],
         "a feature in use needs a newer kernel than the running one";
+    // explain: the kernel log of a paste.
+    ChecksumErrorsLogged = "checksum-errors-logged", Warning,
+        Numbers("checksum_errors_logged",
+            "critical when the log also says a block could not be repaired (no good copy), else warning"),
+        ["explain"],
+        "the kernel log shows checksum failures of data (each with its root, inode and offset, or the path scrub printed)";
+    ForcedReadonly = "forced-readonly", Critical, Fixed, ["explain"],
+        "the kernel log shows an aborted transaction (with its errno) or the filesystem forced read-only";
+    MetadataDamageLogged = "metadata-damage-logged", Critical, Fixed, ["explain"],
+        "the kernel log shows damaged metadata (parent transid verify failed, corrupt leaf or node, checksum verify failed)";
     // doctor: audits of fstab and the mount options.
     FstabDeviceName = "fstab-device-name", Warning, Fixed, ["doctor"],
         "fstab names a member by its kernel device name (`/dev/nvme1n1`), which can change between boots, instead of the filesystem's UUID";

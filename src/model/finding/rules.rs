@@ -125,6 +125,16 @@ pub(crate) fn scrub_errors(uncorrectable: u64) -> Severity {
     }
 }
 
+/// `checksum-errors-logged`: critical when the log also says a block could
+/// not be repaired (no good copy), else a warning.
+pub(crate) fn checksum_errors_logged(unrepaired: bool) -> Severity {
+    if unrepaired {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    }
+}
+
 /// `bench-leftovers`: a warning from [`BENCH_LEFTOVERS_WARN_BYTES`] on.
 pub(crate) fn bench_leftovers(bytes: u64) -> Severity {
     if bytes >= BENCH_LEFTOVERS_WARN_BYTES {

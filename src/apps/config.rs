@@ -278,6 +278,17 @@ pub fn mysql_options(
     out
 }
 
+/// The text of an included file, once (a file seen before, or includes
+/// deeper than 10, give nothing: include loops end), noted in `files`.
+fn enter(tree: &dyn Tree, path: &Path, files: &mut Vec<PathBuf>, depth: usize) -> Option<String> {
+    if depth > 10 || files.iter().any(|f| f == path) {
+        return None;
+    }
+    let text = tree.read(path)?;
+    files.push(path.to_path_buf());
+    Some(text)
+}
+
 fn cnf_file(
     tree: &dyn Tree,
     path: &Path,
@@ -285,13 +296,9 @@ fn cnf_file(
     files: &mut Vec<PathBuf>,
     depth: usize,
 ) {
-    if depth > 10 || files.iter().any(|f| f == path) {
-        return;
-    }
-    let Some(text) = tree.read(path) else {
+    let Some(text) = enter(tree, path, files, depth) else {
         return;
     };
-    files.push(path.to_path_buf());
     let mut in_server = false;
     for (n, raw) in text.lines().enumerate() {
         let line = raw.trim();
@@ -387,13 +394,9 @@ fn pg_file(
     files: &mut Vec<PathBuf>,
     depth: usize,
 ) {
-    if depth > 10 || files.iter().any(|f| f == path) {
-        return;
-    }
-    let Some(text) = tree.read(path) else {
+    let Some(text) = enter(tree, path, files, depth) else {
         return;
     };
-    files.push(path.to_path_buf());
     let dir = path.parent().unwrap_or(Path::new("/"));
     for (n, raw) in text.lines().enumerate() {
         let line = strip_comment(raw.trim());

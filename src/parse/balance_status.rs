@@ -147,11 +147,7 @@ mod tests {
 Dumping filters: flags 0x6, state 0x0, force is off
   METADATA (flags 0x100): converting, target=64, soft is off
   SYSTEM (flags 0x100): converting, target=64, soft is off";
-        let l: Vec<_> = t
-            .lines()
-            .enumerate()
-            .map(|(i, s)| clean(i + 1, s))
-            .collect();
+        let l = crate::parse::paste::test_lines(t);
         let (s, used) = read(&l).unwrap();
         assert_eq!(used, 5);
         assert_eq!(s.state, BalanceState::Running);

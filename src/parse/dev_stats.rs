@@ -246,14 +246,7 @@ fn read_json(lines: &[PLine]) -> Option<(DevStats, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::paste::clean;
-
-    fn lines(s: &str) -> Vec<PLine<'_>> {
-        s.lines()
-            .enumerate()
-            .map(|(i, l)| clean(i + 1, l))
-            .collect()
-    }
+    use crate::parse::paste::test_lines as lines;
 
     #[test]
     fn reads_text_and_table() {

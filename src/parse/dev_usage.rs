@@ -90,7 +90,6 @@ pub fn read(lines: &[PLine]) -> Option<(Vec<DeviceUsage>, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::paste::clean;
 
     #[test]
     fn reads_devices() {
@@ -106,11 +105,7 @@ mod tests {
    Device size:                 0.00B
    Data,RAID6/5:            8.70TiB
 x";
-        let l: Vec<_> = t
-            .lines()
-            .enumerate()
-            .map(|(i, s)| clean(i + 1, s))
-            .collect();
+        let l = crate::parse::paste::test_lines(t);
         let (d, used) = read(&l).unwrap();
         assert_eq!(used, 10);
         assert_eq!(d.len(), 2);

@@ -123,11 +123,7 @@ mod tests {
 \tdevid    2 size 0 used 0 path <missing disk> MISSING
 \t*** Some devices missing
 Btrfs v3.12";
-        let l: Vec<_> = t
-            .lines()
-            .enumerate()
-            .map(|(i, s)| clean(i + 1, s))
-            .collect();
+        let l = crate::parse::paste::test_lines(t);
         let (s, used) = read(&l).unwrap();
         assert_eq!(used, 5);
         assert_eq!(s.label, None);

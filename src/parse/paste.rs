@@ -61,6 +61,15 @@ pub fn head(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// A pasted text's lines, cleaned and numbered from 1 (the parsers' tests).
+#[cfg(test)]
+pub(crate) fn test_lines(s: &str) -> Vec<PLine<'_>> {
+    s.lines()
+        .enumerate()
+        .map(|(i, l)| clean(i + 1, l))
+        .collect()
+}
+
 /// Cleans one raw line (numbered `no`).
 pub fn clean(no: usize, raw: &str) -> PLine<'_> {
     let cut = raw.len() > MAX_LINE;

@@ -148,15 +148,16 @@ fn field(r: &mut ScrubReport, t: &str) -> bool {
                 }
                 return true;
             }
-            "Corrected" => {
+            // The summary lines and `-R`'s raw counters alike.
+            "Corrected" | "corrected_errors" => {
                 r.corrected = number(v).map(|n| n.0);
                 return true;
             }
-            "Uncorrectable" => {
+            "Uncorrectable" | "uncorrectable_errors" => {
                 r.uncorrectable = number(v).map(|n| n.0);
                 return true;
             }
-            "Unverified" => {
+            "Unverified" | "unverified_errors" => {
                 r.unverified = number(v).map(|n| n.0);
                 return true;
             }
@@ -171,18 +172,6 @@ fn field(r: &mut ScrubReport, t: &str) -> bool {
                 {
                     details(r, &format!("{}={n}", k.trim().trim_end_matches("_errors")));
                 }
-                return true;
-            }
-            "corrected_errors" => {
-                r.corrected = number(v).map(|n| n.0);
-                return true;
-            }
-            "uncorrectable_errors" => {
-                r.uncorrectable = number(v).map(|n| n.0);
-                return true;
-            }
-            "unverified_errors" => {
-                r.unverified = number(v).map(|n| n.0);
                 return true;
             }
             "data_extents_scrubbed"
@@ -364,14 +353,7 @@ pub fn read(lines: &[PLine]) -> Option<(Vec<ScrubReport>, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::paste::clean;
-
-    fn lines(s: &str) -> Vec<PLine<'_>> {
-        s.lines()
-            .enumerate()
-            .map(|(i, l)| clean(i + 1, l))
-            .collect()
-    }
+    use crate::parse::paste::test_lines as lines;
 
     #[test]
     fn reads_the_key_value_style_with_errors() {

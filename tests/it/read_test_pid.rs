@@ -123,12 +123,19 @@ struct Loader {
 
 impl Loader {
     fn start(exe: &Path, mode: &str, file: &Path, threads: u32, cache: &str, log: PathBuf) -> Self {
-        let mut child = Command::new(exe)
-            .arg(mode)
+        let mut c = Command::new(exe);
+        c.arg(mode)
             .arg(file)
             .arg(threads.to_string())
             .arg(cache)
-            .arg(&log)
+            .arg(&log);
+        Self::started(c, log, mode).0
+    }
+
+    /// Spawns `c` and waits for its "ready" line; the pid that reads (the
+    /// one the line names, else the child's).
+    fn started(mut c: Command, log: PathBuf, what: &str) -> (Self, u32) {
+        let mut child = c
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -137,8 +144,10 @@ impl Loader {
         BufReader::new(child.stdout.as_mut().unwrap())
             .read_line(&mut line)
             .unwrap();
-        assert_eq!(line.trim(), "ready", "loader {mode} did not start");
-        Loader { child, log }
+        let mut words = line.split_whitespace();
+        assert_eq!(words.next(), Some("ready"), "loader {what} did not start");
+        let pid = words.next().map_or(child.id(), |p| p.parse().unwrap());
+        (Loader { child, log }, pid)
     }
 
     fn pid(&self) -> u32 {
@@ -171,24 +180,7 @@ impl Loader {
         if let Some(e) = s.stderr {
             c.env("LOADER_PROGRESS", "1").stderr(e);
         }
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let mut words = line.split_whitespace();
-        assert_eq!(
-            words.next(),
-            Some("ready"),
-            "stand-in {:?} did not start",
-            s.argv
-        );
-        let pid = words.next().map_or(child.id(), |p| p.parse().unwrap());
-        (Loader { child, log }, pid)
+        Self::started(c, log, &format!("{:?}", s.argv))
     }
 
     /// Stops it (closes its stdin) and reads its own measurements.

@@ -830,10 +830,38 @@ fn findings(f: &Facts) -> Vec<Explained> {
         .filter(|p| !redundant(*p))
         .collect();
     for (dev, (c, from)) in &f.counters {
-        if !c.any() {
+        // One rule with doctor's: a counter at UINT64_MAX is invalid, left
+        // out of the errors (and of every sum: no overflow).
+        let e = crate::doctor::facts::ErrorCounts {
+            write: c.write,
+            read: c.read,
+            flush: c.flush,
+            corruption: c.corruption,
+            generation: c.generation,
+        };
+        let invalid = e.invalid_kinds();
+        if !invalid.is_empty() {
+            add(
+                Finding::new(
+                    Code::DeviceStatsInvalid,
+                    format!(
+                        "device {dev}: its {} counter{} 18446744073709551615, not a count",
+                        invalid.join(" and "),
+                        if invalid.len() == 1 { " reads" } else { "s read" }
+                    ),
+                    "UINT64_MAX is no number of errors a device reaches: the counter item on disk is damaged or was written wrongly; it is left out of the error counts; scrub to learn whether there are real errors, then reset the counters",
+                )
+                .with_evidence("invalid counters", invalid.join(", "))
+                .with_command(format!(
+                    "btrfs scrub start -Bd {mount}  (then btrfs device stats -z {mount})"
+                )),
+                from.clone(),
+            );
+        }
+        if e.total() == 0 {
             continue;
         }
-        let damaging = c.read + c.write + c.corruption + c.generation > 0;
+        let damaging = e.sum_of(&["read", "write", "corruption", "generation"]) > 0;
         let mut fi = if damaging && !without.is_empty() {
             let mut names: Vec<&str> = without.iter().map(|p| p.name()).collect();
             names.sort_unstable();
@@ -853,7 +881,7 @@ fn findings(f: &Facts) -> Vec<Explained> {
                 "the counters only grow: a drive, cable or controller problem, or silent corruption; on a redundant profile scrub repairs bad copies from the good ones",
             )
         };
-        for (k, n) in c.kinds() {
+        for (k, n) in e.valid_kinds() {
             if n > 0 {
                 fi = fi.with_evidence(&format!("{k} errors"), n.to_string());
             }

@@ -250,3 +250,27 @@ Overall:
         }
     }
 }
+
+/// Generated (the shape of `btrfs device stats`, the value one operator's
+/// exporter showed): a counter at UINT64_MAX is invalid, not errors, and
+/// never summed into an overflow.
+#[test]
+fn a_pasted_counter_at_uint64_max_is_invalid() {
+    let t = "[/dev/nvme0n1p8].write_io_errs    0
+[/dev/nvme0n1p8].read_io_errs     0
+[/dev/nvme0n1p8].flush_io_errs    0
+[/dev/nvme0n1p8].corruption_errs  18446744073709551615
+[/dev/nvme0n1p8].generation_errs  0
+";
+    let r = explain(t, "-");
+    let c = codes(&r);
+    assert!(c.contains(&"device-stats-invalid"), "{c:?}");
+    assert!(!c.iter().any(|x| x.starts_with("device-errors")), "{c:?}");
+    let with_real = t.replace("read_io_errs     0", "read_io_errs     2");
+    let r = explain(&with_real, "-");
+    let c = codes(&r);
+    assert!(
+        c.contains(&"device-stats-invalid") && c.contains(&"device-errors"),
+        "{c:?}"
+    );
+}

@@ -86,10 +86,12 @@ pub(crate) const MOUNT_FLOORS_RO: [(&str, KernelVersion); 3] = [
     ("block_group_tree", KernelVersion::new(6, 1)),
 ];
 
-/// Incompat features of newer kernels.
-pub(crate) const MOUNT_FLOORS_NEW: [(&str, KernelVersion); 2] = [
+/// Incompat features of newer kernels (the remap tree: 8912c2fd5830,
+/// experimental in 7.0).
+pub(crate) const MOUNT_FLOORS_NEW: [(&str, KernelVersion); 3] = [
     ("raid_stripe_tree", KernelVersion::new(6, 7)),
     ("simple_quota", KernelVersion::new(6, 7)),
+    ("remap_tree", KernelVersion::new(7, 0)),
 ];
 
 /// A rescue system this old (Ubuntu 20.04's 5.4, an LTS still in wide use)

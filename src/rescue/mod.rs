@@ -206,6 +206,18 @@ pub fn run(
     walk_and_copy(&mut opened, report, req, ui, each)
 }
 
+/// Why the remap tree (Linux 7.0, experimental) is in use, when it is:
+/// the `remap_tree` feature (sysfs), or a chunk without stripes (a
+/// remapped block group keeps its item, its stripes move to the remap
+/// tree: the kernel's tree-checker allows `num_stripes` 0 only then).
+pub(crate) fn remap_in_use(features: &[String], records: &[btrfs::ChunkRecord]) -> Option<String> {
+    if features.iter().any(|f| f == "remap_tree") {
+        return Some("has the remap tree feature (remap_tree, Linux 7.0)".to_owned());
+    }
+    let remapped = records.iter().filter(|r| r.num_stripes == 0).count();
+    (remapped > 0).then(|| format!("has {remapped} remapped block group(s) (chunks without stripes: the remap tree, Linux 7.0)"))
+}
+
 /// The mount of a rescue, held and mapped, with the target of its copy.
 pub(crate) struct Opened {
     src: HeldDir,
@@ -226,6 +238,14 @@ pub(crate) fn open(req: &RescueRequest) -> Result<(Opened, RescueReport)> {
             format!("cannot read the chunk tree of {}", req.mount.display()),
         )
     })?;
+    let features = crate::sys::fs::target::features(&SysRoot::host(), &fsid);
+    if let Some(why) = remap_in_use(&features, &records) {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("{} {why}: rescue maps file extents through the chunk tree only and would read the wrong place for remapped block groups", req.mount.display()),
+        )
+        .with_hint("nothing was read or copied; copy what reads back from the read-only mount with cp or rsync (the kernel maps remapped block groups itself)"));
+    }
     let map = btrfs::data_chunk_map(&records);
     let devices = find_devices(&src, &fsid, &map)?;
     let missing: BTreeSet<u64> = devices
@@ -1251,5 +1271,34 @@ mod tests {
         let s = step_name(long);
         assert_eq!(s.chars().count(), STEP_CHARS);
         assert!(s.starts_with('…') && s.ends_with("2024/IMG_1.jpg"), "{s}");
+    }
+
+    #[test]
+    fn the_remap_tree_is_refused_by_feature_or_by_a_chunk_without_stripes() {
+        use btrfs_uapi::space::BlockGroupFlags as F;
+        let chunk = |stripes: u16| btrfs::ChunkRecord {
+            flags: F::DATA | F::RAID0,
+            logical: 1 << 30,
+            length: 1 << 30,
+            stripe_len: 64 << 10,
+            num_stripes: stripes,
+            sub_stripes: 1,
+            devids: (1..=u64::from(stripes)).collect(),
+        };
+        let plain = vec!["no_holes".to_owned(), "free_space_tree".to_owned()];
+        assert_eq!(remap_in_use(&plain, &[chunk(2)]), None);
+        let why = remap_in_use(&plain, &[chunk(2), chunk(0)]).unwrap();
+        assert!(why.contains("1 remapped block group"), "{why}");
+        let feat = vec!["remap_tree".to_owned()];
+        assert!(
+            remap_in_use(&feat, &[chunk(2)])
+                .unwrap()
+                .contains("remap_tree")
+        );
+        // doctor's oldest kernel follows: a remap-tree filesystem needs 7.0.
+        assert_eq!(
+            crate::model::kernel::oldest_read_write(&feat).0,
+            crate::model::kernel::KernelVersion::new(7, 0)
+        );
     }
 }

@@ -69,6 +69,10 @@ pub fn missing_root_prerequisites() -> Vec<String> {
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
     extra_mounts: Vec<PathBuf>,
+    /// The fsids of the filesystems this environment made: btrfs-progs'
+    /// scrub records of them (`btrfs scrub` run by a test writes one in
+    /// /var/lib/btrfs, the machine's) are removed when it ends.
+    fsids: std::cell::RefCell<Vec<String>>,
 }
 
 impl TestEnv {
@@ -81,6 +85,7 @@ impl TestEnv {
         Self {
             dir,
             extra_mounts: Vec::new(),
+            fsids: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -99,8 +104,12 @@ impl TestEnv {
     /// A sandbox made through the library; torn down when dropped.
     pub fn sandbox(&self, request: SandboxRequest) -> Sandbox {
         let plan = plan_up(&request, &self.sandbox_root(), &sandbox::random_name()).unwrap();
-        Sandbox::up(&plan, &self.store())
-            .unwrap_or_else(|e| panic!("sandbox up: {} ({:?})", e.message(), e.hint()))
+        let sbx = Sandbox::up(&plan, &self.store())
+            .unwrap_or_else(|e| panic!("sandbox up: {} ({:?})", e.message(), e.hint()));
+        if let Ok(fsid) = btrfs_lab::sys::kernel::btrfs::fsid(sbx.mount_point()) {
+            self.fsids.borrow_mut().push(fsid);
+        }
+        sbx
     }
 
     /// The binary with this environment's state and sandbox directories,
@@ -245,6 +254,9 @@ impl Drop for TestEnv {
         let store = self.store();
         if let Ok(records) = store.load_all() {
             for r in records {
+                if let Ok(fsid) = btrfs_lab::sys::kernel::btrfs::fsid(&r.mount_point) {
+                    self.fsids.borrow_mut().push(fsid);
+                }
                 if let Err(e) = sandbox::teardown(&store, &r) {
                     eprintln!(
                         "test env: could not remove sandbox {}: {}",
@@ -253,6 +265,14 @@ impl Drop for TestEnv {
                     );
                 }
             }
+        }
+        // btrfs-progs' scrub records of this environment's filesystems
+        // (new fsids: nobody else's).
+        for fsid in self.fsids.borrow().iter() {
+            let _ = fs::remove_file(
+                Path::new(btrfs_lab::scrub::progs::PROGS_DIR)
+                    .join(btrfs_lab::scrub::progs::file_name(fsid)),
+            );
         }
         for m in self.extra_mounts.iter().rev() {
             let _ = nix::mount::umount2(m, nix::mount::MntFlags::empty());

@@ -12,8 +12,8 @@ use super::config::{self, Tree};
 use super::{AppKind, Facts, Found, Place};
 use crate::probe::pid::PidFile;
 use crate::sys::fs::root::SysRoot;
-use crate::sys::kernel::{btrfs, ioctl};
-use crate::sys::proc::{fdinfo, mountinfo};
+use crate::sys::kernel::ioctl;
+use crate::sys::proc::fdinfo;
 
 /// The largest configuration file or command line read.
 const CAP: usize = 1 << 20;
@@ -161,16 +161,16 @@ pub fn place_of(root: &SysRoot, path: &Path) -> Place {
             ..Place::default()
         };
     }
-    let canon = match fs::canonicalize(path) {
-        Ok(c) => c,
+    let facts = match crate::sys::fs::filesystem::describe(root, path) {
+        Ok(f) => f,
         Err(e) => {
             return Place {
-                note: Some(format!("cannot resolve it: {e}")),
+                note: Some(format!("cannot be looked at: {}", e.message())),
                 ..Place::default()
             };
         }
     };
-    let Ok(mount) = mountinfo::containing(root, &canon) else {
+    let Some(mount) = facts.mount else {
         return Place {
             note: Some("no mount contains it".to_owned()),
             ..Place::default()
@@ -182,13 +182,9 @@ pub fn place_of(root: &SysRoot, path: &Path) -> Place {
         ..Place::default()
     };
     if mount.fs_type == "btrfs" {
-        place.fsid = btrfs::fsid(&canon).ok();
-        place.data_profiles = btrfs::data_profiles(&canon).unwrap_or_default();
-        match crate::sys::fs::filesystem::inode_flags(&canon) {
-            Ok(Some(f)) => place.nocow = Some(f.intersects(ioctl::FS_NOCOW_FL)),
-            Ok(None) => {}
-            Err(e) => place.note = Some(e.message().to_owned()),
-        }
+        place.fsid = facts.fsid;
+        place.data_profiles = facts.data_profiles;
+        place.nocow = facts.flags.map(|f| f.intersects(ioctl::FS_NOCOW_FL));
         let no_sums = mount
             .options()
             .any(|o| o == "nodatacow" || o == "nodatasum");
@@ -594,7 +590,9 @@ fn odirect_processes(
 
 /// The same file, one path as given and one as the kernel names it.
 fn same_file(a: &Path, b: &Path) -> bool {
-    a == b || fs::canonicalize(a).is_ok_and(|c| c == b)
+    use std::os::unix::fs::MetadataExt;
+    a == b
+        || matches!((fs::metadata(a), fs::metadata(b)), (Ok(x), Ok(y)) if x.dev() == y.dev() && x.ino() == y.ino())
 }
 
 #[cfg(test)]

@@ -248,3 +248,77 @@ mod tests {
         assert!(ok.dir.is_absolute());
     }
 }
+
+/// Where a file or directory a program names (a VM image, a data
+/// directory) lives: its mount, and on btrfs its fsid, data profiles and
+/// NOCOW flag. Read through held descriptors: the directory reached as
+/// [`crate::sys::fs::beneath::HeldDir`] does (a symbolic link another user
+/// owns is refused), a file opened beneath it without following a link at
+/// its name, regular files only; every query goes to the descriptors.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathFacts {
+    /// The mount that holds it.
+    pub mount: Option<crate::parse::mountinfo::MountEntry>,
+    /// btrfs fsid.
+    pub fsid: Option<String>,
+    /// btrfs data profiles.
+    pub data_profiles: Vec<crate::model::profile::Profile>,
+    /// Its inode flags (None: the filesystem has none).
+    pub flags: Option<IFlags>,
+}
+
+/// [`PathFacts`] of `path`.
+pub fn describe(root: &SysRoot, path: &Path) -> Result<PathFacts> {
+    use crate::sys::fs::beneath::{HeldDir, open_beneath};
+    use rustix::fs::{Mode, OFlags};
+    let (dir, file) = match HeldDir::open(path) {
+        Ok(d) => {
+            let f = d.file()?;
+            (d, f)
+        }
+        Err(e) if e.kind() == ErrorKind::WrongTarget => {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            let name = path.file_name().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::WrongTarget,
+                    format!("{}: no file name", path.display()),
+                )
+            })?;
+            let d = HeldDir::open(parent)?;
+            let fd = open_beneath(
+                d.fd(),
+                name,
+                OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| Error::from_errno(e, "cannot open", path))?;
+            let f = File::from(fd);
+            let meta = f
+                .metadata()
+                .map_err(|e| Error::from_io(&e, "cannot stat", path))?;
+            if !meta.is_file() {
+                return Err(Error::new(
+                    ErrorKind::WrongTarget,
+                    format!("{} is not a regular file", path.display()),
+                ));
+            }
+            (d, f)
+        }
+        Err(e) => return Err(e),
+    };
+    let info = inspect_held(root, &dir)?;
+    let mut facts = PathFacts {
+        flags: inode_flags_of(&file, path)?,
+        ..PathFacts::default()
+    };
+    if info.mount.fs_type == "btrfs" {
+        let via = std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        facts.fsid = crate::sys::kernel::btrfs::fsid(&via).ok();
+        facts.data_profiles = crate::sys::kernel::btrfs::data_profiles(&via).unwrap_or_default();
+    }
+    facts.mount = Some(info.mount);
+    Ok(facts)
+}

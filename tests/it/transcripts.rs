@@ -665,6 +665,7 @@ transcript_tests! {
     root device => "device.md",
     root df => "df.md",
     root doctor => "doctor.md",
+    user explain => "explain.md",
     user links => "links.md",
     user man => "man.md",
     root nocow => "nocow.md",

@@ -1302,6 +1302,8 @@ fn reads_fixtures_only(step: &Step) -> bool {
         .any(|a| a == "--parse" || a == "--sysroot" || a.starts_with("--sysroot="))
         // capacity SIZE...: computed from the sizes given, no filesystem.
         || (step.argv.iter().any(|a| a == "capacity") && !step.argv.iter().any(|a| a == "--from"))
+        // explain FILE: only the paste is read.
+        || step.argv.iter().any(|a| a == "explain")
 }
 
 /// The tokens of `file`'s expected output that are neither masked nor in

@@ -71,6 +71,12 @@ pub struct DoctorArgs {
     fstab: Option<PathBuf>,
     #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
+    /// Tell at once a member's new state (missing, vanished, stale,
+    /// returned) and error counters that rose since the last look: `journal`
+    /// (the systemd journal, a MESSAGE_ID per code), or a program root owns,
+    /// run with CODE SEVERITY FSID MOUNT DEVID TITLE.
+    #[arg(long, value_name = "journal|PROGRAM")]
+    notify: Option<String>,
 }
 
 pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>) -> Result<u8> {
@@ -84,7 +90,16 @@ pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>
         return Ok(super::page::usage_status(&["doctor"]).code);
     }
     let format = args.format;
-    let Some((report, textfile_failed)) = doctor::run_on_ui(&options(args, out, state_dir), out)?
+    let notify = match args.notify.as_deref().map(doctor::notify::Notify::parse) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(e)) => {
+            out.error(&e);
+            return Ok(super::page::usage_status(&["doctor"]).code);
+        }
+    };
+    let Some((report, textfile_failed)) =
+        doctor::run_on_ui(&options(args, out, state_dir, notify), out)?
     else {
         return Ok(doctor::EXIT_UNKNOWN);
     };
@@ -101,7 +116,12 @@ pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>
     ))
 }
 
-fn options(args: DoctorArgs, out: &Output, state_dir: Option<PathBuf>) -> DoctorOptions {
+fn options(
+    args: DoctorArgs,
+    out: &Output,
+    state_dir: Option<PathBuf>,
+    notify: Option<doctor::notify::Notify>,
+) -> DoctorOptions {
     DoctorOptions {
         sysroot: SysRoot::from_option(args.sysroot.as_deref(), out),
         mounts: args.mounts,
@@ -111,6 +131,7 @@ fn options(args: DoctorArgs, out: &Output, state_dir: Option<PathBuf>) -> Doctor
         allow_untrusted_target: args.target.allow_untrusted_target,
         fstab: args.fstab,
         state_dir,
+        notify,
     }
 }
 

@@ -67,6 +67,10 @@ pub struct ScrubArgs {
     /// Only report errors, repair nothing (btrfs scrub start -r).
     #[arg(long)]
     readonly: bool,
+    /// Scrub only this member (its devid, as `show` lists it): one that
+    /// came back after it was gone, to rewrite what it missed.
+    #[arg(long, value_name = "DEVID", conflicts_with_all = ["all", "status", "cancel"])]
+    device: Option<u64>,
     /// Read at most RATE bytes per second per device (e.g. 200M), for this
     /// run (the kernel's scrub_speed_max, 5.14 and later).
     #[arg(long, value_name = "RATE")]
@@ -106,6 +110,7 @@ pub fn run(a: ScrubArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8>
         readonly: a.readonly,
         limit,
         resume: a.resume,
+        device: a.device,
     };
     let textfile = a.textfile.clone().map(|file| Textfile {
         file,
@@ -149,6 +154,7 @@ fn run_all(a: &ScrubArgs, limit: Option<u64>, out: &Output, state_dir: &Path) ->
             readonly: a.readonly || e.read_only,
             limit,
             resume: e.choice == Choice::Resume,
+            device: None,
         };
         let mut op = Scrub::new(e.mount_point.clone(), request, state_dir, None);
         let confirm = operation::Confirm {

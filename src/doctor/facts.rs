@@ -108,6 +108,24 @@ pub struct DeviceFacts {
     /// holds its record (none: set by hand, or by another tool).
     #[serde(default)]
     pub scrub_speed_max_by: Option<SettingLeft>,
+    /// Its state: present, missing, vanished, stale or returned
+    /// ([`super::members`]).
+    #[serde(default)]
+    pub state: super::members::MemberState,
+    /// Since when it has been in that state (seconds since the epoch), as
+    /// doctor's looks tell (absent: not recorded).
+    #[serde(default)]
+    pub state_since: Option<u64>,
+    /// That state began at this look (a state other than present is then
+    /// told by `--notify`).
+    #[serde(default)]
+    pub state_new: bool,
+    /// The generation in its own superblock (absent: not read).
+    #[serde(default)]
+    pub generation: Option<u64>,
+    /// Its error counters at doctor's last look (absent: no earlier look).
+    #[serde(default)]
+    pub errors_before: Option<ErrorCounts>,
 }
 
 /// A kernel setting a btrfs-lab run changed, as the settings ledger
@@ -229,6 +247,22 @@ pub struct FsFacts {
     /// balance would widen (read from the chunk tree: root only).
     #[serde(default)]
     pub narrow_data: Option<super::widths::NarrowData>,
+    /// The filesystem's generation (the transaction it is at).
+    #[serde(default)]
+    pub generation: Option<u64>,
+    /// Doctor's last look at its members (when and under which kernel),
+    /// from its record in the state directory.
+    #[serde(default)]
+    pub last_look: Option<LastLook>,
+}
+
+/// Doctor's last look at a filesystem's members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LastLook {
+    /// When (seconds since the epoch).
+    pub at: u64,
+    /// The kernel running then.
+    pub kernel: String,
 }
 
 impl FsFacts {

@@ -9,6 +9,8 @@ pub mod deep;
 pub mod facts;
 pub mod fstab;
 pub mod leftovers;
+pub mod members;
+pub mod notify;
 pub mod prometheus;
 pub mod scrub;
 pub mod widths;
@@ -252,8 +254,12 @@ pub struct DoctorOptions {
     /// exists.
     pub fstab: Option<PathBuf>,
     /// btrfs-lab's state directory (`--state-dir`: its `scrub/` holds what
-    /// `btrfs-lab scrub` saved); `None`: the sysroot's `/var/lib/btrfs-lab`.
+    /// `btrfs-lab scrub` saved, its `members/` what doctor saw of each
+    /// filesystem's members); `None`: the sysroot's `/var/lib/btrfs-lab`.
     pub state_dir: Option<PathBuf>,
+    /// `--notify`: where a member's new state and rising error counters
+    /// are told.
+    pub notify: Option<notify::Notify>,
 }
 
 /// What a doctor run ends with (an interruption is the `Err` of [`run`]).
@@ -266,6 +272,9 @@ pub enum Outcome {
         report: DoctorReport,
         /// Why the textfile could not be written.
         textfile_error: Option<crate::error::Error>,
+        /// What else failed, said and counted as output not written: the
+        /// members' record could not be saved, an event not told.
+        problems: Vec<crate::error::Error>,
     },
     /// Doctor could not look at anything (UNKNOWN, [`EXIT_UNKNOWN`]): one
     /// error per filesystem given (the last says what the textfile holds
@@ -335,6 +344,25 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
         Err(e) if e.kind() == crate::error::ErrorKind::Interrupted => return Err(e),
         Err(e) => return Ok(Outcome::Unknown(fail_textfile(vec![e], opts))),
     };
+    // What was seen of each filesystem's members, for the next look (on
+    // the host only: a --sysroot tree is another machine's); then the new
+    // states told.
+    let mut problems = Vec::new();
+    if opts.sysroot.is_host() {
+        for d in &report.filesystems {
+            if let Err(e) = members::save(
+                scrub_store.state_dir(),
+                &members::record(&d.facts, report.timestamp_unix),
+            ) {
+                problems.push(
+                    e.with_hint("doctor records its members' states there to tell a member that came back; give a --state-dir root holds"),
+                );
+            }
+        }
+    }
+    if let Some(to) = &opts.notify {
+        problems.extend(notify::tell(to, &notify::events(&report)));
+    }
     let textfile_error = opts.textfile.as_deref().and_then(|path| {
         write_textfile(
             path,
@@ -347,6 +375,7 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
     Ok(Outcome::Report {
         report,
         textfile_error,
+        problems,
     })
 }
 
@@ -358,7 +387,7 @@ pub fn run_on_ui(
     opts: &DoctorOptions,
     ui: &dyn crate::ui::Ui,
 ) -> Result<Option<(DoctorReport, bool)>> {
-    let (report, textfile_error) = match run(opts)? {
+    let (report, textfile_error, problems) = match run(opts)? {
         Outcome::Unknown(errors) => {
             errors.iter().for_each(|e| ui.error(e));
             return Ok(None);
@@ -366,13 +395,18 @@ pub fn run_on_ui(
         Outcome::Report {
             report,
             textfile_error,
-        } => (report, textfile_error),
+            problems,
+        } => (report, textfile_error, problems),
     };
     for n in &report.not_examined {
         ui.error(&not_examined_error(n));
     }
     textfile_error.iter().for_each(|e| ui.error(e));
-    Ok(Some((report, textfile_error.is_some())))
+    problems.iter().for_each(|e| ui.error(e));
+    Ok(Some((
+        report,
+        textfile_error.is_some() || !problems.is_empty(),
+    )))
 }
 
 /// A filesystem not examined, as the one error line it prints (naming the
@@ -696,6 +730,12 @@ pub(crate) fn gather(
                     fsid: target.fsid.clone(),
                     devid: d.devid,
                 }),
+                // Set below, once every member was looked at.
+                state: members::MemberState::Present,
+                state_since: None,
+                state_new: false,
+                generation: None,
+                errors_before: None,
             }
         })
         .collect::<Vec<_>>();
@@ -738,6 +778,49 @@ pub(crate) fn gather(
         .unwrap_or_default();
     let scrub = scrub::newest(progs, lab);
     let narrow_data = widths::read(root, &state);
+    let mut devices = devices;
+    let before = members::load(scrub_store.state_dir(), &target.fsid);
+    // Each member's block device, beside what the kernel says of it (on
+    // the host only: a --sysroot tree has no devices to read).
+    let seen: Vec<members::Seen> = devices
+        .iter()
+        .map(|d| {
+            let block = if d.missing || !root.is_host() {
+                Default::default()
+            } else {
+                crate::sys::block::member::look(Path::new(&d.path), &target.fsid, d.devid)
+            };
+            members::Seen {
+                missing: d.missing,
+                block_gone: block.gone,
+                generation: block.generation,
+            }
+        })
+        .collect();
+    let generation = seen
+        .iter()
+        .filter_map(|s| s.generation)
+        .chain(Some(info.generation).filter(|g| *g > 0))
+        .max();
+    let now = now_unix();
+    for (d, s) in devices.iter_mut().zip(&seen) {
+        let b = members::before(before.as_ref(), d);
+        // The end of the last complete scrub of this member.
+        let scrubbed_at = scrub
+            .iter()
+            .filter(|x| x.devid == d.devid && x.finished && !x.readonly)
+            .map(|x| x.started + x.duration)
+            .max();
+        let (st, since) = members::classify(*s, generation, b, scrubbed_at, now);
+        d.state = st;
+        d.state_since = Some(since);
+        d.state_new = st != members::MemberState::Present
+            && b.is_none_or(|b| b.state != st)
+            && !(st == members::MemberState::Returned
+                && b.is_some_and(|b| b.state == members::MemberState::Stale));
+        d.generation = s.generation;
+        d.errors_before = b.and_then(|b| b.errors);
+    }
     Ok(FsFacts {
         mount_point: target.mount.mount_point.clone(),
         uuid: target.fsid.clone(),
@@ -793,6 +876,11 @@ pub(crate) fn gather(
             (b, now)
         }),
         narrow_data,
+        generation,
+        last_look: before.map(|b| facts::LastLook {
+            at: b.at,
+            kernel: b.kernel,
+        }),
     })
 }
 

@@ -139,6 +139,9 @@ pub(crate) fn oldest_read_only(features: &[String]) -> KernelVersion {
 pub(crate) const RAID1C34: KernelVersion = KernelVersion::new(5, 5);
 /// Since Linux 5.15 RAID0 and RAID10 work with fewer devices (1 and 2).
 pub(crate) const DEGENERATE_RAID: KernelVersion = KernelVersion::new(5, 15);
+/// From this kernel on every failed bio counts in the device error
+/// counters (fc3d53288158): counts jump after an upgrade to it.
+pub(crate) const COUNTS_EVERY_BIO_ERROR: KernelVersion = KernelVersion::new(7, 1);
 
 #[cfg(test)]
 mod tests {

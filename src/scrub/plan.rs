@@ -17,6 +17,9 @@ pub struct Request {
     pub limit: Option<u64>,
     /// Continue an interrupted scrub.
     pub resume: bool,
+    /// Only this member (`--device DEVID`): the one that came back, to
+    /// resync it.
+    pub device: Option<u64>,
 }
 
 /// One device as the planner takes it.
@@ -58,7 +61,42 @@ pub fn plan_from(
     let resume = req.resume;
     let mut planned = Vec::new();
     let mut missing = Vec::new();
-    for d in devices {
+    if let Some(id) = req.device {
+        match devices.iter().find(|d| d.devid == id) {
+            None => {
+                return Err(Error::new(
+                    ErrorKind::Usage,
+                    format!(
+                        "{} has no device {id} (its devids: {})",
+                        mount_point.display(),
+                        devices
+                            .iter()
+                            .map(|d| d.devid.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .with_hint("btrfs-lab show MOUNT lists each member's devid"));
+            }
+            Some(d) if d.path.is_empty() => {
+                return Err(Error::new(
+                    ErrorKind::State,
+                    format!(
+                        "device {id} of {} is missing: there is nothing to read",
+                        mount_point.display()
+                    ),
+                )
+                .with_hint(
+                    "put it back and mount again, or replace it (btrfs-lab device replace)",
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for d in devices
+        .iter()
+        .filter(|d| req.device.is_none_or(|id| id == d.devid))
+    {
         if d.path.is_empty() {
             missing.push(d.devid);
             continue;

@@ -37,6 +37,11 @@ impl StateStore {
         }
     }
 
+    /// The state directory it is a room of.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
     /// The ledger of kernel settings in the same state directory
     /// (`STATE/settings`).
     pub fn ledger(&self) -> crate::sys::kernel::settings::Ledger {

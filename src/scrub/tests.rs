@@ -282,3 +282,28 @@ fn the_suspend_note_is_one_line_said_once_per_reason() {
     assert!(store.first_time("another reason"), "another reason is said");
     assert!(!store.first_time(&note));
 }
+
+#[test]
+fn one_device_is_planned_alone_and_a_missing_or_unknown_one_refused() {
+    let devs = [dev(1, "/dev/a", 100), dev(2, "", 100), dev(3, "/dev/c", 50)];
+    let req = |id| Request {
+        device: Some(id),
+        ..Request::default()
+    };
+    let p = plan_from(Path::new("/m"), "f", &devs, None, req(3)).unwrap();
+    assert_eq!(p.devices.iter().map(|d| d.devid).collect::<Vec<_>>(), [3]);
+    assert!(p.missing.is_empty(), "{:?}", p.missing);
+    assert_eq!(p.bytes_left(), 50);
+    let e = plan_from(Path::new("/m"), "f", &devs, None, req(2)).unwrap_err();
+    assert!(
+        e.message().contains("device 2 of /m is missing"),
+        "{}",
+        e.message()
+    );
+    let e = plan_from(Path::new("/m"), "f", &devs, None, req(9)).unwrap_err();
+    assert!(
+        e.message().contains("no device 9 (its devids: 1, 2, 3)"),
+        "{}",
+        e.message()
+    );
+}

@@ -19,6 +19,7 @@ mod help;
 mod idempotent;
 mod links;
 mod loop_owner;
+mod members;
 mod model_kernel;
 mod mount_symlink;
 mod nocow;

@@ -2,6 +2,7 @@
 
 use crate::doctor::facts::DeviceFacts;
 use crate::model::finding::{Code, Finding};
+use crate::model::kernel::{self, KernelVersion};
 
 use super::{Cx, cmd};
 
@@ -38,6 +39,8 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
             .with_command(cmd(&["btrfs", "filesystem", "show"], &cx.m)),
         );
     }
+
+    member_states(cx, now, out);
 
     // Device error counters.
     for d in &f.devices {
@@ -137,6 +140,172 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
                 .with_evidence("scrub errors corrected", sum(|s| s.corrected));
         }
         out.push(fi);
+    }
+}
+
+/// Members that vanished, came back stale or returned (the states of
+/// [`crate::doctor::members`]), and error counters rising since the last
+/// look: what each means for this array's profiles and what to do.
+fn member_states(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
+    use crate::doctor::members::MemberState;
+    use crate::sys::tools::display_argv;
+    let f = cx.f;
+    let m = cx.m.as_str();
+    let lossy = cx
+        .data
+        .iter()
+        .chain(&cx.meta)
+        .any(|p| p.geometry().tolerated_failures == 0);
+    let since = |d: &DeviceFacts| {
+        d.state_since
+            .map(crate::report::envelope::rfc3339_seconds)
+            .unwrap_or_default()
+    };
+    let resync = |d: &DeviceFacts| {
+        display_argv(&["btrfs-lab", "scrub", m, "--device", &d.devid.to_string()])
+    };
+    let profiles = |fi: Finding| {
+        let mut fi = fi;
+        for (kind, list) in [("data", &cx.data), ("metadata", &cx.meta)] {
+            for p in list.iter() {
+                fi = fi.with_evidence(&format!("{kind} {}", p.name()), p.loss_when_missing(1));
+            }
+        }
+        fi
+    };
+    for d in &f.devices {
+        match d.state {
+            MemberState::Vanished => {
+                let why = if lossy {
+                    "the kernel notices only when it next writes to it; a profile in use has no other copy of what it held: stop writing, unmount, mount the others read-only (mount -o degraded,ro) and copy out what is intact with btrfs-lab rescue; put the drive back (reseat it, check its link) before anything else"
+                } else {
+                    "the kernel notices only when it next writes to it; every byte still has a copy on the others, but what is written from now on has none: put the drive back (reseat it, check its link) and scrub it, or replace it; never put degraded in fstab"
+                };
+                let fi = Finding::new(
+                    Code::DeviceVanished,
+                    format!(
+                        "device {} ({}) is gone: the kernel still counts it a member",
+                        d.devid, d.path
+                    ),
+                    why,
+                )
+                .with_evidence("devid", d.devid.to_string())
+                .with_evidence("block device", format!("{} (no longer there)", d.path))
+                .with_evidence("seen gone since", since(d));
+                out.push(profiles(fi).with_command(if lossy {
+                    display_argv(&["btrfs-lab", "rescue", m, "--copy-to", "DIR"])
+                } else {
+                    format!(
+                        "{}  (or, once it is back: {})",
+                        display_argv(&[
+                            "btrfs-lab",
+                            "device",
+                            "replace",
+                            m,
+                            &d.devid.to_string(),
+                            "NEW"
+                        ]),
+                        resync(d)
+                    )
+                }));
+            }
+            MemberState::Stale | MemberState::Returned => {
+                let stale = d.state == MemberState::Stale;
+                let title = if stale {
+                    format!(
+                        "device {} ({}) is {} transactions behind the filesystem: it missed writes",
+                        d.devid,
+                        d.path,
+                        f.generation
+                            .zip(d.generation)
+                            .map_or(0, |(fs, g)| fs.saturating_sub(g))
+                    )
+                } else {
+                    format!(
+                        "device {} ({}) is back after it was gone, and not resynced",
+                        d.devid, d.path
+                    )
+                };
+                let why = if lossy {
+                    "it was away while the others were written: checksummed blocks it holds in old versions are caught and repaired from another copy where the profile keeps one; a profile without copies (single, RAID0) has none: scrub it to learn what is damaged, and never mount it alone or with -o degraded"
+                } else {
+                    "it was away while the others were written: its copies of those blocks are old until a scrub of it rewrites them from the good ones; reads that land on it are repaired when checksummed, but NOCOW files have no checksums and may read the old copy; never mount it alone or with -o degraded"
+                };
+                let mut fi = Finding::new(
+                    if stale {
+                        Code::DeviceStale
+                    } else {
+                        Code::DeviceReturned
+                    },
+                    title,
+                    why,
+                )
+                .with_evidence("devid", d.devid.to_string());
+                if let (Some(g), Some(fs)) = (d.generation, f.generation) {
+                    fi = fi
+                        .with_evidence("its superblock's generation", g.to_string())
+                        .with_evidence("the filesystem's generation", fs.to_string());
+                }
+                fi = fi.with_evidence(
+                    if stale {
+                        "seen stale since"
+                    } else {
+                        "back since"
+                    },
+                    since(d),
+                );
+                out.push(fi.with_command(resync(d)));
+            }
+            MemberState::Present | MemberState::Missing => {}
+        }
+        let rising = crate::doctor::members::rising(d.errors, d.errors_before);
+        if rising.is_empty() {
+            continue;
+        }
+        let Some(last) = &f.last_look else { continue };
+        // Counted by a scrub since the last look that repaired everything
+        // (the resync of a member that came back): device-errors-repaired
+        // says what is left to do.
+        if repaired_by_scrub(f, d.devid, now).is_some_and(|s| s.started + s.duration >= last.at) {
+            continue;
+        }
+        let then = KernelVersion::parse(&last.kernel);
+        let running = KernelVersion::parse(&f.kernel);
+        let across = matches!((then, running), (Some(b), Some(n)) if b < kernel::COUNTS_EVERY_BIO_ERROR && n >= kernel::COUNTS_EVERY_BIO_ERROR);
+        let mut fi = Finding::new(
+            Code::DeviceErrorsRising,
+            format!(
+                "device {} ({}): errors rose since the last look ({})",
+                d.devid,
+                d.path,
+                rising
+                    .iter()
+                    .map(|(k, n)| format!("{k} +{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            if across {
+                "the kernel changed since the last look, from one older than 7.1 to 7.1 or later, which counts every failed bio in these counters (fc3d53288158): a jump across the upgrade is the new counting; errors that keep rising are not: scrub, and check the drive"
+            } else {
+                "new errors since the last look: the drive, its cable or controller is failing now, or a member went away; scrub to repair from the good copies, and check the drive"
+            },
+        )
+        .with_severity(crate::model::finding::rules::errors_rising(across))
+        .with_evidence("devid", d.devid.to_string())
+        .with_evidence(
+            "last look",
+            crate::report::envelope::rfc3339_seconds(last.at),
+        )
+        .with_evidence("kernel then", last.kernel.clone())
+        .with_evidence("kernel now", f.kernel.clone());
+        for (k, n) in &rising {
+            fi = fi.with_evidence(&format!("{k} errors since"), format!("+{n}"));
+        }
+        out.push(fi.with_command(format!(
+            "{}  (check the drive: {})",
+            display_argv(&["btrfs-lab", "scrub", m]),
+            smartctl(d)
+        )));
     }
 }
 

@@ -20,6 +20,11 @@ fn dev(devid: u64, size: u64, allocated: u64) -> DeviceFacts {
         discard_max_bytes: None,
         scrub_speed_max: Some(0),
         scrub_speed_max_by: None,
+        state: Default::default(),
+        state_since: None,
+        state_new: false,
+        generation: None,
+        errors_before: None,
     }
 }
 
@@ -71,6 +76,8 @@ fn healthy() -> FsFacts {
         exclusive_operation: None,
         hugepages_left: None,
         narrow_data: None,
+        generation: None,
+        last_look: None,
     }
 }
 

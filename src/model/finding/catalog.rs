@@ -129,6 +129,17 @@ catalog! {
         "a device's error counters are not zero (scrub repairs from the good copy)";
     DeviceStatsInvalid = "device-stats-invalid", Warning, Fixed, ["doctor"],
         "a device error counter reads 18446744073709551615 (UINT64_MAX): an invalid value, not a count of errors (reset it after a scrub)";
+    DeviceVanished = "device-vanished", Critical, Fixed, ["doctor"],
+        "a member's block device is gone while the kernel still counts it a member: its writes fail from now on (the kernel notices at the next write or mount)";
+    DeviceStale = "device-stale", Warning, Fixed, ["doctor"],
+        "a member's superblock is transactions behind the filesystem: it was away while the others were written, and its copies of that are old until a scrub of it rewrites them";
+    DeviceReturned = "device-returned", Warning, Fixed, ["doctor"],
+        "a member missing or vanished at doctor's last look is back, and no scrub of it since has rewritten what it missed";
+    DeviceErrorsRising = "device-errors-rising", Warning,
+        Numbers("errors_rising",
+            "warning; info when the kernel changed since the last look from one older than 7.1 to 7.1 or later, which counts every failed bio (fc3d53288158): a jump then is the new counting, not new damage"),
+        ["doctor"],
+        "a member's error counters rose since doctor's last look";
     DeviceErrorsRepaired = "device-errors-repaired", Warning, Fixed, ["doctor"],
         "a device's error counters are not zero and a finished scrub since left nothing unrepaired: reset the counters (btrfs device stats -z) so that new errors stand out";
     MetadataChunkNoRoom = "metadata-chunk-no-room", Warning,

@@ -189,6 +189,18 @@ pub(crate) fn bench_compression(compressed_extents: bool) -> Severity {
     shared_disk(compressed_extents)
 }
 
+/// `device-errors-rising`: a warning, but info when the counters rose
+/// across an upgrade to Linux 7.1 or later, which counts every failed bio
+/// in the device error counters (fc3d53288158): the jump alone is the new
+/// counting.
+pub(crate) fn errors_rising(across_the_7_1_counting: bool) -> Severity {
+    if across_the_7_1_counting {
+        Severity::Info
+    } else {
+        Severity::Warning
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,4 +2,5 @@
 
 pub(crate) mod blockdev;
 pub mod loopdev;
+pub(crate) mod member;
 pub(crate) mod topology;

@@ -4,6 +4,7 @@
 pub mod fio;
 mod group;
 pub mod inhibit;
+pub(crate) mod notify;
 pub(crate) use group::interrupt_group;
 
 use std::ffi::{OsStr, OsString};

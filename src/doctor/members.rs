@@ -1,0 +1,323 @@
+//! What each member device is doing, read from the kernel and the members'
+//! own superblocks, and compared with what doctor saw the last time it
+//! looked (its record in `STATE/members/FSID.json`): present, missing (the
+//! kernel says so), vanished (the kernel still counts it, its block device
+//! is gone), stale (its superblock is behind the filesystem: it missed
+//! transactions), returned (it was missing or vanished at the last look,
+//! and no scrub since resynced it), and error counters rising since then.
+//!
+//! The classification is pure ([`classify`], [`rising`]); the record is
+//! read and written by [`load`] and [`save`] through the state directory's
+//! safe reader and writer.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::facts::{DeviceFacts, ErrorCounts, FsFacts};
+use crate::error::Result;
+use crate::sys::fs::state::StateRoom;
+
+/// The state directory's room for these records.
+pub const ROOM: &str = "members";
+
+/// A member's state, the same word in `show`, `usage` and `doctor`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemberState {
+    /// In use, current.
+    #[default]
+    Present,
+    /// The kernel counts it missing (`missing` in `btrfs filesystem
+    /// show`; mounted with `-o degraded`, or lost at run time on 7.2+).
+    Missing,
+    /// The kernel still counts it a member, but its block device is gone
+    /// (pulled out, a link that dropped): writes to it fail from now on.
+    Vanished,
+    /// Its own superblock is older than the filesystem's: it was away
+    /// while the filesystem committed, and its copies of what was written
+    /// meanwhile are old until a scrub rewrites them.
+    Stale,
+    /// Missing or vanished at the last look, back now, with no scrub
+    /// since: its copies of what was written meanwhile may be old.
+    Returned,
+}
+
+impl MemberState {
+    /// The word printed (`missing`, `stale`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberState::Present => "present",
+            MemberState::Missing => "missing",
+            MemberState::Vanished => "vanished",
+            MemberState::Stale => "stale",
+            MemberState::Returned => "returned",
+        }
+    }
+
+    /// Gone now (missing or vanished).
+    pub fn gone(self) -> bool {
+        matches!(self, MemberState::Missing | MemberState::Vanished)
+    }
+}
+
+/// What doctor saw of one member at its last look.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MemberRecord {
+    /// btrfs device id.
+    pub devid: u64,
+    /// Its state then.
+    pub state: MemberState,
+    /// Since when (seconds since the epoch) it has been in that state, as
+    /// far as doctor's looks tell.
+    pub since: u64,
+    /// Its error counters then (absent when not read).
+    #[serde(default)]
+    pub errors: Option<ErrorCounts>,
+}
+
+/// What doctor saw of a filesystem's members at its last look.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MembersRecord {
+    /// Filesystem UUID.
+    pub fsid: String,
+    /// When (seconds since the epoch).
+    pub at: u64,
+    /// The kernel running then (`uname -r`): error counters count more
+    /// from 7.1 on.
+    pub kernel: String,
+    /// Each member.
+    pub members: Vec<MemberRecord>,
+}
+
+/// What the kernel and the member's superblock say of one member now, as
+/// [`classify`] takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Seen {
+    /// The kernel lists it missing.
+    pub missing: bool,
+    /// Its block device is gone (no such device, or another filesystem's
+    /// superblock on it).
+    pub block_gone: bool,
+    /// The generation in its own superblock, when read.
+    pub generation: Option<u64>,
+}
+
+/// A superblock this many transactions behind the filesystem is stale:
+/// one is the transaction being committed while doctor reads.
+const STALE_AFTER: u64 = 1;
+
+/// The state of one member and since when: from what is seen now, the
+/// filesystem's generation, the last look's record of it and the end of
+/// the last complete scrub of it (seconds since the epoch).
+pub fn classify(
+    seen: Seen,
+    fs_generation: Option<u64>,
+    before: Option<&MemberRecord>,
+    scrubbed_at: Option<u64>,
+    now: u64,
+) -> (MemberState, u64) {
+    let state = if seen.missing {
+        MemberState::Missing
+    } else if seen.block_gone {
+        MemberState::Vanished
+    } else if let (Some(g), Some(fs)) = (seen.generation, fs_generation)
+        && g.saturating_add(STALE_AFTER) < fs
+    {
+        MemberState::Stale
+    } else {
+        match before {
+            // Gone at the last look, or returned and not resynced since.
+            Some(b) if b.state != MemberState::Present => {
+                let back = if b.state.gone() { now } else { b.since };
+                if scrubbed_at.is_some_and(|t| t >= back) {
+                    MemberState::Present
+                } else {
+                    MemberState::Returned
+                }
+            }
+            _ => MemberState::Present,
+        }
+    };
+    let since = match before {
+        Some(b) if b.state == state => b.since,
+        // Stale and returned are one episode: the time it came back.
+        Some(b) if state == MemberState::Returned && b.state == MemberState::Stale => b.since,
+        _ => now,
+    };
+    (state, since)
+}
+
+/// Error counters that rose since the last look: (kind, increase), the
+/// counters at UINT64_MAX left out. Empty when none rose, when either was
+/// not read, or when the counters were reset since.
+pub fn rising(now: Option<ErrorCounts>, before: Option<ErrorCounts>) -> Vec<(&'static str, u64)> {
+    let (Some(now), Some(before)) = (now, before) else {
+        return Vec::new();
+    };
+    let then: std::collections::BTreeMap<&str, u64> = before.valid_kinds().into_iter().collect();
+    let now_kinds = now.valid_kinds();
+    // A reset (btrfs device stats -z) makes every counter go down or stay.
+    if now_kinds
+        .iter()
+        .any(|(k, n)| then.get(k).is_some_and(|t| n < t))
+    {
+        return Vec::new();
+    }
+    now_kinds
+        .into_iter()
+        .filter_map(|(k, n)| {
+            let t = *then.get(k)?;
+            (n > t).then(|| (k, n - t))
+        })
+        .collect()
+}
+
+/// The record of this look.
+pub fn record(f: &FsFacts, now: u64) -> MembersRecord {
+    MembersRecord {
+        fsid: f.uuid.clone(),
+        at: now,
+        kernel: f.kernel.clone(),
+        members: f
+            .devices
+            .iter()
+            .map(|d| MemberRecord {
+                devid: d.devid,
+                state: d.state,
+                since: d.state_since.unwrap_or(now),
+                errors: d.errors,
+            })
+            .collect(),
+    }
+}
+
+/// The last look's record of `fsid` in the state directory; `None` when
+/// there is none or it is not one (a record that cannot be read never
+/// stops doctor: the states are then those of a first look).
+pub fn load(state_dir: &Path, fsid: &str) -> Option<MembersRecord> {
+    StateRoom::new(state_dir, ROOM)
+        .load::<MembersRecord>(&file_name(fsid))
+        .ok()
+        .flatten()
+        .filter(|r| r.fsid == fsid)
+}
+
+/// Saves this look's record (replaced atomically).
+pub fn save(state_dir: &Path, r: &MembersRecord) -> Result<()> {
+    StateRoom::new(state_dir, ROOM).save(&file_name(&r.fsid), r)
+}
+
+fn file_name(fsid: &str) -> String {
+    format!("{fsid}.json")
+}
+
+/// A device's record at the last look.
+pub fn before<'a>(r: Option<&'a MembersRecord>, d: &DeviceFacts) -> Option<&'a MemberRecord> {
+    r?.members.iter().find(|m| m.devid == d.devid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(state: MemberState, since: u64) -> MemberRecord {
+        MemberRecord {
+            devid: 3,
+            state,
+            since,
+            errors: None,
+        }
+    }
+
+    #[test]
+    fn states_from_the_kernel_the_superblock_and_the_last_look() {
+        let seen = Seen::default();
+        assert_eq!(
+            classify(seen, Some(10), None, None, 100),
+            (MemberState::Present, 100)
+        );
+        let missing = Seen {
+            missing: true,
+            ..seen
+        };
+        assert_eq!(
+            classify(missing, Some(10), None, None, 100).0,
+            MemberState::Missing
+        );
+        let gone = Seen {
+            block_gone: true,
+            ..seen
+        };
+        assert_eq!(
+            classify(gone, Some(10), None, None, 100).0,
+            MemberState::Vanished
+        );
+        // One transaction behind: the commit in flight, not stale.
+        let behind = |g| Seen {
+            generation: Some(g),
+            ..seen
+        };
+        assert_eq!(
+            classify(behind(9), Some(10), None, None, 100).0,
+            MemberState::Present
+        );
+        assert_eq!(
+            classify(behind(7), Some(10), None, None, 100).0,
+            MemberState::Stale
+        );
+        // Vanished at the last look (50), present now: returned since now.
+        let was = rec(MemberState::Vanished, 50);
+        assert_eq!(
+            classify(behind(10), Some(10), Some(&was), None, 100),
+            (MemberState::Returned, 100)
+        );
+        // Still returned at the next look, since the same time...
+        let back = rec(MemberState::Returned, 100);
+        assert_eq!(
+            classify(behind(10), Some(10), Some(&back), Some(90), 200),
+            (MemberState::Returned, 100)
+        );
+        // ... until a scrub ends after it came back.
+        assert_eq!(
+            classify(behind(10), Some(10), Some(&back), Some(150), 200),
+            (MemberState::Present, 200)
+        );
+        // Stale at the last look, current now (a commit wrote its
+        // superblock): returned since it was seen stale.
+        let stale = rec(MemberState::Stale, 120);
+        assert_eq!(
+            classify(behind(10), Some(10), Some(&stale), None, 200),
+            (MemberState::Returned, 120)
+        );
+        // Missing since 50, still missing: since 50.
+        assert_eq!(
+            classify(
+                missing,
+                Some(10),
+                Some(&rec(MemberState::Missing, 50)),
+                None,
+                200
+            ),
+            (MemberState::Missing, 50)
+        );
+    }
+
+    #[test]
+    fn rising_counters_leave_out_resets_and_invalid_values() {
+        let c = |write, corruption| ErrorCounts {
+            write,
+            corruption,
+            ..ErrorCounts::default()
+        };
+        assert_eq!(rising(Some(c(5, 1)), Some(c(2, 1))), vec![("write", 3)]);
+        assert!(rising(Some(c(2, 1)), Some(c(2, 1))).is_empty());
+        // Reset then new errors: not called rising (the history is gone).
+        assert!(rising(Some(c(1, 0)), Some(c(2, 1))).is_empty());
+        assert!(rising(Some(c(5, 1)), None).is_empty());
+        let invalid = c(5, crate::operation::state::INVALID_COUNT);
+        assert_eq!(rising(Some(invalid), Some(c(2, 1))), vec![("write", 3)]);
+    }
+}

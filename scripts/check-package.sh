@@ -80,9 +80,11 @@ done
 [ -x /usr/lib/systemd/system-sleep/btrfs-lab-scrub ] || die "the sleep hook is not installed executable"
 [ ! -e /etc/systemd/system/timers.target.wants/btrfs-lab-scrub.timer ] \
     || die "the package enabled the scrub timer: enabling is the admin's choice"
+[ -s /usr/lib/systemd/system/btrfs-lab-members.service ] && [ -s /usr/lib/udev/rules.d/90-btrfs-lab-members.rules ] \
+    || die "the member watch (udev rule and its service) is not installed"
 if command -v systemd-analyze >/dev/null; then
     step systemd-analyze verify /usr/lib/systemd/system/btrfs-lab-scrub.service \
-        /usr/lib/systemd/system/btrfs-lab-scrub.timer
+        /usr/lib/systemd/system/btrfs-lab-scrub.timer /usr/lib/systemd/system/btrfs-lab-members.service
 fi
 
 # A real command from the installed binary.

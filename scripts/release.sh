@@ -115,6 +115,10 @@ install -D -m 0644 packaging/lintian-overrides "$stage/usr/share/lintian/overrid
 # not enabled (systemctl enable --now btrfs-lab-scrub.timer; docs/fleet.md).
 install -D -m 0644 -t "$stage/usr/lib/systemd/system" \
     contrib/systemd/btrfs-lab-scrub.service contrib/systemd/btrfs-lab-scrub.timer
+# The member watch: a udev rule that starts doctor when a btrfs member's
+# block device comes or goes (active once installed: it only looks).
+install -D -m 0644 -t "$stage/usr/lib/systemd/system" contrib/systemd/btrfs-lab-members.service
+install -D -m 0644 -t "$stage/usr/lib/udev/rules.d" contrib/systemd/90-btrfs-lab-members.rules
 install -D -m 0755 contrib/systemd/btrfs-lab-scrub.sleep \
     "$stage/usr/lib/systemd/system-sleep/btrfs-lab-scrub"
 sed -e "s/@VERSION@/$version/" -e "s/@DATE@/$(date -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")/" \

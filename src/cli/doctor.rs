@@ -317,6 +317,11 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
             "For Prometheus' node_exporter textfile collector.",
             "btrfs-lab doctor --format prometheus /mnt/data",
         ),
+        (
+            "What btrfs-lab-members.service runs when a member's drive comes or goes: \
+             a new member state told once in the journal.",
+            "btrfs-lab doctor --notify journal --textfile /var/lib/prometheus/node-exporter/btrfs-lab.prom",
+        ),
     ],
     see_also: &[],
     ..super::page::Declared::NONE

@@ -597,6 +597,10 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
             "btrfs-lab scrub --resume /mnt/data",
         ),
         (
+            "Resync device 3 after it came back (doctor's device-returned).",
+            "btrfs-lab scrub --device 3 /mnt/data",
+        ),
+        (
             "Every mounted btrfs once, those due (what btrfs-lab-scrub.timer runs).",
             "btrfs-lab scrub --all",
         ),

@@ -47,6 +47,22 @@ pub fn render(r: &DoctorReport) -> String {
         &[],
         severity_value(r.worst),
     );
+    // The running kernel's counting of device errors (the same for every
+    // filesystem): an upgrade across 7.1 flips it, and the alert on rising
+    // counters waits out the jump that alone brings.
+    if let Some(f) = r.filesystems.first() {
+        use crate::model::kernel::{COUNTS_EVERY_BIO_ERROR, KernelVersion};
+        m.add(
+            "btrfs_lab_kernel_counts_every_bio_error",
+            "gauge",
+            "1 when the running kernel (7.1 and later) counts every failed bio in the device error counters, else 0.",
+            &[],
+            match KernelVersion::parse(&f.facts.kernel) {
+                Some(k) if k >= COUNTS_EVERY_BIO_ERROR => 1.0,
+                _ => 0.0,
+            },
+        );
+    }
     for f in &r.filesystems {
         filesystem(&mut m, f);
     }
@@ -138,12 +154,29 @@ fn findings(m: &mut Metrics, d: &FsDiagnosis, fs: &FsLabels<'_>) {
 
 /// The member devices: missing, sizes, error counters.
 fn devices(m: &mut Metrics, facts: &super::FsFacts, fs: &FsLabels<'_>) {
+    use super::members::MemberState;
+    let vanished = facts
+        .devices
+        .iter()
+        .filter(|d| d.state == MemberState::Vanished)
+        .count();
     m.add(
         "btrfs_lab_devices_missing",
         "gauge",
-        "Member devices missing.",
+        "Member devices missing: the kernel's missing ones and those whose block device is gone while the kernel still counts them (vanished).",
         fs,
-        facts.missing_count() as f64,
+        (facts.missing_count() + vanished as u64) as f64,
+    );
+    m.add(
+        "btrfs_lab_devices_stale",
+        "gauge",
+        "Member devices back after they were gone (stale or returned) that no scrub of them has resynced since.",
+        fs,
+        facts
+            .devices
+            .iter()
+            .filter(|d| matches!(d.state, MemberState::Stale | MemberState::Returned))
+            .count() as f64,
     );
     for dev in &facts.devices {
         let devid = dev.devid.to_string();
@@ -158,6 +191,33 @@ fn devices(m: &mut Metrics, facts: &super::FsFacts, fs: &FsLabels<'_>) {
             ("device", dev.path.as_str()),
             ("btrfs_dev_uuid", dev_uuid),
         ];
+        for state in [
+            MemberState::Present,
+            MemberState::Missing,
+            MemberState::Vanished,
+            MemberState::Stale,
+            MemberState::Returned,
+        ] {
+            let [a, b, c, d, u] = labels;
+            m.add(
+                "btrfs_lab_device_state",
+                "gauge",
+                "1 for a member device's state (present, missing, vanished, stale, returned), 0 for the others.",
+                &[a, b, c, d, u, ("state", state.as_str())],
+                if dev.state == state { 1.0 } else { 0.0 },
+            );
+        }
+        let rising: u64 = super::members::rising(dev.errors, dev.errors_before)
+            .iter()
+            .map(|(_, n)| n)
+            .fold(0, |s, n| s.saturating_add(*n));
+        m.add(
+            "btrfs_lab_device_errors_rising",
+            "gauge",
+            "Errors a member device's counters gained since doctor's previous look (UINT64_MAX counters left out; 0 after a reset).",
+            &labels,
+            rising as f64,
+        );
         m.add(
             "btrfs_lab_device_size_bytes",
             "gauge",

@@ -690,6 +690,8 @@ fn ansible(env: &TestEnv, playbook: &str, extra: serde_json::Value) -> (i32, Str
     let mut vars = extra;
     vars["btrfs_lab"] = crate::common::bin().display().to_string().into();
     vars["btrfs_lab_become"] = false.into();
+    // The test's own state directory: doctor records the members it saw.
+    vars["btrfs_lab_state_dir"] = env.store().dir().display().to_string().into();
     vars["ansible_python_interpreter"] = "/usr/bin/python3".into();
     let tmp = env.path().join("ansible-tmp");
     fs::create_dir_all(&tmp).unwrap();

@@ -247,3 +247,88 @@ fn notify_refuses_a_program_root_does_not_hold() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+/// contrib/systemd's member watch: the udev rule starts the service on a
+/// btrfs member's add and remove events, and the service verifies and runs
+/// doctor with flags it takes.
+#[test]
+fn the_member_watch_rule_starts_a_service_that_verifies() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/systemd");
+    let rule = fs::read_to_string(src.join("90-btrfs-lab-members.rules")).unwrap();
+    let rules: Vec<&str> = rule
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(rules.len(), 1, "{rule}");
+    // udev(7): KEY==value matches, KEY+=value assigns, comma separated.
+    let pairs: Vec<(&str, &str, &str)> = rules[0]
+        .split(", ")
+        .map(|p| {
+            let (k, op, v) = p
+                .split_once("==")
+                .map(|(k, v)| (k, "==", v))
+                .or_else(|| p.split_once("+=").map(|(k, v)| (k, "+=", v)))
+                .unwrap_or_else(|| panic!("not KEY==value or KEY+=value: {p}"));
+            assert!(v.starts_with('"') && v.ends_with('"'), "{p}");
+            (k, op, &v[1..v.len() - 1])
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("SUBSYSTEM", "==", "block"),
+            ("ACTION", "==", "add|remove"),
+            ("ENV{ID_FS_TYPE}", "==", "btrfs"),
+            (
+                "RUN",
+                "+=",
+                "/usr/bin/systemctl --no-block start btrfs-lab-members.service"
+            ),
+        ]
+    );
+    let unit = "btrfs-lab-members.service";
+    let text = fs::read_to_string(src.join(unit)).unwrap();
+    let exec = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap();
+    let args: Vec<&str> = exec.split(' ').collect();
+    assert_eq!(
+        args[..4],
+        ["/usr/bin/btrfs-lab", "doctor", "--notify", "journal"]
+    );
+    assert!(text.lines().any(|l| l == "SuccessExitStatus=1 2"), "{text}");
+    let t = tempfile::tempdir().unwrap();
+    let bin = crate::common::bin();
+    fs::write(
+        t.path().join(unit),
+        text.replace("/usr/bin/btrfs-lab", bin.to_str().unwrap()),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(t.path().join(unit))
+        .output()
+        .expect("systemd-analyze (Debian package systemd; scripts/install-deps.sh installs it)");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+    // Its flags, as doctor takes them, on a tree with no btrfs mounted:
+    // nothing to tell, and the textfile written.
+    let sysroot = t.path().join("root");
+    fs::create_dir_all(sysroot.join("proc/self")).unwrap();
+    fs::write(sysroot.join("proc/self/mountinfo"), "").unwrap();
+    let prom = t.path().join("btrfs-lab.prom");
+    let mut c = Command::new(&bin);
+    c.args(&args[1..args.len() - 1])
+        .arg(&prom)
+        .arg("--sysroot")
+        .arg(&sysroot)
+        .env("NO_COLOR", "1");
+    let (code, out, err) = run(&mut c);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        fs::read_to_string(&prom)
+            .unwrap()
+            .contains("btrfs_lab_doctor_success 1\n")
+    );
+}

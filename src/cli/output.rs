@@ -188,6 +188,13 @@ impl Output {
         b
     }
 
+    /// Prints a document for other programs (`--format progs-json`) to
+    /// stdout: like JSON, also with --quiet.
+    pub fn document_text(&self, text: &str) {
+        let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
+        state.write(text.as_bytes());
+    }
+
     /// Prints text to stdout. A closed pipe (`| head`) ends the output
     /// quietly; any other write error (`/dev/full`, a full disk) is
     /// remembered and turns the exit status into an error (`finish`).

@@ -280,7 +280,7 @@ fn status_or_cancel(a: &ScrubArgs, mount: &Path, out: &Output, store: &StateStor
         if progs {
             let now = btrfs_lab::device::started::now_unix();
             let doc = btrfs_lab::report::progs_json::scrub_status(&st, now);
-            out.text(&btrfs_lab::report::progs_json::to_text(&doc)?);
+            out.document_text(&btrfs_lab::report::progs_json::to_text(&doc)?);
             return Ok(exit::OK);
         }
         out.report(&st, |st| render_status(st, out));

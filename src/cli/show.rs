@@ -48,7 +48,7 @@ pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
     }
     let report = ShowReport { filesystems };
     if progs {
-        out.text(&progs_json::to_text(&progs_json::filesystem_show(&report))?);
+        out.document_text(&progs_json::to_text(&progs_json::filesystem_show(&report))?);
         return Ok(report.exit_status());
     }
     out.report(&report, |r| {

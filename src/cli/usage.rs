@@ -53,7 +53,7 @@ pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
     let doc = space::usage_document(&root, &mount)?;
     if progs {
         // btrfs device usage's shape: each device with its chunks.
-        out.text(&progs_json::to_text(&progs_json::device_usage(
+        out.document_text(&progs_json::to_text(&progs_json::device_usage(
             &doc.report,
         )?)?);
         return Ok(exit::OK);

@@ -264,6 +264,13 @@ fn show_and_usage_agree_with_btrfs_lab_and_btrfs_progs() {
     if let Some(own) = progs_own_json(&["device", "usage"], &m) {
         assert_same_keys(&ours, &own, "device usage");
     }
+    // --quiet silences text, not a document for programs.
+    let (code, out, err) = run(env
+        .cmd()
+        .args(["--quiet", "usage", "--format", "progs-json"])
+        .arg(&m));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), ours);
     // Two JSON documents cannot share stdout.
     let (code, out, err) = run(env
         .cmd()

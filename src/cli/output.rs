@@ -91,6 +91,33 @@ impl Paint {
     }
 }
 
+/// `--format` of `show`, `usage` and `scrub --status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProgsFormat {
+    /// Text for a person (the default).
+    Text,
+    /// The JSON proposed for this command's `btrfs --format json`, for
+    /// tools written for it (docs/json.md, "Upstream shapes").
+    ProgsJson,
+}
+
+impl ProgsFormat {
+    /// `Ok(true)` for `progs-json`; a usage error with `--json` (two JSON
+    /// documents cannot share stdout).
+    pub fn progs_json(format: Option<Self>, out: &Output) -> Result<bool> {
+        let progs = format == Some(ProgsFormat::ProgsJson);
+        if progs && out.json {
+            return Err(
+                Error::usage("--json and --format progs-json exclude each other").with_hint(
+                    "pick one: --json for btrfs-lab's typed report, --format progs-json for \
+                     the shape proposed for btrfs-progs",
+                ),
+            );
+        }
+        Ok(progs)
+    }
+}
+
 /// The output settings of one run.
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
@@ -159,6 +186,13 @@ impl Output {
             ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         b
+    }
+
+    /// Prints a document for other programs (`--format progs-json`) to
+    /// stdout: like JSON, also with --quiet.
+    pub fn document_text(&self, text: &str) {
+        let mut state = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
+        state.write(text.as_bytes());
     }
 
     /// Prints text to stdout. A closed pipe (`| head`) ends the output

@@ -18,7 +18,7 @@ use btrfs_lab::sys::kernel::signals;
 use btrfs_lab::ui::Ui;
 use clap::Args;
 
-use super::output::{ConfirmArgs, Output};
+use super::output::{ConfirmArgs, Output, ProgsFormat};
 use super::units::UnitArgs;
 
 pub const AFTER_HELP: &str = "\
@@ -56,6 +56,9 @@ pub struct ScrubArgs {
     /// the speed limits in force, and exit.
     #[arg(long, conflicts_with_all = ["cancel", "resume", "dry_run", "limit", "readonly"])]
     status: bool,
+    /// With --status: output format (`--json` gives the typed report).
+    #[arg(long, value_enum, value_name = "FORMAT", requires = "status")]
+    format: Option<ProgsFormat>,
     /// Cancel the running scrub (also one `btrfs scrub start` began): what
     /// was read stays read, and --resume continues it.
     #[arg(long, conflicts_with_all = ["resume", "limit", "readonly"])]
@@ -278,7 +281,14 @@ fn status_or_cancel(a: &ScrubArgs, mount: &Path, out: &Output, store: &StateStor
     operation::need_root("scrub needs root (the scrub ioctls)")?;
     let (_, held) = resolve_held(&SysRoot::host(), mount)?;
     if a.status {
+        let progs = ProgsFormat::progs_json(a.format, out)?;
         let st = scrub::status(&held, store)?;
+        if progs {
+            let now = btrfs_lab::device::started::now_unix();
+            let doc = btrfs_lab::report::progs_json::scrub_status(&st, now);
+            out.document_text(&btrfs_lab::report::progs_json::to_text(&doc)?);
+            return Ok(exit::OK);
+        }
         out.report(&st, |st| render_status(st, out));
         return Ok(exit::OK);
     }
@@ -591,6 +601,10 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         (
             "Where a scrub stands (btrfs scrub start's too).",
             "btrfs-lab scrub --status /mnt/data",
+        ),
+        (
+            "The same as proposed for btrfs --format json scrub status (#1108).",
+            "btrfs-lab scrub --status --format progs-json /mnt/data",
         ),
         (
             "Continue an interrupted scrub.",

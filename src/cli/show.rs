@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use clap::Args;
 
 use btrfs_lab::error::Result;
+use btrfs_lab::report::progs_json;
 use btrfs_lab::report::text::escape_control as esc;
 use btrfs_lab::report::units::{UnitMode, pretty_size};
 use btrfs_lab::space::show::{FsShow, ShowReport, show_one};
 use btrfs_lab::space::{self};
 use btrfs_lab::sys::fs::root::SysRoot;
 
-use super::output::{Output, Paint};
+use super::output::{Output, Paint, ProgsFormat};
 use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
@@ -27,11 +28,15 @@ pub struct ShowArgs {
     mount: Option<PathBuf>,
     #[command(flatten)]
     units: UnitArgs,
+    /// Output format (`--json` gives the typed report).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    format: Option<ProgsFormat>,
     #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
 
 pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
+    let progs = ProgsFormat::progs_json(args.format, out)?;
     let root = SysRoot::from_option(args.sysroot.as_deref(), out);
     let targets = match &args.mount {
         Some(m) => vec![space::resolve(&root, m)?],
@@ -42,6 +47,10 @@ pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
         filesystems.push(show_one(&root, t)?);
     }
     let report = ShowReport { filesystems };
+    if progs {
+        out.document_text(&progs_json::to_text(&progs_json::filesystem_show(&report))?);
+        return Ok(report.exit_status());
+    }
     out.report(&report, |r| {
         if r.filesystems.is_empty() {
             return "no mounted btrfs\n".to_owned();
@@ -192,6 +201,10 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
             "btrfs-lab show",
         ),
         ("One filesystem as JSON.", "btrfs-lab show --json /mnt/data"),
+        (
+            "As proposed for btrfs --format json filesystem show (PR #761).",
+            "btrfs-lab show --format progs-json /mnt/data",
+        ),
     ],
     see_also: &["btrfs-filesystem(8)", "btrfs-device(8)"],
     ..super::page::Declared::NONE

@@ -6,13 +6,14 @@ use clap::Args;
 
 use btrfs_lab::error::{Result, exit};
 use btrfs_lab::parse::fi_df::UnitBasis;
+use btrfs_lab::report::progs_json;
 use btrfs_lab::report::text::escape_control as esc;
 use btrfs_lab::report::units::{UnitMode, pretty_size, pretty_size_signed};
 use btrfs_lab::space::usage::{DeviceShare, UsageReport};
 use btrfs_lab::space::{self};
 use btrfs_lab::sys::fs::root::SysRoot;
 
-use super::output::Output;
+use super::output::{Output, ProgsFormat};
 use super::units::UnitArgs;
 
 #[derive(Debug, Args)]
@@ -34,6 +35,9 @@ pub struct UsageArgs {
     tabular: bool,
     #[command(flatten)]
     units: UnitArgs,
+    /// Output format (`--json` gives the typed report).
+    #[arg(long, value_enum, value_name = "FORMAT", conflicts_with = "parse")]
+    format: Option<ProgsFormat>,
     #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
 }
@@ -45,7 +49,15 @@ pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
     }
     let root = SysRoot::from_option(args.sysroot.as_deref(), out);
     let mount = args.mount.clone().unwrap_or_default();
+    let progs = ProgsFormat::progs_json(args.format, out)?;
     let doc = space::usage_document(&root, &mount)?;
+    if progs {
+        // btrfs device usage's shape: each device with its chunks.
+        out.document_text(&progs_json::to_text(&progs_json::device_usage(
+            &doc.report,
+        )?)?);
+        return Ok(exit::OK);
+    }
     out.report(&doc, |d| render(&d.report, args.units.mode(), args.tabular));
     for n in &doc.report.notes {
         out.note(n);
@@ -388,6 +400,11 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         (
             "Read pasted `btrfs filesystem usage` output.",
             "btrfs-lab usage --parse usage.txt",
+        ),
+        (
+            "Each device's chunks as proposed for btrfs --format json device usage \
+             (PR #1151; root).",
+            "btrfs-lab usage --format progs-json /mnt/data",
         ),
     ],
     see_also: &["btrfs-filesystem(8)"],

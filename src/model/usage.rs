@@ -82,6 +82,30 @@ pub struct UsageDevice {
     /// Bytes of the block device beyond what btrfs uses (0 when unknown, as
     /// btrfs-progs counts it).
     pub slack_bytes: u64,
+    /// Size of the block device itself; `null` when it could not be read
+    /// (a missing device) or the report was parsed from text.
+    #[serde(default)]
+    pub device_size_bytes: Option<u64>,
+    /// The chunks on it by type, profile and stripe count, as `btrfs device
+    /// usage` lists them; `null` without the chunk tree (root) or when
+    /// parsed from text.
+    #[serde(default)]
+    pub chunks: Option<Vec<DeviceChunks>>,
+}
+
+/// The chunks of one type, profile and stripe count on one device (a line
+/// of `btrfs device usage`: `Data,RAID6/3:`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DeviceChunks {
+    /// Type.
+    #[serde(rename = "type")]
+    pub bg_type: BgType,
+    /// Profile.
+    pub profile: BgProfile,
+    /// Stripes of each such chunk (devices it spans).
+    pub num_stripes: u16,
+    /// Raw bytes they take on this device.
+    pub size_bytes: u64,
 }
 
 /// Everything `usage` shows.

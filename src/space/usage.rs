@@ -286,6 +286,22 @@ fn finite(v: f64) -> f64 {
     if v.is_finite() { v } else { 0.0 }
 }
 
+/// The chunks on device `devid` by type, profile and stripe count, in
+/// btrfs-progs' order (`cmp_chunk_info`: data, metadata, system; by
+/// profile), as `btrfs device usage` lists them.
+fn device_chunks(chunks: &[ChunkInfo], devid: u64) -> Vec<crate::model::usage::DeviceChunks> {
+    let mut mine: Vec<&ChunkInfo> = chunks.iter().filter(|c| c.devid == devid).collect();
+    mine.sort_by(|a, b| cmp_block_group(a.flags, b.flags));
+    mine.into_iter()
+        .map(|c| crate::model::usage::DeviceChunks {
+            bg_type: bg_type_of(c.flags),
+            profile: BgProfile::Known(profile_of(c.flags)),
+            num_stripes: c.num_stripes,
+            size_bytes: chunk_size_on_device(c),
+        })
+        .collect()
+}
+
 /// Computes the whole report.
 pub(crate) fn compute(input: &UsageInput) -> UsageReport {
     let mut notes = Vec::new();
@@ -357,6 +373,11 @@ pub(crate) fn compute(input: &UsageInput) -> UsageReport {
                 path: d.path.clone(),
                 size_bytes: d.size,
                 slack_bytes: d.device_size.map_or(0, |s| s.saturating_sub(d.size)),
+                device_size_bytes: d.device_size,
+                chunks: input
+                    .chunks
+                    .as_ref()
+                    .map(|chunks| device_chunks(chunks, d.devid)),
             })
             .collect(),
     }

@@ -29,6 +29,7 @@ mod parse_corpus;
 mod path_guard;
 mod pid_fds_security;
 mod probe_dio;
+mod progs_json;
 mod pty;
 mod quiet;
 mod read_test;

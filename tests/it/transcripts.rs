@@ -1139,6 +1139,12 @@ const DECIDED: &[Decided] = &[
         Device,
         "--device-size 1G",
     ),
+    (
+        "show.md",
+        "\"size\": 1073741824",
+        Device,
+        "--device-size 1G",
+    ),
     // usage.md
     // (in context: the bees paste's 2.00GiB and 1.00GiB are its own)
     (
@@ -1163,6 +1169,18 @@ const DECIDED: &[Decided] = &[
     (
         "usage.md",
         "\"size_bytes\": 1073741824",
+        Device,
+        "--device-size 1G",
+    ),
+    (
+        "usage.md",
+        "\"device_size_bytes\": 1073741824",
+        Device,
+        "--device-size 1G",
+    ),
+    (
+        "usage.md",
+        "\"device_size\": 1073741824",
         Device,
         "--device-size 1G",
     ),

@@ -926,6 +926,9 @@ fn rig_bench_sustained_finds_a_write_burst_running_out() {
 }
 
 const PULL: &str = r#"
+printf '#!/bin/sh\necho "$*" >> /tmp/told\n' > /bin/rig-hook
+chmod 0755 /bin/rig-hook
+: > /tmp/told
 rig_run mkfs mkfs.btrfs -f -d raid1 -m raid1c3 $(rig_dev 0) $(rig_dev 1) $(rig_dev 2)
 rig_run mount mount -t btrfs $(rig_dev 0) /mnt
 rig_run write dd if=/dev/urandom of=/mnt/data bs=1M count=16 conv=fsync
@@ -936,6 +939,9 @@ rig_wait pull-nvme2
 i=0
 while [ -e $gone ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 rig_note "$gone gone after $i polls: $([ -e $gone ] && echo no || echo yes)"
+# Before any write: the kernel may not know yet; doctor does.
+rig_run doctor-vanished btrfs-lab doctor --json --notify /bin/rig-hook /mnt
+rig_run told cat /tmp/told
 # Writes that reach the missing member make btrfs see it gone.
 dd if=/dev/urandom of=/mnt/data2 bs=1M count=4 conv=fsync 2>/dev/null
 sync
@@ -987,6 +993,37 @@ fn rig_doctor_and_show_after_device_del_and_degraded_boot() {
     );
     let before = o.json("show-before");
     assert_eq!(o.run("show-before").rc, 0, "[{k}] {before:#}");
+
+    // Pulled out, nothing written yet: the kernel may still count the
+    // member as it was; doctor sees its block device gone (or, on a kernel
+    // that flags it at once, missing), says so critically, and tells it.
+    let vanished = o.json("doctor-vanished");
+    let rc = o.run("doctor-vanished").rc;
+    let fs0 = &vanished["filesystems"][0];
+    let member = fs0["facts"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["devid"] == 3)
+        .unwrap_or_else(|| panic!("[{k}] {vanished:#}"));
+    let state = member["state"].as_str().unwrap();
+    let codes: Vec<&str> = fs0["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap())
+        .collect();
+    eprintln!("rig: [{k}] doctor right after device_del: exit {rc}, devid 3 {state}, {codes:?}");
+    assert_eq!(rc, 2, "[{k}] {vanished:#}");
+    let code = match state {
+        "vanished" => "device-vanished",
+        "missing" => "device-missing",
+        other => panic!("[{k}] devid 3 is {other} right after device_del: {vanished:#}"),
+    };
+    assert!(codes.contains(&code), "[{k}] {codes:?}");
+    let told = &o.run("told").stdout;
+    assert_eq!(told.lines().count(), 1, "[{k}] told: {told}");
+    assert!(told.starts_with(&format!("{code} critical ")), "[{k}] told: {told}");
     let sum = o
         .run("sum")
         .stdout

@@ -69,6 +69,11 @@ pub struct DoctorArgs {
     /// for a multi-device root).
     #[arg(long, value_name = "FILE")]
     fstab: Option<PathBuf>,
+    /// Also say what changes for each filesystem when this machine boots
+    /// Linux VERSION (7.3, 7.3.4): removed mount options, the v1 space
+    /// cache, O_DIRECT per profile, error counters, features it lacks.
+    #[arg(long, value_name = "VERSION", value_parser = version_arg)]
+    before_upgrade: Option<String>,
     #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
     /// Tell at once a member's new state (missing, vanished, stale,
@@ -77,6 +82,15 @@ pub struct DoctorArgs {
     /// run with CODE SEVERITY FSID MOUNT DEVID TITLE.
     #[arg(long, value_name = "journal|PROGRAM")]
     notify: Option<String>,
+}
+
+/// clap value parser for `--before-upgrade`.
+fn version_arg(s: &str) -> std::result::Result<String, String> {
+    btrfs_lab::model::kernel::parse_version_arg(s)
+        .map(|_| s.to_owned())
+        .ok_or_else(|| {
+            format!("'{s}' is not a kernel version: give it as 7.3, 7.3.4 or as uname -r prints it")
+        })
 }
 
 pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>) -> Result<u8> {
@@ -132,6 +146,7 @@ fn options(
         fstab: args.fstab,
         state_dir,
         notify,
+        before_upgrade: args.before_upgrade,
     }
 }
 
@@ -173,6 +188,12 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
             count(Severity::Info)
         )));
         t.push_str(&format!("\n  uuid {}\n", esc(&f.uuid)));
+        if let Some(u) = f.before_upgrade.as_ref().filter(|u| u.changes.is_empty()) {
+            t.push_str(&format!(
+                "  on Linux {}: nothing changes for this filesystem\n",
+                esc(&u.target)
+            ));
+        }
         if f.findings.is_empty() {
             t.push_str("  nothing to report\n");
         }

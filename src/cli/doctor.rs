@@ -28,7 +28,8 @@ Exit status (as monitoring plugins):
      could not write its output or the textfile, with nothing worse to report (a
      warning or critical finding keeps 1 or 2; the textfile then says
      btrfs_lab_doctor_success 0); a bad command line (monitoring plugins'
-     usage errors are UNKNOWN, where the 2 of other commands is CRITICAL)
+     usage errors are UNKNOWN, where the 2 of other commands is CRITICAL:
+     an unknown option, a --before-upgrade that is not a kernel version)
   130 --deep interrupted (SIGINT, SIGTERM, SIGHUP): test files removed";
 
 /// Output format.
@@ -320,7 +321,8 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
              or one of the filesystems given could not be examined (the others are, and \
              are reported; the path is in not_examined), or its output or --textfile \
              could not be written, and no finding is worse than info; or a bad command \
-             line (an unknown option, --json with --format prometheus: monitoring plugins' \
+             line (an unknown option, --json with --format prometheus, a --before-upgrade \
+             VERSION that is not a kernel version such as 7.3 or 7.3.4: monitoring plugins' \
              usage errors are UNKNOWN, not the 2 of other commands).",
         ),
         row(
@@ -337,6 +339,11 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         (
             "For Prometheus' node_exporter textfile collector.",
             "btrfs-lab doctor --format prometheus /mnt/data",
+        ),
+        (
+            "Before booting Linux 7.3: what changes for each filesystem (removed mount \
+             options in fstab, the v1 space cache, O_DIRECT, error counters).",
+            "btrfs-lab doctor --before-upgrade 7.3",
         ),
     ],
     see_also: &[],

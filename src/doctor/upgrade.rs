@@ -375,9 +375,10 @@ fn error_counters(
                 u.target
             ),
             "from Linux 7.1 (fc3d53288158) every failed bio is counted, where older kernels \
-             counted only what btrfs gave up on: the counters can jump after the upgrade with \
-             nothing new going wrong. Note them now (btrfs device stats), compare after, and \
-             judge new errors by scrub and the kernel log, not the jump alone",
+             counted only some (I/O and target errors, and no failed readahead): the counters \
+             can jump after the upgrade with nothing new going wrong. Note them now (btrfs \
+             device stats), compare after, and judge new errors by scrub and the kernel log, \
+             not the jump alone",
         )
         .with_evidence("errors counted now", now.to_string())
         .with_evidence("running kernel", u.running),

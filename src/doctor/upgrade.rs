@@ -55,6 +55,27 @@ impl Source {
     }
 }
 
+/// The options 7.3 rejects or ignores: the plain `usebackuproot`
+/// (removed) and the v1 cache's (no cache at all).
+const GONE_IN_7_3: [&str; 3] = ["usebackuproot", "space_cache", "space_cache=v1"];
+
+/// A source's options without those 7.3 rejects or ignores: what to
+/// write instead (both findings give the same line, so that fixing one
+/// does not leave the other).
+fn options_for_7_3(s: &Source) -> String {
+    let kept: Vec<&str> = s
+        .options
+        .iter()
+        .map(String::as_str)
+        .filter(|o| !GONE_IN_7_3.contains(o))
+        .collect();
+    if kept.is_empty() {
+        "defaults".to_owned()
+    } else {
+        kept.join(",")
+    }
+}
+
 /// The fstab entries of the filesystem, and `rootflags=` of the kernel
 /// command line when it is mounted at `/`.
 fn sources(f: &FsFacts, cmdline: Option<&str>) -> Vec<Source> {
@@ -174,20 +195,9 @@ fn usebackuproot(
          ro,rescue=usebackuproot (from 7.3 every rescue option needs ro, ce5d6709ebfa)",
     );
     for s in &given {
-        let kept: Vec<&str> = s
-            .options
-            .iter()
-            .map(String::as_str)
-            .filter(|o| *o != "usebackuproot")
-            .collect();
-        fi = fi.with_evidence(&s.at, s.text.clone()).with_evidence(
-            "options without it",
-            if kept.is_empty() {
-                "defaults".to_owned()
-            } else {
-                kept.join(",")
-            },
-        );
+        fi = fi
+            .with_evidence(&s.at, s.text.clone())
+            .with_evidence("options for 7.3", options_for_7_3(s));
     }
     if mounted {
         fi = fi.with_evidence("mount options", f.mount_options.clone());
@@ -279,20 +289,9 @@ fn space_cache(
     let mut fi = Finding::new(Code::UpgradeSpaceCacheV1, title, why)
         .with_evidence("mount options", f.mount_options.clone());
     for s in &asked {
-        let kept: Vec<&str> = s
-            .options
-            .iter()
-            .map(String::as_str)
-            .filter(|o| *o != "space_cache" && *o != "space_cache=v1")
-            .collect();
-        fi = fi.with_evidence(&s.at, s.text.clone()).with_evidence(
-            "options without it",
-            if kept.is_empty() {
-                "defaults".to_owned()
-            } else {
-                kept.join(",")
-            },
-        );
+        fi = fi
+            .with_evidence(&s.at, s.text.clone())
+            .with_evidence("options for 7.3", options_for_7_3(s));
     }
     out.push(fi.with_command(convert_command(f)));
 }
@@ -331,19 +330,24 @@ fn odirect(f: &FsFacts, u: &Upgrade<'_>, out: &mut Vec<Finding>) {
          a distribution may backport or patch either way. After the upgrade, measure with \
          btrfs-lab probe-dio (or doctor --deep)",
     );
+    let mut bases: Vec<String> = Vec::new();
     for (what, a, b, basis) in changed {
-        fi = fi
-            .with_evidence(
-                what,
-                format!(
-                    "{} on {} → {} on {}",
-                    a.name(),
-                    u.running,
-                    b.name(),
-                    u.target
-                ),
-            )
-            .with_evidence("basis", basis);
+        fi = fi.with_evidence(
+            what,
+            format!(
+                "{} on {} → {} on {}",
+                a.name(),
+                u.running,
+                b.name(),
+                u.target
+            ),
+        );
+        if !bases.contains(&basis) {
+            bases.push(basis);
+        }
+    }
+    for basis in bases {
+        fi = fi.with_evidence("basis", basis);
     }
     out.push(fi);
 }

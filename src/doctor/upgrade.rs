@@ -382,7 +382,8 @@ fn error_counters(
              counted only some (I/O and target errors, and no failed readahead): the counters \
              can jump after the upgrade with nothing new going wrong. Note them now (btrfs \
              device stats), compare after, and judge new errors by scrub and the kernel log, \
-             not the jump alone",
+             not the jump alone (doctor's device-errors-rising is info for a rise across \
+             that change)",
         )
         .with_evidence("errors counted now", now.to_string())
         .with_evidence("running kernel", u.running),

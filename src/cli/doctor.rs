@@ -28,7 +28,8 @@ Exit status (as monitoring plugins):
      could not write its output or the textfile, with nothing worse to report (a
      warning or critical finding keeps 1 or 2; the textfile then says
      btrfs_lab_doctor_success 0); a bad command line (monitoring plugins'
-     usage errors are UNKNOWN, where the 2 of other commands is CRITICAL)
+     usage errors are UNKNOWN, where the 2 of other commands is CRITICAL:
+     an unknown option, a --before-upgrade that is not a kernel version)
   130 --deep interrupted (SIGINT, SIGTERM, SIGHUP): test files removed";
 
 /// Output format.
@@ -69,6 +70,11 @@ pub struct DoctorArgs {
     /// for a multi-device root).
     #[arg(long, value_name = "FILE")]
     fstab: Option<PathBuf>,
+    /// Also say what changes for each filesystem when this machine boots
+    /// Linux VERSION (7.3, 7.3.4): removed mount options, the v1 space
+    /// cache, O_DIRECT per profile, error counters, features it lacks.
+    #[arg(long, value_name = "VERSION", value_parser = version_arg)]
+    before_upgrade: Option<String>,
     #[arg(long, value_name = "DIR", help = super::units::SYSROOT_HELP)]
     sysroot: Option<PathBuf>,
     /// Tell at once a member's new state (missing, vanished, stale,
@@ -77,6 +83,15 @@ pub struct DoctorArgs {
     /// run with CODE SEVERITY FSID MOUNT DEVID TITLE.
     #[arg(long, value_name = "journal|PROGRAM")]
     notify: Option<String>,
+}
+
+/// clap value parser for `--before-upgrade`.
+fn version_arg(s: &str) -> std::result::Result<String, String> {
+    btrfs_lab::model::kernel::parse_version_arg(s)
+        .map(|_| s.to_owned())
+        .ok_or_else(|| {
+            format!("'{s}' is not a kernel version: give it as 7.3, 7.3.4 or as uname -r prints it")
+        })
 }
 
 pub fn run(args: DoctorArgs, out: &Output, state_dir: Option<std::path::PathBuf>) -> Result<u8> {
@@ -132,6 +147,7 @@ fn options(
         fstab: args.fstab,
         state_dir,
         notify,
+        before_upgrade: args.before_upgrade,
     }
 }
 
@@ -173,6 +189,12 @@ pub fn render(r: &DoctorReport, paint: Paint) -> String {
             count(Severity::Info)
         )));
         t.push_str(&format!("\n  uuid {}\n", esc(&f.uuid)));
+        if let Some(u) = f.before_upgrade.as_ref().filter(|u| u.changes.is_empty()) {
+            t.push_str(&format!(
+                "  on Linux {}: nothing changes for this filesystem\n",
+                esc(&u.target)
+            ));
+        }
         if f.findings.is_empty() {
             t.push_str("  nothing to report\n");
         }
@@ -299,7 +321,8 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
              or one of the filesystems given could not be examined (the others are, and \
              are reported; the path is in not_examined), or its output or --textfile \
              could not be written, and no finding is worse than info; or a bad command \
-             line (an unknown option, --json with --format prometheus: monitoring plugins' \
+             line (an unknown option, --json with --format prometheus, a --before-upgrade \
+             VERSION that is not a kernel version such as 7.3 or 7.3.4: monitoring plugins' \
              usage errors are UNKNOWN, not the 2 of other commands).",
         ),
         row(
@@ -321,6 +344,11 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
             "What btrfs-lab-members.service runs when a member's drive comes or goes: \
              a new member state told once in the journal.",
             "btrfs-lab doctor --notify journal --textfile /var/lib/prometheus/node-exporter/btrfs-lab.prom",
+        ),
+        (
+            "Before booting Linux 7.3: what changes for each filesystem (removed mount \
+             options in fstab, the v1 space cache, O_DIRECT, error counters).",
+            "btrfs-lab doctor --before-upgrade 7.3",
         ),
     ],
     see_also: &[],

@@ -13,6 +13,7 @@ pub mod members;
 pub mod notify;
 pub mod prometheus;
 pub mod scrub;
+pub mod upgrade;
 pub mod widths;
 
 use std::path::{Path, PathBuf};
@@ -56,6 +57,10 @@ pub struct FsDiagnosis {
     /// What `--deep` found out (absent without it).
     #[serde(default)]
     pub deep: Option<deep::DeepFacts>,
+    /// What `--before-upgrade VERSION` compared (absent without it): the
+    /// findings that say what changes are among `findings`.
+    #[serde(default)]
+    pub before_upgrade: Option<upgrade::BeforeUpgrade>,
 }
 
 /// A filesystem doctor was asked to examine and could not (ripgrep's
@@ -195,6 +200,7 @@ pub(crate) fn diagnose(facts: FsFacts, now: u64) -> FsDiagnosis {
         findings,
         facts,
         deep: None,
+        before_upgrade: None,
     }
 }
 
@@ -260,6 +266,10 @@ pub struct DoctorOptions {
     /// `--notify`: where a member's new state and rising error counters
     /// are told.
     pub notify: Option<notify::Notify>,
+    /// `--before-upgrade VERSION`: also say what changes for each
+    /// filesystem on that kernel ([`upgrade`]; a version
+    /// [`crate::model::kernel::parse_version_arg`] takes).
+    pub before_upgrade: Option<String>,
 }
 
 /// What a doctor run ends with (an interruption is the `Err` of [`run`]).
@@ -344,6 +354,10 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
         Err(e) if e.kind() == crate::error::ErrorKind::Interrupted => return Err(e),
         Err(e) => return Ok(Outcome::Unknown(fail_textfile(vec![e], opts))),
     };
+    let report = match &opts.before_upgrade {
+        Some(target) => before_upgrade(report, &opts.sysroot, target),
+        None => report,
+    };
     // What was seen of each filesystem's members, for the next look (on
     // the host only: a --sysroot tree is another machine's); then the new
     // states told.
@@ -377,6 +391,54 @@ pub fn run(opts: &DoctorOptions) -> Result<Outcome> {
         textfile_error,
         problems,
     })
+}
+
+/// Adds what changes on the kernel `target` to each diagnosis: the
+/// running kernel's release and the kernel command line are read here,
+/// the findings computed by [`upgrade::findings`]. A `space-cache-v1`
+/// finding gives way to `upgrade-space-cache-v1`, which says more.
+fn before_upgrade(r: DoctorReport, root: &SysRoot, target: &str) -> DoctorReport {
+    let release = if root.is_host() {
+        crate::sys::kernel_release()
+    } else {
+        root.read_attr(&root.proc("sys/kernel/osrelease"))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let cmdline = root.read_attr(&root.proc("cmdline")).ok();
+    let mut filesystems = r.filesystems;
+    for d in &mut filesystems {
+        let running = if release.is_empty() {
+            d.facts.kernel.clone()
+        } else {
+            release.clone()
+        };
+        let found = upgrade::findings(
+            &d.facts,
+            &upgrade::Upgrade {
+                target,
+                running: &running,
+                cmdline: cmdline.as_deref(),
+            },
+        );
+        let codes: Vec<_> = found.iter().map(|f| f.code).collect();
+        if codes.contains(&crate::model::finding::Code::UpgradeSpaceCacheV1) {
+            d.findings
+                .retain(|f| f.code != crate::model::finding::Code::SpaceCacheV1);
+        }
+        add_findings(d, found);
+        // What a missing member left said (quiet_beside_missing).
+        let changes = codes
+            .into_iter()
+            .filter(|c| d.findings.iter().any(|f| f.code == *c))
+            .collect();
+        d.before_upgrade = Some(upgrade::BeforeUpgrade {
+            target: target.to_owned(),
+            running,
+            changes,
+        });
+    }
+    report(filesystems, r.not_examined, r.timestamp_unix)
 }
 
 /// Runs doctor ([`run`]) and says its errors on the `ui`: one per

@@ -135,6 +135,47 @@ pub(crate) fn oldest_read_only(features: &[String]) -> KernelVersion {
         .unwrap_or(KernelVersion::new(2, 6))
 }
 
+/// Every feature of `features` that a kernel must know to mount the
+/// filesystem, with the release that added it and whether an older kernel
+/// still mounts it read-only (compat_ro), from the same tables as
+/// [`oldest_read_write`] and [`oldest_read_only`].
+pub(crate) fn floors(features: &[String]) -> Vec<(&'static str, KernelVersion, bool)> {
+    let has = |f: &str| features.iter().any(|x| x == f);
+    MOUNT_FLOORS
+        .iter()
+        .chain(&MOUNT_FLOORS_NEW)
+        .map(|&(f, k)| (f, k, false))
+        .chain(MOUNT_FLOORS_RO.iter().map(|&(f, k)| (f, k, true)))
+        .filter(|(f, _, _)| has(f))
+        .collect()
+}
+
+/// Linux 7.3 disables the v1 free space cache (545e560a5b0f): the
+/// `space_cache` and `space_cache=v1` options fall back to
+/// `nospace_cache`; nothing converts the filesystem to the free space tree.
+pub(crate) const V1_CACHE_DISABLED: KernelVersion = KernelVersion::new(7, 3);
+/// Linux 7.3 removes the plain `usebackuproot` mount option
+/// (ee2851074b4a); `rescue=usebackuproot` remains, and is a read-only
+/// rescue option from 7.3 on (ce5d6709ebfa).
+pub(crate) const PLAIN_USEBACKUPROOT_REMOVED: KernelVersion = KernelVersion::new(7, 3);
+
+/// A kernel version as a person gives it (`7.3`, `7.3.4`, or a release
+/// as `uname -r` prints it, `7.3.4+deb13-amd64`): its `major.minor`, or
+/// `None` when it is not one.
+pub fn parse_version_arg(text: &str) -> Option<KernelVersion> {
+    let end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (numbers, rest) = text.split_at(end);
+    let parts: Vec<&str> = numbers.split('.').collect();
+    let numeric = parts.iter().all(|p| !p.is_empty() && p.len() <= 4);
+    let suffix_ok = rest.is_empty() || rest.starts_with(['-', '+', '~']);
+    if !(2..=3).contains(&parts.len()) || !numeric || !suffix_ok {
+        return None;
+    }
+    KernelVersion::parse(numbers).filter(|k| k.major >= 2)
+}
+
 /// RAID1C3 and RAID1C4 exist since Linux 5.5.
 pub(crate) const RAID1C34: KernelVersion = KernelVersion::new(5, 5);
 /// Since Linux 5.15 RAID0 and RAID10 work with fewer devices (1 and 2).
@@ -160,5 +201,33 @@ mod tests {
         assert_eq!(KernelVersion::parse("garbage"), None);
         assert!(KernelVersion::new(5, 4) < RAID1C34);
         assert!(KernelVersion::new(6, 1) >= DEGENERATE_RAID);
+    }
+
+    #[test]
+    fn version_arguments() {
+        let k = |s: &str| parse_version_arg(s);
+        assert_eq!(k("7.3"), Some(KernelVersion::new(7, 3)));
+        assert_eq!(k("7.3.4"), Some(KernelVersion::new(7, 3)));
+        assert_eq!(k("6.12"), Some(KernelVersion::new(6, 12)));
+        assert_eq!(k("7.3.4+deb13-amd64"), Some(KernelVersion::new(7, 3)));
+        assert_eq!(k("6.18.44-fc-v1300"), Some(KernelVersion::new(6, 18)));
+        for bad in [
+            "", "7", "7.", "7.x", "v7.3", "7.3.4.5", "latest", "7..3", "1.0", "7.3rc1",
+        ] {
+            assert_eq!(k(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn floors_are_the_oldest_kernel_tables() {
+        let f: Vec<String> = ["raid1c34", "free_space_tree", "remap_tree", "no_holes"]
+            .map(String::from)
+            .to_vec();
+        let v = floors(&f);
+        let newest_rw = v.iter().filter(|x| !x.2).map(|x| x.1).max().unwrap();
+        assert_eq!(newest_rw, oldest_read_only(&f));
+        let newest = v.iter().map(|x| x.1).max().unwrap();
+        assert_eq!(newest, oldest_read_write(&f).0);
+        assert!(v.contains(&("free_space_tree", KernelVersion::new(4, 5), true)));
     }
 }

@@ -13,6 +13,7 @@ mod capacity;
 mod common;
 mod device;
 mod doctor;
+mod doctor_upgrade;
 mod exit_after_change;
 mod explain;
 mod help;

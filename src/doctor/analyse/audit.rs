@@ -127,24 +127,22 @@ fn mount_options(cx: &Cx<'_>, out: &mut Vec<Finding>) {
         .iter()
         .any(|x| *x == "space_cache" || *x == "space_cache=v1")
     {
-        let member = f
-            .present()
-            .next()
-            .map_or("DEVICE".to_owned(), |d| d.path.clone());
+        // From 7.3 (545e560a5b0f) no option selects v1: a kernel that
+        // still shows it loads the cache it found on disk.
+        let disabled =
+            KernelVersion::parse(&f.kernel).is_some_and(|k| k >= kernel::V1_CACHE_DISABLED);
         out.push(
             Finding::new(
                 Code::SpaceCacheV1,
                 "the free space cache v1 is in use",
-                "v1 is deprecated and slow to load and write on large filesystems; the free space tree (v2, the default since btrfs-progs 5.15) replaces it. Unmount, then mount once with clear_cache,space_cache=v2 (it stays v2 from then on)",
+                if disabled {
+                    "this kernel disabled the v1 cache (Linux 7.3, 545e560a5b0f): space_cache and space_cache=v1 now mean no cache at all, it only loads the v1 cache it finds on disk, and the change after it (fab81e9b9326) drops that too, leaving every block group's free space to be found by scanning the extent tree. The free space tree (v2) replaces it: unmount, then mount once with clear_cache,space_cache=v2 (it stays v2 from then on), and take space_cache out of fstab"
+                } else {
+                    "v1 is deprecated, slow to load and write on large filesystems, and disabled from Linux 7.3 (545e560a5b0f: the filesystem then mounts with no free space cache; doctor --before-upgrade 7.3 says more); the free space tree (v2, the default since btrfs-progs 5.15) replaces it. Unmount, then mount once with clear_cache,space_cache=v2 (it stays v2 from then on)"
+                },
             )
             .with_evidence("mount options", f.mount_options.clone())
-            .with_command(crate::sys::tools::display_argv(&[
-                "mount",
-                "-o",
-                "clear_cache,space_cache=v2",
-                &member,
-                &f.mount_point.display().to_string(),
-            ])),
+            .with_command(crate::doctor::upgrade::convert_command(f)),
         );
     }
 }

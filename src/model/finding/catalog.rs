@@ -209,13 +209,27 @@ catalog! {
     SsdSpread = "ssd-spread", Info, Fixed, ["doctor"],
         "mounted with ssd_spread: allocation only into wholly free areas, more chunks and ENOSPC sooner";
     SpaceCacheV1 = "space-cache-v1", Warning, Fixed, ["doctor"],
-        "the free space cache v1 is in use: deprecated, slower on large filesystems; the free space tree (v2) replaces it";
+        "the free space cache v1 is in use: deprecated, slower on large filesystems, disabled from Linux 7.3; the free space tree (v2) replaces it";
     Raid1ReadPolicy = "raid1-read-policy", Info, Fixed, ["doctor"],
         "RAID1 reads choose the mirror by process id: a single-threaded reader (a model loader) reads one device only";
     DiscardUnsupported = "discard-unsupported", Info, Fixed, ["doctor"],
         "mounted with discard, but a member does not support discard (the option does nothing there)";
     OldestKernel = "oldest-kernel", Info, Fixed, ["doctor"],
         "the oldest kernel that can mount this filesystem is newer than an older rescue system's (5.4)";
+    // doctor --before-upgrade VERSION: what changes on that kernel.
+    UpgradeCannotMount = "upgrade-cannot-mount", Critical,
+        Numbers("upgrade_cannot_mount",
+            "critical when the kernel cannot mount the filesystem at all, warning when it mounts it read-only only"),
+        ["doctor --before-upgrade"],
+        "the kernel asked about is older than the features of this filesystem need (the same table as oldest-kernel)";
+    UpgradeUsebackuproot = "upgrade-usebackuproot", Warning, Fixed, ["doctor --before-upgrade"],
+        "fstab, the kernel command line or the mount options give the plain usebackuproot option, which Linux 7.3 removed: that mount fails";
+    UpgradeSpaceCacheV1 = "upgrade-space-cache-v1", Warning, Fixed, ["doctor --before-upgrade"],
+        "the filesystem uses the v1 space cache, which Linux 7.3 disables: it then mounts with no free space cache (neither converted nor refused)";
+    UpgradeOdirect = "upgrade-odirect", Info, Fixed, ["doctor --before-upgrade"],
+        "O_DIRECT writes on this filesystem's data profile are expected to behave differently on that kernel (from the kernels' sources, not measured)";
+    UpgradeErrorCounters = "upgrade-error-counters", Info, Fixed, ["doctor --before-upgrade"],
+        "from Linux 7.1 every bio error is counted: the device error counters may jump after the upgrade";
     BenchLeftovers = "bench-leftovers", Info,
         Numbers("bench_leftovers", "warning from 1 GiB held, else info"),
         ["doctor"],

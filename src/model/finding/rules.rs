@@ -201,6 +201,17 @@ pub(crate) fn errors_rising(across_the_7_1_counting: bool) -> Severity {
     }
 }
 
+/// `upgrade-cannot-mount`: critical when the kernel asked about cannot
+/// mount the filesystem at all, warning when it mounts it read-only only
+/// (compat_ro features it does not know).
+pub(crate) fn upgrade_cannot_mount(read_only_possible: bool) -> Severity {
+    if read_only_possible {
+        Severity::Warning
+    } else {
+        Severity::Critical
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

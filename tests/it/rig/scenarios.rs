@@ -32,6 +32,7 @@ rig_run df-text btrfs-lab df /mnt
 rig_run probe-csum btrfs-lab probe-dio --json /mnt/csum
 rig_run probe-nocow btrfs-lab probe-dio --json /mnt/nocow
 rig_run left ls -A /mnt/csum /mnt/nocow
+rig_run doctor-upgrade btrfs-lab doctor --json --before-upgrade 7.3 /mnt
 "#;
 
 /// What a kernel's btrfs source does with one O_DIRECT write.
@@ -461,6 +462,38 @@ fn rig_space_and_probe_dio_on_each_kernel() {
             !left.lines().any(|l| l.contains("btrfs-lab")),
             "[{k}] probe files left: {left}"
         );
+
+        // doctor --before-upgrade 7.3 on this kernel: RAID0 data's
+        // checksummed O_DIRECT changes on every rig kernel older than 7.3
+        // (probe-dio's table), the error counters change from before 7.1.
+        let up = o.json("doctor-upgrade");
+        let fs = &up["filesystems"][0];
+        assert_eq!(fs["before_upgrade"]["target"], "7.3", "[{k}] {up:#}");
+        let running = fs["before_upgrade"]["running"].as_str().unwrap_or_default();
+        let v = btrfs_lab::model::kernel::parse_version_arg(running)
+            .unwrap_or_else(|| panic!("[{k}] running {running:?}"));
+        let changes: Vec<&str> = fs["before_upgrade"]["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c.as_str())
+            .collect();
+        let older = |major, minor| (v.major, v.minor) < (major, minor);
+        assert_eq!(
+            changes.contains(&"upgrade-odirect"),
+            older(7, 3),
+            "[{k}] {changes:?}"
+        );
+        assert_eq!(
+            changes.contains(&"upgrade-error-counters"),
+            older(7, 1),
+            "[{k}] {changes:?}"
+        );
+        assert!(
+            !changes.contains(&"upgrade-cannot-mount"),
+            "[{k}] {changes:?}"
+        );
+        eprintln!("rig: [{k}] doctor --before-upgrade 7.3: {changes:?}");
     }
 }
 

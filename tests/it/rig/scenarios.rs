@@ -1056,7 +1056,10 @@ fn rig_doctor_and_show_after_device_del_and_degraded_boot() {
     assert!(codes.contains(&code), "[{k}] {codes:?}");
     let told = &o.run("told").stdout;
     assert_eq!(told.lines().count(), 1, "[{k}] told: {told}");
-    assert!(told.starts_with(&format!("{code} critical ")), "[{k}] told: {told}");
+    assert!(
+        told.starts_with(&format!("{code} critical ")),
+        "[{k}] told: {told}"
+    );
     let sum = o
         .run("sum")
         .stdout

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use btrfs_lab::error::Result;
+use btrfs_lab::model::member::MemberState;
 use btrfs_lab::report::progs_json;
 use btrfs_lab::report::text::escape_control as esc;
 use btrfs_lab::report::units::{UnitMode, pretty_size};
@@ -35,16 +36,17 @@ pub struct ShowArgs {
     sysroot: Option<PathBuf>,
 }
 
-pub fn run(args: ShowArgs, out: &Output) -> Result<u8> {
+pub fn run(args: ShowArgs, out: &Output, state_dir: Option<PathBuf>) -> Result<u8> {
     let progs = ProgsFormat::progs_json(args.format, out)?;
     let root = SysRoot::from_option(args.sysroot.as_deref(), out);
     let targets = match &args.mount {
         Some(m) => vec![space::resolve(&root, m)?],
         None => space::mounted_btrfs(&root)?,
     };
+    let state_dir = btrfs_lab::sys::fs::state::state_dir_of(&root, state_dir);
     let mut filesystems = Vec::new();
     for t in &targets {
-        filesystems.push(show_one(&root, t)?);
+        filesystems.push(show_one(&root, t, &state_dir)?);
     }
     let report = ShowReport { filesystems };
     if progs {
@@ -97,6 +99,19 @@ pub fn render(f: &FsShow, mode: UnitMode, paint: Paint) -> String {
             pretty_size(d.used_bytes, mode),
             esc(&d.path)
         ));
+        // What the kernel does not say yet: its drive gone, or back stale.
+        let said = match d.state {
+            MemberState::Vanished => Some(paint.bad("VANISHED: its drive is gone")),
+            MemberState::Stale => Some(paint.warn("STALE: it missed writes")),
+            MemberState::Returned => Some(paint.warn("RETURNED: not resynced by a scrub")),
+            MemberState::Present | MemberState::Missing => None,
+        };
+        if let Some(said) = said {
+            t.push_str(&format!(
+                "\t  {said} {}\n",
+                paint.dim("(btrfs-lab doctor says what to do)")
+            ));
+        }
     }
     let unlisted = f.total_devices.saturating_sub(f.devices.len() as u64);
     if unlisted > 0 {
@@ -184,7 +199,8 @@ pub const PAGES: &[super::page::Declared] = &[super::page::Declared {
         ),
         row(
             status::DEVICE_MISSING,
-            "a member device of a filesystem shown is missing (missing in JSON, or fewer \
+            "a member device of a filesystem shown is missing (missing in JSON, its \
+             state vanished: its drive gone while the kernel still lists it, or fewer \
              devices listed than total_devices); it wins over 64.",
         ),
         row(

@@ -42,7 +42,7 @@ pub struct UsageArgs {
     sysroot: Option<PathBuf>,
 }
 
-pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
+pub fn run(args: UsageArgs, out: &Output, state_dir: Option<std::path::PathBuf>) -> Result<u8> {
     args.units.select();
     if args.parse {
         return run_parse(&args, out);
@@ -50,7 +50,8 @@ pub fn run(args: UsageArgs, out: &Output) -> Result<u8> {
     let root = SysRoot::from_option(args.sysroot.as_deref(), out);
     let mount = args.mount.clone().unwrap_or_default();
     let progs = ProgsFormat::progs_json(args.format, out)?;
-    let doc = space::usage_document(&root, &mount)?;
+    let state_dir = btrfs_lab::sys::fs::state::state_dir_of(&root, state_dir);
+    let doc = space::usage_document(&root, &mount, &state_dir)?;
     if progs {
         // btrfs device usage's shape: each device with its chunks.
         out.document_text(&progs_json::to_text(&progs_json::device_usage(

@@ -14,54 +14,14 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::facts::{DeviceFacts, ErrorCounts, FsFacts};
+use super::facts::{ErrorCounts, FsFacts};
 use crate::error::Result;
 use crate::sys::fs::state::StateRoom;
 
 /// The state directory's room for these records.
 pub const ROOM: &str = "members";
 
-/// A member's state, the same word in `show`, `usage` and `doctor`.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum MemberState {
-    /// In use, current.
-    #[default]
-    Present,
-    /// The kernel counts it missing (`missing` in `btrfs filesystem
-    /// show`; mounted with `-o degraded`, or lost at run time on 7.2+).
-    Missing,
-    /// The kernel still counts it a member, but its block device is gone
-    /// (pulled out, a link that dropped): writes to it fail from now on.
-    Vanished,
-    /// Its own superblock is older than the filesystem's: it was away
-    /// while the filesystem committed, and its copies of what was written
-    /// meanwhile are old until a scrub rewrites them.
-    Stale,
-    /// Missing or vanished at the last look, back now, with no scrub
-    /// since: its copies of what was written meanwhile may be old.
-    Returned,
-}
-
-impl MemberState {
-    /// The word printed (`missing`, `stale`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemberState::Present => "present",
-            MemberState::Missing => "missing",
-            MemberState::Vanished => "vanished",
-            MemberState::Stale => "stale",
-            MemberState::Returned => "returned",
-        }
-    }
-
-    /// Gone now (missing or vanished).
-    pub fn gone(self) -> bool {
-        matches!(self, MemberState::Missing | MemberState::Vanished)
-    }
-}
+pub use crate::model::member::MemberState;
 
 /// What doctor saw of one member at its last look.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -175,6 +135,98 @@ pub fn rising(now: Option<ErrorCounts>, before: Option<ErrorCounts>) -> Vec<(&'s
         .collect()
 }
 
+/// One member as the kernel lists it, for [`now`].
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'a> {
+    /// btrfs device id.
+    pub devid: u64,
+    /// The block device the kernel names (empty or `missing` when missing).
+    pub path: &'a str,
+    /// The kernel lists it missing.
+    pub missing: bool,
+}
+
+/// A member's state now, with what it was decided from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberNow {
+    /// The state.
+    pub state: MemberState,
+    /// Since when.
+    pub since: u64,
+    /// The state began at this look (told by `--notify`).
+    pub new: bool,
+    /// The generation in its own superblock, when read.
+    pub generation: Option<u64>,
+    /// Its error counters at the last look.
+    pub errors_before: Option<ErrorCounts>,
+}
+
+/// Each member's state now, as doctor, `show` and `usage` name it: what
+/// the kernel says (`members`), each member's own superblock (on the host
+/// only: a --sysroot tree has no devices to read), the last look's record
+/// in `state_dir` (read, never written here) and the last scrub of each
+/// member (`scrubs`). Also the last look's record and the filesystem's
+/// generation (the newest of the kernel's, `fs_generation`, and the
+/// members').
+pub fn now(
+    root: &crate::sys::fs::root::SysRoot,
+    fsid: &str,
+    members: &[Member<'_>],
+    fs_generation: u64,
+    state_dir: &Path,
+    scrubs: &[crate::doctor::scrub::ScrubDevice],
+    now: u64,
+) -> (Vec<MemberNow>, Option<MembersRecord>, Option<u64>) {
+    let before = load(state_dir, fsid);
+    let seen: Vec<Seen> = members
+        .iter()
+        .map(|m| {
+            let block = if m.missing || !root.is_host() {
+                Default::default()
+            } else {
+                crate::sys::block::member::look(Path::new(m.path), fsid, m.devid)
+            };
+            Seen {
+                missing: m.missing,
+                block_gone: block.gone,
+                generation: block.generation,
+            }
+        })
+        .collect();
+    let generation = seen
+        .iter()
+        .filter_map(|s| s.generation)
+        .chain(Some(fs_generation).filter(|g| *g > 0))
+        .max();
+    let out = members
+        .iter()
+        .zip(&seen)
+        .map(|(m, s)| {
+            let b = before
+                .as_ref()
+                .and_then(|r| r.members.iter().find(|x| x.devid == m.devid));
+            // The end of the last complete, repairing scrub of this member.
+            let scrubbed_at = scrubs
+                .iter()
+                .filter(|x| x.devid == m.devid && x.finished && !x.readonly)
+                .map(|x| x.started + x.duration)
+                .max();
+            let (state, since) = classify(*s, generation, b, scrubbed_at, now);
+            MemberNow {
+                state,
+                since,
+                new: state != MemberState::Present
+                    && b.is_none_or(|b| b.state != state)
+                    && !(state == MemberState::Returned
+                        && b.is_some_and(|b| b.state == MemberState::Stale)),
+                generation: s.generation,
+                errors_before: b.and_then(|b| b.errors),
+            }
+        })
+        .collect();
+    (out, before, generation)
+}
+
 /// The record of this look.
 pub fn record(f: &FsFacts, now: u64) -> MembersRecord {
     MembersRecord {
@@ -212,11 +264,6 @@ pub fn save(state_dir: &Path, r: &MembersRecord) -> Result<()> {
 
 fn file_name(fsid: &str) -> String {
     format!("{fsid}.json")
-}
-
-/// A device's record at the last look.
-pub fn before<'a>(r: Option<&'a MembersRecord>, d: &DeviceFacts) -> Option<&'a MemberRecord> {
-    r?.members.iter().find(|m| m.devid == d.devid)
 }
 
 #[cfg(test)]

@@ -821,67 +821,32 @@ pub(crate) fn gather(
         sysfs("allocation/metadata/chunk_size").and_then(|s| s.parse().ok()),
         raw,
     );
-    let scrub_file = root
-        .prefix()
-        .join(crate::scrub::progs::PROGS_DIR.trim_start_matches('/'))
-        .join(crate::scrub::progs::file_name(&target.fsid));
-    let progs = root
-        .read_text(&scrub_file, 1 << 20)
-        .map(|t| scrub::parse_status(&t, &target.fsid))
-        .unwrap_or_default();
-    // btrfs-lab scrub's own state (a file it cannot parse is no record).
-    let lab_file = scrub_store.file(&target.fsid);
-    let lab = root
-        .read_text(&lab_file, 1 << 20)
-        .ok()
-        .and_then(|t| crate::scrub::SavedScrub::parse(&t, &lab_file).ok())
-        .filter(|s| s.fsid == target.fsid)
-        .map(|s| scrub::from_saved(&s))
-        .unwrap_or_default();
-    let scrub = scrub::newest(progs, lab);
+    let scrub = scrub::last(root, scrub_store, &target.fsid);
     let narrow_data = widths::read(root, &state);
     let mut devices = devices;
-    let before = members::load(scrub_store.state_dir(), &target.fsid);
-    // Each member's block device, beside what the kernel says of it (on
-    // the host only: a --sysroot tree has no devices to read).
-    let seen: Vec<members::Seen> = devices
+    let inputs: Vec<members::Member<'_>> = devices
         .iter()
-        .map(|d| {
-            let block = if d.missing || !root.is_host() {
-                Default::default()
-            } else {
-                crate::sys::block::member::look(Path::new(&d.path), &target.fsid, d.devid)
-            };
-            members::Seen {
-                missing: d.missing,
-                block_gone: block.gone,
-                generation: block.generation,
-            }
+        .map(|d| members::Member {
+            devid: d.devid,
+            path: &d.path,
+            missing: d.missing,
         })
         .collect();
-    let generation = seen
-        .iter()
-        .filter_map(|s| s.generation)
-        .chain(Some(info.generation).filter(|g| *g > 0))
-        .max();
-    let now = now_unix();
-    for (d, s) in devices.iter_mut().zip(&seen) {
-        let b = members::before(before.as_ref(), d);
-        // The end of the last complete scrub of this member.
-        let scrubbed_at = scrub
-            .iter()
-            .filter(|x| x.devid == d.devid && x.finished && !x.readonly)
-            .map(|x| x.started + x.duration)
-            .max();
-        let (st, since) = members::classify(*s, generation, b, scrubbed_at, now);
-        d.state = st;
-        d.state_since = Some(since);
-        d.state_new = st != members::MemberState::Present
-            && b.is_none_or(|b| b.state != st)
-            && !(st == members::MemberState::Returned
-                && b.is_some_and(|b| b.state == members::MemberState::Stale));
-        d.generation = s.generation;
-        d.errors_before = b.and_then(|b| b.errors);
+    let (now_states, before, generation) = members::now(
+        root,
+        &target.fsid,
+        &inputs,
+        info.generation,
+        scrub_store.state_dir(),
+        &scrub,
+        now_unix(),
+    );
+    for (d, m) in devices.iter_mut().zip(now_states) {
+        d.state = m.state;
+        d.state_since = Some(m.since);
+        d.state_new = m.new;
+        d.generation = m.generation;
+        d.errors_before = m.errors_before;
     }
     Ok(FsFacts {
         mount_point: target.mount.mount_point.clone(),

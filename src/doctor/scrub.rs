@@ -109,6 +109,33 @@ pub(crate) fn parse_status(text: &str, fsid: &str) -> Vec<ScrubDevice> {
     out
 }
 
+/// The last scrub of each device of `fsid` on record: the newer of
+/// btrfs-progs' record and btrfs-lab scrub's own (a file that cannot be
+/// parsed is no record).
+pub(crate) fn last(
+    root: &crate::sys::fs::root::SysRoot,
+    scrub_store: &crate::scrub::StateStore,
+    fsid: &str,
+) -> Vec<ScrubDevice> {
+    let scrub_file = root
+        .prefix()
+        .join(crate::scrub::progs::PROGS_DIR.trim_start_matches('/'))
+        .join(crate::scrub::progs::file_name(fsid));
+    let progs = root
+        .read_text(&scrub_file, 1 << 20)
+        .map(|t| parse_status(&t, fsid))
+        .unwrap_or_default();
+    let lab_file = scrub_store.file(fsid);
+    let lab = root
+        .read_text(&lab_file, 1 << 20)
+        .ok()
+        .and_then(|t| crate::scrub::SavedScrub::parse(&t, &lab_file).ok())
+        .filter(|s| s.fsid == fsid)
+        .map(|s| from_saved(&s))
+        .unwrap_or_default();
+    newest(progs, lab)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

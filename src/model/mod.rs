@@ -8,6 +8,7 @@ pub mod balance;
 pub mod exit;
 pub mod finding;
 pub mod kernel;
+pub mod member;
 pub mod profile;
 pub mod reclaim;
 pub mod relocate;

@@ -75,6 +75,10 @@ pub struct BlockGroupUsage {
 pub struct UsageDevice {
     /// btrfs device id.
     pub devid: u64,
+    /// Its state, as doctor and `show` name it (`null` when parsed from
+    /// text).
+    #[serde(default)]
+    pub state: Option<crate::model::member::MemberState>,
     /// Path (`missing` for a missing device).
     pub path: String,
     /// Bytes btrfs uses on it.

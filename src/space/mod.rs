@@ -144,7 +144,7 @@ pub fn df_from_kernel(root: &SysRoot, path: &Path) -> Result<DfReport> {
     });
     // A live filesystem's unallocated space is known: the findings are
     // `usage`'s (the same situation, the same finding), the table df's.
-    if let Ok(report) = gather_usage(root, &fs, entries)
+    if let Ok(report) = gather_usage(root, &fs, entries, None)
         && let Some(i) = document(root, &target, &fs, report).interpretation
     {
         interpretation.findings = i.findings;
@@ -403,9 +403,15 @@ pub(crate) fn block_device_size(root: &SysRoot, dev: &Path) -> Option<u64> {
 
 /// `usage MOUNT --json`: the report with the filesystem it is about and
 /// what the figures mean.
-pub fn usage_document(root: &SysRoot, path: &Path) -> Result<usage::UsageDocument> {
+/// Each member's state is looked at with the last look's record and the
+/// scrubs in `state_dir`.
+pub fn usage_document(
+    root: &SysRoot,
+    path: &Path,
+    state_dir: &Path,
+) -> Result<usage::UsageDocument> {
     let (target, fs) = held(root, path, "usage")?;
-    let report = gather_usage(root, &fs, fs.space_entries()?)?;
+    let report = gather_usage(root, &fs, fs.space_entries()?, Some(state_dir))?;
     Ok(document(root, &target, &fs, report))
 }
 
@@ -469,6 +475,7 @@ fn gather_usage(
     root: &SysRoot,
     fs: &btrfs::FsHandle,
     spaces: Vec<btrfs::SpaceEntry>,
+    state_dir: Option<&Path>,
 ) -> Result<UsageReport> {
     let devices = fs
         .devices()?
@@ -489,9 +496,35 @@ fn gather_usage(
                 },
                 size: d.total_bytes,
                 missing,
+                state: None,
             }
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let mut devices = devices;
+    if let Some(state_dir) = state_dir {
+        let inputs: Vec<crate::doctor::members::Member<'_>> = devices
+            .iter()
+            .map(|d| crate::doctor::members::Member {
+                devid: d.devid,
+                path: &d.path,
+                missing: d.missing,
+            })
+            .collect();
+        let store = crate::scrub::StateStore::new(state_dir);
+        let scrubs = crate::doctor::scrub::last(root, &store, fs.fsid());
+        let (states, _, _) = crate::doctor::members::now(
+            root,
+            fs.fsid(),
+            &inputs,
+            fs.fs_info()?.generation,
+            state_dir,
+            &scrubs,
+            crate::doctor::now_unix(),
+        );
+        for (d, m) in devices.iter_mut().zip(states) {
+            d.state = Some(m.state);
+        }
+    }
     let input = UsageInput {
         spaces,
         devices,

@@ -85,6 +85,11 @@ pub struct DeviceShow {
     pub path: String,
     /// Missing from the filesystem.
     pub missing: bool,
+    /// Its state, as doctor names it: present, missing, vanished (the
+    /// kernel still lists it, its block device is gone), stale (its
+    /// superblock is behind), returned (back, not resynced by a scrub).
+    #[serde(default)]
+    pub state: crate::model::member::MemberState,
     /// Size btrfs uses on it.
     pub size_bytes: u64,
     /// Bytes allocated to chunks on it.
@@ -128,7 +133,13 @@ impl FsShow {
     /// Member devices missing: those listed as missing, and those the
     /// superblock counts but the kernel does not list.
     pub fn missing_devices(&self) -> u64 {
-        let listed = self.devices.iter().filter(|d| d.missing).count() as u64;
+        // A member whose block device is gone is missing, whether or not
+        // the kernel noticed yet.
+        let listed = self
+            .devices
+            .iter()
+            .filter(|d| d.missing || d.state.gone())
+            .count() as u64;
         listed + self.total_devices.saturating_sub(self.devices.len() as u64)
     }
 }
@@ -139,8 +150,9 @@ fn sysfs_text(root: &SysRoot, fsid: &str, name: &str) -> Option<String> {
         .map(|s| s.trim_end_matches('\n').to_owned())
 }
 
-/// Reads one filesystem.
-pub fn show_one(root: &SysRoot, target: &BtrfsTarget) -> Result<FsShow> {
+/// Reads one filesystem; each member's state with the last look's record
+/// and scrubs in `state_dir` (read only).
+pub fn show_one(root: &SysRoot, target: &BtrfsTarget, state_dir: &Path) -> Result<FsShow> {
     let path: &Path = &target.path;
     let info = btrfs::fs_info(path)?;
     let spaces = btrfs::space_entries(path)?;
@@ -158,12 +170,36 @@ pub fn show_one(root: &SysRoot, target: &BtrfsTarget) -> Result<FsShow> {
         devices.push(DeviceShow {
             devid: d.devid,
             missing: d.path.is_empty(),
+            // Set below, once every member was looked at.
+            state: Default::default(),
             path: d.path,
             size_bytes: d.total_bytes,
             used_bytes: d.bytes_used,
             has_errors: errors.is_some_and(|e| e.total() > 0),
             errors,
         });
+    }
+    let store = crate::scrub::StateStore::new(state_dir);
+    let scrubs = crate::doctor::scrub::last(root, &store, &target.fsid);
+    let inputs: Vec<crate::doctor::members::Member<'_>> = devices
+        .iter()
+        .map(|d| crate::doctor::members::Member {
+            devid: d.devid,
+            path: &d.path,
+            missing: d.missing,
+        })
+        .collect();
+    let (states, _, _) = crate::doctor::members::now(
+        root,
+        &target.fsid,
+        &inputs,
+        info.generation,
+        state_dir,
+        &scrubs,
+        crate::doctor::now_unix(),
+    );
+    for (d, m) in devices.iter_mut().zip(states) {
+        d.state = m.state;
     }
     let (checksum, checksum_driver) = match sysfs_text(root, &target.fsid, "checksum") {
         Some(text) => match text.split_once(" (") {
@@ -216,6 +252,11 @@ mod tests {
                 format!("/dev/loop{devid}")
             },
             missing,
+            state: if missing {
+                crate::model::member::MemberState::Missing
+            } else {
+                Default::default()
+            },
             size_bytes: 1 << 30,
             used_bytes: 0,
             errors: Some(ErrorCounters {

@@ -44,6 +44,8 @@ pub struct DeviceFacts {
     pub device_size: Option<u64>,
     /// The device is missing from the filesystem.
     pub missing: bool,
+    /// Its state, as doctor names it (absent: not looked at).
+    pub state: Option<crate::model::member::MemberState>,
 }
 
 /// What `usage` reads from the system.
@@ -370,6 +372,7 @@ pub(crate) fn compute(input: &UsageInput) -> UsageReport {
             .iter()
             .map(|d| crate::model::usage::UsageDevice {
                 devid: d.devid,
+                state: d.state,
                 path: d.path.clone(),
                 size_bytes: d.size,
                 slack_bytes: d.device_size.map_or(0, |s| s.saturating_sub(d.size)),
@@ -402,6 +405,7 @@ mod tests {
             size,
             device_size: Some(size),
             missing: false,
+            state: None,
         }
     }
 

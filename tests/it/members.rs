@@ -33,6 +33,28 @@ fn look(env: &TestEnv, m: &Path, hook: &Path) -> (i32, DoctorReport) {
     (code, typed(&stdout))
 }
 
+/// Device 2's state as `show --json` and `usage --json` name it.
+fn shown(env: &TestEnv, m: &Path) -> (String, String) {
+    let (_, out, err) = run(env.cmd().args(["--json", "show"]).arg(m));
+    assert!(!err.contains("panicked"), "{err}");
+    let show = crate::common::json(&out);
+    let state = |devs: &serde_json::Value| {
+        devs.as_array()
+            .unwrap_or_else(|| panic!("no devices: {devs}"))
+            .iter()
+            .find(|d| d["devid"] == 2)
+            .map_or("(not listed)".to_owned(), |d| {
+                d["state"].as_str().unwrap().to_owned()
+            })
+    };
+    let s = state(&show["filesystems"][0]["devices"]);
+    let (_, out, err) = run(env.cmd().args(["--json", "usage"]).arg(m));
+    let usage = crate::common::json(&out);
+    let u = state(&usage["devices"]);
+    assert!(!err.contains("panicked"), "{err}");
+    (s, u)
+}
+
 fn codes(r: &DoctorReport) -> Vec<(String, Severity)> {
     r.filesystems[0]
         .findings
@@ -123,6 +145,7 @@ fn a_member_that_came_back_is_named_told_once_and_resynced_by_its_scrub() {
             .unwrap()
     };
     assert_eq!(dev2(&r).state, MemberState::Missing);
+    assert_eq!(shown(&env, &m), ("missing".into(), "missing".into()));
     let events = told(&log);
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(
@@ -155,6 +178,14 @@ fn a_member_that_came_back_is_named_told_once_and_resynced_by_its_scrub() {
         matches!(d.state, MemberState::Returned | MemberState::Stale),
         "{d:#?}"
     );
+    // show and usage name it as doctor does (what they read does not
+    // change it: no commit between).
+    let word = serde_json::to_value(d.state)
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(shown(&env, &m), (word.clone(), word));
     assert_eq!(code, 1, "{:?}", codes(&r));
     let f = r.filesystems[0]
         .findings
@@ -198,6 +229,7 @@ fn a_member_that_came_back_is_named_told_once_and_resynced_by_its_scrub() {
         codes(&r)
     );
     assert_eq!(dev2(&r).state, MemberState::Present);
+    assert_eq!(shown(&env, &m), ("present".into(), "present".into()));
     let record: MembersRecord = serde_json::from_str(
         &fs::read_to_string(
             env.path()

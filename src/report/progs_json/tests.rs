@@ -71,6 +71,7 @@ fn fs_show(
 
 fn device_show(devid: u64, path: &str, size: u64, used: u64) -> DeviceShow {
     DeviceShow {
+        state: Default::default(),
         devid,
         path: path.to_owned(),
         missing: path.is_empty(),
@@ -184,6 +185,7 @@ fn usage_is_pr1151s_example() {
     use BgType::*;
     let size = 20000588955648;
     let report = usage_report(vec![UsageDevice {
+        state: None,
         devid: 1,
         path: "/dev/sda".into(),
         size_bytes: size,
@@ -209,6 +211,7 @@ fn usage_names_and_the_chunk_tree() {
     use BgType::*;
     let report = usage_report(vec![
         UsageDevice {
+            state: None,
             devid: 1,
             path: "/dev/loop0".into(),
             size_bytes: 1000,
@@ -222,6 +225,7 @@ fn usage_names_and_the_chunk_tree() {
             ])),
         },
         UsageDevice {
+            state: None,
             devid: 2,
             path: "missing".into(),
             size_bytes: 1000,

@@ -15,6 +15,12 @@ use crate::error::{Error, ErrorKind, Result};
 /// The state directory when `--state-dir` is not given.
 pub const STATE_DIR: &str = "/var/lib/btrfs-lab";
 
+/// The state directory a command uses: `--state-dir` when given, else
+/// the sysroot's `/var/lib/btrfs-lab`.
+pub fn state_dir_of(root: &super::root::SysRoot, given: Option<PathBuf>) -> PathBuf {
+    given.unwrap_or_else(|| root.prefix().join(STATE_DIR.trim_start_matches('/')))
+}
+
 /// The largest state file read (they are a few KiB).
 const CAP: u64 = 1 << 20;
 

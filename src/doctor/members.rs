@@ -227,6 +227,40 @@ pub fn now(
     (out, before, generation)
 }
 
+/// Each member's state as `show` and `usage` give it: [`now`] with the
+/// scrubs on record in `state_dir`, at this time. `members`: (devid, the
+/// block device the kernel names, missing).
+pub fn states(
+    root: &crate::sys::fs::root::SysRoot,
+    fsid: &str,
+    members: &[(u64, &str, bool)],
+    fs_generation: u64,
+    state_dir: &Path,
+) -> Vec<MemberState> {
+    let inputs: Vec<Member<'_>> = members
+        .iter()
+        .map(|&(devid, path, missing)| Member {
+            devid,
+            path,
+            missing,
+        })
+        .collect();
+    let scrubs = crate::doctor::scrub::last(root, &crate::scrub::StateStore::new(state_dir), fsid);
+    now(
+        root,
+        fsid,
+        &inputs,
+        fs_generation,
+        state_dir,
+        &scrubs,
+        crate::doctor::now_unix(),
+    )
+    .0
+    .into_iter()
+    .map(|m| m.state)
+    .collect()
+}
+
 /// The record of this look.
 pub fn record(f: &FsFacts, now: u64) -> MembersRecord {
     MembersRecord {

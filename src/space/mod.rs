@@ -502,27 +502,19 @@ fn gather_usage(
         .collect::<Vec<_>>();
     let mut devices = devices;
     if let Some(state_dir) = state_dir {
-        let inputs: Vec<crate::doctor::members::Member<'_>> = devices
+        let members: Vec<(u64, &str, bool)> = devices
             .iter()
-            .map(|d| crate::doctor::members::Member {
-                devid: d.devid,
-                path: &d.path,
-                missing: d.missing,
-            })
+            .map(|d| (d.devid, d.path.as_str(), d.missing))
             .collect();
-        let store = crate::scrub::StateStore::new(state_dir);
-        let scrubs = crate::doctor::scrub::last(root, &store, fs.fsid());
-        let (states, _, _) = crate::doctor::members::now(
+        let states = crate::doctor::members::states(
             root,
             fs.fsid(),
-            &inputs,
+            &members,
             fs.fs_info()?.generation,
             state_dir,
-            &scrubs,
-            crate::doctor::now_unix(),
         );
-        for (d, m) in devices.iter_mut().zip(states) {
-            d.state = Some(m.state);
+        for (d, st) in devices.iter_mut().zip(states) {
+            d.state = Some(st);
         }
     }
     let input = UsageInput {

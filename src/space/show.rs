@@ -179,27 +179,14 @@ pub fn show_one(root: &SysRoot, target: &BtrfsTarget, state_dir: &Path) -> Resul
             errors,
         });
     }
-    let store = crate::scrub::StateStore::new(state_dir);
-    let scrubs = crate::doctor::scrub::last(root, &store, &target.fsid);
-    let inputs: Vec<crate::doctor::members::Member<'_>> = devices
+    let members: Vec<(u64, &str, bool)> = devices
         .iter()
-        .map(|d| crate::doctor::members::Member {
-            devid: d.devid,
-            path: &d.path,
-            missing: d.missing,
-        })
+        .map(|d| (d.devid, d.path.as_str(), d.missing))
         .collect();
-    let (states, _, _) = crate::doctor::members::now(
-        root,
-        &target.fsid,
-        &inputs,
-        info.generation,
-        state_dir,
-        &scrubs,
-        crate::doctor::now_unix(),
-    );
-    for (d, m) in devices.iter_mut().zip(states) {
-        d.state = m.state;
+    let states =
+        crate::doctor::members::states(root, &target.fsid, &members, info.generation, state_dir);
+    for (d, st) in devices.iter_mut().zip(states) {
+        d.state = st;
     }
     let (checksum, checksum_driver) = match sysfs_text(root, &target.fsid, "checksum") {
         Some(text) => match text.split_once(" (") {

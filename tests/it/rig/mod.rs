@@ -221,6 +221,10 @@ impl Drive {
 pub enum Action {
     /// QMP `device_del` of drive N (its id is `nvmeN`).
     DeviceDel(usize),
+    /// Drive N put back after a [`Action::DeviceDel`]: its image opened
+    /// again (`blockdev-add`, the old backend went with the device) and an
+    /// NVMe controller with the same serial plugged into the same port.
+    DeviceAdd(usize),
 }
 
 /// A guest to boot: its drives, the scenario (busybox sh, sourced by the
@@ -847,6 +851,22 @@ impl Guest {
                             &qmp_sock,
                             &format!(
                                 r#"{{"execute":"device_del","arguments":{{"id":"nvme{n}"}}}}"#
+                            ),
+                        )?;
+                    }
+                    Some(Action::DeviceAdd(n)) => {
+                        let img = images.get(*n).ok_or("DeviceAdd: no such drive")?;
+                        qmp(
+                            &qmp_sock,
+                            &format!(
+                                r#"{{"execute":"blockdev-add","arguments":{{"driver":"raw","node-name":"back{n}","file":{{"driver":"file","filename":{},"aio":"threads","cache":{{"direct":true}}}}}}}}"#,
+                                serde_json::Value::String(img.display().to_string())
+                            ),
+                        )?;
+                        qmp(
+                            &qmp_sock,
+                            &format!(
+                                r#"{{"execute":"device_add","arguments":{{"driver":"nvme","id":"nvme{n}back","bus":"rp{n}","drive":"back{n}","serial":"RIG{n:04}"}}}}"#
                             ),
                         )?;
                     }

@@ -40,6 +40,25 @@ pub(super) fn findings(cx: &Cx<'_>, now: u64, out: &mut Vec<Finding>) {
         );
     }
 
+    // Read-only under a read-write mount: the kernel made the superblock
+    // read-only after an error (an aborted transaction; on 7.1 and later
+    // also a shutdown after a member's surprise removal). mountinfo's
+    // per-mount options say rw, the superblock's ro.
+    let opts: Vec<&str> = f.mount_options.split(',').collect();
+    if opts.contains(&"rw") && opts.contains(&"ro") {
+        out.push(
+            Finding::new(
+                Code::ForcedReadonly,
+                "forced read-only after an error: every write fails",
+                "the kernel stopped writing to protect what is on disk (an aborted transaction, damaged metadata, a member lost with no copy left); the kernel log says why; copy out what matters before anything else, then unmount; do not remount it read-write before the cause is found",
+            )
+            .with_evidence("mount options", f.mount_options.clone())
+            .with_command(format!(
+                "{}  (it names the cause: errno, device, the damaged tree)",
+                crate::sys::tools::display_argv(&["journalctl", "-k", "-g", "BTRFS"])
+            )),
+        );
+    }
     member_states(cx, now, out);
 
     // Device error counters.

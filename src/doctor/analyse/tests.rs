@@ -988,3 +988,86 @@ fn a_counter_at_uint64_max_is_invalid_not_errors() {
         "{text}"
     );
 }
+
+#[test]
+fn a_read_only_superblock_under_a_read_write_mount_is_forced_read_only() {
+    let mut f = healthy();
+    // mountinfo's per-mount options, then the superblock's it adds.
+    f.mount_options = "rw,relatime,ro,space_cache=v2,subvolid=5,subvol=/".into();
+    let v = analyse(&f, NOW);
+    assert_eq!(
+        (v[0].code.as_str(), v[0].severity),
+        ("forced-readonly", Severity::Critical),
+        "{:?}",
+        codes(&v)
+    );
+    assert!(
+        v[0].command
+            .as_deref()
+            .unwrap()
+            .starts_with("journalctl -k -g BTRFS")
+    );
+    // Mounted read-only on purpose: both say ro, nothing to report.
+    f.mount_options = "ro,relatime,space_cache=v2".into();
+    assert!(
+        !codes(&analyse(&f, NOW))
+            .iter()
+            .any(|(c, _)| *c == "forced-readonly")
+    );
+}
+
+#[test]
+fn member_states_are_named_with_what_to_do_per_profile() {
+    use crate::doctor::members::MemberState;
+    let mut f = healthy();
+    f.generation = Some(40);
+    f.devices[2].state = MemberState::Vanished;
+    f.devices[2].state_since = Some(NOW - 60);
+    let v = analyse(&f, NOW);
+    let gone = v.iter().find(|x| x.code == "device-vanished").unwrap();
+    assert_eq!(gone.severity, Severity::Critical);
+    // RAID0 data: no copy of what it held, rescue.
+    assert!(
+        gone.command
+            .as_deref()
+            .unwrap()
+            .contains("btrfs-lab rescue"),
+        "{gone:?}"
+    );
+    f.devices[2].state = MemberState::Stale;
+    f.devices[2].generation = Some(31);
+    let v = analyse(&f, NOW);
+    let stale = v.iter().find(|x| x.code == "device-stale").unwrap();
+    assert!(
+        stale.title.contains("9 transactions behind"),
+        "{}",
+        stale.title
+    );
+    assert!(stale.command.as_deref().unwrap().ends_with("--device 3"));
+    // Counters that rose since the last look: a warning, but info across
+    // the 7.1 counting change.
+    f.devices[2].state = MemberState::Present;
+    f.devices[0].errors_before = Some(ErrorCounts::default());
+    f.devices[0].errors = Some(ErrorCounts {
+        write: 7,
+        ..ErrorCounts::default()
+    });
+    for (then, now, sev) in [
+        ("6.18", "6.18", Severity::Warning),
+        ("6.12", "7.1", Severity::Info),
+        ("7.1", "7.2", Severity::Warning),
+    ] {
+        f.last_look = Some(crate::doctor::facts::LastLook {
+            at: NOW - 600,
+            kernel: then.into(),
+        });
+        f.kernel = now.into();
+        let v = analyse(&f, NOW);
+        let r = v
+            .iter()
+            .find(|x| x.code == "device-errors-rising")
+            .unwrap_or_else(|| panic!("{then} -> {now}: {:?}", codes(&v)));
+        assert_eq!(r.severity, sev, "{then} -> {now}");
+        assert!(r.title.contains("write +7"), "{}", r.title);
+    }
+}

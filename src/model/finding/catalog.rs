@@ -193,8 +193,8 @@ catalog! {
             "critical when the log also says a block could not be repaired (no good copy), else warning"),
         ["explain"],
         "the kernel log shows checksum failures of data (each with its root, inode and offset, or the path scrub printed)";
-    ForcedReadonly = "forced-readonly", Critical, Fixed, ["explain"],
-        "the kernel log shows an aborted transaction (with its errno) or the filesystem forced read-only";
+    ForcedReadonly = "forced-readonly", Critical, Fixed, ["explain", "doctor"],
+        "the filesystem was forced read-only after an error (doctor: its superblock is read-only under a read-write mount; explain: the kernel log shows an aborted transaction, with its errno, or the forced read-only)";
     MetadataDamageLogged = "metadata-damage-logged", Critical, Fixed, ["explain"],
         "the kernel log shows damaged metadata (parent transid verify failed, corrupt leaf or node, checksum verify failed)";
     // doctor: audits of fstab and the mount options.

@@ -117,4 +117,4 @@ pub(crate) fn quiet_beside_missing(v: &mut Vec<Finding>) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -31,7 +31,7 @@ pub(crate) fn write_file(path: &Path, mib: usize, seed: u32) -> std::io::Result<
 }
 
 /// A healthy sandbox: two 1 GiB devices, data and metadata raid1.
-fn raid1_pair(env: &TestEnv) -> btrfs_lab::sandbox::Sandbox {
+pub(crate) fn raid1_pair(env: &TestEnv) -> btrfs_lab::sandbox::Sandbox {
     env.sandbox(SandboxRequest {
         devices: 2,
         size_bytes: 1 << 30,

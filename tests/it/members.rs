@@ -12,8 +12,6 @@ use std::process::Command;
 use btrfs_lab::doctor::DoctorReport;
 use btrfs_lab::doctor::members::{MemberState, MembersRecord};
 use btrfs_lab::model::finding::Severity;
-use btrfs_lab::model::profile::Profile;
-use btrfs_lab::sandbox::SandboxRequest;
 
 use crate::common::{TestEnv, must, require_root, run, typed};
 use crate::doctor::write_file;
@@ -87,13 +85,7 @@ fn a_member_that_came_back_is_named_told_once_and_resynced_by_its_scrub() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: 1 << 30,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
+    let sbx = crate::doctor::raid1_pair(&env);
     let m = sbx.mount_point().to_path_buf();
     let devs = sbx.devices();
     // The notify program: its arguments, one event a line. Root owns it

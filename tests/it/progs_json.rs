@@ -361,13 +361,7 @@ fn scrub_status_carries_the_saved_scrubs_counters() {
         return;
     }
     let env = TestEnv::new();
-    let sbx = env.sandbox(SandboxRequest {
-        devices: 2,
-        size_bytes: 1 << 30,
-        data: Some(Profile::Raid1),
-        metadata: Some(Profile::Raid1),
-        ..SandboxRequest::default()
-    });
+    let sbx = crate::doctor::raid1_pair(&env);
     let m = sbx.mount_point().to_path_buf();
     // Nothing scrubbed yet: `never`.
     let (code, ours) = progs_json(&env, &["scrub", "--status"], &m);

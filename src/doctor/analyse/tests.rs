@@ -7,7 +7,7 @@ const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 const NOW: u64 = 1_764_546_067;
 
-fn dev(devid: u64, size: u64, allocated: u64) -> DeviceFacts {
+pub(crate) fn dev(devid: u64, size: u64, allocated: u64) -> DeviceFacts {
     DeviceFacts {
         devid,
         path: format!("/dev/loop{devid}"),

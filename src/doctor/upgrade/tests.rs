@@ -8,22 +8,8 @@ const UUID: &str = "5e7a1f0c-3b2d-4c8e-9a61-0f2b3c4d5e6f";
 
 fn dev(devid: u64) -> DeviceFacts {
     DeviceFacts {
-        devid,
         path: format!("/dev/nvme{devid}n1p2"),
-        missing: false,
-        size_bytes: 100 * GIB,
-        allocated_bytes: 10 * GIB,
-        errors: Some(ErrorCounts::default()),
-        dev_uuid: None,
-        drives: Vec::new(),
-        discard_max_bytes: None,
-        scrub_speed_max: Some(0),
-        scrub_speed_max_by: None,
-        state: Default::default(),
-        state_since: None,
-        state_new: false,
-        generation: None,
-        errors_before: None,
+        ..crate::doctor::analyse::tests::dev(devid, 100 * GIB, 10 * GIB)
     }
 }
 

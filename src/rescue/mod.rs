@@ -206,6 +206,13 @@ pub fn run(
     walk_and_copy(&mut opened, report, req, ui, each)
 }
 
+/// A block group whose extents the remap tree maps elsewhere, and the
+/// block group that holds the remap tree (Linux 7.0, 8912c2fd5830; the
+/// values of btrfs-progs' `kernel-shared/uapi/btrfs_tree.h` at 10717dd7,
+/// where `remap-tree` is the experimental feature `remap_tree` in sysfs).
+const REMAPPED: u64 = 1 << 11;
+const METADATA_REMAP: u64 = 1 << 12;
+
 /// Why the remap tree (Linux 7.0, experimental) is in use, when it is:
 /// the `remap_tree` feature (sysfs), or a chunk without stripes (a
 /// remapped block group keeps its item, its stripes move to the remap
@@ -214,7 +221,10 @@ pub(crate) fn remap_in_use(features: &[String], records: &[btrfs::ChunkRecord]) 
     if features.iter().any(|f| f == "remap_tree") {
         return Some("has the remap tree feature (remap_tree, Linux 7.0)".to_owned());
     }
-    let remapped = records.iter().filter(|r| r.num_stripes == 0).count();
+    let remapped = records
+        .iter()
+        .filter(|r| r.num_stripes == 0 || r.flags.bits() & (REMAPPED | METADATA_REMAP) != 0)
+        .count();
     (remapped > 0).then(|| format!("has {remapped} remapped block group(s) (chunks without stripes: the remap tree, Linux 7.0)"))
 }
 
@@ -1289,6 +1299,13 @@ mod tests {
         assert_eq!(remap_in_use(&plain, &[chunk(2)]), None);
         let why = remap_in_use(&plain, &[chunk(2), chunk(0)]).unwrap();
         assert!(why.contains("1 remapped block group"), "{why}");
+        // The chunk type bits themselves: a remapped data chunk that still
+        // lists stripes, and the remap tree's own block group.
+        for bits in [REMAPPED, METADATA_REMAP] {
+            let mut c = chunk(2);
+            c.flags = F::from_bits_retain(c.flags.bits() | bits);
+            assert!(remap_in_use(&plain, &[c]).is_some(), "{bits:#x}");
+        }
         let feat = vec!["remap_tree".to_owned()];
         assert!(
             remap_in_use(&feat, &[chunk(2)])

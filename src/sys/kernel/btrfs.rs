@@ -379,8 +379,18 @@ pub fn chunk_records_of(fd: BorrowedFd<'_>, path: &Path) -> Result<Option<Vec<Ch
         (BTRFS_CHUNK_TREE_OBJECTID, BTRFS_CHUNK_ITEM_KEY),
         (path, "cannot read the chunk tree of"),
         |hdr, data| {
+            // The type as on disk, unknown bits kept: btrfs-disk's parse
+            // drops the bits it does not know, among them 7.0's REMAPPED
+            // and METADATA_REMAP (btrfs_chunk: length, owner, stripe_len,
+            // then type at byte 24).
+            let raw_type = data
+                .get(24..32)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes);
             btrfs_disk::items::ChunkItem::parse(data).map(|chunk| ChunkRecord {
-                flags: BlockGroupFlags::from_bits_truncate(chunk.chunk_type.bits()),
+                flags: BlockGroupFlags::from_bits_retain(
+                    raw_type.unwrap_or(chunk.chunk_type.bits()),
+                ),
                 logical: hdr.offset,
                 length: chunk.length,
                 stripe_len: chunk.stripe_len,

@@ -34,7 +34,11 @@ pub(crate) struct MemberSuper {
 pub(crate) fn read_member_super(path: &Path) -> Option<MemberSuper> {
     let f = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_DIRECT)
+        // The path is the one the kernel names for the member, in /dev,
+        // which root holds; /dev/mapper/NAME is a link to ../dm-N, so
+        // links are followed (anything but a block device is refused
+        // below).
+        .custom_flags(libc::O_CLOEXEC | libc::O_DIRECT)
         .open(path)
         .ok()?;
     if !f.metadata().ok()?.file_type().is_block_device() {
